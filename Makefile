@@ -1,0 +1,229 @@
+# cohort - top-level Makefile.
+#
+#   make              build everything (CPU path always; CUDA/NCCL if found)
+#   make test         install missing Debian packages, build, run all suites
+#   make test SAN=address,undefined   the same under ASan/UBSan (build/san/)
+#   make demo         the main job: multi-process training on 4 ranks
+#   make bench        cohort vs Gloo vs Open MPI, interleaved, medians
+#   make install PREFIX=/usr/local
+#   make check-style  clang-format check + banned-function grep
+#
+# Sources are discovered by directory, so adding a file needs no edit here:
+#   client/*.c client/backend/*/*.c   -> libcohort.{a,so}
+#   server/*.c (but main.c)           -> libcohortd.a (cohortd + embedded)
+#   strategies/*.c                    -> libcohort_strategies.a
+#   tools/cohort/*.c                  -> bin/cohort (CLI)
+#   tests/{harness,unit,integration,fault,cuda}/*.c -> bin/cohort-tests
+#   tests/bin/NAME.c                  -> bin/NAME (helper programs for tests)
+#   examples/NAME.c                   -> bin/NAME
+#   cuda/*.c (CPU refs), cuda/*.cu (only with nvcc) -> libcohort
+
+SHELL := /bin/bash
+PREFIX ?= /usr/local
+CC ?= gcc
+ifeq ($(origin CC),default)
+CC := gcc
+endif
+
+ifneq ($(strip $(SAN)),)
+BUILD ?= build/san
+SANFLAGS := -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
+else
+BUILD ?= build
+SANFLAGS :=
+endif
+
+OBJ := $(BUILD)/obj
+GEN := $(BUILD)/gen
+BIN := $(BUILD)/bin
+LIB := $(BUILD)/lib
+
+PKGS := libprotobuf-c check
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+OPT ?= -O2
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror \
+	-Wstrict-prototypes -Wno-unused-parameter -fPIC -pthread -MMD -MP \
+	$(SANFLAGS)
+CPPFLAGS := -Iclient/include -Iclient -Iserver -Icuda -Istrategies -I$(GEN) \
+	-Itests/harness $(PKG_CFLAGS)
+LDLIBS := -lnng $(PKG_LIBS) -lpthread -lm -ldl
+LDFLAGS := $(SANFLAGS) -pthread
+
+# --- optional GPU toolchain probe (never required) -------------------------
+CUDA_HOME ?= /usr/local/cuda
+NVCC := $(shell command -v nvcc 2>/dev/null || (test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc))
+NCCL_H := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h $(CUDA_HOME)/targets/x86_64-linux/include/nccl.h))
+ifneq ($(strip $(NVCC)),)
+HAVE_CUDA := 1
+endif
+ifneq ($(strip $(NCCL_H)),)
+HAVE_NCCL := 1
+endif
+ifeq ($(NO_CUDA),1)
+HAVE_CUDA :=
+HAVE_NCCL :=
+endif
+
+# --- sources ----------------------------------------------------------------
+PROTO_C := $(GEN)/cohort.pb-c.c
+PROTO_H := $(GEN)/cohort.pb-c.h
+
+LIB_SRC := $(wildcard client/*.c) $(wildcard cuda/*.c) \
+	$(filter-out client/backend/nccl/%,$(wildcard client/backend/*/*.c))
+# The nccl backend is plain C that dlopen()s libnccl/libcudart at run time,
+# so it is always built; it reports ENOTSUP where no GPU or library exists.
+LIB_SRC += $(wildcard client/backend/nccl/*.c)
+CU_SRC := $(if $(HAVE_CUDA),$(wildcard cuda/*.cu))
+SRV_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
+STRAT_SRC := $(wildcard strategies/*.c)
+CLI_SRC := $(wildcard tools/cohort/*.c)
+TEST_SRC := $(wildcard tests/harness/*.c tests/unit/*.c tests/integration/*.c \
+	tests/fault/*.c tests/cuda/*.c)
+TESTBIN_SRC := $(wildcard tests/bin/*.c)
+EXAMPLE_SRC := $(wildcard examples/*.c)
+
+o = $(patsubst %.c,$(OBJ)/%.o,$(1))
+LIB_OBJ := $(call o,$(LIB_SRC)) $(OBJ)/gen/cohort.pb-c.o \
+	$(patsubst %.cu,$(OBJ)/%.cu.o,$(CU_SRC))
+SRV_OBJ := $(call o,$(SRV_SRC))
+STRAT_OBJ := $(call o,$(STRAT_SRC))
+CLI_OBJ := $(call o,$(CLI_SRC))
+TEST_OBJ := $(call o,$(TEST_SRC)) $(OBJ)/gen/suites.o
+TESTBINS := $(patsubst tests/bin/%.c,$(BIN)/%,$(TESTBIN_SRC))
+EXAMPLES := $(patsubst examples/%.c,$(BIN)/%,$(EXAMPLE_SRC))
+
+DEFS := $(if $(HAVE_CUDA),-DCOHORT_HAVE_CUDA) $(if $(HAVE_NCCL),-DCOHORT_HAVE_NCCL)
+CFLAGS := $(CFLAGS_BASE) $(DEFS)
+
+STATIC_LIBS := $(LIB)/libcohort_strategies.a $(LIB)/libcohortd.a $(LIB)/libcohort.a
+CUDA_LINK := $(if $(CU_SRC),-L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++)
+
+.PHONY: all test test-unit test-san demo bench bench-faults install clean \
+	check-style deps probe gpu-check
+.DEFAULT_GOAL := all
+
+all: probe $(BIN)/cohortd $(BIN)/cohort $(LIB)/libcohort.so $(BIN)/cohort-tests \
+	$(TESTBINS) $(EXAMPLES) $(BUILD)/cohort.pc
+
+probe:
+	@echo "cohort build: CC=$(CC) BUILD=$(BUILD) SAN=$(or $(SAN),none)" \
+	  "cuda=$(if $(HAVE_CUDA),$(NVCC),not found)" \
+	  "nccl=$(if $(HAVE_NCCL),$(NCCL_H),not found)"
+
+# --- generated code ---------------------------------------------------------
+$(PROTO_C) $(PROTO_H): proto/cohort.proto
+	@mkdir -p $(GEN)
+	protoc-c --proto_path=proto --c_out=$(GEN) proto/cohort.proto
+
+# Every test file defines `Suite *suite_<name>(void)`; collect them.
+$(GEN)/suites.c: $(TEST_SRC) tools/gen_suites.sh
+	@mkdir -p $(GEN)
+	tools/gen_suites.sh $(filter %.c,$^) > $@.tmp && mv $@.tmp $@
+
+$(OBJ)/gen/%.o: $(GEN)/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-error -c $< -o $@
+
+# Everything that includes the protobuf header needs it generated first.
+$(call o,$(LIB_SRC) $(SRV_SRC) $(STRAT_SRC) $(CLI_SRC) $(TEST_SRC) \
+	$(TESTBIN_SRC) $(EXAMPLE_SRC) server/main.c): | $(PROTO_H)
+
+$(OBJ)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(OBJ)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -std=c++17 -Xcompiler -fPIC -Iclient/include -Icuda \
+	  -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+	  -gencode arch=compute_90,code=compute_90 $(DEFS) -c $< -o $@
+
+# --- libraries --------------------------------------------------------------
+$(LIB)/libcohort.a: $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIB)/libcohort.so: $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libcohort.so.0 $(LDFLAGS) -o $@ $^ $(CUDA_LINK) $(LDLIBS)
+
+$(LIB)/libcohortd.a: $(SRV_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIB)/libcohort_strategies.a: $(STRAT_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^ $(if $(STRAT_OBJ),,&& true)
+
+# --- programs ---------------------------------------------------------------
+$(BIN)/cohortd: $(OBJ)/server/main.o $(LIB)/libcohortd.a $(LIB)/libcohort.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CUDA_LINK) $(LDLIBS)
+
+$(BIN)/cohort: $(CLI_OBJ) $(STATIC_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CUDA_LINK) $(LDLIBS)
+
+$(BIN)/cohort-tests: $(TEST_OBJ) $(STATIC_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CUDA_LINK) $(LDLIBS)
+
+$(BIN)/%: $(OBJ)/tests/bin/%.o $(STATIC_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CUDA_LINK) $(LDLIBS)
+
+$(BIN)/%: $(OBJ)/examples/%.o $(STATIC_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CUDA_LINK) $(LDLIBS)
+
+$(BUILD)/cohort.pc: tools/cohort.pc.in
+	@mkdir -p $(dir $@)
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|0.1.0|g' $< > $@
+
+# --- tasks ------------------------------------------------------------------
+deps:
+	@tools/deps.sh
+
+# make test: dependencies, build, every suite. COHORT_TEST_SUITE=name (or
+# Check's CK_RUN_SUITE / CK_RUN_CASE) narrows the run.
+test: deps
+	$(MAKE) all
+	COHORT_BIN=$(BIN) $(BIN)/cohort-tests
+
+test-san:
+	$(MAKE) test SAN=address,undefined
+
+demo: deps
+	$(MAKE) all
+	@tools/demo.sh $(BIN)
+
+bench: deps
+	$(MAKE) all
+	@bench/compare $(BIN)
+
+bench-faults: deps
+	$(MAKE) all
+	@bench/faults $(BIN)
+
+gpu-check: all
+	@tools/gpu-check.sh $(BIN)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+	  $(DESTDIR)$(PREFIX)/include/cohort
+	install -m 755 $(BIN)/cohortd $(BIN)/cohort $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(LIB)/libcohort.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(LIB)/libcohort.so $(DESTDIR)$(PREFIX)/lib/libcohort.so.0
+	ln -sf libcohort.so.0 $(DESTDIR)$(PREFIX)/lib/libcohort.so
+	install -m 644 client/include/cohort/*.h $(DESTDIR)$(PREFIX)/include/cohort/
+	install -m 644 $(BUILD)/cohort.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+
+check-style:
+	@tools/check-style.sh
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,138 @@
+/*
+ * backend.h - the data-plane backend boundary of libcohort.
+ *
+ * A backend moves tensor data for one process group: `tcp` (host memory,
+ * peer to peer), `service` (through cohortd), `nccl` (device memory). The
+ * group layer (client/collectives.c) validates arguments, orders the work
+ * (one operation at a time per group, in issue order), enforces deadlines
+ * and the sticky-error rule, and calls a backend through this versioned
+ * table of operations. A backend file's only non-static symbol is its ops
+ * table (like nng's transports and NCCL's net plugins).
+ *
+ * Versioning: `version` is COHORT__BACKEND_VERSION of the header the
+ * backend was compiled against. Fields are only ever appended; a group
+ * refuses a backend with a version it does not know.
+ */
+#ifndef COHORT_BACKEND_H
+#define COHORT_BACKEND_H
+
+#include <stdatomic.h>
+
+#include "cohort_impl.h"
+
+#define COHORT__BACKEND_VERSION 1
+
+/* A rendezvous store: the job's KV at cohortd in real use, an in-memory
+ * table in the backend's unit tests (gloo's Store). */
+struct cohort__store {
+	void *ctx;
+	cohort_status (*set)(void *ctx, const char *key, const void *val,
+	    size_t len, cohort__time deadline);
+	/* Waits until key exists; *val is malloc'd (free()). */
+	cohort_status (*get)(void *ctx, const char *key, void **val,
+	    size_t *len, cohort__time deadline);
+};
+
+/* What a backend learns about its group at init. Everything pointed to
+ * stays valid until fini. */
+struct cohort__group_desc {
+	const char *job;        /* job name */
+	uint64_t generation;    /* job generation; part of connection auth */
+	const char *group_id;   /* unique within the job and generation */
+	int rank;               /* this process's rank in the group */
+	int size;               /* group size, >= 1 */
+	const int32_t *global_ranks; /* group rank -> job rank (for errors) */
+	/* Shared secret of the job (derived from its token); a peer must
+	 * prove knowledge of it, the job, the generation and the group to
+	 * connect. May be empty (len 0) for token-less jobs. */
+	const uint8_t *secret;
+	size_t secret_len;
+	/* IP address to listen on and advertise; NULL = pick the address of
+	 * the interface that reaches the coordinator, else 127.0.0.1. */
+	const char *bind_addr;
+	struct cohort__store store;
+	/* Set non-zero (release) by the group when the operation must stop:
+	 * abort, a peer declared dead by cohortd. Backends poll it (acquire)
+	 * in every wait, in addition to receiving abort(). */
+	atomic_int *abort_flag;
+};
+
+enum cohort__op_kind {
+	COHORT__OP_ALLREDUCE = 1,
+	COHORT__OP_REDUCE,
+	COHORT__OP_BROADCAST,
+	COHORT__OP_ALLGATHER,
+	COHORT__OP_ALLGATHERV,
+	COHORT__OP_REDUCE_SCATTER,
+	COHORT__OP_ALLTOALL,
+	COHORT__OP_GATHER,
+	COHORT__OP_SCATTER,
+	COHORT__OP_BARRIER,
+};
+
+/* One collective, arguments already validated by the group layer with the
+ * meaning of the corresponding public function in cohort.h. For MEAN the
+ * backend receives op == COHORT_MEAN and must divide by the group size
+ * after summing (float dtypes only; the group layer rejects the others).
+ * Broadcast is in place on `recv` (root sends from it). */
+struct cohort__op {
+	enum cohort__op_kind kind;
+	const void *send;
+	void *recv;
+	size_t count;          /* elements (per rank block where relevant) */
+	const size_t *counts;  /* ALLGATHERV: per-rank counts */
+	cohort_dtype dtype;
+	cohort_redop op;
+	int root;              /* group rank */
+	void *stream;          /* cudaStream_t for nccl, NULL otherwise */
+	uint64_t seq;          /* per-group operation number, from 1 */
+};
+
+struct cohort__backend_ops {
+	uint32_t version; /* COHORT__BACKEND_VERSION */
+	const char *name;
+
+	/* Sets up the group's connections before deadline. Collective: every
+	 * member calls it. Returns COHORT_OK and *state; on error, err gets a
+	 * detail (which peer, what failed) and nothing is left behind. */
+	cohort_status (*init)(const struct cohort__group_desc *desc,
+	    void **state, char *err, size_t errlen, cohort__time deadline);
+
+	/* Runs one operation to completion or failure, in the calling thread.
+	 * Never called concurrently on one state. On failure err names the
+	 * peer (by job rank) and the operation, e.g. "rank 3 closed the
+	 * connection during allreduce #12 (chunk 7 of 64)". A failure that
+	 * leaves the connections unusable must return EPEERLOST, ETIMEDOUT
+	 * or EABORTED (the group layer makes those sticky). */
+	cohort_status (*run)(void *state, const struct cohort__op *op,
+	    char *err, size_t errlen, cohort__time deadline);
+
+	/* Makes a run() blocked in another thread return promptly with
+	 * COHORT_EABORTED (e.g. shutdown() its sockets). Any thread, never
+	 * blocks, idempotent, may be called before or after run. */
+	void (*abort)(void *state);
+
+	/* Frees the state. Must be safe after abort. Not concurrent with
+	 * run. */
+	void (*fini)(void *state);
+};
+
+extern const struct cohort__backend_ops cohort__tcp_backend;
+extern const struct cohort__backend_ops cohort__service_backend;
+extern const struct cohort__backend_ops cohort__nccl_backend;
+
+/* Element-wise reduction kernels shared by backends (client/reduce.c):
+ * dst[i] = dst[i] op src[i] for n elements. MEAN reduces as SUM. The best
+ * vectorised variant for the running CPU is picked once at first use. */
+void cohort__reduce(void *dst, const void *src, size_t n, cohort_dtype dt,
+    cohort_redop op);
+/* dst[i] /= divisor for float dtypes (MEAN's final step). */
+void cohort__scale_div(void *dst, size_t n, cohort_dtype dt, double divisor);
+
+/* Half-precision helpers (round to nearest even), shared with tests. */
+float cohort__f16_to_f32(uint16_t h);
+uint16_t cohort__f32_to_f16(float f);
+float cohort__bf16_to_f32(uint16_t h);
+uint16_t cohort__f32_to_bf16(float f);
+
+#endif /* COHORT_BACKEND_H */

@@ -1,0 +1,487 @@
+/*
+ * cohort.h - the public API of libcohort.
+ *
+ * libcohort is linked by every worker of a data-parallel training job. A
+ * worker opens a *client* (its membership in a job at the coordinator,
+ * cohortd), which gives it a rank, the world size and the *world group*.
+ * Groups carry the collectives: control-plane ones (barrier, object
+ * broadcast, scalar reduce, boolean decision) always go through cohortd;
+ * data-plane ones (allreduce & co.) go peer to peer over TCP for host
+ * memory, through NCCL for device memory, or through cohortd ("service").
+ *
+ * Conventions (see docs/api.md):
+ *  - Every function returning cohort_status returns COHORT_OK (0) on success.
+ *    Output parameters are written only on success.
+ *  - Every blocking call takes a cohort_duration timeout in milliseconds;
+ *    COHORT_WAIT_DEFAULT means the client's configured operation timeout
+ *    (1800 s unless changed, like Lightning), COHORT_WAIT_FOREVER disables
+ *    the limit.
+ *  - Errors on a group are sticky: after a peer is lost (COHORT_EPEERLOST)
+ *    or the generation moved (COHORT_ESTALE), every later call on that group
+ *    returns the same status, and cohort_group_last_error() the same detail
+ *    (which rank, which operation, since when). COHORT_ETIMEDOUT from a
+ *    control-plane call does not poison the group; the call may be retried.
+ *  - Handles are opaque. No global state: several clients may live in one
+ *    process (each is an independent membership).
+ *  - Thread-safety: a cohort_client may be used from several threads at
+ *    once. A cohort_group runs one collective at a time; calls on one group
+ *    from several threads are serialised in call order. Different groups
+ *    may be used concurrently. cohort_group_abort() may be called from any
+ *    thread, including while another thread is blocked on the group.
+ */
+#ifndef COHORT_COHORT_H
+#define COHORT_COHORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define COHORT_API __attribute__((visibility("default")))
+#else
+#define COHORT_API
+#endif
+
+#define COHORT_VERSION_MAJOR 0
+#define COHORT_VERSION_MINOR 1
+#define COHORT_VERSION_PATCH 0
+#define COHORT_VERSION_STRING "0.1.0"
+
+/* Wire protocol version carried in every request (proto/README.md). */
+#define COHORT_PROTO_VERSION 1
+
+/* ------------------------------------------------------------------------ */
+/* Status codes                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* One table -> enum, name, message. Codes are part of the wire protocol
+ * (Reply.status): append, never renumber. */
+#define COHORT_STATUS_MAP(XX)                                                \
+	XX(OK, 0, "success")                                                 \
+	XX(EINVAL, 1, "invalid argument")                                    \
+	XX(ENOMEM, 2, "out of memory")                                       \
+	XX(ETIMEDOUT, 3, "timed out")                                        \
+	XX(ECLOSED, 4, "handle closed")                                      \
+	XX(EABORTED, 5, "group aborted")                                     \
+	XX(EPEERLOST, 6, "a peer rank failed or left the group")             \
+	XX(ESTALE, 7, "group generation changed; rejoin required")           \
+	XX(ESTATE, 8, "operation not valid in the current state")           \
+	XX(EPROTO, 9, "protocol error")                                      \
+	XX(ENOTSUP, 10, "not supported by this backend or build")            \
+	XX(ETRANSPORT, 11, "transport (nng) error")                          \
+	XX(ECUDA, 12, "CUDA error")                                          \
+	XX(ENCCL, 13, "NCCL error")                                          \
+	XX(ESYSTEM, 14, "system call failed")                                \
+	XX(EAUTH, 15, "authentication failed (wrong job token)")             \
+	XX(EEXIST, 16, "already exists (duplicate rank or name)")            \
+	XX(ENOENT, 17, "no such key, job or group")                          \
+	XX(ETOOBIG, 18, "message or value exceeds the configured limit")     \
+	XX(EMISMATCH, 19, "ranks disagree on the collective they entered")   \
+	XX(ENOCOORD, 20, "coordinator unreachable")                          \
+	XX(EINJECTED, 21, "failure injected by a fault schedule")
+
+typedef enum {
+#define COHORT__XX(name, code, msg) COHORT_##name = code,
+	COHORT_STATUS_MAP(COHORT__XX)
+#undef COHORT__XX
+} cohort_status;
+
+/* Static text for a status; never NULL (unknown codes get a generic text). */
+COHORT_API const char *cohort_strerror(cohort_status st);
+/* "COHORT_ETIMEDOUT"; never NULL. */
+COHORT_API const char *cohort_status_name(cohort_status st);
+
+/* ------------------------------------------------------------------------ */
+/* Basic types                                                              */
+/* ------------------------------------------------------------------------ */
+
+typedef int32_t cohort_duration; /* milliseconds */
+#define COHORT_WAIT_FOREVER ((cohort_duration) -1)
+#define COHORT_WAIT_DEFAULT ((cohort_duration) -2)
+
+/* Element types of tensors. Values are part of the wire protocol. */
+typedef enum {
+	COHORT_F32 = 0,
+	COHORT_F64 = 1,
+	COHORT_F16 = 2,  /* IEEE binary16 */
+	COHORT_BF16 = 3, /* bfloat16 */
+	COHORT_I32 = 4,
+	COHORT_I64 = 5,
+	COHORT_U8 = 6,
+	COHORT_DTYPE_COUNT
+} cohort_dtype;
+
+/* Reduction operators. MEAN is SUM followed by division by the group size;
+ * it is defined for the floating-point types only (COHORT_EINVAL on
+ * integer types). Values are part of the wire protocol. */
+typedef enum {
+	COHORT_SUM = 0,
+	COHORT_PROD = 1,
+	COHORT_MIN = 2,
+	COHORT_MAX = 3,
+	COHORT_MEAN = 4,
+	COHORT_REDOP_COUNT
+} cohort_redop;
+
+COHORT_API size_t cohort_dtype_size(cohort_dtype dt); /* 0 if invalid */
+COHORT_API const char *cohort_dtype_name(cohort_dtype dt);
+COHORT_API const char *cohort_redop_name(cohort_redop op);
+
+typedef struct cohort_client cohort_client; /* a membership in a job */
+typedef struct cohort_group cohort_group;   /* a process group */
+typedef struct cohort_work cohort_work;     /* an asynchronous operation */
+
+/* ------------------------------------------------------------------------ */
+/* Options and the environment                                              */
+/* ------------------------------------------------------------------------ */
+
+/* Where a resolved setting came from (cohort env prints these). */
+typedef struct cohort_env {
+	char coordinator[256]; /* nng URL, e.g. tcp://10.0.0.1:29400 */
+	char job[128];
+	char token[128];
+	int32_t rank;             /* -1 = unknown (cohortd assigns) */
+	int32_t world_size;       /* 0 = unknown */
+	int32_t local_rank;       /* -1 = unknown */
+	int32_t local_world_size; /* 0 = unknown */
+	int32_t node_rank;        /* -1 = unknown */
+	int32_t restart_count;    /* COHORT_RESTART_COUNT, 0 if unset */
+	/* The winning source: "cohort", "torchrun", "openmpi", "slurm",
+	 * "k8s-indexed-job", or "none". */
+	char source[32];
+	/* Per-field origin, e.g. "COHORT_RANK", "RANK", "OMPI_COMM_WORLD_RANK",
+	 * "default". */
+	char coordinator_from[48];
+	char job_from[48];
+	char rank_from[48];
+	char world_size_from[48];
+	char local_rank_from[48];
+} cohort_env;
+
+/* cohort_env_resolve reads the process environment in the order of
+ * DESIGN.md section 3: cohort's own COHORT_* variables, then torchrun's
+ * (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
+ * MASTER_ADDR/MASTER_PORT), then Open MPI (OMPI_COMM_WORLD_*), then SLURM
+ * (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID), then a Kubernetes Indexed
+ * Job (JOB_COMPLETION_INDEX with COHORT_WORLD_SIZE). The first *complete*
+ * source (rank and world size both present) wins; the coordinator, job and
+ * token come from COHORT_COORDINATOR / COHORT_JOB / COHORT_TOKEN, or from
+ * MASTER_ADDR:MASTER_PORT for torchrun. KUBERNETES_* is never consulted.
+ * Returns COHORT_OK and fills *out (even if no source was complete: then
+ * source is "none" and rank/world are unknown); COHORT_EINVAL if a variable
+ * is present but malformed (e.g. RANK=abc), with the detail in *out's
+ * source field left as "invalid" and logged. Never blocks. */
+COHORT_API cohort_status cohort_env_resolve(cohort_env *out);
+
+/* Writes a multi-line human-readable report of *env (one "key = value
+ * (from X)" line each) into buf, truncating to len. Returns the length the
+ * full text needs (like snprintf). */
+COHORT_API size_t cohort_env_format(const cohort_env *env, char *buf,
+    size_t len);
+
+typedef struct cohort_options {
+	const char *coordinator; /* nng URL of cohortd (tcp://, ipc://) */
+	const char *job;         /* job name; default "default" */
+	const char *token;       /* job token; default "" */
+	int32_t rank;            /* requested rank, -1 = cohortd assigns */
+	int32_t world_size;      /* required, >= 1 */
+	int32_t local_rank;      /* informational, -1 = unknown */
+	/* Default timeout of blocking calls made with COHORT_WAIT_DEFAULT.
+	 * Default 1800000 (30 min, like Lightning's DDP). */
+	cohort_duration op_timeout;
+	/* How long cohort_client_open waits for all world_size members.
+	 * Default: op_timeout. */
+	cohort_duration join_timeout;
+	/* Heartbeat period and the silence after which cohortd declares this
+	 * client dead. Defaults 1000 and 5000 ms; 0 < interval < dead_after. */
+	cohort_duration heartbeat_interval;
+	cohort_duration dead_after;
+	/* Data-plane backend for the world group: "auto" (default), "tcp",
+	 * "service" or "nccl". */
+	const char *backend;
+	/* Address the tcp backend listens on for peers; NULL = the address of
+	 * the interface that reaches the coordinator. */
+	const char *data_addr;
+} cohort_options;
+
+/* Fills *opts with defaults (rank -1, world_size 0, job "default", ...).
+ * Never fails. */
+COHORT_API void cohort_options_init(cohort_options *opts);
+
+/* Fills *opts from a resolved environment. The strings in *opts point into
+ * *env, which must outlive *opts. Returns COHORT_EINVAL (and leaves *opts
+ * untouched) if env has no coordinator or no world size. */
+COHORT_API cohort_status cohort_options_from_env(cohort_options *opts,
+    const cohort_env *env);
+
+/* ------------------------------------------------------------------------ */
+/* Client (membership)                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* cohort_client_open connects to cohortd and joins the job's rendezvous.
+ * It blocks until all opts->world_size members joined (the rendezvous
+ * completed and a new generation began), or the join timeout elapsed.
+ * Returns COHORT_OK and *out; COHORT_ETIMEDOUT (detail via
+ * cohort_last_error() names the ranks that did not join); COHORT_EAUTH for
+ * a wrong token; COHORT_EEXIST if the requested rank is taken by a live
+ * member; COHORT_EINVAL for bad options or a world size that disagrees
+ * with the job's; COHORT_ENOCOORD if cohortd cannot be reached before the
+ * timeout. On error nothing is left behind. timeout applies to the whole
+ * open (connect + join); COHORT_WAIT_DEFAULT means opts->join_timeout. */
+COHORT_API cohort_status cohort_client_open(const cohort_options *opts,
+    cohort_client **out, cohort_duration timeout);
+
+/* cohort_env_resolve + cohort_options_from_env + cohort_client_open. */
+COHORT_API cohort_status cohort_client_open_env(cohort_client **out,
+    cohort_duration timeout);
+
+/* Leaves the job cleanly (others do not see it as a failure) and frees
+ * everything, including groups created from it. Blocks at most a short
+ * bounded time (2 s) telling cohortd; NULL-safe. */
+COHORT_API void cohort_client_close(cohort_client *c);
+
+COHORT_API int32_t cohort_client_rank(const cohort_client *c);
+COHORT_API int32_t cohort_client_world_size(const cohort_client *c);
+COHORT_API int32_t cohort_client_local_rank(const cohort_client *c);
+COHORT_API uint64_t cohort_client_generation(const cohort_client *c);
+COHORT_API bool cohort_client_is_global_zero(const cohort_client *c);
+/* The world group; owned by the client, valid until cohort_client_close. */
+COHORT_API cohort_group *cohort_client_world(cohort_client *c);
+
+/* Sticky client-level error (e.g. the job failed), COHORT_OK if healthy. */
+COHORT_API cohort_status cohort_client_error(const cohort_client *c);
+
+/* Detail text of the last error returned to the calling thread by any
+ * cohort_* function (thread-local; "" if none). Valid until the next cohort
+ * call on this thread. Used where no handle exists yet (client_open). */
+COHORT_API const char *cohort_last_error(void);
+
+/* Tells cohortd that this rank failed, with a text (an exception trace, an
+ * assertion message). Every other member's pending and later calls fail
+ * with COHORT_EPEERLOST whose detail includes this text. Call it before
+ * exiting on a fatal error (like Lightning's reconciliate_processes). Blocks
+ * until cohortd acknowledged or timeout. */
+COHORT_API cohort_status cohort_report_failure(cohort_client *c,
+    const char *text, cohort_duration timeout);
+
+/* ------------------------------------------------------------------------ */
+/* Key-value store (per job, shared by all its members)                     */
+/* ------------------------------------------------------------------------ */
+/* Semantics of torch's TCPStore. Keys are non-empty strings up to 1024
+ * bytes; values are bytes up to the coordinator's limit (64 MiB by default,
+ * COHORT_ETOOBIG beyond). Values returned to the caller are malloc'd and
+ * freed with cohort_free(). A job's keys are invisible to other jobs. KV
+ * calls do not depend on the group's health: they work while the job is
+ * being restarted. */
+
+COHORT_API void cohort_free(void *p);
+
+COHORT_API cohort_status cohort_kv_set(cohort_client *c, const char *key,
+    const void *value, size_t len, cohort_duration timeout);
+
+/* Blocks until key exists (like TCPStore.get), then returns its value.
+ * COHORT_ETIMEDOUT if it did not appear in time. */
+COHORT_API cohort_status cohort_kv_get(cohort_client *c, const char *key,
+    void **value, size_t *len, cohort_duration timeout);
+
+/* Atomically adds delta to the decimal integer stored at key (absent = 0)
+ * and returns the new value in *out (may be NULL). COHORT_EINVAL if the
+ * stored value is not an integer. */
+COHORT_API cohort_status cohort_kv_add(cohort_client *c, const char *key,
+    int64_t delta, int64_t *out, cohort_duration timeout);
+
+/* If key's value equals expected (expected == NULL: key absent), set it to
+ * desired. *swapped (may be NULL) tells whether it did; *current (may be
+ * NULL; free with cohort_free) receives the value after the operation. */
+COHORT_API cohort_status cohort_kv_compare_set(cohort_client *c,
+    const char *key, const void *expected, size_t expected_len,
+    const void *desired, size_t desired_len, bool *swapped, void **current,
+    size_t *current_len, cohort_duration timeout);
+
+COHORT_API cohort_status cohort_kv_delete(cohort_client *c, const char *key,
+    bool *deleted, cohort_duration timeout);
+
+COHORT_API cohort_status cohort_kv_num_keys(cohort_client *c, int64_t *out,
+    cohort_duration timeout);
+
+/* Blocks until every key exists. COHORT_ETIMEDOUT names the absent keys in
+ * the detail text. */
+COHORT_API cohort_status cohort_kv_wait(cohort_client *c,
+    const char *const *keys, size_t nkeys, cohort_duration timeout);
+
+/* Non-blocking existence check of all keys. */
+COHORT_API cohort_status cohort_kv_check(cohort_client *c,
+    const char *const *keys, size_t nkeys, bool *all_present,
+    cohort_duration timeout);
+
+/* Appends bytes to key's value (creating it). */
+COHORT_API cohort_status cohort_kv_append(cohort_client *c, const char *key,
+    const void *value, size_t len, cohort_duration timeout);
+
+/* ------------------------------------------------------------------------ */
+/* Groups and control-plane collectives (through cohortd)                   */
+/* ------------------------------------------------------------------------ */
+
+COHORT_API int32_t cohort_group_rank(const cohort_group *g);
+COHORT_API int32_t cohort_group_size(const cohort_group *g);
+/* The job rank of group rank r, -1 if out of range. */
+COHORT_API int32_t cohort_group_global_rank(const cohort_group *g, int32_t r);
+
+/* Sticky first error of the group, COHORT_OK while healthy. */
+COHORT_API cohort_status cohort_group_error(const cohort_group *g);
+COHORT_API bool cohort_group_is_healthy(const cohort_group *g);
+/* Detail of the sticky error ("rank 3 (host:pid) failed during allreduce
+ * #812, 0.4 s ago: <its text>"); "" while healthy. The pointer stays valid
+ * until the group is destroyed. */
+COHORT_API const char *cohort_group_last_error(const cohort_group *g);
+
+/* Marks the group aborted and wakes every call blocked on it, which
+ * returns COHORT_EABORTED (unless it already failed otherwise). Never
+ * blocks; any thread; idempotent. */
+COHORT_API void cohort_group_abort(cohort_group *g);
+
+/* cohort_barrier returns when every member of g entered the barrier named
+ * name (may be NULL or "": unnamed), or fails: COHORT_ETIMEDOUT (detail
+ * names the ranks that never arrived; g stays usable), COHORT_EPEERLOST (a
+ * member failed: detail names it and its error text), COHORT_EMISMATCH (the
+ * members' n-th collective differs in kind or name), COHORT_EABORTED. */
+COHORT_API cohort_status cohort_barrier(cohort_group *g, const char *name,
+    cohort_duration timeout);
+
+/* Broadcasts bytes of any size (up to the coordinator's limit) from group
+ * rank root to all members. On root, data/len are the object and *out /
+ * *out_len may be NULL (if not, root receives a copy too). On the others,
+ * data is ignored and *out receives a malloc'd copy (free with
+ * cohort_free). */
+COHORT_API cohort_status cohort_broadcast_obj(cohort_group *g, int32_t root,
+    const void *data, size_t len, void **out, size_t *out_len,
+    cohort_duration timeout);
+
+/* Element-wise reduction of a small vector of int64 (COHORT_I64) or double
+ * (COHORT_F64) values, in place, result on every member. count <= 4096.
+ * op: SUM, PROD, MIN, MAX, MEAN (MEAN only for F64). */
+COHORT_API cohort_status cohort_reduce_scalars(cohort_group *g,
+    cohort_dtype dtype, cohort_redop op, void *values, size_t count,
+    cohort_duration timeout);
+
+/* reduce_boolean_decision: *out = all (if all is true) or any of the
+ * members' decisions, the same on every member. */
+COHORT_API cohort_status cohort_decide(cohort_group *g, bool decision,
+    bool all, bool *out, cohort_duration timeout);
+
+
+/* ------------------------------------------------------------------------ */
+/* Data-plane collectives (tcp peer to peer, nccl, or service)              */
+/* ------------------------------------------------------------------------ */
+/* Buffers are borrowed for the duration of a blocking call, or until the
+ * work completes for the asynchronous forms. send == recv (where both
+ * exist) means in place. count == 0 is valid and completes without
+ * traffic. Counts are in elements of dtype. `stream` is a cudaStream_t for
+ * the nccl backend and must be NULL otherwise. All members of the group
+ * must issue the same sequence of collectives with matching arguments.
+ * A failed peer makes pending and later calls return COHORT_EPEERLOST
+ * naming it; COHORT_ETIMEDOUT on a data-plane call leaves the group's
+ * connections in an unknown state, so it *does* poison the group. */
+
+/* Creates a subgroup of the job from a list of distinct job ranks (group
+ * rank i = ranks[i]), like torch's new_group. Every listed rank must call
+ * it with the same name and list; other ranks must not. backend: NULL =
+ * the client's default. Blocks until all listed ranks created it. The
+ * group is freed by cohort_group_destroy or cohort_client_close. */
+COHORT_API cohort_status cohort_group_new(cohort_client *c, const char *name,
+    const int32_t *ranks, size_t nranks, const char *backend,
+    cohort_group **out, cohort_duration timeout);
+
+/* Frees a subgroup (NULL-safe; ignores the world group, which the client
+ * owns). Waits for its in-flight work to finish or fail. */
+COHORT_API void cohort_group_destroy(cohort_group *g);
+
+/* Name of the data-plane backend the group uses ("tcp", "service",
+ * "nccl"). */
+COHORT_API const char *cohort_group_backend(const cohort_group *g);
+
+COHORT_API cohort_status cohort_allreduce(cohort_group *g, const void *send,
+    void *recv, size_t count, cohort_dtype dtype, cohort_redop op,
+    void *stream, cohort_duration timeout);
+
+/* Result only on root (recv ignored elsewhere, may be NULL). */
+COHORT_API cohort_status cohort_reduce(cohort_group *g, const void *send,
+    void *recv, size_t count, cohort_dtype dtype, cohort_redop op,
+    int32_t root, void *stream, cohort_duration timeout);
+
+/* In place: root's buf is sent, everyone else's is overwritten. */
+COHORT_API cohort_status cohort_broadcast(cohort_group *g, void *buf,
+    size_t count, cohort_dtype dtype, int32_t root, void *stream,
+    cohort_duration timeout);
+
+/* recv holds size * count elements, rank r's at offset r * count. */
+COHORT_API cohort_status cohort_allgather(cohort_group *g, const void *send,
+    void *recv, size_t count, cohort_dtype dtype, void *stream,
+    cohort_duration timeout);
+
+/* Unequal counts: rank r contributes counts[r] elements, placed at offset
+ * sum(counts[0..r)) of recv. counts has group-size entries, equal on all
+ * members; send holds counts[my rank] elements. */
+COHORT_API cohort_status cohort_allgatherv(cohort_group *g, const void *send,
+    void *recv, const size_t *counts, cohort_dtype dtype, void *stream,
+    cohort_duration timeout);
+
+/* send holds size * count elements; rank r receives the reduction of
+ * block r (count elements) in recv. */
+COHORT_API cohort_status cohort_reduce_scatter(cohort_group *g,
+    const void *send, void *recv, size_t count, cohort_dtype dtype,
+    cohort_redop op, void *stream, cohort_duration timeout);
+
+/* send and recv hold size * count elements; block j of send goes to rank
+ * j, block i of recv came from rank i. Not in place. */
+COHORT_API cohort_status cohort_alltoall(cohort_group *g, const void *send,
+    void *recv, size_t count, cohort_dtype dtype, void *stream,
+    cohort_duration timeout);
+
+/* recv (root only) holds size * count elements. */
+COHORT_API cohort_status cohort_gather(cohort_group *g, const void *send,
+    void *recv, size_t count, cohort_dtype dtype, int32_t root, void *stream,
+    cohort_duration timeout);
+
+/* send (root only) holds size * count elements; rank r gets block r. */
+COHORT_API cohort_status cohort_scatter(cohort_group *g, const void *send,
+    void *recv, size_t count, cohort_dtype dtype, int32_t root, void *stream,
+    cohort_duration timeout);
+
+/* Asynchronous forms: start the operation and return a handle at once.
+ * Operations on one group complete in issue order. The buffers must stay
+ * valid and untouched until the work completes. Every started work must be
+ * released with cohort_work_free (after completion, or it waits). */
+COHORT_API cohort_status cohort_iallreduce(cohort_group *g, const void *send,
+    void *recv, size_t count, cohort_dtype dtype, cohort_redop op,
+    void *stream, cohort_work **out);
+COHORT_API cohort_status cohort_ibroadcast(cohort_group *g, void *buf,
+    size_t count, cohort_dtype dtype, int32_t root, void *stream,
+    cohort_work **out);
+COHORT_API cohort_status cohort_iallgather(cohort_group *g, const void *send,
+    void *recv, size_t count, cohort_dtype dtype, void *stream,
+    cohort_work **out);
+COHORT_API cohort_status cohort_ireduce_scatter(cohort_group *g,
+    const void *send, void *recv, size_t count, cohort_dtype dtype,
+    cohort_redop op, void *stream, cohort_work **out);
+
+/* Waits for the work: COHORT_OK, its error, or COHORT_ETIMEDOUT if it did
+ * not complete within timeout (the work goes on; wait again or free). */
+COHORT_API cohort_status cohort_work_wait(cohort_work *w,
+    cohort_duration timeout);
+/* Non-blocking: *done = completed (successfully or not); returns the
+ * work's status if done, COHORT_OK otherwise. */
+COHORT_API cohort_status cohort_work_test(cohort_work *w, bool *done);
+/* Waits for completion (bounded by the group's failure detection) and
+ * frees. NULL-safe. */
+COHORT_API void cohort_work_free(cohort_work *w);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COHORT_COHORT_H */

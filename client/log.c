@@ -1,0 +1,142 @@
+/*
+ * log.c - leveled logging on stderr.
+ *
+ * Text with a timestamp on a terminal, JSON lines otherwise (collectors on
+ * Kubernetes parse them), switchable with COHORT_LOG_FORMAT=text|json. The
+ * level comes from COHORT_LOG_LEVEL (error, warn, info, debug, trace). Each
+ * line is formatted into one buffer and written with one write(2), so lines
+ * of concurrent threads and processes do not interleave.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cohort_impl.h"
+
+static atomic_int log_level = -1;
+static int log_default = COHORT__LOG_WARN;
+static int log_json = -1;
+static char log_component[64];
+
+static const char *const log_names[] = { "error", "warn", "info", "debug",
+	"trace" };
+
+static int
+log_parse_level(const char *s, int dflt)
+{
+	for (int i = 0; i < 5; i++)
+		if (s != NULL && strcasecmp(s, log_names[i]) == 0)
+			return (i);
+	if (s != NULL && strcasecmp(s, "warning") == 0)
+		return (COHORT__LOG_WARN);
+	return (dflt);
+}
+
+void
+cohort__log_set_default_level(int level)
+{
+	log_default = level;
+	atomic_store(&log_level, -1);
+}
+
+void
+cohort__log_set_component(const char *name)
+{
+	cohort__strlcpy(log_component, name, sizeof(log_component));
+}
+
+bool
+cohort__log_enabled(int level)
+{
+	int cur = atomic_load_explicit(&log_level, memory_order_relaxed);
+
+	if (cur < 0) {
+		cur = log_parse_level(getenv("COHORT_LOG_LEVEL"), log_default);
+		atomic_store(&log_level, cur);
+	}
+	return (level <= cur);
+}
+
+static bool
+log_is_json(void)
+{
+	if (log_json < 0) {
+		const char *f = getenv("COHORT_LOG_FORMAT");
+		if (f != NULL && strcasecmp(f, "json") == 0)
+			log_json = 1;
+		else if (f != NULL && strcasecmp(f, "text") == 0)
+			log_json = 0;
+		else
+			log_json = isatty(2) ? 0 : 1;
+	}
+	return (log_json == 1);
+}
+
+/* Appends s as a JSON string body (without quotes). */
+static void
+log_json_escape(char *buf, size_t size, size_t *off, const char *s)
+{
+	for (; *s != '\0' && *off + 8 < size; s++) {
+		unsigned char c = (unsigned char) *s;
+		if (c == '"' || c == '\\')
+			cohort__appendf(buf, size, off, "\\%c", c);
+		else if (c == '\n')
+			cohort__appendf(buf, size, off, "\\n");
+		else if (c < 0x20)
+			cohort__appendf(buf, size, off, "\\u%04x", c);
+		else
+			buf[(*off)++] = (char) c;
+	}
+	buf[*off] = '\0';
+}
+
+void
+cohort__log(int level, const char *file, int line, const char *fmt, ...)
+{
+	char msg[2048];
+	char out[4096];
+	size_t off = 0;
+	va_list ap;
+	struct timespec ts;
+	struct tm tm;
+	const char *base = strrchr(file, '/');
+	const char *comp = log_component[0] ? log_component : "cohort";
+
+	base = base ? base + 1 : file;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	if (level < 0 || level > 4)
+		level = COHORT__LOG_ERROR;
+
+	if (log_is_json()) {
+		cohort__appendf(out, sizeof(out), &off,
+		    "{\"ts\":\"%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ\","
+		    "\"level\":\"%s\",\"component\":\"",
+		    tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+		    tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000, log_names[level]);
+		log_json_escape(out, sizeof(out), &off, comp);
+		cohort__appendf(out, sizeof(out), &off,
+		    "\",\"pid\":%d,\"src\":\"%s:%d\",\"msg\":\"", (int) getpid(),
+		    base, line);
+		log_json_escape(out, sizeof(out), &off, msg);
+		cohort__appendf(out, sizeof(out), &off, "\"}\n");
+	} else {
+		cohort__appendf(out, sizeof(out), &off,
+		    "%02d:%02d:%02d.%03ld %-5s %s[%d] %s (%s:%d)\n", tm.tm_hour,
+		    tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
+		    log_names[level], comp, (int) getpid(), msg, base, line);
+	}
+	if (off >= sizeof(out) - 1)
+		out[sizeof(out) - 2] = '\n';
+	if (write(2, out, strlen(out)) < 0) {
+		/* nothing sensible to do */
+	}
+}

@@ -1,0 +1,509 @@
+/*
+ * reduce.c - element-wise reduction kernels shared by the data-plane
+ * backends, and the half-precision converters.
+ *
+ * Every kernel is a plain loop that gcc vectorises. The same source is
+ * compiled three times: for the baseline (SSE2), for AVX2 (+F16C, whose
+ * f16 path uses the conversion intrinsics) and for AVX-512 (F, BW, VL).
+ * The best variant the running CPU supports is picked once, at first use
+ * (COHORT_REDUCE_ISA=generic|avx2|avx512 forces one, for tests and
+ * benchmarks). The file asks for -O3 itself: the Makefile builds with -O2,
+ * whose very-cheap vectoriser cost model leaves some of these loops scalar.
+ *
+ * Semantics: integers wrap (computed in unsigned arithmetic, no UB), MIN
+ * and MAX compare i32/i64 as signed and u8 as unsigned; f16 and bf16 are
+ * widened to f32, reduced, and rounded back to nearest even. MEAN reduces
+ * as SUM (the division is cohort__scale_div's job).
+ */
+#pragma GCC optimize("O3")
+
+#include <cpuid.h>
+#include <immintrin.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+
+/* ------------------------------------------------------------------------ */
+/* Half precision, scalar and exact (round to nearest even).                */
+/* ------------------------------------------------------------------------ */
+
+static inline uint32_t
+reduce_f32_bits(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof(u));
+	return (u);
+}
+
+static inline float
+reduce_bits_f32(uint32_t u)
+{
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return (f);
+}
+
+float
+cohort__f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t) (h & 0x8000u) << 16;
+	uint32_t exp = (h >> 10) & 0x1fu;
+	uint32_t man = h & 0x3ffu;
+	uint32_t u;
+
+	if (exp == 0x1f) {
+		u = sign | 0x7f800000u | (man << 13);
+		if (man != 0)
+			u |= 0x00400000u; /* quiet NaN, like vcvtph2ps */
+	} else if (exp != 0) {
+		u = sign | ((exp + 112) << 23) | (man << 13);
+	} else if (man == 0) {
+		u = sign;
+	} else {
+		/* Subnormal: value = man * 2^-24, exact in f32. */
+		float f = (float) man * (1.0f / 16777216.0f);
+
+		return (sign != 0 ? -f : f);
+	}
+	return (reduce_bits_f32(u));
+}
+
+uint16_t
+cohort__f32_to_f16(float f)
+{
+	uint32_t u = reduce_f32_bits(f);
+	uint16_t sign = (uint16_t) ((u >> 16) & 0x8000u);
+	uint32_t abs = u & 0x7fffffffu;
+	uint32_t exp, man, r;
+
+	if (abs >= 0x7f800000u) {
+		if (abs == 0x7f800000u)
+			return (sign | 0x7c00u);
+		/* NaN: keep the top payload bits, force quiet. */
+		return (sign | 0x7e00u | (uint16_t) ((abs >> 13) & 0x3ffu));
+	}
+	if (abs >= 0x477ff000u) /* rounds to >= 65520: overflow */
+		return (sign | 0x7c00u);
+	exp = abs >> 23;
+	if (exp >= 113) {
+		/* Normal in f16: drop 13 bits, round to nearest even. The carry
+		 * may ripple into the exponent, which is still correct. */
+		r = abs - (112u << 23);
+		r = (r + 0x0fffu + ((r >> 13) & 1u)) >> 13;
+		return (sign | (uint16_t) r);
+	}
+	if (exp < 102) /* below half of the smallest subnormal */
+		return (sign);
+	/* Subnormal in f16: shift the full mantissa, round to nearest even. */
+	man = (abs & 0x7fffffu) | 0x800000u;
+	{
+		uint32_t shift = 126 - exp; /* 14..24 */
+		uint32_t half = 1u << (shift - 1);
+		uint32_t rest = man & ((1u << shift) - 1);
+
+		r = man >> shift;
+		if (rest > half || (rest == half && (r & 1u)))
+			r++;
+	}
+	return (sign | (uint16_t) r);
+}
+
+float
+cohort__bf16_to_f32(uint16_t h)
+{
+	return (reduce_bits_f32((uint32_t) h << 16));
+}
+
+static inline uint16_t
+reduce_f32_to_bf16_inline(float f)
+{
+	uint32_t u = reduce_f32_bits(f);
+
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return ((uint16_t) ((u >> 16) | 0x40u));
+	return ((uint16_t) ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
+}
+
+uint16_t
+cohort__f32_to_bf16(float f)
+{
+	return (reduce_f32_to_bf16_inline(f));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Kernel families                                                          */
+/* ------------------------------------------------------------------------ */
+
+typedef void (*reduce_fn)(void *, const void *, size_t);
+
+/* [dtype][op] with op SUM, PROD, MIN, MAX (MEAN uses SUM). */
+struct reduce_table {
+	const char *name;
+	reduce_fn fn[COHORT_DTYPE_COUNT][4];
+};
+
+#define REDUCE_LOOP(T, EXPR)                                                 \
+	T *restrict d = dst;                                                  \
+	const T *restrict s = src;                                            \
+	for (size_t i = 0; i < n; i++) {                                      \
+		T a = d[i];                                                   \
+		T b = s[i];                                                   \
+		d[i] = (EXPR);                                                \
+	}
+
+#define REDUCE_BF16_LOOP(EXPR)                                               \
+	uint16_t *restrict d = dst;                                           \
+	const uint16_t *restrict s = src;                                     \
+	for (size_t i = 0; i < n; i++) {                                      \
+		float a = reduce_bits_f32((uint32_t) d[i] << 16);             \
+		float b = reduce_bits_f32((uint32_t) s[i] << 16);             \
+		uint32_t u = reduce_f32_bits(EXPR);                           \
+		uint32_t rn = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;         \
+		uint32_t qn = (u >> 16) | 0x40u;                              \
+		d[i] = (uint16_t) ((u & 0x7fffffffu) > 0x7f800000u ? qn : rn); \
+	}
+
+#define REDUCE_F16_SOFT_LOOP(EXPR)                                           \
+	uint16_t *restrict d = dst;                                           \
+	const uint16_t *restrict s = src;                                     \
+	for (size_t i = 0; i < n; i++) {                                      \
+		float a = cohort__f16_to_f32(d[i]);                           \
+		float b = cohort__f16_to_f32(s[i]);                           \
+		d[i] = cohort__f32_to_f16(EXPR);                              \
+	}
+
+#define REDUCE_SUM(a, b) ((a) + (b))
+#define REDUCE_PROD(a, b) ((a) * (b))
+#define REDUCE_MIN(a, b) ((b) < (a) ? (b) : (a))
+#define REDUCE_MAX(a, b) ((b) > (a) ? (b) : (a))
+
+/* One family of kernels for target attribute ATTR with suffix SFX. The f16
+ * kernels come from F16FAM (soft or F16C). */
+#define REDUCE_FAMILY(SFX, ATTR)                                             \
+	REDUCE_K(SFX, ATTR, f32_sum, float, REDUCE_SUM(a, b))                \
+	REDUCE_K(SFX, ATTR, f32_prod, float, REDUCE_PROD(a, b))              \
+	REDUCE_K(SFX, ATTR, f32_min, float, REDUCE_MIN(a, b))                \
+	REDUCE_K(SFX, ATTR, f32_max, float, REDUCE_MAX(a, b))                \
+	REDUCE_K(SFX, ATTR, f64_sum, double, REDUCE_SUM(a, b))               \
+	REDUCE_K(SFX, ATTR, f64_prod, double, REDUCE_PROD(a, b))             \
+	REDUCE_K(SFX, ATTR, f64_min, double, REDUCE_MIN(a, b))               \
+	REDUCE_K(SFX, ATTR, f64_max, double, REDUCE_MAX(a, b))               \
+	REDUCE_K(SFX, ATTR, i32_sum, uint32_t, REDUCE_SUM(a, b))             \
+	REDUCE_K(SFX, ATTR, i32_prod, uint32_t, REDUCE_PROD(a, b))           \
+	REDUCE_K(SFX, ATTR, i32_min, int32_t, REDUCE_MIN(a, b))              \
+	REDUCE_K(SFX, ATTR, i32_max, int32_t, REDUCE_MAX(a, b))              \
+	REDUCE_K(SFX, ATTR, i64_sum, uint64_t, REDUCE_SUM(a, b))             \
+	REDUCE_K(SFX, ATTR, i64_prod, uint64_t, REDUCE_PROD(a, b))           \
+	REDUCE_K(SFX, ATTR, i64_min, int64_t, REDUCE_MIN(a, b))              \
+	REDUCE_K(SFX, ATTR, i64_max, int64_t, REDUCE_MAX(a, b))              \
+	REDUCE_K(SFX, ATTR, u8_sum, uint8_t, (uint8_t) REDUCE_SUM(a, b))     \
+	REDUCE_K(SFX, ATTR, u8_prod, uint8_t, (uint8_t) REDUCE_PROD(a, b))   \
+	REDUCE_K(SFX, ATTR, u8_min, uint8_t, REDUCE_MIN(a, b))               \
+	REDUCE_K(SFX, ATTR, u8_max, uint8_t, REDUCE_MAX(a, b))               \
+	REDUCE_KB(SFX, ATTR, bf16_sum, REDUCE_SUM(a, b))                     \
+	REDUCE_KB(SFX, ATTR, bf16_prod, REDUCE_PROD(a, b))                   \
+	REDUCE_KB(SFX, ATTR, bf16_min, REDUCE_MIN(a, b))                     \
+	REDUCE_KB(SFX, ATTR, bf16_max, REDUCE_MAX(a, b))
+
+#define REDUCE_K(SFX, ATTR, NAME, T, EXPR)                                   \
+	ATTR static void reduce_##NAME##_##SFX(void *dst, const void *src,    \
+	    size_t n)                                                         \
+	{                                                                     \
+		REDUCE_LOOP(T, EXPR)                                          \
+	}
+#define REDUCE_KB(SFX, ATTR, NAME, EXPR)                                     \
+	ATTR static void reduce_##NAME##_##SFX(void *dst, const void *src,    \
+	    size_t n)                                                         \
+	{                                                                     \
+		REDUCE_BF16_LOOP(EXPR)                                        \
+	}
+
+#define REDUCE_ATTR_GENERIC
+#define REDUCE_ATTR_AVX2 __attribute__((target("avx2,f16c,fma")))
+#define REDUCE_ATTR_AVX512                                                   \
+	__attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c,fma")))
+
+REDUCE_FAMILY(generic, REDUCE_ATTR_GENERIC)
+REDUCE_FAMILY(avx2, REDUCE_ATTR_AVX2)
+REDUCE_FAMILY(avx512, REDUCE_ATTR_AVX512)
+
+/* f16 without F16C: exact software conversion, slow but correct. */
+#define REDUCE_KF_SOFT(NAME, EXPR)                                           \
+	static void reduce_##NAME##_generic(void *dst, const void *src,       \
+	    size_t n)                                                         \
+	{                                                                     \
+		REDUCE_F16_SOFT_LOOP(EXPR)                                    \
+	}
+REDUCE_KF_SOFT(f16_sum, REDUCE_SUM(a, b))
+REDUCE_KF_SOFT(f16_prod, REDUCE_PROD(a, b))
+REDUCE_KF_SOFT(f16_min, REDUCE_MIN(a, b))
+REDUCE_KF_SOFT(f16_max, REDUCE_MAX(a, b))
+
+/* f16 with F16C: eight lanes per step, the tail through the same
+ * instructions on a padded copy so that rounding is identical. */
+#define REDUCE_KF_F16C(SFX, ATTR, NAME, VEXPR)                               \
+	ATTR static void reduce_##NAME##_##SFX(void *dst, const void *src,    \
+	    size_t n)                                                         \
+	{                                                                     \
+		uint16_t *d = dst;                                            \
+		const uint16_t *s = src;                                      \
+		size_t i = 0;                                                 \
+                                                                              \
+		for (; i + 8 <= n; i += 8) {                                  \
+			__m256 a = _mm256_cvtph_ps(                           \
+			    _mm_loadu_si128((const __m128i *) (d + i)));      \
+			__m256 b = _mm256_cvtph_ps(                           \
+			    _mm_loadu_si128((const __m128i *) (s + i)));      \
+			__m256 r = (VEXPR);                                   \
+			_mm_storeu_si128((__m128i *) (d + i),                 \
+			    _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));   \
+		}                                                             \
+		if (i < n) {                                                  \
+			uint16_t ta[8] = { 0 }, tb[8] = { 0 };                \
+			size_t k = n - i;                                     \
+                                                                              \
+			memcpy(ta, d + i, k * 2);                             \
+			memcpy(tb, s + i, k * 2);                             \
+			__m256 a = _mm256_cvtph_ps(                           \
+			    _mm_loadu_si128((const __m128i *) ta));           \
+			__m256 b = _mm256_cvtph_ps(                           \
+			    _mm_loadu_si128((const __m128i *) tb));           \
+			__m256 r = (VEXPR);                                   \
+			_mm_storeu_si128((__m128i *) ta,                      \
+			    _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));   \
+			memcpy(d + i, ta, k * 2);                             \
+		}                                                             \
+	}
+/* _mm256_min_ps(b, a) returns a when either is NaN or both equal, which
+ * is REDUCE_MIN(a, b) = (b < a ? b : a). */
+#define REDUCE_F16C_ALL(SFX, ATTR)                                           \
+	REDUCE_KF_F16C(SFX, ATTR, f16_sum, _mm256_add_ps(a, b))              \
+	REDUCE_KF_F16C(SFX, ATTR, f16_prod, _mm256_mul_ps(a, b))             \
+	REDUCE_KF_F16C(SFX, ATTR, f16_min, _mm256_min_ps(b, a))              \
+	REDUCE_KF_F16C(SFX, ATTR, f16_max, _mm256_max_ps(b, a))
+REDUCE_F16C_ALL(avx2, REDUCE_ATTR_AVX2)
+REDUCE_F16C_ALL(avx512, REDUCE_ATTR_AVX512)
+
+#define REDUCE_ROW(SFX, DT)                                                  \
+	{ reduce_##DT##_sum_##SFX, reduce_##DT##_prod_##SFX,                  \
+	    reduce_##DT##_min_##SFX, reduce_##DT##_max_##SFX }
+#define REDUCE_TABLE(SFX)                                                    \
+	{                                                                     \
+		.name = #SFX,                                                 \
+		.fn = {                                                       \
+		    [COHORT_F32] = REDUCE_ROW(SFX, f32),                      \
+		    [COHORT_F64] = REDUCE_ROW(SFX, f64),                      \
+		    [COHORT_F16] = REDUCE_ROW(SFX, f16),                      \
+		    [COHORT_BF16] = REDUCE_ROW(SFX, bf16),                    \
+		    [COHORT_I32] = REDUCE_ROW(SFX, i32),                      \
+		    [COHORT_I64] = REDUCE_ROW(SFX, i64),                      \
+		    [COHORT_U8] = REDUCE_ROW(SFX, u8),                        \
+		},                                                            \
+	}
+
+static const struct reduce_table reduce_tables[] = {
+	REDUCE_TABLE(generic),
+	REDUCE_TABLE(avx2),
+	REDUCE_TABLE(avx512),
+};
+
+static _Atomic(const struct reduce_table *) reduce_active;
+
+static bool
+reduce_cpu_has_f16c(void)
+{
+	unsigned a, b, c, d;
+
+	if (!__get_cpuid(1, &a, &b, &c, &d))
+		return (false);
+	return ((c & bit_F16C) != 0);
+}
+
+static const struct reduce_table *
+reduce_pick(void)
+{
+	const char *force = getenv("COHORT_REDUCE_ISA");
+	bool avx2, avx512;
+
+	__builtin_cpu_init();
+	avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	    reduce_cpu_has_f16c();
+	avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+	    __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512vl");
+	if (force != NULL) {
+		if (strcmp(force, "generic") == 0)
+			return (&reduce_tables[0]);
+		if (strcmp(force, "avx2") == 0 && avx2)
+			return (&reduce_tables[1]);
+	}
+	if (avx512)
+		return (&reduce_tables[2]);
+	if (avx2)
+		return (&reduce_tables[1]);
+	return (&reduce_tables[0]);
+}
+
+static const struct reduce_table *
+reduce_get(void)
+{
+	const struct reduce_table *t;
+
+	t = atomic_load_explicit(&reduce_active, memory_order_acquire);
+	if (t == NULL) {
+		/* Racing first calls compute the same answer. */
+		t = reduce_pick();
+		atomic_store_explicit(&reduce_active, t, memory_order_release);
+	}
+	return (t);
+}
+
+/* Testing and benchmarking hook: selects "generic", "avx2" or "avx512"
+ * (false if unknown or unsupported here), NULL = automatic. Returns the
+ * name of the variant now active through *active (may be NULL). */
+bool
+cohort__reduce_select(const char *isa, const char **active)
+{
+	const struct reduce_table *t = reduce_pick();
+	bool ok = true;
+
+	if (isa != NULL) {
+		if (strcmp(isa, "generic") == 0)
+			t = &reduce_tables[0];
+		else if (strcmp(isa, "avx2") == 0 &&
+		    reduce_pick() != &reduce_tables[0])
+			t = &reduce_tables[1];
+		else if (strcmp(isa, "avx512") == 0 &&
+		    reduce_pick() == &reduce_tables[2])
+			t = &reduce_tables[2];
+		else
+			ok = false;
+	}
+	if (ok)
+		atomic_store_explicit(&reduce_active, t, memory_order_release);
+	if (active != NULL)
+		*active = reduce_get()->name;
+	return (ok);
+}
+
+void
+cohort__reduce(void *dst, const void *src, size_t n, cohort_dtype dt,
+    cohort_redop op)
+{
+	const struct reduce_table *t;
+
+	if (n == 0 || (unsigned) dt >= COHORT_DTYPE_COUNT ||
+	    (unsigned) op >= COHORT_REDOP_COUNT)
+		return;
+	if (op == COHORT_MEAN)
+		op = COHORT_SUM;
+	t = reduce_get();
+	t->fn[dt][op](dst, src, n);
+}
+
+/* ------------------------------------------------------------------------ */
+/* MEAN's final division                                                    */
+/* ------------------------------------------------------------------------ */
+
+static void
+reduce_div_f32(float *restrict d, size_t n, float v)
+{
+	for (size_t i = 0; i < n; i++)
+		d[i] = d[i] / v;
+}
+
+static void
+reduce_div_f64(double *restrict d, size_t n, double v)
+{
+	for (size_t i = 0; i < n; i++)
+		d[i] = d[i] / v;
+}
+
+static void
+reduce_div_bf16(uint16_t *restrict d, size_t n, float v)
+{
+	for (size_t i = 0; i < n; i++) {
+		float a = reduce_bits_f32((uint32_t) d[i] << 16) / v;
+		uint32_t u = reduce_f32_bits(a);
+		uint32_t rn = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+		uint32_t qn = (u >> 16) | 0x40u;
+
+		d[i] = (uint16_t) ((u & 0x7fffffffu) > 0x7f800000u ? qn : rn);
+	}
+}
+
+REDUCE_ATTR_AVX2 static void
+reduce_div_f16_f16c(uint16_t *d, size_t n, float v)
+{
+	__m256 vv = _mm256_set1_ps(v);
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		__m256 a = _mm256_cvtph_ps(
+		    _mm_loadu_si128((const __m128i *) (d + i)));
+
+		_mm_storeu_si128((__m128i *) (d + i),
+		    _mm256_cvtps_ph(_mm256_div_ps(a, vv),
+			_MM_FROUND_TO_NEAREST_INT));
+	}
+	for (; i < n; i++)
+		d[i] = cohort__f32_to_f16(cohort__f16_to_f32(d[i]) / v);
+}
+
+static void
+reduce_div_f16_soft(uint16_t *d, size_t n, float v)
+{
+	for (size_t i = 0; i < n; i++)
+		d[i] = cohort__f32_to_f16(cohort__f16_to_f32(d[i]) / v);
+}
+
+void
+cohort__scale_div(void *dst, size_t n, cohort_dtype dt, double divisor)
+{
+	if (n == 0 || divisor == 1.0)
+		return;
+	switch (dt) {
+	case COHORT_F32:
+		reduce_div_f32(dst, n, (float) divisor);
+		break;
+	case COHORT_F64:
+		reduce_div_f64(dst, n, divisor);
+		break;
+	case COHORT_BF16:
+		reduce_div_bf16(dst, n, (float) divisor);
+		break;
+	case COHORT_F16:
+		if (reduce_get() != &reduce_tables[0])
+			reduce_div_f16_f16c(dst, n, (float) divisor);
+		else
+			reduce_div_f16_soft(dst, n, (float) divisor);
+		break;
+	case COHORT_I32: {
+		int32_t *d = dst;
+
+		for (size_t i = 0; i < n; i++)
+			d[i] = (int32_t) ((double) d[i] / divisor);
+		break;
+	}
+	case COHORT_I64: {
+		int64_t *d = dst;
+
+		for (size_t i = 0; i < n; i++)
+			d[i] = (int64_t) ((double) d[i] / divisor);
+		break;
+	}
+	case COHORT_U8: {
+		uint8_t *d = dst;
+
+		for (size_t i = 0; i < n; i++)
+			d[i] = (uint8_t) ((double) d[i] / divisor);
+		break;
+	}
+	default:
+		break;
+	}
+}

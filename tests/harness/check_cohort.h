@@ -1,0 +1,86 @@
+/*
+ * check_cohort.h - test harness shared by all suites (Check framework).
+ *
+ * Assertions that print status names (nng NUTS_PASS/NUTS_FAIL), real
+ * process helpers (spawn, signal, bounded wait: gloo MultiProcTest), a
+ * free loopback port (nng nuts_next_port) and bounded polling waits
+ * (Redis wait_for_condition). Nothing here touches nng: the runner forks
+ * each test (CK_FORK), and nng must not be used in a forked child whose
+ * parent used it, so tests create nng objects inside the test or in exec'd
+ * helper processes only.
+ */
+#ifndef COHORT_CHECK_COHORT_H
+#define COHORT_CHECK_COHORT_H
+
+#include <check.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cohort/cohort.h"
+
+#define ck_assert_cohort_ok(expr)                                            \
+	do {                                                                  \
+		cohort_status st_ = (expr);                                   \
+		ck_assert_msg(st_ == COHORT_OK,                               \
+		    "%s: expected COHORT_OK, got %s (%s): %s", #expr,         \
+		    cohort_status_name(st_), cohort_strerror(st_),            \
+		    cohort_last_error());                                     \
+	} while (0)
+
+#define ck_assert_cohort_err(expr, want)                                     \
+	do {                                                                  \
+		cohort_status st_ = (expr);                                   \
+		ck_assert_msg(st_ == (want), "%s: expected %s, got %s: %s",   \
+		    #expr, cohort_status_name(want), cohort_status_name(st_), \
+		    cohort_last_error());                                     \
+	} while (0)
+
+/* Directory holding the built binaries (COHORT_BIN, else build/bin). */
+const char *th_bindir(void);
+/* Path of a built binary, e.g. th_bin("cohortd"); static buffer per call
+ * site is not needed: returns a malloc'd string the harness frees at exit. */
+const char *th_bin(const char *name);
+
+/* A loopback TCP port that was free a moment ago. */
+int th_free_port(void);
+
+/* Starts argv[0] (a path) with extra environment entries ("K=V", NULL
+ * terminated, may be NULL). stdout/stderr go to the given file (NULL =
+ * inherit). Returns the pid (> 0); fails the test on error. */
+pid_t th_spawn(char *const argv[], char *const env[], const char *out_path);
+/* Waits for pid up to timeout_ms; returns true and the raw wait status if
+ * it exited, false on timeout (the process is left running). */
+bool th_wait(pid_t pid, int timeout_ms, int *status);
+/* SIGKILL + reap; safe on an already reaped pid. */
+void th_kill(pid_t pid);
+/* Exit code of a normal exit, 128+signal for a signal. */
+int th_exit_code(int status);
+
+/* A running cohortd on a free loopback port. */
+struct th_coord {
+	pid_t pid;
+	int port;
+	char url[64];
+	char log[256];
+};
+/* Starts build/bin/cohortd with extra args (NULL terminated, may be
+ * NULL), waits until it accepts connections (bounded), fails the test
+ * otherwise. */
+void th_coord_start(struct th_coord *c, const char *const *extra_args);
+/* SIGTERM, waits (bounded) for a clean exit; returns its exit code. */
+int th_coord_stop(struct th_coord *c);
+
+/* Polls cond(arg) every delay_ms up to tries times. */
+bool th_wait_until(bool (*cond)(void *), void *arg, int tries, int delay_ms);
+
+/* Milliseconds on CLOCK_MONOTONIC. */
+int64_t th_now_ms(void);
+
+/* Reads a whole file (malloc'd, NUL-terminated) or NULL. */
+char *th_read_file(const char *path);
+
+/* A scratch directory for this test (removed by th_cleanup at exit). */
+const char *th_tmpdir(void);
+
+#endif /* COHORT_CHECK_COHORT_H */

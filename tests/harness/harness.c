@@ -1,0 +1,294 @@
+/*
+ * harness.c - process, port and polling helpers for the test suites.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check_cohort.h"
+
+extern char **environ;
+
+int64_t
+th_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ((int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+}
+
+const char *
+th_bindir(void)
+{
+	const char *b = getenv("COHORT_BIN");
+
+	return (b != NULL && *b != '\0' ? b : "build/bin");
+}
+
+const char *
+th_bin(const char *name)
+{
+	static char paths[16][512];
+	static int next;
+	char *p = paths[next++ % 16];
+
+	snprintf(p, 512, "%s/%s", th_bindir(), name);
+	return (p);
+}
+
+int
+th_free_port(void)
+{
+	static int counter;
+
+	for (int attempt = 0; attempt < 200; attempt++) {
+		struct sockaddr_in sa;
+		socklen_t len = sizeof(sa);
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+		int port;
+
+		ck_assert_int_ge(fd, 0);
+		memset(&sa, 0, sizeof(sa));
+		sa.sin_family = AF_INET;
+		sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		/* Spread tests over a range by pid so parallel runs rarely
+		 * collide; fall back to the kernel's choice. */
+		port = attempt < 100 ?
+		    20000 + (int) ((getpid() * 7 + counter++ * 13) % 20000) :
+		    0;
+		sa.sin_port = htons((uint16_t) port);
+		if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) == 0 &&
+		    getsockname(fd, (struct sockaddr *) &sa, &len) == 0) {
+			port = ntohs(sa.sin_port);
+			close(fd);
+			return (port);
+		}
+		close(fd);
+	}
+	ck_abort_msg("no free loopback port");
+	return (-1);
+}
+
+pid_t
+th_spawn(char *const argv[], char *const env[], const char *out_path)
+{
+	pid_t pid;
+	size_t n = 0, m = 0;
+	char **envp;
+
+	while (environ[n] != NULL)
+		n++;
+	while (env != NULL && env[m] != NULL)
+		m++;
+	envp = calloc(n + m + 1, sizeof(char *));
+	ck_assert_ptr_nonnull(envp);
+	/* Extra entries first: getenv() returns the first match. */
+	for (size_t i = 0; i < m; i++)
+		envp[i] = env[i];
+	for (size_t i = 0; i < n; i++)
+		envp[m + i] = environ[i];
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		if (out_path != NULL) {
+			int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC,
+			    0644);
+			if (fd >= 0) {
+				dup2(fd, 1);
+				dup2(fd, 2);
+				close(fd);
+			}
+		}
+		execve(argv[0], argv, envp);
+		fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	free(envp);
+	return (pid);
+}
+
+bool
+th_wait(pid_t pid, int timeout_ms, int *status)
+{
+	int64_t end = th_now_ms() + timeout_ms;
+	int st;
+
+	for (;;) {
+		pid_t r = waitpid(pid, &st, WNOHANG);
+		if (r == pid) {
+			if (status != NULL)
+				*status = st;
+			return (true);
+		}
+		if (r < 0 && errno != EINTR)
+			return (false);
+		if (th_now_ms() >= end)
+			return (false);
+		usleep(2000);
+	}
+}
+
+void
+th_kill(pid_t pid)
+{
+	if (pid <= 0)
+		return;
+	if (kill(pid, SIGKILL) == 0)
+		(void) th_wait(pid, 5000, NULL);
+}
+
+int
+th_exit_code(int status)
+{
+	if (WIFEXITED(status))
+		return (WEXITSTATUS(status));
+	if (WIFSIGNALED(status))
+		return (128 + WTERMSIG(status));
+	return (-1);
+}
+
+static bool
+th_port_open(int port)
+{
+	struct sockaddr_in sa;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	bool ok;
+
+	if (fd < 0)
+		return (false);
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	sa.sin_port = htons((uint16_t) port);
+	ok = connect(fd, (struct sockaddr *) &sa, sizeof(sa)) == 0;
+	close(fd);
+	return (ok);
+}
+
+void
+th_coord_start(struct th_coord *c, const char *const *extra_args)
+{
+	char *argv[32];
+	int n = 0;
+	int64_t end;
+
+	for (int attempt = 0; attempt < 5; attempt++) {
+		c->port = th_free_port();
+		snprintf(c->url, sizeof(c->url), "tcp://127.0.0.1:%d",
+		    c->port);
+		snprintf(c->log, sizeof(c->log), "%s/cohortd-%d.log",
+		    th_tmpdir(), c->port);
+		n = 0;
+		argv[n++] = (char *) th_bin("cohortd");
+		argv[n++] = "--listen";
+		argv[n++] = c->url;
+		for (int i = 0; extra_args != NULL &&
+		    extra_args[i] != NULL && n < 30; i++)
+			argv[n++] = (char *) extra_args[i];
+		argv[n] = NULL;
+		c->pid = th_spawn(argv, NULL, c->log);
+		end = th_now_ms() + 10000;
+		while (th_now_ms() < end) {
+			int st;
+			if (th_port_open(c->port))
+				return;
+			if (th_wait(c->pid, 0, &st)) {
+				c->pid = -1;
+				break; /* died: port taken? try another */
+			}
+			usleep(5000);
+		}
+		if (c->pid > 0)
+			th_kill(c->pid);
+	}
+	ck_abort_msg("cohortd did not start (log: %s)", c->log);
+}
+
+int
+th_coord_stop(struct th_coord *c)
+{
+	int st;
+
+	if (c->pid <= 0)
+		return (-1);
+	kill(c->pid, SIGTERM);
+	if (!th_wait(c->pid, 10000, &st)) {
+		th_kill(c->pid);
+		c->pid = -1;
+		return (-1);
+	}
+	c->pid = -1;
+	return (th_exit_code(st));
+}
+
+bool
+th_wait_until(bool (*cond)(void *), void *arg, int tries, int delay_ms)
+{
+	for (int i = 0; i < tries; i++) {
+		if (cond(arg))
+			return (true);
+		usleep((useconds_t) delay_ms * 1000);
+	}
+	return (cond(arg));
+}
+
+char *
+th_read_file(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf;
+	long len;
+
+	if (f == NULL)
+		return (NULL);
+	fseek(f, 0, SEEK_END);
+	len = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	buf = malloc((size_t) len + 1);
+	if (buf != NULL) {
+		size_t got = fread(buf, 1, (size_t) len, f);
+		buf[got] = '\0';
+	}
+	fclose(f);
+	return (buf);
+}
+
+static char th_dir[256];
+
+static void
+th_cleanup(void)
+{
+	char cmd[300];
+
+	if (th_dir[0] != '\0' && getenv("COHORT_TEST_KEEP") == NULL) {
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", th_dir);
+		if (system(cmd) != 0) {
+			/* best effort */
+		}
+	}
+}
+
+const char *
+th_tmpdir(void)
+{
+	static pid_t owner;
+
+	if (th_dir[0] == '\0' || owner != getpid()) {
+		snprintf(th_dir, sizeof(th_dir), "/tmp/cohort-test-XXXXXX");
+		ck_assert_ptr_nonnull(mkdtemp(th_dir));
+		owner = getpid();
+		atexit(th_cleanup);
+	}
+	return (th_dir);
+}
