@@ -47,7 +47,7 @@ CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror \
 	-Wstrict-prototypes -Wno-unused-parameter -fPIC -pthread -MMD -MP \
 	$(SANFLAGS)
 CPPFLAGS := -Iclient/include -Iclient -Iserver -Icuda -Istrategies -I$(GEN) \
-	-Itests/harness $(PKG_CFLAGS)
+	-Itests/harness -Iexamples/lib $(PKG_CFLAGS)
 LDLIBS := -lnng $(PKG_LIBS) -lpthread -lm -ldl
 LDFLAGS := $(SANFLAGS) -pthread
 
@@ -83,12 +83,15 @@ TEST_SRC := $(wildcard tests/harness/*.c tests/unit/*.c tests/integration/*.c \
 	tests/fault/*.c tests/cuda/*.c)
 TESTBIN_SRC := $(wildcard tests/bin/*.c)
 EXAMPLE_SRC := $(wildcard examples/*.c)
+# Shared model/data code of the examples (also linked into the tests).
+EXLIB_SRC := $(wildcard examples/lib/*.c)
 
 o = $(patsubst %.c,$(OBJ)/%.o,$(1))
 LIB_OBJ := $(call o,$(LIB_SRC)) $(OBJ)/gen/cohort.pb-c.o \
 	$(patsubst %.cu,$(OBJ)/%.cu.o,$(CU_SRC))
 SRV_OBJ := $(call o,$(SRV_SRC))
 STRAT_OBJ := $(call o,$(STRAT_SRC))
+EXLIB_OBJ := $(call o,$(EXLIB_SRC))
 CLI_OBJ := $(call o,$(CLI_SRC))
 TEST_OBJ := $(call o,$(TEST_SRC)) $(OBJ)/gen/suites.o
 TESTBINS := $(patsubst tests/bin/%.c,$(BIN)/%,$(TESTBIN_SRC))
@@ -97,7 +100,7 @@ EXAMPLES := $(patsubst examples/%.c,$(BIN)/%,$(EXAMPLE_SRC))
 DEFS := $(if $(HAVE_CUDA),-DCOHORT_HAVE_CUDA) $(if $(HAVE_NCCL),-DCOHORT_HAVE_NCCL)
 CFLAGS := $(CFLAGS_BASE) $(DEFS)
 
-STATIC_LIBS := $(LIB)/libcohort_strategies.a $(LIB)/libcohortd.a $(LIB)/libcohort.a
+STATIC_LIBS := $(LIB)/libcohort_examples.a $(LIB)/libcohort_strategies.a $(LIB)/libcohortd.a $(LIB)/libcohort.a
 CUDA_LINK := $(if $(CU_SRC),-L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++)
 
 .PHONY: all test test-unit test-san demo bench bench-faults install clean \
@@ -127,7 +130,7 @@ $(OBJ)/gen/%.o: $(GEN)/%.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-error -c $< -o $@
 
 # Everything that includes the protobuf header needs it generated first.
-$(call o,$(LIB_SRC) $(SRV_SRC) $(STRAT_SRC) $(CLI_SRC) $(TEST_SRC) \
+$(call o,$(LIB_SRC) $(SRV_SRC) $(STRAT_SRC) $(EXLIB_SRC) $(CLI_SRC) $(TEST_SRC) \
 	$(TESTBIN_SRC) $(EXAMPLE_SRC) server/main.c): | $(PROTO_H)
 
 $(OBJ)/%.o: %.c
@@ -155,7 +158,11 @@ $(LIB)/libcohortd.a: $(SRV_OBJ)
 
 $(LIB)/libcohort_strategies.a: $(STRAT_OBJ)
 	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^ $(if $(STRAT_OBJ),,&& true)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIB)/libcohort_examples.a: $(EXLIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
 
 # --- programs ---------------------------------------------------------------
 $(BIN)/cohortd: $(OBJ)/server/main.o $(LIB)/libcohortd.a $(LIB)/libcohort.a
@@ -199,7 +206,8 @@ demo: deps
 	$(MAKE) all
 	@tools/demo.sh $(BIN)
 
-bench: deps
+bench:
+	@COHORT_DEPS_BENCH=1 tools/deps.sh
 	$(MAKE) all
 	@bench/compare $(BIN)
 

@@ -75,6 +75,7 @@ struct Config {
                                  "legacy_ring",  "ring_chunked",
                                  "halving_doubling", "bcube"};
   std::string host = "127.0.0.1";
+  double targetMs = 300;  // used when --iters is not given
 };
 
 size_t parseSize(const std::string& s) {
@@ -105,15 +106,6 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
-// Default schedule: each measurement ~0.2-1 s on a 2-core loopback box.
-long defaultIters(size_t bytes) {
-  if (bytes <= 8192) return 2000;
-  if (bytes <= 131072) return 1000;
-  if (bytes <= (2u << 20)) return 200;
-  if (bytes <= (16u << 20)) return 20;
-  return 6;
-}
-
 long perSize(const std::vector<long>& v, size_t i, long dflt) {
   if (v.empty()) return dflt;
   if (v.size() == 1) return v[0];
@@ -123,7 +115,7 @@ long perSize(const std::vector<long>& v, size_t i, long dflt) {
 void usage() {
   fprintf(stderr,
           "usage: gloo_allreduce -n N [--sizes S,..] [--iters I,..] "
-          "[--warmup W,..] [--algos ring,bcube_new,legacy_ring,ring_chunked,"
+          "[--warmup W,..] [--target-ms T] [--algos ring,bcube_new,legacy_ring,ring_chunked,"
           "halving_doubling,bcube] [--host ADDR]\n");
   exit(2);
 }
@@ -149,6 +141,8 @@ Config parseArgs(int argc, char** argv) {
       for (auto& s : split(next())) c.warmup.push_back(atol(s.c_str()));
     } else if (a == "--algos") {
       c.algos = split(next());
+    } else if (a == "--target-ms") {
+      c.targetMs = atof(next().c_str());
     } else if (a == "--host") {
       c.host = next();
     } else {
@@ -263,9 +257,10 @@ int rankMain(const Config& cfg, int rank, const std::string& storeDir) {
   for (size_t si = 0; si < cfg.sizes.size(); si++) {
     size_t bytes = cfg.sizes[si];
     size_t count = bytes / sizeof(float);
-    long iters = perSize(cfg.iters, si, defaultIters(bytes));
-    long warm = perSize(cfg.warmup, si, std::max(2L, iters / 10));
-    if (iters < 1) iters = 1;
+    // Fixed counts when --iters is given, else calibrated per algorithm so
+    // the timed loop takes about --target-ms.
+    long fixedIters = perSize(cfg.iters, si, 0);
+    long minWarm = perSize(cfg.warmup, si, 2);
     for (size_t ai = 0; ai < cfg.algos.size(); ai++) {
       const std::string& name = cfg.algos[ai];
       const std::shared_ptr<gloo::Context>& ctx = ctxs[ai];
@@ -281,12 +276,38 @@ int rankMain(const Config& cfg, int rank, const std::string& storeDir) {
       }
       r->run();
       double first = nowUs() - t0;
+      double warmSpent = 0;
       // Correctness of the first call (every rank contributed rank+1).
       bool ok = true;
       for (size_t k = 0; k < count; k += std::max<size_t>(1, count / 64))
         if (buf[k] != expect) ok = false;
       if (count > 0 && buf[count - 1] != expect) ok = false;
-      for (long w = 1; w < warm; w++) r->run();
+      // Warmup in batches 1,1,2,4,.. until --warmup calls are done and,
+      // when calibrating, a fifth of the target time has passed. Ranks agree
+      // on the slowest rank's batch time, hence on the iteration count.
+      // The first call counts as warmup.
+      const bool calibrate = fixedIters <= 0;
+      long warm = 1, batch = 1;
+      double est = first;
+      for (int k = 0;; k++) {
+        bool enough = warm >= minWarm &&
+                      (!calibrate ||
+                       (k > 0 && warmSpent >= cfg.targetMs * 200.0));
+        if (enough) break;
+        double b0 = nowUs();
+        for (long w = 0; w < batch; w++) r->run();
+        double bt[1] = {nowUs() - b0};
+        maxAcross(ctl, bt, 1);
+        warmSpent += bt[0];
+        est = bt[0] / batch;
+        warm += batch;
+        if (k > 0) batch *= 2;
+      }
+      long iters = fixedIters;
+      if (iters <= 0) {
+        double want = cfg.targetMs * 1000.0 / std::max(est, 0.01);
+        iters = (long)std::ceil(std::min(std::max(want, 3.0), 1e6));
+      }
       barrier(ctl);
       t0 = nowUs();
       for (long it = 0; it < iters; it++) r->run();

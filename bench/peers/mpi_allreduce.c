@@ -54,15 +54,6 @@ static int parse_list(const char *arg, long *out, int is_size)
 	return n;
 }
 
-static long default_iters(size_t bytes)
-{
-	if (bytes <= 8192) return 2000;
-	if (bytes <= 131072) return 1000;
-	if (bytes <= (2u << 20)) return 200;
-	if (bytes <= (16u << 20)) return 20;
-	return 6;
-}
-
 static long per_size(const long *v, int nv, int i, long dflt)
 {
 	if (nv == 0) return dflt;
@@ -73,7 +64,7 @@ static long per_size(const long *v, int nv, int i, long dflt)
 static void usage(void)
 {
 	fprintf(stderr, "usage: mpi_allreduce [--sizes S,..] [--iters I,..] "
-			"[--warmup W,..] [--label NAME]\n");
+			"[--warmup W,..] [--target-ms T] [--label NAME]\n");
 	exit(2);
 }
 
@@ -84,6 +75,7 @@ int main(int argc, char **argv)
 	long iters_v[MAX_SIZES], warm_v[MAX_SIZES];
 	int niters = 0, nwarm = 0;
 	const char *label = "default";
+	double target_ms = 300; /* used when --iters is not given */
 
 	MPI_Init(&argc, &argv);
 	for (int i = 1; i < argc; i++) {
@@ -94,6 +86,8 @@ int main(int argc, char **argv)
 			niters = parse_list(argv[++i], iters_v, 0);
 		else if (!strcmp(argv[i], "--warmup"))
 			nwarm = parse_list(argv[++i], warm_v, 0);
+		else if (!strcmp(argv[i], "--target-ms"))
+			target_ms = atof(argv[++i]);
 		else if (!strcmp(argv[i], "--label"))
 			label = argv[++i];
 		else
@@ -122,10 +116,10 @@ int main(int argc, char **argv)
 	for (int si = 0; si < nsizes; si++) {
 		size_t bytes = (size_t)sizes[si];
 		int count = (int)(bytes / sizeof(float));
-		long iters = per_size(iters_v, niters, si, default_iters(bytes));
-		long def_warm = iters / 10 > 2 ? iters / 10 : 2;
-		long warm = per_size(warm_v, nwarm, si, def_warm);
-		if (iters < 1) iters = 1;
+		/* Fixed counts when --iters is given, else calibrated so the
+		 * timed loop takes about --target-ms. */
+		long fixed_iters = per_size(iters_v, niters, si, 0);
+		long min_warm = per_size(warm_v, nwarm, si, 2);
 
 		for (int k = 0; k < count; k++) buf[k] = (float)(rank + 1);
 		MPI_Barrier(MPI_COMM_WORLD);
@@ -138,9 +132,38 @@ int main(int argc, char **argv)
 		for (size_t k = 0; k < (size_t)count; k += step)
 			if (buf[k] != expect) ok = 0;
 		if (count > 0 && buf[count - 1] != expect) ok = 0;
-		for (long w = 1; w < warm; w++)
-			MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT,
-				      MPI_SUM, MPI_COMM_WORLD);
+		/* Warmup in batches 1,1,2,4,.. (the first call counts) until
+		 * --warmup calls are done and, when calibrating, a fifth of the
+		 * target time has passed. Ranks agree on the slowest rank's batch
+		 * time, hence on the iteration count. */
+		int calibrate = fixed_iters <= 0;
+		long warm = 1, batch = 1;
+		double est = first, spent = 0;
+		for (int k = 0;; k++) {
+			int enough = warm >= min_warm &&
+				     (!calibrate ||
+				      (k > 0 && spent * 1e3 >= target_ms / 5));
+			if (enough) break;
+			double b0 = MPI_Wtime();
+			for (long w = 0; w < batch; w++)
+				MPI_Allreduce(MPI_IN_PLACE, buf, count,
+					      MPI_FLOAT, MPI_SUM,
+					      MPI_COMM_WORLD);
+			double bt = MPI_Wtime() - b0, btmax;
+			MPI_Allreduce(&bt, &btmax, 1, MPI_DOUBLE, MPI_MAX,
+				      MPI_COMM_WORLD);
+			spent += btmax;
+			est = btmax / (double)batch;
+			warm += batch;
+			if (k > 0) batch *= 2;
+		}
+		long iters = fixed_iters;
+		if (iters <= 0) {
+			double want = target_ms * 1e-3 / (est > 1e-8 ? est : 1e-8);
+			if (want < 3) want = 3;
+			if (want > 1e6) want = 1e6;
+			iters = (long)(want + 0.999);
+		}
 		MPI_Barrier(MPI_COMM_WORLD);
 		t0 = MPI_Wtime();
 		for (long it = 0; it < iters; it++)

@@ -83,4 +83,27 @@ char *th_read_file(const char *path);
 /* A scratch directory for this test (removed by th_cleanup at exit). */
 const char *th_tmpdir(void);
 
+/* N real worker processes (build/bin/cohort-test-worker SCENARIO ARG) in
+ * one job of a running cohortd; rank r's stdout+stderr go to out[r]. */
+#define TH_MAX_WORKERS 64
+struct th_workers {
+	int n;
+	pid_t pid[TH_MAX_WORKERS];
+	int status[TH_MAX_WORKERS]; /* exit code, -1 while running */
+	char out[TH_MAX_WORKERS][256];
+};
+/* rank < 0 in ranks (or ranks NULL) lets cohortd assign. extra_env: more
+ * "K=V" entries for every worker (NULL terminated, may be NULL). */
+void th_workers_start(struct th_workers *w, const struct th_coord *c,
+    const char *job, const char *token, int n, const char *scenario,
+    const char *arg, const char *const *extra_env);
+/* Waits for all, bounded; kills stragglers (and fails the test) after
+ * timeout_ms. Returns the number of workers that exited 0. */
+int th_workers_wait(struct th_workers *w, int timeout_ms);
+/* Does worker r's output contain text? */
+bool th_worker_output_has(const struct th_workers *w, int r,
+    const char *text);
+/* Worker r's output (malloc'd) for diagnostics. */
+char *th_worker_output(const struct th_workers *w, int r);
+
 #endif /* COHORT_CHECK_COHORT_H */

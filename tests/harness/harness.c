@@ -292,3 +292,102 @@ th_tmpdir(void)
 	}
 	return (th_dir);
 }
+
+void
+th_workers_start(struct th_workers *w, const struct th_coord *c,
+    const char *job, const char *token, int n, const char *scenario,
+    const char *arg, const char *const *extra_env)
+{
+	ck_assert_int_le(n, TH_MAX_WORKERS);
+	w->n = n;
+	for (int r = 0; r < n; r++) {
+		char e_coord[128], e_job[160], e_tok[160], e_rank[32],
+		    e_world[32];
+		char *env[24];
+		char *argv[4];
+		int k = 0;
+
+		snprintf(e_coord, sizeof(e_coord), "COHORT_COORDINATOR=%s",
+		    c->url);
+		snprintf(e_job, sizeof(e_job), "COHORT_JOB=%s", job);
+		snprintf(e_tok, sizeof(e_tok), "COHORT_TOKEN=%s",
+		    token ? token : "");
+		snprintf(e_rank, sizeof(e_rank), "COHORT_RANK=%d", r);
+		snprintf(e_world, sizeof(e_world), "COHORT_WORLD_SIZE=%d", n);
+		/* extra entries first: the first match wins */
+		for (int i = 0; extra_env != NULL && extra_env[i] != NULL &&
+		    k < 18; i++)
+			env[k++] = (char *) extra_env[i];
+		env[k++] = e_coord;
+		env[k++] = e_job;
+		env[k++] = e_tok;
+		env[k++] = e_rank;
+		env[k++] = e_world;
+		env[k] = NULL;
+		argv[0] = (char *) th_bin("cohort-test-worker");
+		argv[1] = (char *) scenario;
+		argv[2] = (char *) arg;
+		argv[3] = NULL;
+		snprintf(w->out[r], sizeof(w->out[r]), "%s/%s-%d.out",
+		    th_tmpdir(), job, r);
+		w->status[r] = -1;
+		w->pid[r] = th_spawn(argv, env, w->out[r]);
+	}
+}
+
+int
+th_workers_wait(struct th_workers *w, int timeout_ms)
+{
+	int64_t end = th_now_ms() + timeout_ms;
+	int ok = 0;
+	bool hung = false;
+
+	for (int r = 0; r < w->n; r++) {
+		int st;
+		int64_t left = end - th_now_ms();
+		if (w->status[r] >= 0) {
+			ok += w->status[r] == 0;
+			continue;
+		}
+		if (th_wait(w->pid[r], left > 0 ? (int) left : 0, &st)) {
+			w->status[r] = th_exit_code(st);
+			ok += w->status[r] == 0;
+		} else {
+			hung = true;
+		}
+	}
+	if (hung) {
+		char msg[512];
+		size_t off = 0;
+		for (int r = 0; r < w->n; r++) {
+			if (w->status[r] < 0) {
+				th_kill(w->pid[r]);
+				w->status[r] = 137;
+				off += (size_t) snprintf(msg + off,
+				    off < sizeof(msg) ? sizeof(msg) - off : 0,
+				    " %d", r);
+			}
+		}
+		ck_abort_msg("workers hung past %d ms (killed ranks:%s)",
+		    timeout_ms, msg);
+	}
+	return (ok);
+}
+
+char *
+th_worker_output(const struct th_workers *w, int r)
+{
+	char *s = th_read_file(w->out[r]);
+
+	return (s != NULL ? s : strdup("(no output)"));
+}
+
+bool
+th_worker_output_has(const struct th_workers *w, int r, const char *text)
+{
+	char *s = th_read_file(w->out[r]);
+	bool has = s != NULL && strstr(s, text) != NULL;
+
+	free(s);
+	return (has);
+}

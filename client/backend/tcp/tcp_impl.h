@@ -1,0 +1,140 @@
+/*
+ * tcp_impl.h - private interfaces of the tcp data-plane backend.
+ *
+ * Layout of the backend:
+ *   tcp.c     the ops table; init (mesh setup and the authenticated
+ *             handshake), abort, fini, and run's dispatch
+ *   xfer.c    the two transfer engines every collective is built on:
+ *             tcp_exchange (independent messages to and from any peers,
+ *             all in flight at once) and tcp_stream (a pipelined chain of
+ *             steps with one outgoing and one incoming peer, where a step's
+ *             outgoing bytes may wait for an earlier step's incoming bytes
+ *             to be received and reduced: rings, chains)
+ *   algos.c   the collectives, as plans for those two engines
+ *   sha256.c  SHA-256 and HMAC-SHA-256 for the handshake
+ *
+ * Wire: after the handshake a connection carries raw tensor bytes only.
+ * Both ends of every pair run the same sequence of collectives with the
+ * same arguments, so each side knows exactly how many bytes to expect and
+ * in which order; nothing is framed. A fast peer may already be sending
+ * the next operation's bytes; they wait in the socket until read.
+ */
+#ifndef COHORT_TCP_IMPL_H
+#define COHORT_TCP_IMPL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+
+struct cohort__tcp_peer {
+	int fd;           /* -1 for self */
+	int32_t job_rank; /* for error texts */
+	/* Per-call plan of tcp_exchange: at most one message each way. */
+	const uint8_t *sbuf;
+	size_t slen, sent;
+	uint8_t *rbuf;
+	size_t rlen, recvd;
+};
+
+/* One step of a stream (see tcp_stream). */
+enum cohort__tcp_recv_mode {
+	COHORT__TCP_RECV_COPY = 0,  /* into rbuf */
+	COHORT__TCP_RECV_DIRECT,    /* into rbuf, then rbuf op= other */
+	COHORT__TCP_RECV_SCRATCH,   /* into scratch, then rbuf op= scratch */
+	COHORT__TCP_RECV_ACC,       /* into the acc ring, then acc op= other */
+};
+
+struct cohort__tcp_step {
+	/* Outgoing: slen bytes from sbuf, or from the acc ring holding the
+	 * incoming bytes of step `gate` when sbuf is NULL. With gate >= 0,
+	 * byte i may be sent only once step gate's byte i is processed. */
+	const uint8_t *sbuf;
+	size_t slen;
+	int gate;
+	/* Incoming: rlen bytes, handled per rmode. */
+	int rmode;
+	uint8_t *rbuf;
+	const uint8_t *other;
+	size_t rlen;
+	bool divide; /* MEAN: divide processed bytes by the group size */
+	/* Progress (set by tcp_stream). */
+	size_t sent, recvd, processed;
+	uint64_t acc_base;
+};
+
+struct cohort__tcp {
+	int rank;
+	int size;
+	struct cohort__tcp_peer *peers;
+	atomic_int *abort_flag; /* the group's; may be NULL in tests */
+	atomic_int aborted;     /* our abort() was called */
+
+	/* Persistent, pre-faulted scratch. `small` holds whole messages of
+	 * the latency-optimised algorithms; `ring` is the scratch of
+	 * RECV_SCRATCH (consumed at once) and `acc` the ring of RECV_ACC
+	 * (kept until sent on). */
+	uint8_t *small;
+	size_t small_len;
+	uint8_t *ring;
+	size_t ring_len;
+	uint8_t *acc;
+	size_t acc_len;
+
+	struct cohort__tcp_step *steps; /* 2 * size entries */
+
+	/* Tunables (COHORT_TCP_* environment, read at init). */
+	size_t small_max;   /* allreduce: recursive doubling up to here */
+	size_t bcast_small; /* broadcast/gather family: direct up to here */
+	size_t io_max;      /* largest single send()/recv() */
+	int spin_us;        /* busy-poll before sleeping in poll() */
+
+	/* The operation running, for error texts. */
+	const char *opname;
+	uint64_t seq;
+	/* Dtype/op of the running reduction (stream processing). */
+	cohort_dtype dtype;
+	cohort_redop redop;
+	size_t esize;
+};
+
+/* xfer.c */
+void cohort__tcp_plan_reset(struct cohort__tcp *t);
+cohort_status cohort__tcp_exchange(struct cohort__tcp *t, char *err,
+    size_t errlen, cohort__time deadline);
+cohort_status cohort__tcp_stream(struct cohort__tcp *t, int to, int from,
+    struct cohort__tcp_step *steps, int nsteps, char *err, size_t errlen,
+    cohort__time deadline);
+cohort_status cohort__tcp_check_abort(struct cohort__tcp *t, char *err,
+    size_t errlen);
+cohort_status cohort__tcp_grow_small(struct cohort__tcp *t, size_t len,
+    char *err, size_t errlen);
+
+/* algos.c */
+cohort_status cohort__tcp_run_op(struct cohort__tcp *t,
+    const struct cohort__op *op, char *err, size_t errlen,
+    cohort__time deadline);
+
+/* sha256.c */
+struct cohort__sha256 {
+	uint32_t h[8];
+	uint64_t len;
+	uint8_t buf[64];
+	size_t fill;
+};
+void cohort__sha256_init(struct cohort__sha256 *c);
+void cohort__sha256_update(struct cohort__sha256 *c, const void *data,
+    size_t len);
+void cohort__sha256_final(struct cohort__sha256 *c, uint8_t out[32]);
+struct cohort__hmac {
+	struct cohort__sha256 inner;
+	struct cohort__sha256 outer;
+};
+void cohort__hmac_init(struct cohort__hmac *h, const uint8_t *key,
+    size_t keylen);
+void cohort__hmac_update(struct cohort__hmac *h, const void *data,
+    size_t len);
+void cohort__hmac_final(struct cohort__hmac *h, uint8_t out[32]);
+
+#endif /* COHORT_TCP_IMPL_H */

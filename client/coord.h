@@ -1,0 +1,154 @@
+/*
+ * coord.h - the request/reply engine between libcohort and cohortd.
+ *
+ * One engine (struct cohort__coord) per cohort_client: one req0 socket
+ * dialed to cohortd (proto/README.md section 1), and one nng context plus
+ * one aio per call, so that calls from several threads, the heartbeat and
+ * the parked Watch run concurrently on the one connection. nng's automatic
+ * resend is disabled: a retry is explicit and reuses the call's seq.
+ *
+ * Using it (every module that talks to cohortd: client.c, control.c,
+ * kv.c, and client/collectives.c for GroupCreate):
+ *
+ *	Cohort__Request req = COHORT__REQUEST__INIT;
+ *	Cohort__KvSet body = COHORT__KV_SET__INIT;
+ *	struct cohort__coord_call call;
+ *
+ *	body.key = (char *) key;
+ *	req.body_case = COHORT__REQUEST__BODY_KV_SET;
+ *	req.kv_set = &body;
+ *	cohort__coord_call_init(&call, &req, deadline);
+ *	call.parts = iov;             (optional trailing payload)
+ *	call.nparts = 1;
+ *	rv = cohort__coord_call(co, &call);
+ *	... use call.rep / call.payload (also when rv is a reply status) ...
+ *	cohort__coord_call_fini(&call);
+ *
+ * The engine fills the envelope (proto_version, job, token, client_id,
+ * seq, generation, rank, timeout_ms, payload_len) on every request.
+ * timeout_ms is the time left until the call's deadline, so cohortd parks
+ * the request no longer than the caller waits; the client waits
+ * COHORT__REPLY_GRACE_MS more for the answer before it decides that the
+ * coordinator is gone.
+ *
+ * Retries (issue 4): call.seq is 0 for a new request, and the engine writes
+ * the seq it used back into it. Calling cohort__coord_call again on the
+ * same call (after cohort__coord_call_fini) re-sends with that seq, which
+ * cohortd applies once.
+ *
+ * Coordinator loss: when the connection to cohortd closes, every pending
+ * call fails at once with COHORT_ENOCOORD and so does every later one (the
+ * engine does not reconnect yet).
+ */
+#ifndef COHORT_COORD_H
+#define COHORT_COORD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cohort_impl.h"
+
+struct cohort__coord;
+
+/* One request and its reply. Initialise with cohort__coord_call_init, set
+ * the inputs, run it with cohort__coord_call, release the reply with
+ * cohort__coord_call_fini. */
+struct cohort__coord_call {
+	/* Inputs. */
+	Cohort__Request *req;             /* body set by the caller */
+	const struct cohort__iov *parts;  /* trailing payload, may be NULL */
+	size_t nparts;
+	cohort__time deadline;            /* COHORT__TIME_NEVER: no limit */
+	uint64_t seq;                     /* 0: next; else a retry */
+
+	/* Outputs: the reply, if one arrived (also when it carries an error
+	 * status), valid until cohort__coord_call_fini. payload points into
+	 * the reply message. */
+	Cohort__Reply *rep;
+	const uint8_t *payload;
+	size_t plen;
+
+	/* Private to coord.c. */
+	nng_msg *reply_msg;
+	nng_aio *aio;          /* current step's aio, NULL when none */
+	bool aborted;          /* cohort__coord_call_abort was called */
+	cohort_status abort_st;
+	struct cohort__coord_call *prev, *next; /* pending list */
+};
+
+/* Creates the engine and starts dialing url without waiting (cohortd may
+ * start a little later). job and token are copied. */
+cohort_status cohort__coord_open(const char *url, const char *job,
+    const char *token, uint64_t client_id, struct cohort__coord **out);
+
+/* Waits until the connection is up, or deadline: COHORT_ENOCOORD. */
+cohort_status cohort__coord_wait_connected(struct cohort__coord *co,
+    cohort__time deadline);
+
+/* Closes the socket (pending calls fail with COHORT_ECLOSED) and frees the
+ * engine. Async operations must have been freed before. NULL-safe. */
+void cohort__coord_close(struct cohort__coord *co);
+
+/* Identity carried by later requests (after the join completed). */
+void cohort__coord_set_member(struct cohort__coord *co, int32_t rank,
+    uint64_t generation);
+uint64_t cohort__coord_generation(const struct cohort__coord *co);
+uint64_t cohort__coord_client_id(const struct cohort__coord *co);
+const char *cohort__coord_url(const struct cohort__coord *co);
+/* True once the connection to cohortd was lost. */
+bool cohort__coord_lost(struct cohort__coord *co);
+
+void cohort__coord_call_init(struct cohort__coord_call *call,
+    Cohort__Request *req, cohort__time deadline);
+
+/* Sends call->req with its payload and waits for the reply, at most until
+ * the deadline plus COHORT__REPLY_GRACE_MS. Returns COHORT_OK when cohortd
+ * answered OK; the reply's status when it answered an error (call->rep is
+ * set, the reply's error text is the thread's cohort_last_error());
+ * COHORT_ENOCOORD when the coordinator is unreachable or did not answer in
+ * time; COHORT_EPROTO for a malformed reply; the abort status after
+ * cohort__coord_call_abort; ENOMEM/ETOOBIG from packing. Blocks. */
+cohort_status cohort__coord_call(struct cohort__coord *co,
+    struct cohort__coord_call *call);
+
+/* Makes a cohort__coord_call in progress in another thread (or about to
+ * start) return `why` promptly. Never blocks; the call must be initialised
+ * and not yet finalised. */
+void cohort__coord_call_abort(struct cohort__coord *co,
+    struct cohort__coord_call *call, cohort_status why);
+
+/* Frees the reply; the call may then be run again (a retry, same seq). */
+void cohort__coord_call_fini(struct cohort__coord_call *call);
+
+/* Asynchronous calls, for the heartbeat and the Watch long poll: no thread
+ * per client. One object runs one call at a time. The callback runs on an
+ * nng thread when the call finished (st as cohort__coord_call returns it);
+ * call->rep is valid only during the callback. The callback may start the
+ * next call on the same object; it must not block, nor stop or free it. */
+struct cohort__coord_async;
+typedef void (*cohort__coord_done)(void *arg, cohort_status st,
+    struct cohort__coord_call *call);
+
+cohort_status cohort__coord_async_alloc(struct cohort__coord *co,
+    cohort__coord_done cb, void *arg, struct cohort__coord_async **out);
+/* Starts a call (req is packed before it returns, so it may live on the
+ * caller's stack). Returns an error, without calling cb, if it could not
+ * start. */
+cohort_status cohort__coord_async_start(struct cohort__coord_async *a,
+    Cohort__Request *req, cohort__time deadline);
+/* Cancels the call in progress, waits for its callback and prevents new
+ * starts. Not from the callback. */
+void cohort__coord_async_stop(struct cohort__coord_async *a);
+/* Stops and frees. NULL-safe. */
+void cohort__coord_async_free(struct cohort__coord_async *a);
+
+/* Random 64-bit identifier (client ids). */
+uint64_t cohort__random_u64(void);
+
+/* Converts a deadline to a pthread_cond_timedwait absolute time on
+ * CLOCK_MONOTONIC (conds created with cohort__cond_init). */
+int cohort__cond_init(pthread_cond_t *cv);
+int cohort__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mtx,
+    cohort__time deadline);
+
+#endif /* COHORT_COORD_H */

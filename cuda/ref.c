@@ -1,0 +1,515 @@
+/*
+ * ref.c - CPU references of the kernels in fusion.cu, and the host half of
+ * the batched copy (its planner and an emulation of its partitioning).
+ *
+ * These define the results: the kernels are tested against them element by
+ * element (tests/cuda/test_kernels.c, like llm.c dev/cuda). Pure C, built
+ * everywhere; keep each loop the plainest statement of the semantics.
+ *
+ * The half-precision conversions follow IEEE 754 binary16 and the bfloat16
+ * convention of PyTorch c10/util/BFloat16.h (round to nearest even through
+ * the 0x7fff + lsb bias).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cohort_impl.h"
+#include "kernels.h"
+
+/* ------------------------------------------------------------------------ */
+/* Scalar conversions                                                       */
+/* ------------------------------------------------------------------------ */
+
+static uint32_t
+ref_bits(float f)
+{
+	uint32_t x;
+
+	memcpy(&x, &f, sizeof(x));
+	return (x);
+}
+
+static float
+ref_float(uint32_t x)
+{
+	float f;
+
+	memcpy(&f, &x, sizeof(f));
+	return (f);
+}
+
+uint16_t
+cohort__f32_to_f16(float f)
+{
+	uint32_t x = ref_bits(f);
+	uint32_t sign = (x >> 16) & 0x8000u;
+	uint32_t exp = (x >> 23) & 0xffu;
+	uint32_t man = x & 0x7fffffu;
+	int32_t e = (int32_t) exp - 127 + 15;
+	uint32_t h;
+	uint32_t rem;
+
+	if (exp == 0xffu) {
+		if (man != 0) /* NaN: keep the top payload bits, make quiet */
+			return ((uint16_t) (sign | 0x7e00u | (man >> 13)));
+		return ((uint16_t) (sign | 0x7c00u));
+	}
+	if (e >= 31) /* |f| >= 65536 */
+		return ((uint16_t) (sign | 0x7c00u));
+	if (e <= 0) {
+		/* A subnormal half (or zero): k units of 2^-24, where
+		 * f = (man | 2^23) * 2^(e - 14) units. */
+		uint32_t shift;
+		uint32_t k;
+		uint32_t halfway;
+
+		if (e < -10) /* |f| < 2^-25: rounds to zero */
+			return ((uint16_t) sign);
+		man |= 0x800000u;
+		shift = (uint32_t) (14 - e);
+		k = man >> shift;
+		rem = man & ((1u << shift) - 1);
+		halfway = 1u << (shift - 1);
+		if (rem > halfway || (rem == halfway && (k & 1) != 0))
+			k++; /* may carry into the smallest normal: correct */
+		return ((uint16_t) (sign | k));
+	}
+	h = ((uint32_t) e << 10) | (man >> 13);
+	rem = man & 0x1fffu;
+	if (rem > 0x1000u || (rem == 0x1000u && (h & 1) != 0))
+		h++; /* may carry into the exponent, up to infinity */
+	return ((uint16_t) (sign | h));
+}
+
+float
+cohort__f16_to_f32(uint16_t h)
+{
+	uint32_t sign = ((uint32_t) h & 0x8000u) << 16;
+	uint32_t exp = ((uint32_t) h >> 10) & 0x1fu;
+	uint32_t man = (uint32_t) h & 0x3ffu;
+	uint32_t e;
+
+	if (exp == 0x1fu)
+		return (ref_float(sign | 0x7f800000u | (man << 13)));
+	if (exp != 0)
+		return (ref_float(sign | ((exp + 112) << 23) | (man << 13)));
+	if (man == 0)
+		return (ref_float(sign));
+	e = 113; /* the f32 exponent of 2^-14 */
+	while ((man & 0x400u) == 0) {
+		man <<= 1;
+		e--;
+	}
+	return (ref_float(sign | (e << 23) | ((man & 0x3ffu) << 13)));
+}
+
+uint16_t
+cohort__f32_to_bf16(float f)
+{
+	uint32_t x = ref_bits(f);
+
+	if ((x & 0x7fffffffu) > 0x7f800000u) /* NaN: make it quiet */
+		return ((uint16_t) ((x >> 16) | 0x0040u));
+	x += 0x7fffu + ((x >> 16) & 1);
+	return ((uint16_t) (x >> 16));
+}
+
+float
+cohort__bf16_to_f32(uint16_t h)
+{
+	return (ref_float((uint32_t) h << 16));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Argument rules (shared with the launchers)                               */
+/* ------------------------------------------------------------------------ */
+
+static bool
+ref_dtype_valid(cohort_dtype dt)
+{
+	return ((unsigned) dt < COHORT_DTYPE_COUNT);
+}
+
+cohort_status
+cohort__kernel_check_pack(const void *bucket,
+    const struct cohort__pack_item *items, size_t n)
+{
+	size_t i;
+
+	if (bucket == NULL)
+		return (cohort__err(COHORT_EINVAL, "pack: NULL bucket"));
+	if (items == NULL && n > 0)
+		return (cohort__err(COHORT_EINVAL, "pack: NULL items"));
+	for (i = 0; i < n; i++) {
+		if (items[i].bytes == 0)
+			continue;
+		if (items[i].ptr == NULL)
+			return (cohort__err(COHORT_EINVAL,
+			    "pack: item %zu has a NULL pointer", i));
+		if (items[i].offset > SIZE_MAX - items[i].bytes)
+			return (cohort__err(COHORT_EINVAL,
+			    "pack: item %zu overflows the bucket", i));
+	}
+	return (COHORT_OK);
+}
+
+cohort_status
+cohort__kernel_check_scale(const void *x, size_t count, cohort_dtype dt)
+{
+	if (dt != COHORT_F32 && dt != COHORT_F64 && dt != COHORT_F16 &&
+	    dt != COHORT_BF16)
+		return (cohort__err(COHORT_EINVAL,
+		    "scale: dtype %d is not a floating-point type", (int) dt));
+	if (x == NULL && count > 0)
+		return (cohort__err(COHORT_EINVAL, "scale: NULL buffer"));
+	return (COHORT_OK);
+}
+
+cohort_status
+cohort__kernel_check_cast(const void *dst, cohort_dtype ddt, const void *src,
+    cohort_dtype sdt, size_t count)
+{
+	if (!ref_dtype_valid(ddt) || !ref_dtype_valid(sdt))
+		return (cohort__err(COHORT_EINVAL, "cast: invalid dtype"));
+	if ((dst == NULL || src == NULL) && count > 0)
+		return (cohort__err(COHORT_EINVAL, "cast: NULL buffer"));
+	if ((sdt == COHORT_F32 && (ddt == COHORT_F16 || ddt == COHORT_BF16)) ||
+	    (ddt == COHORT_F32 && (sdt == COHORT_F16 || sdt == COHORT_BF16)))
+		return (COHORT_OK);
+	return (cohort__err(COHORT_ENOTSUP, "cast: %s to %s is not supported",
+	    cohort_dtype_name(sdt), cohort_dtype_name(ddt)));
+}
+
+cohort_status
+cohort__kernel_check_reduce2(const void *dst, const void *src, size_t count,
+    cohort_dtype dt, cohort_redop op)
+{
+	if (!ref_dtype_valid(dt))
+		return (cohort__err(COHORT_EINVAL, "reduce2: invalid dtype"));
+	if (op != COHORT_SUM && op != COHORT_PROD && op != COHORT_MIN &&
+	    op != COHORT_MAX)
+		return (cohort__err(COHORT_EINVAL,
+		    "reduce2: op %d is not sum, prod, min or max", (int) op));
+	if ((dst == NULL || src == NULL) && count > 0)
+		return (cohort__err(COHORT_EINVAL, "reduce2: NULL buffer"));
+	return (COHORT_OK);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Pack / unpack                                                            */
+/* ------------------------------------------------------------------------ */
+
+size_t
+cohort__pack_layout(struct cohort__pack_item *items, size_t n, size_t align)
+{
+	size_t off = 0;
+	size_t i;
+
+	if ((items == NULL && n > 0) || align == 0 ||
+	    (align & (align - 1)) != 0)
+		return (0);
+	for (i = 0; i < n; i++) {
+		if (off > SIZE_MAX - (align - 1))
+			return (0);
+		off = (off + align - 1) & ~(align - 1);
+		items[i].offset = off;
+		if (items[i].bytes > SIZE_MAX - off)
+			return (0);
+		off += items[i].bytes;
+	}
+	if (off > SIZE_MAX - (align - 1))
+		return (0);
+	return ((off + align - 1) & ~(align - 1));
+}
+
+cohort_status
+cohort__ref_pack(void *bucket, const struct cohort__pack_item *items,
+    size_t n)
+{
+	cohort_status rv;
+	size_t i;
+
+	if ((rv = cohort__kernel_check_pack(bucket, items, n)) != COHORT_OK)
+		return (rv);
+	for (i = 0; i < n; i++) {
+		if (items[i].bytes > 0)
+			memcpy((char *) bucket + items[i].offset, items[i].ptr,
+			    items[i].bytes);
+	}
+	return (COHORT_OK);
+}
+
+cohort_status
+cohort__ref_unpack(const void *bucket, const struct cohort__pack_item *items,
+    size_t n)
+{
+	cohort_status rv;
+	size_t i;
+
+	if ((rv = cohort__kernel_check_pack(bucket, items, n)) != COHORT_OK)
+		return (rv);
+	for (i = 0; i < n; i++) {
+		if (items[i].bytes > 0)
+			memcpy(items[i].ptr,
+			    (const char *) bucket + items[i].offset,
+			    items[i].bytes);
+	}
+	return (COHORT_OK);
+}
+
+size_t
+cohort__copy_plan(struct cohort__copy_batch *b,
+    const struct cohort__pack_item *items, size_t n, uintptr_t bucket,
+    bool pack)
+{
+	size_t i;
+
+	b->n = 0;
+	b->pad = 0;
+	b->nchunks = 0;
+	for (i = 0; i < n && b->n < COHORT__COPY_BATCH; i++) {
+		struct cohort__copy_desc *d = &b->d[b->n];
+		uint64_t tensor = (uint64_t) (uintptr_t) items[i].ptr;
+		uint64_t slot = (uint64_t) (bucket + items[i].offset);
+
+		if (items[i].bytes == 0)
+			continue;
+		d->src = pack ? tensor : slot;
+		d->dst = pack ? slot : tensor;
+		d->bytes = items[i].bytes;
+		d->chunk0 = b->nchunks;
+		b->nchunks += (d->bytes + COHORT__COPY_CHUNK - 1) /
+		    COHORT__COPY_CHUNK;
+		b->n++;
+	}
+	return (i);
+}
+
+void
+cohort__copy_emulate(const struct cohort__copy_batch *b)
+{
+	uint64_t c;
+
+	for (c = 0; c < b->nchunks; c++) {
+		uint32_t i = cohort__copy_find(b, c);
+		const struct cohort__copy_desc *d = &b->d[i];
+		uint64_t off;
+		uint64_t len;
+		uint32_t w;
+		uint64_t head;
+		uint64_t nvec;
+		char *dst;
+		const char *src;
+
+		cohort__copy_range(b, i, c, &off, &len);
+		cohort__copy_split(d->src + off, d->dst + off, len, &w, &head,
+		    &nvec);
+		COHORT__ASSERT(head + nvec * w <= len);
+		src = (const char *) (uintptr_t) (d->src + off);
+		dst = (char *) (uintptr_t) (d->dst + off);
+		memcpy(dst, src, head);
+		COHORT__ASSERT(nvec == 0 ||
+		    (((uintptr_t) (src + head) | (uintptr_t) (dst + head)) &
+			(w - 1)) == 0);
+		memcpy(dst + head, src + head, nvec * w);
+		memcpy(dst + head + nvec * w, src + head + nvec * w,
+		    len - head - nvec * w);
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* scale                                                                    */
+/* ------------------------------------------------------------------------ */
+
+cohort_status
+cohort__ref_scale(void *x, size_t count, cohort_dtype dt, double alpha)
+{
+	cohort_status rv;
+	float a = (float) alpha;
+	size_t i;
+
+	if ((rv = cohort__kernel_check_scale(x, count, dt)) != COHORT_OK)
+		return (rv);
+	for (i = 0; i < count; i++) {
+		switch (dt) {
+		case COHORT_F32:
+			((float *) x)[i] *= a;
+			break;
+		case COHORT_F64:
+			((double *) x)[i] *= alpha;
+			break;
+		case COHORT_F16: {
+			uint16_t *h = (uint16_t *) x + i;
+			*h = cohort__f32_to_f16(cohort__f16_to_f32(*h) * a);
+			break;
+		}
+		default: { /* COHORT_BF16 */
+			uint16_t *h = (uint16_t *) x + i;
+			*h = cohort__f32_to_bf16(cohort__bf16_to_f32(*h) * a);
+			break;
+		}
+		}
+	}
+	return (COHORT_OK);
+}
+
+/* ------------------------------------------------------------------------ */
+/* cast                                                                     */
+/* ------------------------------------------------------------------------ */
+
+cohort_status
+cohort__ref_cast(void *dst, cohort_dtype ddt, const void *src,
+    cohort_dtype sdt, size_t count)
+{
+	cohort_status rv;
+	size_t i;
+
+	rv = cohort__kernel_check_cast(dst, ddt, src, sdt, count);
+	if (rv != COHORT_OK)
+		return (rv);
+	for (i = 0; i < count; i++) {
+		if (sdt == COHORT_F32) {
+			float f = ((const float *) src)[i];
+			((uint16_t *) dst)[i] = ddt == COHORT_F16 ?
+			    cohort__f32_to_f16(f) :
+			    cohort__f32_to_bf16(f);
+		} else {
+			uint16_t h = ((const uint16_t *) src)[i];
+			((float *) dst)[i] = sdt == COHORT_F16 ?
+			    cohort__f16_to_f32(h) :
+			    cohort__bf16_to_f32(h);
+		}
+	}
+	return (COHORT_OK);
+}
+
+/* ------------------------------------------------------------------------ */
+/* reduce2                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* NaN-propagating min/max; on ties (-0 vs +0) the first operand. */
+static double
+ref_min(double a, double b)
+{
+	if (isnan(a))
+		return (a);
+	if (isnan(b))
+		return (b);
+	return (b < a ? b : a);
+}
+
+static double
+ref_max(double a, double b)
+{
+	if (isnan(a))
+		return (a);
+	if (isnan(b))
+		return (b);
+	return (b > a ? b : a);
+}
+
+static float
+ref_op_f32(float a, float b, cohort_redop op)
+{
+	switch (op) {
+	case COHORT_SUM:
+		return (a + b);
+	case COHORT_PROD:
+		return (a * b);
+	case COHORT_MIN:
+		return ((float) ref_min(a, b));
+	default:
+		return ((float) ref_max(a, b));
+	}
+}
+
+static double
+ref_op_f64(double a, double b, cohort_redop op)
+{
+	switch (op) {
+	case COHORT_SUM:
+		return (a + b);
+	case COHORT_PROD:
+		return (a * b);
+	case COHORT_MIN:
+		return (ref_min(a, b));
+	default:
+		return (ref_max(a, b));
+	}
+}
+
+/* Integer ops: sum and product in the unsigned type W, so they wrap. */
+#define REF_INT_LOOP(T, W)                                                   \
+	do {                                                                  \
+		T *d_ = dst;                                                  \
+		const T *s_ = src;                                            \
+		for (i = 0; i < count; i++) {                                 \
+			T a_ = d_[i];                                         \
+			T b_ = s_[i];                                         \
+			switch (op) {                                         \
+			case COHORT_SUM:                                      \
+				d_[i] = (T) (W) ((W) a_ + (W) b_);            \
+				break;                                        \
+			case COHORT_PROD:                                     \
+				d_[i] = (T) (W) ((W) a_ * (W) b_);            \
+				break;                                        \
+			case COHORT_MIN:                                      \
+				d_[i] = b_ < a_ ? b_ : a_;                    \
+				break;                                        \
+			default:                                              \
+				d_[i] = b_ > a_ ? b_ : a_;                    \
+				break;                                        \
+			}                                                     \
+		}                                                             \
+	} while (0)
+
+cohort_status
+cohort__ref_reduce2(void *dst, const void *src, size_t count,
+    cohort_dtype dt, cohort_redop op)
+{
+	cohort_status rv;
+	size_t i;
+
+	rv = cohort__kernel_check_reduce2(dst, src, count, dt, op);
+	if (rv != COHORT_OK)
+		return (rv);
+	switch (dt) {
+	case COHORT_F32:
+		for (i = 0; i < count; i++)
+			((float *) dst)[i] = ref_op_f32(((float *) dst)[i],
+			    ((const float *) src)[i], op);
+		break;
+	case COHORT_F64:
+		for (i = 0; i < count; i++)
+			((double *) dst)[i] = ref_op_f64(((double *) dst)[i],
+			    ((const double *) src)[i], op);
+		break;
+	case COHORT_F16:
+		for (i = 0; i < count; i++) {
+			uint16_t *d = (uint16_t *) dst + i;
+			float a = cohort__f16_to_f32(*d);
+			float b = cohort__f16_to_f32(((const uint16_t *) src)[i]);
+			*d = cohort__f32_to_f16(ref_op_f32(a, b, op));
+		}
+		break;
+	case COHORT_BF16:
+		for (i = 0; i < count; i++) {
+			uint16_t *d = (uint16_t *) dst + i;
+			float a = cohort__bf16_to_f32(*d);
+			float b =
+			    cohort__bf16_to_f32(((const uint16_t *) src)[i]);
+			*d = cohort__f32_to_bf16(ref_op_f32(a, b, op));
+		}
+		break;
+	case COHORT_I32:
+		REF_INT_LOOP(int32_t, uint32_t);
+		break;
+	case COHORT_I64:
+		REF_INT_LOOP(int64_t, uint64_t);
+		break;
+	default: /* COHORT_U8 */
+		REF_INT_LOOP(uint8_t, uint32_t);
+		break;
+	}
+	return (COHORT_OK);
+}

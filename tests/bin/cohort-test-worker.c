@@ -1,0 +1,406 @@
+/*
+ * cohort-test-worker - a real worker process for the integration and fault
+ * suites. It joins the job described by its environment (COHORT_*), runs
+ * one scenario, prints "RESULT key=value ..." lines on stdout and exits 0 if
+ * the scenario's own checks held, 1 otherwise (2 for usage errors).
+ *
+ *   cohort-test-worker SCENARIO [ARG]
+ *
+ * Scenarios are listed in worker_scenarios[] below; each is what a test in
+ * tests/integration or tests/fault expects a rank to do.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cohort/cohort.h"
+
+static int64_t
+worker_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ((int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+}
+
+static long
+worker_arg(const char *s, long dflt)
+{
+	char *end;
+	long v;
+
+	if (s == NULL)
+		return (dflt);
+	v = strtol(s, &end, 10);
+	return (*end == '\0' && end != s ? v : dflt);
+}
+
+static void
+worker_result(const char *what, cohort_status st, const char *detail)
+{
+	printf("RESULT %s status=%s detail=%s\n", what, cohort_status_name(st),
+	    detail != NULL ? detail : "");
+	fflush(stdout);
+}
+
+#define WORKER_CHECK(what, expr)                                             \
+	do {                                                                  \
+		cohort_status st_ = (expr);                                   \
+		if (st_ != COHORT_OK) {                                       \
+			worker_result(what, st_, cohort_last_error());        \
+			return (1);                                           \
+		}                                                             \
+	} while (0)
+
+static int
+scen_open_close(cohort_client *c, const char *arg)
+{
+	printf("RESULT open rank=%d world=%d generation=%" PRIu64 "\n",
+	    cohort_client_rank(c), cohort_client_world_size(c),
+	    cohort_client_generation(c));
+	return (0);
+}
+
+static int
+scen_barrier(cohort_client *c, const char *arg)
+{
+	long n = worker_arg(arg, 1000);
+	cohort_group *g = cohort_client_world(c);
+	int64_t t0 = worker_now_ms();
+
+	for (long i = 0; i < n; i++)
+		WORKER_CHECK("barrier", cohort_barrier(g, "loop", 30000));
+	printf("RESULT barrier count=%ld ms=%" PRId64 "\n", n,
+	    worker_now_ms() - t0);
+	return (0);
+}
+
+/* Root 0 broadcasts ARG bytes of a rank-independent pattern; everyone
+ * checks every byte. */
+static int
+scen_bcast(cohort_client *c, const char *arg)
+{
+	size_t len = (size_t) worker_arg(arg, 32 << 20);
+	cohort_group *g = cohort_client_world(c);
+	unsigned char *buf = NULL, *out = NULL;
+	size_t out_len = 0;
+	int bad = 0;
+
+	if (cohort_client_rank(c) == 0) {
+		buf = malloc(len);
+		if (buf == NULL)
+			return (1);
+		for (size_t i = 0; i < len; i++)
+			buf[i] = (unsigned char) (i * 31 + 7);
+	}
+	WORKER_CHECK("bcast", cohort_broadcast_obj(g, 0, buf, len,
+	    (void **) &out, &out_len, 60000));
+	if (cohort_client_rank(c) != 0) {
+		if (out_len != len)
+			bad = 1;
+		for (size_t i = 0; !bad && i < len; i++)
+			if (out[i] != (unsigned char) (i * 31 + 7))
+				bad = 1;
+	}
+	printf("RESULT bcast len=%zu ok=%d\n", out_len, !bad);
+	free(buf);
+	cohort_free(out);
+	return (bad);
+}
+
+/* Even ranks vote true, odd false: all() is false unless world is 1, any()
+ * is true. Then everyone votes true: all() is true. */
+static int
+scen_decide(cohort_client *c, const char *arg)
+{
+	cohort_group *g = cohort_client_world(c);
+	bool mine = cohort_client_rank(c) % 2 == 0;
+	bool all = true, any = false, all2 = false;
+	int world = cohort_client_world_size(c);
+
+	WORKER_CHECK("decide", cohort_decide(g, mine, true, &all, 30000));
+	WORKER_CHECK("decide", cohort_decide(g, mine, false, &any, 30000));
+	WORKER_CHECK("decide", cohort_decide(g, true, true, &all2, 30000));
+	printf("RESULT decide all=%d any=%d all_true=%d\n", all, any, all2);
+	return (!(all == (world == 1) && any && all2));
+}
+
+static int
+scen_reduce(cohort_client *c, const char *arg)
+{
+	cohort_group *g = cohort_client_world(c);
+	int64_t r = cohort_client_rank(c);
+	int64_t w = cohort_client_world_size(c);
+	int64_t iv[2] = { r, r + 1 };
+	double dv[2] = { (double) r * 0.5, -(double) r };
+	int ok;
+
+	WORKER_CHECK("reduce", cohort_reduce_scalars(g, COHORT_I64,
+	    COHORT_SUM, iv, 2, 30000));
+	WORKER_CHECK("reduce", cohort_reduce_scalars(g, COHORT_F64,
+	    COHORT_MAX, dv, 2, 30000));
+	ok = iv[0] == w * (w - 1) / 2 && iv[1] == w * (w + 1) / 2 &&
+	    dv[0] == (double) (w - 1) * 0.5 && dv[1] == 0.0;
+	printf("RESULT reduce sum=%" PRId64 " max=%g ok=%d\n", iv[0], dv[0],
+	    ok);
+	return (!ok);
+}
+
+/* Rank 1 sets a key after rank 0 already waits for it. */
+static int
+scen_kvwait(cohort_client *c, const char *arg)
+{
+	const char *keys[] = { "released" };
+	void *v = NULL;
+	size_t len = 0;
+	int ok = 1;
+
+	if (cohort_client_rank(c) == 0) {
+		int64_t t0 = worker_now_ms();
+		WORKER_CHECK("kv_set", cohort_kv_set(c, "waiting", "1", 1,
+		    10000));
+		WORKER_CHECK("kv_wait", cohort_kv_wait(c, keys, 1, 30000));
+		WORKER_CHECK("kv_get", cohort_kv_get(c, "released", &v, &len,
+		    10000));
+		ok = len == 5 && memcmp(v, "hello", 5) == 0;
+		printf("RESULT kvwait waited_ms=%" PRId64 " ok=%d\n",
+		    worker_now_ms() - t0, ok);
+		cohort_free(v);
+	} else if (cohort_client_rank(c) == 1) {
+		/* get blocks until rank 0 announced it is waiting */
+		WORKER_CHECK("kv_get", cohort_kv_get(c, "waiting", &v, &len,
+		    30000));
+		cohort_free(v);
+		usleep(200 * 1000);
+		WORKER_CHECK("kv_set", cohort_kv_set(c, "released", "hello", 5,
+		    10000));
+	}
+	WORKER_CHECK("barrier", cohort_barrier(cohort_client_world(c), "end",
+	    30000));
+	return (!ok);
+}
+
+/* Every KV operation, on a job-private key space. */
+static int
+scen_kvops(cohort_client *c, const char *arg)
+{
+	int64_t v64 = 0, n = 0;
+	bool swapped = false, deleted = false, present = true;
+	void *cur = NULL;
+	size_t len = 0;
+	char key[64];
+	const char *absent[] = { "never-set" };
+	int r = cohort_client_rank(c);
+
+	snprintf(key, sizeof(key), "own/%d", r);
+	WORKER_CHECK("set", cohort_kv_set(c, key, "a", 1, 10000));
+	WORKER_CHECK("append", cohort_kv_append(c, key, "bc", 2, 10000));
+	WORKER_CHECK("get", cohort_kv_get(c, key, &cur, &len, 10000));
+	if (len != 3 || memcmp(cur, "abc", 3) != 0) {
+		worker_result("append", COHORT_OK, "value is not abc");
+		return (1);
+	}
+	cohort_free(cur);
+	cur = NULL;
+	WORKER_CHECK("cas", cohort_kv_compare_set(c, key, "abc", 3, "xyz", 3,
+	    &swapped, &cur, &len, 10000));
+	if (!swapped || len != 3 || memcmp(cur, "xyz", 3) != 0) {
+		worker_result("cas", COHORT_OK, "swap did not happen");
+		return (1);
+	}
+	cohort_free(cur);
+	cur = NULL;
+	WORKER_CHECK("cas", cohort_kv_compare_set(c, key, "nope", 4, "q", 1,
+	    &swapped, NULL, NULL, 10000));
+	if (swapped) {
+		worker_result("cas", COHORT_OK, "swapped with wrong expected");
+		return (1);
+	}
+	WORKER_CHECK("add", cohort_kv_add(c, "counter", 1, &v64, 10000));
+	WORKER_CHECK("barrier", cohort_barrier(cohort_client_world(c), "added",
+	    30000));
+	WORKER_CHECK("add", cohort_kv_add(c, "counter", 0, &v64, 10000));
+	if (v64 != cohort_client_world_size(c)) {
+		worker_result("add", COHORT_OK, "counter != world size");
+		return (1);
+	}
+	WORKER_CHECK("check", cohort_kv_check(c, absent, 1, &present, 10000));
+	if (present) {
+		worker_result("check", COHORT_OK, "absent key reported present");
+		return (1);
+	}
+	WORKER_CHECK("num_keys", cohort_kv_num_keys(c, &n, 10000));
+	/* own/0..w-1 and counter, at least */
+	if (n < cohort_client_world_size(c) + 1) {
+		worker_result("num_keys", COHORT_OK, "too few keys");
+		return (1);
+	}
+	WORKER_CHECK("barrier", cohort_barrier(cohort_client_world(c),
+	    "counted", 30000));
+	WORKER_CHECK("delete", cohort_kv_delete(c, key, &deleted, 10000));
+	if (!deleted) {
+		worker_result("delete", COHORT_OK, "not deleted");
+		return (1);
+	}
+	WORKER_CHECK("delete", cohort_kv_delete(c, key, &deleted, 10000));
+	if (deleted) {
+		worker_result("delete", COHORT_OK, "deleted twice");
+		return (1);
+	}
+	printf("RESULT kvops ok=1\n");
+	return (0);
+}
+
+/* Sets, then waits with a short timeout for a key only another job has. */
+static int
+scen_kvisolate(cohort_client *c, const char *arg)
+{
+	const char *keys[] = { "secret" };
+	void *v = NULL;
+	size_t len = 0;
+	cohort_status st;
+
+	if (arg != NULL && strcmp(arg, "writer") == 0) {
+		WORKER_CHECK("set", cohort_kv_set(c, "secret", "jobA", 4,
+		    10000));
+		printf("RESULT kvisolate wrote=1\n");
+		return (0);
+	}
+	st = cohort_kv_get(c, "secret", &v, &len, 1500);
+	worker_result("kvisolate_get", st, cohort_last_error());
+	cohort_free(v);
+	if (st != COHORT_ETIMEDOUT)
+		return (1);
+	st = cohort_kv_wait(c, keys, 1, 500);
+	worker_result("kvisolate_wait", st, cohort_last_error());
+	return (st != COHORT_ETIMEDOUT);
+}
+
+/* Enters barrier "ready", prints READY, then waits in barrier "final"
+ * (long timeout) and reports how it ended: the fault tests kill a rank in
+ * between and expect EPEERLOST naming it. */
+static int
+scen_hold(cohort_client *c, const char *arg)
+{
+	cohort_group *g = cohort_client_world(c);
+	cohort_status st;
+	int64_t t0;
+
+	WORKER_CHECK("ready", cohort_barrier(g, "ready", 60000));
+	printf("READY rank=%d pid=%d\n", cohort_client_rank(c), (int) getpid());
+	fflush(stdout);
+	t0 = worker_now_ms();
+	st = cohort_barrier(g, "final", (cohort_duration) worker_arg(arg,
+	    120000));
+	printf("RESULT hold status=%s ms=%" PRId64 " detail=%s\n",
+	    cohort_status_name(st), worker_now_ms() - t0,
+	    cohort_group_last_error(g));
+	/* sticky: a later call returns the same error */
+	if (st == COHORT_EPEERLOST) {
+		cohort_status again = cohort_barrier(g, "after", 1000);
+		printf("RESULT sticky status=%s detail=%s\n",
+		    cohort_status_name(again), cohort_group_last_error(g));
+	}
+	fflush(stdout);
+	return (st == COHORT_OK ? 0 : 3);
+}
+
+/* Every rank but the last enters a barrier with a short timeout; the last
+ * stays away until they timed out. */
+static int
+scen_timeout(cohort_client *c, const char *arg)
+{
+	cohort_group *g = cohort_client_world(c);
+	int last = cohort_client_world_size(c) - 1;
+	cohort_status st;
+
+	if (cohort_client_rank(c) == last) {
+		const char *k[] = { "timed-out-all" };
+		/* wait until the others are done, then leave */
+		WORKER_CHECK("wait", cohort_kv_wait(c, k, 1, 60000));
+		return (0);
+	}
+	st = cohort_barrier(g, "short", (cohort_duration) worker_arg(arg,
+	    1500));
+	worker_result("timeout", st, cohort_last_error());
+	/* the group stays usable after a timeout */
+	printf("RESULT healthy=%d\n", cohort_group_is_healthy(g));
+	{
+		int64_t n = 0;
+		WORKER_CHECK("add", cohort_kv_add(c, "timed-out", 1, &n,
+		    10000));
+		if (n == last)
+			WORKER_CHECK("set", cohort_kv_set(c, "timed-out-all",
+			    "1", 1, 10000));
+	}
+	return (st == COHORT_ETIMEDOUT ? 0 : 1);
+}
+
+/* Reports its own failure with a text, then exits; the others wait in a
+ * barrier and must get EPEERLOST carrying that text. */
+static int
+scen_report(cohort_client *c, const char *arg)
+{
+	cohort_group *g = cohort_client_world(c);
+	cohort_status st;
+
+	WORKER_CHECK("ready", cohort_barrier(g, "ready", 30000));
+	if (cohort_client_rank(c) == 1) {
+		WORKER_CHECK("report", cohort_report_failure(c,
+		    "Traceback: ValueError: loss is NaN at step 7", 10000));
+		_exit(1);
+	}
+	st = cohort_barrier(g, "final", 60000);
+	worker_result("report", st, cohort_group_last_error(g));
+	return (st == COHORT_EPEERLOST ? 0 : 1);
+}
+
+static const struct {
+	const char *name;
+	int (*fn)(cohort_client *, const char *);
+} worker_scenarios[] = {
+	{ "open", scen_open_close },
+	{ "barrier", scen_barrier },
+	{ "bcast", scen_bcast },
+	{ "decide", scen_decide },
+	{ "reduce", scen_reduce },
+	{ "kvwait", scen_kvwait },
+	{ "kvops", scen_kvops },
+	{ "kvisolate", scen_kvisolate },
+	{ "hold", scen_hold },
+	{ "timeout", scen_timeout },
+	{ "report", scen_report },
+};
+
+int
+main(int argc, char **argv)
+{
+	cohort_client *c = NULL;
+	cohort_status st;
+	int rc;
+
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s SCENARIO [ARG]\n", argv[0]);
+		return (2);
+	}
+	for (size_t i = 0;
+	     i < sizeof(worker_scenarios) / sizeof(worker_scenarios[0]); i++) {
+		if (strcmp(argv[1], worker_scenarios[i].name) != 0)
+			continue;
+		st = cohort_client_open_env(&c, 60000);
+		if (st != COHORT_OK) {
+			worker_result("open", st, cohort_last_error());
+			return (1);
+		}
+		rc = worker_scenarios[i].fn(c, argc > 2 ? argv[2] : NULL);
+		cohort_client_close(c);
+		printf("RESULT exit=%d\n", rc);
+		return (rc);
+	}
+	fprintf(stderr, "unknown scenario %s\n", argv[1]);
+	return (2);
+}

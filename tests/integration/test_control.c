@@ -1,0 +1,265 @@
+/*
+ * test_control.c - the control plane end to end: a real cohortd on a free
+ * loopback port and real worker processes (build/bin/cohort-test-worker)
+ * exercising every operation of issue 2.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check_cohort.h"
+
+static struct th_coord coord;
+
+static void
+setup(void)
+{
+	static const char *const args[] = { "--job", "secure:right-token",
+		NULL };
+
+	th_coord_start(&coord, args);
+}
+
+static void
+teardown(void)
+{
+	ck_assert_int_eq(th_coord_stop(&coord), 0);
+}
+
+static void
+expect_all_ok(struct th_workers *w, int timeout_ms)
+{
+	int ok = th_workers_wait(w, timeout_ms);
+
+	for (int r = 0; r < w->n; r++) {
+		if (w->status[r] != 0) {
+			char *o = th_worker_output(w, r);
+			ck_abort_msg("rank %d exited %d:\n%s", r, w->status[r],
+			    o);
+		}
+	}
+	ck_assert_int_eq(ok, w->n);
+}
+
+START_TEST(test_open_assigns_ranks)
+{
+	struct th_workers w;
+
+	th_workers_start(&w, &coord, "open8", "t", 8, "open", NULL, NULL);
+	expect_all_ok(&w, 30000);
+	for (int r = 0; r < 8; r++) {
+		char want[64];
+		snprintf(want, sizeof(want), "rank=%d world=8", r);
+		ck_assert_msg(th_worker_output_has(&w, r, want),
+		    "rank %d: %s", r, th_worker_output(&w, r));
+	}
+}
+END_TEST
+
+START_TEST(test_open_rank_assigned_by_coordinator)
+{
+	static const char *const env[] = { "COHORT_RANK=-1", NULL };
+	struct th_workers w;
+	int seen[4] = { 0 };
+
+	th_workers_start(&w, &coord, "assign", "t", 4, "open", NULL, env);
+	expect_all_ok(&w, 30000);
+	for (int r = 0; r < 4; r++)
+		for (int k = 0; k < 4; k++) {
+			char want[64];
+			snprintf(want, sizeof(want), "rank=%d world=4", k);
+			if (th_worker_output_has(&w, r, want))
+				seen[k]++;
+		}
+	for (int k = 0; k < 4; k++)
+		ck_assert_msg(seen[k] == 1, "rank %d assigned %d times", k,
+		    seen[k]);
+}
+END_TEST
+
+START_TEST(test_barrier_1000_times_8_ranks)
+{
+	struct th_workers w;
+
+	th_workers_start(&w, &coord, "bar", "t", 8, "barrier", "1000", NULL);
+	expect_all_ok(&w, 120000);
+}
+END_TEST
+
+START_TEST(test_broadcast_32mib_object)
+{
+	struct th_workers w;
+
+	th_workers_start(&w, &coord, "bcast", "t", 8, "bcast", "33554432",
+	    NULL);
+	expect_all_ok(&w, 120000);
+	for (int r = 1; r < 8; r++)
+		ck_assert(th_worker_output_has(&w, r, "len=33554432 ok=1"));
+}
+END_TEST
+
+START_TEST(test_kv_wait_released_by_other_rank)
+{
+	struct th_workers w;
+
+	th_workers_start(&w, &coord, "kvwait", "t", 8, "kvwait", NULL, NULL);
+	expect_all_ok(&w, 60000);
+	ck_assert(th_worker_output_has(&w, 0, "ok=1"));
+}
+END_TEST
+
+START_TEST(test_kv_all_operations)
+{
+	struct th_workers w;
+
+	th_workers_start(&w, &coord, "kvops", "t", 8, "kvops", NULL, NULL);
+	expect_all_ok(&w, 60000);
+}
+END_TEST
+
+START_TEST(test_boolean_decisions_mixed)
+{
+	struct th_workers w;
+
+	th_workers_start(&w, &coord, "decide", "t", 8, "decide", NULL, NULL);
+	expect_all_ok(&w, 60000);
+	for (int r = 0; r < 8; r++)
+		ck_assert(th_worker_output_has(&w, r,
+		    "all=0 any=1 all_true=1"));
+}
+END_TEST
+
+START_TEST(test_scalar_reduce)
+{
+	struct th_workers w;
+
+	th_workers_start(&w, &coord, "reduce", "t", 8, "reduce", NULL, NULL);
+	expect_all_ok(&w, 60000);
+	ck_assert(th_worker_output_has(&w, 5, "sum=28 max=3.5 ok=1"));
+}
+END_TEST
+
+START_TEST(test_wrong_token_refused)
+{
+	struct th_workers w;
+
+	th_workers_start(&w, &coord, "secure", "wrong-token", 1, "open", NULL,
+	    NULL);
+	th_workers_wait(&w, 30000);
+	ck_assert_int_eq(w.status[0], 1);
+	ck_assert_msg(th_worker_output_has(&w, 0, "status=COHORT_EAUTH"), "%s",
+	    th_worker_output(&w, 0));
+}
+END_TEST
+
+START_TEST(test_right_token_of_precreated_job)
+{
+	struct th_workers w;
+
+	th_workers_start(&w, &coord, "secure", "right-token", 2, "barrier",
+	    "10", NULL);
+	expect_all_ok(&w, 30000);
+}
+END_TEST
+
+START_TEST(test_two_jobs_isolated)
+{
+	struct th_workers a, b, c, d;
+
+	/* same rank numbers and barrier names in two jobs at once */
+	th_workers_start(&c, &coord, "iso-c", "tc", 4, "barrier", "200", NULL);
+	th_workers_start(&d, &coord, "iso-d", "td", 4, "barrier", "200", NULL);
+	th_workers_start(&a, &coord, "iso-a", "ta", 1, "kvisolate", "writer",
+	    NULL);
+	expect_all_ok(&a, 30000);
+	th_workers_start(&b, &coord, "iso-b", "tb", 1, "kvisolate", "reader",
+	    NULL);
+	expect_all_ok(&b, 30000);
+	expect_all_ok(&c, 60000);
+	expect_all_ok(&d, 60000);
+}
+END_TEST
+
+START_TEST(test_duplicate_rank_refused)
+{
+	static const char *const r0[] = { "COHORT_RANK=0", NULL };
+	struct th_workers a;
+	int eexist;
+
+	/* both workers ask for rank 0 of a world of 2 */
+	th_workers_start(&a, &coord, "dup", "t", 2, "open", NULL, r0);
+	/* one of them is refused; wait for it */
+	for (int tries = 0; tries < 1000; tries++) {
+		if (th_worker_output_has(&a, 0, "COHORT_EEXIST") ||
+		    th_worker_output_has(&a, 1, "COHORT_EEXIST"))
+			break;
+		usleep(10000);
+	}
+	eexist = th_worker_output_has(&a, 0, "COHORT_EEXIST") +
+	    th_worker_output_has(&a, 1, "COHORT_EEXIST");
+	ck_assert_msg(eexist == 1, "expected one EEXIST:\n%s\n%s",
+	    th_worker_output(&a, 0), th_worker_output(&a, 1));
+	/* rank 1 arrives; the surviving rank 0 completes */
+	{
+		char e_coord[128], *env[] = { "COHORT_RANK=1",
+			"COHORT_WORLD_SIZE=2", "COHORT_JOB=dup",
+			"COHORT_TOKEN=t", e_coord, NULL };
+		char *argv[] = { (char *) th_bin("cohort-test-worker"), "open",
+			NULL };
+		char out[256];
+		int st;
+		pid_t p;
+
+		snprintf(e_coord, sizeof(e_coord), "COHORT_COORDINATOR=%s",
+		    coord.url);
+		snprintf(out, sizeof(out), "%s/dup-late.out", th_tmpdir());
+		p = th_spawn(argv, env, out);
+		ck_assert(th_wait(p, 30000, &st));
+		ck_assert_int_eq(th_exit_code(st), 0);
+	}
+	th_workers_wait(&a, 30000);
+	ck_assert_int_eq((a.status[0] == 0) + (a.status[1] == 0), 1);
+}
+END_TEST
+
+START_TEST(test_barrier_timeout_names_missing_rank)
+{
+	struct th_workers w;
+
+	th_workers_start(&w, &coord, "tmo", "t", 4, "timeout", "1500", NULL);
+	expect_all_ok(&w, 60000);
+	for (int r = 0; r < 3; r++) {
+		char *o = th_worker_output(&w, r);
+		ck_assert_msg(strstr(o, "status=COHORT_ETIMEDOUT") != NULL &&
+		    strstr(o, "3") != NULL, "rank %d: %s", r, o);
+		ck_assert_msg(strstr(o, "healthy=1") != NULL,
+		    "group poisoned by a timeout: %s", o);
+		free(o);
+	}
+}
+END_TEST
+
+Suite *
+suite_integration_control(void)
+{
+	Suite *s = suite_create("integration_control");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 180);
+	tcase_add_test(tc, test_open_assigns_ranks);
+	tcase_add_test(tc, test_open_rank_assigned_by_coordinator);
+	tcase_add_test(tc, test_barrier_1000_times_8_ranks);
+	tcase_add_test(tc, test_broadcast_32mib_object);
+	tcase_add_test(tc, test_kv_wait_released_by_other_rank);
+	tcase_add_test(tc, test_kv_all_operations);
+	tcase_add_test(tc, test_boolean_decisions_mixed);
+	tcase_add_test(tc, test_scalar_reduce);
+	tcase_add_test(tc, test_wrong_token_refused);
+	tcase_add_test(tc, test_right_token_of_precreated_job);
+	tcase_add_test(tc, test_two_jobs_isolated);
+	tcase_add_test(tc, test_duplicate_rank_refused);
+	tcase_add_test(tc, test_barrier_timeout_names_missing_rank);
+	suite_add_tcase(s, tc);
+	return (s);
+}
