@@ -43,6 +43,7 @@
 #ifndef COHORT_COORD_H
 #define COHORT_COORD_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 

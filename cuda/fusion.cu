@@ -541,7 +541,8 @@ extern "C" int
 cohort__cudart_memcpy(void *dst, const void *src, size_t bytes, int kind)
 {
 	return ((int) cudaMemcpy(dst, src, bytes,
-	    kind == 0 ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
+	    kind == COHORT__CUDART_H2D ? cudaMemcpyHostToDevice :
+					     cudaMemcpyDeviceToHost));
 }
 
 extern "C" int

@@ -288,6 +288,8 @@ int cohort__cudart_describe(char *name, size_t len, int *sms,
     size_t *mem_bytes, int *driver, int *runtime);
 int cohort__cudart_malloc(void **p, size_t bytes);
 int cohort__cudart_free(void *p);
+#define COHORT__CUDART_H2D 0
+#define COHORT__CUDART_D2H 1
 int cohort__cudart_memcpy(void *dst, const void *src, size_t bytes, int kind);
 int cohort__cudart_memcpy_async(void *dst, const void *src, size_t bytes,
     void *stream);
