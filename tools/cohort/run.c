@@ -1,0 +1,610 @@
+/*
+ * run.c - `cohort run`: the launcher (torchrun-like, start method "popen").
+ *
+ *   cohort run -n N [--max-restarts K] [--coordinator URL] [--job NAME]
+ *              [--token T] [--nnodes M --node-rank R] [--report FILE]
+ *              [--grace MS] -- PROGRAM ARGS...
+ *
+ * It starts an embedded coordinator unless one is given, spawns N local
+ * workers with the environment libcohort reads (cohort's and torchrun's
+ * variables), forwards SIGINT/SIGTERM, and supervises them:
+ *
+ *  1. All workers exit 0: the job is done, exit 0.
+ *  2. A worker fails (non-zero exit or a signal): the others learn it from
+ *     cohortd at once (their pending calls return COHORT_EPEERLOST naming
+ *     the rank and its text) and stop by themselves; workers still running
+ *     after the grace period are sent SIGTERM, then SIGKILL.
+ *  3. With restarts left, the whole group is started again as a new
+ *     generation, with COHORT_RESTART_COUNT incremented so the program can
+ *     resume from its checkpoint. Otherwise the launcher prints a failure
+ *     report (root-cause rank, exit status, its error text, the operation
+ *     it was in, time from failure to the last worker stopping), writes it
+ *     as JSON with --report, and exits with the root cause's exit code.
+ *
+ * Children are started with posix_spawn (fork+exec): nng state of this
+ * process (the embedded coordinator) is never used in a child.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cohort_impl.h"
+#include "coord.h"
+#include "server.h"
+
+extern char **environ;
+
+#define RUN_MAX_LOCAL 1024
+
+struct run_worker {
+	pid_t pid;
+	int rank;
+	int local_rank;
+	int status;     /* raw wait status */
+	bool running;
+	int64_t end_ms; /* when it was reaped */
+};
+
+struct run_failure {
+	bool have;
+	int rank;
+	int exit_code;  /* 128+sig for a signal */
+	int signal;
+	int64_t at_ms;  /* when the launcher noticed it */
+	char text[2048];        /* the rank's reported error text */
+	char last_op[128];
+	uint64_t last_op_seq;
+	char coordinator_view[64]; /* member state at cohortd */
+};
+
+struct run_cfg {
+	int nproc;
+	int nnodes;
+	int node_rank;
+	int max_restarts;
+	int grace_ms;
+	const char *coordinator;
+	const char *job;
+	const char *token;
+	const char *report;
+	char **argv;
+};
+
+static volatile sig_atomic_t run_signal;
+
+static void
+run_on_signal(int sig)
+{
+	run_signal = sig;
+}
+
+static int64_t
+run_now_ms(void)
+{
+	return (cohort__now_ms());
+}
+
+static void
+run_usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: cohort run -n N [options] -- PROGRAM [ARGS...]\n"
+	    "\n"
+	    "Starts N local workers of one job and supervises them.\n"
+	    "\n"
+	    "  -n, --nproc-per-node N  workers on this node (required)\n"
+	    "  --nnodes M              nodes in the job (default 1)\n"
+	    "  --node-rank R           this node's index (default 0);\n"
+	    "                          ranks are R*N .. R*N+N-1\n"
+	    "  --coordinator URL       use this cohortd (default: start an\n"
+	    "                          embedded one on a free loopback port)\n"
+	    "  --job NAME              job name (default: run-<pid>)\n"
+	    "  --token T               job token (default: COHORT_TOKEN or "
+	    "\"\")\n"
+	    "  --max-restarts K        restart the whole group up to K times\n"
+	    "  --grace MS              after a failure, how long the others\n"
+	    "                          may take to stop before SIGTERM\n"
+	    "                          (default 5000)\n"
+	    "  --report FILE           write the failure report as JSON\n");
+}
+
+static bool
+run_parse_int(const char *s, int lo, int hi, int *out)
+{
+	int64_t v;
+
+	if (!cohort__parse_i64(s, &v) || v < lo || v > hi)
+		return (false);
+	*out = (int) v;
+	return (true);
+}
+
+static int
+run_parse(int argc, char **argv, struct run_cfg *cfg)
+{
+	int i;
+
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->nproc = 0;
+	cfg->nnodes = 1;
+	cfg->grace_ms = 5000;
+	cfg->token = getenv("COHORT_TOKEN") ? getenv("COHORT_TOKEN") : "";
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (strcmp(a, "--") == 0) {
+			i++;
+			break;
+		}
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			run_usage(stdout);
+			return (1);
+		}
+		if (a[0] != '-')
+			break; /* the program starts here */
+		if (v == NULL) {
+			fprintf(stderr, "cohort run: %s needs a value\n", a);
+			return (2);
+		}
+		if (strcmp(a, "-n") == 0 || strcmp(a, "--nproc-per-node") == 0) {
+			if (!run_parse_int(v, 1, RUN_MAX_LOCAL, &cfg->nproc))
+				goto bad;
+		} else if (strcmp(a, "--nnodes") == 0) {
+			if (!run_parse_int(v, 1, 65536, &cfg->nnodes))
+				goto bad;
+		} else if (strcmp(a, "--node-rank") == 0) {
+			if (!run_parse_int(v, 0, 65535, &cfg->node_rank))
+				goto bad;
+		} else if (strcmp(a, "--max-restarts") == 0) {
+			if (!run_parse_int(v, 0, 1000000, &cfg->max_restarts))
+				goto bad;
+		} else if (strcmp(a, "--grace") == 0) {
+			if (!run_parse_int(v, 0, 3600000, &cfg->grace_ms))
+				goto bad;
+		} else if (strcmp(a, "--coordinator") == 0) {
+			cfg->coordinator = v;
+		} else if (strcmp(a, "--job") == 0) {
+			cfg->job = v;
+		} else if (strcmp(a, "--token") == 0) {
+			cfg->token = v;
+		} else if (strcmp(a, "--report") == 0) {
+			cfg->report = v;
+		} else {
+			fprintf(stderr, "cohort run: unknown option %s\n", a);
+			run_usage(stderr);
+			return (2);
+		}
+		i++;
+		continue;
+	bad:
+		fprintf(stderr, "cohort run: bad value for %s: %s\n", a, v);
+		return (2);
+	}
+	if (cfg->nproc == 0) {
+		fprintf(stderr, "cohort run: -n N is required\n");
+		return (2);
+	}
+	if (cfg->node_rank >= cfg->nnodes) {
+		fprintf(stderr, "cohort run: --node-rank %d >= --nnodes %d\n",
+		    cfg->node_rank, cfg->nnodes);
+		return (2);
+	}
+	if (cfg->nnodes > 1 && cfg->coordinator == NULL) {
+		fprintf(stderr, "cohort run: --nnodes > 1 needs --coordinator "
+		    "(every node must dial the same cohortd)\n");
+		return (2);
+	}
+	if (i >= argc) {
+		fprintf(stderr, "cohort run: no program given\n");
+		run_usage(stderr);
+		return (2);
+	}
+	cfg->argv = &argv[i];
+	return (0);
+}
+
+/* Splits tcp://HOST:PORT for torchrun's MASTER_ADDR / MASTER_PORT. */
+static void
+run_master_addr(const char *url, char *host, size_t hlen, char *port,
+    size_t plen)
+{
+	const char *p = strstr(url, "://");
+	const char *colon;
+
+	cohort__strlcpy(host, "127.0.0.1", hlen);
+	cohort__strlcpy(port, "29400", plen);
+	if (p == NULL || strncmp(url, "tcp", 3) != 0)
+		return;
+	p += 3;
+	colon = strrchr(p, ':');
+	if (colon == NULL)
+		return;
+	if ((size_t) (colon - p) < hlen) {
+		memcpy(host, p, (size_t) (colon - p));
+		host[colon - p] = '\0';
+	}
+	if (strcmp(host, "0.0.0.0") == 0 || host[0] == '\0')
+		cohort__strlcpy(host, "127.0.0.1", hlen);
+	cohort__strlcpy(port, colon + 1, plen);
+}
+
+static pid_t
+run_spawn(const struct run_cfg *cfg, const char *url, const char *job,
+    int rank, int local_rank, int restart)
+{
+	enum { NVARS = 18 };
+	char vars[NVARS][320];
+	char host[256], port[16];
+	char **envp;
+	size_t n = 0, k = 0;
+	pid_t pid;
+	int world = cfg->nproc * cfg->nnodes;
+	int rv;
+
+	run_master_addr(url, host, sizeof(host), port, sizeof(port));
+	snprintf(vars[k++], 320, "COHORT_COORDINATOR=%s", url);
+	snprintf(vars[k++], 320, "COHORT_JOB=%s", job);
+	snprintf(vars[k++], 320, "COHORT_TOKEN=%s", cfg->token);
+	snprintf(vars[k++], 320, "COHORT_RANK=%d", rank);
+	snprintf(vars[k++], 320, "COHORT_WORLD_SIZE=%d", world);
+	snprintf(vars[k++], 320, "COHORT_LOCAL_RANK=%d", local_rank);
+	snprintf(vars[k++], 320, "COHORT_LOCAL_WORLD_SIZE=%d", cfg->nproc);
+	snprintf(vars[k++], 320, "COHORT_NODE_RANK=%d", cfg->node_rank);
+	snprintf(vars[k++], 320, "COHORT_RESTART_COUNT=%d", restart);
+	snprintf(vars[k++], 320, "RANK=%d", rank);
+	snprintf(vars[k++], 320, "WORLD_SIZE=%d", world);
+	snprintf(vars[k++], 320, "LOCAL_RANK=%d", local_rank);
+	snprintf(vars[k++], 320, "LOCAL_WORLD_SIZE=%d", cfg->nproc);
+	snprintf(vars[k++], 320, "GROUP_RANK=%d", cfg->node_rank);
+	snprintf(vars[k++], 320, "MASTER_ADDR=%s", host);
+	snprintf(vars[k++], 320, "MASTER_PORT=%s", port);
+	snprintf(vars[k++], 320, "TORCHELASTIC_RESTART_COUNT=%d", restart);
+	COHORT__ASSERT(k <= NVARS);
+
+	while (environ[n] != NULL)
+		n++;
+	envp = calloc(n + k + 1, sizeof(char *));
+	if (envp == NULL)
+		return (-1);
+	for (size_t i = 0; i < k; i++)
+		envp[i] = vars[i];
+	/* Inherited variables after ours: the first match wins, and names
+	 * we set are dropped from the inherited set to avoid ambiguity. */
+	for (size_t i = 0, m = k; i < n; i++) {
+		bool dup = false;
+		const char *eq = strchr(environ[i], '=');
+		size_t nl = eq ? (size_t) (eq - environ[i]) : 0;
+		for (size_t j = 0; j < k && eq != NULL; j++)
+			if (strncmp(vars[j], environ[i], nl + 1) == 0)
+				dup = true;
+		if (!dup)
+			envp[m++] = environ[i];
+	}
+	rv = posix_spawnp(&pid, cfg->argv[0], NULL, NULL, cfg->argv, envp);
+	free(envp);
+	if (rv != 0) {
+		fprintf(stderr, "cohort run: cannot start %s: %s\n",
+		    cfg->argv[0], strerror(rv));
+		return (-1);
+	}
+	return (pid);
+}
+
+static const char *
+run_describe(int status, char *buf, size_t len)
+{
+	if (WIFEXITED(status))
+		snprintf(buf, len, "exited with status %d",
+		    WEXITSTATUS(status));
+	else if (WIFSIGNALED(status))
+		snprintf(buf, len, "killed by signal %d (%s)", WTERMSIG(status),
+		    strsignal(WTERMSIG(status)));
+	else
+		snprintf(buf, len, "stopped (status 0x%x)", status);
+	return (buf);
+}
+
+/* Asks cohortd what it knows about the failed rank: its reported text,
+ * its last operation. Best effort, bounded to a second. */
+static void
+run_query_failure(const char *url, const struct run_cfg *cfg, const char *job,
+    struct run_failure *f)
+{
+	struct cohort__coord *co = NULL;
+	struct cohort__coord_call call;
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	Cohort__StatusQuery q = COHORT__STATUS_QUERY__INIT;
+	cohort__time deadline = cohort__now_ms() + 1000;
+	cohort_status rv;
+
+	if (cohort__coord_open(url, job, cfg->token, cohort__random_u64(),
+	    &co) != COHORT_OK)
+		return;
+	if (cohort__coord_wait_connected(co, deadline) != COHORT_OK)
+		goto out;
+	q.job = (char *) job;
+	req.body_case = COHORT__REQUEST__BODY_STATUS_QUERY;
+	req.status_query = &q;
+	cohort__coord_call_init(&call, &req, deadline);
+	rv = cohort__coord_call(co, &call);
+	if (rv == COHORT_OK && call.rep != NULL &&
+	    call.rep->body_case == COHORT__REPLY__BODY_STATUS_QUERY) {
+		Cohort__StatusReply *sr = call.rep->status_query;
+		for (size_t j = 0; j < sr->n_jobs; j++) {
+			Cohort__JobStatus *js = sr->jobs[j];
+			if (strcmp(js->job, job) != 0)
+				continue;
+			for (size_t m = 0; m < js->n_members; m++) {
+				Cohort__MemberStatus *ms = js->members[m];
+				if (ms->rank != f->rank)
+					continue;
+				if (ms->failure != NULL && ms->failure[0])
+					cohort__strlcpy(f->text, ms->failure,
+					    sizeof(f->text));
+				if (ms->last_op != NULL)
+					cohort__strlcpy(f->last_op,
+					    ms->last_op, sizeof(f->last_op));
+				f->last_op_seq = ms->last_op_seq;
+				if (ms->state != NULL)
+					cohort__strlcpy(f->coordinator_view,
+					    ms->state,
+					    sizeof(f->coordinator_view));
+			}
+		}
+	}
+	cohort__coord_call_fini(&call);
+out:
+	cohort__coord_close(co);
+}
+
+static void
+run_json_string(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s != '\0'; s++) {
+		unsigned char c = (unsigned char) *s;
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c == '\n')
+			fputs("\\n", f);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+static void
+run_report(const struct run_cfg *cfg, const char *job,
+    const struct run_failure *f, const struct run_worker *w, int nw,
+    int64_t last_stop_ms, int restarts)
+{
+	char desc[128];
+	int status = 0;
+
+	for (int i = 0; i < nw; i++)
+		if (w[i].rank == f->rank)
+			status = w[i].status;
+	run_describe(status, desc, sizeof(desc));
+	fprintf(stderr,
+	    "\n"
+	    "cohort run: job '%s' failed\n"
+	    "  root cause : rank %d %s\n"
+	    "  error text : %s\n"
+	    "  operation  : %s%s",
+	    job, f->rank, desc, f->text[0] ? f->text : "(none reported)",
+	    f->last_op[0] ? f->last_op : "(unknown)",
+	    f->last_op[0] ? "" : "\n");
+	if (f->last_op[0])
+		fprintf(stderr, " (#%" PRIu64 ")\n", f->last_op_seq);
+	fprintf(stderr,
+	    "  stopped in : %.3f s (failure to last worker stopping)\n"
+	    "  restarts   : %d of %d used\n",
+	    (double) (last_stop_ms - f->at_ms) / 1000.0, restarts,
+	    cfg->max_restarts);
+	for (int i = 0; i < nw; i++)
+		fprintf(stderr, "  rank %-5d : %s\n", w[i].rank,
+		    run_describe(w[i].status, desc, sizeof(desc)));
+
+	if (cfg->report != NULL) {
+		FILE *out = fopen(cfg->report, "w");
+		if (out == NULL) {
+			fprintf(stderr, "cohort run: cannot write %s: %s\n",
+			    cfg->report, strerror(errno));
+			return;
+		}
+		fprintf(out, "{\"job\":");
+		run_json_string(out, job);
+		fprintf(out,
+		    ",\"root_cause\":{\"rank\":%d,\"exit_code\":%d,"
+		    "\"signal\":%d,\"error_text\":",
+		    f->rank, f->exit_code, f->signal);
+		run_json_string(out, f->text);
+		fprintf(out, ",\"operation\":");
+		run_json_string(out, f->last_op);
+		fprintf(out, ",\"operation_seq\":%" PRIu64 "}", f->last_op_seq);
+		fprintf(out,
+		    ",\"stop_seconds\":%.3f,\"restarts\":%d,"
+		    "\"max_restarts\":%d,\"workers\":[",
+		    (double) (last_stop_ms - f->at_ms) / 1000.0, restarts,
+		    cfg->max_restarts);
+		for (int i = 0; i < nw; i++) {
+			int st = w[i].status;
+			fprintf(out, "%s{\"rank\":%d,\"exit_code\":%d,"
+			    "\"signal\":%d}", i ? "," : "", w[i].rank,
+			    WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+			    WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+		}
+		fprintf(out, "]}\n");
+		fclose(out);
+	}
+}
+
+static void
+run_signal_all(struct run_worker *w, int nw, int sig)
+{
+	for (int i = 0; i < nw; i++)
+		if (w[i].running)
+			kill(w[i].pid, sig);
+}
+
+/* Runs one generation of the group. Returns 0 when every worker exited 0,
+ * else fills *f with the root cause. */
+static int
+run_generation(const struct run_cfg *cfg, const char *url, const char *job,
+    int restart, struct run_failure *f, int *exit_code)
+{
+	struct run_worker *w;
+	int nw = cfg->nproc, alive = 0;
+	int64_t term_at = 0, kill_at = 0, last_stop = 0;
+	int forwarded = 0;
+	int rc = 0;
+
+	w = calloc((size_t) nw, sizeof(*w));
+	if (w == NULL)
+		return (-1);
+	memset(f, 0, sizeof(*f));
+	for (int i = 0; i < nw; i++) {
+		w[i].rank = cfg->node_rank * cfg->nproc + i;
+		w[i].local_rank = i;
+		w[i].pid = run_spawn(cfg, url, job, w[i].rank, i, restart);
+		if (w[i].pid < 0) {
+			run_signal_all(w, i, SIGKILL);
+			for (int j = 0; j < i; j++)
+				waitpid(w[j].pid, NULL, 0);
+			free(w);
+			*exit_code = 127;
+			return (-1);
+		}
+		w[i].running = true;
+		alive++;
+	}
+	cohort__info("started %d workers of job '%s' (restart %d)", nw, job,
+	    restart);
+
+	while (alive > 0) {
+		int status;
+		pid_t pid = waitpid(-1, &status, WNOHANG);
+		int64_t now = run_now_ms();
+
+		if (pid > 0) {
+			for (int i = 0; i < nw; i++) {
+				if (w[i].pid != pid || !w[i].running)
+					continue;
+				w[i].running = false;
+				w[i].status = status;
+				w[i].end_ms = now;
+				alive--;
+				last_stop = now;
+				if ((WIFEXITED(status) &&
+				    WEXITSTATUS(status) == 0) || f->have)
+					break;
+				/* the first failure is the root cause */
+				f->have = true;
+				f->rank = w[i].rank;
+				f->at_ms = now;
+				f->exit_code = WIFEXITED(status) ?
+				    WEXITSTATUS(status) :
+				    128 + WTERMSIG(status);
+				f->signal = WIFSIGNALED(status) ?
+				    WTERMSIG(status) : 0;
+				term_at = now + cfg->grace_ms;
+				kill_at = term_at + 3000;
+				run_query_failure(url, cfg, job, f);
+			}
+			continue;
+		}
+		if (run_signal != 0 && forwarded != run_signal) {
+			forwarded = run_signal;
+			fprintf(stderr, "cohort run: forwarding signal %d to "
+			    "%d workers\n", forwarded, alive);
+			run_signal_all(w, nw, forwarded);
+			if (term_at == 0) {
+				term_at = now + cfg->grace_ms;
+				kill_at = term_at + 3000;
+			}
+		}
+		if (term_at != 0 && now >= term_at) {
+			run_signal_all(w, nw, SIGTERM);
+			term_at = INT64_MAX;
+		}
+		if (kill_at != 0 && now >= kill_at) {
+			run_signal_all(w, nw, SIGKILL);
+			kill_at = INT64_MAX;
+		}
+		usleep(2000);
+	}
+	if (f->have) {
+		rc = 1;
+		*exit_code = f->exit_code != 0 ? f->exit_code : 1;
+		run_report(cfg, job, f, w, nw, last_stop, restart);
+	} else if (run_signal != 0) {
+		rc = 1;
+		*exit_code = 128 + run_signal;
+	}
+	free(w);
+	return (rc);
+}
+
+int
+cohort__cmd_run(int argc, char **argv)
+{
+	struct run_cfg cfg;
+	struct cohort__srv *srv = NULL;
+	struct run_failure f;
+	char job[128];
+	const char *url;
+	int rc, exit_code = 0;
+	struct sigaction sa;
+
+	if ((rc = run_parse(argc, argv, &cfg)) != 0)
+		return (rc == 1 ? 0 : rc);
+	cohort__log_set_component("cohort-run");
+	cohort__log_set_default_level(COHORT__LOG_WARN);
+	if (cfg.job != NULL)
+		cohort__strlcpy(job, cfg.job, sizeof(job));
+	else
+		snprintf(job, sizeof(job), "run-%d", (int) getpid());
+
+	if (cfg.coordinator != NULL) {
+		url = cfg.coordinator;
+	} else {
+		struct cohort__srv_config sc;
+		static const char *const listen[] = { "tcp://127.0.0.1:0" };
+		cohort__srv_config_init(&sc);
+		sc.listen = listen;
+		sc.nlisten = 1;
+		if (cohort__srv_start(&sc, &srv) != COHORT_OK) {
+			fprintf(stderr, "cohort run: cannot start the embedded "
+			    "coordinator: %s\n", cohort_last_error());
+			return (1);
+		}
+		url = cohort__srv_url(srv, 0);
+	}
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = run_on_signal;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+
+	for (int restart = 0;; restart++) {
+		rc = run_generation(&cfg, url, job, restart, &f, &exit_code);
+		if (rc == 0 || run_signal != 0 || rc < 0)
+			break;
+		if (restart >= cfg.max_restarts)
+			break;
+		fprintf(stderr, "cohort run: restarting the group (%d of %d)\n",
+		    restart + 1, cfg.max_restarts);
+	}
+	cohort__srv_stop(srv);
+	return (rc == 0 ? 0 : exit_code);
+}
