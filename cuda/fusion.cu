@@ -90,7 +90,8 @@ copy_batch_kernel(const __grid_constant__ struct cohort__copy_batch b)
 		uint64_t nvec;
 
 		cohort__copy_range(&b, i, c, &off, &len);
-		const char *src = reinterpret_cast<const char *>(dsc->src + off);
+		const char *src =
+		    reinterpret_cast<const char *>(dsc->src + off);
 		char *dst = reinterpret_cast<char *>(dsc->dst + off);
 		cohort__copy_split(dsc->src + off, dsc->dst + off, len, &w,
 		    &head, &nvec);
@@ -419,7 +420,8 @@ cohort__cuda_cast(void *dst, cohort_dtype ddt, const void *src,
     cohort_dtype sdt, size_t count, void *stream)
 {
 	cudaStream_t st = static_cast<cudaStream_t>(stream);
-	cohort_status rv = cohort__kernel_check_cast(dst, ddt, src, sdt, count);
+	cohort_status rv =
+	    cohort__kernel_check_cast(dst, ddt, src, sdt, count);
 	unsigned grid = grid_for(count);
 	uint16_t *h = static_cast<uint16_t *>(dst);
 	float *f = static_cast<float *>(dst);

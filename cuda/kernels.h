@@ -198,7 +198,8 @@ cohort_status cohort__cuda_scale(void *x, size_t count, cohort_dtype dt,
 
 /* Scalar conversions, round to nearest even, overflow to infinity, NaN to
  * a quiet NaN of the same sign. f16 and bf16 travel as their bit patterns.
- */
+ * Defined once, in client/reduce.c (also declared in backend.h: the CPU
+ * reductions and these references share them); tests/cuda checks them. */
 uint16_t cohort__f32_to_f16(float f);
 float cohort__f16_to_f32(uint16_t h);
 uint16_t cohort__f32_to_bf16(float f);
@@ -224,6 +225,17 @@ cohort_status cohort__ref_reduce2(void *dst, const void *src, size_t count,
     cohort_dtype dt, cohort_redop op);
 cohort_status cohort__cuda_reduce2(void *dst, const void *src, size_t count,
     cohort_dtype dt, cohort_redop op, void *stream);
+
+/* Compares n elements of dt, got against want, like llm.c's
+ * validate_result: element i matches when both are NaN, or
+ * |got - want| <= eps * |want| + the smallest normal of dt (eps 0 asks
+ * for equality; integers are compared exactly). Prints the first `report`
+ * mismatches to stderr as "what[i]: got G, want W". Returns the number of
+ * mismatches; *max_rel (if not NULL) gets the largest
+ * |got - want| / max(|want|, smallest normal) over finite pairs. */
+size_t cohort__ref_compare(const char *what, cohort_dtype dt,
+    const void *got, const void *want, size_t n, double eps, size_t report,
+    double *max_rel);
 
 /* Argument rules shared by the references and the launchers; each returns
  * COHORT_OK or the status the call must return (with the detail set). */

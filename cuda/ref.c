@@ -6,119 +6,18 @@
  * element (tests/cuda/test_kernels.c, like llm.c dev/cuda). Pure C, built
  * everywhere; keep each loop the plainest statement of the semantics.
  *
- * The half-precision conversions follow IEEE 754 binary16 and the bfloat16
- * convention of PyTorch c10/util/BFloat16.h (round to nearest even through
- * the 0x7fff + lsb bias).
+ * The scalar f16/bf16 conversions come from client/reduce.c (IEEE 754
+ * binary16; bfloat16 as PyTorch c10/util/BFloat16.h, round to nearest even
+ * through the 0x7fff + lsb bias): one definition for the CPU reductions,
+ * these references and, through the tests, the kernels.
  */
+#include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "cohort_impl.h"
 #include "kernels.h"
-
-/* ------------------------------------------------------------------------ */
-/* Scalar conversions                                                       */
-/* ------------------------------------------------------------------------ */
-
-static uint32_t
-ref_bits(float f)
-{
-	uint32_t x;
-
-	memcpy(&x, &f, sizeof(x));
-	return (x);
-}
-
-static float
-ref_float(uint32_t x)
-{
-	float f;
-
-	memcpy(&f, &x, sizeof(f));
-	return (f);
-}
-
-uint16_t
-cohort__f32_to_f16(float f)
-{
-	uint32_t x = ref_bits(f);
-	uint32_t sign = (x >> 16) & 0x8000u;
-	uint32_t exp = (x >> 23) & 0xffu;
-	uint32_t man = x & 0x7fffffu;
-	int32_t e = (int32_t) exp - 127 + 15;
-	uint32_t h;
-	uint32_t rem;
-
-	if (exp == 0xffu) {
-		if (man != 0) /* NaN: keep the top payload bits, make quiet */
-			return ((uint16_t) (sign | 0x7e00u | (man >> 13)));
-		return ((uint16_t) (sign | 0x7c00u));
-	}
-	if (e >= 31) /* |f| >= 65536 */
-		return ((uint16_t) (sign | 0x7c00u));
-	if (e <= 0) {
-		/* A subnormal half (or zero): k units of 2^-24, where
-		 * f = (man | 2^23) * 2^(e - 14) units. */
-		uint32_t shift;
-		uint32_t k;
-		uint32_t halfway;
-
-		if (e < -10) /* |f| < 2^-25: rounds to zero */
-			return ((uint16_t) sign);
-		man |= 0x800000u;
-		shift = (uint32_t) (14 - e);
-		k = man >> shift;
-		rem = man & ((1u << shift) - 1);
-		halfway = 1u << (shift - 1);
-		if (rem > halfway || (rem == halfway && (k & 1) != 0))
-			k++; /* may carry into the smallest normal: correct */
-		return ((uint16_t) (sign | k));
-	}
-	h = ((uint32_t) e << 10) | (man >> 13);
-	rem = man & 0x1fffu;
-	if (rem > 0x1000u || (rem == 0x1000u && (h & 1) != 0))
-		h++; /* may carry into the exponent, up to infinity */
-	return ((uint16_t) (sign | h));
-}
-
-float
-cohort__f16_to_f32(uint16_t h)
-{
-	uint32_t sign = ((uint32_t) h & 0x8000u) << 16;
-	uint32_t exp = ((uint32_t) h >> 10) & 0x1fu;
-	uint32_t man = (uint32_t) h & 0x3ffu;
-	uint32_t e;
-
-	if (exp == 0x1fu)
-		return (ref_float(sign | 0x7f800000u | (man << 13)));
-	if (exp != 0)
-		return (ref_float(sign | ((exp + 112) << 23) | (man << 13)));
-	if (man == 0)
-		return (ref_float(sign));
-	e = 113; /* the f32 exponent of 2^-14 */
-	while ((man & 0x400u) == 0) {
-		man <<= 1;
-		e--;
-	}
-	return (ref_float(sign | (e << 23) | ((man & 0x3ffu) << 13)));
-}
-
-uint16_t
-cohort__f32_to_bf16(float f)
-{
-	uint32_t x = ref_bits(f);
-
-	if ((x & 0x7fffffffu) > 0x7f800000u) /* NaN: make it quiet */
-		return ((uint16_t) ((x >> 16) | 0x0040u));
-	x += 0x7fffu + ((x >> 16) & 1);
-	return ((uint16_t) (x >> 16));
-}
-
-float
-cohort__bf16_to_f32(uint16_t h)
-{
-	return (ref_float((uint32_t) h << 16));
-}
 
 /* ------------------------------------------------------------------------ */
 /* Argument rules (shared with the launchers)                               */
@@ -488,7 +387,8 @@ cohort__ref_reduce2(void *dst, const void *src, size_t count,
 		for (i = 0; i < count; i++) {
 			uint16_t *d = (uint16_t *) dst + i;
 			float a = cohort__f16_to_f32(*d);
-			float b = cohort__f16_to_f32(((const uint16_t *) src)[i]);
+			float b =
+			    cohort__f16_to_f32(((const uint16_t *) src)[i]);
 			*d = cohort__f32_to_f16(ref_op_f32(a, b, op));
 		}
 		break;
@@ -512,4 +412,89 @@ cohort__ref_reduce2(void *dst, const void *src, size_t count,
 		break;
 	}
 	return (COHORT_OK);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Validation                                                               */
+/* ------------------------------------------------------------------------ */
+
+static double
+ref_value(cohort_dtype dt, const void *p, size_t i)
+{
+	switch (dt) {
+	case COHORT_F32:
+		return (((const float *) p)[i]);
+	case COHORT_F64:
+		return (((const double *) p)[i]);
+	case COHORT_F16:
+		return (cohort__f16_to_f32(((const uint16_t *) p)[i]));
+	case COHORT_BF16:
+		return (cohort__bf16_to_f32(((const uint16_t *) p)[i]));
+	case COHORT_I32:
+		return (((const int32_t *) p)[i]);
+	case COHORT_I64: /* exact below 2^53; compared as bits anyway */
+		return ((double) ((const int64_t *) p)[i]);
+	default:
+		return (((const uint8_t *) p)[i]);
+	}
+}
+
+static double
+ref_tiny(cohort_dtype dt)
+{
+	switch (dt) {
+	case COHORT_F32:
+		return (FLT_MIN);
+	case COHORT_F64:
+		return (DBL_MIN);
+	case COHORT_F16:
+		return (6.103515625e-05); /* 2^-14 */
+	case COHORT_BF16:
+		return (FLT_MIN);
+	default:
+		return (0);
+	}
+}
+
+size_t
+cohort__ref_compare(const char *what, cohort_dtype dt, const void *got,
+    const void *want, size_t n, double eps, size_t report, double *max_rel)
+{
+	size_t size = cohort_dtype_size(dt);
+	double tiny = ref_tiny(dt);
+	bool exact = tiny == 0;
+	double worst = 0;
+	size_t bad = 0;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		double g = ref_value(dt, got, i);
+		double w = ref_value(dt, want, i);
+		bool ok;
+
+		if (exact) {
+			ok = memcmp((const char *) got + i * size,
+			    (const char *) want + i * size, size) == 0;
+		} else if (isnan(g) || isnan(w)) {
+			ok = isnan(g) && isnan(w);
+		} else if (isinf(g) || isinf(w)) {
+			ok = g == w;
+		} else {
+			double err = fabs(g - w);
+			double rel = err / fmax(fabs(w), tiny);
+			ok = eps == 0 ? g == w && signbit(g) == signbit(w) :
+			    err <= eps * fabs(w) + tiny;
+			if (rel > worst)
+				worst = rel;
+		}
+		if (!ok && bad++ < report)
+			fprintf(stderr, "%s[%zu]: got %.9g, want %.9g\n",
+			    what != NULL ? what : "?", i, g, w);
+	}
+	if (report > 0 && bad > report)
+		fprintf(stderr, "%s: %zu mismatches in %zu elements\n",
+		    what != NULL ? what : "?", bad, n);
+	if (max_rel != NULL)
+		*max_rel = worst;
+	return (bad);
 }

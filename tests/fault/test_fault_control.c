@@ -6,6 +6,7 @@
  * bench/faults and docs/failures.md).
  */
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>

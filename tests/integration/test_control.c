@@ -3,6 +3,7 @@
  * loopback port and real worker processes (build/bin/cohort-test-worker)
  * exercising every operation of issue 2.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
