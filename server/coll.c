@@ -1,0 +1,1047 @@
+/*
+ * coll.c - control-plane collectives and group creation
+ * (proto/README.md section 5).
+ *
+ * Arrivals are gathered per (group, op_seq) in a srv_coll; each arrival
+ * is O(1) (an array slot by group rank), completion is O(group size).
+ * Every arrival must agree with the first one on kind, name, root, op,
+ * scalar type and count; a disagreement turns the collective into a
+ * tombstone that answers COHORT_EMISMATCH to every rank, including the
+ * ones still to come, and is freed when the whole group has been told.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "srv_impl.h"
+
+const char*
+srv_coll_kind_name(int kind)
+{
+	switch (kind) {
+	case COHORT__COLLECTIVE_KIND__COLL_BARRIER:
+		return ("barrier");
+	case COHORT__COLLECTIVE_KIND__COLL_BROADCAST:
+		return ("broadcast");
+	case COHORT__COLLECTIVE_KIND__COLL_REDUCE_SCALARS:
+		return ("reduce_scalars");
+	case COHORT__COLLECTIVE_KIND__COLL_DECIDE:
+		return ("decide");
+	case COHORT__COLLECTIVE_KIND__COLL_SERVICE:
+		return ("service");
+	default:
+		return ("collective");
+	}
+}
+
+static void
+coll_desc_text(const struct srv_cdesc* cd, char* buf, size_t len)
+{
+	size_t off = 0;
+
+	cohort__appendf(buf, len, &off, "%s '%s'",
+	    srv_coll_kind_name(cd->kind), cd->name ? cd->name : "");
+	switch (cd->kind) {
+	case COHORT__COLLECTIVE_KIND__COLL_BROADCAST:
+		cohort__appendf(buf, len, &off, " (root %d)", cd->root);
+		break;
+	case COHORT__COLLECTIVE_KIND__COLL_REDUCE_SCALARS:
+		cohort__appendf(buf, len, &off, " (%s of %zu %s)",
+		    cohort_redop_name((cohort_redop)cd->op), cd->nvals,
+		    cd->stype == COHORT__SCALAR_TYPE__SCALAR_I64 ? "i64"
+		                                                 : "f64");
+		break;
+	case COHORT__COLLECTIVE_KIND__COLL_DECIDE:
+		cohort__appendf(
+		    buf, len, &off, " (%s)", cd->decide_all ? "all" : "any");
+		break;
+	case COHORT__COLLECTIVE_KIND__COLL_SERVICE:
+		cohort__appendf(buf, len, &off, " (op %u, %s, %s)",
+		    cd->service_op, cohort_dtype_name((cohort_dtype)cd->dtype),
+		    cohort_redop_name((cohort_redop)cd->op));
+		break;
+	default:
+		break;
+	}
+}
+
+static bool
+coll_desc_equal(const struct srv_cdesc* a, const struct srv_cdesc* b)
+{
+	if (a->kind != b->kind || strcmp(a->name, b->name) != 0)
+		return (false);
+	switch (a->kind) {
+	case COHORT__COLLECTIVE_KIND__COLL_BROADCAST:
+		return (a->root == b->root);
+	case COHORT__COLLECTIVE_KIND__COLL_REDUCE_SCALARS:
+		return (a->op == b->op && a->stype == b->stype
+		    && a->nvals == b->nvals);
+	case COHORT__COLLECTIVE_KIND__COLL_DECIDE:
+		return (a->decide_all == b->decide_all);
+	case COHORT__COLLECTIVE_KIND__COLL_SERVICE:
+		return (a->service_op == b->service_op && a->dtype == b->dtype
+		    && a->op == b->op);
+	default:
+		return (true);
+	}
+}
+
+void
+srv_coll_describe(const struct srv_call* c, char* buf, size_t len)
+{
+	if (c->park == SRV_PARK_COLL && c->owner != NULL) {
+		const struct srv_coll* co = c->owner;
+		size_t off = 0;
+		coll_desc_text(&co->cd, buf, len);
+		off = strlen(buf);
+		cohort__appendf(buf, len, &off, " (#%" PRIu64 ")", co->op_seq);
+		if (co->g->name[0] != '\0')
+			cohort__appendf(
+			    buf, len, &off, " on group '%s'", co->g->name);
+	} else if (c->park == SRV_PARK_GROUP && c->owner != NULL) {
+		const struct srv_group* g = c->owner;
+		snprintf(buf, len, "creation of group '%s'", g->name);
+	} else {
+		snprintf(buf, len, "a collective");
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* Groups                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static struct srv_group*
+group_new(
+    struct srv_job* job, const char* name, const int32_t* ranks, uint32_t n)
+{
+	struct srv_group* g = calloc(1, sizeof(*g));
+
+	if (g == NULL)
+		return (NULL);
+	g->name = srv_strdup(name);
+	g->ranks = malloc(sizeof(int32_t) * (n ? n : 1));
+	g->grank_of = malloc(sizeof(int32_t) * job->world);
+	g->arr = calloc(n ? n : 1, sizeof(*g->arr));
+	if (g->name == NULL || g->ranks == NULL || g->grank_of == NULL
+	    || g->arr == NULL)
+		goto out_free;
+	g->n = n;
+	for (uint32_t r = 0; r < job->world; r++)
+		g->grank_of[r] = -1;
+	for (uint32_t i = 0; i < n; i++) {
+		g->ranks[i] = ranks[i];
+		g->grank_of[ranks[i]] = (int32_t)i;
+	}
+	if (srv_map_put(&job->groups, &g->hn, g->name, strlen(g->name))
+	    != COHORT_OK)
+		goto out_free;
+	return (g);
+
+out_free:
+	free(g->name);
+	free(g->ranks);
+	free(g->grank_of);
+	free(g->arr);
+	free(g);
+	return (NULL);
+}
+
+static void
+group_free(struct srv_job* job, struct srv_group* g)
+{
+	srv_map_del(&job->groups, &g->hn);
+	free(g->name);
+	free(g->ranks);
+	free(g->grank_of);
+	free(g->arr);
+	free(g);
+}
+
+cohort_status
+srv_group_world(struct srv_job* job)
+{
+	int32_t* r = malloc(sizeof(int32_t) * job->world);
+	struct srv_group* g;
+
+	if (r == NULL)
+		return (COHORT_ENOMEM);
+	for (uint32_t i = 0; i < job->world; i++)
+		r[i] = (int32_t)i;
+	g = group_new(job, "", r, job->world);
+	free(r);
+	if (g == NULL)
+		return (COHORT_ENOMEM);
+	g->complete = true;
+	return (COHORT_OK);
+}
+
+static struct srv_group*
+group_find(struct srv_job* job, const char* name)
+{
+	struct srv_hnode* n = srv_map_get(&job->groups, name, strlen(name));
+
+	return (n ? SRV_CONTAINER(n, struct srv_group, hn) : NULL);
+}
+
+/* EPEERLOST because rank left the job and op waits for it. */
+static void
+coll_answer_left(struct srv_call* c, int32_t rank, const char* what)
+{
+	struct srv_job* job = c->job;
+	const struct srv_member* m = &job->members[rank];
+	Cohort__Reply rep;
+	char buf[768];
+
+	snprintf(buf, sizeof(buf),
+	    "rank %d (%s:%u) left job '%s'; %s cannot complete", rank, m->host,
+	    m->pid, job->name, what);
+	srv_reply_init(&rep, c, COHORT_EPEERLOST);
+	rep.failed_rank = rank;
+	rep.failed_text = "left the job";
+	rep.error = buf;
+	srv_call_answer(c, &rep, NULL, 0);
+}
+
+static void
+group_answer(struct srv_call* c, struct srv_group* g)
+{
+	Cohort__Reply rep;
+	Cohort__GroupCreateReply gr;
+
+	srv_reply_init(&rep, c, COHORT_OK);
+	cohort__group_create_reply__init(&gr);
+	gr.group = g->name;
+	gr.group_rank = g->grank_of[c->rank];
+	gr.group_size = g->n;
+	rep.body_case = COHORT__REPLY__BODY_GROUP_CREATE;
+	rep.group_create = &gr;
+	srv_call_answer(c, &rep, NULL, 0);
+}
+
+static bool
+group_same(const struct srv_group* g, const int32_t* ranks, size_t n)
+{
+	return (
+	    g->n == n && memcmp(g->ranks, ranks, n * sizeof(int32_t)) == 0);
+}
+
+void
+srv_group_handle(
+    struct srv_call* c, const Cohort__GroupCreate* gc, cohort__time now)
+{
+	struct srv_job* job = c->job;
+	struct srv_member* m;
+	struct srv_group* g;
+	uint8_t* seen;
+	int32_t grank = -1;
+	char a[512], b[512];
+
+	if ((m = srv_job_collective_member(c)) == NULL)
+		return;
+	if (gc->name[0] == '\0' || strlen(gc->name) > SRV_MAX_NAME) {
+		srv_call_fail(c, COHORT_EINVAL,
+		    "group name must be 1..%d bytes (\"\" is the world)",
+		    SRV_MAX_NAME);
+		return;
+	}
+	if (gc->n_ranks == 0 || gc->n_ranks > job->world) {
+		srv_call_fail(c, COHORT_EINVAL,
+		    "group '%s' lists %zu ranks; it needs 1..%u", gc->name,
+		    gc->n_ranks, job->world);
+		return;
+	}
+	if ((seen = calloc(job->world, 1)) == NULL) {
+		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
+		return;
+	}
+	for (size_t i = 0; i < gc->n_ranks; i++) {
+		int32_t r = gc->ranks[i];
+		if (r < 0 || (uint32_t)r >= job->world || seen[r]) {
+			free(seen);
+			srv_call_fail(c, COHORT_EINVAL,
+			    "group '%s': rank %d is %s", gc->name, r,
+			    (r < 0 || (uint32_t)r >= job->world)
+			        ? "out of range"
+			        : "listed twice");
+			return;
+		}
+		seen[r] = 1;
+		if (r == m->rank)
+			grank = (int32_t)i;
+	}
+	free(seen);
+	if (grank < 0) {
+		srv_call_fail(c, COHORT_EINVAL,
+		    "rank %d asked to create group '%s' without being in it",
+		    m->rank, gc->name);
+		return;
+	}
+	c->rank = m->rank;
+	c->grank = grank;
+	g = group_find(job, gc->name);
+	if (g != NULL && g->complete) {
+		if (group_same(g, gc->ranks, gc->n_ranks)) {
+			group_answer(c, g);
+			return;
+		}
+		srv_fmt_ranks(a, sizeof(a), g->ranks, g->n);
+		srv_call_fail(c, COHORT_EEXIST,
+		    "group '%s' already exists with ranks %s", gc->name, a);
+		return;
+	}
+	for (size_t i = 0; i < gc->n_ranks; i++) {
+		int32_t r = gc->ranks[i];
+		if (job->members[r].state == SRV_MEMBER_LEFT) {
+			char what[300];
+			snprintf(what, sizeof(what), "creation of group '%s'",
+			    gc->name);
+			coll_answer_left(c, r, what);
+			return;
+		}
+	}
+	if (g != NULL && !group_same(g, gc->ranks, gc->n_ranks)) {
+		srv_fmt_ranks(a, sizeof(a), g->ranks, g->n);
+		srv_fmt_ranks(b, sizeof(b), gc->ranks, gc->n_ranks);
+		char detail[1200];
+		snprintf(detail, sizeof(detail),
+		    "group '%s': earlier ranks asked for ranks [%s], rank %d "
+		    "asked for [%s]",
+		    gc->name, a, m->rank, b);
+		for (uint32_t i = 0; i < g->n; i++) {
+			struct srv_call* p = g->arr[i];
+			if (p == NULL)
+				continue;
+			g->arr[i] = NULL;
+			srv_call_fail(p, COHORT_EMISMATCH, "%s", detail);
+		}
+		group_free(job, g);
+		srv_call_fail(c, COHORT_EMISMATCH, "%s", detail);
+		return;
+	}
+	if (g == NULL) {
+		g = group_new(job, gc->name, gc->ranks, (uint32_t)gc->n_ranks);
+		if (g == NULL) {
+			srv_call_fail(c, COHORT_ENOMEM, "out of memory");
+			return;
+		}
+		g->first = now;
+	} else if (g->arr[grank] != NULL) {
+		srv_call_fail(c, COHORT_EINVAL,
+		    "rank %d asked to create group '%s' twice", m->rank,
+		    gc->name);
+		return;
+	}
+	g->arr[grank] = c;
+	g->narr++;
+	c->owner = g;
+	srv_call_park(c, SRV_PARK_GROUP);
+	if (g->narr < g->n)
+		return;
+	g->complete = true;
+	for (uint32_t i = 0; i < g->n; i++) {
+		struct srv_call* p = g->arr[i];
+		g->arr[i] = NULL;
+		group_answer(p, g);
+	}
+	g->narr = 0;
+}
+
+void
+srv_group_withdraw(struct srv_call* c)
+{
+	struct srv_group* g = c->owner;
+
+	g->arr[c->grank] = NULL;
+	g->narr--;
+	c->owner = NULL;
+	if (g->narr == 0 && !g->complete)
+		group_free(c->job, g);
+}
+
+void
+srv_group_expire(struct srv_call* c, cohort__time now)
+{
+	struct srv_group* g = c->owner;
+	int32_t* miss = calloc(g->n + 1, sizeof(int32_t));
+	size_t nm = 0;
+	char rb[512], secs[32], name[SRV_MAX_NAME + 1];
+	Cohort__Reply rep;
+	char buf[1024];
+
+	cohort__strlcpy(name, g->name, sizeof(name));
+	for (uint32_t i = 0; miss != NULL && i < g->n; i++)
+		if (g->arr[i] == NULL)
+			miss[nm++] = g->ranks[i];
+	srv_fmt_ranks(rb, sizeof(rb), miss, nm);
+	srv_fmt_secs(secs, sizeof(secs), now - c->start);
+	srv_call_withdraw(c, now);
+	snprintf(buf, sizeof(buf),
+	    "creation of group '%s' timed out after %s; rank%s %s never "
+	    "arrived",
+	    name, secs, nm == 1 ? "" : "s", rb);
+	srv_reply_init(&rep, c, COHORT_ETIMEDOUT);
+	rep.error = buf;
+	rep.n_missing_ranks = nm;
+	rep.missing_ranks = miss;
+	srv_call_answer(c, &rep, NULL, 0);
+	free(miss);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Collectives                                                              */
+/* ------------------------------------------------------------------------ */
+
+static void
+coll_free(struct srv_coll* co)
+{
+	srv_map_del(&co->job->colls, &co->hn);
+	if (co->bmsg != NULL)
+		nng_msg_free(co->bmsg);
+	free(co->key);
+	free(co->cd.name);
+	free(co->calls);
+	free(co->arrived);
+	free(co->mismatch);
+	free(co);
+}
+
+static struct srv_coll*
+coll_new(struct srv_job* job, struct srv_group* g, uint8_t* key, size_t klen,
+    uint64_t op_seq, const struct srv_cdesc* cd, cohort__time now)
+{
+	struct srv_coll* co = calloc(1, sizeof(*co));
+
+	if (co == NULL)
+		return (NULL);
+	co->job = job;
+	co->g = g;
+	co->op_seq = op_seq;
+	co->cd = *cd;
+	co->cd.name = srv_strdup(cd->name);
+	co->calls = calloc(g->n, sizeof(*co->calls));
+	co->arrived = calloc(g->n, 1);
+	co->first = now;
+	if (co->cd.name == NULL || co->calls == NULL || co->arrived == NULL
+	    || srv_map_put(&job->colls, &co->hn, key, klen) != COHORT_OK) {
+		free(co->cd.name);
+		free(co->calls);
+		free(co->arrived);
+		free(co);
+		return (NULL);
+	}
+	co->key = key;
+	co->klen = klen;
+	return (co);
+}
+
+static void
+coll_answer_ok(struct srv_call* c, Cohort__CollectiveReply* cr,
+    const struct cohort__iov* parts, size_t nparts)
+{
+	Cohort__Reply rep;
+	Cohort__CollectiveReply empty;
+
+	if (cr == NULL) {
+		cohort__collective_reply__init(&empty);
+		cr = &empty;
+	}
+	srv_reply_init(&rep, c, COHORT_OK);
+	rep.body_case = COHORT__REPLY__BODY_COLLECTIVE;
+	rep.collective = cr;
+	srv_call_answer(c, &rep, parts, nparts);
+}
+
+static void
+coll_deliver(struct srv_coll* co, struct srv_call* c)
+{
+	struct cohort__iov part = { co->bdata, co->blen };
+
+	co->ndelivered++;
+	coll_answer_ok(c, NULL, &part, 1);
+}
+
+static bool
+coll_done(struct srv_coll* co)
+{
+	if (co->mismatch != NULL)
+		return (co->narrived == co->g->n && co->nparked == 0);
+	if (co->cd.kind == COHORT__COLLECTIVE_KIND__COLL_BROADCAST)
+		return (co->root_in && co->ndelivered + 1 >= co->g->n);
+	return (false);
+}
+
+static void
+coll_reduce(struct srv_coll* co, struct srv_call** calls,
+    Cohort__CollectiveReply* cr, int64_t* ri, double* rf)
+{
+	uint32_t n = co->g->n;
+	size_t nv = co->cd.nvals;
+
+	if (co->cd.stype == COHORT__SCALAR_TYPE__SCALAR_I64) {
+		for (size_t k = 0; k < nv; k++) {
+			uint64_t acc = (uint64_t)calls[0]->i64s[k];
+			for (uint32_t i = 1; i < n; i++) {
+				int64_t v = calls[i]->i64s[k];
+				switch (co->cd.op) {
+				case COHORT_SUM:
+					acc += (uint64_t)v;
+					break;
+				case COHORT_PROD:
+					acc *= (uint64_t)v;
+					break;
+				case COHORT_MIN:
+					if (v < (int64_t)acc)
+						acc = (uint64_t)v;
+					break;
+				default:
+					if (v > (int64_t)acc)
+						acc = (uint64_t)v;
+					break;
+				}
+			}
+			ri[k] = (int64_t)acc;
+		}
+		cr->n_i64s = nv;
+		cr->i64s = ri;
+		return;
+	}
+	for (size_t k = 0; k < nv; k++) {
+		double acc = calls[0]->f64s[k];
+		for (uint32_t i = 1; i < n; i++) {
+			double v = calls[i]->f64s[k];
+			switch (co->cd.op) {
+			case COHORT_SUM:
+			case COHORT_MEAN:
+				acc += v;
+				break;
+			case COHORT_PROD:
+				acc *= v;
+				break;
+			case COHORT_MIN:
+				acc = fmin(acc, v);
+				break;
+			default:
+				acc = fmax(acc, v);
+				break;
+			}
+		}
+		if (co->cd.op == COHORT_MEAN)
+			acc /= (double)n;
+		rf[k] = acc;
+	}
+	cr->n_f64s = nv;
+	cr->f64s = rf;
+}
+
+/* Everyone arrived: compute, answer each member, free. */
+static void
+coll_complete(struct srv_coll* co)
+{
+	uint32_t n = co->g->n;
+	struct srv_call** calls = co->calls;
+	Cohort__CollectiveReply cr;
+	struct cohort__iov* parts = NULL;
+	nng_msg** msgs = NULL;
+	int64_t *ri = NULL, *lens = NULL;
+	double* rf = NULL;
+	size_t nparts = 0;
+
+	cohort__collective_reply__init(&cr);
+	co->job->core->m.collectives++;
+	switch (co->cd.kind) {
+	case COHORT__COLLECTIVE_KIND__COLL_REDUCE_SCALARS:
+		ri = malloc(sizeof(int64_t) * co->cd.nvals);
+		rf = malloc(sizeof(double) * co->cd.nvals);
+		if (ri != NULL && rf != NULL)
+			coll_reduce(co, calls, &cr, ri, rf);
+		break;
+	case COHORT__COLLECTIVE_KIND__COLL_DECIDE:
+		cr.decision = co->cd.decide_all;
+		for (uint32_t i = 0; i < n; i++) {
+			if (co->cd.decide_all)
+				cr.decision
+				    = cr.decision && calls[i]->decision;
+			else
+				cr.decision
+				    = cr.decision || calls[i]->decision;
+		}
+		break;
+	case COHORT__COLLECTIVE_KIND__COLL_SERVICE:
+		parts = malloc(sizeof(*parts) * n);
+		msgs = malloc(sizeof(*msgs) * n);
+		lens = malloc(sizeof(int64_t) * n);
+		if (parts == NULL || msgs == NULL || lens == NULL)
+			break;
+		/* The replies borrow every request's payload: keep the
+		 * messages alive until the last reply is packed. */
+		for (uint32_t i = 0; i < n; i++) {
+			parts[i].base = calls[i]->payload;
+			parts[i].len = calls[i]->plen;
+			lens[i] = (int64_t)calls[i]->plen;
+			msgs[i] = calls[i]->msg;
+			calls[i]->msg = NULL;
+		}
+		nparts = n;
+		cr.n_i64s = n;
+		cr.i64s = lens;
+		break;
+	default:
+		break;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		struct srv_call* c = calls[i];
+		calls[i] = NULL;
+		c->owner = NULL;
+		coll_answer_ok(c, &cr, parts, nparts);
+	}
+	co->nparked = 0;
+	if (msgs != NULL && nparts == n)
+		for (uint32_t i = 0; i < n; i++)
+			nng_msg_free(msgs[i]);
+	free(parts);
+	free(msgs);
+	free(lens);
+	free(ri);
+	free(rf);
+	coll_free(co);
+}
+
+static void
+coll_mismatch(struct srv_coll* co, struct srv_call* c)
+{
+	struct srv_group* g = co->g;
+	int32_t* r = malloc(sizeof(int32_t) * g->n);
+	size_t nr = 0;
+	char rb[256], da[512], db[512], detail[1400];
+
+	for (uint32_t i = 0; r != NULL && i < g->n; i++)
+		if (co->arrived[i])
+			r[nr++] = g->ranks[i];
+	srv_fmt_ranks(rb, sizeof(rb), r, nr);
+	free(r);
+	coll_desc_text(&co->cd, da, sizeof(da));
+	coll_desc_text(&c->cd, db, sizeof(db));
+	snprintf(detail, sizeof(detail),
+	    "collective #%" PRIu64 " on group '%s' mismatch: rank%s %s "
+	    "called %s, rank %d called %s",
+	    co->op_seq, g->name, nr == 1 ? "" : "s", rb, da, c->rank, db);
+	for (uint32_t i = 0; i < g->n; i++) {
+		struct srv_call* p = co->calls[i];
+		if (p == NULL)
+			continue;
+		co->calls[i] = NULL;
+		p->owner = NULL;
+		srv_call_fail(p, COHORT_EMISMATCH, "%s", detail);
+	}
+	co->nparked = 0;
+	if (co->bmsg != NULL) {
+		nng_msg_free(co->bmsg);
+		co->bmsg = NULL;
+	}
+	co->mismatch = srv_strdup(detail);
+	co->arrived[c->grank] = 1;
+	co->narrived++;
+	srv_call_fail(c, COHORT_EMISMATCH, "%s", detail);
+	if (co->mismatch == NULL || coll_done(co))
+		coll_free(co);
+}
+
+/* Validates a Collective and copies what a parked arrival needs into c.
+ * Returns false after answering c. */
+static bool
+coll_validate(struct srv_call* c, const Cohort__Collective* co)
+{
+	struct srv_core* core = c->core;
+
+	if (co->op_seq == 0) {
+		srv_call_fail(c, COHORT_EINVAL, "op_seq must start at 1");
+		return (false);
+	}
+	if (strlen(co->name) > SRV_MAX_NAME
+	    || strlen(co->group) > SRV_MAX_NAME) {
+		srv_call_fail(c, COHORT_EINVAL,
+		    "collective or group name longer than %d bytes",
+		    SRV_MAX_NAME);
+		return (false);
+	}
+	c->cd.kind = (int)co->kind;
+	c->cd.root = co->root;
+	c->cd.op = co->op;
+	c->cd.stype = (int)co->scalar_type;
+	c->cd.decide_all = co->decide_all;
+	c->cd.service_op = co->service_op;
+	c->cd.dtype = co->dtype;
+	c->decision = co->decision;
+	switch (co->kind) {
+	case COHORT__COLLECTIVE_KIND__COLL_NONE:
+		srv_call_fail(c, COHORT_EINVAL, "collective kind is missing");
+		return (false);
+	case COHORT__COLLECTIVE_KIND__COLL_BARRIER:
+	case COHORT__COLLECTIVE_KIND__COLL_DECIDE:
+		if (c->plen != 0) {
+			srv_call_fail(c, COHORT_EINVAL,
+			    "a %s carries no payload",
+			    srv_coll_kind_name(co->kind));
+			return (false);
+		}
+		break;
+	case COHORT__COLLECTIVE_KIND__COLL_BROADCAST:
+		if (c->plen > core->lim.max_value) {
+			srv_call_fail(c, COHORT_ETOOBIG,
+			    "broadcast object of %zu bytes exceeds "
+			    "--max-value-bytes %" PRIu64,
+			    c->plen, core->lim.max_value);
+			return (false);
+		}
+		break;
+	case COHORT__COLLECTIVE_KIND__COLL_REDUCE_SCALARS: {
+		size_t n;
+		if (co->scalar_type == COHORT__SCALAR_TYPE__SCALAR_I64) {
+			n = co->n_i64s;
+			if (co->n_f64s != 0)
+				n = 0;
+		} else if (co->scalar_type
+		    == COHORT__SCALAR_TYPE__SCALAR_F64) {
+			n = co->n_f64s;
+			if (co->n_i64s != 0)
+				n = 0;
+		} else {
+			srv_call_fail(c, COHORT_EINVAL,
+			    "unknown scalar type %d", (int)co->scalar_type);
+			return (false);
+		}
+		if (n == 0 || n > COHORT__MAX_SCALARS || c->plen != 0) {
+			srv_call_fail(c, COHORT_EINVAL,
+			    "reduce_scalars needs 1..%d values of its scalar "
+			    "type only and no payload",
+			    COHORT__MAX_SCALARS);
+			return (false);
+		}
+		if (co->op >= COHORT_REDOP_COUNT
+		    || (co->op == COHORT_MEAN
+		        && co->scalar_type
+		            == COHORT__SCALAR_TYPE__SCALAR_I64)) {
+			srv_call_fail(c, COHORT_EINVAL,
+			    "reduction op %u is not valid for %s", co->op,
+			    co->scalar_type == COHORT__SCALAR_TYPE__SCALAR_I64
+			        ? "i64"
+			        : "f64");
+			return (false);
+		}
+		c->cd.nvals = n;
+		if (co->scalar_type == COHORT__SCALAR_TYPE__SCALAR_I64) {
+			c->i64s = malloc(n * sizeof(int64_t));
+			if (c->i64s != NULL)
+				memcpy(c->i64s, co->i64s, n * sizeof(int64_t));
+		} else {
+			c->f64s = malloc(n * sizeof(double));
+			if (c->f64s != NULL)
+				memcpy(c->f64s, co->f64s, n * sizeof(double));
+		}
+		if (c->i64s == NULL && c->f64s == NULL) {
+			srv_call_fail(c, COHORT_ENOMEM, "out of memory");
+			return (false);
+		}
+		break;
+	}
+	case COHORT__COLLECTIVE_KIND__COLL_SERVICE:
+		break;
+	default:
+		srv_call_fail(c, COHORT_ENOTSUP,
+		    "collective kind %d is not supported by this cohortd",
+		    (int)co->kind);
+		return (false);
+	}
+	if ((c->cd.name = srv_strdup(co->name)) == NULL) {
+		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
+		return (false);
+	}
+	return (true);
+}
+
+void
+srv_coll_handle(
+    struct srv_call* c, const Cohort__Collective* req, cohort__time now)
+{
+	struct srv_job* job = c->job;
+	struct srv_member* m;
+	struct srv_group* g;
+	struct srv_coll* co;
+	struct srv_hnode* n;
+	uint8_t* key;
+	size_t glen, klen;
+	int32_t grank;
+
+	if ((m = srv_job_collective_member(c)) == NULL)
+		return;
+	if (!coll_validate(c, req))
+		return;
+	g = group_find(job, req->group);
+	if (g == NULL || !g->complete) {
+		srv_call_fail(c, COHORT_ENOENT,
+		    "group '%s' does not exist in generation %" PRIu64
+		    " of job '%s'",
+		    req->group, job->generation, job->name);
+		return;
+	}
+	if ((grank = g->grank_of[m->rank]) < 0) {
+		srv_call_fail(c, COHORT_EINVAL,
+		    "rank %d is not a member of group '%s'", m->rank, g->name);
+		return;
+	}
+	c->rank = m->rank;
+	c->grank = grank;
+	if (req->kind == COHORT__COLLECTIVE_KIND__COLL_BROADCAST) {
+		if (req->root < 0 || (uint32_t)req->root >= g->n) {
+			srv_call_fail(c, COHORT_EINVAL,
+			    "broadcast root %d is out of range for group '%s' "
+			    "of size %u",
+			    req->root, g->name, g->n);
+			return;
+		}
+		if (grank != req->root && c->plen != 0) {
+			srv_call_fail(c, COHORT_EINVAL,
+			    "only the broadcast root sends a payload");
+			return;
+		}
+	}
+	glen = strlen(req->group);
+	klen = 8 + glen;
+	if ((key = malloc(klen)) == NULL) {
+		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
+		return;
+	}
+	memcpy(key, &req->op_seq, 8);
+	memcpy(key + 8, req->group, glen);
+	n = srv_map_get(&job->colls, key, klen);
+	if (n != NULL) {
+		free(key);
+		co = SRV_CONTAINER(n, struct srv_coll, hn);
+	} else {
+		char what[600];
+		for (uint32_t i = 0; i < g->n; i++) {
+			if (job->members[g->ranks[i]].state != SRV_MEMBER_LEFT)
+				continue;
+			free(key);
+			coll_desc_text(&c->cd, what, sizeof(what));
+			coll_answer_left(c, g->ranks[i], what);
+			return;
+		}
+		co = coll_new(job, g, key, klen, req->op_seq, &c->cd, now);
+		if (co == NULL) {
+			free(key);
+			srv_call_fail(c, COHORT_ENOMEM, "out of memory");
+			return;
+		}
+	}
+	if (co->mismatch != NULL) {
+		if (!co->arrived[grank]) {
+			co->arrived[grank] = 1;
+			co->narrived++;
+		}
+		srv_call_fail(c, COHORT_EMISMATCH, "%s", co->mismatch);
+		if (coll_done(co))
+			coll_free(co);
+		return;
+	}
+	if (co->arrived[grank]) {
+		srv_call_fail(c, COHORT_EINVAL,
+		    "rank %d entered collective #%" PRIu64
+		    " on group '%s' twice",
+		    m->rank, co->op_seq, g->name);
+		return;
+	}
+	if (!coll_desc_equal(&co->cd, &c->cd)) {
+		coll_mismatch(co, c);
+		return;
+	}
+	co->arrived[grank] = 1;
+	co->narrived++;
+	if (co->cd.kind == COHORT__COLLECTIVE_KIND__COLL_BROADCAST) {
+		if (grank == co->cd.root) {
+			co->bmsg = c->msg;
+			co->bdata = c->payload;
+			co->blen = c->plen;
+			c->msg = NULL;
+			co->root_in = true;
+			coll_answer_ok(c, NULL, NULL, 0);
+			for (uint32_t i = 0; i < g->n; i++) {
+				struct srv_call* p = co->calls[i];
+				if (p == NULL)
+					continue;
+				co->calls[i] = NULL;
+				co->nparked--;
+				p->owner = NULL;
+				coll_deliver(co, p);
+			}
+		} else if (co->root_in) {
+			coll_deliver(co, c);
+		} else {
+			co->calls[grank] = c;
+			co->nparked++;
+			c->owner = co;
+			srv_call_park(c, SRV_PARK_COLL);
+			return;
+		}
+		if (coll_done(co))
+			coll_free(co);
+		return;
+	}
+	co->calls[grank] = c;
+	co->nparked++;
+	c->owner = co;
+	srv_call_park(c, SRV_PARK_COLL);
+	if (co->narrived == g->n)
+		coll_complete(co);
+}
+
+void
+srv_coll_withdraw(struct srv_call* c)
+{
+	struct srv_coll* co = c->owner;
+
+	co->calls[c->grank] = NULL;
+	co->arrived[c->grank] = 0;
+	co->narrived--;
+	co->nparked--;
+	c->owner = NULL;
+	if (co->narrived == 0)
+		coll_free(co);
+}
+
+void
+srv_coll_expire(struct srv_call* c, cohort__time now)
+{
+	struct srv_coll* co = c->owner;
+	struct srv_group* g = co->g;
+	int32_t* miss = calloc(g->n + 1, sizeof(int32_t));
+	size_t nm = 0;
+	char rb[512], secs[32], what[700], buf[1400];
+	Cohort__Reply rep;
+
+	for (uint32_t i = 0; miss != NULL && i < g->n; i++) {
+		if (co->arrived[i])
+			continue;
+		if (co->cd.kind == COHORT__COLLECTIVE_KIND__COLL_BROADCAST
+		    && (int32_t)i != co->cd.root)
+			continue;
+		miss[nm++] = g->ranks[i];
+	}
+	srv_fmt_ranks(rb, sizeof(rb), miss, nm);
+	srv_fmt_secs(secs, sizeof(secs), now - c->start);
+	srv_coll_describe(c, what, sizeof(what));
+	srv_call_withdraw(c, now);
+	snprintf(buf, sizeof(buf),
+	    "%s timed out after %s; rank%s %s never "
+	    "arrived",
+	    what, secs, nm == 1 ? "" : "s", rb);
+	srv_reply_init(&rep, c, COHORT_ETIMEDOUT);
+	rep.error = buf;
+	rep.n_missing_ranks = nm;
+	rep.missing_ranks = miss;
+	srv_call_answer(c, &rep, NULL, 0);
+	free(miss);
+}
+
+static void
+coll_fail_parked(struct srv_call* c, cohort_status st, const char* why)
+{
+	c->owner = NULL;
+	if (st == COHORT_EPEERLOST)
+		srv_call_peerlost(c);
+	else
+		srv_call_fail(c, st, "%s", why);
+}
+
+void
+srv_coll_reset(
+    struct srv_job* job, cohort_status st, const char* why, bool free_groups)
+{
+	for (size_t i = 0; i < job->colls.nb; i++) {
+		while (job->colls.b[i] != NULL) {
+			struct srv_coll* co = SRV_CONTAINER(
+			    job->colls.b[i], struct srv_coll, hn);
+			for (uint32_t k = 0; k < co->g->n; k++) {
+				struct srv_call* c = co->calls[k];
+				if (c == NULL)
+					continue;
+				co->calls[k] = NULL;
+				coll_fail_parked(c, st, why);
+			}
+			co->nparked = 0;
+			coll_free(co);
+		}
+	}
+	for (size_t i = 0; i < job->groups.nb; i++) {
+		struct srv_hnode *n, *next;
+		for (n = job->groups.b[i]; n != NULL; n = next) {
+			struct srv_group* g
+			    = SRV_CONTAINER(n, struct srv_group, hn);
+			next = n->next;
+			if (g->complete && !free_groups)
+				continue;
+			for (uint32_t k = 0; k < g->n; k++) {
+				struct srv_call* c = g->arr[k];
+				if (c == NULL)
+					continue;
+				g->arr[k] = NULL;
+				coll_fail_parked(c, st, why);
+			}
+			group_free(job, g);
+		}
+	}
+}
+
+void
+srv_coll_rank_left(struct srv_job* job, int32_t rank)
+{
+	for (size_t i = 0; i < job->colls.nb; i++) {
+		struct srv_hnode *n, *next;
+		for (n = job->colls.b[i]; n != NULL; n = next) {
+			struct srv_coll* co
+			    = SRV_CONTAINER(n, struct srv_coll, hn);
+			int32_t gr = co->g->grank_of[rank];
+			char what[700];
+			next = n->next;
+			if (gr < 0 || co->arrived[gr] || co->mismatch
+			    || co->root_in)
+				continue;
+			coll_desc_text(&co->cd, what, sizeof(what));
+			for (uint32_t k = 0; k < co->g->n; k++) {
+				struct srv_call* c = co->calls[k];
+				if (c == NULL)
+					continue;
+				co->calls[k] = NULL;
+				c->owner = NULL;
+				coll_answer_left(c, rank, what);
+			}
+			co->nparked = 0;
+			coll_free(co);
+		}
+	}
+	for (size_t i = 0; i < job->groups.nb; i++) {
+		struct srv_hnode *n, *next;
+		for (n = job->groups.b[i]; n != NULL; n = next) {
+			struct srv_group* g
+			    = SRV_CONTAINER(n, struct srv_group, hn);
+			int32_t gr = g->grank_of[rank];
+			char what[300];
+			next = n->next;
+			if (g->complete || gr < 0 || g->arr[gr] != NULL)
+				continue;
+			snprintf(what, sizeof(what), "creation of group '%s'",
+			    g->name);
+			for (uint32_t k = 0; k < g->n; k++) {
+				struct srv_call* c = g->arr[k];
+				if (c == NULL)
+					continue;
+				g->arr[k] = NULL;
+				c->owner = NULL;
+				coll_answer_left(c, rank, what);
+			}
+			group_free(job, g);
+		}
+	}
+}

@@ -1,0 +1,609 @@
+/*
+ * core.c - the coordinator's state without sockets: calls and their
+ * replies, the per-client reply cache, the deadline heap, pipes, the sweep.
+ *
+ * Every entry point takes `now` from the caller (one clock read per event
+ * in srv.c, a fake clock in the unit tests) and is called with the server
+ * mutex held; nothing here blocks.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "srv_impl.h"
+
+struct srv_pipe {
+	struct srv_hnode hn;
+	uint32_t id;
+	struct srv_link clients;
+};
+
+char*
+srv_strdup(const char* s)
+{
+	size_t n = strlen(s) + 1;
+	char* d = malloc(n);
+
+	if (d != NULL)
+		memcpy(d, s, n);
+	return (d);
+}
+
+bool
+srv_token_eq(const char* a, const char* b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	unsigned d = la != lb;
+
+	/* Time independent of where the first difference is. */
+	for (size_t i = 0; i < la; i++)
+		d |= (unsigned char)a[i] ^ (unsigned char)(i < lb ? b[i] : 0);
+	return (d == 0);
+}
+
+void
+srv_fmt_secs(char* buf, size_t len, cohort__time ms)
+{
+	snprintf(buf, len, "%.1f s", (double)ms / 1000.0);
+}
+
+void
+srv_fmt_ranks(char* buf, size_t len, const int32_t* r, size_t n)
+{
+	size_t off = 0;
+
+	buf[0] = '\0';
+	if (r == NULL)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		if (i == 32 && n > 40) {
+			cohort__appendf(
+			    buf, len, &off, " and %zu more", n - i);
+			break;
+		}
+		cohort__appendf(buf, len, &off, "%s%d", i ? ", " : "", r[i]);
+	}
+}
+
+uint64_t
+srv_random(struct srv_core* core)
+{
+	uint64_t z = (core->rnd += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return (z ^ (z >> 31));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Deadline heap (binary, by deadline; heap_idx for O(log n) removal)       */
+/* ------------------------------------------------------------------------ */
+
+static void
+heap_set(struct srv_core* core, size_t i, struct srv_call* c)
+{
+	core->heap[i] = c;
+	c->heap_idx = i;
+}
+
+static void
+heap_up(struct srv_core* core, size_t i)
+{
+	struct srv_call* c = core->heap[i];
+
+	while (i > 0) {
+		size_t p = (i - 1) / 2;
+		if (core->heap[p]->deadline <= c->deadline)
+			break;
+		heap_set(core, i, core->heap[p]);
+		i = p;
+	}
+	heap_set(core, i, c);
+}
+
+static void
+heap_down(struct srv_core* core, size_t i)
+{
+	struct srv_call* c = core->heap[i];
+	size_t n = core->heap_n;
+
+	for (;;) {
+		size_t l = 2 * i + 1, m = i;
+		cohort__time md = c->deadline;
+		if (l < n && core->heap[l]->deadline < md) {
+			m = l;
+			md = core->heap[l]->deadline;
+		}
+		if (l + 1 < n && core->heap[l + 1]->deadline < md)
+			m = l + 1;
+		if (m == i)
+			break;
+		heap_set(core, i, core->heap[m]);
+		i = m;
+	}
+	heap_set(core, i, c);
+}
+
+static cohort_status
+heap_push(struct srv_core* core, struct srv_call* c)
+{
+	if (core->heap_n == core->heap_cap) {
+		size_t cap = core->heap_cap ? core->heap_cap * 2 : 64;
+		struct srv_call** h = realloc(core->heap, cap * sizeof(*h));
+		if (h == NULL)
+			return (COHORT_ENOMEM);
+		core->heap = h;
+		core->heap_cap = cap;
+	}
+	core->heap[core->heap_n] = c;
+	c->heap_idx = core->heap_n++;
+	heap_up(core, c->heap_idx);
+	return (COHORT_OK);
+}
+
+static void
+heap_remove(struct srv_core* core, struct srv_call* c)
+{
+	size_t i = c->heap_idx;
+	struct srv_call* last;
+
+	if (i == SIZE_MAX)
+		return;
+	c->heap_idx = SIZE_MAX;
+	last = core->heap[--core->heap_n];
+	if (last == c)
+		return;
+	heap_set(core, i, last);
+	heap_up(core, i);
+	heap_down(core, last->heap_idx);
+}
+
+cohort__time
+srv_core_next_deadline(const struct srv_core* core)
+{
+	return (core->heap_n ? core->heap[0]->deadline : COHORT__TIME_NEVER);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Calls                                                                    */
+/* ------------------------------------------------------------------------ */
+
+struct srv_call*
+srv_call_new(struct srv_core* core, void* tp, cohort__time now)
+{
+	struct srv_call* c = calloc(1, sizeof(*c));
+
+	if (c == NULL)
+		return (NULL);
+	c->core = core;
+	c->tp = tp;
+	c->start = now;
+	c->deadline = COHORT__TIME_NEVER;
+	c->heap_idx = SIZE_MAX;
+	c->rank = -1;
+	c->grank = -1;
+	srv_list_init(&c->clink);
+	srv_list_init(&c->olink);
+	return (c);
+}
+
+void
+srv_call_free(struct srv_call* c)
+{
+	if (c == NULL)
+		return;
+	COHORT__ASSERT(c->park == SRV_PARK_NONE);
+	if (c->msg != NULL)
+		nng_msg_free(c->msg);
+	free(c->host);
+	free(c->cd.name);
+	free(c->i64s);
+	free(c->f64s);
+	for (size_t i = 0; i < c->nkeys; i++)
+		free(c->keys[i]);
+	free(c->keys);
+	free(c->kvl);
+	free(c);
+}
+
+void
+srv_reply_init(Cohort__Reply* rep, const struct srv_call* c, cohort_status st)
+{
+	cohort__reply__init(rep);
+	rep->proto_version = COHORT_PROTO_VERSION;
+	rep->seq = c->seq;
+	rep->status = (int32_t)st;
+	rep->failed_rank = -1;
+	if (c->job != NULL && st != COHORT_EAUTH)
+		rep->generation = c->job->generation;
+}
+
+void
+srv_reply_failure(Cohort__Reply* rep, const struct srv_job* job)
+{
+	rep->failed_rank = job->failed_rank;
+	if (job->failed_text != NULL)
+		rep->failed_text = job->failed_text;
+	if (job->failed_detail != NULL)
+		rep->error = job->failed_detail;
+}
+
+static void
+call_unpark(struct srv_call* c)
+{
+	if (c->park == SRV_PARK_NONE)
+		return;
+	heap_remove(c->core, c);
+	srv_list_remove(&c->clink);
+	c->park = SRV_PARK_NONE;
+	c->core->nparked--;
+}
+
+static void
+call_cache(struct srv_call* c, nng_msg* m)
+{
+	struct srv_client* cl = c->client;
+	nng_msg* dup;
+	unsigned i;
+
+	if (cl == NULL || c->seq == 0 || nng_msg_len(m) > SRV_CACHE_MAX_BYTES)
+		return;
+	if (nng_msg_dup(&dup, m) != 0)
+		return;
+	i = cl->cache_next++ % SRV_CACHE;
+	if (cl->cache[i].msg != NULL)
+		nng_msg_free(cl->cache[i].msg);
+	cl->cache[i].seq = c->seq;
+	cl->cache[i].msg = dup;
+}
+
+void
+srv_call_answer(struct srv_call* c, Cohort__Reply* rep,
+    const struct cohort__iov* parts, size_t nparts)
+{
+	struct srv_core* core = c->core;
+	nng_msg* m;
+
+	call_unpark(c);
+	if (rep->status != COHORT_OK)
+		core->m.replies_error++;
+	if (cohort__wire_pack_reply(rep, parts, nparts, &m) != COHORT_OK) {
+		Cohort__Reply r2;
+		srv_reply_init(&r2, c, COHORT_ENOMEM);
+		r2.error = "cohortd could not build the reply";
+		if (cohort__wire_pack_reply(&r2, NULL, 0, &m) != COHORT_OK)
+			m = NULL;
+	}
+	if (m != NULL)
+		call_cache(c, m);
+	core->sink(core->sink_arg, c->tp, m);
+	srv_call_free(c);
+}
+
+void
+srv_call_fail(struct srv_call* c, cohort_status st, const char* fmt, ...)
+{
+	Cohort__Reply rep;
+	char buf[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	srv_reply_init(&rep, c, st);
+	rep.error = buf;
+	srv_call_answer(c, &rep, NULL, 0);
+}
+
+void
+srv_call_peerlost(struct srv_call* c)
+{
+	Cohort__Reply rep;
+
+	srv_reply_init(&rep, c, COHORT_EPEERLOST);
+	srv_reply_failure(&rep, c->job);
+	srv_call_answer(c, &rep, NULL, 0);
+}
+
+void
+srv_call_drop(struct srv_call* c)
+{
+	struct srv_core* core = c->core;
+
+	call_unpark(c);
+	core->sink(core->sink_arg, c->tp, NULL);
+	srv_call_free(c);
+}
+
+void
+srv_call_park(struct srv_call* c, enum srv_park kind)
+{
+	COHORT__ASSERT(c->park == SRV_PARK_NONE);
+	c->park = kind;
+	c->core->nparked++;
+	if (c->client != NULL)
+		srv_list_append(&c->client->parked, &c->clink);
+	if (c->deadline != COHORT__TIME_NEVER
+	    && heap_push(c->core, c) != COHORT_OK) {
+		/* Without a heap slot the deadline cannot be kept: answer
+		 * at the next sweep by forcing a linear check is overkill;
+		 * treat it as an immediate expiry instead. */
+		c->deadline = c->start;
+	}
+}
+
+void
+srv_call_withdraw(struct srv_call* c, cohort__time now)
+{
+	(void)now;
+	switch (c->park) {
+	case SRV_PARK_JOIN:
+		srv_job_withdraw_join(c);
+		break;
+	case SRV_PARK_COLL:
+		srv_coll_withdraw(c);
+		break;
+	case SRV_PARK_GROUP:
+		srv_group_withdraw(c);
+		break;
+	case SRV_PARK_WATCH:
+		srv_list_remove(&c->olink);
+		break;
+	case SRV_PARK_KV:
+		srv_kv_withdraw(c);
+		break;
+	case SRV_PARK_NONE:
+		return;
+	}
+	call_unpark(c);
+}
+
+void
+srv_call_expire(struct srv_call* c, cohort__time now)
+{
+	c->core->m.timeouts++;
+	switch (c->park) {
+	case SRV_PARK_JOIN:
+		srv_job_expire_join(c, now);
+		break;
+	case SRV_PARK_COLL:
+		srv_coll_expire(c, now);
+		break;
+	case SRV_PARK_GROUP:
+		srv_group_expire(c, now);
+		break;
+	case SRV_PARK_WATCH:
+		srv_job_expire_watch(c, now);
+		break;
+	case SRV_PARK_KV:
+		srv_kv_expire(c, now);
+		break;
+	case SRV_PARK_NONE:
+		break;
+	}
+}
+
+void
+srv_core_expire_due(struct srv_core* core, cohort__time now)
+{
+	/* Each expiry removes its call from the heap: bounded by heap_n. */
+	size_t budget = core->heap_n;
+
+	while (core->heap_n > 0 && core->heap[0]->deadline <= now
+	    && budget-- > 0) {
+		struct srv_call* c = core->heap[0];
+		struct srv_job* job = c->job;
+		srv_call_expire(c, now);
+		if (job != NULL)
+			srv_job_maybe_remove(job);
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* Clients and pipes                                                        */
+/* ------------------------------------------------------------------------ */
+
+static void
+pipe_unlink(struct srv_core* core, struct srv_client* cl)
+{
+	struct srv_hnode* n;
+	struct srv_pipe* p;
+
+	if (cl->pipe == 0)
+		return;
+	srv_list_remove(&cl->plink);
+	n = srv_map_get(&core->pipes, &cl->pipe, sizeof(cl->pipe));
+	cl->pipe = 0;
+	if (n == NULL)
+		return;
+	p = SRV_CONTAINER(n, struct srv_pipe, hn);
+	if (srv_list_empty(&p->clients)) {
+		srv_map_del(&core->pipes, &p->hn);
+		free(p);
+	}
+}
+
+/* Records which connection the client uses now (proto/README.md 2.4). */
+void
+srv_client_set_pipe(struct srv_client* cl, uint32_t pipe)
+{
+	struct srv_core* core = cl->job->core;
+	struct srv_hnode* n;
+	struct srv_pipe* p;
+
+	if (cl->pipe == pipe || pipe == 0)
+		return;
+	pipe_unlink(core, cl);
+	n = srv_map_get(&core->pipes, &pipe, sizeof(pipe));
+	if (n != NULL) {
+		p = SRV_CONTAINER(n, struct srv_pipe, hn);
+	} else {
+		if ((p = calloc(1, sizeof(*p))) == NULL)
+			return;
+		p->id = pipe;
+		srv_list_init(&p->clients);
+		if (srv_map_put(&core->pipes, &p->hn, &p->id, sizeof(p->id))
+		    != COHORT_OK) {
+			free(p);
+			return;
+		}
+	}
+	cl->pipe = pipe;
+	srv_list_append(&p->clients, &cl->plink);
+}
+
+void
+srv_client_free(struct srv_client* cl, const char* why)
+{
+	struct srv_core* core = cl->job->core;
+
+	while (!srv_list_empty(&cl->parked)) {
+		struct srv_call* c
+		    = SRV_CONTAINER(cl->parked.next, struct srv_call, clink);
+		srv_call_withdraw(c, 0);
+		srv_call_fail(c, COHORT_ECLOSED, "%s", why);
+	}
+	pipe_unlink(core, cl);
+	if (cl->member != NULL)
+		cl->member->client = NULL;
+	for (unsigned i = 0; i < SRV_CACHE; i++)
+		if (cl->cache[i].msg != NULL)
+			nng_msg_free(cl->cache[i].msg);
+	srv_map_del(&cl->job->clients, &cl->hn);
+	core->nclients--;
+	free(cl);
+}
+
+void
+srv_core_pipe_closed(struct srv_core* core, uint32_t pipe, cohort__time now)
+{
+	struct srv_hnode* n = srv_map_get(&core->pipes, &pipe, sizeof(pipe));
+	struct srv_pipe* p;
+
+	if (n == NULL)
+		return;
+	p = SRV_CONTAINER(n, struct srv_pipe, hn);
+	/* Every iteration unlinks one client; the pipe is freed with its
+	 * last client, so test emptiness through a fresh lookup. */
+	for (;;) {
+		struct srv_client* cl;
+		struct srv_job* job;
+		n = srv_map_get(&core->pipes, &pipe, sizeof(pipe));
+		if (n == NULL)
+			break;
+		p = SRV_CONTAINER(n, struct srv_pipe, hn);
+		if (srv_list_empty(&p->clients))
+			break;
+		cl = SRV_CONTAINER(p->clients.next, struct srv_client, plink);
+		job = cl->job;
+		pipe_unlink(core, cl);
+		/* First the failure (its text names the op the member was
+		 * in), then the requests nobody can hear the answers to. */
+		if (cl->member != NULL
+		    && cl->member->state == SRV_MEMBER_RUNNING)
+			srv_job_fail_member(
+			    job, cl->member, "connection lost", now);
+		while (!srv_list_empty(&cl->parked)) {
+			struct srv_call* c = SRV_CONTAINER(
+			    cl->parked.next, struct srv_call, clink);
+			srv_call_withdraw(c, now);
+			srv_call_drop(c);
+		}
+		if (cl->member == NULL)
+			srv_client_free(cl, "connection lost");
+		srv_job_maybe_remove(job);
+	}
+}
+
+void
+srv_core_sweep(struct srv_core* core, cohort__time now)
+{
+	struct srv_hnode *n, *next;
+	size_t i;
+
+	srv_core_expire_due(core, now);
+	for (n = srv_map_next(&core->jobs, &i, NULL); n != NULL; n = next) {
+		next = srv_map_next(&core->jobs, &i, n);
+		srv_job_sweep(SRV_CONTAINER(n, struct srv_job, hn), now);
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* Core lifecycle                                                           */
+/* ------------------------------------------------------------------------ */
+
+cohort_status
+srv_core_new(const struct srv_limits* lim, const char* admin_token,
+    srv_sink_fn sink, void* arg, cohort__time now, struct srv_core** out)
+{
+	struct srv_core* core = calloc(1, sizeof(*core));
+
+	if (core == NULL)
+		return (COHORT_ENOMEM);
+	core->lim = *lim;
+	if (admin_token != NULL && admin_token[0] != '\0'
+	    && (core->admin_token = srv_strdup(admin_token)) == NULL) {
+		free(core);
+		return (COHORT_ENOMEM);
+	}
+	core->sink = sink;
+	core->sink_arg = arg;
+	core->started = now;
+	core->rnd = cohort__now_ns() ^ (uint64_t)(uintptr_t)core;
+	srv_map_init(&core->jobs);
+	srv_map_init(&core->pipes);
+	*out = core;
+	return (COHORT_OK);
+}
+
+cohort_status
+srv_core_add_job(struct srv_core* core, const char* name, const char* token)
+{
+	struct srv_job* job;
+
+	if (name[0] == '\0' || strlen(name) > SRV_MAX_NAME
+	    || strlen(token) > SRV_MAX_NAME)
+		return (cohort__err(COHORT_EINVAL,
+		    "job name must be 1..%d bytes and the token at most %d",
+		    SRV_MAX_NAME, SRV_MAX_NAME));
+	if (srv_map_get(&core->jobs, name, strlen(name)) != NULL)
+		return (cohort__err(
+		    COHORT_EEXIST, "job '%s' is given twice", name));
+	if ((job = srv_job_new(core, name, token)) == NULL)
+		return (COHORT_ENOMEM);
+	job->preset = true;
+	return (COHORT_OK);
+}
+
+void
+srv_core_close_all(struct srv_core* core)
+{
+	struct srv_hnode* n;
+	size_t i;
+
+	while ((n = srv_map_next(&core->jobs, &i, NULL)) != NULL)
+		srv_job_free(SRV_CONTAINER(n, struct srv_job, hn),
+		    "cohortd is shutting down");
+}
+
+void
+srv_core_free(struct srv_core* core)
+{
+	struct srv_hnode* n;
+	size_t i;
+
+	if (core == NULL)
+		return;
+	srv_core_close_all(core);
+	while ((n = srv_map_next(&core->pipes, &i, NULL)) != NULL) {
+		srv_map_del(&core->pipes, n);
+		free(SRV_CONTAINER(n, struct srv_pipe, hn));
+	}
+	srv_map_fini(&core->jobs);
+	srv_map_fini(&core->pipes);
+	free(core->heap);
+	free(core->admin_token);
+	free(core);
+}

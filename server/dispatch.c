@@ -1,0 +1,268 @@
+/*
+ * dispatch.c - one request in, at most one reply out
+ * (proto/README.md section 2).
+ *
+ *  1. Unpack the framing and envelope: any malformation is COHORT_EPROTO.
+ *  2. proto_version must be ours (EPROTO); a body this cohortd does not
+ *     know is COHORT_ENOTSUP.
+ *  3. StatusQuery goes to status.c (its own authentication rules).
+ *  4. The job's token is checked before anything else: a wrong token or
+ *     an unknown job (except for Join, which creates it) is COHORT_EAUTH
+ *     with no detail and no data.
+ *  5. The client (job, client_id) is found or created; its connection
+ *     (pipe) and last-seen time are noted.
+ *  6. A seq answered before gets the cached reply; a seq still parked
+ *     hands its slot to this request (the retry takes it over).
+ *  7. A request of an older generation is COHORT_ESTALE (Join and Leave
+ *     excepted).
+ *  8. The handler answers or parks the call. The unpacked request is freed
+ *     here; handlers copy what a parked call needs.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "srv_impl.h"
+
+static struct srv_client*
+dispatch_client(struct srv_call* c, uint64_t id, cohort__time now)
+{
+	struct srv_job* job = c->job;
+	struct srv_hnode* n = srv_map_get(&job->clients, &id, sizeof(id));
+	struct srv_client* cl;
+
+	if (n != NULL)
+		return (SRV_CONTAINER(n, struct srv_client, hn));
+	if (job->clients.n >= SRV_MAX_CLIENTS) {
+		srv_call_fail(c, COHORT_ETOOBIG,
+		    "job '%s' has %u clients already", job->name,
+		    SRV_MAX_CLIENTS);
+		return (NULL);
+	}
+	if ((cl = calloc(1, sizeof(*cl))) == NULL) {
+		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
+		return (NULL);
+	}
+	cl->id = id;
+	cl->job = job;
+	cl->last_seen = now;
+	srv_list_init(&cl->plink);
+	srv_list_init(&cl->parked);
+	if (srv_map_put(&job->clients, &cl->hn, &cl->id, sizeof(cl->id))
+	    != COHORT_OK) {
+		free(cl);
+		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
+		return (NULL);
+	}
+	c->core->nclients++;
+	return (cl);
+}
+
+static bool
+dispatch_payload_allowed(int body)
+{
+	switch (body) {
+	case COHORT__REQUEST__BODY_COLLECTIVE:
+	case COHORT__REQUEST__BODY_KV_SET:
+	case COHORT__REQUEST__BODY_KV_COMPARE_SET:
+	case COHORT__REQUEST__BODY_KV_APPEND:
+	case COHORT__REQUEST__BODY_KV_MULTI_SET:
+		return (true);
+	default:
+		return (false);
+	}
+}
+
+/* Steps 6: true if the request was answered from the client's memory. */
+static bool
+dispatch_retry(struct srv_call* c)
+{
+	struct srv_client* cl = c->client;
+	struct srv_core* core = c->core;
+	struct srv_link* l;
+
+	for (unsigned i = 0; i < SRV_CACHE; i++) {
+		nng_msg* dup;
+		if (cl->cache[i].msg == NULL || cl->cache[i].seq != c->seq)
+			continue;
+		if (nng_msg_dup(&dup, cl->cache[i].msg) != 0)
+			return (false);
+		core->sink(core->sink_arg, c->tp, dup);
+		srv_call_free(c);
+		return (true);
+	}
+	for (l = cl->parked.next; l != &cl->parked; l = l->next) {
+		struct srv_call* p = SRV_CONTAINER(l, struct srv_call, clink);
+		void* tp;
+		if (p->seq != c->seq)
+			continue;
+		tp = p->tp;
+		p->tp = c->tp;
+		c->tp = tp;
+		srv_call_drop(c);
+		return (true);
+	}
+	return (false);
+}
+
+static void
+dispatch_body(struct srv_call* c, const Cohort__Request* req, cohort__time now)
+{
+	switch (req->body_case) {
+	case COHORT__REQUEST__BODY_JOIN:
+		srv_job_join(c, req->join, now);
+		break;
+	case COHORT__REQUEST__BODY_LEAVE:
+		srv_job_leave(c, now);
+		break;
+	case COHORT__REQUEST__BODY_HEARTBEAT:
+		srv_job_heartbeat(c, req->heartbeat, now);
+		break;
+	case COHORT__REQUEST__BODY_WATCH:
+		srv_job_watch(c, now);
+		break;
+	case COHORT__REQUEST__BODY_REPORT_FAILURE:
+		srv_job_report(c, req->report_failure, now);
+		break;
+	case COHORT__REQUEST__BODY_COLLECTIVE:
+		srv_coll_handle(c, req->collective, now);
+		break;
+	case COHORT__REQUEST__BODY_GROUP_CREATE:
+		srv_group_handle(c, req->group_create, now);
+		break;
+	case COHORT__REQUEST__BODY_KV_SET:
+	case COHORT__REQUEST__BODY_KV_GET:
+	case COHORT__REQUEST__BODY_KV_ADD:
+	case COHORT__REQUEST__BODY_KV_COMPARE_SET:
+	case COHORT__REQUEST__BODY_KV_DELETE:
+	case COHORT__REQUEST__BODY_KV_NUM_KEYS:
+	case COHORT__REQUEST__BODY_KV_WAIT:
+	case COHORT__REQUEST__BODY_KV_CHECK:
+	case COHORT__REQUEST__BODY_KV_APPEND:
+	case COHORT__REQUEST__BODY_KV_MULTI_GET:
+	case COHORT__REQUEST__BODY_KV_MULTI_SET:
+		srv_kv_handle(c, req, now);
+		break;
+	default:
+		srv_call_fail(c, COHORT_ENOTSUP,
+		    "request body %d is not supported by this cohortd",
+		    (int)req->body_case);
+		break;
+	}
+}
+
+static void
+dispatch_request(struct srv_call* c, const Cohort__Request* req, uint32_t pipe,
+    cohort__time now)
+{
+	struct srv_core* core = c->core;
+	struct srv_job* job;
+	struct srv_hnode* n;
+	size_t jlen = strlen(req->job);
+
+	if (req->proto_version != COHORT_PROTO_VERSION) {
+		srv_call_fail(c, COHORT_EPROTO,
+		    "protocol version %u is not supported; cohortd %s speaks "
+		    "version %d",
+		    req->proto_version, COHORT_VERSION_STRING,
+		    COHORT_PROTO_VERSION);
+		return;
+	}
+	if (req->body_case == COHORT__REQUEST__BODY__NOT_SET) {
+		srv_call_fail(c, COHORT_ENOTSUP,
+		    "the request has no body this cohortd %s knows (a newer "
+		    "client?)",
+		    COHORT_VERSION_STRING);
+		return;
+	}
+	if (c->plen > 0 && !dispatch_payload_allowed(req->body_case)) {
+		srv_call_fail(c, COHORT_EPROTO,
+		    "this request carries no payload, got %zu bytes", c->plen);
+		return;
+	}
+	if (req->timeout_ms == UINT32_MAX)
+		c->deadline = COHORT__TIME_NEVER;
+	else
+		c->deadline = now + (cohort__time)req->timeout_ms;
+	if (req->body_case == COHORT__REQUEST__BODY_STATUS_QUERY) {
+		srv_status_handle(c, req, now);
+		return;
+	}
+	if (jlen == 0 || jlen > SRV_MAX_NAME) {
+		srv_call_fail(c, COHORT_EINVAL,
+		    "job name must be 1..%d bytes, got %zu", SRV_MAX_NAME,
+		    jlen);
+		return;
+	}
+	if ((n = srv_map_get(&core->jobs, req->job, jlen)) != NULL) {
+		job = SRV_CONTAINER(n, struct srv_job, hn);
+		if (!srv_token_eq(job->token, req->token)) {
+			srv_call_fail(
+			    c, COHORT_EAUTH, "authentication failed");
+			return;
+		}
+	} else if (req->body_case != COHORT__REQUEST__BODY_JOIN) {
+		srv_call_fail(c, COHORT_EAUTH, "authentication failed");
+		return;
+	} else if (strlen(req->token) > SRV_MAX_NAME) {
+		srv_call_fail(c, COHORT_EINVAL, "token longer than %d bytes",
+		    SRV_MAX_NAME);
+		return;
+	} else if ((job = srv_job_new(core, req->job, req->token)) == NULL) {
+		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
+		return;
+	}
+	c->job = job;
+	if (req->seq == 0) {
+		srv_call_fail(c, COHORT_EPROTO, "seq must start at 1");
+		goto out_maybe_remove;
+	}
+	if ((c->client = dispatch_client(c, req->client_id, now)) == NULL)
+		goto out_maybe_remove;
+	srv_client_set_pipe(c->client, pipe);
+	c->client->last_seen = now;
+	if (c->client->member != NULL)
+		c->client->member->last_seen = now;
+	if (dispatch_retry(c))
+		return;
+	if (req->generation != 0 && req->generation != job->generation
+	    && req->body_case != COHORT__REQUEST__BODY_JOIN
+	    && req->body_case != COHORT__REQUEST__BODY_LEAVE) {
+		srv_call_fail(c, COHORT_ESTALE,
+		    "request for generation %" PRIu64 " of job '%s', which is "
+		    "at generation %" PRIu64,
+		    req->generation, job->name, job->generation);
+		return;
+	}
+	dispatch_body(c, req, now);
+
+out_maybe_remove:
+	srv_job_maybe_remove(job);
+}
+
+void
+srv_core_dispatch(struct srv_core* core, nng_msg* msg, uint32_t pipe, void* tp,
+    cohort__time now)
+{
+	Cohort__Request* req = NULL;
+	struct srv_call* c;
+	cohort_status rv;
+
+	core->m.requests++;
+	if ((c = srv_call_new(core, tp, now)) == NULL) {
+		nng_msg_free(msg);
+		core->sink(core->sink_arg, tp, NULL);
+		return;
+	}
+	c->msg = msg;
+	rv = cohort__wire_unpack_request(msg, &req, &c->payload, &c->plen);
+	if (rv != COHORT_OK) {
+		srv_call_fail(c, COHORT_EPROTO, "%s", cohort_last_error());
+		return;
+	}
+	c->seq = req->seq;
+	c->body = (int)req->body_case;
+	dispatch_request(c, req, pipe, now);
+	cohort__request__free_unpacked(req, NULL);
+	srv_core_expire_due(core, now);
+}

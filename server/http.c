@@ -1,0 +1,142 @@
+/*
+ * http.c - cohortd's HTTP endpoint (nng's HTTP server): /metrics in the
+ * Prometheus text format, /healthz (the process serves) and /readyz (the
+ * coordinator accepts requests).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nng/nng.h>
+#include <nng/supplemental/http/http.h>
+
+#include "srv_impl.h"
+
+struct srv_http {
+	nng_http_server* server;
+	struct cohort__srv* srv;
+};
+
+char* cohort__srv_metrics(struct cohort__srv* s);
+cohort_status cohort__srv_http_start(
+    struct cohort__srv* s, const char* addr, void** out, char** url);
+void cohort__srv_http_stop(void* h);
+
+static void
+http_reply(nng_aio* aio, uint16_t status, const char* type, const char* body)
+{
+	nng_http_res* res;
+	int rv;
+
+	if ((rv = nng_http_res_alloc(&res)) != 0) {
+		nng_aio_finish(aio, rv);
+		return;
+	}
+	if ((rv = nng_http_res_set_status(res, status)) != 0
+	    || (rv = nng_http_res_set_header(res, "Content-Type", type)) != 0
+	    || (rv = nng_http_res_copy_data(res, body, strlen(body))) != 0) {
+		nng_http_res_free(res);
+		nng_aio_finish(aio, rv);
+		return;
+	}
+	nng_aio_set_output(aio, 0, res);
+	nng_aio_finish(aio, 0);
+}
+
+static void
+http_metrics(nng_aio* aio)
+{
+	nng_http_handler* h = nng_aio_get_input(aio, 1);
+	struct srv_http* sh = nng_http_handler_get_data(h);
+	char* text = cohort__srv_metrics(sh->srv);
+
+	if (text == NULL) {
+		http_reply(aio, 500, "text/plain", "out of memory\n");
+		return;
+	}
+	http_reply(aio, 200, "text/plain; version=0.0.4", text);
+	free(text);
+}
+
+static void
+http_ok(nng_aio* aio)
+{
+	http_reply(aio, 200, "text/plain", "ok\n");
+}
+
+static int
+http_handler(struct srv_http* sh, const char* path, void (*cb)(nng_aio*))
+{
+	nng_http_handler* h;
+	int rv;
+
+	if ((rv = nng_http_handler_alloc(&h, path, cb)) != 0)
+		return (rv);
+	if ((rv = nng_http_handler_set_method(h, "GET")) != 0
+	    || (rv = nng_http_handler_set_data(h, sh, NULL)) != 0
+	    || (rv = nng_http_server_add_handler(sh->server, h)) != 0) {
+		nng_http_handler_free(h);
+		return (rv);
+	}
+	return (0);
+}
+
+cohort_status
+cohort__srv_http_start(
+    struct cohort__srv* s, const char* addr, void** out, char** url)
+{
+	struct srv_http* sh = calloc(1, sizeof(*sh));
+	char buf[300];
+	nng_url* u = NULL;
+	nng_sockaddr sa;
+	cohort_status rv;
+	int nrv;
+
+	if (sh == NULL)
+		return (COHORT_ENOMEM);
+	sh->srv = s;
+	snprintf(buf, sizeof(buf), "http://%s", addr);
+	if ((nrv = nng_url_parse(&u, buf)) != 0
+	    || (nrv = nng_http_server_hold(&sh->server, u)) != 0) {
+		rv = cohort__err(
+		    COHORT_EINVAL, "--http %s: %s", addr, nng_strerror(nrv));
+		goto out_free;
+	}
+	if ((nrv = http_handler(sh, "/metrics", http_metrics)) != 0
+	    || (nrv = http_handler(sh, "/healthz", http_ok)) != 0
+	    || (nrv = http_handler(sh, "/readyz", http_ok)) != 0
+	    || (nrv = nng_http_server_start(sh->server)) != 0) {
+		rv = cohort__err(cohort__from_nng(nrv), "--http %s: %s", addr,
+		    nng_strerror(nrv));
+		goto out_release;
+	}
+	if (nng_http_server_get_addr(sh->server, &sa) == 0
+	    && sa.s_family == NNG_AF_INET) {
+		unsigned port = sa.s_in.sa_port;
+		port = ((port & 0xff) << 8) | ((port >> 8) & 0xff);
+		snprintf(
+		    buf, sizeof(buf), "http://%s:%u", u->u_hostname, port);
+	}
+	nng_url_free(u);
+	*url = srv_strdup(buf);
+	*out = sh;
+	return (COHORT_OK);
+
+out_release:
+	nng_http_server_release(sh->server);
+out_free:
+	if (u != NULL)
+		nng_url_free(u);
+	free(sh);
+	return (rv);
+}
+
+void
+cohort__srv_http_stop(void* h)
+{
+	struct srv_http* sh = h;
+
+	nng_http_server_stop(sh->server);
+	nng_http_server_release(sh->server);
+	free(sh);
+}

@@ -1,0 +1,591 @@
+/*
+ * job.c - jobs, rendezvous, generations, liveness and failure fan-out
+ * (proto/README.md sections 3 and 4).
+ *
+ * Rendezvous: joins park in rdzv_by_rank (explicit ranks) or rdzv_auto
+ * (rank -1) until world_size of them are there; then the generation
+ * increases, ranks -1 get the lowest free ranks in arrival order, and
+ * every join is answered. A failure (closed pipe, heartbeat silence,
+ * ReportFailure) marks the job failed at its generation and answers every
+ * parked collective, group creation and watch with COHORT_EPEERLOST.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "srv_impl.h"
+
+const char*
+srv_member_state_name(enum srv_member_state st)
+{
+	switch (st) {
+	case SRV_MEMBER_RUNNING:
+		return ("running");
+	case SRV_MEMBER_FAILED:
+		return ("failed");
+	default:
+		return ("left");
+	}
+}
+
+const char*
+srv_job_state_name(const struct srv_job* job)
+{
+	if (job->rdzv_world != 0 || job->state == SRV_JOB_NEW)
+		return ("rendezvous");
+	return (job->state == SRV_JOB_FAILED ? "failed" : "running");
+}
+
+struct srv_job*
+srv_job_new(struct srv_core* core, const char* name, const char* token)
+{
+	struct srv_job* job = calloc(1, sizeof(*job));
+
+	if (job == NULL)
+		return (NULL);
+	job->core = core;
+	job->name = srv_strdup(name);
+	job->token = srv_strdup(token);
+	job->job_id = srv_random(core);
+	job->failed_rank = -1;
+	srv_list_init(&job->rdzv_auto);
+	srv_list_init(&job->watchers);
+	srv_map_init(&job->clients);
+	srv_map_init(&job->groups);
+	srv_map_init(&job->colls);
+	srv_kv_init(&job->kv);
+	if (job->name == NULL || job->token == NULL
+	    || srv_map_put(&core->jobs, &job->hn, job->name, strlen(job->name))
+	        != COHORT_OK) {
+		free(job->name);
+		free(job->token);
+		free(job);
+		return (NULL);
+	}
+	cohort__debug("job '%s' created", name);
+	return (job);
+}
+
+static void
+job_clear_members(struct srv_job* job)
+{
+	for (uint32_t r = 0; job->members != NULL && r < job->world; r++) {
+		struct srv_member* m = &job->members[r];
+		if (m->client != NULL)
+			m->client->member = NULL;
+		free(m->failure);
+	}
+	free(job->members);
+	job->members = NULL;
+}
+
+static void
+job_clear_failure(struct srv_job* job)
+{
+	free(job->failed_text);
+	free(job->failed_detail);
+	job->failed_text = NULL;
+	job->failed_detail = NULL;
+	job->failed_rank = -1;
+}
+
+void
+srv_job_free(struct srv_job* job, const char* why)
+{
+	struct srv_core* core = job->core;
+
+	/* Freeing a client answers all of its parked calls, whatever they
+	 * wait for; every parked call has a client. */
+	for (size_t i = 0; i < job->clients.nb; i++)
+		while (job->clients.b[i] != NULL)
+			srv_client_free(SRV_CONTAINER(job->clients.b[i],
+			                    struct srv_client, hn),
+			    why);
+	srv_coll_reset(job, COHORT_ECLOSED, why, true);
+	job_clear_members(job);
+	job_clear_failure(job);
+	free(job->rdzv_by_rank);
+	srv_kv_fini(&job->kv);
+	srv_map_fini(&job->clients);
+	srv_map_fini(&job->groups);
+	srv_map_fini(&job->colls);
+	srv_map_del(&core->jobs, &job->hn);
+	cohort__debug("job '%s' removed", job->name);
+	free(job->name);
+	free(job->token);
+	free(job);
+}
+
+void
+srv_job_maybe_remove(struct srv_job* job)
+{
+	if (job->preset || job->rdzv_world != 0)
+		return;
+	for (uint32_t r = 0; job->members != NULL && r < job->world; r++)
+		if (job->members[r].state != SRV_MEMBER_LEFT)
+			return;
+	if (job->members != NULL)
+		cohort__info(
+		    "job '%s' finished: every member left", job->name);
+	srv_job_free(job, "the job finished");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Rendezvous                                                               */
+/* ------------------------------------------------------------------------ */
+
+static bool
+job_has_live(const struct srv_job* job)
+{
+	for (uint32_t r = 0; job->members != NULL && r < job->world; r++)
+		if (job->members[r].state == SRV_MEMBER_RUNNING)
+			return (true);
+	return (false);
+}
+
+static void
+rdzv_reset(struct srv_job* job)
+{
+	free(job->rdzv_by_rank);
+	job->rdzv_by_rank = NULL;
+	job->rdzv_world = 0;
+	job->rdzv_n = 0;
+	srv_list_init(&job->rdzv_auto);
+}
+
+static void
+rdzv_complete(struct srv_job* job, cohort__time now)
+{
+	uint32_t w = job->rdzv_world;
+	struct srv_call** calls = job->rdzv_by_rank;
+	struct srv_member* mem = calloc(w, sizeof(*mem));
+	char** hosts = calloc(w, sizeof(char*));
+	int32_t* lr = calloc(w, sizeof(int32_t));
+
+	if (mem == NULL || hosts == NULL || lr == NULL) {
+		free(mem);
+		free(hosts);
+		free(lr);
+		for (uint32_t r = 0; r < w; r++) {
+			if (calls[r] == NULL)
+				continue;
+			struct srv_call* c = calls[r];
+			calls[r] = NULL;
+			srv_call_fail(c, COHORT_ENOMEM, "out of memory");
+		}
+		while (!srv_list_empty(&job->rdzv_auto)) {
+			struct srv_call* c = SRV_CONTAINER(
+			    job->rdzv_auto.next, struct srv_call, olink);
+			srv_list_remove(&c->olink);
+			srv_call_fail(c, COHORT_ENOMEM, "out of memory");
+		}
+		rdzv_reset(job);
+		return;
+	}
+	for (uint32_t r = 0; r < w; r++) {
+		if (calls[r] != NULL)
+			continue;
+		COHORT__ASSERT(!srv_list_empty(&job->rdzv_auto));
+		calls[r] = SRV_CONTAINER(
+		    job->rdzv_auto.next, struct srv_call, olink);
+		srv_list_remove(&calls[r]->olink);
+	}
+	job_clear_members(job);
+	job_clear_failure(job);
+	job->members = mem;
+	job->world = w;
+	job->generation++;
+	job->state = SRV_JOB_RUNNING;
+	job->core->m.rendezvous++;
+	/* Old generation's ops are over; a watch sees the move. */
+	srv_coll_reset(
+	    job, COHORT_ESTALE, "the job moved to a new generation", true);
+	while (!srv_list_empty(&job->watchers)) {
+		struct srv_call* c = SRV_CONTAINER(
+		    job->watchers.next, struct srv_call, olink);
+		srv_list_remove(&c->olink);
+		srv_call_fail(c, COHORT_ESTALE,
+		    "job '%s' moved to generation %" PRIu64, job->name,
+		    job->generation);
+	}
+	(void)srv_group_world(job);
+	for (uint32_t r = 0; r < w; r++) {
+		struct srv_member* m = &mem[r];
+		struct srv_call* c = calls[r];
+		m->rank = (int32_t)r;
+		m->state = SRV_MEMBER_RUNNING;
+		cohort__strlcpy(
+		    m->host, c->host ? c->host : "", sizeof(m->host));
+		m->pid = c->pid;
+		m->local_rank = c->local_rank;
+		m->hb_ms = c->hb_ms ? c->hb_ms : COHORT__DEFAULT_HEARTBEAT_MS;
+		m->dead_ms
+		    = c->dead_ms ? c->dead_ms : COHORT__DEFAULT_DEAD_AFTER_MS;
+		m->last_seen = now;
+		m->client = c->client;
+		if (c->client->member != NULL)
+			c->client->member->client = NULL;
+		c->client->member = m;
+		hosts[r] = m->host;
+		lr[r] = m->local_rank;
+	}
+	job->rdzv_by_rank = NULL;
+	rdzv_reset(job);
+	cohort__info("job '%s': generation %" PRIu64 " formed with %u ranks",
+	    job->name, job->generation, w);
+	for (uint32_t r = 0; r < w; r++) {
+		Cohort__Reply rep;
+		Cohort__JoinReply jr;
+		struct srv_call* c = calls[r];
+		srv_reply_init(&rep, c, COHORT_OK);
+		cohort__join_reply__init(&jr);
+		jr.rank = (int32_t)r;
+		jr.world_size = w;
+		jr.generation = job->generation;
+		jr.n_hosts = w;
+		jr.hosts = hosts;
+		jr.n_local_ranks = w;
+		jr.local_ranks = lr;
+		jr.job_id = job->job_id;
+		rep.body_case = COHORT__REPLY__BODY_JOIN;
+		rep.join = &jr;
+		srv_call_answer(c, &rep, NULL, 0);
+	}
+	free(calls);
+	free(hosts);
+	free(lr);
+}
+
+void
+srv_job_join(struct srv_call* c, const Cohort__Join* j, cohort__time now)
+{
+	struct srv_job* job = c->job;
+	uint32_t w = j->world_size;
+	struct srv_call* holder;
+
+	if (w == 0 || w > SRV_MAX_WORLD) {
+		srv_call_fail(c, COHORT_EINVAL,
+		    "world_size %u is out of range 1..%d", w, SRV_MAX_WORLD);
+		return;
+	}
+	if (j->rank < -1 || (j->rank >= 0 && (uint32_t)j->rank >= w)) {
+		srv_call_fail(c, COHORT_EINVAL,
+		    "rank %d is out of range for world size %u (-1 = "
+		    "assign)",
+		    j->rank, w);
+		return;
+	}
+	if (strlen(j->host) > SRV_MAX_NAME) {
+		srv_call_fail(c, COHORT_EINVAL, "host name longer than %d",
+		    SRV_MAX_NAME);
+		return;
+	}
+	if (job->rdzv_world == 0) {
+		if (job->state == SRV_JOB_RUNNING && job_has_live(job)) {
+			if (j->rank >= 0 && (uint32_t)j->rank < job->world
+			    && job->members[j->rank].state
+			        == SRV_MEMBER_RUNNING) {
+				struct srv_member* m = &job->members[j->rank];
+				srv_call_fail(c, COHORT_EEXIST,
+				    "rank %d of job '%s' is held by %s:%u "
+				    "(generation %" PRIu64 ")",
+				    j->rank, job->name, m->host, m->pid,
+				    job->generation);
+				return;
+			}
+			srv_call_fail(c, COHORT_ESTATE,
+			    "job '%s' is running generation %" PRIu64
+			    " with %u ranks; a new rendezvous starts once it "
+			    "failed or every member left",
+			    job->name, job->generation, job->world);
+			return;
+		}
+		if ((job->rdzv_by_rank = calloc(w, sizeof(*job->rdzv_by_rank)))
+		    == NULL) {
+			srv_call_fail(c, COHORT_ENOMEM, "out of memory");
+			return;
+		}
+		job->rdzv_world = w;
+		job->rdzv_n = 0;
+		job->rdzv_start = now;
+	} else if (w != job->rdzv_world) {
+		srv_call_fail(c, COHORT_EINVAL,
+		    "world_size %u differs from the pending rendezvous' %u "
+		    "of job '%s'",
+		    w, job->rdzv_world, job->name);
+		return;
+	}
+	if (j->rank >= 0 && (holder = job->rdzv_by_rank[j->rank]) != NULL) {
+		srv_call_fail(c, COHORT_EEXIST,
+		    "rank %d of job '%s' is already requested by %s:%u",
+		    j->rank, job->name, holder->host ? holder->host : "?",
+		    holder->pid);
+		return;
+	}
+	if ((c->host = srv_strdup(j->host)) == NULL) {
+		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
+		return;
+	}
+	c->rank = j->rank;
+	c->world = w;
+	c->pid = j->pid;
+	c->local_rank = j->local_rank;
+	c->hb_ms = j->heartbeat_ms;
+	c->dead_ms = j->dead_after_ms;
+	if (j->rank >= 0)
+		job->rdzv_by_rank[j->rank] = c;
+	else
+		srv_list_append(&job->rdzv_auto, &c->olink);
+	job->rdzv_n++;
+	srv_call_park(c, SRV_PARK_JOIN);
+	if (job->rdzv_n == job->rdzv_world)
+		rdzv_complete(job, now);
+}
+
+void
+srv_job_withdraw_join(struct srv_call* c)
+{
+	struct srv_job* job = c->job;
+
+	if (c->rank >= 0)
+		job->rdzv_by_rank[c->rank] = NULL;
+	else
+		srv_list_remove(&c->olink);
+	if (--job->rdzv_n == 0)
+		rdzv_reset(job);
+}
+
+void
+srv_job_expire_join(struct srv_call* c, cohort__time now)
+{
+	struct srv_job* job = c->job;
+	uint32_t w = job->rdzv_world, nauto = 0, joined = job->rdzv_n;
+	int32_t* miss = calloc(w + 1, sizeof(int32_t));
+	size_t nm = 0;
+	struct srv_link* l;
+	char rb[512], secs[32], buf[1024];
+	Cohort__Reply rep;
+
+	for (l = job->rdzv_auto.next; l != &job->rdzv_auto; l = l->next)
+		nauto++;
+	/* The lowest free ranks go to the rank -1 joins. */
+	for (uint32_t r = 0; miss != NULL && r < w; r++) {
+		if (job->rdzv_by_rank[r] != NULL)
+			continue;
+		if (nauto > 0) {
+			nauto--;
+			continue;
+		}
+		miss[nm++] = (int32_t)r;
+	}
+	srv_fmt_ranks(rb, sizeof(rb), miss, nm);
+	srv_fmt_secs(secs, sizeof(secs), now - c->start);
+	snprintf(buf, sizeof(buf),
+	    "rendezvous of job '%s' timed out after %s: %u of %u ranks "
+	    "joined; missing rank%s %s",
+	    job->name, secs, joined, w, nm == 1 ? "" : "s", rb);
+	srv_call_withdraw(c, now);
+	srv_reply_init(&rep, c, COHORT_ETIMEDOUT);
+	rep.error = buf;
+	rep.n_missing_ranks = nm;
+	rep.missing_ranks = miss;
+	srv_call_answer(c, &rep, NULL, 0);
+	free(miss);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Membership calls                                                         */
+/* ------------------------------------------------------------------------ */
+
+void
+srv_job_leave(struct srv_call* c, cohort__time now)
+{
+	struct srv_job* job = c->job;
+	struct srv_member* m = c->client->member;
+	struct srv_link *l, *next;
+
+	(void)now;
+	/* A join still parked for this client is withdrawn. */
+	for (l = c->client->parked.next; l != &c->client->parked; l = next) {
+		struct srv_call* p = SRV_CONTAINER(l, struct srv_call, clink);
+		next = l->next;
+		if (p->park != SRV_PARK_JOIN)
+			continue;
+		srv_call_withdraw(p, now);
+		srv_call_fail(p, COHORT_ECLOSED,
+		    "the client left before the rendezvous completed");
+	}
+	if (m != NULL && m->state == SRV_MEMBER_RUNNING) {
+		m->state = SRV_MEMBER_LEFT;
+		cohort__info("job '%s': rank %d (%s:%u) left", job->name,
+		    m->rank, m->host, m->pid);
+		srv_coll_rank_left(job, m->rank);
+	}
+	srv_call_fail(c, COHORT_OK, "%s", "");
+}
+
+void
+srv_job_heartbeat(
+    struct srv_call* c, const Cohort__Heartbeat* hb, cohort__time now)
+{
+	struct srv_job* job = c->job;
+	struct srv_member* m = c->client->member;
+	Cohort__Reply rep;
+	Cohort__HeartbeatReply hr;
+
+	if (m != NULL) {
+		cohort__strlcpy(m->last_op, hb->last_op, sizeof(m->last_op));
+		m->last_op_seq = hb->last_op_seq;
+	}
+	srv_reply_init(&rep, c, COHORT_OK);
+	cohort__heartbeat_reply__init(&hr);
+	hr.healthy = job->state != SRV_JOB_FAILED;
+	hr.server_time_ms = (uint64_t)now;
+	if (!hr.healthy)
+		srv_reply_failure(&rep, job);
+	rep.body_case = COHORT__REPLY__BODY_HEARTBEAT;
+	rep.heartbeat = &hr;
+	srv_call_answer(c, &rep, NULL, 0);
+}
+
+void
+srv_job_watch(struct srv_call* c, cohort__time now)
+{
+	struct srv_job* job = c->job;
+
+	(void)now;
+	if (job->state == SRV_JOB_FAILED) {
+		srv_call_peerlost(c);
+		return;
+	}
+	srv_list_append(&job->watchers, &c->olink);
+	srv_call_park(c, SRV_PARK_WATCH);
+}
+
+void
+srv_job_expire_watch(struct srv_call* c, cohort__time now)
+{
+	Cohort__Reply rep;
+
+	srv_call_withdraw(c, now);
+	srv_reply_init(&rep, c, COHORT_OK);
+	srv_call_answer(c, &rep, NULL, 0);
+}
+
+void
+srv_job_report(
+    struct srv_call* c, const Cohort__ReportFailure* rf, cohort__time now)
+{
+	struct srv_member* m = c->client->member;
+
+	if (m == NULL) {
+		srv_call_fail(c, COHORT_ESTATE,
+		    "only a member of job '%s' can report a failure",
+		    c->job->name);
+		return;
+	}
+	srv_job_fail_member(c->job, m,
+	    rf->text[0] != '\0' ? rf->text : "failure reported without text",
+	    now);
+	srv_call_fail(c, COHORT_OK, "%s", "");
+}
+
+struct srv_member*
+srv_job_collective_member(struct srv_call* c)
+{
+	struct srv_job* job = c->job;
+	struct srv_member* m = c->client->member;
+
+	if (m == NULL) {
+		srv_call_fail(c, COHORT_ESTATE,
+		    "this client is not a member of job '%s' (join first)",
+		    job->name);
+		return (NULL);
+	}
+	if (job->state == SRV_JOB_FAILED) {
+		srv_call_peerlost(c);
+		return (NULL);
+	}
+	if (m->state == SRV_MEMBER_LEFT) {
+		srv_call_fail(c, COHORT_ESTATE,
+		    "rank %d already left job '%s'", m->rank, job->name);
+		return (NULL);
+	}
+	return (m);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Failure                                                                  */
+/* ------------------------------------------------------------------------ */
+
+void
+srv_job_fail_member(struct srv_job* job, struct srv_member* m,
+    const char* text, cohort__time now)
+{
+	char op[800], detail[1400];
+	const char* nl;
+	int tl;
+
+	(void)now;
+	if (m->state != SRV_MEMBER_RUNNING)
+		return;
+	m->state = SRV_MEMBER_FAILED;
+	free(m->failure);
+	m->failure = srv_strdup(text);
+	job->core->m.failures++;
+	op[0] = '\0';
+	if (m->client != NULL) {
+		struct srv_link* l;
+		for (l = m->client->parked.next; l != &m->client->parked;
+		     l = l->next) {
+			struct srv_call* p
+			    = SRV_CONTAINER(l, struct srv_call, clink);
+			if (p->park == SRV_PARK_COLL
+			    || p->park == SRV_PARK_GROUP) {
+				srv_coll_describe(p, op, sizeof(op));
+				break;
+			}
+		}
+	}
+	if (op[0] == '\0' && m->last_op[0] != '\0')
+		snprintf(op, sizeof(op), "%s (#%" PRIu64 ")", m->last_op,
+		    m->last_op_seq);
+	nl = strchr(text, '\n');
+	tl = nl != NULL ? (int)(nl - text) : (int)strlen(text);
+	if (tl > 300)
+		tl = 300;
+	snprintf(detail, sizeof(detail), "rank %d (%s:%u) failed%s%s: %.*s",
+	    m->rank, m->host, m->pid, op[0] ? " during " : "", op, tl, text);
+	cohort__warn("job '%s' generation %" PRIu64 ": %s", job->name,
+	    job->generation, detail);
+	if (job->state != SRV_JOB_RUNNING)
+		return;
+	job->state = SRV_JOB_FAILED;
+	job_clear_failure(job);
+	job->failed_rank = m->rank;
+	job->failed_text = srv_strdup(text);
+	job->failed_detail = srv_strdup(detail);
+	srv_coll_reset(job, COHORT_EPEERLOST, detail, false);
+	while (!srv_list_empty(&job->watchers)) {
+		struct srv_call* c = SRV_CONTAINER(
+		    job->watchers.next, struct srv_call, olink);
+		srv_list_remove(&c->olink);
+		srv_call_peerlost(c);
+	}
+}
+
+void
+srv_job_sweep(struct srv_job* job, cohort__time now)
+{
+	for (uint32_t r = 0; job->members != NULL && r < job->world; r++) {
+		struct srv_member* m = &job->members[r];
+		char text[64];
+		if (m->state != SRV_MEMBER_RUNNING
+		    || now - m->last_seen <= (cohort__time)m->dead_ms)
+			continue;
+		snprintf(text, sizeof(text), "no heartbeat for %.1f s",
+		    (double)(now - m->last_seen) / 1000.0);
+		srv_job_fail_member(job, m, text, now);
+	}
+}

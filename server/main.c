@@ -1,0 +1,179 @@
+/*
+ * main.c - cohortd: argument parsing, signals, and the embedded server.
+ * The only file of the coordinator that may exit().
+ *
+ * SIGTERM and SIGINT are blocked in every thread (nng's threads inherit
+ * the mask) and taken synchronously here with sigtimedwait, so a signal
+ * never interrupts a callback; cohort__srv_stop then answers parked
+ * requests with COHORT_ECLOSED and closes the listeners.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cohort_impl.h"
+#include "server.h"
+
+#define MAIN_MAX_LIST 64
+
+static void
+main_usage(FILE* f)
+{
+	fprintf(f,
+	    "usage: cohortd [options]\n"
+	    "\n"
+	    "The cohort coordinator: rendezvous, barriers, key-value store\n"
+	    "and failure detection for data-parallel training jobs.\n"
+	    "\n"
+	    "  --listen URL           listen on URL (tcp://, ipc://; "
+	    "repeatable)\n"
+	    "                         default %s\n"
+	    "  --job NAME:TOKEN       create job NAME with TOKEN in advance "
+	    "(repeatable)\n"
+	    "  --admin-token TOKEN    required by status queries for all "
+	    "jobs\n"
+	    "  --max-value-bytes N    largest KV value / object (default "
+	    "%u)\n"
+	    "  --max-job-bytes N      keys + values per job (default %llu)\n"
+	    "  --max-keys N           keys per job (default %u)\n"
+	    "  --http ADDR:PORT       serve /metrics, /healthz, /readyz\n"
+	    "  --log-level LEVEL      error, warn, info (default), debug, "
+	    "trace\n"
+	    "  --help, --version\n",
+	    COHORT__SRV_DEFAULT_URL, (unsigned)COHORT__DEFAULT_MAX_VALUE,
+	    (unsigned long long)COHORT__SRV_DEFAULT_MAX_JOB_BYTES,
+	    (unsigned)COHORT__SRV_DEFAULT_MAX_KEYS);
+}
+
+static int
+main_u64(const char* opt, const char* s, uint64_t* out)
+{
+	int64_t v;
+
+	if (!cohort__parse_i64(s, &v) || v <= 0) {
+		fprintf(stderr,
+		    "cohortd: %s: '%s' is not a positive integer\n", opt, s);
+		return (-1);
+	}
+	*out = (uint64_t)v;
+	return (0);
+}
+
+static int
+main_level(const char* s)
+{
+	static const char* const names[]
+	    = { "error", "warn", "info", "debug", "trace" };
+
+	for (int i = 0; i < 5; i++)
+		if (strcmp(s, names[i]) == 0)
+			return (i);
+	return (-1);
+}
+
+int
+main(int argc, char** argv)
+{
+	const char *listen[MAIN_MAX_LIST], *jobs[MAIN_MAX_LIST];
+	struct cohort__srv_config cfg;
+	struct cohort__srv* srv;
+	sigset_t set;
+	cohort_status rv;
+	int sig = 0;
+
+	cohort__srv_config_init(&cfg);
+	cfg.listen = listen;
+	cfg.jobs = jobs;
+	cohort__log_set_default_level(COHORT__LOG_INFO);
+	cohort__log_set_component("cohortd");
+	for (int i = 1; i < argc; i++) {
+		const char* a = argv[i];
+		const char* v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+			main_usage(stdout);
+			return (0);
+		}
+		if (strcmp(a, "--version") == 0) {
+			printf("cohortd %s (protocol %d)\n",
+			    COHORT_VERSION_STRING, COHORT_PROTO_VERSION);
+			return (0);
+		}
+		if (v == NULL) {
+			fprintf(stderr,
+			    "cohortd: unknown option or missing "
+			    "value: %s\n",
+			    a);
+			main_usage(stderr);
+			return (2);
+		}
+		i++;
+		if (strcmp(a, "--listen") == 0
+		    && cfg.nlisten < MAIN_MAX_LIST) {
+			listen[cfg.nlisten++] = v;
+		} else if (strcmp(a, "--job") == 0
+		    && cfg.njobs < MAIN_MAX_LIST) {
+			jobs[cfg.njobs++] = v;
+		} else if (strcmp(a, "--admin-token") == 0) {
+			cfg.admin_token = v;
+		} else if (strcmp(a, "--max-value-bytes") == 0) {
+			if (main_u64(a, v, &cfg.max_value_bytes) != 0)
+				return (2);
+		} else if (strcmp(a, "--max-job-bytes") == 0) {
+			if (main_u64(a, v, &cfg.max_job_bytes) != 0)
+				return (2);
+		} else if (strcmp(a, "--max-keys") == 0) {
+			if (main_u64(a, v, &cfg.max_keys) != 0)
+				return (2);
+		} else if (strcmp(a, "--http") == 0) {
+			cfg.http = v;
+		} else if (strcmp(a, "--log-level") == 0) {
+			int l = main_level(v);
+			if (l < 0) {
+				fprintf(stderr,
+				    "cohortd: bad log level '%s'\n", v);
+				return (2);
+			}
+			if (getenv("COHORT_LOG_LEVEL") == NULL)
+				cohort__log_set_default_level(l);
+		} else {
+			fprintf(stderr, "cohortd: unknown option %s\n", a);
+			main_usage(stderr);
+			return (2);
+		}
+	}
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	if ((rv = cohort__srv_start(&cfg, &srv)) != COHORT_OK) {
+		cohort__error("cannot start: %s: %s", cohort_strerror(rv),
+		    cohort_last_error());
+		return (1);
+	}
+	for (size_t i = 0; cohort__srv_url(srv, i) != NULL; i++)
+		cohort__info("listening on %s", cohort__srv_url(srv, i));
+	if (cohort__srv_http_url(srv) != NULL)
+		cohort__info("http on %s", cohort__srv_http_url(srv));
+
+	/* Runs until a signal; each wait is bounded so the loop stays
+	 * responsive to anything added later. */
+	while (sig <= 0) {
+		struct timespec ts = { 1, 0 };
+		sig = sigtimedwait(&set, NULL, &ts);
+		if (sig < 0 && errno != EAGAIN && errno != EINTR) {
+			cohort__error("sigtimedwait: %s", strerror(errno));
+			break;
+		}
+	}
+	cohort__info("%s received, shutting down",
+	    sig == SIGINT ? "SIGINT" : "SIGTERM");
+	cohort__srv_stop(srv);
+	cohort__info("stopped");
+	return (0);
+}

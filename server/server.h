@@ -1,0 +1,65 @@
+/*
+ * server.h - cohortd as a library: start a coordinator in this process.
+ *
+ * cohortd (server/main.c), the launcher (`cohort run`) and the tests embed
+ * the coordinator through these calls. There is no global state: several
+ * servers may run in one process, each with its own socket, jobs and keys.
+ */
+#ifndef COHORT_SERVER_H
+#define COHORT_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cohort/cohort.h"
+
+#define COHORT__SRV_DEFAULT_URL "tcp://0.0.0.0:29400"
+#define COHORT__SRV_DEFAULT_MAX_JOB_BYTES (1ull << 30)
+#define COHORT__SRV_DEFAULT_MAX_KEYS 1000000u
+#define COHORT__SRV_DEFAULT_POOL 16u
+
+struct cohort__srv_config {
+	/* nng URLs to listen on (tcp://, ipc://, tls+tcp://). Port 0 binds a
+	 * free port: see cohort__srv_url. None = COHORT__SRV_DEFAULT_URL. */
+	const char* const* listen;
+	size_t nlisten;
+	/* Jobs created in advance, "NAME:TOKEN" each. */
+	const char* const* jobs;
+	size_t njobs;
+	uint64_t max_value_bytes; /* largest KV value / object */
+	uint64_t max_job_bytes; /* keys + values of one job */
+	uint64_t max_keys; /* keys of one job */
+	/* If set, a StatusQuery without a job must carry this token. */
+	const char* admin_token;
+	/* "ADDR:PORT" of the HTTP endpoint (/metrics, /healthz, /readyz);
+	 * NULL = none. */
+	const char* http;
+	uint32_t pool_size; /* receiving nng contexts, 0 = default */
+};
+
+struct cohort__srv;
+
+/* Fills *cfg with the defaults (no listen URL: the default one). */
+void cohort__srv_config_init(struct cohort__srv_config* cfg);
+
+/* Starts a coordinator: listens on every URL and serves requests on nng's
+ * threads until cohort__srv_stop. Returns COHORT_OK and *out, or
+ * COHORT_EINVAL (bad configuration, detail in cohort_last_error()),
+ * COHORT_ETRANSPORT / COHORT_EINVAL (cannot listen), COHORT_ENOMEM. Does
+ * not block beyond binding its listeners. */
+cohort_status cohort__srv_start(
+    const struct cohort__srv_config* cfg, struct cohort__srv** out);
+
+/* The i-th listening URL as bound (port 0 replaced by the real port), or
+ * NULL past the end. Valid until cohort__srv_stop. */
+const char* cohort__srv_url(const struct cohort__srv* s, size_t i);
+
+/* The HTTP endpoint as bound ("http://127.0.0.1:PORT"), NULL if none. */
+const char* cohort__srv_http_url(const struct cohort__srv* s);
+
+/* Answers every parked request with COHORT_ECLOSED, closes the listeners
+ * and frees everything. Blocks until nng's callbacks have finished (at
+ * most about a second for the final replies to leave). NULL-safe. */
+void cohort__srv_stop(struct cohort__srv* s);
+
+#endif /* COHORT_SERVER_H */

@@ -1,0 +1,507 @@
+/*
+ * srv.c - cohortd's transport: a rep0 socket, a pool of nng contexts,
+ * pipe events and the sweep timer around the socket-free core.
+ *
+ * Threads: none of our own. Requests are handled directly in nng's aio
+ * callbacks under one mutex (a hand-off to another thread would cost a
+ * scheduler wake-up per request). Replies produced under the mutex are
+ * queued in an outbox and sent after it is released.
+ *
+ * Contexts: `pool` contexts always wait in nng_ctx_recv. A request that
+ * parks keeps its context (the reply must leave through it), and an idle
+ * or new context takes its place in the receiving pool; after a reply is
+ * sent, the context receives again if the pool is short, or goes idle.
+ * Contexts are freed only at stop (freeing an aio from its own callback
+ * would deadlock).
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+
+#include "srv_impl.h"
+
+enum srvctx_state {
+	SRVCTX_RECV, /* nng_ctx_recv pending */
+	SRVCTX_BUSY, /* request being handled, or parked in the core */
+	SRVCTX_REPLY, /* the core answered; queued in the outbox */
+	SRVCTX_SEND, /* nng_ctx_send pending */
+	SRVCTX_IDLE, /* spare */
+};
+
+struct srvctx {
+	struct cohort__srv* srv;
+	nng_ctx ctx;
+	nng_aio* aio;
+	enum srvctx_state state;
+	struct srvctx* all_next;
+	struct srvctx* idle_next;
+	struct srvctx* out_next;
+	nng_msg* out_msg; /* reply to send; NULL = recycle */
+};
+
+struct cohort__srv {
+	nng_socket sock;
+	pthread_mutex_t mtx;
+	pthread_cond_t cv;
+	struct srv_core* core;
+	bool stopping;
+	uint32_t pool;
+	uint32_t nrecv;
+	uint32_t nsend;
+	struct srvctx* all;
+	struct srvctx* idle;
+	struct srvctx* out_head;
+	struct srvctx** out_tail;
+	nng_aio* sweep;
+	char** urls;
+	size_t nurls;
+	void* http; /* http.c */
+	char* http_url;
+};
+
+static void srvctx_cb(void* arg);
+
+void
+cohort__srv_config_init(struct cohort__srv_config* cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->max_value_bytes = COHORT__DEFAULT_MAX_VALUE;
+	cfg->max_job_bytes = COHORT__SRV_DEFAULT_MAX_JOB_BYTES;
+	cfg->max_keys = COHORT__SRV_DEFAULT_MAX_KEYS;
+	cfg->pool_size = COHORT__SRV_DEFAULT_POOL;
+}
+
+/* Sink of the core, called under mtx: queue for sending after unlock. */
+static void
+srv_sink(void* arg, void* tp, nng_msg* reply)
+{
+	struct cohort__srv* s = arg;
+	struct srvctx* x = tp;
+
+	x->state = SRVCTX_REPLY;
+	x->out_msg = reply;
+	x->out_next = NULL;
+	*s->out_tail = x;
+	s->out_tail = &x->out_next;
+}
+
+static struct srvctx*
+srvctx_new(struct cohort__srv* s)
+{
+	struct srvctx* x = calloc(1, sizeof(*x));
+
+	if (x == NULL)
+		return (NULL);
+	x->srv = s;
+	if (nng_aio_alloc(&x->aio, srvctx_cb, x) != 0) {
+		free(x);
+		return (NULL);
+	}
+	if (nng_ctx_open(&x->ctx, s->sock) != 0) {
+		nng_aio_free(x->aio);
+		free(x);
+		return (NULL);
+	}
+	x->all_next = s->all;
+	s->all = x;
+	return (x);
+}
+
+/* Under mtx: pick a context to receive (idle or new), mark it. */
+static struct srvctx*
+srv_take_receiver(struct cohort__srv* s)
+{
+	struct srvctx* x = s->idle;
+
+	if (x != NULL)
+		s->idle = x->idle_next;
+	else if ((x = srvctx_new(s)) == NULL)
+		return (NULL);
+	x->state = SRVCTX_RECV;
+	s->nrecv++;
+	return (x);
+}
+
+/* Under mtx: a context whose exchange is over. Returns true if the
+ * caller must start nng_ctx_recv on it (after unlocking). */
+static bool
+srv_recycle(struct cohort__srv* s, struct srvctx* x)
+{
+	if (!s->stopping && s->nrecv < s->pool) {
+		x->state = SRVCTX_RECV;
+		s->nrecv++;
+		return (true);
+	}
+	x->state = SRVCTX_IDLE;
+	x->idle_next = s->idle;
+	s->idle = x;
+	return (false);
+}
+
+/* Sends everything queued, after mtx was released. */
+static void
+srv_flush(struct cohort__srv* s, struct srvctx* head)
+{
+	while (head != NULL) {
+		struct srvctx* x = head;
+		head = x->out_next;
+		if (x->out_msg != NULL) {
+			nng_aio_set_msg(x->aio, x->out_msg);
+			x->out_msg = NULL;
+			nng_ctx_send(x->ctx, x->aio);
+		} else {
+			nng_ctx_recv(x->ctx, x->aio);
+		}
+	}
+}
+
+/* Under mtx: takes the outbox, marking each entry for srv_flush. */
+static struct srvctx*
+srv_take_outbox(struct cohort__srv* s)
+{
+	struct srvctx *head = s->out_head, *x, **pp;
+
+	s->out_head = NULL;
+	s->out_tail = &s->out_head;
+	/* Replies go out as SEND; dropped ones are recycled (and leave the
+	 * list if they must not receive). */
+	for (pp = &head; (x = *pp) != NULL;) {
+		if (x->out_msg != NULL) {
+			x->state = SRVCTX_SEND;
+			s->nsend++;
+			pp = &x->out_next;
+		} else if (srv_recycle(s, x)) {
+			pp = &x->out_next;
+		} else {
+			*pp = x->out_next;
+		}
+	}
+	return (head);
+}
+
+static void
+srvctx_cb(void* arg)
+{
+	struct srvctx* x = arg;
+	struct cohort__srv* s = x->srv;
+	int rv = nng_aio_result(x->aio);
+	struct srvctx *out, *extra = NULL;
+	bool again = false;
+	nng_msg* msg;
+
+	pthread_mutex_lock(&s->mtx);
+	if (x->state == SRVCTX_SEND) {
+		s->nsend--;
+		if (rv != 0 && (msg = nng_aio_get_msg(x->aio)) != NULL)
+			nng_msg_free(msg);
+		if (s->stopping) {
+			x->state = SRVCTX_IDLE;
+			pthread_cond_broadcast(&s->cv);
+		} else {
+			again = srv_recycle(s, x);
+		}
+		pthread_mutex_unlock(&s->mtx);
+		if (again)
+			nng_ctx_recv(x->ctx, x->aio);
+		return;
+	}
+	/* SRVCTX_RECV */
+	s->nrecv--;
+	if (rv != 0 || s->stopping) {
+		if (rv == 0 && (msg = nng_aio_get_msg(x->aio)) != NULL)
+			nng_msg_free(msg);
+		if (s->stopping || rv == NNG_ECLOSED) {
+			x->state = SRVCTX_IDLE;
+			pthread_mutex_unlock(&s->mtx);
+			return;
+		}
+		again = srv_recycle(s, x);
+		pthread_mutex_unlock(&s->mtx);
+		if (again)
+			nng_ctx_recv(x->ctx, x->aio);
+		return;
+	}
+	msg = nng_aio_get_msg(x->aio);
+	nng_aio_set_msg(x->aio, NULL);
+	x->state = SRVCTX_BUSY;
+	srv_core_dispatch(
+	    s->core, msg, nng_msg_get_pipe(msg).id, x, cohort__now_ms());
+	if (x->state == SRVCTX_BUSY)
+		extra = srv_take_receiver(s); /* parked: keep the pool full */
+	out = srv_take_outbox(s);
+	pthread_mutex_unlock(&s->mtx);
+	srv_flush(s, out);
+	if (extra != NULL)
+		nng_ctx_recv(extra->ctx, extra->aio);
+}
+
+static void
+srv_pipe_cb(nng_pipe p, nng_pipe_ev ev, void* arg)
+{
+	struct cohort__srv* s = arg;
+	struct srvctx* out;
+
+	(void)ev;
+	pthread_mutex_lock(&s->mtx);
+	if (s->stopping) {
+		pthread_mutex_unlock(&s->mtx);
+		return;
+	}
+	srv_core_pipe_closed(s->core, p.id, cohort__now_ms());
+	out = srv_take_outbox(s);
+	pthread_mutex_unlock(&s->mtx);
+	srv_flush(s, out);
+}
+
+#define SRV_SWEEP_MS 100
+
+static void
+srv_sweep_cb(void* arg)
+{
+	struct cohort__srv* s = arg;
+	struct srvctx* out;
+
+	if (nng_aio_result(s->sweep) != 0)
+		return;
+	pthread_mutex_lock(&s->mtx);
+	if (s->stopping) {
+		pthread_mutex_unlock(&s->mtx);
+		return;
+	}
+	srv_core_sweep(s->core, cohort__now_ms());
+	out = srv_take_outbox(s);
+	pthread_mutex_unlock(&s->mtx);
+	srv_flush(s, out);
+	nng_sleep_aio(SRV_SWEEP_MS, s->sweep);
+}
+
+/* "tcp://host:0" with the port bound. */
+static char*
+srv_bound_url(const char* url, nng_listener l)
+{
+	nng_sockaddr sa;
+	const char* colon;
+	char buf[512];
+	unsigned port;
+
+	if (nng_listener_get_addr(l, NNG_OPT_LOCADDR, &sa) != 0
+	    || (sa.s_family != NNG_AF_INET && sa.s_family != NNG_AF_INET6)
+	    || (colon = strrchr(url, ':')) == NULL)
+		return (srv_strdup(url));
+	port = sa.s_family == NNG_AF_INET ? sa.s_in.sa_port : sa.s_in6.sa_port;
+	port = ((port & 0xff) << 8) | ((port >> 8) & 0xff);
+	snprintf(buf, sizeof(buf), "%.*s:%u", (int)(colon - url), url, port);
+	return (srv_strdup(buf));
+}
+
+const char*
+cohort__srv_url(const struct cohort__srv* s, size_t i)
+{
+	return (i < s->nurls ? s->urls[i] : NULL);
+}
+
+const char*
+cohort__srv_http_url(const struct cohort__srv* s)
+{
+	return (s->http_url);
+}
+
+/* http.c */
+cohort_status cohort__srv_http_start(
+    struct cohort__srv* s, const char* addr, void** out, char** url);
+void cohort__srv_http_stop(void* h);
+
+/* For http.c: metrics text under the server mutex. */
+char*
+cohort__srv_metrics(struct cohort__srv* s)
+{
+	char* t;
+
+	pthread_mutex_lock(&s->mtx);
+	t = srv_metrics_text(s->core, cohort__now_ms());
+	pthread_mutex_unlock(&s->mtx);
+	return (t);
+}
+
+static cohort_status
+srv_add_jobs(struct cohort__srv* s, const struct cohort__srv_config* cfg)
+{
+	for (size_t i = 0; i < cfg->njobs; i++) {
+		const char *spec = cfg->jobs[i], *colon = strchr(spec, ':');
+		char name[SRV_MAX_NAME + 1];
+		size_t nl;
+		cohort_status rv;
+		if (colon == NULL || colon == spec
+		    || (nl = (size_t)(colon - spec)) > SRV_MAX_NAME)
+			return (cohort__err(COHORT_EINVAL,
+			    "--job '%s': expected NAME:TOKEN", spec));
+		memcpy(name, spec, nl);
+		name[nl] = '\0';
+		if ((rv = srv_core_add_job(s->core, name, colon + 1))
+		    != COHORT_OK)
+			return (rv);
+	}
+	return (COHORT_OK);
+}
+
+cohort_status
+cohort__srv_start(
+    const struct cohort__srv_config* cfg, struct cohort__srv** out)
+{
+	static const char* const dflt[] = { COHORT__SRV_DEFAULT_URL };
+	const char* const* urls = cfg->nlisten ? cfg->listen : dflt;
+	size_t nurls = cfg->nlisten ? cfg->nlisten : 1;
+	struct srv_limits lim;
+	struct cohort__srv* s;
+	cohort_status rv;
+	int nrv;
+
+	lim.max_value = cfg->max_value_bytes;
+	lim.max_job_bytes = cfg->max_job_bytes;
+	lim.max_keys = cfg->max_keys;
+	if (lim.max_value == 0 || lim.max_job_bytes == 0 || lim.max_keys == 0
+	    || lim.max_value > (4ull << 30))
+		return (cohort__err(COHORT_EINVAL,
+		    "limits must be positive and values at most 4 GiB"));
+	if ((s = calloc(1, sizeof(*s))) == NULL)
+		return (COHORT_ENOMEM);
+	pthread_mutex_init(&s->mtx, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	s->pool = cfg->pool_size ? cfg->pool_size : COHORT__SRV_DEFAULT_POOL;
+	s->out_tail = &s->out_head;
+	if ((s->urls = calloc(nurls, sizeof(char*))) == NULL) {
+		rv = COHORT_ENOMEM;
+		goto out_free;
+	}
+	if ((rv = srv_core_new(&lim, cfg->admin_token, srv_sink, s,
+	         cohort__now_ms(), &s->core))
+	    != COHORT_OK)
+		goto out_free;
+	if ((rv = srv_add_jobs(s, cfg)) != COHORT_OK)
+		goto out_free_core;
+	if ((nrv = nng_rep0_open(&s->sock)) != 0) {
+		rv = cohort__err(cohort__from_nng(nrv), "nng_rep0_open: %s",
+		    nng_strerror(nrv));
+		goto out_free_core;
+	}
+	nng_socket_set_size(
+	    s->sock, NNG_OPT_RECVMAXSZ, (size_t)lim.max_value + (1u << 20));
+	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, srv_pipe_cb, s);
+	if ((nrv = nng_aio_alloc(&s->sweep, srv_sweep_cb, s)) != 0) {
+		rv = COHORT_ENOMEM;
+		goto out_close_sock;
+	}
+	for (size_t i = 0; i < nurls; i++) {
+		nng_listener l;
+		if ((nrv = nng_listen(s->sock, urls[i], &l, 0)) != 0) {
+			rv = cohort__err(cohort__from_nng(nrv),
+			    "cannot listen on %s: %s", urls[i],
+			    nng_strerror(nrv));
+			goto out_close_sock;
+		}
+		if ((s->urls[i] = srv_bound_url(urls[i], l)) == NULL) {
+			rv = COHORT_ENOMEM;
+			goto out_close_sock;
+		}
+		s->nurls++;
+	}
+	pthread_mutex_lock(&s->mtx);
+	for (uint32_t i = 0; i < s->pool; i++) {
+		struct srvctx* x = srv_take_receiver(s);
+		if (x == NULL) {
+			pthread_mutex_unlock(&s->mtx);
+			rv = COHORT_ENOMEM;
+			goto out_close_sock;
+		}
+		nng_ctx_recv(x->ctx, x->aio);
+	}
+	pthread_mutex_unlock(&s->mtx);
+	if (cfg->http != NULL
+	    && (rv = cohort__srv_http_start(
+	            s, cfg->http, &s->http, &s->http_url))
+	        != COHORT_OK)
+		goto out_close_sock;
+	nng_sleep_aio(SRV_SWEEP_MS, s->sweep);
+	*out = s;
+	return (COHORT_OK);
+
+out_close_sock:
+	s->stopping = true;
+	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, NULL, NULL);
+	nng_close(s->sock);
+	goto out_free_ctxs;
+out_free_ctxs:
+	while (s->all != NULL) {
+		struct srvctx* x = s->all;
+		s->all = x->all_next;
+		nng_aio_free(x->aio);
+		free(x);
+	}
+	if (s->sweep != NULL)
+		nng_aio_free(s->sweep);
+out_free_core:
+	srv_core_free(s->core);
+out_free:
+	for (size_t i = 0; s->urls != NULL && i < s->nurls; i++)
+		free(s->urls[i]);
+	free(s->urls);
+	pthread_cond_destroy(&s->cv);
+	pthread_mutex_destroy(&s->mtx);
+	free(s);
+	return (rv);
+}
+
+void
+cohort__srv_stop(struct cohort__srv* s)
+{
+	struct srvctx* out;
+	cohort__time deadline;
+
+	if (s == NULL)
+		return;
+	if (s->http != NULL)
+		cohort__srv_http_stop(s->http);
+	nng_aio_stop(s->sweep);
+	pthread_mutex_lock(&s->mtx);
+	s->stopping = true;
+	srv_core_close_all(s->core);
+	out = srv_take_outbox(s);
+	pthread_mutex_unlock(&s->mtx);
+	srv_flush(s, out);
+	/* Let the final replies leave (bounded). */
+	deadline = cohort__now_ms() + 1000;
+	pthread_mutex_lock(&s->mtx);
+	while (s->nsend > 0 && !cohort__expired(deadline)) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 20 * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&s->cv, &s->mtx, &ts);
+	}
+	pthread_mutex_unlock(&s->mtx);
+	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, NULL, NULL);
+	nng_close(s->sock);
+	while (s->all != NULL) {
+		struct srvctx* x = s->all;
+		s->all = x->all_next;
+		nng_aio_free(x->aio);
+		free(x);
+	}
+	nng_aio_free(s->sweep);
+	srv_core_free(s->core);
+	for (size_t i = 0; i < s->nurls; i++)
+		free(s->urls[i]);
+	free(s->urls);
+	free(s->http_url);
+	pthread_cond_destroy(&s->cv);
+	pthread_mutex_destroy(&s->mtx);
+	free(s);
+}

@@ -1,0 +1,469 @@
+/*
+ * srv_impl.h - internals of cohortd shared by the server modules.
+ *
+ * The coordinator is split in two layers:
+ *
+ *  - the *core* (core.c, dispatch.c, job.c, kv.c, coll.c, status.c): every
+ *    job, member, key and parked request, driven only through
+ *    srv_core_dispatch / srv_core_sweep / srv_core_pipe_closed with an
+ *    explicit `now`. It never touches a socket: replies leave through a
+ *    sink callback as packed nng messages, tagged with the opaque transport
+ *    handle (`tp`) the request came with. Unit tests drive it with a fake
+ *    clock and a capturing sink.
+ *  - the *transport* (srv.c): the rep0 socket, its pool of contexts, pipe
+ *    events, the 100 ms sweep timer and the one mutex that serialises all
+ *    calls into the core.
+ *
+ * A request is a `struct srv_call`. It is answered at once or *parked*:
+ * it then sits in its owner (rendezvous, collective, group creation, KV
+ * waiters or watchers), in its client's parked list and, if it has a
+ * deadline, in the core's deadline heap. Leaving the parked state goes
+ * through exactly one of: answered by its owner (completion, failure
+ * fan-out), srv_call_expire (deadline), srv_call_withdraw + srv_call_drop
+ * (connection lost, retry took over the slot).
+ */
+#ifndef COHORT_SRV_IMPL_H
+#define COHORT_SRV_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cohort_impl.h"
+#include "server.h"
+
+#define SRV_CONTAINER(p, T, f) ((T*)(void*)((char*)(p)-offsetof(T, f)))
+
+/* Largest job name, token, host, group name, last_op. */
+#define SRV_MAX_NAME 255
+/* Replies remembered per client for retries (proto/README.md 2.3). */
+#define SRV_CACHE 16
+/* Replies larger than this are not cached (a retry re-executes; every op
+ * with a big reply is a read). */
+#define SRV_CACHE_MAX_BYTES (64u << 10)
+/* Largest world. */
+#define SRV_MAX_WORLD 65536
+/* Clients remembered per job. */
+#define SRV_MAX_CLIENTS (1u << 20)
+
+/* ------------------------------------------------------------------------ */
+/* Intrusive lists and a hash map                                           */
+/* ------------------------------------------------------------------------ */
+
+struct srv_link {
+	struct srv_link* next;
+	struct srv_link* prev;
+};
+
+static inline void
+srv_list_init(struct srv_link* h)
+{
+	h->next = h->prev = h;
+}
+
+static inline bool
+srv_list_empty(const struct srv_link* h)
+{
+	return (h->next == h);
+}
+
+static inline void
+srv_list_append(struct srv_link* h, struct srv_link* l)
+{
+	l->prev = h->prev;
+	l->next = h;
+	h->prev->next = l;
+	h->prev = l;
+}
+
+static inline void
+srv_list_remove(struct srv_link* l)
+{
+	l->prev->next = l->next;
+	l->next->prev = l->prev;
+	l->next = l->prev = l;
+}
+
+struct srv_hnode {
+	struct srv_hnode* next;
+	uint64_t hash;
+	const void* key;
+	size_t klen;
+};
+
+struct srv_map {
+	struct srv_hnode** b;
+	size_t nb;
+	size_t n;
+};
+
+void srv_map_init(struct srv_map* m);
+/* Frees the table only; the nodes belong to their owners. */
+void srv_map_fini(struct srv_map* m);
+struct srv_hnode* srv_map_get(
+    const struct srv_map* m, const void* key, size_t klen);
+/* Inserts n (whose key memory must outlive it). ENOMEM only. */
+cohort_status srv_map_put(
+    struct srv_map* m, struct srv_hnode* n, const void* key, size_t klen);
+void srv_map_del(struct srv_map* m, struct srv_hnode* n);
+/* Iteration: n = srv_map_next(m, &i, NULL) first, then with the previous
+ * node. Fetch the next node before deleting the current one. */
+struct srv_hnode* srv_map_next(
+    const struct srv_map* m, size_t* i, struct srv_hnode* cur);
+
+/* ------------------------------------------------------------------------ */
+/* Core objects                                                             */
+/* ------------------------------------------------------------------------ */
+
+struct srv_core;
+struct srv_job;
+struct srv_client;
+
+enum srv_park {
+	SRV_PARK_NONE = 0,
+	SRV_PARK_JOIN,
+	SRV_PARK_COLL,
+	SRV_PARK_GROUP,
+	SRV_PARK_WATCH,
+	SRV_PARK_KV,
+};
+
+/* What a collective arrival asked for; all arrivals must agree. */
+struct srv_cdesc {
+	int kind;
+	char* name;
+	int32_t root;
+	uint32_t op;
+	int stype;
+	size_t nvals;
+	bool decide_all;
+	uint32_t service_op;
+	uint32_t dtype;
+};
+
+struct srv_kvlink {
+	struct srv_link link; /* in the key's waiter list */
+	struct srv_call* call;
+	bool present;
+};
+
+struct srv_call {
+	struct srv_core* core;
+	struct srv_job* job; /* NULL before authentication */
+	struct srv_client* client; /* NULL before authentication */
+	void* tp; /* transport handle, opaque */
+	uint64_t seq;
+	int body; /* Cohort__Request__BodyCase */
+	enum srv_park park;
+	cohort__time start;
+	cohort__time deadline;
+	size_t heap_idx; /* SIZE_MAX when not in the heap */
+	struct srv_link clink; /* client's parked calls */
+	struct srv_link olink; /* owner list: rdzv auto joins, watchers */
+	void* owner; /* srv_coll / srv_group / NULL */
+	nng_msg* msg; /* the request, owned, until taken */
+	const uint8_t* payload; /* into msg */
+	size_t plen;
+
+	/* Copied request fields of parked kinds. */
+	int32_t rank; /* join: requested; coll/group: job rank */
+	int32_t grank; /* coll/group: group rank */
+	uint32_t world;
+	char* host;
+	uint32_t pid;
+	int32_t local_rank;
+	uint32_t hb_ms;
+	uint32_t dead_ms;
+	struct srv_cdesc cd;
+	int64_t* i64s;
+	double* f64s;
+	bool decision;
+	char** keys; /* KV waits */
+	size_t nkeys;
+	size_t nmissing;
+	struct srv_kvlink* kvl;
+};
+
+enum srv_member_state {
+	SRV_MEMBER_RUNNING,
+	SRV_MEMBER_FAILED,
+	SRV_MEMBER_LEFT,
+};
+
+struct srv_member {
+	int32_t rank;
+	enum srv_member_state state;
+	char host[SRV_MAX_NAME + 1];
+	uint32_t pid;
+	int32_t local_rank;
+	uint32_t hb_ms;
+	uint32_t dead_ms;
+	cohort__time last_seen;
+	char last_op[SRV_MAX_NAME + 1];
+	uint64_t last_op_seq;
+	char* failure;
+	struct srv_client* client;
+};
+
+struct srv_client {
+	struct srv_hnode hn; /* in job->clients by id */
+	uint64_t id;
+	struct srv_job* job;
+	struct srv_member* member; /* current generation, or NULL */
+	uint32_t pipe;
+	struct srv_link plink; /* in the pipe's client list */
+	struct srv_link parked; /* srv_call.clink */
+	cohort__time last_seen;
+	struct {
+		uint64_t seq;
+		nng_msg* msg;
+	} cache[SRV_CACHE];
+	unsigned cache_next;
+};
+
+struct srv_kv {
+	struct srv_map keys; /* srv_kvent */
+	struct srv_map waits; /* srv_kvwait: absent keys someone waits on */
+	uint64_t bytes;
+};
+
+struct srv_group {
+	struct srv_hnode hn; /* in job->groups by name */
+	char* name;
+	int32_t* ranks; /* job ranks by group rank */
+	uint32_t n;
+	int32_t* grank_of; /* by job rank, -1 = not in group */
+	bool complete;
+	struct srv_call** arr; /* pending creation: arrivals by group rank */
+	uint32_t narr;
+	cohort__time first;
+};
+
+/* One control-plane collective in flight, keyed by (group, op_seq). */
+struct srv_coll {
+	struct srv_hnode hn; /* in job->colls */
+	struct srv_job* job;
+	uint8_t* key;
+	size_t klen;
+	struct srv_group* g;
+	uint64_t op_seq;
+	struct srv_cdesc cd; /* of the first arrival */
+	struct srv_call** calls; /* parked arrivals by group rank */
+	uint8_t* arrived; /* by group rank */
+	uint32_t narrived;
+	uint32_t nparked;
+	cohort__time first;
+	char* mismatch; /* set: a tombstone answering EMISMATCH */
+	/* BROADCAST: the root's request message holds the object. */
+	nng_msg* bmsg;
+	const uint8_t* bdata;
+	size_t blen;
+	bool root_in;
+	uint32_t ndelivered;
+};
+
+enum srv_job_state {
+	SRV_JOB_NEW, /* no generation yet */
+	SRV_JOB_RUNNING, /* generation complete */
+	SRV_JOB_FAILED, /* a member failed in this generation */
+};
+
+struct srv_job {
+	struct srv_hnode hn; /* in core->jobs by name */
+	struct srv_core* core;
+	char* name;
+	char* token;
+	bool preset; /* --job: kept when empty */
+	uint64_t job_id;
+	uint64_t generation;
+	enum srv_job_state state;
+	uint32_t world;
+	struct srv_member* members; /* world entries */
+	int32_t failed_rank;
+	char* failed_text;
+	char* failed_detail;
+	/* Pending rendezvous (rdzv_world == 0: none). */
+	uint32_t rdzv_world;
+	uint32_t rdzv_n;
+	struct srv_call** rdzv_by_rank;
+	struct srv_link rdzv_auto;
+	cohort__time rdzv_start;
+	struct srv_link watchers;
+	struct srv_map clients;
+	struct srv_map groups;
+	struct srv_map colls;
+	struct srv_kv kv;
+};
+
+struct srv_limits {
+	uint64_t max_value;
+	uint64_t max_job_bytes;
+	uint64_t max_keys;
+};
+
+/* The sink takes ownership of reply; reply == NULL means "no reply: the
+ * transport handle is free again" (request dropped or taken over). */
+typedef void (*srv_sink_fn)(void* arg, void* tp, nng_msg* reply);
+
+struct srv_metrics {
+	uint64_t requests;
+	uint64_t replies_error;
+	uint64_t failures;
+	uint64_t timeouts;
+	uint64_t rendezvous;
+	uint64_t collectives;
+};
+
+struct srv_core {
+	struct srv_limits lim;
+	char* admin_token;
+	srv_sink_fn sink;
+	void* sink_arg;
+	struct srv_map jobs;
+	struct srv_map pipes;
+	struct srv_call** heap;
+	size_t heap_n;
+	size_t heap_cap;
+	size_t nparked;
+	uint64_t nclients;
+	cohort__time started;
+	uint64_t rnd;
+	struct srv_metrics m;
+};
+
+/* ------------------------------------------------------------------------ */
+/* core.c                                                                   */
+/* ------------------------------------------------------------------------ */
+
+cohort_status srv_core_new(const struct srv_limits* lim,
+    const char* admin_token, srv_sink_fn sink, void* arg, cohort__time now,
+    struct srv_core** out);
+/* Answers every parked request with COHORT_ECLOSED. */
+void srv_core_close_all(struct srv_core* core);
+void srv_core_free(struct srv_core* core);
+/* Pre-creates a job ("--job NAME:TOKEN"). */
+cohort_status srv_core_add_job(
+    struct srv_core* core, const char* name, const char* token);
+/* Takes ownership of msg; the reply (or none) goes to the sink with tp. */
+void srv_core_dispatch(struct srv_core* core, nng_msg* msg, uint32_t pipe,
+    void* tp, cohort__time now);
+/* Deadlines and heartbeat silence. */
+void srv_core_sweep(struct srv_core* core, cohort__time now);
+void srv_core_pipe_closed(
+    struct srv_core* core, uint32_t pipe, cohort__time now);
+/* Earliest parked deadline, COHORT__TIME_NEVER if none. */
+cohort__time srv_core_next_deadline(const struct srv_core* core);
+
+struct srv_call* srv_call_new(
+    struct srv_core* core, void* tp, cohort__time now);
+void srv_call_free(struct srv_call* c);
+void srv_reply_init(
+    Cohort__Reply* rep, const struct srv_call* c, cohort_status st);
+/* Sets the EPEERLOST fields of the job's failure on rep. */
+void srv_reply_failure(Cohort__Reply* rep, const struct srv_job* job);
+/* Packs, caches, sends rep and frees c (which must be unparked from its
+ * owner already; srv_call_answer removes it from heap and client list). */
+void srv_call_answer(struct srv_call* c, Cohort__Reply* rep,
+    const struct cohort__iov* parts, size_t nparts);
+void srv_call_fail(struct srv_call* c, cohort_status st, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Answers c with the job's EPEERLOST failure. */
+void srv_call_peerlost(struct srv_call* c);
+/* Frees c without a reply (its tp goes back to the transport). */
+void srv_call_drop(struct srv_call* c);
+/* Parks c (deadline heap + client list); the owner links it itself. */
+void srv_call_park(struct srv_call* c, enum srv_park kind);
+/* Removes a parked c from its owner (module hook), heap and client. */
+void srv_call_withdraw(struct srv_call* c, cohort__time now);
+void srv_call_expire(struct srv_call* c, cohort__time now);
+/* Answers every due deadline. */
+void srv_core_expire_due(struct srv_core* core, cohort__time now);
+char* srv_strdup(const char* s);
+/* Token comparison in time independent of the contents. */
+bool srv_token_eq(const char* a, const char* b);
+/* Text of a duration: "30.0 s". */
+void srv_fmt_secs(char* buf, size_t len, cohort__time ms);
+/* "2, 3" */
+void srv_fmt_ranks(char* buf, size_t len, const int32_t* r, size_t n);
+uint64_t srv_random(struct srv_core* core);
+void srv_client_free(struct srv_client* cl, const char* why);
+void srv_client_set_pipe(struct srv_client* cl, uint32_t pipe);
+
+/* ------------------------------------------------------------------------ */
+/* job.c                                                                    */
+/* ------------------------------------------------------------------------ */
+
+struct srv_job* srv_job_new(
+    struct srv_core* core, const char* name, const char* token);
+/* Answers every parked call of the job (ECLOSED, why), frees it. */
+void srv_job_free(struct srv_job* job, const char* why);
+/* Removes the job if every member left (and it is not preset). */
+void srv_job_maybe_remove(struct srv_job* job);
+void srv_job_join(struct srv_call* c, const Cohort__Join* j, cohort__time now);
+void srv_job_leave(struct srv_call* c, cohort__time now);
+void srv_job_heartbeat(
+    struct srv_call* c, const Cohort__Heartbeat* hb, cohort__time now);
+void srv_job_watch(struct srv_call* c, cohort__time now);
+void srv_job_report(
+    struct srv_call* c, const Cohort__ReportFailure* rf, cohort__time now);
+/* Fails a running member: the job fails and parked non-KV calls hear. */
+void srv_job_fail_member(struct srv_job* job, struct srv_member* m,
+    const char* text, cohort__time now);
+void srv_job_sweep(struct srv_job* job, cohort__time now);
+void srv_job_withdraw_join(struct srv_call* c);
+void srv_job_expire_join(struct srv_call* c, cohort__time now);
+void srv_job_expire_watch(struct srv_call* c, cohort__time now);
+const char* srv_member_state_name(enum srv_member_state st);
+const char* srv_job_state_name(const struct srv_job* job);
+/* The member a call comes from, checked for collectives: NULL after
+ * answering c with the reason. */
+struct srv_member* srv_job_collective_member(struct srv_call* c);
+
+/* ------------------------------------------------------------------------ */
+/* kv.c                                                                     */
+/* ------------------------------------------------------------------------ */
+
+void srv_kv_init(struct srv_kv* kv);
+void srv_kv_fini(struct srv_kv* kv);
+/* Handles every KV body; returns after answering or parking c. */
+void srv_kv_handle(
+    struct srv_call* c, const Cohort__Request* req, cohort__time now);
+void srv_kv_withdraw(struct srv_call* c);
+void srv_kv_expire(struct srv_call* c, cohort__time now);
+uint64_t srv_kv_count(const struct srv_kv* kv);
+
+/* ------------------------------------------------------------------------ */
+/* coll.c                                                                   */
+/* ------------------------------------------------------------------------ */
+
+void srv_coll_handle(
+    struct srv_call* c, const Cohort__Collective* co, cohort__time now);
+void srv_group_handle(
+    struct srv_call* c, const Cohort__GroupCreate* gc, cohort__time now);
+void srv_coll_withdraw(struct srv_call* c);
+void srv_coll_expire(struct srv_call* c, cohort__time now);
+void srv_group_withdraw(struct srv_call* c);
+void srv_group_expire(struct srv_call* c, cohort__time now);
+/* Creates the world group of a new generation. */
+cohort_status srv_group_world(struct srv_job* job);
+/* Answers every parked collective / group creation with st (EPEERLOST
+ * with the job's failure, ESTALE, ECLOSED) and frees them. With
+ * free_groups, complete groups go too (new generation, job removal). */
+void srv_coll_reset(
+    struct srv_job* job, cohort_status st, const char* why, bool free_groups);
+/* A rank left: fail every pending op that waits for it. */
+void srv_coll_rank_left(struct srv_job* job, int32_t rank);
+/* "barrier 'x' (#5)" for the op c is parked in, into buf. */
+void srv_coll_describe(const struct srv_call* c, char* buf, size_t len);
+const char* srv_coll_kind_name(int kind);
+
+/* ------------------------------------------------------------------------ */
+/* status.c                                                                 */
+/* ------------------------------------------------------------------------ */
+
+void srv_status_handle(
+    struct srv_call* c, const Cohort__Request* req, cohort__time now);
+/* Prometheus text (for /metrics) into a malloc'd string. */
+char* srv_metrics_text(struct srv_core* core, cohort__time now);
+
+#endif /* COHORT_SRV_IMPL_H */

@@ -1,0 +1,286 @@
+/*
+ * status.c - StatusQuery (`cohort status`): jobs, members with the time
+ * since they were last heard of, and pending operations with the ranks
+ * that arrived and the ones still missing. Also the /metrics text.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "srv_impl.h"
+
+/* Everything allocated for one reply, freed after packing. */
+struct status_build {
+	void** ptrs;
+	size_t n, cap;
+	bool oom;
+};
+
+static void*
+sb_alloc(struct status_build* sb, size_t size)
+{
+	void* p;
+
+	if (sb->n == sb->cap) {
+		size_t cap = sb->cap ? sb->cap * 2 : 64;
+		void** np = realloc(sb->ptrs, cap * sizeof(void*));
+		if (np == NULL) {
+			sb->oom = true;
+			return (NULL);
+		}
+		sb->ptrs = np;
+		sb->cap = cap;
+	}
+	if ((p = calloc(1, size ? size : 1)) == NULL) {
+		sb->oom = true;
+		return (NULL);
+	}
+	sb->ptrs[sb->n++] = p;
+	return (p);
+}
+
+static Cohort__PendingOp*
+status_pending(struct status_build* sb, const char* group, uint64_t op_seq,
+    const char* kind, const char* name, cohort__time waiting,
+    const int32_t* ranks, uint32_t n, const uint8_t* arrived)
+{
+	Cohort__PendingOp* op = sb_alloc(sb, sizeof(*op));
+	int32_t* a = sb_alloc(sb, sizeof(int32_t) * (n ? n : 1));
+	int32_t* m = sb_alloc(sb, sizeof(int32_t) * (n ? n : 1));
+
+	if (op == NULL || a == NULL || m == NULL)
+		return (NULL);
+	cohort__pending_op__init(op);
+	op->group = (char*)group;
+	op->op_seq = op_seq;
+	op->kind = (char*)kind;
+	op->name = (char*)name;
+	op->waiting_ms = (uint64_t)(waiting > 0 ? waiting : 0);
+	op->arrived = a;
+	op->missing = m;
+	for (uint32_t i = 0; i < n; i++) {
+		if (arrived[i])
+			a[op->n_arrived++] = ranks[i];
+		else
+			m[op->n_missing++] = ranks[i];
+	}
+	return (op);
+}
+
+static Cohort__JobStatus*
+status_job(struct status_build* sb, struct srv_job* job, cohort__time now)
+{
+	Cohort__JobStatus* js = sb_alloc(sb, sizeof(*js));
+	size_t npend = job->colls.n + job->groups.n + 1, k = 0;
+	Cohort__PendingOp** pend = sb_alloc(sb, sizeof(void*) * npend);
+
+	if (js == NULL || pend == NULL)
+		return (NULL);
+	cohort__job_status__init(js);
+	js->job = job->name;
+	js->generation = job->generation;
+	js->world_size = job->world;
+	js->state = (char*)srv_job_state_name(job);
+	js->kv_keys = srv_kv_count(&job->kv);
+	js->kv_bytes = job->kv.bytes;
+	if (job->members != NULL) {
+		js->members = sb_alloc(sb, sizeof(void*) * job->world);
+		if (js->members == NULL)
+			return (NULL);
+		for (uint32_t r = 0; r < job->world; r++) {
+			struct srv_member* m = &job->members[r];
+			Cohort__MemberStatus* ms = sb_alloc(sb, sizeof(*ms));
+			if (ms == NULL)
+				return (NULL);
+			cohort__member_status__init(ms);
+			ms->rank = m->rank;
+			ms->host = m->host;
+			ms->pid = m->pid;
+			ms->last_seen_ms_ago = (uint64_t)(now - m->last_seen);
+			ms->state = (char*)srv_member_state_name(m->state);
+			ms->last_op = m->last_op;
+			ms->last_op_seq = m->last_op_seq;
+			if (m->failure != NULL)
+				ms->failure = m->failure;
+			js->members[js->n_members++] = ms;
+		}
+	}
+	if (job->rdzv_world != 0) {
+		uint8_t* arr = sb_alloc(sb, job->rdzv_world);
+		int32_t* ranks
+		    = sb_alloc(sb, sizeof(int32_t) * job->rdzv_world);
+		uint32_t nauto = job->rdzv_n;
+		if (arr == NULL || ranks == NULL)
+			return (NULL);
+		for (uint32_t r = 0; r < job->rdzv_world; r++) {
+			ranks[r] = (int32_t)r;
+			if (job->rdzv_by_rank[r] != NULL) {
+				arr[r] = 1;
+				nauto--;
+			}
+		}
+		for (uint32_t r = 0; r < job->rdzv_world && nauto > 0; r++) {
+			if (!arr[r]) {
+				arr[r] = 1;
+				nauto--;
+			}
+		}
+		if ((pend[k] = status_pending(sb, "", 0, "join", "",
+		         now - job->rdzv_start, ranks, job->rdzv_world, arr))
+		    == NULL)
+			return (NULL);
+		k++;
+	}
+	for (size_t i = 0; i < job->colls.nb; i++) {
+		struct srv_hnode* n;
+		for (n = job->colls.b[i]; n != NULL; n = n->next) {
+			struct srv_coll* co
+			    = SRV_CONTAINER(n, struct srv_coll, hn);
+			if ((pend[k] = status_pending(sb, co->g->name,
+			         co->op_seq, srv_coll_kind_name(co->cd.kind),
+			         co->cd.name, now - co->first, co->g->ranks,
+			         co->g->n, co->arrived))
+			    == NULL)
+				return (NULL);
+			k++;
+		}
+	}
+	for (size_t i = 0; i < job->groups.nb; i++) {
+		struct srv_hnode* n;
+		for (n = job->groups.b[i]; n != NULL; n = n->next) {
+			struct srv_group* g
+			    = SRV_CONTAINER(n, struct srv_group, hn);
+			uint8_t* arr;
+			if (g->complete)
+				continue;
+			if ((arr = sb_alloc(sb, g->n)) == NULL)
+				return (NULL);
+			for (uint32_t r = 0; r < g->n; r++)
+				arr[r] = g->arr[r] != NULL;
+			if ((pend[k] = status_pending(sb, g->name, 0,
+			         "group_create", g->name, now - g->first,
+			         g->ranks, g->n, arr))
+			    == NULL)
+				return (NULL);
+			k++;
+		}
+	}
+	js->pending = pend;
+	js->n_pending = k;
+	return (js);
+}
+
+void
+srv_status_handle(
+    struct srv_call* c, const Cohort__Request* req, cohort__time now)
+{
+	struct srv_core* core = c->core;
+	const char* want = req->status_query->job[0] != '\0'
+	    ? req->status_query->job
+	    : req->job;
+	struct srv_job* only = NULL;
+	struct status_build sb = { NULL, 0, 0, false };
+	Cohort__StatusReply sr;
+	Cohort__Reply rep;
+	bool admin = core->admin_token != NULL
+	    && srv_token_eq(core->admin_token, req->token);
+
+	if (want[0] != '\0') {
+		struct srv_hnode* n
+		    = srv_map_get(&core->jobs, want, strlen(want));
+		if (n != NULL)
+			only = SRV_CONTAINER(n, struct srv_job, hn);
+		if (only == NULL
+		    || (!srv_token_eq(only->token, req->token) && !admin)) {
+			srv_call_fail(
+			    c, COHORT_EAUTH, "authentication failed");
+			return;
+		}
+	} else if (core->admin_token != NULL && !admin) {
+		srv_call_fail(c, COHORT_EAUTH, "authentication failed");
+		return;
+	}
+	cohort__status_reply__init(&sr);
+	sr.uptime_ms = (uint64_t)(now - core->started);
+	sr.clients = core->nclients;
+	sr.jobs = sb_alloc(&sb, sizeof(void*) * (core->jobs.n + 1));
+	if (sr.jobs != NULL) {
+		if (only != NULL) {
+			if ((sr.jobs[0] = status_job(&sb, only, now)) != NULL)
+				sr.n_jobs = 1;
+		} else {
+			size_t i;
+			struct srv_hnode* n;
+			for (n = srv_map_next(&core->jobs, &i, NULL);
+			     n != NULL; n = srv_map_next(&core->jobs, &i, n)) {
+				Cohort__JobStatus* js = status_job(&sb,
+				    SRV_CONTAINER(n, struct srv_job, hn), now);
+				if (js == NULL)
+					break;
+				sr.jobs[sr.n_jobs++] = js;
+			}
+		}
+	}
+	if (sb.oom) {
+		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
+	} else {
+		srv_reply_init(&rep, c, COHORT_OK);
+		rep.body_case = COHORT__REPLY__BODY_STATUS_QUERY;
+		rep.status_query = &sr;
+		srv_call_answer(c, &rep, NULL, 0);
+	}
+	for (size_t i = 0; i < sb.n; i++)
+		free(sb.ptrs[i]);
+	free(sb.ptrs);
+}
+
+char*
+srv_metrics_text(struct srv_core* core, cohort__time now)
+{
+	size_t cap = 4096 + core->jobs.n * 512, off = 0;
+	char* buf = malloc(cap);
+	uint64_t keys = 0, bytes = 0, members = 0;
+	struct srv_hnode* n;
+	size_t i;
+
+	if (buf == NULL)
+		return (NULL);
+	for (n = srv_map_next(&core->jobs, &i, NULL); n != NULL;
+	     n = srv_map_next(&core->jobs, &i, n)) {
+		struct srv_job* job = SRV_CONTAINER(n, struct srv_job, hn);
+		keys += srv_kv_count(&job->kv);
+		bytes += job->kv.bytes;
+		for (uint32_t r = 0; job->members && r < job->world; r++)
+			members += job->members[r].state == SRV_MEMBER_RUNNING;
+	}
+#define M(type, name, help, fmt, val)                                         \
+	cohort__appendf(buf, cap, &off,                                       \
+	    "# HELP cohort_" name " " help "\n# TYPE cohort_" name " " type   \
+	    "\ncohort_" name " " fmt "\n",                                    \
+	    val)
+	M("gauge", "uptime_seconds", "Seconds since cohortd started.", "%.3f",
+	    (double)(now - core->started) / 1000.0);
+	M("counter", "requests_total", "Requests received.", "%" PRIu64,
+	    core->m.requests);
+	M("counter", "errors_total", "Replies with a non-OK status.",
+	    "%" PRIu64, core->m.replies_error);
+	M("counter", "member_failures_total", "Members declared failed.",
+	    "%" PRIu64, core->m.failures);
+	M("counter", "timeouts_total", "Parked requests that timed out.",
+	    "%" PRIu64, core->m.timeouts);
+	M("counter", "rendezvous_total", "Generations formed.", "%" PRIu64,
+	    core->m.rendezvous);
+	M("counter", "collectives_total", "Collectives completed.", "%" PRIu64,
+	    core->m.collectives);
+	M("gauge", "jobs", "Jobs known.", "%zu", core->jobs.n);
+	M("gauge", "clients", "Clients known.", "%" PRIu64, core->nclients);
+	M("gauge", "members_running", "Running members.", "%" PRIu64, members);
+	M("gauge", "parked_requests", "Requests waiting for an answer.", "%zu",
+	    core->nparked);
+	M("gauge", "kv_keys", "Keys stored.", "%" PRIu64, keys);
+	M("gauge", "kv_bytes", "Bytes of keys and values stored.", "%" PRIu64,
+	    bytes);
+#undef M
+	return (buf);
+}

@@ -1,0 +1,290 @@
+/*
+ * srv_fixture.h - drives cohortd's core (server/srv_impl.h) without
+ * sockets: a fake clock, a capturing reply sink, and small request
+ * builders. Every request gets a unique tag (its transport handle), so a
+ * test asks for "the reply to request #n".
+ */
+#ifndef COHORT_SRV_FIXTURE_H
+#define COHORT_SRV_FIXTURE_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_cohort.h"
+#include "srv_impl.h"
+
+#define FX_MAX 8192
+
+struct fx_reply {
+	uintptr_t tag;
+	nng_msg* msg;
+	Cohort__Reply* rep;
+	const uint8_t* pl;
+	size_t plen;
+};
+
+struct fx {
+	struct srv_core* core;
+	cohort__time now;
+	uintptr_t next_tag;
+	struct fx_reply r[FX_MAX];
+	size_t n;
+	size_t ndrop;
+};
+
+struct fx_cli {
+	const char* job;
+	const char* token;
+	uint64_t id;
+	uint64_t seq;
+	uint64_t gen;
+	int32_t rank;
+	uint32_t pipe;
+	const char* host;
+	uint32_t pid;
+};
+
+static inline void
+fx_sink(void* arg, void* tp, nng_msg* m)
+{
+	struct fx* f = arg;
+	struct fx_reply* r;
+
+	if (m == NULL) {
+		f->ndrop++;
+		return;
+	}
+	ck_assert_uint_lt(f->n, FX_MAX);
+	r = &f->r[f->n++];
+	r->tag = (uintptr_t)tp;
+	r->msg = m;
+	ck_assert_cohort_ok(
+	    cohort__wire_unpack_reply(m, &r->rep, &r->pl, &r->plen));
+}
+
+static inline struct fx*
+fx_new_limits(uint64_t max_value, uint64_t max_job, uint64_t max_keys)
+{
+	struct fx* f = calloc(1, sizeof(*f));
+	struct srv_limits lim = { max_value, max_job, max_keys };
+
+	ck_assert_ptr_nonnull(f);
+	f->now = 1000000;
+	f->next_tag = 1;
+	ck_assert_cohort_ok(
+	    srv_core_new(&lim, NULL, fx_sink, f, f->now, &f->core));
+	return (f);
+}
+
+static inline struct fx*
+fx_new(void)
+{
+	return (fx_new_limits(1u << 20, 1u << 24, 1000));
+}
+
+static inline void
+fx_free(struct fx* f)
+{
+	srv_core_free(f->core);
+	for (size_t i = 0; i < f->n; i++) {
+		cohort__reply__free_unpacked(f->r[i].rep, NULL);
+		nng_msg_free(f->r[i].msg);
+	}
+	free(f);
+}
+
+/* The reply to request tag, or NULL if none yet. */
+static inline struct fx_reply*
+fx_get(struct fx* f, uintptr_t tag)
+{
+	for (size_t i = f->n; i-- > 0;)
+		if (f->r[i].tag == tag)
+			return (&f->r[i]);
+	return (NULL);
+}
+
+/* The reply to tag, which must exist, with status st. */
+static inline Cohort__Reply*
+fx_want(struct fx* f, uintptr_t tag, cohort_status st)
+{
+	struct fx_reply* r = fx_get(f, tag);
+
+	ck_assert_msg(
+	    r != NULL, "no reply to request #%lu", (unsigned long)tag);
+	ck_assert_msg(r->rep->status == (int32_t)st,
+	    "request #%lu: expected %s, got %s: %s", (unsigned long)tag,
+	    cohort_status_name(st), cohort_status_name(r->rep->status),
+	    r->rep->error);
+	return (r->rep);
+}
+
+static inline void
+fx_tick(struct fx* f, cohort__time ms)
+{
+	f->now += ms;
+	srv_core_sweep(f->core, f->now);
+}
+
+static inline uintptr_t
+fx_raw(struct fx* f, nng_msg* m, uint32_t pipe)
+{
+	uintptr_t tag = f->next_tag++;
+
+	srv_core_dispatch(f->core, m, pipe, (void*)tag, f->now);
+	return (tag);
+}
+
+/* Sends rq (envelope fields from cli unless already set). */
+static inline uintptr_t
+fx_send(struct fx* f, struct fx_cli* c, Cohort__Request* rq, const void* pl,
+    size_t plen)
+{
+	struct cohort__iov iov = { pl, plen };
+	nng_msg* m;
+
+	rq->proto_version = COHORT_PROTO_VERSION;
+	rq->job = (char*)c->job;
+	rq->token = (char*)c->token;
+	rq->client_id = c->id;
+	if (rq->seq == 0)
+		rq->seq = ++c->seq;
+	rq->generation = c->gen;
+	rq->rank = c->rank;
+	ck_assert_cohort_ok(
+	    cohort__wire_pack_request(rq, &iov, plen ? 1 : 0, &m));
+	return (fx_raw(f, m, c->pipe));
+}
+
+static inline void
+fx_cli_init(struct fx_cli* c, const char* job, uint64_t id, uint32_t pipe)
+{
+	memset(c, 0, sizeof(*c));
+	c->job = job;
+	c->token = "tok";
+	c->id = id;
+	c->rank = -1;
+	c->pipe = pipe;
+	c->host = "host";
+	c->pid = (uint32_t)id;
+}
+
+static inline uintptr_t
+fx_join(struct fx* f, struct fx_cli* c, int32_t rank, uint32_t world,
+    uint32_t timeout_ms)
+{
+	Cohort__Request rq = COHORT__REQUEST__INIT;
+	Cohort__Join j = COHORT__JOIN__INIT;
+
+	j.rank = rank;
+	j.world_size = world;
+	j.host = (char*)c->host;
+	j.pid = c->pid;
+	j.local_rank = -1;
+	j.heartbeat_ms = 1000;
+	j.dead_after_ms = 5000;
+	rq.body_case = COHORT__REQUEST__BODY_JOIN;
+	rq.join = &j;
+	rq.timeout_ms = timeout_ms;
+	return (fx_send(f, c, &rq, NULL, 0));
+}
+
+/* After the rendezvous: take rank and generation from the join reply. */
+static inline void
+fx_joined(struct fx* f, struct fx_cli* c, uintptr_t tag)
+{
+	Cohort__Reply* r = fx_want(f, tag, COHORT_OK);
+
+	ck_assert_int_eq(r->body_case, COHORT__REPLY__BODY_JOIN);
+	c->rank = r->join->rank;
+	c->gen = r->join->generation;
+}
+
+/* n clients of job joined at world n (ranks by index). */
+static inline void
+fx_form(struct fx* f, struct fx_cli* c, int n, const char* job)
+{
+	uintptr_t t[64];
+
+	ck_assert_int_le(n, 64);
+	for (int i = 0; i < n; i++) {
+		fx_cli_init(&c[i], job, 100 + (uint64_t)i, 10 + (uint32_t)i);
+		t[i] = fx_join(f, &c[i], i, (uint32_t)n, 60000);
+	}
+	for (int i = 0; i < n; i++)
+		fx_joined(f, &c[i], t[i]);
+}
+
+static inline uintptr_t
+fx_coll(struct fx* f, struct fx_cli* c, Cohort__Collective* co,
+    uint32_t timeout_ms, const void* pl, size_t plen)
+{
+	Cohort__Request rq = COHORT__REQUEST__INIT;
+
+	rq.body_case = COHORT__REQUEST__BODY_COLLECTIVE;
+	rq.collective = co;
+	rq.timeout_ms = timeout_ms;
+	return (fx_send(f, c, &rq, pl, plen));
+}
+
+static inline uintptr_t
+fx_barrier(struct fx* f, struct fx_cli* c, const char* name, uint64_t op_seq,
+    uint32_t timeout_ms)
+{
+	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
+
+	co.kind = COHORT__COLLECTIVE_KIND__COLL_BARRIER;
+	co.name = (char*)name;
+	co.op_seq = op_seq;
+	return (fx_coll(f, c, &co, timeout_ms, NULL, 0));
+}
+
+static inline uintptr_t
+fx_kv_set(struct fx* f, struct fx_cli* c, const char* key, const char* val)
+{
+	Cohort__Request rq = COHORT__REQUEST__INIT;
+	Cohort__KvSet s = COHORT__KV_SET__INIT;
+
+	s.key = (char*)key;
+	rq.body_case = COHORT__REQUEST__BODY_KV_SET;
+	rq.kv_set = &s;
+	return (fx_send(f, c, &rq, val, strlen(val)));
+}
+
+static inline uintptr_t
+fx_kv_get(struct fx* f, struct fx_cli* c, const char* key, bool wait,
+    uint32_t timeout_ms)
+{
+	Cohort__Request rq = COHORT__REQUEST__INIT;
+	Cohort__KvGet g = COHORT__KV_GET__INIT;
+
+	g.key = (char*)key;
+	g.wait = wait;
+	rq.body_case = COHORT__REQUEST__BODY_KV_GET;
+	rq.kv_get = &g;
+	rq.timeout_ms = timeout_ms;
+	return (fx_send(f, c, &rq, NULL, 0));
+}
+
+static inline uintptr_t
+fx_simple(
+    struct fx* f, struct fx_cli* c, int body, void* msg, uint32_t timeout_ms)
+{
+	Cohort__Request rq = COHORT__REQUEST__INIT;
+
+	rq.body_case = body;
+	rq.leave = msg; /* any member of the union */
+	rq.timeout_ms = timeout_ms;
+	return (fx_send(f, c, &rq, NULL, 0));
+}
+
+static inline bool
+fx_payload_is(struct fx* f, uintptr_t tag, const char* s)
+{
+	struct fx_reply* r = fx_get(f, tag);
+
+	return (r != NULL && r->plen == strlen(s)
+	    && memcmp(r->pl, s, r->plen) == 0);
+}
+
+#endif /* COHORT_SRV_FIXTURE_H */

@@ -1,0 +1,368 @@
+/*
+ * test_srv_job.c - cohortd's jobs without sockets: rendezvous, rank
+ * assignment, duplicate ranks, join timeout, generations, failure
+ * fan-out, heartbeats, leave, token isolation.
+ */
+#include <string.h>
+
+#include "srv_fixture.h"
+
+Suite* suite_srv_job(void);
+
+START_TEST(test_rendezvous_assigns_ranks)
+{
+	struct fx* f = fx_new();
+	struct fx_cli c[3];
+	uintptr_t t[3];
+	Cohort__Reply* r;
+
+	fx_cli_init(&c[0], "j", 1, 1);
+	fx_cli_init(&c[1], "j", 2, 2);
+	fx_cli_init(&c[2], "j", 3, 3);
+	c[1].host = "nodeB";
+	t[0] = fx_join(f, &c[0], -1, 3, 60000);
+	t[1] = fx_join(f, &c[1], 0, 3, 60000);
+	ck_assert_ptr_null(fx_get(f, t[0]));
+	ck_assert_ptr_null(fx_get(f, t[1]));
+	t[2] = fx_join(f, &c[2], -1, 3, 60000);
+	r = fx_want(f, t[1], COHORT_OK);
+	ck_assert_int_eq(r->join->rank, 0);
+	ck_assert_uint_eq(r->join->generation, 1);
+	ck_assert_uint_eq(r->join->world_size, 3);
+	ck_assert_uint_eq(r->join->n_hosts, 3);
+	ck_assert_str_eq(r->join->hosts[0], "nodeB");
+	/* rank -1 joins get the lowest free ranks in arrival order */
+	ck_assert_int_eq(fx_want(f, t[0], COHORT_OK)->join->rank, 1);
+	ck_assert_int_eq(fx_want(f, t[2], COHORT_OK)->join->rank, 2);
+	ck_assert_uint_ne(r->join->job_id, 0);
+	fx_free(f);
+}
+END_TEST
+
+START_TEST(test_duplicate_rank_names_holder)
+{
+	struct fx* f = fx_new();
+	struct fx_cli a, b, c[2];
+	uintptr_t t;
+	Cohort__Reply* r;
+
+	fx_cli_init(&a, "j", 1, 1);
+	fx_cli_init(&b, "j", 2, 2);
+	a.host = "alpha";
+	a.pid = 4242;
+	fx_join(f, &a, 1, 2, 60000);
+	t = fx_join(f, &b, 1, 2, 60000);
+	r = fx_want(f, t, COHORT_EEXIST);
+	ck_assert_ptr_nonnull(strstr(r->error, "alpha:4242"));
+	/* world size disagreement */
+	t = fx_join(f, &b, 0, 3, 60000);
+	fx_want(f, t, COHORT_EINVAL);
+	fx_free(f);
+
+	/* rank held by a running member */
+	f = fx_new();
+	fx_form(f, c, 2, "k");
+	fx_cli_init(&b, "k", 77, 77);
+	t = fx_join(f, &b, 1, 2, 60000);
+	r = fx_want(f, t, COHORT_EEXIST);
+	ck_assert_ptr_nonnull(strstr(r->error, "held by host:101"));
+	fx_free(f);
+}
+END_TEST
+
+START_TEST(test_join_validation)
+{
+	struct fx* f = fx_new();
+	struct fx_cli a;
+
+	fx_cli_init(&a, "j", 1, 1);
+	fx_want(f, fx_join(f, &a, -1, 0, 1000), COHORT_EINVAL);
+	fx_want(f, fx_join(f, &a, -1, 65537, 1000), COHORT_EINVAL);
+	fx_want(f, fx_join(f, &a, 4, 4, 1000), COHORT_EINVAL);
+	fx_want(f, fx_join(f, &a, -2, 4, 1000), COHORT_EINVAL);
+	/* the job created by those joins is gone again */
+	ck_assert_uint_eq(f->core->jobs.n, 0);
+	fx_free(f);
+}
+END_TEST
+
+START_TEST(test_join_timeout_names_missing)
+{
+	struct fx* f = fx_new();
+	struct fx_cli a, b;
+	uintptr_t ta, tb;
+	Cohort__Reply* r;
+
+	fx_cli_init(&a, "j", 1, 1);
+	fx_cli_init(&b, "j", 2, 2);
+	ta = fx_join(f, &a, 0, 4, 30000);
+	tb = fx_join(f, &b, -1, 4, 60000);
+	fx_tick(f, 29000);
+	ck_assert_ptr_null(fx_get(f, ta));
+	fx_tick(f, 1100);
+	r = fx_want(f, ta, COHORT_ETIMEDOUT);
+	/* rank 1 goes to the rank -1 join; 2 and 3 never came */
+	ck_assert_uint_eq(r->n_missing_ranks, 2);
+	ck_assert_int_eq(r->missing_ranks[0], 2);
+	ck_assert_int_eq(r->missing_ranks[1], 3);
+	ck_assert_ptr_nonnull(strstr(r->error, "timed out after 30.1 s"));
+	ck_assert_ptr_nonnull(strstr(r->error, "missing ranks 2, 3"));
+	ck_assert_ptr_null(fx_get(f, tb));
+	/* timeout 0: answered at once */
+	fx_cli_init(&a, "z", 5, 5);
+	fx_want(f, fx_join(f, &a, 0, 2, 0), COHORT_ETIMEDOUT);
+	fx_free(f);
+}
+END_TEST
+
+START_TEST(test_failure_fanout_connection_lost)
+{
+	struct fx* f = fx_new();
+	struct fx_cli c[3];
+	uintptr_t t0, t2, tw, tl;
+	Cohort__Reply* r;
+	Cohort__Watch w = COHORT__WATCH__INIT;
+
+	fx_form(f, c, 3, "j");
+	tw = fx_simple(f, &c[2], COHORT__REQUEST__BODY_WATCH, &w, 60000);
+	fx_barrier(f, &c[1], "epoch-2", 1, 60000);
+	t0 = fx_barrier(f, &c[0], "epoch-2", 1, 60000);
+	ck_assert_ptr_null(fx_get(f, t0));
+	srv_core_pipe_closed(f->core, c[1].pipe, f->now);
+	r = fx_want(f, t0, COHORT_EPEERLOST);
+	ck_assert_int_eq(r->failed_rank, 1);
+	ck_assert_str_eq(r->failed_text, "connection lost");
+	ck_assert_msg(strstr(r->error,
+	                  "rank 1 (host:101) failed during "
+	                  "barrier 'epoch-2' (#1)")
+	        != NULL,
+	    "%s", r->error);
+	fx_want(f, tw, COHORT_EPEERLOST);
+	/* later collectives of that generation: the same answer */
+	t2 = fx_barrier(f, &c[2], "epoch-2", 1, 60000);
+	r = fx_want(f, t2, COHORT_EPEERLOST);
+	ck_assert_int_eq(r->failed_rank, 1);
+	/* heartbeat: unhealthy with the failure */
+	{
+		Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
+		hb.last_op = "";
+		tl = fx_simple(
+		    f, &c[2], COHORT__REQUEST__BODY_HEARTBEAT, &hb, 0);
+		r = fx_want(f, tl, COHORT_OK);
+		ck_assert(!r->heartbeat->healthy);
+		ck_assert_int_eq(r->failed_rank, 1);
+	}
+	/* KV keeps working */
+	fx_want(f, fx_kv_set(f, &c[0], "k", "v"), COHORT_OK);
+	fx_free(f);
+}
+END_TEST
+
+START_TEST(test_report_failure_text)
+{
+	struct fx* f = fx_new();
+	struct fx_cli c[2];
+	Cohort__ReportFailure rf = COHORT__REPORT_FAILURE__INIT;
+	uintptr_t t0;
+	Cohort__Reply* r;
+
+	fx_form(f, c, 2, "j");
+	t0 = fx_barrier(f, &c[0], "x", 1, 60000);
+	rf.text = "Traceback: ValueError: boom\n  at line 3";
+	fx_want(f,
+	    fx_simple(f, &c[1], COHORT__REQUEST__BODY_REPORT_FAILURE, &rf, 0),
+	    COHORT_OK);
+	r = fx_want(f, t0, COHORT_EPEERLOST);
+	ck_assert_str_eq(r->failed_text, rf.text);
+	ck_assert_ptr_nonnull(strstr(r->error, "ValueError: boom"));
+	fx_free(f);
+}
+END_TEST
+
+START_TEST(test_heartbeat_silence)
+{
+	struct fx* f = fx_new();
+	struct fx_cli c[2];
+	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
+	uintptr_t t0;
+	Cohort__Reply* r;
+
+	fx_form(f, c, 2, "j");
+	t0 = fx_barrier(f, &c[0], "x", 1, 600000);
+	hb.last_op = "train";
+	for (int i = 0; i < 8; i++) {
+		fx_tick(f, 1000);
+		fx_want(f,
+		    fx_simple(
+		        f, &c[0], COHORT__REQUEST__BODY_HEARTBEAT, &hb, 0),
+		    COHORT_OK);
+	}
+	r = fx_want(f, t0, COHORT_EPEERLOST);
+	ck_assert_int_eq(r->failed_rank, 1);
+	ck_assert_ptr_nonnull(strstr(r->failed_text, "no heartbeat for "));
+	fx_free(f);
+}
+END_TEST
+
+START_TEST(test_generation_and_stale)
+{
+	struct fx* f = fx_new();
+	struct fx_cli c[2], n[2];
+	uintptr_t t[2], ts;
+
+	fx_form(f, c, 2, "j");
+	srv_core_pipe_closed(f->core, c[1].pipe, f->now);
+	/* new processes restart the group */
+	fx_cli_init(&n[0], "j", 500, 50);
+	fx_cli_init(&n[1], "j", 501, 51);
+	t[0] = fx_join(f, &n[0], 0, 2, 60000);
+	t[1] = fx_join(f, &n[1], 1, 2, 60000);
+	fx_joined(f, &n[0], t[0]);
+	fx_joined(f, &n[1], t[1]);
+	ck_assert_uint_eq(n[0].gen, 2);
+	ts = fx_barrier(f, &c[0], "x", 1, 1000);
+	fx_want(f, ts, COHORT_ESTALE);
+	ts = fx_kv_set(f, &c[0], "k", "v");
+	fx_want(f, ts, COHORT_ESTALE);
+	t[0] = fx_barrier(f, &n[0], "x", 1, 1000);
+	ck_assert_ptr_null(fx_get(f, t[0]));
+	fx_barrier(f, &n[1], "x", 1, 1000);
+	fx_want(f, t[0], COHORT_OK);
+	fx_free(f);
+}
+END_TEST
+
+START_TEST(test_leave_fails_waiters_and_removes_job)
+{
+	struct fx* f = fx_new();
+	struct fx_cli c[3];
+	Cohort__Leave lv = COHORT__LEAVE__INIT;
+	uintptr_t t0;
+	Cohort__Reply* r;
+
+	fx_form(f, c, 3, "j");
+	t0 = fx_barrier(f, &c[0], "x", 1, 60000);
+	fx_want(f, fx_simple(f, &c[2], COHORT__REQUEST__BODY_LEAVE, &lv, 0),
+	    COHORT_OK);
+	r = fx_want(f, t0, COHORT_EPEERLOST);
+	ck_assert_int_eq(r->failed_rank, 2);
+	ck_assert_ptr_nonnull(strstr(r->error, "rank 2 (host:102) left"));
+	/* a later collective that waits for rank 2 fails at once */
+	fx_want(f, fx_barrier(f, &c[1], "y", 2, 60000), COHORT_EPEERLOST);
+	fx_want(f, fx_simple(f, &c[0], COHORT__REQUEST__BODY_LEAVE, &lv, 0),
+	    COHORT_OK);
+	fx_want(f, fx_simple(f, &c[1], COHORT__REQUEST__BODY_LEAVE, &lv, 0),
+	    COHORT_OK);
+	ck_assert_uint_eq(f->core->jobs.n, 0);
+	fx_want(f, fx_kv_set(f, &c[0], "k", "v"), COHORT_EAUTH);
+	fx_free(f);
+}
+END_TEST
+
+START_TEST(test_token_isolation)
+{
+	struct fx* f = fx_new();
+	struct fx_cli a[1], b[1], evil;
+	uintptr_t t;
+	Cohort__Reply* r;
+
+	fx_form(f, a, 1, "A");
+	fx_form(f, b, 1, "B");
+	fx_want(f, fx_kv_set(f, &a[0], "secret", "a-data"), COHORT_OK);
+	/* same key name in B is B's own */
+	t = fx_kv_get(f, &b[0], "secret", false, 0);
+	ck_assert(!fx_want(f, t, COHORT_OK)->kv_get->found);
+	/* wrong token: EAUTH, nothing else */
+	fx_cli_init(&evil, "A", 100, 99);
+	evil.token = "wrong";
+	t = fx_kv_get(f, &evil, "secret", false, 0);
+	r = fx_want(f, t, COHORT_EAUTH);
+	ck_assert_uint_eq(r->generation, 0);
+	ck_assert_uint_eq(r->payload_len, 0);
+	ck_assert_int_eq(r->body_case, COHORT__REPLY__BODY__NOT_SET);
+	/* unknown job: the same answer */
+	evil.job = "nope";
+	r = fx_want(f, fx_kv_get(f, &evil, "secret", false, 0), COHORT_EAUTH);
+	ck_assert_str_eq(r->error, "authentication failed");
+	/* a join with the wrong token cannot take over job A */
+	evil.job = "A";
+	fx_want(f, fx_join(f, &evil, 0, 1, 0), COHORT_EAUTH);
+	ck_assert(fx_payload_is(
+	    f, fx_kv_get(f, &a[0], "secret", false, 0), "a-data"));
+	fx_free(f);
+}
+END_TEST
+
+START_TEST(test_status_query)
+{
+	struct fx* f = fx_new();
+	struct fx_cli c[3];
+	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
+	Cohort__Reply* r;
+	Cohort__JobStatus* js;
+	bool found = false;
+
+	fx_form(f, c, 3, "j");
+	fx_barrier(f, &c[0], "b", 1, 60000);
+	fx_tick(f, 2000);
+	sq.job = "";
+	r = fx_want(f,
+	    fx_simple(f, &c[0], COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
+	    COHORT_OK);
+	ck_assert_uint_eq(r->status_query->n_jobs, 1);
+	js = r->status_query->jobs[0];
+	ck_assert_str_eq(js->state, "running");
+	ck_assert_uint_eq(js->n_members, 3);
+	for (size_t i = 0; i < js->n_pending; i++) {
+		if (strcmp(js->pending[i]->kind, "barrier") != 0)
+			continue;
+		found = true;
+		ck_assert_uint_eq(js->pending[i]->n_arrived, 1);
+		ck_assert_uint_eq(js->pending[i]->n_missing, 2);
+		ck_assert_uint_ge(js->pending[i]->waiting_ms, 2000);
+	}
+	ck_assert(found);
+	fx_free(f);
+}
+END_TEST
+
+START_TEST(test_watch_timeout_ok)
+{
+	struct fx* f = fx_new();
+	struct fx_cli c[1];
+	Cohort__Watch w = COHORT__WATCH__INIT;
+	uintptr_t t;
+	Cohort__Reply* r;
+
+	fx_form(f, c, 1, "j");
+	t = fx_simple(f, &c[0], COHORT__REQUEST__BODY_WATCH, &w, 500);
+	ck_assert_ptr_null(fx_get(f, t));
+	fx_tick(f, 600);
+	r = fx_want(f, t, COHORT_OK);
+	ck_assert_int_eq(r->failed_rank, -1);
+	fx_free(f);
+}
+END_TEST
+
+Suite*
+suite_srv_job(void)
+{
+	Suite* s = suite_create("srv_job");
+	TCase* tc = tcase_create("job");
+
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_rendezvous_assigns_ranks);
+	tcase_add_test(tc, test_duplicate_rank_names_holder);
+	tcase_add_test(tc, test_join_validation);
+	tcase_add_test(tc, test_join_timeout_names_missing);
+	tcase_add_test(tc, test_failure_fanout_connection_lost);
+	tcase_add_test(tc, test_report_failure_text);
+	tcase_add_test(tc, test_heartbeat_silence);
+	tcase_add_test(tc, test_generation_and_stale);
+	tcase_add_test(tc, test_leave_fails_waiters_and_removes_job);
+	tcase_add_test(tc, test_token_isolation);
+	tcase_add_test(tc, test_status_query);
+	tcase_add_test(tc, test_watch_timeout_ok);
+	suite_add_tcase(s, tc);
+	return (s);
+}
