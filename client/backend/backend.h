@@ -120,6 +120,13 @@ struct cohort__backend_ops {
 extern const struct cohort__backend_ops cohort__tcp_backend;
 extern const struct cohort__backend_ops cohort__service_backend;
 extern const struct cohort__backend_ops cohort__nccl_backend;
+/* "tcp-staged": device buffers staged through pinned host memory over the
+ * tcp backend (several ranks on one GPU, or no NCCL). */
+extern const struct cohort__backend_ops cohort__staged_backend;
+
+/* True when p is device or managed memory; never initialises CUDA in a
+ * process that has not (no libcuda.so.1 mapped = false). */
+bool cohort__is_device_ptr(const void *p);
 
 /* Element-wise reduction kernels shared by backends (client/reduce.c):
  * dst[i] = dst[i] op src[i] for n elements. MEAN reduces as SUM. The best

@@ -1,0 +1,122 @@
+#!/bin/bash
+# gpu-check-nccl.sh - the GPU checks of the nccl and tcp-staged backends.
+#
+#   tools/gpu-check-nccl.sh [BIN]      on the GPU machine (BIN: build/bin)
+#
+# 1. finds the machine's own libnccl.so.2 and libcudart.so.{13,12} (NCCL
+#    is not carried: PyTorch's wheel or the CUDA toolkit has one) and
+#    points COHORT_NCCL_LIB / COHORT_CUDART_LIB at them, unless set;
+# 2. runs suite_nccl (world-size-1 collectives on device buffers, init
+#    and run deadlines, abort from another thread, argument errors,
+#    tcp-staged with 1-3 ranks sharing the GPU); a SKIP line there fails;
+# 3. runs suite_nccl_bench: all-reduce (f32 sum) time through nccl (1
+#    rank), tcp-staged (1, 2, 4 ranks on the one GPU) and plain tcp on
+#    host memory (2, 4 ranks), and prints the table.
+#
+# Output: $OUT (the device tool's folder) or build/gpu-check:
+# gpu-check-nccl.md (summary + table), suite-nccl.log, suite-nccl_bench.log.
+# Exit status 0 when every step passed. Carry build/bin (and build/gpu-libs
+# from tools/gpu-check.sh --bundle): nothing is installed on the machine.
+set -u
+
+die() { echo "gpu-check-nccl: $*" >&2; exit 2; }
+
+BIN=${1:-build/bin}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUTDIR=${OUT:-$ROOT/build/gpu-check}
+mkdir -p "$OUTDIR" || die "cannot create $OUTDIR"
+[ -x "$BIN/cohort-tests" ] || die "$BIN/cohort-tests missing (carry build/bin)"
+[ -d "$ROOT/build/gpu-libs" ] &&
+    export LD_LIBRARY_PATH="$ROOT/build/gpu-libs:${LD_LIBRARY_PATH:-}"
+export COHORT_BIN=$BIN
+summary=$OUTDIR/gpu-check-nccl.md
+failed=0
+: > "$summary"
+
+row() { printf '| %-28s | %-6s | %s |\n' "$1" "$2" "$3" >> "$summary"; }
+
+# First match of a library name under the usual roots (site-packages of
+# any Python, the CUDA toolkits, the system library folders).
+find_lib() {
+	local name=$1 hit
+	hit=$(ldconfig -p 2>/dev/null | awk -v n="$name" '$1 == n { print $NF; exit }')
+	if [ -z "$hit" ]; then
+		hit=$(find /usr /opt /root /home /usr/local -xdev \
+		    \( -name "$name" -o -name "$name.*" \) \
+		    \( -type f -o -type l \) 2>/dev/null | sort | head -1)
+	fi
+	echo "$hit"
+}
+
+if [ -z "${COHORT_NCCL_LIB:-}" ]; then
+	lib=$(find_lib libnccl.so.2)
+	[ -n "$lib" ] && export COHORT_NCCL_LIB=$lib
+fi
+# The runtime goes on the search path rather than in COHORT_CUDART_LIB,
+# so that the loader can fall back from libcudart.so.13 to .so.12 when the
+# driver is too old for 13.
+if [ -z "${COHORT_CUDART_LIB:-}" ]; then
+	for v in 12 13; do
+		lib=$(find_lib libcudart.so.$v)
+		[ -n "$lib" ] &&
+		    export LD_LIBRARY_PATH="$(dirname "$lib"):${LD_LIBRARY_PATH:-}"
+	done
+fi
+
+{
+	echo "# cohort gpu-check-nccl $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	echo
+	echo '```'
+	if command -v nvidia-smi > /dev/null; then
+		nvidia-smi --query-gpu=name,driver_version,memory.total \
+		    --format=csv,noheader 2>&1
+	else
+		echo "nvidia-smi: not available"
+	fi
+	echo "COHORT_NCCL_LIB=${COHORT_NCCL_LIB:-(default search)}"
+	echo "COHORT_CUDART_LIB=${COHORT_CUDART_LIB:-(search: libcudart.so.13, .12)}"
+	echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+	echo '```'
+	echo
+	echo "| step                         | result | detail |"
+	echo "|------------------------------|--------|--------|"
+} >> "$summary"
+
+suite() {
+	local name=$1 limit=$2 log=$OUTDIR/suite-$1.log rc tally
+	CK_RUN_SUITE=$name CK_FORK=yes COHORT_LOG_LEVEL=${COHORT_LOG_LEVEL:-info} \
+	    timeout "$limit" "$BIN/cohort-tests" > "$log" 2>&1
+	rc=$?
+	tally=$(grep -Eo '[0-9]+%: Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' \
+	    "$log" | tail -1)
+	if grep -q '^SKIP ' "$log"; then
+		row "suite $name" FAIL "skipped: $(grep -m1 '^SKIP ' "$log")"
+		failed=1
+	elif [ $rc -ne 0 ] || [ -z "$tally" ]; then
+		row "suite $name" FAIL "exit $rc; ${tally:-no tally}; see suite-$name.log"
+		failed=1
+	else
+		row "suite $name" PASS "$tally"
+	fi
+}
+
+suite nccl 400
+suite nccl_bench 540
+
+{
+	echo
+	echo "## Abort and timeout latencies (suite nccl)"
+	echo
+	echo '```'
+	grep -E 'EABORTED|ETIMEDOUT after' "$OUTDIR/suite-nccl.log" || echo "(none printed)"
+	echo '```'
+	echo
+	echo "## All-reduce, f32 sum (suite nccl_bench; GB/s = bytes / time)"
+	echo
+	grep -E '^\| (path|-|nccl|tcp)' "$OUTDIR/suite-nccl_bench.log" ||
+	    echo "(no table: see suite-nccl_bench.log)"
+	echo
+	echo "gpu-check-nccl: $([ $failed -eq 0 ] && echo PASS || echo FAIL)"
+} >> "$summary"
+cat "$summary"
+exit $failed
