@@ -56,7 +56,10 @@ if ! download; then
 	    "failed (no network or no such package?)"; }
 fi
 
-deb=$(ls "$tmp"/"$pkg"_*.deb 2> /dev/null | head -n 1)
+deb=
+for f in "$tmp"/"$pkg"_*.deb; do
+	[ -f "$f" ] && deb=$f
+done
 [ -n "$deb" ] || die "apt-get download produced no .deb"
 
 # The member's directory differs between releases (dist-packages, python3.x);

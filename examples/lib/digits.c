@@ -382,7 +382,8 @@ digits_gather(const struct digits *d, const size_t *idx, size_t n, float *x,
     uint8_t *y)
 {
 	for (size_t i = 0; i < n; i++) {
-		memcpy(x + i * DIGITS_FEATURES, d->x + idx[i] * DIGITS_FEATURES,
+		memcpy(x + i * DIGITS_FEATURES,
+		    d->x + idx[i] * DIGITS_FEATURES,
 		    DIGITS_FEATURES * sizeof(float));
 		y[i] = d->y[idx[i]];
 	}
