@@ -1,0 +1,719 @@
+/*
+ * client.c - cohort_client: open (connect + join), liveness, close.
+ *
+ * Liveness runs on nng's threads, not one of ours (a process may hold
+ * hundreds of clients): a sleep aio fires every heartbeat_ms and sends a
+ * Heartbeat through an async call whose completion re-arms the timer; a
+ * Watch long poll is parked at cohortd and re-issued when it returns.
+ * Whichever hears first that a peer failed (EPEERLOST, healthy = false,
+ * a newer generation) fails every group of the client, which aborts the
+ * operations blocked on them.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client.h"
+
+/* How long cohortd may park one Watch before answering "no event". */
+#define CLIENT_WATCH_MS 60000
+/* A Watch that returns sooner than this without news is re-issued only
+ * after CLIENT_WATCH_BACKOFF_MS (no busy loop against a confused server). */
+#define CLIENT_WATCH_QUICK_MS 50
+#define CLIENT_WATCH_BACKOFF_MS 1000
+
+void
+cohort_options_init(cohort_options *opts)
+{
+	if (opts == NULL)
+		return;
+	memset(opts, 0, sizeof(*opts));
+	opts->coordinator = NULL;
+	opts->job = "default";
+	opts->token = "";
+	opts->rank = -1;
+	opts->world_size = 0;
+	opts->local_rank = -1;
+	opts->op_timeout = COHORT__DEFAULT_OP_TIMEOUT_MS;
+	opts->join_timeout = COHORT_WAIT_DEFAULT;
+	opts->heartbeat_interval =
+	    cohort__scaled(COHORT__DEFAULT_HEARTBEAT_MS);
+	opts->dead_after = cohort__scaled(COHORT__DEFAULT_DEAD_AFTER_MS);
+	opts->backend = "auto";
+	opts->data_addr = NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Internal API (client.h)                                                  */
+/* ------------------------------------------------------------------------ */
+
+cohort__time
+cohort__client_deadline(const struct cohort_client *c, cohort_duration timeout)
+{
+	return (cohort__deadline(timeout, c->op_timeout));
+}
+
+void
+cohort__client_add_group(struct cohort_client *c, struct cohort_group *g)
+{
+	pthread_mutex_lock(&c->mtx);
+	g->next = c->groups;
+	c->groups = g;
+	pthread_mutex_unlock(&c->mtx);
+}
+
+void
+cohort__client_remove_group(struct cohort_client *c, struct cohort_group *g)
+{
+	struct cohort_group **pp;
+
+	pthread_mutex_lock(&c->mtx);
+	for (pp = &c->groups; *pp != NULL; pp = &(*pp)->next) {
+		if (*pp == g) {
+			*pp = g->next;
+			g->next = NULL;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&c->mtx);
+}
+
+void
+cohort__client_fail(struct cohort_client *c, cohort_status st,
+    const char *detail)
+{
+	struct cohort_group *g;
+	int ok = COHORT_OK;
+
+	pthread_mutex_lock(&c->mtx);
+	if (atomic_compare_exchange_strong(&c->error, &ok, (int) st)) {
+		cohort__strlcpy(c->error_detail, detail,
+		    sizeof(c->error_detail));
+		cohort__warn("job '%s' failed (%s): %s", c->job,
+		    cohort_status_name(st), detail);
+	}
+	for (g = c->groups; g != NULL; g = g->next)
+		cohort__group_fail(g, st, "%s", detail);
+	pthread_mutex_unlock(&c->mtx);
+}
+
+cohort_status
+cohort__client_check_reply(struct cohort_client *c, cohort_status st,
+    const Cohort__Reply *rep)
+{
+	char detail[1024];
+	size_t off = 0;
+
+	if (st != COHORT_EPEERLOST && st != COHORT_ESTALE)
+		return (st);
+	if (rep != NULL && rep->error != NULL && rep->error[0] != '\0')
+		cohort__appendf(detail, sizeof(detail), &off, "%s",
+		    rep->error);
+	else if (rep != NULL && rep->failed_rank >= 0)
+		cohort__appendf(detail, sizeof(detail), &off, "rank %d failed",
+		    rep->failed_rank);
+	else
+		cohort__appendf(detail, sizeof(detail), &off, "%s",
+		    cohort_strerror(st));
+	if (rep != NULL && rep->failed_text != NULL &&
+	    rep->failed_text[0] != '\0' &&
+	    strstr(detail, rep->failed_text) == NULL)
+		cohort__appendf(detail, sizeof(detail), &off, ": %s",
+		    rep->failed_text);
+	cohort__client_fail(c, st, detail);
+	return (st);
+}
+
+void
+cohort__client_note_op(struct cohort_client *c, const char *name,
+    uint64_t seq)
+{
+	pthread_mutex_lock(&c->mtx);
+	cohort__strlcpy(c->last_op, name, sizeof(c->last_op));
+	c->last_op_seq = seq;
+	pthread_mutex_unlock(&c->mtx);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Liveness: heartbeat timer and Watch                                      */
+/* ------------------------------------------------------------------------ */
+
+static void
+client_hb_timer_cb(void *arg)
+{
+	struct cohort_client *c = arg;
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
+	char last_op[64];
+	cohort_status st;
+
+	if (atomic_load(&c->closing) || nng_aio_result(c->hb_timer) != 0)
+		return;
+	pthread_mutex_lock(&c->mtx);
+	cohort__strlcpy(last_op, c->last_op, sizeof(last_op));
+	hb.last_op_seq = c->last_op_seq;
+	pthread_mutex_unlock(&c->mtx);
+	hb.last_op = last_op;
+	req.body_case = COHORT__REQUEST__BODY_HEARTBEAT;
+	req.heartbeat = &hb;
+	st = cohort__coord_async_start(c->hb, &req,
+	    cohort__now_ms() + c->heartbeat_ms);
+	if (st == COHORT_ESTATE) {
+		/* the previous heartbeat is still out: try next period */
+		nng_sleep_aio(c->heartbeat_ms, c->hb_timer);
+	} else if (st != COHORT_OK) {
+		cohort__debug("heartbeat stopped: %s: %s",
+		    cohort_status_name(st), cohort_last_error());
+	}
+}
+
+static void
+client_hb_done(void *arg, cohort_status st, struct cohort__coord_call *call)
+{
+	struct cohort_client *c = arg;
+	const Cohort__Reply *rep = call->rep;
+
+	if (atomic_load(&c->closing))
+		return;
+	switch (st) {
+	case COHORT_OK:
+		/* a failed job: fan out, and keep beating (this member is
+		 * alive; cohortd should not declare it dead as well) */
+		if (rep->body_case == COHORT__REPLY__BODY_HEARTBEAT &&
+		    rep->heartbeat != NULL && !rep->heartbeat->healthy &&
+		    atomic_load(&c->error) == COHORT_OK)
+			cohort__client_check_reply(c, COHORT_EPEERLOST, rep);
+		break;
+	case COHORT_EPEERLOST:
+	case COHORT_ESTALE:
+		if (atomic_load(&c->error) == COHORT_OK)
+			cohort__client_check_reply(c, st, rep);
+		break;
+	case COHORT_ECLOSED:
+		return;
+	case COHORT_ENOCOORD:
+		if (cohort__coord_lost(c->coord))
+			return;
+		cohort__warn("heartbeat: %s", cohort_last_error());
+		break;
+	default:
+		cohort__warn("heartbeat refused: %s: %s",
+		    cohort_status_name(st), cohort_last_error());
+		break;
+	}
+	nng_sleep_aio(c->heartbeat_ms, c->hb_timer);
+}
+
+static void
+client_watch_start(struct cohort_client *c)
+{
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	Cohort__Watch w = COHORT__WATCH__INIT;
+	cohort_status st;
+
+	if (atomic_load(&c->closing))
+		return;
+	req.body_case = COHORT__REQUEST__BODY_WATCH;
+	req.watch = &w;
+	c->watch_started = cohort__now_ms();
+	st = cohort__coord_async_start(c->watch, &req,
+	    c->watch_started + CLIENT_WATCH_MS);
+	if (st != COHORT_OK)
+		cohort__debug("watch stopped: %s: %s", cohort_status_name(st),
+		    cohort_last_error());
+}
+
+static void
+client_watch_timer_cb(void *arg)
+{
+	struct cohort_client *c = arg;
+
+	if (nng_aio_result(c->watch_timer) == 0)
+		client_watch_start(c);
+}
+
+static void
+client_watch_done(void *arg, cohort_status st,
+    struct cohort__coord_call *call)
+{
+	struct cohort_client *c = arg;
+	const Cohort__Reply *rep = call->rep;
+	char detail[256];
+
+	if (atomic_load(&c->closing))
+		return;
+	switch (st) {
+	case COHORT_OK:
+		if (rep->failed_rank >= 0 &&
+		    ((rep->error != NULL && rep->error[0] != '\0') ||
+		        (rep->failed_text != NULL &&
+		            rep->failed_text[0] != '\0'))) {
+			cohort__client_check_reply(c, COHORT_EPEERLOST, rep);
+			return;
+		}
+		if (rep->generation > c->generation) {
+			snprintf(detail, sizeof(detail),
+			    "job '%s' moved from generation %" PRIu64
+			    " to %" PRIu64 "; rejoin required",
+			    c->job, c->generation, rep->generation);
+			cohort__client_fail(c, COHORT_ESTALE, detail);
+			return;
+		}
+		break;
+	case COHORT_ETIMEDOUT:
+		break;
+	case COHORT_EPEERLOST:
+	case COHORT_ESTALE:
+		cohort__client_check_reply(c, st, rep);
+		return;
+	case COHORT_ENOCOORD:
+		if (cohort__coord_lost(c->coord)) {
+			snprintf(detail, sizeof(detail), "%s",
+			    cohort_last_error());
+			pthread_mutex_lock(&c->mtx);
+			{
+				int ok = COHORT_OK;
+				if (atomic_compare_exchange_strong(&c->error,
+				        &ok, COHORT_ENOCOORD))
+					cohort__strlcpy(c->error_detail,
+					    detail, sizeof(c->error_detail));
+			}
+			pthread_mutex_unlock(&c->mtx);
+			return;
+		}
+		break;
+	case COHORT_ECLOSED:
+		return;
+	default:
+		cohort__warn("watch refused: %s: %s", cohort_status_name(st),
+		    cohort_last_error());
+		return;
+	}
+	if (cohort__now_ms() - c->watch_started < CLIENT_WATCH_QUICK_MS)
+		nng_sleep_aio(CLIENT_WATCH_BACKOFF_MS, c->watch_timer);
+	else
+		client_watch_start(c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Open and close                                                           */
+/* ------------------------------------------------------------------------ */
+
+static cohort_status
+client_check_options(const cohort_options *opts)
+{
+	const char *b = opts->backend != NULL ? opts->backend : "auto";
+
+	if (opts->coordinator == NULL || opts->coordinator[0] == '\0')
+		return (cohort__err(COHORT_EINVAL,
+		    "no coordinator URL (set COHORT_COORDINATOR or "
+		    "opts.coordinator)"));
+	if (strstr(opts->coordinator, "://") == NULL)
+		return (cohort__err(COHORT_EINVAL,
+		    "coordinator '%s' is not a URL like tcp://host:port",
+		    opts->coordinator));
+	if (opts->job == NULL || opts->job[0] == '\0' ||
+	    strlen(opts->job) >= sizeof(((cohort_env *) 0)->job))
+		return (cohort__err(COHORT_EINVAL,
+		    "job name must have 1 to %zu bytes",
+		    sizeof(((cohort_env *) 0)->job) - 1));
+	if (opts->token != NULL &&
+	    strlen(opts->token) >= sizeof(((cohort_env *) 0)->token))
+		return (cohort__err(COHORT_EINVAL,
+		    "token longer than %zu bytes",
+		    sizeof(((cohort_env *) 0)->token) - 1));
+	if (opts->world_size < 1)
+		return (cohort__err(COHORT_EINVAL,
+		    "world size %d: must be at least 1 (set "
+		    "COHORT_WORLD_SIZE or opts.world_size)",
+		    opts->world_size));
+	if (opts->rank < -1 || opts->rank >= opts->world_size)
+		return (cohort__err(COHORT_EINVAL,
+		    "rank %d out of range for world size %d", opts->rank,
+		    opts->world_size));
+	if (opts->op_timeout < 0 && opts->op_timeout != COHORT_WAIT_FOREVER)
+		return (cohort__err(COHORT_EINVAL,
+		    "op_timeout %d: must be >= 0 or COHORT_WAIT_FOREVER",
+		    opts->op_timeout));
+	if (opts->join_timeout < 0 &&
+	    opts->join_timeout != COHORT_WAIT_FOREVER &&
+	    opts->join_timeout != COHORT_WAIT_DEFAULT)
+		return (cohort__err(COHORT_EINVAL,
+		    "join_timeout %d is not a valid duration",
+		    opts->join_timeout));
+	if (opts->heartbeat_interval <= 0 ||
+	    opts->dead_after <= opts->heartbeat_interval)
+		return (cohort__err(COHORT_EINVAL,
+		    "need 0 < heartbeat_interval (%d) < dead_after (%d)",
+		    opts->heartbeat_interval, opts->dead_after));
+	if (strcmp(b, "auto") != 0 && strcmp(b, "tcp") != 0 &&
+	    strcmp(b, "service") != 0 && strcmp(b, "nccl") != 0)
+		return (cohort__err(COHORT_EINVAL,
+		    "unknown backend '%s' (auto, tcp, service, nccl)", b));
+	if (opts->data_addr != NULL &&
+	    strlen(opts->data_addr) >= sizeof(((struct cohort_client *) 0)
+	                                          ->data_addr))
+		return (cohort__err(COHORT_EINVAL, "data_addr too long"));
+	return (COHORT_OK);
+}
+
+static void
+client_free(struct cohort_client *c)
+{
+	struct cohort_group *g, *next;
+
+	pthread_mutex_lock(&c->mtx);
+	g = c->groups;
+	c->groups = NULL;
+	c->world = NULL;
+	pthread_mutex_unlock(&c->mtx);
+	for (; g != NULL; g = next) {
+		next = g->next;
+		cohort__group_free(g);
+	}
+	cohort__coord_async_free(c->watch);
+	cohort__coord_async_free(c->hb);
+	if (c->watch_timer != NULL)
+		nng_aio_free(c->watch_timer);
+	if (c->hb_timer != NULL)
+		nng_aio_free(c->hb_timer);
+	cohort__coord_close(c->coord);
+	if (c->hosts != NULL) {
+		for (int32_t i = 0; i < c->world_size; i++)
+			free(c->hosts[i]);
+		free(c->hosts);
+	}
+	pthread_mutex_destroy(&c->mtx);
+	free(c);
+}
+
+/* Stops the heartbeat and the Watch; their callbacks check `closing`
+ * before re-arming, and a stopped aio refuses new operations, so after
+ * this nothing of the client runs on nng's threads. */
+static void
+client_stop_liveness(struct cohort_client *c)
+{
+	atomic_store(&c->closing, true);
+	if (c->hb_timer != NULL)
+		nng_aio_stop(c->hb_timer);
+	if (c->watch_timer != NULL)
+		nng_aio_stop(c->watch_timer);
+	if (c->hb != NULL)
+		cohort__coord_async_stop(c->hb);
+	if (c->watch != NULL)
+		cohort__coord_async_stop(c->watch);
+	if (c->hb_timer != NULL)
+		nng_aio_stop(c->hb_timer);
+	if (c->watch_timer != NULL)
+		nng_aio_stop(c->watch_timer);
+}
+
+static cohort_status
+client_start_liveness(struct cohort_client *c)
+{
+	cohort_status st;
+	int rv;
+
+	if ((rv = nng_aio_alloc(&c->hb_timer, client_hb_timer_cb, c)) != 0 ||
+	    (rv = nng_aio_alloc(&c->watch_timer, client_watch_timer_cb, c)) !=
+	        0)
+		return (cohort__err(cohort__from_nng(rv), "nng_aio_alloc: %s",
+		    nng_strerror(rv)));
+	if ((st = cohort__coord_async_alloc(c->coord, client_hb_done, c,
+	         &c->hb)) != COHORT_OK ||
+	    (st = cohort__coord_async_alloc(c->coord, client_watch_done, c,
+	         &c->watch)) != COHORT_OK)
+		return (st);
+	client_watch_start(c);
+	nng_sleep_aio(c->heartbeat_ms, c->hb_timer);
+	return (COHORT_OK);
+}
+
+/* Sends Leave, bounded by COHORT__CLOSE_TIMEOUT_MS in all. */
+static void
+client_leave(struct cohort_client *c)
+{
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	Cohort__Leave leave = COHORT__LEAVE__INIT;
+	struct cohort__coord_call call;
+	cohort_status st;
+
+	if (cohort__coord_lost(c->coord))
+		return;
+	req.body_case = COHORT__REQUEST__BODY_LEAVE;
+	req.leave = &leave;
+	/* answered at once; the reply grace bounds the wait */
+	cohort__coord_call_init(&call, &req,
+	    cohort__now_ms() + COHORT__CLOSE_TIMEOUT_MS -
+	        COHORT__REPLY_GRACE_MS);
+	st = cohort__coord_call(c->coord, &call);
+	if (st != COHORT_OK)
+		cohort__debug("leave: %s: %s", cohort_status_name(st),
+		    cohort_last_error());
+	cohort__coord_call_fini(&call);
+}
+
+static cohort_status
+client_join(struct cohort_client *c, const cohort_options *opts,
+    cohort__time deadline)
+{
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	Cohort__Join join = COHORT__JOIN__INIT;
+	struct cohort__coord_call call;
+	const Cohort__JoinReply *jr;
+	char missing[256];
+	size_t off = 0;
+	cohort_status st;
+
+	join.rank = opts->rank;
+	join.world_size = (uint32_t) opts->world_size;
+	join.host = c->host;
+	join.pid = (uint32_t) getpid();
+	join.local_rank = opts->local_rank;
+	join.heartbeat_ms = (uint32_t) c->heartbeat_ms;
+	join.dead_after_ms = (uint32_t) c->dead_after_ms;
+	req.body_case = COHORT__REQUEST__BODY_JOIN;
+	req.join = &join;
+	cohort__coord_call_init(&call, &req, deadline);
+	st = cohort__coord_call(c->coord, &call);
+	if (st != COHORT_OK) {
+		if (st == COHORT_ETIMEDOUT && call.rep != NULL &&
+		    call.rep->n_missing_ranks > 0 &&
+		    strstr(cohort_last_error(), "rank") == NULL) {
+			for (size_t i = 0; i < call.rep->n_missing_ranks; i++)
+				cohort__appendf(missing, sizeof(missing), &off,
+				    "%s%d", i ? ", " : "",
+				    call.rep->missing_ranks[i]);
+			cohort__err(st,
+			    "join of job '%s' timed out; ranks %s never "
+			    "joined",
+			    c->job, missing);
+		}
+		goto out;
+	}
+	jr = call.rep->body_case == COHORT__REPLY__BODY_JOIN ? call.rep->join :
+	                                                       NULL;
+	if (jr == NULL || jr->rank < 0 ||
+	    jr->world_size != (uint32_t) opts->world_size ||
+	    jr->rank >= opts->world_size ||
+	    (opts->rank >= 0 && jr->rank != opts->rank)) {
+		st = cohort__err(COHORT_EPROTO,
+		    "malformed join reply from the coordinator");
+		goto out;
+	}
+	c->rank = jr->rank;
+	c->world_size = (int32_t) jr->world_size;
+	c->generation = jr->generation;
+	c->job_id = jr->job_id;
+	if (c->local_rank < 0 && jr->n_local_ranks == jr->world_size)
+		c->local_rank = jr->local_ranks[c->rank];
+	if ((c->hosts = calloc((size_t) c->world_size, sizeof(char *))) ==
+	    NULL) {
+		st = cohort__err(COHORT_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int32_t i = 0; i < c->world_size; i++) {
+		const char *h = (size_t) i < jr->n_hosts ? jr->hosts[i] : "";
+		if ((c->hosts[i] = strdup(h)) == NULL) {
+			st = cohort__err(COHORT_ENOMEM, "out of memory");
+			goto out;
+		}
+	}
+	cohort__coord_set_member(c->coord, c->rank, c->generation);
+out:
+	cohort__coord_call_fini(&call);
+	return (st);
+}
+
+cohort_status
+cohort_client_open(const cohort_options *opts, cohort_client **out,
+    cohort_duration timeout)
+{
+	struct cohort_client *c;
+	cohort__time deadline;
+	bool joined = false;
+	cohort_status st;
+
+	cohort__err_clear();
+	if (opts == NULL || out == NULL)
+		return (cohort__err(COHORT_EINVAL, "NULL options or output"));
+	if ((st = client_check_options(opts)) != COHORT_OK)
+		return (st);
+	if (timeout == COHORT_WAIT_DEFAULT)
+		timeout = opts->join_timeout;
+	deadline = cohort__deadline(timeout, opts->op_timeout);
+
+	if ((c = calloc(1, sizeof(*c))) == NULL)
+		return (cohort__err(COHORT_ENOMEM, "out of memory"));
+	if (pthread_mutex_init(&c->mtx, NULL) != 0) {
+		free(c);
+		return (cohort__err(COHORT_ESYSTEM, "pthread_mutex_init"));
+	}
+	atomic_init(&c->error, COHORT_OK);
+	atomic_init(&c->closing, false);
+	cohort__strlcpy(c->coordinator, opts->coordinator,
+	    sizeof(c->coordinator));
+	cohort__strlcpy(c->job, opts->job, sizeof(c->job));
+	cohort__strlcpy(c->token, opts->token != NULL ? opts->token : "",
+	    sizeof(c->token));
+	cohort__strlcpy(c->backend,
+	    opts->backend != NULL ? opts->backend : "auto",
+	    sizeof(c->backend));
+	cohort__strlcpy(c->data_addr,
+	    opts->data_addr != NULL ? opts->data_addr : "",
+	    sizeof(c->data_addr));
+	if (gethostname(c->host, sizeof(c->host)) != 0)
+		cohort__strlcpy(c->host, "unknown", sizeof(c->host));
+	c->host[sizeof(c->host) - 1] = '\0';
+	c->rank = -1;
+	c->local_rank = opts->local_rank;
+	c->op_timeout = opts->op_timeout;
+	c->join_timeout = opts->join_timeout;
+	c->heartbeat_ms = opts->heartbeat_interval;
+	c->dead_after_ms = opts->dead_after;
+
+	if ((st = cohort__coord_open(c->coordinator, c->job, c->token,
+	         cohort__random_u64(), &c->coord)) != COHORT_OK)
+		goto out_free;
+	if ((st = cohort__coord_wait_connected(c->coord, deadline)) !=
+	    COHORT_OK)
+		goto out_free;
+	if ((st = client_join(c, opts, deadline)) != COHORT_OK)
+		goto out_free;
+	joined = true;
+	if ((st = cohort__group_create_world(c, c->rank, c->world_size,
+	         c->generation, &c->world)) != COHORT_OK)
+		goto out_free;
+	if ((st = client_start_liveness(c)) != COHORT_OK)
+		goto out_free;
+	cohort__info("rank %d of %d joined job '%s' at %s (generation %" PRIu64
+	             ")",
+	    c->rank, c->world_size, c->job, c->coordinator, c->generation);
+	*out = c;
+	return (COHORT_OK);
+
+out_free:
+	{
+		/* keep the failing call's detail across the cleanup */
+		char detail[1024];
+
+		cohort__strlcpy(detail, cohort_last_error(), sizeof(detail));
+		client_stop_liveness(c);
+		if (joined)
+			client_leave(c);
+		client_free(c);
+		cohort__err(st, "%s", detail);
+	}
+	return (st);
+}
+
+cohort_status
+cohort_client_open_env(cohort_client **out, cohort_duration timeout)
+{
+	cohort_env env;
+	cohort_options opts;
+	cohort_status st;
+
+	if ((st = cohort_env_resolve(&env)) != COHORT_OK)
+		return (st);
+	if ((st = cohort_options_from_env(&opts, &env)) != COHORT_OK)
+		return (st);
+	return (cohort_client_open(&opts, out, timeout));
+}
+
+void
+cohort_client_close(cohort_client *c)
+{
+	if (c == NULL)
+		return;
+	client_stop_liveness(c);
+	client_leave(c);
+	client_free(c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Accessors and failure report                                             */
+/* ------------------------------------------------------------------------ */
+
+int32_t
+cohort_client_rank(const cohort_client *c)
+{
+	return (c != NULL ? c->rank : -1);
+}
+
+int32_t
+cohort_client_world_size(const cohort_client *c)
+{
+	return (c != NULL ? c->world_size : 0);
+}
+
+int32_t
+cohort_client_local_rank(const cohort_client *c)
+{
+	return (c != NULL ? c->local_rank : -1);
+}
+
+uint64_t
+cohort_client_generation(const cohort_client *c)
+{
+	return (c != NULL ? c->generation : 0);
+}
+
+bool
+cohort_client_is_global_zero(const cohort_client *c)
+{
+	return (c != NULL && c->rank == 0);
+}
+
+cohort_group *
+cohort_client_world(cohort_client *c)
+{
+	return (c != NULL ? c->world : NULL);
+}
+
+cohort_status
+cohort_client_error(const cohort_client *c)
+{
+	struct cohort_client *m = (struct cohort_client *) c;
+	cohort_status st;
+
+	if (c == NULL)
+		return (COHORT_EINVAL);
+	st = (cohort_status) atomic_load(&m->error);
+	if (st == COHORT_OK && cohort__coord_lost(m->coord))
+		return (cohort__err(COHORT_ENOCOORD,
+		    "connection to the coordinator at %s was lost",
+		    m->coordinator));
+	if (st != COHORT_OK) {
+		pthread_mutex_lock(&m->mtx);
+		cohort__err(st, "%s", m->error_detail);
+		pthread_mutex_unlock(&m->mtx);
+	}
+	return (st);
+}
+
+cohort_status
+cohort_report_failure(cohort_client *c, const char *text,
+    cohort_duration timeout)
+{
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	Cohort__ReportFailure rf = COHORT__REPORT_FAILURE__INIT;
+	struct cohort__coord_call call;
+	cohort_status st;
+
+	if (c == NULL)
+		return (cohort__err(COHORT_EINVAL, "NULL client"));
+	rf.text = (char *) (text != NULL ? text : "");
+	if (strlen(rf.text) > 64 * 1024)
+		return (cohort__err(COHORT_EINVAL,
+		    "failure text longer than 64 KiB"));
+	req.body_case = COHORT__REQUEST__BODY_REPORT_FAILURE;
+	req.report_failure = &rf;
+	cohort__coord_call_init(&call, &req,
+	    cohort__client_deadline(c, timeout));
+	st = cohort__coord_call(c->coord, &call);
+	cohort__coord_call_fini(&call);
+	return (st);
+}

@@ -1,0 +1,301 @@
+/*
+ * control.c - control-plane collectives through cohortd: barrier, object
+ * broadcast, scalar reduction, boolean decision (proto/README.md
+ * section 5).
+ *
+ * The n-th control-plane collective a member issues on a group carries
+ * op_seq = n; cohortd matches arrivals by (group, op_seq). op_seq advances
+ * when a collective completes or fails for good (EPEERLOST, ESTALE,
+ * EMISMATCH), never on ETIMEDOUT: cohortd withdrew that arrival, so the
+ * call may be retried under the same number.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client.h"
+
+/* Takes a mutex before deadline (pthread's timed lock is on the real-time
+ * clock). */
+static cohort_status
+control_lock(pthread_mutex_t *m, cohort__time deadline)
+{
+	struct timespec ts;
+	cohort_duration left;
+	int rv;
+
+	if (deadline == COHORT__TIME_NEVER)
+		rv = pthread_mutex_lock(m);
+	else {
+		left = cohort__remaining(deadline);
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += left / 1000;
+		ts.tv_nsec += (long) (left % 1000) * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		rv = pthread_mutex_timedlock(m, &ts);
+	}
+	if (rv == ETIMEDOUT)
+		return (cohort__err(COHORT_ETIMEDOUT,
+		    "timed out waiting for another thread's collective on "
+		    "the group"));
+	if (rv != 0)
+		return (cohort__err(COHORT_ESYSTEM, "pthread_mutex_lock: %d",
+		    rv));
+	return (COHORT_OK);
+}
+
+/* Runs one control-plane collective of g. On return the reply (if any)
+ * is in *call, which the caller finalises in all cases. */
+static cohort_status
+control_run(cohort_group *g, Cohort__Collective *coll,
+    const struct cohort__iov *parts, size_t nparts, cohort_duration timeout,
+    const char *what, struct cohort__coord_call *call,
+    Cohort__Request *req)
+{
+	struct cohort_client *c = g->client;
+	cohort__time deadline;
+	uint64_t op_seq;
+	cohort_status st;
+
+	cohort__coord_call_init(call, req, COHORT__TIME_NEVER);
+	if ((st = cohort__group_check(g)) != COHORT_OK)
+		return (st);
+	deadline = cohort__client_deadline(c, timeout);
+	if ((st = control_lock(&g->ctl_lock, deadline)) != COHORT_OK)
+		return (st);
+	op_seq = g->ctl_seq + 1;
+	coll->group = g->id;
+	coll->op_seq = op_seq;
+	req->body_case = COHORT__REQUEST__BODY_COLLECTIVE;
+	req->collective = coll;
+	cohort__coord_call_init(call, req, deadline);
+	call->parts = parts;
+	call->nparts = nparts;
+
+	pthread_mutex_lock(&g->mtx);
+	if (atomic_load_explicit(&g->abort_flag, memory_order_acquire)) {
+		pthread_mutex_unlock(&g->mtx);
+		st = cohort__group_check(g);
+		goto out_unlock;
+	}
+	g->ctl_call = call;
+	pthread_mutex_unlock(&g->mtx);
+
+	cohort__client_note_op(c, what, op_seq);
+	st = cohort__coord_call(c->coord, call);
+
+	pthread_mutex_lock(&g->mtx);
+	g->ctl_call = NULL;
+	pthread_mutex_unlock(&g->mtx);
+
+	switch (st) {
+	case COHORT_OK:
+	case COHORT_EMISMATCH:
+		g->ctl_seq = op_seq;
+		break;
+	case COHORT_EPEERLOST:
+	case COHORT_ESTALE:
+		g->ctl_seq = op_seq;
+		cohort__client_check_reply(c, st, call->rep);
+		st = cohort__group_check(g);
+		break;
+	case COHORT_ETIMEDOUT:
+		if (call->rep != NULL && (call->rep->error == NULL ||
+		                             call->rep->error[0] == '\0')) {
+			char ranks[256];
+			size_t off = 0;
+
+			ranks[0] = '\0';
+			for (size_t i = 0; i < call->rep->n_missing_ranks; i++)
+				cohort__appendf(ranks, sizeof(ranks), &off,
+				    "%s%d", i > 0 ? ", " : "",
+				    call->rep->missing_ranks[i]);
+			cohort__err(st, "%s (#%llu) on group '%s' timed out; "
+			                "ranks never arrived: %s",
+			    what, (unsigned long long) op_seq, g->id,
+			    off > 0 ? ranks : "unknown");
+		}
+		break;
+	default:
+		if (call->aborted || atomic_load(&g->abort_flag)) {
+			st = cohort__group_check(g);
+			if (st == COHORT_OK)
+				st = cohort__err(COHORT_EABORTED,
+				    "%s aborted", what);
+		}
+		break;
+	}
+out_unlock:
+	pthread_mutex_unlock(&g->ctl_lock);
+	return (st);
+}
+
+static cohort_status
+control_check_name(const char *name)
+{
+	if (name != NULL && strlen(name) > COHORT__MAX_KEY)
+		return (cohort__err(COHORT_EINVAL,
+		    "collective name longer than %d bytes", COHORT__MAX_KEY));
+	return (COHORT_OK);
+}
+
+cohort_status
+cohort_barrier(cohort_group *g, const char *name, cohort_duration timeout)
+{
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	Cohort__Collective coll = COHORT__COLLECTIVE__INIT;
+	struct cohort__coord_call call;
+	cohort_status st;
+
+	if (g == NULL)
+		return (cohort__err(COHORT_EINVAL, "NULL group"));
+	if ((st = control_check_name(name)) != COHORT_OK)
+		return (st);
+	coll.kind = COHORT__COLLECTIVE_KIND__COLL_BARRIER;
+	coll.name = (char *) (name != NULL ? name : "");
+	st = control_run(g, &coll, NULL, 0, timeout, "barrier", &call, &req);
+	cohort__coord_call_fini(&call);
+	return (st);
+}
+
+cohort_status
+cohort_broadcast_obj(cohort_group *g, int32_t root, const void *data,
+    size_t len, void **out, size_t *out_len, cohort_duration timeout)
+{
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	Cohort__Collective coll = COHORT__COLLECTIVE__INIT;
+	struct cohort__coord_call call;
+	struct cohort__iov iov = { data, len };
+	const void *src;
+	size_t n;
+	void *p;
+	bool is_root;
+	cohort_status st;
+
+	if (g == NULL)
+		return (cohort__err(COHORT_EINVAL, "NULL group"));
+	if (root < 0 || root >= g->size)
+		return (cohort__err(COHORT_EINVAL,
+		    "broadcast root %d out of range for group size %d", root,
+		    g->size));
+	is_root = g->rank == root;
+	if (is_root && data == NULL && len > 0)
+		return (cohort__err(COHORT_EINVAL, "NULL data on the root"));
+	if (!is_root && out == NULL)
+		return (cohort__err(COHORT_EINVAL,
+		    "NULL output on a receiving rank"));
+	coll.kind = COHORT__COLLECTIVE_KIND__COLL_BROADCAST;
+	coll.name = "";
+	coll.root = root;
+	st = control_run(g, &coll, is_root ? &iov : NULL, is_root ? 1 : 0,
+	    timeout, "broadcast_obj", &call, &req);
+	if (st != COHORT_OK || out == NULL)
+		goto out;
+	src = is_root ? data : call.payload;
+	n = is_root ? len : call.plen;
+	if ((p = malloc(n > 0 ? n : 1)) == NULL) {
+		st = cohort__err(COHORT_ENOMEM,
+		    "cannot allocate %zu bytes for the object", n);
+		goto out;
+	}
+	if (n > 0)
+		memcpy(p, src, n);
+	*out = p;
+	if (out_len != NULL)
+		*out_len = n;
+out:
+	cohort__coord_call_fini(&call);
+	return (st);
+}
+
+cohort_status
+cohort_reduce_scalars(cohort_group *g, cohort_dtype dtype, cohort_redop op,
+    void *values, size_t count, cohort_duration timeout)
+{
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	Cohort__Collective coll = COHORT__COLLECTIVE__INIT;
+	struct cohort__coord_call call;
+	const Cohort__CollectiveReply *cr;
+	cohort_status st;
+
+	if (g == NULL || (values == NULL && count > 0))
+		return (cohort__err(COHORT_EINVAL, "NULL group or values"));
+	if (dtype != COHORT_I64 && dtype != COHORT_F64)
+		return (cohort__err(COHORT_EINVAL,
+		    "reduce_scalars takes i64 or f64, not %s",
+		    cohort_dtype_name(dtype)));
+	if ((unsigned) op >= COHORT_REDOP_COUNT)
+		return (cohort__err(COHORT_EINVAL, "unknown reduction %d",
+		    (int) op));
+	if (op == COHORT_MEAN && dtype != COHORT_F64)
+		return (cohort__err(COHORT_EINVAL,
+		    "mean is defined for f64 only"));
+	if (count > COHORT__MAX_SCALARS)
+		return (cohort__err(COHORT_EINVAL,
+		    "%zu scalars exceed the limit of %d", count,
+		    COHORT__MAX_SCALARS));
+	coll.kind = COHORT__COLLECTIVE_KIND__COLL_REDUCE_SCALARS;
+	coll.name = "";
+	coll.op = (uint32_t) op;
+	if (dtype == COHORT_I64) {
+		coll.scalar_type = COHORT__SCALAR_TYPE__SCALAR_I64;
+		coll.i64s = values;
+		coll.n_i64s = count;
+	} else {
+		coll.scalar_type = COHORT__SCALAR_TYPE__SCALAR_F64;
+		coll.f64s = values;
+		coll.n_f64s = count;
+	}
+	st = control_run(g, &coll, NULL, 0, timeout, "reduce_scalars", &call,
+	    &req);
+	if (st != COHORT_OK)
+		goto out;
+	cr = call.rep->body_case == COHORT__REPLY__BODY_COLLECTIVE ?
+	    call.rep->collective :
+	    NULL;
+	if (count == 0)
+		goto out;
+	if (cr != NULL && dtype == COHORT_I64 && cr->n_i64s == count)
+		memcpy(values, cr->i64s, count * sizeof(int64_t));
+	else if (cr != NULL && dtype == COHORT_F64 && cr->n_f64s == count)
+		memcpy(values, cr->f64s, count * sizeof(double));
+	else
+		st = cohort__err(COHORT_EPROTO,
+		    "reduce_scalars reply does not hold %zu values", count);
+out:
+	cohort__coord_call_fini(&call);
+	return (st);
+}
+
+cohort_status
+cohort_decide(cohort_group *g, bool decision, bool all, bool *out,
+    cohort_duration timeout)
+{
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	Cohort__Collective coll = COHORT__COLLECTIVE__INIT;
+	struct cohort__coord_call call;
+	cohort_status st;
+
+	if (g == NULL || out == NULL)
+		return (cohort__err(COHORT_EINVAL, "NULL group or output"));
+	coll.kind = COHORT__COLLECTIVE_KIND__COLL_DECIDE;
+	coll.name = "";
+	coll.decision = decision;
+	coll.decide_all = all;
+	st = control_run(g, &coll, NULL, 0, timeout, "decide", &call, &req);
+	if (st != COHORT_OK)
+		goto out;
+	if (call.rep->body_case != COHORT__REPLY__BODY_COLLECTIVE ||
+	    call.rep->collective == NULL) {
+		st = cohort__err(COHORT_EPROTO, "decide reply without result");
+		goto out;
+	}
+	*out = call.rep->collective->decision;
+out:
+	cohort__coord_call_fini(&call);
+	return (st);
+}

@@ -1,0 +1,783 @@
+/*
+ * coord.c - request/reply to cohortd over one nng req0 socket; one context
+ * and one aio per call; a deadline on every step (see coord.h).
+ *
+ * Every call in flight is on the engine's pending list with the aio of its
+ * current step. The pipe-removed notification marks the engine lost and
+ * aborts all of them, so a vanished coordinator is noticed at once rather
+ * than at each call's deadline. Steps are started under the engine's lock
+ * after checking the lost and aborted flags; the notification and
+ * cohort__coord_call_abort take the same lock, so no abort can slip
+ * between two steps of a call.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "coord.h"
+
+struct cohort__coord {
+	nng_socket sock;
+	nng_dialer dialer;
+	char url[256];
+	char *job;
+	char *token;
+	uint64_t client_id;
+	_Atomic uint64_t next_seq;
+
+	pthread_mutex_t mtx;
+	pthread_cond_t cv;
+	bool connected; /* a pipe was up at least once */
+	bool lost;      /* ... and went away: sticky ENOCOORD */
+	bool closing;
+	int32_t rank;
+	uint64_t generation;
+	struct cohort__coord_call *pending;
+	/* Idle contexts and aios of finished synchronous calls, reused by
+	 * the next ones (saves an open/close and an alloc/free per call). */
+	struct coord_slot *idle;
+	unsigned nidle;
+};
+
+#define COORD_MAX_IDLE 8
+
+struct coord_slot {
+	nng_ctx ctx;
+	nng_aio *aio;
+	struct coord_slot *next;
+};
+
+enum coord_state {
+	COORD_IDLE = 0,
+	COORD_SEND,
+	COORD_RECV,
+};
+
+struct cohort__coord_async {
+	struct cohort__coord *co;
+	cohort__coord_done cb;
+	void *arg;
+	nng_ctx ctx;
+	nng_aio *aio;
+	enum coord_state state; /* under co->mtx */
+	bool stopped;           /* under co->mtx */
+	struct cohort__coord_call call;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Small helpers                                                            */
+/* ------------------------------------------------------------------------ */
+
+uint64_t
+cohort__random_u64(void)
+{
+	uint64_t v = 0;
+	uint64_t z;
+
+	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t) sizeof(v)) {
+		/* splitmix64 of what is at hand */
+		z = cohort__now_ns() ^ ((uint64_t) getpid() << 32) ^
+		    (uint64_t) (uintptr_t) &v;
+		z += 0x9e3779b97f4a7c15ull;
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+		v = z ^ (z >> 31);
+	}
+	return (v != 0 ? v : 1);
+}
+
+int
+cohort__cond_init(pthread_cond_t *cv)
+{
+	pthread_condattr_t attr;
+	int rv;
+
+	if ((rv = pthread_condattr_init(&attr)) != 0)
+		return (rv);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	rv = pthread_cond_init(cv, &attr);
+	pthread_condattr_destroy(&attr);
+	return (rv);
+}
+
+int
+cohort__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mtx,
+    cohort__time deadline)
+{
+	struct timespec ts;
+
+	if (deadline == COHORT__TIME_NEVER)
+		return (pthread_cond_wait(cv, mtx));
+	ts.tv_sec = (time_t) (deadline / 1000);
+	ts.tv_nsec = (long) (deadline % 1000) * 1000000L;
+	return (pthread_cond_timedwait(cv, mtx, &ts));
+}
+
+/* Request.timeout_ms: how long cohortd may park the request. */
+static uint32_t
+coord_park_ms(cohort__time deadline)
+{
+	if (deadline == COHORT__TIME_NEVER)
+		return (UINT32_MAX);
+	return ((uint32_t) cohort__remaining(deadline));
+}
+
+/* How long a step waits: the parking time plus the reply's flight. */
+static nng_duration
+coord_wait_ms(cohort__time deadline)
+{
+	int64_t ms;
+
+	if (deadline == COHORT__TIME_NEVER)
+		return (NNG_DURATION_INFINITE);
+	ms = (int64_t) cohort__remaining(deadline) + COHORT__REPLY_GRACE_MS;
+	return (ms > INT32_MAX ? INT32_MAX : (nng_duration) ms);
+}
+
+static void
+coord_link(struct cohort__coord *co, struct cohort__coord_call *call)
+{
+	call->prev = NULL;
+	call->next = co->pending;
+	if (co->pending != NULL)
+		co->pending->prev = call;
+	co->pending = call;
+}
+
+static void
+coord_unlink(struct cohort__coord *co, struct cohort__coord_call *call)
+{
+	if (call->prev != NULL)
+		call->prev->next = call->next;
+	else if (co->pending == call)
+		co->pending = call->next;
+	if (call->next != NULL)
+		call->next->prev = call->prev;
+	call->prev = call->next = NULL;
+	call->aio = NULL;
+}
+
+/* Whether a call may start its next step; under co->mtx. */
+static cohort_status
+coord_check_locked(struct cohort__coord *co, struct cohort__coord_call *call)
+{
+	if (call->aborted)
+		return (cohort__err(call->abort_st, "call aborted"));
+	if (co->closing)
+		return (cohort__err(COHORT_ECLOSED, "client is closing"));
+	if (co->lost)
+		return (cohort__err(COHORT_ENOCOORD,
+		    "connection to the coordinator at %s was lost", co->url));
+	return (COHORT_OK);
+}
+
+/* Turns a failed step into a status; under co->mtx. */
+static cohort_status
+coord_step_error(struct cohort__coord *co, struct cohort__coord_call *call,
+    int rv, const char *step)
+{
+	cohort_status st;
+
+	if ((st = coord_check_locked(co, call)) != COHORT_OK)
+		return (st);
+	if (rv == NNG_ETIMEDOUT)
+		return (cohort__err(COHORT_ENOCOORD,
+		    "no answer from the coordinator at %s within %d ms after "
+		    "the request's deadline (%s)",
+		    co->url, COHORT__REPLY_GRACE_MS, step));
+	st = cohort__from_nng(rv);
+	if (st == COHORT_ENOCOORD)
+		return (cohort__err(st,
+		    "lost the connection to the coordinator at %s while %s: "
+		    "%s",
+		    co->url, step, nng_strerror(rv)));
+	return (cohort__err(st, "%s to the coordinator at %s: %s", step,
+	    co->url, nng_strerror(rv)));
+}
+
+static void
+coord_fill(struct cohort__coord *co, struct cohort__coord_call *call)
+{
+	Cohort__Request *req = call->req;
+
+	req->proto_version = COHORT_PROTO_VERSION;
+	req->job = co->job;
+	req->token = co->token;
+	req->client_id = co->client_id;
+	if (call->seq == 0)
+		call->seq = atomic_fetch_add(&co->next_seq, 1);
+	req->seq = call->seq;
+	pthread_mutex_lock(&co->mtx);
+	req->generation = co->generation;
+	req->rank = co->rank;
+	pthread_mutex_unlock(&co->mtx);
+	req->timeout_ms = coord_park_ms(call->deadline);
+}
+
+/* Takes msg (the reply); fills call's outputs. */
+static cohort_status
+coord_unpack(struct cohort__coord_call *call, nng_msg *msg)
+{
+	Cohort__Reply *rep;
+	const uint8_t *payload;
+	size_t plen;
+	cohort_status st;
+
+	if ((st = cohort__wire_unpack_reply(msg, &rep, &payload, &plen)) !=
+	    COHORT_OK) {
+		nng_msg_free(msg);
+		return (st);
+	}
+	if (rep->seq != call->seq) {
+		st = cohort__err(COHORT_EPROTO,
+		    "reply for seq %" PRIu64 " to request seq %" PRIu64,
+		    rep->seq, call->seq);
+		cohort__reply__free_unpacked(rep, NULL);
+		nng_msg_free(msg);
+		return (st);
+	}
+	call->rep = rep;
+	call->reply_msg = msg;
+	call->payload = payload;
+	call->plen = plen;
+	if (rep->status != 0) {
+		st = (cohort_status) rep->status;
+		return (cohort__err(st, "%s",
+		    rep->error != NULL && rep->error[0] != '\0' ?
+		        rep->error :
+		        cohort_strerror(st)));
+	}
+	return (COHORT_OK);
+}
+
+/* A context and an aio for one synchronous call: an idle one, or new. */
+static cohort_status
+coord_slot_get(struct cohort__coord *co, struct coord_slot **out)
+{
+	struct coord_slot *sl = NULL;
+	int rv;
+
+	pthread_mutex_lock(&co->mtx);
+	if ((sl = co->idle) != NULL) {
+		co->idle = sl->next;
+		co->nidle--;
+	}
+	pthread_mutex_unlock(&co->mtx);
+	if (sl != NULL) {
+		*out = sl;
+		return (COHORT_OK);
+	}
+	if ((sl = calloc(1, sizeof(*sl))) == NULL)
+		return (cohort__err(COHORT_ENOMEM, "out of memory"));
+	if ((rv = nng_aio_alloc(&sl->aio, NULL, NULL)) != 0) {
+		free(sl);
+		return (cohort__err(cohort__from_nng(rv), "nng_aio_alloc: %s",
+		    nng_strerror(rv)));
+	}
+	if ((rv = nng_ctx_open(&sl->ctx, co->sock)) != 0) {
+		nng_aio_free(sl->aio);
+		free(sl);
+		return (cohort__err(cohort__from_nng(rv), "nng_ctx_open: %s",
+		    nng_strerror(rv)));
+	}
+	*out = sl;
+	return (COHORT_OK);
+}
+
+static void
+coord_slot_free(struct coord_slot *sl)
+{
+	nng_ctx_close(sl->ctx);
+	nng_aio_free(sl->aio);
+	free(sl);
+}
+
+/* Keeps a slot whose call completed normally; frees one in doubt. */
+static void
+coord_slot_put(struct cohort__coord *co, struct coord_slot *sl, bool reuse)
+{
+	pthread_mutex_lock(&co->mtx);
+	if (reuse && !co->closing && co->nidle < COORD_MAX_IDLE) {
+		sl->next = co->idle;
+		co->idle = sl;
+		co->nidle++;
+		sl = NULL;
+	}
+	pthread_mutex_unlock(&co->mtx);
+	if (sl != NULL)
+		coord_slot_free(sl);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Engine                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static void
+coord_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	struct cohort__coord *co = arg;
+	struct cohort__coord_call *call;
+
+	(void) p;
+	pthread_mutex_lock(&co->mtx);
+	if (ev == NNG_PIPE_EV_ADD_POST) {
+		co->connected = true;
+		cohort__debug("connected to the coordinator at %s", co->url);
+	} else if (ev == NNG_PIPE_EV_REM_POST && co->connected &&
+	    !co->lost && !co->closing) {
+		co->lost = true;
+		cohort__warn("lost the connection to the coordinator at %s",
+		    co->url);
+		for (call = co->pending; call != NULL; call = call->next)
+			if (call->aio != NULL)
+				nng_aio_abort(call->aio, NNG_ECONNSHUT);
+	}
+	pthread_cond_broadcast(&co->cv);
+	pthread_mutex_unlock(&co->mtx);
+}
+
+cohort_status
+cohort__coord_open(const char *url, const char *job, const char *token,
+    uint64_t client_id, struct cohort__coord **out)
+{
+	struct cohort__coord *co;
+	cohort_status st;
+	int rv;
+
+	if (strlen(url) >= sizeof(co->url))
+		return (cohort__err(COHORT_EINVAL,
+		    "coordinator URL is longer than %zu bytes",
+		    sizeof(co->url) - 1));
+	if ((co = calloc(1, sizeof(*co))) == NULL)
+		return (cohort__err(COHORT_ENOMEM, "out of memory"));
+	cohort__strlcpy(co->url, url, sizeof(co->url));
+	co->client_id = client_id;
+	co->rank = -1;
+	atomic_init(&co->next_seq, 1);
+	if ((co->job = strdup(job)) == NULL ||
+	    (co->token = strdup(token)) == NULL) {
+		st = cohort__err(COHORT_ENOMEM, "out of memory");
+		goto out_free;
+	}
+	if (pthread_mutex_init(&co->mtx, NULL) != 0) {
+		st = cohort__err(COHORT_ESYSTEM, "pthread_mutex_init failed");
+		goto out_free;
+	}
+	if (cohort__cond_init(&co->cv) != 0) {
+		st = cohort__err(COHORT_ESYSTEM, "pthread_cond_init failed");
+		goto out_destroy_mtx;
+	}
+	if ((rv = nng_req0_open(&co->sock)) != 0) {
+		st = cohort__err(cohort__from_nng(rv), "nng_req0_open: %s",
+		    nng_strerror(rv));
+		goto out_destroy_cv;
+	}
+	if ((rv = nng_socket_set_ms(co->sock, NNG_OPT_REQ_RESENDTIME,
+	         NNG_DURATION_INFINITE)) != 0 ||
+	    (rv = nng_socket_set_size(co->sock, NNG_OPT_RECVMAXSZ,
+	         COHORT__MAX_MESSAGE)) != 0 ||
+	    (rv = nng_socket_set_ms(co->sock, NNG_OPT_RECONNMINT, 10)) != 0 ||
+	    (rv = nng_socket_set_ms(co->sock, NNG_OPT_RECONNMAXT, 500)) != 0 ||
+	    (rv = nng_pipe_notify(co->sock, NNG_PIPE_EV_ADD_POST,
+	         coord_pipe_cb, co)) != 0 ||
+	    (rv = nng_pipe_notify(co->sock, NNG_PIPE_EV_REM_POST,
+	         coord_pipe_cb, co)) != 0) {
+		st = cohort__err(cohort__from_nng(rv),
+		    "setting up the coordinator socket: %s", nng_strerror(rv));
+		goto out_close_socket;
+	}
+	if ((rv = nng_dial(co->sock, url, &co->dialer, NNG_FLAG_NONBLOCK)) !=
+	    0) {
+		st = cohort__err(rv == NNG_EADDRINVAL || rv == NNG_EINVAL ||
+		            rv == NNG_ENOTSUP ?
+		        COHORT_EINVAL :
+		        cohort__from_nng(rv),
+		    "cannot dial the coordinator at %s: %s", url,
+		    nng_strerror(rv));
+		goto out_close_socket;
+	}
+	*out = co;
+	return (COHORT_OK);
+
+out_close_socket:
+	nng_close(co->sock);
+out_destroy_cv:
+	pthread_cond_destroy(&co->cv);
+out_destroy_mtx:
+	pthread_mutex_destroy(&co->mtx);
+out_free:
+	free(co->job);
+	free(co->token);
+	free(co);
+	return (st);
+}
+
+cohort_status
+cohort__coord_wait_connected(struct cohort__coord *co, cohort__time deadline)
+{
+	cohort_status st = COHORT_OK;
+
+	pthread_mutex_lock(&co->mtx);
+	while (!co->connected && !co->closing) {
+		if (cohort__cond_wait_until(&co->cv, &co->mtx, deadline) ==
+		    ETIMEDOUT) {
+			if (!co->connected)
+				st = cohort__err(COHORT_ENOCOORD,
+				    "cannot reach the coordinator at %s",
+				    co->url);
+			break;
+		}
+	}
+	if (st == COHORT_OK && co->closing)
+		st = cohort__err(COHORT_ECLOSED, "client is closing");
+	pthread_mutex_unlock(&co->mtx);
+	return (st);
+}
+
+void
+cohort__coord_close(struct cohort__coord *co)
+{
+	struct cohort__coord_call *call;
+
+	if (co == NULL)
+		return;
+	pthread_mutex_lock(&co->mtx);
+	co->closing = true;
+	for (call = co->pending; call != NULL; call = call->next)
+		if (call->aio != NULL)
+			nng_aio_abort(call->aio, NNG_ECLOSED);
+	pthread_mutex_unlock(&co->mtx);
+	nng_pipe_notify(co->sock, NNG_PIPE_EV_ADD_POST, NULL, NULL);
+	nng_pipe_notify(co->sock, NNG_PIPE_EV_REM_POST, NULL, NULL);
+	while (co->idle != NULL) {
+		struct coord_slot *sl = co->idle;
+		co->idle = sl->next;
+		coord_slot_free(sl);
+	}
+	nng_close(co->sock);
+	pthread_cond_destroy(&co->cv);
+	pthread_mutex_destroy(&co->mtx);
+	free(co->job);
+	free(co->token);
+	free(co);
+}
+
+void
+cohort__coord_set_member(struct cohort__coord *co, int32_t rank,
+    uint64_t generation)
+{
+	pthread_mutex_lock(&co->mtx);
+	co->rank = rank;
+	co->generation = generation;
+	pthread_mutex_unlock(&co->mtx);
+}
+
+uint64_t
+cohort__coord_generation(const struct cohort__coord *co)
+{
+	struct cohort__coord *m = (struct cohort__coord *) co;
+	uint64_t g;
+
+	pthread_mutex_lock(&m->mtx);
+	g = m->generation;
+	pthread_mutex_unlock(&m->mtx);
+	return (g);
+}
+
+uint64_t
+cohort__coord_client_id(const struct cohort__coord *co)
+{
+	return (co->client_id);
+}
+
+const char *
+cohort__coord_url(const struct cohort__coord *co)
+{
+	return (co->url);
+}
+
+bool
+cohort__coord_lost(struct cohort__coord *co)
+{
+	bool lost;
+
+	pthread_mutex_lock(&co->mtx);
+	lost = co->lost;
+	pthread_mutex_unlock(&co->mtx);
+	return (lost);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Synchronous calls                                                        */
+/* ------------------------------------------------------------------------ */
+
+void
+cohort__coord_call_init(struct cohort__coord_call *call, Cohort__Request *req,
+    cohort__time deadline)
+{
+	memset(call, 0, sizeof(*call));
+	call->req = req;
+	call->deadline = deadline;
+}
+
+void
+cohort__coord_call_fini(struct cohort__coord_call *call)
+{
+	if (call->rep != NULL)
+		cohort__reply__free_unpacked(call->rep, NULL);
+	if (call->reply_msg != NULL)
+		nng_msg_free(call->reply_msg);
+	call->rep = NULL;
+	call->reply_msg = NULL;
+	call->payload = NULL;
+	call->plen = 0;
+}
+
+void
+cohort__coord_call_abort(struct cohort__coord *co,
+    struct cohort__coord_call *call, cohort_status why)
+{
+	pthread_mutex_lock(&co->mtx);
+	if (!call->aborted) {
+		call->aborted = true;
+		call->abort_st = why;
+		if (call->aio != NULL)
+			nng_aio_abort(call->aio, NNG_ECANCELED);
+	}
+	pthread_mutex_unlock(&co->mtx);
+}
+
+cohort_status
+cohort__coord_call(struct cohort__coord *co, struct cohort__coord_call *call)
+{
+	struct coord_slot *sl = NULL;
+	nng_msg *msg;
+	nng_aio *aio;
+	cohort_status st;
+	int rv;
+
+	cohort__coord_call_fini(call);
+	coord_fill(co, call);
+	if ((st = cohort__wire_pack_request(call->req, call->parts,
+	         call->nparts, &msg)) != COHORT_OK)
+		return (st);
+	if ((st = coord_slot_get(co, &sl)) != COHORT_OK)
+		goto out_free_msg;
+	aio = sl->aio;
+
+	pthread_mutex_lock(&co->mtx);
+	if ((st = coord_check_locked(co, call)) != COHORT_OK) {
+		pthread_mutex_unlock(&co->mtx);
+		coord_slot_put(co, sl, true);
+		goto out_free_msg;
+	}
+	call->aio = aio;
+	coord_link(co, call);
+	nng_aio_set_timeout(aio, coord_wait_ms(call->deadline));
+	nng_aio_set_msg(aio, msg);
+	nng_ctx_send(sl->ctx, aio);
+	pthread_mutex_unlock(&co->mtx);
+	nng_aio_wait(aio);
+
+	pthread_mutex_lock(&co->mtx);
+	if ((rv = nng_aio_result(aio)) != 0) {
+		nng_aio_set_msg(aio, NULL);
+		st = coord_step_error(co, call, rv, "sending");
+		goto out_unlink;
+	}
+	msg = NULL; /* nng took it */
+	if ((st = coord_check_locked(co, call)) != COHORT_OK)
+		goto out_unlink;
+	nng_aio_set_timeout(aio, coord_wait_ms(call->deadline));
+	nng_ctx_recv(sl->ctx, aio);
+	pthread_mutex_unlock(&co->mtx);
+	nng_aio_wait(aio);
+
+	pthread_mutex_lock(&co->mtx);
+	if ((rv = nng_aio_result(aio)) != 0) {
+		st = coord_step_error(co, call, rv, "waiting for the reply");
+		goto out_unlink;
+	}
+	coord_unlink(co, call);
+	pthread_mutex_unlock(&co->mtx);
+	msg = nng_aio_get_msg(aio);
+	nng_aio_set_msg(aio, NULL);
+	coord_slot_put(co, sl, true);
+	return (coord_unpack(call, msg));
+
+out_unlink:
+	coord_unlink(co, call);
+	pthread_mutex_unlock(&co->mtx);
+	/* the context may hold a request in flight: do not reuse it */
+	coord_slot_put(co, sl, false);
+out_free_msg:
+	if (msg != NULL)
+		nng_msg_free(msg);
+	return (st);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Asynchronous calls                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Ends the call in progress on a and hands the reply to the callback. */
+static void
+coord_async_finish(struct cohort__coord_async *a, int rv, nng_msg *reply,
+    const char *step)
+{
+	struct cohort__coord *co = a->co;
+	struct cohort__coord_call done;
+	cohort_status st = COHORT_OK;
+
+	pthread_mutex_lock(&co->mtx);
+	if (rv != 0)
+		st = coord_step_error(co, &a->call, rv, step);
+	coord_unlink(co, &a->call);
+	a->state = COORD_IDLE;
+	done = a->call;
+	memset(&a->call, 0, sizeof(a->call));
+	pthread_mutex_unlock(&co->mtx);
+	if (rv == 0)
+		st = coord_unpack(&done, reply);
+	a->cb(a->arg, st, &done);
+	cohort__coord_call_fini(&done);
+}
+
+static void
+coord_async_cb(void *arg)
+{
+	struct cohort__coord_async *a = arg;
+	struct cohort__coord *co = a->co;
+	nng_msg *msg;
+	cohort_status st;
+	int rv = nng_aio_result(a->aio);
+
+	if (a->state == COORD_SEND) {
+		if (rv != 0) {
+			if ((msg = nng_aio_get_msg(a->aio)) != NULL)
+				nng_msg_free(msg);
+			nng_aio_set_msg(a->aio, NULL);
+			coord_async_finish(a, rv, NULL, "sending");
+			return;
+		}
+		pthread_mutex_lock(&co->mtx);
+		st = a->stopped ? COHORT_ECLOSED :
+		                  coord_check_locked(co, &a->call);
+		if (st == COHORT_OK) {
+			a->state = COORD_RECV;
+			nng_aio_set_timeout(a->aio,
+			    coord_wait_ms(a->call.deadline));
+			nng_ctx_recv(a->ctx, a->aio);
+		}
+		pthread_mutex_unlock(&co->mtx);
+		if (st != COHORT_OK)
+			coord_async_finish(a, NNG_ECANCELED, NULL, "sending");
+		return;
+	}
+	if (a->state == COORD_RECV) {
+		msg = rv == 0 ? nng_aio_get_msg(a->aio) : NULL;
+		coord_async_finish(a, rv, msg, "waiting for the reply");
+	}
+}
+
+cohort_status
+cohort__coord_async_alloc(struct cohort__coord *co, cohort__coord_done cb,
+    void *arg, struct cohort__coord_async **out)
+{
+	struct cohort__coord_async *a;
+	int rv;
+
+	if ((a = calloc(1, sizeof(*a))) == NULL)
+		return (cohort__err(COHORT_ENOMEM, "out of memory"));
+	a->co = co;
+	a->cb = cb;
+	a->arg = arg;
+	if ((rv = nng_aio_alloc(&a->aio, coord_async_cb, a)) != 0) {
+		free(a);
+		return (cohort__err(cohort__from_nng(rv), "nng_aio_alloc: %s",
+		    nng_strerror(rv)));
+	}
+	if ((rv = nng_ctx_open(&a->ctx, co->sock)) != 0) {
+		nng_aio_free(a->aio);
+		free(a);
+		return (cohort__err(cohort__from_nng(rv), "nng_ctx_open: %s",
+		    nng_strerror(rv)));
+	}
+	*out = a;
+	return (COHORT_OK);
+}
+
+cohort_status
+cohort__coord_async_start(struct cohort__coord_async *a,
+    Cohort__Request *req, cohort__time deadline)
+{
+	struct cohort__coord *co = a->co;
+	nng_msg *msg;
+	cohort_status st;
+
+	pthread_mutex_lock(&co->mtx);
+	if (a->state != COORD_IDLE)
+		st = cohort__err(COHORT_ESTATE, "async call already running");
+	else if (a->stopped)
+		st = cohort__err(COHORT_ECLOSED, "async call stopped");
+	else
+		st = COHORT_OK;
+	pthread_mutex_unlock(&co->mtx);
+	if (st != COHORT_OK)
+		return (st);
+
+	cohort__coord_call_init(&a->call, req, deadline);
+	coord_fill(co, &a->call);
+	st = cohort__wire_pack_request(req, NULL, 0, &msg);
+	a->call.req = NULL; /* the caller's; packed now */
+	if (st != COHORT_OK)
+		return (st);
+
+	pthread_mutex_lock(&co->mtx);
+	if (a->stopped)
+		st = cohort__err(COHORT_ECLOSED, "async call stopped");
+	else
+		st = coord_check_locked(co, &a->call);
+	if (st != COHORT_OK) {
+		pthread_mutex_unlock(&co->mtx);
+		nng_msg_free(msg);
+		return (st);
+	}
+	a->state = COORD_SEND;
+	a->call.aio = a->aio;
+	coord_link(co, &a->call);
+	nng_aio_set_timeout(a->aio, coord_wait_ms(deadline));
+	nng_aio_set_msg(a->aio, msg);
+	nng_ctx_send(a->ctx, a->aio);
+	pthread_mutex_unlock(&co->mtx);
+	return (COHORT_OK);
+}
+
+void
+cohort__coord_async_stop(struct cohort__coord_async *a)
+{
+	pthread_mutex_lock(&a->co->mtx);
+	a->stopped = true;
+	pthread_mutex_unlock(&a->co->mtx);
+	nng_aio_stop(a->aio);
+}
+
+void
+cohort__coord_async_free(struct cohort__coord_async *a)
+{
+	if (a == NULL)
+		return;
+	cohort__coord_async_stop(a);
+	nng_ctx_close(a->ctx);
+	nng_aio_free(a->aio);
+	free(a);
+}

@@ -1,0 +1,208 @@
+/*
+ * group.c - process groups: sticky first error, abort flag, accessors.
+ *
+ * A failure reaches a group from three sides: cohortd (an EPEERLOST reply,
+ * a heartbeat or Watch event, fanned out by client.c), the data plane (a
+ * backend error that leaves the connections unusable) and the user
+ * (cohort_group_abort). All go through cohort__group_fail, which keeps the
+ * first and wakes whatever is blocked on the group.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "group.h"
+
+cohort_status
+cohort__group_alloc(struct cohort_client *c, const char *id, int32_t rank,
+    int32_t size, const int32_t *global_ranks, uint64_t generation,
+    struct cohort_group **out)
+{
+	struct cohort_group *g;
+
+	if (size < 1 || rank < 0 || rank >= size)
+		return (cohort__err(COHORT_EINVAL,
+		    "group rank %d out of range for size %d", rank, size));
+	if (strlen(id) >= COHORT__GROUP_ID_MAX)
+		return (cohort__err(COHORT_EINVAL,
+		    "group name longer than %d bytes",
+		    COHORT__GROUP_ID_MAX - 1));
+	if ((g = calloc(1, sizeof(*g))) == NULL)
+		return (cohort__err(COHORT_ENOMEM, "out of memory"));
+	if ((g->global_ranks = calloc((size_t) size, sizeof(int32_t))) ==
+	    NULL)
+		goto out_free_group;
+	for (int32_t i = 0; i < size; i++)
+		g->global_ranks[i] =
+		    global_ranks != NULL ? global_ranks[i] : i;
+	if (pthread_mutex_init(&g->mtx, NULL) != 0)
+		goto out_free_ranks;
+	if (pthread_mutex_init(&g->ctl_lock, NULL) != 0)
+		goto out_destroy_mtx;
+	if (pthread_mutex_init(&g->op_lock, NULL) != 0)
+		goto out_destroy_ctl;
+	g->client = c;
+	cohort__strlcpy(g->id, id, sizeof(g->id));
+	g->rank = rank;
+	g->size = size;
+	g->generation = generation;
+	atomic_init(&g->abort_flag, 0);
+	atomic_init(&g->error, COHORT_OK);
+	*out = g;
+	return (COHORT_OK);
+
+out_destroy_ctl:
+	pthread_mutex_destroy(&g->ctl_lock);
+out_destroy_mtx:
+	pthread_mutex_destroy(&g->mtx);
+out_free_ranks:
+	free(g->global_ranks);
+out_free_group:
+	free(g);
+	return (cohort__err(COHORT_ENOMEM, "out of memory"));
+}
+
+void
+cohort__group_free(struct cohort_group *g)
+{
+	if (g == NULL)
+		return;
+	if (g->dp_fini != NULL)
+		g->dp_fini(g);
+	else if (g->backend != NULL && g->backend_state != NULL)
+		g->backend->fini(g->backend_state);
+	g->backend_state = NULL;
+	pthread_mutex_destroy(&g->op_lock);
+	pthread_mutex_destroy(&g->ctl_lock);
+	pthread_mutex_destroy(&g->mtx);
+	free(g->global_ranks);
+	free(g);
+}
+
+cohort_status
+cohort__group_create_world(struct cohort_client *c, int32_t rank,
+    int32_t size, uint64_t generation, struct cohort_group **out)
+{
+	struct cohort_group *g;
+	cohort_status st;
+
+	if ((st = cohort__group_alloc(c, "", rank, size, NULL, generation,
+	         &g)) != COHORT_OK)
+		return (st);
+	cohort__client_add_group(c, g);
+	*out = g;
+	return (COHORT_OK);
+}
+
+cohort_status
+cohort__group_fail(struct cohort_group *g, cohort_status st,
+    const char *fmt, ...)
+{
+	va_list ap;
+	cohort_status cur;
+	void *state;
+
+	COHORT__ASSERT(st != COHORT_OK);
+	pthread_mutex_lock(&g->mtx);
+	cur = (cohort_status) atomic_load(&g->error);
+	if (cur == COHORT_OK) {
+		va_start(ap, fmt);
+		vsnprintf(g->error_detail, sizeof(g->error_detail), fmt, ap);
+		va_end(ap);
+		g->error_at = cohort__now_ms();
+		atomic_store(&g->error, (int) st);
+		cur = st;
+		cohort__info("group '%s' failed: %s: %s", g->id,
+		    cohort_status_name(st), g->error_detail);
+	}
+	atomic_store_explicit(&g->abort_flag, 1, memory_order_release);
+	if (g->ctl_call != NULL)
+		cohort__coord_call_abort(g->client->coord, g->ctl_call, cur);
+	state = g->backend_state;
+	if (state != NULL && g->backend != NULL && g->backend->abort != NULL)
+		g->backend->abort(state);
+	pthread_mutex_unlock(&g->mtx);
+	return (cur);
+}
+
+cohort_status
+cohort__group_check(const struct cohort_group *g)
+{
+	struct cohort_group *m = (struct cohort_group *) g;
+	cohort_status st;
+
+	st = (cohort_status) atomic_load_explicit(&m->error,
+	    memory_order_acquire);
+	if (st == COHORT_OK)
+		return (COHORT_OK);
+	pthread_mutex_lock(&m->mtx);
+	cohort__err(st, "%s", m->error_detail);
+	pthread_mutex_unlock(&m->mtx);
+	return (st);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Public accessors                                                         */
+/* ------------------------------------------------------------------------ */
+
+int32_t
+cohort_group_rank(const cohort_group *g)
+{
+	return (g != NULL ? g->rank : -1);
+}
+
+int32_t
+cohort_group_size(const cohort_group *g)
+{
+	return (g != NULL ? g->size : 0);
+}
+
+int32_t
+cohort_group_global_rank(const cohort_group *g, int32_t r)
+{
+	if (g == NULL || r < 0 || r >= g->size)
+		return (-1);
+	return (g->global_ranks[r]);
+}
+
+cohort_status
+cohort_group_error(const cohort_group *g)
+{
+	if (g == NULL)
+		return (COHORT_EINVAL);
+	return ((cohort_status) atomic_load_explicit(
+	    &((struct cohort_group *) g)->error, memory_order_acquire));
+}
+
+bool
+cohort_group_is_healthy(const cohort_group *g)
+{
+	return (g != NULL && cohort_group_error(g) == COHORT_OK);
+}
+
+const char *
+cohort_group_last_error(const cohort_group *g)
+{
+	struct cohort_group *m = (struct cohort_group *) g;
+	double ago;
+
+	if (g == NULL || cohort_group_error(g) == COHORT_OK)
+		return ("");
+	pthread_mutex_lock(&m->mtx);
+	ago = (double) (cohort__now_ms() - m->error_at) / 1000.0;
+	snprintf(m->error_text, sizeof(m->error_text), "%s (%.1f s ago)",
+	    m->error_detail, ago);
+	pthread_mutex_unlock(&m->mtx);
+	return (m->error_text);
+}
+
+void
+cohort_group_abort(cohort_group *g)
+{
+	if (g == NULL)
+		return;
+	cohort__group_fail(g, COHORT_EABORTED,
+	    "group '%s' aborted by cohort_group_abort", g->id);
+}

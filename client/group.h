@@ -1,0 +1,104 @@
+/*
+ * group.h - struct cohort_group: a process group of one client, its sticky
+ * error and abort flag, and the state of its control-plane (control.c) and
+ * data-plane (collectives.c) operations.
+ *
+ * Failure model (DESIGN.md section 4): the first EPEERLOST / ESTALE /
+ * EABORTED (or a data-plane error that leaves the connections unusable) is
+ * stored with its detail and the time it happened; every later call on the
+ * group returns it (cohort__group_check). cohort__group_fail also raises
+ * abort_flag, which every wait polls, aborts the control-plane call in
+ * progress, and calls the backend's abort() so a blocked data-plane
+ * operation returns at once.
+ *
+ * Locks, in the order they may be taken:
+ *   ctl_lock  one control-plane collective at a time (control.c)
+ *   op_lock   one data-plane operation at a time (collectives.c)
+ *   mtx       the error fields, ctl_call, backend_state (short holds)
+ * c->mtx (client.h) may be taken before g->mtx, never after.
+ */
+#ifndef COHORT_GROUP_H
+#define COHORT_GROUP_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "backend/backend.h"
+#include "coord.h"
+
+#define COHORT__GROUP_ID_MAX 256
+
+struct cohort_group {
+	struct cohort_client *client; /* back-pointer; outlives the group */
+	char id[COHORT__GROUP_ID_MAX]; /* "" = the world */
+	int32_t rank;                 /* this member's group rank */
+	int32_t size;
+	int32_t *global_ranks;        /* group rank -> job rank (size) */
+	uint64_t generation;          /* job generation it was created in */
+
+	/* Raised (release) by cohort__group_fail; every wait polls it
+	 * (acquire). The backend gets a pointer to it. */
+	atomic_int abort_flag;
+
+	pthread_mutex_t mtx;
+	atomic_int error;          /* cohort_status; COHORT_OK while healthy */
+	char error_detail[768];    /* first error's detail */
+	char error_text[1024];     /* detail + "how long ago" */
+	cohort__time error_at;     /* when it was recorded (monotonic ms) */
+
+	/* Control plane (control.c). ctl_seq is the op_seq of the last
+	 * control-plane collective that completed or failed stickily; the
+	 * next one uses ctl_seq + 1 (a timed-out one is retried with the same
+	 * op_seq). ctl_call is the call in progress, under mtx, so that
+	 * cohort__group_fail can abort it. */
+	pthread_mutex_t ctl_lock;
+	uint64_t ctl_seq;
+	struct cohort__coord_call *ctl_call;
+
+	/* Data plane: owned by client/collectives.c. backend/backend_state
+	 * are written under mtx (cohort__group_fail reads them there to call
+	 * abort). op_lock serialises data-plane operations; data_seq numbers
+	 * them. work_queue is the asynchronous work queue of the group, owned
+	 * and freed by collectives.c. dp_fini, if set, is called by
+	 * cohort__group_free before anything is freed, to drain the queue
+	 * and fini the backend; if it is NULL and backend_state is set,
+	 * cohort__group_free calls backend->fini itself. */
+	const struct cohort__backend_ops *backend;
+	void *backend_state;
+	pthread_mutex_t op_lock;
+	uint64_t data_seq;
+	void *work_queue;
+	void (*dp_fini)(struct cohort_group *g);
+
+	struct cohort_group *next; /* the client's list, under c->mtx */
+};
+
+/* Allocates a group (not yet on the client's list). global_ranks (size
+ * entries) is copied; NULL means the identity (the world). */
+cohort_status cohort__group_alloc(struct cohort_client *c, const char *id,
+    int32_t rank, int32_t size, const int32_t *global_ranks,
+    uint64_t generation, struct cohort_group **out);
+
+/* Frees a group: dp_fini / backend fini, then everything. The caller has
+ * removed it from the client's list. NULL-safe. */
+void cohort__group_free(struct cohort_group *g);
+
+/* Allocates the world group of a client that just joined, and puts it on
+ * the client's list. */
+cohort_status cohort__group_create_world(struct cohort_client *c,
+    int32_t rank, int32_t size, uint64_t generation,
+    struct cohort_group **out);
+
+/* Records st (sticky: the first error wins) with a detail, raises
+ * abort_flag, aborts the control-plane call in progress and the backend.
+ * Never blocks (short locks only); any thread, including nng callbacks.
+ * Returns the group's sticky status (which is st unless another error came
+ * first). */
+cohort_status cohort__group_fail(struct cohort_group *g, cohort_status st,
+    const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* COHORT_OK while healthy; else the sticky status, with its detail as the
+ * thread's cohort_last_error(). */
+cohort_status cohort__group_check(const struct cohort_group *g);
+
+#endif /* COHORT_GROUP_H */

@@ -1,0 +1,611 @@
+/*
+ * test_env.c - environment resolution (every source, precedence, malformed
+ * values, KUBERNETES_* ignored), its report, and client option checks.
+ * Each test runs in its own forked child, so setenv/unsetenv stay there.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_cohort.h"
+#include "cohort_impl.h"
+
+Suite *suite_env(void);
+
+static const char *const env_vars[] = { "COHORT_COORDINATOR", "COHORT_JOB",
+	"COHORT_TOKEN", "COHORT_RANK", "COHORT_WORLD_SIZE",
+	"COHORT_LOCAL_RANK", "COHORT_LOCAL_WORLD_SIZE", "COHORT_NODE_RANK",
+	"COHORT_RESTART_COUNT",
+	"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+	"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+	"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+	"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID",
+	"JOB_COMPLETION_INDEX", "KUBERNETES_SERVICE_HOST",
+	"KUBERNETES_SERVICE_PORT", "KUBERNETES_PORT", NULL };
+
+static void
+env_setup(void)
+{
+	for (const char *const *v = env_vars; *v != NULL; v++)
+		unsetenv(*v);
+}
+
+static cohort_env
+env_resolve_ok(void)
+{
+	cohort_env e;
+
+	ck_assert_cohort_ok(cohort_env_resolve(&e));
+	return (e);
+}
+
+START_TEST(test_empty_environment)
+{
+	cohort_env e = env_resolve_ok();
+
+	ck_assert_str_eq(e.source, "none");
+	ck_assert_int_eq(e.rank, -1);
+	ck_assert_int_eq(e.world_size, 0);
+	ck_assert_int_eq(e.local_rank, -1);
+	ck_assert_int_eq(e.local_world_size, 0);
+	ck_assert_int_eq(e.node_rank, -1);
+	ck_assert_int_eq(e.restart_count, 0);
+	ck_assert_str_eq(e.coordinator, "");
+	ck_assert_str_eq(e.job, "default");
+	ck_assert_str_eq(e.job_from, "default");
+	ck_assert_str_eq(e.token, "");
+}
+END_TEST
+
+START_TEST(test_cohort_source)
+{
+	cohort_env e;
+
+	setenv("COHORT_COORDINATOR", "tcp://10.1.2.3:29400", 1);
+	setenv("COHORT_JOB", "train-7", 1);
+	setenv("COHORT_TOKEN", "s3cret", 1);
+	setenv("COHORT_RANK", "2", 1);
+	setenv("COHORT_WORLD_SIZE", "4", 1);
+	setenv("COHORT_LOCAL_RANK", "0", 1);
+	setenv("COHORT_LOCAL_WORLD_SIZE", "2", 1);
+	setenv("COHORT_NODE_RANK", "1", 1);
+	setenv("COHORT_RESTART_COUNT", "3", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "cohort");
+	ck_assert_str_eq(e.coordinator, "tcp://10.1.2.3:29400");
+	ck_assert_str_eq(e.coordinator_from, "COHORT_COORDINATOR");
+	ck_assert_str_eq(e.job, "train-7");
+	ck_assert_str_eq(e.job_from, "COHORT_JOB");
+	ck_assert_str_eq(e.token, "s3cret");
+	ck_assert_int_eq(e.rank, 2);
+	ck_assert_str_eq(e.rank_from, "COHORT_RANK");
+	ck_assert_int_eq(e.world_size, 4);
+	ck_assert_str_eq(e.world_size_from, "COHORT_WORLD_SIZE");
+	ck_assert_int_eq(e.local_rank, 0);
+	ck_assert_str_eq(e.local_rank_from, "COHORT_LOCAL_RANK");
+	ck_assert_int_eq(e.local_world_size, 2);
+	ck_assert_int_eq(e.node_rank, 1);
+	ck_assert_int_eq(e.restart_count, 3);
+}
+END_TEST
+
+START_TEST(test_torchrun_source)
+{
+	cohort_env e;
+
+	setenv("RANK", "5", 1);
+	setenv("WORLD_SIZE", "8", 1);
+	setenv("LOCAL_RANK", "1", 1);
+	setenv("LOCAL_WORLD_SIZE", "4", 1);
+	setenv("GROUP_RANK", "1", 1);
+	setenv("MASTER_ADDR", "10.0.0.1", 1);
+	setenv("MASTER_PORT", "29500", 1);
+	setenv("TORCHELASTIC_RUN_ID", "elastic-42", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "torchrun");
+	ck_assert_int_eq(e.rank, 5);
+	ck_assert_str_eq(e.rank_from, "RANK");
+	ck_assert_int_eq(e.world_size, 8);
+	ck_assert_str_eq(e.world_size_from, "WORLD_SIZE");
+	ck_assert_int_eq(e.local_rank, 1);
+	ck_assert_str_eq(e.local_rank_from, "LOCAL_RANK");
+	ck_assert_int_eq(e.local_world_size, 4);
+	ck_assert_int_eq(e.node_rank, 1);
+	ck_assert_str_eq(e.coordinator, "tcp://10.0.0.1:29500");
+	ck_assert_str_eq(e.coordinator_from, "MASTER_ADDR:MASTER_PORT");
+	ck_assert_str_eq(e.job, "elastic-42");
+	ck_assert_str_eq(e.job_from, "TORCHELASTIC_RUN_ID");
+}
+END_TEST
+
+START_TEST(test_torchrun_default_job)
+{
+	cohort_env e;
+
+	setenv("RANK", "0", 1);
+	setenv("WORLD_SIZE", "1", 1);
+	setenv("MASTER_ADDR", "localhost", 1);
+	setenv("MASTER_PORT", "1234", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.job, "default");
+	ck_assert_str_eq(e.job_from, "default");
+	ck_assert_str_eq(e.coordinator, "tcp://localhost:1234");
+}
+END_TEST
+
+START_TEST(test_master_addr_ipv6)
+{
+	cohort_env e;
+
+	setenv("RANK", "0", 1);
+	setenv("WORLD_SIZE", "1", 1);
+	setenv("MASTER_ADDR", "fd00::1", 1);
+	setenv("MASTER_PORT", "29500", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.coordinator, "tcp://[fd00::1]:29500");
+}
+END_TEST
+
+START_TEST(test_cohort_coordinator_always_wins)
+{
+	cohort_env e;
+
+	setenv("RANK", "0", 1);
+	setenv("WORLD_SIZE", "2", 1);
+	setenv("MASTER_ADDR", "10.0.0.1", 1);
+	setenv("MASTER_PORT", "29500", 1);
+	setenv("COHORT_COORDINATOR", "ipc:///tmp/cohortd.sock", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "torchrun");
+	ck_assert_str_eq(e.coordinator, "ipc:///tmp/cohortd.sock");
+	ck_assert_str_eq(e.coordinator_from, "COHORT_COORDINATOR");
+}
+END_TEST
+
+START_TEST(test_cohort_beats_torchrun)
+{
+	cohort_env e;
+
+	setenv("COHORT_RANK", "1", 1);
+	setenv("COHORT_WORLD_SIZE", "2", 1);
+	setenv("RANK", "7", 1);
+	setenv("WORLD_SIZE", "16", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "cohort");
+	ck_assert_int_eq(e.rank, 1);
+	ck_assert_int_eq(e.world_size, 2);
+}
+END_TEST
+
+START_TEST(test_incomplete_source_is_skipped)
+{
+	cohort_env e;
+
+	/* COHORT_RANK without COHORT_WORLD_SIZE: not complete */
+	setenv("COHORT_RANK", "1", 1);
+	setenv("RANK", "3", 1);
+	setenv("WORLD_SIZE", "4", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "torchrun");
+	ck_assert_int_eq(e.rank, 3);
+}
+END_TEST
+
+START_TEST(test_torchrun_beats_openmpi_and_slurm)
+{
+	cohort_env e;
+
+	setenv("RANK", "1", 1);
+	setenv("WORLD_SIZE", "2", 1);
+	setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+	setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+	setenv("SLURM_PROCID", "5", 1);
+	setenv("SLURM_NTASKS", "6", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "torchrun");
+	ck_assert_int_eq(e.rank, 1);
+}
+END_TEST
+
+START_TEST(test_openmpi_source)
+{
+	cohort_env e;
+
+	setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+	setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+	setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
+	setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+	setenv("SLURM_PROCID", "0", 1);
+	setenv("SLURM_NTASKS", "9", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "openmpi");
+	ck_assert_int_eq(e.rank, 3);
+	ck_assert_str_eq(e.rank_from, "OMPI_COMM_WORLD_RANK");
+	ck_assert_int_eq(e.world_size, 4);
+	ck_assert_int_eq(e.local_rank, 1);
+	ck_assert_int_eq(e.local_world_size, 2);
+}
+END_TEST
+
+START_TEST(test_slurm_source)
+{
+	cohort_env e;
+
+	setenv("SLURM_PROCID", "6", 1);
+	setenv("SLURM_NTASKS", "8", 1);
+	setenv("SLURM_LOCALID", "2", 1);
+	setenv("SLURM_NODEID", "1", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "slurm");
+	ck_assert_int_eq(e.rank, 6);
+	ck_assert_str_eq(e.rank_from, "SLURM_PROCID");
+	ck_assert_int_eq(e.world_size, 8);
+	ck_assert_str_eq(e.world_size_from, "SLURM_NTASKS");
+	ck_assert_int_eq(e.local_rank, 2);
+	ck_assert_int_eq(e.node_rank, 1);
+}
+END_TEST
+
+START_TEST(test_k8s_indexed_job)
+{
+	cohort_env e;
+
+	setenv("JOB_COMPLETION_INDEX", "3", 1);
+	setenv("COHORT_WORLD_SIZE", "8", 1);
+	setenv("COHORT_COORDINATOR", "tcp://cohortd.ns.svc:29400", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "k8s-indexed-job");
+	ck_assert_int_eq(e.rank, 3);
+	ck_assert_str_eq(e.rank_from, "JOB_COMPLETION_INDEX");
+	ck_assert_int_eq(e.world_size, 8);
+	ck_assert_str_eq(e.world_size_from, "COHORT_WORLD_SIZE");
+}
+END_TEST
+
+START_TEST(test_k8s_index_needs_world_size)
+{
+	cohort_env e;
+
+	setenv("JOB_COMPLETION_INDEX", "3", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "none");
+	ck_assert_int_eq(e.rank, -1);
+}
+END_TEST
+
+START_TEST(test_kubernetes_vars_ignored)
+{
+	cohort_env e;
+
+	setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1", 1);
+	setenv("KUBERNETES_SERVICE_PORT", "443", 1);
+	setenv("KUBERNETES_PORT", "tcp://10.96.0.1:443", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "none");
+	ck_assert_str_eq(e.coordinator, "");
+	ck_assert_int_eq(e.rank, -1);
+	ck_assert_int_eq(e.world_size, 0);
+	/* malformed KUBERNETES_* values are not even looked at */
+	setenv("KUBERNETES_SERVICE_PORT", "not-a-port", 1);
+	setenv("COHORT_RANK", "0", 1);
+	setenv("COHORT_WORLD_SIZE", "1", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "cohort");
+}
+END_TEST
+
+START_TEST(test_world_size_alone)
+{
+	cohort_env e;
+
+	setenv("COHORT_WORLD_SIZE", "4", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "none");
+	ck_assert_int_eq(e.rank, -1);
+	ck_assert_int_eq(e.world_size, 4);
+	ck_assert_str_eq(e.world_size_from, "COHORT_WORLD_SIZE");
+}
+END_TEST
+
+START_TEST(test_malformed_rank)
+{
+	cohort_env e;
+
+	setenv("RANK", "abc", 1);
+	setenv("WORLD_SIZE", "4", 1);
+	ck_assert_cohort_err(cohort_env_resolve(&e), COHORT_EINVAL);
+	ck_assert_str_eq(e.source, "invalid");
+	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "RANK"));
+	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "abc"));
+}
+END_TEST
+
+START_TEST(test_malformed_values)
+{
+	static const char *const cases[][2] = {
+		{ "COHORT_WORLD_SIZE", "0" },
+		{ "COHORT_WORLD_SIZE", "-3" },
+		{ "COHORT_WORLD_SIZE", "4x" },
+		{ "COHORT_WORLD_SIZE", "99999999999999999999" },
+		{ "COHORT_RANK", "-1" },
+		{ "COHORT_RANK", " 1" },
+		{ "LOCAL_RANK", "one" },
+		{ "SLURM_NTASKS", "2(x3)" },
+		{ "OMPI_COMM_WORLD_SIZE", "1.5" },
+		{ "COHORT_RESTART_COUNT", "-1" },
+	};
+	cohort_env e;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		env_setup();
+		setenv(cases[i][0], cases[i][1], 1);
+		ck_assert_msg(cohort_env_resolve(&e) == COHORT_EINVAL,
+		    "%s=%s accepted", cases[i][0], cases[i][1]);
+		ck_assert_str_eq(e.source, "invalid");
+		ck_assert_ptr_nonnull(
+		    strstr(cohort_last_error(), cases[i][0]));
+	}
+}
+END_TEST
+
+START_TEST(test_rank_not_below_world)
+{
+	cohort_env e;
+
+	setenv("COHORT_RANK", "4", 1);
+	setenv("COHORT_WORLD_SIZE", "4", 1);
+	ck_assert_cohort_err(cohort_env_resolve(&e), COHORT_EINVAL);
+	ck_assert_str_eq(e.source, "invalid");
+}
+END_TEST
+
+START_TEST(test_later_source_not_validated)
+{
+	cohort_env e;
+
+	/* the winner comes first; a broken later source is never read */
+	setenv("COHORT_RANK", "0", 1);
+	setenv("COHORT_WORLD_SIZE", "2", 1);
+	setenv("RANK", "abc", 1);
+	setenv("SLURM_NTASKS", "2(x3)", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "cohort");
+}
+END_TEST
+
+START_TEST(test_bad_master_port)
+{
+	cohort_env e;
+
+	setenv("MASTER_ADDR", "10.0.0.1", 1);
+	setenv("MASTER_PORT", "99999", 1);
+	ck_assert_cohort_err(cohort_env_resolve(&e), COHORT_EINVAL);
+	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "MASTER_PORT"));
+	setenv("MASTER_PORT", "http", 1);
+	ck_assert_cohort_err(cohort_env_resolve(&e), COHORT_EINVAL);
+	/* MASTER_ADDR alone is not a coordinator */
+	unsetenv("MASTER_PORT");
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.coordinator, "");
+}
+END_TEST
+
+START_TEST(test_bad_coordinator_url)
+{
+	cohort_env e;
+
+	setenv("COHORT_COORDINATOR", "10.0.0.1:29400", 1);
+	ck_assert_cohort_err(cohort_env_resolve(&e), COHORT_EINVAL);
+	ck_assert_ptr_nonnull(
+	    strstr(cohort_last_error(), "COHORT_COORDINATOR"));
+}
+END_TEST
+
+START_TEST(test_too_long_values)
+{
+	char big[600];
+	cohort_env e;
+
+	memset(big, 'j', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	setenv("COHORT_JOB", big, 1);
+	ck_assert_cohort_err(cohort_env_resolve(&e), COHORT_EINVAL);
+	unsetenv("COHORT_JOB");
+	setenv("COHORT_TOKEN", big, 1);
+	ck_assert_cohort_err(cohort_env_resolve(&e), COHORT_EINVAL);
+	unsetenv("COHORT_TOKEN");
+	memcpy(big, "tcp://", 6);
+	setenv("COHORT_COORDINATOR", big, 1);
+	ck_assert_cohort_err(cohort_env_resolve(&e), COHORT_EINVAL);
+}
+END_TEST
+
+START_TEST(test_format_report)
+{
+	cohort_env e;
+	char buf[2048];
+	size_t n;
+
+	setenv("RANK", "1", 1);
+	setenv("WORLD_SIZE", "2", 1);
+	setenv("MASTER_ADDR", "127.0.0.1", 1);
+	setenv("MASTER_PORT", "29500", 1);
+	setenv("COHORT_TOKEN", "do-not-print", 1);
+	e = env_resolve_ok();
+	n = cohort_env_format(&e, buf, sizeof(buf));
+	ck_assert_uint_eq(n, strlen(buf));
+	ck_assert_ptr_nonnull(strstr(buf, "source"));
+	ck_assert_ptr_nonnull(strstr(buf, "torchrun"));
+	ck_assert_ptr_nonnull(strstr(buf,
+	    "tcp://127.0.0.1:29500 (from MASTER_ADDR:MASTER_PORT)"));
+	ck_assert_ptr_nonnull(strstr(buf, "= 1 (from RANK)"));
+	ck_assert_ptr_nonnull(strstr(buf, "= 2 (from WORLD_SIZE)"));
+	ck_assert_ptr_null(strstr(buf, "do-not-print"));
+	ck_assert_ptr_nonnull(strstr(buf, "<set>"));
+}
+END_TEST
+
+START_TEST(test_format_truncates_like_snprintf)
+{
+	cohort_env e = env_resolve_ok();
+	char full[2048], small[16];
+	size_t n = cohort_env_format(&e, full, sizeof(full));
+
+	memset(small, 'z', sizeof(small));
+	ck_assert_uint_eq(cohort_env_format(&e, small, sizeof(small)), n);
+	ck_assert_uint_eq(strlen(small), sizeof(small) - 1);
+	ck_assert(strncmp(small, full, sizeof(small) - 1) == 0);
+	ck_assert_uint_eq(cohort_env_format(&e, NULL, 0), n);
+}
+END_TEST
+
+START_TEST(test_options_from_env)
+{
+	cohort_env e;
+	cohort_options o;
+
+	e = env_resolve_ok();
+	ck_assert_cohort_err(cohort_options_from_env(&o, &e), COHORT_EINVAL);
+	setenv("COHORT_COORDINATOR", "tcp://127.0.0.1:1", 1);
+	e = env_resolve_ok();
+	/* still no world size */
+	ck_assert_cohort_err(cohort_options_from_env(&o, &e), COHORT_EINVAL);
+	setenv("COHORT_WORLD_SIZE", "3", 1);
+	setenv("COHORT_JOB", "j", 1);
+	e = env_resolve_ok();
+	ck_assert_cohort_ok(cohort_options_from_env(&o, &e));
+	ck_assert_str_eq(o.coordinator, "tcp://127.0.0.1:1");
+	ck_assert_str_eq(o.job, "j");
+	ck_assert_int_eq(o.world_size, 3);
+	ck_assert_int_eq(o.rank, -1);
+	ck_assert_int_eq(o.op_timeout, 1800000);
+}
+END_TEST
+
+START_TEST(test_options_defaults)
+{
+	cohort_options o;
+
+	cohort_options_init(&o);
+	ck_assert_ptr_null(o.coordinator);
+	ck_assert_str_eq(o.job, "default");
+	ck_assert_str_eq(o.token, "");
+	ck_assert_int_eq(o.rank, -1);
+	ck_assert_int_eq(o.world_size, 0);
+	ck_assert_int_eq(o.local_rank, -1);
+	ck_assert_int_eq(o.op_timeout, 1800000);
+	ck_assert_int_eq(o.heartbeat_interval, 1000);
+	ck_assert_int_eq(o.dead_after, 5000);
+	ck_assert_str_eq(o.backend, "auto");
+}
+END_TEST
+
+START_TEST(test_open_rejects_bad_options)
+{
+	cohort_options o;
+	cohort_client *c = NULL;
+
+	cohort_options_init(&o);
+	o.world_size = 2;
+	ck_assert_cohort_err(cohort_client_open(&o, &c, 100), COHORT_EINVAL);
+	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "coordinator"));
+	o.coordinator = "tcp://127.0.0.1:1";
+	o.world_size = 0;
+	ck_assert_cohort_err(cohort_client_open(&o, &c, 100), COHORT_EINVAL);
+	o.world_size = 2;
+	o.rank = 2;
+	ck_assert_cohort_err(cohort_client_open(&o, &c, 100), COHORT_EINVAL);
+	o.rank = 0;
+	o.heartbeat_interval = 5000;
+	ck_assert_cohort_err(cohort_client_open(&o, &c, 100), COHORT_EINVAL);
+	o.heartbeat_interval = 1000;
+	o.backend = "carrier-pigeon";
+	ck_assert_cohort_err(cohort_client_open(&o, &c, 100), COHORT_EINVAL);
+	o.backend = NULL;
+	o.job = "";
+	ck_assert_cohort_err(cohort_client_open(&o, &c, 100), COHORT_EINVAL);
+	ck_assert_cohort_err(cohort_client_open(NULL, &c, 100), COHORT_EINVAL);
+	ck_assert_ptr_null(c);
+}
+END_TEST
+
+START_TEST(test_open_no_coordinator)
+{
+	cohort_options o;
+	cohort_client *c = NULL;
+	int64_t t0 = th_now_ms();
+
+	cohort_options_init(&o);
+	o.coordinator = "tcp://127.0.0.1:1"; /* nothing listens there */
+	o.world_size = 1;
+	ck_assert_cohort_err(cohort_client_open(&o, &c, 300), COHORT_ENOCOORD);
+	ck_assert_ptr_null(c);
+	ck_assert_int_lt(th_now_ms() - t0, 3000);
+	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "127.0.0.1"));
+}
+END_TEST
+
+START_TEST(test_accessors_null_safe)
+{
+	cohort_client_close(NULL);
+	ck_assert_int_eq(cohort_client_rank(NULL), -1);
+	ck_assert_int_eq(cohort_client_world_size(NULL), 0);
+	ck_assert_ptr_null(cohort_client_world(NULL));
+	ck_assert(!cohort_client_is_global_zero(NULL));
+	ck_assert_int_eq(cohort_group_rank(NULL), -1);
+	ck_assert_int_eq(cohort_group_size(NULL), 0);
+	ck_assert_int_eq(cohort_group_global_rank(NULL, 0), -1);
+	ck_assert(!cohort_group_is_healthy(NULL));
+	ck_assert_str_eq(cohort_group_last_error(NULL), "");
+	cohort_group_abort(NULL);
+	ck_assert_cohort_err(cohort_barrier(NULL, "x", 10), COHORT_EINVAL);
+	ck_assert_cohort_err(cohort_kv_set(NULL, "k", "v", 1, 10),
+	    COHORT_EINVAL);
+}
+END_TEST
+
+Suite *
+suite_env(void)
+{
+	Suite *s = suite_create("env");
+	TCase *tc = tcase_create("resolve");
+	TCase *to = tcase_create("options");
+
+	tcase_add_checked_fixture(tc, env_setup, NULL);
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_empty_environment);
+	tcase_add_test(tc, test_cohort_source);
+	tcase_add_test(tc, test_torchrun_source);
+	tcase_add_test(tc, test_torchrun_default_job);
+	tcase_add_test(tc, test_master_addr_ipv6);
+	tcase_add_test(tc, test_cohort_coordinator_always_wins);
+	tcase_add_test(tc, test_cohort_beats_torchrun);
+	tcase_add_test(tc, test_incomplete_source_is_skipped);
+	tcase_add_test(tc, test_torchrun_beats_openmpi_and_slurm);
+	tcase_add_test(tc, test_openmpi_source);
+	tcase_add_test(tc, test_slurm_source);
+	tcase_add_test(tc, test_k8s_indexed_job);
+	tcase_add_test(tc, test_k8s_index_needs_world_size);
+	tcase_add_test(tc, test_kubernetes_vars_ignored);
+	tcase_add_test(tc, test_world_size_alone);
+	tcase_add_test(tc, test_malformed_rank);
+	tcase_add_test(tc, test_malformed_values);
+	tcase_add_test(tc, test_rank_not_below_world);
+	tcase_add_test(tc, test_later_source_not_validated);
+	tcase_add_test(tc, test_bad_master_port);
+	tcase_add_test(tc, test_bad_coordinator_url);
+	tcase_add_test(tc, test_too_long_values);
+	tcase_add_test(tc, test_format_report);
+	tcase_add_test(tc, test_format_truncates_like_snprintf);
+	suite_add_tcase(s, tc);
+
+	tcase_add_checked_fixture(to, env_setup, NULL);
+	tcase_set_timeout(to, 30);
+	tcase_add_test(to, test_options_from_env);
+	tcase_add_test(to, test_options_defaults);
+	tcase_add_test(to, test_open_rejects_bad_options);
+	tcase_add_test(to, test_open_no_coordinator);
+	tcase_add_test(to, test_accessors_null_safe);
+	suite_add_tcase(s, to);
+	return (s);
+}

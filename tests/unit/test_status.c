@@ -1,0 +1,138 @@
+/*
+ * test_status.c - status names and texts, dtype and redop tables.
+ */
+#include <string.h>
+
+#include "check_cohort.h"
+#include "cohort_impl.h"
+
+Suite *suite_status(void);
+
+static const struct {
+	cohort_status st;
+	const char *name;
+	const char *msg;
+} status_table[] = {
+#define COHORT__XX(name, code, msg) { COHORT_##name, "COHORT_" #name, msg },
+	COHORT_STATUS_MAP(COHORT__XX)
+#undef COHORT__XX
+};
+
+#define NSTATUS (sizeof(status_table) / sizeof(status_table[0]))
+
+START_TEST(test_every_code_has_name_and_text)
+{
+	for (size_t i = 0; i < NSTATUS; i++) {
+		ck_assert_str_eq(cohort_status_name(status_table[i].st),
+		    status_table[i].name);
+		ck_assert_str_eq(cohort_strerror(status_table[i].st),
+		    status_table[i].msg);
+		ck_assert_uint_gt(strlen(cohort_strerror(status_table[i].st)),
+		    0);
+	}
+}
+END_TEST
+
+START_TEST(test_codes_are_dense_and_stable)
+{
+	/* wire values: append only */
+	ck_assert_int_eq(COHORT_OK, 0);
+	ck_assert_int_eq(COHORT_ETIMEDOUT, 3);
+	ck_assert_int_eq(COHORT_EPEERLOST, 6);
+	ck_assert_int_eq(COHORT_ENOCOORD, 20);
+	for (size_t i = 0; i < NSTATUS; i++)
+		ck_assert_int_eq(status_table[i].st, (int) i);
+}
+END_TEST
+
+START_TEST(test_names_are_unique)
+{
+	for (size_t i = 0; i < NSTATUS; i++)
+		for (size_t j = i + 1; j < NSTATUS; j++)
+			ck_assert_str_ne(status_table[i].name,
+			    status_table[j].name);
+}
+END_TEST
+
+START_TEST(test_unknown_code)
+{
+	ck_assert_str_eq(cohort_status_name((cohort_status) 9999),
+	    "COHORT_UNKNOWN");
+	ck_assert_str_eq(cohort_strerror((cohort_status) 9999),
+	    "unknown cohort status");
+	ck_assert_ptr_nonnull(cohort_strerror((cohort_status) -1));
+	ck_assert_ptr_nonnull(cohort_status_name((cohort_status) -1));
+}
+END_TEST
+
+START_TEST(test_dtype_sizes_and_names)
+{
+	ck_assert_uint_eq(cohort_dtype_size(COHORT_F32), 4);
+	ck_assert_uint_eq(cohort_dtype_size(COHORT_F64), 8);
+	ck_assert_uint_eq(cohort_dtype_size(COHORT_F16), 2);
+	ck_assert_uint_eq(cohort_dtype_size(COHORT_BF16), 2);
+	ck_assert_uint_eq(cohort_dtype_size(COHORT_I32), 4);
+	ck_assert_uint_eq(cohort_dtype_size(COHORT_I64), 8);
+	ck_assert_uint_eq(cohort_dtype_size(COHORT_U8), 1);
+	ck_assert_uint_eq(cohort_dtype_size(COHORT_DTYPE_COUNT), 0);
+	ck_assert_uint_eq(cohort_dtype_size((cohort_dtype) -1), 0);
+	ck_assert_str_eq(cohort_dtype_name(COHORT_BF16), "bf16");
+	ck_assert_str_eq(cohort_dtype_name(COHORT_U8), "u8");
+	ck_assert_str_eq(cohort_dtype_name((cohort_dtype) 77), "invalid");
+}
+END_TEST
+
+START_TEST(test_redop_names)
+{
+	ck_assert_str_eq(cohort_redop_name(COHORT_SUM), "sum");
+	ck_assert_str_eq(cohort_redop_name(COHORT_PROD), "prod");
+	ck_assert_str_eq(cohort_redop_name(COHORT_MIN), "min");
+	ck_assert_str_eq(cohort_redop_name(COHORT_MAX), "max");
+	ck_assert_str_eq(cohort_redop_name(COHORT_MEAN), "mean");
+	ck_assert_str_eq(cohort_redop_name(COHORT_REDOP_COUNT), "invalid");
+}
+END_TEST
+
+START_TEST(test_err_returns_status_and_keeps_detail)
+{
+	char big[2000];
+
+	memset(big, 'x', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	ck_assert_int_eq(cohort__err(COHORT_EAUTH, "%s", big), COHORT_EAUTH);
+	/* truncated, NUL-terminated */
+	ck_assert_uint_lt(strlen(cohort_last_error()), sizeof(big) - 1);
+	ck_assert_uint_gt(strlen(cohort_last_error()), 100);
+}
+END_TEST
+
+START_TEST(test_from_nng)
+{
+	ck_assert_int_eq(cohort__from_nng(0), COHORT_OK);
+	ck_assert_int_eq(cohort__from_nng(NNG_ETIMEDOUT), COHORT_ETIMEDOUT);
+	ck_assert_int_eq(cohort__from_nng(NNG_ECONNREFUSED), COHORT_ENOCOORD);
+	ck_assert_int_eq(cohort__from_nng(NNG_EMSGSIZE), COHORT_ETOOBIG);
+	ck_assert_int_eq(cohort__from_nng(NNG_ENOMEM), COHORT_ENOMEM);
+	ck_assert_int_eq(cohort__from_nng(NNG_ECLOSED), COHORT_ECLOSED);
+	ck_assert_int_eq(cohort__from_nng(NNG_EINTERNAL), COHORT_ETRANSPORT);
+}
+END_TEST
+
+Suite *
+suite_status(void)
+{
+	Suite *s = suite_create("status");
+	TCase *tc = tcase_create("status");
+
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_every_code_has_name_and_text);
+	tcase_add_test(tc, test_codes_are_dense_and_stable);
+	tcase_add_test(tc, test_names_are_unique);
+	tcase_add_test(tc, test_unknown_code);
+	tcase_add_test(tc, test_dtype_sizes_and_names);
+	tcase_add_test(tc, test_redop_names);
+	tcase_add_test(tc, test_err_returns_status_and_keeps_detail);
+	tcase_add_test(tc, test_from_nng);
+	suite_add_tcase(s, tc);
+	return (s);
+}

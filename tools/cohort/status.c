@@ -1,0 +1,206 @@
+/*
+ * status.c - `cohort status`: asks cohortd (StatusQuery) for its jobs and
+ * prints, per job, its members (state, last seen, what each is doing) and
+ * the collectives still waiting, with the ranks that have not arrived.
+ *
+ *   cohort status [--coordinator URL] [--job J [--token T]] [--timeout MS]
+ *
+ * The coordinator defaults to the resolved environment (COHORT_COORDINATOR,
+ * MASTER_ADDR/MASTER_PORT); job and token to COHORT_JOB / COHORT_TOKEN.
+ * Without a job, all jobs are listed (cohortd allows that only when it runs
+ * without an admin token).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cohort_impl.h"
+#include "coord.h"
+
+int cohort__cmd_status(int argc, char **argv);
+
+struct status_cfg {
+	const char *coordinator;
+	const char *job;
+	const char *token;
+	int timeout_ms;
+};
+
+static void
+status_usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: cohort status [--coordinator URL] [--job J] [--token T]\n"
+	    "                     [--timeout MS]\n\n"
+	    "Shows cohortd's jobs: members (state, last seen, current\n"
+	    "operation) and pending collectives with the ranks missing.\n"
+	    "Defaults come from COHORT_COORDINATOR (or MASTER_ADDR/PORT),\n"
+	    "COHORT_JOB and COHORT_TOKEN.\n");
+}
+
+static void
+status_ranks(const char *label, const int32_t *r, size_t n)
+{
+	printf("%s ", label);
+	if (n == 0)
+		printf("-");
+	for (size_t i = 0; i < n; i++)
+		printf("%s%d", i > 0 ? "," : "", r[i]);
+}
+
+static void
+status_print_job(const Cohort__JobStatus *js)
+{
+	printf("job %s  generation %" PRIu64 "  world %u  state %s  "
+	       "kv %" PRIu64 " keys / %" PRIu64 " bytes\n",
+	    js->job, js->generation, js->world_size, js->state, js->kv_keys,
+	    js->kv_bytes);
+	if (js->n_members > 0)
+		printf("  %-5s %-20s %-8s %-9s %-10s %s\n", "rank", "host",
+		    "pid", "state", "last seen", "last op");
+	for (size_t i = 0; i < js->n_members; i++) {
+		const Cohort__MemberStatus *m = js->members[i];
+		printf("  %-5d %-20s %-8u %-9s %8.1fs  %s", m->rank, m->host,
+		    m->pid, m->state, (double) m->last_seen_ms_ago / 1000.0,
+		    m->last_op[0] != '\0' ? m->last_op : "-");
+		if (m->last_op[0] != '\0' && m->last_op_seq > 0)
+			printf(" #%" PRIu64, m->last_op_seq);
+		if (m->failure[0] != '\0')
+			printf("  failure: %s", m->failure);
+		printf("\n");
+	}
+	for (size_t i = 0; i < js->n_pending; i++) {
+		const Cohort__PendingOp *p = js->pending[i];
+		printf("  pending: group '%s' #%" PRIu64 " %s", p->group,
+		    p->op_seq, p->kind);
+		if (p->name[0] != '\0')
+			printf(" '%s'", p->name);
+		printf("  waiting %.1fs  ", (double) p->waiting_ms / 1000.0);
+		status_ranks("arrived", p->arrived, p->n_arrived);
+		printf("  ");
+		status_ranks("missing", p->missing, p->n_missing);
+		printf("\n");
+	}
+}
+
+static int
+status_parse(int argc, char **argv, struct status_cfg *cfg)
+{
+	int64_t v;
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+			status_usage(stdout);
+			return (1);
+		}
+		if (val == NULL) {
+			fprintf(stderr, "cohort status: '%s' needs a value "
+			                "or is unknown\n",
+			    a);
+			return (2);
+		}
+		if (strcmp(a, "--coordinator") == 0)
+			cfg->coordinator = val;
+		else if (strcmp(a, "--job") == 0)
+			cfg->job = val;
+		else if (strcmp(a, "--token") == 0)
+			cfg->token = val;
+		else if (strcmp(a, "--timeout") == 0) {
+			if (!cohort__parse_i64(val, &v) || v < 1 ||
+			    v > 3600000) {
+				fprintf(stderr,
+				    "cohort status: bad --timeout '%s'\n",
+				    val);
+				return (2);
+			}
+			cfg->timeout_ms = (int) v;
+		} else {
+			fprintf(stderr, "cohort status: unknown option '%s'\n",
+			    a);
+			return (2);
+		}
+		i++;
+	}
+	return (0);
+}
+
+int
+cohort__cmd_status(int argc, char **argv)
+{
+	struct status_cfg cfg = { NULL, NULL, NULL, 5000 };
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	Cohort__StatusQuery q = COHORT__STATUS_QUERY__INIT;
+	struct cohort__coord *co;
+	struct cohort__coord_call call;
+	const Cohort__StatusReply *sr;
+	cohort__time deadline;
+	cohort_env env;
+	cohort_status st;
+	int rc;
+
+	if ((rc = status_parse(argc, argv, &cfg)) != 0)
+		return (rc == 1 ? 0 : rc);
+	if (cfg.coordinator == NULL || cfg.job == NULL) {
+		if (cohort_env_resolve(&env) != COHORT_OK) {
+			fprintf(stderr, "cohort status: %s\n",
+			    cohort_last_error());
+			return (1);
+		}
+		if (cfg.coordinator == NULL && env.coordinator[0] != '\0')
+			cfg.coordinator = env.coordinator;
+		if (cfg.job == NULL && getenv("COHORT_JOB") != NULL)
+			cfg.job = env.job;
+	}
+	if (cfg.token == NULL)
+		cfg.token = getenv("COHORT_TOKEN") != NULL ?
+		    getenv("COHORT_TOKEN") :
+		    "";
+	if (cfg.coordinator == NULL) {
+		fprintf(stderr, "cohort status: no coordinator; use "
+		                "--coordinator URL or COHORT_COORDINATOR\n");
+		return (2);
+	}
+	deadline = cohort__now_ms() + cfg.timeout_ms;
+	if ((st = cohort__coord_open(cfg.coordinator,
+	         cfg.job != NULL ? cfg.job : "", cfg.token,
+	         cohort__random_u64(), &co)) != COHORT_OK) {
+		fprintf(stderr, "cohort status: %s\n", cohort_last_error());
+		return (1);
+	}
+	if ((st = cohort__coord_wait_connected(co, deadline)) != COHORT_OK) {
+		fprintf(stderr, "cohort status: %s\n", cohort_last_error());
+		cohort__coord_close(co);
+		return (1);
+	}
+	q.job = (char *) (cfg.job != NULL ? cfg.job : "");
+	req.body_case = COHORT__REQUEST__BODY_STATUS_QUERY;
+	req.status_query = &q;
+	cohort__coord_call_init(&call, &req, cohort__now_ms());
+	st = cohort__coord_call(co, &call);
+	if (st != COHORT_OK) {
+		fprintf(stderr, "cohort status: %s: %s\n",
+		    cohort_status_name(st), cohort_last_error());
+		rc = 1;
+		goto out;
+	}
+	if (call.rep->body_case != COHORT__REPLY__BODY_STATUS_QUERY ||
+	    (sr = call.rep->status_query) == NULL) {
+		fprintf(stderr, "cohort status: reply without status\n");
+		rc = 1;
+		goto out;
+	}
+	printf("cohortd at %s: up %.1fs, %" PRIu64 " clients, %zu job%s\n",
+	    cfg.coordinator, (double) sr->uptime_ms / 1000.0, sr->clients,
+	    sr->n_jobs, sr->n_jobs == 1 ? "" : "s");
+	for (size_t i = 0; i < sr->n_jobs; i++)
+		status_print_job(sr->jobs[i]);
+	rc = 0;
+out:
+	cohort__coord_call_fini(&call);
+	cohort__coord_close(co);
+	return (rc);
+}
