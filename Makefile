@@ -108,7 +108,7 @@ CUDA_LINK := $(if $(CU_SRC),-L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++)
 .DEFAULT_GOAL := all
 
 all: probe $(BIN)/cohortd $(BIN)/cohort $(LIB)/libcohort.so $(BIN)/cohort-tests \
-	$(TESTBINS) $(EXAMPLES) $(BUILD)/cohort.pc
+	$(TESTBINS) $(EXAMPLES) $(BIN)/tcp_microbench $(BUILD)/cohort.pc
 
 probe:
 	@echo "cohort build: CC=$(CC) BUILD=$(BUILD) SAN=$(or $(SAN),none)" \
@@ -131,7 +131,7 @@ $(OBJ)/gen/%.o: $(GEN)/%.c
 
 # Everything that includes the protobuf header needs it generated first.
 $(call o,$(LIB_SRC) $(SRV_SRC) $(STRAT_SRC) $(EXLIB_SRC) $(CLI_SRC) $(TEST_SRC) \
-	$(TESTBIN_SRC) $(EXAMPLE_SRC) server/main.c): | $(PROTO_H)
+	$(TESTBIN_SRC) $(EXAMPLE_SRC) server/main.c bench/tcp_microbench.c): | $(PROTO_H)
 
 $(OBJ)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -182,6 +182,11 @@ $(BIN)/%: $(OBJ)/tests/bin/%.o $(STATIC_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CUDA_LINK) $(LDLIBS)
 
 $(BIN)/%: $(OBJ)/examples/%.o $(STATIC_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CUDA_LINK) $(LDLIBS)
+
+# Internal microbenchmark of the tcp backend (uses cohort__ symbols).
+$(BIN)/tcp_microbench: $(OBJ)/bench/tcp_microbench.o $(LIB)/libcohort.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CUDA_LINK) $(LDLIBS)
 

@@ -133,6 +133,10 @@ bool cohort__is_device_ptr(const void *p);
  * vectorised variant for the running CPU is picked once at first use. */
 void cohort__reduce(void *dst, const void *src, size_t n, cohort_dtype dt,
     cohort_redop op);
+/* Forces a kernel variant ("generic", "avx2", "avx512"; NULL = best for
+ * this CPU) for tests and benchmarks; *active names the one in use. Returns
+ * false if the CPU lacks the requested one. */
+bool cohort__reduce_select(const char *isa, const char **active);
 /* dst[i] /= divisor for float dtypes (MEAN's final step). */
 void cohort__scale_div(void *dst, size_t n, cohort_dtype dt, double divisor);
 

@@ -22,6 +22,7 @@
 #ifndef COHORT_TCP_IMPL_H
 #define COHORT_TCP_IMPL_H
 
+#include <poll.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -59,6 +60,9 @@ struct cohort__tcp_step {
 	const uint8_t *other;
 	size_t rlen;
 	bool divide; /* MEAN: divide processed bytes by the group size */
+	/* Process incoming byte i only once this step's outgoing byte i is
+	 * sent (in-place exchange: rbuf is also sbuf). */
+	bool pgate;
 	/* Progress (set by tcp_stream). */
 	size_t sent, recvd, processed;
 	uint64_t acc_base;
@@ -83,12 +87,17 @@ struct cohort__tcp {
 	size_t acc_len;
 
 	struct cohort__tcp_step *steps; /* 2 * size entries */
+	struct pollfd *pfds;            /* size entries */
+	int *pfd_peer;                  /* peer of each pfds entry */
 
 	/* Tunables (COHORT_TCP_* environment, read at init). */
 	size_t small_max;   /* allreduce: recursive doubling up to here */
 	size_t bcast_small; /* broadcast/gather family: direct up to here */
+	size_t pair_min;    /* allreduce, 2 ranks: pairwise exchange in */
+	size_t pair_max;    /*   [pair_min, pair_max], else the ring */
 	size_t io_max;      /* largest single send()/recv() */
 	int spin_us;        /* busy-poll before sleeping in poll() */
+	bool spin_yield;    /* sched_yield() while busy-polling */
 
 	/* The operation running, for error texts. */
 	const char *opname;
@@ -107,6 +116,9 @@ cohort_status cohort__tcp_stream(struct cohort__tcp *t, int to, int from,
     struct cohort__tcp_step *steps, int nsteps, char *err, size_t errlen,
     cohort__time deadline);
 cohort_status cohort__tcp_check_abort(struct cohort__tcp *t, char *err,
+    size_t errlen);
+/* The acc ring is allocated (and faulted in) on first use. */
+cohort_status cohort__tcp_need_acc(struct cohort__tcp *t, char *err,
     size_t errlen);
 cohort_status cohort__tcp_grow_small(struct cohort__tcp *t, size_t len,
     char *err, size_t errlen);

@@ -1,0 +1,916 @@
+/*
+ * tcp.c - the tcp data-plane backend: host memory, peer to peer, one TCP
+ * connection per pair of ranks.
+ *
+ * Mesh setup (init), in order:
+ *  1. Listen on bind_addr (default 127.0.0.1), ephemeral port.
+ *  2. Publish "host:port" under tcp/<group_id>/<generation>/addr/<rank>.
+ *  3. For every higher rank j, ascending: fetch its address (waits), connect
+ *     (non-blocking, polled, retried while refused) and handshake as the
+ *     connector.
+ *  4. Accept until every lower rank has connected, handshaking with all
+ *     pending connections at once, so a silent or bogus connection delays
+ *     nobody. Then close the listener.
+ *  This order cannot deadlock: the highest rank only accepts, and each
+ *  rank reaches step 4 once the ranks above it did.
+ *
+ * Handshake (mutual, HMAC-SHA-256 keyed with the job's secret):
+ *   acceptor -> connector  "CHS1" version rank_a nonce_a[16]         (28 B)
+ *   connector -> acceptor  "CHC1" ident[32] rank_c rank_a nonce_c[16]
+ *                          mac_c[32]                                 (92 B)
+ *   acceptor -> connector  "CHA1" mac_a[32]                          (36 B)
+ *  ident = SHA-256("cohort-tcp-v1" 0 job 0 group_id 0 generation(be64)),
+ *  mac_x = HMAC(secret, "C" or "A", ident, nonce_a, nonce_c, rank_c,
+ *  rank_a). The acceptor refuses (closes) a connection whose ident, ranks or
+ *  proof are wrong: another job, group or generation, a stale process, a
+ *  stray client. The connector checks mac_a, so it only sends tensors to a
+ *  peer that knows the secret. Fresh nonces on both sides defeat replay.
+ *
+ * Tunables (environment, read at init; defaults measured on a 2-core VM,
+ * loopback): COHORT_TCP_SMALL_MAX (64 KiB: allreduce by recursive doubling
+ * up to here, ring above; also the direct allgather / reduce_scatter
+ * limit), COHORT_TCP_BCAST_SMALL (64 KiB: root sends to all up to here,
+ * pipelined chain above), COHORT_TCP_PAIR_MIN/MAX (2 ranks: pairwise
+ * exchange instead of the ring for sizes in range; off by default),
+ * COHORT_TCP_IO_MAX (256 KiB per send/recv), COHORT_TCP_RING (256 KiB,
+ * cache-sized reduce scratch), COHORT_TCP_ACC (4 MiB, partial-sum ring of
+ * reduce_scatter and reduce), COHORT_TCP_SOCKBUF (0 = kernel autotuning),
+ * COHORT_TCP_SPIN_US (50: busy-poll before sleeping in poll(), yielding
+ * the core meanwhile unless COHORT_TCP_SPIN_YIELD=0).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "tcp_impl.h"
+
+#define TCP_HS_VERSION 1u
+#define TCP_SHELLO_LEN 28
+#define TCP_CHELLO_LEN 92
+#define TCP_ACCEPT_LEN 36
+/* A connection must complete its handshake within this time. */
+#define TCP_HS_TIMEOUT_MS 10000
+/* Connections handshaking at once at an acceptor; more are refused. */
+#define TCP_MAX_PENDING 64
+/* Wait between connection attempts to a listener that refused. */
+#define TCP_RETRY_MS 20
+
+/* Defaults of the tunables (COHORT_TCP_*; measured on loopback). */
+#define TCP_DEFAULT_SMALL_MAX (64u << 10)
+#define TCP_DEFAULT_BCAST_SMALL (64u << 10)
+#define TCP_DEFAULT_IO_MAX (256u << 10)
+#define TCP_DEFAULT_RING (256u << 10)
+#define TCP_DEFAULT_ACC (4u << 20)
+#define TCP_DEFAULT_SMALL_SCRATCH (1u << 20)
+#define TCP_DEFAULT_SPIN_US 50
+
+struct tcp_addr {
+	struct sockaddr_storage ss;
+	socklen_t len;
+};
+
+struct tcp_pending {
+	int fd;
+	cohort__time deadline;
+	uint8_t nonce[16];
+	uint8_t buf[TCP_CHELLO_LEN];
+	size_t have;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Small helpers                                                            */
+/* ------------------------------------------------------------------------ */
+
+static size_t
+tcp_env_size(const char *name, size_t dflt, size_t min, size_t max)
+{
+	const char *s = getenv(name);
+	int64_t v;
+
+	if (s == NULL || !cohort__parse_i64(s, &v) || v < (int64_t) min ||
+	    (uint64_t) v > max)
+		return (dflt);
+	return ((size_t) v);
+}
+
+static void
+tcp_put32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t) (v >> 24);
+	p[1] = (uint8_t) (v >> 16);
+	p[2] = (uint8_t) (v >> 8);
+	p[3] = (uint8_t) v;
+}
+
+static uint32_t
+tcp_get32(const uint8_t *p)
+{
+	return ((uint32_t) p[0] << 24 | (uint32_t) p[1] << 16 |
+	    (uint32_t) p[2] << 8 | (uint32_t) p[3]);
+}
+
+static bool
+tcp_mac_equal(const uint8_t *a, const uint8_t *b)
+{
+	uint8_t d = 0;
+
+	for (int i = 0; i < 32; i++)
+		d |= (uint8_t) (a[i] ^ b[i]);
+	return (d == 0);
+}
+
+static bool
+tcp_aborted(const struct cohort__group_desc *desc)
+{
+	return (desc->abort_flag != NULL &&
+	    atomic_load_explicit(desc->abort_flag, memory_order_acquire));
+}
+
+static void
+tcp_ident(const struct cohort__group_desc *desc, uint8_t out[32])
+{
+	struct cohort__sha256 c;
+	uint8_t zero = 0;
+	uint8_t gen[8];
+
+	for (int i = 0; i < 8; i++)
+		gen[i] = (uint8_t) (desc->generation >> (56 - 8 * i));
+	cohort__sha256_init(&c);
+	cohort__sha256_update(&c, "cohort-tcp-v1", 13);
+	cohort__sha256_update(&c, &zero, 1);
+	cohort__sha256_update(&c, desc->job, strlen(desc->job));
+	cohort__sha256_update(&c, &zero, 1);
+	cohort__sha256_update(&c, desc->group_id, strlen(desc->group_id));
+	cohort__sha256_update(&c, &zero, 1);
+	cohort__sha256_update(&c, gen, 8);
+	cohort__sha256_final(&c, out);
+}
+
+static void
+tcp_mac(const struct cohort__group_desc *desc, char role,
+    const uint8_t ident[32], const uint8_t na[16], const uint8_t nc[16],
+    uint32_t rank_c, uint32_t rank_a, uint8_t out[32])
+{
+	struct cohort__hmac h;
+	uint8_t r[8];
+
+	tcp_put32(r, rank_c);
+	tcp_put32(r + 4, rank_a);
+	cohort__hmac_init(&h, desc->secret, desc->secret_len);
+	cohort__hmac_update(&h, &role, 1);
+	cohort__hmac_update(&h, ident, 32);
+	cohort__hmac_update(&h, na, 16);
+	cohort__hmac_update(&h, nc, 16);
+	cohort__hmac_update(&h, r, 8);
+	cohort__hmac_final(&h, out);
+}
+
+static cohort_status
+tcp_random(uint8_t *buf, size_t len, char *err, size_t errlen)
+{
+	size_t have = 0;
+
+	for (int tries = 0; have < len && tries < 16; tries++) {
+		ssize_t n = getrandom(buf + have, len - have, 0);
+
+		if (n > 0)
+			have += (size_t) n;
+		else if (n < 0 && errno != EINTR)
+			break;
+	}
+	if (have < len) {
+		snprintf(err, errlen, "getrandom: %s", strerror(errno));
+		return (COHORT_ESYSTEM);
+	}
+	return (COHORT_OK);
+}
+
+static void
+tcp_sockopts(int fd, bool nodelay)
+{
+	size_t sz = tcp_env_size("COHORT_TCP_SOCKBUF", 0, 0, 1u << 30);
+	int one = 1;
+
+	if (sz > 0) {
+		int v = (int) sz;
+
+		(void) setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
+		(void) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+	}
+	if (nodelay)
+		(void) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
+		    sizeof(one));
+}
+
+/* Moves exactly len bytes over a non-blocking socket before deadline
+ * (and a per-connection limit), polling the abort flag. */
+static cohort_status
+tcp_io_full(const struct cohort__group_desc *desc, int fd, void *buf,
+    size_t len, bool sending, cohort__time deadline, int32_t peer,
+    char *err, size_t errlen)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		struct pollfd pfd;
+		ssize_t n;
+		int ms;
+
+		if (tcp_aborted(desc)) {
+			snprintf(err, errlen, "aborted while connecting to "
+			    "rank %d", (int) peer);
+			return (COHORT_EABORTED);
+		}
+		if (sending)
+			n = send(fd, (uint8_t *) buf + done, len - done,
+			    MSG_DONTWAIT | MSG_NOSIGNAL);
+		else
+			n = recv(fd, (uint8_t *) buf + done, len - done,
+			    MSG_DONTWAIT);
+		if (n > 0) {
+			done += (size_t) n;
+			continue;
+		}
+		if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK &&
+		    errno != EINTR)) {
+			snprintf(err, errlen,
+			    "rank %d closed the connection during the "
+			    "handshake%s%s (wrong secret, job, group or "
+			    "generation?)",
+			    (int) peer, n == 0 ? "" : ": ",
+			    n == 0 ? "" : strerror(errno));
+			return (COHORT_EAUTH);
+		}
+		if (cohort__expired(deadline)) {
+			snprintf(err, errlen,
+			    "timed out in the handshake with rank %d",
+			    (int) peer);
+			return (COHORT_ETIMEDOUT);
+		}
+		ms = cohort__remaining(deadline);
+		if (ms < 0 || ms > 100)
+			ms = 100;
+		pfd.fd = fd;
+		pfd.events = sending ? POLLOUT : POLLIN;
+		pfd.revents = 0;
+		(void) poll(&pfd, 1, ms < 1 ? 1 : ms);
+	}
+	return (COHORT_OK);
+}
+
+static cohort_status
+tcp_parse_addr(const char *s, size_t len, struct tcp_addr *out)
+{
+	char host[128];
+	const char *colon;
+	size_t hl;
+	int64_t port;
+	char portbuf[16];
+
+	if (len == 0 || len >= 160)
+		return (COHORT_EPROTO);
+	{
+		char tmp[160];
+
+		memcpy(tmp, s, len);
+		tmp[len] = '\0';
+		if ((colon = strrchr(tmp, ':')) == NULL)
+			return (COHORT_EPROTO);
+		hl = (size_t) (colon - tmp);
+		if (cohort__strlcpy(portbuf, colon + 1, sizeof(portbuf)) >=
+		    sizeof(portbuf))
+			return (COHORT_EPROTO);
+		if (hl >= 2 && tmp[0] == '[' && tmp[hl - 1] == ']') {
+			memcpy(host, tmp + 1, hl - 2);
+			host[hl - 2] = '\0';
+		} else {
+			if (hl >= sizeof(host))
+				return (COHORT_EPROTO);
+			memcpy(host, tmp, hl);
+			host[hl] = '\0';
+		}
+	}
+	if (!cohort__parse_i64(portbuf, &port) || port <= 0 || port > 65535)
+		return (COHORT_EPROTO);
+	memset(out, 0, sizeof(*out));
+	{
+		struct sockaddr_in *sin = (struct sockaddr_in *) &out->ss;
+		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *) &out->ss;
+
+		if (inet_pton(AF_INET, host, &sin->sin_addr) == 1) {
+			sin->sin_family = AF_INET;
+			sin->sin_port = htons((uint16_t) port);
+			out->len = sizeof(*sin);
+		} else if (inet_pton(AF_INET6, host, &sin6->sin6_addr) == 1) {
+			sin6->sin6_family = AF_INET6;
+			sin6->sin6_port = htons((uint16_t) port);
+			out->len = sizeof(*sin6);
+		} else {
+			return (COHORT_EPROTO);
+		}
+	}
+	return (COHORT_OK);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Mesh setup                                                               */
+/* ------------------------------------------------------------------------ */
+
+static cohort_status
+tcp_listen(const struct cohort__group_desc *desc, int *lfd, char *addr,
+    size_t addrlen, char *err, size_t errlen)
+{
+	const char *host = desc->bind_addr != NULL ? desc->bind_addr :
+						     "127.0.0.1";
+	struct sockaddr_storage ss;
+	struct sockaddr_in *sin = (struct sockaddr_in *) &ss;
+	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *) &ss;
+	socklen_t sl;
+	int fd;
+	char shown[INET6_ADDRSTRLEN];
+
+	memset(&ss, 0, sizeof(ss));
+	if (inet_pton(AF_INET, host, &sin->sin_addr) == 1) {
+		sin->sin_family = AF_INET;
+		sl = sizeof(*sin);
+	} else if (inet_pton(AF_INET6, host, &sin6->sin6_addr) == 1) {
+		sin6->sin6_family = AF_INET6;
+		sl = sizeof(*sin6);
+	} else {
+		snprintf(err, errlen, "bad bind address '%s'", host);
+		return (COHORT_EINVAL);
+	}
+	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+	    0);
+	if (fd < 0) {
+		snprintf(err, errlen, "socket: %s", strerror(errno));
+		return (COHORT_ESYSTEM);
+	}
+	tcp_sockopts(fd, false);
+	if (bind(fd, (struct sockaddr *) &ss, sl) != 0 ||
+	    listen(fd, desc->size + TCP_MAX_PENDING) != 0) {
+		snprintf(err, errlen, "listen on %s: %s", host,
+		    strerror(errno));
+		goto out_close;
+	}
+	sl = sizeof(ss);
+	if (getsockname(fd, (struct sockaddr *) &ss, &sl) != 0) {
+		snprintf(err, errlen, "getsockname: %s", strerror(errno));
+		goto out_close;
+	}
+	if (ss.ss_family == AF_INET) {
+		inet_ntop(AF_INET, &sin->sin_addr, shown, sizeof(shown));
+		snprintf(addr, addrlen, "%s:%u", shown,
+		    (unsigned) ntohs(sin->sin_port));
+	} else {
+		inet_ntop(AF_INET6, &sin6->sin6_addr, shown, sizeof(shown));
+		snprintf(addr, addrlen, "[%s]:%u", shown,
+		    (unsigned) ntohs(sin6->sin6_port));
+	}
+	*lfd = fd;
+	return (COHORT_OK);
+
+out_close:
+	close(fd);
+	return (COHORT_ESYSTEM);
+}
+
+static void
+tcp_key(const struct cohort__group_desc *desc, int rank, char *key,
+    size_t keylen)
+{
+	snprintf(key, keylen, "tcp/%s/%" PRIu64 "/addr/%d", desc->group_id,
+	    desc->generation, rank);
+}
+
+/* Connects to group rank j and runs the connector's half of the handshake.
+ * On success *out is the connected socket. */
+static cohort_status
+tcp_connect_peer(const struct cohort__group_desc *desc,
+    const uint8_t ident[32], int j, int *out, char *err, size_t errlen,
+    cohort__time deadline)
+{
+	int32_t jr = desc->global_ranks[j];
+	char key[COHORT__MAX_KEY];
+	struct tcp_addr addr;
+	void *val = NULL;
+	size_t vlen = 0;
+	uint8_t sh[TCP_SHELLO_LEN], ch[TCP_CHELLO_LEN], ac[TCP_ACCEPT_LEN];
+	uint8_t mac[32];
+	cohort__time hs_deadline;
+	cohort_status rv;
+	int fd = -1;
+
+	tcp_key(desc, j, key, sizeof(key));
+	if ((rv = desc->store.get(desc->store.ctx, key, &val, &vlen,
+	    deadline)) != COHORT_OK) {
+		snprintf(err, errlen, "no address from rank %d (store key %s):"
+		    " %s", (int) jr, key, cohort_status_name(rv));
+		return (rv);
+	}
+	rv = tcp_parse_addr(val, vlen, &addr);
+	free(val);
+	if (rv != COHORT_OK) {
+		snprintf(err, errlen, "bad address published by rank %d",
+		    (int) jr);
+		return (COHORT_EPROTO);
+	}
+
+	/* Connect, retrying while the listener refuses, until deadline. */
+	for (int attempt = 0;; attempt++) {
+		struct pollfd pfd;
+		int soerr = 0;
+		socklen_t sl = sizeof(soerr);
+
+		if (tcp_aborted(desc)) {
+			snprintf(err, errlen, "aborted while connecting to "
+			    "rank %d", (int) jr);
+			return (COHORT_EABORTED);
+		}
+		fd = socket(addr.ss.ss_family,
+		    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0) {
+			snprintf(err, errlen, "socket: %s", strerror(errno));
+			return (COHORT_ESYSTEM);
+		}
+		tcp_sockopts(fd, true);
+		if (connect(fd, (struct sockaddr *) &addr.ss, addr.len) == 0)
+			break;
+		if (errno == EINPROGRESS) {
+			for (int spins = 0;; spins++) {
+				int ms = cohort__remaining(deadline);
+
+				if (ms < 0 || ms > 100)
+					ms = 100;
+				pfd.fd = fd;
+				pfd.events = POLLOUT;
+				pfd.revents = 0;
+				if (poll(&pfd, 1, ms < 1 ? 1 : ms) > 0)
+					break;
+				if (cohort__expired(deadline) ||
+				    tcp_aborted(desc))
+					break;
+			}
+			if (pfd.revents != 0 &&
+			    getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr,
+				&sl) == 0 &&
+			    soerr == 0)
+				break;
+			if (pfd.revents == 0)
+				soerr = ETIMEDOUT;
+		} else {
+			soerr = errno;
+		}
+		close(fd);
+		fd = -1;
+		if (cohort__expired(deadline) || soerr != ECONNREFUSED) {
+			if (cohort__expired(deadline)) {
+				snprintf(err, errlen, "timed out connecting "
+				    "to rank %d", (int) jr);
+				return (COHORT_ETIMEDOUT);
+			}
+			if (tcp_aborted(desc))
+				continue; /* reported at the loop's top */
+			snprintf(err, errlen, "connecting to rank %d: %s",
+			    (int) jr, strerror(soerr));
+			return (COHORT_EPEERLOST);
+		}
+		(void) poll(NULL, 0, TCP_RETRY_MS);
+	}
+
+	hs_deadline = cohort__now_ms() + TCP_HS_TIMEOUT_MS;
+	if (hs_deadline > deadline)
+		hs_deadline = deadline;
+	if ((rv = tcp_io_full(desc, fd, sh, sizeof(sh), false, hs_deadline,
+	    jr, err, errlen)) != COHORT_OK)
+		goto out_close;
+	if (memcmp(sh, "CHS1", 4) != 0 ||
+	    tcp_get32(sh + 4) != TCP_HS_VERSION ||
+	    tcp_get32(sh + 8) != (uint32_t) j) {
+		snprintf(err, errlen, "rank %d's address answers with a wrong "
+		    "greeting (not a cohort tcp peer of this group?)",
+		    (int) jr);
+		rv = COHORT_EPROTO;
+		goto out_close;
+	}
+	memcpy(ch, "CHC1", 4);
+	memcpy(ch + 4, ident, 32);
+	tcp_put32(ch + 36, (uint32_t) desc->rank);
+	tcp_put32(ch + 40, (uint32_t) j);
+	if ((rv = tcp_random(ch + 44, 16, err, errlen)) != COHORT_OK)
+		goto out_close;
+	tcp_mac(desc, 'C', ident, sh + 12, ch + 44, (uint32_t) desc->rank,
+	    (uint32_t) j, ch + 60);
+	if ((rv = tcp_io_full(desc, fd, ch, sizeof(ch), true, hs_deadline,
+	    jr, err, errlen)) != COHORT_OK)
+		goto out_close;
+	if ((rv = tcp_io_full(desc, fd, ac, sizeof(ac), false, hs_deadline,
+	    jr, err, errlen)) != COHORT_OK)
+		goto out_close;
+	tcp_mac(desc, 'A', ident, sh + 12, ch + 44, (uint32_t) desc->rank,
+	    (uint32_t) j, mac);
+	if (memcmp(ac, "CHA1", 4) != 0 || !tcp_mac_equal(ac + 4, mac)) {
+		snprintf(err, errlen, "rank %d failed to prove the job secret",
+		    (int) jr);
+		rv = COHORT_EAUTH;
+		goto out_close;
+	}
+	*out = fd;
+	return (COHORT_OK);
+
+out_close:
+	close(fd);
+	return (rv);
+}
+
+/* Checks a complete client hello; returns the connecting rank or -1 with
+ * the reason in why. */
+static int
+tcp_check_hello(const struct cohort__group_desc *desc, struct cohort__tcp *t,
+    const uint8_t ident[32], struct tcp_pending *pc, const char **why)
+{
+	const uint8_t *ch = pc->buf;
+	uint32_t rc = tcp_get32(ch + 36);
+	uint8_t mac[32];
+
+	if (memcmp(ch, "CHC1", 4) != 0) {
+		*why = "not a cohort tcp hello";
+		return (-1);
+	}
+	if (memcmp(ch + 4, ident, 32) != 0) {
+		*why = "other job, group or generation";
+		return (-1);
+	}
+	if (tcp_get32(ch + 40) != (uint32_t) desc->rank ||
+	    rc >= (uint32_t) desc->rank) {
+		*why = "unexpected ranks";
+		return (-1);
+	}
+	tcp_mac(desc, 'C', ident, pc->nonce, ch + 44, rc,
+	    (uint32_t) desc->rank, mac);
+	if (!tcp_mac_equal(ch + 60, mac)) {
+		*why = "bad proof of the job secret";
+		return (-1);
+	}
+	if (t->peers[rc].fd >= 0) {
+		*why = "rank already connected";
+		return (-1);
+	}
+	return ((int) rc);
+}
+
+static void
+tcp_refuse(const struct cohort__group_desc *desc, struct tcp_pending *pc,
+    const char *why)
+{
+	cohort__warn("tcp group %s rank %d: refused a connection: %s",
+	    desc->group_id, desc->rank, why);
+	close(pc->fd);
+	pc->fd = -1;
+}
+
+/* Accepts connections until every lower rank is connected. */
+static cohort_status
+tcp_accept_all(const struct cohort__group_desc *desc, struct cohort__tcp *t,
+    int lfd, const uint8_t ident[32], char *err, size_t errlen,
+    cohort__time deadline)
+{
+	struct tcp_pending pend[TCP_MAX_PENDING];
+	struct pollfd pfd[TCP_MAX_PENDING + 1];
+	int need = desc->rank;
+	int npend = 0;
+	cohort_status rv = COHORT_OK;
+
+	while (need > 0) {
+		int nfds = 0;
+		int ms;
+
+		if (tcp_aborted(desc)) {
+			snprintf(err, errlen, "aborted while waiting for "
+			    "lower ranks to connect");
+			rv = COHORT_EABORTED;
+			goto out_close_pending;
+		}
+		if (cohort__expired(deadline)) {
+			size_t off = 0;
+
+			cohort__appendf(err, errlen, &off, "timed out waiting "
+			    "for ranks to connect:");
+			for (int r = 0; r < desc->rank; r++)
+				if (t->peers[r].fd < 0)
+					cohort__appendf(err, errlen, &off,
+					    " %d",
+					    (int) desc->global_ranks[r]);
+			rv = COHORT_ETIMEDOUT;
+			goto out_close_pending;
+		}
+		pfd[nfds].fd = lfd;
+		pfd[nfds].events = POLLIN;
+		pfd[nfds++].revents = 0;
+		for (int i = 0; i < npend; i++) {
+			pfd[nfds].fd = pend[i].fd;
+			pfd[nfds].events = POLLIN;
+			pfd[nfds++].revents = 0;
+		}
+		ms = cohort__remaining(deadline);
+		if (ms < 0 || ms > 100)
+			ms = 100;
+		(void) poll(pfd, (nfds_t) nfds, ms < 1 ? 1 : ms);
+
+		/* New connections: greet each with a fresh nonce. */
+		for (int k = 0; k < TCP_MAX_PENDING; k++) {
+			uint8_t sh[TCP_SHELLO_LEN];
+			struct tcp_pending *pc;
+			int fd = accept4(lfd, NULL, NULL,
+			    SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+			if (fd < 0)
+				break;
+			if (npend == TCP_MAX_PENDING) {
+				close(fd);
+				continue;
+			}
+			pc = &pend[npend];
+			pc->fd = fd;
+			pc->have = 0;
+			pc->deadline = cohort__now_ms() + TCP_HS_TIMEOUT_MS;
+			if ((rv = tcp_random(pc->nonce, 16, err, errlen)) !=
+			    COHORT_OK) {
+				close(fd);
+				goto out_close_pending;
+			}
+			memcpy(sh, "CHS1", 4);
+			tcp_put32(sh + 4, TCP_HS_VERSION);
+			tcp_put32(sh + 8, (uint32_t) desc->rank);
+			memcpy(sh + 12, pc->nonce, 16);
+			if (send(fd, sh, sizeof(sh),
+			    MSG_DONTWAIT | MSG_NOSIGNAL) !=
+			    (ssize_t) sizeof(sh)) {
+				close(fd);
+				continue;
+			}
+			npend++;
+		}
+
+		/* Progress the pending handshakes. */
+		for (int i = 0; i < npend; i++) {
+			struct tcp_pending *pc = &pend[i];
+			ssize_t n;
+			int rc;
+			const char *why = NULL;
+
+			n = recv(pc->fd, pc->buf + pc->have,
+			    sizeof(pc->buf) - pc->have, MSG_DONTWAIT);
+			if (n > 0)
+				pc->have += (size_t) n;
+			if (n == 0 || (n < 0 && errno != EAGAIN &&
+			    errno != EWOULDBLOCK && errno != EINTR)) {
+				why = "closed before completing the handshake";
+			} else if (pc->have == sizeof(pc->buf)) {
+				rc = tcp_check_hello(desc, t, ident, pc, &why);
+				if (rc >= 0) {
+					uint8_t ac[TCP_ACCEPT_LEN];
+
+					memcpy(ac, "CHA1", 4);
+					tcp_mac(desc, 'A', ident, pc->nonce,
+					    pc->buf + 44, (uint32_t) rc,
+					    (uint32_t) desc->rank, ac + 4);
+					if (send(pc->fd, ac, sizeof(ac),
+					    MSG_DONTWAIT | MSG_NOSIGNAL) ==
+					    (ssize_t) sizeof(ac)) {
+						tcp_sockopts(pc->fd, true);
+						t->peers[rc].fd = pc->fd;
+						pc->fd = -1;
+						need--;
+					} else {
+						why = "could not answer";
+					}
+				}
+			} else if (cohort__now_ms() > pc->deadline) {
+				why = "handshake timed out";
+			}
+			if (why != NULL)
+				tcp_refuse(desc, pc, why);
+			if (pc->fd < 0) {
+				pend[i] = pend[npend - 1];
+				npend--;
+				i--;
+			}
+		}
+	}
+	rv = COHORT_OK;
+
+out_close_pending:
+	for (int i = 0; i < npend; i++)
+		close(pend[i].fd);
+	return (rv);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Ops                                                                      */
+/* ------------------------------------------------------------------------ */
+
+static void
+tcp_free(struct cohort__tcp *t)
+{
+	if (t == NULL)
+		return;
+	if (t->peers != NULL)
+		for (int p = 0; p < t->size; p++)
+			if (t->peers[p].fd >= 0)
+				close(t->peers[p].fd);
+	free(t->peers);
+	free(t->steps);
+	free(t->pfds);
+	free(t->pfd_peer);
+	free(t->small);
+	free(t->ring);
+	free(t->acc);
+	free(t);
+}
+
+static uint8_t *
+tcp_prefaulted(size_t len)
+{
+	uint8_t *p = malloc(len);
+
+	if (p != NULL)
+		memset(p, 0, len);
+	return (p);
+}
+
+static cohort_status
+tcp_init(const struct cohort__group_desc *desc, void **state, char *err,
+    size_t errlen, cohort__time deadline)
+{
+	struct cohort__tcp *t;
+	uint8_t ident[32];
+	char addr[96];
+	char key[COHORT__MAX_KEY];
+	int lfd = -1;
+	cohort_status rv;
+
+	if (desc->size < 1 || desc->rank < 0 || desc->rank >= desc->size) {
+		snprintf(err, errlen, "bad rank %d of %d", desc->rank,
+		    desc->size);
+		return (COHORT_EINVAL);
+	}
+	if ((t = calloc(1, sizeof(*t))) == NULL)
+		goto out_nomem;
+	t->rank = desc->rank;
+	t->size = desc->size;
+	t->abort_flag = desc->abort_flag;
+	atomic_init(&t->aborted, 0);
+	t->opname = "init";
+	t->small_max = tcp_env_size("COHORT_TCP_SMALL_MAX",
+	    TCP_DEFAULT_SMALL_MAX, 0, 1u << 30);
+	t->bcast_small = tcp_env_size("COHORT_TCP_BCAST_SMALL",
+	    TCP_DEFAULT_BCAST_SMALL, 0, 1u << 30);
+	t->pair_min = tcp_env_size("COHORT_TCP_PAIR_MIN", 0, 0, SIZE_MAX);
+	t->pair_max = tcp_env_size("COHORT_TCP_PAIR_MAX", SIZE_MAX, 0,
+	    SIZE_MAX);
+	t->io_max = tcp_env_size("COHORT_TCP_IO_MAX", TCP_DEFAULT_IO_MAX,
+	    4096, 1u << 30);
+	t->spin_us = (int) tcp_env_size("COHORT_TCP_SPIN_US",
+	    TCP_DEFAULT_SPIN_US, 0, 100000);
+	t->spin_yield = tcp_env_size("COHORT_TCP_SPIN_YIELD", 1, 0, 1) != 0;
+	t->ring_len = tcp_env_size("COHORT_TCP_RING", TCP_DEFAULT_RING, 4096,
+	    1u << 30) & ~(size_t) 7;
+	t->acc_len = tcp_env_size("COHORT_TCP_ACC", TCP_DEFAULT_ACC, 4096,
+	    1u << 30) & ~(size_t) 7;
+	t->esize = 1;
+	if ((t->peers = calloc((size_t) t->size, sizeof(*t->peers))) == NULL ||
+	    (t->steps = calloc(2 * (size_t) t->size, sizeof(*t->steps))) ==
+		NULL ||
+	    (t->pfds = calloc((size_t) t->size, sizeof(*t->pfds))) == NULL ||
+	    (t->pfd_peer = calloc((size_t) t->size, sizeof(int))) == NULL)
+		goto out_nomem;
+	for (int p = 0; p < t->size; p++) {
+		t->peers[p].fd = -1;
+		t->peers[p].job_rank = desc->global_ranks != NULL ?
+		    desc->global_ranks[p] : p;
+	}
+	if (t->size == 1)
+		goto done;
+	if ((t->ring = tcp_prefaulted(t->ring_len)) == NULL)
+		goto out_nomem;
+	if ((rv = cohort__tcp_grow_small(t, TCP_DEFAULT_SMALL_SCRATCH, err,
+	    errlen)) != COHORT_OK)
+		goto out_free;
+
+	if ((rv = tcp_listen(desc, &lfd, addr, sizeof(addr), err, errlen)) !=
+	    COHORT_OK)
+		goto out_free;
+	tcp_key(desc, desc->rank, key, sizeof(key));
+	if ((rv = desc->store.set(desc->store.ctx, key, addr, strlen(addr),
+	    deadline)) != COHORT_OK) {
+		snprintf(err, errlen, "publishing the address (store key %s): "
+		    "%s", key, cohort_status_name(rv));
+		goto out_close_listener;
+	}
+	tcp_ident(desc, ident);
+	for (int j = desc->rank + 1; j < desc->size; j++) {
+		if ((rv = tcp_connect_peer(desc, ident, j, &t->peers[j].fd,
+		    err, errlen, deadline)) != COHORT_OK)
+			goto out_close_listener;
+	}
+	if ((rv = tcp_accept_all(desc, t, lfd, ident, err, errlen,
+	    deadline)) != COHORT_OK)
+		goto out_close_listener;
+	close(lfd);
+	cohort__debug("tcp group %s: rank %d of %d connected (listened on %s)",
+	    desc->group_id, desc->rank, desc->size, addr);
+done:
+	*state = t;
+	return (COHORT_OK);
+
+out_nomem:
+	snprintf(err, errlen, "out of memory");
+	rv = COHORT_ENOMEM;
+	goto out_free;
+out_close_listener:
+	close(lfd);
+out_free:
+	tcp_free(t);
+	return (rv);
+}
+
+static const char *
+tcp_op_name(enum cohort__op_kind k)
+{
+	switch (k) {
+	case COHORT__OP_ALLREDUCE:
+		return ("allreduce");
+	case COHORT__OP_REDUCE:
+		return ("reduce");
+	case COHORT__OP_BROADCAST:
+		return ("broadcast");
+	case COHORT__OP_ALLGATHER:
+		return ("allgather");
+	case COHORT__OP_ALLGATHERV:
+		return ("allgatherv");
+	case COHORT__OP_REDUCE_SCATTER:
+		return ("reduce_scatter");
+	case COHORT__OP_ALLTOALL:
+		return ("alltoall");
+	case COHORT__OP_GATHER:
+		return ("gather");
+	case COHORT__OP_SCATTER:
+		return ("scatter");
+	case COHORT__OP_BARRIER:
+		return ("barrier");
+	}
+	return ("operation");
+}
+
+static cohort_status
+tcp_run(void *state, const struct cohort__op *op, char *err, size_t errlen,
+    cohort__time deadline)
+{
+	struct cohort__tcp *t = state;
+	cohort_status rv;
+
+	t->opname = tcp_op_name(op->kind);
+	t->seq = op->seq;
+	if ((rv = cohort__tcp_check_abort(t, err, errlen)) != COHORT_OK)
+		return (rv);
+	return (cohort__tcp_run_op(t, op, err, errlen, deadline));
+}
+
+static void
+tcp_abort(void *state)
+{
+	struct cohort__tcp *t = state;
+
+	if (t == NULL)
+		return;
+	atomic_store_explicit(&t->aborted, 1, memory_order_release);
+	for (int p = 0; p < t->size; p++)
+		if (t->peers[p].fd >= 0)
+			(void) shutdown(t->peers[p].fd, SHUT_RDWR);
+}
+
+static void
+tcp_fini(void *state)
+{
+	tcp_free(state);
+}
+
+const struct cohort__backend_ops cohort__tcp_backend = {
+	.version = COHORT__BACKEND_VERSION,
+	.name = "tcp",
+	.init = tcp_init,
+	.run = tcp_run,
+	.abort = tcp_abort,
+	.fini = tcp_fini,
+};

@@ -1,0 +1,1510 @@
+/*
+ * test_backend_tcp.c - the tcp data-plane backend, in one process: N
+ * threads play the ranks of a group (gloo transport tests), rendezvousing
+ * through an in-memory store; one test forks a rank and SIGKILLs it.
+ *
+ * Inputs are generated from (seed, rank, index) by every thread, so each
+ * rank computes the reference of its own output independently, in double
+ * (integers: exact wrapping arithmetic). Float inputs are small multiples of
+ * 1/4 (sums) or powers of two (products), so results are exact in every
+ * float dtype and compared bit for bit, except MEAN (one rounding).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "check_cohort.h"
+
+#define TT_MAX_RANKS 8
+
+/* Collective checks that failed in a group's threads (printed on stderr
+ * as they happen). */
+#define tt_assert_no_failures(g)                                             \
+	do {                                                                  \
+		int f_ = atomic_load(&(g)->failures);                         \
+		ck_assert_msg(f_ == 0, "%d collective checks failed in "     \
+		    "group %s (see stderr)", f_, (g)->group_id);              \
+	} while (0)
+#define TT_ERRLEN 512
+
+/* ------------------------------------------------------------------------ */
+/* In-memory store (gloo HashStore)                                         */
+/* ------------------------------------------------------------------------ */
+
+struct tt_kv {
+	struct tt_kv *next;
+	char *key;
+	void *val;
+	size_t len;
+};
+
+struct tt_store {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct tt_kv *head;
+};
+
+static void
+tt_store_init(struct tt_store *s)
+{
+	pthread_condattr_t ca;
+
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&s->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	s->head = NULL;
+}
+
+static void
+tt_store_fini(struct tt_store *s)
+{
+	while (s->head != NULL) {
+		struct tt_kv *kv = s->head;
+
+		s->head = kv->next;
+		free(kv->key);
+		free(kv->val);
+		free(kv);
+	}
+	pthread_cond_destroy(&s->cv);
+	pthread_mutex_destroy(&s->mu);
+}
+
+static cohort_status
+tt_store_set(void *ctx, const char *key, const void *val, size_t len,
+    cohort__time deadline)
+{
+	struct tt_store *s = ctx;
+	struct tt_kv *kv;
+
+	pthread_mutex_lock(&s->mu);
+	for (kv = s->head; kv != NULL; kv = kv->next)
+		if (strcmp(kv->key, key) == 0)
+			break;
+	if (kv == NULL) {
+		kv = calloc(1, sizeof(*kv));
+		ck_assert(kv != NULL);
+		kv->key = strdup(key);
+		kv->next = s->head;
+		s->head = kv;
+	}
+	free(kv->val);
+	kv->val = malloc(len + 1);
+	ck_assert(kv->val != NULL);
+	memcpy(kv->val, val, len);
+	kv->len = len;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	return (COHORT_OK);
+}
+
+static cohort_status
+tt_store_get(void *ctx, const char *key, void **val, size_t *len,
+    cohort__time deadline)
+{
+	struct tt_store *s = ctx;
+	cohort_status rv = COHORT_ETIMEDOUT;
+
+	pthread_mutex_lock(&s->mu);
+	for (;;) {
+		struct tt_kv *kv;
+		struct timespec ts;
+		cohort__time until;
+
+		for (kv = s->head; kv != NULL; kv = kv->next)
+			if (strcmp(kv->key, key) == 0)
+				break;
+		if (kv != NULL) {
+			*val = malloc(kv->len + 1);
+			memcpy(*val, kv->val, kv->len);
+			*len = kv->len;
+			rv = COHORT_OK;
+			break;
+		}
+		if (cohort__expired(deadline))
+			break;
+		until = cohort__now_ms() + 100;
+		if (until > deadline)
+			until = deadline;
+		ts.tv_sec = until / 1000;
+		ts.tv_nsec = (until % 1000) * 1000000;
+		pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return (rv);
+}
+
+/* ------------------------------------------------------------------------ */
+/* A group of rank threads                                                  */
+/* ------------------------------------------------------------------------ */
+
+struct tt_group;
+typedef void (*tt_body)(struct tt_group *g, int rank, void *state);
+
+struct tt_group {
+	int n;
+	char group_id[64];
+	uint64_t gen;
+	struct tt_store *store;
+	int32_t granks[TT_MAX_RANKS];
+	uint8_t secret[16];
+	atomic_int abort_flag[TT_MAX_RANKS];
+	void *state[TT_MAX_RANKS];
+	cohort_status init_rv[TT_MAX_RANKS];
+	char init_err[TT_MAX_RANKS][TT_ERRLEN];
+	tt_body body;
+	pthread_t th[TT_MAX_RANKS];
+	int thr_rank[TT_MAX_RANKS];
+	struct tt_group *self[TT_MAX_RANKS];
+	pthread_barrier_t done;
+	/* Scenario data. */
+	uint64_t seed;
+	int iters;
+	atomic_int in_run;
+	atomic_int failures;
+	uint64_t hash[TT_MAX_RANKS];
+	cohort_status run_rv[TT_MAX_RANKS];
+	char run_err[TT_MAX_RANKS][TT_ERRLEN];
+	int64_t run_ms[TT_MAX_RANKS];
+	bool skip[TT_MAX_RANKS];
+};
+
+struct tt_arg {
+	struct tt_group *g;
+	int rank;
+};
+
+static struct tt_arg tt_args[2][TT_MAX_RANKS];
+
+static void
+tt_desc(struct tt_group *g, int r, struct cohort__group_desc *d)
+{
+	memset(d, 0, sizeof(*d));
+	d->job = "tjob";
+	d->generation = g->gen;
+	d->group_id = g->group_id;
+	d->rank = r;
+	d->size = g->n;
+	d->global_ranks = g->granks;
+	d->secret = g->secret;
+	d->secret_len = sizeof(g->secret);
+	d->bind_addr = NULL;
+	d->store.ctx = g->store;
+	d->store.set = tt_store_set;
+	d->store.get = tt_store_get;
+	d->abort_flag = &g->abort_flag[r];
+}
+
+static void *
+tt_thread(void *arg)
+{
+	struct tt_arg *a = arg;
+	struct tt_group *g = a->g;
+	int r = a->rank;
+	struct cohort__group_desc d;
+	void *state = NULL;
+
+	tt_desc(g, r, &d);
+	g->init_rv[r] = cohort__tcp_backend.init(&d, &state, g->init_err[r],
+	    TT_ERRLEN, cohort__now_ms() + 20000);
+	g->state[r] = state;
+	if (g->init_rv[r] == COHORT_OK && g->body != NULL)
+		g->body(g, r, state);
+	pthread_barrier_wait(&g->done);
+	if (state != NULL)
+		cohort__tcp_backend.fini(state);
+	return (NULL);
+}
+
+static void
+tt_group_setup(struct tt_group *g, struct tt_store *s, int n, const char *id,
+    tt_body body)
+{
+	memset(g, 0, sizeof(*g));
+	g->n = n;
+	snprintf(g->group_id, sizeof(g->group_id), "%s", id);
+	g->gen = 7;
+	g->store = s;
+	for (int r = 0; r < n; r++) {
+		g->granks[r] = 100 + r;
+		atomic_init(&g->abort_flag[r], 0);
+	}
+	memcpy(g->secret, "0123456789abcdef", 16);
+	g->body = body;
+	g->seed = 12345;
+	atomic_init(&g->in_run, 0);
+	atomic_init(&g->failures, 0);
+}
+
+static void
+tt_group_start(struct tt_group *g, int slot)
+{
+	pthread_barrier_init(&g->done, NULL, (unsigned) g->n);
+	for (int r = 0; r < g->n; r++) {
+		tt_args[slot][r].g = g;
+		tt_args[slot][r].rank = r;
+		ck_assert_int_eq(pthread_create(&g->th[r], NULL, tt_thread,
+		    &tt_args[slot][r]), 0);
+	}
+}
+
+static void
+tt_group_join(struct tt_group *g)
+{
+	for (int r = 0; r < g->n; r++)
+		pthread_join(g->th[r], NULL);
+	pthread_barrier_destroy(&g->done);
+	for (int r = 0; r < g->n; r++)
+		ck_assert_msg(g->init_rv[r] == COHORT_OK,
+		    "rank %d init: %s: %s", r,
+		    cohort_status_name(g->init_rv[r]), g->init_err[r]);
+}
+
+static void
+tt_run_group(int n, const char *id, tt_body body, struct tt_group *g)
+{
+	struct tt_store s;
+
+	tt_store_init(&s);
+	tt_group_setup(g, &s, n, id, body);
+	tt_group_start(g, 0);
+	tt_group_join(g);
+	tt_store_fini(&s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Inputs and references                                                    */
+/* ------------------------------------------------------------------------ */
+
+static inline uint64_t
+tt_mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15u;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9u;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebu;
+	return (x ^ (x >> 31));
+}
+
+static inline bool
+tt_isfloat(cohort_dtype dt)
+{
+	return (dt == COHORT_F32 || dt == COHORT_F64 || dt == COHORT_F16 ||
+	    dt == COHORT_BF16);
+}
+
+/* Input element i of rank r: raw bits (integers) or an exact double. */
+static inline uint64_t
+tt_raw(uint64_t seed, int r, size_t i)
+{
+	return (tt_mix(seed ^ ((uint64_t) r << 48) ^ (uint64_t) i));
+}
+
+static inline double
+tt_fval(uint64_t seed, int r, size_t i, cohort_redop op)
+{
+	uint64_t h = tt_raw(seed, r, i);
+
+	if (op == COHORT_PROD) {
+		static const double v[6] = { -2, -1, -0.5, 0.5, 1, 2 };
+
+		return (v[h % 6]);
+	}
+	return ((double) ((int) (h % 25) - 12) / 4.0);
+}
+
+static void
+tt_put(void *buf, size_t i, cohort_dtype dt, uint64_t raw, double f)
+{
+	switch (dt) {
+	case COHORT_F32:
+		((float *) buf)[i] = (float) f;
+		break;
+	case COHORT_F64:
+		((double *) buf)[i] = f;
+		break;
+	case COHORT_F16:
+		((uint16_t *) buf)[i] = cohort__f32_to_f16((float) f);
+		break;
+	case COHORT_BF16:
+		((uint16_t *) buf)[i] = cohort__f32_to_bf16((float) f);
+		break;
+	case COHORT_I32:
+		((uint32_t *) buf)[i] = (uint32_t) raw;
+		break;
+	case COHORT_I64:
+		((uint64_t *) buf)[i] = raw;
+		break;
+	case COHORT_U8:
+		((uint8_t *) buf)[i] = (uint8_t) raw;
+		break;
+	default:
+		break;
+	}
+}
+
+static double
+tt_getf(const void *buf, size_t i, cohort_dtype dt)
+{
+	switch (dt) {
+	case COHORT_F32:
+		return (((const float *) buf)[i]);
+	case COHORT_F64:
+		return (((const double *) buf)[i]);
+	case COHORT_F16:
+		return (cohort__f16_to_f32(((const uint16_t *) buf)[i]));
+	case COHORT_BF16:
+		return (cohort__bf16_to_f32(((const uint16_t *) buf)[i]));
+	default:
+		return (0);
+	}
+}
+
+static uint64_t
+tt_geti(const void *buf, size_t i, cohort_dtype dt)
+{
+	switch (dt) {
+	case COHORT_I32:
+		return (((const uint32_t *) buf)[i]);
+	case COHORT_I64:
+		return (((const uint64_t *) buf)[i]);
+	default:
+		return (((const uint8_t *) buf)[i]);
+	}
+}
+
+/* Fills buf[0..count) with rank r's input, element indices from base. */
+static void
+tt_fill(void *buf, size_t count, size_t base, cohort_dtype dt,
+    cohort_redop op, uint64_t seed, int r)
+{
+	for (size_t i = 0; i < count; i++)
+		tt_put(buf, i, dt, tt_raw(seed, r, base + i),
+		    tt_fval(seed, r, base + i, op));
+}
+
+static int64_t
+tt_sext(uint64_t v, cohort_dtype dt)
+{
+	if (dt == COHORT_I32)
+		return ((int32_t) (uint32_t) v);
+	if (dt == COHORT_I64)
+		return ((int64_t) v);
+	return ((int64_t) (uint8_t) v);
+}
+
+static uint64_t
+tt_mask(cohort_dtype dt)
+{
+	if (dt == COHORT_I32)
+		return (0xffffffffu);
+	if (dt == COHORT_I64)
+		return (UINT64_MAX);
+	return (0xffu);
+}
+
+/* Checks got[0..count) against the reduction over all n ranks of input
+ * elements base..base+count. Returns the number of mismatches (reports
+ * the first few). */
+static int
+tt_check_reduced(const void *got, size_t count, size_t base, cohort_dtype dt,
+    cohort_redop op, uint64_t seed, int n, const char *what)
+{
+	int bad = 0;
+
+	for (size_t i = 0; i < count; i++) {
+		bool ok;
+		double want = 0, g = 0;
+
+		if (tt_isfloat(dt)) {
+			want = tt_fval(seed, 0, base + i, op);
+			for (int r = 1; r < n; r++) {
+				double v = tt_fval(seed, r, base + i, op);
+
+				switch (op) {
+				case COHORT_PROD:
+					want *= v;
+					break;
+				case COHORT_MIN:
+					want = v < want ? v : want;
+					break;
+				case COHORT_MAX:
+					want = v > want ? v : want;
+					break;
+				default:
+					want += v;
+					break;
+				}
+			}
+			g = tt_getf(got, i, dt);
+			if (op == COHORT_MEAN) {
+				double rel = dt == COHORT_F16 ? 1.0 / 1024 :
+				    dt == COHORT_BF16     ? 1.0 / 128 :
+				    dt == COHORT_F32      ? 2.4e-7 :
+							    4.5e-16;
+
+				want /= n;
+				ok = fabs(g - want) <= fabs(want) * rel;
+			} else {
+				ok = g == want;
+			}
+		} else {
+			uint64_t w = tt_raw(seed, 0, base + i) & tt_mask(dt);
+			uint64_t gv = tt_geti(got, i, dt);
+
+			for (int r = 1; r < n; r++) {
+				uint64_t v = tt_raw(seed, r, base + i) &
+				    tt_mask(dt);
+
+				switch (op) {
+				case COHORT_PROD:
+					w = w * v;
+					break;
+				case COHORT_MIN:
+					if (tt_sext(v, dt) < tt_sext(w, dt))
+						w = v;
+					if (dt == COHORT_U8 && v < w)
+						w = v;
+					break;
+				case COHORT_MAX:
+					if (dt != COHORT_U8 &&
+					    tt_sext(v, dt) > tt_sext(w, dt))
+						w = v;
+					if (dt == COHORT_U8 && v > w)
+						w = v;
+					break;
+				default:
+					w = w + v;
+					break;
+				}
+				w &= tt_mask(dt);
+			}
+			ok = gv == (w & tt_mask(dt));
+			g = (double) gv;
+			want = (double) w;
+		}
+		if (!ok) {
+			if (bad < 5)
+				fprintf(stderr, "%s: %s %s n=%d elem %zu: got "
+				    "%.9g want %.9g\n", what,
+				    cohort_dtype_name(dt), cohort_redop_name(op),
+				    n, i, g, want);
+			bad++;
+		}
+	}
+	return (bad);
+}
+
+static uint64_t
+tt_hash_bytes(uint64_t h, const void *p, size_t len)
+{
+	const uint8_t *b = p;
+
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ b[i]) * 0x100000001b3u;
+	return (h);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Running one collective on one rank                                       */
+/* ------------------------------------------------------------------------ */
+
+struct tt_spec {
+	enum cohort__op_kind kind;
+	cohort_dtype dt;
+	cohort_redop op;
+	bool inplace;
+	size_t count;
+	int root;
+	uint64_t seed;
+};
+
+static void
+tt_fail(struct tt_group *g, int rank, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void
+tt_fail(struct tt_group *g, int rank, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fprintf(stderr, "rank %d: ", rank);
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "\n");
+	va_end(ap);
+	atomic_fetch_add(&g->failures, 1);
+}
+
+static const char *
+tt_kind_name(enum cohort__op_kind k)
+{
+	static const char *const names[] = { "?", "allreduce", "reduce",
+		"broadcast", "allgather", "allgatherv", "reduce_scatter",
+		"alltoall", "gather", "scatter", "barrier" };
+
+	return ((unsigned) k <= COHORT__OP_BARRIER ? names[k] : "?");
+}
+
+/* Runs spec on rank r and checks its output. */
+static void
+tt_one(struct tt_group *g, int r, void *state, const struct tt_spec *sp,
+    uint64_t seq)
+{
+	int n = g->n;
+	size_t es = cohort_dtype_size(sp->dt);
+	size_t cnt = sp->count, blk = cnt * es;
+	size_t counts[TT_MAX_RANKS], total = 0, myoff = 0;
+	struct cohort__op op;
+	uint8_t *send = NULL, *recv = NULL, *want = NULL;
+	char err[TT_ERRLEN] = "";
+	char what[160];
+	cohort_status rv;
+	int bad = 0;
+
+	memset(&op, 0, sizeof(op));
+	op.kind = sp->kind;
+	op.dtype = sp->dt;
+	op.op = sp->op;
+	op.count = cnt;
+	op.root = sp->root;
+	op.seq = seq;
+	snprintf(what, sizeof(what), "%s #%" PRIu64 " count %zu%s root %d",
+	    tt_kind_name(sp->kind), seq, cnt, sp->inplace ? " in place" : "",
+	    sp->root);
+
+	/* One allocation pattern per kind; +64 guard bytes. */
+	switch (sp->kind) {
+	case COHORT__OP_ALLREDUCE:
+	case COHORT__OP_REDUCE:
+		send = malloc(blk + 64);
+		tt_fill(send, cnt, 0, sp->dt, sp->op, sp->seed, r);
+		recv = sp->inplace ? send : malloc(blk + 64);
+		break;
+	case COHORT__OP_BROADCAST:
+		recv = malloc(blk + 64);
+		want = malloc(blk + 64);
+		tt_fill(want, cnt, 0, sp->dt, sp->op, sp->seed, sp->root);
+		if (r == sp->root)
+			memcpy(recv, want, blk);
+		else
+			memset(recv, 0xee, blk);
+		break;
+	case COHORT__OP_ALLGATHER:
+	case COHORT__OP_GATHER:
+		recv = malloc((size_t) n * blk + 64);
+		want = malloc((size_t) n * blk + 64);
+		for (int p = 0; p < n; p++)
+			tt_fill(want + (size_t) p * blk, cnt, 0, sp->dt, sp->op,
+			    sp->seed, p);
+		if (sp->inplace) {
+			send = recv + (size_t) r * blk;
+		} else {
+			send = malloc(blk + 64);
+		}
+		memcpy(send, want + (size_t) r * blk, blk);
+		break;
+	case COHORT__OP_ALLGATHERV:
+		for (int p = 0; p < n; p++) {
+			uint64_t h = tt_mix(sp->seed + (uint64_t) p);
+
+			counts[p] = h % 4 == 0 ? 0 : h % (cnt + 1);
+			if (p == r)
+				myoff = total;
+			total += counts[p];
+		}
+		op.counts = counts;
+		recv = malloc(total * es + 64);
+		want = malloc(total * es + 64);
+		{
+			size_t off = 0;
+
+			for (int p = 0; p < n; p++) {
+				tt_fill(want + off * es, counts[p], 0, sp->dt,
+				    sp->op, sp->seed, p);
+				off += counts[p];
+			}
+		}
+		send = sp->inplace ? recv + myoff * es :
+				     malloc(counts[r] * es + 64);
+		memcpy(send, want + myoff * es, counts[r] * es);
+		break;
+	case COHORT__OP_REDUCE_SCATTER:
+		send = malloc((size_t) n * blk + 64);
+		tt_fill(send, (size_t) n * cnt, 0, sp->dt, sp->op, sp->seed, r);
+		recv = sp->inplace ? send + (size_t) r * blk : malloc(blk + 64);
+		break;
+	case COHORT__OP_ALLTOALL:
+		send = malloc((size_t) n * blk + 64);
+		recv = malloc((size_t) n * blk + 64);
+		want = malloc((size_t) n * blk + 64);
+		tt_fill(send, (size_t) n * cnt, 0, sp->dt, sp->op, sp->seed, r);
+		for (int p = 0; p < n; p++)
+			tt_fill(want + (size_t) p * blk, cnt, (size_t) r * cnt,
+			    sp->dt, sp->op, sp->seed, p);
+		break;
+	case COHORT__OP_SCATTER:
+		send = malloc((size_t) n * blk + 64);
+		want = malloc(blk + 64);
+		tt_fill(send, (size_t) n * cnt, 0, sp->dt, sp->op, sp->seed,
+		    sp->root);
+		tt_fill(want, cnt, (size_t) r * cnt, sp->dt, sp->op, sp->seed,
+		    sp->root);
+		recv = sp->inplace && r == sp->root ?
+		    send + (size_t) r * blk :
+		    malloc(blk + 64);
+		break;
+	case COHORT__OP_BARRIER:
+	default:
+		break;
+	}
+	op.send = send;
+	op.recv = recv;
+	if (sp->kind == COHORT__OP_REDUCE && r != sp->root && !sp->inplace) {
+		free(recv);
+		recv = NULL;
+		op.recv = NULL;
+	}
+	if (sp->kind == COHORT__OP_GATHER && r != sp->root && !sp->inplace) {
+		op.recv = NULL;
+	}
+
+	rv = cohort__tcp_backend.run(state, &op, err, sizeof(err),
+	    cohort__now_ms() + 30000);
+	if (rv != COHORT_OK) {
+		tt_fail(g, r, "%s: %s: %s", what, cohort_status_name(rv), err);
+		goto out;
+	}
+	switch (sp->kind) {
+	case COHORT__OP_ALLREDUCE:
+		bad = tt_check_reduced(recv, cnt, 0, sp->dt, sp->op, sp->seed, n,
+		    what);
+		g->hash[r] = tt_hash_bytes(g->hash[r] * 31 + seq, recv, blk);
+		break;
+	case COHORT__OP_REDUCE:
+		if (r == sp->root)
+			bad = tt_check_reduced(recv, cnt, 0, sp->dt, sp->op,
+			    sp->seed, n, what);
+		break;
+	case COHORT__OP_BROADCAST:
+		bad = memcmp(recv, want, blk) != 0;
+		break;
+	case COHORT__OP_ALLGATHER:
+		bad = memcmp(recv, want, (size_t) n * blk) != 0;
+		break;
+	case COHORT__OP_GATHER:
+		if (r == sp->root)
+			bad = memcmp(recv, want, (size_t) n * blk) != 0;
+		break;
+	case COHORT__OP_ALLGATHERV:
+		bad = memcmp(recv, want, total * es) != 0;
+		break;
+	case COHORT__OP_REDUCE_SCATTER:
+		bad = tt_check_reduced(recv, cnt, (size_t) r * cnt, sp->dt,
+		    sp->op, sp->seed, n, what);
+		break;
+	case COHORT__OP_ALLTOALL:
+		bad = memcmp(recv, want, (size_t) n * blk) != 0;
+		break;
+	case COHORT__OP_SCATTER:
+		bad = memcmp(recv, want, blk) != 0;
+		break;
+	default:
+		break;
+	}
+	if (bad)
+		tt_fail(g, r, "%s %s %s: %d wrong elements", what,
+		    cohort_dtype_name(sp->dt), cohort_redop_name(sp->op), bad);
+out:
+	/* Free what was allocated, minding the in-place aliases. */
+	switch (sp->kind) {
+	case COHORT__OP_ALLREDUCE:
+	case COHORT__OP_REDUCE:
+		if (recv != send)
+			free(recv);
+		free(send);
+		break;
+	case COHORT__OP_ALLGATHER:
+	case COHORT__OP_GATHER:
+	case COHORT__OP_ALLGATHERV:
+		if (!sp->inplace)
+			free(send);
+		free(recv);
+		break;
+	case COHORT__OP_REDUCE_SCATTER:
+		if (!sp->inplace)
+			free(recv);
+		free(send);
+		break;
+	case COHORT__OP_SCATTER:
+		if (!(sp->inplace && r == sp->root))
+			free(recv);
+		free(send);
+		break;
+	default:
+		free(send);
+		free(recv);
+		break;
+	}
+	free(want);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Correctness: every collective x dtype x op x in/out of place             */
+/* ------------------------------------------------------------------------ */
+
+static const enum cohort__op_kind tt_reducing[] = { COHORT__OP_ALLREDUCE,
+	COHORT__OP_REDUCE, COHORT__OP_REDUCE_SCATTER };
+static const enum cohort__op_kind tt_moving[] = { COHORT__OP_BROADCAST,
+	COHORT__OP_ALLGATHER, COHORT__OP_ALLGATHERV, COHORT__OP_ALLTOALL,
+	COHORT__OP_GATHER, COHORT__OP_SCATTER, COHORT__OP_BARRIER };
+
+static void
+tt_body_matrix(struct tt_group *g, int r, void *state)
+{
+	uint64_t seq = 0;
+	int n = g->n;
+
+	for (size_t k = 0; k < 3; k++) {
+		for (int dt = 0; dt < COHORT_DTYPE_COUNT; dt++) {
+			for (int o = 0; o < COHORT_REDOP_COUNT; o++) {
+				size_t counts[4];
+				uint64_t h;
+
+				if (o == COHORT_MEAN &&
+				    !tt_isfloat((cohort_dtype) dt))
+					continue;
+				h = tt_mix(g->seed + seq);
+				/* 0, 1, an odd count, and one past the
+				 * small-message threshold (ring) */
+				counts[0] = 0;
+				counts[1] = 1;
+				counts[2] = 2 * (h % 600) + 3;
+				counts[3] = (k == 0 ? 20001 : 3001) +
+				    2 * (h % 20000);
+				for (int c = 0; c < 4; c++) {
+					for (int ip = 0; ip < 2; ip++) {
+						struct tt_spec sp = {
+							.kind = tt_reducing[k],
+							.dt = (cohort_dtype) dt,
+							.op = (cohort_redop) o,
+							.inplace = ip == 1,
+							.count = counts[c],
+							.root = (int) (h % (uint64_t) n),
+							.seed = g->seed + seq,
+						};
+
+						seq++;
+						tt_one(g, r, state, &sp, seq);
+					}
+				}
+			}
+		}
+	}
+	for (size_t k = 0; k < sizeof(tt_moving) / sizeof(tt_moving[0]);
+	     k++) {
+		static const cohort_dtype dts[] = { COHORT_U8, COHORT_F32,
+			COHORT_F64 };
+
+		for (int d = 0; d < 3; d++) {
+			for (int c = 0; c < 5; c++) {
+				uint64_t h = tt_mix(g->seed + seq);
+				size_t cnt = c == 0 ? 0 :
+				    c == 1	    ? 1 :
+				    c == 2	    ? 2 * (h % 500) + 1 :
+				    c == 3	    ? 40001 + 2 * (h % 9000) :
+							    300001;
+
+				if (c == 4 && d != 0)
+					continue;
+				for (int ip = 0; ip < 2; ip++) {
+					struct tt_spec sp = {
+						.kind = tt_moving[k],
+						.dt = dts[d],
+						.op = COHORT_SUM,
+						.inplace = ip == 1,
+						.count = cnt,
+						.root = (int) (h % (uint64_t) n),
+						.seed = g->seed + seq,
+					};
+
+					if (tt_moving[k] == COHORT__OP_ALLTOALL &&
+					    ip == 1)
+						continue;
+					seq++;
+					tt_one(g, r, state, &sp, seq);
+				}
+			}
+		}
+	}
+}
+
+START_TEST(test_tcp_matrix)
+{
+	static struct tt_group g;
+	int n = _i;
+
+	tt_run_group(n, "matrix", tt_body_matrix, &g);
+	tt_assert_no_failures(&g);
+	for (int r = 1; r < n; r++)
+		ck_assert_msg(g.hash[r] == g.hash[0],
+		    "allreduce results differ between rank 0 and rank %d", r);
+}
+END_TEST
+
+/* Several MiB per rank, the ring and chain paths at full length. */
+static void
+tt_body_big(struct tt_group *g, int r, void *state)
+{
+	int n = g->n;
+	const struct tt_spec specs[] = {
+		{ COHORT__OP_ALLREDUCE, COHORT_F32, COHORT_SUM, false,
+		    (6u << 20) / 4 + 3, 0, 11 },
+		{ COHORT__OP_ALLREDUCE, COHORT_F32, COHORT_SUM, true,
+		    (6u << 20) / 4 + 1, 0, 12 },
+		{ COHORT__OP_ALLREDUCE, COHORT_BF16, COHORT_MEAN, true,
+		    (3u << 20) + 5, 0, 13 },
+		{ COHORT__OP_ALLREDUCE, COHORT_I64, COHORT_MAX, false,
+		    (1u << 19) + 7, 0, 14 },
+		{ COHORT__OP_REDUCE, COHORT_F64, COHORT_SUM, false,
+		    (1u << 19) + 3, n - 1, 15 },
+		{ COHORT__OP_REDUCE, COHORT_F32, COHORT_MIN, true,
+		    (1u << 20) + 3, 0, 16 },
+		{ COHORT__OP_REDUCE_SCATTER, COHORT_F32, COHORT_MEAN, false,
+		    (1u << 20) / (size_t) n + 1, 0, 17 },
+		{ COHORT__OP_REDUCE_SCATTER, COHORT_I32, COHORT_SUM, true,
+		    (1u << 20) / (size_t) n + 3, 0, 18 },
+		{ COHORT__OP_ALLGATHER, COHORT_U8, COHORT_SUM, false,
+		    (2u << 20) + 1, 0, 19 },
+		{ COHORT__OP_BROADCAST, COHORT_U8, COHORT_SUM, false,
+		    (8u << 20) + 3, n / 2, 20 },
+		{ COHORT__OP_ALLTOALL, COHORT_F32, COHORT_SUM, false,
+		    (1u << 18) + 1, 0, 21 },
+	};
+
+	for (size_t k = 0; k < sizeof(specs) / sizeof(specs[0]); k++)
+		tt_one(g, r, state, &specs[k], k + 1);
+}
+
+START_TEST(test_tcp_big)
+{
+	static struct tt_group g;
+	static const int ns[] = { 2, 3, 4 };
+
+	tt_run_group(ns[_i], "big", tt_body_big, &g);
+	tt_assert_no_failures(&g);
+}
+END_TEST
+
+/* Two groups at once, each with its own threads and group id. */
+static void
+tt_body_some(struct tt_group *g, int r, void *state)
+{
+	for (int k = 0; k < 40; k++) {
+		struct tt_spec sp = {
+			.kind = k % 3 == 2 ? COHORT__OP_BROADCAST :
+						   COHORT__OP_ALLREDUCE,
+			.dt = COHORT_F32,
+			.op = COHORT_SUM,
+			.inplace = k % 2,
+			.count = k % 5 == 0 ? 200001 : 1000 + (size_t) k,
+			.root = k % g->n,
+			.seed = g->seed + (uint64_t) k,
+		};
+
+		tt_one(g, r, state, &sp, (uint64_t) k + 1);
+	}
+}
+
+START_TEST(test_tcp_two_groups)
+{
+	static struct tt_group a, b;
+	struct tt_store s;
+
+	tt_store_init(&s);
+	tt_group_setup(&a, &s, 3, "groupA", tt_body_some);
+	tt_group_setup(&b, &s, 2, "groupB", tt_body_some);
+	b.seed = 999;
+	tt_group_start(&a, 0);
+	tt_group_start(&b, 1);
+	tt_group_join(&a);
+	tt_group_join(&b);
+	tt_assert_no_failures(&a);
+	tt_assert_no_failures(&b);
+	tt_store_fini(&s);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* Authentication                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* A store that publishes under other keys and reads another generation's
+ * addresses: lets a stale or forged rank 0 reach the real rank 1. */
+struct tt_redirect {
+	struct tt_store *real;
+	uint64_t from_gen, to_gen;
+};
+
+static cohort_status
+tt_redirect_set(void *ctx, const char *key, const void *val, size_t len,
+    cohort__time deadline)
+{
+	struct tt_redirect *rd = ctx;
+	char k[256];
+
+	snprintf(k, sizeof(k), "forged/%s", key);
+	return (tt_store_set(rd->real, k, val, len, deadline));
+}
+
+static cohort_status
+tt_redirect_get(void *ctx, const char *key, void **val, size_t *len,
+    cohort__time deadline)
+{
+	struct tt_redirect *rd = ctx;
+	char k[256], from[32], to[32];
+	const char *p;
+
+	snprintf(from, sizeof(from), "/%" PRIu64 "/", rd->from_gen);
+	snprintf(to, sizeof(to), "/%" PRIu64 "/", rd->to_gen);
+	if ((p = strstr(key, from)) != NULL)
+		snprintf(k, sizeof(k), "%.*s%s%s", (int) (p - key), key, to,
+		    p + strlen(from));
+	else
+		snprintf(k, sizeof(k), "%s", key);
+	return (tt_store_get(rd->real, k, val, len, deadline));
+}
+
+static void
+tt_body_one_allreduce(struct tt_group *g, int r, void *state)
+{
+	struct tt_spec sp = { COHORT__OP_ALLREDUCE, COHORT_F32, COHORT_SUM,
+		false, 100003, 0, 5 };
+
+	tt_one(g, r, state, &sp, 1);
+}
+
+struct tt_raw_arg {
+	struct tt_store *s;
+	int got_eof; /* 1: closed by the peer; 0: not; -1: error */
+};
+
+/* A stray client: reads rank 1's address, connects, sends junk of the
+ * size of a hello, and expects to be disconnected. */
+static void *
+tt_raw_thread(void *arg)
+{
+	struct tt_raw_arg *ra = arg;
+	void *val = NULL;
+	size_t len = 0;
+	char addr[128];
+	struct sockaddr_in sin;
+	char *colon;
+	uint8_t junk[92], buf[64];
+	int fd;
+	int64_t port;
+
+	ra->got_eof = -1;
+	if (tt_store_get(ra->s, "tcp/auth/7/addr/1", &val, &len,
+	    cohort__now_ms() + 10000) != COHORT_OK)
+		return (NULL);
+	snprintf(addr, sizeof(addr), "%.*s", (int) len, (char *) val);
+	free(val);
+	if ((colon = strrchr(addr, ':')) == NULL)
+		return (NULL);
+	*colon = '\0';
+	if (!cohort__parse_i64(colon + 1, &port))
+		return (NULL);
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons((uint16_t) port);
+	inet_pton(AF_INET, addr, &sin.sin_addr);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (connect(fd, (struct sockaddr *) &sin, sizeof(sin)) != 0) {
+		close(fd);
+		return (NULL);
+	}
+	memset(junk, 'x', sizeof(junk));
+	(void) send(fd, junk, sizeof(junk), MSG_NOSIGNAL);
+	/* Read the greeting, then expect EOF within 5 s. */
+	for (int k = 0; k < 50; k++) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		ssize_t n;
+
+		if (poll(&pfd, 1, 100) <= 0)
+			continue;
+		n = recv(fd, buf, sizeof(buf), 0);
+		if (n <= 0) {
+			ra->got_eof = 1;
+			break;
+		}
+	}
+	if (ra->got_eof != 1)
+		ra->got_eof = 0;
+	close(fd);
+	return (NULL);
+}
+
+static void
+tt_forged_rank0(struct tt_store *s, uint64_t gen, const uint8_t *secret,
+    cohort_status want)
+{
+	struct tt_redirect rd = { s, gen, 7 };
+	int32_t granks[2] = { 100, 101 };
+	struct cohort__group_desc d;
+	char err[TT_ERRLEN] = "";
+	void *state = NULL;
+	cohort_status rv;
+
+	memset(&d, 0, sizeof(d));
+	d.job = "tjob";
+	d.generation = gen;
+	d.group_id = "auth";
+	d.rank = 0;
+	d.size = 2;
+	d.global_ranks = granks;
+	d.secret = secret;
+	d.secret_len = 16;
+	d.store.ctx = &rd;
+	d.store.set = tt_redirect_set;
+	d.store.get = tt_redirect_get;
+	rv = cohort__tcp_backend.init(&d, &state, err, sizeof(err),
+	    cohort__now_ms() + 10000);
+	ck_assert_msg(rv == want, "forged rank 0 (gen %" PRIu64 "): %s: %s",
+	    gen, cohort_status_name(rv), err);
+	ck_assert(strstr(err, "rank 101") != NULL);
+}
+
+START_TEST(test_tcp_auth_refuses_strangers)
+{
+	static struct tt_group g;
+	struct tt_store s;
+	struct tt_raw_arg ra;
+	pthread_t raw;
+
+	tt_store_init(&s);
+	tt_group_setup(&g, &s, 2, "auth", tt_body_one_allreduce);
+	/* Only rank 1 (the acceptor) first. */
+	pthread_barrier_init(&g.done, NULL, 2);
+	tt_args[0][1].g = &g;
+	tt_args[0][1].rank = 1;
+	ck_assert_int_eq(pthread_create(&g.th[1], NULL, tt_thread,
+	    &tt_args[0][1]), 0);
+
+	ra.s = &s;
+	ck_assert_int_eq(pthread_create(&raw, NULL, tt_raw_thread, &ra), 0);
+	/* Stale generation, right secret; then right generation, wrong
+	 * secret: both are turned away. */
+	tt_forged_rank0(&s, 6, g.secret, COHORT_EAUTH);
+	tt_forged_rank0(&s, 7, (const uint8_t *) "fedcba9876543210",
+	    COHORT_EAUTH);
+	pthread_join(raw, NULL);
+	ck_assert_int_eq(ra.got_eof, 1);
+
+	/* The real rank 0 still gets in, and the group works. */
+	tt_args[0][0].g = &g;
+	tt_args[0][0].rank = 0;
+	ck_assert_int_eq(pthread_create(&g.th[0], NULL, tt_thread,
+	    &tt_args[0][0]), 0);
+	tt_group_join(&g);
+	tt_assert_no_failures(&g);
+	tt_store_fini(&s);
+}
+END_TEST
+
+START_TEST(test_tcp_init_timeout_names_missing)
+{
+	struct tt_store s;
+	struct tt_group g;
+	struct cohort__group_desc d;
+	char err[TT_ERRLEN] = "";
+	void *state = NULL;
+	int64_t t0;
+	cohort_status rv;
+
+	tt_store_init(&s);
+	tt_group_setup(&g, &s, 3, "lonely", NULL);
+	/* Rank 2 alone: it accepts, and ranks 0 and 1 never come. */
+	tt_desc(&g, 2, &d);
+	t0 = cohort__now_ms();
+	rv = cohort__tcp_backend.init(&d, &state, err, sizeof(err),
+	    cohort__now_ms() + 300);
+	ck_assert_int_eq(rv, COHORT_ETIMEDOUT);
+	ck_assert_msg(strstr(err, "100") && strstr(err, "101"), "%s", err);
+	ck_assert_int_lt(cohort__now_ms() - t0, 2000);
+	/* Rank 0 alone: waits for rank 1's address, then is aborted. */
+	tt_desc(&g, 0, &d);
+	atomic_store(&g.abort_flag[0], 1);
+	rv = cohort__tcp_backend.init(&d, &state, err, sizeof(err),
+	    cohort__now_ms() + 300);
+	ck_assert(rv == COHORT_EABORTED || rv == COHORT_ETIMEDOUT);
+	tt_store_fini(&s);
+}
+END_TEST
+
+START_TEST(test_tcp_size_one)
+{
+	static struct tt_group g;
+
+	tt_run_group(1, "solo", tt_body_matrix, &g);
+	tt_assert_no_failures(&g);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* Failures                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static bool
+tt_in_run_ge(void *arg)
+{
+	struct tt_group *g = arg;
+
+	return (atomic_load(&g->in_run) >= g->iters);
+}
+
+/* Ranks 0 and 1 allreduce 32 MiB; rank 2 closes its connections once
+ * they are in the call. */
+static void
+tt_body_vanish(struct tt_group *g, int r, void *state)
+{
+	size_t count = 8u << 20;
+	float *buf;
+	struct cohort__op op = { .kind = COHORT__OP_ALLREDUCE,
+		.dtype = COHORT_F32, .op = COHORT_SUM, .count = count,
+		.seq = 12 };
+	int64_t t0;
+
+	if (r == 2) {
+		th_wait_until(tt_in_run_ge, g, 500, 10);
+		/* abort() shuts the sockets down: a hard disappearance. */
+		cohort__tcp_backend.abort(state);
+		return;
+	}
+	buf = calloc(count, sizeof(float));
+	op.send = op.recv = buf;
+	atomic_fetch_add(&g->in_run, 1);
+	t0 = cohort__now_ms();
+	g->run_rv[r] = cohort__tcp_backend.run(state, &op, g->run_err[r],
+	    TT_ERRLEN, cohort__now_ms() + 20000);
+	g->run_ms[r] = cohort__now_ms() - t0;
+	free(buf);
+}
+
+START_TEST(test_tcp_peer_vanishes_mid_allreduce)
+{
+	static struct tt_group g;
+	struct tt_store s;
+
+	tt_store_init(&s);
+	tt_group_setup(&g, &s, 3, "vanish", tt_body_vanish);
+	g.iters = 2;
+	tt_group_start(&g, 0);
+	tt_group_join(&g);
+	for (int r = 0; r < 2; r++) {
+		ck_assert_msg(g.run_rv[r] == COHORT_EPEERLOST,
+		    "rank %d: %s: %s", r, cohort_status_name(g.run_rv[r]),
+		    g.run_err[r]);
+		ck_assert_msg(strstr(g.run_err[r], "rank 102") != NULL &&
+		    strstr(g.run_err[r], "allreduce #12") != NULL,
+		    "rank %d: %s", r, g.run_err[r]);
+		ck_assert_int_lt(g.run_ms[r], 5000);
+	}
+	tt_store_fini(&s);
+}
+END_TEST
+
+struct tt_aborter {
+	struct tt_group *g;
+	void *state;
+	bool use_flag;
+};
+
+static void *
+tt_abort_thread(void *arg)
+{
+	struct tt_aborter *a = arg;
+
+	th_wait_until(tt_in_run_ge, a->g, 500, 10);
+	/* Let the run reach poll(). */
+	(void) poll(NULL, 0, 50);
+	if (a->use_flag)
+		atomic_store(&a->g->abort_flag[0], 1);
+	else
+		cohort__tcp_backend.abort(a->state);
+	return (NULL);
+}
+
+/* Rank 0 allreduces alone (rank 1 never joins the call) and is aborted
+ * from another thread; then a deadline case. */
+static void
+tt_body_abort(struct tt_group *g, int r, void *state)
+{
+	float buf[1000] = { 0 };
+	struct cohort__op op = { .kind = COHORT__OP_ALLREDUCE,
+		.send = buf, .recv = buf, .count = 1000,
+		.dtype = COHORT_F32, .op = COHORT_SUM, .seq = 3 };
+	struct tt_aborter ab = { g, state, g->seed == 1 };
+	pthread_t th;
+	int64_t t0;
+
+	if (r != 0)
+		return;
+	/* Deadline first: names the rank we wait for. */
+	t0 = cohort__now_ms();
+	g->run_rv[1] = cohort__tcp_backend.run(state, &op, g->run_err[1],
+	    TT_ERRLEN, cohort__now_ms() + 300);
+	g->run_ms[1] = cohort__now_ms() - t0;
+
+	op.seq = 4;
+	ck_assert_int_eq(pthread_create(&th, NULL, tt_abort_thread, &ab), 0);
+	atomic_fetch_add(&g->in_run, 1);
+	t0 = cohort__now_ms();
+	g->run_rv[0] = cohort__tcp_backend.run(state, &op, g->run_err[0],
+	    TT_ERRLEN, cohort__now_ms() + 20000);
+	g->run_ms[0] = cohort__now_ms() - t0;
+	pthread_join(th, NULL);
+}
+
+START_TEST(test_tcp_abort_unblocks_run)
+{
+	static struct tt_group g;
+	struct tt_store s;
+
+	tt_store_init(&s);
+	tt_group_setup(&g, &s, 2, "abort", tt_body_abort);
+	g.iters = 1;
+	g.seed = (uint64_t) _i; /* 0: abort(), 1: the group's flag */
+	tt_group_start(&g, 0);
+	tt_group_join(&g);
+	ck_assert_msg(g.run_rv[1] == COHORT_ETIMEDOUT, "%s: %s",
+	    cohort_status_name(g.run_rv[1]), g.run_err[1]);
+	ck_assert_msg(strstr(g.run_err[1], "waiting for rank 101") != NULL,
+	    "%s", g.run_err[1]);
+	ck_assert_int_lt(g.run_ms[1], 1500);
+	ck_assert_msg(g.run_rv[0] == COHORT_EABORTED, "%s: %s",
+	    cohort_status_name(g.run_rv[0]), g.run_err[0]);
+	/* 50 ms head start + at most one poll period. */
+	ck_assert_int_lt(g.run_ms[0], 2000);
+	tt_store_fini(&s);
+}
+END_TEST
+
+/* File-backed store for ranks in different processes. */
+static char tt_fs_dir[256];
+
+static void
+tt_fs_path(const char *key, char *out, size_t len)
+{
+	char k[200];
+	size_t i;
+
+	for (i = 0; key[i] != '\0' && i + 1 < sizeof(k); i++)
+		k[i] = key[i] == '/' ? '_' : key[i];
+	k[i] = '\0';
+	snprintf(out, len, "%s/%s", tt_fs_dir, k);
+}
+
+static cohort_status
+tt_fs_set(void *ctx, const char *key, const void *val, size_t len,
+    cohort__time deadline)
+{
+	char path[512], tmp[520];
+	int fd;
+
+	tt_fs_path(key, path, sizeof(path));
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600)) < 0)
+		return (COHORT_ESYSTEM);
+	if (write(fd, val, len) != (ssize_t) len) {
+		close(fd);
+		return (COHORT_ESYSTEM);
+	}
+	close(fd);
+	return (rename(tmp, path) == 0 ? COHORT_OK : COHORT_ESYSTEM);
+}
+
+static cohort_status
+tt_fs_get(void *ctx, const char *key, void **val, size_t *len,
+    cohort__time deadline)
+{
+	char path[512];
+
+	tt_fs_path(key, path, sizeof(path));
+	for (;;) {
+		int fd = open(path, O_RDONLY);
+
+		if (fd >= 0) {
+			char *buf = malloc(256);
+			ssize_t n = read(fd, buf, 256);
+
+			close(fd);
+			if (n < 0) {
+				free(buf);
+				return (COHORT_ESYSTEM);
+			}
+			*val = buf;
+			*len = (size_t) n;
+			return (COHORT_OK);
+		}
+		if (cohort__expired(deadline))
+			return (COHORT_ETIMEDOUT);
+		(void) poll(NULL, 0, 2); /* bounded by the deadline */
+	}
+}
+
+static void
+tt_fs_desc(struct cohort__group_desc *d, int rank, const int32_t *granks)
+{
+	memset(d, 0, sizeof(*d));
+	d->job = "forkjob";
+	d->generation = 1;
+	d->group_id = "fork";
+	d->rank = rank;
+	d->size = 2;
+	d->global_ranks = granks;
+	d->store.set = tt_fs_set;
+	d->store.get = tt_fs_get;
+}
+
+struct tt_killer {
+	pid_t pid;
+	atomic_int *iter;
+	int64_t killed_at;
+};
+
+static bool
+tt_iter_ge3(void *arg)
+{
+	return (atomic_load((atomic_int *) arg) >= 3);
+}
+
+static void *
+tt_kill_thread(void *arg)
+{
+	struct tt_killer *k = arg;
+
+	th_wait_until(tt_iter_ge3, k->iter, 1000, 5);
+	k->killed_at = cohort__now_ms();
+	kill(k->pid, SIGKILL);
+	return (NULL);
+}
+
+START_TEST(test_tcp_sigkilled_rank)
+{
+	static const int32_t granks[2] = { 40, 41 };
+	size_t count = 4u << 20;
+	struct cohort__group_desc d;
+	char err[TT_ERRLEN] = "";
+	void *state = NULL;
+	struct cohort__op op = { .kind = COHORT__OP_ALLREDUCE,
+		.dtype = COHORT_F32, .op = COHORT_SUM, .count = count };
+	struct tt_killer k;
+	atomic_int iter;
+	pthread_t th;
+	cohort_status rv = COHORT_OK;
+	float *buf;
+	pid_t pid;
+	int status;
+
+	snprintf(tt_fs_dir, sizeof(tt_fs_dir), "/tmp/cohort-tcp-XXXXXX");
+	ck_assert(mkdtemp(tt_fs_dir) != NULL);
+	buf = calloc(count, sizeof(float));
+	op.send = op.recv = buf;
+	pid = fork();
+	ck_assert(pid >= 0);
+	if (pid == 0) {
+		/* Rank 1: allreduce until killed (bounded). */
+		tt_fs_desc(&d, 1, granks);
+		if (cohort__tcp_backend.init(&d, &state, err, sizeof(err),
+		    cohort__now_ms() + 10000) != COHORT_OK)
+			_exit(2);
+		for (int i = 0; i < 100000; i++) {
+			op.seq = (uint64_t) i + 1;
+			if (cohort__tcp_backend.run(state, &op, err,
+			    sizeof(err), cohort__now_ms() + 10000) !=
+			    COHORT_OK)
+				_exit(3);
+		}
+		_exit(0);
+	}
+	tt_fs_desc(&d, 0, granks);
+	rv = cohort__tcp_backend.init(&d, &state, err, sizeof(err),
+	    cohort__now_ms() + 10000);
+	if (rv != COHORT_OK) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+		ck_abort_msg("init: %s: %s", cohort_status_name(rv), err);
+	}
+	atomic_init(&iter, 0);
+	k.pid = pid;
+	k.iter = &iter;
+	k.killed_at = 0;
+	ck_assert_int_eq(pthread_create(&th, NULL, tt_kill_thread, &k), 0);
+	for (int i = 0; i < 100000; i++) {
+		op.seq = (uint64_t) i + 1;
+		rv = cohort__tcp_backend.run(state, &op, err, sizeof(err),
+		    cohort__now_ms() + 10000);
+		if (rv != COHORT_OK)
+			break;
+		atomic_store(&iter, i + 1);
+	}
+	pthread_join(th, NULL);
+	waitpid(pid, &status, 0);
+	cohort__tcp_backend.fini(state);
+	free(buf);
+	ck_assert_msg(rv == COHORT_EPEERLOST, "%s: %s",
+	    cohort_status_name(rv), err);
+	ck_assert_msg(strstr(err, "rank 41") != NULL, "%s", err);
+	ck_assert_msg(cohort__now_ms() - k.killed_at < 3000,
+	    "noticed %" PRId64 " ms after the kill",
+	    cohort__now_ms() - k.killed_at);
+	ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+END_TEST
+
+Suite *
+suite_backend_tcp(void)
+{
+	Suite *s = suite_create("backend_tcp");
+	TCase *tc;
+
+	tc = tcase_create("collectives");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_tcp_size_one);
+	tcase_add_loop_test(tc, test_tcp_matrix, 2, TT_MAX_RANKS + 1);
+	tcase_add_loop_test(tc, test_tcp_big, 0, 3);
+	tcase_add_test(tc, test_tcp_two_groups);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("setup");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_tcp_auth_refuses_strangers);
+	tcase_add_test(tc, test_tcp_init_timeout_names_missing);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("failures");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_tcp_peer_vanishes_mid_allreduce);
+	tcase_add_loop_test(tc, test_tcp_abort_unblocks_run, 0, 2);
+	tcase_add_test(tc, test_tcp_sigkilled_rank);
+	suite_add_tcase(s, tc);
+	return (s);
+}
