@@ -106,7 +106,9 @@ env_try_source(const struct env_source *src, cohort_env *out,
 	cohort_status st;
 
 	*complete = false;
-	if ((st = env_int(src->rank, 0, ENV_INT_MAX - 1, &rank,
+	/* COHORT_RANK=-1 explicitly asks cohortd to assign the rank. */
+	if ((st = env_int(src->rank, strcmp(src->name, "cohort") == 0 ? -1 : 0,
+	         ENV_INT_MAX - 1, &rank,
 	         &has_rank)) != COHORT_OK ||
 	    (st = env_int(src->world, 1, ENV_INT_MAX, &world, &has_world)) !=
 	        COHORT_OK ||

@@ -293,6 +293,14 @@ scen_hold(cohort_client *c, const char *arg)
 	WORKER_CHECK("ready", cohort_barrier(g, "ready", 60000));
 	printf("READY rank=%d pid=%d\n", cohort_client_rank(c), (int) getpid());
 	fflush(stdout);
+	/* The victim (COHORT_TEST_VICTIM) stays out of barrier "final" until
+	 * the test kills or stops it. */
+	if (cohort_client_rank(c) == (int) worker_arg(getenv(
+	    "COHORT_TEST_VICTIM"), -1)) {
+		for (int i = 0; i < 1200; i++)
+			usleep(100 * 1000);
+		return (4);
+	}
 	t0 = worker_now_ms();
 	st = cohort_barrier(g, "final", (cohort_duration) worker_arg(arg,
 	    120000));

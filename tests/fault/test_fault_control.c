@@ -44,7 +44,9 @@ START_TEST(test_sigkill_fails_pending_barrier_everywhere)
 	const int victim = 3;
 	int64_t t0;
 
-	th_workers_start(&w, &coord, "kill", "t", 8, "hold", "120000", NULL);
+	static const char *const env[] = { "COHORT_TEST_VICTIM=3", NULL };
+
+	th_workers_start(&w, &coord, "kill", "t", 8, "hold", "120000", env);
 	ck_assert_msg(th_wait_until(all_ready, &w, 3000, 10),
 	    "workers never got ready");
 	/* give them a moment to park in barrier "final" (not required:
@@ -71,6 +73,52 @@ START_TEST(test_sigkill_fails_pending_barrier_everywhere)
 	}
 	/* generous hang bound; the real figure is measured by the bench */
 	ck_assert_int_lt(th_now_ms() - t0, 15000);
+}
+END_TEST
+
+START_TEST(test_sigstop_detected_by_missed_heartbeats)
+{
+	/* dead-after 5 s scaled to 2 s */
+	static const char *const env[] = { "COHORT_TEST_VICTIM=2",
+		"COHORT_TIMEOUT_SCALE=0.4", NULL };
+	struct th_workers w;
+	int64_t t0;
+
+	th_workers_start(&w, &coord, "stop", "t", 4, "hold", "120000", env);
+	ck_assert_msg(th_wait_until(all_ready, &w, 3000, 10),
+	    "workers never got ready");
+	usleep(100 * 1000);
+	t0 = th_now_ms();
+	kill(w.pid[2], SIGSTOP);
+	for (int r = 0; r < 4; r++) {
+		int st;
+		if (r == 2)
+			continue;
+		ck_assert_msg(th_wait(w.pid[r], 20000, &st),
+		    "rank %d still blocked 20 s after SIGSTOP", r);
+		w.status[r] = th_exit_code(st);
+	}
+	{
+		int64_t took = th_now_ms() - t0;
+		/* dead-after (2 s) + sweep; generous for loaded machines */
+		ck_assert_msg(took < 12000, "detection took %lld ms",
+		    (long long) took);
+	}
+	kill(w.pid[2], SIGKILL);
+	kill(w.pid[2], SIGCONT);
+	th_wait(w.pid[2], 5000, NULL);
+	for (int r = 0; r < 4; r++) {
+		char *o;
+		if (r == 2)
+			continue;
+		o = th_worker_output(&w, r);
+		ck_assert_msg(strstr(o, "status=COHORT_EPEERLOST") != NULL &&
+		    strstr(o, "rank 2") != NULL &&
+		    strstr(o, "heartbeat") != NULL,
+		    "rank %d: expected EPEERLOST naming rank 2 and missed "
+		    "heartbeats: %s", r, o);
+		free(o);
+	}
 }
 END_TEST
 
@@ -103,6 +151,7 @@ suite_fault_control(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_sigkill_fails_pending_barrier_everywhere);
+	tcase_add_test(tc, test_sigstop_detected_by_missed_heartbeats);
 	tcase_add_test(tc, test_reported_failure_text_reaches_others);
 	suite_add_tcase(s, tc);
 	return (s);
