@@ -327,7 +327,7 @@ START_TEST(test_malformed_values)
 		{ "COHORT_WORLD_SIZE", "-3" },
 		{ "COHORT_WORLD_SIZE", "4x" },
 		{ "COHORT_WORLD_SIZE", "99999999999999999999" },
-		{ "COHORT_RANK", "-1" },
+		{ "COHORT_RANK", "-2" },
 		{ "COHORT_RANK", " 1" },
 		{ "LOCAL_RANK", "one" },
 		{ "SLURM_NTASKS", "2(x3)" },
