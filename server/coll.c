@@ -340,6 +340,7 @@ srv_group_handle(
 	if (g->narr < g->n)
 		return;
 	g->complete = true;
+	srv_jrn_group(job, g);
 	for (uint32_t i = 0; i < g->n; i++) {
 		struct srv_call* p = g->arr[i];
 		g->arr[i] = NULL;
@@ -916,9 +917,12 @@ srv_coll_expire(struct srv_call* c, cohort__time now)
 {
 	struct srv_coll* co = c->owner;
 	struct srv_group* g = co->g;
+	struct srv_job* job = c->job;
 	int32_t* miss = calloc(g->n + 1, sizeof(int32_t));
-	size_t nm = 0;
-	char rb[512], secs[32], what[700], buf[1400];
+	size_t nm = 0, off;
+	char rb[512], secs[32], what[700], buf[2400], doing[800];
+	const struct srv_member* self
+	    = c->client != NULL ? c->client->member : NULL;
 	Cohort__Reply rep;
 
 	for (uint32_t i = 0; miss != NULL && i < g->n; i++) {
@@ -932,11 +936,28 @@ srv_coll_expire(struct srv_call* c, cohort__time now)
 	srv_fmt_ranks(rb, sizeof(rb), miss, nm);
 	srv_fmt_secs(secs, sizeof(secs), now - c->start);
 	srv_coll_describe(c, what, sizeof(what));
+	off = 0;
+	cohort__appendf(buf, sizeof(buf), &off,
+	    "%s timed out after %s; rank%s %s never arrived", what, secs,
+	    nm == 1 ? "" : "s", rb);
+	/* What the missing ranks do instead, and the liveness bound that
+	 * did not fire (they were alive all along). */
+	for (size_t i = 0; i < nm && i < 4; i++) {
+		srv_member_doing(job, &job->members[miss[i]], now, false,
+		    doing, sizeof(doing));
+		cohort__appendf(buf, sizeof(buf), &off, "%s%s",
+		    i == 0 ? " (" : ", ", doing);
+	}
+	if (nm > 4)
+		cohort__appendf(buf, sizeof(buf), &off, ", ...");
+	if (nm > 0)
+		cohort__appendf(buf, sizeof(buf), &off, ")");
+	if (self != NULL) {
+		srv_fmt_secs(secs, sizeof(secs), (cohort__time)self->dead_ms);
+		cohort__appendf(buf, sizeof(buf), &off,
+		    "; heartbeat dead-after is %s", secs);
+	}
 	srv_call_withdraw(c, now);
-	snprintf(buf, sizeof(buf),
-	    "%s timed out after %s; rank%s %s never "
-	    "arrived",
-	    what, secs, nm == 1 ? "" : "s", rb);
 	srv_reply_init(&rep, c, COHORT_ETIMEDOUT);
 	rep.error = buf;
 	rep.n_missing_ranks = nm;
@@ -1044,4 +1065,239 @@ srv_coll_rank_left(struct srv_job* job, int32_t rank)
 			group_free(job, g);
 		}
 	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* Journal replay                                                           */
+/* ------------------------------------------------------------------------ */
+
+cohort_status
+srv_group_restore(
+    struct srv_job* job, const char* name, const int32_t* ranks, uint32_t n)
+{
+	struct srv_group* g = group_find(job, name);
+
+	if (g != NULL)
+		group_free(job, g);
+	for (uint32_t i = 0; i < n; i++)
+		if (ranks[i] < 0 || (uint32_t)ranks[i] >= job->world)
+			return (COHORT_EPROTO);
+	if ((g = group_new(job, name, ranks, n)) == NULL)
+		return (COHORT_ENOMEM);
+	g->complete = true;
+	return (COHORT_OK);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Stalls (live hang attribution)                                           */
+/* ------------------------------------------------------------------------ */
+
+/* "; rank 5 is in allreduce #812 since 63.2 s, rank 7 last seen ..." for
+ * the members of g with entered[i] == 0. */
+static void
+stall_missing(const struct srv_job* job, const struct srv_group* g,
+    const uint8_t* entered, cohort__time now, char* buf, size_t len,
+    size_t* off)
+{
+	int32_t* miss = malloc(sizeof(int32_t) * (g->n ? g->n : 1));
+	char rb[512], doing[800];
+	size_t nm = 0;
+
+	if (miss == NULL)
+		return;
+	for (uint32_t i = 0; i < g->n; i++)
+		if (!entered[i])
+			miss[nm++] = g->ranks[i];
+	if (nm == 0) {
+		cohort__appendf(buf, len, off,
+		    ": every rank entered it (the transport is not "
+		    "completing it)");
+		free(miss);
+		return;
+	}
+	srv_fmt_ranks(rb, sizeof(rb), miss, nm);
+	cohort__appendf(buf, len, off, ": rank%s %s %s not entered",
+	    nm == 1 ? "" : "s", rb, nm == 1 ? "has" : "have");
+	for (size_t i = 0; i < nm && i < 8; i++) {
+		srv_member_doing(job, &job->members[miss[i]], now, true, doing,
+		    sizeof(doing));
+		cohort__appendf(
+		    buf, len, off, "%s%s", i == 0 ? "; " : ", ", doing);
+	}
+	if (nm > 8)
+		cohort__appendf(buf, len, off, ", ...");
+	free(miss);
+}
+
+void
+srv_coll_stall_text(
+    const struct srv_coll* co, cohort__time now, char* buf, size_t len)
+{
+	char secs[32];
+	size_t off;
+
+	coll_desc_text(&co->cd, buf, len);
+	off = strlen(buf);
+	srv_fmt_secs(secs, sizeof(secs), now - co->first);
+	cohort__appendf(buf, len, &off, " (#%" PRIu64 ") on group '%s' "
+	    "waiting %s", co->op_seq, co->g->name, secs);
+	stall_missing(co->job, co->g, co->arrived, now, buf, len, &off);
+}
+
+static bool
+coll_stalled(const struct srv_coll* co, cohort__time now)
+{
+	return (co->mismatch == NULL && co->nparked > 0
+	    && now - co->first > co->job->core->stall_ms);
+}
+
+static bool
+member_parked_coll(const struct srv_member* m)
+{
+	struct srv_link* l;
+
+	if (m->client == NULL)
+		return (false);
+	for (l = m->client->parked.next; l != &m->client->parked;
+	     l = l->next) {
+		const struct srv_call* p
+		    = SRV_CONTAINER(l, struct srv_call, clink);
+		if (p->park == SRV_PARK_COLL || p->park == SRV_PARK_GROUP)
+			return (true);
+	}
+	return (false);
+}
+
+/* m reports being in (last_group, last_op_seq) on the data plane. */
+static bool
+member_in_data_op(const struct srv_member* m)
+{
+	return (m->state == SRV_MEMBER_RUNNING && m->in_op
+	    && m->last_op[0] != '\0' && !member_parked_coll(m));
+}
+
+void
+srv_coll_data_stalls(struct srv_job* job, cohort__time now,
+    void (*fn)(void* arg, const struct srv_member* m,
+        const struct srv_group* g, const uint8_t* entered, const char* text),
+    void* arg)
+{
+	cohort__time thr = job->core->stall_ms;
+
+	for (uint32_t r = 0; job->members != NULL && r < job->world; r++) {
+		struct srv_member* m = &job->members[r];
+		struct srv_group* g;
+		cohort__time first;
+		uint8_t* entered;
+		char buf[2400], secs[32];
+		size_t off = 0;
+		bool leader = true;
+
+		if (!member_in_data_op(m) || now - m->op_since <= thr)
+			continue;
+		g = group_find(job, m->last_group);
+		if (g == NULL || !g->complete || g->grank_of[r] < 0)
+			continue;
+		if ((entered = calloc(g->n ? g->n : 1, 1)) == NULL)
+			return;
+		first = m->op_since;
+		for (uint32_t i = 0; i < g->n; i++) {
+			const struct srv_member* o
+			    = &job->members[g->ranks[i]];
+			bool same = strcmp(o->last_group, m->last_group) == 0;
+			if (same && member_in_data_op(o)
+			    && o->last_op_seq == m->last_op_seq) {
+				entered[i] = 1;
+				if (g->ranks[i] < m->rank)
+					leader = false;
+				if (o->op_since < first)
+					first = o->op_since;
+			} else if (same && o->last_op_seq > m->last_op_seq) {
+				entered[i] = 1; /* already past it */
+			}
+		}
+		if (leader) {
+			srv_fmt_secs(secs, sizeof(secs), now - first);
+			cohort__appendf(buf, sizeof(buf), &off,
+			    "%s #%" PRIu64 " on group '%s' waiting %s",
+			    m->last_op, m->last_op_seq, g->name, secs);
+			stall_missing(
+			    job, g, entered, now, buf, sizeof(buf), &off);
+			fn(arg, m, g, entered, buf);
+		}
+		free(entered);
+	}
+}
+
+static void
+stall_log_data(void* arg, const struct srv_member* cm,
+    const struct srv_group* g, const uint8_t* entered, const char* text)
+{
+	struct srv_job* job = arg;
+	struct srv_member* m = &job->members[cm->rank];
+
+	(void)g;
+	(void)entered;
+	if (m->stall_logged == m->last_op_seq + 1)
+		return;
+	m->stall_logged = m->last_op_seq + 1;
+	job->core->m.stalls++;
+	cohort__warn("job '%s' generation %" PRIu64 ": stall: %s", job->name,
+	    job->generation, text);
+}
+
+void
+srv_coll_stall_check(struct srv_job* job, cohort__time now)
+{
+	struct srv_hnode* n;
+	size_t i;
+	char buf[2400];
+
+	if (job->state != SRV_JOB_RUNNING)
+		return;
+	for (n = srv_map_next(&job->colls, &i, NULL); n != NULL;
+	     n = srv_map_next(&job->colls, &i, n)) {
+		struct srv_coll* co = SRV_CONTAINER(n, struct srv_coll, hn);
+		if (co->stall_logged || !coll_stalled(co, now))
+			continue;
+		co->stall_logged = true;
+		job->core->m.stalls++;
+		srv_coll_stall_text(co, now, buf, sizeof(buf));
+		cohort__warn("job '%s' generation %" PRIu64 ": stall: %s",
+		    job->name, job->generation, buf);
+	}
+	srv_coll_data_stalls(job, now, stall_log_data, job);
+}
+
+static void
+stall_count(void* arg, const struct srv_member* m, const struct srv_group* g,
+    const uint8_t* entered, const char* text)
+{
+	(void)m;
+	(void)g;
+	(void)entered;
+	(void)text;
+	(*(uint64_t*)arg)++;
+}
+
+uint64_t
+srv_core_stalled(struct srv_core* core, cohort__time now)
+{
+	struct srv_hnode *jn, *n;
+	size_t i, k;
+	uint64_t cnt = 0;
+
+	for (jn = srv_map_next(&core->jobs, &i, NULL); jn != NULL;
+	     jn = srv_map_next(&core->jobs, &i, jn)) {
+		struct srv_job* job = SRV_CONTAINER(jn, struct srv_job, hn);
+		if (job->state != SRV_JOB_RUNNING)
+			continue;
+		for (n = srv_map_next(&job->colls, &k, NULL); n != NULL;
+		     n = srv_map_next(&job->colls, &k, n))
+			if (coll_stalled(
+			        SRV_CONTAINER(n, struct srv_coll, hn), now))
+				cnt++;
+		srv_coll_data_stalls(job, now, stall_count, &cnt);
+	}
+	return (cnt);
 }

@@ -20,6 +20,17 @@ struct srv_pipe {
 	struct srv_link clients;
 };
 
+/* A pipe whose close event was seen. nng allocates pipe ids sequentially
+ * from a random start, so an id is not reused for a long time; entries
+ * are kept for SRV_CLOSED_KEEP_MS. */
+struct srv_closed {
+	struct srv_hnode hn;
+	uint32_t id;
+	cohort__time when;
+};
+
+#define SRV_CLOSED_KEEP_MS 60000
+
 char*
 srv_strdup(const char* s)
 {
@@ -241,22 +252,57 @@ call_unpark(struct srv_call* c)
 	c->core->nparked--;
 }
 
+bool
+srv_body_mutating(int body)
+{
+	switch (body) {
+	case COHORT__REQUEST__BODY_JOIN:
+	case COHORT__REQUEST__BODY_LEAVE:
+	case COHORT__REQUEST__BODY_REPORT_FAILURE:
+	case COHORT__REQUEST__BODY_COLLECTIVE:
+	case COHORT__REQUEST__BODY_GROUP_CREATE:
+	case COHORT__REQUEST__BODY_KV_SET:
+	case COHORT__REQUEST__BODY_KV_ADD:
+	case COHORT__REQUEST__BODY_KV_COMPARE_SET:
+	case COHORT__REQUEST__BODY_KV_DELETE:
+	case COHORT__REQUEST__BODY_KV_APPEND:
+	case COHORT__REQUEST__BODY_KV_MULTI_SET:
+		return (true);
+	default:
+		return (false);
+	}
+}
+
+void
+srv_client_cache_put(
+    struct srv_client* cl, uint64_t seq, nng_msg* m, bool durable)
+{
+	unsigned i = cl->cache_next++ % SRV_CACHE;
+
+	if (cl->cache[i].msg != NULL)
+		nng_msg_free(cl->cache[i].msg);
+	cl->cache[i].seq = seq;
+	cl->cache[i].msg = m;
+	cl->cache[i].durable = durable;
+}
+
 static void
 call_cache(struct srv_call* c, nng_msg* m)
 {
 	struct srv_client* cl = c->client;
+	bool durable;
 	nng_msg* dup;
-	unsigned i;
 
 	if (cl == NULL || c->seq == 0 || nng_msg_len(m) > SRV_CACHE_MAX_BYTES)
 		return;
 	if (nng_msg_dup(&dup, m) != 0)
 		return;
-	i = cl->cache_next++ % SRV_CACHE;
-	if (cl->cache[i].msg != NULL)
-		nng_msg_free(cl->cache[i].msg);
-	cl->cache[i].seq = c->seq;
-	cl->cache[i].msg = dup;
+	/* A mutating op's reply is journalled with it, so that a retry
+	 * after a coordinator restart is answered from the cache too. */
+	durable = srv_body_mutating(c->body);
+	srv_client_cache_put(cl, c->seq, dup, durable);
+	if (durable)
+		srv_jrn_reply(cl, c->seq, dup);
 }
 
 void
@@ -266,6 +312,12 @@ srv_call_answer(struct srv_call* c, Cohort__Reply* rep,
 	struct srv_core* core = c->core;
 	nng_msg* m;
 
+	if (core->quiet) {
+		/* Shutting down with a journal: the client re-sends this
+		 * request to the next cohortd. */
+		srv_call_drop(c);
+		return;
+	}
 	call_unpark(c);
 	if (rep->status != COHORT_OK)
 		core->m.replies_error++;
@@ -454,6 +506,30 @@ srv_client_set_pipe(struct srv_client* cl, uint32_t pipe)
 	srv_list_append(&p->clients, &cl->plink);
 }
 
+struct srv_client*
+srv_client_get(struct srv_job* job, uint64_t id, cohort__time now)
+{
+	struct srv_hnode* n = srv_map_get(&job->clients, &id, sizeof(id));
+	struct srv_client* cl;
+
+	if (n != NULL)
+		return (SRV_CONTAINER(n, struct srv_client, hn));
+	if ((cl = calloc(1, sizeof(*cl))) == NULL)
+		return (NULL);
+	cl->id = id;
+	cl->job = job;
+	cl->last_seen = now;
+	srv_list_init(&cl->plink);
+	srv_list_init(&cl->parked);
+	if (srv_map_put(&job->clients, &cl->hn, &cl->id, sizeof(cl->id))
+	    != COHORT_OK) {
+		free(cl);
+		return (NULL);
+	}
+	job->core->nclients++;
+	return (cl);
+}
+
 void
 srv_client_free(struct srv_client* cl, const char* why)
 {
@@ -476,12 +552,53 @@ srv_client_free(struct srv_client* cl, const char* why)
 	free(cl);
 }
 
+static void
+pipe_note_closed(struct srv_core* core, uint32_t pipe, cohort__time now)
+{
+	struct srv_closed* x;
+
+	if (pipe == 0
+	    || srv_map_get(&core->closed, &pipe, sizeof(pipe)) != NULL
+	    || (x = calloc(1, sizeof(*x))) == NULL)
+		return;
+	x->id = pipe;
+	x->when = now;
+	if (srv_map_put(&core->closed, &x->hn, &x->id, sizeof(x->id))
+	    != COHORT_OK)
+		free(x);
+}
+
+bool
+srv_core_pipe_is_closed(const struct srv_core* core, uint32_t pipe)
+{
+	return (pipe != 0
+	    && srv_map_get(&core->closed, &pipe, sizeof(pipe)) != NULL);
+}
+
+static void
+pipe_prune_closed(struct srv_core* core, cohort__time now)
+{
+	struct srv_hnode *n, *next;
+	size_t i;
+
+	for (n = srv_map_next(&core->closed, &i, NULL); n != NULL; n = next) {
+		struct srv_closed* x = SRV_CONTAINER(n, struct srv_closed, hn);
+		next = srv_map_next(&core->closed, &i, n);
+		if (now - x->when < SRV_CLOSED_KEEP_MS)
+			continue;
+		srv_map_del(&core->closed, n);
+		free(x);
+	}
+}
+
 void
 srv_core_pipe_closed(struct srv_core* core, uint32_t pipe, cohort__time now)
 {
-	struct srv_hnode* n = srv_map_get(&core->pipes, &pipe, sizeof(pipe));
+	struct srv_hnode* n;
 	struct srv_pipe* p;
 
+	pipe_note_closed(core, pipe, now);
+	n = srv_map_get(&core->pipes, &pipe, sizeof(pipe));
 	if (n == NULL)
 		return;
 	p = SRV_CONTAINER(n, struct srv_pipe, hn);
@@ -511,10 +628,13 @@ srv_core_pipe_closed(struct srv_core* core, uint32_t pipe, cohort__time now)
 			srv_call_withdraw(c, now);
 			srv_call_drop(c);
 		}
-		if (cl->member == NULL)
+		if (cl->member == NULL) {
+			srv_jrn_client_del(cl);
 			srv_client_free(cl, "connection lost");
+		}
 		srv_job_maybe_remove(job);
 	}
+	srv_jrn_flush(core, now);
 }
 
 void
@@ -523,11 +643,22 @@ srv_core_sweep(struct srv_core* core, cohort__time now)
 	struct srv_hnode *n, *next;
 	size_t i;
 
+	bool stalls = now >= core->stall_next;
+
 	srv_core_expire_due(core, now);
+	if (stalls)
+		core->stall_next = now + 1000;
 	for (n = srv_map_next(&core->jobs, &i, NULL); n != NULL; n = next) {
+		struct srv_job* job = SRV_CONTAINER(n, struct srv_job, hn);
 		next = srv_map_next(&core->jobs, &i, n);
-		srv_job_sweep(SRV_CONTAINER(n, struct srv_job, hn), now);
+		srv_job_sweep(job, now);
+		if (stalls)
+			srv_coll_stall_check(job, now);
 	}
+	if (stalls)
+		pipe_prune_closed(core, now);
+	srv_jrn_flush(core, now);
+	srv_jrn_tick(core, now);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -552,8 +683,10 @@ srv_core_new(const struct srv_limits* lim, const char* admin_token,
 	core->sink_arg = arg;
 	core->started = now;
 	core->rnd = cohort__now_ns() ^ (uint64_t)(uintptr_t)core;
+	core->stall_ms = SRV_DEFAULT_STALL_MS;
 	srv_map_init(&core->jobs);
 	srv_map_init(&core->pipes);
+	srv_map_init(&core->closed);
 	*out = core;
 	return (COHORT_OK);
 }
@@ -561,6 +694,7 @@ srv_core_new(const struct srv_limits* lim, const char* admin_token,
 cohort_status
 srv_core_add_job(struct srv_core* core, const char* name, const char* token)
 {
+	struct srv_hnode* n;
 	struct srv_job* job;
 
 	if (name[0] == '\0' || strlen(name) > SRV_MAX_NAME
@@ -568,9 +702,24 @@ srv_core_add_job(struct srv_core* core, const char* name, const char* token)
 		return (cohort__err(COHORT_EINVAL,
 		    "job name must be 1..%d bytes and the token at most %d",
 		    SRV_MAX_NAME, SRV_MAX_NAME));
-	if (srv_map_get(&core->jobs, name, strlen(name)) != NULL)
-		return (cohort__err(
-		    COHORT_EEXIST, "job '%s' is given twice", name));
+	if ((n = srv_map_get(&core->jobs, name, strlen(name))) != NULL) {
+		char* t;
+		job = SRV_CONTAINER(n, struct srv_job, hn);
+		if (job->preset)
+			return (cohort__err(
+			    COHORT_EEXIST, "job '%s' is given twice", name));
+		/* Restored from the journal: the command line's token
+		 * wins (journalled with the job's next record). */
+		job->preset = true;
+		if (strcmp(job->token, token) != 0) {
+			if ((t = srv_strdup(token)) == NULL)
+				return (COHORT_ENOMEM);
+			free(job->token);
+			job->token = t;
+			job->journaled = false;
+		}
+		return (COHORT_OK);
+	}
 	if ((job = srv_job_new(core, name, token)) == NULL)
 		return (COHORT_ENOMEM);
 	job->preset = true;
@@ -583,6 +732,13 @@ srv_core_close_all(struct srv_core* core)
 	struct srv_hnode* n;
 	size_t i;
 
+	/* With a journal, a stop is a restart to come: nothing more is
+	 * journalled, and parked requests are dropped so that clients
+	 * re-send them to the next cohortd instead of failing. */
+	if (core->jrn != NULL) {
+		srv_jrn_close(core);
+		core->quiet = true;
+	}
 	while ((n = srv_map_next(&core->jobs, &i, NULL)) != NULL)
 		srv_job_free(SRV_CONTAINER(n, struct srv_job, hn),
 		    "cohortd is shutting down");
@@ -601,8 +757,13 @@ srv_core_free(struct srv_core* core)
 		srv_map_del(&core->pipes, n);
 		free(SRV_CONTAINER(n, struct srv_pipe, hn));
 	}
+	while ((n = srv_map_next(&core->closed, &i, NULL)) != NULL) {
+		srv_map_del(&core->closed, n);
+		free(SRV_CONTAINER(n, struct srv_closed, hn));
+	}
 	srv_map_fini(&core->jobs);
 	srv_map_fini(&core->pipes);
+	srv_map_fini(&core->closed);
 	free(core->heap);
 	free(core->admin_token);
 	free(core);

@@ -2,6 +2,8 @@
  * dispatch.c - one request in, at most one reply out
  * (proto/README.md section 2).
  *
+ *  0. A request that arrives over a connection whose close event was
+ *     already seen is dropped (the client re-sends it).
  *  1. Unpack the framing and envelope: any malformation is COHORT_EPROTO.
  *  2. proto_version must be ours (EPROTO); a body this cohortd does not
  *     know is COHORT_ENOTSUP.
@@ -39,22 +41,8 @@ dispatch_client(struct srv_call* c, uint64_t id, cohort__time now)
 		    SRV_MAX_CLIENTS);
 		return (NULL);
 	}
-	if ((cl = calloc(1, sizeof(*cl))) == NULL) {
+	if ((cl = srv_client_get(job, id, now)) == NULL)
 		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
-		return (NULL);
-	}
-	cl->id = id;
-	cl->job = job;
-	cl->last_seen = now;
-	srv_list_init(&cl->plink);
-	srv_list_init(&cl->parked);
-	if (srv_map_put(&job->clients, &cl->hn, &cl->id, sizeof(cl->id))
-	    != COHORT_OK) {
-		free(cl);
-		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
-		return (NULL);
-	}
-	c->core->nclients++;
 	return (cl);
 }
 
@@ -249,6 +237,17 @@ srv_core_dispatch(struct srv_core* core, nng_msg* msg, uint32_t pipe, void* tp,
 	cohort_status rv;
 
 	core->m.requests++;
+	if (srv_core_pipe_is_closed(core, pipe)) {
+		/* Received before its connection's close event but handled
+		 * after it: nobody can hear the reply, and handling it would
+		 * bind the client to a dead connection (a join would make a
+		 * member only heartbeat silence could catch). The client
+		 * re-sends it (same seq) over its next connection. */
+		core->m.dropped_closed++;
+		nng_msg_free(msg);
+		core->sink(core->sink_arg, tp, NULL);
+		return;
+	}
 	if ((c = srv_call_new(core, tp, now)) == NULL) {
 		nng_msg_free(msg);
 		core->sink(core->sink_arg, tp, NULL);
@@ -265,4 +264,5 @@ srv_core_dispatch(struct srv_core* core, nng_msg* msg, uint32_t pipe, void* tp,
 	dispatch_request(c, req, pipe, now);
 	cohort__request__free_unpacked(req, NULL);
 	srv_core_expire_due(core, now);
+	srv_jrn_flush(core, now);
 }

@@ -120,7 +120,8 @@ srv_job_free(struct srv_job* job, const char* why)
 void
 srv_job_maybe_remove(struct srv_job* job)
 {
-	if (job->preset || job->rdzv_world != 0)
+	if (job->preset || job->rdzv_world != 0
+	    || (job->restored && job->members == NULL))
 		return;
 	for (uint32_t r = 0; job->members != NULL && r < job->world; r++)
 		if (job->members[r].state != SRV_MEMBER_LEFT)
@@ -128,6 +129,7 @@ srv_job_maybe_remove(struct srv_job* job)
 	if (job->members != NULL)
 		cohort__info(
 		    "job '%s' finished: every member left", job->name);
+	srv_jrn_job_del(job);
 	srv_job_free(job, "the job finished");
 }
 
@@ -232,6 +234,7 @@ rdzv_complete(struct srv_job* job, cohort__time now)
 	}
 	job->rdzv_by_rank = NULL;
 	rdzv_reset(job);
+	srv_jrn_gen(job);
 	cohort__info("job '%s': generation %" PRIu64 " formed with %u ranks",
 	    job->name, job->generation, w);
 	for (uint32_t r = 0; r < w; r++) {
@@ -281,6 +284,23 @@ srv_job_join(struct srv_call* c, const Cohort__Join* j, cohort__time now)
 		    SRV_MAX_NAME);
 		return;
 	}
+	{
+		/* The timeout hierarchy (docs/timeouts.md): a member must
+		 * heartbeat more often than the silence that kills it. */
+		uint32_t hb = j->heartbeat_ms ? j->heartbeat_ms
+		                              : COHORT__DEFAULT_HEARTBEAT_MS;
+		uint32_t dead = j->dead_after_ms
+		    ? j->dead_after_ms
+		    : COHORT__DEFAULT_DEAD_AFTER_MS;
+		if (hb >= dead) {
+			srv_call_fail(c, COHORT_EINVAL,
+			    "heartbeat interval %u ms must be shorter than "
+			    "dead-after %u ms (heartbeat < dead-after < "
+			    "operation timeout < rendezvous timeout)",
+			    hb, dead);
+			return;
+		}
+	}
 	if (job->rdzv_world == 0) {
 		if (job->state == SRV_JOB_RUNNING && job_has_live(job)) {
 			if (j->rank >= 0 && (uint32_t)j->rank < job->world
@@ -309,6 +329,7 @@ srv_job_join(struct srv_call* c, const Cohort__Join* j, cohort__time now)
 		job->rdzv_world = w;
 		job->rdzv_n = 0;
 		job->rdzv_start = now;
+		job->restored = false;
 	} else if (w != job->rdzv_world) {
 		srv_call_fail(c, COHORT_EINVAL,
 		    "world_size %u differs from the pending rendezvous' %u "
@@ -418,6 +439,7 @@ srv_job_leave(struct srv_call* c, cohort__time now)
 	}
 	if (m != NULL && m->state == SRV_MEMBER_RUNNING) {
 		m->state = SRV_MEMBER_LEFT;
+		srv_jrn_leave(job, m);
 		cohort__info("job '%s': rank %d (%s:%u) left", job->name,
 		    m->rank, m->host, m->pid);
 		srv_coll_rank_left(job, m->rank);
@@ -435,8 +457,20 @@ srv_job_heartbeat(
 	Cohort__HeartbeatReply hr;
 
 	if (m != NULL) {
+		bool same = m->in_op && hb->in_op
+		    && m->last_op_seq == hb->last_op_seq
+		    && strcmp(m->last_group, hb->last_group) == 0;
 		cohort__strlcpy(m->last_op, hb->last_op, sizeof(m->last_op));
+		cohort__strlcpy(
+		    m->last_group, hb->last_group, sizeof(m->last_group));
 		m->last_op_seq = hb->last_op_seq;
+		/* Keep the first estimate of the entry time of one op, so
+		 * that heartbeat delays do not move it. */
+		if (!same) {
+			cohort__time in = (cohort__time)hb->in_op_ms;
+			m->op_since = in < now ? now - in : 0;
+		}
+		m->in_op = hb->in_op;
 	}
 	srv_reply_init(&rep, c, COHORT_OK);
 	cohort__heartbeat_reply__init(&hr);
@@ -559,6 +593,7 @@ srv_job_fail_member(struct srv_job* job, struct srv_member* m,
 	    m->rank, m->host, m->pid, op[0] ? " during " : "", op, tl, text);
 	cohort__warn("job '%s' generation %" PRIu64 ": %s", job->name,
 	    job->generation, detail);
+	srv_jrn_fail(job, m, detail);
 	if (job->state != SRV_JOB_RUNNING)
 		return;
 	job->state = SRV_JOB_FAILED;
@@ -588,4 +623,114 @@ srv_job_sweep(struct srv_job* job, cohort__time now)
 		    (double)(now - m->last_seen) / 1000.0);
 		srv_job_fail_member(job, m, text, now);
 	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* Journal replay and hang attribution                                      */
+/* ------------------------------------------------------------------------ */
+
+cohort_status
+srv_job_restore_gen(struct srv_job* job, uint64_t gen, uint32_t world,
+    struct srv_member* mem, const uint64_t* client_ids, cohort__time now)
+{
+	job_clear_members(job);
+	job_clear_failure(job);
+	srv_coll_reset(job, COHORT_ESTALE, "restored", true);
+	job->members = mem;
+	job->world = world;
+	job->generation = gen;
+	job->state = SRV_JOB_RUNNING;
+	for (uint32_t r = 0; r < world; r++) {
+		struct srv_member* m = &mem[r];
+		struct srv_client* cl
+		    = srv_client_get(job, client_ids[r], now);
+		m->rank = (int32_t)r;
+		m->last_seen = now;
+		if (cl == NULL)
+			return (COHORT_ENOMEM);
+		if (cl->member != NULL)
+			cl->member->client = NULL;
+		cl->member = m;
+		m->client = cl;
+	}
+	return (srv_group_world(job));
+}
+
+void
+srv_job_restore_fail(struct srv_job* job, int32_t rank, const char* text,
+    const char* detail)
+{
+	struct srv_member* m;
+
+	if (job->members == NULL || rank < 0 || (uint32_t)rank >= job->world)
+		return;
+	m = &job->members[rank];
+	if (m->state != SRV_MEMBER_RUNNING)
+		return;
+	m->state = SRV_MEMBER_FAILED;
+	free(m->failure);
+	m->failure = srv_strdup(text);
+	if (job->state != SRV_JOB_RUNNING)
+		return;
+	job->state = SRV_JOB_FAILED;
+	job_clear_failure(job);
+	job->failed_rank = rank;
+	job->failed_text = srv_strdup(text);
+	job->failed_detail = srv_strdup(detail);
+}
+
+void
+srv_member_doing(const struct srv_job* job, const struct srv_member* m,
+    cohort__time now, bool longform, char* buf, size_t len)
+{
+	char secs[32], what[700], grp[300];
+	struct srv_link* l;
+
+	(void)job;
+	what[0] = grp[0] = '\0';
+	if (m->state != SRV_MEMBER_RUNNING) {
+		snprintf(buf, len, "rank %d %s", m->rank,
+		    srv_member_state_name(m->state));
+		return;
+	}
+	/* Parked here: cohortd knows exactly. */
+	if (m->client != NULL) {
+		for (l = m->client->parked.next; l != &m->client->parked;
+		     l = l->next) {
+			struct srv_call* p
+			    = SRV_CONTAINER(l, struct srv_call, clink);
+			if (p->park != SRV_PARK_COLL
+			    && p->park != SRV_PARK_GROUP)
+				continue;
+			srv_coll_describe(p, what, sizeof(what));
+			srv_fmt_secs(secs, sizeof(secs), now - p->start);
+			if (longform)
+				snprintf(buf, len, "rank %d is in %s since %s",
+				    m->rank, what, secs);
+			else
+				snprintf(
+				    buf, len, "rank %d in %s", m->rank, what);
+			return;
+		}
+	}
+	if (m->last_group[0] != '\0')
+		snprintf(grp, sizeof(grp), " on group '%s'", m->last_group);
+	if (m->in_op && m->last_op[0] != '\0') {
+		srv_fmt_secs(secs, sizeof(secs), now - m->op_since);
+		if (longform)
+			snprintf(buf, len, "rank %d is in %s #%" PRIu64 "%s "
+			    "since %s", m->rank, m->last_op, m->last_op_seq,
+			    grp, secs);
+		else
+			snprintf(buf, len, "rank %d in %s #%" PRIu64 "%s",
+			    m->rank, m->last_op, m->last_op_seq, grp);
+		return;
+	}
+	srv_fmt_secs(secs, sizeof(secs), now - m->last_seen);
+	if (m->last_op[0] != '\0')
+		snprintf(buf, len, "rank %d last seen %s ago %s %s #%" PRIu64
+		    "%s", m->rank, secs, longform ? "doing" : "after",
+		    m->last_op, m->last_op_seq, grp);
+	else
+		snprintf(buf, len, "rank %d last seen %s ago", m->rank, secs);
 }

@@ -471,6 +471,7 @@ kv_set(struct srv_call* c, const char* key)
 		return;
 	}
 	c->msg = NULL;
+	srv_jrn_kv_put(c->job, key, c->payload, c->plen);
 	srv_call_fail(c, COHORT_OK, "%s", "");
 }
 
@@ -522,6 +523,7 @@ kv_add(struct srv_call* c, const Cohort__KvAdd* a)
 		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
 		return;
 	}
+	srv_jrn_kv_put(c->job, a->key, num, (size_t)n);
 	srv_reply_init(&rep, c, COHORT_OK);
 	cohort__kv_add_reply__init(&ar);
 	ar.value = val;
@@ -566,6 +568,7 @@ kv_compare_set(struct srv_call* c, const Cohort__KvCompareSet* cs)
 			return;
 		}
 		c->msg = NULL;
+		srv_jrn_kv_put(c->job, cs->key, c->payload + elen, dlen);
 		e = kv_find(kv, cs->key);
 	}
 	srv_reply_init(&rep, c, COHORT_OK);
@@ -595,6 +598,7 @@ kv_delete(struct srv_call* c, const char* key)
 		nng_msg_free(e->msg);
 		free(e->key);
 		free(e);
+		srv_jrn_kv_del(c->job, key);
 	}
 	srv_reply_init(&rep, c, COHORT_OK);
 	cohort__kv_delete_reply__init(&dr);
@@ -627,6 +631,7 @@ kv_append(struct srv_call* c, const char* key)
 		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
 		return;
 	}
+	srv_jrn_kv_append(c->job, key, c->payload, c->plen);
 	srv_call_fail(c, COHORT_OK, "%s", "");
 }
 
@@ -683,6 +688,7 @@ kv_multi_set(struct srv_call* c, const Cohort__KvMultiSet* ms)
 			srv_call_fail(c, COHORT_ENOMEM, "out of memory");
 			return;
 		}
+		srv_jrn_kv_put(c->job, ms->keys[i], c->payload + off - l, l);
 	}
 	srv_call_fail(c, COHORT_OK, "%s", "");
 }
@@ -757,5 +763,56 @@ srv_kv_handle(struct srv_call* c, const Cohort__Request* req, cohort__time now)
 	default:
 		srv_call_fail(c, COHORT_ENOTSUP, "not a key-value request");
 		break;
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* Journal replay and snapshot                                              */
+/* ------------------------------------------------------------------------ */
+
+cohort_status
+srv_kv_restore(struct srv_job* job, const char* key, const void* val,
+    size_t vlen, bool append)
+{
+	struct srv_kvent* e = append ? kv_find(&job->kv, key) : NULL;
+	size_t old = e != NULL ? e->vlen : 0;
+	nng_msg* m = kv_copy(e != NULL ? e->val : NULL, old, val, vlen);
+
+	if (m == NULL)
+		return (COHORT_ENOMEM);
+	if (kv_put(job, key, m, nng_msg_body(m), old + vlen) != COHORT_OK) {
+		nng_msg_free(m);
+		return (COHORT_ENOMEM);
+	}
+	return (COHORT_OK);
+}
+
+void
+srv_kv_restore_del(struct srv_job* job, const char* key)
+{
+	struct srv_kv* kv = &job->kv;
+	struct srv_kvent* e = kv_find(kv, key);
+
+	if (e == NULL)
+		return;
+	srv_map_del(&kv->keys, &e->hn);
+	kv->bytes -= e->klen + e->vlen;
+	nng_msg_free(e->msg);
+	free(e->key);
+	free(e);
+}
+
+void
+srv_kv_foreach(struct srv_kv* kv,
+    void (*fn)(void* arg, const char* key, const void* val, size_t vlen),
+    void* arg)
+{
+	struct srv_hnode* n;
+	size_t i;
+
+	for (n = srv_map_next(&kv->keys, &i, NULL); n != NULL;
+	     n = srv_map_next(&kv->keys, &i, n)) {
+		struct srv_kvent* e = SRV_CONTAINER(n, struct srv_kvent, hn);
+		fn(arg, e->key, e->val, e->vlen);
 	}
 }

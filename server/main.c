@@ -40,12 +40,20 @@ main_usage(FILE* f)
 	    "  --max-job-bytes N      keys + values per job (default %llu)\n"
 	    "  --max-keys N           keys per job (default %u)\n"
 	    "  --http ADDR:PORT       serve /metrics, /healthz, /readyz\n"
+	    "  --state-dir DIR        journal jobs, members, keys and "
+	    "replies in DIR;\n"
+	    "                         a restart with it loses nothing\n"
+	    "  --fsync MODE           batch (default: every 100 ms), "
+	    "always, none\n"
+	    "  --stall-threshold MS   log and show collectives waiting "
+	    "longer (default %u)\n"
 	    "  --log-level LEVEL      error, warn, info (default), debug, "
 	    "trace\n"
 	    "  --help, --version\n",
 	    COHORT__SRV_DEFAULT_URL, (unsigned)COHORT__DEFAULT_MAX_VALUE,
 	    (unsigned long long)COHORT__SRV_DEFAULT_MAX_JOB_BYTES,
-	    (unsigned)COHORT__SRV_DEFAULT_MAX_KEYS);
+	    (unsigned)COHORT__SRV_DEFAULT_MAX_KEYS,
+	    (unsigned)COHORT__SRV_DEFAULT_STALL_MS);
 }
 
 static int
@@ -129,6 +137,20 @@ main(int argc, char** argv)
 				return (2);
 		} else if (strcmp(a, "--http") == 0) {
 			cfg.http = v;
+		} else if (strcmp(a, "--state-dir") == 0) {
+			cfg.state_dir = v;
+		} else if (strcmp(a, "--fsync") == 0) {
+			cfg.fsync = v;
+		} else if (strcmp(a, "--stall-threshold") == 0) {
+			uint64_t ms;
+			if (main_u64(a, v, &ms) != 0)
+				return (2);
+			if (ms > UINT32_MAX) {
+				fprintf(stderr, "cohortd: %s: at most %u ms\n",
+				    a, UINT32_MAX);
+				return (2);
+			}
+			cfg.stall_threshold_ms = (uint32_t)ms;
 		} else if (strcmp(a, "--log-level") == 0) {
 			int l = main_level(v);
 			if (l < 0) {

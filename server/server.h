@@ -35,7 +35,20 @@ struct cohort__srv_config {
 	 * NULL = none. */
 	const char* http;
 	uint32_t pool_size; /* receiving nng contexts, 0 = default */
+	/* Journal directory (--state-dir): state survives a restart; NULL =
+	 * none. */
+	const char* state_dir;
+	/* "batch" (default: fdatasync every 100 ms), "always" (before each
+	 * reply), "none". */
+	const char* fsync;
+	/* Log size that triggers a snapshot at the earliest; 0 = 64 MiB. */
+	uint64_t compact_min_bytes;
+	/* A collective waiting longer is logged and shown as stalled;
+	 * 0 = COHORT__SRV_DEFAULT_STALL_MS. */
+	uint32_t stall_threshold_ms;
 };
+
+#define COHORT__SRV_DEFAULT_STALL_MS 60000u
 
 struct cohort__srv;
 

@@ -16,6 +16,7 @@
  */
 #include <inttypes.h>
 #include <pthread.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,6 +266,7 @@ srv_sweep_cb(void* arg)
 {
 	struct cohort__srv* s = arg;
 	struct srvctx* out;
+	int sfd;
 
 	if (nng_aio_result(s->sweep) != 0)
 		return;
@@ -274,9 +276,16 @@ srv_sweep_cb(void* arg)
 		return;
 	}
 	srv_core_sweep(s->core, cohort__now_ms());
+	sfd = srv_jrn_sync_fd(s->core);
 	out = srv_take_outbox(s);
 	pthread_mutex_unlock(&s->mtx);
 	srv_flush(s, out);
+	/* The batched fdatasync, off the mutex (on a duplicate, so that a
+	 * compaction may replace the log meanwhile). */
+	if (sfd >= 0) {
+		(void)fdatasync(sfd);
+		close(sfd);
+	}
 	nng_sleep_aio(SRV_SWEEP_MS, s->sweep);
 }
 
@@ -382,6 +391,30 @@ cohort__srv_start(
 	         cohort__now_ms(), &s->core))
 	    != COHORT_OK)
 		goto out_free;
+	s->core->stall_ms = cfg->stall_threshold_ms
+	    ? (cohort__time)cfg->stall_threshold_ms
+	    : (cohort__time)COHORT__SRV_DEFAULT_STALL_MS;
+	if (cfg->state_dir != NULL) {
+		struct srv_jrn_opts jo;
+		memset(&jo, 0, sizeof(jo));
+		jo.dir = cfg->state_dir;
+		jo.compact_min = cfg->compact_min_bytes;
+		if (cfg->fsync == NULL || strcmp(cfg->fsync, "batch") == 0) {
+			jo.fsync = SRV_FSYNC_BATCH;
+		} else if (strcmp(cfg->fsync, "always") == 0) {
+			jo.fsync = SRV_FSYNC_ALWAYS;
+		} else if (strcmp(cfg->fsync, "none") == 0) {
+			jo.fsync = SRV_FSYNC_NONE;
+		} else {
+			rv = cohort__err(COHORT_EINVAL,
+			    "--fsync '%s': expected batch, always or none",
+			    cfg->fsync);
+			goto out_free_core;
+		}
+		rv = srv_core_journal_open(s->core, &jo, cohort__now_ms());
+		if (rv != COHORT_OK)
+			goto out_free_core;
+	}
 	if ((rv = srv_add_jobs(s, cfg)) != COHORT_OK)
 		goto out_free_core;
 	if ((nrv = nng_rep0_open(&s->sock)) != 0) {

@@ -201,6 +201,11 @@ struct srv_member {
 	cohort__time last_seen;
 	char last_op[SRV_MAX_NAME + 1];
 	uint64_t last_op_seq;
+	/* Heartbeat's data-plane view (hang attribution). */
+	char last_group[SRV_MAX_NAME + 1];
+	bool in_op;
+	cohort__time op_since; /* in_op: when it entered last_op */
+	uint64_t stall_logged; /* last_op_seq + 1 of the logged stall */
 	char* failure;
 	struct srv_client* client;
 };
@@ -217,6 +222,7 @@ struct srv_client {
 	struct {
 		uint64_t seq;
 		nng_msg* msg;
+		bool durable; /* journalled (the reply of a mutating op) */
 	} cache[SRV_CACHE];
 	unsigned cache_next;
 };
@@ -260,6 +266,7 @@ struct srv_coll {
 	size_t blen;
 	bool root_in;
 	uint32_t ndelivered;
+	bool stall_logged;
 };
 
 enum srv_job_state {
@@ -274,6 +281,10 @@ struct srv_job {
 	char* name;
 	char* token;
 	bool preset; /* --job: kept when empty */
+	bool journaled; /* its JOB record is in the journal */
+	/* Restored without a generation (its rendezvous was pending): kept
+	 * until a join comes back, although it has no members. */
+	bool restored;
 	uint64_t job_id;
 	uint64_t generation;
 	enum srv_job_state state;
@@ -312,7 +323,11 @@ struct srv_metrics {
 	uint64_t timeouts;
 	uint64_t rendezvous;
 	uint64_t collectives;
+	uint64_t stalls; /* stall warnings logged */
+	uint64_t dropped_closed; /* requests of closed connections */
 };
+
+struct srv_jrn;
 
 struct srv_core {
 	struct srv_limits lim;
@@ -329,7 +344,18 @@ struct srv_core {
 	cohort__time started;
 	uint64_t rnd;
 	struct srv_metrics m;
+	/* Pipes whose close event was seen (id -> time), so that a request
+	 * processed after the event does not re-register its connection. */
+	struct srv_map closed;
+	cohort__time stall_ms; /* --stall-threshold */
+	cohort__time stall_next; /* next stall check */
+	struct srv_jrn* jrn; /* NULL: no --state-dir */
+	/* Shutting down with a journal: parked calls are dropped, not
+	 * answered, so that clients re-send them to the next cohortd. */
+	bool quiet;
 };
+
+#define SRV_DEFAULT_STALL_MS 60000
 
 /* ------------------------------------------------------------------------ */
 /* core.c                                                                   */
@@ -351,6 +377,7 @@ void srv_core_dispatch(struct srv_core* core, nng_msg* msg, uint32_t pipe,
 void srv_core_sweep(struct srv_core* core, cohort__time now);
 void srv_core_pipe_closed(
     struct srv_core* core, uint32_t pipe, cohort__time now);
+bool srv_core_pipe_is_closed(const struct srv_core* core, uint32_t pipe);
 /* Earliest parked deadline, COHORT__TIME_NEVER if none. */
 cohort__time srv_core_next_deadline(const struct srv_core* core);
 
@@ -388,6 +415,14 @@ void srv_fmt_ranks(char* buf, size_t len, const int32_t* r, size_t n);
 uint64_t srv_random(struct srv_core* core);
 void srv_client_free(struct srv_client* cl, const char* why);
 void srv_client_set_pipe(struct srv_client* cl, uint32_t pipe);
+/* The job's client id, created if absent (NULL: ENOMEM). */
+struct srv_client* srv_client_get(
+    struct srv_job* job, uint64_t id, cohort__time now);
+/* Puts a reply into the client's cache ring, taking m. */
+void srv_client_cache_put(
+    struct srv_client* cl, uint64_t seq, nng_msg* m, bool durable);
+/* Whether a request body changes state (its reply is journalled). */
+bool srv_body_mutating(int body);
 
 /* ------------------------------------------------------------------------ */
 /* job.c                                                                    */
@@ -410,6 +445,19 @@ void srv_job_report(
 void srv_job_fail_member(struct srv_job* job, struct srv_member* m,
     const char* text, cohort__time now);
 void srv_job_sweep(struct srv_job* job, cohort__time now);
+/* Journal replay: a generation formed with these members (client_ids by
+ * rank); members' last_seen is now (the grace period after a restart). */
+cohort_status srv_job_restore_gen(struct srv_job* job, uint64_t gen,
+    uint32_t world, struct srv_member* mem, const uint64_t* client_ids,
+    cohort__time now);
+/* Journal replay of a failure (text, and the job's detail if first). */
+void srv_job_restore_fail(struct srv_job* job, int32_t rank,
+    const char* text, const char* detail);
+/* What rank m is doing, for stall and timeout texts: "rank 5 is in
+ * allreduce #812 since 63.2 s" (long) or "rank 5 in allreduce #812"
+ * (short). */
+void srv_member_doing(const struct srv_job* job, const struct srv_member* m,
+    cohort__time now, bool longform, char* buf, size_t len);
 void srv_job_withdraw_join(struct srv_call* c);
 void srv_job_expire_join(struct srv_call* c, cohort__time now);
 void srv_job_expire_watch(struct srv_call* c, cohort__time now);
@@ -431,6 +479,14 @@ void srv_kv_handle(
 void srv_kv_withdraw(struct srv_call* c);
 void srv_kv_expire(struct srv_call* c, cohort__time now);
 uint64_t srv_kv_count(const struct srv_kv* kv);
+/* Journal replay: store / append / delete without limit checks. */
+cohort_status srv_kv_restore(struct srv_job* job, const char* key,
+    const void* val, size_t vlen, bool append);
+void srv_kv_restore_del(struct srv_job* job, const char* key);
+/* Calls fn for every key (snapshot). */
+void srv_kv_foreach(struct srv_kv* kv,
+    void (*fn)(void* arg, const char* key, const void* val, size_t vlen),
+    void* arg);
 
 /* ------------------------------------------------------------------------ */
 /* coll.c                                                                   */
@@ -456,6 +512,23 @@ void srv_coll_rank_left(struct srv_job* job, int32_t rank);
 /* "barrier 'x' (#5)" for the op c is parked in, into buf. */
 void srv_coll_describe(const struct srv_call* c, char* buf, size_t len);
 const char* srv_coll_kind_name(int kind);
+/* Journal replay: a complete group. */
+cohort_status srv_group_restore(
+    struct srv_job* job, const char* name, const int32_t* ranks, uint32_t n);
+/* Stall detection (core sweep, at most once a second). */
+void srv_coll_stall_check(struct srv_job* job, cohort__time now);
+/* Text of a stalled parked collective: "barrier 'x' (#17) on group ''
+ * waiting 61.0 s: ranks 5, 7 have not entered; rank 5 is in ...". */
+void srv_coll_stall_text(const struct srv_coll* co, cohort__time now,
+    char* buf, size_t len);
+/* Data-plane stalls seen through heartbeats: calls fn once per stalled
+ * (group, op_seq) with the lowest in-op member, the group and a text. */
+void srv_coll_data_stalls(struct srv_job* job, cohort__time now,
+    void (*fn)(void* arg, const struct srv_member* m,
+        const struct srv_group* g, const uint8_t* entered, const char* text),
+    void* arg);
+/* Stalled operations now (for /metrics). */
+uint64_t srv_core_stalled(struct srv_core* core, cohort__time now);
 
 /* ------------------------------------------------------------------------ */
 /* status.c                                                                 */
@@ -465,5 +538,67 @@ void srv_status_handle(
     struct srv_call* c, const Cohort__Request* req, cohort__time now);
 /* Prometheus text (for /metrics) into a malloc'd string. */
 char* srv_metrics_text(struct srv_core* core, cohort__time now);
+
+/* ------------------------------------------------------------------------ */
+/* journal.c                                                                */
+/* ------------------------------------------------------------------------ */
+
+enum srv_fsync {
+	SRV_FSYNC_BATCH = 0, /* fdatasync at most every 100 ms (sweep) */
+	SRV_FSYNC_ALWAYS, /* fdatasync before the replies leave */
+	SRV_FSYNC_NONE, /* left to the kernel */
+};
+
+struct srv_jrn_opts {
+	const char* dir;
+	enum srv_fsync fsync;
+	uint64_t compact_min; /* 0 = 64 MiB */
+};
+
+struct srv_jrn_stats {
+	uint64_t records;
+	uint64_t bytes; /* appended to the log since start */
+	uint64_t log_bytes; /* current log size */
+	uint64_t snap_bytes; /* current snapshot size */
+	uint64_t fsyncs;
+	uint64_t compactions;
+	uint64_t errors;
+	uint64_t replayed; /* records applied at start */
+	uint64_t replay_ms;
+};
+
+/* Opens (creates) the state directory, replays snapshot + log into the
+ * core and keeps the log open for appending. Call right after
+ * srv_core_new, before any request. */
+cohort_status srv_core_journal_open(
+    struct srv_core* core, const struct srv_jrn_opts* o, cohort__time now);
+/* Writes the buffered records (the transport calls it before replies
+ * leave; dispatch, sweep and pipe_closed call it themselves). */
+void srv_jrn_flush(struct srv_core* core, cohort__time now);
+/* Sweep: batched fdatasync, recovery after a write error. */
+void srv_jrn_tick(struct srv_core* core, cohort__time now);
+/* Writes a snapshot now and starts a new log. */
+cohort_status srv_jrn_compact(struct srv_core* core);
+void srv_jrn_close(struct srv_core* core);
+/* For the transport: a descriptor to fdatasync and close outside the
+ * mutex, or -1 if nothing is due (SRV_FSYNC_BATCH). */
+int srv_jrn_sync_fd(struct srv_core* core);
+uint32_t srv_crc32c(const void* p, size_t n);
+void srv_jrn_stats(const struct srv_core* core, struct srv_jrn_stats* st);
+
+/* Records (no-ops without a journal or during replay). */
+void srv_jrn_gen(struct srv_job* job);
+void srv_jrn_fail(
+    struct srv_job* job, const struct srv_member* m, const char* detail);
+void srv_jrn_leave(struct srv_job* job, const struct srv_member* m);
+void srv_jrn_group(struct srv_job* job, const struct srv_group* g);
+void srv_jrn_kv_put(
+    struct srv_job* job, const char* key, const void* val, size_t len);
+void srv_jrn_kv_append(
+    struct srv_job* job, const char* key, const void* val, size_t len);
+void srv_jrn_kv_del(struct srv_job* job, const char* key);
+void srv_jrn_reply(struct srv_client* cl, uint64_t seq, nng_msg* m);
+void srv_jrn_client_del(struct srv_client* cl);
+void srv_jrn_job_del(struct srv_job* job);
 
 #endif /* COHORT_SRV_IMPL_H */

@@ -68,11 +68,51 @@ status_pending(struct status_build* sb, const char* group, uint64_t op_seq,
 	return (op);
 }
 
+static char*
+sb_strdup(struct status_build* sb, const char* s)
+{
+	size_t n = strlen(s) + 1;
+	char* d = sb_alloc(sb, n);
+
+	if (d != NULL)
+		memcpy(d, s, n);
+	return (d);
+}
+
+struct status_data {
+	struct status_build* sb;
+	Cohort__PendingOp** pend;
+	size_t* k;
+	size_t cap;
+	cohort__time now;
+};
+
+/* A data-plane stall seen through heartbeats, as a pending op. */
+static void
+status_data_stall(void* arg, const struct srv_member* m,
+    const struct srv_group* g, const uint8_t* entered, const char* text)
+{
+	struct status_data* d = arg;
+	Cohort__PendingOp* op;
+
+	if (*d->k >= d->cap)
+		return;
+	op = status_pending(d->sb, g->name, m->last_op_seq, m->last_op, "",
+	    d->now - m->op_since, g->ranks, g->n, entered);
+	if (op == NULL)
+		return;
+	op->stalled = true;
+	op->data_plane = true;
+	op->detail = sb_strdup(d->sb, text);
+	d->pend[(*d->k)++] = op;
+}
+
 static Cohort__JobStatus*
 status_job(struct status_build* sb, struct srv_job* job, cohort__time now)
 {
 	Cohort__JobStatus* js = sb_alloc(sb, sizeof(*js));
-	size_t npend = job->colls.n + job->groups.n + 1, k = 0;
+	size_t npend = job->colls.n + job->groups.n + 1 + job->world, k = 0;
+	struct status_data dd;
 	Cohort__PendingOp** pend = sb_alloc(sb, sizeof(void*) * npend);
 
 	if (js == NULL || pend == NULL)
@@ -101,6 +141,10 @@ status_job(struct status_build* sb, struct srv_job* job, cohort__time now)
 			ms->state = (char*)srv_member_state_name(m->state);
 			ms->last_op = m->last_op;
 			ms->last_op_seq = m->last_op_seq;
+			ms->last_group = m->last_group;
+			ms->in_op = m->in_op;
+			if (m->in_op && now > m->op_since)
+				ms->in_op_ms = (uint64_t)(now - m->op_since);
 			if (m->failure != NULL)
 				ms->failure = m->failure;
 			js->members[js->n_members++] = ms;
@@ -143,6 +187,14 @@ status_job(struct status_build* sb, struct srv_job* job, cohort__time now)
 			         co->g->n, co->arrived))
 			    == NULL)
 				return (NULL);
+			if (co->mismatch == NULL && co->nparked > 0
+			    && job->state == SRV_JOB_RUNNING
+			    && now - co->first > job->core->stall_ms) {
+				char buf[2400];
+				srv_coll_stall_text(co, now, buf, sizeof(buf));
+				pend[k]->stalled = true;
+				pend[k]->detail = sb_strdup(sb, buf);
+			}
 			k++;
 		}
 	}
@@ -166,6 +218,16 @@ status_job(struct status_build* sb, struct srv_job* job, cohort__time now)
 			k++;
 		}
 	}
+	if (job->state == SRV_JOB_RUNNING) {
+		dd.sb = sb;
+		dd.pend = pend;
+		dd.k = &k;
+		dd.cap = npend;
+		dd.now = now;
+		srv_coll_data_stalls(job, now, status_data_stall, &dd);
+	}
+	if (sb->oom)
+		return (NULL);
 	js->pending = pend;
 	js->n_pending = k;
 	return (js);
@@ -241,6 +303,7 @@ srv_metrics_text(struct srv_core* core, cohort__time now)
 	size_t cap = 4096 + core->jobs.n * 512, off = 0;
 	char* buf = malloc(cap);
 	uint64_t keys = 0, bytes = 0, members = 0;
+	struct srv_jrn_stats js;
 	struct srv_hnode* n;
 	size_t i;
 
@@ -281,6 +344,32 @@ srv_metrics_text(struct srv_core* core, cohort__time now)
 	M("gauge", "kv_keys", "Keys stored.", "%" PRIu64, keys);
 	M("gauge", "kv_bytes", "Bytes of keys and values stored.", "%" PRIu64,
 	    bytes);
+	M("gauge", "stalled_ops",
+	    "Collectives waiting longer than --stall-threshold.", "%" PRIu64,
+	    srv_core_stalled(core, now));
+	M("counter", "stalls_total", "Stall warnings logged.", "%" PRIu64,
+	    core->m.stalls);
+	M("counter", "closed_connection_requests_total",
+	    "Requests dropped: their connection had closed.", "%" PRIu64,
+	    core->m.dropped_closed);
+	if (core->jrn != NULL) {
+		srv_jrn_stats(core, &js);
+		M("counter", "journal_records_total",
+		    "Journal records written.",
+		    "%" PRIu64, js.records);
+		M("counter", "journal_bytes_total", "Journal bytes written.",
+		    "%" PRIu64, js.bytes);
+		M("gauge", "journal_log_bytes", "Size of the journal log.",
+		    "%" PRIu64, js.log_bytes);
+		M("gauge", "journal_snapshot_bytes", "Size of the snapshot.",
+		    "%" PRIu64, js.snap_bytes);
+		M("counter", "journal_fsyncs_total", "fdatasync calls.",
+		    "%" PRIu64, js.fsyncs);
+		M("counter", "journal_compactions_total", "Snapshots written.",
+		    "%" PRIu64, js.compactions);
+		M("counter", "journal_errors_total", "Journal write errors.",
+		    "%" PRIu64, js.errors);
+	}
 #undef M
 	return (buf);
 }

@@ -7,9 +7,12 @@
 #ifndef COHORT_SRV_FIXTURE_H
 #define COHORT_SRV_FIXTURE_H
 
+#include <dirent.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check_cohort.h"
 #include "srv_impl.h"
@@ -26,6 +29,8 @@ struct fx_reply {
 
 struct fx {
 	struct srv_core* core;
+	char dir[256]; /* journal directory, "" = none */
+	uint64_t compact_min;
 	cohort__time now;
 	uintptr_t next_tag;
 	struct fx_reply r[FX_MAX];
@@ -285,6 +290,97 @@ fx_payload_is(struct fx* f, uintptr_t tag, const char* s)
 
 	return (r != NULL && r->plen == strlen(s)
 	    && memcmp(r->pl, s, r->plen) == 0);
+}
+
+static inline uintptr_t
+fx_heartbeat(struct fx* f, struct fx_cli* c, const char* op, uint64_t seq,
+    const char* group, bool in_op, uint64_t in_op_ms)
+{
+	Cohort__Request rq = COHORT__REQUEST__INIT;
+	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
+
+	hb.last_op = (char*)op;
+	hb.last_op_seq = seq;
+	hb.last_group = (char*)group;
+	hb.in_op = in_op;
+	hb.in_op_ms = in_op_ms;
+	rq.body_case = COHORT__REQUEST__BODY_HEARTBEAT;
+	rq.heartbeat = &hb;
+	return (fx_send(f, c, &rq, NULL, 0));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Journal: a core with --state-dir in a fresh temporary directory, and a */
+/* restart (the core freed as by kill -9: every record was written when */
+/* the entry point returned) on the same directory.                      */
+/* ------------------------------------------------------------------------ */
+
+static inline void
+fx_open_journal(struct fx* f)
+{
+	struct srv_jrn_opts o;
+
+	memset(&o, 0, sizeof(o));
+	o.dir = f->dir;
+	o.fsync = SRV_FSYNC_NONE;
+	o.compact_min = f->compact_min;
+	ck_assert_cohort_ok(srv_core_journal_open(f->core, &o, f->now));
+}
+
+static inline struct fx*
+fx_new_journal(uint64_t compact_min)
+{
+	struct fx* f = fx_new();
+	const char* t = getenv("TMPDIR");
+
+	snprintf(f->dir, sizeof(f->dir), "%s/cohort-jrn-XXXXXX",
+	    t != NULL && t[0] != '\0' ? t : "/tmp");
+	ck_assert_ptr_nonnull(mkdtemp(f->dir));
+	f->compact_min = compact_min;
+	fx_open_journal(f);
+	return (f);
+}
+
+/* The core dies and a new one starts from the state directory. */
+static inline void
+fx_restart(struct fx* f)
+{
+	struct srv_limits lim = f->core->lim;
+
+	srv_core_free(f->core);
+	ck_assert_cohort_ok(
+	    srv_core_new(&lim, NULL, fx_sink, f, f->now, &f->core));
+	fx_open_journal(f);
+}
+
+static inline void
+fx_rmdir(const char* dir)
+{
+	DIR* d = opendir(dir);
+	struct dirent* e;
+	char p[512];
+
+	if (d == NULL)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0
+		    || strcmp(e->d_name, "..") == 0)
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+		unlink(p);
+	}
+	closedir(d);
+	rmdir(dir);
+}
+
+static inline void
+fx_free_journal(struct fx* f)
+{
+	char dir[256];
+
+	memcpy(dir, f->dir, sizeof(dir));
+	fx_free(f);
+	fx_rmdir(dir);
 }
 
 #endif /* COHORT_SRV_FIXTURE_H */

@@ -7,7 +7,7 @@
 
 #include "srv_fixture.h"
 
-Suite* suite_srv_coll(void);
+Suite *suite_srv_coll(void);
 
 START_TEST(test_barrier_parks_until_all)
 {

@@ -12,7 +12,7 @@
 
 #include "srv_fixture.h"
 
-Suite* suite_srv_dispatch(void);
+Suite *suite_srv_dispatch(void);
 
 static uintptr_t
 disp_bytes(struct fx* f, const void* p, size_t len)

@@ -7,7 +7,7 @@
 
 #include "srv_fixture.h"
 
-Suite* suite_srv_job(void);
+Suite *suite_srv_job(void);
 
 START_TEST(test_rendezvous_assigns_ranks)
 {

@@ -7,7 +7,7 @@
 
 #include "srv_fixture.h"
 
-Suite* suite_srv_kv(void);
+Suite *suite_srv_kv(void);
 
 static struct fx_cli kv_c[2];
 

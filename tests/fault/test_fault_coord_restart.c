@@ -1,0 +1,622 @@
+/*
+ * test_fault_coord_restart.c - `kill -9` of a real cohortd running with
+ * --state-dir, and a restart on the same address: keys, counters and
+ * cached replies are intact (a retried add is applied once), and the
+ * restart with 100k keys is measured.
+ *
+ * The "restart" cases speak the wire protocol directly (one nng req
+ * socket per connection, explicit client_id and seq), so they do not
+ * depend on the client library's reconnection. The "reconnect" case runs
+ * real cohort_client members through a restart and needs libcohort to
+ * re-dial and re-send in-flight requests by itself: it runs only with
+ * COHORT_TEST_CLIENT_RECONNECT=1 until that lands.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "check_cohort.h"
+#include "cohort_impl.h"
+
+Suite *suite_fault_coord_restart(void);
+
+/* ------------------------------------------------------------------------ */
+/* cohortd on a given port                                                  */
+/* ------------------------------------------------------------------------ */
+
+struct cr_coord {
+	pid_t pid;
+	int port;
+	char url[64];
+	char dir[256];
+	char log[320];
+	int starts;
+};
+
+/* Starts cohortd on c->port with --state-dir c->dir (and extra args);
+ * returns the milliseconds until it accepted connections. */
+static int64_t
+cr_start(struct cr_coord* c, const char* const* extra)
+{
+	char* argv[32];
+	int n = 0;
+	int64_t t0 = th_now_ms(), end = t0 + 30000;
+	char* url = c->url;
+
+	snprintf(c->log, sizeof(c->log), "%s/cohortd-%d-%d.log", th_tmpdir(),
+	    c->port, c->starts++);
+	argv[n++] = (char*)th_bin("cohortd");
+	argv[n++] = "--listen";
+	argv[n++] = url;
+	argv[n++] = "--state-dir";
+	argv[n++] = c->dir;
+	for (int i = 0; extra != NULL && extra[i] != NULL && n < 30; i++)
+		argv[n++] = (char*)extra[i];
+	argv[n] = NULL;
+	c->pid = th_spawn(argv, NULL, c->log);
+	while (th_now_ms() < end) {
+		nng_socket s;
+		int st;
+		if (nng_req0_open(&s) == 0) {
+			int rv = nng_dial(s, c->url, NULL, 0);
+			nng_close(s);
+			if (rv == 0)
+				return (th_now_ms() - t0);
+		}
+		if (th_wait(c->pid, 0, &st)) {
+			c->pid = -1;
+			ck_abort_msg("cohortd exited (%d); log %s",
+			    th_exit_code(st), c->log);
+		}
+		usleep(2000);
+	}
+	ck_abort_msg("cohortd did not listen on %s (log %s)", c->url, c->log);
+	return (-1);
+}
+
+static void
+cr_init(struct cr_coord* c)
+{
+	memset(c, 0, sizeof(*c));
+	c->port = th_free_port();
+	snprintf(c->url, sizeof(c->url), "tcp://127.0.0.1:%d", c->port);
+	snprintf(c->dir, sizeof(c->dir), "%s/state-%d", th_tmpdir(), c->port);
+}
+
+static void
+cr_kill9(struct cr_coord* c)
+{
+	th_kill(c->pid);
+	c->pid = -1;
+}
+
+static void
+cr_stop(struct cr_coord* c)
+{
+	int st;
+
+	if (c->pid <= 0)
+		return;
+	kill(c->pid, SIGTERM);
+	ck_assert_msg(th_wait(c->pid, 10000, &st), "cohortd did not stop");
+	c->pid = -1;
+	ck_assert_int_eq(th_exit_code(st), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* A raw client: explicit client_id and seq                                 */
+/* ------------------------------------------------------------------------ */
+
+struct cr_cli {
+	nng_socket s;
+	bool open;
+	uint64_t id;
+	uint64_t seq;
+	uint64_t gen;
+	int32_t rank;
+};
+
+static void
+cr_connect(struct cr_cli* k, const char* url)
+{
+	if (k->open)
+		nng_close(k->s);
+	ck_assert_int_eq(nng_req0_open(&k->s), 0);
+	nng_socket_set_ms(k->s, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+	nng_socket_set_ms(k->s, NNG_OPT_RECVTIMEO, 20000);
+	nng_socket_set_size(k->s, NNG_OPT_RECVMAXSZ, 128u << 20);
+	ck_assert_int_eq(nng_dial(k->s, url, NULL, 0), 0);
+	k->open = true;
+}
+
+static void
+cr_close(struct cr_cli* k)
+{
+	if (k->open)
+		nng_close(k->s);
+	k->open = false;
+}
+
+/* Sends rq (seq 0 = the next one) and returns the reply (caller frees
+ * it with cohort__reply__free_unpacked and *msg with nng_msg_free). */
+static Cohort__Reply*
+cr_call(struct cr_cli* k, Cohort__Request* rq, const void* pl, size_t plen,
+    nng_msg** msg, const uint8_t** rpl, size_t* rplen)
+{
+	struct cohort__iov iov = { pl, plen };
+	Cohort__Reply* rep;
+	const uint8_t* p;
+	size_t n;
+	nng_msg* m;
+
+	rq->proto_version = COHORT_PROTO_VERSION;
+	rq->job = "restart";
+	rq->token = "tok";
+	rq->client_id = k->id;
+	if (rq->seq == 0)
+		rq->seq = ++k->seq;
+	rq->generation = k->gen;
+	rq->rank = k->rank;
+	ck_assert_cohort_ok(
+	    cohort__wire_pack_request(rq, &iov, plen ? 1 : 0, &m));
+	ck_assert_int_eq(nng_sendmsg(k->s, m, 0), 0);
+	ck_assert_int_eq(nng_recvmsg(k->s, &m, 0), 0);
+	ck_assert_cohort_ok(cohort__wire_unpack_reply(m, &rep, &p, &n));
+	if (rpl != NULL) {
+		*rpl = p;
+		*rplen = n;
+	}
+	*msg = m;
+	return (rep);
+}
+
+/* Calls and checks the status; returns nothing. */
+static void
+cr_ok(struct cr_cli* k, Cohort__Request* rq, const void* pl, size_t plen)
+{
+	nng_msg* m;
+	Cohort__Reply* r = cr_call(k, rq, pl, plen, &m, NULL, NULL);
+
+	ck_assert_msg(r->status == COHORT_OK, "%s: %s",
+	    cohort_status_name(r->status), r->error);
+	cohort__reply__free_unpacked(r, NULL);
+	nng_msg_free(m);
+}
+
+static void
+cr_join(struct cr_cli* k)
+{
+	Cohort__Request rq = COHORT__REQUEST__INIT;
+	Cohort__Join j = COHORT__JOIN__INIT;
+	Cohort__Reply* r;
+	nng_msg* m;
+
+	j.rank = 0;
+	j.world_size = 1;
+	j.host = "test";
+	j.pid = (uint32_t)getpid();
+	j.local_rank = -1;
+	j.heartbeat_ms = 1000;
+	j.dead_after_ms = 600000;
+	rq.body_case = COHORT__REQUEST__BODY_JOIN;
+	rq.join = &j;
+	rq.timeout_ms = 10000;
+	r = cr_call(k, &rq, NULL, 0, &m, NULL, NULL);
+	ck_assert_int_eq(r->status, COHORT_OK);
+	k->gen = r->join->generation;
+	k->rank = r->join->rank;
+	cohort__reply__free_unpacked(r, NULL);
+	nng_msg_free(m);
+}
+
+static void
+cr_set(struct cr_cli* k, const char* key, const char* val)
+{
+	Cohort__Request rq = COHORT__REQUEST__INIT;
+	Cohort__KvSet s = COHORT__KV_SET__INIT;
+
+	s.key = (char*)key;
+	rq.body_case = COHORT__REQUEST__BODY_KV_SET;
+	rq.kv_set = &s;
+	cr_ok(k, &rq, val, strlen(val));
+}
+
+static int64_t
+cr_add(struct cr_cli* k, const char* key, int64_t delta, uint64_t seq)
+{
+	Cohort__Request rq = COHORT__REQUEST__INIT;
+	Cohort__KvAdd a = COHORT__KV_ADD__INIT;
+	Cohort__Reply* r;
+	nng_msg* m;
+	int64_t v;
+
+	a.key = (char*)key;
+	a.delta = delta;
+	rq.body_case = COHORT__REQUEST__BODY_KV_ADD;
+	rq.kv_add = &a;
+	rq.seq = seq;
+	r = cr_call(k, &rq, NULL, 0, &m, NULL, NULL);
+	ck_assert_msg(r->status == COHORT_OK, "add: %s", r->error);
+	v = r->kv_add->value;
+	cohort__reply__free_unpacked(r, NULL);
+	nng_msg_free(m);
+	return (v);
+}
+
+/* The value of key as a string ("" if absent: returns false). */
+static bool
+cr_get(struct cr_cli* k, const char* key, char* buf, size_t len)
+{
+	Cohort__Request rq = COHORT__REQUEST__INIT;
+	Cohort__KvGet g = COHORT__KV_GET__INIT;
+	Cohort__Reply* r;
+	const uint8_t* p;
+	size_t n;
+	nng_msg* m;
+	bool found;
+
+	g.key = (char*)key;
+	rq.body_case = COHORT__REQUEST__BODY_KV_GET;
+	rq.kv_get = &g;
+	r = cr_call(k, &rq, NULL, 0, &m, &p, &n);
+	ck_assert_int_eq(r->status, COHORT_OK);
+	found = r->kv_get->found;
+	if (n >= len)
+		n = len - 1;
+	memcpy(buf, p, n);
+	buf[n] = '\0';
+	cohort__reply__free_unpacked(r, NULL);
+	nng_msg_free(m);
+	return (found);
+}
+
+static uint64_t
+cr_num_keys(struct cr_cli* k)
+{
+	Cohort__Request rq = COHORT__REQUEST__INIT;
+	Cohort__KvNumKeys nk = COHORT__KV_NUM_KEYS__INIT;
+	Cohort__Reply* r;
+	nng_msg* m;
+	uint64_t n;
+
+	rq.body_case = COHORT__REQUEST__BODY_KV_NUM_KEYS;
+	rq.kv_num_keys = &nk;
+	r = cr_call(k, &rq, NULL, 0, &m, NULL, NULL);
+	ck_assert_int_eq(r->status, COHORT_OK);
+	n = r->kv_num_keys->count;
+	cohort__reply__free_unpacked(r, NULL);
+	nng_msg_free(m);
+	return (n);
+}
+
+/* Sets keys [from, to) as "key-i" = "value-i" with multi_set batches. */
+static void
+cr_fill(struct cr_cli* k, int from, int to)
+{
+	enum { B = 1000 };
+	static char kb[B][24];
+	char* keys[B];
+	uint64_t lens[B];
+	char* vals = malloc((size_t)B * 24);
+	size_t off;
+
+	ck_assert_ptr_nonnull(vals);
+	for (int i = from; i < to; i += B) {
+		Cohort__Request rq = COHORT__REQUEST__INIT;
+		Cohort__KvMultiSet ms = COHORT__KV_MULTI_SET__INIT;
+		int n = to - i < B ? to - i : B;
+		off = 0;
+		for (int x = 0; x < n; x++) {
+			int w;
+			snprintf(kb[x], sizeof(kb[x]), "key-%d", i + x);
+			keys[x] = kb[x];
+			w = snprintf(vals + off, 24, "value-%d", i + x);
+			lens[x] = (uint64_t)w;
+			off += (size_t)w;
+		}
+		ms.n_keys = (size_t)n;
+		ms.keys = keys;
+		ms.n_value_lens = (size_t)n;
+		ms.value_lens = lens;
+		rq.body_case = COHORT__REQUEST__BODY_KV_MULTI_SET;
+		rq.kv_multi_set = &ms;
+		cr_ok(k, &rq, vals, off);
+	}
+	free(vals);
+}
+
+/* "state restored from ...: ... in N ms" from a log, or -1. */
+static long
+cr_replay_ms(const char* log)
+{
+	char* t = th_read_file(log);
+	const char* p;
+	long ms = -1;
+
+	if (t != NULL && (p = strstr(t, "state restored from")) != NULL
+	    && (p = strstr(p, " records in ")) != NULL)
+		ms = strtol(p + 12, NULL, 10);
+	free(t);
+	return (ms);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Restart (raw protocol)                                                   */
+/* ------------------------------------------------------------------------ */
+
+START_TEST(test_kill9_keeps_keys_and_applies_add_once)
+{
+	struct cr_coord c;
+	struct cr_cli k, f;
+	char buf[64], key[32], want[32];
+	uint64_t last;
+
+	cr_init(&c);
+	cr_start(&c, NULL);
+	memset(&k, 0, sizeof(k));
+	k.id = 0xabc;
+	k.rank = -1;
+	cr_connect(&k, c.url);
+	cr_join(&k);
+	cr_fill(&k, 0, 1000);
+	cr_set(&k, "hello", "world");
+	for (int i = 1; i <= 5; i++)
+		ck_assert_int_eq(cr_add(&k, "ctr", 1, 0), i);
+	last = k.seq;
+
+	/* kill -9, restart on the same address, same state directory. */
+	cr_kill9(&c);
+	cr_start(&c, NULL);
+	/* The client re-sends the add whose reply it did not see: it is
+	 * answered from the journalled reply cache, not added again. */
+	cr_connect(&k, c.url);
+	ck_assert_int_eq(cr_add(&k, "ctr", 1, last), 5);
+	ck_assert(cr_get(&k, "ctr", buf, sizeof(buf)));
+	ck_assert_str_eq(buf, "5");
+	/* A fresh client sees everything. */
+	memset(&f, 0, sizeof(f));
+	f.id = 0xdef;
+	f.rank = -1;
+	f.gen = k.gen;
+	cr_connect(&f, c.url);
+	ck_assert_uint_eq(cr_num_keys(&f), 1002);
+	ck_assert(cr_get(&f, "hello", buf, sizeof(buf)));
+	ck_assert_str_eq(buf, "world");
+	for (int i = 0; i < 1000; i += 37) {
+		snprintf(key, sizeof(key), "key-%d", i);
+		snprintf(want, sizeof(want), "value-%d", i);
+		ck_assert(cr_get(&f, key, buf, sizeof(buf)));
+		ck_assert_str_eq(buf, want);
+	}
+	ck_assert_int_eq(cr_add(&f, "ctr", 1, 0), 6);
+	/* A clean stop keeps it as well. */
+	cr_close(&k);
+	cr_close(&f);
+	cr_stop(&c);
+	cr_start(&c, NULL);
+	cr_connect(&f, c.url);
+	ck_assert(cr_get(&f, "ctr", buf, sizeof(buf)));
+	ck_assert_str_eq(buf, "6");
+	cr_close(&f);
+	cr_stop(&c);
+}
+END_TEST
+
+/* Measured: the journal's cost per kv_set and add (round trips over
+ * loopback, with and without --state-dir, per fsync mode) and a restart
+ * with 100k keys. Bounds only catch pathologies. */
+static double
+cr_rate(struct cr_cli* k, bool add, int n)
+{
+	int64_t t0 = th_now_ms();
+	char key[32];
+	uint64_t ns0 = cohort__now_ns();
+
+	(void)t0;
+	for (int i = 0; i < n; i++) {
+		if (add) {
+			(void)cr_add(k, "bench-ctr", 1, 0);
+		} else {
+			snprintf(key, sizeof(key), "bench-%d", i);
+			cr_set(k, key, "0123456789abcdef0123456789abcdef");
+		}
+	}
+	return ((double)(cohort__now_ns() - ns0) / 1e3 / n);
+}
+
+START_TEST(test_restart_100k_keys_and_journal_cost)
+{
+	static const char* const modes[] = { NULL, "batch", "always" };
+	struct cr_coord c;
+	struct cr_cli k;
+	const int n = 3000;
+	int64_t up;
+	long replay;
+	char buf[64];
+
+	for (int mi = 0; mi < 3; mi++) {
+		const char* extra[3] = { "--fsync", modes[mi], NULL };
+		double set, add;
+		cr_init(&c);
+		if (modes[mi] == NULL) {
+			/* Without --state-dir: th_coord_start. */
+			struct th_coord tc;
+			th_coord_start(&tc, NULL);
+			memset(&k, 0, sizeof(k));
+			k.id = 1;
+			k.rank = -1;
+			cr_connect(&k, tc.url);
+			cr_join(&k);
+			set = cr_rate(&k, false, n);
+			add = cr_rate(&k, true, n);
+			cr_close(&k);
+			ck_assert_int_eq(th_coord_stop(&tc), 0);
+		} else {
+			cr_start(&c, extra);
+			memset(&k, 0, sizeof(k));
+			k.id = 1;
+			k.rank = -1;
+			cr_connect(&k, c.url);
+			cr_join(&k);
+			set = cr_rate(&k, false, n);
+			add = cr_rate(&k, true, n);
+			cr_close(&k);
+			cr_stop(&c);
+		}
+		fprintf(stderr,
+		    "MEASURE journal %s: kv_set %.1f us, add %.1f us per "
+		    "round trip (%d each, loopback)\n",
+		    modes[mi] ? modes[mi] : "off", set, add, n);
+	}
+
+	cr_init(&c);
+	cr_start(&c, NULL);
+	memset(&k, 0, sizeof(k));
+	k.id = 2;
+	k.rank = -1;
+	cr_connect(&k, c.url);
+	cr_join(&k);
+	cr_fill(&k, 0, 100000);
+	ck_assert_int_eq(cr_add(&k, "ctr", 7, 0), 7);
+	cr_close(&k);
+	cr_kill9(&c);
+	up = cr_start(&c, NULL);
+	replay = cr_replay_ms(c.log);
+	fprintf(stderr,
+	    "MEASURE restart with 100k keys: listening after %" PRId64
+	    " ms (replay %ld ms)\n",
+	    up, replay);
+	cr_connect(&k, c.url);
+	ck_assert_uint_eq(cr_num_keys(&k), 100001);
+	ck_assert(cr_get(&k, "key-99999", buf, sizeof(buf)));
+	ck_assert_str_eq(buf, "value-99999");
+	ck_assert(cr_get(&k, "ctr", buf, sizeof(buf)));
+	ck_assert_str_eq(buf, "7");
+	cr_close(&k);
+	cr_stop(&c);
+	ck_assert_int_lt(up, 10000);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* Reconnection of real members (needs libcohort's reconnection)           */
+/* ------------------------------------------------------------------------ */
+
+struct cr_member {
+	const char* url;
+	int rank;
+	cohort_client* c;
+	cohort_status st;
+	cohort_status bst;
+	char err[512];
+};
+
+static void*
+cr_member_open(void* arg)
+{
+	struct cr_member* m = arg;
+	cohort_options o;
+
+	cohort_options_init(&o);
+	o.coordinator = m->url;
+	o.job = "reconnect";
+	o.token = "tok";
+	o.rank = m->rank;
+	o.world_size = 2;
+	o.heartbeat_interval = 200;
+	o.dead_after = 3000;
+	o.op_timeout = 20000;
+	o.backend = "service";
+	m->st = cohort_client_open(&o, &m->c, 10000);
+	if (m->st != COHORT_OK)
+		cohort__strlcpy(m->err, cohort_last_error(), sizeof(m->err));
+	return (NULL);
+}
+
+static void*
+cr_member_barrier(void* arg)
+{
+	struct cr_member* m = arg;
+
+	m->bst = cohort_barrier(cohort_client_world(m->c), "across", 20000);
+	if (m->bst != COHORT_OK)
+		cohort__strlcpy(m->err, cohort_last_error(), sizeof(m->err));
+	return (NULL);
+}
+
+START_TEST(test_members_reconnect_and_carry_on)
+{
+	struct cr_coord c;
+	struct cr_member m[2];
+	pthread_t th[2];
+	int64_t v = 0;
+
+	if (getenv("COHORT_TEST_CLIENT_RECONNECT") == NULL
+	    || strcmp(getenv("COHORT_TEST_CLIENT_RECONNECT"), "1") != 0) {
+		fprintf(stderr,
+		    "SKIP fault_coord_restart/reconnect: set "
+		    "COHORT_TEST_CLIENT_RECONNECT=1 once libcohort "
+		    "reconnects\n");
+		return;
+	}
+	cr_init(&c);
+	cr_start(&c, NULL);
+	memset(m, 0, sizeof(m));
+	for (int i = 0; i < 2; i++) {
+		m[i].url = c.url;
+		m[i].rank = i;
+		pthread_create(&th[i], NULL, cr_member_open, &m[i]);
+	}
+	for (int i = 0; i < 2; i++) {
+		pthread_join(th[i], NULL);
+		ck_assert_msg(
+		    m[i].st == COHORT_OK, "open %d: %s", i, m[i].err);
+	}
+	ck_assert_cohort_ok(cohort_kv_add(m[0].c, "ctr", 1, &v, 5000));
+	ck_assert_cohort_ok(cohort_kv_set(m[0].c, "k", "v", 1, 5000));
+	/* Rank 0 waits in a barrier when cohortd is killed. */
+	pthread_create(&th[0], NULL, cr_member_barrier, &m[0]);
+	usleep(200 * 1000);
+	cr_kill9(&c);
+	usleep(300 * 1000);
+	cr_start(&c, NULL);
+	/* Rank 1 arrives after the restart: the barrier completes, the
+	 * counter was not counted twice, and both keep working. */
+	cr_member_barrier(&m[1]);
+	pthread_join(th[0], NULL);
+	ck_assert_msg(m[0].bst == COHORT_OK, "rank 0 barrier: %s", m[0].err);
+	ck_assert_msg(m[1].bst == COHORT_OK, "rank 1 barrier: %s", m[1].err);
+	ck_assert_cohort_ok(cohort_kv_add(m[1].c, "ctr", 1, &v, 5000));
+	ck_assert_int_eq(v, 2);
+	ck_assert_cohort_ok(cohort_client_error(m[0].c));
+	ck_assert_cohort_ok(cohort_client_error(m[1].c));
+	for (int i = 0; i < 2; i++)
+		cohort_client_close(m[i].c);
+	cr_stop(&c);
+}
+END_TEST
+
+Suite *
+suite_fault_coord_restart(void)
+{
+	Suite* s = suite_create("fault_coord_restart");
+	TCase* tc = tcase_create("restart");
+	TCase* tr = tcase_create("reconnect");
+
+	tcase_set_timeout(tc, 180);
+	tcase_add_test(tc, test_kill9_keeps_keys_and_applies_add_once);
+	tcase_add_test(tc, test_restart_100k_keys_and_journal_cost);
+	suite_add_tcase(s, tc);
+	tcase_set_timeout(tr, 120);
+	tcase_add_test(tr, test_members_reconnect_and_carry_on);
+	suite_add_tcase(s, tr);
+	return (s);
+}

@@ -1,0 +1,265 @@
+/*
+ * test_srv_stall.c - live hang attribution and the timeout hierarchy,
+ * without sockets: a parked barrier past the stall threshold names the
+ * missing rank and what it does instead (status, metrics, the timeout's
+ * text); a data-plane op seen through heartbeats likewise; a join whose
+ * heartbeat is not shorter than its dead-after is refused; a request of a
+ * connection whose close was already seen is dropped.
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "srv_fixture.h"
+
+Suite *suite_srv_stall(void);
+
+static Cohort__JobStatus*
+st_status(struct fx* f, struct fx_cli* c)
+{
+	Cohort__Request rq = COHORT__REQUEST__INIT;
+	Cohort__StatusQuery q = COHORT__STATUS_QUERY__INIT;
+	Cohort__Reply* r;
+
+	q.job = "";
+	rq.body_case = COHORT__REQUEST__BODY_STATUS_QUERY;
+	rq.status_query = &q;
+	r = fx_want(f, fx_send(f, c, &rq, NULL, 0), COHORT_OK);
+	ck_assert_uint_eq(r->status_query->n_jobs, 1);
+	return (r->status_query->jobs[0]);
+}
+
+static Cohort__PendingOp*
+st_stalled(Cohort__JobStatus* js)
+{
+	for (size_t i = 0; i < js->n_pending; i++)
+		if (js->pending[i]->stalled)
+			return (js->pending[i]);
+	return (NULL);
+}
+
+/* Ticks ms in steps of a second; ranks in hb[] heartbeat each step with
+ * their own op, the others stay silent (they are parked). */
+static void
+st_run(struct fx* f, struct fx_cli* c, const int* hb, int nhb,
+    const char* const* op, const uint64_t* seq, const bool* in_op,
+    cohort__time ms)
+{
+	for (cohort__time t = 0; t < ms; t += 1000) {
+		for (int i = 0; i < nhb; i++)
+			fx_want(f,
+			    fx_heartbeat(f, &c[hb[i]], op[i], seq[i], "",
+			        in_op[i], in_op[i] ? (uint64_t)t : 0),
+			    COHORT_OK);
+		fx_tick(f, 1000);
+	}
+}
+
+static bool
+st_has(const char* s, const char* sub)
+{
+	return (s != NULL && strstr(s, sub) != NULL);
+}
+
+START_TEST(test_control_plane_stall)
+{
+	struct fx* f = fx_new();
+	struct fx_cli c[3];
+	uintptr_t t0, t1;
+	Cohort__PendingOp* op;
+	Cohort__Reply* r;
+	const int hb[3] = { 0, 1, 2 };
+	const char* const ops[3] = { "barrier", "barrier", "allreduce" };
+	const uint64_t seqs[3] = { 17, 17, 812 };
+	const bool in[3] = { true, true, true };
+	char* text;
+
+	fx_form(f, c, 3, "j");
+	f->core->stall_ms = 10000;
+	t0 = fx_barrier(f, &c[0], "epoch-3", 17, 30000);
+	t1 = fx_barrier(f, &c[1], "epoch-3", 17, 30000);
+	/* Below the threshold: pending, not stalled. */
+	st_run(f, c, hb, 3, ops, seqs, in, 5000);
+	op = NULL;
+	ck_assert_ptr_null(st_stalled(st_status(f, &c[2])));
+	ck_assert_uint_eq(f->core->m.stalls, 0);
+	st_run(f, c, hb, 3, ops, seqs, in, 7000);
+	/* Logged once, shown in status and metrics. Rank 2's allreduce
+	 * is stalled too (ranks 0 and 1 are in the barrier): the two lines
+	 * together show the cross-wait. */
+	ck_assert_uint_eq(f->core->m.stalls, 2);
+	st_run(f, c, hb, 3, ops, seqs, in, 3000);
+	ck_assert_uint_eq(f->core->m.stalls, 2);
+	op = st_stalled(st_status(f, &c[2]));
+	ck_assert_ptr_nonnull(op);
+	ck_assert(!op->data_plane);
+	ck_assert_uint_eq(op->op_seq, 17);
+	ck_assert_uint_eq(op->n_missing, 1);
+	ck_assert_int_eq(op->missing[0], 2);
+	ck_assert_msg(st_has(op->detail,
+	                  "barrier 'epoch-3' (#17) on group '' waiting 15.0 "
+	                  "s: rank 2 has not entered; rank 2 is in allreduce "
+	                  "#812 since "),
+	    "detail: %s", op->detail);
+	text = srv_metrics_text(f->core, f->now);
+	ck_assert(st_has(text, "cohort_stalled_ops 2\n"));
+	ck_assert(st_has(text, "cohort_stalls_total 2\n"));
+	free(text);
+	/* The timeout names the missing rank, what it does and the
+	 * liveness bound that did not fire. */
+	st_run(f, c, hb, 3, ops, seqs, in, 16000);
+	r = fx_want(f, t0, COHORT_ETIMEDOUT);
+	ck_assert_msg(st_has(r->error,
+	                  "barrier 'epoch-3' (#17) timed out after 30.0 s; "
+	                  "rank 2 never arrived (rank 2 in allreduce #812); "
+	                  "heartbeat dead-after is 5.0 s"),
+	    "error: %s", r->error);
+	ck_assert_uint_eq(r->n_missing_ranks, 1);
+	fx_want(f, t1, COHORT_ETIMEDOUT);
+	fx_free(f);
+}
+END_TEST
+
+START_TEST(test_missing_rank_last_seen)
+{
+	struct fx* f = fx_new();
+	struct fx_cli c[2];
+	uintptr_t t0;
+	Cohort__Reply* r;
+	const int hb[2] = { 0, 1 };
+	const char* const ops[2] = { "barrier", "barrier" };
+	const uint64_t seqs[2] = { 17, 16 };
+	const bool in[2] = { true, false };
+
+	fx_form(f, c, 2, "j");
+	t0 = fx_barrier(f, &c[0], "x", 17, 3000);
+	st_run(f, c, hb, 2, ops, seqs, in, 3000);
+	r = fx_want(f, t0, COHORT_ETIMEDOUT);
+	ck_assert_msg(st_has(r->error,
+	                  "rank 1 never arrived (rank 1 last seen 1.0 s ago "
+	                  "after barrier #16)"),
+	    "error: %s", r->error);
+	fx_free(f);
+}
+END_TEST
+
+START_TEST(test_data_plane_stall)
+{
+	struct fx* f = fx_new();
+	struct fx_cli c[3];
+	Cohort__JobStatus* js;
+	Cohort__PendingOp* op;
+	const int hb[3] = { 0, 1, 2 };
+	const char* const ops[3] = { "allreduce", "allreduce", "allreduce" };
+	const uint64_t seqs[3] = { 812, 812, 811 };
+	const bool in[3] = { true, true, false };
+	char* text;
+
+	fx_form(f, c, 3, "j");
+	f->core->stall_ms = 10000;
+	st_run(f, c, hb, 3, ops, seqs, in, 9000);
+	ck_assert_ptr_null(st_stalled(st_status(f, &c[0])));
+	st_run(f, c, hb, 3, ops, seqs, in, 4000);
+	ck_assert_uint_eq(f->core->m.stalls, 1);
+	js = st_status(f, &c[0]);
+	op = st_stalled(js);
+	ck_assert_ptr_nonnull(op);
+	ck_assert(op->data_plane);
+	ck_assert_str_eq(op->kind, "allreduce");
+	ck_assert_uint_eq(op->op_seq, 812);
+	ck_assert_uint_eq(op->n_arrived, 2);
+	ck_assert_uint_eq(op->n_missing, 1);
+	ck_assert_int_eq(op->missing[0], 2);
+	ck_assert_msg(st_has(op->detail,
+	                  "allreduce #812 on group '' waiting 13.0 s: rank 2 "
+	                  "has not entered; rank 2 last seen 1.0 s ago doing "
+	                  "allreduce #811"),
+	    "detail: %s", op->detail);
+	ck_assert(js->members[0]->in_op);
+	ck_assert_uint_ge(js->members[0]->in_op_ms, 13000);
+	text = srv_metrics_text(f->core, f->now);
+	ck_assert(st_has(text, "cohort_stalled_ops 1\n"));
+	free(text);
+	/* Rank 2 catches up: the stall is over. */
+	{
+		const uint64_t s2[3] = { 813, 813, 813 };
+		const bool in2[3] = { false, false, false };
+		st_run(f, c, hb, 3, ops, s2, in2, 2000);
+	}
+	ck_assert_ptr_null(st_stalled(st_status(f, &c[0])));
+	fx_free(f);
+}
+END_TEST
+
+START_TEST(test_join_heartbeat_order)
+{
+	struct fx* f = fx_new();
+	struct fx_cli c;
+	Cohort__Request rq = COHORT__REQUEST__INIT;
+	Cohort__Join j = COHORT__JOIN__INIT;
+	Cohort__Reply* r;
+
+	fx_cli_init(&c, "j", 1, 1);
+	j.rank = 0;
+	j.world_size = 1;
+	j.host = "h";
+	j.heartbeat_ms = 5000;
+	j.dead_after_ms = 5000;
+	rq.body_case = COHORT__REQUEST__BODY_JOIN;
+	rq.join = &j;
+	r = fx_want(f, fx_send(f, &c, &rq, NULL, 0), COHORT_EINVAL);
+	ck_assert(st_has(r->error, "heartbeat interval 5000 ms"));
+	ck_assert(st_has(r->error, "dead-after 5000 ms"));
+	/* Defaults fill in a zero: 1000 < 3000 is fine. */
+	j.heartbeat_ms = 0;
+	j.dead_after_ms = 3000;
+	rq.seq = 0;
+	fx_want(f, fx_send(f, &c, &rq, NULL, 0), COHORT_OK);
+	fx_free(f);
+}
+END_TEST
+
+START_TEST(test_request_after_close_is_dropped)
+{
+	struct fx* f = fx_new();
+	struct fx_cli c[2];
+	uintptr_t t;
+	size_t drops;
+
+	fx_cli_init(&c[0], "j", 1, 7);
+	fx_cli_init(&c[1], "j", 2, 8);
+	/* The join left over connection 7 before its close event was
+	 * handled; handled after it, it must not make a member bound to a
+	 * dead connection. */
+	srv_core_pipe_closed(f->core, 7, f->now);
+	drops = f->ndrop;
+	t = fx_join(f, &c[0], 0, 2, 60000);
+	ck_assert_ptr_null(fx_get(f, t));
+	ck_assert_uint_eq(f->ndrop, drops + 1);
+	ck_assert_uint_eq(f->core->m.dropped_closed, 1);
+	/* Re-sent over a new connection, it works. */
+	c[0].pipe = 9;
+	c[0].seq = 0;
+	t = fx_join(f, &c[0], 0, 2, 60000);
+	fx_joined(f, &c[1], fx_join(f, &c[1], 1, 2, 60000));
+	fx_joined(f, &c[0], t);
+	/* The closed-pipe memory is pruned after a minute. */
+	fx_tick(f, 61000);
+	ck_assert_uint_eq(f->core->closed.n, 0);
+	fx_free(f);
+}
+END_TEST
+
+Suite *
+suite_srv_stall(void)
+{
+	Suite* s = suite_create("srv_stall");
+	TCase* tc = tcase_create("stall");
+
+	tcase_add_test(tc, test_control_plane_stall);
+	tcase_add_test(tc, test_missing_rank_last_seen);
+	tcase_add_test(tc, test_data_plane_stall);
+	tcase_add_test(tc, test_join_heartbeat_order);
+	tcase_add_test(tc, test_request_after_close_is_dropped);
+	suite_add_tcase(s, tc);
+	return (s);
+}
