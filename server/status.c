@@ -124,6 +124,8 @@ status_job(struct status_build* sb, struct srv_job* job, cohort__time now)
 	js->state = (char*)srv_job_state_name(job);
 	js->kv_keys = srv_kv_count(&job->kv);
 	js->kv_bytes = job->kv.bytes;
+	js->failed_rank = job->failed_rank;
+	js->failed_text = job->failed_text != NULL ? job->failed_text : "";
 	if (job->members != NULL) {
 		js->members = sb_alloc(sb, sizeof(void*) * job->world);
 		if (js->members == NULL)

@@ -13,6 +13,7 @@
  *   COHORT_FW_FAIL_AT   "RANK:STEP": that rank exits 7 at that step, but
  *                       only in the first run (COHORT_RESTART_COUNT=0)
  *   COHORT_FW_SLEEP_AT  "RANK:STEP:MS": that rank sleeps inside the step
+ *   COHORT_FW_PIDDIR    write DIR/rankN.pid (fault tests kill by pid)
  *
  * Output: "STEP n" lines on rank 0, "RESULT ..." lines on failure, and
  * "DONE steps=N restart=R resumed_from=S sum_ok=1" at the end.
@@ -130,6 +131,16 @@ main(int argc, char **argv)
 	world = cohort_client_world_size(c);
 	if (ckpt != NULL)
 		start = fw_ckpt_read(ckpt, rank);
+	if (getenv("COHORT_FW_PIDDIR") != NULL) {
+		char path[512];
+		FILE *pf;
+		snprintf(path, sizeof(path), "%s/rank%d.pid",
+		    getenv("COHORT_FW_PIDDIR"), rank);
+		if ((pf = fopen(path, "w")) != NULL) {
+			fprintf(pf, "%d\n", (int) getpid());
+			fclose(pf);
+		}
+	}
 	if (count > 0 && (buf = malloc(count * sizeof(float))) == NULL)
 		return (1);
 

@@ -342,11 +342,21 @@ run_query_failure(const char *url, const struct run_cfg *cfg, const char *job,
 			Cohort__JobStatus *js = sr->jobs[j];
 			if (strcmp(js->job, job) != 0)
 				continue;
+			/* cohortd knows which member failed first; the
+			 * order in which the launcher reaped them does not
+			 * tell (the others stop within milliseconds). */
+			if (js->failed_rank >= 0) {
+				f->rank = js->failed_rank;
+				if (js->failed_text != NULL)
+					cohort__strlcpy(f->text,
+					    js->failed_text, sizeof(f->text));
+			}
 			for (size_t m = 0; m < js->n_members; m++) {
 				Cohort__MemberStatus *ms = js->members[m];
 				if (ms->rank != f->rank)
 					continue;
-				if (ms->failure != NULL && ms->failure[0])
+				if (ms->failure != NULL && ms->failure[0] &&
+				    f->text[0] == '\0')
 					cohort__strlcpy(f->text, ms->failure,
 					    sizeof(f->text));
 				if (ms->last_op != NULL)
@@ -397,11 +407,12 @@ run_report(const struct run_cfg *cfg, const char *job,
 	run_describe(status, desc, sizeof(desc));
 	fprintf(stderr,
 	    "\n"
-	    "cohort run: job '%s' failed\n"
+	    "cohort run: job '%s' failed%s\n"
 	    "  root cause : rank %d %s\n"
 	    "  error text : %s\n"
 	    "  operation  : %s%s",
-	    job, f->rank, desc, f->text[0] ? f->text : "(none reported)",
+	    job, restarts < cfg->max_restarts ? " (this attempt)" : "",
+	    f->rank, desc, f->text[0] ? f->text : "(none reported)",
 	    f->last_op[0] ? f->last_op : "(unknown)",
 	    f->last_op[0] ? "" : "\n");
 	if (f->last_op[0])
@@ -519,7 +530,6 @@ run_generation(const struct run_cfg *cfg, const char *url, const char *job,
 				    WTERMSIG(status) : 0;
 				term_at = now + cfg->grace_ms;
 				kill_at = term_at + 3000;
-				run_query_failure(url, cfg, job, f);
 			}
 			continue;
 		}
@@ -545,6 +555,15 @@ run_generation(const struct run_cfg *cfg, const char *url, const char *job,
 	}
 	if (f->have) {
 		rc = 1;
+		run_query_failure(url, cfg, job, f);
+		for (int i = 0; i < nw; i++) {
+			int st = w[i].status;
+			if (w[i].rank != f->rank)
+				continue;
+			f->exit_code = WIFEXITED(st) ? WEXITSTATUS(st) :
+			    128 + WTERMSIG(st);
+			f->signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+		}
 		*exit_code = f->exit_code != 0 ? f->exit_code : 1;
 		run_report(cfg, job, f, w, nw, last_stop, restart);
 	} else if (run_signal != 0) {

@@ -1,0 +1,189 @@
+/*
+ * test_launcher.c - `cohort run` end to end: supervision, the failure
+ * report, restarts with checkpoints, and a SIGKILLed rank at a random point
+ * (seeded) with every survivor stopping and no process left behind.
+ */
+#include <signal.h>
+#include <sys/stat.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check_cohort.h"
+
+/* Runs `cohort run ARGS -- cohort-fault-worker STEPS STEP_MS` with extra
+ * environment; returns the launcher's pid, its output in *out. */
+static pid_t
+launch(const char *const *run_args, const char *steps, const char *step_ms,
+    char *const *env, char *out, size_t outlen)
+{
+	char *argv[32];
+	int n = 0;
+
+	argv[n++] = (char *) th_bin("cohort");
+	argv[n++] = "run";
+	for (int i = 0; run_args[i] != NULL; i++)
+		argv[n++] = (char *) run_args[i];
+	argv[n++] = "--";
+	argv[n++] = (char *) th_bin("cohort-fault-worker");
+	argv[n++] = (char *) steps;
+	argv[n++] = (char *) step_ms;
+	argv[n] = NULL;
+	snprintf(out, outlen, "%s/launcher-%d.out", th_tmpdir(),
+	    (int) th_now_ms() % 100000);
+	return (th_spawn(argv, env, out));
+}
+
+static int
+finish(pid_t pid, int timeout_ms)
+{
+	int st;
+
+	if (!th_wait(pid, timeout_ms, &st)) {
+		th_kill(pid);
+		ck_abort_msg("cohort run hung");
+	}
+	return (th_exit_code(st));
+}
+
+START_TEST(test_run_all_succeed)
+{
+	static const char *const args[] = { "-n", "4", NULL };
+	char out[256];
+	pid_t p = launch(args, "50", "0", NULL, out, sizeof(out));
+	char *o;
+
+	ck_assert_int_eq(finish(p, 60000), 0);
+	o = th_read_file(out);
+	ck_assert_ptr_nonnull(o);
+	ck_assert_msg(strstr(o, "DONE steps=50 restart=0") != NULL, "%s", o);
+	free(o);
+}
+END_TEST
+
+START_TEST(test_run_failure_report_names_root_cause)
+{
+	char report[256], out[256];
+	const char *args[] = { "-n", "4", "--report", report, NULL };
+	char *env[] = { "COHORT_FW_FAIL_AT=2:5", NULL };
+	char *o, *j;
+
+	snprintf(report, sizeof(report), "%s/report.json", th_tmpdir());
+	ck_assert_int_eq(finish(launch(args, "50", "0", env, out,
+	    sizeof(out)), 60000), 7);
+	o = th_read_file(out);
+	j = th_read_file(report);
+	ck_assert_ptr_nonnull(o);
+	ck_assert_ptr_nonnull(j);
+	ck_assert_msg(strstr(o, "root cause : rank 2 exited with status 7") !=
+	    NULL, "%s", o);
+	ck_assert_msg(strstr(j, "\"root_cause\":{\"rank\":2,\"exit_code\":7")
+	    != NULL, "%s", j);
+	free(o);
+	free(j);
+}
+END_TEST
+
+START_TEST(test_run_restart_resumes_from_checkpoint)
+{
+	static const char *const args[] = { "-n", "4", "--max-restarts", "2",
+		NULL };
+	char ck[300], e_ck[320], out[256];
+	char *env[] = { e_ck, "COHORT_FW_FAIL_AT=1:7", NULL };
+	char *o;
+
+	snprintf(ck, sizeof(ck), "%s/ckpt", th_tmpdir());
+	ck_assert_int_eq(mkdir(ck, 0755), 0);
+	snprintf(e_ck, sizeof(e_ck), "COHORT_FW_CKPT=%s", ck);
+	ck_assert_int_eq(finish(launch(args, "20", "0", env, out,
+	    sizeof(out)), 60000), 0);
+	o = th_read_file(out);
+	ck_assert_ptr_nonnull(o);
+	/* the restarted program sees COHORT_RESTART_COUNT=1 and resumes
+	 * at step 7: no step lost, none repeated */
+	ck_assert_msg(strstr(o, "DONE steps=20 restart=1 resumed_from=7") !=
+	    NULL, "%s", o);
+	ck_assert_msg(strstr(o, "restarting the group (1 of 2)") != NULL, "%s",
+	    o);
+	free(o);
+}
+END_TEST
+
+static bool
+pids_ready(void *arg)
+{
+	const char *dir = arg;
+	char path[400];
+
+	for (int r = 0; r < 4; r++) {
+		snprintf(path, sizeof(path), "%s/rank%d.pid", dir, r);
+		if (access(path, R_OK) != 0)
+			return (false);
+	}
+	return (true);
+}
+
+/* Three seeded trials (bench/faults runs twenty and reports timings). */
+START_TEST(test_run_sigkill_random_rank)
+{
+	unsigned seed = 20261122u + (unsigned) _i;
+	int victim = (int) (rand_r(&seed) % 4);
+	int delay_ms = 50 + (int) (rand_r(&seed) % 300);
+	char dir[300], e_dir[320], report[300], out[256], path[400];
+	const char *args[] = { "-n", "4", "--report", report, NULL };
+	char *env[] = { e_dir, "COHORT_FW_BYTES=65536", NULL };
+	pid_t pids[4], launcher;
+	char *j;
+	int64_t t0;
+
+	snprintf(dir, sizeof(dir), "%s/pids-%d", th_tmpdir(), _i);
+	ck_assert_int_eq(mkdir(dir, 0755), 0);
+	snprintf(e_dir, sizeof(e_dir), "COHORT_FW_PIDDIR=%s", dir);
+	snprintf(report, sizeof(report), "%s/report-%d.json", th_tmpdir(), _i);
+	launcher = launch(args, "1000000", "1", env, out, sizeof(out));
+	ck_assert_msg(th_wait_until(pids_ready, dir, 2000, 10),
+	    "workers did not start");
+	for (int r = 0; r < 4; r++) {
+		char *s;
+		snprintf(path, sizeof(path), "%s/rank%d.pid", dir, r);
+		s = th_read_file(path);
+		pids[r] = (pid_t) strtol(s, NULL, 10);
+		free(s);
+	}
+	usleep((useconds_t) delay_ms * 1000);
+	t0 = th_now_ms();
+	kill(pids[victim], SIGKILL);
+	ck_assert_int_eq(finish(launcher, 30000), 137);
+	ck_assert_msg(th_now_ms() - t0 < 15000, "took %lld ms",
+	    (long long) (th_now_ms() - t0));
+	for (int r = 0; r < 4; r++)
+		ck_assert_msg(kill(pids[r], 0) != 0, "rank %d (pid %d) remains",
+		    r, (int) pids[r]);
+	j = th_read_file(report);
+	ck_assert_ptr_nonnull(j);
+	{
+		char want[64];
+		snprintf(want, sizeof(want), "\"root_cause\":{\"rank\":%d,",
+		    victim);
+		ck_assert_msg(strstr(j, want) != NULL && strstr(j,
+		    "\"signal\":9") != NULL, "victim %d: %s", victim, j);
+	}
+	free(j);
+}
+END_TEST
+
+Suite *
+suite_integration_launcher(void)
+{
+	Suite *s = suite_create("integration_launcher");
+	TCase *tc = tcase_create("run");
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_run_all_succeed);
+	tcase_add_test(tc, test_run_failure_report_names_root_cause);
+	tcase_add_test(tc, test_run_restart_resumes_from_checkpoint);
+	tcase_add_loop_test(tc, test_run_sigkill_random_rank, 0, 3);
+	suite_add_tcase(s, tc);
+	return (s);
+}
