@@ -46,8 +46,9 @@ OPT ?= -O2
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror \
 	-Wstrict-prototypes -Wno-unused-parameter -fPIC -pthread -MMD -MP \
 	$(SANFLAGS)
-CPPFLAGS := -Iclient/include -Iclient -Iserver -Icuda -Istrategies -I$(GEN) \
-	-Itests/harness -Iexamples/lib $(PKG_CFLAGS)
+CPPFLAGS := -Iclient/include -iquote client -iquote server -iquote cuda \
+	-iquote strategies -I$(GEN) \
+	-iquote tests/harness -iquote examples/lib $(PKG_CFLAGS)
 LDLIBS := -lnng $(PKG_LIBS) -lpthread -lm -ldl
 LDFLAGS := $(SANFLAGS) -pthread
 

@@ -443,6 +443,90 @@ cohort__coord_wait_connected(struct cohort__coord *co, cohort__time deadline)
 	return (st);
 }
 
+/*
+ * nng 1.5.2 (Debian bookworm) can deadlock in nng_close: its reaper thread
+ * waits for an aio task that was prepared but never started (nng issues
+ * #1543 and #1813, fixed after 1.5.2). We saw it in about one close in a
+ * few hundred under load. The socket is closed in a helper thread and
+ * waited for with a bound; if the bound passes, the close is abandoned to
+ * finish (or not) in the background, and the caller goes on: closing a
+ * client must never hang the training program.
+ */
+struct coord_closer {
+	nng_socket sock;
+	pthread_mutex_t mtx;
+	pthread_cond_t cv;
+	bool done;
+	bool abandoned;
+};
+
+static void *
+coord_closer_main(void *arg)
+{
+	struct coord_closer *cl = arg;
+	bool abandoned;
+
+	nng_close(cl->sock);
+	pthread_mutex_lock(&cl->mtx);
+	cl->done = true;
+	abandoned = cl->abandoned;
+	pthread_cond_broadcast(&cl->cv);
+	pthread_mutex_unlock(&cl->mtx);
+	if (abandoned) {
+		pthread_cond_destroy(&cl->cv);
+		pthread_mutex_destroy(&cl->mtx);
+		free(cl);
+	}
+	return (NULL);
+}
+
+static void
+coord_close_socket(nng_socket sock, cohort_duration bound_ms)
+{
+	struct coord_closer *cl = calloc(1, sizeof(*cl));
+	pthread_attr_t attr;
+	pthread_t tid;
+	cohort__time deadline = cohort__now_ms() + bound_ms;
+	bool done;
+
+	if (cl == NULL) {
+		nng_close(sock);
+		return;
+	}
+	cl->sock = sock;
+	pthread_mutex_init(&cl->mtx, NULL);
+	cohort__cond_init(&cl->cv);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&tid, &attr, coord_closer_main, cl) != 0) {
+		pthread_attr_destroy(&attr);
+		pthread_cond_destroy(&cl->cv);
+		pthread_mutex_destroy(&cl->mtx);
+		free(cl);
+		nng_close(sock);
+		return;
+	}
+	pthread_attr_destroy(&attr);
+	pthread_mutex_lock(&cl->mtx);
+	while (!cl->done &&
+	    cohort__cond_wait_until(&cl->cv, &cl->mtx, deadline) == 0)
+		;
+	done = cl->done;
+	if (!done)
+		cl->abandoned = true;
+	pthread_mutex_unlock(&cl->mtx);
+	if (done) {
+		pthread_cond_destroy(&cl->cv);
+		pthread_mutex_destroy(&cl->mtx);
+		free(cl);
+	} else {
+		cohort__warn("closing the connection to cohortd did not finish "
+		             "in %d ms (nng 1.5 close race); left to finish "
+		             "in the background",
+		    (int) bound_ms);
+	}
+}
+
 void
 cohort__coord_close(struct cohort__coord *co)
 {
@@ -463,7 +547,7 @@ cohort__coord_close(struct cohort__coord *co)
 		co->idle = sl->next;
 		coord_slot_free(sl);
 	}
-	nng_close(co->sock);
+	coord_close_socket(co->sock, COHORT__CLOSE_TIMEOUT_MS);
 	pthread_cond_destroy(&co->cv);
 	pthread_mutex_destroy(&co->mtx);
 	free(co->job);

@@ -1,0 +1,475 @@
+/*
+ * service.c - the `service` data-plane backend: every collective through
+ * cohortd (proto/README.md section 5.3).
+ *
+ * Each operation is one or more COLL_SERVICE collectives, a gather at
+ * cohortd: every member sends what it contributes as payload, and every
+ * member receives the concatenation of all contributions in group-rank
+ * order (per-rank lengths in CollectiveReply.i64s). The result is computed
+ * locally: reductions in group-rank order with cohort__reduce, so that
+ * every rank gets bit-identical values; MEAN divides at the end.
+ *
+ * What a rank sends, per operation:
+ *   allreduce, reduce        its whole input
+ *   broadcast, scatter       the root only: its buffer / all blocks
+ *   allgather(v), gather     its block
+ *   reduce_scatter, alltoall all its blocks
+ *
+ * Large operations are cut into chunks along the element index within a
+ * block, so that no reply exceeds COHORT_SERVICE_CHUNK bytes (default
+ * 16 MiB; cohortd's message limit is 64 MiB). Every member computes the
+ * same chunking from the operation's arguments.
+ *
+ * Sequence numbers: a gather is keyed at cohortd by (group, op_seq). The
+ * control-plane collectives of the group (control.c) number theirs 1, 2,
+ * ...; the service backend numbers its own from 2^62, so that a data-plane
+ * operation on a progress thread and a barrier in the caller's thread can
+ * never take each other's numbers.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "client.h"
+#include "collectives.h"
+#include "group.h"
+
+#define SVC_SEQ_BASE (UINT64_C(1) << 62)
+#define SVC_DEFAULT_CHUNK (16u << 20)
+
+struct svc {
+	struct cohort_group *g;
+	struct cohort_client *c;
+	int rank;
+	int size;
+	const int32_t *global_ranks;
+	atomic_int *abort_flag;
+	uint64_t seq;     /* gathers issued */
+	size_t max_reply; /* bytes of one reply */
+	struct cohort__iov *parts; /* size entries */
+	/* Aligned copy of a contribution: the pieces of a reply sit at any
+	 * byte offset, and the reduction kernels load whole elements. */
+	uint8_t *scratch;
+	size_t scratch_len;
+
+	pthread_mutex_t mtx;
+	struct cohort__coord_call *cur; /* the gather in flight */
+	bool aborted;
+};
+
+/* The shape of an operation: along which length it is chunked and how the
+ * contributions are laid out. */
+struct svc_shape {
+	size_t blk;     /* elements along the chunked dimension */
+	size_t mult;    /* sub-blocks per contribution (n or 1) */
+	int senders;    /* ranks that contribute (n, or 1: the root) */
+	size_t es;
+};
+
+static void
+svc_shape(const struct svc *s, const struct cohort__op *op,
+    struct svc_shape *sh)
+{
+	size_t n = (size_t) s->size;
+
+	sh->es = cohort_dtype_size(op->dtype);
+	sh->blk = op->count;
+	sh->mult = 1;
+	sh->senders = s->size;
+	switch (op->kind) {
+	case COHORT__OP_BROADCAST:
+		sh->senders = 1;
+		break;
+	case COHORT__OP_SCATTER:
+		sh->senders = 1;
+		sh->mult = n;
+		break;
+	case COHORT__OP_REDUCE_SCATTER:
+	case COHORT__OP_ALLTOALL:
+		sh->mult = n;
+		break;
+	case COHORT__OP_ALLGATHERV:
+		sh->blk = 0;
+		for (int q = 0; q < s->size; q++)
+			if (op->counts[q] > sh->blk)
+				sh->blk = op->counts[q];
+		break;
+	case COHORT__OP_BARRIER:
+		sh->blk = 0;
+		sh->es = 1;
+		break;
+	default:
+		break;
+	}
+}
+
+/* Elements [a, b) of chunk bounds clipped to c. */
+static size_t
+svc_clip(size_t a, size_t b, size_t c, size_t *start)
+{
+	size_t lo = a < c ? a : c, hi = b < c ? b : c;
+
+	*start = lo;
+	return (hi - lo);
+}
+
+/* Bytes rank q contributes to chunk [a, b). */
+static size_t
+svc_len(const struct svc *s, const struct cohort__op *op,
+    const struct svc_shape *sh, int q, size_t a, size_t b)
+{
+	size_t start;
+
+	switch (op->kind) {
+	case COHORT__OP_BROADCAST:
+	case COHORT__OP_SCATTER:
+		if (q != op->root)
+			return (0);
+		break;
+	case COHORT__OP_ALLGATHERV:
+		return (svc_clip(a, b, op->counts[q], &start) * sh->es);
+	case COHORT__OP_BARRIER:
+		return (0);
+	default:
+		break;
+	}
+	return ((b - a) * sh->mult * sh->es);
+}
+
+/* This rank's payload for chunk [a, b) into s->parts. */
+static size_t
+svc_parts(struct svc *s, const struct cohort__op *op,
+    const struct svc_shape *sh, size_t a, size_t b)
+{
+	const uint8_t *src = op->send;
+	size_t len = (b - a) * sh->es, start, n;
+
+	if (svc_len(s, op, sh, s->rank, a, b) == 0)
+		return (0);
+	switch (op->kind) {
+	case COHORT__OP_BROADCAST:
+		s->parts[0].base = (const uint8_t *) op->recv + a * sh->es;
+		s->parts[0].len = len;
+		return (1);
+	case COHORT__OP_ALLGATHERV:
+		n = svc_clip(a, b, op->counts[s->rank], &start);
+		s->parts[0].base = src + start * sh->es;
+		s->parts[0].len = n * sh->es;
+		return (1);
+	case COHORT__OP_SCATTER:
+	case COHORT__OP_REDUCE_SCATTER:
+	case COHORT__OP_ALLTOALL:
+		for (int j = 0; j < s->size; j++) {
+			s->parts[j].base =
+			    src + ((size_t) j * op->count + a) * sh->es;
+			s->parts[j].len = len;
+		}
+		return ((size_t) s->size);
+	default:
+		s->parts[0].base = src + a * sh->es;
+		s->parts[0].len = len;
+		return (1);
+	}
+}
+
+/* src itself when aligned for es-byte elements, else a copy in the
+ * scratch buffer (NULL when it cannot grow). */
+static const uint8_t *
+svc_aligned(struct svc *s, const uint8_t *src, size_t bytes, size_t es)
+{
+	if ((uintptr_t) src % es == 0)
+		return (src);
+	if (s->scratch_len < bytes) {
+		uint8_t *nb = realloc(s->scratch, bytes);
+
+		if (nb == NULL)
+			return (NULL);
+		s->scratch = nb;
+		s->scratch_len = bytes;
+	}
+	memcpy(s->scratch, src, bytes);
+	return (s->scratch);
+}
+
+/* Computes this rank's share of the result of chunk [a, b) from the
+ * contributions p[q]. Returns false when out of memory. */
+static bool
+svc_consume(struct svc *s, const struct cohort__op *op,
+    const struct svc_shape *sh, size_t a, size_t b,
+    const uint8_t *const *p)
+{
+	uint8_t *dst = op->recv;
+	size_t len = b - a, bytes = len * sh->es, off, start, n;
+	int r = s->rank;
+
+	switch (op->kind) {
+	case COHORT__OP_REDUCE:
+		if (r != op->root)
+			return (true);
+		/* FALLTHROUGH */
+	case COHORT__OP_ALLREDUCE:
+	case COHORT__OP_REDUCE_SCATTER:
+		/* reduce_scatter: our block is sub-block r of each. */
+		off = op->kind == COHORT__OP_REDUCE_SCATTER ?
+		    (size_t) r * bytes : 0;
+		dst += a * sh->es;
+		memcpy(dst, p[0] + off, bytes);
+		for (int q = 1; q < s->size; q++) {
+			const uint8_t *src = svc_aligned(s, p[q] + off, bytes,
+			    sh->es);
+
+			if (src == NULL)
+				return (false);
+			cohort__reduce(dst, src, len, op->dtype, op->op);
+		}
+		if (op->op == COHORT_MEAN)
+			cohort__scale_div(dst, len, op->dtype,
+			    (double) s->size);
+		return (true);
+	case COHORT__OP_BROADCAST:
+		if (r != op->root)
+			memcpy(dst + a * sh->es, p[op->root], bytes);
+		return (true);
+	case COHORT__OP_GATHER:
+		if (r != op->root)
+			return (true);
+		/* FALLTHROUGH */
+	case COHORT__OP_ALLGATHER:
+		for (int q = 0; q < s->size; q++)
+			memcpy(dst + ((size_t) q * op->count + a) * sh->es,
+			    p[q], bytes);
+		return (true);
+	case COHORT__OP_ALLGATHERV:
+		off = 0;
+		for (int q = 0; q < s->size; q++) {
+			n = svc_clip(a, b, op->counts[q], &start);
+			if (n > 0)
+				memcpy(dst + (off + start) * sh->es, p[q],
+				    n * sh->es);
+			off += op->counts[q];
+		}
+		return (true);
+	case COHORT__OP_ALLTOALL:
+		for (int q = 0; q < s->size; q++)
+			memcpy(dst + ((size_t) q * op->count + a) * sh->es,
+			    p[q] + (size_t) r * bytes, bytes);
+		return (true);
+	case COHORT__OP_SCATTER:
+		memcpy(dst + a * sh->es, p[op->root] + (size_t) r * bytes,
+		    bytes);
+		return (true);
+	case COHORT__OP_BARRIER:
+		return (true);
+	}
+	return (true);
+}
+
+/* One gather at cohortd for chunk [a, b). */
+static cohort_status
+svc_gather(struct svc *s, const struct cohort__op *op,
+    const struct svc_shape *sh, size_t a, size_t b, char *err,
+    size_t errlen, cohort__time deadline)
+{
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	Cohort__Collective body = COHORT__COLLECTIVE__INIT;
+	struct cohort__coord_call call;
+	const uint8_t *p[64];
+	const uint8_t **pp = p;
+	const Cohort__CollectiveReply *cr;
+	cohort_status st;
+	size_t off = 0;
+	const char *what = cohort__op_name(op->kind);
+
+	if (atomic_load_explicit(s->abort_flag, memory_order_acquire) != 0) {
+		snprintf(err, errlen, "%s #%" PRIu64 " aborted", what,
+		    op->seq);
+		return (COHORT_EABORTED);
+	}
+	body.kind = COHORT__COLLECTIVE_KIND__COLL_SERVICE;
+	body.group = s->g->id;
+	body.op_seq = SVC_SEQ_BASE | ++s->seq;
+	body.name = (char *) "";
+	body.root = op->root;
+	body.op = (uint32_t) op->op;
+	body.service_op = (uint32_t) op->kind;
+	body.dtype = (uint32_t) op->dtype;
+	body.count = op->count;
+	req.body_case = COHORT__REQUEST__BODY_COLLECTIVE;
+	req.collective = &body;
+	cohort__coord_call_init(&call, &req, deadline);
+	call.parts = s->parts;
+	call.nparts = svc_parts(s, op, sh, a, b);
+
+	pthread_mutex_lock(&s->mtx);
+	if (s->aborted) {
+		pthread_mutex_unlock(&s->mtx);
+		snprintf(err, errlen, "%s #%" PRIu64 " aborted", what,
+		    op->seq);
+		return (COHORT_EABORTED);
+	}
+	s->cur = &call;
+	pthread_mutex_unlock(&s->mtx);
+	st = cohort__coord_call(s->c->coord, &call);
+	pthread_mutex_lock(&s->mtx);
+	s->cur = NULL;
+	pthread_mutex_unlock(&s->mtx);
+
+	if (st != COHORT_OK) {
+		snprintf(err, errlen, "%s #%" PRIu64 " through cohortd: %s",
+		    what, op->seq, cohort_last_error());
+		/* A failed peer concerns every group of the client. */
+		if (st == COHORT_EPEERLOST || st == COHORT_ESTALE)
+			cohort__client_check_reply(s->c, st, call.rep);
+		goto out;
+	}
+	st = COHORT_EPROTO;
+	if (call.rep->body_case != COHORT__REPLY__BODY_COLLECTIVE ||
+	    (cr = call.rep->collective) == NULL ||
+	    cr->n_i64s != (size_t) s->size) {
+		snprintf(err, errlen, "%s #%" PRIu64 ": malformed reply "
+		    "from cohortd", what, op->seq);
+		goto out;
+	}
+	if (s->size > 64 &&
+	    (pp = malloc(sizeof(*pp) * (size_t) s->size)) == NULL) {
+		st = COHORT_ENOMEM;
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	for (int q = 0; q < s->size; q++) {
+		size_t want = svc_len(s, op, sh, q, a, b);
+
+		if (cr->i64s[q] < 0 || (size_t) cr->i64s[q] != want ||
+		    want > call.plen - off) {
+			snprintf(err, errlen, "%s #%" PRIu64 ": rank %d sent "
+			    "%" PRId64 " bytes, expected %zu (do the ranks "
+			    "agree on the arguments?)", what, op->seq,
+			    s->global_ranks[q], cr->i64s[q], want);
+			goto out;
+		}
+		pp[q] = call.payload + off;
+		off += want;
+	}
+	if (off != call.plen) {
+		snprintf(err, errlen, "%s #%" PRIu64 ": reply carries %zu "
+		    "bytes, expected %zu", what, op->seq, call.plen, off);
+		goto out;
+	}
+	if (!svc_consume(s, op, sh, a, b, pp)) {
+		st = COHORT_ENOMEM;
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	st = COHORT_OK;
+out:
+	if (pp != p)
+		free(pp);
+	cohort__coord_call_fini(&call);
+	return (st);
+}
+
+static cohort_status
+svc_run(void *arg, const struct cohort__op *op, char *err, size_t errlen,
+    cohort__time deadline)
+{
+	struct svc *s = arg;
+	struct svc_shape sh;
+	size_t chunk, per;
+	cohort_status st;
+
+	svc_shape(s, op, &sh);
+	if (sh.blk == 0)
+		return (svc_gather(s, op, &sh, 0, 0, err, errlen, deadline));
+	per = sh.es * sh.mult * (size_t) sh.senders;
+	chunk = s->max_reply / per;
+	if (chunk == 0)
+		chunk = 1;
+	for (size_t a = 0; a < sh.blk; a += chunk) {
+		size_t b = sh.blk - a < chunk ? sh.blk : a + chunk;
+
+		if ((st = svc_gather(s, op, &sh, a, b, err, errlen,
+		         deadline)) != COHORT_OK)
+			return (st);
+	}
+	return (COHORT_OK);
+}
+
+static cohort_status
+svc_init(const struct cohort__group_desc *desc, void **state, char *err,
+    size_t errlen, cohort__time deadline)
+{
+	struct cohort_group *g = cohort__desc_group(desc);
+	const char *env = getenv("COHORT_SERVICE_CHUNK");
+	int64_t v;
+	struct svc *s;
+
+	if (g == NULL) {
+		snprintf(err, errlen, "the service backend needs a group "
+		    "of a cohort client");
+		return (COHORT_ENOTSUP);
+	}
+	if ((s = calloc(1, sizeof(*s))) == NULL ||
+	    (s->parts = calloc((size_t) desc->size, sizeof(*s->parts))) ==
+	        NULL) {
+		free(s);
+		snprintf(err, errlen, "out of memory");
+		return (COHORT_ENOMEM);
+	}
+	if (pthread_mutex_init(&s->mtx, NULL) != 0) {
+		free(s->parts);
+		free(s);
+		snprintf(err, errlen, "pthread_mutex_init failed");
+		return (COHORT_ESYSTEM);
+	}
+	s->g = g;
+	s->c = g->client;
+	s->rank = desc->rank;
+	s->size = desc->size;
+	s->global_ranks = desc->global_ranks;
+	s->abort_flag = desc->abort_flag;
+	s->max_reply = SVC_DEFAULT_CHUNK;
+	if (env != NULL && cohort__parse_i64(env, &v) && v >= 1 &&
+	    v <= (int64_t) SVC_DEFAULT_CHUNK * 3)
+		s->max_reply = (size_t) v;
+	*state = s;
+	return (COHORT_OK);
+}
+
+static void
+svc_abort(void *arg)
+{
+	struct svc *s = arg;
+
+	pthread_mutex_lock(&s->mtx);
+	s->aborted = true;
+	if (s->cur != NULL)
+		cohort__coord_call_abort(s->c->coord, s->cur,
+		    COHORT_EABORTED);
+	pthread_mutex_unlock(&s->mtx);
+}
+
+static void
+svc_fini(void *arg)
+{
+	struct svc *s = arg;
+
+	if (s == NULL)
+		return;
+	pthread_mutex_destroy(&s->mtx);
+	free(s->scratch);
+	free(s->parts);
+	free(s);
+}
+
+const struct cohort__backend_ops cohort__service_backend = {
+	.version = COHORT__BACKEND_VERSION,
+	.name = "service",
+	.init = svc_init,
+	.run = svc_run,
+	.abort = svc_abort,
+	.fini = svc_fini,
+};

@@ -1,0 +1,1340 @@
+/*
+ * collectives.c - the data-plane layer between the public API and the
+ * backends (tcp, service, nccl).
+ *
+ * Per group (struct coll_dp, in g->work_queue):
+ *  - the backend: chosen at the first operation ("auto": nccl for
+ *    device memory, tcp-staged where NCCL is missing, tcp for host
+ *    memory), set up lazily by the
+ *    first operation that moves data (every member reaches it at the same
+ *    operation), with a descriptor whose rendezvous store is the job's KV
+ *    at cohortd;
+ *  - ordering: every operation takes a ticket; tickets are served one at
+ *    a time, in order. A blocking call runs in the caller's thread as soon
+ *    as its ticket is served (at once on an idle group: no hand-off, which
+ *    costs a scheduler tick); asynchronous operations go to a FIFO that a
+ *    progress thread, created at the first i-call, executes in the same
+ *    ticket order;
+ *  - errors: the sticky error is checked before every operation; a
+ *    backend failure that leaves the connections unusable (EPEERLOST,
+ *    ETIMEDOUT, EABORTED) fails the group with the backend's detail. A peer
+ *    lost on the data plane is usually also seen by cohortd, whose verdict
+ *    names the rank that really failed (a neighbour that merely aborted
+ *    closes its sockets too); we wait briefly for it before using ours.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/nccl/nccl_impl.h" /* cohort__is_device_ptr */
+#include "backend/tcp/tcp_impl.h"   /* SHA-256 */
+#include "client.h"
+#include "collectives.h"
+#include "group.h"
+
+/* Slice of a rendezvous-store wait, so that an abort interrupts it. */
+#define COLL_STORE_SLICE_MS 500
+/* How long a backend EPEERLOST waits for cohortd's verdict on the group. */
+#define COLL_ATTRIB_MS 2000
+
+enum coll_fix {
+	COLL_FIX_NONE = 0,
+	COLL_FIX_MOVE_IN, /* input at recv[0]: move it to its slot first */
+	COLL_FIX_TMP_OUT, /* output overlaps input: run into a temporary */
+};
+
+struct coll_dp {
+	struct cohort_group *g;
+	char want[16]; /* auto, tcp, service, nccl */
+
+	pthread_mutex_t mtx;
+	pthread_cond_t cv; /* ticket served, work queued, work done, stop */
+	const struct cohort__backend_ops *ops; /* resolved, under mtx */
+	uint64_t next_ticket;
+	uint64_t serving;
+	struct cohort_work *head, *tail; /* async work not started yet */
+	bool thread_started;
+	bool stop;
+	pthread_t thread;
+
+	/* Backend set-up, under g->op_lock. */
+	bool inited;
+	char group_id[COHORT__GROUP_ID_MAX + 8];
+	char key_prefix[COHORT__GROUP_ID_MAX + 64];
+	uint8_t secret[32];
+	struct cohort__group_desc desc;
+};
+
+struct cohort_work {
+	struct coll_dp *dp;
+	struct cohort__op op;
+	cohort__time deadline;
+	uint64_t ticket;
+	enum coll_fix fix;
+	size_t fix_off; /* MOVE_IN: the slot's offset in recv */
+	size_t fix_len; /* bytes moved / of the temporary */
+	void *tmp;      /* TMP_OUT: allocated at issue */
+	bool heap;      /* allocated by an i-call */
+	atomic_bool done;
+	cohort_status st;
+	char err[768];
+	struct cohort_work *next;
+};
+
+const char *
+cohort__op_name(enum cohort__op_kind kind)
+{
+	switch (kind) {
+	case COHORT__OP_ALLREDUCE:
+		return ("allreduce");
+	case COHORT__OP_REDUCE:
+		return ("reduce");
+	case COHORT__OP_BROADCAST:
+		return ("broadcast");
+	case COHORT__OP_ALLGATHER:
+		return ("allgather");
+	case COHORT__OP_ALLGATHERV:
+		return ("allgatherv");
+	case COHORT__OP_REDUCE_SCATTER:
+		return ("reduce_scatter");
+	case COHORT__OP_ALLTOALL:
+		return ("alltoall");
+	case COHORT__OP_GATHER:
+		return ("gather");
+	case COHORT__OP_SCATTER:
+		return ("scatter");
+	case COHORT__OP_BARRIER:
+		return ("barrier");
+	}
+	return ("collective");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Backend choice                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* NCCL usable here: the CUDA runtime with a device, and libnccl. Probed
+ * once by the loader; only called when device memory or the nccl backend
+ * is asked for, so a CPU-only process never initialises CUDA. */
+static bool
+coll_nccl_available(char *why, size_t len)
+{
+	const struct cohort__dl_nccl *nc;
+
+	return (cohort__dl_nccl_get(&nc, why, len) == COHORT_OK);
+}
+
+/* A CUDA device usable for the tcp-staged backend. */
+static bool
+coll_gpu_available(char *why, size_t len)
+{
+	const struct cohort__dl_cudart *cu;
+
+	return (cohort__dl_cudart_get(&cu, why, len) == COHORT_OK);
+}
+
+static bool
+coll_backend_name_ok(const char *b)
+{
+	return (strcmp(b, "auto") == 0 || strcmp(b, "tcp") == 0 ||
+	    strcmp(b, "service") == 0 || strcmp(b, "nccl") == 0 ||
+	    strcmp(b, "tcp-staged") == 0);
+}
+
+/* Resolves the group's backend at its first operation (stream and ptr,
+ * one of its buffers: that operation's). Later operations keep it.
+ * "auto": device memory (or a stream) goes to nccl, or to tcp-staged
+ * where NCCL cannot be loaded; host memory to tcp. */
+static cohort_status
+coll_resolve(struct coll_dp *dp, void *stream, const void *ptr,
+    const struct cohort__backend_ops **out)
+{
+	const struct cohort__backend_ops *ops;
+	char why[256] = "";
+
+	pthread_mutex_lock(&dp->mtx);
+	if ((ops = dp->ops) == NULL) {
+		if (strcmp(dp->want, "tcp") == 0) {
+			ops = &cohort__tcp_backend;
+		} else if (strcmp(dp->want, "service") == 0) {
+			ops = &cohort__service_backend;
+		} else if (strcmp(dp->want, "nccl") == 0) {
+			if (coll_nccl_available(why, sizeof(why)))
+				ops = &cohort__nccl_backend;
+		} else if (strcmp(dp->want, "tcp-staged") == 0) {
+			if (coll_gpu_available(why, sizeof(why)))
+				ops = &cohort__staged_backend;
+		} else if (stream != NULL || cohort__is_device_ptr(ptr)) {
+			if (coll_nccl_available(why, sizeof(why)))
+				ops = &cohort__nccl_backend;
+			else if (coll_gpu_available(why, sizeof(why)))
+				ops = &cohort__staged_backend;
+		} else {
+			ops = &cohort__tcp_backend;
+		}
+		dp->ops = ops;
+	}
+	pthread_mutex_unlock(&dp->mtx);
+	if (ops == NULL)
+		return (cohort__err(COHORT_ENOTSUP,
+		    "group '%s': the %s backend is not available: %s",
+		    dp->g->id, strcmp(dp->want, "auto") == 0 ? "nccl" :
+		    dp->want, why));
+	*out = ops;
+	return (COHORT_OK);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Per-group state                                                          */
+/* ------------------------------------------------------------------------ */
+
+static void coll_dp_fini(struct cohort_group *g);
+
+static cohort_status
+coll_dp_alloc(struct cohort_group *g, const char *want,
+    struct coll_dp **out)
+{
+	struct coll_dp *dp;
+
+	if ((dp = calloc(1, sizeof(*dp))) == NULL)
+		return (cohort__err(COHORT_ENOMEM, "out of memory"));
+	if (pthread_mutex_init(&dp->mtx, NULL) != 0) {
+		free(dp);
+		return (cohort__err(COHORT_ESYSTEM, "pthread_mutex_init"));
+	}
+	if (cohort__cond_init(&dp->cv) != 0) {
+		pthread_mutex_destroy(&dp->mtx);
+		free(dp);
+		return (cohort__err(COHORT_ESYSTEM, "pthread_cond_init"));
+	}
+	dp->g = g;
+	cohort__strlcpy(dp->want, want != NULL && want[0] != '\0' ? want :
+	    "auto", sizeof(dp->want));
+	*out = dp;
+	return (COHORT_OK);
+}
+
+/* The group's data-plane state, created at first use (the world group's
+ * with the client's configured backend). */
+static cohort_status
+coll_dp_get(struct cohort_group *g, struct coll_dp **out)
+{
+	struct coll_dp *dp;
+	cohort_status st = COHORT_OK;
+
+	pthread_mutex_lock(&g->mtx);
+	if ((dp = g->work_queue) == NULL) {
+		st = coll_dp_alloc(g, g->client->backend, &dp);
+		if (st == COHORT_OK) {
+			g->work_queue = dp;
+			g->dp_fini = coll_dp_fini;
+		}
+	}
+	pthread_mutex_unlock(&g->mtx);
+	if (st == COHORT_OK)
+		*out = dp;
+	return (st);
+}
+
+/* Drains the queue, stops the progress thread, finis the backend. Called
+ * by cohort__group_free. */
+static void
+coll_dp_fini(struct cohort_group *g)
+{
+	struct coll_dp *dp = g->work_queue;
+	void *state;
+
+	if (dp == NULL)
+		return;
+	pthread_mutex_lock(&dp->mtx);
+	dp->stop = true;
+	pthread_cond_broadcast(&dp->cv);
+	pthread_mutex_unlock(&dp->mtx);
+	if (dp->thread_started)
+		pthread_join(dp->thread, NULL);
+	pthread_mutex_lock(&g->mtx);
+	state = g->backend_state;
+	g->backend_state = NULL;
+	pthread_mutex_unlock(&g->mtx);
+	if (state != NULL && g->backend != NULL)
+		g->backend->fini(state);
+	g->work_queue = NULL;
+	g->dp_fini = NULL;
+	pthread_cond_destroy(&dp->cv);
+	pthread_mutex_destroy(&dp->mtx);
+	free(dp);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The rendezvous store: the job's KV, under a per-group prefix             */
+/* ------------------------------------------------------------------------ */
+
+static cohort_status
+coll_store_key(struct coll_dp *dp, const char *key, char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "%s%s", dp->key_prefix, key);
+
+	if (n < 0 || (size_t) n >= len)
+		return (cohort__err(COHORT_EINVAL, "store key too long: %s",
+		    key));
+	return (COHORT_OK);
+}
+
+static cohort_status
+coll_store_set(void *ctx, const char *key, const void *val, size_t len,
+    cohort__time deadline)
+{
+	struct coll_dp *dp = ctx;
+	char full[COHORT__MAX_KEY + 1];
+	cohort_status st;
+
+	if ((st = coll_store_key(dp, key, full, sizeof(full))) != COHORT_OK)
+		return (st);
+	return (cohort_kv_set(dp->g->client, full, val, len,
+	    cohort__remaining(deadline)));
+}
+
+static cohort_status
+coll_store_get(void *ctx, const char *key, void **val, size_t *len,
+    cohort__time deadline)
+{
+	struct coll_dp *dp = ctx;
+	char full[COHORT__MAX_KEY + 1];
+	cohort_status st;
+
+	if ((st = coll_store_key(dp, key, full, sizeof(full))) != COHORT_OK)
+		return (st);
+	for (;;) {
+		cohort_duration left = cohort__remaining(deadline);
+
+		if (atomic_load_explicit(&dp->g->abort_flag,
+		        memory_order_acquire) != 0)
+			return (cohort__err(COHORT_EABORTED,
+			    "group '%s' failed while waiting for store key %s",
+			    dp->g->id, key));
+		if (left < 0 || left > COLL_STORE_SLICE_MS)
+			left = COLL_STORE_SLICE_MS;
+		st = cohort_kv_get(dp->g->client, full, val, len, left);
+		if (st != COHORT_ETIMEDOUT || cohort__expired(deadline))
+			return (st);
+	}
+}
+
+struct cohort_group *
+cohort__desc_group(const struct cohort__group_desc *d)
+{
+	if (d == NULL || d->store.set != coll_store_set)
+		return (NULL);
+	return (((struct coll_dp *) d->store.ctx)->g);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Execution                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* A backend failure: make the connection-breaking ones sticky. Returns the
+ * status to report, with its detail in w->err. */
+static cohort_status
+coll_failed(struct coll_dp *dp, struct cohort_work *w, cohort_status st,
+    const char *err)
+{
+	struct cohort_group *g = dp->g;
+	const char *what = cohort__op_name(w->op.kind);
+
+	if (err[0] == '\0')
+		err = cohort_strerror(st);
+	if (st != COHORT_EPEERLOST && st != COHORT_ETIMEDOUT &&
+	    st != COHORT_EABORTED) {
+		snprintf(w->err, sizeof(w->err), "%s #%" PRIu64 ": %s", what,
+		    w->op.seq, err);
+		return (st);
+	}
+	if (st == COHORT_EPEERLOST) {
+		cohort__time until = cohort__now_ms() +
+		    cohort__scaled(COLL_ATTRIB_MS);
+		struct timespec ts = { 0, 2 * 1000 * 1000 };
+
+		while (cohort_group_error(g) == COHORT_OK &&
+		    cohort__now_ms() < until)
+			nanosleep(&ts, NULL);
+	}
+	cohort__group_fail(g, st, "%s", err);
+	st = cohort__group_check(g);
+	cohort__strlcpy(w->err, cohort_last_error(), sizeof(w->err));
+	return (st);
+}
+
+static cohort_status
+coll_backend_init(struct coll_dp *dp, struct cohort_work *w)
+{
+	struct cohort_group *g = dp->g;
+	struct cohort_client *c = g->client;
+	const struct cohort__backend_ops *ops;
+	struct cohort__group_desc *d = &dp->desc;
+	struct cohort__sha256 sh;
+	static const char label[] = "cohort data plane v1";
+	char err[512] = "";
+	void *state = NULL;
+	cohort_status st;
+
+	pthread_mutex_lock(&dp->mtx);
+	ops = dp->ops;
+	pthread_mutex_unlock(&dp->mtx);
+	if (ops->version != COHORT__BACKEND_VERSION) {
+		snprintf(w->err, sizeof(w->err),
+		    "backend %s has version %u, this library knows %u",
+		    ops->name, ops->version, COHORT__BACKEND_VERSION);
+		return (COHORT_ENOTSUP);
+	}
+	if (g->id[0] == '\0')
+		cohort__strlcpy(dp->group_id, "world", sizeof(dp->group_id));
+	else
+		snprintf(dp->group_id, sizeof(dp->group_id), "sub.%s", g->id);
+	snprintf(dp->key_prefix, sizeof(dp->key_prefix),
+	    "__cohort/dp/%" PRIu64 "/%s/", g->generation, dp->group_id);
+	cohort__sha256_init(&sh);
+	cohort__sha256_update(&sh, label, sizeof(label));
+	cohort__sha256_update(&sh, c->token, strlen(c->token));
+	cohort__sha256_final(&sh, dp->secret);
+
+	memset(d, 0, sizeof(*d));
+	d->job = c->job;
+	d->generation = g->generation;
+	d->group_id = dp->group_id;
+	d->rank = g->rank;
+	d->size = g->size;
+	d->global_ranks = g->global_ranks;
+	d->secret = dp->secret;
+	d->secret_len = sizeof(dp->secret);
+	d->bind_addr = c->data_addr[0] != '\0' ? c->data_addr : NULL;
+	d->store.ctx = dp;
+	d->store.set = coll_store_set;
+	d->store.get = coll_store_get;
+	d->abort_flag = &g->abort_flag;
+
+	cohort__debug("group '%s': %s backend set-up (rank %d of %d)",
+	    g->id, ops->name, g->rank, g->size);
+	st = ops->init(d, &state, err, sizeof(err), w->deadline);
+	if (st != COHORT_OK) {
+		if (st == COHORT_ENOTSUP || st == COHORT_EINVAL ||
+		    st == COHORT_ENOMEM) {
+			snprintf(w->err, sizeof(w->err),
+			    "%s backend set-up: %s", ops->name,
+			    err[0] != '\0' ? err : cohort_strerror(st));
+			return (st);
+		}
+		/* Peers may be half connected: the group is unusable. */
+		if (st != COHORT_EPEERLOST && st != COHORT_ETIMEDOUT &&
+		    st != COHORT_EABORTED)
+			cohort__group_fail(g, st, "%s backend set-up: %s",
+			    ops->name, err[0] != '\0' ? err :
+			    cohort_strerror(st));
+		return (coll_failed(dp, w, st, err));
+	}
+	pthread_mutex_lock(&g->mtx);
+	g->backend = ops;
+	g->backend_state = state;
+	pthread_mutex_unlock(&g->mtx);
+	dp->inited = true;
+	/* A failure recorded while init ran did not see the state. */
+	if (cohort_group_error(g) != COHORT_OK && ops->abort != NULL)
+		ops->abort(state);
+	return (COHORT_OK);
+}
+
+/* Runs w in the calling thread; its ticket is being served. */
+static void
+coll_execute(struct coll_dp *dp, struct cohort_work *w)
+{
+	struct cohort_group *g = dp->g;
+	char err[768] = "";
+	cohort_status st;
+	void *user_recv = w->op.recv;
+
+	pthread_mutex_lock(&g->op_lock);
+	if ((st = cohort__group_check(g)) != COHORT_OK) {
+		cohort__strlcpy(w->err, cohort_last_error(), sizeof(w->err));
+		goto out;
+	}
+	if (!dp->inited && (st = coll_backend_init(dp, w)) != COHORT_OK)
+		goto out;
+	if (w->fix == COLL_FIX_MOVE_IN) {
+		uint8_t *r = w->op.recv;
+
+		memmove(r + w->fix_off, r, w->fix_len);
+		w->op.send = r + w->fix_off;
+	} else if (w->fix == COLL_FIX_TMP_OUT) {
+		w->op.recv = w->tmp;
+	}
+	w->op.seq = ++g->data_seq;
+	cohort__client_note_op(g->client, cohort__op_name(w->op.kind),
+	    w->op.seq);
+	st = g->backend->run(g->backend_state, &w->op, err, sizeof(err),
+	    w->deadline);
+	if (w->fix == COLL_FIX_TMP_OUT) {
+		if (st == COHORT_OK)
+			memcpy(user_recv, w->tmp, w->fix_len);
+		w->op.recv = user_recv;
+	}
+	if (st != COHORT_OK)
+		st = coll_failed(dp, w, st, err);
+out:
+	pthread_mutex_unlock(&g->op_lock);
+	free(w->tmp);
+	w->tmp = NULL;
+	w->st = st;
+}
+
+static void *
+coll_thread(void *arg)
+{
+	struct coll_dp *dp = arg;
+	struct cohort_work *w;
+
+	pthread_mutex_lock(&dp->mtx);
+	for (;;) {
+		while (dp->head == NULL && !dp->stop)
+			pthread_cond_wait(&dp->cv, &dp->mtx);
+		if ((w = dp->head) == NULL)
+			break;
+		if ((dp->head = w->next) == NULL)
+			dp->tail = NULL;
+		while (dp->serving != w->ticket)
+			pthread_cond_wait(&dp->cv, &dp->mtx);
+		pthread_mutex_unlock(&dp->mtx);
+		coll_execute(dp, w);
+		pthread_mutex_lock(&dp->mtx);
+		atomic_store(&w->done, true);
+		dp->serving++;
+		pthread_cond_broadcast(&dp->cv);
+	}
+	pthread_mutex_unlock(&dp->mtx);
+	return (NULL);
+}
+
+/* A blocking operation: waits for its turn, runs in this thread. */
+static cohort_status
+coll_run_blocking(struct cohort_group *g, struct coll_dp *dp,
+    struct cohort_work *w, cohort_duration timeout)
+{
+	cohort__time deadline = cohort__client_deadline(g->client, timeout);
+	cohort__time wait_until = deadline;
+
+	w->dp = dp;
+	w->deadline = deadline;
+	pthread_mutex_lock(&dp->mtx);
+	w->ticket = dp->next_ticket++;
+	while (dp->serving != w->ticket) {
+		if (cohort__cond_wait_until(&dp->cv, &dp->mtx, wait_until) ==
+		        0 ||
+		    !cohort__expired(wait_until))
+			continue;
+		/* The earlier operations outlived this one's deadline: its
+		 * turn can no longer come in time, and the peers are already
+		 * in it or past it. A data-plane timeout poisons the group;
+		 * the abort then drains the earlier work promptly. */
+		pthread_mutex_unlock(&dp->mtx);
+		cohort__group_fail(g, COHORT_ETIMEDOUT,
+		    "%s reached its deadline waiting for the earlier "
+		    "operations of group '%s'", cohort__op_name(w->op.kind),
+		    g->id);
+		pthread_mutex_lock(&dp->mtx);
+		wait_until = COHORT__TIME_NEVER;
+	}
+	pthread_mutex_unlock(&dp->mtx);
+	coll_execute(dp, w);
+	pthread_mutex_lock(&dp->mtx);
+	dp->serving++;
+	pthread_cond_broadcast(&dp->cv);
+	pthread_mutex_unlock(&dp->mtx);
+	if (w->st != COHORT_OK)
+		return (cohort__err(w->st, "%s", w->err));
+	return (COHORT_OK);
+}
+
+/* An asynchronous operation: queued for the progress thread. */
+static cohort_status
+coll_run_async(struct cohort_group *g, struct coll_dp *dp,
+    struct cohort_work *tmpl, cohort_work **out)
+{
+	struct cohort_work *w;
+
+	if ((w = malloc(sizeof(*w))) == NULL) {
+		free(tmpl->tmp);
+		return (cohort__err(COHORT_ENOMEM, "out of memory"));
+	}
+	*w = *tmpl;
+	w->heap = true;
+	w->dp = dp;
+	w->next = NULL;
+	w->deadline = cohort__client_deadline(g->client, COHORT_WAIT_DEFAULT);
+	atomic_init(&w->done, false);
+	pthread_mutex_lock(&dp->mtx);
+	if (!dp->thread_started) {
+		if (pthread_create(&dp->thread, NULL, coll_thread, dp) != 0) {
+			pthread_mutex_unlock(&dp->mtx);
+			free(w->tmp);
+			free(w);
+			return (cohort__err(COHORT_ESYSTEM,
+			    "cannot start the progress thread of group '%s'",
+			    g->id));
+		}
+		dp->thread_started = true;
+	}
+	w->ticket = dp->next_ticket++;
+	if (dp->tail != NULL)
+		dp->tail->next = w;
+	else
+		dp->head = w;
+	dp->tail = w;
+	pthread_cond_broadcast(&dp->cv);
+	pthread_mutex_unlock(&dp->mtx);
+	*out = w;
+	return (COHORT_OK);
+}
+
+/* An operation that moves no data: only the sticky error matters. */
+static cohort_status
+coll_empty(struct cohort_group *g, struct coll_dp *dp, cohort_work **out)
+{
+	cohort_status st = cohort__group_check(g);
+	struct cohort_work *w;
+
+	if (out == NULL)
+		return (st);
+	if ((w = calloc(1, sizeof(*w))) == NULL)
+		return (cohort__err(COHORT_ENOMEM, "out of memory"));
+	w->dp = dp;
+	w->heap = true;
+	w->st = st;
+	if (st != COHORT_OK)
+		cohort__strlcpy(w->err, cohort_last_error(), sizeof(w->err));
+	atomic_init(&w->done, true);
+	*out = w;
+	return (COHORT_OK);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Argument checks                                                          */
+/* ------------------------------------------------------------------------ */
+
+static bool
+coll_overlap(const void *a, size_t alen, const void *b, size_t blen)
+{
+	uintptr_t x = (uintptr_t) a, y = (uintptr_t) b;
+
+	if (a == NULL || b == NULL || alen == 0 || blen == 0)
+		return (false);
+	return (x < y + blen && y < x + alen);
+}
+
+/* Common checks; *dpp and *es on success. */
+static cohort_status
+coll_begin(struct cohort_group *g, const char *what, cohort_dtype dt,
+    void *stream, const void *ptr, struct coll_dp **dpp, size_t *es)
+{
+	const struct cohort__backend_ops *ops = NULL;
+	struct coll_dp *dp;
+	cohort_status st;
+
+	if (g == NULL)
+		return (cohort__err(COHORT_EINVAL, "%s: group is NULL", what));
+	if ((int) dt < 0 || dt >= COHORT_DTYPE_COUNT)
+		return (cohort__err(COHORT_EINVAL, "%s: invalid dtype %d",
+		    what, (int) dt));
+	if ((st = coll_dp_get(g, &dp)) != COHORT_OK)
+		return (st);
+	if ((st = coll_resolve(dp, stream, ptr, &ops)) != COHORT_OK)
+		return (st);
+	if (stream != NULL && ops != &cohort__nccl_backend &&
+	    ops != &cohort__staged_backend)
+		return (cohort__err(COHORT_EINVAL,
+		    "%s: stream must be NULL with the %s backend", what,
+		    ops->name));
+	*dpp = dp;
+	*es = cohort_dtype_size(dt);
+	return (COHORT_OK);
+}
+
+static cohort_status
+coll_check_redop(const char *what, cohort_dtype dt, cohort_redop op)
+{
+	if ((int) op < 0 || op >= COHORT_REDOP_COUNT)
+		return (cohort__err(COHORT_EINVAL, "%s: invalid op %d", what,
+		    (int) op));
+	if (op == COHORT_MEAN && dt != COHORT_F32 && dt != COHORT_F64 &&
+	    dt != COHORT_F16 && dt != COHORT_BF16)
+		return (cohort__err(COHORT_EINVAL, "%s: MEAN is defined for "
+		    "floating-point types only, not %s", what,
+		    cohort_dtype_name(dt)));
+	return (COHORT_OK);
+}
+
+static cohort_status
+coll_check_root(struct cohort_group *g, const char *what, int32_t root)
+{
+	if (root < 0 || root >= g->size)
+		return (cohort__err(COHORT_EINVAL,
+		    "%s: root %d out of range (group size %d)", what, root,
+		    g->size));
+	return (COHORT_OK);
+}
+
+/* count * mult elements of es bytes, or EINVAL on overflow. */
+static cohort_status
+coll_bytes(const char *what, size_t count, size_t mult, size_t es,
+    size_t *out)
+{
+	if (mult != 0 && count > SIZE_MAX / mult / es)
+		return (cohort__err(COHORT_EINVAL, "%s: count %zu too large",
+		    what, count));
+	*out = count * mult * es;
+	return (COHORT_OK);
+}
+
+static cohort_status
+coll_null(const char *what, const char *name)
+{
+	return (cohort__err(COHORT_EINVAL, "%s: %s is NULL", what, name));
+}
+
+/* Gather-like in place: the input is at its slot of recv (pass as is), or
+ * at recv itself (move it at execution), else must not overlap. */
+static cohort_status
+coll_gather_inplace(const char *what, struct cohort_work *w, size_t slot,
+    size_t mine, size_t total)
+{
+	const uint8_t *r = w->op.recv;
+
+	if (mine == 0 || w->op.send == r + slot)
+		return (COHORT_OK);
+	if (w->op.send == r) {
+		w->fix = COLL_FIX_MOVE_IN;
+		w->fix_off = slot;
+		w->fix_len = mine;
+		return (COHORT_OK);
+	}
+	if (coll_overlap(w->op.send, mine, r, total))
+		return (cohort__err(COHORT_EINVAL,
+		    "%s: send overlaps recv other than in place", what));
+	return (COHORT_OK);
+}
+
+/* Scatter-like in place: the output is the own block of send (pass), or
+ * send itself (run into a temporary), else must not overlap. */
+static cohort_status
+coll_scatter_inplace(const char *what, struct cohort_work *w, size_t slot,
+    size_t blk, size_t total)
+{
+	const uint8_t *s = w->op.send;
+
+	if (blk == 0 || w->op.recv == s + slot)
+		return (COHORT_OK);
+	if (w->op.recv == s) {
+		if ((w->tmp = malloc(blk)) == NULL)
+			return (cohort__err(COHORT_ENOMEM, "out of memory"));
+		w->fix = COLL_FIX_TMP_OUT;
+		w->fix_len = blk;
+		return (COHORT_OK);
+	}
+	if (coll_overlap(w->op.recv, blk, s, total))
+		return (cohort__err(COHORT_EINVAL,
+		    "%s: recv overlaps send other than in place", what));
+	return (COHORT_OK);
+}
+
+static cohort_status
+coll_submit(struct cohort_group *g, struct coll_dp *dp,
+    struct cohort_work *w, size_t bytes, cohort_duration timeout,
+    cohort_work **out)
+{
+	if (bytes == 0) {
+		free(w->tmp);
+		return (coll_empty(g, dp, out));
+	}
+	if (out != NULL)
+		return (coll_run_async(g, dp, w, out));
+	return (coll_run_blocking(g, dp, w, timeout));
+}
+
+static void
+coll_work_init(struct cohort_work *w, enum cohort__op_kind kind,
+    const void *send, void *recv, size_t count, cohort_dtype dt,
+    cohort_redop op, int32_t root, void *stream)
+{
+	memset(w, 0, sizeof(*w));
+	w->op.kind = kind;
+	w->op.send = send;
+	w->op.recv = recv;
+	w->op.count = count;
+	w->op.dtype = dt;
+	w->op.op = op;
+	w->op.root = root;
+	w->op.stream = stream;
+	atomic_init(&w->done, false);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The collectives                                                          */
+/* ------------------------------------------------------------------------ */
+
+static cohort_status
+coll_allreduce(cohort_group *g, const void *send, void *recv, size_t count,
+    cohort_dtype dt, cohort_redop op, void *stream, cohort_duration timeout,
+    cohort_work **out)
+{
+	static const char what[] = "allreduce";
+	struct cohort_work w;
+	struct coll_dp *dp;
+	cohort_status st;
+	size_t es = 0, bytes = 0;
+
+	if ((st = coll_begin(g, what, dt, stream, recv, &dp, &es)) !=
+	        COHORT_OK ||
+	    (st = coll_check_redop(what, dt, op)) != COHORT_OK ||
+	    (st = coll_bytes(what, count, 1, es, &bytes)) != COHORT_OK)
+		return (st);
+	if (bytes > 0 && send == NULL)
+		return (coll_null(what, "send"));
+	if (bytes > 0 && recv == NULL)
+		return (coll_null(what, "recv"));
+	if (send != recv && coll_overlap(send, bytes, recv, bytes))
+		return (cohort__err(COHORT_EINVAL,
+		    "%s: send and recv overlap partially", what));
+	coll_work_init(&w, COHORT__OP_ALLREDUCE, send, recv, count, dt, op, 0,
+	    stream);
+	return (coll_submit(g, dp, &w, bytes, timeout, out));
+}
+
+cohort_status
+cohort_allreduce(cohort_group *g, const void *send, void *recv, size_t count,
+    cohort_dtype dtype, cohort_redop op, void *stream,
+    cohort_duration timeout)
+{
+	return (coll_allreduce(g, send, recv, count, dtype, op, stream,
+	    timeout, NULL));
+}
+
+cohort_status
+cohort_iallreduce(cohort_group *g, const void *send, void *recv,
+    size_t count, cohort_dtype dtype, cohort_redop op, void *stream,
+    cohort_work **out)
+{
+	if (out == NULL)
+		return (cohort__err(COHORT_EINVAL, "iallreduce: out is NULL"));
+	return (coll_allreduce(g, send, recv, count, dtype, op, stream,
+	    COHORT_WAIT_DEFAULT, out));
+}
+
+cohort_status
+cohort_reduce(cohort_group *g, const void *send, void *recv, size_t count,
+    cohort_dtype dtype, cohort_redop op, int32_t root, void *stream,
+    cohort_duration timeout)
+{
+	static const char what[] = "reduce";
+	struct cohort_work w;
+	struct coll_dp *dp;
+	cohort_status st;
+	size_t es = 0, bytes = 0;
+
+	if ((st = coll_begin(g, what, dtype, stream, send, &dp, &es)) !=
+	        COHORT_OK ||
+	    (st = coll_check_redop(what, dtype, op)) != COHORT_OK ||
+	    (st = coll_check_root(g, what, root)) != COHORT_OK ||
+	    (st = coll_bytes(what, count, 1, es, &bytes)) != COHORT_OK)
+		return (st);
+	if (g->rank != root)
+		recv = NULL;
+	if (bytes > 0 && send == NULL)
+		return (coll_null(what, "send"));
+	if (bytes > 0 && g->rank == root && recv == NULL)
+		return (coll_null(what, "recv on the root"));
+	if (recv != NULL && send != recv &&
+	    coll_overlap(send, bytes, recv, bytes))
+		return (cohort__err(COHORT_EINVAL,
+		    "%s: send and recv overlap partially", what));
+	coll_work_init(&w, COHORT__OP_REDUCE, send, recv, count, dtype, op,
+	    root, stream);
+	return (coll_submit(g, dp, &w, bytes, timeout, NULL));
+}
+
+static cohort_status
+coll_broadcast(cohort_group *g, void *buf, size_t count, cohort_dtype dt,
+    int32_t root, void *stream, cohort_duration timeout, cohort_work **out)
+{
+	static const char what[] = "broadcast";
+	struct cohort_work w;
+	struct coll_dp *dp;
+	cohort_status st;
+	size_t es = 0, bytes = 0;
+
+	if ((st = coll_begin(g, what, dt, stream, buf, &dp, &es)) !=
+	        COHORT_OK ||
+	    (st = coll_check_root(g, what, root)) != COHORT_OK ||
+	    (st = coll_bytes(what, count, 1, es, &bytes)) != COHORT_OK)
+		return (st);
+	if (bytes > 0 && buf == NULL)
+		return (coll_null(what, "buf"));
+	coll_work_init(&w, COHORT__OP_BROADCAST, buf, buf, count, dt,
+	    COHORT_SUM, root, stream);
+	return (coll_submit(g, dp, &w, bytes, timeout, out));
+}
+
+cohort_status
+cohort_broadcast(cohort_group *g, void *buf, size_t count,
+    cohort_dtype dtype, int32_t root, void *stream, cohort_duration timeout)
+{
+	return (coll_broadcast(g, buf, count, dtype, root, stream, timeout,
+	    NULL));
+}
+
+cohort_status
+cohort_ibroadcast(cohort_group *g, void *buf, size_t count,
+    cohort_dtype dtype, int32_t root, void *stream, cohort_work **out)
+{
+	if (out == NULL)
+		return (cohort__err(COHORT_EINVAL, "ibroadcast: out is NULL"));
+	return (coll_broadcast(g, buf, count, dtype, root, stream,
+	    COHORT_WAIT_DEFAULT, out));
+}
+
+static cohort_status
+coll_allgather(cohort_group *g, const void *send, void *recv, size_t count,
+    cohort_dtype dt, void *stream, cohort_duration timeout,
+    cohort_work **out)
+{
+	static const char what[] = "allgather";
+	struct cohort_work w;
+	struct coll_dp *dp;
+	cohort_status st;
+	size_t es = 0, blk = 0, total = 0;
+
+	if ((st = coll_begin(g, what, dt, stream, send, &dp, &es)) !=
+	        COHORT_OK ||
+	    (st = coll_bytes(what, count, 1, es, &blk)) != COHORT_OK ||
+	    (st = coll_bytes(what, count, (size_t) g->size, es, &total)) !=
+	        COHORT_OK)
+		return (st);
+	if (blk > 0 && send == NULL)
+		return (coll_null(what, "send"));
+	if (blk > 0 && recv == NULL)
+		return (coll_null(what, "recv"));
+	coll_work_init(&w, COHORT__OP_ALLGATHER, send, recv, count, dt,
+	    COHORT_SUM, 0, stream);
+	if ((st = coll_gather_inplace(what, &w, (size_t) g->rank * blk, blk,
+	         total)) != COHORT_OK)
+		return (st);
+	return (coll_submit(g, dp, &w, blk, timeout, out));
+}
+
+cohort_status
+cohort_allgather(cohort_group *g, const void *send, void *recv, size_t count,
+    cohort_dtype dtype, void *stream, cohort_duration timeout)
+{
+	return (coll_allgather(g, send, recv, count, dtype, stream, timeout,
+	    NULL));
+}
+
+cohort_status
+cohort_iallgather(cohort_group *g, const void *send, void *recv,
+    size_t count, cohort_dtype dtype, void *stream, cohort_work **out)
+{
+	if (out == NULL)
+		return (cohort__err(COHORT_EINVAL, "iallgather: out is NULL"));
+	return (coll_allgather(g, send, recv, count, dtype, stream,
+	    COHORT_WAIT_DEFAULT, out));
+}
+
+cohort_status
+cohort_allgatherv(cohort_group *g, const void *send, void *recv,
+    const size_t *counts, cohort_dtype dtype, void *stream,
+    cohort_duration timeout)
+{
+	static const char what[] = "allgatherv";
+	struct cohort_work w;
+	struct coll_dp *dp;
+	cohort_status st;
+	size_t es = 0, total = 0, off = 0, mine;
+
+	if ((st = coll_begin(g, what, dtype, stream, send, &dp, &es)) !=
+	    COHORT_OK)
+		return (st);
+	if (counts == NULL)
+		return (coll_null(what, "counts"));
+	for (int32_t r = 0; r < g->size; r++) {
+		if (counts[r] > (SIZE_MAX - total) / es)
+			return (cohort__err(COHORT_EINVAL,
+			    "%s: counts too large", what));
+		if (r == g->rank)
+			off = total;
+		total += counts[r] * es;
+	}
+	mine = counts[g->rank] * es;
+	if (mine > 0 && send == NULL)
+		return (coll_null(what, "send"));
+	if (total > 0 && recv == NULL)
+		return (coll_null(what, "recv"));
+	coll_work_init(&w, COHORT__OP_ALLGATHERV, send, recv, 0, dtype,
+	    COHORT_SUM, 0, stream);
+	w.op.counts = counts;
+	if ((st = coll_gather_inplace(what, &w, off, mine, total)) !=
+	    COHORT_OK)
+		return (st);
+	return (coll_submit(g, dp, &w, total, timeout, NULL));
+}
+
+static cohort_status
+coll_reduce_scatter(cohort_group *g, const void *send, void *recv,
+    size_t count, cohort_dtype dt, cohort_redop op, void *stream,
+    cohort_duration timeout, cohort_work **out)
+{
+	static const char what[] = "reduce_scatter";
+	struct cohort_work w;
+	struct coll_dp *dp;
+	cohort_status st;
+	size_t es = 0, blk = 0, total = 0;
+
+	if ((st = coll_begin(g, what, dt, stream, recv, &dp, &es)) !=
+	        COHORT_OK ||
+	    (st = coll_check_redop(what, dt, op)) != COHORT_OK ||
+	    (st = coll_bytes(what, count, 1, es, &blk)) != COHORT_OK ||
+	    (st = coll_bytes(what, count, (size_t) g->size, es, &total)) !=
+	        COHORT_OK)
+		return (st);
+	if (blk > 0 && send == NULL)
+		return (coll_null(what, "send"));
+	if (blk > 0 && recv == NULL)
+		return (coll_null(what, "recv"));
+	coll_work_init(&w, COHORT__OP_REDUCE_SCATTER, send, recv, count, dt,
+	    op, 0, stream);
+	if ((st = coll_scatter_inplace(what, &w, (size_t) g->rank * blk, blk,
+	         total)) != COHORT_OK)
+		return (st);
+	return (coll_submit(g, dp, &w, blk, timeout, out));
+}
+
+cohort_status
+cohort_reduce_scatter(cohort_group *g, const void *send, void *recv,
+    size_t count, cohort_dtype dtype, cohort_redop op, void *stream,
+    cohort_duration timeout)
+{
+	return (coll_reduce_scatter(g, send, recv, count, dtype, op, stream,
+	    timeout, NULL));
+}
+
+cohort_status
+cohort_ireduce_scatter(cohort_group *g, const void *send, void *recv,
+    size_t count, cohort_dtype dtype, cohort_redop op, void *stream,
+    cohort_work **out)
+{
+	if (out == NULL)
+		return (cohort__err(COHORT_EINVAL,
+		    "ireduce_scatter: out is NULL"));
+	return (coll_reduce_scatter(g, send, recv, count, dtype, op, stream,
+	    COHORT_WAIT_DEFAULT, out));
+}
+
+cohort_status
+cohort_alltoall(cohort_group *g, const void *send, void *recv, size_t count,
+    cohort_dtype dtype, void *stream, cohort_duration timeout)
+{
+	static const char what[] = "alltoall";
+	struct cohort_work w;
+	struct coll_dp *dp;
+	cohort_status st;
+	size_t es = 0, total = 0;
+
+	if ((st = coll_begin(g, what, dtype, stream, send, &dp, &es)) !=
+	        COHORT_OK ||
+	    (st = coll_bytes(what, count, (size_t) g->size, es, &total)) !=
+	        COHORT_OK)
+		return (st);
+	if (total > 0 && send == NULL)
+		return (coll_null(what, "send"));
+	if (total > 0 && recv == NULL)
+		return (coll_null(what, "recv"));
+	if (coll_overlap(send, total, recv, total))
+		return (cohort__err(COHORT_EINVAL,
+		    "%s cannot run in place (send and recv overlap)", what));
+	coll_work_init(&w, COHORT__OP_ALLTOALL, send, recv, count, dtype,
+	    COHORT_SUM, 0, stream);
+	return (coll_submit(g, dp, &w, total, timeout, NULL));
+}
+
+cohort_status
+cohort_gather(cohort_group *g, const void *send, void *recv, size_t count,
+    cohort_dtype dtype, int32_t root, void *stream, cohort_duration timeout)
+{
+	static const char what[] = "gather";
+	struct cohort_work w;
+	struct coll_dp *dp;
+	cohort_status st;
+	size_t es = 0, blk = 0, total = 0;
+
+	if ((st = coll_begin(g, what, dtype, stream, send, &dp, &es)) !=
+	        COHORT_OK ||
+	    (st = coll_check_root(g, what, root)) != COHORT_OK ||
+	    (st = coll_bytes(what, count, 1, es, &blk)) != COHORT_OK ||
+	    (st = coll_bytes(what, count, (size_t) g->size, es, &total)) !=
+	        COHORT_OK)
+		return (st);
+	if (g->rank != root)
+		recv = NULL;
+	if (blk > 0 && send == NULL)
+		return (coll_null(what, "send"));
+	if (blk > 0 && g->rank == root && recv == NULL)
+		return (coll_null(what, "recv on the root"));
+	coll_work_init(&w, COHORT__OP_GATHER, send, recv, count, dtype,
+	    COHORT_SUM, root, stream);
+	if (g->rank == root &&
+	    (st = coll_gather_inplace(what, &w, (size_t) g->rank * blk, blk,
+	         total)) != COHORT_OK)
+		return (st);
+	return (coll_submit(g, dp, &w, blk, timeout, NULL));
+}
+
+cohort_status
+cohort_scatter(cohort_group *g, const void *send, void *recv, size_t count,
+    cohort_dtype dtype, int32_t root, void *stream, cohort_duration timeout)
+{
+	static const char what[] = "scatter";
+	struct cohort_work w;
+	struct coll_dp *dp;
+	cohort_status st;
+	size_t es = 0, blk = 0, total = 0;
+
+	if ((st = coll_begin(g, what, dtype, stream, recv, &dp, &es)) !=
+	        COHORT_OK ||
+	    (st = coll_check_root(g, what, root)) != COHORT_OK ||
+	    (st = coll_bytes(what, count, 1, es, &blk)) != COHORT_OK ||
+	    (st = coll_bytes(what, count, (size_t) g->size, es, &total)) !=
+	        COHORT_OK)
+		return (st);
+	if (g->rank != root)
+		send = NULL;
+	if (blk > 0 && g->rank == root && send == NULL)
+		return (coll_null(what, "send on the root"));
+	if (blk > 0 && recv == NULL)
+		return (coll_null(what, "recv"));
+	coll_work_init(&w, COHORT__OP_SCATTER, send, recv, count, dtype,
+	    COHORT_SUM, root, stream);
+	if (g->rank == root &&
+	    (st = coll_scatter_inplace(what, &w, (size_t) g->rank * blk, blk,
+	         total)) != COHORT_OK)
+		return (st);
+	return (coll_submit(g, dp, &w, blk, timeout, NULL));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Work handles                                                             */
+/* ------------------------------------------------------------------------ */
+
+cohort_status
+cohort_work_wait(cohort_work *w, cohort_duration timeout)
+{
+	struct coll_dp *dp;
+	cohort__time deadline;
+
+	if (w == NULL)
+		return (cohort__err(COHORT_EINVAL, "work is NULL"));
+	if (!atomic_load(&w->done)) {
+		dp = w->dp;
+		deadline = cohort__client_deadline(dp->g->client, timeout);
+		pthread_mutex_lock(&dp->mtx);
+		while (!atomic_load(&w->done)) {
+			if (cohort__cond_wait_until(&dp->cv, &dp->mtx,
+			        deadline) != 0 &&
+			    cohort__expired(deadline)) {
+				pthread_mutex_unlock(&dp->mtx);
+				return (cohort__err(COHORT_ETIMEDOUT,
+				    "%s #%" PRIu64 " not complete after %d ms",
+				    cohort__op_name(w->op.kind), w->op.seq,
+				    (int) timeout));
+			}
+		}
+		pthread_mutex_unlock(&dp->mtx);
+	}
+	if (w->st != COHORT_OK)
+		return (cohort__err(w->st, "%s", w->err));
+	return (COHORT_OK);
+}
+
+cohort_status
+cohort_work_test(cohort_work *w, bool *done)
+{
+	if (w == NULL || done == NULL)
+		return (cohort__err(COHORT_EINVAL, "work or done is NULL"));
+	if (!atomic_load(&w->done)) {
+		*done = false;
+		return (COHORT_OK);
+	}
+	*done = true;
+	if (w->st != COHORT_OK)
+		return (cohort__err(w->st, "%s", w->err));
+	return (COHORT_OK);
+}
+
+void
+cohort_work_free(cohort_work *w)
+{
+	struct coll_dp *dp;
+
+	if (w == NULL)
+		return;
+	if (!atomic_load(&w->done)) {
+		dp = w->dp;
+		pthread_mutex_lock(&dp->mtx);
+		while (!atomic_load(&w->done))
+			pthread_cond_wait(&dp->cv, &dp->mtx);
+		pthread_mutex_unlock(&dp->mtx);
+	}
+	free(w);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Groups                                                                   */
+/* ------------------------------------------------------------------------ */
+
+const char *
+cohort_group_backend(const cohort_group *cg)
+{
+	struct cohort_group *g = (struct cohort_group *) cg;
+	const struct cohort__backend_ops *ops;
+	struct coll_dp *dp;
+
+	if (g == NULL || coll_dp_get(g, &dp) != COHORT_OK)
+		return ("");
+	pthread_mutex_lock(&dp->mtx);
+	ops = dp->ops;
+	pthread_mutex_unlock(&dp->mtx);
+	if (ops != NULL)
+		return (ops->name);
+	/* Not resolved yet: what a host-memory operation would pick. */
+	if (strcmp(dp->want, "auto") == 0)
+		return ("tcp");
+	if (strcmp(dp->want, "tcp") == 0)
+		return ("tcp");
+	if (strcmp(dp->want, "service") == 0)
+		return ("service");
+	if (strcmp(dp->want, "tcp-staged") == 0)
+		return ("tcp-staged");
+	return ("nccl");
+}
+
+cohort_status
+cohort_group_new(cohort_client *c, const char *name, const int32_t *ranks,
+    size_t nranks, const char *backend, cohort_group **out,
+    cohort_duration timeout)
+{
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	Cohort__GroupCreate body = COHORT__GROUP_CREATE__INIT;
+	struct cohort__coord_call call;
+	struct cohort_group *g = NULL;
+	struct coll_dp *dp = NULL;
+	const Cohort__GroupCreateReply *gr;
+	char why[256] = "";
+	cohort_status st;
+	int32_t me = -1;
+
+	if (c == NULL || name == NULL || ranks == NULL || out == NULL)
+		return (cohort__err(COHORT_EINVAL,
+		    "group_new: client, name, ranks and out are required"));
+	if (name[0] == '\0' || strlen(name) >= COHORT__GROUP_ID_MAX)
+		return (cohort__err(COHORT_EINVAL,
+		    "group_new: name must have 1 to %d bytes",
+		    COHORT__GROUP_ID_MAX - 1));
+	if (nranks < 1 || nranks > (size_t) c->world_size)
+		return (cohort__err(COHORT_EINVAL,
+		    "group_new '%s': %zu ranks (world size %d)", name, nranks,
+		    c->world_size));
+	for (size_t i = 0; i < nranks; i++) {
+		if (ranks[i] < 0 || ranks[i] >= c->world_size)
+			return (cohort__err(COHORT_EINVAL,
+			    "group_new '%s': rank %d out of range", name,
+			    ranks[i]));
+		for (size_t j = 0; j < i; j++)
+			if (ranks[j] == ranks[i])
+				return (cohort__err(COHORT_EINVAL,
+				    "group_new '%s': rank %d listed twice",
+				    name, ranks[i]));
+		if (ranks[i] == c->rank)
+			me = (int32_t) i;
+	}
+	if (me < 0)
+		return (cohort__err(COHORT_EINVAL,
+		    "group_new '%s': this rank (%d) is not in the list", name,
+		    c->rank));
+	if (backend == NULL)
+		backend = c->backend;
+	if (!coll_backend_name_ok(backend))
+		return (cohort__err(COHORT_EINVAL,
+		    "group_new '%s': unknown backend '%s' (auto, tcp, "
+		    "service, nccl, tcp-staged)", name, backend));
+	if ((strcmp(backend, "nccl") == 0 &&
+	        !coll_nccl_available(why, sizeof(why))) ||
+	    (strcmp(backend, "tcp-staged") == 0 &&
+	        !coll_gpu_available(why, sizeof(why))))
+		return (cohort__err(COHORT_ENOTSUP,
+		    "group_new '%s': the %s backend is not available: %s",
+		    name, backend, why));
+
+	body.name = (char *) name;
+	body.n_ranks = nranks;
+	body.ranks = (int32_t *) ranks;
+	req.body_case = COHORT__REQUEST__BODY_GROUP_CREATE;
+	req.group_create = &body;
+	cohort__coord_call_init(&call, &req,
+	    cohort__client_deadline(c, timeout));
+	st = cohort__coord_call(c->coord, &call);
+	if (st != COHORT_OK) {
+		char detail[1024];
+
+		cohort__strlcpy(detail, cohort_last_error(), sizeof(detail));
+		cohort__client_check_reply(c, st, call.rep);
+		cohort__coord_call_fini(&call);
+		return (cohort__err(st, "group_new '%s': %s", name, detail));
+	}
+	if (call.rep == NULL ||
+	    call.rep->body_case != COHORT__REPLY__BODY_GROUP_CREATE ||
+	    (gr = call.rep->group_create) == NULL) {
+		cohort__coord_call_fini(&call);
+		return (cohort__err(COHORT_EPROTO,
+		    "group_new '%s': reply without a group", name));
+	}
+	if (gr->group_rank != me || gr->group_size != (uint32_t) nranks) {
+		st = cohort__err(COHORT_EPROTO,
+		    "group_new '%s': cohortd says rank %d of %u, expected %d "
+		    "of %zu", name, gr->group_rank, gr->group_size, me,
+		    nranks);
+		cohort__coord_call_fini(&call);
+		return (st);
+	}
+	st = cohort__group_alloc(c, gr->group != NULL && gr->group[0] != '\0'
+	    ? gr->group : name, me, (int32_t) nranks, ranks, c->generation,
+	    &g);
+	cohort__coord_call_fini(&call);
+	if (st != COHORT_OK)
+		return (st);
+	if ((st = coll_dp_alloc(g, backend, &dp)) != COHORT_OK) {
+		cohort__group_free(g);
+		return (st);
+	}
+	g->work_queue = dp;
+	g->dp_fini = coll_dp_fini;
+	cohort__client_add_group(c, g);
+	*out = g;
+	return (COHORT_OK);
+}
+
+void
+cohort_group_destroy(cohort_group *g)
+{
+	if (g == NULL || g == g->client->world)
+		return;
+	cohort__client_remove_group(g->client, g);
+	cohort__group_free(g);
+}

@@ -1,0 +1,1295 @@
+/*
+ * bench.c - `cohort bench`: collective benchmark (DESIGN.md section 3).
+ *
+ *   cohort bench [-n N] [--backend tcp|service|auto] [--op OP]
+ *                [--sizes MIN:MAX] [--iters I] [--warmup W] [--dtype DT]
+ *                [--redop OP] [--check] [--json] [--procs P]
+ *                [--coordinator URL] [--timeout MS]
+ *
+ * Data-plane ops (allreduce, broadcast, allgather, reduce_scatter,
+ * alltoall, reduce) print an nccl-tests-style table: size, count, dtype,
+ * time (median per-iteration time across iterations of the slowest rank),
+ * the first (cold) iteration, p99, algbw and busbw (GB/s = 1e9 B/s;
+ * busbw = algbw x 2(n-1)/n for allreduce, (n-1)/n for allgather,
+ * reduce_scatter and alltoall, 1 for broadcast and reduce). Control-plane
+ * ops (barrier, broadcast_obj, kv: a set and a get of the rank's own key)
+ * report the same latency columns. `--op join` measures how long N
+ * clients take to open (join) one job and pass one barrier, the N clients
+ * spread over P processes (--procs) as threads.
+ *
+ * Alone, it starts an embedded coordinator and runs its N ranks as child
+ * processes (fork + execve of this binary with COHORT_* set and the
+ * hidden flag --bench-rank: the child runs only async-signal-safe calls
+ * before exec, and nng is never used in a forked child). Started with
+ * rank and world size in the environment (under `cohort run`, or by hand),
+ * it runs as one rank of that job. Rank 0 prints.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend/backend.h" /* half-precision helpers */
+#include "cohort_impl.h"
+#include "coord.h" /* cohort__random_u64 */
+#include "server.h"
+
+extern char **environ;
+
+int cohort__cmd_bench(int argc, char **argv);
+
+enum bench_op {
+	BENCH_ALLREDUCE,
+	BENCH_BROADCAST,
+	BENCH_ALLGATHER,
+	BENCH_REDUCE_SCATTER,
+	BENCH_ALLTOALL,
+	BENCH_REDUCE,
+	BENCH_BARRIER,
+	BENCH_BCAST_OBJ,
+	BENCH_KV,
+	BENCH_JOIN,
+	BENCH_NOPS
+};
+
+static const char *const bench_op_names[BENCH_NOPS] = { "allreduce",
+	"broadcast", "allgather", "reduce_scatter", "alltoall", "reduce",
+	"barrier", "broadcast_obj", "kv", "join" };
+
+#define BENCH_MAX_ITERS 4000
+
+struct bench_cfg {
+	int n;
+	int procs;
+	const char *backend;
+	enum bench_op op;
+	size_t min, max;
+	bool sizes_given;
+	int iters, warmup;
+	cohort_dtype dtype;
+	cohort_redop redop;
+	bool check;
+	bool json;
+	const char *coordinator;
+	cohort_duration timeout;
+	bool worker;    /* --bench-rank: a rank started by the launcher */
+	int join_proc;  /* --bench-join-proc K: a join worker, -1 if not */
+	int join_first; /* --bench-join-first R: its first rank */
+	int join_count; /* --bench-join-count M: its clients */
+};
+
+static double
+bench_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ((double) ts.tv_sec * 1e6 + (double) ts.tv_nsec / 1e3);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Options                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static void
+bench_usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: cohort bench [-n N] [--backend tcp|service|auto] "
+	    "[--op OP]\n"
+	    "                    [--sizes MIN:MAX] [--iters I] "
+	    "[--warmup W] [--dtype DT]\n"
+	    "                    [--redop sum|prod|min|max|mean] [--check] "
+	    "[--json]\n"
+	    "                    [--procs P] [--coordinator URL] "
+	    "[--timeout MS]\n\n"
+	    "OP: allreduce (default), broadcast, allgather, reduce_scatter, "
+	    "alltoall,\n"
+	    "    reduce, barrier, broadcast_obj, kv, join\n"
+	    "DT: f32 (default), f64, f16, bf16, i32, i64, u8\n"
+	    "Sizes are bytes with K/M/G suffixes, doubling from MIN to MAX "
+	    "(default\n1K:16M; broadcast_obj and kv 1K:1K).\n"
+	    "Alone it runs N local ranks on an embedded coordinator; with "
+	    "rank and\nworld size in the environment it is one rank of that "
+	    "job.\n--op join: N clients (N may be 1024) in P processes "
+	    "open one job and pass\none barrier.\n");
+}
+
+static bool
+bench_parse_size(const char *s, size_t *out)
+{
+	char *end;
+	unsigned long long v;
+	size_t mult = 1;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno != 0 || end == s)
+		return (false);
+	switch (*end) {
+	case 'k':
+	case 'K':
+		mult = 1024;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		mult = 1024 * 1024;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		mult = 1024ull * 1024 * 1024;
+		end++;
+		break;
+	default:
+		break;
+	}
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end != '\0' || v > SIZE_MAX / mult)
+		return (false);
+	*out = (size_t) v * mult;
+	return (true);
+}
+
+static bool
+bench_parse_int(const char *s, int lo, int hi, int *out)
+{
+	int64_t v;
+
+	if (s == NULL || !cohort__parse_i64(s, &v) || v < lo || v > hi)
+		return (false);
+	*out = (int) v;
+	return (true);
+}
+
+static int
+bench_lookup(const char *s, const char *const *names, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (strcmp(s, names[i]) == 0)
+			return (i);
+	return (-1);
+}
+
+/* 0 ok, 1 help printed, 2 usage error. */
+static int
+bench_parse(int argc, char **argv, struct bench_cfg *cfg)
+{
+	static const char *const dtypes[] = { "f32", "f64", "f16", "bf16",
+		"i32", "i64", "u8" };
+	static const char *const redops[] = { "sum", "prod", "min", "max",
+		"mean" };
+
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->n = 2;
+	cfg->procs = 4;
+	cfg->backend = "auto";
+	cfg->op = BENCH_ALLREDUCE;
+	cfg->min = 1024;
+	cfg->max = 16u << 20;
+	cfg->iters = 20;
+	cfg->warmup = 5;
+	cfg->dtype = COHORT_F32;
+	cfg->redop = COHORT_SUM;
+	cfg->timeout = 600000;
+	cfg->join_proc = -1;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+		int k;
+
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			bench_usage(stdout);
+			return (1);
+		} else if (strcmp(a, "--check") == 0) {
+			cfg->check = true;
+			continue;
+		} else if (strcmp(a, "--json") == 0) {
+			cfg->json = true;
+			continue;
+		} else if (strcmp(a, "--bench-rank") == 0) {
+			cfg->worker = true;
+			continue;
+		}
+		if (v == NULL)
+			goto bad;
+		i++;
+		if (strcmp(a, "-n") == 0) {
+			if (!bench_parse_int(v, 1, 4096, &cfg->n))
+				goto bad;
+		} else if (strcmp(a, "--procs") == 0) {
+			if (!bench_parse_int(v, 1, 256, &cfg->procs))
+				goto bad;
+		} else if (strcmp(a, "--backend") == 0) {
+			if (strcmp(v, "tcp") != 0 &&
+			    strcmp(v, "service") != 0 &&
+			    strcmp(v, "auto") != 0 && strcmp(v, "nccl") != 0)
+				goto bad;
+			cfg->backend = v;
+		} else if (strcmp(a, "--op") == 0) {
+			if ((k = bench_lookup(v, bench_op_names, BENCH_NOPS)) <
+			    0)
+				goto bad;
+			cfg->op = (enum bench_op) k;
+		} else if (strcmp(a, "--sizes") == 0) {
+			char lo[64];
+			const char *colon = strchr(v, ':');
+
+			if (colon == NULL) {
+				if (!bench_parse_size(v, &cfg->min))
+					goto bad;
+				cfg->max = cfg->min;
+			} else {
+				if ((size_t) (colon - v) >= sizeof(lo))
+					goto bad;
+				memcpy(lo, v, (size_t) (colon - v));
+				lo[colon - v] = '\0';
+				if (!bench_parse_size(lo, &cfg->min) ||
+				    !bench_parse_size(colon + 1, &cfg->max))
+					goto bad;
+			}
+			if (cfg->max < cfg->min)
+				goto bad;
+			cfg->sizes_given = true;
+		} else if (strcmp(a, "--iters") == 0) {
+			if (!bench_parse_int(v, 1, BENCH_MAX_ITERS,
+			        &cfg->iters))
+				goto bad;
+		} else if (strcmp(a, "--warmup") == 0) {
+			if (!bench_parse_int(v, 0, 100000, &cfg->warmup))
+				goto bad;
+		} else if (strcmp(a, "--dtype") == 0) {
+			if ((k = bench_lookup(v, dtypes, 7)) < 0)
+				goto bad;
+			cfg->dtype = (cohort_dtype) k;
+		} else if (strcmp(a, "--redop") == 0) {
+			if ((k = bench_lookup(v, redops, 5)) < 0)
+				goto bad;
+			cfg->redop = (cohort_redop) k;
+		} else if (strcmp(a, "--coordinator") == 0) {
+			cfg->coordinator = v;
+		} else if (strcmp(a, "--timeout") == 0) {
+			int t;
+
+			if (!bench_parse_int(v, 1, INT32_MAX, &t))
+				goto bad;
+			cfg->timeout = t;
+		} else if (strcmp(a, "--bench-join-proc") == 0) {
+			if (!bench_parse_int(v, 0, 4096, &cfg->join_proc))
+				goto bad;
+		} else if (strcmp(a, "--bench-join-first") == 0) {
+			if (!bench_parse_int(v, 0, 1 << 20, &cfg->join_first))
+				goto bad;
+		} else if (strcmp(a, "--bench-join-count") == 0) {
+			if (!bench_parse_int(v, 1, 1 << 20, &cfg->join_count))
+				goto bad;
+		} else {
+			i--;
+			goto bad;
+		}
+		continue;
+bad:
+		fprintf(stderr, "cohort bench: bad argument '%s'%s%s\n", a,
+		    v != NULL ? " " : "", v != NULL ? v : "");
+		bench_usage(stderr);
+		return (2);
+	}
+	if (!cfg->sizes_given &&
+	    (cfg->op == BENCH_BCAST_OBJ || cfg->op == BENCH_KV))
+		cfg->min = cfg->max = 1024;
+	if (cfg->redop == COHORT_MEAN && cfg->dtype != COHORT_F32 &&
+	    cfg->dtype != COHORT_F64 && cfg->dtype != COHORT_F16 &&
+	    cfg->dtype != COHORT_BF16) {
+		fprintf(stderr, "cohort bench: --redop mean needs a float "
+		    "dtype\n");
+		return (2);
+	}
+	if (cfg->procs > cfg->n)
+		cfg->procs = cfg->n;
+	return (0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Check values                                                             */
+/* ------------------------------------------------------------------------ */
+
+static bool
+bench_is_float(cohort_dtype dt)
+{
+	return (dt == COHORT_F32 || dt == COHORT_F64 || dt == COHORT_F16 ||
+	    dt == COHORT_BF16);
+}
+
+/* Input element i of rank q at iteration it: small integers, exact in
+ * every dtype; +-1 for PROD so that products never overflow. */
+static int64_t
+bench_val(int q, int it, size_t i, cohort_redop op)
+{
+	uint64_t h = (uint64_t) (q + 1) * 7 + (uint64_t) it * 3 + i;
+
+	if (op == COHORT_PROD)
+		return ((h % 5) == 0 ? -1 : 1);
+	return ((int64_t) (h % 11) - 5);
+}
+
+static void
+bench_store(void *buf, size_t i, cohort_dtype dt, int64_t v)
+{
+	switch (dt) {
+	case COHORT_F32:
+		((float *) buf)[i] = (float) v;
+		break;
+	case COHORT_F64:
+		((double *) buf)[i] = (double) v;
+		break;
+	case COHORT_F16:
+		((uint16_t *) buf)[i] = cohort__f32_to_f16((float) v);
+		break;
+	case COHORT_BF16:
+		((uint16_t *) buf)[i] = cohort__f32_to_bf16((float) v);
+		break;
+	case COHORT_I32:
+		((int32_t *) buf)[i] = (int32_t) v;
+		break;
+	case COHORT_I64:
+		((int64_t *) buf)[i] = v;
+		break;
+	default:
+		((uint8_t *) buf)[i] = (uint8_t) v;
+		break;
+	}
+}
+
+/* An element as double (floats) or as the integer the dtype holds. */
+static double
+bench_loadf(const void *buf, size_t i, cohort_dtype dt)
+{
+	switch (dt) {
+	case COHORT_F32:
+		return (((const float *) buf)[i]);
+	case COHORT_F64:
+		return (((const double *) buf)[i]);
+	case COHORT_F16:
+		return (cohort__f16_to_f32(((const uint16_t *) buf)[i]));
+	case COHORT_BF16:
+		return (cohort__bf16_to_f32(((const uint16_t *) buf)[i]));
+	default:
+		return (0);
+	}
+}
+
+static int64_t
+bench_loadi(const void *buf, size_t i, cohort_dtype dt)
+{
+	switch (dt) {
+	case COHORT_I32:
+		return (((const int32_t *) buf)[i]);
+	case COHORT_I64:
+		return (((const int64_t *) buf)[i]);
+	default:
+		return (((const uint8_t *) buf)[i]);
+	}
+}
+
+static void
+bench_fill(void *buf, size_t n, cohort_dtype dt, cohort_redop op, int q,
+    int it, size_t i0)
+{
+	for (size_t i = 0; i < n; i++)
+		bench_store(buf, i, dt, bench_val(q, it, i0 + i, op));
+}
+
+/* Number of elements of got[0..n) that differ from the reduction over
+ * ranks 0..size-1 of element i0 + i. */
+static long
+bench_wrong_reduced(const void *got, size_t n, cohort_dtype dt,
+    cohort_redop op, int size, int it, size_t i0)
+{
+	uint8_t one[8];
+	long wrong = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		if (bench_is_float(dt)) {
+			double acc = 0, v;
+
+			for (int q = 0; q < size; q++) {
+				bench_store(one, 0, dt,
+				    bench_val(q, it, i0 + i, op));
+				v = bench_loadf(one, 0, dt);
+				if (q == 0)
+					acc = v;
+				else if (op == COHORT_PROD)
+					acc *= v;
+				else if (op == COHORT_MIN)
+					acc = fmin(acc, v);
+				else if (op == COHORT_MAX)
+					acc = fmax(acc, v);
+				else
+					acc += v;
+			}
+			if (op == COHORT_MEAN)
+				acc /= size;
+			if (fabs(bench_loadf(got, i, dt) - acc) >
+			    1e-2 * (fabs(acc) > 1 ? fabs(acc) : 1))
+				wrong++;
+		} else {
+			uint64_t acc = 0, v;
+
+			for (int q = 0; q < size; q++) {
+				bench_store(one, 0, dt,
+				    bench_val(q, it, i0 + i, op));
+				v = (uint64_t) bench_loadi(one, 0, dt);
+				if (q == 0)
+					acc = v;
+				else if (op == COHORT_PROD)
+					acc *= v;
+				else if (op == COHORT_MIN)
+					acc = (int64_t) v < (int64_t) acc ? v :
+					    acc;
+				else if (op == COHORT_MAX)
+					acc = (int64_t) v > (int64_t) acc ? v :
+					    acc;
+				else
+					acc += v;
+			}
+			bench_store(one, 0, dt, (int64_t) acc);
+			if (bench_loadi(one, 0, dt) !=
+			    bench_loadi(got, i, dt))
+				wrong++;
+		}
+	}
+	return (wrong);
+}
+
+static long
+bench_wrong_copy(const void *got, size_t n, cohort_dtype dt, int q, int it,
+    size_t i0)
+{
+	size_t es = cohort_dtype_size(dt);
+	uint8_t one[8];
+	long wrong = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		bench_store(one, 0, dt, bench_val(q, it, i0 + i, COHORT_SUM));
+		if (memcmp(one, (const uint8_t *) got + i * es, es) != 0)
+			wrong++;
+	}
+	return (wrong);
+}
+
+/* ------------------------------------------------------------------------ */
+/* One rank                                                                 */
+/* ------------------------------------------------------------------------ */
+
+struct bench_rank {
+	const struct bench_cfg *cfg;
+	cohort_client *c;
+	cohort_group *g;
+	int rank, n;
+	uint8_t *send, *recv;
+	size_t es;
+	char *kvval;
+};
+
+/* Geometry of a data op for a reported size: per-rank count and the
+ * total bytes/count the table reports. */
+static bool
+bench_geometry(const struct bench_rank *b, size_t size, size_t *count,
+    size_t *tcount)
+{
+	size_t per = size / b->es;
+
+	switch (b->cfg->op) {
+	case BENCH_ALLGATHER:
+	case BENCH_REDUCE_SCATTER:
+	case BENCH_ALLTOALL:
+		*count = per / (size_t) b->n;
+		*tcount = *count * (size_t) b->n;
+		break;
+	case BENCH_BARRIER:
+		*count = *tcount = 0;
+		return (true);
+	case BENCH_BCAST_OBJ:
+	case BENCH_KV:
+		*count = *tcount = size;
+		return (true);
+	default:
+		*count = *tcount = per;
+		break;
+	}
+	return (*count > 0);
+}
+
+static void
+bench_prepare(struct bench_rank *b, size_t count, int it)
+{
+	const struct bench_cfg *cfg = b->cfg;
+	size_t nb = count * (size_t) b->n;
+
+	switch (cfg->op) {
+	case BENCH_ALLREDUCE:
+	case BENCH_REDUCE:
+		bench_fill(b->send, count, cfg->dtype, cfg->redop, b->rank, it,
+		    0);
+		break;
+	case BENCH_BROADCAST:
+		if (b->rank == 0)
+			bench_fill(b->recv, count, cfg->dtype, COHORT_SUM, 0,
+			    it, 0);
+		break;
+	case BENCH_ALLGATHER:
+		bench_fill(b->send, count, cfg->dtype, COHORT_SUM, b->rank,
+		    it, 0);
+		break;
+	case BENCH_REDUCE_SCATTER:
+		bench_fill(b->send, nb, cfg->dtype, cfg->redop, b->rank, it,
+		    0);
+		break;
+	case BENCH_ALLTOALL:
+		bench_fill(b->send, nb, cfg->dtype, COHORT_SUM, b->rank, it,
+		    0);
+		break;
+	default:
+		break;
+	}
+}
+
+static long
+bench_verify(struct bench_rank *b, size_t count, int it)
+{
+	const struct bench_cfg *cfg = b->cfg;
+	cohort_dtype dt = cfg->dtype;
+	long wrong = 0;
+
+	switch (cfg->op) {
+	case BENCH_ALLREDUCE:
+		return (bench_wrong_reduced(b->recv, count, dt, cfg->redop,
+		    b->n, it, 0));
+	case BENCH_REDUCE:
+		if (b->rank != 0)
+			return (0);
+		return (bench_wrong_reduced(b->recv, count, dt, cfg->redop,
+		    b->n, it, 0));
+	case BENCH_BROADCAST:
+		return (bench_wrong_copy(b->recv, count, dt, 0, it, 0));
+	case BENCH_ALLGATHER:
+		for (int q = 0; q < b->n; q++)
+			wrong += bench_wrong_copy(b->recv +
+			    (size_t) q * count * b->es, count, dt, q, it, 0);
+		return (wrong);
+	case BENCH_REDUCE_SCATTER:
+		return (bench_wrong_reduced(b->recv, count, dt, cfg->redop,
+		    b->n, it, (size_t) b->rank * count));
+	case BENCH_ALLTOALL:
+		for (int q = 0; q < b->n; q++)
+			wrong += bench_wrong_copy(b->recv +
+			    (size_t) q * count * b->es, count, dt, q, it,
+			    (size_t) b->rank * count);
+		return (wrong);
+	default:
+		return (0);
+	}
+}
+
+static cohort_status
+bench_once(struct bench_rank *b, size_t count, int it)
+{
+	const struct bench_cfg *cfg = b->cfg;
+	cohort_dtype dt = cfg->dtype;
+	cohort_duration to = cfg->timeout;
+	cohort_status st;
+	void *out = NULL;
+	size_t olen = 0;
+	char key[64];
+
+	switch (cfg->op) {
+	case BENCH_ALLREDUCE:
+		return (cohort_allreduce(b->g, b->send, b->recv, count, dt,
+		    cfg->redop, NULL, to));
+	case BENCH_REDUCE:
+		return (cohort_reduce(b->g, b->send, b->recv, count, dt,
+		    cfg->redop, 0, NULL, to));
+	case BENCH_BROADCAST:
+		return (cohort_broadcast(b->g, b->recv, count, dt, 0, NULL,
+		    to));
+	case BENCH_ALLGATHER:
+		return (cohort_allgather(b->g, b->send, b->recv, count, dt,
+		    NULL, to));
+	case BENCH_REDUCE_SCATTER:
+		return (cohort_reduce_scatter(b->g, b->send, b->recv, count,
+		    dt, cfg->redop, NULL, to));
+	case BENCH_ALLTOALL:
+		return (cohort_alltoall(b->g, b->send, b->recv, count, dt,
+		    NULL, to));
+	case BENCH_BARRIER:
+		return (cohort_barrier(b->g, "bench", to));
+	case BENCH_BCAST_OBJ:
+		st = cohort_broadcast_obj(b->g, 0, b->send, count,
+		    b->rank == 0 ? NULL : &out, b->rank == 0 ? NULL : &olen,
+		    to);
+		if (st == COHORT_OK && b->rank != 0 && olen != count)
+			st = cohort__err(COHORT_EPROTO, "object of %zu bytes, "
+			    "expected %zu", olen, count);
+		cohort_free(out);
+		return (st);
+	case BENCH_KV:
+		snprintf(key, sizeof(key), "bench/kv/%d", b->rank);
+		if ((st = cohort_kv_set(b->c, key, b->send, count, to)) !=
+		    COHORT_OK)
+			return (st);
+		st = cohort_kv_get(b->c, key, &out, &olen, to);
+		cohort_free(out);
+		return (st);
+	default:
+		return (cohort__err(COHORT_EINVAL, "not a rank operation"));
+	}
+}
+
+static int
+bench_cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *) a, y = *(const double *) b;
+
+	return (x < y ? -1 : x > y);
+}
+
+static double
+bench_busbw_factor(const struct bench_cfg *cfg, int n)
+{
+	switch (cfg->op) {
+	case BENCH_ALLREDUCE:
+		return (2.0 * (n - 1) / n);
+	case BENCH_ALLGATHER:
+	case BENCH_REDUCE_SCATTER:
+	case BENCH_ALLTOALL:
+		return ((double) (n - 1) / n);
+	default:
+		return (1.0);
+	}
+}
+
+static void
+bench_header(const struct bench_rank *b)
+{
+	const struct bench_cfg *cfg = b->cfg;
+
+	if (cfg->json)
+		return;
+	printf("# cohort bench: %s, %d ranks, backend %s, dtype %s, redop %s,"
+	    " iters %d, warmup %d%s\n", bench_op_names[cfg->op], b->n,
+	    cohort_group_backend(b->g), cohort_dtype_name(cfg->dtype),
+	    cohort_redop_name(cfg->redop), cfg->iters, cfg->warmup,
+	    cfg->check ? ", check" : "");
+	printf("# time: median per-iteration time of the slowest rank; first:"
+	    " cold iteration\n");
+	printf("#%11s %12s %6s %6s %11s %11s %11s %10s %10s %7s\n", "size",
+	    "count", "type", "redop", "time(us)", "first(us)", "p99(us)",
+	    "algbw", "busbw", "#wrong");
+	printf("#%11s %12s %6s %6s %11s %11s %11s %10s %10s %7s\n", "(B)",
+	    "(elements)", "", "", "", "", "", "(GB/s)", "(GB/s)", "");
+	fflush(stdout);
+}
+
+static int
+bench_size(struct bench_rank *b, size_t size)
+{
+	const struct bench_cfg *cfg = b->cfg;
+	size_t count, tcount, rbytes;
+	double *t = NULL, first = 0, med, p99, algbw, busbw;
+	int64_t wrong = 0;
+	int k = cfg->iters + 1, rc = 1;
+	cohort_status st = COHORT_OK;
+
+	if (!bench_geometry(b, size, &count, &tcount))
+		return (0);
+	rbytes = cfg->op == BENCH_BARRIER ? 0 :
+	    cfg->op == BENCH_BCAST_OBJ || cfg->op == BENCH_KV ? size :
+	    tcount * b->es;
+	if ((t = calloc((size_t) k, sizeof(double))) == NULL)
+		return (1);
+	if ((st = cohort_barrier(b->g, "bench-size", cfg->timeout)) !=
+	    COHORT_OK)
+		goto out;
+	for (int it = -cfg->warmup; it < cfg->iters && st == COHORT_OK;
+	     it++) {
+		int vit = it + cfg->warmup;
+		double t0, dt;
+
+		if (cfg->check) {
+			bench_prepare(b, count, vit);
+			/* verification skews the ranks: not timed */
+			st = cohort_barrier(b->g, "bench-check", cfg->timeout);
+			if (st != COHORT_OK)
+				break;
+		}
+		t0 = bench_now_us();
+		st = bench_once(b, count, vit);
+		dt = bench_now_us() - t0;
+		if (it == -cfg->warmup)
+			first = dt;
+		if (it >= 0) {
+			t[it + 1] = dt;
+			if (cfg->check && st == COHORT_OK)
+				wrong += bench_verify(b, count, vit);
+		}
+	}
+	if (st != COHORT_OK)
+		goto out;
+	t[0] = first;
+	/* max across ranks, per iteration */
+	if ((st = cohort_reduce_scalars(b->g, COHORT_F64, COHORT_MAX, t,
+	         (size_t) k, cfg->timeout)) != COHORT_OK ||
+	    (st = cohort_reduce_scalars(b->g, COHORT_I64, COHORT_SUM, &wrong,
+	         1, cfg->timeout)) != COHORT_OK)
+		goto out;
+	first = t[0];
+	qsort(t + 1, (size_t) cfg->iters, sizeof(double), bench_cmp_double);
+	med = cfg->iters % 2 ? t[1 + cfg->iters / 2] :
+	    (t[cfg->iters / 2] + t[1 + cfg->iters / 2]) / 2;
+	p99 = t[1 + (int) ceil(0.99 * cfg->iters) - 1];
+	algbw = med > 0 ? (double) rbytes / (med * 1e3) : 0;
+	busbw = algbw * bench_busbw_factor(cfg, b->n);
+	if (b->rank == 0 && cfg->json) {
+		printf("{\"impl\":\"cohort\",\"algo\":\"%s\",\"ranks\":%d,"
+		    "\"size\":%zu,\"count\":%zu,\"dtype\":\"%s\","
+		    "\"op\":\"%s\",\"redop\":\"%s\",\"time_us\":%.3f,"
+		    "\"first_us\":%.3f,\"p99_us\":%.3f,\"algbw\":%.6f,"
+		    "\"busbw\":%.6f,\"iters\":%d,\"wrong\":%" PRId64 "}\n",
+		    cohort_group_backend(b->g), b->n, rbytes, tcount,
+		    cohort_dtype_name(cfg->dtype), bench_op_names[cfg->op],
+		    cohort_redop_name(cfg->redop), med, first, p99, algbw,
+		    busbw, cfg->iters, wrong);
+	} else if (b->rank == 0) {
+		printf(" %11zu %12zu %6s %6s %11.1f %11.1f %11.1f %10.3f "
+		    "%10.3f %7" PRId64 "\n", rbytes, tcount,
+		    cohort_dtype_name(cfg->dtype),
+		    cohort_redop_name(cfg->redop), med, first, p99, algbw,
+		    busbw, wrong);
+	}
+	fflush(stdout);
+	rc = wrong != 0;
+out:
+	if (st != COHORT_OK)
+		fprintf(stderr,
+		    "cohort bench: rank %d: %s %zu bytes: %s: %s\n", b->rank,
+		    bench_op_names[cfg->op], size, cohort_status_name(st),
+		    cohort_last_error());
+	free(t);
+	return (st != COHORT_OK ? 1 : rc);
+}
+
+static int
+bench_rank_main(const struct bench_cfg *cfg)
+{
+	struct bench_rank b;
+	cohort_env env;
+	cohort_options opts;
+	cohort_status st;
+	size_t maxb, sz;
+	int rc = 0;
+
+	memset(&b, 0, sizeof(b));
+	b.cfg = cfg;
+	if ((st = cohort_env_resolve(&env)) != COHORT_OK ||
+	    (st = cohort_options_from_env(&opts, &env)) != COHORT_OK) {
+		fprintf(stderr, "cohort bench: environment: %s\n",
+		    cohort_last_error());
+		return (1);
+	}
+	opts.backend = cfg->backend;
+	opts.op_timeout = cfg->timeout;
+	if ((st = cohort_client_open(&opts, &b.c, cfg->timeout)) !=
+	    COHORT_OK) {
+		fprintf(stderr, "cohort bench: join: %s: %s\n",
+		    cohort_status_name(st), cohort_last_error());
+		return (1);
+	}
+	b.g = cohort_client_world(b.c);
+	b.rank = cohort_group_rank(b.g);
+	b.n = cohort_group_size(b.g);
+	b.es = cohort_dtype_size(cfg->dtype);
+	maxb = cfg->max + 64;
+	if (cfg->op == BENCH_ALLGATHER || cfg->op == BENCH_REDUCE_SCATTER ||
+	    cfg->op == BENCH_ALLTOALL)
+		maxb = cfg->max + (size_t) b.n * 64;
+	b.send = malloc(maxb);
+	b.recv = malloc(maxb);
+	if (b.send == NULL || b.recv == NULL) {
+		fprintf(stderr, "cohort bench: out of memory\n");
+		rc = 1;
+		goto out;
+	}
+	/* Touch the pages once: the first iteration is cold on the wire,
+	 * not in the page tables. */
+	memset(b.send, 1, maxb);
+	memset(b.recv, 0, maxb);
+	if (b.rank == 0)
+		bench_header(&b);
+	for (sz = cfg->min; rc == 0;) {
+		rc = bench_size(&b, sz);
+		if (cfg->op == BENCH_BARRIER || sz >= cfg->max)
+			break;
+		sz = sz == 0 ? 1 : sz > cfg->max / 2 ? cfg->max : sz * 2;
+	}
+out:
+	free(b.send);
+	free(b.recv);
+	cohort_client_close(b.c);
+	return (rc);
+}
+
+/* ------------------------------------------------------------------------ */
+/* join: N clients from threads of P processes                              */
+/* ------------------------------------------------------------------------ */
+
+struct bench_joiner {
+	const struct bench_cfg *cfg;
+	const char *url, *job, *token;
+	int rank;
+	pthread_barrier_t *start;
+	double t_start, t_open, t_end;
+	cohort_status st;
+	char err[256];
+	pthread_t th;
+};
+
+static void *
+bench_joiner_main(void *arg)
+{
+	struct bench_joiner *j = arg;
+	cohort_options opts;
+	cohort_client *c = NULL;
+
+	cohort_options_init(&opts);
+	opts.coordinator = j->url;
+	opts.job = j->job;
+	opts.token = j->token;
+	opts.rank = j->rank;
+	opts.world_size = j->cfg->n;
+	opts.op_timeout = j->cfg->timeout;
+	pthread_barrier_wait(j->start);
+	j->t_start = bench_now_us();
+	j->st = cohort_client_open(&opts, &c, j->cfg->timeout);
+	j->t_open = bench_now_us();
+	if (j->st == COHORT_OK)
+		j->st = cohort_barrier(cohort_client_world(c), "joined",
+		    j->cfg->timeout);
+	j->t_end = bench_now_us();
+	if (j->st != COHORT_OK)
+		cohort__strlcpy(j->err, cohort_last_error(), sizeof(j->err));
+	cohort_client_close(c);
+	return (NULL);
+}
+
+/* A join worker process: join_count clients from join_first on, every
+ * iteration; prints one line per iteration. */
+static int
+bench_join_proc(const struct bench_cfg *cfg)
+{
+	const char *url = getenv("COHORT_COORDINATOR");
+	const char *job = getenv("COHORT_JOB");
+	const char *token = getenv("COHORT_TOKEN");
+	int m = cfg->join_count;
+	struct bench_joiner *j = calloc((size_t) m, sizeof(*j));
+	pthread_barrier_t start;
+	pthread_attr_t attr;
+	int rc = 0;
+
+	if (j == NULL || url == NULL || job == NULL)
+		return (1);
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, 256 * 1024);
+	for (int it = 0; it < cfg->warmup + cfg->iters && rc == 0; it++) {
+		char name[192];
+		double s = 1e300, e = 0, omax = 0;
+
+		snprintf(name, sizeof(name), "%s-%d", job, it);
+		pthread_barrier_init(&start, NULL, (unsigned) m);
+		for (int i = 0; i < m; i++) {
+			j[i].cfg = cfg;
+			j[i].url = url;
+			j[i].job = name;
+			j[i].token = token != NULL ? token : "";
+			j[i].rank = cfg->join_first + i;
+			j[i].start = &start;
+			if (pthread_create(&j[i].th, &attr, bench_joiner_main,
+			        &j[i]) != 0) {
+				fprintf(stderr, "cohort bench: cannot start "
+				    "thread %d\n", i);
+				return (1);
+			}
+		}
+		for (int i = 0; i < m; i++) {
+			pthread_join(j[i].th, NULL);
+			if (j[i].st != COHORT_OK) {
+				fprintf(stderr, "cohort bench: join rank %d: "
+				    "%s: %s\n", j[i].rank,
+				    cohort_status_name(j[i].st), j[i].err);
+				rc = 1;
+			}
+			s = fmin(s, j[i].t_start);
+			e = fmax(e, j[i].t_end);
+			omax = fmax(omax, j[i].t_open - j[i].t_start);
+		}
+		pthread_barrier_destroy(&start);
+		printf("JOIN it=%d start=%.1f end=%.1f open_max=%.1f\n", it, s,
+		    e, omax);
+		fflush(stdout);
+	}
+	pthread_attr_destroy(&attr);
+	free(j);
+	return (rc);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The local launcher                                                       */
+/* ------------------------------------------------------------------------ */
+
+struct bench_child {
+	pid_t pid;
+	int out;     /* read end of its stdout pipe (join), -1 */
+	char *buf;   /* what it printed (join) */
+	size_t len, cap;
+	int status;  /* exit code, -1 running */
+};
+
+/* Spawns this binary with argv + extra args and extra environment. */
+static cohort_status
+bench_spawn(char **args, int argc, char *const *extra_args, int nextra,
+    char *const *extra_env, int nenv, int out_fd, bool quiet,
+    pid_t *pid)
+{
+	char **av, **ev;
+	size_t ne = 0;
+	pid_t p;
+	int err;
+
+	while (environ[ne] != NULL)
+		ne++;
+	av = calloc((size_t) (argc + nextra + 2), sizeof(char *));
+	ev = calloc(ne + (size_t) nenv + 1, sizeof(char *));
+	if (av == NULL || ev == NULL) {
+		free(av);
+		free(ev);
+		return (cohort__err(COHORT_ENOMEM, "out of memory"));
+	}
+	av[0] = (char *) "cohort";
+	for (int i = 0; i < argc; i++)
+		av[i + 1] = args[i];
+	for (int i = 0; i < nextra; i++)
+		av[argc + 1 + i] = extra_args[i];
+	for (int i = 0; i < nenv; i++)
+		ev[i] = extra_env[i];
+	/* ours first: getenv takes the first match */
+	for (size_t i = 0; i < ne; i++)
+		ev[(size_t) nenv + i] = environ[i];
+	if ((p = fork()) == 0) {
+		/* async-signal-safe calls only until exec */
+		if (out_fd >= 0) {
+			(void) dup2(out_fd, STDOUT_FILENO);
+		} else if (quiet) {
+			int fd = open("/dev/null", O_WRONLY);
+
+			if (fd >= 0)
+				(void) dup2(fd, STDOUT_FILENO);
+		}
+		execve("/proc/self/exe", av, ev);
+		_exit(127);
+	}
+	err = errno;
+	free(av);
+	free(ev);
+	if (p < 0)
+		return (cohort__err(COHORT_ESYSTEM, "fork: %s",
+		    strerror(err)));
+	*pid = p;
+	return (COHORT_OK);
+}
+
+/* Waits for every child (reading the pipes of those that have one); once
+ * one fails, the others get 15 s before SIGKILL. */
+static int
+bench_wait_all(struct bench_child *ch, int n, int64_t deadline_ms)
+{
+	int left = 0, rc = 0;
+	int64_t kill_at = INT64_MAX;
+
+	for (int i = 0; i < n; i++)
+		if (ch[i].pid > 0 && ch[i].status < 0)
+			left++;
+
+	while (left > 0) {
+		struct pollfd pfd[256];
+		int np = 0, map[256];
+		int64_t now = (int64_t) (bench_now_us() / 1000);
+		pid_t p;
+		int status;
+
+		for (int i = 0; i < n && np < 256; i++) {
+			if (ch[i].out >= 0) {
+				pfd[np].fd = ch[i].out;
+				pfd[np].events = POLLIN;
+				map[np++] = i;
+			}
+		}
+		if (np > 0)
+			(void) poll(pfd, (nfds_t) np, 10);
+		else
+			usleep(10000);
+		for (int k = 0; k < np; k++) {
+			struct bench_child *c = &ch[map[k]];
+			ssize_t got;
+
+			if (!(pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
+			if (c->cap - c->len < 4096) {
+				char *nb = realloc(c->buf, c->cap + 65536);
+				if (nb == NULL)
+					continue;
+				c->buf = nb;
+				c->cap += 65536;
+			}
+			got = read(c->out, c->buf + c->len,
+			    c->cap - c->len - 1);
+			if (got <= 0) {
+				close(c->out);
+				c->out = -1;
+			} else {
+				c->len += (size_t) got;
+				c->buf[c->len] = '\0';
+			}
+		}
+		while ((p = waitpid(-1, &status, WNOHANG)) > 0) {
+			for (int i = 0; i < n; i++) {
+				if (ch[i].pid != p || ch[i].status >= 0)
+					continue;
+				ch[i].status = WIFEXITED(status) ?
+				    WEXITSTATUS(status) :
+				    128 + WTERMSIG(status);
+				left--;
+				if (ch[i].status != 0) {
+					rc = 1;
+					if (kill_at == INT64_MAX)
+						kill_at = now + 15000;
+				}
+			}
+		}
+		if (now >= kill_at || now >= deadline_ms) {
+			if (now >= deadline_ms)
+				fprintf(stderr, "cohort bench: ranks still "
+				    "running at the deadline; killing them\n");
+			for (int i = 0; i < n; i++)
+				if (ch[i].pid > 0 && ch[i].status < 0)
+					kill(ch[i].pid, SIGKILL);
+			kill_at = INT64_MAX;
+			deadline_ms = INT64_MAX;
+			rc = 1;
+		}
+	}
+	for (int i = 0; i < n; i++)
+		if (ch[i].out >= 0) {
+			close(ch[i].out);
+			ch[i].out = -1;
+		}
+	return (rc);
+}
+
+static void
+bench_join_report(const struct bench_cfg *cfg, struct bench_child *ch,
+    int np, const char *backend_note)
+{
+	int total = cfg->warmup + cfg->iters;
+	double *t = calloc((size_t) total, sizeof(double));
+	double *o = calloc((size_t) total, sizeof(double));
+	double med, p99, omed, first;
+
+	(void) backend_note;
+	if (t == NULL || o == NULL) {
+		free(t);
+		free(o);
+		return;
+	}
+	for (int it = 0; it < total; it++) {
+		double s = 1e300, e = 0, om = 0;
+
+		for (int p = 0; p < np; p++) {
+			char pat[32];
+			const char *q;
+			double ps, pe, po;
+
+			snprintf(pat, sizeof(pat), "JOIN it=%d ", it);
+			if (ch[p].buf == NULL ||
+			    (q = strstr(ch[p].buf, pat)) == NULL ||
+			    sscanf(q + strlen(pat), "start=%lf end=%lf "
+			        "open_max=%lf", &ps, &pe, &po) != 3)
+				continue;
+			s = fmin(s, ps);
+			e = fmax(e, pe);
+			om = fmax(om, po);
+		}
+		t[it] = e > s ? e - s : 0;
+		o[it] = om;
+	}
+	first = t[0];
+	qsort(t + cfg->warmup, (size_t) cfg->iters, sizeof(double),
+	    bench_cmp_double);
+	qsort(o + cfg->warmup, (size_t) cfg->iters, sizeof(double),
+	    bench_cmp_double);
+	med = t[cfg->warmup + cfg->iters / 2];
+	p99 = t[cfg->warmup + (int) ceil(0.99 * cfg->iters) - 1];
+	omed = o[cfg->warmup + cfg->iters / 2];
+	if (cfg->json)
+		printf("{\"impl\":\"cohort\",\"algo\":\"coordinator\","
+		    "\"ranks\":%d,\"procs\":%d,\"size\":0,\"count\":0,"
+		    "\"dtype\":\"none\",\"op\":\"join\",\"time_us\":%.1f,"
+		    "\"first_us\":%.1f,\"p99_us\":%.1f,\"open_us\":%.1f,"
+		    "\"algbw\":0,\"busbw\":0,\"iters\":%d}\n", cfg->n, np, med,
+		    first, p99, omed, cfg->iters);
+	else
+		printf("# cohort bench: join, %d clients in %d processes, "
+		    "iters %d, warmup %d\n#%9s %8s %13s %13s %13s %13s\n"
+		    " %9d %8d %13.1f %13.1f %13.1f %13.1f\n", cfg->n, np,
+		    cfg->iters, cfg->warmup, "clients", "procs",
+		    "time(us)", "first(us)", "p99(us)", "open_max(us)", cfg->n,
+		    np, med, first, p99, omed);
+	fflush(stdout);
+	free(t);
+	free(o);
+}
+
+static int
+bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
+{
+	struct cohort__srv *srv = NULL;
+	struct cohort__srv_config sc;
+	static const char *const listen[] = { "tcp://127.0.0.1:0" };
+	const char *url = cfg->coordinator;
+	bool join = cfg->op == BENCH_JOIN;
+	int nch = join ? cfg->procs : cfg->n;
+	struct bench_child *ch;
+	char job[64], token[64], e_coord[300], e_job[96], e_tok[96];
+	char e_rank[32], e_world[32];
+	int rc = 1;
+
+	if ((ch = calloc((size_t) nch, sizeof(*ch))) == NULL)
+		return (1);
+	if (url == NULL) {
+		cohort__srv_config_init(&sc);
+		sc.listen = listen;
+		sc.nlisten = 1;
+		if (cohort__srv_start(&sc, &srv) != COHORT_OK) {
+			fprintf(stderr, "cohort bench: cannot start the "
+			    "embedded coordinator: %s\n", cohort_last_error());
+			free(ch);
+			return (1);
+		}
+		url = cohort__srv_url(srv, 0);
+	}
+	snprintf(job, sizeof(job), "bench-%d", (int) getpid());
+	snprintf(token, sizeof(token), "%016" PRIx64, cohort__random_u64());
+	snprintf(e_coord, sizeof(e_coord), "COHORT_COORDINATOR=%s", url);
+	snprintf(e_job, sizeof(e_job), "COHORT_JOB=%s", job);
+	snprintf(e_tok, sizeof(e_tok), "COHORT_TOKEN=%s", token);
+	snprintf(e_world, sizeof(e_world), "COHORT_WORLD_SIZE=%d", cfg->n);
+	for (int i = 0; i < nch; i++) {
+		char a_proc[16], a_first[16], a_count[16];
+		char *extra[8];
+		char *env[6];
+		int ne = 0, nx = 0, fds[2] = { -1, -1 };
+		int first = (int) ((int64_t) cfg->n * i / nch);
+		int next = (int) ((int64_t) cfg->n * (i + 1) / nch);
+		cohort_status st;
+
+		ch[i].out = -1;
+		ch[i].status = -1;
+		env[ne++] = e_coord;
+		env[ne++] = e_job;
+		env[ne++] = e_tok;
+		if (join) {
+			snprintf(a_proc, sizeof(a_proc), "%d", i);
+			snprintf(a_first, sizeof(a_first), "%d", first);
+			snprintf(a_count, sizeof(a_count), "%d", next - first);
+			extra[nx++] = (char *) "--bench-join-proc";
+			extra[nx++] = a_proc;
+			extra[nx++] = (char *) "--bench-join-first";
+			extra[nx++] = a_first;
+			extra[nx++] = (char *) "--bench-join-count";
+			extra[nx++] = a_count;
+			if (pipe(fds) != 0) {
+				fprintf(stderr, "cohort bench: pipe: %s\n",
+				    strerror(errno));
+				goto out_kill;
+			}
+			(void) fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+		} else {
+			snprintf(e_rank, sizeof(e_rank), "COHORT_RANK=%d", i);
+			env[ne++] = e_rank;
+			env[ne++] = e_world;
+			extra[nx++] = (char *) "--bench-rank";
+		}
+		st = bench_spawn(argv, argc, extra, nx, env, ne,
+		    fds[1], !join && i != 0, &ch[i].pid);
+		if (fds[1] >= 0)
+			close(fds[1]);
+		ch[i].out = fds[0];
+		if (st != COHORT_OK) {
+			if (fds[0] >= 0)
+				close(fds[0]);
+			ch[i].out = -1;
+			fprintf(stderr, "cohort bench: %s\n",
+			    cohort_last_error());
+			goto out_kill;
+		}
+	}
+	rc = bench_wait_all(ch, nch,
+	    (int64_t) (bench_now_us() / 1000) + (int64_t) cfg->timeout *
+	        (cfg->warmup + cfg->iters + 2));
+	if (join && rc == 0)
+		bench_join_report(cfg, ch, nch, NULL);
+	goto out;
+
+out_kill:
+	for (int i = 0; i < nch; i++)
+		if (ch[i].pid > 0 && ch[i].status < 0)
+			kill(ch[i].pid, SIGKILL);
+	(void) bench_wait_all(ch, nch, 0);
+	rc = 1;
+out:
+	for (int i = 0; i < nch; i++)
+		free(ch[i].buf);
+	free(ch);
+	cohort__srv_stop(srv);
+	return (rc);
+}
+
+int
+cohort__cmd_bench(int argc, char **argv)
+{
+	struct bench_cfg cfg;
+	cohort_env env;
+	int rc;
+
+	if ((rc = bench_parse(argc, argv, &cfg)) != 0)
+		return (rc == 1 ? 0 : rc);
+	cohort__log_set_component("cohort-bench");
+	cohort__log_set_default_level(COHORT__LOG_WARN);
+	if (cfg.join_proc >= 0)
+		return (bench_join_proc(&cfg));
+	if (cfg.worker)
+		return (bench_rank_main(&cfg));
+	if (cfg.op != BENCH_JOIN && cohort_env_resolve(&env) == COHORT_OK &&
+	    strcmp(env.source, "none") != 0 && env.world_size > 0)
+		return (bench_rank_main(&cfg)); /* one rank of a job */
+	return (bench_launch(argc, argv, &cfg));
+}
