@@ -190,15 +190,28 @@ th_coord_start(struct th_coord *c, const char *const *extra_args)
 		snprintf(c->log, sizeof(c->log), "%s/cohortd-%d.log",
 		    th_tmpdir(), c->port);
 		n = 0;
+		/* COHORT_TEST_VALGRIND=1: run cohortd under memcheck; a leak
+		 * or memory error makes th_coord_stop return 99. */
+		if (getenv("COHORT_TEST_VALGRIND") != NULL) {
+			static char vlog[300];
+			snprintf(vlog, sizeof(vlog), "--log-file=%s.vg",
+			    c->log);
+			argv[n++] = "/usr/bin/valgrind";
+			argv[n++] = "--leak-check=full";
+			argv[n++] = "--errors-for-leak-kinds=definite,indirect";
+			argv[n++] = "--error-exitcode=99";
+			argv[n++] = vlog;
+		}
 		argv[n++] = (char *) th_bin("cohortd");
 		argv[n++] = "--listen";
 		argv[n++] = c->url;
 		for (int i = 0; extra_args != NULL &&
-		    extra_args[i] != NULL && n < 30; i++)
+		    extra_args[i] != NULL && n < 26; i++)
 			argv[n++] = (char *) extra_args[i];
 		argv[n] = NULL;
 		c->pid = th_spawn(argv, NULL, c->log);
-		end = th_now_ms() + 10000;
+		end = th_now_ms() + (getenv("COHORT_TEST_VALGRIND") ? 30000 :
+		    10000);
 		while (th_now_ms() < end) {
 			int st;
 			if (th_port_open(c->port))
@@ -223,7 +236,8 @@ th_coord_stop(struct th_coord *c)
 	if (c->pid <= 0)
 		return (-1);
 	kill(c->pid, SIGTERM);
-	if (!th_wait(c->pid, 10000, &st)) {
+	if (!th_wait(c->pid, getenv("COHORT_TEST_VALGRIND") ? 60000 : 10000,
+	    &st)) {
 		th_kill(c->pid);
 		c->pid = -1;
 		return (-1);
