@@ -1,0 +1,824 @@
+/*
+ * spawn.c - N local worker processes, rank 0's result to the caller (see
+ * spawn.h).
+ *
+ * The parent never uses nng: it forks the children (and, if needed, a
+ * private cohortd by fork + exec) and talks to them over one pipe each.
+ * A child writes frames: a type byte, a 4-byte little-endian length, the
+ * payload. 'R' = rank 0's return value, 'Q' = a queue item, 'E' = the
+ * error text of a failure (first payload byte: 1 if the failure was
+ * caused by another rank's, i.e. the child saw COHORT_EPEERLOST).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "spawn.h"
+
+#define SPAWN_MAX 256
+#define SPAWN_MAX_FRAME (1u << 30)
+
+struct cohort_spawn_ctx {
+	int rank, world;
+	int fd;
+	char error[1024];
+};
+
+/* Parent-side state of one child. */
+struct spawn_child {
+	pid_t pid;
+	int fd;         /* read end, -1 once at EOF */
+	bool reaped;
+	bool killed;    /* by us */
+	int code;       /* 128 + signal for a signal */
+	int sig;
+	unsigned char *buf;
+	size_t len, cap;
+	char error[1024];
+	bool has_error, secondary;
+	int64_t failed_at; /* order of detection */
+};
+
+static int64_t
+spawn_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ((int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+}
+
+/* snprintf without -Wformat-truncation noise: truncation is fine here. */
+static void __attribute__((format(printf, 3, 4)))
+spawn_msg(char *buf, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, len, fmt, ap);
+	va_end(ap);
+}
+
+void
+cohort_spawn_options_init(cohort_spawn_options *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->grace_ms = 3000;
+	o->join_timeout = 60000;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Child side                                                               */
+/* ------------------------------------------------------------------------ */
+
+static int
+spawn_write_all(int fd, const void *p, size_t len)
+{
+	const unsigned char *b = p;
+
+	while (len > 0) {
+		ssize_t w = write(fd, b, len);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return (-1);
+		}
+		b += w;
+		len -= (size_t) w;
+	}
+	return (0);
+}
+
+static cohort_status
+spawn_frame(int fd, char type, const void *a, size_t alen, const void *b,
+    size_t blen)
+{
+	unsigned char hdr[5];
+	uint64_t len = (uint64_t) alen + blen;
+
+	if (len > SPAWN_MAX_FRAME)
+		return (COHORT_ETOOBIG);
+	hdr[0] = (unsigned char) type;
+	for (int i = 0; i < 4; i++)
+		hdr[1 + i] = (unsigned char) (len >> (8 * i));
+	if (spawn_write_all(fd, hdr, sizeof(hdr)) != 0 ||
+	    (alen > 0 && spawn_write_all(fd, a, alen) != 0) ||
+	    (blen > 0 && spawn_write_all(fd, b, blen) != 0))
+		return (COHORT_ESYSTEM);
+	return (COHORT_OK);
+}
+
+int
+cohort_spawn_rank(const cohort_spawn_ctx *ctx)
+{
+	return (ctx != NULL ? ctx->rank : -1);
+}
+
+int
+cohort_spawn_world_size(const cohort_spawn_ctx *ctx)
+{
+	return (ctx != NULL ? ctx->world : 0);
+}
+
+cohort_status
+cohort_spawn_return(cohort_spawn_ctx *ctx, const void *data, size_t len)
+{
+	if (ctx == NULL || (data == NULL && len > 0))
+		return (COHORT_EINVAL);
+	if (ctx->rank != 0)
+		return (COHORT_OK);
+	return (spawn_frame(ctx->fd, 'R', data, len, NULL, 0));
+}
+
+cohort_status
+cohort_spawn_add_to_queue(cohort_spawn_ctx *ctx, const void *data,
+    size_t len)
+{
+	if (ctx == NULL || (data == NULL && len > 0))
+		return (COHORT_EINVAL);
+	if (ctx->rank != 0)
+		return (COHORT_OK);
+	return (spawn_frame(ctx->fd, 'Q', data, len, NULL, 0));
+}
+
+void
+cohort_spawn_fail(cohort_spawn_ctx *ctx, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (ctx == NULL)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(ctx->error, sizeof(ctx->error), fmt, ap);
+	va_end(ap);
+}
+
+static void
+spawn_setenv_int(const char *name, long v)
+{
+	char buf[32];
+
+	snprintf(buf, sizeof(buf), "%ld", v);
+	setenv(name, buf, 1);
+}
+
+static void
+spawn_child_env(const cohort_spawn_options *o, const char *coord,
+    const char *job, int rank, int n)
+{
+	setenv("COHORT_COORDINATOR", coord, 1);
+	setenv("COHORT_JOB", job, 1);
+	setenv("COHORT_TOKEN", o->token != NULL ? o->token : "", 1);
+	spawn_setenv_int("COHORT_RANK", rank);
+	spawn_setenv_int("COHORT_WORLD_SIZE", n);
+	spawn_setenv_int("COHORT_LOCAL_RANK", rank);
+	spawn_setenv_int("COHORT_LOCAL_WORLD_SIZE", n);
+	spawn_setenv_int("LOCAL_RANK", rank);
+	spawn_setenv_int("LOCAL_WORLD_SIZE", n);
+	for (size_t i = 0; o->env != NULL && o->env[i] != NULL; i++) {
+		const char *eq = strchr(o->env[i], '=');
+		char name[256];
+		size_t kl;
+
+		if (eq == NULL || (kl = (size_t) (eq - o->env[i])) == 0 ||
+		    kl >= sizeof(name))
+			continue;
+		memcpy(name, o->env[i], kl);
+		name[kl] = '\0';
+		setenv(name, eq + 1, 1);
+	}
+}
+
+static void
+spawn_child_error(cohort_spawn_ctx *ctx, bool secondary, const char *text)
+{
+	unsigned char flag = secondary ? 1 : 0;
+
+	spawn_frame(ctx->fd, 'E', &flag, 1, text, strlen(text));
+}
+
+static void __attribute__((noreturn))
+spawn_child_main(cohort_spawn_ctx *ctx, const cohort_spawn_options *o,
+    cohort_spawn_fn fn, void *arg)
+{
+	cohort_client *c = NULL;
+	cohort_status st;
+	int rc;
+
+	if (!o->no_client) {
+		st = cohort_client_open_env(&c, o->join_timeout);
+		if (st != COHORT_OK) {
+			char text[1024];
+
+			snprintf(text, sizeof(text),
+			    "rank %d: cohort_client_open_env: %s: %s",
+			    ctx->rank, cohort_status_name(st),
+			    cohort_last_error());
+			spawn_child_error(ctx, false, text);
+			fflush(NULL);
+			_exit(1);
+		}
+	}
+	rc = fn(ctx, c, arg);
+	if (rc != 0) {
+		bool secondary = false;
+		char text[1200];
+
+		if (c != NULL) {
+			cohort_group *g = cohort_client_world(c);
+
+			secondary = cohort_client_error(c) ==
+			        COHORT_EPEERLOST ||
+			    (g != NULL &&
+			        cohort_group_error(g) == COHORT_EPEERLOST);
+		}
+		if (ctx->error[0] != '\0')
+			snprintf(text, sizeof(text), "%s", ctx->error);
+		else
+			snprintf(text, sizeof(text),
+			    "rank %d: function returned %d", ctx->rank, rc);
+		/* on_exception: the others learn who failed and why. */
+		if (c != NULL && !secondary)
+			cohort_report_failure(c, text, 5000);
+		spawn_child_error(ctx, secondary, text);
+	}
+	cohort_client_close(c);
+	fflush(NULL);
+	_exit(rc == 0 ? 0 : (rc & 0xff) != 0 ? rc & 0xff : 1);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The private coordinator                                                  */
+/* ------------------------------------------------------------------------ */
+
+static int
+spawn_free_port(void)
+{
+	struct sockaddr_in a;
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
+
+	if (fd < 0)
+		return (-1);
+	memset(&a, 0, sizeof(a));
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (bind(fd, (struct sockaddr *) &a, sizeof(a)) == 0 &&
+	    getsockname(fd, (struct sockaddr *) &a, &len) == 0)
+		port = ntohs(a.sin_port);
+	close(fd);
+	return (port);
+}
+
+static bool
+spawn_port_open(int port)
+{
+	struct sockaddr_in a;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool ok;
+
+	if (fd < 0)
+		return (false);
+	memset(&a, 0, sizeof(a));
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	a.sin_port = htons((uint16_t) port);
+	ok = connect(fd, (struct sockaddr *) &a, sizeof(a)) == 0;
+	close(fd);
+	return (ok);
+}
+
+static bool
+spawn_executable(const char *p)
+{
+	struct stat sb;
+
+	return (stat(p, &sb) == 0 && S_ISREG(sb.st_mode) &&
+	    access(p, X_OK) == 0);
+}
+
+/* The cohortd to run: opts, $COHORT_COHORTD, next to this program, or
+ * "cohortd" (PATH). */
+static void
+spawn_cohortd_path(const cohort_spawn_options *o, char *out, size_t len)
+{
+	const char *e = getenv("COHORT_COHORTD");
+	char self[PATH_MAX];
+	ssize_t n;
+
+	if (o->cohortd_path != NULL && o->cohortd_path[0] != '\0') {
+		snprintf(out, len, "%s", o->cohortd_path);
+		return;
+	}
+	if (e != NULL && e[0] != '\0') {
+		snprintf(out, len, "%s", e);
+		return;
+	}
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		char *slash;
+
+		self[n] = '\0';
+		if ((slash = strrchr(self, '/')) != NULL) {
+			*slash = '\0';
+			if ((size_t) snprintf(out, len, "%s/cohortd", self) <
+			        len &&
+			    spawn_executable(out))
+				return;
+		}
+	}
+	snprintf(out, len, "cohortd");
+}
+
+static void
+spawn_reap_kill(pid_t pid, int64_t grace_ms)
+{
+	int64_t end = spawn_now_ms() + grace_ms;
+	int st;
+
+	if (pid <= 0)
+		return;
+	kill(pid, SIGTERM);
+	while (spawn_now_ms() < end) {
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			return;
+		usleep(5000);
+	}
+	kill(pid, SIGKILL);
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+}
+
+/* Starts cohortd on a free loopback port; *pid and url on success. */
+static cohort_status
+spawn_start_cohortd(const cohort_spawn_options *o, pid_t *pid, char *url,
+    size_t urllen, char *err, size_t errlen)
+{
+	char path[PATH_MAX], log[PATH_MAX];
+
+	spawn_cohortd_path(o, path, sizeof(path));
+	if (o->log_dir != NULL)
+		snprintf(log, sizeof(log), "%s/cohortd-spawn-%ld.log",
+		    o->log_dir, (long) getpid());
+	else
+		snprintf(log, sizeof(log), "/dev/null");
+	for (int attempt = 0; attempt < 5; attempt++) {
+		int port = spawn_free_port(), st;
+		int64_t end;
+		pid_t p;
+
+		if (port <= 0) {
+			snprintf(err, errlen, "no free loopback port: %s",
+			    strerror(errno));
+			return (COHORT_ESYSTEM);
+		}
+		snprintf(url, urllen, "tcp://127.0.0.1:%d", port);
+		fflush(NULL);
+		if ((p = fork()) < 0) {
+			snprintf(err, errlen, "fork: %s", strerror(errno));
+			return (COHORT_ESYSTEM);
+		}
+		if (p == 0) {
+			char *argv[4];
+			int fd = open(log, O_WRONLY | O_CREAT | O_APPEND,
+			    0644);
+
+			if (fd >= 0) {
+				dup2(fd, 1);
+				dup2(fd, 2);
+				close(fd);
+			}
+			prctl(PR_SET_PDEATHSIG, SIGTERM);
+			argv[0] = path;
+			argv[1] = (char *) "--listen";
+			argv[2] = url;
+			argv[3] = NULL;
+			if (strchr(path, '/') != NULL)
+				execv(path, argv);
+			else
+				execvp(path, argv);
+			_exit(127);
+		}
+		end = spawn_now_ms() + 10000;
+		while (spawn_now_ms() < end) {
+			if (spawn_port_open(port)) {
+				*pid = p;
+				return (COHORT_OK);
+			}
+			if (waitpid(p, &st, WNOHANG) == p) {
+				p = -1;
+				if (WIFEXITED(st) && WEXITSTATUS(st) == 127) {
+					spawn_msg(err, errlen,
+					    "cannot execute %s (set "
+					    "cohortd_path or COHORT_COHORTD)",
+					    path);
+					return (COHORT_ESYSTEM);
+				}
+				break; /* port taken meanwhile? retry */
+			}
+			usleep(5000);
+		}
+		if (p > 0)
+			spawn_reap_kill(p, 1000);
+	}
+	spawn_msg(err, errlen, "%s did not start listening on loopback",
+	    path);
+	return (COHORT_ESYSTEM);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Parent side                                                              */
+/* ------------------------------------------------------------------------ */
+
+static void
+spawn_decode(struct spawn_child *ch, int st)
+{
+	ch->reaped = true;
+	if (WIFEXITED(st)) {
+		ch->code = WEXITSTATUS(st);
+		ch->sig = 0;
+	} else if (WIFSIGNALED(st)) {
+		ch->sig = WTERMSIG(st);
+		ch->code = 128 + ch->sig;
+	} else {
+		ch->code = 255;
+	}
+}
+
+/* Parses complete frames out of ch->buf. Returns -1 on a corrupt one. */
+static int
+spawn_parse(struct spawn_child *ch, int rank, cohort_spawn_result *r)
+{
+	size_t off = 0;
+
+	while (ch->len - off >= 5) {
+		const unsigned char *f = ch->buf + off;
+		uint32_t len = 0;
+
+		for (int i = 0; i < 4; i++)
+			len |= (uint32_t) f[1 + i] << (8 * i);
+		if (len > SPAWN_MAX_FRAME)
+			return (-1);
+		if (ch->len - off - 5 < len)
+			break;
+		if (f[0] == 'E' && len >= 1) {
+			size_t tl = len - 1 < sizeof(ch->error) - 1
+			    ? len - 1
+			    : sizeof(ch->error) - 1;
+
+			ch->secondary = f[5] != 0;
+			memcpy(ch->error, f + 6, tl);
+			ch->error[tl] = '\0';
+			ch->has_error = true;
+		} else if ((f[0] == 'R' || f[0] == 'Q') && rank == 0) {
+			void *copy = malloc(len ? len : 1);
+
+			if (copy == NULL)
+				return (-1);
+			memcpy(copy, f + 5, len);
+			if (f[0] == 'R') {
+				free(r->data);
+				r->data = copy;
+				r->len = len;
+			} else {
+				cohort_spawn_item *q = realloc(r->queue,
+				    (r->queue_len + 1) * sizeof(*q));
+
+				if (q == NULL) {
+					free(copy);
+					return (-1);
+				}
+				r->queue = q;
+				q[r->queue_len].data = copy;
+				q[r->queue_len].len = len;
+				r->queue_len++;
+			}
+		}
+		off += 5 + len;
+	}
+	memmove(ch->buf, ch->buf + off, ch->len - off);
+	ch->len -= off;
+	return (0);
+}
+
+static int
+spawn_read(struct spawn_child *ch, int rank, cohort_spawn_result *r)
+{
+	for (;;) {
+		ssize_t n;
+
+		if (ch->cap - ch->len < 65536) {
+			size_t ncap = ch->cap ? ch->cap * 2 : 131072;
+			unsigned char *nb = realloc(ch->buf, ncap);
+
+			if (nb == NULL)
+				return (-1);
+			ch->buf = nb;
+			ch->cap = ncap;
+		}
+		n = read(ch->fd, ch->buf + ch->len, ch->cap - ch->len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN)
+				return (0);
+			return (-1);
+		}
+		if (n == 0)
+			return (1); /* EOF */
+		ch->len += (size_t) n;
+		if (spawn_parse(ch, rank, r) != 0)
+			return (-1);
+	}
+}
+
+/* Failure bookkeeping once child k is reaped. */
+static void
+spawn_note_exit(struct spawn_child *ch, int64_t *seq)
+{
+	if (ch->code != 0 && ch->failed_at == 0 && !ch->killed)
+		ch->failed_at = ++*seq;
+}
+
+cohort_status
+cohort_spawn(int n, cohort_spawn_fn fn, void *arg,
+    const cohort_spawn_options *opts, cohort_spawn_result *r)
+{
+	static int spawn_counter;
+	cohort_spawn_options o;
+	struct spawn_child *ch;
+	char url[128], job[160], err[512] = "";
+	const char *coord;
+	pid_t coord_pid = -1, self = getpid();
+	int64_t start, fail_deadline = -1, seq = 0;
+	cohort_status st = COHORT_OK;
+	bool timed_out = false;
+	int live;
+
+	if (r == NULL)
+		return (COHORT_EINVAL);
+	memset(r, 0, sizeof(*r));
+	r->failed_rank = -1;
+	for (int i = 0; i < SPAWN_MAX; i++)
+		r->exit_codes[i] = -1;
+	if (n < 1 || n > SPAWN_MAX || fn == NULL) {
+		snprintf(r->error, sizeof(r->error), "invalid arguments");
+		return (COHORT_EINVAL);
+	}
+	r->nranks = n;
+	if (opts != NULL)
+		o = *opts;
+	else
+		cohort_spawn_options_init(&o);
+	if (o.grace_ms <= 0)
+		o.grace_ms = 3000;
+	if (o.join_timeout == 0)
+		o.join_timeout = 60000;
+
+	if (o.coordinator != NULL && o.coordinator[0] != '\0') {
+		coord = o.coordinator;
+	} else {
+		st = spawn_start_cohortd(&o, &coord_pid, url, sizeof(url), err,
+		    sizeof(err));
+		if (st != COHORT_OK) {
+			spawn_msg(r->error, sizeof(r->error),
+			    "cannot start the coordinator: %s", err);
+			return (st);
+		}
+		coord = url;
+	}
+	if (o.job != NULL)
+		snprintf(job, sizeof(job), "%s", o.job);
+	else
+		snprintf(job, sizeof(job), "spawn-%ld-%d", (long) self,
+		    ++spawn_counter);
+
+	if ((ch = calloc((size_t) n, sizeof(*ch))) == NULL) {
+		spawn_reap_kill(coord_pid, 3000);
+		return (COHORT_ENOMEM);
+	}
+	for (int k = 0; k < n; k++)
+		ch[k].fd = -1;
+	fflush(NULL);
+	for (int k = 0; k < n; k++) {
+		int fds[2];
+		pid_t p;
+
+		if (pipe2(fds, O_CLOEXEC) != 0) {
+			snprintf(r->error, sizeof(r->error), "pipe: %s",
+			    strerror(errno));
+			st = COHORT_ESYSTEM;
+			break;
+		}
+		if ((p = fork()) < 0) {
+			snprintf(r->error, sizeof(r->error), "fork: %s",
+			    strerror(errno));
+			close(fds[0]);
+			close(fds[1]);
+			st = COHORT_ESYSTEM;
+			break;
+		}
+		if (p == 0) {
+			cohort_spawn_ctx ctx;
+
+			/* Die with the parent; never outlive it. */
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			if (getppid() != self)
+				_exit(1);
+			for (int j = 0; j < k; j++)
+				if (ch[j].fd >= 0)
+					close(ch[j].fd);
+			close(fds[0]);
+			memset(&ctx, 0, sizeof(ctx));
+			ctx.rank = k;
+			ctx.world = n;
+			ctx.fd = fds[1];
+			spawn_child_env(&o, coord, job, k, n);
+			spawn_child_main(&ctx, &o, fn, arg);
+		}
+		close(fds[1]);
+		fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+		ch[k].pid = p;
+		ch[k].fd = fds[0];
+	}
+	if (st != COHORT_OK) {
+		/* Could not start them all: stop those that run. */
+		for (int k = 0; k < n; k++)
+			if (ch[k].pid > 0)
+				kill(ch[k].pid, SIGKILL);
+		fail_deadline = spawn_now_ms();
+	}
+
+	start = spawn_now_ms();
+	for (;;) {
+		struct pollfd pfd[SPAWN_MAX];
+		int idx[SPAWN_MAX], np = 0;
+		int64_t now = spawn_now_ms();
+
+		live = 0;
+		for (int k = 0; k < n; k++) {
+			if (ch[k].pid > 0 && !ch[k].reaped)
+				live++;
+			if (ch[k].fd >= 0) {
+				pfd[np].fd = ch[k].fd;
+				pfd[np].events = POLLIN;
+				idx[np++] = k;
+			}
+		}
+		if (live == 0 && np == 0)
+			break;
+		if (o.timeout_ms > 0 && !timed_out &&
+		    now - start > o.timeout_ms) {
+			timed_out = true;
+			fail_deadline = now;
+		}
+		if (fail_deadline >= 0 && now >= fail_deadline) {
+			for (int k = 0; k < n; k++) {
+				if (ch[k].pid > 0 && !ch[k].reaped &&
+				    !ch[k].killed) {
+					ch[k].killed = true;
+					kill(ch[k].pid, SIGKILL);
+				}
+			}
+		}
+		if (np > 0 && poll(pfd, (nfds_t) np, 50) > 0) {
+			for (int i = 0; i < np; i++) {
+				struct spawn_child *c = &ch[idx[i]];
+				int rc;
+
+				if (pfd[i].revents == 0)
+					continue;
+				rc = spawn_read(c, idx[i], r);
+				if (rc != 0) {
+					close(c->fd);
+					c->fd = -1;
+				}
+			}
+		} else if (np == 0) {
+			usleep(10000);
+		}
+		/* Reap whoever exited. */
+		for (int k = 0; k < n; k++) {
+			int ws;
+
+			if (ch[k].pid <= 0 || ch[k].reaped)
+				continue;
+			if (waitpid(ch[k].pid, &ws, WNOHANG) == ch[k].pid) {
+				spawn_decode(&ch[k], ws);
+				r->exit_codes[k] = ch[k].code;
+				spawn_note_exit(&ch[k], &seq);
+				if (ch[k].failed_at != 0 && fail_deadline < 0)
+					fail_deadline = spawn_now_ms() +
+					    o.grace_ms;
+			}
+		}
+	}
+
+	/* Pick the failure to report: the first one not caused by another
+	 * rank's, else the first. */
+	{
+		int best = -1;
+
+		for (int pass = 0; pass < 2 && best < 0; pass++) {
+			for (int k = 0; k < n; k++) {
+				if (ch[k].failed_at == 0 ||
+				    (pass == 0 && ch[k].secondary))
+					continue;
+				if (best < 0 ||
+				    ch[k].failed_at < ch[best].failed_at)
+					best = k;
+			}
+		}
+		if (best >= 0) {
+			struct spawn_child *c = &ch[best];
+			char what[96];
+
+			if (c->sig != 0)
+				snprintf(what, sizeof(what),
+				    "killed by signal %d (%s)", c->sig,
+				    strsignal(c->sig));
+			else
+				snprintf(what, sizeof(what),
+				    "exited with status %d", c->code);
+			r->failed_rank = best;
+			r->exit_code = c->code;
+			r->term_signal = c->sig;
+			spawn_msg(r->error, sizeof(r->error), "rank %d %s: %s",
+			    best, what,
+			    c->has_error ? c->error : "(no error text)");
+			if (st == COHORT_OK)
+				st = COHORT_EPEERLOST;
+		} else if (timed_out) {
+			snprintf(r->error, sizeof(r->error),
+			    "timed out after %lld ms",
+			    (long long) o.timeout_ms);
+			if (st == COHORT_OK)
+				st = COHORT_ETIMEDOUT;
+		} else if (st == COHORT_OK) {
+			for (int k = 0; k < n; k++) {
+				if (ch[k].code != 0) {
+					r->failed_rank = k;
+					r->exit_code = ch[k].code;
+					r->term_signal = ch[k].sig;
+					snprintf(r->error, sizeof(r->error),
+					    "rank %d exited with status %d",
+					    k, ch[k].code);
+					st = COHORT_EPEERLOST;
+					break;
+				}
+			}
+		}
+	}
+	for (int k = 0; k < n; k++) {
+		if (ch[k].fd >= 0)
+			close(ch[k].fd);
+		free(ch[k].buf);
+	}
+	free(ch);
+	spawn_reap_kill(coord_pid, 3000);
+	return (st);
+}
+
+void
+cohort_spawn_result_free(cohort_spawn_result *r)
+{
+	if (r == NULL)
+		return;
+	free(r->data);
+	for (size_t i = 0; i < r->queue_len; i++)
+		free(r->queue[i].data);
+	free(r->queue);
+	r->data = NULL;
+	r->len = 0;
+	r->queue = NULL;
+	r->queue_len = 0;
+}
+
+bool
+cohort_spawn_get_from_queue(const cohort_spawn_result *r, size_t i,
+    const void **data, size_t *len)
+{
+	if (r == NULL || i >= r->queue_len)
+		return (false);
+	if (data != NULL)
+		*data = r->queue[i].data;
+	if (len != NULL)
+		*len = r->queue[i].len;
+	return (true);
+}
