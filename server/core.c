@@ -477,6 +477,24 @@ pipe_unlink(struct srv_core* core, struct srv_client* cl)
 	}
 }
 
+size_t
+srv_core_take_pipes_to_close(
+    struct srv_core* core, cohort__time now, uint32_t* out, size_t max)
+{
+	size_t n = 0;
+	unsigned keep = 0;
+
+	for (unsigned i = 0; i < core->nclose_pipes; i++) {
+		struct srv_pipe_close pc = core->close_pipes[i];
+		if (pc.at <= now && n < max)
+			out[n++] = pc.pipe;
+		else
+			core->close_pipes[keep++] = pc;
+	}
+	core->nclose_pipes = keep;
+	return (n);
+}
+
 /* Records which connection the client uses now (proto/README.md 2.4). */
 void
 srv_client_set_pipe(struct srv_client* cl, uint32_t pipe)

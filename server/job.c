@@ -426,7 +426,6 @@ srv_job_leave(struct srv_call* c, cohort__time now)
 	struct srv_member* m = c->client->member;
 	struct srv_link *l, *next;
 
-	(void)now;
 	/* A join still parked for this client is withdrawn. */
 	for (l = c->client->parked.next; l != &c->client->parked; l = next) {
 		struct srv_call* p = SRV_CONTAINER(l, struct srv_call, clink);
@@ -443,6 +442,13 @@ srv_job_leave(struct srv_call* c, cohort__time now)
 		cohort__info("job '%s': rank %d (%s:%u) left", job->name,
 		    m->rank, m->host, m->pid);
 		srv_coll_rank_left(job, m->rank);
+	}
+	if (c->client->pipe != 0 &&
+	    job->core->nclose_pipes < SRV_CLOSE_PIPES) {
+		struct srv_pipe_close* pc =
+		    &job->core->close_pipes[job->core->nclose_pipes++];
+		pc->pipe = c->client->pipe;
+		pc->at = now + 50;
 	}
 	srv_call_fail(c, COHORT_OK, "%s", "");
 }

@@ -266,6 +266,8 @@ srv_sweep_cb(void* arg)
 {
 	struct cohort__srv* s = arg;
 	struct srvctx* out;
+	uint32_t closes[SRV_CLOSE_PIPES];
+	size_t nclose;
 	int sfd;
 
 	if (nng_aio_result(s->sweep) != 0)
@@ -276,10 +278,17 @@ srv_sweep_cb(void* arg)
 		return;
 	}
 	srv_core_sweep(s->core, cohort__now_ms());
+	nclose = srv_core_take_pipes_to_close(s->core, cohort__now_ms(), closes,
+	    sizeof(closes) / sizeof(closes[0]));
 	sfd = srv_jrn_sync_fd(s->core);
 	out = srv_take_outbox(s);
 	pthread_mutex_unlock(&s->mtx);
 	srv_flush(s, out);
+	for (size_t i = 0; i < nclose; i++) {
+		nng_pipe p;
+		p.id = closes[i];
+		(void)nng_pipe_close(p); /* gone already: fine */
+	}
 	/* The batched fdatasync, off the mutex (on a duplicate, so that a
 	 * compaction may replace the log meanwhile). */
 	if (sfd >= 0) {

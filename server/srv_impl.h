@@ -329,7 +329,17 @@ struct srv_metrics {
 
 struct srv_jrn;
 
+/* Connections of clients that left, closed by cohortd shortly after the
+ * Leave reply went out (see srv_core_take_pipes_to_close). */
+#define SRV_CLOSE_PIPES 256
+struct srv_pipe_close {
+	uint32_t pipe;
+	cohort__time at;
+};
+
 struct srv_core {
+	struct srv_pipe_close close_pipes[SRV_CLOSE_PIPES];
+	unsigned nclose_pipes;
 	struct srv_limits lim;
 	char* admin_token;
 	srv_sink_fn sink;
@@ -375,6 +385,18 @@ void srv_core_dispatch(struct srv_core* core, nng_msg* msg, uint32_t pipe,
     void* tp, cohort__time now);
 /* Deadlines and heartbeat silence. */
 void srv_core_sweep(struct srv_core* core, cohort__time now);
+/* Pipes due to be closed by now (at most max, removed from the queue).
+ *
+ * Why cohortd closes a departing client's connection: with nng 1.5.2, a
+ * req0 socket closed by its owner while its pipe is alive can leave nng's
+ * reaper waiting forever on the pipe's receive aio (nng #1543/#1813), and
+ * every later close in that process then hangs. A connection closed by
+ * the peer takes nng's error path, which is clean; so after a Leave
+ * cohortd closes the client's connection itself (50-150 ms later, after
+ * the reply has been flushed) and the client waits for that before it
+ * closes its socket. */
+size_t srv_core_take_pipes_to_close(
+    struct srv_core* core, cohort__time now, uint32_t* out, size_t max);
 void srv_core_pipe_closed(
     struct srv_core* core, uint32_t pipe, cohort__time now);
 bool srv_core_pipe_is_closed(const struct srv_core* core, uint32_t pipe);
