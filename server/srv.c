@@ -14,8 +14,11 @@
  * Contexts are freed only at stop (freeing an aio from its own callback
  * would deadlock).
  */
+#include <arpa/inet.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -298,6 +301,55 @@ srv_sweep_cb(void* arg)
 	nng_sleep_aio(SRV_SWEEP_MS, s->sweep);
 }
 
+/*
+ * nng 1.5.2 listens with a fixed backlog of 128. When hundreds of workers
+ * start at once (a 1024-rank job), the accept queue overflows, the kernel
+ * drops or cookies their SYNs, and each retries after the 1 s SYN timeout:
+ * the rendezvous takes seconds instead of milliseconds. nng has no option
+ * for it, so cohortd finds its own listening socket for the bound port and
+ * calls listen() again with a large backlog (Linux updates it in place;
+ * the kernel caps it at net.core.somaxconn).
+ */
+#define SRV_BACKLOG 4096
+
+static void
+srv_widen_backlog(nng_listener l)
+{
+	nng_sockaddr sa;
+	int port;
+
+	if (nng_listener_get_addr(l, NNG_OPT_LOCADDR, &sa) != 0)
+		return;
+	if (sa.s_family == NNG_AF_INET)
+		port = ntohs(sa.s_in.sa_port);
+	else if (sa.s_family == NNG_AF_INET6)
+		port = ntohs(sa.s_in6.sa_port);
+	else
+		return;
+	for (int fd = 0; fd < 4096; fd++) {
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof(ss);
+		int acc = 0;
+		socklen_t alen = sizeof(acc);
+		int p;
+
+		if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &alen) != 0
+		    || !acc)
+			continue;
+		if (getsockname(fd, (struct sockaddr*)&ss, &len) != 0)
+			continue;
+		if (ss.ss_family == AF_INET)
+			p = ntohs(((struct sockaddr_in*)&ss)->sin_port);
+		else if (ss.ss_family == AF_INET6)
+			p = ntohs(((struct sockaddr_in6*)&ss)->sin6_port);
+		else
+			continue;
+		if (p == port && listen(fd, SRV_BACKLOG) == 0)
+			cohort__debug("listen backlog of port %d raised to %d",
+			    port, SRV_BACKLOG);
+	}
+}
+
 /* "tcp://host:0" with the port bound. */
 static char*
 srv_bound_url(const char* url, nng_listener l)
@@ -451,6 +503,7 @@ cohort__srv_start(
 			goto out_close_sock;
 		}
 		s->nurls++;
+		srv_widen_backlog(l);
 	}
 	pthread_mutex_lock(&s->mtx);
 	for (uint32_t i = 0; i < s->pool; i++) {
