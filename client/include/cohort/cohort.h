@@ -9,7 +9,7 @@
  * data-plane ones (allreduce & co.) go peer to peer over TCP for host
  * memory, through NCCL for device memory, or through cohortd ("service").
  *
- * Conventions (see docs/api.md):
+ * Conventions (docs/architecture.md has the design around them):
  *  - Every function returning cohort_status returns COHORT_OK (0) on success.
  *    Output parameters are written only on success.
  *  - Every blocking call takes a cohort_duration timeout in milliseconds;
