@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "fault.h"
 
 /* How long cohortd may park one Watch before answering "no event". */
 #define CLIENT_WATCH_MS 60000
@@ -126,19 +127,160 @@ cohort__client_check_reply(struct cohort_client *c, cohort_status st,
 	return (st);
 }
 
-void
-cohort__client_note_op(struct cohort_client *c, const char *name,
-    uint64_t seq)
+bool
+cohort__client_who_missing(struct cohort_client *c, struct cohort_group *g,
+    const char *kind, uint64_t seq, char *buf, size_t len)
 {
-	pthread_mutex_lock(&c->mtx);
-	cohort__strlcpy(c->last_op, name, sizeof(c->last_op));
-	c->last_op_seq = seq;
-	pthread_mutex_unlock(&c->mtx);
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	Cohort__StatusQuery q = COHORT__STATUS_QUERY__INIT;
+	struct cohort__coord_call call;
+	const Cohort__JobStatus *js = NULL;
+	char doing[768];
+	size_t off = 0, doff = 0;
+	int nmiss = 0;
+	bool ok = false;
+
+	buf[0] = doing[0] = '\0';
+	q.job = c->job;
+	req.body_case = COHORT__REQUEST__BODY_STATUS_QUERY;
+	req.status_query = &q;
+	/* answered at once; the reply grace bounds the wait */
+	cohort__coord_call_init(&call, &req, cohort__now_ms());
+	if (cohort__coord_call(c->coord, &call) != COHORT_OK ||
+	    call.rep->body_case != COHORT__REPLY__BODY_STATUS_QUERY ||
+	    call.rep->status_query == NULL)
+		goto out;
+	for (size_t i = 0; i < call.rep->status_query->n_jobs; i++)
+		if (strcmp(call.rep->status_query->jobs[i]->job, c->job) == 0)
+			js = call.rep->status_query->jobs[i];
+	if (js == NULL)
+		goto out;
+	for (int32_t i = 0; i < g->size; i++) {
+		const Cohort__MemberStatus *m = NULL;
+		int32_t r = g->global_ranks[i];
+		bool same;
+
+		if (r == c->rank)
+			continue;
+		for (size_t k = 0; k < js->n_members; k++)
+			if (js->members[k]->rank == r)
+				m = js->members[k];
+		if (m == NULL)
+			continue;
+		same = strcmp(m->last_group, g->id) == 0 &&
+		    !cohort__op_is_control(m->last_op);
+		if (same && (m->last_op_seq > seq ||
+		                (m->last_op_seq == seq &&
+		                    strcmp(m->last_op, kind) == 0)))
+			continue; /* in it, or past it */
+		cohort__appendf(buf, len, &off, "%s%d", nmiss ? ", " : "", r);
+		if (strcmp(m->state, "running") != 0)
+			cohort__appendf(doing, sizeof(doing), &doff,
+			    "%srank %d %s", nmiss ? "; " : "", r, m->state);
+		else if (m->in_op && m->last_op[0] != '\0')
+			cohort__appendf(doing, sizeof(doing), &doff,
+			    "%srank %d is in %s #%" PRIu64 "%s%s%s for %.1f s",
+			    nmiss ? "; " : "", r, m->last_op, m->last_op_seq,
+			    m->last_group[0] ? " on group '" : "",
+			    m->last_group, m->last_group[0] ? "'" : "",
+			    (double) m->in_op_ms / 1000.0);
+		else if (m->last_op[0] != '\0')
+			cohort__appendf(doing, sizeof(doing), &doff,
+			    "%srank %d last seen %.1f s ago after %s "
+			    "#%" PRIu64,
+			    nmiss ? "; " : "", r,
+			    (double) m->last_seen_ms_ago / 1000.0, m->last_op,
+			    m->last_op_seq);
+		else
+			cohort__appendf(doing, sizeof(doing), &doff,
+			    "%srank %d last seen %.1f s ago, no collective "
+			    "yet",
+			    nmiss ? "; " : "", r,
+			    (double) m->last_seen_ms_ago / 1000.0);
+		nmiss++;
+	}
+	if (nmiss == 0) {
+		off = 0;
+		cohort__appendf(buf, len, &off,
+		    "every rank of group '%s' entered %s #%" PRIu64
+		    " (the transport did not complete it)",
+		    g->id, kind, seq);
+	} else {
+		char ranks[256];
+
+		cohort__strlcpy(ranks, buf, sizeof(ranks));
+		off = 0;
+		cohort__appendf(buf, len, &off,
+		    "rank%s %s never entered %s #%" PRIu64 " (%s)",
+		    nmiss > 1 ? "s" : "", ranks, kind, seq, doing);
+	}
+	ok = true;
+out:
+	cohort__coord_call_fini(&call);
+	return (ok);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Liveness: heartbeat timer and Watch                                      */
 /* ------------------------------------------------------------------------ */
+
+/* What this rank is doing, for the heartbeat: the operation in progress
+ * entered first (the one a hang is about), else the one left last. */
+static void
+client_hb_fill(struct cohort_client *c, Cohort__Heartbeat *hb, char *grp,
+    size_t grplen)
+{
+	struct cohort_group *g, *best = NULL;
+	bool best_in = false;
+	cohort__time best_t = 0, now = cohort__now_ms();
+
+	hb->last_op = "";
+	hb->last_group = grp;
+	grp[0] = '\0';
+	pthread_mutex_lock(&c->mtx);
+	for (g = c->groups; g != NULL; g = g->next) {
+		bool in;
+		cohort__time t;
+
+		pthread_mutex_lock(&g->mtx);
+		in = g->op_in;
+		t = in ? g->op_start : g->op_end;
+		if (g->op_kind != NULL &&
+		    (best == NULL || (in && !best_in) ||
+		        (in == best_in && (in ? t < best_t : t > best_t)))) {
+			best = g;
+			best_in = in;
+			best_t = t;
+			hb->last_op = (char *) g->op_kind; /* static */
+			hb->last_op_seq = g->op_seq;
+			hb->in_op = in;
+			hb->in_op_ms =
+			    in && now > t ? (uint64_t) (now - t) : 0;
+			cohort__strlcpy(grp, g->id, grplen);
+		}
+		pthread_mutex_unlock(&g->mtx);
+	}
+	pthread_mutex_unlock(&c->mtx);
+}
+
+void
+cohort__client_heartbeat_now(struct cohort_client *c, const char *kind,
+    const char *group, uint64_t seq)
+{
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
+	struct cohort__coord_call call;
+
+	hb.last_op = (char *) kind;
+	hb.last_group = (char *) group;
+	hb.last_op_seq = seq;
+	hb.in_op = true;
+	req.body_case = COHORT__REQUEST__BODY_HEARTBEAT;
+	req.heartbeat = &hb;
+	cohort__coord_call_init(&call, &req, cohort__now_ms() + 1000);
+	(void) cohort__coord_call(c->coord, &call);
+	cohort__coord_call_fini(&call);
+}
 
 static void
 client_hb_timer_cb(void *arg)
@@ -146,16 +288,13 @@ client_hb_timer_cb(void *arg)
 	struct cohort_client *c = arg;
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
-	char last_op[64];
+	char last_group[COHORT__GROUP_ID_MAX];
 	cohort_status st;
 
 	if (atomic_load(&c->closing) || nng_aio_result(c->hb_timer) != 0)
 		return;
-	pthread_mutex_lock(&c->mtx);
-	cohort__strlcpy(last_op, c->last_op, sizeof(last_op));
-	hb.last_op_seq = c->last_op_seq;
-	pthread_mutex_unlock(&c->mtx);
-	hb.last_op = last_op;
+	client_hb_fill(c, &hb, last_group, sizeof(last_group));
+	cohort__fault_tick(c);
 	req.body_case = COHORT__REQUEST__BODY_HEARTBEAT;
 	req.heartbeat = &hb;
 	st = cohort__coord_async_start(c->hb, &req,
@@ -196,7 +335,9 @@ client_hb_done(void *arg, cohort_status st, struct cohort__coord_call *call)
 	case COHORT_ENOCOORD:
 		if (cohort__coord_lost(c->coord))
 			return;
-		cohort__warn("heartbeat: %s", cohort_last_error());
+		/* reconnecting: the engine says so once */
+		if (cohort__coord_up(c->coord))
+			cohort__warn("heartbeat: %s", cohort_last_error());
 		break;
 	default:
 		cohort__warn("heartbeat refused: %s: %s",
@@ -349,9 +490,12 @@ client_check_options(const cohort_options *opts)
 		    "need 0 < heartbeat_interval (%d) < dead_after (%d)",
 		    opts->heartbeat_interval, opts->dead_after));
 	if (strcmp(b, "auto") != 0 && strcmp(b, "tcp") != 0 &&
-	    strcmp(b, "service") != 0 && strcmp(b, "nccl") != 0)
+	    strcmp(b, "service") != 0 && strcmp(b, "nccl") != 0 &&
+	    strcmp(b, "tcp-staged") != 0)
 		return (cohort__err(COHORT_EINVAL,
-		    "unknown backend '%s' (auto, tcp, service, nccl)", b));
+		    "unknown backend '%s' (auto, tcp, service, nccl, "
+		    "tcp-staged)",
+		    b));
 	if (opts->data_addr != NULL &&
 	    strlen(opts->data_addr) >= sizeof(((struct cohort_client *) 0)
 	                                          ->data_addr))
@@ -373,6 +517,7 @@ client_free(struct cohort_client *c)
 		next = g->next;
 		cohort__group_free(g);
 	}
+	cohort__fault_close(c);
 	cohort__coord_async_free(c->watch);
 	cohort__coord_async_free(c->hb);
 	if (c->watch_timer != NULL)
@@ -404,6 +549,7 @@ client_stop_liveness(struct cohort_client *c)
 		cohort__coord_async_stop(c->hb);
 	if (c->watch != NULL)
 		cohort__coord_async_stop(c->watch);
+	cohort__fault_stop(c);
 	if (c->hb_timer != NULL)
 		nng_aio_stop(c->hb_timer);
 	if (c->watch_timer != NULL)
@@ -440,7 +586,8 @@ client_leave(struct cohort_client *c)
 	struct cohort__coord_call call;
 	cohort_status st;
 
-	if (cohort__coord_lost(c->coord))
+	/* best effort: not while the connection is down */
+	if (!cohort__coord_up(c->coord))
 		return;
 	req.body_case = COHORT__REQUEST__BODY_LEAVE;
 	req.leave = &leave;
@@ -561,9 +708,13 @@ cohort_client_open(const cohort_options *opts, cohort_client **out,
 	cohort__strlcpy(c->backend,
 	    opts->backend != NULL ? opts->backend : "auto",
 	    sizeof(c->backend));
-	cohort__strlcpy(c->data_addr,
-	    opts->data_addr != NULL ? opts->data_addr : "",
-	    sizeof(c->data_addr));
+	if (opts->data_addr != NULL)
+		cohort__strlcpy(c->data_addr, opts->data_addr,
+		    sizeof(c->data_addr));
+	else if (getenv("COHORT_DATA_ADDR") != NULL &&
+	    strlen(getenv("COHORT_DATA_ADDR")) < sizeof(c->data_addr))
+		cohort__strlcpy(c->data_addr, getenv("COHORT_DATA_ADDR"),
+		    sizeof(c->data_addr));
 	if (gethostname(c->host, sizeof(c->host)) != 0)
 		cohort__strlcpy(c->host, "unknown", sizeof(c->host));
 	c->host[sizeof(c->host) - 1] = '\0';
@@ -574,9 +725,16 @@ cohort_client_open(const cohort_options *opts, cohort_client **out,
 	c->heartbeat_ms = opts->heartbeat_interval;
 	c->dead_after_ms = opts->dead_after;
 
+	/* A bad COHORT_FAULTS is refused before anything connects. */
+	if ((st = cohort__fault_open(c)) != COHORT_OK)
+		goto out_free;
 	if ((st = cohort__coord_open(c->coordinator, c->job, c->token,
 	         cohort__random_u64(), &c->coord)) != COHORT_OK)
 		goto out_free;
+	/* A coordinator restart must not fail the job: calls wait for the
+	 * reconnection as long as cohortd would wait for this member. */
+	if (getenv("COHORT_RECONNECT_MS") == NULL)
+		cohort__coord_set_reconnect_window(c->coord, c->dead_after_ms);
 	if ((st = cohort__coord_wait_connected(c->coord, deadline)) !=
 	    COHORT_OK)
 		goto out_free;
@@ -587,6 +745,8 @@ cohort_client_open(const cohort_options *opts, cohort_client **out,
 	         c->generation, &c->world)) != COHORT_OK)
 		goto out_free;
 	if ((st = client_start_liveness(c)) != COHORT_OK)
+		goto out_free;
+	if ((st = cohort__fault_start(c)) != COHORT_OK)
 		goto out_free;
 	cohort__info("rank %d of %d joined job '%s' at %s (generation %" PRIu64
 	             ")",

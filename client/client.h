@@ -39,13 +39,13 @@ struct cohort_client {
 	cohort_duration heartbeat_ms;
 	cohort_duration dead_after_ms;
 
-	pthread_mutex_t mtx;  /* groups, error_detail, last_op */
+	pthread_mutex_t mtx;  /* groups, error_detail */
 	struct cohort_group *groups;
 	struct cohort_group *world;
 	atomic_int error;     /* cohort_status, sticky */
 	char error_detail[1024];
-	char last_op[64];
-	uint64_t last_op_seq;
+
+	struct cohort__fault *fault; /* fault schedule (fault.h), or NULL */
 
 	atomic_bool closing;
 	nng_aio *hb_timer;
@@ -76,10 +76,19 @@ void cohort__client_fail(struct cohort_client *c, cohort_status st,
 cohort_status cohort__client_check_reply(struct cohort_client *c,
     cohort_status st, const Cohort__Reply *rep);
 
-/* What this rank is doing, sent with the next heartbeat (cohortd's status
- * shows it to attribute hangs). name is copied. */
-void cohort__client_note_op(struct cohort_client *c, const char *name,
-    uint64_t seq);
+/* For a data-plane operation `kind` #seq of g that timed out: asks cohortd
+ * (one StatusQuery, at most a few seconds) which members of g had not
+ * entered it according to their heartbeats, and writes "ranks 2, 3 never
+ * entered allreduce #5 (rank 2 last seen 0.4 s ago after allreduce #4,
+ * ...)" into buf. False if cohortd could not tell. */
+bool cohort__client_who_missing(struct cohort_client *c,
+    struct cohort_group *g, const char *kind, uint64_t seq, char *buf,
+    size_t len);
+
+/* Sends one heartbeat now, saying this rank is in `kind` #seq of group
+ * (so that cohortd's failure record names it), bounded to about 3 s. */
+void cohort__client_heartbeat_now(struct cohort_client *c, const char *kind,
+    const char *group, uint64_t seq);
 
 /* The job's KV at cohortd as a backend rendezvous store (backend.h);
  * values from get are malloc'd. */

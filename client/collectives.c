@@ -353,6 +353,21 @@ coll_failed(struct coll_dp *dp, struct cohort_work *w, cohort_status st,
 		    w->op.seq, err);
 		return (st);
 	}
+	if (st == COHORT_ETIMEDOUT) {
+		/* Name the ranks that never entered it (asks cohortd). */
+		char who[512];
+		size_t off;
+
+		if (cohort__client_who_missing(g->client, g, what, w->op.seq,
+		        who, sizeof(who))) {
+			if (err != w->err)
+				cohort__strlcpy(w->err, err, sizeof(w->err));
+			off = strlen(w->err);
+			cohort__appendf(w->err, sizeof(w->err), &off, "; %s",
+			    who);
+			err = w->err;
+		}
+	}
 	if (st == COHORT_EPEERLOST) {
 		cohort__time until = cohort__now_ms() +
 		    cohort__scaled(COLL_ATTRIB_MS);
@@ -454,12 +469,21 @@ coll_execute(struct coll_dp *dp, struct cohort_work *w)
 	char err[768] = "";
 	cohort_status st;
 	void *user_recv = w->op.recv;
+	bool began = false;
 
 	pthread_mutex_lock(&g->op_lock);
 	if ((st = cohort__group_check(g)) != COHORT_OK) {
 		cohort__strlcpy(w->err, cohort_last_error(), sizeof(w->err));
 		goto out;
 	}
+	/* Hang attribution and fault schedule (group.h): the operation's
+	 * number is data_seq + 1 (assigned below, under op_lock). */
+	if ((st = cohort__group_op_begin(g, cohort__op_name(w->op.kind),
+	         g->data_seq + 1)) != COHORT_OK) {
+		cohort__strlcpy(w->err, cohort_last_error(), sizeof(w->err));
+		goto out;
+	}
+	began = true;
 	if (!dp->inited && (st = coll_backend_init(dp, w)) != COHORT_OK)
 		goto out;
 	if (w->fix == COLL_FIX_MOVE_IN) {
@@ -471,8 +495,6 @@ coll_execute(struct coll_dp *dp, struct cohort_work *w)
 		w->op.recv = w->tmp;
 	}
 	w->op.seq = ++g->data_seq;
-	cohort__client_note_op(g->client, cohort__op_name(w->op.kind),
-	    w->op.seq);
 	st = g->backend->run(g->backend_state, &w->op, err, sizeof(err),
 	    w->deadline);
 	if (w->fix == COLL_FIX_TMP_OUT) {
@@ -483,6 +505,8 @@ coll_execute(struct coll_dp *dp, struct cohort_work *w)
 	if (st != COHORT_OK)
 		st = coll_failed(dp, w, st, err);
 out:
+	if (began)
+		cohort__group_op_end(g);
 	pthread_mutex_unlock(&g->op_lock);
 	free(w->tmp);
 	w->tmp = NULL;

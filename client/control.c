@@ -85,8 +85,15 @@ control_run(cohort_group *g, Cohort__Collective *coll,
 	g->ctl_call = call;
 	pthread_mutex_unlock(&g->mtx);
 
-	cohort__client_note_op(c, what, op_seq);
+	if ((st = cohort__group_op_begin(g, what, op_seq)) != COHORT_OK) {
+		/* injected: nothing was sent, op_seq stays for a retry */
+		pthread_mutex_lock(&g->mtx);
+		g->ctl_call = NULL;
+		pthread_mutex_unlock(&g->mtx);
+		goto out_unlock;
+	}
 	st = cohort__coord_call(c->coord, call);
+	cohort__group_op_end(g);
 
 	pthread_mutex_lock(&g->mtx);
 	g->ctl_call = NULL;

@@ -3,17 +3,30 @@
  * and one aio per call; a deadline on every step (see coord.h).
  *
  * Every call in flight is on the engine's pending list with the aio of its
- * current step. The pipe-removed notification marks the engine lost and
- * aborts all of them, so a vanished coordinator is noticed at once rather
- * than at each call's deadline. Steps are started under the engine's lock
- * after checking the lost and aborted flags; the notification and
- * cohort__coord_call_abort take the same lock, so no abort can slip
- * between two steps of a call.
+ * current step. The engine follows the connection through nng's pipe
+ * notifications:
+ *
+ *  - pipe removed: the engine is *down* since now; every pending call is
+ *    told to re-send (resend flag) and its step is aborted, so it waits
+ *    for the next connection, bounded by the reconnect window and its own
+ *    deadline. nng's dialer re-dials by itself (RECONNMINT/RECONNMAXT).
+ *  - pipe added: the epoch grows; calls sent on an older connection are
+ *    told to re-send, and the ones waiting are woken. A re-sent request
+ *    has the same client_id and seq (cohortd's reply cache answers one
+ *    that was applied already; a parked one is parked again), and a fresh
+ *    timeout_ms.
+ *  - down longer than the reconnect window: the engine is *lost* (sticky
+ *    COHORT_ENOCOORD); every pending and later call fails with it.
+ *
+ * Steps are started under the engine's lock after checking the flags; the
+ * notifications and cohort__coord_call_abort take the same lock, so no
+ * event can slip between two steps of a call.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -24,6 +37,12 @@
 #include <nng/protocol/reqrep0/req.h>
 
 #include "coord.h"
+
+/* Re-dial back-off of nng's dialer after a lost connection. */
+#define COORD_RECONN_MIN_MS 50
+#define COORD_RECONN_MAX_MS 1000
+/* How often an asynchronous call waiting for a connection looks again. */
+#define COORD_POLL_MS 20
 
 struct cohort__coord {
 	nng_socket sock;
@@ -36,8 +55,15 @@ struct cohort__coord {
 
 	pthread_mutex_t mtx;
 	pthread_cond_t cv;
-	bool connected; /* a pipe was up at least once */
-	bool lost;      /* ... and went away: sticky ENOCOORD */
+	bool connected;   /* a pipe was up at least once */
+	bool up;          /* a pipe is up now */
+	uint32_t pipe_id; /* the pipe that is up */
+	uint64_t epoch;   /* pipes added so far */
+	cohort__time down_since;
+	cohort_duration reconnect_ms;
+	uint64_t reconnects;
+	bool lost;        /* gave up: sticky ENOCOORD */
+	char lost_why[320];
 	bool closing;
 	int32_t rank;
 	uint64_t generation;
@@ -58,6 +84,7 @@ struct coord_slot {
 
 enum coord_state {
 	COORD_IDLE = 0,
+	COORD_WAIT, /* for a connection (sleep aio) */
 	COORD_SEND,
 	COORD_RECV,
 };
@@ -70,6 +97,7 @@ struct cohort__coord_async {
 	nng_aio *aio;
 	enum coord_state state; /* under co->mtx */
 	bool stopped;           /* under co->mtx */
+	nng_msg *tmpl;          /* the packed request, for re-sends */
 	struct cohort__coord_call call;
 };
 
@@ -143,6 +171,24 @@ coord_wait_ms(cohort__time deadline)
 	return (ms > INT32_MAX ? INT32_MAX : (nng_duration) ms);
 }
 
+/* The last moment a call waits for anything: deadline plus grace. */
+static cohort__time
+coord_call_end(const struct cohort__coord_call *call)
+{
+	if (call->deadline == COHORT__TIME_NEVER)
+		return (COHORT__TIME_NEVER);
+	return (call->deadline + COHORT__REPLY_GRACE_MS);
+}
+
+/* An nng error that means "the connection went away": re-send. */
+static bool
+coord_conn_error(int rv)
+{
+	return (rv == NNG_ECONNRESET || rv == NNG_ECONNSHUT ||
+	    rv == NNG_ECONNREFUSED || rv == NNG_ECONNABORTED ||
+	    rv == NNG_EUNREACHABLE || rv == NNG_ECANCELED);
+}
+
 static void
 coord_link(struct cohort__coord *co, struct cohort__coord_call *call)
 {
@@ -175,9 +221,78 @@ coord_check_locked(struct cohort__coord *co, struct cohort__coord_call *call)
 	if (co->closing)
 		return (cohort__err(COHORT_ECLOSED, "client is closing"));
 	if (co->lost)
-		return (cohort__err(COHORT_ENOCOORD,
-		    "connection to the coordinator at %s was lost", co->url));
+		return (cohort__err(COHORT_ENOCOORD, "%s", co->lost_why));
 	return (COHORT_OK);
+}
+
+/* Gives up on the coordinator (sticky); under co->mtx. */
+static void
+coord_set_lost_locked(struct cohort__coord *co, const char *why)
+{
+	struct cohort__coord_call *call;
+
+	if (co->lost)
+		return;
+	co->lost = true;
+	cohort__strlcpy(co->lost_why, why, sizeof(co->lost_why));
+	cohort__warn("%s", why);
+	for (call = co->pending; call != NULL; call = call->next)
+		if (call->aio != NULL)
+			nng_aio_abort(call->aio, NNG_ECONNSHUT);
+	pthread_cond_broadcast(&co->cv);
+}
+
+/* Down past the reconnect window? Marks the engine lost; under co->mtx. */
+static bool
+coord_window_over_locked(struct cohort__coord *co, cohort__time now)
+{
+	char why[320];
+	size_t off = 0;
+
+	if (co->lost)
+		return (true);
+	if (co->up || !co->connected ||
+	    now - co->down_since < (cohort__time) co->reconnect_ms)
+		return (false);
+	cohort__appendf(why, sizeof(why), &off,
+	    "lost the connection to the coordinator at %s and could not "
+	    "reconnect within %.1f s",
+	    co->url, (double) co->reconnect_ms / 1000.0);
+	coord_set_lost_locked(co, why);
+	return (true);
+}
+
+/* Blocks until a connection is up (COHORT_OK), or fails: the window
+ * passed, the call's deadline passed, an abort, a close. Under co->mtx. */
+static cohort_status
+coord_wait_up_locked(struct cohort__coord *co,
+    struct cohort__coord_call *call)
+{
+	cohort_status st;
+	cohort__time now, until, end = coord_call_end(call);
+
+	for (;;) {
+		if ((st = coord_check_locked(co, call)) != COHORT_OK)
+			return (st);
+		if (co->up)
+			return (COHORT_OK);
+		now = cohort__now_ms();
+		if (coord_window_over_locked(co, now))
+			continue; /* check_locked says why */
+		if (now >= end)
+			return (cohort__err(COHORT_ENOCOORD,
+			    co->connected ?
+			        "the connection to the coordinator at %s is "
+			        "down; not back before the call's deadline" :
+			        "cannot reach the coordinator at %s before "
+			        "the call's deadline",
+			    co->url));
+		until = end;
+		if (co->connected &&
+		    co->down_since + co->reconnect_ms < until)
+			until = co->down_since + co->reconnect_ms;
+		(void) cohort__cond_wait_until(&co->cv, &co->mtx, until);
+	}
 }
 
 /* Turns a failed step into a status; under co->mtx. */
@@ -321,28 +436,75 @@ coord_slot_put(struct cohort__coord *co, struct coord_slot *sl, bool reuse)
 /* Engine                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* Every pending call sent before the current epoch must re-send; under
+ * co->mtx. */
+static void
+coord_resend_all_locked(struct cohort__coord *co, int why)
+{
+	struct cohort__coord_call *call;
+
+	for (call = co->pending; call != NULL; call = call->next) {
+		if (call->sent_epoch >= co->epoch && co->up)
+			continue;
+		call->resend = true;
+		if (call->aio != NULL)
+			nng_aio_abort(call->aio, why);
+	}
+	pthread_cond_broadcast(&co->cv);
+}
+
 static void
 coord_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
 	struct cohort__coord *co = arg;
-	struct cohort__coord_call *call;
+	uint32_t id = nng_pipe_id(p);
 
-	(void) p;
 	pthread_mutex_lock(&co->mtx);
-	if (ev == NNG_PIPE_EV_ADD_POST) {
-		co->connected = true;
-		cohort__debug("connected to the coordinator at %s", co->url);
-	} else if (ev == NNG_PIPE_EV_REM_POST && co->connected &&
-	    !co->lost && !co->closing) {
-		co->lost = true;
-		cohort__warn("lost the connection to the coordinator at %s",
-		    co->url);
-		for (call = co->pending; call != NULL; call = call->next)
-			if (call->aio != NULL)
-				nng_aio_abort(call->aio, NNG_ECONNSHUT);
+	if (co->closing || co->lost) {
+		pthread_cond_broadcast(&co->cv);
+		pthread_mutex_unlock(&co->mtx);
+		return;
 	}
-	pthread_cond_broadcast(&co->cv);
+	if (ev == NNG_PIPE_EV_ADD_POST) {
+		if (co->connected) {
+			co->reconnects++;
+			cohort__info("reconnected to the coordinator at %s "
+			             "after %.2f s; re-sending the requests "
+			             "in flight",
+			    co->url,
+			    (double) (cohort__now_ms() - co->down_since) /
+			        1000.0);
+		} else {
+			cohort__debug("connected to the coordinator at %s",
+			    co->url);
+		}
+		co->connected = true;
+		co->up = true;
+		co->pipe_id = id;
+		co->epoch++;
+		coord_resend_all_locked(co, NNG_ECANCELED);
+	} else if (ev == NNG_PIPE_EV_REM_POST && co->up && id == co->pipe_id) {
+		co->up = false;
+		co->pipe_id = 0;
+		co->down_since = cohort__now_ms();
+		cohort__warn("lost the connection to the coordinator at %s; "
+		             "reconnecting (for up to %.1f s)",
+		    co->url, (double) co->reconnect_ms / 1000.0);
+		coord_resend_all_locked(co, NNG_ECONNSHUT);
+	}
 	pthread_mutex_unlock(&co->mtx);
+}
+
+static cohort_duration
+coord_default_window(void)
+{
+	const char *s = getenv("COHORT_RECONNECT_MS");
+	int64_t v;
+
+	if (s != NULL && s[0] != '\0' && cohort__parse_i64(s, &v) && v >= 0 &&
+	    v <= INT32_MAX)
+		return ((cohort_duration) v);
+	return (cohort__scaled(COHORT__DEFAULT_DEAD_AFTER_MS));
 }
 
 cohort_status
@@ -362,6 +524,7 @@ cohort__coord_open(const char *url, const char *job, const char *token,
 	cohort__strlcpy(co->url, url, sizeof(co->url));
 	co->client_id = client_id;
 	co->rank = -1;
+	co->reconnect_ms = coord_default_window();
 	atomic_init(&co->next_seq, 1);
 	if ((co->job = strdup(job)) == NULL ||
 	    (co->token = strdup(token)) == NULL) {
@@ -385,8 +548,10 @@ cohort__coord_open(const char *url, const char *job, const char *token,
 	         NNG_DURATION_INFINITE)) != 0 ||
 	    (rv = nng_socket_set_size(co->sock, NNG_OPT_RECVMAXSZ,
 	         COHORT__MAX_MESSAGE)) != 0 ||
-	    (rv = nng_socket_set_ms(co->sock, NNG_OPT_RECONNMINT, 10)) != 0 ||
-	    (rv = nng_socket_set_ms(co->sock, NNG_OPT_RECONNMAXT, 500)) != 0 ||
+	    (rv = nng_socket_set_ms(co->sock, NNG_OPT_RECONNMINT,
+	         COORD_RECONN_MIN_MS)) != 0 ||
+	    (rv = nng_socket_set_ms(co->sock, NNG_OPT_RECONNMAXT,
+	         COORD_RECONN_MAX_MS)) != 0 ||
 	    (rv = nng_pipe_notify(co->sock, NNG_PIPE_EV_ADD_POST,
 	         coord_pipe_cb, co)) != 0 ||
 	    (rv = nng_pipe_notify(co->sock, NNG_PIPE_EV_REM_POST,
@@ -539,6 +704,7 @@ cohort__coord_close(struct cohort__coord *co)
 	for (call = co->pending; call != NULL; call = call->next)
 		if (call->aio != NULL)
 			nng_aio_abort(call->aio, NNG_ECLOSED);
+	pthread_cond_broadcast(&co->cv);
 	pthread_mutex_unlock(&co->mtx);
 	nng_pipe_notify(co->sock, NNG_PIPE_EV_ADD_POST, NULL, NULL);
 	nng_pipe_notify(co->sock, NNG_PIPE_EV_REM_POST, NULL, NULL);
@@ -553,6 +719,32 @@ cohort__coord_close(struct cohort__coord *co)
 	free(co->job);
 	free(co->token);
 	free(co);
+}
+
+void
+cohort__coord_drop(struct cohort__coord *co, const char *why)
+{
+	pthread_mutex_lock(&co->mtx);
+	coord_set_lost_locked(co, why);
+	pthread_mutex_unlock(&co->mtx);
+	/* No re-dial, and the pipe goes: cohortd sees the connection close.
+	 * The socket itself stays until cohort__coord_close. */
+	nng_dialer_close(co->dialer);
+}
+
+void
+cohort__coord_set_reconnect_window(struct cohort__coord *co,
+    cohort_duration ms)
+{
+	pthread_mutex_lock(&co->mtx);
+	co->reconnect_ms = ms;
+	pthread_mutex_unlock(&co->mtx);
+}
+
+cohort_duration
+cohort__coord_default_window(void)
+{
+	return (coord_default_window());
 }
 
 void
@@ -595,9 +787,31 @@ cohort__coord_lost(struct cohort__coord *co)
 	bool lost;
 
 	pthread_mutex_lock(&co->mtx);
-	lost = co->lost;
+	lost = coord_window_over_locked(co, cohort__now_ms());
 	pthread_mutex_unlock(&co->mtx);
 	return (lost);
+}
+
+bool
+cohort__coord_up(struct cohort__coord *co)
+{
+	bool up;
+
+	pthread_mutex_lock(&co->mtx);
+	up = co->up && !co->lost;
+	pthread_mutex_unlock(&co->mtx);
+	return (up);
+}
+
+uint64_t
+cohort__coord_reconnects(struct cohort__coord *co)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&co->mtx);
+	n = co->reconnects;
+	pthread_mutex_unlock(&co->mtx);
+	return (n);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -636,76 +850,116 @@ cohort__coord_call_abort(struct cohort__coord *co,
 		call->abort_st = why;
 		if (call->aio != NULL)
 			nng_aio_abort(call->aio, NNG_ECANCELED);
+		pthread_cond_broadcast(&co->cv);
 	}
 	pthread_mutex_unlock(&co->mtx);
+}
+
+/* One step (send or receive) on the call's context; under co->mtx, which
+ * is released while the step runs. Returns nng's result. */
+static int
+coord_step(struct cohort__coord *co, struct cohort__coord_call *call,
+    struct coord_slot *sl, nng_msg *msg)
+{
+	nng_aio *aio = sl->aio;
+
+	nng_aio_set_timeout(aio, coord_wait_ms(call->deadline));
+	if (msg != NULL) {
+		nng_aio_set_msg(aio, msg);
+		nng_ctx_send(sl->ctx, aio);
+	} else {
+		/* A reply that arrived already completes the receive here,
+		 * at once: it wins over an abort that came in the meantime
+		 * (the peer's failure right after the barrier completed must
+		 * not undo the barrier). Else the abort applies now. */
+		nng_ctx_recv(sl->ctx, aio);
+		if (coord_check_locked(co, call) != COHORT_OK)
+			nng_aio_abort(aio, NNG_ECANCELED);
+	}
+	pthread_mutex_unlock(&co->mtx);
+	nng_aio_wait(aio);
+	pthread_mutex_lock(&co->mtx);
+	return (nng_aio_result(aio));
 }
 
 cohort_status
 cohort__coord_call(struct cohort__coord *co, struct cohort__coord_call *call)
 {
 	struct coord_slot *sl = NULL;
-	nng_msg *msg;
-	nng_aio *aio;
+	nng_msg *msg = NULL;
 	cohort_status st;
 	int rv;
 
 	cohort__coord_call_fini(call);
-	coord_fill(co, call);
-	if ((st = cohort__wire_pack_request(call->req, call->parts,
-	         call->nparts, &msg)) != COHORT_OK)
-		return (st);
 	if ((st = coord_slot_get(co, &sl)) != COHORT_OK)
-		goto out_free_msg;
-	aio = sl->aio;
-
+		return (st);
 	pthread_mutex_lock(&co->mtx);
-	if ((st = coord_check_locked(co, call)) != COHORT_OK) {
-		pthread_mutex_unlock(&co->mtx);
-		coord_slot_put(co, sl, true);
-		goto out_free_msg;
-	}
-	call->aio = aio;
+	call->aio = sl->aio;
+	call->resend = false;
 	coord_link(co, call);
-	nng_aio_set_timeout(aio, coord_wait_ms(call->deadline));
-	nng_aio_set_msg(aio, msg);
-	nng_ctx_send(sl->ctx, aio);
-	pthread_mutex_unlock(&co->mtx);
-	nng_aio_wait(aio);
-
-	pthread_mutex_lock(&co->mtx);
-	if ((rv = nng_aio_result(aio)) != 0) {
-		nng_aio_set_msg(aio, NULL);
-		st = coord_step_error(co, call, rv, "sending");
-		goto out_unlink;
-	}
-	msg = NULL; /* nng took it */
-	if ((st = coord_check_locked(co, call)) != COHORT_OK)
-		goto out_unlink;
-	nng_aio_set_timeout(aio, coord_wait_ms(call->deadline));
-	nng_ctx_recv(sl->ctx, aio);
-	pthread_mutex_unlock(&co->mtx);
-	nng_aio_wait(aio);
-
-	pthread_mutex_lock(&co->mtx);
-	if ((rv = nng_aio_result(aio)) != 0) {
+	for (;;) {
+		if ((st = coord_wait_up_locked(co, call)) != COHORT_OK)
+			break;
+		/* (Re)pack with the time left: cohortd parks a re-sent
+		 * request no longer than the caller still waits. */
+		pthread_mutex_unlock(&co->mtx);
+		coord_fill(co, call);
+		st = cohort__wire_pack_request(call->req, call->parts,
+		    call->nparts, &msg);
+		pthread_mutex_lock(&co->mtx);
+		if (st != COHORT_OK)
+			break;
+		if ((st = coord_check_locked(co, call)) != COHORT_OK)
+			break;
+		if (!co->up) {
+			nng_msg_free(msg);
+			msg = NULL;
+			continue;
+		}
+		call->resend = false;
+		call->sent_epoch = co->epoch;
+		call->sends++;
+		if (call->sends > 1)
+			cohort__debug("re-sending request seq %" PRIu64
+			              " to the coordinator at %s (try %u)",
+			    call->seq, co->url, call->sends);
+		rv = coord_step(co, call, sl, msg);
+		if (rv != 0) {
+			/* nng did not take the message */
+			if ((msg = nng_aio_get_msg(sl->aio)) != NULL)
+				nng_msg_free(msg);
+			nng_aio_set_msg(sl->aio, NULL);
+			msg = NULL;
+			if (coord_check_locked(co, call) == COHORT_OK &&
+			    (call->resend || coord_conn_error(rv)))
+				continue;
+			st = coord_step_error(co, call, rv, "sending");
+			break;
+		}
+		msg = NULL; /* nng took it */
+		if (call->resend)
+			continue;
+		rv = coord_step(co, call, sl, NULL);
+		if (rv == 0) {
+			msg = nng_aio_get_msg(sl->aio);
+			nng_aio_set_msg(sl->aio, NULL);
+			coord_unlink(co, call);
+			pthread_mutex_unlock(&co->mtx);
+			coord_slot_put(co, sl, true);
+			return (coord_unpack(call, msg));
+		}
+		if (coord_check_locked(co, call) == COHORT_OK &&
+		    (call->resend || coord_conn_error(rv)))
+			continue;
 		st = coord_step_error(co, call, rv, "waiting for the reply");
-		goto out_unlink;
+		break;
 	}
 	coord_unlink(co, call);
 	pthread_mutex_unlock(&co->mtx);
-	msg = nng_aio_get_msg(aio);
-	nng_aio_set_msg(aio, NULL);
-	coord_slot_put(co, sl, true);
-	return (coord_unpack(call, msg));
-
-out_unlink:
-	coord_unlink(co, call);
-	pthread_mutex_unlock(&co->mtx);
-	/* the context may hold a request in flight: do not reuse it */
-	coord_slot_put(co, sl, false);
-out_free_msg:
 	if (msg != NULL)
 		nng_msg_free(msg);
+	/* the context may hold a request in flight: do not reuse it */
+	coord_slot_put(co, sl, false);
 	return (st);
 }
 
@@ -713,27 +967,94 @@ out_free_msg:
 /* Asynchronous calls                                                       */
 /* ------------------------------------------------------------------------ */
 
-/* Ends the call in progress on a and hands the reply to the callback. */
+/* Ends the call in progress on a and hands the reply to the callback.
+ * Called without co->mtx; st is the status when rv == 0 does not apply. */
 static void
-coord_async_finish(struct cohort__coord_async *a, int rv, nng_msg *reply,
-    const char *step)
+coord_async_finish(struct cohort__coord_async *a, cohort_status st,
+    nng_msg *reply)
 {
 	struct cohort__coord *co = a->co;
 	struct cohort__coord_call done;
-	cohort_status st = COHORT_OK;
+	char detail[512];
 
+	cohort__strlcpy(detail, cohort_last_error(), sizeof(detail));
 	pthread_mutex_lock(&co->mtx);
-	if (rv != 0)
-		st = coord_step_error(co, &a->call, rv, step);
 	coord_unlink(co, &a->call);
 	a->state = COORD_IDLE;
 	done = a->call;
 	memset(&a->call, 0, sizeof(a->call));
+	if (a->tmpl != NULL) {
+		nng_msg_free(a->tmpl);
+		a->tmpl = NULL;
+	}
 	pthread_mutex_unlock(&co->mtx);
-	if (rv == 0)
+	if (reply != NULL)
 		st = coord_unpack(&done, reply);
+	else if (st != COHORT_OK)
+		cohort__err(st, "%s", detail);
 	a->cb(a->arg, st, &done);
 	cohort__coord_call_fini(&done);
+}
+
+/* A copy of the request with a fresh timeout_ms. */
+static nng_msg *
+coord_async_copy(struct cohort__coord_async *a)
+{
+	Cohort__Request *req;
+	const uint8_t *pl;
+	size_t plen;
+	nng_msg *dup = NULL, *out = NULL;
+
+	if (nng_msg_dup(&dup, a->tmpl) != 0)
+		return (NULL);
+	if (a->call.sends == 0)
+		return (dup);
+	if (cohort__wire_unpack_request(dup, &req, &pl, &plen) != COHORT_OK) {
+		nng_msg_free(dup);
+		return (NULL);
+	}
+	req->timeout_ms = coord_park_ms(a->call.deadline);
+	(void) cohort__wire_pack_request(req, NULL, 0, &out);
+	cohort__request__free_unpacked(req, NULL);
+	nng_msg_free(dup);
+	return (out);
+}
+
+/* Starts the next step of a (send when connected, else wait); under
+ * co->mtx. Returns an error status when the call must end instead. */
+static cohort_status
+coord_async_next_locked(struct cohort__coord_async *a)
+{
+	struct cohort__coord *co = a->co;
+	cohort__time now = cohort__now_ms();
+	nng_msg *msg;
+	cohort_status st;
+
+	if (a->stopped)
+		return (cohort__err(COHORT_ECLOSED, "async call stopped"));
+	if ((st = coord_check_locked(co, &a->call)) != COHORT_OK)
+		return (st);
+	if (!co->up) {
+		if (coord_window_over_locked(co, now))
+			return (coord_check_locked(co, &a->call));
+		if (now >= coord_call_end(&a->call))
+			return (cohort__err(COHORT_ENOCOORD,
+			    "the connection to the coordinator at %s is down",
+			    co->url));
+		a->state = COORD_WAIT;
+		nng_sleep_aio(COORD_POLL_MS, a->aio);
+		return (COHORT_OK);
+	}
+	if ((msg = coord_async_copy(a)) == NULL)
+		return (cohort__err(COHORT_ENOMEM, "out of memory"));
+	a->state = COORD_SEND;
+	a->call.resend = false;
+	a->call.sent_epoch = co->epoch;
+	a->call.sends++;
+	nng_aio_set_timeout(a->aio, coord_wait_ms(a->call.deadline));
+	nng_aio_set_msg(a->aio, msg);
+	nng_ctx_send(a->ctx, a->aio);
+	return (COHORT_OK);
 }
 
 static void
@@ -742,19 +1063,37 @@ coord_async_cb(void *arg)
 	struct cohort__coord_async *a = arg;
 	struct cohort__coord *co = a->co;
 	nng_msg *msg;
-	cohort_status st;
+	cohort_status st = COHORT_OK;
 	int rv = nng_aio_result(a->aio);
 
-	if (a->state == COORD_SEND) {
+	pthread_mutex_lock(&co->mtx);
+	switch (a->state) {
+	case COORD_WAIT:
+		st = coord_async_next_locked(a);
+		break;
+	case COORD_SEND:
 		if (rv != 0) {
 			if ((msg = nng_aio_get_msg(a->aio)) != NULL)
 				nng_msg_free(msg);
 			nng_aio_set_msg(a->aio, NULL);
-			coord_async_finish(a, rv, NULL, "sending");
-			return;
+			if (!a->stopped &&
+			    coord_check_locked(co, &a->call) == COHORT_OK &&
+			    (a->call.resend || coord_conn_error(rv)))
+				st = coord_async_next_locked(a);
+			else if (a->stopped)
+				st = cohort__err(COHORT_ECLOSED,
+				    "async call stopped");
+			else
+				st = coord_step_error(co, &a->call, rv,
+				    "sending");
+			break;
 		}
-		pthread_mutex_lock(&co->mtx);
-		st = a->stopped ? COHORT_ECLOSED :
+		if (a->call.resend) {
+			st = coord_async_next_locked(a);
+			break;
+		}
+		st = a->stopped ? cohort__err(COHORT_ECLOSED,
+		                      "async call stopped") :
 		                  coord_check_locked(co, &a->call);
 		if (st == COHORT_OK) {
 			a->state = COORD_RECV;
@@ -762,15 +1101,32 @@ coord_async_cb(void *arg)
 			    coord_wait_ms(a->call.deadline));
 			nng_ctx_recv(a->ctx, a->aio);
 		}
+		break;
+	case COORD_RECV:
+		if (rv == 0) {
+			msg = nng_aio_get_msg(a->aio);
+			nng_aio_set_msg(a->aio, NULL);
+			pthread_mutex_unlock(&co->mtx);
+			coord_async_finish(a, COHORT_OK, msg);
+			return;
+		}
+		if (!a->stopped &&
+		    coord_check_locked(co, &a->call) == COHORT_OK &&
+		    (a->call.resend || coord_conn_error(rv)))
+			st = coord_async_next_locked(a);
+		else
+			st = a->stopped ?
+			    cohort__err(COHORT_ECLOSED, "async call stopped") :
+			    coord_step_error(co, &a->call, rv,
+			        "waiting for the reply");
+		break;
+	case COORD_IDLE:
 		pthread_mutex_unlock(&co->mtx);
-		if (st != COHORT_OK)
-			coord_async_finish(a, NNG_ECANCELED, NULL, "sending");
 		return;
 	}
-	if (a->state == COORD_RECV) {
-		msg = rv == 0 ? nng_aio_get_msg(a->aio) : NULL;
-		coord_async_finish(a, rv, msg, "waiting for the reply");
-	}
+	pthread_mutex_unlock(&co->mtx);
+	if (st != COHORT_OK)
+		coord_async_finish(a, st, NULL);
 }
 
 cohort_status
@@ -836,14 +1192,17 @@ cohort__coord_async_start(struct cohort__coord_async *a,
 		nng_msg_free(msg);
 		return (st);
 	}
-	a->state = COORD_SEND;
+	a->tmpl = msg;
 	a->call.aio = a->aio;
 	coord_link(co, &a->call);
-	nng_aio_set_timeout(a->aio, coord_wait_ms(deadline));
-	nng_aio_set_msg(a->aio, msg);
-	nng_ctx_send(a->ctx, a->aio);
+	if ((st = coord_async_next_locked(a)) != COHORT_OK) {
+		coord_unlink(co, &a->call);
+		a->state = COORD_IDLE;
+		nng_msg_free(a->tmpl);
+		a->tmpl = NULL;
+	}
 	pthread_mutex_unlock(&co->mtx);
-	return (COHORT_OK);
+	return (st);
 }
 
 void
@@ -863,5 +1222,7 @@ cohort__coord_async_free(struct cohort__coord_async *a)
 	cohort__coord_async_stop(a);
 	nng_ctx_close(a->ctx);
 	nng_aio_free(a->aio);
+	if (a->tmpl != NULL)
+		nng_msg_free(a->tmpl);
 	free(a);
 }

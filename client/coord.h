@@ -36,9 +36,16 @@
  * same call (after cohort__coord_call_fini) re-sends with that seq, which
  * cohortd applies once.
  *
- * Coordinator loss: when the connection to cohortd closes, every pending
- * call fails at once with COHORT_ENOCOORD and so does every later one (the
- * engine does not reconnect yet).
+ * Coordinator loss and restart (issue 4): when the connection to cohortd
+ * drops, pending calls stay pending. nng's dialer re-dials (50 ms back-off
+ * growing to 1 s); on the new connection every request in flight is
+ * re-sent with the same client_id and seq, so cohortd's (journalled) reply
+ * cache answers those it applied already and parked ones are parked again
+ * (collectives keep their (group, op_seq)). A call fails with
+ * COHORT_ENOCOORD only if the connection stays down past the reconnect
+ * window (default COHORT_RECONNECT_MS, else the scaled default dead-after;
+ * the client sets its own dead_after) or past its own deadline; once the
+ * window passed the engine is lost for good (sticky ENOCOORD).
  */
 #ifndef COHORT_COORD_H
 #define COHORT_COORD_H
@@ -74,6 +81,9 @@ struct cohort__coord_call {
 	nng_aio *aio;          /* current step's aio, NULL when none */
 	bool aborted;          /* cohort__coord_call_abort was called */
 	cohort_status abort_st;
+	bool resend;           /* the connection changed: send again */
+	uint64_t sent_epoch;   /* connection epoch of the last send */
+	unsigned sends;        /* times sent */
 	struct cohort__coord_call *prev, *next; /* pending list */
 };
 
@@ -96,8 +106,22 @@ void cohort__coord_set_member(struct cohort__coord *co, int32_t rank,
 uint64_t cohort__coord_generation(const struct cohort__coord *co);
 uint64_t cohort__coord_client_id(const struct cohort__coord *co);
 const char *cohort__coord_url(const struct cohort__coord *co);
-/* True once the connection to cohortd was lost. */
+/* True once the connection to cohortd was lost for good (down longer
+ * than the reconnect window, or dropped). */
 bool cohort__coord_lost(struct cohort__coord *co);
+/* True while a connection is up. */
+bool cohort__coord_up(struct cohort__coord *co);
+/* Connections re-established after a loss so far. */
+uint64_t cohort__coord_reconnects(struct cohort__coord *co);
+/* How long the connection may stay down before calls fail. */
+void cohort__coord_set_reconnect_window(struct cohort__coord *co,
+    cohort_duration ms);
+/* COHORT_RECONNECT_MS if set, else the scaled default dead-after. */
+cohort_duration cohort__coord_default_window(void);
+/* Drops the connection on purpose (fault injection): the engine is lost
+ * at once with `why` (pending calls fail with ENOCOORD), the dialer stops
+ * re-dialing, cohortd sees the connection close. Never blocks long. */
+void cohort__coord_drop(struct cohort__coord *co, const char *why);
 
 void cohort__coord_call_init(struct cohort__coord_call *call,
     Cohort__Request *req, cohort__time deadline);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "fault.h"
 #include "group.h"
 
 cohort_status
@@ -141,6 +142,46 @@ cohort__group_check(const struct cohort_group *g)
 	cohort__err(st, "%s", m->error_detail);
 	pthread_mutex_unlock(&m->mtx);
 	return (st);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Operation hooks                                                          */
+/* ------------------------------------------------------------------------ */
+
+bool
+cohort__op_is_control(const char *kind)
+{
+	return (kind != NULL &&
+	    (strcmp(kind, "barrier") == 0 ||
+	        strcmp(kind, "broadcast_obj") == 0 ||
+	        strcmp(kind, "reduce_scalars") == 0 ||
+	        strcmp(kind, "decide") == 0));
+}
+
+cohort_status
+cohort__group_op_begin(struct cohort_group *g, const char *kind,
+    uint64_t seq)
+{
+	cohort_status st;
+
+	if ((st = cohort__fault_point(g->client, g, kind, seq)) != COHORT_OK)
+		return (st);
+	pthread_mutex_lock(&g->mtx);
+	g->op_kind = kind;
+	g->op_seq = seq;
+	g->op_start = cohort__now_ms();
+	g->op_in = true;
+	pthread_mutex_unlock(&g->mtx);
+	return (COHORT_OK);
+}
+
+void
+cohort__group_op_end(struct cohort_group *g)
+{
+	pthread_mutex_lock(&g->mtx);
+	g->op_in = false;
+	g->op_end = cohort__now_ms();
+	pthread_mutex_unlock(&g->mtx);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -70,6 +70,16 @@ struct cohort_group {
 	void *work_queue;
 	void (*dp_fini)(struct cohort_group *g);
 
+	/* Hang attribution (issue 4): the operation last entered on the
+	 * group, under mtx; the heartbeat reports it (client.c). Data-plane
+	 * operations are numbered by data_seq, control-plane ones by their
+	 * op_seq. kind is a static string, NULL before the first. */
+	const char *op_kind;
+	uint64_t op_seq;
+	cohort__time op_start; /* monotonic ms when entered */
+	cohort__time op_end;   /* ... when left (valid when !op_in) */
+	bool op_in;
+
 	struct cohort_group *next; /* the client's list, under c->mtx */
 };
 
@@ -100,5 +110,19 @@ cohort_status cohort__group_fail(struct cohort_group *g, cohort_status st,
 /* COHORT_OK while healthy; else the sticky status, with its detail as the
  * thread's cohort_last_error(). */
 cohort_status cohort__group_check(const struct cohort_group *g);
+
+/* Operation hooks, called by control.c and collectives.c around every
+ * collective and barrier (seq: the number the operation will carry).
+ * op_begin first runs the client's fault schedule (fault.h), which may
+ * delay, stop or end the process, or fail the operation: then it returns
+ * COHORT_EINJECTED with the detail and the operation must not run (nor
+ * call op_end). Otherwise it records the operation as entered (no round
+ * trip: the next heartbeat carries it) and returns COHORT_OK. */
+cohort_status cohort__group_op_begin(struct cohort_group *g,
+    const char *kind, uint64_t seq);
+void cohort__group_op_end(struct cohort_group *g);
+
+/* Control-plane operation names (their seq is the control op_seq). */
+bool cohort__op_is_control(const char *kind);
 
 #endif /* COHORT_GROUP_H */

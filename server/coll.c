@@ -1168,12 +1168,24 @@ member_parked_coll(const struct srv_member* m)
 	return (false);
 }
 
+/* A control-plane collective as the client names it in heartbeats: it
+ * is numbered by its own op_seq, not comparable with data-plane ones. */
+static bool
+op_is_control(const char* name)
+{
+	return (strcmp(name, "barrier") == 0
+	    || strcmp(name, "broadcast_obj") == 0
+	    || strcmp(name, "reduce_scalars") == 0
+	    || strcmp(name, "decide") == 0);
+}
+
 /* m reports being in (last_group, last_op_seq) on the data plane. */
 static bool
 member_in_data_op(const struct srv_member* m)
 {
 	return (m->state == SRV_MEMBER_RUNNING && m->in_op
-	    && m->last_op[0] != '\0' && !member_parked_coll(m));
+	    && m->last_op[0] != '\0' && !op_is_control(m->last_op)
+	    && !member_parked_coll(m));
 }
 
 void
@@ -1212,7 +1224,8 @@ srv_coll_data_stalls(struct srv_job* job, cohort__time now,
 					leader = false;
 				if (o->op_since < first)
 					first = o->op_since;
-			} else if (same && o->last_op_seq > m->last_op_seq) {
+			} else if (same && !op_is_control(o->last_op)
+			    && o->last_op_seq > m->last_op_seq) {
 				entered[i] = 1; /* already past it */
 			}
 		}

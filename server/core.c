@@ -664,8 +664,10 @@ srv_core_sweep(struct srv_core* core, cohort__time now)
 	bool stalls = now >= core->stall_next;
 
 	srv_core_expire_due(core, now);
+	/* 250 ms: a stall is logged within a quarter second of passing
+	 * --stall-threshold (plus the heartbeat that reports it). */
 	if (stalls)
-		core->stall_next = now + 1000;
+		core->stall_next = now + 250;
 	for (n = srv_map_next(&core->jobs, &i, NULL); n != NULL; n = next) {
 		struct srv_job* job = SRV_CONTAINER(n, struct srv_job, hn);
 		next = srv_map_next(&core->jobs, &i, n);

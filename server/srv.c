@@ -87,6 +87,15 @@ srv_sink(void* arg, void* tp, nng_msg* reply)
 	struct cohort__srv* s = arg;
 	struct srvctx* x = tp;
 
+	if (x->state == SRVCTX_REPLY) {
+		/* Already queued in this turn: a second answer for one
+		 * exchange is a bug; keep the first, never corrupt the
+		 * outbox or leak. */
+		cohort__warn("second reply for one request context dropped");
+		if (reply != NULL)
+			nng_msg_free(reply);
+		return;
+	}
 	x->state = SRVCTX_REPLY;
 	x->out_msg = reply;
 	x->out_next = NULL;

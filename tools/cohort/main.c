@@ -3,6 +3,7 @@
  *
  *   cohort run -n N [...] -- PROGRAM ARGS...   launcher (run.c)
  *   cohort status [--coordinator URL] [...]    jobs, ranks, pending ops
+ *   cohort fault [--coordinator URL] [...] S   send a fault schedule
  *   cohort env                                 resolved environment
  *   cohort bench [...]                         collective benchmark
  *   cohort version | help
@@ -22,6 +23,7 @@
 int cohort__cmd_run(int argc, char **argv) __attribute__((weak));
 int cohort__cmd_bench(int argc, char **argv) __attribute__((weak));
 int cohort__cmd_status(int argc, char **argv) __attribute__((weak));
+int cohort__cmd_fault(int argc, char **argv) __attribute__((weak));
 
 static int cli_env(int argc, char **argv);
 static int cli_version(int argc, char **argv);
@@ -38,6 +40,8 @@ static const struct cli_cmd cli_cmds[] = {
 	    "launch N workers (torchrun-like), supervise, restart" },
 	{ "status", cohort__cmd_status,
 	    "show jobs, ranks, last seen and pending collectives" },
+	{ "fault", cohort__cmd_fault,
+	    "send a fault schedule to a running job (fault injection)" },
 	{ "env", cli_env, "show the resolved rank/world/coordinator" },
 	{ "bench", cohort__cmd_bench, "collective benchmark" },
 	{ "version", cli_version, "print the version" },

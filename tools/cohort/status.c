@@ -1,7 +1,10 @@
 /*
  * status.c - `cohort status`: asks cohortd (StatusQuery) for its jobs and
- * prints, per job, its members (state, last seen, what each is doing) and
- * the collectives still waiting, with the ranks that have not arrived.
+ * prints, per job, its members (state, last seen, what each is doing:
+ * "in allreduce #812 on group '' for 63.2s", from their heartbeats) and
+ * the collectives still waiting, with the ranks that have not arrived;
+ * stalled ones (waiting past cohortd's --stall-threshold, data-plane ones
+ * inferred from heartbeats) are marked STALLED with cohortd's detail.
  *
  *   cohort status [--coordinator URL] [--job J [--token T]] [--timeout MS]
  *
@@ -49,38 +52,70 @@ status_ranks(const char *label, const int32_t *r, size_t n)
 		printf("%s%d", i > 0 ? "," : "", r[i]);
 }
 
+/* "in allreduce #12 on group 'g' for 3.2s", "after barrier #5", "-". */
+static void
+status_doing(const Cohort__MemberStatus *m, char *buf, size_t len)
+{
+	size_t off = 0;
+
+	buf[0] = '\0';
+	if (m->last_op[0] == '\0') {
+		cohort__appendf(buf, len, &off, "-");
+		return;
+	}
+	cohort__appendf(buf, len, &off, "%s %s", m->in_op ? "in" : "after",
+	    m->last_op);
+	if (m->last_op_seq > 0)
+		cohort__appendf(buf, len, &off, " #%" PRIu64, m->last_op_seq);
+	if (m->last_group[0] != '\0')
+		cohort__appendf(buf, len, &off, " on group '%s'",
+		    m->last_group);
+	if (m->in_op)
+		cohort__appendf(buf, len, &off, " for %.1fs",
+		    (double) m->in_op_ms / 1000.0);
+}
+
 static void
 status_print_job(const Cohort__JobStatus *js)
 {
+	char doing[512];
+
 	printf("job %s  generation %" PRIu64 "  world %u  state %s  "
 	       "kv %" PRIu64 " keys / %" PRIu64 " bytes\n",
 	    js->job, js->generation, js->world_size, js->state, js->kv_keys,
 	    js->kv_bytes);
+	if (js->failed_rank >= 0)
+		printf("  failed: rank %d: %s\n", js->failed_rank,
+		    js->failed_text[0] != '\0' ? js->failed_text : "-");
 	if (js->n_members > 0)
 		printf("  %-5s %-20s %-8s %-9s %-10s %s\n", "rank", "host",
-		    "pid", "state", "last seen", "last op");
+		    "pid", "state", "last seen", "doing");
 	for (size_t i = 0; i < js->n_members; i++) {
 		const Cohort__MemberStatus *m = js->members[i];
+		status_doing(m, doing, sizeof(doing));
 		printf("  %-5d %-20s %-8u %-9s %8.1fs  %s", m->rank, m->host,
 		    m->pid, m->state, (double) m->last_seen_ms_ago / 1000.0,
-		    m->last_op[0] != '\0' ? m->last_op : "-");
-		if (m->last_op[0] != '\0' && m->last_op_seq > 0)
-			printf(" #%" PRIu64, m->last_op_seq);
+		    doing);
 		if (m->failure[0] != '\0')
 			printf("  failure: %s", m->failure);
 		printf("\n");
 	}
 	for (size_t i = 0; i < js->n_pending; i++) {
 		const Cohort__PendingOp *p = js->pending[i];
-		printf("  pending: group '%s' #%" PRIu64 " %s", p->group,
-		    p->op_seq, p->kind);
+		printf("  %s: group '%s' #%" PRIu64 " %s",
+		    p->stalled ? "STALLED" : "pending", p->group, p->op_seq,
+		    p->kind);
 		if (p->name[0] != '\0')
 			printf(" '%s'", p->name);
-		printf("  waiting %.1fs  ", (double) p->waiting_ms / 1000.0);
+		printf("%s  waiting %.1fs  ",
+		    p->data_plane ? " (data plane)" : "",
+		    (double) p->waiting_ms / 1000.0);
 		status_ranks("arrived", p->arrived, p->n_arrived);
 		printf("  ");
 		status_ranks("missing", p->missing, p->n_missing);
 		printf("\n");
+		if (p->detail[0] != '\0')
+			printf("    %s\n", p->detail);
 	}
 }
 
