@@ -589,6 +589,7 @@ client_leave(struct cohort_client *c)
 	/* best effort: not while the connection is down */
 	if (!cohort__coord_up(c->coord))
 		return;
+	cohort__coord_prepare_close(c->coord);
 	req.body_case = COHORT__REQUEST__BODY_LEAVE;
 	req.leave = &leave;
 	/* answered at once; the reply grace bounds the wait */

@@ -63,6 +63,7 @@ struct cohort__coord {
 	cohort_duration reconnect_ms;
 	uint64_t reconnects;
 	bool lost;        /* gave up: sticky ENOCOORD */
+	bool leaving;     /* Leave sent: cohortd closes the connection */
 	char lost_why[320];
 	bool closing;
 	int32_t rank;
@@ -483,6 +484,11 @@ coord_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 		co->pipe_id = id;
 		co->epoch++;
 		coord_resend_all_locked(co, NNG_ECANCELED);
+	} else if (ev == NNG_PIPE_EV_REM_POST && co->up && id == co->pipe_id &&
+	    co->leaving) {
+		/* the close cohortd does after a Leave: expected */
+		co->up = false;
+		co->pipe_id = 0;
 	} else if (ev == NNG_PIPE_EV_REM_POST && co->up && id == co->pipe_id) {
 		co->up = false;
 		co->pipe_id = 0;
@@ -700,6 +706,14 @@ cohort__coord_close(struct cohort__coord *co)
 	if (co == NULL)
 		return;
 	pthread_mutex_lock(&co->mtx);
+	/* After a Leave, let cohortd close the connection first (see
+	 * cohort__coord_prepare_close); bounded. */
+	if (co->leaving) {
+		cohort__time until = cohort__now_ms() + 400;
+		while (co->up &&
+		    cohort__cond_wait_until(&co->cv, &co->mtx, until) == 0)
+			;
+	}
 	co->closing = true;
 	for (call = co->pending; call != NULL; call = call->next)
 		if (call->aio != NULL)
@@ -719,6 +733,17 @@ cohort__coord_close(struct cohort__coord *co)
 	free(co->job);
 	free(co->token);
 	free(co);
+}
+
+void
+cohort__coord_prepare_close(struct cohort__coord *co)
+{
+	pthread_mutex_lock(&co->mtx);
+	co->leaving = true;
+	pthread_mutex_unlock(&co->mtx);
+	/* no reconnection once cohortd closes the connection */
+	(void) nng_dialer_set_ms(co->dialer, NNG_OPT_RECONNMINT, 3600000);
+	(void) nng_dialer_set_ms(co->dialer, NNG_OPT_RECONNMAXT, 3600000);
 }
 
 void

@@ -100,6 +100,13 @@ cohort_status cohort__coord_wait_connected(struct cohort__coord *co,
  * engine. Async operations must have been freed before. NULL-safe. */
 void cohort__coord_close(struct cohort__coord *co);
 
+/* Announces a clean departure: the Leave about to be sent makes cohortd
+ * close this connection (proto/README.md 4.4), which is then expected,
+ * not reconnected, and cohort__coord_close waits for it (at most 400 ms)
+ * before closing the socket. That order avoids an nng 1.5.2 deadlock in
+ * closing a socket whose connection is still alive (nng #1543). */
+void cohort__coord_prepare_close(struct cohort__coord *co);
+
 /* Identity carried by later requests (after the join completed). */
 void cohort__coord_set_member(struct cohort__coord *co, int32_t rank,
     uint64_t generation);
