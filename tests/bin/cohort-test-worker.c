@@ -358,9 +358,21 @@ scen_report(cohort_client *c, const char *arg)
 
 	WORKER_CHECK("ready", cohort_barrier(g, "ready", 30000));
 	if (cohort_client_rank(c) == 1) {
+		/* Fail only once every other rank has seen "ready" complete:
+		 * a failure racing with the barrier's own replies may, by
+		 * design, fail the barrier too. */
+		const char *k[] = { "report/all-ready" };
+		WORKER_CHECK("wait", cohort_kv_wait(c, k, 1, 30000));
 		WORKER_CHECK("report", cohort_report_failure(c,
 		    "Traceback: ValueError: loss is NaN at step 7", 10000));
 		_exit(1);
+	} else {
+		int64_t n = 0;
+		WORKER_CHECK("add", cohort_kv_add(c, "report/ready", 1, &n,
+		    10000));
+		if (n == cohort_client_world_size(c) - 1)
+			WORKER_CHECK("set", cohort_kv_set(c,
+			    "report/all-ready", "1", 1, 10000));
 	}
 	st = cohort_barrier(g, "final", 60000);
 	worker_result("report", st, cohort_group_last_error(g));
