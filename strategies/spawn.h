@@ -126,7 +126,7 @@ COHORT_API bool cohort_spawn_get_from_queue(const cohort_spawn_result *r,
 
 COHORT_API int cohort_spawn_rank(const cohort_spawn_ctx *ctx);
 COHORT_API int cohort_spawn_world_size(const cohort_spawn_ctx *ctx);
-/* return_result: the value the caller gets (rank 0's; the last call
+/* return_result: the value returned to the caller (rank 0's; the last call
  * wins; other ranks' values are dropped). */
 COHORT_API cohort_status cohort_spawn_return(cohort_spawn_ctx *ctx,
     const void *data, size_t len);
