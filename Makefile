@@ -44,12 +44,16 @@ PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 OPT ?= -O2
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror \
-	-Wstrict-prototypes -Wno-unused-parameter -fPIC -pthread -MMD -MP \
+	-Wstrict-prototypes -Wno-unused-parameter -fPIC -fvisibility=hidden \
+	-pthread -MMD -MP \
 	$(SANFLAGS)
 CPPFLAGS := -Iclient/include -iquote client -iquote server -iquote cuda \
 	-iquote strategies -I$(GEN) \
 	-iquote tests/harness -iquote examples/lib $(PKG_CFLAGS)
 LDLIBS := -lnng $(PKG_LIBS) -lpthread -lm -ldl
+# What libcohort.so itself needs (no test framework).
+LIB_LDLIBS := -lnng $(shell pkg-config --libs libprotobuf-c 2>/dev/null) \
+	-lpthread -lm -ldl
 LDFLAGS := $(SANFLAGS) -pthread
 
 # --- optional GPU toolchain probe (never required) -------------------------
@@ -140,7 +144,8 @@ $(OBJ)/%.o: %.c
 
 $(OBJ)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) -O3 -std=c++17 -Xcompiler -fPIC -Iclient/include -Icuda \
+	$(NVCC) -O3 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden \
+	  -Iclient/include -Icuda \
 	  -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
 	  -gencode arch=compute_90,code=compute_90 $(DEFS) -c $< -o $@
 
@@ -151,7 +156,8 @@ $(LIB)/libcohort.a: $(LIB_OBJ)
 
 $(LIB)/libcohort.so: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-soname,libcohort.so.0 $(LDFLAGS) -o $@ $^ $(CUDA_LINK) $(LDLIBS)
+	$(CC) -shared -Wl,-soname,libcohort.so.0 $(LDFLAGS) -o $@ $^ $(CUDA_LINK) \
+	  $(LIB_LDLIBS)
 
 $(LIB)/libcohortd.a: $(SRV_OBJ)
 	@mkdir -p $(dir $@)
@@ -232,7 +238,8 @@ install: all
 	install -m 755 $(LIB)/libcohort.so $(DESTDIR)$(PREFIX)/lib/libcohort.so.0
 	ln -sf libcohort.so.0 $(DESTDIR)$(PREFIX)/lib/libcohort.so
 	install -m 644 client/include/cohort/*.h $(DESTDIR)$(PREFIX)/include/cohort/
-	install -m 644 $(BUILD)/cohort.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|0.1.0|g' \
+	  tools/cohort.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/cohort.pc
 
 check-style:
 	@tools/check-style.sh
