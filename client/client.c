@@ -46,6 +46,47 @@ cohort_options_init(cohort_options *opts)
 	opts->data_addr = NULL;
 }
 
+/* A negative duration (forever) is longer than any other. */
+static int64_t
+client_dur(cohort_duration d)
+{
+	return (d < 0 ? INT64_MAX : (int64_t) d);
+}
+
+cohort_status
+cohort__timeouts_check(const cohort_options *opts, char *why, size_t len)
+{
+	int64_t op = client_dur(opts->op_timeout);
+	int64_t join = opts->join_timeout == COHORT_WAIT_DEFAULT ?
+	    op :
+	    client_dur(opts->join_timeout);
+
+	if (opts->heartbeat_interval <= 0 ||
+	    opts->dead_after <= opts->heartbeat_interval) {
+		snprintf(why, len,
+		    "need 0 < heartbeat interval (%d ms) < dead-after (%d ms)",
+		    opts->heartbeat_interval, opts->dead_after);
+		return (COHORT_EINVAL);
+	}
+	if (op <= opts->dead_after) {
+		snprintf(why, len,
+		    "the operation timeout (%d ms) must be longer than "
+		    "dead-after (%d ms), or real failures would look like "
+		    "timeouts",
+		    opts->op_timeout, opts->dead_after);
+		return (COHORT_EINVAL);
+	}
+	if (join < op) {
+		snprintf(why, len,
+		    "the rendezvous timeout (%d ms) must not be shorter than "
+		    "the operation timeout (%d ms)",
+		    opts->join_timeout, opts->op_timeout);
+		return (COHORT_EINVAL);
+	}
+	snprintf(why, len, "ok");
+	return (COHORT_OK);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Internal API (client.h)                                                  */
 /* ------------------------------------------------------------------------ */
@@ -484,11 +525,12 @@ client_check_options(const cohort_options *opts)
 		return (cohort__err(COHORT_EINVAL,
 		    "join_timeout %d is not a valid duration",
 		    opts->join_timeout));
-	if (opts->heartbeat_interval <= 0 ||
-	    opts->dead_after <= opts->heartbeat_interval)
-		return (cohort__err(COHORT_EINVAL,
-		    "need 0 < heartbeat_interval (%d) < dead_after (%d)",
-		    opts->heartbeat_interval, opts->dead_after));
+	{
+		char why[256];
+		if (cohort__timeouts_check(opts, why, sizeof(why)) !=
+		    COHORT_OK)
+			return (cohort__err(COHORT_EINVAL, "%s", why));
+	}
 	if (strcmp(b, "auto") != 0 && strcmp(b, "tcp") != 0 &&
 	    strcmp(b, "service") != 0 && strcmp(b, "nccl") != 0 &&
 	    strcmp(b, "tcp-staged") != 0)

@@ -141,6 +141,15 @@ void cohort__assert_fail(const char *expr, const char *file, int line)
 /* Largest vector for cohort_reduce_scalars. */
 #define COHORT__MAX_SCALARS 4096
 
+/* COHORT_TIMEOUT_MS, COHORT_JOIN_TIMEOUT_MS, COHORT_HEARTBEAT_MS,
+ * COHORT_DEAD_AFTER_MS and COHORT_BACKEND into opts (client/env.c). */
+cohort_status cohort__options_env_timeouts(cohort_options *opts);
+/* Checks heartbeat < dead-after < operation timeout <= rendezvous timeout
+ * (a negative timeout means none, and is larger than any other); writes a
+ * one-line explanation into why. */
+cohort_status cohort__timeouts_check(const cohort_options *opts, char *why,
+    size_t len);
+
 /* COHORT_TIMEOUT_SCALE applied to a duration (milliseconds). */
 cohort_duration cohort__scaled(cohort_duration ms);
 

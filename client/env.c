@@ -22,6 +22,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -350,9 +351,51 @@ cohort_env_format(const cohort_env *env, char *buf, size_t len)
 	return (off);
 }
 
+/*
+ * Timeouts and the backend from the environment, for programs started by a
+ * launcher: COHORT_TIMEOUT_MS (operation timeout), COHORT_JOIN_TIMEOUT_MS
+ * (rendezvous), COHORT_HEARTBEAT_MS, COHORT_DEAD_AFTER_MS, COHORT_BACKEND.
+ * Unset ones keep opts' values. Malformed ones are COHORT_EINVAL.
+ */
+cohort_status
+cohort__options_env_timeouts(cohort_options *opts)
+{
+	static const struct {
+		const char *name;
+		size_t off;
+	} knobs[] = {
+		{ "COHORT_TIMEOUT_MS", offsetof(cohort_options, op_timeout) },
+		{ "COHORT_JOIN_TIMEOUT_MS",
+		    offsetof(cohort_options, join_timeout) },
+		{ "COHORT_HEARTBEAT_MS",
+		    offsetof(cohort_options, heartbeat_interval) },
+		{ "COHORT_DEAD_AFTER_MS", offsetof(cohort_options, dead_after) },
+	};
+	const char *b = getenv("COHORT_BACKEND");
+
+	for (size_t i = 0; i < sizeof(knobs) / sizeof(knobs[0]); i++) {
+		const char *s = getenv(knobs[i].name);
+		int64_t v;
+		if (s == NULL || s[0] == '\0')
+			continue;
+		if (!cohort__parse_i64(s, &v) || v < -1 || v > INT32_MAX)
+			return (cohort__err(COHORT_EINVAL,
+			    "%s=%s is not a duration in milliseconds (-1 = "
+			    "none)",
+			    knobs[i].name, s));
+		*(cohort_duration *) ((char *) opts + knobs[i].off) =
+		    (cohort_duration) v;
+	}
+	if (b != NULL && b[0] != '\0')
+		opts->backend = b;
+	return (COHORT_OK);
+}
+
 cohort_status
 cohort_options_from_env(cohort_options *opts, const cohort_env *env)
 {
+	cohort_status st;
+
 	if (opts == NULL || env == NULL)
 		return (cohort__err(COHORT_EINVAL, "NULL argument"));
 	if (env->coordinator[0] == '\0')
@@ -370,5 +413,7 @@ cohort_options_from_env(cohort_options *opts, const cohort_env *env)
 	opts->rank = env->rank;
 	opts->world_size = env->world_size;
 	opts->local_rank = env->local_rank;
+	if ((st = cohort__options_env_timeouts(opts)) != COHORT_OK)
+		return (st);
 	return (COHORT_OK);
 }

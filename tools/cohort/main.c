@@ -80,6 +80,37 @@ cli_version(int argc, char **argv)
 	return (0);
 }
 
+/* The timeout hierarchy a worker started here would use (docs/timeouts.md),
+ * validated like cohort_client_open does. */
+static int
+cli_env_timeouts(void)
+{
+	cohort_options o;
+	char why[256];
+	cohort_status st;
+
+	cohort_options_init(&o);
+	if ((st = cohort__options_env_timeouts(&o)) != COHORT_OK) {
+		fprintf(stderr, "cohort env: %s\n", cohort_last_error());
+		return (1);
+	}
+	st = cohort__timeouts_check(&o, why, sizeof(why));
+	printf("timeouts (COHORT_TIMEOUT_SCALE applied to the liveness ones):\n"
+	       "  heartbeat interval %8d ms  (COHORT_HEARTBEAT_MS)\n"
+	       "  dead after         %8d ms  (COHORT_DEAD_AFTER_MS)\n"
+	       "  operation timeout  %8d ms  (COHORT_TIMEOUT_MS)\n"
+	       "  rendezvous timeout %8d ms  (COHORT_JOIN_TIMEOUT_MS; "
+	       "default = operation)\n"
+	       "  order: %s\n",
+	    o.heartbeat_interval, o.dead_after, o.op_timeout,
+	    o.join_timeout == COHORT_WAIT_DEFAULT ? o.op_timeout :
+						    o.join_timeout,
+	    st == COHORT_OK ? "heartbeat < dead-after < operation <= "
+			      "rendezvous: ok" :
+			      why);
+	return (st == COHORT_OK ? 0 : 1);
+}
+
 static int
 cli_env(int argc, char **argv)
 {
@@ -110,7 +141,7 @@ cli_env(int argc, char **argv)
 	}
 	cohort_env_format(&env, buf, sizeof(buf));
 	fputs(buf, stdout);
-	return (0);
+	return (cli_env_timeouts());
 }
 
 int
