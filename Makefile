@@ -225,7 +225,7 @@ bench:
 
 bench-faults: deps
 	$(MAKE) all
-	@bench/faults $(BIN)
+	@bench/faults $(BIN) --trials 20 --stop-trials 5
 
 gpu-check: all
 	@tools/gpu-check.sh $(BIN)

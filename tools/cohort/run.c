@@ -545,6 +545,9 @@ run_generation(const struct run_cfg *cfg, const char *url, const char *job,
 		}
 		if (term_at != 0 && now >= term_at) {
 			run_signal_all(w, nw, SIGTERM);
+			/* a stopped worker (SIGSTOP, a fault drill) only
+			 * acts on SIGTERM once continued */
+			run_signal_all(w, nw, SIGCONT);
 			term_at = INT64_MAX;
 		}
 		if (kill_at != 0 && now >= kill_at) {
