@@ -1,14 +1,31 @@
 /*
  * train_digits.c - data-parallel training of a small MLP on the digits data
- * set with libcohort: the main job of `make demo`.
+ * set with libcohort and its strategies (strategies/): the main job of
+ * `make demo`.
  *
- * Every rank reads its rank and the world size from the environment
- * (cohort_client_open_env: COHORT_*, torchrun, Open MPI, SLURM, ...), loads
- * the data itself, and takes rank 0's initial parameters by a broadcast.
+ * --strategy picks how the ranks cooperate (docs/strategies.md):
+ *
+ *   ddp    (default) every rank is a process of a cohort job (rank and
+ *          world size from the environment: cohort run, torchrun, Open
+ *          MPI, SLURM, ...); cohort_ddp broadcasts rank 0's initial
+ *          parameters, reduces the gradients in buckets as backward
+ *          produces them (--bucket-cap, --hook none|fp16|bf16) and skips
+ *          communication on the first K-1 micro-steps of --accum K
+ *          (no_sync).
+ *   hvd    the same processes; Horovod-style negotiated, fused named
+ *          all-reduces of the gradients (backward_passes_per_step = K).
+ *   spawn  this program starts --ranks N worker processes itself
+ *          (cohort_spawn, with a private coordinator); they train with
+ *          ddp and rank 0's results come back to the parent, which
+ *          prints the final lines.
+ *   dp     one process, --ranks N model replicas on N threads
+ *          (cohort_dp): each global batch is split over the replicas,
+ *          gradients are summed on replica 0, which steps and copies its
+ *          parameters back. No coordinator.
+ *
  * Each optimizer step covers one global batch (--batch, split evenly over
- * the ranks, see examples/lib/digits.h); gradients are averaged across
- * ranks by sync_gradients() before the SGD step, so every rank applies the
- * same update and the parameters stay identical: the final checksums
+ * the ranks, see examples/lib/digits.h) times --accum; every rank applies
+ * the same update and the parameters stay identical: the final checksums
  * prove it. Metrics are summed over all ranks' shards.
  *
  * --local runs one process without any cohort call: the baseline that a
@@ -28,14 +45,23 @@
 #include <unistd.h>
 
 #include "cohort/cohort.h"
+#include "ddp.h"
 #include "digits.h"
+#include "dp.h"
+#include "hvd.h"
 #include "mlp.h"
+#include "spawn.h"
 
 #define PROG "train_digits"
 #define HIDDEN 128
 #define DATA_SEED 1797             /* fixed train/test split */
 #define JOIN_TIMEOUT_MS (120 * 1000) /* waiting for every rank to start */
 #define REPORT_TIMEOUT_MS 5000
+#define MAX_RANKS 256 /* --ranks: cohort_spawn's and cohort_dp's limit */
+
+enum strategy { STRAT_DDP, STRAT_SPAWN, STRAT_DP, STRAT_HVD };
+
+static const char *const strategy_names[] = { "ddp", "spawn", "dp", "hvd" };
 
 struct opts {
 	int epochs;
@@ -49,6 +75,10 @@ struct opts {
 	const char *save; /* final parameters, raw float32 (rank 0) */
 	bool quiet;
 	bool local;
+	enum strategy strategy;
+	const char *hook;  /* ddp comm hook: none, fp16, bf16 */
+	size_t bucket_cap; /* ddp bucket cap, bytes; 0 = the default */
+	int ranks;         /* spawn: workers; dp: replicas */
 };
 
 struct epoch_stats {
@@ -69,6 +99,27 @@ struct trainer {
 	uint8_t *by;
 	struct epoch_stats *hist;
 	bool tty;
+	/* The strategy's state (at most one is set). */
+	cohort_ddp *ddp;      /* ddp, and spawn's workers */
+	cohort_hvd *hvd;
+	cohort_dp *dp;
+	struct mlp *reps;     /* dp: the replicas; reps[0] is m */
+	cohort_dp_replica *rd;
+	double *rep_loss;     /* dp: per-replica metrics of an epoch */
+	size_t *rep_correct;
+	cohort_spawn_ctx *spawn; /* in a spawn worker */
+	int nrep;             /* dp: replicas */
+};
+
+/* What a spawn worker of rank 0 returns to the parent: this header, then
+ * hist[epochs], checksums[world] (uint64_t), params[n_params] (float). */
+struct spawn_report {
+	int32_t world;
+	int32_t equal;
+	uint64_t n_params;
+	double seconds;
+	double samples_per_s;
+	char backend[32];
 };
 
 static double
@@ -80,8 +131,8 @@ now_s(void)
 	return ((double) ts.tv_sec + (double) ts.tv_nsec * 1e-9);
 }
 
-/* A fatal error: tell the other ranks (through cohortd) why this one
- * stops, then exit 1. */
+/* A fatal error: tell the other ranks (through cohortd, with ddp by
+ * cohort_ddp_on_exception) why this one stops, then exit 1. */
 static void
 die(struct trainer *t, const char *fmt, ...)
 {
@@ -95,7 +146,14 @@ die(struct trainer *t, const char *fmt, ...)
 		fputc('\n', stdout);
 	fflush(stdout);
 	fprintf(stderr, PROG ": rank %d: %s\n", t->rank, text);
-	if (t->c != NULL) {
+	if (t->ddp != NULL) {
+		cohort_status st = cohort_ddp_on_exception(t->ddp, text);
+
+		if (st != COHORT_OK)
+			fprintf(stderr,
+			    PROG ": rank %d: cohort_ddp_on_exception: %s\n",
+			    t->rank, cohort_status_name(st));
+	} else if (t->c != NULL) {
 		cohort_status st;
 
 		st = cohort_report_failure(t->c, text, REPORT_TIMEOUT_MS);
@@ -103,8 +161,9 @@ die(struct trainer *t, const char *fmt, ...)
 			fprintf(stderr,
 			    PROG ": rank %d: cohort_report_failure: %s\n",
 			    t->rank, cohort_status_name(st));
-		cohort_client_close(t->c);
 	}
+	/* The process ends here: the OS closes the sockets (freeing the
+	 * strategies' state would wait for peers that may be gone). */
 	exit(1);
 }
 
@@ -116,7 +175,13 @@ check(struct trainer *t, cohort_status st, const char *what)
 
 	if (st == COHORT_OK)
 		return;
-	if (t->g != NULL)
+	if (t->ddp != NULL)
+		detail = cohort_ddp_last_error(t->ddp);
+	else if (t->hvd != NULL)
+		detail = cohort_hvd_last_error(t->hvd);
+	else if (t->dp != NULL)
+		detail = cohort_dp_last_error(t->dp);
+	if ((detail == NULL || detail[0] == '\0') && t->g != NULL)
 		detail = cohort_group_last_error(t->g);
 	if (detail == NULL || detail[0] == '\0')
 		detail = cohort_last_error();
@@ -125,19 +190,29 @@ check(struct trainer *t, cohort_status st, const char *what)
 	die(t, "%s: %s: %s", what, cohort_status_name(st), detail);
 }
 
-/*
- * The gradient synchronisation of one optimizer step: every rank's
- * accumulated gradient is replaced by the mean over all ranks, one flat
- * all-reduce over the whole model. This is the part a DDP strategy
- * (bucketed, overlapped with backward) replaces.
- */
-static cohort_status
-sync_gradients(struct trainer *t)
+/* mlp_backward's readiness callback: the strategy may start reducing the
+ * gradient while the rest of backward runs. */
+static void
+ddp_grad_ready(void *ctx, int i)
 {
-	if (t->g == NULL || t->world == 1)
-		return (COHORT_OK);
-	return (cohort_allreduce(t->g, t->m.grads, t->m.grads, t->m.n_params,
-	    COHORT_F32, COHORT_MEAN, NULL, COHORT_WAIT_DEFAULT));
+	cohort_ddp_grad_ready(ctx, i);
+}
+
+static void
+hvd_grad_ready(void *ctx, int i)
+{
+	cohort_hvd_grad_ready(ctx, i);
+}
+
+static void
+mlp_params(struct mlp *m, cohort_ddp_param *p)
+{
+	for (int i = 0; i < MLP_NPARAMS; i++) {
+		p[i].name = m->param[i].name;
+		p[i].data = m->param[i].data;
+		p[i].grad = m->param[i].grad;
+		p[i].count = m->param[i].count;
+	}
 }
 
 /* Sums metrics over the ranks (no-op alone). */
@@ -155,6 +230,118 @@ reduce_metrics(struct trainer *t, double *v, size_t n)
 /* Training                                                             */
 /* ------------------------------------------------------------------ */
 
+/* dp: forward and backward of replica k's chunk [begin, end) of the
+ * gathered global batch (on replica k's thread). */
+static int
+dp_forward_backward(void *model, int k, size_t begin, size_t end,
+    float scale, void *arg)
+{
+	struct trainer *t = arg;
+	struct mlp *m = model;
+	const float *x = t->bx + begin * DIGITS_FEATURES;
+	const uint8_t *y = t->by + begin;
+	size_t n = end - begin;
+
+	if (mlp_forward(m, x, y, n, &t->rep_loss[k], &t->rep_correct[k]) !=
+	    0)
+		return (-1);
+	/* scale = 1 / global batch; accumulation divides again by K. */
+	mlp_backward(m, x, y, n, scale / (float) t->o.accum);
+	return (0);
+}
+
+static int
+dp_sgd_step(void *model, void *arg)
+{
+	const struct trainer *t = arg;
+
+	return (mlp_sgd_step(model, t->o.lr, t->o.momentum));
+}
+
+/* One micro-step (a global batch of G samples, this rank's shard) of
+ * forward and backward; the strategy's hooks run during backward. */
+static void
+micro_step(struct trainer *t, size_t first, size_t G, size_t *count,
+    double *loss, size_t *correct)
+{
+	size_t n;
+
+	if (t->dp != NULL) {
+		/* Every replica's chunk of the whole global batch. */
+		n = digits_shard(t->perm, first, G, 0, 1, t->idx);
+		digits_gather(&t->train, t->idx, n, t->bx, t->by);
+		check(t, cohort_dp_forward_backward(t->dp, n,
+		             dp_forward_backward, t),
+		    "cohort_dp_forward_backward");
+		*count += n;
+		return;
+	}
+	n = digits_shard(t->perm, first, G, t->rank, t->world, t->idx);
+	digits_gather(&t->train, t->idx, n, t->bx, t->by);
+	if (mlp_forward(&t->m, t->bx, t->by, n, loss, correct) != 0)
+		die(t, "forward: %s", strerror(errno));
+	mlp_backward(&t->m, t->bx, t->by, n,
+	    1.0f / (float) (n * (size_t) t->o.accum));
+	*count += n;
+}
+
+static void
+sgd_step(struct trainer *t)
+{
+	if (mlp_sgd_step(&t->m, t->o.lr, t->o.momentum) != 0)
+		die(t, "sgd step: %s", strerror(errno));
+	mlp_zero_grad(&t->m);
+}
+
+/* One optimizer step of K micro-steps through the strategy. */
+static void
+train_step(struct trainer *t, size_t s, double *loss, size_t *correct,
+    size_t *count)
+{
+	const size_t G = (size_t) t->o.batch;
+	const size_t K = (size_t) t->o.accum;
+
+	if (t->ddp != NULL) {
+		for (size_t k = 0; k < K; k++) {
+			/* block_backward_sync: only the last micro-step's
+			 * backward communicates. */
+			if (k + 1 < K)
+				cohort_ddp_no_sync_begin(t->ddp);
+			else
+				cohort_ddp_no_sync_end(t->ddp);
+			micro_step(t, (s * K + k) * G, G, count, loss,
+			    correct);
+		}
+		check(t, cohort_ddp_sync(t->ddp), "cohort_ddp_sync");
+		sgd_step(t);
+		check(t, cohort_ddp_after_step(t->ddp),
+		    "cohort_ddp_after_step");
+	} else if (t->hvd != NULL) {
+		for (size_t k = 0; k < K; k++) {
+			bool do_step;
+
+			micro_step(t, (s * K + k) * G, G, count, loss,
+			    correct);
+			check(t, cohort_hvd_step_sync(t->hvd, &do_step),
+			    "cohort_hvd_step_sync");
+			if (do_step)
+				sgd_step(t);
+		}
+	} else if (t->dp != NULL) {
+		for (size_t k = 0; k < K; k++)
+			micro_step(t, (s * K + k) * G, G, count, loss,
+			    correct);
+		check(t, cohort_dp_step(t->dp, dp_sgd_step, t),
+		    "cohort_dp_step");
+	} else {
+		/* --local */
+		for (size_t k = 0; k < K; k++)
+			micro_step(t, (s * K + k) * G, G, count, loss,
+			    correct);
+		sgd_step(t);
+	}
+}
+
 static void
 train_epoch(struct trainer *t, int epoch, struct epoch_stats *es)
 {
@@ -166,30 +353,22 @@ train_epoch(struct trainer *t, int epoch, struct epoch_stats *es)
 	size_t correct = 0, count = 0;
 	double t0, t1;
 
+	for (int k = 0; k < t->nrep; k++) {
+		t->rep_loss[k] = 0.0;
+		t->rep_correct[k] = 0;
+	}
 	digits_epoch_order(t->perm, t->train.n, t->o.seed, (uint64_t) epoch);
 	t0 = now_s();
-	for (size_t s = 0; s < steps; s++) {
-		for (size_t k = 0; k < K; k++) {
-			size_t b = s * K + k;
-			size_t n = digits_shard(t->perm, b * G, G, t->rank,
-			    t->world, t->idx);
-
-			digits_gather(&t->train, t->idx, n, t->bx, t->by);
-			if (mlp_forward(&t->m, t->bx, t->by, n, &v[0],
-			        &correct) != 0)
-				die(t, "forward: %s", strerror(errno));
-			mlp_backward(&t->m, t->bx, t->by, n,
-			    1.0f / (float) (n * K));
-			count += n;
-		}
-		check(t, sync_gradients(t), "sync_gradients");
-		if (mlp_sgd_step(&t->m, t->o.lr, t->o.momentum) != 0)
-			die(t, "sgd step: %s", strerror(errno));
-		mlp_zero_grad(&t->m);
-	}
+	for (size_t s = 0; s < steps; s++)
+		train_step(t, s, &v[0], &correct, &count);
 	t1 = now_s();
+	for (int k = 0; k < t->nrep; k++) {
+		v[0] += t->rep_loss[k];
+		correct += t->rep_correct[k];
+	}
 
-	/* Test set: rank r evaluates samples r, r + world, ... */
+	/* Test set: rank r evaluates samples r, r + world, ... (dp: replica
+	 * 0 all of them) */
 	{
 		size_t n = digits_shard(NULL, 0, t->test.n, t->rank,
 		    t->world, t->idx);
@@ -310,9 +489,13 @@ write_svg(const struct trainer *t, const char *path)
 	    W, H, W, H);
 	fprintf(f,
 	    "<text x=\"%.0f\" y=\"24\" text-anchor=\"middle\" "
-	    "font-size=\"15\">train_digits: %d rank%s, batch %ld, lr %g, "
+	    "font-size=\"15\">train_digits: %s, %d %s%s, batch %ld, lr %g, "
 	    "final test accuracy %.4f</text>\n",
-	    W / 2, t->world, t->world == 1 ? "" : "s", t->o.batch * t->o.accum,
+	    W / 2, t->o.local ? "local" : strategy_names[t->o.strategy],
+	    t->dp != NULL ? t->nrep : t->world,
+	    t->dp != NULL ? "replica" : "rank",
+	    (t->dp != NULL ? t->nrep : t->world) == 1 ? "" : "s",
+	    t->o.batch * t->o.accum,
 	    (double) t->o.lr, n > 0 ? t->hist[n - 1].test_acc : 0.0);
 
 	/* Grid and ticks. */
@@ -423,7 +606,14 @@ usage(FILE *f)
 	    "  --save PATH    write the final parameters as raw float32\n"
 	    "                 (native byte order; rank 0)\n"
 	    "  --quiet        only the final lines\n"
-	    "  --local        one process, no cohort calls (the baseline)\n");
+	    "  --local        one process, no cohort calls (the baseline)\n"
+	    "  --strategy S   ddp (default), hvd: the ranks of a cohort\n"
+	    "                 job; spawn: start --ranks workers (ddp)\n"
+	    "                 here; dp: --ranks replicas in this process\n"
+	    "  --ranks N      workers (spawn) or replicas (dp), default 4\n"
+	    "  --hook H       ddp comm hook: none (default), fp16, bf16\n"
+	    "  --bucket-cap B ddp gradient bucket cap in bytes (default\n"
+	    "                 25 MiB, the first bucket 1 MiB)\n");
 }
 
 static bool
@@ -470,6 +660,10 @@ parse_args(int argc, char **argv, struct opts *o)
 		{ "save", required_argument, NULL, 'S' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "local", no_argument, NULL, 'L' },
+		{ "strategy", required_argument, NULL, 'T' },
+		{ "ranks", required_argument, NULL, 'n' },
+		{ "hook", required_argument, NULL, 'H' },
+		{ "bucket-cap", required_argument, NULL, 'B' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -487,6 +681,10 @@ parse_args(int argc, char **argv, struct opts *o)
 	o->save = NULL;
 	o->quiet = false;
 	o->local = false;
+	o->strategy = STRAT_DDP;
+	o->hook = "none";
+	o->bucket_cap = 0;
+	o->ranks = 4;
 
 	while ((ch = getopt_long(argc, argv, "h", longopts, &li)) != -1) {
 		bool ok = true;
@@ -529,6 +727,26 @@ parse_args(int argc, char **argv, struct opts *o)
 		case 'L':
 			o->local = true;
 			break;
+		case 'T':
+			ok = false;
+			for (int i = 0; i < 4; i++)
+				if (strcmp(optarg, strategy_names[i]) == 0) {
+					o->strategy = (enum strategy) i;
+					ok = true;
+				}
+			break;
+		case 'n':
+			ok = parse_long(optarg, 1, MAX_RANKS, &v);
+			o->ranks = (int) v;
+			break;
+		case 'H':
+			o->hook = optarg;
+			ok = cohort_ddp_hook_by_name(optarg) != NULL;
+			break;
+		case 'B':
+			ok = parse_long(optarg, 4, 1L << 30, &v);
+			o->bucket_cap = (size_t) v;
+			break;
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -552,15 +770,105 @@ parse_args(int argc, char **argv, struct opts *o)
 }
 
 static void
-setup(struct trainer *t)
+setup_ddp(struct trainer *t)
+{
+	cohort_ddp_options dopt;
+	cohort_ddp_param p[MLP_NPARAMS];
+
+	cohort_ddp_options_init(&dopt);
+	dopt.hook = cohort_ddp_hook_by_name(t->o.hook);
+	if (t->o.bucket_cap > 0) {
+		dopt.bucket_cap_bytes = t->o.bucket_cap;
+		if (dopt.first_bucket_cap_bytes > t->o.bucket_cap)
+			dopt.first_bucket_cap_bytes = t->o.bucket_cap;
+	}
+	mlp_params(&t->m, p);
+	/* Broadcasts rank 0's parameters: every rank starts from them
+	 * whatever it initialised itself. */
+	check(t, cohort_ddp_new(t->c, t->g, p, MLP_NPARAMS, &dopt, &t->ddp),
+	    "cohort_ddp_new");
+	mlp_set_grad_ready(&t->m, ddp_grad_ready, t->ddp);
+}
+
+static void
+setup_hvd(struct trainer *t)
+{
+	cohort_hvd_options hopt;
+	cohort_ddp_param p[MLP_NPARAMS];
+
+	cohort_hvd_options_init(&hopt);
+	hopt.backward_passes_per_step = t->o.accum;
+	check(t, cohort_hvd_new(t->c, &hopt, &t->hvd), "cohort_hvd_new");
+	mlp_params(&t->m, p);
+	check(t, cohort_hvd_register_params(t->hvd, p, MLP_NPARAMS),
+	    "cohort_hvd_register_params");
+	check(t, cohort_hvd_broadcast_parameters(t->hvd, 0),
+	    "cohort_hvd_broadcast_parameters");
+	mlp_set_grad_ready(&t->m, hvd_grad_ready, t->hvd);
+}
+
+static void
+setup_dp(struct trainer *t)
+{
+	const int K = t->o.ranks;
+
+	t->nrep = K;
+	t->reps = calloc((size_t) K, sizeof(*t->reps));
+	t->rd = calloc((size_t) K, sizeof(*t->rd));
+	t->rep_loss = calloc((size_t) K, sizeof(*t->rep_loss));
+	t->rep_correct = calloc((size_t) K, sizeof(*t->rep_correct));
+	if (t->reps == NULL || t->rd == NULL || t->rep_loss == NULL ||
+	    t->rep_correct == NULL)
+		die(t, "out of memory");
+	/* Replica 0 is the trainer's model; the others start anywhere:
+	 * cohort_dp_new copies replica 0's parameters to them. */
+	for (int k = 0; k < K; k++) {
+		struct mlp *m = &t->m;
+
+		if (k > 0) {
+			m = &t->reps[k];
+			if (mlp_init(m, DIGITS_FEATURES, HIDDEN,
+			        DIGITS_CLASSES, t->o.seed + (uint64_t) k) != 0)
+				die(t, "mlp_init: %s", strerror(errno));
+		}
+		t->rd[k].model = m;
+		t->rd[k].params = m->params;
+		t->rd[k].grads = m->grads;
+	}
+	check(t, cohort_dp_new(t->rd, K, t->m.n_params, &t->dp),
+	    "cohort_dp_new");
+}
+
+/* The number of ranks (dp: replicas) the work is spread over. */
+static int
+nranks(const struct trainer *t)
+{
+	return (t->dp != NULL ? t->nrep : t->world);
+}
+
+static const char *
+strategy_label(const struct trainer *t)
+{
+	return (t->o.local ? "local" : strategy_names[t->o.strategy]);
+}
+
+/* c: an open client (a spawn worker's), or NULL to open one from the
+ * environment (ddp, hvd) or none (--local, dp). */
+static void
+setup(struct trainer *t, cohort_client *c)
 {
 	struct digits all;
 	char err[512];
 	size_t cap;
+	bool job = !t->o.local && t->o.strategy != STRAT_DP;
 
-	if (!t->o.local) {
-		check(t, cohort_client_open_env(&t->c, JOIN_TIMEOUT_MS),
-		    "cohort_client_open_env");
+	if (job) {
+		if (c != NULL)
+			t->c = c;
+		else
+			check(t, cohort_client_open_env(&t->c,
+			             JOIN_TIMEOUT_MS),
+			    "cohort_client_open_env");
 		t->g = cohort_client_world(t->c);
 		t->rank = cohort_client_rank(t->c);
 		t->world = cohort_client_world_size(t->c);
@@ -597,26 +905,38 @@ setup(struct trainer *t)
 	if (mlp_init(&t->m, DIGITS_FEATURES, HIDDEN, DIGITS_CLASSES,
 	        t->o.seed) != 0)
 		die(t, "mlp_init: %s", strerror(errno));
-	/* Rank 0's parameters are the truth: every rank starts from them
-	 * whatever it initialised itself. */
-	if (t->g != NULL)
-		check(t, cohort_broadcast(t->g, t->m.params, t->m.n_params,
-		             COHORT_F32, 0, NULL, COHORT_WAIT_DEFAULT),
-		    "cohort_broadcast(initial parameters)");
+	if (t->o.local)
+		(void) 0; /* the baseline: no strategy */
+	else if (t->o.strategy == STRAT_HVD)
+		setup_hvd(t);
+	else if (t->o.strategy == STRAT_DP)
+		setup_dp(t);
+	else
+		setup_ddp(t); /* ddp, and the workers of spawn */
 
 	if (t->rank == 0 && !t->o.quiet) {
-		printf(PROG ": %d rank%s%s%s, %zu train / %zu test samples, "
-		            "%zu parameters (checksum %016" PRIx64 ")\n",
-		    t->world, t->world == 1 ? "" : "s",
-		    t->g != NULL ? ", backend " : " (local, no cohort)",
-		    t->g != NULL ? cohort_group_backend(t->g) : "",
-		    t->train.n, t->test.n, t->m.n_params,
-		    mlp_checksum(&t->m));
+		printf(PROG ": %s, %d %s%s%s%s, %zu train / %zu test "
+		            "samples, %zu parameters (checksum %016" PRIx64
+		            ")\n",
+		    strategy_label(t), nranks(t),
+		    t->dp != NULL ? "replica" : "rank",
+		    nranks(t) == 1 ? "" : "s",
+		    t->g != NULL ? ", backend " : "",
+		    t->g != NULL ? cohort_group_backend(t->g) : "", t->train.n,
+		    t->test.n, t->m.n_params, mlp_checksum(&t->m));
 		printf(PROG ": batch %ld (%ld per rank) x accum %d, lr %g, "
 		            "momentum %g, seed %" PRIu64 ", %d epochs\n",
-		    t->o.batch, t->o.batch / t->world, t->o.accum,
+		    t->o.batch, t->o.batch / nranks(t), t->o.accum,
 		    (double) t->o.lr, (double) t->o.momentum, t->o.seed,
 		    t->o.epochs);
+		if (t->ddp != NULL) {
+			cohort_ddp_stats ds;
+
+			cohort_ddp_get_stats(t->ddp, &ds);
+			printf(PROG ": ddp: %d bucket%s, hook %s\n",
+			    ds.nbuckets, ds.nbuckets == 1 ? "" : "s",
+			    t->o.hook);
+		}
 		fflush(stdout);
 	}
 }
@@ -637,98 +957,285 @@ save_params(const struct trainer *t, const char *path)
 	return (0);
 }
 
-/* Gathers every rank's parameter checksum; returns true if all equal. */
-static bool
-compare_checksums(struct trainer *t, uint64_t mine)
+/* Every rank's (dp: replica's) parameter checksum into all[nranks]. */
+static void
+gather_checksums(struct trainer *t, uint64_t *all)
 {
-	int64_t *all = calloc((size_t) t->world, sizeof(int64_t));
-	int64_t me;
+	if (t->dp != NULL) {
+		all[0] = mlp_checksum(&t->m);
+		for (int k = 1; k < t->nrep; k++)
+			all[k] = mlp_checksum(&t->reps[k]);
+	} else if (t->g != NULL) {
+		uint64_t mine = mlp_checksum(&t->m);
+
+		check(t, cohort_allgather(t->g, &mine, all, 1, COHORT_I64,
+		             NULL, COHORT_WAIT_DEFAULT),
+		    "cohort_allgather(checksums)");
+	} else
+		all[0] = mlp_checksum(&t->m);
+}
+
+/* Prints the checksums; returns true if all equal. */
+static bool
+print_checksums(const uint64_t *all, int n)
+{
 	bool equal = true;
 
-	if (all == NULL)
-		die(t, "out of memory");
-	memcpy(&me, &mine, sizeof(me));
-	if (t->g != NULL)
-		check(t, cohort_allgather(t->g, &me, all, 1, COHORT_I64, NULL,
-		             COHORT_WAIT_DEFAULT),
-		    "cohort_allgather(checksums)");
-	else
-		all[0] = me;
-	for (int r = 0; r < t->world; r++)
+	printf("parameter checksums:");
+	for (int r = 0; r < n; r++) {
+		printf(" %d:%016" PRIx64, r, all[r]);
 		if (all[r] != all[0])
 			equal = false;
-	if (t->rank == 0) {
-		printf("parameter checksums:");
-		for (int r = 0; r < t->world; r++) {
-			uint64_t u;
-
-			memcpy(&u, &all[r], sizeof(u));
-			printf(" %d:%016" PRIx64, r, u);
-		}
-		printf("\nall equal: %s\n", equal ? "yes" : "no");
 	}
-	free(all);
+	printf("\nall equal: %s\n", equal ? "yes" : "no");
 	return (equal);
+}
+
+/* The final lines of rank 0 (or of spawn's parent): accuracy, speed,
+ * the curves and the saved parameters. */
+static void
+print_final(struct trainer *t, int n, double secs, double sps)
+{
+	const struct epoch_stats *last = &t->hist[t->o.epochs - 1];
+
+	printf("final: test accuracy %.4f (loss %.4f), train accuracy %.4f, "
+	       "%s, %d %s%s, %.2f s, %.0f samples/s\n",
+	    last->test_acc, last->test_loss, last->train_acc,
+	    strategy_label(t), n, t->dp != NULL ? "replica" : "rank",
+	    n == 1 ? "" : "s", secs, sps);
+	if (t->o.svg != NULL) {
+		if (write_svg(t, t->o.svg) != 0)
+			die(t, "cannot write %s: %s", t->o.svg,
+			    strerror(errno));
+		printf("curves: %s\n", t->o.svg);
+	}
+	if (t->o.save != NULL && save_params(t, t->o.save) != 0)
+		die(t, "cannot write %s: %s", t->o.save, strerror(errno));
+}
+
+/* Trains every epoch; *secs: wall time, *sps: samples per second of
+ * training (all ranks). */
+static void
+run_training(struct trainer *t, double *secs, double *sps)
+{
+	double start, samples = 0.0, train_secs = 0.0;
+
+	t->tty = t->rank == 0 && !t->o.quiet && isatty(STDOUT_FILENO);
+	start = now_s();
+	for (int e = 0; e < t->o.epochs; e++) {
+		train_epoch(t, e, &t->hist[e]);
+		samples += t->hist[e].samples;
+		train_secs += t->hist[e].seconds;
+		if (t->rank == 0 && !t->o.quiet)
+			print_epoch(t, e, &t->hist[e]);
+	}
+	*secs = now_s() - start;
+	*sps = train_secs > 0 ? samples / train_secs : 0.0;
+	if (t->tty)
+		printf("\n");
+}
+
+/* Frees the strategy's state, the model and the data (not t->c). */
+static void
+cleanup(struct trainer *t)
+{
+	mlp_set_grad_ready(&t->m, NULL, NULL);
+	cohort_ddp_free(t->ddp);
+	t->ddp = NULL;
+	cohort_hvd_free(t->hvd); /* collective: every rank gets here */
+	t->hvd = NULL;
+	if (t->dp != NULL) {
+		cohort_dp_free(t->dp);
+		t->dp = NULL;
+		for (int k = 1; k < t->nrep; k++)
+			mlp_fini(&t->reps[k]);
+	}
+	free(t->reps);
+	free(t->rd);
+	free(t->rep_loss);
+	free(t->rep_correct);
+	mlp_fini(&t->m);
+	digits_free(&t->train);
+	digits_free(&t->test);
+	free(t->perm);
+	free(t->idx);
+	free(t->bx);
+	free(t->by);
+	free(t->hist);
+}
+
+/* ------------------------------------------------------------------ */
+/* spawn                                                                */
+/* ------------------------------------------------------------------ */
+
+/* A worker process of --strategy spawn: trains with ddp on the client
+ * cohort_spawn opened; rank 0 prints the progress and returns the report
+ * (struct spawn_report) to the parent. */
+static int
+spawn_worker(cohort_spawn_ctx *ctx, cohort_client *c, void *arg)
+{
+	struct trainer *t = arg; /* this process's copy */
+	double secs, sps;
+	uint64_t *all;
+
+	t->spawn = ctx;
+	setup(t, c);
+	run_training(t, &secs, &sps);
+	if ((all = calloc((size_t) t->world, sizeof(*all))) == NULL)
+		die(t, "out of memory");
+	gather_checksums(t, all);
+	if (t->rank == 0) {
+		struct spawn_report rep;
+		size_t hl = (size_t) t->o.epochs * sizeof(*t->hist);
+		size_t cl = (size_t) t->world * sizeof(*all);
+		size_t pl = t->m.n_params * sizeof(float);
+		char *buf = malloc(sizeof(rep) + hl + cl + pl);
+
+		if (buf == NULL)
+			die(t, "out of memory");
+		memset(&rep, 0, sizeof(rep));
+		rep.world = t->world;
+		rep.equal = 1;
+		for (int r = 1; r < t->world; r++)
+			if (all[r] != all[0])
+				rep.equal = 0;
+		rep.n_params = t->m.n_params;
+		rep.seconds = secs;
+		rep.samples_per_s = sps;
+		snprintf(rep.backend, sizeof(rep.backend), "%s",
+		    cohort_group_backend(t->g));
+		memcpy(buf, &rep, sizeof(rep));
+		memcpy(buf + sizeof(rep), t->hist, hl);
+		memcpy(buf + sizeof(rep) + hl, all, cl);
+		memcpy(buf + sizeof(rep) + hl + cl, t->m.params, pl);
+		check(t, cohort_spawn_return(ctx, buf,
+		             sizeof(rep) + hl + cl + pl),
+		    "cohort_spawn_return");
+		free(buf);
+	}
+	fflush(stdout);
+	free(all);
+	t->c = NULL; /* cohort_spawn closes it */
+	cleanup(t);
+	return (0);
+}
+
+/* --strategy spawn: the parent starts the workers (before any cohort
+ * call that opens nng in this process) and prints rank 0's results. */
+static int
+run_spawn(struct trainer *t)
+{
+	cohort_spawn_options so;
+	cohort_spawn_result r;
+	struct spawn_report rep;
+	cohort_status st;
+	size_t hl, cl;
+	const char *p;
+	int rc = 1;
+
+	/* The workers would each die of it, without a word to us. */
+	if (t->o.batch % t->o.ranks != 0) {
+		fprintf(stderr,
+		    PROG ": --batch %ld is not divisible by --ranks %d\n",
+		    t->o.batch, t->o.ranks);
+		return (2);
+	}
+	cohort_spawn_options_init(&so);
+	if (!t->o.quiet) {
+		printf(PROG ": spawn: starting %d worker%s\n", t->o.ranks,
+		    t->o.ranks == 1 ? "" : "s");
+		fflush(stdout);
+	}
+	st = cohort_spawn(t->o.ranks, spawn_worker, t, &so, &r);
+	if (st != COHORT_OK) {
+		fprintf(stderr, PROG ": cohort_spawn: %s: %s (rank %d)\n",
+		    cohort_status_name(st),
+		    r.error[0] != '\0' ? r.error : cohort_strerror(st),
+		    r.failed_rank);
+		cohort_spawn_result_free(&r);
+		return (1);
+	}
+	hl = (size_t) t->o.epochs * sizeof(*t->hist);
+	if (r.len < sizeof(rep) + hl) {
+		fprintf(stderr, PROG ": spawn: rank 0 returned %zu bytes\n",
+		    r.len);
+		goto out;
+	}
+	memcpy(&rep, r.data, sizeof(rep));
+	cl = (size_t) rep.world * sizeof(uint64_t);
+	if (rep.world < 1 ||
+	    r.len != sizeof(rep) + hl + cl + rep.n_params * sizeof(float)) {
+		fprintf(stderr, PROG ": spawn: bad report from rank 0\n");
+		goto out;
+	}
+	p = r.data;
+	if ((t->hist = malloc(hl)) == NULL) {
+		fprintf(stderr, PROG ": out of memory\n");
+		goto out;
+	}
+	memcpy(t->hist, p + sizeof(rep), hl);
+	{
+		uint64_t *all = malloc(cl);
+		float *params = malloc(rep.n_params * sizeof(float));
+
+		if (all == NULL || params == NULL) {
+			free(all);
+			free(params);
+			fprintf(stderr, PROG ": out of memory\n");
+			goto out;
+		}
+		memcpy(all, p + sizeof(rep) + hl, cl);
+		memcpy(params, p + sizeof(rep) + hl + cl,
+		    rep.n_params * sizeof(float));
+		t->world = rep.world;
+		t->m.params = params;
+		t->m.n_params = (size_t) rep.n_params;
+		print_final(t, rep.world, rep.seconds, rep.samples_per_s);
+		rc = print_checksums(all, rep.world) ? 0 : 1;
+		t->m.params = NULL;
+		free(params);
+		free(all);
+	}
+out:
+	free(t->hist);
+	t->hist = NULL;
+	cohort_spawn_result_free(&r);
+	return (rc);
 }
 
 int
 main(int argc, char **argv)
 {
 	struct trainer t;
-	double start, secs, samples = 0.0, train_secs = 0.0;
-	uint64_t sum;
-	bool equal;
+	double secs, sps;
+	uint64_t *all;
+	bool equal = true;
 
 	memset(&t, 0, sizeof(t));
 	t.world = 1;
 	parse_args(argc, argv, &t.o);
-	setup(&t);
-	t.tty = t.rank == 0 && !t.o.quiet && isatty(STDOUT_FILENO);
+	if (!t.o.local && t.o.strategy == STRAT_SPAWN)
+		return (run_spawn(&t));
+	setup(&t, NULL);
+	run_training(&t, &secs, &sps);
 
-	start = now_s();
-	for (int e = 0; e < t.o.epochs; e++) {
-		train_epoch(&t, e, &t.hist[e]);
-		samples += t.hist[e].samples;
-		train_secs += t.hist[e].seconds;
-		if (t.rank == 0 && !t.o.quiet)
-			print_epoch(&t, e, &t.hist[e]);
-	}
-	secs = now_s() - start;
-	if (t.tty)
-		printf("\n");
-
-	sum = mlp_checksum(&t.m);
+	if ((all = calloc((size_t) nranks(&t), sizeof(*all))) == NULL)
+		die(&t, "out of memory");
+	gather_checksums(&t, all);
 	if (t.rank == 0) {
-		const struct epoch_stats *last = &t.hist[t.o.epochs - 1];
-
-		printf("final: test accuracy %.4f (loss %.4f), train accuracy "
-		       "%.4f, %d rank%s, %.2f s, %.0f samples/s\n",
-		    last->test_acc, last->test_loss, last->train_acc, t.world,
-		    t.world == 1 ? "" : "s", secs,
-		    train_secs > 0 ? samples / train_secs : 0.0);
-		if (t.o.svg != NULL) {
-			if (write_svg(&t, t.o.svg) != 0)
-				die(&t, "cannot write %s: %s", t.o.svg,
-				    strerror(errno));
-			printf("curves: %s\n", t.o.svg);
-		}
-		if (t.o.save != NULL && save_params(&t, t.o.save) != 0)
-			die(&t, "cannot write %s: %s", t.o.save,
-			    strerror(errno));
+		print_final(&t, nranks(&t), secs, sps);
+		equal = print_checksums(all, nranks(&t));
+	} else {
+		for (int r = 1; r < t.world; r++)
+			if (all[r] != all[0])
+				equal = false;
+		if (!equal)
+			fprintf(stderr, PROG ": rank %d: parameters differ\n",
+			    t.rank);
 	}
-	equal = compare_checksums(&t, sum);
 	fflush(stdout);
-	if (!equal && t.rank != 0)
-		fprintf(stderr, PROG ": rank %d: parameters differ\n", t.rank);
-
-	mlp_fini(&t.m);
-	digits_free(&t.train);
-	digits_free(&t.test);
-	free(t.perm);
-	free(t.idx);
-	free(t.bx);
-	free(t.by);
-	free(t.hist);
+	free(all);
+	cleanup(&t);
 	cohort_client_close(t.c);
 	return (equal ? 0 : 1);
 }

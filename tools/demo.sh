@@ -11,7 +11,11 @@
 #
 # Rank 0 prints the progress; the curves go to build/demo/curves.svg.
 # Settings: COHORT_DEMO_RANKS (default 4), COHORT_DEMO_ARGS (extra
-# train_digits arguments, e.g. "--epochs 10 --accum 2").
+# train_digits arguments, e.g. "--epochs 10 --accum 2", "--hook bf16",
+# "--strategy hvd"). The strategy is ddp unless COHORT_DEMO_ARGS names
+# another; with "--strategy spawn" or "--strategy dp" train_digits starts
+# its workers (or replicas) itself: it runs without cohort run, with
+# --ranks COHORT_DEMO_RANKS.
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,12 +37,34 @@ mkdir -p "$outdir"
 # Library logs (JSON lines when not on a terminal) go to a file; the
 # progress and the launcher's failure report stay on the screen.
 export COHORT_LOG_LEVEL=${COHORT_LOG_LEVEL:-warn}
+
+# The strategy: the last --strategy of COHORT_DEMO_ARGS, else ddp.
+strategy=ddp
+read -ra extra <<<"${COHORT_DEMO_ARGS:-}"
+for ((i = 0; i < ${#extra[@]}; i++)); do
+	case ${extra[i]} in
+	--strategy=*) strategy=${extra[i]#--strategy=} ;;
+	--strategy) ((i + 1 < ${#extra[@]})) && strategy=${extra[i + 1]} ;;
+	esac
+done
+case $strategy in
+spawn | dp)
+	log "running train_digits --strategy $strategy --ranks $ranks" \
+		"(one process starts them; timeout ${timeout_s} s)"
+	launch=("$bindir/train_digits" --ranks "$ranks")
+	;;
+*)
+	log "running train_digits --strategy $strategy on $ranks ranks" \
+		"through cohort run (timeout ${timeout_s} s)"
+	launch=("$bindir/cohort" run -n "$ranks" --job "demo-$$" --
+		"$bindir/train_digits")
+	;;
+esac
+
 start=$SECONDS
-# shellcheck disable=SC2086
 timeout --signal=TERM --kill-after=10 "$timeout_s" \
-	"$bindir/cohort" run -n "$ranks" --job "demo-$$" -- \
-	"$bindir/train_digits" --data "$data" --svg "$svg" \
-	${COHORT_DEMO_ARGS:-} 2> >(tee "$outdir/stderr.log" |
+	"${launch[@]}" --data "$data" --svg "$svg" \
+	${extra[@]+"${extra[@]}"} 2> >(tee "$outdir/stderr.log" |
 	grep -v '^{"ts"' >&2)
 rc=$?
 if ((rc == 0)); then
