@@ -262,6 +262,21 @@ if [ -f "$OUTDIR/kernels.md" ]; then
 		cat "$OUTDIR/kernels.md"
 	} >> "$summary"
 fi
+# The NCCL backend (world size 1), abort/error paths, and all-reduce time
+# through each path (nccl, tcp-staged with 1-4 ranks on the one GPU, tcp).
+if [ -x "$ROOT/tools/gpu-check-nccl.sh" ]; then
+	if OUT="$OUTDIR" "$ROOT/tools/gpu-check-nccl.sh" "$BIN" \
+	    > "$OUTDIR/gpu-check-nccl.log" 2>&1; then
+		row "nccl backend" PASS "see gpu-check-nccl.md"
+	else
+		row "nccl backend" FAIL "see gpu-check-nccl.log"
+		failed=1
+	fi
+	if [ -f "$OUTDIR/gpu-check-nccl.md" ]; then
+		{ echo; cat "$OUTDIR/gpu-check-nccl.md"; } >> "$summary"
+	fi
+fi
+
 echo >> "$summary"
 echo "gpu-check: $([ $failed -eq 0 ] && echo PASS || echo FAIL)" >> "$summary"
 cat "$summary"
