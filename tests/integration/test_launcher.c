@@ -191,6 +191,43 @@ START_TEST(test_run_sigkill_random_rank)
 }
 END_TEST
 
+/* Two launchers, one per "node", against one cohortd: ranks node_rank * N
+ * + local form one job of 4. */
+START_TEST(test_run_two_nodes)
+{
+	struct th_coord c;
+	pid_t p[2];
+	char out[2][256];
+	char *env[] = { "COHORT_FW_BYTES=4096", NULL };
+
+	th_coord_start(&c, NULL);
+	for (int node = 0; node < 2; node++) {
+		char nr[8];
+		char *argv[] = { (char *) th_bin("cohort"), "run", "--nnodes",
+			"2", "--node-rank", nr, "-n", "2", "--coordinator",
+			c.url, "--job", "twonodes", "--",
+			(char *) th_bin("cohort-fault-worker"), "30", "0",
+			NULL };
+		snprintf(nr, sizeof(nr), "%d", node);
+		snprintf(out[node], sizeof(out[node]), "%s/node%d.out",
+		    th_tmpdir(), node);
+		p[node] = th_spawn(argv, env, out[node]);
+	}
+	for (int node = 0; node < 2; node++) {
+		char *o;
+		ck_assert_int_eq(finish(p[node], 60000), 0);
+		o = th_read_file(out[node]);
+		ck_assert_ptr_nonnull(o);
+		/* each worker checked the allreduce of a 4-rank job */
+		ck_assert_msg(strstr(o, "DONE steps=30") != NULL &&
+		    strstr(o, "sum_ok=1") != NULL && strstr(o, "sum_ok=0") ==
+		    NULL, "%s", o);
+		free(o);
+	}
+	ck_assert_int_eq(th_coord_stop(&c), 0);
+}
+END_TEST
+
 Suite *
 suite_integration_launcher(void)
 {
@@ -202,6 +239,7 @@ suite_integration_launcher(void)
 	tcase_add_test(tc, test_run_failure_report_names_root_cause);
 	tcase_add_test(tc, test_run_restart_resumes_from_checkpoint);
 	tcase_add_loop_test(tc, test_run_sigkill_random_rank, 0, 20);
+	tcase_add_test(tc, test_run_two_nodes);
 	suite_add_tcase(s, tc);
 	return (s);
 }
