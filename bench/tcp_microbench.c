@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/tcp/tcp_impl.h"
 
 #define MB_MAX_SIZES 32
 
@@ -163,7 +164,7 @@ mb_rank(const struct mb_opts *o, int rank)
 	void *state = NULL;
 	size_t es = cohort_dtype_size(o->dt), maxb = 0;
 	uint8_t *send, *recv;
-	uint64_t seq = 0;
+	uint64_t seq = 0, init_ns;
 	cohort_status rv;
 
 	for (int i = 0; i < o->n; i++)
@@ -180,12 +181,14 @@ mb_rank(const struct mb_opts *o, int rank)
 	d.global_ranks = granks;
 	d.store.set = mb_set;
 	d.store.get = mb_get;
+	init_ns = cohort__now_ns();
 	if ((rv = cohort__tcp_backend.init(&d, &state, err, sizeof(err),
 	    cohort__now_ms() + 30000)) != COHORT_OK) {
 		fprintf(stderr, "rank %d: init: %s: %s\n", rank,
 		    cohort_status_name(rv), err);
 		return (1);
 	}
+	init_ns = cohort__now_ns() - init_ns;
 	/* Allgather/reduce_scatter sizes are the total buffer. */
 	send = malloc(maxb + 64);
 	recv = malloc(maxb + 64);
@@ -200,10 +203,13 @@ mb_rank(const struct mb_opts *o, int rank)
 		memcpy(recv + i, &f, 4);
 	}
 	if (rank == 0 && !o->json)
-		printf("# tcp backend, %d ranks, %s %s %s, %s\n", o->n,
-		    mb_kind_name(o->kind), cohort_dtype_name(o->dt),
-		    cohort_redop_name(o->op),
-		    o->inplace ? "in place" : "out of place");
+		printf("# tcp backend, %d ranks, %s %s %s, %s; rank 0 init "
+		    "%.1f ms (%s)\n", o->n, mb_kind_name(o->kind),
+		    cohort_dtype_name(o->dt), cohort_redop_name(o->op),
+		    o->inplace ? "in place" : "out of place",
+		    (double) init_ns / 1e6,
+		    ((struct cohort__tcp *) state)->shm != NULL ?
+		    "shared memory" : "pure TCP");
 	if (rank == 0 && !o->json)
 		printf("%12s %12s %10s %10s %10s %10s\n", "size", "count",
 		    "time_us", "first_us", "algbw", "busbw");

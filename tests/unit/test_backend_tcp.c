@@ -3,6 +3,11 @@
  * threads play the ranks of a group (gloo transport tests), rendezvousing
  * through an in-memory store; one test forks a rank and SIGKILLs it.
  *
+ * Every data-path test runs in the modes of tt_mode: the same-host
+ * shared-memory allreduce (the default; threads of one process qualify),
+ * pure TCP (COHORT_TCP_SHM=0) and a mix (shared memory only from 64 KiB,
+ * so small and large allreduces interleave on the two paths).
+ *
  * Inputs are generated from (seed, rank, index) by every thread, so each
  * rank computes the reference of its own output independently, in double
  * (integers: exact wrapping arithmetic). Float inputs are small multiples of
@@ -23,12 +28,14 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/tcp/tcp_impl.h"
 #include "check_cohort.h"
 
 #define TT_MAX_RANKS 8
@@ -185,7 +192,37 @@ struct tt_group {
 	char run_err[TT_MAX_RANKS][TT_ERRLEN];
 	int64_t run_ms[TT_MAX_RANKS];
 	bool skip[TT_MAX_RANKS];
+	/* Ranks whose state got the shared-memory segment. */
+	atomic_int shm_ranks;
 };
+
+enum tt_mode { TT_SHM, TT_PURE, TT_MIXED, TT_NMODES };
+
+static const char *const tt_mode_name[TT_NMODES] = { "shm", "tcp",
+	"mixed" };
+
+/* Selects the data path for the groups a test creates (read at init). */
+static void
+tt_set_mode(int mode)
+{
+	setenv("COHORT_TCP_SHM", mode == TT_PURE ? "0" : "1", 1);
+	if (mode == TT_MIXED)
+		setenv("COHORT_TCP_SHM_MIN", "65536", 1);
+	else
+		unsetenv("COHORT_TCP_SHM_MIN");
+}
+
+/* Checks that every rank of g took the path mode asks for. */
+#define tt_assert_mode(g, mode)                                               \
+	do {                                                                  \
+		int want_ = (mode) == TT_PURE ? 0 : (g)->n;                   \
+		ck_assert_msg(atomic_load(&(g)->shm_ranks) == want_,          \
+		    "%s: %d of %d ranks use shared memory",                   \
+		    tt_mode_name[(mode)], atomic_load(&(g)->shm_ranks),       \
+		    (g)->n);                                                  \
+		unsetenv("COHORT_TCP_SHM");                                   \
+		unsetenv("COHORT_TCP_SHM_MIN");                               \
+	} while (0)
 
 struct tt_arg {
 	struct tt_group *g;
@@ -226,6 +263,9 @@ tt_thread(void *arg)
 	g->init_rv[r] = cohort__tcp_backend.init(&d, &state, g->init_err[r],
 	    TT_ERRLEN, cohort__now_ms() + 20000);
 	g->state[r] = state;
+	if (g->init_rv[r] == COHORT_OK &&
+	    ((struct cohort__tcp *) state)->shm != NULL)
+		atomic_fetch_add(&g->shm_ranks, 1);
 	if (g->init_rv[r] == COHORT_OK && g->body != NULL)
 		g->body(g, r, state);
 	pthread_barrier_wait(&g->done);
@@ -252,6 +292,7 @@ tt_group_setup(struct tt_group *g, struct tt_store *s, int n, const char *id,
 	g->seed = 12345;
 	atomic_init(&g->in_run, 0);
 	atomic_init(&g->failures, 0);
+	atomic_init(&g->shm_ranks, 0);
 }
 
 static void
@@ -859,9 +900,16 @@ tt_body_matrix(struct tt_group *g, int r, void *state)
 START_TEST(test_tcp_matrix)
 {
 	static struct tt_group g;
-	int n = _i;
+	/* shm and tcp at every size, the mix at 3 and 4 ranks */
+	int n = 2 + _i % (TT_MAX_RANKS - 1);
+	int mode = _i / (TT_MAX_RANKS - 1);
 
+	if (mode == TT_MIXED)
+		n = 3 + _i % 2;
+
+	tt_set_mode(mode);
 	tt_run_group(n, "matrix", tt_body_matrix, &g);
+	tt_assert_mode(&g, mode);
 	tt_assert_no_failures(&g);
 	for (int r = 1; r < n; r++)
 		ck_assert_msg(g.hash[r] == g.hash[0],
@@ -907,8 +955,11 @@ START_TEST(test_tcp_big)
 {
 	static struct tt_group g;
 	static const int ns[] = { 2, 3, 4 };
+	int mode = _i / 3;
 
-	tt_run_group(ns[_i], "big", tt_body_big, &g);
+	tt_set_mode(mode);
+	tt_run_group(ns[_i % 3], "big", tt_body_big, &g);
+	tt_assert_mode(&g, mode);
 	tt_assert_no_failures(&g);
 }
 END_TEST
@@ -1213,11 +1264,13 @@ START_TEST(test_tcp_peer_vanishes_mid_allreduce)
 	static struct tt_group g;
 	struct tt_store s;
 
+	tt_set_mode(_i);
 	tt_store_init(&s);
 	tt_group_setup(&g, &s, 3, "vanish", tt_body_vanish);
 	g.iters = 2;
 	tt_group_start(&g, 0);
 	tt_group_join(&g);
+	tt_assert_mode(&g, _i);
 	for (int r = 0; r < 2; r++) {
 		ck_assert_msg(g.run_rv[r] == COHORT_EPEERLOST,
 		    "rank %d: %s: %s", r, cohort_status_name(g.run_rv[r]),
@@ -1288,12 +1341,14 @@ START_TEST(test_tcp_abort_unblocks_run)
 	static struct tt_group g;
 	struct tt_store s;
 
+	tt_set_mode(_i / 2);
 	tt_store_init(&s);
 	tt_group_setup(&g, &s, 2, "abort", tt_body_abort);
 	g.iters = 1;
-	g.seed = (uint64_t) _i; /* 0: abort(), 1: the group's flag */
+	g.seed = (uint64_t) (_i % 2); /* 0: abort(), 1: the group's flag */
 	tt_group_start(&g, 0);
 	tt_group_join(&g);
+	tt_assert_mode(&g, _i / 2);
 	ck_assert_msg(g.run_rv[1] == COHORT_ETIMEDOUT, "%s: %s",
 	    cohort_status_name(g.run_rv[1]), g.run_err[1]);
 	ck_assert_msg(strstr(g.run_err[1], "waiting for rank 101") != NULL,
@@ -1370,6 +1425,26 @@ tt_fs_get(void *ctx, const char *key, void **val, size_t *len,
 	}
 }
 
+/* Removes tt_fs_dir and the keys in it. */
+static void
+tt_fs_cleanup(void)
+{
+	DIR *dir = opendir(tt_fs_dir);
+	struct dirent *e;
+	char path[600];
+
+	if (dir == NULL)
+		return;
+	while ((e = readdir(dir)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", tt_fs_dir, e->d_name);
+		(void) unlink(path);
+	}
+	closedir(dir);
+	(void) rmdir(tt_fs_dir);
+}
+
 static void
 tt_fs_desc(struct cohort__group_desc *d, int rank, const int32_t *granks)
 {
@@ -1424,6 +1499,7 @@ START_TEST(test_tcp_sigkilled_rank)
 	pid_t pid;
 	int status;
 
+	tt_set_mode(_i);
 	snprintf(tt_fs_dir, sizeof(tt_fs_dir), "/tmp/cohort-tcp-XXXXXX");
 	ck_assert(mkdtemp(tt_fs_dir) != NULL);
 	buf = calloc(count, sizeof(float));
@@ -1453,6 +1529,10 @@ START_TEST(test_tcp_sigkilled_rank)
 		waitpid(pid, &status, 0);
 		ck_abort_msg("init: %s: %s", cohort_status_name(rv), err);
 	}
+	ck_assert_msg((((struct cohort__tcp *) state)->shm != NULL) ==
+	    (_i != TT_PURE), "%s: wrong data path", tt_mode_name[_i]);
+	unsetenv("COHORT_TCP_SHM");
+	unsetenv("COHORT_TCP_SHM_MIN");
 	atomic_init(&iter, 0);
 	k.pid = pid;
 	k.iter = &iter;
@@ -1470,6 +1550,7 @@ START_TEST(test_tcp_sigkilled_rank)
 	waitpid(pid, &status, 0);
 	cohort__tcp_backend.fini(state);
 	free(buf);
+	tt_fs_cleanup();
 	ck_assert_msg(rv == COHORT_EPEERLOST, "%s: %s",
 	    cohort_status_name(rv), err);
 	ck_assert_msg(strstr(err, "rank 41") != NULL, "%s", err);
@@ -1477,6 +1558,93 @@ START_TEST(test_tcp_sigkilled_rank)
 	    "noticed %" PRId64 " ms after the kill",
 	    cohort__now_ms() - k.killed_at);
 	ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+END_TEST
+
+/* Ranks whose settings disagree. Loop 0: rank 1 (another process) has
+ * COHORT_TCP_SHM=0, so rank 0's offer is declined and the whole group runs
+ * over TCP. Loop 1: the other way round. Loop 2: both use shared memory,
+ * rank 1 asks for it only from 64 KiB and adopts rank 0's range instead.
+ * The allreduces agree in every case. */
+START_TEST(test_tcp_shm_settings_disagree)
+{
+	static const int32_t granks[2] = { 50, 51 };
+	size_t count = (1u << 20) + 5;
+	struct cohort__group_desc d;
+	char err[TT_ERRLEN] = "";
+	void *state = NULL;
+	struct cohort__op op = { .kind = COHORT__OP_ALLREDUCE,
+		.dtype = COHORT_F32, .op = COHORT_SUM, .count = count };
+	cohort_status rv;
+	float *buf;
+	pid_t pid;
+	int status;
+	int bad = 0;
+
+	snprintf(tt_fs_dir, sizeof(tt_fs_dir), "/tmp/cohort-tcp-XXXXXX");
+	ck_assert(mkdtemp(tt_fs_dir) != NULL);
+	buf = malloc(count * sizeof(float));
+	ck_assert(buf != NULL);
+	op.send = op.recv = buf;
+	pid = fork();
+	ck_assert(pid >= 0);
+	if (pid == 0) {
+		struct cohort__tcp *t;
+
+		setenv("COHORT_TCP_SHM", _i == 0 ? "0" : "1", 1);
+		if (_i == 2)
+			setenv("COHORT_TCP_SHM_MIN", "65536", 1);
+		tt_fs_desc(&d, 1, granks);
+		if (cohort__tcp_backend.init(&d, &state, err, sizeof(err),
+		    cohort__now_ms() + 10000) != COHORT_OK)
+			_exit(2);
+		t = state;
+		if ((t->shm != NULL) != (_i == 2) || t->shm_min != 0)
+			_exit(3);
+		for (size_t i = 0; i < count; i++)
+			buf[i] = 2.0f;
+		for (int k = 0; k < 3; k++) {
+			op.seq = (uint64_t) k + 1;
+			if (cohort__tcp_backend.run(state, &op, err,
+			    sizeof(err), cohort__now_ms() + 10000) !=
+			    COHORT_OK)
+				_exit(4);
+		}
+		cohort__tcp_backend.fini(state);
+		_exit(0);
+	}
+	setenv("COHORT_TCP_SHM", _i == 1 ? "0" : "1", 1);
+	unsetenv("COHORT_TCP_SHM_MIN");
+	tt_fs_desc(&d, 0, granks);
+	rv = cohort__tcp_backend.init(&d, &state, err, sizeof(err),
+	    cohort__now_ms() + 10000);
+	unsetenv("COHORT_TCP_SHM");
+	if (rv != COHORT_OK) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+		ck_abort_msg("init: %s: %s", cohort_status_name(rv), err);
+	}
+	ck_assert_msg((((struct cohort__tcp *) state)->shm != NULL) ==
+	    (_i == 2), "rank 0: wrong data path");
+	for (size_t i = 0; i < count; i++)
+		buf[i] = 1.0f;
+	for (int k = 0; k < 3 && rv == COHORT_OK; k++) {
+		op.seq = (uint64_t) k + 1;
+		rv = cohort__tcp_backend.run(state, &op, err, sizeof(err),
+		    cohort__now_ms() + 10000);
+	}
+	/* 1 + 2 = 3, then 6, then 12 on both ranks */
+	for (size_t i = 0; i < count; i++)
+		bad += buf[i] != 12.0f;
+	cohort__tcp_backend.fini(state);
+	waitpid(pid, &status, 0);
+	free(buf);
+	tt_fs_cleanup();
+	ck_assert_msg(rv == COHORT_OK, "%s: %s", cohort_status_name(rv),
+	    err);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	    "rank 1 exited with status %d", status);
+	ck_assert_int_eq(bad, 0);
 }
 END_TEST
 
@@ -1489,8 +1657,9 @@ suite_backend_tcp(void)
 	tc = tcase_create("collectives");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_tcp_size_one);
-	tcase_add_loop_test(tc, test_tcp_matrix, 2, TT_MAX_RANKS + 1);
-	tcase_add_loop_test(tc, test_tcp_big, 0, 3);
+	tcase_add_loop_test(tc, test_tcp_matrix, 0,
+	    2 * (TT_MAX_RANKS - 1) + 2);
+	tcase_add_loop_test(tc, test_tcp_big, 0, 2 * 3 + 1);
 	tcase_add_test(tc, test_tcp_two_groups);
 	suite_add_tcase(s, tc);
 
@@ -1498,13 +1667,16 @@ suite_backend_tcp(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_tcp_auth_refuses_strangers);
 	tcase_add_test(tc, test_tcp_init_timeout_names_missing);
+	tcase_add_loop_test(tc, test_tcp_shm_settings_disagree, 0, 3);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("failures");
 	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_tcp_peer_vanishes_mid_allreduce);
-	tcase_add_loop_test(tc, test_tcp_abort_unblocks_run, 0, 2);
-	tcase_add_test(tc, test_tcp_sigkilled_rank);
+	tcase_add_loop_test(tc, test_tcp_peer_vanishes_mid_allreduce, 0,
+	    TT_NMODES);
+	tcase_add_loop_test(tc, test_tcp_abort_unblocks_run, 0,
+	    2 * TT_NMODES);
+	tcase_add_loop_test(tc, test_tcp_sigkilled_rank, 0, TT_NMODES);
 	suite_add_tcase(s, tc);
 	return (s);
 }

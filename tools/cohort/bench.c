@@ -65,7 +65,7 @@ static const char *const bench_op_names[BENCH_NOPS] = { "allreduce",
 	"broadcast", "allgather", "reduce_scatter", "alltoall", "reduce",
 	"barrier", "broadcast_obj", "kv", "join" };
 
-#define BENCH_MAX_ITERS 4000
+#define BENCH_MAX_ITERS 1000000
 
 struct bench_cfg {
 	int n;
@@ -747,10 +747,15 @@ bench_size(struct bench_rank *b, size_t size)
 	if (st != COHORT_OK)
 		goto out;
 	t[0] = first;
-	/* max across ranks, per iteration */
-	if ((st = cohort_reduce_scalars(b->g, COHORT_F64, COHORT_MAX, t,
-	         (size_t) k, cfg->timeout)) != COHORT_OK ||
-	    (st = cohort_reduce_scalars(b->g, COHORT_I64, COHORT_SUM, &wrong,
+	/* max across ranks, per iteration (in pieces: the coordinator's
+	 * scalar reduction takes at most 4096 values) */
+	for (size_t off = 0; off < (size_t) k; off += 4096) {
+		size_t n = (size_t) k - off < 4096 ? (size_t) k - off : 4096;
+		if ((st = cohort_reduce_scalars(b->g, COHORT_F64, COHORT_MAX,
+		         t + off, n, cfg->timeout)) != COHORT_OK)
+			goto out;
+	}
+	if ((st = cohort_reduce_scalars(b->g, COHORT_I64, COHORT_SUM, &wrong,
 	         1, cfg->timeout)) != COHORT_OK)
 		goto out;
 	first = t[0];

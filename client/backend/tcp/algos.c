@@ -622,6 +622,9 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 	case COHORT__OP_ALLREDUCE:
 		if (bytes == 0)
 			return (COHORT_OK);
+		if (cohort__tcp_shm_usable(t, op, bytes))
+			return (cohort__tcp_shm_allreduce(t, op, bytes, err,
+			    errlen, deadline));
 		if (bytes <= t->small_max || op->count < (size_t) t->size)
 			return (algo_allreduce_rd(t, op, bytes, err, errlen,
 			    deadline));

@@ -26,6 +26,22 @@
  *  stray client. The connector checks mac_a, so it only sends tensors to a
  *  peer that knows the secret. Fresh nonces on both sides defeat replay.
  *
+ * Same-host shared memory (shm.c): right after the mesh is up, rank 0
+ * offers the group a POSIX shared-memory segment over these connections;
+ * if every rank can map it (same host, same /dev/shm), allreduce runs
+ * through it - one copy in, the reduction, one copy out per byte, like
+ * Open MPI's vader - while the connections stay open as the liveness
+ * channel (a dead peer's FIN ends the wait with EPEERLOST naming it). All
+ * other collectives, and every group that spans hosts, use TCP.
+ * COHORT_TCP_SHM=0 forces pure TCP; COHORT_TCP_SHM_MIN/MAX (0, unlimited)
+ * bound the allreduce sizes that use the segment; COHORT_TCP_SHM_BLK
+ * (128 KiB) is its block, one rank's share of a pipelined round;
+ * COHORT_TCP_SHM_SPINS (16, 0 with more ranks than CPUs) the busy-wait
+ * pauses before a waiting rank yields.
+ * Measured (tcp_microbench, 2 cores, f32 sum, medians): 2 ranks 4 KiB
+ * 0.7 us, 1/16/64 MiB 10.4/7.5/7.2 GB/s busbw; 4 ranks 7 us, 6.8/4.5/4.2;
+ * pure TCP 13 us, 1.3-1.6/1.3-1.5/1.3-1.4 and 56 us, 0.6/0.7/0.8.
+ *
  * Tunables (environment, read at init; defaults measured on a 2-core VM,
  * loopback): COHORT_TCP_SMALL_MAX (64 KiB: allreduce by recursive doubling
  * up to here, ring above; also the direct allgather / reduce_scatter
@@ -73,6 +89,7 @@
 #define TCP_DEFAULT_ACC (4u << 20)
 #define TCP_DEFAULT_SMALL_SCRATCH (1u << 20)
 #define TCP_DEFAULT_SPIN_US 50
+#define TCP_DEFAULT_SHM_BLK (128u << 10)
 
 struct tcp_addr {
 	struct sockaddr_storage ss;
@@ -729,6 +746,7 @@ tcp_free(struct cohort__tcp *t)
 		for (int p = 0; p < t->size; p++)
 			if (t->peers[p].fd >= 0)
 				close(t->peers[p].fd);
+	cohort__tcp_shm_free(t);
 	free(t->peers);
 	free(t->steps);
 	free(t->pfds);
@@ -788,6 +806,11 @@ tcp_init(const struct cohort__group_desc *desc, void **state, char *err,
 	    1u << 30) & ~(size_t) 7;
 	t->acc_len = tcp_env_size("COHORT_TCP_ACC", TCP_DEFAULT_ACC, 4096,
 	    1u << 30) & ~(size_t) 7;
+	t->shm_min = tcp_env_size("COHORT_TCP_SHM_MIN", 0, 0, SIZE_MAX);
+	t->shm_max = tcp_env_size("COHORT_TCP_SHM_MAX", SIZE_MAX, 0,
+	    SIZE_MAX);
+	t->shm_hot_spins = (int) tcp_env_size("COHORT_TCP_SHM_SPINS",
+	    t->size > sysconf(_SC_NPROCESSORS_ONLN) ? 0 : 16, 0, 1u << 30);
 	t->esize = 1;
 	if ((t->peers = calloc((size_t) t->size, sizeof(*t->peers))) == NULL ||
 	    (t->steps = calloc(2 * (size_t) t->size, sizeof(*t->steps))) ==
@@ -828,8 +851,14 @@ tcp_init(const struct cohort__group_desc *desc, void **state, char *err,
 	    deadline)) != COHORT_OK)
 		goto out_close_listener;
 	close(lfd);
-	cohort__debug("tcp group %s: rank %d of %d connected (listened on %s)",
-	    desc->group_id, desc->rank, desc->size, addr);
+	if ((rv = cohort__tcp_shm_setup(t,
+	    tcp_env_size("COHORT_TCP_SHM", 1, 0, 1) != 0,
+	    tcp_env_size("COHORT_TCP_SHM_BLK", TCP_DEFAULT_SHM_BLK, 4096,
+	    1u << 30), err, errlen, deadline)) != COHORT_OK)
+		goto out_free;
+	cohort__debug("tcp group %s: rank %d of %d connected (listened on %s"
+	    "%s)", desc->group_id, desc->rank, desc->size, addr,
+	    t->shm != NULL ? ", shared memory" : "");
 done:
 	*state = t;
 	return (COHORT_OK);

@@ -11,6 +11,9 @@
  *             outgoing bytes may wait for an earlier step's incoming bytes
  *             to be received and reduced: rings, chains)
  *   algos.c   the collectives, as plans for those two engines
+ *   shm.c     the same-host shared-memory path of allreduce (setup at
+ *             init over the TCP connections, which stay the liveness
+ *             channel)
  *   sha256.c  SHA-256 and HMAC-SHA-256 for the handshake
  *
  * Wire: after the handshake a connection carries raw tensor bytes only.
@@ -68,6 +71,8 @@ struct cohort__tcp_step {
 	uint64_t acc_base;
 };
 
+struct cohort__tcp_shm;
+
 struct cohort__tcp {
 	int rank;
 	int size;
@@ -98,6 +103,13 @@ struct cohort__tcp {
 	size_t io_max;      /* largest single send()/recv() */
 	int spin_us;        /* busy-poll before sleeping in poll() */
 	bool spin_yield;    /* sched_yield() while busy-polling */
+	size_t shm_min;     /* allreduce over shared memory in */
+	size_t shm_max;     /*   [shm_min, shm_max] bytes */
+	int shm_hot_spins;  /* pause-spins before yielding (0: more ranks
+	                     * than CPUs) */
+
+	/* Same-host shared-memory segment (shm.c), NULL = pure TCP. */
+	struct cohort__tcp_shm *shm;
 
 	/* The operation running, for error texts. */
 	const char *opname;
@@ -126,6 +138,16 @@ cohort_status cohort__tcp_grow_small(struct cohort__tcp *t, size_t len,
 /* algos.c */
 cohort_status cohort__tcp_run_op(struct cohort__tcp *t,
     const struct cohort__op *op, char *err, size_t errlen,
+    cohort__time deadline);
+
+/* shm.c */
+cohort_status cohort__tcp_shm_setup(struct cohort__tcp *t, bool enable,
+    size_t want_blk, char *err, size_t errlen, cohort__time deadline);
+void cohort__tcp_shm_free(struct cohort__tcp *t);
+bool cohort__tcp_shm_usable(struct cohort__tcp *t,
+    const struct cohort__op *op, size_t bytes);
+cohort_status cohort__tcp_shm_allreduce(struct cohort__tcp *t,
+    const struct cohort__op *op, size_t bytes, char *err, size_t errlen,
     cohort__time deadline);
 
 /* sha256.c */
