@@ -3,7 +3,13 @@
  * behind backward.
  *
  *   ddp-overlap-bench [-n RANKS] [--layers L] [--floats F] [--work W]
- *                     [--iters I] [--cap BYTES]
+ *                     [--iters I] [--cap BYTES] [--device-us US]
+ *
+ * --device-us US models a GPU: each layer's backward also waits US
+ * microseconds with the CPU idle (the kernel running on the device), which
+ * is the time DDP overlaps communication with. Without it the backward is
+ * CPU arithmetic only, and on a machine with no more cores than ranks the
+ * communication competes with it for the same cores.
  *
  * A synthetic model of L layers with F float32 gradients each (default 8
  * x 512Ki = 16 MiB) whose backward computes layer L-1 .. 0 with real
@@ -27,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cohort/cohort.h"
 #include "ddp.h"
@@ -35,6 +42,7 @@
 struct ob_cfg {
 	int n, layers, work, iters;
 	size_t floats, cap;
+	int device_us; /* --device-us: backward "on a device" */
 };
 
 struct ob_res {
@@ -99,6 +107,11 @@ ob_time(cohort_ddp *d, float **par, float **grad, const struct ob_cfg *c,
 		for (int l = c->layers - 1; l >= 0; l--) {
 			ob_layer_backward(grad[l], par[l], c->floats, c->work,
 			    it);
+			/* A GPU's backward: the kernel runs on the device
+			 * while this CPU thread waits, free for the
+			 * communication to progress. */
+			if (c->device_us > 0)
+				usleep((useconds_t) c->device_us);
 			cohort_ddp_grad_ready(d, l);
 		}
 		if (cohort_ddp_sync(d) != COHORT_OK)
@@ -225,9 +238,10 @@ main(int argc, char **argv)
 		{ "work", required_argument, NULL, 'w' },
 		{ "iters", required_argument, NULL, 'i' },
 		{ "cap", required_argument, NULL, 'c' },
+		{ "device-us", required_argument, NULL, 'd' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct ob_cfg c = { 2, 8, 6, 10, 512 * 1024, 0 };
+	struct ob_cfg c = { 2, 8, 6, 10, 512 * 1024, 0, 0 };
 	cohort_spawn_options so;
 	cohort_spawn_result res;
 	struct ob_res r;
@@ -255,11 +269,14 @@ main(int argc, char **argv)
 		case 'c':
 			c.cap = (size_t) ob_num(optarg, 4, 1L << 32);
 			break;
+		case 'd':
+			c.device_us = (int) ob_num(optarg, 0, 10000000);
+			break;
 		default:
 			fprintf(stderr,
 			    "usage: ddp-overlap-bench [-n RANKS] [--layers L] "
 			    "[--floats F] [--work W] [--iters I] "
-			    "[--cap BYTES]\n");
+			    "[--cap BYTES] [--device-us US]\n");
 			return (2);
 		}
 	}
@@ -281,10 +298,11 @@ main(int argc, char **argv)
 	comm = r.serial - r.compute;
 	hidden = comm > 0 ? (r.serial - r.overlap) / comm : 0.0;
 	printf("ddp-overlap-bench: %d ranks, %d layers x %zu floats "
-	       "(%.1f MiB of gradients), %d buckets, work %d\n",
+	       "(%.1f MiB of gradients), %d buckets, work %d, device %d us "
+	       "per layer\n",
 	    c.n, c.layers, c.floats,
 	    (double) c.layers * (double) c.floats * 4.0 / 1048576.0,
-	    r.nbuckets, c.work);
+	    r.nbuckets, c.work, c.device_us);
 	printf("  backward alone (no communication) %8.2f ms/step\n",
 	    r.compute * 1e3);
 	printf("  overlap off (reduce after backward) %6.2f ms/step  "
