@@ -18,6 +18,5 @@ struct cohort_group;
 struct cohort_group *cohort__desc_group(const struct cohort__group_desc *d);
 
 /* Name of an operation kind ("allreduce"), for error texts. */
-const char *cohort__op_name(enum cohort__op_kind kind);
 
 #endif /* COHORT_COLLECTIVES_H */

@@ -63,12 +63,14 @@ kv_call(cohort_client *c, struct cohort__coord_call *call)
 	return (st);
 }
 
-cohort_status
-cohort_kv_set(cohort_client *c, const char *key, const void *value,
-    size_t len, cohort_duration timeout)
+/* set and append: a key and the value as trailing payload. */
+static cohort_status
+kv_put(cohort_client *c, const char *key, const void *value, size_t len,
+    bool append, cohort_duration timeout)
 {
 	Cohort__Request req = COHORT__REQUEST__INIT;
-	Cohort__KvSet body = COHORT__KV_SET__INIT;
+	Cohort__KvSet set = COHORT__KV_SET__INIT;
+	Cohort__KvAppend app = COHORT__KV_APPEND__INIT;
 	struct cohort__coord_call call;
 	struct cohort__iov iov = { value, len };
 	cohort_status st;
@@ -79,9 +81,15 @@ cohort_kv_set(cohort_client *c, const char *key, const void *value,
 		return (st);
 	if (len > 0 && value == NULL)
 		return (cohort__err(COHORT_EINVAL, "NULL value"));
-	body.key = (char *) key;
-	req.body_case = COHORT__REQUEST__BODY_KV_SET;
-	req.kv_set = &body;
+	if (append) {
+		app.key = (char *) key;
+		req.body_case = COHORT__REQUEST__BODY_KV_APPEND;
+		req.kv_append = &app;
+	} else {
+		set.key = (char *) key;
+		req.body_case = COHORT__REQUEST__BODY_KV_SET;
+		req.kv_set = &set;
+	}
 	cohort__coord_call_init(&call, &req,
 	    cohort__client_deadline(c, timeout));
 	call.parts = &iov;
@@ -89,6 +97,13 @@ cohort_kv_set(cohort_client *c, const char *key, const void *value,
 	st = kv_call(c, &call);
 	cohort__coord_call_fini(&call);
 	return (st);
+}
+
+cohort_status
+cohort_kv_set(cohort_client *c, const char *key, const void *value,
+    size_t len, cohort_duration timeout)
+{
+	return (kv_put(c, key, value, len, false, timeout));
 }
 
 cohort_status
@@ -330,28 +345,7 @@ cohort_status
 cohort_kv_append(cohort_client *c, const char *key, const void *value,
     size_t len, cohort_duration timeout)
 {
-	Cohort__Request req = COHORT__REQUEST__INIT;
-	Cohort__KvAppend body = COHORT__KV_APPEND__INIT;
-	struct cohort__coord_call call;
-	struct cohort__iov iov = { value, len };
-	cohort_status st;
-
-	if (c == NULL)
-		return (cohort__err(COHORT_EINVAL, "NULL client"));
-	if ((st = kv_check_key(key)) != COHORT_OK)
-		return (st);
-	if (len > 0 && value == NULL)
-		return (cohort__err(COHORT_EINVAL, "NULL value"));
-	body.key = (char *) key;
-	req.body_case = COHORT__REQUEST__BODY_KV_APPEND;
-	req.kv_append = &body;
-	cohort__coord_call_init(&call, &req,
-	    cohort__client_deadline(c, timeout));
-	call.parts = &iov;
-	call.nparts = 1;
-	st = kv_call(c, &call);
-	cohort__coord_call_fini(&call);
-	return (st);
+	return (kv_put(c, key, value, len, true, timeout));
 }
 
 /* The client's KV as a backend rendezvous store (backend.h). */

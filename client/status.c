@@ -11,6 +11,7 @@
 
 #include <nng/nng.h>
 
+#include "backend/backend.h"
 #include "cohort_impl.h"
 
 const char *
@@ -81,6 +82,35 @@ cohort_redop_name(cohort_redop op)
 	if ((unsigned) op >= COHORT_REDOP_COUNT)
 		return ("invalid");
 	return (names[op]);
+}
+
+/* Name of a data-plane operation, for error texts (backend.h). */
+const char *
+cohort__op_name(enum cohort__op_kind kind)
+{
+	switch (kind) {
+	case COHORT__OP_ALLREDUCE:
+		return ("allreduce");
+	case COHORT__OP_REDUCE:
+		return ("reduce");
+	case COHORT__OP_BROADCAST:
+		return ("broadcast");
+	case COHORT__OP_ALLGATHER:
+		return ("allgather");
+	case COHORT__OP_ALLGATHERV:
+		return ("allgatherv");
+	case COHORT__OP_REDUCE_SCATTER:
+		return ("reduce_scatter");
+	case COHORT__OP_ALLTOALL:
+		return ("alltoall");
+	case COHORT__OP_GATHER:
+		return ("gather");
+	case COHORT__OP_SCATTER:
+		return ("scatter");
+	case COHORT__OP_BARRIER:
+		return ("barrier");
+	}
+	return ("collective");
 }
 
 /* Detail of the last error on this thread (ncclGetLastError). */

@@ -88,6 +88,9 @@ struct cohort__op {
 	uint64_t seq;          /* per-group operation number, from 1 */
 };
 
+/* "allreduce", "reduce_scatter", ...; for error texts (client/status.c). */
+const char *cohort__op_name(enum cohort__op_kind kind);
+
 struct cohort__backend_ops {
 	uint32_t version; /* COHORT__BACKEND_VERSION */
 	const char *name;

@@ -86,34 +86,6 @@ struct nccl_state {
 	char broken_detail[384];
 };
 
-static const char *
-nccl_op_name(enum cohort__op_kind k)
-{
-	switch (k) {
-	case COHORT__OP_ALLREDUCE:
-		return ("allreduce");
-	case COHORT__OP_REDUCE:
-		return ("reduce");
-	case COHORT__OP_BROADCAST:
-		return ("broadcast");
-	case COHORT__OP_ALLGATHER:
-		return ("allgather");
-	case COHORT__OP_ALLGATHERV:
-		return ("allgatherv");
-	case COHORT__OP_REDUCE_SCATTER:
-		return ("reduce_scatter");
-	case COHORT__OP_ALLTOALL:
-		return ("alltoall");
-	case COHORT__OP_GATHER:
-		return ("gather");
-	case COHORT__OP_SCATTER:
-		return ("scatter");
-	case COHORT__OP_BARRIER:
-		return ("barrier");
-	}
-	return ("operation");
-}
-
 static uint64_t
 nccl_now_us(void)
 {
@@ -1004,7 +976,7 @@ nccl_run(void *state, const struct cohort__op *op, char *err, size_t errlen,
 	int rop = COHORT__NCCL_SUM;
 	int e;
 
-	s->opname = nccl_op_name(op->kind);
+	s->opname = cohort__op_name(op->kind);
 	s->seq = op->seq;
 	if (s->broken != COHORT_OK) {
 		snprintf(err, errlen, "%s #%" PRIu64 ": the NCCL communicator "

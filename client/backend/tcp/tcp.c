@@ -874,34 +874,6 @@ out_free:
 	return (rv);
 }
 
-static const char *
-tcp_op_name(enum cohort__op_kind k)
-{
-	switch (k) {
-	case COHORT__OP_ALLREDUCE:
-		return ("allreduce");
-	case COHORT__OP_REDUCE:
-		return ("reduce");
-	case COHORT__OP_BROADCAST:
-		return ("broadcast");
-	case COHORT__OP_ALLGATHER:
-		return ("allgather");
-	case COHORT__OP_ALLGATHERV:
-		return ("allgatherv");
-	case COHORT__OP_REDUCE_SCATTER:
-		return ("reduce_scatter");
-	case COHORT__OP_ALLTOALL:
-		return ("alltoall");
-	case COHORT__OP_GATHER:
-		return ("gather");
-	case COHORT__OP_SCATTER:
-		return ("scatter");
-	case COHORT__OP_BARRIER:
-		return ("barrier");
-	}
-	return ("operation");
-}
-
 static cohort_status
 tcp_run(void *state, const struct cohort__op *op, char *err, size_t errlen,
     cohort__time deadline)
@@ -909,7 +881,7 @@ tcp_run(void *state, const struct cohort__op *op, char *err, size_t errlen,
 	struct cohort__tcp *t = state;
 	cohort_status rv;
 
-	t->opname = tcp_op_name(op->kind);
+	t->opname = cohort__op_name(op->kind);
 	t->seq = op->seq;
 	if ((rv = cohort__tcp_check_abort(t, err, errlen)) != COHORT_OK)
 		return (rv);
