@@ -90,8 +90,4 @@ bool cohort__client_who_missing(struct cohort_client *c,
 void cohort__client_heartbeat_now(struct cohort_client *c, const char *kind,
     const char *group, uint64_t seq);
 
-/* The job's KV at cohortd as a backend rendezvous store (backend.h);
- * values from get are malloc'd. */
-struct cohort__store cohort__client_store(struct cohort_client *c);
-
 #endif /* COHORT_CLIENT_H */

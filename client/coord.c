@@ -766,12 +766,6 @@ cohort__coord_set_reconnect_window(struct cohort__coord *co,
 	pthread_mutex_unlock(&co->mtx);
 }
 
-cohort_duration
-cohort__coord_default_window(void)
-{
-	return (coord_default_window());
-}
-
 void
 cohort__coord_set_member(struct cohort__coord *co, int32_t rank,
     uint64_t generation)
@@ -780,30 +774,6 @@ cohort__coord_set_member(struct cohort__coord *co, int32_t rank,
 	co->rank = rank;
 	co->generation = generation;
 	pthread_mutex_unlock(&co->mtx);
-}
-
-uint64_t
-cohort__coord_generation(const struct cohort__coord *co)
-{
-	struct cohort__coord *m = (struct cohort__coord *) co;
-	uint64_t g;
-
-	pthread_mutex_lock(&m->mtx);
-	g = m->generation;
-	pthread_mutex_unlock(&m->mtx);
-	return (g);
-}
-
-uint64_t
-cohort__coord_client_id(const struct cohort__coord *co)
-{
-	return (co->client_id);
-}
-
-const char *
-cohort__coord_url(const struct cohort__coord *co)
-{
-	return (co->url);
 }
 
 bool
@@ -826,17 +796,6 @@ cohort__coord_up(struct cohort__coord *co)
 	up = co->up && !co->lost;
 	pthread_mutex_unlock(&co->mtx);
 	return (up);
-}
-
-uint64_t
-cohort__coord_reconnects(struct cohort__coord *co)
-{
-	uint64_t n;
-
-	pthread_mutex_lock(&co->mtx);
-	n = co->reconnects;
-	pthread_mutex_unlock(&co->mtx);
-	return (n);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -110,21 +110,14 @@ void cohort__coord_prepare_close(struct cohort__coord *co);
 /* Identity carried by later requests (after the join completed). */
 void cohort__coord_set_member(struct cohort__coord *co, int32_t rank,
     uint64_t generation);
-uint64_t cohort__coord_generation(const struct cohort__coord *co);
-uint64_t cohort__coord_client_id(const struct cohort__coord *co);
-const char *cohort__coord_url(const struct cohort__coord *co);
 /* True once the connection to cohortd was lost for good (down longer
  * than the reconnect window, or dropped). */
 bool cohort__coord_lost(struct cohort__coord *co);
 /* True while a connection is up. */
 bool cohort__coord_up(struct cohort__coord *co);
-/* Connections re-established after a loss so far. */
-uint64_t cohort__coord_reconnects(struct cohort__coord *co);
 /* How long the connection may stay down before calls fail. */
 void cohort__coord_set_reconnect_window(struct cohort__coord *co,
     cohort_duration ms);
-/* COHORT_RECONNECT_MS if set, else the scaled default dead-after. */
-cohort_duration cohort__coord_default_window(void);
 /* Drops the connection on purpose (fault injection): the engine is lost
  * at once with `why` (pending calls fail with ENOCOORD), the dialer stops
  * re-dialing, cohortd sees the connection close. Never blocks long. */

@@ -347,28 +347,3 @@ cohort_kv_append(cohort_client *c, const char *key, const void *value,
 {
 	return (kv_put(c, key, value, len, true, timeout));
 }
-
-/* The client's KV as a backend rendezvous store (backend.h). */
-static cohort_status
-kv_store_set(void *ctx, const char *key, const void *val, size_t len,
-    cohort__time deadline)
-{
-	return (
-	    cohort_kv_set(ctx, key, val, len, cohort__remaining(deadline)));
-}
-
-static cohort_status
-kv_store_get(void *ctx, const char *key, void **val, size_t *len,
-    cohort__time deadline)
-{
-	return (
-	    cohort_kv_get(ctx, key, val, len, cohort__remaining(deadline)));
-}
-
-struct cohort__store
-cohort__client_store(struct cohort_client *c)
-{
-	struct cohort__store s = { c, kv_store_set, kv_store_get };
-
-	return (s);
-}

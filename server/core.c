@@ -171,12 +171,6 @@ heap_remove(struct srv_core* core, struct srv_call* c)
 	heap_down(core, last->heap_idx);
 }
 
-cohort__time
-srv_core_next_deadline(const struct srv_core* core)
-{
-	return (core->heap_n ? core->heap[0]->deadline : COHORT__TIME_NEVER);
-}
-
 /* ------------------------------------------------------------------------ */
 /* Calls                                                                    */
 /* ------------------------------------------------------------------------ */

@@ -400,8 +400,6 @@ size_t srv_core_take_pipes_to_close(
 void srv_core_pipe_closed(
     struct srv_core* core, uint32_t pipe, cohort__time now);
 bool srv_core_pipe_is_closed(const struct srv_core* core, uint32_t pipe);
-/* Earliest parked deadline, COHORT__TIME_NEVER if none. */
-cohort__time srv_core_next_deadline(const struct srv_core* core);
 
 struct srv_call* srv_call_new(
     struct srv_core* core, void* tp, cohort__time now);
