@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cohort_impl.h"
 #include "server.h"
@@ -49,6 +50,14 @@ main_usage(FILE* f)
 	    "longer (default %u)\n"
 	    "  --log-level LEVEL      error, warn, info (default), debug, "
 	    "trace\n"
+	    "  --ready-fd FD          once listening, write the first bound "
+	    "URL and a\n"
+	    "                         newline to FD and close it (for "
+	    "launchers)\n"
+	    "  --exit-when-idle MS    exit after MS without any client "
+	    "connection\n"
+	    "                         (a private coordinator that never "
+	    "outlives its job)\n"
 	    "  --help, --version\n",
 	    COHORT__SRV_DEFAULT_URL, (unsigned)COHORT__DEFAULT_MAX_VALUE,
 	    (unsigned long long)COHORT__SRV_DEFAULT_MAX_JOB_BYTES,
@@ -90,7 +99,8 @@ main(int argc, char** argv)
 	struct cohort__srv* srv;
 	sigset_t set;
 	cohort_status rv;
-	int sig = 0;
+	int sig = 0, ready_fd = -1;
+	uint64_t idle_exit_ms = 0;
 
 	cohort__srv_config_init(&cfg);
 	cfg.listen = listen;
@@ -151,6 +161,14 @@ main(int argc, char** argv)
 				return (2);
 			}
 			cfg.stall_threshold_ms = (uint32_t)ms;
+		} else if (strcmp(a, "--ready-fd") == 0) {
+			uint64_t fd;
+			if (main_u64(a, v, &fd) != 0 || fd > INT32_MAX)
+				return (2);
+			ready_fd = (int)fd;
+		} else if (strcmp(a, "--exit-when-idle") == 0) {
+			if (main_u64(a, v, &idle_exit_ms) != 0)
+				return (2);
 		} else if (strcmp(a, "--log-level") == 0) {
 			int l = main_level(v);
 			if (l < 0) {
@@ -182,6 +200,17 @@ main(int argc, char** argv)
 		cohort__info("listening on %s", cohort__srv_url(srv, i));
 	if (cohort__srv_http_url(srv) != NULL)
 		cohort__info("http on %s", cohort__srv_http_url(srv));
+	if (ready_fd >= 0) {
+		/* The bound URL (port 0 resolved) for whoever started us. */
+		char line[512];
+		int n = snprintf(line, sizeof(line), "%s\n",
+		    cohort__srv_url(srv, 0) != NULL ? cohort__srv_url(srv, 0)
+						    : "");
+		if (n > 0 && write(ready_fd, line, (size_t)n) != n)
+			cohort__warn("--ready-fd %d: %s", ready_fd,
+			    strerror(errno));
+		close(ready_fd);
+	}
 
 	/* Runs until a signal; each wait is bounded so the loop stays
 	 * responsive to anything added later. */
@@ -192,9 +221,16 @@ main(int argc, char** argv)
 			cohort__error("sigtimedwait: %s", strerror(errno));
 			break;
 		}
+		if (sig <= 0 && idle_exit_ms > 0
+		    && cohort__srv_idle_ms(srv) >= idle_exit_ms) {
+			cohort__info("no client for %llu ms, exiting",
+			    (unsigned long long)idle_exit_ms);
+			break;
+		}
 	}
-	cohort__info("%s received, shutting down",
-	    sig == SIGINT ? "SIGINT" : "SIGTERM");
+	if (sig > 0)
+		cohort__info("%s received, shutting down",
+		    sig == SIGINT ? "SIGINT" : "SIGTERM");
 	cohort__srv_stop(srv);
 	cohort__info("stopped");
 	return (0);

@@ -70,6 +70,11 @@ const char* cohort__srv_url(const struct cohort__srv* s, size_t i);
 /* The HTTP endpoint as bound ("http://127.0.0.1:PORT"), NULL if none. */
 const char* cohort__srv_http_url(const struct cohort__srv* s);
 
+/* Milliseconds since the coordinator last served a client connection: 0
+ * while any client is connected, else the time since the last one went
+ * away (or since start). For `cohortd --exit-when-idle`. */
+uint64_t cohort__srv_idle_ms(struct cohort__srv* s);
+
 /* Answers every parked request with COHORT_ECLOSED, closes the listeners
  * and frees everything. Blocks until nng's callbacks have finished (at
  * most about a second for the final replies to leave). NULL-safe. */

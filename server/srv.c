@@ -66,6 +66,7 @@ struct cohort__srv {
 	size_t nurls;
 	void* http; /* http.c */
 	char* http_url;
+	cohort__time idle_since; /* last time a client was connected */
 };
 
 static void srvctx_cb(void* arg);
@@ -394,6 +395,21 @@ cohort__srv_http_url(const struct cohort__srv* s)
 cohort_status cohort__srv_http_start(
     struct cohort__srv* s, const char* addr, void** out, char** url);
 void cohort__srv_http_stop(void* h);
+
+uint64_t
+cohort__srv_idle_ms(struct cohort__srv* s)
+{
+	cohort__time now = cohort__now_ms();
+	uint64_t idle = 0;
+
+	pthread_mutex_lock(&s->mtx);
+	if (s->core->pipes.n > 0 || s->idle_since == 0)
+		s->idle_since = now;
+	else
+		idle = (uint64_t)(now - s->idle_since);
+	pthread_mutex_unlock(&s->mtx);
+	return (idle);
+}
 
 /* For http.c: metrics text under the server mutex. */
 char*
