@@ -1,0 +1,182 @@
+"""Shared helpers of the Python suite: real processes, real torch, bounded.
+
+Every rank is a process of its own (``python worker.py`` with torchrun's
+variables, or started by a real launcher). Every process a test starts is
+bounded by a timeout and killed by PID if it overruns, and the suite checks
+at the end that none of them is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parent
+PYDIR = HERE.parent
+REPO = PYDIR.parent
+WORKERS = HERE / "workers"
+BIN = pathlib.Path(os.environ.get("COHORT_BIN", REPO / "build" / "bin")).resolve()
+PYTHON = sys.executable
+
+_started: list[subprocess.Popen] = []
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def base_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(PYDIR), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("COHORT_LOG_LEVEL", "warn")
+    env["COHORT_COHORTD"] = str(BIN / "cohortd")
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "COHORT_COORDINATOR",
+              "COHORT_RANK", "COHORT_WORLD_SIZE", "COHORT_JOB", "COHORT_TOKEN"):
+        env.pop(k, None)
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+@dataclass
+class Proc:
+    """A finished process: its exit status, output, and JSON lines printed."""
+
+    rank: int
+    returncode: int
+    out: str
+    elapsed: float
+    records: list = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return self.out
+
+
+def _parse(out: str) -> list:
+    recs = []
+    for line in out.splitlines():
+        line = line.strip()
+        if line.startswith("{") and line.endswith("}"):
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(r, dict) and "level" not in r:  # not a cohort log line
+                recs.append(r)
+    return recs
+
+
+def start(argv: Sequence[str], env: dict[str, str]) -> subprocess.Popen:
+    p = subprocess.Popen(
+        list(argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )
+    _started.append(p)
+    return p
+
+
+def finish(procs: Sequence[subprocess.Popen], timeout: float) -> list[Proc]:
+    """Waits for every process (bounded); kills the stragglers by PID."""
+    t0 = time.monotonic()
+    out = []
+    for i, p in enumerate(procs):
+        left = max(0.1, timeout - (time.monotonic() - t0))
+        try:
+            text, _ = p.communicate(timeout=left)
+        except subprocess.TimeoutExpired:
+            kill_tree(p)
+            text, _ = p.communicate()
+            text += f"\n[test harness: killed after {timeout:.0f} s]"
+        out.append(Proc(i, p.returncode, text, time.monotonic() - t0, _parse(text)))
+    return out
+
+
+def kill_tree(p: subprocess.Popen) -> None:
+    """Kills a process we started and its session (its own children)."""
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        p.kill()
+    except ProcessLookupError:
+        pass
+
+
+def run_ranks(script: str | pathlib.Path, world: int, args: Sequence[str] = (), timeout: float = 120,
+              env: Optional[dict[str, str]] = None) -> list[Proc]:
+    """Runs ``world`` ranks of a worker script with torchrun's variables."""
+    port = free_port()
+    procs = []
+    for r in range(world):
+        e = base_env(RANK=r, WORLD_SIZE=world, LOCAL_RANK=r, LOCAL_WORLD_SIZE=world,
+                     MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        if env:
+            e.update(env)
+        procs.append(start([PYTHON, str(script), *args], e))
+    return finish(procs, timeout)
+
+
+def describe(procs: Sequence[Proc]) -> str:
+    return "\n".join(f"--- rank {p.rank} (exit {p.returncode}) ---\n{p.out[-3000:]}" for p in procs)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _nothing_left_behind():
+    yield
+    alive = [p.pid for p in _started if p.poll() is None]
+    for p in _started:
+        if p.poll() is None:
+            kill_tree(p)
+    assert not alive, f"processes left running after the tests: {alive}"
+
+
+@pytest.fixture(scope="session")
+def built() -> pathlib.Path:
+    """The build tree: cohortd, cohort and libcohort must exist."""
+    for f in (BIN / "cohortd", BIN / "cohort", BIN.parent / "lib" / "libcohort.so"):
+        assert f.exists(), f"{f} is missing: run `make` first"
+    return BIN
+
+
+def private_coordinators() -> list[int]:
+    """PIDs of private coordinators (started by a rank 0 with --exit-when-idle)."""
+    pids = []
+    for d in pathlib.Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"cohortd") and b"--exit-when-idle" in argv:
+            pids.append(int(d.name))
+    return pids
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_coordinators_exit():
+    before = set(private_coordinators())
+    yield
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        left = set(private_coordinators()) - before
+        if not left:
+            return
+        time.sleep(0.5)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    pytest.fail(f"private coordinators still running 30 s after the tests: {sorted(left)}")
