@@ -145,7 +145,7 @@ cohort_status
 cohort__client_check_reply(struct cohort_client *c, cohort_status st,
     const Cohort__Reply *rep)
 {
-	char detail[1024];
+	char detail[COHORT__DETAIL_MAX];
 	size_t off = 0;
 
 	if (st != COHORT_EPEERLOST && st != COHORT_ESTALE)
@@ -159,11 +159,28 @@ cohort__client_check_reply(struct cohort_client *c, cohort_status st,
 	else
 		cohort__appendf(detail, sizeof(detail), &off, "%s",
 		    cohort_strerror(st));
+	/* cohortd's error quotes the first line of the failed rank's text;
+	 * add what it left out (a traceback's frames), or all of it. */
 	if (rep != NULL && rep->failed_text != NULL &&
 	    rep->failed_text[0] != '\0' &&
-	    strstr(detail, rep->failed_text) == NULL)
-		cohort__appendf(detail, sizeof(detail), &off, ": %s",
-		    rep->failed_text);
+	    strstr(detail, rep->failed_text) == NULL) {
+		const char *t = rep->failed_text;
+		const char *nl = strchr(t, '\n');
+		size_t first = nl != NULL ? (size_t) (nl - t) : strlen(t);
+		char line[512];
+
+		cohort__strlcpy(line, t,
+		    first + 1 < sizeof(line) ? first + 1 : sizeof(line));
+		if (first > 0 && first < sizeof(line) &&
+		    strstr(detail, line) != NULL) {
+			if (nl != NULL)
+				cohort__appendf(detail, sizeof(detail), &off,
+				    "\n%s", nl + 1);
+		} else {
+			cohort__appendf(detail, sizeof(detail), &off, ": %s",
+			    t);
+		}
+	}
 	cohort__client_fail(c, st, detail);
 	return (st);
 }
@@ -800,7 +817,7 @@ cohort_client_open(const cohort_options *opts, cohort_client **out,
 out_free:
 	{
 		/* keep the failing call's detail across the cleanup */
-		char detail[1024];
+		char detail[COHORT__DETAIL_MAX];
 
 		cohort__strlcpy(detail, cohort_last_error(), sizeof(detail));
 		client_stop_liveness(c);

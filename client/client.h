@@ -43,7 +43,7 @@ struct cohort_client {
 	struct cohort_group *groups;
 	struct cohort_group *world;
 	atomic_int error;     /* cohort_status, sticky */
-	char error_detail[1024];
+	char error_detail[COHORT__DETAIL_MAX];
 
 	struct cohort__fault *fault; /* fault schedule (fault.h), or NULL */
 

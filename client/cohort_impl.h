@@ -134,6 +134,9 @@ void cohort__assert_fail(const char *expr, const char *file, int line)
 #define COHORT__CLOSE_TIMEOUT_MS 2000
 /* Largest KV value / broadcast object cohortd accepts by default. */
 #define COHORT__DEFAULT_MAX_VALUE (64u << 20)
+/* Longest error detail kept (a failed rank's report can be a traceback:
+ * its first line and its last frames must both fit). */
+#define COHORT__DETAIL_MAX 4096
 /* Largest nng message either side accepts (value + envelope). */
 #define COHORT__MAX_MESSAGE ((64u << 20) + (1u << 20))
 /* Largest key length. */

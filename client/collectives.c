@@ -81,7 +81,7 @@ struct cohort_work {
 	bool heap;      /* allocated by an i-call */
 	atomic_bool done;
 	cohort_status st;
-	char err[768];
+	char err[COHORT__DETAIL_MAX];
 	struct cohort_work *next;
 };
 
@@ -438,7 +438,7 @@ static void
 coll_execute(struct coll_dp *dp, struct cohort_work *w)
 {
 	struct cohort_group *g = dp->g;
-	char err[768] = "";
+	char err[COHORT__DETAIL_MAX] = "";
 	cohort_status st;
 	void *user_recv = w->op.recv;
 	bool began = false;
@@ -1287,7 +1287,7 @@ cohort_group_new(cohort_client *c, const char *name, const int32_t *ranks,
 	    cohort__client_deadline(c, timeout));
 	st = cohort__coord_call(c->coord, &call);
 	if (st != COHORT_OK) {
-		char detail[1024];
+		char detail[COHORT__DETAIL_MAX];
 
 		cohort__strlcpy(detail, cohort_last_error(), sizeof(detail));
 		cohort__client_check_reply(c, st, call.rep);

@@ -233,8 +233,15 @@ cohort_group_last_error(const cohort_group *g)
 		return ("");
 	pthread_mutex_lock(&m->mtx);
 	ago = (double) (cohort__now_ms() - m->error_at) / 1000.0;
-	snprintf(m->error_text, sizeof(m->error_text), "%s (%.1f s ago)",
-	    m->error_detail, ago);
+	{
+		/* "(x s ago)" ends the first line: a quoted traceback follows. */
+		const char *nl = strchr(m->error_detail, '\n');
+		int first = nl != NULL ? (int) (nl - m->error_detail) :
+		    (int) strlen(m->error_detail);
+		snprintf(m->error_text, sizeof(m->error_text),
+		    "%.*s (%.1f s ago)%s", first, m->error_detail, ago,
+		    nl != NULL ? nl : "");
+	}
 	pthread_mutex_unlock(&m->mtx);
 	return (m->error_text);
 }

@@ -42,8 +42,8 @@ struct cohort_group {
 
 	pthread_mutex_t mtx;
 	atomic_int error;          /* cohort_status; COHORT_OK while healthy */
-	char error_detail[768];    /* first error's detail */
-	char error_text[1024];     /* detail + "how long ago" */
+	char error_detail[COHORT__DETAIL_MAX]; /* first error's detail */
+	char error_text[COHORT__DETAIL_MAX + 32]; /* + "how long ago" */
 	cohort__time error_at;     /* when it was recorded (monotonic ms) */
 
 	/* Control plane (control.c). ctl_seq is the op_seq of the last

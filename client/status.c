@@ -114,7 +114,7 @@ cohort__op_name(enum cohort__op_kind kind)
 }
 
 /* Detail of the last error on this thread (ncclGetLastError). */
-static _Thread_local char status_last_error[1024];
+static _Thread_local char status_last_error[COHORT__DETAIL_MAX];
 
 cohort_status
 cohort__err(cohort_status st, const char *fmt, ...)
