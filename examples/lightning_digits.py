@@ -15,8 +15,9 @@ Run it any of these ways (``make demo-lightning`` does the first):
     cohort run -n 2 -- python examples/lightning_digits.py --devices 2
 
 A fault drill: ``--fail-rank 1 --fail-step 30`` raises in rank 1's
-``training_step`` at step 30; every other rank stops within milliseconds
-with an error naming rank 1 and quoting its traceback.
+``training_step`` at step 30 (``--fail-mode kill``: SIGKILLs it); every
+other rank stops within milliseconds with an error naming rank 1 and
+quoting its traceback (or saying the connection was lost).
 
 At the end every rank prints its final test accuracy and a checksum of its
 parameters: equal checksums show that the gradients were synchronised.
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import signal
 import sys
 import time
 
@@ -51,7 +53,7 @@ def load_digits(path: pathlib.Path) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class Digits(pl.LightningModule):
-    def __init__(self, hidden: int, lr: float, fail_rank: int, fail_step: int) -> None:
+    def __init__(self, hidden: int, lr: float, fail_rank: int, fail_step: int, fail_mode: str) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.net = nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, 10))
@@ -61,6 +63,8 @@ class Digits(pl.LightningModule):
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         if self.global_rank == self.hparams.fail_rank and self.global_step == self.hparams.fail_step:
+            if self.hparams.fail_mode == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError(f"fault drill: rank {self.global_rank} fails at step {self.global_step}")
         x, y = batch
         loss = F.cross_entropy(self(x), y)
@@ -90,6 +94,8 @@ def main() -> int:
     ap.add_argument("--data", default=str(HERE.parent / "build" / "data" / "digits.csv"))
     ap.add_argument("--fail-rank", type=int, default=-1, help="fault drill: this rank raises ...")
     ap.add_argument("--fail-step", type=int, default=-1, help="... at this global step")
+    ap.add_argument("--fail-mode", choices=("raise", "kill"), default="raise",
+                    help="raise an exception (default) or die by SIGKILL")
     args = ap.parse_args()
 
     torch.set_num_threads(1)  # one core per rank on small machines
@@ -116,7 +122,7 @@ def main() -> int:
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    model = Digits(args.hidden, args.lr, args.fail_rank, args.fail_step)
+    model = Digits(args.hidden, args.lr, args.fail_rank, args.fail_step, args.fail_mode)
     t0 = time.time()
     trainer.fit(
         model,

@@ -988,10 +988,12 @@ def report_exception(exc: BaseException, client: Optional[_core.Client] = None) 
         return False
     summary = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    text = f"{summary}\n{trace}"
-    if len(text) > 16384:
-        text = text[:1024] + "\n...\n" + text[-15000:]
-    return c.report_failure(text)
+    # The others keep about 4 KB of it: the summary, then the innermost
+    # frames (where it was raised) rather than the launcher's outer ones.
+    budget = 3500 - len(summary)
+    if len(trace) > budget:
+        trace = "Traceback (innermost frames):\n  ...\n" + trace[-budget:].split("\n", 1)[-1]
+    return c.report_failure(f"{summary}\n{trace}")
 
 
 _hook_installed = False

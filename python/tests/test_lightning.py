@@ -1,0 +1,65 @@
+"""A real Lightning Trainer.fit on CPU with devices=2 on the "cohort" backend.
+
+The example script examples/lightning_digits.py is what a user runs; every
+rank prints its final accuracy and a checksum of its parameters, which
+must agree across ranks (gradients were synchronised through cohort).
+"""
+
+import re
+
+import pytest
+
+from conftest import PYTHON, REPO, base_env, describe, finish, free_port, start
+
+EXAMPLE = REPO / "examples" / "lightning_digits.py"
+LINE = re.compile(r"rank (\d+)/(\d+) backend=(\S+) test_acc=([\d.]+) checksum=([-\d.]+)")
+
+
+def results(out):
+    return [m.groups() for m in LINE.finditer(out)]
+
+
+def check_trained(out, world=2, backend="cohort"):
+    res = results(out)
+    assert sorted(int(r[0]) for r in res) == list(range(world)), out[-4000:]
+    assert all(r[2] == backend for r in res), res
+    assert len({r[4] for r in res}) == 1, f"ranks' parameters differ: {res}"
+    assert all(float(r[3]) > 0.8 for r in res), f"did not learn: {res}"
+
+
+@pytest.fixture(scope="module")
+def data(built):
+    import subprocess
+
+    subprocess.run([str(REPO / "tools" / "fetch-digits.sh"), str(REPO / "build" / "data" / "digits.csv")],
+                   check=True, timeout=300)
+
+
+@pytest.mark.parametrize("strategy", ["ddp-cohort", "cohort_ddp"])
+def test_lightning_launcher(strategy, data):
+    """Lightning starts the second rank itself (its subprocess launcher)."""
+    [p] = finish([start([PYTHON, str(EXAMPLE), "--devices", "2", "--epochs", "4", "--strategy", strategy],
+                        base_env())], 240)
+    assert p.returncode == 0, p.out[-4000:]
+    check_trained(p.out)
+
+
+def test_lightning_torchrun(data):
+    """torchrun starts both ranks; Lightning sees a TorchElastic environment."""
+    torchrun = [PYTHON, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                "--master-port", str(free_port()), str(EXAMPLE), "--devices", "2", "--epochs", "4"]
+    [p] = finish([start(torchrun, base_env())], 240)
+    assert p.returncode == 0, p.out[-4000:]
+    check_trained(p.out)
+
+
+def test_lightning_matches_gloo(data):
+    """The same script over gloo ends with the same parameters."""
+    runs = {}
+    for strategy in ("ddp-cohort", "ddp-gloo"):
+        [p] = finish([start([PYTHON, str(EXAMPLE), "--devices", "2", "--epochs", "2", "--strategy", strategy],
+                            base_env())], 240)
+        assert p.returncode == 0, p.out[-4000:]
+        runs[strategy] = {float(r[4]) for r in results(p.out)}
+    [ours], [gloo] = runs["ddp-cohort"], runs["ddp-gloo"]
+    assert abs(ours - gloo) < 1e-3, runs
