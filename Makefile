@@ -4,6 +4,8 @@
 #   make test         install missing Debian packages, build, run all suites
 #   make test SAN=address,undefined   the same under ASan/UBSan (build/san/)
 #   make demo         the main job: multi-process training on 4 ranks
+#   make demo-lightning   the same with PyTorch Lightning on "cohort"
+#   make test-python  the Python suite (real torch + Lightning in .venv)
 #   make bench        cohort vs Gloo vs Open MPI, interleaved, medians
 #   make install PREFIX=/usr/local
 #   make check-style  clang-format check + banned-function grep
@@ -108,8 +110,8 @@ CFLAGS := $(CFLAGS_BASE) $(DEFS)
 STATIC_LIBS := $(LIB)/libcohort_examples.a $(LIB)/libcohort_strategies.a $(LIB)/libcohortd.a $(LIB)/libcohort.a
 CUDA_LINK := $(if $(CU_SRC),-L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++)
 
-.PHONY: all test test-unit test-san demo bench bench-faults install clean \
-	check-style deps probe gpu-check
+.PHONY: all test test-unit test-python test-san demo demo-lightning bench \
+	bench-faults bench-torch install clean check-style deps probe gpu-check
 .DEFAULT_GOAL := all
 
 all: probe $(BIN)/cohortd $(BIN)/cohort $(LIB)/libcohort.so $(BIN)/cohort-tests \
@@ -205,11 +207,26 @@ $(BUILD)/cohort.pc: tools/cohort.pc.in
 deps:
 	@tools/deps.sh
 
-# make test: dependencies, build, every suite. COHORT_TEST_SUITE=name (or
-# Check's CK_RUN_SUITE / CK_RUN_CASE) narrows the run.
+# make test: dependencies, build, every suite: the Check suites, then the
+# Python suite against the real torch and Lightning in .venv (installed by
+# tools/pyenv.sh; COHORT_SKIP_PYTHON=1 skips it on a machine without PyPI,
+# CI never does). COHORT_TEST_SUITE=name (or Check's CK_RUN_SUITE /
+# CK_RUN_CASE) narrows the Check run; PYTEST_ARGS the Python one.
 test: deps
 	$(MAKE) all
 	COHORT_BIN=$(BIN) $(BIN)/cohort-tests
+	$(MAKE) test-python
+
+VENV ?= .venv
+test-python:
+	@if [[ "$(COHORT_SKIP_PYTHON)" == 1 ]]; then \
+	  echo "test-python: SKIPPED (COHORT_SKIP_PYTHON=1): torch and Lightning were not tested"; \
+	elif [[ -n "$(SAN)" ]]; then \
+	  echo "test-python: not run under SAN=$(SAN) (a sanitized libcohort cannot load into python)"; \
+	else \
+	  tools/pyenv.sh $(VENV) && \
+	  COHORT_BIN=$(abspath $(BIN)) $(VENV)/bin/python -m pytest python/tests -q $(PYTEST_ARGS); \
+	fi
 
 test-san:
 	$(MAKE) test SAN=address,undefined
@@ -217,6 +234,13 @@ test-san:
 demo: deps
 	$(MAKE) all
 	@tools/demo.sh $(BIN)
+
+# The same training with PyTorch Lightning on the cohort backend.
+demo-lightning: deps
+	$(MAKE) all
+	@tools/pyenv.sh $(VENV)
+	@tools/fetch-digits.sh $(BUILD)/data/digits.csv
+	$(VENV)/bin/python examples/lightning_digits.py --devices 2 --data $(BUILD)/data/digits.csv
 
 bench:
 	@COHORT_DEPS_BENCH=1 tools/deps.sh

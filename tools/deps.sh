@@ -8,6 +8,11 @@ PKGS=(build-essential pkg-config libnng-dev libprotobuf-c-dev protobuf-c-compile
 if [[ "${COHORT_DEPS_BENCH:-0}" == 1 ]]; then
 	PKGS+=(libgloo-dev libopenmpi-dev openmpi-bin)
 fi
+# The Python suite's venv (tools/pyenv.sh): Debian's python3 needs
+# python3-venv; a python3 that already makes venvs needs nothing.
+if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+	PKGS+=(python3 python3-venv)
+fi
 missing=()
 for p in "${PKGS[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -8,7 +8,7 @@ threads (DDP's completion callbacks, Lightning's logging).
 
 The library is found, in order, at:
 
-1. ``$COHORT_LIBRARY`` (a path to ``libcohort.so``);
+1. ``$COHORT_LIBRARY`` (a path to ``libcohort.so``; if set, only there);
 2. the copy bundled into the package by ``pip install ./python``;
 3. the build tree this package sits in (``<repo>/build/lib``);
 4. an installed prefix (``$COHORT_PREFIX/lib``, ``/usr/local/lib``,
@@ -34,7 +34,7 @@ def _candidates() -> list[pathlib.Path]:
     out: list[pathlib.Path] = []
     env = os.environ.get("COHORT_LIBRARY")
     if env:
-        out.append(pathlib.Path(env))
+        return [pathlib.Path(env)]  # asked for that one: no fallback
     out.append(_PKG_DIR / "_bundled" / "libcohort.so")
     out.append(_REPO_BUILD / "lib" / "libcohort.so")
     prefix = os.environ.get("COHORT_PREFIX")
@@ -79,7 +79,7 @@ def _load() -> tuple[ctypes.CDLL, str]:
                 tried.append(f"{p}: {e}")
         else:
             tried.append(f"{p}: not found")
-    name = ctypes.util.find_library("cohort")
+    name = None if os.environ.get("COHORT_LIBRARY") else ctypes.util.find_library("cohort")
     if name:
         try:
             return ctypes.CDLL(name), name
