@@ -124,6 +124,9 @@ def _int_mean(code: int, t: torch.Tensor, size: int) -> tuple[int, Optional[Call
     return code, None
 
 
+_ZERO = datetime.timedelta(0)
+
+
 def _timeout_ms(td: Optional[datetime.timedelta]) -> int:
     """A torch timeout (timedelta; zero or negative = the group's) in ms."""
     if td is None:
@@ -394,6 +397,7 @@ class CohortProcessGroup(dist.ProcessGroup):
         self._rank = rank
         self._size = size
         self._timeout_s = timeout.total_seconds() if timeout else 1800.0
+        self._timeout_ms = min(int(self._timeout_s * 1000), 2**31 - 1)
         self._owns_client = owns_client
         self._completer = _Completer(name)
         self._closed = False
@@ -419,6 +423,7 @@ class CohortProcessGroup(dist.ProcessGroup):
 
     def set_timeout(self, timeout: datetime.timedelta) -> None:
         self._timeout_s = timeout.total_seconds()
+        self._timeout_ms = _timeout_ms(timeout)
 
     # -- plumbing -----------------------------------------------------------
 
@@ -428,10 +433,11 @@ class CohortProcessGroup(dist.ProcessGroup):
             raise CohortBackendError(st, detail, op)
 
     def _ms(self, opts: Any) -> int:
-        ms = _timeout_ms(getattr(opts, "timeout", None))
-        if ms == _core.WAIT_DEFAULT:
-            ms = int(self._timeout_s * 1000)
-        return ms
+        """The call's timeout: its own if set, else the group's."""
+        td = opts.timeout
+        if td.days < 0 or td == _ZERO:  # torch's "unset" is -1 ms
+            return self._timeout_ms
+        return _timeout_ms(td)
 
     def _start(
         self,
@@ -451,11 +457,13 @@ class CohortProcessGroup(dist.ProcessGroup):
         """
         if self._closed:
             raise CohortBackendError(Status.ECLOSED, "the process group was shut down", op)
-        if async_call is None or not getattr(opts, "asyncOp", True):
-            self._check(sync_call(self._ms(opts)), op)
+        if async_call is None or not opts.asyncOp:
+            st = sync_call(self._ms(opts))
+            if st:
+                self._check(st, op)
             if finish is not None:
                 finish()
-            return CohortWork(self, op, result)
+            return _DoneWork(result)
         h = ctypes.c_void_p()
         self._check(async_call(ctypes.byref(h)), op)
         return CohortWork(self, op, result, handle=h.value, finish=finish, keep=keep)
@@ -491,7 +499,7 @@ class CohortProcessGroup(dist.ProcessGroup):
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> CohortWork:
         opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
         if not tensors:
-            return CohortWork(self, "allreduce_coalesced", tensors)
+            return _DoneWork(tensors)
         dtypes = {t.dtype for t in tensors}
         devices = {t.device for t in tensors}
         if len(dtypes) != 1 or len(devices) != 1:
@@ -807,7 +815,7 @@ class CohortProcessGroup(dist.ProcessGroup):
             off += k
         if finish is not None:
             finish()
-        return CohortWork(self, op, result)
+        return _DoneWork(result)
 
     def barrier(self, opts: Any = None) -> CohortWork:
         opts = opts if opts is not None else dist.BarrierOptions()
@@ -818,7 +826,7 @@ class CohortProcessGroup(dist.ProcessGroup):
         self._check(lib.cohort_allreduce(self._group.handle, one.data_ptr(), one.data_ptr(), 1, 6, _MAX, None, ms),
                     "barrier")
         self._check(lib.cohort_barrier(self._group.handle, b"", ms), "barrier")
-        return CohortWork(self, "barrier", None)
+        return _DoneWork(None)
 
     def monitored_barrier(self, opts: Any = None, wait_all_ranks: bool = False) -> None:
         self.barrier(opts)
@@ -841,13 +849,13 @@ class CohortProcessGroup(dist.ProcessGroup):
     def _join(self, op: str, works: list[CohortWork], result: Any) -> CohortWork:
         """One work standing for several started in order: done when the last is."""
         if not works:
-            return CohortWork(self, op, result)
+            return _DoneWork(result)
         last = works[-1]
         if all(w._done.is_set() for w in works):
             for w in works:
                 if w._exc is not None:
                     raise w._exc
-            return CohortWork(self, op, result)
+            return _DoneWork(result)
         agg = _JoinedWork(self, op, result, works)
         return agg
 
@@ -874,6 +882,43 @@ class CohortProcessGroup(dist.ProcessGroup):
             self.shutdown()
         except Exception:
             pass
+
+
+class _DoneWork(dist._Work):
+    """A work that finished before it was returned (synchronous calls).
+
+    Kept minimal: synchronous collectives return one per call, and its
+    construction is part of the per-call cost.
+    """
+
+    __slots__ = ("_result",)
+
+    def __init__(self, result: Any) -> None:
+        super().__init__()
+        self._result = result
+
+    def wait(self, timeout: datetime.timedelta = datetime.timedelta(0)) -> bool:
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        fut = torch.futures.Future()
+        fut.set_result(self._result)
+        return fut
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return True
+
+    def exception(self) -> Optional[BaseException]:
+        return None
+
+    def result(self) -> Any:
+        return self._result
+
+    def synchronize(self) -> None:
+        pass
 
 
 class _JoinedWork(CohortWork):

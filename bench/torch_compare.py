@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""cohort against gloo as a PyTorch user sees them: DDP step time and all-reduce from Python.
+
+    .venv/bin/python bench/torch_compare.py [--ranks 2,4] [--reps 3] [--json out.json]
+
+Runs, interleaved (cohort, gloo, cohort, gloo, ...) so that both see the
+same machine state, one multi-process job per configuration:
+
+- ``ddp``: DistributedDataParallel training steps (forward, backward with
+  the bucketed all-reduces DDP overlaps with it, SGD step) on two models:
+  ``large`` (an MLP with ~4.2 M parameters, 16.8 MB of gradients, batch 8
+  per rank: communication dominates) and ``small`` (a 64-128-10 MLP, 9.6 k
+  parameters: latency and per-call overhead dominate). Median step time.
+- ``allreduce``: ``dist.all_reduce`` of float32 tensors from Python
+  (synchronous), median time per call by size.
+- ``overhead``: the same at world size 1, where no byte moves: what the
+  Python binding and torch's dispatch cost per call.
+
+Every rank uses one intra-op thread (``torch.set_num_threads(1)``), as
+torchrun and Lightning's launcher set ``OMP_NUM_THREADS=1`` by default;
+with 2 ranks on this 2-core machine more threads only oversubscribe.
+Prints a table of medians and cohort/gloo ratios (>1 = cohort faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parent
+
+MODELS = {
+    # name: (layer widths, batch per rank)
+    "large": ([1024, 2048, 1024, 10], 8),
+    "small": ([64, 128, 10], 32),
+}
+SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20]
+
+
+# ---------------------------------------------------------------------------
+# One rank (run with torchrun's variables by the driver below)
+# ---------------------------------------------------------------------------
+
+
+def worker(kind: str, backend: str, arg: str, iters: int) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    sys.path.insert(0, str(REPO / "python"))
+    import cohort.torch  # noqa: F401
+
+    torch.set_num_threads(1)
+    dist.init_process_group(backend)
+    rank = dist.get_rank()
+    out: dict = {"kind": kind, "backend": backend, "arg": arg, "world": dist.get_world_size()}
+    if kind == "ddp":
+        widths, batch = MODELS[arg]
+        layers = []
+        for a, b in zip(widths, widths[1:]):
+            layers += [nn.Linear(a, b), nn.ReLU()]
+        torch.manual_seed(0)
+        model = nn.parallel.DistributedDataParallel(nn.Sequential(*layers[:-1]))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x, y = torch.randn(batch, widths[0]), torch.randint(0, widths[-1], (batch,))
+        times = []
+        for i in range(iters + 5):
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=False)
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            if i >= 5:
+                times.append(time.perf_counter() - t0)
+        out["params"] = sum(p.numel() for p in model.parameters())
+        out["median_s"] = statistics.median(times)
+    else:
+        n = int(arg) // 4
+        t = torch.ones(n)
+        k = max(5, min(iters, int(2e8 // max(int(arg), 4096))))
+        for _ in range(3):
+            dist.all_reduce(t)
+        dist.barrier()
+        times = []
+        for _ in range(k):
+            t0 = time.perf_counter()
+            dist.all_reduce(t)
+            times.append(time.perf_counter() - t0)
+        out["median_s"] = statistics.median(times)
+    if rank == 0:
+        print("RESULT " + json.dumps(out), flush=True)
+    dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------------------
+# The driver
+# ---------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_job(kind: str, backend: str, arg: str, world: int, iters: int) -> dict:
+    port = free_port()
+    procs = []
+    for r in range(world):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen([sys.executable, __file__, "--worker", kind, backend, arg, str(iters)],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    res = None
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+        for line in out.splitlines():
+            if line.startswith("RESULT "):
+                res = json.loads(line[7:])
+        if p.returncode != 0:
+            sys.stderr.write(out[-3000:])
+            raise SystemExit(f"{kind} {backend} {arg} world {world}: a rank failed")
+    assert res is not None
+    return res
+
+
+def fmt_t(s: float) -> str:
+    return f"{s * 1e3:.2f} ms" if s >= 1e-3 else f"{s * 1e6:.1f} us"
+
+
+def fmt_size(n: int) -> str:
+    return f"{n >> 20}M" if n >= 1 << 20 else f"{n >> 10}K"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ranks", default="2,4")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=40, help="timed steps / calls per job (all-reduce: up to 200)")
+    ap.add_argument("--only", choices=("ddp", "allreduce", "overhead"), action="append")
+    ap.add_argument("--json", help="write every measurement here")
+    args = ap.parse_args()
+    kinds = args.only or ["ddp", "allreduce", "overhead"]
+    worlds = [int(w) for w in args.ranks.split(",")]
+    configs = []
+    for w in worlds:
+        if "ddp" in kinds:
+            configs += [("ddp", m, w) for m in MODELS]
+        if "allreduce" in kinds:
+            configs += [("allreduce", str(s), w) for s in SIZES]
+    if "overhead" in kinds:
+        configs += [("overhead", str(4), 1)]
+    results: dict = {}
+    for rep in range(args.reps):
+        for kind, arg, w in configs:
+            for backend in ("cohort", "gloo"):
+                it = args.iters if kind == "ddp" else 200
+                r = run_job("allreduce" if kind == "overhead" else kind, backend, arg, w, it)
+                results.setdefault((kind, arg, w), {}).setdefault(backend, []).append(r["median_s"])
+                print(f"rep {rep + 1}/{args.reps} {kind:9} {arg:>8} n={w} {backend:6} {fmt_t(r['median_s'])}",
+                      file=sys.stderr, flush=True)
+    rows = []
+    print("\n| what | n | cohort | gloo | cohort speed-up |")
+    print("|---|---|---|---|---|")
+    for (kind, arg, w), by in results.items():
+        c, g = statistics.median(by["cohort"]), statistics.median(by["gloo"])
+        if kind == "ddp":
+            label = f"DDP step, {arg} model"
+        elif kind == "allreduce":
+            label = f"all_reduce {fmt_size(int(arg))} f32"
+        else:
+            label = "all_reduce 4 B, world 1 (overhead)"
+        print(f"| {label} | {w} | {fmt_t(c)} | {fmt_t(g)} | {g / c:.2f}x |")
+        rows.append({"kind": kind, "arg": arg, "world": w, "cohort_s": c, "gloo_s": g, "speedup": g / c,
+                     "cohort_all": by["cohort"], "gloo_all": by["gloo"]})
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        worker(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    else:
+        sys.exit(main())
