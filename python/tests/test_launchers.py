@@ -1,0 +1,28 @@
+"""The backend under every launcher a PyTorch user has.
+
+Lightning's own launcher and torchrun are in test_lightning.py (with a
+Trainer); here the plain torch forms: torch.multiprocessing.spawn and
+torchrun with a script calling init_process_group("cohort").
+"""
+
+from conftest import PYTHON, WORKERS, base_env, finish, free_port, start
+
+
+def oks(p, world):
+    recs = [r for r in p.records if "ok" in r]
+    assert sorted(r["rank"] for r in recs) == list(range(world)), p.out[-3000:]
+    assert all(r["ok"] and r["backend"] == "cohort" for r in recs), recs
+
+
+def test_mp_spawn(built):
+    [p] = finish([start([PYTHON, str(WORKERS / "spawn_job.py"), "3", str(free_port())], base_env())], 180)
+    assert p.returncode == 0, p.out[-3000:]
+    oks(p, 3)
+
+
+def test_torchrun(built):
+    argv = [PYTHON, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+            str(WORKERS / "torchrun_job.py")]
+    [p] = finish([start(argv, base_env())], 180)
+    assert p.returncode == 0, p.out[-3000:]
+    oks(p, 2)

@@ -1,0 +1,21 @@
+"""A plain torch script for any launcher that sets torchrun's variables."""
+
+import json
+import os
+
+import torch
+import torch.distributed as dist
+
+import cohort.torch  # noqa: F401
+
+torch.set_num_threads(1)
+dist.init_process_group("cohort")
+rank, world = dist.get_rank(), dist.get_world_size()
+t = torch.full((1000,), float(rank + 1))
+dist.all_reduce(t)
+objs = [None] * world
+dist.all_gather_object(objs, rank)
+ok = bool(torch.all(t == world * (world + 1) / 2)) and objs == list(range(world))
+# one write: ranks share the launcher's pipe
+os.write(1, (json.dumps({"rank": rank, "ok": ok, "backend": dist.get_backend()}) + "\n").encode())
+dist.destroy_process_group()
