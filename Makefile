@@ -247,6 +247,12 @@ bench:
 	$(MAKE) all
 	@bench/compare $(BIN)
 
+# cohort vs gloo from PyTorch: DDP steps, all_reduce, per-call cost.
+bench-torch: deps
+	$(MAKE) all
+	@tools/pyenv.sh $(VENV)
+	$(VENV)/bin/python bench/torch_compare.py $(BENCH_ARGS)
+
 bench-faults: deps
 	$(MAKE) all
 	@bench/faults $(BIN) --trials 20 --stop-trials 5
