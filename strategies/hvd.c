@@ -393,6 +393,27 @@ hvd_exec_fused(cohort_hvd *h, struct hvd_entry **ev, size_t n)
 	return (COHORT_OK);
 }
 
+/* The detail of a name the ranks announced differently, for
+ * cohort_hvd_last_error (the engine goes on: only that name fails). */
+static void
+hvd_mismatch_text(cohort_hvd *h, const struct hvd_entry *e)
+{
+	char counts[256];
+	size_t off = 0;
+
+	counts[0] = '\0';
+	for (int r = 0; r < h->size && off < sizeof(counts) - 24; r++)
+		off += (size_t) snprintf(counts + off, sizeof(counts) - off,
+		    "%s%zu", r ? "," : "", e->counts[r]);
+	pthread_mutex_lock(&h->mtx);
+	if (h->err == COHORT_OK)
+		snprintf(h->errtext, sizeof(h->errtext),
+		    "hvd: '%s': ranks disagree on the collective (kind, dtype, "
+		    "op, root or element count; counts by rank [%s]): %s",
+		    e->name, counts, cohort_status_name(COHORT_EMISMATCH));
+	pthread_mutex_unlock(&h->mtx);
+}
+
 /* Runs every entry all ranks announced, in table order; fuses runs of
  * compatible all-reduces. Returns the first collective error. */
 static cohort_status
@@ -422,6 +443,7 @@ hvd_execute(cohort_hvd *h)
 		size_t j = i + 1;
 
 		if (e->mismatch) {
+			hvd_mismatch_text(h, e);
 			hvd_finish_entry(h, e, COHORT_EMISMATCH);
 			i++;
 			continue;
@@ -628,26 +650,22 @@ hvd_thread(void *arg)
 		if (st == COHORT_OK && all_stop)
 			break;
 	}
-	/* Fail whatever is left. */
+	/* Fail whatever is left: every submission not done yet, wherever
+	 * it is (pending, in the table, or in the batch whose negotiation
+	 * failed before it reached the table) is on the live list. */
 	pthread_mutex_lock(&h->mtx);
 	if (st != COHORT_OK && h->err == COHORT_OK)
 		hvd_set_error(h, st, "cycle");
 	for (size_t k = 0; k < h->ntab; k++) {
-		if (h->tab[k].mine != NULL)
-			hvd_complete(h, h->tab[k].mine,
-			    h->err != COHORT_OK ? h->err : COHORT_ECLOSED);
 		free(h->tab[k].counts);
 		free(h->tab[k].have);
 	}
 	h->ntab = 0;
-	while (h->pending != NULL) {
-		struct cohort_hvd_handle *hd = h->pending;
-
-		h->pending = hd->next;
-		hvd_complete(h, hd,
-		    h->err != COHORT_OK ? h->err : COHORT_ECLOSED);
-	}
+	h->pending = NULL;
 	h->pending_tail = &h->pending;
+	while (h->live != NULL)
+		hvd_complete(h, h->live,
+		    h->err != COHORT_OK ? h->err : COHORT_ECLOSED);
 	h->exited = true;
 	pthread_cond_broadcast(&h->done_cv);
 	pthread_mutex_unlock(&h->mtx);

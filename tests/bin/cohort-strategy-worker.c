@@ -704,6 +704,10 @@ sw_hvdapi(void)
 		st = cohort_hvd_synchronize(hd, 30000);
 		SW_CHECK(st == COHORT_EMISMATCH, "mismatch: %s",
 		    cohort_status_name(st));
+		SW_CHECK(strstr(cohort_hvd_last_error(h), "'mismatch'") !=
+		        NULL &&
+		        strstr(cohort_hvd_last_error(h), "[2,1") != NULL,
+		    "mismatch detail: '%s'", cohort_hvd_last_error(h));
 		printf("MISMATCH ok\n");
 	}
 	/* Stall: the last rank submits "late" 1.5 s after the others. */
@@ -728,6 +732,54 @@ sw_hvdapi(void)
 	printf("RESULT rank=%d cycles=%" PRIu64 " idle=%" PRIu64
 	       " tensors=%" PRIu64 "\n",
 	    rank, hs.cycles, hs.idle_cycles, hs.tensors);
+	cohort_hvd_free(h);
+	cohort_client_close(c);
+	return (0);
+}
+
+/* hvddie: the last rank leaves abruptly (no Leave) after one round; the
+ * others' next submission must fail with EPEERLOST naming it, promptly,
+ * not at the 60 s timeout. */
+static int
+sw_hvddie(void)
+{
+	cohort_client *c;
+	cohort_hvd *h;
+	cohort_hvd_options hopt;
+	cohort_hvd_handle *hd;
+	cohort_status st;
+	double d = 1.0;
+	int rank, world;
+	struct timespec t0, t1;
+
+	if ((st = cohort_client_open_env(&c, 60000)) != COHORT_OK)
+		sw_die("cohort_client_open_env", st, NULL);
+	rank = cohort_client_rank(c);
+	world = cohort_client_world_size(c);
+	cohort_hvd_options_init(&hopt);
+	hopt.timeout = 60000;
+	if ((st = cohort_hvd_new(c, &hopt, &h)) != COHORT_OK)
+		sw_die("cohort_hvd_new", st, NULL);
+	st = cohort_hvd_allreduce_async(h, "first", &d, &d, 1, COHORT_F64,
+	    COHORT_SUM, &hd);
+	SW_CHECK(st == COHORT_OK && cohort_hvd_synchronize(hd, 30000) ==
+	        COHORT_OK, "first round");
+	if (rank == world - 1)
+		_exit(0); /* no Leave: the others see the connection drop */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	st = cohort_hvd_allreduce_async(h, "second", &d, &d, 1, COHORT_F64,
+	    COHORT_SUM, &hd);
+	if (st == COHORT_OK)
+		st = cohort_hvd_synchronize(hd, 60000);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	SW_CHECK(st == COHORT_EPEERLOST, "second round: %s (%s)",
+	    cohort_status_name(st), cohort_hvd_last_error(h));
+	SW_CHECK(strstr(cohort_hvd_last_error(h), "rank 2") != NULL,
+	    "detail does not name rank 2: %s", cohort_hvd_last_error(h));
+	printf("PEERLOST after %.0f ms: %s\n",
+	    (double) (t1.tv_sec - t0.tv_sec) * 1e3 +
+	        (double) (t1.tv_nsec - t0.tv_nsec) / 1e6,
+	    cohort_hvd_last_error(h));
 	cohort_hvd_free(h);
 	cohort_client_close(c);
 	return (0);
@@ -763,6 +815,8 @@ main(int argc, char **argv)
 		rc = sw_hvd(&o, &m, x, y);
 	else if (strcmp(o.mode, "hvdapi") == 0)
 		rc = sw_hvdapi();
+	else if (strcmp(o.mode, "hvddie") == 0)
+		rc = sw_hvddie();
 	else if (strcmp(o.mode, "dp") == 0)
 		rc = sw_dp(&o, &m, x, y);
 	else if (strcmp(o.mode, "fail") == 0)

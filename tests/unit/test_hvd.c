@@ -189,6 +189,29 @@ START_TEST(test_hvd_named_collectives_and_stall)
 }
 END_TEST
 
+/* Regression: a peer that dies used to leave the others' synchronize
+ * waiting for its whole timeout (the negotiated batch was in neither the
+ * table nor the pending list when the cycle failed). */
+START_TEST(test_hvd_peer_death_fails_pending_promptly)
+{
+	struct th_workers w;
+	char *p = thvd_run("die", 3, "hvddie", "", &w);
+
+	for (int r = 0; r < 2; r++) {
+		char *o = th_worker_output(&w, r);
+		const char *at = strstr(o, "PEERLOST after ");
+		double ms;
+
+		ck_assert_msg(at != NULL, "rank %d:\n%s", r, o);
+		ms = strtod(at + strlen("PEERLOST after "), NULL);
+		/* far below the 60 s timeout; detection takes milliseconds */
+		ck_assert_msg(ms < 10000.0, "rank %d took %.0f ms", r, ms);
+		free(o);
+	}
+	free(p);
+}
+END_TEST
+
 Suite *
 suite_hvd(void)
 {
@@ -200,6 +223,7 @@ suite_hvd(void)
 	tcase_add_test(tc, test_hvd_equals_ddp_and_local);
 	tcase_add_test(tc, test_hvd_backward_passes_per_step);
 	tcase_add_test(tc, test_hvd_named_collectives_and_stall);
+	tcase_add_test(tc, test_hvd_peer_death_fails_pending_promptly);
 	suite_add_tcase(s, tc);
 	return (s);
 }
