@@ -151,11 +151,23 @@ coll_resolve(struct coll_dp *dp, void *stream, const void *ptr,
 		dp->ops = ops;
 	}
 	pthread_mutex_unlock(&dp->mtx);
+	if (ops == NULL && strcmp(dp->want, "auto") != 0)
+		/* The backend this group was configured with cannot run in
+		 * this process: no data-plane operation of the group can
+		 * succeed, so the group fails, with the reason as its
+		 * detail (cohort_group_last_error). */
+	{
+		(void) cohort__group_fail(dp->g, COHORT_ENOTSUP,
+		    "the %s backend configured for group '%s' is not "
+		    "available here: %s",
+		    dp->want, dp->g->id[0] ? dp->g->id : "world", why);
+		return (cohort__group_check(dp->g));
+	}
 	if (ops == NULL)
 		return (cohort__err(COHORT_ENOTSUP,
-		    "group '%s': the %s backend is not available: %s",
-		    dp->g->id, strcmp(dp->want, "auto") == 0 ? "nccl" :
-		    dp->want, why));
+		    "group '%s': the nccl backend is not available for "
+		    "device memory: %s",
+		    dp->g->id[0] ? dp->g->id : "world", why));
 	*out = ops;
 	return (COHORT_OK);
 }

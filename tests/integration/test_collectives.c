@@ -214,6 +214,18 @@ START_TEST(test_argument_validation)
 }
 END_TEST
 
+/* Regression: COHORT_BACKEND=nccl where NCCL cannot be loaded (this
+ * machine has no GPU) gave ENOTSUP with an empty group detail. Where
+ * NCCL loads, the worker prints a SKIP line: the collective just works. */
+START_TEST(test_configured_backend_unavailable_names_why)
+{
+	static const char *const env_nccl[] = { "COHORT_TEST_BACKEND=nccl",
+		NULL };
+
+	coll_expect("nonccl", 1, "nonccl", env_nccl, 30000);
+}
+END_TEST
+
 START_TEST(test_service_matrix_1_rank)
 {
 	coll_expect("s1", 1, "matrix", env_svc, 60000);
@@ -264,6 +276,7 @@ suite_integration_collectives(void)
 	tcase_add_test(tc, test_tcp_two_groups_two_threads);
 	tcase_add_test(tc, test_tcp_async_in_order_with_overlap);
 	tcase_add_test(tc, test_argument_validation);
+	tcase_add_test(tc, test_configured_backend_unavailable_names_why);
 	suite_add_tcase(s, tc);
 
 	tcase_add_checked_fixture(ts, setup, teardown);
