@@ -467,7 +467,13 @@ coord_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 		return;
 	}
 	if (ev == NNG_PIPE_EV_ADD_POST) {
-		if (co->connected) {
+		if (co->connected && co->leaving) {
+			/* nng redialled after cohortd closed the connection
+			 * of our Leave: not a reconnection anyone waited for */
+			cohort__debug("redialled the coordinator at %s after "
+			              "leaving",
+			    co->url);
+		} else if (co->connected) {
 			co->reconnects++;
 			cohort__info("reconnected to the coordinator at %s "
 			             "after %.2f s; re-sending the requests "
@@ -489,6 +495,7 @@ coord_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 		/* the close cohortd does after a Leave: expected */
 		co->up = false;
 		co->pipe_id = 0;
+		co->down_since = cohort__now_ms();
 	} else if (ev == NNG_PIPE_EV_REM_POST && co->up && id == co->pipe_id) {
 		co->up = false;
 		co->pipe_id = 0;

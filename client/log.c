@@ -34,6 +34,15 @@ log_parse_level(const char *s, int dflt)
 			return (i);
 	if (s != NULL && strcasecmp(s, "warning") == 0)
 		return (COHORT__LOG_WARN);
+	if (s != NULL && s[0] != '\0') {
+		/* Not silently ignored: say which names exist, once. */
+		static atomic_bool warned;
+		if (!atomic_exchange(&warned, true))
+			fprintf(stderr,
+			    "cohort: COHORT_LOG_LEVEL=%s is not a level (error, "
+			    "warn, info, debug, trace); using %s\n",
+			    s, log_names[dflt]);
+	}
 	return (dflt);
 }
 

@@ -57,6 +57,37 @@ START_TEST(test_open_assigns_ranks)
 }
 END_TEST
 
+/* Regression: every clean close logged "reconnected to the coordinator
+ * ... after <machine uptime> s" (nng redialled after cohortd closed the
+ * Leave's connection). With info logs, a clean run logs no reconnection;
+ * a misspelt COHORT_LOG_LEVEL says so instead of being ignored. */
+START_TEST(test_clean_close_logs_no_reconnection)
+{
+	static const char *const env_info[] = { "COHORT_LOG_LEVEL=info",
+		NULL };
+	static const char *const env_bad[] = { "COHORT_LOG_LEVEL=verbose",
+		NULL };
+	struct th_workers w;
+
+	th_workers_start(&w, &coord, "quietclose", "t", 2, "open", NULL,
+	    env_info);
+	expect_all_ok(&w, 30000);
+	for (int r = 0; r < 2; r++) {
+		ck_assert_msg(th_worker_output_has(&w, r, "joined job"),
+		    "rank %d logged nothing at info: %s", r,
+		    th_worker_output(&w, r));
+		ck_assert_msg(!th_worker_output_has(&w, r, "reconnected"),
+		    "rank %d: %s", r, th_worker_output(&w, r));
+	}
+	th_workers_start(&w, &coord, "badlevel", "t", 1, "open", NULL,
+	    env_bad);
+	expect_all_ok(&w, 30000);
+	ck_assert_msg(th_worker_output_has(&w, 0,
+	                  "COHORT_LOG_LEVEL=verbose is not a level"),
+	    "%s", th_worker_output(&w, 0));
+}
+END_TEST
+
 START_TEST(test_open_rank_assigned_by_coordinator)
 {
 	static const char *const env[] = { "COHORT_RANK=-1", NULL };
@@ -250,6 +281,7 @@ suite_integration_control(void)
 	tcase_set_timeout(tc, 180);
 	tcase_add_test(tc, test_open_assigns_ranks);
 	tcase_add_test(tc, test_open_rank_assigned_by_coordinator);
+	tcase_add_test(tc, test_clean_close_logs_no_reconnection);
 	tcase_add_test(tc, test_barrier_1000_times_8_ranks);
 	tcase_add_test(tc, test_broadcast_32mib_object);
 	tcase_add_test(tc, test_kv_wait_released_by_other_rank);
