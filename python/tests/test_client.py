@@ -42,7 +42,7 @@ def first():
     c = cohort.Client(co.url, job="j", token="right", rank=0, world_size=1)
 first()
 try:
-    cohort.Client(co.url, job="j", token="wrong", rank=0, world_size=1, op_timeout=5, join_timeout=5)
+    cohort.Client(co.url, job="j", token="wrong", rank=0, world_size=1, op_timeout=10, join_timeout=10)
 except cohort.CohortError as e:
     print(e.status.name, e)
 c.close(); co.stop()
