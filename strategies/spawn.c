@@ -10,6 +10,7 @@
  * caused by another rank's, i.e. the child saw COHORT_EPEERLOST).
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -556,6 +557,37 @@ spawn_note_exit(struct spawn_child *ch, int64_t *seq)
 		ch->failed_at = ++*seq;
 }
 
+/* True if this process already runs nng (its threads are named "nng:...").
+ * A forked child of such a process cannot use nng (nng 1.5 panics in the
+ * child), so cohort_spawn must refuse before forking. */
+static bool
+spawn_nng_running(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	bool found = false;
+
+	if (d == NULL)
+		return (false); /* no procfs: cannot tell, let it run */
+	while (!found && (e = readdir(d)) != NULL) {
+		char path[300], comm[32] = "";
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
+		    e->d_name);
+		if ((f = fopen(path, "r")) == NULL)
+			continue;
+		if (fgets(comm, sizeof(comm), f) != NULL &&
+		    strncmp(comm, "nng:", 4) == 0)
+			found = true;
+		fclose(f);
+	}
+	closedir(d);
+	return (found);
+}
+
 cohort_status
 cohort_spawn(int n, cohort_spawn_fn fn, void *arg,
     const cohort_spawn_options *opts, cohort_spawn_result *r)
@@ -582,6 +614,15 @@ cohort_spawn(int n, cohort_spawn_fn fn, void *arg,
 		return (COHORT_EINVAL);
 	}
 	r->nranks = n;
+	if ((opts == NULL || !opts->no_client) && spawn_nng_running()) {
+		snprintf(r->error, sizeof(r->error),
+		    "cohort_spawn must be called before this process opens a "
+		    "cohort client or coordinator: nng is already running "
+		    "here and cannot be used in forked children (call "
+		    "cohort_spawn first, or start the workers with cohort "
+		    "run)");
+		return (COHORT_ESTATE);
+	}
 	if (opts != NULL)
 		o = *opts;
 	else

@@ -111,7 +111,8 @@ typedef struct cohort_spawn_result {
  * COHORT_OK when every child returned 0 (result filled), COHORT_EPEERLOST
  * when one failed (result names it), COHORT_ETIMEDOUT, COHORT_ESYSTEM
  * (fork, pipe, the coordinator could not start: result->error says),
- * COHORT_EINVAL. The result must be freed with cohort_spawn_result_free
+ * COHORT_EINVAL, COHORT_ESTATE (this process already uses nng: see
+ * above; nothing was started). The result must be freed with cohort_spawn_result_free
  * whatever the status. */
 COHORT_API cohort_status cohort_spawn(int n, cohort_spawn_fn fn, void *arg,
     const cohort_spawn_options *opts, cohort_spawn_result *result);

@@ -18,6 +18,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+
 #include "check_cohort.h"
 #include "ddp.h"
 #include "mlp.h"
@@ -267,6 +270,28 @@ START_TEST(test_spawn_bad_cohortd)
 }
 END_TEST
 
+/* Regression: cohort_spawn after the process used nng forked children
+ * that all died of an nng panic. It now refuses before forking. (Check
+ * runs each test in a fork of its own, so nng starts fresh here.) */
+START_TEST(test_spawn_after_nng_refused)
+{
+	cohort_spawn_options o;
+	cohort_spawn_result r;
+	nng_socket sock;
+
+	tsp_opts(&o);
+	ck_assert_int_eq(nng_req0_open(&sock), 0);
+	ck_assert_cohort_err(cohort_spawn(2, tsp_fn_ok, NULL, &o, &r),
+	    COHORT_ESTATE);
+	ck_assert_msg(strstr(r.error, "before this process opens") != NULL,
+	    "%s", r.error);
+	ck_assert_int_eq(r.exit_codes[0], -1); /* nothing was started */
+	cohort_spawn_result_free(&r);
+	nng_close(sock);
+	tsp_assert_nothing_left();
+}
+END_TEST
+
 /* ------------------------------------------------------------------------ */
 /* DDP inside spawn                                                         */
 /* ------------------------------------------------------------------------ */
@@ -406,6 +431,7 @@ suite_spawn(void)
 	tcase_add_test(tc, test_spawn_child_crash_and_straggler_killed);
 	tcase_add_test(tc, test_spawn_timeout_kills_all);
 	tcase_add_test(tc, test_spawn_bad_cohortd);
+	tcase_add_test(tc, test_spawn_after_nng_refused);
 	tcase_add_test(tc, test_spawn_ddp_training_equals_local);
 	suite_add_tcase(s, tc);
 	return (s);
