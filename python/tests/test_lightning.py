@@ -63,3 +63,21 @@ def test_lightning_matches_gloo(data):
         runs[strategy] = {float(r[4]) for r in results(p.out)}
     [ours], [gloo] = runs["ddp-cohort"], runs["ddp-gloo"]
     assert abs(ours - gloo) < 1e-3, runs
+
+
+@pytest.mark.parametrize("strategy", ["cohort_ddp"])
+def test_strategy_collectives(strategy, built):
+    """barrier, broadcast, reduce_boolean_decision, reduce, all_gather and
+    sync_dist logging all go through the cohort process group."""
+    from conftest import WORKERS
+
+    [p] = finish([start([PYTHON, str(WORKERS / "lightning_strategy.py"), strategy], base_env())], 240)
+    assert p.returncode == 0, p.out[-4000:]
+    recs = sorted((r for r in p.records if "rank" in r), key=lambda r: r["rank"])
+    assert [r["rank"] for r in recs] == [0, 1], p.out[-4000:]
+    for r in recs:
+        assert r["backend"] == "cohort" and r["strategy"] == "CohortDDPStrategy", r
+        assert r["bcast"] == {"from": 1, "payload": [0, 1, 2, 3, 4]}, r
+        assert r["all"] is False and r["any"] is True, r
+        assert r["sum"] == 3.0 and r["gathered"] == [0, 1], r
+        assert abs(r["logged"] - 0.5) < 1e-6, r  # mean of ranks 0 and 1
