@@ -649,6 +649,29 @@ srv_core_pipe_closed(struct srv_core* core, uint32_t pipe, cohort__time now)
 	srv_jrn_flush(core, now);
 }
 
+bool
+srv_core_cancel(struct srv_job* job, uint64_t client_id, uint64_t seq,
+    cohort_status st, const char* why, cohort__time now)
+{
+	struct srv_hnode* n
+	    = srv_map_get(&job->clients, &client_id, sizeof(client_id));
+	struct srv_client* cl;
+	struct srv_link* l;
+
+	if (n == NULL)
+		return (false);
+	cl = SRV_CONTAINER(n, struct srv_client, hn);
+	for (l = cl->parked.next; l != &cl->parked; l = l->next) {
+		struct srv_call* c = SRV_CONTAINER(l, struct srv_call, clink);
+		if (c->seq != seq)
+			continue;
+		srv_call_withdraw(c, now);
+		srv_call_fail(c, st, "%s", why);
+		return (true);
+	}
+	return (false);
+}
+
 void
 srv_core_sweep(struct srv_core* core, cohort__time now)
 {

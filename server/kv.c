@@ -802,6 +802,20 @@ srv_kv_restore_del(struct srv_job* job, const char* key)
 	free(e);
 }
 
+bool
+srv_kv_peek(struct srv_kv* kv, const char* key, const void** val, size_t* vlen)
+{
+	struct srv_kvent* e = kv_find(kv, key);
+
+	if (e == NULL)
+		return (false);
+	if (val != NULL)
+		*val = e->val;
+	if (vlen != NULL)
+		*vlen = e->vlen;
+	return (true);
+}
+
 void
 srv_kv_foreach(struct srv_kv* kv,
     void (*fn)(void* arg, const char* key, const void* val, size_t vlen),

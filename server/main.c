@@ -41,6 +41,15 @@ main_usage(FILE* f)
 	    "  --max-job-bytes N      keys + values per job (default %llu)\n"
 	    "  --max-keys N           keys per job (default %u)\n"
 	    "  --http ADDR:PORT       serve /metrics, /healthz, /readyz\n"
+	    "  --torch-store [JOB@]ADDR:PORT\n"
+	    "                         speak torch's TCPStore protocol for job "
+	    "JOB\n"
+	    "                         (default torch-PORT; repeatable, one "
+	    "job each)\n"
+	    "  --torch-store-timeout MS\n"
+	    "                         close a TCPStore connection whose "
+	    "request stays\n"
+	    "                         incomplete this long (default 30000)\n"
 	    "  --state-dir DIR        journal jobs, members, keys and "
 	    "replies in DIR;\n"
 	    "                         a restart with it loses nothing\n"
@@ -95,6 +104,7 @@ int
 main(int argc, char** argv)
 {
 	const char *listen[MAIN_MAX_LIST], *jobs[MAIN_MAX_LIST];
+	const char* tstores[MAIN_MAX_LIST];
 	struct cohort__srv_config cfg;
 	struct cohort__srv* srv;
 	sigset_t set;
@@ -105,6 +115,7 @@ main(int argc, char** argv)
 	cohort__srv_config_init(&cfg);
 	cfg.listen = listen;
 	cfg.jobs = jobs;
+	cfg.torch_stores = tstores;
 	cohort__log_set_default_level(COHORT__LOG_INFO);
 	cohort__log_set_component("cohortd");
 	for (int i = 1; i < argc; i++) {
@@ -147,6 +158,15 @@ main(int argc, char** argv)
 				return (2);
 		} else if (strcmp(a, "--http") == 0) {
 			cfg.http = v;
+		} else if (strcmp(a, "--torch-store") == 0
+		    && cfg.ntorch_stores < MAIN_MAX_LIST) {
+			tstores[cfg.ntorch_stores++] = v;
+		} else if (strcmp(a, "--torch-store-timeout") == 0) {
+			uint64_t ms;
+			if (main_u64(a, v, &ms) != 0)
+				return (2);
+			cfg.torch_store_partial_ms
+			    = ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
 		} else if (strcmp(a, "--state-dir") == 0) {
 			cfg.state_dir = v;
 		} else if (strcmp(a, "--fsync") == 0) {

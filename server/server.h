@@ -46,6 +46,14 @@ struct cohort__srv_config {
 	/* A collective waiting longer is logged and shown as stalled;
 	 * 0 = COHORT__SRV_DEFAULT_STALL_MS. */
 	uint32_t stall_threshold_ms;
+	/* TCPStore listeners, "[JOB@]ADDR:PORT" each (docs/pytorch.md):
+	 * torch's own TCPStore clients use the job's KV. JOB defaults to
+	 * "torch-PORT"; its token, if any, comes from a --job entry. */
+	const char* const* torch_stores;
+	size_t ntorch_stores;
+	/* A TCPStore request left incomplete this long closes its
+	 * connection; 0 = 30 s. */
+	uint32_t torch_store_partial_ms;
 };
 
 #define COHORT__SRV_DEFAULT_STALL_MS 60000u
@@ -66,6 +74,9 @@ cohort_status cohort__srv_start(
 /* The i-th listening URL as bound (port 0 replaced by the real port), or
  * NULL past the end. Valid until cohort__srv_stop. */
 const char* cohort__srv_url(const struct cohort__srv* s, size_t i);
+
+/* The i-th TCPStore listener as bound ("ADDR:PORT"), NULL past the end. */
+const char* cohort__srv_torch_store_addr(const struct cohort__srv* s, size_t i);
 
 /* The HTTP endpoint as bound ("http://127.0.0.1:PORT"), NULL if none. */
 const char* cohort__srv_http_url(const struct cohort__srv* s);

@@ -38,6 +38,7 @@ enum srvctx_state {
 };
 
 struct srvctx {
+	struct srv_tp tp; /* SRV_TP_NNG: first, see srv_impl.h */
 	struct cohort__srv* srv;
 	nng_ctx ctx;
 	nng_aio* aio;
@@ -67,6 +68,8 @@ struct cohort__srv {
 	void* http; /* http.c */
 	char* http_url;
 	cohort__time idle_since; /* last time a client was connected */
+	struct srv_tstore** tstores; /* --torch-store listeners */
+	size_t ntstores;
 };
 
 static void srvctx_cb(void* arg);
@@ -88,6 +91,10 @@ srv_sink(void* arg, void* tp, nng_msg* reply)
 	struct cohort__srv* s = arg;
 	struct srvctx* x = tp;
 
+	if (((struct srv_tp*)tp)->kind == SRV_TP_TORCH) {
+		srv_tstore_deliver(tp, reply);
+		return;
+	}
 	if (x->state == SRVCTX_REPLY) {
 		/* Already queued in this turn: a second answer for one
 		 * exchange is a bug; keep the first, never corrupt the
@@ -111,6 +118,7 @@ srvctx_new(struct cohort__srv* s)
 
 	if (x == NULL)
 		return (NULL);
+	x->tp.kind = SRV_TP_NNG;
 	x->srv = s;
 	if (nng_aio_alloc(&x->aio, srvctx_cb, x) != 0) {
 		free(x);
@@ -396,6 +404,63 @@ cohort_status cohort__srv_http_start(
     struct cohort__srv* s, const char* addr, void** out, char** url);
 void cohort__srv_http_stop(void* h);
 
+void
+srv_with_core(struct cohort__srv* s,
+    void (*fn)(void* arg, struct srv_core* core, cohort__time now),
+    void* arg)
+{
+	struct srvctx* out;
+
+	pthread_mutex_lock(&s->mtx);
+	if (s->stopping) {
+		pthread_mutex_unlock(&s->mtx);
+		return;
+	}
+	fn(arg, s->core, cohort__now_ms());
+	out = srv_take_outbox(s);
+	pthread_mutex_unlock(&s->mtx);
+	srv_flush(s, out);
+}
+
+const char*
+cohort__srv_torch_store_addr(const struct cohort__srv* s, size_t i)
+{
+	return (i < s->ntstores ? srv_tstore_addr(s->tstores[i]) : NULL);
+}
+
+/* --torch-store "[JOB@]ADDR:PORT": the job's token comes from a --job
+ * entry of the same name (a TCPStore client presents none). */
+static cohort_status
+srv_add_tstores(struct cohort__srv* s, const struct cohort__srv_config* cfg)
+{
+	if (cfg->ntorch_stores == 0)
+		return (COHORT_OK);
+	s->tstores = calloc(cfg->ntorch_stores, sizeof(*s->tstores));
+	if (s->tstores == NULL)
+		return (COHORT_ENOMEM);
+	for (size_t i = 0; i < cfg->ntorch_stores; i++) {
+		const char* spec = cfg->torch_stores[i];
+		const char* at = strchr(spec, '@');
+		const char* token = "";
+		cohort_status rv;
+
+		for (size_t j = 0; at != NULL && j < cfg->njobs; j++) {
+			const char* js = cfg->jobs[j];
+			const char* colon = strchr(js, ':');
+			if (colon != NULL && (size_t)(colon - js)
+			        == (size_t)(at - spec)
+			    && memcmp(js, spec, (size_t)(at - spec)) == 0)
+				token = colon + 1;
+		}
+		rv = srv_tstore_start(s, s->core, spec, token,
+		    cfg->torch_store_partial_ms, &s->tstores[i]);
+		if (rv != COHORT_OK)
+			return (rv);
+		s->ntstores++;
+	}
+	return (COHORT_OK);
+}
+
 uint64_t
 cohort__srv_idle_ms(struct cohort__srv* s)
 {
@@ -546,11 +611,18 @@ cohort__srv_start(
 	            s, cfg->http, &s->http, &s->http_url))
 	        != COHORT_OK)
 		goto out_close_sock;
+	if ((rv = srv_add_tstores(s, cfg)) != COHORT_OK)
+		goto out_close_sock;
 	nng_sleep_aio(SRV_SWEEP_MS, s->sweep);
 	*out = s;
 	return (COHORT_OK);
 
 out_close_sock:
+	for (size_t i = 0; i < s->ntstores; i++)
+		srv_tstore_stop(s->tstores[i]);
+	free(s->tstores);
+	if (s->http != NULL)
+		cohort__srv_http_stop(s->http);
 	s->stopping = true;
 	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, NULL, NULL);
 	nng_close(s->sock);
@@ -586,6 +658,10 @@ cohort__srv_stop(struct cohort__srv* s)
 		return;
 	if (s->http != NULL)
 		cohort__srv_http_stop(s->http);
+	/* The listeners' threads end first: they call into the core. */
+	for (size_t i = 0; i < s->ntstores; i++)
+		srv_tstore_stop(s->tstores[i]);
+	free(s->tstores);
 	nng_aio_stop(s->sweep);
 	pthread_mutex_lock(&s->mtx);
 	s->stopping = true;

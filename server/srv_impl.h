@@ -312,6 +312,16 @@ struct srv_limits {
 	uint64_t max_keys;
 };
 
+/* Transport handles (`tp`) start with this, so that the one sink can
+ * tell an nng context (srv.c) from a TCPStore request (torchstore.c). */
+enum srv_tp_kind {
+	SRV_TP_NNG = 1,
+	SRV_TP_TORCH,
+};
+struct srv_tp {
+	enum srv_tp_kind kind;
+};
+
 /* The sink takes ownership of reply; reply == NULL means "no reply: the
  * transport handle is free again" (request dropped or taken over). */
 typedef void (*srv_sink_fn)(void* arg, void* tp, nng_msg* reply);
@@ -399,6 +409,11 @@ size_t srv_core_take_pipes_to_close(
     struct srv_core* core, cohort__time now, uint32_t* out, size_t max);
 void srv_core_pipe_closed(
     struct srv_core* core, uint32_t pipe, cohort__time now);
+/* Answers the parked request seq of client id in job with st and why
+ * (a client gave up waiting, e.g. TCPStore's CANCEL_WAIT). Returns false
+ * if no such request is parked (it was answered already). */
+bool srv_core_cancel(struct srv_job* job, uint64_t client_id, uint64_t seq,
+    cohort_status st, const char* why, cohort__time now);
 bool srv_core_pipe_is_closed(const struct srv_core* core, uint32_t pipe);
 
 struct srv_call* srv_call_new(
@@ -503,6 +518,9 @@ uint64_t srv_kv_count(const struct srv_kv* kv);
 cohort_status srv_kv_restore(struct srv_job* job, const char* key,
     const void* val, size_t vlen, bool append);
 void srv_kv_restore_del(struct srv_job* job, const char* key);
+/* Whether key exists; its value (valid until the next KV change) if so. */
+bool srv_kv_peek(
+    struct srv_kv* kv, const char* key, const void** val, size_t* vlen);
 /* Calls fn for every key (snapshot). */
 void srv_kv_foreach(struct srv_kv* kv,
     void (*fn)(void* arg, const char* key, const void* val, size_t vlen),
@@ -620,5 +638,32 @@ void srv_jrn_kv_del(struct srv_job* job, const char* key);
 void srv_jrn_reply(struct srv_client* cl, uint64_t seq, nng_msg* m);
 void srv_jrn_client_del(struct srv_client* cl);
 void srv_jrn_job_del(struct srv_job* job);
+
+/* ------------------------------------------------------------------------ */
+/* torchstore.c: the TCPStore listener (--torch-store)                     */
+/* ------------------------------------------------------------------------ */
+
+struct cohort__srv;
+struct srv_tstore;
+
+/* Runs fn(arg, core, now) under the server mutex and sends the replies it
+ * produced for nng clients afterwards (srv.c). */
+void srv_with_core(struct cohort__srv* s,
+    void (*fn)(void* arg, struct srv_core* core, cohort__time now),
+    void* arg);
+/* Starts a listener for spec "[JOB@]ADDR:PORT" (port 0: a free one);
+ * token: the job's token ("" if none). partial_ms: how long a request may
+ * stay incomplete before its connection is closed (0 = 30 s). */
+cohort_status srv_tstore_start(struct cohort__srv* s, struct srv_core* core,
+    const char* spec, const char* token, uint32_t partial_ms,
+    struct srv_tstore** out);
+/* "ADDR:PORT" as bound. */
+const char* srv_tstore_addr(const struct srv_tstore* ts);
+const char* srv_tstore_job(const struct srv_tstore* ts);
+/* Stops the thread, closes every connection (their parked requests are
+ * withdrawn), frees. Call before the core goes. */
+void srv_tstore_stop(struct srv_tstore* ts);
+/* The sink's half for SRV_TP_TORCH handles (called under the mutex). */
+void srv_tstore_deliver(void* tp, nng_msg* reply);
 
 #endif /* COHORT_SRV_IMPL_H */

@@ -1,0 +1,1519 @@
+/*
+ * torchstore.c - cohortd speaks torch's TCPStore protocol (--torch-store).
+ *
+ * An unmodified PyTorch job can use cohortd as its store: a TCPStore
+ * client (is_master=False), env:// with TORCHELASTIC_USE_AGENT_STORE,
+ * torchrun's c10d rendezvous. Each listener serves one job, so two torch
+ * jobs on one cohortd (two listeners) never see each other's keys.
+ *
+ * The wire protocol (torch 2.x; docs/pytorch.md, ../proto/README.md 7):
+ * a query byte, then arguments; integers raw little-endian; strings and
+ * byte strings a u64 length and the bytes; no request ids, one request at
+ * a time per connection, the reply (if the query has one) in order. The
+ * first query must be VALIDATE with the magic number.
+ *
+ * How it maps onto the core (one KV, one journal, one set of limits):
+ *  - every TCPStore connection is a client of the job (a random client
+ *    id, its own seq and a pipe id above nng's range);
+ *  - changes (SET, COMPARE_SET, ADD, DELETE_KEY, APPEND, MULTI_SET) and
+ *    WAIT become protobuf requests dispatched to the core under the
+ *    server mutex, so they are journalled, limited and wake parked
+ *    waiters exactly as cohort's own KV calls do; their replies come back
+ *    through the core's sink (srv_tstore_deliver) to this thread;
+ *  - reads (GET, MULTI_GET, CHECK, GETNUMKEYS, LIST) are answered from
+ *    the KV directly under the mutex: nothing to journal;
+ *  - a WAIT parks in the core with no deadline (the client times out and
+ *    sends CANCEL_WAIT, which withdraws it: WAIT_CANCELED, preceded by
+ *    STOP_WAITING if the wait had already ended);
+ *  - queues (QUEUE_PUSH/POP/LEN) live here, per listener, in memory: a
+ *    coordinator restart loses them (documented). A push releases one
+ *    client waiting on that name, as torch's server does.
+ *
+ * One thread per listener: epoll over non-blocking sockets, an eventfd
+ * for replies. It never blocks on a client. Bad input (an unknown query,
+ * a wrong magic, lengths over the limits) closes that connection only; so
+ * does a request left incomplete for partial_ms, or output a client does
+ * not read. A client idle between requests, or parked in a WAIT, is left
+ * alone.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "srv_impl.h"
+
+#define TS_MAGIC 0x3C85F7CEu
+#define TS_PARTIAL_MS 30000u
+/* Keys per CHECK/WAIT/MULTI_GET/MULTI_SET (torch's own bound). */
+#define TS_MAX_COUNT (128u * 1024u)
+/* Connections per listener. */
+#define TS_MAX_CONNS 4096
+/* Pipe ids of TCPStore connections: nng's ids are 31-bit. */
+#define TS_PIPE_BASE 0x80000000u
+
+enum ts_query {
+	TS_VALIDATE = 0,
+	TS_SET = 1,
+	TS_COMPARE_SET = 2,
+	TS_GET = 3,
+	TS_ADD = 4,
+	TS_CHECK = 5,
+	TS_WAIT = 6,
+	TS_GETNUMKEYS = 7,
+	TS_DELETE_KEY = 8,
+	TS_APPEND = 9,
+	TS_MULTI_GET = 10,
+	TS_MULTI_SET = 11,
+	TS_CANCEL_WAIT = 12,
+	TS_PING = 13,
+	TS_QUEUE_PUSH = 14,
+	TS_QUEUE_POP = 15,
+	TS_QUEUE_LEN = 16,
+	TS_LIST = 17,
+};
+
+enum { TS_STOP_WAITING = 0, TS_WAIT_CANCELED = 1 };
+enum { TS_READY = 0, TS_NOT_READY = 1 };
+
+struct ts_item {
+	struct ts_item* next;
+	size_t len;
+	uint8_t data[];
+};
+
+struct ts_queue {
+	struct ts_queue* next;
+	char* name;
+	struct ts_item *head, *tail;
+	size_t n;
+};
+
+struct ts_conn {
+	struct srv_tstore* ts;
+	struct ts_conn *next, *prev;
+	int fd;
+	uint32_t pipe;
+	uint64_t client_id;
+	uint64_t seq;
+	bool validated;
+	bool dead; /* closed; freed when refs == 0 */
+	int refs; /* requests whose reply has not come back */
+	/* The request in flight (dispatched to the core), -1 if none. */
+	int busy;
+	uint64_t busy_seq;
+	/* WAIT in flight: the keys it waits for, and what ended it. */
+	char** wkeys;
+	size_t nwkeys;
+	bool* wqueued; /* per key: satisfied by a queue push */
+	bool cancel_asked; /* CANCEL_WAIT arrived while parked */
+	bool by_queue; /* released by a queue push */
+	uint8_t* in;
+	size_t inlen, incap;
+	cohort__time partial_since; /* 0: no incomplete request */
+	uint8_t* out;
+	size_t outlen, outoff, outcap;
+	bool want_out;
+	char peer[64];
+};
+
+struct ts_req {
+	struct srv_tp tp; /* SRV_TP_TORCH: first */
+	struct ts_conn* conn;
+	int query;
+	uint64_t seq;
+	nng_msg* reply;
+	struct ts_req* next;
+};
+
+struct srv_tstore {
+	struct cohort__srv* srv;
+	struct srv_core* core;
+	char job[SRV_MAX_NAME + 1];
+	char token[SRV_MAX_NAME + 1];
+	char addr[96];
+	uint32_t partial_ms;
+	uint64_t max_value;
+	int lfd, efd, epfd;
+	pthread_t thread;
+	bool started;
+	atomic_bool stop;
+	pthread_mutex_t inbox_mtx;
+	struct ts_req *inbox, **inbox_tail;
+	struct ts_conn* conns;
+	size_t nconns;
+	struct ts_queue* queues;
+	uint64_t queue_bytes;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Buffers                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static bool
+ts_out_reserve(struct ts_conn* c, size_t more)
+{
+	size_t need = c->outlen + more, cap = c->outcap ? c->outcap : 256;
+	uint8_t* p;
+
+	if (c->outoff > 0 && c->outoff == c->outlen)
+		c->outoff = c->outlen = 0, need = more;
+	if (need <= c->outcap)
+		return (true);
+	while (cap < need)
+		cap *= 2;
+	if ((p = realloc(c->out, cap)) == NULL)
+		return (false);
+	c->out = p;
+	c->outcap = cap;
+	return (true);
+}
+
+static bool
+ts_put(struct ts_conn* c, const void* p, size_t n)
+{
+	if (!ts_out_reserve(c, n))
+		return (false);
+	if (n > 0)
+		memcpy(c->out + c->outlen, p, n);
+	c->outlen += n;
+	return (true);
+}
+
+static bool
+ts_put_u8(struct ts_conn* c, uint8_t v)
+{
+	return (ts_put(c, &v, 1));
+}
+
+static bool
+ts_put_u64(struct ts_conn* c, uint64_t v)
+{
+	uint8_t b[8];
+
+	for (int i = 0; i < 8; i++)
+		b[i] = (uint8_t)(v >> (8 * i));
+	return (ts_put(c, b, 8));
+}
+
+static bool
+ts_put_bytes(struct ts_conn* c, const void* p, size_t n)
+{
+	return (ts_put_u64(c, (uint64_t)n) && ts_put(c, p, n));
+}
+
+/* A parse cursor over the input buffer. */
+struct ts_cur {
+	const uint8_t* p;
+	size_t left;
+	bool bad; /* malformed or over a limit: close */
+	const char* why;
+};
+
+static bool
+ts_get(struct ts_cur* k, void* out, size_t n)
+{
+	if (k->left < n)
+		return (false);
+	memcpy(out, k->p, n);
+	k->p += n;
+	k->left -= n;
+	return (true);
+}
+
+static bool
+ts_get_u64(struct ts_cur* k, uint64_t* v)
+{
+	uint8_t b[8];
+
+	if (!ts_get(k, b, 8))
+		return (false);
+	*v = 0;
+	for (int i = 0; i < 8; i++)
+		*v |= (uint64_t)b[i] << (8 * i);
+	return (true);
+}
+
+/* A length-prefixed string up to max bytes: points into the buffer. */
+static bool
+ts_get_str(struct ts_cur* k, size_t max, const uint8_t** s, size_t* n)
+{
+	uint64_t len;
+
+	if (!ts_get_u64(k, &len))
+		return (false);
+	if (len > max) {
+		k->bad = true;
+		k->why = "length over the limit";
+		return (false);
+	}
+	if (k->left < len)
+		return (false);
+	*s = k->p;
+	*n = (size_t)len;
+	k->p += len;
+	k->left -= len;
+	return (true);
+}
+
+/* A key as a C string (malloc'd); keys may not contain NUL. */
+static char*
+ts_key(struct ts_cur* k)
+{
+	const uint8_t* s;
+	size_t n;
+	char* out;
+
+	if (!ts_get_str(k, COHORT__MAX_KEY, &s, &n))
+		return (NULL);
+	if (n == 0 || memchr(s, '\0', n) != NULL) {
+		k->bad = true;
+		k->why = "empty key or a key with a NUL byte";
+		return (NULL);
+	}
+	if ((out = malloc(n + 1)) == NULL) {
+		k->bad = true;
+		k->why = "out of memory";
+		return (NULL);
+	}
+	memcpy(out, s, n);
+	out[n] = '\0';
+	return (out);
+}
+
+static void
+ts_free_keys(char** keys, size_t n)
+{
+	for (size_t i = 0; keys != NULL && i < n; i++)
+		free(keys[i]);
+	free(keys);
+}
+
+/* u64 count then count keys. NULL with k->bad, or NULL for "need more". */
+static char**
+ts_keys(struct ts_cur* k, size_t* n)
+{
+	uint64_t cnt;
+	char** keys;
+
+	if (!ts_get_u64(k, &cnt))
+		return (NULL);
+	if (cnt > TS_MAX_COUNT) {
+		k->bad = true;
+		k->why = "too many keys";
+		return (NULL);
+	}
+	if ((keys = calloc(cnt ? cnt : 1, sizeof(char*))) == NULL) {
+		k->bad = true;
+		k->why = "out of memory";
+		return (NULL);
+	}
+	for (uint64_t i = 0; i < cnt; i++) {
+		if ((keys[i] = ts_key(k)) == NULL) {
+			ts_free_keys(keys, (size_t)i);
+			return (NULL);
+		}
+	}
+	*n = (size_t)cnt;
+	return (keys);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Queues (in memory, per listener)                                         */
+/* ------------------------------------------------------------------------ */
+
+static struct ts_queue*
+ts_queue_find(struct srv_tstore* ts, const char* name, bool create)
+{
+	struct ts_queue* q;
+
+	for (q = ts->queues; q != NULL; q = q->next)
+		if (strcmp(q->name, name) == 0)
+			return (q);
+	if (!create || (q = calloc(1, sizeof(*q))) == NULL)
+		return (NULL);
+	if ((q->name = srv_strdup(name)) == NULL) {
+		free(q);
+		return (NULL);
+	}
+	q->next = ts->queues;
+	ts->queues = q;
+	return (q);
+}
+
+static bool
+ts_queue_nonempty(struct srv_tstore* ts, const char* name)
+{
+	struct ts_queue* q = ts_queue_find(ts, name, false);
+
+	return (q != NULL && q->n > 0);
+}
+
+static void
+ts_queues_free(struct srv_tstore* ts)
+{
+	while (ts->queues != NULL) {
+		struct ts_queue* q = ts->queues;
+		ts->queues = q->next;
+		while (q->head != NULL) {
+			struct ts_item* it = q->head;
+			q->head = it->next;
+			free(it);
+		}
+		free(q->name);
+		free(q);
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* Connections                                                              */
+/* ------------------------------------------------------------------------ */
+
+static void ts_conn_close(struct ts_conn* c, const char* why);
+
+static void
+ts_conn_free(struct ts_conn* c)
+{
+	struct srv_tstore* ts = c->ts;
+
+	if (c->prev != NULL)
+		c->prev->next = c->next;
+	else
+		ts->conns = c->next;
+	if (c->next != NULL)
+		c->next->prev = c->prev;
+	ts->nconns--;
+	ts_free_keys(c->wkeys, c->nwkeys);
+	free(c->wqueued);
+	free(c->in);
+	free(c->out);
+	free(c);
+}
+
+struct ts_closed_arg {
+	uint32_t pipe;
+};
+
+static void
+ts_closed_locked(void* arg, struct srv_core* core, cohort__time now)
+{
+	struct ts_closed_arg* a = arg;
+
+	/* Withdraws its parked calls (their tp come back with NULL) and
+	 * frees its client: a TCPStore client never reconnects. */
+	srv_core_pipe_closed(core, a->pipe, now);
+}
+
+static void
+ts_conn_close(struct ts_conn* c, const char* why)
+{
+	struct ts_closed_arg a;
+
+	if (c->dead)
+		return;
+	c->dead = true;
+	if (why != NULL)
+		cohort__debug("torch store %s: closing %s: %s", c->ts->addr,
+		    c->peer, why);
+	epoll_ctl(c->ts->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	c->fd = -1;
+	a.pipe = c->pipe;
+	srv_with_core(c->ts->srv, ts_closed_locked, &a);
+	/* Freed by ts_reap once no request of it is in the core. */
+}
+
+/* Frees the closed connections no request refers to any more. */
+static void
+ts_reap(struct srv_tstore* ts)
+{
+	for (struct ts_conn *c = ts->conns, *next; c != NULL; c = next) {
+		next = c->next;
+		if (c->dead && c->refs == 0)
+			ts_conn_free(c);
+	}
+}
+
+static void
+ts_conn_watch(struct ts_conn* c)
+{
+	struct epoll_event ev;
+	bool want = c->outoff < c->outlen;
+
+	if (c->dead || want == c->want_out)
+		return;
+	c->want_out = want;
+	memset(&ev, 0, sizeof(ev));
+	ev.events = EPOLLIN | EPOLLRDHUP | (want ? EPOLLOUT : 0);
+	ev.data.ptr = c;
+	epoll_ctl(c->ts->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+/* Writes what it can; a client that lets more than twice the largest
+ * value pile up is not reading: closed. */
+static void
+ts_conn_flush(struct ts_conn* c)
+{
+	while (!c->dead && c->outoff < c->outlen) {
+		ssize_t n = send(c->fd, c->out + c->outoff,
+		    c->outlen - c->outoff, MSG_NOSIGNAL);
+		if (n > 0) {
+			c->outoff += (size_t)n;
+			continue;
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			break;
+		if (n < 0 && errno == EINTR)
+			continue;
+		ts_conn_close(c, "send failed");
+		return;
+	}
+	if (c->dead)
+		return;
+	if (c->outoff == c->outlen)
+		c->outoff = c->outlen = 0;
+	else if (c->outlen - c->outoff > 2 * c->ts->max_value + (1u << 20))
+		ts_conn_close(c, "the client does not read its replies");
+	if (!c->dead)
+		ts_conn_watch(c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Requests to the core                                                     */
+/* ------------------------------------------------------------------------ */
+
+struct ts_disp {
+	struct ts_conn* c;
+	int query;
+	Cohort__Request* req;
+	const struct cohort__iov* parts;
+	size_t nparts;
+	bool ok;
+};
+
+static void
+ts_dispatch_locked(void* arg, struct srv_core* core, cohort__time now)
+{
+	struct ts_disp* d = arg;
+	struct ts_conn* c = d->c;
+	struct ts_req* r;
+	nng_msg* msg;
+
+	d->ok = false;
+	if ((r = calloc(1, sizeof(*r))) == NULL)
+		return;
+	r->tp.kind = SRV_TP_TORCH;
+	r->conn = c;
+	r->query = d->query;
+	d->req->job = c->ts->job;
+	d->req->token = c->ts->token;
+	d->req->proto_version = COHORT_PROTO_VERSION;
+	d->req->client_id = c->client_id;
+	d->req->seq = r->seq = ++c->seq;
+	d->req->rank = -1;
+	if (cohort__wire_pack_request(d->req, d->parts, d->nparts, &msg)
+	    != COHORT_OK) {
+		free(r);
+		return;
+	}
+	c->refs++;
+	c->busy = d->query;
+	c->busy_seq = r->seq;
+	d->ok = true;
+	/* The reply (or NULL) reaches srv_tstore_deliver, possibly within
+	 * this call. */
+	srv_core_dispatch(core, msg, c->pipe, r, now);
+}
+
+static bool
+ts_dispatch(struct ts_conn* c, int query, Cohort__Request* req,
+    const struct cohort__iov* parts, size_t nparts)
+{
+	struct ts_disp d = { c, query, req, parts, nparts, false };
+
+	req->timeout_ms = UINT32_MAX; /* WAIT: until the client cancels */
+	srv_with_core(c->ts->srv, ts_dispatch_locked, &d);
+	return (d.ok);
+}
+
+void
+srv_tstore_deliver(void* tp, nng_msg* reply)
+{
+	struct ts_req* r = tp;
+	struct srv_tstore* ts = r->conn->ts;
+	uint64_t one = 1;
+
+	r->reply = reply;
+	r->next = NULL;
+	pthread_mutex_lock(&ts->inbox_mtx);
+	*ts->inbox_tail = r;
+	ts->inbox_tail = &r->next;
+	pthread_mutex_unlock(&ts->inbox_mtx);
+	if (write(ts->efd, &one, sizeof(one)) < 0) {
+		/* the counter is already non-zero: the thread will look */
+	}
+}
+
+/* A reply from the core, back in this thread: its TCPStore answer. */
+static void
+ts_on_reply(struct ts_conn* c, struct ts_req* r)
+{
+	Cohort__Reply* rep = NULL;
+	const uint8_t* pl = NULL;
+	size_t plen = 0;
+	cohort_status st = COHORT_ECLOSED;
+	bool ok = true;
+
+	if (r->reply != NULL
+	    && cohort__wire_unpack_reply(r->reply, &rep, &pl, &plen)
+	        == COHORT_OK)
+		st = (cohort_status)rep->status;
+	if (r->seq == c->busy_seq)
+		c->busy = -1;
+	switch (r->query) {
+	case TS_WAIT:
+		if (st == COHORT_OK || c->by_queue) {
+			ok = ts_put_u8(c, TS_STOP_WAITING);
+			if (c->cancel_asked)
+				ok = ok && ts_put_u8(c, TS_WAIT_CANCELED);
+		} else if (c->cancel_asked) {
+			ok = ts_put_u8(c, TS_WAIT_CANCELED);
+		} else {
+			ok = false;
+		}
+		ts_free_keys(c->wkeys, c->nwkeys);
+		free(c->wqueued);
+		c->wkeys = NULL;
+		c->wqueued = NULL;
+		c->nwkeys = 0;
+		c->cancel_asked = c->by_queue = false;
+		break;
+	case TS_SET:
+	case TS_APPEND:
+	case TS_MULTI_SET:
+		ok = st == COHORT_OK; /* no answer on the wire */
+		break;
+	case TS_ADD:
+		ok = st == COHORT_OK && rep->body_case == COHORT__REPLY__BODY_KV_ADD
+		    && ts_put_u64(c, (uint64_t)rep->kv_add->value);
+		break;
+	case TS_COMPARE_SET:
+		ok = st == COHORT_OK && ts_put_bytes(c, pl, plen);
+		break;
+	case TS_DELETE_KEY:
+		ok = st == COHORT_OK
+		    && rep->body_case == COHORT__REPLY__BODY_KV_DELETE
+		    && ts_put_u64(c, rep->kv_delete->deleted ? 1 : 0);
+		break;
+	default:
+		ok = false;
+		break;
+	}
+	if (!ok && !c->dead) {
+		/* TCPStore has no error replies: a refused change (a limit,
+		 * ADD on a non-integer) or a lost wait ends the connection,
+		 * which the client reports as an error. */
+		cohort__warn("torch store %s (job '%s'): closing %s: %s%s%s",
+		    c->ts->addr, c->ts->job, c->peer, cohort_status_name(st),
+		    rep != NULL && rep->error != NULL && rep->error[0] ? ": "
+								       : "",
+		    rep != NULL && rep->error != NULL ? rep->error : "");
+		ts_conn_close(c, NULL);
+	}
+	if (rep != NULL)
+		cohort__reply__free_unpacked(rep, NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Queries answered here (under the server mutex)                           */
+/* ------------------------------------------------------------------------ */
+
+struct ts_local {
+	struct ts_conn* c;
+	int query;
+	char** keys;
+	size_t nkeys;
+	bool ok;
+	bool exists; /* COMPARE_SET: whether the key exists */
+	bool ready;  /* WAIT: every key there already */
+};
+
+static struct srv_job*
+ts_job(struct srv_core* core, const char* name)
+{
+	struct srv_hnode* n = srv_map_get(&core->jobs, name, strlen(name));
+
+	return (n != NULL ? SRV_CONTAINER(n, struct srv_job, hn) : NULL);
+}
+
+static void
+ts_list_one(void* arg, const char* key, const void* val, size_t vlen)
+{
+	struct ts_conn* c = arg;
+
+	(void)val;
+	(void)vlen;
+	(void)ts_put_bytes(c, key, strlen(key));
+}
+
+static void
+ts_local_locked(void* arg, struct srv_core* core, cohort__time now)
+{
+	struct ts_local* l = arg;
+	struct ts_conn* c = l->c;
+	struct srv_job* job = ts_job(core, c->ts->job);
+	const void* v;
+	size_t vl;
+
+	(void)now;
+	l->ok = job != NULL;
+	if (job == NULL)
+		return;
+	switch (l->query) {
+	case TS_GET:
+		/* A missing key reads as empty, as in torch's server. */
+		if (!srv_kv_peek(&job->kv, l->keys[0], &v, &vl))
+			v = NULL, vl = 0;
+		l->ok = ts_put_bytes(c, v, vl);
+		break;
+	case TS_MULTI_GET:
+		for (size_t i = 0; i < l->nkeys && l->ok; i++) {
+			if (!srv_kv_peek(&job->kv, l->keys[i], &v, &vl))
+				v = NULL, vl = 0;
+			l->ok = ts_put_bytes(c, v, vl);
+		}
+		break;
+	case TS_CHECK:
+	case TS_WAIT:
+		l->ready = true;
+		for (size_t i = 0; i < l->nkeys && l->ready; i++)
+			l->ready = srv_kv_peek(&job->kv, l->keys[i], NULL, NULL)
+			    || ts_queue_nonempty(c->ts, l->keys[i]);
+		if (l->query == TS_CHECK)
+			l->ok = ts_put_u8(c, l->ready ? TS_READY : TS_NOT_READY);
+		break;
+	case TS_GETNUMKEYS:
+		l->ok = ts_put_u64(c, srv_kv_count(&job->kv));
+		break;
+	case TS_LIST:
+		l->ok = ts_put_u64(c, srv_kv_count(&job->kv));
+		if (l->ok)
+			srv_kv_foreach(&job->kv, ts_list_one, c);
+		break;
+	case TS_COMPARE_SET:
+		l->exists = srv_kv_peek(&job->kv, l->keys[0], NULL, NULL);
+		break;
+	default:
+		l->ok = false;
+	}
+}
+
+static bool
+ts_local(struct ts_conn* c, int query, char** keys, size_t nkeys,
+    struct ts_local* out)
+{
+	struct ts_local l = { c, query, keys, nkeys, false, false, false };
+
+	srv_with_core(c->ts->srv, ts_local_locked, &l);
+	if (out != NULL)
+		*out = l;
+	return (l.ok);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Parsing and executing one query                                          */
+/* ------------------------------------------------------------------------ */
+
+enum ts_parse { TS_MORE, TS_DONE, TS_BAD };
+
+/* A queue push releases one client parked in WAIT on that name (its
+ * core wait is cancelled and answered as satisfied). */
+struct ts_release {
+	struct srv_tstore* ts;
+	const char* name;
+};
+
+static void
+ts_release_locked(void* arg, struct srv_core* core, cohort__time now)
+{
+	struct ts_release* a = arg;
+	struct srv_job* job = ts_job(core, a->ts->job);
+
+	for (struct ts_conn* c = a->ts->conns; c != NULL && job != NULL;
+	     c = c->next) {
+		bool hit = false, all = true;
+
+		if (c->dead || c->busy != TS_WAIT || c->by_queue)
+			continue;
+		for (size_t i = 0; i < c->nwkeys; i++) {
+			if (!c->wqueued[i] && strcmp(c->wkeys[i], a->name) == 0
+			    && !hit) {
+				c->wqueued[i] = true;
+				hit = true;
+			}
+			all = all
+			    && (c->wqueued[i]
+			        || srv_kv_peek(&job->kv, c->wkeys[i], NULL,
+			            NULL));
+		}
+		if (!hit)
+			continue;
+		if (all) {
+			c->by_queue = true;
+			(void)srv_core_cancel(job, c->client_id, c->busy_seq,
+			    COHORT_ECLOSED, "released by a queue push", now);
+		}
+		return; /* one client per push */
+	}
+}
+
+static enum ts_parse
+ts_exec(struct ts_conn* c, uint8_t q, struct ts_cur* k)
+{
+	struct srv_tstore* ts = c->ts;
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	char* key = NULL;
+	char** keys = NULL;
+	size_t nkeys = 0;
+	const uint8_t *a = NULL, *b = NULL;
+	size_t al = 0, bl = 0;
+	enum ts_parse res = TS_MORE;
+	struct ts_local l;
+
+	switch (q) {
+	case TS_PING: {
+		uint8_t nonce[4];
+		if (!ts_get(k, nonce, 4))
+			return (TS_MORE);
+		return (ts_put(c, nonce, 4) ? TS_DONE : TS_BAD);
+	}
+	case TS_SET:
+	case TS_APPEND:
+	case TS_QUEUE_PUSH: {
+		Cohort__KvSet s = COHORT__KV_SET__INIT;
+		Cohort__KvAppend ap = COHORT__KV_APPEND__INIT;
+		struct cohort__iov iov;
+		if ((key = ts_key(k)) == NULL
+		    || !ts_get_str(k, ts->max_value, &a, &al))
+			break;
+		if (q == TS_QUEUE_PUSH) {
+			struct ts_queue* qu = ts_queue_find(ts, key, true);
+			struct ts_item* it = malloc(sizeof(*it) + al);
+			struct ts_release rel = { ts, key };
+			if (qu == NULL || it == NULL
+			    || ts->queue_bytes + al > 4 * ts->max_value) {
+				free(it);
+				k->bad = true;
+				k->why = "queue limit reached";
+				break;
+			}
+			it->next = NULL;
+			it->len = al;
+			memcpy(it->data, a, al);
+			if (qu->tail != NULL)
+				qu->tail->next = it;
+			else
+				qu->head = it;
+			qu->tail = it;
+			qu->n++;
+			ts->queue_bytes += al;
+			srv_with_core(ts->srv, ts_release_locked, &rel);
+			res = TS_DONE;
+			break;
+		}
+		iov.base = a;
+		iov.len = al;
+		if (q == TS_SET) {
+			s.key = key;
+			req.body_case = COHORT__REQUEST__BODY_KV_SET;
+			req.kv_set = &s;
+		} else {
+			ap.key = key;
+			req.body_case = COHORT__REQUEST__BODY_KV_APPEND;
+			req.kv_append = &ap;
+		}
+		res = ts_dispatch(c, q, &req, &iov, 1) ? TS_DONE : TS_BAD;
+		break;
+	}
+	case TS_COMPARE_SET: {
+		Cohort__KvCompareSet cs = COHORT__KV_COMPARE_SET__INIT;
+		struct cohort__iov iov[2];
+		if ((key = ts_key(k)) == NULL
+		    || !ts_get_str(k, ts->max_value, &a, &al)
+		    || !ts_get_str(k, ts->max_value, &b, &bl))
+			break;
+		if (!ts_local(c, TS_COMPARE_SET, &key, 1, &l)) {
+			res = TS_BAD;
+			break;
+		}
+		if (!l.exists && al > 0) {
+			/* torch's server answers the expected value and
+			 * changes nothing (torchrun's rendezvous relies on
+			 * it). */
+			res = ts_put_bytes(c, a, al) ? TS_DONE : TS_BAD;
+			break;
+		}
+		/* Missing with empty expected: set if still absent.
+		 * Present: swap if equal (even to an empty value). The
+		 * mutex was released in between: a concurrent change is
+		 * handled by the core's own compare. */
+		cs.key = key;
+		cs.expected_present = l.exists;
+		cs.expected_len = al;
+		iov[0].base = a;
+		iov[0].len = al;
+		iov[1].base = b;
+		iov[1].len = bl;
+		req.body_case = COHORT__REQUEST__BODY_KV_COMPARE_SET;
+		req.kv_compare_set = &cs;
+		res = ts_dispatch(c, q, &req, iov, 2) ? TS_DONE : TS_BAD;
+		break;
+	}
+	case TS_GET:
+	case TS_DELETE_KEY:
+	case TS_QUEUE_POP:
+	case TS_QUEUE_LEN: {
+		if ((key = ts_key(k)) == NULL)
+			break;
+		if (q == TS_GET) {
+			res = ts_local(c, q, &key, 1, NULL) ? TS_DONE : TS_BAD;
+		} else if (q == TS_DELETE_KEY) {
+			Cohort__KvDelete d = COHORT__KV_DELETE__INIT;
+			d.key = key;
+			req.body_case = COHORT__REQUEST__BODY_KV_DELETE;
+			req.kv_delete = &d;
+			res = ts_dispatch(c, q, &req, NULL, 0) ? TS_DONE : TS_BAD;
+		} else {
+			struct ts_queue* qu = ts_queue_find(ts, key, false);
+			uint64_t n = qu != NULL ? qu->n : 0;
+			bool ok = ts_put_u64(c, n);
+			if (q == TS_QUEUE_POP && n > 0) {
+				struct ts_item* it = qu->head;
+				/* The length before the pop, then the item,
+				 * as torch's server does. */
+				ok = ok && ts_put_bytes(c, it->data, it->len);
+				qu->head = it->next;
+				if (qu->head == NULL)
+					qu->tail = NULL;
+				qu->n--;
+				ts->queue_bytes -= it->len;
+				free(it);
+			}
+			res = ok ? TS_DONE : TS_BAD;
+		}
+		break;
+	}
+	case TS_ADD: {
+		Cohort__KvAdd ad = COHORT__KV_ADD__INIT;
+		uint64_t v;
+		if ((key = ts_key(k)) == NULL || !ts_get_u64(k, &v))
+			break;
+		ad.key = key;
+		ad.delta = (int64_t)v;
+		req.body_case = COHORT__REQUEST__BODY_KV_ADD;
+		req.kv_add = &ad;
+		res = ts_dispatch(c, q, &req, NULL, 0) ? TS_DONE : TS_BAD;
+		break;
+	}
+	case TS_CHECK:
+	case TS_MULTI_GET:
+		if ((keys = ts_keys(k, &nkeys)) == NULL)
+			break;
+		res = ts_local(c, q, keys, nkeys, NULL) ? TS_DONE : TS_BAD;
+		break;
+	case TS_WAIT: {
+		Cohort__KvWait w = COHORT__KV_WAIT__INIT;
+		if ((keys = ts_keys(k, &nkeys)) == NULL)
+			break;
+		if (!ts_local(c, q, keys, nkeys, &l)) {
+			res = TS_BAD;
+			break;
+		}
+		if (l.ready || nkeys == 0) {
+			res = ts_put_u8(c, TS_STOP_WAITING) ? TS_DONE : TS_BAD;
+			break;
+		}
+		if ((c->wqueued = calloc(nkeys, sizeof(bool))) == NULL) {
+			res = TS_BAD;
+			break;
+		}
+		c->wkeys = keys;
+		c->nwkeys = nkeys;
+		keys = NULL;
+		w.keys = c->wkeys;
+		w.n_keys = c->nwkeys;
+		req.body_case = COHORT__REQUEST__BODY_KV_WAIT;
+		req.kv_wait = &w;
+		res = ts_dispatch(c, q, &req, NULL, 0) ? TS_DONE : TS_BAD;
+		break;
+	}
+	case TS_MULTI_SET: {
+		Cohort__KvMultiSet ms = COHORT__KV_MULTI_SET__INIT;
+		struct cohort__iov* iov = NULL;
+		uint64_t* lens = NULL;
+		uint64_t cnt, total = 0;
+		if (!ts_get_u64(k, &cnt))
+			break;
+		if (cnt > TS_MAX_COUNT) {
+			k->bad = true;
+			k->why = "too many keys";
+			break;
+		}
+		keys = calloc(cnt ? cnt : 1, sizeof(char*));
+		lens = calloc(cnt ? cnt : 1, sizeof(uint64_t));
+		iov = calloc(cnt ? cnt : 1, sizeof(*iov));
+		if (keys == NULL || lens == NULL || iov == NULL) {
+			k->bad = true;
+			k->why = "out of memory";
+		}
+		for (uint64_t i = 0; i < cnt && !k->bad; i++) {
+			if ((keys[i] = ts_key(k)) == NULL
+			    || !ts_get_str(k, ts->max_value, &a, &al)) {
+				nkeys = (size_t)i + (keys[i] != NULL);
+				goto multi_out;
+			}
+			nkeys = (size_t)i + 1;
+			lens[i] = al;
+			iov[i].base = a;
+			iov[i].len = al;
+			total += al;
+		}
+		if (k->bad)
+			goto multi_out;
+		if (cnt == 0) {
+			res = TS_DONE;
+			goto multi_out;
+		}
+		ms.keys = keys;
+		ms.n_keys = (size_t)cnt;
+		ms.value_lens = lens;
+		ms.n_value_lens = (size_t)cnt;
+		req.body_case = COHORT__REQUEST__BODY_KV_MULTI_SET;
+		req.kv_multi_set = &ms;
+		(void)total;
+		res = ts_dispatch(c, q, &req, iov, (size_t)cnt) ? TS_DONE
+								: TS_BAD;
+	multi_out:
+		free(lens);
+		free(iov);
+		break;
+	}
+	case TS_GETNUMKEYS:
+	case TS_LIST:
+		res = ts_local(c, q, NULL, 0, NULL) ? TS_DONE : TS_BAD;
+		break;
+	case TS_CANCEL_WAIT:
+		/* Not parked (a parked WAIT's cancel is taken in ts_input):
+		 * the wait ended before; torch's client expects this. */
+		res = ts_put_u8(c, TS_WAIT_CANCELED) ? TS_DONE : TS_BAD;
+		break;
+	default:
+		k->bad = true;
+		k->why = "unknown query";
+		break;
+	}
+	free(key);
+	ts_free_keys(keys, nkeys);
+	if (k->bad)
+		return (TS_BAD);
+	return (res);
+}
+
+struct ts_cancel {
+	struct ts_conn* c;
+};
+
+static void
+ts_cancel_locked(void* arg, struct srv_core* core, cohort__time now)
+{
+	struct ts_cancel* a = arg;
+	struct srv_job* job = ts_job(core, a->c->ts->job);
+
+	if (job != NULL)
+		(void)srv_core_cancel(job, a->c->client_id, a->c->busy_seq,
+		    COHORT_ECLOSED, "cancelled by the client", now);
+}
+
+/* Parses and runs whatever complete queries the input holds. */
+static void
+ts_input(struct ts_conn* c, cohort__time now)
+{
+	size_t used = 0;
+
+	while (!c->dead && used < c->inlen) {
+		struct ts_cur k = { c->in + used, c->inlen - used, false,
+			NULL };
+		uint8_t q = c->in[used];
+		enum ts_parse r;
+
+		if (c->busy >= 0) {
+			/* Only a CANCEL_WAIT may overtake a parked WAIT. */
+			if (c->busy == TS_WAIT && q == TS_CANCEL_WAIT
+			    && !c->cancel_asked) {
+				struct ts_cancel a = { c };
+				c->cancel_asked = true;
+				used++;
+				srv_with_core(c->ts->srv, ts_cancel_locked, &a);
+				continue;
+			}
+			break;
+		}
+		k.p++;
+		k.left--;
+		if (!c->validated) {
+			uint8_t m[4];
+			uint32_t magic;
+			if (q != TS_VALIDATE) {
+				ts_conn_close(c, "the first query is not "
+				                 "VALIDATE");
+				return;
+			}
+			if (!ts_get(&k, m, 4))
+				break;
+			magic = (uint32_t)m[0] | (uint32_t)m[1] << 8
+			    | (uint32_t)m[2] << 16 | (uint32_t)m[3] << 24;
+			if (magic != TS_MAGIC) {
+				ts_conn_close(c, "wrong magic number");
+				return;
+			}
+			c->validated = true;
+			used = (size_t)(k.p - c->in);
+			continue;
+		}
+		r = ts_exec(c, q, &k);
+		if (r == TS_BAD) {
+			ts_conn_close(c, k.why ? k.why : "bad request");
+			return;
+		}
+		if (r == TS_MORE)
+			break;
+		used = (size_t)(k.p - c->in);
+	}
+	if (c->dead)
+		return;
+	if (used > 0) {
+		memmove(c->in, c->in + used, c->inlen - used);
+		c->inlen -= used;
+		c->partial_since = 0;
+	}
+	/* An incomplete request starts the clock; a complete one waiting
+	 * behind a parked WAIT does not (the client is not slow). */
+	if (c->inlen > 0 && c->busy < 0 && c->partial_since == 0)
+		c->partial_since = now;
+	ts_conn_flush(c);
+}
+
+static void
+ts_conn_read(struct ts_conn* c)
+{
+	size_t limit = 2 * c->ts->max_value + (1u << 20);
+
+	for (;;) {
+		ssize_t n;
+		if (c->incap - c->inlen < 4096) {
+			size_t cap = c->incap ? c->incap * 2 : 8192;
+			uint8_t* p;
+			if (c->inlen >= limit) {
+				ts_conn_close(c, "request over the size limit");
+				return;
+			}
+			if (cap > limit + 8192)
+				cap = limit + 8192;
+			if ((p = realloc(c->in, cap)) == NULL) {
+				ts_conn_close(c, "out of memory");
+				return;
+			}
+			c->in = p;
+			c->incap = cap;
+		}
+		n = recv(c->fd, c->in + c->inlen, c->incap - c->inlen, 0);
+		if (n > 0) {
+			c->inlen += (size_t)n;
+			continue;
+		}
+		if (n == 0) {
+			ts_conn_close(c, "closed by the client");
+			return;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			ts_conn_close(c, strerror(errno));
+		return;
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* The thread                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* A pipe id no other connection of this process has had recently: the
+ * core remembers closed pipes for a while and drops their requests, so
+ * ids are never reused between listeners or connections. */
+static uint32_t
+ts_next_pipe(void)
+{
+	static atomic_uint next = 1;
+	uint32_t n;
+
+	do
+		n = atomic_fetch_add(&next, 1) & 0x7fffffffu;
+	while (n == 0);
+	return (TS_PIPE_BASE | n);
+}
+
+static void
+ts_accept(struct srv_tstore* ts)
+{
+	for (;;) {
+		struct sockaddr_storage sa;
+		socklen_t sl = sizeof(sa);
+		struct epoll_event ev;
+		struct ts_conn* c;
+		char host[INET6_ADDRSTRLEN] = "?", serv[16] = "?";
+		int one = 1;
+		int fd = accept4(ts->lfd, (struct sockaddr*)&sa, &sl,
+		    SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0)
+			return;
+		if (ts->nconns >= TS_MAX_CONNS
+		    || (c = calloc(1, sizeof(*c))) == NULL) {
+			cohort__warn("torch store %s: refusing a connection "
+			             "(%zu open)",
+			    ts->addr, ts->nconns);
+			close(fd);
+			continue;
+		}
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
+		    sizeof(one));
+		(void)getnameinfo((struct sockaddr*)&sa, sl, host,
+		    sizeof(host), serv, sizeof(serv),
+		    NI_NUMERICHOST | NI_NUMERICSERV);
+		snprintf(c->peer, sizeof(c->peer), "%s:%s", host, serv);
+		c->ts = ts;
+		c->fd = fd;
+		c->busy = -1;
+		c->pipe = ts_next_pipe();
+		if (getrandom(&c->client_id, sizeof(c->client_id), 0)
+		    != (ssize_t)sizeof(c->client_id))
+			c->client_id = (uint64_t)cohort__now_ns()
+			    ^ ((uint64_t)c->pipe << 32);
+		c->next = ts->conns;
+		if (ts->conns != NULL)
+			ts->conns->prev = c;
+		ts->conns = c;
+		ts->nconns++;
+		memset(&ev, 0, sizeof(ev));
+		ev.events = EPOLLIN | EPOLLRDHUP;
+		ev.data.ptr = c;
+		if (epoll_ctl(ts->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+			c->dead = true;
+			close(fd);
+			ts_conn_free(c);
+		}
+	}
+}
+
+static void
+ts_drain_inbox(struct srv_tstore* ts)
+{
+	struct ts_req* r;
+	uint64_t v;
+
+	if (read(ts->efd, &v, sizeof(v)) < 0) {
+		/* nothing pending (EAGAIN): fine */
+	}
+	pthread_mutex_lock(&ts->inbox_mtx);
+	r = ts->inbox;
+	ts->inbox = NULL;
+	ts->inbox_tail = &ts->inbox;
+	pthread_mutex_unlock(&ts->inbox_mtx);
+	while (r != NULL) {
+		struct ts_req* next = r->next;
+		struct ts_conn* c = r->conn;
+		c->refs--;
+		if (!c->dead) {
+			ts_on_reply(c, r);
+			if (!c->dead)
+				ts_input(c, cohort__now_ms());
+		} else if (r->seq == c->busy_seq) {
+			c->busy = -1;
+		}
+		if (r->reply != NULL)
+			nng_msg_free(r->reply);
+		free(r);
+		r = next;
+	}
+}
+
+static void*
+ts_thread(void* arg)
+{
+	struct srv_tstore* ts = arg;
+	struct epoll_event evs[64];
+
+	while (!atomic_load(&ts->stop)) {
+		int n = epoll_wait(ts->epfd, evs, 64, 200);
+		cohort__time now = cohort__now_ms();
+
+		for (int i = 0; i < n; i++) {
+			void* p = evs[i].data.ptr;
+			struct ts_conn* c;
+			if (p == &ts->lfd) {
+				ts_accept(ts);
+				continue;
+			}
+			if (p == &ts->efd) {
+				ts_drain_inbox(ts);
+				continue;
+			}
+			c = p;
+			if (c->dead)
+				continue;
+			if (evs[i].events & EPOLLOUT)
+				ts_conn_flush(c);
+			if (!c->dead
+			    && (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP
+			            | EPOLLERR))) {
+				ts_conn_read(c);
+				if (!c->dead)
+					ts_input(c, now);
+			}
+		}
+		/* Requests left incomplete too long (slowloris). */
+		for (struct ts_conn *c = ts->conns, *next; c != NULL; c = next) {
+			next = c->next;
+			if (c->dead || c->partial_since == 0
+			    || now - c->partial_since
+			        < (cohort__time)ts->partial_ms)
+				continue;
+			cohort__warn("torch store %s: closing %s: a request "
+			             "incomplete for %u ms",
+			    ts->addr, c->peer, ts->partial_ms);
+			ts_conn_close(c, NULL);
+		}
+		ts_reap(ts);
+	}
+	return (NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Start and stop                                                           */
+/* ------------------------------------------------------------------------ */
+
+struct ts_job_arg {
+	struct srv_tstore* ts;
+	cohort_status rv;
+};
+
+/* Creates the job (kept while empty) unless it exists; adopts its token. */
+static void
+ts_job_locked(void* arg, struct srv_core* core, cohort__time now)
+{
+	struct ts_job_arg* a = arg;
+	struct srv_job* job = ts_job(core, a->ts->job);
+
+	(void)now;
+	if (job == NULL) {
+		a->rv = srv_core_add_job(core, a->ts->job, a->ts->token);
+		return;
+	}
+	job->preset = true;
+	cohort__strlcpy(a->ts->token, job->token, sizeof(a->ts->token));
+	a->rv = COHORT_OK;
+}
+
+static cohort_status
+ts_listen(struct srv_tstore* ts, const char* hostport)
+{
+	char host[256];
+	const char* colon = strrchr(hostport, ':');
+	struct addrinfo hints, *res = NULL;
+	struct sockaddr_storage sa;
+	socklen_t sl = sizeof(sa);
+	char h[INET6_ADDRSTRLEN], p[16];
+	int one = 1, rv;
+	size_t hl;
+
+	if (colon == NULL || colon[1] == '\0'
+	    || (hl = (size_t)(colon - hostport)) >= sizeof(host))
+		return (cohort__err(COHORT_EINVAL,
+		    "--torch-store '%s': expected [JOB@]ADDR:PORT", hostport));
+	memcpy(host, hostport, hl);
+	host[hl] = '\0';
+	if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
+		memmove(host, host + 1, hl - 2);
+		host[hl - 2] = '\0';
+	}
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE;
+	if ((rv = getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &res))
+	    != 0)
+		return (cohort__err(COHORT_EINVAL, "--torch-store '%s': %s",
+		    hostport, gai_strerror(rv)));
+	ts->lfd = socket(res->ai_family, res->ai_socktype | SOCK_NONBLOCK
+	        | SOCK_CLOEXEC,
+	    0);
+	if (ts->lfd < 0) {
+		freeaddrinfo(res);
+		return (cohort__err(COHORT_ESYSTEM, "socket: %s",
+		    strerror(errno)));
+	}
+	(void)setsockopt(ts->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(ts->lfd, res->ai_addr, res->ai_addrlen) != 0
+	    || listen(ts->lfd, 1024) != 0) {
+		rv = errno;
+		freeaddrinfo(res);
+		close(ts->lfd);
+		ts->lfd = -1;
+		return (cohort__err(COHORT_ESYSTEM,
+		    "--torch-store: cannot listen on %s: %s", hostport,
+		    strerror(rv)));
+	}
+	freeaddrinfo(res);
+	if (getsockname(ts->lfd, (struct sockaddr*)&sa, &sl) != 0
+	    || getnameinfo((struct sockaddr*)&sa, sl, h, sizeof(h), p,
+	        sizeof(p), NI_NUMERICHOST | NI_NUMERICSERV)
+	        != 0)
+		return (cohort__err(COHORT_ESYSTEM, "getsockname: %s",
+		    strerror(errno)));
+	snprintf(ts->addr, sizeof(ts->addr), strchr(h, ':') ? "[%s]:%s"
+	                                                    : "%s:%s",
+	    h, p);
+	return (COHORT_OK);
+}
+
+cohort_status
+srv_tstore_start(struct cohort__srv* s, struct srv_core* core,
+    const char* spec, const char* token, uint32_t partial_ms,
+    struct srv_tstore** out)
+{
+	struct srv_tstore* ts;
+	const char* at = strchr(spec, '@');
+	const char* hostport = at != NULL ? at + 1 : spec;
+	struct epoll_event ev;
+	struct ts_job_arg ja;
+	cohort_status rv;
+
+	if ((ts = calloc(1, sizeof(*ts))) == NULL)
+		return (COHORT_ENOMEM);
+	ts->srv = s;
+	ts->core = core;
+	ts->lfd = ts->efd = ts->epfd = -1;
+	ts->partial_ms = partial_ms ? partial_ms : TS_PARTIAL_MS;
+	ts->max_value = core->lim.max_value;
+	ts->inbox_tail = &ts->inbox;
+	pthread_mutex_init(&ts->inbox_mtx, NULL);
+	if (at != NULL && ((size_t)(at - spec) == 0
+	        || (size_t)(at - spec) > SRV_MAX_NAME)) {
+		rv = cohort__err(COHORT_EINVAL,
+		    "--torch-store '%s': the job name must be 1..%d bytes",
+		    spec, SRV_MAX_NAME);
+		goto out_free;
+	}
+	if (strlen(token) > SRV_MAX_NAME) {
+		rv = cohort__err(COHORT_EINVAL, "token too long");
+		goto out_free;
+	}
+	cohort__strlcpy(ts->token, token, sizeof(ts->token));
+	if ((rv = ts_listen(ts, hostport)) != COHORT_OK)
+		goto out_free;
+	if (at != NULL) {
+		memcpy(ts->job, spec, (size_t)(at - spec));
+		ts->job[at - spec] = '\0';
+	} else {
+		snprintf(ts->job, sizeof(ts->job), "torch-%s",
+		    strrchr(ts->addr, ':') + 1);
+	}
+	ja.ts = ts;
+	ja.rv = COHORT_ESTATE;
+	srv_with_core(s, ts_job_locked, &ja);
+	if ((rv = ja.rv) != COHORT_OK)
+		goto out_free;
+	ts->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	ts->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (ts->efd < 0 || ts->epfd < 0) {
+		rv = cohort__err(COHORT_ESYSTEM, "epoll/eventfd: %s",
+		    strerror(errno));
+		goto out_free;
+	}
+	memset(&ev, 0, sizeof(ev));
+	ev.events = EPOLLIN;
+	ev.data.ptr = &ts->lfd;
+	epoll_ctl(ts->epfd, EPOLL_CTL_ADD, ts->lfd, &ev);
+	ev.data.ptr = &ts->efd;
+	epoll_ctl(ts->epfd, EPOLL_CTL_ADD, ts->efd, &ev);
+	if (pthread_create(&ts->thread, NULL, ts_thread, ts) != 0) {
+		rv = cohort__err(COHORT_ESYSTEM, "pthread_create");
+		goto out_free;
+	}
+	ts->started = true;
+	cohort__info("torch store for job '%s' on %s", ts->job, ts->addr);
+	*out = ts;
+	return (COHORT_OK);
+
+out_free:
+	if (ts->lfd >= 0)
+		close(ts->lfd);
+	if (ts->efd >= 0)
+		close(ts->efd);
+	if (ts->epfd >= 0)
+		close(ts->epfd);
+	pthread_mutex_destroy(&ts->inbox_mtx);
+	free(ts);
+	return (rv);
+}
+
+const char*
+srv_tstore_addr(const struct srv_tstore* ts)
+{
+	return (ts->addr);
+}
+
+const char*
+srv_tstore_job(const struct srv_tstore* ts)
+{
+	return (ts->job);
+}
+
+void
+srv_tstore_stop(struct srv_tstore* ts)
+{
+	if (ts == NULL)
+		return;
+	if (ts->started) {
+		atomic_store(&ts->stop, true);
+		pthread_join(ts->thread, NULL);
+	}
+	close(ts->lfd);
+	/* Closing withdraws the parked calls; their (NULL) replies come
+	 * back to the inbox at once, under the mutex. */
+	for (struct ts_conn* c = ts->conns; c != NULL; c = c->next)
+		ts_conn_close(c, "shutting down");
+	ts_drain_inbox(ts);
+	/* After pipe_closed the core keeps no request of ours; free all. */
+	while (ts->conns != NULL) {
+		ts->conns->refs = 0;
+		ts_conn_free(ts->conns);
+	}
+	ts_queues_free(ts);
+	close(ts->efd);
+	close(ts->epfd);
+	pthread_mutex_destroy(&ts->inbox_mtx);
+	free(ts);
+}
