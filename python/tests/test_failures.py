@@ -78,3 +78,18 @@ def test_lightning_rank_failure(mode, data):
     if mode == "raise":
         assert "RuntimeError: fault drill: rank 1 fails at step 30" in rank0, rank0[-3000:]
         assert "lightning_digits.py" in rank0  # rank 1's own frame, quoted on rank 0
+
+
+def test_cohort_run_reports_the_root_cause(data):
+    """Under cohort run, a rank raising in training_step is the job's root
+    cause in the launcher's report, with its traceback."""
+    from conftest import BIN
+
+    argv = [str(BIN / "cohort"), "run", "-n", "2", "--", PYTHON, str(EXAMPLE), "--devices", "2", "--epochs", "6",
+            "--fail-rank", "1", "--fail-step", "30"]
+    [p] = finish([start(argv, base_env())], 240)
+    assert p.returncode != 0
+    report = p.out[p.out.index("cohort run: job"):] if "cohort run: job" in p.out else p.out[-4000:]
+    assert "root cause : rank 1 exited with status 1" in report, report
+    assert "error text : RuntimeError: fault drill: rank 1 fails at step 30" in report, report
+    assert "lightning_digits.py" in report and "in training_step" in report, report

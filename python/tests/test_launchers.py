@@ -5,7 +5,7 @@ Trainer); here the plain torch forms: torch.multiprocessing.spawn and
 torchrun with a script calling init_process_group("cohort").
 """
 
-from conftest import PYTHON, WORKERS, base_env, finish, free_port, start
+from conftest import BIN, PYTHON, WORKERS, base_env, finish, free_port, start
 
 
 def oks(p, world):
@@ -26,3 +26,22 @@ def test_torchrun(built):
     [p] = finish([start(argv, base_env())], 180)
     assert p.returncode == 0, p.out[-3000:]
     oks(p, 2)
+
+
+def test_cohort_run(built):
+    """cohort run starts the ranks: the backend joins cohort run's own job
+    (COHORT_COORDINATOR), torch's store is its TCPStore listener."""
+    argv = [str(BIN / "cohort"), "run", "-n", "3", "--", PYTHON, str(WORKERS / "torchrun_job.py")]
+    [p] = finish([start(argv, base_env())], 180)
+    assert p.returncode == 0, p.out[-3000:]
+    oks(p, 3)
+
+
+def test_unmodified_gloo_job_under_cohort_run(built):
+    """init_process_group("gloo") with env:// works under cohort run: the
+    store is the coordinator's TCPStore listener, no rank binds a port."""
+    argv = [str(BIN / "cohort"), "run", "-n", "2", "--", PYTHON, str(WORKERS / "store_gloo.py"), "env"]
+    [p] = finish([start(argv, base_env())], 180)
+    assert p.returncode == 0, p.out[-3000:]
+    recs = [r for r in p.records if "ok" in r]
+    assert sorted(r["rank"] for r in recs) == [0, 1] and all(r["ok"] for r in recs), p.out[-3000:]

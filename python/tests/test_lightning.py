@@ -53,6 +53,17 @@ def test_lightning_torchrun(data):
     check_trained(p.out)
 
 
+def test_lightning_under_cohort_run(data):
+    """cohort run is the launcher; cohort_ddp takes its ranks from
+    CohortEnvironment and Lightning spawns nothing."""
+    from conftest import BIN
+
+    argv = [str(BIN / "cohort"), "run", "-n", "2", "--", PYTHON, str(EXAMPLE), "--devices", "2", "--epochs", "4"]
+    [p] = finish([start(argv, base_env())], 240)
+    assert p.returncode == 0, p.out[-4000:]
+    check_trained(p.out)
+
+
 def test_lightning_matches_gloo(data):
     """The same script over gloo ends with the same parameters."""
     runs = {}

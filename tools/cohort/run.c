@@ -58,7 +58,7 @@ struct run_failure {
 	int exit_code;  /* 128+sig for a signal */
 	int signal;
 	int64_t at_ms;  /* when the launcher noticed it */
-	char text[2048];        /* the rank's reported error text */
+	char text[COHORT__DETAIL_MAX]; /* the rank's reported error text */
 	char last_op[128];
 	uint64_t last_op_seq;
 	char coordinator_view[64]; /* member state at cohortd */
@@ -74,6 +74,9 @@ struct run_cfg {
 	const char *job;
 	const char *token;
 	const char *report;
+	/* HOST:PORT of torch's store for the workers (a cohortd TCPStore
+	 * listener): the embedded coordinator's own, or --torch-store. */
+	const char *torch_store;
 	char **argv;
 };
 
@@ -112,7 +115,14 @@ run_usage(FILE *f)
 	    "  --grace MS              after a failure, how long the others\n"
 	    "                          may take to stop before SIGTERM\n"
 	    "                          (default 5000)\n"
-	    "  --report FILE           write the failure report as JSON\n");
+	    "  --report FILE           write the failure report as JSON\n"
+	    "  --torch-store HOST:PORT torch's store for the workers (a\n"
+	    "                          cohortd --torch-store listener of this\n"
+	    "                          job); the embedded coordinator serves\n"
+	    "                          one itself. Workers get MASTER_ADDR,\n"
+	    "                          MASTER_PORT and\n"
+	    "                          TORCHELASTIC_USE_AGENT_STORE=True, so\n"
+	    "                          init_process_group() works unchanged\n");
 }
 
 static bool
@@ -177,6 +187,10 @@ run_parse(int argc, char **argv, struct run_cfg *cfg)
 			cfg->token = v;
 		} else if (strcmp(a, "--report") == 0) {
 			cfg->report = v;
+		} else if (strcmp(a, "--torch-store") == 0) {
+			if (strrchr(v, ':') == NULL)
+				goto bad;
+			cfg->torch_store = v;
 		} else {
 			fprintf(stderr, "cohort run: unknown option %s\n", a);
 			run_usage(stderr);
@@ -211,45 +225,18 @@ run_parse(int argc, char **argv, struct run_cfg *cfg)
 	return (0);
 }
 
-/* Splits tcp://HOST:PORT for torchrun's MASTER_ADDR / MASTER_PORT. */
-static void
-run_master_addr(const char *url, char *host, size_t hlen, char *port,
-    size_t plen)
-{
-	const char *p = strstr(url, "://");
-	const char *colon;
-
-	cohort__strlcpy(host, "127.0.0.1", hlen);
-	cohort__strlcpy(port, "29400", plen);
-	if (p == NULL || strncmp(url, "tcp", 3) != 0)
-		return;
-	p += 3;
-	colon = strrchr(p, ':');
-	if (colon == NULL)
-		return;
-	if ((size_t) (colon - p) < hlen) {
-		memcpy(host, p, (size_t) (colon - p));
-		host[colon - p] = '\0';
-	}
-	if (strcmp(host, "0.0.0.0") == 0 || host[0] == '\0')
-		cohort__strlcpy(host, "127.0.0.1", hlen);
-	cohort__strlcpy(port, colon + 1, plen);
-}
-
 static pid_t
 run_spawn(const struct run_cfg *cfg, const char *url, const char *job,
     int rank, int local_rank, int restart)
 {
-	enum { NVARS = 18 };
+	enum { NVARS = 19 };
 	char vars[NVARS][320];
-	char host[256], port[16];
 	char **envp;
 	size_t n = 0, k = 0;
 	pid_t pid;
 	int world = cfg->nproc * cfg->nnodes;
 	int rv;
 
-	run_master_addr(url, host, sizeof(host), port, sizeof(port));
 	snprintf(vars[k++], 320, "COHORT_COORDINATOR=%s", url);
 	snprintf(vars[k++], 320, "COHORT_JOB=%s", job);
 	snprintf(vars[k++], 320, "COHORT_TOKEN=%s", cfg->token);
@@ -264,8 +251,15 @@ run_spawn(const struct run_cfg *cfg, const char *url, const char *job,
 	snprintf(vars[k++], 320, "LOCAL_RANK=%d", local_rank);
 	snprintf(vars[k++], 320, "LOCAL_WORLD_SIZE=%d", cfg->nproc);
 	snprintf(vars[k++], 320, "GROUP_RANK=%d", cfg->node_rank);
-	snprintf(vars[k++], 320, "MASTER_ADDR=%s", host);
-	snprintf(vars[k++], 320, "MASTER_PORT=%s", port);
+	if (cfg->torch_store != NULL) {
+		/* torch's store is cohortd's TCPStore listener: every rank a
+		 * client (as under torchrun's agent store), none binds it. */
+		const char *colon = strrchr(cfg->torch_store, ':');
+		snprintf(vars[k++], 320, "MASTER_ADDR=%.*s",
+		    (int) (colon - cfg->torch_store), cfg->torch_store);
+		snprintf(vars[k++], 320, "MASTER_PORT=%s", colon + 1);
+		snprintf(vars[k++], 320, "TORCHELASTIC_USE_AGENT_STORE=True");
+	}
 	snprintf(vars[k++], 320, "TORCHELASTIC_RESTART_COUNT=%d", restart);
 	COHORT__ASSERT(k <= NVARS);
 
@@ -602,15 +596,27 @@ cohort__cmd_run(int argc, char **argv)
 	} else {
 		struct cohort__srv_config sc;
 		static const char *const listen[] = { "tcp://127.0.0.1:0" };
+		char jobspec[400], storespec[200];
+		const char *jobs[1] = { jobspec }, *stores[1] = { storespec };
 		cohort__srv_config_init(&sc);
 		sc.listen = listen;
 		sc.nlisten = 1;
+		/* The job exists from the start with its token, and torch's
+		 * store for it is a TCPStore listener of the coordinator. */
+		snprintf(jobspec, sizeof(jobspec), "%s:%s", job, cfg.token);
+		snprintf(storespec, sizeof(storespec), "%s@127.0.0.1:0", job);
+		sc.jobs = jobs;
+		sc.njobs = 1;
+		sc.torch_stores = stores;
+		sc.ntorch_stores = 1;
 		if (cohort__srv_start(&sc, &srv) != COHORT_OK) {
 			fprintf(stderr, "cohort run: cannot start the embedded "
 			    "coordinator: %s\n", cohort_last_error());
 			return (1);
 		}
 		url = cohort__srv_url(srv, 0);
+		if (cfg.torch_store == NULL)
+			cfg.torch_store = cohort__srv_torch_store_addr(srv, 0);
 	}
 
 	memset(&sa, 0, sizeof(sa));
