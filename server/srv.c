@@ -580,6 +580,10 @@ cohort__srv_start(
 		rv = COHORT_ENOMEM;
 		goto out_close_sock;
 	}
+	/* TCPStore listeners first: once the nng port answers (what
+	 * launchers and tests probe), everything is listening. */
+	if ((rv = srv_add_tstores(s, cfg)) != COHORT_OK)
+		goto out_close_sock;
 	for (size_t i = 0; i < nurls; i++) {
 		nng_listener l;
 		if ((nrv = nng_listen(s->sock, urls[i], &l, 0)) != 0) {
@@ -610,8 +614,6 @@ cohort__srv_start(
 	    && (rv = cohort__srv_http_start(
 	            s, cfg->http, &s->http, &s->http_url))
 	        != COHORT_OK)
-		goto out_close_sock;
-	if ((rv = srv_add_tstores(s, cfg)) != COHORT_OK)
 		goto out_close_sock;
 	nng_sleep_aio(SRV_SWEEP_MS, s->sweep);
 	*out = s;

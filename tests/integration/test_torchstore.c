@@ -1,0 +1,509 @@
+/*
+ * test_torchstore.c - cohortd's TCPStore listener (--torch-store) with a
+ * raw-socket client of our own: every query's bytes on the wire, a WAIT
+ * released from another connection and one cancelled, queues, two
+ * listeners kept apart, and bad input closing only its connection. The
+ * real torch client is tested in python/tests/test_tcpstore.py; this suite
+ * runs where torch is not, and under ASan and valgrind (the harness runs
+ * cohortd under memcheck with COHORT_TEST_VALGRIND=1).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "check_cohort.h"
+
+enum {
+	Q_VALIDATE = 0,
+	Q_SET = 1,
+	Q_COMPARE_SET = 2,
+	Q_GET = 3,
+	Q_ADD = 4,
+	Q_CHECK = 5,
+	Q_WAIT = 6,
+	Q_GETNUMKEYS = 7,
+	Q_DELETE_KEY = 8,
+	Q_APPEND = 9,
+	Q_MULTI_GET = 10,
+	Q_MULTI_SET = 11,
+	Q_CANCEL_WAIT = 12,
+	Q_PING = 13,
+	Q_QUEUE_PUSH = 14,
+	Q_QUEUE_POP = 15,
+	Q_QUEUE_LEN = 16,
+	Q_LIST = 17,
+};
+
+static struct th_coord coord;
+static int port_a, port_b;
+
+static void
+setup(void)
+{
+	static char a[64], b[64];
+	const char *args[] = { "--torch-store", a, "--torch-store", b,
+		"--torch-store-timeout", "400", NULL };
+
+	port_a = th_free_port();
+	do
+		port_b = th_free_port();
+	while (port_b == port_a);
+	snprintf(a, sizeof(a), "jobA@127.0.0.1:%d", port_a);
+	snprintf(b, sizeof(b), "jobB@127.0.0.1:%d", port_b);
+	th_coord_start(&coord, args);
+}
+
+static void
+teardown(void)
+{
+	ck_assert_int_eq(th_coord_stop(&coord), 0);
+}
+
+/* --- a minimal client -------------------------------------------------- */
+
+struct buf {
+	unsigned char b[1 << 16];
+	size_t n;
+};
+
+static void
+b_u8(struct buf *b, unsigned v)
+{
+	b->b[b->n++] = (unsigned char) v;
+}
+
+static void
+b_u64(struct buf *b, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		b->b[b->n++] = (unsigned char) (v >> (8 * i));
+}
+
+static void
+b_str(struct buf *b, const char *s)
+{
+	size_t n = strlen(s);
+
+	b_u64(b, n);
+	memcpy(b->b + b->n, s, n);
+	b->n += n;
+}
+
+static int
+ts_open(int port, bool validate)
+{
+	struct sockaddr_in sa;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	ck_assert_int_ge(fd, 0);
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons((uint16_t) port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *) &sa, sizeof(sa)), 0);
+	if (validate) {
+		struct buf b = { .n = 0 };
+		uint32_t m = 0x3C85F7CEu;
+		b_u8(&b, Q_VALIDATE);
+		memcpy(b.b + b.n, &m, 4);
+		b.n += 4;
+		ck_assert_int_eq(write(fd, b.b, b.n), (ssize_t) b.n);
+	}
+	return (fd);
+}
+
+static void
+ts_send(int fd, const struct buf *b)
+{
+	ck_assert_int_eq(write(fd, b->b, b->n), (ssize_t) b->n);
+}
+
+/* Reads exactly n bytes within timeout_ms; false on timeout or close. */
+static bool
+ts_read(int fd, void *out, size_t n, int timeout_ms)
+{
+	size_t got = 0;
+
+	while (got < n) {
+		struct pollfd p = { fd, POLLIN, 0 };
+		ssize_t r;
+		if (poll(&p, 1, timeout_ms) <= 0)
+			return (false);
+		r = read(fd, (char *) out + got, n - got);
+		if (r <= 0)
+			return (false);
+		got += (size_t) r;
+	}
+	return (true);
+}
+
+static uint64_t
+ts_u64(int fd)
+{
+	uint64_t v;
+
+	ck_assert_msg(ts_read(fd, &v, 8, 5000), "no u64 reply");
+	return (v);
+}
+
+static uint8_t
+ts_u8(int fd)
+{
+	uint8_t v;
+
+	ck_assert_msg(ts_read(fd, &v, 1, 5000), "no u8 reply");
+	return (v);
+}
+
+/* A byte-string reply, NUL-terminated (static buffer). */
+static const char *
+ts_bytes(int fd)
+{
+	static char s[4096];
+	uint64_t n = ts_u64(fd);
+
+	ck_assert_uint_lt(n, sizeof(s));
+	ck_assert_msg(ts_read(fd, s, (size_t) n, 5000), "short bytes");
+	s[n] = '\0';
+	return (s);
+}
+
+/* True if the server closed fd within timeout_ms. */
+static bool
+ts_closed(int fd, int timeout_ms)
+{
+	struct pollfd p = { fd, POLLIN, 0 };
+	char c;
+
+	if (poll(&p, 1, timeout_ms) <= 0)
+		return (false);
+	return (read(fd, &c, 1) <= 0);
+}
+
+static void
+q_set(int fd, const char *k, const char *v)
+{
+	struct buf b = { .n = 0 };
+
+	b_u8(&b, Q_SET);
+	b_str(&b, k);
+	b_str(&b, v);
+	ts_send(fd, &b);
+}
+
+static const char *
+q_get(int fd, const char *k)
+{
+	struct buf b = { .n = 0 };
+
+	b_u8(&b, Q_GET);
+	b_str(&b, k);
+	ts_send(fd, &b);
+	return (ts_bytes(fd));
+}
+
+static const char *
+q_cas(int fd, const char *k, const char *expect, const char *desired)
+{
+	struct buf b = { .n = 0 };
+
+	b_u8(&b, Q_COMPARE_SET);
+	b_str(&b, k);
+	b_str(&b, expect);
+	b_str(&b, desired);
+	ts_send(fd, &b);
+	return (ts_bytes(fd));
+}
+
+static void
+q_keys(int fd, int q, const char *k1, const char *k2)
+{
+	struct buf b = { .n = 0 };
+
+	b_u8(&b, (unsigned) q);
+	b_u64(&b, k2 != NULL ? 2 : 1);
+	b_str(&b, k1);
+	if (k2 != NULL)
+		b_str(&b, k2);
+	ts_send(fd, &b);
+}
+
+/* --- tests --------------------------------------------------------------- */
+
+START_TEST(test_every_query)
+{
+	int fd = ts_open(port_a, true);
+	struct buf b = { .n = 0 };
+	uint32_t nonce = 0x12345678, echo = 0;
+
+	b_u8(&b, Q_PING);
+	memcpy(b.b + b.n, &nonce, 4);
+	b.n += 4;
+	ts_send(fd, &b);
+	ck_assert(ts_read(fd, &echo, 4, 5000) && echo == nonce);
+
+	q_set(fd, "/k", "v");
+	ck_assert_str_eq(q_get(fd, "/k"), "v");
+	ck_assert_str_eq(q_get(fd, "/missing"), ""); /* as torch's server */
+
+	b.n = 0;
+	b_u8(&b, Q_ADD);
+	b_str(&b, "/c");
+	b_u64(&b, (uint64_t) 5);
+	ts_send(fd, &b);
+	ck_assert_int_eq((int64_t) ts_u64(fd), 5);
+	b.n = 0;
+	b_u8(&b, Q_ADD);
+	b_str(&b, "/c");
+	b_u64(&b, (uint64_t) (int64_t) -7);
+	ts_send(fd, &b);
+	ck_assert_int_eq((int64_t) ts_u64(fd), -2);
+	ck_assert_str_eq(q_get(fd, "/c"), "-2");
+
+	/* compare_set: torch's four cases */
+	ck_assert_str_eq(q_cas(fd, "/n", "", "x"), "x");
+	ck_assert_str_eq(q_cas(fd, "/m", "exp", "y"), "exp");
+	q_keys(fd, Q_CHECK, "/m", NULL);
+	ck_assert_int_eq(ts_u8(fd), 1); /* not ready: nothing was set */
+	ck_assert_str_eq(q_cas(fd, "/n", "x", "z"), "z");
+	ck_assert_str_eq(q_cas(fd, "/n", "q", "w"), "z");
+
+	q_keys(fd, Q_CHECK, "/k", "/n");
+	ck_assert_int_eq(ts_u8(fd), 0);
+
+	b.n = 0;
+	b_u8(&b, Q_APPEND);
+	b_str(&b, "/a");
+	b_str(&b, "12");
+	b_u8(&b, Q_APPEND);
+	b_str(&b, "/a");
+	b_str(&b, "3");
+	ts_send(fd, &b); /* two pipelined queries without replies */
+	q_keys(fd, Q_MULTI_GET, "/a", "/k");
+	ck_assert_str_eq(ts_bytes(fd), "123");
+	ck_assert_str_eq(ts_bytes(fd), "v");
+
+	b.n = 0;
+	b_u8(&b, Q_MULTI_SET);
+	b_u64(&b, 2);
+	b_str(&b, "/m1");
+	b_str(&b, "x1");
+	b_str(&b, "/m2");
+	b_str(&b, "x2");
+	ts_send(fd, &b);
+	ck_assert_str_eq(q_get(fd, "/m2"), "x2");
+
+	b.n = 0;
+	b_u8(&b, Q_DELETE_KEY);
+	b_str(&b, "/m1");
+	b_u8(&b, Q_DELETE_KEY);
+	b_str(&b, "/m1");
+	ts_send(fd, &b);
+	ck_assert_uint_eq(ts_u64(fd), 1);
+	ck_assert_uint_eq(ts_u64(fd), 0);
+
+	b.n = 0;
+	b_u8(&b, Q_GETNUMKEYS);
+	ts_send(fd, &b);
+	ck_assert_uint_eq(ts_u64(fd), 5); /* k c n a m2 */
+	b.n = 0;
+	b_u8(&b, Q_LIST);
+	ts_send(fd, &b);
+	ck_assert_uint_eq(ts_u64(fd), 5);
+	for (int i = 0; i < 5; i++) {
+		const char *k = ts_bytes(fd);
+		ck_assert_msg(strcmp(k, "/k") == 0 || strcmp(k, "/c") == 0 ||
+		        strcmp(k, "/n") == 0 || strcmp(k, "/a") == 0 ||
+		        strcmp(k, "/m2") == 0,
+		    "unexpected key %s", k);
+	}
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_wait_released_and_cancelled)
+{
+	int a = ts_open(port_a, true), b = ts_open(port_a, true);
+	uint8_t r;
+
+	/* A wait parks; another connection's set releases it. */
+	q_keys(a, Q_WAIT, "/w1", "/w2");
+	ck_assert(!ts_read(a, &r, 1, 300));
+	q_set(b, "/w1", "1");
+	ck_assert(!ts_read(a, &r, 1, 200)); /* one of two */
+	q_set(b, "/w2", "2");
+	ck_assert_int_eq(ts_u8(a), 0); /* STOP_WAITING */
+	/* A wait for a key that exists answers at once. */
+	q_keys(a, Q_WAIT, "/w1", NULL);
+	ck_assert_int_eq(ts_u8(a), 0);
+	/* Cancelled while parked: WAIT_CANCELED only, and the connection
+	 * goes on. */
+	q_keys(a, Q_WAIT, "/never", NULL);
+	ck_assert(!ts_read(a, &r, 1, 200));
+	{
+		struct buf c = { .n = 0 };
+		b_u8(&c, Q_CANCEL_WAIT);
+		ts_send(a, &c);
+	}
+	ck_assert_int_eq(ts_u8(a), 1);
+	ck_assert_str_eq(q_get(a, "/w2"), "2");
+	/* Cancel after the wait ended: WAIT_CANCELED (torch's client reads
+	 * STOP_WAITING, then this). */
+	{
+		struct buf c = { .n = 0 };
+		b_u8(&c, Q_CANCEL_WAIT);
+		ts_send(a, &c);
+	}
+	ck_assert_int_eq(ts_u8(a), 1);
+	close(a);
+	close(b);
+}
+END_TEST
+
+START_TEST(test_queues)
+{
+	int a = ts_open(port_a, true), b = ts_open(port_a, true);
+	struct buf q = { .n = 0 };
+	uint8_t r;
+
+	b_u8(&q, Q_QUEUE_PUSH);
+	b_str(&q, "/q");
+	b_str(&q, "one");
+	b_u8(&q, Q_QUEUE_PUSH);
+	b_str(&q, "/q");
+	b_str(&q, "two");
+	b_u8(&q, Q_QUEUE_LEN);
+	b_str(&q, "/q");
+	ts_send(a, &q);
+	ck_assert_uint_eq(ts_u64(a), 2);
+	q.n = 0;
+	b_u8(&q, Q_QUEUE_POP);
+	b_str(&q, "/q");
+	ts_send(a, &q);
+	ck_assert_uint_eq(ts_u64(a), 2); /* the length before the pop */
+	ck_assert_str_eq(ts_bytes(a), "one");
+	ts_send(a, &q);
+	ck_assert_uint_eq(ts_u64(a), 1);
+	ck_assert_str_eq(ts_bytes(a), "two");
+	ts_send(a, &q);
+	ck_assert_uint_eq(ts_u64(a), 0); /* empty: nothing follows */
+	/* A queue is not a key: CHECK sees it only while non-empty. */
+	q_keys(a, Q_CHECK, "/q", NULL);
+	ck_assert_int_eq(ts_u8(a), 1);
+	/* A WAIT on a queue name is released by a push (queue_pop with
+	 * block=True waits so). */
+	q_keys(b, Q_WAIT, "/q", NULL);
+	ck_assert(!ts_read(b, &r, 1, 200));
+	q.n = 0;
+	b_u8(&q, Q_QUEUE_PUSH);
+	b_str(&q, "/q");
+	b_str(&q, "three");
+	ts_send(a, &q);
+	ck_assert_int_eq(ts_u8(b), 0);
+	close(a);
+	close(b);
+}
+END_TEST
+
+START_TEST(test_two_listeners_two_jobs)
+{
+	int a = ts_open(port_a, true), b = ts_open(port_b, true);
+	struct buf n = { .n = 0 };
+
+	q_set(a, "/secret", "A");
+	ck_assert_str_eq(q_get(a, "/secret"), "A");
+	ck_assert_str_eq(q_get(b, "/secret"), "");
+	b_u8(&n, Q_GETNUMKEYS);
+	ts_send(b, &n);
+	ck_assert_uint_eq(ts_u64(b), 0);
+	close(a);
+	close(b);
+}
+END_TEST
+
+START_TEST(test_bad_input_closes_only_that_connection)
+{
+	int good = ts_open(port_a, true);
+	static const struct {
+		const char *name;
+		bool validate;
+		unsigned char bytes[32];
+		size_t n;
+	} cases[] = {
+		{ "garbage", false, "GET / HTTP/1.1\r\n\r\n", 18 },
+		{ "wrong magic", false, { 0, 0xef, 0xbe, 0xad, 0xde }, 5 },
+		{ "query before VALIDATE", false, { Q_PING, 1, 2, 3, 4 }, 5 },
+		{ "unknown query", true, { 99 }, 1 },
+		{ "huge key", true, { Q_SET, 0, 0, 0, 0, 0, 1, 0, 0 }, 9 },
+		{ "empty key", true, { Q_GET, 0, 0, 0, 0, 0, 0, 0, 0 }, 9 },
+		{ "too many keys", true, { Q_CHECK, 0, 0, 0, 0x40, 0, 0, 0, 0 },
+		    9 },
+	};
+
+	q_set(good, "/ok", "1");
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int fd = ts_open(port_a, cases[i].validate);
+		ck_assert_int_eq(write(fd, cases[i].bytes, cases[i].n),
+		    (ssize_t) cases[i].n);
+		ck_assert_msg(ts_closed(fd, 3000), "%s: not closed",
+		    cases[i].name);
+		close(fd);
+	}
+	{
+		/* A value over --max-value-bytes (64 MiB by default). */
+		int fd = ts_open(port_a, true);
+		struct buf b = { .n = 0 };
+		b_u8(&b, Q_SET);
+		b_str(&b, "/k");
+		b_u64(&b, (uint64_t) 1 << 40);
+		ts_send(fd, &b);
+		ck_assert_msg(ts_closed(fd, 3000), "huge value: not closed");
+		close(fd);
+	}
+	{
+		/* Incomplete for longer than --torch-store-timeout (400 ms):
+		 * closed; a validated idle connection is not. */
+		int part = ts_open(port_a, true), idle = ts_open(port_a, true);
+		struct buf b = { .n = 0 };
+		b_u8(&b, Q_SET);
+		b_u64(&b, 10);
+		memcpy(b.b + b.n, "abc", 3);
+		b.n += 3;
+		ts_send(part, &b);
+		ck_assert_msg(ts_closed(part, 3000), "partial request kept");
+		ck_assert_msg(!ts_closed(idle, 800), "idle connection closed");
+		close(part);
+		close(idle);
+	}
+	/* The well-behaved client never noticed. */
+	ck_assert_str_eq(q_get(good, "/ok"), "1");
+	q_set(good, "/still", "fine");
+	ck_assert_str_eq(q_get(good, "/still"), "fine");
+	close(good);
+}
+END_TEST
+
+Suite *suite_integration_torchstore(void);
+
+Suite *
+suite_integration_torchstore(void)
+{
+	Suite *s = suite_create("integration_torchstore");
+	TCase *tc = tcase_create("listener");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_every_query);
+	tcase_add_test(tc, test_wait_released_and_cancelled);
+	tcase_add_test(tc, test_queues);
+	tcase_add_test(tc, test_two_listeners_two_jobs);
+	tcase_add_test(tc, test_bad_input_closes_only_that_connection);
+	suite_add_tcase(s, tc);
+	return (s);
+}
