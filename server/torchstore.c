@@ -6,7 +6,7 @@
  * torchrun's c10d rendezvous. Each listener serves one job, so two torch
  * jobs on one cohortd (two listeners) never see each other's keys.
  *
- * The wire protocol (torch 2.x; docs/pytorch.md, ../proto/README.md 7):
+ * The wire protocol (torch 2.x; docs/pytorch.md, proto/README.md 6.1):
  * a query byte, then arguments; integers raw little-endian; strings and
  * byte strings a u64 length and the bytes; no request ids, one request at
  * a time per connection, the reply (if the query has one) in order. The
