@@ -83,6 +83,7 @@ enum ts_query {
 	TS_QUEUE_POP = 15,
 	TS_QUEUE_LEN = 16,
 	TS_LIST = 17,
+	TS_BARRIER = 18,
 };
 
 enum { TS_STOP_WAITING = 0, TS_WAIT_CANCELED = 1 };
@@ -120,6 +121,10 @@ struct ts_conn {
 	bool* wqueued; /* per key: satisfied by a queue push */
 	bool cancel_asked; /* CANCEL_WAIT arrived while parked */
 	bool by_queue; /* released by a queue push */
+	/* BARRIER: the counter key and the count that releases it; while
+	 * waiting, busy == TS_BARRIER and busy_seq == 0 (parked here). */
+	char* bkey;
+	int64_t bworld;
 	uint8_t* in;
 	size_t inlen, incap;
 	cohort__time partial_since; /* 0: no incomplete request */
@@ -397,6 +402,7 @@ ts_conn_free(struct ts_conn* c)
 	ts->nconns--;
 	ts_free_keys(c->wkeys, c->nwkeys);
 	free(c->wqueued);
+	free(c->bkey);
 	free(c->in);
 	free(c->out);
 	free(c);
@@ -566,6 +572,28 @@ srv_tstore_deliver(void* tp, nng_msg* reply)
 	}
 }
 
+static void ts_input(struct ts_conn* c, cohort__time now);
+
+/* Releases the connections parked in BARRIER on key (but self). */
+static void
+ts_barrier_release(struct srv_tstore* ts, const char* key, struct ts_conn* self)
+{
+	for (struct ts_conn* o = ts->conns; o != NULL; o = o->next) {
+		if (o == self || o->dead || o->busy != TS_BARRIER
+		    || o->busy_seq != 0 || o->bkey == NULL
+		    || strcmp(o->bkey, key) != 0)
+			continue;
+		o->busy = -1;
+		free(o->bkey);
+		o->bkey = NULL;
+		if (!ts_put_u8(o, TS_STOP_WAITING)) {
+			ts_conn_close(o, "out of memory");
+			continue;
+		}
+		ts_input(o, cohort__now_ms()); /* flushes, reads on */
+	}
+}
+
 /* A reply from the core, back in this thread: its TCPStore answer. */
 static void
 ts_on_reply(struct ts_conn* c, struct ts_req* r)
@@ -604,6 +632,22 @@ ts_on_reply(struct ts_conn* c, struct ts_req* r)
 	case TS_APPEND:
 	case TS_MULTI_SET:
 		ok = st == COHORT_OK; /* no answer on the wire */
+		break;
+	case TS_BARRIER:
+		/* The counter was incremented (an ADD): the last arrival
+		 * releases everyone parked on the key, the others park. */
+		ok = st == COHORT_OK && rep->body_case == COHORT__REPLY__BODY_KV_ADD;
+		if (!ok)
+			break;
+		if (rep->kv_add->value >= c->bworld) {
+			ok = ts_put_u8(c, TS_STOP_WAITING);
+			ts_barrier_release(c->ts, c->bkey, c);
+			free(c->bkey);
+			c->bkey = NULL;
+		} else {
+			c->busy = TS_BARRIER;
+			c->busy_seq = 0;
+		}
 		break;
 	case TS_ADD:
 		ok = st == COHORT_OK && rep->body_case == COHORT__REPLY__BODY_KV_ADD
@@ -1014,6 +1058,29 @@ ts_exec(struct ts_conn* c, uint8_t q, struct ts_cur* k)
 	case TS_LIST:
 		res = ts_local(c, q, NULL, 0, NULL) ? TS_DONE : TS_BAD;
 		break;
+	case TS_BARRIER: {
+		/* torch 2.15's store.barrier(key, world_size): the key counts
+		 * arrivals (as ADD); STOP_WAITING once it reaches world_size. */
+		Cohort__KvAdd ad = COHORT__KV_ADD__INIT;
+		uint64_t w;
+		if ((key = ts_key(k)) == NULL || !ts_get_u64(k, &w))
+			break;
+		if ((int64_t)w < 1) {
+			k->bad = true;
+			k->why = "barrier world size below 1";
+			break;
+		}
+		c->bworld = (int64_t)w;
+		free(c->bkey);
+		c->bkey = key;
+		ad.key = key;
+		ad.delta = 1;
+		req.body_case = COHORT__REQUEST__BODY_KV_ADD;
+		req.kv_add = &ad;
+		res = ts_dispatch(c, q, &req, NULL, 0) ? TS_DONE : TS_BAD;
+		key = NULL; /* owned by c->bkey */
+		break;
+	}
 	case TS_CANCEL_WAIT:
 		/* Not parked (a parked WAIT's cancel is taken in ts_input):
 		 * the wait ended before; torch's client expects this. */
@@ -1060,6 +1127,19 @@ ts_input(struct ts_conn* c, cohort__time now)
 
 		if (c->busy >= 0) {
 			/* Only a CANCEL_WAIT may overtake a parked WAIT. */
+			if (c->busy == TS_BARRIER && c->busy_seq == 0
+			    && q == TS_CANCEL_WAIT) {
+				/* parked here: cancel here */
+				used++;
+				c->busy = -1;
+				free(c->bkey);
+				c->bkey = NULL;
+				if (!ts_put_u8(c, TS_WAIT_CANCELED)) {
+					ts_conn_close(c, "out of memory");
+					return;
+				}
+				continue;
+			}
 			if (c->busy == TS_WAIT && q == TS_CANCEL_WAIT
 			    && !c->cancel_asked) {
 				struct ts_cancel a = { c };

@@ -251,3 +251,29 @@ def test_bad_input_closes_only_that_connection(built):
         assert good.get("still") == b"fine"
     finally:
         c.stop()
+
+
+def test_store_barrier(cohortd):
+    """torch 2.15's TCPStore.barrier(key, world_size): the last arrival
+    releases the others; a barrier that times out is cancelled and the
+    connection goes on."""
+    import threading
+
+    clients = [client(cohortd.ports[0]) for _ in range(3)]
+    done = []
+
+    def enter(s, i):
+        s.barrier("b1", 3, datetime.timedelta(seconds=10))
+        done.append(i)
+
+    ts = [threading.Thread(target=enter, args=(clients[i], i)) for i in range(2)]
+    [t.start() for t in ts]
+    time.sleep(0.3)
+    assert not done  # two of three: still waiting
+    enter(clients[2], 2)
+    [t.join(10) for t in ts]
+    assert sorted(done) == [0, 1, 2]
+    with pytest.raises(dist.DistStoreError, match="barrier timeout"):
+        clients[0].barrier("b2", 2, datetime.timedelta(milliseconds=300))
+    clients[0].set("after", "ok")
+    assert clients[0].get("after") == b"ok"
