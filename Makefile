@@ -49,9 +49,29 @@ CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror \
 	-Wstrict-prototypes -Wno-unused-parameter -fPIC -fvisibility=hidden \
 	-pthread -MMD -MP \
 	$(SANFLAGS)
-CPPFLAGS := -Iclient/include -iquote client -iquote server -iquote cuda \
-	-iquote strategies -I$(GEN) \
-	-iquote tests/harness -iquote examples/lib $(PKG_CFLAGS)
+# Each part of the tree sees only its own headers and the layers below it
+# (docs/architecture.md; tools/check-layers.sh checks the sources too):
+#   common -> proto -> client | server | cuda -> strategies, tools, examples
+INC_COMMON := -Iclient/include -iquote common
+INC_PROTO := $(INC_COMMON) -iquote proto -I$(GEN)
+INC_STRAT := -Iclient/include -iquote strategies
+$(OBJ)/common/%.o: PART_INC := $(INC_COMMON)
+$(OBJ)/proto/%.o: PART_INC := $(INC_PROTO)
+$(OBJ)/gen/%.o: PART_INC := $(INC_PROTO)
+$(OBJ)/client/%.o: PART_INC := $(INC_PROTO) -iquote client
+$(OBJ)/server/%.o: PART_INC := $(INC_PROTO) -iquote server
+$(OBJ)/cuda/%.o: PART_INC := $(INC_COMMON) -iquote cuda
+$(OBJ)/strategies/%.o: PART_INC := $(INC_STRAT)
+$(OBJ)/examples/lib/%.o: PART_INC := -Iclient/include -iquote examples/lib
+$(OBJ)/examples/%.o: PART_INC := $(INC_STRAT) -iquote examples/lib
+# The cohort CLI embeds the coordinator (server.h) and speaks the protocol
+# through the client's coordinator engine.
+$(OBJ)/tools/%.o: PART_INC := $(INC_PROTO) -iquote client -iquote server
+$(OBJ)/bench/%.o: PART_INC := $(INC_PROTO) -iquote client
+# Tests look inside every part.
+$(OBJ)/tests/%.o: PART_INC := $(INC_PROTO) -iquote client -iquote server \
+	-iquote cuda -iquote strategies -iquote tests/harness -iquote examples/lib
+CPPFLAGS = $(PART_INC) $(PKG_CFLAGS)
 LDLIBS := -lnng $(PKG_LIBS) -lpthread -lm -ldl
 # What libcohort.so itself needs (no test framework).
 LIB_LDLIBS := -lnng $(shell pkg-config --libs libprotobuf-c 2>/dev/null) \
@@ -77,11 +97,16 @@ endif
 PROTO_C := $(GEN)/cohort.pb-c.c
 PROTO_H := $(GEN)/cohort.pb-c.h
 
-LIB_SRC := $(wildcard client/*.c) $(wildcard cuda/*.c) \
-	$(filter-out client/backend/nccl/%,$(wildcard client/backend/*/*.c))
-# The nccl backend is plain C that dlopen()s libnccl/libcudart at run time,
-# so it is always built; it reports ENOTSUP where no GPU or library exists.
-LIB_SRC += $(wildcard client/backend/nccl/*.c)
+# The floor (common/ + the wire framing and generated code of proto/).
+COMMON_SRC := $(wildcard common/*.c) $(wildcard proto/*.c)
+# libcohort. The nccl backend is plain C that dlopen()s libnccl/libcudart
+# at run time, so it is always built; it reports ENOTSUP where no GPU or
+# library exists.
+LIB_SRC := $(wildcard client/*.c) $(wildcard client/backend/*/*.c)
+# The CUDA kernels and their CPU references: a library of their own
+# (libcohort_cuda.a), used by the GPU tests and benchmarks; libcohort does
+# not call them.
+CUDA_SRC := $(wildcard cuda/*.c)
 CU_SRC := $(if $(HAVE_CUDA),$(wildcard cuda/*.cu))
 SRV_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
 STRAT_SRC := $(wildcard strategies/*.c)
@@ -94,8 +119,9 @@ EXAMPLE_SRC := $(wildcard examples/*.c)
 EXLIB_SRC := $(wildcard examples/lib/*.c)
 
 o = $(patsubst %.c,$(OBJ)/%.o,$(1))
-LIB_OBJ := $(call o,$(LIB_SRC)) $(OBJ)/gen/cohort.pb-c.o \
-	$(patsubst %.cu,$(OBJ)/%.cu.o,$(CU_SRC))
+COMMON_OBJ := $(call o,$(COMMON_SRC)) $(OBJ)/gen/cohort.pb-c.o
+LIB_OBJ := $(call o,$(LIB_SRC)) $(COMMON_OBJ)
+CUDA_OBJ := $(call o,$(CUDA_SRC)) $(patsubst %.cu,$(OBJ)/%.cu.o,$(CU_SRC))
 SRV_OBJ := $(call o,$(SRV_SRC))
 STRAT_OBJ := $(call o,$(STRAT_SRC))
 EXLIB_OBJ := $(call o,$(EXLIB_SRC))
@@ -107,7 +133,8 @@ EXAMPLES := $(patsubst examples/%.c,$(BIN)/%,$(EXAMPLE_SRC))
 DEFS := $(if $(HAVE_CUDA),-DCOHORT_HAVE_CUDA) $(if $(HAVE_NCCL),-DCOHORT_HAVE_NCCL)
 CFLAGS := $(CFLAGS_BASE) $(DEFS)
 
-STATIC_LIBS := $(LIB)/libcohort_examples.a $(LIB)/libcohort_strategies.a $(LIB)/libcohortd.a $(LIB)/libcohort.a
+STATIC_LIBS := $(LIB)/libcohort_examples.a $(LIB)/libcohort_strategies.a \
+	$(LIB)/libcohortd.a $(LIB)/libcohort_cuda.a $(LIB)/libcohort.a
 CUDA_LINK := $(if $(CU_SRC),-L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++)
 
 .PHONY: all test test-unit test-python test-san demo demo-lightning bench \
@@ -137,8 +164,8 @@ $(OBJ)/gen/%.o: $(GEN)/%.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-error -c $< -o $@
 
 # Everything that includes the protobuf header needs it generated first.
-$(call o,$(LIB_SRC) $(SRV_SRC) $(STRAT_SRC) $(EXLIB_SRC) $(CLI_SRC) $(TEST_SRC) \
-	$(TESTBIN_SRC) $(EXAMPLE_SRC) server/main.c bench/tcp_microbench.c): | $(PROTO_H)
+$(call o,$(COMMON_SRC) $(LIB_SRC) $(SRV_SRC) $(CLI_SRC) $(TEST_SRC) \
+	$(TESTBIN_SRC) server/main.c bench/tcp_microbench.c): | $(PROTO_H)
 
 $(OBJ)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -147,7 +174,7 @@ $(OBJ)/%.o: %.c
 $(OBJ)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden \
-	  -Iclient/include -Icuda \
+	  -Iclient/include -Icommon -Icuda \
 	  -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
 	  -gencode arch=compute_90,code=compute_90 $(DEFS) -c $< -o $@
 
@@ -158,8 +185,15 @@ $(LIB)/libcohort.a: $(LIB_OBJ)
 
 $(LIB)/libcohort.so: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-soname,libcohort.so.0 $(LDFLAGS) -o $@ $^ $(CUDA_LINK) \
-	  $(LIB_LDLIBS)
+	$(CC) -shared -Wl,-soname,libcohort.so.0 $(LDFLAGS) -o $@ $^ $(LIB_LDLIBS)
+
+$(LIB)/libcohort_common.a: $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIB)/libcohort_cuda.a: $(CUDA_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
 
 $(LIB)/libcohortd.a: $(SRV_OBJ)
 	@mkdir -p $(dir $@)
@@ -174,9 +208,10 @@ $(LIB)/libcohort_examples.a: $(EXLIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 # --- programs ---------------------------------------------------------------
-$(BIN)/cohortd: $(OBJ)/server/main.o $(LIB)/libcohortd.a $(LIB)/libcohort.a
+# cohortd stands on the floor only: no client code in the coordinator.
+$(BIN)/cohortd: $(OBJ)/server/main.o $(LIB)/libcohortd.a $(LIB)/libcohort_common.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CUDA_LINK) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_LDLIBS)
 
 $(BIN)/cohort: $(CLI_OBJ) $(STATIC_LIBS)
 	@mkdir -p $(dir $@)
@@ -197,7 +232,7 @@ $(BIN)/%: $(OBJ)/examples/%.o $(STATIC_LIBS)
 # Internal microbenchmark of the tcp backend (uses cohort__ symbols).
 $(BIN)/tcp_microbench: $(OBJ)/bench/tcp_microbench.o $(LIB)/libcohort.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CUDA_LINK) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/cohort.pc: tools/cohort.pc.in
 	@mkdir -p $(dir $@)

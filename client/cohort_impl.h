@@ -1,5 +1,6 @@
 /*
- * cohort_impl.h - internal umbrella header of libcohort, also used by cohortd.
+ * cohort_impl.h - internal umbrella header of libcohort: the common floor,
+ * the wire framing, and the client's own internals.
  *
  * Names with the cohort__ prefix are internal: not exported from
  * libcohort.so (built with -fvisibility=hidden; only COHORT_API symbols are
@@ -15,134 +16,14 @@
 
 #include <nng/nng.h>
 
-#include "cohort.pb-c.h" /* generated under build/gen */
 #include "cohort/cohort.h"
 
-/* ------------------------------------------------------------------------ */
-/* Time. All deadlines are absolute CLOCK_MONOTONIC milliseconds.            */
-/* ------------------------------------------------------------------------ */
-
-typedef int64_t cohort__time;
-#define COHORT__TIME_NEVER INT64_MAX
-
-cohort__time cohort__now_ms(void);
-uint64_t cohort__now_ns(void);
-uint64_t cohort__wall_ms(void); /* CLOCK_REALTIME, for logs */
-
-/* Converts a caller's timeout into an absolute deadline. COHORT_WAIT_DEFAULT
- * takes dflt (which must not itself be DEFAULT); COHORT_WAIT_FOREVER and any
- * other negative value give COHORT__TIME_NEVER. */
-cohort__time cohort__deadline(cohort_duration timeout, cohort_duration dflt);
-/* Milliseconds left until deadline, clamped to [0, INT32_MAX];
- * COHORT_WAIT_FOREVER for COHORT__TIME_NEVER. */
-cohort_duration cohort__remaining(cohort__time deadline);
-bool cohort__expired(cohort__time deadline);
+#include "cohort_common.h"
+#include "wire.h"
 
 /* ------------------------------------------------------------------------ */
-/* Error detail (thread-local), for cohort_last_error()                     */
+/* Options from the environment (client/env.c)                              */
 /* ------------------------------------------------------------------------ */
-
-/* Formats the detail of the error about to be returned on this thread and
- * returns st, so that `return (cohort__err(COHORT_EINVAL, "bad rank %d",
- * r));` works. */
-cohort_status cohort__err(cohort_status st, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-void cohort__err_clear(void);
-
-/* Safe bounded formatting helpers (sprintf/strcpy/strcat are banned). */
-size_t cohort__strlcpy(char *dst, const char *src, size_t size);
-/* Appends formatted text at *off within buf[size], advancing *off; never
- * overflows, always NUL-terminates. */
-void cohort__appendf(char *buf, size_t size, size_t *off, const char *fmt,
-    ...) __attribute__((format(printf, 4, 5)));
-/* Parses a whole decimal integer; false on junk, overflow or empty. */
-bool cohort__parse_i64(const char *s, int64_t *out);
-
-/* ------------------------------------------------------------------------ */
-/* Logging: stderr, text on a terminal, JSON lines otherwise.               */
-/* COHORT_LOG_LEVEL=error|warn|info|debug|trace (default warn in libcohort, */
-/* info in cohortd: see cohort__log_set_default_level),                     */
-/* COHORT_LOG_FORMAT=text|json.                                             */
-/* ------------------------------------------------------------------------ */
-
-enum cohort__log_level {
-	COHORT__LOG_ERROR = 0,
-	COHORT__LOG_WARN = 1,
-	COHORT__LOG_INFO = 2,
-	COHORT__LOG_DEBUG = 3,
-	COHORT__LOG_TRACE = 4,
-};
-
-/* Sets the level used when COHORT_LOG_LEVEL is unset (call early). */
-void cohort__log_set_default_level(int level);
-/* Component name printed with every line ("cohortd", "rank 3"). Per
- * process; libcohort sets "rank N" after joining if unset. */
-void cohort__log_set_component(const char *name);
-bool cohort__log_enabled(int level);
-void cohort__log(int level, const char *file, int line, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-#define COHORT__LOG(lvl, ...)                                                \
-	do {                                                                  \
-		if (cohort__log_enabled(lvl))                                 \
-			cohort__log(lvl, __FILE__, __LINE__, __VA_ARGS__);    \
-	} while (0)
-#define cohort__error(...) COHORT__LOG(COHORT__LOG_ERROR, __VA_ARGS__)
-#define cohort__warn(...) COHORT__LOG(COHORT__LOG_WARN, __VA_ARGS__)
-#define cohort__info(...) COHORT__LOG(COHORT__LOG_INFO, __VA_ARGS__)
-#define cohort__debug(...) COHORT__LOG(COHORT__LOG_DEBUG, __VA_ARGS__)
-#define cohort__trace(...) COHORT__LOG(COHORT__LOG_TRACE, __VA_ARGS__)
-
-/* Internal invariants; compiled out with -DNDEBUG. Caller mistakes get
- * COHORT_EINVAL, never an assertion. */
-#ifdef NDEBUG
-#define COHORT__ASSERT(x) ((void) 0)
-#else
-#define COHORT__ASSERT(x)                                                    \
-	((x) ? (void) 0 : cohort__assert_fail(#x, __FILE__, __LINE__))
-#endif
-void cohort__assert_fail(const char *expr, const char *file, int line)
-    __attribute__((noreturn));
-
-/* Goto-only error breadcrumb: logs "-> COHORT_Exxx at file:line" at debug
- * level and jumps. The label stays visible at the call site. */
-#define COHORT_TRY_GOTO(expr, rv, label)                                     \
-	do {                                                                  \
-		if (((rv) = (expr)) != COHORT_OK) {                           \
-			cohort__debug("-> %s at %s:%d",                       \
-			    cohort_status_name(rv), __FILE__, __LINE__);      \
-			goto label;                                           \
-		}                                                             \
-	} while (0)
-
-/* ------------------------------------------------------------------------ */
-/* Timeouts and limits: one place, one comment each (docs/timeouts.md).     */
-/* COHORT_TIMEOUT_SCALE (float, default 1) multiplies the liveness ones.    */
-/* ------------------------------------------------------------------------ */
-
-/* Default for every blocking call: 30 min, Lightning's DDP default. */
-#define COHORT__DEFAULT_OP_TIMEOUT_MS 1800000
-/* Heartbeat period of a client. */
-#define COHORT__DEFAULT_HEARTBEAT_MS 1000
-/* Silence after which cohortd declares a member dead. A broken connection
- * is noticed at once, independently of this. */
-#define COHORT__DEFAULT_DEAD_AFTER_MS 5000
-/* Extra time a client waits beyond a parked request's own timeout before
- * deciding the coordinator is gone (covers the reply's flight). */
-#define COHORT__REPLY_GRACE_MS 2000
-/* Bound of cohort_client_close telling cohortd it leaves. */
-#define COHORT__CLOSE_TIMEOUT_MS 2000
-/* Largest KV value / broadcast object cohortd accepts by default. */
-#define COHORT__DEFAULT_MAX_VALUE (64u << 20)
-/* Longest error detail kept (a failed rank's report can be a traceback:
- * its first line and its last frames must both fit). */
-#define COHORT__DETAIL_MAX 4096
-/* Largest nng message either side accepts (value + envelope). */
-#define COHORT__MAX_MESSAGE ((64u << 20) + (1u << 20))
-/* Largest key length. */
-#define COHORT__MAX_KEY 1024
-/* Largest vector for cohort_reduce_scalars. */
-#define COHORT__MAX_SCALARS 4096
 
 /* COHORT_TIMEOUT_MS, COHORT_JOIN_TIMEOUT_MS, COHORT_HEARTBEAT_MS,
  * COHORT_DEAD_AFTER_MS and COHORT_BACKEND into opts (client/env.c). */
@@ -152,38 +33,5 @@ cohort_status cohort__options_env_timeouts(cohort_options *opts);
  * one-line explanation into why. */
 cohort_status cohort__timeouts_check(const cohort_options *opts, char *why,
     size_t len);
-
-/* COHORT_TIMEOUT_SCALE applied to a duration (milliseconds). */
-cohort_duration cohort__scaled(cohort_duration ms);
-
-/* ------------------------------------------------------------------------ */
-/* Wire framing (proto/README.md):                                           */
-/*   [u32 big-endian L][L bytes packed envelope][payload_len bytes payload] */
-/* ------------------------------------------------------------------------ */
-
-
-/* Packs req (its payload_len is set here) followed by nparts payload parts
- * into a new nng message. Returns COHORT_OK and *out, or ENOMEM/ETOOBIG. */
-struct cohort__iov {
-	const void *base;
-	size_t len;
-};
-cohort_status cohort__wire_pack_request(Cohort__Request *req,
-    const struct cohort__iov *parts, size_t nparts, nng_msg **out);
-cohort_status cohort__wire_pack_reply(Cohort__Reply *rep,
-    const struct cohort__iov *parts, size_t nparts, nng_msg **out);
-
-/* Validates framing and unpacks the envelope. On success *req must be freed
- * with cohort__request__free_unpacked(*req, NULL) and *payload points into
- * msg (valid while msg lives). Returns COHORT_EPROTO for any malformed
- * input (short message, bad length, payload_len mismatch, protobuf error),
- * never crashes. */
-cohort_status cohort__wire_unpack_request(nng_msg *msg,
-    Cohort__Request **req, const uint8_t **payload, size_t *plen);
-cohort_status cohort__wire_unpack_reply(nng_msg *msg,
-    Cohort__Reply **rep, const uint8_t **payload, size_t *plen);
-
-/* nng error -> cohort status, once, at the boundary. */
-cohort_status cohort__from_nng(int nng_rv);
 
 #endif /* COHORT_IMPL_H */

@@ -106,24 +106,6 @@ struct cohort__coord_async {
 /* Small helpers                                                            */
 /* ------------------------------------------------------------------------ */
 
-uint64_t
-cohort__random_u64(void)
-{
-	uint64_t v = 0;
-	uint64_t z;
-
-	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t) sizeof(v)) {
-		/* splitmix64 of what is at hand */
-		z = cohort__now_ns() ^ ((uint64_t) getpid() << 32) ^
-		    (uint64_t) (uintptr_t) &v;
-		z += 0x9e3779b97f4a7c15ull;
-		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-		v = z ^ (z >> 31);
-	}
-	return (v != 0 ? v : 1);
-}
-
 int
 cohort__cond_init(pthread_cond_t *cv)
 {

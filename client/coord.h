@@ -167,8 +167,6 @@ void cohort__coord_async_stop(struct cohort__coord_async *a);
 /* Stops and frees. NULL-safe. */
 void cohort__coord_async_free(struct cohort__coord_async *a);
 
-/* Random 64-bit identifier (client ids). */
-uint64_t cohort__random_u64(void);
 
 /* Converts a deadline to a pthread_cond_timedwait absolute time on
  * CLOCK_MONOTONIC (conds created with cohort__cond_init). */

@@ -17,7 +17,7 @@
 #include <pthread.h>
 #include <stdio.h>
 
-#include "cohort_impl.h"
+#include "cohort_common.h"
 #include "kernels.h"
 
 static _Thread_local char gpu_last_error[256];

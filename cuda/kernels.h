@@ -41,6 +41,7 @@
 #include <stdint.h>
 
 #include "cohort/cohort.h"
+#include "half.h"
 
 #ifdef __CUDACC__
 #define COHORT__HD __host__ __device__
@@ -198,12 +199,8 @@ cohort_status cohort__cuda_scale(void *x, size_t count, cohort_dtype dt,
 
 /* Scalar conversions, round to nearest even, overflow to infinity, NaN to
  * a quiet NaN of the same sign. f16 and bf16 travel as their bit patterns.
- * Defined once, in client/reduce.c (also declared in backend.h: the CPU
- * reductions and these references share them); tests/cuda checks them. */
-uint16_t cohort__f32_to_f16(float f);
-float cohort__f16_to_f32(uint16_t h);
-uint16_t cohort__f32_to_bf16(float f);
-float cohort__bf16_to_f32(uint16_t h);
+ * Defined once, inline, in common/half.h (the CPU reductions and these
+ * references share them); tests/cuda checks them. */
 
 /* dst[i] = (ddt) src[i] for the pairs F32->F16, F16->F32, F32->BF16 and
  * BF16->F32. COHORT_EINVAL: a NULL buffer with count > 0 or an invalid

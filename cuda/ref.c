@@ -16,7 +16,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cohort_impl.h"
+#include "cohort_common.h"
+#include "half.h"
 #include "kernels.h"
 
 /* ------------------------------------------------------------------------ */

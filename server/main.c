@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cohort_impl.h"
+#include "cohort_common.h"
 #include "server.h"
 
 #define MAIN_MAX_LIST 64

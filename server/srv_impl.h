@@ -29,7 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cohort_impl.h"
+#include "cohort_common.h"
+#include "wire.h"
 #include "server.h"
 
 #define SRV_CONTAINER(p, T, f) ((T*)(void*)((char*)(p)-offsetof(T, f)))

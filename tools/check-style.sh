@@ -17,5 +17,6 @@ long=$(awk '{ gsub(/\t/, "        "); if (length($0) > 100) print FILENAME ":" F
 if [[ -n "$long" ]]; then
 	echo "$long"; echo "check-style: lines over 100 columns" >&2; rc=1
 fi
+tools/check-layers.sh || rc=1
 [[ $rc == 0 ]] && echo "check-style: ok ($(echo $files | wc -w) files)"
 exit $rc

@@ -19,6 +19,7 @@
 #include <stdatomic.h>
 
 #include "cohort_impl.h"
+#include "half.h" /* f16/bf16 <-> f32 */
 
 #define COHORT__BACKEND_VERSION 1
 
@@ -143,10 +144,5 @@ bool cohort__reduce_select(const char *isa, const char **active);
 /* dst[i] /= divisor for float dtypes (MEAN's final step). */
 void cohort__scale_div(void *dst, size_t n, cohort_dtype dt, double divisor);
 
-/* Half-precision helpers (round to nearest even), shared with tests. */
-float cohort__f16_to_f32(uint16_t h);
-uint16_t cohort__f32_to_f16(float f);
-float cohort__bf16_to_f32(uint16_t h);
-uint16_t cohort__f32_to_bf16(float f);
 
 #endif /* COHORT_BACKEND_H */

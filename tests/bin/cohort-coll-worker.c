@@ -26,13 +26,7 @@
 #include <unistd.h>
 
 #include "cohort/cohort.h"
-
-/* Half-precision helpers of libcohort (client/reduce.c), shared with
- * tests; exact conversions, round to nearest even. */
-float cohort__f16_to_f32(uint16_t h);
-uint16_t cohort__f32_to_f16(float f);
-float cohort__bf16_to_f32(uint16_t h);
-uint16_t cohort__f32_to_bf16(float f);
+#include "half.h" /* exact f16/bf16 conversions (common/) */
 
 static int64_t
 cw_now_ms(void)

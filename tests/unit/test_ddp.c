@@ -21,9 +21,7 @@
 #include "check_cohort.h"
 #include "ddp.h"
 
-/* libcohort's own converters (client/reduce.c), to cross-check ours. */
-uint16_t cohort__f32_to_f16(float f);
-uint16_t cohort__f32_to_bf16(float f);
+#include "half.h" /* the library's own converters, to cross-check ours */
 
 static struct th_coord tddp_coord;
 

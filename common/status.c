@@ -1,6 +1,7 @@
 /*
  * status.c - status names and texts (one X-macro table in cohort.h), the
- * thread-local detail of the last error, and small string helpers.
+ * thread-local detail of the last error, small string helpers, nng's
+ * errors as statuses, and random ids.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -8,11 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include <nng/nng.h>
 
-#include "backend/backend.h"
-#include "cohort_impl.h"
+#include "cohort_common.h"
 
 const char *
 cohort_strerror(cohort_status st)
@@ -82,35 +84,6 @@ cohort_redop_name(cohort_redop op)
 	if ((unsigned) op >= COHORT_REDOP_COUNT)
 		return ("invalid");
 	return (names[op]);
-}
-
-/* Name of a data-plane operation, for error texts (backend.h). */
-const char *
-cohort__op_name(enum cohort__op_kind kind)
-{
-	switch (kind) {
-	case COHORT__OP_ALLREDUCE:
-		return ("allreduce");
-	case COHORT__OP_REDUCE:
-		return ("reduce");
-	case COHORT__OP_BROADCAST:
-		return ("broadcast");
-	case COHORT__OP_ALLGATHER:
-		return ("allgather");
-	case COHORT__OP_ALLGATHERV:
-		return ("allgatherv");
-	case COHORT__OP_REDUCE_SCATTER:
-		return ("reduce_scatter");
-	case COHORT__OP_ALLTOALL:
-		return ("alltoall");
-	case COHORT__OP_GATHER:
-		return ("gather");
-	case COHORT__OP_SCATTER:
-		return ("scatter");
-	case COHORT__OP_BARRIER:
-		return ("barrier");
-	}
-	return ("collective");
 }
 
 /* Detail of the last error on this thread (ncclGetLastError). */
@@ -229,4 +202,22 @@ cohort__assert_fail(const char *expr, const char *file, int line)
 	fprintf(stderr, "cohort: assertion failed: %s at %s:%d\n", expr, file,
 	    line);
 	abort();
+}
+
+uint64_t
+cohort__random_u64(void)
+{
+	uint64_t v = 0;
+	uint64_t z;
+
+	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t) sizeof(v)) {
+		/* splitmix64 of what is at hand */
+		z = cohort__now_ns() ^ ((uint64_t) getpid() << 32) ^
+		    (uint64_t) (uintptr_t) &v;
+		z += 0x9e3779b97f4a7c15ull;
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+		v = z ^ (z >> 31);
+	}
+	return (v != 0 ? v : 1);
 }

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "cohort_impl.h"
+#include "cohort_common.h"
 
 cohort__time
 cohort__now_ms(void)

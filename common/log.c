@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cohort_impl.h"
+#include "cohort_common.h"
 
 static atomic_int log_level = -1;
 static int log_default = COHORT__LOG_WARN;

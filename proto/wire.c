@@ -10,8 +10,7 @@
 
 #include <nng/nng.h>
 
-#include "cohort.pb-c.h"
-#include "cohort_impl.h"
+#include "wire.h"
 
 static cohort_status
 wire_pack(const ProtobufCMessage *env, uint64_t *payload_len_field,
