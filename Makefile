@@ -141,7 +141,8 @@ CUDA_LINK := $(if $(CU_SRC),-L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++)
 	bench-faults bench-torch install clean check-style deps probe gpu-check
 .DEFAULT_GOAL := all
 
-all: probe $(BIN)/cohortd $(BIN)/cohort $(LIB)/libcohort.so $(BIN)/cohort-tests \
+all: probe $(BIN)/cohortd $(BIN)/cohort $(LIB)/libcohort.so \
+	$(LIB)/libcohort_strategies.so $(BIN)/cohort-tests \
 	$(TESTBINS) $(EXAMPLES) $(BIN)/tcp_microbench $(BUILD)/cohort.pc
 
 probe:
@@ -202,6 +203,11 @@ $(LIB)/libcohortd.a: $(SRV_OBJ)
 $(LIB)/libcohort_strategies.a: $(STRAT_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
+
+$(LIB)/libcohort_strategies.so: $(STRAT_OBJ) $(LIB)/libcohort.so
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libcohort_strategies.so.0 $(LDFLAGS) -o $@ \
+	  $(STRAT_OBJ) -L$(LIB) -lcohort -lpthread -lm
 
 $(LIB)/libcohort_examples.a: $(EXLIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -295,16 +301,26 @@ bench-faults: deps
 gpu-check: all
 	@tools/gpu-check.sh $(BIN)
 
+# libcohort (cohort.pc) and the strategies (cohort-strategies.pc: ddp,
+# spawn, dp, hvd; headers <cohort/ddp.h> ...), static and shared.
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 	  $(DESTDIR)$(PREFIX)/include/cohort
 	install -m 755 $(BIN)/cohortd $(BIN)/cohort $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 $(LIB)/libcohort.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 $(LIB)/libcohort.a $(LIB)/libcohort_strategies.a \
+	  $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(LIB)/libcohort.so $(DESTDIR)$(PREFIX)/lib/libcohort.so.0
 	ln -sf libcohort.so.0 $(DESTDIR)$(PREFIX)/lib/libcohort.so
-	install -m 644 client/include/cohort/*.h $(DESTDIR)$(PREFIX)/include/cohort/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|0.1.0|g' \
-	  tools/cohort.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/cohort.pc
+	install -m 755 $(LIB)/libcohort_strategies.so \
+	  $(DESTDIR)$(PREFIX)/lib/libcohort_strategies.so.0
+	ln -sf libcohort_strategies.so.0 \
+	  $(DESTDIR)$(PREFIX)/lib/libcohort_strategies.so
+	install -m 644 client/include/cohort/*.h strategies/*.h \
+	  $(DESTDIR)$(PREFIX)/include/cohort/
+	for pc in cohort cohort-strategies; do \
+	  sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|0.1.0|g' \
+	    tools/$$pc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/$$pc.pc; \
+	done
 
 check-style:
 	@tools/check-style.sh
