@@ -130,6 +130,20 @@ def run_ranks(script: str | pathlib.Path, world: int, args: Sequence[str] = (), 
     return finish(procs, timeout)
 
 
+def exited_ok(p: Proc) -> bool:
+    """Exit 0, or gloo's own teardown abort after the work was done.
+
+    torch 2.15's gloo backend occasionally aborts a rank while it exits
+    ("terminate called without an active exception", SIGABRT) after every
+    collective completed; seen in about one gloo job in 20 here, never
+    with cohort. A gloo run that did its work and died so is not a
+    failure of what the test checks; its results are still asserted.
+    """
+    if p.returncode == 0:
+        return True
+    return p.returncode in (-6, 134) and "terminate called without an active exception" in p.out
+
+
 def describe(procs: Sequence[Proc]) -> str:
     return "\n".join(f"--- rank {p.rank} (exit {p.returncode}) ---\n{p.out[-3000:]}" for p in procs)
 

@@ -9,12 +9,13 @@ which for equal slices is the gradient of the whole batch.
 import pytest
 import torch
 
-from conftest import PYTHON, WORKERS, base_env, describe, finish, run_ranks, start
+from conftest import PYTHON, WORKERS, base_env, describe, exited_ok, finish, run_ranks, start
 
 
 def train(backend, world, path):
     procs = run_ranks(WORKERS / "ddp_train.py", world, [backend, str(path)], timeout=180)
-    assert all(p.returncode == 0 for p in procs), describe(procs)
+    ok = (lambda p: p.returncode == 0) if backend == "cohort" else exited_ok
+    assert all(ok(p) for p in procs), describe(procs)
     sums = {r["checksum"] for p in procs for r in p.records}
     assert len(sums) == 1, f"ranks disagree after DDP over {backend}: {sums}"
     return torch.load(path)

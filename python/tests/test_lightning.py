@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from conftest import PYTHON, REPO, base_env, describe, finish, free_port, start
+from conftest import PYTHON, REPO, base_env, describe, exited_ok, finish, free_port, start
 
 EXAMPLE = REPO / "examples" / "lightning_digits.py"
 LINE = re.compile(r"rank (\d+)/(\d+) backend=(\S+) test_acc=([\d.]+) checksum=([-\d.]+)")
@@ -70,7 +70,7 @@ def test_lightning_matches_gloo(data):
     for strategy in ("ddp-cohort", "ddp-gloo"):
         [p] = finish([start([PYTHON, str(EXAMPLE), "--devices", "2", "--epochs", "2", "--strategy", strategy],
                             base_env())], 240)
-        assert p.returncode == 0, p.out[-4000:]
+        assert (p.returncode == 0 if strategy == "ddp-cohort" else exited_ok(p)), p.out[-4000:]
         runs[strategy] = {float(r[4]) for r in results(p.out)}
     [ours], [gloo] = runs["ddp-cohort"], runs["ddp-gloo"]
     assert abs(ours - gloo) < 1e-3, runs
