@@ -771,9 +771,11 @@ cohort_client_open(const cohort_options *opts, cohort_client **out,
 	if (opts->data_addr != NULL)
 		cohort__strlcpy(c->data_addr, opts->data_addr,
 		    sizeof(c->data_addr));
-	else if (getenv("COHORT_DATA_ADDR") != NULL &&
-	    strlen(getenv("COHORT_DATA_ADDR")) < sizeof(c->data_addr))
-		cohort__strlcpy(c->data_addr, getenv("COHORT_DATA_ADDR"),
+	else if (cohort__knob_str(COHORT__KNOB_DATA_ADDR) != NULL &&
+	    strlen(cohort__knob_str(COHORT__KNOB_DATA_ADDR)) <
+		sizeof(c->data_addr))
+		cohort__strlcpy(c->data_addr,
+		    cohort__knob_str(COHORT__KNOB_DATA_ADDR),
 		    sizeof(c->data_addr));
 	if (gethostname(c->host, sizeof(c->host)) != 0)
 		cohort__strlcpy(c->host, "unknown", sizeof(c->host));
@@ -793,7 +795,7 @@ cohort_client_open(const cohort_options *opts, cohort_client **out,
 		goto out_free;
 	/* A coordinator restart must not fail the job: calls wait for the
 	 * reconnection as long as cohortd would wait for this member. */
-	if (getenv("COHORT_RECONNECT_MS") == NULL)
+	if (cohort__knob_str(COHORT__KNOB_RECONNECT_MS) == NULL)
 		cohort__coord_set_reconnect_window(c->coord, c->dead_after_ms);
 	if ((st = cohort__coord_wait_connected(c->coord, deadline)) !=
 	    COHORT_OK)

@@ -19,6 +19,7 @@
 #include "cohort/cohort.h"
 
 #include "cohort_common.h"
+#include "knobs.h"
 #include "wire.h"
 
 /* ------------------------------------------------------------------------ */

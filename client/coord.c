@@ -493,13 +493,8 @@ coord_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 static cohort_duration
 coord_default_window(void)
 {
-	const char *s = getenv("COHORT_RECONNECT_MS");
-	int64_t v;
-
-	if (s != NULL && s[0] != '\0' && cohort__parse_i64(s, &v) && v >= 0 &&
-	    v <= INT32_MAX)
-		return ((cohort_duration) v);
-	return (cohort__scaled(COHORT__DEFAULT_DEAD_AFTER_MS));
+	return ((cohort_duration) cohort__knob_int_or(COHORT__KNOB_RECONNECT_MS,
+	    cohort__scaled(COHORT__DEFAULT_DEAD_AFTER_MS)));
 }
 
 cohort_status

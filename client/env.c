@@ -63,7 +63,7 @@ env_int(const char *name, int64_t min, int64_t max, int32_t *out,
 	int64_t v;
 
 	*present = false;
-	if (name == NULL || (s = getenv(name)) == NULL || s[0] == '\0')
+	if ((s = cohort__env_raw(name)) == NULL)
 		return (COHORT_OK);
 	if (s[0] == ' ' || s[0] == '\t' || !cohort__parse_i64(s, &v))
 		return (cohort__err(COHORT_EINVAL,
@@ -80,9 +80,7 @@ env_int(const char *name, int64_t min, int64_t max, int32_t *out,
 static const char *
 env_str(const char *name)
 {
-	const char *s = getenv(name);
-
-	return (s != NULL && s[0] != '\0' ? s : NULL);
+	return (cohort__env_raw(name));
 }
 
 /* Copies a string variable's value, EINVAL if it does not fit. */
@@ -361,32 +359,30 @@ cohort_status
 cohort__options_env_timeouts(cohort_options *opts)
 {
 	static const struct {
-		const char *name;
+		enum cohort__knob knob;
 		size_t off;
 	} knobs[] = {
-		{ "COHORT_TIMEOUT_MS", offsetof(cohort_options, op_timeout) },
-		{ "COHORT_JOIN_TIMEOUT_MS",
+		{ COHORT__KNOB_TIMEOUT_MS, offsetof(cohort_options, op_timeout) },
+		{ COHORT__KNOB_JOIN_TIMEOUT_MS,
 		    offsetof(cohort_options, join_timeout) },
-		{ "COHORT_HEARTBEAT_MS",
+		{ COHORT__KNOB_HEARTBEAT_MS,
 		    offsetof(cohort_options, heartbeat_interval) },
-		{ "COHORT_DEAD_AFTER_MS", offsetof(cohort_options, dead_after) },
+		{ COHORT__KNOB_DEAD_AFTER_MS,
+		    offsetof(cohort_options, dead_after) },
 	};
-	const char *b = getenv("COHORT_BACKEND");
+	const char *b = cohort__knob_str(COHORT__KNOB_BACKEND);
 
 	for (size_t i = 0; i < sizeof(knobs) / sizeof(knobs[0]); i++) {
-		const char *s = getenv(knobs[i].name);
 		int64_t v;
-		if (s == NULL || s[0] == '\0')
-			continue;
-		if (!cohort__parse_i64(s, &v) || v < -1 || v > INT32_MAX)
-			return (cohort__err(COHORT_EINVAL,
-			    "%s=%s is not a duration in milliseconds (-1 = "
-			    "none)",
-			    knobs[i].name, s));
-		*(cohort_duration *) ((char *) opts + knobs[i].off) =
-		    (cohort_duration) v;
+		bool set;
+		cohort_status st = cohort__knob_int(knobs[i].knob, &v, &set);
+		if (st != COHORT_OK)
+			return (st);
+		if (set)
+			*(cohort_duration *) ((char *) opts + knobs[i].off) =
+			    (cohort_duration) v;
 	}
-	if (b != NULL && b[0] != '\0')
+	if (b != NULL)
 		opts->backend = b;
 	return (COHORT_OK);
 }
@@ -416,4 +412,14 @@ cohort_options_from_env(cohort_options *opts, const cohort_env *env)
 	if ((st = cohort__options_env_timeouts(opts)) != COHORT_OK)
 		return (st);
 	return (COHORT_OK);
+}
+
+const char *
+cohort_env_knob(const char *name)
+{
+	for (int k = 0; name != NULL && k < COHORT__KNOB_COUNT; k++)
+		if (strcmp(cohort__knob_info((enum cohort__knob) k)->name,
+		        name) == 0)
+			return (cohort__knob_str((enum cohort__knob) k));
+	return (NULL);
 }

@@ -977,9 +977,9 @@ cohort_status
 cohort__fault_open(struct cohort_client *c)
 {
 	struct cohort__fault *f;
-	const char *spec = getenv("COHORT_FAULTS");
-	const char *log = getenv("COHORT_FAULTS_LOG");
-	const char *rs = getenv("COHORT_RESTART_COUNT");
+	const char *spec = cohort__knob_str(COHORT__KNOB_FAULTS);
+	const char *log = cohort__knob_str(COHORT__KNOB_FAULTS_LOG);
+	const char *rs = cohort__knob_str(COHORT__KNOB_RESTART_COUNT);
 	int64_t v;
 	cohort_status st;
 
@@ -1042,8 +1042,7 @@ cohort__fault_start(struct cohort_client *c)
 		fault_add_locked(f, &f->env, 0);
 		pthread_mutex_unlock(&f->mtx);
 	}
-	if (getenv("COHORT_FAULTS_LISTEN") != NULL
-	    && strcmp(getenv("COHORT_FAULTS_LISTEN"), "0") == 0)
+	if (cohort__knob_int_or(COHORT__KNOB_FAULTS_LISTEN, 1) == 0)
 		return (COHORT_OK);
 	if ((st = cohort__coord_async_alloc(
 	         c->coord, fault_poll_done, f, &f->poll))

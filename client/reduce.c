@@ -298,7 +298,7 @@ reduce_cpu_has_f16c(void)
 static const struct reduce_table *
 reduce_pick(void)
 {
-	const char *force = getenv("COHORT_REDUCE_ISA");
+	const char *force = cohort__knob_str(COHORT__KNOB_REDUCE_ISA);
 	bool avx2, avx512;
 
 	__builtin_cpu_init();

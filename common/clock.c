@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "cohort_common.h"
+#include "knobs.h"
 
 cohort__time
 cohort__now_ms(void)
@@ -71,14 +72,8 @@ cohort__scaled(cohort_duration ms)
 	static double scale = -1;
 	double v;
 
-	if (scale < 0) {
-		const char *s = getenv("COHORT_TIMEOUT_SCALE");
-		char *end;
-		double f = s ? strtod(s, &end) : 1.0;
-		if (s == NULL || end == s || *end != '\0' || f <= 0 || f > 1000)
-			f = 1.0;
-		scale = f;
-	}
+	if (scale < 0)
+		scale = cohort__knob_float_or(COHORT__KNOB_TIMEOUT_SCALE, 1.0);
 	if (ms < 0)
 		return (ms);
 	v = (double) ms * scale;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cohort_common.h"
+#include "knobs.h"
 
 static atomic_int log_level = -1;
 static int log_default = COHORT__LOG_WARN;
@@ -65,7 +66,8 @@ cohort__log_enabled(int level)
 	int cur = atomic_load_explicit(&log_level, memory_order_relaxed);
 
 	if (cur < 0) {
-		cur = log_parse_level(getenv("COHORT_LOG_LEVEL"), log_default);
+		cur = log_parse_level(
+		    cohort__knob_str(COHORT__KNOB_LOG_LEVEL), log_default);
 		atomic_store(&log_level, cur);
 	}
 	return (level <= cur);
@@ -75,7 +77,7 @@ static bool
 log_is_json(void)
 {
 	if (log_json < 0) {
-		const char *f = getenv("COHORT_LOG_FORMAT");
+		const char *f = cohort__knob_str(COHORT__KNOB_LOG_FORMAT);
 		if (f != NULL && strcasecmp(f, "json") == 0)
 			log_json = 1;
 		else if (f != NULL && strcasecmp(f, "text") == 0)

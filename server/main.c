@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cohort_common.h"
+#include "knobs.h"
 #include "server.h"
 
 #define MAIN_MAX_LIST 64
@@ -196,7 +197,7 @@ main(int argc, char** argv)
 				    "cohortd: bad log level '%s'\n", v);
 				return (2);
 			}
-			if (getenv("COHORT_LOG_LEVEL") == NULL)
+			if (cohort__knob_str(COHORT__KNOB_LOG_LEVEL) == NULL)
 				cohort__log_set_default_level(l);
 		} else {
 			fprintf(stderr, "cohortd: unknown option %s\n", a);

@@ -319,7 +319,7 @@ spawn_executable(const char *p)
 static void
 spawn_cohortd_path(const cohort_spawn_options *o, char *out, size_t len)
 {
-	const char *e = getenv("COHORT_COHORTD");
+	const char *e = cohort_env_knob("COHORT_COHORTD");
 	char self[PATH_MAX];
 	ssize_t n;
 

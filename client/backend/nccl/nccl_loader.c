@@ -40,10 +40,10 @@ static char nccl_why[512];
 /* Opens the first library of names[] (or $env alone when set). On
  * failure, why gets every name tried with dlerror()'s text of the last. */
 static void *
-loader_open(const char *env, const char *const *names, char *path,
+loader_open(enum cohort__knob env, const char *const *names, char *path,
     size_t pathlen, char *why, size_t whylen)
 {
-	const char *override = getenv(env);
+	const char *override = cohort__knob_str(env);
 	const char *last = "";
 	size_t off = 0;
 	void *h;
@@ -56,7 +56,7 @@ loader_open(const char *env, const char *const *names, char *path,
 		}
 		last = dlerror();
 		snprintf(why, whylen, "cannot load %s (from %s): %s", override,
-		    env, last != NULL ? last : "?");
+		    cohort__knob_info(env)->name, last != NULL ? last : "?");
 		return (NULL);
 	}
 	cohort__appendf(why, whylen, &off, "cannot load ");
@@ -71,7 +71,7 @@ loader_open(const char *env, const char *const *names, char *path,
 		    names[i]);
 	}
 	cohort__appendf(why, whylen, &off, " (%s; set %s to its path)",
-	    last != NULL ? last : "?", env);
+	    last != NULL ? last : "?", cohort__knob_info(env)->name);
 	return (NULL);
 }
 
@@ -203,7 +203,7 @@ cudart_load_locked(void)
 {
 	static const char *const names[] = { "libcudart.so.13",
 		"libcudart.so.12", "libcudart.so", NULL };
-	const char *override = getenv("COHORT_CUDART_LIB");
+	const char *override = cohort__knob_str(COHORT__KNOB_CUDART_LIB);
 	struct cohort__dl_cudart api;
 	char why[sizeof(cudart_why)];
 	char path[256];
@@ -213,7 +213,7 @@ cudart_load_locked(void)
 		const char *one[2] = { names[i], NULL };
 		void *lib;
 
-		lib = loader_open("COHORT_CUDART_LIB", one, path,
+		lib = loader_open(COHORT__KNOB_CUDART_LIB, one, path,
 		    sizeof(path), why, sizeof(why));
 		if (lib == NULL) {
 			if (!have_reason)
@@ -394,7 +394,7 @@ nccl_load_locked(void)
 	int r;
 
 	memset(&api, 0, sizeof(api));
-	nccl_lib = loader_open("COHORT_NCCL_LIB", names, path, sizeof(path),
+	nccl_lib = loader_open(COHORT__KNOB_NCCL_LIB, names, path, sizeof(path),
 	    nccl_why, sizeof(nccl_why));
 	if (nccl_lib == NULL)
 		goto failed;

@@ -403,7 +403,7 @@ svc_init(const struct cohort__group_desc *desc, void **state, char *err,
     size_t errlen, cohort__time deadline)
 {
 	struct cohort_group *g = cohort__desc_group(desc);
-	const char *env = getenv("COHORT_SERVICE_CHUNK");
+	const char *env = cohort__knob_str(COHORT__KNOB_SERVICE_CHUNK);
 	int64_t v;
 	struct svc *s;
 

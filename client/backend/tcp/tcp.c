@@ -108,16 +108,16 @@ struct tcp_pending {
 /* Small helpers                                                            */
 /* ------------------------------------------------------------------------ */
 
+/* A tuning knob (common/knobs.h) in bytes or a count: dflt when unset or
+ * malformed (warned once), SIZE_MAX for -1 ("no limit"). */
 static size_t
-tcp_env_size(const char *name, size_t dflt, size_t min, size_t max)
+tcp_knob(enum cohort__knob k, size_t dflt)
 {
-	const char *s = getenv(name);
-	int64_t v;
+	int64_t v = cohort__knob_int_or(k, -2);
 
-	if (s == NULL || !cohort__parse_i64(s, &v) || v < (int64_t) min ||
-	    (uint64_t) v > max)
+	if (v == -2)
 		return (dflt);
-	return ((size_t) v);
+	return (v < 0 ? SIZE_MAX : (size_t) v);
 }
 
 static void
@@ -215,7 +215,7 @@ tcp_random(uint8_t *buf, size_t len, char *err, size_t errlen)
 static void
 tcp_sockopts(int fd, bool nodelay)
 {
-	size_t sz = tcp_env_size("COHORT_TCP_SOCKBUF", 0, 0, 1u << 30);
+	size_t sz = tcp_knob(COHORT__KNOB_TCP_SOCKBUF, 0);
 	int one = 1;
 
 	if (sz > 0) {
@@ -790,27 +790,18 @@ tcp_init(const struct cohort__group_desc *desc, void **state, char *err,
 	t->abort_flag = desc->abort_flag;
 	atomic_init(&t->aborted, 0);
 	t->opname = "init";
-	t->small_max = tcp_env_size("COHORT_TCP_SMALL_MAX",
-	    TCP_DEFAULT_SMALL_MAX, 0, 1u << 30);
-	t->bcast_small = tcp_env_size("COHORT_TCP_BCAST_SMALL",
-	    TCP_DEFAULT_BCAST_SMALL, 0, 1u << 30);
-	t->pair_min = tcp_env_size("COHORT_TCP_PAIR_MIN", 0, 0, SIZE_MAX);
-	t->pair_max = tcp_env_size("COHORT_TCP_PAIR_MAX", SIZE_MAX, 0,
-	    SIZE_MAX);
-	t->io_max = tcp_env_size("COHORT_TCP_IO_MAX", TCP_DEFAULT_IO_MAX,
-	    4096, 1u << 30);
-	t->spin_us = (int) tcp_env_size("COHORT_TCP_SPIN_US",
-	    TCP_DEFAULT_SPIN_US, 0, 100000);
-	t->spin_yield = tcp_env_size("COHORT_TCP_SPIN_YIELD", 1, 0, 1) != 0;
-	t->ring_len = tcp_env_size("COHORT_TCP_RING", TCP_DEFAULT_RING, 4096,
-	    1u << 30) & ~(size_t) 7;
-	t->acc_len = tcp_env_size("COHORT_TCP_ACC", TCP_DEFAULT_ACC, 4096,
-	    1u << 30) & ~(size_t) 7;
-	t->shm_min = tcp_env_size("COHORT_TCP_SHM_MIN", 0, 0, SIZE_MAX);
-	t->shm_max = tcp_env_size("COHORT_TCP_SHM_MAX", SIZE_MAX, 0,
-	    SIZE_MAX);
-	t->shm_hot_spins = (int) tcp_env_size("COHORT_TCP_SHM_SPINS",
-	    t->size > sysconf(_SC_NPROCESSORS_ONLN) ? 0 : 16, 0, 1u << 30);
+	t->small_max = tcp_knob(COHORT__KNOB_TCP_SMALL_MAX, TCP_DEFAULT_SMALL_MAX);
+	t->bcast_small = tcp_knob(COHORT__KNOB_TCP_BCAST_SMALL, TCP_DEFAULT_BCAST_SMALL);
+	t->pair_min = tcp_knob(COHORT__KNOB_TCP_PAIR_MIN, 0);
+	t->pair_max = tcp_knob(COHORT__KNOB_TCP_PAIR_MAX, SIZE_MAX);
+	t->io_max = tcp_knob(COHORT__KNOB_TCP_IO_MAX, TCP_DEFAULT_IO_MAX);
+	t->spin_us = (int) tcp_knob(COHORT__KNOB_TCP_SPIN_US, TCP_DEFAULT_SPIN_US);
+	t->spin_yield = tcp_knob(COHORT__KNOB_TCP_SPIN_YIELD, 1) != 0;
+	t->ring_len = tcp_knob(COHORT__KNOB_TCP_RING, TCP_DEFAULT_RING) & ~(size_t) 7;
+	t->acc_len = tcp_knob(COHORT__KNOB_TCP_ACC, TCP_DEFAULT_ACC) & ~(size_t) 7;
+	t->shm_min = tcp_knob(COHORT__KNOB_TCP_SHM_MIN, 0);
+	t->shm_max = tcp_knob(COHORT__KNOB_TCP_SHM_MAX, SIZE_MAX);
+	t->shm_hot_spins = (int) tcp_knob(COHORT__KNOB_TCP_SHM_SPINS, t->size > sysconf(_SC_NPROCESSORS_ONLN) ? 0 : 16);
 	t->esize = 1;
 	if ((t->peers = calloc((size_t) t->size, sizeof(*t->peers))) == NULL ||
 	    (t->steps = calloc(2 * (size_t) t->size, sizeof(*t->steps))) ==
@@ -852,9 +843,8 @@ tcp_init(const struct cohort__group_desc *desc, void **state, char *err,
 		goto out_close_listener;
 	close(lfd);
 	if ((rv = cohort__tcp_shm_setup(t,
-	    tcp_env_size("COHORT_TCP_SHM", 1, 0, 1) != 0,
-	    tcp_env_size("COHORT_TCP_SHM_BLK", TCP_DEFAULT_SHM_BLK, 4096,
-	    1u << 30), err, errlen, deadline)) != COHORT_OK)
+	    tcp_knob(COHORT__KNOB_TCP_SHM, 1) != 0,
+	    tcp_knob(COHORT__KNOB_TCP_SHM_BLK, TCP_DEFAULT_SHM_BLK), err, errlen, deadline)) != COHORT_OK)
 		goto out_free;
 	cohort__debug("tcp group %s: rank %d of %d connected (listened on %s"
 	    "%s)", desc->group_id, desc->rank, desc->size, addr,

@@ -183,6 +183,13 @@ COHORT_API cohort_status cohort_env_resolve(cohort_env *out);
 COHORT_API size_t cohort_env_format(const cohort_env *env, char *buf,
     size_t len);
 
+/* The value of one of cohort's COHORT_* environment variables (the table
+ * `cohort env` prints, docs/environment.md), or NULL when it is unset,
+ * empty, or not a name of that table. Lets programs on the public API
+ * (the strategies, tools) read the environment the way libcohort does.
+ * Never blocks. */
+COHORT_API const char *cohort_env_knob(const char *name);
+
 typedef struct cohort_options {
 	const char *coordinator; /* nng URL of cohortd (tcp://, ipc://) */
 	const char *job;         /* job name; default "default" */
