@@ -423,3 +423,63 @@ cohort_env_knob(const char *name)
 			return (cohort__knob_str((enum cohort__knob) k));
 	return (NULL);
 }
+
+int
+cohort_env_vars(const cohort_env *env, char *buf, size_t len,
+    const char **vars, size_t nvars)
+{
+	size_t off = 0, n = 0;
+	bool full = false;
+
+#define ENV_PUT(...)                                                         \
+	do {                                                                  \
+		int w_;                                                       \
+		if (full || n + 1 >= nvars || off >= len) {                   \
+			full = true;                                          \
+			break;                                                \
+		}                                                             \
+		w_ = snprintf(buf + off, len - off, __VA_ARGS__);             \
+		if (w_ < 0 || (size_t) w_ >= len - off) {                     \
+			full = true;                                          \
+			break;                                                \
+		}                                                             \
+		vars[n++] = buf + off;                                        \
+		off += (size_t) w_ + 1;                                       \
+	} while (0)
+
+	if (env == NULL || buf == NULL || vars == NULL || nvars == 0)
+		return (-1);
+	ENV_PUT("COHORT_COORDINATOR=%s", env->coordinator);
+	ENV_PUT("COHORT_JOB=%s", env->job);
+	ENV_PUT("COHORT_TOKEN=%s", env->token);
+	if (env->rank >= 0) {
+		ENV_PUT("COHORT_RANK=%d", (int) env->rank);
+		ENV_PUT("RANK=%d", (int) env->rank);
+	}
+	if (env->world_size > 0) {
+		ENV_PUT("COHORT_WORLD_SIZE=%d", (int) env->world_size);
+		ENV_PUT("WORLD_SIZE=%d", (int) env->world_size);
+	}
+	if (env->local_rank >= 0) {
+		ENV_PUT("COHORT_LOCAL_RANK=%d", (int) env->local_rank);
+		ENV_PUT("LOCAL_RANK=%d", (int) env->local_rank);
+	}
+	if (env->local_world_size > 0) {
+		ENV_PUT("COHORT_LOCAL_WORLD_SIZE=%d",
+		    (int) env->local_world_size);
+		ENV_PUT("LOCAL_WORLD_SIZE=%d", (int) env->local_world_size);
+	}
+	if (env->node_rank >= 0) {
+		ENV_PUT("COHORT_NODE_RANK=%d", (int) env->node_rank);
+		ENV_PUT("GROUP_RANK=%d", (int) env->node_rank);
+	}
+	ENV_PUT("COHORT_RESTART_COUNT=%d", (int) env->restart_count);
+	ENV_PUT("TORCHELASTIC_RESTART_COUNT=%d", (int) env->restart_count);
+#undef ENV_PUT
+	if (full) {
+		vars[0] = NULL;
+		return (-1);
+	}
+	vars[n] = NULL;
+	return ((int) n);
+}

@@ -170,40 +170,47 @@ cohort_spawn_fail(cohort_spawn_ctx *ctx, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* Sets one "NAME=VALUE" in this process's environment (a copy). */
 static void
-spawn_setenv_int(const char *name, long v)
+spawn_putenv(const char *kv)
 {
-	char buf[32];
+	const char *eq = strchr(kv, '=');
+	char name[256];
+	size_t kl;
 
-	snprintf(buf, sizeof(buf), "%ld", v);
-	setenv(name, buf, 1);
+	if (eq == NULL || (kl = (size_t) (eq - kv)) == 0 || kl >= sizeof(name))
+		return;
+	memcpy(name, kv, kl);
+	name[kl] = '\0';
+	setenv(name, eq + 1, 1);
 }
 
+/* In the child: the variables cohort_client_open_env reads (written by
+ * cohort_env_vars, like cohort run's), then the caller's extra ones. */
 static void
 spawn_child_env(const cohort_spawn_options *o, const char *coord,
     const char *job, int rank, int n)
 {
-	setenv("COHORT_COORDINATOR", coord, 1);
-	setenv("COHORT_JOB", job, 1);
-	setenv("COHORT_TOKEN", o->token != NULL ? o->token : "", 1);
-	spawn_setenv_int("COHORT_RANK", rank);
-	spawn_setenv_int("COHORT_WORLD_SIZE", n);
-	spawn_setenv_int("COHORT_LOCAL_RANK", rank);
-	spawn_setenv_int("COHORT_LOCAL_WORLD_SIZE", n);
-	spawn_setenv_int("LOCAL_RANK", rank);
-	spawn_setenv_int("LOCAL_WORLD_SIZE", n);
-	for (size_t i = 0; o->env != NULL && o->env[i] != NULL; i++) {
-		const char *eq = strchr(o->env[i], '=');
-		char name[256];
-		size_t kl;
+	const char *vars[24];
+	char buf[4096];
+	cohort_env e;
 
-		if (eq == NULL || (kl = (size_t) (eq - o->env[i])) == 0 ||
-		    kl >= sizeof(name))
-			continue;
-		memcpy(name, o->env[i], kl);
-		name[kl] = '\0';
-		setenv(name, eq + 1, 1);
-	}
+	memset(&e, 0, sizeof(e));
+	snprintf(e.coordinator, sizeof(e.coordinator), "%.*s",
+	    (int) sizeof(e.coordinator) - 1, coord);
+	snprintf(e.job, sizeof(e.job), "%.*s", (int) sizeof(e.job) - 1, job);
+	snprintf(e.token, sizeof(e.token), "%.*s", (int) sizeof(e.token) - 1,
+	    o->token != NULL ? o->token : "");
+	e.rank = rank;
+	e.world_size = n;
+	e.local_rank = rank;
+	e.local_world_size = n;
+	e.node_rank = -1;
+	if (cohort_env_vars(&e, buf, sizeof(buf), vars, 24) > 0)
+		for (size_t i = 0; vars[i] != NULL; i++)
+			spawn_putenv(vars[i]);
+	for (size_t i = 0; o->env != NULL && o->env[i] != NULL; i++)
+		spawn_putenv(o->env[i]);
 }
 
 static void

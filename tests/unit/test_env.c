@@ -3,6 +3,7 @@
  * values, KUBERNETES_* ignored), its report, and client option checks.
  * Each test runs in its own forked child, so setenv/unsetenv stay there.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -564,6 +565,56 @@ START_TEST(test_accessors_null_safe)
 }
 END_TEST
 
+/* cohort_env_vars writes what cohort_env_resolve reads back (the one
+ * writer used by cohort run, cohort_spawn and cohort bench). */
+START_TEST(test_env_vars_round_trip)
+{
+	cohort_env in, out;
+	const char *vars[24];
+	char buf[2048], small[40];
+	int n;
+
+	memset(&in, 0, sizeof(in));
+	snprintf(in.coordinator, sizeof(in.coordinator), "tcp://10.1.2.3:29400");
+	snprintf(in.job, sizeof(in.job), "train-7");
+	snprintf(in.token, sizeof(in.token), "s3cret");
+	in.rank = 5;
+	in.world_size = 8;
+	in.local_rank = 1;
+	in.local_world_size = 4;
+	in.node_rank = 1;
+	in.restart_count = 2;
+	n = cohort_env_vars(&in, buf, sizeof(buf), vars, 24);
+	ck_assert_int_eq(n, 15);
+	ck_assert_ptr_null(vars[n]);
+	for (int i = 0; i < n; i++) {
+		char name[64];
+		const char *eq = strchr(vars[i], '=');
+		ck_assert_ptr_nonnull(eq);
+		snprintf(name, sizeof(name), "%.*s", (int) (eq - vars[i]),
+		    vars[i]);
+		setenv(name, eq + 1, 1);
+	}
+	out = env_resolve_ok();
+	ck_assert_str_eq(out.source, "cohort");
+	ck_assert_str_eq(out.coordinator, in.coordinator);
+	ck_assert_str_eq(out.job, in.job);
+	ck_assert_str_eq(out.token, in.token);
+	ck_assert_int_eq(out.rank, 5);
+	ck_assert_int_eq(out.world_size, 8);
+	ck_assert_int_eq(out.local_rank, 1);
+	ck_assert_int_eq(out.node_rank, 1);
+	ck_assert_int_eq(out.restart_count, 2);
+	ck_assert_str_eq(getenv("RANK"), "5"); /* torchrun's too */
+	ck_assert_str_eq(getenv("TORCHELASTIC_RESTART_COUNT"), "2");
+	/* Too small: -1 and nothing usable. */
+	ck_assert_int_eq(cohort_env_vars(&in, small, sizeof(small), vars, 24),
+	    -1);
+	ck_assert_ptr_null(vars[0]);
+	ck_assert_int_eq(cohort_env_vars(&in, buf, sizeof(buf), vars, 3), -1);
+}
+END_TEST
+
 Suite *
 suite_env(void)
 {
@@ -606,6 +657,7 @@ suite_env(void)
 	tcase_add_test(to, test_open_rejects_bad_options);
 	tcase_add_test(to, test_open_no_coordinator);
 	tcase_add_test(to, test_accessors_null_safe);
+	tcase_add_test(to, test_env_vars_round_trip);
 	suite_add_tcase(s, to);
 	return (s);
 }

@@ -1183,8 +1183,7 @@ bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 	bool join = cfg->op == BENCH_JOIN;
 	int nch = join ? cfg->procs : cfg->n;
 	struct bench_child *ch;
-	char job[64], token[64], e_coord[300], e_job[96], e_tok[96];
-	char e_rank[32], e_world[32];
+	char job[64], token[64];
 	int rc = 1;
 
 	if ((ch = calloc((size_t) nch, sizeof(*ch))) == NULL)
@@ -1203,24 +1202,31 @@ bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 	}
 	snprintf(job, sizeof(job), "bench-%d", (int) getpid());
 	snprintf(token, sizeof(token), "%016" PRIx64, cohort__random_u64());
-	snprintf(e_coord, sizeof(e_coord), "COHORT_COORDINATOR=%s", url);
-	snprintf(e_job, sizeof(e_job), "COHORT_JOB=%s", job);
-	snprintf(e_tok, sizeof(e_tok), "COHORT_TOKEN=%s", token);
-	snprintf(e_world, sizeof(e_world), "COHORT_WORLD_SIZE=%d", cfg->n);
 	for (int i = 0; i < nch; i++) {
 		char a_proc[16], a_first[16], a_count[16];
 		char *extra[8];
-		char *env[6];
-		int ne = 0, nx = 0, fds[2] = { -1, -1 };
+		const char *env[24];
+		char envbuf[4096];
+		cohort_env e;
+		int ne, nx = 0, fds[2] = { -1, -1 };
 		int first = (int) ((int64_t) cfg->n * i / nch);
 		int next = (int) ((int64_t) cfg->n * (i + 1) / nch);
 		cohort_status st;
 
 		ch[i].out = -1;
 		ch[i].status = -1;
-		env[ne++] = e_coord;
-		env[ne++] = e_job;
-		env[ne++] = e_tok;
+		/* the one writer of a worker's variables (cohort_env_vars);
+		 * join mode: each process opens many clients, ranks by cohortd */
+		memset(&e, 0, sizeof(e));
+		cohort__strlcpy(e.coordinator, url, sizeof(e.coordinator));
+		cohort__strlcpy(e.job, job, sizeof(e.job));
+		cohort__strlcpy(e.token, token, sizeof(e.token));
+		e.rank = join ? -1 : i;
+		e.world_size = join ? 0 : cfg->n;
+		e.local_rank = e.node_rank = -1;
+		if ((ne = cohort_env_vars(&e, envbuf, sizeof(envbuf), env, 24)) <
+		    0)
+			goto out_kill;
 		if (join) {
 			snprintf(a_proc, sizeof(a_proc), "%d", i);
 			snprintf(a_first, sizeof(a_first), "%d", first);
@@ -1238,12 +1244,9 @@ bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 			}
 			(void) fcntl(fds[0], F_SETFD, FD_CLOEXEC);
 		} else {
-			snprintf(e_rank, sizeof(e_rank), "COHORT_RANK=%d", i);
-			env[ne++] = e_rank;
-			env[ne++] = e_world;
 			extra[nx++] = (char *) "--bench-rank";
 		}
-		st = bench_spawn(argv, argc, extra, nx, env, ne,
+		st = bench_spawn(argv, argc, extra, nx, (char *const *) env, ne,
 		    fds[1], !join && i != 0, &ch[i].pid);
 		if (fds[1] >= 0)
 			close(fds[1]);

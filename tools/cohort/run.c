@@ -229,47 +229,50 @@ static pid_t
 run_spawn(const struct run_cfg *cfg, const char *url, const char *job,
     int rank, int local_rank, int restart)
 {
-	enum { NVARS = 19 };
-	char vars[NVARS][320];
+	enum { NVARS = 24 };
+	const char *vars[NVARS];
+	char buf[4096], store[3][320];
+	cohort_env e;
 	char **envp;
-	size_t n = 0, k = 0;
+	size_t n = 0, k;
 	pid_t pid;
-	int world = cfg->nproc * cfg->nnodes;
-	int rv;
+	int rv, nv;
 
-	snprintf(vars[k++], 320, "COHORT_COORDINATOR=%s", url);
-	snprintf(vars[k++], 320, "COHORT_JOB=%s", job);
-	snprintf(vars[k++], 320, "COHORT_TOKEN=%s", cfg->token);
-	snprintf(vars[k++], 320, "COHORT_RANK=%d", rank);
-	snprintf(vars[k++], 320, "COHORT_WORLD_SIZE=%d", world);
-	snprintf(vars[k++], 320, "COHORT_LOCAL_RANK=%d", local_rank);
-	snprintf(vars[k++], 320, "COHORT_LOCAL_WORLD_SIZE=%d", cfg->nproc);
-	snprintf(vars[k++], 320, "COHORT_NODE_RANK=%d", cfg->node_rank);
-	snprintf(vars[k++], 320, "COHORT_RESTART_COUNT=%d", restart);
-	snprintf(vars[k++], 320, "RANK=%d", rank);
-	snprintf(vars[k++], 320, "WORLD_SIZE=%d", world);
-	snprintf(vars[k++], 320, "LOCAL_RANK=%d", local_rank);
-	snprintf(vars[k++], 320, "LOCAL_WORLD_SIZE=%d", cfg->nproc);
-	snprintf(vars[k++], 320, "GROUP_RANK=%d", cfg->node_rank);
+	/* cohort's and torchrun's variables: the one writer beside the
+	 * reader (cohort_env_vars, client/env.c). */
+	memset(&e, 0, sizeof(e));
+	cohort__strlcpy(e.coordinator, url, sizeof(e.coordinator));
+	cohort__strlcpy(e.job, job, sizeof(e.job));
+	cohort__strlcpy(e.token, cfg->token, sizeof(e.token));
+	e.rank = rank;
+	e.world_size = cfg->nproc * cfg->nnodes;
+	e.local_rank = local_rank;
+	e.local_world_size = cfg->nproc;
+	e.node_rank = cfg->node_rank;
+	e.restart_count = restart;
+	if ((nv = cohort_env_vars(&e, buf, sizeof(buf), vars, NVARS - 3)) < 0)
+		return (-1);
+	k = (size_t) nv;
 	if (cfg->torch_store != NULL) {
 		/* torch's store is cohortd's TCPStore listener: every rank a
 		 * client (as under torchrun's agent store), none binds it. */
 		const char *colon = strrchr(cfg->torch_store, ':');
-		snprintf(vars[k++], 320, "MASTER_ADDR=%.*s",
+		snprintf(store[0], sizeof(store[0]), "MASTER_ADDR=%.*s",
 		    (int) (colon - cfg->torch_store), cfg->torch_store);
-		snprintf(vars[k++], 320, "MASTER_PORT=%s", colon + 1);
-		snprintf(vars[k++], 320, "TORCHELASTIC_USE_AGENT_STORE=True");
+		snprintf(store[1], sizeof(store[1]), "MASTER_PORT=%s",
+		    colon + 1);
+		snprintf(store[2], sizeof(store[2]),
+		    "TORCHELASTIC_USE_AGENT_STORE=True");
+		for (int i = 0; i < 3; i++)
+			vars[k++] = store[i];
 	}
-	snprintf(vars[k++], 320, "TORCHELASTIC_RESTART_COUNT=%d", restart);
-	COHORT__ASSERT(k <= NVARS);
-
 	while (environ[n] != NULL)
 		n++;
 	envp = calloc(n + k + 1, sizeof(char *));
 	if (envp == NULL)
 		return (-1);
 	for (size_t i = 0; i < k; i++)
-		envp[i] = vars[i];
+		envp[i] = (char *) vars[i];
 	/* Inherited variables after ours: the first match wins, and names
 	 * we set are dropped from the inherited set to avoid ambiguity. */
 	for (size_t i = 0, m = k; i < n; i++) {

@@ -183,6 +183,20 @@ COHORT_API cohort_status cohort_env_resolve(cohort_env *out);
 COHORT_API size_t cohort_env_format(const cohort_env *env, char *buf,
     size_t len);
 
+/* The other side of cohort_env_resolve: the variables a launcher sets for
+ * the worker *env describes, cohort's own and torchrun's (COHORT_
+ * COORDINATOR, _JOB, _TOKEN, _RANK, _WORLD_SIZE, _LOCAL_RANK,
+ * _LOCAL_WORLD_SIZE, _NODE_RANK, _RESTART_COUNT; RANK, WORLD_SIZE,
+ * LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, TORCHELASTIC_RESTART_COUNT;
+ * unknown fields are left out). Writes "NAME=VALUE" strings into buf, one
+ * after the other, and a pointer to each into vars, NULL-terminated.
+ * Returns how many it wrote, or -1 (nothing usable) if buf (len bytes) or
+ * vars (nvars entries, the NULL included) is too small; 16 entries and
+ * 2 KiB always suffice. cohort run, cohort_spawn and cohort bench launch
+ * their workers with it. Never blocks. */
+COHORT_API int cohort_env_vars(const cohort_env *env, char *buf, size_t len,
+    const char **vars, size_t nvars);
+
 /* The value of one of cohort's COHORT_* environment variables (the table
  * `cohort env` prints, docs/environment.md), or NULL when it is unset,
  * empty, or not a name of that table. Lets programs on the public API
