@@ -58,7 +58,7 @@ mb_set(void *ctx, const char *key, const void *val, size_t len,
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600)) < 0)
 		return (COHORT_ESYSTEM);
-	if (write(fd, val, len) != (ssize_t) len) {
+	if (write(fd, val, len) != (ssize_t)len) {
 		close(fd);
 		return (COHORT_ESYSTEM);
 	}
@@ -67,8 +67,8 @@ mb_set(void *ctx, const char *key, const void *val, size_t len,
 }
 
 static cohort_status
-mb_get(void *ctx, const char *key, void **val, size_t *len,
-    cohort__time deadline)
+mb_get(
+    void *ctx, const char *key, void **val, size_t *len, cohort__time deadline)
 {
 	char path[512];
 
@@ -86,12 +86,12 @@ mb_get(void *ctx, const char *key, void **val, size_t *len,
 				return (COHORT_ESYSTEM);
 			}
 			*val = buf;
-			*len = (size_t) n;
+			*len = (size_t)n;
 			return (COHORT_OK);
 		}
 		if (cohort__expired(deadline))
 			return (COHORT_ETIMEDOUT);
-		(void) poll(NULL, 0, 2);
+		(void)poll(NULL, 0, 2);
 	}
 }
 
@@ -121,7 +121,7 @@ mb_parse_size(const char *s)
 		v <<= 20;
 	else if (*end == 'G' || *end == 'g')
 		v <<= 30;
-	return ((size_t) v);
+	return ((size_t)v);
 }
 
 static const char *
@@ -149,7 +149,7 @@ mb_busfactor(enum cohort__op_kind k, int n)
 		return (2.0 * (n - 1) / n);
 	case COHORT__OP_ALLGATHER:
 	case COHORT__OP_REDUCE_SCATTER:
-		return ((double) (n - 1) / n);
+		return ((double)(n - 1) / n);
 	default:
 		return (1.0);
 	}
@@ -182,8 +182,9 @@ mb_rank(const struct mb_opts *o, int rank)
 	d.store.set = mb_set;
 	d.store.get = mb_get;
 	init_ns = cohort__now_ns();
-	if ((rv = cohort__tcp_backend.init(&d, &state, err, sizeof(err),
-	    cohort__now_ms() + 30000)) != COHORT_OK) {
+	if ((rv = cohort__tcp_backend.init(
+	         &d, &state, err, sizeof(err), cohort__now_ms() + 30000))
+	    != COHORT_OK) {
 		fprintf(stderr, "rank %d: init: %s: %s\n", rank,
 		    cohort_status_name(rv), err);
 		return (1);
@@ -197,19 +198,21 @@ mb_rank(const struct mb_opts *o, int rank)
 	memset(send, 0, maxb + 64);
 	memset(recv, 0, maxb + 64);
 	for (size_t i = 0; i + 4 <= maxb && o->dt == COHORT_F32; i += 4) {
-		float f = (float) (rank + 1);
+		float f = (float)(rank + 1);
 
 		memcpy(send + i, &f, 4);
 		memcpy(recv + i, &f, 4);
 	}
 	if (rank == 0 && !o->json)
 		printf("# tcp backend, %d ranks, %s %s %s, %s; rank 0 init "
-		    "%.1f ms (%s)\n", o->n, mb_kind_name(o->kind),
-		    cohort_dtype_name(o->dt), cohort_redop_name(o->op),
+		       "%.1f ms (%s)\n",
+		    o->n, mb_kind_name(o->kind), cohort_dtype_name(o->dt),
+		    cohort_redop_name(o->op),
 		    o->inplace ? "in place" : "out of place",
-		    (double) init_ns / 1e6,
-		    ((struct cohort__tcp *) state)->shm != NULL ?
-		    "shared memory" : "pure TCP");
+		    (double)init_ns / 1e6,
+		    ((struct cohort__tcp *)state)->shm != NULL
+		        ? "shared memory"
+		        : "pure TCP");
 	if (rank == 0 && !o->json)
 		printf("%12s %12s %10s %10s %10s %10s\n", "size", "count",
 		    "time_us", "first_us", "algbw", "busbw");
@@ -218,10 +221,11 @@ mb_rank(const struct mb_opts *o, int rank)
 		size_t count = bytes / es;
 		struct cohort__op op;
 		uint64_t t0 = 0, first = 0, loop;
-		int iters = o->iters > 0 ? o->iters :
-		    bytes <= (64u << 10) ? 2000 :
-		    bytes <= (1u << 20) ? 200 :
-		    bytes <= (16u << 20) ? 30 : 10;
+		int iters = o->iters > 0   ? o->iters
+		    : bytes <= (64u << 10) ? 2000
+		    : bytes <= (1u << 20)  ? 200
+		    : bytes <= (16u << 20) ? 30
+		                           : 10;
 		uint64_t times[64];
 
 		memset(&op, 0, sizeof(op));
@@ -231,30 +235,31 @@ mb_rank(const struct mb_opts *o, int rank)
 		op.send = send;
 		op.recv = o->inplace ? send : recv;
 		if (o->kind == COHORT__OP_ALLGATHER) {
-			count /= (size_t) o->n;
-			op.send = o->inplace ? recv + (size_t) rank * count *
-			    es : send;
+			count /= (size_t)o->n;
+			op.send = o->inplace ? recv + (size_t)rank * count * es
+			                     : send;
 			op.recv = recv;
 		} else if (o->kind == COHORT__OP_REDUCE_SCATTER) {
-			count /= (size_t) o->n;
-			op.recv = o->inplace ? send + (size_t) rank * count *
-			    es : recv;
+			count /= (size_t)o->n;
+			op.recv = o->inplace ? send + (size_t)rank * count * es
+			                     : recv;
 		}
 		op.count = count;
 		loop = UINT64_MAX;
 		for (int rep = 0; rep < (o->reps > 0 ? o->reps : 1); rep++) {
 			int w = rep == 0 ? o->warmup : 0;
 
-			for (int it = rep == 0 ? -1 : 0; it < w + iters; it++) {
-				struct cohort__op b = {
-					.kind = COHORT__OP_BARRIER };
+			for (int it = rep == 0 ? -1 : 0; it < w + iters;
+			     it++) {
+				struct cohort__op b
+				    = { .kind = COHORT__OP_BARRIER };
 
 				if (it == -1 || it == w) {
 					b.seq = ++seq;
-					if ((rv = cohort__tcp_backend.run(state,
-					    &b, err, sizeof(err),
-					    cohort__now_ms() + 60000)) !=
-					    COHORT_OK)
+					if ((rv = cohort__tcp_backend.run(
+					         state, &b, err, sizeof(err),
+					         cohort__now_ms() + 60000))
+					    != COHORT_OK)
 						goto out_fail;
 					if (it == -1)
 						first = cohort__now_ns();
@@ -263,8 +268,9 @@ mb_rank(const struct mb_opts *o, int rank)
 				}
 				op.seq = ++seq;
 				if ((rv = cohort__tcp_backend.run(state, &op,
-				    err, sizeof(err),
-				    cohort__now_ms() + 60000)) != COHORT_OK)
+				         err, sizeof(err),
+				         cohort__now_ms() + 60000))
+				    != COHORT_OK)
 					goto out_fail;
 				if (it == -1)
 					first = cohort__now_ns() - first;
@@ -277,12 +283,16 @@ mb_rank(const struct mb_opts *o, int rank)
 			uint64_t mine[2] = { loop, first };
 			uint64_t all[128];
 			struct cohort__op g = { .kind = COHORT__OP_GATHER,
-				.send = mine, .recv = all, .count = 2,
-				.dtype = COHORT_I64, .root = 0, .seq = ++seq };
+				.send = mine,
+				.recv = all,
+				.count = 2,
+				.dtype = COHORT_I64,
+				.root = 0,
+				.seq = ++seq };
 
 			if ((rv = cohort__tcp_backend.run(state, &g, err,
-			    sizeof(err), cohort__now_ms() + 60000)) !=
-			    COHORT_OK)
+			         sizeof(err), cohort__now_ms() + 60000))
+			    != COHORT_OK)
 				goto out_fail;
 			if (rank == 0) {
 				uint64_t worst = 0, wfirst = 0;
@@ -295,26 +305,29 @@ mb_rank(const struct mb_opts *o, int rank)
 					if (all[2 * p + 1] > wfirst)
 						wfirst = all[2 * p + 1];
 				}
-				us = (double) worst / 1e3 / iters;
-				algbw = (double) bytes / (us * 1e3);
+				us = (double)worst / 1e3 / iters;
+				algbw = (double)bytes / (us * 1e3);
 				busbw = algbw * mb_busfactor(o->kind, o->n);
 				if (o->json)
-					printf("{\"impl\":\"cohort-tcp\","
+					printf(
+					    "{\"impl\":\"cohort-tcp\","
 					    "\"algo\":\"%s\",\"ranks\":%d,"
 					    "\"size\":%zu,\"count\":%zu,"
 					    "\"dtype\":\"%s\",\"op\":\"%s\","
 					    "\"time_us\":%.2f,\"first_us\":"
 					    "%.2f,\"algbw\":%.3f,\"busbw\":"
 					    "%.3f,\"iters\":%d,\"warmup\":%d}"
-					    "\n", mb_kind_name(o->kind), o->n,
-					    bytes, count, cohort_dtype_name(o->dt),
+					    "\n",
+					    mb_kind_name(o->kind), o->n, bytes,
+					    count, cohort_dtype_name(o->dt),
 					    cohort_redop_name(o->op), us,
-					    (double) wfirst / 1e3, algbw, busbw,
+					    (double)wfirst / 1e3, algbw, busbw,
 					    iters, o->warmup);
 				else
 					printf("%12zu %12zu %10.1f %10.1f "
-					    "%10.3f %10.3f\n", bytes, count, us,
-					    (double) wfirst / 1e3, algbw,
+					       "%10.3f %10.3f\n",
+					    bytes, count, us,
+					    (double)wfirst / 1e3, algbw,
 					    busbw);
 				fflush(stdout);
 			}
@@ -326,8 +339,8 @@ mb_rank(const struct mb_opts *o, int rank)
 	return (0);
 
 out_fail:
-	fprintf(stderr, "rank %d: %s: %s\n", rank, cohort_status_name(rv),
-	    err);
+	fprintf(
+	    stderr, "rank %d: %s: %s\n", rank, cohort_status_name(rv), err);
 	cohort__tcp_backend.fini(state);
 	return (1);
 }
@@ -335,9 +348,13 @@ out_fail:
 int
 main(int argc, char **argv)
 {
-	struct mb_opts o = { .n = 2, .iters = 0, .warmup = 3,
-		.kind = COHORT__OP_ALLREDUCE, .dt = COHORT_F32,
-		.op = COHORT_SUM, .inplace = true };
+	struct mb_opts o = { .n = 2,
+		.iters = 0,
+		.warmup = 3,
+		.kind = COHORT__OP_ALLREDUCE,
+		.dt = COHORT_F32,
+		.op = COHORT_SUM,
+		.inplace = true };
 	const char *sizes = "4K,64K,1M,16M,64M";
 	pid_t pids[64];
 	int status, failed = 0;
@@ -356,40 +373,43 @@ main(int argc, char **argv)
 			fprintf(stderr, "missing value for %s\n", a);
 			return (2);
 		} else if (strcmp(a, "-n") == 0) {
-			o.n = (int) strtol(v, NULL, 10);
+			o.n = (int)strtol(v, NULL, 10);
 			i++;
 		} else if (strcmp(a, "-s") == 0) {
 			sizes = v;
 			i++;
 		} else if (strcmp(a, "-i") == 0) {
-			o.iters = (int) strtol(v, NULL, 10);
+			o.iters = (int)strtol(v, NULL, 10);
 			i++;
 		} else if (strcmp(a, "-R") == 0) {
-			o.reps = (int) strtol(v, NULL, 10);
+			o.reps = (int)strtol(v, NULL, 10);
 			i++;
 		} else if (strcmp(a, "-w") == 0) {
-			o.warmup = (int) strtol(v, NULL, 10);
+			o.warmup = (int)strtol(v, NULL, 10);
 			i++;
 		} else if (strcmp(a, "-o") == 0) {
-			o.kind = strcmp(v, "broadcast") == 0 ?
-			    COHORT__OP_BROADCAST :
-			    strcmp(v, "allgather") == 0 ? COHORT__OP_ALLGATHER :
-			    strcmp(v, "reduce_scatter") == 0 ?
-							  COHORT__OP_REDUCE_SCATTER :
-			    strcmp(v, "reduce") == 0 ? COHORT__OP_REDUCE :
-						       COHORT__OP_ALLREDUCE;
+			o.kind = strcmp(v, "broadcast") == 0
+			    ? COHORT__OP_BROADCAST
+			    : strcmp(v, "allgather") == 0
+			    ? COHORT__OP_ALLGATHER
+			    : strcmp(v, "reduce_scatter") == 0
+			    ? COHORT__OP_REDUCE_SCATTER
+			    : strcmp(v, "reduce") == 0 ? COHORT__OP_REDUCE
+			                               : COHORT__OP_ALLREDUCE;
 			i++;
 		} else if (strcmp(a, "-t") == 0) {
 			for (int d = 0; d < COHORT_DTYPE_COUNT; d++)
-				if (strcmp(v, cohort_dtype_name(
-				    (cohort_dtype) d)) == 0)
-					o.dt = (cohort_dtype) d;
+				if (strcmp(
+				        v, cohort_dtype_name((cohort_dtype)d))
+				    == 0)
+					o.dt = (cohort_dtype)d;
 			i++;
 		} else if (strcmp(a, "-r") == 0) {
 			for (int d = 0; d < COHORT_REDOP_COUNT; d++)
-				if (strcmp(v, cohort_redop_name(
-				    (cohort_redop) d)) == 0)
-					o.op = (cohort_redop) d;
+				if (strcmp(
+				        v, cohort_redop_name((cohort_redop)d))
+				    == 0)
+					o.op = (cohort_redop)d;
 			i++;
 		} else {
 			fprintf(stderr, "unknown option %s\n", a);

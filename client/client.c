@@ -39,8 +39,8 @@ cohort_options_init(cohort_options *opts)
 	opts->local_rank = -1;
 	opts->op_timeout = COHORT__DEFAULT_OP_TIMEOUT_MS;
 	opts->join_timeout = COHORT_WAIT_DEFAULT;
-	opts->heartbeat_interval =
-	    cohort__scaled(COHORT__DEFAULT_HEARTBEAT_MS);
+	opts->heartbeat_interval
+	    = cohort__scaled(COHORT__DEFAULT_HEARTBEAT_MS);
 	opts->dead_after = cohort__scaled(COHORT__DEFAULT_DEAD_AFTER_MS);
 	opts->backend = "auto";
 	opts->data_addr = NULL;
@@ -50,19 +50,19 @@ cohort_options_init(cohort_options *opts)
 static int64_t
 client_dur(cohort_duration d)
 {
-	return (d < 0 ? INT64_MAX : (int64_t) d);
+	return (d < 0 ? INT64_MAX : (int64_t)d);
 }
 
 cohort_status
 cohort__timeouts_check(const cohort_options *opts, char *why, size_t len)
 {
 	int64_t op = client_dur(opts->op_timeout);
-	int64_t join = opts->join_timeout == COHORT_WAIT_DEFAULT ?
-	    op :
-	    client_dur(opts->join_timeout);
+	int64_t join = opts->join_timeout == COHORT_WAIT_DEFAULT
+	    ? op
+	    : client_dur(opts->join_timeout);
 
-	if (opts->heartbeat_interval <= 0 ||
-	    opts->dead_after <= opts->heartbeat_interval) {
+	if (opts->heartbeat_interval <= 0
+	    || opts->dead_after <= opts->heartbeat_interval) {
 		snprintf(why, len,
 		    "need 0 < heartbeat interval (%d ms) < dead-after (%d ms)",
 		    opts->heartbeat_interval, opts->dead_after);
@@ -123,16 +123,16 @@ cohort__client_remove_group(struct cohort_client *c, struct cohort_group *g)
 }
 
 void
-cohort__client_fail(struct cohort_client *c, cohort_status st,
-    const char *detail)
+cohort__client_fail(
+    struct cohort_client *c, cohort_status st, const char *detail)
 {
 	struct cohort_group *g;
 	int ok = COHORT_OK;
 
 	pthread_mutex_lock(&c->mtx);
-	if (atomic_compare_exchange_strong(&c->error, &ok, (int) st)) {
-		cohort__strlcpy(c->error_detail, detail,
-		    sizeof(c->error_detail));
+	if (atomic_compare_exchange_strong(&c->error, &ok, (int)st)) {
+		cohort__strlcpy(
+		    c->error_detail, detail, sizeof(c->error_detail));
 		cohort__warn("job '%s' failed (%s): %s", c->job,
 		    cohort_status_name(st), detail);
 	}
@@ -142,8 +142,8 @@ cohort__client_fail(struct cohort_client *c, cohort_status st,
 }
 
 cohort_status
-cohort__client_check_reply(struct cohort_client *c, cohort_status st,
-    const Cohort__Reply *rep)
+cohort__client_check_reply(
+    struct cohort_client *c, cohort_status st, const Cohort__Reply *rep)
 {
 	char detail[COHORT__DETAIL_MAX];
 	size_t off = 0;
@@ -151,34 +151,34 @@ cohort__client_check_reply(struct cohort_client *c, cohort_status st,
 	if (st != COHORT_EPEERLOST && st != COHORT_ESTALE)
 		return (st);
 	if (rep != NULL && rep->error != NULL && rep->error[0] != '\0')
-		cohort__appendf(detail, sizeof(detail), &off, "%s",
-		    rep->error);
+		cohort__appendf(
+		    detail, sizeof(detail), &off, "%s", rep->error);
 	else if (rep != NULL && rep->failed_rank >= 0)
 		cohort__appendf(detail, sizeof(detail), &off, "rank %d failed",
 		    rep->failed_rank);
 	else
-		cohort__appendf(detail, sizeof(detail), &off, "%s",
-		    cohort_strerror(st));
+		cohort__appendf(
+		    detail, sizeof(detail), &off, "%s", cohort_strerror(st));
 	/* cohortd's error quotes the first line of the failed rank's text;
 	 * add what it left out (a traceback's frames), or all of it. */
-	if (rep != NULL && rep->failed_text != NULL &&
-	    rep->failed_text[0] != '\0' &&
-	    strstr(detail, rep->failed_text) == NULL) {
+	if (rep != NULL && rep->failed_text != NULL
+	    && rep->failed_text[0] != '\0'
+	    && strstr(detail, rep->failed_text) == NULL) {
 		const char *t = rep->failed_text;
 		const char *nl = strchr(t, '\n');
-		size_t first = nl != NULL ? (size_t) (nl - t) : strlen(t);
+		size_t first = nl != NULL ? (size_t)(nl - t) : strlen(t);
 		char line[512];
 
 		cohort__strlcpy(line, t,
 		    first + 1 < sizeof(line) ? first + 1 : sizeof(line));
-		if (first > 0 && first < sizeof(line) &&
-		    strstr(detail, line) != NULL) {
+		if (first > 0 && first < sizeof(line)
+		    && strstr(detail, line) != NULL) {
 			if (nl != NULL)
 				cohort__appendf(detail, sizeof(detail), &off,
 				    "\n%s", nl + 1);
 		} else {
-			cohort__appendf(detail, sizeof(detail), &off, ": %s",
-			    t);
+			cohort__appendf(
+			    detail, sizeof(detail), &off, ": %s", t);
 		}
 	}
 	cohort__client_fail(c, st, detail);
@@ -204,9 +204,9 @@ cohort__client_who_missing(struct cohort_client *c, struct cohort_group *g,
 	req.status_query = &q;
 	/* answered at once; the reply grace bounds the wait */
 	cohort__coord_call_init(&call, &req, cohort__now_ms());
-	if (cohort__coord_call(c->coord, &call) != COHORT_OK ||
-	    call.rep->body_case != COHORT__REPLY__BODY_STATUS_QUERY ||
-	    call.rep->status_query == NULL)
+	if (cohort__coord_call(c->coord, &call) != COHORT_OK
+	    || call.rep->body_case != COHORT__REPLY__BODY_STATUS_QUERY
+	    || call.rep->status_query == NULL)
 		goto out;
 	for (size_t i = 0; i < call.rep->status_query->n_jobs; i++)
 		if (strcmp(call.rep->status_query->jobs[i]->job, c->job) == 0)
@@ -225,11 +225,12 @@ cohort__client_who_missing(struct cohort_client *c, struct cohort_group *g,
 				m = js->members[k];
 		if (m == NULL)
 			continue;
-		same = strcmp(m->last_group, g->id) == 0 &&
-		    !cohort__op_is_control(m->last_op);
-		if (same && (m->last_op_seq > seq ||
-		                (m->last_op_seq == seq &&
-		                    strcmp(m->last_op, kind) == 0)))
+		same = strcmp(m->last_group, g->id) == 0
+		    && !cohort__op_is_control(m->last_op);
+		if (same
+		    && (m->last_op_seq > seq
+		        || (m->last_op_seq == seq
+		            && strcmp(m->last_op, kind) == 0)))
 			continue; /* in it, or past it */
 		cohort__appendf(buf, len, &off, "%s%d", nmiss ? ", " : "", r);
 		if (strcmp(m->state, "running") != 0)
@@ -241,20 +242,20 @@ cohort__client_who_missing(struct cohort_client *c, struct cohort_group *g,
 			    nmiss ? "; " : "", r, m->last_op, m->last_op_seq,
 			    m->last_group[0] ? " on group '" : "",
 			    m->last_group, m->last_group[0] ? "'" : "",
-			    (double) m->in_op_ms / 1000.0);
+			    (double)m->in_op_ms / 1000.0);
 		else if (m->last_op[0] != '\0')
 			cohort__appendf(doing, sizeof(doing), &doff,
 			    "%srank %d last seen %.1f s ago after %s "
 			    "#%" PRIu64,
 			    nmiss ? "; " : "", r,
-			    (double) m->last_seen_ms_ago / 1000.0, m->last_op,
+			    (double)m->last_seen_ms_ago / 1000.0, m->last_op,
 			    m->last_op_seq);
 		else
 			cohort__appendf(doing, sizeof(doing), &doff,
 			    "%srank %d last seen %.1f s ago, no collective "
 			    "yet",
 			    nmiss ? "; " : "", r,
-			    (double) m->last_seen_ms_ago / 1000.0);
+			    (double)m->last_seen_ms_ago / 1000.0);
 		nmiss++;
 	}
 	if (nmiss == 0) {
@@ -285,8 +286,8 @@ out:
 /* What this rank is doing, for the heartbeat: the operation in progress
  * entered first (the one a hang is about), else the one left last. */
 static void
-client_hb_fill(struct cohort_client *c, Cohort__Heartbeat *hb, char *grp,
-    size_t grplen)
+client_hb_fill(
+    struct cohort_client *c, Cohort__Heartbeat *hb, char *grp, size_t grplen)
 {
 	struct cohort_group *g, *best = NULL;
 	bool best_in = false;
@@ -303,17 +304,17 @@ client_hb_fill(struct cohort_client *c, Cohort__Heartbeat *hb, char *grp,
 		pthread_mutex_lock(&g->mtx);
 		in = g->op_in;
 		t = in ? g->op_start : g->op_end;
-		if (g->op_kind != NULL &&
-		    (best == NULL || (in && !best_in) ||
-		        (in == best_in && (in ? t < best_t : t > best_t)))) {
+		if (g->op_kind != NULL
+		    && (best == NULL || (in && !best_in)
+		        || (in == best_in
+		            && (in ? t < best_t : t > best_t)))) {
 			best = g;
 			best_in = in;
 			best_t = t;
-			hb->last_op = (char *) g->op_kind; /* static */
+			hb->last_op = (char *)g->op_kind; /* static */
 			hb->last_op_seq = g->op_seq;
 			hb->in_op = in;
-			hb->in_op_ms =
-			    in && now > t ? (uint64_t) (now - t) : 0;
+			hb->in_op_ms = in && now > t ? (uint64_t)(now - t) : 0;
 			cohort__strlcpy(grp, g->id, grplen);
 		}
 		pthread_mutex_unlock(&g->mtx);
@@ -322,21 +323,21 @@ client_hb_fill(struct cohort_client *c, Cohort__Heartbeat *hb, char *grp,
 }
 
 void
-cohort__client_heartbeat_now(struct cohort_client *c, const char *kind,
-    const char *group, uint64_t seq)
+cohort__client_heartbeat_now(
+    struct cohort_client *c, const char *kind, const char *group, uint64_t seq)
 {
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
 	struct cohort__coord_call call;
 
-	hb.last_op = (char *) kind;
-	hb.last_group = (char *) group;
+	hb.last_op = (char *)kind;
+	hb.last_group = (char *)group;
 	hb.last_op_seq = seq;
 	hb.in_op = true;
 	req.body_case = COHORT__REQUEST__BODY_HEARTBEAT;
 	req.heartbeat = &hb;
 	cohort__coord_call_init(&call, &req, cohort__now_ms() + 1000);
-	(void) cohort__coord_call(c->coord, &call);
+	(void)cohort__coord_call(c->coord, &call);
 	cohort__coord_call_fini(&call);
 }
 
@@ -355,8 +356,8 @@ client_hb_timer_cb(void *arg)
 	cohort__fault_tick(c);
 	req.body_case = COHORT__REQUEST__BODY_HEARTBEAT;
 	req.heartbeat = &hb;
-	st = cohort__coord_async_start(c->hb, &req,
-	    cohort__now_ms() + c->heartbeat_ms);
+	st = cohort__coord_async_start(
+	    c->hb, &req, cohort__now_ms() + c->heartbeat_ms);
 	if (st == COHORT_ESTATE) {
 		/* the previous heartbeat is still out: try next period */
 		nng_sleep_aio(c->heartbeat_ms, c->hb_timer);
@@ -378,9 +379,9 @@ client_hb_done(void *arg, cohort_status st, struct cohort__coord_call *call)
 	case COHORT_OK:
 		/* a failed job: fan out, and keep beating (this member is
 		 * alive; cohortd should not declare it dead as well) */
-		if (rep->body_case == COHORT__REPLY__BODY_HEARTBEAT &&
-		    rep->heartbeat != NULL && !rep->heartbeat->healthy &&
-		    atomic_load(&c->error) == COHORT_OK)
+		if (rep->body_case == COHORT__REPLY__BODY_HEARTBEAT
+		    && rep->heartbeat != NULL && !rep->heartbeat->healthy
+		    && atomic_load(&c->error) == COHORT_OK)
 			cohort__client_check_reply(c, COHORT_EPEERLOST, rep);
 		break;
 	case COHORT_EPEERLOST:
@@ -417,8 +418,8 @@ client_watch_start(struct cohort_client *c)
 	req.body_case = COHORT__REQUEST__BODY_WATCH;
 	req.watch = &w;
 	c->watch_started = cohort__now_ms();
-	st = cohort__coord_async_start(c->watch, &req,
-	    c->watch_started + CLIENT_WATCH_MS);
+	st = cohort__coord_async_start(
+	    c->watch, &req, c->watch_started + CLIENT_WATCH_MS);
 	if (st != COHORT_OK)
 		cohort__debug("watch stopped: %s: %s", cohort_status_name(st),
 		    cohort_last_error());
@@ -434,8 +435,7 @@ client_watch_timer_cb(void *arg)
 }
 
 static void
-client_watch_done(void *arg, cohort_status st,
-    struct cohort__coord_call *call)
+client_watch_done(void *arg, cohort_status st, struct cohort__coord_call *call)
 {
 	struct cohort_client *c = arg;
 	const Cohort__Reply *rep = call->rep;
@@ -445,10 +445,10 @@ client_watch_done(void *arg, cohort_status st,
 		return;
 	switch (st) {
 	case COHORT_OK:
-		if (rep->failed_rank >= 0 &&
-		    ((rep->error != NULL && rep->error[0] != '\0') ||
-		        (rep->failed_text != NULL &&
-		            rep->failed_text[0] != '\0'))) {
+		if (rep->failed_rank >= 0
+		    && ((rep->error != NULL && rep->error[0] != '\0')
+		        || (rep->failed_text != NULL
+		            && rep->failed_text[0] != '\0'))) {
 			cohort__client_check_reply(c, COHORT_EPEERLOST, rep);
 			return;
 		}
@@ -469,13 +469,13 @@ client_watch_done(void *arg, cohort_status st,
 		return;
 	case COHORT_ENOCOORD:
 		if (cohort__coord_lost(c->coord)) {
-			snprintf(detail, sizeof(detail), "%s",
-			    cohort_last_error());
+			snprintf(
+			    detail, sizeof(detail), "%s", cohort_last_error());
 			pthread_mutex_lock(&c->mtx);
 			{
 				int ok = COHORT_OK;
-				if (atomic_compare_exchange_strong(&c->error,
-				        &ok, COHORT_ENOCOORD))
+				if (atomic_compare_exchange_strong(
+				        &c->error, &ok, COHORT_ENOCOORD))
 					cohort__strlcpy(c->error_detail,
 					    detail, sizeof(c->error_detail));
 			}
@@ -513,16 +513,16 @@ client_check_options(const cohort_options *opts)
 		return (cohort__err(COHORT_EINVAL,
 		    "coordinator '%s' is not a URL like tcp://host:port",
 		    opts->coordinator));
-	if (opts->job == NULL || opts->job[0] == '\0' ||
-	    strlen(opts->job) >= sizeof(((cohort_env *) 0)->job))
+	if (opts->job == NULL || opts->job[0] == '\0'
+	    || strlen(opts->job) >= sizeof(((cohort_env *)0)->job))
 		return (cohort__err(COHORT_EINVAL,
 		    "job name must have 1 to %zu bytes",
-		    sizeof(((cohort_env *) 0)->job) - 1));
-	if (opts->token != NULL &&
-	    strlen(opts->token) >= sizeof(((cohort_env *) 0)->token))
-		return (cohort__err(COHORT_EINVAL,
-		    "token longer than %zu bytes",
-		    sizeof(((cohort_env *) 0)->token) - 1));
+		    sizeof(((cohort_env *)0)->job) - 1));
+	if (opts->token != NULL
+	    && strlen(opts->token) >= sizeof(((cohort_env *)0)->token))
+		return (
+		    cohort__err(COHORT_EINVAL, "token longer than %zu bytes",
+		        sizeof(((cohort_env *)0)->token) - 1));
 	if (opts->world_size < 1)
 		return (cohort__err(COHORT_EINVAL,
 		    "world size %d: must be at least 1 (set "
@@ -536,28 +536,27 @@ client_check_options(const cohort_options *opts)
 		return (cohort__err(COHORT_EINVAL,
 		    "op_timeout %d: must be >= 0 or COHORT_WAIT_FOREVER",
 		    opts->op_timeout));
-	if (opts->join_timeout < 0 &&
-	    opts->join_timeout != COHORT_WAIT_FOREVER &&
-	    opts->join_timeout != COHORT_WAIT_DEFAULT)
+	if (opts->join_timeout < 0 && opts->join_timeout != COHORT_WAIT_FOREVER
+	    && opts->join_timeout != COHORT_WAIT_DEFAULT)
 		return (cohort__err(COHORT_EINVAL,
 		    "join_timeout %d is not a valid duration",
 		    opts->join_timeout));
 	{
 		char why[256];
-		if (cohort__timeouts_check(opts, why, sizeof(why)) !=
-		    COHORT_OK)
+		if (cohort__timeouts_check(opts, why, sizeof(why))
+		    != COHORT_OK)
 			return (cohort__err(COHORT_EINVAL, "%s", why));
 	}
-	if (strcmp(b, "auto") != 0 && strcmp(b, "tcp") != 0 &&
-	    strcmp(b, "service") != 0 && strcmp(b, "nccl") != 0 &&
-	    strcmp(b, "tcp-staged") != 0)
+	if (strcmp(b, "auto") != 0 && strcmp(b, "tcp") != 0
+	    && strcmp(b, "service") != 0 && strcmp(b, "nccl") != 0
+	    && strcmp(b, "tcp-staged") != 0)
 		return (cohort__err(COHORT_EINVAL,
 		    "unknown backend '%s' (auto, tcp, service, nccl, "
 		    "tcp-staged)",
 		    b));
-	if (opts->data_addr != NULL &&
-	    strlen(opts->data_addr) >= sizeof(((struct cohort_client *) 0)
-	                                          ->data_addr))
+	if (opts->data_addr != NULL
+	    && strlen(opts->data_addr)
+	        >= sizeof(((struct cohort_client *)0)->data_addr))
 		return (cohort__err(COHORT_EINVAL, "data_addr too long"));
 	return (COHORT_OK);
 }
@@ -621,15 +620,17 @@ client_start_liveness(struct cohort_client *c)
 	cohort_status st;
 	int rv;
 
-	if ((rv = nng_aio_alloc(&c->hb_timer, client_hb_timer_cb, c)) != 0 ||
-	    (rv = nng_aio_alloc(&c->watch_timer, client_watch_timer_cb, c)) !=
-	        0)
+	if ((rv = nng_aio_alloc(&c->hb_timer, client_hb_timer_cb, c)) != 0
+	    || (rv = nng_aio_alloc(&c->watch_timer, client_watch_timer_cb, c))
+	        != 0)
 		return (cohort__err(cohort__from_nng(rv), "nng_aio_alloc: %s",
 		    nng_strerror(rv)));
-	if ((st = cohort__coord_async_alloc(c->coord, client_hb_done, c,
-	         &c->hb)) != COHORT_OK ||
-	    (st = cohort__coord_async_alloc(c->coord, client_watch_done, c,
-	         &c->watch)) != COHORT_OK)
+	if ((st = cohort__coord_async_alloc(
+	         c->coord, client_hb_done, c, &c->hb))
+	        != COHORT_OK
+	    || (st = cohort__coord_async_alloc(
+	            c->coord, client_watch_done, c, &c->watch))
+	        != COHORT_OK)
 		return (st);
 	client_watch_start(c);
 	nng_sleep_aio(c->heartbeat_ms, c->hb_timer);
@@ -653,8 +654,8 @@ client_leave(struct cohort_client *c)
 	req.leave = &leave;
 	/* answered at once; the reply grace bounds the wait */
 	cohort__coord_call_init(&call, &req,
-	    cohort__now_ms() + COHORT__CLOSE_TIMEOUT_MS -
-	        COHORT__REPLY_GRACE_MS);
+	    cohort__now_ms() + COHORT__CLOSE_TIMEOUT_MS
+	        - COHORT__REPLY_GRACE_MS);
 	st = cohort__coord_call(c->coord, &call);
 	if (st != COHORT_OK)
 		cohort__debug("leave: %s: %s", cohort_status_name(st),
@@ -663,8 +664,8 @@ client_leave(struct cohort_client *c)
 }
 
 static cohort_status
-client_join(struct cohort_client *c, const cohort_options *opts,
-    cohort__time deadline)
+client_join(
+    struct cohort_client *c, const cohort_options *opts, cohort__time deadline)
 {
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__Join join = COHORT__JOIN__INIT;
@@ -675,20 +676,20 @@ client_join(struct cohort_client *c, const cohort_options *opts,
 	cohort_status st;
 
 	join.rank = opts->rank;
-	join.world_size = (uint32_t) opts->world_size;
+	join.world_size = (uint32_t)opts->world_size;
 	join.host = c->host;
-	join.pid = (uint32_t) getpid();
+	join.pid = (uint32_t)getpid();
 	join.local_rank = opts->local_rank;
-	join.heartbeat_ms = (uint32_t) c->heartbeat_ms;
-	join.dead_after_ms = (uint32_t) c->dead_after_ms;
+	join.heartbeat_ms = (uint32_t)c->heartbeat_ms;
+	join.dead_after_ms = (uint32_t)c->dead_after_ms;
 	req.body_case = COHORT__REQUEST__BODY_JOIN;
 	req.join = &join;
 	cohort__coord_call_init(&call, &req, deadline);
 	st = cohort__coord_call(c->coord, &call);
 	if (st != COHORT_OK) {
-		if (st == COHORT_ETIMEDOUT && call.rep != NULL &&
-		    call.rep->n_missing_ranks > 0 &&
-		    strstr(cohort_last_error(), "rank") == NULL) {
+		if (st == COHORT_ETIMEDOUT && call.rep != NULL
+		    && call.rep->n_missing_ranks > 0
+		    && strstr(cohort_last_error(), "rank") == NULL) {
 			for (size_t i = 0; i < call.rep->n_missing_ranks; i++)
 				cohort__appendf(missing, sizeof(missing), &off,
 				    "%s%d", i ? ", " : "",
@@ -700,29 +701,29 @@ client_join(struct cohort_client *c, const cohort_options *opts,
 		}
 		goto out;
 	}
-	jr = call.rep->body_case == COHORT__REPLY__BODY_JOIN ? call.rep->join :
-	                                                       NULL;
-	if (jr == NULL || jr->rank < 0 ||
-	    jr->world_size != (uint32_t) opts->world_size ||
-	    jr->rank >= opts->world_size ||
-	    (opts->rank >= 0 && jr->rank != opts->rank)) {
+	jr = call.rep->body_case == COHORT__REPLY__BODY_JOIN ? call.rep->join
+	                                                     : NULL;
+	if (jr == NULL || jr->rank < 0
+	    || jr->world_size != (uint32_t)opts->world_size
+	    || jr->rank >= opts->world_size
+	    || (opts->rank >= 0 && jr->rank != opts->rank)) {
 		st = cohort__err(COHORT_EPROTO,
 		    "malformed join reply from the coordinator");
 		goto out;
 	}
 	c->rank = jr->rank;
-	c->world_size = (int32_t) jr->world_size;
+	c->world_size = (int32_t)jr->world_size;
 	c->generation = jr->generation;
 	c->job_id = jr->job_id;
 	if (c->local_rank < 0 && jr->n_local_ranks == jr->world_size)
 		c->local_rank = jr->local_ranks[c->rank];
-	if ((c->hosts = calloc((size_t) c->world_size, sizeof(char *))) ==
-	    NULL) {
+	if ((c->hosts = calloc((size_t)c->world_size, sizeof(char *)))
+	    == NULL) {
 		st = cohort__err(COHORT_ENOMEM, "out of memory");
 		goto out;
 	}
 	for (int32_t i = 0; i < c->world_size; i++) {
-		const char *h = (size_t) i < jr->n_hosts ? jr->hosts[i] : "";
+		const char *h = (size_t)i < jr->n_hosts ? jr->hosts[i] : "";
 		if ((c->hosts[i] = strdup(h)) == NULL) {
 			st = cohort__err(COHORT_ENOMEM, "out of memory");
 			goto out;
@@ -735,8 +736,8 @@ out:
 }
 
 cohort_status
-cohort_client_open(const cohort_options *opts, cohort_client **out,
-    cohort_duration timeout)
+cohort_client_open(
+    const cohort_options *opts, cohort_client **out, cohort_duration timeout)
 {
 	struct cohort_client *c;
 	cohort__time deadline;
@@ -760,8 +761,8 @@ cohort_client_open(const cohort_options *opts, cohort_client **out,
 	}
 	atomic_init(&c->error, COHORT_OK);
 	atomic_init(&c->closing, false);
-	cohort__strlcpy(c->coordinator, opts->coordinator,
-	    sizeof(c->coordinator));
+	cohort__strlcpy(
+	    c->coordinator, opts->coordinator, sizeof(c->coordinator));
 	cohort__strlcpy(c->job, opts->job, sizeof(c->job));
 	cohort__strlcpy(c->token, opts->token != NULL ? opts->token : "",
 	    sizeof(c->token));
@@ -769,11 +770,11 @@ cohort_client_open(const cohort_options *opts, cohort_client **out,
 	    opts->backend != NULL ? opts->backend : "auto",
 	    sizeof(c->backend));
 	if (opts->data_addr != NULL)
-		cohort__strlcpy(c->data_addr, opts->data_addr,
-		    sizeof(c->data_addr));
-	else if (cohort__knob_str(COHORT__KNOB_DATA_ADDR) != NULL &&
-	    strlen(cohort__knob_str(COHORT__KNOB_DATA_ADDR)) <
-		sizeof(c->data_addr))
+		cohort__strlcpy(
+		    c->data_addr, opts->data_addr, sizeof(c->data_addr));
+	else if (cohort__knob_str(COHORT__KNOB_DATA_ADDR) != NULL
+	    && strlen(cohort__knob_str(COHORT__KNOB_DATA_ADDR))
+	        < sizeof(c->data_addr))
 		cohort__strlcpy(c->data_addr,
 		    cohort__knob_str(COHORT__KNOB_DATA_ADDR),
 		    sizeof(c->data_addr));
@@ -791,20 +792,22 @@ cohort_client_open(const cohort_options *opts, cohort_client **out,
 	if ((st = cohort__fault_open(c)) != COHORT_OK)
 		goto out_free;
 	if ((st = cohort__coord_open(c->coordinator, c->job, c->token,
-	         cohort__random_u64(), &c->coord)) != COHORT_OK)
+	         cohort__random_u64(), &c->coord))
+	    != COHORT_OK)
 		goto out_free;
 	/* A coordinator restart must not fail the job: calls wait for the
 	 * reconnection as long as cohortd would wait for this member. */
 	if (cohort__knob_str(COHORT__KNOB_RECONNECT_MS) == NULL)
 		cohort__coord_set_reconnect_window(c->coord, c->dead_after_ms);
-	if ((st = cohort__coord_wait_connected(c->coord, deadline)) !=
-	    COHORT_OK)
+	if ((st = cohort__coord_wait_connected(c->coord, deadline))
+	    != COHORT_OK)
 		goto out_free;
 	if ((st = client_join(c, opts, deadline)) != COHORT_OK)
 		goto out_free;
 	joined = true;
-	if ((st = cohort__group_create_world(c, c->rank, c->world_size,
-	         c->generation, &c->world)) != COHORT_OK)
+	if ((st = cohort__group_create_world(
+	         c, c->rank, c->world_size, c->generation, &c->world))
+	    != COHORT_OK)
 		goto out_free;
 	if ((st = client_start_liveness(c)) != COHORT_OK)
 		goto out_free;
@@ -816,18 +819,17 @@ cohort_client_open(const cohort_options *opts, cohort_client **out,
 	*out = c;
 	return (COHORT_OK);
 
-out_free:
-	{
-		/* keep the failing call's detail across the cleanup */
-		char detail[COHORT__DETAIL_MAX];
+out_free : {
+	/* keep the failing call's detail across the cleanup */
+	char detail[COHORT__DETAIL_MAX];
 
-		cohort__strlcpy(detail, cohort_last_error(), sizeof(detail));
-		client_stop_liveness(c);
-		if (joined)
-			client_leave(c);
-		client_free(c);
-		cohort__err(st, "%s", detail);
-	}
+	cohort__strlcpy(detail, cohort_last_error(), sizeof(detail));
+	client_stop_liveness(c);
+	if (joined)
+		client_leave(c);
+	client_free(c);
+	cohort__err(st, "%s", detail);
+}
 	return (st);
 }
 
@@ -898,12 +900,12 @@ cohort_client_world(cohort_client *c)
 cohort_status
 cohort_client_error(const cohort_client *c)
 {
-	struct cohort_client *m = (struct cohort_client *) c;
+	struct cohort_client *m = (struct cohort_client *)c;
 	cohort_status st;
 
 	if (c == NULL)
 		return (COHORT_EINVAL);
-	st = (cohort_status) atomic_load(&m->error);
+	st = (cohort_status)atomic_load(&m->error);
 	if (st == COHORT_OK && cohort__coord_lost(m->coord))
 		return (cohort__err(COHORT_ENOCOORD,
 		    "connection to the coordinator at %s was lost",
@@ -917,8 +919,8 @@ cohort_client_error(const cohort_client *c)
 }
 
 cohort_status
-cohort_report_failure(cohort_client *c, const char *text,
-    cohort_duration timeout)
+cohort_report_failure(
+    cohort_client *c, const char *text, cohort_duration timeout)
 {
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__ReportFailure rf = COHORT__REPORT_FAILURE__INIT;
@@ -927,14 +929,14 @@ cohort_report_failure(cohort_client *c, const char *text,
 
 	if (c == NULL)
 		return (cohort__err(COHORT_EINVAL, "NULL client"));
-	rf.text = (char *) (text != NULL ? text : "");
+	rf.text = (char *)(text != NULL ? text : "");
 	if (strlen(rf.text) > 64 * 1024)
-		return (cohort__err(COHORT_EINVAL,
-		    "failure text longer than 64 KiB"));
+		return (cohort__err(
+		    COHORT_EINVAL, "failure text longer than 64 KiB"));
 	req.body_case = COHORT__REQUEST__BODY_REPORT_FAILURE;
 	req.report_failure = &rf;
-	cohort__coord_call_init(&call, &req,
-	    cohort__client_deadline(c, timeout));
+	cohort__coord_call_init(
+	    &call, &req, cohort__client_deadline(c, timeout));
 	st = cohort__coord_call(c->coord, &call);
 	cohort__coord_call_fini(&call);
 	return (st);

@@ -26,23 +26,23 @@ struct cohort_client {
 	char job[128];
 	char token[128];
 	char host[256];
-	char backend[32];     /* opts->backend, "auto" by default */
-	char data_addr[256];  /* opts->data_addr, "" = pick */
+	char backend[32]; /* opts->backend, "auto" by default */
+	char data_addr[256]; /* opts->data_addr, "" = pick */
 	int32_t rank;
 	int32_t world_size;
 	int32_t local_rank;
 	uint64_t generation;
 	uint64_t job_id;
-	char **hosts;         /* by rank, world_size entries (JoinReply) */
+	char **hosts; /* by rank, world_size entries (JoinReply) */
 	cohort_duration op_timeout;
 	cohort_duration join_timeout;
 	cohort_duration heartbeat_ms;
 	cohort_duration dead_after_ms;
 
-	pthread_mutex_t mtx;  /* groups, error_detail */
+	pthread_mutex_t mtx; /* groups, error_detail */
 	struct cohort_group *groups;
 	struct cohort_group *world;
-	atomic_int error;     /* cohort_status, sticky */
+	atomic_int error; /* cohort_status, sticky */
 	char error_detail[COHORT__DETAIL_MAX];
 
 	struct cohort__fault *fault; /* fault schedule (fault.h), or NULL */
@@ -51,30 +51,30 @@ struct cohort_client {
 	nng_aio *hb_timer;
 	struct cohort__coord_async *hb;
 	struct cohort__coord_async *watch;
-	nng_aio *watch_timer;       /* back-off between quick Watch returns */
+	nng_aio *watch_timer; /* back-off between quick Watch returns */
 	cohort__time watch_started;
 };
 
 /* Deadline of a call on c with a caller's timeout (COHORT_WAIT_DEFAULT =
  * the client's op_timeout). */
-cohort__time cohort__client_deadline(const struct cohort_client *c,
-    cohort_duration timeout);
+cohort__time cohort__client_deadline(
+    const struct cohort_client *c, cohort_duration timeout);
 
 /* Puts g on / takes g off the client's group list. */
 void cohort__client_add_group(struct cohort_client *c, struct cohort_group *g);
-void cohort__client_remove_group(struct cohort_client *c,
-    struct cohort_group *g);
+void cohort__client_remove_group(
+    struct cohort_client *c, struct cohort_group *g);
 
 /* Records a client-level failure (sticky, first wins) and fails every
  * group with st and the detail. Never blocks; any thread. */
-void cohort__client_fail(struct cohort_client *c, cohort_status st,
-    const char *detail);
+void cohort__client_fail(
+    struct cohort_client *c, cohort_status st, const char *detail);
 
 /* Handles a reply status that concerns the whole job (EPEERLOST, ESTALE)
  * from any call: fails the client's groups with the reply's detail and
  * the failed rank's text. Returns st. */
-cohort_status cohort__client_check_reply(struct cohort_client *c,
-    cohort_status st, const Cohort__Reply *rep);
+cohort_status cohort__client_check_reply(
+    struct cohort_client *c, cohort_status st, const Cohort__Reply *rep);
 
 /* For a data-plane operation `kind` #seq of g that timed out: asks cohortd
  * (one StatusQuery, at most a few seconds) which members of g had not

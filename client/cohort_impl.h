@@ -32,7 +32,7 @@ cohort_status cohort__options_env_timeouts(cohort_options *opts);
 /* Checks heartbeat < dead-after < operation timeout <= rendezvous timeout
  * (a negative timeout means none, and is larger than any other); writes a
  * one-line explanation into why. */
-cohort_status cohort__timeouts_check(const cohort_options *opts, char *why,
-    size_t len);
+cohort_status cohort__timeouts_check(
+    const cohort_options *opts, char *why, size_t len);
 
 #endif /* COHORT_IMPL_H */

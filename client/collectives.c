@@ -31,7 +31,7 @@
 #include <time.h>
 
 #include "backend/nccl/nccl_impl.h" /* cohort__is_device_ptr */
-#include "backend/tcp/tcp_impl.h"   /* SHA-256 */
+#include "backend/tcp/tcp_impl.h" /* SHA-256 */
 #include "client.h"
 #include "collectives.h"
 #include "group.h"
@@ -77,8 +77,8 @@ struct cohort_work {
 	enum coll_fix fix;
 	size_t fix_off; /* MOVE_IN: the slot's offset in recv */
 	size_t fix_len; /* bytes moved / of the temporary */
-	void *tmp;      /* TMP_OUT: allocated at issue */
-	bool heap;      /* allocated by an i-call */
+	void *tmp; /* TMP_OUT: allocated at issue */
+	bool heap; /* allocated by an i-call */
 	atomic_bool done;
 	cohort_status st;
 	char err[COHORT__DETAIL_MAX];
@@ -112,9 +112,9 @@ coll_gpu_available(char *why, size_t len)
 static bool
 coll_backend_name_ok(const char *b)
 {
-	return (strcmp(b, "auto") == 0 || strcmp(b, "tcp") == 0 ||
-	    strcmp(b, "service") == 0 || strcmp(b, "nccl") == 0 ||
-	    strcmp(b, "tcp-staged") == 0);
+	return (strcmp(b, "auto") == 0 || strcmp(b, "tcp") == 0
+	    || strcmp(b, "service") == 0 || strcmp(b, "nccl") == 0
+	    || strcmp(b, "tcp-staged") == 0);
 }
 
 /* Resolves the group's backend at its first operation (stream and ptr,
@@ -152,12 +152,12 @@ coll_resolve(struct coll_dp *dp, void *stream, const void *ptr,
 	}
 	pthread_mutex_unlock(&dp->mtx);
 	if (ops == NULL && strcmp(dp->want, "auto") != 0)
-		/* The backend this group was configured with cannot run in
-		 * this process: no data-plane operation of the group can
-		 * succeed, so the group fails, with the reason as its
-		 * detail (cohort_group_last_error). */
+	/* The backend this group was configured with cannot run in
+	 * this process: no data-plane operation of the group can
+	 * succeed, so the group fails, with the reason as its
+	 * detail (cohort_group_last_error). */
 	{
-		(void) cohort__group_fail(dp->g, COHORT_ENOTSUP,
+		(void)cohort__group_fail(dp->g, COHORT_ENOTSUP,
 		    "the %s backend configured for group '%s' is not "
 		    "available here: %s",
 		    dp->want, dp->g->id[0] ? dp->g->id : "world", why);
@@ -179,8 +179,7 @@ coll_resolve(struct coll_dp *dp, void *stream, const void *ptr,
 static void coll_dp_fini(struct cohort_group *g);
 
 static cohort_status
-coll_dp_alloc(struct cohort_group *g, const char *want,
-    struct coll_dp **out)
+coll_dp_alloc(struct cohort_group *g, const char *want, struct coll_dp **out)
 {
 	struct coll_dp *dp;
 
@@ -196,8 +195,8 @@ coll_dp_alloc(struct cohort_group *g, const char *want,
 		return (cohort__err(COHORT_ESYSTEM, "pthread_cond_init"));
 	}
 	dp->g = g;
-	cohort__strlcpy(dp->want, want != NULL && want[0] != '\0' ? want :
-	    "auto", sizeof(dp->want));
+	cohort__strlcpy(dp->want,
+	    want != NULL && want[0] != '\0' ? want : "auto", sizeof(dp->want));
 	*out = dp;
 	return (COHORT_OK);
 }
@@ -262,9 +261,9 @@ coll_store_key(struct coll_dp *dp, const char *key, char *buf, size_t len)
 {
 	int n = snprintf(buf, len, "%s%s", dp->key_prefix, key);
 
-	if (n < 0 || (size_t) n >= len)
-		return (cohort__err(COHORT_EINVAL, "store key too long: %s",
-		    key));
+	if (n < 0 || (size_t)n >= len)
+		return (
+		    cohort__err(COHORT_EINVAL, "store key too long: %s", key));
 	return (COHORT_OK);
 }
 
@@ -278,13 +277,13 @@ coll_store_set(void *ctx, const char *key, const void *val, size_t len,
 
 	if ((st = coll_store_key(dp, key, full, sizeof(full))) != COHORT_OK)
 		return (st);
-	return (cohort_kv_set(dp->g->client, full, val, len,
-	    cohort__remaining(deadline)));
+	return (cohort_kv_set(
+	    dp->g->client, full, val, len, cohort__remaining(deadline)));
 }
 
 static cohort_status
-coll_store_get(void *ctx, const char *key, void **val, size_t *len,
-    cohort__time deadline)
+coll_store_get(
+    void *ctx, const char *key, void **val, size_t *len, cohort__time deadline)
 {
 	struct coll_dp *dp = ctx;
 	char full[COHORT__MAX_KEY + 1];
@@ -295,8 +294,9 @@ coll_store_get(void *ctx, const char *key, void **val, size_t *len,
 	for (;;) {
 		cohort_duration left = cohort__remaining(deadline);
 
-		if (atomic_load_explicit(&dp->g->abort_flag,
-		        memory_order_acquire) != 0)
+		if (atomic_load_explicit(
+		        &dp->g->abort_flag, memory_order_acquire)
+		    != 0)
 			return (cohort__err(COHORT_EABORTED,
 			    "group '%s' failed while waiting for store key %s",
 			    dp->g->id, key));
@@ -313,7 +313,7 @@ cohort__desc_group(const struct cohort__group_desc *d)
 {
 	if (d == NULL || d->store.set != coll_store_set)
 		return (NULL);
-	return (((struct coll_dp *) d->store.ctx)->g);
+	return (((struct coll_dp *)d->store.ctx)->g);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -331,8 +331,8 @@ coll_failed(struct coll_dp *dp, struct cohort_work *w, cohort_status st,
 
 	if (err[0] == '\0')
 		err = cohort_strerror(st);
-	if (st != COHORT_EPEERLOST && st != COHORT_ETIMEDOUT &&
-	    st != COHORT_EABORTED) {
+	if (st != COHORT_EPEERLOST && st != COHORT_ETIMEDOUT
+	    && st != COHORT_EABORTED) {
 		snprintf(w->err, sizeof(w->err), "%s #%" PRIu64 ": %s", what,
 		    w->op.seq, err);
 		return (st);
@@ -342,23 +342,23 @@ coll_failed(struct coll_dp *dp, struct cohort_work *w, cohort_status st,
 		char who[512];
 		size_t off;
 
-		if (cohort__client_who_missing(g->client, g, what, w->op.seq,
-		        who, sizeof(who))) {
+		if (cohort__client_who_missing(
+		        g->client, g, what, w->op.seq, who, sizeof(who))) {
 			if (err != w->err)
 				cohort__strlcpy(w->err, err, sizeof(w->err));
 			off = strlen(w->err);
-			cohort__appendf(w->err, sizeof(w->err), &off, "; %s",
-			    who);
+			cohort__appendf(
+			    w->err, sizeof(w->err), &off, "; %s", who);
 			err = w->err;
 		}
 	}
 	if (st == COHORT_EPEERLOST) {
-		cohort__time until = cohort__now_ms() +
-		    cohort__scaled(COLL_ATTRIB_MS);
+		cohort__time until
+		    = cohort__now_ms() + cohort__scaled(COLL_ATTRIB_MS);
 		struct timespec ts = { 0, 2 * 1000 * 1000 };
 
-		while (cohort_group_error(g) == COHORT_OK &&
-		    cohort__now_ms() < until)
+		while (cohort_group_error(g) == COHORT_OK
+		    && cohort__now_ms() < until)
 			nanosleep(&ts, NULL);
 	}
 	cohort__group_fail(g, st, "%s", err);
@@ -415,23 +415,23 @@ coll_backend_init(struct coll_dp *dp, struct cohort_work *w)
 	d->store.get = coll_store_get;
 	d->abort_flag = &g->abort_flag;
 
-	cohort__debug("group '%s': %s backend set-up (rank %d of %d)",
-	    g->id, ops->name, g->rank, g->size);
+	cohort__debug("group '%s': %s backend set-up (rank %d of %d)", g->id,
+	    ops->name, g->rank, g->size);
 	st = ops->init(d, &state, err, sizeof(err), w->deadline);
 	if (st != COHORT_OK) {
-		if (st == COHORT_ENOTSUP || st == COHORT_EINVAL ||
-		    st == COHORT_ENOMEM) {
+		if (st == COHORT_ENOTSUP || st == COHORT_EINVAL
+		    || st == COHORT_ENOMEM) {
 			snprintf(w->err, sizeof(w->err),
 			    "%s backend set-up: %s", ops->name,
 			    err[0] != '\0' ? err : cohort_strerror(st));
 			return (st);
 		}
 		/* Peers may be half connected: the group is unusable. */
-		if (st != COHORT_EPEERLOST && st != COHORT_ETIMEDOUT &&
-		    st != COHORT_EABORTED)
+		if (st != COHORT_EPEERLOST && st != COHORT_ETIMEDOUT
+		    && st != COHORT_EABORTED)
 			cohort__group_fail(g, st, "%s backend set-up: %s",
-			    ops->name, err[0] != '\0' ? err :
-			    cohort_strerror(st));
+			    ops->name,
+			    err[0] != '\0' ? err : cohort_strerror(st));
 		return (coll_failed(dp, w, st, err));
 	}
 	pthread_mutex_lock(&g->mtx);
@@ -462,8 +462,9 @@ coll_execute(struct coll_dp *dp, struct cohort_work *w)
 	}
 	/* Hang attribution and fault schedule (group.h): the operation's
 	 * number is data_seq + 1 (assigned below, under op_lock). */
-	if ((st = cohort__group_op_begin(g, cohort__op_name(w->op.kind),
-	         g->data_seq + 1)) != COHORT_OK) {
+	if ((st = cohort__group_op_begin(
+	         g, cohort__op_name(w->op.kind), g->data_seq + 1))
+	    != COHORT_OK) {
 		cohort__strlcpy(w->err, cohort_last_error(), sizeof(w->err));
 		goto out;
 	}
@@ -479,8 +480,8 @@ coll_execute(struct coll_dp *dp, struct cohort_work *w)
 		w->op.recv = w->tmp;
 	}
 	w->op.seq = ++g->data_seq;
-	st = g->backend->run(g->backend_state, &w->op, err, sizeof(err),
-	    w->deadline);
+	st = g->backend->run(
+	    g->backend_state, &w->op, err, sizeof(err), w->deadline);
 	if (w->fix == COLL_FIX_TMP_OUT) {
 		if (st == COHORT_OK)
 			memcpy(user_recv, w->tmp, w->fix_len);
@@ -537,9 +538,8 @@ coll_run_blocking(struct cohort_group *g, struct coll_dp *dp,
 	pthread_mutex_lock(&dp->mtx);
 	w->ticket = dp->next_ticket++;
 	while (dp->serving != w->ticket) {
-		if (cohort__cond_wait_until(&dp->cv, &dp->mtx, wait_until) ==
-		        0 ||
-		    !cohort__expired(wait_until))
+		if (cohort__cond_wait_until(&dp->cv, &dp->mtx, wait_until) == 0
+		    || !cohort__expired(wait_until))
 			continue;
 		/* The earlier operations outlived this one's deadline: its
 		 * turn can no longer come in time, and the peers are already
@@ -548,8 +548,8 @@ coll_run_blocking(struct cohort_group *g, struct coll_dp *dp,
 		pthread_mutex_unlock(&dp->mtx);
 		cohort__group_fail(g, COHORT_ETIMEDOUT,
 		    "%s reached its deadline waiting for the earlier "
-		    "operations of group '%s'", cohort__op_name(w->op.kind),
-		    g->id);
+		    "operations of group '%s'",
+		    cohort__op_name(w->op.kind), g->id);
 		pthread_mutex_lock(&dp->mtx);
 		wait_until = COHORT__TIME_NEVER;
 	}
@@ -633,7 +633,7 @@ coll_empty(struct cohort_group *g, struct coll_dp *dp, cohort_work **out)
 static bool
 coll_overlap(const void *a, size_t alen, const void *b, size_t blen)
 {
-	uintptr_t x = (uintptr_t) a, y = (uintptr_t) b;
+	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
 
 	if (a == NULL || b == NULL || alen == 0 || blen == 0)
 		return (false);
@@ -651,15 +651,15 @@ coll_begin(struct cohort_group *g, const char *what, cohort_dtype dt,
 
 	if (g == NULL)
 		return (cohort__err(COHORT_EINVAL, "%s: group is NULL", what));
-	if ((int) dt < 0 || dt >= COHORT_DTYPE_COUNT)
-		return (cohort__err(COHORT_EINVAL, "%s: invalid dtype %d",
-		    what, (int) dt));
+	if ((int)dt < 0 || dt >= COHORT_DTYPE_COUNT)
+		return (cohort__err(
+		    COHORT_EINVAL, "%s: invalid dtype %d", what, (int)dt));
 	if ((st = coll_dp_get(g, &dp)) != COHORT_OK)
 		return (st);
 	if ((st = coll_resolve(dp, stream, ptr, &ops)) != COHORT_OK)
 		return (st);
-	if (stream != NULL && ops != &cohort__nccl_backend &&
-	    ops != &cohort__staged_backend)
+	if (stream != NULL && ops != &cohort__nccl_backend
+	    && ops != &cohort__staged_backend)
 		return (cohort__err(COHORT_EINVAL,
 		    "%s: stream must be NULL with the %s backend", what,
 		    ops->name));
@@ -671,14 +671,15 @@ coll_begin(struct cohort_group *g, const char *what, cohort_dtype dt,
 static cohort_status
 coll_check_redop(const char *what, cohort_dtype dt, cohort_redop op)
 {
-	if ((int) op < 0 || op >= COHORT_REDOP_COUNT)
-		return (cohort__err(COHORT_EINVAL, "%s: invalid op %d", what,
-		    (int) op));
-	if (op == COHORT_MEAN && dt != COHORT_F32 && dt != COHORT_F64 &&
-	    dt != COHORT_F16 && dt != COHORT_BF16)
-		return (cohort__err(COHORT_EINVAL, "%s: MEAN is defined for "
-		    "floating-point types only, not %s", what,
-		    cohort_dtype_name(dt)));
+	if ((int)op < 0 || op >= COHORT_REDOP_COUNT)
+		return (cohort__err(
+		    COHORT_EINVAL, "%s: invalid op %d", what, (int)op));
+	if (op == COHORT_MEAN && dt != COHORT_F32 && dt != COHORT_F64
+	    && dt != COHORT_F16 && dt != COHORT_BF16)
+		return (cohort__err(COHORT_EINVAL,
+		    "%s: MEAN is defined for "
+		    "floating-point types only, not %s",
+		    what, cohort_dtype_name(dt)));
 	return (COHORT_OK);
 }
 
@@ -694,12 +695,11 @@ coll_check_root(struct cohort_group *g, const char *what, int32_t root)
 
 /* count * mult elements of es bytes, or EINVAL on overflow. */
 static cohort_status
-coll_bytes(const char *what, size_t count, size_t mult, size_t es,
-    size_t *out)
+coll_bytes(const char *what, size_t count, size_t mult, size_t es, size_t *out)
 {
 	if (mult != 0 && count > SIZE_MAX / mult / es)
-		return (cohort__err(COHORT_EINVAL, "%s: count %zu too large",
-		    what, count));
+		return (cohort__err(
+		    COHORT_EINVAL, "%s: count %zu too large", what, count));
 	*out = count * mult * es;
 	return (COHORT_OK);
 }
@@ -756,9 +756,8 @@ coll_scatter_inplace(const char *what, struct cohort_work *w, size_t slot,
 }
 
 static cohort_status
-coll_submit(struct cohort_group *g, struct coll_dp *dp,
-    struct cohort_work *w, size_t bytes, cohort_duration timeout,
-    cohort_work **out)
+coll_submit(struct cohort_group *g, struct coll_dp *dp, struct cohort_work *w,
+    size_t bytes, cohort_duration timeout, cohort_work **out)
 {
 	if (bytes == 0) {
 		free(w->tmp);
@@ -801,10 +800,9 @@ coll_allreduce(cohort_group *g, const void *send, void *recv, size_t count,
 	cohort_status st;
 	size_t es = 0, bytes = 0;
 
-	if ((st = coll_begin(g, what, dt, stream, recv, &dp, &es)) !=
-	        COHORT_OK ||
-	    (st = coll_check_redop(what, dt, op)) != COHORT_OK ||
-	    (st = coll_bytes(what, count, 1, es, &bytes)) != COHORT_OK)
+	if ((st = coll_begin(g, what, dt, stream, recv, &dp, &es)) != COHORT_OK
+	    || (st = coll_check_redop(what, dt, op)) != COHORT_OK
+	    || (st = coll_bytes(what, count, 1, es, &bytes)) != COHORT_OK)
 		return (st);
 	if (bytes > 0 && send == NULL)
 		return (coll_null(what, "send"));
@@ -813,24 +811,22 @@ coll_allreduce(cohort_group *g, const void *send, void *recv, size_t count,
 	if (send != recv && coll_overlap(send, bytes, recv, bytes))
 		return (cohort__err(COHORT_EINVAL,
 		    "%s: send and recv overlap partially", what));
-	coll_work_init(&w, COHORT__OP_ALLREDUCE, send, recv, count, dt, op, 0,
-	    stream);
+	coll_work_init(
+	    &w, COHORT__OP_ALLREDUCE, send, recv, count, dt, op, 0, stream);
 	return (coll_submit(g, dp, &w, bytes, timeout, out));
 }
 
 cohort_status
 cohort_allreduce(cohort_group *g, const void *send, void *recv, size_t count,
-    cohort_dtype dtype, cohort_redop op, void *stream,
-    cohort_duration timeout)
+    cohort_dtype dtype, cohort_redop op, void *stream, cohort_duration timeout)
 {
-	return (coll_allreduce(g, send, recv, count, dtype, op, stream,
-	    timeout, NULL));
+	return (coll_allreduce(
+	    g, send, recv, count, dtype, op, stream, timeout, NULL));
 }
 
 cohort_status
-cohort_iallreduce(cohort_group *g, const void *send, void *recv,
-    size_t count, cohort_dtype dtype, cohort_redop op, void *stream,
-    cohort_work **out)
+cohort_iallreduce(cohort_group *g, const void *send, void *recv, size_t count,
+    cohort_dtype dtype, cohort_redop op, void *stream, cohort_work **out)
 {
 	if (out == NULL)
 		return (cohort__err(COHORT_EINVAL, "iallreduce: out is NULL"));
@@ -849,11 +845,11 @@ cohort_reduce(cohort_group *g, const void *send, void *recv, size_t count,
 	cohort_status st;
 	size_t es = 0, bytes = 0;
 
-	if ((st = coll_begin(g, what, dtype, stream, send, &dp, &es)) !=
-	        COHORT_OK ||
-	    (st = coll_check_redop(what, dtype, op)) != COHORT_OK ||
-	    (st = coll_check_root(g, what, root)) != COHORT_OK ||
-	    (st = coll_bytes(what, count, 1, es, &bytes)) != COHORT_OK)
+	if ((st = coll_begin(g, what, dtype, stream, send, &dp, &es))
+	        != COHORT_OK
+	    || (st = coll_check_redop(what, dtype, op)) != COHORT_OK
+	    || (st = coll_check_root(g, what, root)) != COHORT_OK
+	    || (st = coll_bytes(what, count, 1, es, &bytes)) != COHORT_OK)
 		return (st);
 	if (g->rank != root)
 		recv = NULL;
@@ -861,12 +857,12 @@ cohort_reduce(cohort_group *g, const void *send, void *recv, size_t count,
 		return (coll_null(what, "send"));
 	if (bytes > 0 && g->rank == root && recv == NULL)
 		return (coll_null(what, "recv on the root"));
-	if (recv != NULL && send != recv &&
-	    coll_overlap(send, bytes, recv, bytes))
+	if (recv != NULL && send != recv
+	    && coll_overlap(send, bytes, recv, bytes))
 		return (cohort__err(COHORT_EINVAL,
 		    "%s: send and recv overlap partially", what));
-	coll_work_init(&w, COHORT__OP_REDUCE, send, recv, count, dtype, op,
-	    root, stream);
+	coll_work_init(
+	    &w, COHORT__OP_REDUCE, send, recv, count, dtype, op, root, stream);
 	return (coll_submit(g, dp, &w, bytes, timeout, NULL));
 }
 
@@ -880,10 +876,9 @@ coll_broadcast(cohort_group *g, void *buf, size_t count, cohort_dtype dt,
 	cohort_status st;
 	size_t es = 0, bytes = 0;
 
-	if ((st = coll_begin(g, what, dt, stream, buf, &dp, &es)) !=
-	        COHORT_OK ||
-	    (st = coll_check_root(g, what, root)) != COHORT_OK ||
-	    (st = coll_bytes(what, count, 1, es, &bytes)) != COHORT_OK)
+	if ((st = coll_begin(g, what, dt, stream, buf, &dp, &es)) != COHORT_OK
+	    || (st = coll_check_root(g, what, root)) != COHORT_OK
+	    || (st = coll_bytes(what, count, 1, es, &bytes)) != COHORT_OK)
 		return (st);
 	if (bytes > 0 && buf == NULL)
 		return (coll_null(what, "buf"));
@@ -893,27 +888,26 @@ coll_broadcast(cohort_group *g, void *buf, size_t count, cohort_dtype dt,
 }
 
 cohort_status
-cohort_broadcast(cohort_group *g, void *buf, size_t count,
-    cohort_dtype dtype, int32_t root, void *stream, cohort_duration timeout)
+cohort_broadcast(cohort_group *g, void *buf, size_t count, cohort_dtype dtype,
+    int32_t root, void *stream, cohort_duration timeout)
 {
-	return (coll_broadcast(g, buf, count, dtype, root, stream, timeout,
-	    NULL));
+	return (
+	    coll_broadcast(g, buf, count, dtype, root, stream, timeout, NULL));
 }
 
 cohort_status
-cohort_ibroadcast(cohort_group *g, void *buf, size_t count,
-    cohort_dtype dtype, int32_t root, void *stream, cohort_work **out)
+cohort_ibroadcast(cohort_group *g, void *buf, size_t count, cohort_dtype dtype,
+    int32_t root, void *stream, cohort_work **out)
 {
 	if (out == NULL)
 		return (cohort__err(COHORT_EINVAL, "ibroadcast: out is NULL"));
-	return (coll_broadcast(g, buf, count, dtype, root, stream,
-	    COHORT_WAIT_DEFAULT, out));
+	return (coll_broadcast(
+	    g, buf, count, dtype, root, stream, COHORT_WAIT_DEFAULT, out));
 }
 
 static cohort_status
 coll_allgather(cohort_group *g, const void *send, void *recv, size_t count,
-    cohort_dtype dt, void *stream, cohort_duration timeout,
-    cohort_work **out)
+    cohort_dtype dt, void *stream, cohort_duration timeout, cohort_work **out)
 {
 	static const char what[] = "allgather";
 	struct cohort_work w;
@@ -921,11 +915,10 @@ coll_allgather(cohort_group *g, const void *send, void *recv, size_t count,
 	cohort_status st;
 	size_t es = 0, blk = 0, total = 0;
 
-	if ((st = coll_begin(g, what, dt, stream, send, &dp, &es)) !=
-	        COHORT_OK ||
-	    (st = coll_bytes(what, count, 1, es, &blk)) != COHORT_OK ||
-	    (st = coll_bytes(what, count, (size_t) g->size, es, &total)) !=
-	        COHORT_OK)
+	if ((st = coll_begin(g, what, dt, stream, send, &dp, &es)) != COHORT_OK
+	    || (st = coll_bytes(what, count, 1, es, &blk)) != COHORT_OK
+	    || (st = coll_bytes(what, count, (size_t)g->size, es, &total))
+	        != COHORT_OK)
 		return (st);
 	if (blk > 0 && send == NULL)
 		return (coll_null(what, "send"));
@@ -933,8 +926,9 @@ coll_allgather(cohort_group *g, const void *send, void *recv, size_t count,
 		return (coll_null(what, "recv"));
 	coll_work_init(&w, COHORT__OP_ALLGATHER, send, recv, count, dt,
 	    COHORT_SUM, 0, stream);
-	if ((st = coll_gather_inplace(what, &w, (size_t) g->rank * blk, blk,
-	         total)) != COHORT_OK)
+	if ((st = coll_gather_inplace(
+	         what, &w, (size_t)g->rank * blk, blk, total))
+	    != COHORT_OK)
 		return (st);
 	return (coll_submit(g, dp, &w, blk, timeout, out));
 }
@@ -943,18 +937,18 @@ cohort_status
 cohort_allgather(cohort_group *g, const void *send, void *recv, size_t count,
     cohort_dtype dtype, void *stream, cohort_duration timeout)
 {
-	return (coll_allgather(g, send, recv, count, dtype, stream, timeout,
-	    NULL));
+	return (coll_allgather(
+	    g, send, recv, count, dtype, stream, timeout, NULL));
 }
 
 cohort_status
-cohort_iallgather(cohort_group *g, const void *send, void *recv,
-    size_t count, cohort_dtype dtype, void *stream, cohort_work **out)
+cohort_iallgather(cohort_group *g, const void *send, void *recv, size_t count,
+    cohort_dtype dtype, void *stream, cohort_work **out)
 {
 	if (out == NULL)
 		return (cohort__err(COHORT_EINVAL, "iallgather: out is NULL"));
-	return (coll_allgather(g, send, recv, count, dtype, stream,
-	    COHORT_WAIT_DEFAULT, out));
+	return (coll_allgather(
+	    g, send, recv, count, dtype, stream, COHORT_WAIT_DEFAULT, out));
 }
 
 cohort_status
@@ -968,15 +962,15 @@ cohort_allgatherv(cohort_group *g, const void *send, void *recv,
 	cohort_status st;
 	size_t es = 0, total = 0, off = 0, mine;
 
-	if ((st = coll_begin(g, what, dtype, stream, send, &dp, &es)) !=
-	    COHORT_OK)
+	if ((st = coll_begin(g, what, dtype, stream, send, &dp, &es))
+	    != COHORT_OK)
 		return (st);
 	if (counts == NULL)
 		return (coll_null(what, "counts"));
 	for (int32_t r = 0; r < g->size; r++) {
 		if (counts[r] > (SIZE_MAX - total) / es)
-			return (cohort__err(COHORT_EINVAL,
-			    "%s: counts too large", what));
+			return (cohort__err(
+			    COHORT_EINVAL, "%s: counts too large", what));
 		if (r == g->rank)
 			off = total;
 		total += counts[r] * es;
@@ -989,8 +983,8 @@ cohort_allgatherv(cohort_group *g, const void *send, void *recv,
 	coll_work_init(&w, COHORT__OP_ALLGATHERV, send, recv, 0, dtype,
 	    COHORT_SUM, 0, stream);
 	w.op.counts = counts;
-	if ((st = coll_gather_inplace(what, &w, off, mine, total)) !=
-	    COHORT_OK)
+	if ((st = coll_gather_inplace(what, &w, off, mine, total))
+	    != COHORT_OK)
 		return (st);
 	return (coll_submit(g, dp, &w, total, timeout, NULL));
 }
@@ -1006,12 +1000,11 @@ coll_reduce_scatter(cohort_group *g, const void *send, void *recv,
 	cohort_status st;
 	size_t es = 0, blk = 0, total = 0;
 
-	if ((st = coll_begin(g, what, dt, stream, recv, &dp, &es)) !=
-	        COHORT_OK ||
-	    (st = coll_check_redop(what, dt, op)) != COHORT_OK ||
-	    (st = coll_bytes(what, count, 1, es, &blk)) != COHORT_OK ||
-	    (st = coll_bytes(what, count, (size_t) g->size, es, &total)) !=
-	        COHORT_OK)
+	if ((st = coll_begin(g, what, dt, stream, recv, &dp, &es)) != COHORT_OK
+	    || (st = coll_check_redop(what, dt, op)) != COHORT_OK
+	    || (st = coll_bytes(what, count, 1, es, &blk)) != COHORT_OK
+	    || (st = coll_bytes(what, count, (size_t)g->size, es, &total))
+	        != COHORT_OK)
 		return (st);
 	if (blk > 0 && send == NULL)
 		return (coll_null(what, "send"));
@@ -1019,8 +1012,9 @@ coll_reduce_scatter(cohort_group *g, const void *send, void *recv,
 		return (coll_null(what, "recv"));
 	coll_work_init(&w, COHORT__OP_REDUCE_SCATTER, send, recv, count, dt,
 	    op, 0, stream);
-	if ((st = coll_scatter_inplace(what, &w, (size_t) g->rank * blk, blk,
-	         total)) != COHORT_OK)
+	if ((st = coll_scatter_inplace(
+	         what, &w, (size_t)g->rank * blk, blk, total))
+	    != COHORT_OK)
 		return (st);
 	return (coll_submit(g, dp, &w, blk, timeout, out));
 }
@@ -1030,8 +1024,8 @@ cohort_reduce_scatter(cohort_group *g, const void *send, void *recv,
     size_t count, cohort_dtype dtype, cohort_redop op, void *stream,
     cohort_duration timeout)
 {
-	return (coll_reduce_scatter(g, send, recv, count, dtype, op, stream,
-	    timeout, NULL));
+	return (coll_reduce_scatter(
+	    g, send, recv, count, dtype, op, stream, timeout, NULL));
 }
 
 cohort_status
@@ -1040,8 +1034,8 @@ cohort_ireduce_scatter(cohort_group *g, const void *send, void *recv,
     cohort_work **out)
 {
 	if (out == NULL)
-		return (cohort__err(COHORT_EINVAL,
-		    "ireduce_scatter: out is NULL"));
+		return (cohort__err(
+		    COHORT_EINVAL, "ireduce_scatter: out is NULL"));
 	return (coll_reduce_scatter(g, send, recv, count, dtype, op, stream,
 	    COHORT_WAIT_DEFAULT, out));
 }
@@ -1056,10 +1050,10 @@ cohort_alltoall(cohort_group *g, const void *send, void *recv, size_t count,
 	cohort_status st;
 	size_t es = 0, total = 0;
 
-	if ((st = coll_begin(g, what, dtype, stream, send, &dp, &es)) !=
-	        COHORT_OK ||
-	    (st = coll_bytes(what, count, (size_t) g->size, es, &total)) !=
-	        COHORT_OK)
+	if ((st = coll_begin(g, what, dtype, stream, send, &dp, &es))
+	        != COHORT_OK
+	    || (st = coll_bytes(what, count, (size_t)g->size, es, &total))
+	        != COHORT_OK)
 		return (st);
 	if (total > 0 && send == NULL)
 		return (coll_null(what, "send"));
@@ -1083,12 +1077,12 @@ cohort_gather(cohort_group *g, const void *send, void *recv, size_t count,
 	cohort_status st;
 	size_t es = 0, blk = 0, total = 0;
 
-	if ((st = coll_begin(g, what, dtype, stream, send, &dp, &es)) !=
-	        COHORT_OK ||
-	    (st = coll_check_root(g, what, root)) != COHORT_OK ||
-	    (st = coll_bytes(what, count, 1, es, &blk)) != COHORT_OK ||
-	    (st = coll_bytes(what, count, (size_t) g->size, es, &total)) !=
-	        COHORT_OK)
+	if ((st = coll_begin(g, what, dtype, stream, send, &dp, &es))
+	        != COHORT_OK
+	    || (st = coll_check_root(g, what, root)) != COHORT_OK
+	    || (st = coll_bytes(what, count, 1, es, &blk)) != COHORT_OK
+	    || (st = coll_bytes(what, count, (size_t)g->size, es, &total))
+	        != COHORT_OK)
 		return (st);
 	if (g->rank != root)
 		recv = NULL;
@@ -1098,9 +1092,10 @@ cohort_gather(cohort_group *g, const void *send, void *recv, size_t count,
 		return (coll_null(what, "recv on the root"));
 	coll_work_init(&w, COHORT__OP_GATHER, send, recv, count, dtype,
 	    COHORT_SUM, root, stream);
-	if (g->rank == root &&
-	    (st = coll_gather_inplace(what, &w, (size_t) g->rank * blk, blk,
-	         total)) != COHORT_OK)
+	if (g->rank == root
+	    && (st = coll_gather_inplace(
+	            what, &w, (size_t)g->rank * blk, blk, total))
+	        != COHORT_OK)
 		return (st);
 	return (coll_submit(g, dp, &w, blk, timeout, NULL));
 }
@@ -1115,12 +1110,12 @@ cohort_scatter(cohort_group *g, const void *send, void *recv, size_t count,
 	cohort_status st;
 	size_t es = 0, blk = 0, total = 0;
 
-	if ((st = coll_begin(g, what, dtype, stream, recv, &dp, &es)) !=
-	        COHORT_OK ||
-	    (st = coll_check_root(g, what, root)) != COHORT_OK ||
-	    (st = coll_bytes(what, count, 1, es, &blk)) != COHORT_OK ||
-	    (st = coll_bytes(what, count, (size_t) g->size, es, &total)) !=
-	        COHORT_OK)
+	if ((st = coll_begin(g, what, dtype, stream, recv, &dp, &es))
+	        != COHORT_OK
+	    || (st = coll_check_root(g, what, root)) != COHORT_OK
+	    || (st = coll_bytes(what, count, 1, es, &blk)) != COHORT_OK
+	    || (st = coll_bytes(what, count, (size_t)g->size, es, &total))
+	        != COHORT_OK)
 		return (st);
 	if (g->rank != root)
 		send = NULL;
@@ -1130,9 +1125,10 @@ cohort_scatter(cohort_group *g, const void *send, void *recv, size_t count,
 		return (coll_null(what, "recv"));
 	coll_work_init(&w, COHORT__OP_SCATTER, send, recv, count, dtype,
 	    COHORT_SUM, root, stream);
-	if (g->rank == root &&
-	    (st = coll_scatter_inplace(what, &w, (size_t) g->rank * blk, blk,
-	         total)) != COHORT_OK)
+	if (g->rank == root
+	    && (st = coll_scatter_inplace(
+	            what, &w, (size_t)g->rank * blk, blk, total))
+	        != COHORT_OK)
 		return (st);
 	return (coll_submit(g, dp, &w, blk, timeout, NULL));
 }
@@ -1154,14 +1150,15 @@ cohort_work_wait(cohort_work *w, cohort_duration timeout)
 		deadline = cohort__client_deadline(dp->g->client, timeout);
 		pthread_mutex_lock(&dp->mtx);
 		while (!atomic_load(&w->done)) {
-			if (cohort__cond_wait_until(&dp->cv, &dp->mtx,
-			        deadline) != 0 &&
-			    cohort__expired(deadline)) {
+			if (cohort__cond_wait_until(
+			        &dp->cv, &dp->mtx, deadline)
+			        != 0
+			    && cohort__expired(deadline)) {
 				pthread_mutex_unlock(&dp->mtx);
 				return (cohort__err(COHORT_ETIMEDOUT,
 				    "%s #%" PRIu64 " not complete after %d ms",
 				    cohort__op_name(w->op.kind), w->op.seq,
-				    (int) timeout));
+				    (int)timeout));
 			}
 		}
 		pthread_mutex_unlock(&dp->mtx);
@@ -1210,7 +1207,7 @@ cohort_work_free(cohort_work *w)
 const char *
 cohort_group_backend(const cohort_group *cg)
 {
-	struct cohort_group *g = (struct cohort_group *) cg;
+	struct cohort_group *g = (struct cohort_group *)cg;
 	const struct cohort__backend_ops *ops;
 	struct coll_dp *dp;
 
@@ -1255,7 +1252,7 @@ cohort_group_new(cohort_client *c, const char *name, const int32_t *ranks,
 		return (cohort__err(COHORT_EINVAL,
 		    "group_new: name must have 1 to %d bytes",
 		    COHORT__GROUP_ID_MAX - 1));
-	if (nranks < 1 || nranks > (size_t) c->world_size)
+	if (nranks < 1 || nranks > (size_t)c->world_size)
 		return (cohort__err(COHORT_EINVAL,
 		    "group_new '%s': %zu ranks (world size %d)", name, nranks,
 		    c->world_size));
@@ -1270,7 +1267,7 @@ cohort_group_new(cohort_client *c, const char *name, const int32_t *ranks,
 				    "group_new '%s': rank %d listed twice",
 				    name, ranks[i]));
 		if (ranks[i] == c->rank)
-			me = (int32_t) i;
+			me = (int32_t)i;
 	}
 	if (me < 0)
 		return (cohort__err(COHORT_EINVAL,
@@ -1281,22 +1278,23 @@ cohort_group_new(cohort_client *c, const char *name, const int32_t *ranks,
 	if (!coll_backend_name_ok(backend))
 		return (cohort__err(COHORT_EINVAL,
 		    "group_new '%s': unknown backend '%s' (auto, tcp, "
-		    "service, nccl, tcp-staged)", name, backend));
-	if ((strcmp(backend, "nccl") == 0 &&
-	        !coll_nccl_available(why, sizeof(why))) ||
-	    (strcmp(backend, "tcp-staged") == 0 &&
-	        !coll_gpu_available(why, sizeof(why))))
+		    "service, nccl, tcp-staged)",
+		    name, backend));
+	if ((strcmp(backend, "nccl") == 0
+	        && !coll_nccl_available(why, sizeof(why)))
+	    || (strcmp(backend, "tcp-staged") == 0
+	        && !coll_gpu_available(why, sizeof(why))))
 		return (cohort__err(COHORT_ENOTSUP,
 		    "group_new '%s': the %s backend is not available: %s",
 		    name, backend, why));
 
-	body.name = (char *) name;
+	body.name = (char *)name;
 	body.n_ranks = nranks;
-	body.ranks = (int32_t *) ranks;
+	body.ranks = (int32_t *)ranks;
 	req.body_case = COHORT__REQUEST__BODY_GROUP_CREATE;
 	req.group_create = &body;
-	cohort__coord_call_init(&call, &req,
-	    cohort__client_deadline(c, timeout));
+	cohort__coord_call_init(
+	    &call, &req, cohort__client_deadline(c, timeout));
 	st = cohort__coord_call(c->coord, &call);
 	if (st != COHORT_OK) {
 		char detail[COHORT__DETAIL_MAX];
@@ -1306,24 +1304,24 @@ cohort_group_new(cohort_client *c, const char *name, const int32_t *ranks,
 		cohort__coord_call_fini(&call);
 		return (cohort__err(st, "group_new '%s': %s", name, detail));
 	}
-	if (call.rep == NULL ||
-	    call.rep->body_case != COHORT__REPLY__BODY_GROUP_CREATE ||
-	    (gr = call.rep->group_create) == NULL) {
+	if (call.rep == NULL
+	    || call.rep->body_case != COHORT__REPLY__BODY_GROUP_CREATE
+	    || (gr = call.rep->group_create) == NULL) {
 		cohort__coord_call_fini(&call);
 		return (cohort__err(COHORT_EPROTO,
 		    "group_new '%s': reply without a group", name));
 	}
-	if (gr->group_rank != me || gr->group_size != (uint32_t) nranks) {
+	if (gr->group_rank != me || gr->group_size != (uint32_t)nranks) {
 		st = cohort__err(COHORT_EPROTO,
 		    "group_new '%s': cohortd says rank %d of %u, expected %d "
-		    "of %zu", name, gr->group_rank, gr->group_size, me,
-		    nranks);
+		    "of %zu",
+		    name, gr->group_rank, gr->group_size, me, nranks);
 		cohort__coord_call_fini(&call);
 		return (st);
 	}
-	st = cohort__group_alloc(c, gr->group != NULL && gr->group[0] != '\0'
-	    ? gr->group : name, me, (int32_t) nranks, ranks, c->generation,
-	    &g);
+	st = cohort__group_alloc(c,
+	    gr->group != NULL && gr->group[0] != '\0' ? gr->group : name, me,
+	    (int32_t)nranks, ranks, c->generation, &g);
 	cohort__coord_call_fini(&call);
 	if (st != COHORT_OK)
 		return (st);

@@ -31,7 +31,7 @@ control_lock(pthread_mutex_t *m, cohort__time deadline)
 		left = cohort__remaining(deadline);
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_sec += left / 1000;
-		ts.tv_nsec += (long) (left % 1000) * 1000000L;
+		ts.tv_nsec += (long)(left % 1000) * 1000000L;
 		if (ts.tv_nsec >= 1000000000L) {
 			ts.tv_sec++;
 			ts.tv_nsec -= 1000000000L;
@@ -43,8 +43,8 @@ control_lock(pthread_mutex_t *m, cohort__time deadline)
 		    "timed out waiting for another thread's collective on "
 		    "the group"));
 	if (rv != 0)
-		return (cohort__err(COHORT_ESYSTEM, "pthread_mutex_lock: %d",
-		    rv));
+		return (
+		    cohort__err(COHORT_ESYSTEM, "pthread_mutex_lock: %d", rv));
 	return (COHORT_OK);
 }
 
@@ -53,8 +53,7 @@ control_lock(pthread_mutex_t *m, cohort__time deadline)
 static cohort_status
 control_run(cohort_group *g, Cohort__Collective *coll,
     const struct cohort__iov *parts, size_t nparts, cohort_duration timeout,
-    const char *what, struct cohort__coord_call *call,
-    Cohort__Request *req)
+    const char *what, struct cohort__coord_call *call, Cohort__Request *req)
 {
 	struct cohort_client *c = g->client;
 	cohort__time deadline;
@@ -111,8 +110,9 @@ control_run(cohort_group *g, Cohort__Collective *coll,
 		st = cohort__group_check(g);
 		break;
 	case COHORT_ETIMEDOUT:
-		if (call->rep != NULL && (call->rep->error == NULL ||
-		                             call->rep->error[0] == '\0')) {
+		if (call->rep != NULL
+		    && (call->rep->error == NULL
+		        || call->rep->error[0] == '\0')) {
 			char ranks[256];
 			size_t off = 0;
 
@@ -121,9 +121,10 @@ control_run(cohort_group *g, Cohort__Collective *coll,
 				cohort__appendf(ranks, sizeof(ranks), &off,
 				    "%s%d", i > 0 ? ", " : "",
 				    call->rep->missing_ranks[i]);
-			cohort__err(st, "%s (#%llu) on group '%s' timed out; "
-			                "ranks never arrived: %s",
-			    what, (unsigned long long) op_seq, g->id,
+			cohort__err(st,
+			    "%s (#%llu) on group '%s' timed out; "
+			    "ranks never arrived: %s",
+			    what, (unsigned long long)op_seq, g->id,
 			    off > 0 ? ranks : "unknown");
 		}
 		break;
@@ -131,8 +132,8 @@ control_run(cohort_group *g, Cohort__Collective *coll,
 		if (call->aborted || atomic_load(&g->abort_flag)) {
 			st = cohort__group_check(g);
 			if (st == COHORT_OK)
-				st = cohort__err(COHORT_EABORTED,
-				    "%s aborted", what);
+				st = cohort__err(
+				    COHORT_EABORTED, "%s aborted", what);
 		}
 		break;
 	}
@@ -163,7 +164,7 @@ cohort_barrier(cohort_group *g, const char *name, cohort_duration timeout)
 	if ((st = control_check_name(name)) != COHORT_OK)
 		return (st);
 	coll.kind = COHORT__COLLECTIVE_KIND__COLL_BARRIER;
-	coll.name = (char *) (name != NULL ? name : "");
+	coll.name = (char *)(name != NULL ? name : "");
 	st = control_run(g, &coll, NULL, 0, timeout, "barrier", &call, &req);
 	cohort__coord_call_fini(&call);
 	return (st);
@@ -193,8 +194,8 @@ cohort_broadcast_obj(cohort_group *g, int32_t root, const void *data,
 	if (is_root && data == NULL && len > 0)
 		return (cohort__err(COHORT_EINVAL, "NULL data on the root"));
 	if (!is_root && out == NULL)
-		return (cohort__err(COHORT_EINVAL,
-		    "NULL output on a receiving rank"));
+		return (cohort__err(
+		    COHORT_EINVAL, "NULL output on a receiving rank"));
 	coll.kind = COHORT__COLLECTIVE_KIND__COLL_BROADCAST;
 	coll.name = "";
 	coll.root = root;
@@ -235,19 +236,19 @@ cohort_reduce_scalars(cohort_group *g, cohort_dtype dtype, cohort_redop op,
 		return (cohort__err(COHORT_EINVAL,
 		    "reduce_scalars takes i64 or f64, not %s",
 		    cohort_dtype_name(dtype)));
-	if ((unsigned) op >= COHORT_REDOP_COUNT)
-		return (cohort__err(COHORT_EINVAL, "unknown reduction %d",
-		    (int) op));
+	if ((unsigned)op >= COHORT_REDOP_COUNT)
+		return (cohort__err(
+		    COHORT_EINVAL, "unknown reduction %d", (int)op));
 	if (op == COHORT_MEAN && dtype != COHORT_F64)
-		return (cohort__err(COHORT_EINVAL,
-		    "mean is defined for f64 only"));
+		return (cohort__err(
+		    COHORT_EINVAL, "mean is defined for f64 only"));
 	if (count > COHORT__MAX_SCALARS)
 		return (cohort__err(COHORT_EINVAL,
 		    "%zu scalars exceed the limit of %d", count,
 		    COHORT__MAX_SCALARS));
 	coll.kind = COHORT__COLLECTIVE_KIND__COLL_REDUCE_SCALARS;
 	coll.name = "";
-	coll.op = (uint32_t) op;
+	coll.op = (uint32_t)op;
 	if (dtype == COHORT_I64) {
 		coll.scalar_type = COHORT__SCALAR_TYPE__SCALAR_I64;
 		coll.i64s = values;
@@ -257,13 +258,13 @@ cohort_reduce_scalars(cohort_group *g, cohort_dtype dtype, cohort_redop op,
 		coll.f64s = values;
 		coll.n_f64s = count;
 	}
-	st = control_run(g, &coll, NULL, 0, timeout, "reduce_scalars", &call,
-	    &req);
+	st = control_run(
+	    g, &coll, NULL, 0, timeout, "reduce_scalars", &call, &req);
 	if (st != COHORT_OK)
 		goto out;
-	cr = call.rep->body_case == COHORT__REPLY__BODY_COLLECTIVE ?
-	    call.rep->collective :
-	    NULL;
+	cr = call.rep->body_case == COHORT__REPLY__BODY_COLLECTIVE
+	    ? call.rep->collective
+	    : NULL;
 	if (count == 0)
 		goto out;
 	if (cr != NULL && dtype == COHORT_I64 && cr->n_i64s == count)
@@ -296,8 +297,8 @@ cohort_decide(cohort_group *g, bool decision, bool all, bool *out,
 	st = control_run(g, &coll, NULL, 0, timeout, "decide", &call, &req);
 	if (st != COHORT_OK)
 		goto out;
-	if (call.rep->body_case != COHORT__REPLY__BODY_COLLECTIVE ||
-	    call.rep->collective == NULL) {
+	if (call.rep->body_case != COHORT__REPLY__BODY_COLLECTIVE
+	    || call.rep->collective == NULL) {
 		st = cohort__err(COHORT_EPROTO, "decide reply without result");
 		goto out;
 	}

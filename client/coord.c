@@ -55,15 +55,15 @@ struct cohort__coord {
 
 	pthread_mutex_t mtx;
 	pthread_cond_t cv;
-	bool connected;   /* a pipe was up at least once */
-	bool up;          /* a pipe is up now */
+	bool connected; /* a pipe was up at least once */
+	bool up; /* a pipe is up now */
 	uint32_t pipe_id; /* the pipe that is up */
-	uint64_t epoch;   /* pipes added so far */
+	uint64_t epoch; /* pipes added so far */
 	cohort__time down_since;
 	cohort_duration reconnect_ms;
 	uint64_t reconnects;
-	bool lost;        /* gave up: sticky ENOCOORD */
-	bool leaving;     /* Leave sent: cohortd closes the connection */
+	bool lost; /* gave up: sticky ENOCOORD */
+	bool leaving; /* Leave sent: cohortd closes the connection */
 	char lost_why[320];
 	bool closing;
 	int32_t rank;
@@ -97,8 +97,8 @@ struct cohort__coord_async {
 	nng_ctx ctx;
 	nng_aio *aio;
 	enum coord_state state; /* under co->mtx */
-	bool stopped;           /* under co->mtx */
-	nng_msg *tmpl;          /* the packed request, for re-sends */
+	bool stopped; /* under co->mtx */
+	nng_msg *tmpl; /* the packed request, for re-sends */
 	struct cohort__coord_call call;
 };
 
@@ -121,15 +121,15 @@ cohort__cond_init(pthread_cond_t *cv)
 }
 
 int
-cohort__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mtx,
-    cohort__time deadline)
+cohort__cond_wait_until(
+    pthread_cond_t *cv, pthread_mutex_t *mtx, cohort__time deadline)
 {
 	struct timespec ts;
 
 	if (deadline == COHORT__TIME_NEVER)
 		return (pthread_cond_wait(cv, mtx));
-	ts.tv_sec = (time_t) (deadline / 1000);
-	ts.tv_nsec = (long) (deadline % 1000) * 1000000L;
+	ts.tv_sec = (time_t)(deadline / 1000);
+	ts.tv_nsec = (long)(deadline % 1000) * 1000000L;
 	return (pthread_cond_timedwait(cv, mtx, &ts));
 }
 
@@ -139,7 +139,7 @@ coord_park_ms(cohort__time deadline)
 {
 	if (deadline == COHORT__TIME_NEVER)
 		return (UINT32_MAX);
-	return ((uint32_t) cohort__remaining(deadline));
+	return ((uint32_t)cohort__remaining(deadline));
 }
 
 /* How long a step waits: the parking time plus the reply's flight. */
@@ -150,8 +150,8 @@ coord_wait_ms(cohort__time deadline)
 
 	if (deadline == COHORT__TIME_NEVER)
 		return (NNG_DURATION_INFINITE);
-	ms = (int64_t) cohort__remaining(deadline) + COHORT__REPLY_GRACE_MS;
-	return (ms > INT32_MAX ? INT32_MAX : (nng_duration) ms);
+	ms = (int64_t)cohort__remaining(deadline) + COHORT__REPLY_GRACE_MS;
+	return (ms > INT32_MAX ? INT32_MAX : (nng_duration)ms);
 }
 
 /* The last moment a call waits for anything: deadline plus grace. */
@@ -167,9 +167,9 @@ coord_call_end(const struct cohort__coord_call *call)
 static bool
 coord_conn_error(int rv)
 {
-	return (rv == NNG_ECONNRESET || rv == NNG_ECONNSHUT ||
-	    rv == NNG_ECONNREFUSED || rv == NNG_ECONNABORTED ||
-	    rv == NNG_EUNREACHABLE || rv == NNG_ECANCELED);
+	return (rv == NNG_ECONNRESET || rv == NNG_ECONNSHUT
+	    || rv == NNG_ECONNREFUSED || rv == NNG_ECONNABORTED
+	    || rv == NNG_EUNREACHABLE || rv == NNG_ECANCELED);
 }
 
 static void
@@ -234,13 +234,13 @@ coord_window_over_locked(struct cohort__coord *co, cohort__time now)
 
 	if (co->lost)
 		return (true);
-	if (co->up || !co->connected ||
-	    now - co->down_since < (cohort__time) co->reconnect_ms)
+	if (co->up || !co->connected
+	    || now - co->down_since < (cohort__time)co->reconnect_ms)
 		return (false);
 	cohort__appendf(why, sizeof(why), &off,
 	    "lost the connection to the coordinator at %s and could not "
 	    "reconnect within %.1f s",
-	    co->url, (double) co->reconnect_ms / 1000.0);
+	    co->url, (double)co->reconnect_ms / 1000.0);
 	coord_set_lost_locked(co, why);
 	return (true);
 }
@@ -248,8 +248,7 @@ coord_window_over_locked(struct cohort__coord *co, cohort__time now)
 /* Blocks until a connection is up (COHORT_OK), or fails: the window
  * passed, the call's deadline passed, an abort, a close. Under co->mtx. */
 static cohort_status
-coord_wait_up_locked(struct cohort__coord *co,
-    struct cohort__coord_call *call)
+coord_wait_up_locked(struct cohort__coord *co, struct cohort__coord_call *call)
 {
 	cohort_status st;
 	cohort__time now, until, end = coord_call_end(call);
@@ -264,17 +263,16 @@ coord_wait_up_locked(struct cohort__coord *co,
 			continue; /* check_locked says why */
 		if (now >= end)
 			return (cohort__err(COHORT_ENOCOORD,
-			    co->connected ?
-			        "the connection to the coordinator at %s is "
-			        "down; not back before the call's deadline" :
-			        "cannot reach the coordinator at %s before "
-			        "the call's deadline",
+			    co->connected
+			        ? "the connection to the coordinator at %s is "
+			          "down; not back before the call's deadline"
+			        : "cannot reach the coordinator at %s before "
+			          "the call's deadline",
 			    co->url));
 		until = end;
-		if (co->connected &&
-		    co->down_since + co->reconnect_ms < until)
+		if (co->connected && co->down_since + co->reconnect_ms < until)
 			until = co->down_since + co->reconnect_ms;
-		(void) cohort__cond_wait_until(&co->cv, &co->mtx, until);
+		(void)cohort__cond_wait_until(&co->cv, &co->mtx, until);
 	}
 }
 
@@ -330,8 +328,8 @@ coord_unpack(struct cohort__coord_call *call, nng_msg *msg)
 	size_t plen;
 	cohort_status st;
 
-	if ((st = cohort__wire_unpack_reply(msg, &rep, &payload, &plen)) !=
-	    COHORT_OK) {
+	if ((st = cohort__wire_unpack_reply(msg, &rep, &payload, &plen))
+	    != COHORT_OK) {
 		nng_msg_free(msg);
 		return (st);
 	}
@@ -348,11 +346,11 @@ coord_unpack(struct cohort__coord_call *call, nng_msg *msg)
 	call->payload = payload;
 	call->plen = plen;
 	if (rep->status != 0) {
-		st = (cohort_status) rep->status;
+		st = (cohort_status)rep->status;
 		return (cohort__err(st, "%s",
-		    rep->error != NULL && rep->error[0] != '\0' ?
-		        rep->error :
-		        cohort_strerror(st)));
+		    rep->error != NULL && rep->error[0] != '\0'
+		        ? rep->error
+		        : cohort_strerror(st)));
 	}
 	return (COHORT_OK);
 }
@@ -451,7 +449,8 @@ coord_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 	if (ev == NNG_PIPE_EV_ADD_POST) {
 		if (co->connected && co->leaving) {
 			/* nng redialled after cohortd closed the connection
-			 * of our Leave: not a reconnection anyone waited for */
+			 * of our Leave: not a reconnection anyone waited for
+			 */
 			cohort__debug("redialled the coordinator at %s after "
 			              "leaving",
 			    co->url);
@@ -461,19 +460,19 @@ coord_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 			             "after %.2f s; re-sending the requests "
 			             "in flight",
 			    co->url,
-			    (double) (cohort__now_ms() - co->down_since) /
-			        1000.0);
+			    (double)(cohort__now_ms() - co->down_since)
+			        / 1000.0);
 		} else {
-			cohort__debug("connected to the coordinator at %s",
-			    co->url);
+			cohort__debug(
+			    "connected to the coordinator at %s", co->url);
 		}
 		co->connected = true;
 		co->up = true;
 		co->pipe_id = id;
 		co->epoch++;
 		coord_resend_all_locked(co, NNG_ECANCELED);
-	} else if (ev == NNG_PIPE_EV_REM_POST && co->up && id == co->pipe_id &&
-	    co->leaving) {
+	} else if (ev == NNG_PIPE_EV_REM_POST && co->up && id == co->pipe_id
+	    && co->leaving) {
 		/* the close cohortd does after a Leave: expected */
 		co->up = false;
 		co->pipe_id = 0;
@@ -484,7 +483,7 @@ coord_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 		co->down_since = cohort__now_ms();
 		cohort__warn("lost the connection to the coordinator at %s; "
 		             "reconnecting (for up to %.1f s)",
-		    co->url, (double) co->reconnect_ms / 1000.0);
+		    co->url, (double)co->reconnect_ms / 1000.0);
 		coord_resend_all_locked(co, NNG_ECONNSHUT);
 	}
 	pthread_mutex_unlock(&co->mtx);
@@ -493,7 +492,7 @@ coord_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 static cohort_duration
 coord_default_window(void)
 {
-	return ((cohort_duration) cohort__knob_int_or(COHORT__KNOB_RECONNECT_MS,
+	return ((cohort_duration)cohort__knob_int_or(COHORT__KNOB_RECONNECT_MS,
 	    cohort__scaled(COHORT__DEFAULT_DEAD_AFTER_MS)));
 }
 
@@ -516,8 +515,8 @@ cohort__coord_open(const char *url, const char *job, const char *token,
 	co->rank = -1;
 	co->reconnect_ms = coord_default_window();
 	atomic_init(&co->next_seq, 1);
-	if ((co->job = strdup(job)) == NULL ||
-	    (co->token = strdup(token)) == NULL) {
+	if ((co->job = strdup(job)) == NULL
+	    || (co->token = strdup(token)) == NULL) {
 		st = cohort__err(COHORT_ENOMEM, "out of memory");
 		goto out_free;
 	}
@@ -534,28 +533,34 @@ cohort__coord_open(const char *url, const char *job, const char *token,
 		    nng_strerror(rv));
 		goto out_destroy_cv;
 	}
-	if ((rv = nng_socket_set_ms(co->sock, NNG_OPT_REQ_RESENDTIME,
-	         NNG_DURATION_INFINITE)) != 0 ||
-	    (rv = nng_socket_set_size(co->sock, NNG_OPT_RECVMAXSZ,
-	         COHORT__MAX_MESSAGE)) != 0 ||
-	    (rv = nng_socket_set_ms(co->sock, NNG_OPT_RECONNMINT,
-	         COORD_RECONN_MIN_MS)) != 0 ||
-	    (rv = nng_socket_set_ms(co->sock, NNG_OPT_RECONNMAXT,
-	         COORD_RECONN_MAX_MS)) != 0 ||
-	    (rv = nng_pipe_notify(co->sock, NNG_PIPE_EV_ADD_POST,
-	         coord_pipe_cb, co)) != 0 ||
-	    (rv = nng_pipe_notify(co->sock, NNG_PIPE_EV_REM_POST,
-	         coord_pipe_cb, co)) != 0) {
+	if ((rv = nng_socket_set_ms(
+	         co->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE))
+	        != 0
+	    || (rv = nng_socket_set_size(
+	            co->sock, NNG_OPT_RECVMAXSZ, COHORT__MAX_MESSAGE))
+	        != 0
+	    || (rv = nng_socket_set_ms(
+	            co->sock, NNG_OPT_RECONNMINT, COORD_RECONN_MIN_MS))
+	        != 0
+	    || (rv = nng_socket_set_ms(
+	            co->sock, NNG_OPT_RECONNMAXT, COORD_RECONN_MAX_MS))
+	        != 0
+	    || (rv = nng_pipe_notify(
+	            co->sock, NNG_PIPE_EV_ADD_POST, coord_pipe_cb, co))
+	        != 0
+	    || (rv = nng_pipe_notify(
+	            co->sock, NNG_PIPE_EV_REM_POST, coord_pipe_cb, co))
+	        != 0) {
 		st = cohort__err(cohort__from_nng(rv),
 		    "setting up the coordinator socket: %s", nng_strerror(rv));
 		goto out_close_socket;
 	}
-	if ((rv = nng_dial(co->sock, url, &co->dialer, NNG_FLAG_NONBLOCK)) !=
-	    0) {
-		st = cohort__err(rv == NNG_EADDRINVAL || rv == NNG_EINVAL ||
-		            rv == NNG_ENOTSUP ?
-		        COHORT_EINVAL :
-		        cohort__from_nng(rv),
+	if ((rv = nng_dial(co->sock, url, &co->dialer, NNG_FLAG_NONBLOCK))
+	    != 0) {
+		st = cohort__err(rv == NNG_EADDRINVAL || rv == NNG_EINVAL
+		            || rv == NNG_ENOTSUP
+		        ? COHORT_EINVAL
+		        : cohort__from_nng(rv),
 		    "cannot dial the coordinator at %s: %s", url,
 		    nng_strerror(rv));
 		goto out_close_socket;
@@ -583,8 +588,8 @@ cohort__coord_wait_connected(struct cohort__coord *co, cohort__time deadline)
 
 	pthread_mutex_lock(&co->mtx);
 	while (!co->connected && !co->closing) {
-		if (cohort__cond_wait_until(&co->cv, &co->mtx, deadline) ==
-		    ETIMEDOUT) {
+		if (cohort__cond_wait_until(&co->cv, &co->mtx, deadline)
+		    == ETIMEDOUT) {
 			if (!co->connected)
 				st = cohort__err(COHORT_ENOCOORD,
 				    "cannot reach the coordinator at %s",
@@ -663,8 +668,8 @@ coord_close_socket(nng_socket sock, cohort_duration bound_ms)
 	}
 	pthread_attr_destroy(&attr);
 	pthread_mutex_lock(&cl->mtx);
-	while (!cl->done &&
-	    cohort__cond_wait_until(&cl->cv, &cl->mtx, deadline) == 0)
+	while (!cl->done
+	    && cohort__cond_wait_until(&cl->cv, &cl->mtx, deadline) == 0)
 		;
 	done = cl->done;
 	if (!done)
@@ -675,10 +680,11 @@ coord_close_socket(nng_socket sock, cohort_duration bound_ms)
 		pthread_mutex_destroy(&cl->mtx);
 		free(cl);
 	} else {
-		cohort__warn("closing the connection to cohortd did not finish "
-		             "in %d ms (nng 1.5 close race); left to finish "
-		             "in the background",
-		    (int) bound_ms);
+		cohort__warn(
+		    "closing the connection to cohortd did not finish "
+		    "in %d ms (nng 1.5 close race); left to finish "
+		    "in the background",
+		    (int)bound_ms);
 	}
 }
 
@@ -694,8 +700,8 @@ cohort__coord_close(struct cohort__coord *co)
 	 * cohort__coord_prepare_close); bounded. */
 	if (co->leaving) {
 		cohort__time until = cohort__now_ms() + 400;
-		while (co->up &&
-		    cohort__cond_wait_until(&co->cv, &co->mtx, until) == 0)
+		while (co->up
+		    && cohort__cond_wait_until(&co->cv, &co->mtx, until) == 0)
 			;
 	}
 	co->closing = true;
@@ -726,8 +732,8 @@ cohort__coord_prepare_close(struct cohort__coord *co)
 	co->leaving = true;
 	pthread_mutex_unlock(&co->mtx);
 	/* no reconnection once cohortd closes the connection */
-	(void) nng_dialer_set_ms(co->dialer, NNG_OPT_RECONNMINT, 3600000);
-	(void) nng_dialer_set_ms(co->dialer, NNG_OPT_RECONNMAXT, 3600000);
+	(void)nng_dialer_set_ms(co->dialer, NNG_OPT_RECONNMINT, 3600000);
+	(void)nng_dialer_set_ms(co->dialer, NNG_OPT_RECONNMAXT, 3600000);
 }
 
 void
@@ -742,8 +748,8 @@ cohort__coord_drop(struct cohort__coord *co, const char *why)
 }
 
 void
-cohort__coord_set_reconnect_window(struct cohort__coord *co,
-    cohort_duration ms)
+cohort__coord_set_reconnect_window(
+    struct cohort__coord *co, cohort_duration ms)
 {
 	pthread_mutex_lock(&co->mtx);
 	co->reconnect_ms = ms;
@@ -751,8 +757,8 @@ cohort__coord_set_reconnect_window(struct cohort__coord *co,
 }
 
 void
-cohort__coord_set_member(struct cohort__coord *co, int32_t rank,
-    uint64_t generation)
+cohort__coord_set_member(
+    struct cohort__coord *co, int32_t rank, uint64_t generation)
 {
 	pthread_mutex_lock(&co->mtx);
 	co->rank = rank;
@@ -872,8 +878,8 @@ cohort__coord_call(struct cohort__coord *co, struct cohort__coord_call *call)
 		 * request no longer than the caller still waits. */
 		pthread_mutex_unlock(&co->mtx);
 		coord_fill(co, call);
-		st = cohort__wire_pack_request(call->req, call->parts,
-		    call->nparts, &msg);
+		st = cohort__wire_pack_request(
+		    call->req, call->parts, call->nparts, &msg);
 		pthread_mutex_lock(&co->mtx);
 		if (st != COHORT_OK)
 			break;
@@ -898,8 +904,8 @@ cohort__coord_call(struct cohort__coord *co, struct cohort__coord_call *call)
 				nng_msg_free(msg);
 			nng_aio_set_msg(sl->aio, NULL);
 			msg = NULL;
-			if (coord_check_locked(co, call) == COHORT_OK &&
-			    (call->resend || coord_conn_error(rv)))
+			if (coord_check_locked(co, call) == COHORT_OK
+			    && (call->resend || coord_conn_error(rv)))
 				continue;
 			st = coord_step_error(co, call, rv, "sending");
 			break;
@@ -916,8 +922,8 @@ cohort__coord_call(struct cohort__coord *co, struct cohort__coord_call *call)
 			coord_slot_put(co, sl, true);
 			return (coord_unpack(call, msg));
 		}
-		if (coord_check_locked(co, call) == COHORT_OK &&
-		    (call->resend || coord_conn_error(rv)))
+		if (coord_check_locked(co, call) == COHORT_OK
+		    && (call->resend || coord_conn_error(rv)))
 			continue;
 		st = coord_step_error(co, call, rv, "waiting for the reply");
 		break;
@@ -938,8 +944,8 @@ cohort__coord_call(struct cohort__coord *co, struct cohort__coord_call *call)
 /* Ends the call in progress on a and hands the reply to the callback.
  * Called without co->mtx; st is the status when rv == 0 does not apply. */
 static void
-coord_async_finish(struct cohort__coord_async *a, cohort_status st,
-    nng_msg *reply)
+coord_async_finish(
+    struct cohort__coord_async *a, cohort_status st, nng_msg *reply)
 {
 	struct cohort__coord *co = a->co;
 	struct cohort__coord_call done;
@@ -982,7 +988,7 @@ coord_async_copy(struct cohort__coord_async *a)
 		return (NULL);
 	}
 	req->timeout_ms = coord_park_ms(a->call.deadline);
-	(void) cohort__wire_pack_request(req, NULL, 0, &out);
+	(void)cohort__wire_pack_request(req, NULL, 0, &out);
 	cohort__request__free_unpacked(req, NULL);
 	nng_msg_free(dup);
 	return (out);
@@ -1044,29 +1050,29 @@ coord_async_cb(void *arg)
 			if ((msg = nng_aio_get_msg(a->aio)) != NULL)
 				nng_msg_free(msg);
 			nng_aio_set_msg(a->aio, NULL);
-			if (!a->stopped &&
-			    coord_check_locked(co, &a->call) == COHORT_OK &&
-			    (a->call.resend || coord_conn_error(rv)))
+			if (!a->stopped
+			    && coord_check_locked(co, &a->call) == COHORT_OK
+			    && (a->call.resend || coord_conn_error(rv)))
 				st = coord_async_next_locked(a);
 			else if (a->stopped)
-				st = cohort__err(COHORT_ECLOSED,
-				    "async call stopped");
+				st = cohort__err(
+				    COHORT_ECLOSED, "async call stopped");
 			else
-				st = coord_step_error(co, &a->call, rv,
-				    "sending");
+				st = coord_step_error(
+				    co, &a->call, rv, "sending");
 			break;
 		}
 		if (a->call.resend) {
 			st = coord_async_next_locked(a);
 			break;
 		}
-		st = a->stopped ? cohort__err(COHORT_ECLOSED,
-		                      "async call stopped") :
-		                  coord_check_locked(co, &a->call);
+		st = a->stopped
+		    ? cohort__err(COHORT_ECLOSED, "async call stopped")
+		    : coord_check_locked(co, &a->call);
 		if (st == COHORT_OK) {
 			a->state = COORD_RECV;
-			nng_aio_set_timeout(a->aio,
-			    coord_wait_ms(a->call.deadline));
+			nng_aio_set_timeout(
+			    a->aio, coord_wait_ms(a->call.deadline));
 			nng_ctx_recv(a->ctx, a->aio);
 		}
 		break;
@@ -1078,15 +1084,15 @@ coord_async_cb(void *arg)
 			coord_async_finish(a, COHORT_OK, msg);
 			return;
 		}
-		if (!a->stopped &&
-		    coord_check_locked(co, &a->call) == COHORT_OK &&
-		    (a->call.resend || coord_conn_error(rv)))
+		if (!a->stopped
+		    && coord_check_locked(co, &a->call) == COHORT_OK
+		    && (a->call.resend || coord_conn_error(rv)))
 			st = coord_async_next_locked(a);
 		else
-			st = a->stopped ?
-			    cohort__err(COHORT_ECLOSED, "async call stopped") :
-			    coord_step_error(co, &a->call, rv,
-			        "waiting for the reply");
+			st = a->stopped
+			    ? cohort__err(COHORT_ECLOSED, "async call stopped")
+			    : coord_step_error(
+			        co, &a->call, rv, "waiting for the reply");
 		break;
 	case COORD_IDLE:
 		pthread_mutex_unlock(&co->mtx);
@@ -1125,8 +1131,8 @@ cohort__coord_async_alloc(struct cohort__coord *co, cohort__coord_done cb,
 }
 
 cohort_status
-cohort__coord_async_start(struct cohort__coord_async *a,
-    Cohort__Request *req, cohort__time deadline)
+cohort__coord_async_start(
+    struct cohort__coord_async *a, Cohort__Request *req, cohort__time deadline)
 {
 	struct cohort__coord *co = a->co;
 	nng_msg *msg;

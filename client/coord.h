@@ -63,11 +63,11 @@ struct cohort__coord;
  * cohort__coord_call_fini. */
 struct cohort__coord_call {
 	/* Inputs. */
-	Cohort__Request *req;             /* body set by the caller */
-	const struct cohort__iov *parts;  /* trailing payload, may be NULL */
+	Cohort__Request *req; /* body set by the caller */
+	const struct cohort__iov *parts; /* trailing payload, may be NULL */
 	size_t nparts;
-	cohort__time deadline;            /* COHORT__TIME_NEVER: no limit */
-	uint64_t seq;                     /* 0: next; else a retry */
+	cohort__time deadline; /* COHORT__TIME_NEVER: no limit */
+	uint64_t seq; /* 0: next; else a retry */
 
 	/* Outputs: the reply, if one arrived (also when it carries an error
 	 * status), valid until cohort__coord_call_fini. payload points into
@@ -78,12 +78,12 @@ struct cohort__coord_call {
 
 	/* Private to coord.c. */
 	nng_msg *reply_msg;
-	nng_aio *aio;          /* current step's aio, NULL when none */
-	bool aborted;          /* cohort__coord_call_abort was called */
+	nng_aio *aio; /* current step's aio, NULL when none */
+	bool aborted; /* cohort__coord_call_abort was called */
 	cohort_status abort_st;
-	bool resend;           /* the connection changed: send again */
-	uint64_t sent_epoch;   /* connection epoch of the last send */
-	unsigned sends;        /* times sent */
+	bool resend; /* the connection changed: send again */
+	uint64_t sent_epoch; /* connection epoch of the last send */
+	unsigned sends; /* times sent */
 	struct cohort__coord_call *prev, *next; /* pending list */
 };
 
@@ -93,8 +93,8 @@ cohort_status cohort__coord_open(const char *url, const char *job,
     const char *token, uint64_t client_id, struct cohort__coord **out);
 
 /* Waits until the connection is up, or deadline: COHORT_ENOCOORD. */
-cohort_status cohort__coord_wait_connected(struct cohort__coord *co,
-    cohort__time deadline);
+cohort_status cohort__coord_wait_connected(
+    struct cohort__coord *co, cohort__time deadline);
 
 /* Closes the socket (pending calls fail with COHORT_ECLOSED) and frees the
  * engine. Async operations must have been freed before. NULL-safe. */
@@ -108,16 +108,16 @@ void cohort__coord_close(struct cohort__coord *co);
 void cohort__coord_prepare_close(struct cohort__coord *co);
 
 /* Identity carried by later requests (after the join completed). */
-void cohort__coord_set_member(struct cohort__coord *co, int32_t rank,
-    uint64_t generation);
+void cohort__coord_set_member(
+    struct cohort__coord *co, int32_t rank, uint64_t generation);
 /* True once the connection to cohortd was lost for good (down longer
  * than the reconnect window, or dropped). */
 bool cohort__coord_lost(struct cohort__coord *co);
 /* True while a connection is up. */
 bool cohort__coord_up(struct cohort__coord *co);
 /* How long the connection may stay down before calls fail. */
-void cohort__coord_set_reconnect_window(struct cohort__coord *co,
-    cohort_duration ms);
+void cohort__coord_set_reconnect_window(
+    struct cohort__coord *co, cohort_duration ms);
 /* Drops the connection on purpose (fault injection): the engine is lost
  * at once with `why` (pending calls fail with ENOCOORD), the dialer stops
  * re-dialing, cohortd sees the connection close. Never blocks long. */
@@ -133,8 +133,8 @@ void cohort__coord_call_init(struct cohort__coord_call *call,
  * COHORT_ENOCOORD when the coordinator is unreachable or did not answer in
  * time; COHORT_EPROTO for a malformed reply; the abort status after
  * cohort__coord_call_abort; ENOMEM/ETOOBIG from packing. Blocks. */
-cohort_status cohort__coord_call(struct cohort__coord *co,
-    struct cohort__coord_call *call);
+cohort_status cohort__coord_call(
+    struct cohort__coord *co, struct cohort__coord_call *call);
 
 /* Makes a cohort__coord_call in progress in another thread (or about to
  * start) return `why` promptly. Never blocks; the call must be initialised
@@ -151,8 +151,8 @@ void cohort__coord_call_fini(struct cohort__coord_call *call);
  * call->rep is valid only during the callback. The callback may start the
  * next call on the same object; it must not block, nor stop or free it. */
 struct cohort__coord_async;
-typedef void (*cohort__coord_done)(void *arg, cohort_status st,
-    struct cohort__coord_call *call);
+typedef void (*cohort__coord_done)(
+    void *arg, cohort_status st, struct cohort__coord_call *call);
 
 cohort_status cohort__coord_async_alloc(struct cohort__coord *co,
     cohort__coord_done cb, void *arg, struct cohort__coord_async **out);
@@ -167,11 +167,10 @@ void cohort__coord_async_stop(struct cohort__coord_async *a);
 /* Stops and frees. NULL-safe. */
 void cohort__coord_async_free(struct cohort__coord_async *a);
 
-
 /* Converts a deadline to a pthread_cond_timedwait absolute time on
  * CLOCK_MONOTONIC (conds created with cohort__cond_init). */
 int cohort__cond_init(pthread_cond_t *cv);
-int cohort__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mtx,
-    cohort__time deadline);
+int cohort__cond_wait_until(
+    pthread_cond_t *cv, pthread_mutex_t *mtx, cohort__time deadline);
 
 #endif /* COHORT_COORD_H */

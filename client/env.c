@@ -56,8 +56,8 @@ static const struct env_source env_sources[] = {
 /* Reads an integer variable in [min, max]. Returns COHORT_OK with
  * *present = false when unset (or empty), EINVAL when malformed. */
 static cohort_status
-env_int(const char *name, int64_t min, int64_t max, int32_t *out,
-    bool *present)
+env_int(
+    const char *name, int64_t min, int64_t max, int32_t *out, bool *present)
 {
 	const char *s;
 	int64_t v;
@@ -66,13 +66,13 @@ env_int(const char *name, int64_t min, int64_t max, int32_t *out,
 	if ((s = cohort__env_raw(name)) == NULL)
 		return (COHORT_OK);
 	if (s[0] == ' ' || s[0] == '\t' || !cohort__parse_i64(s, &v))
-		return (cohort__err(COHORT_EINVAL,
-		    "%s='%s' is not an integer", name, s));
+		return (cohort__err(
+		    COHORT_EINVAL, "%s='%s' is not an integer", name, s));
 	if (v < min || v > max)
 		return (cohort__err(COHORT_EINVAL,
 		    "%s=%s is out of range [%lld, %lld]", name, s,
-		    (long long) min, (long long) max));
-	*out = (int32_t) v;
+		    (long long)min, (long long)max));
+	*out = (int32_t)v;
 	*present = true;
 	return (COHORT_OK);
 }
@@ -97,8 +97,7 @@ env_copy(char *dst, size_t size, const char *name, const char *val)
 /* Looks at one source: COHORT_OK and *complete when it has rank and
  * world size; fills *out's rank fields then. */
 static cohort_status
-env_try_source(const struct env_source *src, cohort_env *out,
-    bool *complete)
+env_try_source(const struct env_source *src, cohort_env *out, bool *complete)
 {
 	int32_t rank = -1, world = 0, lrank = -1, lworld = 0, node = -1;
 	bool has_rank, has_world, has_lrank, has_lworld, has_node;
@@ -107,16 +106,19 @@ env_try_source(const struct env_source *src, cohort_env *out,
 	*complete = false;
 	/* COHORT_RANK=-1 explicitly asks cohortd to assign the rank. */
 	if ((st = env_int(src->rank, strcmp(src->name, "cohort") == 0 ? -1 : 0,
-	         ENV_INT_MAX - 1, &rank,
-	         &has_rank)) != COHORT_OK ||
-	    (st = env_int(src->world, 1, ENV_INT_MAX, &world, &has_world)) !=
-	        COHORT_OK ||
-	    (st = env_int(src->local_rank, 0, ENV_INT_MAX - 1, &lrank,
-	         &has_lrank)) != COHORT_OK ||
-	    (st = env_int(src->local_world, 1, ENV_INT_MAX, &lworld,
-	         &has_lworld)) != COHORT_OK ||
-	    (st = env_int(src->node_rank, 0, ENV_INT_MAX - 1, &node,
-	         &has_node)) != COHORT_OK)
+	         ENV_INT_MAX - 1, &rank, &has_rank))
+	        != COHORT_OK
+	    || (st = env_int(src->world, 1, ENV_INT_MAX, &world, &has_world))
+	        != COHORT_OK
+	    || (st = env_int(
+	            src->local_rank, 0, ENV_INT_MAX - 1, &lrank, &has_lrank))
+	        != COHORT_OK
+	    || (st = env_int(
+	            src->local_world, 1, ENV_INT_MAX, &lworld, &has_lworld))
+	        != COHORT_OK
+	    || (st = env_int(
+	            src->node_rank, 0, ENV_INT_MAX - 1, &node, &has_node))
+	        != COHORT_OK)
 		return (st);
 	if (!has_rank || !has_world) {
 		if (has_rank || has_world)
@@ -127,19 +129,17 @@ env_try_source(const struct env_source *src, cohort_env *out,
 		return (COHORT_OK);
 	}
 	if (rank >= world)
-		return (cohort__err(COHORT_EINVAL,
-		    "%s=%d is not below %s=%d", src->rank, rank, src->world,
-		    world));
+		return (cohort__err(COHORT_EINVAL, "%s=%d is not below %s=%d",
+		    src->rank, rank, src->world, world));
 	if (has_lrank && has_lworld && lrank >= lworld)
-		return (cohort__err(COHORT_EINVAL,
-		    "%s=%d is not below %s=%d", src->local_rank, lrank,
-		    src->local_world, lworld));
+		return (cohort__err(COHORT_EINVAL, "%s=%d is not below %s=%d",
+		    src->local_rank, lrank, src->local_world, lworld));
 	cohort__strlcpy(out->source, src->name, sizeof(out->source));
 	out->rank = rank;
 	out->world_size = world;
 	cohort__strlcpy(out->rank_from, src->rank, sizeof(out->rank_from));
-	cohort__strlcpy(out->world_size_from, src->world,
-	    sizeof(out->world_size_from));
+	cohort__strlcpy(
+	    out->world_size_from, src->world, sizeof(out->world_size_from));
 	if (has_lrank) {
 		out->local_rank = lrank;
 		cohort__strlcpy(out->local_rank_from, src->local_rank,
@@ -172,7 +172,8 @@ env_coordinator(cohort_env *out)
 			    "tcp://host:port",
 			    url));
 		if ((st = env_copy(out->coordinator, sizeof(out->coordinator),
-		         "COHORT_COORDINATOR", url)) != COHORT_OK)
+		         "COHORT_COORDINATOR", url))
+		    != COHORT_OK)
 			return (st);
 		cohort__strlcpy(out->coordinator_from, "COHORT_COORDINATOR",
 		    sizeof(out->coordinator_from));
@@ -180,14 +181,14 @@ env_coordinator(cohort_env *out)
 	}
 	if (addr == NULL || port == NULL)
 		return (COHORT_OK);
-	if ((st = env_int("MASTER_PORT", 1, 65535, &p, &has_port)) !=
-	    COHORT_OK)
+	if ((st = env_int("MASTER_PORT", 1, 65535, &p, &has_port))
+	    != COHORT_OK)
 		return (st);
 	if (strchr(addr, ':') != NULL && addr[0] != '[')
 		n = snprintf(buf, sizeof(buf), "tcp://[%s]:%d", addr, p);
 	else
 		n = snprintf(buf, sizeof(buf), "tcp://%s:%d", addr, p);
-	if (n < 0 || (size_t) n >= sizeof(out->coordinator))
+	if (n < 0 || (size_t)n >= sizeof(out->coordinator))
 		return (cohort__err(COHORT_EINVAL, "MASTER_ADDR is too long"));
 	cohort__strlcpy(out->coordinator, buf, sizeof(out->coordinator));
 	cohort__strlcpy(out->coordinator_from, "MASTER_ADDR:MASTER_PORT",
@@ -204,12 +205,13 @@ env_resolve(cohort_env *out)
 	cohort_status st;
 
 	for (size_t i = 0; i < ENV_NSOURCES && !complete; i++)
-		if ((st = env_try_source(&env_sources[i], out, &complete)) !=
-		    COHORT_OK)
+		if ((st = env_try_source(&env_sources[i], out, &complete))
+		    != COHORT_OK)
 			return (st);
 	if (!complete) {
-		if ((st = env_int("COHORT_WORLD_SIZE", 1, ENV_INT_MAX, &v,
-		         &present)) != COHORT_OK)
+		if ((st = env_int(
+		         "COHORT_WORLD_SIZE", 1, ENV_INT_MAX, &v, &present))
+		    != COHORT_OK)
 			return (st);
 		if (present) {
 			out->world_size = v;
@@ -221,24 +223,27 @@ env_resolve(cohort_env *out)
 		return (st);
 
 	if ((s = env_str("COHORT_JOB")) != NULL) {
-		if ((st = env_copy(out->job, sizeof(out->job), "COHORT_JOB",
-		         s)) != COHORT_OK)
+		if ((st = env_copy(
+		         out->job, sizeof(out->job), "COHORT_JOB", s))
+		    != COHORT_OK)
 			return (st);
-		cohort__strlcpy(out->job_from, "COHORT_JOB",
-		    sizeof(out->job_from));
+		cohort__strlcpy(
+		    out->job_from, "COHORT_JOB", sizeof(out->job_from));
 	} else if ((s = env_str("TORCHELASTIC_RUN_ID")) != NULL) {
-		if ((st = env_copy(out->job, sizeof(out->job),
-		         "TORCHELASTIC_RUN_ID", s)) != COHORT_OK)
+		if ((st = env_copy(
+		         out->job, sizeof(out->job), "TORCHELASTIC_RUN_ID", s))
+		    != COHORT_OK)
 			return (st);
 		cohort__strlcpy(out->job_from, "TORCHELASTIC_RUN_ID",
 		    sizeof(out->job_from));
 	}
-	if ((s = env_str("COHORT_TOKEN")) != NULL &&
-	    (st = env_copy(out->token, sizeof(out->token), "COHORT_TOKEN",
-	         s)) != COHORT_OK)
+	if ((s = env_str("COHORT_TOKEN")) != NULL
+	    && (st = env_copy(
+	            out->token, sizeof(out->token), "COHORT_TOKEN", s))
+	        != COHORT_OK)
 		return (st);
-	if ((st = env_int("COHORT_RESTART_COUNT", 0, INT32_MAX, &v,
-	         &present)) != COHORT_OK)
+	if ((st = env_int("COHORT_RESTART_COUNT", 0, INT32_MAX, &v, &present))
+	    != COHORT_OK)
 		return (st);
 	if (present)
 		out->restart_count = v;
@@ -259,13 +264,13 @@ cohort_env_resolve(cohort_env *out)
 	cohort__strlcpy(out->source, "none", sizeof(out->source));
 	cohort__strlcpy(out->job, "default", sizeof(out->job));
 	cohort__strlcpy(out->job_from, "default", sizeof(out->job_from));
-	cohort__strlcpy(out->coordinator_from, "unset",
-	    sizeof(out->coordinator_from));
+	cohort__strlcpy(
+	    out->coordinator_from, "unset", sizeof(out->coordinator_from));
 	cohort__strlcpy(out->rank_from, "unset", sizeof(out->rank_from));
-	cohort__strlcpy(out->world_size_from, "unset",
-	    sizeof(out->world_size_from));
-	cohort__strlcpy(out->local_rank_from, "unset",
-	    sizeof(out->local_rank_from));
+	cohort__strlcpy(
+	    out->world_size_from, "unset", sizeof(out->world_size_from));
+	cohort__strlcpy(
+	    out->local_rank_from, "unset", sizeof(out->local_rank_from));
 
 	if ((st = env_resolve(out)) != COHORT_OK) {
 		cohort__strlcpy(out->source, "invalid", sizeof(out->source));
@@ -282,8 +287,7 @@ cohort_env_resolve(cohort_env *out)
 }
 
 /* Appends like snprintf at *off, counting what the full text needs. */
-static void
-env_put(char *buf, size_t len, size_t *off, const char *fmt, ...)
+static void env_put(char *buf, size_t len, size_t *off, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 static void
@@ -299,7 +303,7 @@ env_put(char *buf, size_t len, size_t *off, const char *fmt, ...)
 		n = vsnprintf(NULL, 0, fmt, ap);
 	va_end(ap);
 	if (n > 0)
-		*off += (size_t) n;
+		*off += (size_t)n;
 }
 
 static void
@@ -334,18 +338,18 @@ cohort_env_format(const cohort_env *env, char *buf, size_t len)
 	    env->job_from);
 	env_put(buf, len, &off, "%-16s = %s\n", "token",
 	    env->token[0] != '\0' ? "<set>" : "<none>");
-	env_put_int(buf, len, &off, "rank", env->rank, env->rank >= 0,
-	    env->rank_from);
+	env_put_int(
+	    buf, len, &off, "rank", env->rank, env->rank >= 0, env->rank_from);
 	env_put_int(buf, len, &off, "world_size", env->world_size,
 	    env->world_size > 0, env->world_size_from);
 	env_put_int(buf, len, &off, "local_rank", env->local_rank,
 	    env->local_rank >= 0, env->local_rank_from);
-	env_put_int(buf, len, &off, "local_world_size",
-	    env->local_world_size, env->local_world_size > 0, NULL);
+	env_put_int(buf, len, &off, "local_world_size", env->local_world_size,
+	    env->local_world_size > 0, NULL);
 	env_put_int(buf, len, &off, "node_rank", env->node_rank,
 	    env->node_rank >= 0, NULL);
-	env_put_int(buf, len, &off, "restart_count", env->restart_count, true,
-	    NULL);
+	env_put_int(
+	    buf, len, &off, "restart_count", env->restart_count, true, NULL);
 	return (off);
 }
 
@@ -362,7 +366,8 @@ cohort__options_env_timeouts(cohort_options *opts)
 		enum cohort__knob knob;
 		size_t off;
 	} knobs[] = {
-		{ COHORT__KNOB_TIMEOUT_MS, offsetof(cohort_options, op_timeout) },
+		{ COHORT__KNOB_TIMEOUT_MS,
+		    offsetof(cohort_options, op_timeout) },
 		{ COHORT__KNOB_JOIN_TIMEOUT_MS,
 		    offsetof(cohort_options, join_timeout) },
 		{ COHORT__KNOB_HEARTBEAT_MS,
@@ -379,8 +384,8 @@ cohort__options_env_timeouts(cohort_options *opts)
 		if (st != COHORT_OK)
 			return (st);
 		if (set)
-			*(cohort_duration *) ((char *) opts + knobs[i].off) =
-			    (cohort_duration) v;
+			*(cohort_duration *)((char *)opts + knobs[i].off)
+			    = (cohort_duration)v;
 	}
 	if (b != NULL)
 		opts->backend = b;
@@ -418,9 +423,9 @@ const char *
 cohort_env_knob(const char *name)
 {
 	for (int k = 0; name != NULL && k < COHORT__KNOB_COUNT; k++)
-		if (strcmp(cohort__knob_info((enum cohort__knob) k)->name,
-		        name) == 0)
-			return (cohort__knob_str((enum cohort__knob) k));
+		if (strcmp(cohort__knob_info((enum cohort__knob)k)->name, name)
+		    == 0)
+			return (cohort__knob_str((enum cohort__knob)k));
 	return (NULL);
 }
 
@@ -431,7 +436,7 @@ cohort_env_vars(const cohort_env *env, char *buf, size_t len,
 	size_t off = 0, n = 0;
 	bool full = false;
 
-#define ENV_PUT(...)                                                         \
+#define ENV_PUT(...)                                                          \
 	do {                                                                  \
 		int w_;                                                       \
 		if (full || n + 1 >= nvars || off >= len) {                   \
@@ -439,12 +444,12 @@ cohort_env_vars(const cohort_env *env, char *buf, size_t len,
 			break;                                                \
 		}                                                             \
 		w_ = snprintf(buf + off, len - off, __VA_ARGS__);             \
-		if (w_ < 0 || (size_t) w_ >= len - off) {                     \
+		if (w_ < 0 || (size_t)w_ >= len - off) {                      \
 			full = true;                                          \
 			break;                                                \
 		}                                                             \
 		vars[n++] = buf + off;                                        \
-		off += (size_t) w_ + 1;                                       \
+		off += (size_t)w_ + 1;                                        \
 	} while (0)
 
 	if (env == NULL || buf == NULL || vars == NULL || nvars == 0)
@@ -453,33 +458,33 @@ cohort_env_vars(const cohort_env *env, char *buf, size_t len,
 	ENV_PUT("COHORT_JOB=%s", env->job);
 	ENV_PUT("COHORT_TOKEN=%s", env->token);
 	if (env->rank >= 0) {
-		ENV_PUT("COHORT_RANK=%d", (int) env->rank);
-		ENV_PUT("RANK=%d", (int) env->rank);
+		ENV_PUT("COHORT_RANK=%d", (int)env->rank);
+		ENV_PUT("RANK=%d", (int)env->rank);
 	}
 	if (env->world_size > 0) {
-		ENV_PUT("COHORT_WORLD_SIZE=%d", (int) env->world_size);
-		ENV_PUT("WORLD_SIZE=%d", (int) env->world_size);
+		ENV_PUT("COHORT_WORLD_SIZE=%d", (int)env->world_size);
+		ENV_PUT("WORLD_SIZE=%d", (int)env->world_size);
 	}
 	if (env->local_rank >= 0) {
-		ENV_PUT("COHORT_LOCAL_RANK=%d", (int) env->local_rank);
-		ENV_PUT("LOCAL_RANK=%d", (int) env->local_rank);
+		ENV_PUT("COHORT_LOCAL_RANK=%d", (int)env->local_rank);
+		ENV_PUT("LOCAL_RANK=%d", (int)env->local_rank);
 	}
 	if (env->local_world_size > 0) {
-		ENV_PUT("COHORT_LOCAL_WORLD_SIZE=%d",
-		    (int) env->local_world_size);
-		ENV_PUT("LOCAL_WORLD_SIZE=%d", (int) env->local_world_size);
+		ENV_PUT(
+		    "COHORT_LOCAL_WORLD_SIZE=%d", (int)env->local_world_size);
+		ENV_PUT("LOCAL_WORLD_SIZE=%d", (int)env->local_world_size);
 	}
 	if (env->node_rank >= 0) {
-		ENV_PUT("COHORT_NODE_RANK=%d", (int) env->node_rank);
-		ENV_PUT("GROUP_RANK=%d", (int) env->node_rank);
+		ENV_PUT("COHORT_NODE_RANK=%d", (int)env->node_rank);
+		ENV_PUT("GROUP_RANK=%d", (int)env->node_rank);
 	}
-	ENV_PUT("COHORT_RESTART_COUNT=%d", (int) env->restart_count);
-	ENV_PUT("TORCHELASTIC_RESTART_COUNT=%d", (int) env->restart_count);
+	ENV_PUT("COHORT_RESTART_COUNT=%d", (int)env->restart_count);
+	ENV_PUT("TORCHELASTIC_RESTART_COUNT=%d", (int)env->restart_count);
 #undef ENV_PUT
 	if (full) {
 		vars[0] = NULL;
 		return (-1);
 	}
 	vars[n] = NULL;
-	return ((int) n);
+	return ((int)n);
 }

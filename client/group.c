@@ -32,12 +32,11 @@ cohort__group_alloc(struct cohort_client *c, const char *id, int32_t rank,
 		    COHORT__GROUP_ID_MAX - 1));
 	if ((g = calloc(1, sizeof(*g))) == NULL)
 		return (cohort__err(COHORT_ENOMEM, "out of memory"));
-	if ((g->global_ranks = calloc((size_t) size, sizeof(int32_t))) ==
-	    NULL)
+	if ((g->global_ranks = calloc((size_t)size, sizeof(int32_t))) == NULL)
 		goto out_free_group;
 	for (int32_t i = 0; i < size; i++)
-		g->global_ranks[i] =
-		    global_ranks != NULL ? global_ranks[i] : i;
+		g->global_ranks[i]
+		    = global_ranks != NULL ? global_ranks[i] : i;
 	if (pthread_mutex_init(&g->mtx, NULL) != 0)
 		goto out_free_ranks;
 	if (pthread_mutex_init(&g->ctl_lock, NULL) != 0)
@@ -83,14 +82,14 @@ cohort__group_free(struct cohort_group *g)
 }
 
 cohort_status
-cohort__group_create_world(struct cohort_client *c, int32_t rank,
-    int32_t size, uint64_t generation, struct cohort_group **out)
+cohort__group_create_world(struct cohort_client *c, int32_t rank, int32_t size,
+    uint64_t generation, struct cohort_group **out)
 {
 	struct cohort_group *g;
 	cohort_status st;
 
-	if ((st = cohort__group_alloc(c, "", rank, size, NULL, generation,
-	         &g)) != COHORT_OK)
+	if ((st = cohort__group_alloc(c, "", rank, size, NULL, generation, &g))
+	    != COHORT_OK)
 		return (st);
 	cohort__client_add_group(c, g);
 	*out = g;
@@ -98,8 +97,8 @@ cohort__group_create_world(struct cohort_client *c, int32_t rank,
 }
 
 cohort_status
-cohort__group_fail(struct cohort_group *g, cohort_status st,
-    const char *fmt, ...)
+cohort__group_fail(
+    struct cohort_group *g, cohort_status st, const char *fmt, ...)
 {
 	va_list ap;
 	cohort_status cur;
@@ -107,13 +106,13 @@ cohort__group_fail(struct cohort_group *g, cohort_status st,
 
 	COHORT__ASSERT(st != COHORT_OK);
 	pthread_mutex_lock(&g->mtx);
-	cur = (cohort_status) atomic_load(&g->error);
+	cur = (cohort_status)atomic_load(&g->error);
 	if (cur == COHORT_OK) {
 		va_start(ap, fmt);
 		vsnprintf(g->error_detail, sizeof(g->error_detail), fmt, ap);
 		va_end(ap);
 		g->error_at = cohort__now_ms();
-		atomic_store(&g->error, (int) st);
+		atomic_store(&g->error, (int)st);
 		cur = st;
 		cohort__info("group '%s' failed: %s: %s", g->id,
 		    cohort_status_name(st), g->error_detail);
@@ -131,11 +130,11 @@ cohort__group_fail(struct cohort_group *g, cohort_status st,
 cohort_status
 cohort__group_check(const struct cohort_group *g)
 {
-	struct cohort_group *m = (struct cohort_group *) g;
+	struct cohort_group *m = (struct cohort_group *)g;
 	cohort_status st;
 
-	st = (cohort_status) atomic_load_explicit(&m->error,
-	    memory_order_acquire);
+	st = (cohort_status)atomic_load_explicit(
+	    &m->error, memory_order_acquire);
 	if (st == COHORT_OK)
 		return (COHORT_OK);
 	pthread_mutex_lock(&m->mtx);
@@ -151,16 +150,15 @@ cohort__group_check(const struct cohort_group *g)
 bool
 cohort__op_is_control(const char *kind)
 {
-	return (kind != NULL &&
-	    (strcmp(kind, "barrier") == 0 ||
-	        strcmp(kind, "broadcast_obj") == 0 ||
-	        strcmp(kind, "reduce_scalars") == 0 ||
-	        strcmp(kind, "decide") == 0));
+	return (kind != NULL
+	    && (strcmp(kind, "barrier") == 0
+	        || strcmp(kind, "broadcast_obj") == 0
+	        || strcmp(kind, "reduce_scalars") == 0
+	        || strcmp(kind, "decide") == 0));
 }
 
 cohort_status
-cohort__group_op_begin(struct cohort_group *g, const char *kind,
-    uint64_t seq)
+cohort__group_op_begin(struct cohort_group *g, const char *kind, uint64_t seq)
 {
 	cohort_status st;
 
@@ -213,8 +211,8 @@ cohort_group_error(const cohort_group *g)
 {
 	if (g == NULL)
 		return (COHORT_EINVAL);
-	return ((cohort_status) atomic_load_explicit(
-	    &((struct cohort_group *) g)->error, memory_order_acquire));
+	return ((cohort_status)atomic_load_explicit(
+	    &((struct cohort_group *)g)->error, memory_order_acquire));
 }
 
 bool
@@ -226,18 +224,19 @@ cohort_group_is_healthy(const cohort_group *g)
 const char *
 cohort_group_last_error(const cohort_group *g)
 {
-	struct cohort_group *m = (struct cohort_group *) g;
+	struct cohort_group *m = (struct cohort_group *)g;
 	double ago;
 
 	if (g == NULL || cohort_group_error(g) == COHORT_OK)
 		return ("");
 	pthread_mutex_lock(&m->mtx);
-	ago = (double) (cohort__now_ms() - m->error_at) / 1000.0;
+	ago = (double)(cohort__now_ms() - m->error_at) / 1000.0;
 	{
-		/* "(x s ago)" ends the first line: a quoted traceback follows. */
+		/* "(x s ago)" ends the first line: a quoted traceback follows.
+		 */
 		const char *nl = strchr(m->error_detail, '\n');
-		int first = nl != NULL ? (int) (nl - m->error_detail) :
-		    (int) strlen(m->error_detail);
+		int first = nl != NULL ? (int)(nl - m->error_detail)
+		                       : (int)strlen(m->error_detail);
 		snprintf(m->error_text, sizeof(m->error_text),
 		    "%.*s (%.1f s ago)%s", first, m->error_detail, ago,
 		    nl != NULL ? nl : "");

@@ -31,20 +31,20 @@
 struct cohort_group {
 	struct cohort_client *client; /* back-pointer; outlives the group */
 	char id[COHORT__GROUP_ID_MAX]; /* "" = the world */
-	int32_t rank;                 /* this member's group rank */
+	int32_t rank; /* this member's group rank */
 	int32_t size;
-	int32_t *global_ranks;        /* group rank -> job rank (size) */
-	uint64_t generation;          /* job generation it was created in */
+	int32_t *global_ranks; /* group rank -> job rank (size) */
+	uint64_t generation; /* job generation it was created in */
 
 	/* Raised (release) by cohort__group_fail; every wait polls it
 	 * (acquire). The backend gets a pointer to it. */
 	atomic_int abort_flag;
 
 	pthread_mutex_t mtx;
-	atomic_int error;          /* cohort_status; COHORT_OK while healthy */
+	atomic_int error; /* cohort_status; COHORT_OK while healthy */
 	char error_detail[COHORT__DETAIL_MAX]; /* first error's detail */
 	char error_text[COHORT__DETAIL_MAX + 32]; /* + "how long ago" */
-	cohort__time error_at;     /* when it was recorded (monotonic ms) */
+	cohort__time error_at; /* when it was recorded (monotonic ms) */
 
 	/* Control plane (control.c). ctl_seq is the op_seq of the last
 	 * control-plane collective that completed or failed stickily; the
@@ -77,7 +77,7 @@ struct cohort_group {
 	const char *op_kind;
 	uint64_t op_seq;
 	cohort__time op_start; /* monotonic ms when entered */
-	cohort__time op_end;   /* ... when left (valid when !op_in) */
+	cohort__time op_end; /* ... when left (valid when !op_in) */
 	bool op_in;
 
 	struct cohort_group *next; /* the client's list, under c->mtx */
@@ -95,9 +95,8 @@ void cohort__group_free(struct cohort_group *g);
 
 /* Allocates the world group of a client that just joined, and puts it on
  * the client's list. */
-cohort_status cohort__group_create_world(struct cohort_client *c,
-    int32_t rank, int32_t size, uint64_t generation,
-    struct cohort_group **out);
+cohort_status cohort__group_create_world(struct cohort_client *c, int32_t rank,
+    int32_t size, uint64_t generation, struct cohort_group **out);
 
 /* Records st (sticky: the first error wins) with a detail, raises
  * abort_flag, aborts the control-plane call in progress and the backend.
@@ -118,8 +117,8 @@ cohort_status cohort__group_check(const struct cohort_group *g);
  * COHORT_EINJECTED with the detail and the operation must not run (nor
  * call op_end). Otherwise it records the operation as entered (no round
  * trip: the next heartbeat carries it) and returns COHORT_OK. */
-cohort_status cohort__group_op_begin(struct cohort_group *g,
-    const char *kind, uint64_t seq);
+cohort_status cohort__group_op_begin(
+    struct cohort_group *g, const char *kind, uint64_t seq);
 void cohort__group_op_end(struct cohort_group *g);
 
 /* Control-plane operation names (their seq is the control op_seq). */

@@ -82,16 +82,16 @@ kv_put(cohort_client *c, const char *key, const void *value, size_t len,
 	if (len > 0 && value == NULL)
 		return (cohort__err(COHORT_EINVAL, "NULL value"));
 	if (append) {
-		app.key = (char *) key;
+		app.key = (char *)key;
 		req.body_case = COHORT__REQUEST__BODY_KV_APPEND;
 		req.kv_append = &app;
 	} else {
-		set.key = (char *) key;
+		set.key = (char *)key;
 		req.body_case = COHORT__REQUEST__BODY_KV_SET;
 		req.kv_set = &set;
 	}
-	cohort__coord_call_init(&call, &req,
-	    cohort__client_deadline(c, timeout));
+	cohort__coord_call_init(
+	    &call, &req, cohort__client_deadline(c, timeout));
 	call.parts = &iov;
 	call.nparts = 1;
 	st = kv_call(c, &call);
@@ -100,8 +100,8 @@ kv_put(cohort_client *c, const char *key, const void *value, size_t len,
 }
 
 cohort_status
-cohort_kv_set(cohort_client *c, const char *key, const void *value,
-    size_t len, cohort_duration timeout)
+cohort_kv_set(cohort_client *c, const char *key, const void *value, size_t len,
+    cohort_duration timeout)
 {
 	return (kv_put(c, key, value, len, false, timeout));
 }
@@ -119,18 +119,18 @@ cohort_kv_get(cohort_client *c, const char *key, void **value, size_t *len,
 		return (cohort__err(COHORT_EINVAL, "NULL client or output"));
 	if ((st = kv_check_key(key)) != COHORT_OK)
 		return (st);
-	body.key = (char *) key;
+	body.key = (char *)key;
 	body.wait = true;
 	req.body_case = COHORT__REQUEST__BODY_KV_GET;
 	req.kv_get = &body;
-	cohort__coord_call_init(&call, &req,
-	    cohort__client_deadline(c, timeout));
+	cohort__coord_call_init(
+	    &call, &req, cohort__client_deadline(c, timeout));
 	if ((st = kv_call(c, &call)) != COHORT_OK)
 		goto out;
-	if (call.rep->body_case == COHORT__REPLY__BODY_KV_GET &&
-	    call.rep->kv_get != NULL && !call.rep->kv_get->found) {
-		st = cohort__err(COHORT_ETIMEDOUT,
-		    "key '%s' did not appear in time", key);
+	if (call.rep->body_case == COHORT__REPLY__BODY_KV_GET
+	    && call.rep->kv_get != NULL && !call.rep->kv_get->found) {
+		st = cohort__err(
+		    COHORT_ETIMEDOUT, "key '%s' did not appear in time", key);
 		goto out;
 	}
 	st = kv_copy_out(&call, value, len);
@@ -152,16 +152,16 @@ cohort_kv_add(cohort_client *c, const char *key, int64_t delta, int64_t *out,
 		return (cohort__err(COHORT_EINVAL, "NULL client"));
 	if ((st = kv_check_key(key)) != COHORT_OK)
 		return (st);
-	body.key = (char *) key;
+	body.key = (char *)key;
 	body.delta = delta;
 	req.body_case = COHORT__REQUEST__BODY_KV_ADD;
 	req.kv_add = &body;
-	cohort__coord_call_init(&call, &req,
-	    cohort__client_deadline(c, timeout));
+	cohort__coord_call_init(
+	    &call, &req, cohort__client_deadline(c, timeout));
 	if ((st = kv_call(c, &call)) != COHORT_OK)
 		goto out;
-	if (call.rep->body_case != COHORT__REPLY__BODY_KV_ADD ||
-	    call.rep->kv_add == NULL) {
+	if (call.rep->body_case != COHORT__REPLY__BODY_KV_ADD
+	    || call.rep->kv_add == NULL) {
 		st = cohort__err(COHORT_EPROTO, "kv add: reply without value");
 		goto out;
 	}
@@ -173,9 +173,9 @@ out:
 }
 
 cohort_status
-cohort_kv_compare_set(cohort_client *c, const char *key,
-    const void *expected, size_t expected_len, const void *desired,
-    size_t desired_len, bool *swapped, void **current, size_t *current_len,
+cohort_kv_compare_set(cohort_client *c, const char *key, const void *expected,
+    size_t expected_len, const void *desired, size_t desired_len,
+    bool *swapped, void **current, size_t *current_len,
     cohort_duration timeout)
 {
 	Cohort__Request req = COHORT__REQUEST__INIT;
@@ -188,11 +188,11 @@ cohort_kv_compare_set(cohort_client *c, const char *key,
 		return (cohort__err(COHORT_EINVAL, "NULL client"));
 	if ((st = kv_check_key(key)) != COHORT_OK)
 		return (st);
-	if ((desired == NULL && desired_len > 0) ||
-	    (expected == NULL && expected_len > 0))
-		return (cohort__err(COHORT_EINVAL,
-		    "NULL value with a length"));
-	body.key = (char *) key;
+	if ((desired == NULL && desired_len > 0)
+	    || (expected == NULL && expected_len > 0))
+		return (
+		    cohort__err(COHORT_EINVAL, "NULL value with a length"));
+	body.key = (char *)key;
 	body.expected_present = expected != NULL;
 	body.expected_len = expected != NULL ? expected_len : 0;
 	iov[0].base = expected;
@@ -201,20 +201,20 @@ cohort_kv_compare_set(cohort_client *c, const char *key,
 	iov[1].len = desired_len;
 	req.body_case = COHORT__REQUEST__BODY_KV_COMPARE_SET;
 	req.kv_compare_set = &body;
-	cohort__coord_call_init(&call, &req,
-	    cohort__client_deadline(c, timeout));
+	cohort__coord_call_init(
+	    &call, &req, cohort__client_deadline(c, timeout));
 	call.parts = iov;
 	call.nparts = 2;
 	if ((st = kv_call(c, &call)) != COHORT_OK)
 		goto out;
-	if (call.rep->body_case != COHORT__REPLY__BODY_KV_COMPARE_SET ||
-	    call.rep->kv_compare_set == NULL) {
-		st = cohort__err(COHORT_EPROTO,
-		    "kv compare_set: reply without result");
+	if (call.rep->body_case != COHORT__REPLY__BODY_KV_COMPARE_SET
+	    || call.rep->kv_compare_set == NULL) {
+		st = cohort__err(
+		    COHORT_EPROTO, "kv compare_set: reply without result");
 		goto out;
 	}
-	if (current != NULL &&
-	    (st = kv_copy_out(&call, current, current_len)) != COHORT_OK)
+	if (current != NULL
+	    && (st = kv_copy_out(&call, current, current_len)) != COHORT_OK)
 		goto out;
 	if (swapped != NULL)
 		*swapped = call.rep->kv_compare_set->swapped;
@@ -224,8 +224,8 @@ out:
 }
 
 cohort_status
-cohort_kv_delete(cohort_client *c, const char *key, bool *deleted,
-    cohort_duration timeout)
+cohort_kv_delete(
+    cohort_client *c, const char *key, bool *deleted, cohort_duration timeout)
 {
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__KvDelete body = COHORT__KV_DELETE__INIT;
@@ -236,16 +236,15 @@ cohort_kv_delete(cohort_client *c, const char *key, bool *deleted,
 		return (cohort__err(COHORT_EINVAL, "NULL client"));
 	if ((st = kv_check_key(key)) != COHORT_OK)
 		return (st);
-	body.key = (char *) key;
+	body.key = (char *)key;
 	req.body_case = COHORT__REQUEST__BODY_KV_DELETE;
 	req.kv_delete = &body;
-	cohort__coord_call_init(&call, &req,
-	    cohort__client_deadline(c, timeout));
+	cohort__coord_call_init(
+	    &call, &req, cohort__client_deadline(c, timeout));
 	if ((st = kv_call(c, &call)) == COHORT_OK && deleted != NULL)
-		*deleted =
-		    call.rep->body_case == COHORT__REPLY__BODY_KV_DELETE &&
-		    call.rep->kv_delete != NULL &&
-		    call.rep->kv_delete->deleted;
+		*deleted = call.rep->body_case == COHORT__REPLY__BODY_KV_DELETE
+		    && call.rep->kv_delete != NULL
+		    && call.rep->kv_delete->deleted;
 	cohort__coord_call_fini(&call);
 	return (st);
 }
@@ -262,17 +261,18 @@ cohort_kv_num_keys(cohort_client *c, int64_t *out, cohort_duration timeout)
 		return (cohort__err(COHORT_EINVAL, "NULL client or output"));
 	req.body_case = COHORT__REQUEST__BODY_KV_NUM_KEYS;
 	req.kv_num_keys = &body;
-	cohort__coord_call_init(&call, &req,
-	    cohort__client_deadline(c, timeout));
+	cohort__coord_call_init(
+	    &call, &req, cohort__client_deadline(c, timeout));
 	if ((st = kv_call(c, &call)) != COHORT_OK)
 		goto out;
-	if (call.rep->body_case != COHORT__REPLY__BODY_KV_NUM_KEYS ||
-	    call.rep->kv_num_keys == NULL) {
-		st = cohort__err(COHORT_EPROTO, "kv num_keys: reply without "
-		                                "count");
+	if (call.rep->body_case != COHORT__REPLY__BODY_KV_NUM_KEYS
+	    || call.rep->kv_num_keys == NULL) {
+		st = cohort__err(COHORT_EPROTO,
+		    "kv num_keys: reply without "
+		    "count");
 		goto out;
 	}
-	*out = (int64_t) call.rep->kv_num_keys->count;
+	*out = (int64_t)call.rep->kv_num_keys->count;
 out:
 	cohort__coord_call_fini(&call);
 	return (st);
@@ -293,12 +293,12 @@ cohort_kv_wait(cohort_client *c, const char *const *keys, size_t nkeys,
 		return (st);
 	if (nkeys == 0)
 		return (COHORT_OK);
-	body.keys = (char **) keys;
+	body.keys = (char **)keys;
 	body.n_keys = nkeys;
 	req.body_case = COHORT__REQUEST__BODY_KV_WAIT;
 	req.kv_wait = &body;
-	cohort__coord_call_init(&call, &req,
-	    cohort__client_deadline(c, timeout));
+	cohort__coord_call_init(
+	    &call, &req, cohort__client_deadline(c, timeout));
 	st = kv_call(c, &call);
 	cohort__coord_call_fini(&call);
 	return (st);
@@ -321,18 +321,19 @@ cohort_kv_check(cohort_client *c, const char *const *keys, size_t nkeys,
 		*all_present = true;
 		return (COHORT_OK);
 	}
-	body.keys = (char **) keys;
+	body.keys = (char **)keys;
 	body.n_keys = nkeys;
 	req.body_case = COHORT__REQUEST__BODY_KV_CHECK;
 	req.kv_check = &body;
-	cohort__coord_call_init(&call, &req,
-	    cohort__client_deadline(c, timeout));
+	cohort__coord_call_init(
+	    &call, &req, cohort__client_deadline(c, timeout));
 	if ((st = kv_call(c, &call)) != COHORT_OK)
 		goto out;
-	if (call.rep->body_case != COHORT__REPLY__BODY_KV_CHECK ||
-	    call.rep->kv_check == NULL) {
-		st = cohort__err(COHORT_EPROTO, "kv check: reply without "
-		                                "result");
+	if (call.rep->body_case != COHORT__REPLY__BODY_KV_CHECK
+	    || call.rep->kv_check == NULL) {
+		st = cohort__err(COHORT_EPROTO,
+		    "kv check: reply without "
+		    "result");
 		goto out;
 	}
 	*all_present = call.rep->kv_check->all_present;

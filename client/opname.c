@@ -31,4 +31,3 @@ cohort__op_name(enum cohort__op_kind kind)
 	}
 	return ("collective");
 }
-

@@ -59,7 +59,7 @@ struct reduce_table {
 	reduce_fn fn[COHORT_DTYPE_COUNT][4];
 };
 
-#define REDUCE_LOOP(T, EXPR)                                                 \
+#define REDUCE_LOOP(T, EXPR)                                                  \
 	T *restrict d = dst;                                                  \
 	const T *restrict s = src;                                            \
 	for (size_t i = 0; i < n; i++) {                                      \
@@ -68,20 +68,19 @@ struct reduce_table {
 		d[i] = (EXPR);                                                \
 	}
 
-#define REDUCE_BF16_LOOP(EXPR)                                               \
+#define REDUCE_BF16_LOOP(EXPR)                                                \
 	uint16_t *restrict d = dst;                                           \
 	const uint16_t *restrict s = src;                                     \
 	for (size_t i = 0; i < n; i++) {                                      \
-		float a = reduce_bits_f32((uint32_t) d[i] << 16);             \
-		float b = reduce_bits_f32((uint32_t) s[i] << 16);             \
+		float a = reduce_bits_f32((uint32_t)d[i] << 16);              \
+		float b = reduce_bits_f32((uint32_t)s[i] << 16);              \
 		uint32_t u = reduce_f32_bits(EXPR);                           \
 		uint32_t rn = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;         \
 		uint32_t qn = (u >> 16) | 0x40u;                              \
-		d[i] = (uint16_t) ((u & 0x7fffffffu) > 0x7f800000u ? qn :   \
-							      rn);    \
+		d[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? qn : rn); \
 	}
 
-#define REDUCE_F16_SOFT_LOOP(EXPR)                                           \
+#define REDUCE_F16_SOFT_LOOP(EXPR)                                            \
 	uint16_t *restrict d = dst;                                           \
 	const uint16_t *restrict s = src;                                     \
 	for (size_t i = 0; i < n; i++) {                                      \
@@ -97,44 +96,44 @@ struct reduce_table {
 
 /* One family of kernels for target attribute ATTR with suffix SFX. The f16
  * kernels come from F16FAM (soft or F16C). */
-#define REDUCE_FAMILY(SFX, ATTR)                                             \
-	REDUCE_K(SFX, ATTR, f32_sum, float, REDUCE_SUM(a, b))                \
-	REDUCE_K(SFX, ATTR, f32_prod, float, REDUCE_PROD(a, b))              \
-	REDUCE_K(SFX, ATTR, f32_min, float, REDUCE_MIN(a, b))                \
-	REDUCE_K(SFX, ATTR, f32_max, float, REDUCE_MAX(a, b))                \
-	REDUCE_K(SFX, ATTR, f64_sum, double, REDUCE_SUM(a, b))               \
-	REDUCE_K(SFX, ATTR, f64_prod, double, REDUCE_PROD(a, b))             \
-	REDUCE_K(SFX, ATTR, f64_min, double, REDUCE_MIN(a, b))               \
-	REDUCE_K(SFX, ATTR, f64_max, double, REDUCE_MAX(a, b))               \
-	REDUCE_K(SFX, ATTR, i32_sum, uint32_t, REDUCE_SUM(a, b))             \
-	REDUCE_K(SFX, ATTR, i32_prod, uint32_t, REDUCE_PROD(a, b))           \
-	REDUCE_K(SFX, ATTR, i32_min, int32_t, REDUCE_MIN(a, b))              \
-	REDUCE_K(SFX, ATTR, i32_max, int32_t, REDUCE_MAX(a, b))              \
-	REDUCE_K(SFX, ATTR, i64_sum, uint64_t, REDUCE_SUM(a, b))             \
-	REDUCE_K(SFX, ATTR, i64_prod, uint64_t, REDUCE_PROD(a, b))           \
-	REDUCE_K(SFX, ATTR, i64_min, int64_t, REDUCE_MIN(a, b))              \
-	REDUCE_K(SFX, ATTR, i64_max, int64_t, REDUCE_MAX(a, b))              \
-	REDUCE_K(SFX, ATTR, u8_sum, uint8_t, (uint8_t) REDUCE_SUM(a, b))     \
-	REDUCE_K(SFX, ATTR, u8_prod, uint8_t, (uint8_t) REDUCE_PROD(a, b))   \
-	REDUCE_K(SFX, ATTR, u8_min, uint8_t, REDUCE_MIN(a, b))               \
+#define REDUCE_FAMILY(SFX, ATTR)                                              \
+	REDUCE_K(SFX, ATTR, f32_sum, float, REDUCE_SUM(a, b))                 \
+	REDUCE_K(SFX, ATTR, f32_prod, float, REDUCE_PROD(a, b))               \
+	REDUCE_K(SFX, ATTR, f32_min, float, REDUCE_MIN(a, b))                 \
+	REDUCE_K(SFX, ATTR, f32_max, float, REDUCE_MAX(a, b))                 \
+	REDUCE_K(SFX, ATTR, f64_sum, double, REDUCE_SUM(a, b))                \
+	REDUCE_K(SFX, ATTR, f64_prod, double, REDUCE_PROD(a, b))              \
+	REDUCE_K(SFX, ATTR, f64_min, double, REDUCE_MIN(a, b))                \
+	REDUCE_K(SFX, ATTR, f64_max, double, REDUCE_MAX(a, b))                \
+	REDUCE_K(SFX, ATTR, i32_sum, uint32_t, REDUCE_SUM(a, b))              \
+	REDUCE_K(SFX, ATTR, i32_prod, uint32_t, REDUCE_PROD(a, b))            \
+	REDUCE_K(SFX, ATTR, i32_min, int32_t, REDUCE_MIN(a, b))               \
+	REDUCE_K(SFX, ATTR, i32_max, int32_t, REDUCE_MAX(a, b))               \
+	REDUCE_K(SFX, ATTR, i64_sum, uint64_t, REDUCE_SUM(a, b))              \
+	REDUCE_K(SFX, ATTR, i64_prod, uint64_t, REDUCE_PROD(a, b))            \
+	REDUCE_K(SFX, ATTR, i64_min, int64_t, REDUCE_MIN(a, b))               \
+	REDUCE_K(SFX, ATTR, i64_max, int64_t, REDUCE_MAX(a, b))               \
+	REDUCE_K(SFX, ATTR, u8_sum, uint8_t, (uint8_t)REDUCE_SUM(a, b))       \
+	REDUCE_K(SFX, ATTR, u8_prod, uint8_t, (uint8_t)REDUCE_PROD(a, b))     \
+	REDUCE_K(SFX, ATTR, u8_min, uint8_t, REDUCE_MIN(a, b))                \
 	REDUCE_K(SFX, ATTR, u8_max, uint8_t, REDUCE_MAX(a, b))
 
-#define REDUCE_K(SFX, ATTR, NAME, T, EXPR)                                   \
-	ATTR static void reduce_##NAME##_##SFX(void *dst, const void *src,    \
-	    size_t n)                                                         \
+#define REDUCE_K(SFX, ATTR, NAME, T, EXPR)                                    \
+	ATTR static void reduce_##NAME##_##SFX(                               \
+	    void *dst, const void *src, size_t n)                             \
 	{                                                                     \
 		REDUCE_LOOP(T, EXPR)                                          \
 	}
-#define REDUCE_KB(SFX, ATTR, NAME, EXPR)                                     \
-	ATTR static void reduce_##NAME##_##SFX(void *dst, const void *src,    \
-	    size_t n)                                                         \
+#define REDUCE_KB(SFX, ATTR, NAME, EXPR)                                      \
+	ATTR static void reduce_##NAME##_##SFX(                               \
+	    void *dst, const void *src, size_t n)                             \
 	{                                                                     \
 		REDUCE_BF16_LOOP(EXPR)                                        \
 	}
 
 #define REDUCE_ATTR_GENERIC
 #define REDUCE_ATTR_AVX2 __attribute__((target("avx2,f16c,fma")))
-#define REDUCE_ATTR_AVX512                                                   \
+#define REDUCE_ATTR_AVX512                                                    \
 	__attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c,fma")))
 
 REDUCE_FAMILY(generic, REDUCE_ATTR_GENERIC)
@@ -150,34 +149,39 @@ REDUCE_KB(generic, REDUCE_ATTR_GENERIC, bf16_max, REDUCE_MAX(a, b))
 /* bf16 with AVX2: widen 8 lanes by a shift, reduce in f32, round to
  * nearest even with the same integer trick as the scalar code (NaN kept
  * quiet), narrow with a pack. The tail goes through a padded copy. */
-#define REDUCE_BF16_V8(VEXPR, dp, sp)                                        \
+#define REDUCE_BF16_V8(VEXPR, dp, sp)                                         \
 	do {                                                                  \
-		__m256i a_ = _mm256_slli_epi32(_mm256_cvtepu16_epi32(        \
-		    _mm_loadu_si128((const __m128i *) (dp))), 16);            \
-		__m256i b_ = _mm256_slli_epi32(_mm256_cvtepu16_epi32(        \
-		    _mm_loadu_si128((const __m128i *) (sp))), 16);            \
+		__m256i a_ = _mm256_slli_epi32(                               \
+		    _mm256_cvtepu16_epi32(                                    \
+		        _mm_loadu_si128((const __m128i *)(dp))),              \
+		    16);                                                      \
+		__m256i b_ = _mm256_slli_epi32(                               \
+		    _mm256_cvtepu16_epi32(                                    \
+		        _mm_loadu_si128((const __m128i *)(sp))),              \
+		    16);                                                      \
 		__m256 a = _mm256_castsi256_ps(a_);                           \
 		__m256 b = _mm256_castsi256_ps(b_);                           \
 		__m256i u = _mm256_castps_si256(VEXPR);                       \
-		__m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16),      \
-		    _mm256_set1_epi32(1));                                    \
-		__m256i rn = _mm256_srli_epi32(_mm256_add_epi32(u,            \
-		    _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);   \
-		__m256i qn = _mm256_or_si256(_mm256_srli_epi32(u, 16),        \
-		    _mm256_set1_epi32(0x40));                                 \
+		__m256i lsb = _mm256_and_si256(                               \
+		    _mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));          \
+		__m256i rn = _mm256_srli_epi32(                               \
+		    _mm256_add_epi32(                                         \
+		        u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), \
+		    16);                                                      \
+		__m256i qn = _mm256_or_si256(                                 \
+		    _mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));       \
 		__m256i isnan = _mm256_cmpgt_epi32(                           \
 		    _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),       \
 		    _mm256_set1_epi32(0x7f800000));                           \
 		__m256i r = _mm256_blendv_epi8(rn, qn, isnan);                \
-		r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r),       \
-		    0xd8);                                                    \
-		_mm_storeu_si128((__m128i *) (dp),                            \
-		    _mm256_castsi256_si128(r));                               \
+		r = _mm256_permute4x64_epi64(                                 \
+		    _mm256_packus_epi32(r, r), 0xd8);                         \
+		_mm_storeu_si128((__m128i *)(dp), _mm256_castsi256_si128(r)); \
 	} while (0)
 
-#define REDUCE_KB_AVX2(SFX, ATTR, NAME, VEXPR)                               \
-	ATTR static void reduce_##NAME##_##SFX(void *dst, const void *src,    \
-	    size_t n)                                                         \
+#define REDUCE_KB_AVX2(SFX, ATTR, NAME, VEXPR)                                \
+	ATTR static void reduce_##NAME##_##SFX(                               \
+	    void *dst, const void *src, size_t n)                             \
 	{                                                                     \
 		uint16_t *d = dst;                                            \
 		const uint16_t *s = src;                                      \
@@ -195,18 +199,18 @@ REDUCE_KB(generic, REDUCE_ATTR_GENERIC, bf16_max, REDUCE_MAX(a, b))
 			memcpy(d + i, ta, k * 2);                             \
 		}                                                             \
 	}
-#define REDUCE_BF16_ALL(SFX, ATTR)                                           \
-	REDUCE_KB_AVX2(SFX, ATTR, bf16_sum, _mm256_add_ps(a, b))             \
-	REDUCE_KB_AVX2(SFX, ATTR, bf16_prod, _mm256_mul_ps(a, b))            \
-	REDUCE_KB_AVX2(SFX, ATTR, bf16_min, _mm256_min_ps(b, a))             \
+#define REDUCE_BF16_ALL(SFX, ATTR)                                            \
+	REDUCE_KB_AVX2(SFX, ATTR, bf16_sum, _mm256_add_ps(a, b))              \
+	REDUCE_KB_AVX2(SFX, ATTR, bf16_prod, _mm256_mul_ps(a, b))             \
+	REDUCE_KB_AVX2(SFX, ATTR, bf16_min, _mm256_min_ps(b, a))              \
 	REDUCE_KB_AVX2(SFX, ATTR, bf16_max, _mm256_max_ps(b, a))
 REDUCE_BF16_ALL(avx2, REDUCE_ATTR_AVX2)
 REDUCE_BF16_ALL(avx512, REDUCE_ATTR_AVX512)
 
 /* f16 without F16C: exact software conversion, slow but correct. */
-#define REDUCE_KF_SOFT(NAME, EXPR)                                           \
-	static void reduce_##NAME##_generic(void *dst, const void *src,       \
-	    size_t n)                                                         \
+#define REDUCE_KF_SOFT(NAME, EXPR)                                            \
+	static void reduce_##NAME##_generic(                                  \
+	    void *dst, const void *src, size_t n)                             \
 	{                                                                     \
 		REDUCE_F16_SOFT_LOOP(EXPR)                                    \
 	}
@@ -217,9 +221,9 @@ REDUCE_KF_SOFT(f16_max, REDUCE_MAX(a, b))
 
 /* f16 with F16C: eight lanes per step, the tail through the same
  * instructions on a padded copy so that rounding is identical. */
-#define REDUCE_KF_F16C(SFX, ATTR, NAME, VEXPR)                               \
-	ATTR static void reduce_##NAME##_##SFX(void *dst, const void *src,    \
-	    size_t n)                                                         \
+#define REDUCE_KF_F16C(SFX, ATTR, NAME, VEXPR)                                \
+	ATTR static void reduce_##NAME##_##SFX(                               \
+	    void *dst, const void *src, size_t n)                             \
 	{                                                                     \
 		uint16_t *d = dst;                                            \
 		const uint16_t *s = src;                                      \
@@ -227,11 +231,11 @@ REDUCE_KF_SOFT(f16_max, REDUCE_MAX(a, b))
                                                                               \
 		for (; i + 8 <= n; i += 8) {                                  \
 			__m256 a = _mm256_cvtph_ps(                           \
-			    _mm_loadu_si128((const __m128i *) (d + i)));      \
+			    _mm_loadu_si128((const __m128i *)(d + i)));       \
 			__m256 b = _mm256_cvtph_ps(                           \
-			    _mm_loadu_si128((const __m128i *) (s + i)));      \
+			    _mm_loadu_si128((const __m128i *)(s + i)));       \
 			__m256 r = (VEXPR);                                   \
-			_mm_storeu_si128((__m128i *) (d + i),                 \
+			_mm_storeu_si128((__m128i *)(d + i),                  \
 			    _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));   \
 		}                                                             \
 		if (i < n) {                                                  \
@@ -241,39 +245,41 @@ REDUCE_KF_SOFT(f16_max, REDUCE_MAX(a, b))
 			memcpy(ta, d + i, k * 2);                             \
 			memcpy(tb, s + i, k * 2);                             \
 			__m256 a = _mm256_cvtph_ps(                           \
-			    _mm_loadu_si128((const __m128i *) ta));           \
+			    _mm_loadu_si128((const __m128i *)ta));            \
 			__m256 b = _mm256_cvtph_ps(                           \
-			    _mm_loadu_si128((const __m128i *) tb));           \
+			    _mm_loadu_si128((const __m128i *)tb));            \
 			__m256 r = (VEXPR);                                   \
-			_mm_storeu_si128((__m128i *) ta,                      \
+			_mm_storeu_si128((__m128i *)ta,                       \
 			    _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));   \
 			memcpy(d + i, ta, k * 2);                             \
 		}                                                             \
 	}
 /* _mm256_min_ps(b, a) returns a when either is NaN or both equal, which
  * is REDUCE_MIN(a, b) = (b < a ? b : a). */
-#define REDUCE_F16C_ALL(SFX, ATTR)                                           \
-	REDUCE_KF_F16C(SFX, ATTR, f16_sum, _mm256_add_ps(a, b))              \
-	REDUCE_KF_F16C(SFX, ATTR, f16_prod, _mm256_mul_ps(a, b))             \
-	REDUCE_KF_F16C(SFX, ATTR, f16_min, _mm256_min_ps(b, a))              \
+#define REDUCE_F16C_ALL(SFX, ATTR)                                            \
+	REDUCE_KF_F16C(SFX, ATTR, f16_sum, _mm256_add_ps(a, b))               \
+	REDUCE_KF_F16C(SFX, ATTR, f16_prod, _mm256_mul_ps(a, b))              \
+	REDUCE_KF_F16C(SFX, ATTR, f16_min, _mm256_min_ps(b, a))               \
 	REDUCE_KF_F16C(SFX, ATTR, f16_max, _mm256_max_ps(b, a))
 REDUCE_F16C_ALL(avx2, REDUCE_ATTR_AVX2)
 REDUCE_F16C_ALL(avx512, REDUCE_ATTR_AVX512)
 
-#define REDUCE_ROW(SFX, DT)                                                  \
-	{ reduce_##DT##_sum_##SFX, reduce_##DT##_prod_##SFX,                  \
-	    reduce_##DT##_min_##SFX, reduce_##DT##_max_##SFX }
-#define REDUCE_TABLE(SFX)                                                    \
+#define REDUCE_ROW(SFX, DT)                                                   \
+	{                                                                     \
+		reduce_##DT##_sum_##SFX, reduce_##DT##_prod_##SFX,            \
+		    reduce_##DT##_min_##SFX, reduce_##DT##_max_##SFX          \
+	}
+#define REDUCE_TABLE(SFX)                                                     \
 	{                                                                     \
 		.name = #SFX,                                                 \
 		.fn = {                                                       \
-		    [COHORT_F32] = REDUCE_ROW(SFX, f32),                      \
-		    [COHORT_F64] = REDUCE_ROW(SFX, f64),                      \
-		    [COHORT_F16] = REDUCE_ROW(SFX, f16),                      \
-		    [COHORT_BF16] = REDUCE_ROW(SFX, bf16),                    \
-		    [COHORT_I32] = REDUCE_ROW(SFX, i32),                      \
-		    [COHORT_I64] = REDUCE_ROW(SFX, i64),                      \
-		    [COHORT_U8] = REDUCE_ROW(SFX, u8),                        \
+			[COHORT_F32] = REDUCE_ROW(SFX, f32),                  \
+			[COHORT_F64] = REDUCE_ROW(SFX, f64),                  \
+			[COHORT_F16] = REDUCE_ROW(SFX, f16),                  \
+			[COHORT_BF16] = REDUCE_ROW(SFX, bf16),                \
+			[COHORT_I32] = REDUCE_ROW(SFX, i32),                  \
+			[COHORT_I64] = REDUCE_ROW(SFX, i64),                  \
+			[COHORT_U8] = REDUCE_ROW(SFX, u8),                    \
 		},                                                            \
 	}
 
@@ -302,11 +308,11 @@ reduce_pick(void)
 	bool avx2, avx512;
 
 	__builtin_cpu_init();
-	avx2 = __builtin_cpu_supports("avx2") &&
-	    __builtin_cpu_supports("fma") && reduce_cpu_has_f16c();
-	avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
-	    __builtin_cpu_supports("avx512bw") &&
-	    __builtin_cpu_supports("avx512vl");
+	avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+	    && reduce_cpu_has_f16c();
+	avx512 = avx2 && __builtin_cpu_supports("avx512f")
+	    && __builtin_cpu_supports("avx512bw")
+	    && __builtin_cpu_supports("avx512vl");
 	if (force != NULL) {
 		if (strcmp(force, "generic") == 0)
 			return (&reduce_tables[0]);
@@ -346,11 +352,11 @@ cohort__reduce_select(const char *isa, const char **active)
 	if (isa != NULL) {
 		if (strcmp(isa, "generic") == 0)
 			t = &reduce_tables[0];
-		else if (strcmp(isa, "avx2") == 0 &&
-		    reduce_pick() != &reduce_tables[0])
+		else if (strcmp(isa, "avx2") == 0
+		    && reduce_pick() != &reduce_tables[0])
 			t = &reduce_tables[1];
-		else if (strcmp(isa, "avx512") == 0 &&
-		    reduce_pick() == &reduce_tables[2])
+		else if (strcmp(isa, "avx512") == 0
+		    && reduce_pick() == &reduce_tables[2])
 			t = &reduce_tables[2];
 		else
 			ok = false;
@@ -363,13 +369,13 @@ cohort__reduce_select(const char *isa, const char **active)
 }
 
 void
-cohort__reduce(void *dst, const void *src, size_t n, cohort_dtype dt,
-    cohort_redop op)
+cohort__reduce(
+    void *dst, const void *src, size_t n, cohort_dtype dt, cohort_redop op)
 {
 	const struct reduce_table *t;
 
-	if (n == 0 || (unsigned) dt >= COHORT_DTYPE_COUNT ||
-	    (unsigned) op >= COHORT_REDOP_COUNT)
+	if (n == 0 || (unsigned)dt >= COHORT_DTYPE_COUNT
+	    || (unsigned)op >= COHORT_REDOP_COUNT)
 		return;
 	if (op == COHORT_MEAN)
 		op = COHORT_SUM;
@@ -399,12 +405,12 @@ static void
 reduce_div_bf16(uint16_t *restrict d, size_t n, float v)
 {
 	for (size_t i = 0; i < n; i++) {
-		float a = reduce_bits_f32((uint32_t) d[i] << 16) / v;
+		float a = reduce_bits_f32((uint32_t)d[i] << 16) / v;
 		uint32_t u = reduce_f32_bits(a);
 		uint32_t rn = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
 		uint32_t qn = (u >> 16) | 0x40u;
 
-		d[i] = (uint16_t) ((u & 0x7fffffffu) > 0x7f800000u ? qn : rn);
+		d[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? qn : rn);
 	}
 }
 
@@ -416,11 +422,11 @@ reduce_div_f16_f16c(uint16_t *d, size_t n, float v)
 
 	for (; i + 8 <= n; i += 8) {
 		__m256 a = _mm256_cvtph_ps(
-		    _mm_loadu_si128((const __m128i *) (d + i)));
+		    _mm_loadu_si128((const __m128i *)(d + i)));
 
-		_mm_storeu_si128((__m128i *) (d + i),
-		    _mm256_cvtps_ph(_mm256_div_ps(a, vv),
-			_MM_FROUND_TO_NEAREST_INT));
+		_mm_storeu_si128((__m128i *)(d + i),
+		    _mm256_cvtps_ph(
+		        _mm256_div_ps(a, vv), _MM_FROUND_TO_NEAREST_INT));
 	}
 	for (; i < n; i++)
 		d[i] = cohort__f32_to_f16(cohort__f16_to_f32(d[i]) / v);
@@ -440,39 +446,39 @@ cohort__scale_div(void *dst, size_t n, cohort_dtype dt, double divisor)
 		return;
 	switch (dt) {
 	case COHORT_F32:
-		reduce_div_f32(dst, n, (float) divisor);
+		reduce_div_f32(dst, n, (float)divisor);
 		break;
 	case COHORT_F64:
 		reduce_div_f64(dst, n, divisor);
 		break;
 	case COHORT_BF16:
-		reduce_div_bf16(dst, n, (float) divisor);
+		reduce_div_bf16(dst, n, (float)divisor);
 		break;
 	case COHORT_F16:
 		if (reduce_get() != &reduce_tables[0])
-			reduce_div_f16_f16c(dst, n, (float) divisor);
+			reduce_div_f16_f16c(dst, n, (float)divisor);
 		else
-			reduce_div_f16_soft(dst, n, (float) divisor);
+			reduce_div_f16_soft(dst, n, (float)divisor);
 		break;
 	case COHORT_I32: {
 		int32_t *d = dst;
 
 		for (size_t i = 0; i < n; i++)
-			d[i] = (int32_t) ((double) d[i] / divisor);
+			d[i] = (int32_t)((double)d[i] / divisor);
 		break;
 	}
 	case COHORT_I64: {
 		int64_t *d = dst;
 
 		for (size_t i = 0; i < n; i++)
-			d[i] = (int64_t) ((double) d[i] / divisor);
+			d[i] = (int64_t)((double)d[i] / divisor);
 		break;
 	}
 	case COHORT_U8: {
 		uint8_t *d = dst;
 
 		for (size_t i = 0; i < n; i++)
-			d[i] = (uint8_t) ((double) d[i] / divisor);
+			d[i] = (uint8_t)((double)d[i] / divisor);
 		break;
 	}
 	default:

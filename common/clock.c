@@ -14,7 +14,7 @@ cohort__now_ms(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((cohort__time) ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+	return ((cohort__time)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
 }
 
 uint64_t
@@ -23,7 +23,7 @@ cohort__now_ns(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec);
+	return ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
 }
 
 uint64_t
@@ -32,7 +32,7 @@ cohort__wall_ms(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
-	return ((uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000);
+	return ((uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000);
 }
 
 cohort__time
@@ -57,13 +57,14 @@ cohort__remaining(cohort__time deadline)
 		return (0);
 	if (left > INT32_MAX)
 		return (INT32_MAX);
-	return ((cohort_duration) left);
+	return ((cohort_duration)left);
 }
 
 bool
 cohort__expired(cohort__time deadline)
 {
-	return (deadline != COHORT__TIME_NEVER && cohort__now_ms() >= deadline);
+	return (
+	    deadline != COHORT__TIME_NEVER && cohort__now_ms() >= deadline);
 }
 
 cohort_duration
@@ -76,6 +77,6 @@ cohort__scaled(cohort_duration ms)
 		scale = cohort__knob_float_or(COHORT__KNOB_TIMEOUT_SCALE, 1.0);
 	if (ms < 0)
 		return (ms);
-	v = (double) ms * scale;
-	return (v > INT32_MAX ? INT32_MAX : (cohort_duration) v);
+	v = (double)ms * scale;
+	return (v > INT32_MAX ? INT32_MAX : (cohort_duration)v);
 }

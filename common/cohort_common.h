@@ -54,8 +54,8 @@ void cohort__err_clear(void);
 size_t cohort__strlcpy(char *dst, const char *src, size_t size);
 /* Appends formatted text at *off within buf[size], advancing *off; never
  * overflows, always NUL-terminates. */
-void cohort__appendf(char *buf, size_t size, size_t *off, const char *fmt,
-    ...) __attribute__((format(printf, 4, 5)));
+void cohort__appendf(char *buf, size_t size, size_t *off, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* Parses a whole decimal integer; false on junk, overflow or empty. */
 bool cohort__parse_i64(const char *s, int64_t *out);
 
@@ -83,7 +83,7 @@ bool cohort__log_enabled(int level);
 void cohort__log(int level, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-#define COHORT__LOG(lvl, ...)                                                \
+#define COHORT__LOG(lvl, ...)                                                 \
 	do {                                                                  \
 		if (cohort__log_enabled(lvl))                                 \
 			cohort__log(lvl, __FILE__, __LINE__, __VA_ARGS__);    \
@@ -97,17 +97,17 @@ void cohort__log(int level, const char *file, int line, const char *fmt, ...)
 /* Internal invariants; compiled out with -DNDEBUG. Caller mistakes get
  * COHORT_EINVAL, never an assertion. */
 #ifdef NDEBUG
-#define COHORT__ASSERT(x) ((void) 0)
+#define COHORT__ASSERT(x) ((void)0)
 #else
-#define COHORT__ASSERT(x)                                                    \
-	((x) ? (void) 0 : cohort__assert_fail(#x, __FILE__, __LINE__))
+#define COHORT__ASSERT(x)                                                     \
+	((x) ? (void)0 : cohort__assert_fail(#x, __FILE__, __LINE__))
 #endif
 void cohort__assert_fail(const char *expr, const char *file, int line)
     __attribute__((noreturn));
 
 /* Goto-only error breadcrumb: logs "-> COHORT_Exxx at file:line" at debug
  * level and jumps. The label stays visible at the call site. */
-#define COHORT_TRY_GOTO(expr, rv, label)                                     \
+#define COHORT_TRY_GOTO(expr, rv, label)                                      \
 	do {                                                                  \
 		if (((rv) = (expr)) != COHORT_OK) {                           \
 			cohort__debug("-> %s at %s:%d",                       \

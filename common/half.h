@@ -32,7 +32,7 @@ half_bits_f32(uint32_t u)
 static inline float
 cohort__f16_to_f32(uint16_t h)
 {
-	uint32_t sign = (uint32_t) (h & 0x8000u) << 16;
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
 	uint32_t exp = (h >> 10) & 0x1fu;
 	uint32_t man = h & 0x3ffu;
 	uint32_t u;
@@ -47,7 +47,7 @@ cohort__f16_to_f32(uint16_t h)
 		u = sign;
 	} else {
 		/* Subnormal: value = man * 2^-24, exact in f32. */
-		float f = (float) man * (1.0f / 16777216.0f);
+		float f = (float)man * (1.0f / 16777216.0f);
 
 		return (sign != 0 ? -f : f);
 	}
@@ -58,7 +58,7 @@ static inline uint16_t
 cohort__f32_to_f16(float f)
 {
 	uint32_t u = half_f32_bits(f);
-	uint16_t sign = (uint16_t) ((u >> 16) & 0x8000u);
+	uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
 	uint32_t abs = u & 0x7fffffffu;
 	uint32_t exp, man, r;
 
@@ -66,7 +66,7 @@ cohort__f32_to_f16(float f)
 		if (abs == 0x7f800000u)
 			return (sign | 0x7c00u);
 		/* NaN: keep the top payload bits, force quiet. */
-		return (sign | 0x7e00u | (uint16_t) ((abs >> 13) & 0x3ffu));
+		return (sign | 0x7e00u | (uint16_t)((abs >> 13) & 0x3ffu));
 	}
 	if (abs >= 0x477ff000u) /* rounds to >= 65520: overflow */
 		return (sign | 0x7c00u);
@@ -76,7 +76,7 @@ cohort__f32_to_f16(float f)
 		 * carry may ripple into the exponent, which is correct. */
 		r = abs - (112u << 23);
 		r = (r + 0x0fffu + ((r >> 13) & 1u)) >> 13;
-		return (sign | (uint16_t) r);
+		return (sign | (uint16_t)r);
 	}
 	if (exp < 102) /* below half of the smallest subnormal */
 		return (sign);
@@ -91,13 +91,13 @@ cohort__f32_to_f16(float f)
 		if (rest > half || (rest == half && (r & 1u)))
 			r++;
 	}
-	return (sign | (uint16_t) r);
+	return (sign | (uint16_t)r);
 }
 
 static inline float
 cohort__bf16_to_f32(uint16_t h)
 {
-	return (half_bits_f32((uint32_t) h << 16));
+	return (half_bits_f32((uint32_t)h << 16));
 }
 
 static inline uint16_t
@@ -106,8 +106,8 @@ half_f32_to_bf16(float f)
 	uint32_t u = half_f32_bits(f);
 
 	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return ((uint16_t) ((u >> 16) | 0x40u));
-	return ((uint16_t) ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
+		return ((uint16_t)((u >> 16) | 0x40u));
+	return ((uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
 }
 
 static inline uint16_t

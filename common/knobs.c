@@ -10,7 +10,7 @@
 #include "knobs.h"
 
 static const struct cohort__knob_info knobs[COHORT__KNOB_COUNT] = {
-#define COHORT__KNOB_ROW(id, type, dflt, min, max, group, doc)              \
+#define COHORT__KNOB_ROW(id, type, dflt, min, max, group, doc)                \
 	[COHORT__KNOB_##id] = { "COHORT_" #id, COHORT__KNOB_##type, dflt,     \
 		min, max, group, doc },
 	COHORT__KNOBS(COHORT__KNOB_ROW)
@@ -23,7 +23,7 @@ static atomic_uint_fast64_t knobs_warned;
 const struct cohort__knob_info *
 cohort__knob_info(enum cohort__knob k)
 {
-	return ((unsigned) k < COHORT__KNOB_COUNT ? &knobs[k] : NULL);
+	return ((unsigned)k < COHORT__KNOB_COUNT ? &knobs[k] : NULL);
 }
 
 const char *
@@ -37,7 +37,7 @@ cohort__env_raw(const char *name)
 const char *
 cohort__knob_str(enum cohort__knob k)
 {
-	if ((unsigned) k >= COHORT__KNOB_COUNT)
+	if ((unsigned)k >= COHORT__KNOB_COUNT)
 		return (NULL);
 	return (cohort__env_raw(knobs[k].name));
 }
@@ -61,14 +61,15 @@ cohort__knob_int(enum cohort__knob k, int64_t *out, bool *set)
 		return (COHORT_OK);
 	}
 	if (s[0] == ' ' || s[0] == '\t' || !cohort__parse_i64(s, &v))
-		return (cohort__err(COHORT_EINVAL, "%s='%s' is not %s", in->name,
-		    s, in->type == COHORT__KNOB_MS ? "a duration in milliseconds"
-		    : in->type == COHORT__KNOB_BYTES ? "a size in bytes"
-						     : "an integer"));
+		return (cohort__err(COHORT_EINVAL, "%s='%s' is not %s",
+		    in->name, s,
+		    in->type == COHORT__KNOB_MS ? "a duration in milliseconds"
+		        : in->type == COHORT__KNOB_BYTES ? "a size in bytes"
+		                                         : "an integer"));
 	if (v < in->min || v > in->max)
 		return (cohort__err(COHORT_EINVAL,
 		    "%s=%s is out of range [%lld, %lld]", in->name, s,
-		    (long long) in->min, (long long) in->max));
+		    (long long)in->min, (long long)in->max));
 	*out = v;
 	*set = true;
 	return (COHORT_OK);
@@ -77,7 +78,7 @@ cohort__knob_int(enum cohort__knob k, int64_t *out, bool *set)
 static void
 knobs_warn_once(enum cohort__knob k, const char *why)
 {
-	uint_fast64_t bit = (uint_fast64_t) 1 << ((unsigned) k % 64);
+	uint_fast64_t bit = (uint_fast64_t)1 << ((unsigned)k % 64);
 
 	if ((atomic_fetch_or(&knobs_warned, bit) & bit) == 0)
 		cohort__warn("%s: %s; using the default", knobs[k].name, why);
@@ -108,8 +109,8 @@ cohort__knob_float_or(enum cohort__knob k, double dflt)
 		return (dflt);
 	errno = 0;
 	f = strtod(s, &end);
-	if (errno != 0 || end == s || *end != '\0' || !(f > (double) in->min)
-	    || f > (double) in->max) {
+	if (errno != 0 || end == s || *end != '\0' || !(f > (double)in->min)
+	    || f > (double)in->max) {
 		knobs_warn_once(k, "not a number in range");
 		return (dflt);
 	}

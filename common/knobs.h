@@ -17,31 +17,34 @@
 #include "cohort/cohort.h"
 
 enum cohort__knob_type {
-	COHORT__KNOB_STR,   /* text */
-	COHORT__KNOB_INT,   /* integer in [min, max] */
-	COHORT__KNOB_MS,    /* milliseconds in [min, max]; -1 = none */
+	COHORT__KNOB_STR, /* text */
+	COHORT__KNOB_INT, /* integer in [min, max] */
+	COHORT__KNOB_MS, /* milliseconds in [min, max]; -1 = none */
 	COHORT__KNOB_BYTES, /* a size in bytes in [min, max] */
-	COHORT__KNOB_BOOL,  /* 0 or 1 */
+	COHORT__KNOB_BOOL, /* 0 or 1 */
 	COHORT__KNOB_FLOAT, /* a decimal number in [min, max] */
 };
 
 /* X(ID, type, default (text), min, max, group, doc) */
-#define COHORT__KNOBS(X)                                                     \
+#define COHORT__KNOBS(X)                                                      \
 	X(COORDINATOR, STR, "", 0, 0, "job",                                  \
 	    "nng URL of cohortd (tcp://host:port, ipc://path)")               \
-	X(JOB, STR, "default", 0, 0, "job", "job name (a namespace at cohortd)") \
-	X(TOKEN, STR, "", 0, 0, "job", "job token; cohortd refuses a wrong one") \
+	X(JOB, STR, "default", 0, 0, "job",                                   \
+	    "job name (a namespace at cohortd)")                              \
+	X(TOKEN, STR, "", 0, 0, "job",                                        \
+	    "job token; cohortd refuses a wrong one")                         \
 	X(RANK, INT, "-1", -1, 65535, "job",                                  \
-	    "this process's rank; -1: cohortd assigns one")                    \
-	X(WORLD_SIZE, INT, "0", 0, 65536, "job", "number of ranks in the job") \
-	X(LOCAL_RANK, INT, "-1", -1, 65535, "job", "rank on this node")        \
-	X(LOCAL_WORLD_SIZE, INT, "0", 0, 65536, "job", "ranks on this node")   \
-	X(NODE_RANK, INT, "-1", -1, 65535, "job", "index of this node")        \
+	    "this process's rank; -1: cohortd assigns one")                   \
+	X(WORLD_SIZE, INT, "0", 0, 65536, "job",                              \
+	    "number of ranks in the job")                                     \
+	X(LOCAL_RANK, INT, "-1", -1, 65535, "job", "rank on this node")       \
+	X(LOCAL_WORLD_SIZE, INT, "0", 0, 65536, "job", "ranks on this node")  \
+	X(NODE_RANK, INT, "-1", -1, 65535, "job", "index of this node")       \
 	X(RESTART_COUNT, INT, "0", 0, 1000000, "job",                         \
 	    "restarts of the group so far (set by cohort run)")               \
 	X(BACKEND, STR, "auto", 0, 0, "data plane",                           \
 	    "data-plane backend: auto, tcp, service, nccl or tcp-staged")     \
-	X(DATA_ADDR, STR, "", 0, 0, "data plane",                              \
+	X(DATA_ADDR, STR, "", 0, 0, "data plane",                             \
 	    "address the tcp backend listens on and advertises")              \
 	X(TIMEOUT_MS, MS, "1800000", -1, INT32_MAX, "timeouts",               \
 	    "default timeout of blocking calls (30 min, like Lightning)")     \
@@ -102,18 +105,18 @@ enum cohort__knob_type {
 	X(TCP_ACC, BYTES, "4194304", 4096, 1073741824, "tcp tuning",          \
 	    "accumulation buffer of the ring")                                \
 	X(TCP_SOCKBUF, BYTES, "0", 0, 1073741824, "tcp tuning",               \
-	    "SO_SNDBUF/SO_RCVBUF of data-plane sockets (0: the kernel's)")   \
+	    "SO_SNDBUF/SO_RCVBUF of data-plane sockets (0: the kernel's)")    \
 	X(SERVICE_CHUNK, BYTES, "1048576", 4096, 67108864, "tcp tuning",      \
 	    "chunk of the service backend's replies")                         \
 	X(REDUCE_ISA, STR, "", 0, 0, "tcp tuning",                            \
 	    "force the reduction kernels: scalar, avx2 or avx512")
 
 enum cohort__knob {
-#define COHORT__KNOB_ENUM(id, type, dflt, min, max, group, doc)             \
+#define COHORT__KNOB_ENUM(id, type, dflt, min, max, group, doc)               \
 	COHORT__KNOB_##id,
 	COHORT__KNOBS(COHORT__KNOB_ENUM)
 #undef COHORT__KNOB_ENUM
-	COHORT__KNOB_COUNT
+	    COHORT__KNOB_COUNT
 };
 
 struct cohort__knob_info {

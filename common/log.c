@@ -24,8 +24,8 @@ static int log_default = COHORT__LOG_WARN;
 static int log_json = -1;
 static char log_component[64];
 
-static const char *const log_names[] = { "error", "warn", "info", "debug",
-	"trace" };
+static const char *const log_names[]
+    = { "error", "warn", "info", "debug", "trace" };
 
 static int
 log_parse_level(const char *s, int dflt)
@@ -40,7 +40,8 @@ log_parse_level(const char *s, int dflt)
 		static atomic_bool warned;
 		if (!atomic_exchange(&warned, true))
 			fprintf(stderr,
-			    "cohort: COHORT_LOG_LEVEL=%s is not a level (error, "
+			    "cohort: COHORT_LOG_LEVEL=%s is not a level "
+			    "(error, "
 			    "warn, info, debug, trace); using %s\n",
 			    s, log_names[dflt]);
 	}
@@ -93,7 +94,7 @@ static void
 log_json_escape(char *buf, size_t size, size_t *off, const char *s)
 {
 	for (; *s != '\0' && *off + 8 < size; s++) {
-		unsigned char c = (unsigned char) *s;
+		unsigned char c = (unsigned char)*s;
 		if (c == '"' || c == '\\')
 			cohort__appendf(buf, size, off, "\\%c", c);
 		else if (c == '\n')
@@ -101,7 +102,7 @@ log_json_escape(char *buf, size_t size, size_t *off, const char *s)
 		else if (c < 0x20)
 			cohort__appendf(buf, size, off, "\\u%04x", c);
 		else
-			buf[(*off)++] = (char) c;
+			buf[(*off)++] = (char)c;
 	}
 	buf[*off] = '\0';
 }
@@ -135,15 +136,15 @@ cohort__log(int level, const char *file, int line, const char *fmt, ...)
 		    tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000, log_names[level]);
 		log_json_escape(out, sizeof(out), &off, comp);
 		cohort__appendf(out, sizeof(out), &off,
-		    "\",\"pid\":%d,\"src\":\"%s:%d\",\"msg\":\"", (int) getpid(),
-		    base, line);
+		    "\",\"pid\":%d,\"src\":\"%s:%d\",\"msg\":\"",
+		    (int)getpid(), base, line);
 		log_json_escape(out, sizeof(out), &off, msg);
 		cohort__appendf(out, sizeof(out), &off, "\"}\n");
 	} else {
 		cohort__appendf(out, sizeof(out), &off,
-		    "%02d:%02d:%02d.%03ld %-5s %s[%d] %s (%s:%d)\n", tm.tm_hour,
-		    tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
-		    log_names[level], comp, (int) getpid(), msg, base, line);
+		    "%02d:%02d:%02d.%03ld %-5s %s[%d] %s (%s:%d)\n",
+		    tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
+		    log_names[level], comp, (int)getpid(), msg, base, line);
 	}
 	if (off >= sizeof(out) - 1)
 		out[sizeof(out) - 2] = '\n';

@@ -20,7 +20,7 @@ const char *
 cohort_strerror(cohort_status st)
 {
 	switch (st) {
-#define COHORT__XX(name, code, msg)                                          \
+#define COHORT__XX(name, code, msg)                                           \
 	case COHORT_##name:                                                   \
 		return (msg);
 		COHORT_STATUS_MAP(COHORT__XX)
@@ -33,7 +33,7 @@ const char *
 cohort_status_name(cohort_status st)
 {
 	switch (st) {
-#define COHORT__XX(name, code, msg)                                          \
+#define COHORT__XX(name, code, msg)                                           \
 	case COHORT_##name:                                                   \
 		return ("COHORT_" #name);
 		COHORT_STATUS_MAP(COHORT__XX)
@@ -58,7 +58,7 @@ static const struct {
 size_t
 cohort_dtype_size(cohort_dtype dt)
 {
-	if ((unsigned) dt >= COHORT_DTYPE_COUNT)
+	if ((unsigned)dt >= COHORT_DTYPE_COUNT)
 		return (0);
 	return (status_dtypes[dt].size);
 }
@@ -66,7 +66,7 @@ cohort_dtype_size(cohort_dtype dt)
 const char *
 cohort_dtype_name(cohort_dtype dt)
 {
-	if ((unsigned) dt >= COHORT_DTYPE_COUNT)
+	if ((unsigned)dt >= COHORT_DTYPE_COUNT)
 		return ("invalid");
 	return (status_dtypes[dt].name);
 }
@@ -81,7 +81,7 @@ cohort_redop_name(cohort_redop op)
 		[COHORT_MAX] = "max",
 		[COHORT_MEAN] = "mean",
 	};
-	if ((unsigned) op >= COHORT_REDOP_COUNT)
+	if ((unsigned)op >= COHORT_REDOP_COUNT)
 		return ("invalid");
 	return (names[op]);
 }
@@ -144,7 +144,7 @@ cohort__appendf(char *buf, size_t size, size_t *off, const char *fmt, ...)
 	va_end(ap);
 	if (n < 0)
 		return;
-	*off += (size_t) n;
+	*off += (size_t)n;
 	if (*off >= size)
 		*off = size - 1;
 }
@@ -161,7 +161,7 @@ cohort__parse_i64(const char *s, int64_t *out)
 	v = strtoll(s, &end, 10);
 	if (errno != 0 || *end != '\0' || end == s)
 		return (false);
-	*out = (int64_t) v;
+	*out = (int64_t)v;
 	return (true);
 }
 
@@ -210,10 +210,10 @@ cohort__random_u64(void)
 	uint64_t v = 0;
 	uint64_t z;
 
-	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t) sizeof(v)) {
+	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v)) {
 		/* splitmix64 of what is at hand */
-		z = cohort__now_ns() ^ ((uint64_t) getpid() << 32) ^
-		    (uint64_t) (uintptr_t) &v;
+		z = cohort__now_ns() ^ ((uint64_t)getpid() << 32)
+		    ^ (uint64_t)(uintptr_t)&v;
 		z += 0x9e3779b97f4a7c15ull;
 		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
 		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;

@@ -28,7 +28,8 @@
 
 #include "kernels.h"
 
-namespace {
+namespace
+{
 
 const unsigned THREADS = COHORT__COPY_THREADS;
 /* Cap of the element-wise grids; a grid-stride loop covers the rest. */
@@ -41,8 +42,8 @@ launch_check(const char *where)
 
 	if (e == cudaSuccess)
 		return (COHORT_OK);
-	return (cohort__cuda_fail(where, (int) e, cudaGetErrorName(e),
-	    cudaGetErrorString(e)));
+	return (cohort__cuda_fail(
+	    where, (int)e, cudaGetErrorName(e), cudaGetErrorString(e)));
 }
 
 unsigned
@@ -50,7 +51,7 @@ grid_for(size_t count)
 {
 	size_t blocks = (count + THREADS - 1) / THREADS;
 
-	return ((unsigned) (blocks < MAX_BLOCKS ? blocks : MAX_BLOCKS));
+	return ((unsigned)(blocks < MAX_BLOCKS ? blocks : MAX_BLOCKS));
 }
 
 /* ---------------------------------------------------------------------- */
@@ -67,7 +68,7 @@ copy_body(char *dst, const char *src, uint64_t nvec)
 	V *d = reinterpret_cast<V *>(dst);
 	uint64_t k = threadIdx.x;
 
-	for (; k + blockDim.x < nvec; k += 2 * (uint64_t) blockDim.x) {
+	for (; k + blockDim.x < nvec; k += 2 * (uint64_t)blockDim.x) {
 		V v0 = __ldg(s + k);
 		V v1 = __ldg(s + k + blockDim.x);
 		__stcg(d + k, v0);
@@ -77,8 +78,9 @@ copy_body(char *dst, const char *src, uint64_t nvec)
 		__stcg(d + k, __ldg(s + k));
 }
 
-__global__ void __launch_bounds__(COHORT__COPY_THREADS)
-copy_batch_kernel(const __grid_constant__ struct cohort__copy_batch b)
+__global__ void
+__launch_bounds__(COHORT__COPY_THREADS)
+    copy_batch_kernel(const __grid_constant__ struct cohort__copy_batch b)
 {
 	for (uint64_t c = blockIdx.x; c < b.nchunks; c += gridDim.x) {
 		uint32_t i = cohort__copy_find(&b, c);
@@ -90,11 +92,11 @@ copy_batch_kernel(const __grid_constant__ struct cohort__copy_batch b)
 		uint64_t nvec;
 
 		cohort__copy_range(&b, i, c, &off, &len);
-		const char *src =
-		    reinterpret_cast<const char *>(dsc->src + off);
+		const char *src
+		    = reinterpret_cast<const char *>(dsc->src + off);
 		char *dst = reinterpret_cast<char *>(dsc->dst + off);
-		cohort__copy_split(dsc->src + off, dsc->dst + off, len, &w,
-		    &head, &nvec);
+		cohort__copy_split(
+		    dsc->src + off, dsc->dst + off, len, &w, &head, &nvec);
 		uint64_t body = nvec * w;
 		uint64_t tail = len - head - body;
 
@@ -107,8 +109,8 @@ copy_batch_kernel(const __grid_constant__ struct cohort__copy_batch b)
 		else
 			copy_body<uint8_t>(dst + head, src + head, nvec);
 		if (threadIdx.x < tail)
-			dst[head + body + threadIdx.x] =
-			    src[head + body + threadIdx.x];
+			dst[head + body + threadIdx.x]
+			    = src[head + body + threadIdx.x];
 	}
 }
 
@@ -120,17 +122,17 @@ copy_items(const struct cohort__pack_item *items, size_t n, uintptr_t bucket,
 	size_t done = 0;
 
 	while (done < n) {
-		done += cohort__copy_plan(&b, items + done, n - done, bucket,
-		    pack);
+		done += cohort__copy_plan(
+		    &b, items + done, n - done, bucket, pack);
 		if (b.n == 0)
 			continue;
 		/* At most 2^31 - 1 blocks; the kernel loops past that. */
-		unsigned grid = (unsigned) (b.nchunks < 0x7fffffffu ?
-			b.nchunks :
-			0x7fffffffu);
+		unsigned grid
+		    = (unsigned)(b.nchunks < 0x7fffffffu ? b.nchunks
+		                                         : 0x7fffffffu);
 		copy_batch_kernel<<<grid, THREADS, 0, stream>>>(b);
-		cohort_status rv =
-		    launch_check(pack ? "pack kernel" : "unpack kernel");
+		cohort_status rv
+		    = launch_check(pack ? "pack kernel" : "unpack kernel");
 		if (rv != COHORT_OK)
 			return (rv);
 	}
@@ -158,13 +160,11 @@ struct f64_t {
 struct f16_t {
 	typedef uint16_t S;
 	typedef float C;
-	static __device__ __forceinline__ C
-	load(S x)
+	static __device__ __forceinline__ C load(S x)
 	{
 		return (__half2float(__ushort_as_half(x)));
 	}
-	static __device__ __forceinline__ S
-	store(C x)
+	static __device__ __forceinline__ S store(C x)
 	{
 		return (__half_as_ushort(__float2half_rn(x)));
 	}
@@ -173,13 +173,11 @@ struct f16_t {
 struct bf16_t {
 	typedef uint16_t S;
 	typedef float C;
-	static __device__ __forceinline__ C
-	load(S x)
+	static __device__ __forceinline__ C load(S x)
 	{
 		return (__bfloat162float(__ushort_as_bfloat16(x)));
 	}
-	static __device__ __forceinline__ S
-	store(C x)
+	static __device__ __forceinline__ S store(C x)
 	{
 		return (__bfloat16_as_ushort(__float2bfloat16_rn(x)));
 	}
@@ -202,9 +200,9 @@ template <typename T, typename A>
 __global__ void
 scale_kernel(typename T::S *x, size_t count, A alpha)
 {
-	size_t stride = (size_t) gridDim.x * blockDim.x;
+	size_t stride = (size_t)gridDim.x * blockDim.x;
 
-	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
 	     i < count; i += stride)
 		x[i] = T::store(T::load(x[i]) * alpha);
 }
@@ -217,9 +215,9 @@ template <typename From, typename To>
 __global__ void
 cast_kernel(typename To::S *dst, const typename From::S *src, size_t count)
 {
-	size_t stride = (size_t) gridDim.x * blockDim.x;
+	size_t stride = (size_t)gridDim.x * blockDim.x;
 
-	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
 	     i < count; i += stride)
 		dst[i] = To::store(From::load(src[i]));
 }
@@ -253,23 +251,13 @@ op_max(C a, C b)
 
 template <typename T> struct float_ops {
 	typedef typename T::C C;
-	static __device__ __forceinline__ C
-	sum(C a, C b)
-	{
-		return (a + b);
-	}
-	static __device__ __forceinline__ C
-	prod(C a, C b)
-	{
-		return (a * b);
-	}
-	static __device__ __forceinline__ C
-	min(C a, C b)
+	static __device__ __forceinline__ C sum(C a, C b) { return (a + b); }
+	static __device__ __forceinline__ C prod(C a, C b) { return (a * b); }
+	static __device__ __forceinline__ C min(C a, C b)
 	{
 		return (op_min(a, b));
 	}
-	static __device__ __forceinline__ C
-	max(C a, C b)
+	static __device__ __forceinline__ C max(C a, C b)
 	{
 		return (op_max(a, b));
 	}
@@ -278,23 +266,19 @@ template <typename T> struct float_ops {
 template <typename T> struct int_ops {
 	typedef typename T::C C;
 	typedef typename T::Wrap W;
-	static __device__ __forceinline__ C
-	sum(C a, C b)
+	static __device__ __forceinline__ C sum(C a, C b)
 	{
-		return ((C) (W) ((W) a + (W) b));
+		return ((C)(W)((W)a + (W)b));
 	}
-	static __device__ __forceinline__ C
-	prod(C a, C b)
+	static __device__ __forceinline__ C prod(C a, C b)
 	{
-		return ((C) (W) ((W) a * (W) b));
+		return ((C)(W)((W)a * (W)b));
 	}
-	static __device__ __forceinline__ C
-	min(C a, C b)
+	static __device__ __forceinline__ C min(C a, C b)
 	{
 		return (b < a ? b : a);
 	}
-	static __device__ __forceinline__ C
-	max(C a, C b)
+	static __device__ __forceinline__ C max(C a, C b)
 	{
 		return (b > a ? b : a);
 	}
@@ -304,9 +288,9 @@ template <typename T, typename Ops, int OP>
 __global__ void
 reduce2_kernel(typename T::S *dst, const typename T::S *src, size_t count)
 {
-	size_t stride = (size_t) gridDim.x * blockDim.x;
+	size_t stride = (size_t)gridDim.x * blockDim.x;
 
-	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
 	     i < count; i += stride) {
 		typename T::C a = T::load(dst[i]);
 		typename T::C b = T::load(src[i]);
@@ -368,7 +352,7 @@ cohort__cuda_pack(void *bucket, const struct cohort__pack_item *items,
 
 	if (rv != COHORT_OK)
 		return (rv);
-	return (copy_items(items, n, (uintptr_t) bucket, true,
+	return (copy_items(items, n, (uintptr_t)bucket, true,
 	    static_cast<cudaStream_t>(stream)));
 }
 
@@ -380,13 +364,13 @@ cohort__cuda_unpack(const void *bucket, const struct cohort__pack_item *items,
 
 	if (rv != COHORT_OK)
 		return (rv);
-	return (copy_items(items, n, (uintptr_t) bucket, false,
+	return (copy_items(items, n, (uintptr_t)bucket, false,
 	    static_cast<cudaStream_t>(stream)));
 }
 
 extern "C" cohort_status
-cohort__cuda_scale(void *x, size_t count, cohort_dtype dt, double alpha,
-    void *stream)
+cohort__cuda_scale(
+    void *x, size_t count, cohort_dtype dt, double alpha, void *stream)
 {
 	cudaStream_t st = static_cast<cudaStream_t>(stream);
 	cohort_status rv = cohort__kernel_check_scale(x, count, dt);
@@ -397,7 +381,7 @@ cohort__cuda_scale(void *x, size_t count, cohort_dtype dt, double alpha,
 	switch (dt) {
 	case COHORT_F32:
 		scale_kernel<f32_t, float><<<grid, THREADS, 0, st>>>(
-		    static_cast<float *>(x), count, (float) alpha);
+		    static_cast<float *>(x), count, (float)alpha);
 		break;
 	case COHORT_F64:
 		scale_kernel<f64_t, double><<<grid, THREADS, 0, st>>>(
@@ -405,11 +389,11 @@ cohort__cuda_scale(void *x, size_t count, cohort_dtype dt, double alpha,
 		break;
 	case COHORT_F16:
 		scale_kernel<f16_t, float><<<grid, THREADS, 0, st>>>(
-		    static_cast<uint16_t *>(x), count, (float) alpha);
+		    static_cast<uint16_t *>(x), count, (float)alpha);
 		break;
 	default: /* COHORT_BF16 */
 		scale_kernel<bf16_t, float><<<grid, THREADS, 0, st>>>(
-		    static_cast<uint16_t *>(x), count, (float) alpha);
+		    static_cast<uint16_t *>(x), count, (float)alpha);
 		break;
 	}
 	return (launch_check("scale kernel"));
@@ -420,8 +404,8 @@ cohort__cuda_cast(void *dst, cohort_dtype ddt, const void *src,
     cohort_dtype sdt, size_t count, void *stream)
 {
 	cudaStream_t st = static_cast<cudaStream_t>(stream);
-	cohort_status rv =
-	    cohort__kernel_check_cast(dst, ddt, src, sdt, count);
+	cohort_status rv
+	    = cohort__kernel_check_cast(dst, ddt, src, sdt, count);
 	unsigned grid = grid_for(count);
 	uint16_t *h = static_cast<uint16_t *>(dst);
 	float *f = static_cast<float *>(dst);
@@ -431,57 +415,57 @@ cohort__cuda_cast(void *dst, cohort_dtype ddt, const void *src,
 	if (rv != COHORT_OK || count == 0)
 		return (rv);
 	if (sdt == COHORT_F32 && ddt == COHORT_F16)
-		cast_kernel<f32_t, f16_t><<<grid, THREADS, 0, st>>>(h, fs,
-		    count);
+		cast_kernel<f32_t, f16_t>
+		    <<<grid, THREADS, 0, st>>>(h, fs, count);
 	else if (sdt == COHORT_F32)
-		cast_kernel<f32_t, bf16_t><<<grid, THREADS, 0, st>>>(h, fs,
-		    count);
+		cast_kernel<f32_t, bf16_t>
+		    <<<grid, THREADS, 0, st>>>(h, fs, count);
 	else if (sdt == COHORT_F16)
-		cast_kernel<f16_t, f32_t><<<grid, THREADS, 0, st>>>(f, hs,
-		    count);
+		cast_kernel<f16_t, f32_t>
+		    <<<grid, THREADS, 0, st>>>(f, hs, count);
 	else
-		cast_kernel<bf16_t, f32_t><<<grid, THREADS, 0, st>>>(f, hs,
-		    count);
+		cast_kernel<bf16_t, f32_t>
+		    <<<grid, THREADS, 0, st>>>(f, hs, count);
 	return (launch_check("cast kernel"));
 }
 
 extern "C" cohort_status
-cohort__cuda_reduce2(void *dst, const void *src, size_t count,
-    cohort_dtype dt, cohort_redop op, void *stream)
+cohort__cuda_reduce2(void *dst, const void *src, size_t count, cohort_dtype dt,
+    cohort_redop op, void *stream)
 {
 	cudaStream_t st = static_cast<cudaStream_t>(stream);
-	cohort_status rv =
-	    cohort__kernel_check_reduce2(dst, src, count, dt, op);
+	cohort_status rv
+	    = cohort__kernel_check_reduce2(dst, src, count, dt, op);
 
 	if (rv != COHORT_OK || count == 0)
 		return (rv);
 	switch (dt) {
 	case COHORT_F32:
-		return (reduce2_launch<f32_t, float_ops<f32_t>>(dst, src,
-		    count, op, st));
+		return (reduce2_launch<f32_t, float_ops<f32_t>>(
+		    dst, src, count, op, st));
 	case COHORT_F64:
-		return (reduce2_launch<f64_t, float_ops<f64_t>>(dst, src,
-		    count, op, st));
+		return (reduce2_launch<f64_t, float_ops<f64_t>>(
+		    dst, src, count, op, st));
 	case COHORT_F16:
-		return (reduce2_launch<f16_t, float_ops<f16_t>>(dst, src,
-		    count, op, st));
+		return (reduce2_launch<f16_t, float_ops<f16_t>>(
+		    dst, src, count, op, st));
 	case COHORT_BF16:
-		return (reduce2_launch<bf16_t, float_ops<bf16_t>>(dst, src,
-		    count, op, st));
+		return (reduce2_launch<bf16_t, float_ops<bf16_t>>(
+		    dst, src, count, op, st));
 	case COHORT_I32: {
 		typedef int_t<int32_t, uint32_t> T;
-		return (reduce2_launch<T, int_ops<T>>(dst, src, count, op,
-		    st));
+		return (
+		    reduce2_launch<T, int_ops<T>>(dst, src, count, op, st));
 	}
 	case COHORT_I64: {
 		typedef int_t<int64_t, uint64_t> T;
-		return (reduce2_launch<T, int_ops<T>>(dst, src, count, op,
-		    st));
+		return (
+		    reduce2_launch<T, int_ops<T>>(dst, src, count, op, st));
 	}
 	default: { /* COHORT_U8 */
 		typedef int_t<uint8_t, uint32_t> T;
-		return (reduce2_launch<T, int_ops<T>>(dst, src, count, op,
-		    st));
+		return (
+		    reduce2_launch<T, int_ops<T>>(dst, src, count, op, st));
 	}
 	}
 }
@@ -493,19 +477,19 @@ cohort__cuda_reduce2(void *dst, const void *src, size_t count,
 extern "C" int
 cohort__cudart_device_count(int *n)
 {
-	return ((int) cudaGetDeviceCount(n));
+	return ((int)cudaGetDeviceCount(n));
 }
 
 extern "C" const char *
 cohort__cudart_error_name(int code)
 {
-	return (cudaGetErrorName((cudaError_t) code));
+	return (cudaGetErrorName((cudaError_t)code));
 }
 
 extern "C" const char *
 cohort__cudart_error_string(int code)
 {
-	return (cudaGetErrorString((cudaError_t) code));
+	return (cudaGetErrorString((cudaError_t)code));
 }
 
 extern "C" int
@@ -516,53 +500,53 @@ cohort__cudart_describe(char *name, size_t len, int *sms, size_t *mem_bytes,
 	cudaError_t e;
 	int dev;
 
-	if ((e = cudaGetDevice(&dev)) != cudaSuccess ||
-	    (e = cudaGetDeviceProperties(&p, dev)) != cudaSuccess ||
-	    (e = cudaDriverGetVersion(driver)) != cudaSuccess ||
-	    (e = cudaRuntimeGetVersion(runtime)) != cudaSuccess)
-		return ((int) e);
+	if ((e = cudaGetDevice(&dev)) != cudaSuccess
+	    || (e = cudaGetDeviceProperties(&p, dev)) != cudaSuccess
+	    || (e = cudaDriverGetVersion(driver)) != cudaSuccess
+	    || (e = cudaRuntimeGetVersion(runtime)) != cudaSuccess)
+		return ((int)e);
 	snprintf(name, len, "%s", p.name);
 	*sms = p.multiProcessorCount;
 	*mem_bytes = p.totalGlobalMem;
-	return ((int) cudaSuccess);
+	return ((int)cudaSuccess);
 }
 
 extern "C" int
 cohort__cudart_malloc(void **p, size_t bytes)
 {
-	return ((int) cudaMalloc(p, bytes));
+	return ((int)cudaMalloc(p, bytes));
 }
 
 extern "C" int
 cohort__cudart_free(void *p)
 {
-	return ((int) cudaFree(p));
+	return ((int)cudaFree(p));
 }
 
 extern "C" int
 cohort__cudart_memcpy(void *dst, const void *src, size_t bytes, int kind)
 {
-	return ((int) cudaMemcpy(dst, src, bytes,
-	    kind == COHORT__CUDART_H2D ? cudaMemcpyHostToDevice :
-					     cudaMemcpyDeviceToHost));
+	return ((int)cudaMemcpy(dst, src, bytes,
+	    kind == COHORT__CUDART_H2D ? cudaMemcpyHostToDevice
+	                               : cudaMemcpyDeviceToHost));
 }
 
 extern "C" int
-cohort__cudart_memcpy_async(void *dst, const void *src, size_t bytes,
-    void *stream)
+cohort__cudart_memcpy_async(
+    void *dst, const void *src, size_t bytes, void *stream)
 {
-	return ((int) cudaMemcpyAsync(dst, src, bytes,
-	    cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)));
+	return ((int)cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+	    static_cast<cudaStream_t>(stream)));
 }
 
 extern "C" int
 cohort__cudart_memset(void *dst, int byte, size_t bytes)
 {
-	return ((int) cudaMemset(dst, byte, bytes));
+	return ((int)cudaMemset(dst, byte, bytes));
 }
 
 extern "C" int
 cohort__cudart_sync(void)
 {
-	return ((int) cudaDeviceSynchronize());
+	return ((int)cudaDeviceSynchronize());
 }

@@ -29,8 +29,8 @@ cohort__cuda_last_error(void)
 }
 
 cohort_status
-cohort__cuda_fail(const char *where, int code, const char *name,
-    const char *text)
+cohort__cuda_fail(
+    const char *where, int code, const char *name, const char *text)
 {
 	snprintf(gpu_last_error, sizeof(gpu_last_error), "%s: %s (%d): %s",
 	    where != NULL ? where : "cuda", name != NULL ? name : "?", code,
@@ -58,8 +58,8 @@ gpu_probe(void)
 		return;
 	}
 	if (n <= 0) {
-		cohort__strlcpy(gpu_reason, "no CUDA device",
-		    sizeof(gpu_reason));
+		cohort__strlcpy(
+		    gpu_reason, "no CUDA device", sizeof(gpu_reason));
 		return;
 	}
 	gpu_ok = true;
@@ -68,14 +68,14 @@ gpu_probe(void)
 bool
 cohort__gpu_available(void)
 {
-	(void) pthread_once(&gpu_once, gpu_probe);
+	(void)pthread_once(&gpu_once, gpu_probe);
 	return (gpu_ok);
 }
 
 const char *
 cohort__gpu_unavailable_reason(void)
 {
-	(void) pthread_once(&gpu_once, gpu_probe);
+	(void)pthread_once(&gpu_once, gpu_probe);
 	return (gpu_reason);
 }
 
@@ -93,8 +93,8 @@ gpu_require(const char *where)
 {
 	if (cohort__gpu_available())
 		return (COHORT_OK);
-	return (cohort__err(COHORT_ENOTSUP, "%s: no GPU (%s)", where,
-	    gpu_reason));
+	return (
+	    cohort__err(COHORT_ENOTSUP, "%s: no GPU (%s)", where, gpu_reason));
 }
 
 cohort_status
@@ -112,8 +112,8 @@ cohort__gpu_describe(char *buf, size_t len)
 	if ((rv = gpu_require("gpu_describe")) != COHORT_OK)
 		return (rv);
 	rv = gpu_check("cudaGetDeviceProperties",
-	    cohort__cudart_describe(name, sizeof(name), &sms, &mem, &drv,
-		&rt));
+	    cohort__cudart_describe(
+	        name, sizeof(name), &sms, &mem, &drv, &rt));
 	if (rv != COHORT_OK)
 		return (rv);
 	snprintf(buf, len, "%s, %d SMs, %zu MiB, driver %d.%d, runtime %d.%d",
@@ -142,7 +142,7 @@ void
 cohort__gpu_free(void *p)
 {
 	if (p != NULL)
-		(void) gpu_check("cudaFree", cohort__cudart_free(p));
+		(void)gpu_check("cudaFree", cohort__cudart_free(p));
 }
 
 cohort_status
@@ -160,8 +160,7 @@ cohort__gpu_memcpy_d2h(void *dst, const void *src, size_t bytes)
 }
 
 cohort_status
-cohort__gpu_memcpy_d2d(void *dst, const void *src, size_t bytes,
-    void *stream)
+cohort__gpu_memcpy_d2d(void *dst, const void *src, size_t bytes, void *stream)
 {
 	return (gpu_check("cudaMemcpyAsync(d2d)",
 	    cohort__cudart_memcpy_async(dst, src, bytes, stream)));
@@ -170,8 +169,8 @@ cohort__gpu_memcpy_d2d(void *dst, const void *src, size_t bytes,
 cohort_status
 cohort__gpu_memset(void *dst, int byte, size_t bytes)
 {
-	return (gpu_check("cudaMemset",
-	    cohort__cudart_memset(dst, byte, bytes)));
+	return (
+	    gpu_check("cudaMemset", cohort__cudart_memset(dst, byte, bytes)));
 }
 
 cohort_status
@@ -230,8 +229,7 @@ cohort__gpu_memcpy_d2h(void *dst, const void *src, size_t bytes)
 }
 
 cohort_status
-cohort__gpu_memcpy_d2d(void *dst, const void *src, size_t bytes,
-    void *stream)
+cohort__gpu_memcpy_d2d(void *dst, const void *src, size_t bytes, void *stream)
 {
 	return (gpu_nocuda("gpu_memcpy_d2d"));
 }

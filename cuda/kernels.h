@@ -74,18 +74,18 @@ struct cohort__pack_item {
  * accesses on 16-byte aligned tensors). Writes every items[i].offset and
  * returns the bucket size needed, rounded up to align; 0 for bad arguments
  * or overflow. */
-size_t cohort__pack_layout(struct cohort__pack_item *items, size_t n,
-    size_t align);
+size_t cohort__pack_layout(
+    struct cohort__pack_item *items, size_t n, size_t align);
 
 /* pack copies every item into the bucket at its offset; unpack copies each
  * item's bucket range back into the item. One kernel launch copies up to
  * COHORT__COPY_BATCH items (so 1 launch for a typical bucket).
  * COHORT_EINVAL: bucket NULL, items NULL with n > 0, or an item with bytes
  * > 0 and a NULL ptr or an offset + bytes that overflows. */
-cohort_status cohort__ref_pack(void *bucket,
-    const struct cohort__pack_item *items, size_t n);
-cohort_status cohort__ref_unpack(const void *bucket,
-    const struct cohort__pack_item *items, size_t n);
+cohort_status cohort__ref_pack(
+    void *bucket, const struct cohort__pack_item *items, size_t n);
+cohort_status cohort__ref_unpack(
+    const void *bucket, const struct cohort__pack_item *items, size_t n);
 cohort_status cohort__cuda_pack(void *bucket,
     const struct cohort__pack_item *items, size_t n, void *stream);
 cohort_status cohort__cuda_unpack(const void *bucket,
@@ -101,19 +101,19 @@ cohort_status cohort__cuda_unpack(const void *bucket,
  * copies one chunk (8 KiB = 256 threads x 2 x 16 bytes). The table travels
  * as a kernel parameter (under the 4 KiB parameter limit), so a launch
  * needs no device allocation and no host-to-device copy. */
-#define COHORT__COPY_CHUNK ((uint64_t) 8192)
+#define COHORT__COPY_CHUNK ((uint64_t)8192)
 #define COHORT__COPY_BATCH 120
 #define COHORT__COPY_THREADS 256
 
 struct cohort__copy_desc {
-	uint64_t src;    /* address */
-	uint64_t dst;    /* address */
-	uint64_t bytes;  /* > 0 */
+	uint64_t src; /* address */
+	uint64_t dst; /* address */
+	uint64_t bytes; /* > 0 */
 	uint64_t chunk0; /* index of this copy's first chunk in the batch */
 };
 
 struct cohort__copy_batch {
-	uint32_t n;       /* descriptors used, 1..COHORT__COPY_BATCH */
+	uint32_t n; /* descriptors used, 1..COHORT__COPY_BATCH */
 	uint32_t pad;
 	uint64_t nchunks; /* chunks of all descriptors together */
 	struct cohort__copy_desc d[COHORT__COPY_BATCH];
@@ -152,8 +152,8 @@ cohort__copy_find(const struct cohort__copy_batch *b, uint64_t c)
 
 /* The byte range [*off, *off + *len) of descriptor i that chunk c covers. */
 static inline COHORT__HD void
-cohort__copy_range(const struct cohort__copy_batch *b, uint32_t i,
-    uint64_t c, uint64_t *off, uint64_t *len)
+cohort__copy_range(const struct cohort__copy_batch *b, uint32_t i, uint64_t c,
+    uint64_t *off, uint64_t *len)
 {
 	uint64_t o = (c - b->d[i].chunk0) * COHORT__COPY_CHUNK;
 	uint64_t left = b->d[i].bytes - o;
@@ -167,8 +167,8 @@ cohort__copy_range(const struct cohort__copy_batch *b, uint32_t i,
  * modulo 16, else 4 when they agree modulo 4, else 1) that are aligned on
  * both sides, and a byte-wise tail of len - head - nvec * width bytes. */
 static inline COHORT__HD void
-cohort__copy_split(uint64_t src, uint64_t dst, uint64_t len,
-    uint32_t *width, uint64_t *head, uint64_t *nvec)
+cohort__copy_split(uint64_t src, uint64_t dst, uint64_t len, uint32_t *width,
+    uint64_t *head, uint64_t *nvec)
 {
 	uint64_t diff = src ^ dst;
 	uint32_t w = (diff & 15) == 0 ? 16 : ((diff & 3) == 0 ? 4 : 1);
@@ -188,10 +188,10 @@ cohort__copy_split(uint64_t src, uint64_t dst, uint64_t len,
 /* For F32, F64, F16 and BF16 (averaging: alpha = 1.0 / group size). F64
  * multiplies by alpha, the others by (float) alpha in f32, f16/bf16 then
  * rounding back. COHORT_EINVAL: x NULL with count > 0, or another dtype. */
-cohort_status cohort__ref_scale(void *x, size_t count, cohort_dtype dt,
-    double alpha);
-cohort_status cohort__cuda_scale(void *x, size_t count, cohort_dtype dt,
-    double alpha, void *stream);
+cohort_status cohort__ref_scale(
+    void *x, size_t count, cohort_dtype dt, double alpha);
+cohort_status cohort__cuda_scale(
+    void *x, size_t count, cohort_dtype dt, double alpha, void *stream);
 
 /* ------------------------------------------------------------------------ */
 /* Casts for compressed communication                                       */
@@ -230,16 +230,15 @@ cohort_status cohort__cuda_reduce2(void *dst, const void *src, size_t count,
  * mismatches to stderr as "what[i]: got G, want W". Returns the number of
  * mismatches; *max_rel (if not NULL) gets the largest
  * |got - want| / max(|want|, smallest normal) over finite pairs. */
-size_t cohort__ref_compare(const char *what, cohort_dtype dt,
-    const void *got, const void *want, size_t n, double eps, size_t report,
-    double *max_rel);
+size_t cohort__ref_compare(const char *what, cohort_dtype dt, const void *got,
+    const void *want, size_t n, double eps, size_t report, double *max_rel);
 
 /* Argument rules shared by the references and the launchers; each returns
  * COHORT_OK or the status the call must return (with the detail set). */
-cohort_status cohort__kernel_check_pack(const void *bucket,
-    const struct cohort__pack_item *items, size_t n);
-cohort_status cohort__kernel_check_scale(const void *x, size_t count,
-    cohort_dtype dt);
+cohort_status cohort__kernel_check_pack(
+    const void *bucket, const struct cohort__pack_item *items, size_t n);
+cohort_status cohort__kernel_check_scale(
+    const void *x, size_t count, cohort_dtype dt);
 cohort_status cohort__kernel_check_cast(const void *dst, cohort_dtype ddt,
     const void *src, cohort_dtype sdt, size_t count);
 cohort_status cohort__kernel_check_reduce2(const void *dst, const void *src,
@@ -266,13 +265,11 @@ cohort_status cohort__gpu_describe(char *buf, size_t len);
 cohort_status cohort__gpu_alloc(void **p, size_t bytes);
 void cohort__gpu_free(void *p);
 /* Synchronous copies between host and device memory. */
-cohort_status cohort__gpu_memcpy_h2d(void *dst, const void *src,
-    size_t bytes);
-cohort_status cohort__gpu_memcpy_d2h(void *dst, const void *src,
-    size_t bytes);
+cohort_status cohort__gpu_memcpy_h2d(void *dst, const void *src, size_t bytes);
+cohort_status cohort__gpu_memcpy_d2h(void *dst, const void *src, size_t bytes);
 /* Enqueues a device-to-device copy on stream (the benchmark's baseline). */
-cohort_status cohort__gpu_memcpy_d2d(void *dst, const void *src,
-    size_t bytes, void *stream);
+cohort_status cohort__gpu_memcpy_d2d(
+    void *dst, const void *src, size_t bytes, void *stream);
 cohort_status cohort__gpu_memset(void *dst, int byte, size_t bytes);
 /* Waits for all work on the current device; reports asynchronous kernel
  * faults as COHORT_ECUDA. */
@@ -284,8 +281,8 @@ const char *cohort__cuda_last_error(void);
 /* Records a CUDA error (code is a cudaError_t) for cohort__cuda_last_error
  * and cohort_last_error, and returns COHORT_ECUDA. The one conversion of
  * cudaError_t to cohort_status; used by fusion.cu and gpu.c. */
-cohort_status cohort__cuda_fail(const char *where, int code,
-    const char *name, const char *text);
+cohort_status cohort__cuda_fail(
+    const char *where, int code, const char *name, const char *text);
 
 /* The thin CUDA runtime shim, compiled by nvcc in fusion.cu so that gpu.c
  * needs neither cuda_runtime.h nor an include path for it. Each returns a
@@ -300,8 +297,8 @@ int cohort__cudart_free(void *p);
 #define COHORT__CUDART_H2D 0
 #define COHORT__CUDART_D2H 1
 int cohort__cudart_memcpy(void *dst, const void *src, size_t bytes, int kind);
-int cohort__cudart_memcpy_async(void *dst, const void *src, size_t bytes,
-    void *stream);
+int cohort__cudart_memcpy_async(
+    void *dst, const void *src, size_t bytes, void *stream);
 int cohort__cudart_memset(void *dst, int byte, size_t bytes);
 int cohort__cudart_sync(void);
 

@@ -27,12 +27,12 @@
 static bool
 ref_dtype_valid(cohort_dtype dt)
 {
-	return ((unsigned) dt < COHORT_DTYPE_COUNT);
+	return ((unsigned)dt < COHORT_DTYPE_COUNT);
 }
 
 cohort_status
-cohort__kernel_check_pack(const void *bucket,
-    const struct cohort__pack_item *items, size_t n)
+cohort__kernel_check_pack(
+    const void *bucket, const struct cohort__pack_item *items, size_t n)
 {
 	size_t i;
 
@@ -56,10 +56,10 @@ cohort__kernel_check_pack(const void *bucket,
 cohort_status
 cohort__kernel_check_scale(const void *x, size_t count, cohort_dtype dt)
 {
-	if (dt != COHORT_F32 && dt != COHORT_F64 && dt != COHORT_F16 &&
-	    dt != COHORT_BF16)
+	if (dt != COHORT_F32 && dt != COHORT_F64 && dt != COHORT_F16
+	    && dt != COHORT_BF16)
 		return (cohort__err(COHORT_EINVAL,
-		    "scale: dtype %d is not a floating-point type", (int) dt));
+		    "scale: dtype %d is not a floating-point type", (int)dt));
 	if (x == NULL && count > 0)
 		return (cohort__err(COHORT_EINVAL, "scale: NULL buffer"));
 	return (COHORT_OK);
@@ -73,8 +73,9 @@ cohort__kernel_check_cast(const void *dst, cohort_dtype ddt, const void *src,
 		return (cohort__err(COHORT_EINVAL, "cast: invalid dtype"));
 	if ((dst == NULL || src == NULL) && count > 0)
 		return (cohort__err(COHORT_EINVAL, "cast: NULL buffer"));
-	if ((sdt == COHORT_F32 && (ddt == COHORT_F16 || ddt == COHORT_BF16)) ||
-	    (ddt == COHORT_F32 && (sdt == COHORT_F16 || sdt == COHORT_BF16)))
+	if ((sdt == COHORT_F32 && (ddt == COHORT_F16 || ddt == COHORT_BF16))
+	    || (ddt == COHORT_F32
+	        && (sdt == COHORT_F16 || sdt == COHORT_BF16)))
 		return (COHORT_OK);
 	return (cohort__err(COHORT_ENOTSUP, "cast: %s to %s is not supported",
 	    cohort_dtype_name(sdt), cohort_dtype_name(ddt)));
@@ -86,10 +87,10 @@ cohort__kernel_check_reduce2(const void *dst, const void *src, size_t count,
 {
 	if (!ref_dtype_valid(dt))
 		return (cohort__err(COHORT_EINVAL, "reduce2: invalid dtype"));
-	if (op != COHORT_SUM && op != COHORT_PROD && op != COHORT_MIN &&
-	    op != COHORT_MAX)
+	if (op != COHORT_SUM && op != COHORT_PROD && op != COHORT_MIN
+	    && op != COHORT_MAX)
 		return (cohort__err(COHORT_EINVAL,
-		    "reduce2: op %d is not sum, prod, min or max", (int) op));
+		    "reduce2: op %d is not sum, prod, min or max", (int)op));
 	if ((dst == NULL || src == NULL) && count > 0)
 		return (cohort__err(COHORT_EINVAL, "reduce2: NULL buffer"));
 	return (COHORT_OK);
@@ -105,8 +106,8 @@ cohort__pack_layout(struct cohort__pack_item *items, size_t n, size_t align)
 	size_t off = 0;
 	size_t i;
 
-	if ((items == NULL && n > 0) || align == 0 ||
-	    (align & (align - 1)) != 0)
+	if ((items == NULL && n > 0) || align == 0
+	    || (align & (align - 1)) != 0)
 		return (0);
 	for (i = 0; i < n; i++) {
 		if (off > SIZE_MAX - (align - 1))
@@ -123,8 +124,7 @@ cohort__pack_layout(struct cohort__pack_item *items, size_t n, size_t align)
 }
 
 cohort_status
-cohort__ref_pack(void *bucket, const struct cohort__pack_item *items,
-    size_t n)
+cohort__ref_pack(void *bucket, const struct cohort__pack_item *items, size_t n)
 {
 	cohort_status rv;
 	size_t i;
@@ -133,15 +133,15 @@ cohort__ref_pack(void *bucket, const struct cohort__pack_item *items,
 		return (rv);
 	for (i = 0; i < n; i++) {
 		if (items[i].bytes > 0)
-			memcpy((char *) bucket + items[i].offset, items[i].ptr,
+			memcpy((char *)bucket + items[i].offset, items[i].ptr,
 			    items[i].bytes);
 	}
 	return (COHORT_OK);
 }
 
 cohort_status
-cohort__ref_unpack(const void *bucket, const struct cohort__pack_item *items,
-    size_t n)
+cohort__ref_unpack(
+    const void *bucket, const struct cohort__pack_item *items, size_t n)
 {
 	cohort_status rv;
 	size_t i;
@@ -151,7 +151,7 @@ cohort__ref_unpack(const void *bucket, const struct cohort__pack_item *items,
 	for (i = 0; i < n; i++) {
 		if (items[i].bytes > 0)
 			memcpy(items[i].ptr,
-			    (const char *) bucket + items[i].offset,
+			    (const char *)bucket + items[i].offset,
 			    items[i].bytes);
 	}
 	return (COHORT_OK);
@@ -169,8 +169,8 @@ cohort__copy_plan(struct cohort__copy_batch *b,
 	b->nchunks = 0;
 	for (i = 0; i < n && b->n < COHORT__COPY_BATCH; i++) {
 		struct cohort__copy_desc *d = &b->d[b->n];
-		uint64_t tensor = (uint64_t) (uintptr_t) items[i].ptr;
-		uint64_t slot = (uint64_t) (bucket + items[i].offset);
+		uint64_t tensor = (uint64_t)(uintptr_t)items[i].ptr;
+		uint64_t slot = (uint64_t)(bucket + items[i].offset);
 
 		if (items[i].bytes == 0)
 			continue;
@@ -178,8 +178,8 @@ cohort__copy_plan(struct cohort__copy_batch *b,
 		d->dst = pack ? slot : tensor;
 		d->bytes = items[i].bytes;
 		d->chunk0 = b->nchunks;
-		b->nchunks += (d->bytes + COHORT__COPY_CHUNK - 1) /
-		    COHORT__COPY_CHUNK;
+		b->nchunks += (d->bytes + COHORT__COPY_CHUNK - 1)
+		    / COHORT__COPY_CHUNK;
 		b->n++;
 	}
 	return (i);
@@ -202,15 +202,16 @@ cohort__copy_emulate(const struct cohort__copy_batch *b)
 		const char *src;
 
 		cohort__copy_range(b, i, c, &off, &len);
-		cohort__copy_split(d->src + off, d->dst + off, len, &w, &head,
-		    &nvec);
+		cohort__copy_split(
+		    d->src + off, d->dst + off, len, &w, &head, &nvec);
 		COHORT__ASSERT(head + nvec * w <= len);
-		src = (const char *) (uintptr_t) (d->src + off);
-		dst = (char *) (uintptr_t) (d->dst + off);
+		src = (const char *)(uintptr_t)(d->src + off);
+		dst = (char *)(uintptr_t)(d->dst + off);
 		memcpy(dst, src, head);
-		COHORT__ASSERT(nvec == 0 ||
-		    (((uintptr_t) (src + head) | (uintptr_t) (dst + head)) &
-			(w - 1)) == 0);
+		COHORT__ASSERT(nvec == 0
+		    || (((uintptr_t)(src + head) | (uintptr_t)(dst + head))
+		           & (w - 1))
+		        == 0);
 		memcpy(dst + head, src + head, nvec * w);
 		memcpy(dst + head + nvec * w, src + head + nvec * w,
 		    len - head - nvec * w);
@@ -225,7 +226,7 @@ cohort_status
 cohort__ref_scale(void *x, size_t count, cohort_dtype dt, double alpha)
 {
 	cohort_status rv;
-	float a = (float) alpha;
+	float a = (float)alpha;
 	size_t i;
 
 	if ((rv = cohort__kernel_check_scale(x, count, dt)) != COHORT_OK)
@@ -233,18 +234,18 @@ cohort__ref_scale(void *x, size_t count, cohort_dtype dt, double alpha)
 	for (i = 0; i < count; i++) {
 		switch (dt) {
 		case COHORT_F32:
-			((float *) x)[i] *= a;
+			((float *)x)[i] *= a;
 			break;
 		case COHORT_F64:
-			((double *) x)[i] *= alpha;
+			((double *)x)[i] *= alpha;
 			break;
 		case COHORT_F16: {
-			uint16_t *h = (uint16_t *) x + i;
+			uint16_t *h = (uint16_t *)x + i;
 			*h = cohort__f32_to_f16(cohort__f16_to_f32(*h) * a);
 			break;
 		}
 		default: { /* COHORT_BF16 */
-			uint16_t *h = (uint16_t *) x + i;
+			uint16_t *h = (uint16_t *)x + i;
 			*h = cohort__f32_to_bf16(cohort__bf16_to_f32(*h) * a);
 			break;
 		}
@@ -269,15 +270,15 @@ cohort__ref_cast(void *dst, cohort_dtype ddt, const void *src,
 		return (rv);
 	for (i = 0; i < count; i++) {
 		if (sdt == COHORT_F32) {
-			float f = ((const float *) src)[i];
-			((uint16_t *) dst)[i] = ddt == COHORT_F16 ?
-			    cohort__f32_to_f16(f) :
-			    cohort__f32_to_bf16(f);
+			float f = ((const float *)src)[i];
+			((uint16_t *)dst)[i] = ddt == COHORT_F16
+			    ? cohort__f32_to_f16(f)
+			    : cohort__f32_to_bf16(f);
 		} else {
-			uint16_t h = ((const uint16_t *) src)[i];
-			((float *) dst)[i] = sdt == COHORT_F16 ?
-			    cohort__f16_to_f32(h) :
-			    cohort__bf16_to_f32(h);
+			uint16_t h = ((const uint16_t *)src)[i];
+			((float *)dst)[i] = sdt == COHORT_F16
+			    ? cohort__f16_to_f32(h)
+			    : cohort__bf16_to_f32(h);
 		}
 	}
 	return (COHORT_OK);
@@ -317,9 +318,9 @@ ref_op_f32(float a, float b, cohort_redop op)
 	case COHORT_PROD:
 		return (a * b);
 	case COHORT_MIN:
-		return ((float) ref_min(a, b));
+		return ((float)ref_min(a, b));
 	default:
-		return ((float) ref_max(a, b));
+		return ((float)ref_max(a, b));
 	}
 }
 
@@ -339,7 +340,7 @@ ref_op_f64(double a, double b, cohort_redop op)
 }
 
 /* Integer ops: sum and product in the unsigned type W, so they wrap. */
-#define REF_INT_LOOP(T, W)                                                   \
+#define REF_INT_LOOP(T, W)                                                    \
 	do {                                                                  \
 		T *d_ = dst;                                                  \
 		const T *s_ = src;                                            \
@@ -348,10 +349,10 @@ ref_op_f64(double a, double b, cohort_redop op)
 			T b_ = s_[i];                                         \
 			switch (op) {                                         \
 			case COHORT_SUM:                                      \
-				d_[i] = (T) (W) ((W) a_ + (W) b_);            \
+				d_[i] = (T)(W)((W)a_ + (W)b_);                \
 				break;                                        \
 			case COHORT_PROD:                                     \
-				d_[i] = (T) (W) ((W) a_ * (W) b_);            \
+				d_[i] = (T)(W)((W)a_ * (W)b_);                \
 				break;                                        \
 			case COHORT_MIN:                                      \
 				d_[i] = b_ < a_ ? b_ : a_;                    \
@@ -364,8 +365,8 @@ ref_op_f64(double a, double b, cohort_redop op)
 	} while (0)
 
 cohort_status
-cohort__ref_reduce2(void *dst, const void *src, size_t count,
-    cohort_dtype dt, cohort_redop op)
+cohort__ref_reduce2(
+    void *dst, const void *src, size_t count, cohort_dtype dt, cohort_redop op)
 {
 	cohort_status rv;
 	size_t i;
@@ -376,29 +377,29 @@ cohort__ref_reduce2(void *dst, const void *src, size_t count,
 	switch (dt) {
 	case COHORT_F32:
 		for (i = 0; i < count; i++)
-			((float *) dst)[i] = ref_op_f32(((float *) dst)[i],
-			    ((const float *) src)[i], op);
+			((float *)dst)[i] = ref_op_f32(
+			    ((float *)dst)[i], ((const float *)src)[i], op);
 		break;
 	case COHORT_F64:
 		for (i = 0; i < count; i++)
-			((double *) dst)[i] = ref_op_f64(((double *) dst)[i],
-			    ((const double *) src)[i], op);
+			((double *)dst)[i] = ref_op_f64(
+			    ((double *)dst)[i], ((const double *)src)[i], op);
 		break;
 	case COHORT_F16:
 		for (i = 0; i < count; i++) {
-			uint16_t *d = (uint16_t *) dst + i;
+			uint16_t *d = (uint16_t *)dst + i;
 			float a = cohort__f16_to_f32(*d);
-			float b =
-			    cohort__f16_to_f32(((const uint16_t *) src)[i]);
+			float b
+			    = cohort__f16_to_f32(((const uint16_t *)src)[i]);
 			*d = cohort__f32_to_f16(ref_op_f32(a, b, op));
 		}
 		break;
 	case COHORT_BF16:
 		for (i = 0; i < count; i++) {
-			uint16_t *d = (uint16_t *) dst + i;
+			uint16_t *d = (uint16_t *)dst + i;
 			float a = cohort__bf16_to_f32(*d);
-			float b =
-			    cohort__bf16_to_f32(((const uint16_t *) src)[i]);
+			float b
+			    = cohort__bf16_to_f32(((const uint16_t *)src)[i]);
 			*d = cohort__f32_to_bf16(ref_op_f32(a, b, op));
 		}
 		break;
@@ -424,19 +425,19 @@ ref_value(cohort_dtype dt, const void *p, size_t i)
 {
 	switch (dt) {
 	case COHORT_F32:
-		return (((const float *) p)[i]);
+		return (((const float *)p)[i]);
 	case COHORT_F64:
-		return (((const double *) p)[i]);
+		return (((const double *)p)[i]);
 	case COHORT_F16:
-		return (cohort__f16_to_f32(((const uint16_t *) p)[i]));
+		return (cohort__f16_to_f32(((const uint16_t *)p)[i]));
 	case COHORT_BF16:
-		return (cohort__bf16_to_f32(((const uint16_t *) p)[i]));
+		return (cohort__bf16_to_f32(((const uint16_t *)p)[i]));
 	case COHORT_I32:
-		return (((const int32_t *) p)[i]);
+		return (((const int32_t *)p)[i]);
 	case COHORT_I64: /* exact below 2^53; compared as bits anyway */
-		return ((double) ((const int64_t *) p)[i]);
+		return ((double)((const int64_t *)p)[i]);
 	default:
-		return (((const uint8_t *) p)[i]);
+		return (((const uint8_t *)p)[i]);
 	}
 }
 
@@ -474,8 +475,9 @@ cohort__ref_compare(const char *what, cohort_dtype dt, const void *got,
 		bool ok;
 
 		if (exact) {
-			ok = memcmp((const char *) got + i * size,
-			    (const char *) want + i * size, size) == 0;
+			ok = memcmp((const char *)got + i * size,
+			         (const char *)want + i * size, size)
+			    == 0;
 		} else if (isnan(g) || isnan(w)) {
 			ok = isnan(g) && isnan(w);
 		} else if (isinf(g) || isinf(w)) {
@@ -483,8 +485,8 @@ cohort__ref_compare(const char *what, cohort_dtype dt, const void *got,
 		} else {
 			double err = fabs(g - w);
 			double rel = err / fmax(fabs(w), tiny);
-			ok = eps == 0 ? g == w && signbit(g) == signbit(w) :
-			    err <= eps * fabs(w) + tiny;
+			ok = eps == 0 ? g == w && signbit(g) == signbit(w)
+			              : err <= eps * fabs(w) + tiny;
 			if (rel > worst)
 				worst = rel;
 		}

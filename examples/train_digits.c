@@ -54,7 +54,7 @@
 
 #define PROG "train_digits"
 #define HIDDEN 128
-#define DATA_SEED 1797             /* fixed train/test split */
+#define DATA_SEED 1797 /* fixed train/test split */
 #define JOIN_TIMEOUT_MS (120 * 1000) /* waiting for every rank to start */
 #define REPORT_TIMEOUT_MS 5000
 #define MAX_RANKS 256 /* --ranks: cohort_spawn's and cohort_dp's limit */
@@ -76,9 +76,9 @@ struct opts {
 	bool quiet;
 	bool local;
 	enum strategy strategy;
-	const char *hook;  /* ddp comm hook: none, fp16, bf16 */
+	const char *hook; /* ddp comm hook: none, fp16, bf16 */
 	size_t bucket_cap; /* ddp bucket cap, bytes; 0 = the default */
-	int ranks;         /* spawn: workers; dp: replicas */
+	int ranks; /* spawn: workers; dp: replicas */
 };
 
 struct epoch_stats {
@@ -100,15 +100,15 @@ struct trainer {
 	struct epoch_stats *hist;
 	bool tty;
 	/* The strategy's state (at most one is set). */
-	cohort_ddp *ddp;      /* ddp, and spawn's workers */
+	cohort_ddp *ddp; /* ddp, and spawn's workers */
 	cohort_hvd *hvd;
 	cohort_dp *dp;
-	struct mlp *reps;     /* dp: the replicas; reps[0] is m */
+	struct mlp *reps; /* dp: the replicas; reps[0] is m */
 	cohort_dp_replica *rd;
-	double *rep_loss;     /* dp: per-replica metrics of an epoch */
+	double *rep_loss; /* dp: per-replica metrics of an epoch */
 	size_t *rep_correct;
 	cohort_spawn_ctx *spawn; /* in a spawn worker */
-	int nrep;             /* dp: replicas */
+	int nrep; /* dp: replicas */
 };
 
 /* What a spawn worker of rank 0 returns to the parent: this header, then
@@ -128,7 +128,7 @@ now_s(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((double) ts.tv_sec + (double) ts.tv_nsec * 1e-9);
+	return ((double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
 }
 
 /* A fatal error: tell the other ranks (through cohortd, with ddp by
@@ -221,8 +221,9 @@ reduce_metrics(struct trainer *t, double *v, size_t n)
 {
 	if (t->g == NULL)
 		return;
-	check(t, cohort_reduce_scalars(t->g, COHORT_F64, COHORT_SUM, v, n,
-	             COHORT_WAIT_DEFAULT),
+	check(t,
+	    cohort_reduce_scalars(
+	        t->g, COHORT_F64, COHORT_SUM, v, n, COHORT_WAIT_DEFAULT),
 	    "cohort_reduce_scalars(metrics)");
 }
 
@@ -233,8 +234,8 @@ reduce_metrics(struct trainer *t, double *v, size_t n)
 /* dp: forward and backward of replica k's chunk [begin, end) of the
  * gathered global batch (on replica k's thread). */
 static int
-dp_forward_backward(void *model, int k, size_t begin, size_t end,
-    float scale, void *arg)
+dp_forward_backward(
+    void *model, int k, size_t begin, size_t end, float scale, void *arg)
 {
 	struct trainer *t = arg;
 	struct mlp *m = model;
@@ -242,11 +243,10 @@ dp_forward_backward(void *model, int k, size_t begin, size_t end,
 	const uint8_t *y = t->by + begin;
 	size_t n = end - begin;
 
-	if (mlp_forward(m, x, y, n, &t->rep_loss[k], &t->rep_correct[k]) !=
-	    0)
+	if (mlp_forward(m, x, y, n, &t->rep_loss[k], &t->rep_correct[k]) != 0)
 		return (-1);
 	/* scale = 1 / global batch; accumulation divides again by K. */
-	mlp_backward(m, x, y, n, scale / (float) t->o.accum);
+	mlp_backward(m, x, y, n, scale / (float)t->o.accum);
 	return (0);
 }
 
@@ -270,8 +270,9 @@ micro_step(struct trainer *t, size_t first, size_t G, size_t *count,
 		/* Every replica's chunk of the whole global batch. */
 		n = digits_shard(t->perm, first, G, 0, 1, t->idx);
 		digits_gather(&t->train, t->idx, n, t->bx, t->by);
-		check(t, cohort_dp_forward_backward(t->dp, n,
-		             dp_forward_backward, t),
+		check(t,
+		    cohort_dp_forward_backward(
+		        t->dp, n, dp_forward_backward, t),
 		    "cohort_dp_forward_backward");
 		*count += n;
 		return;
@@ -280,8 +281,8 @@ micro_step(struct trainer *t, size_t first, size_t G, size_t *count,
 	digits_gather(&t->train, t->idx, n, t->bx, t->by);
 	if (mlp_forward(&t->m, t->bx, t->by, n, loss, correct) != 0)
 		die(t, "forward: %s", strerror(errno));
-	mlp_backward(&t->m, t->bx, t->by, n,
-	    1.0f / (float) (n * (size_t) t->o.accum));
+	mlp_backward(
+	    &t->m, t->bx, t->by, n, 1.0f / (float)(n * (size_t)t->o.accum));
 	*count += n;
 }
 
@@ -295,11 +296,11 @@ sgd_step(struct trainer *t)
 
 /* One optimizer step of K micro-steps through the strategy. */
 static void
-train_step(struct trainer *t, size_t s, double *loss, size_t *correct,
-    size_t *count)
+train_step(
+    struct trainer *t, size_t s, double *loss, size_t *correct, size_t *count)
 {
-	const size_t G = (size_t) t->o.batch;
-	const size_t K = (size_t) t->o.accum;
+	const size_t G = (size_t)t->o.batch;
+	const size_t K = (size_t)t->o.accum;
 
 	if (t->ddp != NULL) {
 		for (size_t k = 0; k < K; k++) {
@@ -309,19 +310,19 @@ train_step(struct trainer *t, size_t s, double *loss, size_t *correct,
 				cohort_ddp_no_sync_begin(t->ddp);
 			else
 				cohort_ddp_no_sync_end(t->ddp);
-			micro_step(t, (s * K + k) * G, G, count, loss,
-			    correct);
+			micro_step(
+			    t, (s * K + k) * G, G, count, loss, correct);
 		}
 		check(t, cohort_ddp_sync(t->ddp), "cohort_ddp_sync");
 		sgd_step(t);
-		check(t, cohort_ddp_after_step(t->ddp),
-		    "cohort_ddp_after_step");
+		check(
+		    t, cohort_ddp_after_step(t->ddp), "cohort_ddp_after_step");
 	} else if (t->hvd != NULL) {
 		for (size_t k = 0; k < K; k++) {
 			bool do_step;
 
-			micro_step(t, (s * K + k) * G, G, count, loss,
-			    correct);
+			micro_step(
+			    t, (s * K + k) * G, G, count, loss, correct);
 			check(t, cohort_hvd_step_sync(t->hvd, &do_step),
 			    "cohort_hvd_step_sync");
 			if (do_step)
@@ -329,15 +330,15 @@ train_step(struct trainer *t, size_t s, double *loss, size_t *correct,
 		}
 	} else if (t->dp != NULL) {
 		for (size_t k = 0; k < K; k++)
-			micro_step(t, (s * K + k) * G, G, count, loss,
-			    correct);
+			micro_step(
+			    t, (s * K + k) * G, G, count, loss, correct);
 		check(t, cohort_dp_step(t->dp, dp_sgd_step, t),
 		    "cohort_dp_step");
 	} else {
 		/* --local */
 		for (size_t k = 0; k < K; k++)
-			micro_step(t, (s * K + k) * G, G, count, loss,
-			    correct);
+			micro_step(
+			    t, (s * K + k) * G, G, count, loss, correct);
 		sgd_step(t);
 	}
 }
@@ -345,8 +346,8 @@ train_step(struct trainer *t, size_t s, double *loss, size_t *correct,
 static void
 train_epoch(struct trainer *t, int epoch, struct epoch_stats *es)
 {
-	const size_t G = (size_t) t->o.batch;
-	const size_t K = (size_t) t->o.accum;
+	const size_t G = (size_t)t->o.batch;
+	const size_t K = (size_t)t->o.accum;
 	const size_t steps = digits_num_batches(t->train.n, G * K, 1);
 	/* metrics: train loss sum, correct, count; test the same */
 	double v[6] = { 0 };
@@ -357,7 +358,7 @@ train_epoch(struct trainer *t, int epoch, struct epoch_stats *es)
 		t->rep_loss[k] = 0.0;
 		t->rep_correct[k] = 0;
 	}
-	digits_epoch_order(t->perm, t->train.n, t->o.seed, (uint64_t) epoch);
+	digits_epoch_order(t->perm, t->train.n, t->o.seed, (uint64_t)epoch);
 	t0 = now_s();
 	for (size_t s = 0; s < steps; s++)
 		train_step(t, s, &v[0], &correct, &count);
@@ -370,18 +371,18 @@ train_epoch(struct trainer *t, int epoch, struct epoch_stats *es)
 	/* Test set: rank r evaluates samples r, r + world, ... (dp: replica
 	 * 0 all of them) */
 	{
-		size_t n = digits_shard(NULL, 0, t->test.n, t->rank,
-		    t->world, t->idx);
+		size_t n = digits_shard(
+		    NULL, 0, t->test.n, t->rank, t->world, t->idx);
 		size_t tc = 0;
 
 		digits_gather(&t->test, t->idx, n, t->bx, t->by);
 		if (mlp_evaluate(&t->m, t->bx, t->by, n, &v[3], &tc) != 0)
 			die(t, "evaluate: %s", strerror(errno));
-		v[4] = (double) tc;
-		v[5] = (double) n;
+		v[4] = (double)tc;
+		v[5] = (double)n;
 	}
-	v[1] = (double) correct;
-	v[2] = (double) count;
+	v[1] = (double)correct;
+	v[2] = (double)count;
 	reduce_metrics(t, v, 6);
 
 	es->train_loss = v[2] > 0 ? v[0] / v[2] : 0.0;
@@ -437,15 +438,16 @@ nice_ceil(double v)
 
 static void
 svg_polyline(FILE *f, const struct epoch_stats *h, int n, size_t field,
-    double ymax, double x0, double y0, double w, double ht,
-    const char *color, const char *dash)
+    double ymax, double x0, double y0, double w, double ht, const char *color,
+    const char *dash)
 {
-	fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" "
-	           "stroke-width=\"2\"%s%s%s points=\"",
+	fprintf(f,
+	    "<polyline fill=\"none\" stroke=\"%s\" "
+	    "stroke-width=\"2\"%s%s%s points=\"",
 	    color, dash[0] ? " stroke-dasharray=\"" : "", dash,
 	    dash[0] ? "\"" : "");
 	for (int i = 0; i < n; i++) {
-		double val = *(const double *) ((const char *) &h[i] + field);
+		double val = *(const double *)((const char *)&h[i] + field);
 		double x = n > 1 ? x0 + w * i / (n - 1) : x0 + w / 2;
 		double y = y0 + ht - ht * (val > ymax ? 1.0 : val / ymax);
 
@@ -474,7 +476,7 @@ write_svg(const struct trainer *t, const char *path)
 	}
 	lmax = nice_ceil(lmax);
 	ltick = lmax / 5.0;
-	xstep = n <= 10 ? 1 : (int) nice_ceil((double) n / 10.0);
+	xstep = n <= 10 ? 1 : (int)nice_ceil((double)n / 10.0);
 	if (xstep < 1)
 		xstep = 1;
 
@@ -495,8 +497,8 @@ write_svg(const struct trainer *t, const char *path)
 	    t->dp != NULL ? t->nrep : t->world,
 	    t->dp != NULL ? "replica" : "rank",
 	    (t->dp != NULL ? t->nrep : t->world) == 1 ? "" : "s",
-	    t->o.batch * t->o.accum,
-	    (double) t->o.lr, n > 0 ? t->hist[n - 1].test_acc : 0.0);
+	    t->o.batch * t->o.accum, (double)t->o.lr,
+	    n > 0 ? t->hist[n - 1].test_acc : 0.0);
 
 	/* Grid and ticks. */
 	for (int i = 0; i <= 5; i++) {
@@ -561,7 +563,7 @@ write_svg(const struct trainer *t, const char *path)
 		    "fill=\"white\" stroke=\"#999\"/>\n",
 		    lx, ly);
 		for (size_t i = 0; i < sizeof(items) / sizeof(items[0]); i++) {
-			double y = ly + 18 + 19.0 * (double) i;
+			double y = ly + 18 + 19.0 * (double)i;
 
 			fprintf(f,
 			    "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" "
@@ -638,10 +640,10 @@ parse_float(const char *s, double min, double max, float *out)
 
 	errno = 0;
 	v = strtod(s, &end);
-	if (errno != 0 || end == s || *end != '\0' || !(v >= min) ||
-	    !(v <= max))
+	if (errno != 0 || end == s || *end != '\0' || !(v >= min)
+	    || !(v <= max))
 		return (false);
-	*out = (float) v;
+	*out = (float)v;
 	return (true);
 }
 
@@ -692,7 +694,7 @@ parse_args(int argc, char **argv, struct opts *o)
 		switch (ch) {
 		case 'e':
 			ok = parse_long(optarg, 1, 100000, &v);
-			o->epochs = (int) v;
+			o->epochs = (int)v;
 			break;
 		case 'b':
 			ok = parse_long(optarg, 1, 1 << 20, &v);
@@ -706,11 +708,11 @@ parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case 's':
 			ok = parse_long(optarg, 0, INT32_MAX, &v);
-			o->seed = (uint64_t) v;
+			o->seed = (uint64_t)v;
 			break;
 		case 'a':
 			ok = parse_long(optarg, 1, 1 << 16, &v);
-			o->accum = (int) v;
+			o->accum = (int)v;
 			break;
 		case 'd':
 			o->data = optarg;
@@ -731,13 +733,13 @@ parse_args(int argc, char **argv, struct opts *o)
 			ok = false;
 			for (int i = 0; i < 4; i++)
 				if (strcmp(optarg, strategy_names[i]) == 0) {
-					o->strategy = (enum strategy) i;
+					o->strategy = (enum strategy)i;
 					ok = true;
 				}
 			break;
 		case 'n':
 			ok = parse_long(optarg, 1, MAX_RANKS, &v);
-			o->ranks = (int) v;
+			o->ranks = (int)v;
 			break;
 		case 'H':
 			o->hook = optarg;
@@ -745,7 +747,7 @@ parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case 'B':
 			ok = parse_long(optarg, 4, 1L << 30, &v);
-			o->bucket_cap = (size_t) v;
+			o->bucket_cap = (size_t)v;
 			break;
 		case 'h':
 			usage(stdout);
@@ -762,8 +764,8 @@ parse_args(int argc, char **argv, struct opts *o)
 		}
 	}
 	if (optind < argc) {
-		fprintf(stderr, PROG ": unexpected argument '%s'\n",
-		    argv[optind]);
+		fprintf(
+		    stderr, PROG ": unexpected argument '%s'\n", argv[optind]);
 		usage(stderr);
 		exit(2);
 	}
@@ -813,12 +815,12 @@ setup_dp(struct trainer *t)
 	const int K = t->o.ranks;
 
 	t->nrep = K;
-	t->reps = calloc((size_t) K, sizeof(*t->reps));
-	t->rd = calloc((size_t) K, sizeof(*t->rd));
-	t->rep_loss = calloc((size_t) K, sizeof(*t->rep_loss));
-	t->rep_correct = calloc((size_t) K, sizeof(*t->rep_correct));
-	if (t->reps == NULL || t->rd == NULL || t->rep_loss == NULL ||
-	    t->rep_correct == NULL)
+	t->reps = calloc((size_t)K, sizeof(*t->reps));
+	t->rd = calloc((size_t)K, sizeof(*t->rd));
+	t->rep_loss = calloc((size_t)K, sizeof(*t->rep_loss));
+	t->rep_correct = calloc((size_t)K, sizeof(*t->rep_correct));
+	if (t->reps == NULL || t->rd == NULL || t->rep_loss == NULL
+	    || t->rep_correct == NULL)
 		die(t, "out of memory");
 	/* Replica 0 is the trainer's model; the others start anywhere:
 	 * cohort_dp_new copies replica 0's parameters to them. */
@@ -828,7 +830,8 @@ setup_dp(struct trainer *t)
 		if (k > 0) {
 			m = &t->reps[k];
 			if (mlp_init(m, DIGITS_FEATURES, HIDDEN,
-			        DIGITS_CLASSES, t->o.seed + (uint64_t) k) != 0)
+			        DIGITS_CLASSES, t->o.seed + (uint64_t)k)
+			    != 0)
 				die(t, "mlp_init: %s", strerror(errno));
 		}
 		t->rd[k].model = m;
@@ -866,8 +869,8 @@ setup(struct trainer *t, cohort_client *c)
 		if (c != NULL)
 			t->c = c;
 		else
-			check(t, cohort_client_open_env(&t->c,
-			             JOIN_TIMEOUT_MS),
+			check(t,
+			    cohort_client_open_env(&t->c, JOIN_TIMEOUT_MS),
 			    "cohort_client_open_env");
 		t->g = cohort_client_world(t->c);
 		t->rank = cohort_client_rank(t->c);
@@ -878,17 +881,18 @@ setup(struct trainer *t, cohort_client *c)
 		    t->o.batch, t->world);
 
 	if (digits_load(t->o.data, &all, err, sizeof(err)) != 0)
-		die(t, "cannot load the data set: %s (run "
-		       "tools/fetch-digits.sh)",
+		die(t,
+		    "cannot load the data set: %s (run "
+		    "tools/fetch-digits.sh)",
 		    err);
-	if (all.n <= DIGITS_TEST_SAMPLES + (size_t) t->o.batch)
+	if (all.n <= DIGITS_TEST_SAMPLES + (size_t)t->o.batch)
 		die(t, "%s: only %zu samples", t->o.data, all.n);
 	digits_shuffle(&all, DATA_SEED);
 	if (digits_split(&all, DIGITS_TEST_SAMPLES, &t->train, &t->test) != 0)
 		die(t, "out of memory");
 	digits_free(&all);
-	if (digits_num_batches(t->train.n, (size_t) t->o.batch * t->o.accum,
-	        1) == 0)
+	if (digits_num_batches(t->train.n, (size_t)t->o.batch * t->o.accum, 1)
+	    == 0)
 		die(t, "--batch x --accum exceeds the %zu training samples",
 		    t->train.n);
 
@@ -897,16 +901,16 @@ setup(struct trainer *t, cohort_client *c)
 	t->idx = calloc(cap, sizeof(size_t));
 	t->bx = calloc(cap * DIGITS_FEATURES, sizeof(float));
 	t->by = calloc(cap, 1);
-	t->hist = calloc((size_t) t->o.epochs, sizeof(*t->hist));
-	if (t->perm == NULL || t->idx == NULL || t->bx == NULL ||
-	    t->by == NULL || t->hist == NULL)
+	t->hist = calloc((size_t)t->o.epochs, sizeof(*t->hist));
+	if (t->perm == NULL || t->idx == NULL || t->bx == NULL || t->by == NULL
+	    || t->hist == NULL)
 		die(t, "out of memory");
 
-	if (mlp_init(&t->m, DIGITS_FEATURES, HIDDEN, DIGITS_CLASSES,
-	        t->o.seed) != 0)
+	if (mlp_init(&t->m, DIGITS_FEATURES, HIDDEN, DIGITS_CLASSES, t->o.seed)
+	    != 0)
 		die(t, "mlp_init: %s", strerror(errno));
 	if (t->o.local)
-		(void) 0; /* the baseline: no strategy */
+		(void)0; /* the baseline: no strategy */
 	else if (t->o.strategy == STRAT_HVD)
 		setup_hvd(t);
 	else if (t->o.strategy == STRAT_DP)
@@ -927,7 +931,7 @@ setup(struct trainer *t, cohort_client *c)
 		printf(PROG ": batch %ld (%ld per rank) x accum %d, lr %g, "
 		            "momentum %g, seed %" PRIu64 ", %d epochs\n",
 		    t->o.batch, t->o.batch / nranks(t), t->o.accum,
-		    (double) t->o.lr, (double) t->o.momentum, t->o.seed,
+		    (double)t->o.lr, (double)t->o.momentum, t->o.seed,
 		    t->o.epochs);
 		if (t->ddp != NULL) {
 			cohort_ddp_stats ds;
@@ -968,8 +972,9 @@ gather_checksums(struct trainer *t, uint64_t *all)
 	} else if (t->g != NULL) {
 		uint64_t mine = mlp_checksum(&t->m);
 
-		check(t, cohort_allgather(t->g, &mine, all, 1, COHORT_I64,
-		             NULL, COHORT_WAIT_DEFAULT),
+		check(t,
+		    cohort_allgather(t->g, &mine, all, 1, COHORT_I64, NULL,
+		        COHORT_WAIT_DEFAULT),
 		    "cohort_allgather(checksums)");
 	} else
 		all[0] = mlp_checksum(&t->m);
@@ -1081,13 +1086,13 @@ spawn_worker(cohort_spawn_ctx *ctx, cohort_client *c, void *arg)
 	t->spawn = ctx;
 	setup(t, c);
 	run_training(t, &secs, &sps);
-	if ((all = calloc((size_t) t->world, sizeof(*all))) == NULL)
+	if ((all = calloc((size_t)t->world, sizeof(*all))) == NULL)
 		die(t, "out of memory");
 	gather_checksums(t, all);
 	if (t->rank == 0) {
 		struct spawn_report rep;
-		size_t hl = (size_t) t->o.epochs * sizeof(*t->hist);
-		size_t cl = (size_t) t->world * sizeof(*all);
+		size_t hl = (size_t)t->o.epochs * sizeof(*t->hist);
+		size_t cl = (size_t)t->world * sizeof(*all);
 		size_t pl = t->m.n_params * sizeof(float);
 		char *buf = malloc(sizeof(rep) + hl + cl + pl);
 
@@ -1108,8 +1113,8 @@ spawn_worker(cohort_spawn_ctx *ctx, cohort_client *c, void *arg)
 		memcpy(buf + sizeof(rep), t->hist, hl);
 		memcpy(buf + sizeof(rep) + hl, all, cl);
 		memcpy(buf + sizeof(rep) + hl + cl, t->m.params, pl);
-		check(t, cohort_spawn_return(ctx, buf,
-		             sizeof(rep) + hl + cl + pl),
+		check(t,
+		    cohort_spawn_return(ctx, buf, sizeof(rep) + hl + cl + pl),
 		    "cohort_spawn_return");
 		free(buf);
 	}
@@ -1155,16 +1160,16 @@ run_spawn(struct trainer *t)
 		cohort_spawn_result_free(&r);
 		return (1);
 	}
-	hl = (size_t) t->o.epochs * sizeof(*t->hist);
+	hl = (size_t)t->o.epochs * sizeof(*t->hist);
 	if (r.len < sizeof(rep) + hl) {
 		fprintf(stderr, PROG ": spawn: rank 0 returned %zu bytes\n",
 		    r.len);
 		goto out;
 	}
 	memcpy(&rep, r.data, sizeof(rep));
-	cl = (size_t) rep.world * sizeof(uint64_t);
-	if (rep.world < 1 ||
-	    r.len != sizeof(rep) + hl + cl + rep.n_params * sizeof(float)) {
+	cl = (size_t)rep.world * sizeof(uint64_t);
+	if (rep.world < 1
+	    || r.len != sizeof(rep) + hl + cl + rep.n_params * sizeof(float)) {
 		fprintf(stderr, PROG ": spawn: bad report from rank 0\n");
 		goto out;
 	}
@@ -1189,7 +1194,7 @@ run_spawn(struct trainer *t)
 		    rep.n_params * sizeof(float));
 		t->world = rep.world;
 		t->m.params = params;
-		t->m.n_params = (size_t) rep.n_params;
+		t->m.n_params = (size_t)rep.n_params;
 		print_final(t, rep.world, rep.seconds, rep.samples_per_s);
 		rc = print_checksums(all, rep.world) ? 0 : 1;
 		t->m.params = NULL;
@@ -1219,7 +1224,7 @@ main(int argc, char **argv)
 	setup(&t, NULL);
 	run_training(&t, &secs, &sps);
 
-	if ((all = calloc((size_t) nranks(&t), sizeof(*all))) == NULL)
+	if ((all = calloc((size_t)nranks(&t), sizeof(*all))) == NULL)
 		die(&t, "out of memory");
 	gather_checksums(&t, all);
 	if (t.rank == 0) {

@@ -27,7 +27,7 @@ wire_pack(const ProtobufCMessage *env, uint64_t *payload_len_field,
 	if (plen > COHORT__MAX_MESSAGE)
 		return (cohort__err(COHORT_ETOOBIG,
 		    "payload of %zu bytes exceeds the message limit of %u",
-		    plen, (unsigned) COHORT__MAX_MESSAGE));
+		    plen, (unsigned)COHORT__MAX_MESSAGE));
 	*payload_len_field = plen;
 	elen = protobuf_c_message_get_packed_size(env);
 	if (elen > UINT32_MAX)
@@ -36,10 +36,10 @@ wire_pack(const ProtobufCMessage *env, uint64_t *payload_len_field,
 		return (cohort__err(cohort__from_nng(rv), "nng_msg_alloc: %s",
 		    nng_strerror(rv)));
 	p = nng_msg_body(m);
-	p[0] = (uint8_t) (elen >> 24);
-	p[1] = (uint8_t) (elen >> 16);
-	p[2] = (uint8_t) (elen >> 8);
-	p[3] = (uint8_t) elen;
+	p[0] = (uint8_t)(elen >> 24);
+	p[1] = (uint8_t)(elen >> 16);
+	p[2] = (uint8_t)(elen >> 8);
+	p[3] = (uint8_t)elen;
 	protobuf_c_message_pack(env, p + 4);
 	p += 4 + elen;
 	for (size_t i = 0; i < nparts; i++) {
@@ -52,8 +52,8 @@ wire_pack(const ProtobufCMessage *env, uint64_t *payload_len_field,
 }
 
 cohort_status
-cohort__wire_pack_request(Cohort__Request *req, const struct cohort__iov *parts,
-    size_t nparts, nng_msg **out)
+cohort__wire_pack_request(Cohort__Request *req,
+    const struct cohort__iov *parts, size_t nparts, nng_msg **out)
 {
 	return (wire_pack(&req->base, &req->payload_len, parts, nparts, out));
 }
@@ -77,8 +77,8 @@ wire_split(nng_msg *msg, const uint8_t **env, size_t *elen)
 		return (cohort__err(COHORT_EPROTO,
 		    "message of %zu bytes is shorter than its frame header",
 		    len));
-	l = ((uint32_t) p[0] << 24) | ((uint32_t) p[1] << 16) |
-	    ((uint32_t) p[2] << 8) | p[3];
+	l = ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16)
+	    | ((uint32_t)p[2] << 8) | p[3];
 	if (l > len - 4)
 		return (cohort__err(COHORT_EPROTO,
 		    "envelope length %u exceeds message length %zu", l, len));
@@ -106,7 +106,7 @@ cohort__wire_unpack_request(nng_msg *msg, Cohort__Request **reqp,
 	if (req->payload_len != rest) {
 		cohort__err(COHORT_EPROTO,
 		    "payload_len %llu does not match the %zu trailing bytes",
-		    (unsigned long long) req->payload_len, rest);
+		    (unsigned long long)req->payload_len, rest);
 		cohort__request__free_unpacked(req, NULL);
 		return (COHORT_EPROTO);
 	}
@@ -117,8 +117,8 @@ cohort__wire_unpack_request(nng_msg *msg, Cohort__Request **reqp,
 }
 
 cohort_status
-cohort__wire_unpack_reply(nng_msg *msg, Cohort__Reply **repp,
-    const uint8_t **payload, size_t *plen)
+cohort__wire_unpack_reply(
+    nng_msg *msg, Cohort__Reply **repp, const uint8_t **payload, size_t *plen)
 {
 	const uint8_t *env;
 	size_t elen, rest;
@@ -135,7 +135,7 @@ cohort__wire_unpack_reply(nng_msg *msg, Cohort__Reply **repp,
 	if (rep->payload_len != rest) {
 		cohort__err(COHORT_EPROTO,
 		    "payload_len %llu does not match the %zu trailing bytes",
-		    (unsigned long long) rep->payload_len, rest);
+		    (unsigned long long)rep->payload_len, rest);
 		cohort__reply__free_unpacked(rep, NULL);
 		return (COHORT_EPROTO);
 	}

@@ -18,7 +18,6 @@
 /*   [u32 big-endian L][L bytes packed envelope][payload_len bytes payload] */
 /* ------------------------------------------------------------------------ */
 
-
 /* Packs req (its payload_len is set here) followed by nparts payload parts
  * into a new nng message. Returns COHORT_OK and *out, or ENOMEM/ETOOBIG. */
 struct cohort__iov {
@@ -35,10 +34,9 @@ cohort_status cohort__wire_pack_reply(Cohort__Reply *rep,
  * msg (valid while msg lives). Returns COHORT_EPROTO for any malformed
  * input (short message, bad length, payload_len mismatch, protobuf error),
  * never crashes. */
-cohort_status cohort__wire_unpack_request(nng_msg *msg,
-    Cohort__Request **req, const uint8_t **payload, size_t *plen);
-cohort_status cohort__wire_unpack_reply(nng_msg *msg,
-    Cohort__Reply **rep, const uint8_t **payload, size_t *plen);
-
+cohort_status cohort__wire_unpack_request(nng_msg *msg, Cohort__Request **req,
+    const uint8_t **payload, size_t *plen);
+cohort_status cohort__wire_unpack_reply(
+    nng_msg *msg, Cohort__Reply **rep, const uint8_t **payload, size_t *plen);
 
 #endif /* COHORT_PROTO_WIRE_H */

@@ -17,7 +17,7 @@
 
 #include "srv_impl.h"
 
-const char*
+const char *
 srv_coll_kind_name(int kind)
 {
 	switch (kind) {
@@ -37,7 +37,7 @@ srv_coll_kind_name(int kind)
 }
 
 static void
-coll_desc_text(const struct srv_cdesc* cd, char* buf, size_t len)
+coll_desc_text(const struct srv_cdesc *cd, char *buf, size_t len)
 {
 	size_t off = 0;
 
@@ -68,7 +68,7 @@ coll_desc_text(const struct srv_cdesc* cd, char* buf, size_t len)
 }
 
 static bool
-coll_desc_equal(const struct srv_cdesc* a, const struct srv_cdesc* b)
+coll_desc_equal(const struct srv_cdesc *a, const struct srv_cdesc *b)
 {
 	if (a->kind != b->kind || strcmp(a->name, b->name) != 0)
 		return (false);
@@ -89,10 +89,10 @@ coll_desc_equal(const struct srv_cdesc* a, const struct srv_cdesc* b)
 }
 
 void
-srv_coll_describe(const struct srv_call* c, char* buf, size_t len)
+srv_coll_describe(const struct srv_call *c, char *buf, size_t len)
 {
 	if (c->park == SRV_PARK_COLL && c->owner != NULL) {
-		const struct srv_coll* co = c->owner;
+		const struct srv_coll *co = c->owner;
 		size_t off = 0;
 		coll_desc_text(&co->cd, buf, len);
 		off = strlen(buf);
@@ -101,7 +101,7 @@ srv_coll_describe(const struct srv_call* c, char* buf, size_t len)
 			cohort__appendf(
 			    buf, len, &off, " on group '%s'", co->g->name);
 	} else if (c->park == SRV_PARK_GROUP && c->owner != NULL) {
-		const struct srv_group* g = c->owner;
+		const struct srv_group *g = c->owner;
 		snprintf(buf, len, "creation of group '%s'", g->name);
 	} else {
 		snprintf(buf, len, "a collective");
@@ -112,11 +112,11 @@ srv_coll_describe(const struct srv_call* c, char* buf, size_t len)
 /* Groups                                                                   */
 /* ------------------------------------------------------------------------ */
 
-static struct srv_group*
+static struct srv_group *
 group_new(
-    struct srv_job* job, const char* name, const int32_t* ranks, uint32_t n)
+    struct srv_job *job, const char *name, const int32_t *ranks, uint32_t n)
 {
-	struct srv_group* g = calloc(1, sizeof(*g));
+	struct srv_group *g = calloc(1, sizeof(*g));
 
 	if (g == NULL)
 		return (NULL);
@@ -149,7 +149,7 @@ out_free:
 }
 
 static void
-group_free(struct srv_job* job, struct srv_group* g)
+group_free(struct srv_job *job, struct srv_group *g)
 {
 	srv_map_del(&job->groups, &g->hn);
 	free(g->name);
@@ -160,10 +160,10 @@ group_free(struct srv_job* job, struct srv_group* g)
 }
 
 cohort_status
-srv_group_world(struct srv_job* job)
+srv_group_world(struct srv_job *job)
 {
-	int32_t* r = malloc(sizeof(int32_t) * job->world);
-	struct srv_group* g;
+	int32_t *r = malloc(sizeof(int32_t) * job->world);
+	struct srv_group *g;
 
 	if (r == NULL)
 		return (COHORT_ENOMEM);
@@ -177,20 +177,20 @@ srv_group_world(struct srv_job* job)
 	return (COHORT_OK);
 }
 
-static struct srv_group*
-group_find(struct srv_job* job, const char* name)
+static struct srv_group *
+group_find(struct srv_job *job, const char *name)
 {
-	struct srv_hnode* n = srv_map_get(&job->groups, name, strlen(name));
+	struct srv_hnode *n = srv_map_get(&job->groups, name, strlen(name));
 
 	return (n ? SRV_CONTAINER(n, struct srv_group, hn) : NULL);
 }
 
 /* EPEERLOST because rank left the job and op waits for it. */
 static void
-coll_answer_left(struct srv_call* c, int32_t rank, const char* what)
+coll_answer_left(struct srv_call *c, int32_t rank, const char *what)
 {
-	struct srv_job* job = c->job;
-	const struct srv_member* m = &job->members[rank];
+	struct srv_job *job = c->job;
+	const struct srv_member *m = &job->members[rank];
 	Cohort__Reply rep;
 	char buf[768];
 
@@ -205,7 +205,7 @@ coll_answer_left(struct srv_call* c, int32_t rank, const char* what)
 }
 
 static void
-group_answer(struct srv_call* c, struct srv_group* g)
+group_answer(struct srv_call *c, struct srv_group *g)
 {
 	Cohort__Reply rep;
 	Cohort__GroupCreateReply gr;
@@ -221,7 +221,7 @@ group_answer(struct srv_call* c, struct srv_group* g)
 }
 
 static bool
-group_same(const struct srv_group* g, const int32_t* ranks, size_t n)
+group_same(const struct srv_group *g, const int32_t *ranks, size_t n)
 {
 	return (
 	    g->n == n && memcmp(g->ranks, ranks, n * sizeof(int32_t)) == 0);
@@ -229,12 +229,12 @@ group_same(const struct srv_group* g, const int32_t* ranks, size_t n)
 
 void
 srv_group_handle(
-    struct srv_call* c, const Cohort__GroupCreate* gc, cohort__time now)
+    struct srv_call *c, const Cohort__GroupCreate *gc, cohort__time now)
 {
-	struct srv_job* job = c->job;
-	struct srv_member* m;
-	struct srv_group* g;
-	uint8_t* seen;
+	struct srv_job *job = c->job;
+	struct srv_member *m;
+	struct srv_group *g;
+	uint8_t *seen;
 	int32_t grank = -1;
 	char a[512], b[512];
 
@@ -310,7 +310,7 @@ srv_group_handle(
 		    "asked for [%s]",
 		    gc->name, a, m->rank, b);
 		for (uint32_t i = 0; i < g->n; i++) {
-			struct srv_call* p = g->arr[i];
+			struct srv_call *p = g->arr[i];
 			if (p == NULL)
 				continue;
 			g->arr[i] = NULL;
@@ -342,7 +342,7 @@ srv_group_handle(
 	g->complete = true;
 	srv_jrn_group(job, g);
 	for (uint32_t i = 0; i < g->n; i++) {
-		struct srv_call* p = g->arr[i];
+		struct srv_call *p = g->arr[i];
 		g->arr[i] = NULL;
 		group_answer(p, g);
 	}
@@ -350,9 +350,9 @@ srv_group_handle(
 }
 
 void
-srv_group_withdraw(struct srv_call* c)
+srv_group_withdraw(struct srv_call *c)
 {
-	struct srv_group* g = c->owner;
+	struct srv_group *g = c->owner;
 
 	g->arr[c->grank] = NULL;
 	g->narr--;
@@ -362,10 +362,10 @@ srv_group_withdraw(struct srv_call* c)
 }
 
 void
-srv_group_expire(struct srv_call* c, cohort__time now)
+srv_group_expire(struct srv_call *c, cohort__time now)
 {
-	struct srv_group* g = c->owner;
-	int32_t* miss = calloc(g->n + 1, sizeof(int32_t));
+	struct srv_group *g = c->owner;
+	int32_t *miss = calloc(g->n + 1, sizeof(int32_t));
 	size_t nm = 0;
 	char rb[512], secs[32], name[SRV_MAX_NAME + 1];
 	Cohort__Reply rep;
@@ -395,7 +395,7 @@ srv_group_expire(struct srv_call* c, cohort__time now)
 /* ------------------------------------------------------------------------ */
 
 static void
-coll_free(struct srv_coll* co)
+coll_free(struct srv_coll *co)
 {
 	srv_map_del(&co->job->colls, &co->hn);
 	if (co->bmsg != NULL)
@@ -408,11 +408,11 @@ coll_free(struct srv_coll* co)
 	free(co);
 }
 
-static struct srv_coll*
-coll_new(struct srv_job* job, struct srv_group* g, uint8_t* key, size_t klen,
-    uint64_t op_seq, const struct srv_cdesc* cd, cohort__time now)
+static struct srv_coll *
+coll_new(struct srv_job *job, struct srv_group *g, uint8_t *key, size_t klen,
+    uint64_t op_seq, const struct srv_cdesc *cd, cohort__time now)
 {
-	struct srv_coll* co = calloc(1, sizeof(*co));
+	struct srv_coll *co = calloc(1, sizeof(*co));
 
 	if (co == NULL)
 		return (NULL);
@@ -438,8 +438,8 @@ coll_new(struct srv_job* job, struct srv_group* g, uint8_t* key, size_t klen,
 }
 
 static void
-coll_answer_ok(struct srv_call* c, Cohort__CollectiveReply* cr,
-    const struct cohort__iov* parts, size_t nparts)
+coll_answer_ok(struct srv_call *c, Cohort__CollectiveReply *cr,
+    const struct cohort__iov *parts, size_t nparts)
 {
 	Cohort__Reply rep;
 	Cohort__CollectiveReply empty;
@@ -455,7 +455,7 @@ coll_answer_ok(struct srv_call* c, Cohort__CollectiveReply* cr,
 }
 
 static void
-coll_deliver(struct srv_coll* co, struct srv_call* c)
+coll_deliver(struct srv_coll *co, struct srv_call *c)
 {
 	struct cohort__iov part = { co->bdata, co->blen };
 
@@ -464,7 +464,7 @@ coll_deliver(struct srv_coll* co, struct srv_call* c)
 }
 
 static bool
-coll_done(struct srv_coll* co)
+coll_done(struct srv_coll *co)
 {
 	if (co->mismatch != NULL)
 		return (co->narrived == co->g->n && co->nparked == 0);
@@ -474,8 +474,8 @@ coll_done(struct srv_coll* co)
 }
 
 static void
-coll_reduce(struct srv_coll* co, struct srv_call** calls,
-    Cohort__CollectiveReply* cr, int64_t* ri, double* rf)
+coll_reduce(struct srv_coll *co, struct srv_call **calls,
+    Cohort__CollectiveReply *cr, int64_t *ri, double *rf)
 {
 	uint32_t n = co->g->n;
 	size_t nv = co->cd.nvals;
@@ -538,15 +538,15 @@ coll_reduce(struct srv_coll* co, struct srv_call** calls,
 
 /* Everyone arrived: compute, answer each member, free. */
 static void
-coll_complete(struct srv_coll* co)
+coll_complete(struct srv_coll *co)
 {
 	uint32_t n = co->g->n;
-	struct srv_call** calls = co->calls;
+	struct srv_call **calls = co->calls;
 	Cohort__CollectiveReply cr;
-	struct cohort__iov* parts = NULL;
-	nng_msg** msgs = NULL;
+	struct cohort__iov *parts = NULL;
+	nng_msg **msgs = NULL;
 	int64_t *ri = NULL, *lens = NULL;
-	double* rf = NULL;
+	double *rf = NULL;
 	size_t nparts = 0;
 
 	cohort__collective_reply__init(&cr);
@@ -592,7 +592,7 @@ coll_complete(struct srv_coll* co)
 		break;
 	}
 	for (uint32_t i = 0; i < n; i++) {
-		struct srv_call* c = calls[i];
+		struct srv_call *c = calls[i];
 		calls[i] = NULL;
 		c->owner = NULL;
 		coll_answer_ok(c, &cr, parts, nparts);
@@ -610,10 +610,10 @@ coll_complete(struct srv_coll* co)
 }
 
 static void
-coll_mismatch(struct srv_coll* co, struct srv_call* c)
+coll_mismatch(struct srv_coll *co, struct srv_call *c)
 {
-	struct srv_group* g = co->g;
-	int32_t* r = malloc(sizeof(int32_t) * g->n);
+	struct srv_group *g = co->g;
+	int32_t *r = malloc(sizeof(int32_t) * g->n);
 	size_t nr = 0;
 	char rb[256], da[512], db[512], detail[1400];
 
@@ -629,7 +629,7 @@ coll_mismatch(struct srv_coll* co, struct srv_call* c)
 	    "called %s, rank %d called %s",
 	    co->op_seq, g->name, nr == 1 ? "" : "s", rb, da, c->rank, db);
 	for (uint32_t i = 0; i < g->n; i++) {
-		struct srv_call* p = co->calls[i];
+		struct srv_call *p = co->calls[i];
 		if (p == NULL)
 			continue;
 		co->calls[i] = NULL;
@@ -652,9 +652,9 @@ coll_mismatch(struct srv_coll* co, struct srv_call* c)
 /* Validates a Collective and copies what a parked arrival needs into c.
  * Returns false after answering c. */
 static bool
-coll_validate(struct srv_call* c, const Cohort__Collective* co)
+coll_validate(struct srv_call *c, const Cohort__Collective *co)
 {
-	struct srv_core* core = c->core;
+	struct srv_core *core = c->core;
 
 	if (co->op_seq == 0) {
 		srv_call_fail(c, COHORT_EINVAL, "op_seq must start at 1");
@@ -764,14 +764,14 @@ coll_validate(struct srv_call* c, const Cohort__Collective* co)
 
 void
 srv_coll_handle(
-    struct srv_call* c, const Cohort__Collective* req, cohort__time now)
+    struct srv_call *c, const Cohort__Collective *req, cohort__time now)
 {
-	struct srv_job* job = c->job;
-	struct srv_member* m;
-	struct srv_group* g;
-	struct srv_coll* co;
-	struct srv_hnode* n;
-	uint8_t* key;
+	struct srv_job *job = c->job;
+	struct srv_member *m;
+	struct srv_group *g;
+	struct srv_coll *co;
+	struct srv_hnode *n;
+	uint8_t *key;
 	size_t glen, klen;
 	int32_t grank;
 
@@ -869,7 +869,7 @@ srv_coll_handle(
 			co->root_in = true;
 			coll_answer_ok(c, NULL, NULL, 0);
 			for (uint32_t i = 0; i < g->n; i++) {
-				struct srv_call* p = co->calls[i];
+				struct srv_call *p = co->calls[i];
 				if (p == NULL)
 					continue;
 				co->calls[i] = NULL;
@@ -899,9 +899,9 @@ srv_coll_handle(
 }
 
 void
-srv_coll_withdraw(struct srv_call* c)
+srv_coll_withdraw(struct srv_call *c)
 {
-	struct srv_coll* co = c->owner;
+	struct srv_coll *co = c->owner;
 
 	co->calls[c->grank] = NULL;
 	co->arrived[c->grank] = 0;
@@ -913,15 +913,15 @@ srv_coll_withdraw(struct srv_call* c)
 }
 
 void
-srv_coll_expire(struct srv_call* c, cohort__time now)
+srv_coll_expire(struct srv_call *c, cohort__time now)
 {
-	struct srv_coll* co = c->owner;
-	struct srv_group* g = co->g;
-	struct srv_job* job = c->job;
-	int32_t* miss = calloc(g->n + 1, sizeof(int32_t));
+	struct srv_coll *co = c->owner;
+	struct srv_group *g = co->g;
+	struct srv_job *job = c->job;
+	int32_t *miss = calloc(g->n + 1, sizeof(int32_t));
 	size_t nm = 0, off;
 	char rb[512], secs[32], what[700], buf[2400], doing[800];
-	const struct srv_member* self
+	const struct srv_member *self
 	    = c->client != NULL ? c->client->member : NULL;
 	Cohort__Reply rep;
 
@@ -967,7 +967,7 @@ srv_coll_expire(struct srv_call* c, cohort__time now)
 }
 
 static void
-coll_fail_parked(struct srv_call* c, cohort_status st, const char* why)
+coll_fail_parked(struct srv_call *c, cohort_status st, const char *why)
 {
 	c->owner = NULL;
 	if (st == COHORT_EPEERLOST)
@@ -978,14 +978,14 @@ coll_fail_parked(struct srv_call* c, cohort_status st, const char* why)
 
 void
 srv_coll_reset(
-    struct srv_job* job, cohort_status st, const char* why, bool free_groups)
+    struct srv_job *job, cohort_status st, const char *why, bool free_groups)
 {
 	for (size_t i = 0; i < job->colls.nb; i++) {
 		while (job->colls.b[i] != NULL) {
-			struct srv_coll* co = SRV_CONTAINER(
+			struct srv_coll *co = SRV_CONTAINER(
 			    job->colls.b[i], struct srv_coll, hn);
 			for (uint32_t k = 0; k < co->g->n; k++) {
-				struct srv_call* c = co->calls[k];
+				struct srv_call *c = co->calls[k];
 				if (c == NULL)
 					continue;
 				co->calls[k] = NULL;
@@ -998,13 +998,13 @@ srv_coll_reset(
 	for (size_t i = 0; i < job->groups.nb; i++) {
 		struct srv_hnode *n, *next;
 		for (n = job->groups.b[i]; n != NULL; n = next) {
-			struct srv_group* g
+			struct srv_group *g
 			    = SRV_CONTAINER(n, struct srv_group, hn);
 			next = n->next;
 			if (g->complete && !free_groups)
 				continue;
 			for (uint32_t k = 0; k < g->n; k++) {
-				struct srv_call* c = g->arr[k];
+				struct srv_call *c = g->arr[k];
 				if (c == NULL)
 					continue;
 				g->arr[k] = NULL;
@@ -1016,12 +1016,12 @@ srv_coll_reset(
 }
 
 void
-srv_coll_rank_left(struct srv_job* job, int32_t rank)
+srv_coll_rank_left(struct srv_job *job, int32_t rank)
 {
 	for (size_t i = 0; i < job->colls.nb; i++) {
 		struct srv_hnode *n, *next;
 		for (n = job->colls.b[i]; n != NULL; n = next) {
-			struct srv_coll* co
+			struct srv_coll *co
 			    = SRV_CONTAINER(n, struct srv_coll, hn);
 			int32_t gr = co->g->grank_of[rank];
 			char what[700];
@@ -1031,7 +1031,7 @@ srv_coll_rank_left(struct srv_job* job, int32_t rank)
 				continue;
 			coll_desc_text(&co->cd, what, sizeof(what));
 			for (uint32_t k = 0; k < co->g->n; k++) {
-				struct srv_call* c = co->calls[k];
+				struct srv_call *c = co->calls[k];
 				if (c == NULL)
 					continue;
 				co->calls[k] = NULL;
@@ -1045,7 +1045,7 @@ srv_coll_rank_left(struct srv_job* job, int32_t rank)
 	for (size_t i = 0; i < job->groups.nb; i++) {
 		struct srv_hnode *n, *next;
 		for (n = job->groups.b[i]; n != NULL; n = next) {
-			struct srv_group* g
+			struct srv_group *g
 			    = SRV_CONTAINER(n, struct srv_group, hn);
 			int32_t gr = g->grank_of[rank];
 			char what[300];
@@ -1055,7 +1055,7 @@ srv_coll_rank_left(struct srv_job* job, int32_t rank)
 			snprintf(what, sizeof(what), "creation of group '%s'",
 			    g->name);
 			for (uint32_t k = 0; k < g->n; k++) {
-				struct srv_call* c = g->arr[k];
+				struct srv_call *c = g->arr[k];
 				if (c == NULL)
 					continue;
 				g->arr[k] = NULL;
@@ -1073,9 +1073,9 @@ srv_coll_rank_left(struct srv_job* job, int32_t rank)
 
 cohort_status
 srv_group_restore(
-    struct srv_job* job, const char* name, const int32_t* ranks, uint32_t n)
+    struct srv_job *job, const char *name, const int32_t *ranks, uint32_t n)
 {
-	struct srv_group* g = group_find(job, name);
+	struct srv_group *g = group_find(job, name);
 
 	if (g != NULL)
 		group_free(job, g);
@@ -1095,11 +1095,11 @@ srv_group_restore(
 /* "; rank 5 is in allreduce #812 since 63.2 s, rank 7 last seen ..." for
  * the members of g with entered[i] == 0. */
 static void
-stall_missing(const struct srv_job* job, const struct srv_group* g,
-    const uint8_t* entered, cohort__time now, char* buf, size_t len,
-    size_t* off)
+stall_missing(const struct srv_job *job, const struct srv_group *g,
+    const uint8_t *entered, cohort__time now, char *buf, size_t len,
+    size_t *off)
 {
-	int32_t* miss = malloc(sizeof(int32_t) * (g->n ? g->n : 1));
+	int32_t *miss = malloc(sizeof(int32_t) * (g->n ? g->n : 1));
 	char rb[512], doing[800];
 	size_t nm = 0;
 
@@ -1131,7 +1131,7 @@ stall_missing(const struct srv_job* job, const struct srv_group* g,
 
 void
 srv_coll_stall_text(
-    const struct srv_coll* co, cohort__time now, char* buf, size_t len)
+    const struct srv_coll *co, cohort__time now, char *buf, size_t len)
 {
 	char secs[32];
 	size_t off;
@@ -1139,28 +1139,30 @@ srv_coll_stall_text(
 	coll_desc_text(&co->cd, buf, len);
 	off = strlen(buf);
 	srv_fmt_secs(secs, sizeof(secs), now - co->first);
-	cohort__appendf(buf, len, &off, " (#%" PRIu64 ") on group '%s' "
-	    "waiting %s", co->op_seq, co->g->name, secs);
+	cohort__appendf(buf, len, &off,
+	    " (#%" PRIu64 ") on group '%s' "
+	    "waiting %s",
+	    co->op_seq, co->g->name, secs);
 	stall_missing(co->job, co->g, co->arrived, now, buf, len, &off);
 }
 
 static bool
-coll_stalled(const struct srv_coll* co, cohort__time now)
+coll_stalled(const struct srv_coll *co, cohort__time now)
 {
 	return (co->mismatch == NULL && co->nparked > 0
 	    && now - co->first > co->job->core->stall_ms);
 }
 
 static bool
-member_parked_coll(const struct srv_member* m)
+member_parked_coll(const struct srv_member *m)
 {
-	struct srv_link* l;
+	struct srv_link *l;
 
 	if (m->client == NULL)
 		return (false);
 	for (l = m->client->parked.next; l != &m->client->parked;
 	     l = l->next) {
-		const struct srv_call* p
+		const struct srv_call *p
 		    = SRV_CONTAINER(l, struct srv_call, clink);
 		if (p->park == SRV_PARK_COLL || p->park == SRV_PARK_GROUP)
 			return (true);
@@ -1171,7 +1173,7 @@ member_parked_coll(const struct srv_member* m)
 /* A control-plane collective as the client names it in heartbeats: it
  * is numbered by its own op_seq, not comparable with data-plane ones. */
 static bool
-op_is_control(const char* name)
+op_is_control(const char *name)
 {
 	return (strcmp(name, "barrier") == 0
 	    || strcmp(name, "broadcast_obj") == 0
@@ -1181,7 +1183,7 @@ op_is_control(const char* name)
 
 /* m reports being in (last_group, last_op_seq) on the data plane. */
 static bool
-member_in_data_op(const struct srv_member* m)
+member_in_data_op(const struct srv_member *m)
 {
 	return (m->state == SRV_MEMBER_RUNNING && m->in_op
 	    && m->last_op[0] != '\0' && !op_is_control(m->last_op)
@@ -1189,18 +1191,18 @@ member_in_data_op(const struct srv_member* m)
 }
 
 void
-srv_coll_data_stalls(struct srv_job* job, cohort__time now,
-    void (*fn)(void* arg, const struct srv_member* m,
-        const struct srv_group* g, const uint8_t* entered, const char* text),
-    void* arg)
+srv_coll_data_stalls(struct srv_job *job, cohort__time now,
+    void (*fn)(void *arg, const struct srv_member *m,
+        const struct srv_group *g, const uint8_t *entered, const char *text),
+    void *arg)
 {
 	cohort__time thr = job->core->stall_ms;
 
 	for (uint32_t r = 0; job->members != NULL && r < job->world; r++) {
-		struct srv_member* m = &job->members[r];
-		struct srv_group* g;
+		struct srv_member *m = &job->members[r];
+		struct srv_group *g;
 		cohort__time first;
-		uint8_t* entered;
+		uint8_t *entered;
 		char buf[2400], secs[32];
 		size_t off = 0;
 		bool leader = true;
@@ -1214,7 +1216,7 @@ srv_coll_data_stalls(struct srv_job* job, cohort__time now,
 			return;
 		first = m->op_since;
 		for (uint32_t i = 0; i < g->n; i++) {
-			const struct srv_member* o
+			const struct srv_member *o
 			    = &job->members[g->ranks[i]];
 			bool same = strcmp(o->last_group, m->last_group) == 0;
 			if (same && member_in_data_op(o)
@@ -1243,11 +1245,11 @@ srv_coll_data_stalls(struct srv_job* job, cohort__time now,
 }
 
 static void
-stall_log_data(void* arg, const struct srv_member* cm,
-    const struct srv_group* g, const uint8_t* entered, const char* text)
+stall_log_data(void *arg, const struct srv_member *cm,
+    const struct srv_group *g, const uint8_t *entered, const char *text)
 {
-	struct srv_job* job = arg;
-	struct srv_member* m = &job->members[cm->rank];
+	struct srv_job *job = arg;
+	struct srv_member *m = &job->members[cm->rank];
 
 	(void)g;
 	(void)entered;
@@ -1260,9 +1262,9 @@ stall_log_data(void* arg, const struct srv_member* cm,
 }
 
 void
-srv_coll_stall_check(struct srv_job* job, cohort__time now)
+srv_coll_stall_check(struct srv_job *job, cohort__time now)
 {
-	struct srv_hnode* n;
+	struct srv_hnode *n;
 	size_t i;
 	char buf[2400];
 
@@ -1270,7 +1272,7 @@ srv_coll_stall_check(struct srv_job* job, cohort__time now)
 		return;
 	for (n = srv_map_next(&job->colls, &i, NULL); n != NULL;
 	     n = srv_map_next(&job->colls, &i, n)) {
-		struct srv_coll* co = SRV_CONTAINER(n, struct srv_coll, hn);
+		struct srv_coll *co = SRV_CONTAINER(n, struct srv_coll, hn);
 		if (co->stall_logged || !coll_stalled(co, now))
 			continue;
 		co->stall_logged = true;
@@ -1283,18 +1285,18 @@ srv_coll_stall_check(struct srv_job* job, cohort__time now)
 }
 
 static void
-stall_count(void* arg, const struct srv_member* m, const struct srv_group* g,
-    const uint8_t* entered, const char* text)
+stall_count(void *arg, const struct srv_member *m, const struct srv_group *g,
+    const uint8_t *entered, const char *text)
 {
 	(void)m;
 	(void)g;
 	(void)entered;
 	(void)text;
-	(*(uint64_t*)arg)++;
+	(*(uint64_t *)arg)++;
 }
 
 uint64_t
-srv_core_stalled(struct srv_core* core, cohort__time now)
+srv_core_stalled(struct srv_core *core, cohort__time now)
 {
 	struct srv_hnode *jn, *n;
 	size_t i, k;
@@ -1302,7 +1304,7 @@ srv_core_stalled(struct srv_core* core, cohort__time now)
 
 	for (jn = srv_map_next(&core->jobs, &i, NULL); jn != NULL;
 	     jn = srv_map_next(&core->jobs, &i, jn)) {
-		struct srv_job* job = SRV_CONTAINER(jn, struct srv_job, hn);
+		struct srv_job *job = SRV_CONTAINER(jn, struct srv_job, hn);
 		if (job->state != SRV_JOB_RUNNING)
 			continue;
 		for (n = srv_map_next(&job->colls, &k, NULL); n != NULL;

@@ -31,11 +31,11 @@ struct srv_closed {
 
 #define SRV_CLOSED_KEEP_MS 60000
 
-char*
-srv_strdup(const char* s)
+char *
+srv_strdup(const char *s)
 {
 	size_t n = strlen(s) + 1;
-	char* d = malloc(n);
+	char *d = malloc(n);
 
 	if (d != NULL)
 		memcpy(d, s, n);
@@ -43,7 +43,7 @@ srv_strdup(const char* s)
 }
 
 bool
-srv_token_eq(const char* a, const char* b)
+srv_token_eq(const char *a, const char *b)
 {
 	size_t la = strlen(a), lb = strlen(b);
 	unsigned d = la != lb;
@@ -55,13 +55,13 @@ srv_token_eq(const char* a, const char* b)
 }
 
 void
-srv_fmt_secs(char* buf, size_t len, cohort__time ms)
+srv_fmt_secs(char *buf, size_t len, cohort__time ms)
 {
 	snprintf(buf, len, "%.1f s", (double)ms / 1000.0);
 }
 
 void
-srv_fmt_ranks(char* buf, size_t len, const int32_t* r, size_t n)
+srv_fmt_ranks(char *buf, size_t len, const int32_t *r, size_t n)
 {
 	size_t off = 0;
 
@@ -79,7 +79,7 @@ srv_fmt_ranks(char* buf, size_t len, const int32_t* r, size_t n)
 }
 
 uint64_t
-srv_random(struct srv_core* core)
+srv_random(struct srv_core *core)
 {
 	uint64_t z = (core->rnd += 0x9e3779b97f4a7c15ull);
 
@@ -93,16 +93,16 @@ srv_random(struct srv_core* core)
 /* ------------------------------------------------------------------------ */
 
 static void
-heap_set(struct srv_core* core, size_t i, struct srv_call* c)
+heap_set(struct srv_core *core, size_t i, struct srv_call *c)
 {
 	core->heap[i] = c;
 	c->heap_idx = i;
 }
 
 static void
-heap_up(struct srv_core* core, size_t i)
+heap_up(struct srv_core *core, size_t i)
 {
-	struct srv_call* c = core->heap[i];
+	struct srv_call *c = core->heap[i];
 
 	while (i > 0) {
 		size_t p = (i - 1) / 2;
@@ -115,9 +115,9 @@ heap_up(struct srv_core* core, size_t i)
 }
 
 static void
-heap_down(struct srv_core* core, size_t i)
+heap_down(struct srv_core *core, size_t i)
 {
-	struct srv_call* c = core->heap[i];
+	struct srv_call *c = core->heap[i];
 	size_t n = core->heap_n;
 
 	for (;;) {
@@ -138,11 +138,11 @@ heap_down(struct srv_core* core, size_t i)
 }
 
 static cohort_status
-heap_push(struct srv_core* core, struct srv_call* c)
+heap_push(struct srv_core *core, struct srv_call *c)
 {
 	if (core->heap_n == core->heap_cap) {
 		size_t cap = core->heap_cap ? core->heap_cap * 2 : 64;
-		struct srv_call** h = realloc(core->heap, cap * sizeof(*h));
+		struct srv_call **h = realloc(core->heap, cap * sizeof(*h));
 		if (h == NULL)
 			return (COHORT_ENOMEM);
 		core->heap = h;
@@ -155,10 +155,10 @@ heap_push(struct srv_core* core, struct srv_call* c)
 }
 
 static void
-heap_remove(struct srv_core* core, struct srv_call* c)
+heap_remove(struct srv_core *core, struct srv_call *c)
 {
 	size_t i = c->heap_idx;
-	struct srv_call* last;
+	struct srv_call *last;
 
 	if (i == SIZE_MAX)
 		return;
@@ -175,10 +175,10 @@ heap_remove(struct srv_core* core, struct srv_call* c)
 /* Calls                                                                    */
 /* ------------------------------------------------------------------------ */
 
-struct srv_call*
-srv_call_new(struct srv_core* core, void* tp, cohort__time now)
+struct srv_call *
+srv_call_new(struct srv_core *core, void *tp, cohort__time now)
 {
-	struct srv_call* c = calloc(1, sizeof(*c));
+	struct srv_call *c = calloc(1, sizeof(*c));
 
 	if (c == NULL)
 		return (NULL);
@@ -195,7 +195,7 @@ srv_call_new(struct srv_core* core, void* tp, cohort__time now)
 }
 
 void
-srv_call_free(struct srv_call* c)
+srv_call_free(struct srv_call *c)
 {
 	if (c == NULL)
 		return;
@@ -214,7 +214,7 @@ srv_call_free(struct srv_call* c)
 }
 
 void
-srv_reply_init(Cohort__Reply* rep, const struct srv_call* c, cohort_status st)
+srv_reply_init(Cohort__Reply *rep, const struct srv_call *c, cohort_status st)
 {
 	cohort__reply__init(rep);
 	rep->proto_version = COHORT_PROTO_VERSION;
@@ -226,7 +226,7 @@ srv_reply_init(Cohort__Reply* rep, const struct srv_call* c, cohort_status st)
 }
 
 void
-srv_reply_failure(Cohort__Reply* rep, const struct srv_job* job)
+srv_reply_failure(Cohort__Reply *rep, const struct srv_job *job)
 {
 	rep->failed_rank = job->failed_rank;
 	if (job->failed_text != NULL)
@@ -236,7 +236,7 @@ srv_reply_failure(Cohort__Reply* rep, const struct srv_job* job)
 }
 
 static void
-call_unpark(struct srv_call* c)
+call_unpark(struct srv_call *c)
 {
 	if (c->park == SRV_PARK_NONE)
 		return;
@@ -269,7 +269,7 @@ srv_body_mutating(int body)
 
 void
 srv_client_cache_put(
-    struct srv_client* cl, uint64_t seq, nng_msg* m, bool durable)
+    struct srv_client *cl, uint64_t seq, nng_msg *m, bool durable)
 {
 	unsigned i = cl->cache_next++ % SRV_CACHE;
 
@@ -281,11 +281,11 @@ srv_client_cache_put(
 }
 
 static void
-call_cache(struct srv_call* c, nng_msg* m)
+call_cache(struct srv_call *c, nng_msg *m)
 {
-	struct srv_client* cl = c->client;
+	struct srv_client *cl = c->client;
 	bool durable;
-	nng_msg* dup;
+	nng_msg *dup;
 
 	if (cl == NULL || c->seq == 0 || nng_msg_len(m) > SRV_CACHE_MAX_BYTES)
 		return;
@@ -300,11 +300,11 @@ call_cache(struct srv_call* c, nng_msg* m)
 }
 
 void
-srv_call_answer(struct srv_call* c, Cohort__Reply* rep,
-    const struct cohort__iov* parts, size_t nparts)
+srv_call_answer(struct srv_call *c, Cohort__Reply *rep,
+    const struct cohort__iov *parts, size_t nparts)
 {
-	struct srv_core* core = c->core;
-	nng_msg* m;
+	struct srv_core *core = c->core;
+	nng_msg *m;
 
 	if (core->quiet) {
 		/* Shutting down with a journal: the client re-sends this
@@ -329,7 +329,7 @@ srv_call_answer(struct srv_call* c, Cohort__Reply* rep,
 }
 
 void
-srv_call_fail(struct srv_call* c, cohort_status st, const char* fmt, ...)
+srv_call_fail(struct srv_call *c, cohort_status st, const char *fmt, ...)
 {
 	Cohort__Reply rep;
 	char buf[1024];
@@ -344,7 +344,7 @@ srv_call_fail(struct srv_call* c, cohort_status st, const char* fmt, ...)
 }
 
 void
-srv_call_peerlost(struct srv_call* c)
+srv_call_peerlost(struct srv_call *c)
 {
 	Cohort__Reply rep;
 
@@ -354,9 +354,9 @@ srv_call_peerlost(struct srv_call* c)
 }
 
 void
-srv_call_drop(struct srv_call* c)
+srv_call_drop(struct srv_call *c)
 {
-	struct srv_core* core = c->core;
+	struct srv_core *core = c->core;
 
 	call_unpark(c);
 	core->sink(core->sink_arg, c->tp, NULL);
@@ -364,7 +364,7 @@ srv_call_drop(struct srv_call* c)
 }
 
 void
-srv_call_park(struct srv_call* c, enum srv_park kind)
+srv_call_park(struct srv_call *c, enum srv_park kind)
 {
 	COHORT__ASSERT(c->park == SRV_PARK_NONE);
 	c->park = kind;
@@ -381,7 +381,7 @@ srv_call_park(struct srv_call* c, enum srv_park kind)
 }
 
 void
-srv_call_withdraw(struct srv_call* c, cohort__time now)
+srv_call_withdraw(struct srv_call *c, cohort__time now)
 {
 	(void)now;
 	switch (c->park) {
@@ -407,7 +407,7 @@ srv_call_withdraw(struct srv_call* c, cohort__time now)
 }
 
 void
-srv_call_expire(struct srv_call* c, cohort__time now)
+srv_call_expire(struct srv_call *c, cohort__time now)
 {
 	c->core->m.timeouts++;
 	switch (c->park) {
@@ -432,15 +432,15 @@ srv_call_expire(struct srv_call* c, cohort__time now)
 }
 
 void
-srv_core_expire_due(struct srv_core* core, cohort__time now)
+srv_core_expire_due(struct srv_core *core, cohort__time now)
 {
 	/* Each expiry removes its call from the heap: bounded by heap_n. */
 	size_t budget = core->heap_n;
 
 	while (core->heap_n > 0 && core->heap[0]->deadline <= now
 	    && budget-- > 0) {
-		struct srv_call* c = core->heap[0];
-		struct srv_job* job = c->job;
+		struct srv_call *c = core->heap[0];
+		struct srv_job *job = c->job;
 		srv_call_expire(c, now);
 		if (job != NULL)
 			srv_job_maybe_remove(job);
@@ -452,10 +452,10 @@ srv_core_expire_due(struct srv_core* core, cohort__time now)
 /* ------------------------------------------------------------------------ */
 
 static void
-pipe_unlink(struct srv_core* core, struct srv_client* cl)
+pipe_unlink(struct srv_core *core, struct srv_client *cl)
 {
-	struct srv_hnode* n;
-	struct srv_pipe* p;
+	struct srv_hnode *n;
+	struct srv_pipe *p;
 
 	if (cl->pipe == 0)
 		return;
@@ -473,7 +473,7 @@ pipe_unlink(struct srv_core* core, struct srv_client* cl)
 
 size_t
 srv_core_take_pipes_to_close(
-    struct srv_core* core, cohort__time now, uint32_t* out, size_t max)
+    struct srv_core *core, cohort__time now, uint32_t *out, size_t max)
 {
 	size_t n = 0;
 	unsigned keep = 0;
@@ -491,11 +491,11 @@ srv_core_take_pipes_to_close(
 
 /* Records which connection the client uses now (proto/README.md 2.4). */
 void
-srv_client_set_pipe(struct srv_client* cl, uint32_t pipe)
+srv_client_set_pipe(struct srv_client *cl, uint32_t pipe)
 {
-	struct srv_core* core = cl->job->core;
-	struct srv_hnode* n;
-	struct srv_pipe* p;
+	struct srv_core *core = cl->job->core;
+	struct srv_hnode *n;
+	struct srv_pipe *p;
 
 	if (cl->pipe == pipe || pipe == 0)
 		return;
@@ -518,11 +518,11 @@ srv_client_set_pipe(struct srv_client* cl, uint32_t pipe)
 	srv_list_append(&p->clients, &cl->plink);
 }
 
-struct srv_client*
-srv_client_get(struct srv_job* job, uint64_t id, cohort__time now)
+struct srv_client *
+srv_client_get(struct srv_job *job, uint64_t id, cohort__time now)
 {
-	struct srv_hnode* n = srv_map_get(&job->clients, &id, sizeof(id));
-	struct srv_client* cl;
+	struct srv_hnode *n = srv_map_get(&job->clients, &id, sizeof(id));
+	struct srv_client *cl;
 
 	if (n != NULL)
 		return (SRV_CONTAINER(n, struct srv_client, hn));
@@ -543,12 +543,12 @@ srv_client_get(struct srv_job* job, uint64_t id, cohort__time now)
 }
 
 void
-srv_client_free(struct srv_client* cl, const char* why)
+srv_client_free(struct srv_client *cl, const char *why)
 {
-	struct srv_core* core = cl->job->core;
+	struct srv_core *core = cl->job->core;
 
 	while (!srv_list_empty(&cl->parked)) {
-		struct srv_call* c
+		struct srv_call *c
 		    = SRV_CONTAINER(cl->parked.next, struct srv_call, clink);
 		srv_call_withdraw(c, 0);
 		srv_call_fail(c, COHORT_ECLOSED, "%s", why);
@@ -565,9 +565,9 @@ srv_client_free(struct srv_client* cl, const char* why)
 }
 
 static void
-pipe_note_closed(struct srv_core* core, uint32_t pipe, cohort__time now)
+pipe_note_closed(struct srv_core *core, uint32_t pipe, cohort__time now)
 {
-	struct srv_closed* x;
+	struct srv_closed *x;
 
 	if (pipe == 0
 	    || srv_map_get(&core->closed, &pipe, sizeof(pipe)) != NULL
@@ -581,20 +581,20 @@ pipe_note_closed(struct srv_core* core, uint32_t pipe, cohort__time now)
 }
 
 bool
-srv_core_pipe_is_closed(const struct srv_core* core, uint32_t pipe)
+srv_core_pipe_is_closed(const struct srv_core *core, uint32_t pipe)
 {
 	return (pipe != 0
 	    && srv_map_get(&core->closed, &pipe, sizeof(pipe)) != NULL);
 }
 
 static void
-pipe_prune_closed(struct srv_core* core, cohort__time now)
+pipe_prune_closed(struct srv_core *core, cohort__time now)
 {
 	struct srv_hnode *n, *next;
 	size_t i;
 
 	for (n = srv_map_next(&core->closed, &i, NULL); n != NULL; n = next) {
-		struct srv_closed* x = SRV_CONTAINER(n, struct srv_closed, hn);
+		struct srv_closed *x = SRV_CONTAINER(n, struct srv_closed, hn);
 		next = srv_map_next(&core->closed, &i, n);
 		if (now - x->when < SRV_CLOSED_KEEP_MS)
 			continue;
@@ -604,10 +604,10 @@ pipe_prune_closed(struct srv_core* core, cohort__time now)
 }
 
 void
-srv_core_pipe_closed(struct srv_core* core, uint32_t pipe, cohort__time now)
+srv_core_pipe_closed(struct srv_core *core, uint32_t pipe, cohort__time now)
 {
-	struct srv_hnode* n;
-	struct srv_pipe* p;
+	struct srv_hnode *n;
+	struct srv_pipe *p;
 
 	pipe_note_closed(core, pipe, now);
 	n = srv_map_get(&core->pipes, &pipe, sizeof(pipe));
@@ -617,8 +617,8 @@ srv_core_pipe_closed(struct srv_core* core, uint32_t pipe, cohort__time now)
 	/* Every iteration unlinks one client; the pipe is freed with its
 	 * last client, so test emptiness through a fresh lookup. */
 	for (;;) {
-		struct srv_client* cl;
-		struct srv_job* job;
+		struct srv_client *cl;
+		struct srv_job *job;
 		n = srv_map_get(&core->pipes, &pipe, sizeof(pipe));
 		if (n == NULL)
 			break;
@@ -635,7 +635,7 @@ srv_core_pipe_closed(struct srv_core* core, uint32_t pipe, cohort__time now)
 			srv_job_fail_member(
 			    job, cl->member, "connection lost", now);
 		while (!srv_list_empty(&cl->parked)) {
-			struct srv_call* c = SRV_CONTAINER(
+			struct srv_call *c = SRV_CONTAINER(
 			    cl->parked.next, struct srv_call, clink);
 			srv_call_withdraw(c, now);
 			srv_call_drop(c);
@@ -650,19 +650,19 @@ srv_core_pipe_closed(struct srv_core* core, uint32_t pipe, cohort__time now)
 }
 
 bool
-srv_core_cancel(struct srv_job* job, uint64_t client_id, uint64_t seq,
-    cohort_status st, const char* why, cohort__time now)
+srv_core_cancel(struct srv_job *job, uint64_t client_id, uint64_t seq,
+    cohort_status st, const char *why, cohort__time now)
 {
-	struct srv_hnode* n
+	struct srv_hnode *n
 	    = srv_map_get(&job->clients, &client_id, sizeof(client_id));
-	struct srv_client* cl;
-	struct srv_link* l;
+	struct srv_client *cl;
+	struct srv_link *l;
 
 	if (n == NULL)
 		return (false);
 	cl = SRV_CONTAINER(n, struct srv_client, hn);
 	for (l = cl->parked.next; l != &cl->parked; l = l->next) {
-		struct srv_call* c = SRV_CONTAINER(l, struct srv_call, clink);
+		struct srv_call *c = SRV_CONTAINER(l, struct srv_call, clink);
 		if (c->seq != seq)
 			continue;
 		srv_call_withdraw(c, now);
@@ -673,7 +673,7 @@ srv_core_cancel(struct srv_job* job, uint64_t client_id, uint64_t seq,
 }
 
 void
-srv_core_sweep(struct srv_core* core, cohort__time now)
+srv_core_sweep(struct srv_core *core, cohort__time now)
 {
 	struct srv_hnode *n, *next;
 	size_t i;
@@ -686,7 +686,7 @@ srv_core_sweep(struct srv_core* core, cohort__time now)
 	if (stalls)
 		core->stall_next = now + 250;
 	for (n = srv_map_next(&core->jobs, &i, NULL); n != NULL; n = next) {
-		struct srv_job* job = SRV_CONTAINER(n, struct srv_job, hn);
+		struct srv_job *job = SRV_CONTAINER(n, struct srv_job, hn);
 		next = srv_map_next(&core->jobs, &i, n);
 		srv_job_sweep(job, now);
 		if (stalls)
@@ -703,10 +703,10 @@ srv_core_sweep(struct srv_core* core, cohort__time now)
 /* ------------------------------------------------------------------------ */
 
 cohort_status
-srv_core_new(const struct srv_limits* lim, const char* admin_token,
-    srv_sink_fn sink, void* arg, cohort__time now, struct srv_core** out)
+srv_core_new(const struct srv_limits *lim, const char *admin_token,
+    srv_sink_fn sink, void *arg, cohort__time now, struct srv_core **out)
 {
-	struct srv_core* core = calloc(1, sizeof(*core));
+	struct srv_core *core = calloc(1, sizeof(*core));
 
 	if (core == NULL)
 		return (COHORT_ENOMEM);
@@ -729,10 +729,10 @@ srv_core_new(const struct srv_limits* lim, const char* admin_token,
 }
 
 cohort_status
-srv_core_add_job(struct srv_core* core, const char* name, const char* token)
+srv_core_add_job(struct srv_core *core, const char *name, const char *token)
 {
-	struct srv_hnode* n;
-	struct srv_job* job;
+	struct srv_hnode *n;
+	struct srv_job *job;
 
 	if (name[0] == '\0' || strlen(name) > SRV_MAX_NAME
 	    || strlen(token) > SRV_MAX_NAME)
@@ -740,7 +740,7 @@ srv_core_add_job(struct srv_core* core, const char* name, const char* token)
 		    "job name must be 1..%d bytes and the token at most %d",
 		    SRV_MAX_NAME, SRV_MAX_NAME));
 	if ((n = srv_map_get(&core->jobs, name, strlen(name))) != NULL) {
-		char* t;
+		char *t;
 		job = SRV_CONTAINER(n, struct srv_job, hn);
 		if (job->preset)
 			return (cohort__err(
@@ -764,9 +764,9 @@ srv_core_add_job(struct srv_core* core, const char* name, const char* token)
 }
 
 void
-srv_core_close_all(struct srv_core* core)
+srv_core_close_all(struct srv_core *core)
 {
-	struct srv_hnode* n;
+	struct srv_hnode *n;
 	size_t i;
 
 	/* With a journal, a stop is a restart to come: nothing more is
@@ -782,9 +782,9 @@ srv_core_close_all(struct srv_core* core)
 }
 
 void
-srv_core_free(struct srv_core* core)
+srv_core_free(struct srv_core *core)
 {
-	struct srv_hnode* n;
+	struct srv_hnode *n;
 	size_t i;
 
 	if (core == NULL)

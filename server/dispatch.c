@@ -26,12 +26,12 @@
 
 #include "srv_impl.h"
 
-static struct srv_client*
-dispatch_client(struct srv_call* c, uint64_t id, cohort__time now)
+static struct srv_client *
+dispatch_client(struct srv_call *c, uint64_t id, cohort__time now)
 {
-	struct srv_job* job = c->job;
-	struct srv_hnode* n = srv_map_get(&job->clients, &id, sizeof(id));
-	struct srv_client* cl;
+	struct srv_job *job = c->job;
+	struct srv_hnode *n = srv_map_get(&job->clients, &id, sizeof(id));
+	struct srv_client *cl;
 
 	if (n != NULL)
 		return (SRV_CONTAINER(n, struct srv_client, hn));
@@ -63,14 +63,14 @@ dispatch_payload_allowed(int body)
 
 /* Steps 6: true if the request was answered from the client's memory. */
 static bool
-dispatch_retry(struct srv_call* c)
+dispatch_retry(struct srv_call *c)
 {
-	struct srv_client* cl = c->client;
-	struct srv_core* core = c->core;
-	struct srv_link* l;
+	struct srv_client *cl = c->client;
+	struct srv_core *core = c->core;
+	struct srv_link *l;
 
 	for (unsigned i = 0; i < SRV_CACHE; i++) {
-		nng_msg* dup;
+		nng_msg *dup;
 		if (cl->cache[i].msg == NULL || cl->cache[i].seq != c->seq)
 			continue;
 		if (nng_msg_dup(&dup, cl->cache[i].msg) != 0)
@@ -80,8 +80,8 @@ dispatch_retry(struct srv_call* c)
 		return (true);
 	}
 	for (l = cl->parked.next; l != &cl->parked; l = l->next) {
-		struct srv_call* p = SRV_CONTAINER(l, struct srv_call, clink);
-		void* tp;
+		struct srv_call *p = SRV_CONTAINER(l, struct srv_call, clink);
+		void *tp;
 		if (p->seq != c->seq)
 			continue;
 		tp = p->tp;
@@ -94,7 +94,7 @@ dispatch_retry(struct srv_call* c)
 }
 
 static void
-dispatch_body(struct srv_call* c, const Cohort__Request* req, cohort__time now)
+dispatch_body(struct srv_call *c, const Cohort__Request *req, cohort__time now)
 {
 	switch (req->body_case) {
 	case COHORT__REQUEST__BODY_JOIN:
@@ -140,12 +140,12 @@ dispatch_body(struct srv_call* c, const Cohort__Request* req, cohort__time now)
 }
 
 static void
-dispatch_request(struct srv_call* c, const Cohort__Request* req, uint32_t pipe,
+dispatch_request(struct srv_call *c, const Cohort__Request *req, uint32_t pipe,
     cohort__time now)
 {
-	struct srv_core* core = c->core;
-	struct srv_job* job;
-	struct srv_hnode* n;
+	struct srv_core *core = c->core;
+	struct srv_job *job;
+	struct srv_hnode *n;
 	size_t jlen = strlen(req->job);
 
 	if (req->proto_version != COHORT_PROTO_VERSION) {
@@ -229,11 +229,11 @@ out_maybe_remove:
 }
 
 void
-srv_core_dispatch(struct srv_core* core, nng_msg* msg, uint32_t pipe, void* tp,
+srv_core_dispatch(struct srv_core *core, nng_msg *msg, uint32_t pipe, void *tp,
     cohort__time now)
 {
-	Cohort__Request* req = NULL;
-	struct srv_call* c;
+	Cohort__Request *req = NULL;
+	struct srv_call *c;
 	cohort_status rv;
 
 	core->m.requests++;

@@ -13,19 +13,19 @@
 #include "srv_impl.h"
 
 struct srv_http {
-	nng_http_server* server;
-	struct cohort__srv* srv;
+	nng_http_server *server;
+	struct cohort__srv *srv;
 };
 
-char* cohort__srv_metrics(struct cohort__srv* s);
+char *cohort__srv_metrics(struct cohort__srv *s);
 cohort_status cohort__srv_http_start(
-    struct cohort__srv* s, const char* addr, void** out, char** url);
-void cohort__srv_http_stop(void* h);
+    struct cohort__srv *s, const char *addr, void **out, char **url);
+void cohort__srv_http_stop(void *h);
 
 static void
-http_reply(nng_aio* aio, uint16_t status, const char* type, const char* body)
+http_reply(nng_aio *aio, uint16_t status, const char *type, const char *body)
 {
-	nng_http_res* res;
+	nng_http_res *res;
 	int rv;
 
 	if ((rv = nng_http_res_alloc(&res)) != 0) {
@@ -44,11 +44,11 @@ http_reply(nng_aio* aio, uint16_t status, const char* type, const char* body)
 }
 
 static void
-http_metrics(nng_aio* aio)
+http_metrics(nng_aio *aio)
 {
-	nng_http_handler* h = nng_aio_get_input(aio, 1);
-	struct srv_http* sh = nng_http_handler_get_data(h);
-	char* text = cohort__srv_metrics(sh->srv);
+	nng_http_handler *h = nng_aio_get_input(aio, 1);
+	struct srv_http *sh = nng_http_handler_get_data(h);
+	char *text = cohort__srv_metrics(sh->srv);
 
 	if (text == NULL) {
 		http_reply(aio, 500, "text/plain", "out of memory\n");
@@ -59,15 +59,15 @@ http_metrics(nng_aio* aio)
 }
 
 static void
-http_ok(nng_aio* aio)
+http_ok(nng_aio *aio)
 {
 	http_reply(aio, 200, "text/plain", "ok\n");
 }
 
 static int
-http_handler(struct srv_http* sh, const char* path, void (*cb)(nng_aio*))
+http_handler(struct srv_http *sh, const char *path, void (*cb)(nng_aio *))
 {
-	nng_http_handler* h;
+	nng_http_handler *h;
 	int rv;
 
 	if ((rv = nng_http_handler_alloc(&h, path, cb)) != 0)
@@ -83,11 +83,11 @@ http_handler(struct srv_http* sh, const char* path, void (*cb)(nng_aio*))
 
 cohort_status
 cohort__srv_http_start(
-    struct cohort__srv* s, const char* addr, void** out, char** url)
+    struct cohort__srv *s, const char *addr, void **out, char **url)
 {
-	struct srv_http* sh = calloc(1, sizeof(*sh));
+	struct srv_http *sh = calloc(1, sizeof(*sh));
 	char buf[300];
-	nng_url* u = NULL;
+	nng_url *u = NULL;
 	nng_sockaddr sa;
 	cohort_status rv;
 	int nrv;
@@ -132,9 +132,9 @@ out_free:
 }
 
 void
-cohort__srv_http_stop(void* h)
+cohort__srv_http_stop(void *h)
 {
-	struct srv_http* sh = h;
+	struct srv_http *sh = h;
 
 	nng_http_server_stop(sh->server);
 	nng_http_server_release(sh->server);

@@ -16,7 +16,7 @@
 
 #include "srv_impl.h"
 
-const char*
+const char *
 srv_member_state_name(enum srv_member_state st)
 {
 	switch (st) {
@@ -29,18 +29,18 @@ srv_member_state_name(enum srv_member_state st)
 	}
 }
 
-const char*
-srv_job_state_name(const struct srv_job* job)
+const char *
+srv_job_state_name(const struct srv_job *job)
 {
 	if (job->rdzv_world != 0 || job->state == SRV_JOB_NEW)
 		return ("rendezvous");
 	return (job->state == SRV_JOB_FAILED ? "failed" : "running");
 }
 
-struct srv_job*
-srv_job_new(struct srv_core* core, const char* name, const char* token)
+struct srv_job *
+srv_job_new(struct srv_core *core, const char *name, const char *token)
 {
-	struct srv_job* job = calloc(1, sizeof(*job));
+	struct srv_job *job = calloc(1, sizeof(*job));
 
 	if (job == NULL)
 		return (NULL);
@@ -68,10 +68,10 @@ srv_job_new(struct srv_core* core, const char* name, const char* token)
 }
 
 static void
-job_clear_members(struct srv_job* job)
+job_clear_members(struct srv_job *job)
 {
 	for (uint32_t r = 0; job->members != NULL && r < job->world; r++) {
-		struct srv_member* m = &job->members[r];
+		struct srv_member *m = &job->members[r];
 		if (m->client != NULL)
 			m->client->member = NULL;
 		free(m->failure);
@@ -81,7 +81,7 @@ job_clear_members(struct srv_job* job)
 }
 
 static void
-job_clear_failure(struct srv_job* job)
+job_clear_failure(struct srv_job *job)
 {
 	free(job->failed_text);
 	free(job->failed_detail);
@@ -91,9 +91,9 @@ job_clear_failure(struct srv_job* job)
 }
 
 void
-srv_job_free(struct srv_job* job, const char* why)
+srv_job_free(struct srv_job *job, const char *why)
 {
-	struct srv_core* core = job->core;
+	struct srv_core *core = job->core;
 
 	/* Freeing a client answers all of its parked calls, whatever they
 	 * wait for; every parked call has a client. */
@@ -118,7 +118,7 @@ srv_job_free(struct srv_job* job, const char* why)
 }
 
 void
-srv_job_maybe_remove(struct srv_job* job)
+srv_job_maybe_remove(struct srv_job *job)
 {
 	if (job->preset || job->rdzv_world != 0
 	    || (job->restored && job->members == NULL))
@@ -138,7 +138,7 @@ srv_job_maybe_remove(struct srv_job* job)
 /* ------------------------------------------------------------------------ */
 
 static bool
-job_has_live(const struct srv_job* job)
+job_has_live(const struct srv_job *job)
 {
 	for (uint32_t r = 0; job->members != NULL && r < job->world; r++)
 		if (job->members[r].state == SRV_MEMBER_RUNNING)
@@ -147,7 +147,7 @@ job_has_live(const struct srv_job* job)
 }
 
 static void
-rdzv_reset(struct srv_job* job)
+rdzv_reset(struct srv_job *job)
 {
 	free(job->rdzv_by_rank);
 	job->rdzv_by_rank = NULL;
@@ -157,13 +157,13 @@ rdzv_reset(struct srv_job* job)
 }
 
 static void
-rdzv_complete(struct srv_job* job, cohort__time now)
+rdzv_complete(struct srv_job *job, cohort__time now)
 {
 	uint32_t w = job->rdzv_world;
-	struct srv_call** calls = job->rdzv_by_rank;
-	struct srv_member* mem = calloc(w, sizeof(*mem));
-	char** hosts = calloc(w, sizeof(char*));
-	int32_t* lr = calloc(w, sizeof(int32_t));
+	struct srv_call **calls = job->rdzv_by_rank;
+	struct srv_member *mem = calloc(w, sizeof(*mem));
+	char **hosts = calloc(w, sizeof(char *));
+	int32_t *lr = calloc(w, sizeof(int32_t));
 
 	if (mem == NULL || hosts == NULL || lr == NULL) {
 		free(mem);
@@ -172,12 +172,12 @@ rdzv_complete(struct srv_job* job, cohort__time now)
 		for (uint32_t r = 0; r < w; r++) {
 			if (calls[r] == NULL)
 				continue;
-			struct srv_call* c = calls[r];
+			struct srv_call *c = calls[r];
 			calls[r] = NULL;
 			srv_call_fail(c, COHORT_ENOMEM, "out of memory");
 		}
 		while (!srv_list_empty(&job->rdzv_auto)) {
-			struct srv_call* c = SRV_CONTAINER(
+			struct srv_call *c = SRV_CONTAINER(
 			    job->rdzv_auto.next, struct srv_call, olink);
 			srv_list_remove(&c->olink);
 			srv_call_fail(c, COHORT_ENOMEM, "out of memory");
@@ -204,7 +204,7 @@ rdzv_complete(struct srv_job* job, cohort__time now)
 	srv_coll_reset(
 	    job, COHORT_ESTALE, "the job moved to a new generation", true);
 	while (!srv_list_empty(&job->watchers)) {
-		struct srv_call* c = SRV_CONTAINER(
+		struct srv_call *c = SRV_CONTAINER(
 		    job->watchers.next, struct srv_call, olink);
 		srv_list_remove(&c->olink);
 		srv_call_fail(c, COHORT_ESTALE,
@@ -213,8 +213,8 @@ rdzv_complete(struct srv_job* job, cohort__time now)
 	}
 	(void)srv_group_world(job);
 	for (uint32_t r = 0; r < w; r++) {
-		struct srv_member* m = &mem[r];
-		struct srv_call* c = calls[r];
+		struct srv_member *m = &mem[r];
+		struct srv_call *c = calls[r];
 		m->rank = (int32_t)r;
 		m->state = SRV_MEMBER_RUNNING;
 		cohort__strlcpy(
@@ -240,7 +240,7 @@ rdzv_complete(struct srv_job* job, cohort__time now)
 	for (uint32_t r = 0; r < w; r++) {
 		Cohort__Reply rep;
 		Cohort__JoinReply jr;
-		struct srv_call* c = calls[r];
+		struct srv_call *c = calls[r];
 		srv_reply_init(&rep, c, COHORT_OK);
 		cohort__join_reply__init(&jr);
 		jr.rank = (int32_t)r;
@@ -261,11 +261,11 @@ rdzv_complete(struct srv_job* job, cohort__time now)
 }
 
 void
-srv_job_join(struct srv_call* c, const Cohort__Join* j, cohort__time now)
+srv_job_join(struct srv_call *c, const Cohort__Join *j, cohort__time now)
 {
-	struct srv_job* job = c->job;
+	struct srv_job *job = c->job;
 	uint32_t w = j->world_size;
-	struct srv_call* holder;
+	struct srv_call *holder;
 
 	if (w == 0 || w > SRV_MAX_WORLD) {
 		srv_call_fail(c, COHORT_EINVAL,
@@ -306,7 +306,7 @@ srv_job_join(struct srv_call* c, const Cohort__Join* j, cohort__time now)
 			if (j->rank >= 0 && (uint32_t)j->rank < job->world
 			    && job->members[j->rank].state
 			        == SRV_MEMBER_RUNNING) {
-				struct srv_member* m = &job->members[j->rank];
+				struct srv_member *m = &job->members[j->rank];
 				srv_call_fail(c, COHORT_EEXIST,
 				    "rank %d of job '%s' is held by %s:%u "
 				    "(generation %" PRIu64 ")",
@@ -365,9 +365,9 @@ srv_job_join(struct srv_call* c, const Cohort__Join* j, cohort__time now)
 }
 
 void
-srv_job_withdraw_join(struct srv_call* c)
+srv_job_withdraw_join(struct srv_call *c)
 {
-	struct srv_job* job = c->job;
+	struct srv_job *job = c->job;
 
 	if (c->rank >= 0)
 		job->rdzv_by_rank[c->rank] = NULL;
@@ -378,13 +378,13 @@ srv_job_withdraw_join(struct srv_call* c)
 }
 
 void
-srv_job_expire_join(struct srv_call* c, cohort__time now)
+srv_job_expire_join(struct srv_call *c, cohort__time now)
 {
-	struct srv_job* job = c->job;
+	struct srv_job *job = c->job;
 	uint32_t w = job->rdzv_world, nauto = 0, joined = job->rdzv_n;
-	int32_t* miss = calloc(w + 1, sizeof(int32_t));
+	int32_t *miss = calloc(w + 1, sizeof(int32_t));
 	size_t nm = 0;
-	struct srv_link* l;
+	struct srv_link *l;
 	char rb[512], secs[32], buf[1024];
 	Cohort__Reply rep;
 
@@ -420,15 +420,15 @@ srv_job_expire_join(struct srv_call* c, cohort__time now)
 /* ------------------------------------------------------------------------ */
 
 void
-srv_job_leave(struct srv_call* c, cohort__time now)
+srv_job_leave(struct srv_call *c, cohort__time now)
 {
-	struct srv_job* job = c->job;
-	struct srv_member* m = c->client->member;
+	struct srv_job *job = c->job;
+	struct srv_member *m = c->client->member;
 	struct srv_link *l, *next;
 
 	/* A join still parked for this client is withdrawn. */
 	for (l = c->client->parked.next; l != &c->client->parked; l = next) {
-		struct srv_call* p = SRV_CONTAINER(l, struct srv_call, clink);
+		struct srv_call *p = SRV_CONTAINER(l, struct srv_call, clink);
 		next = l->next;
 		if (p->park != SRV_PARK_JOIN)
 			continue;
@@ -443,10 +443,10 @@ srv_job_leave(struct srv_call* c, cohort__time now)
 		    m->rank, m->host, m->pid);
 		srv_coll_rank_left(job, m->rank);
 	}
-	if (c->client->pipe != 0 &&
-	    job->core->nclose_pipes < SRV_CLOSE_PIPES) {
-		struct srv_pipe_close* pc =
-		    &job->core->close_pipes[job->core->nclose_pipes++];
+	if (c->client->pipe != 0
+	    && job->core->nclose_pipes < SRV_CLOSE_PIPES) {
+		struct srv_pipe_close *pc
+		    = &job->core->close_pipes[job->core->nclose_pipes++];
 		pc->pipe = c->client->pipe;
 		pc->at = now + 50;
 	}
@@ -455,10 +455,10 @@ srv_job_leave(struct srv_call* c, cohort__time now)
 
 void
 srv_job_heartbeat(
-    struct srv_call* c, const Cohort__Heartbeat* hb, cohort__time now)
+    struct srv_call *c, const Cohort__Heartbeat *hb, cohort__time now)
 {
-	struct srv_job* job = c->job;
-	struct srv_member* m = c->client->member;
+	struct srv_job *job = c->job;
+	struct srv_member *m = c->client->member;
 	Cohort__Reply rep;
 	Cohort__HeartbeatReply hr;
 
@@ -490,9 +490,9 @@ srv_job_heartbeat(
 }
 
 void
-srv_job_watch(struct srv_call* c, cohort__time now)
+srv_job_watch(struct srv_call *c, cohort__time now)
 {
-	struct srv_job* job = c->job;
+	struct srv_job *job = c->job;
 
 	(void)now;
 	if (job->state == SRV_JOB_FAILED) {
@@ -504,7 +504,7 @@ srv_job_watch(struct srv_call* c, cohort__time now)
 }
 
 void
-srv_job_expire_watch(struct srv_call* c, cohort__time now)
+srv_job_expire_watch(struct srv_call *c, cohort__time now)
 {
 	Cohort__Reply rep;
 
@@ -515,9 +515,9 @@ srv_job_expire_watch(struct srv_call* c, cohort__time now)
 
 void
 srv_job_report(
-    struct srv_call* c, const Cohort__ReportFailure* rf, cohort__time now)
+    struct srv_call *c, const Cohort__ReportFailure *rf, cohort__time now)
 {
-	struct srv_member* m = c->client->member;
+	struct srv_member *m = c->client->member;
 
 	if (m == NULL) {
 		srv_call_fail(c, COHORT_ESTATE,
@@ -531,11 +531,11 @@ srv_job_report(
 	srv_call_fail(c, COHORT_OK, "%s", "");
 }
 
-struct srv_member*
-srv_job_collective_member(struct srv_call* c)
+struct srv_member *
+srv_job_collective_member(struct srv_call *c)
 {
-	struct srv_job* job = c->job;
-	struct srv_member* m = c->client->member;
+	struct srv_job *job = c->job;
+	struct srv_member *m = c->client->member;
 
 	if (m == NULL) {
 		srv_call_fail(c, COHORT_ESTATE,
@@ -560,11 +560,11 @@ srv_job_collective_member(struct srv_call* c)
 /* ------------------------------------------------------------------------ */
 
 void
-srv_job_fail_member(struct srv_job* job, struct srv_member* m,
-    const char* text, cohort__time now)
+srv_job_fail_member(struct srv_job *job, struct srv_member *m,
+    const char *text, cohort__time now)
 {
 	char op[800], detail[1400];
-	const char* nl;
+	const char *nl;
 	int tl;
 
 	(void)now;
@@ -576,10 +576,10 @@ srv_job_fail_member(struct srv_job* job, struct srv_member* m,
 	job->core->m.failures++;
 	op[0] = '\0';
 	if (m->client != NULL) {
-		struct srv_link* l;
+		struct srv_link *l;
 		for (l = m->client->parked.next; l != &m->client->parked;
 		     l = l->next) {
-			struct srv_call* p
+			struct srv_call *p
 			    = SRV_CONTAINER(l, struct srv_call, clink);
 			if (p->park == SRV_PARK_COLL
 			    || p->park == SRV_PARK_GROUP) {
@@ -609,7 +609,7 @@ srv_job_fail_member(struct srv_job* job, struct srv_member* m,
 	job->failed_detail = srv_strdup(detail);
 	srv_coll_reset(job, COHORT_EPEERLOST, detail, false);
 	while (!srv_list_empty(&job->watchers)) {
-		struct srv_call* c = SRV_CONTAINER(
+		struct srv_call *c = SRV_CONTAINER(
 		    job->watchers.next, struct srv_call, olink);
 		srv_list_remove(&c->olink);
 		srv_call_peerlost(c);
@@ -617,10 +617,10 @@ srv_job_fail_member(struct srv_job* job, struct srv_member* m,
 }
 
 void
-srv_job_sweep(struct srv_job* job, cohort__time now)
+srv_job_sweep(struct srv_job *job, cohort__time now)
 {
 	for (uint32_t r = 0; job->members != NULL && r < job->world; r++) {
-		struct srv_member* m = &job->members[r];
+		struct srv_member *m = &job->members[r];
 		char text[64];
 		if (m->state != SRV_MEMBER_RUNNING
 		    || now - m->last_seen <= (cohort__time)m->dead_ms)
@@ -636,8 +636,8 @@ srv_job_sweep(struct srv_job* job, cohort__time now)
 /* ------------------------------------------------------------------------ */
 
 cohort_status
-srv_job_restore_gen(struct srv_job* job, uint64_t gen, uint32_t world,
-    struct srv_member* mem, const uint64_t* client_ids, cohort__time now)
+srv_job_restore_gen(struct srv_job *job, uint64_t gen, uint32_t world,
+    struct srv_member *mem, const uint64_t *client_ids, cohort__time now)
 {
 	job_clear_members(job);
 	job_clear_failure(job);
@@ -647,8 +647,8 @@ srv_job_restore_gen(struct srv_job* job, uint64_t gen, uint32_t world,
 	job->generation = gen;
 	job->state = SRV_JOB_RUNNING;
 	for (uint32_t r = 0; r < world; r++) {
-		struct srv_member* m = &mem[r];
-		struct srv_client* cl
+		struct srv_member *m = &mem[r];
+		struct srv_client *cl
 		    = srv_client_get(job, client_ids[r], now);
 		m->rank = (int32_t)r;
 		m->last_seen = now;
@@ -663,10 +663,10 @@ srv_job_restore_gen(struct srv_job* job, uint64_t gen, uint32_t world,
 }
 
 void
-srv_job_restore_fail(struct srv_job* job, int32_t rank, const char* text,
-    const char* detail)
+srv_job_restore_fail(
+    struct srv_job *job, int32_t rank, const char *text, const char *detail)
 {
-	struct srv_member* m;
+	struct srv_member *m;
 
 	if (job->members == NULL || rank < 0 || (uint32_t)rank >= job->world)
 		return;
@@ -686,11 +686,11 @@ srv_job_restore_fail(struct srv_job* job, int32_t rank, const char* text,
 }
 
 void
-srv_member_doing(const struct srv_job* job, const struct srv_member* m,
-    cohort__time now, bool longform, char* buf, size_t len)
+srv_member_doing(const struct srv_job *job, const struct srv_member *m,
+    cohort__time now, bool longform, char *buf, size_t len)
 {
 	char secs[32], what[700], grp[300];
-	struct srv_link* l;
+	struct srv_link *l;
 
 	(void)job;
 	what[0] = grp[0] = '\0';
@@ -703,7 +703,7 @@ srv_member_doing(const struct srv_job* job, const struct srv_member* m,
 	if (m->client != NULL) {
 		for (l = m->client->parked.next; l != &m->client->parked;
 		     l = l->next) {
-			struct srv_call* p
+			struct srv_call *p
 			    = SRV_CONTAINER(l, struct srv_call, clink);
 			if (p->park != SRV_PARK_COLL
 			    && p->park != SRV_PARK_GROUP)
@@ -724,9 +724,10 @@ srv_member_doing(const struct srv_job* job, const struct srv_member* m,
 	if (m->in_op && m->last_op[0] != '\0') {
 		srv_fmt_secs(secs, sizeof(secs), now - m->op_since);
 		if (longform)
-			snprintf(buf, len, "rank %d is in %s #%" PRIu64 "%s "
-			    "since %s", m->rank, m->last_op, m->last_op_seq,
-			    grp, secs);
+			snprintf(buf, len,
+			    "rank %d is in %s #%" PRIu64 "%s "
+			    "since %s",
+			    m->rank, m->last_op, m->last_op_seq, grp, secs);
 		else
 			snprintf(buf, len, "rank %d in %s #%" PRIu64 "%s",
 			    m->rank, m->last_op, m->last_op_seq, grp);
@@ -734,9 +735,10 @@ srv_member_doing(const struct srv_job* job, const struct srv_member* m,
 	}
 	srv_fmt_secs(secs, sizeof(secs), now - m->last_seen);
 	if (m->last_op[0] != '\0')
-		snprintf(buf, len, "rank %d last seen %s ago %s %s #%" PRIu64
-		    "%s", m->rank, secs, longform ? "doing" : "after",
-		    m->last_op, m->last_op_seq, grp);
+		snprintf(buf, len,
+		    "rank %d last seen %s ago %s %s #%" PRIu64 "%s", m->rank,
+		    secs, longform ? "doing" : "after", m->last_op,
+		    m->last_op_seq, grp);
 	else
 		snprintf(buf, len, "rank %d last seen %s ago", m->rank, secs);
 }

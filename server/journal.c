@@ -76,7 +76,7 @@ enum jrn_type {
 };
 
 struct jbuf {
-	uint8_t* p;
+	uint8_t *p;
 	size_t len;
 	size_t cap;
 	bool oom;
@@ -84,7 +84,7 @@ struct jbuf {
 };
 
 struct srv_jrn {
-	char* dir;
+	char *dir;
 	int dfd;
 	int fd; /* log.<epoch>, O_APPEND */
 	int lockfd;
@@ -122,22 +122,22 @@ crc_init(void)
 }
 
 static uint32_t
-ld32(const uint8_t* b)
+ld32(const uint8_t *b)
 {
 	return ((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16
 	    | (uint32_t)b[3] << 24);
 }
 
 static uint64_t
-ld64(const uint8_t* b)
+ld64(const uint8_t *b)
 {
 	return ((uint64_t)ld32(b) | (uint64_t)ld32(b + 4) << 32);
 }
 
 uint32_t
-srv_crc32c(const void* p, size_t n)
+srv_crc32c(const void *p, size_t n)
 {
-	const uint8_t* b = p;
+	const uint8_t *b = p;
 	uint32_t c = 0xffffffffu;
 
 	pthread_once(&crc_once, crc_init);
@@ -159,14 +159,14 @@ srv_crc32c(const void* p, size_t n)
 /* Encoding                                                                 */
 /* ------------------------------------------------------------------------ */
 
-static uint8_t*
-jb_room(struct jbuf* b, size_t n)
+static uint8_t *
+jb_room(struct jbuf *b, size_t n)
 {
 	if (b->oom)
 		return (NULL);
 	if (b->len + n > b->cap) {
 		size_t cap = b->cap ? b->cap : 4096;
-		uint8_t* p;
+		uint8_t *p;
 		while (cap < b->len + n)
 			cap *= 2;
 		if ((p = realloc(b->p, cap)) == NULL) {
@@ -181,16 +181,16 @@ jb_room(struct jbuf* b, size_t n)
 }
 
 static void
-jb_u8(struct jbuf* b, uint8_t v)
+jb_u8(struct jbuf *b, uint8_t v)
 {
-	uint8_t* p = jb_room(b, 1);
+	uint8_t *p = jb_room(b, 1);
 
 	if (p != NULL)
 		*p = v;
 }
 
 static void
-st32(uint8_t* p, uint32_t v)
+st32(uint8_t *p, uint32_t v)
 {
 	p[0] = (uint8_t)v;
 	p[1] = (uint8_t)(v >> 8);
@@ -199,18 +199,18 @@ st32(uint8_t* p, uint32_t v)
 }
 
 static void
-jb_u32(struct jbuf* b, uint32_t v)
+jb_u32(struct jbuf *b, uint32_t v)
 {
-	uint8_t* p = jb_room(b, 4);
+	uint8_t *p = jb_room(b, 4);
 
 	if (p != NULL)
 		st32(p, v);
 }
 
 static void
-jb_u64(struct jbuf* b, uint64_t v)
+jb_u64(struct jbuf *b, uint64_t v)
 {
-	uint8_t* p = jb_room(b, 8);
+	uint8_t *p = jb_room(b, 8);
 
 	if (p != NULL) {
 		st32(p, (uint32_t)v);
@@ -219,9 +219,9 @@ jb_u64(struct jbuf* b, uint64_t v)
 }
 
 static void
-jb_bytes(struct jbuf* b, const void* d, size_t n)
+jb_bytes(struct jbuf *b, const void *d, size_t n)
 {
-	uint8_t* p;
+	uint8_t *p;
 
 	jb_u32(b, (uint32_t)n);
 	if ((p = jb_room(b, n)) != NULL && n > 0)
@@ -229,14 +229,14 @@ jb_bytes(struct jbuf* b, const void* d, size_t n)
 }
 
 static void
-jb_str(struct jbuf* b, const char* s)
+jb_str(struct jbuf *b, const char *s)
 {
 	jb_bytes(b, s, s != NULL ? strlen(s) : 0);
 }
 
 /* Starts a record; returns its offset for rec_end. */
 static size_t
-rec_begin(struct jbuf* b, enum jrn_type t)
+rec_begin(struct jbuf *b, enum jrn_type t)
 {
 	size_t off = b->len;
 
@@ -246,7 +246,7 @@ rec_begin(struct jbuf* b, enum jrn_type t)
 }
 
 static void
-rec_finish(struct jbuf* b, size_t off, bool crc)
+rec_finish(struct jbuf *b, size_t off, bool crc)
 {
 	size_t n;
 
@@ -258,7 +258,7 @@ rec_finish(struct jbuf* b, size_t off, bool crc)
 }
 
 static void
-rec_end(struct jbuf* b, size_t off)
+rec_end(struct jbuf *b, size_t off)
 {
 	rec_finish(b, off, !b->nocrc);
 }
@@ -268,15 +268,15 @@ rec_end(struct jbuf* b, size_t off)
 /* ------------------------------------------------------------------------ */
 
 struct jrd {
-	const uint8_t* p;
+	const uint8_t *p;
 	size_t n;
 	bool bad;
 };
 
-static const uint8_t*
-rd_take(struct jrd* r, size_t n)
+static const uint8_t *
+rd_take(struct jrd *r, size_t n)
 {
-	const uint8_t* p = r->p;
+	const uint8_t *p = r->p;
 
 	if (r->bad || r->n < n) {
 		r->bad = true;
@@ -288,34 +288,34 @@ rd_take(struct jrd* r, size_t n)
 }
 
 static uint32_t
-rd_u32(struct jrd* r)
+rd_u32(struct jrd *r)
 {
-	const uint8_t* p = rd_take(r, 4);
+	const uint8_t *p = rd_take(r, 4);
 
 	return (p != NULL ? ld32(p) : 0);
 }
 
 static uint64_t
-rd_u64(struct jrd* r)
+rd_u64(struct jrd *r)
 {
-	const uint8_t* p = rd_take(r, 8);
+	const uint8_t *p = rd_take(r, 8);
 
 	return (p != NULL ? ld64(p) : 0);
 }
 
-static const uint8_t*
-rd_bytes(struct jrd* r, size_t* n)
+static const uint8_t *
+rd_bytes(struct jrd *r, size_t *n)
 {
 	*n = rd_u32(r);
 	return (rd_take(r, *n));
 }
 
 /* A string into buf (cap bytes with the NUL); no NUL inside. */
-static const char*
-rd_str(struct jrd* r, char* buf, size_t cap)
+static const char *
+rd_str(struct jrd *r, char *buf, size_t cap)
 {
 	size_t n;
-	const uint8_t* p = rd_bytes(r, &n);
+	const uint8_t *p = rd_bytes(r, &n);
 
 	if (p == NULL || n >= cap || memchr(p, '\0', n) != NULL) {
 		r->bad = true;
@@ -328,12 +328,12 @@ rd_str(struct jrd* r, char* buf, size_t cap)
 }
 
 /* A string of any length, malloc'd (NULL: bad or ENOMEM). */
-static char*
-rd_strdup(struct jrd* r)
+static char *
+rd_strdup(struct jrd *r)
 {
 	size_t n;
-	const uint8_t* p = rd_bytes(r, &n);
-	char* s;
+	const uint8_t *p = rd_bytes(r, &n);
+	char *s;
 
 	if (p == NULL || memchr(p, '\0', n) != NULL
 	    || (s = malloc(n + 1)) == NULL) {
@@ -349,21 +349,21 @@ rd_strdup(struct jrd* r)
 /* Applying records (replay)                                                */
 /* ------------------------------------------------------------------------ */
 
-static struct srv_job*
-job_find(struct srv_core* core, const char* name)
+static struct srv_job *
+job_find(struct srv_core *core, const char *name)
 {
-	struct srv_hnode* n = srv_map_get(&core->jobs, name, strlen(name));
+	struct srv_hnode *n = srv_map_get(&core->jobs, name, strlen(name));
 
 	return (n ? SRV_CONTAINER(n, struct srv_job, hn) : NULL);
 }
 
 static cohort_status
-apply_gen(struct srv_job* job, struct jrd* r, cohort__time now)
+apply_gen(struct srv_job *job, struct jrd *r, cohort__time now)
 {
 	uint64_t gen = rd_u64(r);
 	uint32_t w = rd_u32(r);
-	struct srv_member* mem;
-	uint64_t* ids;
+	struct srv_member *mem;
+	uint64_t *ids;
 	cohort_status rv;
 
 	if (r->bad || w == 0 || w > SRV_MAX_WORLD)
@@ -376,7 +376,7 @@ apply_gen(struct srv_job* job, struct jrd* r, cohort__time now)
 		return (COHORT_ENOMEM);
 	}
 	for (uint32_t i = 0; i < w; i++) {
-		struct srv_member* m = &mem[i];
+		struct srv_member *m = &mem[i];
 		ids[i] = rd_u64(r);
 		rd_str(r, m->host, sizeof(m->host));
 		m->pid = rd_u32(r);
@@ -396,11 +396,11 @@ apply_gen(struct srv_job* job, struct jrd* r, cohort__time now)
 }
 
 static cohort_status
-apply(struct srv_core* core, int type, struct jrd* r, cohort__time now)
+apply(struct srv_core *core, int type, struct jrd *r, cohort__time now)
 {
 	char name[SRV_MAX_NAME + 1], tok[SRV_MAX_NAME + 1];
 	char key[COHORT__MAX_KEY + 1];
-	struct srv_job* job;
+	struct srv_job *job;
 	cohort_status rv = COHORT_OK;
 
 	if (type == JRN_END)
@@ -419,7 +419,7 @@ apply(struct srv_core* core, int type, struct jrd* r, cohort__time now)
 		    && (job = srv_job_new(core, name, tok)) == NULL)
 			return (COHORT_ENOMEM);
 		if (strcmp(job->token, tok) != 0) {
-			char* t = srv_strdup(tok);
+			char *t = srv_strdup(tok);
 			if (t == NULL)
 				return (COHORT_ENOMEM);
 			free(job->token);
@@ -440,8 +440,8 @@ apply(struct srv_core* core, int type, struct jrd* r, cohort__time now)
 		break;
 	case JRN_FAIL: {
 		int32_t rank = (int32_t)rd_u32(r);
-		char* text = rd_strdup(r);
-		char* detail = rd_strdup(r);
+		char *text = rd_strdup(r);
+		char *detail = rd_strdup(r);
 		if (!r->bad)
 			srv_job_restore_fail(job, rank, text, detail);
 		free(text);
@@ -460,7 +460,7 @@ apply(struct srv_core* core, int type, struct jrd* r, cohort__time now)
 	case JRN_GROUP: {
 		char gname[SRV_MAX_NAME + 1];
 		uint32_t n;
-		int32_t* ranks;
+		int32_t *ranks;
 		rd_str(r, gname, sizeof(gname));
 		n = rd_u32(r);
 		if (r->bad || n == 0 || n > job->world || job->members == NULL)
@@ -476,7 +476,7 @@ apply(struct srv_core* core, int type, struct jrd* r, cohort__time now)
 	}
 	case JRN_KV_PUT:
 	case JRN_KV_APPEND: {
-		const uint8_t* v;
+		const uint8_t *v;
 		size_t vlen;
 		rd_str(r, key, sizeof(key));
 		v = rd_bytes(r, &vlen);
@@ -493,10 +493,10 @@ apply(struct srv_core* core, int type, struct jrd* r, cohort__time now)
 		break;
 	case JRN_REPLY: {
 		uint64_t id = rd_u64(r), seq = rd_u64(r);
-		const uint8_t* b;
+		const uint8_t *b;
 		size_t blen;
-		struct srv_client* cl;
-		nng_msg* m;
+		struct srv_client *cl;
+		nng_msg *m;
 		b = rd_bytes(r, &blen);
 		if (r->bad)
 			return (COHORT_EPROTO);
@@ -510,12 +510,12 @@ apply(struct srv_core* core, int type, struct jrd* r, cohort__time now)
 	}
 	case JRN_CLIENT_DEL: {
 		uint64_t id = rd_u64(r);
-		struct srv_hnode* n;
+		struct srv_hnode *n;
 		if (r->bad)
 			return (COHORT_EPROTO);
 		n = srv_map_get(&job->clients, &id, sizeof(id));
 		if (n != NULL) {
-			struct srv_client* cl
+			struct srv_client *cl
 			    = SRV_CONTAINER(n, struct srv_client, hn);
 			if (cl->member == NULL)
 				srv_client_free(cl, "removed");
@@ -533,7 +533,7 @@ apply(struct srv_core* core, int type, struct jrd* r, cohort__time now)
 /* ------------------------------------------------------------------------ */
 
 static int
-write_all(int fd, const uint8_t* p, size_t n)
+write_all(int fd, const uint8_t *p, size_t n)
 {
 	while (n > 0) {
 		ssize_t w = write(fd, p, n);
@@ -549,7 +549,7 @@ write_all(int fd, const uint8_t* p, size_t n)
 }
 
 static void
-hdr_fill(uint8_t* h, const char* magic, uint64_t epoch)
+hdr_fill(uint8_t *h, const char *magic, uint64_t epoch)
 {
 	memcpy(h, magic, 8);
 	st32(h + 8, (uint32_t)epoch);
@@ -558,10 +558,10 @@ hdr_fill(uint8_t* h, const char* magic, uint64_t epoch)
 
 /* Maps a whole file read-only (len 0: nothing mapped). */
 static int
-map_file(int fd, const uint8_t** p, size_t* len)
+map_file(int fd, const uint8_t **p, size_t *len)
 {
 	struct stat sb;
-	void* m;
+	void *m;
 
 	*p = NULL;
 	*len = 0;
@@ -579,8 +579,8 @@ map_file(int fd, const uint8_t** p, size_t* len)
 
 /* The records inside a batch (its CRC was checked): all must be whole. */
 static cohort_status
-replay_batch(struct srv_core* core, const uint8_t* p, size_t len,
-    cohort__time now, uint64_t* nrec)
+replay_batch(struct srv_core *core, const uint8_t *p, size_t len,
+    cohort__time now, uint64_t *nrec)
 {
 	size_t off = 0;
 
@@ -608,8 +608,8 @@ replay_batch(struct srv_core* core, const uint8_t* p, size_t len,
  * whole record (*end), *sawend for an END record, or an error for a
  * record that is whole (CRC good) but cannot be applied. */
 static cohort_status
-replay(struct srv_core* core, const uint8_t* p, size_t len, size_t off,
-    cohort__time now, size_t* end, bool* sawend, uint64_t* nrec)
+replay(struct srv_core *core, const uint8_t *p, size_t len, size_t off,
+    cohort__time now, size_t *end, bool *sawend, uint64_t *nrec)
 {
 	*sawend = false;
 	while (len - off >= JRN_RHDR) {
@@ -643,10 +643,10 @@ replay(struct srv_core* core, const uint8_t* p, size_t len, size_t off,
 }
 
 static cohort_status
-load_snapshot(struct srv_core* core, struct srv_jrn* j, cohort__time now)
+load_snapshot(struct srv_core *core, struct srv_jrn *j, cohort__time now)
 {
 	int fd = openat(j->dfd, "snapshot", O_RDONLY | O_CLOEXEC);
-	const uint8_t* p;
+	const uint8_t *p;
 	size_t len, end;
 	bool sawend;
 	cohort_status rv;
@@ -658,22 +658,22 @@ load_snapshot(struct srv_core* core, struct srv_jrn* j, cohort__time now)
 		    strerror(errno)));
 	}
 	if (map_file(fd, &p, &len) != 0) {
-		rv = cohort__err(COHORT_EINVAL, "%s/snapshot: %s", j->dir,
-		    strerror(errno));
+		rv = cohort__err(
+		    COHORT_EINVAL, "%s/snapshot: %s", j->dir, strerror(errno));
 		close(fd);
 		return (rv);
 	}
 	close(fd);
 	if (len < JRN_HDR || memcmp(p, JRN_MAGIC_SNAP, 8) != 0) {
 		if (p != NULL)
-			munmap((void*)p, len);
+			munmap((void *)p, len);
 		return (cohort__err(COHORT_EINVAL,
 		    "%s/snapshot is not a cohortd snapshot", j->dir));
 	}
 	j->epoch = ld64(p + 8);
 	rv = replay(
 	    core, p, len, JRN_HDR, now, &end, &sawend, &j->st.replayed);
-	munmap((void*)p, len);
+	munmap((void *)p, len);
 	if (rv != COHORT_OK)
 		return (rv);
 	if (!sawend)
@@ -685,22 +685,22 @@ load_snapshot(struct srv_core* core, struct srv_jrn* j, cohort__time now)
 }
 
 static void
-log_name(char* buf, size_t len, uint64_t epoch)
+log_name(char *buf, size_t len, uint64_t epoch)
 {
 	snprintf(buf, len, "log.%" PRIu64, epoch);
 }
 
 /* Creates log.<epoch> with its header (replacing one that exists). */
 static int
-log_create(struct srv_jrn* j, uint64_t epoch)
+log_create(struct srv_jrn *j, uint64_t epoch)
 {
 	char name[64];
 	uint8_t h[JRN_HDR];
 	int fd;
 
 	log_name(name, sizeof(name), epoch);
-	fd = openat(j->dfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND
-	        | O_CLOEXEC, 0600);
+	fd = openat(j->dfd, name,
+	    O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return (-1);
 	hdr_fill(h, JRN_MAGIC_LOG, epoch);
@@ -713,10 +713,10 @@ log_create(struct srv_jrn* j, uint64_t epoch)
 }
 
 static cohort_status
-load_log(struct srv_core* core, struct srv_jrn* j, cohort__time now)
+load_log(struct srv_core *core, struct srv_jrn *j, cohort__time now)
 {
 	char name[64];
-	const uint8_t* p;
+	const uint8_t *p;
 	size_t len, end;
 	bool sawend;
 	cohort_status rv;
@@ -728,8 +728,8 @@ load_log(struct srv_core* core, struct srv_jrn* j, cohort__time now)
 		return (cohort__err(COHORT_EINVAL, "%s/%s: %s", j->dir, name,
 		    strerror(errno)));
 	if (fd >= 0 && map_file(fd, &p, &len) != 0) {
-		rv = cohort__err(COHORT_EINVAL, "%s/%s: %s", j->dir, name,
-		    strerror(errno));
+		rv = cohort__err(
+		    COHORT_EINVAL, "%s/%s: %s", j->dir, name, strerror(errno));
 		close(fd);
 		return (rv);
 	}
@@ -737,7 +737,7 @@ load_log(struct srv_core* core, struct srv_jrn* j, cohort__time now)
 		/* None yet, or its header was torn: start it. */
 		if (fd >= 0) {
 			if (p != NULL)
-				munmap((void*)p, len);
+				munmap((void *)p, len);
 			close(fd);
 		}
 		if ((j->fd = log_create(j, j->epoch)) < 0)
@@ -747,7 +747,7 @@ load_log(struct srv_core* core, struct srv_jrn* j, cohort__time now)
 		return (COHORT_OK);
 	}
 	if (memcmp(p, JRN_MAGIC_LOG, 8) != 0 || ld64(p + 8) != j->epoch) {
-		munmap((void*)p, len);
+		munmap((void *)p, len);
 		close(fd);
 		return (cohort__err(COHORT_EINVAL,
 		    "%s/%s is not the cohortd log of epoch %" PRIu64, j->dir,
@@ -755,7 +755,7 @@ load_log(struct srv_core* core, struct srv_jrn* j, cohort__time now)
 	}
 	rv = replay(
 	    core, p, len, JRN_HDR, now, &end, &sawend, &j->st.replayed);
-	munmap((void*)p, len);
+	munmap((void *)p, len);
 	if (rv == COHORT_OK && end < len) {
 		cohort__warn("%s/%s: ignoring %zu bytes after offset %zu (a "
 		             "record torn by a crash)",
@@ -776,7 +776,7 @@ load_log(struct srv_core* core, struct srv_jrn* j, cohort__time now)
 
 /* Removes snapshot.tmp and logs of other epochs. */
 static void
-remove_stale(struct srv_jrn* j)
+remove_stale(struct srv_jrn *j)
 {
 	char name[64];
 
@@ -791,7 +791,7 @@ remove_stale(struct srv_jrn* j)
 }
 
 static void
-jrn_free(struct srv_jrn* j)
+jrn_free(struct srv_jrn *j)
 {
 	if (j == NULL)
 		return;
@@ -808,12 +808,12 @@ jrn_free(struct srv_jrn* j)
 
 cohort_status
 srv_core_journal_open(
-    struct srv_core* core, const struct srv_jrn_opts* o, cohort__time now)
+    struct srv_core *core, const struct srv_jrn_opts *o, cohort__time now)
 {
-	struct srv_jrn* j = calloc(1, sizeof(*j));
+	struct srv_jrn *j = calloc(1, sizeof(*j));
 	cohort_status rv;
 	uint64_t t0 = cohort__now_ns();
-	struct srv_hnode* n;
+	struct srv_hnode *n;
 	size_t i;
 
 	if (j == NULL)
@@ -837,8 +837,8 @@ srv_core_journal_open(
 		return (rv);
 	}
 	if ((j->dfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0
-	    || (j->lockfd = openat(j->dfd, "lock",
-	            O_RDWR | O_CREAT | O_CLOEXEC, 0600))
+	    || (j->lockfd = openat(
+	            j->dfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600))
 	        < 0) {
 		rv = cohort__err(COHORT_EINVAL, "--state-dir %s: %s", o->dir,
 		    strerror(errno));
@@ -859,7 +859,7 @@ srv_core_journal_open(
 	remove_stale(j);
 	for (n = srv_map_next(&core->jobs, &i, NULL); n != NULL;
 	     n = srv_map_next(&core->jobs, &i, n)) {
-		struct srv_job* job = SRV_CONTAINER(n, struct srv_job, hn);
+		struct srv_job *job = SRV_CONTAINER(n, struct srv_job, hn);
 		job->journaled = true;
 		job->restored = job->members == NULL;
 	}
@@ -878,16 +878,16 @@ srv_core_journal_open(
 /* ------------------------------------------------------------------------ */
 
 struct snap {
-	struct srv_jrn* j;
+	struct srv_jrn *j;
 	int fd;
 	struct jbuf b;
 	uint64_t bytes;
 	int err;
-	struct srv_job* job;
+	struct srv_job *job;
 };
 
 static void
-snap_flush(struct snap* s, bool all)
+snap_flush(struct snap *s, bool all)
 {
 	if (s->b.oom && s->err == 0)
 		s->err = ENOMEM;
@@ -900,9 +900,9 @@ snap_flush(struct snap* s, bool all)
 }
 
 static void
-snap_kv(void* arg, const char* key, const void* val, size_t vlen)
+snap_kv(void *arg, const char *key, const void *val, size_t vlen)
 {
-	struct snap* s = arg;
+	struct snap *s = arg;
 	size_t off = rec_begin(&s->b, JRN_KV_PUT);
 
 	jb_str(&s->b, s->job->name);
@@ -913,7 +913,7 @@ snap_kv(void* arg, const char* key, const void* val, size_t vlen)
 }
 
 static void
-rec_job(struct jbuf* b, const struct srv_job* job)
+rec_job(struct jbuf *b, const struct srv_job *job)
 {
 	size_t off = rec_begin(b, JRN_JOB);
 
@@ -924,7 +924,7 @@ rec_job(struct jbuf* b, const struct srv_job* job)
 }
 
 static void
-rec_gen(struct jbuf* b, const struct srv_job* job)
+rec_gen(struct jbuf *b, const struct srv_job *job)
 {
 	size_t off = rec_begin(b, JRN_GEN);
 
@@ -932,7 +932,7 @@ rec_gen(struct jbuf* b, const struct srv_job* job)
 	jb_u64(b, job->generation);
 	jb_u32(b, job->world);
 	for (uint32_t r = 0; r < job->world; r++) {
-		const struct srv_member* m = &job->members[r];
+		const struct srv_member *m = &job->members[r];
 		jb_u64(b, m->client != NULL ? m->client->id : 0);
 		jb_str(b, m->host);
 		jb_u32(b, m->pid);
@@ -944,8 +944,8 @@ rec_gen(struct jbuf* b, const struct srv_job* job)
 }
 
 static void
-rec_fail(struct jbuf* b, const struct srv_job* job, int32_t rank,
-    const char* text, const char* detail)
+rec_fail(struct jbuf *b, const struct srv_job *job, int32_t rank,
+    const char *text, const char *detail)
 {
 	size_t off = rec_begin(b, JRN_FAIL);
 
@@ -957,8 +957,8 @@ rec_fail(struct jbuf* b, const struct srv_job* job, int32_t rank,
 }
 
 static void
-rec_rank(struct jbuf* b, enum jrn_type t, const struct srv_job* job,
-    int32_t rank)
+rec_rank(
+    struct jbuf *b, enum jrn_type t, const struct srv_job *job, int32_t rank)
 {
 	size_t off = rec_begin(b, t);
 
@@ -968,7 +968,7 @@ rec_rank(struct jbuf* b, enum jrn_type t, const struct srv_job* job,
 }
 
 static void
-rec_group(struct jbuf* b, const struct srv_job* job, const struct srv_group* g)
+rec_group(struct jbuf *b, const struct srv_job *job, const struct srv_group *g)
 {
 	size_t off = rec_begin(b, JRN_GROUP);
 
@@ -981,8 +981,8 @@ rec_group(struct jbuf* b, const struct srv_job* job, const struct srv_group* g)
 }
 
 static void
-rec_reply(struct jbuf* b, const struct srv_job* job, uint64_t id,
-    uint64_t seq, nng_msg* m)
+rec_reply(struct jbuf *b, const struct srv_job *job, uint64_t id, uint64_t seq,
+    nng_msg *m)
 {
 	size_t off = rec_begin(b, JRN_REPLY);
 
@@ -994,10 +994,10 @@ rec_reply(struct jbuf* b, const struct srv_job* job, uint64_t id,
 }
 
 static void
-snap_job(struct snap* s, struct srv_job* job)
+snap_job(struct snap *s, struct srv_job *job)
 {
-	struct jbuf* b = &s->b;
-	struct srv_hnode* n;
+	struct jbuf *b = &s->b;
+	struct srv_hnode *n;
 	size_t i;
 
 	s->job = job;
@@ -1010,7 +1010,7 @@ snap_job(struct snap* s, struct srv_job* job)
 			rec_fail(b, job, job->failed_rank, job->failed_text,
 			    job->failed_detail);
 		for (uint32_t r = 0; r < job->world; r++) {
-			const struct srv_member* m = &job->members[r];
+			const struct srv_member *m = &job->members[r];
 			if (m->state == SRV_MEMBER_LEFT)
 				rec_rank(b, JRN_LEAVE, job, m->rank);
 			else if (m->state == SRV_MEMBER_FAILED
@@ -1019,7 +1019,7 @@ snap_job(struct snap* s, struct srv_job* job)
 		}
 		for (n = srv_map_next(&job->groups, &i, NULL); n != NULL;
 		     n = srv_map_next(&job->groups, &i, n)) {
-			struct srv_group* g
+			struct srv_group *g
 			    = SRV_CONTAINER(n, struct srv_group, hn);
 			if (g->complete && g->name[0] != '\0')
 				rec_group(b, job, g);
@@ -1029,7 +1029,7 @@ snap_job(struct snap* s, struct srv_job* job)
 	srv_kv_foreach(&job->kv, snap_kv, s);
 	for (n = srv_map_next(&job->clients, &i, NULL); n != NULL;
 	     n = srv_map_next(&job->clients, &i, n)) {
-		struct srv_client* cl
+		struct srv_client *cl
 		    = SRV_CONTAINER(n, struct srv_client, hn);
 		/* Oldest first, so that the ring comes back in order. */
 		for (unsigned k = 0; k < SRV_CACHE; k++) {
@@ -1044,12 +1044,12 @@ snap_job(struct snap* s, struct srv_job* job)
 }
 
 cohort_status
-srv_jrn_compact(struct srv_core* core)
+srv_jrn_compact(struct srv_core *core)
 {
-	struct srv_jrn* j = core->jrn;
+	struct srv_jrn *j = core->jrn;
 	struct snap s;
 	uint8_t h[JRN_HDR];
-	struct srv_hnode* n;
+	struct srv_hnode *n;
 	size_t i, off;
 	int nfd;
 	char old[64];
@@ -1139,9 +1139,9 @@ out_err:
 /* ------------------------------------------------------------------------ */
 
 void
-srv_jrn_flush(struct srv_core* core, cohort__time now)
+srv_jrn_flush(struct srv_core *core, cohort__time now)
 {
-	struct srv_jrn* j = core->jrn;
+	struct srv_jrn *j = core->jrn;
 	uint64_t lim;
 
 	if (j == NULL || j->buf.len == 0)
@@ -1191,9 +1191,9 @@ srv_jrn_flush(struct srv_core* core, cohort__time now)
 }
 
 void
-srv_jrn_tick(struct srv_core* core, cohort__time now)
+srv_jrn_tick(struct srv_core *core, cohort__time now)
 {
-	struct srv_jrn* j = core->jrn;
+	struct srv_jrn *j = core->jrn;
 
 	if (j == NULL || !j->broken || now < j->retry_at)
 		return;
@@ -1202,12 +1202,11 @@ srv_jrn_tick(struct srv_core* core, cohort__time now)
 }
 
 int
-srv_jrn_sync_fd(struct srv_core* core)
+srv_jrn_sync_fd(struct srv_core *core)
 {
-	struct srv_jrn* j = core->jrn;
+	struct srv_jrn *j = core->jrn;
 
-	if (j == NULL || !j->dirty || j->fsync != SRV_FSYNC_BATCH
-	    || j->fd < 0)
+	if (j == NULL || !j->dirty || j->fsync != SRV_FSYNC_BATCH || j->fd < 0)
 		return (-1);
 	j->dirty = false;
 	j->st.fsyncs++;
@@ -1215,9 +1214,9 @@ srv_jrn_sync_fd(struct srv_core* core)
 }
 
 void
-srv_jrn_close(struct srv_core* core)
+srv_jrn_close(struct srv_core *core)
 {
-	struct srv_jrn* j = core->jrn;
+	struct srv_jrn *j = core->jrn;
 
 	if (j == NULL)
 		return;
@@ -1229,7 +1228,7 @@ srv_jrn_close(struct srv_core* core)
 }
 
 void
-srv_jrn_stats(const struct srv_core* core, struct srv_jrn_stats* st)
+srv_jrn_stats(const struct srv_core *core, struct srv_jrn_stats *st)
 {
 	if (core->jrn != NULL)
 		*st = core->jrn->st;
@@ -1244,8 +1243,8 @@ srv_jrn_stats(const struct srv_core* core, struct srv_jrn_stats* st)
 /* The log buffer, in a batch: every record of one event (request,
  * sweep, closed connection) is written with one write() and replayed all
  * or none, so that a kv_add and its cached reply cannot be torn apart. */
-static struct jbuf*
-jrn_log(struct srv_jrn* j)
+static struct jbuf *
+jrn_log(struct srv_jrn *j)
 {
 	if (j->buf.len == 0) {
 		j->buf.nocrc = true;
@@ -1255,10 +1254,10 @@ jrn_log(struct srv_jrn* j)
 }
 
 /* The log buffer if journalling, after the job's JOB record. */
-static struct jbuf*
-jrn_buf(struct srv_job* job)
+static struct jbuf *
+jrn_buf(struct srv_job *job)
 {
-	struct srv_jrn* j = job->core->jrn;
+	struct srv_jrn *j = job->core->jrn;
 
 	if (j == NULL || j->broken)
 		return (NULL);
@@ -1273,9 +1272,9 @@ jrn_buf(struct srv_job* job)
 }
 
 void
-srv_jrn_gen(struct srv_job* job)
+srv_jrn_gen(struct srv_job *job)
 {
-	struct jbuf* b = jrn_buf(job);
+	struct jbuf *b = jrn_buf(job);
 
 	if (b != NULL)
 		rec_gen(b, job);
@@ -1283,37 +1282,37 @@ srv_jrn_gen(struct srv_job* job)
 
 void
 srv_jrn_fail(
-    struct srv_job* job, const struct srv_member* m, const char* detail)
+    struct srv_job *job, const struct srv_member *m, const char *detail)
 {
-	struct jbuf* b = jrn_buf(job);
+	struct jbuf *b = jrn_buf(job);
 
 	if (b != NULL)
 		rec_fail(b, job, m->rank, m->failure, detail);
 }
 
 void
-srv_jrn_leave(struct srv_job* job, const struct srv_member* m)
+srv_jrn_leave(struct srv_job *job, const struct srv_member *m)
 {
-	struct jbuf* b = jrn_buf(job);
+	struct jbuf *b = jrn_buf(job);
 
 	if (b != NULL)
 		rec_rank(b, JRN_LEAVE, job, m->rank);
 }
 
 void
-srv_jrn_group(struct srv_job* job, const struct srv_group* g)
+srv_jrn_group(struct srv_job *job, const struct srv_group *g)
 {
-	struct jbuf* b = jrn_buf(job);
+	struct jbuf *b = jrn_buf(job);
 
 	if (b != NULL)
 		rec_group(b, job, g);
 }
 
 static void
-jrn_kv(struct srv_job* job, enum jrn_type t, const char* key, const void* v,
+jrn_kv(struct srv_job *job, enum jrn_type t, const char *key, const void *v,
     size_t len)
 {
-	struct jbuf* b = jrn_buf(job);
+	struct jbuf *b = jrn_buf(job);
 	size_t off;
 
 	if (b == NULL)
@@ -1328,38 +1327,38 @@ jrn_kv(struct srv_job* job, enum jrn_type t, const char* key, const void* v,
 
 void
 srv_jrn_kv_put(
-    struct srv_job* job, const char* key, const void* val, size_t len)
+    struct srv_job *job, const char *key, const void *val, size_t len)
 {
 	jrn_kv(job, JRN_KV_PUT, key, val, len);
 }
 
 void
 srv_jrn_kv_append(
-    struct srv_job* job, const char* key, const void* val, size_t len)
+    struct srv_job *job, const char *key, const void *val, size_t len)
 {
 	jrn_kv(job, JRN_KV_APPEND, key, val, len);
 }
 
 void
-srv_jrn_kv_del(struct srv_job* job, const char* key)
+srv_jrn_kv_del(struct srv_job *job, const char *key)
 {
 	jrn_kv(job, JRN_KV_DEL, key, NULL, 0);
 }
 
 void
-srv_jrn_reply(struct srv_client* cl, uint64_t seq, nng_msg* m)
+srv_jrn_reply(struct srv_client *cl, uint64_t seq, nng_msg *m)
 {
-	struct jbuf* b = jrn_buf(cl->job);
+	struct jbuf *b = jrn_buf(cl->job);
 
 	if (b != NULL)
 		rec_reply(b, cl->job, cl->id, seq, m);
 }
 
 void
-srv_jrn_client_del(struct srv_client* cl)
+srv_jrn_client_del(struct srv_client *cl)
 {
-	struct srv_jrn* j = cl->job->core->jrn;
-	struct jbuf* b;
+	struct srv_jrn *j = cl->job->core->jrn;
+	struct jbuf *b;
 	bool any = false;
 	size_t off;
 
@@ -1377,9 +1376,9 @@ srv_jrn_client_del(struct srv_client* cl)
 }
 
 void
-srv_jrn_job_del(struct srv_job* job)
+srv_jrn_job_del(struct srv_job *job)
 {
-	struct srv_jrn* j = job->core->jrn;
+	struct srv_jrn *j = job->core->jrn;
 	size_t off;
 
 	if (j == NULL || j->broken || !job->journaled)

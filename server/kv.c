@@ -17,23 +17,23 @@
 
 struct srv_kvent {
 	struct srv_hnode hn;
-	char* key;
+	char *key;
 	size_t klen;
-	nng_msg* msg;
-	const uint8_t* val;
+	nng_msg *msg;
+	const uint8_t *val;
 	size_t vlen;
 };
 
 struct srv_kvwait {
 	struct srv_hnode hn;
-	char* key;
+	char *key;
 	struct srv_link waiters; /* srv_kvlink.link */
 };
 
 enum kv_waitop { KV_OP_GET, KV_OP_MULTI_GET, KV_OP_WAIT };
 
 void
-srv_kv_init(struct srv_kv* kv)
+srv_kv_init(struct srv_kv *kv)
 {
 	srv_map_init(&kv->keys);
 	srv_map_init(&kv->waits);
@@ -41,12 +41,12 @@ srv_kv_init(struct srv_kv* kv)
 }
 
 void
-srv_kv_fini(struct srv_kv* kv)
+srv_kv_fini(struct srv_kv *kv)
 {
 	for (size_t i = 0; i < kv->keys.nb; i++) {
 		struct srv_hnode *n, *next;
 		for (n = kv->keys.b[i]; n != NULL; n = next) {
-			struct srv_kvent* e
+			struct srv_kvent *e
 			    = SRV_CONTAINER(n, struct srv_kvent, hn);
 			next = n->next;
 			nng_msg_free(e->msg);
@@ -58,7 +58,7 @@ srv_kv_fini(struct srv_kv* kv)
 	for (size_t i = 0; i < kv->waits.nb; i++) {
 		struct srv_hnode *n, *next;
 		for (n = kv->waits.b[i]; n != NULL; n = next) {
-			struct srv_kvwait* w
+			struct srv_kvwait *w
 			    = SRV_CONTAINER(n, struct srv_kvwait, hn);
 			next = n->next;
 			free(w->key);
@@ -71,21 +71,21 @@ srv_kv_fini(struct srv_kv* kv)
 }
 
 uint64_t
-srv_kv_count(const struct srv_kv* kv)
+srv_kv_count(const struct srv_kv *kv)
 {
 	return (kv->keys.n);
 }
 
-static struct srv_kvent*
-kv_find(struct srv_kv* kv, const char* key)
+static struct srv_kvent *
+kv_find(struct srv_kv *kv, const char *key)
 {
-	struct srv_hnode* n = srv_map_get(&kv->keys, key, strlen(key));
+	struct srv_hnode *n = srv_map_get(&kv->keys, key, strlen(key));
 
 	return (n ? SRV_CONTAINER(n, struct srv_kvent, hn) : NULL);
 }
 
 static bool
-kv_key_ok(struct srv_call* c, const char* key)
+kv_key_ok(struct srv_call *c, const char *key)
 {
 	size_t n = strlen(key);
 
@@ -101,10 +101,10 @@ kv_key_ok(struct srv_call* c, const char* key)
 /* Checks the limits for storing vlen bytes under key (dvalue: the size
  * change of the job, dkeys: new keys). */
 static bool
-kv_limits_ok(struct srv_call* c, uint64_t vlen, int64_t dbytes, uint64_t dkeys)
+kv_limits_ok(struct srv_call *c, uint64_t vlen, int64_t dbytes, uint64_t dkeys)
 {
-	struct srv_kv* kv = &c->job->kv;
-	const struct srv_limits* lim = &c->core->lim;
+	struct srv_kv *kv = &c->job->kv;
+	const struct srv_limits *lim = &c->core->lim;
 
 	if (vlen > lim->max_value) {
 		srv_call_fail(c, COHORT_ETOOBIG,
@@ -131,15 +131,15 @@ kv_limits_ok(struct srv_call* c, uint64_t vlen, int64_t dbytes, uint64_t dkeys)
 	return (true);
 }
 
-static void kv_notify(struct srv_job* job, const char* key);
+static void kv_notify(struct srv_job *job, const char *key);
 
 /* Stores (msg, val, vlen) under key, taking msg. Limits checked before. */
 static cohort_status
-kv_put(struct srv_job* job, const char* key, nng_msg* msg, const uint8_t* val,
+kv_put(struct srv_job *job, const char *key, nng_msg *msg, const uint8_t *val,
     size_t vlen)
 {
-	struct srv_kv* kv = &job->kv;
-	struct srv_kvent* e = kv_find(kv, key);
+	struct srv_kv *kv = &job->kv;
+	struct srv_kvent *e = kv_find(kv, key);
 
 	if (e != NULL) {
 		kv->bytes -= e->vlen;
@@ -168,24 +168,24 @@ kv_put(struct srv_job* job, const char* key, nng_msg* msg, const uint8_t* val,
 }
 
 /* A copy of bytes in a message of its own. */
-static nng_msg*
-kv_copy(const void* a, size_t alen, const void* b, size_t blen)
+static nng_msg *
+kv_copy(const void *a, size_t alen, const void *b, size_t blen)
 {
-	nng_msg* m;
+	nng_msg *m;
 
 	if (nng_msg_alloc(&m, alen + blen) != 0)
 		return (NULL);
 	if (alen > 0)
 		memcpy(nng_msg_body(m), a, alen);
 	if (blen > 0)
-		memcpy((uint8_t*)nng_msg_body(m) + alen, b, blen);
+		memcpy((uint8_t *)nng_msg_body(m) + alen, b, blen);
 	return (m);
 }
 
 static int64_t
-kv_delta(struct srv_kv* kv, const char* key, size_t vlen, uint64_t* newkeys)
+kv_delta(struct srv_kv *kv, const char *key, size_t vlen, uint64_t *newkeys)
 {
-	struct srv_kvent* e = kv_find(kv, key);
+	struct srv_kvent *e = kv_find(kv, key);
 
 	if (e != NULL)
 		return ((int64_t)vlen - (int64_t)e->vlen);
@@ -194,7 +194,7 @@ kv_delta(struct srv_kv* kv, const char* key, size_t vlen, uint64_t* newkeys)
 }
 
 static void
-kv_reply(struct srv_call* c, Cohort__Reply* rep, const void* p, size_t len)
+kv_reply(struct srv_call *c, Cohort__Reply *rep, const void *p, size_t len)
 {
 	struct cohort__iov part = { p, len };
 
@@ -206,17 +206,17 @@ kv_reply(struct srv_call* c, Cohort__Reply* rep, const void* p, size_t len)
 /* ------------------------------------------------------------------------ */
 
 static void
-kv_unlink(struct srv_job* job, struct srv_call* c, size_t i)
+kv_unlink(struct srv_job *job, struct srv_call *c, size_t i)
 {
-	struct srv_kvlink* l = &c->kvl[i];
-	struct srv_hnode* n;
+	struct srv_kvlink *l = &c->kvl[i];
+	struct srv_hnode *n;
 
 	if (l->link.next == &l->link)
 		return;
 	srv_list_remove(&l->link);
 	n = srv_map_get(&job->kv.waits, c->keys[i], strlen(c->keys[i]));
 	if (n != NULL) {
-		struct srv_kvwait* w = SRV_CONTAINER(n, struct srv_kvwait, hn);
+		struct srv_kvwait *w = SRV_CONTAINER(n, struct srv_kvwait, hn);
 		if (srv_list_empty(&w->waiters)) {
 			srv_map_del(&job->kv.waits, &w->hn);
 			free(w->key);
@@ -226,7 +226,7 @@ kv_unlink(struct srv_job* job, struct srv_call* c, size_t i)
 }
 
 void
-srv_kv_withdraw(struct srv_call* c)
+srv_kv_withdraw(struct srv_call *c)
 {
 	for (size_t i = 0; i < c->nkeys; i++)
 		kv_unlink(c->job, c, i);
@@ -234,15 +234,15 @@ srv_kv_withdraw(struct srv_call* c)
 
 /* Links c to every absent key; returns how many are absent (-1: ENOMEM). */
 static long
-kv_register(struct srv_call* c)
+kv_register(struct srv_call *c)
 {
-	struct srv_kv* kv = &c->job->kv;
+	struct srv_kv *kv = &c->job->kv;
 	long missing = 0;
 
 	for (size_t i = 0; i < c->nkeys; i++) {
-		struct srv_kvlink* l = &c->kvl[i];
-		struct srv_hnode* n;
-		struct srv_kvwait* w;
+		struct srv_kvlink *l = &c->kvl[i];
+		struct srv_hnode *n;
+		struct srv_kvwait *w;
 		if (kv_find(kv, c->keys[i]) != NULL
 		    || l->link.next != &l->link)
 			continue;
@@ -269,13 +269,13 @@ kv_register(struct srv_call* c)
 	return (missing);
 }
 
-static void kv_answer_values(struct srv_call* c, int op);
+static void kv_answer_values(struct srv_call *c, int op);
 
 static void
-kv_notify(struct srv_job* job, const char* key)
+kv_notify(struct srv_job *job, const char *key)
 {
-	struct srv_hnode* n = srv_map_get(&job->kv.waits, key, strlen(key));
-	struct srv_kvwait* w;
+	struct srv_hnode *n = srv_map_get(&job->kv.waits, key, strlen(key));
+	struct srv_kvwait *w;
 	size_t budget;
 
 	if (n == NULL)
@@ -284,9 +284,9 @@ kv_notify(struct srv_job* job, const char* key)
 	srv_map_del(&job->kv.waits, &w->hn);
 	budget = job->core->nparked + 1;
 	while (!srv_list_empty(&w->waiters) && budget-- > 0) {
-		struct srv_kvlink* l
+		struct srv_kvlink *l
 		    = SRV_CONTAINER(w->waiters.next, struct srv_kvlink, link);
-		struct srv_call* c = l->call;
+		struct srv_call *c = l->call;
 		srv_list_remove(&l->link);
 		if (--c->nmissing > 0)
 			continue;
@@ -301,9 +301,9 @@ kv_notify(struct srv_job* job, const char* key)
 /* Answers a waiting (or immediate) get / multi_get / wait whose keys are
  * all present. c->world carries the op. */
 static void
-kv_answer_values(struct srv_call* c, int op)
+kv_answer_values(struct srv_call *c, int op)
 {
-	struct srv_kv* kv = &c->job->kv;
+	struct srv_kv *kv = &c->job->kv;
 	Cohort__Reply rep;
 	long miss;
 
@@ -321,7 +321,7 @@ kv_answer_values(struct srv_call* c, int op)
 	srv_reply_init(&rep, c, COHORT_OK);
 	if (op == KV_OP_GET) {
 		Cohort__KvGetReply gr;
-		struct srv_kvent* e = kv_find(kv, c->keys[0]);
+		struct srv_kvent *e = kv_find(kv, c->keys[0]);
 		cohort__kv_get_reply__init(&gr);
 		gr.found = true;
 		rep.body_case = COHORT__REPLY__BODY_KV_GET;
@@ -329,8 +329,8 @@ kv_answer_values(struct srv_call* c, int op)
 		kv_reply(c, &rep, e->val, e->vlen);
 	} else if (op == KV_OP_MULTI_GET) {
 		Cohort__KvMultiGetReply mr;
-		struct cohort__iov* parts = malloc(sizeof(*parts) * c->nkeys);
-		uint64_t* lens = malloc(sizeof(uint64_t) * c->nkeys);
+		struct cohort__iov *parts = malloc(sizeof(*parts) * c->nkeys);
+		uint64_t *lens = malloc(sizeof(uint64_t) * c->nkeys);
 		if (parts == NULL || lens == NULL) {
 			free(parts);
 			free(lens);
@@ -338,7 +338,7 @@ kv_answer_values(struct srv_call* c, int op)
 			return;
 		}
 		for (size_t i = 0; i < c->nkeys; i++) {
-			struct srv_kvent* e = kv_find(kv, c->keys[i]);
+			struct srv_kvent *e = kv_find(kv, c->keys[i]);
 			parts[i].base = e->val;
 			parts[i].len = e->vlen;
 			lens[i] = e->vlen;
@@ -359,7 +359,7 @@ kv_answer_values(struct srv_call* c, int op)
 /* get(wait) / multi_get / wait: answer now or park. */
 static void
 kv_wait_keys(
-    struct srv_call* c, char* const* keys, size_t nkeys, int op, bool wait)
+    struct srv_call *c, char *const *keys, size_t nkeys, int op, bool wait)
 {
 	long miss;
 
@@ -370,7 +370,7 @@ kv_wait_keys(
 	for (size_t i = 0; i < nkeys; i++)
 		if (!kv_key_ok(c, keys[i]))
 			return;
-	c->keys = calloc(nkeys, sizeof(char*));
+	c->keys = calloc(nkeys, sizeof(char *));
 	c->kvl = calloc(nkeys, sizeof(*c->kvl));
 	if (c->keys == NULL || c->kvl == NULL)
 		goto out_nomem;
@@ -383,7 +383,7 @@ kv_wait_keys(
 		c->kvl[i].call = c;
 	}
 	if (!wait) {
-		struct srv_kv* kv = &c->job->kv;
+		struct srv_kv *kv = &c->job->kv;
 		for (size_t i = 0; i < nkeys; i++) {
 			if (kv_find(kv, keys[i]) != NULL)
 				continue;
@@ -420,9 +420,9 @@ out_nomem:
 }
 
 void
-srv_kv_expire(struct srv_call* c, cohort__time now)
+srv_kv_expire(struct srv_call *c, cohort__time now)
 {
-	struct srv_kv* kv = &c->job->kv;
+	struct srv_kv *kv = &c->job->kv;
 	char buf[1400], secs[32];
 	size_t off = 0;
 
@@ -456,7 +456,7 @@ srv_kv_expire(struct srv_call* c, cohort__time now)
 /* ------------------------------------------------------------------------ */
 
 static void
-kv_set(struct srv_call* c, const char* key)
+kv_set(struct srv_call *c, const char *key)
 {
 	uint64_t nk = 0;
 	int64_t d;
@@ -476,14 +476,14 @@ kv_set(struct srv_call* c, const char* key)
 }
 
 static void
-kv_add(struct srv_call* c, const Cohort__KvAdd* a)
+kv_add(struct srv_call *c, const Cohort__KvAdd *a)
 {
-	struct srv_kvent* e;
+	struct srv_kvent *e;
 	int64_t cur = 0, val;
 	char num[32];
 	uint64_t nk = 0;
 	int n;
-	nng_msg* m;
+	nng_msg *m;
 	Cohort__Reply rep;
 	Cohort__KvAddReply ar;
 
@@ -533,10 +533,10 @@ kv_add(struct srv_call* c, const Cohort__KvAdd* a)
 }
 
 static void
-kv_compare_set(struct srv_call* c, const Cohort__KvCompareSet* cs)
+kv_compare_set(struct srv_call *c, const Cohort__KvCompareSet *cs)
 {
-	struct srv_kv* kv = &c->job->kv;
-	struct srv_kvent* e;
+	struct srv_kv *kv = &c->job->kv;
+	struct srv_kvent *e;
 	size_t elen = (size_t)cs->expected_len, dlen;
 	bool swap;
 	uint64_t nk = 0;
@@ -583,10 +583,10 @@ kv_compare_set(struct srv_call* c, const Cohort__KvCompareSet* cs)
 }
 
 static void
-kv_delete(struct srv_call* c, const char* key)
+kv_delete(struct srv_call *c, const char *key)
 {
-	struct srv_kv* kv = &c->job->kv;
-	struct srv_kvent* e;
+	struct srv_kv *kv = &c->job->kv;
+	struct srv_kvent *e;
 	Cohort__Reply rep;
 	Cohort__KvDeleteReply dr;
 
@@ -609,13 +609,13 @@ kv_delete(struct srv_call* c, const char* key)
 }
 
 static void
-kv_append(struct srv_call* c, const char* key)
+kv_append(struct srv_call *c, const char *key)
 {
-	struct srv_kv* kv = &c->job->kv;
-	struct srv_kvent* e;
+	struct srv_kv *kv = &c->job->kv;
+	struct srv_kvent *e;
 	uint64_t nk = 0;
 	size_t old, nlen;
-	nng_msg* m;
+	nng_msg *m;
 
 	if (!kv_key_ok(c, key))
 		return;
@@ -636,9 +636,9 @@ kv_append(struct srv_call* c, const char* key)
 }
 
 static void
-kv_multi_set(struct srv_call* c, const Cohort__KvMultiSet* ms)
+kv_multi_set(struct srv_call *c, const Cohort__KvMultiSet *ms)
 {
-	struct srv_kv* kv = &c->job->kv;
+	struct srv_kv *kv = &c->job->kv;
 	uint64_t total = 0, nk = 0;
 	int64_t d = 0;
 	size_t off = 0;
@@ -678,7 +678,7 @@ kv_multi_set(struct srv_call* c, const Cohort__KvMultiSet* ms)
 		return;
 	for (size_t i = 0; i < ms->n_keys; i++) {
 		size_t l = (size_t)ms->value_lens[i];
-		nng_msg* m = kv_copy(c->payload + off, l, NULL, 0);
+		nng_msg *m = kv_copy(c->payload + off, l, NULL, 0);
 		off += l;
 		if (m == NULL
 		    || kv_put(c->job, ms->keys[i], m, nng_msg_body(m), l)
@@ -694,7 +694,7 @@ kv_multi_set(struct srv_call* c, const Cohort__KvMultiSet* ms)
 }
 
 void
-srv_kv_handle(struct srv_call* c, const Cohort__Request* req, cohort__time now)
+srv_kv_handle(struct srv_call *c, const Cohort__Request *req, cohort__time now)
 {
 	Cohort__Reply rep;
 
@@ -704,7 +704,7 @@ srv_kv_handle(struct srv_call* c, const Cohort__Request* req, cohort__time now)
 		kv_set(c, req->kv_set->key);
 		break;
 	case COHORT__REQUEST__BODY_KV_GET: {
-		char* k = req->kv_get->key;
+		char *k = req->kv_get->key;
 		kv_wait_keys(c, &k, 1, KV_OP_GET, req->kv_get->wait);
 		break;
 	}
@@ -771,12 +771,12 @@ srv_kv_handle(struct srv_call* c, const Cohort__Request* req, cohort__time now)
 /* ------------------------------------------------------------------------ */
 
 cohort_status
-srv_kv_restore(struct srv_job* job, const char* key, const void* val,
+srv_kv_restore(struct srv_job *job, const char *key, const void *val,
     size_t vlen, bool append)
 {
-	struct srv_kvent* e = append ? kv_find(&job->kv, key) : NULL;
+	struct srv_kvent *e = append ? kv_find(&job->kv, key) : NULL;
 	size_t old = e != NULL ? e->vlen : 0;
-	nng_msg* m = kv_copy(e != NULL ? e->val : NULL, old, val, vlen);
+	nng_msg *m = kv_copy(e != NULL ? e->val : NULL, old, val, vlen);
 
 	if (m == NULL)
 		return (COHORT_ENOMEM);
@@ -788,10 +788,10 @@ srv_kv_restore(struct srv_job* job, const char* key, const void* val,
 }
 
 void
-srv_kv_restore_del(struct srv_job* job, const char* key)
+srv_kv_restore_del(struct srv_job *job, const char *key)
 {
-	struct srv_kv* kv = &job->kv;
-	struct srv_kvent* e = kv_find(kv, key);
+	struct srv_kv *kv = &job->kv;
+	struct srv_kvent *e = kv_find(kv, key);
 
 	if (e == NULL)
 		return;
@@ -803,9 +803,9 @@ srv_kv_restore_del(struct srv_job* job, const char* key)
 }
 
 bool
-srv_kv_peek(struct srv_kv* kv, const char* key, const void** val, size_t* vlen)
+srv_kv_peek(struct srv_kv *kv, const char *key, const void **val, size_t *vlen)
 {
-	struct srv_kvent* e = kv_find(kv, key);
+	struct srv_kvent *e = kv_find(kv, key);
 
 	if (e == NULL)
 		return (false);
@@ -817,16 +817,16 @@ srv_kv_peek(struct srv_kv* kv, const char* key, const void** val, size_t* vlen)
 }
 
 void
-srv_kv_foreach(struct srv_kv* kv,
-    void (*fn)(void* arg, const char* key, const void* val, size_t vlen),
-    void* arg)
+srv_kv_foreach(struct srv_kv *kv,
+    void (*fn)(void *arg, const char *key, const void *val, size_t vlen),
+    void *arg)
 {
-	struct srv_hnode* n;
+	struct srv_hnode *n;
 	size_t i;
 
 	for (n = srv_map_next(&kv->keys, &i, NULL); n != NULL;
 	     n = srv_map_next(&kv->keys, &i, n)) {
-		struct srv_kvent* e = SRV_CONTAINER(n, struct srv_kvent, hn);
+		struct srv_kvent *e = SRV_CONTAINER(n, struct srv_kvent, hn);
 		fn(arg, e->key, e->val, e->vlen);
 	}
 }

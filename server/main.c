@@ -22,7 +22,7 @@
 #define MAIN_MAX_LIST 64
 
 static void
-main_usage(FILE* f)
+main_usage(FILE *f)
 {
 	fprintf(f,
 	    "usage: cohortd [options]\n"
@@ -76,7 +76,7 @@ main_usage(FILE* f)
 }
 
 static int
-main_u64(const char* opt, const char* s, uint64_t* out)
+main_u64(const char *opt, const char *s, uint64_t *out)
 {
 	int64_t v;
 
@@ -90,9 +90,9 @@ main_u64(const char* opt, const char* s, uint64_t* out)
 }
 
 static int
-main_level(const char* s)
+main_level(const char *s)
 {
-	static const char* const names[]
+	static const char *const names[]
 	    = { "error", "warn", "info", "debug", "trace" };
 
 	for (int i = 0; i < 5; i++)
@@ -102,12 +102,12 @@ main_level(const char* s)
 }
 
 int
-main(int argc, char** argv)
+main(int argc, char **argv)
 {
 	const char *listen[MAIN_MAX_LIST], *jobs[MAIN_MAX_LIST];
-	const char* tstores[MAIN_MAX_LIST];
+	const char *tstores[MAIN_MAX_LIST];
 	struct cohort__srv_config cfg;
-	struct cohort__srv* srv;
+	struct cohort__srv *srv;
 	sigset_t set;
 	cohort_status rv;
 	int sig = 0, ready_fd = -1;
@@ -120,8 +120,8 @@ main(int argc, char** argv)
 	cohort__log_set_default_level(COHORT__LOG_INFO);
 	cohort__log_set_component("cohortd");
 	for (int i = 1; i < argc; i++) {
-		const char* a = argv[i];
-		const char* v = i + 1 < argc ? argv[i + 1] : NULL;
+		const char *a = argv[i];
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
 			main_usage(stdout);
 			return (0);
@@ -226,10 +226,10 @@ main(int argc, char** argv)
 		char line[512];
 		int n = snprintf(line, sizeof(line), "%s\n",
 		    cohort__srv_url(srv, 0) != NULL ? cohort__srv_url(srv, 0)
-						    : "");
+		                                    : "");
 		if (n > 0 && write(ready_fd, line, (size_t)n) != n)
-			cohort__warn("--ready-fd %d: %s", ready_fd,
-			    strerror(errno));
+			cohort__warn(
+			    "--ready-fd %d: %s", ready_fd, strerror(errno));
 		close(ready_fd);
 	}
 

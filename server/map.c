@@ -8,9 +8,9 @@
 #include "srv_impl.h"
 
 static uint64_t
-map_hash(const void* key, size_t klen)
+map_hash(const void *key, size_t klen)
 {
-	const uint8_t* p = key;
+	const uint8_t *p = key;
 	uint64_t h = 1469598103934665603ull;
 
 	for (size_t i = 0; i < klen; i++) {
@@ -21,7 +21,7 @@ map_hash(const void* key, size_t klen)
 }
 
 void
-srv_map_init(struct srv_map* m)
+srv_map_init(struct srv_map *m)
 {
 	m->b = NULL;
 	m->nb = 0;
@@ -29,17 +29,17 @@ srv_map_init(struct srv_map* m)
 }
 
 void
-srv_map_fini(struct srv_map* m)
+srv_map_fini(struct srv_map *m)
 {
 	free(m->b);
 	srv_map_init(m);
 }
 
-struct srv_hnode*
-srv_map_get(const struct srv_map* m, const void* key, size_t klen)
+struct srv_hnode *
+srv_map_get(const struct srv_map *m, const void *key, size_t klen)
 {
 	uint64_t h;
-	struct srv_hnode* n;
+	struct srv_hnode *n;
 
 	if (m->nb == 0)
 		return (NULL);
@@ -52,10 +52,10 @@ srv_map_get(const struct srv_map* m, const void* key, size_t klen)
 }
 
 static cohort_status
-map_grow(struct srv_map* m)
+map_grow(struct srv_map *m)
 {
 	size_t nb = m->nb == 0 ? 16 : m->nb * 2;
-	struct srv_hnode** b = calloc(nb, sizeof(*b));
+	struct srv_hnode **b = calloc(nb, sizeof(*b));
 
 	if (b == NULL)
 		return (COHORT_ENOMEM);
@@ -75,7 +75,7 @@ map_grow(struct srv_map* m)
 
 cohort_status
 srv_map_put(
-    struct srv_map* m, struct srv_hnode* n, const void* key, size_t klen)
+    struct srv_map *m, struct srv_hnode *n, const void *key, size_t klen)
 {
 	size_t i;
 
@@ -93,9 +93,9 @@ srv_map_put(
 }
 
 void
-srv_map_del(struct srv_map* m, struct srv_hnode* n)
+srv_map_del(struct srv_map *m, struct srv_hnode *n)
 {
-	struct srv_hnode** pp;
+	struct srv_hnode **pp;
 
 	if (m->nb == 0)
 		return;
@@ -110,8 +110,8 @@ srv_map_del(struct srv_map* m, struct srv_hnode* n)
 	}
 }
 
-struct srv_hnode*
-srv_map_next(const struct srv_map* m, size_t* i, struct srv_hnode* cur)
+struct srv_hnode *
+srv_map_next(const struct srv_map *m, size_t *i, struct srv_hnode *cur)
 {
 	if (cur != NULL) {
 		if (cur->next != NULL)

@@ -21,26 +21,26 @@
 struct cohort__srv_config {
 	/* nng URLs to listen on (tcp://, ipc://, tls+tcp://). Port 0 binds a
 	 * free port: see cohort__srv_url. None = COHORT__SRV_DEFAULT_URL. */
-	const char* const* listen;
+	const char *const *listen;
 	size_t nlisten;
 	/* Jobs created in advance, "NAME:TOKEN" each. */
-	const char* const* jobs;
+	const char *const *jobs;
 	size_t njobs;
 	uint64_t max_value_bytes; /* largest KV value / object */
 	uint64_t max_job_bytes; /* keys + values of one job */
 	uint64_t max_keys; /* keys of one job */
 	/* If set, a StatusQuery without a job must carry this token. */
-	const char* admin_token;
+	const char *admin_token;
 	/* "ADDR:PORT" of the HTTP endpoint (/metrics, /healthz, /readyz);
 	 * NULL = none. */
-	const char* http;
+	const char *http;
 	uint32_t pool_size; /* receiving nng contexts, 0 = default */
 	/* Journal directory (--state-dir): state survives a restart; NULL =
 	 * none. */
-	const char* state_dir;
+	const char *state_dir;
 	/* "batch" (default: fdatasync every 100 ms), "always" (before each
 	 * reply), "none". */
-	const char* fsync;
+	const char *fsync;
 	/* Log size that triggers a snapshot at the earliest; 0 = 64 MiB. */
 	uint64_t compact_min_bytes;
 	/* A collective waiting longer is logged and shown as stalled;
@@ -49,7 +49,7 @@ struct cohort__srv_config {
 	/* TCPStore listeners, "[JOB@]ADDR:PORT" each (docs/pytorch.md):
 	 * torch's own TCPStore clients use the job's KV. JOB defaults to
 	 * "torch-PORT"; its token, if any, comes from a --job entry. */
-	const char* const* torch_stores;
+	const char *const *torch_stores;
 	size_t ntorch_stores;
 	/* A TCPStore request left incomplete this long closes its
 	 * connection; 0 = 30 s. */
@@ -61,7 +61,7 @@ struct cohort__srv_config {
 struct cohort__srv;
 
 /* Fills *cfg with the defaults (no listen URL: the default one). */
-void cohort__srv_config_init(struct cohort__srv_config* cfg);
+void cohort__srv_config_init(struct cohort__srv_config *cfg);
 
 /* Starts a coordinator: listens on every URL and serves requests on nng's
  * threads until cohort__srv_stop. Returns COHORT_OK and *out, or
@@ -69,26 +69,27 @@ void cohort__srv_config_init(struct cohort__srv_config* cfg);
  * COHORT_ETRANSPORT / COHORT_EINVAL (cannot listen), COHORT_ENOMEM. Does
  * not block beyond binding its listeners. */
 cohort_status cohort__srv_start(
-    const struct cohort__srv_config* cfg, struct cohort__srv** out);
+    const struct cohort__srv_config *cfg, struct cohort__srv **out);
 
 /* The i-th listening URL as bound (port 0 replaced by the real port), or
  * NULL past the end. Valid until cohort__srv_stop. */
-const char* cohort__srv_url(const struct cohort__srv* s, size_t i);
+const char *cohort__srv_url(const struct cohort__srv *s, size_t i);
 
 /* The i-th TCPStore listener as bound ("ADDR:PORT"), NULL past the end. */
-const char* cohort__srv_torch_store_addr(const struct cohort__srv* s, size_t i);
+const char *cohort__srv_torch_store_addr(
+    const struct cohort__srv *s, size_t i);
 
 /* The HTTP endpoint as bound ("http://127.0.0.1:PORT"), NULL if none. */
-const char* cohort__srv_http_url(const struct cohort__srv* s);
+const char *cohort__srv_http_url(const struct cohort__srv *s);
 
 /* Milliseconds since the coordinator last served a client connection: 0
  * while any client is connected, else the time since the last one went
  * away (or since start). For `cohortd --exit-when-idle`. */
-uint64_t cohort__srv_idle_ms(struct cohort__srv* s);
+uint64_t cohort__srv_idle_ms(struct cohort__srv *s);
 
 /* Answers every parked request with COHORT_ECLOSED, closes the listeners
  * and frees everything. Blocks until nng's callbacks have finished (at
  * most about a second for the final replies to leave). NULL-safe. */
-void cohort__srv_stop(struct cohort__srv* s);
+void cohort__srv_stop(struct cohort__srv *s);
 
 #endif /* COHORT_SERVER_H */

@@ -39,43 +39,43 @@ enum srvctx_state {
 
 struct srvctx {
 	struct srv_tp tp; /* SRV_TP_NNG: first, see srv_impl.h */
-	struct cohort__srv* srv;
+	struct cohort__srv *srv;
 	nng_ctx ctx;
-	nng_aio* aio;
+	nng_aio *aio;
 	enum srvctx_state state;
-	struct srvctx* all_next;
-	struct srvctx* idle_next;
-	struct srvctx* out_next;
-	nng_msg* out_msg; /* reply to send; NULL = recycle */
+	struct srvctx *all_next;
+	struct srvctx *idle_next;
+	struct srvctx *out_next;
+	nng_msg *out_msg; /* reply to send; NULL = recycle */
 };
 
 struct cohort__srv {
 	nng_socket sock;
 	pthread_mutex_t mtx;
 	pthread_cond_t cv;
-	struct srv_core* core;
+	struct srv_core *core;
 	bool stopping;
 	uint32_t pool;
 	uint32_t nrecv;
 	uint32_t nsend;
-	struct srvctx* all;
-	struct srvctx* idle;
-	struct srvctx* out_head;
-	struct srvctx** out_tail;
-	nng_aio* sweep;
-	char** urls;
+	struct srvctx *all;
+	struct srvctx *idle;
+	struct srvctx *out_head;
+	struct srvctx **out_tail;
+	nng_aio *sweep;
+	char **urls;
 	size_t nurls;
-	void* http; /* http.c */
-	char* http_url;
+	void *http; /* http.c */
+	char *http_url;
 	cohort__time idle_since; /* last time a client was connected */
-	struct srv_tstore** tstores; /* --torch-store listeners */
+	struct srv_tstore **tstores; /* --torch-store listeners */
 	size_t ntstores;
 };
 
-static void srvctx_cb(void* arg);
+static void srvctx_cb(void *arg);
 
 void
-cohort__srv_config_init(struct cohort__srv_config* cfg)
+cohort__srv_config_init(struct cohort__srv_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->max_value_bytes = COHORT__DEFAULT_MAX_VALUE;
@@ -86,12 +86,12 @@ cohort__srv_config_init(struct cohort__srv_config* cfg)
 
 /* Sink of the core, called under mtx: queue for sending after unlock. */
 static void
-srv_sink(void* arg, void* tp, nng_msg* reply)
+srv_sink(void *arg, void *tp, nng_msg *reply)
 {
-	struct cohort__srv* s = arg;
-	struct srvctx* x = tp;
+	struct cohort__srv *s = arg;
+	struct srvctx *x = tp;
 
-	if (((struct srv_tp*)tp)->kind == SRV_TP_TORCH) {
+	if (((struct srv_tp *)tp)->kind == SRV_TP_TORCH) {
 		srv_tstore_deliver(tp, reply);
 		return;
 	}
@@ -111,10 +111,10 @@ srv_sink(void* arg, void* tp, nng_msg* reply)
 	s->out_tail = &x->out_next;
 }
 
-static struct srvctx*
-srvctx_new(struct cohort__srv* s)
+static struct srvctx *
+srvctx_new(struct cohort__srv *s)
 {
-	struct srvctx* x = calloc(1, sizeof(*x));
+	struct srvctx *x = calloc(1, sizeof(*x));
 
 	if (x == NULL)
 		return (NULL);
@@ -135,10 +135,10 @@ srvctx_new(struct cohort__srv* s)
 }
 
 /* Under mtx: pick a context to receive (idle or new), mark it. */
-static struct srvctx*
-srv_take_receiver(struct cohort__srv* s)
+static struct srvctx *
+srv_take_receiver(struct cohort__srv *s)
 {
-	struct srvctx* x = s->idle;
+	struct srvctx *x = s->idle;
 
 	if (x != NULL)
 		s->idle = x->idle_next;
@@ -152,7 +152,7 @@ srv_take_receiver(struct cohort__srv* s)
 /* Under mtx: a context whose exchange is over. Returns true if the
  * caller must start nng_ctx_recv on it (after unlocking). */
 static bool
-srv_recycle(struct cohort__srv* s, struct srvctx* x)
+srv_recycle(struct cohort__srv *s, struct srvctx *x)
 {
 	if (!s->stopping && s->nrecv < s->pool) {
 		x->state = SRVCTX_RECV;
@@ -167,10 +167,10 @@ srv_recycle(struct cohort__srv* s, struct srvctx* x)
 
 /* Sends everything queued, after mtx was released. */
 static void
-srv_flush(struct cohort__srv* s, struct srvctx* head)
+srv_flush(struct cohort__srv *s, struct srvctx *head)
 {
 	while (head != NULL) {
-		struct srvctx* x = head;
+		struct srvctx *x = head;
 		head = x->out_next;
 		if (x->out_msg != NULL) {
 			nng_aio_set_msg(x->aio, x->out_msg);
@@ -183,8 +183,8 @@ srv_flush(struct cohort__srv* s, struct srvctx* head)
 }
 
 /* Under mtx: takes the outbox, marking each entry for srv_flush. */
-static struct srvctx*
-srv_take_outbox(struct cohort__srv* s)
+static struct srvctx *
+srv_take_outbox(struct cohort__srv *s)
 {
 	struct srvctx *head = s->out_head, *x, **pp;
 
@@ -207,14 +207,14 @@ srv_take_outbox(struct cohort__srv* s)
 }
 
 static void
-srvctx_cb(void* arg)
+srvctx_cb(void *arg)
 {
-	struct srvctx* x = arg;
-	struct cohort__srv* s = x->srv;
+	struct srvctx *x = arg;
+	struct cohort__srv *s = x->srv;
 	int rv = nng_aio_result(x->aio);
 	struct srvctx *out, *extra = NULL;
 	bool again = false;
-	nng_msg* msg;
+	nng_msg *msg;
 
 	pthread_mutex_lock(&s->mtx);
 	if (x->state == SRVCTX_SEND) {
@@ -263,10 +263,10 @@ srvctx_cb(void* arg)
 }
 
 static void
-srv_pipe_cb(nng_pipe p, nng_pipe_ev ev, void* arg)
+srv_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
-	struct cohort__srv* s = arg;
-	struct srvctx* out;
+	struct cohort__srv *s = arg;
+	struct srvctx *out;
 
 	(void)ev;
 	pthread_mutex_lock(&s->mtx);
@@ -283,10 +283,10 @@ srv_pipe_cb(nng_pipe p, nng_pipe_ev ev, void* arg)
 #define SRV_SWEEP_MS 100
 
 static void
-srv_sweep_cb(void* arg)
+srv_sweep_cb(void *arg)
 {
-	struct cohort__srv* s = arg;
-	struct srvctx* out;
+	struct cohort__srv *s = arg;
+	struct srvctx *out;
 	uint32_t closes[SRV_CLOSE_PIPES];
 	size_t nclose;
 	int sfd;
@@ -299,8 +299,8 @@ srv_sweep_cb(void* arg)
 		return;
 	}
 	srv_core_sweep(s->core, cohort__now_ms());
-	nclose = srv_core_take_pipes_to_close(s->core, cohort__now_ms(), closes,
-	    sizeof(closes) / sizeof(closes[0]));
+	nclose = srv_core_take_pipes_to_close(s->core, cohort__now_ms(),
+	    closes, sizeof(closes) / sizeof(closes[0]));
 	sfd = srv_jrn_sync_fd(s->core);
 	out = srv_take_outbox(s);
 	pthread_mutex_unlock(&s->mtx);
@@ -354,12 +354,12 @@ srv_widen_backlog(nng_listener l)
 		if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &alen) != 0
 		    || !acc)
 			continue;
-		if (getsockname(fd, (struct sockaddr*)&ss, &len) != 0)
+		if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
 			continue;
 		if (ss.ss_family == AF_INET)
-			p = ntohs(((struct sockaddr_in*)&ss)->sin_port);
+			p = ntohs(((struct sockaddr_in *)&ss)->sin_port);
 		else if (ss.ss_family == AF_INET6)
-			p = ntohs(((struct sockaddr_in6*)&ss)->sin6_port);
+			p = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
 		else
 			continue;
 		if (p == port && listen(fd, SRV_BACKLOG) == 0)
@@ -369,11 +369,11 @@ srv_widen_backlog(nng_listener l)
 }
 
 /* "tcp://host:0" with the port bound. */
-static char*
-srv_bound_url(const char* url, nng_listener l)
+static char *
+srv_bound_url(const char *url, nng_listener l)
 {
 	nng_sockaddr sa;
-	const char* colon;
+	const char *colon;
 	char buf[512];
 	unsigned port;
 
@@ -387,29 +387,28 @@ srv_bound_url(const char* url, nng_listener l)
 	return (srv_strdup(buf));
 }
 
-const char*
-cohort__srv_url(const struct cohort__srv* s, size_t i)
+const char *
+cohort__srv_url(const struct cohort__srv *s, size_t i)
 {
 	return (i < s->nurls ? s->urls[i] : NULL);
 }
 
-const char*
-cohort__srv_http_url(const struct cohort__srv* s)
+const char *
+cohort__srv_http_url(const struct cohort__srv *s)
 {
 	return (s->http_url);
 }
 
 /* http.c */
 cohort_status cohort__srv_http_start(
-    struct cohort__srv* s, const char* addr, void** out, char** url);
-void cohort__srv_http_stop(void* h);
+    struct cohort__srv *s, const char *addr, void **out, char **url);
+void cohort__srv_http_stop(void *h);
 
 void
-srv_with_core(struct cohort__srv* s,
-    void (*fn)(void* arg, struct srv_core* core, cohort__time now),
-    void* arg)
+srv_with_core(struct cohort__srv *s,
+    void (*fn)(void *arg, struct srv_core *core, cohort__time now), void *arg)
 {
-	struct srvctx* out;
+	struct srvctx *out;
 
 	pthread_mutex_lock(&s->mtx);
 	if (s->stopping) {
@@ -422,8 +421,8 @@ srv_with_core(struct cohort__srv* s,
 	srv_flush(s, out);
 }
 
-const char*
-cohort__srv_torch_store_addr(const struct cohort__srv* s, size_t i)
+const char *
+cohort__srv_torch_store_addr(const struct cohort__srv *s, size_t i)
 {
 	return (i < s->ntstores ? srv_tstore_addr(s->tstores[i]) : NULL);
 }
@@ -431,7 +430,7 @@ cohort__srv_torch_store_addr(const struct cohort__srv* s, size_t i)
 /* --torch-store "[JOB@]ADDR:PORT": the job's token comes from a --job
  * entry of the same name (a TCPStore client presents none). */
 static cohort_status
-srv_add_tstores(struct cohort__srv* s, const struct cohort__srv_config* cfg)
+srv_add_tstores(struct cohort__srv *s, const struct cohort__srv_config *cfg)
 {
 	if (cfg->ntorch_stores == 0)
 		return (COHORT_OK);
@@ -439,16 +438,16 @@ srv_add_tstores(struct cohort__srv* s, const struct cohort__srv_config* cfg)
 	if (s->tstores == NULL)
 		return (COHORT_ENOMEM);
 	for (size_t i = 0; i < cfg->ntorch_stores; i++) {
-		const char* spec = cfg->torch_stores[i];
-		const char* at = strchr(spec, '@');
-		const char* token = "";
+		const char *spec = cfg->torch_stores[i];
+		const char *at = strchr(spec, '@');
+		const char *token = "";
 		cohort_status rv;
 
 		for (size_t j = 0; at != NULL && j < cfg->njobs; j++) {
-			const char* js = cfg->jobs[j];
-			const char* colon = strchr(js, ':');
-			if (colon != NULL && (size_t)(colon - js)
-			        == (size_t)(at - spec)
+			const char *js = cfg->jobs[j];
+			const char *colon = strchr(js, ':');
+			if (colon != NULL
+			    && (size_t)(colon - js) == (size_t)(at - spec)
 			    && memcmp(js, spec, (size_t)(at - spec)) == 0)
 				token = colon + 1;
 		}
@@ -462,7 +461,7 @@ srv_add_tstores(struct cohort__srv* s, const struct cohort__srv_config* cfg)
 }
 
 uint64_t
-cohort__srv_idle_ms(struct cohort__srv* s)
+cohort__srv_idle_ms(struct cohort__srv *s)
 {
 	cohort__time now = cohort__now_ms();
 	uint64_t idle = 0;
@@ -477,10 +476,10 @@ cohort__srv_idle_ms(struct cohort__srv* s)
 }
 
 /* For http.c: metrics text under the server mutex. */
-char*
-cohort__srv_metrics(struct cohort__srv* s)
+char *
+cohort__srv_metrics(struct cohort__srv *s)
 {
-	char* t;
+	char *t;
 
 	pthread_mutex_lock(&s->mtx);
 	t = srv_metrics_text(s->core, cohort__now_ms());
@@ -489,7 +488,7 @@ cohort__srv_metrics(struct cohort__srv* s)
 }
 
 static cohort_status
-srv_add_jobs(struct cohort__srv* s, const struct cohort__srv_config* cfg)
+srv_add_jobs(struct cohort__srv *s, const struct cohort__srv_config *cfg)
 {
 	for (size_t i = 0; i < cfg->njobs; i++) {
 		const char *spec = cfg->jobs[i], *colon = strchr(spec, ':');
@@ -511,13 +510,13 @@ srv_add_jobs(struct cohort__srv* s, const struct cohort__srv_config* cfg)
 
 cohort_status
 cohort__srv_start(
-    const struct cohort__srv_config* cfg, struct cohort__srv** out)
+    const struct cohort__srv_config *cfg, struct cohort__srv **out)
 {
-	static const char* const dflt[] = { COHORT__SRV_DEFAULT_URL };
-	const char* const* urls = cfg->nlisten ? cfg->listen : dflt;
+	static const char *const dflt[] = { COHORT__SRV_DEFAULT_URL };
+	const char *const *urls = cfg->nlisten ? cfg->listen : dflt;
 	size_t nurls = cfg->nlisten ? cfg->nlisten : 1;
 	struct srv_limits lim;
-	struct cohort__srv* s;
+	struct cohort__srv *s;
 	cohort_status rv;
 	int nrv;
 
@@ -534,7 +533,7 @@ cohort__srv_start(
 	pthread_cond_init(&s->cv, NULL);
 	s->pool = cfg->pool_size ? cfg->pool_size : COHORT__SRV_DEFAULT_POOL;
 	s->out_tail = &s->out_head;
-	if ((s->urls = calloc(nurls, sizeof(char*))) == NULL) {
+	if ((s->urls = calloc(nurls, sizeof(char *))) == NULL) {
 		rv = COHORT_ENOMEM;
 		goto out_free;
 	}
@@ -601,7 +600,7 @@ cohort__srv_start(
 	}
 	pthread_mutex_lock(&s->mtx);
 	for (uint32_t i = 0; i < s->pool; i++) {
-		struct srvctx* x = srv_take_receiver(s);
+		struct srvctx *x = srv_take_receiver(s);
 		if (x == NULL) {
 			pthread_mutex_unlock(&s->mtx);
 			rv = COHORT_ENOMEM;
@@ -631,7 +630,7 @@ out_close_sock:
 	goto out_free_ctxs;
 out_free_ctxs:
 	while (s->all != NULL) {
-		struct srvctx* x = s->all;
+		struct srvctx *x = s->all;
 		s->all = x->all_next;
 		nng_aio_free(x->aio);
 		free(x);
@@ -651,9 +650,9 @@ out_free:
 }
 
 void
-cohort__srv_stop(struct cohort__srv* s)
+cohort__srv_stop(struct cohort__srv *s)
 {
-	struct srvctx* out;
+	struct srvctx *out;
 	cohort__time deadline;
 
 	if (s == NULL)
@@ -688,7 +687,7 @@ cohort__srv_stop(struct cohort__srv* s)
 	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, NULL, NULL);
 	nng_close(s->sock);
 	while (s->all != NULL) {
-		struct srvctx* x = s->all;
+		struct srvctx *x = s->all;
 		s->all = x->all_next;
 		nng_aio_free(x->aio);
 		free(x);

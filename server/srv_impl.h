@@ -33,7 +33,7 @@
 #include "wire.h"
 #include "server.h"
 
-#define SRV_CONTAINER(p, T, f) ((T*)(void*)((char*)(p)-offsetof(T, f)))
+#define SRV_CONTAINER(p, T, f) ((T *)(void *)((char *)(p)-offsetof(T, f)))
 
 /* Largest job name, token, host, group name, last_op. */
 #define SRV_MAX_NAME 255
@@ -52,24 +52,24 @@
 /* ------------------------------------------------------------------------ */
 
 struct srv_link {
-	struct srv_link* next;
-	struct srv_link* prev;
+	struct srv_link *next;
+	struct srv_link *prev;
 };
 
 static inline void
-srv_list_init(struct srv_link* h)
+srv_list_init(struct srv_link *h)
 {
 	h->next = h->prev = h;
 }
 
 static inline bool
-srv_list_empty(const struct srv_link* h)
+srv_list_empty(const struct srv_link *h)
 {
 	return (h->next == h);
 }
 
 static inline void
-srv_list_append(struct srv_link* h, struct srv_link* l)
+srv_list_append(struct srv_link *h, struct srv_link *l)
 {
 	l->prev = h->prev;
 	l->next = h;
@@ -78,7 +78,7 @@ srv_list_append(struct srv_link* h, struct srv_link* l)
 }
 
 static inline void
-srv_list_remove(struct srv_link* l)
+srv_list_remove(struct srv_link *l)
 {
 	l->prev->next = l->next;
 	l->next->prev = l->prev;
@@ -86,31 +86,31 @@ srv_list_remove(struct srv_link* l)
 }
 
 struct srv_hnode {
-	struct srv_hnode* next;
+	struct srv_hnode *next;
 	uint64_t hash;
-	const void* key;
+	const void *key;
 	size_t klen;
 };
 
 struct srv_map {
-	struct srv_hnode** b;
+	struct srv_hnode **b;
 	size_t nb;
 	size_t n;
 };
 
-void srv_map_init(struct srv_map* m);
+void srv_map_init(struct srv_map *m);
 /* Frees the table only; the nodes belong to their owners. */
-void srv_map_fini(struct srv_map* m);
-struct srv_hnode* srv_map_get(
-    const struct srv_map* m, const void* key, size_t klen);
+void srv_map_fini(struct srv_map *m);
+struct srv_hnode *srv_map_get(
+    const struct srv_map *m, const void *key, size_t klen);
 /* Inserts n (whose key memory must outlive it). ENOMEM only. */
 cohort_status srv_map_put(
-    struct srv_map* m, struct srv_hnode* n, const void* key, size_t klen);
-void srv_map_del(struct srv_map* m, struct srv_hnode* n);
+    struct srv_map *m, struct srv_hnode *n, const void *key, size_t klen);
+void srv_map_del(struct srv_map *m, struct srv_hnode *n);
 /* Iteration: n = srv_map_next(m, &i, NULL) first, then with the previous
  * node. Fetch the next node before deleting the current one. */
-struct srv_hnode* srv_map_next(
-    const struct srv_map* m, size_t* i, struct srv_hnode* cur);
+struct srv_hnode *srv_map_next(
+    const struct srv_map *m, size_t *i, struct srv_hnode *cur);
 
 /* ------------------------------------------------------------------------ */
 /* Core objects                                                             */
@@ -132,7 +132,7 @@ enum srv_park {
 /* What a collective arrival asked for; all arrivals must agree. */
 struct srv_cdesc {
 	int kind;
-	char* name;
+	char *name;
 	int32_t root;
 	uint32_t op;
 	int stype;
@@ -144,15 +144,15 @@ struct srv_cdesc {
 
 struct srv_kvlink {
 	struct srv_link link; /* in the key's waiter list */
-	struct srv_call* call;
+	struct srv_call *call;
 	bool present;
 };
 
 struct srv_call {
-	struct srv_core* core;
-	struct srv_job* job; /* NULL before authentication */
-	struct srv_client* client; /* NULL before authentication */
-	void* tp; /* transport handle, opaque */
+	struct srv_core *core;
+	struct srv_job *job; /* NULL before authentication */
+	struct srv_client *client; /* NULL before authentication */
+	void *tp; /* transport handle, opaque */
 	uint64_t seq;
 	int body; /* Cohort__Request__BodyCase */
 	enum srv_park park;
@@ -161,28 +161,28 @@ struct srv_call {
 	size_t heap_idx; /* SIZE_MAX when not in the heap */
 	struct srv_link clink; /* client's parked calls */
 	struct srv_link olink; /* owner list: rdzv auto joins, watchers */
-	void* owner; /* srv_coll / srv_group / NULL */
-	nng_msg* msg; /* the request, owned, until taken */
-	const uint8_t* payload; /* into msg */
+	void *owner; /* srv_coll / srv_group / NULL */
+	nng_msg *msg; /* the request, owned, until taken */
+	const uint8_t *payload; /* into msg */
 	size_t plen;
 
 	/* Copied request fields of parked kinds. */
 	int32_t rank; /* join: requested; coll/group: job rank */
 	int32_t grank; /* coll/group: group rank */
 	uint32_t world;
-	char* host;
+	char *host;
 	uint32_t pid;
 	int32_t local_rank;
 	uint32_t hb_ms;
 	uint32_t dead_ms;
 	struct srv_cdesc cd;
-	int64_t* i64s;
-	double* f64s;
+	int64_t *i64s;
+	double *f64s;
 	bool decision;
-	char** keys; /* KV waits */
+	char **keys; /* KV waits */
 	size_t nkeys;
 	size_t nmissing;
-	struct srv_kvlink* kvl;
+	struct srv_kvlink *kvl;
 };
 
 enum srv_member_state {
@@ -207,22 +207,22 @@ struct srv_member {
 	bool in_op;
 	cohort__time op_since; /* in_op: when it entered last_op */
 	uint64_t stall_logged; /* last_op_seq + 1 of the logged stall */
-	char* failure;
-	struct srv_client* client;
+	char *failure;
+	struct srv_client *client;
 };
 
 struct srv_client {
 	struct srv_hnode hn; /* in job->clients by id */
 	uint64_t id;
-	struct srv_job* job;
-	struct srv_member* member; /* current generation, or NULL */
+	struct srv_job *job;
+	struct srv_member *member; /* current generation, or NULL */
 	uint32_t pipe;
 	struct srv_link plink; /* in the pipe's client list */
 	struct srv_link parked; /* srv_call.clink */
 	cohort__time last_seen;
 	struct {
 		uint64_t seq;
-		nng_msg* msg;
+		nng_msg *msg;
 		bool durable; /* journalled (the reply of a mutating op) */
 	} cache[SRV_CACHE];
 	unsigned cache_next;
@@ -236,12 +236,12 @@ struct srv_kv {
 
 struct srv_group {
 	struct srv_hnode hn; /* in job->groups by name */
-	char* name;
-	int32_t* ranks; /* job ranks by group rank */
+	char *name;
+	int32_t *ranks; /* job ranks by group rank */
 	uint32_t n;
-	int32_t* grank_of; /* by job rank, -1 = not in group */
+	int32_t *grank_of; /* by job rank, -1 = not in group */
 	bool complete;
-	struct srv_call** arr; /* pending creation: arrivals by group rank */
+	struct srv_call **arr; /* pending creation: arrivals by group rank */
 	uint32_t narr;
 	cohort__time first;
 };
@@ -249,21 +249,21 @@ struct srv_group {
 /* One control-plane collective in flight, keyed by (group, op_seq). */
 struct srv_coll {
 	struct srv_hnode hn; /* in job->colls */
-	struct srv_job* job;
-	uint8_t* key;
+	struct srv_job *job;
+	uint8_t *key;
 	size_t klen;
-	struct srv_group* g;
+	struct srv_group *g;
 	uint64_t op_seq;
 	struct srv_cdesc cd; /* of the first arrival */
-	struct srv_call** calls; /* parked arrivals by group rank */
-	uint8_t* arrived; /* by group rank */
+	struct srv_call **calls; /* parked arrivals by group rank */
+	uint8_t *arrived; /* by group rank */
 	uint32_t narrived;
 	uint32_t nparked;
 	cohort__time first;
-	char* mismatch; /* set: a tombstone answering EMISMATCH */
+	char *mismatch; /* set: a tombstone answering EMISMATCH */
 	/* BROADCAST: the root's request message holds the object. */
-	nng_msg* bmsg;
-	const uint8_t* bdata;
+	nng_msg *bmsg;
+	const uint8_t *bdata;
 	size_t blen;
 	bool root_in;
 	uint32_t ndelivered;
@@ -278,9 +278,9 @@ enum srv_job_state {
 
 struct srv_job {
 	struct srv_hnode hn; /* in core->jobs by name */
-	struct srv_core* core;
-	char* name;
-	char* token;
+	struct srv_core *core;
+	char *name;
+	char *token;
 	bool preset; /* --job: kept when empty */
 	bool journaled; /* its JOB record is in the journal */
 	/* Restored without a generation (its rendezvous was pending): kept
@@ -290,14 +290,14 @@ struct srv_job {
 	uint64_t generation;
 	enum srv_job_state state;
 	uint32_t world;
-	struct srv_member* members; /* world entries */
+	struct srv_member *members; /* world entries */
 	int32_t failed_rank;
-	char* failed_text;
-	char* failed_detail;
+	char *failed_text;
+	char *failed_detail;
 	/* Pending rendezvous (rdzv_world == 0: none). */
 	uint32_t rdzv_world;
 	uint32_t rdzv_n;
-	struct srv_call** rdzv_by_rank;
+	struct srv_call **rdzv_by_rank;
 	struct srv_link rdzv_auto;
 	cohort__time rdzv_start;
 	struct srv_link watchers;
@@ -325,7 +325,7 @@ struct srv_tp {
 
 /* The sink takes ownership of reply; reply == NULL means "no reply: the
  * transport handle is free again" (request dropped or taken over). */
-typedef void (*srv_sink_fn)(void* arg, void* tp, nng_msg* reply);
+typedef void (*srv_sink_fn)(void *arg, void *tp, nng_msg *reply);
 
 struct srv_metrics {
 	uint64_t requests;
@@ -352,12 +352,12 @@ struct srv_core {
 	struct srv_pipe_close close_pipes[SRV_CLOSE_PIPES];
 	unsigned nclose_pipes;
 	struct srv_limits lim;
-	char* admin_token;
+	char *admin_token;
 	srv_sink_fn sink;
-	void* sink_arg;
+	void *sink_arg;
 	struct srv_map jobs;
 	struct srv_map pipes;
-	struct srv_call** heap;
+	struct srv_call **heap;
 	size_t heap_n;
 	size_t heap_cap;
 	size_t nparked;
@@ -370,7 +370,7 @@ struct srv_core {
 	struct srv_map closed;
 	cohort__time stall_ms; /* --stall-threshold */
 	cohort__time stall_next; /* next stall check */
-	struct srv_jrn* jrn; /* NULL: no --state-dir */
+	struct srv_jrn *jrn; /* NULL: no --state-dir */
 	/* Shutting down with a journal: parked calls are dropped, not
 	 * answered, so that clients re-send them to the next cohortd. */
 	bool quiet;
@@ -382,20 +382,20 @@ struct srv_core {
 /* core.c                                                                   */
 /* ------------------------------------------------------------------------ */
 
-cohort_status srv_core_new(const struct srv_limits* lim,
-    const char* admin_token, srv_sink_fn sink, void* arg, cohort__time now,
-    struct srv_core** out);
+cohort_status srv_core_new(const struct srv_limits *lim,
+    const char *admin_token, srv_sink_fn sink, void *arg, cohort__time now,
+    struct srv_core **out);
 /* Answers every parked request with COHORT_ECLOSED. */
-void srv_core_close_all(struct srv_core* core);
-void srv_core_free(struct srv_core* core);
+void srv_core_close_all(struct srv_core *core);
+void srv_core_free(struct srv_core *core);
 /* Pre-creates a job ("--job NAME:TOKEN"). */
 cohort_status srv_core_add_job(
-    struct srv_core* core, const char* name, const char* token);
+    struct srv_core *core, const char *name, const char *token);
 /* Takes ownership of msg; the reply (or none) goes to the sink with tp. */
-void srv_core_dispatch(struct srv_core* core, nng_msg* msg, uint32_t pipe,
-    void* tp, cohort__time now);
+void srv_core_dispatch(struct srv_core *core, nng_msg *msg, uint32_t pipe,
+    void *tp, cohort__time now);
 /* Deadlines and heartbeat silence. */
-void srv_core_sweep(struct srv_core* core, cohort__time now);
+void srv_core_sweep(struct srv_core *core, cohort__time now);
 /* Pipes due to be closed by now (at most max, removed from the queue).
  *
  * Why cohortd closes a departing client's connection: with nng 1.5.2, a
@@ -407,56 +407,56 @@ void srv_core_sweep(struct srv_core* core, cohort__time now);
  * the reply has been flushed) and the client waits for that before it
  * closes its socket. */
 size_t srv_core_take_pipes_to_close(
-    struct srv_core* core, cohort__time now, uint32_t* out, size_t max);
+    struct srv_core *core, cohort__time now, uint32_t *out, size_t max);
 void srv_core_pipe_closed(
-    struct srv_core* core, uint32_t pipe, cohort__time now);
+    struct srv_core *core, uint32_t pipe, cohort__time now);
 /* Answers the parked request seq of client id in job with st and why
  * (a client gave up waiting, e.g. TCPStore's CANCEL_WAIT). Returns false
  * if no such request is parked (it was answered already). */
-bool srv_core_cancel(struct srv_job* job, uint64_t client_id, uint64_t seq,
-    cohort_status st, const char* why, cohort__time now);
-bool srv_core_pipe_is_closed(const struct srv_core* core, uint32_t pipe);
+bool srv_core_cancel(struct srv_job *job, uint64_t client_id, uint64_t seq,
+    cohort_status st, const char *why, cohort__time now);
+bool srv_core_pipe_is_closed(const struct srv_core *core, uint32_t pipe);
 
-struct srv_call* srv_call_new(
-    struct srv_core* core, void* tp, cohort__time now);
-void srv_call_free(struct srv_call* c);
+struct srv_call *srv_call_new(
+    struct srv_core *core, void *tp, cohort__time now);
+void srv_call_free(struct srv_call *c);
 void srv_reply_init(
-    Cohort__Reply* rep, const struct srv_call* c, cohort_status st);
+    Cohort__Reply *rep, const struct srv_call *c, cohort_status st);
 /* Sets the EPEERLOST fields of the job's failure on rep. */
-void srv_reply_failure(Cohort__Reply* rep, const struct srv_job* job);
+void srv_reply_failure(Cohort__Reply *rep, const struct srv_job *job);
 /* Packs, caches, sends rep and frees c (which must be unparked from its
  * owner already; srv_call_answer removes it from heap and client list). */
-void srv_call_answer(struct srv_call* c, Cohort__Reply* rep,
-    const struct cohort__iov* parts, size_t nparts);
-void srv_call_fail(struct srv_call* c, cohort_status st, const char* fmt, ...)
+void srv_call_answer(struct srv_call *c, Cohort__Reply *rep,
+    const struct cohort__iov *parts, size_t nparts);
+void srv_call_fail(struct srv_call *c, cohort_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Answers c with the job's EPEERLOST failure. */
-void srv_call_peerlost(struct srv_call* c);
+void srv_call_peerlost(struct srv_call *c);
 /* Frees c without a reply (its tp goes back to the transport). */
-void srv_call_drop(struct srv_call* c);
+void srv_call_drop(struct srv_call *c);
 /* Parks c (deadline heap + client list); the owner links it itself. */
-void srv_call_park(struct srv_call* c, enum srv_park kind);
+void srv_call_park(struct srv_call *c, enum srv_park kind);
 /* Removes a parked c from its owner (module hook), heap and client. */
-void srv_call_withdraw(struct srv_call* c, cohort__time now);
-void srv_call_expire(struct srv_call* c, cohort__time now);
+void srv_call_withdraw(struct srv_call *c, cohort__time now);
+void srv_call_expire(struct srv_call *c, cohort__time now);
 /* Answers every due deadline. */
-void srv_core_expire_due(struct srv_core* core, cohort__time now);
-char* srv_strdup(const char* s);
+void srv_core_expire_due(struct srv_core *core, cohort__time now);
+char *srv_strdup(const char *s);
 /* Token comparison in time independent of the contents. */
-bool srv_token_eq(const char* a, const char* b);
+bool srv_token_eq(const char *a, const char *b);
 /* Text of a duration: "30.0 s". */
-void srv_fmt_secs(char* buf, size_t len, cohort__time ms);
+void srv_fmt_secs(char *buf, size_t len, cohort__time ms);
 /* "2, 3" */
-void srv_fmt_ranks(char* buf, size_t len, const int32_t* r, size_t n);
-uint64_t srv_random(struct srv_core* core);
-void srv_client_free(struct srv_client* cl, const char* why);
-void srv_client_set_pipe(struct srv_client* cl, uint32_t pipe);
+void srv_fmt_ranks(char *buf, size_t len, const int32_t *r, size_t n);
+uint64_t srv_random(struct srv_core *core);
+void srv_client_free(struct srv_client *cl, const char *why);
+void srv_client_set_pipe(struct srv_client *cl, uint32_t pipe);
 /* The job's client id, created if absent (NULL: ENOMEM). */
-struct srv_client* srv_client_get(
-    struct srv_job* job, uint64_t id, cohort__time now);
+struct srv_client *srv_client_get(
+    struct srv_job *job, uint64_t id, cohort__time now);
 /* Puts a reply into the client's cache ring, taking m. */
 void srv_client_cache_put(
-    struct srv_client* cl, uint64_t seq, nng_msg* m, bool durable);
+    struct srv_client *cl, uint64_t seq, nng_msg *m, bool durable);
 /* Whether a request body changes state (its reply is journalled). */
 bool srv_body_mutating(int body);
 
@@ -464,119 +464,119 @@ bool srv_body_mutating(int body);
 /* job.c                                                                    */
 /* ------------------------------------------------------------------------ */
 
-struct srv_job* srv_job_new(
-    struct srv_core* core, const char* name, const char* token);
+struct srv_job *srv_job_new(
+    struct srv_core *core, const char *name, const char *token);
 /* Answers every parked call of the job (ECLOSED, why), frees it. */
-void srv_job_free(struct srv_job* job, const char* why);
+void srv_job_free(struct srv_job *job, const char *why);
 /* Removes the job if every member left (and it is not preset). */
-void srv_job_maybe_remove(struct srv_job* job);
-void srv_job_join(struct srv_call* c, const Cohort__Join* j, cohort__time now);
-void srv_job_leave(struct srv_call* c, cohort__time now);
+void srv_job_maybe_remove(struct srv_job *job);
+void srv_job_join(struct srv_call *c, const Cohort__Join *j, cohort__time now);
+void srv_job_leave(struct srv_call *c, cohort__time now);
 void srv_job_heartbeat(
-    struct srv_call* c, const Cohort__Heartbeat* hb, cohort__time now);
-void srv_job_watch(struct srv_call* c, cohort__time now);
+    struct srv_call *c, const Cohort__Heartbeat *hb, cohort__time now);
+void srv_job_watch(struct srv_call *c, cohort__time now);
 void srv_job_report(
-    struct srv_call* c, const Cohort__ReportFailure* rf, cohort__time now);
+    struct srv_call *c, const Cohort__ReportFailure *rf, cohort__time now);
 /* Fails a running member: the job fails and parked non-KV calls hear. */
-void srv_job_fail_member(struct srv_job* job, struct srv_member* m,
-    const char* text, cohort__time now);
-void srv_job_sweep(struct srv_job* job, cohort__time now);
+void srv_job_fail_member(struct srv_job *job, struct srv_member *m,
+    const char *text, cohort__time now);
+void srv_job_sweep(struct srv_job *job, cohort__time now);
 /* Journal replay: a generation formed with these members (client_ids by
  * rank); members' last_seen is now (the grace period after a restart). */
-cohort_status srv_job_restore_gen(struct srv_job* job, uint64_t gen,
-    uint32_t world, struct srv_member* mem, const uint64_t* client_ids,
+cohort_status srv_job_restore_gen(struct srv_job *job, uint64_t gen,
+    uint32_t world, struct srv_member *mem, const uint64_t *client_ids,
     cohort__time now);
 /* Journal replay of a failure (text, and the job's detail if first). */
-void srv_job_restore_fail(struct srv_job* job, int32_t rank,
-    const char* text, const char* detail);
+void srv_job_restore_fail(
+    struct srv_job *job, int32_t rank, const char *text, const char *detail);
 /* What rank m is doing, for stall and timeout texts: "rank 5 is in
  * allreduce #812 since 63.2 s" (long) or "rank 5 in allreduce #812"
  * (short). */
-void srv_member_doing(const struct srv_job* job, const struct srv_member* m,
-    cohort__time now, bool longform, char* buf, size_t len);
-void srv_job_withdraw_join(struct srv_call* c);
-void srv_job_expire_join(struct srv_call* c, cohort__time now);
-void srv_job_expire_watch(struct srv_call* c, cohort__time now);
-const char* srv_member_state_name(enum srv_member_state st);
-const char* srv_job_state_name(const struct srv_job* job);
+void srv_member_doing(const struct srv_job *job, const struct srv_member *m,
+    cohort__time now, bool longform, char *buf, size_t len);
+void srv_job_withdraw_join(struct srv_call *c);
+void srv_job_expire_join(struct srv_call *c, cohort__time now);
+void srv_job_expire_watch(struct srv_call *c, cohort__time now);
+const char *srv_member_state_name(enum srv_member_state st);
+const char *srv_job_state_name(const struct srv_job *job);
 /* The member a call comes from, checked for collectives: NULL after
  * answering c with the reason. */
-struct srv_member* srv_job_collective_member(struct srv_call* c);
+struct srv_member *srv_job_collective_member(struct srv_call *c);
 
 /* ------------------------------------------------------------------------ */
 /* kv.c                                                                     */
 /* ------------------------------------------------------------------------ */
 
-void srv_kv_init(struct srv_kv* kv);
-void srv_kv_fini(struct srv_kv* kv);
+void srv_kv_init(struct srv_kv *kv);
+void srv_kv_fini(struct srv_kv *kv);
 /* Handles every KV body; returns after answering or parking c. */
 void srv_kv_handle(
-    struct srv_call* c, const Cohort__Request* req, cohort__time now);
-void srv_kv_withdraw(struct srv_call* c);
-void srv_kv_expire(struct srv_call* c, cohort__time now);
-uint64_t srv_kv_count(const struct srv_kv* kv);
+    struct srv_call *c, const Cohort__Request *req, cohort__time now);
+void srv_kv_withdraw(struct srv_call *c);
+void srv_kv_expire(struct srv_call *c, cohort__time now);
+uint64_t srv_kv_count(const struct srv_kv *kv);
 /* Journal replay: store / append / delete without limit checks. */
-cohort_status srv_kv_restore(struct srv_job* job, const char* key,
-    const void* val, size_t vlen, bool append);
-void srv_kv_restore_del(struct srv_job* job, const char* key);
+cohort_status srv_kv_restore(struct srv_job *job, const char *key,
+    const void *val, size_t vlen, bool append);
+void srv_kv_restore_del(struct srv_job *job, const char *key);
 /* Whether key exists; its value (valid until the next KV change) if so. */
 bool srv_kv_peek(
-    struct srv_kv* kv, const char* key, const void** val, size_t* vlen);
+    struct srv_kv *kv, const char *key, const void **val, size_t *vlen);
 /* Calls fn for every key (snapshot). */
-void srv_kv_foreach(struct srv_kv* kv,
-    void (*fn)(void* arg, const char* key, const void* val, size_t vlen),
-    void* arg);
+void srv_kv_foreach(struct srv_kv *kv,
+    void (*fn)(void *arg, const char *key, const void *val, size_t vlen),
+    void *arg);
 
 /* ------------------------------------------------------------------------ */
 /* coll.c                                                                   */
 /* ------------------------------------------------------------------------ */
 
 void srv_coll_handle(
-    struct srv_call* c, const Cohort__Collective* co, cohort__time now);
+    struct srv_call *c, const Cohort__Collective *co, cohort__time now);
 void srv_group_handle(
-    struct srv_call* c, const Cohort__GroupCreate* gc, cohort__time now);
-void srv_coll_withdraw(struct srv_call* c);
-void srv_coll_expire(struct srv_call* c, cohort__time now);
-void srv_group_withdraw(struct srv_call* c);
-void srv_group_expire(struct srv_call* c, cohort__time now);
+    struct srv_call *c, const Cohort__GroupCreate *gc, cohort__time now);
+void srv_coll_withdraw(struct srv_call *c);
+void srv_coll_expire(struct srv_call *c, cohort__time now);
+void srv_group_withdraw(struct srv_call *c);
+void srv_group_expire(struct srv_call *c, cohort__time now);
 /* Creates the world group of a new generation. */
-cohort_status srv_group_world(struct srv_job* job);
+cohort_status srv_group_world(struct srv_job *job);
 /* Answers every parked collective / group creation with st (EPEERLOST
  * with the job's failure, ESTALE, ECLOSED) and frees them. With
  * free_groups, complete groups go too (new generation, job removal). */
 void srv_coll_reset(
-    struct srv_job* job, cohort_status st, const char* why, bool free_groups);
+    struct srv_job *job, cohort_status st, const char *why, bool free_groups);
 /* A rank left: fail every pending op that waits for it. */
-void srv_coll_rank_left(struct srv_job* job, int32_t rank);
+void srv_coll_rank_left(struct srv_job *job, int32_t rank);
 /* "barrier 'x' (#5)" for the op c is parked in, into buf. */
-void srv_coll_describe(const struct srv_call* c, char* buf, size_t len);
-const char* srv_coll_kind_name(int kind);
+void srv_coll_describe(const struct srv_call *c, char *buf, size_t len);
+const char *srv_coll_kind_name(int kind);
 /* Journal replay: a complete group. */
 cohort_status srv_group_restore(
-    struct srv_job* job, const char* name, const int32_t* ranks, uint32_t n);
+    struct srv_job *job, const char *name, const int32_t *ranks, uint32_t n);
 /* Stall detection (core sweep, at most once a second). */
-void srv_coll_stall_check(struct srv_job* job, cohort__time now);
+void srv_coll_stall_check(struct srv_job *job, cohort__time now);
 /* Text of a stalled parked collective: "barrier 'x' (#17) on group ''
  * waiting 61.0 s: ranks 5, 7 have not entered; rank 5 is in ...". */
-void srv_coll_stall_text(const struct srv_coll* co, cohort__time now,
-    char* buf, size_t len);
+void srv_coll_stall_text(
+    const struct srv_coll *co, cohort__time now, char *buf, size_t len);
 /* Data-plane stalls seen through heartbeats: calls fn once per stalled
  * (group, op_seq) with the lowest in-op member, the group and a text. */
-void srv_coll_data_stalls(struct srv_job* job, cohort__time now,
-    void (*fn)(void* arg, const struct srv_member* m,
-        const struct srv_group* g, const uint8_t* entered, const char* text),
-    void* arg);
+void srv_coll_data_stalls(struct srv_job *job, cohort__time now,
+    void (*fn)(void *arg, const struct srv_member *m,
+        const struct srv_group *g, const uint8_t *entered, const char *text),
+    void *arg);
 /* Stalled operations now (for /metrics). */
-uint64_t srv_core_stalled(struct srv_core* core, cohort__time now);
+uint64_t srv_core_stalled(struct srv_core *core, cohort__time now);
 
 /* ------------------------------------------------------------------------ */
 /* status.c                                                                 */
 /* ------------------------------------------------------------------------ */
 
 void srv_status_handle(
-    struct srv_call* c, const Cohort__Request* req, cohort__time now);
+    struct srv_call *c, const Cohort__Request *req, cohort__time now);
 /* Prometheus text (for /metrics) into a malloc'd string. */
-char* srv_metrics_text(struct srv_core* core, cohort__time now);
+char *srv_metrics_text(struct srv_core *core, cohort__time now);
 
 /* ------------------------------------------------------------------------ */
 /* journal.c                                                                */
@@ -589,7 +589,7 @@ enum srv_fsync {
 };
 
 struct srv_jrn_opts {
-	const char* dir;
+	const char *dir;
 	enum srv_fsync fsync;
 	uint64_t compact_min; /* 0 = 64 MiB */
 };
@@ -610,35 +610,35 @@ struct srv_jrn_stats {
  * core and keeps the log open for appending. Call right after
  * srv_core_new, before any request. */
 cohort_status srv_core_journal_open(
-    struct srv_core* core, const struct srv_jrn_opts* o, cohort__time now);
+    struct srv_core *core, const struct srv_jrn_opts *o, cohort__time now);
 /* Writes the buffered records (the transport calls it before replies
  * leave; dispatch, sweep and pipe_closed call it themselves). */
-void srv_jrn_flush(struct srv_core* core, cohort__time now);
+void srv_jrn_flush(struct srv_core *core, cohort__time now);
 /* Sweep: batched fdatasync, recovery after a write error. */
-void srv_jrn_tick(struct srv_core* core, cohort__time now);
+void srv_jrn_tick(struct srv_core *core, cohort__time now);
 /* Writes a snapshot now and starts a new log. */
-cohort_status srv_jrn_compact(struct srv_core* core);
-void srv_jrn_close(struct srv_core* core);
+cohort_status srv_jrn_compact(struct srv_core *core);
+void srv_jrn_close(struct srv_core *core);
 /* For the transport: a descriptor to fdatasync and close outside the
  * mutex, or -1 if nothing is due (SRV_FSYNC_BATCH). */
-int srv_jrn_sync_fd(struct srv_core* core);
-uint32_t srv_crc32c(const void* p, size_t n);
-void srv_jrn_stats(const struct srv_core* core, struct srv_jrn_stats* st);
+int srv_jrn_sync_fd(struct srv_core *core);
+uint32_t srv_crc32c(const void *p, size_t n);
+void srv_jrn_stats(const struct srv_core *core, struct srv_jrn_stats *st);
 
 /* Records (no-ops without a journal or during replay). */
-void srv_jrn_gen(struct srv_job* job);
+void srv_jrn_gen(struct srv_job *job);
 void srv_jrn_fail(
-    struct srv_job* job, const struct srv_member* m, const char* detail);
-void srv_jrn_leave(struct srv_job* job, const struct srv_member* m);
-void srv_jrn_group(struct srv_job* job, const struct srv_group* g);
+    struct srv_job *job, const struct srv_member *m, const char *detail);
+void srv_jrn_leave(struct srv_job *job, const struct srv_member *m);
+void srv_jrn_group(struct srv_job *job, const struct srv_group *g);
 void srv_jrn_kv_put(
-    struct srv_job* job, const char* key, const void* val, size_t len);
+    struct srv_job *job, const char *key, const void *val, size_t len);
 void srv_jrn_kv_append(
-    struct srv_job* job, const char* key, const void* val, size_t len);
-void srv_jrn_kv_del(struct srv_job* job, const char* key);
-void srv_jrn_reply(struct srv_client* cl, uint64_t seq, nng_msg* m);
-void srv_jrn_client_del(struct srv_client* cl);
-void srv_jrn_job_del(struct srv_job* job);
+    struct srv_job *job, const char *key, const void *val, size_t len);
+void srv_jrn_kv_del(struct srv_job *job, const char *key);
+void srv_jrn_reply(struct srv_client *cl, uint64_t seq, nng_msg *m);
+void srv_jrn_client_del(struct srv_client *cl);
+void srv_jrn_job_del(struct srv_job *job);
 
 /* ------------------------------------------------------------------------ */
 /* torchstore.c: the TCPStore listener (--torch-store)                     */
@@ -649,22 +649,21 @@ struct srv_tstore;
 
 /* Runs fn(arg, core, now) under the server mutex and sends the replies it
  * produced for nng clients afterwards (srv.c). */
-void srv_with_core(struct cohort__srv* s,
-    void (*fn)(void* arg, struct srv_core* core, cohort__time now),
-    void* arg);
+void srv_with_core(struct cohort__srv *s,
+    void (*fn)(void *arg, struct srv_core *core, cohort__time now), void *arg);
 /* Starts a listener for spec "[JOB@]ADDR:PORT" (port 0: a free one);
  * token: the job's token ("" if none). partial_ms: how long a request may
  * stay incomplete before its connection is closed (0 = 30 s). */
-cohort_status srv_tstore_start(struct cohort__srv* s, struct srv_core* core,
-    const char* spec, const char* token, uint32_t partial_ms,
-    struct srv_tstore** out);
+cohort_status srv_tstore_start(struct cohort__srv *s, struct srv_core *core,
+    const char *spec, const char *token, uint32_t partial_ms,
+    struct srv_tstore **out);
 /* "ADDR:PORT" as bound. */
-const char* srv_tstore_addr(const struct srv_tstore* ts);
-const char* srv_tstore_job(const struct srv_tstore* ts);
+const char *srv_tstore_addr(const struct srv_tstore *ts);
+const char *srv_tstore_job(const struct srv_tstore *ts);
 /* Stops the thread, closes every connection (their parked requests are
  * withdrawn), frees. Call before the core goes. */
-void srv_tstore_stop(struct srv_tstore* ts);
+void srv_tstore_stop(struct srv_tstore *ts);
 /* The sink's half for SRV_TP_TORCH handles (called under the mutex). */
-void srv_tstore_deliver(void* tp, nng_msg* reply);
+void srv_tstore_deliver(void *tp, nng_msg *reply);
 
 #endif /* COHORT_SRV_IMPL_H */

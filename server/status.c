@@ -12,19 +12,19 @@
 
 /* Everything allocated for one reply, freed after packing. */
 struct status_build {
-	void** ptrs;
+	void **ptrs;
 	size_t n, cap;
 	bool oom;
 };
 
-static void*
-sb_alloc(struct status_build* sb, size_t size)
+static void *
+sb_alloc(struct status_build *sb, size_t size)
 {
-	void* p;
+	void *p;
 
 	if (sb->n == sb->cap) {
 		size_t cap = sb->cap ? sb->cap * 2 : 64;
-		void** np = realloc(sb->ptrs, cap * sizeof(void*));
+		void **np = realloc(sb->ptrs, cap * sizeof(void *));
 		if (np == NULL) {
 			sb->oom = true;
 			return (NULL);
@@ -40,22 +40,22 @@ sb_alloc(struct status_build* sb, size_t size)
 	return (p);
 }
 
-static Cohort__PendingOp*
-status_pending(struct status_build* sb, const char* group, uint64_t op_seq,
-    const char* kind, const char* name, cohort__time waiting,
-    const int32_t* ranks, uint32_t n, const uint8_t* arrived)
+static Cohort__PendingOp *
+status_pending(struct status_build *sb, const char *group, uint64_t op_seq,
+    const char *kind, const char *name, cohort__time waiting,
+    const int32_t *ranks, uint32_t n, const uint8_t *arrived)
 {
-	Cohort__PendingOp* op = sb_alloc(sb, sizeof(*op));
-	int32_t* a = sb_alloc(sb, sizeof(int32_t) * (n ? n : 1));
-	int32_t* m = sb_alloc(sb, sizeof(int32_t) * (n ? n : 1));
+	Cohort__PendingOp *op = sb_alloc(sb, sizeof(*op));
+	int32_t *a = sb_alloc(sb, sizeof(int32_t) * (n ? n : 1));
+	int32_t *m = sb_alloc(sb, sizeof(int32_t) * (n ? n : 1));
 
 	if (op == NULL || a == NULL || m == NULL)
 		return (NULL);
 	cohort__pending_op__init(op);
-	op->group = (char*)group;
+	op->group = (char *)group;
 	op->op_seq = op_seq;
-	op->kind = (char*)kind;
-	op->name = (char*)name;
+	op->kind = (char *)kind;
+	op->name = (char *)name;
 	op->waiting_ms = (uint64_t)(waiting > 0 ? waiting : 0);
 	op->arrived = a;
 	op->missing = m;
@@ -68,11 +68,11 @@ status_pending(struct status_build* sb, const char* group, uint64_t op_seq,
 	return (op);
 }
 
-static char*
-sb_strdup(struct status_build* sb, const char* s)
+static char *
+sb_strdup(struct status_build *sb, const char *s)
 {
 	size_t n = strlen(s) + 1;
-	char* d = sb_alloc(sb, n);
+	char *d = sb_alloc(sb, n);
 
 	if (d != NULL)
 		memcpy(d, s, n);
@@ -80,20 +80,20 @@ sb_strdup(struct status_build* sb, const char* s)
 }
 
 struct status_data {
-	struct status_build* sb;
-	Cohort__PendingOp** pend;
-	size_t* k;
+	struct status_build *sb;
+	Cohort__PendingOp **pend;
+	size_t *k;
 	size_t cap;
 	cohort__time now;
 };
 
 /* A data-plane stall seen through heartbeats, as a pending op. */
 static void
-status_data_stall(void* arg, const struct srv_member* m,
-    const struct srv_group* g, const uint8_t* entered, const char* text)
+status_data_stall(void *arg, const struct srv_member *m,
+    const struct srv_group *g, const uint8_t *entered, const char *text)
 {
-	struct status_data* d = arg;
-	Cohort__PendingOp* op;
+	struct status_data *d = arg;
+	Cohort__PendingOp *op;
 
 	if (*d->k >= d->cap)
 		return;
@@ -107,13 +107,13 @@ status_data_stall(void* arg, const struct srv_member* m,
 	d->pend[(*d->k)++] = op;
 }
 
-static Cohort__JobStatus*
-status_job(struct status_build* sb, struct srv_job* job, cohort__time now)
+static Cohort__JobStatus *
+status_job(struct status_build *sb, struct srv_job *job, cohort__time now)
 {
-	Cohort__JobStatus* js = sb_alloc(sb, sizeof(*js));
+	Cohort__JobStatus *js = sb_alloc(sb, sizeof(*js));
 	size_t npend = job->colls.n + job->groups.n + 1 + job->world, k = 0;
 	struct status_data dd;
-	Cohort__PendingOp** pend = sb_alloc(sb, sizeof(void*) * npend);
+	Cohort__PendingOp **pend = sb_alloc(sb, sizeof(void *) * npend);
 
 	if (js == NULL || pend == NULL)
 		return (NULL);
@@ -121,18 +121,18 @@ status_job(struct status_build* sb, struct srv_job* job, cohort__time now)
 	js->job = job->name;
 	js->generation = job->generation;
 	js->world_size = job->world;
-	js->state = (char*)srv_job_state_name(job);
+	js->state = (char *)srv_job_state_name(job);
 	js->kv_keys = srv_kv_count(&job->kv);
 	js->kv_bytes = job->kv.bytes;
 	js->failed_rank = job->failed_rank;
 	js->failed_text = job->failed_text != NULL ? job->failed_text : "";
 	if (job->members != NULL) {
-		js->members = sb_alloc(sb, sizeof(void*) * job->world);
+		js->members = sb_alloc(sb, sizeof(void *) * job->world);
 		if (js->members == NULL)
 			return (NULL);
 		for (uint32_t r = 0; r < job->world; r++) {
-			struct srv_member* m = &job->members[r];
-			Cohort__MemberStatus* ms = sb_alloc(sb, sizeof(*ms));
+			struct srv_member *m = &job->members[r];
+			Cohort__MemberStatus *ms = sb_alloc(sb, sizeof(*ms));
 			if (ms == NULL)
 				return (NULL);
 			cohort__member_status__init(ms);
@@ -140,7 +140,7 @@ status_job(struct status_build* sb, struct srv_job* job, cohort__time now)
 			ms->host = m->host;
 			ms->pid = m->pid;
 			ms->last_seen_ms_ago = (uint64_t)(now - m->last_seen);
-			ms->state = (char*)srv_member_state_name(m->state);
+			ms->state = (char *)srv_member_state_name(m->state);
 			ms->last_op = m->last_op;
 			ms->last_op_seq = m->last_op_seq;
 			ms->last_group = m->last_group;
@@ -153,8 +153,8 @@ status_job(struct status_build* sb, struct srv_job* job, cohort__time now)
 		}
 	}
 	if (job->rdzv_world != 0) {
-		uint8_t* arr = sb_alloc(sb, job->rdzv_world);
-		int32_t* ranks
+		uint8_t *arr = sb_alloc(sb, job->rdzv_world);
+		int32_t *ranks
 		    = sb_alloc(sb, sizeof(int32_t) * job->rdzv_world);
 		uint32_t nauto = job->rdzv_n;
 		if (arr == NULL || ranks == NULL)
@@ -179,9 +179,9 @@ status_job(struct status_build* sb, struct srv_job* job, cohort__time now)
 		k++;
 	}
 	for (size_t i = 0; i < job->colls.nb; i++) {
-		struct srv_hnode* n;
+		struct srv_hnode *n;
 		for (n = job->colls.b[i]; n != NULL; n = n->next) {
-			struct srv_coll* co
+			struct srv_coll *co
 			    = SRV_CONTAINER(n, struct srv_coll, hn);
 			if ((pend[k] = status_pending(sb, co->g->name,
 			         co->op_seq, srv_coll_kind_name(co->cd.kind),
@@ -201,11 +201,11 @@ status_job(struct status_build* sb, struct srv_job* job, cohort__time now)
 		}
 	}
 	for (size_t i = 0; i < job->groups.nb; i++) {
-		struct srv_hnode* n;
+		struct srv_hnode *n;
 		for (n = job->groups.b[i]; n != NULL; n = n->next) {
-			struct srv_group* g
+			struct srv_group *g
 			    = SRV_CONTAINER(n, struct srv_group, hn);
-			uint8_t* arr;
+			uint8_t *arr;
 			if (g->complete)
 				continue;
 			if ((arr = sb_alloc(sb, g->n)) == NULL)
@@ -237,13 +237,13 @@ status_job(struct status_build* sb, struct srv_job* job, cohort__time now)
 
 void
 srv_status_handle(
-    struct srv_call* c, const Cohort__Request* req, cohort__time now)
+    struct srv_call *c, const Cohort__Request *req, cohort__time now)
 {
-	struct srv_core* core = c->core;
-	const char* want = req->status_query->job[0] != '\0'
+	struct srv_core *core = c->core;
+	const char *want = req->status_query->job[0] != '\0'
 	    ? req->status_query->job
 	    : req->job;
-	struct srv_job* only = NULL;
+	struct srv_job *only = NULL;
 	struct status_build sb = { NULL, 0, 0, false };
 	Cohort__StatusReply sr;
 	Cohort__Reply rep;
@@ -251,7 +251,7 @@ srv_status_handle(
 	    && srv_token_eq(core->admin_token, req->token);
 
 	if (want[0] != '\0') {
-		struct srv_hnode* n
+		struct srv_hnode *n
 		    = srv_map_get(&core->jobs, want, strlen(want));
 		if (n != NULL)
 			only = SRV_CONTAINER(n, struct srv_job, hn);
@@ -268,17 +268,17 @@ srv_status_handle(
 	cohort__status_reply__init(&sr);
 	sr.uptime_ms = (uint64_t)(now - core->started);
 	sr.clients = core->nclients;
-	sr.jobs = sb_alloc(&sb, sizeof(void*) * (core->jobs.n + 1));
+	sr.jobs = sb_alloc(&sb, sizeof(void *) * (core->jobs.n + 1));
 	if (sr.jobs != NULL) {
 		if (only != NULL) {
 			if ((sr.jobs[0] = status_job(&sb, only, now)) != NULL)
 				sr.n_jobs = 1;
 		} else {
 			size_t i;
-			struct srv_hnode* n;
+			struct srv_hnode *n;
 			for (n = srv_map_next(&core->jobs, &i, NULL);
 			     n != NULL; n = srv_map_next(&core->jobs, &i, n)) {
-				Cohort__JobStatus* js = status_job(&sb,
+				Cohort__JobStatus *js = status_job(&sb,
 				    SRV_CONTAINER(n, struct srv_job, hn), now);
 				if (js == NULL)
 					break;
@@ -299,21 +299,21 @@ srv_status_handle(
 	free(sb.ptrs);
 }
 
-char*
-srv_metrics_text(struct srv_core* core, cohort__time now)
+char *
+srv_metrics_text(struct srv_core *core, cohort__time now)
 {
 	size_t cap = 4096 + core->jobs.n * 512, off = 0;
-	char* buf = malloc(cap);
+	char *buf = malloc(cap);
 	uint64_t keys = 0, bytes = 0, members = 0;
 	struct srv_jrn_stats js;
-	struct srv_hnode* n;
+	struct srv_hnode *n;
 	size_t i;
 
 	if (buf == NULL)
 		return (NULL);
 	for (n = srv_map_next(&core->jobs, &i, NULL); n != NULL;
 	     n = srv_map_next(&core->jobs, &i, n)) {
-		struct srv_job* job = SRV_CONTAINER(n, struct srv_job, hn);
+		struct srv_job *job = SRV_CONTAINER(n, struct srv_job, hn);
 		keys += srv_kv_count(&job->kv);
 		bytes += job->kv.bytes;
 		for (uint32_t r = 0; job->members && r < job->world; r++)
@@ -357,8 +357,7 @@ srv_metrics_text(struct srv_core* core, cohort__time now)
 	if (core->jrn != NULL) {
 		srv_jrn_stats(core, &js);
 		M("counter", "journal_records_total",
-		    "Journal records written.",
-		    "%" PRIu64, js.records);
+		    "Journal records written.", "%" PRIu64, js.records);
 		M("counter", "journal_bytes_total", "Journal bytes written.",
 		    "%" PRIu64, js.bytes);
 		M("gauge", "journal_log_bytes", "Size of the journal log.",

@@ -90,20 +90,20 @@ enum { TS_STOP_WAITING = 0, TS_WAIT_CANCELED = 1 };
 enum { TS_READY = 0, TS_NOT_READY = 1 };
 
 struct ts_item {
-	struct ts_item* next;
+	struct ts_item *next;
 	size_t len;
 	uint8_t data[];
 };
 
 struct ts_queue {
-	struct ts_queue* next;
-	char* name;
+	struct ts_queue *next;
+	char *name;
 	struct ts_item *head, *tail;
 	size_t n;
 };
 
 struct ts_conn {
-	struct srv_tstore* ts;
+	struct srv_tstore *ts;
 	struct ts_conn *next, *prev;
 	int fd;
 	uint32_t pipe;
@@ -116,19 +116,19 @@ struct ts_conn {
 	int busy;
 	uint64_t busy_seq;
 	/* WAIT in flight: the keys it waits for, and what ended it. */
-	char** wkeys;
+	char **wkeys;
 	size_t nwkeys;
-	bool* wqueued; /* per key: satisfied by a queue push */
+	bool *wqueued; /* per key: satisfied by a queue push */
 	bool cancel_asked; /* CANCEL_WAIT arrived while parked */
 	bool by_queue; /* released by a queue push */
 	/* BARRIER: the counter key and the count that releases it; while
 	 * waiting, busy == TS_BARRIER and busy_seq == 0 (parked here). */
-	char* bkey;
+	char *bkey;
 	int64_t bworld;
-	uint8_t* in;
+	uint8_t *in;
 	size_t inlen, incap;
 	cohort__time partial_since; /* 0: no incomplete request */
-	uint8_t* out;
+	uint8_t *out;
 	size_t outlen, outoff, outcap;
 	bool want_out;
 	char peer[64];
@@ -136,16 +136,16 @@ struct ts_conn {
 
 struct ts_req {
 	struct srv_tp tp; /* SRV_TP_TORCH: first */
-	struct ts_conn* conn;
+	struct ts_conn *conn;
 	int query;
 	uint64_t seq;
-	nng_msg* reply;
-	struct ts_req* next;
+	nng_msg *reply;
+	struct ts_req *next;
 };
 
 struct srv_tstore {
-	struct cohort__srv* srv;
-	struct srv_core* core;
+	struct cohort__srv *srv;
+	struct srv_core *core;
 	char job[SRV_MAX_NAME + 1];
 	char token[SRV_MAX_NAME + 1];
 	char addr[96];
@@ -157,9 +157,9 @@ struct srv_tstore {
 	atomic_bool stop;
 	pthread_mutex_t inbox_mtx;
 	struct ts_req *inbox, **inbox_tail;
-	struct ts_conn* conns;
+	struct ts_conn *conns;
 	size_t nconns;
-	struct ts_queue* queues;
+	struct ts_queue *queues;
 	uint64_t queue_bytes;
 };
 
@@ -168,10 +168,10 @@ struct srv_tstore {
 /* ------------------------------------------------------------------------ */
 
 static bool
-ts_out_reserve(struct ts_conn* c, size_t more)
+ts_out_reserve(struct ts_conn *c, size_t more)
 {
 	size_t need = c->outlen + more, cap = c->outcap ? c->outcap : 256;
-	uint8_t* p;
+	uint8_t *p;
 
 	if (c->outoff > 0 && c->outoff == c->outlen)
 		c->outoff = c->outlen = 0, need = more;
@@ -187,7 +187,7 @@ ts_out_reserve(struct ts_conn* c, size_t more)
 }
 
 static bool
-ts_put(struct ts_conn* c, const void* p, size_t n)
+ts_put(struct ts_conn *c, const void *p, size_t n)
 {
 	if (!ts_out_reserve(c, n))
 		return (false);
@@ -198,13 +198,13 @@ ts_put(struct ts_conn* c, const void* p, size_t n)
 }
 
 static bool
-ts_put_u8(struct ts_conn* c, uint8_t v)
+ts_put_u8(struct ts_conn *c, uint8_t v)
 {
 	return (ts_put(c, &v, 1));
 }
 
 static bool
-ts_put_u64(struct ts_conn* c, uint64_t v)
+ts_put_u64(struct ts_conn *c, uint64_t v)
 {
 	uint8_t b[8];
 
@@ -214,21 +214,21 @@ ts_put_u64(struct ts_conn* c, uint64_t v)
 }
 
 static bool
-ts_put_bytes(struct ts_conn* c, const void* p, size_t n)
+ts_put_bytes(struct ts_conn *c, const void *p, size_t n)
 {
 	return (ts_put_u64(c, (uint64_t)n) && ts_put(c, p, n));
 }
 
 /* A parse cursor over the input buffer. */
 struct ts_cur {
-	const uint8_t* p;
+	const uint8_t *p;
 	size_t left;
 	bool bad; /* malformed or over a limit: close */
-	const char* why;
+	const char *why;
 };
 
 static bool
-ts_get(struct ts_cur* k, void* out, size_t n)
+ts_get(struct ts_cur *k, void *out, size_t n)
 {
 	if (k->left < n)
 		return (false);
@@ -239,7 +239,7 @@ ts_get(struct ts_cur* k, void* out, size_t n)
 }
 
 static bool
-ts_get_u64(struct ts_cur* k, uint64_t* v)
+ts_get_u64(struct ts_cur *k, uint64_t *v)
 {
 	uint8_t b[8];
 
@@ -253,7 +253,7 @@ ts_get_u64(struct ts_cur* k, uint64_t* v)
 
 /* A length-prefixed string up to max bytes: points into the buffer. */
 static bool
-ts_get_str(struct ts_cur* k, size_t max, const uint8_t** s, size_t* n)
+ts_get_str(struct ts_cur *k, size_t max, const uint8_t **s, size_t *n)
 {
 	uint64_t len;
 
@@ -274,12 +274,12 @@ ts_get_str(struct ts_cur* k, size_t max, const uint8_t** s, size_t* n)
 }
 
 /* A key as a C string (malloc'd); keys may not contain NUL. */
-static char*
-ts_key(struct ts_cur* k)
+static char *
+ts_key(struct ts_cur *k)
 {
-	const uint8_t* s;
+	const uint8_t *s;
 	size_t n;
-	char* out;
+	char *out;
 
 	if (!ts_get_str(k, COHORT__MAX_KEY, &s, &n))
 		return (NULL);
@@ -299,7 +299,7 @@ ts_key(struct ts_cur* k)
 }
 
 static void
-ts_free_keys(char** keys, size_t n)
+ts_free_keys(char **keys, size_t n)
 {
 	for (size_t i = 0; keys != NULL && i < n; i++)
 		free(keys[i]);
@@ -307,11 +307,11 @@ ts_free_keys(char** keys, size_t n)
 }
 
 /* u64 count then count keys. NULL with k->bad, or NULL for "need more". */
-static char**
-ts_keys(struct ts_cur* k, size_t* n)
+static char **
+ts_keys(struct ts_cur *k, size_t *n)
 {
 	uint64_t cnt;
-	char** keys;
+	char **keys;
 
 	if (!ts_get_u64(k, &cnt))
 		return (NULL);
@@ -320,7 +320,7 @@ ts_keys(struct ts_cur* k, size_t* n)
 		k->why = "too many keys";
 		return (NULL);
 	}
-	if ((keys = calloc(cnt ? cnt : 1, sizeof(char*))) == NULL) {
+	if ((keys = calloc(cnt ? cnt : 1, sizeof(char *))) == NULL) {
 		k->bad = true;
 		k->why = "out of memory";
 		return (NULL);
@@ -339,10 +339,10 @@ ts_keys(struct ts_cur* k, size_t* n)
 /* Queues (in memory, per listener)                                         */
 /* ------------------------------------------------------------------------ */
 
-static struct ts_queue*
-ts_queue_find(struct srv_tstore* ts, const char* name, bool create)
+static struct ts_queue *
+ts_queue_find(struct srv_tstore *ts, const char *name, bool create)
 {
-	struct ts_queue* q;
+	struct ts_queue *q;
 
 	for (q = ts->queues; q != NULL; q = q->next)
 		if (strcmp(q->name, name) == 0)
@@ -359,21 +359,21 @@ ts_queue_find(struct srv_tstore* ts, const char* name, bool create)
 }
 
 static bool
-ts_queue_nonempty(struct srv_tstore* ts, const char* name)
+ts_queue_nonempty(struct srv_tstore *ts, const char *name)
 {
-	struct ts_queue* q = ts_queue_find(ts, name, false);
+	struct ts_queue *q = ts_queue_find(ts, name, false);
 
 	return (q != NULL && q->n > 0);
 }
 
 static void
-ts_queues_free(struct srv_tstore* ts)
+ts_queues_free(struct srv_tstore *ts)
 {
 	while (ts->queues != NULL) {
-		struct ts_queue* q = ts->queues;
+		struct ts_queue *q = ts->queues;
 		ts->queues = q->next;
 		while (q->head != NULL) {
-			struct ts_item* it = q->head;
+			struct ts_item *it = q->head;
 			q->head = it->next;
 			free(it);
 		}
@@ -386,12 +386,12 @@ ts_queues_free(struct srv_tstore* ts)
 /* Connections                                                              */
 /* ------------------------------------------------------------------------ */
 
-static void ts_conn_close(struct ts_conn* c, const char* why);
+static void ts_conn_close(struct ts_conn *c, const char *why);
 
 static void
-ts_conn_free(struct ts_conn* c)
+ts_conn_free(struct ts_conn *c)
 {
-	struct srv_tstore* ts = c->ts;
+	struct srv_tstore *ts = c->ts;
 
 	if (c->prev != NULL)
 		c->prev->next = c->next;
@@ -413,9 +413,9 @@ struct ts_closed_arg {
 };
 
 static void
-ts_closed_locked(void* arg, struct srv_core* core, cohort__time now)
+ts_closed_locked(void *arg, struct srv_core *core, cohort__time now)
 {
-	struct ts_closed_arg* a = arg;
+	struct ts_closed_arg *a = arg;
 
 	/* Withdraws its parked calls (their tp come back with NULL) and
 	 * frees its client: a TCPStore client never reconnects. */
@@ -423,7 +423,7 @@ ts_closed_locked(void* arg, struct srv_core* core, cohort__time now)
 }
 
 static void
-ts_conn_close(struct ts_conn* c, const char* why)
+ts_conn_close(struct ts_conn *c, const char *why)
 {
 	struct ts_closed_arg a;
 
@@ -443,7 +443,7 @@ ts_conn_close(struct ts_conn* c, const char* why)
 
 /* Frees the closed connections no request refers to any more. */
 static void
-ts_reap(struct srv_tstore* ts)
+ts_reap(struct srv_tstore *ts)
 {
 	for (struct ts_conn *c = ts->conns, *next; c != NULL; c = next) {
 		next = c->next;
@@ -453,7 +453,7 @@ ts_reap(struct srv_tstore* ts)
 }
 
 static void
-ts_conn_watch(struct ts_conn* c)
+ts_conn_watch(struct ts_conn *c)
 {
 	struct epoll_event ev;
 	bool want = c->outoff < c->outlen;
@@ -470,7 +470,7 @@ ts_conn_watch(struct ts_conn* c)
 /* Writes what it can; a client that lets more than twice the largest
  * value pile up is not reading: closed. */
 static void
-ts_conn_flush(struct ts_conn* c)
+ts_conn_flush(struct ts_conn *c)
 {
 	while (!c->dead && c->outoff < c->outlen) {
 		ssize_t n = send(c->fd, c->out + c->outoff,
@@ -501,21 +501,21 @@ ts_conn_flush(struct ts_conn* c)
 /* ------------------------------------------------------------------------ */
 
 struct ts_disp {
-	struct ts_conn* c;
+	struct ts_conn *c;
 	int query;
-	Cohort__Request* req;
-	const struct cohort__iov* parts;
+	Cohort__Request *req;
+	const struct cohort__iov *parts;
 	size_t nparts;
 	bool ok;
 };
 
 static void
-ts_dispatch_locked(void* arg, struct srv_core* core, cohort__time now)
+ts_dispatch_locked(void *arg, struct srv_core *core, cohort__time now)
 {
-	struct ts_disp* d = arg;
-	struct ts_conn* c = d->c;
-	struct ts_req* r;
-	nng_msg* msg;
+	struct ts_disp *d = arg;
+	struct ts_conn *c = d->c;
+	struct ts_req *r;
+	nng_msg *msg;
 
 	d->ok = false;
 	if ((r = calloc(1, sizeof(*r))) == NULL)
@@ -544,8 +544,8 @@ ts_dispatch_locked(void* arg, struct srv_core* core, cohort__time now)
 }
 
 static bool
-ts_dispatch(struct ts_conn* c, int query, Cohort__Request* req,
-    const struct cohort__iov* parts, size_t nparts)
+ts_dispatch(struct ts_conn *c, int query, Cohort__Request *req,
+    const struct cohort__iov *parts, size_t nparts)
 {
 	struct ts_disp d = { c, query, req, parts, nparts, false };
 
@@ -555,10 +555,10 @@ ts_dispatch(struct ts_conn* c, int query, Cohort__Request* req,
 }
 
 void
-srv_tstore_deliver(void* tp, nng_msg* reply)
+srv_tstore_deliver(void *tp, nng_msg *reply)
 {
-	struct ts_req* r = tp;
-	struct srv_tstore* ts = r->conn->ts;
+	struct ts_req *r = tp;
+	struct srv_tstore *ts = r->conn->ts;
 	uint64_t one = 1;
 
 	r->reply = reply;
@@ -572,13 +572,14 @@ srv_tstore_deliver(void* tp, nng_msg* reply)
 	}
 }
 
-static void ts_input(struct ts_conn* c, cohort__time now);
+static void ts_input(struct ts_conn *c, cohort__time now);
 
 /* Releases the connections parked in BARRIER on key (but self). */
 static void
-ts_barrier_release(struct srv_tstore* ts, const char* key, struct ts_conn* self)
+ts_barrier_release(
+    struct srv_tstore *ts, const char *key, struct ts_conn *self)
 {
-	for (struct ts_conn* o = ts->conns; o != NULL; o = o->next) {
+	for (struct ts_conn *o = ts->conns; o != NULL; o = o->next) {
 		if (o == self || o->dead || o->busy != TS_BARRIER
 		    || o->busy_seq != 0 || o->bkey == NULL
 		    || strcmp(o->bkey, key) != 0)
@@ -596,10 +597,10 @@ ts_barrier_release(struct srv_tstore* ts, const char* key, struct ts_conn* self)
 
 /* A reply from the core, back in this thread: its TCPStore answer. */
 static void
-ts_on_reply(struct ts_conn* c, struct ts_req* r)
+ts_on_reply(struct ts_conn *c, struct ts_req *r)
 {
-	Cohort__Reply* rep = NULL;
-	const uint8_t* pl = NULL;
+	Cohort__Reply *rep = NULL;
+	const uint8_t *pl = NULL;
 	size_t plen = 0;
 	cohort_status st = COHORT_ECLOSED;
 	bool ok = true;
@@ -636,7 +637,8 @@ ts_on_reply(struct ts_conn* c, struct ts_req* r)
 	case TS_BARRIER:
 		/* The counter was incremented (an ADD): the last arrival
 		 * releases everyone parked on the key, the others park. */
-		ok = st == COHORT_OK && rep->body_case == COHORT__REPLY__BODY_KV_ADD;
+		ok = st == COHORT_OK
+		    && rep->body_case == COHORT__REPLY__BODY_KV_ADD;
 		if (!ok)
 			break;
 		if (rep->kv_add->value >= c->bworld) {
@@ -650,7 +652,8 @@ ts_on_reply(struct ts_conn* c, struct ts_req* r)
 		}
 		break;
 	case TS_ADD:
-		ok = st == COHORT_OK && rep->body_case == COHORT__REPLY__BODY_KV_ADD
+		ok = st == COHORT_OK
+		    && rep->body_case == COHORT__REPLY__BODY_KV_ADD
 		    && ts_put_u64(c, (uint64_t)rep->kv_add->value);
 		break;
 	case TS_COMPARE_SET:
@@ -672,7 +675,7 @@ ts_on_reply(struct ts_conn* c, struct ts_req* r)
 		cohort__warn("torch store %s (job '%s'): closing %s: %s%s%s",
 		    c->ts->addr, c->ts->job, c->peer, cohort_status_name(st),
 		    rep != NULL && rep->error != NULL && rep->error[0] ? ": "
-								       : "",
+		                                                       : "",
 		    rep != NULL && rep->error != NULL ? rep->error : "");
 		ts_conn_close(c, NULL);
 	}
@@ -685,27 +688,27 @@ ts_on_reply(struct ts_conn* c, struct ts_req* r)
 /* ------------------------------------------------------------------------ */
 
 struct ts_local {
-	struct ts_conn* c;
+	struct ts_conn *c;
 	int query;
-	char** keys;
+	char **keys;
 	size_t nkeys;
 	bool ok;
 	bool exists; /* COMPARE_SET: whether the key exists */
-	bool ready;  /* WAIT: every key there already */
+	bool ready; /* WAIT: every key there already */
 };
 
-static struct srv_job*
-ts_job(struct srv_core* core, const char* name)
+static struct srv_job *
+ts_job(struct srv_core *core, const char *name)
 {
-	struct srv_hnode* n = srv_map_get(&core->jobs, name, strlen(name));
+	struct srv_hnode *n = srv_map_get(&core->jobs, name, strlen(name));
 
 	return (n != NULL ? SRV_CONTAINER(n, struct srv_job, hn) : NULL);
 }
 
 static void
-ts_list_one(void* arg, const char* key, const void* val, size_t vlen)
+ts_list_one(void *arg, const char *key, const void *val, size_t vlen)
 {
-	struct ts_conn* c = arg;
+	struct ts_conn *c = arg;
 
 	(void)val;
 	(void)vlen;
@@ -713,12 +716,12 @@ ts_list_one(void* arg, const char* key, const void* val, size_t vlen)
 }
 
 static void
-ts_local_locked(void* arg, struct srv_core* core, cohort__time now)
+ts_local_locked(void *arg, struct srv_core *core, cohort__time now)
 {
-	struct ts_local* l = arg;
-	struct ts_conn* c = l->c;
-	struct srv_job* job = ts_job(core, c->ts->job);
-	const void* v;
+	struct ts_local *l = arg;
+	struct ts_conn *c = l->c;
+	struct srv_job *job = ts_job(core, c->ts->job);
+	const void *v;
 	size_t vl;
 
 	(void)now;
@@ -743,10 +746,12 @@ ts_local_locked(void* arg, struct srv_core* core, cohort__time now)
 	case TS_WAIT:
 		l->ready = true;
 		for (size_t i = 0; i < l->nkeys && l->ready; i++)
-			l->ready = srv_kv_peek(&job->kv, l->keys[i], NULL, NULL)
+			l->ready
+			    = srv_kv_peek(&job->kv, l->keys[i], NULL, NULL)
 			    || ts_queue_nonempty(c->ts, l->keys[i]);
 		if (l->query == TS_CHECK)
-			l->ok = ts_put_u8(c, l->ready ? TS_READY : TS_NOT_READY);
+			l->ok
+			    = ts_put_u8(c, l->ready ? TS_READY : TS_NOT_READY);
 		break;
 	case TS_GETNUMKEYS:
 		l->ok = ts_put_u64(c, srv_kv_count(&job->kv));
@@ -765,8 +770,8 @@ ts_local_locked(void* arg, struct srv_core* core, cohort__time now)
 }
 
 static bool
-ts_local(struct ts_conn* c, int query, char** keys, size_t nkeys,
-    struct ts_local* out)
+ts_local(struct ts_conn *c, int query, char **keys, size_t nkeys,
+    struct ts_local *out)
 {
 	struct ts_local l = { c, query, keys, nkeys, false, false, false };
 
@@ -785,17 +790,17 @@ enum ts_parse { TS_MORE, TS_DONE, TS_BAD };
 /* A queue push releases one client parked in WAIT on that name (its
  * core wait is cancelled and answered as satisfied). */
 struct ts_release {
-	struct srv_tstore* ts;
-	const char* name;
+	struct srv_tstore *ts;
+	const char *name;
 };
 
 static void
-ts_release_locked(void* arg, struct srv_core* core, cohort__time now)
+ts_release_locked(void *arg, struct srv_core *core, cohort__time now)
 {
-	struct ts_release* a = arg;
-	struct srv_job* job = ts_job(core, a->ts->job);
+	struct ts_release *a = arg;
+	struct srv_job *job = ts_job(core, a->ts->job);
 
-	for (struct ts_conn* c = a->ts->conns; c != NULL && job != NULL;
+	for (struct ts_conn *c = a->ts->conns; c != NULL && job != NULL;
 	     c = c->next) {
 		bool hit = false, all = true;
 
@@ -809,8 +814,8 @@ ts_release_locked(void* arg, struct srv_core* core, cohort__time now)
 			}
 			all = all
 			    && (c->wqueued[i]
-			        || srv_kv_peek(&job->kv, c->wkeys[i], NULL,
-			            NULL));
+			        || srv_kv_peek(
+			            &job->kv, c->wkeys[i], NULL, NULL));
 		}
 		if (!hit)
 			continue;
@@ -824,12 +829,12 @@ ts_release_locked(void* arg, struct srv_core* core, cohort__time now)
 }
 
 static enum ts_parse
-ts_exec(struct ts_conn* c, uint8_t q, struct ts_cur* k)
+ts_exec(struct ts_conn *c, uint8_t q, struct ts_cur *k)
 {
-	struct srv_tstore* ts = c->ts;
+	struct srv_tstore *ts = c->ts;
 	Cohort__Request req = COHORT__REQUEST__INIT;
-	char* key = NULL;
-	char** keys = NULL;
+	char *key = NULL;
+	char **keys = NULL;
 	size_t nkeys = 0;
 	const uint8_t *a = NULL, *b = NULL;
 	size_t al = 0, bl = 0;
@@ -853,8 +858,8 @@ ts_exec(struct ts_conn* c, uint8_t q, struct ts_cur* k)
 		    || !ts_get_str(k, ts->max_value, &a, &al))
 			break;
 		if (q == TS_QUEUE_PUSH) {
-			struct ts_queue* qu = ts_queue_find(ts, key, true);
-			struct ts_item* it = malloc(sizeof(*it) + al);
+			struct ts_queue *qu = ts_queue_find(ts, key, true);
+			struct ts_item *it = malloc(sizeof(*it) + al);
 			struct ts_release rel = { ts, key };
 			if (qu == NULL || it == NULL
 			    || ts->queue_bytes + al > 4 * ts->max_value) {
@@ -938,13 +943,14 @@ ts_exec(struct ts_conn* c, uint8_t q, struct ts_cur* k)
 			d.key = key;
 			req.body_case = COHORT__REQUEST__BODY_KV_DELETE;
 			req.kv_delete = &d;
-			res = ts_dispatch(c, q, &req, NULL, 0) ? TS_DONE : TS_BAD;
+			res = ts_dispatch(c, q, &req, NULL, 0) ? TS_DONE
+			                                       : TS_BAD;
 		} else {
-			struct ts_queue* qu = ts_queue_find(ts, key, false);
+			struct ts_queue *qu = ts_queue_find(ts, key, false);
 			uint64_t n = qu != NULL ? qu->n : 0;
 			bool ok = ts_put_u64(c, n);
 			if (q == TS_QUEUE_POP && n > 0) {
-				struct ts_item* it = qu->head;
+				struct ts_item *it = qu->head;
 				/* The length before the pop, then the item,
 				 * as torch's server does. */
 				ok = ok && ts_put_bytes(c, it->data, it->len);
@@ -1005,8 +1011,8 @@ ts_exec(struct ts_conn* c, uint8_t q, struct ts_cur* k)
 	}
 	case TS_MULTI_SET: {
 		Cohort__KvMultiSet ms = COHORT__KV_MULTI_SET__INIT;
-		struct cohort__iov* iov = NULL;
-		uint64_t* lens = NULL;
+		struct cohort__iov *iov = NULL;
+		uint64_t *lens = NULL;
 		uint64_t cnt, total = 0;
 		if (!ts_get_u64(k, &cnt))
 			break;
@@ -1015,7 +1021,7 @@ ts_exec(struct ts_conn* c, uint8_t q, struct ts_cur* k)
 			k->why = "too many keys";
 			break;
 		}
-		keys = calloc(cnt ? cnt : 1, sizeof(char*));
+		keys = calloc(cnt ? cnt : 1, sizeof(char *));
 		lens = calloc(cnt ? cnt : 1, sizeof(uint64_t));
 		iov = calloc(cnt ? cnt : 1, sizeof(*iov));
 		if (keys == NULL || lens == NULL || iov == NULL) {
@@ -1048,7 +1054,7 @@ ts_exec(struct ts_conn* c, uint8_t q, struct ts_cur* k)
 		req.kv_multi_set = &ms;
 		(void)total;
 		res = ts_dispatch(c, q, &req, iov, (size_t)cnt) ? TS_DONE
-								: TS_BAD;
+		                                                : TS_BAD;
 	multi_out:
 		free(lens);
 		free(iov);
@@ -1060,7 +1066,8 @@ ts_exec(struct ts_conn* c, uint8_t q, struct ts_cur* k)
 		break;
 	case TS_BARRIER: {
 		/* torch 2.15's store.barrier(key, world_size): the key counts
-		 * arrivals (as ADD); STOP_WAITING once it reaches world_size. */
+		 * arrivals (as ADD); STOP_WAITING once it reaches world_size.
+		 */
 		Cohort__KvAdd ad = COHORT__KV_ADD__INIT;
 		uint64_t w;
 		if ((key = ts_key(k)) == NULL || !ts_get_u64(k, &w))
@@ -1099,14 +1106,14 @@ ts_exec(struct ts_conn* c, uint8_t q, struct ts_cur* k)
 }
 
 struct ts_cancel {
-	struct ts_conn* c;
+	struct ts_conn *c;
 };
 
 static void
-ts_cancel_locked(void* arg, struct srv_core* core, cohort__time now)
+ts_cancel_locked(void *arg, struct srv_core *core, cohort__time now)
 {
-	struct ts_cancel* a = arg;
-	struct srv_job* job = ts_job(core, a->c->ts->job);
+	struct ts_cancel *a = arg;
+	struct srv_job *job = ts_job(core, a->c->ts->job);
 
 	if (job != NULL)
 		(void)srv_core_cancel(job, a->c->client_id, a->c->busy_seq,
@@ -1115,13 +1122,13 @@ ts_cancel_locked(void* arg, struct srv_core* core, cohort__time now)
 
 /* Parses and runs whatever complete queries the input holds. */
 static void
-ts_input(struct ts_conn* c, cohort__time now)
+ts_input(struct ts_conn *c, cohort__time now)
 {
 	size_t used = 0;
 
 	while (!c->dead && used < c->inlen) {
-		struct ts_cur k = { c->in + used, c->inlen - used, false,
-			NULL };
+		struct ts_cur k
+		    = { c->in + used, c->inlen - used, false, NULL };
 		uint8_t q = c->in[used];
 		enum ts_parse r;
 
@@ -1145,7 +1152,8 @@ ts_input(struct ts_conn* c, cohort__time now)
 				struct ts_cancel a = { c };
 				c->cancel_asked = true;
 				used++;
-				srv_with_core(c->ts->srv, ts_cancel_locked, &a);
+				srv_with_core(
+				    c->ts->srv, ts_cancel_locked, &a);
 				continue;
 			}
 			break;
@@ -1156,8 +1164,9 @@ ts_input(struct ts_conn* c, cohort__time now)
 			uint8_t m[4];
 			uint32_t magic;
 			if (q != TS_VALIDATE) {
-				ts_conn_close(c, "the first query is not "
-				                 "VALIDATE");
+				ts_conn_close(c,
+				    "the first query is not "
+				    "VALIDATE");
 				return;
 			}
 			if (!ts_get(&k, m, 4))
@@ -1196,7 +1205,7 @@ ts_input(struct ts_conn* c, cohort__time now)
 }
 
 static void
-ts_conn_read(struct ts_conn* c)
+ts_conn_read(struct ts_conn *c)
 {
 	size_t limit = 2 * c->ts->max_value + (1u << 20);
 
@@ -1204,9 +1213,10 @@ ts_conn_read(struct ts_conn* c)
 		ssize_t n;
 		if (c->incap - c->inlen < 4096) {
 			size_t cap = c->incap ? c->incap * 2 : 8192;
-			uint8_t* p;
+			uint8_t *p;
 			if (c->inlen >= limit) {
-				ts_conn_close(c, "request over the size limit");
+				ts_conn_close(
+				    c, "request over the size limit");
 				return;
 			}
 			if (cap > limit + 8192)
@@ -1255,16 +1265,16 @@ ts_next_pipe(void)
 }
 
 static void
-ts_accept(struct srv_tstore* ts)
+ts_accept(struct srv_tstore *ts)
 {
 	for (;;) {
 		struct sockaddr_storage sa;
 		socklen_t sl = sizeof(sa);
 		struct epoll_event ev;
-		struct ts_conn* c;
+		struct ts_conn *c;
 		char host[INET6_ADDRSTRLEN] = "?", serv[16] = "?";
 		int one = 1;
-		int fd = accept4(ts->lfd, (struct sockaddr*)&sa, &sl,
+		int fd = accept4(ts->lfd, (struct sockaddr *)&sa, &sl,
 		    SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (fd < 0)
@@ -1277,9 +1287,9 @@ ts_accept(struct srv_tstore* ts)
 			close(fd);
 			continue;
 		}
-		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
-		    sizeof(one));
-		(void)getnameinfo((struct sockaddr*)&sa, sl, host,
+		(void)setsockopt(
+		    fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		(void)getnameinfo((struct sockaddr *)&sa, sl, host,
 		    sizeof(host), serv, sizeof(serv),
 		    NI_NUMERICHOST | NI_NUMERICSERV);
 		snprintf(c->peer, sizeof(c->peer), "%s:%s", host, serv);
@@ -1308,9 +1318,9 @@ ts_accept(struct srv_tstore* ts)
 }
 
 static void
-ts_drain_inbox(struct srv_tstore* ts)
+ts_drain_inbox(struct srv_tstore *ts)
 {
-	struct ts_req* r;
+	struct ts_req *r;
 	uint64_t v;
 
 	if (read(ts->efd, &v, sizeof(v)) < 0) {
@@ -1322,8 +1332,8 @@ ts_drain_inbox(struct srv_tstore* ts)
 	ts->inbox_tail = &ts->inbox;
 	pthread_mutex_unlock(&ts->inbox_mtx);
 	while (r != NULL) {
-		struct ts_req* next = r->next;
-		struct ts_conn* c = r->conn;
+		struct ts_req *next = r->next;
+		struct ts_conn *c = r->conn;
 		c->refs--;
 		if (!c->dead) {
 			ts_on_reply(c, r);
@@ -1339,10 +1349,10 @@ ts_drain_inbox(struct srv_tstore* ts)
 	}
 }
 
-static void*
-ts_thread(void* arg)
+static void *
+ts_thread(void *arg)
 {
-	struct srv_tstore* ts = arg;
+	struct srv_tstore *ts = arg;
 	struct epoll_event evs[64];
 
 	while (!atomic_load(&ts->stop)) {
@@ -1350,8 +1360,8 @@ ts_thread(void* arg)
 		cohort__time now = cohort__now_ms();
 
 		for (int i = 0; i < n; i++) {
-			void* p = evs[i].data.ptr;
-			struct ts_conn* c;
+			void *p = evs[i].data.ptr;
+			struct ts_conn *c;
 			if (p == &ts->lfd) {
 				ts_accept(ts);
 				continue;
@@ -1366,7 +1376,8 @@ ts_thread(void* arg)
 			if (evs[i].events & EPOLLOUT)
 				ts_conn_flush(c);
 			if (!c->dead
-			    && (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP
+			    && (evs[i].events
+			        & (EPOLLIN | EPOLLRDHUP | EPOLLHUP
 			            | EPOLLERR))) {
 				ts_conn_read(c);
 				if (!c->dead)
@@ -1374,7 +1385,8 @@ ts_thread(void* arg)
 			}
 		}
 		/* Requests left incomplete too long (slowloris). */
-		for (struct ts_conn *c = ts->conns, *next; c != NULL; c = next) {
+		for (struct ts_conn *c = ts->conns, *next; c != NULL;
+		     c = next) {
 			next = c->next;
 			if (c->dead || c->partial_since == 0
 			    || now - c->partial_since
@@ -1395,16 +1407,16 @@ ts_thread(void* arg)
 /* ------------------------------------------------------------------------ */
 
 struct ts_job_arg {
-	struct srv_tstore* ts;
+	struct srv_tstore *ts;
 	cohort_status rv;
 };
 
 /* Creates the job (kept while empty) unless it exists; adopts its token. */
 static void
-ts_job_locked(void* arg, struct srv_core* core, cohort__time now)
+ts_job_locked(void *arg, struct srv_core *core, cohort__time now)
 {
-	struct ts_job_arg* a = arg;
-	struct srv_job* job = ts_job(core, a->ts->job);
+	struct ts_job_arg *a = arg;
+	struct srv_job *job = ts_job(core, a->ts->job);
 
 	(void)now;
 	if (job == NULL) {
@@ -1417,10 +1429,10 @@ ts_job_locked(void* arg, struct srv_core* core, cohort__time now)
 }
 
 static cohort_status
-ts_listen(struct srv_tstore* ts, const char* hostport)
+ts_listen(struct srv_tstore *ts, const char *hostport)
 {
 	char host[256];
-	const char* colon = strrchr(hostport, ':');
+	const char *colon = strrchr(hostport, ':');
 	struct addrinfo hints, *res = NULL;
 	struct sockaddr_storage sa;
 	socklen_t sl = sizeof(sa);
@@ -1446,13 +1458,12 @@ ts_listen(struct srv_tstore* ts, const char* hostport)
 	    != 0)
 		return (cohort__err(COHORT_EINVAL, "--torch-store '%s': %s",
 		    hostport, gai_strerror(rv)));
-	ts->lfd = socket(res->ai_family, res->ai_socktype | SOCK_NONBLOCK
-	        | SOCK_CLOEXEC,
-	    0);
+	ts->lfd = socket(res->ai_family,
+	    res->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (ts->lfd < 0) {
 		freeaddrinfo(res);
-		return (cohort__err(COHORT_ESYSTEM, "socket: %s",
-		    strerror(errno)));
+		return (cohort__err(
+		    COHORT_ESYSTEM, "socket: %s", strerror(errno)));
 	}
 	(void)setsockopt(ts->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(ts->lfd, res->ai_addr, res->ai_addrlen) != 0
@@ -1466,26 +1477,25 @@ ts_listen(struct srv_tstore* ts, const char* hostport)
 		    strerror(rv)));
 	}
 	freeaddrinfo(res);
-	if (getsockname(ts->lfd, (struct sockaddr*)&sa, &sl) != 0
-	    || getnameinfo((struct sockaddr*)&sa, sl, h, sizeof(h), p,
-	        sizeof(p), NI_NUMERICHOST | NI_NUMERICSERV)
+	if (getsockname(ts->lfd, (struct sockaddr *)&sa, &sl) != 0
+	    || getnameinfo((struct sockaddr *)&sa, sl, h, sizeof(h), p,
+	           sizeof(p), NI_NUMERICHOST | NI_NUMERICSERV)
 	        != 0)
-		return (cohort__err(COHORT_ESYSTEM, "getsockname: %s",
-		    strerror(errno)));
-	snprintf(ts->addr, sizeof(ts->addr), strchr(h, ':') ? "[%s]:%s"
-	                                                    : "%s:%s",
-	    h, p);
+		return (cohort__err(
+		    COHORT_ESYSTEM, "getsockname: %s", strerror(errno)));
+	snprintf(ts->addr, sizeof(ts->addr),
+	    strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, p);
 	return (COHORT_OK);
 }
 
 cohort_status
-srv_tstore_start(struct cohort__srv* s, struct srv_core* core,
-    const char* spec, const char* token, uint32_t partial_ms,
-    struct srv_tstore** out)
+srv_tstore_start(struct cohort__srv *s, struct srv_core *core,
+    const char *spec, const char *token, uint32_t partial_ms,
+    struct srv_tstore **out)
 {
-	struct srv_tstore* ts;
-	const char* at = strchr(spec, '@');
-	const char* hostport = at != NULL ? at + 1 : spec;
+	struct srv_tstore *ts;
+	const char *at = strchr(spec, '@');
+	const char *hostport = at != NULL ? at + 1 : spec;
 	struct epoll_event ev;
 	struct ts_job_arg ja;
 	cohort_status rv;
@@ -1499,7 +1509,8 @@ srv_tstore_start(struct cohort__srv* s, struct srv_core* core,
 	ts->max_value = core->lim.max_value;
 	ts->inbox_tail = &ts->inbox;
 	pthread_mutex_init(&ts->inbox_mtx, NULL);
-	if (at != NULL && ((size_t)(at - spec) == 0
+	if (at != NULL
+	    && ((size_t)(at - spec) == 0
 	        || (size_t)(at - spec) > SRV_MAX_NAME)) {
 		rv = cohort__err(COHORT_EINVAL,
 		    "--torch-store '%s': the job name must be 1..%d bytes",
@@ -1528,8 +1539,8 @@ srv_tstore_start(struct cohort__srv* s, struct srv_core* core,
 	ts->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	ts->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (ts->efd < 0 || ts->epfd < 0) {
-		rv = cohort__err(COHORT_ESYSTEM, "epoll/eventfd: %s",
-		    strerror(errno));
+		rv = cohort__err(
+		    COHORT_ESYSTEM, "epoll/eventfd: %s", strerror(errno));
 		goto out_free;
 	}
 	memset(&ev, 0, sizeof(ev));
@@ -1559,20 +1570,20 @@ out_free:
 	return (rv);
 }
 
-const char*
-srv_tstore_addr(const struct srv_tstore* ts)
+const char *
+srv_tstore_addr(const struct srv_tstore *ts)
 {
 	return (ts->addr);
 }
 
-const char*
-srv_tstore_job(const struct srv_tstore* ts)
+const char *
+srv_tstore_job(const struct srv_tstore *ts)
 {
 	return (ts->job);
 }
 
 void
-srv_tstore_stop(struct srv_tstore* ts)
+srv_tstore_stop(struct srv_tstore *ts)
 {
 	if (ts == NULL)
 		return;
@@ -1583,7 +1594,7 @@ srv_tstore_stop(struct srv_tstore* ts)
 	close(ts->lfd);
 	/* Closing withdraws the parked calls; their (NULL) replies come
 	 * back to the inbox at once, under the mutex. */
-	for (struct ts_conn* c = ts->conns; c != NULL; c = c->next)
+	for (struct ts_conn *c = ts->conns; c != NULL; c = c->next)
 		ts_conn_close(c, "shutting down");
 	ts_drain_inbox(ts);
 	/* After pipe_closed the core keeps no request of ours; free all. */

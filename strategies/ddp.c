@@ -21,15 +21,15 @@
 
 struct ddp_bucket {
 	cohort_ddp_bucket pub;
-	int *params;   /* buffer order */
-	size_t *offs;  /* offset of params[j] in the buffer */
+	int *params; /* buffer order */
+	size_t *offs; /* offset of params[j] in the buffer */
 	size_t nready;
-	bool view;     /* pub.buffer points into the gradients */
-	float *own;    /* the packed buffer when !view */
+	bool view; /* pub.buffer points into the gradients */
+	float *own; /* the packed buffer when !view */
 	void *scratch; /* count * 4 bytes */
 	cohort_work *work;
 	bool started;
-	bool early;    /* started before cohort_ddp_sync */
+	bool early; /* started before cohort_ddp_sync */
 };
 
 struct cohort_ddp {
@@ -40,12 +40,12 @@ struct cohort_ddp {
 	cohort_ddp_hook hook;
 	cohort_ddp_param *params;
 	size_t nparams;
-	int *pbucket;  /* bucket of parameter i */
-	int *pslot;    /* index of i in its bucket's params */
+	int *pbucket; /* bucket of parameter i */
+	int *pslot; /* index of i in its bucket's params */
 	bool *pready;
 	struct ddp_bucket *b;
 	int nb;
-	int next;      /* next bucket to start */
+	int next; /* next bucket to start */
 	bool no_sync;
 	bool in_sync;
 	cohort_status err; /* of the current round */
@@ -60,7 +60,7 @@ ddp_now(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((double) ts.tv_sec + (double) ts.tv_nsec * 1e-9);
+	return ((double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
 }
 
 /* Records the first error of a round with a detail text. */
@@ -101,15 +101,16 @@ cohort_ddp_f32_to_f16(float f)
 	sign = (x >> 16) & 0x8000u;
 	ax = x & 0x7fffffffu;
 	if (ax >= 0x7f800000u) /* inf, nan (kept quiet) */
-		return ((uint16_t) (sign | 0x7c00u |
-		    (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0)));
+		return ((uint16_t)(sign | 0x7c00u
+		    | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu)
+		                        : 0)));
 	if (ax >= 0x477ff000u) /* >= 65520 rounds to infinity */
-		return ((uint16_t) (sign | 0x7c00u));
+		return ((uint16_t)(sign | 0x7c00u));
 	if (ax < 0x38800000u) { /* below 2^-14: subnormal or zero */
 		uint32_t e = ax >> 23, m, shift, half;
 
 		if (ax <= 0x33000000u) /* <= 2^-25: ties to even zero */
-			return ((uint16_t) sign);
+			return ((uint16_t)sign);
 		m = (ax & 0x7fffffu) | 0x800000u;
 		shift = 126u - e;
 		h = m >> shift;
@@ -117,24 +118,24 @@ cohort_ddp_f32_to_f16(float f)
 		half = 1u << (shift - 1u);
 		if (rem > half || (rem == half && (h & 1u)))
 			h++;
-		return ((uint16_t) (sign | h));
+		return ((uint16_t)(sign | h));
 	}
 	h = (ax >> 13) - (112u << 10);
 	rem = ax & 0x1fffu;
 	if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
 		h++;
-	return ((uint16_t) (sign | h));
+	return ((uint16_t)(sign | h));
 }
 
 float
 cohort_ddp_f16_to_f32(uint16_t h)
 {
-	uint32_t sign = ((uint32_t) h & 0x8000u) << 16;
-	uint32_t e = ((uint32_t) h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+	uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
+	uint32_t e = ((uint32_t)h >> 10) & 0x1fu, m = h & 0x3ffu, x;
 	float f;
 
 	if (e == 0) {
-		f = (float) m * 0x1p-24f;
+		f = (float)m * 0x1p-24f;
 		return (sign ? -f : f);
 	}
 	if (e == 31)
@@ -152,15 +153,15 @@ cohort_ddp_f32_to_bf16(float f)
 
 	memcpy(&x, &f, sizeof(x));
 	if ((x & 0x7fffffffu) > 0x7f800000u) /* nan: keep it quiet */
-		return ((uint16_t) ((x >> 16) | 0x40u));
+		return ((uint16_t)((x >> 16) | 0x40u));
 	x += 0x7fffu + ((x >> 16) & 1u);
-	return ((uint16_t) (x >> 16));
+	return ((uint16_t)(x >> 16));
 }
 
 float
 cohort_ddp_bf16_to_f32(uint16_t h)
 {
-	uint32_t x = (uint32_t) h << 16;
+	uint32_t x = (uint32_t)h << 16;
 	float f;
 
 	memcpy(&f, &x, sizeof(f));
@@ -172,10 +173,9 @@ cohort_ddp_bf16_to_f32(uint16_t h)
 /* ------------------------------------------------------------------------ */
 
 static cohort_status
-ddp_hook_allreduce_start(void *state, cohort_ddp_bucket *b,
-    cohort_work **work)
+ddp_hook_allreduce_start(void *state, cohort_ddp_bucket *b, cohort_work **work)
 {
-	(void) state;
+	(void)state;
 	*work = NULL;
 	if (b->group == NULL || b->world_size <= 1)
 		return (COHORT_OK);
@@ -190,7 +190,7 @@ static cohort_status
 ddp_hook_half_start(cohort_ddp_bucket *b, cohort_work **work, bool bf16)
 {
 	uint16_t *h = b->scratch;
-	float inv = 1.0f / (float) (b->world_size > 0 ? b->world_size : 1);
+	float inv = 1.0f / (float)(b->world_size > 0 ? b->world_size : 1);
 
 	*work = NULL;
 	if (bf16) {
@@ -209,14 +209,14 @@ ddp_hook_half_start(cohort_ddp_bucket *b, cohort_work **work, bool bf16)
 static cohort_status
 ddp_hook_fp16_start(void *state, cohort_ddp_bucket *b, cohort_work **work)
 {
-	(void) state;
+	(void)state;
 	return (ddp_hook_half_start(b, work, false));
 }
 
 static cohort_status
 ddp_hook_bf16_start(void *state, cohort_ddp_bucket *b, cohort_work **work)
 {
-	(void) state;
+	(void)state;
 	return (ddp_hook_half_start(b, work, true));
 }
 
@@ -225,7 +225,7 @@ ddp_hook_fp16_finish(void *state, cohort_ddp_bucket *b)
 {
 	const uint16_t *h = b->scratch;
 
-	(void) state;
+	(void)state;
 	for (size_t i = 0; i < b->count; i++)
 		b->buffer[i] = cohort_ddp_f16_to_f32(h[i]);
 	return (COHORT_OK);
@@ -236,24 +236,24 @@ ddp_hook_bf16_finish(void *state, cohort_ddp_bucket *b)
 {
 	const uint16_t *h = b->scratch;
 
-	(void) state;
+	(void)state;
 	for (size_t i = 0; i < b->count; i++)
 		b->buffer[i] = cohort_ddp_bf16_to_f32(h[i]);
 	return (COHORT_OK);
 }
 
-static const cohort_ddp_hook ddp_hook_allreduce = { "allreduce",
-	ddp_hook_allreduce_start, NULL, NULL };
-static const cohort_ddp_hook ddp_hook_fp16 = { "fp16", ddp_hook_fp16_start,
-	ddp_hook_fp16_finish, NULL };
-static const cohort_ddp_hook ddp_hook_bf16 = { "bf16", ddp_hook_bf16_start,
-	ddp_hook_bf16_finish, NULL };
+static const cohort_ddp_hook ddp_hook_allreduce
+    = { "allreduce", ddp_hook_allreduce_start, NULL, NULL };
+static const cohort_ddp_hook ddp_hook_fp16
+    = { "fp16", ddp_hook_fp16_start, ddp_hook_fp16_finish, NULL };
+static const cohort_ddp_hook ddp_hook_bf16
+    = { "bf16", ddp_hook_bf16_start, ddp_hook_bf16_finish, NULL };
 
 const cohort_ddp_hook *
 cohort_ddp_hook_by_name(const char *name)
 {
-	if (name == NULL || strcmp(name, "allreduce") == 0 ||
-	    strcmp(name, "none") == 0 || strcmp(name, "") == 0)
+	if (name == NULL || strcmp(name, "allreduce") == 0
+	    || strcmp(name, "none") == 0 || strcmp(name, "") == 0)
 		return (&ddp_hook_allreduce);
 	if (strcmp(name, "fp16") == 0)
 		return (&ddp_hook_fp16);
@@ -286,8 +286,8 @@ static int
 ddp_cmp_grad(const void *a, const void *b, void *arg)
 {
 	const cohort_ddp_param *p = arg;
-	const float *x = p[*(const int *) a].grad;
-	const float *y = p[*(const int *) b].grad;
+	const float *x = p[*(const int *)a].grad;
+	const float *y = p[*(const int *)b].grad;
 
 	return (x < y ? -1 : x > y);
 }
@@ -321,7 +321,7 @@ ddp_bucket_layout(cohort_ddp *d, struct ddp_bucket *bk)
 	}
 	for (size_t j = 0; j < n; j++) {
 		bk->offs[j] = off;
-		d->pslot[bk->params[j]] = (int) j;
+		d->pslot[bk->params[j]] = (int)j;
 		off += d->params[bk->params[j]].count;
 	}
 	bk->pub.count = off;
@@ -360,7 +360,7 @@ ddp_build_buckets(cohort_ddp *d)
 		for (size_t i = 0; i < n; i++) {
 			int p = d->o.ready_order[i];
 
-			if (p < 0 || (size_t) p >= n || seen[p]) {
+			if (p < 0 || (size_t)p >= n || seen[p]) {
 				free(seen);
 				free(order);
 				return (COHORT_EINVAL);
@@ -371,7 +371,7 @@ ddp_build_buckets(cohort_ddp *d)
 		free(seen);
 	} else {
 		for (size_t i = 0; i < n; i++)
-			order[i] = (int) (n - 1 - i);
+			order[i] = (int)(n - 1 - i);
 	}
 
 	/* At most n buckets. */
@@ -424,7 +424,7 @@ ddp_build_buckets(cohort_ddp *d)
 		}
 	}
 	d->st.nbuckets = d->nb;
-	(void) used;
+	(void)used;
 	return (st);
 }
 
@@ -436,8 +436,8 @@ cohort_ddp_new(cohort_client *c, cohort_group *g,
 	cohort_ddp *d;
 	cohort_status st;
 
-	if (out == NULL || params == NULL || nparams == 0 ||
-	    nparams > (size_t) 1 << 30)
+	if (out == NULL || params == NULL || nparams == 0
+	    || nparams > (size_t)1 << 30)
 		return (COHORT_EINVAL);
 	for (size_t i = 0; i < nparams; i++)
 		if (params[i].data == NULL || params[i].grad == NULL)
@@ -452,8 +452,8 @@ cohort_ddp_new(cohort_client *c, cohort_group *g,
 		d->o.bucket_cap_bytes = COHORT_DDP_DEFAULT_BUCKET_CAP;
 	if (d->o.first_bucket_cap_bytes == 0)
 		d->o.first_bucket_cap_bytes = d->o.bucket_cap_bytes;
-	if (d->o.model_averaging_period < 0 ||
-	    d->o.model_averaging_warmup < 0) {
+	if (d->o.model_averaging_period < 0
+	    || d->o.model_averaging_warmup < 0) {
 		free(d);
 		return (COHORT_EINVAL);
 	}
@@ -471,8 +471,8 @@ cohort_ddp_new(cohort_client *c, cohort_group *g,
 	d->pbucket = calloc(nparams, sizeof(int));
 	d->pslot = calloc(nparams, sizeof(int));
 	d->pready = calloc(nparams, sizeof(bool));
-	if (d->params == NULL || d->pbucket == NULL || d->pslot == NULL ||
-	    d->pready == NULL) {
+	if (d->params == NULL || d->pbucket == NULL || d->pslot == NULL
+	    || d->pready == NULL) {
 		cohort_ddp_free(d);
 		return (COHORT_ENOMEM);
 	}
@@ -481,8 +481,8 @@ cohort_ddp_new(cohort_client *c, cohort_group *g,
 		cohort_ddp_free(d);
 		return (st);
 	}
-	if (d->o.broadcast_params &&
-	    (st = cohort_ddp_broadcast_params(d, 0)) != COHORT_OK) {
+	if (d->o.broadcast_params
+	    && (st = cohort_ddp_broadcast_params(d, 0)) != COHORT_OK) {
 		cohort_ddp_free(d);
 		return (st);
 	}
@@ -518,8 +518,8 @@ cohort_ddp_free(cohort_ddp *d)
 static bool
 ddp_local_phase(const cohort_ddp *d)
 {
-	return (d->o.model_averaging_period > 0 &&
-	    d->steps >= (uint64_t) d->o.model_averaging_warmup);
+	return (d->o.model_averaging_period > 0
+	    && d->steps >= (uint64_t)d->o.model_averaging_warmup);
 }
 
 static void
@@ -555,7 +555,7 @@ cohort_ddp_grad_ready(cohort_ddp *d, int i)
 {
 	struct ddp_bucket *bk;
 
-	if (d == NULL || i < 0 || (size_t) i >= d->nparams)
+	if (d == NULL || i < 0 || (size_t)i >= d->nparams)
 		return;
 	if (d->no_sync || ddp_local_phase(d) || d->pready[i])
 		return;
@@ -565,8 +565,8 @@ cohort_ddp_grad_ready(cohort_ddp *d, int i)
 	bk->nready++;
 	if (!d->o.overlap)
 		return;
-	while (d->next < d->nb &&
-	    d->b[d->next].nready == d->b[d->next].pub.nparams)
+	while (d->next < d->nb
+	    && d->b[d->next].nready == d->b[d->next].pub.nparams)
 		ddp_start(d, &d->b[d->next++]);
 }
 
@@ -605,7 +605,7 @@ cohort_ddp_sync(cohort_ddp *d)
 		for (size_t j = 0; j < bk->pub.nparams; j++) {
 			if (!d->pready[bk->params[j]]) {
 				d->pready[bk->params[j]] = true;
-				ddp_pack(d, bk, (int) j);
+				ddp_pack(d, bk, (int)j);
 			}
 		}
 		ddp_start(d, bk);
@@ -624,17 +624,17 @@ cohort_ddp_sync(cohort_ddp *d)
 		}
 		if (d->err != COHORT_OK)
 			continue;
-		if (d->hook.finish != NULL &&
-		    (ws = d->hook.finish(d->hook.state, &bk->pub)) !=
-		        COHORT_OK) {
+		if (d->hook.finish != NULL
+		    && (ws = d->hook.finish(d->hook.state, &bk->pub))
+		        != COHORT_OK) {
 			ddp_fail(d, ws, "bucket %d: %s hook finish", k,
 			    d->hook.name ? d->hook.name : "custom");
 			continue;
 		}
 		if (!bk->view) {
 			for (size_t j = 0; j < bk->pub.nparams; j++) {
-				const cohort_ddp_param *p =
-				    &d->params[bk->params[j]];
+				const cohort_ddp_param *p
+				    = &d->params[bk->params[j]];
 
 				memcpy(p->grad, bk->own + bk->offs[j],
 				    p->count * sizeof(float));
@@ -748,8 +748,8 @@ cohort_ddp_average_params(cohort_ddp *d)
 			const float *s = bk->scratch;
 
 			for (size_t j = 0; j < bk->pub.nparams; j++) {
-				const cohort_ddp_param *p =
-				    &d->params[bk->params[j]];
+				const cohort_ddp_param *p
+				    = &d->params[bk->params[j]];
 
 				memcpy(p->data, s + bk->offs[j],
 				    p->count * sizeof(float));
@@ -770,9 +770,9 @@ cohort_ddp_after_step(cohort_ddp *d)
 	if (d == NULL)
 		return (COHORT_EINVAL);
 	step = d->steps;
-	warm = (uint64_t) d->o.model_averaging_warmup;
-	if (d->o.model_averaging_period > 0 && step >= warm &&
-	    (step - warm) % (uint64_t) d->o.model_averaging_period == 0)
+	warm = (uint64_t)d->o.model_averaging_warmup;
+	if (d->o.model_averaging_period > 0 && step >= warm
+	    && (step - warm) % (uint64_t)d->o.model_averaging_period == 0)
 		st = cohort_ddp_average_params(d);
 	d->steps++;
 	d->st.steps++;
@@ -828,8 +828,10 @@ cohort_ddp_reduce(cohort_ddp *d, void *buf, size_t count, cohort_dtype dtype,
 		return (COHORT_EINVAL);
 	if (d->g == NULL)
 		return (COHORT_OK); /* one rank: the value is its reduction */
-	return (ddp_helper(d, cohort_allreduce(d->g, buf, buf, count, dtype,
-	    op, NULL, d->o.timeout), "reduce"));
+	return (ddp_helper(d,
+	    cohort_allreduce(
+	        d->g, buf, buf, count, dtype, op, NULL, d->o.timeout),
+	    "reduce"));
 }
 
 cohort_status
@@ -843,8 +845,10 @@ cohort_ddp_all_gather(cohort_ddp *d, const void *send, void *recv,
 			memmove(recv, send, count * cohort_dtype_size(dtype));
 		return (COHORT_OK);
 	}
-	return (ddp_helper(d, cohort_allgather(d->g, send, recv, count, dtype,
-	    NULL, d->o.timeout), "all_gather"));
+	return (ddp_helper(d,
+	    cohort_allgather(
+	        d->g, send, recv, count, dtype, NULL, d->o.timeout),
+	    "all_gather"));
 }
 
 cohort_status
@@ -864,8 +868,10 @@ cohort_ddp_broadcast(cohort_ddp *d, const void *obj, size_t len, int32_t src,
 		*out_len = len;
 		return (COHORT_OK);
 	}
-	return (ddp_helper(d, cohort_broadcast_obj(d->g, src, obj, len, out,
-	    out_len, d->o.timeout), "broadcast"));
+	return (ddp_helper(d,
+	    cohort_broadcast_obj(
+	        d->g, src, obj, len, out, out_len, d->o.timeout),
+	    "broadcast"));
 }
 
 cohort_status
@@ -875,13 +881,13 @@ cohort_ddp_barrier(cohort_ddp *d, const char *name)
 		return (COHORT_EINVAL);
 	if (d->g == NULL)
 		return (COHORT_OK);
-	return (ddp_helper(d, cohort_barrier(d->g, name, d->o.timeout),
-	    "barrier"));
+	return (ddp_helper(
+	    d, cohort_barrier(d->g, name, d->o.timeout), "barrier"));
 }
 
 cohort_status
-cohort_ddp_reduce_boolean_decision(cohort_ddp *d, bool decision, bool all,
-    bool *out)
+cohort_ddp_reduce_boolean_decision(
+    cohort_ddp *d, bool decision, bool all, bool *out)
 {
 	if (d == NULL || out == NULL)
 		return (COHORT_EINVAL);
@@ -889,8 +895,9 @@ cohort_ddp_reduce_boolean_decision(cohort_ddp *d, bool decision, bool all,
 		*out = decision;
 		return (COHORT_OK);
 	}
-	return (ddp_helper(d, cohort_decide(d->g, decision, all, out,
-	    d->o.timeout), "reduce_boolean_decision"));
+	return (ddp_helper(d,
+	    cohort_decide(d->g, decision, all, out, d->o.timeout),
+	    "reduce_boolean_decision"));
 }
 
 cohort_status
@@ -904,8 +911,8 @@ cohort_ddp_on_exception(cohort_ddp *d, const char *text)
 	    text != NULL ? text : "(no text)");
 	if (d->c == NULL)
 		return (COHORT_OK);
-	st = cohort_report_failure(d->c, text != NULL ? text : "exception",
-	    5000);
+	st = cohort_report_failure(
+	    d->c, text != NULL ? text : "exception", 5000);
 	return (ddp_helper(d, st, "on_exception"));
 }
 

@@ -74,7 +74,7 @@ typedef struct cohort_ddp_param {
 
 /* What a comm hook sees of a bucket. */
 typedef struct cohort_ddp_bucket {
-	int index;         /* 0 = the first bucket reduced in a step */
+	int index; /* 0 = the first bucket reduced in a step */
 	int nbuckets;
 	bool is_last;
 	cohort_group *group; /* NULL in a single-process cohort_ddp */
@@ -100,8 +100,8 @@ typedef struct cohort_ddp_bucket {
  * cohort_ddp_sync returns. */
 typedef struct cohort_ddp_hook {
 	const char *name;
-	cohort_status (*start)(void *state, cohort_ddp_bucket *b,
-	    cohort_work **work);
+	cohort_status (*start)(
+	    void *state, cohort_ddp_bucket *b, cohort_work **work);
 	cohort_status (*finish)(void *state, cohort_ddp_bucket *b);
 	void *state;
 } cohort_ddp_hook;
@@ -111,9 +111,9 @@ typedef struct cohort_ddp_hook {
 COHORT_API const cohort_ddp_hook *cohort_ddp_hook_by_name(const char *name);
 
 typedef struct cohort_ddp_options {
-	size_t bucket_cap_bytes;       /* 25 MiB */
+	size_t bucket_cap_bytes; /* 25 MiB */
 	size_t first_bucket_cap_bytes; /* 1 MiB */
-	const cohort_ddp_hook *hook;   /* NULL = all-reduce (mean) */
+	const cohort_ddp_hook *hook; /* NULL = all-reduce (mean) */
 	/* true (default): a bucket's reduction starts as soon as it is full;
 	 * false: every bucket is reduced in cohort_ddp_sync, after backward
 	 * (for measuring what overlap gains). */
@@ -167,8 +167,8 @@ COHORT_API void cohort_ddp_no_sync_end(cohort_ddp *d);
 COHORT_API bool cohort_ddp_in_no_sync(const cohort_ddp *d);
 
 /* Re-broadcasts the parameters from group rank root. */
-COHORT_API cohort_status cohort_ddp_broadcast_params(cohort_ddp *d,
-    int32_t root);
+COHORT_API cohort_status cohort_ddp_broadcast_params(
+    cohort_ddp *d, int32_t root);
 
 /* Averages the parameters over the group now (what model averaging
  * does). */
@@ -186,40 +186,39 @@ COHORT_API cohort_group *cohort_ddp_group(const cohort_ddp *d);
 COHORT_API cohort_status cohort_ddp_reduce(cohort_ddp *d, void *buf,
     size_t count, cohort_dtype dtype, cohort_redop op);
 /* all_gather: recv holds world_size * count elements. */
-COHORT_API cohort_status cohort_ddp_all_gather(cohort_ddp *d,
-    const void *send, void *recv, size_t count, cohort_dtype dtype);
+COHORT_API cohort_status cohort_ddp_all_gather(cohort_ddp *d, const void *send,
+    void *recv, size_t count, cohort_dtype dtype);
 /* broadcast(obj, src): bytes from src to all; *out malloc'd on every
  * rank (free with cohort_free). */
 COHORT_API cohort_status cohort_ddp_broadcast(cohort_ddp *d, const void *obj,
     size_t len, int32_t src, void **out, size_t *out_len);
 COHORT_API cohort_status cohort_ddp_barrier(cohort_ddp *d, const char *name);
 /* reduce_boolean_decision(decision, all). */
-COHORT_API cohort_status cohort_ddp_reduce_boolean_decision(cohort_ddp *d,
-    bool decision, bool all, bool *out);
+COHORT_API cohort_status cohort_ddp_reduce_boolean_decision(
+    cohort_ddp *d, bool decision, bool all, bool *out);
 /* on_exception: tells cohortd this rank failed with text, so the others
  * learn who failed and why. Call before exiting. */
-COHORT_API cohort_status cohort_ddp_on_exception(cohort_ddp *d,
-    const char *text);
+COHORT_API cohort_status cohort_ddp_on_exception(
+    cohort_ddp *d, const char *text);
 
 /* Detail of the last error of d ("" if none). */
 COHORT_API const char *cohort_ddp_last_error(const cohort_ddp *d);
 
 /* Counters since creation (or the last reset). */
 typedef struct cohort_ddp_stats {
-	uint64_t steps;          /* cohort_ddp_after_step calls */
-	uint64_t synced;         /* cohort_ddp_sync that communicated */
+	uint64_t steps; /* cohort_ddp_after_step calls */
+	uint64_t synced; /* cohort_ddp_sync that communicated */
 	uint64_t buckets_started;
 	uint64_t buckets_overlapped; /* started before cohort_ddp_sync */
-	uint64_t bytes;          /* gradient bytes reduced (float32) */
-	double wait_seconds;     /* time blocked in cohort_ddp_sync */
+	uint64_t bytes; /* gradient bytes reduced (float32) */
+	double wait_seconds; /* time blocked in cohort_ddp_sync */
 	double averaging_seconds;
 	int nbuckets;
 	size_t bucket_count[64]; /* elements of the first 64 buckets */
-	bool bucket_view[64];    /* reduced in place in the gradients */
+	bool bucket_view[64]; /* reduced in place in the gradients */
 } cohort_ddp_stats;
 
-COHORT_API void cohort_ddp_get_stats(const cohort_ddp *d,
-    cohort_ddp_stats *s);
+COHORT_API void cohort_ddp_get_stats(const cohort_ddp *d, cohort_ddp_stats *s);
 COHORT_API void cohort_ddp_reset_stats(cohort_ddp *d);
 
 /* 16-bit conversions used by the hooks (round to nearest even; NaN stays

@@ -45,9 +45,9 @@ struct dp_worker {
 static void
 dp_range(size_t n, int parts, int i, size_t *b, size_t *e)
 {
-	size_t chunk = (n + (size_t) parts - 1) / (size_t) parts;
+	size_t chunk = (n + (size_t)parts - 1) / (size_t)parts;
 
-	*b = chunk * (size_t) i;
+	*b = chunk * (size_t)i;
 	*e = *b + chunk;
 	if (*b > n)
 		*b = n;
@@ -65,7 +65,7 @@ dp_run_share(cohort_dp *dp, int k)
 		dp_range(dp->batch, dp->k, k, &b, &e);
 		if (b < e)
 			dp->rc[k] = dp->fn(dp->rep[k].model, k, b, e,
-			    1.0f / (float) dp->batch, dp->arg);
+			    1.0f / (float)dp->batch, dp->arg);
 		break;
 	case DP_TASK_REDUCE:
 		/* Root += others, over this thread's parameter range; summed
@@ -137,24 +137,25 @@ dp_run(cohort_dp *dp, int task)
 }
 
 cohort_status
-cohort_dp_new(const cohort_dp_replica *replicas, int k, size_t n_params,
-    cohort_dp **out)
+cohort_dp_new(
+    const cohort_dp_replica *replicas, int k, size_t n_params, cohort_dp **out)
 {
 	cohort_dp *dp;
 
 	if (replicas == NULL || k < 1 || k > DP_MAX || out == NULL)
 		return (COHORT_EINVAL);
 	for (int r = 0; r < k; r++)
-		if (n_params > 0 &&
-		    (replicas[r].params == NULL || replicas[r].grads == NULL))
+		if (n_params > 0
+		    && (replicas[r].params == NULL
+		        || replicas[r].grads == NULL))
 			return (COHORT_EINVAL);
 	if ((dp = calloc(1, sizeof(*dp))) == NULL)
 		return (COHORT_ENOMEM);
 	dp->k = k;
 	dp->n = n_params;
-	dp->rep = malloc((size_t) k * sizeof(*dp->rep));
-	dp->rc = calloc((size_t) k, sizeof(int));
-	dp->threads = calloc((size_t) k, sizeof(pthread_t));
+	dp->rep = malloc((size_t)k * sizeof(*dp->rep));
+	dp->rc = calloc((size_t)k, sizeof(int));
+	dp->threads = calloc((size_t)k, sizeof(pthread_t));
 	if (dp->rep == NULL || dp->rc == NULL || dp->threads == NULL) {
 		free(dp->rep);
 		free(dp->rc);
@@ -162,7 +163,7 @@ cohort_dp_new(const cohort_dp_replica *replicas, int k, size_t n_params,
 		free(dp);
 		return (COHORT_ENOMEM);
 	}
-	memcpy(dp->rep, replicas, (size_t) k * sizeof(*dp->rep));
+	memcpy(dp->rep, replicas, (size_t)k * sizeof(*dp->rep));
 	pthread_mutex_init(&dp->mtx, NULL);
 	pthread_cond_init(&dp->go, NULL);
 	pthread_cond_init(&dp->done, NULL);
@@ -173,8 +174,8 @@ cohort_dp_new(const cohort_dp_replica *replicas, int k, size_t n_params,
 			break;
 		w->dp = dp;
 		w->k = r;
-		if (pthread_create(&dp->threads[r - 1], NULL, dp_thread, w) !=
-		    0) {
+		if (pthread_create(&dp->threads[r - 1], NULL, dp_thread, w)
+		    != 0) {
 			free(w);
 			break;
 		}
@@ -223,15 +224,14 @@ cohort_dp_root_model(const cohort_dp *dp)
 }
 
 void
-cohort_dp_batch_to_device(const cohort_dp *dp, size_t n, int k, size_t *begin,
-    size_t *end)
+cohort_dp_batch_to_device(
+    const cohort_dp *dp, size_t n, int k, size_t *begin, size_t *end)
 {
 	dp_range(n, dp->k, k, begin, end);
 }
 
 cohort_status
-cohort_dp_forward_backward(cohort_dp *dp, size_t n, cohort_dp_fn fn,
-    void *arg)
+cohort_dp_forward_backward(cohort_dp *dp, size_t n, cohort_dp_fn fn, void *arg)
 {
 	if (dp == NULL || fn == NULL)
 		return (COHORT_EINVAL);
@@ -240,7 +240,7 @@ cohort_dp_forward_backward(cohort_dp *dp, size_t n, cohort_dp_fn fn,
 	dp->batch = n;
 	dp->fn = fn;
 	dp->arg = arg;
-	memset(dp->rc, 0, (size_t) dp->k * sizeof(int));
+	memset(dp->rc, 0, (size_t)dp->k * sizeof(int));
 	dp_run(dp, DP_TASK_FB);
 	for (int r = 0; r < dp->k; r++) {
 		if (dp->rc[r] != 0) {
@@ -275,8 +275,8 @@ cohort_dp_zero_grad(cohort_dp *dp)
 }
 
 cohort_status
-cohort_dp_step(cohort_dp *dp, int (*step)(void *root_model, void *arg),
-    void *arg)
+cohort_dp_step(
+    cohort_dp *dp, int (*step)(void *root_model, void *arg), void *arg)
 {
 	int rc;
 
@@ -313,8 +313,8 @@ cohort_dp_state_load(cohort_dp *dp, const float *in, size_t n)
 }
 
 cohort_status
-cohort_dp_all_reduce(const cohort_dp *dp, double *v, size_t count,
-    cohort_redop op)
+cohort_dp_all_reduce(
+    const cohort_dp *dp, double *v, size_t count, cohort_redop op)
 {
 	if (dp == NULL || (v == NULL && count > 0) || op >= COHORT_REDOP_COUNT)
 		return (COHORT_EINVAL);
@@ -322,7 +322,7 @@ cohort_dp_all_reduce(const cohort_dp *dp, double *v, size_t count,
 		double a = v[i];
 
 		for (int r = 1; r < dp->k; r++) {
-			double b = v[(size_t) r * count + i];
+			double b = v[(size_t)r * count + i];
 
 			switch (op) {
 			case COHORT_SUM:

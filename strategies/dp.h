@@ -36,13 +36,13 @@ extern "C" {
 typedef struct cohort_dp cohort_dp;
 
 typedef struct cohort_dp_replica {
-	void *model;   /* passed to fn */
+	void *model; /* passed to fn */
 	float *params; /* n_params */
-	float *grads;  /* n_params */
+	float *grads; /* n_params */
 } cohort_dp_replica;
 
-typedef int (*cohort_dp_fn)(void *model, int replica, size_t begin,
-    size_t end, float scale, void *arg);
+typedef int (*cohort_dp_fn)(void *model, int replica, size_t begin, size_t end,
+    float scale, void *arg);
 
 /* k in 1..256 replicas; replica 0 is the root. Copies the root's
  * parameters to the others and zeroes every gradient. */
@@ -55,14 +55,14 @@ COHORT_API void *cohort_dp_root_model(const cohort_dp *dp);
 
 /* batch_to_device: replica k's chunk [*begin, *end) of an n-sample
  * batch (empty when n < k and k is past the data). */
-COHORT_API void cohort_dp_batch_to_device(const cohort_dp *dp, size_t n,
-    int k, size_t *begin, size_t *end);
+COHORT_API void cohort_dp_batch_to_device(
+    const cohort_dp *dp, size_t n, int k, size_t *begin, size_t *end);
 
 /* Runs fn on every replica with a non-empty chunk, in parallel. Returns
  * COHORT_OK, or COHORT_EABORTED if fn returned non-zero on a replica
  * (cohort_dp_last_error says which). Gradients accumulate over calls. */
-COHORT_API cohort_status cohort_dp_forward_backward(cohort_dp *dp, size_t n,
-    cohort_dp_fn fn, void *arg);
+COHORT_API cohort_status cohort_dp_forward_backward(
+    cohort_dp *dp, size_t n, cohort_dp_fn fn, void *arg);
 
 /* Gradients reduced to the root: root += sum of the others, which are
  * zeroed. */
@@ -73,22 +73,22 @@ COHORT_API void cohort_dp_zero_grad(cohort_dp *dp);
 
 /* reduce_gradients, step(root model, arg) (non-zero = failure:
  * COHORT_EABORTED), broadcast_params, zero_grad. */
-COHORT_API cohort_status cohort_dp_step(cohort_dp *dp,
-    int (*step)(void *root_model, void *arg), void *arg);
+COHORT_API cohort_status cohort_dp_step(
+    cohort_dp *dp, int (*step)(void *root_model, void *arg), void *arg);
 
 /* State get/load: the root's parameters (n must be n_params, else
  * COHORT_EINVAL, like load_state_dict(strict=True)); load sets every
  * replica. */
-COHORT_API cohort_status cohort_dp_state_get(const cohort_dp *dp, float *out,
-    size_t n);
-COHORT_API cohort_status cohort_dp_state_load(cohort_dp *dp, const float *in,
-    size_t n);
+COHORT_API cohort_status cohort_dp_state_get(
+    const cohort_dp *dp, float *out, size_t n);
+COHORT_API cohort_status cohort_dp_state_load(
+    cohort_dp *dp, const float *in, size_t n);
 
 /* all_reduce of per-replica values: v holds k * count doubles (replica
  * r's at r * count); the reduction lands in v[0..count) (SUM, MEAN, MIN,
  * MAX, PROD). */
-COHORT_API cohort_status cohort_dp_all_reduce(const cohort_dp *dp, double *v,
-    size_t count, cohort_redop op);
+COHORT_API cohort_status cohort_dp_all_reduce(
+    const cohort_dp *dp, double *v, size_t count, cohort_redop op);
 
 COHORT_API const char *cohort_dp_last_error(const cohort_dp *dp);
 

@@ -45,8 +45,8 @@ struct hvd_entry {
 	cohort_dtype dtype;
 	cohort_redop op;
 	int32_t root;
-	size_t *counts;  /* per rank */
-	bool *have;      /* per rank */
+	size_t *counts; /* per rank */
+	bool *have; /* per rank */
 	int nhave;
 	bool mismatch;
 	struct cohort_hvd_handle *mine;
@@ -62,13 +62,13 @@ struct cohort_hvd {
 	pthread_t thread;
 	bool thread_started;
 	pthread_mutex_t mtx;
-	pthread_cond_t cv;      /* wakes the cycle thread */
+	pthread_cond_t cv; /* wakes the cycle thread */
 	pthread_cond_t done_cv; /* wakes waiters */
 	struct cohort_hvd_handle *pending, **pending_tail;
 	struct cohort_hvd_handle *live; /* names in flight on this rank */
-	bool stop;              /* local shutdown requested */
-	bool exited;            /* the thread left its loop */
-	cohort_status err;      /* sticky */
+	bool stop; /* local shutdown requested */
+	bool exited; /* the thread left its loop */
+	cohort_status err; /* sticky */
 	char errtext[512];
 	char stall[2048];
 	cohort_hvd_stats st;
@@ -90,7 +90,7 @@ hvd_now_ms(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+	return ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
 }
 
 void
@@ -154,7 +154,7 @@ static void
 hvd_put(unsigned char **p, uint64_t v, int n)
 {
 	for (int i = 0; i < n; i++)
-		(*p)[i] = (unsigned char) (v >> (8 * i));
+		(*p)[i] = (unsigned char)(v >> (8 * i));
 	*p += n;
 }
 
@@ -164,7 +164,7 @@ hvd_get(const unsigned char **p, int n)
 	uint64_t v = 0;
 
 	for (int i = 0; i < n; i++)
-		v |= (uint64_t) (*p)[i] << (8 * i);
+		v |= (uint64_t)(*p)[i] << (8 * i);
 	*p += n;
 	return (v);
 }
@@ -187,12 +187,12 @@ hvd_encode(cohort_hvd *h, bool stopping, size_t *len,
 	for (struct cohort_hvd_handle *hd = h->pending; hd; hd = hd->next) {
 		size_t nl = strlen(hd->name);
 
-		hvd_put(&p, (uint64_t) hd->kind, 1);
-		hvd_put(&p, (uint64_t) hd->dtype, 1);
-		hvd_put(&p, (uint64_t) hd->op, 1);
-		hvd_put(&p, (uint64_t) (uint32_t) hd->root, 4);
-		hvd_put(&p, (uint64_t) hd->count, 8);
-		hvd_put(&p, (uint64_t) nl, 2);
+		hvd_put(&p, (uint64_t)hd->kind, 1);
+		hvd_put(&p, (uint64_t)hd->dtype, 1);
+		hvd_put(&p, (uint64_t)hd->op, 1);
+		hvd_put(&p, (uint64_t)(uint32_t)hd->root, 4);
+		hvd_put(&p, (uint64_t)hd->count, 8);
+		hvd_put(&p, (uint64_t)nl, 2);
 		memcpy(p, hd->name, nl);
 		p += nl;
 		hd->announced = true;
@@ -200,7 +200,7 @@ hvd_encode(cohort_hvd *h, bool stopping, size_t *len,
 	*batch = h->pending;
 	h->pending = NULL;
 	h->pending_tail = &h->pending;
-	*len = (size_t) (p - buf);
+	*len = (size_t)(p - buf);
 	return (buf);
 }
 
@@ -229,8 +229,8 @@ hvd_add(cohort_hvd *h, const char *name)
 	}
 	e = &h->tab[h->ntab];
 	memset(e, 0, sizeof(*e));
-	e->counts = calloc((size_t) h->size, sizeof(size_t));
-	e->have = calloc((size_t) h->size, sizeof(bool));
+	e->counts = calloc((size_t)h->size, sizeof(size_t));
+	e->have = calloc((size_t)h->size, sizeof(bool));
 	if (e->counts == NULL || e->have == NULL) {
 		free(e->counts);
 		free(e->have);
@@ -261,13 +261,13 @@ hvd_apply(cohort_hvd *h, int r, const unsigned char *p, size_t len,
 
 		if (end - p < 17)
 			return (-1);
-		kind = (int) hvd_get(&p, 1);
-		dtype = (int) hvd_get(&p, 1);
-		op = (int) hvd_get(&p, 1);
-		root = (int32_t) (uint32_t) hvd_get(&p, 4);
-		count = (size_t) hvd_get(&p, 8);
-		nl = (size_t) hvd_get(&p, 2);
-		if (nl == 0 || nl > HVD_NAME_MAX || (size_t) (end - p) < nl)
+		kind = (int)hvd_get(&p, 1);
+		dtype = (int)hvd_get(&p, 1);
+		op = (int)hvd_get(&p, 1);
+		root = (int32_t)(uint32_t)hvd_get(&p, 4);
+		count = (size_t)hvd_get(&p, 8);
+		nl = (size_t)hvd_get(&p, 2);
+		if (nl == 0 || nl > HVD_NAME_MAX || (size_t)(end - p) < nl)
 			return (-1);
 		memcpy(name, p, nl);
 		name[nl] = '\0';
@@ -276,12 +276,11 @@ hvd_apply(cohort_hvd *h, int r, const unsigned char *p, size_t len,
 			if ((e = hvd_add(h, name)) == NULL)
 				return (-1);
 			e->kind = kind;
-			e->dtype = (cohort_dtype) dtype;
-			e->op = (cohort_redop) op;
+			e->dtype = (cohort_dtype)dtype;
+			e->op = (cohort_redop)op;
 			e->root = root;
-		} else if (e->kind != kind ||
-		    e->dtype != (cohort_dtype) dtype ||
-		    e->op != (cohort_redop) op || e->root != root) {
+		} else if (e->kind != kind || e->dtype != (cohort_dtype)dtype
+		    || e->op != (cohort_redop)op || e->root != root) {
 			e->mismatch = true;
 		}
 		if (!e->have[r]) {
@@ -403,12 +402,13 @@ hvd_mismatch_text(cohort_hvd *h, const struct hvd_entry *e)
 
 	counts[0] = '\0';
 	for (int r = 0; r < h->size && off < sizeof(counts) - 24; r++)
-		off += (size_t) snprintf(counts + off, sizeof(counts) - off,
+		off += (size_t)snprintf(counts + off, sizeof(counts) - off,
 		    "%s%zu", r ? "," : "", e->counts[r]);
 	pthread_mutex_lock(&h->mtx);
 	if (h->err == COHORT_OK)
 		snprintf(h->errtext, sizeof(h->errtext),
-		    "hvd: '%s': ranks disagree on the collective (kind, dtype, "
+		    "hvd: '%s': ranks disagree on the collective (kind, "
+		    "dtype, "
 		    "op, root or element count; counts by rank [%s]): %s",
 		    e->name, counts, cohort_status_name(COHORT_EMISMATCH));
 	pthread_mutex_unlock(&h->mtx);
@@ -448,17 +448,17 @@ hvd_execute(cohort_hvd *h)
 			i++;
 			continue;
 		}
-		if (e->kind == HVD_ALLREDUCE &&
-		    h->o.fusion_threshold_bytes > 0) {
+		if (e->kind == HVD_ALLREDUCE
+		    && h->o.fusion_threshold_bytes > 0) {
 			size_t es = cohort_dtype_size(e->dtype);
 			size_t bytes = e->counts[0] * es;
 
-			while (j < nready && !ready[j]->mismatch &&
-			    ready[j]->kind == HVD_ALLREDUCE &&
-			    ready[j]->dtype == e->dtype &&
-			    ready[j]->op == e->op &&
-			    bytes + ready[j]->counts[0] * es <=
-			        h->o.fusion_threshold_bytes) {
+			while (j < nready && !ready[j]->mismatch
+			    && ready[j]->kind == HVD_ALLREDUCE
+			    && ready[j]->dtype == e->dtype
+			    && ready[j]->op == e->op
+			    && bytes + ready[j]->counts[0] * es
+			        <= h->o.fusion_threshold_bytes) {
 				bytes += ready[j]->counts[0] * es;
 				j++;
 			}
@@ -469,7 +469,7 @@ hvd_execute(cohort_hvd *h)
 			st = hvd_exec_single(h, e);
 		if (st != COHORT_OK)
 			hvd_set_error(h, st, "%s '%s'",
-			    e->kind == HVD_ALLREDUCE ? "allreduce"
+			    e->kind == HVD_ALLREDUCE       ? "allreduce"
 			        : e->kind == HVD_ALLGATHER ? "allgather"
 			                                   : "broadcast",
 			    e->name);
@@ -515,26 +515,25 @@ hvd_stall_check(cohort_hvd *h)
 			char *dst = e->have[r] ? have : miss;
 			size_t *l = e->have[r] ? &hl : &ml;
 
-			n = snprintf(dst + *l, 256 - *l, "%s%d",
-			    *l ? "," : "", r);
-			if (n > 0 && (size_t) n < 256 - *l)
-				*l += (size_t) n;
+			n = snprintf(
+			    dst + *l, 256 - *l, "%s%d", *l ? "," : "", r);
+			if (n > 0 && (size_t)n < 256 - *l)
+				*l += (size_t)n;
 		}
 		n = snprintf(buf + off, sizeof(buf) - off,
 		    "tensor '%s' waited %.1f s: submitted by ranks [%s], "
 		    "missing ranks [%s]\n",
-		    e->name, (double) (now - e->first_ms) / 1000.0, have,
-		    miss);
-		if (n > 0 && (size_t) n < sizeof(buf) - off)
-			off += (size_t) n;
-		if (h->rank == 0 &&
-		    now - e->warned_ms >= h->o.stall_check_ms) {
+		    e->name, (double)(now - e->first_ms) / 1000.0, have, miss);
+		if (n > 0 && (size_t)n < sizeof(buf) - off)
+			off += (size_t)n;
+		if (h->rank == 0
+		    && now - e->warned_ms >= h->o.stall_check_ms) {
 			e->warned_ms = now;
 			fprintf(stderr,
 			    "cohort hvd: stall: one or more ranks have not "
 			    "submitted tensor '%s' for %.1f s: missing ranks "
 			    "[%s] (submitted by [%s])\n",
-			    e->name, (double) (now - e->first_ms) / 1000.0,
+			    e->name, (double)(now - e->first_ms) / 1000.0,
 			    miss, have);
 		}
 	}
@@ -557,7 +556,7 @@ hvd_wait_cycle(cohort_hvd *h, bool busy)
 		return;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long) (ms % 1000) * 1000000L;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
 	if (ts.tv_nsec >= 1000000000L) {
 		ts.tv_sec++;
 		ts.tv_nsec -= 1000000000L;
@@ -573,8 +572,8 @@ hvd_thread(void *arg)
 {
 	cohort_hvd *h = arg;
 	const int n = h->size;
-	int64_t *lens = calloc(2 * (size_t) n, sizeof(int64_t));
-	size_t *counts = calloc((size_t) n, sizeof(size_t));
+	int64_t *lens = calloc(2 * (size_t)n, sizeof(int64_t));
+	size_t *counts = calloc((size_t)n, sizeof(size_t));
 	bool busy = false;
 	cohort_status st = COHORT_OK;
 
@@ -601,18 +600,18 @@ hvd_thread(void *arg)
 			break;
 		}
 		/* Sizes and stop flags of every rank: [len, stopping]. */
-		mine2[0] = (int64_t) len;
+		mine2[0] = (int64_t)len;
 		mine2[1] = stopping ? 1 : 0;
-		st = cohort_allgather(h->g, mine2, lens, 2, COHORT_I64, NULL,
-		    h->o.timeout);
+		st = cohort_allgather(
+		    h->g, mine2, lens, 2, COHORT_I64, NULL, h->o.timeout);
 		h->st.cycles++;
 		if (st == COHORT_OK) {
 			for (int r = 0; r < n; r++) {
-				counts[r] = (size_t) lens[2 * r];
+				counts[r] = (size_t)lens[2 * r];
 				total += counts[r];
 				all_stop = all_stop && lens[2 * r + 1] != 0;
 			}
-			if (total > (size_t) n) {
+			if (total > (size_t)n) {
 				if ((all = malloc(total)) == NULL)
 					st = COHORT_ENOMEM;
 				else
@@ -626,8 +625,8 @@ hvd_thread(void *arg)
 		for (int r = 0; all != NULL && r < n && st == COHORT_OK; r++) {
 			bool rs;
 
-			if (hvd_apply(h, r, all + off, counts[r], batch,
-			        &rs) != 0)
+			if (hvd_apply(h, r, all + off, counts[r], batch, &rs)
+			    != 0)
 				st = COHORT_EPROTO;
 			off += counts[r];
 		}
@@ -644,7 +643,7 @@ hvd_thread(void *arg)
 		 * to idle_cycle_ms when a cycle brought nothing new (e.g.
 		 * waiting for a late rank, whose submission wakes its own
 		 * thread at once). */
-		busy = total > (size_t) n;
+		busy = total > (size_t)n;
 		if (st == COHORT_OK)
 			hvd_stall_check(h);
 		if (st == COHORT_OK && all_stop)
@@ -664,8 +663,8 @@ hvd_thread(void *arg)
 	h->pending = NULL;
 	h->pending_tail = &h->pending;
 	while (h->live != NULL)
-		hvd_complete(h, h->live,
-		    h->err != COHORT_OK ? h->err : COHORT_ECLOSED);
+		hvd_complete(
+		    h, h->live, h->err != COHORT_OK ? h->err : COHORT_ECLOSED);
 	h->exited = true;
 	pthread_cond_broadcast(&h->done_cv);
 	pthread_mutex_unlock(&h->mtx);
@@ -679,8 +678,8 @@ hvd_thread(void *arg)
 /* ------------------------------------------------------------------------ */
 
 cohort_status
-cohort_hvd_new(cohort_client *c, const cohort_hvd_options *opts,
-    cohort_hvd **out)
+cohort_hvd_new(
+    cohort_client *c, const cohort_hvd_options *opts, cohort_hvd **out)
 {
 	cohort_hvd *h;
 	int32_t *ranks;
@@ -705,13 +704,13 @@ cohort_hvd_new(cohort_client *c, const cohort_hvd_options *opts,
 		h->o.group_name = "cohort-hvd";
 	h->c = c;
 	world = cohort_client_world_size(c);
-	if ((ranks = malloc((size_t) world * sizeof(int32_t))) == NULL) {
+	if ((ranks = malloc((size_t)world * sizeof(int32_t))) == NULL) {
 		free(h);
 		return (COHORT_ENOMEM);
 	}
 	for (int32_t r = 0; r < world; r++)
 		ranks[r] = r;
-	st = cohort_group_new(c, h->o.group_name, ranks, (size_t) world, NULL,
+	st = cohort_group_new(c, h->o.group_name, ranks, (size_t)world, NULL,
 	    &h->g, h->o.timeout);
 	free(ranks);
 	if (st != COHORT_OK) {
@@ -783,10 +782,10 @@ hvd_submit(cohort_hvd *h, const char *name, int kind, const void *send,
 	struct cohort_hvd_handle *hd;
 	cohort_status st = COHORT_OK;
 
-	if (h == NULL || name == NULL || name[0] == '\0' ||
-	    strlen(name) > HVD_NAME_MAX || out == NULL ||
-	    cohort_dtype_size(dtype) == 0 ||
-	    (count > 0 && send == NULL && recv == NULL))
+	if (h == NULL || name == NULL || name[0] == '\0'
+	    || strlen(name) > HVD_NAME_MAX || out == NULL
+	    || cohort_dtype_size(dtype) == 0
+	    || (count > 0 && send == NULL && recv == NULL))
 		return (COHORT_EINVAL);
 	if ((hd = calloc(1, sizeof(*hd))) == NULL)
 		return (COHORT_ENOMEM);
@@ -833,8 +832,8 @@ cohort_hvd_allreduce_async(cohort_hvd *h, const char *name, const void *send,
 {
 	if (send == NULL || recv == NULL || op >= COHORT_REDOP_COUNT)
 		return (COHORT_EINVAL);
-	return (hvd_submit(h, name, HVD_ALLREDUCE, send, recv, count, dtype,
-	    op, 0, out));
+	return (hvd_submit(
+	    h, name, HVD_ALLREDUCE, send, recv, count, dtype, op, 0, out));
 }
 
 cohort_status
@@ -885,7 +884,7 @@ cohort_hvd_wait(cohort_hvd_handle *hd, cohort_duration timeout)
 	if (timeout >= 0) {
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_sec += timeout / 1000;
-		ts.tv_nsec += (long) (timeout % 1000) * 1000000L;
+		ts.tv_nsec += (long)(timeout % 1000) * 1000000L;
 		if (ts.tv_nsec >= 1000000000L) {
 			ts.tv_sec++;
 			ts.tv_nsec -= 1000000000L;
@@ -895,8 +894,8 @@ cohort_hvd_wait(cohort_hvd_handle *hd, cohort_duration timeout)
 	while (!hd->done) {
 		if (timeout < 0)
 			pthread_cond_wait(&h->done_cv, &h->mtx);
-		else if (pthread_cond_timedwait(&h->done_cv, &h->mtx, &ts) ==
-		    ETIMEDOUT)
+		else if (pthread_cond_timedwait(&h->done_cv, &h->mtx, &ts)
+		    == ETIMEDOUT)
 			break;
 	}
 	st = hd->done ? hd->st : COHORT_ETIMEDOUT;
@@ -989,8 +988,8 @@ cohort_hvd_get_stats(cohort_hvd *h, cohort_hvd_stats *s)
 /* ------------------------------------------------------------------------ */
 
 cohort_status
-cohort_hvd_register_params(cohort_hvd *h, const cohort_ddp_param *params,
-    size_t nparams)
+cohort_hvd_register_params(
+    cohort_hvd *h, const cohort_ddp_param *params, size_t nparams)
 {
 	if (h == NULL || params == NULL || nparams == 0 || h->params != NULL)
 		return (COHORT_EINVAL);
@@ -1012,8 +1011,8 @@ cohort_hvd_register_params(cohort_hvd *h, const cohort_ddp_param *params,
 }
 
 static void
-hvd_param_name(const cohort_hvd *h, size_t i, const char *kind, char *buf,
-    size_t len)
+hvd_param_name(
+    const cohort_hvd *h, size_t i, const char *kind, char *buf, size_t len)
 {
 	const char *n = h->params[i].name;
 
@@ -1064,12 +1063,12 @@ hvd_submit_grad(cohort_hvd *h, size_t i)
 void
 cohort_hvd_grad_ready(cohort_hvd *h, int i)
 {
-	if (h == NULL || h->params == NULL || i < 0 ||
-	    (size_t) i >= h->nparams || h->ghandle[i] != NULL)
+	if (h == NULL || h->params == NULL || i < 0 || (size_t)i >= h->nparams
+	    || h->ghandle[i] != NULL)
 		return;
 	if (--h->delay[i] > 0)
 		return;
-	if (hvd_submit_grad(h, (size_t) i) != COHORT_OK)
+	if (hvd_submit_grad(h, (size_t)i) != COHORT_OK)
 		h->ghandle[i] = NULL; /* step_sync reports the error */
 }
 
@@ -1095,8 +1094,8 @@ cohort_hvd_step_sync(cohort_hvd *h, bool *do_step)
 		h->delay[i] = h->o.backward_passes_per_step;
 		if (h->ghandle[i] == NULL)
 			continue;
-		ws = cohort_hvd_synchronize(h->ghandle[i],
-		    COHORT_WAIT_DEFAULT);
+		ws = cohort_hvd_synchronize(
+		    h->ghandle[i], COHORT_WAIT_DEFAULT);
 		h->ghandle[i] = NULL;
 		if (st == COHORT_OK)
 			st = ws;

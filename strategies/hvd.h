@@ -51,10 +51,10 @@ typedef struct cohort_hvd_handle cohort_hvd_handle;
 
 typedef struct cohort_hvd_options {
 	size_t fusion_threshold_bytes; /* 64 MiB; 0 = no fusion */
-	int cycle_time_ms;             /* 2 */
-	int idle_cycle_ms;             /* 20 */
-	int64_t stall_check_ms;        /* 60000; <= 0 = off */
-	int backward_passes_per_step;  /* 1 */
+	int cycle_time_ms; /* 2 */
+	int idle_cycle_ms; /* 20 */
+	int64_t stall_check_ms; /* 60000; <= 0 = off */
+	int backward_passes_per_step; /* 1 */
 	/* Name of the subgroup cohort_hvd_new creates ("cohort-hvd"). */
 	const char *group_name;
 	/* Timeout of blocking calls (group creation, each collective). */
@@ -65,8 +65,8 @@ COHORT_API void cohort_hvd_options_init(cohort_hvd_options *o);
 
 /* Creates the negotiation subgroup (all ranks of c's job; every rank must
  * call this) and starts the cycle thread. */
-COHORT_API cohort_status cohort_hvd_new(cohort_client *c,
-    const cohort_hvd_options *opts, cohort_hvd **out);
+COHORT_API cohort_status cohort_hvd_new(
+    cohort_client *c, const cohort_hvd_options *opts, cohort_hvd **out);
 
 /* Stops after every rank called it (pending work is finished or failed
  * with COHORT_ECLOSED), joins the thread, frees everything. Handles not
@@ -94,33 +94,33 @@ COHORT_API cohort_status cohort_hvd_broadcast_async(cohort_hvd *h,
 /* true once the handle completed (successfully or not). */
 COHORT_API bool cohort_hvd_poll(cohort_hvd_handle *hd);
 /* Waits: COHORT_OK, the operation's error, or COHORT_ETIMEDOUT. */
-COHORT_API cohort_status cohort_hvd_wait(cohort_hvd_handle *hd,
-    cohort_duration timeout);
+COHORT_API cohort_status cohort_hvd_wait(
+    cohort_hvd_handle *hd, cohort_duration timeout);
 /* After completion: the all-gather result (owned by the handle until
  * release; element count in *count). */
-COHORT_API cohort_status cohort_hvd_output(cohort_hvd_handle *hd,
-    const void **data, size_t *count);
+COHORT_API cohort_status cohort_hvd_output(
+    cohort_hvd_handle *hd, const void **data, size_t *count);
 /* Frees the handle (if not done yet, it is freed on completion). */
 COHORT_API void cohort_hvd_release(cohort_hvd_handle *hd);
 /* wait + release. */
-COHORT_API cohort_status cohort_hvd_synchronize(cohort_hvd_handle *hd,
-    cohort_duration timeout);
+COHORT_API cohort_status cohort_hvd_synchronize(
+    cohort_hvd_handle *hd, cohort_duration timeout);
 
 /* Text of the current stalls ("" if none): one line per name, naming the
  * ranks that submitted it and those missing. Returns the length needed
  * (like snprintf). */
-COHORT_API size_t cohort_hvd_stall_report(cohort_hvd *h, char *buf,
-    size_t len);
+COHORT_API size_t cohort_hvd_stall_report(
+    cohort_hvd *h, char *buf, size_t len);
 
 /* Detail of the last error ("" if none). */
 COHORT_API const char *cohort_hvd_last_error(cohort_hvd *h);
 
 typedef struct cohort_hvd_stats {
-	uint64_t cycles;          /* negotiation cycles */
-	uint64_t idle_cycles;     /* cycles with nothing announced */
-	uint64_t tensors;         /* completed submissions */
+	uint64_t cycles; /* negotiation cycles */
+	uint64_t idle_cycles; /* cycles with nothing announced */
+	uint64_t tensors; /* completed submissions */
 	uint64_t allreduce_calls; /* collectives issued for all-reduces */
-	uint64_t fused_tensors;   /* all-reduces that shared a collective */
+	uint64_t fused_tensors; /* all-reduces that shared a collective */
 	uint64_t bytes;
 } cohort_hvd_stats;
 
@@ -129,11 +129,11 @@ COHORT_API void cohort_hvd_get_stats(cohort_hvd *h, cohort_hvd_stats *s);
 /* --- Gradient synchronisation ----------------------------------------- */
 
 /* Registers the parameters (once). Names: "grad.<i>.<name>". */
-COHORT_API cohort_status cohort_hvd_register_params(cohort_hvd *h,
-    const cohort_ddp_param *params, size_t nparams);
+COHORT_API cohort_status cohort_hvd_register_params(
+    cohort_hvd *h, const cohort_ddp_param *params, size_t nparams);
 /* Broadcasts the registered parameters from root (blocking). */
-COHORT_API cohort_status cohort_hvd_broadcast_parameters(cohort_hvd *h,
-    int32_t root);
+COHORT_API cohort_status cohort_hvd_broadcast_parameters(
+    cohort_hvd *h, int32_t root);
 /* From backward: parameter i's gradient is final for this pass. */
 COHORT_API void cohort_hvd_grad_ready(cohort_hvd *h, int i);
 /* After each backward pass: *do_step = whether this pass completes

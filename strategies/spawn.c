@@ -43,10 +43,10 @@ struct cohort_spawn_ctx {
 /* Parent-side state of one child. */
 struct spawn_child {
 	pid_t pid;
-	int fd;         /* read end, -1 once at EOF */
+	int fd; /* read end, -1 once at EOF */
 	bool reaped;
-	bool killed;    /* by us */
-	int code;       /* 128 + signal for a signal */
+	bool killed; /* by us */
+	int code; /* 128 + signal for a signal */
 	int sig;
 	unsigned char *buf;
 	size_t len, cap;
@@ -61,7 +61,7 @@ spawn_now_ms(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+	return ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
 }
 
 /* snprintf without -Wformat-truncation noise: truncation is fine here. */
@@ -101,26 +101,26 @@ spawn_write_all(int fd, const void *p, size_t len)
 			return (-1);
 		}
 		b += w;
-		len -= (size_t) w;
+		len -= (size_t)w;
 	}
 	return (0);
 }
 
 static cohort_status
-spawn_frame(int fd, char type, const void *a, size_t alen, const void *b,
-    size_t blen)
+spawn_frame(
+    int fd, char type, const void *a, size_t alen, const void *b, size_t blen)
 {
 	unsigned char hdr[5];
-	uint64_t len = (uint64_t) alen + blen;
+	uint64_t len = (uint64_t)alen + blen;
 
 	if (len > SPAWN_MAX_FRAME)
 		return (COHORT_ETOOBIG);
-	hdr[0] = (unsigned char) type;
+	hdr[0] = (unsigned char)type;
 	for (int i = 0; i < 4; i++)
-		hdr[1 + i] = (unsigned char) (len >> (8 * i));
-	if (spawn_write_all(fd, hdr, sizeof(hdr)) != 0 ||
-	    (alen > 0 && spawn_write_all(fd, a, alen) != 0) ||
-	    (blen > 0 && spawn_write_all(fd, b, blen) != 0))
+		hdr[1 + i] = (unsigned char)(len >> (8 * i));
+	if (spawn_write_all(fd, hdr, sizeof(hdr)) != 0
+	    || (alen > 0 && spawn_write_all(fd, a, alen) != 0)
+	    || (blen > 0 && spawn_write_all(fd, b, blen) != 0))
 		return (COHORT_ESYSTEM);
 	return (COHORT_OK);
 }
@@ -148,8 +148,7 @@ cohort_spawn_return(cohort_spawn_ctx *ctx, const void *data, size_t len)
 }
 
 cohort_status
-cohort_spawn_add_to_queue(cohort_spawn_ctx *ctx, const void *data,
-    size_t len)
+cohort_spawn_add_to_queue(cohort_spawn_ctx *ctx, const void *data, size_t len)
 {
 	if (ctx == NULL || (data == NULL && len > 0))
 		return (COHORT_EINVAL);
@@ -178,7 +177,7 @@ spawn_putenv(const char *kv)
 	char name[256];
 	size_t kl;
 
-	if (eq == NULL || (kl = (size_t) (eq - kv)) == 0 || kl >= sizeof(name))
+	if (eq == NULL || (kl = (size_t)(eq - kv)) == 0 || kl >= sizeof(name))
 		return;
 	memcpy(name, kv, kl);
 	name[kl] = '\0';
@@ -197,9 +196,9 @@ spawn_child_env(const cohort_spawn_options *o, const char *coord,
 
 	memset(&e, 0, sizeof(e));
 	snprintf(e.coordinator, sizeof(e.coordinator), "%.*s",
-	    (int) sizeof(e.coordinator) - 1, coord);
-	snprintf(e.job, sizeof(e.job), "%.*s", (int) sizeof(e.job) - 1, job);
-	snprintf(e.token, sizeof(e.token), "%.*s", (int) sizeof(e.token) - 1,
+	    (int)sizeof(e.coordinator) - 1, coord);
+	snprintf(e.job, sizeof(e.job), "%.*s", (int)sizeof(e.job) - 1, job);
+	snprintf(e.token, sizeof(e.token), "%.*s", (int)sizeof(e.token) - 1,
 	    o->token != NULL ? o->token : "");
 	e.rank = rank;
 	e.world_size = n;
@@ -221,9 +220,8 @@ spawn_child_error(cohort_spawn_ctx *ctx, bool secondary, const char *text)
 	spawn_frame(ctx->fd, 'E', &flag, 1, text, strlen(text));
 }
 
-static void __attribute__((noreturn))
-spawn_child_main(cohort_spawn_ctx *ctx, const cohort_spawn_options *o,
-    cohort_spawn_fn fn, void *arg)
+static void __attribute__((noreturn)) spawn_child_main(cohort_spawn_ctx *ctx,
+    const cohort_spawn_options *o, cohort_spawn_fn fn, void *arg)
 {
 	cohort_client *c = NULL;
 	cohort_status st;
@@ -251,10 +249,9 @@ spawn_child_main(cohort_spawn_ctx *ctx, const cohort_spawn_options *o,
 		if (c != NULL) {
 			cohort_group *g = cohort_client_world(c);
 
-			secondary = cohort_client_error(c) ==
-			        COHORT_EPEERLOST ||
-			    (g != NULL &&
-			        cohort_group_error(g) == COHORT_EPEERLOST);
+			secondary = cohort_client_error(c) == COHORT_EPEERLOST
+			    || (g != NULL
+			        && cohort_group_error(g) == COHORT_EPEERLOST);
 		}
 		if (ctx->error[0] != '\0')
 			snprintf(text, sizeof(text), "%s", ctx->error);
@@ -287,8 +284,8 @@ spawn_free_port(void)
 	memset(&a, 0, sizeof(a));
 	a.sin_family = AF_INET;
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (bind(fd, (struct sockaddr *) &a, sizeof(a)) == 0 &&
-	    getsockname(fd, (struct sockaddr *) &a, &len) == 0)
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0
+	    && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
 		port = ntohs(a.sin_port);
 	close(fd);
 	return (port);
@@ -306,8 +303,8 @@ spawn_port_open(int port)
 	memset(&a, 0, sizeof(a));
 	a.sin_family = AF_INET;
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	a.sin_port = htons((uint16_t) port);
-	ok = connect(fd, (struct sockaddr *) &a, sizeof(a)) == 0;
+	a.sin_port = htons((uint16_t)port);
+	ok = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
 	close(fd);
 	return (ok);
 }
@@ -317,8 +314,8 @@ spawn_executable(const char *p)
 {
 	struct stat sb;
 
-	return (stat(p, &sb) == 0 && S_ISREG(sb.st_mode) &&
-	    access(p, X_OK) == 0);
+	return (
+	    stat(p, &sb) == 0 && S_ISREG(sb.st_mode) && access(p, X_OK) == 0);
 }
 
 /* The cohortd to run: opts, $COHORT_COHORTD, next to this program, or
@@ -345,9 +342,9 @@ spawn_cohortd_path(const cohort_spawn_options *o, char *out, size_t len)
 		self[n] = '\0';
 		if ((slash = strrchr(self, '/')) != NULL) {
 			*slash = '\0';
-			if ((size_t) snprintf(out, len, "%s/cohortd", self) <
-			        len &&
-			    spawn_executable(out))
+			if ((size_t)snprintf(out, len, "%s/cohortd", self)
+			        < len
+			    && spawn_executable(out))
 				return;
 		}
 	}
@@ -383,7 +380,7 @@ spawn_start_cohortd(const cohort_spawn_options *o, pid_t *pid, char *url,
 	spawn_cohortd_path(o, path, sizeof(path));
 	if (o->log_dir != NULL)
 		snprintf(log, sizeof(log), "%s/cohortd-spawn-%ld.log",
-		    o->log_dir, (long) getpid());
+		    o->log_dir, (long)getpid());
 	else
 		snprintf(log, sizeof(log), "/dev/null");
 	for (int attempt = 0; attempt < 5; attempt++) {
@@ -404,8 +401,8 @@ spawn_start_cohortd(const cohort_spawn_options *o, pid_t *pid, char *url,
 		}
 		if (p == 0) {
 			char *argv[4];
-			int fd = open(log, O_WRONLY | O_CREAT | O_APPEND,
-			    0644);
+			int fd
+			    = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
 
 			if (fd >= 0) {
 				dup2(fd, 1);
@@ -414,7 +411,7 @@ spawn_start_cohortd(const cohort_spawn_options *o, pid_t *pid, char *url,
 			}
 			prctl(PR_SET_PDEATHSIG, SIGTERM);
 			argv[0] = path;
-			argv[1] = (char *) "--listen";
+			argv[1] = (char *)"--listen";
 			argv[2] = url;
 			argv[3] = NULL;
 			if (strchr(path, '/') != NULL)
@@ -445,8 +442,7 @@ spawn_start_cohortd(const cohort_spawn_options *o, pid_t *pid, char *url,
 		if (p > 0)
 			spawn_reap_kill(p, 1000);
 	}
-	spawn_msg(err, errlen, "%s did not start listening on loopback",
-	    path);
+	spawn_msg(err, errlen, "%s did not start listening on loopback", path);
 	return (COHORT_ESYSTEM);
 }
 
@@ -480,7 +476,7 @@ spawn_parse(struct spawn_child *ch, int rank, cohort_spawn_result *r)
 		uint32_t len = 0;
 
 		for (int i = 0; i < 4; i++)
-			len |= (uint32_t) f[1 + i] << (8 * i);
+			len |= (uint32_t)f[1 + i] << (8 * i);
 		if (len > SPAWN_MAX_FRAME)
 			return (-1);
 		if (ch->len - off - 5 < len)
@@ -505,8 +501,8 @@ spawn_parse(struct spawn_child *ch, int rank, cohort_spawn_result *r)
 				r->data = copy;
 				r->len = len;
 			} else {
-				cohort_spawn_item *q = realloc(r->queue,
-				    (r->queue_len + 1) * sizeof(*q));
+				cohort_spawn_item *q = realloc(
+				    r->queue, (r->queue_len + 1) * sizeof(*q));
 
 				if (q == NULL) {
 					free(copy);
@@ -550,7 +546,7 @@ spawn_read(struct spawn_child *ch, int rank, cohort_spawn_result *r)
 		}
 		if (n == 0)
 			return (1); /* EOF */
-		ch->len += (size_t) n;
+		ch->len += (size_t)n;
 		if (spawn_parse(ch, rank, r) != 0)
 			return (-1);
 	}
@@ -582,12 +578,12 @@ spawn_nng_running(void)
 
 		if (e->d_name[0] == '.')
 			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
-		    e->d_name);
+		snprintf(
+		    path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
 		if ((f = fopen(path, "r")) == NULL)
 			continue;
-		if (fgets(comm, sizeof(comm), f) != NULL &&
-		    strncmp(comm, "nng:", 4) == 0)
+		if (fgets(comm, sizeof(comm), f) != NULL
+		    && strncmp(comm, "nng:", 4) == 0)
 			found = true;
 		fclose(f);
 	}
@@ -642,8 +638,8 @@ cohort_spawn(int n, cohort_spawn_fn fn, void *arg,
 	if (o.coordinator != NULL && o.coordinator[0] != '\0') {
 		coord = o.coordinator;
 	} else {
-		st = spawn_start_cohortd(&o, &coord_pid, url, sizeof(url), err,
-		    sizeof(err));
+		st = spawn_start_cohortd(
+		    &o, &coord_pid, url, sizeof(url), err, sizeof(err));
 		if (st != COHORT_OK) {
 			spawn_msg(r->error, sizeof(r->error),
 			    "cannot start the coordinator: %s", err);
@@ -654,10 +650,10 @@ cohort_spawn(int n, cohort_spawn_fn fn, void *arg,
 	if (o.job != NULL)
 		snprintf(job, sizeof(job), "%s", o.job);
 	else
-		snprintf(job, sizeof(job), "spawn-%ld-%d", (long) self,
+		snprintf(job, sizeof(job), "spawn-%ld-%d", (long)self,
 		    ++spawn_counter);
 
-	if ((ch = calloc((size_t) n, sizeof(*ch))) == NULL) {
+	if ((ch = calloc((size_t)n, sizeof(*ch))) == NULL) {
 		spawn_reap_kill(coord_pid, 3000);
 		return (COHORT_ENOMEM);
 	}
@@ -731,21 +727,21 @@ cohort_spawn(int n, cohort_spawn_fn fn, void *arg,
 		}
 		if (live == 0 && np == 0)
 			break;
-		if (o.timeout_ms > 0 && !timed_out &&
-		    now - start > o.timeout_ms) {
+		if (o.timeout_ms > 0 && !timed_out
+		    && now - start > o.timeout_ms) {
 			timed_out = true;
 			fail_deadline = now;
 		}
 		if (fail_deadline >= 0 && now >= fail_deadline) {
 			for (int k = 0; k < n; k++) {
-				if (ch[k].pid > 0 && !ch[k].reaped &&
-				    !ch[k].killed) {
+				if (ch[k].pid > 0 && !ch[k].reaped
+				    && !ch[k].killed) {
 					ch[k].killed = true;
 					kill(ch[k].pid, SIGKILL);
 				}
 			}
 		}
-		if (np > 0 && poll(pfd, (nfds_t) np, 50) > 0) {
+		if (np > 0 && poll(pfd, (nfds_t)np, 50) > 0) {
 			for (int i = 0; i < np; i++) {
 				struct spawn_child *c = &ch[idx[i]];
 				int rc;
@@ -772,8 +768,8 @@ cohort_spawn(int n, cohort_spawn_fn fn, void *arg,
 				r->exit_codes[k] = ch[k].code;
 				spawn_note_exit(&ch[k], &seq);
 				if (ch[k].failed_at != 0 && fail_deadline < 0)
-					fail_deadline = spawn_now_ms() +
-					    o.grace_ms;
+					fail_deadline
+					    = spawn_now_ms() + o.grace_ms;
 			}
 		}
 	}
@@ -785,11 +781,11 @@ cohort_spawn(int n, cohort_spawn_fn fn, void *arg,
 
 		for (int pass = 0; pass < 2 && best < 0; pass++) {
 			for (int k = 0; k < n; k++) {
-				if (ch[k].failed_at == 0 ||
-				    (pass == 0 && ch[k].secondary))
+				if (ch[k].failed_at == 0
+				    || (pass == 0 && ch[k].secondary))
 					continue;
-				if (best < 0 ||
-				    ch[k].failed_at < ch[best].failed_at)
+				if (best < 0
+				    || ch[k].failed_at < ch[best].failed_at)
 					best = k;
 			}
 		}
@@ -815,7 +811,7 @@ cohort_spawn(int n, cohort_spawn_fn fn, void *arg,
 		} else if (timed_out) {
 			snprintf(r->error, sizeof(r->error),
 			    "timed out after %lld ms",
-			    (long long) o.timeout_ms);
+			    (long long)o.timeout_ms);
 			if (st == COHORT_OK)
 				st = COHORT_ETIMEDOUT;
 		} else if (st == COHORT_OK) {
@@ -825,8 +821,8 @@ cohort_spawn(int n, cohort_spawn_fn fn, void *arg,
 					r->exit_code = ch[k].code;
 					r->term_signal = ch[k].sig;
 					snprintf(r->error, sizeof(r->error),
-					    "rank %d exited with status %d",
-					    k, ch[k].code);
+					    "rank %d exited with status %d", k,
+					    ch[k].code);
 					st = COHORT_EPEERLOST;
 					break;
 				}
@@ -859,8 +855,8 @@ cohort_spawn_result_free(cohort_spawn_result *r)
 }
 
 bool
-cohort_spawn_get_from_queue(const cohort_spawn_result *r, size_t i,
-    const void **data, size_t *len)
+cohort_spawn_get_from_queue(
+    const cohort_spawn_result *r, size_t i, const void **data, size_t *len)
 {
 	if (r == NULL || i >= r->queue_len)
 		return (false);

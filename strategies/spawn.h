@@ -54,15 +54,15 @@ typedef struct cohort_spawn_ctx cohort_spawn_ctx;
 
 /* The function run in every child. c is the open client (NULL with
  * opts->no_client). Returns 0 on success. */
-typedef int (*cohort_spawn_fn)(cohort_spawn_ctx *ctx, cohort_client *c,
-    void *arg);
+typedef int (*cohort_spawn_fn)(
+    cohort_spawn_ctx *ctx, cohort_client *c, void *arg);
 
 typedef struct cohort_spawn_options {
 	/* nng URL of a running cohortd; NULL = start a private one. */
 	const char *coordinator;
 	/* cohortd binary for the private coordinator (see above). */
 	const char *cohortd_path;
-	const char *job;   /* NULL = "spawn-<pid>" */
+	const char *job; /* NULL = "spawn-<pid>" */
 	const char *token; /* NULL = "" */
 	/* Limit for the whole run, ms; <= 0 = none. On expiry every child is
 	 * killed and COHORT_ETIMEDOUT returned. */
@@ -112,16 +112,16 @@ typedef struct cohort_spawn_result {
  * when one failed (result names it), COHORT_ETIMEDOUT, COHORT_ESYSTEM
  * (fork, pipe, the coordinator could not start: result->error says),
  * COHORT_EINVAL, COHORT_ESTATE (this process already uses nng: see
- * above; nothing was started). The result must be freed with cohort_spawn_result_free
- * whatever the status. */
+ * above; nothing was started). The result must be freed with
+ * cohort_spawn_result_free whatever the status. */
 COHORT_API cohort_status cohort_spawn(int n, cohort_spawn_fn fn, void *arg,
     const cohort_spawn_options *opts, cohort_spawn_result *result);
 
 COHORT_API void cohort_spawn_result_free(cohort_spawn_result *r);
 
 /* get_from_queue: item i of rank 0's queue, false past the end. */
-COHORT_API bool cohort_spawn_get_from_queue(const cohort_spawn_result *r,
-    size_t i, const void **data, size_t *len);
+COHORT_API bool cohort_spawn_get_from_queue(
+    const cohort_spawn_result *r, size_t i, const void **data, size_t *len);
 
 /* --- In the child ----------------------------------------------------- */
 
@@ -129,15 +129,15 @@ COHORT_API int cohort_spawn_rank(const cohort_spawn_ctx *ctx);
 COHORT_API int cohort_spawn_world_size(const cohort_spawn_ctx *ctx);
 /* return_result: the value returned to the caller (rank 0's; the last call
  * wins; other ranks' values are dropped). */
-COHORT_API cohort_status cohort_spawn_return(cohort_spawn_ctx *ctx,
-    const void *data, size_t len);
+COHORT_API cohort_status cohort_spawn_return(
+    cohort_spawn_ctx *ctx, const void *data, size_t len);
 /* add_to_queue: appends an item (rank 0's reach the caller). */
-COHORT_API cohort_status cohort_spawn_add_to_queue(cohort_spawn_ctx *ctx,
-    const void *data, size_t len);
+COHORT_API cohort_status cohort_spawn_add_to_queue(
+    cohort_spawn_ctx *ctx, const void *data, size_t len);
 /* The error text of this child's failure (printf-style); also sent to
  * cohortd when fn returns non-zero. */
-COHORT_API void cohort_spawn_fail(cohort_spawn_ctx *ctx, const char *fmt,
-    ...) __attribute__((format(printf, 2, 3)));
+COHORT_API void cohort_spawn_fail(cohort_spawn_ctx *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 #ifdef __cplusplus
 }

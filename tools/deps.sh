@@ -3,7 +3,8 @@
 # waits for the apt lock (other work may hold it) instead of failing.
 set -euo pipefail
 PKGS=(build-essential pkg-config libnng-dev libprotobuf-c-dev protobuf-c-compiler
-      check libsubunit-dev libmbedtls-dev iproute2 nftables valgrind)
+      check libsubunit-dev libmbedtls-dev iproute2 nftables valgrind
+      clang-format)
 # Peers for `make bench` only.
 if [[ "${COHORT_DEPS_BENCH:-0}" == 1 ]]; then
 	PKGS+=(libgloo-dev libopenmpi-dev openmpi-bin)

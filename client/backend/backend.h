@@ -37,11 +37,11 @@ struct cohort__store {
 /* What a backend learns about its group at init. Everything pointed to
  * stays valid until fini. */
 struct cohort__group_desc {
-	const char *job;        /* job name */
-	uint64_t generation;    /* job generation; part of connection auth */
-	const char *group_id;   /* unique within the job and generation */
-	int rank;               /* this process's rank in the group */
-	int size;               /* group size, >= 1 */
+	const char *job; /* job name */
+	uint64_t generation; /* job generation; part of connection auth */
+	const char *group_id; /* unique within the job and generation */
+	int rank; /* this process's rank in the group */
+	int size; /* group size, >= 1 */
 	const int32_t *global_ranks; /* group rank -> job rank (for errors) */
 	/* Shared secret of the job (derived from its token); a peer must
 	 * prove knowledge of it, the job, the generation and the group to
@@ -80,13 +80,13 @@ struct cohort__op {
 	enum cohort__op_kind kind;
 	const void *send;
 	void *recv;
-	size_t count;          /* elements (per rank block where relevant) */
-	const size_t *counts;  /* ALLGATHERV: per-rank counts */
+	size_t count; /* elements (per rank block where relevant) */
+	const size_t *counts; /* ALLGATHERV: per-rank counts */
 	cohort_dtype dtype;
 	cohort_redop op;
-	int root;              /* group rank */
-	void *stream;          /* cudaStream_t for nccl, NULL otherwise */
-	uint64_t seq;          /* per-group operation number, from 1 */
+	int root; /* group rank */
+	void *stream; /* cudaStream_t for nccl, NULL otherwise */
+	uint64_t seq; /* per-group operation number, from 1 */
 };
 
 /* "allreduce", "reduce_scatter", ...; for error texts (client/status.c). */
@@ -135,14 +135,13 @@ bool cohort__is_device_ptr(const void *p);
 /* Element-wise reduction kernels shared by backends (client/reduce.c):
  * dst[i] = dst[i] op src[i] for n elements. MEAN reduces as SUM. The best
  * vectorised variant for the running CPU is picked once at first use. */
-void cohort__reduce(void *dst, const void *src, size_t n, cohort_dtype dt,
-    cohort_redop op);
+void cohort__reduce(
+    void *dst, const void *src, size_t n, cohort_dtype dt, cohort_redop op);
 /* Forces a kernel variant ("generic", "avx2", "avx512"; NULL = best for
  * this CPU) for tests and benchmarks; *active names the one in use. Returns
  * false if the CPU lacks the requested one. */
 bool cohort__reduce_select(const char *isa, const char **active);
 /* dst[i] /= divisor for float dtypes (MEAN's final step). */
 void cohort__scale_div(void *dst, size_t n, cohort_dtype dt, double divisor);
-
 
 #endif /* COHORT_BACKEND_H */

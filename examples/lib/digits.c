@@ -35,11 +35,11 @@ digits_field(const char *p, const char *end, double *v)
 	size_t len;
 	char *stop;
 
-	while (p < end && isspace((unsigned char) *p))
+	while (p < end && isspace((unsigned char)*p))
 		p++;
-	while (end > p && isspace((unsigned char) end[-1]))
+	while (end > p && isspace((unsigned char)end[-1]))
 		end--;
-	len = (size_t) (end - p);
+	len = (size_t)(end - p);
 	if (len == 0 || len >= sizeof(buf))
 		return (-1);
 	memcpy(buf, p, len);
@@ -55,7 +55,7 @@ digits_field(const char *p, const char *end, double *v)
 static void
 digits_excerpt(const char *p, const char *end, char *buf, size_t len)
 {
-	size_t n = (size_t) (end - p);
+	size_t n = (size_t)(end - p);
 
 	if (n > 20)
 		n = 20;
@@ -73,7 +73,7 @@ digits_line(const char *p, const char *end, size_t lineno, float *x,
 	int field = 0;
 
 	while (p <= end) {
-		const char *comma = memchr(p, ',', (size_t) (end - p));
+		const char *comma = memchr(p, ',', (size_t)(end - p));
 		const char *fend = comma != NULL ? comma : end;
 		char ex[24];
 		double v;
@@ -100,7 +100,7 @@ digits_line(const char *p, const char *end, size_t lineno, float *x,
 				    lineno, field + 1, v, DIGITS_MAX_PIXEL);
 				return (-1);
 			}
-			x[field] = (float) (v / DIGITS_MAX_PIXEL);
+			x[field] = (float)(v / DIGITS_MAX_PIXEL);
 		} else {
 			if (v != floor(v) || v < 0 || v >= DIGITS_CLASSES) {
 				digits_err(err, errlen,
@@ -109,7 +109,7 @@ digits_line(const char *p, const char *end, size_t lineno, float *x,
 				    lineno, field + 1, v, DIGITS_CLASSES - 1);
 				return (-1);
 			}
-			*y = (uint8_t) v;
+			*y = (uint8_t)v;
 		}
 		field++;
 		if (comma == NULL)
@@ -129,14 +129,14 @@ digits_line(const char *p, const char *end, size_t lineno, float *x,
 static int
 digits_blank(const char *p, const char *end)
 {
-	while (p < end && isspace((unsigned char) *p))
+	while (p < end && isspace((unsigned char)*p))
 		p++;
 	return (p == end || *p == '#');
 }
 
 int
-digits_parse(const char *text, size_t len, struct digits *out, char *err,
-    size_t errlen)
+digits_parse(
+    const char *text, size_t len, struct digits *out, char *err, size_t errlen)
 {
 	const char *p = text, *end = text + len;
 	size_t lines = 0, n = 0, lineno = 0;
@@ -157,7 +157,7 @@ digits_parse(const char *text, size_t len, struct digits *out, char *err,
 		return (-1);
 	}
 	while (p < end) {
-		const char *nl = memchr(p, '\n', (size_t) (end - p));
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
 		const char *le = nl != NULL ? nl : end;
 
 		lineno++;
@@ -166,7 +166,8 @@ digits_parse(const char *text, size_t len, struct digits *out, char *err,
 		if (!digits_blank(p, le)) {
 			if (digits_line(p, le, lineno,
 			        d.x + n * DIGITS_FEATURES, d.y + n, err,
-			        errlen) != 0) {
+			        errlen)
+			    != 0) {
 				digits_free(&d);
 				return (-1);
 			}
@@ -217,8 +218,8 @@ digits_load(const char *path, struct digits *out, char *err, size_t errlen)
 				goto out_fail;
 			}
 			if ((t = realloc(text, cap * 2)) == NULL) {
-				digits_err(err, errlen, "%s: out of memory",
-				    path);
+				digits_err(
+				    err, errlen, "%s: out of memory", path);
 				goto out_fail;
 			}
 			text = t;
@@ -274,7 +275,7 @@ digits_rand(uint64_t *state)
 static size_t
 digits_below(uint64_t *state, size_t bound)
 {
-	return ((size_t) (digits_rand(state) % (uint64_t) bound));
+	return ((size_t)(digits_rand(state) % (uint64_t)bound));
 }
 
 void
@@ -300,8 +301,8 @@ digits_shuffle(struct digits *d, uint64_t seed)
 }
 
 static int
-digits_copy(const struct digits *src, size_t first, size_t n,
-    struct digits *dst)
+digits_copy(
+    const struct digits *src, size_t first, size_t n, struct digits *dst)
 {
 	dst->n = n;
 	dst->x = malloc((n ? n : 1) * DIGITS_FEATURES * sizeof(float));
@@ -365,21 +366,21 @@ digits_num_batches(size_t n, size_t global_batch, int drop_last)
 }
 
 size_t
-digits_shard(const size_t *perm, size_t start, size_t len, int rank,
-    int world, size_t *idx)
+digits_shard(const size_t *perm, size_t start, size_t len, int rank, int world,
+    size_t *idx)
 {
 	size_t k = 0;
 
 	if (world <= 0 || rank < 0 || rank >= world)
 		return (0);
-	for (size_t i = (size_t) rank; i < len; i += (size_t) world)
+	for (size_t i = (size_t)rank; i < len; i += (size_t)world)
 		idx[k++] = perm != NULL ? perm[start + i] : start + i;
 	return (k);
 }
 
 void
-digits_gather(const struct digits *d, const size_t *idx, size_t n, float *x,
-    uint8_t *y)
+digits_gather(
+    const struct digits *d, const size_t *idx, size_t n, float *x, uint8_t *y)
 {
 	for (size_t i = 0; i < n; i++) {
 		memcpy(x + i * DIGITS_FEATURES,

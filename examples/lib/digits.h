@@ -27,7 +27,7 @@
 
 struct digits {
 	size_t n;
-	float *x;   /* [n][DIGITS_FEATURES], in [0, 1] */
+	float *x; /* [n][DIGITS_FEATURES], in [0, 1] */
 	uint8_t *y; /* [n], 0..DIGITS_CLASSES-1 */
 };
 
@@ -35,12 +35,12 @@ struct digits {
  * lines starting with '#' are skipped; "\r\n" line ends are accepted.
  * Returns 0 and fills *out, or -1 with a message naming the line and field
  * in err (errlen bytes; may be NULL) and *out untouched. */
-int digits_parse(const char *text, size_t len, struct digits *out,
-    char *err, size_t errlen);
+int digits_parse(const char *text, size_t len, struct digits *out, char *err,
+    size_t errlen);
 
 /* Reads and parses a file. Errors as digits_parse, prefixed with path. */
-int digits_load(const char *path, struct digits *out, char *err,
-    size_t errlen);
+int digits_load(
+    const char *path, struct digits *out, char *err, size_t errlen);
 
 void digits_free(struct digits *d); /* NULL-safe; leaves *d empty */
 
@@ -49,12 +49,11 @@ void digits_shuffle(struct digits *d, uint64_t seed);
 
 /* Copies the first n - n_test samples into *train and the last n_test into
  * *test. Returns 0, or -1 (n_test >= n, or out of memory). */
-int digits_split(const struct digits *all, size_t n_test,
-    struct digits *train, struct digits *test);
+int digits_split(const struct digits *all, size_t n_test, struct digits *train,
+    struct digits *test);
 
 /* perm = a permutation of 0..n-1 that depends only on (seed, epoch). */
-void digits_epoch_order(size_t *perm, size_t n, uint64_t seed,
-    uint64_t epoch);
+void digits_epoch_order(size_t *perm, size_t n, uint64_t seed, uint64_t epoch);
 
 /* The number of global batches of an epoch of n samples (drop_last: the
  * trailing partial batch is dropped so every step has equal shards). */
@@ -68,7 +67,7 @@ size_t digits_shard(const size_t *perm, size_t start, size_t len, int rank,
     int world, size_t *idx);
 
 /* Copies samples idx[0..n) into contiguous x[n][DIGITS_FEATURES], y[n]. */
-void digits_gather(const struct digits *d, const size_t *idx, size_t n,
-    float *x, uint8_t *y);
+void digits_gather(
+    const struct digits *d, const size_t *idx, size_t n, float *x, uint8_t *y);
 
 #endif /* COHORT_EXAMPLES_DIGITS_H */

@@ -30,7 +30,7 @@ mlp_rand_next(uint64_t *state)
 static float
 mlp_rand_uniform(uint64_t *state, float bound)
 {
-	float u = (float) (mlp_rand_next(state) >> 40) * (1.0f / 16777216.0f);
+	float u = (float)(mlp_rand_next(state) >> 40) * (1.0f / 16777216.0f);
 
 	return ((2.0f * u - 1.0f) * bound);
 }
@@ -50,10 +50,10 @@ mlp_reset(struct mlp *m, uint64_t seed)
 	/* He (Kaiming) uniform for the ReLU layer, LeCun uniform for the
 	 * output layer; zero biases. */
 	mlp_fill_uniform(m->param[0].data, m->param[0].count,
-	    sqrtf(6.0f / (float) m->n_in), &state);
+	    sqrtf(6.0f / (float)m->n_in), &state);
 	memset(m->param[1].data, 0, m->param[1].count * sizeof(float));
 	mlp_fill_uniform(m->param[2].data, m->param[2].count,
-	    sqrtf(3.0f / (float) m->n_hidden), &state);
+	    sqrtf(3.0f / (float)m->n_hidden), &state);
 	memset(m->param[3].data, 0, m->param[3].count * sizeof(float));
 	mlp_zero_grad(m);
 	if (m->velocity != NULL)
@@ -63,8 +63,8 @@ mlp_reset(struct mlp *m, uint64_t seed)
 int
 mlp_init(struct mlp *m, int n_in, int n_hidden, int n_out, uint64_t seed)
 {
-	static const char *const names[MLP_NPARAMS] = { "fc1.weight",
-		"fc1.bias", "fc2.weight", "fc2.bias" };
+	static const char *const names[MLP_NPARAMS]
+	    = { "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias" };
 	size_t counts[MLP_NPARAMS];
 	size_t off = 0;
 
@@ -76,10 +76,10 @@ mlp_init(struct mlp *m, int n_in, int n_hidden, int n_out, uint64_t seed)
 	m->n_in = n_in;
 	m->n_hidden = n_hidden;
 	m->n_out = n_out;
-	counts[0] = (size_t) n_hidden * (size_t) n_in;
-	counts[1] = (size_t) n_hidden;
-	counts[2] = (size_t) n_out * (size_t) n_hidden;
-	counts[3] = (size_t) n_out;
+	counts[0] = (size_t)n_hidden * (size_t)n_in;
+	counts[1] = (size_t)n_hidden;
+	counts[2] = (size_t)n_out * (size_t)n_hidden;
+	counts[3] = (size_t)n_out;
 	for (int i = 0; i < MLP_NPARAMS; i++)
 		m->n_params += counts[i];
 
@@ -131,10 +131,10 @@ mlp_reserve(struct mlp *m, size_t n)
 
 	if (n <= m->cap)
 		return (0);
-	h = malloc(n * (size_t) m->n_hidden * sizeof(float));
-	p = malloc(n * (size_t) m->n_out * sizeof(float));
-	dh = malloc(n * (size_t) m->n_hidden * sizeof(float));
-	dout = malloc(n * (size_t) m->n_out * sizeof(float));
+	h = malloc(n * (size_t)m->n_hidden * sizeof(float));
+	p = malloc(n * (size_t)m->n_out * sizeof(float));
+	dh = malloc(n * (size_t)m->n_hidden * sizeof(float));
+	dout = malloc(n * (size_t)m->n_out * sizeof(float));
 	if (h == NULL || p == NULL || dh == NULL || dout == NULL) {
 		free(h);
 		free(p);
@@ -169,15 +169,15 @@ mlp_forward(struct mlp *m, const float *x, const uint8_t *labels, size_t n,
 		return (-1);
 	m->n_fwd = n;
 	for (size_t s = 0; s < n; s++) {
-		const float *xs = x + s * (size_t) ni;
-		float *hs = m->hidden + s * (size_t) nh;
-		float *ps = m->probs + s * (size_t) no;
+		const float *xs = x + s * (size_t)ni;
+		float *hs = m->hidden + s * (size_t)nh;
+		float *ps = m->probs + s * (size_t)no;
 		float max;
 		double sum = 0.0;
 		int best = 0;
 
 		for (int j = 0; j < nh; j++) {
-			const float *w = w1 + (size_t) j * (size_t) ni;
+			const float *w = w1 + (size_t)j * (size_t)ni;
 			float a = b1[j];
 
 			for (int k = 0; k < ni; k++)
@@ -185,7 +185,7 @@ mlp_forward(struct mlp *m, const float *x, const uint8_t *labels, size_t n,
 			hs[j] = a > 0.0f ? a : 0.0f;
 		}
 		for (int o = 0; o < no; o++) {
-			const float *w = w2 + (size_t) o * (size_t) nh;
+			const float *w = w2 + (size_t)o * (size_t)nh;
 			float a = b2[o];
 
 			for (int j = 0; j < nh; j++)
@@ -201,16 +201,16 @@ mlp_forward(struct mlp *m, const float *x, const uint8_t *labels, size_t n,
 			}
 		}
 		for (int o = 0; o < no; o++)
-			sum += exp((double) (ps[o] - max));
+			sum += exp((double)(ps[o] - max));
 		if (labels != NULL && labels[s] < no) {
 			int y = labels[s];
 
-			loss += log(sum) - (double) (ps[y] - max);
+			loss += log(sum) - (double)(ps[y] - max);
 			if (best == y)
 				right++;
 		}
 		for (int o = 0; o < no; o++)
-			ps[o] = (float) (exp((double) (ps[o] - max)) / sum);
+			ps[o] = (float)(exp((double)(ps[o] - max)) / sum);
 	}
 	if (loss_sum != NULL)
 		*loss_sum += loss;
@@ -240,8 +240,8 @@ mlp_backward(struct mlp *m, const float *x, const uint8_t *labels, size_t n,
 
 	/* dL/dlogits = scale * (softmax - onehot). */
 	for (size_t s = 0; s < n; s++) {
-		const float *ps = m->probs + s * (size_t) no;
-		float *ds = m->dout + s * (size_t) no;
+		const float *ps = m->probs + s * (size_t)no;
+		float *ds = m->dout + s * (size_t)no;
 
 		for (int o = 0; o < no; o++)
 			ds[o] = scale * ps[o];
@@ -251,18 +251,18 @@ mlp_backward(struct mlp *m, const float *x, const uint8_t *labels, size_t n,
 
 	/* fc2.bias (3), then fc2.weight (2). */
 	for (size_t s = 0; s < n; s++) {
-		const float *ds = m->dout + s * (size_t) no;
+		const float *ds = m->dout + s * (size_t)no;
 
 		for (int o = 0; o < no; o++)
 			gb2[o] += ds[o];
 	}
 	mlp_ready(m, 3);
 	for (size_t s = 0; s < n; s++) {
-		const float *ds = m->dout + s * (size_t) no;
-		const float *hs = m->hidden + s * (size_t) nh;
+		const float *ds = m->dout + s * (size_t)no;
+		const float *hs = m->hidden + s * (size_t)nh;
 
 		for (int o = 0; o < no; o++) {
-			float *g = gw2 + (size_t) o * (size_t) nh;
+			float *g = gw2 + (size_t)o * (size_t)nh;
 			float d = ds[o];
 
 			if (d == 0.0f)
@@ -275,14 +275,14 @@ mlp_backward(struct mlp *m, const float *x, const uint8_t *labels, size_t n,
 
 	/* Through fc2 and the ReLU. */
 	for (size_t s = 0; s < n; s++) {
-		const float *ds = m->dout + s * (size_t) no;
-		const float *hs = m->hidden + s * (size_t) nh;
-		float *dh = m->dhid + s * (size_t) nh;
+		const float *ds = m->dout + s * (size_t)no;
+		const float *hs = m->hidden + s * (size_t)nh;
+		float *dh = m->dhid + s * (size_t)nh;
 
 		for (int j = 0; j < nh; j++)
 			dh[j] = 0.0f;
 		for (int o = 0; o < no; o++) {
-			const float *w = w2 + (size_t) o * (size_t) nh;
+			const float *w = w2 + (size_t)o * (size_t)nh;
 			float d = ds[o];
 
 			for (int j = 0; j < nh; j++)
@@ -296,18 +296,18 @@ mlp_backward(struct mlp *m, const float *x, const uint8_t *labels, size_t n,
 
 	/* fc1.bias (1), then fc1.weight (0). */
 	for (size_t s = 0; s < n; s++) {
-		const float *dh = m->dhid + s * (size_t) nh;
+		const float *dh = m->dhid + s * (size_t)nh;
 
 		for (int j = 0; j < nh; j++)
 			gb1[j] += dh[j];
 	}
 	mlp_ready(m, 1);
 	for (size_t s = 0; s < n; s++) {
-		const float *dh = m->dhid + s * (size_t) nh;
-		const float *xs = x + s * (size_t) ni;
+		const float *dh = m->dhid + s * (size_t)nh;
+		const float *xs = x + s * (size_t)ni;
 
 		for (int j = 0; j < nh; j++) {
-			float *g = gw1 + (size_t) j * (size_t) ni;
+			float *g = gw1 + (size_t)j * (size_t)ni;
 			float d = dh[j];
 
 			if (d == 0.0f)
@@ -354,8 +354,9 @@ mlp_evaluate(struct mlp *m, const float *x, const uint8_t *labels, size_t n,
 	for (size_t s = 0; s < n; s += MLP_EVAL_CHUNK) {
 		size_t k = n - s < MLP_EVAL_CHUNK ? n - s : MLP_EVAL_CHUNK;
 
-		if (mlp_forward(m, x + s * (size_t) m->n_in, labels + s, k,
-		        loss_sum, correct) != 0)
+		if (mlp_forward(m, x + s * (size_t)m->n_in, labels + s, k,
+		        loss_sum, correct)
+		    != 0)
 			return (-1);
 	}
 	return (0);

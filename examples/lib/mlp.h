@@ -31,10 +31,10 @@
 /* One parameter tensor: a view into the model's flat buffers. */
 struct mlp_param {
 	const char *name;
-	float *data;   /* params + offset */
-	float *grad;   /* grads + offset */
+	float *data; /* params + offset */
+	float *grad; /* grads + offset */
 	size_t offset; /* in elements, into the flat buffers */
-	size_t count;  /* elements */
+	size_t count; /* elements */
 };
 
 typedef void (*mlp_grad_ready_fn)(void *ctx, int param_index);
@@ -42,8 +42,8 @@ typedef void (*mlp_grad_ready_fn)(void *ctx, int param_index);
 struct mlp {
 	int n_in, n_hidden, n_out;
 	size_t n_params; /* total elements of params (and grads) */
-	float *params;   /* flat: fc1.weight, fc1.bias, fc2.weight, fc2.bias */
-	float *grads;    /* same layout */
+	float *params; /* flat: fc1.weight, fc1.bias, fc2.weight, fc2.bias */
+	float *grads; /* same layout */
 	float *velocity; /* momentum buffer, allocated on first use */
 	struct mlp_param param[MLP_NPARAMS];
 
@@ -52,19 +52,18 @@ struct mlp {
 	void *grad_ready_ctx;
 
 	/* Activations of the last mlp_forward (for mlp_backward). */
-	size_t cap;   /* samples the scratch buffers hold */
+	size_t cap; /* samples the scratch buffers hold */
 	size_t n_fwd; /* samples of the last forward */
 	float *hidden; /* [cap][n_hidden], after ReLU */
-	float *probs;  /* [cap][n_out], softmax output */
-	float *dhid;   /* [cap][n_hidden], backward scratch */
-	float *dout;   /* [cap][n_out], backward scratch */
+	float *probs; /* [cap][n_out], softmax output */
+	float *dhid; /* [cap][n_hidden], backward scratch */
+	float *dout; /* [cap][n_out], backward scratch */
 };
 
 /* Allocates a model and initialises its parameters from seed (same seed,
  * same sizes -> bit-identical parameters on every machine). Returns 0, or
  * -1 with errno (EINVAL for non-positive sizes, ENOMEM). */
-int mlp_init(struct mlp *m, int n_in, int n_hidden, int n_out,
-    uint64_t seed);
+int mlp_init(struct mlp *m, int n_in, int n_hidden, int n_out, uint64_t seed);
 /* Frees everything; the struct may be reused with mlp_init. NULL-safe. */
 void mlp_fini(struct mlp *m);
 
@@ -79,8 +78,8 @@ void mlp_set_grad_ready(struct mlp *m, mlp_grad_ready_fn fn, void *ctx);
  * mlp_backward. If labels is not NULL, adds the summed cross-entropy loss
  * to *loss_sum and the number of correct argmax predictions to *correct
  * (either may be NULL). Returns 0, or -1 with errno ENOMEM. */
-int mlp_forward(struct mlp *m, const float *x, const uint8_t *labels,
-    size_t n, double *loss_sum, size_t *correct);
+int mlp_forward(struct mlp *m, const float *x, const uint8_t *labels, size_t n,
+    double *loss_sum, size_t *correct);
 
 /* Backward pass for the samples of the last mlp_forward (x and labels must
  * be the same). Adds scale * d(sum_i loss_i)/d(theta) to grads: scale =

@@ -24,7 +24,7 @@ static float
 lcg(unsigned *s)
 {
 	*s = *s * 1664525u + 1013904223u;
-	return ((float) (*s >> 8) / 16777216.0f - 0.5f);
+	return ((float)(*s >> 8) / 16777216.0f - 0.5f);
 }
 
 int
@@ -32,7 +32,8 @@ main(void)
 {
 	static float x[ROWS][DIM], y[ROWS];
 	float w[DIM] = { 0 }, g[DIM], truth[DIM], b = 0, gb, loss = 0;
-	cohort_ddp_param params[2] = { { "w", w, g, DIM }, { "b", &b, &gb, 1 } };
+	cohort_ddp_param params[2]
+	    = { { "w", w, g, DIM }, { "b", &b, &gb, 1 } };
 	cohort_client *c;
 	cohort_ddp *d;
 	cohort_status st;
@@ -47,7 +48,7 @@ main(void)
 	seed = 12345;
 	for (int j = 0; j < DIM; j++)
 		truth[j] = lcg(&seed) * 4;
-	seed = 1000u + (unsigned) cohort_client_rank(c); /* this rank's shard */
+	seed = 1000u + (unsigned)cohort_client_rank(c); /* this rank's shard */
 	for (int i = 0; i < ROWS; i++) {
 		y[i] = 0.5f;
 		for (int j = 0; j < DIM; j++) {
@@ -77,8 +78,8 @@ main(void)
 		cohort_ddp_grad_ready(d, 1);
 		cohort_ddp_grad_ready(d, 0);
 		if ((st = cohort_ddp_sync(d)) != COHORT_OK) {
-			fprintf(stderr, "sync: %s: %s\n", cohort_status_name(st),
-			    cohort_ddp_last_error(d));
+			fprintf(stderr, "sync: %s: %s\n",
+			    cohort_status_name(st), cohort_ddp_last_error(d));
 			return (1);
 		}
 		for (int j = 0; j < DIM; j++)

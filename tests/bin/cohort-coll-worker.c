@@ -34,7 +34,7 @@ cw_now_ms(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+	return ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
 }
 
 static uint64_t
@@ -65,16 +65,16 @@ cw_arg(const char *s, long dflt)
 static bool
 cw_is_float(cohort_dtype dt)
 {
-	return (dt == COHORT_F32 || dt == COHORT_F64 || dt == COHORT_F16 ||
-	    dt == COHORT_BF16);
+	return (dt == COHORT_F32 || dt == COHORT_F64 || dt == COHORT_F16
+	    || dt == COHORT_BF16);
 }
 
 /* The input element i of group rank q in case k. */
 static uint64_t
 cw_hash(uint64_t seed, uint64_t k, int q, size_t i)
 {
-	return (cw_mix(seed ^ cw_mix(k * 0x100000001b3ull + (uint64_t) q) ^
-	    (uint64_t) i * 0xff51afd7ed558ccdull));
+	return (cw_mix(seed ^ cw_mix(k * 0x100000001b3ull + (uint64_t)q)
+	    ^ (uint64_t)i * 0xff51afd7ed558ccdull));
 }
 
 static double
@@ -84,7 +84,7 @@ cw_fval(uint64_t h, cohort_redop op)
 
 	if (op == COHORT_PROD)
 		return (prod[h & 3]);
-	return ((double) ((int) (h % 9) - 4) + ((h >> 8) & 1 ? 0.5 : 0.0));
+	return ((double)((int)(h % 9) - 4) + ((h >> 8) & 1 ? 0.5 : 0.0));
 }
 
 static uint64_t
@@ -94,7 +94,7 @@ cw_ival(uint64_t h, cohort_dtype dt, cohort_redop op)
 		return (h % 3 + 1);
 	if (dt == COHORT_U8)
 		return (h & 0xff);
-	return ((uint64_t) ((int64_t) (h % 2001) - 1000));
+	return ((uint64_t)((int64_t)(h % 2001) - 1000));
 }
 
 static void
@@ -102,25 +102,25 @@ cw_store(void *buf, size_t i, cohort_dtype dt, double f, uint64_t u)
 {
 	switch (dt) {
 	case COHORT_F32:
-		((float *) buf)[i] = (float) f;
+		((float *)buf)[i] = (float)f;
 		break;
 	case COHORT_F64:
-		((double *) buf)[i] = f;
+		((double *)buf)[i] = f;
 		break;
 	case COHORT_F16:
-		((uint16_t *) buf)[i] = cohort__f32_to_f16((float) f);
+		((uint16_t *)buf)[i] = cohort__f32_to_f16((float)f);
 		break;
 	case COHORT_BF16:
-		((uint16_t *) buf)[i] = cohort__f32_to_bf16((float) f);
+		((uint16_t *)buf)[i] = cohort__f32_to_bf16((float)f);
 		break;
 	case COHORT_I32:
-		((int32_t *) buf)[i] = (int32_t) (uint32_t) u;
+		((int32_t *)buf)[i] = (int32_t)(uint32_t)u;
 		break;
 	case COHORT_I64:
-		((int64_t *) buf)[i] = (int64_t) u;
+		((int64_t *)buf)[i] = (int64_t)u;
 		break;
 	default:
-		((uint8_t *) buf)[i] = (uint8_t) u;
+		((uint8_t *)buf)[i] = (uint8_t)u;
 		break;
 	}
 }
@@ -130,13 +130,13 @@ cw_loadf(const void *buf, size_t i, cohort_dtype dt)
 {
 	switch (dt) {
 	case COHORT_F32:
-		return (((const float *) buf)[i]);
+		return (((const float *)buf)[i]);
 	case COHORT_F64:
-		return (((const double *) buf)[i]);
+		return (((const double *)buf)[i]);
 	case COHORT_F16:
-		return (cohort__f16_to_f32(((const uint16_t *) buf)[i]));
+		return (cohort__f16_to_f32(((const uint16_t *)buf)[i]));
 	default:
-		return (cohort__bf16_to_f32(((const uint16_t *) buf)[i]));
+		return (cohort__bf16_to_f32(((const uint16_t *)buf)[i]));
 	}
 }
 
@@ -145,11 +145,11 @@ cw_loadu(const void *buf, size_t i, cohort_dtype dt)
 {
 	switch (dt) {
 	case COHORT_I32:
-		return ((uint64_t) (int64_t) ((const int32_t *) buf)[i]);
+		return ((uint64_t)(int64_t)((const int32_t *)buf)[i]);
 	case COHORT_I64:
-		return ((uint64_t) ((const int64_t *) buf)[i]);
+		return ((uint64_t)((const int64_t *)buf)[i]);
 	default:
-		return (((const uint8_t *) buf)[i]);
+		return (((const uint8_t *)buf)[i]);
 	}
 }
 
@@ -211,18 +211,18 @@ cw_check_reduced(const void *got, size_t n, cohort_dtype dt, cohort_redop op,
 			if (op == COHORT_MEAN)
 				acc /= size;
 			g = cw_loadf(got, i, dt);
-			if (!(fabs(g - acc) <= cw_tol(dt) *
-			        (fabs(acc) > 1 ? fabs(acc) : 1))) {
+			if (!(fabs(g - acc) <= cw_tol(dt)
+			            * (fabs(acc) > 1 ? fabs(acc) : 1))) {
 				snprintf(why, wl,
 				    "element %zu: got %g want %g", i, g, acc);
-				return ((long) i);
+				return ((long)i);
 			}
 		} else {
 			uint64_t acc = 0, v, g, mask;
 
 			for (int q = 0; q < size; q++) {
-				v = cw_ival(cw_hash(seed, k, q, i0 + i), dt,
-				    op);
+				v = cw_ival(
+				    cw_hash(seed, k, q, i0 + i), dt, op);
 				if (q == 0)
 					acc = v;
 				else if (op == COHORT_SUM)
@@ -230,25 +230,31 @@ cw_check_reduced(const void *got, size_t n, cohort_dtype dt, cohort_redop op,
 				else if (op == COHORT_PROD)
 					acc *= v;
 				else if (dt == COHORT_U8)
-					acc = (op == COHORT_MIN) ==
-					        ((v & 0xff) < (acc & 0xff)) ?
-					    v : acc;
+					acc = (op == COHORT_MIN)
+					        == ((v & 0xff) < (acc & 0xff))
+					    ? v
+					    : acc;
 				else if (dt == COHORT_I32)
-					acc = (op == COHORT_MIN) ==
-					        ((int32_t) v < (int32_t) acc) ?
-					    v : acc;
+					acc = (op == COHORT_MIN)
+					        == ((int32_t)v < (int32_t)acc)
+					    ? v
+					    : acc;
 				else
-					acc = (op == COHORT_MIN) ==
-					        ((int64_t) v < (int64_t) acc) ?
-					    v : acc;
+					acc = (op == COHORT_MIN)
+					        == ((int64_t)v < (int64_t)acc)
+					    ? v
+					    : acc;
 			}
-			mask = dt == COHORT_U8 ? 0xff :
-			    dt == COHORT_I32 ? 0xffffffffull : ~0ull;
+			mask = dt == COHORT_U8 ? 0xff
+			    : dt == COHORT_I32 ? 0xffffffffull
+			                       : ~0ull;
 			g = cw_loadu(got, i, dt);
 			if ((g & mask) != (acc & mask)) {
-				snprintf(why, wl, "element %zu: got %" PRIu64
-				    " want %" PRIu64, i, g & mask, acc & mask);
-				return ((long) i);
+				snprintf(why, wl,
+				    "element %zu: got %" PRIu64
+				    " want %" PRIu64,
+				    i, g & mask, acc & mask);
+				return ((long)i);
 			}
 		}
 	}
@@ -267,14 +273,17 @@ cw_check_copy(const void *got, size_t n, cohort_dtype dt, uint64_t seed,
 		size_t m = n - i < 256 ? n - i : 256;
 
 		cw_fill(tmp, m, dt, COHORT_SUM, seed, k, q, i0 + i);
-		if (memcmp(tmp, (const uint8_t *) got + i * es, m * es) != 0) {
+		if (memcmp(tmp, (const uint8_t *)got + i * es, m * es) != 0) {
 			for (size_t j = 0; j < m; j++)
 				if (memcmp(tmp + j * es,
-				        (const uint8_t *) got + (i + j) * es,
-				        es) != 0) {
-					snprintf(why, wl, "element %zu (rank "
-					    "%d) differs", i + j, q);
-					return ((long) (i + j));
+				        (const uint8_t *)got + (i + j) * es,
+				        es)
+				    != 0) {
+					snprintf(why, wl,
+					    "element %zu (rank "
+					    "%d) differs",
+					    i + j, q);
+					return ((long)(i + j));
 				}
 		}
 	}
@@ -298,9 +307,9 @@ enum cw_kind {
 	CW_NKINDS
 };
 
-static const char *const cw_kind_names[CW_NKINDS] = { "allreduce",
-	"reduce", "broadcast", "allgather", "allgatherv", "reduce_scatter",
-	"alltoall", "gather", "scatter" };
+static const char *const cw_kind_names[CW_NKINDS]
+    = { "allreduce", "reduce", "broadcast", "allgather", "allgatherv",
+	      "reduce_scatter", "alltoall", "gather", "scatter" };
 
 struct cw_case {
 	uint64_t k;
@@ -325,8 +334,8 @@ struct cw_run {
 static bool
 cw_is_reduction(enum cw_kind kind)
 {
-	return (kind == CW_ALLREDUCE || kind == CW_REDUCE ||
-	    kind == CW_REDUCE_SCATTER);
+	return (kind == CW_ALLREDUCE || kind == CW_REDUCE
+	    || kind == CW_REDUCE_SCATTER);
 }
 
 /* Watchdog: the case in progress and since when; a thread prints it if
@@ -349,12 +358,12 @@ cw_wd_main(void *arg)
 {
 	int64_t reported = 0;
 
-	(void) arg;
+	(void)arg;
 	for (;;) {
 		sleep(1);
 		pthread_mutex_lock(&cw_wd_mtx);
-		if (cw_wd_since != 0 && cw_wd_since != reported &&
-		    cw_now_ms() - cw_wd_since > 20000) {
+		if (cw_wd_since != 0 && cw_wd_since != reported
+		    && cw_now_ms() - cw_wd_since > 20000) {
 			printf("STUCK for %" PRId64 " ms in %s\n",
 			    cw_now_ms() - cw_wd_since, cw_wd_what);
 			fflush(stdout);
@@ -372,7 +381,7 @@ cw_case_run(struct cw_run *run, const struct cw_case *cs)
 	cohort_group *g = run->g;
 	int r = cohort_group_rank(g), n = cohort_group_size(g);
 	size_t es = cohort_dtype_size(cs->dt), c = cs->count;
-	size_t nb = (size_t) n * c, *counts = NULL, total = 0, off = 0;
+	size_t nb = (size_t)n * c, *counts = NULL, total = 0, off = 0;
 	uint8_t *send = NULL, *recv = NULL, *sp, *rp;
 	cohort_status st = COHORT_OK;
 	char why[256] = "";
@@ -382,9 +391,9 @@ cw_case_run(struct cw_run *run, const struct cw_case *cs)
 	send = malloc(nb * es + 64);
 	recv = malloc(nb * es + 64);
 	if (cs->kind == CW_ALLGATHERV) {
-		counts = calloc((size_t) n, sizeof(*counts));
+		counts = calloc((size_t)n, sizeof(*counts));
 		for (int q = 0; q < n; q++) {
-			counts[q] = cw_mix(s ^ k ^ (uint64_t) q) % (c + 1);
+			counts[q] = cw_mix(s ^ k ^ (uint64_t)q) % (c + 1);
 			if (q == r)
 				off = total;
 			total += counts[q];
@@ -400,10 +409,11 @@ cw_case_run(struct cw_run *run, const struct cw_case *cs)
 		return (1);
 	}
 	memset(recv, 0xa5, (cs->kind == CW_ALLGATHERV ? total : nb) * es);
-	snprintf(why, sizeof(why), "%s case %" PRIu64 " %s %s %s inplace=%d "
-	    "count=%zu root=%d", run->label, k, cw_kind_names[cs->kind],
-	    cohort_dtype_name(cs->dt), cohort_redop_name(cs->op), cs->inplace,
-	    c, cs->root);
+	snprintf(why, sizeof(why),
+	    "%s case %" PRIu64 " %s %s %s inplace=%d "
+	    "count=%zu root=%d",
+	    run->label, k, cw_kind_names[cs->kind], cohort_dtype_name(cs->dt),
+	    cohort_redop_name(cs->op), cs->inplace, c, cs->root);
 	cw_wd_set(why);
 	why[0] = '\0';
 	sp = send;
@@ -414,21 +424,22 @@ cw_case_run(struct cw_run *run, const struct cw_case *cs)
 		cw_fill(send, c, cs->dt, cs->op, s, k, r, 0);
 		if (cs->inplace)
 			rp = sp;
-		st = cs->kind == CW_ALLREDUCE ?
-		    cohort_allreduce(g, sp, rp, c, cs->dt, cs->op, NULL,
-			60000) :
-		    cohort_reduce(g, sp, cs->inplace || r == cs->root ? rp :
-			NULL, c, cs->dt, cs->op, cs->root, NULL, 60000);
-		if (st == COHORT_OK && (cs->kind == CW_ALLREDUCE ||
-		    r == cs->root))
+		st = cs->kind == CW_ALLREDUCE
+		    ? cohort_allreduce(
+		        g, sp, rp, c, cs->dt, cs->op, NULL, 60000)
+		    : cohort_reduce(g, sp,
+		        cs->inplace || r == cs->root ? rp : NULL, c, cs->dt,
+		        cs->op, cs->root, NULL, 60000);
+		if (st == COHORT_OK
+		    && (cs->kind == CW_ALLREDUCE || r == cs->root))
 			bad = cw_check_reduced(rp, c, cs->dt, cs->op, s, k, n,
 			    0, why, sizeof(why));
 		break;
 	case CW_BROADCAST:
 		if (r == cs->root)
 			cw_fill(recv, c, cs->dt, COHORT_SUM, s, k, r, 0);
-		st = cohort_broadcast(g, recv, c, cs->dt, cs->root, NULL,
-		    60000);
+		st = cohort_broadcast(
+		    g, recv, c, cs->dt, cs->root, NULL, 60000);
 		if (st == COHORT_OK)
 			bad = cw_check_copy(recv, c, cs->dt, s, k, cs->root, 0,
 			    why, sizeof(why));
@@ -437,7 +448,7 @@ cw_case_run(struct cw_run *run, const struct cw_case *cs)
 	case CW_GATHER:
 	case CW_ALLGATHERV: {
 		size_t mine = cs->kind == CW_ALLGATHERV ? counts[r] : c;
-		size_t slot = cs->kind == CW_ALLGATHERV ? off : (size_t) r * c;
+		size_t slot = cs->kind == CW_ALLGATHERV ? off : (size_t)r * c;
 		bool check = cs->kind != CW_GATHER || r == cs->root;
 		bool inpl = cs->inplace && check;
 
@@ -447,14 +458,14 @@ cw_case_run(struct cw_run *run, const struct cw_case *cs)
 			sp = recv;
 		cw_fill(sp, mine, cs->dt, COHORT_SUM, s, k, r, 0);
 		if (cs->kind == CW_ALLGATHER)
-			st = cohort_allgather(g, sp, rp, c, cs->dt, NULL,
-			    60000);
+			st = cohort_allgather(
+			    g, sp, rp, c, cs->dt, NULL, 60000);
 		else if (cs->kind == CW_GATHER)
 			st = cohort_gather(g, sp, check ? rp : NULL, c, cs->dt,
 			    cs->root, NULL, 60000);
 		else
-			st = cohort_allgatherv(g, sp, rp, counts, cs->dt, NULL,
-			    60000);
+			st = cohort_allgatherv(
+			    g, sp, rp, counts, cs->dt, NULL, 60000);
 		off = 0;
 		for (int q = 0; st == COHORT_OK && check && q < n && bad < 0;
 		     q++) {
@@ -469,27 +480,27 @@ cw_case_run(struct cw_run *run, const struct cw_case *cs)
 	case CW_REDUCE_SCATTER:
 		cw_fill(send, nb, cs->dt, cs->op, s, k, r, 0);
 		if (cs->inplace == 1)
-			rp = send + (size_t) r * c * es;
+			rp = send + (size_t)r * c * es;
 		else if (cs->inplace == 2)
 			rp = send;
-		st = cohort_reduce_scatter(g, sp, rp, c, cs->dt, cs->op, NULL,
-		    60000);
+		st = cohort_reduce_scatter(
+		    g, sp, rp, c, cs->dt, cs->op, NULL, 60000);
 		if (st == COHORT_OK)
 			bad = cw_check_reduced(rp, c, cs->dt, cs->op, s, k, n,
-			    (size_t) r * c, why, sizeof(why));
+			    (size_t)r * c, why, sizeof(why));
 		break;
 	case CW_ALLTOALL:
 		cw_fill(send, nb, cs->dt, COHORT_SUM, s, k, r, 0);
 		st = cohort_alltoall(g, sp, rp, c, cs->dt, NULL, 60000);
 		for (int q = 0; st == COHORT_OK && q < n && bad < 0; q++)
-			bad = cw_check_copy(rp + (size_t) q * c * es, c,
-			    cs->dt, s, k, q, (size_t) r * c, why, sizeof(why));
+			bad = cw_check_copy(rp + (size_t)q * c * es, c, cs->dt,
+			    s, k, q, (size_t)r * c, why, sizeof(why));
 		break;
 	case CW_SCATTER:
 		if (r == cs->root) {
 			cw_fill(send, nb, cs->dt, COHORT_SUM, s, k, r, 0);
 			if (cs->inplace == 1)
-				rp = send + (size_t) r * c * es;
+				rp = send + (size_t)r * c * es;
 			else if (cs->inplace == 2)
 				rp = send;
 		}
@@ -497,17 +508,17 @@ cw_case_run(struct cw_run *run, const struct cw_case *cs)
 		    cs->dt, cs->root, NULL, 60000);
 		if (st == COHORT_OK)
 			bad = cw_check_copy(rp, c, cs->dt, s, k, cs->root,
-			    (size_t) r * c, why, sizeof(why));
+			    (size_t)r * c, why, sizeof(why));
 		break;
 	default:
 		break;
 	}
 	if (st != COHORT_OK || bad >= 0)
 		printf("FAIL %s case %" PRIu64 " %s %s %s inplace=%d "
-		    "count=%zu root=%d size=%d: %s %s\n", run->label, k,
-		    cw_kind_names[cs->kind], cohort_dtype_name(cs->dt),
-		    cohort_redop_name(cs->op), cs->inplace, c, cs->root, n,
-		    cohort_status_name(st),
+		       "count=%zu root=%d size=%d: %s %s\n",
+		    run->label, k, cw_kind_names[cs->kind],
+		    cohort_dtype_name(cs->dt), cohort_redop_name(cs->op),
+		    cs->inplace, c, cs->root, n, cohort_status_name(st),
 		    st != COHORT_OK ? cohort_last_error() : why);
 	free(send);
 	free(recv);
@@ -519,10 +530,11 @@ cw_case_run(struct cw_run *run, const struct cw_case *cs)
 static size_t
 cw_count(uint64_t h, size_t maxbytes, size_t es, int n, enum cw_kind kind)
 {
-	size_t per = kind == CW_REDUCE_SCATTER || kind == CW_ALLTOALL ||
-	    kind == CW_SCATTER || kind == CW_ALLGATHER ||
-	    kind == CW_ALLGATHERV || kind == CW_GATHER ?
-	    (size_t) n : 1;
+	size_t per = kind == CW_REDUCE_SCATTER || kind == CW_ALLTOALL
+	        || kind == CW_SCATTER || kind == CW_ALLGATHER
+	        || kind == CW_ALLGATHERV || kind == CW_GATHER
+	    ? (size_t)n
+	    : 1;
 	size_t max = maxbytes / es / per;
 
 	switch (h % 16) {
@@ -550,31 +562,32 @@ cw_matrix(struct cw_run *run, unsigned kinds)
 		if (!(kinds & (1u << kind)))
 			continue;
 		for (int dt = 0; dt < COHORT_DTYPE_COUNT; dt++) {
-			int nops = cw_is_reduction(kind) ? COHORT_REDOP_COUNT :
-			    1;
-			int nvar = kind == CW_ALLTOALL ? 1 :
-			    kind == CW_BROADCAST ? 1 :
-			    kind == CW_ALLREDUCE || kind == CW_REDUCE ? 2 : 3;
+			int nops
+			    = cw_is_reduction(kind) ? COHORT_REDOP_COUNT : 1;
+			int nvar = kind == CW_ALLTOALL                  ? 1
+			    : kind == CW_BROADCAST                      ? 1
+			    : kind == CW_ALLREDUCE || kind == CW_REDUCE ? 2
+			                                                : 3;
 
 			for (int op = 0; op < nops; op++) {
-				if (op == COHORT_MEAN &&
-				    !cw_is_float((cohort_dtype) dt))
+				if (op == COHORT_MEAN
+				    && !cw_is_float((cohort_dtype)dt))
 					continue;
 				for (int v = 0; v < nvar; v++) {
 					struct cw_case cs;
-					uint64_t h = cw_mix(run->seed ^
-					    (k * 7919 + 17));
+					uint64_t h = cw_mix(
+					    run->seed ^ (k * 7919 + 17));
 
 					cs.k = k++;
-					cs.kind = (enum cw_kind) kind;
-					cs.dt = (cohort_dtype) dt;
-					cs.op = (cohort_redop) op;
+					cs.kind = (enum cw_kind)kind;
+					cs.dt = (cohort_dtype)dt;
+					cs.op = (cohort_redop)op;
 					cs.inplace = v;
 					cs.count = cw_count(h, run->maxbytes,
 					    cohort_dtype_size(cs.dt), n,
 					    cs.kind);
-					cs.root = (int) ((h >> 40) %
-					    (uint64_t) n);
+					cs.root
+					    = (int)((h >> 40) % (uint64_t)n);
 					run->cases++;
 					run->failed += cw_case_run(run, &cs);
 				}
@@ -593,7 +606,7 @@ cw_matrix(struct cw_run *run, unsigned kinds)
 static size_t
 cw_maxbytes(void)
 {
-	return ((size_t) cw_arg(getenv("COHORT_TEST_MAXBYTES"), 2 << 20));
+	return ((size_t)cw_arg(getenv("COHORT_TEST_MAXBYTES"), 2 << 20));
 }
 
 static int
@@ -609,10 +622,10 @@ cw_report(const struct cw_run *run)
 static int
 scen_matrix(cohort_client *c, const char *arg)
 {
-	struct cw_run run = { cohort_client_world(c), 0, cw_maxbytes(),
-		"matrix", 0, 0, 0 };
+	struct cw_run run
+	    = { cohort_client_world(c), 0, cw_maxbytes(), "matrix", 0, 0, 0 };
 
-	run.seed = (uint64_t) cw_arg(arg, 1);
+	run.seed = (uint64_t)cw_arg(arg, 1);
 	cw_matrix(&run, CW_ALL_KINDS);
 	return (cw_report(&run));
 }
@@ -626,27 +639,27 @@ scen_subgroup(cohort_client *c, const char *arg)
 	size_t n = 0;
 	cohort_group *sub = NULL;
 	cohort_status st;
-	struct cw_run run = { NULL, 0, cw_maxbytes() / 4, "subgroup", 0, 0,
-		0 };
-	unsigned kinds = (1u << CW_ALLREDUCE) | (1u << CW_BROADCAST) |
-	    (1u << CW_ALLGATHERV) | (1u << CW_REDUCE_SCATTER) |
-	    (1u << CW_SCATTER);
+	struct cw_run run
+	    = { NULL, 0, cw_maxbytes() / 4, "subgroup", 0, 0, 0 };
+	unsigned kinds = (1u << CW_ALLREDUCE) | (1u << CW_BROADCAST)
+	    | (1u << CW_ALLGATHERV) | (1u << CW_REDUCE_SCATTER)
+	    | (1u << CW_SCATTER);
 
 	for (int r = me % 2; r < w && n < 64; r += 2)
 		ranks[n++] = r;
-	st = cohort_group_new(c, me % 2 ? "odd" : "even", ranks, n, NULL,
-	    &sub, 30000);
+	st = cohort_group_new(
+	    c, me % 2 ? "odd" : "even", ranks, n, NULL, &sub, 30000);
 	if (st != COHORT_OK) {
 		printf("RESULT subgroup status=%s detail=%s\n",
 		    cohort_status_name(st), cohort_last_error());
 		return (1);
 	}
 	run.g = sub;
-	run.seed = (uint64_t) cw_arg(arg, 1) + (uint64_t) (me % 2);
+	run.seed = (uint64_t)cw_arg(arg, 1) + (uint64_t)(me % 2);
 	cw_matrix(&run, kinds);
 	/* The world still works after the subgroup was used. */
 	run.g = cohort_client_world(c);
-	run.seed = (uint64_t) cw_arg(arg, 1);
+	run.seed = (uint64_t)cw_arg(arg, 1);
 	run.label = "subgroup-world";
 	cw_matrix(&run, 1u << CW_ALLREDUCE);
 	cohort_group_destroy(sub);
@@ -677,14 +690,13 @@ scen_concurrent(cohort_client *c, const char *arg)
 	cohort_group *dup = NULL;
 	cohort_status st;
 	struct cw_thread a, b;
-	unsigned kinds = (1u << CW_ALLREDUCE) | (1u << CW_ALLGATHER) |
-	    (1u << CW_REDUCE_SCATTER) | (1u << CW_ALLTOALL);
+	unsigned kinds = (1u << CW_ALLREDUCE) | (1u << CW_ALLGATHER)
+	    | (1u << CW_REDUCE_SCATTER) | (1u << CW_ALLTOALL);
 	int rc;
 
 	for (int r = 0; r < w && r < 64; r++)
 		ranks[r] = r;
-	st = cohort_group_new(c, "dup", ranks, (size_t) w, NULL, &dup,
-	    30000);
+	st = cohort_group_new(c, "dup", ranks, (size_t)w, NULL, &dup, 30000);
 	if (st != COHORT_OK) {
 		printf("RESULT concurrent status=%s detail=%s\n",
 		    cohort_status_name(st), cohort_last_error());
@@ -697,7 +709,7 @@ scen_concurrent(cohort_client *c, const char *arg)
 	b.run.g = dup;
 	b.run.label = "concurrent-dup";
 	a.run.maxbytes = b.run.maxbytes = cw_maxbytes() / 2;
-	a.run.seed = (uint64_t) cw_arg(arg, 1);
+	a.run.seed = (uint64_t)cw_arg(arg, 1);
 	b.run.seed = a.run.seed + 1000;
 	a.kinds = b.kinds = kinds;
 	pthread_create(&a.t, NULL, cw_thread_main, &a);
@@ -716,24 +728,23 @@ scen_async(cohort_client *c, const char *arg)
 {
 	cohort_group *g = cohort_client_world(c);
 	int r = cohort_group_rank(g), n = cohort_group_size(g);
-	uint64_t seed = (uint64_t) cw_arg(arg, 1);
+	uint64_t seed = (uint64_t)cw_arg(arg, 1);
 	size_t maxb = cw_maxbytes();
 	long failed = 0, rounds = 0;
 	int64_t t0 = cw_now_ms();
 	char why[256];
 
 	for (int round = 0; round < 12; round++) {
-		size_t ca = cw_mix(seed + (uint64_t) round) % (maxb / 4 / 4) +
-		    1;
-		size_t cb = cw_mix(seed + 100 + (uint64_t) round) % 5000 + 1;
-		size_t cc = cw_mix(seed + 200 + (uint64_t) round) % 5000 + 1;
-		size_t cd = cw_mix(seed + 300 + (uint64_t) round) % 5000 + 1;
-		uint64_t k = (uint64_t) round * 16;
+		size_t ca
+		    = cw_mix(seed + (uint64_t)round) % (maxb / 4 / 4) + 1;
+		size_t cb = cw_mix(seed + 100 + (uint64_t)round) % 5000 + 1;
+		size_t cc = cw_mix(seed + 200 + (uint64_t)round) % 5000 + 1;
+		size_t cd = cw_mix(seed + 300 + (uint64_t)round) % 5000 + 1;
+		uint64_t k = (uint64_t)round * 16;
 		float *a = malloc(ca * 4), *chain = malloc(cb * 4);
 		double *b = malloc(cb * 8);
-		int32_t *cs = malloc(cc * 4), *cr = malloc(cc * 4 *
-		    (size_t) n);
-		float *ds = malloc(cd * 4 * (size_t) n), *dr = malloc(cd * 4);
+		int32_t *cs = malloc(cc * 4), *cr = malloc(cc * 4 * (size_t)n);
+		float *ds = malloc(cd * 4 * (size_t)n), *dr = malloc(cd * 4);
 		float *e = malloc(cb * 4);
 		cohort_work *w[6] = { NULL };
 		cohort_status st[6];
@@ -743,39 +754,41 @@ scen_async(cohort_client *c, const char *arg)
 
 		cw_fill(a, ca, COHORT_F32, COHORT_SUM, seed, k, r, 0);
 		if (r == round % n)
-			cw_fill(b, cb, COHORT_F64, COHORT_SUM, seed, k + 1, r,
-			    0);
+			cw_fill(
+			    b, cb, COHORT_F64, COHORT_SUM, seed, k + 1, r, 0);
 		cw_fill(cs, cc, COHORT_I32, COHORT_SUM, seed, k + 2, r, 0);
-		cw_fill(ds, cd * (size_t) n, COHORT_F32, COHORT_MAX, seed,
+		cw_fill(ds, cd * (size_t)n, COHORT_F32, COHORT_MAX, seed,
 		    k + 3, r, 0);
 		cw_fill(e, cb, COHORT_F32, COHORT_SUM, seed, k + 4, r, 0);
 		for (size_t i = 0; i < cb; i++)
 			chain[i] = 1.0f;
-		st[0] = cohort_iallreduce(g, a, a, ca, COHORT_F32, COHORT_SUM,
-		    NULL, &w[0]);
-		st[1] = cohort_ibroadcast(g, b, cb, COHORT_F64, round % n,
-		    NULL, &w[1]);
-		st[2] = cohort_iallgather(g, cs, cr, cc, COHORT_I32, NULL,
-		    &w[2]);
-		st[3] = cohort_ireduce_scatter(g, ds, dr, cd, COHORT_F32,
-		    COHORT_MAX, NULL, &w[3]);
+		st[0] = cohort_iallreduce(
+		    g, a, a, ca, COHORT_F32, COHORT_SUM, NULL, &w[0]);
+		st[1] = cohort_ibroadcast(
+		    g, b, cb, COHORT_F64, round % n, NULL, &w[1]);
+		st[2] = cohort_iallgather(
+		    g, cs, cr, cc, COHORT_I32, NULL, &w[2]);
+		st[3] = cohort_ireduce_scatter(
+		    g, ds, dr, cd, COHORT_F32, COHORT_MAX, NULL, &w[3]);
 		/* Ordering: the second sums the first's result. */
-		st[4] = cohort_iallreduce(g, chain, chain, cb, COHORT_F32,
-		    COHORT_SUM, NULL, &w[4]);
-		st[5] = cohort_iallreduce(g, chain, chain, cb, COHORT_F32,
-		    COHORT_SUM, NULL, &w[5]);
+		st[4] = cohort_iallreduce(
+		    g, chain, chain, cb, COHORT_F32, COHORT_SUM, NULL, &w[4]);
+		st[5] = cohort_iallreduce(
+		    g, chain, chain, cb, COHORT_F32, COHORT_SUM, NULL, &w[5]);
 		/* Overlap: local work while the operations progress. */
 		for (long i = 0; i < 200000; i++)
-			sink += (double) i * 0.5;
-		(void) cohort_work_test(w[0], &done);
+			sink += (double)i * 0.5;
+		(void)cohort_work_test(w[0], &done);
 		/* A blocking call queues behind them. */
-		if (cohort_allreduce(g, e, e, cb, COHORT_F32, COHORT_SUM, NULL,
-		        60000) != COHORT_OK) {
-			printf("FAIL async blocking: %s\n",
-			    cohort_last_error());
+		if (cohort_allreduce(
+		        g, e, e, cb, COHORT_F32, COHORT_SUM, NULL, 60000)
+		    != COHORT_OK) {
+			printf(
+			    "FAIL async blocking: %s\n", cohort_last_error());
 			failed++;
 		} else if (cw_check_reduced(e, cb, COHORT_F32, COHORT_SUM,
-		               seed, k + 4, n, 0, why, sizeof(why)) >= 0) {
+		               seed, k + 4, n, 0, why, sizeof(why))
+		    >= 0) {
 			printf("FAIL async blocking: %s\n", why);
 			failed++;
 		}
@@ -783,7 +796,7 @@ scen_async(cohort_client *c, const char *arg)
 			if (st[k2] == COHORT_OK)
 				st[k2] = cohort_work_wait(w[k2], 60000);
 			if (st[k2] == COHORT_OK)
-				(void) cohort_work_test(w[k2], &done);
+				(void)cohort_work_test(w[k2], &done);
 			if (st[k2] != COHORT_OK || !done) {
 				printf("FAIL async work %d: %s %s\n", k2,
 				    cohort_status_name(st[k2]),
@@ -793,26 +806,31 @@ scen_async(cohort_client *c, const char *arg)
 			cohort_work_free(w[k2]);
 		}
 		why[0] = '\0';
-		if (cw_check_reduced(a, ca, COHORT_F32, COHORT_SUM, seed, k,
-		        n, 0, why, sizeof(why)) >= 0 ||
-		    cw_check_copy(b, cb, COHORT_F64, seed, k + 1, round % n, 0,
-		        why, sizeof(why)) >= 0 ||
-		    cw_check_reduced(dr, cd, COHORT_F32, COHORT_MAX, seed,
-		        k + 3, n, (size_t) r * cd, why, sizeof(why)) >= 0) {
+		if (cw_check_reduced(a, ca, COHORT_F32, COHORT_SUM, seed, k, n,
+		        0, why, sizeof(why))
+		        >= 0
+		    || cw_check_copy(b, cb, COHORT_F64, seed, k + 1, round % n,
+		           0, why, sizeof(why))
+		        >= 0
+		    || cw_check_reduced(dr, cd, COHORT_F32, COHORT_MAX, seed,
+		           k + 3, n, (size_t)r * cd, why, sizeof(why))
+		        >= 0) {
 			printf("FAIL async round %d: %s\n", round, why);
 			failed++;
 		}
 		for (int q = 0; q < n; q++)
-			if (cw_check_copy(cr + (size_t) q * cc, cc, COHORT_I32,
-			        seed, k + 2, q, 0, why, sizeof(why)) >= 0) {
+			if (cw_check_copy(cr + (size_t)q * cc, cc, COHORT_I32,
+			        seed, k + 2, q, 0, why, sizeof(why))
+			    >= 0) {
 				printf("FAIL async allgather: %s\n", why);
 				failed++;
 				break;
 			}
 		for (size_t i = 0; i < cb; i++)
-			if (chain[i] != (float) (n * n)) {
+			if (chain[i] != (float)(n * n)) {
 				printf("FAIL async order: chain[%zu] = %g, "
-				    "want %d\n", i, chain[i], n * n);
+				       "want %d\n",
+				    i, chain[i], n * n);
 				failed++;
 				break;
 			}
@@ -831,7 +849,7 @@ scen_async(cohort_client *c, const char *arg)
 	return (failed != 0);
 }
 
-#define CW_EXPECT(what, expr, want)                                          \
+#define CW_EXPECT(what, expr, want)                                           \
 	do {                                                                  \
 		cohort_status st_ = (expr);                                   \
 		if (st_ != (want)) {                                          \
@@ -860,56 +878,85 @@ scen_errors(cohort_client *c, const char *arg)
 	memset(buf, 0, sizeof(buf));
 	for (int i = 0; i < 64; i++)
 		counts[i] = 1;
-	CW_EXPECT("null send", cohort_allreduce(g, NULL, buf, 4, COHORT_F32,
-	    COHORT_SUM, NULL, 1000), COHORT_EINVAL);
-	CW_EXPECT("null recv", cohort_allreduce(g, buf, NULL, 4, COHORT_F32,
-	    COHORT_SUM, NULL, 1000), COHORT_EINVAL);
-	CW_EXPECT("bad dtype", cohort_allreduce(g, buf, buf, 4,
-	    (cohort_dtype) 99, COHORT_SUM, NULL, 1000), COHORT_EINVAL);
-	CW_EXPECT("bad op", cohort_allreduce(g, buf, buf, 4, COHORT_F32,
-	    (cohort_redop) 42, NULL, 1000), COHORT_EINVAL);
-	CW_EXPECT("mean on i32", cohort_allreduce(g, ibuf, ibuf, 4,
-	    COHORT_I32, COHORT_MEAN, NULL, 1000), COHORT_EINVAL);
-	CW_EXPECT("root range", cohort_broadcast(g, buf, 4, COHORT_F32, n,
-	    NULL, 1000), COHORT_EINVAL);
-	CW_EXPECT("negative root", cohort_reduce(g, buf, buf, 4, COHORT_F32,
-	    COHORT_SUM, -1, NULL, 1000), COHORT_EINVAL);
-	CW_EXPECT("stream", cohort_allreduce(g, buf, buf, 4, COHORT_F32,
-	    COHORT_SUM, &dummy, 1000), COHORT_EINVAL);
-	CW_EXPECT("partial overlap", cohort_allreduce(g, buf, buf + 1, 4,
-	    COHORT_F32, COHORT_SUM, NULL, 1000), COHORT_EINVAL);
-	CW_EXPECT("alltoall in place", cohort_alltoall(g, out, out, 1,
-	    COHORT_F32, NULL, 1000), COHORT_EINVAL);
-	CW_EXPECT("allgatherv counts", cohort_allgatherv(g, buf, out, NULL,
-	    COHORT_F32, NULL, 1000), COHORT_EINVAL);
-	CW_EXPECT("iallreduce out", cohort_iallreduce(g, buf, buf, 4,
-	    COHORT_F32, COHORT_SUM, NULL, NULL), COHORT_EINVAL);
-	CW_EXPECT("count 0 NULL", cohort_allreduce(g, NULL, NULL, 0,
-	    COHORT_F32, COHORT_SUM, NULL, 1000), COHORT_OK);
-	CW_EXPECT("count 0 async", cohort_iallgather(g, NULL, NULL, 0,
-	    COHORT_F32, NULL, &w), COHORT_OK);
+	CW_EXPECT("null send",
+	    cohort_allreduce(
+	        g, NULL, buf, 4, COHORT_F32, COHORT_SUM, NULL, 1000),
+	    COHORT_EINVAL);
+	CW_EXPECT("null recv",
+	    cohort_allreduce(
+	        g, buf, NULL, 4, COHORT_F32, COHORT_SUM, NULL, 1000),
+	    COHORT_EINVAL);
+	CW_EXPECT("bad dtype",
+	    cohort_allreduce(
+	        g, buf, buf, 4, (cohort_dtype)99, COHORT_SUM, NULL, 1000),
+	    COHORT_EINVAL);
+	CW_EXPECT("bad op",
+	    cohort_allreduce(
+	        g, buf, buf, 4, COHORT_F32, (cohort_redop)42, NULL, 1000),
+	    COHORT_EINVAL);
+	CW_EXPECT("mean on i32",
+	    cohort_allreduce(
+	        g, ibuf, ibuf, 4, COHORT_I32, COHORT_MEAN, NULL, 1000),
+	    COHORT_EINVAL);
+	CW_EXPECT("root range",
+	    cohort_broadcast(g, buf, 4, COHORT_F32, n, NULL, 1000),
+	    COHORT_EINVAL);
+	CW_EXPECT("negative root",
+	    cohort_reduce(
+	        g, buf, buf, 4, COHORT_F32, COHORT_SUM, -1, NULL, 1000),
+	    COHORT_EINVAL);
+	CW_EXPECT("stream",
+	    cohort_allreduce(
+	        g, buf, buf, 4, COHORT_F32, COHORT_SUM, &dummy, 1000),
+	    COHORT_EINVAL);
+	CW_EXPECT("partial overlap",
+	    cohort_allreduce(
+	        g, buf, buf + 1, 4, COHORT_F32, COHORT_SUM, NULL, 1000),
+	    COHORT_EINVAL);
+	CW_EXPECT("alltoall in place",
+	    cohort_alltoall(g, out, out, 1, COHORT_F32, NULL, 1000),
+	    COHORT_EINVAL);
+	CW_EXPECT("allgatherv counts",
+	    cohort_allgatherv(g, buf, out, NULL, COHORT_F32, NULL, 1000),
+	    COHORT_EINVAL);
+	CW_EXPECT("iallreduce out",
+	    cohort_iallreduce(
+	        g, buf, buf, 4, COHORT_F32, COHORT_SUM, NULL, NULL),
+	    COHORT_EINVAL);
+	CW_EXPECT("count 0 NULL",
+	    cohort_allreduce(
+	        g, NULL, NULL, 0, COHORT_F32, COHORT_SUM, NULL, 1000),
+	    COHORT_OK);
+	CW_EXPECT("count 0 async",
+	    cohort_iallgather(g, NULL, NULL, 0, COHORT_F32, NULL, &w),
+	    COHORT_OK);
 	CW_EXPECT("count 0 wait", cohort_work_wait(w, 1000), COHORT_OK);
 	cohort_work_free(w);
-	CW_EXPECT("group_new empty", cohort_group_new(c, "x", &me, 0, NULL,
-	    &ng, 1000), COHORT_EINVAL);
-	CW_EXPECT("group_new bad backend", cohort_group_new(c, "x", &me, 1,
-	    "carrier-pigeon", &ng, 1000), COHORT_EINVAL);
-	CW_EXPECT("group_new nccl", cohort_group_new(c, "x", &me, 1, "nccl",
-	    &ng, 1000), COHORT_ENOTSUP);
+	CW_EXPECT("group_new empty",
+	    cohort_group_new(c, "x", &me, 0, NULL, &ng, 1000), COHORT_EINVAL);
+	CW_EXPECT("group_new bad backend",
+	    cohort_group_new(c, "x", &me, 1, "carrier-pigeon", &ng, 1000),
+	    COHORT_EINVAL);
+	CW_EXPECT("group_new nccl",
+	    cohort_group_new(c, "x", &me, 1, "nccl", &ng, 1000),
+	    COHORT_ENOTSUP);
 	/* After all that the group is healthy and works. */
 	for (int i = 0; i < 64; i++)
 		buf[i] = 1.0f;
-	CW_EXPECT("allreduce after", cohort_allreduce(g, buf, buf, 64,
-	    COHORT_F32, COHORT_SUM, NULL, 30000), COHORT_OK);
-	if (buf[0] != (float) n || buf[63] != (float) n) {
+	CW_EXPECT("allreduce after",
+	    cohort_allreduce(
+	        g, buf, buf, 64, COHORT_F32, COHORT_SUM, NULL, 30000),
+	    COHORT_OK);
+	if (buf[0] != (float)n || buf[63] != (float)n) {
 		printf("FAIL allreduce after: %g\n", buf[0]);
 		failed++;
 	}
-	CW_EXPECT("allgatherv ok", cohort_allgatherv(g, buf, out, counts,
-	    COHORT_F32, NULL, 30000), COHORT_OK);
+	CW_EXPECT("allgatherv ok",
+	    cohort_allgatherv(g, buf, out, counts, COHORT_F32, NULL, 30000),
+	    COHORT_OK);
 	if (!cohort_group_is_healthy(g)) {
-		printf("FAIL group unhealthy: %s\n",
-		    cohort_group_last_error(g));
+		printf(
+		    "FAIL group unhealthy: %s\n", cohort_group_last_error(g));
 		failed++;
 	}
 	printf("RESULT errors failed=%ld backend=%s\n", failed,
@@ -923,7 +970,7 @@ static int
 scen_killloop(cohort_client *c, const char *arg)
 {
 	cohort_group *g = cohort_client_world(c);
-	size_t bytes = (size_t) cw_arg(arg, 64 << 20);
+	size_t bytes = (size_t)cw_arg(arg, 64 << 20);
 	size_t count = bytes / 4;
 	float *buf = malloc(count * 4);
 	cohort_status st = COHORT_OK;
@@ -936,8 +983,8 @@ scen_killloop(cohort_client *c, const char *arg)
 		buf[i] = 1.0f;
 	while (st == COHORT_OK && iters < 100000) {
 		t_call = cw_now_ms();
-		st = cohort_allreduce(g, buf, buf, count, COHORT_F32,
-		    COHORT_MEAN, NULL, 120000);
+		st = cohort_allreduce(
+		    g, buf, buf, count, COHORT_F32, COHORT_MEAN, NULL, 120000);
 		if (st == COHORT_OK && ++iters == 1) {
 			printf("READY rank=%d\n", cohort_client_rank(c));
 			fflush(stdout);
@@ -945,11 +992,12 @@ scen_killloop(cohort_client *c, const char *arg)
 	}
 	t_err = cw_now_ms();
 	printf("RESULT killloop status=%s iters=%ld err_at_ms=%" PRId64
-	    " in_call_ms=%" PRId64 " detail=%s\n", cohort_status_name(st),
-	    iters, t_err, t_err - t_call, cohort_last_error());
+	       " in_call_ms=%" PRId64 " detail=%s\n",
+	    cohort_status_name(st), iters, t_err, t_err - t_call,
+	    cohort_last_error());
 	/* Sticky: the next call returns the same. */
-	st = cohort_allreduce(g, buf, buf, 4, COHORT_F32, COHORT_SUM, NULL,
-	    1000);
+	st = cohort_allreduce(
+	    g, buf, buf, 4, COHORT_F32, COHORT_SUM, NULL, 1000);
 	printf("RESULT sticky status=%s last_error=%s\n",
 	    cohort_status_name(st), cohort_group_last_error(g));
 	fflush(stdout);
@@ -969,12 +1017,13 @@ scen_nonccl(cohort_client *c, const char *arg)
 	cohort_status st;
 	bool ok;
 
-	st = cohort_allreduce(g, buf, buf, 4, COHORT_F32, COHORT_SUM, NULL,
-	    10000);
+	st = cohort_allreduce(
+	    g, buf, buf, 4, COHORT_F32, COHORT_SUM, NULL, 10000);
 	if (st == COHORT_OK) /* NCCL works here: nothing to check */
 		printf("SKIP nonccl: the nccl backend is available\n");
-	ok = st == COHORT_OK || (st == COHORT_ENOTSUP &&
-	    strstr(cohort_group_last_error(g), "nccl backend") != NULL);
+	ok = st == COHORT_OK
+	    || (st == COHORT_ENOTSUP
+	        && strstr(cohort_group_last_error(g), "nccl backend") != NULL);
 	printf("RESULT nonccl failed=%d status=%s group_detail=[%s] "
 	       "last=[%s]\n",
 	    !ok, cohort_status_name(st), cohort_group_last_error(g),
@@ -1018,8 +1067,8 @@ main(int argc, char **argv)
 		pthread_create(&wd, NULL, cw_wd_main, NULL);
 		pthread_detach(wd);
 	}
-	if ((st = cohort_env_resolve(&env)) != COHORT_OK ||
-	    (st = cohort_options_from_env(&opts, &env)) != COHORT_OK) {
+	if ((st = cohort_env_resolve(&env)) != COHORT_OK
+	    || (st = cohort_options_from_env(&opts, &env)) != COHORT_OK) {
 		printf("RESULT env status=%s detail=%s\n",
 		    cohort_status_name(st), cohort_last_error());
 		return (1);
@@ -1045,8 +1094,7 @@ main(int argc, char **argv)
 	if (rc == 0) {
 		cw_wd_set("the final barrier");
 		st = cohort_barrier(cohort_client_world(c), "end", 60000);
-		if (st != COHORT_OK &&
-		    strcmp(argv[1], "killloop") != 0) {
+		if (st != COHORT_OK && strcmp(argv[1], "killloop") != 0) {
 			printf("RESULT end status=%s detail=%s\n",
 			    cohort_status_name(st), cohort_last_error());
 			rc = 1;

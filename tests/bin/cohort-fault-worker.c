@@ -46,7 +46,7 @@ fw_now_ms(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+	return ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
 }
 
 static long
@@ -88,14 +88,14 @@ fw_fail(cohort_client *c, cohort_group *g, const char *what, cohort_status st,
 
 	printf("RESULT %s step=%ld status=%s detail=%s\n", what, step,
 	    cohort_status_name(st),
-	    g != NULL && cohort_group_last_error(g)[0] ?
-		cohort_group_last_error(g) :
-		cohort_last_error());
+	    g != NULL && cohort_group_last_error(g)[0]
+	        ? cohort_group_last_error(g)
+	        : cohort_last_error());
 	fflush(stdout);
 	snprintf(text, sizeof(text), "%s failed at step %ld: %s", what, step,
 	    cohort_status_name(st));
 	if (c != NULL && st != COHORT_EPEERLOST && st != COHORT_ENOCOORD)
-		(void) cohort_report_failure(c, text, 2000);
+		(void)cohort_report_failure(c, text, 2000);
 	return (3);
 }
 
@@ -104,7 +104,7 @@ main(int argc, char **argv)
 {
 	long steps = argc > 1 ? strtol(argv[1], NULL, 10) : 100;
 	long step_ms = argc > 2 ? strtol(argv[2], NULL, 10) : 0;
-	size_t bytes = (size_t) fw_env_long("COHORT_FW_BYTES", 0);
+	size_t bytes = (size_t)fw_env_long("COHORT_FW_BYTES", 0);
 	const char *ckpt = getenv("COHORT_FW_CKPT");
 	long restart = fw_env_long("COHORT_RESTART_COUNT", 0);
 	int fail_rank = -1, sleep_rank = -1;
@@ -137,7 +137,7 @@ main(int argc, char **argv)
 		snprintf(path, sizeof(path), "%s/rank%d.pid",
 		    getenv("COHORT_FW_PIDDIR"), rank);
 		if ((pf = fopen(path, "w")) != NULL) {
-			fprintf(pf, "%d\n", (int) getpid());
+			fprintf(pf, "%d\n", (int)getpid());
 			fclose(pf);
 		}
 	}
@@ -153,16 +153,16 @@ main(int argc, char **argv)
 			_exit(7);
 		}
 		if (rank == sleep_rank && s == sleep_step)
-			usleep((useconds_t) sleep_ms * 1000);
+			usleep((useconds_t)sleep_ms * 1000);
 		if (count > 0) {
 			for (size_t i = 0; i < count; i++)
-				buf[i] = (float) (rank + 1);
+				buf[i] = (float)(rank + 1);
 			st = cohort_allreduce(g, buf, buf, count, COHORT_F32,
 			    COHORT_SUM, NULL, COHORT_WAIT_DEFAULT);
 			if (st != COHORT_OK)
 				return (fw_fail(c, g, "allreduce", st, s));
-			if (buf[0] != (float) (world * (world + 1) / 2) ||
-			    buf[count - 1] != buf[0])
+			if (buf[0] != (float)(world * (world + 1) / 2)
+			    || buf[count - 1] != buf[0])
 				sum_ok = 0;
 		} else {
 			st = cohort_barrier(g, "step", COHORT_WAIT_DEFAULT);

@@ -68,7 +68,7 @@ sw_mix(uint64_t z)
 static float
 sw_unit(uint64_t h)
 {
-	return ((float) (h >> 40) * (1.0f / 16777216.0f));
+	return ((float)(h >> 40) * (1.0f / 16777216.0f));
 }
 
 /* Sample i: x[SW_IN], label. */
@@ -79,22 +79,22 @@ sw_sample(size_t i, float *x, uint8_t *y)
 	int arg = 0;
 
 	for (int k = 0; k < SW_IN; k++)
-		x[k] = sw_unit(sw_mix(0xda7a5e7ull ^ ((uint64_t) i << 8) ^
-		    (uint64_t) k));
+		x[k] = sw_unit(
+		    sw_mix(0xda7a5e7ull ^ ((uint64_t)i << 8) ^ (uint64_t)k));
 	for (int o = 0; o < SW_OUT; o++) {
 		float a = 0.0f;
 
 		for (int k = 0; k < SW_IN; k++)
-			a += (sw_unit(sw_mix(0x7eac4e5ull ^
-			         ((uint64_t) o << 16) ^ (uint64_t) k)) -
-			         0.5f) *
-			    x[k];
+			a += (sw_unit(sw_mix(0x7eac4e5ull ^ ((uint64_t)o << 16)
+			          ^ (uint64_t)k))
+			         - 0.5f)
+			    * x[k];
 		if (a > best) {
 			best = a;
 			arg = o;
 		}
 	}
-	*y = (uint8_t) arg;
+	*y = (uint8_t)arg;
 }
 
 static void
@@ -124,8 +124,8 @@ sw_parse(int argc, char **argv, struct sw_opts *o)
 {
 	memset(o, 0, sizeof(*o));
 	if (argc < 3) {
-		fprintf(stderr, "usage: %s MODE OUT [key=value ...]\n",
-		    argv[0]);
+		fprintf(
+		    stderr, "usage: %s MODE OUT [key=value ...]\n", argv[0]);
 		exit(2);
 	}
 	o->mode = argv[1];
@@ -152,15 +152,16 @@ sw_parse(int argc, char **argv, struct sw_opts *o)
 		const char *eq = strchr(argv[i], '=');
 		size_t kl;
 
-		if (eq == NULL ||
-		    (kl = (size_t) (eq - argv[i])) >= sizeof(key)) {
+		if (eq == NULL
+		    || (kl = (size_t)(eq - argv[i])) >= sizeof(key)) {
 			fprintf(stderr, "bad argument %s\n", argv[i]);
 			exit(2);
 		}
 		memcpy(key, argv[i], kl);
 		key[kl] = '\0';
 		eq++;
-#define SW_L(name)                                                           \
+/* clang-format off */
+#define SW_L(name)                                                            \
 	if (strcmp(key, #name) == 0) {                                        \
 		o->name = sw_long(eq, key);                                   \
 		continue;                                                     \
@@ -170,7 +171,9 @@ sw_parse(int argc, char **argv, struct sw_opts *o)
 		SW_L(avg_warmup) SW_L(seed) SW_L(hidden) SW_L(replicas)
 		SW_L(bpps) SW_L(fail_rank) SW_L(fail_step)
 #undef SW_L
-		if (strcmp(key, "hook") == 0) {
+		    /* clang-format on */
+		    if (strcmp(key, "hook") == 0)
+		{
 			o->hook = eq;
 			continue;
 		}
@@ -223,19 +226,19 @@ sw_die(const char *what, cohort_status st, const char *detail)
 static int
 sw_local(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y)
 {
-	const size_t G = (size_t) (o->world * o->batch);
+	const size_t G = (size_t)(o->world * o->batch);
 
 	for (long s = 0; s < o->steps; s++) {
 		for (long k = 0; k < o->accum; k++) {
-			size_t b = (size_t) (s * o->accum + k);
+			size_t b = (size_t)(s * o->accum + k);
 
 			sw_batch(b * G, G, x, y);
 			if (mlp_forward(m, x, y, G, NULL, NULL) != 0)
 				return (-1);
-			mlp_backward(m, x, y, G,
-			    1.0f / (float) (G * (size_t) o->accum));
+			mlp_backward(
+			    m, x, y, G, 1.0f / (float)(G * (size_t)o->accum));
 		}
-		if (mlp_sgd_step(m, (float) o->lr, (float) o->momentum) != 0)
+		if (mlp_sgd_step(m, (float)o->lr, (float)o->momentum) != 0)
 			return (-1);
 		mlp_zero_grad(m);
 	}
@@ -266,8 +269,7 @@ sw_params(struct mlp *m, cohort_ddp_param *p)
 }
 
 static int
-sw_ddp(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y,
-    bool fail)
+sw_ddp(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y, bool fail)
 {
 	cohort_client *c;
 	cohort_ddp *d;
@@ -276,7 +278,7 @@ sw_ddp(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y,
 	cohort_status st;
 	cohort_ddp_stats stats;
 	int rank, world;
-	size_t G, B = (size_t) o->batch;
+	size_t G, B = (size_t)o->batch;
 	uint64_t sum;
 	int64_t mine, *all;
 	bool equal = true;
@@ -285,25 +287,25 @@ sw_ddp(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y,
 		sw_die("cohort_client_open_env", st, NULL);
 	rank = cohort_client_rank(c);
 	world = cohort_client_world_size(c);
-	G = (size_t) world * B;
+	G = (size_t)world * B;
 	/* Every rank initialises differently: the broadcast must fix it. */
-	mlp_reset(m, (uint64_t) o->seed + (uint64_t) rank);
+	mlp_reset(m, (uint64_t)o->seed + (uint64_t)rank);
 
 	cohort_ddp_options_init(&dopt);
-	dopt.bucket_cap_bytes = (size_t) o->cap;
-	dopt.first_bucket_cap_bytes = (size_t) o->first_cap;
+	dopt.bucket_cap_bytes = (size_t)o->cap;
+	dopt.first_bucket_cap_bytes = (size_t)o->first_cap;
 	dopt.gradient_as_bucket_view = o->view != 0;
 	dopt.overlap = o->overlap != 0;
-	dopt.model_averaging_period = (int) o->avg_period;
-	dopt.model_averaging_warmup = (int) o->avg_warmup;
+	dopt.model_averaging_period = (int)o->avg_period;
+	dopt.model_averaging_warmup = (int)o->avg_warmup;
 	dopt.timeout = 60000;
 	if ((dopt.hook = cohort_ddp_hook_by_name(o->hook)) == NULL) {
 		fprintf(stderr, "unknown hook %s\n", o->hook);
 		return (-1);
 	}
 	sw_params(m, p);
-	if ((st = cohort_ddp_new(c, NULL, p, MLP_NPARAMS, &dopt, &d)) !=
-	    COHORT_OK)
+	if ((st = cohort_ddp_new(c, NULL, p, MLP_NPARAMS, &dopt, &d))
+	    != COHORT_OK)
 		sw_die("cohort_ddp_new", st, NULL);
 	mlp_set_grad_ready(m, sw_ddp_ready, d);
 	cohort_ddp_get_stats(d, &stats);
@@ -322,19 +324,19 @@ sw_ddp(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y,
 			exit(3);
 		}
 		for (long k = 0; k < o->accum; k++) {
-			size_t b = (size_t) (s * o->accum + k);
+			size_t b = (size_t)(s * o->accum + k);
 
 			if (k < o->accum - 1)
 				cohort_ddp_no_sync_begin(d);
 			else
 				cohort_ddp_no_sync_end(d);
-			sw_batch(b * G + (size_t) rank * B, B, x, y);
+			sw_batch(b * G + (size_t)rank * B, B, x, y);
 			if (mlp_forward(m, x, y, B, NULL, NULL) != 0)
 				return (-1);
-			mlp_backward(m, x, y, B,
-			    1.0f / (float) (B * (size_t) o->accum));
-			if (k < o->accum - 1 &&
-			    (st = cohort_ddp_sync(d)) != COHORT_OK)
+			mlp_backward(
+			    m, x, y, B, 1.0f / (float)(B * (size_t)o->accum));
+			if (k < o->accum - 1
+			    && (st = cohort_ddp_sync(d)) != COHORT_OK)
 				sw_die("cohort_ddp_sync (no_sync)", st,
 				    cohort_ddp_last_error(d));
 		}
@@ -346,10 +348,10 @@ sw_ddp(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y,
 				fflush(stdout);
 				exit(4);
 			}
-			sw_die("cohort_ddp_sync", st,
-			    cohort_ddp_last_error(d));
+			sw_die(
+			    "cohort_ddp_sync", st, cohort_ddp_last_error(d));
 		}
-		if (mlp_sgd_step(m, (float) o->lr, (float) o->momentum) != 0)
+		if (mlp_sgd_step(m, (float)o->lr, (float)o->momentum) != 0)
 			return (-1);
 		mlp_zero_grad(m);
 		if ((st = cohort_ddp_after_step(d)) != COHORT_OK)
@@ -359,10 +361,10 @@ sw_ddp(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y,
 	cohort_ddp_get_stats(d, &stats);
 	sum = mlp_checksum(m);
 	memcpy(&mine, &sum, sizeof(mine));
-	if ((all = calloc((size_t) world, sizeof(int64_t))) == NULL)
+	if ((all = calloc((size_t)world, sizeof(int64_t))) == NULL)
 		return (-1);
-	if ((st = cohort_ddp_all_gather(d, &mine, all, 1, COHORT_I64)) !=
-	    COHORT_OK)
+	if ((st = cohort_ddp_all_gather(d, &mine, all, 1, COHORT_I64))
+	    != COHORT_OK)
 		sw_die("all_gather", st, cohort_ddp_last_error(d));
 	for (int r = 0; r < world; r++)
 		equal = equal && all[r] == all[0];
@@ -399,42 +401,40 @@ sw_hvd(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y)
 	cohort_ddp_param p[MLP_NPARAMS];
 	cohort_status st;
 	int rank, world;
-	size_t G, B = (size_t) o->batch;
+	size_t G, B = (size_t)o->batch;
 	long steps_done = 0;
 
 	if ((st = cohort_client_open_env(&c, 60000)) != COHORT_OK)
 		sw_die("cohort_client_open_env", st, NULL);
 	rank = cohort_client_rank(c);
 	world = cohort_client_world_size(c);
-	G = (size_t) world * B;
-	mlp_reset(m, (uint64_t) o->seed + (uint64_t) rank);
+	G = (size_t)world * B;
+	mlp_reset(m, (uint64_t)o->seed + (uint64_t)rank);
 	cohort_hvd_options_init(&hopt);
-	hopt.backward_passes_per_step = (int) o->bpps;
-	hopt.fusion_threshold_bytes = (size_t) o->cap;
+	hopt.backward_passes_per_step = (int)o->bpps;
+	hopt.fusion_threshold_bytes = (size_t)o->cap;
 	hopt.timeout = 60000;
 	if ((st = cohort_hvd_new(c, &hopt, &h)) != COHORT_OK)
 		sw_die("cohort_hvd_new", st, NULL);
 	sw_params(m, p);
-	if ((st = cohort_hvd_register_params(h, p, MLP_NPARAMS)) !=
-	        COHORT_OK ||
-	    (st = cohort_hvd_broadcast_parameters(h, 0)) != COHORT_OK)
+	if ((st = cohort_hvd_register_params(h, p, MLP_NPARAMS)) != COHORT_OK
+	    || (st = cohort_hvd_broadcast_parameters(h, 0)) != COHORT_OK)
 		sw_die("hvd parameters", st, cohort_hvd_last_error(h));
 	mlp_set_grad_ready(m, sw_hvd_ready, h);
 	/* One backward pass per micro-batch; hvd decides when to step. */
 	for (long b = 0; b < o->steps * o->accum; b++) {
 		bool do_step;
 
-		sw_batch((size_t) b * G + (size_t) rank * B, B, x, y);
+		sw_batch((size_t)b * G + (size_t)rank * B, B, x, y);
 		if (mlp_forward(m, x, y, B, NULL, NULL) != 0)
 			return (-1);
-		mlp_backward(m, x, y, B,
-		    1.0f / (float) (B * (size_t) o->accum));
+		mlp_backward(m, x, y, B, 1.0f / (float)(B * (size_t)o->accum));
 		if ((st = cohort_hvd_step_sync(h, &do_step)) != COHORT_OK)
 			sw_die("cohort_hvd_step_sync", st,
 			    cohort_hvd_last_error(h));
 		if (!do_step)
 			continue;
-		if (mlp_sgd_step(m, (float) o->lr, (float) o->momentum) != 0)
+		if (mlp_sgd_step(m, (float)o->lr, (float)o->momentum) != 0)
 			return (-1);
 		mlp_zero_grad(m);
 		steps_done++;
@@ -464,16 +464,16 @@ struct sw_dp_batch {
 };
 
 static int
-sw_dp_fb(void *model, int replica, size_t begin, size_t end, float scale,
-    void *arg)
+sw_dp_fb(
+    void *model, int replica, size_t begin, size_t end, float scale, void *arg)
 {
 	struct sw_dp_batch *b = arg;
 	struct mlp *m = model;
 	size_t n = end - begin;
 
-	(void) replica;
-	if (mlp_forward(m, b->x + begin * SW_IN, b->y + begin, n, NULL,
-	        NULL) != 0)
+	(void)replica;
+	if (mlp_forward(m, b->x + begin * SW_IN, b->y + begin, n, NULL, NULL)
+	    != 0)
 		return (-1);
 	mlp_backward(m, b->x + begin * SW_IN, b->y + begin, n, scale);
 	return (0);
@@ -484,29 +484,30 @@ sw_dp_step(void *model, void *arg)
 {
 	const struct sw_opts *o = arg;
 
-	return (mlp_sgd_step(model, (float) o->lr, (float) o->momentum));
+	return (mlp_sgd_step(model, (float)o->lr, (float)o->momentum));
 }
 
 static int
 sw_dp(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y)
 {
-	const size_t G = (size_t) (o->world * o->batch);
-	const int K = (int) o->replicas;
+	const size_t G = (size_t)(o->world * o->batch);
+	const int K = (int)o->replicas;
 	struct mlp *reps;
 	cohort_dp_replica *rd;
 	cohort_dp *dp;
 	cohort_status st;
 	struct sw_dp_batch batch = { x, y };
 
-	reps = calloc((size_t) K, sizeof(*reps));
-	rd = calloc((size_t) K, sizeof(*rd));
+	reps = calloc((size_t)K, sizeof(*reps));
+	rd = calloc((size_t)K, sizeof(*rd));
 	if (reps == NULL || rd == NULL)
 		return (-1);
 	for (int k = 0; k < K; k++) {
 		if (k == 0)
 			reps[0] = *m;
-		else if (mlp_init(&reps[k], SW_IN, (int) o->hidden, SW_OUT,
-		             (uint64_t) o->seed + 1000u + (uint64_t) k) != 0)
+		else if (mlp_init(&reps[k], SW_IN, (int)o->hidden, SW_OUT,
+		             (uint64_t)o->seed + 1000u + (uint64_t)k)
+		    != 0)
 			return (-1);
 		rd[k].model = &reps[k];
 		rd[k].params = reps[k].params;
@@ -516,22 +517,23 @@ sw_dp(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y)
 		sw_die("cohort_dp_new", st, NULL);
 	for (long s = 0; s < o->steps; s++) {
 		for (long k = 0; k < o->accum; k++) {
-			size_t b = (size_t) (s * o->accum + k);
+			size_t b = (size_t)(s * o->accum + k);
 
 			sw_batch(b * G, G, x, y);
 			/* scale 1/G from dp; accumulation divides again. */
-			if ((st = cohort_dp_forward_backward(dp, G, sw_dp_fb,
-			         &batch)) != COHORT_OK)
+			if ((st = cohort_dp_forward_backward(
+			         dp, G, sw_dp_fb, &batch))
+			    != COHORT_OK)
 				sw_die("forward_backward", st,
 				    cohort_dp_last_error(dp));
 		}
 		if (o->accum > 1) {
 			cohort_dp_reduce_gradients(dp);
 			for (size_t i = 0; i < m->n_params; i++)
-				reps[0].grads[i] /= (float) o->accum;
+				reps[0].grads[i] /= (float)o->accum;
 		}
-		if ((st = cohort_dp_step(dp, sw_dp_step, (void *) o)) !=
-		    COHORT_OK)
+		if ((st = cohort_dp_step(dp, sw_dp_step, (void *)o))
+		    != COHORT_OK)
 			sw_die("cohort_dp_step", st, cohort_dp_last_error(dp));
 	}
 	*m = reps[0];
@@ -549,10 +551,10 @@ sw_dp(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y)
 /* hvdapi: the named collectives themselves                                 */
 /* ------------------------------------------------------------------------ */
 
-#define SW_CHECK(cond, ...)                                                  \
+#define SW_CHECK(cond, ...)                                                   \
 	do {                                                                  \
 		if (!(cond)) {                                                \
-			printf("CHECK FAILED line %d: ", __LINE__);          \
+			printf("CHECK FAILED line %d: ", __LINE__);           \
 			printf(__VA_ARGS__);                                  \
 			printf("\n");                                         \
 			fflush(stdout);                                       \
@@ -582,16 +584,16 @@ sw_hvd_thread(void *arg)
 		cohort_status st;
 
 		for (int e = 0; e < 5; e++)
-			v[i][e] = (double) (a->rank + 1) * (i + e + 10 * a->t);
+			v[i][e] = (double)(a->rank + 1) * (i + e + 10 * a->t);
 		snprintf(name, sizeof(name), "thread%d.tensor%d", a->t, i);
-		st = cohort_hvd_allreduce_async(a->h, name, v[i], v[i], 5,
-		    COHORT_F64, COHORT_SUM, &hd[i]);
+		st = cohort_hvd_allreduce_async(
+		    a->h, name, v[i], v[i], 5, COHORT_F64, COHORT_SUM, &hd[i]);
 		SW_CHECK(st == COHORT_OK, "submit %s: %s", name,
 		    cohort_status_name(st));
 	}
 	for (int i = 0; i < SW_NT; i++) {
 		cohort_status st = cohort_hvd_synchronize(hd[i], 30000);
-		double ranks = (double) a->world * (a->world + 1) / 2.0;
+		double ranks = (double)a->world * (a->world + 1) / 2.0;
 
 		SW_CHECK(st == COHORT_OK, "sync: %s", cohort_status_name(st));
 		for (int e = 0; e < 5; e++)
@@ -646,15 +648,14 @@ sw_hvdapi(void)
 
 		for (int i = 0; i <= rank; i++)
 			mine[i] = rank;
-		st = cohort_hvd_allgather_async(h, "gather", mine,
-		    (size_t) rank + 1, COHORT_I32, &hd);
+		st = cohort_hvd_allgather_async(
+		    h, "gather", mine, (size_t)rank + 1, COHORT_I32, &hd);
 		SW_CHECK(st == COHORT_OK, "allgather submit");
 		SW_CHECK(cohort_hvd_wait(hd, 30000) == COHORT_OK, "allgather");
-		SW_CHECK(cohort_hvd_output(hd, (const void **) &out, &n) ==
-		        COHORT_OK,
+		SW_CHECK(cohort_hvd_output(hd, (const void **)&out, &n)
+		        == COHORT_OK,
 		    "output");
-		SW_CHECK(n == (size_t) world * (world + 1) / 2, "count %zu",
-		    n);
+		SW_CHECK(n == (size_t)world * (world + 1) / 2, "count %zu", n);
 		for (int r = 0; r < world; r++)
 			for (int i = 0; i <= r; i++)
 				SW_CHECK(out[k++] == r, "gather[%zu]", k - 1);
@@ -663,14 +664,14 @@ sw_hvdapi(void)
 	}
 	/* Broadcast from the last rank. */
 	{
-		float b[3] = { (float) rank, (float) rank, (float) rank };
+		float b[3] = { (float)rank, (float)rank, (float)rank };
 
-		st = cohort_hvd_broadcast_async(h, "bcast", b, 3, COHORT_F32,
-		    world - 1, &hd);
+		st = cohort_hvd_broadcast_async(
+		    h, "bcast", b, 3, COHORT_F32, world - 1, &hd);
 		SW_CHECK(st == COHORT_OK, "bcast submit");
 		SW_CHECK(cohort_hvd_synchronize(hd, 30000) == COHORT_OK, "bc");
-		SW_CHECK(b[2] == (float) (world - 1), "bcast value %g",
-		    (double) b[2]);
+		SW_CHECK(b[2] == (float)(world - 1), "bcast value %g",
+		    (double)b[2]);
 		printf("BROADCAST ok\n");
 	}
 	/* A duplicate in-flight name; rank 0's first "dup" waits for the
@@ -680,18 +681,18 @@ sw_hvdapi(void)
 
 		if (rank != 0)
 			usleep(300000);
-		st = cohort_hvd_allreduce_async(h, "dup", &d, &d, 1,
-		    COHORT_F64, COHORT_SUM, &hd);
+		st = cohort_hvd_allreduce_async(
+		    h, "dup", &d, &d, 1, COHORT_F64, COHORT_SUM, &hd);
 		SW_CHECK(st == COHORT_OK, "dup submit");
 		if (rank == 0) {
-			st = cohort_hvd_allreduce_async(h, "dup", &d, &d, 1,
-			    COHORT_F64, COHORT_SUM, &hd2);
+			st = cohort_hvd_allreduce_async(
+			    h, "dup", &d, &d, 1, COHORT_F64, COHORT_SUM, &hd2);
 			SW_CHECK(st == COHORT_EEXIST, "second dup: %s",
 			    cohort_status_name(st));
 		}
-		SW_CHECK(cohort_hvd_synchronize(hd, 30000) == COHORT_OK,
-		    "dup");
-		SW_CHECK(d == (double) world, "dup value");
+		SW_CHECK(
+		    cohort_hvd_synchronize(hd, 30000) == COHORT_OK, "dup");
+		SW_CHECK(d == (double)world, "dup value");
 		printf("DUPLICATE ok\n");
 	}
 	/* Mismatched counts fail on every rank. */
@@ -704,9 +705,8 @@ sw_hvdapi(void)
 		st = cohort_hvd_synchronize(hd, 30000);
 		SW_CHECK(st == COHORT_EMISMATCH, "mismatch: %s",
 		    cohort_status_name(st));
-		SW_CHECK(strstr(cohort_hvd_last_error(h), "'mismatch'") !=
-		        NULL &&
-		        strstr(cohort_hvd_last_error(h), "[2,1") != NULL,
+		SW_CHECK(strstr(cohort_hvd_last_error(h), "'mismatch'") != NULL
+		        && strstr(cohort_hvd_last_error(h), "[2,1") != NULL,
 		    "mismatch detail: '%s'", cohort_hvd_last_error(h));
 		printf("MISMATCH ok\n");
 	}
@@ -717,16 +717,16 @@ sw_hvdapi(void)
 
 		if (rank == world - 1)
 			usleep(1500000);
-		st = cohort_hvd_allreduce_async(h, "late", &d, &d, 1,
-		    COHORT_F64, COHORT_SUM, &hd);
+		st = cohort_hvd_allreduce_async(
+		    h, "late", &d, &d, 1, COHORT_F64, COHORT_SUM, &hd);
 		SW_CHECK(st == COHORT_OK, "late submit");
 		if (rank == 0) {
 			usleep(1000000);
 			cohort_hvd_stall_report(h, rep, sizeof(rep));
 			printf("STALL %s", rep);
 		}
-		SW_CHECK(cohort_hvd_synchronize(hd, 30000) == COHORT_OK,
-		    "late");
+		SW_CHECK(
+		    cohort_hvd_synchronize(hd, 30000) == COHORT_OK, "late");
 	}
 	cohort_hvd_get_stats(h, &hs);
 	printf("RESULT rank=%d cycles=%" PRIu64 " idle=%" PRIu64
@@ -760,15 +760,16 @@ sw_hvddie(void)
 	hopt.timeout = 60000;
 	if ((st = cohort_hvd_new(c, &hopt, &h)) != COHORT_OK)
 		sw_die("cohort_hvd_new", st, NULL);
-	st = cohort_hvd_allreduce_async(h, "first", &d, &d, 1, COHORT_F64,
-	    COHORT_SUM, &hd);
-	SW_CHECK(st == COHORT_OK && cohort_hvd_synchronize(hd, 30000) ==
-	        COHORT_OK, "first round");
+	st = cohort_hvd_allreduce_async(
+	    h, "first", &d, &d, 1, COHORT_F64, COHORT_SUM, &hd);
+	SW_CHECK(
+	    st == COHORT_OK && cohort_hvd_synchronize(hd, 30000) == COHORT_OK,
+	    "first round");
 	if (rank == world - 1)
 		_exit(0); /* no Leave: the others see the connection drop */
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	st = cohort_hvd_allreduce_async(h, "second", &d, &d, 1, COHORT_F64,
-	    COHORT_SUM, &hd);
+	st = cohort_hvd_allreduce_async(
+	    h, "second", &d, &d, 1, COHORT_F64, COHORT_SUM, &hd);
 	if (st == COHORT_OK)
 		st = cohort_hvd_synchronize(hd, 60000);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -777,8 +778,8 @@ sw_hvddie(void)
 	SW_CHECK(strstr(cohort_hvd_last_error(h), "rank 2") != NULL,
 	    "detail does not name rank 2: %s", cohort_hvd_last_error(h));
 	printf("PEERLOST after %.0f ms: %s\n",
-	    (double) (t1.tv_sec - t0.tv_sec) * 1e3 +
-	        (double) (t1.tv_nsec - t0.tv_nsec) / 1e6,
+	    (double)(t1.tv_sec - t0.tv_sec) * 1e3
+	        + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6,
 	    cohort_hvd_last_error(h));
 	cohort_hvd_free(h);
 	cohort_client_close(c);
@@ -797,12 +798,11 @@ main(int argc, char **argv)
 
 	sw_parse(argc, argv, &o);
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (mlp_init(&m, SW_IN, (int) o.hidden, SW_OUT, (uint64_t) o.seed) !=
-	    0)
+	if (mlp_init(&m, SW_IN, (int)o.hidden, SW_OUT, (uint64_t)o.seed) != 0)
 		return (1);
-	cap = (size_t) (o.world * o.batch);
-	if (cap < (size_t) o.batch)
-		cap = (size_t) o.batch;
+	cap = (size_t)(o.world * o.batch);
+	if (cap < (size_t)o.batch)
+		cap = (size_t)o.batch;
 	x = calloc(cap * SW_IN, sizeof(float));
 	y = calloc(cap, 1);
 	if (x == NULL || y == NULL)

@@ -24,7 +24,7 @@ worker_now_ms(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+	return ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
 }
 
 static long
@@ -47,7 +47,7 @@ worker_result(const char *what, cohort_status st, const char *detail)
 	fflush(stdout);
 }
 
-#define WORKER_CHECK(what, expr)                                             \
+#define WORKER_CHECK(what, expr)                                              \
 	do {                                                                  \
 		cohort_status st_ = (expr);                                   \
 		if (st_ != COHORT_OK) {                                       \
@@ -84,7 +84,7 @@ scen_barrier(cohort_client *c, const char *arg)
 static int
 scen_bcast(cohort_client *c, const char *arg)
 {
-	size_t len = (size_t) worker_arg(arg, 32 << 20);
+	size_t len = (size_t)worker_arg(arg, 32 << 20);
 	cohort_group *g = cohort_client_world(c);
 	unsigned char *buf = NULL, *out = NULL;
 	size_t out_len = 0;
@@ -95,15 +95,16 @@ scen_bcast(cohort_client *c, const char *arg)
 		if (buf == NULL)
 			return (1);
 		for (size_t i = 0; i < len; i++)
-			buf[i] = (unsigned char) (i * 31 + 7);
+			buf[i] = (unsigned char)(i * 31 + 7);
 	}
-	WORKER_CHECK("bcast", cohort_broadcast_obj(g, 0, buf, len,
-	    (void **) &out, &out_len, 60000));
+	WORKER_CHECK("bcast",
+	    cohort_broadcast_obj(
+	        g, 0, buf, len, (void **)&out, &out_len, 60000));
 	if (cohort_client_rank(c) != 0) {
 		if (out_len != len)
 			bad = 1;
 		for (size_t i = 0; !bad && i < len; i++)
-			if (out[i] != (unsigned char) (i * 31 + 7))
+			if (out[i] != (unsigned char)(i * 31 + 7))
 				bad = 1;
 	}
 	printf("RESULT bcast len=%zu ok=%d\n", out_len, !bad);
@@ -136,17 +137,17 @@ scen_reduce(cohort_client *c, const char *arg)
 	int64_t r = cohort_client_rank(c);
 	int64_t w = cohort_client_world_size(c);
 	int64_t iv[2] = { r, r + 1 };
-	double dv[2] = { (double) r * 0.5, -(double) r };
+	double dv[2] = { (double)r * 0.5, -(double)r };
 	int ok;
 
-	WORKER_CHECK("reduce", cohort_reduce_scalars(g, COHORT_I64,
-	    COHORT_SUM, iv, 2, 30000));
-	WORKER_CHECK("reduce", cohort_reduce_scalars(g, COHORT_F64,
-	    COHORT_MAX, dv, 2, 30000));
-	ok = iv[0] == w * (w - 1) / 2 && iv[1] == w * (w + 1) / 2 &&
-	    dv[0] == (double) (w - 1) * 0.5 && dv[1] == 0.0;
-	printf("RESULT reduce sum=%" PRId64 " max=%g ok=%d\n", iv[0], dv[0],
-	    ok);
+	WORKER_CHECK("reduce",
+	    cohort_reduce_scalars(g, COHORT_I64, COHORT_SUM, iv, 2, 30000));
+	WORKER_CHECK("reduce",
+	    cohort_reduce_scalars(g, COHORT_F64, COHORT_MAX, dv, 2, 30000));
+	ok = iv[0] == w * (w - 1) / 2 && iv[1] == w * (w + 1) / 2
+	    && dv[0] == (double)(w - 1) * 0.5 && dv[1] == 0.0;
+	printf(
+	    "RESULT reduce sum=%" PRId64 " max=%g ok=%d\n", iv[0], dv[0], ok);
 	return (!ok);
 }
 
@@ -161,26 +162,26 @@ scen_kvwait(cohort_client *c, const char *arg)
 
 	if (cohort_client_rank(c) == 0) {
 		int64_t t0 = worker_now_ms();
-		WORKER_CHECK("kv_set", cohort_kv_set(c, "waiting", "1", 1,
-		    10000));
+		WORKER_CHECK(
+		    "kv_set", cohort_kv_set(c, "waiting", "1", 1, 10000));
 		WORKER_CHECK("kv_wait", cohort_kv_wait(c, keys, 1, 30000));
-		WORKER_CHECK("kv_get", cohort_kv_get(c, "released", &v, &len,
-		    10000));
+		WORKER_CHECK(
+		    "kv_get", cohort_kv_get(c, "released", &v, &len, 10000));
 		ok = len == 5 && memcmp(v, "hello", 5) == 0;
 		printf("RESULT kvwait waited_ms=%" PRId64 " ok=%d\n",
 		    worker_now_ms() - t0, ok);
 		cohort_free(v);
 	} else if (cohort_client_rank(c) == 1) {
 		/* get blocks until rank 0 announced it is waiting */
-		WORKER_CHECK("kv_get", cohort_kv_get(c, "waiting", &v, &len,
-		    30000));
+		WORKER_CHECK(
+		    "kv_get", cohort_kv_get(c, "waiting", &v, &len, 30000));
 		cohort_free(v);
 		usleep(200 * 1000);
-		WORKER_CHECK("kv_set", cohort_kv_set(c, "released", "hello", 5,
-		    10000));
+		WORKER_CHECK(
+		    "kv_set", cohort_kv_set(c, "released", "hello", 5, 10000));
 	}
-	WORKER_CHECK("barrier", cohort_barrier(cohort_client_world(c), "end",
-	    30000));
+	WORKER_CHECK(
+	    "barrier", cohort_barrier(cohort_client_world(c), "end", 30000));
 	return (!ok);
 }
 
@@ -206,23 +207,25 @@ scen_kvops(cohort_client *c, const char *arg)
 	}
 	cohort_free(cur);
 	cur = NULL;
-	WORKER_CHECK("cas", cohort_kv_compare_set(c, key, "abc", 3, "xyz", 3,
-	    &swapped, &cur, &len, 10000));
+	WORKER_CHECK("cas",
+	    cohort_kv_compare_set(
+	        c, key, "abc", 3, "xyz", 3, &swapped, &cur, &len, 10000));
 	if (!swapped || len != 3 || memcmp(cur, "xyz", 3) != 0) {
 		worker_result("cas", COHORT_OK, "swap did not happen");
 		return (1);
 	}
 	cohort_free(cur);
 	cur = NULL;
-	WORKER_CHECK("cas", cohort_kv_compare_set(c, key, "nope", 4, "q", 1,
-	    &swapped, NULL, NULL, 10000));
+	WORKER_CHECK("cas",
+	    cohort_kv_compare_set(
+	        c, key, "nope", 4, "q", 1, &swapped, NULL, NULL, 10000));
 	if (swapped) {
 		worker_result("cas", COHORT_OK, "swapped with wrong expected");
 		return (1);
 	}
 	WORKER_CHECK("add", cohort_kv_add(c, "counter", 1, &v64, 10000));
-	WORKER_CHECK("barrier", cohort_barrier(cohort_client_world(c), "added",
-	    30000));
+	WORKER_CHECK(
+	    "barrier", cohort_barrier(cohort_client_world(c), "added", 30000));
 	WORKER_CHECK("add", cohort_kv_add(c, "counter", 0, &v64, 10000));
 	if (v64 != cohort_client_world_size(c)) {
 		worker_result("add", COHORT_OK, "counter != world size");
@@ -230,7 +233,8 @@ scen_kvops(cohort_client *c, const char *arg)
 	}
 	WORKER_CHECK("check", cohort_kv_check(c, absent, 1, &present, 10000));
 	if (present) {
-		worker_result("check", COHORT_OK, "absent key reported present");
+		worker_result(
+		    "check", COHORT_OK, "absent key reported present");
 		return (1);
 	}
 	WORKER_CHECK("num_keys", cohort_kv_num_keys(c, &n, 10000));
@@ -239,8 +243,8 @@ scen_kvops(cohort_client *c, const char *arg)
 		worker_result("num_keys", COHORT_OK, "too few keys");
 		return (1);
 	}
-	WORKER_CHECK("barrier", cohort_barrier(cohort_client_world(c),
-	    "counted", 30000));
+	WORKER_CHECK("barrier",
+	    cohort_barrier(cohort_client_world(c), "counted", 30000));
 	WORKER_CHECK("delete", cohort_kv_delete(c, key, &deleted, 10000));
 	if (!deleted) {
 		worker_result("delete", COHORT_OK, "not deleted");
@@ -265,8 +269,8 @@ scen_kvisolate(cohort_client *c, const char *arg)
 	cohort_status st;
 
 	if (arg != NULL && strcmp(arg, "writer") == 0) {
-		WORKER_CHECK("set", cohort_kv_set(c, "secret", "jobA", 4,
-		    10000));
+		WORKER_CHECK(
+		    "set", cohort_kv_set(c, "secret", "jobA", 4, 10000));
 		printf("RESULT kvisolate wrote=1\n");
 		return (0);
 	}
@@ -291,19 +295,19 @@ scen_hold(cohort_client *c, const char *arg)
 	int64_t t0;
 
 	WORKER_CHECK("ready", cohort_barrier(g, "ready", 60000));
-	printf("READY rank=%d pid=%d\n", cohort_client_rank(c), (int) getpid());
+	printf("READY rank=%d pid=%d\n", cohort_client_rank(c), (int)getpid());
 	fflush(stdout);
 	/* The victim (COHORT_TEST_VICTIM) stays out of barrier "final" until
 	 * the test kills or stops it. */
-	if (cohort_client_rank(c) == (int) worker_arg(getenv(
-	    "COHORT_TEST_VICTIM"), -1)) {
+	if (cohort_client_rank(c)
+	    == (int)worker_arg(getenv("COHORT_TEST_VICTIM"), -1)) {
 		for (int i = 0; i < 1200; i++)
 			usleep(100 * 1000);
 		return (4);
 	}
 	t0 = worker_now_ms();
-	st = cohort_barrier(g, "final", (cohort_duration) worker_arg(arg,
-	    120000));
+	st = cohort_barrier(
+	    g, "final", (cohort_duration)worker_arg(arg, 120000));
 	printf("RESULT hold status=%s ms=%" PRId64 " detail=%s\n",
 	    cohort_status_name(st), worker_now_ms() - t0,
 	    cohort_group_last_error(g));
@@ -332,18 +336,18 @@ scen_timeout(cohort_client *c, const char *arg)
 		WORKER_CHECK("wait", cohort_kv_wait(c, k, 1, 60000));
 		return (0);
 	}
-	st = cohort_barrier(g, "short", (cohort_duration) worker_arg(arg,
-	    1500));
+	st = cohort_barrier(
+	    g, "short", (cohort_duration)worker_arg(arg, 1500));
 	worker_result("timeout", st, cohort_last_error());
 	/* the group stays usable after a timeout */
 	printf("RESULT healthy=%d\n", cohort_group_is_healthy(g));
 	{
 		int64_t n = 0;
-		WORKER_CHECK("add", cohort_kv_add(c, "timed-out", 1, &n,
-		    10000));
+		WORKER_CHECK(
+		    "add", cohort_kv_add(c, "timed-out", 1, &n, 10000));
 		if (n == last)
-			WORKER_CHECK("set", cohort_kv_set(c, "timed-out-all",
-			    "1", 1, 10000));
+			WORKER_CHECK("set",
+			    cohort_kv_set(c, "timed-out-all", "1", 1, 10000));
 	}
 	return (st == COHORT_ETIMEDOUT ? 0 : 1);
 }
@@ -363,16 +367,19 @@ scen_report(cohort_client *c, const char *arg)
 		 * design, fail the barrier too. */
 		const char *k[] = { "report/all-ready" };
 		WORKER_CHECK("wait", cohort_kv_wait(c, k, 1, 30000));
-		WORKER_CHECK("report", cohort_report_failure(c,
-		    "Traceback: ValueError: loss is NaN at step 7", 10000));
+		WORKER_CHECK("report",
+		    cohort_report_failure(c,
+		        "Traceback: ValueError: loss is NaN at step 7",
+		        10000));
 		_exit(1);
 	} else {
 		int64_t n = 0;
-		WORKER_CHECK("add", cohort_kv_add(c, "report/ready", 1, &n,
-		    10000));
+		WORKER_CHECK(
+		    "add", cohort_kv_add(c, "report/ready", 1, &n, 10000));
 		if (n == cohort_client_world_size(c) - 1)
-			WORKER_CHECK("set", cohort_kv_set(c,
-			    "report/all-ready", "1", 1, 10000));
+			WORKER_CHECK("set",
+			    cohort_kv_set(
+			        c, "report/all-ready", "1", 1, 10000));
 	}
 	st = cohort_barrier(g, "final", 60000);
 	worker_result("report", st, cohort_group_last_error(g));

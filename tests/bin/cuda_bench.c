@@ -81,7 +81,7 @@ bench_fill(void *p, size_t bytes)
 	size_t i;
 
 	for (i = 0; i < bytes; i++)
-		c[i] = (unsigned char) (bench_rand() >> 56);
+		c[i] = (unsigned char)(bench_rand() >> 56);
 }
 
 /* Random f32 values in [-8, 8), stored as dt (a float type). */
@@ -91,14 +91,14 @@ bench_fill_float(void *p, cohort_dtype dt, size_t n)
 	size_t i;
 
 	for (i = 0; i < n; i++) {
-		float v = (float) ((double) (bench_rand() >> 11) * 0x1p-49 -
-		    8.0);
+		float v
+		    = (float)((double)(bench_rand() >> 11) * 0x1p-49 - 8.0);
 		if (dt == COHORT_F32)
-			((float *) p)[i] = v;
+			((float *)p)[i] = v;
 		else if (dt == COHORT_F16)
-			((uint16_t *) p)[i] = cohort__f32_to_f16(v);
+			((uint16_t *)p)[i] = cohort__f32_to_f16(v);
 		else
-			((uint16_t *) p)[i] = cohort__f32_to_bf16(v);
+			((uint16_t *)p)[i] = cohort__f32_to_bf16(v);
 	}
 }
 
@@ -169,15 +169,15 @@ op_cast(struct bench_op *op)
 static cohort_status
 op_reduce2(struct bench_op *op)
 {
-	return (cohort__cuda_reduce2(op->a, op->b, op->n, op->dt, COHORT_MAX,
-	    NULL));
+	return (cohort__cuda_reduce2(
+	    op->a, op->b, op->n, op->dt, COHORT_MAX, NULL));
 }
 
 static int
 bench_cmp_double(const void *x, const void *y)
 {
-	double a = *(const double *) x;
-	double b = *(const double *) y;
+	double a = *(const double *)x;
+	double b = *(const double *)y;
 
 	return ((a > b) - (a < b));
 }
@@ -198,7 +198,7 @@ bench_time(struct bench *bn, struct bench_op *op)
 		for (i = 0; i < bn->iters; i++)
 			bench_ok(op->run(op), "launch");
 		bench_ok(cohort__gpu_sync(), "sync");
-		t[r] = (double) (cohort__now_ns() - t0) * 1e-9 / bn->iters;
+		t[r] = (double)(cohort__now_ns() - t0) * 1e-9 / bn->iters;
 	}
 	qsort(t, BENCH_REPS, sizeof(t[0]), bench_cmp_double);
 	return (t[BENCH_REPS / 2]);
@@ -227,8 +227,8 @@ bench_row(struct bench *bn, const char *kernel, const char *detail,
 /* Splits bytes into n f32 tensors of uneven sizes (0.5x .. 1.5x the mean),
  * placed in an arena at 256-byte boundaries, plus skew bytes each. */
 static size_t
-bench_tensors(struct cohort__pack_item *it, size_t n, size_t bytes,
-    size_t skew)
+bench_tensors(
+    struct cohort__pack_item *it, size_t n, size_t bytes, size_t skew)
 {
 	size_t left = bytes / 4;
 	size_t pos = 0;
@@ -236,22 +236,23 @@ bench_tensors(struct cohort__pack_item *it, size_t n, size_t bytes,
 
 	for (i = 0; i < n; i++) {
 		size_t mean = left / (n - i);
-		size_t elems = i + 1 == n ? left :
-		    mean / 2 + (size_t) (bench_rand() % (mean + 1));
+		size_t elems = i + 1 == n
+		    ? left
+		    : mean / 2 + (size_t)(bench_rand() % (mean + 1));
 		if (elems > left)
 			elems = left;
 		left -= elems;
 		it[i].bytes = elems * 4;
-		pos = (pos + 255) & ~(size_t) 255;
-		it[i].ptr = (void *) (pos + skew); /* an offset for now */
+		pos = (pos + 255) & ~(size_t)255;
+		it[i].ptr = (void *)(pos + skew); /* an offset for now */
 		pos += skew + it[i].bytes;
 	}
 	return (pos + 256);
 }
 
 static void
-bench_pack(struct bench *bn, size_t n, size_t skew, size_t align,
-    double need_pct)
+bench_pack(
+    struct bench *bn, size_t n, size_t skew, size_t align, double need_pct)
 {
 	struct cohort__pack_item *hi = calloc(n, sizeof(*hi));
 	struct cohort__pack_item *di = calloc(n, sizeof(*di));
@@ -278,7 +279,7 @@ bench_pack(struct bench *bn, size_t n, size_t skew, size_t align,
 	d_arena = bench_dev(arena);
 	d_bucket = bench_dev(total);
 	for (i = 0; i < n; i++) {
-		size_t off = (size_t) (uintptr_t) hi[i].ptr;
+		size_t off = (size_t)(uintptr_t)hi[i].ptr;
 		di[i] = hi[i];
 		di[i].ptr = d_arena + off;
 		hi[i].ptr = h_arena + off;
@@ -293,14 +294,15 @@ bench_pack(struct bench *bn, size_t n, size_t skew, size_t align,
 	bench_ok(cohort__cuda_pack(d_bucket, di, n, NULL), "pack");
 	bench_ok(cohort__gpu_sync(), "sync");
 	bench_ok(cohort__gpu_memcpy_d2h(g, d_bucket, total), "d2h");
-	bad = cohort__ref_compare("pack", COHORT_U8, g, h_bucket, total, 0, 5,
-	    NULL);
-	op = (struct bench_op) { .run = op_pack, .a = d_bucket, .items = di,
-		.nitems = n };
+	bad = cohort__ref_compare(
+	    "pack", COHORT_U8, g, h_bucket, total, 0, 5, NULL);
+	op = (struct bench_op) {
+		.run = op_pack, .a = d_bucket, .items = di, .nitems = n
+	};
 	secs = bench_time(bn, &op);
 	snprintf(detail, sizeof(detail), "%zu tensors%s, %zu MiB", n,
 	    skew % 16 != 0 ? " (4B-aligned)" : "", bn->bytes >> 20);
-	bench_row(bn, "pack", detail, bad, 0, 2.0 * (double) bn->bytes, secs,
+	bench_row(bn, "pack", detail, bad, 0, 2.0 * (double)bn->bytes, secs,
 	    need_pct);
 
 	/* unpack back over a poisoned arena */
@@ -310,12 +312,12 @@ bench_pack(struct bench *bn, size_t n, size_t skew, size_t align,
 	bench_ok(cohort__cuda_unpack(d_bucket, di, n, NULL), "unpack");
 	bench_ok(cohort__gpu_sync(), "sync");
 	bench_ok(cohort__gpu_memcpy_d2h(g, d_arena, arena), "d2h");
-	bad = cohort__ref_compare("unpack", COHORT_U8, g, h_arena, arena, 0,
-	    5, NULL);
+	bad = cohort__ref_compare(
+	    "unpack", COHORT_U8, g, h_arena, arena, 0, 5, NULL);
 	op.run = op_unpack;
 	secs = bench_time(bn, &op);
-	bench_row(bn, "unpack", detail, bad, 0, 2.0 * (double) bn->bytes,
-	    secs, need_pct);
+	bench_row(bn, "unpack", detail, bad, 0, 2.0 * (double)bn->bytes, secs,
+	    need_pct);
 
 	cohort__gpu_free(d_arena);
 	cohort__gpu_free(d_bucket);
@@ -330,8 +332,8 @@ bench_pack(struct bench *bn, size_t n, size_t skew, size_t align,
 static void
 bench_elementwise(struct bench *bn)
 {
-	static const cohort_dtype sdt[] = { COHORT_F32, COHORT_BF16,
-		COHORT_F16 };
+	static const cohort_dtype sdt[]
+	    = { COHORT_F32, COHORT_BF16, COHORT_F16 };
 	size_t maxn = bn->bytes / 2;
 	void *h1 = bench_host(maxn * 4);
 	void *h2 = bench_host(maxn * 4);
@@ -353,17 +355,18 @@ bench_elementwise(struct bench *bn)
 		bench_fill_float(h1, dt, n);
 		bench_ok(cohort__gpu_memcpy_h2d(d1, h1, bytes), "h2d");
 		bench_ok(cohort__ref_scale(h1, n, dt, 1.0 / 3.0), "ref");
-		bench_ok(cohort__cuda_scale(d1, n, dt, 1.0 / 3.0, NULL),
-		    "scale");
+		bench_ok(
+		    cohort__cuda_scale(d1, n, dt, 1.0 / 3.0, NULL), "scale");
 		bench_ok(cohort__gpu_sync(), "sync");
 		bench_ok(cohort__gpu_memcpy_d2h(g, d1, bytes), "d2h");
 		bad = cohort__ref_compare("scale", dt, g, h1, n,
 		    dt == COHORT_F32 ? 1e-6 : 8e-3, 5, &rel);
-		op = (struct bench_op) { .run = op_scale, .a = d1, .n = n,
-			.dt = dt };
+		op = (struct bench_op) {
+			.run = op_scale, .a = d1, .n = n, .dt = dt
+		};
 		snprintf(detail, sizeof(detail), "%s x %zu",
 		    cohort_dtype_name(dt), n);
-		bench_row(bn, "scale", detail, bad, rel, 2.0 * (double) bytes,
+		bench_row(bn, "scale", detail, bad, rel, 2.0 * (double)bytes,
 		    bench_time(bn, &op), 0);
 	}
 
@@ -380,11 +383,15 @@ bench_elementwise(struct bench *bn)
 		bench_ok(cohort__gpu_sync(), "sync");
 		bench_ok(cohort__gpu_memcpy_d2h(g, d2, n * 2), "d2h");
 		bad = cohort__ref_compare("cast", half, g, h2, n, 0, 5, &rel);
-		op = (struct bench_op) { .run = op_cast, .a = d2, .b = d1,
-			.n = n, .dt = half, .dt2 = COHORT_F32 };
+		op = (struct bench_op) { .run = op_cast,
+			.a = d2,
+			.b = d1,
+			.n = n,
+			.dt = half,
+			.dt2 = COHORT_F32 };
 		snprintf(detail, sizeof(detail), "f32 -> %s x %zu",
 		    cohort_dtype_name(half), n);
-		bench_row(bn, "cast", detail, bad, rel, 6.0 * (double) n,
+		bench_row(bn, "cast", detail, bad, rel, 6.0 * (double)n,
 		    bench_time(bn, &op), 0);
 
 		/* back: d2 holds the halves */
@@ -393,13 +400,17 @@ bench_elementwise(struct bench *bn)
 		    "cast");
 		bench_ok(cohort__gpu_sync(), "sync");
 		bench_ok(cohort__gpu_memcpy_d2h(g, d1, n * 4), "d2h");
-		bad = cohort__ref_compare("cast", COHORT_F32, g, h1, n, 0, 5,
-		    &rel);
-		op = (struct bench_op) { .run = op_cast, .a = d1, .b = d2,
-			.n = n, .dt = COHORT_F32, .dt2 = half };
+		bad = cohort__ref_compare(
+		    "cast", COHORT_F32, g, h1, n, 0, 5, &rel);
+		op = (struct bench_op) { .run = op_cast,
+			.a = d1,
+			.b = d2,
+			.n = n,
+			.dt = COHORT_F32,
+			.dt2 = half };
 		snprintf(detail, sizeof(detail), "%s -> f32 x %zu",
 		    cohort_dtype_name(half), n);
-		bench_row(bn, "cast", detail, bad, rel, 6.0 * (double) n,
+		bench_row(bn, "cast", detail, bad, rel, 6.0 * (double)n,
 		    bench_time(bn, &op), 0);
 	}
 
@@ -413,20 +424,21 @@ bench_elementwise(struct bench *bn)
 		bench_fill_float(h2, dt, n);
 		bench_ok(cohort__gpu_memcpy_h2d(d1, h1, bytes), "h2d");
 		bench_ok(cohort__gpu_memcpy_h2d(d2, h2, bytes), "h2d");
-		bench_ok(cohort__ref_reduce2(h1, h2, n, dt, COHORT_SUM),
-		    "ref");
+		bench_ok(
+		    cohort__ref_reduce2(h1, h2, n, dt, COHORT_SUM), "ref");
 		bench_ok(cohort__cuda_reduce2(d1, d2, n, dt, COHORT_SUM, NULL),
 		    "reduce2");
 		bench_ok(cohort__gpu_sync(), "sync");
 		bench_ok(cohort__gpu_memcpy_d2h(g, d1, bytes), "d2h");
 		bad = cohort__ref_compare("reduce2", dt, g, h1, n,
 		    dt == COHORT_F32 ? 1e-6 : 8e-3, 5, &rel);
-		op = (struct bench_op) { .run = op_reduce2, .a = d1, .b = d2,
-			.n = n, .dt = dt };
+		op = (struct bench_op) {
+			.run = op_reduce2, .a = d1, .b = d2, .n = n, .dt = dt
+		};
 		snprintf(detail, sizeof(detail), "%s sum x %zu",
 		    cohort_dtype_name(dt), n);
-		bench_row(bn, "reduce2", detail, bad, rel,
-		    3.0 * (double) bytes, bench_time(bn, &op), 0);
+		bench_row(bn, "reduce2", detail, bad, rel, 3.0 * (double)bytes,
+		    bench_time(bn, &op), 0);
 	}
 
 	cohort__gpu_free(d1);
@@ -447,7 +459,7 @@ bench_print(struct bench *bn, const char *s)
 int
 main(int argc, char **argv)
 {
-	struct bench bn = { .bytes = (size_t) 25 << 20, .iters = 100 };
+	struct bench bn = { .bytes = (size_t)25 << 20, .iters = 100 };
 	const char *path = NULL;
 	struct bench_op op;
 	char desc[256];
@@ -459,16 +471,16 @@ main(int argc, char **argv)
 	while ((c = getopt(argc, argv, "m:i:o:")) != -1) {
 		switch (c) {
 		case 'm':
-			if (!cohort__parse_i64(optarg, &v) || v < 1 ||
-			    v > 16384)
+			if (!cohort__parse_i64(optarg, &v) || v < 1
+			    || v > 16384)
 				goto usage;
-			bn.bytes = (size_t) v << 20;
+			bn.bytes = (size_t)v << 20;
 			break;
 		case 'i':
-			if (!cohort__parse_i64(optarg, &v) || v < 1 ||
-			    v > 100000)
+			if (!cohort__parse_i64(optarg, &v) || v < 1
+			    || v > 100000)
 				goto usage;
-			bn.iters = (int) v;
+			bn.iters = (int)v;
 			break;
 		case 'o':
 			path = optarg;
@@ -491,9 +503,10 @@ main(int argc, char **argv)
 	a = bench_dev(bn.bytes);
 	b = bench_dev(bn.bytes);
 	bench_ok(cohort__gpu_memset(b, 1, bn.bytes), "memset");
-	op = (struct bench_op) { .run = op_memcpy, .a = a, .b = b,
-		.n = bn.bytes };
-	bn.copy_gbs = 2.0 * (double) bn.bytes / bench_time(&bn, &op) * 1e-9;
+	op = (struct bench_op) {
+		.run = op_memcpy, .a = a, .b = b, .n = bn.bytes
+	};
+	bn.copy_gbs = 2.0 * (double)bn.bytes / bench_time(&bn, &op) * 1e-9;
 	cohort__gpu_free(a);
 	cohort__gpu_free(b);
 
@@ -503,12 +516,14 @@ main(int argc, char **argv)
 	    desc, bn.bytes >> 20, bn.copy_gbs, BENCH_REPS, bn.iters);
 	bench_print(&bn, bn.line);
 	bench_print(&bn, "");
-	bench_print(&bn, "| kernel   | case                           | "
-			 "max rel err | mismatches |     GB/s | % copy | "
-			 "ok   |");
-	bench_print(&bn, "|----------|--------------------------------|"
-			 "-----------:|-----------:|---------:|-------:|"
-			 "------|");
+	bench_print(&bn,
+	    "| kernel   | case                           | "
+	    "max rel err | mismatches |     GB/s | % copy | "
+	    "ok   |");
+	bench_print(&bn,
+	    "|----------|--------------------------------|"
+	    "-----------:|-----------:|---------:|-------:|"
+	    "------|");
 	bench_pack(&bn, 64, 0, 256, 70.0);
 	bench_pack(&bn, 400, 0, 256, 0);
 	bench_pack(&bn, 64, 4, 16, 0);

@@ -57,13 +57,13 @@ ob_now(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((double) ts.tv_sec + (double) ts.tv_nsec * 1e-9);
+	return ((double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
 }
 
 static int
 ob_cmp(const void *a, const void *b)
 {
-	double x = *(const double *) a, y = *(const double *) b;
+	double x = *(const double *)a, y = *(const double *)b;
 
 	return (x < y ? -1 : x > y);
 }
@@ -73,7 +73,7 @@ static void
 ob_layer_backward(float *g, const float *p, size_t n, int work, int step)
 {
 	for (int w = 0; w < work; w++) {
-		float a = 0.5f + 0.001f * (float) (w + step);
+		float a = 0.5f + 0.001f * (float)(w + step);
 
 		for (size_t i = 0; i < n; i++)
 			g[i] = g[i] * 0.5f + a * p[i];
@@ -86,7 +86,7 @@ static double
 ob_time(cohort_ddp *d, float **par, float **grad, const struct ob_cfg *c,
     bool no_sync, double *wait)
 {
-	double *t = calloc((size_t) c->iters, sizeof(double));
+	double *t = calloc((size_t)c->iters, sizeof(double));
 	cohort_ddp_stats s;
 	double med;
 
@@ -105,13 +105,13 @@ ob_time(cohort_ddp *d, float **par, float **grad, const struct ob_cfg *c,
 		if (no_sync)
 			cohort_ddp_no_sync_begin(d);
 		for (int l = c->layers - 1; l >= 0; l--) {
-			ob_layer_backward(grad[l], par[l], c->floats, c->work,
-			    it);
+			ob_layer_backward(
+			    grad[l], par[l], c->floats, c->work, it);
 			/* A GPU's backward: the kernel runs on the device
 			 * while this CPU thread waits, free for the
 			 * communication to progress. */
 			if (c->device_us > 0)
-				usleep((useconds_t) c->device_us);
+				usleep((useconds_t)c->device_us);
 			cohort_ddp_grad_ready(d, l);
 		}
 		if (cohort_ddp_sync(d) != COHORT_OK)
@@ -124,7 +124,7 @@ ob_time(cohort_ddp *d, float **par, float **grad, const struct ob_cfg *c,
 	cohort_ddp_get_stats(d, &s);
 	if (wait != NULL)
 		*wait = s.wait_seconds / c->iters;
-	qsort(t, (size_t) c->iters, sizeof(double), ob_cmp);
+	qsort(t, (size_t)c->iters, sizeof(double), ob_cmp);
 	med = t[c->iters / 2];
 	free(t);
 	return (med);
@@ -134,9 +134,9 @@ static int
 ob_rank(cohort_spawn_ctx *ctx, cohort_client *cl, void *arg)
 {
 	const struct ob_cfg *c = arg;
-	cohort_ddp_param *p = calloc((size_t) c->layers, sizeof(*p));
-	float **par = calloc((size_t) c->layers, sizeof(float *));
-	float **grad = calloc((size_t) c->layers, sizeof(float *));
+	cohort_ddp_param *p = calloc((size_t)c->layers, sizeof(*p));
+	float **par = calloc((size_t)c->layers, sizeof(float *));
+	float **grad = calloc((size_t)c->layers, sizeof(float *));
 	cohort_ddp_options o;
 	cohort_ddp *on, *off;
 	cohort_ddp_stats s;
@@ -151,8 +151,7 @@ ob_rank(cohort_spawn_ctx *ctx, cohort_client *cl, void *arg)
 		if (par[l] == NULL || grad[l] == NULL)
 			return (1);
 		for (size_t i = 0; i < c->floats; i++)
-			par[l][i] =
-			    (float) ((i * 7 + (size_t) l) % 13) / 13.0f;
+			par[l][i] = (float)((i * 7 + (size_t)l) % 13) / 13.0f;
 		p[l].name = "layer";
 		p[l].data = par[l];
 		p[l].grad = grad[l];
@@ -162,15 +161,15 @@ ob_rank(cohort_spawn_ctx *ctx, cohort_client *cl, void *arg)
 	o.bucket_cap_bytes = c->cap;
 	o.first_bucket_cap_bytes = c->cap;
 	o.timeout = 120000;
-	if ((st = cohort_ddp_new(cl, NULL, p, (size_t) c->layers, &o, &on)) !=
-	    COHORT_OK) {
+	if ((st = cohort_ddp_new(cl, NULL, p, (size_t)c->layers, &o, &on))
+	    != COHORT_OK) {
 		cohort_spawn_fail(ctx, "ddp_new: %s", cohort_status_name(st));
 		return (1);
 	}
 	o.overlap = false;
 	o.broadcast_params = false;
-	if ((st = cohort_ddp_new(cl, NULL, p, (size_t) c->layers, &o,
-	         &off)) != COHORT_OK) {
+	if ((st = cohort_ddp_new(cl, NULL, p, (size_t)c->layers, &o, &off))
+	    != COHORT_OK) {
 		cohort_spawn_fail(ctx, "ddp_new: %s", cohort_status_name(st));
 		return (1);
 	}
@@ -252,25 +251,25 @@ main(int argc, char **argv)
 	while ((ch = getopt_long(argc, argv, "n:", lo, NULL)) != -1) {
 		switch (ch) {
 		case 'n':
-			c.n = (int) ob_num(optarg, 1, 64);
+			c.n = (int)ob_num(optarg, 1, 64);
 			break;
 		case 'l':
-			c.layers = (int) ob_num(optarg, 1, 1024);
+			c.layers = (int)ob_num(optarg, 1, 1024);
 			break;
 		case 'f':
-			c.floats = (size_t) ob_num(optarg, 1, 1L << 28);
+			c.floats = (size_t)ob_num(optarg, 1, 1L << 28);
 			break;
 		case 'w':
-			c.work = (int) ob_num(optarg, 0, 100000);
+			c.work = (int)ob_num(optarg, 0, 100000);
 			break;
 		case 'i':
-			c.iters = (int) ob_num(optarg, 1, 100000);
+			c.iters = (int)ob_num(optarg, 1, 100000);
 			break;
 		case 'c':
-			c.cap = (size_t) ob_num(optarg, 4, 1L << 32);
+			c.cap = (size_t)ob_num(optarg, 4, 1L << 32);
 			break;
 		case 'd':
-			c.device_us = (int) ob_num(optarg, 0, 10000000);
+			c.device_us = (int)ob_num(optarg, 0, 10000000);
 			break;
 		default:
 			fprintf(stderr,
@@ -301,8 +300,8 @@ main(int argc, char **argv)
 	       "(%.1f MiB of gradients), %d buckets, work %d, device %d us "
 	       "per layer\n",
 	    c.n, c.layers, c.floats,
-	    (double) c.layers * (double) c.floats * 4.0 / 1048576.0,
-	    r.nbuckets, c.work, c.device_us);
+	    (double)c.layers * (double)c.floats * 4.0 / 1048576.0, r.nbuckets,
+	    c.work, c.device_us);
 	printf("  backward alone (no communication) %8.2f ms/step\n",
 	    r.compute * 1e3);
 	printf("  overlap off (reduce after backward) %6.2f ms/step  "

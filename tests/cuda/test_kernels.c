@@ -22,7 +22,7 @@
 #include "cohort/cohort.h"
 #include "kernels.h"
 
-#define KT_OK(expr)                                                          \
+#define KT_OK(expr)                                                           \
 	do {                                                                  \
 		cohort_status st_ = (expr);                                   \
 		ck_assert_msg(st_ == COHORT_OK,                               \
@@ -30,7 +30,7 @@
 		    cohort_status_name(st_), cohort_last_error());            \
 	} while (0)
 
-#define KT_ERR(expr, want)                                                   \
+#define KT_ERR(expr, want)                                                    \
 	do {                                                                  \
 		cohort_status st_ = (expr);                                   \
 		ck_assert_msg(st_ == (want), "%s: expected %s, got %s",       \
@@ -59,7 +59,7 @@ kt_rand(void)
 static size_t
 kt_below(size_t n)
 {
-	return (n == 0 ? 0 : (size_t) (kt_rand() % n));
+	return (n == 0 ? 0 : (size_t)(kt_rand() % n));
 }
 
 static uint32_t
@@ -87,7 +87,7 @@ kt_fill_random(void *p, size_t bytes)
 	size_t i;
 
 	for (i = 0; i < bytes; i++)
-		c[i] = (unsigned char) (kt_rand() >> 56);
+		c[i] = (unsigned char)(kt_rand() >> 56);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -105,19 +105,19 @@ START_TEST(test_f16_known)
 		{ 1.0f, 0x3c00 },
 		{ -2.0f, 0xc000 },
 		{ 0.5f, 0x3800 },
-		{ 65504.0f, 0x7bff },        /* largest finite */
-		{ 65519.99f, 0x7bff },       /* below the halfway to 2^16 */
-		{ 65520.0f, 0x7c00 },        /* halfway: ties to even = inf */
-		{ 1e10f, 0x7c00 },           /* overflow */
+		{ 65504.0f, 0x7bff }, /* largest finite */
+		{ 65519.99f, 0x7bff }, /* below the halfway to 2^16 */
+		{ 65520.0f, 0x7c00 }, /* halfway: ties to even = inf */
+		{ 1e10f, 0x7c00 }, /* overflow */
 		{ -1e10f, 0xfc00 },
-		{ 0x1p-14f, 0x0400 },        /* smallest normal */
-		{ 0x1p-24f, 0x0001 },        /* smallest subnormal */
-		{ 0x1p-25f, 0x0000 },        /* halfway to it: ties to even */
-		{ 0x1.8p-25f, 0x0001 },      /* above halfway */
-		{ 0x1.8p-24f, 0x0002 },      /* 1.5 units: ties to even = 2 */
-		{ 0x1.4p-24f, 0x0001 },      /* 1.25 units */
+		{ 0x1p-14f, 0x0400 }, /* smallest normal */
+		{ 0x1p-24f, 0x0001 }, /* smallest subnormal */
+		{ 0x1p-25f, 0x0000 }, /* halfway to it: ties to even */
+		{ 0x1.8p-25f, 0x0001 }, /* above halfway */
+		{ 0x1.8p-24f, 0x0002 }, /* 1.5 units: ties to even = 2 */
+		{ 0x1.4p-24f, 0x0001 }, /* 1.25 units */
 		{ 0x1p-30f, 0x0000 },
-		{ 0x1.ffcp-15f, 0x0400 },    /* rounds up into the normals */
+		{ 0x1.ffcp-15f, 0x0400 }, /* rounds up into the normals */
 		{ 1.0f + 0x1p-11f, 0x3c00 }, /* tie, even below */
 		{ 1.0f + 0x1.8p-10f, 0x3c02 }, /* tie, even above */
 		{ 1.0f + 0x1p-11f + 0x1p-20f, 0x3c01 },
@@ -128,14 +128,14 @@ START_TEST(test_f16_known)
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		uint16_t h = cohort__f32_to_f16(cases[i].f);
 		ck_assert_msg(h == cases[i].h, "f16(%a) = 0x%04x, want 0x%04x",
-		    (double) cases[i].f, h, cases[i].h);
+		    (double)cases[i].f, h, cases[i].h);
 	}
 	ck_assert_uint_eq(cohort__f32_to_f16(INFINITY), 0x7c00);
 	ck_assert_uint_eq(cohort__f32_to_f16(-INFINITY), 0xfc00);
 	ck_assert(isnan(cohort__f16_to_f32(cohort__f32_to_f16(NAN))));
 	/* A NaN whose payload sits below the f16 mantissa stays NaN. */
-	ck_assert(isnan(cohort__f16_to_f32(
-	    cohort__f32_to_f16(kt_float(0x7f800001u)))));
+	ck_assert(isnan(
+	    cohort__f16_to_f32(cohort__f32_to_f16(kt_float(0x7f800001u)))));
 
 	ck_assert(cohort__f16_to_f32(0x3c00) == 1.0f);
 	ck_assert(cohort__f16_to_f32(0x7bff) == 65504.0f);
@@ -165,8 +165,8 @@ START_TEST(test_bf16_known)
 	ck_assert_uint_eq(cohort__f32_to_bf16(INFINITY), 0x7f80);
 	ck_assert_uint_eq(cohort__f32_to_bf16(-INFINITY), 0xff80);
 	/* NaN whose payload is all below bit 16: truncation would give inf. */
-	ck_assert(isnan(cohort__bf16_to_f32(
-	    cohort__f32_to_bf16(kt_float(0x7f800001u)))));
+	ck_assert(isnan(
+	    cohort__bf16_to_f32(cohort__f32_to_bf16(kt_float(0x7f800001u)))));
 	ck_assert(isnan(cohort__bf16_to_f32(cohort__f32_to_bf16(NAN))));
 	/* Subnormal f32 rounds like any other value. */
 	ck_assert_uint_eq(cohort__f32_to_bf16(kt_float(0x00018000u)), 0x0002);
@@ -181,23 +181,23 @@ START_TEST(test_half_roundtrip_all)
 	uint32_t h;
 
 	for (h = 0; h < 0x10000u; h++) {
-		float f = cohort__f16_to_f32((uint16_t) h);
-		float g = cohort__bf16_to_f32((uint16_t) h);
+		float f = cohort__f16_to_f32((uint16_t)h);
+		float g = cohort__bf16_to_f32((uint16_t)h);
 		bool nan16 = (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0;
 		bool nanbf = (h & 0x7f80u) == 0x7f80u && (h & 0x7fu) != 0;
 
-		ck_assert_msg(nan16 == (bool) isnan(f), "f16 0x%04x", h);
-		ck_assert_msg(nanbf == (bool) isnan(g), "bf16 0x%04x", h);
+		ck_assert_msg(nan16 == (bool)isnan(f), "f16 0x%04x", h);
+		ck_assert_msg(nanbf == (bool)isnan(g), "bf16 0x%04x", h);
 		if (nan16)
-			ck_assert(isnan(cohort__f16_to_f32(
-			    cohort__f32_to_f16(f))));
+			ck_assert(
+			    isnan(cohort__f16_to_f32(cohort__f32_to_f16(f))));
 		else
 			ck_assert_msg(cohort__f32_to_f16(f) == h,
-			    "f16 0x%04x -> %a -> 0x%04x", h, (double) f,
+			    "f16 0x%04x -> %a -> 0x%04x", h, (double)f,
 			    cohort__f32_to_f16(f));
 		if (nanbf)
-			ck_assert(isnan(cohort__bf16_to_f32(
-			    cohort__f32_to_bf16(g))));
+			ck_assert(isnan(
+			    cohort__bf16_to_f32(cohort__f32_to_bf16(g))));
 		else
 			ck_assert_uint_eq(cohort__f32_to_bf16(g), h);
 	}
@@ -212,32 +212,32 @@ kt_check_nearest(float f, uint16_t h, float (*dec)(uint16_t), uint16_t max,
 {
 	uint16_t mag = h & 0x7fffu;
 	uint16_t sign = h & 0x8000u;
-	double x = fabs((double) f);
-	double v = fabs((double) dec(h));
+	double x = fabs((double)f);
+	double v = fabs((double)dec(h));
 	double up;
 	double down;
 
 	if (mag > max) { /* infinity: f must be at least max + half ulp */
 		double top = dec(max);
-		double ulp = top - (double) dec((uint16_t) (max - 1));
-		ck_assert_msg(x >= top + ulp / 2, "%s(%a) overflowed", name,
-		    (double) f);
+		double ulp = top - (double)dec((uint16_t)(max - 1));
+		ck_assert_msg(
+		    x >= top + ulp / 2, "%s(%a) overflowed", name, (double)f);
 		return;
 	}
-	ck_assert_msg((sign != 0) == (bool) signbit(f), "%s sign", name);
+	ck_assert_msg((sign != 0) == (bool)signbit(f), "%s sign", name);
 	if (mag == max) { /* and not infinity: below max + half ulp */
-		double ulp = v - (double) dec((uint16_t) (max - 1));
+		double ulp = v - (double)dec((uint16_t)(max - 1));
 		ck_assert_msg(x < v + ulp / 2, "%s(%a) should overflow", name,
-		    (double) f);
+		    (double)f);
 	}
-	up = mag < max ? (double) dec((uint16_t) (mag + 1)) : INFINITY;
-	down = mag > 0 ? (double) dec((uint16_t) (mag - 1)) : -INFINITY;
-	ck_assert_msg(fabs(x - v) <= fabs(up - x) &&
-		fabs(x - v) <= fabs(x - down),
-	    "%s(%a) = 0x%04x is not nearest", name, (double) f, h);
+	up = mag < max ? (double)dec((uint16_t)(mag + 1)) : INFINITY;
+	down = mag > 0 ? (double)dec((uint16_t)(mag - 1)) : -INFINITY;
+	ck_assert_msg(
+	    fabs(x - v) <= fabs(up - x) && fabs(x - v) <= fabs(x - down),
+	    "%s(%a) = 0x%04x is not nearest", name, (double)f, h);
 	if (fabs(x - v) == fabs(up - x) || fabs(x - v) == fabs(x - down))
-		ck_assert_msg((mag & 1) == 0, "%s(%a) tie not even", name,
-		    (double) f);
+		ck_assert_msg(
+		    (mag & 1) == 0, "%s(%a) tie not even", name, (double)f);
 }
 
 START_TEST(test_half_nearest_random)
@@ -247,12 +247,12 @@ START_TEST(test_half_nearest_random)
 	kt_seed(7);
 	for (i = 0; i < 200000; i++) {
 		/* Random finite f32 around the f16 / bf16 ranges. */
-		uint32_t bits = (uint32_t) kt_rand();
+		uint32_t bits = (uint32_t)kt_rand();
 		float f;
 
 		if (i % 2 == 0) /* exponents 2^-26 .. 2^17 */
-			bits = (bits & 0x807fffffu) |
-			    ((uint32_t) (101 + kt_below(44)) << 23);
+			bits = (bits & 0x807fffffu)
+			    | ((uint32_t)(101 + kt_below(44)) << 23);
 		f = kt_float(bits);
 		if (isnan(f) || isinf(f))
 			continue;
@@ -289,10 +289,10 @@ START_TEST(test_cast_array)
 	    COHORT_EINVAL);
 	KT_ERR(cohort__ref_cast(h, COHORT_F16, h, COHORT_BF16, 4),
 	    COHORT_ENOTSUP);
-	KT_ERR(cohort__ref_cast(h, COHORT_F32, f, COHORT_F32, 4),
-	    COHORT_ENOTSUP);
-	KT_ERR(cohort__ref_cast(h, COHORT_F64, f, COHORT_F32, 4),
-	    COHORT_ENOTSUP);
+	KT_ERR(
+	    cohort__ref_cast(h, COHORT_F32, f, COHORT_F32, 4), COHORT_ENOTSUP);
+	KT_ERR(
+	    cohort__ref_cast(h, COHORT_F64, f, COHORT_F32, 4), COHORT_ENOTSUP);
 }
 END_TEST
 
@@ -304,9 +304,9 @@ START_TEST(test_scale)
 {
 	float f[3] = { 1.0f, 2.0f, -3.0f };
 	double d[2] = { 1.0, 3.0 };
-	uint16_t h[2] = { 0x3c00, 0x4000 };  /* f16 1, 2 */
-	uint16_t b[2] = { 0x3f80, 0x4040 };  /* bf16 1, 3 */
-	uint16_t sub = 0x0001;               /* smallest f16 subnormal */
+	uint16_t h[2] = { 0x3c00, 0x4000 }; /* f16 1, 2 */
+	uint16_t b[2] = { 0x3f80, 0x4040 }; /* bf16 1, 3 */
+	uint16_t sub = 0x0001; /* smallest f16 subnormal */
 	int32_t i32[1] = { 4 };
 
 	KT_OK(cohort__ref_scale(f, 3, COHORT_F32, 0.5));
@@ -324,8 +324,8 @@ START_TEST(test_scale)
 	KT_OK(cohort__ref_scale(NULL, 0, COHORT_F32, 2.0));
 	KT_ERR(cohort__ref_scale(i32, 1, COHORT_I32, 2.0), COHORT_EINVAL);
 	KT_ERR(cohort__ref_scale(NULL, 1, COHORT_F32, 2.0), COHORT_EINVAL);
-	KT_ERR(cohort__ref_scale(f, 1, COHORT_DTYPE_COUNT, 2.0),
-	    COHORT_EINVAL);
+	KT_ERR(
+	    cohort__ref_scale(f, 1, COHORT_DTYPE_COUNT, 2.0), COHORT_EINVAL);
 }
 END_TEST
 
@@ -367,7 +367,7 @@ START_TEST(test_reduce2_int)
 	KT_OK(cohort__ref_reduce2(u, v, 3, COHORT_U8, COHORT_SUM));
 	ck_assert(u[0] == 44 && u[1] == 253 && u[2] == 32);
 	KT_OK(cohort__ref_reduce2(u, v, 3, COHORT_U8, COHORT_PROD));
-	ck_assert(u[0] == (uint8_t) (44 * 100) && u[2] == 0);
+	ck_assert(u[0] == (uint8_t)(44 * 100) && u[2] == 0);
 	KT_OK(cohort__ref_reduce2(u, v, 3, COHORT_U8, COHORT_MIN));
 	ck_assert(u[0] == 48 && u[1] == 18 && u[2] == 0);
 }
@@ -387,7 +387,7 @@ START_TEST(test_reduce2_float)
 	KT_OK(cohort__ref_reduce2(a, b, 4, COHORT_F32, COHORT_MIN));
 	ck_assert(a[0] == 1.5f);
 	ck_assert(isnan(a[1]) && isnan(a[3])); /* NaN propagates */
-	ck_assert(signbit(a[2]));              /* first operand on ties */
+	ck_assert(signbit(a[2])); /* first operand on ties */
 	a[1] = 2.0f;
 	a[3] = 3.0f;
 	b[3] = 4.0f;
@@ -402,9 +402,9 @@ START_TEST(test_reduce2_float)
 	ck_assert(d[0] == 0.1 + 0.2 && isinf(d[1]));
 
 	KT_OK(cohort__ref_reduce2(h, k, 3, COHORT_F16, COHORT_SUM));
-	ck_assert_uint_eq(h[0], 0x4000);  /* 2 */
-	ck_assert_uint_eq(h[1], 0x7bff);  /* 65505 rounds back to 65504 */
-	ck_assert_uint_eq(h[2], 0x0002);  /* subnormals add exactly */
+	ck_assert_uint_eq(h[0], 0x4000); /* 2 */
+	ck_assert_uint_eq(h[1], 0x7bff); /* 65505 rounds back to 65504 */
+	ck_assert_uint_eq(h[2], 0x0002); /* subnormals add exactly */
 	KT_OK(cohort__ref_reduce2(h, k, 3, COHORT_F16, COHORT_MIN));
 	ck_assert_uint_eq(h[0], 0x3c00);
 
@@ -466,9 +466,8 @@ START_TEST(test_pack_known)
 	char a[3] = { 'a', 'b', 'c' };
 	char b[2] = { 'x', 'y' };
 	char bucket[8];
-	struct cohort__pack_item it[3] = {
-		{ b, 5, 2 }, { NULL, 4, 0 }, { a, 1, 3 }
-	};
+	struct cohort__pack_item it[3]
+	    = { { b, 5, 2 }, { NULL, 4, 0 }, { a, 1, 3 } };
 
 	memset(bucket, '.', sizeof(bucket));
 	KT_OK(cohort__ref_pack(bucket, it, 3));
@@ -506,13 +505,13 @@ START_TEST(test_copy_split)
 				cohort__copy_split(0x1000 + s, 0x9000 + d, len,
 				    &w, &head, &nvec);
 				ck_assert_uint_eq(w,
-				    (diff & 15) == 0 ? 16 :
-				    (diff & 3) == 0  ? 4 :
-						       1);
+				    (diff & 15) == 0      ? 16
+				        : (diff & 3) == 0 ? 4
+				                          : 1);
 				ck_assert(head < w || (w == 1 && head == 0));
 				ck_assert(head + nvec * w <= len);
-				ck_assert(len - head - nvec * w < w ||
-				    nvec == 0);
+				ck_assert(
+				    len - head - nvec * w < w || nvec == 0);
 				if (nvec > 0) {
 					ck_assert_uint_eq(
 					    (0x1000 + s + head) % w, 0);
@@ -530,27 +529,25 @@ START_TEST(test_copy_plan)
 	static char bucket[1 << 16];
 	static char t[5][1 << 15];
 	struct cohort__pack_item it[5] = {
-		{ t[0], 0, 8192 },   /* exactly one chunk */
-		{ t[1], 9000, 0 },   /* skipped */
+		{ t[0], 0, 8192 }, /* exactly one chunk */
+		{ t[1], 9000, 0 }, /* skipped */
 		{ t[2], 8192, 8193 }, /* two chunks, a 1-byte tail */
-		{ t[3], 20000, 1 },
-		{ t[4], 30000, 24576 }, /* three */
+		{ t[3], 20000, 1 }, { t[4], 30000, 24576 }, /* three */
 	};
 	struct cohort__copy_batch b;
 	uint64_t c;
 
 	ck_assert_uint_le(sizeof(struct cohort__copy_batch), 4000);
-	ck_assert_uint_eq(cohort__copy_plan(&b, it, 5, (uintptr_t) bucket,
-			      true),
-	    5);
+	ck_assert_uint_eq(
+	    cohort__copy_plan(&b, it, 5, (uintptr_t)bucket, true), 5);
 	ck_assert_uint_eq(b.n, 4);
 	ck_assert_uint_eq(b.nchunks, 1 + 2 + 1 + 3);
 	ck_assert_uint_eq(b.d[0].chunk0, 0);
 	ck_assert_uint_eq(b.d[1].chunk0, 1);
 	ck_assert_uint_eq(b.d[2].chunk0, 3);
 	ck_assert_uint_eq(b.d[3].chunk0, 4);
-	ck_assert_uint_eq(b.d[1].src, (uintptr_t) t[2]);
-	ck_assert_uint_eq(b.d[1].dst, (uintptr_t) bucket + 8192);
+	ck_assert_uint_eq(b.d[1].src, (uintptr_t)t[2]);
+	ck_assert_uint_eq(b.d[1].dst, (uintptr_t)bucket + 8192);
 	for (c = 0; c < b.nchunks; c++) {
 		static const uint32_t owner[] = { 0, 1, 1, 2, 3, 3, 3 };
 		uint64_t off;
@@ -564,8 +561,8 @@ START_TEST(test_copy_plan)
 			ck_assert(off == 16384 && len == 8192);
 	}
 	/* Unpack swaps the direction. */
-	cohort__copy_plan(&b, it, 5, (uintptr_t) bucket, false);
-	ck_assert_uint_eq(b.d[1].dst, (uintptr_t) t[2]);
+	cohort__copy_plan(&b, it, 5, (uintptr_t)bucket, false);
+	ck_assert_uint_eq(b.d[1].dst, (uintptr_t)t[2]);
 	/* Only empty items: an empty batch that consumed them all. */
 	ck_assert_uint_eq(cohort__copy_plan(&b, &it[1], 1, 0, true), 1);
 	ck_assert_uint_eq(b.n, 0);
@@ -576,16 +573,16 @@ END_TEST
  * the kernel's partitioning (emulated on the host) must produce exactly
  * what the plain reference produces, gaps untouched. */
 static void
-kt_emulate_pack(struct cohort__pack_item *it, size_t n, char *bucket,
-    bool pack)
+kt_emulate_pack(
+    struct cohort__pack_item *it, size_t n, char *bucket, bool pack)
 {
 	struct cohort__copy_batch *b = malloc(sizeof(*b));
 	size_t done = 0;
 
 	ck_assert_ptr_nonnull(b);
 	while (done < n) {
-		done += cohort__copy_plan(b, it + done, n - done,
-		    (uintptr_t) bucket, pack);
+		done += cohort__copy_plan(
+		    b, it + done, n - done, (uintptr_t)bucket, pack);
 		if (b->n > 0)
 			cohort__copy_emulate(b);
 	}
@@ -599,7 +596,7 @@ START_TEST(test_copy_emulate_random)
 	kt_seed(11);
 	for (round = 0; round < 40; round++) {
 		size_t n = 1 + kt_below(round < 20 ? 20 : 400);
-		size_t align = (size_t) 1 << kt_below(6); /* 1 .. 32 */
+		size_t align = (size_t)1 << kt_below(6); /* 1 .. 32 */
 		struct cohort__pack_item *it = calloc(n, sizeof(*it));
 		struct cohort__pack_item *jt = calloc(n, sizeof(*jt));
 		size_t arena_len = 0;
@@ -614,10 +611,10 @@ START_TEST(test_copy_emulate_random)
 		ck_assert(it != NULL && jt != NULL);
 		for (i = 0; i < n; i++) {
 			size_t kind = kt_below(10);
-			it[i].bytes = kind == 0 ? 0 :
-			    kind < 4            ? 1 + kt_below(40) :
-			    kind < 9            ? 1 + kt_below(30000) :
-						  1 + kt_below(100000);
+			it[i].bytes = kind == 0 ? 0
+			    : kind < 4          ? 1 + kt_below(40)
+			    : kind < 9          ? 1 + kt_below(30000)
+			                        : 1 + kt_below(100000);
 			arena_len += it[i].bytes + 32;
 		}
 		total = cohort__pack_layout(it, n, align);
@@ -629,7 +626,7 @@ START_TEST(test_copy_emulate_random)
 		kt_fill_random(arena, arena_len);
 		for (i = 0; i < n; i++) {
 			/* Half the tensors start misaligned. */
-			pos = (pos + 15) & ~(size_t) 15;
+			pos = (pos + 15) & ~(size_t)15;
 			if (kt_below(2) != 0)
 				pos += kt_below(16);
 			it[i].ptr = arena + pos;
@@ -643,8 +640,8 @@ START_TEST(test_copy_emulate_random)
 		KT_OK(cohort__ref_pack(b1, it, n));
 		kt_emulate_pack(it, n, b2, true);
 		ck_assert_msg(memcmp(b1, b2, total + 1) == 0,
-		    "round %d: emulated pack differs (n %zu align %zu)",
-		    round, n, align);
+		    "round %d: emulated pack differs (n %zu align %zu)", round,
+		    n, align);
 
 		kt_fill_random(b1, total);
 		memcpy(arena2, arena, arena_len);
@@ -670,20 +667,18 @@ START_TEST(test_compare)
 	int32_t y[2] = { 1, 3 };
 	double rel;
 
-	ck_assert_uint_eq(cohort__ref_compare("f", COHORT_F32, got, want, 4,
-			      1e-6, 0, &rel),
+	ck_assert_uint_eq(
+	    cohort__ref_compare("f", COHORT_F32, got, want, 4, 1e-6, 0, &rel),
 	    1);
 	ck_assert(rel > 9e-6 && rel < 2e-5);
-	ck_assert_uint_eq(cohort__ref_compare("f", COHORT_F32, got, want, 4,
-			      1e-4, 0, NULL),
+	ck_assert_uint_eq(
+	    cohort__ref_compare("f", COHORT_F32, got, want, 4, 1e-4, 0, NULL),
 	    0);
 	got[1] = 0.0f;
-	ck_assert_uint_eq(cohort__ref_compare("f", COHORT_F32, got, want, 2,
-			      1, 0, NULL),
-	    1);
-	ck_assert_uint_eq(cohort__ref_compare("i", COHORT_I32, x, y, 2, 0.5,
-			      0, NULL),
-	    1);
+	ck_assert_uint_eq(
+	    cohort__ref_compare("f", COHORT_F32, got, want, 2, 1, 0, NULL), 1);
+	ck_assert_uint_eq(
+	    cohort__ref_compare("i", COHORT_I32, x, y, 2, 0.5, 0, NULL), 1);
 }
 END_TEST
 
@@ -703,21 +698,22 @@ START_TEST(test_no_gpu_paths)
 	cohort__gpu_free(NULL);
 #ifdef COHORT_HAVE_CUDA
 	KT_ERR(cohort__cuda_pack(NULL, NULL, 0, NULL), COHORT_EINVAL);
-	KT_ERR(cohort__cuda_scale(NULL, 4, COHORT_F32, 1.0, NULL),
-	    COHORT_EINVAL);
-	KT_ERR(cohort__cuda_scale(NULL, 4, COHORT_U8, 1.0, NULL),
-	    COHORT_EINVAL);
+	KT_ERR(
+	    cohort__cuda_scale(NULL, 4, COHORT_F32, 1.0, NULL), COHORT_EINVAL);
+	KT_ERR(
+	    cohort__cuda_scale(NULL, 4, COHORT_U8, 1.0, NULL), COHORT_EINVAL);
 	KT_ERR(cohort__cuda_cast(&p, COHORT_I32, &p, COHORT_F32, 1, NULL),
 	    COHORT_ENOTSUP);
 	KT_ERR(cohort__cuda_reduce2(&p, &p, 1, COHORT_F32, COHORT_MEAN, NULL),
 	    COHORT_EINVAL);
-	KT_OK(cohort__cuda_reduce2(NULL, NULL, 0, COHORT_F32, COHORT_SUM,
-	    NULL));
+	KT_OK(
+	    cohort__cuda_reduce2(NULL, NULL, 0, COHORT_F32, COHORT_SUM, NULL));
 #endif
 }
 END_TEST
 
-Suite *suite_cuda_ref(void)
+Suite *
+suite_cuda_ref(void)
 {
 	Suite *s = suite_create("cuda_ref");
 	TCase *tc = tcase_create("ref");
@@ -765,7 +761,7 @@ kt_need_gpu(void)
 static double
 kt_uniform(double lo, double hi)
 {
-	return (lo + (hi - lo) * (double) (kt_rand() >> 11) * 0x1p-53);
+	return (lo + (hi - lo) * (double)(kt_rand() >> 11) * 0x1p-53);
 }
 
 /* Random values of dt: floats uniform in [-r, r], integers full range. */
@@ -778,19 +774,19 @@ kt_fill_dtype(void *p, cohort_dtype dt, size_t n, double r)
 		double v = kt_uniform(-r, r);
 		switch (dt) {
 		case COHORT_F32:
-			((float *) p)[i] = (float) v;
+			((float *)p)[i] = (float)v;
 			break;
 		case COHORT_F64:
-			((double *) p)[i] = v;
+			((double *)p)[i] = v;
 			break;
 		case COHORT_F16:
-			((uint16_t *) p)[i] = cohort__f32_to_f16((float) v);
+			((uint16_t *)p)[i] = cohort__f32_to_f16((float)v);
 			break;
 		case COHORT_BF16:
-			((uint16_t *) p)[i] = cohort__f32_to_bf16((float) v);
+			((uint16_t *)p)[i] = cohort__f32_to_bf16((float)v);
 			break;
 		default:
-			kt_fill_random((char *) p + i * cohort_dtype_size(dt),
+			kt_fill_random((char *)p + i * cohort_dtype_size(dt),
 			    cohort_dtype_size(dt));
 			break;
 		}
@@ -855,10 +851,10 @@ kt_gpu_pack_case(size_t n, size_t align, bool misalign)
 	ck_assert(hi != NULL && di != NULL);
 	for (i = 0; i < n; i++) {
 		size_t kind = kt_below(10);
-		hi[i].bytes = kind == 0 ? 0 :
-		    kind < 3            ? 1 + kt_below(64) :
-		    kind < 9            ? 1 + kt_below(200000) :
-					  1 + kt_below(3000000);
+		hi[i].bytes = kind == 0 ? 0
+		    : kind < 3          ? 1 + kt_below(64)
+		    : kind < 9          ? 1 + kt_below(200000)
+		                        : 1 + kt_below(3000000);
 		arena_len += hi[i].bytes + 512;
 	}
 	total = cohort__pack_layout(hi, n, align);
@@ -869,7 +865,7 @@ kt_gpu_pack_case(size_t n, size_t align, bool misalign)
 	d_arena = kt_dev(arena_len);
 	d_bucket = kt_dev(total);
 	for (i = 0; i < n; i++) {
-		pos = (pos + 255) & ~(size_t) 255;
+		pos = (pos + 255) & ~(size_t)255;
 		if (misalign)
 			pos += kt_below(16);
 		hi[i].ptr = h_arena + pos;
@@ -890,7 +886,8 @@ kt_gpu_pack_case(size_t n, size_t align, bool misalign)
 	snprintf(what, sizeof(what), "pack(n=%zu,align=%zu%s)", n, align,
 	    misalign ? ",misaligned" : "");
 	ck_assert_msg(cohort__ref_compare(what, COHORT_U8, g_bucket, h_bucket,
-			  total, 0, 10, NULL) == 0,
+	                  total, 0, 10, NULL)
+	        == 0,
 	    "%s differs from the reference", what);
 
 	/* unpack into a poisoned arena: gaps must stay poisoned */
@@ -905,7 +902,8 @@ kt_gpu_pack_case(size_t n, size_t align, bool misalign)
 	snprintf(what, sizeof(what), "unpack(n=%zu,align=%zu%s)", n, align,
 	    misalign ? ",misaligned" : "");
 	ck_assert_msg(cohort__ref_compare(what, COHORT_U8, g_arena, h_arena,
-			  arena_len, 0, 10, NULL) == 0,
+	                  arena_len, 0, 10, NULL)
+	        == 0,
 	    "%s differs from the reference", what);
 
 	cohort__gpu_free(d_arena);
@@ -925,16 +923,16 @@ START_TEST(test_gpu_pack)
 	kt_seed(21);
 	kt_gpu_pack_case(1, 16, false);
 	kt_gpu_pack_case(64, 256, false);
-	kt_gpu_pack_case(64, 16, true);   /* 16-byte path with heads */
-	kt_gpu_pack_case(300, 4, false);  /* 4-byte path, 3 launches */
-	kt_gpu_pack_case(300, 1, true);   /* byte path */
+	kt_gpu_pack_case(64, 16, true); /* 16-byte path with heads */
+	kt_gpu_pack_case(300, 4, false); /* 4-byte path, 3 launches */
+	kt_gpu_pack_case(300, 1, true); /* byte path */
 }
 END_TEST
 
 START_TEST(test_gpu_scale)
 {
-	static const cohort_dtype dts[] = { COHORT_F32, COHORT_F64,
-		COHORT_F16, COHORT_BF16 };
+	static const cohort_dtype dts[]
+	    = { COHORT_F32, COHORT_F64, COHORT_F16, COHORT_BF16 };
 	size_t n = (1u << 20) + 7;
 	size_t k;
 
@@ -954,9 +952,10 @@ START_TEST(test_gpu_scale)
 		KT_OK(cohort__cuda_scale(d, n, dts[k], alpha, NULL));
 		KT_OK(cohort__gpu_sync());
 		KT_OK(cohort__gpu_memcpy_d2h(got, d, bytes));
-		ck_assert_msg(cohort__ref_compare(cohort_dtype_name(dts[k]),
-				  dts[k], got, want, n, kt_eps(dts[k]), 10,
-				  NULL) == 0,
+		ck_assert_msg(
+		    cohort__ref_compare(cohort_dtype_name(dts[k]), dts[k], got,
+		        want, n, kt_eps(dts[k]), 10, NULL)
+		        == 0,
 		    "scale %s differs from the reference",
 		    cohort_dtype_name(dts[k]));
 		cohort__gpu_free(d);
@@ -989,14 +988,14 @@ START_TEST(test_gpu_cast)
 	dh = kt_dev(n * sizeof(uint16_t));
 	for (i = 0; i < n; i++) {
 		/* thirds: any bit pattern, f16-range values, exact ties */
-		uint32_t bits = (uint32_t) kt_rand();
+		uint32_t bits = (uint32_t)kt_rand();
 		if (i % 3 == 1)
-			bits = (bits & 0x807fffffu) |
-			    ((uint32_t) (101 + kt_below(44)) << 23);
+			bits = (bits & 0x807fffffu)
+			    | ((uint32_t)(101 + kt_below(44)) << 23);
 		else if (i % 3 == 2)
 			bits = (bits & 0xffffe000u) | 0x1000u;
 		f[i] = kt_float(bits);
-		h[i] = (uint16_t) i; /* every pattern, several times */
+		h[i] = (uint16_t)i; /* every pattern, several times */
 	}
 	for (k = 0; k < 2; k++) {
 		cohort_dtype half = k == 0 ? COHORT_F16 : COHORT_BF16;
@@ -1008,8 +1007,9 @@ START_TEST(test_gpu_cast)
 		KT_OK(cohort__cuda_cast(dh, half, df, COHORT_F32, n, NULL));
 		KT_OK(cohort__gpu_sync());
 		KT_OK(cohort__gpu_memcpy_d2h(hg, dh, n * sizeof(uint16_t)));
-		ck_assert_msg(cohort__ref_compare(name, half, hg, hw, n, 0, 10,
-				  NULL) == 0,
+		ck_assert_msg(
+		    cohort__ref_compare(name, half, hg, hw, n, 0, 10, NULL)
+		        == 0,
 		    "cast f32 -> %s differs from the reference", name);
 
 		/* half -> f32, exact */
@@ -1018,8 +1018,9 @@ START_TEST(test_gpu_cast)
 		KT_OK(cohort__cuda_cast(df, COHORT_F32, dh, half, n, NULL));
 		KT_OK(cohort__gpu_sync());
 		KT_OK(cohort__gpu_memcpy_d2h(fg, df, n * sizeof(float)));
-		ck_assert_msg(cohort__ref_compare(name, COHORT_F32, fg, fw, n,
-				  0, 10, NULL) == 0,
+		ck_assert_msg(cohort__ref_compare(
+		                  name, COHORT_F32, fg, fw, n, 0, 10, NULL)
+		        == 0,
 		    "cast %s -> f32 differs from the reference", name);
 	}
 	cohort__gpu_free(df);
@@ -1035,8 +1036,8 @@ END_TEST
 
 START_TEST(test_gpu_reduce2)
 {
-	static const cohort_redop ops[] = { COHORT_SUM, COHORT_PROD,
-		COHORT_MIN, COHORT_MAX };
+	static const cohort_redop ops[]
+	    = { COHORT_SUM, COHORT_PROD, COHORT_MIN, COHORT_MAX };
 	size_t n = 100003;
 	int dt;
 	size_t k;
@@ -1045,7 +1046,7 @@ START_TEST(test_gpu_reduce2)
 		return;
 	kt_seed(24);
 	for (dt = 0; dt < COHORT_DTYPE_COUNT; dt++) {
-		size_t bytes = n * cohort_dtype_size((cohort_dtype) dt);
+		size_t bytes = n * cohort_dtype_size((cohort_dtype)dt);
 		void *a = kt_host(bytes);
 		void *b = kt_host(bytes);
 		void *got = kt_host(bytes);
@@ -1055,23 +1056,23 @@ START_TEST(test_gpu_reduce2)
 		for (k = 0; k < sizeof(ops) / sizeof(ops[0]); k++) {
 			char what[48];
 
-			kt_fill_dtype(a, (cohort_dtype) dt, n, 10.0);
-			kt_fill_dtype(b, (cohort_dtype) dt, n, 10.0);
+			kt_fill_dtype(a, (cohort_dtype)dt, n, 10.0);
+			kt_fill_dtype(b, (cohort_dtype)dt, n, 10.0);
 			KT_OK(cohort__gpu_memcpy_h2d(da, a, bytes));
 			KT_OK(cohort__gpu_memcpy_h2d(db, b, bytes));
-			KT_OK(cohort__ref_reduce2(a, b, n, (cohort_dtype) dt,
-			    ops[k]));
-			KT_OK(cohort__cuda_reduce2(da, db, n,
-			    (cohort_dtype) dt, ops[k], NULL));
+			KT_OK(cohort__ref_reduce2(
+			    a, b, n, (cohort_dtype)dt, ops[k]));
+			KT_OK(cohort__cuda_reduce2(
+			    da, db, n, (cohort_dtype)dt, ops[k], NULL));
 			KT_OK(cohort__gpu_sync());
 			KT_OK(cohort__gpu_memcpy_d2h(got, da, bytes));
 			snprintf(what, sizeof(what), "reduce2 %s %s",
-			    cohort_dtype_name((cohort_dtype) dt),
+			    cohort_dtype_name((cohort_dtype)dt),
 			    cohort_redop_name(ops[k]));
-			ck_assert_msg(cohort__ref_compare(what,
-					  (cohort_dtype) dt, got, a, n,
-					  kt_eps((cohort_dtype) dt), 10,
-					  NULL) == 0,
+			ck_assert_msg(
+			    cohort__ref_compare(what, (cohort_dtype)dt, got, a,
+			        n, kt_eps((cohort_dtype)dt), 10, NULL)
+			        == 0,
 			    "%s differs from the reference", what);
 		}
 		cohort__gpu_free(da);
@@ -1098,7 +1099,7 @@ START_TEST(test_gpu_errors)
 	d = kt_dev(64 * sizeof(float));
 	KT_OK(cohort__cuda_scale(d, 0, COHORT_F32, 2.0, NULL));
 	KT_ERR(cohort__cuda_scale(d, 4, COHORT_I32, 2.0, NULL), COHORT_EINVAL);
-	KT_ERR(cohort__gpu_alloc(&huge, (size_t) 1 << 60), COHORT_ECUDA);
+	KT_ERR(cohort__gpu_alloc(&huge, (size_t)1 << 60), COHORT_ECUDA);
 	ck_assert_ptr_null(huge);
 	ck_assert_msg(strstr(cohort__cuda_last_error(), "cudaMalloc") != NULL,
 	    "last error: %s", cohort__cuda_last_error());
@@ -1110,39 +1111,25 @@ END_TEST
 
 #else /* !COHORT_HAVE_CUDA: the kernels do not exist in this build */
 
-START_TEST(test_gpu_pack)
-{
-	(void) kt_need_gpu();
-}
+START_TEST(test_gpu_pack) { (void)kt_need_gpu(); }
 END_TEST
 
-START_TEST(test_gpu_scale)
-{
-	(void) kt_need_gpu();
-}
+START_TEST(test_gpu_scale) { (void)kt_need_gpu(); }
 END_TEST
 
-START_TEST(test_gpu_cast)
-{
-	(void) kt_need_gpu();
-}
+START_TEST(test_gpu_cast) { (void)kt_need_gpu(); }
 END_TEST
 
-START_TEST(test_gpu_reduce2)
-{
-	(void) kt_need_gpu();
-}
+START_TEST(test_gpu_reduce2) { (void)kt_need_gpu(); }
 END_TEST
 
-START_TEST(test_gpu_errors)
-{
-	(void) kt_need_gpu();
-}
+START_TEST(test_gpu_errors) { (void)kt_need_gpu(); }
 END_TEST
 
 #endif /* COHORT_HAVE_CUDA */
 
-Suite *suite_cuda_kernels(void)
+Suite *
+suite_cuda_kernels(void)
 {
 	Suite *s = suite_create("cuda_kernels");
 	TCase *tc = tcase_create("kernels");

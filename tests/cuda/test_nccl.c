@@ -92,8 +92,8 @@ nt_store_set(void *ctx, const char *key, const void *val, size_t len,
 }
 
 static cohort_status
-nt_store_get(void *ctx, const char *key, void **val, size_t *len,
-    cohort__time deadline)
+nt_store_get(
+    void *ctx, const char *key, void **val, size_t *len, cohort__time deadline)
 {
 	struct nt_store *st = ctx;
 
@@ -140,11 +140,11 @@ nt_fstore_set(void *ctx, const char *key, const void *val, size_t len,
 	FILE *f;
 	size_t off = 0;
 
-	cohort__appendf(path, sizeof(path), &off, "%s/", (const char *) ctx);
+	cohort__appendf(path, sizeof(path), &off, "%s/", (const char *)ctx);
 	for (const char *k = key; *k != '\0'; k++)
-		cohort__appendf(path, sizeof(path), &off, "%c",
-		    *k == '/' ? '_' : *k);
-	snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int) getpid());
+		cohort__appendf(
+		    path, sizeof(path), &off, "%c", *k == '/' ? '_' : *k);
+	snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
 	if ((f = fopen(tmp, "wb")) == NULL)
 		return (COHORT_ESYSTEM);
 	if (len > 0 && fwrite(val, 1, len, f) != len) {
@@ -157,17 +157,17 @@ nt_fstore_set(void *ctx, const char *key, const void *val, size_t len,
 }
 
 static cohort_status
-nt_fstore_get(void *ctx, const char *key, void **val, size_t *len,
-    cohort__time deadline)
+nt_fstore_get(
+    void *ctx, const char *key, void **val, size_t *len, cohort__time deadline)
 {
 	char path[512];
 	size_t off = 0;
 	FILE *f;
 
-	cohort__appendf(path, sizeof(path), &off, "%s/", (const char *) ctx);
+	cohort__appendf(path, sizeof(path), &off, "%s/", (const char *)ctx);
 	for (const char *k = key; *k != '\0'; k++)
-		cohort__appendf(path, sizeof(path), &off, "%c",
-		    *k == '/' ? '_' : *k);
+		cohort__appendf(
+		    path, sizeof(path), &off, "%c", *k == '/' ? '_' : *k);
 	while ((f = fopen(path, "rb")) == NULL) {
 		if (cohort__expired(deadline))
 			return (COHORT_ETIMEDOUT);
@@ -214,8 +214,8 @@ nt_gpu(bool need_nccl)
 		fflush(stdout);
 		return (false);
 	}
-	if (need_nccl &&
-	    cohort__dl_nccl_get(&nt_nc, why, sizeof(why)) != COHORT_OK) {
+	if (need_nccl
+	    && cohort__dl_nccl_get(&nt_nc, why, sizeof(why)) != COHORT_OK) {
 		printf("SKIP nccl backend: no NCCL (%s)\n", why);
 		fflush(stdout);
 		return (false);
@@ -235,15 +235,15 @@ nt_dev(size_t bytes)
 static void
 nt_h2d(void *d, const void *h, size_t n)
 {
-	ck_assert_int_eq(nt_cu->Memcpy(d, h, n, COHORT__CUDA_MEMCPY_DEFAULT),
-	    0);
+	ck_assert_int_eq(
+	    nt_cu->Memcpy(d, h, n, COHORT__CUDA_MEMCPY_DEFAULT), 0);
 }
 
 static void
 nt_d2h(void *h, const void *d, size_t n)
 {
-	ck_assert_int_eq(nt_cu->Memcpy(h, d, n, COHORT__CUDA_MEMCPY_DEFAULT),
-	    0);
+	ck_assert_int_eq(
+	    nt_cu->Memcpy(h, d, n, COHORT__CUDA_MEMCPY_DEFAULT), 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -260,7 +260,7 @@ START_TEST(test_dtype_map)
 	ck_assert_int_eq(cohort__nccl_dtype(COHORT_I64), 4);
 	ck_assert_int_eq(cohort__nccl_dtype(COHORT_U8), 1);
 	ck_assert_int_eq(cohort__nccl_dtype(COHORT_DTYPE_COUNT), -1);
-	ck_assert_int_eq(cohort__nccl_dtype((cohort_dtype) -1), -1);
+	ck_assert_int_eq(cohort__nccl_dtype((cohort_dtype)-1), -1);
 }
 END_TEST
 
@@ -319,7 +319,7 @@ START_TEST(test_abi_headers)
 	ncclConfig_t real = NCCL_CONFIG_INITIALIZER;
 	struct cohort__nccl_config ours;
 
-#define NT_OFF(f)                                                            \
+#define NT_OFF(f)                                                             \
 	ck_assert_uint_eq(offsetof(ncclConfig_t, f),                          \
 	    offsetof(struct cohort__nccl_config, f))
 	ck_assert_uint_eq(sizeof(ncclUniqueId), sizeof(cohort__nccl_uid));
@@ -330,8 +330,8 @@ START_TEST(test_abi_headers)
 	ck_assert_uint_eq(sizeof(cudaStream_t), sizeof(void *));
 	ck_assert_uint_eq(sizeof(cudaError_t), sizeof(int));
 	ck_assert_int_eq(NCCL_VERSION_CODE, COHORT__NCCL_HEADER_VERSION);
-	ck_assert_uint_eq(sizeof(ncclConfig_t),
-	    sizeof(struct cohort__nccl_config));
+	ck_assert_uint_eq(
+	    sizeof(ncclConfig_t), sizeof(struct cohort__nccl_config));
 	NT_OFF(size);
 	NT_OFF(magic);
 	NT_OFF(version);
@@ -355,8 +355,8 @@ START_TEST(test_abi_headers)
 	ck_assert_int_eq(memcmp(&real, &ours, sizeof(ours)), 0);
 
 	ck_assert_int_eq(ncclSuccess, COHORT__NCCL_SUCCESS);
-	ck_assert_int_eq(ncclUnhandledCudaError,
-	    COHORT__NCCL_UNHANDLED_CUDA_ERROR);
+	ck_assert_int_eq(
+	    ncclUnhandledCudaError, COHORT__NCCL_UNHANDLED_CUDA_ERROR);
 	ck_assert_int_eq(ncclSystemError, COHORT__NCCL_SYSTEM_ERROR);
 	ck_assert_int_eq(ncclInternalError, COHORT__NCCL_INTERNAL_ERROR);
 	ck_assert_int_eq(ncclInvalidArgument, COHORT__NCCL_INVALID_ARGUMENT);
@@ -380,20 +380,20 @@ START_TEST(test_abi_headers)
 	ck_assert_int_eq(ncclBfloat16, COHORT__NCCL_BFLOAT16);
 
 	ck_assert_int_eq(cudaSuccess, COHORT__CUDA_SUCCESS);
-	ck_assert_int_eq(cudaErrorInvalidValue,
-	    COHORT__CUDA_ERR_INVALID_VALUE);
+	ck_assert_int_eq(
+	    cudaErrorInvalidValue, COHORT__CUDA_ERR_INVALID_VALUE);
 	ck_assert_int_eq(cudaErrorStubLibrary, COHORT__CUDA_ERR_STUB_LIBRARY);
-	ck_assert_int_eq(cudaErrorInsufficientDriver,
-	    COHORT__CUDA_ERR_INSUFFICIENT_DRIVER);
+	ck_assert_int_eq(
+	    cudaErrorInsufficientDriver, COHORT__CUDA_ERR_INSUFFICIENT_DRIVER);
 	ck_assert_int_eq(cudaErrorNoDevice, COHORT__CUDA_ERR_NO_DEVICE);
 	ck_assert_int_eq(cudaErrorNotReady, COHORT__CUDA_ERR_NOT_READY);
 	ck_assert_int_eq(cudaMemcpyDefault, COHORT__CUDA_MEMCPY_DEFAULT);
-	ck_assert_int_eq(cudaEventDisableTiming,
-	    COHORT__CUDA_EVENT_DISABLE_TIMING);
-	ck_assert_int_eq(cudaStreamNonBlocking,
-	    COHORT__CUDA_STREAM_NON_BLOCKING);
-	ck_assert_int_eq(cudaMemoryTypeUnregistered,
-	    COHORT__CUDA_MEM_UNREGISTERED);
+	ck_assert_int_eq(
+	    cudaEventDisableTiming, COHORT__CUDA_EVENT_DISABLE_TIMING);
+	ck_assert_int_eq(
+	    cudaStreamNonBlocking, COHORT__CUDA_STREAM_NON_BLOCKING);
+	ck_assert_int_eq(
+	    cudaMemoryTypeUnregistered, COHORT__CUDA_MEM_UNREGISTERED);
 	ck_assert_int_eq(cudaMemoryTypeHost, COHORT__CUDA_MEM_HOST);
 	ck_assert_int_eq(cudaMemoryTypeDevice, COHORT__CUDA_MEM_DEVICE);
 	ck_assert_int_eq(cudaMemoryTypeManaged, COHORT__CUDA_MEM_MANAGED);
@@ -403,9 +403,9 @@ START_TEST(test_abi_headers)
 	    offsetof(struct cohort__cuda_ptr_attr, type));
 	ck_assert_uint_eq(offsetof(struct cudaPointerAttributes, device),
 	    offsetof(struct cohort__cuda_ptr_attr, device));
-	ck_assert_uint_eq(offsetof(struct cudaPointerAttributes,
-	    devicePointer), offsetof(struct cohort__cuda_ptr_attr,
-	    device_pointer));
+	ck_assert_uint_eq(
+	    offsetof(struct cudaPointerAttributes, devicePointer),
+	    offsetof(struct cohort__cuda_ptr_attr, device_pointer));
 	ck_assert_uint_eq(offsetof(struct cudaPointerAttributes, hostPointer),
 	    offsetof(struct cohort__cuda_ptr_attr, host_pointer));
 #endif
@@ -420,7 +420,7 @@ static int
 nt_gen_ok(cohort__nccl_uid *u)
 {
 	for (int i = 0; i < COHORT__NCCL_UID_BYTES; i++)
-		u->internal[i] = (char) (i * 7 + 1);
+		u->internal[i] = (char)(i * 7 + 1);
 	return (COHORT__NCCL_SUCCESS);
 }
 
@@ -441,16 +441,16 @@ START_TEST(test_exchange_id)
 	nt_store_init(&st);
 	nt_desc(&d0, 0, 2, "g1", NULL);
 	nt_desc(&d1, 1, 2, "g1", NULL);
-	d0.store = d1.store = (struct cohort__store) { &st, nt_store_set,
-		nt_store_get };
-	ck_assert_cohort_ok(cohort__nccl_exchange_id(&d0, nt_gen_ok, &a, err,
-	    sizeof(err), dl));
+	d0.store = d1.store
+	    = (struct cohort__store) { &st, nt_store_set, nt_store_get };
+	ck_assert_cohort_ok(cohort__nccl_exchange_id(
+	    &d0, nt_gen_ok, &a, err, sizeof(err), dl));
 	ck_assert_int_eq(st.n, 1);
 	ck_assert_str_eq(st.key[0], "nccl/g1/7/uid");
 	ck_assert_uint_eq(st.len[0], COHORT__NCCL_UID_BYTES);
 	/* rank 1 never generates: a failing generator is not called. */
-	ck_assert_cohort_ok(cohort__nccl_exchange_id(&d1, nt_gen_fail, &b,
-	    err, sizeof(err), dl));
+	ck_assert_cohort_ok(cohort__nccl_exchange_id(
+	    &d1, nt_gen_fail, &b, err, sizeof(err), dl));
 	nt_gen_ok(&want);
 	ck_assert_int_eq(memcmp(&a, &want, sizeof(a)), 0);
 	ck_assert_int_eq(memcmp(&b, &want, sizeof(b)), 0);
@@ -458,7 +458,8 @@ START_TEST(test_exchange_id)
 	/* Another generation is another key. */
 	d1.generation = 8;
 	ck_assert_cohort_err(cohort__nccl_exchange_id(&d1, nt_gen_ok, &b, err,
-	    sizeof(err), cohort__now_ms() + 30), COHORT_ETIMEDOUT);
+	                         sizeof(err), cohort__now_ms() + 30),
+	    COHORT_ETIMEDOUT);
 	ck_assert_ptr_nonnull(strstr(err, "nccl/g1/8/uid"));
 	nt_store_fini(&st);
 }
@@ -474,16 +475,17 @@ START_TEST(test_exchange_id_errors)
 	nt_store_init(&st);
 	nt_desc(&d0, 0, 2, "g2", NULL);
 	nt_desc(&d1, 1, 2, "g2", NULL);
-	d0.store = d1.store = (struct cohort__store) { &st, nt_store_set,
-		nt_store_get };
+	d0.store = d1.store
+	    = (struct cohort__store) { &st, nt_store_set, nt_store_get };
 	ck_assert_cohort_err(cohort__nccl_exchange_id(&d0, nt_gen_fail, &u,
-	    err, sizeof(err), cohort__now_ms() + 1000), COHORT_ENCCL);
+	                         err, sizeof(err), cohort__now_ms() + 1000),
+	    COHORT_ENCCL);
 	ck_assert_ptr_nonnull(strstr(err, "ncclSystemError"));
 	ck_assert_int_eq(st.n, 0);
-	ck_assert_cohort_ok(nt_store_set(&st, "nccl/g2/7/uid", "short", 5,
-	    0));
+	ck_assert_cohort_ok(nt_store_set(&st, "nccl/g2/7/uid", "short", 5, 0));
 	ck_assert_cohort_err(cohort__nccl_exchange_id(&d1, nt_gen_ok, &u, err,
-	    sizeof(err), cohort__now_ms() + 1000), COHORT_EPROTO);
+	                         sizeof(err), cohort__now_ms() + 1000),
+	    COHORT_EPROTO);
 	ck_assert_ptr_nonnull(strstr(err, "5 bytes"));
 	nt_store_fini(&st);
 }
@@ -516,16 +518,19 @@ START_TEST(test_loader_missing_cudart)
 	setenv("COHORT_CUDART_LIB", "/nonexistent/libcudart.so.13", 1);
 	nt_store_init(&st);
 	ck_assert_cohort_err(nt_init(&cohort__nccl_backend, 0, 1, "w", &st,
-	    NULL, &state, err, cohort__now_ms() + 1000), COHORT_ENOTSUP);
+	                         NULL, &state, err, cohort__now_ms() + 1000),
+	    COHORT_ENOTSUP);
 	ck_assert_ptr_null(state);
 	want = "nccl backend unavailable: cannot load "
-	    "/nonexistent/libcudart.so.13";
+	       "/nonexistent/libcudart.so.13";
 	ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "err: %s", err);
 	ck_assert_ptr_nonnull(strstr(err, "COHORT_CUDART_LIB"));
 	ck_assert_cohort_err(nt_init(&cohort__staged_backend, 0, 1, "w", &st,
-	    NULL, &state, err, cohort__now_ms() + 1000), COHORT_ENOTSUP);
-	ck_assert_msg(strncmp(err, "tcp-staged backend unavailable: ", 32) ==
-	    0, "err: %s", err);
+	                         NULL, &state, err, cohort__now_ms() + 1000),
+	    COHORT_ENOTSUP);
+	ck_assert_msg(
+	    strncmp(err, "tcp-staged backend unavailable: ", 32) == 0,
+	    "err: %s", err);
 	ck_assert_int_eq(st.sets, 0);
 	ck_assert(!cohort__is_device_ptr(&x));
 	nt_store_fini(&st);
@@ -543,13 +548,14 @@ START_TEST(test_loader_missing_nccl)
 	setenv("COHORT_NCCL_LIB", "/nonexistent/libnccl.so.2", 1);
 	nt_store_init(&st);
 	ck_assert_cohort_err(nt_init(&cohort__nccl_backend, 0, 1, "w", &st,
-	    NULL, &state, err, cohort__now_ms() + 1000), COHORT_ENOTSUP);
+	                         NULL, &state, err, cohort__now_ms() + 1000),
+	    COHORT_ENOTSUP);
 	ck_assert_ptr_null(state);
 	ck_assert_msg(strncmp(err, "nccl backend unavailable: ", 26) == 0,
 	    "err: %s", err);
 	if (gpu) /* else the missing driver is reported first */
-		ck_assert_msg(strstr(err, "/nonexistent/libnccl.so.2") !=
-		    NULL, "err: %s", err);
+		ck_assert_msg(strstr(err, "/nonexistent/libnccl.so.2") != NULL,
+		    "err: %s", err);
 	ck_assert_int_eq(st.sets, 0);
 	nt_store_fini(&st);
 }
@@ -573,25 +579,29 @@ START_TEST(test_loader_natural)
 	ck_assert(!cohort__is_device_ptr(NULL));
 	if (gpu != COHORT_OK) {
 		ck_assert_int_eq(gpu, COHORT_ENOTSUP);
-		ck_assert_msg(strncmp(why, "no CUDA", 7) == 0 ||
-		    strncmp(why, "cannot load", 11) == 0 ||
-		    strncmp(why, "CUDA unusable", 13) == 0, "why: %s", why);
-		ck_assert_cohort_err(nt_init(&cohort__nccl_backend, 0, 1, "w",
-		    &st, NULL, &state, err, cohort__now_ms() + 1000),
+		ck_assert_msg(strncmp(why, "no CUDA", 7) == 0
+		        || strncmp(why, "cannot load", 11) == 0
+		        || strncmp(why, "CUDA unusable", 13) == 0,
+		    "why: %s", why);
+		ck_assert_cohort_err(
+		    nt_init(&cohort__nccl_backend, 0, 1, "w", &st, NULL,
+		        &state, err, cohort__now_ms() + 1000),
 		    COHORT_ENOTSUP);
-		snprintf(want, sizeof(want), "nccl backend unavailable: %s",
-		    why);
+		snprintf(
+		    want, sizeof(want), "nccl backend unavailable: %s", why);
 		ck_assert_str_eq(err, want);
-		ck_assert_cohort_err(nt_init(&cohort__staged_backend, 0, 1,
-		    "w", &st, NULL, &state, err, cohort__now_ms() + 1000),
+		ck_assert_cohort_err(
+		    nt_init(&cohort__staged_backend, 0, 1, "w", &st, NULL,
+		        &state, err, cohort__now_ms() + 1000),
 		    COHORT_ENOTSUP);
 		snprintf(want, sizeof(want),
 		    "tcp-staged backend unavailable: %s", why);
 		ck_assert_str_eq(err, want);
 		ck_assert_ptr_null(state);
 		/* The answer is remembered, not retried. */
-		ck_assert_cohort_err(cohort__dl_cudart_get(&cu, err,
-		    sizeof(err)), COHORT_ENOTSUP);
+		ck_assert_cohort_err(
+		    cohort__dl_cudart_get(&cu, err, sizeof(err)),
+		    COHORT_ENOTSUP);
 		ck_assert_str_eq(err, why);
 	} else {
 		ck_assert_cohort_ok(nt_init(&cohort__staged_backend, 0, 1, "w",
@@ -643,8 +653,8 @@ static cohort_status
 nt_run(struct nt_comm *c, struct cohort__op *op, char *err, int ms)
 {
 	op->seq = ++c->seq;
-	return (c->ops->run(c->state, op, err, NT_ERRLEN,
-	    cohort__now_ms() + ms));
+	return (
+	    c->ops->run(c->state, op, err, NT_ERRLEN, cohort__now_ms() + ms));
 }
 
 /* Fills n elements of dt with small exact values (integers in every
@@ -653,29 +663,29 @@ static void
 nt_fill(void *h, cohort_dtype dt, size_t n, int seed)
 {
 	for (size_t i = 0; i < n; i++) {
-		int v = (int) ((i * 7 + (size_t) seed * 13) % 61) - 20;
+		int v = (int)((i * 7 + (size_t)seed * 13) % 61) - 20;
 
 		switch (dt) {
 		case COHORT_F32:
-			((float *) h)[i] = (float) v;
+			((float *)h)[i] = (float)v;
 			break;
 		case COHORT_F64:
-			((double *) h)[i] = v;
+			((double *)h)[i] = v;
 			break;
 		case COHORT_F16:
-			((uint16_t *) h)[i] = cohort__f32_to_f16((float) v);
+			((uint16_t *)h)[i] = cohort__f32_to_f16((float)v);
 			break;
 		case COHORT_BF16:
-			((uint16_t *) h)[i] = cohort__f32_to_bf16((float) v);
+			((uint16_t *)h)[i] = cohort__f32_to_bf16((float)v);
 			break;
 		case COHORT_I32:
-			((int32_t *) h)[i] = v;
+			((int32_t *)h)[i] = v;
 			break;
 		case COHORT_I64:
-			((int64_t *) h)[i] = v;
+			((int64_t *)h)[i] = v;
 			break;
 		case COHORT_U8:
-			((uint8_t *) h)[i] = (uint8_t) (v + 20);
+			((uint8_t *)h)[i] = (uint8_t)(v + 20);
 			break;
 		default:
 			break;
@@ -700,7 +710,7 @@ nt_check_one(struct nt_comm *c, enum cohort__op_kind kind, cohort_dtype dt,
 	char err[NT_ERRLEN] = "";
 	cohort_status rv;
 
-	nt_fill(in, dt, n, (int) kind);
+	nt_fill(in, dt, n, (int)kind);
 	nt_h2d(dsend, in, bytes);
 	if (!inplace)
 		ck_assert_int_eq(nt_cu->Memset(drecv, 0xa5, bytes), 0);
@@ -718,13 +728,13 @@ nt_check_one(struct nt_comm *c, enum cohort__op_kind kind, cohort_dtype dt,
 		op.recv = dsend;
 	rv = nt_run(c, &op, err, 30000);
 	ck_assert_msg(rv == COHORT_OK, "%s kind %d %s %s n=%zu%s: %s: %s",
-	    c->ops->name, (int) kind, cohort_dtype_name(dt),
+	    c->ops->name, (int)kind, cohort_dtype_name(dt),
 	    cohort_redop_name(rop), n, inplace ? " in place" : "",
 	    cohort_status_name(rv), err);
 	nt_d2h(out, kind == COHORT__OP_BROADCAST ? dsend : drecv, bytes);
 	ck_assert_msg(memcmp(in, out, bytes) == 0,
-	    "%s kind %d %s %s n=%zu%s: wrong result", c->ops->name,
-	    (int) kind, cohort_dtype_name(dt), cohort_redop_name(rop), n,
+	    "%s kind %d %s %s n=%zu%s: wrong result", c->ops->name, (int)kind,
+	    cohort_dtype_name(dt), cohort_redop_name(rop), n,
 	    inplace ? " in place" : "");
 	nt_cu->Free(dsend);
 	if (!inplace)
@@ -747,21 +757,22 @@ nt_check_all(const struct cohort__backend_ops *ops)
 	size_t sizes[] = { 1, 1000, 1 << 20 };
 
 	nt_comm_open(&c, ops);
-	ck_assert_int_eq(nt_cu->StreamCreateWithFlags(&stream,
-	    COHORT__CUDA_STREAM_NON_BLOCKING), 0);
+	ck_assert_int_eq(nt_cu->StreamCreateWithFlags(
+	                     &stream, COHORT__CUDA_STREAM_NON_BLOCKING),
+	    0);
 	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
 		for (int dt = 0; dt < COHORT_DTYPE_COUNT; dt++)
 			for (size_t z = 0; z < 3; z++)
-				nt_check_one(&c, kinds[k], (cohort_dtype) dt,
+				nt_check_one(&c, kinds[k], (cohort_dtype)dt,
 				    COHORT_SUM, sizes[z], false,
 				    z == 1 ? NULL : stream);
 	for (int rop = 0; rop < COHORT_REDOP_COUNT; rop++) {
 		nt_check_one(&c, COHORT__OP_ALLREDUCE, COHORT_F32,
-		    (cohort_redop) rop, 4096, false, stream);
+		    (cohort_redop)rop, 4096, false, stream);
 		nt_check_one(&c, COHORT__OP_ALLREDUCE, COHORT_BF16,
-		    (cohort_redop) rop, 4096, true, stream);
+		    (cohort_redop)rop, 4096, true, stream);
 		nt_check_one(&c, COHORT__OP_REDUCE_SCATTER, COHORT_F16,
-		    (cohort_redop) rop, 4096, true, stream);
+		    (cohort_redop)rop, 4096, true, stream);
 	}
 	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
 		if (kinds[k] != COHORT__OP_ALLTOALL)
@@ -807,7 +818,7 @@ START_TEST(test_device_ptr_probe)
 		return;
 	d = nt_dev(256);
 	ck_assert(cohort__is_device_ptr(d));
-	ck_assert(cohort__is_device_ptr((char *) d + 100));
+	ck_assert(cohort__is_device_ptr((char *)d + 100));
 	ck_assert(!cohort__is_device_ptr(&x));
 	ck_assert_int_eq(nt_cu->MallocHost(&h, 256), 0);
 	ck_assert(!cohort__is_device_ptr(h));
@@ -828,7 +839,8 @@ START_TEST(test_nccl_init_expired)
 	nt_store_init(&st);
 	t0 = th_now_ms();
 	ck_assert_cohort_err(nt_init(&cohort__nccl_backend, 0, 1, "late", &st,
-	    NULL, &state, err, cohort__now_ms() - 1), COHORT_ETIMEDOUT);
+	                         NULL, &state, err, cohort__now_ms() - 1),
+	    COHORT_ETIMEDOUT);
 	ck_assert_int_lt(th_now_ms() - t0, 2000);
 	ck_assert_ptr_null(state);
 	ck_assert_ptr_nonnull(strstr(err, "deadline"));
@@ -849,8 +861,9 @@ START_TEST(test_nccl_init_missing_peer)
 		return;
 	nt_store_init(&st);
 	t0 = th_now_ms();
-	ck_assert_cohort_err(nt_init(&cohort__nccl_backend, 0, 2, "lonely",
-	    &st, NULL, &state, err, cohort__now_ms() + 1500),
+	ck_assert_cohort_err(
+	    nt_init(&cohort__nccl_backend, 0, 2, "lonely", &st, NULL, &state,
+	        err, cohort__now_ms() + 1500),
 	    COHORT_ETIMEDOUT);
 	el = th_now_ms() - t0;
 	ck_assert_int_ge(el, 1400);
@@ -858,7 +871,8 @@ START_TEST(test_nccl_init_missing_peer)
 	ck_assert_ptr_nonnull(strstr(err, "deadline"));
 	ck_assert_int_eq(st.sets, 1); /* rank 0 published its id */
 	printf("nccl init with a missing peer: ETIMEDOUT after %" PRId64
-	    " ms (deadline 1500 ms)\n", el);
+	       " ms (deadline 1500 ms)\n",
+	    el);
 	nt_store_fini(&st);
 }
 END_TEST
@@ -866,7 +880,7 @@ END_TEST
 static void
 nt_host_sleep(void *arg)
 {
-	usleep((useconds_t) (intptr_t) arg * 1000);
+	usleep((useconds_t)(intptr_t)arg * 1000);
 }
 
 struct nt_aborter {
@@ -881,7 +895,7 @@ nt_abort_thread(void *arg)
 {
 	struct nt_aborter *a = arg;
 
-	usleep((useconds_t) a->after_ms * 1000);
+	usleep((useconds_t)a->after_ms * 1000);
 	a->at = th_now_ms();
 	if (a->use_flag)
 		atomic_store_explicit(&a->c->flag, 1, memory_order_release);
@@ -906,10 +920,12 @@ nt_abort_while_polling(const struct cohort__backend_ops *ops, bool use_flag)
 
 	nt_comm_open(&c, ops);
 	d = nt_dev(1 << 20);
-	ck_assert_int_eq(nt_cu->StreamCreateWithFlags(&stream,
-	    COHORT__CUDA_STREAM_NON_BLOCKING), 0);
-	ck_assert_int_eq(nt_cu->LaunchHostFunc(stream, nt_host_sleep,
-	    (void *) (intptr_t) 1500), 0);
+	ck_assert_int_eq(nt_cu->StreamCreateWithFlags(
+	                     &stream, COHORT__CUDA_STREAM_NON_BLOCKING),
+	    0);
+	ck_assert_int_eq(nt_cu->LaunchHostFunc(
+	                     stream, nt_host_sleep, (void *)(intptr_t)1500),
+	    0);
 	memset(&op, 0, sizeof(op));
 	op.kind = COHORT__OP_ALLREDUCE;
 	op.send = op.recv = d;
@@ -925,10 +941,10 @@ nt_abort_while_polling(const struct cohort__backend_ops *ops, bool use_flag)
 	pthread_join(th, NULL);
 	ck_assert_ptr_nonnull(strstr(err, "abort"));
 	printf("%s: abort() after %" PRId64 " ms -> EABORTED %" PRId64
-	    " ms later (stream held 1500 ms)\n", ops->name, a.at - t0,
-	    done - a.at);
-	ck_assert_msg(done - t0 < 1500 + 2000, "run returned after %" PRId64
-	    " ms", done - t0);
+	       " ms later (stream held 1500 ms)\n",
+	    ops->name, a.at - t0, done - a.at);
+	ck_assert_msg(done - t0 < 1500 + 2000,
+	    "run returned after %" PRId64 " ms", done - t0);
 	/* Sticky (nccl) or still aborted (staged). */
 	ck_assert_cohort_err(nt_run(&c, &op, err, 1000), COHORT_EABORTED);
 	ck_assert_int_eq(nt_cu->StreamSynchronize(stream), 0);
@@ -975,10 +991,12 @@ START_TEST(test_nccl_run_deadline)
 		return;
 	nt_comm_open(&c, &cohort__nccl_backend);
 	d = nt_dev(4096);
-	ck_assert_int_eq(nt_cu->StreamCreateWithFlags(&stream,
-	    COHORT__CUDA_STREAM_NON_BLOCKING), 0);
-	ck_assert_int_eq(nt_cu->LaunchHostFunc(stream, nt_host_sleep,
-	    (void *) (intptr_t) 1000), 0);
+	ck_assert_int_eq(nt_cu->StreamCreateWithFlags(
+	                     &stream, COHORT__CUDA_STREAM_NON_BLOCKING),
+	    0);
+	ck_assert_int_eq(nt_cu->LaunchHostFunc(
+	                     stream, nt_host_sleep, (void *)(intptr_t)1000),
+	    0);
 	memset(&op, 0, sizeof(op));
 	op.kind = COHORT__OP_ALLREDUCE;
 	op.send = op.recv = d;
@@ -1023,10 +1041,10 @@ START_TEST(test_nccl_bad_args)
 	ck_assert_cohort_err(nt_run(&c, &op, err, 5000), COHORT_EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "NULL"));
 	op.recv = d;
-	op.dtype = (cohort_dtype) 99;
+	op.dtype = (cohort_dtype)99;
 	ck_assert_cohort_err(nt_run(&c, &op, err, 5000), COHORT_EINVAL);
 	op.dtype = COHORT_F32;
-	op.op = (cohort_redop) 42;
+	op.op = (cohort_redop)42;
 	ck_assert_cohort_err(nt_run(&c, &op, err, 5000), COHORT_EINVAL);
 	op.op = COHORT_SUM;
 	op.kind = COHORT__OP_BROADCAST;
@@ -1069,10 +1087,10 @@ nt_rmdir(const char *dir)
 		if (e->d_name[0] == '.')
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-		(void) unlink(path);
+		(void)unlink(path);
 	}
 	closedir(d);
-	(void) rmdir(dir);
+	(void)rmdir(dir);
 }
 
 /* Work of one rank in its own process; returns its exit code. */
@@ -1106,8 +1124,8 @@ nt_run_ranks(int n, nt_rank_fn fn, void *arg, int timeout_ms)
 		if (!th_wait(pids[i], timeout_ms, &status)) {
 			for (int j = 0; j < n; j++)
 				th_kill(pids[j]);
-			ck_abort_msg("rank %d did not finish in %d ms", i,
-			    timeout_ms);
+			ck_abort_msg(
+			    "rank %d did not finish in %d ms", i, timeout_ms);
 		}
 		if (th_exit_code(status) == NT_RANK_SKIP)
 			skips++;
@@ -1124,7 +1142,7 @@ nt_run_ranks(int n, nt_rank_fn fn, void *arg, int timeout_ms)
 		ck_assert_int_eq(skips, n);
 		if (!nt_skip_printed) { /* one line per test case */
 			/* The ranks are gone: asking here is safe now. */
-			(void) cohort__dl_cudart_get(&cu, why, sizeof(why));
+			(void)cohort__dl_cudart_get(&cu, why, sizeof(why));
 			printf("SKIP nccl backend: no GPU (%s)\n", why);
 			fflush(stdout);
 			nt_skip_printed = true;
@@ -1135,17 +1153,16 @@ nt_run_ranks(int n, nt_rank_fn fn, void *arg, int timeout_ms)
 }
 
 static cohort_status
-nt_rank_init(const struct cohort__backend_ops *ops,
-    const struct nt_ranks *r, int rank, const char *gid, atomic_int *flag,
-    void **state, char *err)
+nt_rank_init(const struct cohort__backend_ops *ops, const struct nt_ranks *r,
+    int rank, const char *gid, atomic_int *flag, void **state, char *err)
 {
 	struct cohort__group_desc d;
 
 	nt_desc(&d, rank, r->n, gid, flag);
-	d.store = (struct cohort__store) { (void *) r->dir, nt_fstore_set,
+	d.store = (struct cohort__store) { (void *)r->dir, nt_fstore_set,
 		nt_fstore_get };
-	return (ops->init(&d, state, err, NT_ERRLEN,
-	    cohort__now_ms() + 30000));
+	return (
+	    ops->init(&d, state, err, NT_ERRLEN, cohort__now_ms() + 30000));
 }
 
 /* Rank r contributes x[i] = r + 1 + i % 5 (f32); the all-reduce sum and
@@ -1168,15 +1185,16 @@ nt_staged_rank(const struct nt_ranks *r, int rank, void *arg)
 	if (cohort__dl_cudart_get(&cu, NULL, 0) != COHORT_OK)
 		return (NT_RANK_SKIP);
 	atomic_init(&flag, 0);
-	if (nt_rank_init(&cohort__staged_backend, r, rank, "staged", &flag,
-	    &state, err) != COHORT_OK) {
+	if (nt_rank_init(
+	        &cohort__staged_backend, r, rank, "staged", &flag, &state, err)
+	    != COHORT_OK) {
 		fprintf(stderr, "rank %d: init: %s\n", rank, err);
 		return (1);
 	}
 	for (size_t i = 0; i < n; i++)
-		h[i] = (float) (rank + 1) + (float) (i % 5);
-	if (cu->Malloc((void **) &d, n * sizeof(float)) != 0 ||
-	    cu->Memcpy(d, h, n * sizeof(float), 4) != 0)
+		h[i] = (float)(rank + 1) + (float)(i % 5);
+	if (cu->Malloc((void **)&d, n * sizeof(float)) != 0
+	    || cu->Memcpy(d, h, n * sizeof(float), 4) != 0)
 		return (2);
 	for (int mean = 0; mean < 2; mean++) {
 		memset(&op, 0, sizeof(op));
@@ -1185,9 +1203,10 @@ nt_staged_rank(const struct nt_ranks *r, int rank, void *arg)
 		op.count = n;
 		op.dtype = COHORT_F32;
 		op.op = mean ? COHORT_MEAN : COHORT_SUM;
-		op.seq = (uint64_t) mean + 1;
-		if (cohort__staged_backend.run(state, &op, err, sizeof(err),
-		    cohort__now_ms() + 30000) != COHORT_OK) {
+		op.seq = (uint64_t)mean + 1;
+		if (cohort__staged_backend.run(
+		        state, &op, err, sizeof(err), cohort__now_ms() + 30000)
+		    != COHORT_OK) {
 			fprintf(stderr, "rank %d: allreduce: %s\n", rank, err);
 			return (3);
 		}
@@ -1195,17 +1214,17 @@ nt_staged_rank(const struct nt_ranks *r, int rank, void *arg)
 	/* sum: S_i = n(n+1)/2 + n(i%5); mean of identical sums = S_i. */
 	cu->Memcpy(h, d, n * sizeof(float), 4);
 	for (size_t i = 0; i < n && bad < 5; i++) {
-		float want = (float) (r->n * (r->n + 1) / 2) +
-		    (float) r->n * (float) (i % 5);
+		float want = (float)(r->n * (r->n + 1) / 2)
+		    + (float)r->n * (float)(i % 5);
 
 		if (h[i] != want) {
 			fprintf(stderr, "rank %d: x[%zu] = %g, want %g\n",
-			    rank, i, (double) h[i], (double) want);
+			    rank, i, (double)h[i], (double)want);
 			bad++;
 		}
 	}
 	for (int p = 0; p < r->n; p++) {
-		counts[p] = (size_t) p + 1;
+		counts[p] = (size_t)p + 1;
 		total += counts[p];
 	}
 	{
@@ -1213,9 +1232,9 @@ nt_staged_rank(const struct nt_ranks *r, int rank, void *arg)
 		float in[8], out[64];
 
 		for (int k = 0; k < rank + 1; k++)
-			in[k] = (float) (rank * 10 + k);
-		cu->Malloc((void **) &gv, total * sizeof(float));
-		cu->Memcpy(gv, in, (size_t) (rank + 1) * sizeof(float), 4);
+			in[k] = (float)(rank * 10 + k);
+		cu->Malloc((void **)&gv, total * sizeof(float));
+		cu->Memcpy(gv, in, (size_t)(rank + 1) * sizeof(float), 4);
 		memset(&op, 0, sizeof(op));
 		op.kind = COHORT__OP_ALLGATHERV;
 		op.send = gv; /* input at recv[0]: the in-place form */
@@ -1223,16 +1242,17 @@ nt_staged_rank(const struct nt_ranks *r, int rank, void *arg)
 		op.counts = counts;
 		op.dtype = COHORT_F32;
 		op.seq = 3;
-		if (cohort__staged_backend.run(state, &op, err, sizeof(err),
-		    cohort__now_ms() + 30000) != COHORT_OK) {
-			fprintf(stderr, "rank %d: allgatherv: %s\n", rank,
-			    err);
+		if (cohort__staged_backend.run(
+		        state, &op, err, sizeof(err), cohort__now_ms() + 30000)
+		    != COHORT_OK) {
+			fprintf(
+			    stderr, "rank %d: allgatherv: %s\n", rank, err);
 			return (4);
 		}
 		cu->Memcpy(out, gv, total * sizeof(float), 4);
 		for (int p = 0, o = 0; p < r->n; p++)
 			for (int k = 0; k < p + 1; k++, o++)
-				if (out[o] != (float) (p * 10 + k))
+				if (out[o] != (float)(p * 10 + k))
 					bad++;
 		cu->Free(gv);
 	}
@@ -1284,8 +1304,8 @@ nt_bench_rank_ops(const struct cohort__backend_ops *ops, const char *path,
 		uint64_t t0 = 0;
 
 		if (gpu) {
-			if (cu->Malloc(&buf, bytes) != 0 ||
-			    cu->Memset(buf, 0, bytes) != 0)
+			if (cu->Malloc(&buf, bytes) != 0
+			    || cu->Memset(buf, 0, bytes) != 0)
 				return (2);
 		} else if ((buf = calloc(1, bytes)) == NULL) {
 			return (2);
@@ -1301,18 +1321,19 @@ nt_bench_rank_ops(const struct cohort__backend_ops *ops, const char *path,
 				t0 = cohort__now_ns();
 			op.seq = ++seq;
 			if (ops->run(state, &op, err, sizeof(err),
-			    cohort__now_ms() + 60000) != COHORT_OK) {
+			        cohort__now_ms() + 60000)
+			    != COHORT_OK) {
 				fprintf(stderr, "rank %d: %s: %s\n", rank,
 				    path, err);
 				return (3);
 			}
 		}
 		if (rank == 0) {
-			double us = (double) (cohort__now_ns() - t0) / 1e3 /
-			    iters;
+			double us
+			    = (double)(cohort__now_ns() - t0) / 1e3 / iters;
 
 			printf("| %-10s | %5d | %10zu | %10.1f | %8.2f |\n",
-			    path, r->n, bytes, us, (double) bytes / us / 1e3);
+			    path, r->n, bytes, us, (double)bytes / us / 1e3);
 			fflush(stdout);
 		}
 		if (gpu)
@@ -1347,8 +1368,8 @@ nt_bench_rank(const struct nt_ranks *r, int rank, void *arg)
 			return (NT_RANK_SKIP);
 	}
 	atomic_init(&flag, 0);
-	if (nt_rank_init(ops, r, rank, path, &flag, &state, err) !=
-	    COHORT_OK) {
+	if (nt_rank_init(ops, r, rank, path, &flag, &state, err)
+	    != COHORT_OK) {
 		fprintf(stderr, "rank %d: %s init: %s\n", rank, path, err);
 		return (1);
 	}
@@ -1368,15 +1389,16 @@ START_TEST(test_bench_allreduce)
 	printf("| %-10s | %5s | %10s | %10s | %8s |\n", "path", "ranks",
 	    "bytes", "us/op", "GB/s");
 	printf("|------------|-------|------------|------------|"
-	    "----------|\n");
+	       "----------|\n");
 	/* The host-memory tcp rows run everywhere; GPU rows skip. */
 	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++)
-		(void) nt_run_ranks(runs[i].n, nt_bench_rank,
-		    (void *) runs[i].path, 240000);
+		(void)nt_run_ranks(
+		    runs[i].n, nt_bench_rank, (void *)runs[i].path, 240000);
 }
 END_TEST
 
-Suite *suite_nccl(void)
+Suite *
+suite_nccl(void)
 {
 	Suite *s = suite_create("nccl");
 	TCase *t = tcase_create("always");
@@ -1411,7 +1433,8 @@ Suite *suite_nccl(void)
 	return (s);
 }
 
-Suite *suite_nccl_bench(void)
+Suite *
+suite_nccl_bench(void)
 {
 	Suite *s = suite_create("nccl_bench");
 	TCase *t = tcase_create("allreduce");

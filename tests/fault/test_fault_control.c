@@ -47,8 +47,8 @@ START_TEST(test_sigkill_fails_pending_barrier_everywhere)
 	static const char *const env[] = { "COHORT_TEST_VICTIM=3", NULL };
 
 	th_workers_start(&w, &coord, "kill", "t", 8, "hold", "120000", env);
-	ck_assert_msg(th_wait_until(all_ready, &w, 3000, 10),
-	    "workers never got ready");
+	ck_assert_msg(
+	    th_wait_until(all_ready, &w, 3000, 10), "workers never got ready");
 	/* give them a moment to park in barrier "final" (not required:
 	 * a later arrival is answered from the sticky failure) */
 	usleep(100 * 1000);
@@ -67,8 +67,9 @@ START_TEST(test_sigkill_fails_pending_barrier_everywhere)
 		    "rank %d: %s", r, o);
 		ck_assert_msg(strstr(o, "rank 3") != NULL,
 		    "rank %d: error does not name rank 3: %s", r, o);
-		ck_assert_msg(strstr(o, "RESULT sticky status=COHORT_EPEERLOST")
-		    != NULL, "rank %d: error not sticky: %s", r, o);
+		ck_assert_msg(
+		    strstr(o, "RESULT sticky status=COHORT_EPEERLOST") != NULL,
+		    "rank %d: error not sticky: %s", r, o);
 		free(o);
 	}
 	/* generous hang bound; the real figure is measured by the bench */
@@ -79,14 +80,14 @@ END_TEST
 START_TEST(test_sigstop_detected_by_missed_heartbeats)
 {
 	/* dead-after 5 s scaled to 2 s */
-	static const char *const env[] = { "COHORT_TEST_VICTIM=2",
-		"COHORT_TIMEOUT_SCALE=0.4", NULL };
+	static const char *const env[]
+	    = { "COHORT_TEST_VICTIM=2", "COHORT_TIMEOUT_SCALE=0.4", NULL };
 	struct th_workers w;
 	int64_t t0;
 
 	th_workers_start(&w, &coord, "stop", "t", 4, "hold", "120000", env);
-	ck_assert_msg(th_wait_until(all_ready, &w, 3000, 10),
-	    "workers never got ready");
+	ck_assert_msg(
+	    th_wait_until(all_ready, &w, 3000, 10), "workers never got ready");
 	usleep(100 * 1000);
 	t0 = th_now_ms();
 	kill(w.pid[2], SIGSTOP);
@@ -101,8 +102,8 @@ START_TEST(test_sigstop_detected_by_missed_heartbeats)
 	{
 		int64_t took = th_now_ms() - t0;
 		/* dead-after (2 s) + sweep; generous for loaded machines */
-		ck_assert_msg(took < 12000, "detection took %lld ms",
-		    (long long) took);
+		ck_assert_msg(
+		    took < 12000, "detection took %lld ms", (long long)took);
 	}
 	kill(w.pid[2], SIGKILL);
 	kill(w.pid[2], SIGCONT);
@@ -112,11 +113,12 @@ START_TEST(test_sigstop_detected_by_missed_heartbeats)
 		if (r == 2)
 			continue;
 		o = th_worker_output(&w, r);
-		ck_assert_msg(strstr(o, "status=COHORT_EPEERLOST") != NULL &&
-		    strstr(o, "rank 2") != NULL &&
-		    strstr(o, "heartbeat") != NULL,
+		ck_assert_msg(strstr(o, "status=COHORT_EPEERLOST") != NULL
+		        && strstr(o, "rank 2") != NULL
+		        && strstr(o, "heartbeat") != NULL,
 		    "rank %d: expected EPEERLOST naming rank 2 and missed "
-		    "heartbeats: %s", r, o);
+		    "heartbeats: %s",
+		    r, o);
 		free(o);
 	}
 }
@@ -135,8 +137,9 @@ START_TEST(test_reported_failure_text_reaches_others)
 			continue;
 		o = th_worker_output(&w, r);
 		ck_assert_msg(w.status[r] == 0, "rank %d: %s", r, o);
-		ck_assert_msg(strstr(o, "loss is NaN at step 7") != NULL &&
-		    strstr(o, "rank 1") != NULL, "rank %d: %s", r, o);
+		ck_assert_msg(strstr(o, "loss is NaN at step 7") != NULL
+		        && strstr(o, "rank 1") != NULL,
+		    "rank %d: %s", r, o);
 		free(o);
 	}
 }

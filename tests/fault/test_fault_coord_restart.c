@@ -43,22 +43,22 @@ struct cr_coord {
 /* Starts cohortd on c->port with --state-dir c->dir (and extra args);
  * returns the milliseconds until it accepted connections. */
 static int64_t
-cr_start(struct cr_coord* c, const char* const* extra)
+cr_start(struct cr_coord *c, const char *const *extra)
 {
-	char* argv[32];
+	char *argv[32];
 	int n = 0;
 	int64_t t0 = th_now_ms(), end = t0 + 30000;
-	char* url = c->url;
+	char *url = c->url;
 
 	snprintf(c->log, sizeof(c->log), "%s/cohortd-%d-%d.log", th_tmpdir(),
 	    c->port, c->starts++);
-	argv[n++] = (char*)th_bin("cohortd");
+	argv[n++] = (char *)th_bin("cohortd");
 	argv[n++] = "--listen";
 	argv[n++] = url;
 	argv[n++] = "--state-dir";
 	argv[n++] = c->dir;
 	for (int i = 0; extra != NULL && extra[i] != NULL && n < 30; i++)
-		argv[n++] = (char*)extra[i];
+		argv[n++] = (char *)extra[i];
 	argv[n] = NULL;
 	c->pid = th_spawn(argv, NULL, c->log);
 	while (th_now_ms() < end) {
@@ -82,7 +82,7 @@ cr_start(struct cr_coord* c, const char* const* extra)
 }
 
 static void
-cr_init(struct cr_coord* c)
+cr_init(struct cr_coord *c)
 {
 	memset(c, 0, sizeof(*c));
 	c->port = th_free_port();
@@ -91,14 +91,14 @@ cr_init(struct cr_coord* c)
 }
 
 static void
-cr_kill9(struct cr_coord* c)
+cr_kill9(struct cr_coord *c)
 {
 	th_kill(c->pid);
 	c->pid = -1;
 }
 
 static void
-cr_stop(struct cr_coord* c)
+cr_stop(struct cr_coord *c)
 {
 	int st;
 
@@ -124,7 +124,7 @@ struct cr_cli {
 };
 
 static void
-cr_connect(struct cr_cli* k, const char* url)
+cr_connect(struct cr_cli *k, const char *url)
 {
 	if (k->open)
 		nng_close(k->s);
@@ -137,7 +137,7 @@ cr_connect(struct cr_cli* k, const char* url)
 }
 
 static void
-cr_close(struct cr_cli* k)
+cr_close(struct cr_cli *k)
 {
 	if (k->open)
 		nng_close(k->s);
@@ -146,15 +146,15 @@ cr_close(struct cr_cli* k)
 
 /* Sends rq (seq 0 = the next one) and returns the reply (caller frees
  * it with cohort__reply__free_unpacked and *msg with nng_msg_free). */
-static Cohort__Reply*
-cr_call(struct cr_cli* k, Cohort__Request* rq, const void* pl, size_t plen,
-    nng_msg** msg, const uint8_t** rpl, size_t* rplen)
+static Cohort__Reply *
+cr_call(struct cr_cli *k, Cohort__Request *rq, const void *pl, size_t plen,
+    nng_msg **msg, const uint8_t **rpl, size_t *rplen)
 {
 	struct cohort__iov iov = { pl, plen };
-	Cohort__Reply* rep;
-	const uint8_t* p;
+	Cohort__Reply *rep;
+	const uint8_t *p;
 	size_t n;
-	nng_msg* m;
+	nng_msg *m;
 
 	rq->proto_version = COHORT_PROTO_VERSION;
 	rq->job = "restart";
@@ -179,10 +179,10 @@ cr_call(struct cr_cli* k, Cohort__Request* rq, const void* pl, size_t plen,
 
 /* Calls and checks the status; returns nothing. */
 static void
-cr_ok(struct cr_cli* k, Cohort__Request* rq, const void* pl, size_t plen)
+cr_ok(struct cr_cli *k, Cohort__Request *rq, const void *pl, size_t plen)
 {
-	nng_msg* m;
-	Cohort__Reply* r = cr_call(k, rq, pl, plen, &m, NULL, NULL);
+	nng_msg *m;
+	Cohort__Reply *r = cr_call(k, rq, pl, plen, &m, NULL, NULL);
 
 	ck_assert_msg(r->status == COHORT_OK, "%s: %s",
 	    cohort_status_name(r->status), r->error);
@@ -191,12 +191,12 @@ cr_ok(struct cr_cli* k, Cohort__Request* rq, const void* pl, size_t plen)
 }
 
 static void
-cr_join(struct cr_cli* k)
+cr_join(struct cr_cli *k)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__Join j = COHORT__JOIN__INIT;
-	Cohort__Reply* r;
-	nng_msg* m;
+	Cohort__Reply *r;
+	nng_msg *m;
 
 	j.rank = 0;
 	j.world_size = 1;
@@ -217,27 +217,27 @@ cr_join(struct cr_cli* k)
 }
 
 static void
-cr_set(struct cr_cli* k, const char* key, const char* val)
+cr_set(struct cr_cli *k, const char *key, const char *val)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__KvSet s = COHORT__KV_SET__INIT;
 
-	s.key = (char*)key;
+	s.key = (char *)key;
 	rq.body_case = COHORT__REQUEST__BODY_KV_SET;
 	rq.kv_set = &s;
 	cr_ok(k, &rq, val, strlen(val));
 }
 
 static int64_t
-cr_add(struct cr_cli* k, const char* key, int64_t delta, uint64_t seq)
+cr_add(struct cr_cli *k, const char *key, int64_t delta, uint64_t seq)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__KvAdd a = COHORT__KV_ADD__INIT;
-	Cohort__Reply* r;
-	nng_msg* m;
+	Cohort__Reply *r;
+	nng_msg *m;
 	int64_t v;
 
-	a.key = (char*)key;
+	a.key = (char *)key;
 	a.delta = delta;
 	rq.body_case = COHORT__REQUEST__BODY_KV_ADD;
 	rq.kv_add = &a;
@@ -252,17 +252,17 @@ cr_add(struct cr_cli* k, const char* key, int64_t delta, uint64_t seq)
 
 /* The value of key as a string ("" if absent: returns false). */
 static bool
-cr_get(struct cr_cli* k, const char* key, char* buf, size_t len)
+cr_get(struct cr_cli *k, const char *key, char *buf, size_t len)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__KvGet g = COHORT__KV_GET__INIT;
-	Cohort__Reply* r;
-	const uint8_t* p;
+	Cohort__Reply *r;
+	const uint8_t *p;
 	size_t n;
-	nng_msg* m;
+	nng_msg *m;
 	bool found;
 
-	g.key = (char*)key;
+	g.key = (char *)key;
 	rq.body_case = COHORT__REQUEST__BODY_KV_GET;
 	rq.kv_get = &g;
 	r = cr_call(k, &rq, NULL, 0, &m, &p, &n);
@@ -278,12 +278,12 @@ cr_get(struct cr_cli* k, const char* key, char* buf, size_t len)
 }
 
 static uint64_t
-cr_num_keys(struct cr_cli* k)
+cr_num_keys(struct cr_cli *k)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__KvNumKeys nk = COHORT__KV_NUM_KEYS__INIT;
-	Cohort__Reply* r;
-	nng_msg* m;
+	Cohort__Reply *r;
+	nng_msg *m;
 	uint64_t n;
 
 	rq.body_case = COHORT__REQUEST__BODY_KV_NUM_KEYS;
@@ -298,13 +298,13 @@ cr_num_keys(struct cr_cli* k)
 
 /* Sets keys [from, to) as "key-i" = "value-i" with multi_set batches. */
 static void
-cr_fill(struct cr_cli* k, int from, int to)
+cr_fill(struct cr_cli *k, int from, int to)
 {
 	enum { B = 1000 };
 	static char kb[B][24];
-	char* keys[B];
+	char *keys[B];
 	uint64_t lens[B];
-	char* vals = malloc((size_t)B * 24);
+	char *vals = malloc((size_t)B * 24);
 	size_t off;
 
 	ck_assert_ptr_nonnull(vals);
@@ -334,10 +334,10 @@ cr_fill(struct cr_cli* k, int from, int to)
 
 /* "state restored from ...: ... in N ms" from a log, or -1. */
 static long
-cr_replay_ms(const char* log)
+cr_replay_ms(const char *log)
 {
-	char* t = th_read_file(log);
-	const char* p;
+	char *t = th_read_file(log);
+	const char *p;
 	long ms = -1;
 
 	if (t != NULL && (p = strstr(t, "state restored from")) != NULL
@@ -413,7 +413,7 @@ END_TEST
  * loopback, with and without --state-dir, per fsync mode) and a restart
  * with 100k keys. Bounds only catch pathologies. */
 static double
-cr_rate(struct cr_cli* k, bool add, int n)
+cr_rate(struct cr_cli *k, bool add, int n)
 {
 	int64_t t0 = th_now_ms();
 	char key[32];
@@ -433,7 +433,7 @@ cr_rate(struct cr_cli* k, bool add, int n)
 
 START_TEST(test_restart_100k_keys_and_journal_cost)
 {
-	static const char* const modes[] = { NULL, "batch", "always" };
+	static const char *const modes[] = { NULL, "batch", "always" };
 	struct cr_coord c;
 	struct cr_cli k;
 	const int n = 3000;
@@ -442,7 +442,7 @@ START_TEST(test_restart_100k_keys_and_journal_cost)
 	char buf[64];
 
 	for (int mi = 0; mi < 3; mi++) {
-		const char* extra[3] = { "--fsync", modes[mi], NULL };
+		const char *extra[3] = { "--fsync", modes[mi], NULL };
 		double set, add;
 		cr_init(&c);
 		if (modes[mi] == NULL) {
@@ -510,18 +510,18 @@ END_TEST
 /* ------------------------------------------------------------------------ */
 
 struct cr_member {
-	const char* url;
+	const char *url;
 	int rank;
-	cohort_client* c;
+	cohort_client *c;
 	cohort_status st;
 	cohort_status bst;
 	char err[512];
 };
 
-static void*
-cr_member_open(void* arg)
+static void *
+cr_member_open(void *arg)
 {
-	struct cr_member* m = arg;
+	struct cr_member *m = arg;
 	cohort_options o;
 
 	cohort_options_init(&o);
@@ -540,10 +540,10 @@ cr_member_open(void* arg)
 	return (NULL);
 }
 
-static void*
-cr_member_barrier(void* arg)
+static void *
+cr_member_barrier(void *arg)
 {
-	struct cr_member* m = arg;
+	struct cr_member *m = arg;
 
 	m->bst = cohort_barrier(cohort_client_world(m->c), "across", 20000);
 	if (m->bst != COHORT_OK)
@@ -552,16 +552,16 @@ cr_member_barrier(void* arg)
 }
 
 struct cr_waiter {
-	cohort_client* c;
+	cohort_client *c;
 	cohort_status st;
 	char err[512];
 };
 
-static void*
-cr_member_kv_wait(void* arg)
+static void *
+cr_member_kv_wait(void *arg)
 {
-	struct cr_waiter* w = arg;
-	const char* keys[] = { "late" };
+	struct cr_waiter *w = arg;
+	const char *keys[] = { "late" };
 
 	w->st = cohort_kv_wait(w->c, keys, 1, 20000);
 	if (w->st != COHORT_OK)
@@ -624,10 +624,10 @@ START_TEST(test_members_reconnect_and_carry_on)
 	pthread_join(kth, NULL);
 	ck_assert_msg(kw.st == COHORT_OK, "kv wait: %s", kw.err);
 	{
-		void* val = NULL;
+		void *val = NULL;
 		size_t len = 0;
-		ck_assert_cohort_ok(cohort_kv_get(m[1].c, "k", &val, &len,
-		    5000));
+		ck_assert_cohort_ok(
+		    cohort_kv_get(m[1].c, "k", &val, &len, 5000));
 		ck_assert_uint_eq(len, 1);
 		ck_assert(memcmp(val, "v", 1) == 0);
 		free(val);
@@ -643,9 +643,9 @@ END_TEST
 Suite *
 suite_fault_coord_restart(void)
 {
-	Suite* s = suite_create("fault_coord_restart");
-	TCase* tc = tcase_create("restart");
-	TCase* tr = tcase_create("reconnect");
+	Suite *s = suite_create("fault_coord_restart");
+	TCase *tc = tcase_create("restart");
+	TCase *tr = tcase_create("reconnect");
 
 	tcase_set_timeout(tc, 180);
 	tcase_add_test(tc, test_kill9_keeps_keys_and_applies_add_once);

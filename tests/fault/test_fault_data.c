@@ -49,18 +49,18 @@ fault_start(struct th_workers *w, const char *job, int n, const char *arg,
 		snprintf(e_job, sizeof(e_job), "COHORT_JOB=%s", job);
 		snprintf(e_rank, sizeof(e_rank), "COHORT_RANK=%d", r);
 		snprintf(e_world, sizeof(e_world), "COHORT_WORLD_SIZE=%d", n);
-		snprintf(e_back, sizeof(e_back), "COHORT_TEST_BACKEND=%s",
-		    backend);
+		snprintf(
+		    e_back, sizeof(e_back), "COHORT_TEST_BACKEND=%s", backend);
 		env[0] = e_coord;
 		env[1] = e_job;
-		env[2] = (char *) "COHORT_TOKEN=tok";
+		env[2] = (char *)"COHORT_TOKEN=tok";
 		env[3] = e_rank;
 		env[4] = e_world;
 		env[5] = e_back;
 		env[6] = NULL;
-		argv[0] = (char *) th_bin("cohort-coll-worker");
-		argv[1] = (char *) "killloop";
-		argv[2] = (char *) arg;
+		argv[0] = (char *)th_bin("cohort-coll-worker");
+		argv[1] = (char *)"killloop";
+		argv[2] = (char *)arg;
 		argv[3] = NULL;
 		snprintf(w->out[r], sizeof(w->out[r]), "%s/%s-%d.out",
 		    th_tmpdir(), job, r);
@@ -103,13 +103,14 @@ fault_kill_during_allreduce(const char *job, int n, int victim,
 
 		if (r == victim)
 			continue;
-		if (th_wait(w.pid[r], left > 0 ? (int) left : 0, &st)) {
+		if (th_wait(w.pid[r], left > 0 ? (int)left : 0, &st)) {
 			w.status[r] = th_exit_code(st);
 		} else {
 			for (int k = 0; k < n; k++)
 				th_kill(w.pid[k]);
 			ck_abort_msg("rank %d hung after rank %d got "
-			    "signal %d", r, victim, sig);
+			             "signal %d",
+			    r, victim, sig);
 		}
 	}
 	th_kill(w.pid[victim]);
@@ -124,54 +125,56 @@ fault_kill_during_allreduce(const char *job, int n, int victim,
 		o = th_worker_output(&w, r);
 		ck_assert_msg(w.status[r] == 0, "rank %d exited %d:\n%s", r,
 		    w.status[r], o);
-		ck_assert_msg(strstr(o, "killloop status=COHORT_EPEERLOST") !=
-		        NULL, "rank %d: %s", r, o);
+		ck_assert_msg(
+		    strstr(o, "killloop status=COHORT_EPEERLOST") != NULL,
+		    "rank %d: %s", r, o);
 		ck_assert_msg(strstr(o, name) != NULL,
 		    "rank %d does not name rank %d: %s", r, victim, o);
-		ck_assert_msg(strstr(o, "sticky status=COHORT_EPEERLOST") !=
-		        NULL, "rank %d: error not sticky: %s", r, o);
+		ck_assert_msg(
+		    strstr(o, "sticky status=COHORT_EPEERLOST") != NULL,
+		    "rank %d: error not sticky: %s", r, o);
 		if ((p = strstr(o, "err_at_ms=")) != NULL)
 			at = strtoll(p + 10, NULL, 10);
 		ck_assert_msg(at > 0 && at - t_kill < FAULT_BOUND_MS,
-		    "rank %d saw the failure %" PRId64 " ms after the kill",
-		    r, at - t_kill);
+		    "rank %d saw the failure %" PRId64 " ms after the kill", r,
+		    at - t_kill);
 		if (at - t_kill > worst)
 			worst = at - t_kill;
 		free(o);
 	}
 	printf("fault_data %s: %d ranks, %s-byte allreduce, rank %d got "
-	    "%s: every survivor returned EPEERLOST within %" PRId64
-	    " ms\n", backend, n, bytes, victim,
-	    sig == SIGKILL ? "SIGKILL" : "SIGSTOP", worst);
+	       "%s: every survivor returned EPEERLOST within %" PRId64 " ms\n",
+	    backend, n, bytes, victim, sig == SIGKILL ? "SIGKILL" : "SIGSTOP",
+	    worst);
 	fflush(stdout);
 }
 
 START_TEST(test_sigkill_during_64mib_allreduce_tcp)
 {
-	fault_kill_during_allreduce("fd-tcp", 4, 2, "67108864", "tcp",
-	    SIGKILL);
+	fault_kill_during_allreduce(
+	    "fd-tcp", 4, 2, "67108864", "tcp", SIGKILL);
 }
 END_TEST
 
 START_TEST(test_sigkill_rank0_during_allreduce_tcp)
 {
-	fault_kill_during_allreduce("fd-tcp0", 3, 0, "33554432", "tcp",
-	    SIGKILL);
+	fault_kill_during_allreduce(
+	    "fd-tcp0", 3, 0, "33554432", "tcp", SIGKILL);
 }
 END_TEST
 
 START_TEST(test_sigkill_during_allreduce_service)
 {
-	fault_kill_during_allreduce("fd-svc", 3, 1, "8388608", "service",
-	    SIGKILL);
+	fault_kill_during_allreduce(
+	    "fd-svc", 3, 1, "8388608", "service", SIGKILL);
 }
 END_TEST
 
 START_TEST(test_sigstop_during_allreduce_tcp)
 {
 	/* heartbeat 500 ms, dead after 3 s (cohort-coll-worker) */
-	fault_kill_during_allreduce("fd-stop", 3, 1, "33554432", "tcp",
-	    SIGSTOP);
+	fault_kill_during_allreduce(
+	    "fd-stop", 3, 1, "33554432", "tcp", SIGSTOP);
 }
 END_TEST
 

@@ -19,7 +19,7 @@
 
 #include "cohort/cohort.h"
 
-#define ck_assert_cohort_ok(expr)                                            \
+#define ck_assert_cohort_ok(expr)                                             \
 	do {                                                                  \
 		cohort_status st_ = (expr);                                   \
 		ck_assert_msg(st_ == COHORT_OK,                               \
@@ -28,7 +28,7 @@
 		    cohort_last_error());                                     \
 	} while (0)
 
-#define ck_assert_cohort_err(expr, want)                                     \
+#define ck_assert_cohort_err(expr, want)                                      \
 	do {                                                                  \
 		cohort_status st_ = (expr);                                   \
 		ck_assert_msg(st_ == (want), "%s: expected %s, got %s: %s",   \
@@ -101,8 +101,7 @@ void th_workers_start(struct th_workers *w, const struct th_coord *c,
  * timeout_ms. Returns the number of workers that exited 0. */
 int th_workers_wait(struct th_workers *w, int timeout_ms);
 /* Does worker r's output contain text? */
-bool th_worker_output_has(const struct th_workers *w, int r,
-    const char *text);
+bool th_worker_output_has(const struct th_workers *w, int r, const char *text);
 /* Worker r's output (malloc'd) for diagnostics. */
 char *th_worker_output(const struct th_workers *w, int r);
 

@@ -25,7 +25,7 @@ th_now_ms(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+	return ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
 }
 
 const char *
@@ -64,12 +64,12 @@ th_free_port(void)
 		sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 		/* Spread tests over a range by pid so parallel runs rarely
 		 * collide; fall back to the kernel's choice. */
-		port = attempt < 100 ?
-		    20000 + (int) ((getpid() * 7 + counter++ * 13) % 20000) :
-		    0;
-		sa.sin_port = htons((uint16_t) port);
-		if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) == 0 &&
-		    getsockname(fd, (struct sockaddr *) &sa, &len) == 0) {
+		port = attempt < 100
+		    ? 20000 + (int)((getpid() * 7 + counter++ * 13) % 20000)
+		    : 0;
+		sa.sin_port = htons((uint16_t)port);
+		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0
+		    && getsockname(fd, (struct sockaddr *)&sa, &len) == 0) {
 			port = ntohs(sa.sin_port);
 			close(fd);
 			return (port);
@@ -102,8 +102,8 @@ th_spawn(char *const argv[], char *const env[], const char *out_path)
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
 		if (out_path != NULL) {
-			int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC,
-			    0644);
+			int fd = open(
+			    out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 			if (fd >= 0) {
 				dup2(fd, 1);
 				dup2(fd, 2);
@@ -145,7 +145,7 @@ th_kill(pid_t pid)
 	if (pid <= 0)
 		return;
 	if (kill(pid, SIGKILL) == 0)
-		(void) th_wait(pid, 5000, NULL);
+		(void)th_wait(pid, 5000, NULL);
 }
 
 int
@@ -170,8 +170,8 @@ th_port_open(int port)
 	memset(&sa, 0, sizeof(sa));
 	sa.sin_family = AF_INET;
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	sa.sin_port = htons((uint16_t) port);
-	ok = connect(fd, (struct sockaddr *) &sa, sizeof(sa)) == 0;
+	sa.sin_port = htons((uint16_t)port);
+	ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
 	close(fd);
 	return (ok);
 }
@@ -185,8 +185,8 @@ th_coord_start(struct th_coord *c, const char *const *extra_args)
 
 	for (int attempt = 0; attempt < 5; attempt++) {
 		c->port = th_free_port();
-		snprintf(c->url, sizeof(c->url), "tcp://127.0.0.1:%d",
-		    c->port);
+		snprintf(
+		    c->url, sizeof(c->url), "tcp://127.0.0.1:%d", c->port);
 		snprintf(c->log, sizeof(c->log), "%s/cohortd-%d.log",
 		    th_tmpdir(), c->port);
 		n = 0;
@@ -194,24 +194,26 @@ th_coord_start(struct th_coord *c, const char *const *extra_args)
 		 * or memory error makes th_coord_stop return 99. */
 		if (getenv("COHORT_TEST_VALGRIND") != NULL) {
 			static char vlog[300];
-			snprintf(vlog, sizeof(vlog), "--log-file=%s.vg",
-			    c->log);
+			snprintf(
+			    vlog, sizeof(vlog), "--log-file=%s.vg", c->log);
 			argv[n++] = "/usr/bin/valgrind";
 			argv[n++] = "--leak-check=full";
-			argv[n++] = "--errors-for-leak-kinds=definite,indirect";
+			argv[n++]
+			    = "--errors-for-leak-kinds=definite,indirect";
 			argv[n++] = "--error-exitcode=99";
 			argv[n++] = vlog;
 		}
-		argv[n++] = (char *) th_bin("cohortd");
+		argv[n++] = (char *)th_bin("cohortd");
 		argv[n++] = "--listen";
 		argv[n++] = c->url;
-		for (int i = 0; extra_args != NULL &&
-		    extra_args[i] != NULL && n < 26; i++)
-			argv[n++] = (char *) extra_args[i];
+		for (int i = 0;
+		     extra_args != NULL && extra_args[i] != NULL && n < 26;
+		     i++)
+			argv[n++] = (char *)extra_args[i];
 		argv[n] = NULL;
 		c->pid = th_spawn(argv, NULL, c->log);
-		end = th_now_ms() + (getenv("COHORT_TEST_VALGRIND") ? 30000 :
-		    10000);
+		end = th_now_ms()
+		    + (getenv("COHORT_TEST_VALGRIND") ? 30000 : 10000);
 		while (th_now_ms() < end) {
 			int st;
 			if (th_port_open(c->port))
@@ -236,8 +238,8 @@ th_coord_stop(struct th_coord *c)
 	if (c->pid <= 0)
 		return (-1);
 	kill(c->pid, SIGTERM);
-	if (!th_wait(c->pid, getenv("COHORT_TEST_VALGRIND") ? 60000 : 10000,
-	    &st)) {
+	if (!th_wait(
+	        c->pid, getenv("COHORT_TEST_VALGRIND") ? 60000 : 10000, &st)) {
 		th_kill(c->pid);
 		c->pid = -1;
 		return (-1);
@@ -252,7 +254,7 @@ th_wait_until(bool (*cond)(void *), void *arg, int tries, int delay_ms)
 	for (int i = 0; i < tries; i++) {
 		if (cond(arg))
 			return (true);
-		usleep((useconds_t) delay_ms * 1000);
+		usleep((useconds_t)delay_ms * 1000);
 	}
 	return (cond(arg));
 }
@@ -269,9 +271,9 @@ th_read_file(const char *path)
 	fseek(f, 0, SEEK_END);
 	len = ftell(f);
 	fseek(f, 0, SEEK_SET);
-	buf = malloc((size_t) len + 1);
+	buf = malloc((size_t)len + 1);
 	if (buf != NULL) {
-		size_t got = fread(buf, 1, (size_t) len, f);
+		size_t got = fread(buf, 1, (size_t)len, f);
 		buf[got] = '\0';
 	}
 	fclose(f);
@@ -321,26 +323,26 @@ th_workers_start(struct th_workers *w, const struct th_coord *c,
 		char *argv[4];
 		int k = 0;
 
-		snprintf(e_coord, sizeof(e_coord), "COHORT_COORDINATOR=%s",
-		    c->url);
+		snprintf(
+		    e_coord, sizeof(e_coord), "COHORT_COORDINATOR=%s", c->url);
 		snprintf(e_job, sizeof(e_job), "COHORT_JOB=%s", job);
 		snprintf(e_tok, sizeof(e_tok), "COHORT_TOKEN=%s",
 		    token ? token : "");
 		snprintf(e_rank, sizeof(e_rank), "COHORT_RANK=%d", r);
 		snprintf(e_world, sizeof(e_world), "COHORT_WORLD_SIZE=%d", n);
 		/* extra entries first: the first match wins */
-		for (int i = 0; extra_env != NULL && extra_env[i] != NULL &&
-		    k < 18; i++)
-			env[k++] = (char *) extra_env[i];
+		for (int i = 0;
+		     extra_env != NULL && extra_env[i] != NULL && k < 18; i++)
+			env[k++] = (char *)extra_env[i];
 		env[k++] = e_coord;
 		env[k++] = e_job;
 		env[k++] = e_tok;
 		env[k++] = e_rank;
 		env[k++] = e_world;
 		env[k] = NULL;
-		argv[0] = (char *) th_bin("cohort-test-worker");
-		argv[1] = (char *) scenario;
-		argv[2] = (char *) arg;
+		argv[0] = (char *)th_bin("cohort-test-worker");
+		argv[1] = (char *)scenario;
+		argv[2] = (char *)arg;
 		argv[3] = NULL;
 		snprintf(w->out[r], sizeof(w->out[r]), "%s/%s-%d.out",
 		    th_tmpdir(), job, r);
@@ -363,7 +365,7 @@ th_workers_wait(struct th_workers *w, int timeout_ms)
 			ok += w->status[r] == 0;
 			continue;
 		}
-		if (th_wait(w->pid[r], left > 0 ? (int) left : 0, &st)) {
+		if (th_wait(w->pid[r], left > 0 ? (int)left : 0, &st)) {
 			w->status[r] = th_exit_code(st);
 			ok += w->status[r] == 0;
 		} else {
@@ -377,7 +379,7 @@ th_workers_wait(struct th_workers *w, int timeout_ms)
 			if (w->status[r] < 0) {
 				th_kill(w->pid[r]);
 				w->status[r] = 137;
-				off += (size_t) snprintf(msg + off,
+				off += (size_t)snprintf(msg + off,
 				    off < sizeof(msg) ? sizeof(msg) - off : 0,
 				    " %d", r);
 			}

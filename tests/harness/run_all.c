@@ -28,7 +28,7 @@ run_all_selected(const char *name)
 		return (1);
 	for (const char *p = sel; *p != '\0';) {
 		const char *e = strchr(p, ',');
-		size_t len = e ? (size_t) (e - p) : strlen(p);
+		size_t len = e ? (size_t)(e - p) : strlen(p);
 		if (len == n && strncmp(p, name, n) == 0)
 			return (1);
 		p += len + (e ? 1 : 0);
@@ -43,7 +43,7 @@ main(void)
 	int nsuites = 0, ran, failed;
 
 	for (const struct cohort_test_suite *s = cohort_test_suites;
-	    s->name != NULL; s++) {
+	     s->name != NULL; s++) {
 		if (!run_all_selected(s->name))
 			continue;
 		if (sr == NULL)

@@ -38,13 +38,13 @@ coll_seed(void)
 
 	if (s != NULL && s[0] != '\0')
 		return (strtoul(s, NULL, 10));
-	return ((unsigned long) time(NULL) % 100000);
+	return ((unsigned long)time(NULL) % 100000);
 }
 
 /* Like th_workers_start, with cohort-coll-worker. */
 static void
-coll_start(struct th_workers *w, const char *job, int n,
-    const char *scenario, const char *arg, const char *const *extra_env)
+coll_start(struct th_workers *w, const char *job, int n, const char *scenario,
+    const char *arg, const char *const *extra_env)
 {
 	ck_assert_int_le(n, TH_MAX_WORKERS);
 	w->n = n;
@@ -59,18 +59,18 @@ coll_start(struct th_workers *w, const char *job, int n,
 		snprintf(e_job, sizeof(e_job), "COHORT_JOB=%s", job);
 		snprintf(e_rank, sizeof(e_rank), "COHORT_RANK=%d", r);
 		snprintf(e_world, sizeof(e_world), "COHORT_WORLD_SIZE=%d", n);
-		for (int i = 0; extra_env != NULL && extra_env[i] != NULL &&
-		     k < 16; i++)
-			env[k++] = (char *) extra_env[i];
+		for (int i = 0;
+		     extra_env != NULL && extra_env[i] != NULL && k < 16; i++)
+			env[k++] = (char *)extra_env[i];
 		env[k++] = e_coord;
 		env[k++] = e_job;
-		env[k++] = (char *) "COHORT_TOKEN=tok";
+		env[k++] = (char *)"COHORT_TOKEN=tok";
 		env[k++] = e_rank;
 		env[k++] = e_world;
 		env[k] = NULL;
-		argv[0] = (char *) th_bin("cohort-coll-worker");
-		argv[1] = (char *) scenario;
-		argv[2] = (char *) arg;
+		argv[0] = (char *)th_bin("cohort-coll-worker");
+		argv[1] = (char *)scenario;
+		argv[2] = (char *)arg;
 		argv[3] = NULL;
 		snprintf(w->out[r], sizeof(w->out[r]), "%s/%s-%d.out",
 		    th_tmpdir(), job, r);
@@ -95,7 +95,7 @@ coll_wait(struct th_workers *w, int timeout_ms, const char *scenario,
 		int st;
 		int64_t left = end - th_now_ms();
 
-		if (th_wait(w->pid[r], left > 0 ? (int) left : 0, &st))
+		if (th_wait(w->pid[r], left > 0 ? (int)left : 0, &st))
 			w->status[r] = th_exit_code(st);
 		else
 			hung = true;
@@ -118,9 +118,9 @@ coll_wait(struct th_workers *w, int timeout_ms, const char *scenario,
 		    "--- rank %d (exit %d):\n%s\n", r, w->status[r],
 		    len > 600 ? o + len - 600 : o);
 		free(o);
-		if (k < 0 || (size_t) k >= sizeof(msg) - off)
+		if (k < 0 || (size_t)k >= sizeof(msg) - off)
 			break;
-		off += (size_t) k;
+		off += (size_t)k;
 	}
 	ck_abort_msg("%s (seed %lu) hung past %d ms:\n%s", scenario, seed,
 	    timeout_ms, msg);
@@ -142,20 +142,20 @@ coll_expect(const char *job, int n, const char *scenario,
 	for (int r = 0; r < n; r++) {
 		char *o = th_worker_output(&w, r);
 
-		ck_assert_msg(w.status[r] == 0 && strstr(o, "failed=0") &&
-		        strstr(o, "FAIL") == NULL,
+		ck_assert_msg(w.status[r] == 0 && strstr(o, "failed=0")
+		        && strstr(o, "FAIL") == NULL,
 		    "%s on %d ranks (seed %lu): rank %d exited %d:\n%.4000s",
 		    scenario, n, seed, r, w.status[r], o);
 		free(o);
 	}
 }
 
-static const char *const env_tcp[] = { "COHORT_TEST_BACKEND=tcp",
-	"COHORT_TEST_MAXBYTES=2097152", NULL };
-static const char *const env_tcp_big[] = { "COHORT_TEST_BACKEND=tcp",
-	"COHORT_TEST_MAXBYTES=6291456", NULL };
-static const char *const env_tcp_small[] = { "COHORT_TEST_BACKEND=tcp",
-	"COHORT_TEST_MAXBYTES=524288", NULL };
+static const char *const env_tcp[]
+    = { "COHORT_TEST_BACKEND=tcp", "COHORT_TEST_MAXBYTES=2097152", NULL };
+static const char *const env_tcp_big[]
+    = { "COHORT_TEST_BACKEND=tcp", "COHORT_TEST_MAXBYTES=6291456", NULL };
+static const char *const env_tcp_small[]
+    = { "COHORT_TEST_BACKEND=tcp", "COHORT_TEST_MAXBYTES=524288", NULL };
 /* Small chunks: multi-chunk replies at moderate sizes. */
 static const char *const env_svc[] = { "COHORT_TEST_BACKEND=service",
 	"COHORT_TEST_MAXBYTES=262144", "COHORT_SERVICE_CHUNK=65536", NULL };
@@ -219,8 +219,8 @@ END_TEST
  * NCCL loads, the worker prints a SKIP line: the collective just works. */
 START_TEST(test_configured_backend_unavailable_names_why)
 {
-	static const char *const env_nccl[] = { "COHORT_TEST_BACKEND=nccl",
-		NULL };
+	static const char *const env_nccl[]
+	    = { "COHORT_TEST_BACKEND=nccl", NULL };
 
 	coll_expect("nonccl", 1, "nonccl", env_nccl, 30000);
 }

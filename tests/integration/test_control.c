@@ -15,8 +15,8 @@ static struct th_coord coord;
 static void
 setup(void)
 {
-	static const char *const args[] = { "--job", "secure:right-token",
-		NULL };
+	static const char *const args[]
+	    = { "--job", "secure:right-token", NULL };
 
 	th_coord_start(&coord, args);
 }
@@ -35,8 +35,8 @@ expect_all_ok(struct th_workers *w, int timeout_ms)
 	for (int r = 0; r < w->n; r++) {
 		if (w->status[r] != 0) {
 			char *o = th_worker_output(w, r);
-			ck_abort_msg("rank %d exited %d:\n%s", r, w->status[r],
-			    o);
+			ck_abort_msg(
+			    "rank %d exited %d:\n%s", r, w->status[r], o);
 		}
 	}
 	ck_assert_int_eq(ok, w->n);
@@ -51,8 +51,8 @@ START_TEST(test_open_assigns_ranks)
 	for (int r = 0; r < 8; r++) {
 		char want[64];
 		snprintf(want, sizeof(want), "rank=%d world=8", r);
-		ck_assert_msg(th_worker_output_has(&w, r, want),
-		    "rank %d: %s", r, th_worker_output(&w, r));
+		ck_assert_msg(th_worker_output_has(&w, r, want), "rank %d: %s",
+		    r, th_worker_output(&w, r));
 	}
 }
 END_TEST
@@ -63,14 +63,14 @@ END_TEST
  * a misspelt COHORT_LOG_LEVEL says so instead of being ignored. */
 START_TEST(test_clean_close_logs_no_reconnection)
 {
-	static const char *const env_info[] = { "COHORT_LOG_LEVEL=info",
-		NULL };
-	static const char *const env_bad[] = { "COHORT_LOG_LEVEL=verbose",
-		NULL };
+	static const char *const env_info[]
+	    = { "COHORT_LOG_LEVEL=info", NULL };
+	static const char *const env_bad[]
+	    = { "COHORT_LOG_LEVEL=verbose", NULL };
 	struct th_workers w;
 
-	th_workers_start(&w, &coord, "quietclose", "t", 2, "open", NULL,
-	    env_info);
+	th_workers_start(
+	    &w, &coord, "quietclose", "t", 2, "open", NULL, env_info);
 	expect_all_ok(&w, 30000);
 	for (int r = 0; r < 2; r++) {
 		ck_assert_msg(th_worker_output_has(&w, r, "joined job"),
@@ -79,11 +79,11 @@ START_TEST(test_clean_close_logs_no_reconnection)
 		ck_assert_msg(!th_worker_output_has(&w, r, "reconnected"),
 		    "rank %d: %s", r, th_worker_output(&w, r));
 	}
-	th_workers_start(&w, &coord, "badlevel", "t", 1, "open", NULL,
-	    env_bad);
+	th_workers_start(
+	    &w, &coord, "badlevel", "t", 1, "open", NULL, env_bad);
 	expect_all_ok(&w, 30000);
-	ck_assert_msg(th_worker_output_has(&w, 0,
-	                  "COHORT_LOG_LEVEL=verbose is not a level"),
+	ck_assert_msg(th_worker_output_has(
+	                  &w, 0, "COHORT_LOG_LEVEL=verbose is not a level"),
 	    "%s", th_worker_output(&w, 0));
 }
 END_TEST
@@ -104,8 +104,8 @@ START_TEST(test_open_rank_assigned_by_coordinator)
 				seen[k]++;
 		}
 	for (int k = 0; k < 4; k++)
-		ck_assert_msg(seen[k] == 1, "rank %d assigned %d times", k,
-		    seen[k]);
+		ck_assert_msg(
+		    seen[k] == 1, "rank %d assigned %d times", k, seen[k]);
 }
 END_TEST
 
@@ -122,8 +122,8 @@ START_TEST(test_broadcast_32mib_object)
 {
 	struct th_workers w;
 
-	th_workers_start(&w, &coord, "bcast", "t", 8, "bcast", "33554432",
-	    NULL);
+	th_workers_start(
+	    &w, &coord, "bcast", "t", 8, "bcast", "33554432", NULL);
 	expect_all_ok(&w, 120000);
 	for (int r = 1; r < 8; r++)
 		ck_assert(th_worker_output_has(&w, r, "len=33554432 ok=1"));
@@ -156,8 +156,8 @@ START_TEST(test_boolean_decisions_mixed)
 	th_workers_start(&w, &coord, "decide", "t", 8, "decide", NULL, NULL);
 	expect_all_ok(&w, 60000);
 	for (int r = 0; r < 8; r++)
-		ck_assert(th_worker_output_has(&w, r,
-		    "all=0 any=1 all_true=1"));
+		ck_assert(
+		    th_worker_output_has(&w, r, "all=0 any=1 all_true=1"));
 }
 END_TEST
 
@@ -175,8 +175,8 @@ START_TEST(test_wrong_token_refused)
 {
 	struct th_workers w;
 
-	th_workers_start(&w, &coord, "secure", "wrong-token", 1, "open", NULL,
-	    NULL);
+	th_workers_start(
+	    &w, &coord, "secure", "wrong-token", 1, "open", NULL, NULL);
 	th_workers_wait(&w, 30000);
 	ck_assert_int_eq(w.status[0], 1);
 	ck_assert_msg(th_worker_output_has(&w, 0, "status=COHORT_EAUTH"), "%s",
@@ -188,8 +188,8 @@ START_TEST(test_right_token_of_precreated_job)
 {
 	struct th_workers w;
 
-	th_workers_start(&w, &coord, "secure", "right-token", 2, "barrier",
-	    "10", NULL);
+	th_workers_start(
+	    &w, &coord, "secure", "right-token", 2, "barrier", "10", NULL);
 	expect_all_ok(&w, 30000);
 }
 END_TEST
@@ -201,11 +201,11 @@ START_TEST(test_two_jobs_isolated)
 	/* same rank numbers and barrier names in two jobs at once */
 	th_workers_start(&c, &coord, "iso-c", "tc", 4, "barrier", "200", NULL);
 	th_workers_start(&d, &coord, "iso-d", "td", 4, "barrier", "200", NULL);
-	th_workers_start(&a, &coord, "iso-a", "ta", 1, "kvisolate", "writer",
-	    NULL);
+	th_workers_start(
+	    &a, &coord, "iso-a", "ta", 1, "kvisolate", "writer", NULL);
 	expect_all_ok(&a, 30000);
-	th_workers_start(&b, &coord, "iso-b", "tb", 1, "kvisolate", "reader",
-	    NULL);
+	th_workers_start(
+	    &b, &coord, "iso-b", "tb", 1, "kvisolate", "reader", NULL);
 	expect_all_ok(&b, 30000);
 	expect_all_ok(&c, 60000);
 	expect_all_ok(&d, 60000);
@@ -222,22 +222,23 @@ START_TEST(test_duplicate_rank_refused)
 	th_workers_start(&a, &coord, "dup", "t", 2, "open", NULL, r0);
 	/* one of them is refused; wait for it */
 	for (int tries = 0; tries < 1000; tries++) {
-		if (th_worker_output_has(&a, 0, "COHORT_EEXIST") ||
-		    th_worker_output_has(&a, 1, "COHORT_EEXIST"))
+		if (th_worker_output_has(&a, 0, "COHORT_EEXIST")
+		    || th_worker_output_has(&a, 1, "COHORT_EEXIST"))
 			break;
 		usleep(10000);
 	}
-	eexist = th_worker_output_has(&a, 0, "COHORT_EEXIST") +
-	    th_worker_output_has(&a, 1, "COHORT_EEXIST");
+	eexist = th_worker_output_has(&a, 0, "COHORT_EEXIST")
+	    + th_worker_output_has(&a, 1, "COHORT_EEXIST");
 	ck_assert_msg(eexist == 1, "expected one EEXIST:\n%s\n%s",
 	    th_worker_output(&a, 0), th_worker_output(&a, 1));
 	/* rank 1 arrives; the surviving rank 0 completes */
 	{
-		char e_coord[128], *env[] = { "COHORT_RANK=1",
-			"COHORT_WORLD_SIZE=2", "COHORT_JOB=dup",
-			"COHORT_TOKEN=t", e_coord, NULL };
-		char *argv[] = { (char *) th_bin("cohort-test-worker"), "open",
-			NULL };
+		char e_coord[128],
+		    *env[] = { "COHORT_RANK=1", "COHORT_WORLD_SIZE=2",
+			    "COHORT_JOB=dup", "COHORT_TOKEN=t", e_coord,
+			    NULL };
+		char *argv[]
+		    = { (char *)th_bin("cohort-test-worker"), "open", NULL };
 		char out[256];
 		int st;
 		pid_t p;
@@ -262,8 +263,9 @@ START_TEST(test_barrier_timeout_names_missing_rank)
 	expect_all_ok(&w, 60000);
 	for (int r = 0; r < 3; r++) {
 		char *o = th_worker_output(&w, r);
-		ck_assert_msg(strstr(o, "status=COHORT_ETIMEDOUT") != NULL &&
-		    strstr(o, "3") != NULL, "rank %d: %s", r, o);
+		ck_assert_msg(strstr(o, "status=COHORT_ETIMEDOUT") != NULL
+		        && strstr(o, "3") != NULL,
+		    "rank %d: %s", r, o);
 		ck_assert_msg(strstr(o, "healthy=1") != NULL,
 		    "group poisoned by a timeout: %s", o);
 		free(o);

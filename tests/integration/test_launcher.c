@@ -21,17 +21,17 @@ launch(const char *const *run_args, const char *steps, const char *step_ms,
 	char *argv[32];
 	int n = 0;
 
-	argv[n++] = (char *) th_bin("cohort");
+	argv[n++] = (char *)th_bin("cohort");
 	argv[n++] = "run";
 	for (int i = 0; run_args[i] != NULL; i++)
-		argv[n++] = (char *) run_args[i];
+		argv[n++] = (char *)run_args[i];
 	argv[n++] = "--";
-	argv[n++] = (char *) th_bin("cohort-fault-worker");
-	argv[n++] = (char *) steps;
-	argv[n++] = (char *) step_ms;
+	argv[n++] = (char *)th_bin("cohort-fault-worker");
+	argv[n++] = (char *)steps;
+	argv[n++] = (char *)step_ms;
 	argv[n] = NULL;
 	snprintf(out, outlen, "%s/launcher-%d.out", th_tmpdir(),
-	    (int) th_now_ms() % 100000);
+	    (int)th_now_ms() % 100000);
 	return (th_spawn(argv, env, out));
 }
 
@@ -70,16 +70,18 @@ START_TEST(test_run_failure_report_names_root_cause)
 	char *o, *j;
 
 	snprintf(report, sizeof(report), "%s/report.json", th_tmpdir());
-	ck_assert_int_eq(finish(launch(args, "50", "0", env, out,
-	    sizeof(out)), 60000), 7);
+	ck_assert_int_eq(
+	    finish(launch(args, "50", "0", env, out, sizeof(out)), 60000), 7);
 	o = th_read_file(out);
 	j = th_read_file(report);
 	ck_assert_ptr_nonnull(o);
 	ck_assert_ptr_nonnull(j);
-	ck_assert_msg(strstr(o, "root cause : rank 2 exited with status 7") !=
-	    NULL, "%s", o);
-	ck_assert_msg(strstr(j, "\"root_cause\":{\"rank\":2,\"exit_code\":7")
-	    != NULL, "%s", j);
+	ck_assert_msg(
+	    strstr(o, "root cause : rank 2 exited with status 7") != NULL,
+	    "%s", o);
+	ck_assert_msg(
+	    strstr(j, "\"root_cause\":{\"rank\":2,\"exit_code\":7") != NULL,
+	    "%s", j);
 	free(o);
 	free(j);
 }
@@ -87,8 +89,8 @@ END_TEST
 
 START_TEST(test_run_restart_resumes_from_checkpoint)
 {
-	static const char *const args[] = { "-n", "4", "--max-restarts", "2",
-		NULL };
+	static const char *const args[]
+	    = { "-n", "4", "--max-restarts", "2", NULL };
 	char ck[300], e_ck[320], out[256];
 	char *env[] = { e_ck, "COHORT_FW_FAIL_AT=1:7", NULL };
 	char *o;
@@ -96,16 +98,17 @@ START_TEST(test_run_restart_resumes_from_checkpoint)
 	snprintf(ck, sizeof(ck), "%s/ckpt", th_tmpdir());
 	ck_assert_int_eq(mkdir(ck, 0755), 0);
 	snprintf(e_ck, sizeof(e_ck), "COHORT_FW_CKPT=%s", ck);
-	ck_assert_int_eq(finish(launch(args, "20", "0", env, out,
-	    sizeof(out)), 60000), 0);
+	ck_assert_int_eq(
+	    finish(launch(args, "20", "0", env, out, sizeof(out)), 60000), 0);
 	o = th_read_file(out);
 	ck_assert_ptr_nonnull(o);
 	/* the restarted program sees COHORT_RESTART_COUNT=1 and resumes
 	 * at step 7: no step lost, none repeated */
-	ck_assert_msg(strstr(o, "DONE steps=20 restart=1 resumed_from=7") !=
-	    NULL, "%s", o);
-	ck_assert_msg(strstr(o, "restarting the group (1 of 2)") != NULL, "%s",
+	ck_assert_msg(
+	    strstr(o, "DONE steps=20 restart=1 resumed_from=7") != NULL, "%s",
 	    o);
+	ck_assert_msg(
+	    strstr(o, "restarting the group (1 of 2)") != NULL, "%s", o);
 	free(o);
 }
 END_TEST
@@ -127,9 +130,9 @@ pids_ready(void *arg)
 /* Twenty seeded trials (bench/faults reports the timings). */
 START_TEST(test_run_sigkill_random_rank)
 {
-	unsigned seed = 20261122u + (unsigned) _i;
-	int victim = (int) (rand_r(&seed) % 4);
-	int delay_ms = 50 + (int) (rand_r(&seed) % 300);
+	unsigned seed = 20261122u + (unsigned)_i;
+	int victim = (int)(rand_r(&seed) % 4);
+	int delay_ms = 50 + (int)(rand_r(&seed) % 300);
 	char dir[300], e_dir[320], report[300], out[256], path[400];
 	const char *args[] = { "-n", "4", "--report", report, NULL };
 	char *env[] = { e_dir, "COHORT_FW_BYTES=65536", NULL };
@@ -142,24 +145,24 @@ START_TEST(test_run_sigkill_random_rank)
 	snprintf(e_dir, sizeof(e_dir), "COHORT_FW_PIDDIR=%s", dir);
 	snprintf(report, sizeof(report), "%s/report-%d.json", th_tmpdir(), _i);
 	launcher = launch(args, "1000000", "1", env, out, sizeof(out));
-	ck_assert_msg(th_wait_until(pids_ready, dir, 2000, 10),
-	    "workers did not start");
+	ck_assert_msg(
+	    th_wait_until(pids_ready, dir, 2000, 10), "workers did not start");
 	for (int r = 0; r < 4; r++) {
 		char *s;
 		snprintf(path, sizeof(path), "%s/rank%d.pid", dir, r);
 		s = th_read_file(path);
-		pids[r] = (pid_t) strtol(s, NULL, 10);
+		pids[r] = (pid_t)strtol(s, NULL, 10);
 		free(s);
 	}
-	usleep((useconds_t) delay_ms * 1000);
+	usleep((useconds_t)delay_ms * 1000);
 	t0 = th_now_ms();
 	kill(pids[victim], SIGKILL);
 	ck_assert_int_eq(finish(launcher, 30000), 137);
 	ck_assert_msg(th_now_ms() - t0 < 15000, "took %lld ms",
-	    (long long) (th_now_ms() - t0));
+	    (long long)(th_now_ms() - t0));
 	for (int r = 0; r < 4; r++)
-		ck_assert_msg(kill(pids[r], 0) != 0, "rank %d (pid %d) remains",
-		    r, (int) pids[r]);
+		ck_assert_msg(kill(pids[r], 0) != 0,
+		    "rank %d (pid %d) remains", r, (int)pids[r]);
 	{
 		/* every survivor stopped with EPEERLOST naming the victim */
 		char *o = th_read_file(out), *line;
@@ -167,15 +170,16 @@ START_TEST(test_run_sigkill_random_rank)
 		int named = 0;
 		ck_assert_ptr_nonnull(o);
 		snprintf(name, sizeof(name), "rank %d ", victim);
-		for (line = o; (line = strstr(line, "status=COHORT_EPEERLOST"))
-		     != NULL; line++) {
+		for (line = o;
+		     (line = strstr(line, "status=COHORT_EPEERLOST")) != NULL;
+		     line++) {
 			char *eol = strchr(line, '\n');
 			char *hit = strstr(line, name);
 			if (hit != NULL && (eol == NULL || hit < eol))
 				named++;
 		}
-		ck_assert_msg(named == 3, "%d of 3 survivors named rank %d:\n%s",
-		    named, victim, o);
+		ck_assert_msg(named == 3,
+		    "%d of 3 survivors named rank %d:\n%s", named, victim, o);
 		free(o);
 	}
 	j = th_read_file(report);
@@ -184,8 +188,9 @@ START_TEST(test_run_sigkill_random_rank)
 		char want[64];
 		snprintf(want, sizeof(want), "\"root_cause\":{\"rank\":%d,",
 		    victim);
-		ck_assert_msg(strstr(j, want) != NULL && strstr(j,
-		    "\"signal\":9") != NULL, "victim %d: %s", victim, j);
+		ck_assert_msg(strstr(j, want) != NULL
+		        && strstr(j, "\"signal\":9") != NULL,
+		    "victim %d: %s", victim, j);
 	}
 	free(j);
 }
@@ -203,10 +208,10 @@ START_TEST(test_run_two_nodes)
 	th_coord_start(&c, NULL);
 	for (int node = 0; node < 2; node++) {
 		char nr[8];
-		char *argv[] = { (char *) th_bin("cohort"), "run", "--nnodes",
+		char *argv[] = { (char *)th_bin("cohort"), "run", "--nnodes",
 			"2", "--node-rank", nr, "-n", "2", "--coordinator",
 			c.url, "--job", "twonodes", "--",
-			(char *) th_bin("cohort-fault-worker"), "30", "0",
+			(char *)th_bin("cohort-fault-worker"), "30", "0",
 			NULL };
 		snprintf(nr, sizeof(nr), "%d", node);
 		snprintf(out[node], sizeof(out[node]), "%s/node%d.out",
@@ -219,9 +224,10 @@ START_TEST(test_run_two_nodes)
 		o = th_read_file(out[node]);
 		ck_assert_ptr_nonnull(o);
 		/* each worker checked the allreduce of a 4-rank job */
-		ck_assert_msg(strstr(o, "DONE steps=30") != NULL &&
-		    strstr(o, "sum_ok=1") != NULL && strstr(o, "sum_ok=0") ==
-		    NULL, "%s", o);
+		ck_assert_msg(strstr(o, "DONE steps=30") != NULL
+		        && strstr(o, "sum_ok=1") != NULL
+		        && strstr(o, "sum_ok=0") == NULL,
+		    "%s", o);
 		free(o);
 	}
 	ck_assert_int_eq(th_coord_stop(&c), 0);

@@ -75,14 +75,14 @@ struct buf {
 static void
 b_u8(struct buf *b, unsigned v)
 {
-	b->b[b->n++] = (unsigned char) v;
+	b->b[b->n++] = (unsigned char)v;
 }
 
 static void
 b_u64(struct buf *b, uint64_t v)
 {
 	for (int i = 0; i < 8; i++)
-		b->b[b->n++] = (unsigned char) (v >> (8 * i));
+		b->b[b->n++] = (unsigned char)(v >> (8 * i));
 }
 
 static void
@@ -104,16 +104,16 @@ ts_open(int port, bool validate)
 	ck_assert_int_ge(fd, 0);
 	memset(&sa, 0, sizeof(sa));
 	sa.sin_family = AF_INET;
-	sa.sin_port = htons((uint16_t) port);
+	sa.sin_port = htons((uint16_t)port);
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ck_assert_int_eq(connect(fd, (struct sockaddr *) &sa, sizeof(sa)), 0);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	if (validate) {
 		struct buf b = { .n = 0 };
 		uint32_t m = 0x3C85F7CEu;
 		b_u8(&b, Q_VALIDATE);
 		memcpy(b.b + b.n, &m, 4);
 		b.n += 4;
-		ck_assert_int_eq(write(fd, b.b, b.n), (ssize_t) b.n);
+		ck_assert_int_eq(write(fd, b.b, b.n), (ssize_t)b.n);
 	}
 	return (fd);
 }
@@ -121,7 +121,7 @@ ts_open(int port, bool validate)
 static void
 ts_send(int fd, const struct buf *b)
 {
-	ck_assert_int_eq(write(fd, b->b, b->n), (ssize_t) b->n);
+	ck_assert_int_eq(write(fd, b->b, b->n), (ssize_t)b->n);
 }
 
 /* Reads exactly n bytes within timeout_ms; false on timeout or close. */
@@ -135,10 +135,10 @@ ts_read(int fd, void *out, size_t n, int timeout_ms)
 		ssize_t r;
 		if (poll(&p, 1, timeout_ms) <= 0)
 			return (false);
-		r = read(fd, (char *) out + got, n - got);
+		r = read(fd, (char *)out + got, n - got);
 		if (r <= 0)
 			return (false);
-		got += (size_t) r;
+		got += (size_t)r;
 	}
 	return (true);
 }
@@ -169,7 +169,7 @@ ts_bytes(int fd)
 	uint64_t n = ts_u64(fd);
 
 	ck_assert_uint_lt(n, sizeof(s));
-	ck_assert_msg(ts_read(fd, s, (size_t) n, 5000), "short bytes");
+	ck_assert_msg(ts_read(fd, s, (size_t)n, 5000), "short bytes");
 	s[n] = '\0';
 	return (s);
 }
@@ -226,7 +226,7 @@ q_keys(int fd, int q, const char *k1, const char *k2)
 {
 	struct buf b = { .n = 0 };
 
-	b_u8(&b, (unsigned) q);
+	b_u8(&b, (unsigned)q);
 	b_u64(&b, k2 != NULL ? 2 : 1);
 	b_str(&b, k1);
 	if (k2 != NULL)
@@ -255,15 +255,15 @@ START_TEST(test_every_query)
 	b.n = 0;
 	b_u8(&b, Q_ADD);
 	b_str(&b, "/c");
-	b_u64(&b, (uint64_t) 5);
+	b_u64(&b, (uint64_t)5);
 	ts_send(fd, &b);
-	ck_assert_int_eq((int64_t) ts_u64(fd), 5);
+	ck_assert_int_eq((int64_t)ts_u64(fd), 5);
 	b.n = 0;
 	b_u8(&b, Q_ADD);
 	b_str(&b, "/c");
-	b_u64(&b, (uint64_t) (int64_t) -7);
+	b_u64(&b, (uint64_t)(int64_t)-7);
 	ts_send(fd, &b);
-	ck_assert_int_eq((int64_t) ts_u64(fd), -2);
+	ck_assert_int_eq((int64_t)ts_u64(fd), -2);
 	ck_assert_str_eq(q_get(fd, "/c"), "-2");
 
 	/* compare_set: torch's four cases */
@@ -318,9 +318,9 @@ START_TEST(test_every_query)
 	ck_assert_uint_eq(ts_u64(fd), 5);
 	for (int i = 0; i < 5; i++) {
 		const char *k = ts_bytes(fd);
-		ck_assert_msg(strcmp(k, "/k") == 0 || strcmp(k, "/c") == 0 ||
-		        strcmp(k, "/n") == 0 || strcmp(k, "/a") == 0 ||
-		        strcmp(k, "/m2") == 0,
+		ck_assert_msg(strcmp(k, "/k") == 0 || strcmp(k, "/c") == 0
+		        || strcmp(k, "/n") == 0 || strcmp(k, "/a") == 0
+		        || strcmp(k, "/m2") == 0,
 		    "unexpected key %s", k);
 	}
 	close(fd);
@@ -442,17 +442,17 @@ START_TEST(test_bad_input_closes_only_that_connection)
 		{ "unknown query", true, { 99 }, 1 },
 		{ "huge key", true, { Q_SET, 0, 0, 0, 0, 0, 1, 0, 0 }, 9 },
 		{ "empty key", true, { Q_GET, 0, 0, 0, 0, 0, 0, 0, 0 }, 9 },
-		{ "too many keys", true, { Q_CHECK, 0, 0, 0, 0x40, 0, 0, 0, 0 },
-		    9 },
+		{ "too many keys", true,
+		    { Q_CHECK, 0, 0, 0, 0x40, 0, 0, 0, 0 }, 9 },
 	};
 
 	q_set(good, "/ok", "1");
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		int fd = ts_open(port_a, cases[i].validate);
 		ck_assert_int_eq(write(fd, cases[i].bytes, cases[i].n),
-		    (ssize_t) cases[i].n);
-		ck_assert_msg(ts_closed(fd, 3000), "%s: not closed",
-		    cases[i].name);
+		    (ssize_t)cases[i].n);
+		ck_assert_msg(
+		    ts_closed(fd, 3000), "%s: not closed", cases[i].name);
 		close(fd);
 	}
 	{
@@ -461,7 +461,7 @@ START_TEST(test_bad_input_closes_only_that_connection)
 		struct buf b = { .n = 0 };
 		b_u8(&b, Q_SET);
 		b_str(&b, "/k");
-		b_u64(&b, (uint64_t) 1 << 40);
+		b_u64(&b, (uint64_t)1 << 40);
 		ts_send(fd, &b);
 		ck_assert_msg(ts_closed(fd, 3000), "huge value: not closed");
 		close(fd);

@@ -21,14 +21,14 @@
 
 struct fx_reply {
 	uintptr_t tag;
-	nng_msg* msg;
-	Cohort__Reply* rep;
-	const uint8_t* pl;
+	nng_msg *msg;
+	Cohort__Reply *rep;
+	const uint8_t *pl;
 	size_t plen;
 };
 
 struct fx {
-	struct srv_core* core;
+	struct srv_core *core;
 	char dir[256]; /* journal directory, "" = none */
 	uint64_t compact_min;
 	cohort__time now;
@@ -39,22 +39,22 @@ struct fx {
 };
 
 struct fx_cli {
-	const char* job;
-	const char* token;
+	const char *job;
+	const char *token;
 	uint64_t id;
 	uint64_t seq;
 	uint64_t gen;
 	int32_t rank;
 	uint32_t pipe;
-	const char* host;
+	const char *host;
 	uint32_t pid;
 };
 
 static inline void
-fx_sink(void* arg, void* tp, nng_msg* m)
+fx_sink(void *arg, void *tp, nng_msg *m)
 {
-	struct fx* f = arg;
-	struct fx_reply* r;
+	struct fx *f = arg;
+	struct fx_reply *r;
 
 	if (m == NULL) {
 		f->ndrop++;
@@ -68,10 +68,10 @@ fx_sink(void* arg, void* tp, nng_msg* m)
 	    cohort__wire_unpack_reply(m, &r->rep, &r->pl, &r->plen));
 }
 
-static inline struct fx*
+static inline struct fx *
 fx_new_limits(uint64_t max_value, uint64_t max_job, uint64_t max_keys)
 {
-	struct fx* f = calloc(1, sizeof(*f));
+	struct fx *f = calloc(1, sizeof(*f));
 	struct srv_limits lim = { max_value, max_job, max_keys };
 
 	ck_assert_ptr_nonnull(f);
@@ -82,14 +82,14 @@ fx_new_limits(uint64_t max_value, uint64_t max_job, uint64_t max_keys)
 	return (f);
 }
 
-static inline struct fx*
+static inline struct fx *
 fx_new(void)
 {
 	return (fx_new_limits(1u << 20, 1u << 24, 1000));
 }
 
 static inline void
-fx_free(struct fx* f)
+fx_free(struct fx *f)
 {
 	srv_core_free(f->core);
 	for (size_t i = 0; i < f->n; i++) {
@@ -100,8 +100,8 @@ fx_free(struct fx* f)
 }
 
 /* The reply to request tag, or NULL if none yet. */
-static inline struct fx_reply*
-fx_get(struct fx* f, uintptr_t tag)
+static inline struct fx_reply *
+fx_get(struct fx *f, uintptr_t tag)
 {
 	for (size_t i = f->n; i-- > 0;)
 		if (f->r[i].tag == tag)
@@ -110,10 +110,10 @@ fx_get(struct fx* f, uintptr_t tag)
 }
 
 /* The reply to tag, which must exist, with status st. */
-static inline Cohort__Reply*
-fx_want(struct fx* f, uintptr_t tag, cohort_status st)
+static inline Cohort__Reply *
+fx_want(struct fx *f, uintptr_t tag, cohort_status st)
 {
-	struct fx_reply* r = fx_get(f, tag);
+	struct fx_reply *r = fx_get(f, tag);
 
 	ck_assert_msg(
 	    r != NULL, "no reply to request #%lu", (unsigned long)tag);
@@ -125,32 +125,32 @@ fx_want(struct fx* f, uintptr_t tag, cohort_status st)
 }
 
 static inline void
-fx_tick(struct fx* f, cohort__time ms)
+fx_tick(struct fx *f, cohort__time ms)
 {
 	f->now += ms;
 	srv_core_sweep(f->core, f->now);
 }
 
 static inline uintptr_t
-fx_raw(struct fx* f, nng_msg* m, uint32_t pipe)
+fx_raw(struct fx *f, nng_msg *m, uint32_t pipe)
 {
 	uintptr_t tag = f->next_tag++;
 
-	srv_core_dispatch(f->core, m, pipe, (void*)tag, f->now);
+	srv_core_dispatch(f->core, m, pipe, (void *)tag, f->now);
 	return (tag);
 }
 
 /* Sends rq (envelope fields from cli unless already set). */
 static inline uintptr_t
-fx_send(struct fx* f, struct fx_cli* c, Cohort__Request* rq, const void* pl,
+fx_send(struct fx *f, struct fx_cli *c, Cohort__Request *rq, const void *pl,
     size_t plen)
 {
 	struct cohort__iov iov = { pl, plen };
-	nng_msg* m;
+	nng_msg *m;
 
 	rq->proto_version = COHORT_PROTO_VERSION;
-	rq->job = (char*)c->job;
-	rq->token = (char*)c->token;
+	rq->job = (char *)c->job;
+	rq->token = (char *)c->token;
 	rq->client_id = c->id;
 	if (rq->seq == 0)
 		rq->seq = ++c->seq;
@@ -162,7 +162,7 @@ fx_send(struct fx* f, struct fx_cli* c, Cohort__Request* rq, const void* pl,
 }
 
 static inline void
-fx_cli_init(struct fx_cli* c, const char* job, uint64_t id, uint32_t pipe)
+fx_cli_init(struct fx_cli *c, const char *job, uint64_t id, uint32_t pipe)
 {
 	memset(c, 0, sizeof(*c));
 	c->job = job;
@@ -175,7 +175,7 @@ fx_cli_init(struct fx_cli* c, const char* job, uint64_t id, uint32_t pipe)
 }
 
 static inline uintptr_t
-fx_join(struct fx* f, struct fx_cli* c, int32_t rank, uint32_t world,
+fx_join(struct fx *f, struct fx_cli *c, int32_t rank, uint32_t world,
     uint32_t timeout_ms)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
@@ -183,7 +183,7 @@ fx_join(struct fx* f, struct fx_cli* c, int32_t rank, uint32_t world,
 
 	j.rank = rank;
 	j.world_size = world;
-	j.host = (char*)c->host;
+	j.host = (char *)c->host;
 	j.pid = c->pid;
 	j.local_rank = -1;
 	j.heartbeat_ms = 1000;
@@ -196,9 +196,9 @@ fx_join(struct fx* f, struct fx_cli* c, int32_t rank, uint32_t world,
 
 /* After the rendezvous: take rank and generation from the join reply. */
 static inline void
-fx_joined(struct fx* f, struct fx_cli* c, uintptr_t tag)
+fx_joined(struct fx *f, struct fx_cli *c, uintptr_t tag)
 {
-	Cohort__Reply* r = fx_want(f, tag, COHORT_OK);
+	Cohort__Reply *r = fx_want(f, tag, COHORT_OK);
 
 	ck_assert_int_eq(r->body_case, COHORT__REPLY__BODY_JOIN);
 	c->rank = r->join->rank;
@@ -207,7 +207,7 @@ fx_joined(struct fx* f, struct fx_cli* c, uintptr_t tag)
 
 /* n clients of job joined at world n (ranks by index). */
 static inline void
-fx_form(struct fx* f, struct fx_cli* c, int n, const char* job)
+fx_form(struct fx *f, struct fx_cli *c, int n, const char *job)
 {
 	uintptr_t t[64];
 
@@ -221,8 +221,8 @@ fx_form(struct fx* f, struct fx_cli* c, int n, const char* job)
 }
 
 static inline uintptr_t
-fx_coll(struct fx* f, struct fx_cli* c, Cohort__Collective* co,
-    uint32_t timeout_ms, const void* pl, size_t plen)
+fx_coll(struct fx *f, struct fx_cli *c, Cohort__Collective *co,
+    uint32_t timeout_ms, const void *pl, size_t plen)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 
@@ -233,37 +233,37 @@ fx_coll(struct fx* f, struct fx_cli* c, Cohort__Collective* co,
 }
 
 static inline uintptr_t
-fx_barrier(struct fx* f, struct fx_cli* c, const char* name, uint64_t op_seq,
+fx_barrier(struct fx *f, struct fx_cli *c, const char *name, uint64_t op_seq,
     uint32_t timeout_ms)
 {
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 
 	co.kind = COHORT__COLLECTIVE_KIND__COLL_BARRIER;
-	co.name = (char*)name;
+	co.name = (char *)name;
 	co.op_seq = op_seq;
 	return (fx_coll(f, c, &co, timeout_ms, NULL, 0));
 }
 
 static inline uintptr_t
-fx_kv_set(struct fx* f, struct fx_cli* c, const char* key, const char* val)
+fx_kv_set(struct fx *f, struct fx_cli *c, const char *key, const char *val)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__KvSet s = COHORT__KV_SET__INIT;
 
-	s.key = (char*)key;
+	s.key = (char *)key;
 	rq.body_case = COHORT__REQUEST__BODY_KV_SET;
 	rq.kv_set = &s;
 	return (fx_send(f, c, &rq, val, strlen(val)));
 }
 
 static inline uintptr_t
-fx_kv_get(struct fx* f, struct fx_cli* c, const char* key, bool wait,
+fx_kv_get(struct fx *f, struct fx_cli *c, const char *key, bool wait,
     uint32_t timeout_ms)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__KvGet g = COHORT__KV_GET__INIT;
 
-	g.key = (char*)key;
+	g.key = (char *)key;
 	g.wait = wait;
 	rq.body_case = COHORT__REQUEST__BODY_KV_GET;
 	rq.kv_get = &g;
@@ -273,7 +273,7 @@ fx_kv_get(struct fx* f, struct fx_cli* c, const char* key, bool wait,
 
 static inline uintptr_t
 fx_simple(
-    struct fx* f, struct fx_cli* c, int body, void* msg, uint32_t timeout_ms)
+    struct fx *f, struct fx_cli *c, int body, void *msg, uint32_t timeout_ms)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 
@@ -284,24 +284,24 @@ fx_simple(
 }
 
 static inline bool
-fx_payload_is(struct fx* f, uintptr_t tag, const char* s)
+fx_payload_is(struct fx *f, uintptr_t tag, const char *s)
 {
-	struct fx_reply* r = fx_get(f, tag);
+	struct fx_reply *r = fx_get(f, tag);
 
 	return (r != NULL && r->plen == strlen(s)
 	    && memcmp(r->pl, s, r->plen) == 0);
 }
 
 static inline uintptr_t
-fx_heartbeat(struct fx* f, struct fx_cli* c, const char* op, uint64_t seq,
-    const char* group, bool in_op, uint64_t in_op_ms)
+fx_heartbeat(struct fx *f, struct fx_cli *c, const char *op, uint64_t seq,
+    const char *group, bool in_op, uint64_t in_op_ms)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
 
-	hb.last_op = (char*)op;
+	hb.last_op = (char *)op;
 	hb.last_op_seq = seq;
-	hb.last_group = (char*)group;
+	hb.last_group = (char *)group;
 	hb.in_op = in_op;
 	hb.in_op_ms = in_op_ms;
 	rq.body_case = COHORT__REQUEST__BODY_HEARTBEAT;
@@ -316,7 +316,7 @@ fx_heartbeat(struct fx* f, struct fx_cli* c, const char* op, uint64_t seq,
 /* ------------------------------------------------------------------------ */
 
 static inline void
-fx_open_journal(struct fx* f)
+fx_open_journal(struct fx *f)
 {
 	struct srv_jrn_opts o;
 
@@ -327,11 +327,11 @@ fx_open_journal(struct fx* f)
 	ck_assert_cohort_ok(srv_core_journal_open(f->core, &o, f->now));
 }
 
-static inline struct fx*
+static inline struct fx *
 fx_new_journal(uint64_t compact_min)
 {
-	struct fx* f = fx_new();
-	const char* t = getenv("TMPDIR");
+	struct fx *f = fx_new();
+	const char *t = getenv("TMPDIR");
 
 	snprintf(f->dir, sizeof(f->dir), "%s/cohort-jrn-XXXXXX",
 	    t != NULL && t[0] != '\0' ? t : "/tmp");
@@ -343,7 +343,7 @@ fx_new_journal(uint64_t compact_min)
 
 /* The core dies and a new one starts from the state directory. */
 static inline void
-fx_restart(struct fx* f)
+fx_restart(struct fx *f)
 {
 	struct srv_limits lim = f->core->lim;
 
@@ -354,10 +354,10 @@ fx_restart(struct fx* f)
 }
 
 static inline void
-fx_rmdir(const char* dir)
+fx_rmdir(const char *dir)
 {
-	DIR* d = opendir(dir);
-	struct dirent* e;
+	DIR *d = opendir(dir);
+	struct dirent *e;
 	char p[512];
 
 	if (d == NULL)
@@ -374,7 +374,7 @@ fx_rmdir(const char* dir)
 }
 
 static inline void
-fx_free_journal(struct fx* f)
+fx_free_journal(struct fx *f)
 {
 	char dir[256];
 

@@ -42,11 +42,13 @@
 
 /* Collective checks that failed in a group's threads (printed on stderr
  * as they happen). */
-#define tt_assert_no_failures(g)                                             \
+#define tt_assert_no_failures(g)                                              \
 	do {                                                                  \
 		int f_ = atomic_load(&(g)->failures);                         \
-		ck_assert_msg(f_ == 0, "%d collective checks failed in "     \
-		    "group %s (see stderr)", f_, (g)->group_id);              \
+		ck_assert_msg(f_ == 0,                                        \
+		    "%d collective checks failed in "                         \
+		    "group %s (see stderr)",                                  \
+		    f_, (g)->group_id);                                       \
 	} while (0)
 #define TT_ERRLEN 512
 
@@ -124,8 +126,8 @@ tt_store_set(void *ctx, const char *key, const void *val, size_t len,
 }
 
 static cohort_status
-tt_store_get(void *ctx, const char *key, void **val, size_t *len,
-    cohort__time deadline)
+tt_store_get(
+    void *ctx, const char *key, void **val, size_t *len, cohort__time deadline)
 {
 	struct tt_store *s = ctx;
 	cohort_status rv = COHORT_ETIMEDOUT;
@@ -198,8 +200,7 @@ struct tt_group {
 
 enum tt_mode { TT_SHM, TT_PURE, TT_MIXED, TT_NMODES };
 
-static const char *const tt_mode_name[TT_NMODES] = { "shm", "tcp",
-	"mixed" };
+static const char *const tt_mode_name[TT_NMODES] = { "shm", "tcp", "mixed" };
 
 /* Selects the data path for the groups a test creates (read at init). */
 static void
@@ -260,11 +261,11 @@ tt_thread(void *arg)
 	void *state = NULL;
 
 	tt_desc(g, r, &d);
-	g->init_rv[r] = cohort__tcp_backend.init(&d, &state, g->init_err[r],
-	    TT_ERRLEN, cohort__now_ms() + 20000);
+	g->init_rv[r] = cohort__tcp_backend.init(
+	    &d, &state, g->init_err[r], TT_ERRLEN, cohort__now_ms() + 20000);
 	g->state[r] = state;
-	if (g->init_rv[r] == COHORT_OK &&
-	    ((struct cohort__tcp *) state)->shm != NULL)
+	if (g->init_rv[r] == COHORT_OK
+	    && ((struct cohort__tcp *)state)->shm != NULL)
 		atomic_fetch_add(&g->shm_ranks, 1);
 	if (g->init_rv[r] == COHORT_OK && g->body != NULL)
 		g->body(g, r, state);
@@ -298,12 +299,13 @@ tt_group_setup(struct tt_group *g, struct tt_store *s, int n, const char *id,
 static void
 tt_group_start(struct tt_group *g, int slot)
 {
-	pthread_barrier_init(&g->done, NULL, (unsigned) g->n);
+	pthread_barrier_init(&g->done, NULL, (unsigned)g->n);
 	for (int r = 0; r < g->n; r++) {
 		tt_args[slot][r].g = g;
 		tt_args[slot][r].rank = r;
 		ck_assert_int_eq(pthread_create(&g->th[r], NULL, tt_thread,
-		    &tt_args[slot][r]), 0);
+		                     &tt_args[slot][r]),
+		    0);
 	}
 }
 
@@ -347,15 +349,15 @@ tt_mix(uint64_t x)
 static inline bool
 tt_isfloat(cohort_dtype dt)
 {
-	return (dt == COHORT_F32 || dt == COHORT_F64 || dt == COHORT_F16 ||
-	    dt == COHORT_BF16);
+	return (dt == COHORT_F32 || dt == COHORT_F64 || dt == COHORT_F16
+	    || dt == COHORT_BF16);
 }
 
 /* Input element i of rank r: raw bits (integers) or an exact double. */
 static inline uint64_t
 tt_raw(uint64_t seed, int r, size_t i)
 {
-	return (tt_mix(seed ^ ((uint64_t) r << 48) ^ (uint64_t) i));
+	return (tt_mix(seed ^ ((uint64_t)r << 48) ^ (uint64_t)i));
 }
 
 static inline double
@@ -368,7 +370,7 @@ tt_fval(uint64_t seed, int r, size_t i, cohort_redop op)
 
 		return (v[h % 6]);
 	}
-	return ((double) ((int) (h % 25) - 12) / 4.0);
+	return ((double)((int)(h % 25) - 12) / 4.0);
 }
 
 static void
@@ -376,25 +378,25 @@ tt_put(void *buf, size_t i, cohort_dtype dt, uint64_t raw, double f)
 {
 	switch (dt) {
 	case COHORT_F32:
-		((float *) buf)[i] = (float) f;
+		((float *)buf)[i] = (float)f;
 		break;
 	case COHORT_F64:
-		((double *) buf)[i] = f;
+		((double *)buf)[i] = f;
 		break;
 	case COHORT_F16:
-		((uint16_t *) buf)[i] = cohort__f32_to_f16((float) f);
+		((uint16_t *)buf)[i] = cohort__f32_to_f16((float)f);
 		break;
 	case COHORT_BF16:
-		((uint16_t *) buf)[i] = cohort__f32_to_bf16((float) f);
+		((uint16_t *)buf)[i] = cohort__f32_to_bf16((float)f);
 		break;
 	case COHORT_I32:
-		((uint32_t *) buf)[i] = (uint32_t) raw;
+		((uint32_t *)buf)[i] = (uint32_t)raw;
 		break;
 	case COHORT_I64:
-		((uint64_t *) buf)[i] = raw;
+		((uint64_t *)buf)[i] = raw;
 		break;
 	case COHORT_U8:
-		((uint8_t *) buf)[i] = (uint8_t) raw;
+		((uint8_t *)buf)[i] = (uint8_t)raw;
 		break;
 	default:
 		break;
@@ -406,13 +408,13 @@ tt_getf(const void *buf, size_t i, cohort_dtype dt)
 {
 	switch (dt) {
 	case COHORT_F32:
-		return (((const float *) buf)[i]);
+		return (((const float *)buf)[i]);
 	case COHORT_F64:
-		return (((const double *) buf)[i]);
+		return (((const double *)buf)[i]);
 	case COHORT_F16:
-		return (cohort__f16_to_f32(((const uint16_t *) buf)[i]));
+		return (cohort__f16_to_f32(((const uint16_t *)buf)[i]));
 	case COHORT_BF16:
-		return (cohort__bf16_to_f32(((const uint16_t *) buf)[i]));
+		return (cohort__bf16_to_f32(((const uint16_t *)buf)[i]));
 	default:
 		return (0);
 	}
@@ -423,18 +425,18 @@ tt_geti(const void *buf, size_t i, cohort_dtype dt)
 {
 	switch (dt) {
 	case COHORT_I32:
-		return (((const uint32_t *) buf)[i]);
+		return (((const uint32_t *)buf)[i]);
 	case COHORT_I64:
-		return (((const uint64_t *) buf)[i]);
+		return (((const uint64_t *)buf)[i]);
 	default:
-		return (((const uint8_t *) buf)[i]);
+		return (((const uint8_t *)buf)[i]);
 	}
 }
 
 /* Fills buf[0..count) with rank r's input, element indices from base. */
 static void
-tt_fill(void *buf, size_t count, size_t base, cohort_dtype dt,
-    cohort_redop op, uint64_t seed, int r)
+tt_fill(void *buf, size_t count, size_t base, cohort_dtype dt, cohort_redop op,
+    uint64_t seed, int r)
 {
 	for (size_t i = 0; i < count; i++)
 		tt_put(buf, i, dt, tt_raw(seed, r, base + i),
@@ -445,10 +447,10 @@ static int64_t
 tt_sext(uint64_t v, cohort_dtype dt)
 {
 	if (dt == COHORT_I32)
-		return ((int32_t) (uint32_t) v);
+		return ((int32_t)(uint32_t)v);
 	if (dt == COHORT_I64)
-		return ((int64_t) v);
-	return ((int64_t) (uint8_t) v);
+		return ((int64_t)v);
+	return ((int64_t)(uint8_t)v);
 }
 
 static uint64_t
@@ -496,10 +498,10 @@ tt_check_reduced(const void *got, size_t count, size_t base, cohort_dtype dt,
 			}
 			g = tt_getf(got, i, dt);
 			if (op == COHORT_MEAN) {
-				double rel = dt == COHORT_F16 ? 1.0 / 1024 :
-				    dt == COHORT_BF16     ? 1.0 / 128 :
-				    dt == COHORT_F32      ? 2.4e-7 :
-							    4.5e-16;
+				double rel = dt == COHORT_F16 ? 1.0 / 1024
+				    : dt == COHORT_BF16       ? 1.0 / 128
+				    : dt == COHORT_F32        ? 2.4e-7
+				                              : 4.5e-16;
 
 				want /= n;
 				ok = fabs(g - want) <= fabs(want) * rel;
@@ -511,8 +513,8 @@ tt_check_reduced(const void *got, size_t count, size_t base, cohort_dtype dt,
 			uint64_t gv = tt_geti(got, i, dt);
 
 			for (int r = 1; r < n; r++) {
-				uint64_t v = tt_raw(seed, r, base + i) &
-				    tt_mask(dt);
+				uint64_t v
+				    = tt_raw(seed, r, base + i) & tt_mask(dt);
 
 				switch (op) {
 				case COHORT_PROD:
@@ -525,8 +527,8 @@ tt_check_reduced(const void *got, size_t count, size_t base, cohort_dtype dt,
 						w = v;
 					break;
 				case COHORT_MAX:
-					if (dt != COHORT_U8 &&
-					    tt_sext(v, dt) > tt_sext(w, dt))
+					if (dt != COHORT_U8
+					    && tt_sext(v, dt) > tt_sext(w, dt))
 						w = v;
 					if (dt == COHORT_U8 && v > w)
 						w = v;
@@ -538,15 +540,16 @@ tt_check_reduced(const void *got, size_t count, size_t base, cohort_dtype dt,
 				w &= tt_mask(dt);
 			}
 			ok = gv == (w & tt_mask(dt));
-			g = (double) gv;
-			want = (double) w;
+			g = (double)gv;
+			want = (double)w;
 		}
 		if (!ok) {
 			if (bad < 5)
-				fprintf(stderr, "%s: %s %s n=%d elem %zu: got "
-				    "%.9g want %.9g\n", what,
-				    cohort_dtype_name(dt), cohort_redop_name(op),
-				    n, i, g, want);
+				fprintf(stderr,
+				    "%s: %s %s n=%d elem %zu: got "
+				    "%.9g want %.9g\n",
+				    what, cohort_dtype_name(dt),
+				    cohort_redop_name(op), n, i, g, want);
 			bad++;
 		}
 	}
@@ -577,8 +580,7 @@ struct tt_spec {
 	uint64_t seed;
 };
 
-static void
-tt_fail(struct tt_group *g, int rank, const char *fmt, ...)
+static void tt_fail(struct tt_group *g, int rank, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static void
@@ -601,7 +603,7 @@ tt_kind_name(enum cohort__op_kind k)
 		"broadcast", "allgather", "allgatherv", "reduce_scatter",
 		"alltoall", "gather", "scatter", "barrier" };
 
-	return ((unsigned) k <= COHORT__OP_BARRIER ? names[k] : "?");
+	return ((unsigned)k <= COHORT__OP_BARRIER ? names[k] : "?");
 }
 
 /* Runs spec on rank r and checks its output. */
@@ -650,21 +652,21 @@ tt_one(struct tt_group *g, int r, void *state, const struct tt_spec *sp,
 		break;
 	case COHORT__OP_ALLGATHER:
 	case COHORT__OP_GATHER:
-		recv = malloc((size_t) n * blk + 64);
-		want = malloc((size_t) n * blk + 64);
+		recv = malloc((size_t)n * blk + 64);
+		want = malloc((size_t)n * blk + 64);
 		for (int p = 0; p < n; p++)
-			tt_fill(want + (size_t) p * blk, cnt, 0, sp->dt, sp->op,
+			tt_fill(want + (size_t)p * blk, cnt, 0, sp->dt, sp->op,
 			    sp->seed, p);
 		if (sp->inplace) {
-			send = recv + (size_t) r * blk;
+			send = recv + (size_t)r * blk;
 		} else {
 			send = malloc(blk + 64);
 		}
-		memcpy(send, want + (size_t) r * blk, blk);
+		memcpy(send, want + (size_t)r * blk, blk);
 		break;
 	case COHORT__OP_ALLGATHERV:
 		for (int p = 0; p < n; p++) {
-			uint64_t h = tt_mix(sp->seed + (uint64_t) p);
+			uint64_t h = tt_mix(sp->seed + (uint64_t)p);
 
 			counts[p] = h % 4 == 0 ? 0 : h % (cnt + 1);
 			if (p == r)
@@ -683,34 +685,33 @@ tt_one(struct tt_group *g, int r, void *state, const struct tt_spec *sp,
 				off += counts[p];
 			}
 		}
-		send = sp->inplace ? recv + myoff * es :
-				     malloc(counts[r] * es + 64);
+		send = sp->inplace ? recv + myoff * es
+		                   : malloc(counts[r] * es + 64);
 		memcpy(send, want + myoff * es, counts[r] * es);
 		break;
 	case COHORT__OP_REDUCE_SCATTER:
-		send = malloc((size_t) n * blk + 64);
-		tt_fill(send, (size_t) n * cnt, 0, sp->dt, sp->op, sp->seed, r);
-		recv = sp->inplace ? send + (size_t) r * blk : malloc(blk + 64);
+		send = malloc((size_t)n * blk + 64);
+		tt_fill(send, (size_t)n * cnt, 0, sp->dt, sp->op, sp->seed, r);
+		recv = sp->inplace ? send + (size_t)r * blk : malloc(blk + 64);
 		break;
 	case COHORT__OP_ALLTOALL:
-		send = malloc((size_t) n * blk + 64);
-		recv = malloc((size_t) n * blk + 64);
-		want = malloc((size_t) n * blk + 64);
-		tt_fill(send, (size_t) n * cnt, 0, sp->dt, sp->op, sp->seed, r);
+		send = malloc((size_t)n * blk + 64);
+		recv = malloc((size_t)n * blk + 64);
+		want = malloc((size_t)n * blk + 64);
+		tt_fill(send, (size_t)n * cnt, 0, sp->dt, sp->op, sp->seed, r);
 		for (int p = 0; p < n; p++)
-			tt_fill(want + (size_t) p * blk, cnt, (size_t) r * cnt,
+			tt_fill(want + (size_t)p * blk, cnt, (size_t)r * cnt,
 			    sp->dt, sp->op, sp->seed, p);
 		break;
 	case COHORT__OP_SCATTER:
-		send = malloc((size_t) n * blk + 64);
+		send = malloc((size_t)n * blk + 64);
 		want = malloc(blk + 64);
-		tt_fill(send, (size_t) n * cnt, 0, sp->dt, sp->op, sp->seed,
+		tt_fill(send, (size_t)n * cnt, 0, sp->dt, sp->op, sp->seed,
 		    sp->root);
-		tt_fill(want, cnt, (size_t) r * cnt, sp->dt, sp->op, sp->seed,
+		tt_fill(want, cnt, (size_t)r * cnt, sp->dt, sp->op, sp->seed,
 		    sp->root);
-		recv = sp->inplace && r == sp->root ?
-		    send + (size_t) r * blk :
-		    malloc(blk + 64);
+		recv = sp->inplace && r == sp->root ? send + (size_t)r * blk
+		                                    : malloc(blk + 64);
 		break;
 	case COHORT__OP_BARRIER:
 	default:
@@ -727,42 +728,42 @@ tt_one(struct tt_group *g, int r, void *state, const struct tt_spec *sp,
 		op.recv = NULL;
 	}
 
-	rv = cohort__tcp_backend.run(state, &op, err, sizeof(err),
-	    cohort__now_ms() + 30000);
+	rv = cohort__tcp_backend.run(
+	    state, &op, err, sizeof(err), cohort__now_ms() + 30000);
 	if (rv != COHORT_OK) {
 		tt_fail(g, r, "%s: %s: %s", what, cohort_status_name(rv), err);
 		goto out;
 	}
 	switch (sp->kind) {
 	case COHORT__OP_ALLREDUCE:
-		bad = tt_check_reduced(recv, cnt, 0, sp->dt, sp->op, sp->seed, n,
-		    what);
+		bad = tt_check_reduced(
+		    recv, cnt, 0, sp->dt, sp->op, sp->seed, n, what);
 		g->hash[r] = tt_hash_bytes(g->hash[r] * 31 + seq, recv, blk);
 		break;
 	case COHORT__OP_REDUCE:
 		if (r == sp->root)
-			bad = tt_check_reduced(recv, cnt, 0, sp->dt, sp->op,
-			    sp->seed, n, what);
+			bad = tt_check_reduced(
+			    recv, cnt, 0, sp->dt, sp->op, sp->seed, n, what);
 		break;
 	case COHORT__OP_BROADCAST:
 		bad = memcmp(recv, want, blk) != 0;
 		break;
 	case COHORT__OP_ALLGATHER:
-		bad = memcmp(recv, want, (size_t) n * blk) != 0;
+		bad = memcmp(recv, want, (size_t)n * blk) != 0;
 		break;
 	case COHORT__OP_GATHER:
 		if (r == sp->root)
-			bad = memcmp(recv, want, (size_t) n * blk) != 0;
+			bad = memcmp(recv, want, (size_t)n * blk) != 0;
 		break;
 	case COHORT__OP_ALLGATHERV:
 		bad = memcmp(recv, want, total * es) != 0;
 		break;
 	case COHORT__OP_REDUCE_SCATTER:
-		bad = tt_check_reduced(recv, cnt, (size_t) r * cnt, sp->dt,
+		bad = tt_check_reduced(recv, cnt, (size_t)r * cnt, sp->dt,
 		    sp->op, sp->seed, n, what);
 		break;
 	case COHORT__OP_ALLTOALL:
-		bad = memcmp(recv, want, (size_t) n * blk) != 0;
+		bad = memcmp(recv, want, (size_t)n * blk) != 0;
 		break;
 	case COHORT__OP_SCATTER:
 		bad = memcmp(recv, want, blk) != 0;
@@ -811,8 +812,8 @@ out:
 /* Correctness: every collective x dtype x op x in/out of place             */
 /* ------------------------------------------------------------------------ */
 
-static const enum cohort__op_kind tt_reducing[] = { COHORT__OP_ALLREDUCE,
-	COHORT__OP_REDUCE, COHORT__OP_REDUCE_SCATTER };
+static const enum cohort__op_kind tt_reducing[]
+    = { COHORT__OP_ALLREDUCE, COHORT__OP_REDUCE, COHORT__OP_REDUCE_SCATTER };
 static const enum cohort__op_kind tt_moving[] = { COHORT__OP_BROADCAST,
 	COHORT__OP_ALLGATHER, COHORT__OP_ALLGATHERV, COHORT__OP_ALLTOALL,
 	COHORT__OP_GATHER, COHORT__OP_SCATTER, COHORT__OP_BARRIER };
@@ -829,8 +830,8 @@ tt_body_matrix(struct tt_group *g, int r, void *state)
 				size_t counts[4];
 				uint64_t h;
 
-				if (o == COHORT_MEAN &&
-				    !tt_isfloat((cohort_dtype) dt))
+				if (o == COHORT_MEAN
+				    && !tt_isfloat((cohort_dtype)dt))
 					continue;
 				h = tt_mix(g->seed + seq);
 				/* 0, 1, an odd count, and one past the
@@ -838,17 +839,18 @@ tt_body_matrix(struct tt_group *g, int r, void *state)
 				counts[0] = 0;
 				counts[1] = 1;
 				counts[2] = 2 * (h % 600) + 3;
-				counts[3] = (k == 0 ? 20001 : 3001) +
-				    2 * (h % 20000);
+				counts[3] = (k == 0 ? 20001 : 3001)
+				    + 2 * (h % 20000);
 				for (int c = 0; c < 4; c++) {
 					for (int ip = 0; ip < 2; ip++) {
 						struct tt_spec sp = {
 							.kind = tt_reducing[k],
-							.dt = (cohort_dtype) dt,
-							.op = (cohort_redop) o,
+							.dt = (cohort_dtype)dt,
+							.op = (cohort_redop)o,
 							.inplace = ip == 1,
 							.count = counts[c],
-							.root = (int) (h % (uint64_t) n),
+							.root = (int)(h
+							    % (uint64_t)n),
 							.seed = g->seed + seq,
 						};
 
@@ -859,19 +861,18 @@ tt_body_matrix(struct tt_group *g, int r, void *state)
 			}
 		}
 	}
-	for (size_t k = 0; k < sizeof(tt_moving) / sizeof(tt_moving[0]);
-	     k++) {
-		static const cohort_dtype dts[] = { COHORT_U8, COHORT_F32,
-			COHORT_F64 };
+	for (size_t k = 0; k < sizeof(tt_moving) / sizeof(tt_moving[0]); k++) {
+		static const cohort_dtype dts[]
+		    = { COHORT_U8, COHORT_F32, COHORT_F64 };
 
 		for (int d = 0; d < 3; d++) {
 			for (int c = 0; c < 5; c++) {
 				uint64_t h = tt_mix(g->seed + seq);
-				size_t cnt = c == 0 ? 0 :
-				    c == 1	    ? 1 :
-				    c == 2	    ? 2 * (h % 500) + 1 :
-				    c == 3	    ? 40001 + 2 * (h % 9000) :
-							    300001;
+				size_t cnt = c == 0 ? 0
+				    : c == 1        ? 1
+				    : c == 2        ? 2 * (h % 500) + 1
+				    : c == 3        ? 40001 + 2 * (h % 9000)
+				                    : 300001;
 
 				if (c == 4 && d != 0)
 					continue;
@@ -882,12 +883,12 @@ tt_body_matrix(struct tt_group *g, int r, void *state)
 						.op = COHORT_SUM,
 						.inplace = ip == 1,
 						.count = cnt,
-						.root = (int) (h % (uint64_t) n),
+						.root = (int)(h % (uint64_t)n),
 						.seed = g->seed + seq,
 					};
 
-					if (tt_moving[k] == COHORT__OP_ALLTOALL &&
-					    ip == 1)
+					if (tt_moving[k] == COHORT__OP_ALLTOALL
+					    && ip == 1)
 						continue;
 					seq++;
 					tt_one(g, r, state, &sp, seq);
@@ -936,9 +937,9 @@ tt_body_big(struct tt_group *g, int r, void *state)
 		{ COHORT__OP_REDUCE, COHORT_F32, COHORT_MIN, true,
 		    (1u << 20) + 3, 0, 16 },
 		{ COHORT__OP_REDUCE_SCATTER, COHORT_F32, COHORT_MEAN, false,
-		    (1u << 20) / (size_t) n + 1, 0, 17 },
+		    (1u << 20) / (size_t)n + 1, 0, 17 },
 		{ COHORT__OP_REDUCE_SCATTER, COHORT_I32, COHORT_SUM, true,
-		    (1u << 20) / (size_t) n + 3, 0, 18 },
+		    (1u << 20) / (size_t)n + 3, 0, 18 },
 		{ COHORT__OP_ALLGATHER, COHORT_U8, COHORT_SUM, false,
 		    (2u << 20) + 1, 0, 19 },
 		{ COHORT__OP_BROADCAST, COHORT_U8, COHORT_SUM, false,
@@ -970,17 +971,17 @@ tt_body_some(struct tt_group *g, int r, void *state)
 {
 	for (int k = 0; k < 40; k++) {
 		struct tt_spec sp = {
-			.kind = k % 3 == 2 ? COHORT__OP_BROADCAST :
-						   COHORT__OP_ALLREDUCE,
+			.kind = k % 3 == 2 ? COHORT__OP_BROADCAST
+			                   : COHORT__OP_ALLREDUCE,
 			.dt = COHORT_F32,
 			.op = COHORT_SUM,
 			.inplace = k % 2,
-			.count = k % 5 == 0 ? 200001 : 1000 + (size_t) k,
+			.count = k % 5 == 0 ? 200001 : 1000 + (size_t)k,
 			.root = k % g->n,
-			.seed = g->seed + (uint64_t) k,
+			.seed = g->seed + (uint64_t)k,
 		};
 
-		tt_one(g, r, state, &sp, (uint64_t) k + 1);
+		tt_one(g, r, state, &sp, (uint64_t)k + 1);
 	}
 }
 
@@ -1026,8 +1027,8 @@ tt_redirect_set(void *ctx, const char *key, const void *val, size_t len,
 }
 
 static cohort_status
-tt_redirect_get(void *ctx, const char *key, void **val, size_t *len,
-    cohort__time deadline)
+tt_redirect_get(
+    void *ctx, const char *key, void **val, size_t *len, cohort__time deadline)
 {
 	struct tt_redirect *rd = ctx;
 	char k[256], from[32], to[32];
@@ -1036,7 +1037,7 @@ tt_redirect_get(void *ctx, const char *key, void **val, size_t *len,
 	snprintf(from, sizeof(from), "/%" PRIu64 "/", rd->from_gen);
 	snprintf(to, sizeof(to), "/%" PRIu64 "/", rd->to_gen);
 	if ((p = strstr(key, from)) != NULL)
-		snprintf(k, sizeof(k), "%.*s%s%s", (int) (p - key), key, to,
+		snprintf(k, sizeof(k), "%.*s%s%s", (int)(p - key), key, to,
 		    p + strlen(from));
 	else
 		snprintf(k, sizeof(k), "%s", key);
@@ -1074,9 +1075,10 @@ tt_raw_thread(void *arg)
 
 	ra->got_eof = -1;
 	if (tt_store_get(ra->s, "tcp/auth/7/addr/1", &val, &len,
-	    cohort__now_ms() + 10000) != COHORT_OK)
+	        cohort__now_ms() + 10000)
+	    != COHORT_OK)
 		return (NULL);
-	snprintf(addr, sizeof(addr), "%.*s", (int) len, (char *) val);
+	snprintf(addr, sizeof(addr), "%.*s", (int)len, (char *)val);
 	free(val);
 	if ((colon = strrchr(addr, ':')) == NULL)
 		return (NULL);
@@ -1085,15 +1087,15 @@ tt_raw_thread(void *arg)
 		return (NULL);
 	memset(&sin, 0, sizeof(sin));
 	sin.sin_family = AF_INET;
-	sin.sin_port = htons((uint16_t) port);
+	sin.sin_port = htons((uint16_t)port);
 	inet_pton(AF_INET, addr, &sin.sin_addr);
 	fd = socket(AF_INET, SOCK_STREAM, 0);
-	if (connect(fd, (struct sockaddr *) &sin, sizeof(sin)) != 0) {
+	if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0) {
 		close(fd);
 		return (NULL);
 	}
 	memset(junk, 'x', sizeof(junk));
-	(void) send(fd, junk, sizeof(junk), MSG_NOSIGNAL);
+	(void)send(fd, junk, sizeof(junk), MSG_NOSIGNAL);
 	/* Read the greeting, then expect EOF within 5 s. */
 	for (int k = 0; k < 50; k++) {
 		struct pollfd pfd = { .fd = fd, .events = POLLIN };
@@ -1136,8 +1138,8 @@ tt_forged_rank0(struct tt_store *s, uint64_t gen, const uint8_t *secret,
 	d.store.ctx = &rd;
 	d.store.set = tt_redirect_set;
 	d.store.get = tt_redirect_get;
-	rv = cohort__tcp_backend.init(&d, &state, err, sizeof(err),
-	    cohort__now_ms() + 10000);
+	rv = cohort__tcp_backend.init(
+	    &d, &state, err, sizeof(err), cohort__now_ms() + 10000);
 	ck_assert_msg(rv == want, "forged rank 0 (gen %" PRIu64 "): %s: %s",
 	    gen, cohort_status_name(rv), err);
 	ck_assert(strstr(err, "rank 101") != NULL);
@@ -1156,24 +1158,24 @@ START_TEST(test_tcp_auth_refuses_strangers)
 	pthread_barrier_init(&g.done, NULL, 2);
 	tt_args[0][1].g = &g;
 	tt_args[0][1].rank = 1;
-	ck_assert_int_eq(pthread_create(&g.th[1], NULL, tt_thread,
-	    &tt_args[0][1]), 0);
+	ck_assert_int_eq(
+	    pthread_create(&g.th[1], NULL, tt_thread, &tt_args[0][1]), 0);
 
 	ra.s = &s;
 	ck_assert_int_eq(pthread_create(&raw, NULL, tt_raw_thread, &ra), 0);
 	/* Stale generation, right secret; then right generation, wrong
 	 * secret: both are turned away. */
 	tt_forged_rank0(&s, 6, g.secret, COHORT_EAUTH);
-	tt_forged_rank0(&s, 7, (const uint8_t *) "fedcba9876543210",
-	    COHORT_EAUTH);
+	tt_forged_rank0(
+	    &s, 7, (const uint8_t *)"fedcba9876543210", COHORT_EAUTH);
 	pthread_join(raw, NULL);
 	ck_assert_int_eq(ra.got_eof, 1);
 
 	/* The real rank 0 still gets in, and the group works. */
 	tt_args[0][0].g = &g;
 	tt_args[0][0].rank = 0;
-	ck_assert_int_eq(pthread_create(&g.th[0], NULL, tt_thread,
-	    &tt_args[0][0]), 0);
+	ck_assert_int_eq(
+	    pthread_create(&g.th[0], NULL, tt_thread, &tt_args[0][0]), 0);
 	tt_group_join(&g);
 	tt_assert_no_failures(&g);
 	tt_store_fini(&s);
@@ -1195,16 +1197,16 @@ START_TEST(test_tcp_init_timeout_names_missing)
 	/* Rank 2 alone: it accepts, and ranks 0 and 1 never come. */
 	tt_desc(&g, 2, &d);
 	t0 = cohort__now_ms();
-	rv = cohort__tcp_backend.init(&d, &state, err, sizeof(err),
-	    cohort__now_ms() + 300);
+	rv = cohort__tcp_backend.init(
+	    &d, &state, err, sizeof(err), cohort__now_ms() + 300);
 	ck_assert_int_eq(rv, COHORT_ETIMEDOUT);
 	ck_assert_msg(strstr(err, "100") && strstr(err, "101"), "%s", err);
 	ck_assert_int_lt(cohort__now_ms() - t0, 2000);
 	/* Rank 0 alone: waits for rank 1's address, then is aborted. */
 	tt_desc(&g, 0, &d);
 	atomic_store(&g.abort_flag[0], 1);
-	rv = cohort__tcp_backend.init(&d, &state, err, sizeof(err),
-	    cohort__now_ms() + 300);
+	rv = cohort__tcp_backend.init(
+	    &d, &state, err, sizeof(err), cohort__now_ms() + 300);
 	ck_assert(rv == COHORT_EABORTED || rv == COHORT_ETIMEDOUT);
 	tt_store_fini(&s);
 }
@@ -1239,7 +1241,9 @@ tt_body_vanish(struct tt_group *g, int r, void *state)
 	size_t count = 8u << 20;
 	float *buf;
 	struct cohort__op op = { .kind = COHORT__OP_ALLREDUCE,
-		.dtype = COHORT_F32, .op = COHORT_SUM, .count = count,
+		.dtype = COHORT_F32,
+		.op = COHORT_SUM,
+		.count = count,
 		.seq = 12 };
 	int64_t t0;
 
@@ -1253,8 +1257,8 @@ tt_body_vanish(struct tt_group *g, int r, void *state)
 	op.send = op.recv = buf;
 	atomic_fetch_add(&g->in_run, 1);
 	t0 = cohort__now_ms();
-	g->run_rv[r] = cohort__tcp_backend.run(state, &op, g->run_err[r],
-	    TT_ERRLEN, cohort__now_ms() + 20000);
+	g->run_rv[r] = cohort__tcp_backend.run(
+	    state, &op, g->run_err[r], TT_ERRLEN, cohort__now_ms() + 20000);
 	g->run_ms[r] = cohort__now_ms() - t0;
 	free(buf);
 }
@@ -1275,8 +1279,8 @@ START_TEST(test_tcp_peer_vanishes_mid_allreduce)
 		ck_assert_msg(g.run_rv[r] == COHORT_EPEERLOST,
 		    "rank %d: %s: %s", r, cohort_status_name(g.run_rv[r]),
 		    g.run_err[r]);
-		ck_assert_msg(strstr(g.run_err[r], "rank 102") != NULL &&
-		    strstr(g.run_err[r], "allreduce #12") != NULL,
+		ck_assert_msg(strstr(g.run_err[r], "rank 102") != NULL
+		        && strstr(g.run_err[r], "allreduce #12") != NULL,
 		    "rank %d: %s", r, g.run_err[r]);
 		ck_assert_int_lt(g.run_ms[r], 5000);
 	}
@@ -1297,7 +1301,7 @@ tt_abort_thread(void *arg)
 
 	th_wait_until(tt_in_run_ge, a->g, 500, 10);
 	/* Let the run reach poll(). */
-	(void) poll(NULL, 0, 50);
+	(void)poll(NULL, 0, 50);
 	if (a->use_flag)
 		atomic_store(&a->g->abort_flag[0], 1);
 	else
@@ -1312,8 +1316,12 @@ tt_body_abort(struct tt_group *g, int r, void *state)
 {
 	float buf[1000] = { 0 };
 	struct cohort__op op = { .kind = COHORT__OP_ALLREDUCE,
-		.send = buf, .recv = buf, .count = 1000,
-		.dtype = COHORT_F32, .op = COHORT_SUM, .seq = 3 };
+		.send = buf,
+		.recv = buf,
+		.count = 1000,
+		.dtype = COHORT_F32,
+		.op = COHORT_SUM,
+		.seq = 3 };
 	struct tt_aborter ab = { g, state, g->seed == 1 };
 	pthread_t th;
 	int64_t t0;
@@ -1322,16 +1330,16 @@ tt_body_abort(struct tt_group *g, int r, void *state)
 		return;
 	/* Deadline first: names the rank we wait for. */
 	t0 = cohort__now_ms();
-	g->run_rv[1] = cohort__tcp_backend.run(state, &op, g->run_err[1],
-	    TT_ERRLEN, cohort__now_ms() + 300);
+	g->run_rv[1] = cohort__tcp_backend.run(
+	    state, &op, g->run_err[1], TT_ERRLEN, cohort__now_ms() + 300);
 	g->run_ms[1] = cohort__now_ms() - t0;
 
 	op.seq = 4;
 	ck_assert_int_eq(pthread_create(&th, NULL, tt_abort_thread, &ab), 0);
 	atomic_fetch_add(&g->in_run, 1);
 	t0 = cohort__now_ms();
-	g->run_rv[0] = cohort__tcp_backend.run(state, &op, g->run_err[0],
-	    TT_ERRLEN, cohort__now_ms() + 20000);
+	g->run_rv[0] = cohort__tcp_backend.run(
+	    state, &op, g->run_err[0], TT_ERRLEN, cohort__now_ms() + 20000);
 	g->run_ms[0] = cohort__now_ms() - t0;
 	pthread_join(th, NULL);
 }
@@ -1345,7 +1353,7 @@ START_TEST(test_tcp_abort_unblocks_run)
 	tt_store_init(&s);
 	tt_group_setup(&g, &s, 2, "abort", tt_body_abort);
 	g.iters = 1;
-	g.seed = (uint64_t) (_i % 2); /* 0: abort(), 1: the group's flag */
+	g.seed = (uint64_t)(_i % 2); /* 0: abort(), 1: the group's flag */
 	tt_group_start(&g, 0);
 	tt_group_join(&g);
 	tt_assert_mode(&g, _i / 2);
@@ -1388,7 +1396,7 @@ tt_fs_set(void *ctx, const char *key, const void *val, size_t len,
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600)) < 0)
 		return (COHORT_ESYSTEM);
-	if (write(fd, val, len) != (ssize_t) len) {
+	if (write(fd, val, len) != (ssize_t)len) {
 		close(fd);
 		return (COHORT_ESYSTEM);
 	}
@@ -1397,8 +1405,8 @@ tt_fs_set(void *ctx, const char *key, const void *val, size_t len,
 }
 
 static cohort_status
-tt_fs_get(void *ctx, const char *key, void **val, size_t *len,
-    cohort__time deadline)
+tt_fs_get(
+    void *ctx, const char *key, void **val, size_t *len, cohort__time deadline)
 {
 	char path[512];
 
@@ -1416,12 +1424,12 @@ tt_fs_get(void *ctx, const char *key, void **val, size_t *len,
 				return (COHORT_ESYSTEM);
 			}
 			*val = buf;
-			*len = (size_t) n;
+			*len = (size_t)n;
 			return (COHORT_OK);
 		}
 		if (cohort__expired(deadline))
 			return (COHORT_ETIMEDOUT);
-		(void) poll(NULL, 0, 2); /* bounded by the deadline */
+		(void)poll(NULL, 0, 2); /* bounded by the deadline */
 	}
 }
 
@@ -1439,10 +1447,10 @@ tt_fs_cleanup(void)
 		if (e->d_name[0] == '.')
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", tt_fs_dir, e->d_name);
-		(void) unlink(path);
+		(void)unlink(path);
 	}
 	closedir(dir);
-	(void) rmdir(tt_fs_dir);
+	(void)rmdir(tt_fs_dir);
 }
 
 static void
@@ -1468,7 +1476,7 @@ struct tt_killer {
 static bool
 tt_iter_ge3(void *arg)
 {
-	return (atomic_load((atomic_int *) arg) >= 3);
+	return (atomic_load((atomic_int *)arg) >= 3);
 }
 
 static void *
@@ -1490,7 +1498,9 @@ START_TEST(test_tcp_sigkilled_rank)
 	char err[TT_ERRLEN] = "";
 	void *state = NULL;
 	struct cohort__op op = { .kind = COHORT__OP_ALLREDUCE,
-		.dtype = COHORT_F32, .op = COHORT_SUM, .count = count };
+		.dtype = COHORT_F32,
+		.op = COHORT_SUM,
+		.count = count };
 	struct tt_killer k;
 	atomic_int iter;
 	pthread_t th;
@@ -1509,28 +1519,30 @@ START_TEST(test_tcp_sigkilled_rank)
 	if (pid == 0) {
 		/* Rank 1: allreduce until killed (bounded). */
 		tt_fs_desc(&d, 1, granks);
-		if (cohort__tcp_backend.init(&d, &state, err, sizeof(err),
-		    cohort__now_ms() + 10000) != COHORT_OK)
+		if (cohort__tcp_backend.init(
+		        &d, &state, err, sizeof(err), cohort__now_ms() + 10000)
+		    != COHORT_OK)
 			_exit(2);
 		for (int i = 0; i < 100000; i++) {
-			op.seq = (uint64_t) i + 1;
+			op.seq = (uint64_t)i + 1;
 			if (cohort__tcp_backend.run(state, &op, err,
-			    sizeof(err), cohort__now_ms() + 10000) !=
-			    COHORT_OK)
+			        sizeof(err), cohort__now_ms() + 10000)
+			    != COHORT_OK)
 				_exit(3);
 		}
 		_exit(0);
 	}
 	tt_fs_desc(&d, 0, granks);
-	rv = cohort__tcp_backend.init(&d, &state, err, sizeof(err),
-	    cohort__now_ms() + 10000);
+	rv = cohort__tcp_backend.init(
+	    &d, &state, err, sizeof(err), cohort__now_ms() + 10000);
 	if (rv != COHORT_OK) {
 		kill(pid, SIGKILL);
 		waitpid(pid, &status, 0);
 		ck_abort_msg("init: %s: %s", cohort_status_name(rv), err);
 	}
-	ck_assert_msg((((struct cohort__tcp *) state)->shm != NULL) ==
-	    (_i != TT_PURE), "%s: wrong data path", tt_mode_name[_i]);
+	ck_assert_msg(
+	    (((struct cohort__tcp *)state)->shm != NULL) == (_i != TT_PURE),
+	    "%s: wrong data path", tt_mode_name[_i]);
 	unsetenv("COHORT_TCP_SHM");
 	unsetenv("COHORT_TCP_SHM_MIN");
 	atomic_init(&iter, 0);
@@ -1539,9 +1551,9 @@ START_TEST(test_tcp_sigkilled_rank)
 	k.killed_at = 0;
 	ck_assert_int_eq(pthread_create(&th, NULL, tt_kill_thread, &k), 0);
 	for (int i = 0; i < 100000; i++) {
-		op.seq = (uint64_t) i + 1;
-		rv = cohort__tcp_backend.run(state, &op, err, sizeof(err),
-		    cohort__now_ms() + 10000);
+		op.seq = (uint64_t)i + 1;
+		rv = cohort__tcp_backend.run(
+		    state, &op, err, sizeof(err), cohort__now_ms() + 10000);
 		if (rv != COHORT_OK)
 			break;
 		atomic_store(&iter, i + 1);
@@ -1551,8 +1563,8 @@ START_TEST(test_tcp_sigkilled_rank)
 	cohort__tcp_backend.fini(state);
 	free(buf);
 	tt_fs_cleanup();
-	ck_assert_msg(rv == COHORT_EPEERLOST, "%s: %s",
-	    cohort_status_name(rv), err);
+	ck_assert_msg(
+	    rv == COHORT_EPEERLOST, "%s: %s", cohort_status_name(rv), err);
 	ck_assert_msg(strstr(err, "rank 41") != NULL, "%s", err);
 	ck_assert_msg(cohort__now_ms() - k.killed_at < 3000,
 	    "noticed %" PRId64 " ms after the kill",
@@ -1574,7 +1586,9 @@ START_TEST(test_tcp_shm_settings_disagree)
 	char err[TT_ERRLEN] = "";
 	void *state = NULL;
 	struct cohort__op op = { .kind = COHORT__OP_ALLREDUCE,
-		.dtype = COHORT_F32, .op = COHORT_SUM, .count = count };
+		.dtype = COHORT_F32,
+		.op = COHORT_SUM,
+		.count = count };
 	cohort_status rv;
 	float *buf;
 	pid_t pid;
@@ -1595,8 +1609,9 @@ START_TEST(test_tcp_shm_settings_disagree)
 		if (_i == 2)
 			setenv("COHORT_TCP_SHM_MIN", "65536", 1);
 		tt_fs_desc(&d, 1, granks);
-		if (cohort__tcp_backend.init(&d, &state, err, sizeof(err),
-		    cohort__now_ms() + 10000) != COHORT_OK)
+		if (cohort__tcp_backend.init(
+		        &d, &state, err, sizeof(err), cohort__now_ms() + 10000)
+		    != COHORT_OK)
 			_exit(2);
 		t = state;
 		if ((t->shm != NULL) != (_i == 2) || t->shm_min != 0)
@@ -1604,10 +1619,10 @@ START_TEST(test_tcp_shm_settings_disagree)
 		for (size_t i = 0; i < count; i++)
 			buf[i] = 2.0f;
 		for (int k = 0; k < 3; k++) {
-			op.seq = (uint64_t) k + 1;
+			op.seq = (uint64_t)k + 1;
 			if (cohort__tcp_backend.run(state, &op, err,
-			    sizeof(err), cohort__now_ms() + 10000) !=
-			    COHORT_OK)
+			        sizeof(err), cohort__now_ms() + 10000)
+			    != COHORT_OK)
 				_exit(4);
 		}
 		cohort__tcp_backend.fini(state);
@@ -1616,22 +1631,23 @@ START_TEST(test_tcp_shm_settings_disagree)
 	setenv("COHORT_TCP_SHM", _i == 1 ? "0" : "1", 1);
 	unsetenv("COHORT_TCP_SHM_MIN");
 	tt_fs_desc(&d, 0, granks);
-	rv = cohort__tcp_backend.init(&d, &state, err, sizeof(err),
-	    cohort__now_ms() + 10000);
+	rv = cohort__tcp_backend.init(
+	    &d, &state, err, sizeof(err), cohort__now_ms() + 10000);
 	unsetenv("COHORT_TCP_SHM");
 	if (rv != COHORT_OK) {
 		kill(pid, SIGKILL);
 		waitpid(pid, &status, 0);
 		ck_abort_msg("init: %s: %s", cohort_status_name(rv), err);
 	}
-	ck_assert_msg((((struct cohort__tcp *) state)->shm != NULL) ==
-	    (_i == 2), "rank 0: wrong data path");
+	ck_assert_msg(
+	    (((struct cohort__tcp *)state)->shm != NULL) == (_i == 2),
+	    "rank 0: wrong data path");
 	for (size_t i = 0; i < count; i++)
 		buf[i] = 1.0f;
 	for (int k = 0; k < 3 && rv == COHORT_OK; k++) {
-		op.seq = (uint64_t) k + 1;
-		rv = cohort__tcp_backend.run(state, &op, err, sizeof(err),
-		    cohort__now_ms() + 10000);
+		op.seq = (uint64_t)k + 1;
+		rv = cohort__tcp_backend.run(
+		    state, &op, err, sizeof(err), cohort__now_ms() + 10000);
 	}
 	/* 1 + 2 = 3, then 6, then 12 on both ranks */
 	for (size_t i = 0; i < count; i++)
@@ -1640,8 +1656,7 @@ START_TEST(test_tcp_shm_settings_disagree)
 	waitpid(pid, &status, 0);
 	free(buf);
 	tt_fs_cleanup();
-	ck_assert_msg(rv == COHORT_OK, "%s: %s", cohort_status_name(rv),
-	    err);
+	ck_assert_msg(rv == COHORT_OK, "%s: %s", cohort_status_name(rv), err);
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 	    "rank 1 exited with status %d", status);
 	ck_assert_int_eq(bad, 0);
@@ -1657,8 +1672,8 @@ suite_backend_tcp(void)
 	tc = tcase_create("collectives");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_tcp_size_one);
-	tcase_add_loop_test(tc, test_tcp_matrix, 0,
-	    2 * (TT_MAX_RANKS - 1) + 2);
+	tcase_add_loop_test(
+	    tc, test_tcp_matrix, 0, 2 * (TT_MAX_RANKS - 1) + 2);
 	tcase_add_loop_test(tc, test_tcp_big, 0, 2 * 3 + 1);
 	tcase_add_test(tc, test_tcp_two_groups);
 	suite_add_tcase(s, tc);
@@ -1672,10 +1687,9 @@ suite_backend_tcp(void)
 
 	tc = tcase_create("failures");
 	tcase_set_timeout(tc, 60);
-	tcase_add_loop_test(tc, test_tcp_peer_vanishes_mid_allreduce, 0,
-	    TT_NMODES);
-	tcase_add_loop_test(tc, test_tcp_abort_unblocks_run, 0,
-	    2 * TT_NMODES);
+	tcase_add_loop_test(
+	    tc, test_tcp_peer_vanishes_mid_allreduce, 0, TT_NMODES);
+	tcase_add_loop_test(tc, test_tcp_abort_unblocks_run, 0, 2 * TT_NMODES);
 	tcase_add_loop_test(tc, test_tcp_sigkilled_rank, 0, TT_NMODES);
 	suite_add_tcase(s, tc);
 	return (s);

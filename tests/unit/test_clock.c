@@ -15,10 +15,10 @@ START_TEST(test_deadline_default_and_forever)
 
 	ck_assert_int_ge(d, now + 5000);
 	ck_assert_int_le(d, now + 6000);
-	ck_assert(cohort__deadline(COHORT_WAIT_FOREVER, 10) ==
-	    COHORT__TIME_NEVER);
-	ck_assert_int_eq(cohort__remaining(COHORT__TIME_NEVER),
-	    COHORT_WAIT_FOREVER);
+	ck_assert(
+	    cohort__deadline(COHORT_WAIT_FOREVER, 10) == COHORT__TIME_NEVER);
+	ck_assert_int_eq(
+	    cohort__remaining(COHORT__TIME_NEVER), COHORT_WAIT_FOREVER);
 	ck_assert(!cohort__expired(COHORT__TIME_NEVER));
 	ck_assert(cohort__expired(now - 1));
 	ck_assert_int_eq(cohort__remaining(now - 100), 0);

@@ -51,8 +51,8 @@ tddp_run_ex(const char *job, int n, const char *mode, const char *args,
 
 	snprintf(path, sizeof(path), "%s/%s.bin", th_tmpdir(), job);
 	snprintf(buf, sizeof(buf), "%s", args);
-	argv[argc++] = (char *) th_bin("cohort-strategy-worker");
-	argv[argc++] = (char *) mode;
+	argv[argc++] = (char *)th_bin("cohort-strategy-worker");
+	argv[argc++] = (char *)mode;
 	argv[argc++] = path;
 	for (char *t = strtok_r(buf, " ", &save); t != NULL && argc < 22;
 	     t = strtok_r(NULL, " ", &save))
@@ -73,7 +73,7 @@ tddp_run_ex(const char *job, int n, const char *mode, const char *args,
 		env[1] = e_job;
 		env[2] = e_rank;
 		env[3] = e_world;
-		env[4] = (char *) "COHORT_LOG_LEVEL=warn";
+		env[4] = (char *)"COHORT_LOG_LEVEL=warn";
 		env[5] = NULL;
 		snprintf(w->out[r], sizeof(w->out[r]), "%s/%s-%d.out",
 		    th_tmpdir(), job, r);
@@ -114,8 +114,8 @@ tddp_local(const char *name, const char *args)
 	snprintf(path, sizeof(path), "%s/%s.bin", th_tmpdir(), name);
 	snprintf(out, sizeof(out), "%s/%s.out", th_tmpdir(), name);
 	snprintf(buf, sizeof(buf), "%s", args);
-	argv[argc++] = (char *) th_bin("cohort-strategy-worker");
-	argv[argc++] = (char *) "local";
+	argv[argc++] = (char *)th_bin("cohort-strategy-worker");
+	argv[argc++] = (char *)"local";
 	argv[argc++] = path;
 	for (char *t = strtok_r(buf, " ", &save); t != NULL && argc < 22;
 	     t = strtok_r(NULL, " ", &save))
@@ -140,12 +140,12 @@ tddp_load(const char *path, size_t *n)
 	len = ftell(f);
 	fseek(f, 0, SEEK_SET);
 	ck_assert_int_gt(len, 0);
-	v = malloc((size_t) len);
+	v = malloc((size_t)len);
 	ck_assert_ptr_nonnull(v);
-	p = (char *) v;
-	ck_assert_int_eq(fread(p, 1, (size_t) len, f), (size_t) len);
+	p = (char *)v;
+	ck_assert_int_eq(fread(p, 1, (size_t)len, f), (size_t)len);
 	fclose(f);
-	*n = (size_t) len / sizeof(float);
+	*n = (size_t)len / sizeof(float);
 	return (v);
 }
 
@@ -159,14 +159,14 @@ tddp_rel_diff(const char *pa, const char *pb)
 
 	ck_assert_uint_eq(na, nb);
 	for (size_t i = 0; i < na; i++) {
-		double d = fabs((double) a[i] - (double) b[i]);
+		double d = fabs((double)a[i] - (double)b[i]);
 
-		ck_assert_msg(isfinite(b[i]), "parameter %zu is not finite",
-		    i);
+		ck_assert_msg(
+		    isfinite(b[i]), "parameter %zu is not finite", i);
 		if (d > dmax)
 			dmax = d;
-		if (fabs((double) a[i]) > amax)
-			amax = fabs((double) a[i]);
+		if (fabs((double)a[i]) > amax)
+			amax = fabs((double)a[i]);
 	}
 	free(a);
 	free(b);
@@ -230,8 +230,8 @@ START_TEST(test_ddp_equiv_4_ranks)
 {
 	struct th_workers w;
 	char *local = tddp_dup(tddp_local("e4", "world=4 steps=10"));
-	const char *dist = tddp_run_ex("e4-ddp", 4, "ddp", "steps=10", 0, -1,
-	    &w);
+	const char *dist
+	    = tddp_run_ex("e4-ddp", 4, "ddp", "steps=10", 0, -1, &w);
 
 	/* Several buckets, every one started during backward. */
 	ck_assert(th_worker_output_has(&w, 0, "buckets=4 overlapped=40/40"));
@@ -253,8 +253,8 @@ START_TEST(test_ddp_equiv_no_overlap)
 {
 	struct th_workers w;
 	char *local = tddp_dup(tddp_local("eo", "world=2 steps=8"));
-	const char *dist = tddp_run_ex("eo-ddp", 2, "ddp",
-	    "steps=8 overlap=0", 0, -1, &w);
+	const char *dist
+	    = tddp_run_ex("eo-ddp", 2, "ddp", "steps=8 overlap=0", 0, -1, &w);
 
 	ck_assert(th_worker_output_has(&w, 0, "overlapped=0/32"));
 	ck_assert_double_le(tddp_rel_diff(local, dist), TDDP_F32_TOL);
@@ -267,8 +267,8 @@ START_TEST(test_ddp_no_sync_accumulation)
 	/* 3 micro-batches of B per rank with no_sync, one synced step ==
 	 * one process stepping on the 3 * N * B batch. */
 	char *local = tddp_dup(tddp_local("acc", "world=2 batch=48 steps=6"));
-	const char *dist = tddp_run("acc-ddp", 2, "ddp",
-	    "batch=16 accum=3 steps=6");
+	const char *dist
+	    = tddp_run("acc-ddp", 2, "ddp", "batch=16 accum=3 steps=6");
 
 	ck_assert_double_le(tddp_rel_diff(local, dist), TDDP_F32_TOL);
 	free(local);
@@ -281,14 +281,15 @@ START_TEST(test_ddp_fp16_hook)
 	double rel;
 
 	f32 = tddp_dup(tddp_run("h16-f32", 2, "ddp", "steps=10"));
-	rel = tddp_rel_diff(local, tddp_run("h16-ddp", 2, "ddp",
-	                                "steps=10 hook=fp16"));
+	rel = tddp_rel_diff(
+	    local, tddp_run("h16-ddp", 2, "ddp", "steps=10 hook=fp16"));
 	fprintf(stderr, "fp16 hook: relative difference %.3g\n", rel);
 	/* binary16: 11-bit significand, 2^-11 relative per rounding. */
 	ck_assert_double_le(rel, 2e-3);
 	/* ... and the compression really happened. */
-	ck_assert_double_gt(tddp_rel_diff(f32, tddp_run("h16-ddp2", 2, "ddp",
-	                                     "steps=10 hook=fp16")),
+	ck_assert_double_gt(
+	    tddp_rel_diff(
+	        f32, tddp_run("h16-ddp2", 2, "ddp", "steps=10 hook=fp16")),
 	    1e-7);
 	free(f32);
 	free(local);
@@ -298,8 +299,8 @@ END_TEST
 START_TEST(test_ddp_bf16_hook)
 {
 	char *local = tddp_dup(tddp_local("hbf", "world=4 steps=10"));
-	double rel = tddp_rel_diff(local, tddp_run("hbf-ddp", 4, "ddp",
-	                                      "steps=10 hook=bf16"));
+	double rel = tddp_rel_diff(
+	    local, tddp_run("hbf-ddp", 4, "ddp", "steps=10 hook=bf16"));
 
 	fprintf(stderr, "bf16 hook: relative difference %.3g\n", rel);
 	/* bfloat16: 8-bit significand, 2^-8 relative per rounding. */
@@ -313,8 +314,8 @@ START_TEST(test_ddp_model_averaging_period_1)
 {
 	/* Post-local SGD: 3 synced warmup steps, then a local step and a
 	 * parameter average every step == synchronous SGD. */
-	tddp_equiv("ma1", 2, "steps=10 avg_period=1 avg_warmup=3",
-	    TDDP_F32_TOL);
+	tddp_equiv(
+	    "ma1", 2, "steps=10 avg_period=1 avg_warmup=3", TDDP_F32_TOL);
 }
 END_TEST
 
@@ -340,16 +341,16 @@ START_TEST(test_ddp_on_exception)
 
 	/* Rank 0 fails at step 2 (exit 3); ranks 1 and 2 learn who and
 	 * why (exit 4). */
-	tddp_run_ex("fail", 3, "fail", "steps=5 fail_rank=0 fail_step=2", 4,
-	    3, &w);
-	ck_assert(th_worker_output_has(&w, 0,
-	    "FAILED injected failure at step 2"));
+	tddp_run_ex(
+	    "fail", 3, "fail", "steps=5 fail_rank=0 fail_step=2", 4, 3, &w);
+	ck_assert(
+	    th_worker_output_has(&w, 0, "FAILED injected failure at step 2"));
 	for (int r = 1; r < 3; r++) {
 		char *o = th_worker_output(&w, r);
 
-		ck_assert_msg(strstr(o, "PEERLOST COHORT_EPEERLOST") != NULL &&
-		        strstr(o, "injected failure at step 2") != NULL &&
-		        strstr(o, "rank 0") != NULL,
+		ck_assert_msg(strstr(o, "PEERLOST COHORT_EPEERLOST") != NULL
+		        && strstr(o, "injected failure at step 2") != NULL
+		        && strstr(o, "rank 0") != NULL,
 		    "rank %d did not learn who failed and why:\n%s", r, o);
 		free(o);
 	}
@@ -365,14 +366,14 @@ START_TEST(test_ddp_half_converters)
 	/* Every binary16 value round-trips; f32 -> f16 / bf16 agree with
 	 * libcohort's converters on random and tie values. */
 	for (uint32_t h = 0; h < 65536; h++) {
-		float f = cohort_ddp_f16_to_f32((uint16_t) h);
+		float f = cohort_ddp_f16_to_f32((uint16_t)h);
 		uint16_t back = cohort_ddp_f32_to_f16(f);
 
 		if (isnan(f))
 			ck_assert((back & 0x7c00) == 0x7c00 && (back & 0x3ff));
 		else
 			ck_assert_uint_eq(back, h);
-		f = cohort_ddp_bf16_to_f32((uint16_t) h);
+		f = cohort_ddp_bf16_to_f32((uint16_t)h);
 		if (!isnan(f))
 			ck_assert_uint_eq(cohort_ddp_f32_to_bf16(f), h);
 	}
@@ -383,16 +384,16 @@ START_TEST(test_ddp_half_converters)
 			uint32_t x;
 			float f;
 
-			s = s * 6364136223846793005ull +
-			    1442695040888963407ull;
-			x = (uint32_t) (s >> 32);
+			s = s * 6364136223846793005ull
+			    + 1442695040888963407ull;
+			x = (uint32_t)(s >> 32);
 			memcpy(&f, &x, sizeof(f));
 			if (isnan(f))
 				continue;
-			ck_assert_uint_eq(cohort_ddp_f32_to_f16(f),
-			    cohort__f32_to_f16(f));
-			ck_assert_uint_eq(cohort_ddp_f32_to_bf16(f),
-			    cohort__f32_to_bf16(f));
+			ck_assert_uint_eq(
+			    cohort_ddp_f32_to_f16(f), cohort__f32_to_f16(f));
+			ck_assert_uint_eq(
+			    cohort_ddp_f32_to_bf16(f), cohort__f32_to_bf16(f));
 		}
 	}
 	/* Ties to even, overflow, subnormals. */
@@ -501,8 +502,8 @@ START_TEST(test_ddp_custom_hook_order_and_no_sync)
 	static const size_t counts[6] = { 100, 20, 50, 150, 10, 10 };
 	struct tddp_model m;
 	struct tddp_hook_state hs;
-	cohort_ddp_hook hook = { "half", tddp_hook_start, tddp_hook_finish,
-		&hs };
+	cohort_ddp_hook hook
+	    = { "half", tddp_hook_start, tddp_hook_finish, &hs };
 	cohort_ddp_options o;
 	cohort_ddp *d;
 

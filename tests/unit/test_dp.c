@@ -23,8 +23,8 @@ tdp_run(const char *name, const char *mode, const char *args)
 	snprintf(path, sizeof(path), "%s/%s.bin", th_tmpdir(), name);
 	snprintf(out, sizeof(out), "%s/%s.out", th_tmpdir(), name);
 	snprintf(buf, sizeof(buf), "%s", args);
-	argv[argc++] = (char *) th_bin("cohort-strategy-worker");
-	argv[argc++] = (char *) mode;
+	argv[argc++] = (char *)th_bin("cohort-strategy-worker");
+	argv[argc++] = (char *)mode;
 	argv[argc++] = path;
 	for (char *t = strtok_r(buf, " ", &save); t != NULL && argc < 22;
 	     t = strtok_r(NULL, " ", &save))
@@ -51,13 +51,13 @@ tdp_rel_diff(const char *pa, const char *pb)
 	fseek(f, 0, SEEK_END);
 	len = ftell(f);
 	fclose(f);
-	x = (float *) a;
-	y = (float *) b;
-	for (size_t i = 0; i < (size_t) len / sizeof(float); i++) {
-		double d = fabs((double) x[i] - (double) y[i]);
+	x = (float *)a;
+	y = (float *)b;
+	for (size_t i = 0; i < (size_t)len / sizeof(float); i++) {
+		double d = fabs((double)x[i] - (double)y[i]);
 
 		dmax = d > dmax ? d : dmax;
-		amax = fabs((double) x[i]) > amax ? fabs((double) x[i]) : amax;
+		amax = fabs((double)x[i]) > amax ? fabs((double)x[i]) : amax;
 	}
 	free(a);
 	free(b);
@@ -85,34 +85,34 @@ START_TEST(test_dp_equals_local)
 END_TEST
 
 static int
-tdp_fb_fail(void *model, int replica, size_t begin, size_t end, float scale,
-    void *arg)
+tdp_fb_fail(
+    void *model, int replica, size_t begin, size_t end, float scale, void *arg)
 {
-	(void) model;
-	(void) begin;
-	(void) end;
-	(void) scale;
-	(void) arg;
+	(void)model;
+	(void)begin;
+	(void)end;
+	(void)scale;
+	(void)arg;
 	return (replica == 2 ? 7 : 0);
 }
 
 static int
-tdp_fb_mark(void *model, int replica, size_t begin, size_t end, float scale,
-    void *arg)
+tdp_fb_mark(
+    void *model, int replica, size_t begin, size_t end, float scale, void *arg)
 {
 	struct mlp *m = model;
 
-	(void) arg;
+	(void)arg;
 	/* grads[0] += scale * number of samples, params[1] = replica. */
-	m->grads[0] += scale * (float) (end - begin);
-	m->grads[1] += (float) replica;
+	m->grads[0] += scale * (float)(end - begin);
+	m->grads[1] += (float)replica;
 	return (0);
 }
 
 static int
 tdp_step(void *root, void *arg)
 {
-	(void) arg;
+	(void)arg;
 	return (mlp_sgd_step(root, 1.0f, 0.0f));
 }
 
@@ -126,8 +126,8 @@ START_TEST(test_dp_api)
 	double v[6] = { 1, 2, 3, 4, 5, 6 };
 
 	for (int k = 0; k < 3; k++) {
-		ck_assert_int_eq(mlp_init(&m[k], 4, 3, 2, 10 + (uint64_t) k),
-		    0);
+		ck_assert_int_eq(
+		    mlp_init(&m[k], 4, 3, 2, 10 + (uint64_t)k), 0);
 		r[k].model = &m[k];
 		r[k].params = m[k].params;
 		r[k].grads = m[k].grads;
@@ -136,8 +136,9 @@ START_TEST(test_dp_api)
 	ck_assert_int_eq(cohort_dp_num_replicas(dp), 3);
 	ck_assert_ptr_eq(cohort_dp_root_model(dp), &m[0]);
 	/* Replicated from the root. */
-	ck_assert(memcmp(m[1].params, m[0].params,
-	              m[0].n_params * sizeof(float)) == 0);
+	ck_assert(
+	    memcmp(m[1].params, m[0].params, m[0].n_params * sizeof(float))
+	    == 0);
 	/* Splits like torch's scatter: ceil(10 / 3) = 4, 4, 2. */
 	cohort_dp_batch_to_device(dp, 10, 2, &b, &e);
 	ck_assert_uint_eq(b, 8);
@@ -145,10 +146,10 @@ START_TEST(test_dp_api)
 	cohort_dp_batch_to_device(dp, 2, 2, &b, &e);
 	ck_assert_uint_eq(b, e);
 
-	ck_assert_cohort_ok(cohort_dp_forward_backward(dp, 10, tdp_fb_mark,
-	    NULL));
-	ck_assert_cohort_ok(cohort_dp_forward_backward(dp, 10, tdp_fb_mark,
-	    NULL));
+	ck_assert_cohort_ok(
+	    cohort_dp_forward_backward(dp, 10, tdp_fb_mark, NULL));
+	ck_assert_cohort_ok(
+	    cohort_dp_forward_backward(dp, 10, tdp_fb_mark, NULL));
 	cohort_dp_reduce_gradients(dp);
 	/* Two passes, each summing to 1; replicas 0 + 1 + 2 twice. */
 	ck_assert(fabsf(m[0].grads[0] - 2.0f) < 1e-6f);
@@ -169,15 +170,15 @@ START_TEST(test_dp_api)
 	state[0] = 42.0f;
 	ck_assert_cohort_ok(cohort_dp_state_load(dp, state, m[0].n_params));
 	ck_assert(m[1].params[0] == 42.0f && m[2].params[0] == 42.0f);
-	ck_assert_cohort_err(cohort_dp_state_load(dp, state, 3),
-	    COHORT_EINVAL);
+	ck_assert_cohort_err(
+	    cohort_dp_state_load(dp, state, 3), COHORT_EINVAL);
 	free(state);
 	/* Per-replica values: v[r * 2 + i]. */
 	ck_assert_cohort_ok(cohort_dp_all_reduce(dp, v, 2, COHORT_MEAN));
 	ck_assert(v[0] == 3.0 && v[1] == 4.0);
 	/* A failing replica is reported. */
-	ck_assert_cohort_err(cohort_dp_forward_backward(dp, 9, tdp_fb_fail,
-	                         NULL),
+	ck_assert_cohort_err(
+	    cohort_dp_forward_backward(dp, 9, tdp_fb_fail, NULL),
 	    COHORT_EABORTED);
 	ck_assert(strstr(cohort_dp_last_error(dp), "replica 2") != NULL);
 	cohort_dp_free(dp);

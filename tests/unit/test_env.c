@@ -15,10 +15,9 @@ Suite *suite_env(void);
 static const char *const env_vars[] = { "COHORT_COORDINATOR", "COHORT_JOB",
 	"COHORT_TOKEN", "COHORT_RANK", "COHORT_WORLD_SIZE",
 	"COHORT_LOCAL_RANK", "COHORT_LOCAL_WORLD_SIZE", "COHORT_NODE_RANK",
-	"COHORT_RESTART_COUNT",
-	"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-	"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
-	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+	"COHORT_RESTART_COUNT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+	"LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
+	"TORCHELASTIC_RUN_ID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
 	"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
 	"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID",
 	"JOB_COMPLETION_INDEX", "KUBERNETES_SERVICE_HOST",
@@ -437,8 +436,8 @@ START_TEST(test_format_report)
 	ck_assert_uint_eq(n, strlen(buf));
 	ck_assert_ptr_nonnull(strstr(buf, "source"));
 	ck_assert_ptr_nonnull(strstr(buf, "torchrun"));
-	ck_assert_ptr_nonnull(strstr(buf,
-	    "tcp://127.0.0.1:29500 (from MASTER_ADDR:MASTER_PORT)"));
+	ck_assert_ptr_nonnull(strstr(
+	    buf, "tcp://127.0.0.1:29500 (from MASTER_ADDR:MASTER_PORT)"));
 	ck_assert_ptr_nonnull(strstr(buf, "= 1 (from RANK)"));
 	ck_assert_ptr_nonnull(strstr(buf, "= 2 (from WORLD_SIZE)"));
 	ck_assert_ptr_null(strstr(buf, "do-not-print"));
@@ -560,8 +559,8 @@ START_TEST(test_accessors_null_safe)
 	ck_assert_str_eq(cohort_group_last_error(NULL), "");
 	cohort_group_abort(NULL);
 	ck_assert_cohort_err(cohort_barrier(NULL, "x", 10), COHORT_EINVAL);
-	ck_assert_cohort_err(cohort_kv_set(NULL, "k", "v", 1, 10),
-	    COHORT_EINVAL);
+	ck_assert_cohort_err(
+	    cohort_kv_set(NULL, "k", "v", 1, 10), COHORT_EINVAL);
 }
 END_TEST
 
@@ -575,7 +574,8 @@ START_TEST(test_env_vars_round_trip)
 	int n;
 
 	memset(&in, 0, sizeof(in));
-	snprintf(in.coordinator, sizeof(in.coordinator), "tcp://10.1.2.3:29400");
+	snprintf(
+	    in.coordinator, sizeof(in.coordinator), "tcp://10.1.2.3:29400");
 	snprintf(in.job, sizeof(in.job), "train-7");
 	snprintf(in.token, sizeof(in.token), "s3cret");
 	in.rank = 5;
@@ -591,8 +591,8 @@ START_TEST(test_env_vars_round_trip)
 		char name[64];
 		const char *eq = strchr(vars[i], '=');
 		ck_assert_ptr_nonnull(eq);
-		snprintf(name, sizeof(name), "%.*s", (int) (eq - vars[i]),
-		    vars[i]);
+		snprintf(
+		    name, sizeof(name), "%.*s", (int)(eq - vars[i]), vars[i]);
 		setenv(name, eq + 1, 1);
 	}
 	out = env_resolve_ok();
@@ -608,8 +608,8 @@ START_TEST(test_env_vars_round_trip)
 	ck_assert_str_eq(getenv("RANK"), "5"); /* torchrun's too */
 	ck_assert_str_eq(getenv("TORCHELASTIC_RESTART_COUNT"), "2");
 	/* Too small: -1 and nothing usable. */
-	ck_assert_int_eq(cohort_env_vars(&in, small, sizeof(small), vars, 24),
-	    -1);
+	ck_assert_int_eq(
+	    cohort_env_vars(&in, small, sizeof(small), vars, 24), -1);
 	ck_assert_ptr_null(vars[0]);
 	ck_assert_int_eq(cohort_env_vars(&in, buf, sizeof(buf), vars, 3), -1);
 }

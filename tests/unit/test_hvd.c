@@ -44,8 +44,8 @@ thvd_run(const char *job, int n, const char *mode, const char *args,
 
 	snprintf(path, sizeof(path), "%s/%s.bin", th_tmpdir(), job);
 	snprintf(buf, sizeof(buf), "%s", args);
-	argv[argc++] = (char *) th_bin("cohort-strategy-worker");
-	argv[argc++] = (char *) mode;
+	argv[argc++] = (char *)th_bin("cohort-strategy-worker");
+	argv[argc++] = (char *)mode;
 	argv[argc++] = path;
 	for (char *t = strtok_r(buf, " ", &save); t != NULL && argc < 22;
 	     t = strtok_r(NULL, " ", &save))
@@ -67,7 +67,7 @@ thvd_run(const char *job, int n, const char *mode, const char *args,
 			env[1] = e_job;
 			env[2] = e_rank;
 			env[3] = e_world;
-			env[4] = (char *) "COHORT_LOG_LEVEL=warn";
+			env[4] = (char *)"COHORT_LOG_LEVEL=warn";
 		}
 		snprintf(w->out[r], sizeof(w->out[r]), "%s/%s-%d.out",
 		    th_tmpdir(), job, r);
@@ -98,12 +98,12 @@ thvd_load(const char *path, size_t *n)
 	fseek(f, 0, SEEK_END);
 	len = ftell(f);
 	fseek(f, 0, SEEK_SET);
-	v = malloc((size_t) len);
+	v = malloc((size_t)len);
 	ck_assert_ptr_nonnull(v);
-	ck_assert_int_eq(fread(v, 1, (size_t) len, f), (size_t) len);
+	ck_assert_int_eq(fread(v, 1, (size_t)len, f), (size_t)len);
 	fclose(f);
-	(void) text;
-	*n = (size_t) len / sizeof(float);
+	(void)text;
+	*n = (size_t)len / sizeof(float);
 	return (v);
 }
 
@@ -116,10 +116,10 @@ thvd_rel_diff(const char *pa, const char *pb)
 
 	ck_assert_uint_eq(na, nb);
 	for (size_t i = 0; i < na; i++) {
-		double d = fabs((double) a[i] - (double) b[i]);
+		double d = fabs((double)a[i] - (double)b[i]);
 
 		dmax = d > dmax ? d : dmax;
-		amax = fabs((double) a[i]) > amax ? fabs((double) a[i]) : amax;
+		amax = fabs((double)a[i]) > amax ? fabs((double)a[i]) : amax;
 	}
 	free(a);
 	free(b);
@@ -136,8 +136,8 @@ START_TEST(test_hvd_equals_ddp_and_local)
 	char *fused = thvd_run("hf", 3, "hvd", "steps=10 cap=67108864", &w);
 
 	ck_assert(th_worker_output_has(&w, 0, "steps=10"));
-	ck_assert_msg(!th_worker_output_has(&w, 0, "fused=0"),
-	    "nothing was fused");
+	ck_assert_msg(
+	    !th_worker_output_has(&w, 0, "fused=0"), "nothing was fused");
 	ck_assert_double_le(thvd_rel_diff(local, hvd), 1e-5);
 	ck_assert_double_le(thvd_rel_diff(ddp, hvd), 1e-5);
 	ck_assert_double_le(thvd_rel_diff(ddp, fused), 1e-5);
@@ -152,8 +152,8 @@ START_TEST(test_hvd_backward_passes_per_step)
 {
 	struct th_workers w;
 	/* 4 passes of B per optimizer step == one step on 4 * N * B. */
-	char *local = thvd_run("hal", 0, "local", "world=2 batch=32 steps=5",
-	    &w);
+	char *local
+	    = thvd_run("hal", 0, "local", "world=2 batch=32 steps=5", &w);
 	char *hvd = thvd_run("hah", 2, "hvd", "batch=8 accum=4 steps=5", &w);
 
 	ck_assert(th_worker_output_has(&w, 0, "steps=5"));
@@ -178,9 +178,9 @@ START_TEST(test_hvd_named_collectives_and_stall)
 		ck_assert(th_worker_output_has(&w, r, "MISMATCH ok"));
 	}
 	o0 = th_worker_output(&w, 0);
-	ck_assert_msg(strstr(o0, "STALL tensor 'late'") != NULL &&
-	        strstr(o0, "missing ranks [2]") != NULL &&
-	        strstr(o0, "submitted by ranks [0,1]") != NULL,
+	ck_assert_msg(strstr(o0, "STALL tensor 'late'") != NULL
+	        && strstr(o0, "missing ranks [2]") != NULL
+	        && strstr(o0, "submitted by ranks [0,1]") != NULL,
 	    "no stall report naming rank 2:\n%s", o0);
 	ck_assert_msg(strstr(o0, "cohort hvd: stall") != NULL,
 	    "rank 0 did not log the stall:\n%s", o0);

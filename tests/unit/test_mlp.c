@@ -25,11 +25,11 @@ fill_batch(float *x, uint8_t *y, size_t n, uint64_t seed)
 
 	for (size_t i = 0; i < n * NI; i++) {
 		s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-		x[i] = (float) (s >> 40) / 16777216.0f;
+		x[i] = (float)(s >> 40) / 16777216.0f;
 	}
 	for (size_t i = 0; i < n; i++) {
 		s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-		y[i] = (uint8_t) ((s >> 33) % NO);
+		y[i] = (uint8_t)((s >> 33) % NO);
 	}
 }
 
@@ -49,14 +49,14 @@ ref_loss(const struct mlp *m, const float *x, const uint8_t *y, size_t n)
 			double a = b1[j];
 
 			for (int k = 0; k < NI; k++)
-				a += (double) w1[j * NI + k] * x[s * NI + k];
+				a += (double)w1[j * NI + k] * x[s * NI + k];
 			h[j] = a > 0 ? a : 0;
 		}
 		for (int o = 0; o < NO; o++) {
 			double a = b2[o];
 
 			for (int j = 0; j < NH; j++)
-				a += (double) w2[o * NH + j] * h[j];
+				a += (double)w2[o * NH + j] * h[j];
 			z[o] = a;
 		}
 		max = z[0];
@@ -66,7 +66,7 @@ ref_loss(const struct mlp *m, const float *x, const uint8_t *y, size_t n)
 			sum += exp(z[o] - max);
 		total += log(sum) + max - z[y[s]];
 	}
-	return (total / (double) n);
+	return (total / (double)n);
 }
 
 START_TEST(test_init_deterministic)
@@ -161,9 +161,9 @@ START_TEST(test_gradient_check)
 	ck_assert_int_eq(mlp_init(&m, NI, NH, NO, 5), 0);
 	/* Non-zero biases so their gradients are exercised off zero. */
 	for (int j = 0; j < NH; j++)
-		m.param[1].data[j] = 0.01f * (float) ((j % 7) - 3);
+		m.param[1].data[j] = 0.01f * (float)((j % 7) - 3);
 	for (int o = 0; o < NO; o++)
-		m.param[3].data[o] = 0.02f * (float) (o - 5);
+		m.param[3].data[o] = 0.02f * (float)(o - 5);
 	mlp_zero_grad(&m);
 	ck_assert_int_eq(mlp_forward(&m, x, y, N, NULL, NULL), 0);
 	mlp_backward(&m, x, y, N, 1.0f / N);
@@ -175,7 +175,7 @@ START_TEST(test_gradient_check)
 			double fd, an;
 
 			pick = pick * 6364136223846793005ULL + 1;
-			i = (size_t) ((pick >> 33) % m.param[t].count);
+			i = (size_t)((pick >> 33) % m.param[t].count);
 			/* Always include element 0 of each tensor. */
 			if (k == 0)
 				i = 0;
@@ -187,7 +187,7 @@ START_TEST(test_gradient_check)
 			fd = ref_loss(&m, x, y, N);
 			*p = lo;
 			fd -= ref_loss(&m, x, y, N);
-			fd /= (double) hi - (double) lo;
+			fd /= (double)hi - (double)lo;
 			*p = saved;
 			an = m.param[t].grad[i];
 			ck_assert_msg(fabs(an - fd) <= 2e-5 + 1e-3 * fabs(fd),
@@ -231,8 +231,8 @@ START_TEST(test_grad_ready_order_and_final)
 	memset(&log, 0, sizeof(log));
 	log.m = &m;
 	for (int i = 0; i < MLP_NPARAMS; i++)
-		ck_assert_ptr_nonnull(log.snap[i] =
-		        calloc(m.param[i].count, sizeof(float)));
+		ck_assert_ptr_nonnull(
+		    log.snap[i] = calloc(m.param[i].count, sizeof(float)));
 	mlp_set_grad_ready(&m, on_ready, &log);
 	ck_assert_int_eq(mlp_forward(&m, x, y, N, NULL, NULL), 0);
 	mlp_backward(&m, x, y, N, 1.0f / N);
@@ -272,9 +272,8 @@ START_TEST(test_sgd_decreases_loss)
 		mlp_zero_grad(&m);
 		ck_assert_int_eq(mlp_forward(&m, x, y, N, NULL, NULL), 0);
 		mlp_backward(&m, x, y, N, 1.0f / N);
-		ck_assert_int_eq(mlp_sgd_step(&m, 0.1f, step < 15 ? 0.0f
-		                                                   : 0.9f),
-		    0);
+		ck_assert_int_eq(
+		    mlp_sgd_step(&m, 0.1f, step < 15 ? 0.0f : 0.9f), 0);
 	}
 	ck_assert_int_eq(mlp_forward(&m, x, y, N, &after, NULL), 0);
 	ck_assert_msg(after < 0.25 * before, "loss %g -> %g", before, after);
@@ -320,9 +319,9 @@ START_TEST(test_sharding_invariant)
 		ck_assert_uint_eq(n, G);
 		digits_gather(&d, idx, n, bx, by);
 		mlp_zero_grad(&whole);
-		ck_assert_int_eq(mlp_forward(&whole, bx, by, n, NULL, NULL),
-		    0);
-		mlp_backward(&whole, bx, by, n, 1.0f / (float) n);
+		ck_assert_int_eq(
+		    mlp_forward(&whole, bx, by, n, NULL, NULL), 0);
+		mlp_backward(&whole, bx, by, n, 1.0f / (float)n);
 
 		for (size_t w = 0; w < sizeof(worlds) / sizeof(worlds[0]);
 		     w++) {
@@ -331,29 +330,30 @@ START_TEST(test_sharding_invariant)
 			memset(mean, 0, sizeof(mean));
 			memset(seen, 0, sizeof(seen));
 			for (int r = 0; r < world; r++) {
-				n = digits_shard(perm, b * G, G, r, world,
-				    idx);
+				n = digits_shard(
+				    perm, b * G, G, r, world, idx);
 				ck_assert_uint_eq(n, G / world);
 				for (size_t i = 0; i < n; i++)
 					seen[idx[i]]++;
 				digits_gather(&d, idx, n, bx, by);
 				mlp_zero_grad(&shard);
-				ck_assert_int_eq(mlp_forward(&shard, bx, by, n,
-				                     NULL, NULL),
+				ck_assert_int_eq(
+				    mlp_forward(&shard, bx, by, n, NULL, NULL),
 				    0);
-				mlp_backward(&shard, bx, by, n,
-				    1.0f / (float) n);
+				mlp_backward(
+				    &shard, bx, by, n, 1.0f / (float)n);
 				for (size_t i = 0; i < shard.n_params; i++)
 					mean[i] += shard.grads[i];
 			}
 			for (size_t i = 0; i < shard.n_params; i++)
-				mean[i] /= (float) world;
+				mean[i] /= (float)world;
 			/* The shards partition the global batch. */
 			for (size_t i = 0; i < G; i++)
 				ck_assert_uint_eq(seen[perm[b * G + i]], 1);
 			assert_grads_close(mean, whole.grads, whole.n_params,
-			    world == 1 ? "1 rank"
-			               : world == 2 ? "2 ranks" : "4 ranks");
+			    world == 1       ? "1 rank"
+			        : world == 2 ? "2 ranks"
+			                     : "4 ranks");
 		}
 	}
 	mlp_fini(&whole);
@@ -379,8 +379,8 @@ START_TEST(test_accumulation_equivalence)
 		ck_assert_int_eq(mlp_forward(&acc, x + k * B * NI, y + k * B,
 		                     B, NULL, NULL),
 		    0);
-		mlp_backward(&acc, x + k * B * NI, y + k * B, B,
-		    1.0f / (B * K));
+		mlp_backward(
+		    &acc, x + k * B * NI, y + k * B, B, 1.0f / (B * K));
 	}
 	assert_grads_close(acc.grads, big.grads, big.n_params, "accum");
 	mlp_fini(&big);
@@ -418,9 +418,9 @@ csv_line(char *buf, size_t len, int k, int label, const char *eol)
 	size_t off = 0;
 
 	for (int i = 0; i < DIGITS_FEATURES; i++)
-		off += (size_t) snprintf(buf + off, len - off, "%d,",
-		    (i + k) % 17);
-	off += (size_t) snprintf(buf + off, len - off, "%d%s", label, eol);
+		off += (size_t)snprintf(
+		    buf + off, len - off, "%d,", (i + k) % 17);
+	off += (size_t)snprintf(buf + off, len - off, "%d%s", label, eol);
 	return (off);
 }
 
@@ -431,13 +431,13 @@ START_TEST(test_digits_parse_ok)
 	struct digits d;
 	char err[256] = "";
 
-	off += (size_t) snprintf(text, sizeof(text), "# a comment\n");
+	off += (size_t)snprintf(text, sizeof(text), "# a comment\n");
 	off += csv_line(text + off, sizeof(text) - off, 0, 3, "\r\n");
-	off += (size_t) snprintf(text + off, sizeof(text) - off, "\n  \n");
+	off += (size_t)snprintf(text + off, sizeof(text) - off, "\n  \n");
 	off += csv_line(text + off, sizeof(text) - off, 5, 9, "\n");
 	off += csv_line(text + off, sizeof(text) - off, 16, 0, "");
-	ck_assert_msg(digits_parse(text, off, &d, err, sizeof(err)) == 0,
-	    "%s", err);
+	ck_assert_msg(
+	    digits_parse(text, off, &d, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_uint_eq(d.n, 3);
 	ck_assert_int_eq(d.y[0], 3);
 	ck_assert_int_eq(d.y[1], 9);
@@ -457,11 +457,10 @@ expect_parse_error(const char *text, const char *want)
 	struct digits d = { 7, NULL, NULL };
 	char err[256] = "";
 
-	ck_assert_int_eq(digits_parse(text, strlen(text), &d, err,
-	                     sizeof(err)),
-	    -1);
-	ck_assert_msg(strstr(err, want) != NULL, "error '%s' lacks '%s'", err,
-	    want);
+	ck_assert_int_eq(
+	    digits_parse(text, strlen(text), &d, err, sizeof(err)), -1);
+	ck_assert_msg(
+	    strstr(err, want) != NULL, "error '%s' lacks '%s'", err, want);
 	ck_assert_uint_eq(d.n, 7); /* untouched */
 }
 
@@ -475,13 +474,13 @@ START_TEST(test_digits_parse_errors)
 	expect_parse_error("1,2,3\n", "line 1: expected 65 fields");
 	snprintf(bad, sizeof(bad), "%s1,2,x3,4\n", good);
 	expect_parse_error(bad, "line 2, field 3: not a number: 'x3'");
-	snprintf(bad, sizeof(bad), "%s%.*s,5\n", good, (int) n - 1, good);
+	snprintf(bad, sizeof(bad), "%s%.*s,5\n", good, (int)n - 1, good);
 	expect_parse_error(bad, "line 2: more than 65 fields");
-	snprintf(bad, sizeof(bad), "%.*s,,1\n", (int) n - 3, good);
+	snprintf(bad, sizeof(bad), "%.*s,,1\n", (int)n - 3, good);
 	expect_parse_error(bad, "field 65: not a number: ''");
-	snprintf(bad, sizeof(bad), "%.*s12\n", (int) n - 2, good);
+	snprintf(bad, sizeof(bad), "%.*s12\n", (int)n - 2, good);
 	expect_parse_error(bad, "label 12 is not an integer in 0..9");
-	snprintf(bad, sizeof(bad), "%.*s2.5\n", (int) n - 2, good);
+	snprintf(bad, sizeof(bad), "%.*s2.5\n", (int)n - 2, good);
 	expect_parse_error(bad, "label 2.5");
 	snprintf(bad, sizeof(bad), "17,%s", good + 2);
 	expect_parse_error(bad, "line 1, field 1: pixel 17 out of range");
@@ -494,19 +493,18 @@ START_TEST(test_digits_load_errors)
 	char err[256] = "", path[512];
 	FILE *f;
 
-	ck_assert_int_eq(digits_load("/nonexistent/digits.csv", &d, err,
-	                     sizeof(err)),
-	    -1);
-	ck_assert_msg(strstr(err, "/nonexistent/digits.csv: No such file") !=
-	        NULL,
-	    "%s", err);
+	ck_assert_int_eq(
+	    digits_load("/nonexistent/digits.csv", &d, err, sizeof(err)), -1);
+	ck_assert_msg(
+	    strstr(err, "/nonexistent/digits.csv: No such file") != NULL, "%s",
+	    err);
 	snprintf(path, sizeof(path), "%s/bad.csv", th_tmpdir());
 	ck_assert_ptr_nonnull(f = fopen(path, "w"));
 	fputs("0,1\n", f);
 	fclose(f);
 	ck_assert_int_eq(digits_load(path, &d, err, sizeof(err)), -1);
-	ck_assert_msg(strstr(err, "bad.csv: line 1: expected 65") != NULL,
-	    "%s", err);
+	ck_assert_msg(
+	    strstr(err, "bad.csv: line 1: expected 65") != NULL, "%s", err);
 }
 END_TEST
 
@@ -524,17 +522,17 @@ START_TEST(test_digits_shuffle_split_order)
 	ck_assert_ptr_nonnull(b.y = malloc(NS));
 	for (int i = 0; i < NS; i++) {
 		for (int k = 0; k < NI; k++)
-			a.x[i * NI + k] = b.x[i * NI + k] = (float) i;
-		a.y[i] = b.y[i] = (uint8_t) (i % 10);
+			a.x[i * NI + k] = b.x[i * NI + k] = (float)i;
+		a.y[i] = b.y[i] = (uint8_t)(i % 10);
 	}
 	digits_shuffle(&a, 7);
 	digits_shuffle(&b, 7);
 	ck_assert_int_eq(memcmp(a.x, b.x, NS * NI * sizeof(float)), 0);
 	for (int i = 0; i < NS; i++) {
-		int orig = (int) a.x[i * NI];
+		int orig = (int)a.x[i * NI];
 
 		ck_assert_int_eq(a.y[i], orig % 10); /* rows stay whole */
-		ck_assert(a.x[i * NI + NI - 1] == (float) orig);
+		ck_assert(a.x[i * NI + NI - 1] == (float)orig);
 		moved += orig != i;
 	}
 	ck_assert_int_gt(moved, NS / 2);
@@ -572,7 +570,8 @@ START_TEST(test_digits_shuffle_split_order)
 END_TEST
 
 /* One line: tools/gen_suites.sh collects `Suite *suite_<name>(void)`. */
-Suite *suite_mlp(void)
+Suite *
+suite_mlp(void)
 {
 	Suite *s = suite_create("mlp");
 	TCase *tc = tcase_create("core");
@@ -592,7 +591,8 @@ Suite *suite_mlp(void)
 	return (s);
 }
 
-Suite *suite_digits(void)
+Suite *
+suite_digits(void)
 {
 	Suite *s = suite_create("digits");
 	TCase *tc = tcase_create("core");

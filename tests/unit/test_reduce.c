@@ -36,20 +36,20 @@ reduce_rand(void)
 static double
 reduce_rand_val(cohort_dtype dt, cohort_redop op)
 {
-	int64_t k = (int64_t) (reduce_rand() % 2001) - 1000;
+	int64_t k = (int64_t)(reduce_rand() % 2001) - 1000;
 
 	switch (dt) {
 	case COHORT_U8:
-		return ((double) (reduce_rand() % 256));
+		return ((double)(reduce_rand() % 256));
 	case COHORT_I32:
 	case COHORT_I64:
 		if (op == COHORT_PROD)
-			return ((double) (k % 7));
-		return ((double) k * 1000003.0);
+			return ((double)(k % 7));
+		return ((double)k * 1000003.0);
 	default:
 		if (op == COHORT_PROD)
-			return ((double) (k % 9) / 4.0);
-		return ((double) k / 250.0);
+			return ((double)(k % 9) / 4.0);
+		return ((double)k / 250.0);
 	}
 }
 
@@ -58,25 +58,25 @@ reduce_store(void *buf, size_t i, cohort_dtype dt, double v)
 {
 	switch (dt) {
 	case COHORT_F32:
-		((float *) buf)[i] = (float) v;
+		((float *)buf)[i] = (float)v;
 		break;
 	case COHORT_F64:
-		((double *) buf)[i] = v;
+		((double *)buf)[i] = v;
 		break;
 	case COHORT_F16:
-		((uint16_t *) buf)[i] = cohort__f32_to_f16((float) v);
+		((uint16_t *)buf)[i] = cohort__f32_to_f16((float)v);
 		break;
 	case COHORT_BF16:
-		((uint16_t *) buf)[i] = cohort__f32_to_bf16((float) v);
+		((uint16_t *)buf)[i] = cohort__f32_to_bf16((float)v);
 		break;
 	case COHORT_I32:
-		((int32_t *) buf)[i] = (int32_t) v;
+		((int32_t *)buf)[i] = (int32_t)v;
 		break;
 	case COHORT_I64:
-		((int64_t *) buf)[i] = (int64_t) v;
+		((int64_t *)buf)[i] = (int64_t)v;
 		break;
 	case COHORT_U8:
-		((uint8_t *) buf)[i] = (uint8_t) v;
+		((uint8_t *)buf)[i] = (uint8_t)v;
 		break;
 	default:
 		break;
@@ -88,19 +88,19 @@ reduce_load(const void *buf, size_t i, cohort_dtype dt)
 {
 	switch (dt) {
 	case COHORT_F32:
-		return (((const float *) buf)[i]);
+		return (((const float *)buf)[i]);
 	case COHORT_F64:
-		return (((const double *) buf)[i]);
+		return (((const double *)buf)[i]);
 	case COHORT_F16:
-		return (cohort__f16_to_f32(((const uint16_t *) buf)[i]));
+		return (cohort__f16_to_f32(((const uint16_t *)buf)[i]));
 	case COHORT_BF16:
-		return (cohort__bf16_to_f32(((const uint16_t *) buf)[i]));
+		return (cohort__bf16_to_f32(((const uint16_t *)buf)[i]));
 	case COHORT_I32:
-		return (((const int32_t *) buf)[i]);
+		return (((const int32_t *)buf)[i]);
 	case COHORT_I64:
-		return ((double) ((const int64_t *) buf)[i]);
+		return ((double)((const int64_t *)buf)[i]);
 	case COHORT_U8:
-		return (((const uint8_t *) buf)[i]);
+		return (((const uint8_t *)buf)[i]);
 	default:
 		return (0);
 	}
@@ -112,15 +112,16 @@ reduce_ref_int(const void *d, const void *s, size_t i, cohort_dtype dt,
     cohort_redop op, const void *got)
 {
 	if (dt == COHORT_I32) {
-		int32_t a = ((const int32_t *) d)[i], b = ((const int32_t *) s)[i];
-		int32_t g = ((const int32_t *) got)[i], w;
+		int32_t a = ((const int32_t *)d)[i],
+		        b = ((const int32_t *)s)[i];
+		int32_t g = ((const int32_t *)got)[i], w;
 
 		switch (op) {
 		case COHORT_SUM:
-			w = (int32_t) ((uint32_t) a + (uint32_t) b);
+			w = (int32_t)((uint32_t)a + (uint32_t)b);
 			break;
 		case COHORT_PROD:
-			w = (int32_t) ((uint32_t) a * (uint32_t) b);
+			w = (int32_t)((uint32_t)a * (uint32_t)b);
 			break;
 		case COHORT_MIN:
 			w = a < b ? a : b;
@@ -132,15 +133,16 @@ reduce_ref_int(const void *d, const void *s, size_t i, cohort_dtype dt,
 		return (g == w);
 	}
 	if (dt == COHORT_I64) {
-		int64_t a = ((const int64_t *) d)[i], b = ((const int64_t *) s)[i];
-		int64_t g = ((const int64_t *) got)[i], w;
+		int64_t a = ((const int64_t *)d)[i],
+		        b = ((const int64_t *)s)[i];
+		int64_t g = ((const int64_t *)got)[i], w;
 
 		switch (op) {
 		case COHORT_SUM:
-			w = (int64_t) ((uint64_t) a + (uint64_t) b);
+			w = (int64_t)((uint64_t)a + (uint64_t)b);
 			break;
 		case COHORT_PROD:
-			w = (int64_t) ((uint64_t) a * (uint64_t) b);
+			w = (int64_t)((uint64_t)a * (uint64_t)b);
 			break;
 		case COHORT_MIN:
 			w = a < b ? a : b;
@@ -152,15 +154,16 @@ reduce_ref_int(const void *d, const void *s, size_t i, cohort_dtype dt,
 		return (g == w);
 	}
 	{
-		uint8_t a = ((const uint8_t *) d)[i], b = ((const uint8_t *) s)[i];
-		uint8_t g = ((const uint8_t *) got)[i], w;
+		uint8_t a = ((const uint8_t *)d)[i],
+		        b = ((const uint8_t *)s)[i];
+		uint8_t g = ((const uint8_t *)got)[i], w;
 
 		switch (op) {
 		case COHORT_SUM:
-			w = (uint8_t) (a + b);
+			w = (uint8_t)(a + b);
 			break;
 		case COHORT_PROD:
-			w = (uint8_t) (a * b);
+			w = (uint8_t)(a * b);
 			break;
 		case COHORT_MIN:
 			w = a < b ? a : b;
@@ -179,8 +182,8 @@ reduce_check_one(cohort_dtype dt, cohort_redop op, size_t n, int divisor)
 	size_t es = cohort_dtype_size(dt);
 	uint8_t *d = malloc(n * es + 1), *s = malloc(n * es + 1);
 	uint8_t *d0 = malloc(n * es + 1);
-	bool isfloat = dt == COHORT_F32 || dt == COHORT_F64 ||
-	    dt == COHORT_F16 || dt == COHORT_BF16;
+	bool isfloat = dt == COHORT_F32 || dt == COHORT_F64 || dt == COHORT_F16
+	    || dt == COHORT_BF16;
 	int bad = 0;
 
 	ck_assert(d != NULL && s != NULL && d0 != NULL);
@@ -196,10 +199,13 @@ reduce_check_one(cohort_dtype dt, cohort_redop op, size_t n, int divisor)
 		if (!isfloat) {
 			if (!reduce_ref_int(d0, s, i, dt, op, d)) {
 				bad++;
-				ck_abort_msg("%s %s n=%zu i=%zu: %g op %g gave %g",
-				    cohort_dtype_name(dt), cohort_redop_name(op),
-				    n, i, reduce_load(d0, i, dt),
-				    reduce_load(s, i, dt), reduce_load(d, i, dt));
+				ck_abort_msg(
+				    "%s %s n=%zu i=%zu: %g op %g gave %g",
+				    cohort_dtype_name(dt),
+				    cohort_redop_name(op), n, i,
+				    reduce_load(d0, i, dt),
+				    reduce_load(s, i, dt),
+				    reduce_load(d, i, dt));
 			}
 			continue;
 		}
@@ -241,8 +247,9 @@ reduce_check_one(cohort_dtype dt, cohort_redop op, size_t n, int divisor)
 		if (fabs(got - want) > tol) {
 			bad++;
 			ck_abort_msg("%s %s n=%zu i=%zu: %.9g op %.9g = %.9g, "
-			    "want %.9g", cohort_dtype_name(dt),
-			    cohort_redop_name(op), n, i, a, b, got, want);
+			             "want %.9g",
+			    cohort_dtype_name(dt), cohort_redop_name(op), n, i,
+			    a, b, got, want);
 		}
 	}
 	free(d);
@@ -252,8 +259,8 @@ reduce_check_one(cohort_dtype dt, cohort_redop op, size_t n, int divisor)
 
 START_TEST(test_reduce_all_dtypes_ops)
 {
-	static const size_t sizes[] = { 0, 1, 3, 7, 8, 9, 15, 16, 17, 31, 33,
-		64, 100, 1000, 4097 };
+	static const size_t sizes[]
+	    = { 0, 1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 1000, 4097 };
 	const char *isa = reduce_isas[_i];
 	const char *active = NULL;
 
@@ -268,10 +275,10 @@ START_TEST(test_reduce_all_dtypes_ops)
 
 			if (op == COHORT_MEAN && !isfloat)
 				continue;
-			for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]);
-			     k++)
-				reduce_check_one((cohort_dtype) dt,
-				    (cohort_redop) op, sizes[k],
+			for (size_t k = 0;
+			     k < sizeof(sizes) / sizeof(sizes[0]); k++)
+				reduce_check_one((cohort_dtype)dt,
+				    (cohort_redop)op, sizes[k],
 				    op == COHORT_MEAN ? 3 : 1);
 		}
 	}
@@ -297,43 +304,47 @@ START_TEST(test_reduce_variants_agree)
 	int have = 0;
 
 	for (size_t i = 0; i < sizeof(base); i++) {
-		base[i] = (uint8_t) reduce_rand();
-		src[i] = (uint8_t) reduce_rand();
+		base[i] = (uint8_t)reduce_rand();
+		src[i] = (uint8_t)reduce_rand();
 	}
 	for (int dt = 0; dt < COHORT_DTYPE_COUNT; dt++) {
 		for (int op = 0; op < 4; op++) {
-			size_t es = cohort_dtype_size((cohort_dtype) dt);
+			size_t es = cohort_dtype_size((cohort_dtype)dt);
 
 			have = 0;
 			for (int v = 0; v < 3; v++) {
-				if (!cohort__reduce_select(reduce_isas[v], NULL))
+				if (!cohort__reduce_select(
+				        reduce_isas[v], NULL))
 					continue;
 				memcpy(out[have], base, N * es);
 				cohort__reduce(out[have], src, N,
-				    (cohort_dtype) dt, (cohort_redop) op);
+				    (cohort_dtype)dt, (cohort_redop)op);
 				have++;
 			}
 			for (int v = 1; v < have; v++) {
 				/* NaN payloads may differ only in NaN-ness. */
-				if (dt == COHORT_F32 || dt == COHORT_F64 ||
-				    dt == COHORT_F16 || dt == COHORT_BF16) {
+				if (dt == COHORT_F32 || dt == COHORT_F64
+				    || dt == COHORT_F16 || dt == COHORT_BF16) {
 					for (size_t i = 0; i < N; i++) {
-						double a = reduce_load(out[0], i,
-						    (cohort_dtype) dt);
-						double b = reduce_load(out[v], i,
-						    (cohort_dtype) dt);
+						double a = reduce_load(out[0],
+						    i, (cohort_dtype)dt);
+						double b = reduce_load(out[v],
+						    i, (cohort_dtype)dt);
 
-						ck_assert_msg((isnan(a) &&
-						    isnan(b)) || a == b,
-						    "%s %s: variants differ at "
+						ck_assert_msg(
+						    (isnan(a) && isnan(b))
+						        || a == b,
+						    "%s %s: variants differ "
+						    "at "
 						    "%zu: %g vs %g",
 						    cohort_dtype_name(dt),
 						    cohort_redop_name(op), i,
 						    a, b);
 					}
 				} else {
-					ck_assert(memcmp(out[0], out[v],
-					    N * es) == 0);
+					ck_assert(
+					    memcmp(out[0], out[v], N * es)
+					    == 0);
 				}
 			}
 		}
@@ -345,12 +356,13 @@ END_TEST
 START_TEST(test_reduce_f16_roundtrip_exhaustive)
 {
 	for (uint32_t h = 0; h < 65536; h++) {
-		float f = cohort__f16_to_f32((uint16_t) h);
+		float f = cohort__f16_to_f32((uint16_t)h);
 		uint16_t back = cohort__f32_to_f16(f);
 
 		if (isnan(f)) {
-			ck_assert_msg((back & 0x7c00) == 0x7c00 &&
-			    (back & 0x3ff) != 0, "NaN %04x -> %04x", h, back);
+			ck_assert_msg(
+			    (back & 0x7c00) == 0x7c00 && (back & 0x3ff) != 0,
+			    "NaN %04x -> %04x", h, back);
 			continue;
 		}
 		ck_assert_msg(back == h, "f16 %04x -> %g -> %04x", h, f, back);
@@ -390,7 +402,7 @@ reduce_cpu_f16c(void)
 __attribute__((target("f16c"))) static uint16_t
 reduce_hw_f32_to_f16(float f)
 {
-	return ((uint16_t) _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+	return ((uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
 }
 
 START_TEST(test_reduce_f16_matches_hardware)
@@ -398,13 +410,13 @@ START_TEST(test_reduce_f16_matches_hardware)
 	if (!reduce_cpu_f16c())
 		return;
 	for (int i = 0; i < 2000000; i++) {
-		uint32_t u = (uint32_t) reduce_rand();
+		uint32_t u = (uint32_t)reduce_rand();
 		float f;
 
 		/* Every other value in and around the f16 range. */
 		if (i & 1)
-			u = (u & 0x807fffffu) |
-			    ((uint32_t) (95 + reduce_rand() % 55) << 23);
+			u = (u & 0x807fffffu)
+			    | ((uint32_t)(95 + reduce_rand() % 55) << 23);
 		memcpy(&f, &u, 4);
 		if (isnan(f))
 			continue;
@@ -432,8 +444,8 @@ START_TEST(test_reduce_bf16_rounding)
 	u = 0x7f800001u; /* signalling NaN with low payload: stays NaN */
 	memcpy(&f, &u, 4);
 	ck_assert(isnan(cohort__bf16_to_f32(cohort__f32_to_bf16(f))));
-	ck_assert(isinf(cohort__bf16_to_f32(cohort__f32_to_bf16(3.4e38f *
-	    10.0f))));
+	ck_assert(
+	    isinf(cohort__bf16_to_f32(cohort__f32_to_bf16(3.4e38f * 10.0f))));
 }
 END_TEST
 
@@ -459,8 +471,8 @@ START_TEST(test_reduce_throughput_sane)
 			best = t0;
 	}
 	ck_assert(d[n - 1] == 11.0f);
-	ck_assert_msg(best < 50000000u, "16 MiB f32 sum took %.1f ms",
-	    best / 1e6);
+	ck_assert_msg(
+	    best < 50000000u, "16 MiB f32 sum took %.1f ms", best / 1e6);
 	free(d);
 	free(s);
 }

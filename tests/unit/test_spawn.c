@@ -45,9 +45,9 @@ tsp_children(void)
 		if ((buf = th_read_file(path)) == NULL)
 			continue;
 		/* pid (comm) state ppid ... */
-		if ((rp = strrchr(buf, ')')) != NULL &&
-		    sscanf(rp + 1, " %*c %ld", &ppid) == 1 &&
-		    ppid == (long) getpid())
+		if ((rp = strrchr(buf, ')')) != NULL
+		    && sscanf(rp + 1, " %*c %ld", &ppid) == 1
+		    && ppid == (long)getpid())
 			n++;
 		free(buf);
 	}
@@ -89,12 +89,13 @@ tsp_fn_ok(cohort_spawn_ctx *ctx, cohort_client *c, void *arg)
 	char buf[128];
 	cohort_status st;
 
-	(void) arg;
-	if ((st = cohort_allreduce(g, &v, &v, 1, COHORT_I64, COHORT_SUM, NULL,
-	         30000)) != COHORT_OK ||
-	    (st = cohort_barrier(g, "done", 30000)) != COHORT_OK) {
-		cohort_spawn_fail(ctx, "collective: %s",
-		    cohort_status_name(st));
+	(void)arg;
+	if ((st = cohort_allreduce(
+	         g, &v, &v, 1, COHORT_I64, COHORT_SUM, NULL, 30000))
+	        != COHORT_OK
+	    || (st = cohort_barrier(g, "done", 30000)) != COHORT_OK) {
+		cohort_spawn_fail(
+		    ctx, "collective: %s", cohort_status_name(st));
 		return (1);
 	}
 	if (cohort_spawn_rank(ctx) == 0) {
@@ -102,7 +103,7 @@ tsp_fn_ok(cohort_spawn_ctx *ctx, cohort_client *c, void *arg)
 		cohort_spawn_add_to_queue(ctx, "acc=0.975", 9);
 		snprintf(buf, sizeof(buf), "rank %d of %d: sum=%lld",
 		    cohort_client_rank(c), cohort_spawn_world_size(ctx),
-		    (long long) v);
+		    (long long)v);
 		cohort_spawn_return(ctx, buf, strlen(buf) + 1);
 	} else {
 		/* Only rank 0's value reaches the caller. */
@@ -144,7 +145,7 @@ tsp_fn_fail(cohort_spawn_ctx *ctx, cohort_client *c, void *arg)
 {
 	cohort_status st;
 
-	(void) arg;
+	(void)arg;
 	if (cohort_spawn_rank(ctx) == 1) {
 		cohort_spawn_fail(ctx, "boom: loss is NaN at step 7");
 		return (5);
@@ -154,9 +155,10 @@ tsp_fn_fail(cohort_spawn_ctx *ctx, cohort_client *c, void *arg)
 	    cohort_spawn_rank(ctx), cohort_status_name(st),
 	    cohort_group_last_error(cohort_client_world(c)));
 	/* What the survivors saw names rank 1 and its text. */
-	if (st == COHORT_EPEERLOST &&
-	    strstr(cohort_group_last_error(cohort_client_world(c)),
-	        "loss is NaN") != NULL)
+	if (st == COHORT_EPEERLOST
+	    && strstr(cohort_group_last_error(cohort_client_world(c)),
+	           "loss is NaN")
+	        != NULL)
 		return (9);
 	return (8);
 }
@@ -168,16 +170,16 @@ START_TEST(test_spawn_child_failure_named)
 	int64_t t0 = th_now_ms();
 
 	tsp_opts(&o);
-	ck_assert_cohort_err(cohort_spawn(3, tsp_fn_fail, NULL, &o, &r),
-	    COHORT_EPEERLOST);
+	ck_assert_cohort_err(
+	    cohort_spawn(3, tsp_fn_fail, NULL, &o, &r), COHORT_EPEERLOST);
 	fprintf(stderr, "spawn failure: %s (%lld ms)\n", r.error,
-	    (long long) (th_now_ms() - t0));
+	    (long long)(th_now_ms() - t0));
 	ck_assert_int_eq(r.failed_rank, 1);
 	ck_assert_int_eq(r.exit_code, 5);
 	ck_assert_int_eq(r.term_signal, 0);
-	ck_assert_msg(strstr(r.error, "rank 1") != NULL &&
-	        strstr(r.error, "status 5") != NULL &&
-	        strstr(r.error, "boom: loss is NaN at step 7") != NULL,
+	ck_assert_msg(strstr(r.error, "rank 1") != NULL
+	        && strstr(r.error, "status 5") != NULL
+	        && strstr(r.error, "boom: loss is NaN at step 7") != NULL,
 	    "error: %s", r.error);
 	/* The survivors learned who failed and why (exit 9), in time. */
 	ck_assert_int_eq(r.exit_codes[0], 9);
@@ -192,8 +194,8 @@ END_TEST
 static int
 tsp_fn_crash(cohort_spawn_ctx *ctx, cohort_client *c, void *arg)
 {
-	(void) c;
-	(void) arg;
+	(void)c;
+	(void)arg;
 	if (cohort_spawn_rank(ctx) == 2)
 		abort();
 	if (cohort_spawn_rank(ctx) == 1)
@@ -209,8 +211,8 @@ START_TEST(test_spawn_child_crash_and_straggler_killed)
 
 	tsp_opts(&o);
 	o.grace_ms = 500;
-	ck_assert_cohort_err(cohort_spawn(3, tsp_fn_crash, NULL, &o, &r),
-	    COHORT_EPEERLOST);
+	ck_assert_cohort_err(
+	    cohort_spawn(3, tsp_fn_crash, NULL, &o, &r), COHORT_EPEERLOST);
 	fprintf(stderr, "spawn crash: %s\n", r.error);
 	ck_assert_int_eq(r.failed_rank, 2);
 	ck_assert_int_eq(r.term_signal, SIGABRT);
@@ -228,9 +230,9 @@ END_TEST
 static int
 tsp_fn_hang(cohort_spawn_ctx *ctx, cohort_client *c, void *arg)
 {
-	(void) ctx;
-	(void) c;
-	(void) arg;
+	(void)ctx;
+	(void)c;
+	(void)arg;
 	sleep(1000);
 	return (0);
 }
@@ -243,8 +245,8 @@ START_TEST(test_spawn_timeout_kills_all)
 	tsp_opts(&o);
 	o.no_client = true;
 	o.timeout_ms = 700;
-	ck_assert_cohort_err(cohort_spawn(2, tsp_fn_hang, NULL, &o, &r),
-	    COHORT_ETIMEDOUT);
+	ck_assert_cohort_err(
+	    cohort_spawn(2, tsp_fn_hang, NULL, &o, &r), COHORT_ETIMEDOUT);
 	ck_assert(strstr(r.error, "timed out") != NULL);
 	ck_assert_int_eq(r.exit_codes[0], 128 + SIGKILL);
 	cohort_spawn_result_free(&r);
@@ -259,12 +261,12 @@ START_TEST(test_spawn_bad_cohortd)
 
 	tsp_opts(&o);
 	o.cohortd_path = "/nonexistent/cohortd";
-	ck_assert_cohort_err(cohort_spawn(2, tsp_fn_ok, NULL, &o, &r),
-	    COHORT_ESYSTEM);
+	ck_assert_cohort_err(
+	    cohort_spawn(2, tsp_fn_ok, NULL, &o, &r), COHORT_ESYSTEM);
 	ck_assert(strstr(r.error, "/nonexistent/cohortd") != NULL);
 	cohort_spawn_result_free(&r);
-	ck_assert_cohort_err(cohort_spawn(0, tsp_fn_ok, NULL, &o, &r),
-	    COHORT_EINVAL);
+	ck_assert_cohort_err(
+	    cohort_spawn(0, tsp_fn_ok, NULL, &o, &r), COHORT_EINVAL);
 	cohort_spawn_result_free(&r);
 	tsp_assert_nothing_left();
 }
@@ -281,8 +283,8 @@ START_TEST(test_spawn_after_nng_refused)
 
 	tsp_opts(&o);
 	ck_assert_int_eq(nng_req0_open(&sock), 0);
-	ck_assert_cohort_err(cohort_spawn(2, tsp_fn_ok, NULL, &o, &r),
-	    COHORT_ESTATE);
+	ck_assert_cohort_err(
+	    cohort_spawn(2, tsp_fn_ok, NULL, &o, &r), COHORT_ESTATE);
 	ck_assert_msg(strstr(r.error, "before this process opens") != NULL,
 	    "%s", r.error);
 	ck_assert_int_eq(r.exit_codes[0], -1); /* nothing was started */
@@ -308,10 +310,9 @@ tsp_data(size_t first, size_t n, float *x, uint8_t *y)
 		for (int k = 0; k < 16; k++) {
 			h ^= h >> 29;
 			h *= 0xbf58476d1ce4e5b9ull;
-			x[s * 16 + (size_t) k] =
-			    (float) (h >> 40) / 16777216.0f;
+			x[s * 16 + (size_t)k] = (float)(h >> 40) / 16777216.0f;
 		}
-		y[s] = (uint8_t) ((first + s) % 4);
+		y[s] = (uint8_t)((first + s) % 4);
 	}
 }
 
@@ -333,8 +334,8 @@ tsp_fn_ddp(cohort_spawn_ctx *ctx, cohort_client *c, void *arg)
 	int rank = cohort_client_rank(c), world = cohort_client_world_size(c);
 	cohort_status st;
 
-	(void) arg;
-	if (mlp_init(&m, 16, 24, 4, 100 + (uint64_t) rank) != 0)
+	(void)arg;
+	if (mlp_init(&m, 16, 24, 4, 100 + (uint64_t)rank) != 0)
 		return (1);
 	for (int i = 0; i < MLP_NPARAMS; i++) {
 		p[i].name = m.param[i].name;
@@ -346,14 +347,14 @@ tsp_fn_ddp(cohort_spawn_ctx *ctx, cohort_client *c, void *arg)
 	o.first_bucket_cap_bytes = 64;
 	o.bucket_cap_bytes = 256;
 	o.timeout = 30000;
-	if ((st = cohort_ddp_new(c, NULL, p, MLP_NPARAMS, &o, &d)) !=
-	    COHORT_OK) {
+	if ((st = cohort_ddp_new(c, NULL, p, MLP_NPARAMS, &o, &d))
+	    != COHORT_OK) {
 		cohort_spawn_fail(ctx, "ddp_new: %s", cohort_status_name(st));
 		return (1);
 	}
 	mlp_set_grad_ready(&m, tsp_ready, d);
 	for (int s = 0; s < TSP_STEPS; s++) {
-		tsp_data((size_t) (s * world + rank) * TSP_B, TSP_B, x, y);
+		tsp_data((size_t)(s * world + rank) * TSP_B, TSP_B, x, y);
 		mlp_forward(&m, x, y, TSP_B, NULL, NULL);
 		mlp_backward(&m, x, y, TSP_B, 1.0f / TSP_B);
 		if ((st = cohort_ddp_sync(d)) != COHORT_OK) {
@@ -368,8 +369,7 @@ tsp_fn_ddp(cohort_spawn_ctx *ctx, cohort_client *c, void *arg)
 		double metric = 0.5;
 
 		cohort_spawn_add_to_queue(ctx, &metric, sizeof(metric));
-		cohort_spawn_return(ctx, m.params,
-		    m.n_params * sizeof(float));
+		cohort_spawn_return(ctx, m.params, m.n_params * sizeof(float));
 	}
 	cohort_ddp_free(d);
 	mlp_fini(&m);
@@ -398,16 +398,16 @@ START_TEST(test_spawn_ddp_training_equals_local)
 	ck_assert_uint_eq(r.len, m.n_params * sizeof(float));
 	ck_assert_uint_eq(r.queue_len, 1);
 	for (int s = 0; s < TSP_STEPS; s++) {
-		tsp_data((size_t) (s * n) * TSP_B, (size_t) n * TSP_B, x, y);
-		mlp_forward(&m, x, y, (size_t) n * TSP_B, NULL, NULL);
-		mlp_backward(&m, x, y, (size_t) n * TSP_B,
-		    1.0f / (float) (n * TSP_B));
+		tsp_data((size_t)(s * n) * TSP_B, (size_t)n * TSP_B, x, y);
+		mlp_forward(&m, x, y, (size_t)n * TSP_B, NULL, NULL);
+		mlp_backward(
+		    &m, x, y, (size_t)n * TSP_B, 1.0f / (float)(n * TSP_B));
 		mlp_sgd_step(&m, 0.5f, 0.0f);
 		mlp_zero_grad(&m);
 	}
 	for (size_t i = 0; i < m.n_params; i++) {
-		double d = fabs((double) m.params[i] -
-		    (double) ((const float *) r.data)[i]);
+		double d = fabs(
+		    (double)m.params[i] - (double)((const float *)r.data)[i]);
 
 		if (d > dmax)
 			dmax = d;

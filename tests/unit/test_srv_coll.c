@@ -11,7 +11,7 @@ Suite *suite_srv_coll(void);
 
 START_TEST(test_barrier_parks_until_all)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c[3];
 	uintptr_t t[3];
 
@@ -33,7 +33,7 @@ END_TEST
 
 START_TEST(test_broadcast)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c[3];
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 	uintptr_t t1, t0, t2;
@@ -54,7 +54,7 @@ START_TEST(test_broadcast)
 	ck_assert_uint_eq(f->core->jobs.n, 1);
 	/* released after everyone had it */
 	{
-		struct srv_job* job = SRV_CONTAINER(
+		struct srv_job *job = SRV_CONTAINER(
 		    srv_map_get(&f->core->jobs, "j", 1), struct srv_job, hn);
 		ck_assert_uint_eq(job->colls.n, 0);
 	}
@@ -69,13 +69,13 @@ END_TEST
 
 START_TEST(test_reduce_scalars)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c[3];
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 	uintptr_t t[3];
 	int64_t iv[3][2] = { { 1, 7 }, { 2, -3 }, { 3, 5 } };
 	double dv[3] = { 1.0, 2.0, 6.0 };
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 
 	fx_form(f, c, 3, "j");
 	co.kind = COHORT__COLLECTIVE_KIND__COLL_REDUCE_SCALARS;
@@ -133,7 +133,7 @@ END_TEST
 
 START_TEST(test_decide)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c[2];
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 	uintptr_t t[2];
@@ -160,12 +160,12 @@ END_TEST
 
 START_TEST(test_service_gather)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c[3];
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
-	const char* blk[3] = { "aa", "b", "cccc" };
+	const char *blk[3] = { "aa", "b", "cccc" };
 	uintptr_t t[3];
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 
 	fx_form(f, c, 3, "j");
 	co.kind = COHORT__COLLECTIVE_KIND__COLL_SERVICE;
@@ -185,11 +185,11 @@ END_TEST
 
 START_TEST(test_mismatch)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c[3];
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 	uintptr_t t0, t1, t2;
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 
 	fx_form(f, c, 3, "j");
 	t0 = fx_barrier(f, &c[0], "alpha", 1, 60000);
@@ -217,10 +217,10 @@ END_TEST
 
 START_TEST(test_timeout_names_missing_and_retry)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c[4];
 	uintptr_t t0, t1;
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 
 	fx_form(f, c, 4, "j");
 	fx_barrier(f, &c[1], "x", 5, 60000);
@@ -246,12 +246,12 @@ END_TEST
 
 START_TEST(test_groups)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c[4];
 	Cohort__GroupCreate gc = COHORT__GROUP_CREATE__INIT;
 	int32_t ranks[2] = { 3, 1 }, other[2] = { 1, 2 };
 	uintptr_t t3, t1, tb;
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 
 	fx_form(f, c, 4, "j");
@@ -316,7 +316,7 @@ END_TEST
 
 START_TEST(test_retry_takes_over_parked)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c[2];
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
@@ -342,11 +342,11 @@ START_TEST(test_retry_takes_over_parked)
 }
 END_TEST
 
-Suite*
+Suite *
 suite_srv_coll(void)
 {
-	Suite* s = suite_create("srv_coll");
-	TCase* tc = tcase_create("coll");
+	Suite *s = suite_create("srv_coll");
+	TCase *tc = tcase_create("coll");
 
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_barrier_parks_until_all);

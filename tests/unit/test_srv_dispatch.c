@@ -15,9 +15,9 @@
 Suite *suite_srv_dispatch(void);
 
 static uintptr_t
-disp_bytes(struct fx* f, const void* p, size_t len)
+disp_bytes(struct fx *f, const void *p, size_t len)
 {
-	nng_msg* m;
+	nng_msg *m;
 
 	ck_assert_int_eq(nng_msg_alloc(&m, len), 0);
 	if (len > 0)
@@ -27,11 +27,11 @@ disp_bytes(struct fx* f, const void* p, size_t len)
 
 START_TEST(test_bad_framing)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	uint8_t lie[8] = { 0, 0, 0, 200, 1, 2, 3, 4 };
 	uint8_t junk[12]
 	    = { 0, 0, 0, 8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 
 	fx_want(f, disp_bytes(f, "", 0), COHORT_EPROTO);
 	fx_want(f, disp_bytes(f, "ab", 2), COHORT_EPROTO);
@@ -44,7 +44,7 @@ END_TEST
 
 START_TEST(test_random_garbage)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	uint64_t x = 88172645463325252ull;
 	uint8_t buf[256];
 
@@ -78,11 +78,11 @@ END_TEST
 
 START_TEST(test_payload_len_mismatch)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c;
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
-	nng_msg* m;
+	nng_msg *m;
 
 	fx_cli_init(&c, "j", 1, 1);
 	rq.proto_version = COHORT_PROTO_VERSION;
@@ -105,13 +105,13 @@ END_TEST
 
 START_TEST(test_version_body_seq)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c[1];
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
 	struct cohort__iov none = { NULL, 0 };
-	nng_msg* m;
-	Cohort__Reply* r;
+	nng_msg *m;
+	Cohort__Reply *r;
 
 	fx_form(f, c, 1, "j");
 	hb.last_op = "";
@@ -141,7 +141,7 @@ END_TEST
 
 START_TEST(test_unknown_oneof_field)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	/* proto_version = 1 (field 1), then field 99 length-delimited
 	 * (tag 99 << 3 | 2 = 794 = 0x9a 0x06), empty. */
 	uint8_t env[] = { 0x08, 0x01, 0x9a, 0x06, 0x00 };
@@ -155,11 +155,11 @@ END_TEST
 
 START_TEST(test_wrong_token_no_data)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c[1], evil;
 	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
 	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 
 	fx_form(f, c, 1, "j");
 	fx_kv_set(f, &c[0], "k", "secret");
@@ -191,7 +191,7 @@ END_TEST
 START_TEST(test_admin_token_status)
 {
 	struct srv_limits lim = { 100, 1000, 10 };
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c;
 	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
 
@@ -214,7 +214,7 @@ END_TEST
 
 START_TEST(test_preset_job)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c[1], evil;
 	uintptr_t t;
 
@@ -239,24 +239,24 @@ START_TEST(test_preset_job)
 END_TEST
 
 /* One request over a real req0 socket to an embedded server. */
-static Cohort__Reply*
-disp_rpc(const char* url, const char* token, const char* val)
+static Cohort__Reply *
+disp_rpc(const char *url, const char *token, const char *val)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__KvSet kv = COHORT__KV_SET__INIT;
 	struct cohort__iov iov = { val, strlen(val) };
-	const uint8_t* pl;
+	const uint8_t *pl;
 	size_t plen;
-	Cohort__Reply* rep;
+	Cohort__Reply *rep;
 	nng_socket s;
-	nng_msg* m;
+	nng_msg *m;
 
 	ck_assert_int_eq(nng_req0_open(&s), 0);
 	ck_assert_int_eq(nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 5000), 0);
 	ck_assert_int_eq(nng_dial(s, url, NULL, 0), 0);
 	rq.proto_version = COHORT_PROTO_VERSION;
 	rq.job = "pre";
-	rq.token = (char*)token;
+	rq.token = (char *)token;
 	rq.client_id = 9;
 	rq.seq = 1;
 	kv.key = "k";
@@ -273,11 +273,11 @@ disp_rpc(const char* url, const char* token, const char* val)
 
 START_TEST(test_embedded_two_servers)
 {
-	const char* listen[] = { "tcp://127.0.0.1:0" };
+	const char *listen[] = { "tcp://127.0.0.1:0" };
 	const char *jobs1[] = { "pre:one" }, *jobs2[] = { "pre:two" };
 	struct cohort__srv_config cfg;
 	struct cohort__srv *a, *b;
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 
 	cohort__srv_config_init(&cfg);
 	cfg.listen = listen;
@@ -310,11 +310,11 @@ START_TEST(test_embedded_two_servers)
 }
 END_TEST
 
-Suite*
+Suite *
 suite_srv_dispatch(void)
 {
-	Suite* s = suite_create("srv_dispatch");
-	TCase* tc = tcase_create("dispatch");
+	Suite *s = suite_create("srv_dispatch");
+	TCase *tc = tcase_create("dispatch");
 
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_bad_framing);

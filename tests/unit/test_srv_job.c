@@ -11,10 +11,10 @@ Suite *suite_srv_job(void);
 
 START_TEST(test_rendezvous_assigns_ranks)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c[3];
 	uintptr_t t[3];
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 
 	fx_cli_init(&c[0], "j", 1, 1);
 	fx_cli_init(&c[1], "j", 2, 2);
@@ -41,10 +41,10 @@ END_TEST
 
 START_TEST(test_duplicate_rank_names_holder)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli a, b, c[2];
 	uintptr_t t;
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 
 	fx_cli_init(&a, "j", 1, 1);
 	fx_cli_init(&b, "j", 2, 2);
@@ -72,7 +72,7 @@ END_TEST
 
 START_TEST(test_join_validation)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli a;
 
 	fx_cli_init(&a, "j", 1, 1);
@@ -88,10 +88,10 @@ END_TEST
 
 START_TEST(test_join_timeout_names_missing)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli a, b;
 	uintptr_t ta, tb;
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 
 	fx_cli_init(&a, "j", 1, 1);
 	fx_cli_init(&b, "j", 2, 2);
@@ -117,10 +117,10 @@ END_TEST
 
 START_TEST(test_failure_fanout_connection_lost)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c[3];
 	uintptr_t t0, t2, tw, tl;
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 	Cohort__Watch w = COHORT__WATCH__INIT;
 
 	fx_form(f, c, 3, "j");
@@ -160,11 +160,11 @@ END_TEST
 
 START_TEST(test_report_failure_text)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c[2];
 	Cohort__ReportFailure rf = COHORT__REPORT_FAILURE__INIT;
 	uintptr_t t0;
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 
 	fx_form(f, c, 2, "j");
 	t0 = fx_barrier(f, &c[0], "x", 1, 60000);
@@ -181,11 +181,11 @@ END_TEST
 
 START_TEST(test_heartbeat_silence)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c[2];
 	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
 	uintptr_t t0;
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 
 	fx_form(f, c, 2, "j");
 	t0 = fx_barrier(f, &c[0], "x", 1, 600000);
@@ -206,7 +206,7 @@ END_TEST
 
 START_TEST(test_generation_and_stale)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c[2], n[2];
 	uintptr_t t[2], ts;
 
@@ -234,11 +234,11 @@ END_TEST
 
 START_TEST(test_leave_fails_waiters_and_removes_job)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c[3];
 	Cohort__Leave lv = COHORT__LEAVE__INIT;
 	uintptr_t t0;
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 
 	fx_form(f, c, 3, "j");
 	t0 = fx_barrier(f, &c[0], "x", 1, 60000);
@@ -261,10 +261,10 @@ END_TEST
 
 START_TEST(test_token_isolation)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli a[1], b[1], evil;
 	uintptr_t t;
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 
 	fx_form(f, a, 1, "A");
 	fx_form(f, b, 1, "B");
@@ -295,11 +295,11 @@ END_TEST
 
 START_TEST(test_status_query)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c[3];
 	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
-	Cohort__Reply* r;
-	Cohort__JobStatus* js;
+	Cohort__Reply *r;
+	Cohort__JobStatus *js;
 	bool found = false;
 
 	fx_form(f, c, 3, "j");
@@ -328,11 +328,11 @@ END_TEST
 
 START_TEST(test_watch_timeout_ok)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c[1];
 	Cohort__Watch w = COHORT__WATCH__INIT;
 	uintptr_t t;
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 
 	fx_form(f, c, 1, "j");
 	t = fx_simple(f, &c[0], COHORT__REQUEST__BODY_WATCH, &w, 500);
@@ -344,11 +344,11 @@ START_TEST(test_watch_timeout_ok)
 }
 END_TEST
 
-Suite*
+Suite *
 suite_srv_job(void)
 {
-	Suite* s = suite_create("srv_job");
-	TCase* tc = tcase_create("job");
+	Suite *s = suite_create("srv_job");
+	TCase *tc = tcase_create("job");
 
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_rendezvous_assigns_ranks);

@@ -14,13 +14,13 @@
 Suite *suite_srv_journal(void);
 
 static uintptr_t
-jt_add(struct fx* f, struct fx_cli* c, const char* key, int64_t delta,
+jt_add(struct fx *f, struct fx_cli *c, const char *key, int64_t delta,
     uint64_t seq)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__KvAdd a = COHORT__KV_ADD__INIT;
 
-	a.key = (char*)key;
+	a.key = (char *)key;
 	a.delta = delta;
 	rq.body_case = COHORT__REQUEST__BODY_KV_ADD;
 	rq.kv_add = &a;
@@ -29,22 +29,22 @@ jt_add(struct fx* f, struct fx_cli* c, const char* key, int64_t delta,
 }
 
 static void
-jt_want_value(struct fx* f, struct fx_cli* c, const char* key, const char* v)
+jt_want_value(struct fx *f, struct fx_cli *c, const char *key, const char *v)
 {
 	uintptr_t t = fx_kv_get(f, c, key, false, 0);
-	Cohort__Reply* r = fx_want(f, t, COHORT_OK);
+	Cohort__Reply *r = fx_want(f, t, COHORT_OK);
 
 	if (v == NULL) {
 		ck_assert_msg(!r->kv_get->found, "key '%s' is present", key);
 		return;
 	}
 	ck_assert_msg(r->kv_get->found, "key '%s' is absent", key);
-	ck_assert_msg(fx_payload_is(f, t, v), "key '%s' has the wrong value",
-	    key);
+	ck_assert_msg(
+	    fx_payload_is(f, t, v), "key '%s' has the wrong value", key);
 }
 
 static off_t
-jt_size(const char* dir, const char* name)
+jt_size(const char *dir, const char *name)
 {
 	char p[512];
 	struct stat sb;
@@ -65,14 +65,14 @@ END_TEST
 
 START_TEST(test_kv_survives_restart)
 {
-	struct fx* f = fx_new_journal(0);
+	struct fx *f = fx_new_journal(0);
 	struct fx_cli c;
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__KvDelete d = COHORT__KV_DELETE__INIT;
 	Cohort__KvAppend ap = COHORT__KV_APPEND__INIT;
 	Cohort__KvCompareSet cs = COHORT__KV_COMPARE_SET__INIT;
 	Cohort__KvMultiSet ms = COHORT__KV_MULTI_SET__INIT;
-	char* mkeys[2] = { "m1", "m2" };
+	char *mkeys[2] = { "m1", "m2" };
 	uint64_t mlens[2] = { 2, 3 };
 	uintptr_t t;
 
@@ -130,7 +130,7 @@ END_TEST
 
 START_TEST(test_retried_add_after_restart)
 {
-	struct fx* f = fx_new_journal(0);
+	struct fx *f = fx_new_journal(0);
 	struct fx_cli c, k;
 	uintptr_t t;
 
@@ -163,7 +163,7 @@ END_TEST
 
 START_TEST(test_torn_last_record)
 {
-	struct fx* f = fx_new_journal(0);
+	struct fx *f = fx_new_journal(0);
 	struct fx_cli c;
 	char p[512];
 	off_t before, after;
@@ -206,7 +206,7 @@ END_TEST
 
 START_TEST(test_compaction)
 {
-	struct fx* f = fx_new_journal(4096);
+	struct fx *f = fx_new_journal(4096);
 	struct fx_cli c;
 	struct srv_jrn_stats st;
 	char key[32], val[64];
@@ -247,7 +247,7 @@ END_TEST
 
 /* Keeps both members alive for ms, heartbeating every second. */
 static void
-jt_alive(struct fx* f, struct fx_cli* c, int n, cohort__time ms)
+jt_alive(struct fx *f, struct fx_cli *c, int n, cohort__time ms)
 {
 	for (cohort__time t = 0; t < ms; t += 1000) {
 		for (int i = 0; i < n; i++)
@@ -258,7 +258,7 @@ jt_alive(struct fx* f, struct fx_cli* c, int n, cohort__time ms)
 }
 
 static uintptr_t
-jt_barrier(struct fx* f, struct fx_cli* c, const char* group, uint64_t op_seq,
+jt_barrier(struct fx *f, struct fx_cli *c, const char *group, uint64_t op_seq,
     uint64_t seq)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
@@ -266,7 +266,7 @@ jt_barrier(struct fx* f, struct fx_cli* c, const char* group, uint64_t op_seq,
 
 	co.kind = COHORT__COLLECTIVE_KIND__COLL_BARRIER;
 	co.name = "b";
-	co.group = (char*)group;
+	co.group = (char *)group;
 	co.op_seq = op_seq;
 	rq.body_case = COHORT__REQUEST__BODY_COLLECTIVE;
 	rq.collective = &co;
@@ -277,11 +277,11 @@ jt_barrier(struct fx* f, struct fx_cli* c, const char* group, uint64_t op_seq,
 
 START_TEST(test_members_and_barrier_across_restart)
 {
-	struct fx* f = fx_new_journal(0);
+	struct fx *f = fx_new_journal(0);
 	struct fx_cli c[2];
 	uintptr_t t0, t1;
 	uint64_t s1, s2;
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 
 	fx_form(f, c, 2, "j");
 	t0 = jt_barrier(f, &c[0], "", 1, 0);
@@ -311,19 +311,16 @@ START_TEST(test_members_and_barrier_across_restart)
 	 * dead-after (5 s) later; rank 0, which does, is not. */
 	fx_restart(f);
 	jt_alive(f, c, 1, 5000);
-	r = fx_want(f, fx_heartbeat(f, &c[0], "", 0, "", false, 0),
-	    COHORT_OK);
+	r = fx_want(f, fx_heartbeat(f, &c[0], "", 0, "", false, 0), COHORT_OK);
 	ck_assert(r->heartbeat->healthy);
 	fx_tick(f, 1000);
-	r = fx_want(f, fx_heartbeat(f, &c[0], "", 0, "", false, 0),
-	    COHORT_OK);
+	r = fx_want(f, fx_heartbeat(f, &c[0], "", 0, "", false, 0), COHORT_OK);
 	ck_assert(!r->heartbeat->healthy);
 	ck_assert_int_eq(r->failed_rank, 1);
 	ck_assert_ptr_nonnull(strstr(r->failed_text, "no heartbeat"));
 	/* The failure itself survives a restart. */
 	fx_restart(f);
-	r = fx_want(f, fx_heartbeat(f, &c[0], "", 0, "", false, 0),
-	    COHORT_OK);
+	r = fx_want(f, fx_heartbeat(f, &c[0], "", 0, "", false, 0), COHORT_OK);
 	ck_assert(!r->heartbeat->healthy);
 	ck_assert_int_eq(r->failed_rank, 1);
 	r = fx_want(f, jt_barrier(f, &c[0], "", 3, 0), COHORT_EPEERLOST);
@@ -334,7 +331,7 @@ END_TEST
 
 START_TEST(test_groups_and_leave_across_restart)
 {
-	struct fx* f = fx_new_journal(0);
+	struct fx *f = fx_new_journal(0);
 	struct fx_cli c[3];
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__GroupCreate gc = COHORT__GROUP_CREATE__INIT;
@@ -363,8 +360,8 @@ START_TEST(test_groups_and_leave_across_restart)
 	fx_want(f, t2, COHORT_OK);
 	/* Everyone leaves: the job and its keys are gone, for good. */
 	for (int i = 0; i < 3; i++)
-		fx_want(f, fx_simple(f, &c[i], COHORT__REQUEST__BODY_LEAVE,
-		               &lv, 0),
+		fx_want(f,
+		    fx_simple(f, &c[i], COHORT__REQUEST__BODY_LEAVE, &lv, 0),
 		    COHORT_OK);
 	fx_restart(f);
 	fx_want(f, fx_kv_get(f, &c[0], "k", false, 0), COHORT_EAUTH);
@@ -375,10 +372,10 @@ END_TEST
 
 START_TEST(test_one_left_across_restart)
 {
-	struct fx* f = fx_new_journal(0);
+	struct fx *f = fx_new_journal(0);
 	struct fx_cli c[2];
 	Cohort__Leave lv = COHORT__LEAVE__INIT;
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 
 	fx_form(f, c, 2, "j");
 	fx_want(f, fx_simple(f, &c[1], COHORT__REQUEST__BODY_LEAVE, &lv, 0),
@@ -393,7 +390,7 @@ END_TEST
 
 START_TEST(test_keys_before_first_generation)
 {
-	struct fx* f = fx_new_journal(0);
+	struct fx *f = fx_new_journal(0);
 	struct fx_cli c[2];
 	uintptr_t t0, t1;
 
@@ -421,12 +418,12 @@ END_TEST
 
 START_TEST(test_state_dir_locked)
 {
-	struct fx* f = fx_new_journal(0);
-	struct srv_core* other;
+	struct fx *f = fx_new_journal(0);
+	struct srv_core *other;
 	struct srv_jrn_opts o;
 
-	ck_assert_cohort_ok(srv_core_new(
-	    &f->core->lim, NULL, fx_sink, f, f->now, &other));
+	ck_assert_cohort_ok(
+	    srv_core_new(&f->core->lim, NULL, fx_sink, f, f->now, &other));
 	memset(&o, 0, sizeof(o));
 	o.dir = f->dir;
 	ck_assert_int_eq(
@@ -440,7 +437,7 @@ END_TEST
  * journal on, against the same without one. */
 START_TEST(test_journal_cost)
 {
-	struct fx* f[2];
+	struct fx *f[2];
 	struct fx_cli c[2];
 	double us[2][2];
 	const int n = 3000;
@@ -487,10 +484,10 @@ START_TEST(test_journal_cost)
 	{
 		/* The journal's own work per kv_set: its KV_PUT and REPLY
 		 * records, one batch, one write(). */
-		struct srv_hnode* jn = srv_map_get(&f[1]->core->jobs, "j", 1);
-		struct srv_job* job = SRV_CONTAINER(jn, struct srv_job, hn);
-		struct srv_client* cl = srv_client_get(job, 7, f[1]->now);
-		nng_msg* m;
+		struct srv_hnode *jn = srv_map_get(&f[1]->core->jobs, "j", 1);
+		struct srv_job *job = SRV_CONTAINER(jn, struct srv_job, hn);
+		struct srv_client *cl = srv_client_get(job, 7, f[1]->now);
+		nng_msg *m;
 		const int k = 20000;
 		ck_assert_int_eq(nng_msg_alloc(&m, 24), 0);
 		memset(nng_msg_body(m), 1, 24);
@@ -514,8 +511,8 @@ END_TEST
 Suite *
 suite_srv_journal(void)
 {
-	Suite* s = suite_create("srv_journal");
-	TCase* tc = tcase_create("journal");
+	Suite *s = suite_create("srv_journal");
+	TCase *tc = tcase_create("journal");
 
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_crc32c);

@@ -11,17 +11,17 @@ Suite *suite_srv_kv(void);
 
 static struct fx_cli kv_c[2];
 
-static struct fx*
+static struct fx *
 kv_setup(void)
 {
-	struct fx* f = fx_new_limits(64, 4096, 20);
+	struct fx *f = fx_new_limits(64, 4096, 20);
 
 	fx_form(f, kv_c, 2, "j");
 	return (f);
 }
 
 static uintptr_t
-kv_keys(struct fx* f, struct fx_cli* c, int body, char** keys, size_t n,
+kv_keys(struct fx *f, struct fx_cli *c, int body, char **keys, size_t n,
     bool wait, uint32_t timeout_ms)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
@@ -50,12 +50,12 @@ kv_keys(struct fx* f, struct fx_cli* c, int body, char** keys, size_t n,
 
 static uintptr_t
 kv_add(
-    struct fx* f, struct fx_cli* c, const char* key, int64_t d, uint64_t seq)
+    struct fx *f, struct fx_cli *c, const char *key, int64_t d, uint64_t seq)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__KvAdd a = COHORT__KV_ADD__INIT;
 
-	a.key = (char*)key;
+	a.key = (char *)key;
 	a.delta = d;
 	rq.body_case = COHORT__REQUEST__BODY_KV_ADD;
 	rq.kv_add = &a;
@@ -65,7 +65,7 @@ kv_add(
 
 START_TEST(test_set_get)
 {
-	struct fx* f = kv_setup();
+	struct fx *f = kv_setup();
 	uintptr_t t;
 
 	fx_want(f, fx_kv_set(f, &kv_c[0], "a", "hello"), COHORT_OK);
@@ -85,7 +85,7 @@ END_TEST
 
 START_TEST(test_get_wait_released_by_set)
 {
-	struct fx* f = kv_setup();
+	struct fx *f = kv_setup();
 	uintptr_t t1, t2;
 
 	t1 = fx_kv_get(f, &kv_c[1], "addr", true, 60000);
@@ -101,10 +101,10 @@ END_TEST
 
 START_TEST(test_wait_and_timeout)
 {
-	struct fx* f = kv_setup();
-	char* keys[3] = { "x", "y", "z" };
+	struct fx *f = kv_setup();
+	char *keys[3] = { "x", "y", "z" };
 	uintptr_t t;
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 
 	t = kv_keys(
 	    f, &kv_c[0], COHORT__REQUEST__BODY_KV_WAIT, keys, 3, true, 60000);
@@ -136,7 +136,7 @@ END_TEST
 
 START_TEST(test_add_idempotent)
 {
-	struct fx* f = kv_setup();
+	struct fx *f = kv_setup();
 	uintptr_t t;
 
 	t = kv_add(f, &kv_c[0], "n", 5, 0);
@@ -157,8 +157,8 @@ START_TEST(test_add_idempotent)
 END_TEST
 
 static uintptr_t
-kv_cas(struct fx* f, struct fx_cli* c, const char* key, const char* exp,
-    bool present, const char* want)
+kv_cas(struct fx *f, struct fx_cli *c, const char *key, const char *exp,
+    bool present, const char *want)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__KvCompareSet cs = COHORT__KV_COMPARE_SET__INIT;
@@ -167,7 +167,7 @@ kv_cas(struct fx* f, struct fx_cli* c, const char* key, const char* exp,
 
 	memcpy(buf, exp ? exp : "", el);
 	memcpy(buf + el, want, dl);
-	cs.key = (char*)key;
+	cs.key = (char *)key;
 	cs.expected_len = el;
 	cs.expected_present = present;
 	rq.body_case = COHORT__REQUEST__BODY_KV_COMPARE_SET;
@@ -177,9 +177,9 @@ kv_cas(struct fx* f, struct fx_cli* c, const char* key, const char* exp,
 
 START_TEST(test_compare_set_delete_num_keys)
 {
-	struct fx* f = kv_setup();
+	struct fx *f = kv_setup();
 	uintptr_t t;
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 
 	t = kv_cas(f, &kv_c[0], "k", NULL, false, "first");
 	ck_assert(fx_want(f, t, COHORT_OK)->kv_compare_set->swapped);
@@ -222,14 +222,14 @@ END_TEST
 
 START_TEST(test_append_multi)
 {
-	struct fx* f = kv_setup();
+	struct fx *f = kv_setup();
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__KvAppend ap = COHORT__KV_APPEND__INIT;
 	Cohort__KvMultiSet ms = COHORT__KV_MULTI_SET__INIT;
-	char* keys[2] = { "m1", "m2" };
+	char *keys[2] = { "m1", "m2" };
 	uint64_t lens[2] = { 3, 2 };
 	uintptr_t t;
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 
 	ap.key = "log";
 	rq.body_case = COHORT__REQUEST__BODY_KV_APPEND;
@@ -271,9 +271,9 @@ END_TEST
 
 START_TEST(test_limits_and_keys)
 {
-	struct fx* f = kv_setup(); /* value 64, job 4096, keys 20 */
+	struct fx *f = kv_setup(); /* value 64, job 4096, keys 20 */
 	char big[200], key[1100];
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 
 	memset(big, 'v', sizeof(big) - 1);
 	big[sizeof(big) - 1] = '\0';
@@ -316,7 +316,7 @@ END_TEST
 
 START_TEST(test_kv_without_membership)
 {
-	struct fx* f = kv_setup();
+	struct fx *f = kv_setup();
 	struct fx_cli tool;
 
 	/* a tool that never joined (cohort CLI) uses the job's KV */
@@ -333,11 +333,11 @@ START_TEST(test_kv_without_membership)
 }
 END_TEST
 
-Suite*
+Suite *
 suite_srv_kv(void)
 {
-	Suite* s = suite_create("srv_kv");
-	TCase* tc = tcase_create("kv");
+	Suite *s = suite_create("srv_kv");
+	TCase *tc = tcase_create("kv");
 
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_set_get);

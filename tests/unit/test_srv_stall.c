@@ -13,12 +13,12 @@
 
 Suite *suite_srv_stall(void);
 
-static Cohort__JobStatus*
-st_status(struct fx* f, struct fx_cli* c)
+static Cohort__JobStatus *
+st_status(struct fx *f, struct fx_cli *c)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__StatusQuery q = COHORT__STATUS_QUERY__INIT;
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 
 	q.job = "";
 	rq.body_case = COHORT__REQUEST__BODY_STATUS_QUERY;
@@ -28,8 +28,8 @@ st_status(struct fx* f, struct fx_cli* c)
 	return (r->status_query->jobs[0]);
 }
 
-static Cohort__PendingOp*
-st_stalled(Cohort__JobStatus* js)
+static Cohort__PendingOp *
+st_stalled(Cohort__JobStatus *js)
 {
 	for (size_t i = 0; i < js->n_pending; i++)
 		if (js->pending[i]->stalled)
@@ -40,8 +40,8 @@ st_stalled(Cohort__JobStatus* js)
 /* Ticks ms in steps of a second; ranks in hb[] heartbeat each step with
  * their own op, the others stay silent (they are parked). */
 static void
-st_run(struct fx* f, struct fx_cli* c, const int* hb, int nhb,
-    const char* const* op, const uint64_t* seq, const bool* in_op,
+st_run(struct fx *f, struct fx_cli *c, const int *hb, int nhb,
+    const char *const *op, const uint64_t *seq, const bool *in_op,
     cohort__time ms)
 {
 	for (cohort__time t = 0; t < ms; t += 1000) {
@@ -55,23 +55,23 @@ st_run(struct fx* f, struct fx_cli* c, const int* hb, int nhb,
 }
 
 static bool
-st_has(const char* s, const char* sub)
+st_has(const char *s, const char *sub)
 {
 	return (s != NULL && strstr(s, sub) != NULL);
 }
 
 START_TEST(test_control_plane_stall)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c[3];
 	uintptr_t t0, t1;
-	Cohort__PendingOp* op;
-	Cohort__Reply* r;
+	Cohort__PendingOp *op;
+	Cohort__Reply *r;
 	const int hb[3] = { 0, 1, 2 };
-	const char* const ops[3] = { "barrier", "barrier", "allreduce" };
+	const char *const ops[3] = { "barrier", "barrier", "allreduce" };
 	const uint64_t seqs[3] = { 17, 17, 812 };
 	const bool in[3] = { true, true, true };
-	char* text;
+	char *text;
 
 	fx_form(f, c, 3, "j");
 	f->core->stall_ms = 10000;
@@ -121,12 +121,12 @@ END_TEST
 
 START_TEST(test_missing_rank_last_seen)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c[2];
 	uintptr_t t0;
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 	const int hb[2] = { 0, 1 };
-	const char* const ops[2] = { "barrier", "barrier" };
+	const char *const ops[2] = { "barrier", "barrier" };
 	const uint64_t seqs[2] = { 17, 16 };
 	const bool in[2] = { true, false };
 
@@ -144,15 +144,15 @@ END_TEST
 
 START_TEST(test_data_plane_stall)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c[3];
-	Cohort__JobStatus* js;
-	Cohort__PendingOp* op;
+	Cohort__JobStatus *js;
+	Cohort__PendingOp *op;
 	const int hb[3] = { 0, 1, 2 };
-	const char* const ops[3] = { "allreduce", "allreduce", "allreduce" };
+	const char *const ops[3] = { "allreduce", "allreduce", "allreduce" };
 	const uint64_t seqs[3] = { 812, 812, 811 };
 	const bool in[3] = { true, true, false };
-	char* text;
+	char *text;
 
 	fx_form(f, c, 3, "j");
 	f->core->stall_ms = 10000;
@@ -192,11 +192,11 @@ END_TEST
 
 START_TEST(test_join_heartbeat_order)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c;
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__Join j = COHORT__JOIN__INIT;
-	Cohort__Reply* r;
+	Cohort__Reply *r;
 
 	fx_cli_init(&c, "j", 1, 1);
 	j.rank = 0;
@@ -220,7 +220,7 @@ END_TEST
 
 START_TEST(test_request_after_close_is_dropped)
 {
-	struct fx* f = fx_new();
+	struct fx *f = fx_new();
 	struct fx_cli c[2];
 	uintptr_t t;
 	size_t drops;
@@ -252,8 +252,8 @@ END_TEST
 Suite *
 suite_srv_stall(void)
 {
-	Suite* s = suite_create("srv_stall");
-	TCase* tc = tcase_create("stall");
+	Suite *s = suite_create("srv_stall");
+	TCase *tc = tcase_create("stall");
 
 	tcase_add_test(tc, test_control_plane_stall);
 	tcase_add_test(tc, test_missing_rank_last_seen);

@@ -25,10 +25,10 @@ START_TEST(test_every_code_has_name_and_text)
 	for (size_t i = 0; i < NSTATUS; i++) {
 		ck_assert_str_eq(cohort_status_name(status_table[i].st),
 		    status_table[i].name);
-		ck_assert_str_eq(cohort_strerror(status_table[i].st),
-		    status_table[i].msg);
-		ck_assert_uint_gt(strlen(cohort_strerror(status_table[i].st)),
-		    0);
+		ck_assert_str_eq(
+		    cohort_strerror(status_table[i].st), status_table[i].msg);
+		ck_assert_uint_gt(
+		    strlen(cohort_strerror(status_table[i].st)), 0);
 	}
 }
 END_TEST
@@ -41,7 +41,7 @@ START_TEST(test_codes_are_dense_and_stable)
 	ck_assert_int_eq(COHORT_EPEERLOST, 6);
 	ck_assert_int_eq(COHORT_ENOCOORD, 20);
 	for (size_t i = 0; i < NSTATUS; i++)
-		ck_assert_int_eq(status_table[i].st, (int) i);
+		ck_assert_int_eq(status_table[i].st, (int)i);
 }
 END_TEST
 
@@ -49,19 +49,19 @@ START_TEST(test_names_are_unique)
 {
 	for (size_t i = 0; i < NSTATUS; i++)
 		for (size_t j = i + 1; j < NSTATUS; j++)
-			ck_assert_str_ne(status_table[i].name,
-			    status_table[j].name);
+			ck_assert_str_ne(
+			    status_table[i].name, status_table[j].name);
 }
 END_TEST
 
 START_TEST(test_unknown_code)
 {
-	ck_assert_str_eq(cohort_status_name((cohort_status) 9999),
-	    "COHORT_UNKNOWN");
-	ck_assert_str_eq(cohort_strerror((cohort_status) 9999),
-	    "unknown cohort status");
-	ck_assert_ptr_nonnull(cohort_strerror((cohort_status) -1));
-	ck_assert_ptr_nonnull(cohort_status_name((cohort_status) -1));
+	ck_assert_str_eq(
+	    cohort_status_name((cohort_status)9999), "COHORT_UNKNOWN");
+	ck_assert_str_eq(
+	    cohort_strerror((cohort_status)9999), "unknown cohort status");
+	ck_assert_ptr_nonnull(cohort_strerror((cohort_status)-1));
+	ck_assert_ptr_nonnull(cohort_status_name((cohort_status)-1));
 }
 END_TEST
 
@@ -75,10 +75,10 @@ START_TEST(test_dtype_sizes_and_names)
 	ck_assert_uint_eq(cohort_dtype_size(COHORT_I64), 8);
 	ck_assert_uint_eq(cohort_dtype_size(COHORT_U8), 1);
 	ck_assert_uint_eq(cohort_dtype_size(COHORT_DTYPE_COUNT), 0);
-	ck_assert_uint_eq(cohort_dtype_size((cohort_dtype) -1), 0);
+	ck_assert_uint_eq(cohort_dtype_size((cohort_dtype)-1), 0);
 	ck_assert_str_eq(cohort_dtype_name(COHORT_BF16), "bf16");
 	ck_assert_str_eq(cohort_dtype_name(COHORT_U8), "u8");
-	ck_assert_str_eq(cohort_dtype_name((cohort_dtype) 77), "invalid");
+	ck_assert_str_eq(cohort_dtype_name((cohort_dtype)77), "invalid");
 }
 END_TEST
 

@@ -27,8 +27,8 @@ START_TEST(test_op_timeout_below_dead_after_refused)
 
 	cohort_options_init(&o);
 	o.op_timeout = 2000;
-	ck_assert_cohort_err(cohort__timeouts_check(&o, why, sizeof(why)),
-	    COHORT_EINVAL);
+	ck_assert_cohort_err(
+	    cohort__timeouts_check(&o, why, sizeof(why)), COHORT_EINVAL);
 	ck_assert_ptr_nonnull(strstr(why, "dead-after"));
 }
 END_TEST
@@ -40,8 +40,8 @@ START_TEST(test_heartbeat_not_below_dead_after_refused)
 
 	cohort_options_init(&o);
 	o.heartbeat_interval = 6000;
-	ck_assert_cohort_err(cohort__timeouts_check(&o, why, sizeof(why)),
-	    COHORT_EINVAL);
+	ck_assert_cohort_err(
+	    cohort__timeouts_check(&o, why, sizeof(why)), COHORT_EINVAL);
 	ck_assert_ptr_nonnull(strstr(why, "heartbeat"));
 }
 END_TEST
@@ -53,8 +53,8 @@ START_TEST(test_rendezvous_shorter_than_operation_refused)
 
 	cohort_options_init(&o);
 	o.join_timeout = 60000;
-	ck_assert_cohort_err(cohort__timeouts_check(&o, why, sizeof(why)),
-	    COHORT_EINVAL);
+	ck_assert_cohort_err(
+	    cohort__timeouts_check(&o, why, sizeof(why)), COHORT_EINVAL);
 	o.join_timeout = COHORT_WAIT_FOREVER;
 	ck_assert_cohort_ok(cohort__timeouts_check(&o, why, sizeof(why)));
 	o.op_timeout = COHORT_WAIT_FOREVER;
@@ -78,8 +78,8 @@ START_TEST(test_environment_knobs)
 	ck_assert_str_eq(o.backend, "service");
 	setenv("COHORT_DEAD_AFTER_MS", "5s", 1);
 	ck_assert_cohort_err(cohort__options_env_timeouts(&o), COHORT_EINVAL);
-	ck_assert_ptr_nonnull(strstr(cohort_last_error(),
-	    "COHORT_DEAD_AFTER_MS"));
+	ck_assert_ptr_nonnull(
+	    strstr(cohort_last_error(), "COHORT_DEAD_AFTER_MS"));
 }
 END_TEST
 

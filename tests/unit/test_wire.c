@@ -42,8 +42,8 @@ wire_env_len(nng_msg *m)
 {
 	const uint8_t *p = nng_msg_body(m);
 
-	return (((uint32_t) p[0] << 24) | ((uint32_t) p[1] << 16) |
-	    ((uint32_t) p[2] << 8) | p[3]);
+	return (((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16)
+	    | ((uint32_t)p[2] << 8) | p[3]);
 }
 
 START_TEST(test_request_round_trip)
@@ -68,9 +68,9 @@ START_TEST(test_request_round_trip)
 	ck_assert_uint_eq(plen, 11);
 	ck_assert(memcmp(payload, "hello world", 11) == 0);
 	/* the payload points into the message */
-	ck_assert(payload >= (const uint8_t *) nng_msg_body(m) &&
-	    payload + plen <= (const uint8_t *) nng_msg_body(m) +
-	            nng_msg_len(m));
+	ck_assert(payload >= (const uint8_t *)nng_msg_body(m)
+	    && payload + plen
+	        <= (const uint8_t *)nng_msg_body(m) + nng_msg_len(m));
 	cohort__request__free_unpacked(req, NULL);
 	nng_msg_free(m);
 }
@@ -234,8 +234,8 @@ START_TEST(test_garbage_envelope)
 
 	ck_assert_int_eq(nng_msg_alloc(&m, sizeof(bad)), 0);
 	memcpy(nng_msg_body(m), bad, sizeof(bad));
-	ck_assert_cohort_err(cohort__wire_unpack_reply(m, &rep, &payload,
-	                         &plen),
+	ck_assert_cohort_err(
+	    cohort__wire_unpack_reply(m, &rep, &payload, &plen),
 	    COHORT_EPROTO);
 	nng_msg_free(m);
 }
@@ -251,20 +251,20 @@ START_TEST(test_random_garbage_never_crashes)
 	int refused = 0;
 
 	for (int i = 0; i < 2000; i++) {
-		size_t n = (size_t) (rand_r(&seed) % 64);
+		size_t n = (size_t)(rand_r(&seed) % 64);
 		uint8_t *p;
 
 		ck_assert_int_eq(nng_msg_alloc(&m, n), 0);
 		p = nng_msg_body(m);
 		for (size_t j = 0; j < n; j++)
-			p[j] = (uint8_t) rand_r(&seed);
+			p[j] = (uint8_t)rand_r(&seed);
 		/* a plausible envelope length half the time */
 		if (n >= 4 && (i & 1)) {
 			p[0] = p[1] = p[2] = 0;
-			p[3] = (uint8_t) (n - 4);
+			p[3] = (uint8_t)(n - 4);
 		}
-		if (cohort__wire_unpack_request(m, &req, &payload, &plen) ==
-		    COHORT_OK) {
+		if (cohort__wire_unpack_request(m, &req, &payload, &plen)
+		    == COHORT_OK) {
 			ck_assert_uint_eq(plen, req->payload_len);
 			cohort__request__free_unpacked(req, NULL);
 		} else
@@ -278,11 +278,11 @@ END_TEST
 START_TEST(test_pack_too_big)
 {
 	Cohort__Request req = COHORT__REQUEST__INIT;
-	struct cohort__iov part = { NULL, (size_t) COHORT__MAX_MESSAGE + 1 };
+	struct cohort__iov part = { NULL, (size_t)COHORT__MAX_MESSAGE + 1 };
 	nng_msg *m = NULL;
 
-	ck_assert_cohort_err(cohort__wire_pack_request(&req, &part, 1, &m),
-	    COHORT_ETOOBIG);
+	ck_assert_cohort_err(
+	    cohort__wire_pack_request(&req, &part, 1, &m), COHORT_ETOOBIG);
 	ck_assert_ptr_null(m);
 }
 END_TEST

@@ -61,9 +61,9 @@ enum bench_op {
 	BENCH_NOPS
 };
 
-static const char *const bench_op_names[BENCH_NOPS] = { "allreduce",
-	"broadcast", "allgather", "reduce_scatter", "alltoall", "reduce",
-	"barrier", "broadcast_obj", "kv", "join" };
+static const char *const bench_op_names[BENCH_NOPS]
+    = { "allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall",
+	      "reduce", "barrier", "broadcast_obj", "kv", "join" };
 
 #define BENCH_MAX_ITERS 1000000
 
@@ -81,8 +81,8 @@ struct bench_cfg {
 	bool json;
 	const char *coordinator;
 	cohort_duration timeout;
-	bool worker;    /* --bench-rank: a rank started by the launcher */
-	int join_proc;  /* --bench-join-proc K: a join worker, -1 if not */
+	bool worker; /* --bench-rank: a rank started by the launcher */
+	int join_proc; /* --bench-join-proc K: a join worker, -1 if not */
 	int join_first; /* --bench-join-first R: its first rank */
 	int join_count; /* --bench-join-count M: its clients */
 };
@@ -93,7 +93,7 @@ bench_now_us(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((double) ts.tv_sec * 1e6 + (double) ts.tv_nsec / 1e3);
+	return ((double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -158,7 +158,7 @@ bench_parse_size(const char *s, size_t *out)
 		end++;
 	if (*end != '\0' || v > SIZE_MAX / mult)
 		return (false);
-	*out = (size_t) v * mult;
+	*out = (size_t)v * mult;
 	return (true);
 }
 
@@ -169,7 +169,7 @@ bench_parse_int(const char *s, int lo, int hi, int *out)
 
 	if (s == NULL || !cohort__parse_i64(s, &v) || v < lo || v > hi)
 		return (false);
-	*out = (int) v;
+	*out = (int)v;
 	return (true);
 }
 
@@ -186,10 +186,10 @@ bench_lookup(const char *s, const char *const *names, int n)
 static int
 bench_parse(int argc, char **argv, struct bench_cfg *cfg)
 {
-	static const char *const dtypes[] = { "f32", "f64", "f16", "bf16",
-		"i32", "i64", "u8" };
-	static const char *const redops[] = { "sum", "prod", "min", "max",
-		"mean" };
+	static const char *const dtypes[]
+	    = { "f32", "f64", "f16", "bf16", "i32", "i64", "u8" };
+	static const char *const redops[]
+	    = { "sum", "prod", "min", "max", "mean" };
 
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->n = 2;
@@ -232,16 +232,16 @@ bench_parse(int argc, char **argv, struct bench_cfg *cfg)
 			if (!bench_parse_int(v, 1, 256, &cfg->procs))
 				goto bad;
 		} else if (strcmp(a, "--backend") == 0) {
-			if (strcmp(v, "tcp") != 0 &&
-			    strcmp(v, "service") != 0 &&
-			    strcmp(v, "auto") != 0 && strcmp(v, "nccl") != 0)
+			if (strcmp(v, "tcp") != 0 && strcmp(v, "service") != 0
+			    && strcmp(v, "auto") != 0
+			    && strcmp(v, "nccl") != 0)
 				goto bad;
 			cfg->backend = v;
 		} else if (strcmp(a, "--op") == 0) {
-			if ((k = bench_lookup(v, bench_op_names, BENCH_NOPS)) <
-			    0)
+			if ((k = bench_lookup(v, bench_op_names, BENCH_NOPS))
+			    < 0)
 				goto bad;
-			cfg->op = (enum bench_op) k;
+			cfg->op = (enum bench_op)k;
 		} else if (strcmp(a, "--sizes") == 0) {
 			char lo[64];
 			const char *colon = strchr(v, ':');
@@ -251,20 +251,20 @@ bench_parse(int argc, char **argv, struct bench_cfg *cfg)
 					goto bad;
 				cfg->max = cfg->min;
 			} else {
-				if ((size_t) (colon - v) >= sizeof(lo))
+				if ((size_t)(colon - v) >= sizeof(lo))
 					goto bad;
-				memcpy(lo, v, (size_t) (colon - v));
+				memcpy(lo, v, (size_t)(colon - v));
 				lo[colon - v] = '\0';
-				if (!bench_parse_size(lo, &cfg->min) ||
-				    !bench_parse_size(colon + 1, &cfg->max))
+				if (!bench_parse_size(lo, &cfg->min)
+				    || !bench_parse_size(colon + 1, &cfg->max))
 					goto bad;
 			}
 			if (cfg->max < cfg->min)
 				goto bad;
 			cfg->sizes_given = true;
 		} else if (strcmp(a, "--iters") == 0) {
-			if (!bench_parse_int(v, 1, BENCH_MAX_ITERS,
-			        &cfg->iters))
+			if (!bench_parse_int(
+			        v, 1, BENCH_MAX_ITERS, &cfg->iters))
 				goto bad;
 		} else if (strcmp(a, "--warmup") == 0) {
 			if (!bench_parse_int(v, 0, 100000, &cfg->warmup))
@@ -272,11 +272,11 @@ bench_parse(int argc, char **argv, struct bench_cfg *cfg)
 		} else if (strcmp(a, "--dtype") == 0) {
 			if ((k = bench_lookup(v, dtypes, 7)) < 0)
 				goto bad;
-			cfg->dtype = (cohort_dtype) k;
+			cfg->dtype = (cohort_dtype)k;
 		} else if (strcmp(a, "--redop") == 0) {
 			if ((k = bench_lookup(v, redops, 5)) < 0)
 				goto bad;
-			cfg->redop = (cohort_redop) k;
+			cfg->redop = (cohort_redop)k;
 		} else if (strcmp(a, "--coordinator") == 0) {
 			cfg->coordinator = v;
 		} else if (strcmp(a, "--timeout") == 0) {
@@ -299,19 +299,20 @@ bench_parse(int argc, char **argv, struct bench_cfg *cfg)
 			goto bad;
 		}
 		continue;
-bad:
+	bad:
 		fprintf(stderr, "cohort bench: bad argument '%s'%s%s\n", a,
 		    v != NULL ? " " : "", v != NULL ? v : "");
 		bench_usage(stderr);
 		return (2);
 	}
-	if (!cfg->sizes_given &&
-	    (cfg->op == BENCH_BCAST_OBJ || cfg->op == BENCH_KV))
+	if (!cfg->sizes_given
+	    && (cfg->op == BENCH_BCAST_OBJ || cfg->op == BENCH_KV))
 		cfg->min = cfg->max = 1024;
-	if (cfg->redop == COHORT_MEAN && cfg->dtype != COHORT_F32 &&
-	    cfg->dtype != COHORT_F64 && cfg->dtype != COHORT_F16 &&
-	    cfg->dtype != COHORT_BF16) {
-		fprintf(stderr, "cohort bench: --redop mean needs a float "
+	if (cfg->redop == COHORT_MEAN && cfg->dtype != COHORT_F32
+	    && cfg->dtype != COHORT_F64 && cfg->dtype != COHORT_F16
+	    && cfg->dtype != COHORT_BF16) {
+		fprintf(stderr,
+		    "cohort bench: --redop mean needs a float "
 		    "dtype\n");
 		return (2);
 	}
@@ -327,8 +328,8 @@ bad:
 static bool
 bench_is_float(cohort_dtype dt)
 {
-	return (dt == COHORT_F32 || dt == COHORT_F64 || dt == COHORT_F16 ||
-	    dt == COHORT_BF16);
+	return (dt == COHORT_F32 || dt == COHORT_F64 || dt == COHORT_F16
+	    || dt == COHORT_BF16);
 }
 
 /* Input element i of rank q at iteration it: small integers, exact in
@@ -336,11 +337,11 @@ bench_is_float(cohort_dtype dt)
 static int64_t
 bench_val(int q, int it, size_t i, cohort_redop op)
 {
-	uint64_t h = (uint64_t) (q + 1) * 7 + (uint64_t) it * 3 + i;
+	uint64_t h = (uint64_t)(q + 1) * 7 + (uint64_t)it * 3 + i;
 
 	if (op == COHORT_PROD)
 		return ((h % 5) == 0 ? -1 : 1);
-	return ((int64_t) (h % 11) - 5);
+	return ((int64_t)(h % 11) - 5);
 }
 
 static void
@@ -348,25 +349,25 @@ bench_store(void *buf, size_t i, cohort_dtype dt, int64_t v)
 {
 	switch (dt) {
 	case COHORT_F32:
-		((float *) buf)[i] = (float) v;
+		((float *)buf)[i] = (float)v;
 		break;
 	case COHORT_F64:
-		((double *) buf)[i] = (double) v;
+		((double *)buf)[i] = (double)v;
 		break;
 	case COHORT_F16:
-		((uint16_t *) buf)[i] = cohort__f32_to_f16((float) v);
+		((uint16_t *)buf)[i] = cohort__f32_to_f16((float)v);
 		break;
 	case COHORT_BF16:
-		((uint16_t *) buf)[i] = cohort__f32_to_bf16((float) v);
+		((uint16_t *)buf)[i] = cohort__f32_to_bf16((float)v);
 		break;
 	case COHORT_I32:
-		((int32_t *) buf)[i] = (int32_t) v;
+		((int32_t *)buf)[i] = (int32_t)v;
 		break;
 	case COHORT_I64:
-		((int64_t *) buf)[i] = v;
+		((int64_t *)buf)[i] = v;
 		break;
 	default:
-		((uint8_t *) buf)[i] = (uint8_t) v;
+		((uint8_t *)buf)[i] = (uint8_t)v;
 		break;
 	}
 }
@@ -377,13 +378,13 @@ bench_loadf(const void *buf, size_t i, cohort_dtype dt)
 {
 	switch (dt) {
 	case COHORT_F32:
-		return (((const float *) buf)[i]);
+		return (((const float *)buf)[i]);
 	case COHORT_F64:
-		return (((const double *) buf)[i]);
+		return (((const double *)buf)[i]);
 	case COHORT_F16:
-		return (cohort__f16_to_f32(((const uint16_t *) buf)[i]));
+		return (cohort__f16_to_f32(((const uint16_t *)buf)[i]));
 	case COHORT_BF16:
-		return (cohort__bf16_to_f32(((const uint16_t *) buf)[i]));
+		return (cohort__bf16_to_f32(((const uint16_t *)buf)[i]));
 	default:
 		return (0);
 	}
@@ -394,11 +395,11 @@ bench_loadi(const void *buf, size_t i, cohort_dtype dt)
 {
 	switch (dt) {
 	case COHORT_I32:
-		return (((const int32_t *) buf)[i]);
+		return (((const int32_t *)buf)[i]);
 	case COHORT_I64:
-		return (((const int64_t *) buf)[i]);
+		return (((const int64_t *)buf)[i]);
 	default:
-		return (((const uint8_t *) buf)[i]);
+		return (((const uint8_t *)buf)[i]);
 	}
 }
 
@@ -424,8 +425,8 @@ bench_wrong_reduced(const void *got, size_t n, cohort_dtype dt,
 			double acc = 0, v;
 
 			for (int q = 0; q < size; q++) {
-				bench_store(one, 0, dt,
-				    bench_val(q, it, i0 + i, op));
+				bench_store(
+				    one, 0, dt, bench_val(q, it, i0 + i, op));
 				v = bench_loadf(one, 0, dt);
 				if (q == 0)
 					acc = v;
@@ -440,32 +441,31 @@ bench_wrong_reduced(const void *got, size_t n, cohort_dtype dt,
 			}
 			if (op == COHORT_MEAN)
 				acc /= size;
-			if (fabs(bench_loadf(got, i, dt) - acc) >
-			    1e-2 * (fabs(acc) > 1 ? fabs(acc) : 1))
+			if (fabs(bench_loadf(got, i, dt) - acc)
+			    > 1e-2 * (fabs(acc) > 1 ? fabs(acc) : 1))
 				wrong++;
 		} else {
 			uint64_t acc = 0, v;
 
 			for (int q = 0; q < size; q++) {
-				bench_store(one, 0, dt,
-				    bench_val(q, it, i0 + i, op));
-				v = (uint64_t) bench_loadi(one, 0, dt);
+				bench_store(
+				    one, 0, dt, bench_val(q, it, i0 + i, op));
+				v = (uint64_t)bench_loadi(one, 0, dt);
 				if (q == 0)
 					acc = v;
 				else if (op == COHORT_PROD)
 					acc *= v;
 				else if (op == COHORT_MIN)
-					acc = (int64_t) v < (int64_t) acc ? v :
-					    acc;
+					acc = (int64_t)v < (int64_t)acc ? v
+					                                : acc;
 				else if (op == COHORT_MAX)
-					acc = (int64_t) v > (int64_t) acc ? v :
-					    acc;
+					acc = (int64_t)v > (int64_t)acc ? v
+					                                : acc;
 				else
 					acc += v;
 			}
-			bench_store(one, 0, dt, (int64_t) acc);
-			if (bench_loadi(one, 0, dt) !=
-			    bench_loadi(got, i, dt))
+			bench_store(one, 0, dt, (int64_t)acc);
+			if (bench_loadi(one, 0, dt) != bench_loadi(got, i, dt))
 				wrong++;
 		}
 	}
@@ -473,8 +473,8 @@ bench_wrong_reduced(const void *got, size_t n, cohort_dtype dt,
 }
 
 static long
-bench_wrong_copy(const void *got, size_t n, cohort_dtype dt, int q, int it,
-    size_t i0)
+bench_wrong_copy(
+    const void *got, size_t n, cohort_dtype dt, int q, int it, size_t i0)
 {
 	size_t es = cohort_dtype_size(dt);
 	uint8_t one[8];
@@ -482,7 +482,7 @@ bench_wrong_copy(const void *got, size_t n, cohort_dtype dt, int q, int it,
 
 	for (size_t i = 0; i < n; i++) {
 		bench_store(one, 0, dt, bench_val(q, it, i0 + i, COHORT_SUM));
-		if (memcmp(one, (const uint8_t *) got + i * es, es) != 0)
+		if (memcmp(one, (const uint8_t *)got + i * es, es) != 0)
 			wrong++;
 	}
 	return (wrong);
@@ -505,8 +505,8 @@ struct bench_rank {
 /* Geometry of a data op for a reported size: per-rank count and the
  * total bytes/count the table reports. */
 static bool
-bench_geometry(const struct bench_rank *b, size_t size, size_t *count,
-    size_t *tcount)
+bench_geometry(
+    const struct bench_rank *b, size_t size, size_t *count, size_t *tcount)
 {
 	size_t per = size / b->es;
 
@@ -514,8 +514,8 @@ bench_geometry(const struct bench_rank *b, size_t size, size_t *count,
 	case BENCH_ALLGATHER:
 	case BENCH_REDUCE_SCATTER:
 	case BENCH_ALLTOALL:
-		*count = per / (size_t) b->n;
-		*tcount = *count * (size_t) b->n;
+		*count = per / (size_t)b->n;
+		*tcount = *count * (size_t)b->n;
 		break;
 	case BENCH_BARRIER:
 		*count = *tcount = 0;
@@ -535,30 +535,30 @@ static void
 bench_prepare(struct bench_rank *b, size_t count, int it)
 {
 	const struct bench_cfg *cfg = b->cfg;
-	size_t nb = count * (size_t) b->n;
+	size_t nb = count * (size_t)b->n;
 
 	switch (cfg->op) {
 	case BENCH_ALLREDUCE:
 	case BENCH_REDUCE:
-		bench_fill(b->send, count, cfg->dtype, cfg->redop, b->rank, it,
-		    0);
+		bench_fill(
+		    b->send, count, cfg->dtype, cfg->redop, b->rank, it, 0);
 		break;
 	case BENCH_BROADCAST:
 		if (b->rank == 0)
-			bench_fill(b->recv, count, cfg->dtype, COHORT_SUM, 0,
-			    it, 0);
+			bench_fill(
+			    b->recv, count, cfg->dtype, COHORT_SUM, 0, it, 0);
 		break;
 	case BENCH_ALLGATHER:
-		bench_fill(b->send, count, cfg->dtype, COHORT_SUM, b->rank,
-		    it, 0);
+		bench_fill(
+		    b->send, count, cfg->dtype, COHORT_SUM, b->rank, it, 0);
 		break;
 	case BENCH_REDUCE_SCATTER:
-		bench_fill(b->send, nb, cfg->dtype, cfg->redop, b->rank, it,
-		    0);
+		bench_fill(
+		    b->send, nb, cfg->dtype, cfg->redop, b->rank, it, 0);
 		break;
 	case BENCH_ALLTOALL:
-		bench_fill(b->send, nb, cfg->dtype, COHORT_SUM, b->rank, it,
-		    0);
+		bench_fill(
+		    b->send, nb, cfg->dtype, COHORT_SUM, b->rank, it, 0);
 		break;
 	default:
 		break;
@@ -574,28 +574,29 @@ bench_verify(struct bench_rank *b, size_t count, int it)
 
 	switch (cfg->op) {
 	case BENCH_ALLREDUCE:
-		return (bench_wrong_reduced(b->recv, count, dt, cfg->redop,
-		    b->n, it, 0));
+		return (bench_wrong_reduced(
+		    b->recv, count, dt, cfg->redop, b->n, it, 0));
 	case BENCH_REDUCE:
 		if (b->rank != 0)
 			return (0);
-		return (bench_wrong_reduced(b->recv, count, dt, cfg->redop,
-		    b->n, it, 0));
+		return (bench_wrong_reduced(
+		    b->recv, count, dt, cfg->redop, b->n, it, 0));
 	case BENCH_BROADCAST:
 		return (bench_wrong_copy(b->recv, count, dt, 0, it, 0));
 	case BENCH_ALLGATHER:
 		for (int q = 0; q < b->n; q++)
-			wrong += bench_wrong_copy(b->recv +
-			    (size_t) q * count * b->es, count, dt, q, it, 0);
+			wrong += bench_wrong_copy(
+			    b->recv + (size_t)q * count * b->es, count, dt, q,
+			    it, 0);
 		return (wrong);
 	case BENCH_REDUCE_SCATTER:
 		return (bench_wrong_reduced(b->recv, count, dt, cfg->redop,
-		    b->n, it, (size_t) b->rank * count));
+		    b->n, it, (size_t)b->rank * count));
 	case BENCH_ALLTOALL:
 		for (int q = 0; q < b->n; q++)
-			wrong += bench_wrong_copy(b->recv +
-			    (size_t) q * count * b->es, count, dt, q, it,
-			    (size_t) b->rank * count);
+			wrong += bench_wrong_copy(
+			    b->recv + (size_t)q * count * b->es, count, dt, q,
+			    it, (size_t)b->rank * count);
 		return (wrong);
 	default:
 		return (0);
@@ -615,23 +616,23 @@ bench_once(struct bench_rank *b, size_t count, int it)
 
 	switch (cfg->op) {
 	case BENCH_ALLREDUCE:
-		return (cohort_allreduce(b->g, b->send, b->recv, count, dt,
-		    cfg->redop, NULL, to));
+		return (cohort_allreduce(
+		    b->g, b->send, b->recv, count, dt, cfg->redop, NULL, to));
 	case BENCH_REDUCE:
 		return (cohort_reduce(b->g, b->send, b->recv, count, dt,
 		    cfg->redop, 0, NULL, to));
 	case BENCH_BROADCAST:
-		return (cohort_broadcast(b->g, b->recv, count, dt, 0, NULL,
-		    to));
+		return (
+		    cohort_broadcast(b->g, b->recv, count, dt, 0, NULL, to));
 	case BENCH_ALLGATHER:
-		return (cohort_allgather(b->g, b->send, b->recv, count, dt,
-		    NULL, to));
+		return (cohort_allgather(
+		    b->g, b->send, b->recv, count, dt, NULL, to));
 	case BENCH_REDUCE_SCATTER:
-		return (cohort_reduce_scatter(b->g, b->send, b->recv, count,
-		    dt, cfg->redop, NULL, to));
+		return (cohort_reduce_scatter(
+		    b->g, b->send, b->recv, count, dt, cfg->redop, NULL, to));
 	case BENCH_ALLTOALL:
-		return (cohort_alltoall(b->g, b->send, b->recv, count, dt,
-		    NULL, to));
+		return (cohort_alltoall(
+		    b->g, b->send, b->recv, count, dt, NULL, to));
 	case BENCH_BARRIER:
 		return (cohort_barrier(b->g, "bench", to));
 	case BENCH_BCAST_OBJ:
@@ -639,14 +640,16 @@ bench_once(struct bench_rank *b, size_t count, int it)
 		    b->rank == 0 ? NULL : &out, b->rank == 0 ? NULL : &olen,
 		    to);
 		if (st == COHORT_OK && b->rank != 0 && olen != count)
-			st = cohort__err(COHORT_EPROTO, "object of %zu bytes, "
-			    "expected %zu", olen, count);
+			st = cohort__err(COHORT_EPROTO,
+			    "object of %zu bytes, "
+			    "expected %zu",
+			    olen, count);
 		cohort_free(out);
 		return (st);
 	case BENCH_KV:
 		snprintf(key, sizeof(key), "bench/kv/%d", b->rank);
-		if ((st = cohort_kv_set(b->c, key, b->send, count, to)) !=
-		    COHORT_OK)
+		if ((st = cohort_kv_set(b->c, key, b->send, count, to))
+		    != COHORT_OK)
 			return (st);
 		st = cohort_kv_get(b->c, key, &out, &olen, to);
 		cohort_free(out);
@@ -659,7 +662,7 @@ bench_once(struct bench_rank *b, size_t count, int it)
 static int
 bench_cmp_double(const void *a, const void *b)
 {
-	double x = *(const double *) a, y = *(const double *) b;
+	double x = *(const double *)a, y = *(const double *)b;
 
 	return (x < y ? -1 : x > y);
 }
@@ -673,7 +676,7 @@ bench_busbw_factor(const struct bench_cfg *cfg, int n)
 	case BENCH_ALLGATHER:
 	case BENCH_REDUCE_SCATTER:
 	case BENCH_ALLTOALL:
-		return ((double) (n - 1) / n);
+		return ((double)(n - 1) / n);
 	default:
 		return (1.0);
 	}
@@ -687,12 +690,12 @@ bench_header(const struct bench_rank *b)
 	if (cfg->json)
 		return;
 	printf("# cohort bench: %s, %d ranks, backend %s, dtype %s, redop %s,"
-	    " iters %d, warmup %d%s\n", bench_op_names[cfg->op], b->n,
-	    cohort_group_backend(b->g), cohort_dtype_name(cfg->dtype),
-	    cohort_redop_name(cfg->redop), cfg->iters, cfg->warmup,
-	    cfg->check ? ", check" : "");
+	       " iters %d, warmup %d%s\n",
+	    bench_op_names[cfg->op], b->n, cohort_group_backend(b->g),
+	    cohort_dtype_name(cfg->dtype), cohort_redop_name(cfg->redop),
+	    cfg->iters, cfg->warmup, cfg->check ? ", check" : "");
 	printf("# time: median per-iteration time of the slowest rank; first:"
-	    " cold iteration\n");
+	       " cold iteration\n");
 	printf("#%11s %12s %6s %6s %11s %11s %11s %10s %10s %7s\n", "size",
 	    "count", "type", "redop", "time(us)", "first(us)", "p99(us)",
 	    "algbw", "busbw", "#wrong");
@@ -713,16 +716,16 @@ bench_size(struct bench_rank *b, size_t size)
 
 	if (!bench_geometry(b, size, &count, &tcount))
 		return (0);
-	rbytes = cfg->op == BENCH_BARRIER ? 0 :
-	    cfg->op == BENCH_BCAST_OBJ || cfg->op == BENCH_KV ? size :
-	    tcount * b->es;
-	if ((t = calloc((size_t) k, sizeof(double))) == NULL)
+	rbytes = cfg->op == BENCH_BARRIER ? 0
+	    : cfg->op == BENCH_BCAST_OBJ || cfg->op == BENCH_KV
+	    ? size
+	    : tcount * b->es;
+	if ((t = calloc((size_t)k, sizeof(double))) == NULL)
 		return (1);
-	if ((st = cohort_barrier(b->g, "bench-size", cfg->timeout)) !=
-	    COHORT_OK)
+	if ((st = cohort_barrier(b->g, "bench-size", cfg->timeout))
+	    != COHORT_OK)
 		goto out;
-	for (int it = -cfg->warmup; it < cfg->iters && st == COHORT_OK;
-	     it++) {
+	for (int it = -cfg->warmup; it < cfg->iters && st == COHORT_OK; it++) {
 		int vit = it + cfg->warmup;
 		double t0, dt;
 
@@ -749,36 +752,38 @@ bench_size(struct bench_rank *b, size_t size)
 	t[0] = first;
 	/* max across ranks, per iteration (in pieces: the coordinator's
 	 * scalar reduction takes at most 4096 values) */
-	for (size_t off = 0; off < (size_t) k; off += 4096) {
-		size_t n = (size_t) k - off < 4096 ? (size_t) k - off : 4096;
+	for (size_t off = 0; off < (size_t)k; off += 4096) {
+		size_t n = (size_t)k - off < 4096 ? (size_t)k - off : 4096;
 		if ((st = cohort_reduce_scalars(b->g, COHORT_F64, COHORT_MAX,
-		         t + off, n, cfg->timeout)) != COHORT_OK)
+		         t + off, n, cfg->timeout))
+		    != COHORT_OK)
 			goto out;
 	}
-	if ((st = cohort_reduce_scalars(b->g, COHORT_I64, COHORT_SUM, &wrong,
-	         1, cfg->timeout)) != COHORT_OK)
+	if ((st = cohort_reduce_scalars(
+	         b->g, COHORT_I64, COHORT_SUM, &wrong, 1, cfg->timeout))
+	    != COHORT_OK)
 		goto out;
 	first = t[0];
-	qsort(t + 1, (size_t) cfg->iters, sizeof(double), bench_cmp_double);
-	med = cfg->iters % 2 ? t[1 + cfg->iters / 2] :
-	    (t[cfg->iters / 2] + t[1 + cfg->iters / 2]) / 2;
-	p99 = t[1 + (int) ceil(0.99 * cfg->iters) - 1];
-	algbw = med > 0 ? (double) rbytes / (med * 1e3) : 0;
+	qsort(t + 1, (size_t)cfg->iters, sizeof(double), bench_cmp_double);
+	med = cfg->iters % 2 ? t[1 + cfg->iters / 2]
+	                     : (t[cfg->iters / 2] + t[1 + cfg->iters / 2]) / 2;
+	p99 = t[1 + (int)ceil(0.99 * cfg->iters) - 1];
+	algbw = med > 0 ? (double)rbytes / (med * 1e3) : 0;
 	busbw = algbw * bench_busbw_factor(cfg, b->n);
 	if (b->rank == 0 && cfg->json) {
 		printf("{\"impl\":\"cohort\",\"algo\":\"%s\",\"ranks\":%d,"
-		    "\"size\":%zu,\"count\":%zu,\"dtype\":\"%s\","
-		    "\"op\":\"%s\",\"redop\":\"%s\",\"time_us\":%.3f,"
-		    "\"first_us\":%.3f,\"p99_us\":%.3f,\"algbw\":%.6f,"
-		    "\"busbw\":%.6f,\"iters\":%d,\"wrong\":%" PRId64 "}\n",
+		       "\"size\":%zu,\"count\":%zu,\"dtype\":\"%s\","
+		       "\"op\":\"%s\",\"redop\":\"%s\",\"time_us\":%.3f,"
+		       "\"first_us\":%.3f,\"p99_us\":%.3f,\"algbw\":%.6f,"
+		       "\"busbw\":%.6f,\"iters\":%d,\"wrong\":%" PRId64 "}\n",
 		    cohort_group_backend(b->g), b->n, rbytes, tcount,
 		    cohort_dtype_name(cfg->dtype), bench_op_names[cfg->op],
 		    cohort_redop_name(cfg->redop), med, first, p99, algbw,
 		    busbw, cfg->iters, wrong);
 	} else if (b->rank == 0) {
 		printf(" %11zu %12zu %6s %6s %11.1f %11.1f %11.1f %10.3f "
-		    "%10.3f %7" PRId64 "\n", rbytes, tcount,
-		    cohort_dtype_name(cfg->dtype),
+		       "%10.3f %7" PRId64 "\n",
+		    rbytes, tcount, cohort_dtype_name(cfg->dtype),
 		    cohort_redop_name(cfg->redop), med, first, p99, algbw,
 		    busbw, wrong);
 	}
@@ -806,16 +811,16 @@ bench_rank_main(const struct bench_cfg *cfg)
 
 	memset(&b, 0, sizeof(b));
 	b.cfg = cfg;
-	if ((st = cohort_env_resolve(&env)) != COHORT_OK ||
-	    (st = cohort_options_from_env(&opts, &env)) != COHORT_OK) {
+	if ((st = cohort_env_resolve(&env)) != COHORT_OK
+	    || (st = cohort_options_from_env(&opts, &env)) != COHORT_OK) {
 		fprintf(stderr, "cohort bench: environment: %s\n",
 		    cohort_last_error());
 		return (1);
 	}
 	opts.backend = cfg->backend;
 	opts.op_timeout = cfg->timeout;
-	if ((st = cohort_client_open(&opts, &b.c, cfg->timeout)) !=
-	    COHORT_OK) {
+	if ((st = cohort_client_open(&opts, &b.c, cfg->timeout))
+	    != COHORT_OK) {
 		fprintf(stderr, "cohort bench: join: %s: %s\n",
 		    cohort_status_name(st), cohort_last_error());
 		return (1);
@@ -825,9 +830,9 @@ bench_rank_main(const struct bench_cfg *cfg)
 	b.n = cohort_group_size(b.g);
 	b.es = cohort_dtype_size(cfg->dtype);
 	maxb = cfg->max + 64;
-	if (cfg->op == BENCH_ALLGATHER || cfg->op == BENCH_REDUCE_SCATTER ||
-	    cfg->op == BENCH_ALLTOALL)
-		maxb = cfg->max + (size_t) b.n * 64;
+	if (cfg->op == BENCH_ALLGATHER || cfg->op == BENCH_REDUCE_SCATTER
+	    || cfg->op == BENCH_ALLTOALL)
+		maxb = cfg->max + (size_t)b.n * 64;
 	b.send = malloc(maxb);
 	b.recv = malloc(maxb);
 	if (b.send == NULL || b.recv == NULL) {
@@ -888,8 +893,8 @@ bench_joiner_main(void *arg)
 	j->st = cohort_client_open(&opts, &c, j->cfg->timeout);
 	j->t_open = bench_now_us();
 	if (j->st == COHORT_OK)
-		j->st = cohort_barrier(cohort_client_world(c), "joined",
-		    j->cfg->timeout);
+		j->st = cohort_barrier(
+		    cohort_client_world(c), "joined", j->cfg->timeout);
 	j->t_end = bench_now_us();
 	if (j->st != COHORT_OK)
 		cohort__strlcpy(j->err, cohort_last_error(), sizeof(j->err));
@@ -906,7 +911,7 @@ bench_join_proc(const struct bench_cfg *cfg)
 	const char *job = getenv("COHORT_JOB");
 	const char *token = getenv("COHORT_TOKEN");
 	int m = cfg->join_count;
-	struct bench_joiner *j = calloc((size_t) m, sizeof(*j));
+	struct bench_joiner *j = calloc((size_t)m, sizeof(*j));
 	pthread_barrier_t start;
 	pthread_attr_t attr;
 	int rc = 0;
@@ -920,7 +925,7 @@ bench_join_proc(const struct bench_cfg *cfg)
 		double s = 1e300, e = 0, omax = 0;
 
 		snprintf(name, sizeof(name), "%s-%d", job, it);
-		pthread_barrier_init(&start, NULL, (unsigned) m);
+		pthread_barrier_init(&start, NULL, (unsigned)m);
 		for (int i = 0; i < m; i++) {
 			j[i].cfg = cfg;
 			j[i].url = url;
@@ -928,19 +933,24 @@ bench_join_proc(const struct bench_cfg *cfg)
 			j[i].token = token != NULL ? token : "";
 			j[i].rank = cfg->join_first + i;
 			j[i].start = &start;
-			if (pthread_create(&j[i].th, &attr, bench_joiner_main,
-			        &j[i]) != 0) {
-				fprintf(stderr, "cohort bench: cannot start "
-				    "thread %d\n", i);
+			if (pthread_create(
+			        &j[i].th, &attr, bench_joiner_main, &j[i])
+			    != 0) {
+				fprintf(stderr,
+				    "cohort bench: cannot start "
+				    "thread %d\n",
+				    i);
 				return (1);
 			}
 		}
 		for (int i = 0; i < m; i++) {
 			pthread_join(j[i].th, NULL);
 			if (j[i].st != COHORT_OK) {
-				fprintf(stderr, "cohort bench: join rank %d: "
-				    "%s: %s\n", j[i].rank,
-				    cohort_status_name(j[i].st), j[i].err);
+				fprintf(stderr,
+				    "cohort bench: join rank %d: "
+				    "%s: %s\n",
+				    j[i].rank, cohort_status_name(j[i].st),
+				    j[i].err);
 				rc = 1;
 			}
 			s = fmin(s, j[i].t_start);
@@ -963,17 +973,16 @@ bench_join_proc(const struct bench_cfg *cfg)
 
 struct bench_child {
 	pid_t pid;
-	int out;     /* read end of its stdout pipe (join), -1 */
-	char *buf;   /* what it printed (join) */
+	int out; /* read end of its stdout pipe (join), -1 */
+	char *buf; /* what it printed (join) */
 	size_t len, cap;
-	int status;  /* exit code, -1 running */
+	int status; /* exit code, -1 running */
 };
 
 /* Spawns this binary with argv + extra args and extra environment. */
 static cohort_status
 bench_spawn(char **args, int argc, char *const *extra_args, int nextra,
-    char *const *extra_env, int nenv, int out_fd, bool quiet,
-    pid_t *pid)
+    char *const *extra_env, int nenv, int out_fd, bool quiet, pid_t *pid)
 {
 	char **av, **ev;
 	size_t ne = 0;
@@ -982,14 +991,14 @@ bench_spawn(char **args, int argc, char *const *extra_args, int nextra,
 
 	while (environ[ne] != NULL)
 		ne++;
-	av = calloc((size_t) (argc + nextra + 2), sizeof(char *));
-	ev = calloc(ne + (size_t) nenv + 1, sizeof(char *));
+	av = calloc((size_t)(argc + nextra + 2), sizeof(char *));
+	ev = calloc(ne + (size_t)nenv + 1, sizeof(char *));
 	if (av == NULL || ev == NULL) {
 		free(av);
 		free(ev);
 		return (cohort__err(COHORT_ENOMEM, "out of memory"));
 	}
-	av[0] = (char *) "cohort";
+	av[0] = (char *)"cohort";
 	for (int i = 0; i < argc; i++)
 		av[i + 1] = args[i];
 	for (int i = 0; i < nextra; i++)
@@ -998,16 +1007,16 @@ bench_spawn(char **args, int argc, char *const *extra_args, int nextra,
 		ev[i] = extra_env[i];
 	/* ours first: getenv takes the first match */
 	for (size_t i = 0; i < ne; i++)
-		ev[(size_t) nenv + i] = environ[i];
+		ev[(size_t)nenv + i] = environ[i];
 	if ((p = fork()) == 0) {
 		/* async-signal-safe calls only until exec */
 		if (out_fd >= 0) {
-			(void) dup2(out_fd, STDOUT_FILENO);
+			(void)dup2(out_fd, STDOUT_FILENO);
 		} else if (quiet) {
 			int fd = open("/dev/null", O_WRONLY);
 
 			if (fd >= 0)
-				(void) dup2(fd, STDOUT_FILENO);
+				(void)dup2(fd, STDOUT_FILENO);
 		}
 		execve("/proc/self/exe", av, ev);
 		_exit(127);
@@ -1016,8 +1025,8 @@ bench_spawn(char **args, int argc, char *const *extra_args, int nextra,
 	free(av);
 	free(ev);
 	if (p < 0)
-		return (cohort__err(COHORT_ESYSTEM, "fork: %s",
-		    strerror(err)));
+		return (
+		    cohort__err(COHORT_ESYSTEM, "fork: %s", strerror(err)));
 	*pid = p;
 	return (COHORT_OK);
 }
@@ -1037,7 +1046,7 @@ bench_wait_all(struct bench_child *ch, int n, int64_t deadline_ms)
 	while (left > 0) {
 		struct pollfd pfd[256];
 		int np = 0, map[256];
-		int64_t now = (int64_t) (bench_now_us() / 1000);
+		int64_t now = (int64_t)(bench_now_us() / 1000);
 		pid_t p;
 		int status;
 
@@ -1049,7 +1058,7 @@ bench_wait_all(struct bench_child *ch, int n, int64_t deadline_ms)
 			}
 		}
 		if (np > 0)
-			(void) poll(pfd, (nfds_t) np, 10);
+			(void)poll(pfd, (nfds_t)np, 10);
 		else
 			usleep(10000);
 		for (int k = 0; k < np; k++) {
@@ -1065,13 +1074,13 @@ bench_wait_all(struct bench_child *ch, int n, int64_t deadline_ms)
 				c->buf = nb;
 				c->cap += 65536;
 			}
-			got = read(c->out, c->buf + c->len,
-			    c->cap - c->len - 1);
+			got = read(
+			    c->out, c->buf + c->len, c->cap - c->len - 1);
 			if (got <= 0) {
 				close(c->out);
 				c->out = -1;
 			} else {
-				c->len += (size_t) got;
+				c->len += (size_t)got;
 				c->buf[c->len] = '\0';
 			}
 		}
@@ -1079,9 +1088,9 @@ bench_wait_all(struct bench_child *ch, int n, int64_t deadline_ms)
 			for (int i = 0; i < n; i++) {
 				if (ch[i].pid != p || ch[i].status >= 0)
 					continue;
-				ch[i].status = WIFEXITED(status) ?
-				    WEXITSTATUS(status) :
-				    128 + WTERMSIG(status);
+				ch[i].status = WIFEXITED(status)
+				    ? WEXITSTATUS(status)
+				    : 128 + WTERMSIG(status);
 				left--;
 				if (ch[i].status != 0) {
 					rc = 1;
@@ -1092,7 +1101,8 @@ bench_wait_all(struct bench_child *ch, int n, int64_t deadline_ms)
 		}
 		if (now >= kill_at || now >= deadline_ms) {
 			if (now >= deadline_ms)
-				fprintf(stderr, "cohort bench: ranks still "
+				fprintf(stderr,
+				    "cohort bench: ranks still "
 				    "running at the deadline; killing them\n");
 			for (int i = 0; i < n; i++)
 				if (ch[i].pid > 0 && ch[i].status < 0)
@@ -1111,15 +1121,15 @@ bench_wait_all(struct bench_child *ch, int n, int64_t deadline_ms)
 }
 
 static void
-bench_join_report(const struct bench_cfg *cfg, struct bench_child *ch,
-    int np, const char *backend_note)
+bench_join_report(const struct bench_cfg *cfg, struct bench_child *ch, int np,
+    const char *backend_note)
 {
 	int total = cfg->warmup + cfg->iters;
-	double *t = calloc((size_t) total, sizeof(double));
-	double *o = calloc((size_t) total, sizeof(double));
+	double *t = calloc((size_t)total, sizeof(double));
+	double *o = calloc((size_t)total, sizeof(double));
 	double med, p99, omed, first;
 
-	(void) backend_note;
+	(void)backend_note;
 	if (t == NULL || o == NULL) {
 		free(t);
 		free(o);
@@ -1134,10 +1144,13 @@ bench_join_report(const struct bench_cfg *cfg, struct bench_child *ch,
 			double ps, pe, po;
 
 			snprintf(pat, sizeof(pat), "JOIN it=%d ", it);
-			if (ch[p].buf == NULL ||
-			    (q = strstr(ch[p].buf, pat)) == NULL ||
-			    sscanf(q + strlen(pat), "start=%lf end=%lf "
-			        "open_max=%lf", &ps, &pe, &po) != 3)
+			if (ch[p].buf == NULL
+			    || (q = strstr(ch[p].buf, pat)) == NULL
+			    || sscanf(q + strlen(pat),
+			           "start=%lf end=%lf "
+			           "open_max=%lf",
+			           &ps, &pe, &po)
+			        != 3)
 				continue;
 			s = fmin(s, ps);
 			e = fmax(e, pe);
@@ -1147,25 +1160,25 @@ bench_join_report(const struct bench_cfg *cfg, struct bench_child *ch,
 		o[it] = om;
 	}
 	first = t[0];
-	qsort(t + cfg->warmup, (size_t) cfg->iters, sizeof(double),
+	qsort(t + cfg->warmup, (size_t)cfg->iters, sizeof(double),
 	    bench_cmp_double);
-	qsort(o + cfg->warmup, (size_t) cfg->iters, sizeof(double),
+	qsort(o + cfg->warmup, (size_t)cfg->iters, sizeof(double),
 	    bench_cmp_double);
 	med = t[cfg->warmup + cfg->iters / 2];
-	p99 = t[cfg->warmup + (int) ceil(0.99 * cfg->iters) - 1];
+	p99 = t[cfg->warmup + (int)ceil(0.99 * cfg->iters) - 1];
 	omed = o[cfg->warmup + cfg->iters / 2];
 	if (cfg->json)
 		printf("{\"impl\":\"cohort\",\"algo\":\"coordinator\","
-		    "\"ranks\":%d,\"procs\":%d,\"size\":0,\"count\":0,"
-		    "\"dtype\":\"none\",\"op\":\"join\",\"time_us\":%.1f,"
-		    "\"first_us\":%.1f,\"p99_us\":%.1f,\"open_us\":%.1f,"
-		    "\"algbw\":0,\"busbw\":0,\"iters\":%d}\n", cfg->n, np, med,
-		    first, p99, omed, cfg->iters);
+		       "\"ranks\":%d,\"procs\":%d,\"size\":0,\"count\":0,"
+		       "\"dtype\":\"none\",\"op\":\"join\",\"time_us\":%.1f,"
+		       "\"first_us\":%.1f,\"p99_us\":%.1f,\"open_us\":%.1f,"
+		       "\"algbw\":0,\"busbw\":0,\"iters\":%d}\n",
+		    cfg->n, np, med, first, p99, omed, cfg->iters);
 	else
 		printf("# cohort bench: join, %d clients in %d processes, "
-		    "iters %d, warmup %d\n#%9s %8s %13s %13s %13s %13s\n"
-		    " %9d %8d %13.1f %13.1f %13.1f %13.1f\n", cfg->n, np,
-		    cfg->iters, cfg->warmup, "clients", "procs",
+		       "iters %d, warmup %d\n#%9s %8s %13s %13s %13s %13s\n"
+		       " %9d %8d %13.1f %13.1f %13.1f %13.1f\n",
+		    cfg->n, np, cfg->iters, cfg->warmup, "clients", "procs",
 		    "time(us)", "first(us)", "p99(us)", "open_max(us)", cfg->n,
 		    np, med, first, p99, omed);
 	fflush(stdout);
@@ -1186,21 +1199,23 @@ bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 	char job[64], token[64];
 	int rc = 1;
 
-	if ((ch = calloc((size_t) nch, sizeof(*ch))) == NULL)
+	if ((ch = calloc((size_t)nch, sizeof(*ch))) == NULL)
 		return (1);
 	if (url == NULL) {
 		cohort__srv_config_init(&sc);
 		sc.listen = listen;
 		sc.nlisten = 1;
 		if (cohort__srv_start(&sc, &srv) != COHORT_OK) {
-			fprintf(stderr, "cohort bench: cannot start the "
-			    "embedded coordinator: %s\n", cohort_last_error());
+			fprintf(stderr,
+			    "cohort bench: cannot start the "
+			    "embedded coordinator: %s\n",
+			    cohort_last_error());
 			free(ch);
 			return (1);
 		}
 		url = cohort__srv_url(srv, 0);
 	}
-	snprintf(job, sizeof(job), "bench-%d", (int) getpid());
+	snprintf(job, sizeof(job), "bench-%d", (int)getpid());
 	snprintf(token, sizeof(token), "%016" PRIx64, cohort__random_u64());
 	for (int i = 0; i < nch; i++) {
 		char a_proc[16], a_first[16], a_count[16];
@@ -1209,14 +1224,15 @@ bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 		char envbuf[4096];
 		cohort_env e;
 		int ne, nx = 0, fds[2] = { -1, -1 };
-		int first = (int) ((int64_t) cfg->n * i / nch);
-		int next = (int) ((int64_t) cfg->n * (i + 1) / nch);
+		int first = (int)((int64_t)cfg->n * i / nch);
+		int next = (int)((int64_t)cfg->n * (i + 1) / nch);
 		cohort_status st;
 
 		ch[i].out = -1;
 		ch[i].status = -1;
 		/* the one writer of a worker's variables (cohort_env_vars);
-		 * join mode: each process opens many clients, ranks by cohortd */
+		 * join mode: each process opens many clients, ranks by cohortd
+		 */
 		memset(&e, 0, sizeof(e));
 		cohort__strlcpy(e.coordinator, url, sizeof(e.coordinator));
 		cohort__strlcpy(e.job, job, sizeof(e.job));
@@ -1224,29 +1240,29 @@ bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 		e.rank = join ? -1 : i;
 		e.world_size = join ? 0 : cfg->n;
 		e.local_rank = e.node_rank = -1;
-		if ((ne = cohort_env_vars(&e, envbuf, sizeof(envbuf), env, 24)) <
-		    0)
+		if ((ne = cohort_env_vars(&e, envbuf, sizeof(envbuf), env, 24))
+		    < 0)
 			goto out_kill;
 		if (join) {
 			snprintf(a_proc, sizeof(a_proc), "%d", i);
 			snprintf(a_first, sizeof(a_first), "%d", first);
 			snprintf(a_count, sizeof(a_count), "%d", next - first);
-			extra[nx++] = (char *) "--bench-join-proc";
+			extra[nx++] = (char *)"--bench-join-proc";
 			extra[nx++] = a_proc;
-			extra[nx++] = (char *) "--bench-join-first";
+			extra[nx++] = (char *)"--bench-join-first";
 			extra[nx++] = a_first;
-			extra[nx++] = (char *) "--bench-join-count";
+			extra[nx++] = (char *)"--bench-join-count";
 			extra[nx++] = a_count;
 			if (pipe(fds) != 0) {
 				fprintf(stderr, "cohort bench: pipe: %s\n",
 				    strerror(errno));
 				goto out_kill;
 			}
-			(void) fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+			(void)fcntl(fds[0], F_SETFD, FD_CLOEXEC);
 		} else {
-			extra[nx++] = (char *) "--bench-rank";
+			extra[nx++] = (char *)"--bench-rank";
 		}
-		st = bench_spawn(argv, argc, extra, nx, (char *const *) env, ne,
+		st = bench_spawn(argv, argc, extra, nx, (char *const *)env, ne,
 		    fds[1], !join && i != 0, &ch[i].pid);
 		if (fds[1] >= 0)
 			close(fds[1]);
@@ -1255,14 +1271,14 @@ bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 			if (fds[0] >= 0)
 				close(fds[0]);
 			ch[i].out = -1;
-			fprintf(stderr, "cohort bench: %s\n",
-			    cohort_last_error());
+			fprintf(
+			    stderr, "cohort bench: %s\n", cohort_last_error());
 			goto out_kill;
 		}
 	}
 	rc = bench_wait_all(ch, nch,
-	    (int64_t) (bench_now_us() / 1000) + (int64_t) cfg->timeout *
-	        (cfg->warmup + cfg->iters + 2));
+	    (int64_t)(bench_now_us() / 1000)
+	        + (int64_t)cfg->timeout * (cfg->warmup + cfg->iters + 2));
 	if (join && rc == 0)
 		bench_join_report(cfg, ch, nch, NULL);
 	goto out;
@@ -1271,7 +1287,7 @@ out_kill:
 	for (int i = 0; i < nch; i++)
 		if (ch[i].pid > 0 && ch[i].status < 0)
 			kill(ch[i].pid, SIGKILL);
-	(void) bench_wait_all(ch, nch, 0);
+	(void)bench_wait_all(ch, nch, 0);
 	rc = 1;
 out:
 	for (int i = 0; i < nch; i++)
@@ -1296,8 +1312,8 @@ cohort__cmd_bench(int argc, char **argv)
 		return (bench_join_proc(&cfg));
 	if (cfg.worker)
 		return (bench_rank_main(&cfg));
-	if (cfg.op != BENCH_JOIN && cohort_env_resolve(&env) == COHORT_OK &&
-	    strcmp(env.source, "none") != 0 && env.world_size > 0)
+	if (cfg.op != BENCH_JOIN && cohort_env_resolve(&env) == COHORT_OK
+	    && strcmp(env.source, "none") != 0 && env.world_size > 0)
 		return (bench_rank_main(&cfg)); /* one rank of a job */
 	return (bench_launch(argc, argv, &cfg));
 }

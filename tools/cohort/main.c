@@ -64,8 +64,8 @@ cli_usage(FILE *f)
 static int
 cli_help(int argc, char **argv)
 {
-	(void) argc;
-	(void) argv;
+	(void)argc;
+	(void)argv;
 	cli_usage(stdout);
 	return (0);
 }
@@ -73,8 +73,8 @@ cli_help(int argc, char **argv)
 static int
 cli_version(int argc, char **argv)
 {
-	(void) argc;
-	(void) argv;
+	(void)argc;
+	(void)argv;
 	printf("cohort %s (protocol %d)\n", COHORT_VERSION_STRING,
 	    COHORT_PROTO_VERSION);
 	return (0);
@@ -95,30 +95,31 @@ cli_env_timeouts(void)
 		return (1);
 	}
 	st = cohort__timeouts_check(&o, why, sizeof(why));
-	printf("timeouts (COHORT_TIMEOUT_SCALE applied to the liveness ones):\n"
-	       "  heartbeat interval %8d ms  (COHORT_HEARTBEAT_MS)\n"
-	       "  dead after         %8d ms  (COHORT_DEAD_AFTER_MS)\n"
-	       "  operation timeout  %8d ms  (COHORT_TIMEOUT_MS)\n"
-	       "  rendezvous timeout %8d ms  (COHORT_JOIN_TIMEOUT_MS; "
-	       "default = operation)\n"
-	       "  order: %s\n",
+	printf(
+	    "timeouts (COHORT_TIMEOUT_SCALE applied to the liveness ones):\n"
+	    "  heartbeat interval %8d ms  (COHORT_HEARTBEAT_MS)\n"
+	    "  dead after         %8d ms  (COHORT_DEAD_AFTER_MS)\n"
+	    "  operation timeout  %8d ms  (COHORT_TIMEOUT_MS)\n"
+	    "  rendezvous timeout %8d ms  (COHORT_JOIN_TIMEOUT_MS; "
+	    "default = operation)\n"
+	    "  order: %s\n",
 	    o.heartbeat_interval, o.dead_after, o.op_timeout,
-	    o.join_timeout == COHORT_WAIT_DEFAULT ? o.op_timeout :
-						    o.join_timeout,
+	    o.join_timeout == COHORT_WAIT_DEFAULT ? o.op_timeout
+	                                          : o.join_timeout,
 	    st == COHORT_OK ? "heartbeat < dead-after < operation <= "
-			      "rendezvous: ok" :
-			      why);
+	                      "rendezvous: ok"
+	                    : why);
 	return (st == COHORT_OK ? 0 : 1);
 }
 
 static const char *
 cli_knob_type(enum cohort__knob_type t)
 {
-	static const char *const names[] = { "text", "integer",
-		"milliseconds", "bytes", "0 or 1", "number" };
+	static const char *const names[] = { "text", "integer", "milliseconds",
+		"bytes", "0 or 1", "number" };
 
-	return ((unsigned) t < sizeof(names) / sizeof(names[0]) ? names[t]
-								: "?");
+	return (
+	    (unsigned)t < sizeof(names) / sizeof(names[0]) ? names[t] : "?");
 }
 
 /* Every COHORT_* variable: the set ones with their value, the others with
@@ -143,9 +144,9 @@ cli_env_knobs(bool markdown)
 	else
 		printf("\nvariables (* = set here):\n");
 	for (int k = 0; k < COHORT__KNOB_COUNT; k++) {
-		const struct cohort__knob_info *in =
-		    cohort__knob_info((enum cohort__knob) k);
-		const char *v = cohort__knob_str((enum cohort__knob) k);
+		const struct cohort__knob_info *in
+		    = cohort__knob_info((enum cohort__knob)k);
+		const char *v = cohort__knob_str((enum cohort__knob)k);
 
 		if (strcmp(group, in->group) != 0) {
 			group = in->group;
@@ -164,8 +165,9 @@ cli_env_knobs(bool markdown)
 			printf("  %c %-26s %s\n", v != NULL ? '*' : ' ',
 			    in->name,
 			    v == NULL ? in->dflt
-			    : strstr(in->name, "TOKEN") != NULL ? "(hidden)"
-								 : v);
+			        : strstr(in->name, "TOKEN") != NULL
+			        ? "(hidden)"
+			        : v);
 	}
 	if (markdown)
 		printf("\n## Python\n\n| variable | meaning |\n|---|---|\n"
@@ -185,22 +187,23 @@ cli_env(int argc, char **argv)
 	char buf[2048];
 
 	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--help") == 0 ||
-		    strcmp(argv[i], "-h") == 0) {
-			printf("usage: cohort env [--markdown]\n\nPrints the "
-			       "rank, world size, coordinator and job a worker "
-			       "started here would use,\nwhich variable each "
-			       "came from, and every COHORT_* variable.\n"
-			       "--markdown prints the variables' table "
-			       "(docs/environment.md).\n");
+		if (strcmp(argv[i], "--help") == 0
+		    || strcmp(argv[i], "-h") == 0) {
+			printf(
+			    "usage: cohort env [--markdown]\n\nPrints the "
+			    "rank, world size, coordinator and job a worker "
+			    "started here would use,\nwhich variable each "
+			    "came from, and every COHORT_* variable.\n"
+			    "--markdown prints the variables' table "
+			    "(docs/environment.md).\n");
 			return (0);
 		}
 		if (strcmp(argv[i], "--markdown") == 0) {
 			cli_env_knobs(true);
 			return (0);
 		}
-		fprintf(stderr, "cohort env: unknown argument '%s'\n",
-		    argv[i]);
+		fprintf(
+		    stderr, "cohort env: unknown argument '%s'\n", argv[i]);
 		return (2);
 	}
 	/* the error is printed below; no log line repeating it */

@@ -47,7 +47,7 @@ struct run_worker {
 	pid_t pid;
 	int rank;
 	int local_rank;
-	int status;     /* raw wait status */
+	int status; /* raw wait status */
 	bool running;
 	int64_t end_ms; /* when it was reaped */
 };
@@ -55,9 +55,9 @@ struct run_worker {
 struct run_failure {
 	bool have;
 	int rank;
-	int exit_code;  /* 128+sig for a signal */
+	int exit_code; /* 128+sig for a signal */
 	int signal;
-	int64_t at_ms;  /* when the launcher noticed it */
+	int64_t at_ms; /* when the launcher noticed it */
 	char text[COHORT__DETAIL_MAX]; /* the rank's reported error text */
 	char last_op[128];
 	uint64_t last_op_seq;
@@ -117,12 +117,14 @@ run_usage(FILE *f)
 	    "                          (default 5000)\n"
 	    "  --report FILE           write the failure report as JSON\n"
 	    "  --torch-store HOST:PORT torch's store for the workers (a\n"
-	    "                          cohortd --torch-store listener of this\n"
+	    "                          cohortd --torch-store listener of "
+	    "this\n"
 	    "                          job); the embedded coordinator serves\n"
 	    "                          one itself. Workers get MASTER_ADDR,\n"
 	    "                          MASTER_PORT and\n"
 	    "                          TORCHELASTIC_USE_AGENT_STORE=True, so\n"
-	    "                          init_process_group() works unchanged\n");
+	    "                          init_process_group() works "
+	    "unchanged\n");
 }
 
 static bool
@@ -132,7 +134,7 @@ run_parse_int(const char *s, int lo, int hi, int *out)
 
 	if (!cohort__parse_i64(s, &v) || v < lo || v > hi)
 		return (false);
-	*out = (int) v;
+	*out = (int)v;
 	return (true);
 }
 
@@ -164,7 +166,8 @@ run_parse(int argc, char **argv, struct run_cfg *cfg)
 			fprintf(stderr, "cohort run: %s needs a value\n", a);
 			return (2);
 		}
-		if (strcmp(a, "-n") == 0 || strcmp(a, "--nproc-per-node") == 0) {
+		if (strcmp(a, "-n") == 0
+		    || strcmp(a, "--nproc-per-node") == 0) {
 			if (!run_parse_int(v, 1, RUN_MAX_LOCAL, &cfg->nproc))
 				goto bad;
 		} else if (strcmp(a, "--nnodes") == 0) {
@@ -212,7 +215,8 @@ run_parse(int argc, char **argv, struct run_cfg *cfg)
 		return (2);
 	}
 	if (cfg->nnodes > 1 && cfg->coordinator == NULL) {
-		fprintf(stderr, "cohort run: --nnodes > 1 needs --coordinator "
+		fprintf(stderr,
+		    "cohort run: --nnodes > 1 needs --coordinator "
 		    "(every node must dial the same cohortd)\n");
 		return (2);
 	}
@@ -252,15 +256,15 @@ run_spawn(const struct run_cfg *cfg, const char *url, const char *job,
 	e.restart_count = restart;
 	if ((nv = cohort_env_vars(&e, buf, sizeof(buf), vars, NVARS - 3)) < 0)
 		return (-1);
-	k = (size_t) nv;
+	k = (size_t)nv;
 	if (cfg->torch_store != NULL) {
 		/* torch's store is cohortd's TCPStore listener: every rank a
 		 * client (as under torchrun's agent store), none binds it. */
 		const char *colon = strrchr(cfg->torch_store, ':');
 		snprintf(store[0], sizeof(store[0]), "MASTER_ADDR=%.*s",
-		    (int) (colon - cfg->torch_store), cfg->torch_store);
-		snprintf(store[1], sizeof(store[1]), "MASTER_PORT=%s",
-		    colon + 1);
+		    (int)(colon - cfg->torch_store), cfg->torch_store);
+		snprintf(
+		    store[1], sizeof(store[1]), "MASTER_PORT=%s", colon + 1);
 		snprintf(store[2], sizeof(store[2]),
 		    "TORCHELASTIC_USE_AGENT_STORE=True");
 		for (int i = 0; i < 3; i++)
@@ -272,13 +276,13 @@ run_spawn(const struct run_cfg *cfg, const char *url, const char *job,
 	if (envp == NULL)
 		return (-1);
 	for (size_t i = 0; i < k; i++)
-		envp[i] = (char *) vars[i];
+		envp[i] = (char *)vars[i];
 	/* Inherited variables after ours: the first match wins, and names
 	 * we set are dropped from the inherited set to avoid ambiguity. */
 	for (size_t i = 0, m = k; i < n; i++) {
 		bool dup = false;
 		const char *eq = strchr(environ[i], '=');
-		size_t nl = eq ? (size_t) (eq - environ[i]) : 0;
+		size_t nl = eq ? (size_t)(eq - environ[i]) : 0;
 		for (size_t j = 0; j < k && eq != NULL; j++)
 			if (strncmp(vars[j], environ[i], nl + 1) == 0)
 				dup = true;
@@ -299,11 +303,11 @@ static const char *
 run_describe(int status, char *buf, size_t len)
 {
 	if (WIFEXITED(status))
-		snprintf(buf, len, "exited with status %d",
-		    WEXITSTATUS(status));
+		snprintf(
+		    buf, len, "exited with status %d", WEXITSTATUS(status));
 	else if (WIFSIGNALED(status))
-		snprintf(buf, len, "killed by signal %d (%s)", WTERMSIG(status),
-		    strsignal(WTERMSIG(status)));
+		snprintf(buf, len, "killed by signal %d (%s)",
+		    WTERMSIG(status), strsignal(WTERMSIG(status)));
 	else
 		snprintf(buf, len, "stopped (status 0x%x)", status);
 	return (buf);
@@ -322,18 +326,18 @@ run_query_failure(const char *url, const struct run_cfg *cfg, const char *job,
 	cohort__time deadline = cohort__now_ms() + 1000;
 	cohort_status rv;
 
-	if (cohort__coord_open(url, job, cfg->token, cohort__random_u64(),
-	    &co) != COHORT_OK)
+	if (cohort__coord_open(url, job, cfg->token, cohort__random_u64(), &co)
+	    != COHORT_OK)
 		return;
 	if (cohort__coord_wait_connected(co, deadline) != COHORT_OK)
 		goto out;
-	q.job = (char *) job;
+	q.job = (char *)job;
 	req.body_case = COHORT__REQUEST__BODY_STATUS_QUERY;
 	req.status_query = &q;
 	cohort__coord_call_init(&call, &req, deadline);
 	rv = cohort__coord_call(co, &call);
-	if (rv == COHORT_OK && call.rep != NULL &&
-	    call.rep->body_case == COHORT__REPLY__BODY_STATUS_QUERY) {
+	if (rv == COHORT_OK && call.rep != NULL
+	    && call.rep->body_case == COHORT__REPLY__BODY_STATUS_QUERY) {
 		Cohort__StatusReply *sr = call.rep->status_query;
 		for (size_t j = 0; j < sr->n_jobs; j++) {
 			Cohort__JobStatus *js = sr->jobs[j];
@@ -352,8 +356,8 @@ run_query_failure(const char *url, const struct run_cfg *cfg, const char *job,
 				Cohort__MemberStatus *ms = js->members[m];
 				if (ms->rank != f->rank)
 					continue;
-				if (ms->failure != NULL && ms->failure[0] &&
-				    f->text[0] == '\0')
+				if (ms->failure != NULL && ms->failure[0]
+				    && f->text[0] == '\0')
 					cohort__strlcpy(f->text, ms->failure,
 					    sizeof(f->text));
 				if (ms->last_op != NULL)
@@ -377,7 +381,7 @@ run_json_string(FILE *f, const char *s)
 {
 	fputc('"', f);
 	for (; *s != '\0'; s++) {
-		unsigned char c = (unsigned char) *s;
+		unsigned char c = (unsigned char)*s;
 		if (c == '"' || c == '\\')
 			fprintf(f, "\\%c", c);
 		else if (c == '\n')
@@ -417,7 +421,7 @@ run_report(const struct run_cfg *cfg, const char *job,
 	fprintf(stderr,
 	    "  stopped in : %.3f s (failure to last worker stopping)\n"
 	    "  restarts   : %d of %d used\n",
-	    (double) (last_stop_ms - f->at_ms) / 1000.0, restarts,
+	    (double)(last_stop_ms - f->at_ms) / 1000.0, restarts,
 	    cfg->max_restarts);
 	for (int i = 0; i < nw; i++)
 		fprintf(stderr, "  rank %-5d : %s\n", w[i].rank,
@@ -439,16 +443,19 @@ run_report(const struct run_cfg *cfg, const char *job,
 		run_json_string(out, f->text);
 		fprintf(out, ",\"operation\":");
 		run_json_string(out, f->last_op);
-		fprintf(out, ",\"operation_seq\":%" PRIu64 "}", f->last_op_seq);
+		fprintf(
+		    out, ",\"operation_seq\":%" PRIu64 "}", f->last_op_seq);
 		fprintf(out,
 		    ",\"stop_seconds\":%.3f,\"restarts\":%d,"
 		    "\"max_restarts\":%d,\"workers\":[",
-		    (double) (last_stop_ms - f->at_ms) / 1000.0, restarts,
+		    (double)(last_stop_ms - f->at_ms) / 1000.0, restarts,
 		    cfg->max_restarts);
 		for (int i = 0; i < nw; i++) {
 			int st = w[i].status;
-			fprintf(out, "%s{\"rank\":%d,\"exit_code\":%d,"
-			    "\"signal\":%d}", i ? "," : "", w[i].rank,
+			fprintf(out,
+			    "%s{\"rank\":%d,\"exit_code\":%d,"
+			    "\"signal\":%d}",
+			    i ? "," : "", w[i].rank,
 			    WIFEXITED(st) ? WEXITSTATUS(st) : -1,
 			    WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 		}
@@ -477,7 +484,7 @@ run_generation(const struct run_cfg *cfg, const char *url, const char *job,
 	int forwarded = 0;
 	int rc = 0;
 
-	w = calloc((size_t) nw, sizeof(*w));
+	w = calloc((size_t)nw, sizeof(*w));
 	if (w == NULL)
 		return (-1);
 	memset(f, 0, sizeof(*f));
@@ -496,8 +503,8 @@ run_generation(const struct run_cfg *cfg, const char *url, const char *job,
 		w[i].running = true;
 		alive++;
 	}
-	cohort__info("started %d workers of job '%s' (restart %d)", nw, job,
-	    restart);
+	cohort__info(
+	    "started %d workers of job '%s' (restart %d)", nw, job, restart);
 
 	while (alive > 0) {
 		int status;
@@ -513,18 +520,20 @@ run_generation(const struct run_cfg *cfg, const char *url, const char *job,
 				w[i].end_ms = now;
 				alive--;
 				last_stop = now;
-				if ((WIFEXITED(status) &&
-				    WEXITSTATUS(status) == 0) || f->have)
+				if ((WIFEXITED(status)
+				        && WEXITSTATUS(status) == 0)
+				    || f->have)
 					break;
 				/* the first failure is the root cause */
 				f->have = true;
 				f->rank = w[i].rank;
 				f->at_ms = now;
-				f->exit_code = WIFEXITED(status) ?
-				    WEXITSTATUS(status) :
-				    128 + WTERMSIG(status);
-				f->signal = WIFSIGNALED(status) ?
-				    WTERMSIG(status) : 0;
+				f->exit_code = WIFEXITED(status)
+				    ? WEXITSTATUS(status)
+				    : 128 + WTERMSIG(status);
+				f->signal = WIFSIGNALED(status)
+				    ? WTERMSIG(status)
+				    : 0;
 				term_at = now + cfg->grace_ms;
 				kill_at = term_at + 3000;
 			}
@@ -532,8 +541,10 @@ run_generation(const struct run_cfg *cfg, const char *url, const char *job,
 		}
 		if (run_signal != 0 && forwarded != run_signal) {
 			forwarded = run_signal;
-			fprintf(stderr, "cohort run: forwarding signal %d to "
-			    "%d workers\n", forwarded, alive);
+			fprintf(stderr,
+			    "cohort run: forwarding signal %d to "
+			    "%d workers\n",
+			    forwarded, alive);
 			run_signal_all(w, nw, forwarded);
 			if (term_at == 0) {
 				term_at = now + cfg->grace_ms;
@@ -560,8 +571,8 @@ run_generation(const struct run_cfg *cfg, const char *url, const char *job,
 			int st = w[i].status;
 			if (w[i].rank != f->rank)
 				continue;
-			f->exit_code = WIFEXITED(st) ? WEXITSTATUS(st) :
-			    128 + WTERMSIG(st);
+			f->exit_code = WIFEXITED(st) ? WEXITSTATUS(st)
+			                             : 128 + WTERMSIG(st);
 			f->signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
 		}
 		*exit_code = f->exit_code != 0 ? f->exit_code : 1;
@@ -592,7 +603,7 @@ cohort__cmd_run(int argc, char **argv)
 	if (cfg.job != NULL)
 		cohort__strlcpy(job, cfg.job, sizeof(job));
 	else
-		snprintf(job, sizeof(job), "run-%d", (int) getpid());
+		snprintf(job, sizeof(job), "run-%d", (int)getpid());
 
 	if (cfg.coordinator != NULL) {
 		url = cfg.coordinator;
@@ -613,8 +624,10 @@ cohort__cmd_run(int argc, char **argv)
 		sc.torch_stores = stores;
 		sc.ntorch_stores = 1;
 		if (cohort__srv_start(&sc, &srv) != COHORT_OK) {
-			fprintf(stderr, "cohort run: cannot start the embedded "
-			    "coordinator: %s\n", cohort_last_error());
+			fprintf(stderr,
+			    "cohort run: cannot start the embedded "
+			    "coordinator: %s\n",
+			    cohort_last_error());
 			return (1);
 		}
 		url = cohort__srv_url(srv, 0);
@@ -633,7 +646,8 @@ cohort__cmd_run(int argc, char **argv)
 			break;
 		if (restart >= cfg.max_restarts)
 			break;
-		fprintf(stderr, "cohort run: restarting the group (%d of %d)\n",
+		fprintf(stderr,
+		    "cohort run: restarting the group (%d of %d)\n",
 		    restart + 1, cfg.max_restarts);
 	}
 	cohort__srv_stop(srv);

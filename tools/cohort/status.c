@@ -63,16 +63,16 @@ status_doing(const Cohort__MemberStatus *m, char *buf, size_t len)
 		cohort__appendf(buf, len, &off, "-");
 		return;
 	}
-	cohort__appendf(buf, len, &off, "%s %s", m->in_op ? "in" : "after",
-	    m->last_op);
+	cohort__appendf(
+	    buf, len, &off, "%s %s", m->in_op ? "in" : "after", m->last_op);
 	if (m->last_op_seq > 0)
 		cohort__appendf(buf, len, &off, " #%" PRIu64, m->last_op_seq);
 	if (m->last_group[0] != '\0')
-		cohort__appendf(buf, len, &off, " on group '%s'",
-		    m->last_group);
+		cohort__appendf(
+		    buf, len, &off, " on group '%s'", m->last_group);
 	if (m->in_op)
 		cohort__appendf(buf, len, &off, " for %.1fs",
-		    (double) m->in_op_ms / 1000.0);
+		    (double)m->in_op_ms / 1000.0);
 }
 
 static void
@@ -94,7 +94,7 @@ status_print_job(const Cohort__JobStatus *js)
 		const Cohort__MemberStatus *m = js->members[i];
 		status_doing(m, doing, sizeof(doing));
 		printf("  %-5d %-20s %-8u %-9s %8.1fs  %s", m->rank, m->host,
-		    m->pid, m->state, (double) m->last_seen_ms_ago / 1000.0,
+		    m->pid, m->state, (double)m->last_seen_ms_ago / 1000.0,
 		    doing);
 		if (m->failure[0] != '\0')
 			printf("  failure: %s", m->failure);
@@ -109,7 +109,7 @@ status_print_job(const Cohort__JobStatus *js)
 			printf(" '%s'", p->name);
 		printf("%s  waiting %.1fs  ",
 		    p->data_plane ? " (data plane)" : "",
-		    (double) p->waiting_ms / 1000.0);
+		    (double)p->waiting_ms / 1000.0);
 		status_ranks("arrived", p->arrived, p->n_arrived);
 		printf("  ");
 		status_ranks("missing", p->missing, p->n_missing);
@@ -133,8 +133,9 @@ status_parse(int argc, char **argv, struct status_cfg *cfg)
 			return (1);
 		}
 		if (val == NULL) {
-			fprintf(stderr, "cohort status: '%s' needs a value "
-			                "or is unknown\n",
+			fprintf(stderr,
+			    "cohort status: '%s' needs a value "
+			    "or is unknown\n",
 			    a);
 			return (2);
 		}
@@ -145,17 +146,17 @@ status_parse(int argc, char **argv, struct status_cfg *cfg)
 		else if (strcmp(a, "--token") == 0)
 			cfg->token = val;
 		else if (strcmp(a, "--timeout") == 0) {
-			if (!cohort__parse_i64(val, &v) || v < 1 ||
-			    v > 3600000) {
+			if (!cohort__parse_i64(val, &v) || v < 1
+			    || v > 3600000) {
 				fprintf(stderr,
 				    "cohort status: bad --timeout '%s'\n",
 				    val);
 				return (2);
 			}
-			cfg->timeout_ms = (int) v;
+			cfg->timeout_ms = (int)v;
 		} else {
-			fprintf(stderr, "cohort status: unknown option '%s'\n",
-			    a);
+			fprintf(
+			    stderr, "cohort status: unknown option '%s'\n", a);
 			return (2);
 		}
 		i++;
@@ -191,18 +192,20 @@ cohort__cmd_status(int argc, char **argv)
 			cfg.job = env.job;
 	}
 	if (cfg.token == NULL)
-		cfg.token = getenv("COHORT_TOKEN") != NULL ?
-		    getenv("COHORT_TOKEN") :
-		    "";
+		cfg.token = getenv("COHORT_TOKEN") != NULL
+		    ? getenv("COHORT_TOKEN")
+		    : "";
 	if (cfg.coordinator == NULL) {
-		fprintf(stderr, "cohort status: no coordinator; use "
-		                "--coordinator URL or COHORT_COORDINATOR\n");
+		fprintf(stderr,
+		    "cohort status: no coordinator; use "
+		    "--coordinator URL or COHORT_COORDINATOR\n");
 		return (2);
 	}
 	deadline = cohort__now_ms() + cfg.timeout_ms;
 	if ((st = cohort__coord_open(cfg.coordinator,
 	         cfg.job != NULL ? cfg.job : "", cfg.token,
-	         cohort__random_u64(), &co)) != COHORT_OK) {
+	         cohort__random_u64(), &co))
+	    != COHORT_OK) {
 		fprintf(stderr, "cohort status: %s\n", cohort_last_error());
 		return (1);
 	}
@@ -211,7 +214,7 @@ cohort__cmd_status(int argc, char **argv)
 		cohort__coord_close(co);
 		return (1);
 	}
-	q.job = (char *) (cfg.job != NULL ? cfg.job : "");
+	q.job = (char *)(cfg.job != NULL ? cfg.job : "");
 	req.body_case = COHORT__REQUEST__BODY_STATUS_QUERY;
 	req.status_query = &q;
 	cohort__coord_call_init(&call, &req, cohort__now_ms());
@@ -222,14 +225,14 @@ cohort__cmd_status(int argc, char **argv)
 		rc = 1;
 		goto out;
 	}
-	if (call.rep->body_case != COHORT__REPLY__BODY_STATUS_QUERY ||
-	    (sr = call.rep->status_query) == NULL) {
+	if (call.rep->body_case != COHORT__REPLY__BODY_STATUS_QUERY
+	    || (sr = call.rep->status_query) == NULL) {
 		fprintf(stderr, "cohort status: reply without status\n");
 		rc = 1;
 		goto out;
 	}
 	printf("cohortd at %s: up %.1fs, %" PRIu64 " clients, %zu job%s\n",
-	    cfg.coordinator, (double) sr->uptime_ms / 1000.0, sr->clients,
+	    cfg.coordinator, (double)sr->uptime_ms / 1000.0, sr->clients,
 	    sr->n_jobs, sr->n_jobs == 1 ? "" : "s");
 	for (size_t i = 0; i < sr->n_jobs; i++)
 		status_print_job(sr->jobs[i]);

@@ -75,8 +75,8 @@ struct nccl_state {
 	int device;
 	const int32_t *global_ranks;
 	atomic_int *group_abort; /* desc->abort_flag, may be NULL */
-	atomic_int aborted;      /* abort() */
-	void *scratch;           /* device memory, grown on demand */
+	atomic_int aborted; /* abort() */
+	void *scratch; /* device memory, grown on demand */
 	size_t scratch_len;
 	char group_id[128];
 	const char *opname;
@@ -95,19 +95,19 @@ nccl_now_us(void)
 static void
 nccl_nap(uint64_t us)
 {
-	struct timespec ts = { .tv_sec = 0, .tv_nsec = (long) us * 1000 };
+	struct timespec ts = { .tv_sec = 0, .tv_nsec = (long)us * 1000 };
 
-	(void) nanosleep(&ts, NULL);
+	(void)nanosleep(&ts, NULL);
 }
 
 static bool
 nccl_abort_requested(const struct nccl_state *s, atomic_int *group_abort)
 {
-	if (group_abort != NULL &&
-	    atomic_load_explicit(group_abort, memory_order_acquire) != 0)
+	if (group_abort != NULL
+	    && atomic_load_explicit(group_abort, memory_order_acquire) != 0)
 		return (true);
-	return (s != NULL &&
-	    atomic_load_explicit(&s->aborted, memory_order_acquire) != 0);
+	return (s != NULL
+	    && atomic_load_explicit(&s->aborted, memory_order_acquire) != 0);
 }
 
 /* NCCL's own text for the communicator's last error, if it has one. */
@@ -147,24 +147,31 @@ cohort__nccl_exchange_id(const struct cohort__group_desc *desc,
 			    cohort__nccl_result_name(r));
 			return (COHORT_ENCCL);
 		}
-		if ((rv = desc->store.set(desc->store.ctx, key, &u, sizeof(u),
-		    deadline)) != COHORT_OK) {
-			snprintf(err, errlen, "publishing the NCCL unique id "
-			    "(store key %s): %s", key, cohort_status_name(rv));
+		if ((rv = desc->store.set(
+		         desc->store.ctx, key, &u, sizeof(u), deadline))
+		    != COHORT_OK) {
+			snprintf(err, errlen,
+			    "publishing the NCCL unique id "
+			    "(store key %s): %s",
+			    key, cohort_status_name(rv));
 			return (rv);
 		}
 		*id = u;
 		return (COHORT_OK);
 	}
-	if ((rv = desc->store.get(desc->store.ctx, key, &val, &len,
-	    deadline)) != COHORT_OK) {
-		snprintf(err, errlen, "no NCCL unique id from rank 0 "
-		    "(store key %s): %s", key, cohort_status_name(rv));
+	if ((rv = desc->store.get(desc->store.ctx, key, &val, &len, deadline))
+	    != COHORT_OK) {
+		snprintf(err, errlen,
+		    "no NCCL unique id from rank 0 "
+		    "(store key %s): %s",
+		    key, cohort_status_name(rv));
 		return (rv);
 	}
 	if (len != sizeof(*id)) {
-		snprintf(err, errlen, "NCCL unique id under %s has %zu bytes, "
-		    "not %zu", key, len, sizeof(*id));
+		snprintf(err, errlen,
+		    "NCCL unique id under %s has %zu bytes, "
+		    "not %zu",
+		    key, len, sizeof(*id));
 		free(val);
 		return (COHORT_EPROTO);
 	}
@@ -184,13 +191,13 @@ nccl_break(struct nccl_state *s, cohort_status st, const char *detail,
     char *err, size_t errlen)
 {
 	if (s->comm != NULL) {
-		(void) s->nc->CommAbort(s->comm);
+		(void)s->nc->CommAbort(s->comm);
 		s->comm = NULL;
 	}
 	if (s->broken == COHORT_OK) {
 		s->broken = st;
-		cohort__strlcpy(s->broken_detail, detail,
-		    sizeof(s->broken_detail));
+		cohort__strlcpy(
+		    s->broken_detail, detail, sizeof(s->broken_detail));
 	}
 	cohort__strlcpy(err, detail, errlen);
 	return (st);
@@ -201,8 +208,8 @@ nccl_break(struct nccl_state *s, cohort_status st, const char *detail,
 static cohort_status
 nccl_async_status(int async)
 {
-	if (async == COHORT__NCCL_REMOTE_ERROR ||
-	    async == COHORT__NCCL_SYSTEM_ERROR)
+	if (async == COHORT__NCCL_REMOTE_ERROR
+	    || async == COHORT__NCCL_SYSTEM_ERROR)
 		return (COHORT_EPEERLOST);
 	return (COHORT_ENCCL);
 }
@@ -227,16 +234,16 @@ nccl_wait(struct nccl_state *s, bool with_event, char *err, size_t errlen,
 
 		if (r != COHORT__NCCL_SUCCESS)
 			async = r;
-		if (async != COHORT__NCCL_SUCCESS &&
-		    async != COHORT__NCCL_IN_PROGRESS) {
+		if (async != COHORT__NCCL_SUCCESS
+		    && async != COHORT__NCCL_IN_PROGRESS) {
 			snprintf(detail, sizeof(detail),
 			    "NCCL failed during %s #%" PRIu64 " (group %s, "
-			    "rank %d of %d): %s %s", s->opname, s->seq,
-			    s->group_id, s->rank, s->size,
+			    "rank %d of %d): %s %s",
+			    s->opname, s->seq, s->group_id, s->rank, s->size,
 			    cohort__nccl_result_name(async),
 			    nccl_last_text(s->nc, s->comm));
-			return (nccl_break(s, nccl_async_status(async), detail,
-			    err, errlen));
+			return (nccl_break(
+			    s, nccl_async_status(async), detail, err, errlen));
 		}
 		if (async == COHORT__NCCL_SUCCESS) {
 			int e = COHORT__CUDA_SUCCESS;
@@ -250,29 +257,29 @@ nccl_wait(struct nccl_state *s, bool with_event, char *err, size_t errlen,
 				snprintf(detail, sizeof(detail),
 				    "CUDA failed during %s #%" PRIu64 ": %s",
 				    s->opname, s->seq,
-				    cohort__dl_cuda_errtext(s->cu, e, text,
-					sizeof(text)));
-				return (nccl_break(s, COHORT_ECUDA, detail,
-				    err, errlen));
+				    cohort__dl_cuda_errtext(
+				        s->cu, e, text, sizeof(text)));
+				return (nccl_break(
+				    s, COHORT_ECUDA, detail, err, errlen));
 			}
 		}
 		if (nccl_abort_requested(s, s->group_abort)) {
 			snprintf(detail, sizeof(detail),
 			    "%s #%" PRIu64 " aborted (group %s); NCCL "
-			    "communicator aborted", s->opname, s->seq,
-			    s->group_id);
-			return (nccl_break(s, COHORT_EABORTED, detail, err,
-			    errlen));
+			    "communicator aborted",
+			    s->opname, s->seq, s->group_id);
+			return (nccl_break(
+			    s, COHORT_EABORTED, detail, err, errlen));
 		}
 		if (cohort__expired(deadline)) {
 			snprintf(detail, sizeof(detail),
 			    "%s #%" PRIu64 " did not complete before the "
 			    "deadline (group %s, rank %d of %d, %.1f s); NCCL "
-			    "communicator aborted", s->opname, s->seq,
-			    s->group_id, s->rank, s->size,
-			    (double) (nccl_now_us() - t0) / 1e6);
-			return (nccl_break(s, COHORT_ETIMEDOUT, detail, err,
-			    errlen));
+			    "communicator aborted",
+			    s->opname, s->seq, s->group_id, s->rank, s->size,
+			    (double)(nccl_now_us() - t0) / 1e6);
+			return (nccl_break(
+			    s, COHORT_ETIMEDOUT, detail, err, errlen));
 		}
 		el = nccl_now_us() - t0;
 		if (el < NCCL_SPIN_US)
@@ -287,40 +294,42 @@ nccl_wait(struct nccl_state *s, bool with_event, char *err, size_t errlen,
 /* A synchronous NCCL failure of an enqueue call. Argument errors leave
  * the communicator usable unless it reports an asynchronous error too. */
 static cohort_status
-nccl_call_failed(struct nccl_state *s, const char *call, int r, char *err,
-    size_t errlen)
+nccl_call_failed(
+    struct nccl_state *s, const char *call, int r, char *err, size_t errlen)
 {
 	char detail[384];
 	int async = COHORT__NCCL_SUCCESS;
 
-	snprintf(detail, sizeof(detail), "%s failed during %s #%" PRIu64
-	    " (group %s): %s %s", call, s->opname, s->seq, s->group_id,
-	    cohort__nccl_result_name(r), nccl_last_text(s->nc, s->comm));
-	if ((r == COHORT__NCCL_INVALID_ARGUMENT ||
-	    r == COHORT__NCCL_INVALID_USAGE) &&
-	    s->nc->CommGetAsyncError(s->comm, &async) ==
-		COHORT__NCCL_SUCCESS &&
-	    (async == COHORT__NCCL_SUCCESS ||
-		async == COHORT__NCCL_IN_PROGRESS)) {
+	snprintf(detail, sizeof(detail),
+	    "%s failed during %s #%" PRIu64 " (group %s): %s %s", call,
+	    s->opname, s->seq, s->group_id, cohort__nccl_result_name(r),
+	    nccl_last_text(s->nc, s->comm));
+	if ((r == COHORT__NCCL_INVALID_ARGUMENT
+	        || r == COHORT__NCCL_INVALID_USAGE)
+	    && s->nc->CommGetAsyncError(s->comm, &async)
+	        == COHORT__NCCL_SUCCESS
+	    && (async == COHORT__NCCL_SUCCESS
+	        || async == COHORT__NCCL_IN_PROGRESS)) {
 		cohort__strlcpy(err, detail, errlen);
 		return (COHORT_EINVAL);
 	}
-	return (nccl_break(s, r == COHORT__NCCL_REMOTE_ERROR ||
-		r == COHORT__NCCL_SYSTEM_ERROR ? COHORT_EPEERLOST :
-						 COHORT_ENCCL,
+	return (nccl_break(s,
+	    r == COHORT__NCCL_REMOTE_ERROR || r == COHORT__NCCL_SYSTEM_ERROR
+	        ? COHORT_EPEERLOST
+	        : COHORT_ENCCL,
 	    detail, err, errlen));
 }
 
 static cohort_status
-nccl_cuda_failed(struct nccl_state *s, const char *call, int e, char *err,
-    size_t errlen)
+nccl_cuda_failed(
+    struct nccl_state *s, const char *call, int e, char *err, size_t errlen)
 {
 	char text[200];
 
 	snprintf(err, errlen, "%s failed during %s #%" PRIu64 ": %s", call,
 	    s->opname, s->seq,
 	    cohort__dl_cuda_errtext(s->cu, e, text, sizeof(text)));
-	(void) s->cu->GetLastError();
+	(void)s->cu->GetLastError();
 	return (COHORT_ECUDA);
 }
 
@@ -334,11 +343,11 @@ nccl_free(struct nccl_state *s)
 	if (s == NULL)
 		return;
 	if (s->comm != NULL)
-		(void) s->nc->CommAbort(s->comm);
+		(void)s->nc->CommAbort(s->comm);
 	if (s->event != NULL)
-		(void) s->cu->EventDestroy(s->event);
+		(void)s->cu->EventDestroy(s->event);
 	if (s->scratch != NULL)
-		(void) s->cu->Free(s->scratch);
+		(void)s->cu->Free(s->scratch);
 	free(s);
 }
 
@@ -358,17 +367,18 @@ nccl_init(const struct cohort__group_desc *desc, void **state, char *err,
 	int e;
 
 	if (desc->size < 1 || desc->rank < 0 || desc->rank >= desc->size) {
-		snprintf(err, errlen, "bad rank %d of %d", desc->rank,
-		    desc->size);
+		snprintf(
+		    err, errlen, "bad rank %d of %d", desc->rank, desc->size);
 		return (COHORT_EINVAL);
 	}
 	if ((rv = cohort__dl_nccl_get(&nc, why, sizeof(why))) != COHORT_OK) {
 		snprintf(err, errlen, "nccl backend unavailable: %s", why);
 		return (rv);
 	}
-	(void) cohort__dl_cudart_get(&cu, NULL, 0);
+	(void)cohort__dl_cudart_get(&cu, NULL, 0);
 	if (cohort__expired(deadline)) {
-		snprintf(err, errlen, "nccl init (group %s): the deadline "
+		snprintf(err, errlen,
+		    "nccl init (group %s): the deadline "
 		    "passed before the communicator was created",
 		    desc->group_id);
 		return (COHORT_ETIMEDOUT);
@@ -385,24 +395,26 @@ nccl_init(const struct cohort__group_desc *desc, void **state, char *err,
 	s->group_abort = desc->abort_flag;
 	atomic_init(&s->aborted, 0);
 	s->opname = "init";
-	cohort__strlcpy(s->group_id, desc->group_id != NULL ? desc->group_id :
-	    "", sizeof(s->group_id));
+	cohort__strlcpy(s->group_id,
+	    desc->group_id != NULL ? desc->group_id : "", sizeof(s->group_id));
 	if ((e = cu->GetDevice(&s->device)) != COHORT__CUDA_SUCCESS) {
 		snprintf(err, errlen, "cudaGetDevice: %s",
 		    cohort__dl_cuda_errtext(cu, e, text, sizeof(text)));
 		rv = COHORT_ECUDA;
 		goto out_free;
 	}
-	if ((e = cu->EventCreateWithFlags(&s->event,
-	    COHORT__CUDA_EVENT_DISABLE_TIMING)) != COHORT__CUDA_SUCCESS) {
+	if ((e = cu->EventCreateWithFlags(
+	         &s->event, COHORT__CUDA_EVENT_DISABLE_TIMING))
+	    != COHORT__CUDA_SUCCESS) {
 		s->event = NULL;
 		snprintf(err, errlen, "cudaEventCreateWithFlags: %s",
 		    cohort__dl_cuda_errtext(cu, e, text, sizeof(text)));
 		rv = COHORT_ECUDA;
 		goto out_free;
 	}
-	if ((rv = cohort__nccl_exchange_id(desc, nc->GetUniqueId, &uid, err,
-	    errlen, deadline)) != COHORT_OK)
+	if ((rv = cohort__nccl_exchange_id(
+	         desc, nc->GetUniqueId, &uid, err, errlen, deadline))
+	    != COHORT_OK)
 		goto out_free;
 	if (nccl_abort_requested(NULL, desc->abort_flag)) {
 		snprintf(err, errlen, "nccl init (group %s) aborted",
@@ -416,16 +428,18 @@ nccl_init(const struct cohort__group_desc *desc, void **state, char *err,
 	cfg.commName = s->group_id;
 	r = nc->CommInitRankConfig(&s->comm, s->size, uid, s->rank, &cfg);
 	if (r != COHORT__NCCL_SUCCESS && r != COHORT__NCCL_IN_PROGRESS) {
-		snprintf(err, errlen, "ncclCommInitRankConfig (group %s, rank "
-		    "%d of %d, device %d, NCCL %s): %s %s", s->group_id,
-		    s->rank, s->size, s->device, nc->version_text,
+		snprintf(err, errlen,
+		    "ncclCommInitRankConfig (group %s, rank "
+		    "%d of %d, device %d, NCCL %s): %s %s",
+		    s->group_id, s->rank, s->size, s->device, nc->version_text,
 		    cohort__nccl_result_name(r),
 		    s->comm != NULL ? nccl_last_text(nc, s->comm) : "");
 		rv = COHORT_ENCCL;
 		goto out_free;
 	}
 	if (s->comm == NULL) {
-		snprintf(err, errlen, "ncclCommInitRankConfig returned no "
+		snprintf(err, errlen,
+		    "ncclCommInitRankConfig returned no "
 		    "communicator");
 		rv = COHORT_ENCCL;
 		goto out_free;
@@ -434,14 +448,16 @@ nccl_init(const struct cohort__group_desc *desc, void **state, char *err,
 		size_t off;
 
 		if (rv == COHORT_ETIMEDOUT)
-			snprintf(err, errlen, "NCCL communicator init (group "
+			snprintf(err, errlen,
+			    "NCCL communicator init (group "
 			    "%s, rank %d of %d, device %d) did not complete "
 			    "before the deadline: did every rank join? NCCL "
-			    "communicator aborted", s->group_id, s->rank,
-			    s->size, s->device);
+			    "communicator aborted",
+			    s->group_id, s->rank, s->size, s->device);
 		off = strnlen(err, errlen);
 		if (rv == COHORT_ENCCL && s->size > 1)
-			cohort__appendf(err, errlen, &off, " (NCCL refuses "
+			cohort__appendf(err, errlen, &off,
+			    " (NCCL refuses "
 			    "two ranks on one GPU: use the tcp-staged "
 			    "backend there)");
 		goto out_free;
@@ -476,15 +492,16 @@ nccl_fini(void *state)
 
 	if (s == NULL)
 		return;
-	if (s->comm != NULL && s->broken == COHORT_OK &&
-	    !nccl_abort_requested(s, s->group_abort)) {
+	if (s->comm != NULL && s->broken == COHORT_OK
+	    && !nccl_abort_requested(s, s->group_abort)) {
 		/* Flush: finalize is collective and may wait for peers. */
 		s->opname = "fini";
 		r = s->nc->CommFinalize(s->comm);
-		if ((r == COHORT__NCCL_SUCCESS ||
-			r == COHORT__NCCL_IN_PROGRESS) &&
-		    nccl_wait(s, false, err, sizeof(err), dl) == COHORT_OK) {
-			(void) s->nc->CommDestroy(s->comm);
+		if ((r == COHORT__NCCL_SUCCESS
+		        || r == COHORT__NCCL_IN_PROGRESS)
+		    && nccl_wait(s, false, err, sizeof(err), dl)
+		        == COHORT_OK) {
+			(void)s->nc->CommDestroy(s->comm);
 			s->comm = NULL;
 		}
 	}
@@ -498,8 +515,8 @@ nccl_fini(void *state)
 static bool
 nccl_overlap(const void *a, size_t alen, const void *b, size_t blen)
 {
-	uintptr_t x = (uintptr_t) a;
-	uintptr_t y = (uintptr_t) b;
+	uintptr_t x = (uintptr_t)a;
+	uintptr_t y = (uintptr_t)b;
 
 	return (alen > 0 && blen > 0 && x < y + blen && y < x + alen);
 }
@@ -520,19 +537,21 @@ nccl_check_buf(struct nccl_state *s, const char *what, const void *p,
 	}
 	memset(&a, 0, sizeof(a));
 	if ((e = s->cu->PointerGetAttributes(&a, p)) != COHORT__CUDA_SUCCESS) {
-		(void) s->cu->GetLastError();
+		(void)s->cu->GetLastError();
 		a.type = COHORT__CUDA_MEM_UNREGISTERED;
 	}
-	if (a.type != COHORT__CUDA_MEM_DEVICE &&
-	    a.type != COHORT__CUDA_MEM_MANAGED) {
-		snprintf(err, errlen, "%s #%" PRIu64 ": the %s buffer %p is "
+	if (a.type != COHORT__CUDA_MEM_DEVICE
+	    && a.type != COHORT__CUDA_MEM_MANAGED) {
+		snprintf(err, errlen,
+		    "%s #%" PRIu64 ": the %s buffer %p is "
 		    "host memory; the nccl backend needs device memory (use "
-		    "the tcp backend for host buffers)", s->opname, s->seq,
-		    what, p);
+		    "the tcp backend for host buffers)",
+		    s->opname, s->seq, what, p);
 		return (COHORT_EINVAL);
 	}
 	if (a.type == COHORT__CUDA_MEM_DEVICE && a.device != s->device) {
-		snprintf(err, errlen, "%s #%" PRIu64 ": the %s buffer %p is "
+		snprintf(err, errlen,
+		    "%s #%" PRIu64 ": the %s buffer %p is "
 		    "on device %d, the group's communicator on device %d",
 		    s->opname, s->seq, what, p, a.device, s->device);
 		return (COHORT_EINVAL);
@@ -550,13 +569,13 @@ nccl_scratch(struct nccl_state *s, size_t len, char *err, size_t errlen)
 		return (COHORT_OK);
 	if (s->scratch != NULL) {
 		/* cudaFree waits for the device: no work still uses it. */
-		(void) s->cu->Free(s->scratch);
+		(void)s->cu->Free(s->scratch);
 		s->scratch = NULL;
 		s->scratch_len = 0;
 	}
 	if ((e = s->cu->Malloc(&p, len)) != COHORT__CUDA_SUCCESS)
-		return (nccl_cuda_failed(s, "cudaMalloc (scratch)", e, err,
-		    errlen));
+		return (nccl_cuda_failed(
+		    s, "cudaMalloc (scratch)", e, err, errlen));
 	s->scratch = p;
 	s->scratch_len = len;
 	return (COHORT_OK);
@@ -577,16 +596,17 @@ nccl_move(struct nccl_state *s, void *dst, const void *src, size_t len,
 		if ((rv = nccl_scratch(s, len, err, errlen)) != COHORT_OK)
 			return (rv);
 		if ((e = s->cu->MemcpyAsync(s->scratch, src, len,
-		    COHORT__CUDA_MEMCPY_DEFAULT, stream)) !=
-		    COHORT__CUDA_SUCCESS)
-			return (nccl_cuda_failed(s, "cudaMemcpyAsync", e, err,
-			    errlen));
+		         COHORT__CUDA_MEMCPY_DEFAULT, stream))
+		    != COHORT__CUDA_SUCCESS)
+			return (nccl_cuda_failed(
+			    s, "cudaMemcpyAsync", e, err, errlen));
 		src = s->scratch;
 	}
-	if ((e = s->cu->MemcpyAsync(dst, src, len, COHORT__CUDA_MEMCPY_DEFAULT,
-	    stream)) != COHORT__CUDA_SUCCESS)
-		return (nccl_cuda_failed(s, "cudaMemcpyAsync", e, err,
-		    errlen));
+	if ((e = s->cu->MemcpyAsync(
+	         dst, src, len, COHORT__CUDA_MEMCPY_DEFAULT, stream))
+	    != COHORT__CUDA_SUCCESS)
+		return (
+		    nccl_cuda_failed(s, "cudaMemcpyAsync", e, err, errlen));
 	return (COHORT_OK);
 }
 
@@ -603,10 +623,11 @@ nccl_detach_input(struct nccl_state *s, const void **send, size_t slen,
 		return (COHORT_OK);
 	if ((rv = nccl_scratch(s, slen, err, errlen)) != COHORT_OK)
 		return (rv);
-	if ((e = s->cu->MemcpyAsync(s->scratch, *send, slen,
-	    COHORT__CUDA_MEMCPY_DEFAULT, stream)) != COHORT__CUDA_SUCCESS)
-		return (nccl_cuda_failed(s, "cudaMemcpyAsync", e, err,
-		    errlen));
+	if ((e = s->cu->MemcpyAsync(
+	         s->scratch, *send, slen, COHORT__CUDA_MEMCPY_DEFAULT, stream))
+	    != COHORT__CUDA_SUCCESS)
+		return (
+		    nccl_cuda_failed(s, "cudaMemcpyAsync", e, err, errlen));
 	*send = s->scratch;
 	return (COHORT_OK);
 }
@@ -620,8 +641,8 @@ nccl_failed(int r)
 /* The status of one enqueue call (ncclInProgress is success for a
  * non-blocking communicator: nccl_wait waits for it). */
 static cohort_status
-nccl_chk(struct nccl_state *s, const char *call, int r, char *err,
-    size_t errlen)
+nccl_chk(
+    struct nccl_state *s, const char *call, int r, char *err, size_t errlen)
 {
 	if (!nccl_failed(r))
 		return (COHORT_OK);
@@ -654,10 +675,10 @@ nccl_p2p_recv(struct nccl_state *s, struct nccl_p2p *g, void *buf, size_t n,
 
 /* Closes the group a failed ncclSend/ncclRecv left open, then reports. */
 static cohort_status
-nccl_p2p_failed(struct nccl_state *s, const struct nccl_p2p *g, char *err,
-    size_t errlen)
+nccl_p2p_failed(
+    struct nccl_state *s, const struct nccl_p2p *g, char *err, size_t errlen)
 {
-	(void) s->nc->GroupEnd();
+	(void)s->nc->GroupEnd();
 	return (nccl_call_failed(s, g->call, g->r, err, errlen));
 }
 
@@ -682,23 +703,25 @@ nccl_allgatherv(struct nccl_state *s, const struct cohort__op *op, int dt,
 		off += op->counts[p] * es;
 	}
 	if ((rv = nccl_move(s, recv + mine_off, op->send, mine_n * es, stream,
-	    err, errlen)) != COHORT_OK)
+	         err, errlen))
+	    != COHORT_OK)
 		return (rv);
 	mine = recv + mine_off;
 	if (s->size == 1)
 		return (COHORT_OK);
-	if ((rv = nccl_chk(s, "ncclGroupStart", s->nc->GroupStart(), err,
-	    errlen)) != COHORT_OK)
+	if ((rv = nccl_chk(
+	         s, "ncclGroupStart", s->nc->GroupStart(), err, errlen))
+	    != COHORT_OK)
 		return (rv);
 	off = 0;
 	for (int p = 0; p < s->size; p++) {
 		size_t n = op->counts[p];
 
-		if (p != s->rank && mine_n > 0 &&
-		    !nccl_p2p_send(s, &g, mine, mine_n, dt, p, stream))
+		if (p != s->rank && mine_n > 0
+		    && !nccl_p2p_send(s, &g, mine, mine_n, dt, p, stream))
 			return (nccl_p2p_failed(s, &g, err, errlen));
-		if (p != s->rank && n > 0 &&
-		    !nccl_p2p_recv(s, &g, recv + off, n, dt, p, stream))
+		if (p != s->rank && n > 0
+		    && !nccl_p2p_recv(s, &g, recv + off, n, dt, p, stream))
 			return (nccl_p2p_failed(s, &g, err, errlen));
 		off += n * es;
 	}
@@ -710,7 +733,7 @@ nccl_alltoall(struct nccl_state *s, const struct cohort__op *op, int dt,
     size_t es, void *stream, char *err, size_t errlen)
 {
 	size_t blk = op->count * es;
-	size_t total = blk * (size_t) s->size;
+	size_t total = blk * (size_t)s->size;
 	const uint8_t *send = op->send;
 	uint8_t *recv = op->recv;
 	struct nccl_p2p g;
@@ -721,27 +744,29 @@ nccl_alltoall(struct nccl_state *s, const struct cohort__op *op, int dt,
 	if (nccl_overlap(send, total, recv, total)) {
 		if ((rv = nccl_scratch(s, total, err, errlen)) != COHORT_OK)
 			return (rv);
-		if ((rv = nccl_move(s, s->scratch, send, total, stream, err,
-		    errlen)) != COHORT_OK)
+		if ((rv = nccl_move(
+		         s, s->scratch, send, total, stream, err, errlen))
+		    != COHORT_OK)
 			return (rv);
 		send = s->scratch;
 	}
-	if ((rv = nccl_move(s, recv + (size_t) s->rank * blk,
-	    send + (size_t) s->rank * blk, blk, stream, err, errlen)) !=
-	    COHORT_OK)
+	if ((rv = nccl_move(s, recv + (size_t)s->rank * blk,
+	         send + (size_t)s->rank * blk, blk, stream, err, errlen))
+	    != COHORT_OK)
 		return (rv);
 	if (s->size == 1)
 		return (COHORT_OK);
-	if ((rv = nccl_chk(s, "ncclGroupStart", s->nc->GroupStart(), err,
-	    errlen)) != COHORT_OK)
+	if ((rv = nccl_chk(
+	         s, "ncclGroupStart", s->nc->GroupStart(), err, errlen))
+	    != COHORT_OK)
 		return (rv);
 	for (int p = 0; p < s->size; p++) {
 		if (p == s->rank)
 			continue;
-		if (!nccl_p2p_send(s, &g, send + (size_t) p * blk, op->count,
-		    dt, p, stream) ||
-		    !nccl_p2p_recv(s, &g, recv + (size_t) p * blk, op->count,
-			dt, p, stream))
+		if (!nccl_p2p_send(s, &g, send + (size_t)p * blk, op->count,
+		        dt, p, stream)
+		    || !nccl_p2p_recv(s, &g, recv + (size_t)p * blk, op->count,
+		        dt, p, stream))
 			return (nccl_p2p_failed(s, &g, err, errlen));
 	}
 	return (nccl_chk(s, "ncclGroupEnd", s->nc->GroupEnd(), err, errlen));
@@ -757,20 +782,24 @@ nccl_gather(struct nccl_state *s, const struct cohort__op *op, int dt,
 	cohort_status rv;
 
 	if (s->rank != op->root)
-		return (nccl_chk(s, "ncclSend", s->nc->Send(op->send,
-		    op->count, dt, op->root, s->comm, stream), err, errlen));
-	if ((rv = nccl_move(s, recv + (size_t) s->rank * blk, op->send, blk,
-	    stream, err, errlen)) != COHORT_OK)
+		return (nccl_chk(s, "ncclSend",
+		    s->nc->Send(
+		        op->send, op->count, dt, op->root, s->comm, stream),
+		    err, errlen));
+	if ((rv = nccl_move(s, recv + (size_t)s->rank * blk, op->send, blk,
+	         stream, err, errlen))
+	    != COHORT_OK)
 		return (rv);
 	if (s->size == 1)
 		return (COHORT_OK);
-	if ((rv = nccl_chk(s, "ncclGroupStart", s->nc->GroupStart(), err,
-	    errlen)) != COHORT_OK)
+	if ((rv = nccl_chk(
+	         s, "ncclGroupStart", s->nc->GroupStart(), err, errlen))
+	    != COHORT_OK)
 		return (rv);
 	for (int p = 0; p < s->size; p++)
-		if (p != s->rank &&
-		    !nccl_p2p_recv(s, &g, recv + (size_t) p * blk, op->count,
-			dt, p, stream))
+		if (p != s->rank
+		    && !nccl_p2p_recv(s, &g, recv + (size_t)p * blk, op->count,
+		        dt, p, stream))
 			return (nccl_p2p_failed(s, &g, err, errlen));
 	return (nccl_chk(s, "ncclGroupEnd", s->nc->GroupEnd(), err, errlen));
 }
@@ -780,46 +809,51 @@ nccl_scatter(struct nccl_state *s, const struct cohort__op *op, int dt,
     size_t es, void *stream, char *err, size_t errlen)
 {
 	size_t blk = op->count * es;
-	size_t total = blk * (size_t) s->size;
+	size_t total = blk * (size_t)s->size;
 	const uint8_t *send = op->send;
 	struct nccl_p2p g;
 	cohort_status rv;
 
 	if (s->rank != op->root)
-		return (nccl_chk(s, "ncclRecv", s->nc->Recv(op->recv,
-		    op->count, dt, op->root, s->comm, stream), err, errlen));
+		return (nccl_chk(s, "ncclRecv",
+		    s->nc->Recv(
+		        op->recv, op->count, dt, op->root, s->comm, stream),
+		    err, errlen));
 	/* Output overlapping the input other than at our own block (recv
 	 * == send): send the input from a copy. */
-	if ((const uint8_t *) op->recv != send + (size_t) s->rank * blk &&
-	    nccl_overlap(op->recv, blk, send, total)) {
+	if ((const uint8_t *)op->recv != send + (size_t)s->rank * blk
+	    && nccl_overlap(op->recv, blk, send, total)) {
 		if ((rv = nccl_scratch(s, total, err, errlen)) != COHORT_OK)
 			return (rv);
-		if ((rv = nccl_move(s, s->scratch, send, total, stream, err,
-		    errlen)) != COHORT_OK)
+		if ((rv = nccl_move(
+		         s, s->scratch, send, total, stream, err, errlen))
+		    != COHORT_OK)
 			return (rv);
 		send = s->scratch;
 	}
 	if (s->size > 1) {
 		if ((rv = nccl_chk(s, "ncclGroupStart", s->nc->GroupStart(),
-		    err, errlen)) != COHORT_OK)
+		         err, errlen))
+		    != COHORT_OK)
 			return (rv);
 		for (int p = 0; p < s->size; p++)
-			if (p != s->rank &&
-			    !nccl_p2p_send(s, &g, send + (size_t) p * blk,
-				op->count, dt, p, stream))
+			if (p != s->rank
+			    && !nccl_p2p_send(s, &g, send + (size_t)p * blk,
+			        op->count, dt, p, stream))
 				return (nccl_p2p_failed(s, &g, err, errlen));
-		if ((rv = nccl_chk(s, "ncclGroupEnd", s->nc->GroupEnd(), err,
-		    errlen)) != COHORT_OK)
+		if ((rv = nccl_chk(
+		         s, "ncclGroupEnd", s->nc->GroupEnd(), err, errlen))
+		    != COHORT_OK)
 			return (rv);
 	}
-	return (nccl_move(s, op->recv, send + (size_t) s->rank * blk, blk,
+	return (nccl_move(s, op->recv, send + (size_t)s->rank * blk, blk,
 	    stream, err, errlen));
 }
 
 /* Checks the buffers an operation uses on this rank. */
 static cohort_status
-nccl_check_args(struct nccl_state *s, const struct cohort__op *op,
-    char *err, size_t errlen)
+nccl_check_args(struct nccl_state *s, const struct cohort__op *op, char *err,
+    size_t errlen)
 {
 	bool root = s->rank == op->root;
 	bool need_send = true;
@@ -849,9 +883,9 @@ nccl_check_args(struct nccl_state *s, const struct cohort__op *op,
 	default:
 		break;
 	}
-	if (op->kind == COHORT__OP_REDUCE ||
-	    op->kind == COHORT__OP_BROADCAST ||
-	    op->kind == COHORT__OP_GATHER || op->kind == COHORT__OP_SCATTER) {
+	if (op->kind == COHORT__OP_REDUCE || op->kind == COHORT__OP_BROADCAST
+	    || op->kind == COHORT__OP_GATHER
+	    || op->kind == COHORT__OP_SCATTER) {
 		if (op->root < 0 || op->root >= s->size) {
 			snprintf(err, errlen,
 			    "%s: root %d out of range [0, %d)", s->opname,
@@ -859,13 +893,13 @@ nccl_check_args(struct nccl_state *s, const struct cohort__op *op,
 			return (COHORT_EINVAL);
 		}
 	}
-	if (need_send &&
-	    (rv = nccl_check_buf(s, "send", op->send, err, errlen)) !=
-		COHORT_OK)
+	if (need_send
+	    && (rv = nccl_check_buf(s, "send", op->send, err, errlen))
+	        != COHORT_OK)
 		return (rv);
-	if (need_recv &&
-	    (rv = nccl_check_buf(s, "recv", op->recv, err, errlen)) !=
-		COHORT_OK)
+	if (need_recv
+	    && (rv = nccl_check_buf(s, "recv", op->recv, err, errlen))
+	        != COHORT_OK)
 		return (rv);
 	return (COHORT_OK);
 }
@@ -878,59 +912,70 @@ nccl_enqueue(struct nccl_state *s, const struct cohort__op *op, int dt,
 	const void *send = op->send;
 	size_t n = op->count;
 	size_t blk = n * es;
-	size_t all = blk * (size_t) s->size;
+	size_t all = blk * (size_t)s->size;
 	uint8_t *recv = op->recv;
 	cohort_status rv;
 
 	switch (op->kind) {
 	case COHORT__OP_ALLREDUCE:
-		if ((rv = nccl_detach_input(s, &send, blk, recv, blk, stream,
-		    err, errlen)) != COHORT_OK)
+		if ((rv = nccl_detach_input(
+		         s, &send, blk, recv, blk, stream, err, errlen))
+		    != COHORT_OK)
 			return (rv);
-		return (nccl_chk(s, "ncclAllReduce", s->nc->AllReduce(send,
-		    recv, n, dt, rop, s->comm, stream), err, errlen));
+		return (nccl_chk(s, "ncclAllReduce",
+		    s->nc->AllReduce(send, recv, n, dt, rop, s->comm, stream),
+		    err, errlen));
 	case COHORT__OP_REDUCE:
-		if (s->rank == op->root &&
-		    (rv = nccl_detach_input(s, &send, blk, recv, blk, stream,
-			err, errlen)) != COHORT_OK)
+		if (s->rank == op->root
+		    && (rv = nccl_detach_input(
+		            s, &send, blk, recv, blk, stream, err, errlen))
+		        != COHORT_OK)
 			return (rv);
-		return (nccl_chk(s, "ncclReduce", s->nc->Reduce(send,
-		    s->rank == op->root ? op->recv : NULL, n, dt, rop,
-		    op->root, s->comm, stream), err, errlen));
+		return (nccl_chk(s, "ncclReduce",
+		    s->nc->Reduce(send, s->rank == op->root ? op->recv : NULL,
+		        n, dt, rop, op->root, s->comm, stream),
+		    err, errlen));
 	case COHORT__OP_BROADCAST:
-		return (nccl_chk(s, "ncclBroadcast", s->nc->Broadcast(recv,
-		    recv, n, dt, op->root, s->comm, stream), err, errlen));
+		return (nccl_chk(s, "ncclBroadcast",
+		    s->nc->Broadcast(
+		        recv, recv, n, dt, op->root, s->comm, stream),
+		    err, errlen));
 	case COHORT__OP_ALLGATHER:
 		/* NCCL's in place is send == recv + rank * blk; any other
 		 * overlap (input at recv[0]) is moved there first. */
-		if (send != recv + (size_t) s->rank * blk &&
-		    nccl_overlap(send, blk, recv, all)) {
-			if ((rv = nccl_move(s, recv + (size_t) s->rank * blk,
-			    send, blk, stream, err, errlen)) != COHORT_OK)
+		if (send != recv + (size_t)s->rank * blk
+		    && nccl_overlap(send, blk, recv, all)) {
+			if ((rv = nccl_move(s, recv + (size_t)s->rank * blk,
+			         send, blk, stream, err, errlen))
+			    != COHORT_OK)
 				return (rv);
-			send = recv + (size_t) s->rank * blk;
+			send = recv + (size_t)s->rank * blk;
 		}
-		return (nccl_chk(s, "ncclAllGather", s->nc->AllGather(send,
-		    recv, n, dt, s->comm, stream), err, errlen));
+		return (nccl_chk(s, "ncclAllGather",
+		    s->nc->AllGather(send, recv, n, dt, s->comm, stream), err,
+		    errlen));
 	case COHORT__OP_REDUCE_SCATTER:
 		/* In place is recv == send + rank * blk; other overlaps run
 		 * into the scratch buffer. */
-		if ((void *) recv != (const uint8_t *) send +
-			(size_t) s->rank * blk &&
-		    nccl_overlap(recv, blk, send, all)) {
-			if ((rv = nccl_scratch(s, blk, err, errlen)) !=
-			    COHORT_OK)
+		if ((void *)recv
+		        != (const uint8_t *)send + (size_t)s->rank * blk
+		    && nccl_overlap(recv, blk, send, all)) {
+			if ((rv = nccl_scratch(s, blk, err, errlen))
+			    != COHORT_OK)
 				return (rv);
 			if ((rv = nccl_chk(s, "ncclReduceScatter",
-			    s->nc->ReduceScatter(send, s->scratch, n, dt, rop,
-				s->comm, stream), err, errlen)) != COHORT_OK)
+			         s->nc->ReduceScatter(send, s->scratch, n, dt,
+			             rop, s->comm, stream),
+			         err, errlen))
+			    != COHORT_OK)
 				return (rv);
-			return (nccl_move(s, recv, s->scratch, blk, stream,
-			    err, errlen));
+			return (nccl_move(
+			    s, recv, s->scratch, blk, stream, err, errlen));
 		}
 		return (nccl_chk(s, "ncclReduceScatter",
-		    s->nc->ReduceScatter(send, recv, n, dt, rop, s->comm,
-			stream), err, errlen));
+		    s->nc->ReduceScatter(
+		        send, recv, n, dt, rop, s->comm, stream),
+		    err, errlen));
 	case COHORT__OP_ALLGATHERV:
 		return (nccl_allgatherv(s, op, dt, es, stream, err, errlen));
 	case COHORT__OP_ALLTOALL:
@@ -942,11 +987,13 @@ nccl_enqueue(struct nccl_state *s, const struct cohort__op *op, int dt,
 	case COHORT__OP_BARRIER:
 		if ((rv = nccl_scratch(s, 16, err, errlen)) != COHORT_OK)
 			return (rv);
-		return (nccl_chk(s, "ncclAllReduce", s->nc->AllReduce(
-		    s->scratch, s->scratch, 1, COHORT__NCCL_FLOAT32,
-		    COHORT__NCCL_SUM, s->comm, stream), err, errlen));
+		return (nccl_chk(s, "ncclAllReduce",
+		    s->nc->AllReduce(s->scratch, s->scratch, 1,
+		        COHORT__NCCL_FLOAT32, COHORT__NCCL_SUM, s->comm,
+		        stream),
+		    err, errlen));
 	}
-	snprintf(err, errlen, "unknown operation %d", (int) op->kind);
+	snprintf(err, errlen, "unknown operation %d", (int)op->kind);
 	return (COHORT_EINVAL);
 }
 
@@ -979,17 +1026,19 @@ nccl_run(void *state, const struct cohort__op *op, char *err, size_t errlen,
 	s->opname = cohort__op_name(op->kind);
 	s->seq = op->seq;
 	if (s->broken != COHORT_OK) {
-		snprintf(err, errlen, "%s #%" PRIu64 ": the NCCL communicator "
-		    "failed earlier: %s", s->opname, s->seq,
-		    s->broken_detail);
+		snprintf(err, errlen,
+		    "%s #%" PRIu64 ": the NCCL communicator "
+		    "failed earlier: %s",
+		    s->opname, s->seq, s->broken_detail);
 		return (s->broken);
 	}
 	if (nccl_abort_requested(s, s->group_abort)) {
 		char detail[256];
 
-		snprintf(detail, sizeof(detail), "%s #%" PRIu64 " aborted "
-		    "(group %s); NCCL communicator aborted", s->opname, s->seq,
-		    s->group_id);
+		snprintf(detail, sizeof(detail),
+		    "%s #%" PRIu64 " aborted "
+		    "(group %s); NCCL communicator aborted",
+		    s->opname, s->seq, s->group_id);
 		return (nccl_break(s, COHORT_EABORTED, detail, err, errlen));
 	}
 	/* The group layer may run us on another thread (asynchronous
@@ -998,20 +1047,20 @@ nccl_run(void *state, const struct cohort__op *op, char *err, size_t errlen,
 		return (nccl_cuda_failed(s, "cudaSetDevice", e, err, errlen));
 	if ((dt = cohort__nccl_dtype(op->dtype)) < 0 || es == 0) {
 		snprintf(err, errlen, "%s: invalid dtype %d", s->opname,
-		    (int) op->dtype);
+		    (int)op->dtype);
 		return (COHORT_EINVAL);
 	}
-	if (op->kind == COHORT__OP_ALLREDUCE ||
-	    op->kind == COHORT__OP_REDUCE ||
-	    op->kind == COHORT__OP_REDUCE_SCATTER) {
+	if (op->kind == COHORT__OP_ALLREDUCE || op->kind == COHORT__OP_REDUCE
+	    || op->kind == COHORT__OP_REDUCE_SCATTER) {
 		if ((rop = cohort__nccl_redop(op->op, s->nc->version)) < 0) {
-			snprintf(err, errlen, "%s: op %s is not supported by "
-			    "NCCL %s", s->opname, cohort_redop_name(op->op),
+			snprintf(err, errlen,
+			    "%s: op %s is not supported by "
+			    "NCCL %s",
+			    s->opname, cohort_redop_name(op->op),
 			    s->nc->version_text);
-			return ((int) op->op >= 0 &&
-				    op->op < COHORT_REDOP_COUNT ?
-				COHORT_ENOTSUP :
-				COHORT_EINVAL);
+			return ((int)op->op >= 0 && op->op < COHORT_REDOP_COUNT
+			        ? COHORT_ENOTSUP
+			        : COHORT_EINVAL);
 		}
 	}
 	if (op->kind == COHORT__OP_ALLGATHERV && op->counts == NULL) {
@@ -1023,22 +1072,23 @@ nccl_run(void *state, const struct cohort__op *op, char *err, size_t errlen,
 	if ((rv = nccl_check_args(s, op, err, errlen)) != COHORT_OK)
 		return (rv);
 
-	if ((rv = nccl_enqueue(s, op, dt, rop, es, stream, err, errlen)) !=
-	    COHORT_OK)
+	if ((rv = nccl_enqueue(s, op, dt, rop, es, stream, err, errlen))
+	    != COHORT_OK)
 		return (rv);
 	/* Non-blocking communicator: the launch may still be in progress
 	 * (ncclInProgress); the event must follow the kernels. */
 	if ((rv = nccl_wait(s, false, err, errlen, deadline)) != COHORT_OK)
 		return (rv);
-	if ((e = s->cu->EventRecord(s->event, stream)) !=
-	    COHORT__CUDA_SUCCESS) {
+	if ((e = s->cu->EventRecord(s->event, stream))
+	    != COHORT__CUDA_SUCCESS) {
 		char detail[384];
 		char text[200];
 
-		snprintf(detail, sizeof(detail), "cudaEventRecord during %s #%"
-		    PRIu64 ": %s", s->opname, s->seq,
+		snprintf(detail, sizeof(detail),
+		    "cudaEventRecord during %s #%" PRIu64 ": %s", s->opname,
+		    s->seq,
 		    cohort__dl_cuda_errtext(s->cu, e, text, sizeof(text)));
-		(void) s->cu->GetLastError();
+		(void)s->cu->GetLastError();
 		/* Work was enqueued and cannot be waited for. */
 		return (nccl_break(s, COHORT_ECUDA, detail, err, errlen));
 	}

@@ -35,16 +35,16 @@
 /* CUDA runtime (cuda_runtime_api.h / driver_types.h, CUDA 13.0)            */
 /* ------------------------------------------------------------------------ */
 
-#define COHORT__CUDA_SUCCESS 0                 /* cudaSuccess */
-#define COHORT__CUDA_ERR_INVALID_VALUE 1       /* cudaErrorInvalidValue */
-#define COHORT__CUDA_ERR_STUB_LIBRARY 34       /* cudaErrorStubLibrary */
+#define COHORT__CUDA_SUCCESS 0 /* cudaSuccess */
+#define COHORT__CUDA_ERR_INVALID_VALUE 1 /* cudaErrorInvalidValue */
+#define COHORT__CUDA_ERR_STUB_LIBRARY 34 /* cudaErrorStubLibrary */
 #define COHORT__CUDA_ERR_INSUFFICIENT_DRIVER 35 /* ...InsufficientDriver */
-#define COHORT__CUDA_ERR_NO_DEVICE 100         /* cudaErrorNoDevice */
-#define COHORT__CUDA_ERR_NOT_READY 600         /* cudaErrorNotReady */
+#define COHORT__CUDA_ERR_NO_DEVICE 100 /* cudaErrorNoDevice */
+#define COHORT__CUDA_ERR_NOT_READY 600 /* cudaErrorNotReady */
 
-#define COHORT__CUDA_MEMCPY_DEFAULT 4       /* cudaMemcpyDefault (UVA) */
+#define COHORT__CUDA_MEMCPY_DEFAULT 4 /* cudaMemcpyDefault (UVA) */
 #define COHORT__CUDA_EVENT_DISABLE_TIMING 2 /* cudaEventDisableTiming */
-#define COHORT__CUDA_STREAM_NON_BLOCKING 1  /* cudaStreamNonBlocking */
+#define COHORT__CUDA_STREAM_NON_BLOCKING 1 /* cudaStreamNonBlocking */
 
 /* enum cudaMemoryType */
 #define COHORT__CUDA_MEM_UNREGISTERED 0
@@ -66,7 +66,7 @@ struct cohort__cuda_ptr_attr {
  * are cudaStream_t / cudaEvent_t (opaque pointers). */
 struct cohort__dl_cudart {
 	int runtime_version; /* cudaRuntimeGetVersion, e.g. 13000 */
-	int driver_version;  /* cudaDriverGetVersion */
+	int driver_version; /* cudaDriverGetVersion */
 	int device_count;
 
 	int (*GetDeviceCount)(int *);
@@ -77,8 +77,8 @@ struct cohort__dl_cudart {
 	const char *(*GetErrorName)(int);
 	const char *(*GetErrorString)(int);
 	int (*GetLastError)(void);
-	int (*PointerGetAttributes)(struct cohort__cuda_ptr_attr *,
-	    const void *);
+	int (*PointerGetAttributes)(
+	    struct cohort__cuda_ptr_attr *, const void *);
 	int (*StreamCreateWithFlags)(void **, unsigned int);
 	int (*StreamDestroy)(void *);
 	int (*StreamQuery)(void *);
@@ -106,12 +106,12 @@ struct cohort__dl_cudart {
  * CUDA runtime version)". Thread-safe; the first call initialises the
  * CUDA driver, so make it in the process that uses the GPU, not before a
  * fork() whose child does. */
-cohort_status cohort__dl_cudart_get(const struct cohort__dl_cudart **out,
-    char *err, size_t errlen);
+cohort_status cohort__dl_cudart_get(
+    const struct cohort__dl_cudart **out, char *err, size_t errlen);
 
 /* "cudaErrorX: text" for a cudaError_t, into buf; returns buf. */
-const char *cohort__dl_cuda_errtext(const struct cohort__dl_cudart *cu,
-    int code, char *buf, size_t len);
+const char *cohort__dl_cuda_errtext(
+    const struct cohort__dl_cudart *cu, int code, char *buf, size_t len);
 
 /* True when p is device (or managed) memory of this process. Never loads
  * or initialises CUDA in a process that has not already done so (no
@@ -200,8 +200,8 @@ struct cohort__dl_nccl {
 
 	int (*GetVersion)(int *);
 	int (*GetUniqueId)(cohort__nccl_uid *);
-	int (*CommInitRankConfig)(cohort__nccl_comm_t *, int,
-	    cohort__nccl_uid, int, struct cohort__nccl_config *);
+	int (*CommInitRankConfig)(cohort__nccl_comm_t *, int, cohort__nccl_uid,
+	    int, struct cohort__nccl_config *);
 	int (*CommGetAsyncError)(cohort__nccl_comm_t, int *);
 	int (*CommFinalize)(cohort__nccl_comm_t);
 	int (*CommDestroy)(cohort__nccl_comm_t);
@@ -215,12 +215,12 @@ struct cohort__dl_nccl {
 	    cohort__nccl_comm_t, void *);
 	int (*Broadcast)(const void *, void *, size_t, int, int,
 	    cohort__nccl_comm_t, void *);
-	int (*AllGather)(const void *, void *, size_t, int,
-	    cohort__nccl_comm_t, void *);
+	int (*AllGather)(
+	    const void *, void *, size_t, int, cohort__nccl_comm_t, void *);
 	int (*ReduceScatter)(const void *, void *, size_t, int, int,
 	    cohort__nccl_comm_t, void *);
-	int (*Send)(const void *, size_t, int, int, cohort__nccl_comm_t,
-	    void *);
+	int (*Send)(
+	    const void *, size_t, int, int, cohort__nccl_comm_t, void *);
 	int (*Recv)(void *, size_t, int, int, cohort__nccl_comm_t, void *);
 	int (*GroupStart)(void);
 	int (*GroupEnd)(void);
@@ -236,8 +236,8 @@ struct cohort__dl_nccl {
  * COHORT_OK and *out, or COHORT_ENOTSUP with why in err ("cannot load
  * libnccl.so.2 (...)", "NCCL 2.12.10 is too old: 2.14 or newer needed").
  * Thread-safe. */
-cohort_status cohort__dl_nccl_get(const struct cohort__dl_nccl **out,
-    char *err, size_t errlen);
+cohort_status cohort__dl_nccl_get(
+    const struct cohort__dl_nccl **out, char *err, size_t errlen);
 
 /* Decodes an ncclGetVersion code (both the <= 2.8 and the later
  * encoding) into "X.Y.Z". */

@@ -67,8 +67,8 @@ loader_open(enum cohort__knob env, const char *const *names, char *path,
 			return (h);
 		}
 		last = dlerror();
-		cohort__appendf(why, whylen, &off, "%s%s", i > 0 ? ", " : "",
-		    names[i]);
+		cohort__appendf(
+		    why, whylen, &off, "%s%s", i > 0 ? ", " : "", names[i]);
 	}
 	cohort__appendf(why, whylen, &off, " (%s; set %s to its path)",
 	    last != NULL ? last : "?", cohort__knob_info(env)->name);
@@ -82,7 +82,7 @@ loader_sym(void *lib, const char *lib_name, const char *sym, void *slot,
 {
 	void *f;
 
-	(void) dlerror();
+	(void)dlerror();
 	f = dlsym(lib, sym);
 	if (f == NULL && required) {
 		snprintf(why, whylen, "%s has no %s", lib_name, sym);
@@ -94,8 +94,8 @@ loader_sym(void *lib, const char *lib_name, const char *sym, void *slot,
 }
 
 const char *
-cohort__dl_cuda_errtext(const struct cohort__dl_cudart *cu, int code,
-    char *buf, size_t len)
+cohort__dl_cuda_errtext(
+    const struct cohort__dl_cudart *cu, int code, char *buf, size_t len)
 {
 	const char *name = NULL;
 	const char *text = NULL;
@@ -111,8 +111,10 @@ cohort__dl_cuda_errtext(const struct cohort__dl_cudart *cu, int code,
 	return (buf);
 }
 
-#define CUDART_SYM(field, name)                                              \
-	{ #name, offsetof(struct cohort__dl_cudart, field) }
+#define CUDART_SYM(field, name)                                               \
+	{                                                                     \
+#name, offsetof(struct cohort__dl_cudart, field)              \
+	}
 
 static const struct {
 	const char *name;
@@ -173,9 +175,9 @@ cudart_probe(void *lib, const char *path, struct cohort__dl_cudart *api,
 
 	memset(api, 0, sizeof(*api));
 	for (size_t i = 0; i < sizeof(cudart_syms) / sizeof(cudart_syms[0]);
-	    i++) {
+	     i++) {
 		if (!loader_sym(lib, path, cudart_syms[i].name,
-		    (char *) api + cudart_syms[i].off, true, why, whylen))
+		        (char *)api + cudart_syms[i].off, true, why, whylen))
 			return (false);
 	}
 	if ((e = api->GetDeviceCount(&n)) != COHORT__CUDA_SUCCESS) {
@@ -189,8 +191,8 @@ cudart_probe(void *lib, const char *path, struct cohort__dl_cudart *api,
 		return (false);
 	}
 	api->device_count = n;
-	(void) api->RuntimeGetVersion(&api->runtime_version);
-	(void) api->DriverGetVersion(&api->driver_version);
+	(void)api->RuntimeGetVersion(&api->runtime_version);
+	(void)api->DriverGetVersion(&api->driver_version);
 	return (true);
 }
 
@@ -201,8 +203,8 @@ cudart_probe(void *lib, const char *path, struct cohort__dl_cudart *api,
 static void
 cudart_load_locked(void)
 {
-	static const char *const names[] = { "libcudart.so.13",
-		"libcudart.so.12", "libcudart.so", NULL };
+	static const char *const names[]
+	    = { "libcudart.so.13", "libcudart.so.12", "libcudart.so", NULL };
 	const char *override = cohort__knob_str(COHORT__KNOB_CUDART_LIB);
 	struct cohort__dl_cudart api;
 	char why[sizeof(cudart_why)];
@@ -217,8 +219,8 @@ cudart_load_locked(void)
 		    sizeof(path), why, sizeof(why));
 		if (lib == NULL) {
 			if (!have_reason)
-				cohort__strlcpy(cudart_why, why,
-				    sizeof(cudart_why));
+				cohort__strlcpy(
+				    cudart_why, why, sizeof(cudart_why));
 			if (override != NULL && override[0] != '\0')
 				break;
 			continue;
@@ -228,11 +230,12 @@ cudart_load_locked(void)
 			cudart_api = api;
 			cudart_state = LOADER_OK;
 			cohort__debug("cuda runtime %s: %d device(s), runtime "
-			    "%d, driver %d", path, api.device_count,
-			    api.runtime_version, api.driver_version);
+			              "%d, driver %d",
+			    path, api.device_count, api.runtime_version,
+			    api.driver_version);
 			return;
 		}
-		(void) dlclose(lib);
+		(void)dlclose(lib);
 		if (!have_reason) {
 			cohort__strlcpy(cudart_why, why, sizeof(cudart_why));
 			have_reason = true;
@@ -241,7 +244,8 @@ cudart_load_locked(void)
 			break;
 	}
 	if (!have_reason && (override == NULL || override[0] == '\0'))
-		snprintf(cudart_why, sizeof(cudart_why), "cannot load "
+		snprintf(cudart_why, sizeof(cudart_why),
+		    "cannot load "
 		    "libcudart.so.13, libcudart.so.12 or libcudart.so (set "
 		    "COHORT_CUDART_LIB to its path)");
 	cudart_state = LOADER_FAILED;
@@ -249,8 +253,8 @@ cudart_load_locked(void)
 }
 
 cohort_status
-cohort__dl_cudart_get(const struct cohort__dl_cudart **out, char *err,
-    size_t errlen)
+cohort__dl_cudart_get(
+    const struct cohort__dl_cudart **out, char *err, size_t errlen)
 {
 	cohort_status rv;
 
@@ -278,7 +282,7 @@ loader_driver_mapped(void)
 
 	if (h == NULL)
 		return (false);
-	(void) dlclose(h);
+	(void)dlclose(h);
 	return (true);
 }
 
@@ -300,11 +304,11 @@ cohort__is_device_ptr(const void *p)
 		return (false);
 	memset(&a, 0, sizeof(a));
 	if (cu->PointerGetAttributes(&a, p) != COHORT__CUDA_SUCCESS) {
-		(void) cu->GetLastError(); /* CUDA < 11 set it for host p */
+		(void)cu->GetLastError(); /* CUDA < 11 set it for host p */
 		return (false);
 	}
-	return (a.type == COHORT__CUDA_MEM_DEVICE ||
-	    a.type == COHORT__CUDA_MEM_MANAGED);
+	return (a.type == COHORT__CUDA_MEM_DEVICE
+	    || a.type == COHORT__CUDA_MEM_MANAGED);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -351,8 +355,10 @@ cohort__nccl_config_init(struct cohort__nccl_config *c)
 	c->nvlinkCentricSched = COHORT__NCCL_CONFIG_UNDEF_INT;
 }
 
-#define NCCL_SYM(field, name, req)                                           \
-	{ #name, offsetof(struct cohort__dl_nccl, field), req }
+#define NCCL_SYM(field, name, req)                                            \
+	{                                                                     \
+#name, offsetof(struct cohort__dl_nccl, field), req           \
+	}
 
 static const struct {
 	const char *name;
@@ -386,22 +392,22 @@ static const struct {
 static void
 nccl_load_locked(void)
 {
-	static const char *const names[] = { "libnccl.so.2", "libnccl.so",
-		NULL };
+	static const char *const names[]
+	    = { "libnccl.so.2", "libnccl.so", NULL };
 	struct cohort__dl_nccl api;
 	char path[256];
 	int v = 0;
 	int r;
 
 	memset(&api, 0, sizeof(api));
-	nccl_lib = loader_open(COHORT__KNOB_NCCL_LIB, names, path, sizeof(path),
-	    nccl_why, sizeof(nccl_why));
+	nccl_lib = loader_open(COHORT__KNOB_NCCL_LIB, names, path,
+	    sizeof(path), nccl_why, sizeof(nccl_why));
 	if (nccl_lib == NULL)
 		goto failed;
 	/* The version first: a too-old NCCL lacks later symbols, and
 	 * "too old" is the clearer message. */
 	if (!loader_sym(nccl_lib, path, "ncclGetVersion", &api.GetVersion,
-	    true, nccl_why, sizeof(nccl_why)))
+	        true, nccl_why, sizeof(nccl_why)))
 		goto failed_close;
 	if ((r = api.GetVersion(&v)) != COHORT__NCCL_SUCCESS) {
 		snprintf(nccl_why, sizeof(nccl_why),
@@ -409,19 +415,18 @@ nccl_load_locked(void)
 		goto failed_close;
 	}
 	api.version = v;
-	cohort__nccl_version_text(v, api.version_text,
-	    sizeof(api.version_text));
+	cohort__nccl_version_text(
+	    v, api.version_text, sizeof(api.version_text));
 	if (v < COHORT__NCCL_MIN_VERSION) {
 		snprintf(nccl_why, sizeof(nccl_why),
 		    "%s is NCCL %s, too old: 2.14 or newer needed", path,
 		    api.version_text);
 		goto failed_close;
 	}
-	for (size_t i = 0; i < sizeof(nccl_syms) / sizeof(nccl_syms[0]);
-	    i++) {
+	for (size_t i = 0; i < sizeof(nccl_syms) / sizeof(nccl_syms[0]); i++) {
 		if (!loader_sym(nccl_lib, path, nccl_syms[i].name,
-		    (char *) &api + nccl_syms[i].off, nccl_syms[i].required,
-		    nccl_why, sizeof(nccl_why)))
+		        (char *)&api + nccl_syms[i].off, nccl_syms[i].required,
+		        nccl_why, sizeof(nccl_why)))
 			goto failed_close;
 	}
 	nccl_api = api;
@@ -433,7 +438,7 @@ nccl_load_locked(void)
 	return;
 
 failed_close:
-	(void) dlclose(nccl_lib);
+	(void)dlclose(nccl_lib);
 	nccl_lib = NULL;
 failed:
 	nccl_state = LOADER_FAILED;
@@ -441,8 +446,8 @@ failed:
 }
 
 cohort_status
-cohort__dl_nccl_get(const struct cohort__dl_nccl **out, char *err,
-    size_t errlen)
+cohort__dl_nccl_get(
+    const struct cohort__dl_nccl **out, char *err, size_t errlen)
 {
 	const struct cohort__dl_cudart *cu;
 	cohort_status rv;
@@ -515,10 +520,10 @@ cohort__nccl_result_name(int r)
 {
 	static const char *const names[] = { "ncclSuccess",
 		"ncclUnhandledCudaError", "ncclSystemError",
-		"ncclInternalError", "ncclInvalidArgument",
-		"ncclInvalidUsage", "ncclRemoteError", "ncclInProgress" };
+		"ncclInternalError", "ncclInvalidArgument", "ncclInvalidUsage",
+		"ncclRemoteError", "ncclInProgress" };
 
-	if (r >= 0 && (size_t) r < sizeof(names) / sizeof(names[0]))
+	if (r >= 0 && (size_t)r < sizeof(names) / sizeof(names[0]))
 		return (names[r]);
 	return ("ncclResult?");
 }

@@ -48,7 +48,7 @@ struct svc {
 	int size;
 	const int32_t *global_ranks;
 	atomic_int *abort_flag;
-	uint64_t seq;     /* gathers issued */
+	uint64_t seq; /* gathers issued */
 	size_t max_reply; /* bytes of one reply */
 	struct cohort__iov *parts; /* size entries */
 	/* Aligned copy of a contribution: the pieces of a reply sit at any
@@ -64,17 +64,17 @@ struct svc {
 /* The shape of an operation: along which length it is chunked and how the
  * contributions are laid out. */
 struct svc_shape {
-	size_t blk;     /* elements along the chunked dimension */
-	size_t mult;    /* sub-blocks per contribution (n or 1) */
-	int senders;    /* ranks that contribute (n, or 1: the root) */
+	size_t blk; /* elements along the chunked dimension */
+	size_t mult; /* sub-blocks per contribution (n or 1) */
+	int senders; /* ranks that contribute (n, or 1: the root) */
 	size_t es;
 };
 
 static void
-svc_shape(const struct svc *s, const struct cohort__op *op,
-    struct svc_shape *sh)
+svc_shape(
+    const struct svc *s, const struct cohort__op *op, struct svc_shape *sh)
 {
-	size_t n = (size_t) s->size;
+	size_t n = (size_t)s->size;
 
 	sh->es = cohort_dtype_size(op->dtype);
 	sh->blk = op->count;
@@ -152,7 +152,7 @@ svc_parts(struct svc *s, const struct cohort__op *op,
 		return (0);
 	switch (op->kind) {
 	case COHORT__OP_BROADCAST:
-		s->parts[0].base = (const uint8_t *) op->recv + a * sh->es;
+		s->parts[0].base = (const uint8_t *)op->recv + a * sh->es;
 		s->parts[0].len = len;
 		return (1);
 	case COHORT__OP_ALLGATHERV:
@@ -164,11 +164,11 @@ svc_parts(struct svc *s, const struct cohort__op *op,
 	case COHORT__OP_REDUCE_SCATTER:
 	case COHORT__OP_ALLTOALL:
 		for (int j = 0; j < s->size; j++) {
-			s->parts[j].base =
-			    src + ((size_t) j * op->count + a) * sh->es;
+			s->parts[j].base
+			    = src + ((size_t)j * op->count + a) * sh->es;
 			s->parts[j].len = len;
 		}
-		return ((size_t) s->size);
+		return ((size_t)s->size);
 	default:
 		s->parts[0].base = src + a * sh->es;
 		s->parts[0].len = len;
@@ -181,7 +181,7 @@ svc_parts(struct svc *s, const struct cohort__op *op,
 static const uint8_t *
 svc_aligned(struct svc *s, const uint8_t *src, size_t bytes, size_t es)
 {
-	if ((uintptr_t) src % es == 0)
+	if ((uintptr_t)src % es == 0)
 		return (src);
 	if (s->scratch_len < bytes) {
 		uint8_t *nb = realloc(s->scratch, bytes);
@@ -199,8 +199,7 @@ svc_aligned(struct svc *s, const uint8_t *src, size_t bytes, size_t es)
  * contributions p[q]. Returns false when out of memory. */
 static bool
 svc_consume(struct svc *s, const struct cohort__op *op,
-    const struct svc_shape *sh, size_t a, size_t b,
-    const uint8_t *const *p)
+    const struct svc_shape *sh, size_t a, size_t b, const uint8_t *const *p)
 {
 	uint8_t *dst = op->recv;
 	size_t len = b - a, bytes = len * sh->es, off, start, n;
@@ -214,21 +213,21 @@ svc_consume(struct svc *s, const struct cohort__op *op,
 	case COHORT__OP_ALLREDUCE:
 	case COHORT__OP_REDUCE_SCATTER:
 		/* reduce_scatter: our block is sub-block r of each. */
-		off = op->kind == COHORT__OP_REDUCE_SCATTER ?
-		    (size_t) r * bytes : 0;
+		off = op->kind == COHORT__OP_REDUCE_SCATTER ? (size_t)r * bytes
+		                                            : 0;
 		dst += a * sh->es;
 		memcpy(dst, p[0] + off, bytes);
 		for (int q = 1; q < s->size; q++) {
-			const uint8_t *src = svc_aligned(s, p[q] + off, bytes,
-			    sh->es);
+			const uint8_t *src
+			    = svc_aligned(s, p[q] + off, bytes, sh->es);
 
 			if (src == NULL)
 				return (false);
 			cohort__reduce(dst, src, len, op->dtype, op->op);
 		}
 		if (op->op == COHORT_MEAN)
-			cohort__scale_div(dst, len, op->dtype,
-			    (double) s->size);
+			cohort__scale_div(
+			    dst, len, op->dtype, (double)s->size);
 		return (true);
 	case COHORT__OP_BROADCAST:
 		if (r != op->root)
@@ -240,7 +239,7 @@ svc_consume(struct svc *s, const struct cohort__op *op,
 		/* FALLTHROUGH */
 	case COHORT__OP_ALLGATHER:
 		for (int q = 0; q < s->size; q++)
-			memcpy(dst + ((size_t) q * op->count + a) * sh->es,
+			memcpy(dst + ((size_t)q * op->count + a) * sh->es,
 			    p[q], bytes);
 		return (true);
 	case COHORT__OP_ALLGATHERV:
@@ -255,12 +254,12 @@ svc_consume(struct svc *s, const struct cohort__op *op,
 		return (true);
 	case COHORT__OP_ALLTOALL:
 		for (int q = 0; q < s->size; q++)
-			memcpy(dst + ((size_t) q * op->count + a) * sh->es,
-			    p[q] + (size_t) r * bytes, bytes);
+			memcpy(dst + ((size_t)q * op->count + a) * sh->es,
+			    p[q] + (size_t)r * bytes, bytes);
 		return (true);
 	case COHORT__OP_SCATTER:
-		memcpy(dst + a * sh->es, p[op->root] + (size_t) r * bytes,
-		    bytes);
+		memcpy(
+		    dst + a * sh->es, p[op->root] + (size_t)r * bytes, bytes);
 		return (true);
 	case COHORT__OP_BARRIER:
 		return (true);
@@ -271,8 +270,8 @@ svc_consume(struct svc *s, const struct cohort__op *op,
 /* One gather at cohortd for chunk [a, b). */
 static cohort_status
 svc_gather(struct svc *s, const struct cohort__op *op,
-    const struct svc_shape *sh, size_t a, size_t b, char *err,
-    size_t errlen, cohort__time deadline)
+    const struct svc_shape *sh, size_t a, size_t b, char *err, size_t errlen,
+    cohort__time deadline)
 {
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__Collective body = COHORT__COLLECTIVE__INIT;
@@ -285,18 +284,18 @@ svc_gather(struct svc *s, const struct cohort__op *op,
 	const char *what = cohort__op_name(op->kind);
 
 	if (atomic_load_explicit(s->abort_flag, memory_order_acquire) != 0) {
-		snprintf(err, errlen, "%s #%" PRIu64 " aborted", what,
-		    op->seq);
+		snprintf(
+		    err, errlen, "%s #%" PRIu64 " aborted", what, op->seq);
 		return (COHORT_EABORTED);
 	}
 	body.kind = COHORT__COLLECTIVE_KIND__COLL_SERVICE;
 	body.group = s->g->id;
 	body.op_seq = SVC_SEQ_BASE | ++s->seq;
-	body.name = (char *) "";
+	body.name = (char *)"";
 	body.root = op->root;
-	body.op = (uint32_t) op->op;
-	body.service_op = (uint32_t) op->kind;
-	body.dtype = (uint32_t) op->dtype;
+	body.op = (uint32_t)op->op;
+	body.service_op = (uint32_t)op->kind;
+	body.dtype = (uint32_t)op->dtype;
 	body.count = op->count;
 	req.body_case = COHORT__REQUEST__BODY_COLLECTIVE;
 	req.collective = &body;
@@ -307,8 +306,8 @@ svc_gather(struct svc *s, const struct cohort__op *op,
 	pthread_mutex_lock(&s->mtx);
 	if (s->aborted) {
 		pthread_mutex_unlock(&s->mtx);
-		snprintf(err, errlen, "%s #%" PRIu64 " aborted", what,
-		    op->seq);
+		snprintf(
+		    err, errlen, "%s #%" PRIu64 " aborted", what, op->seq);
 		return (COHORT_EABORTED);
 	}
 	s->cur = &call;
@@ -327,15 +326,17 @@ svc_gather(struct svc *s, const struct cohort__op *op,
 		goto out;
 	}
 	st = COHORT_EPROTO;
-	if (call.rep->body_case != COHORT__REPLY__BODY_COLLECTIVE ||
-	    (cr = call.rep->collective) == NULL ||
-	    cr->n_i64s != (size_t) s->size) {
-		snprintf(err, errlen, "%s #%" PRIu64 ": malformed reply "
-		    "from cohortd", what, op->seq);
+	if (call.rep->body_case != COHORT__REPLY__BODY_COLLECTIVE
+	    || (cr = call.rep->collective) == NULL
+	    || cr->n_i64s != (size_t)s->size) {
+		snprintf(err, errlen,
+		    "%s #%" PRIu64 ": malformed reply "
+		    "from cohortd",
+		    what, op->seq);
 		goto out;
 	}
-	if (s->size > 64 &&
-	    (pp = malloc(sizeof(*pp) * (size_t) s->size)) == NULL) {
+	if (s->size > 64
+	    && (pp = malloc(sizeof(*pp) * (size_t)s->size)) == NULL) {
 		st = COHORT_ENOMEM;
 		snprintf(err, errlen, "out of memory");
 		goto out;
@@ -343,20 +344,24 @@ svc_gather(struct svc *s, const struct cohort__op *op,
 	for (int q = 0; q < s->size; q++) {
 		size_t want = svc_len(s, op, sh, q, a, b);
 
-		if (cr->i64s[q] < 0 || (size_t) cr->i64s[q] != want ||
-		    want > call.plen - off) {
-			snprintf(err, errlen, "%s #%" PRIu64 ": rank %d sent "
+		if (cr->i64s[q] < 0 || (size_t)cr->i64s[q] != want
+		    || want > call.plen - off) {
+			snprintf(err, errlen,
+			    "%s #%" PRIu64 ": rank %d sent "
 			    "%" PRId64 " bytes, expected %zu (do the ranks "
-			    "agree on the arguments?)", what, op->seq,
-			    s->global_ranks[q], cr->i64s[q], want);
+			    "agree on the arguments?)",
+			    what, op->seq, s->global_ranks[q], cr->i64s[q],
+			    want);
 			goto out;
 		}
 		pp[q] = call.payload + off;
 		off += want;
 	}
 	if (off != call.plen) {
-		snprintf(err, errlen, "%s #%" PRIu64 ": reply carries %zu "
-		    "bytes, expected %zu", what, op->seq, call.plen, off);
+		snprintf(err, errlen,
+		    "%s #%" PRIu64 ": reply carries %zu "
+		    "bytes, expected %zu",
+		    what, op->seq, call.plen, off);
 		goto out;
 	}
 	if (!svc_consume(s, op, sh, a, b, pp)) {
@@ -384,15 +389,15 @@ svc_run(void *arg, const struct cohort__op *op, char *err, size_t errlen,
 	svc_shape(s, op, &sh);
 	if (sh.blk == 0)
 		return (svc_gather(s, op, &sh, 0, 0, err, errlen, deadline));
-	per = sh.es * sh.mult * (size_t) sh.senders;
+	per = sh.es * sh.mult * (size_t)sh.senders;
 	chunk = s->max_reply / per;
 	if (chunk == 0)
 		chunk = 1;
 	for (size_t a = 0; a < sh.blk; a += chunk) {
 		size_t b = sh.blk - a < chunk ? sh.blk : a + chunk;
 
-		if ((st = svc_gather(s, op, &sh, a, b, err, errlen,
-		         deadline)) != COHORT_OK)
+		if ((st = svc_gather(s, op, &sh, a, b, err, errlen, deadline))
+		    != COHORT_OK)
 			return (st);
 	}
 	return (COHORT_OK);
@@ -408,13 +413,14 @@ svc_init(const struct cohort__group_desc *desc, void **state, char *err,
 	struct svc *s;
 
 	if (g == NULL) {
-		snprintf(err, errlen, "the service backend needs a group "
+		snprintf(err, errlen,
+		    "the service backend needs a group "
 		    "of a cohort client");
 		return (COHORT_ENOTSUP);
 	}
-	if ((s = calloc(1, sizeof(*s))) == NULL ||
-	    (s->parts = calloc((size_t) desc->size, sizeof(*s->parts))) ==
-	        NULL) {
+	if ((s = calloc(1, sizeof(*s))) == NULL
+	    || (s->parts = calloc((size_t)desc->size, sizeof(*s->parts)))
+	        == NULL) {
 		free(s);
 		snprintf(err, errlen, "out of memory");
 		return (COHORT_ENOMEM);
@@ -432,9 +438,9 @@ svc_init(const struct cohort__group_desc *desc, void **state, char *err,
 	s->global_ranks = desc->global_ranks;
 	s->abort_flag = desc->abort_flag;
 	s->max_reply = SVC_DEFAULT_CHUNK;
-	if (env != NULL && cohort__parse_i64(env, &v) && v >= 1 &&
-	    v <= (int64_t) SVC_DEFAULT_CHUNK * 3)
-		s->max_reply = (size_t) v;
+	if (env != NULL && cohort__parse_i64(env, &v) && v >= 1
+	    && v <= (int64_t)SVC_DEFAULT_CHUNK * 3)
+		s->max_reply = (size_t)v;
 	*state = s;
 	return (COHORT_OK);
 }
@@ -447,8 +453,7 @@ svc_abort(void *arg)
 	pthread_mutex_lock(&s->mtx);
 	s->aborted = true;
 	if (s->cur != NULL)
-		cohort__coord_call_abort(s->c->coord, s->cur,
-		    COHORT_EABORTED);
+		cohort__coord_call_abort(s->c->coord, s->cur, COHORT_EABORTED);
 	pthread_mutex_unlock(&s->mtx);
 }
 

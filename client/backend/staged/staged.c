@@ -61,8 +61,8 @@ struct staged_state {
 static bool
 staged_aborted(const struct staged_state *s)
 {
-	if (s->group_abort != NULL &&
-	    atomic_load_explicit(s->group_abort, memory_order_acquire) != 0)
+	if (s->group_abort != NULL
+	    && atomic_load_explicit(s->group_abort, memory_order_acquire) != 0)
 		return (true);
 	return (atomic_load_explicit(&s->aborted, memory_order_acquire) != 0);
 }
@@ -73,10 +73,10 @@ staged_cuda_failed(const struct staged_state *s, const char *call, int e,
 {
 	char text[200];
 
-	snprintf(err, errlen, "%s failed during operation #%" PRIu64
-	    " (tcp-staged): %s", call, op->seq,
-	    cohort__dl_cuda_errtext(s->cu, e, text, sizeof(text)));
-	(void) s->cu->GetLastError();
+	snprintf(err, errlen,
+	    "%s failed during operation #%" PRIu64 " (tcp-staged): %s", call,
+	    op->seq, cohort__dl_cuda_errtext(s->cu, e, text, sizeof(text)));
+	(void)s->cu->GetLastError();
 	return (COHORT_ECUDA);
 }
 
@@ -92,13 +92,13 @@ staged_grow(struct staged_state *s, struct staged_buf *b, size_t len,
 		return (COHORT_OK);
 	want = len < 4096 ? 4096 : len;
 	if (b->p != NULL) {
-		(void) s->cu->FreeHost(b->p);
+		(void)s->cu->FreeHost(b->p);
 		b->p = NULL;
 		b->len = 0;
 	}
 	if ((e = s->cu->MallocHost(&p, want)) != COHORT__CUDA_SUCCESS)
-		return (staged_cuda_failed(s, "cudaMallocHost", e, op, err,
-		    errlen));
+		return (staged_cuda_failed(
+		    s, "cudaMallocHost", e, op, err, errlen));
 	b->p = p;
 	b->len = want;
 	return (COHORT_OK);
@@ -112,10 +112,11 @@ staged_copy(struct staged_state *s, void *dst, const void *src, size_t len,
 
 	if (len == 0)
 		return (COHORT_OK);
-	if ((e = s->cu->MemcpyAsync(dst, src, len, COHORT__CUDA_MEMCPY_DEFAULT,
-	    op->stream)) != COHORT__CUDA_SUCCESS)
-		return (staged_cuda_failed(s, "cudaMemcpyAsync", e, op, err,
-		    errlen));
+	if ((e = s->cu->MemcpyAsync(
+	         dst, src, len, COHORT__CUDA_MEMCPY_DEFAULT, op->stream))
+	    != COHORT__CUDA_SUCCESS)
+		return (staged_cuda_failed(
+		    s, "cudaMemcpyAsync", e, op, err, errlen));
 	return (COHORT_OK);
 }
 
@@ -128,10 +129,10 @@ staged_sync(struct staged_state *s, const struct cohort__op *op,
 	uint64_t t0 = cohort__now_ns() / 1000;
 	int e;
 
-	if ((e = s->cu->EventRecord(s->event, op->stream)) !=
-	    COHORT__CUDA_SUCCESS)
-		return (staged_cuda_failed(s, "cudaEventRecord", e, op, err,
-		    errlen));
+	if ((e = s->cu->EventRecord(s->event, op->stream))
+	    != COHORT__CUDA_SUCCESS)
+		return (staged_cuda_failed(
+		    s, "cudaEventRecord", e, op, err, errlen));
 	for (;;) {
 		uint64_t el;
 		struct timespec ts = { 0, 0 };
@@ -140,18 +141,21 @@ staged_sync(struct staged_state *s, const struct cohort__op *op,
 		if (e == COHORT__CUDA_SUCCESS)
 			return (COHORT_OK);
 		if (e != COHORT__CUDA_ERR_NOT_READY)
-			return (staged_cuda_failed(s, what, e, op, err,
-			    errlen));
+			return (
+			    staged_cuda_failed(s, what, e, op, err, errlen));
 		if (staged_aborted(s)) {
-			snprintf(err, errlen, "operation #%" PRIu64 " aborted "
-			    "while waiting for the %s (tcp-staged)", op->seq,
-			    what);
+			snprintf(err, errlen,
+			    "operation #%" PRIu64 " aborted "
+			    "while waiting for the %s (tcp-staged)",
+			    op->seq, what);
 			return (COHORT_EABORTED);
 		}
 		if (cohort__expired(deadline)) {
-			snprintf(err, errlen, "operation #%" PRIu64 ": the "
+			snprintf(err, errlen,
+			    "operation #%" PRIu64 ": the "
 			    "stream did not reach the %s before the deadline "
-			    "(tcp-staged)", op->seq, what);
+			    "(tcp-staged)",
+			    op->seq, what);
 			return (COHORT_ETIMEDOUT);
 		}
 		el = cohort__now_ns() / 1000 - t0;
@@ -159,9 +163,10 @@ staged_sync(struct staged_state *s, const struct cohort__op *op,
 			sched_yield();
 			continue;
 		}
-		ts.tv_nsec = 1000L * (el < STAGED_NAP_UNTIL_US ?
-			STAGED_NAP_US : STAGED_SLEEP_US);
-		(void) nanosleep(&ts, NULL);
+		ts.tv_nsec = 1000L
+		    * (el < STAGED_NAP_UNTIL_US ? STAGED_NAP_US
+		                                : STAGED_SLEEP_US);
+		(void)nanosleep(&ts, NULL);
 	}
 }
 
@@ -173,11 +178,11 @@ staged_free(struct staged_state *s)
 	if (s->tcp != NULL)
 		cohort__tcp_backend.fini(s->tcp);
 	if (s->event != NULL)
-		(void) s->cu->EventDestroy(s->event);
+		(void)s->cu->EventDestroy(s->event);
 	if (s->hsend.p != NULL)
-		(void) s->cu->FreeHost(s->hsend.p);
+		(void)s->cu->FreeHost(s->hsend.p);
 	if (s->hrecv.p != NULL)
-		(void) s->cu->FreeHost(s->hrecv.p);
+		(void)s->cu->FreeHost(s->hrecv.p);
 	free(s);
 }
 
@@ -193,8 +198,8 @@ staged_init(const struct cohort__group_desc *desc, void **state, char *err,
 	int e;
 
 	if ((rv = cohort__dl_cudart_get(&cu, why, sizeof(why))) != COHORT_OK) {
-		snprintf(err, errlen, "tcp-staged backend unavailable: %s",
-		    why);
+		snprintf(
+		    err, errlen, "tcp-staged backend unavailable: %s", why);
 		return (rv);
 	}
 	if ((s = calloc(1, sizeof(*s))) == NULL) {
@@ -206,16 +211,18 @@ staged_init(const struct cohort__group_desc *desc, void **state, char *err,
 	s->size = desc->size;
 	s->group_abort = desc->abort_flag;
 	atomic_init(&s->aborted, 0);
-	if ((e = cu->EventCreateWithFlags(&s->event,
-	    COHORT__CUDA_EVENT_DISABLE_TIMING)) != COHORT__CUDA_SUCCESS) {
+	if ((e = cu->EventCreateWithFlags(
+	         &s->event, COHORT__CUDA_EVENT_DISABLE_TIMING))
+	    != COHORT__CUDA_SUCCESS) {
 		s->event = NULL;
 		snprintf(err, errlen, "cudaEventCreateWithFlags: %s",
 		    cohort__dl_cuda_errtext(cu, e, text, sizeof(text)));
 		rv = COHORT_ECUDA;
 		goto out_free;
 	}
-	if ((rv = cohort__tcp_backend.init(desc, &s->tcp, err, errlen,
-	    deadline)) != COHORT_OK) {
+	if ((rv = cohort__tcp_backend.init(
+	         desc, &s->tcp, err, errlen, deadline))
+	    != COHORT_OK) {
 		s->tcp = NULL;
 		goto out_free;
 	}
@@ -235,7 +242,7 @@ staged_extent(const struct staged_state *s, const struct cohort__op *op,
 {
 	size_t es = cohort_dtype_size(op->dtype);
 	size_t blk = op->count * es;
-	size_t all = blk * (size_t) s->size;
+	size_t all = blk * (size_t)s->size;
 	bool root = s->rank == op->root;
 
 	*recv_in = false;
@@ -285,8 +292,8 @@ staged_extent(const struct staged_state *s, const struct cohort__op *op,
 }
 
 static cohort_status
-staged_run(void *state, const struct cohort__op *op, char *err,
-    size_t errlen, cohort__time deadline)
+staged_run(void *state, const struct cohort__op *op, char *err, size_t errlen,
+    cohort__time deadline)
 {
 	struct staged_state *s = state;
 	struct cohort__op hop = *op;
@@ -295,8 +302,10 @@ staged_run(void *state, const struct cohort__op *op, char *err,
 	cohort_status rv;
 
 	if (staged_aborted(s)) {
-		snprintf(err, errlen, "operation #%" PRIu64 " aborted "
-		    "(tcp-staged)", op->seq);
+		snprintf(err, errlen,
+		    "operation #%" PRIu64 " aborted "
+		    "(tcp-staged)",
+		    op->seq);
 		return (COHORT_EABORTED);
 	}
 	if (op->kind == COHORT__OP_ALLGATHERV && op->counts == NULL) {
@@ -304,46 +313,50 @@ staged_run(void *state, const struct cohort__op *op, char *err,
 		return (COHORT_EINVAL);
 	}
 	if (op->kind == COHORT__OP_BARRIER)
-		return (cohort__tcp_backend.run(s->tcp, op, err, errlen,
-		    deadline));
+		return (cohort__tcp_backend.run(
+		    s->tcp, op, err, errlen, deadline));
 	staged_extent(s, op, &slen, &rlen, &recv_in);
 	if ((slen > 0 && op->send == NULL) || (rlen > 0 && op->recv == NULL)) {
-		snprintf(err, errlen, "operation #%" PRIu64 ": %s buffer is "
-		    "NULL (tcp-staged)", op->seq,
-		    slen > 0 && op->send == NULL ? "send" : "recv");
+		snprintf(err, errlen,
+		    "operation #%" PRIu64 ": %s buffer is "
+		    "NULL (tcp-staged)",
+		    op->seq, slen > 0 && op->send == NULL ? "send" : "recv");
 		return (COHORT_EINVAL);
 	}
-	if ((rv = staged_grow(s, &s->hsend, slen, op, err, errlen)) !=
-		COHORT_OK ||
-	    (rv = staged_grow(s, &s->hrecv, rlen, op, err, errlen)) !=
-		COHORT_OK)
+	if ((rv = staged_grow(s, &s->hsend, slen, op, err, errlen))
+	        != COHORT_OK
+	    || (rv = staged_grow(s, &s->hrecv, rlen, op, err, errlen))
+	        != COHORT_OK)
 		return (rv);
 
 	/* 1-2: inputs to the host, after the work queued on the stream. */
-	if ((rv = staged_copy(s, s->hsend.p, op->send, slen, op, err,
-	    errlen)) != COHORT_OK)
+	if ((rv = staged_copy(s, s->hsend.p, op->send, slen, op, err, errlen))
+	    != COHORT_OK)
 		return (rv);
-	if (recv_in && (rv = staged_copy(s, s->hrecv.p, op->recv, rlen, op,
-	    err, errlen)) != COHORT_OK)
+	if (recv_in
+	    && (rv = staged_copy(
+	            s, s->hrecv.p, op->recv, rlen, op, err, errlen))
+	        != COHORT_OK)
 		return (rv);
-	if ((rv = staged_sync(s, op, "device-to-host copy", err, errlen,
-	    deadline)) != COHORT_OK)
+	if ((rv = staged_sync(
+	         s, op, "device-to-host copy", err, errlen, deadline))
+	    != COHORT_OK)
 		return (rv);
 
 	/* 3: the collective on host memory. */
 	hop.send = slen > 0 ? s->hsend.p : NULL;
 	hop.recv = rlen > 0 ? s->hrecv.p : NULL;
 	hop.stream = NULL;
-	if ((rv = cohort__tcp_backend.run(s->tcp, &hop, err, errlen,
-	    deadline)) != COHORT_OK)
+	if ((rv = cohort__tcp_backend.run(s->tcp, &hop, err, errlen, deadline))
+	    != COHORT_OK)
 		return (rv);
 
 	/* 4: results back to the device. */
-	if ((rv = staged_copy(s, op->recv, s->hrecv.p, rlen, op, err,
-	    errlen)) != COHORT_OK)
+	if ((rv = staged_copy(s, op->recv, s->hrecv.p, rlen, op, err, errlen))
+	    != COHORT_OK)
 		return (rv);
-	return (staged_sync(s, op, "host-to-device copy", err, errlen,
-	    deadline));
+	return (
+	    staged_sync(s, op, "host-to-device copy", err, errlen, deadline));
 }
 
 static void

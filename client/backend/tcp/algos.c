@@ -43,12 +43,12 @@ algo_overlap(const void *a, size_t alen, const void *b, size_t blen)
 
 /* Segment i of n over count elements: the first count % n get one more. */
 static void
-algo_segment(size_t count, int n, int i, size_t esize, size_t *off,
-    size_t *len)
+algo_segment(
+    size_t count, int n, int i, size_t esize, size_t *off, size_t *len)
 {
-	size_t base = count / (size_t) n;
-	size_t rem = count % (size_t) n;
-	size_t ui = (size_t) i;
+	size_t base = count / (size_t)n;
+	size_t rem = count % (size_t)n;
+	size_t ui = (size_t)i;
 
 	*off = (ui * base + (ui < rem ? ui : rem)) * esize;
 	*len = (base + (ui < rem ? 1 : 0)) * esize;
@@ -56,8 +56,7 @@ algo_segment(size_t count, int n, int i, size_t esize, size_t *off,
 
 static cohort_status
 algo_pair(struct cohort__tcp *t, int peer, const void *sbuf, size_t slen,
-    void *rbuf, size_t rlen, char *err, size_t errlen,
-    cohort__time deadline)
+    void *rbuf, size_t rlen, char *err, size_t errlen, cohort__time deadline)
 {
 	cohort__tcp_plan_reset(t);
 	t->peers[peer].sbuf = sbuf;
@@ -92,13 +91,15 @@ algo_allreduce_rd(struct cohort__tcp *t, const struct cohort__op *op,
 		if ((r & 1) == 0) {
 			/* Folded out: give our data, get the result. */
 			if ((rv = algo_pair(t, r + 1, dst, bytes, NULL, 0, err,
-			    errlen, deadline)) != COHORT_OK)
+			         errlen, deadline))
+			    != COHORT_OK)
 				return (rv);
 			return (algo_pair(t, r + 1, NULL, 0, dst, bytes, err,
 			    errlen, deadline));
 		}
 		if ((rv = algo_pair(t, r - 1, NULL, 0, t->small, bytes, err,
-		    errlen, deadline)) != COHORT_OK)
+		         errlen, deadline))
+		    != COHORT_OK)
 			return (rv);
 		cohort__reduce(dst, t->small, op->count, op->dtype, op->op);
 		vr = r / 2;
@@ -110,15 +111,16 @@ algo_allreduce_rd(struct cohort__tcp *t, const struct cohort__op *op,
 		int peer = vp < extra ? vp * 2 + 1 : vp + extra;
 
 		if ((rv = algo_pair(t, peer, dst, bytes, t->small, bytes, err,
-		    errlen, deadline)) != COHORT_OK)
+		         errlen, deadline))
+		    != COHORT_OK)
 			return (rv);
 		cohort__reduce(dst, t->small, op->count, op->dtype, op->op);
 	}
 	if (op->op == COHORT_MEAN)
-		cohort__scale_div(dst, op->count, op->dtype, (double) n);
+		cohort__scale_div(dst, op->count, op->dtype, (double)n);
 	if (r < 2 * extra)
-		return (algo_pair(t, r - 1, dst, bytes, NULL, 0, err, errlen,
-		    deadline));
+		return (algo_pair(
+		    t, r - 1, dst, bytes, NULL, 0, err, errlen, deadline));
 	return (COHORT_OK);
 }
 
@@ -146,8 +148,8 @@ algo_allreduce_pair(struct cohort__tcp *t, const struct cohort__op *op,
 		st->rmode = COHORT__TCP_RECV_DIRECT;
 		st->other = op->send;
 	}
-	return (cohort__tcp_stream(t, peer, peer, st, 1, err, errlen,
-	    deadline));
+	return (
+	    cohort__tcp_stream(t, peer, peer, st, 1, err, errlen, deadline));
 }
 
 static cohort_status
@@ -164,8 +166,8 @@ algo_allreduce_ring(struct cohort__tcp *t, const struct cohort__op *op,
 	for (int s = 0; s < n - 1; s++, k++) {
 		size_t soff, slen, roff, rlen;
 
-		algo_segment(op->count, n, algo_mod(r - s, n), t->esize,
-		    &soff, &slen);
+		algo_segment(
+		    op->count, n, algo_mod(r - s, n), t->esize, &soff, &slen);
 		algo_segment(op->count, n, algo_mod(r - s - 1, n), t->esize,
 		    &roff, &rlen);
 		memset(&st[k], 0, sizeof(st[k]));
@@ -187,8 +189,8 @@ algo_allreduce_ring(struct cohort__tcp *t, const struct cohort__op *op,
 
 		algo_segment(op->count, n, algo_mod(r + 1 - s, n), t->esize,
 		    &soff, &slen);
-		algo_segment(op->count, n, algo_mod(r - s, n), t->esize,
-		    &roff, &rlen);
+		algo_segment(
+		    op->count, n, algo_mod(r - s, n), t->esize, &roff, &rlen);
 		memset(&st[k], 0, sizeof(st[k]));
 		st[k].sbuf = dst + soff;
 		st[k].slen = slen;
@@ -214,10 +216,10 @@ algo_reduce_tree(struct cohort__tcp *t, const struct cohort__op *op,
 	uint8_t *acc, *tmp;
 	cohort_status rv;
 
-	if ((rv = cohort__tcp_grow_small(t, 2 * bytes, err, errlen)) !=
-	    COHORT_OK)
+	if ((rv = cohort__tcp_grow_small(t, 2 * bytes, err, errlen))
+	    != COHORT_OK)
 		return (rv);
-	acc = v == 0 ? (uint8_t *) op->recv : t->small;
+	acc = v == 0 ? (uint8_t *)op->recv : t->small;
 	tmp = t->small + bytes;
 	if (acc != op->send)
 		memcpy(acc, op->send, bytes);
@@ -232,13 +234,14 @@ algo_reduce_tree(struct cohort__tcp *t, const struct cohort__op *op,
 			int from = algo_mod(v + mask + op->root, n);
 
 			if ((rv = algo_pair(t, from, NULL, 0, tmp, bytes, err,
-			    errlen, deadline)) != COHORT_OK)
+			         errlen, deadline))
+			    != COHORT_OK)
 				return (rv);
 			cohort__reduce(acc, tmp, op->count, op->dtype, op->op);
 		}
 	}
 	if (op->op == COHORT_MEAN)
-		cohort__scale_div(acc, op->count, op->dtype, (double) n);
+		cohort__scale_div(acc, op->count, op->dtype, (double)n);
 	return (COHORT_OK);
 }
 
@@ -279,8 +282,7 @@ algo_reduce_chain(struct cohort__tcp *t, const struct cohort__op *op,
 			st->other = op->send;
 		}
 	}
-	return (cohort__tcp_stream(t, to, from, st, 1, err, errlen,
-	    deadline));
+	return (cohort__tcp_stream(t, to, from, st, 1, err, errlen, deadline));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -317,10 +319,10 @@ algo_broadcast(struct cohort__tcp *t, const struct cohort__op *op,
 	st->rmode = COHORT__TCP_RECV_COPY;
 	st->rbuf = op->recv;
 	st->rlen = v == 0 ? 0 : bytes;
-	return (cohort__tcp_stream(t,
-	    v == n - 1 ? -1 : algo_mod(t->rank + 1, n),
-	    v == 0 ? -1 : algo_mod(t->rank - 1, n), st, 1, err, errlen,
-	    deadline));
+	return (
+	    cohort__tcp_stream(t, v == n - 1 ? -1 : algo_mod(t->rank + 1, n),
+	        v == 0 ? -1 : algo_mod(t->rank - 1, n), st, 1, err, errlen,
+	        deadline));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -380,45 +382,45 @@ algo_reduce_scatter(struct cohort__tcp *t, const struct cohort__op *op,
 	uint8_t *copy = NULL;
 	cohort_status rv;
 
-	if ((size_t) n * blk <= t->small_max) {
-		if ((rv = cohort__tcp_grow_small(t, (size_t) n * blk, err,
-		    errlen)) != COHORT_OK)
+	if ((size_t)n * blk <= t->small_max) {
+		if ((rv = cohort__tcp_grow_small(
+		         t, (size_t)n * blk, err, errlen))
+		    != COHORT_OK)
 			return (rv);
 		cohort__tcp_plan_reset(t);
 		for (int p = 0; p < n; p++) {
 			if (p == r)
 				continue;
-			t->peers[p].sbuf = src + (size_t) p * blk;
+			t->peers[p].sbuf = src + (size_t)p * blk;
 			t->peers[p].slen = blk;
-			t->peers[p].rbuf = t->small + (size_t) p * blk;
+			t->peers[p].rbuf = t->small + (size_t)p * blk;
 			t->peers[p].rlen = blk;
 		}
-		if ((rv = cohort__tcp_exchange(t, err, errlen, deadline)) !=
-		    COHORT_OK)
+		if ((rv = cohort__tcp_exchange(t, err, errlen, deadline))
+		    != COHORT_OK)
 			return (rv);
 		/* Every send is done: dst may now overlap src freely. */
-		memmove(dst, src + (size_t) r * blk, blk);
+		memmove(dst, src + (size_t)r * blk, blk);
 		for (int p = 0; p < n; p++)
 			if (p != r)
-				cohort__reduce(dst,
-				    t->small + (size_t) p * blk, op->count,
-				    op->dtype, op->op);
+				cohort__reduce(dst, t->small + (size_t)p * blk,
+				    op->count, op->dtype, op->op);
 		if (op->op == COHORT_MEAN)
-			cohort__scale_div(dst, op->count, op->dtype,
-			    (double) n);
+			cohort__scale_div(
+			    dst, op->count, op->dtype, (double)n);
 		return (COHORT_OK);
 	}
 
 	if ((rv = cohort__tcp_need_acc(t, err, errlen)) != COHORT_OK)
 		return (rv);
-	if (algo_overlap(dst, blk, src, (size_t) n * blk) &&
-	    dst != src + (size_t) r * blk) {
+	if (algo_overlap(dst, blk, src, (size_t)n * blk)
+	    && dst != src + (size_t)r * blk) {
 		/* Odd aliasing: work from a private copy of send. */
-		if ((copy = malloc((size_t) n * blk)) == NULL) {
+		if ((copy = malloc((size_t)n * blk)) == NULL) {
 			snprintf(err, errlen, "out of memory");
 			return (COHORT_ENOMEM);
 		}
-		memcpy(copy, src, (size_t) n * blk);
+		memcpy(copy, src, (size_t)n * blk);
 		src = copy;
 	}
 	for (int s = 0; s < n - 1; s++) {
@@ -427,7 +429,7 @@ algo_reduce_scatter(struct cohort__tcp *t, const struct cohort__op *op,
 		memset(&st[s], 0, sizeof(st[s]));
 		st[s].slen = blk;
 		if (s == 0) {
-			st[s].sbuf = src + (size_t) sb * blk;
+			st[s].sbuf = src + (size_t)sb * blk;
 			st[s].gate = -1;
 		} else {
 			st[s].sbuf = NULL;
@@ -436,15 +438,15 @@ algo_reduce_scatter(struct cohort__tcp *t, const struct cohort__op *op,
 		st[s].rlen = blk;
 		if (s < n - 2) {
 			st[s].rmode = COHORT__TCP_RECV_ACC;
-			st[s].other = src + (size_t) rb * blk;
+			st[s].other = src + (size_t)rb * blk;
 		} else {
 			st[s].rbuf = dst;
 			st[s].divide = op->op == COHORT_MEAN;
-			if (dst == src + (size_t) r * blk) {
+			if (dst == src + (size_t)r * blk) {
 				st[s].rmode = COHORT__TCP_RECV_SCRATCH;
 			} else {
 				st[s].rmode = COHORT__TCP_RECV_DIRECT;
-				st[s].other = src + (size_t) r * blk;
+				st[s].other = src + (size_t)r * blk;
 			}
 		}
 	}
@@ -466,18 +468,18 @@ algo_alltoall(struct cohort__tcp *t, const struct cohort__op *op, size_t blk,
 	uint8_t *dst = op->recv;
 	int n = t->size, r = t->rank;
 
-	if (algo_overlap(src, (size_t) n * blk, dst, (size_t) n * blk)) {
+	if (algo_overlap(src, (size_t)n * blk, dst, (size_t)n * blk)) {
 		snprintf(err, errlen, "alltoall cannot run in place");
 		return (COHORT_EINVAL);
 	}
-	memcpy(dst + (size_t) r * blk, src + (size_t) r * blk, blk);
+	memcpy(dst + (size_t)r * blk, src + (size_t)r * blk, blk);
 	cohort__tcp_plan_reset(t);
 	for (int p = 0; p < n; p++) {
 		if (p == r)
 			continue;
-		t->peers[p].sbuf = src + (size_t) p * blk;
+		t->peers[p].sbuf = src + (size_t)p * blk;
 		t->peers[p].slen = blk;
-		t->peers[p].rbuf = dst + (size_t) p * blk;
+		t->peers[p].rbuf = dst + (size_t)p * blk;
 		t->peers[p].rlen = blk;
 	}
 	return (cohort__tcp_exchange(t, err, errlen, deadline));
@@ -496,12 +498,12 @@ algo_gather(struct cohort__tcp *t, const struct cohort__op *op, size_t blk,
 		t->peers[op->root].slen = blk;
 		return (cohort__tcp_exchange(t, err, errlen, deadline));
 	}
-	if (dst + (size_t) r * blk != op->send)
-		memmove(dst + (size_t) r * blk, op->send, blk);
+	if (dst + (size_t)r * blk != op->send)
+		memmove(dst + (size_t)r * blk, op->send, blk);
 	for (int p = 0; p < n; p++) {
 		if (p == r)
 			continue;
-		t->peers[p].rbuf = dst + (size_t) p * blk;
+		t->peers[p].rbuf = dst + (size_t)p * blk;
 		t->peers[p].rlen = blk;
 	}
 	return (cohort__tcp_exchange(t, err, errlen, deadline));
@@ -524,21 +526,20 @@ algo_scatter(struct cohort__tcp *t, const struct cohort__op *op, size_t blk,
 	for (int p = 0; p < n; p++) {
 		if (p == r)
 			continue;
-		t->peers[p].sbuf = src + (size_t) p * blk;
+		t->peers[p].sbuf = src + (size_t)p * blk;
 		t->peers[p].slen = blk;
 	}
-	if ((rv = cohort__tcp_exchange(t, err, errlen, deadline)) !=
-	    COHORT_OK)
+	if ((rv = cohort__tcp_exchange(t, err, errlen, deadline)) != COHORT_OK)
 		return (rv);
 	/* After the sends: recv may overlap send. */
-	if ((uint8_t *) op->recv != src + (size_t) r * blk)
-		memmove(op->recv, src + (size_t) r * blk, blk);
+	if ((uint8_t *)op->recv != src + (size_t)r * blk)
+		memmove(op->recv, src + (size_t)r * blk, blk);
 	return (COHORT_OK);
 }
 
 static cohort_status
-algo_barrier(struct cohort__tcp *t, char *err, size_t errlen,
-    cohort__time deadline)
+algo_barrier(
+    struct cohort__tcp *t, char *err, size_t errlen, cohort__time deadline)
 {
 	int n = t->size, r = t->rank;
 	uint8_t out = 0xb7, in;
@@ -552,13 +553,14 @@ algo_barrier(struct cohort__tcp *t, char *err, size_t errlen,
 		t->peers[to].slen = 1;
 		t->peers[from].rbuf = &in;
 		t->peers[from].rlen = 1;
-		if ((rv = cohort__tcp_exchange(t, err, errlen, deadline)) !=
-		    COHORT_OK)
+		if ((rv = cohort__tcp_exchange(t, err, errlen, deadline))
+		    != COHORT_OK)
 			return (rv);
 		if (in != out) {
-			snprintf(err, errlen, "barrier #%" PRIu64 ": rank %d "
-			    "is out of step (got byte 0x%02x)", t->seq,
-			    (int) t->peers[from].job_rank, in);
+			snprintf(err, errlen,
+			    "barrier #%" PRIu64 ": rank %d "
+			    "is out of step (got byte 0x%02x)",
+			    t->seq, (int)t->peers[from].job_rank, in);
 			return (COHORT_EPROTO);
 		}
 	}
@@ -608,7 +610,7 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 		return (algo_barrier(t, err, errlen, deadline));
 	}
 	if (esize == 0) {
-		snprintf(err, errlen, "bad dtype %d", (int) op->dtype);
+		snprintf(err, errlen, "bad dtype %d", (int)op->dtype);
 		return (COHORT_EINVAL);
 	}
 	t->esize = esize;
@@ -623,24 +625,24 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 		if (bytes == 0)
 			return (COHORT_OK);
 		if (cohort__tcp_shm_usable(t, op, bytes))
-			return (cohort__tcp_shm_allreduce(t, op, bytes, err,
-			    errlen, deadline));
-		if (bytes <= t->small_max || op->count < (size_t) t->size)
-			return (algo_allreduce_rd(t, op, bytes, err, errlen,
-			    deadline));
-		if (t->size == 2 && t->pair_min <= bytes &&
-		    bytes <= t->pair_max)
-			return (algo_allreduce_pair(t, op, bytes, err, errlen,
-			    deadline));
+			return (cohort__tcp_shm_allreduce(
+			    t, op, bytes, err, errlen, deadline));
+		if (bytes <= t->small_max || op->count < (size_t)t->size)
+			return (algo_allreduce_rd(
+			    t, op, bytes, err, errlen, deadline));
+		if (t->size == 2 && t->pair_min <= bytes
+		    && bytes <= t->pair_max)
+			return (algo_allreduce_pair(
+			    t, op, bytes, err, errlen, deadline));
 		return (algo_allreduce_ring(t, op, err, errlen, deadline));
 	case COHORT__OP_REDUCE:
 		if (bytes == 0)
 			return (COHORT_OK);
 		if (bytes <= t->small_max)
-			return (algo_reduce_tree(t, op, bytes, err, errlen,
-			    deadline));
-		return (algo_reduce_chain(t, op, bytes, err, errlen,
-		    deadline));
+			return (algo_reduce_tree(
+			    t, op, bytes, err, errlen, deadline));
+		return (
+		    algo_reduce_chain(t, op, bytes, err, errlen, deadline));
 	case COHORT__OP_BROADCAST:
 		if (bytes == 0)
 			return (COHORT_OK);
@@ -649,15 +651,16 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 	case COHORT__OP_ALLGATHERV: {
 		size_t *boff, *blen, total = 0;
 
-		if ((boff = malloc(2 * (size_t) t->size * sizeof(size_t))) ==
-		    NULL) {
+		if ((boff = malloc(2 * (size_t)t->size * sizeof(size_t)))
+		    == NULL) {
 			snprintf(err, errlen, "out of memory");
 			return (COHORT_ENOMEM);
 		}
 		blen = boff + t->size;
 		for (int p = 0; p < t->size; p++) {
-			size_t c = op->kind == COHORT__OP_ALLGATHER ?
-			    op->count : op->counts[p];
+			size_t c = op->kind == COHORT__OP_ALLGATHER
+			    ? op->count
+			    : op->counts[p];
 
 			boff[p] = total;
 			blen[p] = c * esize;
@@ -665,16 +668,16 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 		}
 		rv = COHORT_OK;
 		if (total > 0)
-			rv = algo_allgather(t, op, boff, blen, total, err,
-			    errlen, deadline);
+			rv = algo_allgather(
+			    t, op, boff, blen, total, err, errlen, deadline);
 		free(boff);
 		return (rv);
 	}
 	case COHORT__OP_REDUCE_SCATTER:
 		if (bytes == 0)
 			return (COHORT_OK);
-		return (algo_reduce_scatter(t, op, bytes, err, errlen,
-		    deadline));
+		return (
+		    algo_reduce_scatter(t, op, bytes, err, errlen, deadline));
 	case COHORT__OP_ALLTOALL:
 		if (bytes == 0)
 			return (COHORT_OK);
@@ -690,6 +693,6 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 	default:
 		break;
 	}
-	snprintf(err, errlen, "operation %d not supported", (int) op->kind);
+	snprintf(err, errlen, "operation %d not supported", (int)op->kind);
 	return (COHORT_ENOTSUP);
 }

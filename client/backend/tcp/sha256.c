@@ -8,17 +8,70 @@
 #include "tcp_impl.h"
 
 static const uint32_t sha256_k[64] = {
-	0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1,
-	0x923f82a4, 0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3,
-	0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
-	0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-	0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147,
-	0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13,
-	0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
-	0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-	0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a,
-	0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208,
-	0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+	0x428a2f98,
+	0x71374491,
+	0xb5c0fbcf,
+	0xe9b5dba5,
+	0x3956c25b,
+	0x59f111f1,
+	0x923f82a4,
+	0xab1c5ed5,
+	0xd807aa98,
+	0x12835b01,
+	0x243185be,
+	0x550c7dc3,
+	0x72be5d74,
+	0x80deb1fe,
+	0x9bdc06a7,
+	0xc19bf174,
+	0xe49b69c1,
+	0xefbe4786,
+	0x0fc19dc6,
+	0x240ca1cc,
+	0x2de92c6f,
+	0x4a7484aa,
+	0x5cb0a9dc,
+	0x76f988da,
+	0x983e5152,
+	0xa831c66d,
+	0xb00327c8,
+	0xbf597fc7,
+	0xc6e00bf3,
+	0xd5a79147,
+	0x06ca6351,
+	0x14292967,
+	0x27b70a85,
+	0x2e1b2138,
+	0x4d2c6dfc,
+	0x53380d13,
+	0x650a7354,
+	0x766a0abb,
+	0x81c2c92e,
+	0x92722c85,
+	0xa2bfe8a1,
+	0xa81a664b,
+	0xc24b8b70,
+	0xc76c51a3,
+	0xd192e819,
+	0xd6990624,
+	0xf40e3585,
+	0x106aa070,
+	0x19a4c116,
+	0x1e376c08,
+	0x2748774c,
+	0x34b0bcb5,
+	0x391c0cb3,
+	0x4ed8aa4a,
+	0x5b9cca4f,
+	0x682e6ff3,
+	0x748f82ee,
+	0x78a5636f,
+	0x84c87814,
+	0x8cc70208,
+	0x90befffa,
+	0xa4506ceb,
+	0xbef9a3f7,
+	0xc67178f2,
 };
 
 static inline uint32_t
@@ -35,14 +88,13 @@ sha256_block(struct cohort__sha256 *c, const uint8_t *p)
 	int i;
 
 	for (i = 0; i < 16; i++)
-		w[i] = (uint32_t) p[4 * i] << 24 |
-		    (uint32_t) p[4 * i + 1] << 16 |
-		    (uint32_t) p[4 * i + 2] << 8 | (uint32_t) p[4 * i + 3];
+		w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16
+		    | (uint32_t)p[4 * i + 2] << 8 | (uint32_t)p[4 * i + 3];
 	for (i = 16; i < 64; i++) {
-		uint32_t s0 = sha256_ror(w[i - 15], 7) ^
-		    sha256_ror(w[i - 15], 18) ^ (w[i - 15] >> 3);
-		uint32_t s1 = sha256_ror(w[i - 2], 17) ^
-		    sha256_ror(w[i - 2], 19) ^ (w[i - 2] >> 10);
+		uint32_t s0 = sha256_ror(w[i - 15], 7)
+		    ^ sha256_ror(w[i - 15], 18) ^ (w[i - 15] >> 3);
+		uint32_t s1 = sha256_ror(w[i - 2], 17)
+		    ^ sha256_ror(w[i - 2], 19) ^ (w[i - 2] >> 10);
 
 		w[i] = w[i - 16] + s0 + w[i - 7] + s1;
 	}
@@ -55,12 +107,12 @@ sha256_block(struct cohort__sha256 *c, const uint8_t *p)
 	g = c->h[6];
 	h = c->h[7];
 	for (i = 0; i < 64; i++) {
-		uint32_t s1 = sha256_ror(e, 6) ^ sha256_ror(e, 11) ^
-		    sha256_ror(e, 25);
+		uint32_t s1
+		    = sha256_ror(e, 6) ^ sha256_ror(e, 11) ^ sha256_ror(e, 25);
 		uint32_t ch = (e & f) ^ (~e & g);
 		uint32_t t1 = h + s1 + ch + sha256_k[i] + w[i];
-		uint32_t s0 = sha256_ror(a, 2) ^ sha256_ror(a, 13) ^
-		    sha256_ror(a, 22);
+		uint32_t s0
+		    = sha256_ror(a, 2) ^ sha256_ror(a, 13) ^ sha256_ror(a, 22);
 		uint32_t maj = (a & b) ^ (a & cc) ^ (b & cc);
 		uint32_t t2 = s0 + maj;
 
@@ -95,8 +147,7 @@ cohort__sha256_init(struct cohort__sha256 *c)
 }
 
 void
-cohort__sha256_update(struct cohort__sha256 *c, const void *data,
-    size_t len)
+cohort__sha256_update(struct cohort__sha256 *c, const void *data, size_t len)
 {
 	const uint8_t *p = data;
 
@@ -130,13 +181,13 @@ cohort__sha256_final(struct cohort__sha256 *c, uint8_t out[32])
 	while (c->fill != 56)
 		cohort__sha256_update(c, &zero, 1);
 	for (i = 0; i < 8; i++)
-		lenb[i] = (uint8_t) (bits >> (56 - 8 * i));
+		lenb[i] = (uint8_t)(bits >> (56 - 8 * i));
 	cohort__sha256_update(c, lenb, 8);
 	for (i = 0; i < 8; i++) {
-		out[4 * i] = (uint8_t) (c->h[i] >> 24);
-		out[4 * i + 1] = (uint8_t) (c->h[i] >> 16);
-		out[4 * i + 2] = (uint8_t) (c->h[i] >> 8);
-		out[4 * i + 3] = (uint8_t) c->h[i];
+		out[4 * i] = (uint8_t)(c->h[i] >> 24);
+		out[4 * i + 1] = (uint8_t)(c->h[i] >> 16);
+		out[4 * i + 2] = (uint8_t)(c->h[i] >> 8);
+		out[4 * i + 3] = (uint8_t)c->h[i];
 	}
 }
 

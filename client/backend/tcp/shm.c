@@ -85,7 +85,7 @@
 /* Reduction piece: the L1 data cache. */
 #define SHM_PIECE 32768u
 /* No segment larger than this (very large groups use TCP). */
-#define SHM_MAX_LEN ((size_t) 256 << 20)
+#define SHM_MAX_LEN ((size_t)256 << 20)
 
 struct shm_ctrl {
 	atomic_uint posted;
@@ -106,9 +106,9 @@ struct shm_hdr {
 struct cohort__tcp_shm {
 	uint8_t *base;
 	size_t len;
-	size_t blk;       /* bytes per block (multiple of 64) */
-	size_t rank_len;  /* data bytes per rank */
-	uint32_t round;   /* next global round */
+	size_t blk; /* bytes per block (multiple of 64) */
+	size_t rank_len; /* data bytes per rank */
+	uint32_t round; /* next global round */
 	struct shm_ctrl *ctrl;
 	uint8_t *data;
 };
@@ -127,15 +127,15 @@ shm_copy_avx2(uint8_t *d, const uint8_t *s, size_t n)
 	size_t i = 0;
 
 	for (; i + 128 <= n; i += 128) {
-		__m256i a = _mm256_loadu_si256((const void *) (s + i));
-		__m256i b = _mm256_loadu_si256((const void *) (s + i + 32));
-		__m256i c = _mm256_loadu_si256((const void *) (s + i + 64));
-		__m256i e = _mm256_loadu_si256((const void *) (s + i + 96));
+		__m256i a = _mm256_loadu_si256((const void *)(s + i));
+		__m256i b = _mm256_loadu_si256((const void *)(s + i + 32));
+		__m256i c = _mm256_loadu_si256((const void *)(s + i + 64));
+		__m256i e = _mm256_loadu_si256((const void *)(s + i + 96));
 
-		_mm256_storeu_si256((void *) (d + i), a);
-		_mm256_storeu_si256((void *) (d + i + 32), b);
-		_mm256_storeu_si256((void *) (d + i + 64), c);
-		_mm256_storeu_si256((void *) (d + i + 96), e);
+		_mm256_storeu_si256((void *)(d + i), a);
+		_mm256_storeu_si256((void *)(d + i + 32), b);
+		_mm256_storeu_si256((void *)(d + i + 64), c);
+		_mm256_storeu_si256((void *)(d + i + 96), e);
 	}
 	if (i < n)
 		memcpy(d + i, s + i, n - i);
@@ -159,9 +159,9 @@ shm_blk(int n, size_t want)
 {
 	size_t b = want;
 
-	if (b * (size_t) n > SHM_ROUND_MAX)
-		b = SHM_ROUND_MAX / (size_t) n;
-	b &= ~(size_t) 63;
+	if (b * (size_t)n > SHM_ROUND_MAX)
+		b = SHM_ROUND_MAX / (size_t)n;
+	b &= ~(size_t)63;
 	if (b < 4096)
 		b = 4096;
 	return (b);
@@ -170,14 +170,14 @@ shm_blk(int n, size_t want)
 static void
 shm_layout(struct cohort__tcp_shm *s, int n, size_t blk)
 {
-	size_t ctrl = (size_t) n * sizeof(struct shm_ctrl);
-	size_t data_off = SHM_HDR + ((ctrl + 4095) & ~(size_t) 4095);
+	size_t ctrl = (size_t)n * sizeof(struct shm_ctrl);
+	size_t data_off = SHM_HDR + ((ctrl + 4095) & ~(size_t)4095);
 
 	s->blk = blk;
-	s->rank_len = 2 * (size_t) n * blk + 2 * blk;
-	s->len = data_off + (size_t) n * s->rank_len;
+	s->rank_len = 2 * (size_t)n * blk + 2 * blk;
+	s->len = data_off + (size_t)n * s->rank_len;
 	if (s->base != NULL) {
-		s->ctrl = (struct shm_ctrl *) (void *) (s->base + SHM_HDR);
+		s->ctrl = (struct shm_ctrl *)(void *)(s->base + SHM_HDR);
 		s->data = s->base + data_off;
 	}
 }
@@ -185,15 +185,15 @@ shm_layout(struct cohort__tcp_shm *s, int n, size_t blk)
 static inline uint8_t *
 shm_S(struct cohort__tcp_shm *s, int n, int p, uint32_t g)
 {
-	return (s->data + (size_t) p * s->rank_len +
-	    (size_t) (g & 1) * (size_t) n * s->blk);
+	return (s->data + (size_t)p * s->rank_len
+	    + (size_t)(g & 1) * (size_t)n * s->blk);
 }
 
 static inline uint8_t *
 shm_R(struct cohort__tcp_shm *s, int n, int p, uint32_t g)
 {
-	return (s->data + (size_t) p * s->rank_len +
-	    2 * (size_t) n * s->blk + (size_t) (g & 1) * s->blk);
+	return (s->data + (size_t)p * s->rank_len + 2 * (size_t)n * s->blk
+	    + (size_t)(g & 1) * s->blk);
 }
 
 static inline atomic_uint *
@@ -201,14 +201,15 @@ shm_flag(struct cohort__tcp_shm *s, int p, int which)
 {
 	struct shm_ctrl *c = &s->ctrl[p];
 
-	return (which == SHM_POSTED ? &c->posted :
-		which == SHM_REDUCED ? &c->reduced : &c->done);
+	return (which == SHM_POSTED    ? &c->posted
+	        : which == SHM_REDUCED ? &c->reduced
+	                               : &c->done);
 }
 
 static inline bool
 shm_reached(uint32_t have, uint32_t want)
 {
-	return ((int32_t) (have - want) >= 0);
+	return ((int32_t)(have - want) >= 0);
 }
 
 static void
@@ -218,9 +219,10 @@ shm_signal(struct cohort__tcp *t, int which, uint32_t v)
 	atomic_uint *f = shm_flag(s, t->rank, which);
 
 	atomic_store_explicit(f, v, memory_order_seq_cst);
-	if (atomic_load_explicit(&s->ctrl[t->rank].sleepers,
-	    memory_order_seq_cst) != 0)
-		(void) syscall(SYS_futex, (uint32_t *) f, FUTEX_WAKE, INT_MAX,
+	if (atomic_load_explicit(
+	        &s->ctrl[t->rank].sleepers, memory_order_seq_cst)
+	    != 0)
+		(void)syscall(SYS_futex, (uint32_t *)f, FUTEX_WAKE, INT_MAX,
 		    NULL, NULL, 0);
 }
 
@@ -235,8 +237,8 @@ shm_pause(void)
 /* Checks the connections of the ranks not yet at want: one that hung up
  * is lost (it cannot have finished the round). */
 static cohort_status
-shm_liveness(struct cohort__tcp *t, int which, uint32_t want, char *err,
-    size_t errlen)
+shm_liveness(
+    struct cohort__tcp *t, int which, uint32_t want, char *err, size_t errlen)
 {
 	struct cohort__tcp_shm *s = t->shm;
 	struct pollfd *fds = t->pfds;
@@ -244,27 +246,30 @@ shm_liveness(struct cohort__tcp *t, int which, uint32_t want, char *err,
 	cohort_status rv;
 
 	for (int p = 0; p < t->size; p++) {
-		if (p == t->rank || shm_reached(atomic_load_explicit(
-		    shm_flag(s, p, which), memory_order_acquire), want))
+		if (p == t->rank
+		    || shm_reached(atomic_load_explicit(shm_flag(s, p, which),
+		                       memory_order_acquire),
+		        want))
 			continue;
 		fds[nfds].fd = t->peers[p].fd;
 		fds[nfds].events = POLLRDHUP;
 		fds[nfds].revents = 0;
 		t->pfd_peer[nfds++] = p;
 	}
-	if (nfds == 0 || poll(fds, (nfds_t) nfds, 0) <= 0)
+	if (nfds == 0 || poll(fds, (nfds_t)nfds, 0) <= 0)
 		return (COHORT_OK);
 	for (int i = 0; i < nfds; i++) {
 		int p = t->pfd_peer[i];
 
 		if ((fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0)
 			continue;
-		if ((rv = cohort__tcp_check_abort(t, err, errlen)) !=
-		    COHORT_OK)
+		if ((rv = cohort__tcp_check_abort(t, err, errlen))
+		    != COHORT_OK)
 			return (rv);
-		snprintf(err, errlen, "rank %d closed the connection during "
+		snprintf(err, errlen,
+		    "rank %d closed the connection during "
 		    "%s #%" PRIu64 " (shared memory, round %" PRIu32 ")",
-		    (int) t->peers[p].job_rank, t->opname, t->seq, want - 1);
+		    (int)t->peers[p].job_rank, t->opname, t->seq, want - 1);
 		return (COHORT_EPEERLOST);
 	}
 	return (COHORT_OK);
@@ -286,9 +291,11 @@ shm_wait(struct cohort__tcp *t, int which, uint32_t want, char *err,
 		unsigned v;
 
 		for (int p = 0; p < t->size; p++) {
-			if (p != t->rank && !shm_reached(atomic_load_explicit(
-			    shm_flag(s, p, which), memory_order_acquire),
-			    want)) {
+			if (p != t->rank
+			    && !shm_reached(
+			        atomic_load_explicit(shm_flag(s, p, which),
+			            memory_order_acquire),
+			        want)) {
 				missing = p;
 				break;
 			}
@@ -300,15 +307,15 @@ shm_wait(struct cohort__tcp *t, int which, uint32_t want, char *err,
 			shm_pause();
 			continue;
 		}
-		if ((rv = cohort__tcp_check_abort(t, err, errlen)) !=
-		    COHORT_OK)
+		if ((rv = cohort__tcp_check_abort(t, err, errlen))
+		    != COHORT_OK)
 			return (rv);
 		if (t->spin_us > 0) {
 			uint64_t now = cohort__now_ns();
 
 			if (idle_since == 0)
 				idle_since = now;
-			if (now - idle_since < (uint64_t) t->spin_us * 1000u) {
+			if (now - idle_since < (uint64_t)t->spin_us * 1000u) {
 				if (t->spin_yield)
 					sched_yield();
 				else
@@ -316,19 +323,21 @@ shm_wait(struct cohort__tcp *t, int which, uint32_t want, char *err,
 				continue;
 			}
 		}
-		if ((rv = shm_liveness(t, which, want, err, errlen)) !=
-		    COHORT_OK)
+		if ((rv = shm_liveness(t, which, want, err, errlen))
+		    != COHORT_OK)
 			return (rv);
 		if (cohort__expired(deadline)) {
-			snprintf(err, errlen, "timed out during %s #%" PRIu64
-			    " waiting for rank %d (shared memory, round %"
-			    PRIu32 ")", t->opname, t->seq,
-			    (int) t->peers[missing].job_rank, want - 1);
+			snprintf(err, errlen,
+			    "timed out during %s #%" PRIu64
+			    " waiting for rank %d (shared memory, round "
+			    "%" PRIu32 ")",
+			    t->opname, t->seq, (int)t->peers[missing].job_rank,
+			    want - 1);
 			return (COHORT_ETIMEDOUT);
 		}
 		f = shm_flag(s, missing, which);
-		atomic_fetch_add_explicit(&s->ctrl[missing].sleepers, 1,
-		    memory_order_seq_cst);
+		atomic_fetch_add_explicit(
+		    &s->ctrl[missing].sleepers, 1, memory_order_seq_cst);
 		v = atomic_load_explicit(f, memory_order_seq_cst);
 		if (!shm_reached(v, want)) {
 			struct timespec ts = { 0, SHM_SLEEP_MS * 1000000L };
@@ -336,40 +345,39 @@ shm_wait(struct cohort__tcp *t, int which, uint32_t want, char *err,
 
 			if (left != COHORT_WAIT_FOREVER && left < SHM_SLEEP_MS)
 				ts.tv_nsec = (left < 1 ? 1 : left) * 1000000L;
-			(void) syscall(SYS_futex, (uint32_t *) f, FUTEX_WAIT,
-			    v, &ts, NULL, 0);
+			(void)syscall(SYS_futex, (uint32_t *)f, FUTEX_WAIT, v,
+			    &ts, NULL, 0);
 		}
-		atomic_fetch_sub_explicit(&s->ctrl[missing].sleepers, 1,
-		    memory_order_seq_cst);
+		atomic_fetch_sub_explicit(
+		    &s->ctrl[missing].sleepers, 1, memory_order_seq_cst);
 		idle_since = 0;
 		spins = 0;
 	}
 }
 
 bool
-cohort__tcp_shm_usable(struct cohort__tcp *t, const struct cohort__op *op,
-    size_t bytes)
+cohort__tcp_shm_usable(
+    struct cohort__tcp *t, const struct cohort__op *op, size_t bytes)
 {
-	return (t->shm != NULL && op->kind == COHORT__OP_ALLREDUCE &&
-	    bytes >= t->shm_min && bytes <= t->shm_max);
+	return (t->shm != NULL && op->kind == COHORT__OP_ALLREDUCE
+	    && bytes >= t->shm_min && bytes <= t->shm_max);
 }
 
 /* Block p of a round of elems elements: the first elems % n get one more
  * element. */
 static void
-shm_block(size_t elems, int n, int p, size_t esize, size_t *off,
-    size_t *len)
+shm_block(size_t elems, int n, int p, size_t esize, size_t *off, size_t *len)
 {
-	size_t base = elems / (size_t) n, rem = elems % (size_t) n;
-	size_t up = (size_t) p;
+	size_t base = elems / (size_t)n, rem = elems % (size_t)n;
+	size_t up = (size_t)p;
 
 	*off = (up * base + (up < rem ? up : rem)) * esize;
 	*len = (base + (up < rem ? 1 : 0)) * esize;
 }
 
 static void
-shm_post(struct cohort__tcp *t, const uint8_t *src, size_t roff,
-    size_t elems, uint32_t g)
+shm_post(struct cohort__tcp *t, const uint8_t *src, size_t roff, size_t elems,
+    uint32_t g)
 {
 	struct cohort__tcp_shm *s = t->shm;
 	int n = t->size;
@@ -409,8 +417,8 @@ shm_reduce_block(struct cohort__tcp *t, const struct cohort__op *op,
 				    shm_S(s, t->size, p, g) + off + o,
 				    l / t->esize, op->dtype, op->op);
 		if (op->op == COHORT_MEAN)
-			cohort__scale_div(out + o, l / t->esize, op->dtype,
-			    (double) t->size);
+			cohort__scale_div(
+			    out + o, l / t->esize, op->dtype, (double)t->size);
 		shm_copy(R + o, out + o, l);
 	}
 }
@@ -424,15 +432,15 @@ cohort__tcp_shm_allreduce(struct cohort__tcp *t, const struct cohort__op *op,
 	uint8_t *dst = op->recv;
 	int n = t->size, r = t->rank;
 	/* blk is a multiple of 64, so of every element size */
-	size_t per = (size_t) n * s->blk;
+	size_t per = (size_t)n * s->blk;
 	size_t rounds = (bytes + per - 1) / per;
 	uint32_t g0 = s->round;
 	cohort_status rv = COHORT_OK;
 
-	s->round += (uint32_t) rounds;
+	s->round += (uint32_t)rounds;
 	shm_post(t, src, 0, (bytes < per ? bytes : per) / t->esize, g0);
 	for (size_t k = 0; k < rounds; k++) {
-		uint32_t g = g0 + (uint32_t) k;
+		uint32_t g = g0 + (uint32_t)k;
 		size_t roff = k * per;
 		size_t rlen = bytes - roff < per ? bytes - roff : per;
 		size_t elems = rlen / t->esize;
@@ -440,14 +448,16 @@ cohort__tcp_shm_allreduce(struct cohort__tcp *t, const struct cohort__op *op,
 		uint8_t *R = shm_R(s, n, r, g);
 
 		/* Reduce our block of round g. */
-		if ((rv = shm_wait(t, SHM_POSTED, g + 1, err, errlen,
-		    deadline)) != COHORT_OK ||
-		    (rv = shm_wait(t, SHM_DONE, g - 1, err, errlen,
-		    deadline)) != COHORT_OK)
+		if ((rv = shm_wait(
+		         t, SHM_POSTED, g + 1, err, errlen, deadline))
+		        != COHORT_OK
+		    || (rv = shm_wait(
+		            t, SHM_DONE, g - 1, err, errlen, deadline))
+		        != COHORT_OK)
 			break;
 		shm_block(elems, n, r, t->esize, &off, &len);
-		shm_reduce_block(t, op, dst + roff + off, src + roff + off,
-		    off, len, R, g);
+		shm_reduce_block(
+		    t, op, dst + roff + off, src + roff + off, off, len, R, g);
 		shm_signal(t, SHM_REDUCED, g + 1);
 
 		/* Post round g + 1 while the others finish round g. */
@@ -459,8 +469,9 @@ cohort__tcp_shm_allreduce(struct cohort__tcp *t, const struct cohort__op *op,
 		}
 
 		/* Gather round g's results. */
-		if ((rv = shm_wait(t, SHM_REDUCED, g + 1, err, errlen,
-		    deadline)) != COHORT_OK)
+		if ((rv = shm_wait(
+		         t, SHM_REDUCED, g + 1, err, errlen, deadline))
+		    != COHORT_OK)
 			break;
 		for (int p = 0; p < n; p++) {
 			if (p == r)
@@ -481,7 +492,7 @@ static void
 shm_put64(uint8_t *p, uint64_t v)
 {
 	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t) (v >> (56 - 8 * i));
+		p[i] = (uint8_t)(v >> (56 - 8 * i));
 }
 
 static uint64_t
@@ -515,7 +526,7 @@ shm_unmap(struct cohort__tcp_shm *s)
 	if (s == NULL)
 		return;
 	if (s->base != NULL && s->base != MAP_FAILED)
-		(void) munmap(s->base, s->len);
+		(void)munmap(s->base, s->len);
 	free(s);
 }
 
@@ -532,15 +543,15 @@ cohort__tcp_shm_free(struct cohort__tcp *t)
  * (shm_min, shm_max, be64), which every rank adopts: all ranks must pick
  * the same path for every allreduce. */
 static struct cohort__tcp_shm *
-shm_create(struct cohort__tcp *t, size_t want_blk, uint8_t *msg,
-    char *name, size_t namelen)
+shm_create(struct cohort__tcp *t, size_t want_blk, uint8_t *msg, char *name,
+    size_t namelen)
 {
 	struct cohort__tcp_shm *s;
 	struct shm_hdr *h;
 	uint8_t rnd[32];
 	int fd;
 
-	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t) sizeof(rnd))
+	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
 		return (NULL);
 	if ((s = calloc(1, sizeof(*s))) == NULL)
 		return (NULL);
@@ -557,23 +568,24 @@ shm_create(struct cohort__tcp *t, size_t want_blk, uint8_t *msg,
 		return (NULL);
 	}
 	/* Reserve the pages now (tmpfs: ENOSPC here, not SIGBUS later). */
-	if (ftruncate(fd, (off_t) s->len) != 0 ||
-	    posix_fallocate(fd, 0, (off_t) s->len) != 0 ||
-	    (s->base = mmap(NULL, s->len, PROT_READ | PROT_WRITE,
-	    MAP_SHARED, fd, 0)) == MAP_FAILED) {
+	if (ftruncate(fd, (off_t)s->len) != 0
+	    || posix_fallocate(fd, 0, (off_t)s->len) != 0
+	    || (s->base = mmap(
+	            NULL, s->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0))
+	        == MAP_FAILED) {
 		close(fd);
-		(void) shm_unlink(name);
+		(void)shm_unlink(name);
 		name[0] = '\0';
 		free(s);
 		return (NULL);
 	}
 	close(fd);
 	shm_layout(s, t->size, s->blk);
-	h = (struct shm_hdr *) s->base;
+	h = (struct shm_hdr *)s->base;
 	memcpy(h->magic, SHM_MAGIC, sizeof(SHM_MAGIC));
 	memcpy(h->token, rnd + 16, 16);
-	h->size = (uint32_t) t->size;
-	h->blk = (uint32_t) s->blk;
+	h->size = (uint32_t)t->size;
+	h->blk = (uint32_t)s->blk;
 	memcpy(msg, "CSM1", 4);
 	shm_put64(msg + 4, s->len);
 	memcpy(msg + 16, rnd + 16, 16);
@@ -598,8 +610,8 @@ shm_attach(struct cohort__tcp *t, const uint8_t *msg)
 	memcpy(name + 8, msg + 32, 32);
 	name[40] = '\0';
 	for (int i = 8; i < 40; i++)
-		if (!((name[i] >= '0' && name[i] <= '9') ||
-		    (name[i] >= 'a' && name[i] <= 'f')))
+		if (!((name[i] >= '0' && name[i] <= '9')
+		        || (name[i] >= 'a' && name[i] <= 'f')))
 			return (NULL);
 	if ((s = calloc(1, sizeof(*s))) == NULL)
 		return (NULL);
@@ -608,30 +620,30 @@ shm_attach(struct cohort__tcp *t, const uint8_t *msg)
 		free(s);
 		return (NULL);
 	}
-	if (fstat(fd, &st) != 0 || (uint64_t) st.st_size != len ||
-	    len < SHM_HDR) {
+	if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != len
+	    || len < SHM_HDR) {
 		close(fd);
 		free(s);
 		return (NULL);
 	}
-	s->len = (size_t) len;
-	s->base = mmap(NULL, s->len, PROT_READ | PROT_WRITE,
-	    MAP_SHARED, fd, 0);
+	s->len = (size_t)len;
+	s->base
+	    = mmap(NULL, s->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	close(fd);
 	if (s->base == MAP_FAILED) {
 		free(s);
 		return (NULL);
 	}
-	h = (const struct shm_hdr *) s->base;
-	if (memcmp(h->magic, SHM_MAGIC, sizeof(SHM_MAGIC)) != 0 ||
-	    memcmp(h->token, msg + 16, 16) != 0 ||
-	    h->size != (uint32_t) t->size || h->blk < 4096) {
+	h = (const struct shm_hdr *)s->base;
+	if (memcmp(h->magic, SHM_MAGIC, sizeof(SHM_MAGIC)) != 0
+	    || memcmp(h->token, msg + 16, 16) != 0
+	    || h->size != (uint32_t)t->size || h->blk < 4096) {
 		shm_unmap(s);
 		return (NULL);
 	}
 	shm_layout(s, t->size, h->blk);
-	if (s->len != (size_t) len) {
-		s->len = (size_t) len;
+	if (s->len != (size_t)len) {
+		s->len = (size_t)len;
 		shm_unmap(s);
 		return (NULL);
 	}
@@ -652,30 +664,34 @@ shm_io(struct cohort__tcp *t, int p, void *buf, size_t len, bool sending,
 		ssize_t n;
 		int ms;
 
-		if ((rv = cohort__tcp_check_abort(t, err, errlen)) !=
-		    COHORT_OK)
+		if ((rv = cohort__tcp_check_abort(t, err, errlen))
+		    != COHORT_OK)
 			return (rv);
 		if (sending)
-			n = send(fd, (uint8_t *) buf + done, len - done,
+			n = send(fd, (uint8_t *)buf + done, len - done,
 			    MSG_DONTWAIT | MSG_NOSIGNAL);
 		else
-			n = recv(fd, (uint8_t *) buf + done, len - done,
+			n = recv(fd, (uint8_t *)buf + done, len - done,
 			    MSG_DONTWAIT);
 		if (n > 0) {
-			done += (size_t) n;
+			done += (size_t)n;
 			continue;
 		}
-		if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK &&
-		    errno != EINTR)) {
-			snprintf(err, errlen, "rank %d closed the connection "
+		if (n == 0
+		    || (errno != EAGAIN && errno != EWOULDBLOCK
+		        && errno != EINTR)) {
+			snprintf(err, errlen,
+			    "rank %d closed the connection "
 			    "during the shared-memory setup%s%s",
-			    (int) t->peers[p].job_rank, n == 0 ? "" : ": ",
+			    (int)t->peers[p].job_rank, n == 0 ? "" : ": ",
 			    n == 0 ? "" : strerror(errno));
 			return (COHORT_EPEERLOST);
 		}
 		if (cohort__expired(deadline)) {
-			snprintf(err, errlen, "timed out in the shared-memory "
-			    "setup with rank %d", (int) t->peers[p].job_rank);
+			snprintf(err, errlen,
+			    "timed out in the shared-memory "
+			    "setup with rank %d",
+			    (int)t->peers[p].job_rank);
 			return (COHORT_ETIMEDOUT);
 		}
 		ms = cohort__remaining(deadline);
@@ -684,7 +700,7 @@ shm_io(struct cohort__tcp *t, int p, void *buf, size_t len, bool sending,
 		pfd.fd = fd;
 		pfd.events = sending ? POLLOUT : POLLIN;
 		pfd.revents = 0;
-		(void) poll(&pfd, 1, ms < 1 ? 1 : ms);
+		(void)poll(&pfd, 1, ms < 1 ? 1 : ms);
 	}
 	return (COHORT_OK);
 }
@@ -716,38 +732,37 @@ cohort__tcp_shm_setup(struct cohort__tcp *t, bool enable, size_t want_blk,
 		for (int p = 1; p < t->size && rv == COHORT_OK; p++) {
 			uint8_t a = 'N';
 
-			rv = shm_io(t, p, &a, 1, false, err, errlen,
-			    deadline);
+			rv = shm_io(t, p, &a, 1, false, err, errlen, deadline);
 			if (a != 'Y')
 				yes = 'N';
 		}
 		if (name[0] != '\0')
-			(void) shm_unlink(name);
+			(void)shm_unlink(name);
 		if (s == NULL)
 			yes = 'N';
 		for (int p = 1; p < t->size && rv == COHORT_OK; p++)
-			rv = shm_io(t, p, &yes, 1, true, err, errlen,
-			    deadline);
+			rv = shm_io(
+			    t, p, &yes, 1, true, err, errlen, deadline);
 	} else {
 		uint8_t a;
 
-		rv = shm_io(t, 0, msg, sizeof(msg), false, err, errlen,
-		    deadline);
+		rv = shm_io(
+		    t, 0, msg, sizeof(msg), false, err, errlen, deadline);
 		if (rv == COHORT_OK && enable)
 			s = shm_attach(t, msg);
 		a = s != NULL ? 'Y' : 'N';
 		if (rv == COHORT_OK)
 			rv = shm_io(t, 0, &a, 1, true, err, errlen, deadline);
 		if (rv == COHORT_OK)
-			rv = shm_io(t, 0, &yes, 1, false, err, errlen,
-			    deadline);
+			rv = shm_io(
+			    t, 0, &yes, 1, false, err, errlen, deadline);
 	}
 	if (rv != COHORT_OK || yes != 'Y') {
 		shm_unmap(s);
 		return (rv);
 	}
 	t->shm = s;
-	t->shm_min = (size_t) shm_get64(msg + 64);
-	t->shm_max = (size_t) shm_get64(msg + 72);
+	t->shm_min = (size_t)shm_get64(msg + 64);
+	t->shm_max = (size_t)shm_get64(msg + 72);
 	return (COHORT_OK);
 }

@@ -117,23 +117,23 @@ tcp_knob(enum cohort__knob k, size_t dflt)
 
 	if (v == -2)
 		return (dflt);
-	return (v < 0 ? SIZE_MAX : (size_t) v);
+	return (v < 0 ? SIZE_MAX : (size_t)v);
 }
 
 static void
 tcp_put32(uint8_t *p, uint32_t v)
 {
-	p[0] = (uint8_t) (v >> 24);
-	p[1] = (uint8_t) (v >> 16);
-	p[2] = (uint8_t) (v >> 8);
-	p[3] = (uint8_t) v;
+	p[0] = (uint8_t)(v >> 24);
+	p[1] = (uint8_t)(v >> 16);
+	p[2] = (uint8_t)(v >> 8);
+	p[3] = (uint8_t)v;
 }
 
 static uint32_t
 tcp_get32(const uint8_t *p)
 {
-	return ((uint32_t) p[0] << 24 | (uint32_t) p[1] << 16 |
-	    (uint32_t) p[2] << 8 | (uint32_t) p[3]);
+	return ((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16
+	    | (uint32_t)p[2] << 8 | (uint32_t)p[3]);
 }
 
 static bool
@@ -142,15 +142,15 @@ tcp_mac_equal(const uint8_t *a, const uint8_t *b)
 	uint8_t d = 0;
 
 	for (int i = 0; i < 32; i++)
-		d |= (uint8_t) (a[i] ^ b[i]);
+		d |= (uint8_t)(a[i] ^ b[i]);
 	return (d == 0);
 }
 
 static bool
 tcp_aborted(const struct cohort__group_desc *desc)
 {
-	return (desc->abort_flag != NULL &&
-	    atomic_load_explicit(desc->abort_flag, memory_order_acquire));
+	return (desc->abort_flag != NULL
+	    && atomic_load_explicit(desc->abort_flag, memory_order_acquire));
 }
 
 static void
@@ -161,7 +161,7 @@ tcp_ident(const struct cohort__group_desc *desc, uint8_t out[32])
 	uint8_t gen[8];
 
 	for (int i = 0; i < 8; i++)
-		gen[i] = (uint8_t) (desc->generation >> (56 - 8 * i));
+		gen[i] = (uint8_t)(desc->generation >> (56 - 8 * i));
 	cohort__sha256_init(&c);
 	cohort__sha256_update(&c, "cohort-tcp-v1", 13);
 	cohort__sha256_update(&c, &zero, 1);
@@ -201,7 +201,7 @@ tcp_random(uint8_t *buf, size_t len, char *err, size_t errlen)
 		ssize_t n = getrandom(buf + have, len - have, 0);
 
 		if (n > 0)
-			have += (size_t) n;
+			have += (size_t)n;
 		else if (n < 0 && errno != EINTR)
 			break;
 	}
@@ -219,22 +219,22 @@ tcp_sockopts(int fd, bool nodelay)
 	int one = 1;
 
 	if (sz > 0) {
-		int v = (int) sz;
+		int v = (int)sz;
 
-		(void) setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
-		(void) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+		(void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
+		(void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
 	}
 	if (nodelay)
-		(void) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
-		    sizeof(one));
+		(void)setsockopt(
+		    fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
 /* Moves exactly len bytes over a non-blocking socket before deadline
  * (and a per-connection limit), polling the abort flag. */
 static cohort_status
 tcp_io_full(const struct cohort__group_desc *desc, int fd, void *buf,
-    size_t len, bool sending, cohort__time deadline, int32_t peer,
-    char *err, size_t errlen)
+    size_t len, bool sending, cohort__time deadline, int32_t peer, char *err,
+    size_t errlen)
 {
 	size_t done = 0;
 
@@ -244,34 +244,37 @@ tcp_io_full(const struct cohort__group_desc *desc, int fd, void *buf,
 		int ms;
 
 		if (tcp_aborted(desc)) {
-			snprintf(err, errlen, "aborted while connecting to "
-			    "rank %d", (int) peer);
+			snprintf(err, errlen,
+			    "aborted while connecting to "
+			    "rank %d",
+			    (int)peer);
 			return (COHORT_EABORTED);
 		}
 		if (sending)
-			n = send(fd, (uint8_t *) buf + done, len - done,
+			n = send(fd, (uint8_t *)buf + done, len - done,
 			    MSG_DONTWAIT | MSG_NOSIGNAL);
 		else
-			n = recv(fd, (uint8_t *) buf + done, len - done,
+			n = recv(fd, (uint8_t *)buf + done, len - done,
 			    MSG_DONTWAIT);
 		if (n > 0) {
-			done += (size_t) n;
+			done += (size_t)n;
 			continue;
 		}
-		if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK &&
-		    errno != EINTR)) {
+		if (n == 0
+		    || (errno != EAGAIN && errno != EWOULDBLOCK
+		        && errno != EINTR)) {
 			snprintf(err, errlen,
 			    "rank %d closed the connection during the "
 			    "handshake%s%s (wrong secret, job, group or "
 			    "generation?)",
-			    (int) peer, n == 0 ? "" : ": ",
+			    (int)peer, n == 0 ? "" : ": ",
 			    n == 0 ? "" : strerror(errno));
 			return (COHORT_EAUTH);
 		}
 		if (cohort__expired(deadline)) {
 			snprintf(err, errlen,
 			    "timed out in the handshake with rank %d",
-			    (int) peer);
+			    (int)peer);
 			return (COHORT_ETIMEDOUT);
 		}
 		ms = cohort__remaining(deadline);
@@ -280,7 +283,7 @@ tcp_io_full(const struct cohort__group_desc *desc, int fd, void *buf,
 		pfd.fd = fd;
 		pfd.events = sending ? POLLOUT : POLLIN;
 		pfd.revents = 0;
-		(void) poll(&pfd, 1, ms < 1 ? 1 : ms);
+		(void)poll(&pfd, 1, ms < 1 ? 1 : ms);
 	}
 	return (COHORT_OK);
 }
@@ -303,9 +306,9 @@ tcp_parse_addr(const char *s, size_t len, struct tcp_addr *out)
 		tmp[len] = '\0';
 		if ((colon = strrchr(tmp, ':')) == NULL)
 			return (COHORT_EPROTO);
-		hl = (size_t) (colon - tmp);
-		if (cohort__strlcpy(portbuf, colon + 1, sizeof(portbuf)) >=
-		    sizeof(portbuf))
+		hl = (size_t)(colon - tmp);
+		if (cohort__strlcpy(portbuf, colon + 1, sizeof(portbuf))
+		    >= sizeof(portbuf))
 			return (COHORT_EPROTO);
 		if (hl >= 2 && tmp[0] == '[' && tmp[hl - 1] == ']') {
 			memcpy(host, tmp + 1, hl - 2);
@@ -321,16 +324,16 @@ tcp_parse_addr(const char *s, size_t len, struct tcp_addr *out)
 		return (COHORT_EPROTO);
 	memset(out, 0, sizeof(*out));
 	{
-		struct sockaddr_in *sin = (struct sockaddr_in *) &out->ss;
-		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *) &out->ss;
+		struct sockaddr_in *sin = (struct sockaddr_in *)&out->ss;
+		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&out->ss;
 
 		if (inet_pton(AF_INET, host, &sin->sin_addr) == 1) {
 			sin->sin_family = AF_INET;
-			sin->sin_port = htons((uint16_t) port);
+			sin->sin_port = htons((uint16_t)port);
 			out->len = sizeof(*sin);
 		} else if (inet_pton(AF_INET6, host, &sin6->sin6_addr) == 1) {
 			sin6->sin6_family = AF_INET6;
-			sin6->sin6_port = htons((uint16_t) port);
+			sin6->sin6_port = htons((uint16_t)port);
 			out->len = sizeof(*sin6);
 		} else {
 			return (COHORT_EPROTO);
@@ -347,11 +350,11 @@ static cohort_status
 tcp_listen(const struct cohort__group_desc *desc, int *lfd, char *addr,
     size_t addrlen, char *err, size_t errlen)
 {
-	const char *host = desc->bind_addr != NULL ? desc->bind_addr :
-						     "127.0.0.1";
+	const char *host
+	    = desc->bind_addr != NULL ? desc->bind_addr : "127.0.0.1";
 	struct sockaddr_storage ss;
-	struct sockaddr_in *sin = (struct sockaddr_in *) &ss;
-	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *) &ss;
+	struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
 	socklen_t sl;
 	int fd;
 	char shown[INET6_ADDRSTRLEN];
@@ -367,32 +370,32 @@ tcp_listen(const struct cohort__group_desc *desc, int *lfd, char *addr,
 		snprintf(err, errlen, "bad bind address '%s'", host);
 		return (COHORT_EINVAL);
 	}
-	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-	    0);
+	fd = socket(
+	    ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		snprintf(err, errlen, "socket: %s", strerror(errno));
 		return (COHORT_ESYSTEM);
 	}
 	tcp_sockopts(fd, false);
-	if (bind(fd, (struct sockaddr *) &ss, sl) != 0 ||
-	    listen(fd, desc->size + TCP_MAX_PENDING) != 0) {
-		snprintf(err, errlen, "listen on %s: %s", host,
-		    strerror(errno));
+	if (bind(fd, (struct sockaddr *)&ss, sl) != 0
+	    || listen(fd, desc->size + TCP_MAX_PENDING) != 0) {
+		snprintf(
+		    err, errlen, "listen on %s: %s", host, strerror(errno));
 		goto out_close;
 	}
 	sl = sizeof(ss);
-	if (getsockname(fd, (struct sockaddr *) &ss, &sl) != 0) {
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
 		snprintf(err, errlen, "getsockname: %s", strerror(errno));
 		goto out_close;
 	}
 	if (ss.ss_family == AF_INET) {
 		inet_ntop(AF_INET, &sin->sin_addr, shown, sizeof(shown));
 		snprintf(addr, addrlen, "%s:%u", shown,
-		    (unsigned) ntohs(sin->sin_port));
+		    (unsigned)ntohs(sin->sin_port));
 	} else {
 		inet_ntop(AF_INET6, &sin6->sin6_addr, shown, sizeof(shown));
 		snprintf(addr, addrlen, "[%s]:%u", shown,
-		    (unsigned) ntohs(sin6->sin6_port));
+		    (unsigned)ntohs(sin6->sin6_port));
 	}
 	*lfd = fd;
 	return (COHORT_OK);
@@ -403,8 +406,8 @@ out_close:
 }
 
 static void
-tcp_key(const struct cohort__group_desc *desc, int rank, char *key,
-    size_t keylen)
+tcp_key(
+    const struct cohort__group_desc *desc, int rank, char *key, size_t keylen)
 {
 	snprintf(key, keylen, "tcp/%s/%" PRIu64 "/addr/%d", desc->group_id,
 	    desc->generation, rank);
@@ -429,17 +432,19 @@ tcp_connect_peer(const struct cohort__group_desc *desc,
 	int fd = -1;
 
 	tcp_key(desc, j, key, sizeof(key));
-	if ((rv = desc->store.get(desc->store.ctx, key, &val, &vlen,
-	    deadline)) != COHORT_OK) {
-		snprintf(err, errlen, "no address from rank %d (store key %s):"
-		    " %s", (int) jr, key, cohort_status_name(rv));
+	if ((rv = desc->store.get(desc->store.ctx, key, &val, &vlen, deadline))
+	    != COHORT_OK) {
+		snprintf(err, errlen,
+		    "no address from rank %d (store key %s):"
+		    " %s",
+		    (int)jr, key, cohort_status_name(rv));
 		return (rv);
 	}
 	rv = tcp_parse_addr(val, vlen, &addr);
 	free(val);
 	if (rv != COHORT_OK) {
-		snprintf(err, errlen, "bad address published by rank %d",
-		    (int) jr);
+		snprintf(
+		    err, errlen, "bad address published by rank %d", (int)jr);
 		return (COHORT_EPROTO);
 	}
 
@@ -450,8 +455,10 @@ tcp_connect_peer(const struct cohort__group_desc *desc,
 		socklen_t sl = sizeof(soerr);
 
 		if (tcp_aborted(desc)) {
-			snprintf(err, errlen, "aborted while connecting to "
-			    "rank %d", (int) jr);
+			snprintf(err, errlen,
+			    "aborted while connecting to "
+			    "rank %d",
+			    (int)jr);
 			return (COHORT_EABORTED);
 		}
 		fd = socket(addr.ss.ss_family,
@@ -461,7 +468,7 @@ tcp_connect_peer(const struct cohort__group_desc *desc,
 			return (COHORT_ESYSTEM);
 		}
 		tcp_sockopts(fd, true);
-		if (connect(fd, (struct sockaddr *) &addr.ss, addr.len) == 0)
+		if (connect(fd, (struct sockaddr *)&addr.ss, addr.len) == 0)
 			break;
 		if (errno == EINPROGRESS) {
 			for (int spins = 0;; spins++) {
@@ -474,14 +481,15 @@ tcp_connect_peer(const struct cohort__group_desc *desc,
 				pfd.revents = 0;
 				if (poll(&pfd, 1, ms < 1 ? 1 : ms) > 0)
 					break;
-				if (cohort__expired(deadline) ||
-				    tcp_aborted(desc))
+				if (cohort__expired(deadline)
+				    || tcp_aborted(desc))
 					break;
 			}
-			if (pfd.revents != 0 &&
-			    getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr,
-				&sl) == 0 &&
-			    soerr == 0)
+			if (pfd.revents != 0
+			    && getsockopt(
+			           fd, SOL_SOCKET, SO_ERROR, &soerr, &sl)
+			        == 0
+			    && soerr == 0)
 				break;
 			if (pfd.revents == 0)
 				soerr = ETIMEDOUT;
@@ -492,53 +500,58 @@ tcp_connect_peer(const struct cohort__group_desc *desc,
 		fd = -1;
 		if (cohort__expired(deadline) || soerr != ECONNREFUSED) {
 			if (cohort__expired(deadline)) {
-				snprintf(err, errlen, "timed out connecting "
-				    "to rank %d", (int) jr);
+				snprintf(err, errlen,
+				    "timed out connecting "
+				    "to rank %d",
+				    (int)jr);
 				return (COHORT_ETIMEDOUT);
 			}
 			if (tcp_aborted(desc))
 				continue; /* reported at the loop's top */
 			snprintf(err, errlen, "connecting to rank %d: %s",
-			    (int) jr, strerror(soerr));
+			    (int)jr, strerror(soerr));
 			return (COHORT_EPEERLOST);
 		}
-		(void) poll(NULL, 0, TCP_RETRY_MS);
+		(void)poll(NULL, 0, TCP_RETRY_MS);
 	}
 
 	hs_deadline = cohort__now_ms() + TCP_HS_TIMEOUT_MS;
 	if (hs_deadline > deadline)
 		hs_deadline = deadline;
-	if ((rv = tcp_io_full(desc, fd, sh, sizeof(sh), false, hs_deadline,
-	    jr, err, errlen)) != COHORT_OK)
+	if ((rv = tcp_io_full(desc, fd, sh, sizeof(sh), false, hs_deadline, jr,
+	         err, errlen))
+	    != COHORT_OK)
 		goto out_close;
-	if (memcmp(sh, "CHS1", 4) != 0 ||
-	    tcp_get32(sh + 4) != TCP_HS_VERSION ||
-	    tcp_get32(sh + 8) != (uint32_t) j) {
-		snprintf(err, errlen, "rank %d's address answers with a wrong "
+	if (memcmp(sh, "CHS1", 4) != 0 || tcp_get32(sh + 4) != TCP_HS_VERSION
+	    || tcp_get32(sh + 8) != (uint32_t)j) {
+		snprintf(err, errlen,
+		    "rank %d's address answers with a wrong "
 		    "greeting (not a cohort tcp peer of this group?)",
-		    (int) jr);
+		    (int)jr);
 		rv = COHORT_EPROTO;
 		goto out_close;
 	}
 	memcpy(ch, "CHC1", 4);
 	memcpy(ch + 4, ident, 32);
-	tcp_put32(ch + 36, (uint32_t) desc->rank);
-	tcp_put32(ch + 40, (uint32_t) j);
+	tcp_put32(ch + 36, (uint32_t)desc->rank);
+	tcp_put32(ch + 40, (uint32_t)j);
 	if ((rv = tcp_random(ch + 44, 16, err, errlen)) != COHORT_OK)
 		goto out_close;
-	tcp_mac(desc, 'C', ident, sh + 12, ch + 44, (uint32_t) desc->rank,
-	    (uint32_t) j, ch + 60);
-	if ((rv = tcp_io_full(desc, fd, ch, sizeof(ch), true, hs_deadline,
-	    jr, err, errlen)) != COHORT_OK)
+	tcp_mac(desc, 'C', ident, sh + 12, ch + 44, (uint32_t)desc->rank,
+	    (uint32_t)j, ch + 60);
+	if ((rv = tcp_io_full(
+	         desc, fd, ch, sizeof(ch), true, hs_deadline, jr, err, errlen))
+	    != COHORT_OK)
 		goto out_close;
-	if ((rv = tcp_io_full(desc, fd, ac, sizeof(ac), false, hs_deadline,
-	    jr, err, errlen)) != COHORT_OK)
+	if ((rv = tcp_io_full(desc, fd, ac, sizeof(ac), false, hs_deadline, jr,
+	         err, errlen))
+	    != COHORT_OK)
 		goto out_close;
-	tcp_mac(desc, 'A', ident, sh + 12, ch + 44, (uint32_t) desc->rank,
-	    (uint32_t) j, mac);
+	tcp_mac(desc, 'A', ident, sh + 12, ch + 44, (uint32_t)desc->rank,
+	    (uint32_t)j, mac);
 	if (memcmp(ac, "CHA1", 4) != 0 || !tcp_mac_equal(ac + 4, mac)) {
 		snprintf(err, errlen, "rank %d failed to prove the job secret",
-		    (int) jr);
+		    (int)jr);
 		rv = COHORT_EAUTH;
 		goto out_close;
 	}
@@ -568,13 +581,13 @@ tcp_check_hello(const struct cohort__group_desc *desc, struct cohort__tcp *t,
 		*why = "other job, group or generation";
 		return (-1);
 	}
-	if (tcp_get32(ch + 40) != (uint32_t) desc->rank ||
-	    rc >= (uint32_t) desc->rank) {
+	if (tcp_get32(ch + 40) != (uint32_t)desc->rank
+	    || rc >= (uint32_t)desc->rank) {
 		*why = "unexpected ranks";
 		return (-1);
 	}
-	tcp_mac(desc, 'C', ident, pc->nonce, ch + 44, rc,
-	    (uint32_t) desc->rank, mac);
+	tcp_mac(desc, 'C', ident, pc->nonce, ch + 44, rc, (uint32_t)desc->rank,
+	    mac);
 	if (!tcp_mac_equal(ch + 60, mac)) {
 		*why = "bad proof of the job secret";
 		return (-1);
@@ -583,7 +596,7 @@ tcp_check_hello(const struct cohort__group_desc *desc, struct cohort__tcp *t,
 		*why = "rank already connected";
 		return (-1);
 	}
-	return ((int) rc);
+	return ((int)rc);
 }
 
 static void
@@ -613,7 +626,8 @@ tcp_accept_all(const struct cohort__group_desc *desc, struct cohort__tcp *t,
 		int ms;
 
 		if (tcp_aborted(desc)) {
-			snprintf(err, errlen, "aborted while waiting for "
+			snprintf(err, errlen,
+			    "aborted while waiting for "
 			    "lower ranks to connect");
 			rv = COHORT_EABORTED;
 			goto out_close_pending;
@@ -621,13 +635,13 @@ tcp_accept_all(const struct cohort__group_desc *desc, struct cohort__tcp *t,
 		if (cohort__expired(deadline)) {
 			size_t off = 0;
 
-			cohort__appendf(err, errlen, &off, "timed out waiting "
+			cohort__appendf(err, errlen, &off,
+			    "timed out waiting "
 			    "for ranks to connect:");
 			for (int r = 0; r < desc->rank; r++)
 				if (t->peers[r].fd < 0)
 					cohort__appendf(err, errlen, &off,
-					    " %d",
-					    (int) desc->global_ranks[r]);
+					    " %d", (int)desc->global_ranks[r]);
 			rv = COHORT_ETIMEDOUT;
 			goto out_close_pending;
 		}
@@ -642,14 +656,14 @@ tcp_accept_all(const struct cohort__group_desc *desc, struct cohort__tcp *t,
 		ms = cohort__remaining(deadline);
 		if (ms < 0 || ms > 100)
 			ms = 100;
-		(void) poll(pfd, (nfds_t) nfds, ms < 1 ? 1 : ms);
+		(void)poll(pfd, (nfds_t)nfds, ms < 1 ? 1 : ms);
 
 		/* New connections: greet each with a fresh nonce. */
 		for (int k = 0; k < TCP_MAX_PENDING; k++) {
 			uint8_t sh[TCP_SHELLO_LEN];
 			struct tcp_pending *pc;
-			int fd = accept4(lfd, NULL, NULL,
-			    SOCK_NONBLOCK | SOCK_CLOEXEC);
+			int fd = accept4(
+			    lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 			if (fd < 0)
 				break;
@@ -661,18 +675,18 @@ tcp_accept_all(const struct cohort__group_desc *desc, struct cohort__tcp *t,
 			pc->fd = fd;
 			pc->have = 0;
 			pc->deadline = cohort__now_ms() + TCP_HS_TIMEOUT_MS;
-			if ((rv = tcp_random(pc->nonce, 16, err, errlen)) !=
-			    COHORT_OK) {
+			if ((rv = tcp_random(pc->nonce, 16, err, errlen))
+			    != COHORT_OK) {
 				close(fd);
 				goto out_close_pending;
 			}
 			memcpy(sh, "CHS1", 4);
 			tcp_put32(sh + 4, TCP_HS_VERSION);
-			tcp_put32(sh + 8, (uint32_t) desc->rank);
+			tcp_put32(sh + 8, (uint32_t)desc->rank);
 			memcpy(sh + 12, pc->nonce, 16);
 			if (send(fd, sh, sizeof(sh),
-			    MSG_DONTWAIT | MSG_NOSIGNAL) !=
-			    (ssize_t) sizeof(sh)) {
+			        MSG_DONTWAIT | MSG_NOSIGNAL)
+			    != (ssize_t)sizeof(sh)) {
 				close(fd);
 				continue;
 			}
@@ -689,9 +703,10 @@ tcp_accept_all(const struct cohort__group_desc *desc, struct cohort__tcp *t,
 			n = recv(pc->fd, pc->buf + pc->have,
 			    sizeof(pc->buf) - pc->have, MSG_DONTWAIT);
 			if (n > 0)
-				pc->have += (size_t) n;
-			if (n == 0 || (n < 0 && errno != EAGAIN &&
-			    errno != EWOULDBLOCK && errno != EINTR)) {
+				pc->have += (size_t)n;
+			if (n == 0
+			    || (n < 0 && errno != EAGAIN
+			        && errno != EWOULDBLOCK && errno != EINTR)) {
 				why = "closed before completing the handshake";
 			} else if (pc->have == sizeof(pc->buf)) {
 				rc = tcp_check_hello(desc, t, ident, pc, &why);
@@ -700,11 +715,11 @@ tcp_accept_all(const struct cohort__group_desc *desc, struct cohort__tcp *t,
 
 					memcpy(ac, "CHA1", 4);
 					tcp_mac(desc, 'A', ident, pc->nonce,
-					    pc->buf + 44, (uint32_t) rc,
-					    (uint32_t) desc->rank, ac + 4);
+					    pc->buf + 44, (uint32_t)rc,
+					    (uint32_t)desc->rank, ac + 4);
 					if (send(pc->fd, ac, sizeof(ac),
-					    MSG_DONTWAIT | MSG_NOSIGNAL) ==
-					    (ssize_t) sizeof(ac)) {
+					        MSG_DONTWAIT | MSG_NOSIGNAL)
+					    == (ssize_t)sizeof(ac)) {
 						tcp_sockopts(pc->fd, true);
 						t->peers[rc].fd = pc->fd;
 						pc->fd = -1;
@@ -779,8 +794,8 @@ tcp_init(const struct cohort__group_desc *desc, void **state, char *err,
 	cohort_status rv;
 
 	if (desc->size < 1 || desc->rank < 0 || desc->rank >= desc->size) {
-		snprintf(err, errlen, "bad rank %d of %d", desc->rank,
-		    desc->size);
+		snprintf(
+		    err, errlen, "bad rank %d of %d", desc->rank, desc->size);
 		return (COHORT_EINVAL);
 	}
 	if ((t = calloc(1, sizeof(*t))) == NULL)
@@ -790,64 +805,78 @@ tcp_init(const struct cohort__group_desc *desc, void **state, char *err,
 	t->abort_flag = desc->abort_flag;
 	atomic_init(&t->aborted, 0);
 	t->opname = "init";
-	t->small_max = tcp_knob(COHORT__KNOB_TCP_SMALL_MAX, TCP_DEFAULT_SMALL_MAX);
-	t->bcast_small = tcp_knob(COHORT__KNOB_TCP_BCAST_SMALL, TCP_DEFAULT_BCAST_SMALL);
+	t->small_max
+	    = tcp_knob(COHORT__KNOB_TCP_SMALL_MAX, TCP_DEFAULT_SMALL_MAX);
+	t->bcast_small
+	    = tcp_knob(COHORT__KNOB_TCP_BCAST_SMALL, TCP_DEFAULT_BCAST_SMALL);
 	t->pair_min = tcp_knob(COHORT__KNOB_TCP_PAIR_MIN, 0);
 	t->pair_max = tcp_knob(COHORT__KNOB_TCP_PAIR_MAX, SIZE_MAX);
 	t->io_max = tcp_knob(COHORT__KNOB_TCP_IO_MAX, TCP_DEFAULT_IO_MAX);
-	t->spin_us = (int) tcp_knob(COHORT__KNOB_TCP_SPIN_US, TCP_DEFAULT_SPIN_US);
+	t->spin_us
+	    = (int)tcp_knob(COHORT__KNOB_TCP_SPIN_US, TCP_DEFAULT_SPIN_US);
 	t->spin_yield = tcp_knob(COHORT__KNOB_TCP_SPIN_YIELD, 1) != 0;
-	t->ring_len = tcp_knob(COHORT__KNOB_TCP_RING, TCP_DEFAULT_RING) & ~(size_t) 7;
-	t->acc_len = tcp_knob(COHORT__KNOB_TCP_ACC, TCP_DEFAULT_ACC) & ~(size_t) 7;
+	t->ring_len
+	    = tcp_knob(COHORT__KNOB_TCP_RING, TCP_DEFAULT_RING) & ~(size_t)7;
+	t->acc_len
+	    = tcp_knob(COHORT__KNOB_TCP_ACC, TCP_DEFAULT_ACC) & ~(size_t)7;
 	t->shm_min = tcp_knob(COHORT__KNOB_TCP_SHM_MIN, 0);
 	t->shm_max = tcp_knob(COHORT__KNOB_TCP_SHM_MAX, SIZE_MAX);
-	t->shm_hot_spins = (int) tcp_knob(COHORT__KNOB_TCP_SHM_SPINS, t->size > sysconf(_SC_NPROCESSORS_ONLN) ? 0 : 16);
+	t->shm_hot_spins = (int)tcp_knob(COHORT__KNOB_TCP_SHM_SPINS,
+	    t->size > sysconf(_SC_NPROCESSORS_ONLN) ? 0 : 16);
 	t->esize = 1;
-	if ((t->peers = calloc((size_t) t->size, sizeof(*t->peers))) == NULL ||
-	    (t->steps = calloc(2 * (size_t) t->size, sizeof(*t->steps))) ==
-		NULL ||
-	    (t->pfds = calloc((size_t) t->size, sizeof(*t->pfds))) == NULL ||
-	    (t->pfd_peer = calloc((size_t) t->size, sizeof(int))) == NULL)
+	if ((t->peers = calloc((size_t)t->size, sizeof(*t->peers))) == NULL
+	    || (t->steps = calloc(2 * (size_t)t->size, sizeof(*t->steps)))
+	        == NULL
+	    || (t->pfds = calloc((size_t)t->size, sizeof(*t->pfds))) == NULL
+	    || (t->pfd_peer = calloc((size_t)t->size, sizeof(int))) == NULL)
 		goto out_nomem;
 	for (int p = 0; p < t->size; p++) {
 		t->peers[p].fd = -1;
-		t->peers[p].job_rank = desc->global_ranks != NULL ?
-		    desc->global_ranks[p] : p;
+		t->peers[p].job_rank
+		    = desc->global_ranks != NULL ? desc->global_ranks[p] : p;
 	}
 	if (t->size == 1)
 		goto done;
 	if ((t->ring = tcp_prefaulted(t->ring_len)) == NULL)
 		goto out_nomem;
-	if ((rv = cohort__tcp_grow_small(t, TCP_DEFAULT_SMALL_SCRATCH, err,
-	    errlen)) != COHORT_OK)
+	if ((rv = cohort__tcp_grow_small(
+	         t, TCP_DEFAULT_SMALL_SCRATCH, err, errlen))
+	    != COHORT_OK)
 		goto out_free;
 
-	if ((rv = tcp_listen(desc, &lfd, addr, sizeof(addr), err, errlen)) !=
-	    COHORT_OK)
+	if ((rv = tcp_listen(desc, &lfd, addr, sizeof(addr), err, errlen))
+	    != COHORT_OK)
 		goto out_free;
 	tcp_key(desc, desc->rank, key, sizeof(key));
-	if ((rv = desc->store.set(desc->store.ctx, key, addr, strlen(addr),
-	    deadline)) != COHORT_OK) {
-		snprintf(err, errlen, "publishing the address (store key %s): "
-		    "%s", key, cohort_status_name(rv));
+	if ((rv = desc->store.set(
+	         desc->store.ctx, key, addr, strlen(addr), deadline))
+	    != COHORT_OK) {
+		snprintf(err, errlen,
+		    "publishing the address (store key %s): "
+		    "%s",
+		    key, cohort_status_name(rv));
 		goto out_close_listener;
 	}
 	tcp_ident(desc, ident);
 	for (int j = desc->rank + 1; j < desc->size; j++) {
 		if ((rv = tcp_connect_peer(desc, ident, j, &t->peers[j].fd,
-		    err, errlen, deadline)) != COHORT_OK)
+		         err, errlen, deadline))
+		    != COHORT_OK)
 			goto out_close_listener;
 	}
-	if ((rv = tcp_accept_all(desc, t, lfd, ident, err, errlen,
-	    deadline)) != COHORT_OK)
+	if ((rv = tcp_accept_all(desc, t, lfd, ident, err, errlen, deadline))
+	    != COHORT_OK)
 		goto out_close_listener;
 	close(lfd);
 	if ((rv = cohort__tcp_shm_setup(t,
-	    tcp_knob(COHORT__KNOB_TCP_SHM, 1) != 0,
-	    tcp_knob(COHORT__KNOB_TCP_SHM_BLK, TCP_DEFAULT_SHM_BLK), err, errlen, deadline)) != COHORT_OK)
+	         tcp_knob(COHORT__KNOB_TCP_SHM, 1) != 0,
+	         tcp_knob(COHORT__KNOB_TCP_SHM_BLK, TCP_DEFAULT_SHM_BLK), err,
+	         errlen, deadline))
+	    != COHORT_OK)
 		goto out_free;
 	cohort__debug("tcp group %s: rank %d of %d connected (listened on %s"
-	    "%s)", desc->group_id, desc->rank, desc->size, addr,
+	              "%s)",
+	    desc->group_id, desc->rank, desc->size, addr,
 	    t->shm != NULL ? ", shared memory" : "");
 done:
 	*state = t;
@@ -888,7 +917,7 @@ tcp_abort(void *state)
 	atomic_store_explicit(&t->aborted, 1, memory_order_release);
 	for (int p = 0; p < t->size; p++)
 		if (t->peers[p].fd >= 0)
-			(void) shutdown(t->peers[p].fd, SHUT_RDWR);
+			(void)shutdown(t->peers[p].fd, SHUT_RDWR);
 }
 
 static void

@@ -33,7 +33,7 @@
 #include "backend/backend.h"
 
 struct cohort__tcp_peer {
-	int fd;           /* -1 for self */
+	int fd; /* -1 for self */
 	int32_t job_rank; /* for error texts */
 	/* Per-call plan of tcp_exchange: at most one message each way. */
 	const uint8_t *sbuf;
@@ -44,10 +44,10 @@ struct cohort__tcp_peer {
 
 /* One step of a stream (see tcp_stream). */
 enum cohort__tcp_recv_mode {
-	COHORT__TCP_RECV_COPY = 0,  /* into rbuf */
-	COHORT__TCP_RECV_DIRECT,    /* into rbuf, then rbuf op= other */
-	COHORT__TCP_RECV_SCRATCH,   /* into scratch, then rbuf op= scratch */
-	COHORT__TCP_RECV_ACC,       /* into the acc ring, then acc op= other */
+	COHORT__TCP_RECV_COPY = 0, /* into rbuf */
+	COHORT__TCP_RECV_DIRECT, /* into rbuf, then rbuf op= other */
+	COHORT__TCP_RECV_SCRATCH, /* into scratch, then rbuf op= scratch */
+	COHORT__TCP_RECV_ACC, /* into the acc ring, then acc op= other */
 };
 
 struct cohort__tcp_step {
@@ -78,7 +78,7 @@ struct cohort__tcp {
 	int size;
 	struct cohort__tcp_peer *peers;
 	atomic_int *abort_flag; /* the group's; may be NULL in tests */
-	atomic_int aborted;     /* our abort() was called */
+	atomic_int aborted; /* our abort() was called */
 
 	/* Persistent, pre-faulted scratch. `small` holds whole messages of
 	 * the latency-optimised algorithms; `ring` is the scratch of
@@ -92,21 +92,21 @@ struct cohort__tcp {
 	size_t acc_len;
 
 	struct cohort__tcp_step *steps; /* 2 * size entries */
-	struct pollfd *pfds;            /* size entries */
-	int *pfd_peer;                  /* peer of each pfds entry */
+	struct pollfd *pfds; /* size entries */
+	int *pfd_peer; /* peer of each pfds entry */
 
 	/* Tunables (COHORT_TCP_* environment, read at init). */
-	size_t small_max;   /* allreduce: recursive doubling up to here */
+	size_t small_max; /* allreduce: recursive doubling up to here */
 	size_t bcast_small; /* broadcast/gather family: direct up to here */
-	size_t pair_min;    /* allreduce, 2 ranks: pairwise exchange in */
-	size_t pair_max;    /*   [pair_min, pair_max], else the ring */
-	size_t io_max;      /* largest single send()/recv() */
-	int spin_us;        /* busy-poll before sleeping in poll() */
-	bool spin_yield;    /* sched_yield() while busy-polling */
-	size_t shm_min;     /* allreduce over shared memory in */
-	size_t shm_max;     /*   [shm_min, shm_max] bytes */
-	int shm_hot_spins;  /* pause-spins before yielding (0: more ranks
-	                     * than CPUs) */
+	size_t pair_min; /* allreduce, 2 ranks: pairwise exchange in */
+	size_t pair_max; /*   [pair_min, pair_max], else the ring */
+	size_t io_max; /* largest single send()/recv() */
+	int spin_us; /* busy-poll before sleeping in poll() */
+	bool spin_yield; /* sched_yield() while busy-polling */
+	size_t shm_min; /* allreduce over shared memory in */
+	size_t shm_max; /*   [shm_min, shm_max] bytes */
+	int shm_hot_spins; /* pause-spins before yielding (0: more ranks
+	                    * than CPUs) */
 
 	/* Same-host shared-memory segment (shm.c), NULL = pure TCP. */
 	struct cohort__tcp_shm *shm;
@@ -122,18 +122,18 @@ struct cohort__tcp {
 
 /* xfer.c */
 void cohort__tcp_plan_reset(struct cohort__tcp *t);
-cohort_status cohort__tcp_exchange(struct cohort__tcp *t, char *err,
-    size_t errlen, cohort__time deadline);
+cohort_status cohort__tcp_exchange(
+    struct cohort__tcp *t, char *err, size_t errlen, cohort__time deadline);
 cohort_status cohort__tcp_stream(struct cohort__tcp *t, int to, int from,
     struct cohort__tcp_step *steps, int nsteps, char *err, size_t errlen,
     cohort__time deadline);
-cohort_status cohort__tcp_check_abort(struct cohort__tcp *t, char *err,
-    size_t errlen);
+cohort_status cohort__tcp_check_abort(
+    struct cohort__tcp *t, char *err, size_t errlen);
 /* The acc ring is allocated (and faulted in) on first use. */
-cohort_status cohort__tcp_need_acc(struct cohort__tcp *t, char *err,
-    size_t errlen);
-cohort_status cohort__tcp_grow_small(struct cohort__tcp *t, size_t len,
-    char *err, size_t errlen);
+cohort_status cohort__tcp_need_acc(
+    struct cohort__tcp *t, char *err, size_t errlen);
+cohort_status cohort__tcp_grow_small(
+    struct cohort__tcp *t, size_t len, char *err, size_t errlen);
 
 /* algos.c */
 cohort_status cohort__tcp_run_op(struct cohort__tcp *t,
@@ -144,8 +144,8 @@ cohort_status cohort__tcp_run_op(struct cohort__tcp *t,
 cohort_status cohort__tcp_shm_setup(struct cohort__tcp *t, bool enable,
     size_t want_blk, char *err, size_t errlen, cohort__time deadline);
 void cohort__tcp_shm_free(struct cohort__tcp *t);
-bool cohort__tcp_shm_usable(struct cohort__tcp *t,
-    const struct cohort__op *op, size_t bytes);
+bool cohort__tcp_shm_usable(
+    struct cohort__tcp *t, const struct cohort__op *op, size_t bytes);
 cohort_status cohort__tcp_shm_allreduce(struct cohort__tcp *t,
     const struct cohort__op *op, size_t bytes, char *err, size_t errlen,
     cohort__time deadline);
@@ -158,17 +158,16 @@ struct cohort__sha256 {
 	size_t fill;
 };
 void cohort__sha256_init(struct cohort__sha256 *c);
-void cohort__sha256_update(struct cohort__sha256 *c, const void *data,
-    size_t len);
+void cohort__sha256_update(
+    struct cohort__sha256 *c, const void *data, size_t len);
 void cohort__sha256_final(struct cohort__sha256 *c, uint8_t out[32]);
 struct cohort__hmac {
 	struct cohort__sha256 inner;
 	struct cohort__sha256 outer;
 };
-void cohort__hmac_init(struct cohort__hmac *h, const uint8_t *key,
-    size_t keylen);
-void cohort__hmac_update(struct cohort__hmac *h, const void *data,
-    size_t len);
+void cohort__hmac_init(
+    struct cohort__hmac *h, const uint8_t *key, size_t keylen);
+void cohort__hmac_update(struct cohort__hmac *h, const void *data, size_t len);
 void cohort__hmac_final(struct cohort__hmac *h, uint8_t out[32]);
 
 #endif /* COHORT_TCP_IMPL_H */

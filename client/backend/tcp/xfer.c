@@ -25,11 +25,12 @@
 cohort_status
 cohort__tcp_check_abort(struct cohort__tcp *t, char *err, size_t errlen)
 {
-	if (atomic_load_explicit(&t->aborted, memory_order_acquire) ||
-	    (t->abort_flag != NULL &&
-		atomic_load_explicit(t->abort_flag, memory_order_acquire))) {
-		snprintf(err, errlen, "%s #%" PRIu64 " aborted", t->opname,
-		    t->seq);
+	if (atomic_load_explicit(&t->aborted, memory_order_acquire)
+	    || (t->abort_flag != NULL
+	        && atomic_load_explicit(
+	            t->abort_flag, memory_order_acquire))) {
+		snprintf(
+		    err, errlen, "%s #%" PRIu64 " aborted", t->opname, t->seq);
 		return (COHORT_EABORTED);
 	}
 	return (COHORT_OK);
@@ -37,8 +38,8 @@ cohort__tcp_check_abort(struct cohort__tcp *t, char *err, size_t errlen)
 
 /* A send() or recv() to peer p failed with errno e (0: orderly close). */
 static cohort_status
-xfer_peer_error(struct cohort__tcp *t, int p, int e, bool sending,
-    size_t done, size_t total, char *err, size_t errlen)
+xfer_peer_error(struct cohort__tcp *t, int p, int e, bool sending, size_t done,
+    size_t total, char *err, size_t errlen)
 {
 	cohort_status rv;
 
@@ -48,13 +49,13 @@ xfer_peer_error(struct cohort__tcp *t, int p, int e, bool sending,
 		snprintf(err, errlen,
 		    "rank %d closed the connection during %s #%" PRIu64
 		    " (%s %zu of %zu bytes)",
-		    (int) t->peers[p].job_rank, t->opname, t->seq,
+		    (int)t->peers[p].job_rank, t->opname, t->seq,
 		    sending ? "sent" : "received", done, total);
 	else
 		snprintf(err, errlen,
 		    "connection to rank %d failed during %s #%" PRIu64
 		    ": %s (%s %zu of %zu bytes)",
-		    (int) t->peers[p].job_rank, t->opname, t->seq, strerror(e),
+		    (int)t->peers[p].job_rank, t->opname, t->seq, strerror(e),
 		    sending ? "sent" : "received", done, total);
 	return (COHORT_EPEERLOST);
 }
@@ -66,7 +67,7 @@ xfer_timeout(struct cohort__tcp *t, int p, bool sending, size_t done,
 	snprintf(err, errlen,
 	    "timed out during %s #%" PRIu64 " waiting for rank %d (%s %zu of "
 	    "%zu bytes)",
-	    t->opname, t->seq, (int) t->peers[p].job_rank,
+	    t->opname, t->seq, (int)t->peers[p].job_rank,
 	    sending ? "sent" : "received", done, total);
 	return (COHORT_ETIMEDOUT);
 }
@@ -89,7 +90,7 @@ xfer_poll(struct pollfd *fds, int n, cohort__time deadline)
 		ms = left;
 	if (ms < 1)
 		ms = 1;
-	(void) poll(fds, (nfds_t) n, ms);
+	(void)poll(fds, (nfds_t)n, ms);
 }
 
 /* After poll(): a peer we still have bytes for that hung up (FIN, RST) is
@@ -102,11 +103,11 @@ xfer_hangup(struct cohort__tcp *t, const struct pollfd *pfd, int p,
 	int e = 0;
 	socklen_t sl = sizeof(e);
 
-	if ((pfd->events & POLLOUT) == 0 ||
-	    (pfd->revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0)
+	if ((pfd->events & POLLOUT) == 0
+	    || (pfd->revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0)
 		return (COHORT_OK);
 	if ((pfd->revents & POLLERR) != 0)
-		(void) getsockopt(pfd->fd, SOL_SOCKET, SO_ERROR, &e, &sl);
+		(void)getsockopt(pfd->fd, SOL_SOCKET, SO_ERROR, &e, &sl);
 	return (xfer_peer_error(t, p, e, true, done, total, err, errlen));
 }
 
@@ -122,7 +123,7 @@ xfer_spinning(struct cohort__tcp *t, uint64_t *idle_since)
 	now = cohort__now_ns();
 	if (*idle_since == 0)
 		*idle_since = now;
-	if (now - *idle_since >= (uint64_t) t->spin_us * 1000u)
+	if (now - *idle_since >= (uint64_t)t->spin_us * 1000u)
 		return (false);
 	/* Let a peer sharing this core run (more ranks than cores). */
 	if (t->spin_yield)
@@ -144,8 +145,8 @@ cohort__tcp_plan_reset(struct cohort__tcp *t)
 }
 
 cohort_status
-cohort__tcp_exchange(struct cohort__tcp *t, char *err, size_t errlen,
-    cohort__time deadline)
+cohort__tcp_exchange(
+    struct cohort__tcp *t, char *err, size_t errlen, cohort__time deadline)
 {
 	struct pollfd *fds = t->pfds;
 	uint64_t idle_since = 0;
@@ -158,8 +159,8 @@ cohort__tcp_exchange(struct cohort__tcp *t, char *err, size_t errlen,
 		int first = -1;
 		bool first_send = false;
 
-		if ((rv = cohort__tcp_check_abort(t, err, errlen)) !=
-		    COHORT_OK)
+		if ((rv = cohort__tcp_check_abort(t, err, errlen))
+		    != COHORT_OK)
 			return (rv);
 		for (int p = 0; p < t->size; p++) {
 			struct cohort__tcp_peer *P = &t->peers[p];
@@ -174,7 +175,7 @@ cohort__tcp_exchange(struct cohort__tcp *t, char *err, size_t errlen,
 				n = send(P->fd, P->sbuf + P->sent, len,
 				    MSG_DONTWAIT | MSG_NOSIGNAL);
 				if (n > 0) {
-					P->sent += (size_t) n;
+					P->sent += (size_t)n;
 					progress = true;
 				} else if (n < 0 && !xfer_again(errno)) {
 					return (xfer_peer_error(t, p, errno,
@@ -188,10 +189,10 @@ cohort__tcp_exchange(struct cohort__tcp *t, char *err, size_t errlen,
 				n = recv(P->fd, P->rbuf + P->recvd,
 				    P->rlen - P->recvd, MSG_DONTWAIT);
 				if (n > 0) {
-					P->recvd += (size_t) n;
+					P->recvd += (size_t)n;
 					progress = true;
-				} else if (n == 0 ||
-				    (n < 0 && !xfer_again(errno))) {
+				} else if (n == 0
+				    || (n < 0 && !xfer_again(errno))) {
 					return (xfer_peer_error(t, p,
 					    n == 0 ? 0 : errno, false,
 					    P->recvd, P->rlen, err, errlen));
@@ -206,8 +207,8 @@ cohort__tcp_exchange(struct cohort__tcp *t, char *err, size_t errlen,
 				fds[nfds].revents = 0;
 				t->pfd_peer[nfds] = p;
 				nfds++;
-				if (first < 0 ||
-				    ((ev & POLLIN) && first_send)) {
+				if (first < 0
+				    || ((ev & POLLIN) && first_send)) {
 					first = p;
 					first_send = !(ev & POLLIN);
 				}
@@ -224,18 +225,19 @@ cohort__tcp_exchange(struct cohort__tcp *t, char *err, size_t errlen,
 		if (cohort__expired(deadline)) {
 			struct cohort__tcp_peer *P = &t->peers[first];
 
-			return (first_send ?
-				xfer_timeout(t, first, true, P->sent, P->slen,
-				    err, errlen) :
-				xfer_timeout(t, first, false, P->recvd,
-				    P->rlen, err, errlen));
+			return (first_send
+			        ? xfer_timeout(t, first, true, P->sent,
+			            P->slen, err, errlen)
+			        : xfer_timeout(t, first, false, P->recvd,
+			            P->rlen, err, errlen));
 		}
 		xfer_poll(fds, nfds, deadline);
 		for (int i = 0; i < nfds; i++) {
 			struct cohort__tcp_peer *P = &t->peers[t->pfd_peer[i]];
 
 			if ((rv = xfer_hangup(t, &fds[i], t->pfd_peer[i],
-			    P->sent, P->slen, err, errlen)) != COHORT_OK)
+			         P->sent, P->slen, err, errlen))
+			    != COHORT_OK)
 				return (rv);
 		}
 	}
@@ -256,8 +258,8 @@ stream_process(struct cohort__tcp *t, struct cohort__tcp_step *S, size_t upto)
 		switch (S->rmode) {
 		case COHORT__TCP_RECV_DIRECT:
 			n = len / t->esize;
-			cohort__reduce(dst, S->other + off, n, t->dtype,
-			    t->redop);
+			cohort__reduce(
+			    dst, S->other + off, n, t->dtype, t->redop);
 			break;
 		case COHORT__TCP_RECV_SCRATCH: {
 			size_t roff = off % t->ring_len;
@@ -265,20 +267,20 @@ stream_process(struct cohort__tcp *t, struct cohort__tcp_step *S, size_t upto)
 			if (len > t->ring_len - roff)
 				len = t->ring_len - roff;
 			n = len / t->esize;
-			cohort__reduce(dst, t->ring + roff, n, t->dtype,
-			    t->redop);
+			cohort__reduce(
+			    dst, t->ring + roff, n, t->dtype, t->redop);
 			break;
 		}
 		case COHORT__TCP_RECV_ACC: {
-			size_t aoff = (size_t) ((S->acc_base + off) %
-			    t->acc_len);
+			size_t aoff
+			    = (size_t)((S->acc_base + off) % t->acc_len);
 
 			if (len > t->acc_len - aoff)
 				len = t->acc_len - aoff;
 			n = len / t->esize;
 			dst = t->acc + aoff;
-			cohort__reduce(dst, S->other + off, n, t->dtype,
-			    t->redop);
+			cohort__reduce(
+			    dst, S->other + off, n, t->dtype, t->redop);
 			break;
 		}
 		default:
@@ -286,7 +288,7 @@ stream_process(struct cohort__tcp *t, struct cohort__tcp_step *S, size_t upto)
 			break;
 		}
 		if (S->divide)
-			cohort__scale_div(dst, n, t->dtype, (double) t->size);
+			cohort__scale_div(dst, n, t->dtype, (double)t->size);
 		S->processed = off + len;
 	}
 }
@@ -296,17 +298,17 @@ struct stream {
 	struct cohort__tcp *t;
 	struct cohort__tcp_step *steps;
 	int nsteps;
-	int to, from;     /* peers, -1 for none */
+	int to, from; /* peers, -1 for none */
 	int tofd, fromfd;
-	int ks, kr;       /* current outgoing and incoming steps */
+	int ks, kr; /* current outgoing and incoming steps */
 	uint64_t acc_free; /* acc ring bytes sent on (reusable) */
 };
 
 /* Sends what step ks may send now. *want: more is sendable but the
  * socket is full. */
 static cohort_status
-stream_send(struct stream *x, bool *progress, bool *want, char *err,
-    size_t errlen)
+stream_send(
+    struct stream *x, bool *progress, bool *want, char *err, size_t errlen)
 {
 	struct cohort__tcp *t = x->t;
 	struct cohort__tcp_step *S = &x->steps[x->ks];
@@ -323,7 +325,7 @@ stream_send(struct stream *x, bool *progress, bool *want, char *err,
 		src = S->sbuf + S->sent;
 	} else {
 		uint64_t pos = x->steps[S->gate].acc_base + S->sent;
-		size_t off = (size_t) (pos % t->acc_len);
+		size_t off = (size_t)(pos % t->acc_len);
 
 		src = t->acc + off;
 		if (len > t->acc_len - off)
@@ -333,13 +335,13 @@ stream_send(struct stream *x, bool *progress, bool *want, char *err,
 		len = t->io_max;
 	n = send(x->tofd, src, len, MSG_DONTWAIT | MSG_NOSIGNAL);
 	if (n > 0) {
-		S->sent += (size_t) n;
+		S->sent += (size_t)n;
 		if (S->sbuf == NULL)
-			x->acc_free += (uint64_t) n;
+			x->acc_free += (uint64_t)n;
 		*progress = true;
 	} else if (n < 0 && !xfer_again(errno)) {
-		return (xfer_peer_error(t, x->to, errno, true, S->sent,
-		    S->slen, err, errlen));
+		return (xfer_peer_error(
+		    t, x->to, errno, true, S->sent, S->slen, err, errlen));
 	}
 	*want = S->sent < limit;
 	return (COHORT_OK);
@@ -367,14 +369,14 @@ stream_recv_dst(struct stream *x, struct cohort__tcp_step *R, size_t *lenp)
 	}
 	case COHORT__TCP_RECV_ACC: {
 		uint64_t pos = R->acc_base + R->recvd;
-		size_t off = (size_t) (pos % t->acc_len);
+		size_t off = (size_t)(pos % t->acc_len);
 		uint64_t room = x->acc_free + t->acc_len - pos;
 
 		dst = t->acc + off;
 		if (len > t->acc_len - off)
 			len = t->acc_len - off;
 		if (len > room)
-			len = (size_t) room;
+			len = (size_t)room;
 		break;
 	}
 	default:
@@ -390,8 +392,8 @@ stream_recv_dst(struct stream *x, struct cohort__tcp_step *R, size_t *lenp)
 /* Receives into step kr and processes what arrived. *want: there is room
  * for more but nothing has arrived. */
 static cohort_status
-stream_recv(struct stream *x, bool *progress, bool *want, char *err,
-    size_t errlen)
+stream_recv(
+    struct stream *x, bool *progress, bool *want, char *err, size_t errlen)
 {
 	struct cohort__tcp *t = x->t;
 	struct cohort__tcp_step *R = &x->steps[x->kr];
@@ -405,7 +407,7 @@ stream_recv(struct stream *x, bool *progress, bool *want, char *err,
 			*want = true;
 			n = recv(x->fromfd, dst, len, MSG_DONTWAIT);
 			if (n > 0) {
-				R->recvd += (size_t) n;
+				R->recvd += (size_t)n;
 				*progress = true;
 			} else if (n == 0 || !xfer_again(errno)) {
 				return (xfer_peer_error(t, x->from,
@@ -457,8 +459,8 @@ stream_wait(struct stream *x, bool want_send, bool want_recv, char *err,
 	}
 	xfer_poll(fds, nfds, deadline);
 	if (want_send)
-		return (xfer_hangup(x->t, &fds[0], x->to,
-		    x->steps[x->ks].sent, x->steps[x->ks].slen, err, errlen));
+		return (xfer_hangup(x->t, &fds[0], x->to, x->steps[x->ks].sent,
+		    x->steps[x->ks].slen, err, errlen));
 	return (COHORT_OK);
 }
 
@@ -467,8 +469,11 @@ cohort__tcp_stream(struct cohort__tcp *t, int to, int from,
     struct cohort__tcp_step *steps, int nsteps, char *err, size_t errlen,
     cohort__time deadline)
 {
-	struct stream x = { .t = t, .steps = steps, .nsteps = nsteps,
-		.to = to, .from = from,
+	struct stream x = { .t = t,
+		.steps = steps,
+		.nsteps = nsteps,
+		.to = to,
+		.from = from,
 		.tofd = to >= 0 ? t->peers[to].fd : -1,
 		.fromfd = from >= 0 ? t->peers[from].fd : -1 };
 	uint64_t acc_w = 0;
@@ -489,21 +494,25 @@ cohort__tcp_stream(struct cohort__tcp *t, int to, int from,
 		bool progress = false;
 		bool want_send = false, want_recv = false;
 
-		if ((rv = cohort__tcp_check_abort(t, err, errlen)) !=
-		    COHORT_OK)
+		if ((rv = cohort__tcp_check_abort(t, err, errlen))
+		    != COHORT_OK)
 			return (rv);
 		while (x.ks < nsteps && steps[x.ks].sent == steps[x.ks].slen)
 			x.ks++;
-		while (x.kr < nsteps &&
-		    steps[x.kr].processed == steps[x.kr].rlen)
+		while (
+		    x.kr < nsteps && steps[x.kr].processed == steps[x.kr].rlen)
 			x.kr++;
 		if (x.ks == nsteps && x.kr == nsteps)
 			return (COHORT_OK);
-		if (x.ks < nsteps && (rv = stream_send(&x, &progress,
-		    &want_send, err, errlen)) != COHORT_OK)
+		if (x.ks < nsteps
+		    && (rv = stream_send(
+		            &x, &progress, &want_send, err, errlen))
+		        != COHORT_OK)
 			return (rv);
-		if (x.kr < nsteps && (rv = stream_recv(&x, &progress,
-		    &want_recv, err, errlen)) != COHORT_OK)
+		if (x.kr < nsteps
+		    && (rv = stream_recv(
+		            &x, &progress, &want_recv, err, errlen))
+		        != COHORT_OK)
 			return (rv);
 		if (progress) {
 			idle_since = 0;
@@ -513,13 +522,15 @@ cohort__tcp_stream(struct cohort__tcp *t, int to, int from,
 			/* Cannot happen with a valid plan; never spin. */
 			snprintf(err, errlen,
 			    "internal error: %s #%" PRIu64 " stalled "
-			    "(step %d/%d)", t->opname, t->seq, x.ks, x.kr);
+			    "(step %d/%d)",
+			    t->opname, t->seq, x.ks, x.kr);
 			return (COHORT_ESTATE);
 		}
 		if (xfer_spinning(t, &idle_since))
 			continue;
-		if ((rv = stream_wait(&x, want_send, want_recv, err, errlen,
-		    deadline)) != COHORT_OK)
+		if ((rv = stream_wait(
+		         &x, want_send, want_recv, err, errlen, deadline))
+		    != COHORT_OK)
 			return (rv);
 	}
 }
@@ -539,16 +550,16 @@ cohort__tcp_need_acc(struct cohort__tcp *t, char *err, size_t errlen)
 }
 
 cohort_status
-cohort__tcp_grow_small(struct cohort__tcp *t, size_t len, char *err,
-    size_t errlen)
+cohort__tcp_grow_small(
+    struct cohort__tcp *t, size_t len, char *err, size_t errlen)
 {
 	uint8_t *p;
 
 	if (len <= t->small_len)
 		return (COHORT_OK);
 	if ((p = malloc(len)) == NULL) {
-		snprintf(err, errlen, "out of memory (%zu bytes of scratch)",
-		    len);
+		snprintf(
+		    err, errlen, "out of memory (%zu bytes of scratch)", len);
 		return (COHORT_ENOMEM);
 	}
 	memset(p, 0, len); /* fault it in now, once */

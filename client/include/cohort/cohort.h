@@ -60,28 +60,28 @@ extern "C" {
 
 /* One table -> enum, name, message. Codes are part of the wire protocol
  * (Reply.status): append, never renumber. */
-#define COHORT_STATUS_MAP(XX)                                                \
-	XX(OK, 0, "success")                                                 \
-	XX(EINVAL, 1, "invalid argument")                                    \
-	XX(ENOMEM, 2, "out of memory")                                       \
-	XX(ETIMEDOUT, 3, "timed out")                                        \
-	XX(ECLOSED, 4, "handle closed")                                      \
-	XX(EABORTED, 5, "group aborted")                                     \
-	XX(EPEERLOST, 6, "a peer rank failed or left the group")             \
-	XX(ESTALE, 7, "group generation changed; rejoin required")           \
-	XX(ESTATE, 8, "operation not valid in the current state")           \
-	XX(EPROTO, 9, "protocol error")                                      \
-	XX(ENOTSUP, 10, "not supported by this backend or build")            \
-	XX(ETRANSPORT, 11, "transport (nng) error")                          \
-	XX(ECUDA, 12, "CUDA error")                                          \
-	XX(ENCCL, 13, "NCCL error")                                          \
-	XX(ESYSTEM, 14, "system call failed")                                \
-	XX(EAUTH, 15, "authentication failed (wrong job token)")             \
-	XX(EEXIST, 16, "already exists (duplicate rank or name)")            \
-	XX(ENOENT, 17, "no such key, job or group")                          \
-	XX(ETOOBIG, 18, "message or value exceeds the configured limit")     \
-	XX(EMISMATCH, 19, "ranks disagree on the collective they entered")   \
-	XX(ENOCOORD, 20, "coordinator unreachable")                          \
+#define COHORT_STATUS_MAP(XX)                                                 \
+	XX(OK, 0, "success")                                                  \
+	XX(EINVAL, 1, "invalid argument")                                     \
+	XX(ENOMEM, 2, "out of memory")                                        \
+	XX(ETIMEDOUT, 3, "timed out")                                         \
+	XX(ECLOSED, 4, "handle closed")                                       \
+	XX(EABORTED, 5, "group aborted")                                      \
+	XX(EPEERLOST, 6, "a peer rank failed or left the group")              \
+	XX(ESTALE, 7, "group generation changed; rejoin required")            \
+	XX(ESTATE, 8, "operation not valid in the current state")             \
+	XX(EPROTO, 9, "protocol error")                                       \
+	XX(ENOTSUP, 10, "not supported by this backend or build")             \
+	XX(ETRANSPORT, 11, "transport (nng) error")                           \
+	XX(ECUDA, 12, "CUDA error")                                           \
+	XX(ENCCL, 13, "NCCL error")                                           \
+	XX(ESYSTEM, 14, "system call failed")                                 \
+	XX(EAUTH, 15, "authentication failed (wrong job token)")              \
+	XX(EEXIST, 16, "already exists (duplicate rank or name)")             \
+	XX(ENOENT, 17, "no such key, job or group")                           \
+	XX(ETOOBIG, 18, "message or value exceeds the configured limit")      \
+	XX(EMISMATCH, 19, "ranks disagree on the collective they entered")    \
+	XX(ENOCOORD, 20, "coordinator unreachable")                           \
 	XX(EINJECTED, 21, "failure injected by a fault schedule")
 
 typedef enum {
@@ -100,14 +100,14 @@ COHORT_API const char *cohort_status_name(cohort_status st);
 /* ------------------------------------------------------------------------ */
 
 typedef int32_t cohort_duration; /* milliseconds */
-#define COHORT_WAIT_FOREVER ((cohort_duration) -1)
-#define COHORT_WAIT_DEFAULT ((cohort_duration) -2)
+#define COHORT_WAIT_FOREVER ((cohort_duration)-1)
+#define COHORT_WAIT_DEFAULT ((cohort_duration)-2)
 
 /* Element types of tensors. Values are part of the wire protocol. */
 typedef enum {
 	COHORT_F32 = 0,
 	COHORT_F64 = 1,
-	COHORT_F16 = 2,  /* IEEE binary16 */
+	COHORT_F16 = 2, /* IEEE binary16 */
 	COHORT_BF16 = 3, /* bfloat16 */
 	COHORT_I32 = 4,
 	COHORT_I64 = 5,
@@ -132,8 +132,8 @@ COHORT_API const char *cohort_dtype_name(cohort_dtype dt);
 COHORT_API const char *cohort_redop_name(cohort_redop op);
 
 typedef struct cohort_client cohort_client; /* a membership in a job */
-typedef struct cohort_group cohort_group;   /* a process group */
-typedef struct cohort_work cohort_work;     /* an asynchronous operation */
+typedef struct cohort_group cohort_group; /* a process group */
+typedef struct cohort_work cohort_work; /* an asynchronous operation */
 
 /* ------------------------------------------------------------------------ */
 /* Options and the environment                                              */
@@ -144,17 +144,17 @@ typedef struct cohort_env {
 	char coordinator[256]; /* nng URL, e.g. tcp://10.0.0.1:29400 */
 	char job[128];
 	char token[128];
-	int32_t rank;             /* -1 = unknown (cohortd assigns) */
-	int32_t world_size;       /* 0 = unknown */
-	int32_t local_rank;       /* -1 = unknown */
+	int32_t rank; /* -1 = unknown (cohortd assigns) */
+	int32_t world_size; /* 0 = unknown */
+	int32_t local_rank; /* -1 = unknown */
 	int32_t local_world_size; /* 0 = unknown */
-	int32_t node_rank;        /* -1 = unknown */
-	int32_t restart_count;    /* COHORT_RESTART_COUNT, 0 if unset */
+	int32_t node_rank; /* -1 = unknown */
+	int32_t restart_count; /* COHORT_RESTART_COUNT, 0 if unset */
 	/* The winning source: "cohort", "torchrun", "openmpi", "slurm",
 	 * "k8s-indexed-job", or "none". */
 	char source[32];
-	/* Per-field origin, e.g. "COHORT_RANK", "RANK", "OMPI_COMM_WORLD_RANK",
-	 * "default". */
+	/* Per-field origin, e.g. "COHORT_RANK", "RANK",
+	 * "OMPI_COMM_WORLD_RANK", "default". */
 	char coordinator_from[48];
 	char job_from[48];
 	char rank_from[48];
@@ -180,8 +180,8 @@ COHORT_API cohort_status cohort_env_resolve(cohort_env *out);
 /* Writes a multi-line human-readable report of *env (one "key = value
  * (from X)" line each) into buf, truncating to len. Returns the length the
  * full text needs (like snprintf). */
-COHORT_API size_t cohort_env_format(const cohort_env *env, char *buf,
-    size_t len);
+COHORT_API size_t cohort_env_format(
+    const cohort_env *env, char *buf, size_t len);
 
 /* The other side of cohort_env_resolve: the variables a launcher sets for
  * the worker *env describes, cohort's own and torchrun's (COHORT_
@@ -206,11 +206,11 @@ COHORT_API const char *cohort_env_knob(const char *name);
 
 typedef struct cohort_options {
 	const char *coordinator; /* nng URL of cohortd (tcp://, ipc://) */
-	const char *job;         /* job name; default "default" */
-	const char *token;       /* job token; default "" */
-	int32_t rank;            /* requested rank, -1 = cohortd assigns */
-	int32_t world_size;      /* required, >= 1 */
-	int32_t local_rank;      /* informational, -1 = unknown */
+	const char *job; /* job name; default "default" */
+	const char *token; /* job token; default "" */
+	int32_t rank; /* requested rank, -1 = cohortd assigns */
+	int32_t world_size; /* required, >= 1 */
+	int32_t local_rank; /* informational, -1 = unknown */
 	/* Default timeout of blocking calls made with COHORT_WAIT_DEFAULT.
 	 * Default 1800000 (30 min, like Lightning's DDP). */
 	cohort_duration op_timeout;
@@ -218,7 +218,8 @@ typedef struct cohort_options {
 	 * Default: op_timeout. */
 	cohort_duration join_timeout;
 	/* Heartbeat period and the silence after which cohortd declares this
-	 * client dead. Defaults 1000 and 5000 ms; 0 < interval < dead_after. */
+	 * client dead. Defaults 1000 and 5000 ms; 0 < interval < dead_after.
+	 */
 	cohort_duration heartbeat_interval;
 	cohort_duration dead_after;
 	/* Data-plane backend for the world group: "auto" (default), "tcp",
@@ -236,8 +237,8 @@ COHORT_API void cohort_options_init(cohort_options *opts);
 /* Fills *opts from a resolved environment. The strings in *opts point into
  * *env, which must outlive *opts. Returns COHORT_EINVAL (and leaves *opts
  * untouched) if env has no coordinator or no world size. */
-COHORT_API cohort_status cohort_options_from_env(cohort_options *opts,
-    const cohort_env *env);
+COHORT_API cohort_status cohort_options_from_env(
+    cohort_options *opts, const cohort_env *env);
 
 /* ------------------------------------------------------------------------ */
 /* Client (membership)                                                      */
@@ -253,12 +254,12 @@ COHORT_API cohort_status cohort_options_from_env(cohort_options *opts,
  * with the job's; COHORT_ENOCOORD if cohortd cannot be reached before the
  * timeout. On error nothing is left behind. timeout applies to the whole
  * open (connect + join); COHORT_WAIT_DEFAULT means opts->join_timeout. */
-COHORT_API cohort_status cohort_client_open(const cohort_options *opts,
-    cohort_client **out, cohort_duration timeout);
+COHORT_API cohort_status cohort_client_open(
+    const cohort_options *opts, cohort_client **out, cohort_duration timeout);
 
 /* cohort_env_resolve + cohort_options_from_env + cohort_client_open. */
-COHORT_API cohort_status cohort_client_open_env(cohort_client **out,
-    cohort_duration timeout);
+COHORT_API cohort_status cohort_client_open_env(
+    cohort_client **out, cohort_duration timeout);
 
 /* Leaves the job cleanly (others do not see it as a failure) and frees
  * everything, including groups created from it. Blocks at most a short
@@ -286,8 +287,8 @@ COHORT_API const char *cohort_last_error(void);
  * with COHORT_EPEERLOST whose detail includes this text. Call it before
  * exiting on a fatal error (like Lightning's reconciliate_processes). Blocks
  * until cohortd acknowledged or timeout. */
-COHORT_API cohort_status cohort_report_failure(cohort_client *c,
-    const char *text, cohort_duration timeout);
+COHORT_API cohort_status cohort_report_failure(
+    cohort_client *c, const char *text, cohort_duration timeout);
 
 /* ------------------------------------------------------------------------ */
 /* Key-value store (per job, shared by all its members)                     */
@@ -323,11 +324,11 @@ COHORT_API cohort_status cohort_kv_compare_set(cohort_client *c,
     const void *desired, size_t desired_len, bool *swapped, void **current,
     size_t *current_len, cohort_duration timeout);
 
-COHORT_API cohort_status cohort_kv_delete(cohort_client *c, const char *key,
-    bool *deleted, cohort_duration timeout);
+COHORT_API cohort_status cohort_kv_delete(
+    cohort_client *c, const char *key, bool *deleted, cohort_duration timeout);
 
-COHORT_API cohort_status cohort_kv_num_keys(cohort_client *c, int64_t *out,
-    cohort_duration timeout);
+COHORT_API cohort_status cohort_kv_num_keys(
+    cohort_client *c, int64_t *out, cohort_duration timeout);
 
 /* Blocks until every key exists. COHORT_ETIMEDOUT names the absent keys in
  * the detail text. */
@@ -370,8 +371,8 @@ COHORT_API void cohort_group_abort(cohort_group *g);
  * names the ranks that never arrived; g stays usable), COHORT_EPEERLOST (a
  * member failed: detail names it and its error text), COHORT_EMISMATCH (the
  * members' n-th collective differs in kind or name), COHORT_EABORTED. */
-COHORT_API cohort_status cohort_barrier(cohort_group *g, const char *name,
-    cohort_duration timeout);
+COHORT_API cohort_status cohort_barrier(
+    cohort_group *g, const char *name, cohort_duration timeout);
 
 /* Broadcasts bytes of any size (up to the coordinator's limit) from group
  * rank root to all members. On root, data/len are the object and *out /
@@ -393,7 +394,6 @@ COHORT_API cohort_status cohort_reduce_scalars(cohort_group *g,
  * members' decisions, the same on every member. */
 COHORT_API cohort_status cohort_decide(cohort_group *g, bool decision,
     bool all, bool *out, cohort_duration timeout);
-
 
 /* ------------------------------------------------------------------------ */
 /* Data-plane collectives (tcp peer to peer, nccl, or service)              */
@@ -492,8 +492,8 @@ COHORT_API cohort_status cohort_ireduce_scatter(cohort_group *g,
 
 /* Waits for the work: COHORT_OK, its error, or COHORT_ETIMEDOUT if it did
  * not complete within timeout (the work goes on; wait again or free). */
-COHORT_API cohort_status cohort_work_wait(cohort_work *w,
-    cohort_duration timeout);
+COHORT_API cohort_status cohort_work_wait(
+    cohort_work *w, cohort_duration timeout);
 /* Non-blocking: *done = completed (successfully or not); returns the
  * work's status if done, COHORT_OK otherwise. */
 COHORT_API cohort_status cohort_work_test(cohort_work *w, bool *done);
