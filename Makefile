@@ -72,9 +72,9 @@ $(OBJ)/bench/%.o: PART_INC := $(INC_PROTO) -iquote client
 $(OBJ)/tests/%.o: PART_INC := $(INC_PROTO) -iquote client -iquote server \
 	-iquote cuda -iquote strategies -iquote tests/harness -iquote examples/lib
 CPPFLAGS = $(PART_INC) $(PKG_CFLAGS)
-LDLIBS := -lnng $(PKG_LIBS) -lpthread -lm -ldl
+LDLIBS := -lnng -lmbedcrypto $(PKG_LIBS) -lpthread -lm -ldl
 # What libcohort.so itself needs (no test framework).
-LIB_LDLIBS := -lnng $(shell pkg-config --libs libprotobuf-c 2>/dev/null) \
+LIB_LDLIBS := -lnng -lmbedcrypto $(shell pkg-config --libs libprotobuf-c 2>/dev/null) \
 	-lpthread -lm -ldl
 LDFLAGS := $(SANFLAGS) -pthread
 
@@ -102,7 +102,8 @@ COMMON_SRC := $(wildcard common/*.c) $(wildcard proto/*.c)
 # libcohort. The nccl backend is plain C that dlopen()s libnccl/libcudart
 # at run time, so it is always built; it reports ENOTSUP where no GPU or
 # library exists.
-LIB_SRC := $(wildcard client/*.c) $(wildcard client/backend/*/*.c)
+LIB_SRC := $(wildcard client/*.c) $(wildcard client/backend/*.c) \
+	$(wildcard client/backend/*/*.c)
 # The CUDA kernels and their CPU references: a library of their own
 # (libcohort_cuda.a), used by the GPU tests and benchmarks; libcohort does
 # not call them.
@@ -186,7 +187,8 @@ $(LIB)/libcohort.a: $(LIB_OBJ)
 
 $(LIB)/libcohort.so: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-soname,libcohort.so.0 $(LDFLAGS) -o $@ $^ $(LIB_LDLIBS)
+	$(CC) -shared -Wl,-soname,libcohort.so.0 -Wl,--no-undefined $(LDFLAGS) \
+	  -o $@ $^ $(LIB_LDLIBS)
 
 $(LIB)/libcohort_common.a: $(COMMON_OBJ)
 	@mkdir -p $(dir $@)

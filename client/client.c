@@ -547,13 +547,12 @@ client_check_options(const cohort_options *opts)
 		    != COHORT_OK)
 			return (cohort__err(COHORT_EINVAL, "%s", why));
 	}
-	if (strcmp(b, "auto") != 0 && strcmp(b, "tcp") != 0
-	    && strcmp(b, "service") != 0 && strcmp(b, "nccl") != 0
-	    && strcmp(b, "tcp-staged") != 0)
-		return (cohort__err(COHORT_EINVAL,
-		    "unknown backend '%s' (auto, tcp, service, nccl, "
-		    "tcp-staged)",
-		    b));
+	if (strcmp(b, "auto") != 0 && cohort__backend_find(b) == NULL) {
+		char names[128];
+		cohort__backend_names(names, sizeof(names));
+		return (cohort__err(
+		    COHORT_EINVAL, "unknown backend '%s' (%s)", b, names));
+	}
 	if (opts->data_addr != NULL
 	    && strlen(opts->data_addr)
 	        >= sizeof(((struct cohort_client *)0)->data_addr))

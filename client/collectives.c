@@ -30,8 +30,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend/nccl/nccl_impl.h" /* cohort__is_device_ptr */
-#include "backend/tcp/tcp_impl.h" /* SHA-256 */
+#include "backend/backend.h"
+#include "sha256.h"
 #include "client.h"
 #include "collectives.h"
 #include "group.h"
@@ -89,34 +89,6 @@ struct cohort_work {
 /* Backend choice                                                           */
 /* ------------------------------------------------------------------------ */
 
-/* NCCL usable here: the CUDA runtime with a device, and libnccl. Probed
- * once by the loader; only called when device memory or the nccl backend
- * is asked for, so a CPU-only process never initialises CUDA. */
-static bool
-coll_nccl_available(char *why, size_t len)
-{
-	const struct cohort__dl_nccl *nc;
-
-	return (cohort__dl_nccl_get(&nc, why, len) == COHORT_OK);
-}
-
-/* A CUDA device usable for the tcp-staged backend. */
-static bool
-coll_gpu_available(char *why, size_t len)
-{
-	const struct cohort__dl_cudart *cu;
-
-	return (cohort__dl_cudart_get(&cu, why, len) == COHORT_OK);
-}
-
-static bool
-coll_backend_name_ok(const char *b)
-{
-	return (strcmp(b, "auto") == 0 || strcmp(b, "tcp") == 0
-	    || strcmp(b, "service") == 0 || strcmp(b, "nccl") == 0
-	    || strcmp(b, "tcp-staged") == 0);
-}
-
 /* Resolves the group's backend at its first operation (stream and ptr,
  * one of its buffers: that operation's). Later operations keep it.
  * "auto": device memory (or a stream) goes to nccl, or to tcp-staged
@@ -130,24 +102,20 @@ coll_resolve(struct coll_dp *dp, void *stream, const void *ptr,
 
 	pthread_mutex_lock(&dp->mtx);
 	if ((ops = dp->ops) == NULL) {
-		if (strcmp(dp->want, "tcp") == 0) {
-			ops = &cohort__tcp_backend;
-		} else if (strcmp(dp->want, "service") == 0) {
-			ops = &cohort__service_backend;
-		} else if (strcmp(dp->want, "nccl") == 0) {
-			if (coll_nccl_available(why, sizeof(why)))
-				ops = &cohort__nccl_backend;
-		} else if (strcmp(dp->want, "tcp-staged") == 0) {
-			if (coll_gpu_available(why, sizeof(why)))
-				ops = &cohort__staged_backend;
-		} else if (stream != NULL || cohort__is_device_ptr(ptr)) {
-			if (coll_nccl_available(why, sizeof(why)))
-				ops = &cohort__nccl_backend;
-			else if (coll_gpu_available(why, sizeof(why)))
-				ops = &cohort__staged_backend;
+		const struct cohort__backend_entry *e;
+		if (strcmp(dp->want, "auto") != 0) {
+			e = cohort__backend_find(dp->want);
+			if (e != NULL
+			    && !cohort__backend_usable(e, why, sizeof(why)))
+				e = NULL;
 		} else {
-			ops = &cohort__tcp_backend;
+			e = cohort__backend_pick(
+			    stream != NULL || cohort__is_device_ptr(ptr)
+			        ? COHORT__MEM_DEVICE
+			        : COHORT__MEM_HOST,
+			    why, sizeof(why));
 		}
+		ops = e != NULL ? e->ops : NULL;
 		dp->ops = ops;
 	}
 	pthread_mutex_unlock(&dp->mtx);
@@ -658,8 +626,8 @@ coll_begin(struct cohort_group *g, const char *what, cohort_dtype dt,
 		return (st);
 	if ((st = coll_resolve(dp, stream, ptr, &ops)) != COHORT_OK)
 		return (st);
-	if (stream != NULL && ops != &cohort__nccl_backend
-	    && ops != &cohort__staged_backend)
+	if (stream != NULL
+	    && (cohort__backend_of(ops)->mem & COHORT__MEM_DEVICE) == 0)
 		return (cohort__err(COHORT_EINVAL,
 		    "%s: stream must be NULL with the %s backend", what,
 		    ops->name));
@@ -1218,16 +1186,12 @@ cohort_group_backend(const cohort_group *cg)
 	pthread_mutex_unlock(&dp->mtx);
 	if (ops != NULL)
 		return (ops->name);
-	/* Not resolved yet: what a host-memory operation would pick. */
-	if (strcmp(dp->want, "auto") == 0)
-		return ("tcp");
-	if (strcmp(dp->want, "tcp") == 0)
-		return ("tcp");
-	if (strcmp(dp->want, "service") == 0)
-		return ("service");
-	if (strcmp(dp->want, "tcp-staged") == 0)
-		return ("tcp-staged");
-	return ("nccl");
+	/* Not resolved yet: the configured one, or what a host-memory
+	 * operation would pick. */
+	if (strcmp(dp->want, "auto") != 0
+	    && cohort__backend_find(dp->want) != NULL)
+		return (cohort__backend_find(dp->want)->name);
+	return ("tcp");
 }
 
 cohort_status
@@ -1275,18 +1239,22 @@ cohort_group_new(cohort_client *c, const char *name, const int32_t *ranks,
 		    c->rank));
 	if (backend == NULL)
 		backend = c->backend;
-	if (!coll_backend_name_ok(backend))
-		return (cohort__err(COHORT_EINVAL,
-		    "group_new '%s': unknown backend '%s' (auto, tcp, "
-		    "service, nccl, tcp-staged)",
-		    name, backend));
-	if ((strcmp(backend, "nccl") == 0
-	        && !coll_nccl_available(why, sizeof(why)))
-	    || (strcmp(backend, "tcp-staged") == 0
-	        && !coll_gpu_available(why, sizeof(why))))
-		return (cohort__err(COHORT_ENOTSUP,
-		    "group_new '%s': the %s backend is not available: %s",
-		    name, backend, why));
+	if (strcmp(backend, "auto") != 0) {
+		const struct cohort__backend_entry *e
+		    = cohort__backend_find(backend);
+		char names[128];
+		if (e == NULL) {
+			cohort__backend_names(names, sizeof(names));
+			return (cohort__err(COHORT_EINVAL,
+			    "group_new '%s': unknown backend '%s' (%s)", name,
+			    backend, names));
+		}
+		if (!cohort__backend_usable(e, why, sizeof(why)))
+			return (cohort__err(COHORT_ENOTSUP,
+			    "group_new '%s': the %s backend is not available: "
+			    "%s",
+			    name, backend, why));
+	}
 
 	body.name = (char *)name;
 	body.n_ranks = nranks;

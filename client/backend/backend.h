@@ -128,6 +128,44 @@ extern const struct cohort__backend_ops cohort__nccl_backend;
  * tcp backend (several ranks on one GPU, or no NCCL). */
 extern const struct cohort__backend_ops cohort__staged_backend;
 
+/* Availability of the GPU backends (probed once; a CPU-only process never
+ * initialises CUDA unless device memory or these backends are asked for).
+ * why gets the reason when false. */
+bool cohort__nccl_available(char *why, size_t len);
+bool cohort__staged_available(char *why, size_t len);
+
+/* ------------------------------------------------------------------------ */
+/* The registry (registry.c): how the group layer finds a backend.          */
+/* ------------------------------------------------------------------------ */
+
+enum {
+	COHORT__MEM_HOST = 1, /* ordinary host memory */
+	COHORT__MEM_DEVICE = 2 /* CUDA device memory, or a stream given */
+};
+
+struct cohort__backend_entry {
+	const char *name; /* what COHORT_BACKEND and cohort_group_new name */
+	const struct cohort__backend_ops *ops;
+	unsigned mem; /* COHORT__MEM_* it takes */
+	bool (*available)(char *why, size_t len); /* NULL: always */
+	bool in_auto; /* "auto" may choose it */
+};
+
+/* The entry named name, NULL if none. */
+const struct cohort__backend_entry *cohort__backend_find(const char *name);
+/* The entry of ops, NULL if not registered. */
+const struct cohort__backend_entry *cohort__backend_of(
+    const struct cohort__backend_ops *ops);
+/* e can run in this process; why gets the reason when not. */
+bool cohort__backend_usable(
+    const struct cohort__backend_entry *e, char *why, size_t len);
+/* "auto": the first usable entry taking memory kind mem, NULL if none
+ * (why: the last reason). */
+const struct cohort__backend_entry *cohort__backend_pick(
+    unsigned mem, char *why, size_t len);
+/* "auto, nccl, tcp-staged, tcp, service" into buf (for messages). */
+size_t cohort__backend_names(char *buf, size_t len);
+
 /* True when p is device or managed memory; never initialises CUDA in a
  * process that has not (no libcuda.so.1 mapped = false). */
 bool cohort__is_device_ptr(const void *p);

@@ -132,13 +132,16 @@ main(int argc, char **argv)
 	if (ckpt != NULL)
 		start = fw_ckpt_read(ckpt, rank);
 	if (getenv("COHORT_FW_PIDDIR") != NULL) {
-		char path[512];
+		char path[512], tmp[520];
 		FILE *pf;
 		snprintf(path, sizeof(path), "%s/rank%d.pid",
 		    getenv("COHORT_FW_PIDDIR"), rank);
-		if ((pf = fopen(path, "w")) != NULL) {
+		snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+		/* written whole, then renamed: readers never see it empty */
+		if ((pf = fopen(tmp, "w")) != NULL) {
 			fprintf(pf, "%d\n", (int)getpid());
 			fclose(pf);
+			(void)rename(tmp, path);
 		}
 	}
 	if (count > 0 && (buf = malloc(count * sizeof(float))) == NULL)

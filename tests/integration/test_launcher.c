@@ -119,9 +119,18 @@ pids_ready(void *arg)
 	const char *dir = arg;
 	char path[400];
 
+	/* Present and complete: a worker may be between creating its file
+	 * and writing its pid (a pid of 0 would make kill() target our own
+	 * process group). */
 	for (int r = 0; r < 4; r++) {
+		char *s;
+		long pid;
 		snprintf(path, sizeof(path), "%s/rank%d.pid", dir, r);
-		if (access(path, R_OK) != 0)
+		if ((s = th_read_file(path)) == NULL)
+			return (false);
+		pid = strtol(s, NULL, 10);
+		free(s);
+		if (pid <= 0)
 			return (false);
 	}
 	return (true);

@@ -1103,3 +1103,13 @@ const struct cohort__backend_ops cohort__nccl_backend = {
 	.abort = nccl_abort,
 	.fini = nccl_fini,
 };
+
+/* NCCL usable here: the CUDA runtime with a device, and libnccl (probed
+ * once by the loader). */
+bool
+cohort__nccl_available(char *why, size_t len)
+{
+	const struct cohort__dl_nccl *nc;
+
+	return (cohort__dl_nccl_get(&nc, why, len) == COHORT_OK);
+}

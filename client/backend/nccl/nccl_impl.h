@@ -1,5 +1,6 @@
 /*
- * nccl_impl.h - the CUDA runtime and NCCL, loaded at run time.
+ * nccl_impl.h - NCCL, loaded at run time (the CUDA runtime it needs:
+ * backend/cudart.h).
  *
  * libcohort never links libcudart or libnccl: NCCL is too large to ship
  * with cohort, and a machine's own NCCL (PyTorch's wheel, a system
@@ -29,95 +30,8 @@
 #include <stddef.h>
 
 #include "backend/backend.h"
+#include "backend/cudart.h"
 #include "cohort_impl.h"
-
-/* ------------------------------------------------------------------------ */
-/* CUDA runtime (cuda_runtime_api.h / driver_types.h, CUDA 13.0)            */
-/* ------------------------------------------------------------------------ */
-
-#define COHORT__CUDA_SUCCESS 0 /* cudaSuccess */
-#define COHORT__CUDA_ERR_INVALID_VALUE 1 /* cudaErrorInvalidValue */
-#define COHORT__CUDA_ERR_STUB_LIBRARY 34 /* cudaErrorStubLibrary */
-#define COHORT__CUDA_ERR_INSUFFICIENT_DRIVER 35 /* ...InsufficientDriver */
-#define COHORT__CUDA_ERR_NO_DEVICE 100 /* cudaErrorNoDevice */
-#define COHORT__CUDA_ERR_NOT_READY 600 /* cudaErrorNotReady */
-
-#define COHORT__CUDA_MEMCPY_DEFAULT 4 /* cudaMemcpyDefault (UVA) */
-#define COHORT__CUDA_EVENT_DISABLE_TIMING 2 /* cudaEventDisableTiming */
-#define COHORT__CUDA_STREAM_NON_BLOCKING 1 /* cudaStreamNonBlocking */
-
-/* enum cudaMemoryType */
-#define COHORT__CUDA_MEM_UNREGISTERED 0
-#define COHORT__CUDA_MEM_HOST 1
-#define COHORT__CUDA_MEM_DEVICE 2
-#define COHORT__CUDA_MEM_MANAGED 3
-
-/* struct cudaPointerAttributes (CUDA 11+; 13.0 appended reserved[8],
- * which older runtimes simply do not write). */
-struct cohort__cuda_ptr_attr {
-	int type; /* enum cudaMemoryType */
-	int device;
-	void *device_pointer;
-	void *host_pointer;
-	long reserved[8];
-};
-
-/* Entry points; every int result is a cudaError_t. Streams and events
- * are cudaStream_t / cudaEvent_t (opaque pointers). */
-struct cohort__dl_cudart {
-	int runtime_version; /* cudaRuntimeGetVersion, e.g. 13000 */
-	int driver_version; /* cudaDriverGetVersion */
-	int device_count;
-
-	int (*GetDeviceCount)(int *);
-	int (*GetDevice)(int *);
-	int (*SetDevice)(int);
-	int (*DriverGetVersion)(int *);
-	int (*RuntimeGetVersion)(int *);
-	const char *(*GetErrorName)(int);
-	const char *(*GetErrorString)(int);
-	int (*GetLastError)(void);
-	int (*PointerGetAttributes)(
-	    struct cohort__cuda_ptr_attr *, const void *);
-	int (*StreamCreateWithFlags)(void **, unsigned int);
-	int (*StreamDestroy)(void *);
-	int (*StreamQuery)(void *);
-	int (*StreamSynchronize)(void *);
-	int (*EventCreateWithFlags)(void **, unsigned int);
-	int (*EventRecord)(void *, void *);
-	int (*EventQuery)(void *);
-	int (*EventDestroy)(void *);
-	int (*Malloc)(void **, size_t);
-	int (*Free)(void *);
-	int (*MallocHost)(void **, size_t);
-	int (*FreeHost)(void *);
-	int (*Memcpy)(void *, const void *, size_t, int);
-	int (*MemcpyAsync)(void *, const void *, size_t, int, void *);
-	int (*Memset)(void *, int, size_t);
-	int (*DeviceSynchronize)(void);
-	int (*LaunchHostFunc)(void *, void (*)(void *), void *);
-};
-
-/* The process's CUDA runtime, loaded and probed once: COHORT_OK and *out
- * when libcudart loads, has every entry point above, and
- * cudaGetDeviceCount finds at least one device. Otherwise COHORT_ENOTSUP
- * (every later call too) and err gets why, e.g. "no CUDA driver
- * (cudaErrorInsufficientDriver: CUDA driver version is insufficient for
- * CUDA runtime version)". Thread-safe; the first call initialises the
- * CUDA driver, so make it in the process that uses the GPU, not before a
- * fork() whose child does. */
-cohort_status cohort__dl_cudart_get(
-    const struct cohort__dl_cudart **out, char *err, size_t errlen);
-
-/* "cudaErrorX: text" for a cudaError_t, into buf; returns buf. */
-const char *cohort__dl_cuda_errtext(
-    const struct cohort__dl_cudart *cu, int code, char *buf, size_t len);
-
-/* True when p is device (or managed) memory of this process. Never loads
- * or initialises CUDA in a process that has not already done so (no
- * libcuda.so.1 mapped = no device memory); false without CUDA. Used for
- * the "auto" backend choice and the nccl backend's argument checks. */
-bool cohort__is_device_ptr(const void *p);
 
 /* ------------------------------------------------------------------------ */
 /* NCCL (nccl.h 2.28.9)                                                     */

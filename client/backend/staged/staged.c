@@ -34,7 +34,7 @@
 #include <time.h>
 
 #include "backend/backend.h"
-#include "backend/nccl/nccl_impl.h"
+#include "backend/cudart.h"
 
 #define STAGED_SPIN_US 20
 #define STAGED_NAP_US 50
@@ -387,3 +387,12 @@ const struct cohort__backend_ops cohort__staged_backend = {
 	.abort = staged_abort,
 	.fini = staged_fini,
 };
+
+/* A CUDA device usable for staging (the runtime loads, a device is seen). */
+bool
+cohort__staged_available(char *why, size_t len)
+{
+	const struct cohort__dl_cudart *cu;
+
+	return (cohort__dl_cudart_get(&cu, why, len) == COHORT_OK);
+}

@@ -14,7 +14,6 @@
  *   shm.c     the same-host shared-memory path of allreduce (setup at
  *             init over the TCP connections, which stay the liveness
  *             channel)
- *   sha256.c  SHA-256 and HMAC-SHA-256 for the handshake
  *
  * Wire: after the handshake a connection carries raw tensor bytes only.
  * Both ends of every pair run the same sequence of collectives with the
@@ -31,6 +30,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "sha256.h"
 
 struct cohort__tcp_peer {
 	int fd; /* -1 for self */
@@ -150,24 +150,6 @@ cohort_status cohort__tcp_shm_allreduce(struct cohort__tcp *t,
     const struct cohort__op *op, size_t bytes, char *err, size_t errlen,
     cohort__time deadline);
 
-/* sha256.c */
-struct cohort__sha256 {
-	uint32_t h[8];
-	uint64_t len;
-	uint8_t buf[64];
-	size_t fill;
-};
-void cohort__sha256_init(struct cohort__sha256 *c);
-void cohort__sha256_update(
-    struct cohort__sha256 *c, const void *data, size_t len);
-void cohort__sha256_final(struct cohort__sha256 *c, uint8_t out[32]);
-struct cohort__hmac {
-	struct cohort__sha256 inner;
-	struct cohort__sha256 outer;
-};
-void cohort__hmac_init(
-    struct cohort__hmac *h, const uint8_t *key, size_t keylen);
-void cohort__hmac_update(struct cohort__hmac *h, const void *data, size_t len);
-void cohort__hmac_final(struct cohort__hmac *h, uint8_t out[32]);
+/* SHA-256 and HMAC-SHA-256: common/sha256.h (mbed TLS). */
 
 #endif /* COHORT_TCP_IMPL_H */

@@ -222,8 +222,12 @@ typedef struct cohort_options {
 	 */
 	cohort_duration heartbeat_interval;
 	cohort_duration dead_after;
-	/* Data-plane backend for the world group: "auto" (default), "tcp",
-	 * "service" or "nccl". */
+	/* Data-plane backend for the world group: "auto" (default: tcp for
+	 * host memory; nccl, else tcp-staged, for device memory), "tcp"
+	 * (peer to peer, shared memory between ranks of one host), "nccl"
+	 * (device memory), "tcp-staged" (device memory through pinned host
+	 * buffers and tcp, several ranks on one GPU) or "service" (through
+	 * cohortd). */
 	const char *backend;
 	/* Address the tcp backend listens on for peers; NULL = the address of
 	 * the interface that reaches the coordinator. */
@@ -421,8 +425,8 @@ COHORT_API cohort_status cohort_group_new(cohort_client *c, const char *name,
  * owns). Waits for its in-flight work to finish or fail. */
 COHORT_API void cohort_group_destroy(cohort_group *g);
 
-/* Name of the data-plane backend the group uses ("tcp", "service",
- * "nccl"). */
+/* Name of the data-plane backend the group uses ("tcp", "nccl",
+ * "tcp-staged", "service"). */
 COHORT_API const char *cohort_group_backend(const cohort_group *g);
 
 COHORT_API cohort_status cohort_allreduce(cohort_group *g, const void *send,
