@@ -34,7 +34,14 @@ srv_job_state_name(const struct srv_job *job)
 {
 	if (job->rdzv_world != 0 || job->state == SRV_JOB_NEW)
 		return ("rendezvous");
-	return (job->state == SRV_JOB_FAILED ? "failed" : "running");
+	if (job->state == SRV_JOB_FAILED)
+		return ("failed");
+	/* Every member left cleanly: the job is over (until a new
+	 * rendezvous), not running. */
+	for (uint32_t r = 0; job->members != NULL && r < job->world; r++)
+		if (job->members[r].state != SRV_MEMBER_LEFT)
+			return ("running");
+	return (job->members != NULL ? "finished" : "running");
 }
 
 struct srv_job *
@@ -438,6 +445,7 @@ srv_job_leave(struct srv_call *c, cohort__time now)
 	}
 	if (m != NULL && m->state == SRV_MEMBER_RUNNING) {
 		m->state = SRV_MEMBER_LEFT;
+		m->in_op = false; /* gone: in no operation any more */
 		srv_jrn_leave(job, m);
 		cohort__info("job '%s': rank %d (%s:%u) left", job->name,
 		    m->rank, m->host, m->pid);

@@ -144,8 +144,8 @@ status_job(struct status_build *sb, struct srv_job *job, cohort__time now)
 			ms->last_op = m->last_op;
 			ms->last_op_seq = m->last_op_seq;
 			ms->last_group = m->last_group;
-			ms->in_op = m->in_op;
-			if (m->in_op && now > m->op_since)
+			ms->in_op = m->in_op && m->state == SRV_MEMBER_RUNNING;
+			if (ms->in_op && now > m->op_since)
 				ms->in_op_ms = (uint64_t)(now - m->op_since);
 			if (m->failure != NULL)
 				ms->failure = m->failure;

@@ -326,6 +326,43 @@ START_TEST(test_status_query)
 }
 END_TEST
 
+/* Regression: a job whose members had all left was shown as running,
+ * its members "in allreduce ... for N s" from their last heartbeat. */
+START_TEST(test_status_finished_job)
+{
+	struct fx *f = fx_new();
+	struct fx_cli c[2];
+	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
+	Cohort__Leave lv = COHORT__LEAVE__INIT;
+	Cohort__JobStatus *js;
+	Cohort__Reply *r;
+
+	ck_assert_cohort_ok(
+	    srv_core_add_job(f->core, "kept", "tok")); /* kept */
+	fx_form(f, c, 2, "kept");
+	for (int i = 0; i < 2; i++)
+		fx_want(f, fx_heartbeat(f, &c[i], "allreduce", 7, "", true, 5),
+		    COHORT_OK);
+	for (int i = 0; i < 2; i++)
+		fx_want(f,
+		    fx_simple(f, &c[i], COHORT__REQUEST__BODY_LEAVE, &lv, 0),
+		    COHORT_OK);
+	fx_tick(f, 3000);
+	sq.job = "kept";
+	r = fx_want(f,
+	    fx_simple(f, &c[0], COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
+	    COHORT_OK);
+	ck_assert_uint_eq(r->status_query->n_jobs, 1);
+	js = r->status_query->jobs[0];
+	ck_assert_str_eq(js->state, "finished");
+	for (size_t i = 0; i < js->n_members; i++) {
+		ck_assert_str_eq(js->members[i]->state, "left");
+		ck_assert(!js->members[i]->in_op);
+	}
+	fx_free(f);
+}
+END_TEST
+
 START_TEST(test_watch_timeout_ok)
 {
 	struct fx *f = fx_new();
@@ -362,6 +399,7 @@ suite_srv_job(void)
 	tcase_add_test(tc, test_leave_fails_waiters_and_removes_job);
 	tcase_add_test(tc, test_token_isolation);
 	tcase_add_test(tc, test_status_query);
+	tcase_add_test(tc, test_status_finished_job);
 	tcase_add_test(tc, test_watch_timeout_ok);
 	suite_add_tcase(s, tc);
 	return (s);
