@@ -136,6 +136,21 @@ pids_ready(void *arg)
 	return (true);
 }
 
+static bool
+pids_ready3(void *arg)
+{
+	char path[400];
+
+	for (int r = 0; r < 3; r++) {
+		char *s;
+		snprintf(path, sizeof(path), "%s/rank%d.pid", (char *)arg, r);
+		if ((s = th_read_file(path)) == NULL)
+			return (false);
+		free(s);
+	}
+	return (true);
+}
+
 /* Twenty seeded trials (bench/faults reports the timings). */
 START_TEST(test_run_sigkill_random_rank)
 {
@@ -207,6 +222,46 @@ END_TEST
 
 /* Two launchers, one per "node", against one cohortd: ranks node_rank * N
  * + local form one job of 4. */
+/* Regression: a rank that stops answering (SIGSTOP) is the root cause;
+ * cohort run ends it with its own SIGTERM after the grace period, and
+ * the report said "killed by signal 15", as if something else had. */
+START_TEST(test_run_report_says_who_stopped_a_hung_rank)
+{
+	char dir[300], e_dir[320], out[256], path[400];
+	const char *args[] = { "-n", "3", "--grace", "500", NULL };
+	char *env[] = { e_dir, "COHORT_HEARTBEAT_MS=300",
+		"COHORT_DEAD_AFTER_MS=1500", NULL };
+	pid_t launcher, hung;
+	char *o, *s;
+
+	snprintf(dir, sizeof(dir), "%s/pids-hung", th_tmpdir());
+	ck_assert_int_eq(mkdir(dir, 0755), 0);
+	snprintf(e_dir, sizeof(e_dir), "COHORT_FW_PIDDIR=%s", dir);
+	launcher = launch(args, "1000000", "1", env, out, sizeof(out));
+	ck_assert_msg(th_wait_until(pids_ready3, dir, 2000, 10),
+	    "workers did not start");
+	snprintf(path, sizeof(path), "%s/rank1.pid", dir);
+	s = th_read_file(path);
+	hung = (pid_t)strtol(s, NULL, 10);
+	free(s);
+	ck_assert_int_gt(hung, 0);
+	usleep(200000);
+	kill(hung, SIGSTOP);
+	ck_assert_int_ne(finish(launcher, 30000), 0);
+	o = th_read_file(out);
+	ck_assert_ptr_nonnull(o);
+	ck_assert_msg(strstr(o,
+	                  "root cause : rank 1 stopped by cohort run "
+	                  "(SIGTERM)")
+	        != NULL,
+	    "%s", o);
+	ck_assert_msg(strstr(o, "no heartbeat") != NULL, "%s", o);
+	ck_assert_msg(strstr(o, "killed by signal 15") == NULL, "%s", o);
+	ck_assert_msg(kill(hung, 0) != 0, "rank 1 remains");
+	free(o);
+}
+END_TEST
+
 START_TEST(test_run_two_nodes)
 {
 	struct th_coord c;
@@ -255,6 +310,7 @@ suite_integration_launcher(void)
 	tcase_add_test(tc, test_run_restart_resumes_from_checkpoint);
 	tcase_add_loop_test(tc, test_run_sigkill_random_rank, 0, 20);
 	tcase_add_test(tc, test_run_two_nodes);
+	tcase_add_test(tc, test_run_report_says_who_stopped_a_hung_rank);
 	suite_add_tcase(s, tc);
 	return (s);
 }

@@ -50,6 +50,8 @@ struct run_worker {
 	int status; /* raw wait status */
 	bool running;
 	int64_t end_ms; /* when it was reaped */
+	int sent_sig; /* the last signal cohort run itself sent (0: none) */
+	bool sent_stop; /* it was SIGTERM/SIGKILL after the grace period */
 };
 
 struct run_failure {
@@ -313,6 +315,25 @@ run_describe(int status, char *buf, size_t len)
 	return (buf);
 }
 
+/* A worker's end in a report: "killed by signal 15" is told apart when
+ * the signal was cohort run's own (the worker had not stopped by itself
+ * within the grace period after the failure). */
+static const char *
+run_describe_worker(const struct run_worker *w, const struct run_cfg *cfg,
+    char *buf, size_t len)
+{
+	if (w->sent_stop && WIFSIGNALED(w->status)
+	    && WTERMSIG(w->status) == w->sent_sig)
+		snprintf(buf, len,
+		    "stopped by cohort run (%s): still running %.1f s after "
+		    "the first failure (--grace)",
+		    w->sent_sig == SIGKILL ? "SIGKILL" : "SIGTERM",
+		    (double)cfg->grace_ms / 1000.0);
+	else
+		run_describe(w->status, buf, len);
+	return (buf);
+}
+
 /* Asks cohortd what it knows about the failed rank: its reported text,
  * its last operation. Best effort, bounded to a second. */
 static void
@@ -399,13 +420,12 @@ run_report(const struct run_cfg *cfg, const char *job,
     const struct run_failure *f, const struct run_worker *w, int nw,
     int64_t last_stop_ms, int restarts)
 {
-	char desc[128];
-	int status = 0;
+	char desc[160];
 
+	desc[0] = '\0';
 	for (int i = 0; i < nw; i++)
 		if (w[i].rank == f->rank)
-			status = w[i].status;
-	run_describe(status, desc, sizeof(desc));
+			run_describe_worker(&w[i], cfg, desc, sizeof(desc));
 	fprintf(stderr,
 	    "\n"
 	    "cohort run: job '%s' failed%s\n"
@@ -425,7 +445,7 @@ run_report(const struct run_cfg *cfg, const char *job,
 	    cfg->max_restarts);
 	for (int i = 0; i < nw; i++)
 		fprintf(stderr, "  rank %-5d : %s\n", w[i].rank,
-		    run_describe(w[i].status, desc, sizeof(desc)));
+		    run_describe_worker(&w[i], cfg, desc, sizeof(desc)));
 
 	if (cfg->report != NULL) {
 		FILE *out = fopen(cfg->report, "w");
@@ -468,8 +488,22 @@ static void
 run_signal_all(struct run_worker *w, int nw, int sig)
 {
 	for (int i = 0; i < nw; i++)
-		if (w[i].running)
+		if (w[i].running) {
 			kill(w[i].pid, sig);
+			if (sig != SIGCONT)
+				w[i].sent_sig = sig;
+		}
+}
+
+/* After the grace period: the workers still running are stopped by us,
+ * and the report says so (their "killed by signal 15" is ours). */
+static void
+run_stop_all(struct run_worker *w, int nw, int sig)
+{
+	for (int i = 0; i < nw; i++)
+		if (w[i].running)
+			w[i].sent_stop = true;
+	run_signal_all(w, nw, sig);
 }
 
 /* Runs one generation of the group. Returns 0 when every worker exited 0,
@@ -552,14 +586,14 @@ run_generation(const struct run_cfg *cfg, const char *url, const char *job,
 			}
 		}
 		if (term_at != 0 && now >= term_at) {
-			run_signal_all(w, nw, SIGTERM);
+			run_stop_all(w, nw, SIGTERM);
 			/* a stopped worker (SIGSTOP, a fault drill) only
 			 * acts on SIGTERM once continued */
 			run_signal_all(w, nw, SIGCONT);
 			term_at = INT64_MAX;
 		}
 		if (kill_at != 0 && now >= kill_at) {
-			run_signal_all(w, nw, SIGKILL);
+			run_stop_all(w, nw, SIGKILL);
 			kill_at = INT64_MAX;
 		}
 		usleep(2000);
