@@ -923,11 +923,16 @@ cohort_report_failure(
 {
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__ReportFailure rf = COHORT__REPORT_FAILURE__INIT;
+	Cohort__Heartbeat doing = COHORT__HEARTBEAT__INIT;
 	struct cohort__coord_call call;
 	cohort_status st;
+	char grp[COHORT__GROUP_ID_MAX];
 
 	if (c == NULL)
 		return (cohort__err(COHORT_EINVAL, "NULL client"));
+	/* what this rank is doing now: the report names that operation */
+	client_hb_fill(c, &doing, grp, sizeof(grp));
+	rf.doing = &doing;
 	rf.text = (char *)(text != NULL ? text : "");
 	if (strlen(rf.text) > 64 * 1024)
 		return (cohort__err(

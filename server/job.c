@@ -461,6 +461,27 @@ srv_job_leave(struct srv_call *c, cohort__time now)
 	srv_call_fail(c, COHORT_OK, "%s", "");
 }
 
+/* Notes what a member reports doing (a heartbeat, or a failure report). */
+static void
+job_note_doing(
+    struct srv_member *m, const Cohort__Heartbeat *hb, cohort__time now)
+{
+	bool same = m->in_op && hb->in_op && m->last_op_seq == hb->last_op_seq
+	    && strcmp(m->last_group, hb->last_group) == 0;
+
+	cohort__strlcpy(m->last_op, hb->last_op, sizeof(m->last_op));
+	cohort__strlcpy(m->last_group, hb->last_group, sizeof(m->last_group));
+	m->last_op_seq = hb->last_op_seq;
+	/* Keep the first estimate of the entry time of one op, so that
+	 * heartbeat delays do not move it. */
+	if (!same) {
+		cohort__time in = (cohort__time)hb->in_op_ms;
+		m->op_since = in < now ? now - in : 0;
+	}
+	m->in_op = hb->in_op;
+	m->op_at = now;
+}
+
 void
 srv_job_heartbeat(
     struct srv_call *c, const Cohort__Heartbeat *hb, cohort__time now)
@@ -470,22 +491,8 @@ srv_job_heartbeat(
 	Cohort__Reply rep;
 	Cohort__HeartbeatReply hr;
 
-	if (m != NULL) {
-		bool same = m->in_op && hb->in_op
-		    && m->last_op_seq == hb->last_op_seq
-		    && strcmp(m->last_group, hb->last_group) == 0;
-		cohort__strlcpy(m->last_op, hb->last_op, sizeof(m->last_op));
-		cohort__strlcpy(
-		    m->last_group, hb->last_group, sizeof(m->last_group));
-		m->last_op_seq = hb->last_op_seq;
-		/* Keep the first estimate of the entry time of one op, so
-		 * that heartbeat delays do not move it. */
-		if (!same) {
-			cohort__time in = (cohort__time)hb->in_op_ms;
-			m->op_since = in < now ? now - in : 0;
-		}
-		m->in_op = hb->in_op;
-	}
+	if (m != NULL)
+		job_note_doing(m, hb, now);
 	srv_reply_init(&rep, c, COHORT_OK);
 	cohort__heartbeat_reply__init(&hr);
 	hr.healthy = job->state != SRV_JOB_FAILED;
@@ -533,6 +540,9 @@ srv_job_report(
 		    c->job->name);
 		return;
 	}
+	if (rf->doing != NULL && rf->doing->last_op != NULL
+	    && rf->doing->last_op[0] != '\0')
+		job_note_doing(m, rf->doing, now);
 	srv_job_fail_member(c->job, m,
 	    rf->text[0] != '\0' ? rf->text : "failure reported without text",
 	    now);
@@ -596,15 +606,32 @@ srv_job_fail_member(struct srv_job *job, struct srv_member *m,
 			}
 		}
 	}
-	if (op[0] == '\0' && m->last_op[0] != '\0')
-		snprintf(op, sizeof(op), "%s (#%" PRIu64 ")", m->last_op,
-		    m->last_op_seq);
+	if (op[0] == '\0' && m->last_op[0] != '\0') {
+		/* Known now (reported with the failure), or only from the
+		 * last heartbeat: then say how old it is, never that the
+		 * rank failed "during" an operation it may have finished. */
+		if (m->op_at == now)
+			snprintf(op, sizeof(op), "%s %s (#%" PRIu64 ")",
+			    m->in_op ? "during" : "after", m->last_op,
+			    m->last_op_seq);
+		else
+			snprintf(op, sizeof(op),
+			    "(its last heartbeat, %.1f s before: %s %s "
+			    "#%" PRIu64 ")",
+			    (double)(now - m->op_at) / 1000.0,
+			    m->in_op ? "in" : "after", m->last_op,
+			    m->last_op_seq);
+	} else if (op[0] != '\0') {
+		char parked[sizeof(op)];
+		cohort__strlcpy(parked, op, sizeof(parked));
+		snprintf(op, sizeof(op), "during %.780s", parked);
+	}
 	nl = strchr(text, '\n');
 	tl = nl != NULL ? (int)(nl - text) : (int)strlen(text);
 	if (tl > 300)
 		tl = 300;
 	snprintf(detail, sizeof(detail), "rank %d (%s:%u) failed%s%s: %.*s",
-	    m->rank, m->host, m->pid, op[0] ? " during " : "", op, tl, text);
+	    m->rank, m->host, m->pid, op[0] ? " " : "", op, tl, text);
 	cohort__warn("job '%s' generation %" PRIu64 ": %s", job->name,
 	    job->generation, detail);
 	srv_jrn_fail(job, m, detail);

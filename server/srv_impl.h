@@ -206,6 +206,7 @@ struct srv_member {
 	char last_group[SRV_MAX_NAME + 1];
 	bool in_op;
 	cohort__time op_since; /* in_op: when it entered last_op */
+	cohort__time op_at; /* when last_op was reported (0: never) */
 	uint64_t stall_logged; /* last_op_seq + 1 of the logged stall */
 	char *failure;
 	struct srv_client *client;

@@ -179,6 +179,61 @@ START_TEST(test_report_failure_text)
 }
 END_TEST
 
+/* Regression: the operation a failure report named came from the last
+ * heartbeat ("allreduce (#99)" for a rank that died after #151). A
+ * report carries what the rank does now; a lost connection only has the
+ * last heartbeat, and the text says how old that is. */
+START_TEST(test_failure_names_current_or_dated_operation)
+{
+	struct fx *f = fx_new();
+	struct fx_cli c[2];
+	Cohort__ReportFailure rf = COHORT__REPORT_FAILURE__INIT;
+	Cohort__Heartbeat doing = COHORT__HEARTBEAT__INIT;
+	Cohort__Watch w = COHORT__WATCH__INIT;
+	uintptr_t tw;
+	Cohort__Reply *r;
+
+	fx_form(f, c, 2, "rep");
+	fx_want(f, fx_heartbeat(f, &c[1], "allreduce", 99, "", false, 0),
+	    COHORT_OK);
+	tw = fx_simple(f, &c[0], COHORT__REQUEST__BODY_WATCH, &w, 60000);
+	fx_tick(f, 1200);
+	doing.last_op = "allreduce";
+	doing.last_op_seq = 151;
+	doing.last_group = "";
+	doing.in_op = true;
+	rf.text = "ValueError: boom";
+	rf.doing = &doing;
+	fx_want(f,
+	    fx_simple(f, &c[1], COHORT__REQUEST__BODY_REPORT_FAILURE, &rf, 0),
+	    COHORT_OK);
+	r = fx_want(f, tw, COHORT_EPEERLOST);
+	ck_assert_msg(strstr(r->error,
+	                  "failed during allreduce (#151): "
+	                  "ValueError: boom")
+	        != NULL,
+	    "%s", r->error);
+	ck_assert_msg(strstr(r->error, "#99") == NULL, "%s", r->error);
+
+	fx_free(f);
+	/* the rank's connection drops 2.5 s after its last heartbeat */
+	f = fx_new();
+	fx_form(f, c, 2, "lost");
+	fx_want(f, fx_heartbeat(f, &c[1], "allreduce", 99, "", true, 10),
+	    COHORT_OK);
+	tw = fx_simple(f, &c[0], COHORT__REQUEST__BODY_WATCH, &w, 60000);
+	fx_tick(f, 2500);
+	srv_core_pipe_closed(f->core, c[1].pipe, f->now);
+	r = fx_want(f, tw, COHORT_EPEERLOST);
+	ck_assert_msg(strstr(r->error,
+	                  "(its last heartbeat, 2.5 s before: in "
+	                  "allreduce #99): connection lost")
+	        != NULL,
+	    "%s", r->error);
+	fx_free(f);
+}
+END_TEST
+
 START_TEST(test_heartbeat_silence)
 {
 	struct fx *f = fx_new();
@@ -394,6 +449,7 @@ suite_srv_job(void)
 	tcase_add_test(tc, test_join_timeout_names_missing);
 	tcase_add_test(tc, test_failure_fanout_connection_lost);
 	tcase_add_test(tc, test_report_failure_text);
+	tcase_add_test(tc, test_failure_names_current_or_dated_operation);
 	tcase_add_test(tc, test_heartbeat_silence);
 	tcase_add_test(tc, test_generation_and_stale);
 	tcase_add_test(tc, test_leave_fails_waiters_and_removes_job);
