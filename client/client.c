@@ -768,15 +768,19 @@ cohort_client_open(
 	cohort__strlcpy(c->backend,
 	    opts->backend != NULL ? opts->backend : "auto",
 	    sizeof(c->backend));
-	if (opts->data_addr != NULL)
+	if (opts->data_addr != NULL) {
 		cohort__strlcpy(
 		    c->data_addr, opts->data_addr, sizeof(c->data_addr));
-	else if (cohort__knob_str(COHORT__KNOB_DATA_ADDR) != NULL
-	    && strlen(cohort__knob_str(COHORT__KNOB_DATA_ADDR))
-	        < sizeof(c->data_addr))
-		cohort__strlcpy(c->data_addr,
-		    cohort__knob_str(COHORT__KNOB_DATA_ADDR),
-		    sizeof(c->data_addr));
+	} else {
+		char from[48];
+
+		if ((st = cohort__data_addr(c->coordinator, c->data_addr,
+		         sizeof(c->data_addr), from, sizeof(from)))
+		    != COHORT_OK)
+			goto out_free;
+		cohort__info(
+		    "data plane address %s (from %s)", c->data_addr, from);
+	}
 	if (gethostname(c->host, sizeof(c->host)) != 0)
 		cohort__strlcpy(c->host, "unknown", sizeof(c->host));
 	c->host[sizeof(c->host) - 1] = '\0';

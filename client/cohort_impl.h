@@ -29,6 +29,13 @@
 /* COHORT_TIMEOUT_MS, COHORT_JOIN_TIMEOUT_MS, COHORT_HEARTBEAT_MS,
  * COHORT_DEAD_AFTER_MS and COHORT_BACKEND into opts (client/env.c). */
 cohort_status cohort__options_env_timeouts(cohort_options *opts);
+/* The data-plane address for a worker of coordinator URL: COHORT_DATA_ADDR,
+ * else COHORT_DATA_IFACE's address, else the local address of the route to
+ * the coordinator, else 127.0.0.1; from says which (client/env.c).
+ * COHORT_EINVAL when COHORT_DATA_IFACE names no interface with an address
+ * or COHORT_DATA_ADDR is not a numeric address. */
+cohort_status cohort__data_addr(const char *coordinator, char *out, size_t len,
+    char *from, size_t fromlen);
 /* Checks heartbeat < dead-after < operation timeout <= rendezvous timeout
  * (a negative timeout means none, and is larger than any other); writes a
  * one-line explanation into why. */

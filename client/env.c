@@ -26,7 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
+
 #include "cohort_impl.h"
+#include "netaddr.h"
 
 struct env_source {
 	const char *name;
@@ -196,6 +199,46 @@ env_coordinator(cohort_env *out)
 	return (COHORT_OK);
 }
 
+cohort_status
+cohort__data_addr(
+    const char *coordinator, char *out, size_t len, char *from, size_t fromlen)
+{
+	const char *addr = cohort__knob_str(COHORT__KNOB_DATA_ADDR);
+	const char *iface = cohort__knob_str(COHORT__KNOB_DATA_IFACE);
+	unsigned char bin[16];
+	cohort_status st;
+
+	if (addr != NULL) {
+		if (inet_pton(AF_INET, addr, bin) != 1
+		    && inet_pton(AF_INET6, addr, bin) != 1)
+			return (cohort__err(COHORT_EINVAL,
+			    "COHORT_DATA_ADDR='%s' is not a numeric IPv4 or "
+			    "IPv6 address",
+			    addr));
+		if (strlen(addr) >= len)
+			return (cohort__err(
+			    COHORT_EINVAL, "COHORT_DATA_ADDR is too long"));
+		cohort__strlcpy(out, addr, len);
+		cohort__strlcpy(from, "COHORT_DATA_ADDR", fromlen);
+		return (COHORT_OK);
+	}
+	if (iface != NULL) {
+		if ((st = cohort__iface_addr(iface, out, len)) != COHORT_OK)
+			return (st);
+		snprintf(from, fromlen, "COHORT_DATA_IFACE=%s", iface);
+		return (COHORT_OK);
+	}
+	if (coordinator != NULL && coordinator[0] != '\0'
+	    && cohort__route_addr(coordinator, out, len) == COHORT_OK) {
+		cohort__strlcpy(from, "route to the coordinator", fromlen);
+		return (COHORT_OK);
+	}
+	cohort__err_clear();
+	cohort__strlcpy(out, "127.0.0.1", len);
+	cohort__strlcpy(from, "default", fromlen);
+	return (COHORT_OK);
+}
+
 static cohort_status
 env_resolve(cohort_env *out)
 {
@@ -247,7 +290,9 @@ env_resolve(cohort_env *out)
 		return (st);
 	if (present)
 		out->restart_count = v;
-	return (COHORT_OK);
+	return (cohort__data_addr(out->coordinator, out->data_addr,
+	    sizeof(out->data_addr), out->data_addr_from,
+	    sizeof(out->data_addr_from)));
 }
 
 cohort_status
@@ -338,6 +383,9 @@ cohort_env_format(const cohort_env *env, char *buf, size_t len)
 	    env->job_from);
 	env_put(buf, len, &off, "%-16s = %s\n", "token",
 	    env->token[0] != '\0' ? "<set>" : "<none>");
+	env_put(buf, len, &off, "%-16s = %s (from %s)\n", "data_addr",
+	    env->data_addr[0] != '\0' ? env->data_addr : "unset",
+	    env->data_addr_from[0] != '\0' ? env->data_addr_from : "unset");
 	env_put_int(
 	    buf, len, &off, "rank", env->rank, env->rank >= 0, env->rank_from);
 	env_put_int(buf, len, &off, "world_size", env->world_size,

@@ -45,7 +45,13 @@ enum cohort__knob_type {
 	X(BACKEND, STR, "auto", 0, 0, "data plane",                           \
 	    "data-plane backend: auto, tcp, service, nccl or tcp-staged")     \
 	X(DATA_ADDR, STR, "", 0, 0, "data plane",                             \
-	    "address the tcp backend listens on and advertises")              \
+	    "address the tcp backend listens on and advertises (default: "    \
+	    "the local address of the route to the coordinator)")             \
+	X(DATA_IFACE, STR, "", 0, 0, "data plane",                            \
+	    "network interface whose address the tcp backend uses (when "     \
+	    "COHORT_DATA_ADDR is unset)")                                     \
+	X(CONNECT_TIMEOUT_MS, MS, "10000", 100, INT32_MAX, "timeouts",        \
+	    "how long a rank keeps trying to connect to a peer's data plane") \
 	X(TIMEOUT_MS, MS, "1800000", -1, INT32_MAX, "timeouts",               \
 	    "default timeout of blocking calls (30 min, like Lightning)")     \
 	X(JOIN_TIMEOUT_MS, MS, "1800000", -1, INT32_MAX, "timeouts",          \

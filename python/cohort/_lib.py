@@ -114,6 +114,8 @@ class Env(ctypes.Structure):
         ("rank_from", ctypes.c_char * 48),
         ("world_size_from", ctypes.c_char * 48),
         ("local_rank_from", ctypes.c_char * 48),
+        ("data_addr", ctypes.c_char * 64),
+        ("data_addr_from", ctypes.c_char * 48),
     ]
 
 

@@ -78,6 +78,8 @@
 #define TCP_HS_TIMEOUT_MS 10000
 /* Connections handshaking at once at an acceptor; more are refused. */
 #define TCP_MAX_PENDING 64
+/* How long a rank tries to connect to a peer (COHORT_CONNECT_TIMEOUT_MS). */
+#define TCP_CONNECT_TIMEOUT_MS 10000
 /* Wait between connection attempts to a listener that refused. */
 #define TCP_RETRY_MS 20
 
@@ -413,6 +415,33 @@ tcp_key(
 	    desc->generation, rank);
 }
 
+/* Says why rank jr at addr could not be reached, and what to check. */
+static void
+tcp_connect_error(const struct cohort__group_desc *desc, int32_t jr,
+    const char *addr, int soerr, int64_t waited_ms, char *err, size_t errlen)
+{
+	size_t off = 0;
+	bool loopback
+	    = strncmp(addr, "127.", 4) == 0 || strncmp(addr, "[::1]", 5) == 0;
+
+	cohort__appendf(err, errlen, &off,
+	    "cannot connect to rank %d at %s: %s (tried for %.1f s)", (int)jr,
+	    addr, strerror(soerr), (double)waited_ms / 1000.0);
+	if (loopback && desc->bind_addr != NULL
+	    && strncmp(desc->bind_addr, "127.", 4) != 0)
+		cohort__appendf(err, errlen, &off,
+		    "; rank %d advertises a loopback address while this rank "
+		    "is at %s: set COHORT_DATA_ADDR or COHORT_DATA_IFACE on "
+		    "rank %d's host",
+		    (int)jr, desc->bind_addr, (int)jr);
+	else
+		cohort__appendf(err, errlen, &off,
+		    "; check that this host reaches %s (firewall, network "
+		    "policy) or set COHORT_DATA_ADDR / COHORT_DATA_IFACE on "
+		    "rank %d",
+		    addr, (int)jr);
+}
+
 /* Connects to group rank j and runs the connector's half of the handshake.
  * On success *out is the connected socket. */
 static cohort_status
@@ -427,9 +456,10 @@ tcp_connect_peer(const struct cohort__group_desc *desc,
 	size_t vlen = 0;
 	uint8_t sh[TCP_SHELLO_LEN], ch[TCP_CHELLO_LEN], ac[TCP_ACCEPT_LEN];
 	uint8_t mac[32];
-	cohort__time hs_deadline;
+	char shown[160];
+	cohort__time hs_deadline, start, window;
 	cohort_status rv;
-	int fd = -1;
+	int fd = -1, soerr = 0;
 
 	tcp_key(desc, j, key, sizeof(key));
 	if ((rv = desc->store.get(desc->store.ctx, key, &val, &vlen, deadline))
@@ -441,6 +471,7 @@ tcp_connect_peer(const struct cohort__group_desc *desc,
 		return (rv);
 	}
 	rv = tcp_parse_addr(val, vlen, &addr);
+	snprintf(shown, sizeof(shown), "%.*s", (int)vlen, (const char *)val);
 	free(val);
 	if (rv != COHORT_OK) {
 		snprintf(
@@ -448,17 +479,28 @@ tcp_connect_peer(const struct cohort__group_desc *desc,
 		return (COHORT_EPROTO);
 	}
 
-	/* Connect, retrying while the listener refuses, until deadline. */
-	for (int attempt = 0;; attempt++) {
+	/*
+	 * Connect, retrying until the connect window closes: the peer
+	 * listens before it publishes, so a refusal or an unreachable
+	 * address that lasts longer than COHORT_CONNECT_TIMEOUT_MS is a
+	 * configuration error (a loopback or wrong address advertised, a
+	 * firewall), reported with the address rather than waited out to
+	 * the operation's timeout.
+	 */
+	start = cohort__now_ms();
+	window = cohort__deadline(
+	    (cohort_duration)cohort__knob_int_or(
+	        COHORT__KNOB_CONNECT_TIMEOUT_MS, TCP_CONNECT_TIMEOUT_MS),
+	    COHORT_WAIT_FOREVER);
+	if (window > deadline)
+		window = deadline;
+	for (;;) {
 		struct pollfd pfd;
-		int soerr = 0;
 		socklen_t sl = sizeof(soerr);
 
 		if (tcp_aborted(desc)) {
 			snprintf(err, errlen,
-			    "aborted while connecting to "
-			    "rank %d",
-			    (int)jr);
+			    "aborted while connecting to rank %d", (int)jr);
 			return (COHORT_EABORTED);
 		}
 		fd = socket(addr.ss.ss_family,
@@ -470,49 +512,45 @@ tcp_connect_peer(const struct cohort__group_desc *desc,
 		tcp_sockopts(fd, true);
 		if (connect(fd, (struct sockaddr *)&addr.ss, addr.len) == 0)
 			break;
-		if (errno == EINPROGRESS) {
-			for (int spins = 0;; spins++) {
-				int ms = cohort__remaining(deadline);
+		soerr = errno;
+		if (soerr == EINPROGRESS) {
+			soerr = ETIMEDOUT;
+			for (;;) {
+				int ms = cohort__remaining(window);
 
 				if (ms < 0 || ms > 100)
 					ms = 100;
 				pfd.fd = fd;
 				pfd.events = POLLOUT;
 				pfd.revents = 0;
-				if (poll(&pfd, 1, ms < 1 ? 1 : ms) > 0)
+				if (poll(&pfd, 1, ms < 1 ? 1 : ms) > 0) {
+					if (getsockopt(fd, SOL_SOCKET,
+					        SO_ERROR, &soerr, &sl)
+					    != 0)
+						soerr = errno;
 					break;
-				if (cohort__expired(deadline)
+				}
+				if (cohort__expired(window)
 				    || tcp_aborted(desc))
 					break;
 			}
-			if (pfd.revents != 0
-			    && getsockopt(
-			           fd, SOL_SOCKET, SO_ERROR, &soerr, &sl)
-			        == 0
-			    && soerr == 0)
+			if (soerr == 0)
 				break;
-			if (pfd.revents == 0)
-				soerr = ETIMEDOUT;
-		} else {
-			soerr = errno;
 		}
 		close(fd);
 		fd = -1;
-		if (cohort__expired(deadline) || soerr != ECONNREFUSED) {
-			if (cohort__expired(deadline)) {
-				snprintf(err, errlen,
-				    "timed out connecting "
-				    "to rank %d",
-				    (int)jr);
-				return (COHORT_ETIMEDOUT);
-			}
-			if (tcp_aborted(desc))
-				continue; /* reported at the loop's top */
-			snprintf(err, errlen, "connecting to rank %d: %s",
-			    (int)jr, strerror(soerr));
-			return (COHORT_EPEERLOST);
+		if (tcp_aborted(desc))
+			continue; /* reported at the loop's top */
+		if (cohort__expired(window)) {
+			tcp_connect_error(desc, jr, shown, soerr,
+			    cohort__now_ms() - start, err, errlen);
+			return (cohort__expired(deadline) ? COHORT_ETIMEDOUT
+			                                  : COHORT_EPEERLOST);
 		}
-		(void)poll(NULL, 0, TCP_RETRY_MS);
+		/* refused: not listening yet or any more; unreachable: a
+		 * route or neighbour still coming up. Both may pass. */
+		(void)poll(
+		    NULL, 0, soerr == ECONNREFUSED ? TCP_RETRY_MS : 200);
 	}
 
 	hs_deadline = cohort__now_ms() + TCP_HS_TIMEOUT_MS;

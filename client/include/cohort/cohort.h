@@ -160,6 +160,13 @@ typedef struct cohort_env {
 	char rank_from[48];
 	char world_size_from[48];
 	char local_rank_from[48];
+	/* The address this worker's tcp data plane listens on and
+	 * advertises to its peers, and where it came from:
+	 * "COHORT_DATA_ADDR", "COHORT_DATA_IFACE=eth0", "route to the
+	 * coordinator" (the local address of the interface that reaches
+	 * it) or "default" (127.0.0.1, no coordinator known). */
+	char data_addr[64];
+	char data_addr_from[48];
 } cohort_env;
 
 /* cohort_env_resolve reads the process environment in the order of
