@@ -9,6 +9,7 @@
 #   make bench        cohort vs Gloo vs Open MPI, interleaved, medians
 #   make install PREFIX=/usr/local
 #   make check-style  clang-format check + banned-function grep
+#   make check-k8s    kustomize build + kubernetes-validate + hadolint (deploy/)
 #
 # Sources are discovered by directory, so adding a file needs no edit here:
 #   client/*.c client/backend/*/*.c   -> libcohort.{a,so}
@@ -139,7 +140,8 @@ STATIC_LIBS := $(LIB)/libcohort_examples.a $(LIB)/libcohort_strategies.a \
 CUDA_LINK := $(if $(CU_SRC),-L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++)
 
 .PHONY: all test test-unit test-python test-san demo demo-lightning bench \
-	bench-faults bench-torch install clean check-style deps probe gpu-check
+	bench-faults bench-torch install clean check-style deps probe gpu-check \
+	check-k8s
 .DEFAULT_GOAL := all
 
 all: probe $(BIN)/cohortd $(BIN)/cohort $(LIB)/libcohort.so \
@@ -259,6 +261,7 @@ test: deps
 	$(MAKE) all
 	COHORT_BIN=$(BIN) $(BIN)/cohort-tests
 	$(MAKE) test-python
+	$(MAKE) check-k8s
 
 VENV ?= .venv
 test-python:
@@ -269,6 +272,16 @@ test-python:
 	else \
 	  tools/pyenv.sh $(VENV) && \
 	  COHORT_BIN=$(abspath $(BIN)) $(VENV)/bin/python -m pytest python/tests -q $(PYTEST_ARGS); \
+	fi
+
+# deploy/ checked offline: every kustomize overlay rendered and validated
+# (kubernetes-validate --strict, Kubernetes 1.30 on), the Dockerfile
+# linted (hadolint); the tools are pinned wheels in .venv.
+check-k8s:
+	@if [[ "$(COHORT_SKIP_PYTHON)" == 1 ]]; then \
+	  echo "check-k8s: SKIPPED (COHORT_SKIP_PYTHON=1): deploy/ was not checked"; \
+	else \
+	  tools/pyenv.sh $(VENV) && $(VENV)/bin/python tools/check-k8s.py; \
 	fi
 
 test-san:
