@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import os
 import re
 import shutil
 import subprocess
@@ -281,7 +280,8 @@ def check_policy(docs: list[Doc], token: str) -> list[str]:
                 _need(svc is not None, f"{cw}: COHORT_COORDINATOR {coord} is not a rendered Service", errs)
                 if svc is not None and m is not None:
                     ports = {p["port"] for p in svc["spec"].get("ports", [])}
-                    _need(int(m.group(3)) in ports, f"{cw}: {coord}: port not on Service {svc['metadata']['name']}", errs)
+                    svcname = svc["metadata"]["name"]
+                    _need(int(m.group(3)) in ports, f"{cw}: {coord}: port not on Service {svcname}", errs)
 
     for s in sts:
         errs += _check_coordinator(s, services, docs, jobs)
@@ -316,7 +316,11 @@ def _check_coordinator(s: Doc, services: dict[str, Doc], docs: list[Doc], jobs: 
         cports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
         for p in gov["spec"].get("ports", []):
             tp = p.get("targetPort", p["port"])
-            _need(tp in cports or tp in cports.values(), f"Service port {p['name']}: targetPort {tp} not a container port", errs)
+            _need(
+                tp in cports or tp in cports.values(),
+                f"Service port {p['name']}: targetPort {tp} not a container port",
+                errs,
+            )
     env = {k: str(e["value"]) for k, e in _env_map(c).items() if "value" in e}
     args = [expand(str(a), env) for a in c.get("command", []) + c.get("args", [])]
 
@@ -330,7 +334,11 @@ def _check_coordinator(s: Doc, services: dict[str, Doc], docs: list[Doc], jobs: 
     for probe, path in (("startupProbe", "/healthz"), ("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
         hg = c.get(probe, {}).get("httpGet", {})
         p = portnames.get(hg.get("port"), hg.get("port"))
-        _need(hg.get("path") == path and p == port, f"cohortd: {probe} is not GET {path} on --http's port {port}", errs)
+        _need(
+            hg.get("path") == path and p == port,
+            f"cohortd: {probe} is not GET {path} on --http's port {port}",
+            errs,
+        )
     ann = tpl["metadata"].get("annotations", {})
     _need(ann.get("prometheus.io/scrape") == "true", "cohortd: no prometheus.io/scrape annotation", errs)
     _need(ann.get("prometheus.io/port") == str(port), "cohortd: prometheus.io/port is not --http's port", errs)
@@ -344,7 +352,11 @@ def _check_coordinator(s: Doc, services: dict[str, Doc], docs: list[Doc], jobs: 
         errs,
     )
     vols = {v["name"]: v for v in tpl["spec"].get("volumes", [])}
-    pdbs = [p for p in by_kind(docs, "PodDisruptionBudget") if selects(p["spec"]["selector"].get("matchLabels", {}), tpl["metadata"]["labels"])]
+    pdbs = [
+        p
+        for p in by_kind(docs, "PodDisruptionBudget")
+        if selects(p["spec"]["selector"].get("matchLabels", {}), tpl["metadata"]["labels"])
+    ]
     _need(len(pdbs) == 1, "cohortd: no PodDisruptionBudget selects it", errs)
     jobspecs = opt("--job")
     jobnames = {j["metadata"]["name"] for j in jobs}

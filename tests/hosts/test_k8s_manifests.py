@@ -32,7 +32,6 @@ tree), resource limits, the image itself (tools/check-k8s.py lints it).
 
 from __future__ import annotations
 
-import base64
 import copy
 import importlib.util
 import json
@@ -164,11 +163,11 @@ class Runner:
         self.r = rendering
         self.cluster = cluster
         self.tmp = tmp
-        self.image = image_files()
-        # the pods' users must reach their volumes
+        # the pods' users must reach their volumes and the image
         tmp.mkdir(parents=True, exist_ok=True)
         for d in (tmp, tmp.parent):
             os.chmod(d, 0o755)
+        self.image = self._image_tree(tmp / "image")
 
     # DNS: every Service name, and pod hostname.subdomain, on every host
     def publish_dns(self, pods: list[Pod]) -> None:
@@ -205,7 +204,7 @@ class Runner:
         assert c.get("command"), f"{pod.name}: the manifest must set command (the image's CMD is cohortd)"
         argv = [ck.expand(str(a), env) for a in c["command"] + c.get("args", [])]
         paths = dict(mounts)
-        paths.update({k: str(v) for k, v in self.image.items()})
+        paths.update(self.image)
         argv = [_remap(a, paths) for a in argv]
         env = {k: _remap(v, paths) for k, v in env.items()}
         exe = argv[0]
@@ -220,6 +219,25 @@ class Runner:
         p = pod.host.spawn(argv, env=env)
         p.pod = pod
         return p
+
+    @staticmethod
+    def _image_tree(root: Path) -> dict[str, str]:
+        """The image's files under root: the programs as links to this
+        build, the data set as a copy; {path in the image: local path}."""
+        out = {}
+        for path, local in image_files().items():
+            dst = root / path.lstrip("/")
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            if os.access(local, os.X_OK):
+                dst.symlink_to(local)
+            else:
+                shutil.copyfile(local, dst)
+                os.chmod(dst, 0o644)
+            out[path] = str(dst)
+        for d in [root, *root.rglob("*")]:
+            if d.is_dir() and not d.is_symlink():
+                os.chmod(d, 0o755)
+        return out
 
     def _value_from(self, pod: Pod, name: str, vf: Doc) -> str:
         if "fieldRef" in vf:
@@ -426,7 +444,8 @@ def kubelet_probes(pod: Pod, timeout: float = 30) -> dict[str, list[Any]]:
         urls[kind] = f"http://{pod.host.addr}:{port}{hg['path']}"
     ann = pod.annotations
     if ann.get("prometheus.io/scrape") == "true":
-        urls["prometheus"] = f"http://{pod.host.addr}:{ann['prometheus.io/port']}{ann.get('prometheus.io/path', '/metrics')}"
+        path = ann.get("prometheus.io/path", "/metrics")
+        urls["prometheus"] = f"http://{pod.host.addr}:{ann['prometheus.io/port']}{path}"
     got = probe(pod.host, list(urls.values()), timeout)
     return {k: got[u] for k, u in urls.items()}
 
@@ -495,7 +514,7 @@ def cohort_cli(host: Any, worker_env: dict[str, str], *args: str) -> str:
 
 
 @pytest.fixture
-def tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def tmp() -> Iterator[Path]:
     d = Path(tempfile.mkdtemp(prefix="k8s-pods-"))
     yield d
     shutil.rmtree(d, ignore_errors=True)
