@@ -170,6 +170,8 @@ class Runner:
         self.image = self._image_tree(tmp / "image")
 
     # DNS: every Service name, and pod hostname.subdomain, on every host
+    # (a headless Service's name resolves only once its pods are ready:
+    # publish a pod's names when it is)
     def publish_dns(self, pods: list[Pod]) -> None:
         entries: list[tuple[str, str]] = []
         for svc in (d for d in self.r.docs if d["kind"] == "Service"):
@@ -558,14 +560,18 @@ def test_cpu_overlay_trains(tmp: Path) -> None:
     job = r.one("Job")
     n = job["spec"]["completions"]
     with Cluster(n_hosts=1 + n, name="k8s") as cl:
-        runner, coord = _start(r, cl, tmp, cl.hosts[1:])
+        runner = Runner(r, cl, tmp / "pods")
+        coord = coordinator_pod(r, cl.hosts[0])
+        runner.publish_dns(job_pods(job, cl.hosts[1:]))
         workers = run_job(runner, job, cl.hosts[1:])
-        time.sleep(0.5)  # the workers must wait for the coordinator
+        # "cohortd" does not resolve yet: the workers must keep trying
+        time.sleep(1)
+        assert all(p.poll() is None for p in workers), logs(workers)
         cohortd = runner.spawn(coord)
-        cohortd.pod = coord
         got = kubelet_probes(coord)
         for kind, (status, body) in got.items():
             assert status == 200, f"{kind}: HTTP {status} {body}\n{logs([cohortd])}"
+        runner.publish_dns([coord])  # ready: the endpoints controller publishes it
         assert "cohort_" in got["prometheus"][1], "no cohort_ metrics at the scrape target"
         wait_all(workers, RUN_TIMEOUT)
         everyone = workers + [cohortd]
