@@ -22,7 +22,8 @@ args and environment exactly as the kubelet would resolve them:
   no_new_privs (``allowPrivilegeEscalation: false``) and an empty
   capability bounding set (``drop: [ALL]``), through setpriv;
 - Service DNS names (``cohortd``, ``cohortd.default.svc``, ...) resolve,
-  through each host's /etc/hosts, to the host of the pod they select;
+  through each host's /etc/hosts, to the host of the pod they select,
+  once that pod is ready (a headless Service lists ready pods only);
 - the kubelet's probes are HTTP GETs against the pod's address, and
   Prometheus scrapes what the annotations point at.
 
