@@ -36,6 +36,10 @@ cohort_status cohort__options_env_timeouts(cohort_options *opts);
  * or COHORT_DATA_ADDR is not a numeric address. */
 cohort_status cohort__data_addr(const char *coordinator, char *out, size_t len,
     char *from, size_t fromlen);
+/* The reconnect window opts asks for: opts->reconnect_window, else
+ * COHORT_RECONNECT_MS, else the scaled default; capped at the operation
+ * timeout (client/client.c). */
+cohort_duration cohort__reconnect_window(const cohort_options *opts);
 /* Checks heartbeat < dead-after < operation timeout <= rendezvous timeout
  * (a negative timeout means none, and is larger than any other); writes a
  * one-line explanation into why. */

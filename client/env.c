@@ -422,6 +422,8 @@ cohort__options_env_timeouts(cohort_options *opts)
 		    offsetof(cohort_options, heartbeat_interval) },
 		{ COHORT__KNOB_DEAD_AFTER_MS,
 		    offsetof(cohort_options, dead_after) },
+		{ COHORT__KNOB_RECONNECT_MS,
+		    offsetof(cohort_options, reconnect_window) },
 	};
 	const char *b = cohort__knob_str(COHORT__KNOB_BACKEND);
 

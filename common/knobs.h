@@ -60,9 +60,9 @@ enum cohort__knob_type {
 	    "heartbeat period of a client")                                   \
 	X(DEAD_AFTER_MS, MS, "5000", 1, INT32_MAX, "timeouts",                \
 	    "silence after which cohortd declares a rank dead")               \
-	X(RECONNECT_MS, MS, "5000", 0, INT32_MAX, "timeouts",                 \
-	    "how long a client waits for a lost coordinator to come back "    \
-	    "(default: its dead-after)")                                      \
+	X(RECONNECT_MS, MS, "60000", 0, INT32_MAX, "timeouts",                \
+	    "how long calls wait for a lost coordinator to come back (the "   \
+	    "data plane goes on); at most the operation timeout")             \
 	X(TIMEOUT_SCALE, FLOAT, "1", 0, 1000, "timeouts",                     \
 	    "multiplies the liveness defaults (heartbeat, dead-after)")       \
 	X(LOG_LEVEL, STR, "warn", 0, 0, "logs",                               \

@@ -658,10 +658,17 @@ srv_job_sweep(struct srv_job *job, cohort__time now)
 		struct srv_member *m = &job->members[r];
 		char text[64];
 		if (m->state != SRV_MEMBER_RUNNING
-		    || now - m->last_seen <= (cohort__time)m->dead_ms)
+		    || now - m->last_seen <= (cohort__time)m->dead_ms
+		    || now < m->grace_until)
 			continue;
-		snprintf(text, sizeof(text), "no heartbeat for %.1f s",
-		    (double)(now - m->last_seen) / 1000.0);
+		if (m->restored_at != 0 && m->last_seen == m->restored_at)
+			snprintf(text, sizeof(text),
+			    "did not reconnect within %.1f s of cohortd's "
+			    "restart",
+			    (double)(now - m->restored_at) / 1000.0);
+		else
+			snprintf(text, sizeof(text), "no heartbeat for %.1f s",
+			    (double)(now - m->last_seen) / 1000.0);
 		srv_job_fail_member(job, m, text, now);
 	}
 }
@@ -687,6 +694,8 @@ srv_job_restore_gen(struct srv_job *job, uint64_t gen, uint32_t world,
 		    = srv_client_get(job, client_ids[r], now);
 		m->rank = (int32_t)r;
 		m->last_seen = now;
+		m->restored_at = now;
+		m->grace_until = now + job->core->restore_grace_ms;
 		if (cl == NULL)
 			return (COHORT_ENOMEM);
 		if (cl->member != NULL)

@@ -20,6 +20,9 @@
 #include "server.h"
 
 #define MAIN_MAX_LIST 64
+/* SIGTERM to exit with --http: /readyz says 503 this long first, a little
+ * more than a readiness probe period (docs/kubernetes.md). */
+#define MAIN_DEFAULT_DRAIN_MS 3000
 
 static void
 main_usage(FILE *f)
@@ -60,6 +63,15 @@ main_usage(FILE *f)
 	    "longer (default %u)\n"
 	    "  --log-level LEVEL      error, warn, info (default), debug, "
 	    "trace\n"
+	    "  --restore-grace MS     after a restart from --state-dir, how "
+	    "long members\n"
+	    "                         have to reconnect (default %u)\n"
+	    "  --drain MS             on SIGTERM, answer /readyz 503 and "
+	    "keep serving\n"
+	    "                         this long before exiting (default "
+	    "%u with\n"
+	    "                         --http, else 0; a second signal ends "
+	    "it at once)\n"
 	    "  --ready-fd FD          once listening, write the first bound "
 	    "URL and a\n"
 	    "                         newline to FD and close it (for "
@@ -72,7 +84,9 @@ main_usage(FILE *f)
 	    COHORT__SRV_DEFAULT_URL, (unsigned)COHORT__DEFAULT_MAX_VALUE,
 	    (unsigned long long)COHORT__SRV_DEFAULT_MAX_JOB_BYTES,
 	    (unsigned)COHORT__SRV_DEFAULT_MAX_KEYS,
-	    (unsigned)COHORT__SRV_DEFAULT_STALL_MS);
+	    (unsigned)COHORT__SRV_DEFAULT_STALL_MS,
+	    (unsigned)COHORT__SRV_DEFAULT_RESTORE_GRACE_MS,
+	    (unsigned)MAIN_DEFAULT_DRAIN_MS);
 }
 
 static int
@@ -112,6 +126,9 @@ main(int argc, char **argv)
 	cohort_status rv;
 	int sig = 0, ready_fd = -1;
 	uint64_t idle_exit_ms = 0;
+	/* UINT64_MAX: the default, MAIN_DEFAULT_DRAIN_MS with --http (a
+	 * readiness probe to drain for), else none */
+	uint64_t drain_ms = UINT64_MAX;
 
 	cohort__srv_config_init(&cfg);
 	cfg.listen = listen;
@@ -182,6 +199,19 @@ main(int argc, char **argv)
 				return (2);
 			}
 			cfg.stall_threshold_ms = (uint32_t)ms;
+		} else if (strcmp(a, "--drain") == 0) {
+			if (main_u64(a, v, &drain_ms) != 0)
+				return (2);
+		} else if (strcmp(a, "--restore-grace") == 0) {
+			uint64_t ms;
+			if (main_u64(a, v, &ms) != 0)
+				return (2);
+			if (ms == 0 || ms > UINT32_MAX) {
+				fprintf(stderr, "cohortd: %s: 1 to %u ms\n", a,
+				    UINT32_MAX);
+				return (2);
+			}
+			cfg.restore_grace_ms = (uint32_t)ms;
 		} else if (strcmp(a, "--ready-fd") == 0) {
 			uint64_t fd;
 			if (main_u64(a, v, &fd) != 0 || fd > INT32_MAX)
@@ -206,6 +236,8 @@ main(int argc, char **argv)
 		}
 	}
 
+	if (drain_ms == UINT64_MAX)
+		drain_ms = cfg.http != NULL ? MAIN_DEFAULT_DRAIN_MS : 0;
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
@@ -247,6 +279,26 @@ main(int argc, char **argv)
 			cohort__info("no client for %llu ms, exiting",
 			    (unsigned long long)idle_exit_ms);
 			break;
+		}
+	}
+	if (sig > 0 && drain_ms > 0) {
+		cohort__time end = cohort__now_ms() + (cohort__time)drain_ms;
+
+		/* the preStop drain: out of service first, then the stop
+		 * (journalled state, final replies) */
+		cohort__srv_drain(srv);
+		cohort__info("%s received: draining for %llu ms (/readyz "
+		             "answers 503; a second signal stops at once)",
+		    sig == SIGINT ? "SIGINT" : "SIGTERM",
+		    (unsigned long long)drain_ms);
+		while (!cohort__expired(end)) {
+			int ms = cohort__remaining(end);
+			struct timespec ts
+			    = { ms / 1000, (long)(ms % 1000) * 1000000L };
+			if (sigtimedwait(&set, NULL, &ts) > 0) {
+				cohort__info("second signal: stopping now");
+				break;
+			}
 		}
 	}
 	if (sig > 0)

@@ -135,6 +135,7 @@ class Options(ctypes.Structure):
         ("dead_after", ctypes.c_int32),
         ("backend", ctypes.c_char_p),
         ("data_addr", ctypes.c_char_p),
+        ("reconnect_window", ctypes.c_int32),
     ]
 
 

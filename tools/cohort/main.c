@@ -102,12 +102,17 @@ cli_env_timeouts(void)
 	    "  operation timeout  %8d ms  (COHORT_TIMEOUT_MS)\n"
 	    "  rendezvous timeout %8d ms  (COHORT_JOIN_TIMEOUT_MS; "
 	    "default = operation)\n"
+	    "  reconnect window   %8d ms  (COHORT_RECONNECT_MS; at most "
+	    "operation)\n"
+	    "  connect to a peer  %8d ms  (COHORT_CONNECT_TIMEOUT_MS)\n"
 	    "  order: %s\n",
 	    o.heartbeat_interval, o.dead_after, o.op_timeout,
 	    o.join_timeout == COHORT_WAIT_DEFAULT ? o.op_timeout
 	                                          : o.join_timeout,
+	    cohort__reconnect_window(&o),
+	    (int)cohort__knob_int_or(COHORT__KNOB_CONNECT_TIMEOUT_MS, 10000),
 	    st == COHORT_OK ? "heartbeat < dead-after < operation <= "
-	                      "rendezvous: ok"
+	                      "rendezvous, reconnect <= operation: ok"
 	                    : why);
 	return (st == COHORT_OK ? 0 : 1);
 }

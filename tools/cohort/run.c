@@ -64,6 +64,9 @@ struct run_failure {
 	char last_op[128];
 	uint64_t last_op_seq;
 	char coordinator_view[64]; /* member state at cohortd */
+	/* cohortd did not answer cohort run either: the likely root cause
+	 * (workers lose it past their reconnect window and stop). */
+	char coord_unreachable[COHORT__DETAIL_MAX];
 };
 
 struct run_cfg {
@@ -335,7 +338,8 @@ run_describe_worker(const struct run_worker *w, const struct run_cfg *cfg,
 }
 
 /* Asks cohortd what it knows about the failed rank: its reported text,
- * its last operation. Best effort, bounded to a second. */
+ * its last operation. Best effort, bounded to two seconds; when cohortd
+ * does not answer, f->coord_unreachable says why. */
 static void
 run_query_failure(const char *url, const struct run_cfg *cfg, const char *job,
     struct run_failure *f)
@@ -344,19 +348,26 @@ run_query_failure(const char *url, const struct run_cfg *cfg, const char *job,
 	struct cohort__coord_call call;
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__StatusQuery q = COHORT__STATUS_QUERY__INIT;
-	cohort__time deadline = cohort__now_ms() + 1000;
+	cohort__time deadline = cohort__now_ms() + 2000;
 	cohort_status rv;
 
+	f->coord_unreachable[0] = '\0';
 	if (cohort__coord_open(url, job, cfg->token, cohort__random_u64(), &co)
 	    != COHORT_OK)
 		return;
-	if (cohort__coord_wait_connected(co, deadline) != COHORT_OK)
+	if (cohort__coord_wait_connected(co, deadline) != COHORT_OK) {
+		cohort__strlcpy(f->coord_unreachable, cohort_last_error(),
+		    sizeof(f->coord_unreachable));
 		goto out;
+	}
 	q.job = (char *)job;
 	req.body_case = COHORT__REQUEST__BODY_STATUS_QUERY;
 	req.status_query = &q;
 	cohort__coord_call_init(&call, &req, deadline);
 	rv = cohort__coord_call(co, &call);
+	if (rv == COHORT_ENOCOORD)
+		cohort__strlcpy(f->coord_unreachable, cohort_last_error(),
+		    sizeof(f->coord_unreachable));
 	if (rv == COHORT_OK && call.rep != NULL
 	    && call.rep->body_case == COHORT__REPLY__BODY_STATUS_QUERY) {
 		Cohort__StatusReply *sr = call.rep->status_query;
@@ -426,14 +437,23 @@ run_report(const struct run_cfg *cfg, const char *job,
 	for (int i = 0; i < nw; i++)
 		if (w[i].rank == f->rank)
 			run_describe_worker(&w[i], cfg, desc, sizeof(desc));
+	fprintf(stderr, "\ncohort run: job '%s' failed%s\n", job,
+	    restarts < cfg->max_restarts ? " (this attempt)" : "");
+	if (f->coord_unreachable[0] != '\0')
+		fprintf(stderr,
+		    "  root cause : the coordinator at %s is unreachable: "
+		    "cohort run cannot reach it either (%s); workers stop "
+		    "when it stays away past their reconnect window "
+		    "(COHORT_RECONNECT_MS)\n"
+		    "  first exit : rank %d %s\n",
+		    cfg->coordinator != NULL ? cfg->coordinator : "(embedded)",
+		    f->coord_unreachable, f->rank, desc);
+	else
+		fprintf(stderr, "  root cause : rank %d %s\n", f->rank, desc);
 	fprintf(stderr,
-	    "\n"
-	    "cohort run: job '%s' failed%s\n"
-	    "  root cause : rank %d %s\n"
 	    "  error text : %s\n"
 	    "  operation  : %s%s",
-	    job, restarts < cfg->max_restarts ? " (this attempt)" : "",
-	    f->rank, desc, f->text[0] ? f->text : "(none reported)",
+	    f->text[0] ? f->text : "(none reported)",
 	    f->last_op[0] ? f->last_op : "(unknown)",
 	    f->last_op[0] ? "" : "\n");
 	if (f->last_op[0])
@@ -456,6 +476,10 @@ run_report(const struct run_cfg *cfg, const char *job,
 		}
 		fprintf(out, "{\"job\":");
 		run_json_string(out, job);
+		if (f->coord_unreachable[0] != '\0') {
+			fprintf(out, ",\"coordinator_unreachable\":");
+			run_json_string(out, f->coord_unreachable);
+		}
 		fprintf(out,
 		    ",\"root_cause\":{\"rank\":%d,\"exit_code\":%d,"
 		    "\"signal\":%d,\"error_text\":",
@@ -463,8 +487,9 @@ run_report(const struct run_cfg *cfg, const char *job,
 		run_json_string(out, f->text);
 		fprintf(out, ",\"operation\":");
 		run_json_string(out, f->last_op);
-		fprintf(
-		    out, ",\"operation_seq\":%" PRIu64 "}", f->last_op_seq);
+		fprintf(out, ",\"operation_seq\":%" PRIu64 ",\"kind\":\"%s\"}",
+		    f->last_op_seq,
+		    f->coord_unreachable[0] != '\0' ? "coordinator" : "rank");
 		fprintf(out,
 		    ",\"stop_seconds\":%.3f,\"restarts\":%d,"
 		    "\"max_restarts\":%d,\"workers\":[",

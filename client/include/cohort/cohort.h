@@ -239,6 +239,13 @@ typedef struct cohort_options {
 	/* Address the tcp backend listens on for peers; NULL = the address of
 	 * the interface that reaches the coordinator. */
 	const char *data_addr;
+	/* How long calls wait for a lost coordinator to come back (cohortd
+	 * restarted from its journal, a rescheduled pod) before they fail
+	 * with COHORT_ENOCOORD; data-plane collectives keep running
+	 * meanwhile. COHORT_WAIT_DEFAULT (the default): COHORT_RECONNECT_MS,
+	 * else 60 s (COHORT_TIMEOUT_SCALE applies), capped at op_timeout.
+	 * 0: fail at once. Must not exceed op_timeout. */
+	cohort_duration reconnect_window;
 } cohort_options;
 
 /* Fills *opts with defaults (rank -1, world_size 0, job "default", ...).
