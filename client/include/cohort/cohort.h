@@ -167,6 +167,16 @@ typedef struct cohort_env {
 	 * it) or "default" (127.0.0.1, no coordinator known). */
 	char data_addr[64];
 	char data_addr_from[48];
+	/* Where the token came from: "COHORT_TOKEN", "COHORT_TOKEN_FILE"
+	 * (its contents, less trailing whitespace) or "unset". */
+	char token_from[48];
+	/* Where restart_count came from: "COHORT_RESTART_COUNT",
+	 * "TORCHELASTIC_RESTART_COUNT" or "unset". */
+	char restart_count_from[48];
+	/* Launcher variables present but not used, and why (one sentence
+	 * each, "; "-separated), e.g. an interactive SLURM allocation; "" if
+	 * none. */
+	char notes[256];
 } cohort_env;
 
 /* cohort_env_resolve reads the process environment in the order of
