@@ -5,6 +5,8 @@
  *   cohort status [--coordinator URL] [...]    jobs, ranks, pending ops
  *   cohort fault [--coordinator URL] [...] S   send a fault schedule
  *   cohort env                                 resolved environment
+ *   cohort token JOB...                        a job's token (from the
+ *                                              admin secret)
  *   cohort bench [...]                         collective benchmark
  *   cohort version | help
  *
@@ -24,6 +26,7 @@ int cohort__cmd_run(int argc, char **argv) __attribute__((weak));
 int cohort__cmd_bench(int argc, char **argv) __attribute__((weak));
 int cohort__cmd_status(int argc, char **argv) __attribute__((weak));
 int cohort__cmd_fault(int argc, char **argv) __attribute__((weak));
+int cohort__cmd_token(int argc, char **argv) __attribute__((weak));
 
 static int cli_env(int argc, char **argv);
 static int cli_version(int argc, char **argv);
@@ -43,6 +46,8 @@ static const struct cli_cmd cli_cmds[] = {
 	{ "fault", cohort__cmd_fault,
 	    "send a fault schedule to a running job (fault injection)" },
 	{ "env", cli_env, "show the resolved rank/world/coordinator" },
+	{ "token", cohort__cmd_token,
+	    "print a job's token, minted from cohortd's admin secret" },
 	{ "bench", cohort__cmd_bench, "collective benchmark" },
 	{ "version", cli_version, "print the version" },
 	{ "help", cli_help, "this text" },
