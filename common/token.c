@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cohort_common.h"
+#include "knobs.h"
 #include "sha256.h"
 #include "token.h"
 
@@ -75,4 +76,39 @@ cohort__token_is_minted(const char *admin, const char *job, const char *token)
 	for (size_t i = 0; i < COHORT__MINTED_LEN; i++)
 		d |= (unsigned char)want[i] ^ (unsigned char)token[i];
 	return (d == 0);
+}
+
+cohort_status
+cohort__token_for_tool(const char *prog, const char *file, const char *cli,
+    bool admin, char *buf, size_t len, const char **out)
+{
+	const char *what = "--token-file";
+	cohort_status st;
+
+	*out = "";
+	if (file == NULL && cli != NULL) {
+		fprintf(stderr,
+		    "%s: warning: --token shows the token to every user of "
+		    "this host (ps); use --token-file FILE or COHORT_TOKEN\n",
+		    prog);
+		*out = cli;
+		return (COHORT_OK);
+	}
+	if (file == NULL && cohort__knob_str(COHORT__KNOB_TOKEN) != NULL) {
+		*out = cohort__knob_str(COHORT__KNOB_TOKEN);
+		return (COHORT_OK);
+	}
+	if (file == NULL
+	    && (file = cohort__knob_str(COHORT__KNOB_TOKEN_FILE)) != NULL)
+		what = "COHORT_TOKEN_FILE";
+	if (file == NULL && admin
+	    && (file = cohort__knob_str(COHORT__KNOB_ADMIN_TOKEN_FILE))
+	        != NULL)
+		what = "COHORT_ADMIN_TOKEN_FILE";
+	if (file == NULL)
+		return (COHORT_OK);
+	if ((st = cohort__secret_read(what, file, buf, len)) != COHORT_OK)
+		return (st);
+	*out = buf;
+	return (COHORT_OK);
 }

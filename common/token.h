@@ -38,4 +38,14 @@ void cohort__token_mint(const char *admin, const char *job, char *out);
 bool cohort__token_is_minted(
     const char *admin, const char *job, const char *token);
 
+/* The token a command-line tool (cohort run, status, fault) sends, into
+ * buf (len bytes) and *out: the contents of file (its --token-file), else
+ * cli (its --token, which ps shows: a warning on stderr names prog), else
+ * COHORT_TOKEN, else the contents of COHORT_TOKEN_FILE, else, when admin
+ * (a query of all jobs), the contents of COHORT_ADMIN_TOKEN_FILE, else "".
+ * COHORT_EINVAL (detail in cohort_last_error) when a file cannot be
+ * read. */
+cohort_status cohort__token_for_tool(const char *prog, const char *file,
+    const char *cli, bool admin, char *buf, size_t len, const char **out);
+
 #endif /* COHORT_COMMON_TOKEN_H */
