@@ -311,6 +311,97 @@ START_TEST(test_require_token_creates_only_with_minted)
 }
 END_TEST
 
+/* `cohort run ARGS -- PROGRAM...` with extra environment; output to
+ * out. */
+static pid_t
+jobs_run(const char *const *args, char *const *env, char *out, size_t len,
+    const char *tag)
+{
+	char *argv[32];
+	int n = 0;
+
+	argv[n++] = (char *)th_bin("cohort");
+	argv[n++] = "run";
+	for (int i = 0; args[i] != NULL && n < 31; i++)
+		argv[n++] = (char *)args[i];
+	argv[n] = NULL;
+	snprintf(out, len, "%s/%s.out", th_tmpdir(), tag);
+	return (th_spawn(argv, env, out));
+}
+
+/* Kubeflow's Trainer runs the same command in every node's pod with
+ * torchrun's arguments as PET_*: cohort run takes them as --nnodes, -n,
+ * --node-rank and --coordinator; node 0 serves the coordinator at
+ * PET_MASTER_PORT; the job's name (the same on both nodes) comes from
+ * PET_MASTER_ADDR. Node 1 starts first and waits for node 0. */
+START_TEST(test_run_kubeflow_two_nodes)
+{
+	static char e_port[64], e_node[2][32], want[128];
+	const char *args[]
+	    = { "--", th_bin("cohort-test-worker"), "allreduce_env", NULL };
+	char *env[2][8];
+	char out[2][256];
+	pid_t p[2];
+	int port = th_free_port();
+
+	snprintf(e_port, sizeof(e_port), "PET_MASTER_PORT=%d", port);
+	for (int node = 0; node < 2; node++) {
+		snprintf(e_node[node], sizeof(e_node[node]),
+		    "PET_NODE_RANK=%d", node);
+		env[node][0] = "PET_NNODES=2";
+		env[node][1] = "PET_NPROC_PER_NODE=2";
+		env[node][2] = e_node[node];
+		env[node][3] = "PET_MASTER_ADDR=127.0.0.1";
+		env[node][4] = e_port;
+		env[node][5] = "COHORT_TEST_VALUE=10";
+		env[node][6] = "COHORT_TOKEN=kf-token";
+		env[node][7] = NULL;
+	}
+	p[1] = jobs_run(args, env[1], out[1], sizeof(out[1]), "kf-node1");
+	usleep(500 * 1000);
+	p[0] = jobs_run(args, env[0], out[0], sizeof(out[0]), "kf-node0");
+	snprintf(want, sizeof(want), "job=kubeflow-127.0.0.1:%d source=cohort",
+	    port);
+	for (int node = 0; node < 2; node++) {
+		ck_assert_msg(jobs_wait(p[node], 90000) == 0, "node %d: %s",
+		    node, jobs_out(out[node]));
+		ck_assert_msg(jobs_out_has(out[node], want), "node %d: %s",
+		    node, jobs_out(out[node]));
+		/* 4 x 10 + 0 + 1 + 2 + 3 */
+		ck_assert_msg(jobs_out_has(out[node], "world=4 sum=46 ok=1"),
+		    "node %d: %s", node, jobs_out(out[node]));
+	}
+	ck_assert(jobs_out_has(out[0], "rank=0 world=4"));
+	ck_assert(jobs_out_has(out[1], "rank=3 world=4"));
+}
+END_TEST
+
+/* run-<pid> differs per node: several nodes need one name, from --job or
+ * the launcher, and are refused without. */
+START_TEST(test_run_multinode_job_name)
+{
+	const char *args[] = { "--nnodes", "2", "--node-rank", "1", "-n", "1",
+		"--coordinator", "tcp://127.0.0.1:1", "--", "/bin/sh", "-c",
+		"echo job=$COHORT_JOB", NULL };
+	char *slurm[] = { "SLURM_JOB_ID=777", "SLURM_STEP_ID=3",
+		"SLURM_JOB_NAME=train.sh", NULL };
+	char out[2][256];
+
+	ck_assert_int_eq(
+	    jobs_wait(
+	        jobs_run(args, NULL, out[0], sizeof(out[0]), "nojob"), 30000),
+	    2);
+	ck_assert_msg(
+	    jobs_out_has(out[0], "pass --job NAME"), "%s", jobs_out(out[0]));
+	ck_assert_int_eq(
+	    jobs_wait(
+	        jobs_run(args, slurm, out[1], sizeof(out[1]), "slurm"), 30000),
+	    0);
+	ck_assert_msg(
+	    jobs_out_has(out[1], "job=slurm-777.3"), "%s", jobs_out(out[1]));
+}
+END_TEST
+
 Suite *suite_integration_jobs(void);
 
 Suite *
@@ -319,6 +410,7 @@ suite_integration_jobs(void)
 	Suite *s = suite_create("integration_jobs");
 	TCase *tc = tcase_create("launchers");
 	TCase *ta = tcase_create("require_token");
+	TCase *tr = tcase_create("cohort_run");
 
 	tcase_add_checked_fixture(tc, setup_plain, teardown);
 	tcase_set_timeout(tc, 180);
@@ -330,5 +422,10 @@ suite_integration_jobs(void)
 	tcase_set_timeout(ta, 180);
 	tcase_add_test(ta, test_require_token_creates_only_with_minted);
 	suite_add_tcase(s, ta);
+
+	tcase_set_timeout(tr, 180);
+	tcase_add_test(tr, test_run_kubeflow_two_nodes);
+	tcase_add_test(tr, test_run_multinode_job_name);
+	suite_add_tcase(s, tr);
 	return (s);
 }
