@@ -215,8 +215,9 @@ static char admin_path[256];
 static void
 setup_require_token(void)
 {
-	static char arg[300];
-	static const char *args[5];
+	static char arg[300], preset[320];
+	static const char *args[7];
+	char path[300];
 	FILE *f;
 
 	snprintf(
@@ -225,13 +226,54 @@ setup_require_token(void)
 	ck_assert_ptr_nonnull(f);
 	fputs("adm1n-secret-for-tests\n", f);
 	fclose(f);
+	snprintf(path, sizeof(path), "%s/preset.token", th_tmpdir());
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("preset-s3cret\n", f);
+	fclose(f);
 	snprintf(arg, sizeof(arg), "%s", admin_path);
+	snprintf(preset, sizeof(preset), "preset:@%s", path);
 	args[0] = "--require-token";
 	args[1] = "--admin-token-file";
 	args[2] = arg;
-	args[3] = NULL;
+	args[3] = "--job";
+	args[4] = preset;
+	args[5] = NULL;
 	th_coord_start(&coord, args);
 }
+
+/* --job NAME:@FILE: the preset job's token comes from the file, and no
+ * secret is on cohortd's command line (ps shows it to every user). */
+START_TEST(test_preset_job_token_from_file)
+{
+	static const char *const right[]
+	    = { "COHORT_JOB=preset", "COHORT_TOKEN=preset-s3cret",
+		      "COHORT_RANK=0", "COHORT_WORLD_SIZE=1", NULL };
+	char out[256], path[64], *cmdline;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)coord.pid);
+	f = fopen(path, "rb");
+	ck_assert_ptr_nonnull(f);
+	cmdline = calloc(1, 8192);
+	n = fread(cmdline, 1, 8191, f);
+	fclose(f);
+	for (size_t i = 0; i < n; i++)
+		if (cmdline[i] == '\0')
+			cmdline[i] = ' ';
+	ck_assert_ptr_nonnull(strstr(cmdline, "--require-token"));
+	ck_assert_ptr_null(strstr(cmdline, "s3cret"));
+	ck_assert_ptr_null(strstr(cmdline, "adm1n-secret"));
+	free(cmdline);
+	ck_assert_int_eq(
+	    jobs_wait(jobs_spawn(right, "open", NULL, out, sizeof(out), "pre"),
+	        30000),
+	    0);
+	ck_assert_msg(
+	    jobs_out_has(out, "rank=0 world=1"), "%s", jobs_out(out));
+}
+END_TEST
 
 START_TEST(test_require_token_creates_only_with_minted)
 {
@@ -421,6 +463,7 @@ suite_integration_jobs(void)
 	tcase_add_checked_fixture(ta, setup_require_token, teardown);
 	tcase_set_timeout(ta, 180);
 	tcase_add_test(ta, test_require_token_creates_only_with_minted);
+	tcase_add_test(ta, test_preset_job_token_from_file);
 	suite_add_tcase(s, ta);
 
 	tcase_set_timeout(tr, 180);
