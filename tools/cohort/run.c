@@ -724,10 +724,10 @@ run_job_name(const struct run_cfg *cfg, char *job, size_t len)
 		fprintf(stderr, "cohort run: %s\n", cohort_last_error());
 		return (2);
 	}
-	if (strcmp(from, "default") != 0) {
+	if (strcmp(from, "default") != 0
+	    && (cfg->nnodes > 1 || strcmp(from, "COHORT_JOB") == 0)) {
 		cohort__info("job '%s' (from %s)", job, from);
-		if (cfg->nnodes > 1 || strcmp(from, "COHORT_JOB") == 0)
-			return (0);
+		return (0);
 	}
 	if (cfg->nnodes > 1) {
 		fprintf(stderr,
