@@ -33,6 +33,8 @@ enum cohort__knob_type {
 	    "job name (a namespace at cohortd)")                              \
 	X(TOKEN, STR, "", 0, 0, "job",                                        \
 	    "job token; cohortd refuses a wrong one")                         \
+	X(TOKEN_FILE, STR, "", 0, 0, "job",                                   \
+	    "file holding the job token (when COHORT_TOKEN is unset)")        \
 	X(RANK, INT, "-1", -1, 65535, "job",                                  \
 	    "this process's rank; -1: cohortd assigns one")                   \
 	X(WORLD_SIZE, INT, "0", 0, 65536, "job",                              \
@@ -42,6 +44,9 @@ enum cohort__knob_type {
 	X(NODE_RANK, INT, "-1", -1, 65535, "job", "index of this node")       \
 	X(RESTART_COUNT, INT, "0", 0, 1000000, "job",                         \
 	    "restarts of the group so far (set by cohort run)")               \
+	X(ADMIN_TOKEN_FILE, STR, "", 0, 0, "cohortd",                         \
+	    "file holding cohortd's admin secret (cohortd, cohort token, "    \
+	    "cohort status)")                                                 \
 	X(BACKEND, STR, "auto", 0, 0, "data plane",                           \
 	    "data-plane backend: auto, tcp, service, nccl or tcp-staged")     \
 	X(DATA_ADDR, STR, "", 0, 0, "data plane",                             \

@@ -18,6 +18,7 @@
 #include "cohort_common.h"
 #include "knobs.h"
 #include "server.h"
+#include "token.h"
 
 #define MAIN_MAX_LIST 64
 /* SIGTERM to exit with --http: /readyz says 503 this long first, a little
@@ -36,10 +37,23 @@ main_usage(FILE *f)
 	    "  --listen URL           listen on URL (tcp://, ipc://; "
 	    "repeatable)\n"
 	    "                         default %s\n"
-	    "  --job NAME:TOKEN       create job NAME with TOKEN in advance "
-	    "(repeatable)\n"
-	    "  --admin-token TOKEN    required by status queries for all "
-	    "jobs\n"
+	    "  --job NAME:@FILE       create job NAME in advance, its token "
+	    "read from\n"
+	    "                         FILE (repeatable; NAME: for no token; "
+	    "NAME:TOKEN\n"
+	    "                         works but shows the token in ps: "
+	    "deprecated)\n"
+	    "  --admin-token-file FILE\n"
+	    "                         the admin secret (default: "
+	    "$COHORT_ADMIN_TOKEN_FILE):\n"
+	    "                         required by status queries for all "
+	    "jobs; job\n"
+	    "                         tokens are minted from it (cohort "
+	    "token JOB)\n"
+	    "  --require-token        a join creates a job only with its "
+	    "minted token\n"
+	    "                         (jobs of --job keep their own); see "
+	    "docs/security.md\n"
 	    "  --max-value-bytes N    largest KV value / object (default "
 	    "%u)\n"
 	    "  --max-job-bytes N      keys + values per job (default %llu)\n"
@@ -103,6 +117,55 @@ main_u64(const char *opt, const char *s, uint64_t *out)
 	return (0);
 }
 
+/* Secrets never come from the command line (/proc/PID/cmdline is
+ * readable by every user of the host): a file, named by an option or by
+ * COHORT_ADMIN_TOKEN_FILE. The old forms still work, with a warning. */
+static int
+main_secret(const char *opt, const char *path, char **out)
+{
+	char buf[COHORT__TOKEN_MAX + 1];
+
+	if (cohort__secret_read(opt, path, buf, sizeof(buf)) != COHORT_OK) {
+		fprintf(stderr, "cohortd: %s\n", cohort_last_error());
+		return (-1);
+	}
+	free(*out);
+	*out = strdup(buf);
+	memset(buf, 0, sizeof(buf));
+	return (*out != NULL ? 0 : -1);
+}
+
+/* --job NAME:@FILE becomes NAME:TOKEN for the server (in memory only). */
+static int
+main_job(const char *spec, char **out)
+{
+	const char *colon = strchr(spec, ':');
+	char buf[COHORT__TOKEN_MAX + 1];
+	size_t nl, n;
+
+	*out = NULL;
+	if (colon == NULL || colon[1] != '@') {
+		if (colon != NULL && colon[1] != '\0')
+			cohort__warn("--job %.*s:TOKEN shows the token to "
+			             "every user of this host (ps); use --job "
+			             "%.*s:@FILE",
+			    (int)(colon - spec), spec, (int)(colon - spec),
+			    spec);
+		return (0);
+	}
+	if (cohort__secret_read("--job", colon + 2, buf, sizeof(buf))
+	    != COHORT_OK) {
+		fprintf(stderr, "cohortd: %s\n", cohort_last_error());
+		return (-1);
+	}
+	nl = (size_t)(colon - spec);
+	n = nl + 1 + strlen(buf) + 1;
+	if ((*out = malloc(n)) != NULL)
+		snprintf(*out, n, "%.*s:%s", (int)nl, spec, buf);
+	memset(buf, 0, sizeof(buf));
+	return (*out != NULL ? 0 : -1);
+}
+
 static int
 main_level(const char *s)
 {
@@ -120,6 +183,8 @@ main(int argc, char **argv)
 {
 	const char *listen[MAIN_MAX_LIST], *jobs[MAIN_MAX_LIST];
 	const char *tstores[MAIN_MAX_LIST];
+	char *job_specs[MAIN_MAX_LIST] = { NULL }, *admin = NULL;
+	const char *admin_file = NULL;
 	struct cohort__srv_config cfg;
 	struct cohort__srv *srv;
 	sigset_t set;
@@ -148,6 +213,10 @@ main(int argc, char **argv)
 			    COHORT_VERSION_STRING, COHORT_PROTO_VERSION);
 			return (0);
 		}
+		if (strcmp(a, "--require-token") == 0) {
+			cfg.require_token = true;
+			continue;
+		}
 		if (v == NULL) {
 			fprintf(stderr,
 			    "cohortd: unknown option or missing "
@@ -162,9 +231,21 @@ main(int argc, char **argv)
 			listen[cfg.nlisten++] = v;
 		} else if (strcmp(a, "--job") == 0
 		    && cfg.njobs < MAIN_MAX_LIST) {
-			jobs[cfg.njobs++] = v;
+			if (main_job(v, &job_specs[cfg.njobs]) != 0)
+				return (2);
+			jobs[cfg.njobs] = job_specs[cfg.njobs] != NULL
+			    ? job_specs[cfg.njobs]
+			    : v;
+			cfg.njobs++;
+		} else if (strcmp(a, "--admin-token-file") == 0) {
+			admin_file = v;
 		} else if (strcmp(a, "--admin-token") == 0) {
-			cfg.admin_token = v;
+			cohort__warn("--admin-token shows the secret to every "
+			             "user of this host (ps); use "
+			             "--admin-token-file");
+			free(admin);
+			if ((admin = strdup(v)) == NULL)
+				return (1);
 		} else if (strcmp(a, "--max-value-bytes") == 0) {
 			if (main_u64(a, v, &cfg.max_value_bytes) != 0)
 				return (2);
@@ -238,6 +319,17 @@ main(int argc, char **argv)
 
 	if (drain_ms == UINT64_MAX)
 		drain_ms = cfg.http != NULL ? MAIN_DEFAULT_DRAIN_MS : 0;
+	if (admin_file == NULL && admin == NULL)
+		admin_file = cohort__knob_str(COHORT__KNOB_ADMIN_TOKEN_FILE);
+	if (admin_file != NULL
+	    && main_secret("--admin-token-file", admin_file, &admin) != 0)
+		return (2);
+	cfg.admin_token = admin;
+	if (cfg.require_token && admin == NULL)
+		cohort__warn("--require-token without an admin secret: only "
+		             "jobs given with --job (or restored from "
+		             "--state-dir) can be joined");
+
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
@@ -306,5 +398,8 @@ main(int argc, char **argv)
 		    sig == SIGINT ? "SIGINT" : "SIGTERM");
 	cohort__srv_stop(srv);
 	cohort__info("stopped");
+	for (size_t i = 0; i < cfg.njobs; i++)
+		free(job_specs[i]);
+	free(admin);
 	return (0);
 }

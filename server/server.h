@@ -29,8 +29,13 @@ struct cohort__srv_config {
 	uint64_t max_value_bytes; /* largest KV value / object */
 	uint64_t max_job_bytes; /* keys + values of one job */
 	uint64_t max_keys; /* keys of one job */
-	/* If set, a StatusQuery without a job must carry this token. */
+	/* The admin secret: if set, a StatusQuery without a job must carry
+	 * it, and job tokens are minted from it (docs/security.md). */
 	const char *admin_token;
+	/* A join creates a job only with a token cohortd accepts (the one
+	 * minted from admin_token for the job); jobs given in `jobs` (or
+	 * restored from the journal) are joined with their own token. */
+	bool require_token;
 	/* "ADDR:PORT" of the HTTP endpoint (/metrics, /healthz, /readyz);
 	 * NULL = none. */
 	const char *http;

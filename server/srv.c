@@ -560,6 +560,7 @@ cohort__srv_start(
 	         cohort__now_ms(), &s->core))
 	    != COHORT_OK)
 		goto out_free;
+	s->core->require_token = cfg->require_token;
 	s->core->stall_ms = cfg->stall_threshold_ms
 	    ? (cohort__time)cfg->stall_threshold_ms
 	    : (cohort__time)COHORT__SRV_DEFAULT_STALL_MS;

@@ -359,6 +359,9 @@ struct srv_core {
 	unsigned nclose_pipes;
 	struct srv_limits lim;
 	char *admin_token;
+	/* --require-token: a join creates a job only with the token minted
+	 * from admin_token for it (docs/security.md). */
+	bool require_token;
 	srv_sink_fn sink;
 	void *sink_arg;
 	struct srv_map jobs;
