@@ -139,7 +139,7 @@ STATIC_LIBS := $(LIB)/libcohort_examples.a $(LIB)/libcohort_strategies.a \
 	$(LIB)/libcohortd.a $(LIB)/libcohort_cuda.a $(LIB)/libcohort.a
 CUDA_LINK := $(if $(CU_SRC),-L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++)
 
-.PHONY: all test test-unit test-python test-san demo demo-lightning bench \
+.PHONY: all test test-unit test-python test-hosts test-san demo demo-lightning bench \
 	bench-faults bench-torch install clean check-style deps probe gpu-check \
 	check-k8s
 .DEFAULT_GOAL := all
@@ -261,6 +261,7 @@ test: deps
 	$(MAKE) all
 	COHORT_BIN=$(BIN) $(BIN)/cohort-tests
 	$(MAKE) test-python
+	$(MAKE) test-hosts
 	$(MAKE) check-k8s
 
 VENV ?= .venv
@@ -272,6 +273,19 @@ test-python:
 	else \
 	  tools/pyenv.sh $(VENV) && \
 	  COHORT_BIN=$(abspath $(BIN)) $(VENV)/bin/python -m pytest python/tests -q $(PYTEST_ARGS); \
+	fi
+
+# Many hosts: network namespaces on a bridge (tests/hosts/hostnet.py), each
+# with its own address and /dev/shm; needs root, iproute2 and nftables
+# (tools/deps.sh) and pytest from the venv. Skips with a line otherwise.
+test-hosts:
+	@if [[ "$(COHORT_SKIP_PYTHON)" == 1 ]]; then \
+	  echo "test-hosts: SKIPPED (COHORT_SKIP_PYTHON=1: pytest comes from the venv)"; \
+	elif [[ -n "$(SAN)" ]]; then \
+	  echo "test-hosts: not run under SAN=$(SAN)"; \
+	else \
+	  tools/pyenv.sh $(VENV) && \
+	  COHORT_BIN=$(abspath $(BIN)) $(VENV)/bin/python -m pytest tests/hosts -q -rs $(PYTEST_ARGS); \
 	fi
 
 # deploy/ checked offline: every kustomize overlay rendered and validated

@@ -44,6 +44,22 @@ cohort_options_init(cohort_options *opts)
 	opts->dead_after = cohort__scaled(COHORT__DEFAULT_DEAD_AFTER_MS);
 	opts->backend = "auto";
 	opts->data_addr = NULL;
+	opts->reconnect_window = COHORT_WAIT_DEFAULT;
+}
+
+cohort_duration
+cohort__reconnect_window(const cohort_options *opts)
+{
+	int64_t w;
+
+	if (opts->reconnect_window != COHORT_WAIT_DEFAULT)
+		return (opts->reconnect_window);
+	w = cohort__knob_int_or(COHORT__KNOB_RECONNECT_MS, -2);
+	if (w == -2)
+		w = cohort__scaled(COHORT__DEFAULT_RECONNECT_MS);
+	if (w < 0 || (opts->op_timeout >= 0 && w > opts->op_timeout))
+		w = opts->op_timeout;
+	return ((cohort_duration)w);
 }
 
 /* A negative duration (forever) is longer than any other. */
@@ -74,6 +90,13 @@ cohort__timeouts_check(const cohort_options *opts, char *why, size_t len)
 		    "dead-after (%d ms), or real failures would look like "
 		    "timeouts",
 		    opts->op_timeout, opts->dead_after);
+		return (COHORT_EINVAL);
+	}
+	if (opts->reconnect_window >= 0 && opts->reconnect_window > op) {
+		snprintf(why, len,
+		    "the reconnect window (%d ms) must not be longer than the "
+		    "operation timeout (%d ms)",
+		    opts->reconnect_window, opts->op_timeout);
 		return (COHORT_EINVAL);
 	}
 	if (join < op) {
@@ -469,17 +492,12 @@ client_watch_done(void *arg, cohort_status st, struct cohort__coord_call *call)
 		return;
 	case COHORT_ENOCOORD:
 		if (cohort__coord_lost(c->coord)) {
+			/* Past the reconnect window: without cohortd no
+			 * failure is detected, no group restarts, so the
+			 * data plane stops too, naming the coordinator. */
 			snprintf(
 			    detail, sizeof(detail), "%s", cohort_last_error());
-			pthread_mutex_lock(&c->mtx);
-			{
-				int ok = COHORT_OK;
-				if (atomic_compare_exchange_strong(
-				        &c->error, &ok, COHORT_ENOCOORD))
-					cohort__strlcpy(c->error_detail,
-					    detail, sizeof(c->error_detail));
-			}
-			pthread_mutex_unlock(&c->mtx);
+			cohort__client_fail(c, COHORT_ENOCOORD, detail);
 			return;
 		}
 		break;
@@ -799,9 +817,9 @@ cohort_client_open(
 	    != COHORT_OK)
 		goto out_free;
 	/* A coordinator restart must not fail the job: calls wait for the
-	 * reconnection as long as cohortd would wait for this member. */
-	if (cohort__knob_str(COHORT__KNOB_RECONNECT_MS) == NULL)
-		cohort__coord_set_reconnect_window(c->coord, c->dead_after_ms);
+	 * reconnection through the window, the data plane goes on. */
+	cohort__coord_set_reconnect_window(
+	    c->coord, cohort__reconnect_window(opts));
 	if ((st = cohort__coord_wait_connected(c->coord, deadline))
 	    != COHORT_OK)
 		goto out_free;

@@ -36,6 +36,29 @@ cohort_status cohort__options_env_timeouts(cohort_options *opts);
  * or COHORT_DATA_ADDR is not a numeric address. */
 cohort_status cohort__data_addr(const char *coordinator, char *out, size_t len,
     char *from, size_t fromlen);
+/* The reconnect window opts asks for: opts->reconnect_window, else
+ * COHORT_RECONNECT_MS, else the scaled default; capped at the operation
+ * timeout (client/client.c). */
+cohort_duration cohort__reconnect_window(const cohort_options *opts);
+/* The job's identity from the environment alone (the first of COHORT_JOB,
+ * TORCHELASTIC_RUN_ID, Open MPI's or PMIx's job id, SLURM's job and step
+ * ids, torchrun's store address, Kubeflow's PET_MASTER_ADDR; else
+ * "default"), as cohort_env_resolve sets env.job and env.job_from. `cohort
+ * run` names a multi-node job with it. COHORT_EINVAL when a name does not
+ * fit job (len bytes). */
+cohort_status cohort__env_job(
+    char *job, size_t len, char *from, size_t fromlen);
+/* The first host of a SLURM host list ("node[001-004,007],gpu-a1" ->
+ * "node001"; "rack[1-2]-n[01-04]" -> "rack1-n01"; "a b" -> "a").
+ * COHORT_EINVAL (detail in cohort_last_error) when malformed or longer
+ * than len - 1. */
+cohort_status cohort__slurm_first_host(
+    const char *list, char *out, size_t len);
+/* The rendezvous port of SLURM job id job_id as Lightning's SLURMEnvironment
+ * derives MASTER_PORT: 15000 + its last four digits; 12910 when job_id is
+ * NULL; -1 when it is not a number. */
+int cohort__slurm_port(const char *job_id);
+
 /* Checks heartbeat < dead-after < operation timeout <= rendezvous timeout
  * (a negative timeout means none, and is larger than any other); writes a
  * one-line explanation into why. */

@@ -24,12 +24,15 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -493,7 +496,7 @@ static cohort_duration
 coord_default_window(void)
 {
 	return ((cohort_duration)cohort__knob_int_or(COHORT__KNOB_RECONNECT_MS,
-	    cohort__scaled(COHORT__DEFAULT_DEAD_AFTER_MS)));
+	    cohort__scaled(COHORT__DEFAULT_RECONNECT_MS)));
 }
 
 cohort_status
@@ -581,21 +584,180 @@ out_free:
 	return (st);
 }
 
+/*
+ * Why the coordinator cannot be reached: nng's dialer retries silently, so
+ * while a worker waits for its first connection it probes the address
+ * itself every COORD_PROBE_MS. A TCP connect tells refused / unreachable /
+ * silent apart; when something accepts, the SP header exchange that opens
+ * every nng connection tells a cohortd (a rep0 socket) from anything else
+ * on that port (torch's own TCPStore, a web server) at once, instead of
+ * after the whole join timeout.
+ */
+#define COORD_PROBE_FIRST_MS 1000
+#define COORD_PROBE_MS 3000
+#define COORD_PROBE_IO_MS 1500
+
+enum coord_probe_result {
+	COORD_PROBE_SKIPPED, /* not tcp, or no time */
+	COORD_PROBE_UNREACHABLE, /* connect failed: why */
+	COORD_PROBE_COHORTD, /* speaks SP as a rep0 socket */
+	COORD_PROBE_FOREIGN, /* accepts, but is not a cohortd: why */
+};
+
+static bool
+coord_probe_io(int fd, short ev, cohort__time end)
+{
+	struct pollfd pfd = { .fd = fd, .events = ev };
+	int ms = cohort__remaining(end);
+
+	return (ms > 0 && poll(&pfd, 1, ms) == 1);
+}
+
+static enum coord_probe_result
+coord_probe(const char *url, cohort__time deadline, char *why, size_t len)
+{
+	/* nng's TCP connection header: "\0SP\0", the protocol (req0 is
+	 * 0x30; its peer rep0 0x31), two reserved bytes */
+	static const uint8_t req_hdr[8] = { 0, 'S', 'P', 0, 0, 0x30, 0, 0 };
+	static const uint8_t rep_hdr[8] = { 0, 'S', 'P', 0, 0, 0x31, 0, 0 };
+	char host[256], port[16];
+	const char *p = strstr(url, "://"), *colon;
+	struct addrinfo hints, *res = NULL;
+	cohort__time end = cohort__now_ms() + COORD_PROBE_IO_MS;
+	enum coord_probe_result r = COORD_PROBE_UNREACHABLE;
+	uint8_t got[8];
+	size_t have = 0;
+	int fd = -1, err = 0, rv;
+	socklen_t sl = sizeof(err);
+
+	if (end > deadline)
+		end = deadline;
+	if (p == NULL || strncmp(url, "tcp", 3) != 0 || cohort__expired(end))
+		return (COORD_PROBE_SKIPPED);
+	p += 3;
+	if (*p == '[') {
+		const char *rb = strchr(p, ']');
+		if (rb == NULL || rb[1] != ':')
+			return (COORD_PROBE_SKIPPED);
+		snprintf(host, sizeof(host), "%.*s", (int)(rb - p - 1), p + 1);
+		colon = rb + 1;
+	} else {
+		if ((colon = strrchr(p, ':')) == NULL)
+			return (COORD_PROBE_SKIPPED);
+		snprintf(host, sizeof(host), "%.*s", (int)(colon - p), p);
+	}
+	snprintf(port, sizeof(port), "%s", colon + 1);
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_socktype = SOCK_STREAM;
+	if ((rv = getaddrinfo(host, port, &hints, &res)) != 0) {
+		snprintf(why, len, "cannot resolve '%s': %s", host,
+		    gai_strerror(rv));
+		return (COORD_PROBE_UNREACHABLE);
+	}
+	fd = socket(
+	    res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		snprintf(why, len, "socket: %s", strerror(errno));
+		goto out;
+	}
+	if (connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
+		if (errno != EINPROGRESS) {
+			snprintf(why, len, "%s", strerror(errno));
+			goto out;
+		}
+		if (!coord_probe_io(fd, POLLOUT, end)) {
+			snprintf(why, len,
+			    "no answer to a connection within "
+			    "%.1f s (a firewall? a wrong address?)",
+			    (double)COORD_PROBE_IO_MS / 1000.0);
+			goto out;
+		}
+		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl) != 0
+		    || err != 0) {
+			snprintf(why, len, "%s", strerror(err ? err : errno));
+			goto out;
+		}
+	}
+	r = COORD_PROBE_FOREIGN;
+	if (send(fd, req_hdr, sizeof(req_hdr), MSG_NOSIGNAL)
+	    != (ssize_t)sizeof(req_hdr)) {
+		snprintf(why, len,
+		    "accepts connections but closed this one at once");
+		goto out;
+	}
+	while (have < sizeof(got) && coord_probe_io(fd, POLLIN, end)) {
+		ssize_t n = recv(fd, got + have, sizeof(got) - have, 0);
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+	}
+	if (have == sizeof(got) && memcmp(got, rep_hdr, sizeof(got)) == 0) {
+		r = COORD_PROBE_COHORTD;
+	} else if (have >= 4 && memcmp(got, rep_hdr, 4) == 0) {
+		snprintf(why, len,
+		    "answers as an nng socket of another protocol (0x%02x%02x)"
+		    ", not as cohortd",
+		    got[4], got[5]);
+	} else {
+		snprintf(why, len,
+		    "accepts connections but is not a cohortd (%s); is this "
+		    "the port of torch's TCPStore or another service? "
+		    "cohortd's is the one of --listen (default 29400)",
+		    have == 0 ? "it said nothing to nng's greeting"
+		              : "it answered nng's greeting with other bytes");
+	}
+out:
+	if (fd >= 0)
+		close(fd);
+	freeaddrinfo(res);
+	return (r);
+}
+
 cohort_status
 cohort__coord_wait_connected(struct cohort__coord *co, cohort__time deadline)
 {
 	cohort_status st = COHORT_OK;
+	cohort__time start = cohort__now_ms();
+	cohort__time next_probe = start + COORD_PROBE_FIRST_MS;
+	char why[512] = "";
 
 	pthread_mutex_lock(&co->mtx);
 	while (!co->connected && !co->closing) {
-		if (cohort__cond_wait_until(&co->cv, &co->mtx, deadline)
-		    == ETIMEDOUT) {
+		cohort__time until
+		    = next_probe < deadline ? next_probe : deadline;
+		enum coord_probe_result r;
+
+		if (cohort__cond_wait_until(&co->cv, &co->mtx, until)
+		        == ETIMEDOUT
+		    && until == deadline) {
 			if (!co->connected)
 				st = cohort__err(COHORT_ENOCOORD,
-				    "cannot reach the coordinator at %s",
-				    co->url);
+				    "cannot reach the coordinator at %s%s%s",
+				    co->url, why[0] ? ": " : "", why);
 			break;
 		}
+		if (co->connected || co->closing
+		    || cohort__now_ms() < next_probe)
+			continue;
+		/* probe without the lock: the pipe callback needs it */
+		pthread_mutex_unlock(&co->mtx);
+		r = coord_probe(co->url, deadline, why, sizeof(why));
+		pthread_mutex_lock(&co->mtx);
+		next_probe = cohort__now_ms() + COORD_PROBE_MS;
+		if (co->connected)
+			break;
+		if (r == COORD_PROBE_FOREIGN) {
+			st = cohort__err(
+			    COHORT_ENOCOORD, "%s %s", co->url, why);
+			break;
+		}
+		if (r == COORD_PROBE_UNREACHABLE)
+			cohort__warn("cannot reach the coordinator at %s yet: "
+			             "%s (%.0f s so far; retrying)",
+			    co->url, why,
+			    (double)(cohort__now_ms() - start) / 1000.0);
+		else if (r == COORD_PROBE_COHORTD)
+			why[0] = '\0';
 	}
 	if (st == COHORT_OK && co->closing)
 		st = cohort__err(COHORT_ECLOSED, "client is closing");

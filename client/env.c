@@ -1,24 +1,44 @@
 /*
- * env.c - where a worker's rank, world size and coordinator come from.
+ * env.c - where a worker's rank, world size, coordinator and job come from.
  *
- * Sources in order (DESIGN.md section 3); the first *complete* one (rank
- * and world size both set) wins and is logged at info:
+ * Rank sources in order (DESIGN.md section 3); the first *complete* one
+ * (rank and world size both set) wins and is logged at info:
  *
  *   cohort           COHORT_RANK, COHORT_WORLD_SIZE (+ COHORT_LOCAL_RANK,
  *                    COHORT_LOCAL_WORLD_SIZE, COHORT_NODE_RANK)
  *   torchrun         RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
  *                    GROUP_RANK
  *   openmpi          OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE
- *   slurm            SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID
+ *   pmi              PMI_RANK, PMI_SIZE (MPICH, Intel MPI: Hydra; any
+ *                    PMI-1/2 launcher), local rank MPI_LOCALRANKID or
+ *                    PMI_LOCAL_RANK, local size MPI_LOCALNRANKS or
+ *                    PMI_LOCAL_SIZE
+ *   slurm            SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID;
+ *                    not in an interactive allocation (SLURM_JOB_NAME bash
+ *                    or interactive, as Lightning's SLURMEnvironment)
  *   k8s-indexed-job  JOB_COMPLETION_INDEX with COHORT_WORLD_SIZE
+ *   kubeflow         PET_NODE_RANK, PET_NNODES when PET_NPROC_PER_NODE is 1
+ *                    (or unset, torchrun's default): a worker Kubeflow's
+ *                    Trainer meant for torchrun, started directly, one per
+ *                    node
  *
- * The coordinator is COHORT_COORDINATOR if set, else tcp://MASTER_ADDR:
- * MASTER_PORT; the job COHORT_JOB, else TORCHELASTIC_RUN_ID, else
- * "default"; the token COHORT_TOKEN. With no complete source, the world
- * size still comes from COHORT_WORLD_SIZE if set (cohortd then assigns
- * ranks). Variables of a source are validated only when that source is
- * looked at; a malformed one is COHORT_EINVAL. KUBERNETES_* is never read:
- * running on Kubernetes is not a mode.
+ * The coordinator is COHORT_COORDINATOR, else tcp://MASTER_ADDR:
+ * MASTER_PORT, else for slurm tcp://FIRST-HOST:PORT (the first host of
+ * SLURM_JOB_NODELIST, the port as Lightning derives MASTER_PORT: 15000 +
+ * the last four digits of SLURM_JOB_ID; MASTER_ADDR and MASTER_PORT win
+ * over either), else for kubeflow tcp://PET_MASTER_ADDR:PET_MASTER_PORT.
+ *
+ * The job is COHORT_JOB, else the launcher's id of this launch (env_job
+ * below), so that two launches on one cohortd never share a job by
+ * accident; "default" only when no launcher gives one (MPICH's Hydra). The
+ * token is COHORT_TOKEN, else the contents of COHORT_TOKEN_FILE. The
+ * restart count is COHORT_RESTART_COUNT, else TORCHELASTIC_RESTART_COUNT.
+ *
+ * With no complete source, the world size still comes from
+ * COHORT_WORLD_SIZE if set (cohortd then assigns ranks). Variables of a
+ * source are validated only when that source is looked at; a malformed one
+ * is COHORT_EINVAL. KUBERNETES_* is never read: running on Kubernetes is
+ * not a mode.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,27 +50,43 @@
 
 #include "cohort_impl.h"
 #include "netaddr.h"
+#include "token.h"
 
 struct env_source {
 	const char *name;
 	const char *rank;
 	const char *world;
-	const char *local_rank;
-	const char *local_world;
+	const char *local_rank[2]; /* the first one set */
+	const char *local_world[2];
 	const char *node_rank;
+	/* NULL, or false (with a note why) when the launcher's variables
+	 * are there but do not describe this process. */
+	bool (*usable)(cohort_env *out);
+	/* One process per node: local rank 0 of 1, node rank = rank. */
+	bool one_per_node;
 };
 
+static bool env_slurm_usable(cohort_env *out);
+static bool env_kubeflow_usable(cohort_env *out);
+
 static const struct env_source env_sources[] = {
-	{ "cohort", "COHORT_RANK", "COHORT_WORLD_SIZE", "COHORT_LOCAL_RANK",
-	    "COHORT_LOCAL_WORLD_SIZE", "COHORT_NODE_RANK" },
-	{ "torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-	    "GROUP_RANK" },
+	{ "cohort", "COHORT_RANK", "COHORT_WORLD_SIZE",
+	    { "COHORT_LOCAL_RANK" }, { "COHORT_LOCAL_WORLD_SIZE" },
+	    "COHORT_NODE_RANK", NULL, false },
+	{ "torchrun", "RANK", "WORLD_SIZE", { "LOCAL_RANK" },
+	    { "LOCAL_WORLD_SIZE" }, "GROUP_RANK", NULL, false },
 	{ "openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-	    "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", NULL },
-	{ "slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL,
-	    "SLURM_NODEID" },
-	{ "k8s-indexed-job", "JOB_COMPLETION_INDEX", "COHORT_WORLD_SIZE", NULL,
-	    NULL, NULL },
+	    { "OMPI_COMM_WORLD_LOCAL_RANK" }, { "OMPI_COMM_WORLD_LOCAL_SIZE" },
+	    NULL, NULL, false },
+	{ "pmi", "PMI_RANK", "PMI_SIZE",
+	    { "MPI_LOCALRANKID", "PMI_LOCAL_RANK" },
+	    { "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE" }, NULL, NULL, false },
+	{ "slurm", "SLURM_PROCID", "SLURM_NTASKS", { "SLURM_LOCALID" },
+	    { NULL }, "SLURM_NODEID", env_slurm_usable, false },
+	{ "k8s-indexed-job", "JOB_COMPLETION_INDEX", "COHORT_WORLD_SIZE",
+	    { NULL }, { NULL }, NULL, NULL, false },
+	{ "kubeflow", "PET_NODE_RANK", "PET_NNODES", { NULL }, { NULL }, NULL,
+	    env_kubeflow_usable, true },
 };
 
 #define ENV_NSOURCES (sizeof(env_sources) / sizeof(env_sources[0]))
@@ -80,6 +116,24 @@ env_int(
 	return (COHORT_OK);
 }
 
+/* The first of two alternative integer variables that is set; *which
+ * names it. */
+static cohort_status
+env_int2(const char *const names[2], int64_t min, int64_t max, int32_t *out,
+    bool *present, const char **which)
+{
+	cohort_status st;
+
+	*present = false;
+	for (int i = 0; i < 2 && names[i] != NULL && !*present; i++) {
+		if ((st = env_int(names[i], min, max, out, present))
+		    != COHORT_OK)
+			return (st);
+		*which = names[i];
+	}
+	return (COHORT_OK);
+}
+
 static const char *
 env_str(const char *name)
 {
@@ -97,6 +151,71 @@ env_copy(char *dst, size_t size, const char *name, const char *val)
 	return (COHORT_OK);
 }
 
+/* Adds a sentence to out->notes (and the debug log). */
+static void env_note(cohort_env *out, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void
+env_note(cohort_env *out, const char *fmt, ...)
+{
+	char line[256];
+	size_t off = strlen(out->notes);
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	cohort__debug("environment: %s", line);
+	cohort__appendf(out->notes, sizeof(out->notes), &off, "%s%s",
+	    off > 0 ? "; " : "", line);
+}
+
+/* An interactive SLURM allocation (salloc's shell) is not a job's tasks:
+ * its SLURM_* variables describe the allocation, and programs started in
+ * it by hand (or by another launcher) are not its ranks. Lightning's
+ * SLURMEnvironment draws the same line. */
+static bool
+env_slurm_interactive(void)
+{
+	const char *name = env_str("SLURM_JOB_NAME");
+
+	return (name != NULL
+	    && (strcmp(name, "bash") == 0
+	        || strcmp(name, "interactive") == 0));
+}
+
+static bool
+env_slurm_usable(cohort_env *out)
+{
+	if (!env_slurm_interactive())
+		return (true);
+	if (env_str("SLURM_PROCID") != NULL || env_str("SLURM_NTASKS") != NULL)
+		env_note(out,
+		    "SLURM_JOB_NAME=%s: an interactive allocation, its "
+		    "SLURM_* variables are not this process's rank",
+		    env_str("SLURM_JOB_NAME"));
+	return (false);
+}
+
+/* Kubeflow's Trainer sets torchrun's arguments as PET_* variables for
+ * torchrun to read. Started without torchrun, a worker is one of
+ * PET_NNODES only when there is one process per node. */
+static bool
+env_kubeflow_usable(cohort_env *out)
+{
+	const char *nproc = env_str("PET_NPROC_PER_NODE");
+
+	if (nproc == NULL || strcmp(nproc, "1") == 0)
+		return (true);
+	if (env_str("PET_NNODES") != NULL)
+		env_note(out,
+		    "PET_NPROC_PER_NODE=%s: Kubeflow means torchrun (or "
+		    "cohort run) to start the workers of each node; not "
+		    "used as this process's rank",
+		    nproc);
+	return (false);
+}
+
 /* Looks at one source: COHORT_OK and *complete when it has rank and
  * world size; fills *out's rank fields then. */
 static cohort_status
@@ -104,20 +223,23 @@ env_try_source(const struct env_source *src, cohort_env *out, bool *complete)
 {
 	int32_t rank = -1, world = 0, lrank = -1, lworld = 0, node = -1;
 	bool has_rank, has_world, has_lrank, has_lworld, has_node;
+	const char *lrank_name = NULL, *lworld_name = NULL;
 	cohort_status st;
 
 	*complete = false;
+	if (src->usable != NULL && !src->usable(out))
+		return (COHORT_OK);
 	/* COHORT_RANK=-1 explicitly asks cohortd to assign the rank. */
 	if ((st = env_int(src->rank, strcmp(src->name, "cohort") == 0 ? -1 : 0,
 	         ENV_INT_MAX - 1, &rank, &has_rank))
 	        != COHORT_OK
 	    || (st = env_int(src->world, 1, ENV_INT_MAX, &world, &has_world))
 	        != COHORT_OK
-	    || (st = env_int(
-	            src->local_rank, 0, ENV_INT_MAX - 1, &lrank, &has_lrank))
+	    || (st = env_int2(src->local_rank, 0, ENV_INT_MAX - 1, &lrank,
+	            &has_lrank, &lrank_name))
 	        != COHORT_OK
-	    || (st = env_int(
-	            src->local_world, 1, ENV_INT_MAX, &lworld, &has_lworld))
+	    || (st = env_int2(src->local_world, 1, ENV_INT_MAX, &lworld,
+	            &has_lworld, &lworld_name))
 	        != COHORT_OK
 	    || (st = env_int(
 	            src->node_rank, 0, ENV_INT_MAX - 1, &node, &has_node))
@@ -136,7 +258,14 @@ env_try_source(const struct env_source *src, cohort_env *out, bool *complete)
 		    src->rank, rank, src->world, world));
 	if (has_lrank && has_lworld && lrank >= lworld)
 		return (cohort__err(COHORT_EINVAL, "%s=%d is not below %s=%d",
-		    src->local_rank, lrank, src->local_world, lworld));
+		    lrank_name, lrank, lworld_name, lworld));
+	if (src->one_per_node) {
+		lrank = 0;
+		lworld = 1;
+		node = rank;
+		has_lrank = has_lworld = has_node = true;
+		lrank_name = "PET_NPROC_PER_NODE";
+	}
 	cohort__strlcpy(out->source, src->name, sizeof(out->source));
 	out->rank = rank;
 	out->world_size = world;
@@ -145,7 +274,7 @@ env_try_source(const struct env_source *src, cohort_env *out, bool *complete)
 	    out->world_size_from, src->world, sizeof(out->world_size_from));
 	if (has_lrank) {
 		out->local_rank = lrank;
-		cohort__strlcpy(out->local_rank_from, src->local_rank,
+		cohort__strlcpy(out->local_rank_from, lrank_name,
 		    sizeof(out->local_rank_from));
 	}
 	if (has_lworld)
@@ -156,17 +285,157 @@ env_try_source(const struct env_source *src, cohort_env *out, bool *complete)
 	return (COHORT_OK);
 }
 
+/* ------------------------------------------------------------------------ */
+/* The coordinator                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* tcp://HOST:PORT (IPv6 literals bracketed) into out->coordinator. */
+static cohort_status
+env_tcp_url(cohort_env *out, const char *host, int port, const char *from)
+{
+	char buf[sizeof(out->coordinator) + 1];
+	int n;
+
+	if (strchr(host, ':') != NULL && host[0] != '[')
+		n = snprintf(buf, sizeof(buf), "tcp://[%s]:%d", host, port);
+	else
+		n = snprintf(buf, sizeof(buf), "tcp://%s:%d", host, port);
+	if (n < 0 || (size_t)n >= sizeof(out->coordinator))
+		return (cohort__err(COHORT_EINVAL, "%s is too long", from));
+	cohort__strlcpy(out->coordinator, buf, sizeof(out->coordinator));
+	cohort__strlcpy(
+	    out->coordinator_from, from, sizeof(out->coordinator_from));
+	return (COHORT_OK);
+}
+
+int
+cohort__slurm_port(const char *job_id)
+{
+	size_t n;
+	int64_t v;
+
+	if (job_id == NULL)
+		return (12910); /* Lightning's default without a job id */
+	n = strlen(job_id);
+	if (!cohort__parse_i64(job_id, &v) || v < 0)
+		return (-1);
+	if (n > 4)
+		job_id += n - 4;
+	if (!cohort__parse_i64(job_id, &v))
+		return (-1);
+	return (15000 + (int)v);
+}
+
+cohort_status
+cohort__slurm_first_host(const char *list, char *out, size_t len)
+{
+	const char *p = list;
+	size_t n = 0;
+
+	if (list == NULL)
+		return (cohort__err(COHORT_EINVAL, "no host list"));
+	while (*p == ' ' || *p == '\t' || *p == '\n')
+		p++;
+	/* The first item ends at a comma or blank outside brackets; in each
+	 * bracket "[a-b,c]" the first number stands for the range. */
+	while (
+	    *p != '\0' && *p != ',' && *p != ' ' && *p != '\t' && *p != '\n') {
+		if (*p == ']')
+			return (cohort__err(COHORT_EINVAL,
+			    "host list '%s': unbalanced ']'", list));
+		if (*p != '[') {
+			if (n + 1 >= len)
+				goto out_long;
+			out[n++] = *p++;
+			continue;
+		}
+		p++;
+		if (*p < '0' || *p > '9')
+			return (cohort__err(COHORT_EINVAL,
+			    "host list '%s': a range must start with a "
+			    "number",
+			    list));
+		while (*p >= '0' && *p <= '9') {
+			if (n + 1 >= len)
+				goto out_long;
+			out[n++] = *p++;
+		}
+		while (*p != '\0' && *p != ']') {
+			if (!((*p >= '0' && *p <= '9') || *p == '-'
+			        || *p == ','))
+				return (cohort__err(COHORT_EINVAL,
+				    "host list '%s': '%c' in a range", list,
+				    *p));
+			p++;
+		}
+		if (*p != ']')
+			return (cohort__err(COHORT_EINVAL,
+			    "host list '%s': unclosed '['", list));
+		p++;
+	}
+	if (n == 0)
+		return (cohort__err(
+		    COHORT_EINVAL, "host list '%s' names no host", list));
+	out[n] = '\0';
+	return (COHORT_OK);
+
+out_long:
+	return (cohort__err(COHORT_EINVAL,
+	    "host list '%s': the first host is longer than %zu bytes", list,
+	    len - 1));
+}
+
+/* The coordinator of a SLURM job's tasks without one given: on the first
+ * node of the job (where its batch script runs), at the port Lightning
+ * gives torch's store; MASTER_ADDR / MASTER_PORT win over either. A list
+ * or job id that cannot be used leaves it unset (with a note), never an
+ * error: a program may name its coordinator itself. */
+static cohort_status
+env_coordinator_slurm(cohort_env *out)
+{
+	const char *list = env_str("SLURM_JOB_NODELIST");
+	const char *addr = env_str("MASTER_ADDR");
+	const char *jobid = env_str("SLURM_JOB_ID");
+	char host[256];
+	int32_t port;
+	bool has_port;
+	cohort_status st;
+
+	if (list == NULL)
+		list = env_str("SLURM_NODELIST");
+	if ((st = env_int("MASTER_PORT", 1, 65535, &port, &has_port))
+	    != COHORT_OK)
+		return (st);
+	if (!has_port && (port = cohort__slurm_port(jobid)) < 0) {
+		env_note(out,
+		    "SLURM_JOB_ID=%s is not a number: no coordinator port "
+		    "derived from it",
+		    jobid);
+		return (COHORT_OK);
+	}
+	if (addr != NULL)
+		return (env_tcp_url(out, addr, port,
+		    has_port ? "MASTER_ADDR:MASTER_PORT"
+		             : "MASTER_ADDR:SLURM_JOB_ID"));
+	if (list == NULL)
+		return (COHORT_OK);
+	if (cohort__slurm_first_host(list, host, sizeof(host)) != COHORT_OK) {
+		env_note(out, "SLURM_JOB_NODELIST: %s", cohort_last_error());
+		cohort__err_clear();
+		return (COHORT_OK);
+	}
+	return (env_tcp_url(out, host, port, "SLURM_JOB_NODELIST"));
+}
+
 static cohort_status
 env_coordinator(cohort_env *out)
 {
 	const char *url = env_str("COHORT_COORDINATOR");
 	const char *addr = env_str("MASTER_ADDR");
 	const char *port = env_str("MASTER_PORT");
-	char buf[sizeof(out->coordinator) + 1];
 	int32_t p;
 	bool has_port;
 	cohort_status st;
-	int n;
 
 	if (url != NULL) {
 		if (strstr(url, "://") == NULL)
@@ -182,22 +451,128 @@ env_coordinator(cohort_env *out)
 		    sizeof(out->coordinator_from));
 		return (COHORT_OK);
 	}
-	if (addr == NULL || port == NULL)
+	if (addr != NULL && port != NULL) {
+		if ((st = env_int("MASTER_PORT", 1, 65535, &p, &has_port))
+		    != COHORT_OK)
+			return (st);
+		if ((st = env_tcp_url(out, addr, p, "MASTER_ADDR:MASTER_PORT"))
+		    != COHORT_OK)
+			return (cohort__err(st, "MASTER_ADDR is too long"));
 		return (COHORT_OK);
-	if ((st = env_int("MASTER_PORT", 1, 65535, &p, &has_port))
-	    != COHORT_OK)
-		return (st);
-	if (strchr(addr, ':') != NULL && addr[0] != '[')
-		n = snprintf(buf, sizeof(buf), "tcp://[%s]:%d", addr, p);
-	else
-		n = snprintf(buf, sizeof(buf), "tcp://%s:%d", addr, p);
-	if (n < 0 || (size_t)n >= sizeof(out->coordinator))
-		return (cohort__err(COHORT_EINVAL, "MASTER_ADDR is too long"));
-	cohort__strlcpy(out->coordinator, buf, sizeof(out->coordinator));
-	cohort__strlcpy(out->coordinator_from, "MASTER_ADDR:MASTER_PORT",
-	    sizeof(out->coordinator_from));
+	}
+	if (strcmp(out->source, "slurm") == 0)
+		return (env_coordinator_slurm(out));
+	if (strcmp(out->source, "kubeflow") == 0
+	    && env_str("PET_MASTER_ADDR") != NULL) {
+		if ((st = env_int("PET_MASTER_PORT", 1, 65535, &p, &has_port))
+		    != COHORT_OK)
+			return (st);
+		if (has_port)
+			return (env_tcp_url(out, env_str("PET_MASTER_ADDR"), p,
+			    "PET_MASTER_ADDR:PET_MASTER_PORT"));
+	}
 	return (COHORT_OK);
 }
+
+/* ------------------------------------------------------------------------ */
+/* The job's identity                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* prefix + value (+ "." + value2) into job, EINVAL naming the variable
+ * when it does not fit (a cut name could meet another job's). */
+static cohort_status
+env_job_set(char *job, size_t len, char *from, size_t fromlen, const char *var,
+    const char *prefix, const char *val, const char *val2)
+{
+	int n = snprintf(job, len, "%s%s%s%s", prefix, val,
+	    val2 != NULL ? "." : "", val2 != NULL ? val2 : "");
+
+	if (n < 0 || (size_t)n >= len)
+		return (cohort__err(COHORT_EINVAL,
+		    "%s is too long for a job name (%zu bytes at most)", var,
+		    len - 1 - strlen(prefix)));
+	cohort__strlcpy(from, var, fromlen);
+	return (COHORT_OK);
+}
+
+/*
+ * The launch this process belongs to, from the most specific launcher
+ * first: all ranks of one launch see the same value, two launches never
+ * do.
+ *
+ *  COHORT_JOB                 as given (Kubernetes manifests pass the Job's
+ *                             name or uid through the downward API)
+ *  TORCHELASTIC_RUN_ID        torchrun's --rdzv-id, unless "none" (the
+ *                             default of a static rendezvous: no id)
+ *  OMPI_MCA_ess_base_jobid    Open MPI 4's job id: "ompi-ID"
+ *  PMIX_NAMESPACE, PMIX_ID    a PMIx namespace (Open MPI 5, srun
+ *                             --mpi=pmix): "pmix-NAMESPACE"
+ *  SLURM_JOB_ID (+ STEP_ID)   "slurm-JOB[.STEP]", not in an interactive
+ *                             allocation (runs in one would share it)
+ *  MASTER_ADDR:MASTER_PORT    with TORCHELASTIC_RUN_ID=none: the address
+ *                             of torch's store, "torchrun-ADDR:PORT"
+ *  PET_MASTER_ADDR            Kubeflow's rank-0 pod (named after the
+ *                             TrainJob): "kubeflow-ADDR:PORT"
+ *  "default"                  none of these (MPICH's Hydra sets no id)
+ */
+cohort_status
+cohort__env_job(char *job, size_t len, char *from, size_t fromlen)
+{
+	const char *s, *step, *addr, *port;
+	char ns[256];
+
+	if ((s = env_str("COHORT_JOB")) != NULL)
+		return (env_job_set(
+		    job, len, from, fromlen, "COHORT_JOB", "", s, NULL));
+	s = env_str("TORCHELASTIC_RUN_ID");
+	if (s != NULL && strcmp(s, "none") != 0)
+		return (env_job_set(job, len, from, fromlen,
+		    "TORCHELASTIC_RUN_ID", "", s, NULL));
+	if ((s = env_str("OMPI_MCA_ess_base_jobid")) != NULL)
+		return (env_job_set(job, len, from, fromlen,
+		    "OMPI_MCA_ess_base_jobid", "ompi-", s, NULL));
+	if ((s = env_str("PMIX_NAMESPACE")) != NULL)
+		return (env_job_set(job, len, from, fromlen, "PMIX_NAMESPACE",
+		    "pmix-", s, NULL));
+	if ((s = env_str("PMIX_ID")) != NULL && strrchr(s, '.') != NULL
+	    && strrchr(s, '.') != s) {
+		/* "NAMESPACE.RANK" */
+		snprintf(
+		    ns, sizeof(ns), "%.*s", (int)(strrchr(s, '.') - s), s);
+		return (env_job_set(
+		    job, len, from, fromlen, "PMIX_ID", "pmix-", ns, NULL));
+	}
+	if ((s = env_str("SLURM_JOB_ID")) != NULL
+	    && !env_slurm_interactive()) {
+		if ((step = env_str("SLURM_STEP_ID")) == NULL)
+			step = env_str("SLURM_STEPID");
+		return (env_job_set(job, len, from, fromlen,
+		    step != NULL ? "SLURM_JOB_ID.SLURM_STEP_ID"
+		                 : "SLURM_JOB_ID",
+		    "slurm-", s, step));
+	}
+	addr = env_str("MASTER_ADDR");
+	port = env_str("MASTER_PORT");
+	if ((s = env_str("TORCHELASTIC_RUN_ID")) != NULL && addr != NULL
+	    && port != NULL) {
+		snprintf(ns, sizeof(ns), "%s:%s", addr, port);
+		return (env_job_set(job, len, from, fromlen,
+		    "MASTER_ADDR:MASTER_PORT", "torchrun-", ns, NULL));
+	}
+	if ((addr = env_str("PET_MASTER_ADDR")) != NULL) {
+		port = env_str("PET_MASTER_PORT");
+		snprintf(ns, sizeof(ns), "%s:%s", addr, port ? port : "");
+		return (env_job_set(job, len, from, fromlen, "PET_MASTER_ADDR",
+		    "kubeflow-", ns, NULL));
+	}
+	cohort__strlcpy(job, "default", len);
+	cohort__strlcpy(from, "default", fromlen);
+	return (COHORT_OK);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Resolution                                                               */
+/* ------------------------------------------------------------------------ */
 
 cohort_status
 cohort__data_addr(
@@ -240,9 +615,41 @@ cohort__data_addr(
 }
 
 static cohort_status
+env_token(cohort_env *out)
+{
+	const char *s = env_str("COHORT_TOKEN");
+	const char *file = cohort__knob_str(COHORT__KNOB_TOKEN_FILE);
+	char buf[COHORT__TOKEN_MAX + 1];
+	cohort_status st;
+
+	if (s != NULL) {
+		if ((st = env_copy(
+		         out->token, sizeof(out->token), "COHORT_TOKEN", s))
+		    != COHORT_OK)
+			return (st);
+		cohort__strlcpy(
+		    out->token_from, "COHORT_TOKEN", sizeof(out->token_from));
+		return (COHORT_OK);
+	}
+	if (file == NULL)
+		return (COHORT_OK);
+	if ((st = cohort__secret_read(
+	         "COHORT_TOKEN_FILE", file, buf, sizeof(buf)))
+	    != COHORT_OK)
+		return (st);
+	st = env_copy(
+	    out->token, sizeof(out->token), "COHORT_TOKEN_FILE", buf);
+	memset(buf, 0, sizeof(buf));
+	if (st != COHORT_OK)
+		return (st);
+	cohort__strlcpy(
+	    out->token_from, "COHORT_TOKEN_FILE", sizeof(out->token_from));
+	return (COHORT_OK);
+}
+
+static cohort_status
 env_resolve(cohort_env *out)
 {
-	const char *s;
 	bool complete = false, present;
 	int32_t v;
 	cohort_status st;
@@ -264,30 +671,34 @@ env_resolve(cohort_env *out)
 	}
 	if ((st = env_coordinator(out)) != COHORT_OK)
 		return (st);
-
-	if ((s = env_str("COHORT_JOB")) != NULL) {
-		if ((st = env_copy(
-		         out->job, sizeof(out->job), "COHORT_JOB", s))
-		    != COHORT_OK)
-			return (st);
-		cohort__strlcpy(
-		    out->job_from, "COHORT_JOB", sizeof(out->job_from));
-	} else if ((s = env_str("TORCHELASTIC_RUN_ID")) != NULL) {
-		if ((st = env_copy(
-		         out->job, sizeof(out->job), "TORCHELASTIC_RUN_ID", s))
-		    != COHORT_OK)
-			return (st);
-		cohort__strlcpy(out->job_from, "TORCHELASTIC_RUN_ID",
-		    sizeof(out->job_from));
-	}
-	if ((s = env_str("COHORT_TOKEN")) != NULL
-	    && (st = env_copy(
-	            out->token, sizeof(out->token), "COHORT_TOKEN", s))
-	        != COHORT_OK)
+	if ((st = cohort__env_job(out->job, sizeof(out->job), out->job_from,
+	         sizeof(out->job_from)))
+	    != COHORT_OK)
+		return (st);
+	if (strcmp(out->job_from, "default") == 0 && out->world_size > 1
+	    && strcmp(out->source, "none") != 0)
+		env_note(out,
+		    "no job id from the launcher (%s): set COHORT_JOB, or "
+		    "every such launch on one cohortd is job 'default'",
+		    out->source);
+	if ((st = env_token(out)) != COHORT_OK)
 		return (st);
 	if ((st = env_int("COHORT_RESTART_COUNT", 0, INT32_MAX, &v, &present))
 	    != COHORT_OK)
 		return (st);
+	if (present) {
+		cohort__strlcpy(out->restart_count_from,
+		    "COHORT_RESTART_COUNT", sizeof(out->restart_count_from));
+	} else {
+		if ((st = env_int("TORCHELASTIC_RESTART_COUNT", 0, INT32_MAX,
+		         &v, &present))
+		    != COHORT_OK)
+			return (st);
+		if (present)
+			cohort__strlcpy(out->restart_count_from,
+			    "TORCHELASTIC_RESTART_COUNT",
+			    sizeof(out->restart_count_from));
+	}
 	if (present)
 		out->restart_count = v;
 	return (cohort__data_addr(out->coordinator, out->data_addr,
@@ -316,6 +727,9 @@ cohort_env_resolve(cohort_env *out)
 	    out->world_size_from, "unset", sizeof(out->world_size_from));
 	cohort__strlcpy(
 	    out->local_rank_from, "unset", sizeof(out->local_rank_from));
+	cohort__strlcpy(out->token_from, "unset", sizeof(out->token_from));
+	cohort__strlcpy(
+	    out->restart_count_from, "unset", sizeof(out->restart_count_from));
 
 	if ((st = env_resolve(out)) != COHORT_OK) {
 		cohort__strlcpy(out->source, "invalid", sizeof(out->source));
@@ -324,10 +738,11 @@ cohort_env_resolve(cohort_env *out)
 	}
 	cohort__info("environment: source %s: rank %d (from %s), world size "
 	             "%d (from %s), coordinator '%s' (from %s), job '%s' "
-	             "(from %s)",
+	             "(from %s)%s%s",
 	    out->source, out->rank, out->rank_from, out->world_size,
 	    out->world_size_from, out->coordinator, out->coordinator_from,
-	    out->job, out->job_from);
+	    out->job, out->job_from, out->notes[0] != '\0' ? "; " : "",
+	    out->notes);
 	return (COHORT_OK);
 }
 
@@ -381,8 +796,11 @@ cohort_env_format(const cohort_env *env, char *buf, size_t len)
 	    env->coordinator_from);
 	env_put(buf, len, &off, "%-16s = %s (from %s)\n", "job", env->job,
 	    env->job_from);
-	env_put(buf, len, &off, "%-16s = %s\n", "token",
+	env_put(buf, len, &off, "%-16s = %s", "token",
 	    env->token[0] != '\0' ? "<set>" : "<none>");
+	if (env->token[0] != '\0' && env->token_from[0] != '\0')
+		env_put(buf, len, &off, " (from %s)", env->token_from);
+	env_put(buf, len, &off, "\n");
 	env_put(buf, len, &off, "%-16s = %s (from %s)\n", "data_addr",
 	    env->data_addr[0] != '\0' ? env->data_addr : "unset",
 	    env->data_addr_from[0] != '\0' ? env->data_addr_from : "unset");
@@ -396,8 +814,11 @@ cohort_env_format(const cohort_env *env, char *buf, size_t len)
 	    env->local_world_size > 0, NULL);
 	env_put_int(buf, len, &off, "node_rank", env->node_rank,
 	    env->node_rank >= 0, NULL);
-	env_put_int(
-	    buf, len, &off, "restart_count", env->restart_count, true, NULL);
+	env_put_int(buf, len, &off, "restart_count", env->restart_count, true,
+	    env->restart_count_from[0] != '\0' ? env->restart_count_from
+	                                       : NULL);
+	if (env->notes[0] != '\0')
+		env_put(buf, len, &off, "%-16s = %s\n", "notes", env->notes);
 	return (off);
 }
 
@@ -422,6 +843,8 @@ cohort__options_env_timeouts(cohort_options *opts)
 		    offsetof(cohort_options, heartbeat_interval) },
 		{ COHORT__KNOB_DEAD_AFTER_MS,
 		    offsetof(cohort_options, dead_after) },
+		{ COHORT__KNOB_RECONNECT_MS,
+		    offsetof(cohort_options, reconnect_window) },
 	};
 	const char *b = cohort__knob_str(COHORT__KNOB_BACKEND);
 

@@ -128,6 +128,9 @@ void cohort__assert_fail(const char *expr, const char *file, int line)
 /* Silence after which cohortd declares a member dead. A broken connection
  * is noticed at once, independently of this. */
 #define COHORT__DEFAULT_DEAD_AFTER_MS 5000
+/* A rescheduled coordinator pod with a re-attached volume is back in tens
+ * of seconds: calls wait this long for it (COHORT_RECONNECT_MS). */
+#define COHORT__DEFAULT_RECONNECT_MS 60000
 /* Extra time a client waits beyond a parked request's own timeout before
  * deciding the coordinator is gone (covers the reply's flight). */
 #define COHORT__REPLY_GRACE_MS 2000

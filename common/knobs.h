@@ -33,6 +33,8 @@ enum cohort__knob_type {
 	    "job name (a namespace at cohortd)")                              \
 	X(TOKEN, STR, "", 0, 0, "job",                                        \
 	    "job token; cohortd refuses a wrong one")                         \
+	X(TOKEN_FILE, STR, "", 0, 0, "job",                                   \
+	    "file holding the job token (when COHORT_TOKEN is unset)")        \
 	X(RANK, INT, "-1", -1, 65535, "job",                                  \
 	    "this process's rank; -1: cohortd assigns one")                   \
 	X(WORLD_SIZE, INT, "0", 0, 65536, "job",                              \
@@ -42,6 +44,9 @@ enum cohort__knob_type {
 	X(NODE_RANK, INT, "-1", -1, 65535, "job", "index of this node")       \
 	X(RESTART_COUNT, INT, "0", 0, 1000000, "job",                         \
 	    "restarts of the group so far (set by cohort run)")               \
+	X(ADMIN_TOKEN_FILE, STR, "", 0, 0, "cohortd",                         \
+	    "file holding cohortd's admin secret (cohortd, cohort token, "    \
+	    "cohort status)")                                                 \
 	X(BACKEND, STR, "auto", 0, 0, "data plane",                           \
 	    "data-plane backend: auto, tcp, service, nccl or tcp-staged")     \
 	X(DATA_ADDR, STR, "", 0, 0, "data plane",                             \
@@ -60,9 +65,9 @@ enum cohort__knob_type {
 	    "heartbeat period of a client")                                   \
 	X(DEAD_AFTER_MS, MS, "5000", 1, INT32_MAX, "timeouts",                \
 	    "silence after which cohortd declares a rank dead")               \
-	X(RECONNECT_MS, MS, "5000", 0, INT32_MAX, "timeouts",                 \
-	    "how long a client waits for a lost coordinator to come back "    \
-	    "(default: its dead-after)")                                      \
+	X(RECONNECT_MS, MS, "60000", 0, INT32_MAX, "timeouts",                \
+	    "how long calls wait for a lost coordinator to come back (the "   \
+	    "data plane goes on); at most the operation timeout")             \
 	X(TIMEOUT_SCALE, FLOAT, "1", 0, 1000, "timeouts",                     \
 	    "multiplies the liveness defaults (heartbeat, dead-after)")       \
 	X(LOG_LEVEL, STR, "warn", 0, 0, "logs",                               \

@@ -10,7 +10,10 @@
  *  3. StatusQuery goes to status.c (its own authentication rules).
  *  4. The job's token is checked before anything else: a wrong token or
  *     an unknown job (except for Join, which creates it) is COHORT_EAUTH
- *     with no detail and no data.
+ *     with no data, and a text that only repeats the job name the client
+ *     sent (the same for both, so it tells nothing about other jobs).
+ *     With --require-token a Join creates a job only with the token
+ *     minted from the admin secret for that name (docs/security.md).
  *  5. The client (job, client_id) is found or created; its connection
  *     (pipe) and last-seen time are noted.
  *  6. A seq answered before gets the cached reply; a seq still parked
@@ -25,6 +28,7 @@
 #include <string.h>
 
 #include "srv_impl.h"
+#include "token.h"
 
 static struct srv_client *
 dispatch_client(struct srv_call *c, uint64_t id, cohort__time now)
@@ -139,6 +143,31 @@ dispatch_body(struct srv_call *c, const Cohort__Request *req, cohort__time now)
 	}
 }
 
+/* Step 4's refusal. A join learns what it needs to fix its launch (the
+ * job's name is its own); nothing says whether the job exists unless a
+ * join could have created it anyway (no --require-token). */
+static void
+dispatch_auth_fail(struct srv_call *c, const Cohort__Request *req)
+{
+	struct srv_core *core = c->core;
+
+	if (req->body_case != COHORT__REQUEST__BODY_JOIN)
+		srv_call_fail(c, COHORT_EAUTH,
+		    "wrong token for job '%s', or no such job", req->job);
+	else if (core->require_token)
+		srv_call_fail(c, COHORT_EAUTH,
+		    "wrong token for job '%s' (this cohortd requires a job "
+		    "token: one given with its --job, or minted by `cohort "
+		    "token %s` from its admin secret)",
+		    req->job, req->job);
+	else
+		srv_call_fail(c, COHORT_EAUTH,
+		    "wrong token for job '%s': it exists with another token "
+		    "(another launch with the same job name? COHORT_JOB, "
+		    "COHORT_TOKEN)",
+		    req->job);
+}
+
 static void
 dispatch_request(struct srv_call *c, const Cohort__Request *req, uint32_t pipe,
     cohort__time now)
@@ -185,16 +214,20 @@ dispatch_request(struct srv_call *c, const Cohort__Request *req, uint32_t pipe,
 	if ((n = srv_map_get(&core->jobs, req->job, jlen)) != NULL) {
 		job = SRV_CONTAINER(n, struct srv_job, hn);
 		if (!srv_token_eq(job->token, req->token)) {
-			srv_call_fail(
-			    c, COHORT_EAUTH, "authentication failed");
+			dispatch_auth_fail(c, req);
 			return;
 		}
 	} else if (req->body_case != COHORT__REQUEST__BODY_JOIN) {
-		srv_call_fail(c, COHORT_EAUTH, "authentication failed");
+		dispatch_auth_fail(c, req);
 		return;
 	} else if (strlen(req->token) > SRV_MAX_NAME) {
 		srv_call_fail(c, COHORT_EINVAL, "token longer than %d bytes",
 		    SRV_MAX_NAME);
+		return;
+	} else if (core->require_token
+	    && !cohort__token_is_minted(
+	        core->admin_token, req->job, req->token)) {
+		dispatch_auth_fail(c, req);
 		return;
 	} else if ((job = srv_job_new(core, req->job, req->token)) == NULL) {
 		srv_call_fail(c, COHORT_ENOMEM, "out of memory");

@@ -1,7 +1,7 @@
 /*
  * http.c - cohortd's HTTP endpoint (nng's HTTP server): /metrics in the
  * Prometheus text format, /healthz (the process serves) and /readyz (the
- * coordinator accepts requests).
+ * coordinator accepts requests: 503 once it drains before exiting).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +64,20 @@ http_ok(nng_aio *aio)
 	http_reply(aio, 200, "text/plain", "ok\n");
 }
 
+/* Ready while serving; 503 once draining (SIGTERM) so that it is taken
+ * out of service before it exits. */
+static void
+http_ready(nng_aio *aio)
+{
+	nng_http_handler *h = nng_aio_get_input(aio, 1);
+	struct srv_http *sh = nng_http_handler_get_data(h);
+
+	if (cohort__srv_draining(sh->srv))
+		http_reply(aio, 503, "text/plain", "draining\n");
+	else
+		http_reply(aio, 200, "text/plain", "ok\n");
+}
+
 static int
 http_handler(struct srv_http *sh, const char *path, void (*cb)(nng_aio *))
 {
@@ -104,7 +118,7 @@ cohort__srv_http_start(
 	}
 	if ((nrv = http_handler(sh, "/metrics", http_metrics)) != 0
 	    || (nrv = http_handler(sh, "/healthz", http_ok)) != 0
-	    || (nrv = http_handler(sh, "/readyz", http_ok)) != 0
+	    || (nrv = http_handler(sh, "/readyz", http_ready)) != 0
 	    || (nrv = nng_http_server_start(sh->server)) != 0) {
 		rv = cohort__err(cohort__from_nng(nrv), "--http %s: %s", addr,
 		    nng_strerror(nrv));

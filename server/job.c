@@ -310,22 +310,39 @@ srv_job_join(struct srv_call *c, const Cohort__Join *j, cohort__time now)
 	}
 	if (job->rdzv_world == 0) {
 		if (job->state == SRV_JOB_RUNNING && job_has_live(job)) {
+			/* Another launch under the same name (or a worker
+			 * of this one that came back): say what the job is
+			 * and what this worker says, both sides. */
+			if (w != job->world) {
+				srv_call_fail(c, COHORT_EINVAL,
+				    "job '%s' has world size %u (since "
+				    "generation %" PRIu64 "); this worker "
+				    "(%s:%u) says %u: another launch with "
+				    "the same job name? (COHORT_JOB)",
+				    job->name, job->world, job->generation,
+				    j->host, j->pid, w);
+				return;
+			}
 			if (j->rank >= 0 && (uint32_t)j->rank < job->world
 			    && job->members[j->rank].state
 			        == SRV_MEMBER_RUNNING) {
 				struct srv_member *m = &job->members[j->rank];
 				srv_call_fail(c, COHORT_EEXIST,
 				    "rank %d of job '%s' is held by %s:%u "
-				    "(generation %" PRIu64 ")",
+				    "(generation %" PRIu64 "); this worker "
+				    "(%s:%u) asks for it too",
 				    j->rank, job->name, m->host, m->pid,
-				    job->generation);
+				    job->generation, j->host, j->pid);
 				return;
 			}
 			srv_call_fail(c, COHORT_ESTATE,
 			    "job '%s' is running generation %" PRIu64
-			    " with %u ranks; a new rendezvous starts once it "
-			    "failed or every member left",
-			    job->name, job->generation, job->world);
+			    " with %u ranks; this worker (%s:%u) is not one "
+			    "of its members: a new generation starts once "
+			    "generation %" PRIu64 " failed or every member "
+			    "left",
+			    job->name, job->generation, job->world, j->host,
+			    j->pid, job->generation);
 			return;
 		}
 		if ((job->rdzv_by_rank = calloc(w, sizeof(*job->rdzv_by_rank)))
@@ -339,9 +356,11 @@ srv_job_join(struct srv_call *c, const Cohort__Join *j, cohort__time now)
 		job->restored = false;
 	} else if (w != job->rdzv_world) {
 		srv_call_fail(c, COHORT_EINVAL,
-		    "world_size %u differs from the pending rendezvous' %u "
-		    "of job '%s'",
-		    w, job->rdzv_world, job->name);
+		    "job '%s' has world size %u (rendezvous of generation "
+		    "%" PRIu64 ", %u of %u joined); this worker (%s:%u) says "
+		    "%u: another launch with the same job name? (COHORT_JOB)",
+		    job->name, job->rdzv_world, job->generation + 1,
+		    job->rdzv_n, job->rdzv_world, j->host, j->pid, w);
 		return;
 	}
 	if (j->rank >= 0 && (holder = job->rdzv_by_rank[j->rank]) != NULL) {
@@ -658,10 +677,17 @@ srv_job_sweep(struct srv_job *job, cohort__time now)
 		struct srv_member *m = &job->members[r];
 		char text[64];
 		if (m->state != SRV_MEMBER_RUNNING
-		    || now - m->last_seen <= (cohort__time)m->dead_ms)
+		    || now - m->last_seen <= (cohort__time)m->dead_ms
+		    || now < m->grace_until)
 			continue;
-		snprintf(text, sizeof(text), "no heartbeat for %.1f s",
-		    (double)(now - m->last_seen) / 1000.0);
+		if (m->restored_at != 0 && m->last_seen == m->restored_at)
+			snprintf(text, sizeof(text),
+			    "did not reconnect within %.1f s of cohortd's "
+			    "restart",
+			    (double)(now - m->restored_at) / 1000.0);
+		else
+			snprintf(text, sizeof(text), "no heartbeat for %.1f s",
+			    (double)(now - m->last_seen) / 1000.0);
 		srv_job_fail_member(job, m, text, now);
 	}
 }
@@ -687,6 +713,8 @@ srv_job_restore_gen(struct srv_job *job, uint64_t gen, uint32_t world,
 		    = srv_client_get(job, client_ids[r], now);
 		m->rank = (int32_t)r;
 		m->last_seen = now;
+		m->restored_at = now;
+		m->grace_until = now + job->core->restore_grace_ms;
 		if (cl == NULL)
 			return (COHORT_ENOMEM);
 		if (cl->member != NULL)

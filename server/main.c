@@ -18,8 +18,12 @@
 #include "cohort_common.h"
 #include "knobs.h"
 #include "server.h"
+#include "token.h"
 
 #define MAIN_MAX_LIST 64
+/* SIGTERM to exit with --http: /readyz says 503 this long first, a little
+ * more than a readiness probe period (docs/kubernetes.md). */
+#define MAIN_DEFAULT_DRAIN_MS 3000
 
 static void
 main_usage(FILE *f)
@@ -33,10 +37,23 @@ main_usage(FILE *f)
 	    "  --listen URL           listen on URL (tcp://, ipc://; "
 	    "repeatable)\n"
 	    "                         default %s\n"
-	    "  --job NAME:TOKEN       create job NAME with TOKEN in advance "
-	    "(repeatable)\n"
-	    "  --admin-token TOKEN    required by status queries for all "
-	    "jobs\n"
+	    "  --job NAME:@FILE       create job NAME in advance, its token "
+	    "read from\n"
+	    "                         FILE (repeatable; NAME: for no token; "
+	    "NAME:TOKEN\n"
+	    "                         works but shows the token in ps: "
+	    "deprecated)\n"
+	    "  --admin-token-file FILE\n"
+	    "                         the admin secret (default: "
+	    "$COHORT_ADMIN_TOKEN_FILE):\n"
+	    "                         required by status queries for all "
+	    "jobs; job\n"
+	    "                         tokens are minted from it (cohort "
+	    "token JOB)\n"
+	    "  --require-token        a join creates a job only with its "
+	    "minted token\n"
+	    "                         (jobs of --job keep their own); see "
+	    "docs/security.md\n"
 	    "  --max-value-bytes N    largest KV value / object (default "
 	    "%u)\n"
 	    "  --max-job-bytes N      keys + values per job (default %llu)\n"
@@ -60,6 +77,15 @@ main_usage(FILE *f)
 	    "longer (default %u)\n"
 	    "  --log-level LEVEL      error, warn, info (default), debug, "
 	    "trace\n"
+	    "  --restore-grace MS     after a restart from --state-dir, how "
+	    "long members\n"
+	    "                         have to reconnect (default %u)\n"
+	    "  --drain MS             on SIGTERM, answer /readyz 503 and "
+	    "keep serving\n"
+	    "                         this long before exiting (default "
+	    "%u with\n"
+	    "                         --http, else 0; a second signal ends "
+	    "it at once)\n"
 	    "  --ready-fd FD          once listening, write the first bound "
 	    "URL and a\n"
 	    "                         newline to FD and close it (for "
@@ -72,7 +98,9 @@ main_usage(FILE *f)
 	    COHORT__SRV_DEFAULT_URL, (unsigned)COHORT__DEFAULT_MAX_VALUE,
 	    (unsigned long long)COHORT__SRV_DEFAULT_MAX_JOB_BYTES,
 	    (unsigned)COHORT__SRV_DEFAULT_MAX_KEYS,
-	    (unsigned)COHORT__SRV_DEFAULT_STALL_MS);
+	    (unsigned)COHORT__SRV_DEFAULT_STALL_MS,
+	    (unsigned)COHORT__SRV_DEFAULT_RESTORE_GRACE_MS,
+	    (unsigned)MAIN_DEFAULT_DRAIN_MS);
 }
 
 static int
@@ -87,6 +115,55 @@ main_u64(const char *opt, const char *s, uint64_t *out)
 	}
 	*out = (uint64_t)v;
 	return (0);
+}
+
+/* Secrets never come from the command line (/proc/PID/cmdline is
+ * readable by every user of the host): a file, named by an option or by
+ * COHORT_ADMIN_TOKEN_FILE. The old forms still work, with a warning. */
+static int
+main_secret(const char *opt, const char *path, char **out)
+{
+	char buf[COHORT__TOKEN_MAX + 1];
+
+	if (cohort__secret_read(opt, path, buf, sizeof(buf)) != COHORT_OK) {
+		fprintf(stderr, "cohortd: %s\n", cohort_last_error());
+		return (-1);
+	}
+	free(*out);
+	*out = strdup(buf);
+	memset(buf, 0, sizeof(buf));
+	return (*out != NULL ? 0 : -1);
+}
+
+/* --job NAME:@FILE becomes NAME:TOKEN for the server (in memory only). */
+static int
+main_job(const char *spec, char **out)
+{
+	const char *colon = strchr(spec, ':');
+	char buf[COHORT__TOKEN_MAX + 1];
+	size_t nl, n;
+
+	*out = NULL;
+	if (colon == NULL || colon[1] != '@') {
+		if (colon != NULL && colon[1] != '\0')
+			cohort__warn("--job %.*s:TOKEN shows the token to "
+			             "every user of this host (ps); use --job "
+			             "%.*s:@FILE",
+			    (int)(colon - spec), spec, (int)(colon - spec),
+			    spec);
+		return (0);
+	}
+	if (cohort__secret_read("--job", colon + 2, buf, sizeof(buf))
+	    != COHORT_OK) {
+		fprintf(stderr, "cohortd: %s\n", cohort_last_error());
+		return (-1);
+	}
+	nl = (size_t)(colon - spec);
+	n = nl + 1 + strlen(buf) + 1;
+	if ((*out = malloc(n)) != NULL)
+		snprintf(*out, n, "%.*s:%s", (int)nl, spec, buf);
+	memset(buf, 0, sizeof(buf));
+	return (*out != NULL ? 0 : -1);
 }
 
 static int
@@ -106,12 +183,17 @@ main(int argc, char **argv)
 {
 	const char *listen[MAIN_MAX_LIST], *jobs[MAIN_MAX_LIST];
 	const char *tstores[MAIN_MAX_LIST];
+	char *job_specs[MAIN_MAX_LIST] = { NULL }, *admin = NULL;
+	const char *admin_file = NULL;
 	struct cohort__srv_config cfg;
 	struct cohort__srv *srv;
 	sigset_t set;
 	cohort_status rv;
 	int sig = 0, ready_fd = -1;
 	uint64_t idle_exit_ms = 0;
+	/* UINT64_MAX: the default, MAIN_DEFAULT_DRAIN_MS with --http (a
+	 * readiness probe to drain for), else none */
+	uint64_t drain_ms = UINT64_MAX;
 
 	cohort__srv_config_init(&cfg);
 	cfg.listen = listen;
@@ -131,6 +213,10 @@ main(int argc, char **argv)
 			    COHORT_VERSION_STRING, COHORT_PROTO_VERSION);
 			return (0);
 		}
+		if (strcmp(a, "--require-token") == 0) {
+			cfg.require_token = true;
+			continue;
+		}
 		if (v == NULL) {
 			fprintf(stderr,
 			    "cohortd: unknown option or missing "
@@ -145,9 +231,21 @@ main(int argc, char **argv)
 			listen[cfg.nlisten++] = v;
 		} else if (strcmp(a, "--job") == 0
 		    && cfg.njobs < MAIN_MAX_LIST) {
-			jobs[cfg.njobs++] = v;
+			if (main_job(v, &job_specs[cfg.njobs]) != 0)
+				return (2);
+			jobs[cfg.njobs] = job_specs[cfg.njobs] != NULL
+			    ? job_specs[cfg.njobs]
+			    : v;
+			cfg.njobs++;
+		} else if (strcmp(a, "--admin-token-file") == 0) {
+			admin_file = v;
 		} else if (strcmp(a, "--admin-token") == 0) {
-			cfg.admin_token = v;
+			cohort__warn("--admin-token shows the secret to every "
+			             "user of this host (ps); use "
+			             "--admin-token-file");
+			free(admin);
+			if ((admin = strdup(v)) == NULL)
+				return (1);
 		} else if (strcmp(a, "--max-value-bytes") == 0) {
 			if (main_u64(a, v, &cfg.max_value_bytes) != 0)
 				return (2);
@@ -182,6 +280,19 @@ main(int argc, char **argv)
 				return (2);
 			}
 			cfg.stall_threshold_ms = (uint32_t)ms;
+		} else if (strcmp(a, "--drain") == 0) {
+			if (main_u64(a, v, &drain_ms) != 0)
+				return (2);
+		} else if (strcmp(a, "--restore-grace") == 0) {
+			uint64_t ms;
+			if (main_u64(a, v, &ms) != 0)
+				return (2);
+			if (ms == 0 || ms > UINT32_MAX) {
+				fprintf(stderr, "cohortd: %s: 1 to %u ms\n", a,
+				    UINT32_MAX);
+				return (2);
+			}
+			cfg.restore_grace_ms = (uint32_t)ms;
 		} else if (strcmp(a, "--ready-fd") == 0) {
 			uint64_t fd;
 			if (main_u64(a, v, &fd) != 0 || fd > INT32_MAX)
@@ -205,6 +316,19 @@ main(int argc, char **argv)
 			return (2);
 		}
 	}
+
+	if (drain_ms == UINT64_MAX)
+		drain_ms = cfg.http != NULL ? MAIN_DEFAULT_DRAIN_MS : 0;
+	if (admin_file == NULL && admin == NULL)
+		admin_file = cohort__knob_str(COHORT__KNOB_ADMIN_TOKEN_FILE);
+	if (admin_file != NULL
+	    && main_secret("--admin-token-file", admin_file, &admin) != 0)
+		return (2);
+	cfg.admin_token = admin;
+	if (cfg.require_token && admin == NULL)
+		cohort__warn("--require-token without an admin secret: only "
+		             "jobs given with --job (or restored from "
+		             "--state-dir) can be joined");
 
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
@@ -249,10 +373,33 @@ main(int argc, char **argv)
 			break;
 		}
 	}
+	if (sig > 0 && drain_ms > 0) {
+		cohort__time end = cohort__now_ms() + (cohort__time)drain_ms;
+
+		/* the preStop drain: out of service first, then the stop
+		 * (journalled state, final replies) */
+		cohort__srv_drain(srv);
+		cohort__info("%s received: draining for %llu ms (/readyz "
+		             "answers 503; a second signal stops at once)",
+		    sig == SIGINT ? "SIGINT" : "SIGTERM",
+		    (unsigned long long)drain_ms);
+		while (!cohort__expired(end)) {
+			int ms = cohort__remaining(end);
+			struct timespec ts
+			    = { ms / 1000, (long)(ms % 1000) * 1000000L };
+			if (sigtimedwait(&set, NULL, &ts) > 0) {
+				cohort__info("second signal: stopping now");
+				break;
+			}
+		}
+	}
 	if (sig > 0)
 		cohort__info("%s received, shutting down",
 		    sig == SIGINT ? "SIGINT" : "SIGTERM");
 	cohort__srv_stop(srv);
 	cohort__info("stopped");
+	for (size_t i = 0; i < cfg.njobs; i++)
+		free(job_specs[i]);
+	free(admin);
 	return (0);
 }

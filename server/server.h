@@ -29,8 +29,13 @@ struct cohort__srv_config {
 	uint64_t max_value_bytes; /* largest KV value / object */
 	uint64_t max_job_bytes; /* keys + values of one job */
 	uint64_t max_keys; /* keys of one job */
-	/* If set, a StatusQuery without a job must carry this token. */
+	/* The admin secret: if set, a StatusQuery without a job must carry
+	 * it, and job tokens are minted from it (docs/security.md). */
 	const char *admin_token;
+	/* A join creates a job only with a token cohortd accepts (the one
+	 * minted from admin_token for the job); jobs given in `jobs` (or
+	 * restored from the journal) are joined with their own token. */
+	bool require_token;
 	/* "ADDR:PORT" of the HTTP endpoint (/metrics, /healthz, /readyz);
 	 * NULL = none. */
 	const char *http;
@@ -46,6 +51,13 @@ struct cohort__srv_config {
 	/* A collective waiting longer is logged and shown as stalled;
 	 * 0 = COHORT__SRV_DEFAULT_STALL_MS. */
 	uint32_t stall_threshold_ms;
+	/* After a restart from the journal, how long members have to
+	 * reconnect before they are declared dead (at least their own
+	 * dead-after); 0 = COHORT__SRV_DEFAULT_RESTORE_GRACE_MS. A client
+	 * re-dials within a second, but one whose SYN met the coordinator's
+	 * host while it was down waits for the kernel's retransmission
+	 * (1 s, then 3 s). */
+	uint32_t restore_grace_ms;
 	/* TCPStore listeners, "[JOB@]ADDR:PORT" each (docs/pytorch.md):
 	 * torch's own TCPStore clients use the job's KV. JOB defaults to
 	 * "torch-PORT"; its token, if any, comes from a --job entry. */
@@ -57,6 +69,7 @@ struct cohort__srv_config {
 };
 
 #define COHORT__SRV_DEFAULT_STALL_MS 60000u
+#define COHORT__SRV_DEFAULT_RESTORE_GRACE_MS 15000u
 
 struct cohort__srv;
 
@@ -91,5 +104,12 @@ uint64_t cohort__srv_idle_ms(struct cohort__srv *s);
  * and frees everything. Blocks until nng's callbacks have finished (at
  * most about a second for the final replies to leave). NULL-safe. */
 void cohort__srv_stop(struct cohort__srv *s);
+
+/* The first step of a graceful stop (SIGTERM, a pod's preStop): /readyz
+ * answers 503 "draining" from now on, so that load balancers and
+ * Kubernetes take the coordinator out of service, while every request
+ * is still served, journalled and answered; cohort__srv_stop follows. */
+void cohort__srv_drain(struct cohort__srv *s);
+bool cohort__srv_draining(struct cohort__srv *s);
 
 #endif /* COHORT_SERVER_H */

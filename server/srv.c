@@ -475,6 +475,25 @@ cohort__srv_idle_ms(struct cohort__srv *s)
 	return (idle);
 }
 
+void
+cohort__srv_drain(struct cohort__srv *s)
+{
+	pthread_mutex_lock(&s->mtx);
+	s->core->draining = true;
+	pthread_mutex_unlock(&s->mtx);
+}
+
+bool
+cohort__srv_draining(struct cohort__srv *s)
+{
+	bool d;
+
+	pthread_mutex_lock(&s->mtx);
+	d = s->core->draining;
+	pthread_mutex_unlock(&s->mtx);
+	return (d);
+}
+
 /* For http.c: metrics text under the server mutex. */
 char *
 cohort__srv_metrics(struct cohort__srv *s)
@@ -541,9 +560,13 @@ cohort__srv_start(
 	         cohort__now_ms(), &s->core))
 	    != COHORT_OK)
 		goto out_free;
+	s->core->require_token = cfg->require_token;
 	s->core->stall_ms = cfg->stall_threshold_ms
 	    ? (cohort__time)cfg->stall_threshold_ms
 	    : (cohort__time)COHORT__SRV_DEFAULT_STALL_MS;
+	s->core->restore_grace_ms = cfg->restore_grace_ms
+	    ? (cohort__time)cfg->restore_grace_ms
+	    : (cohort__time)COHORT__SRV_DEFAULT_RESTORE_GRACE_MS;
 	if (cfg->state_dir != NULL) {
 		struct srv_jrn_opts jo;
 		memset(&jo, 0, sizeof(jo));

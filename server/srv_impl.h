@@ -200,6 +200,11 @@ struct srv_member {
 	uint32_t hb_ms;
 	uint32_t dead_ms;
 	cohort__time last_seen;
+	/* Restored from the journal at restored_at: not declared dead
+	 * before grace_until (cohortd's restart is not the member's fault).
+	 */
+	cohort__time restored_at;
+	cohort__time grace_until;
 	char last_op[SRV_MAX_NAME + 1];
 	uint64_t last_op_seq;
 	/* Heartbeat's data-plane view (hang attribution). */
@@ -354,6 +359,9 @@ struct srv_core {
 	unsigned nclose_pipes;
 	struct srv_limits lim;
 	char *admin_token;
+	/* --require-token: a join creates a job only with the token minted
+	 * from admin_token for it (docs/security.md). */
+	bool require_token;
 	srv_sink_fn sink;
 	void *sink_arg;
 	struct srv_map jobs;
@@ -370,6 +378,8 @@ struct srv_core {
 	 * processed after the event does not re-register its connection. */
 	struct srv_map closed;
 	cohort__time stall_ms; /* --stall-threshold */
+	cohort__time restore_grace_ms; /* --restore-grace */
+	bool draining; /* SIGTERM: /readyz answers 503, then the stop */
 	cohort__time stall_next; /* next stall check */
 	struct srv_jrn *jrn; /* NULL: no --state-dir */
 	/* Shutting down with a journal: parked calls are dropped, not

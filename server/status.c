@@ -338,6 +338,9 @@ srv_metrics_text(struct srv_core *core, cohort__time now)
 	    core->m.rendezvous);
 	M("counter", "collectives_total", "Collectives completed.", "%" PRIu64,
 	    core->m.collectives);
+	M("gauge", "draining",
+	    "1 while cohortd drains before it exits (/readyz says 503).", "%d",
+	    core->draining ? 1 : 0);
 	M("gauge", "jobs", "Jobs known.", "%zu", core->jobs.n);
 	M("gauge", "clients", "Clients known.", "%" PRIu64, core->nclients);
 	M("gauge", "members_running", "Running members.", "%" PRIu64, members);

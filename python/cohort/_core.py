@@ -195,7 +195,9 @@ class Client:
     Opening blocks until every one of ``world_size`` members joined or the
     join timeout passed. Settings not given here come from the environment
     that ``cohort env`` shows (``COHORT_*``, then torchrun's, Open MPI's,
-    SLURM's variables); timeouts and heartbeats from ``COHORT_TIMEOUT_MS``,
+    MPICH's, SLURM's, Kubeflow's variables; the job from the launcher's id
+    unless ``COHORT_JOB`` is set: docs/launchers.md); timeouts and heartbeats
+    from ``COHORT_TIMEOUT_MS``,
     ``COHORT_HEARTBEAT_MS``, ``COHORT_DEAD_AFTER_MS``...
     """
 

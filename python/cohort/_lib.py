@@ -116,6 +116,9 @@ class Env(ctypes.Structure):
         ("local_rank_from", ctypes.c_char * 48),
         ("data_addr", ctypes.c_char * 64),
         ("data_addr_from", ctypes.c_char * 48),
+        ("token_from", ctypes.c_char * 48),
+        ("restart_count_from", ctypes.c_char * 48),
+        ("notes", ctypes.c_char * 256),
     ]
 
 
@@ -135,6 +138,7 @@ class Options(ctypes.Structure):
         ("dead_after", ctypes.c_int32),
         ("backend", ctypes.c_char_p),
         ("data_addr", ctypes.c_char_p),
+        ("reconnect_window", ctypes.c_int32),
     ]
 
 

@@ -68,3 +68,25 @@ co.stop()
     assert r.returncode == 0, r.stderr
     assert "joined job" in r.stderr, r.stderr  # info logs are on
     assert "reconnected" not in r.stderr, r.stderr
+
+
+def test_join_that_disagrees_names_both_sides(built):
+    """A worker of another launch under the same job name gets a
+    CohortError that says what the job is and what this worker said."""
+    code = """
+import cohort
+co = cohort.Coordinator(idle_exit=2)
+c = cohort.Client(co.url, job="x", token="t", rank=0, world_size=1)
+for kw in (dict(token="t", world_size=2), dict(token="other", world_size=1)):
+    try:
+        cohort.Client(co.url, job="x", rank=0, op_timeout=10, join_timeout=10, **kw)
+    except cohort.CohortError as e:
+        print(e.status.name, "|", e.detail)
+c.close(); co.stop()
+"""
+    r = run_py(code)
+    lines = r.stdout.strip().splitlines()
+    assert r.returncode == 0 and len(lines) == 2, r.stdout + r.stderr
+    assert lines[0].startswith("EINVAL | job 'x' has world size 1 (since generation 1); this worker"), lines[0]
+    assert "says 2" in lines[0], lines[0]
+    assert lines[1].startswith("EAUTH | wrong token for job 'x'"), lines[1]

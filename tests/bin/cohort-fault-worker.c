@@ -15,8 +15,10 @@
  *   COHORT_FW_SLEEP_AT  "RANK:STEP:MS": that rank sleeps inside the step
  *   COHORT_FW_PIDDIR    write DIR/rankN.pid (fault tests kill by pid)
  *
- * Output: "STEP n" lines on rank 0, "RESULT ..." lines on failure, and
- * "DONE steps=N restart=R resumed_from=S sum_ok=1" at the end.
+ * Output: "STEP n" lines on rank 0, "RESULT ..." lines on failure (with
+ * at_ms=, the wall clock in ms, for detection times across processes), and
+ * "DONE steps=N restart=R resumed_from=S sum_ok=1 checksum=C" at the end,
+ * C a step-dependent sum of every result that ranks must agree on.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -46,6 +48,15 @@ fw_now_ms(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+}
+
+static int64_t
+fw_wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
 	return ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
 }
 
@@ -86,8 +97,8 @@ fw_fail(cohort_client *c, cohort_group *g, const char *what, cohort_status st,
 {
 	char text[1200];
 
-	printf("RESULT %s step=%ld status=%s detail=%s\n", what, step,
-	    cohort_status_name(st),
+	printf("RESULT %s step=%ld status=%s at_ms=%lld detail=%s\n", what,
+	    step, cohort_status_name(st), (long long)fw_wall_ms(),
 	    g != NULL && cohort_group_last_error(g)[0]
 	        ? cohort_group_last_error(g)
 	        : cohort_last_error());
@@ -115,6 +126,7 @@ main(int argc, char **argv)
 	size_t count = bytes / sizeof(float);
 	long start = 0;
 	int rank, world, sum_ok = 1;
+	double checksum = 0;
 	cohort_status st;
 
 	if (getenv("COHORT_FW_FAIL_AT") != NULL)
@@ -158,15 +170,20 @@ main(int argc, char **argv)
 		if (rank == sleep_rank && s == sleep_step)
 			usleep((useconds_t)sleep_ms * 1000);
 		if (count > 0) {
+			/* step-dependent values: a rank that skipped or
+			 * repeated a step changes the checksum */
 			for (size_t i = 0; i < count; i++)
-				buf[i] = (float)(rank + 1);
+				buf[i] = (float)(rank + 1 + s % 7);
 			st = cohort_allreduce(g, buf, buf, count, COHORT_F32,
 			    COHORT_SUM, NULL, COHORT_WAIT_DEFAULT);
 			if (st != COHORT_OK)
 				return (fw_fail(c, g, "allreduce", st, s));
-			if (buf[0] != (float)(world * (world + 1) / 2)
+			if (buf[0]
+			        != (float)(world * (world + 1) / 2
+			            + world * (int)(s % 7))
 			    || buf[count - 1] != buf[0])
 				sum_ok = 0;
+			checksum += (double)buf[0] * (double)(s + 1);
 		} else {
 			st = cohort_barrier(g, "step", COHORT_WAIT_DEFAULT);
 			if (st != COHORT_OK)
@@ -181,8 +198,9 @@ main(int argc, char **argv)
 		while (step_ms > 0 && fw_now_ms() - t0 < step_ms)
 			usleep(1000);
 	}
-	printf("DONE steps=%ld restart=%ld resumed_from=%ld sum_ok=%d\n",
-	    steps, restart, start, sum_ok);
+	printf("DONE steps=%ld restart=%ld resumed_from=%ld sum_ok=%d "
+	       "checksum=%.17g\n",
+	    steps, restart, start, sum_ok, checksum);
 	free(buf);
 	cohort_client_close(c);
 	return (sum_ok ? 0 : 1);

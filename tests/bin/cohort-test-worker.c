@@ -386,10 +386,59 @@ scen_report(cohort_client *c, const char *arg)
 	return (st == COHORT_EPEERLOST ? 0 : 1);
 }
 
+/* Sums COHORT_TEST_VALUE + rank over the world on the data plane, and
+ * prints the job this worker's environment resolved to: two launches on
+ * one cohortd must each get their own job and their own sum. */
+static int
+scen_allreduce_env(cohort_client *c, const char *arg)
+{
+	cohort_group *g = cohort_client_world(c);
+	double base = (double)worker_arg(getenv("COHORT_TEST_VALUE"), 0);
+	double w = (double)cohort_client_world_size(c);
+	double v[4], want = w * base + w * (w - 1) / 2;
+	cohort_env env;
+	int ok = 1;
+
+	(void)arg;
+	for (int i = 0; i < 4; i++)
+		v[i] = base + (double)cohort_client_rank(c);
+	WORKER_CHECK("allreduce",
+	    cohort_allreduce(g, v, v, 4, COHORT_F64, COHORT_SUM, NULL, 30000));
+	for (int i = 0; i < 4; i++)
+		ok &= v[i] == want;
+	WORKER_CHECK("env", cohort_env_resolve(&env));
+	printf("RESULT allreduce job=%s source=%s rank=%d world=%d sum=%g "
+	       "ok=%d\n",
+	    env.job, env.source, cohort_client_rank(c),
+	    cohort_client_world_size(c), v[0], ok);
+	return (!ok);
+}
+
+/* Joins, prints READY, and stays a member until the file ARG exists
+ * (at most 60 s), then leaves through a barrier: a running job for tests
+ * that try to join it from elsewhere. */
+static int
+scen_hold_until(cohort_client *c, const char *arg)
+{
+	int64_t t0 = worker_now_ms();
+
+	printf("READY rank=%d\n", cohort_client_rank(c));
+	fflush(stdout);
+	while (arg != NULL && access(arg, F_OK) != 0
+	    && worker_now_ms() - t0 < 60000)
+		usleep(20 * 1000);
+	WORKER_CHECK(
+	    "barrier", cohort_barrier(cohort_client_world(c), "end", 30000));
+	printf("RESULT hold_until ok=1\n");
+	return (0);
+}
+
 static const struct {
 	const char *name;
 	int (*fn)(cohort_client *, const char *);
 } worker_scenarios[] = {
+	{ "hold_until", scen_hold_until },
+	{ "allreduce_env", scen_allreduce_env },
 	{ "open", scen_open_close },
 	{ "barrier", scen_barrier },
 	{ "bcast", scen_bcast },

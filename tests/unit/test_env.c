@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check_cohort.h"
 #include "cohort_impl.h"
@@ -21,7 +22,16 @@ static const char *const env_vars[] = { "COHORT_COORDINATOR", "COHORT_JOB",
 	"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
 	"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID",
 	"JOB_COMPLETION_INDEX", "KUBERNETES_SERVICE_HOST",
-	"KUBERNETES_SERVICE_PORT", "KUBERNETES_PORT", NULL };
+	"KUBERNETES_SERVICE_PORT", "KUBERNETES_PORT", "COHORT_TOKEN_FILE",
+	"TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+	"TORCHELASTIC_USE_AGENT_STORE", "OMPI_MCA_ess_base_jobid",
+	"OMPI_COMM_WORLD_NODE_RANK", "PMIX_NAMESPACE", "PMIX_ID", "PMIX_RANK",
+	"PMI_RANK", "PMI_SIZE", "PMI_FD", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
+	"PMI_LOCAL_RANK", "PMI_LOCAL_SIZE", "HYDI_CONTROL_FD", "SLURM_JOB_ID",
+	"SLURM_JOBID", "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_JOB_NAME",
+	"SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_NNODES",
+	"SLURM_NTASKS_PER_NODE", "PET_NNODES", "PET_NPROC_PER_NODE",
+	"PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT", NULL };
 
 static void
 env_setup(void)
@@ -243,6 +253,391 @@ START_TEST(test_slurm_source)
 	ck_assert_str_eq(e.world_size_from, "SLURM_NTASKS");
 	ck_assert_int_eq(e.local_rank, 2);
 	ck_assert_int_eq(e.node_rank, 1);
+}
+END_TEST
+
+/* torchrun's restart counter (its agent sets it for every worker) when
+ * cohort's own is unset; cohort's wins. */
+START_TEST(test_torchelastic_restart_count)
+{
+	cohort_env e;
+
+	setenv("RANK", "0", 1);
+	setenv("WORLD_SIZE", "2", 1);
+	setenv("TORCHELASTIC_RESTART_COUNT", "3", 1);
+	setenv("TORCHELASTIC_MAX_RESTARTS", "5", 1);
+	e = env_resolve_ok();
+	ck_assert_int_eq(e.restart_count, 3);
+	ck_assert_str_eq(e.restart_count_from, "TORCHELASTIC_RESTART_COUNT");
+	setenv("COHORT_RESTART_COUNT", "1", 1);
+	e = env_resolve_ok();
+	ck_assert_int_eq(e.restart_count, 1);
+	ck_assert_str_eq(e.restart_count_from, "COHORT_RESTART_COUNT");
+	unsetenv("COHORT_RESTART_COUNT");
+	setenv("TORCHELASTIC_RESTART_COUNT", "-1", 1);
+	ck_assert_cohort_err(cohort_env_resolve(&e), COHORT_EINVAL);
+	ck_assert_ptr_nonnull(
+	    strstr(cohort_last_error(), "TORCHELASTIC_RESTART_COUNT"));
+}
+END_TEST
+
+/* torchrun's static rendezvous has run id "none" (no id): the address of
+ * its store names the launch instead. */
+START_TEST(test_torchrun_run_id_none)
+{
+	cohort_env e;
+
+	setenv("RANK", "1", 1);
+	setenv("WORLD_SIZE", "2", 1);
+	setenv("MASTER_ADDR", "10.0.0.1", 1);
+	setenv("MASTER_PORT", "29500", 1);
+	setenv("TORCHELASTIC_RUN_ID", "none", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.job, "torchrun-10.0.0.1:29500");
+	ck_assert_str_eq(e.job_from, "MASTER_ADDR:MASTER_PORT");
+}
+END_TEST
+
+/* What Open MPI 4.1 sets for `mpirun -n 2` (seen on mpirun 4.1.4): the
+ * ranks, and the job id twice (ess and PMIx). */
+START_TEST(test_openmpi_job_id)
+{
+	cohort_env e;
+
+	setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+	setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+	setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
+	setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+	setenv("OMPI_COMM_WORLD_NODE_RANK", "1", 1);
+	setenv("OMPI_MCA_ess_base_jobid", "1829961729", 1);
+	setenv("PMIX_NAMESPACE", "1829961729", 1);
+	setenv("PMIX_ID", "1829961729.1", 1);
+	setenv("PMIX_RANK", "1", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "openmpi");
+	ck_assert_str_eq(e.job, "ompi-1829961729");
+	ck_assert_str_eq(e.job_from, "OMPI_MCA_ess_base_jobid");
+	ck_assert_str_eq(e.notes, "");
+	/* Open MPI 5 (PRRTE) has only the PMIx namespace. */
+	unsetenv("OMPI_MCA_ess_base_jobid");
+	setenv("PMIX_NAMESPACE", "prterun-node1-4242@1", 1);
+	setenv("PMIX_ID", "prterun-node1-4242@1.1", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.job, "pmix-prterun-node1-4242@1");
+	ck_assert_str_eq(e.job_from, "PMIX_NAMESPACE");
+	unsetenv("PMIX_NAMESPACE");
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.job, "pmix-prterun-node1-4242@1");
+	ck_assert_str_eq(e.job_from, "PMIX_ID");
+}
+END_TEST
+
+/* What MPICH 4's Hydra sets for `mpiexec -n 2` (seen on mpiexec.hydra
+ * 4.0.2); Intel MPI's Hydra sets the same. No job id: the job is
+ * "default", with a note saying so. */
+START_TEST(test_pmi_source)
+{
+	cohort_env e;
+
+	setenv("PMI_RANK", "1", 1);
+	setenv("PMI_SIZE", "2", 1);
+	setenv("PMI_FD", "8", 1);
+	setenv("MPI_LOCALRANKID", "1", 1);
+	setenv("MPI_LOCALNRANKS", "2", 1);
+	setenv("HYDI_CONTROL_FD", "7", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "pmi");
+	ck_assert_int_eq(e.rank, 1);
+	ck_assert_str_eq(e.rank_from, "PMI_RANK");
+	ck_assert_int_eq(e.world_size, 2);
+	ck_assert_str_eq(e.world_size_from, "PMI_SIZE");
+	ck_assert_int_eq(e.local_rank, 1);
+	ck_assert_str_eq(e.local_rank_from, "MPI_LOCALRANKID");
+	ck_assert_int_eq(e.local_world_size, 2);
+	ck_assert_str_eq(e.job, "default");
+	ck_assert_ptr_nonnull(strstr(e.notes, "COHORT_JOB"));
+	/* Other PMI launchers name the local rank PMI_LOCAL_RANK. */
+	unsetenv("MPI_LOCALRANKID");
+	unsetenv("MPI_LOCALNRANKS");
+	setenv("PMI_LOCAL_RANK", "0", 1);
+	setenv("PMI_LOCAL_SIZE", "1", 1);
+	e = env_resolve_ok();
+	ck_assert_int_eq(e.local_rank, 0);
+	ck_assert_str_eq(e.local_rank_from, "PMI_LOCAL_RANK");
+	ck_assert_int_eq(e.local_world_size, 1);
+	/* Open MPI's variables come first. */
+	setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+	setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "openmpi");
+	unsetenv("OMPI_COMM_WORLD_RANK");
+	unsetenv("OMPI_COMM_WORLD_SIZE");
+	setenv("PMI_LOCAL_RANK", "1", 1);
+	ck_assert_cohort_err(cohort_env_resolve(&e), COHORT_EINVAL);
+	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "PMI_LOCAL_RANK"));
+}
+END_TEST
+
+/* `srun -n 8` in a batch job: the variables a task gets. */
+static void
+env_slurm_task(void)
+{
+	setenv("SLURM_PROCID", "5", 1);
+	setenv("SLURM_NTASKS", "8", 1);
+	setenv("SLURM_LOCALID", "1", 1);
+	setenv("SLURM_NODEID", "1", 1);
+	setenv("SLURM_NNODES", "2", 1);
+	setenv("SLURM_NTASKS_PER_NODE", "4", 1);
+	setenv("SLURM_JOB_ID", "123456", 1);
+	setenv("SLURM_JOBID", "123456", 1);
+	setenv("SLURM_STEP_ID", "0", 1);
+	setenv("SLURM_STEPID", "0", 1);
+	setenv("SLURM_JOB_NAME", "train.sh", 1);
+	setenv("SLURM_JOB_NODELIST", "gpu[017-018]", 1);
+	setenv("SLURM_NODELIST", "gpu[017-018]", 1);
+}
+
+START_TEST(test_slurm_job_and_coordinator)
+{
+	cohort_env e;
+
+	env_slurm_task();
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "slurm");
+	ck_assert_int_eq(e.rank, 5);
+	ck_assert_str_eq(e.job, "slurm-123456.0");
+	ck_assert_str_eq(e.job_from, "SLURM_JOB_ID.SLURM_STEP_ID");
+	/* Lightning's port: 15000 + the last four digits of the job id */
+	ck_assert_str_eq(e.coordinator, "tcp://gpu017:18456");
+	ck_assert_str_eq(e.coordinator_from, "SLURM_JOB_NODELIST");
+	/* MASTER_PORT wins over the derived port, MASTER_ADDR over the
+	 * list; both: torchrun's rule */
+	setenv("MASTER_PORT", "29555", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.coordinator, "tcp://gpu017:29555");
+	setenv("MASTER_ADDR", "10.1.0.17", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.coordinator, "tcp://10.1.0.17:29555");
+	ck_assert_str_eq(e.coordinator_from, "MASTER_ADDR:MASTER_PORT");
+	unsetenv("MASTER_PORT");
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.coordinator, "tcp://10.1.0.17:18456");
+	ck_assert_str_eq(e.coordinator_from, "MASTER_ADDR:SLURM_JOB_ID");
+	unsetenv("MASTER_ADDR");
+	/* COHORT_COORDINATOR wins over all */
+	setenv("COHORT_COORDINATOR", "tcp://cohortd:29400", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.coordinator, "tcp://cohortd:29400");
+	unsetenv("COHORT_COORDINATOR");
+	/* the batch script itself: no step */
+	unsetenv("SLURM_STEP_ID");
+	unsetenv("SLURM_STEPID");
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.job, "slurm-123456");
+	ck_assert_str_eq(e.job_from, "SLURM_JOB_ID");
+	/* a list that cannot be read: no coordinator, a note, no error */
+	setenv("SLURM_JOB_NODELIST", "gpu[017", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.coordinator, "");
+	ck_assert_ptr_nonnull(strstr(e.notes, "unclosed"));
+	/* a short job id: 15000 + the id */
+	setenv("SLURM_JOB_NODELIST", "n1", 1);
+	setenv("SLURM_JOB_ID", "77", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.coordinator, "tcp://n1:15077");
+}
+END_TEST
+
+/* salloc's shell (SLURM_JOB_NAME=bash or interactive) is an allocation,
+ * not a job's tasks: its variables are neither a rank nor a job id
+ * (Lightning's SLURMEnvironment draws the same line). */
+START_TEST(test_slurm_interactive_skipped)
+{
+	cohort_env e;
+
+	env_slurm_task();
+	setenv("SLURM_JOB_NAME", "bash", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "none");
+	ck_assert_int_eq(e.rank, -1);
+	ck_assert_str_eq(e.job, "default");
+	ck_assert_str_eq(e.coordinator, "");
+	ck_assert_ptr_nonnull(strstr(e.notes, "SLURM_JOB_NAME=bash"));
+	setenv("SLURM_JOB_NAME", "interactive", 1);
+	/* another launcher started inside the allocation is used */
+	setenv("RANK", "0", 1);
+	setenv("WORLD_SIZE", "2", 1);
+	setenv("MASTER_ADDR", "127.0.0.1", 1);
+	setenv("MASTER_PORT", "29500", 1);
+	setenv("TORCHELASTIC_RUN_ID", "none", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "torchrun");
+	ck_assert_str_eq(e.job, "torchrun-127.0.0.1:29500");
+	/* a real job name that merely contains "bash" is a job */
+	unsetenv("RANK");
+	unsetenv("WORLD_SIZE");
+	setenv("SLURM_JOB_NAME", "bash-train", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "slurm");
+}
+END_TEST
+
+START_TEST(test_slurm_first_host)
+{
+	static const char *const good[][2] = {
+		{ "node[001-004,007],gpu-a1", "node001" },
+		{ "gpu-a1", "gpu-a1" },
+		{ "host0,host1,host3", "host0" },
+		{ "host0 host1", "host0" },
+		{ "node[5]", "node5" },
+		{ "node[7,3-4]", "node7" },
+		{ "rack[1-2]-node[01-04]", "rack1-node01" },
+		{ "a[1-2],b[3-4]", "a1" },
+		{ "n[0010-0020]x", "n0010x" },
+		{ "10.0.0.5,10.0.0.6", "10.0.0.5" },
+	};
+	static const char *const bad[] = { "", " ", "node[", "node[]",
+		"node[x-3]", "node[1-2", "node]1", ",n1", "node[1-a]" };
+	char out[64], tiny[4];
+
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		ck_assert_msg(
+		    cohort__slurm_first_host(good[i][0], out, sizeof(out))
+		        == COHORT_OK,
+		    "'%s': %s", good[i][0], cohort_last_error());
+		ck_assert_str_eq(out, good[i][1]);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ck_assert_msg(
+		    cohort__slurm_first_host(bad[i], out, sizeof(out))
+		        == COHORT_EINVAL,
+		    "'%s' accepted as '%s'", bad[i], out);
+	ck_assert_cohort_err(
+	    cohort__slurm_first_host("node[001-2]", tiny, sizeof(tiny)),
+	    COHORT_EINVAL);
+	ck_assert_cohort_ok(
+	    cohort__slurm_first_host("abc,defgh", tiny, sizeof(tiny)));
+	ck_assert_str_eq(tiny, "abc");
+	ck_assert_int_eq(cohort__slurm_port("123456"), 18456);
+	ck_assert_int_eq(cohort__slurm_port("1230012"), 15012);
+	ck_assert_int_eq(cohort__slurm_port("9"), 15009);
+	ck_assert_int_eq(cohort__slurm_port(NULL), 12910);
+	ck_assert_int_eq(cohort__slurm_port("12x"), -1);
+}
+END_TEST
+
+/* Kubeflow's Trainer (v2 TrainJob; PyTorchJob alike) gives torchrun's
+ * arguments as PET_* variables. Started directly with one process per
+ * node, a worker is node PET_NODE_RANK of PET_NNODES. */
+START_TEST(test_kubeflow_pet)
+{
+	cohort_env e;
+
+	setenv("PET_NNODES", "4", 1);
+	setenv("PET_NPROC_PER_NODE", "1", 1);
+	setenv("PET_NODE_RANK", "2", 1);
+	setenv("PET_MASTER_ADDR", "mnist-node-0-0.mnist", 1);
+	setenv("PET_MASTER_PORT", "29400", 1);
+	setenv("JOB_COMPLETION_INDEX", "2", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "kubeflow");
+	ck_assert_int_eq(e.rank, 2);
+	ck_assert_str_eq(e.rank_from, "PET_NODE_RANK");
+	ck_assert_int_eq(e.world_size, 4);
+	ck_assert_str_eq(e.world_size_from, "PET_NNODES");
+	ck_assert_int_eq(e.local_rank, 0);
+	ck_assert_int_eq(e.local_world_size, 1);
+	ck_assert_int_eq(e.node_rank, 2);
+	ck_assert_str_eq(e.coordinator, "tcp://mnist-node-0-0.mnist:29400");
+	ck_assert_str_eq(
+	    e.coordinator_from, "PET_MASTER_ADDR:PET_MASTER_PORT");
+	ck_assert_str_eq(e.job, "kubeflow-mnist-node-0-0.mnist:29400");
+	ck_assert_str_eq(e.job_from, "PET_MASTER_ADDR");
+	/* the manifests' COHORT_JOB (downward API) wins */
+	setenv("COHORT_JOB", "mnist-5f0c", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.job, "mnist-5f0c");
+	/* torchrun inside the pod: its variables win */
+	setenv("RANK", "9", 1);
+	setenv("WORLD_SIZE", "16", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "torchrun");
+	unsetenv("RANK");
+	unsetenv("WORLD_SIZE");
+	/* several processes per node: torchrun's (or cohort run's) job */
+	setenv("PET_NPROC_PER_NODE", "auto", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "none");
+	ck_assert_ptr_nonnull(strstr(e.notes, "PET_NPROC_PER_NODE=auto"));
+	/* torchrun's default is one per node */
+	unsetenv("PET_NPROC_PER_NODE");
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.source, "kubeflow");
+	setenv("PET_NNODES", "two", 1);
+	ck_assert_cohort_err(cohort_env_resolve(&e), COHORT_EINVAL);
+}
+END_TEST
+
+/* The order of the job's identity: one launch, one name. */
+START_TEST(test_job_identity_order)
+{
+	cohort_env e;
+
+	setenv("SLURM_JOB_ID", "42", 1);
+	setenv("SLURM_STEP_ID", "3", 1);
+	setenv("PMIX_NAMESPACE", "slurm.pmix.42.3", 1);
+	setenv("TORCHELASTIC_RUN_ID", "abc", 1);
+	setenv("COHORT_JOB", "mine", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.job, "mine");
+	unsetenv("COHORT_JOB");
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.job, "abc");
+	unsetenv("TORCHELASTIC_RUN_ID");
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.job, "pmix-slurm.pmix.42.3");
+	unsetenv("PMIX_NAMESPACE");
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.job, "slurm-42.3");
+	/* a name that does not fit is an error, never a cut name */
+	{
+		char big[200];
+		memset(big, '7', sizeof(big) - 1);
+		big[sizeof(big) - 1] = '\0';
+		setenv("SLURM_JOB_ID", big, 1);
+		ck_assert_cohort_err(cohort_env_resolve(&e), COHORT_EINVAL);
+		ck_assert_ptr_nonnull(
+		    strstr(cohort_last_error(), "SLURM_JOB_ID"));
+	}
+}
+END_TEST
+
+START_TEST(test_token_file)
+{
+	cohort_env e;
+	char path[] = "/tmp/cohort-test-token-XXXXXX";
+	int fd = mkstemp(path);
+	FILE *f;
+
+	ck_assert_int_ge(fd, 0);
+	f = fdopen(fd, "w");
+	fputs("s3cret-from-file\n", f);
+	fclose(f);
+	setenv("COHORT_TOKEN_FILE", path, 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.token, "s3cret-from-file");
+	ck_assert_str_eq(e.token_from, "COHORT_TOKEN_FILE");
+	setenv("COHORT_TOKEN", "from-env", 1);
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.token, "from-env");
+	ck_assert_str_eq(e.token_from, "COHORT_TOKEN");
+	unsetenv("COHORT_TOKEN");
+	unlink(path);
+	ck_assert_cohort_err(cohort_env_resolve(&e), COHORT_EINVAL);
+	ck_assert_ptr_nonnull(strstr(cohort_last_error(), path));
+	unsetenv("COHORT_TOKEN_FILE");
+	e = env_resolve_ok();
+	ck_assert_str_eq(e.token_from, "unset");
 }
 END_TEST
 
@@ -635,6 +1030,16 @@ suite_env(void)
 	tcase_add_test(tc, test_torchrun_beats_openmpi_and_slurm);
 	tcase_add_test(tc, test_openmpi_source);
 	tcase_add_test(tc, test_slurm_source);
+	tcase_add_test(tc, test_torchelastic_restart_count);
+	tcase_add_test(tc, test_torchrun_run_id_none);
+	tcase_add_test(tc, test_openmpi_job_id);
+	tcase_add_test(tc, test_pmi_source);
+	tcase_add_test(tc, test_slurm_job_and_coordinator);
+	tcase_add_test(tc, test_slurm_interactive_skipped);
+	tcase_add_test(tc, test_slurm_first_host);
+	tcase_add_test(tc, test_kubeflow_pet);
+	tcase_add_test(tc, test_job_identity_order);
+	tcase_add_test(tc, test_token_file);
 	tcase_add_test(tc, test_k8s_indexed_job);
 	tcase_add_test(tc, test_k8s_index_needs_world_size);
 	tcase_add_test(tc, test_kubernetes_vars_ignored);

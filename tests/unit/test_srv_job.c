@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "srv_fixture.h"
+#include "token.h"
 
 Suite *suite_srv_job(void);
 
@@ -314,6 +315,181 @@ START_TEST(test_leave_fails_waiters_and_removes_job)
 }
 END_TEST
 
+/* A join that disagrees with the job names both sides: what the job is
+ * (world size, since which generation) and what this worker says. */
+START_TEST(test_join_mismatch_names_both_sides)
+{
+	struct fx *f = fx_new();
+	struct fx_cli c[4], x, p[2];
+	uintptr_t t;
+	Cohort__Reply *r;
+
+	fx_form(f, c, 4, "x");
+	/* a running job of 4, a worker of a launch of 2 */
+	fx_cli_init(&x, "x", 77, 77);
+	x.host = "other";
+	r = fx_want(f, fx_join(f, &x, 1, 2, 1000), COHORT_EINVAL);
+	ck_assert_msg(strstr(r->error,
+	                  "job 'x' has world size 4 (since "
+	                  "generation 1); this worker "
+	                  "(other:77) says 2")
+	        != NULL,
+	    "%s", r->error);
+	/* the same world size: the rank is held, by whom */
+	r = fx_want(f, fx_join(f, &x, 1, 4, 1000), COHORT_EEXIST);
+	ck_assert_msg(
+	    strstr(r->error, "rank 1 of job 'x' is held by host:101") != NULL,
+	    "%s", r->error);
+	ck_assert_ptr_nonnull(strstr(r->error, "other:77"));
+	/* rank -1: not one of the running generation's members */
+	r = fx_want(f, fx_join(f, &x, -1, 4, 1000), COHORT_ESTATE);
+	ck_assert_msg(strstr(r->error,
+	                  "job 'x' is running generation 1 with "
+	                  "4 ranks; this worker (other:77) is "
+	                  "not one of its members")
+	        != NULL,
+	    "%s", r->error);
+	/* a pending rendezvous of 2 and a worker of 3 */
+	fx_cli_init(&p[0], "y", 200, 200);
+	fx_cli_init(&p[1], "y", 201, 201);
+	t = fx_join(f, &p[0], 0, 2, 60000);
+	r = fx_want(f, fx_join(f, &p[1], 1, 3, 1000), COHORT_EINVAL);
+	ck_assert_msg(strstr(r->error,
+	                  "job 'y' has world size 2 (rendezvous "
+	                  "of generation 1, 1 of 2 joined); "
+	                  "this worker (host:201) says 3")
+	        != NULL,
+	    "%s", r->error);
+	ck_assert_ptr_null(fx_get(f, t));
+	fx_joined(f, &p[1], fx_join(f, &p[1], 1, 2, 1000));
+	fx_joined(f, &p[0], t);
+	/* the wrong token: the job and its token are named, not shown */
+	x.job = "x";
+	x.token = "not-tok";
+	r = fx_want(f, fx_join(f, &x, 0, 4, 1000), COHORT_EAUTH);
+	ck_assert_msg(strstr(r->error, "wrong token for job 'x'") != NULL,
+	    "%s", r->error);
+	ck_assert_ptr_null(strstr(r->error, "not-tok"));
+	ck_assert_ptr_null(strstr(r->error, "'tok'"));
+	fx_free(f);
+}
+END_TEST
+
+/* --require-token: a join creates a job only with the token minted from
+ * the admin secret for its name; a preset job keeps its own token; the
+ * refusal reads the same whether the job exists or not. */
+START_TEST(test_require_token)
+{
+	struct fx *f = fx_new();
+	struct fx_cli a, b, c;
+	char tok[COHORT__MINTED_LEN + 1], other[COHORT__MINTED_LEN + 1];
+	Cohort__Reply *r, *r2;
+
+	f->core->admin_token = strdup("adm1n-secret");
+	f->core->require_token = true;
+	ck_assert_cohort_ok(srv_core_add_job(f->core, "preset", "p-tok"));
+	cohort__token_mint("adm1n-secret", "train-7", tok);
+	cohort__token_mint("adm1n-secret", "train-8", other);
+	/* no token, a made-up one, another job's minted one: refused,
+	 * and no job is created */
+	fx_cli_init(&a, "train-7", 1, 1);
+	a.token = "";
+	r = fx_want(f, fx_join(f, &a, 0, 1, 1000), COHORT_EAUTH);
+	ck_assert_ptr_nonnull(
+	    strstr(r->error, "wrong token for job 'train-7'"));
+	ck_assert_ptr_nonnull(strstr(r->error, "cohort token train-7"));
+	a.token = "tok";
+	fx_want(f, fx_join(f, &a, 0, 1, 1000), COHORT_EAUTH);
+	a.token = other;
+	fx_want(f, fx_join(f, &a, 0, 1, 1000), COHORT_EAUTH);
+	ck_assert_uint_eq(f->core->jobs.n, 1);
+	/* the minted token creates it */
+	a.token = tok;
+	fx_joined(f, &a, fx_join(f, &a, -1, 1, 60000));
+	fx_cli_init(&b, "train-7", 2, 2);
+	b.token = tok;
+	fx_want(f, fx_kv_set(f, &b, "k", "v"), COHORT_OK);
+	ck_assert_uint_eq(f->core->jobs.n, 2);
+	/* the preset job is joined with its own token, not a minted one */
+	fx_cli_init(&c, "preset", 3, 3);
+	c.token = "p-tok";
+	fx_want(f, fx_kv_set(f, &c, "k", "v"), COHORT_OK);
+	cohort__token_mint("adm1n-secret", "preset", other);
+	c.token = other;
+	r = fx_want(f, fx_join(f, &c, 0, 1, 1000), COHORT_EAUTH);
+	/* an existing job and a missing one read alike */
+	c.job = "missing";
+	r2 = fx_want(f, fx_join(f, &c, 0, 1, 1000), COHORT_EAUTH);
+	{
+		char want[512];
+		snprintf(want, sizeof(want), "%s", r->error);
+		ck_assert_ptr_nonnull(strstr(want, "'preset'"));
+		ck_assert_ptr_nonnull(strstr(r2->error, "'missing'"));
+		ck_assert_uint_eq(strlen(want) - 2 * strlen("preset"),
+		    strlen(r2->error) - 2 * strlen("missing"));
+	}
+	fx_free(f);
+}
+END_TEST
+
+START_TEST(test_token_mint)
+{
+	char t[COHORT__MINTED_LEN + 1];
+
+	/* printf %s train-7 | openssl dgst -sha256 -hmac adm1n-secret */
+	cohort__token_mint("adm1n-secret", "train-7", t);
+	ck_assert_str_eq(t,
+	    "acab3dd40e3fd3859ad28622bcdc6440bddc12cb22c888748a66ee74852cbb6"
+	    "d");
+	ck_assert(cohort__token_is_minted("adm1n-secret", "train-7", t));
+	ck_assert(!cohort__token_is_minted("adm1n-secret", "train-8", t));
+	ck_assert(!cohort__token_is_minted("other", "train-7", t));
+	ck_assert(!cohort__token_is_minted("", "train-7", t));
+	ck_assert(!cohort__token_is_minted(NULL, "train-7", t));
+	t[63] = t[63] == '0' ? '1' : '0';
+	ck_assert(!cohort__token_is_minted("adm1n-secret", "train-7", t));
+	ck_assert(!cohort__token_is_minted("adm1n-secret", "train-7", "ab"));
+}
+END_TEST
+
+START_TEST(test_secret_read)
+{
+	char path[] = "/tmp/cohort-test-secret-XXXXXX";
+	char out[16];
+	int fd = mkstemp(path);
+	FILE *fp;
+
+	ck_assert_int_ge(fd, 0);
+	fp = fdopen(fd, "w");
+	fputs("abc \r\n\n", fp);
+	fclose(fp);
+	ck_assert_cohort_ok(cohort__secret_read("t", path, out, sizeof(out)));
+	ck_assert_str_eq(out, "abc");
+	fp = fopen(path, "w");
+	fputs("0123456789abcdef0\n", fp); /* 17 bytes: too long */
+	fclose(fp);
+	ck_assert_cohort_err(
+	    cohort__secret_read("t", path, out, sizeof(out)), COHORT_EINVAL);
+	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "longer than 15"));
+	fp = fopen(path, "w");
+	fputs("0123456789abcde\n\n", fp); /* 15 bytes and newlines: fits */
+	fclose(fp);
+	ck_assert_cohort_ok(cohort__secret_read("t", path, out, sizeof(out)));
+	ck_assert_str_eq(out, "0123456789abcde");
+	fp = fopen(path, "w");
+	fputs("\n", fp);
+	fclose(fp);
+	ck_assert_cohort_err(
+	    cohort__secret_read("t", path, out, sizeof(out)), COHORT_EINVAL);
+	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "empty"));
+	unlink(path);
+	ck_assert_cohort_err(
+	    cohort__secret_read("--x", path, out, sizeof(out)), COHORT_EINVAL);
+	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "--x"));
+	ck_assert_ptr_nonnull(strstr(cohort_last_error(), path));
+}
+END_TEST
+
 START_TEST(test_token_isolation)
 {
 	struct fx *f = fx_new();
@@ -338,7 +514,12 @@ START_TEST(test_token_isolation)
 	/* unknown job: the same answer */
 	evil.job = "nope";
 	r = fx_want(f, fx_kv_get(f, &evil, "secret", false, 0), COHORT_EAUTH);
-	ck_assert_str_eq(r->error, "authentication failed");
+	ck_assert_str_eq(
+	    r->error, "wrong token for job 'nope', or no such job");
+	/* the text for a job that exists is the same: it tells nothing */
+	evil.job = "A";
+	r = fx_want(f, fx_kv_get(f, &evil, "secret", false, 0), COHORT_EAUTH);
+	ck_assert_str_eq(r->error, "wrong token for job 'A', or no such job");
 	/* a join with the wrong token cannot take over job A */
 	evil.job = "A";
 	fx_want(f, fx_join(f, &evil, 0, 1, 0), COHORT_EAUTH);
@@ -454,6 +635,10 @@ suite_srv_job(void)
 	tcase_add_test(tc, test_generation_and_stale);
 	tcase_add_test(tc, test_leave_fails_waiters_and_removes_job);
 	tcase_add_test(tc, test_token_isolation);
+	tcase_add_test(tc, test_join_mismatch_names_both_sides);
+	tcase_add_test(tc, test_require_token);
+	tcase_add_test(tc, test_token_mint);
+	tcase_add_test(tc, test_secret_read);
 	tcase_add_test(tc, test_status_query);
 	tcase_add_test(tc, test_status_finished_job);
 	tcase_add_test(tc, test_watch_timeout_ok);

@@ -2,7 +2,8 @@
  * fault.c - `cohort fault`: sends a fault schedule to a running job
  * (docs/fault-injection.md).
  *
- *   cohort fault [--coordinator URL] [--job J] [--token T] [--timeout MS]
+ *   cohort fault [--coordinator URL] [--job J] [--token-file FILE]
+ *                [--timeout MS]
  *                SCHEDULE
  *
  * The schedule has the grammar of COHORT_FAULTS (client/fault.h), e.g.
@@ -21,6 +22,7 @@
 
 #include "cohort_impl.h"
 #include "coord.h"
+#include "token.h"
 #include "fault.h"
 
 int cohort__cmd_fault(int argc, char **argv);
@@ -31,14 +33,17 @@ struct fault_cfg {
 	const char *token;
 	const char *spec;
 	int timeout_ms;
+	const char *token_file;
+	char token_buf[COHORT__TOKEN_MAX + 1];
 };
 
 static void
 fault_usage(FILE *f)
 {
 	fprintf(f,
-	    "usage: cohort fault [--coordinator URL] [--job J] [--token T]\n"
-	    "                    [--timeout MS] SCHEDULE\n\n"
+	    "usage: cohort fault [--coordinator URL] [--job J]\n"
+	    "                    [--token-file FILE] [--timeout MS] "
+	    "SCHEDULE\n\n"
 	    "Sends a fault schedule to the running job J: every member\n"
 	    "picks it up at once. SCHEDULE is like COHORT_FAULTS, e.g.\n"
 	    "  'rank=1,at=op:+10,action=stop'\n"
@@ -48,7 +53,7 @@ fault_usage(FILE *f)
 	    "action=exit[:CODE]|kill|stop|delay:T|drop|fail,\n"
 	    "count=N (delay), run=N|any. See docs/fault-injection.md.\n"
 	    "Defaults come from COHORT_COORDINATOR (or MASTER_ADDR/PORT),\n"
-	    "COHORT_JOB and COHORT_TOKEN.\n");
+	    "COHORT_JOB and COHORT_TOKEN (or COHORT_TOKEN_FILE).\n");
 }
 
 static int
@@ -86,6 +91,8 @@ fault_parse_args(int argc, char **argv, struct fault_cfg *cfg)
 			cfg->job = val;
 		else if (strcmp(a, "--token") == 0)
 			cfg->token = val;
+		else if (strcmp(a, "--token-file") == 0)
+			cfg->token_file = val;
 		else if (strcmp(a, "--timeout") == 0) {
 			if (!cohort__parse_i64(val, &v) || v < 1
 			    || v > 3600000) {
@@ -223,7 +230,7 @@ out:
 int
 cohort__cmd_fault(int argc, char **argv)
 {
-	struct fault_cfg cfg = { NULL, NULL, NULL, NULL, 5000 };
+	struct fault_cfg cfg = { NULL, NULL, NULL, NULL, 5000, NULL, "" };
 	struct cohort__fault_plan *plan;
 	struct cohort__coord *co;
 	cohort__time deadline;
@@ -255,10 +262,12 @@ cohort__cmd_fault(int argc, char **argv)
 		if (cfg.job == NULL && getenv("COHORT_JOB") != NULL)
 			cfg.job = env.job;
 	}
-	if (cfg.token == NULL)
-		cfg.token = getenv("COHORT_TOKEN") != NULL
-		    ? getenv("COHORT_TOKEN")
-		    : "";
+	if (cohort__token_for_tool("cohort fault", cfg.token_file, cfg.token,
+	        false, cfg.token_buf, sizeof(cfg.token_buf), &cfg.token)
+	    != COHORT_OK) {
+		fprintf(stderr, "cohort fault: %s\n", cohort_last_error());
+		return (2);
+	}
 	if (cfg.coordinator == NULL || cfg.job == NULL) {
 		fprintf(stderr,
 		    "cohort fault: need --coordinator URL and "

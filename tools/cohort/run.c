@@ -2,12 +2,24 @@
  * run.c - `cohort run`: the launcher (torchrun-like, start method "popen").
  *
  *   cohort run -n N [--max-restarts K] [--coordinator URL] [--job NAME]
- *              [--token T] [--nnodes M --node-rank R] [--report FILE]
- *              [--grace MS] -- PROGRAM ARGS...
+ *              [--token-file FILE] [--nnodes M --node-rank R]
+ *              [--report FILE] [--grace MS] -- PROGRAM ARGS...
  *
  * It starts an embedded coordinator unless one is given, spawns N local
  * workers with the environment libcohort reads (cohort's and torchrun's
- * variables), forwards SIGINT/SIGTERM, and supervises them:
+ * variables; the token only there, never on a command line), forwards
+ * SIGINT/SIGTERM, and supervises them.
+ *
+ * Under Kubeflow's Trainer, torchrun's arguments are in the environment
+ * (PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR,
+ * PET_MASTER_PORT) and are the defaults of --nnodes, -n, --node-rank and
+ * --coordinator; node 0 then serves the coordinator at PET_MASTER_PORT,
+ * as torchrun's node 0 serves its store there. A job of several nodes is
+ * named --job, else COHORT_JOB, else by its launcher (cohort__env_job:
+ * SLURM's job and step, Kubeflow's master address...), the same on every
+ * node; with none of these it is refused (run-<pid> differs per node).
+ *
+ * Supervision:
  *
  *  1. All workers exit 0: the job is done, exit 0.
  *  2. A worker fails (non-zero exit or a signal): the others learn it from
@@ -38,6 +50,7 @@
 #include "cohort_impl.h"
 #include "coord.h"
 #include "server.h"
+#include "token.h"
 
 extern char **environ;
 
@@ -64,6 +77,9 @@ struct run_failure {
 	char last_op[128];
 	uint64_t last_op_seq;
 	char coordinator_view[64]; /* member state at cohortd */
+	/* cohortd did not answer cohort run either: the likely root cause
+	 * (workers lose it past their reconnect window and stop). */
+	char coord_unreachable[COHORT__DETAIL_MAX];
 };
 
 struct run_cfg {
@@ -73,8 +89,13 @@ struct run_cfg {
 	int max_restarts;
 	int grace_ms;
 	const char *coordinator;
+	/* the coordinator came from the launcher (PET_MASTER_ADDR); node 0
+	 * serves it */
+	bool coordinator_from_launcher;
+	char coordinator_buf[300];
 	const char *job;
 	const char *token;
+	char token_buf[COHORT__TOKEN_MAX + 1];
 	const char *report;
 	/* HOST:PORT of torch's store for the workers (a cohortd TCPStore
 	 * listener): the embedded coordinator's own, or --torch-store. */
@@ -110,9 +131,18 @@ run_usage(FILE *f)
 	    "                          ranks are R*N .. R*N+N-1\n"
 	    "  --coordinator URL       use this cohortd (default: start an\n"
 	    "                          embedded one on a free loopback port)\n"
-	    "  --job NAME              job name (default: run-<pid>)\n"
-	    "  --token T               job token (default: COHORT_TOKEN or "
-	    "\"\")\n"
+	    "  --job NAME              job name (default: COHORT_JOB; with\n"
+	    "                          --nnodes > 1 the launcher's job id\n"
+	    "                          (SLURM, Kubeflow...), else required;\n"
+	    "                          one node: run-<pid>)\n"
+	    "  --token-file FILE       job token (default: COHORT_TOKEN,\n"
+	    "                          COHORT_TOKEN_FILE, none); workers get "
+	    "it in\n"
+	    "                          their environment only\n"
+	    "  (Kubeflow's PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK,\n"
+	    "   PET_MASTER_ADDR:PET_MASTER_PORT are the defaults of "
+	    "--nnodes,\n"
+	    "   -n, --node-rank and --coordinator; node 0 serves it)\n"
 	    "  --max-restarts K        restart the whole group up to K times\n"
 	    "  --grace MS              after a failure, how long the others\n"
 	    "                          may take to stop before SIGTERM\n"
@@ -140,16 +170,67 @@ run_parse_int(const char *s, int lo, int hi, int *out)
 	return (true);
 }
 
+/* Kubeflow's torchrun arguments (PET_*) as defaults; -1 when unset. */
+static int
+run_pet_int(const char *name, int lo, int hi, int *out)
+{
+	const char *v = cohort__env_raw(name);
+
+	if (v == NULL)
+		return (0);
+	if (!run_parse_int(v, lo, hi, out)) {
+		fprintf(stderr,
+		    "cohort run: %s='%s' is not a number in [%d, %d]%s\n",
+		    name, v, lo, hi,
+		    strcmp(name, "PET_NPROC_PER_NODE") == 0 ? " (give -n N)"
+		                                            : "");
+		return (-1);
+	}
+	return (1);
+}
+
+static int
+run_pet_defaults(struct run_cfg *cfg)
+{
+	const char *addr = cohort__env_raw("PET_MASTER_ADDR");
+	int port = 0, got;
+
+	if (cohort__env_raw("PET_NNODES") == NULL)
+		return (0);
+	if (run_pet_int("PET_NNODES", 1, 65536, &cfg->nnodes) < 0
+	    || run_pet_int("PET_NODE_RANK", 0, 65535, &cfg->node_rank) < 0)
+		return (-1);
+	/* "auto", "gpu", "cpu": the operator sizes it; -n must say */
+	if (cohort__env_raw("PET_NPROC_PER_NODE") != NULL
+	    && run_parse_int(cohort__env_raw("PET_NPROC_PER_NODE"), 1,
+	        RUN_MAX_LOCAL, &cfg->nproc))
+		cohort__debug("-n %d from PET_NPROC_PER_NODE", cfg->nproc);
+	if (addr != NULL
+	    && (got = run_pet_int("PET_MASTER_PORT", 1, 65535, &port)) != 0) {
+		if (got < 0)
+			return (-1);
+		snprintf(cfg->coordinator_buf, sizeof(cfg->coordinator_buf),
+		    strchr(addr, ':') != NULL ? "tcp://[%s]:%d"
+		                              : "tcp://%s:%d",
+		    addr, port);
+		cfg->coordinator = cfg->coordinator_buf;
+		cfg->coordinator_from_launcher = true;
+	}
+	return (0);
+}
+
 static int
 run_parse(int argc, char **argv, struct run_cfg *cfg)
 {
+	const char *token_file = NULL, *token_cli = NULL;
 	int i;
 
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->nproc = 0;
 	cfg->nnodes = 1;
 	cfg->grace_ms = 5000;
-	cfg->token = getenv("COHORT_TOKEN") ? getenv("COHORT_TOKEN") : "";
+	if (run_pet_defaults(cfg) != 0)
+		return (2);
 	for (i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -186,10 +267,13 @@ run_parse(int argc, char **argv, struct run_cfg *cfg)
 				goto bad;
 		} else if (strcmp(a, "--coordinator") == 0) {
 			cfg->coordinator = v;
+			cfg->coordinator_from_launcher = false;
 		} else if (strcmp(a, "--job") == 0) {
 			cfg->job = v;
+		} else if (strcmp(a, "--token-file") == 0) {
+			token_file = v;
 		} else if (strcmp(a, "--token") == 0) {
-			cfg->token = v;
+			token_cli = v;
 		} else if (strcmp(a, "--report") == 0) {
 			cfg->report = v;
 		} else if (strcmp(a, "--torch-store") == 0) {
@@ -211,6 +295,12 @@ run_parse(int argc, char **argv, struct run_cfg *cfg)
 		fprintf(stderr, "cohort run: -n N is required\n");
 		return (2);
 	}
+	if (cohort__token_for_tool("cohort run", token_file, token_cli, false,
+	        cfg->token_buf, sizeof(cfg->token_buf), &cfg->token)
+	    != COHORT_OK) {
+		fprintf(stderr, "cohort run: %s\n", cohort_last_error());
+		return (2);
+	}
 	if (cfg->node_rank >= cfg->nnodes) {
 		fprintf(stderr, "cohort run: --node-rank %d >= --nnodes %d\n",
 		    cfg->node_rank, cfg->nnodes);
@@ -219,7 +309,8 @@ run_parse(int argc, char **argv, struct run_cfg *cfg)
 	if (cfg->nnodes > 1 && cfg->coordinator == NULL) {
 		fprintf(stderr,
 		    "cohort run: --nnodes > 1 needs --coordinator "
-		    "(every node must dial the same cohortd)\n");
+		    "(every node must dial the same cohortd; under Kubeflow "
+		    "PET_MASTER_ADDR and PET_MASTER_PORT give it)\n");
 		return (2);
 	}
 	if (i >= argc) {
@@ -335,7 +426,8 @@ run_describe_worker(const struct run_worker *w, const struct run_cfg *cfg,
 }
 
 /* Asks cohortd what it knows about the failed rank: its reported text,
- * its last operation. Best effort, bounded to a second. */
+ * its last operation. Best effort, bounded to two seconds; when cohortd
+ * does not answer, f->coord_unreachable says why. */
 static void
 run_query_failure(const char *url, const struct run_cfg *cfg, const char *job,
     struct run_failure *f)
@@ -344,19 +436,26 @@ run_query_failure(const char *url, const struct run_cfg *cfg, const char *job,
 	struct cohort__coord_call call;
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__StatusQuery q = COHORT__STATUS_QUERY__INIT;
-	cohort__time deadline = cohort__now_ms() + 1000;
+	cohort__time deadline = cohort__now_ms() + 2000;
 	cohort_status rv;
 
+	f->coord_unreachable[0] = '\0';
 	if (cohort__coord_open(url, job, cfg->token, cohort__random_u64(), &co)
 	    != COHORT_OK)
 		return;
-	if (cohort__coord_wait_connected(co, deadline) != COHORT_OK)
+	if (cohort__coord_wait_connected(co, deadline) != COHORT_OK) {
+		cohort__strlcpy(f->coord_unreachable, cohort_last_error(),
+		    sizeof(f->coord_unreachable));
 		goto out;
+	}
 	q.job = (char *)job;
 	req.body_case = COHORT__REQUEST__BODY_STATUS_QUERY;
 	req.status_query = &q;
 	cohort__coord_call_init(&call, &req, deadline);
 	rv = cohort__coord_call(co, &call);
+	if (rv == COHORT_ENOCOORD)
+		cohort__strlcpy(f->coord_unreachable, cohort_last_error(),
+		    sizeof(f->coord_unreachable));
 	if (rv == COHORT_OK && call.rep != NULL
 	    && call.rep->body_case == COHORT__REPLY__BODY_STATUS_QUERY) {
 		Cohort__StatusReply *sr = call.rep->status_query;
@@ -426,14 +525,23 @@ run_report(const struct run_cfg *cfg, const char *job,
 	for (int i = 0; i < nw; i++)
 		if (w[i].rank == f->rank)
 			run_describe_worker(&w[i], cfg, desc, sizeof(desc));
+	fprintf(stderr, "\ncohort run: job '%s' failed%s\n", job,
+	    restarts < cfg->max_restarts ? " (this attempt)" : "");
+	if (f->coord_unreachable[0] != '\0')
+		fprintf(stderr,
+		    "  root cause : the coordinator at %s is unreachable: "
+		    "cohort run cannot reach it either (%s); workers stop "
+		    "when it stays away past their reconnect window "
+		    "(COHORT_RECONNECT_MS)\n"
+		    "  first exit : rank %d %s\n",
+		    cfg->coordinator != NULL ? cfg->coordinator : "(embedded)",
+		    f->coord_unreachable, f->rank, desc);
+	else
+		fprintf(stderr, "  root cause : rank %d %s\n", f->rank, desc);
 	fprintf(stderr,
-	    "\n"
-	    "cohort run: job '%s' failed%s\n"
-	    "  root cause : rank %d %s\n"
 	    "  error text : %s\n"
 	    "  operation  : %s%s",
-	    job, restarts < cfg->max_restarts ? " (this attempt)" : "",
-	    f->rank, desc, f->text[0] ? f->text : "(none reported)",
+	    f->text[0] ? f->text : "(none reported)",
 	    f->last_op[0] ? f->last_op : "(unknown)",
 	    f->last_op[0] ? "" : "\n");
 	if (f->last_op[0])
@@ -456,6 +564,10 @@ run_report(const struct run_cfg *cfg, const char *job,
 		}
 		fprintf(out, "{\"job\":");
 		run_json_string(out, job);
+		if (f->coord_unreachable[0] != '\0') {
+			fprintf(out, ",\"coordinator_unreachable\":");
+			run_json_string(out, f->coord_unreachable);
+		}
 		fprintf(out,
 		    ",\"root_cause\":{\"rank\":%d,\"exit_code\":%d,"
 		    "\"signal\":%d,\"error_text\":",
@@ -463,8 +575,9 @@ run_report(const struct run_cfg *cfg, const char *job,
 		run_json_string(out, f->text);
 		fprintf(out, ",\"operation\":");
 		run_json_string(out, f->last_op);
-		fprintf(
-		    out, ",\"operation_seq\":%" PRIu64 "}", f->last_op_seq);
+		fprintf(out, ",\"operation_seq\":%" PRIu64 ",\"kind\":\"%s\"}",
+		    f->last_op_seq,
+		    f->coord_unreachable[0] != '\0' ? "coordinator" : "rank");
 		fprintf(out,
 		    ",\"stop_seconds\":%.3f,\"restarts\":%d,"
 		    "\"max_restarts\":%d,\"workers\":[",
@@ -619,6 +732,111 @@ run_generation(const struct run_cfg *cfg, const char *url, const char *job,
 	return (rc);
 }
 
+/* The job's name. One node: --job, COHORT_JOB, else run-<pid>. Several:
+ * every node must say the same, so the launcher's id of the launch
+ * (cohort__env_job) stands in for --job, and with none the run is
+ * refused rather than split into one job per node. */
+static int
+run_job_name(const struct run_cfg *cfg, char *job, size_t len)
+{
+	char from[64];
+
+	if (cfg->job != NULL) {
+		cohort__strlcpy(job, cfg->job, len);
+		return (0);
+	}
+	if (cohort__env_job(job, len, from, sizeof(from)) != COHORT_OK) {
+		fprintf(stderr, "cohort run: %s\n", cohort_last_error());
+		return (2);
+	}
+	if (strcmp(from, "default") != 0
+	    && (cfg->nnodes > 1 || strcmp(from, "COHORT_JOB") == 0)) {
+		cohort__info("job '%s' (from %s)", job, from);
+		return (0);
+	}
+	if (cfg->nnodes > 1) {
+		fprintf(stderr,
+		    "cohort run: --nnodes %d: the job needs a name that is "
+		    "the same on every node, and no launcher gave one "
+		    "(COHORT_JOB, TORCHELASTIC_RUN_ID, SLURM_JOB_ID, Open "
+		    "MPI's or Kubeflow's variables): pass --job NAME, the "
+		    "same on every node\n",
+		    cfg->nnodes);
+		return (2);
+	}
+	snprintf(job, len, "run-%d", (int)getpid());
+	return (0);
+}
+
+/* Listens on every interface at the port of cfg->coordinator, with the
+ * job (and its token) created in advance. */
+static struct cohort__srv *
+run_serve(const struct run_cfg *cfg, const char *job)
+{
+	struct cohort__srv_config sc;
+	struct cohort__srv *srv = NULL;
+	const char *port = strrchr(cfg->coordinator, ':');
+	char listen[64], jobspec[400];
+	const char *listens[1] = { listen }, *jobs[1] = { jobspec };
+
+	snprintf(listen, sizeof(listen), "tcp://0.0.0.0:%s", port + 1);
+	snprintf(jobspec, sizeof(jobspec), "%s:%s", job, cfg->token);
+	cohort__srv_config_init(&sc);
+	sc.listen = listens;
+	sc.nlisten = 1;
+	sc.jobs = jobs;
+	sc.njobs = 1;
+	if (cohort__srv_start(&sc, &srv) != COHORT_OK) {
+		fprintf(stderr,
+		    "cohort run: node 0 cannot serve the coordinator at %s: "
+		    "%s\n",
+		    listen, cohort_last_error());
+		return (NULL);
+	}
+	memset(jobspec, 0, sizeof(jobspec));
+	cohort__info("serving the coordinator of job '%s' at %s (%s)", job,
+	    cfg->coordinator, listen);
+	return (srv);
+}
+
+/* Nodes other than 0 may start first: their workers would give up on a
+ * coordinator that is not up yet, so wait for it (bounded) first. */
+static int
+run_await_coordinator(const struct run_cfg *cfg, const char *job)
+{
+	struct cohort__coord *co = NULL;
+	cohort__time deadline = cohort__now_ms() + 600000;
+	cohort_status st;
+
+	if (cohort__coord_open(
+	        cfg->coordinator, job, cfg->token, cohort__random_u64(), &co)
+	    != COHORT_OK) {
+		fprintf(stderr, "cohort run: %s\n", cohort_last_error());
+		return (-1);
+	}
+	st = cohort__coord_wait_connected(co, deadline);
+	cohort__coord_close(co);
+	if (st != COHORT_OK) {
+		fprintf(stderr,
+		    "cohort run: the coordinator at %s (node 0's) did not "
+		    "answer within 600 s: %s\n",
+		    cfg->coordinator, cohort_last_error());
+		return (-1);
+	}
+	return (0);
+}
+
+/* Node 0's workers are done; the other nodes' may still be leaving:
+ * give their connections a bounded while to go. */
+static void
+run_drain(struct cohort__srv *srv)
+{
+	cohort__time end = cohort__now_ms() + 30000;
+
+	while (cohort__now_ms() < end && cohort__srv_idle_ms(srv) < 500)
+		usleep(20000);
+}
+
 int
 cohort__cmd_run(int argc, char **argv)
 {
@@ -634,13 +852,21 @@ cohort__cmd_run(int argc, char **argv)
 		return (rc == 1 ? 0 : rc);
 	cohort__log_set_component("cohort-run");
 	cohort__log_set_default_level(COHORT__LOG_WARN);
-	if (cfg.job != NULL)
-		cohort__strlcpy(job, cfg.job, sizeof(job));
-	else
-		snprintf(job, sizeof(job), "run-%d", (int)getpid());
+	if ((rc = run_job_name(&cfg, job, sizeof(job))) != 0)
+		return (rc);
 
-	if (cfg.coordinator != NULL) {
+	if (cfg.coordinator != NULL && cfg.coordinator_from_launcher
+	    && cfg.node_rank == 0) {
+		/* Kubeflow's node 0: serve the coordinator every node was
+		 * told about, as torchrun's node 0 serves its store. */
+		if ((srv = run_serve(&cfg, job)) == NULL)
+			return (1);
 		url = cfg.coordinator;
+	} else if (cfg.coordinator != NULL) {
+		url = cfg.coordinator;
+		if (cfg.coordinator_from_launcher
+		    && run_await_coordinator(&cfg, job) != 0)
+			return (1);
 	} else {
 		struct cohort__srv_config sc;
 		static const char *const listen[] = { "tcp://127.0.0.1:0" };
@@ -684,6 +910,8 @@ cohort__cmd_run(int argc, char **argv)
 		    "cohort run: restarting the group (%d of %d)\n",
 		    restart + 1, cfg.max_restarts);
 	}
+	if (srv != NULL && cfg.coordinator_from_launcher)
+		run_drain(srv);
 	cohort__srv_stop(srv);
 	return (rc == 0 ? 0 : exit_code);
 }

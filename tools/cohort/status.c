@@ -6,12 +6,14 @@
  * stalled ones (waiting past cohortd's --stall-threshold, data-plane ones
  * inferred from heartbeats) are marked STALLED with cohortd's detail.
  *
- *   cohort status [--coordinator URL] [--job J [--token T]] [--timeout MS]
+ *   cohort status [--coordinator URL] [--job J] [--token-file FILE]
+ *                 [--timeout MS]
  *
  * The coordinator defaults to the resolved environment (COHORT_COORDINATOR,
- * MASTER_ADDR/MASTER_PORT); job and token to COHORT_JOB / COHORT_TOKEN.
- * Without a job, all jobs are listed (cohortd allows that only when it runs
- * without an admin token).
+ * MASTER_ADDR/MASTER_PORT); job and token to COHORT_JOB / COHORT_TOKEN
+ * (or COHORT_TOKEN_FILE). Without a job, all jobs are listed (cohortd
+ * allows that with its admin secret, here from COHORT_ADMIN_TOKEN_FILE,
+ * or when it has none).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -20,6 +22,7 @@
 
 #include "cohort_impl.h"
 #include "coord.h"
+#include "token.h"
 
 int cohort__cmd_status(int argc, char **argv);
 
@@ -28,18 +31,21 @@ struct status_cfg {
 	const char *job;
 	const char *token;
 	int timeout_ms;
+	const char *token_file;
+	char token_buf[COHORT__TOKEN_MAX + 1];
 };
 
 static void
 status_usage(FILE *f)
 {
 	fprintf(f,
-	    "usage: cohort status [--coordinator URL] [--job J] [--token T]\n"
-	    "                     [--timeout MS]\n\n"
+	    "usage: cohort status [--coordinator URL] [--job J]\n"
+	    "                     [--token-file FILE] [--timeout MS]\n\n"
 	    "Shows cohortd's jobs: members (state, last seen, current\n"
 	    "operation) and pending collectives with the ranks missing.\n"
 	    "Defaults come from COHORT_COORDINATOR (or MASTER_ADDR/PORT),\n"
-	    "COHORT_JOB and COHORT_TOKEN.\n");
+	    "COHORT_JOB and COHORT_TOKEN (or COHORT_TOKEN_FILE); all jobs\n"
+	    "need cohortd's admin secret (COHORT_ADMIN_TOKEN_FILE).\n");
 }
 
 static void
@@ -145,6 +151,8 @@ status_parse(int argc, char **argv, struct status_cfg *cfg)
 			cfg->job = val;
 		else if (strcmp(a, "--token") == 0)
 			cfg->token = val;
+		else if (strcmp(a, "--token-file") == 0)
+			cfg->token_file = val;
 		else if (strcmp(a, "--timeout") == 0) {
 			if (!cohort__parse_i64(val, &v) || v < 1
 			    || v > 3600000) {
@@ -167,7 +175,7 @@ status_parse(int argc, char **argv, struct status_cfg *cfg)
 int
 cohort__cmd_status(int argc, char **argv)
 {
-	struct status_cfg cfg = { NULL, NULL, NULL, 5000 };
+	struct status_cfg cfg = { NULL, NULL, NULL, 5000, NULL, "" };
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__StatusQuery q = COHORT__STATUS_QUERY__INIT;
 	struct cohort__coord *co;
@@ -191,10 +199,13 @@ cohort__cmd_status(int argc, char **argv)
 		if (cfg.job == NULL && getenv("COHORT_JOB") != NULL)
 			cfg.job = env.job;
 	}
-	if (cfg.token == NULL)
-		cfg.token = getenv("COHORT_TOKEN") != NULL
-		    ? getenv("COHORT_TOKEN")
-		    : "";
+	if (cohort__token_for_tool("cohort status", cfg.token_file, cfg.token,
+	        cfg.job == NULL, cfg.token_buf, sizeof(cfg.token_buf),
+	        &cfg.token)
+	    != COHORT_OK) {
+		fprintf(stderr, "cohort status: %s\n", cohort_last_error());
+		return (2);
+	}
 	if (cfg.coordinator == NULL) {
 		fprintf(stderr,
 		    "cohort status: no coordinator; use "

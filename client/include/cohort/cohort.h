@@ -149,9 +149,9 @@ typedef struct cohort_env {
 	int32_t local_rank; /* -1 = unknown */
 	int32_t local_world_size; /* 0 = unknown */
 	int32_t node_rank; /* -1 = unknown */
-	int32_t restart_count; /* COHORT_RESTART_COUNT, 0 if unset */
-	/* The winning source: "cohort", "torchrun", "openmpi", "slurm",
-	 * "k8s-indexed-job", or "none". */
+	int32_t restart_count; /* see restart_count_from; 0 if unset */
+	/* The winning source: "cohort", "torchrun", "openmpi", "pmi",
+	 * "slurm", "k8s-indexed-job", "kubeflow", or "none". */
 	char source[32];
 	/* Per-field origin, e.g. "COHORT_RANK", "RANK",
 	 * "OMPI_COMM_WORLD_RANK", "default". */
@@ -167,21 +167,44 @@ typedef struct cohort_env {
 	 * it) or "default" (127.0.0.1, no coordinator known). */
 	char data_addr[64];
 	char data_addr_from[48];
+	/* Where the token came from: "COHORT_TOKEN", "COHORT_TOKEN_FILE"
+	 * (its contents, less trailing whitespace) or "unset". */
+	char token_from[48];
+	/* Where restart_count came from: "COHORT_RESTART_COUNT",
+	 * "TORCHELASTIC_RESTART_COUNT" or "unset". */
+	char restart_count_from[48];
+	/* Launcher variables present but not used, and why (one sentence
+	 * each, "; "-separated), e.g. an interactive SLURM allocation; "" if
+	 * none. */
+	char notes[256];
 } cohort_env;
 
 /* cohort_env_resolve reads the process environment in the order of
- * DESIGN.md section 3: cohort's own COHORT_* variables, then torchrun's
- * (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
- * MASTER_ADDR/MASTER_PORT), then Open MPI (OMPI_COMM_WORLD_*), then SLURM
- * (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID), then a Kubernetes Indexed
- * Job (JOB_COMPLETION_INDEX with COHORT_WORLD_SIZE). The first *complete*
- * source (rank and world size both present) wins; the coordinator, job and
- * token come from COHORT_COORDINATOR / COHORT_JOB / COHORT_TOKEN, or from
- * MASTER_ADDR:MASTER_PORT for torchrun. KUBERNETES_* is never consulted.
+ * DESIGN.md section 3 (docs/launchers.md has the tables): rank and world
+ * size from the first *complete* source (both present) of cohort's own
+ * COHORT_* variables, torchrun's (RANK, WORLD_SIZE, LOCAL_RANK,
+ * LOCAL_WORLD_SIZE, GROUP_RANK), Open MPI's (OMPI_COMM_WORLD_*), PMI's
+ * (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID: MPICH, Intel MPI), SLURM's
+ * (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; skipped in an interactive
+ * allocation, SLURM_JOB_NAME bash or interactive), a Kubernetes Indexed
+ * Job's (JOB_COMPLETION_INDEX with COHORT_WORLD_SIZE), Kubeflow's
+ * (PET_NODE_RANK of PET_NNODES when PET_NPROC_PER_NODE is 1).
+ * The coordinator is COHORT_COORDINATOR, else MASTER_ADDR:MASTER_PORT,
+ * else for SLURM the first host of SLURM_JOB_NODELIST at 15000 + the last
+ * four digits of SLURM_JOB_ID (Lightning's port), for Kubeflow
+ * PET_MASTER_ADDR:PET_MASTER_PORT. The job is COHORT_JOB, else the
+ * launcher's id of this launch (TORCHELASTIC_RUN_ID, Open MPI's or PMIx's
+ * job id, SLURM's job and step, ...; job_from names it), else "default".
+ * The token is COHORT_TOKEN, else the contents of COHORT_TOKEN_FILE; the
+ * restart count COHORT_RESTART_COUNT, else TORCHELASTIC_RESTART_COUNT.
+ * KUBERNETES_* is never consulted. Launcher variables present but not
+ * used are explained in notes.
  * Returns COHORT_OK and fills *out (even if no source was complete: then
  * source is "none" and rank/world are unknown); COHORT_EINVAL if a variable
- * is present but malformed (e.g. RANK=abc), with the detail in *out's
- * source field left as "invalid" and logged. Never blocks. */
+ * is present but malformed (e.g. RANK=abc) or a token file cannot be read,
+ * with *out's source field left as "invalid" and the detail logged and in
+ * cohort_last_error(). Reads files only for COHORT_TOKEN_FILE; never
+ * blocks otherwise. */
 COHORT_API cohort_status cohort_env_resolve(cohort_env *out);
 
 /* Writes a multi-line human-readable report of *env (one "key = value
@@ -239,6 +262,13 @@ typedef struct cohort_options {
 	/* Address the tcp backend listens on for peers; NULL = the address of
 	 * the interface that reaches the coordinator. */
 	const char *data_addr;
+	/* How long calls wait for a lost coordinator to come back (cohortd
+	 * restarted from its journal, a rescheduled pod) before they fail
+	 * with COHORT_ENOCOORD; data-plane collectives keep running
+	 * meanwhile. COHORT_WAIT_DEFAULT (the default): COHORT_RECONNECT_MS,
+	 * else 60 s (COHORT_TIMEOUT_SCALE applies), capped at op_timeout.
+	 * 0: fail at once. Must not exceed op_timeout. */
+	cohort_duration reconnect_window;
 } cohort_options;
 
 /* Fills *opts with defaults (rank -1, world_size 0, job "default", ...).

@@ -1,0 +1,71 @@
+"""Fixtures of the multi-host suite: built programs and simulated hosts."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from hostnet import Cluster, Proc, missing  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(os.environ.get("COHORT_BIN", ROOT / "build" / "bin")).resolve()
+COORD_PORT = 29400
+
+
+def bin_path(name: str) -> str:
+    """A program of the build (build/bin, or COHORT_BIN)."""
+    p = BIN / name
+    if not p.exists():
+        pytest.fail(f"{p} is missing: run 'make all' first")
+    return str(p)
+
+
+@pytest.fixture
+def cluster() -> Iterator[Callable[..., Cluster]]:
+    """A factory of clusters, closed (processes killed, namespaces
+    removed) when the test ends, whatever happened."""
+    why = missing()
+    if why is not None:
+        pytest.skip(f"multi-host tests skipped: {why}")
+    made: list[Cluster] = []
+
+    def make(n_hosts: int, name: str = "t") -> Cluster:
+        c = Cluster(n_hosts, name).__enter__()
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def start_cohortd(host, *args: str, env: dict | None = None) -> Proc:
+    """cohortd on host, listening on its address; waits until it is."""
+    p = host.spawn(
+        [bin_path("cohortd"), "--listen", f"tcp://0.0.0.0:{COORD_PORT}",
+         "--log-level", "info", *args],
+        env={"COHORT_LOG_FORMAT": "text", **(env or {})},
+        name="cohortd",
+    )  # fmt: skip
+    if not p.wait_for("listening on", 10):
+        raise AssertionError(f"cohortd did not start:\n{p.output()}")
+    return p
+
+
+def coord_url(host) -> str:
+    return f"tcp://{host.addr}:{COORD_PORT}"
+
+
+def dump(procs) -> str:
+    """Every process's output, for assertion messages."""
+    out = []
+    for p in procs:
+        out.append(f"--- {p.host.name} {p.log_path.name} rc={p.poll()}")
+        out.append(p.output()[-3000:])
+    return "\n".join(out)

@@ -1,0 +1,316 @@
+"""cohort across real (simulated) hosts: network namespaces on a bridge.
+
+cohortd runs on host h0, workers on the others through ``cohort run
+--nnodes``; each host has its own address and its own /dev/shm. Nothing
+sets COHORT_DATA_ADDR: the workers find their address themselves.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from conftest import bin_path, coord_url, dump, start_cohortd
+
+# Liveness settings of these tests: a dead or cut-off host must be named
+# within dead-after + 1 s.
+HB_MS = 500
+DEAD_MS = 3000
+LIVENESS = {
+    "COHORT_HEARTBEAT_MS": str(HB_MS),
+    "COHORT_DEAD_AFTER_MS": str(DEAD_MS),
+    "COHORT_LOG_FORMAT": "text",
+}
+
+
+def run_nodes(hosts, coord, program, nproc=1, job="job", env=None, extra=()):
+    """``cohort run`` on each host, one node each; returns the processes."""
+    procs = []
+    for i, h in enumerate(hosts):
+        argv = [
+            bin_path("cohort"), "run", "--nnodes", str(len(hosts)),
+            "--node-rank", str(i), "-n", str(nproc),
+            "--coordinator", coord_url(coord), "--job", job,
+            *(a.format(dir=h.dir) for a in extra),
+            "--", *program,
+        ]  # fmt: skip
+        procs.append(h.spawn(argv, env={**LIVENESS, **(env or {})}))
+    return procs
+
+
+def wait_all(procs, timeout):
+    end = time.monotonic() + timeout
+    for p in procs:
+        left = max(0.1, end - time.monotonic())
+        try:
+            p.wait(timeout=left)
+        except Exception:
+            raise AssertionError(
+                f"still running after {timeout} s:\n{dump(procs)}"
+            ) from None
+
+
+def test_every_collective_across_hosts_with_no_address_set(cluster):
+    """2 hosts x 2 ranks: every collective, dtype and op (the matrix
+    scenario), with addresses found from the route to the coordinator."""
+    cl = cluster(3)
+    h0, h1, h2 = cl.hosts
+    start_cohortd(h0)
+    procs = run_nodes(
+        [h1, h2], h0, [bin_path("cohort-coll-worker"), "matrix"], nproc=2,
+        env={"COHORT_LOG_LEVEL": "info"},
+    )  # fmt: skip
+    wait_all(procs, 120)
+    out = dump(procs)
+    assert all(p.returncode == 0 for p in procs), out
+    assert out.count("failed=0") == 4, out
+    # each rank advertised its own host's address, found by itself
+    for h in (h1, h2):
+        assert (
+            f"data plane address {h.addr} (from route to the coordinator)"
+            in out
+        ), out
+
+
+def test_shared_memory_only_between_ranks_of_one_host(cluster):
+    """Two ranks on one host use shared memory; the same job spread over
+    two hosts (separate /dev/shm) must not, and still sums right."""
+    cl = cluster(3)
+    h0, h1, h2 = cl.hosts
+    start_cohortd(h0)
+    env = {"COHORT_LOG_LEVEL": "debug", "COHORT_FW_BYTES": str(1 << 20)}
+    prog = [bin_path("cohort-fault-worker"), "20"]
+    one = run_nodes([h1], h0, prog, nproc=2, job="one", env=env)
+    wait_all(one, 60)
+    out_one = dump(one)
+    assert one[0].returncode == 0 and "sum_ok=1" in out_one, out_one
+    assert re.search(r"connected \(listened on [0-9.:]+, shared memory\)",
+                     out_one), out_one  # fmt: skip
+    two = run_nodes([h1, h2], h0, prog, nproc=2, job="two", env=env)
+    wait_all(two, 60)
+    out_two = dump(two)
+    assert all(p.returncode == 0 for p in two), out_two
+    assert out_two.count("sum_ok=1") == 4, out_two
+    assert "shared memory)" not in out_two, out_two
+    # nothing left behind in either host's /dev/shm
+    for h in (h1, h2):
+        assert list(h.shm.iterdir()) == [], list(h.shm.iterdir())
+
+
+def test_unreachable_peer_address_is_named_within_seconds(cluster):
+    """A rank that advertises an address its peers cannot reach (here
+    loopback) is named, with the address, in seconds, not at the
+    operation timeout."""
+    cl = cluster(3)
+    h0, h1, h2 = cl.hosts
+    start_cohortd(h0)
+    prog = [bin_path("cohort-fault-worker"), "5"]
+    env = {"COHORT_FW_BYTES": "4096", "COHORT_CONNECT_TIMEOUT_MS": "2000"}
+    # rank 1 (on h2) is told to advertise 127.0.0.1: rank 0 connects to it
+    t0 = time.monotonic()
+    procs = [
+        h1.spawn([bin_path("cohort"), "run", "--nnodes", "2", "--node-rank",
+                  "0", "-n", "1", "--coordinator", coord_url(h0), "--job",
+                  "lo", "--", *prog], env={**LIVENESS, **env}),
+        h2.spawn([bin_path("cohort"), "run", "--nnodes", "2", "--node-rank",
+                  "1", "-n", "1", "--coordinator", coord_url(h0), "--job",
+                  "lo", "--", *prog],
+                 env={**LIVENESS, **env, "COHORT_DATA_ADDR": "127.0.0.1"}),
+    ]  # fmt: skip
+    wait_all(procs, 60)
+    took = time.monotonic() - t0
+    out = dump(procs)
+    assert all(p.returncode != 0 for p in procs), out
+    assert re.search(
+        r"cannot connect to rank 1 at 127\.0\.0\.1:\d+: Connection refused "
+        r"\(tried for 2\.\d s\); rank 1 advertises a loopback address "
+        r"while this rank is at " + re.escape(h1.addr), out), out
+    assert took < 15, f"took {took:.1f} s:\n{out}"
+
+
+def _detections(procs, victim_rank):
+    """at_ms of every survivor's RESULT line naming the victim rank."""
+    found = {}
+    for p in procs:
+        for m in re.finditer(r"RESULT \S+ step=\d+ status=(\S+) "
+                             r"at_ms=(\d+) detail=(.*)", p.output()):
+            st, at, detail = m.group(1), int(m.group(2)), m.group(3)
+            if f"rank {victim_rank}" in detail:
+                found[p.host.name] = (at, st, detail)
+    return found
+
+
+@pytest.mark.parametrize("fault", ["link_down", "partition", "kill"])
+def test_lost_host_is_named_by_every_survivor(cluster, fault):
+    """A host whose link goes down, one partitioned from every other host
+    by nftables, and one whose processes die: every survivor names its
+    rank within dead-after + 1 s."""
+    cl = cluster(5)
+    h0, *workers = cl.hosts
+    start_cohortd(h0)
+    env = {"COHORT_FW_BYTES": "65536"}
+    procs = run_nodes(
+        workers, h0, [bin_path("cohort-fault-worker"), "100000", "10"],
+        env=env,
+    )  # fmt: skip
+    assert procs[0].wait_for("STEP 50", 60), dump(procs)
+    victim = workers[-1]  # node 3: rank 3
+    t_fault = time.time() * 1000
+    if fault == "link_down":
+        victim.link_down()
+    elif fault == "partition":
+        cl.isolate(victim)
+    else:
+        victim.kill_all()
+    survivors = [p for p in procs if p.host is not victim]
+    wait_all(survivors, 30)
+    out = dump(procs)
+    found = _detections(survivors, 3)
+    assert set(found) == {p.host.name for p in survivors}, out
+    for name, (at, st, detail) in found.items():
+        took = at - t_fault
+        assert took <= DEAD_MS + 1000, f"{name}: {took:.0f} ms: {detail}"
+        print(f"{fault}: {name} named rank 3 after {took:.0f} ms "
+              f"({st}): {detail[:120]}")  # fmt: skip
+
+
+def test_coordinator_restart_within_the_window(cluster):
+    """cohortd's host loses cohortd for 8 s (beyond the old 5 s window)
+    and it comes back from its journal: the job goes on, the data plane
+    never stopped, and every rank ends with the same checksum."""
+    cl = cluster(4)
+    h0, *workers = cl.hosts
+    state = h0.dir / "state"
+    d = start_cohortd(h0, "--state-dir", str(state))
+    procs = run_nodes(
+        workers, h0, [bin_path("cohort-fault-worker"), "1500", "10"],
+        env={"COHORT_FW_BYTES": "16384", "COHORT_LOG_LEVEL": "info"},
+    )  # fmt: skip
+    assert procs[0].wait_for("STEP 100", 60), dump(procs)
+    d.kill()
+    d.wait()
+    h0.link_down()  # the host itself goes, as a rescheduled pod does
+    steps_before = procs[0].output().count("STEP ")
+    time.sleep(8)
+    steps_during = procs[0].output().count("STEP ") - steps_before
+    h0.link_up()
+    start_cohortd(h0, "--state-dir", str(state))
+    wait_all(procs, 120)
+    out = dump(procs)
+    assert all(p.returncode == 0 for p in procs), out
+    sums = re.findall(r"DONE .* sum_ok=1 checksum=(\S+)", out)
+    assert len(sums) == 3 and len(set(sums)) == 1, out
+    assert "reconnected to the coordinator" in out, out
+    # the data plane ran on while the coordinator was away
+    assert steps_during > 50, f"{steps_during} steps in the outage\n{out}"
+
+
+def test_coordinator_gone_past_the_window_is_the_root_cause(cluster):
+    """cohortd vanishes for good: past the reconnect window every rank
+    stops, and cohort run's report names the coordinator."""
+    cl = cluster(3)
+    h0, h1, h2 = cl.hosts
+    d = start_cohortd(h0)
+    procs = run_nodes(
+        [h1, h2], h0, [bin_path("cohort-fault-worker"), "100000", "10"],
+        env={"COHORT_FW_BYTES": "4096", "COHORT_RECONNECT_MS": "4000"},
+        extra=("--report", "{dir}/report.json"),
+    )  # fmt: skip
+    assert procs[0].wait_for("STEP 20", 60), dump(procs)
+    t0 = time.monotonic()
+    d.kill()
+    wait_all(procs, 30)
+    took = time.monotonic() - t0
+    out = dump(procs)
+    assert all(p.returncode != 0 for p in procs), out
+    assert 4 <= took < 12, f"{took:.1f} s\n{out}"
+    for p in procs:
+        o = p.output()
+        assert "could not reconnect within 4.0 s" in o, o
+        assert (f"root cause : the coordinator at {coord_url(h0)} is "
+                "unreachable") in o, o  # fmt: skip
+        report = (p.host.dir / "report.json").read_text()
+        assert '"kind":"coordinator"}' in report, report
+
+
+def test_worker_says_what_is_wrong_with_its_coordinator(cluster):
+    """A wrong coordinator address: a warning with the address and the
+    error every few seconds; a port where something else answers (here
+    a torch-style store, not a cohortd): an error within seconds."""
+    cl = cluster(2)
+    h0, h1 = cl.hosts
+    env = {**LIVENESS, "COHORT_WORLD_SIZE": "1", "COHORT_RANK": "0"}
+    # nothing listens
+    p = h1.spawn([bin_path("cohort-fault-worker"), "1"],
+                 env={**env, "COHORT_COORDINATOR": coord_url(h0)})  # fmt: skip
+    assert p.wait_for("yet: Connection refused (4 s so far", 10), p.output()
+    p.kill()
+    # something that is not cohortd: a TCP server that never answers SP
+    srv = h0.spawn(["python3", "-c",
+                    "import socket,time\n"
+                    "s=socket.socket();s.bind(('0.0.0.0',29400));s.listen()\n"
+                    "c=[]\n"
+                    "while True: c.append(s.accept()[0])"])  # fmt: skip
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    r = h1.run([bin_path("cohort-fault-worker"), "1"],
+               env={**env, "COHORT_COORDINATOR": coord_url(h0)},
+               timeout=30)  # fmt: skip
+    took = time.monotonic() - t0
+    assert r.returncode != 0, r.stdout
+    assert "accepts connections but is not a cohortd" in r.stdout, r.stdout
+    assert took < 5, f"{took:.1f} s"
+    srv.kill()
+
+
+def _http_get(host, url):
+    """(status, body) of a GET from inside host's namespace."""
+    r = host.run(["python3", "-c",
+                  "import sys,urllib.request,urllib.error\n"
+                  "try:\n"
+                  f"  r=urllib.request.urlopen('{url}',timeout=2)\n"
+                  "  print(r.status, r.read().decode().strip())\n"
+                  "except urllib.error.HTTPError as e:\n"
+                  "  print(e.code, e.read().decode().strip())\n"
+                  "except Exception as e:\n"
+                  "  print(0, e)\n"], timeout=10)  # fmt: skip
+    code, _, body = r.stdout.strip().partition(" ")
+    return int(code or 0), body
+
+
+def test_sigterm_drains_then_a_restart_loses_nothing(cluster):
+    """SIGTERM, as Kubernetes sends before it moves the pod: /readyz turns
+    503 at once while requests are still served, cohortd exits after the
+    drain, and its successor on the same journal carries the job through
+    (barriers through the coordinator, none lost or repeated)."""
+    cl = cluster(3)
+    h0, h1, h2 = cl.hosts
+    state = h0.dir / "state"
+    http = f"http://{h0.addr}:29401"
+    args = ("--state-dir", str(state), "--http", "0.0.0.0:29401",
+            "--drain", "2000")  # fmt: skip
+    d = start_cohortd(h0, *args)
+    assert _http_get(h1, f"{http}/readyz") == (200, "ok")
+    procs = run_nodes(
+        [h1, h2], h0, [bin_path("cohort-fault-worker"), "400", "10"],
+        env={"COHORT_FW_BYTES": "0", "COHORT_LOG_LEVEL": "info"},
+    )  # fmt: skip
+    assert procs[0].wait_for("STEP 30", 60), dump(procs)
+    t0 = time.monotonic()
+    d.terminate()
+    assert d.wait_for("draining for 2000 ms", 5), d.output()
+    assert _http_get(h1, f"{http}/readyz") == (503, "draining")
+    # still serving while it drains: barriers go on
+    n = procs[0].output().count("STEP ")
+    time.sleep(0.5)
+    assert procs[0].output().count("STEP ") > n, dump(procs + [d])
+    d.wait(timeout=10)
+    took = time.monotonic() - t0
+    assert d.returncode == 0 and 2.0 <= took < 5, (took, d.output())
+    start_cohortd(h0, *args)
+    wait_all(procs, 120)
+    out = dump(procs)
+    assert all(p.returncode == 0 for p in procs), out
+    assert out.count("DONE steps=400") == 2, out
