@@ -1,26 +1,55 @@
 #!/bin/sh
-# gen-token.sh - writes the job token that the kustomize overlays put in
-# the Secret cohort-job-token (base/kustomization.yaml, secretGenerator):
-# 32 random bytes as 64 hex digits, mode 0600, in deploy/k8s/base/job-token
-# (git-ignored and kept out of the image by .dockerignore).
+# gen-token.sh - writes the secrets that the kustomize overlays put in
+# Secrets at deploy time (base/kustomization.yaml, secretGenerator), each
+# 32 random bytes as 64 hex digits, mode 0600, git-ignored and kept out of
+# the image by .dockerignore:
 #
-#   deploy/k8s/gen-token.sh            keep an existing token
-#   deploy/k8s/gen-token.sh --rotate   write a new one (the coordinator
-#                                      rolls; running Jobs keep the old
-#                                      token and fail: rotate between runs)
+#   base/job-token     the token of the shipped Job's job (cohortd --job
+#                      NAME:@FILE; the workers' COHORT_TOKEN)
+#   base/admin-secret  cohortd's admin secret (--admin-token-file): other
+#                      jobs' tokens are minted from it (cohort token JOB),
+#                      and it authorises `cohort status` for all jobs
+#
+#   deploy/k8s/gen-token.sh                  keep what exists, write what is missing
+#   deploy/k8s/gen-token.sh --rotate job     a new job token (the coordinator
+#                                            rolls; rotate between runs: a
+#                                            running Job keeps the old one)
+#   deploy/k8s/gen-token.sh --rotate admin   a new admin secret (tokens minted
+#                                            from the old one create no new job)
 set -eu
-dir=$(cd "$(dirname "$0")" && pwd)
-out=$dir/base/job-token
-if [ -s "$out" ] && [ "${1:-}" != --rotate ]; then
-	echo "gen-token: $out exists (--rotate for a new one)" >&2
-	exit 0
-fi
-umask 077
-tmp=$(mktemp "$dir/base/.job-token.XXXXXX")
-trap 'rm -f "$tmp"' EXIT
-# od is in every base system; no openssl needed.
-od -An -N32 -tx1 /dev/urandom | tr -d ' \n' > "$tmp"
-[ "$(wc -c < "$tmp")" -eq 64 ] || { echo "gen-token: reading /dev/urandom failed" >&2; exit 1; }
-mv "$tmp" "$out"
-trap - EXIT
-echo "gen-token: wrote $out" >&2
+dir=$(cd "$(dirname "$0")" && pwd)/base
+rotate=
+case "${1:-}" in
+"") ;;
+--rotate) rotate=${2:?"--rotate job|admin"} ;;
+*) echo "usage: $0 [--rotate job|admin]" >&2; exit 2 ;;
+esac
+case "$rotate" in
+"" | job | admin) ;;
+*) echo "gen-token: --rotate job or --rotate admin" >&2; exit 2 ;;
+esac
+
+write() { # FILE: 64 hex digits from /dev/urandom (od: no openssl needed)
+	umask 077
+	tmp=$(mktemp "$dir/.secret.XXXXXX")
+	od -An -N32 -tx1 /dev/urandom | tr -d ' \n' > "$tmp"
+	if [ "$(wc -c < "$tmp")" -ne 64 ]; then
+		rm -f "$tmp"
+		echo "gen-token: reading /dev/urandom failed" >&2
+		exit 1
+	fi
+	mv "$tmp" "$1"
+	echo "gen-token: wrote $1" >&2
+}
+
+for name in job admin; do
+	case $name in
+	job) f=$dir/job-token ;;
+	admin) f=$dir/admin-secret ;;
+	esac
+	if [ -s "$f" ] && [ "$rotate" != "$name" ]; then
+		echo "gen-token: $f exists" >&2
+	else
+		write "$f"
+	fi
+done

@@ -33,6 +33,7 @@ tree), resource limits, the image itself (tools/check-k8s.py lints it).
 
 from __future__ import annotations
 
+import base64
 import copy
 import importlib.util
 import json
@@ -44,7 +45,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -59,6 +59,8 @@ ROOT = HERE.parents[1]
 BIN = Path(os.environ.get("COHORT_BIN", ROOT / "build" / "bin")).resolve()
 NAMESPACE = "default"
 RUN_TIMEOUT = 120  # one training run of the shipped Job, generously
+# kubectl exec cohortd-0 -- ...: every job, with the admin secret of the pod
+STATUS = ["/opt/cohort/bin/cohort", "status", "--coordinator", "tcp://127.0.0.1:29400"]
 
 Doc = dict[str, Any]
 
@@ -190,7 +192,9 @@ class Runner:
             for n, a in entries:
                 h.add_hosts_entry(n, a)
 
-    def argv_env(self, pod: Pod) -> tuple[list[str], dict[str, str]]:
+    def argv_env(self, pod: Pod, exec_argv: list[str] | None = None) -> tuple[list[str], dict[str, str]]:
+        """The pod's process: its user, command and environment. With
+        exec_argv: that command in the pod instead (kubectl exec)."""
         spec = pod.template["spec"]
         assert len(spec["containers"]) == 1, f"{pod.name}: one container per pod expected"
         c = spec["containers"][0]
@@ -205,16 +209,22 @@ class Runner:
             else:
                 env[e["name"]] = self._value_from(pod, e["name"], e["valueFrom"])
         assert c.get("command"), f"{pod.name}: the manifest must set command (the image's CMD is cohortd)"
-        argv = [ck.expand(str(a), env) for a in c["command"] + c.get("args", [])]
+        argv = [ck.expand(str(a), env) for a in exec_argv or c["command"] + c.get("args", [])]
         paths = dict(mounts)
         paths.update(self.image)
         argv = [_remap(a, paths) for a in argv]
         env = {k: _remap(v, paths) for k, v in env.items()}
         exe = argv[0]
         assert exe.startswith("/") and Path(exe).exists(), f"{pod.name}: {c['command'][0]} is not in the image"
-        if Path(exe).name == "cohortd":
-            argv = _job_file_shim(argv)
         return self._as_user(spec, c) + argv, env
+
+    def exec(self, pod: Pod, argv: list[str], timeout: float = 30) -> str:
+        """kubectl exec: argv in the pod's container (its user, volumes
+        and environment); its output, which must be a success."""
+        full, env = self.argv_env(pod, argv)
+        r = pod.host.run(full, env=env, timeout=timeout)
+        assert r.returncode == 0, f"kubectl exec {pod.name} -- {' '.join(argv)}: rc={r.returncode}\n{r.stdout}"
+        return r.stdout
 
     def spawn(self, pod: Pod, extra_env: dict[str, str] | None = None) -> Any:
         argv, env = self.argv_env(pod)
@@ -324,33 +334,6 @@ class Runner:
         if csc.get("capabilities", {}).get("drop") == ["ALL"]:
             argv += ["--bounding-set", "-all", "--inh-caps", "-all"]
         return argv + ["--"]
-
-
-def _cohortd_reads_token_files() -> bool:
-    r = subprocess.run([str(BIN / "cohortd"), "--help"], capture_output=True, text=True)
-    return "@FILE" in r.stdout + r.stderr
-
-
-def _job_file_shim(argv: list[str]) -> list[str]:
-    """The manifests give cohortd its job token as a file: --job
-    NAME:@FILE. A cohortd that does not read token files yet would take
-    "@FILE" for the token; for such a build only, the token goes on its
-    command line here (a warning says so), so that the rest of the wiring
-    is still tested. tools/check-k8s.py keeps the manifests themselves
-    free of tokens on command lines."""
-    if _cohortd_reads_token_files():
-        return argv
-    out = list(argv)
-    for i, a in enumerate(argv[:-1]):
-        m = re.fullmatch(r"([^:]+):@(/.+)", argv[i + 1]) if a == "--job" else None
-        if m:
-            out[i + 1] = f"{m.group(1)}:{Path(m.group(2)).read_text().strip()}"
-            warnings.warn(
-                "cohortd has no --job NAME:@FILE yet: the test passed the job "
-                "token on cohortd's command line instead of the mounted file",
-                stacklevel=2,
-            )
-    return out
 
 
 def _dns_names(name: str) -> list[str]:
@@ -507,15 +490,6 @@ def sigterm(p: Any, grace: float) -> int:
         raise AssertionError(f"{p.pod.name} ignored SIGTERM for {grace} s")
 
 
-def cohort_cli(host: Any, worker_env: dict[str, str], *args: str) -> str:
-    """The cohort CLI with a worker's environment (kubectl exec into a
-    worker pod); returns its output."""
-    env = {k: v for k, v in worker_env.items() if k.startswith("COHORT_")}
-    r = host.run([str(BIN / "cohort"), *args], env=env, timeout=30)
-    assert r.returncode == 0, f"cohort {' '.join(args)} failed:\n{r.stdout}"
-    return r.stdout
-
-
 @pytest.fixture
 def tmp() -> Iterator[Path]:
     d = Path(tempfile.mkdtemp(prefix="k8s-pods-"))
@@ -581,9 +555,10 @@ def test_cpu_overlay_trains(tmp: Path) -> None:
         assert f["ranks"] == n and len(f["checksums"]) == n, logs(everyone)
         assert f["equal"] == "yes" and len(set(f["checksums"].values())) == 1, logs(everyone)
         assert f["accuracy"] > 0.9, f
-        _, wenv = runner.argv_env(job_pods(job, cl.hosts[1:])[1])
-        status = cohort_cli(cl.hosts[1], wenv, "status")
-        assert job["metadata"]["name"] in status, status
+        # kubectl exec cohortd-0 -- cohort status: every job (the pod's
+        # admin secret); the preset job stays, finished
+        status = runner.exec(coord, STATUS)
+        assert re.search(rf"job {job['metadata']['name']} .*state finished", status), status
         assert cohortd.poll() is None, logs([cohortd])
         grace = coord.template["spec"].get("terminationGracePeriodSeconds", 30)
         assert sigterm(cohortd, grace) == 0, logs([cohortd])
@@ -596,9 +571,11 @@ def test_cpu_overlay_trains(tmp: Path) -> None:
 
 def test_world_size_follows_completions_and_jobs_stay_apart(tmp: Path) -> None:
     """completions changed in one place (a patch in the overlay) resizes
-    the whole job; a second Job on the same cohortd (another name, as a
-    user creates one) is another cohort job: both train at once, each
-    with its own world."""
+    the whole job. A second Job on the same cohortd (another name, as a
+    user creates one) is another cohort job: with the first Job's token
+    cohortd (--require-token) refuses to create it; with the token minted
+    for its name (kubectl exec cohortd-0 -- cohort token NAME, into a
+    Secret of its own) both train at once, each with its own world."""
     r = render(tmp, "cpu", [{"op": "replace", "path": "/spec/completions", "value": 2}])
     job = r.one("Job")
     assert job["spec"]["completions"] == 2 and job["spec"]["parallelism"] == 2
@@ -609,6 +586,21 @@ def test_world_size_follows_completions_and_jobs_stay_apart(tmp: Path) -> None:
     with Cluster(n_hosts=5, name="k8s") as cl:
         runner, coord = _start(r, cl, tmp, cl.hosts[1:3])
         cohortd = runner.spawn(coord)
+        assert kubelet_probes(coord)["readinessProbe"][0] == 200, logs([cohortd])
+        refused = run_job(runner, job_b, cl.hosts[3:5])
+        wait_all(refused, 30)
+        for p in refused:
+            assert p.returncode not in (None, 0) and "cohort token" in _read(p), logs(refused)
+        token = runner.exec(coord, ["/opt/cohort/bin/cohort", "token", "cohort-train-b"]).strip()
+        assert re.fullmatch(r"[0-9a-f]{64}", token), token
+        r.docs.append({
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": "cohort-train-b-token"},
+            "data": {"token": base64.b64encode(token.encode()).decode()},
+        })  # fmt: skip
+        for e in job_b["spec"]["template"]["spec"]["containers"][0]["env"]:
+            if e["name"] == "COHORT_TOKEN":
+                e["valueFrom"]["secretKeyRef"]["name"] = "cohort-train-b-token"
         a = run_job(runner, job, cl.hosts[1:3])
         b = run_job(runner, job_b, cl.hosts[3:5])
         wait_all(a + b, RUN_TIMEOUT)
@@ -619,9 +611,8 @@ def test_world_size_follows_completions_and_jobs_stay_apart(tmp: Path) -> None:
         # Had the two Jobs shared a cohort job, its world of 2 would have
         # met 4 ranks. The preset job (cohortd --job) outlives its run;
         # cohort-train-b, created by its first rank, left with its last.
-        _, wenv = runner.argv_env(job_pods(job, cl.hosts[1:3])[0])
-        status = cohort_cli(cl.hosts[1], wenv, "status")
-        assert "cohort-train" in status and "cohort-train-b" not in status, status
+        status = runner.exec(coord, STATUS)
+        assert "job cohort-train " in status and "cohort-train-b" not in status, status
 
 
 def test_fault_drill_restarts_the_group(tmp: Path) -> None:
@@ -653,9 +644,8 @@ def test_fault_drill_restarts_the_group(tmp: Path) -> None:
                 assert p.returncode != 0, logs(first)
                 assert "rank 2" in _read(p), logs(first)
         assert took < 30, f"the group took {took:.1f} s to stop"
-        _, wenv = runner.argv_env(job_pods(job, cl.hosts[1:])[0])
-        status = cohort_cli(cl.hosts[1], wenv, "status")
-        assert "rank 2" in status or "failed" in status, status
+        status = runner.exec(coord, STATUS)
+        assert re.search(r"state failed", status) and "failed: rank 2" in status, status
         retries = job["spec"].get("backoffLimitPerIndex")
         assert retries and retries >= 1, "the Job does not retry a failed index"
         second = run_job(runner, job, cl.hosts[1:], failures=1)
