@@ -135,10 +135,11 @@ def render(tmp: Path, overlay: str, patches: list[Doc] | None = None) -> Renderi
     kdir = tree / "overlays" / overlay
     if patches:
         k = kdir / "kustomization.yaml"
-        body = json.dumps(patches)
-        k.write_text(
-            k.read_text() + "patches:\n  - target: {kind: Job, name: cohort-train}\n" f"    patch: '{body}'\n"
+        kust = ck.yaml.safe_load(k.read_text())
+        kust.setdefault("patches", []).append(
+            {"target": {"kind": "Job", "name": "cohort-train"}, "patch": json.dumps(patches)}
         )
+        k.write_text(ck.yaml.safe_dump(kust))
     return Rendering(ck.render(kdir), (tree / ck.TOKEN_FILE).read_text())
 
 
