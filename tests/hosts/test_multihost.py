@@ -314,3 +314,51 @@ def test_sigterm_drains_then_a_restart_loses_nothing(cluster):
     out = dump(procs)
     assert all(p.returncode == 0 for p in procs), out
     assert out.count("DONE steps=400") == 2, out
+
+
+def test_two_launchers_on_one_coordinator_never_mix(cluster):
+    """An Open MPI job and a SLURM job, each of two ranks on two hosts,
+    interleaved, neither naming its job: each is its own job at the one
+    cohortd (named from the launcher's job id) and sums its own values.
+    The SLURM ranks find cohortd from SLURM_JOB_NODELIST alone."""
+    cl = cluster(5)
+    h0, *hs = cl.hosts
+    slurm_port = 15000 + 4242  # Lightning's MASTER_PORT rule for job 4242
+    d = start_cohortd(h0, "--listen", f"tcp://0.0.0.0:{slurm_port}")
+    common = {**LIVENESS, "COHORT_FW_BYTES": "4096", "COHORT_LOG_LEVEL":
+              "info"}  # fmt: skip
+    mpi = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+           "OMPI_COMM_WORLD_LOCAL_SIZE": "1",
+           "OMPI_MCA_ess_base_jobid": "1829961729",
+           "PMIX_NAMESPACE": "1829961729",
+           "COHORT_COORDINATOR": coord_url(h0)}  # fmt: skip
+    slurm = {"SLURM_NTASKS": "2", "SLURM_LOCALID": "0",
+             "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0",
+             "SLURM_JOB_NAME": "train.sh",
+             "SLURM_JOB_NODELIST": f"{h0.name},{hs[0].name}",
+             "SLURM_NTASKS_PER_NODE": "1"}  # fmt: skip
+    prog = [bin_path("cohort-fault-worker"), "200", "5"]
+    procs = [
+        hs[0].spawn(prog, env={**common, **mpi, "OMPI_COMM_WORLD_RANK": "0",
+                               "PMIX_RANK": "0"}),
+        hs[1].spawn(prog, env={**common, **slurm, "SLURM_PROCID": "0",
+                               "SLURM_NODEID": "1"}),
+        hs[2].spawn(prog, env={**common, **mpi, "OMPI_COMM_WORLD_RANK": "1",
+                               "PMIX_RANK": "1"}),
+        hs[3].spawn(prog, env={**common, **slurm, "SLURM_PROCID": "1",
+                               "SLURM_NODEID": "2"}),
+    ]  # fmt: skip
+    wait_all(procs, 60)
+    out = dump(procs)
+    assert all(p.returncode == 0 for p in procs), out
+    assert out.count("sum_ok=1") == 4, out
+    for p in procs[0::2]:
+        assert "job 'ompi-1829961729' (from OMPI_MCA_ess_base_jobid)" in \
+            p.output(), p.output()  # fmt: skip
+    for p in procs[1::2]:
+        o = p.output()
+        assert "job 'slurm-4242.0'" in o, o
+        assert (f"coordinator 'tcp://{h0.name}:{slurm_port}' (from "
+                "SLURM_JOB_NODELIST)") in o, o  # fmt: skip
+    log = d.output()
+    assert "job 'ompi-1829961729'" in log and "job 'slurm-4242.0'" in log
