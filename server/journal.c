@@ -43,12 +43,15 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "srv_impl.h"
 
 #define JRN_MAGIC_LOG "COHORTJ1"
 #define JRN_MAGIC_SNAP "COHORTS1"
+#define JRN_MAGIC_MAN "COHORTM1"
+#define JRN_MAN 20
 #define JRN_HDR 16
 #define JRN_RHDR 8
 #define JRN_COMPACT_MIN (64ull << 20)
@@ -604,15 +607,111 @@ replay_batch(struct srv_core *core, const uint8_t *p, size_t len,
 	return (COHORT_OK);
 }
 
-/* Applies the records in p[off..len). Returns the offset after the last
- * whole record (*end), *sawend for an END record, or an error for a
- * record that is whole (CRC good) but cannot be applied. */
-static cohort_status
-replay(struct srv_core *core, const uint8_t *p, size_t len, size_t off,
-    cohort__time now, size_t *end, bool *sawend, uint64_t *nrec)
+/*
+ * Reading a file: torn tail or damage.
+ *
+ * A write is one record (a batch in the log) and a crash can only tear
+ * the last one: its length runs past the end of the file, or the file
+ * ends in zeros (a size extended before its data reached the disk).
+ * Anything else that fails its length or CRC check is damage: a bad
+ * record with whole records after it, or a whole-length last record with
+ * a wrong CRC. A torn tail is cut off (it was never acknowledged: its
+ * write did not complete); damage stops the start, the file untouched,
+ * unless --recover, which skips to the next whole record (resync) and
+ * keeps every record it can read.
+ */
+
+struct jscan {
+	const char *file; /* "snapshot", "log.3" */
+	const uint8_t *p;
+	size_t len;
+	bool log;
+	size_t off; /* the next record */
+	uint64_t whole; /* whole records applied (a batch counts once) */
+	bool sawend; /* an END record (snapshot) */
+	bool torn; /* a torn last record at off (log) */
+	bool damaged; /* something was dropped (--recover) */
+	uint64_t dropped_recs; /* whole records that could not be applied */
+	size_t dropped_bytes;
+};
+
+/* The records inside a batch chain exactly to its end. */
+static bool
+batch_chains(const uint8_t *p, size_t len)
 {
-	*sawend = false;
-	while (len - off >= JRN_RHDR) {
+	size_t off = 0;
+
+	while (off < len) {
+		uint32_t n;
+		uint8_t t;
+		if (len - off < JRN_RHDR + 1 || (n = ld32(p + off)) == 0
+		    || n > len - off - JRN_RHDR)
+			return (false);
+		t = p[off + JRN_RHDR];
+		if (t < JRN_JOB || t >= JRN_BATCH)
+			return (false);
+		off += JRN_RHDR + n;
+	}
+	return (true);
+}
+
+/* Whether a whole record starts at p[off]: its length fits, its type is
+ * one the file holds at the top (a log: batches; a snapshot: any other),
+ * a batch's records chain to its end, and the CRC matches. */
+static bool
+rec_whole(const uint8_t *p, size_t len, size_t off, bool log)
+{
+	uint32_t n;
+	uint8_t t;
+
+	if (off > len || len - off < JRN_RHDR + 1)
+		return (false);
+	n = ld32(p + off);
+	if (n == 0 || n > len - off - JRN_RHDR)
+		return (false);
+	t = p[off + JRN_RHDR];
+	if (log ? t != JRN_BATCH : (t < JRN_JOB || t >= JRN_BATCH))
+		return (false);
+	if (t == JRN_BATCH && !batch_chains(p + off + JRN_RHDR + 1, n - 1))
+		return (false);
+	return (srv_crc32c(p + off + JRN_RHDR, n) == ld32(p + off + 4));
+}
+
+/* The offset of the next whole record at or after from; len if none. */
+static size_t
+resync(const uint8_t *p, size_t len, size_t from, bool log)
+{
+	for (size_t o = from; o < len && len - o > JRN_RHDR; o++)
+		if (rec_whole(p, len, o, log))
+			return (o);
+	return (len);
+}
+
+/* What a crash in the middle of the last write leaves at p[off..len):
+ * an incomplete record, or zeros. */
+static bool
+tail_torn(const uint8_t *p, size_t len, size_t off)
+{
+	if (len - off < JRN_RHDR || ld32(p + off) > len - off - JRN_RHDR)
+		return (true);
+	for (size_t i = off; i < len; i++)
+		if (p[i] != 0)
+			return (false);
+	return (true);
+}
+
+/* Applies whole records from sc->off on; stops at the first that is not
+ * whole (sc->off there), after an END, or with an error for a whole
+ * record that cannot be applied (sc->off at it). */
+static cohort_status
+replay(struct srv_core *core, struct jscan *sc, cohort__time now,
+    uint64_t *nrec)
+{
+	const uint8_t *p = sc->p;
+	size_t len = sc->len;
+
+	while (len - sc->off >= JRN_RHDR) {
+		size_t off = sc->off;
 		uint32_t n = ld32(p + off), crc = ld32(p + off + 4);
 		struct jrd r;
 		cohort_status rv;
@@ -627,60 +726,147 @@ replay(struct srv_core *core, const uint8_t *p, size_t len, size_t off,
 		else
 			rv = apply(core, p[off + JRN_RHDR], &r, now);
 		if (rv != COHORT_OK)
-			return (cohort__err(rv,
-			    "journal record of type %u at offset %zu cannot "
-			    "be applied (%s)",
-			    p[off + JRN_RHDR], off, cohort_strerror(rv)));
+			return (rv);
 		(*nrec)++;
-		off += JRN_RHDR + n;
-		if (p[off - n] == JRN_END) {
-			*sawend = true;
+		sc->whole++;
+		sc->off = off + JRN_RHDR + n;
+		if (p[off + JRN_RHDR] == JRN_END) {
+			sc->sawend = true;
 			break;
 		}
 	}
-	*end = off;
 	return (COHORT_OK);
 }
 
+/* Replays a whole file: stops at a torn tail (sc->torn), refuses damage
+ * (EJOURNAL naming file, offset and records) or, with recover, skips it
+ * and goes on from the next whole record. */
 static cohort_status
-load_snapshot(struct srv_core *core, struct srv_jrn *j, cohort__time now)
+load_records(struct srv_core *core, struct srv_jrn *j, struct jscan *sc,
+    bool recover, cohort__time now)
+{
+	for (;;) {
+		size_t next, at;
+		cohort_status rv = replay(core, sc, now, &j->st.replayed);
+		if (rv != COHORT_OK) {
+			uint32_t n = ld32(sc->p + sc->off);
+			if (!recover)
+				return (cohort__err(COHORT_EJOURNAL,
+				    "%s/%s: the whole record at offset %zu "
+				    "(type %u, after %" PRIu64 " records) "
+				    "cannot be applied (%s); cohortd refuses "
+				    "to start and leaves the file as it is "
+				    "(`cohortd --recover` skips it)",
+				    j->dir, sc->file, sc->off,
+				    sc->p[sc->off + JRN_RHDR], sc->whole,
+				    cohort_strerror(rv)));
+			cohort__warn("%s/%s --recover: dropping the record at "
+			             "offset %zu (%u bytes, type %u): it cannot "
+			             "be applied (%s; its job's first records "
+			             "were lost?)",
+			    j->dir, sc->file, sc->off, JRN_RHDR + n,
+			    sc->p[sc->off + JRN_RHDR], cohort_strerror(rv));
+			sc->damaged = true;
+			sc->dropped_recs++;
+			sc->dropped_bytes += JRN_RHDR + n;
+			sc->off += JRN_RHDR + n;
+			continue;
+		}
+		if (sc->sawend || sc->off >= sc->len)
+			return (COHORT_OK);
+		at = sc->off;
+		next = resync(sc->p, sc->len, at + 1, sc->log);
+		if (next == sc->len && sc->log && tail_torn(sc->p, sc->len, at)) {
+			sc->torn = true;
+			return (COHORT_OK);
+		}
+		if (!recover) {
+			if (next < sc->len)
+				return (cohort__err(COHORT_EJOURNAL,
+				    "%s/%s is damaged at offset %zu, after "
+				    "%" PRIu64 " whole records; whole records "
+				    "follow at offset %zu (of %zu bytes): "
+				    "cohortd refuses to start and leaves the "
+				    "file as it is (`cohortd --recover` keeps "
+				    "every whole record and moves the file "
+				    "aside)",
+				    j->dir, sc->file, at, sc->whole, next,
+				    sc->len));
+			return (cohort__err(COHORT_EJOURNAL,
+			    "%s/%s is damaged at offset %zu, after %" PRIu64
+			    " whole records: its last %zu bytes are not a "
+			    "whole record nor a write torn by a crash; "
+			    "cohortd refuses to start and leaves the file as "
+			    "it is (`cohortd --recover` keeps every whole "
+			    "record and moves the file aside)",
+			    j->dir, sc->file, at, sc->whole, sc->len - at));
+		}
+		cohort__warn("%s/%s --recover: dropping %zu damaged bytes at "
+		             "offset %zu (after %" PRIu64 " whole records)%s",
+		    j->dir, sc->file, next - at, at, sc->whole,
+		    next < sc->len ? "; resuming at the next whole record"
+		                   : " up to the end");
+		sc->damaged = true;
+		sc->dropped_bytes += next - at;
+		sc->off = next;
+		if (next >= sc->len)
+			return (COHORT_OK);
+	}
+}
+
+static cohort_status
+load_snapshot(struct srv_core *core, struct srv_jrn *j, bool recover,
+    bool *have, bool *damaged, cohort__time now)
 {
 	int fd = openat(j->dfd, "snapshot", O_RDONLY | O_CLOEXEC);
-	const uint8_t *p;
-	size_t len, end;
-	bool sawend;
+	struct jscan sc;
 	cohort_status rv;
 
+	*have = *damaged = false;
 	if (fd < 0) {
 		if (errno == ENOENT)
 			return (COHORT_OK);
-		return (cohort__err(COHORT_EINVAL, "%s/snapshot: %s", j->dir,
+		return (cohort__err(COHORT_EJOURNAL, "%s/snapshot: %s", j->dir,
 		    strerror(errno)));
 	}
-	if (map_file(fd, &p, &len) != 0) {
+	memset(&sc, 0, sizeof(sc));
+	sc.file = "snapshot";
+	if (map_file(fd, &sc.p, &sc.len) != 0) {
 		rv = cohort__err(
-		    COHORT_EINVAL, "%s/snapshot: %s", j->dir, strerror(errno));
+		    COHORT_EJOURNAL, "%s/snapshot: %s", j->dir, strerror(errno));
 		close(fd);
 		return (rv);
 	}
 	close(fd);
-	if (len < JRN_HDR || memcmp(p, JRN_MAGIC_SNAP, 8) != 0) {
-		if (p != NULL)
-			munmap((void *)p, len);
-		return (cohort__err(COHORT_EINVAL,
-		    "%s/snapshot is not a cohortd snapshot", j->dir));
+	*have = true;
+	if (sc.len < JRN_HDR || memcmp(sc.p, JRN_MAGIC_SNAP, 8) != 0) {
+		if (sc.p != NULL)
+			munmap((void *)sc.p, sc.len);
+		return (cohort__err(COHORT_EJOURNAL,
+		    "%s/snapshot is not a cohortd snapshot (%s); cohortd "
+		    "refuses to start and leaves it as it is",
+		    j->dir, sc.len < JRN_HDR ? "shorter than its header"
+		                             : "bad magic"));
 	}
-	j->epoch = ld64(p + 8);
-	rv = replay(
-	    core, p, len, JRN_HDR, now, &end, &sawend, &j->st.replayed);
-	munmap((void *)p, len);
+	j->epoch = ld64(sc.p + 8);
+	sc.off = JRN_HDR;
+	rv = load_records(core, j, &sc, recover, now);
+	munmap((void *)sc.p, sc.len);
 	if (rv != COHORT_OK)
 		return (rv);
-	if (!sawend)
-		return (cohort__err(COHORT_EINVAL,
-		    "%s/snapshot is damaged at offset %zu (no end record)",
-		    j->dir, end));
-	j->st.snap_bytes = len;
+	if (!sc.sawend) {
+		/* Written whole and renamed: a missing END is damage. */
+		if (!recover)
+			return (cohort__err(COHORT_EJOURNAL,
+			    "%s/snapshot is damaged: no end record (%zu bytes, "
+			    "%" PRIu64 " whole records); cohortd refuses to "
+			    "start and leaves it as it is (`cohortd --recover` "
+			    "keeps every whole record)",
+			    j->dir, sc.len, sc.whole));
+		sc.damaged = true;
+	}
+	*damaged = sc.damaged;
+	j->st.snap_bytes = sc.len;
 	return (COHORT_OK);
 }
 
@@ -706,62 +892,102 @@ log_create(struct srv_jrn *j, uint64_t epoch)
 	hdr_fill(h, JRN_MAGIC_LOG, epoch);
 	if (write_all(fd, h, sizeof(h)) != 0 || fdatasync(fd) != 0
 	    || fsync(j->dfd) != 0) {
+		int e = errno;
 		close(fd);
+		errno = e;
 		return (-1);
 	}
 	return (fd);
 }
 
+/* must: the manifest says this log was started (it must be there). */
 static cohort_status
-load_log(struct srv_core *core, struct srv_jrn *j, cohort__time now)
+load_log(struct srv_core *core, struct srv_jrn *j, bool must, bool recover,
+    bool *damaged, cohort__time now)
 {
 	char name[64];
-	const uint8_t *p;
-	size_t len, end;
-	bool sawend;
+	struct jscan sc;
 	cohort_status rv;
 	int fd;
 
+	*damaged = false;
+	memset(&sc, 0, sizeof(sc));
 	log_name(name, sizeof(name), j->epoch);
+	sc.file = name;
+	sc.log = true;
 	fd = openat(j->dfd, name, O_RDWR | O_APPEND | O_CLOEXEC);
 	if (fd < 0 && errno != ENOENT)
-		return (cohort__err(COHORT_EINVAL, "%s/%s: %s", j->dir, name,
+		return (cohort__err(COHORT_EJOURNAL, "%s/%s: %s", j->dir, name,
 		    strerror(errno)));
-	if (fd >= 0 && map_file(fd, &p, &len) != 0) {
-		rv = cohort__err(
-		    COHORT_EINVAL, "%s/%s: %s", j->dir, name, strerror(errno));
+	if (fd >= 0 && map_file(fd, &sc.p, &sc.len) != 0) {
+		rv = cohort__err(COHORT_EJOURNAL, "%s/%s: %s", j->dir, name,
+		    strerror(errno));
 		close(fd);
 		return (rv);
 	}
-	if (fd < 0 || len < JRN_HDR) {
-		/* None yet, or its header was torn: start it. */
+	if (fd < 0 || sc.len < JRN_HDR) {
+		/* None yet, or its header was torn: start it, unless the
+		 * manifest says it was started (then records are lost). */
 		if (fd >= 0) {
-			if (p != NULL)
-				munmap((void *)p, len);
+			if (sc.p != NULL)
+				munmap((void *)sc.p, sc.len);
 			close(fd);
 		}
+		if (must && !recover)
+			return (cohort__err(COHORT_EJOURNAL,
+			    "%s/%s is %s, but %s/manifest says the state is "
+			    "at epoch %" PRIu64 " (its log was started): "
+			    "state would be lost; cohortd refuses to start "
+			    "(`cohortd --recover` starts from %s)",
+			    j->dir, name,
+			    fd < 0 ? "missing"
+			           : (sc.len == 0 ? "empty"
+			                          : "shorter than its header"),
+			    j->dir, j->epoch,
+			    j->st.snap_bytes > 0 ? "the snapshot alone"
+			                         : "an empty state"));
+		if (must) {
+			cohort__warn("%s/%s is %s --recover: starting from %s",
+			    j->dir, name, fd < 0 ? "missing," : "empty,",
+			    j->st.snap_bytes > 0 ? "the snapshot alone"
+			                         : "an empty state");
+			*damaged = true;
+		}
 		if ((j->fd = log_create(j, j->epoch)) < 0)
-			return (cohort__err(COHORT_EINVAL, "%s/%s: %s", j->dir,
-			    name, strerror(errno)));
+			return (cohort__err(COHORT_EJOURNAL, "%s/%s: %s",
+			    j->dir, name, strerror(errno)));
 		j->st.log_bytes = JRN_HDR;
 		return (COHORT_OK);
 	}
-	if (memcmp(p, JRN_MAGIC_LOG, 8) != 0 || ld64(p + 8) != j->epoch) {
-		munmap((void *)p, len);
-		close(fd);
-		return (cohort__err(COHORT_EINVAL,
-		    "%s/%s is not the cohortd log of epoch %" PRIu64, j->dir,
-		    name, j->epoch));
+	sc.off = JRN_HDR;
+	if (memcmp(sc.p, JRN_MAGIC_LOG, 8) != 0 || ld64(sc.p + 8) != j->epoch) {
+		if (!recover) {
+			rv = cohort__err(COHORT_EJOURNAL,
+			    "%s/%s is not the cohortd log of epoch %" PRIu64
+			    " (%s); cohortd refuses to start and leaves it as "
+			    "it is (`cohortd --recover` keeps every whole "
+			    "record in it)",
+			    j->dir, name, j->epoch,
+			    memcmp(sc.p, JRN_MAGIC_LOG, 8) != 0 ? "bad magic"
+			                                       : "wrong epoch");
+			munmap((void *)sc.p, sc.len);
+			close(fd);
+			return (rv);
+		}
+		cohort__warn("%s/%s --recover: bad header; keeping the whole "
+		             "records after it",
+		    j->dir, name);
+		sc.damaged = true;
 	}
-	rv = replay(
-	    core, p, len, JRN_HDR, now, &end, &sawend, &j->st.replayed);
-	munmap((void *)p, len);
-	if (rv == COHORT_OK && end < len) {
-		cohort__warn("%s/%s: ignoring %zu bytes after offset %zu (a "
-		             "record torn by a crash)",
-		    j->dir, name, len - end, end);
-		if (ftruncate(fd, (off_t)end) != 0 || fdatasync(fd) != 0)
-			rv = cohort__err(COHORT_EINVAL,
+	rv = load_records(core, j, &sc, recover, now);
+	munmap((void *)sc.p, sc.len);
+	if (rv == COHORT_OK && sc.torn) {
+		cohort__warn("%s/%s: cutting off %zu bytes at offset %zu, "
+		             "after %" PRIu64 " whole records (the last write, "
+		             "torn by a crash: it was never acknowledged)",
+		    j->dir, name, sc.len - sc.off, sc.off, sc.whole);
+		if (ftruncate(fd, (off_t)sc.off) != 0 || fdatasync(fd) != 0)
+			rv = cohort__err(COHORT_EJOURNAL,
 			    "%s/%s: cannot truncate the torn record: %s",
 			    j->dir, name, strerror(errno));
 	}
@@ -769,8 +995,97 @@ load_log(struct srv_core *core, struct srv_jrn *j, cohort__time now)
 		close(fd);
 		return (rv);
 	}
+	*damaged = sc.damaged;
 	j->fd = fd;
-	j->st.log_bytes = end;
+	j->st.log_bytes = sc.len;
+	if (sc.torn)
+		j->st.log_bytes = sc.off;
+	return (COHORT_OK);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Manifest: the epoch whose snapshot and log hold the state              */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * `manifest` is 20 bytes: magic, u64 epoch, u32 CRC of the 16 before. It
+ * is written (tmp, fsync, rename) once the log of an epoch is started, so
+ * a missing or empty log of that epoch, or a missing snapshot, is lost
+ * state, not a fresh start. A crash inside a compaction leaves a snapshot
+ * one epoch ahead of the manifest: its log may be missing (empty).
+ * Returns 1 and *epoch, 0 if absent, or -1 (damaged: error set).
+ */
+static int
+man_read(struct srv_jrn *j, uint64_t *epoch)
+{
+	uint8_t b[JRN_MAN + 1];
+	ssize_t n;
+	int fd = openat(j->dfd, "manifest", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return (0);
+		(void)cohort__err(COHORT_EJOURNAL, "%s/manifest: %s", j->dir,
+		    strerror(errno));
+		return (-1);
+	}
+	n = read(fd, b, sizeof(b));
+	close(fd);
+	if (n != JRN_MAN || memcmp(b, JRN_MAGIC_MAN, 8) != 0
+	    || srv_crc32c(b, 16) != ld32(b + 16)) {
+		(void)cohort__err(COHORT_EJOURNAL,
+		    "%s/manifest is damaged; cohortd refuses to start "
+		    "(`cohortd --recover` rewrites it)",
+		    j->dir);
+		return (-1);
+	}
+	*epoch = ld64(b + 8);
+	return (1);
+}
+
+static int
+man_write(struct srv_jrn *j, uint64_t epoch)
+{
+	uint8_t b[JRN_MAN];
+	int fd, e;
+
+	hdr_fill(b, JRN_MAGIC_MAN, epoch);
+	st32(b + 16, srv_crc32c(b, 16));
+	fd = openat(j->dfd, "manifest.tmp",
+	    O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return (-1);
+	if (write_all(fd, b, sizeof(b)) != 0 || fdatasync(fd) != 0) {
+		e = errno;
+		close(fd);
+		(void)unlinkat(j->dfd, "manifest.tmp", 0);
+		errno = e;
+		return (-1);
+	}
+	close(fd);
+	if (renameat(j->dfd, "manifest.tmp", j->dfd, "manifest") != 0
+	    || fsync(j->dfd) != 0)
+		return (-1);
+	return (0);
+}
+
+/* --recover: keep the damaged file under another name (a hard link, so
+ * that the original stays until the new snapshot replaces it). */
+static cohort_status
+keep_aside(struct srv_jrn *j, const char *name, char *aside, size_t len)
+{
+	char ts[32];
+	time_t t = time(NULL);
+	struct tm tm;
+
+	gmtime_r(&t, &tm);
+	strftime(ts, sizeof(ts), "%Y%m%dT%H%M%SZ", &tm);
+	snprintf(aside, len, "%s.damaged-%s", name, ts);
+	if (linkat(j->dfd, name, j->dfd, aside, 0) != 0 && errno != ENOENT
+	    && errno != EEXIST)
+		return (cohort__err(COHORT_EJOURNAL,
+		    "%s: cannot keep %s aside as %s: %s", j->dir, name, aside,
+		    strerror(errno)));
 	return (COHORT_OK);
 }
 
@@ -781,6 +1096,7 @@ remove_stale(struct srv_jrn *j)
 	char name[64];
 
 	(void)unlinkat(j->dfd, "snapshot.tmp", 0);
+	(void)unlinkat(j->dfd, "manifest.tmp", 0);
 	for (uint64_t e = j->epoch > 4 ? j->epoch - 4 : 0; e < j->epoch + 4;
 	     e++) {
 		if (e == j->epoch)
@@ -815,6 +1131,9 @@ srv_core_journal_open(
 	uint64_t t0 = cohort__now_ns();
 	struct srv_hnode *n;
 	size_t i;
+	uint64_t mepoch = 0;
+	int have_man;
+	bool have_snap, snap_bad, log_bad;
 
 	if (j == NULL)
 		return (COHORT_ENOMEM);
@@ -836,12 +1155,20 @@ srv_core_journal_open(
 		jrn_free(j);
 		return (rv);
 	}
-	if ((j->dfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0
+	if ((j->dfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		rv = cohort__err(COHORT_EINVAL, "--state-dir %s: %s", o->dir,
+		    strerror(errno));
+		jrn_free(j);
+		return (rv);
+	}
+	if (faccessat(j->dfd, ".", W_OK, AT_EACCESS) != 0
 	    || (j->lockfd = openat(
 	            j->dfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600))
 	        < 0) {
-		rv = cohort__err(COHORT_EINVAL, "--state-dir %s: %s", o->dir,
-		    strerror(errno));
+		rv = cohort__err(COHORT_EJOURNAL,
+		    "--state-dir %s is not writable (%s): cohortd journals "
+		    "every change there and does not start without it",
+		    o->dir, strerror(errno));
 		jrn_free(j);
 		return (rv);
 	}
@@ -851,8 +1178,74 @@ srv_core_journal_open(
 		jrn_free(j);
 		return (rv);
 	}
-	if ((rv = load_snapshot(core, j, now)) != COHORT_OK
-	    || (rv = load_log(core, j, now)) != COHORT_OK) {
+	if ((have_man = man_read(j, &mepoch)) < 0) {
+		if (!o->recover) {
+			jrn_free(j);
+			return (COHORT_EJOURNAL);
+		}
+		cohort__warn("%s --recover: %s", o->dir, cohort_last_error());
+		have_man = 0;
+	}
+	if ((rv = load_snapshot(core, j, o->recover, &have_snap, &snap_bad,
+	         now))
+	    != COHORT_OK) {
+		jrn_free(j);
+		return (rv);
+	}
+	if (have_man && !o->recover
+	    && ((!have_snap && mepoch > 0) || j->epoch < mepoch)) {
+		rv = cohort__err(COHORT_EJOURNAL,
+		    "%s/snapshot is %s, but %s/manifest says the state is at "
+		    "epoch %" PRIu64 ": state would be lost; cohortd refuses "
+		    "to start (`cohortd --recover` starts from what is there)",
+		    o->dir,
+		    have_snap ? "of an older epoch" : "missing", o->dir,
+		    mepoch);
+		jrn_free(j);
+		return (rv);
+	}
+	if ((rv = load_log(core, j, have_man && j->epoch == mepoch,
+	         o->recover, &log_bad, now))
+	    != COHORT_OK) {
+		jrn_free(j);
+		return (rv);
+	}
+	if (o->recover && (snap_bad || log_bad)) {
+		char lname[64], aside[2][96] = { "", "" };
+		log_name(lname, sizeof(lname), j->epoch);
+		if ((snap_bad
+		        && (rv = keep_aside(j, "snapshot", aside[0],
+		                sizeof(aside[0])))
+		            != COHORT_OK)
+		    || (log_bad
+		        && (rv = keep_aside(
+		                j, lname, aside[1], sizeof(aside[1])))
+		            != COHORT_OK)) {
+			jrn_free(j);
+			return (rv);
+		}
+		/* The state as recovered becomes a snapshot of the next
+		 * epoch, with an empty log. */
+		core->jrn = j;
+		rv = srv_jrn_compact(core);
+		core->jrn = NULL;
+		if (rv != COHORT_OK) {
+			jrn_free(j);
+			return (cohort__err(COHORT_EJOURNAL,
+			    "%s --recover: cannot write the recovered state",
+			    o->dir));
+		}
+		cohort__warn("%s --recover: %" PRIu64 " records kept, now "
+		             "snapshot of epoch %" PRIu64 "; damaged files "
+		             "kept as %s%s%s",
+		    o->dir, j->st.replayed, j->epoch, aside[0],
+		    aside[0][0] && aside[1][0] ? ", " : "", aside[1]);
+	} else if (o->recover) {
+		cohort__info("%s --recover: nothing is damaged", o->dir);
+	}
+	if ((!have_man || mepoch != j->epoch) && man_write(j, j->epoch) != 0) {
+		rv = cohort__err(COHORT_EJOURNAL, "%s/manifest: %s", o->dir,
+		    strerror(errno));
 		jrn_free(j);
 		return (rv);
 	}
@@ -1097,6 +1490,9 @@ srv_jrn_compact(struct srv_core *core)
 	if (j->fd >= 0)
 		close(j->fd);
 	j->fd = nfd;
+	if (nfd >= 0 && man_write(j, j->epoch) != 0)
+		cohort__warn("journal: cannot update %s/manifest: %s", j->dir,
+		    strerror(errno));
 	(void)unlinkat(j->dfd, old, 0);
 	free(s.b.p);
 	j->st.snap_bytes = s.bytes;

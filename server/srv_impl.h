@@ -603,6 +603,10 @@ struct srv_jrn_opts {
 	const char *dir;
 	enum srv_fsync fsync;
 	uint64_t compact_min; /* 0 = 64 MiB */
+	/* Damage in the snapshot or log: keep every whole record, move
+	 * the damaged file aside (cohortd --recover) instead of refusing
+	 * to start. */
+	bool recover;
 };
 
 struct srv_jrn_stats {

@@ -55,6 +55,7 @@ class Status(enum.IntEnum):
     EMISMATCH = 19
     ENOCOORD = 20
     EINJECTED = 21
+    EJOURNAL = 22
 
 
 class CohortError(RuntimeError):
