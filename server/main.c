@@ -71,6 +71,13 @@ main_usage(FILE *f)
 	    "  --state-dir DIR        journal jobs, members, keys and "
 	    "replies in DIR;\n"
 	    "                         a restart with it loses nothing\n"
+	    "  --recover              with --state-dir: if the journal is "
+	    "damaged, keep\n"
+	    "                         every whole record, move the damaged "
+	    "file aside\n"
+	    "                         (NAME.damaged-TIME) and start (without "
+	    "it cohortd\n"
+	    "                         refuses to start on damage)\n"
 	    "  --fsync MODE           batch (default: every 100 ms), "
 	    "always, none\n"
 	    "  --stall-threshold MS   log and show collectives waiting "
@@ -217,6 +224,10 @@ main(int argc, char **argv)
 			cfg.require_token = true;
 			continue;
 		}
+		if (strcmp(a, "--recover") == 0) {
+			cfg.state_recover = true;
+			continue;
+		}
 		if (v == NULL) {
 			fprintf(stderr,
 			    "cohortd: unknown option or missing "
@@ -317,6 +328,10 @@ main(int argc, char **argv)
 		}
 	}
 
+	if (cfg.state_recover && cfg.state_dir == NULL) {
+		fprintf(stderr, "cohortd: --recover needs --state-dir\n");
+		return (2);
+	}
 	if (drain_ms == UINT64_MAX)
 		drain_ms = cfg.http != NULL ? MAIN_DEFAULT_DRAIN_MS : 0;
 	if (admin_file == NULL && admin == NULL)

@@ -46,6 +46,9 @@ struct cohort__srv_config {
 	/* "batch" (default: fdatasync every 100 ms), "always" (before each
 	 * reply), "none". */
 	const char *fsync;
+	/* Damage in the journal: keep every whole record and move the
+	 * damaged file aside instead of refusing to start (--recover). */
+	bool state_recover;
 	/* Log size that triggers a snapshot at the earliest; 0 = 64 MiB. */
 	uint64_t compact_min_bytes;
 	/* A collective waiting longer is logged and shown as stalled;

@@ -572,6 +572,7 @@ cohort__srv_start(
 		memset(&jo, 0, sizeof(jo));
 		jo.dir = cfg->state_dir;
 		jo.compact_min = cfg->compact_min_bytes;
+		jo.recover = cfg->state_recover;
 		if (cfg->fsync == NULL || strcmp(cfg->fsync, "batch") == 0) {
 			jo.fsync = SRV_FSYNC_BATCH;
 		} else if (strcmp(cfg->fsync, "always") == 0) {
