@@ -278,10 +278,12 @@ srv_client_cache_put(
 	cl->cache[i].seq = seq;
 	cl->cache[i].msg = m;
 	cl->cache[i].durable = durable;
+	cl->cache[i].ok = true;
+	cl->cache[i].ev = cl->job->core->ev;
 }
 
 static void
-call_cache(struct srv_call *c, nng_msg *m)
+call_cache(struct srv_call *c, nng_msg *m, bool ok)
 {
 	struct srv_client *cl = c->client;
 	bool durable;
@@ -295,8 +297,125 @@ call_cache(struct srv_call *c, nng_msg *m)
 	 * after a coordinator restart is answered from the cache too. */
 	durable = srv_body_mutating(c->body);
 	srv_client_cache_put(cl, c->seq, dup, durable);
+	cl->cache[(cl->cache_next - 1) % SRV_CACHE].ok = ok;
 	if (durable)
 		srv_jrn_reply(cl, c->seq, dup);
+}
+
+/* A reply leaves now, or at the end of its event once the event's
+ * journal records are written. */
+static void
+core_reply(struct srv_core *core, void *tp, nng_msg *m, uint64_t seq, bool ok)
+{
+	if (core->in_event && core->jrn != NULL && m != NULL) {
+		if (core->npend == core->pend_cap) {
+			size_t cap = core->pend_cap ? core->pend_cap * 2 : 16;
+			struct srv_pend *p
+			    = realloc(core->pend, cap * sizeof(*p));
+			if (p == NULL)
+				goto out_now; /* cannot hold it: as before */
+			core->pend = p;
+			core->pend_cap = cap;
+		}
+		core->pend[core->npend].tp = tp;
+		core->pend[core->npend].msg = m;
+		core->pend[core->npend].seq = seq;
+		core->pend[core->npend].ok = ok;
+		core->npend++;
+		return;
+	}
+out_now:
+	core->sink(core->sink_arg, tp, m);
+}
+
+/* The reply to seq when its change could not be journalled. */
+static nng_msg *
+core_not_journalled(struct srv_core *core, uint64_t seq)
+{
+	Cohort__Reply rep;
+	char buf[512];
+	nng_msg *m;
+
+	cohort__reply__init(&rep);
+	rep.proto_version = COHORT_PROTO_VERSION;
+	rep.seq = seq;
+	rep.status = COHORT_EJOURNAL;
+	rep.failed_rank = -1;
+	snprintf(buf, sizeof(buf),
+	    "not acknowledged: %s; the change was applied in cohortd's "
+	    "memory but is lost if cohortd restarts before its journal "
+	    "works again",
+	    srv_jrn_problem(core) != NULL ? srv_jrn_problem(core)
+	                                  : "cohortd cannot journal");
+	rep.error = buf;
+	if (cohort__wire_pack_reply(&rep, NULL, 0, &m) != COHORT_OK)
+		return (NULL);
+	core->m.replies_error++;
+	return (m);
+}
+
+void
+srv_core_event_begin(struct srv_core *core)
+{
+	core->in_event = true;
+	core->ev++;
+}
+
+/* The event's records could not be written: its cached OK replies
+ * become the error too, so that a retry is answered the same. */
+static void
+core_uncache_event(struct srv_core *core)
+{
+	struct srv_hnode *jn, *cn;
+	size_t i, k;
+
+	for (jn = srv_map_next(&core->jobs, &i, NULL); jn != NULL;
+	     jn = srv_map_next(&core->jobs, &i, jn)) {
+		struct srv_job *job = SRV_CONTAINER(jn, struct srv_job, hn);
+		for (cn = srv_map_next(&job->clients, &k, NULL); cn != NULL;
+		     cn = srv_map_next(&job->clients, &k, cn)) {
+			struct srv_client *cl
+			    = SRV_CONTAINER(cn, struct srv_client, hn);
+			for (unsigned x = 0; x < SRV_CACHE; x++) {
+				nng_msg *m;
+				if (cl->cache[x].msg == NULL
+				    || cl->cache[x].ev != core->ev
+				    || !cl->cache[x].ok)
+					continue;
+				m = core_not_journalled(
+				    core, cl->cache[x].seq);
+				nng_msg_free(cl->cache[x].msg);
+				cl->cache[x].msg = m;
+				cl->cache[x].ok = false;
+				cl->cache[x].durable = false;
+			}
+		}
+	}
+}
+
+void
+srv_core_event_end(struct srv_core *core, cohort__time now)
+{
+	bool ok = srv_jrn_flush(core, now);
+	size_t n = core->npend;
+
+	core->in_event = false;
+	if (!ok)
+		core_uncache_event(core);
+	core->npend = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct srv_pend *p = &core->pend[i];
+		if (!ok && p->ok) {
+			nng_msg_free(p->msg);
+			p->msg = core_not_journalled(core, p->seq);
+		}
+		core->sink(core->sink_arg, p->tp, p->msg);
+	}
+	if (core->pend_cap > 1024) {
+		free(core->pend);
+		core->pend = NULL;
+		core->pend_cap = 0;
+	}
 }
 
 void
@@ -323,8 +442,8 @@ srv_call_answer(struct srv_call *c, Cohort__Reply *rep,
 			m = NULL;
 	}
 	if (m != NULL)
-		call_cache(c, m);
-	core->sink(core->sink_arg, c->tp, m);
+		call_cache(c, m, rep->status == COHORT_OK);
+	core_reply(core, c->tp, m, c->seq, rep->status == COHORT_OK);
 	srv_call_free(c);
 }
 
@@ -613,6 +732,7 @@ srv_core_pipe_closed(struct srv_core *core, uint32_t pipe, cohort__time now)
 	n = srv_map_get(&core->pipes, &pipe, sizeof(pipe));
 	if (n == NULL)
 		return;
+	srv_core_event_begin(core);
 	p = SRV_CONTAINER(n, struct srv_pipe, hn);
 	/* Every iteration unlinks one client; the pipe is freed with its
 	 * last client, so test emptiness through a fresh lookup. */
@@ -646,7 +766,7 @@ srv_core_pipe_closed(struct srv_core *core, uint32_t pipe, cohort__time now)
 		}
 		srv_job_maybe_remove(job);
 	}
-	srv_jrn_flush(core, now);
+	srv_core_event_end(core, now);
 }
 
 bool
@@ -680,6 +800,7 @@ srv_core_sweep(struct srv_core *core, cohort__time now)
 
 	bool stalls = now >= core->stall_next;
 
+	srv_core_event_begin(core);
 	srv_core_expire_due(core, now);
 	/* 250 ms: a stall is logged within a quarter second of passing
 	 * --stall-threshold (plus the heartbeat that reports it). */
@@ -694,7 +815,7 @@ srv_core_sweep(struct srv_core *core, cohort__time now)
 	}
 	if (stalls)
 		pipe_prune_closed(core, now);
-	srv_jrn_flush(core, now);
+	srv_core_event_end(core, now);
 	srv_jrn_tick(core, now);
 }
 
@@ -802,6 +923,7 @@ srv_core_free(struct srv_core *core)
 	srv_map_fini(&core->pipes);
 	srv_map_fini(&core->closed);
 	free(core->heap);
+	free(core->pend);
 	free(core->admin_token);
 	free(core);
 }

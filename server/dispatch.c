@@ -246,6 +246,16 @@ dispatch_request(struct srv_call *c, const Cohort__Request *req, uint32_t pipe,
 		c->client->member->last_seen = now;
 	if (dispatch_retry(c))
 		return;
+	if (srv_body_mutating(req->body_case)
+	    && !srv_jrn_writable(core, now)) {
+		/* Refused before it is applied: nothing changes that the
+		 * journal could not record. */
+		srv_call_fail(c, COHORT_EJOURNAL,
+		    "not applied: %s; cohortd accepts changes again once it "
+		    "can journal them (retried every second)",
+		    srv_jrn_problem(core));
+		goto out_maybe_remove;
+	}
 	if (req->generation != 0 && req->generation != job->generation
 	    && req->body_case != COHORT__REQUEST__BODY_JOIN
 	    && req->body_case != COHORT__REQUEST__BODY_LEAVE) {
@@ -270,6 +280,7 @@ srv_core_dispatch(struct srv_core *core, nng_msg *msg, uint32_t pipe, void *tp,
 	cohort_status rv;
 
 	core->m.requests++;
+	srv_core_event_begin(core);
 	if (srv_core_pipe_is_closed(core, pipe)) {
 		/* Received before its connection's close event but handled
 		 * after it: nobody can hear the reply, and handling it would
@@ -279,23 +290,24 @@ srv_core_dispatch(struct srv_core *core, nng_msg *msg, uint32_t pipe, void *tp,
 		core->m.dropped_closed++;
 		nng_msg_free(msg);
 		core->sink(core->sink_arg, tp, NULL);
-		return;
+		goto out;
 	}
 	if ((c = srv_call_new(core, tp, now)) == NULL) {
 		nng_msg_free(msg);
 		core->sink(core->sink_arg, tp, NULL);
-		return;
+		goto out;
 	}
 	c->msg = msg;
 	rv = cohort__wire_unpack_request(msg, &req, &c->payload, &c->plen);
 	if (rv != COHORT_OK) {
 		srv_call_fail(c, COHORT_EPROTO, "%s", cohort_last_error());
-		return;
+		goto out;
 	}
 	c->seq = req->seq;
 	c->body = (int)req->body_case;
 	dispatch_request(c, req, pipe, now);
 	cohort__request__free_unpacked(req, NULL);
 	srv_core_expire_due(core, now);
-	srv_jrn_flush(core, now);
+out:
+	srv_core_event_end(core, now);
 }

@@ -65,16 +65,20 @@ http_ok(nng_aio *aio)
 }
 
 /* Ready while serving; 503 once draining (SIGTERM) so that it is taken
- * out of service before it exits. */
+ * out of service before it exits, and while its journal cannot be written
+ * (a full disk: changes are refused), with the reason. */
 static void
 http_ready(nng_aio *aio)
 {
 	nng_http_handler *h = nng_aio_get_input(aio, 1);
 	struct srv_http *sh = nng_http_handler_get_data(h);
 
-	if (cohort__srv_draining(sh->srv))
-		http_reply(aio, 503, "text/plain", "draining\n");
-	else
+	char why[512], body[520];
+
+	if (!cohort__srv_ready(sh->srv, why, sizeof(why))) {
+		snprintf(body, sizeof(body), "%s\n", why);
+		http_reply(aio, 503, "text/plain", body);
+	} else
 		http_reply(aio, 200, "text/plain", "ok\n");
 }
 

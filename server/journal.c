@@ -55,7 +55,7 @@
 #define JRN_HDR 16
 #define JRN_RHDR 8
 #define JRN_COMPACT_MIN (64ull << 20)
-#define JRN_RETRY_MS 5000
+#define JRN_RETRY_MS 1000
 #define JRN_FLUSH_CHUNK (1u << 20)
 /* Largest record (a batch holds at most one request's payload, which
  * --state-dir limits to 1 GiB, plus names, keys and replies). */
@@ -98,6 +98,8 @@ struct srv_jrn {
 	bool dirty; /* written since the last fdatasync */
 	bool broken; /* a write failed: nothing is journalled until a
 	                snapshot succeeds */
+	bool lost; /* this event had records while broken */
+	char problem[384]; /* why it is broken */
 	cohort__time retry_at;
 	struct srv_jrn_stats st;
 };
@@ -704,8 +706,8 @@ tail_torn(const uint8_t *p, size_t len, size_t off)
  * whole (sc->off there), after an END, or with an error for a whole
  * record that cannot be applied (sc->off at it). */
 static cohort_status
-replay(struct srv_core *core, struct jscan *sc, cohort__time now,
-    uint64_t *nrec)
+replay(
+    struct srv_core *core, struct jscan *sc, cohort__time now, uint64_t *nrec)
 {
 	const uint8_t *p = sc->p;
 	size_t len = sc->len;
@@ -760,10 +762,11 @@ load_records(struct srv_core *core, struct srv_jrn *j, struct jscan *sc,
 				    j->dir, sc->file, sc->off,
 				    sc->p[sc->off + JRN_RHDR], sc->whole,
 				    cohort_strerror(rv)));
-			cohort__warn("%s/%s --recover: dropping the record at "
-			             "offset %zu (%u bytes, type %u): it cannot "
-			             "be applied (%s; its job's first records "
-			             "were lost?)",
+			cohort__warn(
+			    "%s/%s --recover: dropping the record at "
+			    "offset %zu (%u bytes, type %u): it cannot "
+			    "be applied (%s; its job's first records "
+			    "were lost?)",
 			    j->dir, sc->file, sc->off, JRN_RHDR + n,
 			    sc->p[sc->off + JRN_RHDR], cohort_strerror(rv));
 			sc->damaged = true;
@@ -776,7 +779,8 @@ load_records(struct srv_core *core, struct srv_jrn *j, struct jscan *sc,
 			return (COHORT_OK);
 		at = sc->off;
 		next = resync(sc->p, sc->len, at + 1, sc->log);
-		if (next == sc->len && sc->log && tail_torn(sc->p, sc->len, at)) {
+		if (next == sc->len && sc->log
+		    && tail_torn(sc->p, sc->len, at)) {
 			sc->torn = true;
 			return (COHORT_OK);
 		}
@@ -832,8 +836,8 @@ load_snapshot(struct srv_core *core, struct srv_jrn *j, bool recover,
 	memset(&sc, 0, sizeof(sc));
 	sc.file = "snapshot";
 	if (map_file(fd, &sc.p, &sc.len) != 0) {
-		rv = cohort__err(
-		    COHORT_EJOURNAL, "%s/snapshot: %s", j->dir, strerror(errno));
+		rv = cohort__err(COHORT_EJOURNAL, "%s/snapshot: %s", j->dir,
+		    strerror(errno));
 		close(fd);
 		return (rv);
 	}
@@ -845,8 +849,9 @@ load_snapshot(struct srv_core *core, struct srv_jrn *j, bool recover,
 		return (cohort__err(COHORT_EJOURNAL,
 		    "%s/snapshot is not a cohortd snapshot (%s); cohortd "
 		    "refuses to start and leaves it as it is",
-		    j->dir, sc.len < JRN_HDR ? "shorter than its header"
-		                             : "bad magic"));
+		    j->dir,
+		    sc.len < JRN_HDR ? "shorter than its header"
+		                     : "bad magic"));
 	}
 	j->epoch = ld64(sc.p + 8);
 	sc.off = JRN_HDR;
@@ -858,9 +863,11 @@ load_snapshot(struct srv_core *core, struct srv_jrn *j, bool recover,
 		/* Written whole and renamed: a missing END is damage. */
 		if (!recover)
 			return (cohort__err(COHORT_EJOURNAL,
-			    "%s/snapshot is damaged: no end record (%zu bytes, "
+			    "%s/snapshot is damaged: no end record (%zu "
+			    "bytes, "
 			    "%" PRIu64 " whole records); cohortd refuses to "
-			    "start and leaves it as it is (`cohortd --recover` "
+			    "start and leaves it as it is (`cohortd "
+			    "--recover` "
 			    "keeps every whole record)",
 			    j->dir, sc.len, sc.whole));
 		sc.damaged = true;
@@ -960,7 +967,8 @@ load_log(struct srv_core *core, struct srv_jrn *j, bool must, bool recover,
 		return (COHORT_OK);
 	}
 	sc.off = JRN_HDR;
-	if (memcmp(sc.p, JRN_MAGIC_LOG, 8) != 0 || ld64(sc.p + 8) != j->epoch) {
+	if (memcmp(sc.p, JRN_MAGIC_LOG, 8) != 0
+	    || ld64(sc.p + 8) != j->epoch) {
 		if (!recover) {
 			rv = cohort__err(COHORT_EJOURNAL,
 			    "%s/%s is not the cohortd log of epoch %" PRIu64
@@ -968,8 +976,9 @@ load_log(struct srv_core *core, struct srv_jrn *j, bool must, bool recover,
 			    "it is (`cohortd --recover` keeps every whole "
 			    "record in it)",
 			    j->dir, name, j->epoch,
-			    memcmp(sc.p, JRN_MAGIC_LOG, 8) != 0 ? "bad magic"
-			                                       : "wrong epoch");
+			    memcmp(sc.p, JRN_MAGIC_LOG, 8) != 0
+			        ? "bad magic"
+			        : "wrong epoch");
 			munmap((void *)sc.p, sc.len);
 			close(fd);
 			return (rv);
@@ -983,7 +992,8 @@ load_log(struct srv_core *core, struct srv_jrn *j, bool must, bool recover,
 	munmap((void *)sc.p, sc.len);
 	if (rv == COHORT_OK && sc.torn) {
 		cohort__warn("%s/%s: cutting off %zu bytes at offset %zu, "
-		             "after %" PRIu64 " whole records (the last write, "
+		             "after %" PRIu64
+		             " whole records (the last write, "
 		             "torn by a crash: it was never acknowledged)",
 		    j->dir, name, sc.len - sc.off, sc.off, sc.whole);
 		if (ftruncate(fd, (off_t)sc.off) != 0 || fdatasync(fd) != 0)
@@ -1186,8 +1196,8 @@ srv_core_journal_open(
 		cohort__warn("%s --recover: %s", o->dir, cohort_last_error());
 		have_man = 0;
 	}
-	if ((rv = load_snapshot(core, j, o->recover, &have_snap, &snap_bad,
-	         now))
+	if ((rv = load_snapshot(
+	         core, j, o->recover, &have_snap, &snap_bad, now))
 	    != COHORT_OK) {
 		jrn_free(j);
 		return (rv);
@@ -1198,14 +1208,13 @@ srv_core_journal_open(
 		    "%s/snapshot is %s, but %s/manifest says the state is at "
 		    "epoch %" PRIu64 ": state would be lost; cohortd refuses "
 		    "to start (`cohortd --recover` starts from what is there)",
-		    o->dir,
-		    have_snap ? "of an older epoch" : "missing", o->dir,
-		    mepoch);
+		    o->dir, have_snap ? "of an older epoch" : "missing",
+		    o->dir, mepoch);
 		jrn_free(j);
 		return (rv);
 	}
-	if ((rv = load_log(core, j, have_man && j->epoch == mepoch,
-	         o->recover, &log_bad, now))
+	if ((rv = load_log(core, j, have_man && j->epoch == mepoch, o->recover,
+	         &log_bad, now))
 	    != COHORT_OK) {
 		jrn_free(j);
 		return (rv);
@@ -1214,8 +1223,8 @@ srv_core_journal_open(
 		char lname[64], aside[2][96] = { "", "" };
 		log_name(lname, sizeof(lname), j->epoch);
 		if ((snap_bad
-		        && (rv = keep_aside(j, "snapshot", aside[0],
-		                sizeof(aside[0])))
+		        && (rv = keep_aside(
+		                j, "snapshot", aside[0], sizeof(aside[0])))
 		            != COHORT_OK)
 		    || (log_bad
 		        && (rv = keep_aside(
@@ -1500,17 +1509,23 @@ srv_jrn_compact(struct srv_core *core)
 	j->st.compactions++;
 	j->dirty = false;
 	if (nfd < 0) {
+		int e = errno;
 		j->broken = true;
 		j->st.errors++;
 		cohort__error("journal: cannot start %s/log.%" PRIu64 ": %s",
-		    j->dir, j->epoch, strerror(errno));
-		return (COHORT_EINVAL);
+		    j->dir, j->epoch, strerror(e));
+		snprintf(j->problem, sizeof(j->problem),
+		    "cohortd cannot write to its --state-dir %s (%s)", j->dir,
+		    strerror(e));
+		return (COHORT_EJOURNAL);
 	}
 	if (j->broken)
-		cohort__info("journal: recovered with a snapshot of %" PRIu64
-		             " bytes",
-		    s.bytes);
+		cohort__info("journal: %s is writable again (a snapshot of "
+		             "%" PRIu64 " bytes holds the state): changes are "
+		             "accepted and acknowledged again",
+		    j->dir, s.bytes);
 	j->broken = false;
+	j->problem[0] = '\0';
 	cohort__debug("journal: snapshot of %" PRIu64 " bytes, epoch %" PRIu64,
 	    s.bytes, j->epoch);
 	return (COHORT_OK);
@@ -1521,49 +1536,67 @@ out_err:
 	free(s.b.p);
 	(void)unlinkat(j->dfd, "snapshot.tmp", 0);
 	j->st.errors++;
-	if (!j->broken)
+	if (!j->broken) {
 		cohort__error("journal: cannot write a snapshot in %s: %s; "
-		              "state changes are not journalled until one "
-		              "succeeds (retried every %d s)",
+		              "state changes are refused (COHORT_EJOURNAL) "
+		              "until one succeeds (retried every %d s)",
 		    j->dir, strerror(s.err), JRN_RETRY_MS / 1000);
+		snprintf(j->problem, sizeof(j->problem),
+		    "cohortd cannot write to its --state-dir %s (%s)", j->dir,
+		    strerror(s.err));
+	}
 	j->broken = true;
-	return (COHORT_EINVAL);
+	return (COHORT_EJOURNAL);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Writing                                                                  */
 /* ------------------------------------------------------------------------ */
 
-void
+/* The log cannot be written: cut a partial record off (best effort) and
+ * refuse changes until a snapshot succeeds. */
+static void
+jrn_break(struct srv_jrn *j, int err, cohort__time now, const char *what)
+{
+	if (j->broken)
+		return;
+	j->st.errors++;
+	snprintf(j->problem, sizeof(j->problem),
+	    "cohortd cannot %s its --state-dir %s (%s)", what, j->dir,
+	    strerror(err));
+	cohort__error("journal: %s; the changes of this event are not "
+	              "acknowledged (COHORT_EJOURNAL) and later ones are "
+	              "refused until a snapshot succeeds (retried every "
+	              "%d s); /readyz answers 503",
+	    j->problem, JRN_RETRY_MS / 1000);
+	if (ftruncate(j->fd, (off_t)j->st.log_bytes) != 0)
+		cohort__debug("ftruncate: %s", strerror(errno));
+	j->broken = true;
+	j->retry_at = now + JRN_RETRY_MS;
+}
+
+bool
 srv_jrn_flush(struct srv_core *core, cohort__time now)
 {
 	struct srv_jrn *j = core->jrn;
 	uint64_t lim;
+	bool lost;
 
-	if (j == NULL || j->buf.len == 0)
-		return;
+	if (j == NULL)
+		return (true);
+	lost = j->lost;
+	j->lost = false;
+	if (j->buf.len == 0)
+		return (!lost);
 	if (j->buf.len - JRN_RHDR > JRN_MAX_REC)
 		j->buf.oom = true; /* cannot happen with values <= 1 GiB */
 	rec_finish(&j->buf, 0, true); /* the batch */
 	if (j->broken || j->buf.oom
 	    || write_all(j->fd, j->buf.p, j->buf.len) != 0) {
-		int e = j->buf.oom ? ENOMEM : errno;
-		if (!j->broken) {
-			j->st.errors++;
-			cohort__error("journal: cannot append to %s: %s; "
-			              "state changes are not journalled until "
-			              "a snapshot succeeds",
-			    j->dir, strerror(e));
-			/* Cut a partial record off (best effort). */
-			if (ftruncate(j->fd, (off_t)j->st.log_bytes) != 0)
-				cohort__debug(
-				    "ftruncate: %s", strerror(errno));
-			j->broken = true;
-			j->retry_at = now + JRN_RETRY_MS;
-		}
+		jrn_break(j, j->buf.oom ? ENOMEM : errno, now, "append to");
 		j->buf.len = 0;
 		j->buf.oom = false;
-		return;
+		return (false);
 	}
 	j->st.bytes += j->buf.len;
 	j->st.log_bytes += j->buf.len;
@@ -1575,8 +1608,13 @@ srv_jrn_flush(struct srv_core *core, cohort__time now)
 	}
 	j->buf.len = 0;
 	if (j->fsync == SRV_FSYNC_ALWAYS) {
-		if (fdatasync(j->fd) == 0)
-			j->st.fsyncs++;
+		if (fdatasync(j->fd) != 0) {
+			/* Written but maybe not on the disk: not
+			 * acknowledged. */
+			jrn_break(j, errno, now, "fdatasync in");
+			return (false);
+		}
+		j->st.fsyncs++;
 		j->dirty = false;
 	}
 	lim = j->st.snap_bytes * 2;
@@ -1584,6 +1622,7 @@ srv_jrn_flush(struct srv_core *core, cohort__time now)
 		lim = j->compact_min;
 	if (j->st.log_bytes > lim)
 		(void)srv_jrn_compact(core);
+	return (!lost);
 }
 
 void
@@ -1595,6 +1634,33 @@ srv_jrn_tick(struct srv_core *core, cohort__time now)
 		return;
 	j->retry_at = now + JRN_RETRY_MS;
 	(void)srv_jrn_compact(core);
+}
+
+bool
+srv_jrn_writable(struct srv_core *core, cohort__time now)
+{
+	srv_jrn_tick(core, now);
+	return (core->jrn == NULL || !core->jrn->broken);
+}
+
+const char *
+srv_jrn_problem(const struct srv_core *core)
+{
+	if (core->jrn == NULL || !core->jrn->broken)
+		return (NULL);
+	return (core->jrn->problem[0] != '\0'
+	        ? core->jrn->problem
+	        : "cohortd cannot write to its --state-dir");
+}
+
+void
+srv_jrn_sync_failed(struct srv_core *core, int err)
+{
+	struct srv_jrn *j = core->jrn;
+
+	if (j == NULL)
+		return;
+	jrn_break(j, err, cohort__now_ms(), "fdatasync in");
 }
 
 int
@@ -1655,8 +1721,12 @@ jrn_buf(struct srv_job *job)
 {
 	struct srv_jrn *j = job->core->jrn;
 
-	if (j == NULL || j->broken)
+	if (j == NULL)
 		return (NULL);
+	if (j->broken) {
+		j->lost = true;
+		return (NULL);
+	}
 	(void)jrn_log(j);
 	if (!job->journaled) {
 		rec_job(&j->buf, job);

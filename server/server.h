@@ -114,5 +114,8 @@ void cohort__srv_stop(struct cohort__srv *s);
  * is still served, journalled and answered; cohort__srv_stop follows. */
 void cohort__srv_drain(struct cohort__srv *s);
 bool cohort__srv_draining(struct cohort__srv *s);
+/* Whether /readyz is 200: not draining, and the journal (if any) can be
+ * written; else false with the reason in why. */
+bool cohort__srv_ready(struct cohort__srv *s, char *why, size_t len);
 
 #endif /* COHORT_SERVER_H */

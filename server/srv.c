@@ -15,6 +15,7 @@
  * would deadlock).
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -313,7 +314,12 @@ srv_sweep_cb(void *arg)
 	/* The batched fdatasync, off the mutex (on a duplicate, so that a
 	 * compaction may replace the log meanwhile). */
 	if (sfd >= 0) {
-		(void)fdatasync(sfd);
+		if (fdatasync(sfd) != 0) {
+			int e = errno;
+			pthread_mutex_lock(&s->mtx);
+			srv_jrn_sync_failed(s->core, e);
+			pthread_mutex_unlock(&s->mtx);
+		}
 		close(sfd);
 	}
 	nng_sleep_aio(SRV_SWEEP_MS, s->sweep);
@@ -492,6 +498,24 @@ cohort__srv_draining(struct cohort__srv *s)
 	d = s->core->draining;
 	pthread_mutex_unlock(&s->mtx);
 	return (d);
+}
+
+bool
+cohort__srv_ready(struct cohort__srv *s, char *why, size_t len)
+{
+	const char *p;
+	bool ok = true;
+
+	pthread_mutex_lock(&s->mtx);
+	if (s->core->draining) {
+		snprintf(why, len, "draining");
+		ok = false;
+	} else if ((p = srv_jrn_problem(s->core)) != NULL) {
+		snprintf(why, len, "journal not writable: %s", p);
+		ok = false;
+	}
+	pthread_mutex_unlock(&s->mtx);
+	return (ok);
 }
 
 /* For http.c: metrics text under the server mutex. */

@@ -230,6 +230,8 @@ struct srv_client {
 		uint64_t seq;
 		nng_msg *msg;
 		bool durable; /* journalled (the reply of a mutating op) */
+		bool ok; /* its status is COHORT_OK */
+		uint64_t ev; /* the core event that cached it */
 	} cache[SRV_CACHE];
 	unsigned cache_next;
 };
@@ -385,6 +387,23 @@ struct srv_core {
 	/* Shutting down with a journal: parked calls are dropped, not
 	 * answered, so that clients re-send them to the next cohortd. */
 	bool quiet;
+	/* Inside an event (a request, a sweep, a closed connection) with a
+	 * journal, replies wait in pend until the event's records are
+	 * written: a change that could not be journalled is not
+	 * acknowledged (srv_core_event_end). */
+	bool in_event;
+	uint64_t ev; /* events begun */
+	struct srv_pend *pend;
+	size_t npend;
+	size_t pend_cap;
+};
+
+/* A reply held until its event's records are written. */
+struct srv_pend {
+	void *tp;
+	nng_msg *msg;
+	uint64_t seq;
+	bool ok; /* status COHORT_OK: rewritten if the write fails */
 };
 
 #define SRV_DEFAULT_STALL_MS 60000
@@ -396,6 +415,11 @@ struct srv_core {
 cohort_status srv_core_new(const struct srv_limits *lim,
     const char *admin_token, srv_sink_fn sink, void *arg, cohort__time now,
     struct srv_core **out);
+/* Brackets of every event (dispatch, sweep, pipe_closed): end writes the
+ * event's journal records, then lets its replies leave, each OK reply
+ * replaced by COHORT_EJOURNAL if the records could not be written. */
+void srv_core_event_begin(struct srv_core *core);
+void srv_core_event_end(struct srv_core *core, cohort__time now);
 /* Answers every parked request with COHORT_ECLOSED. */
 void srv_core_close_all(struct srv_core *core);
 void srv_core_free(struct srv_core *core);
@@ -626,9 +650,21 @@ struct srv_jrn_stats {
  * srv_core_new, before any request. */
 cohort_status srv_core_journal_open(
     struct srv_core *core, const struct srv_jrn_opts *o, cohort__time now);
-/* Writes the buffered records (the transport calls it before replies
- * leave; dispatch, sweep and pipe_closed call it themselves). */
-void srv_jrn_flush(struct srv_core *core, cohort__time now);
+/* Writes the buffered records (dispatch, sweep and pipe_closed call it
+ * through srv_core_event_end, before their replies leave). Returns false
+ * if records could not be written (the journal is then not writable until
+ * a snapshot succeeds). */
+bool srv_jrn_flush(struct srv_core *core, cohort__time now);
+/* Whether a state change can be journalled now; while it cannot, a
+ * snapshot is retried at most every second (the disk may have room
+ * again). True without a journal. */
+bool srv_jrn_writable(struct srv_core *core, cohort__time now);
+/* Why the journal cannot be written ("cannot write to DIR: No space left
+ * on device"), or NULL if it can (or there is none). */
+const char *srv_jrn_problem(const struct srv_core *core);
+/* The transport's batched fdatasync failed: replies already left, so the
+ * journal is marked not writable until a snapshot succeeds. */
+void srv_jrn_sync_failed(struct srv_core *core, int err);
 /* Sweep: batched fdatasync, recovery after a write error. */
 void srv_jrn_tick(struct srv_core *core, cohort__time now);
 /* Writes a snapshot now and starts a new log. */

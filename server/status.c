@@ -373,6 +373,10 @@ srv_metrics_text(struct srv_core *core, cohort__time now)
 		    "%" PRIu64, js.compactions);
 		M("counter", "journal_errors_total", "Journal write errors.",
 		    "%" PRIu64, js.errors);
+		M("gauge", "journal_writable",
+		    "0 while the journal cannot be written: changes are "
+		    "refused (COHORT_EJOURNAL), /readyz says 503.",
+		    "%d", srv_jrn_problem(core) == NULL ? 1 : 0);
 	}
 #undef M
 	return (buf);

@@ -10,12 +10,15 @@
  * real cohort_client members through a restart: libcohort re-dials and
  * re-sends its in-flight requests (same client_id and seq) by itself.
  */
+#include <arpa/inet.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -640,6 +643,169 @@ START_TEST(test_members_reconnect_and_carry_on)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------ */
+/* A full disk (a small tmpfs), then kill -9: every acknowledged add is     */
+/* counted after the restart                                                */
+/* ------------------------------------------------------------------------ */
+
+/* GET path from 127.0.0.1:port; returns the HTTP status, body in buf. */
+static int
+cr_http_get(int port, const char *path, char *buf, size_t len)
+{
+	struct sockaddr_in a;
+	char req[128];
+	size_t off = 0;
+	ssize_t n;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int code = -1;
+
+	ck_assert_int_ge(fd, 0);
+	memset(&a, 0, sizeof(a));
+	a.sin_family = AF_INET;
+	a.sin_port = htons((uint16_t)port);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	snprintf(req, sizeof(req),
+	    "GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n", path);
+	ck_assert_int_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+	while (off + 1 < len && (n = read(fd, buf + off, len - 1 - off)) > 0)
+		off += (size_t)n;
+	buf[off] = '\0';
+	close(fd);
+	if (strncmp(buf, "HTTP/1.", 7) == 0)
+		code = atoi(buf + 9);
+	return (code);
+}
+
+/* An add that may be refused: its status (value in *v if OK). */
+static int32_t
+cr_try_add(
+    struct cr_cli *k, const char *key, int64_t *v, char *err, size_t errlen)
+{
+	Cohort__Request rq = COHORT__REQUEST__INIT;
+	Cohort__KvAdd a = COHORT__KV_ADD__INIT;
+	Cohort__Reply *r;
+	nng_msg *m;
+	int32_t st;
+
+	a.key = (char *)key;
+	a.delta = 1;
+	rq.body_case = COHORT__REQUEST__BODY_KV_ADD;
+	rq.kv_add = &a;
+	r = cr_call(k, &rq, NULL, 0, &m, NULL, NULL);
+	st = r->status;
+	if (st == COHORT_OK)
+		*v = r->kv_add->value;
+	snprintf(err, errlen, "%s", r->error != NULL ? r->error : "");
+	cohort__reply__free_unpacked(r, NULL);
+	nng_msg_free(m);
+	return (st);
+}
+
+static int32_t
+cr_try_set(struct cr_cli *k, const char *key, const char *val)
+{
+	Cohort__Request rq = COHORT__REQUEST__INIT;
+	Cohort__KvSet s = COHORT__KV_SET__INIT;
+	Cohort__Reply *r;
+	nng_msg *m;
+	int32_t st;
+
+	s.key = (char *)key;
+	rq.body_case = COHORT__REQUEST__BODY_KV_SET;
+	rq.kv_set = &s;
+	r = cr_call(k, &rq, val, strlen(val), &m, NULL, NULL);
+	st = r->status;
+	cohort__reply__free_unpacked(r, NULL);
+	nng_msg_free(m);
+	return (st);
+}
+
+START_TEST(test_full_disk_kill9_loses_no_acknowledged_add)
+{
+	struct cr_coord c;
+	struct cr_cli k;
+	char cmd[700], http[32], buf[4096], err[1024], key[32], val[80];
+	const char *extra[] = { "--http", http, NULL };
+	int hport = th_free_port();
+	int64_t v, acked = 0, refused = 0, sets_ok = 0;
+
+	cr_init(&c);
+	snprintf(http, sizeof(http), "127.0.0.1:%d", hport);
+	ck_assert_int_eq(mkdir(c.dir, 0700), 0);
+	snprintf(cmd, sizeof(cmd),
+	    "mount -t tmpfs -o size=300k cohort-test-full %s 2>/dev/null",
+	    c.dir);
+	if (geteuid() != 0 || system(cmd) != 0) {
+		fprintf(stderr,
+		    "SKIP fault_coord_restart/full_disk: cannot "
+		    "mount a tmpfs (needs root)\n");
+		rmdir(c.dir);
+		return;
+	}
+	cr_start(&c, extra);
+	memset(&k, 0, sizeof(k));
+	k.id = 0x5151;
+	k.rank = -1;
+	cr_connect(&k, c.url);
+	cr_join(&k);
+	memset(val, 'x', sizeof(val) - 1);
+	val[sizeof(val) - 1] = '\0';
+	/* The reproduction: 3000 adds and 3000 sets on 300 KiB. */
+	for (int i = 0; i < 3000; i++) {
+		int32_t st = cr_try_add(&k, "ctr", &v, err, sizeof(err));
+		if (st == COHORT_OK) {
+			acked++;
+		} else {
+			ck_assert_msg(st == COHORT_EJOURNAL, "%s: %s",
+			    cohort_status_name(st), err);
+			ck_assert_msg(strstr(err, c.dir) != NULL, "%s", err);
+			refused++;
+		}
+		snprintf(key, sizeof(key), "key-%d", i);
+		if (cr_try_set(&k, key, val) == COHORT_OK)
+			sets_ok++;
+	}
+	fprintf(stderr,
+	    "full disk (300 KiB tmpfs): %" PRId64 " adds acknowledged, "
+	    "%" PRId64 " refused (EJOURNAL); %" PRId64 " sets acknowledged\n",
+	    acked, refused, sets_ok);
+	ck_assert_int_gt(refused, 0);
+	ck_assert_int_eq(cr_http_get(hport, "/readyz", buf, sizeof(buf)), 503);
+	ck_assert_msg(strstr(buf, "journal not writable") != NULL
+	        && strstr(buf, c.dir) != NULL,
+	    "%s", buf);
+	ck_assert_int_eq(
+	    cr_http_get(hport, "/metrics", buf, sizeof(buf)), 200);
+	ck_assert_ptr_nonnull(strstr(buf, "cohort_journal_writable 0"));
+
+	cr_kill9(&c);
+	cr_start(&c, extra);
+	cr_connect(&k, c.url);
+	ck_assert(cr_get(&k, "ctr", buf, sizeof(buf)));
+	fprintf(stderr,
+	    "after kill -9: counter %s (acknowledged %" PRId64 ")\n", buf,
+	    acked);
+	ck_assert_int_eq(strtoll(buf, NULL, 10), acked);
+
+	/* Room again: writes are accepted and /readyz is 200. */
+	snprintf(cmd, sizeof(cmd), "mount -o remount,size=8m %s", c.dir);
+	ck_assert_int_eq(system(cmd), 0);
+	for (int i = 0; i < 40; i++) {
+		if (cr_try_add(&k, "ctr", &v, err, sizeof(err)) == COHORT_OK)
+			break;
+		usleep(100000);
+	}
+	ck_assert_int_eq(v, acked + 1);
+	ck_assert_int_eq(cr_http_get(hport, "/readyz", buf, sizeof(buf)), 200);
+	cr_close(&k);
+	cr_stop(&c);
+	snprintf(cmd, sizeof(cmd), "umount %s", c.dir);
+	ck_assert_int_eq(system(cmd), 0);
+	rmdir(c.dir);
+}
+END_TEST
+
 Suite *
 suite_fault_coord_restart(void)
 {
@@ -650,6 +816,7 @@ suite_fault_coord_restart(void)
 	tcase_set_timeout(tc, 180);
 	tcase_add_test(tc, test_kill9_keeps_keys_and_applies_add_once);
 	tcase_add_test(tc, test_restart_100k_keys_and_journal_cost);
+	tcase_add_test(tc, test_full_disk_kill9_loses_no_acknowledged_add);
 	suite_add_tcase(s, tc);
 	tcase_set_timeout(tr, 120);
 	tcase_add_test(tr, test_members_reconnect_and_carry_on);

@@ -816,9 +816,9 @@ START_TEST(test_missing_snapshot_or_log_after_compaction)
 	snprintf(p, sizeof(p), "%s/snapshot", f->dir);
 	ck_assert_int_eq(unlink(p), 0);
 	ck_assert_int_eq(jt_reopen(f, false), COHORT_EJOURNAL);
-	ck_assert_msg(strstr(cohort_last_error(), "snapshot is missing")
-	        != NULL,
-	    "%s", cohort_last_error());
+	ck_assert_msg(
+	    strstr(cohort_last_error(), "snapshot is missing") != NULL, "%s",
+	    cohort_last_error());
 	ck_assert_int_eq(jt_reopen(f, true), COHORT_OK);
 	ck_assert_int_eq(jt_keys_present(f, &b, &missing), 0);
 	fx_free_journal(f);
@@ -888,9 +888,9 @@ START_TEST(test_read_only_dir)
 	o.dir = f->dir;
 	o.fsync = SRV_FSYNC_NONE;
 	srv_core_free(f->core);
-	ck_assert_cohort_ok(srv_core_new(
-	    &(struct srv_limits) { 1u << 20, 1u << 24, 1000 }, NULL, fx_sink,
-	    f, f->now, &f->core));
+	ck_assert_cohort_ok(
+	    srv_core_new(&(struct srv_limits) { 1u << 20, 1u << 24, 1000 },
+	        NULL, fx_sink, f, f->now, &f->core));
 	rv = srv_core_journal_open(f->core, &o, f->now);
 	snprintf(cmd, sizeof(cmd), "umount %s", f->dir);
 	ck_assert_int_eq(system(cmd), 0);
@@ -901,6 +901,178 @@ START_TEST(test_read_only_dir)
 	        && strstr(cohort_last_error(), f->dir) != NULL,
 	    "%s", cohort_last_error());
 	memcpy(f->dir, orig, sizeof(orig));
+	fx_free_journal(f);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* A full disk: what cannot be journalled is not acknowledged               */
+/* ------------------------------------------------------------------------ */
+
+/* Mounts a tmpfs of size at f->dir (saved in orig); false (with a SKIP
+ * line) where that is not possible. */
+static bool
+jt_mount(struct fx *f, char *orig, const char *size, const char *test)
+{
+	char cmd[700];
+
+	memcpy(orig, f->dir, sizeof(f->dir));
+	snprintf(f->dir, sizeof(f->dir), "%.240s-fs", orig);
+	ck_assert_int_eq(mkdir(f->dir, 0700), 0);
+	snprintf(cmd, sizeof(cmd),
+	    "mount -t tmpfs -o size=%s cohort-test-full %s 2>/dev/null", size,
+	    f->dir);
+	if (geteuid() != 0 || system(cmd) != 0) {
+		fprintf(stderr,
+		    "SKIP srv_journal/%s: cannot mount a tmpfs (needs root)\n",
+		    test);
+		rmdir(f->dir);
+		memcpy(f->dir, orig, sizeof(f->dir));
+		return (false);
+	}
+	return (true);
+}
+
+static void
+jt_umount(struct fx *f, const char *orig)
+{
+	char cmd[600];
+
+	srv_core_free(f->core);
+	ck_assert_cohort_ok(
+	    srv_core_new(&(struct srv_limits) { 1u << 20, 1u << 24, 1000 },
+	        NULL, fx_sink, f, f->now, &f->core));
+	snprintf(cmd, sizeof(cmd), "umount %s", f->dir);
+	ck_assert_int_eq(system(cmd), 0);
+	rmdir(f->dir);
+	memcpy(f->dir, orig, sizeof(f->dir));
+}
+
+static int64_t
+jt_counter(struct fx *f, struct fx_cli *c, const char *key)
+{
+	uintptr_t t = fx_kv_get(f, c, key, false, 0);
+	Cohort__Reply *r = fx_want(f, t, COHORT_OK);
+	char buf[32];
+	struct fx_reply *x = fx_get(f, t);
+
+	if (!r->kv_get->found)
+		return (0);
+	ck_assert_uint_lt(x->plen, sizeof(buf));
+	memcpy(buf, x->pl, x->plen);
+	buf[x->plen] = '\0';
+	return (strtoll(buf, NULL, 10));
+}
+
+START_TEST(test_full_disk_not_acknowledged)
+{
+	struct fx *f = fx_new_journal(0);
+	struct fx_cli c;
+	char orig[256], cmd[600], val[200], key[32];
+	int64_t acked = 0, refused = 0, first_refused = -1;
+	char *text;
+
+	if (!jt_mount(f, orig, "64k", "full_disk")) {
+		fx_free_journal(f);
+		return;
+	}
+	ck_assert_cohort_ok(jt_reopen(f, false));
+	fx_cli_init(&c, "j", 7, 1);
+	fx_joined(f, &c, fx_join(f, &c, 0, 1, 1000));
+	memset(val, 'v', sizeof(val) - 1);
+	val[sizeof(val) - 1] = '\0';
+	/* Adds and sets until the disk is full, and 100 more. */
+	for (int i = 0; i < 5000 && refused < 100; i++) {
+		uintptr_t t = jt_add(f, &c, "n", 1, 0);
+		Cohort__Reply *r = fx_get(f, t)->rep;
+		if (r->status == COHORT_OK) {
+			ck_assert_int_eq(refused, 0);
+			acked++;
+		} else {
+			ck_assert_msg(r->status == COHORT_EJOURNAL, "%s: %s",
+			    cohort_status_name(r->status), r->error);
+			ck_assert_msg(strstr(r->error, f->dir) != NULL
+			        && strstr(r->error, "No space left") != NULL,
+			    "%s", r->error);
+			if (first_refused < 0)
+				first_refused = i;
+			refused++;
+		}
+		snprintf(key, sizeof(key), "s%d", i % 50);
+		t = fx_kv_set(f, &c, key, val);
+		ck_assert_int_ne(fx_get(f, t)->rep->status, COHORT_EPROTO);
+	}
+	ck_assert_int_gt(acked, 10);
+	ck_assert_int_eq(refused, 100);
+	ck_assert_ptr_nonnull(srv_jrn_problem(f->core));
+	text = srv_metrics_text(f->core, f->now);
+	ck_assert_ptr_nonnull(strstr(text, "cohort_journal_writable 0"));
+	free(text);
+	/* Reads still work. */
+	fx_want(f, fx_kv_get(f, &c, "n", false, 0), COHORT_OK);
+	/* kill -9 and a restart (on the full disk): every acknowledged
+	 * add is there, nothing else. */
+	ck_assert_cohort_ok(jt_reopen(f, false));
+	ck_assert_int_eq(jt_counter(f, &c, "n"), acked);
+	/* Room again: changes are accepted once the retry (every second)
+	 * wrote a snapshot. */
+	snprintf(cmd, sizeof(cmd), "mount -o remount,size=4m %s", f->dir);
+	ck_assert_int_eq(system(cmd), 0);
+	fx_want(f, jt_add(f, &c, "n", 1, 0), COHORT_OK);
+	ck_assert_ptr_null(srv_jrn_problem(f->core));
+	ck_assert_cohort_ok(jt_reopen(f, false));
+	ck_assert_int_eq(jt_counter(f, &c, "n"), acked + 1);
+	jt_umount(f, orig);
+	fx_free_journal(f);
+}
+END_TEST
+
+START_TEST(test_full_disk_recovers_in_place)
+{
+	/* The same without a restart: the disk fills, changes are refused
+	 * (not applied), room comes back, the retry's snapshot holds the
+	 * state and the service resumes. */
+	struct fx *f = fx_new_journal(0);
+	struct fx_cli c;
+	char orig[256], cmd[600], val[400];
+	int64_t acked = 0;
+	bool full = false;
+
+	if (!jt_mount(f, orig, "32k", "full_disk_recovers")) {
+		fx_free_journal(f);
+		return;
+	}
+	ck_assert_cohort_ok(jt_reopen(f, false));
+	fx_cli_init(&c, "j", 7, 1);
+	fx_joined(f, &c, fx_join(f, &c, 0, 1, 1000));
+	memset(val, 'v', sizeof(val) - 1);
+	val[sizeof(val) - 1] = '\0';
+	for (int i = 0; i < 2000 && !full; i++) {
+		Cohort__Reply *r = fx_get(f, jt_add(f, &c, "n", 1, 0))->rep;
+		if (r->status == COHORT_OK)
+			acked++;
+		else
+			full = true;
+		fx_kv_set(f, &c, "big", val);
+	}
+	ck_assert(full);
+	/* Refused now, and again after the retry interval (still full). */
+	fx_want(f, jt_add(f, &c, "n", 1, 0), COHORT_EJOURNAL);
+	fx_tick(f, 1100);
+	fx_want(f, jt_add(f, &c, "n", 1, 0), COHORT_EJOURNAL);
+	/* The refused adds were not applied. The one that met the full
+	 * disk was (in memory): it was answered EJOURNAL, "may be lost". */
+	ck_assert_int_le(jt_counter(f, &c, "n") - acked, 1);
+	snprintf(cmd, sizeof(cmd), "mount -o remount,size=4m %s", f->dir);
+	ck_assert_int_eq(system(cmd), 0);
+	/* Within the retry interval: still refused; after it, accepted. */
+	fx_want(f, jt_add(f, &c, "n", 1, 0), COHORT_EJOURNAL);
+	fx_tick(f, 1100);
+	ck_assert_ptr_null(srv_jrn_problem(f->core));
+	acked = fx_want(f, jt_add(f, &c, "n", 1, 0), COHORT_OK)->kv_add->value;
+	ck_assert_cohort_ok(jt_reopen(f, false));
+	ck_assert_int_eq(jt_counter(f, &c, "n"), acked);
+	jt_umount(f, orig);
 	fx_free_journal(f);
 }
 END_TEST
@@ -935,6 +1107,11 @@ suite_srv_journal(void)
 	tcase_add_test(tc, test_missing_snapshot_or_log_after_compaction);
 	tcase_add_test(tc, test_bad_magic_and_damaged_snapshot);
 	tcase_add_test(tc, test_read_only_dir);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("full_disk");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_full_disk_not_acknowledged);
+	tcase_add_test(tc, test_full_disk_recovers_in_place);
 	suite_add_tcase(s, tc);
 	return (s);
 }

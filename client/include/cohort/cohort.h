@@ -82,7 +82,7 @@ extern "C" {
 	XX(ETOOBIG, 18, "message or value exceeds the configured limit")      \
 	XX(EMISMATCH, 19, "ranks disagree on the collective they entered")    \
 	XX(ENOCOORD, 20, "coordinator unreachable")                           \
-	XX(EINJECTED, 21, "failure injected by a fault schedule")            \
+	XX(EINJECTED, 21, "failure injected by a fault schedule")             \
 	XX(EJOURNAL, 22,                                                      \
 	    "the coordinator's journal (--state-dir) is full, failing or "    \
 	    "damaged")
