@@ -83,6 +83,20 @@ char *th_read_file(const char *path);
 /* A scratch directory for this test (removed by th_cleanup at exit). */
 const char *th_tmpdir(void);
 
+/* A tmpfs at dir (opts: "size=300k"), unmounted at the latest when the
+ * test's process exits, even after a failed assertion. False where it
+ * cannot be mounted (not root): skip with a SKIP line. Root ignores
+ * permission bits, so a read-only or full file system is how a test
+ * makes writes really fail. */
+bool th_tmpfs_mount(const char *dir, const char *opts);
+/* Remount (read-only, or with new opts such as a larger size). */
+void th_tmpfs_remount(const char *dir, bool ro, const char *opts);
+void th_tmpfs_umount(const char *dir);
+/* The runner: remember its pid (before any test), and unmount what
+ * failed tests left mounted (after them). */
+void th_set_runner(void);
+void th_tmpfs_cleanup(void);
+
 /* N real worker processes (build/bin/cohort-test-worker SCENARIO ARG) in
  * one job of a running cohortd; rank r's stdout+stderr go to out[r]. */
 #define TH_MAX_WORKERS 64

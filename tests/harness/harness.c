@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -282,10 +283,111 @@ th_read_file(const char *path)
 
 static char th_dir[256];
 
+/* tmpfs mounts of this process, undone at exit (a failed assertion
+ * exits the test's process): never left behind. */
+#define TH_MAX_MOUNTS 8
+static char th_mounts[TH_MAX_MOUNTS][256];
+static int th_nmounts;
+static pid_t th_mount_owner;
+static pid_t th_runner;
+
+/* Mounts are named after the test runner: a test's process that ends
+ * with a failed assertion (_exit) cannot unmount its own, the runner
+ * does (th_tmpfs_cleanup). */
+static void
+th_mount_source(char *buf, size_t len)
+{
+	snprintf(buf, len, "cohort-test-%d",
+	    (int)(th_runner != 0 ? th_runner : getpid()));
+}
+
+void
+th_set_runner(void)
+{
+	th_runner = getpid();
+}
+
+void
+th_tmpfs_cleanup(void)
+{
+	char src[64], line[1024], dev[256], mp[512];
+	FILE *fp = fopen("/proc/self/mounts", "r");
+
+	if (fp == NULL)
+		return;
+	th_mount_source(src, sizeof(src));
+	while (fgets(line, sizeof(line), fp) != NULL)
+		if (sscanf(line, "%255s %511s", dev, mp) == 2
+		    && strcmp(dev, src) == 0 && umount2(mp, MNT_DETACH) == 0) {
+			fprintf(stderr,
+			    "cohort-tests: unmounted %s, left by a failed "
+			    "test\n",
+			    mp);
+			(void)rmdir(mp);
+		}
+	fclose(fp);
+}
+
+static void
+th_umount_all(void)
+{
+	if (th_mount_owner != getpid())
+		return;
+	while (th_nmounts > 0)
+		(void)umount2(th_mounts[--th_nmounts], MNT_DETACH);
+}
+
+bool
+th_tmpfs_mount(const char *dir, const char *opts)
+{
+	char src[64];
+
+	if (geteuid() != 0)
+		return (false);
+	if (th_mount_owner != getpid()) {
+		th_nmounts = 0;
+		th_mount_owner = getpid();
+		atexit(th_umount_all);
+	}
+	th_mount_source(src, sizeof(src));
+	if (th_nmounts == TH_MAX_MOUNTS || strlen(dir) >= sizeof(th_mounts[0])
+	    || mount(src, dir, "tmpfs", 0, opts) != 0)
+		return (false);
+	snprintf(th_mounts[th_nmounts++], sizeof(th_mounts[0]), "%s", dir);
+	return (true);
+}
+
+void
+th_tmpfs_remount(const char *dir, bool ro, const char *opts)
+{
+	ck_assert_msg(mount("cohort-test", dir, "tmpfs",
+	                  MS_REMOUNT | (ro ? MS_RDONLY : 0), opts)
+	        == 0,
+	    "remount %s: %s", dir, strerror(errno));
+}
+
+void
+th_tmpfs_umount(const char *dir)
+{
+	for (int i = 0; i < th_nmounts; i++) {
+		if (strcmp(th_mounts[i], dir) != 0)
+			continue;
+		ck_assert_msg(umount2(dir, 0) == 0, "umount %s: %s", dir,
+		    strerror(errno));
+		memmove(&th_mounts[i], &th_mounts[i + 1],
+		    (size_t)(th_nmounts - i - 1) * sizeof(th_mounts[0]));
+		th_nmounts--;
+		return;
+	}
+	ck_abort_msg("%s is not mounted by this test", dir);
+}
+
 static void
 th_cleanup(void)
 {
 	char cmd[300];
+
+	th_umount_all();
 
 	if (th_dir[0] != '\0' && getenv("COHORT_TEST_KEEP") == NULL) {
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", th_dir);

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_cohort.h"
+
 struct cohort_test_suite {
 	const char *name;
 	Suite *(*fn)(void);
@@ -57,7 +59,9 @@ main(void)
 		return (2);
 	}
 	/* CK_FORK=no (e.g. under valgrind) is honoured by Check itself. */
+	th_set_runner();
 	srunner_run_all(sr, CK_NORMAL);
+	th_tmpfs_cleanup();
 	ran = srunner_ntests_run(sr);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -859,16 +859,14 @@ START_TEST(test_read_only_dir)
 {
 	struct fx *f = fx_new_journal(0);
 	struct fx_cli c;
-	char orig[256], cmd[600];
+	char orig[256];
 	struct srv_jrn_opts o;
 	cohort_status rv;
 
 	memcpy(orig, f->dir, sizeof(orig));
 	snprintf(f->dir, sizeof(f->dir), "%.240s-ro", orig);
 	ck_assert_int_eq(mkdir(f->dir, 0700), 0);
-	snprintf(cmd, sizeof(cmd),
-	    "mount -t tmpfs -o size=1m cohort-test-ro %s 2>/dev/null", f->dir);
-	if (geteuid() != 0 || system(cmd) != 0) {
+	if (!th_tmpfs_mount(f->dir, "size=1m")) {
 		fprintf(stderr,
 		    "SKIP srv_journal/read_only_dir: cannot mount a tmpfs "
 		    "(needs root)\n");
@@ -882,8 +880,7 @@ START_TEST(test_read_only_dir)
 	fx_joined(f, &c, fx_join(f, &c, 0, 1, 1000));
 	fx_want(f, fx_kv_set(f, &c, "k", "v"), COHORT_OK);
 	srv_jrn_close(f->core);
-	snprintf(cmd, sizeof(cmd), "mount -o remount,ro %s", f->dir);
-	ck_assert_int_eq(system(cmd), 0);
+	th_tmpfs_remount(f->dir, true, NULL);
 	memset(&o, 0, sizeof(o));
 	o.dir = f->dir;
 	o.fsync = SRV_FSYNC_NONE;
@@ -892,8 +889,7 @@ START_TEST(test_read_only_dir)
 	    srv_core_new(&(struct srv_limits) { 1u << 20, 1u << 24, 1000 },
 	        NULL, fx_sink, f, f->now, &f->core));
 	rv = srv_core_journal_open(f->core, &o, f->now);
-	snprintf(cmd, sizeof(cmd), "umount %s", f->dir);
-	ck_assert_int_eq(system(cmd), 0);
+	th_tmpfs_umount(f->dir);
 	rmdir(f->dir);
 	ck_assert_int_eq(rv, COHORT_EJOURNAL);
 	ck_assert_msg(strstr(cohort_last_error(), "not writable") != NULL
@@ -914,15 +910,13 @@ END_TEST
 static bool
 jt_mount(struct fx *f, char *orig, const char *size, const char *test)
 {
-	char cmd[700];
+	char opts[64];
 
 	memcpy(orig, f->dir, sizeof(f->dir));
 	snprintf(f->dir, sizeof(f->dir), "%.240s-fs", orig);
 	ck_assert_int_eq(mkdir(f->dir, 0700), 0);
-	snprintf(cmd, sizeof(cmd),
-	    "mount -t tmpfs -o size=%s cohort-test-full %s 2>/dev/null", size,
-	    f->dir);
-	if (geteuid() != 0 || system(cmd) != 0) {
+	snprintf(opts, sizeof(opts), "size=%s", size);
+	if (!th_tmpfs_mount(f->dir, opts)) {
 		fprintf(stderr,
 		    "SKIP srv_journal/%s: cannot mount a tmpfs (needs root)\n",
 		    test);
@@ -936,14 +930,11 @@ jt_mount(struct fx *f, char *orig, const char *size, const char *test)
 static void
 jt_umount(struct fx *f, const char *orig)
 {
-	char cmd[600];
-
 	srv_core_free(f->core);
 	ck_assert_cohort_ok(
 	    srv_core_new(&(struct srv_limits) { 1u << 20, 1u << 24, 1000 },
 	        NULL, fx_sink, f, f->now, &f->core));
-	snprintf(cmd, sizeof(cmd), "umount %s", f->dir);
-	ck_assert_int_eq(system(cmd), 0);
+	th_tmpfs_umount(f->dir);
 	rmdir(f->dir);
 	memcpy(f->dir, orig, sizeof(f->dir));
 }
@@ -968,7 +959,7 @@ START_TEST(test_full_disk_not_acknowledged)
 {
 	struct fx *f = fx_new_journal(0);
 	struct fx_cli c;
-	char orig[256], cmd[600], val[200], key[32];
+	char orig[256], val[200], key[32];
 	int64_t acked = 0, refused = 0, first_refused = -1;
 	char *text;
 
@@ -1016,8 +1007,7 @@ START_TEST(test_full_disk_not_acknowledged)
 	ck_assert_int_eq(jt_counter(f, &c, "n"), acked);
 	/* Room again: changes are accepted once the retry (every second)
 	 * wrote a snapshot. */
-	snprintf(cmd, sizeof(cmd), "mount -o remount,size=4m %s", f->dir);
-	ck_assert_int_eq(system(cmd), 0);
+	th_tmpfs_remount(f->dir, false, "size=4m");
 	fx_want(f, jt_add(f, &c, "n", 1, 0), COHORT_OK);
 	ck_assert_ptr_null(srv_jrn_problem(f->core));
 	ck_assert_cohort_ok(jt_reopen(f, false));
@@ -1034,7 +1024,7 @@ START_TEST(test_full_disk_recovers_in_place)
 	 * state and the service resumes. */
 	struct fx *f = fx_new_journal(0);
 	struct fx_cli c;
-	char orig[256], cmd[600], val[400];
+	char orig[256], val[400];
 	int64_t acked = 0;
 	bool full = false;
 
@@ -1063,8 +1053,7 @@ START_TEST(test_full_disk_recovers_in_place)
 	/* The refused adds were not applied. The one that met the full
 	 * disk was (in memory): it was answered EJOURNAL, "may be lost". */
 	ck_assert_int_le(jt_counter(f, &c, "n") - acked, 1);
-	snprintf(cmd, sizeof(cmd), "mount -o remount,size=4m %s", f->dir);
-	ck_assert_int_eq(system(cmd), 0);
+	th_tmpfs_remount(f->dir, false, "size=4m");
 	/* Within the retry interval: still refused; after it, accepted. */
 	fx_want(f, jt_add(f, &c, "n", 1, 0), COHORT_EJOURNAL);
 	fx_tick(f, 1100);
