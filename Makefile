@@ -10,6 +10,7 @@
 #   make install PREFIX=/usr/local
 #   make check-style  clang-format check + banned-function grep
 #   make check-k8s    kustomize build + kubernetes-validate + hadolint (deploy/)
+#   make fuzz [FUZZ_SECONDS=60]   every libFuzzer target in fuzz/ (clang)
 #
 # Sources are discovered by directory, so adding a file needs no edit here:
 #   client/*.c client/backend/*/*.c   -> libcohort.{a,so}
@@ -141,7 +142,7 @@ CUDA_LINK := $(if $(CU_SRC),-L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++)
 
 .PHONY: all test test-unit test-python test-hosts test-san demo demo-lightning bench \
 	bench-faults bench-torch install clean check-style deps probe gpu-check \
-	check-k8s
+	check-k8s fuzz fuzz-build
 .DEFAULT_GOAL := all
 
 all: probe $(BIN)/cohortd $(BIN)/cohort $(LIB)/libcohort.so \
@@ -351,6 +352,66 @@ install: all
 	    tools/$$pc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/$$pc.pc; \
 	done
 
+# --- fuzzing (libFuzzer; clang from tools/deps.sh) ---------------------------
+# Every fuzz/fuzz_<name>.c defining LLVMFuzzerTestOneInput is a target; an
+# optional fuzz/seed_<name>.c writes its seed corpus (with the project's
+# own encoder) into the directory it is given. `make fuzz` builds them with
+# clang -fsanitize=fuzzer,address,undefined over the whole tree (common,
+# proto, client, server: instrumented into build/fuzz/), generates the
+# seeds, runs each target FUZZ_SECONDS (60) and prints executions,
+# coverage and crashes per target (tools/fuzz.sh); any crash fails it.
+# FUZZ_TARGETS=a,b narrows the run. Corpora grow in build/fuzz/corpus/.
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD := build/fuzz
+FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all \
+	-fno-omit-frame-pointer
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wno-unused-parameter \
+	-pthread -MMD -MP $(FUZZ_SAN) $(INC_PROTO) -iquote client -iquote server \
+	-iquote fuzz -I$(FUZZ_BUILD)/gen $(PKG_CFLAGS)
+FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
+FUZZ_NAMES := $(patsubst fuzz/fuzz_%.c,%,$(FUZZ_SRC))
+FUZZ_SEEDS := $(patsubst fuzz/seed_%.c,%,$(wildcard fuzz/seed_*.c))
+FUZZ_LIBSRC := $(COMMON_SRC) $(LIB_SRC) $(SRV_SRC)
+FUZZ_LIBOBJ := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(FUZZ_LIBSRC)) \
+	$(FUZZ_BUILD)/obj/gen/cohort.pb-c.o
+FUZZ_BINS := $(patsubst %,$(FUZZ_BUILD)/bin/fuzz_%,$(FUZZ_NAMES)) \
+	$(patsubst %,$(FUZZ_BUILD)/bin/seed_%,$(FUZZ_SEEDS))
+
+$(FUZZ_BUILD)/gen/cohort.pb-c.c $(FUZZ_BUILD)/gen/cohort.pb-c.h: proto/cohort.proto
+	@mkdir -p $(FUZZ_BUILD)/gen
+	protoc-c --proto_path=proto --c_out=$(FUZZ_BUILD)/gen proto/cohort.proto
+
+$(FUZZ_LIBOBJ) $(patsubst fuzz/%.c,$(FUZZ_BUILD)/obj/fuzz/%.o,$(wildcard fuzz/*.c)): \
+	| $(FUZZ_BUILD)/gen/cohort.pb-c.h
+
+$(FUZZ_BUILD)/obj/gen/%.o: $(FUZZ_BUILD)/gen/%.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_BUILD)/lib/libcohort_fuzz.a: $(FUZZ_LIBOBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(FUZZ_BUILD)/bin/fuzz_%: $(FUZZ_BUILD)/obj/fuzz/fuzz_%.o $(FUZZ_BUILD)/lib/libcohort_fuzz.a
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -pthread -o $@ $^ $(LIB_LDLIBS)
+
+$(FUZZ_BUILD)/bin/seed_%: $(FUZZ_BUILD)/obj/fuzz/seed_%.o $(FUZZ_BUILD)/lib/libcohort_fuzz.a
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_SAN) -pthread -o $@ $^ $(LIB_LDLIBS)
+
+fuzz-build:
+	@command -v $(FUZZ_CC) >/dev/null || { echo "fuzz: $(FUZZ_CC) not found (tools/deps.sh installs clang)"; exit 2; }
+	$(MAKE) $(FUZZ_BINS)
+
+fuzz: fuzz-build
+	@tools/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) "$(or $(FUZZ_TARGETS),$(FUZZ_NAMES))"
+
 check-style:
 	@tools/check-style.sh
 
@@ -358,3 +419,6 @@ clean:
 	rm -rf build
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+ifneq ($(filter fuzz fuzz-build $(FUZZ_BUILD)/%,$(MAKECMDGOALS)),)
+-include $(shell find $(FUZZ_BUILD)/obj -name '*.d' 2>/dev/null)
+endif

@@ -8,7 +8,7 @@
 #   client/ server/ cuda/    + proto/ (cuda/: common/ only); never each other
 #   strategies/              the public header and itself
 #   examples/                + strategies/ and examples/lib/
-#   tools/, bench/, tests/   may look inside the parts below them
+#   tools/, bench/, tests/, fuzz/   may look inside the parts below them
 #
 # A quoted include must name a header of the part itself or of a part it
 # may use. Exits 1 on the first violation list.

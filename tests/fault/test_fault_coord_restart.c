@@ -673,7 +673,7 @@ cr_http_get(int port, const char *path, char *buf, size_t len)
 	buf[off] = '\0';
 	close(fd);
 	if (strncmp(buf, "HTTP/1.", 7) == 0)
-		code = atoi(buf + 9);
+		code = (int)strtol(buf + 9, NULL, 10);
 	return (code);
 }
 

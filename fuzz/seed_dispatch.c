@@ -1,0 +1,202 @@
+/*
+ * seed_dispatch.c - seed corpus of fuzz_dispatch, encoded by the
+ * project's own encoder: rendezvous, KV, collectives, groups, watches,
+ * failures, leaves, status queries, sweeps and closed connections.
+ *
+ * Usage: seed_dispatch DIR
+ */
+#include "fuzz_common.h"
+
+static void
+cli(struct fz_cli *c, const char *job, uint64_t id, uint8_t pipe)
+{
+	memset(c, 0, sizeof(*c));
+	c->job = job;
+	c->token = "tok";
+	c->id = id;
+	c->rank = -1;
+	c->pipe = pipe;
+}
+
+/* After the joins of a world-n job complete: ranks and generation 1. */
+static void
+joined(struct fz_cli *c, int n)
+{
+	for (int i = 0; i < n; i++) {
+		c[i].rank = i;
+		c[i].gen = 1;
+	}
+}
+
+int
+main(int argc, char **argv)
+{
+	struct fz_buf b;
+	struct fz_cli c[3];
+	const char *dir = argc > 1 ? argv[1] : ".";
+	int nseeds = 0;
+	char name[64];
+
+#define SEED()                                                                \
+	do {                                                                  \
+		snprintf(name, sizeof(name), "seed-%02d", nseeds++);          \
+		fz_write(dir, name, b.p, b.len);                              \
+		free(b.p);                                                    \
+		memset(&b, 0, sizeof(b));                                     \
+	} while (0)
+
+	memset(&b, 0, sizeof(b));
+	/* 1: a world of one and its keys. */
+	cli(&c[0], "solo", 11, 1);
+	fz_join(&b, &c[0], 0, 1);
+	joined(c, 1);
+	fz_kv_set(&b, &c[0], "addr", "10.0.0.1:4000");
+	fz_kv_add(&b, &c[0], "ctr", 5);
+	fz_kv_get(&b, &c[0], "addr", false);
+	fz_kv_get(&b, &c[0], "absent", true);
+	fz_sweep(&b, 50);
+	SEED();
+
+	/* 2: two ranks, a barrier, a broadcast, reductions, a decision. */
+	cli(&c[0], "pair", 21, 1);
+	cli(&c[1], "pair", 22, 2);
+	fz_join(&b, &c[0], 0, 2);
+	fz_join(&b, &c[1], 1, 2);
+	joined(c, 2);
+	for (int i = 0; i < 2; i++)
+		fz_coll(&b, &c[i], COHORT__COLLECTIVE_KIND__COLL_BARRIER, "",
+		    1, NULL, 0);
+	fz_coll(&b, &c[0], COHORT__COLLECTIVE_KIND__COLL_BROADCAST, "", 2,
+	    "object", 6);
+	fz_coll(&b, &c[1], COHORT__COLLECTIVE_KIND__COLL_BROADCAST, "", 2,
+	    NULL, 0);
+	for (int i = 0; i < 2; i++)
+		fz_coll(&b, &c[i],
+		    COHORT__COLLECTIVE_KIND__COLL_REDUCE_SCALARS, "", 3, NULL,
+		    0);
+	for (int i = 0; i < 2; i++)
+		fz_coll(&b, &c[i], COHORT__COLLECTIVE_KIND__COLL_DECIDE, "", 4,
+		    NULL, 0);
+	SEED();
+
+	/* 3: a group, a heartbeat, a watch, a failure report. */
+	cli(&c[0], "grp", 31, 1);
+	cli(&c[1], "grp", 32, 2);
+	cli(&c[2], "grp", 33, 3);
+	for (int i = 0; i < 3; i++)
+		fz_join(&b, &c[i], i, 3);
+	joined(c, 3);
+	{
+		Cohort__GroupCreate gc = COHORT__GROUP_CREATE__INIT;
+		Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
+		Cohort__Watch w = COHORT__WATCH__INIT;
+		Cohort__ReportFailure rf = COHORT__REPORT_FAILURE__INIT;
+		int32_t ranks[2] = { 0, 2 };
+		gc.name = "pair";
+		gc.n_ranks = 2;
+		gc.ranks = ranks;
+		fz_simple(&b, &c[0], COHORT__REQUEST__BODY_GROUP_CREATE, &gc,
+		    NULL, 0);
+		fz_simple(&b, &c[2], COHORT__REQUEST__BODY_GROUP_CREATE, &gc,
+		    NULL, 0);
+		fz_coll(&b, &c[0], COHORT__COLLECTIVE_KIND__COLL_BARRIER,
+		    "pair", 1, NULL, 0);
+		hb.last_op = "allreduce";
+		hb.last_op_seq = 3;
+		hb.in_op = true;
+		hb.in_op_ms = 70000;
+		fz_simple(
+		    &b, &c[1], COHORT__REQUEST__BODY_HEARTBEAT, &hb, NULL, 0);
+		fz_simple(&b, &c[1], COHORT__REQUEST__BODY_WATCH, &w, NULL, 0);
+		fz_sweep(&b, 255);
+		rf.text = "Traceback: boom";
+		fz_simple(&b, &c[2], COHORT__REQUEST__BODY_REPORT_FAILURE, &rf,
+		    NULL, 0);
+	}
+	SEED();
+
+	/* 4: the rest of the KV store. */
+	cli(&c[0], "kv", 41, 1);
+	fz_join(&b, &c[0], 0, 1);
+	joined(c, 1);
+	{
+		Cohort__KvCompareSet cs = COHORT__KV_COMPARE_SET__INIT;
+		Cohort__KvDelete d = COHORT__KV_DELETE__INIT;
+		Cohort__KvNumKeys nk = COHORT__KV_NUM_KEYS__INIT;
+		Cohort__KvWait kw = COHORT__KV_WAIT__INIT;
+		Cohort__KvCheck kc = COHORT__KV_CHECK__INIT;
+		Cohort__KvAppend ap = COHORT__KV_APPEND__INIT;
+		Cohort__KvMultiGet mg = COHORT__KV_MULTI_GET__INIT;
+		Cohort__KvMultiSet ms = COHORT__KV_MULTI_SET__INIT;
+		char *keys[2] = { "a", "b" };
+		uint64_t lens[2] = { 1, 2 };
+		cs.key = "cas";
+		cs.expected_present = false;
+		fz_simple(&b, &c[0], COHORT__REQUEST__BODY_KV_COMPARE_SET, &cs,
+		    "new", 3);
+		ms.n_keys = 2;
+		ms.keys = keys;
+		ms.n_value_lens = 2;
+		ms.value_lens = lens;
+		fz_simple(&b, &c[0], COHORT__REQUEST__BODY_KV_MULTI_SET, &ms,
+		    "xyy", 3);
+		mg.n_keys = 2;
+		mg.keys = keys;
+		fz_simple(&b, &c[0], COHORT__REQUEST__BODY_KV_MULTI_GET, &mg,
+		    NULL, 0);
+		ap.key = "log";
+		fz_simple(
+		    &b, &c[0], COHORT__REQUEST__BODY_KV_APPEND, &ap, "ab", 2);
+		kw.n_keys = 2;
+		kw.keys = keys;
+		fz_simple(
+		    &b, &c[0], COHORT__REQUEST__BODY_KV_WAIT, &kw, NULL, 0);
+		kc.n_keys = 2;
+		kc.keys = keys;
+		fz_simple(
+		    &b, &c[0], COHORT__REQUEST__BODY_KV_CHECK, &kc, NULL, 0);
+		d.key = "a";
+		fz_simple(
+		    &b, &c[0], COHORT__REQUEST__BODY_KV_DELETE, &d, NULL, 0);
+		fz_simple(&b, &c[0], COHORT__REQUEST__BODY_KV_NUM_KEYS, &nk,
+		    NULL, 0);
+	}
+	SEED();
+
+	/* 5: a rank's connection closes mid-barrier; a leave; status. */
+	cli(&c[0], "drop", 51, 1);
+	cli(&c[1], "drop", 52, 2);
+	fz_join(&b, &c[0], 0, 2);
+	fz_join(&b, &c[1], 1, 2);
+	joined(c, 2);
+	fz_coll(
+	    &b, &c[0], COHORT__COLLECTIVE_KIND__COLL_BARRIER, "", 1, NULL, 0);
+	fz_close(&b, 2);
+	{
+		Cohort__Leave lv = COHORT__LEAVE__INIT;
+		Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
+		fz_simple(
+		    &b, &c[0], COHORT__REQUEST__BODY_LEAVE, &lv, NULL, 0);
+		fz_simple(&b, &c[0], COHORT__REQUEST__BODY_STATUS_QUERY, &sq,
+		    NULL, 0);
+		sq.job = "drop";
+		fz_simple(&b, &c[0], COHORT__REQUEST__BODY_STATUS_QUERY, &sq,
+		    NULL, 0);
+	}
+	fz_sweep(&b, 200);
+	SEED();
+
+	/* 6: a retried request (same seq) and a stale generation. */
+	cli(&c[0], "retry", 61, 1);
+	fz_join(&b, &c[0], 0, 1);
+	joined(c, 1);
+	fz_kv_add(&b, &c[0], "n", 1);
+	c[0].seq--;
+	fz_kv_add(&b, &c[0], "n", 1);
+	c[0].gen = 9;
+	fz_kv_add(&b, &c[0], "n", 1);
+	SEED();
+
+	printf("seed_dispatch: %d seeds in %s\n", nseeds, dir);
+	return (0);
+}

@@ -1,0 +1,197 @@
+/*
+ * seed_journal.c - seed corpus of fuzz_journal: real state directories
+ * written by cohortd's own core (joins, keys, groups, failures, leaves,
+ * cached replies, a compaction), in fuzz_journal's input format.
+ *
+ * Usage: seed_journal DIR
+ */
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fuzz_common.h"
+
+static uintptr_t tag = 1;
+static cohort__time now = 1000000;
+
+static void
+sink(void *arg, void *tp, nng_msg *m)
+{
+	(void)arg;
+	(void)tp;
+	if (m != NULL)
+		nng_msg_free(m);
+}
+
+/* Runs an op stream against core (as fuzz_dispatch does). */
+static void
+drive(struct srv_core *core, const struct fz_buf *b)
+{
+	size_t off = 0;
+
+	while (off < b->len) {
+		uint8_t op = b->p[off++];
+		if (op == FZ_OP_SWEEP) {
+			now += 50 * (cohort__time)b->p[off++];
+			srv_core_sweep(core, now);
+		} else if (op == FZ_OP_CLOSE) {
+			srv_core_pipe_closed(core, 1 + b->p[off++], now);
+		} else {
+			size_t len
+			    = (size_t)b->p[off] | (size_t)b->p[off + 1] << 8;
+			uint32_t pipe = 1 + b->p[off + 2];
+			nng_msg *m;
+			off += 3;
+			if (nng_msg_alloc(&m, len) != 0)
+				abort();
+			memcpy(nng_msg_body(m), b->p + off, len);
+			off += len;
+			srv_core_dispatch(core, m, pipe, (void *)tag++, now);
+		}
+	}
+}
+
+static uint8_t *
+slurp(const char *dir, const char *name, size_t *n)
+{
+	char p[512];
+	FILE *f;
+	uint8_t *b;
+	long len;
+
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	if ((f = fopen(p, "rb")) == NULL) {
+		*n = 0;
+		return (NULL);
+	}
+	fseek(f, 0, SEEK_END);
+	len = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	if ((b = malloc((size_t)len + 1)) == NULL
+	    || fread(b, 1, (size_t)len, f) != (size_t)len)
+		abort();
+	fclose(f);
+	*n = (size_t)len;
+	return (b);
+}
+
+/* Writes a seed: flags, [u32 n, snapshot], log. */
+static void
+seed(const char *out, int i, uint8_t flags, const uint8_t *snap, size_t sn,
+    const uint8_t *log, size_t ln)
+{
+	struct fz_buf b;
+	char name[32];
+
+	memset(&b, 0, sizeof(b));
+	fz_u8(&b, flags);
+	if (flags & 2) {
+		fz_u8(&b, (uint8_t)sn);
+		fz_u8(&b, (uint8_t)(sn >> 8));
+		fz_u8(&b, (uint8_t)(sn >> 16));
+		fz_u8(&b, (uint8_t)(sn >> 24));
+		fz_put(&b, snap, sn);
+	}
+	fz_put(&b, log, ln);
+	snprintf(name, sizeof(name), "seed-%02d", i);
+	fz_write(out, name, b.p, b.len);
+	free(b.p);
+}
+
+int
+main(int argc, char **argv)
+{
+	const char *out = argc > 1 ? argv[1] : ".";
+	char dir[] = "/tmp/cohort-seed-journal-XXXXXX", cmd[128];
+	struct srv_limits lim = { 1u << 20, 1u << 24, 1000 };
+	struct srv_jrn_opts o;
+	struct srv_core *core;
+	struct fz_cli c[3];
+	struct fz_buf b;
+	uint8_t *log, *snap;
+	size_t ln, sn;
+	int n = 0;
+
+	cohort__log_set_default_level(COHORT__LOG_ERROR);
+	if (mkdtemp(dir) == NULL)
+		abort();
+	if (srv_core_new(&lim, NULL, sink, NULL, now, &core) != COHORT_OK)
+		abort();
+	memset(&o, 0, sizeof(o));
+	o.dir = dir;
+	o.fsync = SRV_FSYNC_NONE;
+	if (srv_core_journal_open(core, &o, now) != COHORT_OK)
+		abort();
+	memset(&b, 0, sizeof(b));
+	memset(c, 0, sizeof(c));
+	for (int i = 0; i < 3; i++) {
+		c[i].job = "job";
+		c[i].token = "tok";
+		c[i].id = 100 + (uint64_t)i;
+		c[i].rank = -1;
+		c[i].pipe = (uint8_t)(1 + i);
+		fz_join(&b, &c[i], i, 3);
+	}
+	for (int i = 0; i < 3; i++) {
+		c[i].rank = i;
+		c[i].gen = 1;
+	}
+	fz_kv_set(&b, &c[0], "addr", "10.0.0.1:4000");
+	fz_kv_add(&b, &c[1], "ctr", 3);
+	{
+		Cohort__GroupCreate gc = COHORT__GROUP_CREATE__INIT;
+		Cohort__KvAppend ap = COHORT__KV_APPEND__INIT;
+		Cohort__KvDelete d = COHORT__KV_DELETE__INIT;
+		int32_t ranks[2] = { 0, 1 };
+		gc.name = "pair";
+		gc.n_ranks = 2;
+		gc.ranks = ranks;
+		fz_simple(&b, &c[0], COHORT__REQUEST__BODY_GROUP_CREATE, &gc,
+		    NULL, 0);
+		fz_simple(&b, &c[1], COHORT__REQUEST__BODY_GROUP_CREATE, &gc,
+		    NULL, 0);
+		ap.key = "log";
+		fz_simple(
+		    &b, &c[2], COHORT__REQUEST__BODY_KV_APPEND, &ap, "abc", 3);
+		fz_kv_set(&b, &c[2], "gone", "x");
+		d.key = "gone";
+		fz_simple(
+		    &b, &c[2], COHORT__REQUEST__BODY_KV_DELETE, &d, NULL, 0);
+	}
+	for (int i = 0; i < 3; i++)
+		fz_coll(&b, &c[i], COHORT__COLLECTIVE_KIND__COLL_BARRIER, "",
+		    1, NULL, 0);
+	drive(core, &b);
+	free(b.p);
+	memset(&b, 0, sizeof(b));
+	/* A log alone (epoch 0), plain and with --recover. */
+	log = slurp(dir, "log.0", &ln);
+	seed(out, n++, 0, NULL, 0, log, ln);
+	seed(out, n++, 1, NULL, 0, log, ln);
+	seed(out, n++, 4, NULL, 0, log, ln);
+	free(log);
+	/* A compaction, then a failure (closed connection) and a leave. */
+	if (srv_jrn_compact(core) != COHORT_OK)
+		abort();
+	fz_kv_add(&b, &c[1], "ctr", 1);
+	{
+		Cohort__Leave lv = COHORT__LEAVE__INIT;
+		fz_simple(
+		    &b, &c[0], COHORT__REQUEST__BODY_LEAVE, &lv, NULL, 0);
+	}
+	fz_close(&b, 3);
+	drive(core, &b);
+	free(b.p);
+	snap = slurp(dir, "snapshot", &sn);
+	log = slurp(dir, "log.1", &ln);
+	seed(out, n++, 2 | 4, snap, sn, log, ln);
+	seed(out, n++, 1 | 2 | 4, snap, sn, log, ln);
+	seed(out, n++, 2, snap, sn, NULL, 0);
+	free(snap);
+	free(log);
+	srv_core_free(core);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		return (1);
+	printf("seed_journal: %d seeds in %s\n", n, out);
+	return (0);
+}
