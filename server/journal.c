@@ -10,9 +10,12 @@
  * hand: u8/u32/u64 little endian, strings and bytes as u32 length +
  * bytes. A snapshot ends with an END record and is written to
  * `snapshot.tmp`, fsynced and renamed, so it is whole or absent; the log
- * of its epoch starts empty. A torn last log record (crash in the middle
- * of a write) fails its length or CRC check: replay stops there and the
- * log is truncated to the last whole record.
+ * of its epoch starts empty. `manifest` names the epoch whose snapshot
+ * and log hold the state, so a lost log or snapshot is an error, not an
+ * empty start. A torn last log record (crash in the middle of a write:
+ * short, or zeros) is cut off; any other bad record is damage: cohortd
+ * refuses to start, unless --recover (keep every whole record, move the
+ * damaged file aside, write the state as a new snapshot).
  *
  * Records are logical: a job's token, a formed generation with its member
  * table (rank -> client_id, host, pid), failures and departures, complete
@@ -29,9 +32,11 @@
  *
  * Compaction: when the log exceeds max(64 MiB, 2 x snapshot), a snapshot
  * is written and a new log (epoch + 1) started, so the bytes written stay
- * within a small multiple of the bytes changed. A write error stops
- * journalling (records would be missing) until a snapshot succeeds,
- * retried every 5 s.
+ * within a small multiple of the bytes changed. A write error (a full
+ * disk) is never acknowledged: the event's OK replies become
+ * COHORT_EJOURNAL (srv_core_event_end), and later changes are refused
+ * before they are applied until a snapshot succeeds, retried every
+ * second (srv_jrn_writable).
  */
 #include <errno.h>
 #include <fcntl.h>
