@@ -3,6 +3,11 @@
  * members, groups and cached replies survive a restart; a torn last
  * record is ignored; compaction; a retried add after a restart is applied
  * once; members have their dead-after from the restart to come back.
+ * Integrity: damage (a flipped byte at the start, middle or end, a bad
+ * magic, a damaged snapshot) refuses to start and --recover keeps every
+ * whole record; a truncated, empty or missing log is an error where the
+ * manifest says it holds state; a read-only directory is an error. A
+ * full disk (a small tmpfs) acknowledges nothing it could not journal.
  */
 #include <fcntl.h>
 #include <inttypes.h>
