@@ -958,13 +958,12 @@ load_log(struct srv_core *core, struct srv_jrn *j, bool must, bool recover,
 			    j->dir, j->epoch,
 			    j->st.snap_bytes > 0 ? "the snapshot alone"
 			                         : "an empty state"));
-		if (must) {
+		if (must)
 			cohort__warn("%s/%s is %s --recover: starting from %s",
-			    j->dir, name, fd < 0 ? "missing," : "empty,",
+			    j->dir, name,
+			    fd < 0 ? "missing," : "empty or short,",
 			    j->st.snap_bytes > 0 ? "the snapshot alone"
 			                         : "an empty state");
-			*damaged = true;
-		}
 		if ((j->fd = log_create(j, j->epoch)) < 0)
 			return (cohort__err(COHORT_EJOURNAL, "%s/%s: %s",
 			    j->dir, name, strerror(errno)));
@@ -1223,6 +1222,22 @@ srv_core_journal_open(
 	    != COHORT_OK) {
 		jrn_free(j);
 		return (rv);
+	}
+	if (o->recover && have_man && j->epoch < mepoch) {
+		/* The snapshot of the manifest's epoch is gone (or older):
+		 * its log cannot be replayed without it; keep it aside
+		 * rather than let it be removed as stale. */
+		char lname[64], aside[96];
+		log_name(lname, sizeof(lname), mepoch);
+		if ((rv = keep_aside(j, lname, aside, sizeof(aside)))
+		    != COHORT_OK) {
+			jrn_free(j);
+			return (rv);
+		}
+		cohort__warn("%s --recover: the snapshot of epoch %" PRIu64
+		             " is missing; its log is kept as %s (if it "
+		             "existed), the state starts from epoch %" PRIu64,
+		    o->dir, mepoch, aside, j->epoch);
 	}
 	if (o->recover && (snap_bad || log_bad)) {
 		char lname[64], aside[2][96] = { "", "" };
