@@ -673,6 +673,42 @@ srv_core_cancel(struct srv_job *job, uint64_t client_id, uint64_t seq,
 }
 
 void
+srv_core_loop_lag(struct srv_core *core, cohort__time lag_ms, cohort__time now)
+{
+	struct srv_hnode *n;
+	size_t i, nmem = 0;
+
+	if (lag_ms < 0)
+		lag_ms = 0;
+	core->m.loop_lag_ms = lag_ms;
+	if (lag_ms > core->m.loop_lag_max_ms)
+		core->m.loop_lag_max_ms = lag_ms;
+	if (lag_ms < SRV_LOOP_STALL_MS)
+		return;
+	core->m.loop_stalls++;
+	/* Whatever members sent during the stall is still queued: judge
+	 * them from now on, never for cohortd's own silence. */
+	for (n = srv_map_next(&core->jobs, &i, NULL); n != NULL;
+	     n = srv_map_next(&core->jobs, &i, n)) {
+		struct srv_job *job = SRV_CONTAINER(n, struct srv_job, hn);
+		for (uint32_t r = 0; job->members != NULL && r < job->world;
+		     r++) {
+			struct srv_member *m = &job->members[r];
+			if (m->state != SRV_MEMBER_RUNNING)
+				continue;
+			if (m->last_seen < now)
+				m->last_seen = now;
+			nmem++;
+		}
+	}
+	cohort__warn("event loop stalled for %.1f s (cohortd was stopped, "
+	             "paused or starved): %zu running member%s get%s a fresh "
+	             "dead-after window",
+	    (double)lag_ms / 1000.0, nmem, nmem == 1 ? "" : "s",
+	    nmem == 1 ? "s" : "");
+}
+
+void
 srv_core_sweep(struct srv_core *core, cohort__time now)
 {
 	struct srv_hnode *n, *next;

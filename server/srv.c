@@ -68,6 +68,7 @@ struct cohort__srv {
 	void *http; /* http.c */
 	char *http_url;
 	cohort__time idle_since; /* last time a client was connected */
+	cohort__time sweep_due; /* when the pending sweep should run */
 	struct srv_tstore **tstores; /* --torch-store listeners */
 	size_t ntstores;
 };
@@ -288,6 +289,7 @@ srv_sweep_cb(void *arg)
 	struct cohort__srv *s = arg;
 	struct srvctx *out;
 	uint32_t closes[SRV_CLOSE_PIPES];
+	cohort__time now;
 	size_t nclose;
 	int sfd;
 
@@ -298,7 +300,11 @@ srv_sweep_cb(void *arg)
 		pthread_mutex_unlock(&s->mtx);
 		return;
 	}
-	srv_core_sweep(s->core, cohort__now_ms());
+	now = cohort__now_ms();
+	/* Loop lag: how late this sweep runs (the mutex included). A
+	 * stall (SIGSTOP, VM pause) delays it by the whole pause. */
+	srv_core_loop_lag(s->core, now - s->sweep_due, now);
+	srv_core_sweep(s->core, now);
 	nclose = srv_core_take_pipes_to_close(s->core, cohort__now_ms(),
 	    closes, sizeof(closes) / sizeof(closes[0]));
 	sfd = srv_jrn_sync_fd(s->core);
@@ -316,6 +322,9 @@ srv_sweep_cb(void *arg)
 		(void)fdatasync(sfd);
 		close(sfd);
 	}
+	pthread_mutex_lock(&s->mtx);
+	s->sweep_due = cohort__now_ms() + SRV_SWEEP_MS;
+	pthread_mutex_unlock(&s->mtx);
 	nng_sleep_aio(SRV_SWEEP_MS, s->sweep);
 }
 
@@ -637,6 +646,7 @@ cohort__srv_start(
 	            s, cfg->http, &s->http, &s->http_url))
 	        != COHORT_OK)
 		goto out_close_sock;
+	s->sweep_due = cohort__now_ms() + SRV_SWEEP_MS;
 	nng_sleep_aio(SRV_SWEEP_MS, s->sweep);
 	*out = s;
 	return (COHORT_OK);

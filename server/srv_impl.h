@@ -342,6 +342,9 @@ struct srv_metrics {
 	uint64_t collectives;
 	uint64_t stalls; /* stall warnings logged */
 	uint64_t dropped_closed; /* requests of closed connections */
+	uint64_t loop_stalls; /* event-loop stalls (srv_core_loop_stall) */
+	cohort__time loop_lag_ms; /* lag of the last sweep */
+	cohort__time loop_lag_max_ms; /* largest lag seen */
 };
 
 struct srv_jrn;
@@ -407,6 +410,17 @@ void srv_core_dispatch(struct srv_core *core, nng_msg *msg, uint32_t pipe,
     void *tp, cohort__time now);
 /* Deadlines and heartbeat silence. */
 void srv_core_sweep(struct srv_core *core, cohort__time now);
+/* The transport's sweep ran lag_ms later than due (measured by the
+ * transport, which knows the interval). Records the lag; a lag of at
+ * least SRV_LOOP_STALL_MS is a stall of cohortd itself (SIGSTOP, a VM
+ * pause, a long page-in): the heartbeats queued meanwhile have not been
+ * read yet, so every running member gets a fresh dead-after window from
+ * now instead of being declared dead for cohortd's own silence. Call it
+ * before srv_core_sweep. */
+void srv_core_loop_lag(
+    struct srv_core *core, cohort__time lag_ms, cohort__time now);
+/* A sweep this late is a stall (docs/coordinator.md, Liveness). */
+#define SRV_LOOP_STALL_MS 1000
 /* Pipes due to be closed by now (at most max, removed from the queue).
  *
  * Why cohortd closes a departing client's connection: with nng 1.5.2, a

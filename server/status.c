@@ -354,6 +354,15 @@ srv_metrics_text(struct srv_core *core, cohort__time now)
 	    srv_core_stalled(core, now));
 	M("counter", "stalls_total", "Stall warnings logged.", "%" PRIu64,
 	    core->m.stalls);
+	M("gauge", "loop_lag_seconds",
+	    "How late the last 100 ms sweep ran (event-loop lag).", "%.3f",
+	    (double)core->m.loop_lag_ms / 1000.0);
+	M("gauge", "loop_lag_max_seconds", "Largest event-loop lag seen.",
+	    "%.3f", (double)core->m.loop_lag_max_ms / 1000.0);
+	M("counter", "loop_stalls_total",
+	    "Event-loop stalls of at least 1 s (members got a fresh "
+	    "dead-after window).",
+	    "%" PRIu64, core->m.loop_stalls);
 	M("counter", "closed_connection_requests_total",
 	    "Requests dropped: their connection had closed.", "%" PRIu64,
 	    core->m.dropped_closed);

@@ -284,6 +284,34 @@ scen_kvisolate(cohort_client *c, const char *arg)
 	return (st != COHORT_ETIMEDOUT);
 }
 
+/* Barriers in a loop for ARG milliseconds (default 20000): prints READY
+ * after the first, then "RESULT barrier_for count=N max_ms=M" (the
+ * slowest barrier). The pause tests stop cohortd or a rank meanwhile. */
+static int
+scen_barrier_for(cohort_client *c, const char *arg)
+{
+	int64_t t0 = worker_now_ms(), end = t0 + worker_arg(arg, 20000);
+	cohort_group *g = cohort_client_world(c);
+	int64_t max_ms = 0;
+	long n = 0;
+
+	WORKER_CHECK("barrier", cohort_barrier(g, "loop", 60000));
+	printf("READY rank=%d pid=%d\n", cohort_client_rank(c), (int)getpid());
+	fflush(stdout);
+	while (worker_now_ms() < end) {
+		int64_t b = worker_now_ms();
+		WORKER_CHECK("barrier", cohort_barrier(g, "loop", 60000));
+		if (worker_now_ms() - b > max_ms)
+			max_ms = worker_now_ms() - b;
+		n++;
+		usleep(2000);
+	}
+	/* the end together, so that no rank leaves while one still waits */
+	WORKER_CHECK("barrier", cohort_barrier(g, "end", 60000));
+	printf("RESULT barrier_for count=%ld max_ms=%" PRId64 "\n", n, max_ms);
+	return (0);
+}
+
 /* Enters barrier "ready", prints READY, then waits in barrier "final"
  * (long timeout) and reports how it ended: the fault tests kill a rank in
  * between and expect EPEERLOST naming it. */
@@ -441,6 +469,7 @@ static const struct {
 	{ "allreduce_env", scen_allreduce_env },
 	{ "open", scen_open_close },
 	{ "barrier", scen_barrier },
+	{ "barrier_for", scen_barrier_for },
 	{ "bcast", scen_bcast },
 	{ "decide", scen_decide },
 	{ "reduce", scen_reduce },
