@@ -268,14 +268,15 @@ srv_body_mutating(int body)
 }
 
 void
-srv_client_cache_put(
-    struct srv_client *cl, uint64_t seq, nng_msg *m, bool durable)
+srv_client_cache_put(struct srv_client *cl, uint64_t seq, uint32_t rhash,
+    nng_msg *m, bool durable)
 {
 	unsigned i = cl->cache_next++ % SRV_CACHE;
 
 	if (cl->cache[i].msg != NULL)
 		nng_msg_free(cl->cache[i].msg);
 	cl->cache[i].seq = seq;
+	cl->cache[i].rhash = rhash;
 	cl->cache[i].msg = m;
 	cl->cache[i].durable = durable;
 }
@@ -294,7 +295,7 @@ call_cache(struct srv_call *c, nng_msg *m)
 	/* A mutating op's reply is journalled with it, so that a retry
 	 * after a coordinator restart is answered from the cache too. */
 	durable = srv_body_mutating(c->body);
-	srv_client_cache_put(cl, c->seq, dup, durable);
+	srv_client_cache_put(cl, c->seq, c->rhash, dup, durable);
 	if (durable)
 		srv_jrn_reply(cl, c->seq, dup);
 }

@@ -155,6 +155,10 @@ struct srv_call {
 	void *tp; /* transport handle, opaque */
 	uint64_t seq;
 	int body; /* Cohort__Request__BodyCase */
+	/* What the request asks (body kind, packed body, payload length
+	 * and head), never 0: a cached reply or a parked slot is handed
+	 * only to a retry of the same request. */
+	uint32_t rhash;
 	enum srv_park park;
 	cohort__time start;
 	cohort__time deadline;
@@ -228,6 +232,7 @@ struct srv_client {
 	cohort__time last_seen;
 	struct {
 		uint64_t seq;
+		uint32_t rhash; /* the request's srv_call.rhash; 0: unknown */
 		nng_msg *msg;
 		bool durable; /* journalled (the reply of a mutating op) */
 	} cache[SRV_CACHE];
@@ -479,9 +484,10 @@ void srv_client_set_pipe(struct srv_client *cl, uint32_t pipe);
 /* The job's client id, created if absent (NULL: ENOMEM). */
 struct srv_client *srv_client_get(
     struct srv_job *job, uint64_t id, cohort__time now);
-/* Puts a reply into the client's cache ring, taking m. */
-void srv_client_cache_put(
-    struct srv_client *cl, uint64_t seq, nng_msg *m, bool durable);
+/* Puts a reply into the client's cache ring, taking m; rhash: the
+ * request's (0: unknown, as for replies restored from the journal). */
+void srv_client_cache_put(struct srv_client *cl, uint64_t seq, uint32_t rhash,
+    nng_msg *m, bool durable);
 /* Whether a request body changes state (its reply is journalled). */
 bool srv_body_mutating(int body);
 

@@ -1,0 +1,171 @@
+/*
+ * test_srv_harden.c - cohortd's core under a hostile or unlucky world
+ * (issue 12): its own stalls, connections that speak for another client,
+ * limits, expiry of abandoned jobs, idle connections. Driven through the
+ * core's entry points with a fake clock (tests/unit/srv_fixture.h); the
+ * transport passes nng's pipe id as `pipe`, as here.
+ */
+#include <string.h>
+
+#include "srv_fixture.h"
+
+Suite *suite_srv_harden(void);
+
+static struct srv_job *
+hd_job(struct fx *f, const char *name)
+{
+	struct srv_hnode *n = srv_map_get(&f->core->jobs, name, strlen(name));
+
+	return (n != NULL ? SRV_CONTAINER(n, struct srv_job, hn) : NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Finding 3: a stall of cohortd is not a member's silence                 */
+/* ------------------------------------------------------------------------ */
+
+START_TEST(test_loop_stall_gives_fresh_window)
+{
+	struct fx *f = fx_new();
+	struct fx_cli c[2];
+	struct srv_job *job;
+
+	fx_form(f, c, 2, "j");
+	job = hd_job(f, "j");
+	/* cohortd stops for 10 s (dead-after is 5 s): the transport sees
+	 * the sweep 10 s late and says so before sweeping */
+	f->now += 10000;
+	srv_core_loop_lag(f->core, 9900, f->now);
+	srv_core_sweep(f->core, f->now);
+	ck_assert_int_eq(job->members[0].state, SRV_MEMBER_RUNNING);
+	ck_assert_int_eq(job->members[1].state, SRV_MEMBER_RUNNING);
+	ck_assert_uint_eq(f->core->m.loop_stalls, 1);
+	ck_assert_int_eq(f->core->m.loop_lag_max_ms, 9900);
+	/* the queued heartbeat of rank 0 arrives; rank 1 stays silent and
+	 * is declared dead one dead-after after the stall, not before */
+	fx_want(f, fx_heartbeat(f, &c[0], "", 0, "", false, 0), COHORT_OK);
+	fx_tick(f, 4900);
+	ck_assert_int_eq(job->members[1].state, SRV_MEMBER_RUNNING);
+	fx_want(f, fx_heartbeat(f, &c[0], "", 0, "", false, 0), COHORT_OK);
+	fx_tick(f, 200);
+	ck_assert_int_eq(job->members[0].state, SRV_MEMBER_RUNNING);
+	ck_assert_int_eq(job->members[1].state, SRV_MEMBER_FAILED);
+	ck_assert_ptr_nonnull(strstr(job->failed_text, "no heartbeat"));
+	/* a small lag is only measured */
+	srv_core_loop_lag(f->core, 300, f->now);
+	ck_assert_uint_eq(f->core->m.loop_stalls, 1);
+	ck_assert_int_eq(f->core->m.loop_lag_ms, 300);
+	fx_free(f);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* Finding 9: the reply cache is bound to the connection and the request   */
+/* ------------------------------------------------------------------------ */
+
+START_TEST(test_other_connection_gets_nothing_of_a_client)
+{
+	struct fx *f = fx_new();
+	struct fx_cli c[2], imp;
+	Cohort__Request rq = COHORT__REQUEST__INIT;
+	Cohort__KvGet g = COHORT__KV_GET__INIT;
+	struct srv_job *job;
+	uint64_t seq;
+	uintptr_t t;
+
+	fx_form(f, c, 2, "j");
+	job = hd_job(f, "j");
+	fx_want(f, fx_kv_set(f, &c[0], "secret", "member-0-value"), COHORT_OK);
+	seq = c[0].seq;
+	/* a second connection with rank 0's client id and seq, asking for
+	 * something else */
+	imp = c[0];
+	imp.pipe = 99;
+	g.key = "other";
+	rq.body_case = COHORT__REQUEST__BODY_KV_GET;
+	rq.kv_get = &g;
+	rq.seq = seq;
+	t = fx_send(f, &imp, &rq, NULL, 0);
+	ck_assert_ptr_nonnull(
+	    strstr(fx_want(f, t, COHORT_EEXIST)->error, "another connection"));
+	/* even the very same request gets nothing from there */
+	{
+		Cohort__Request r2 = COHORT__REQUEST__INIT;
+		Cohort__KvSet s = COHORT__KV_SET__INIT;
+		s.key = "secret";
+		r2.body_case = COHORT__REQUEST__BODY_KV_SET;
+		r2.kv_set = &s;
+		r2.seq = seq;
+		fx_want(f, fx_send(f, &imp, &r2, "member-0-value", 14),
+		    COHORT_EEXIST);
+	}
+	/* closing that connection does not fail the real member */
+	srv_core_pipe_closed(f->core, 99, f->now);
+	ck_assert_int_eq(job->members[0].state, SRV_MEMBER_RUNNING);
+	ck_assert_int_eq(job->state, SRV_JOB_RUNNING);
+	{
+		uintptr_t b0 = fx_barrier(f, &c[0], "after", 1, 30000);
+		uintptr_t b1 = fx_barrier(f, &c[1], "after", 1, 30000);
+		fx_want(f, b0, COHORT_OK);
+		fx_want(f, b1, COHORT_OK);
+	}
+	/* and its requests were no sign of life for the member */
+	fx_tick(f, 3000);
+	imp.pipe = 98;
+	fx_want(f, fx_heartbeat(f, &imp, "", 0, "", false, 0), COHORT_EEXIST);
+	fx_tick(f, 2200);
+	ck_assert_int_eq(job->members[0].state, SRV_MEMBER_FAILED);
+	fx_free(f);
+}
+END_TEST
+
+START_TEST(test_cached_reply_only_for_the_same_request)
+{
+	struct fx *f = fx_new();
+	struct fx_cli c[2];
+	Cohort__Request rq = COHORT__REQUEST__INIT;
+	Cohort__KvGet g = COHORT__KV_GET__INIT;
+	uint64_t seq;
+	uintptr_t t;
+
+	fx_form(f, c, 2, "j");
+	fx_want(f, fx_kv_set(f, &c[0], "k", "v1"), COHORT_OK);
+	seq = c[0].seq;
+	/* the same seq for another request, over the client's own
+	 * connection: refused, not answered with the set's reply */
+	g.key = "k";
+	rq.body_case = COHORT__REQUEST__BODY_KV_GET;
+	rq.kv_get = &g;
+	rq.seq = seq;
+	t = fx_send(f, &c[0], &rq, NULL, 0);
+	ck_assert_ptr_nonnull(
+	    strstr(fx_want(f, t, COHORT_EINVAL)->error, "was used for"));
+	/* a real retry (same request) is answered from the cache, once */
+	{
+		Cohort__Request r2 = COHORT__REQUEST__INIT;
+		Cohort__KvSet s = COHORT__KV_SET__INIT;
+		s.key = "k";
+		r2.body_case = COHORT__REQUEST__BODY_KV_SET;
+		r2.kv_set = &s;
+		r2.seq = seq;
+		fx_want(f, fx_send(f, &c[0], &r2, "v1", 2), COHORT_OK);
+		/* same key and length, other value head: another request */
+		r2.seq = seq;
+		fx_want(f, fx_send(f, &c[0], &r2, "v2", 2), COHORT_EINVAL);
+	}
+	fx_free(f);
+}
+END_TEST
+
+Suite *
+suite_srv_harden(void)
+{
+	Suite *s = suite_create("srv_harden");
+	TCase *tc = tcase_create("harden");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_loop_stall_gives_fresh_window);
+	tcase_add_test(tc, test_other_connection_gets_nothing_of_a_client);
+	tcase_add_test(tc, test_cached_reply_only_for_the_same_request);
+	suite_add_tcase(s, tc);
+	return (s);
+}
