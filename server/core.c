@@ -14,10 +14,19 @@
 
 #include "srv_impl.h"
 
+/* A connection: its clients, and (once its open event was seen) what
+ * the idle and first-request timeouts need. A pipe known only through
+ * its clients (unit tests, TCPStore's synthetic ids) goes with its last
+ * client; a connection goes with its close event. */
 struct srv_pipe {
 	struct srv_hnode hn;
 	uint32_t id;
 	struct srv_link clients;
+	bool conn; /* srv_core_pipe_opened seen */
+	bool closing; /* handed to the transport to close */
+	cohort__time opened;
+	cohort__time last_msg; /* last complete request */
+	uint64_t nmsg;
 };
 
 /* A pipe whose close event was seen. nng allocates pipe ids sequentially
@@ -466,10 +475,103 @@ pipe_unlink(struct srv_core *core, struct srv_client *cl)
 	if (n == NULL)
 		return;
 	p = SRV_CONTAINER(n, struct srv_pipe, hn);
-	if (srv_list_empty(&p->clients)) {
+	if (srv_list_empty(&p->clients) && !p->conn) {
 		srv_map_del(&core->pipes, &p->hn);
 		free(p);
 	}
+}
+
+static struct srv_pipe *
+pipe_find(const struct srv_core *core, uint32_t pipe)
+{
+	struct srv_hnode *n = srv_map_get(&core->pipes, &pipe, sizeof(pipe));
+
+	return (n != NULL ? SRV_CONTAINER(n, struct srv_pipe, hn) : NULL);
+}
+
+void
+srv_core_pipe_opened(struct srv_core *core, uint32_t pipe, cohort__time now)
+{
+	struct srv_pipe *p = pipe_find(core, pipe);
+
+	if (pipe == 0)
+		return;
+	if (p == NULL) {
+		if ((p = calloc(1, sizeof(*p))) == NULL)
+			return; /* untracked: only its clients keep it */
+		p->id = pipe;
+		srv_list_init(&p->clients);
+		if (srv_map_put(&core->pipes, &p->hn, &p->id, sizeof(p->id))
+		    != COHORT_OK) {
+			free(p);
+			return;
+		}
+	}
+	p->conn = true;
+	p->opened = now;
+	p->last_msg = now;
+	core->m.conns_opened++;
+}
+
+void
+srv_core_pipe_request(struct srv_core *core, uint32_t pipe, cohort__time now)
+{
+	struct srv_pipe *p = pipe_find(core, pipe);
+
+	if (p != NULL && p->conn) {
+		p->last_msg = now;
+		p->nmsg++;
+	}
+}
+
+/* Whether a connection has something to wait for: a running member or
+ * a parked request (an answer that must leave through it). */
+static bool
+pipe_busy(const struct srv_pipe *p)
+{
+	const struct srv_link *l;
+
+	for (l = p->clients.next; l != &p->clients; l = l->next) {
+		const struct srv_client *cl
+		    = SRV_CONTAINER(l, struct srv_client, plink);
+		if (!srv_list_empty(&cl->parked)
+		    || (cl->member != NULL
+		        && cl->member->state == SRV_MEMBER_RUNNING))
+			return (true);
+	}
+	return (false);
+}
+
+size_t
+srv_core_take_idle_pipes(
+    struct srv_core *core, cohort__time now, uint32_t *out, size_t max)
+{
+	struct srv_hnode *n;
+	size_t i, k = 0;
+
+	for (n = srv_map_next(&core->pipes, &i, NULL); n != NULL && k < max;
+	     n = srv_map_next(&core->pipes, &i, n)) {
+		struct srv_pipe *p = SRV_CONTAINER(n, struct srv_pipe, hn);
+		if (!p->conn || p->closing)
+			continue;
+		if (p->nmsg == 0) {
+			if (now - p->opened < core->first_request_ms)
+				continue;
+			core->m.conns_closed_first++;
+			cohort__debug("closing connection %u: no complete "
+			              "request within %.1f s",
+			    p->id, (double)core->first_request_ms / 1000.0);
+		} else {
+			if (now - p->last_msg < core->idle_ms || pipe_busy(p))
+				continue;
+			core->m.conns_closed_idle++;
+			cohort__debug("closing connection %u: idle for %.1f s",
+			    p->id, (double)(now - p->last_msg) / 1000.0);
+		}
+		p->closing = true;
+		out[k++] = p->id;
+	}
+	return (k);
 }
 
 size_t
@@ -647,6 +749,11 @@ srv_core_pipe_closed(struct srv_core *core, uint32_t pipe, cohort__time now)
 		}
 		srv_job_maybe_remove(job);
 	}
+	if ((p = pipe_find(core, pipe)) != NULL) {
+		COHORT__ASSERT(srv_list_empty(&p->clients));
+		srv_map_del(&core->pipes, &p->hn);
+		free(p);
+	}
 	srv_jrn_flush(core, now);
 }
 
@@ -701,6 +808,15 @@ srv_core_loop_lag(struct srv_core *core, cohort__time lag_ms, cohort__time now)
 				m->last_seen = now;
 			nmem++;
 		}
+	}
+	/* and connections their first request or idle time */
+	for (n = srv_map_next(&core->pipes, &i, NULL); n != NULL;
+	     n = srv_map_next(&core->pipes, &i, n)) {
+		struct srv_pipe *p = SRV_CONTAINER(n, struct srv_pipe, hn);
+		if (p->opened < now && p->nmsg == 0)
+			p->opened = now;
+		if (p->last_msg < now)
+			p->last_msg = now;
 	}
 	cohort__warn("event loop stalled for %.1f s (cohortd was stopped, "
 	             "paused or starved): %zu running member%s get%s a fresh "
@@ -758,6 +874,8 @@ srv_core_new(const struct srv_limits *lim, const char *admin_token,
 	core->started = now;
 	core->rnd = cohort__now_ns() ^ (uint64_t)(uintptr_t)core;
 	core->stall_ms = SRV_DEFAULT_STALL_MS;
+	core->first_request_ms = COHORT__SRV_DEFAULT_FIRST_REQUEST_MS;
+	core->idle_ms = COHORT__SRV_DEFAULT_IDLE_MS;
 	srv_map_init(&core->jobs);
 	srv_map_init(&core->pipes);
 	srv_map_init(&core->closed);

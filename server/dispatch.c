@@ -351,6 +351,7 @@ srv_core_dispatch(struct srv_core *core, nng_msg *msg, uint32_t pipe, void *tp,
 	cohort_status rv;
 
 	core->m.requests++;
+	srv_core_pipe_request(core, pipe, now);
 	if (srv_core_pipe_is_closed(core, pipe)) {
 		/* Received before its connection's close event but handled
 		 * after it: nobody can hear the reply, and handling it would

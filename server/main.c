@@ -75,6 +75,16 @@ main_usage(FILE *f)
 	    "always, none\n"
 	    "  --stall-threshold MS   log and show collectives waiting "
 	    "longer (default %u)\n"
+	    "  --first-request-timeout MS\n"
+	    "                         close a connection that has not "
+	    "completed a\n"
+	    "                         request this long after connecting "
+	    "(default %u)\n"
+	    "  --idle-timeout MS      close a connection with no running "
+	    "member and no\n"
+	    "                         waiting request that sent nothing "
+	    "complete this\n"
+	    "                         long (default %u)\n"
 	    "  --log-level LEVEL      error, warn, info (default), debug, "
 	    "trace\n"
 	    "  --restore-grace MS     after a restart from --state-dir, how "
@@ -99,6 +109,8 @@ main_usage(FILE *f)
 	    (unsigned long long)COHORT__SRV_DEFAULT_MAX_JOB_BYTES,
 	    (unsigned)COHORT__SRV_DEFAULT_MAX_KEYS,
 	    (unsigned)COHORT__SRV_DEFAULT_STALL_MS,
+	    (unsigned)COHORT__SRV_DEFAULT_FIRST_REQUEST_MS,
+	    (unsigned)COHORT__SRV_DEFAULT_IDLE_MS,
 	    (unsigned)COHORT__SRV_DEFAULT_RESTORE_GRACE_MS,
 	    (unsigned)MAIN_DEFAULT_DRAIN_MS);
 }
@@ -280,6 +292,20 @@ main(int argc, char **argv)
 				return (2);
 			}
 			cfg.stall_threshold_ms = (uint32_t)ms;
+		} else if (strcmp(a, "--first-request-timeout") == 0
+		    || strcmp(a, "--idle-timeout") == 0) {
+			uint64_t ms;
+			if (main_u64(a, v, &ms) != 0)
+				return (2);
+			if (ms > UINT32_MAX) {
+				fprintf(stderr, "cohortd: %s: at most %u ms\n",
+				    a, UINT32_MAX);
+				return (2);
+			}
+			if (a[2] == 'f')
+				cfg.first_request_ms = (uint32_t)ms;
+			else
+				cfg.idle_ms = (uint32_t)ms;
 		} else if (strcmp(a, "--drain") == 0) {
 			if (main_u64(a, v, &drain_ms) != 0)
 				return (2);

@@ -66,9 +66,22 @@ struct cohort__srv_config {
 	/* A TCPStore request left incomplete this long closes its
 	 * connection; 0 = 30 s. */
 	uint32_t torch_store_partial_ms;
+	/* A connection that has not completed a request this long after it
+	 * was established is closed; 0 = COHORT__SRV_DEFAULT_FIRST_REQUEST_MS.
+	 */
+	uint32_t first_request_ms;
+	/* A connection without a running member or a parked request that
+	 * sent no complete request this long is closed; 0 =
+	 * COHORT__SRV_DEFAULT_IDLE_MS. */
+	uint32_t idle_ms;
 };
 
 #define COHORT__SRV_DEFAULT_STALL_MS 60000u
+/* A connection's first complete request must arrive within this. */
+#define COHORT__SRV_DEFAULT_FIRST_REQUEST_MS 10000u
+/* A connection with no running member and no parked request, silent
+ * this long, is closed. */
+#define COHORT__SRV_DEFAULT_IDLE_MS 60000u
 #define COHORT__SRV_DEFAULT_RESTORE_GRACE_MS 15000u
 
 struct cohort__srv;

@@ -269,13 +269,15 @@ srv_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 	struct cohort__srv *s = arg;
 	struct srvctx *out;
 
-	(void)ev;
 	pthread_mutex_lock(&s->mtx);
 	if (s->stopping) {
 		pthread_mutex_unlock(&s->mtx);
 		return;
 	}
-	srv_core_pipe_closed(s->core, p.id, cohort__now_ms());
+	if (ev == NNG_PIPE_EV_ADD_POST)
+		srv_core_pipe_opened(s->core, p.id, cohort__now_ms());
+	else
+		srv_core_pipe_closed(s->core, p.id, cohort__now_ms());
 	out = srv_take_outbox(s);
 	pthread_mutex_unlock(&s->mtx);
 	srv_flush(s, out);
@@ -307,6 +309,8 @@ srv_sweep_cb(void *arg)
 	srv_core_sweep(s->core, now);
 	nclose = srv_core_take_pipes_to_close(s->core, cohort__now_ms(),
 	    closes, sizeof(closes) / sizeof(closes[0]));
+	nclose += srv_core_take_idle_pipes(s->core, now, closes + nclose,
+	    sizeof(closes) / sizeof(closes[0]) - nclose);
 	sfd = srv_jrn_sync_fd(s->core);
 	out = srv_take_outbox(s);
 	pthread_mutex_unlock(&s->mtx);
@@ -573,6 +577,11 @@ cohort__srv_start(
 	s->core->stall_ms = cfg->stall_threshold_ms
 	    ? (cohort__time)cfg->stall_threshold_ms
 	    : (cohort__time)COHORT__SRV_DEFAULT_STALL_MS;
+	if (cfg->first_request_ms != 0)
+		s->core->first_request_ms
+		    = (cohort__time)cfg->first_request_ms;
+	if (cfg->idle_ms != 0)
+		s->core->idle_ms = (cohort__time)cfg->idle_ms;
 	s->core->restore_grace_ms = cfg->restore_grace_ms
 	    ? (cohort__time)cfg->restore_grace_ms
 	    : (cohort__time)COHORT__SRV_DEFAULT_RESTORE_GRACE_MS;
@@ -606,6 +615,7 @@ cohort__srv_start(
 	}
 	nng_socket_set_size(
 	    s->sock, NNG_OPT_RECVMAXSZ, (size_t)lim.max_value + (1u << 20));
+	nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_POST, srv_pipe_cb, s);
 	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, srv_pipe_cb, s);
 	if ((nrv = nng_aio_alloc(&s->sweep, srv_sweep_cb, s)) != 0) {
 		rv = COHORT_ENOMEM;
@@ -658,6 +668,7 @@ out_close_sock:
 	if (s->http != NULL)
 		cohort__srv_http_stop(s->http);
 	s->stopping = true;
+	nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_POST, NULL, NULL);
 	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, NULL, NULL);
 	nng_close(s->sock);
 	goto out_free_ctxs;
@@ -717,6 +728,7 @@ cohort__srv_stop(struct cohort__srv *s)
 		pthread_cond_timedwait(&s->cv, &s->mtx, &ts);
 	}
 	pthread_mutex_unlock(&s->mtx);
+	nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_POST, NULL, NULL);
 	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, NULL, NULL);
 	nng_close(s->sock);
 	while (s->all != NULL) {

@@ -348,6 +348,9 @@ struct srv_metrics {
 	uint64_t stalls; /* stall warnings logged */
 	uint64_t dropped_closed; /* requests of closed connections */
 	uint64_t loop_stalls; /* event-loop stalls (srv_core_loop_stall) */
+	uint64_t conns_opened; /* connections (srv_core_pipe_opened) */
+	uint64_t conns_closed_first; /* no first request in time */
+	uint64_t conns_closed_idle; /* idle past --idle-timeout */
 	cohort__time loop_lag_ms; /* lag of the last sweep */
 	cohort__time loop_lag_max_ms; /* largest lag seen */
 };
@@ -386,6 +389,8 @@ struct srv_core {
 	 * processed after the event does not re-register its connection. */
 	struct srv_map closed;
 	cohort__time stall_ms; /* --stall-threshold */
+	cohort__time first_request_ms; /* --first-request-timeout */
+	cohort__time idle_ms; /* --idle-timeout */
 	cohort__time restore_grace_ms; /* --restore-grace */
 	bool draining; /* SIGTERM: /readyz answers 503, then the stop */
 	cohort__time stall_next; /* next stall check */
@@ -440,6 +445,23 @@ size_t srv_core_take_pipes_to_close(
     struct srv_core *core, cohort__time now, uint32_t *out, size_t max);
 void srv_core_pipe_closed(
     struct srv_core *core, uint32_t pipe, cohort__time now);
+/* A connection was established (nng's ADD_POST pipe event): from now on
+ * it is tracked for the timeouts below until its close event. */
+void srv_core_pipe_opened(
+    struct srv_core *core, uint32_t pipe, cohort__time now);
+/* A complete request arrived over pipe (srv_core_dispatch calls it). */
+void srv_core_pipe_request(
+    struct srv_core *core, uint32_t pipe, cohort__time now);
+/* Connections to close now (at most max, each handed out once):
+ *  - no complete request within first_request_ms of being established
+ *    (a connection held open silently, or a frame that never completes:
+ *    nng reads a frame's declared length, then waits for the rest);
+ *  - no complete request for idle_ms, and neither a running member nor
+ *    a parked request on it (a partial frame after earlier requests
+ *    looks the same from here).
+ * A member's connection is judged by its heartbeats (dead-after). */
+size_t srv_core_take_idle_pipes(
+    struct srv_core *core, cohort__time now, uint32_t *out, size_t max);
 /* Answers the parked request seq of client id in job with st and why
  * (a client gave up waiting, e.g. TCPStore's CANCEL_WAIT). Returns false
  * if no such request is parked (it was answered already). */

@@ -363,6 +363,17 @@ srv_metrics_text(struct srv_core *core, cohort__time now)
 	    "Event-loop stalls of at least 1 s (members got a fresh "
 	    "dead-after window).",
 	    "%" PRIu64, core->m.loop_stalls);
+	M("gauge", "connections", "Connections open (nng pipes).", "%zu",
+	    core->pipes.n);
+	M("counter", "connections_total", "Connections established.",
+	    "%" PRIu64, core->m.conns_opened);
+	M("counter", "connections_closed_first_request_total",
+	    "Connections closed: no complete request within "
+	    "--first-request-timeout.",
+	    "%" PRIu64, core->m.conns_closed_first);
+	M("counter", "connections_closed_idle_total",
+	    "Connections closed: idle past --idle-timeout.", "%" PRIu64,
+	    core->m.conns_closed_idle);
 	M("counter", "closed_connection_requests_total",
 	    "Requests dropped: their connection had closed.", "%" PRIu64,
 	    core->m.dropped_closed);

@@ -156,6 +156,70 @@ START_TEST(test_cached_reply_only_for_the_same_request)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------ */
+/* Finding 8: idle connections and ones that never complete a request      */
+/* ------------------------------------------------------------------------ */
+
+static size_t
+hd_idle(struct fx *f, uint32_t *out)
+{
+	return (srv_core_take_idle_pipes(f->core, f->now, out, 16));
+}
+
+START_TEST(test_idle_connections_closed_busy_ones_kept)
+{
+	struct fx *f = fx_new();
+	struct fx_cli c[2], k;
+	uint32_t out[16];
+	struct srv_job *job;
+
+	f->core->first_request_ms = 10000;
+	f->core->idle_ms = 60000;
+	/* members on 10 and 11, a KV waiter on 12, silent 13, one request
+	 * then silence on 14 */
+	for (uint32_t p = 10; p <= 14; p++)
+		srv_core_pipe_opened(f->core, p, f->now);
+	fx_form(f, c, 2, "j");
+	job = hd_job(f, "j");
+	fx_cli_init(&k, "j", 500, 12);
+	(void)fx_kv_get(f, &k, "never", true, UINT32_MAX);
+	{
+		struct fx_cli s;
+		fx_cli_init(&s, "j", 501, 14);
+		fx_want(f, fx_kv_set(f, &s, "x", "1"), COHORT_OK);
+	}
+	f->now += 9999;
+	ck_assert_uint_eq(hd_idle(f, out), 0);
+	f->now += 1;
+	ck_assert_uint_eq(hd_idle(f, out), 1);
+	ck_assert_uint_eq(out[0], 13);
+	ck_assert_uint_eq(f->core->m.conns_closed_first, 1);
+	/* handed out once, until its close event */
+	ck_assert_uint_eq(hd_idle(f, out), 0);
+	srv_core_pipe_closed(f->core, 13, f->now);
+	/* the members heartbeat; 60 s later only the silent client's
+	 * connection goes, not the members' nor the waiter's */
+	for (int i = 0; i < 60; i++) {
+		fx_want(
+		    f, fx_heartbeat(f, &c[0], "", 0, "", false, 0), COHORT_OK);
+		fx_want(
+		    f, fx_heartbeat(f, &c[1], "", 0, "", false, 0), COHORT_OK);
+		fx_tick(f, 1000);
+	}
+	ck_assert_uint_eq(hd_idle(f, out), 1);
+	ck_assert_uint_eq(out[0], 14);
+	ck_assert_uint_eq(f->core->m.conns_closed_idle, 1);
+	ck_assert_int_eq(job->state, SRV_JOB_RUNNING);
+	/* a member's connection is judged by dead-after, then by idleness */
+	fx_tick(f, 5100);
+	ck_assert_int_eq(job->state, SRV_JOB_FAILED);
+	ck_assert_uint_eq(hd_idle(f, out), 0);
+	f->now += 60000;
+	ck_assert_uint_eq(hd_idle(f, out), 2);
+	fx_free(f);
+}
+END_TEST
+
 Suite *
 suite_srv_harden(void)
 {
@@ -166,6 +230,7 @@ suite_srv_harden(void)
 	tcase_add_test(tc, test_loop_stall_gives_fresh_window);
 	tcase_add_test(tc, test_other_connection_gets_nothing_of_a_client);
 	tcase_add_test(tc, test_cached_reply_only_for_the_same_request);
+	tcase_add_test(tc, test_idle_connections_closed_busy_ones_kept);
 	suite_add_tcase(s, tc);
 	return (s);
 }
