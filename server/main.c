@@ -54,6 +54,12 @@ main_usage(FILE *f)
 	    "minted token\n"
 	    "                         (jobs of --job keep their own); see "
 	    "docs/security.md\n"
+	    "  --open-status          without an admin secret, anyone may "
+	    "list all jobs\n"
+	    "                         (a private coordinator; default: "
+	    "refused)\n"
+	    "  --metrics-per-job      /metrics adds series labelled with "
+	    "job names\n"
 	    "  --max-value-bytes N    largest KV value / object (default "
 	    "%u)\n"
 	    "  --max-job-bytes N      keys + values per job (default %llu)\n"
@@ -227,6 +233,14 @@ main(int argc, char **argv)
 		}
 		if (strcmp(a, "--require-token") == 0) {
 			cfg.require_token = true;
+			continue;
+		}
+		if (strcmp(a, "--open-status") == 0) {
+			cfg.open_status = true;
+			continue;
+		}
+		if (strcmp(a, "--metrics-per-job") == 0) {
+			cfg.metrics_per_job = true;
 			continue;
 		}
 		if (v == NULL) {

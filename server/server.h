@@ -36,6 +36,11 @@ struct cohort__srv_config {
 	 * minted from admin_token for the job); jobs given in `jobs` (or
 	 * restored from the journal) are joined with their own token. */
 	bool require_token;
+	/* Without an admin secret, a StatusQuery for all jobs is refused
+	 * unless this is set (a private coordinator: `cohort run`). */
+	bool open_status;
+	/* /metrics adds series labelled with job names. */
+	bool metrics_per_job;
 	/* "ADDR:PORT" of the HTTP endpoint (/metrics, /healthz, /readyz);
 	 * NULL = none. */
 	const char *http;

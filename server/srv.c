@@ -574,6 +574,8 @@ cohort__srv_start(
 	    != COHORT_OK)
 		goto out_free;
 	s->core->require_token = cfg->require_token;
+	s->core->open_status = cfg->open_status;
+	s->core->metrics_jobs = cfg->metrics_per_job;
 	s->core->stall_ms = cfg->stall_threshold_ms
 	    ? (cohort__time)cfg->stall_threshold_ms
 	    : (cohort__time)COHORT__SRV_DEFAULT_STALL_MS;

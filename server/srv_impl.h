@@ -373,6 +373,11 @@ struct srv_core {
 	/* --require-token: a join creates a job only with the token minted
 	 * from admin_token for it (docs/security.md). */
 	bool require_token;
+	/* --open-status: a StatusQuery for all jobs needs no admin secret
+	 * when none is configured (a private coordinator). */
+	bool open_status;
+	/* --metrics-per-job: /metrics has series labelled with job names. */
+	bool metrics_jobs;
 	srv_sink_fn sink;
 	void *sink_arg;
 	struct srv_map jobs;

@@ -264,6 +264,15 @@ srv_status_handle(
 	} else if (core->admin_token != NULL && !admin) {
 		srv_call_fail(c, COHORT_EAUTH, "authentication failed");
 		return;
+	} else if (core->admin_token == NULL && !core->open_status) {
+		/* Every job's names, hosts, pids and failure texts: only
+		 * for the operator (docs/security.md). */
+		srv_call_fail(c, COHORT_EAUTH,
+		    "a status query for all jobs needs cohortd's admin "
+		    "secret, and this cohortd has none (--admin-token-file; "
+		    "--open-status for a private coordinator); ask for one "
+		    "job with its token (--job JOB --token-file FILE)");
+		return;
 	}
 	cohort__status_reply__init(&sr);
 	sr.uptime_ms = (uint64_t)(now - core->started);
@@ -299,10 +308,77 @@ srv_status_handle(
 	free(sb.ptrs);
 }
 
+/* A Prometheus label value: backslash, quote and newline escaped. */
+static void
+status_label(char *out, size_t len, const char *s)
+{
+	size_t o = 0;
+
+	for (; *s != '\0' && o + 3 < len; s++) {
+		if (*s == '\\' || *s == '"') {
+			out[o++] = '\\';
+			out[o++] = *s;
+		} else if (*s == '\n') {
+			out[o++] = '\\';
+			out[o++] = 'n';
+		} else {
+			out[o++] = *s;
+		}
+	}
+	out[o] = '\0';
+}
+
+/* --metrics-per-job: series labelled with job names (which tell who runs
+ * what on a shared coordinator, so they are off by default). */
+static void
+status_metrics_jobs(struct srv_core *core, char *buf, size_t cap, size_t *off)
+{
+	static const char *const names[] = { "job_members_running",
+		"job_kv_keys", "job_kv_bytes", "job_failed" };
+	static const char *const help[] = { "Running members of the job.",
+		"Keys of the job.", "Bytes of keys and values of the job.",
+		"1 if the job's generation failed." };
+
+	for (int k = 0; k < 4; k++) {
+		struct srv_hnode *n;
+		size_t i;
+		cohort__appendf(buf, cap, off,
+		    "# HELP cohort_%s %s\n# TYPE cohort_%s gauge\n", names[k],
+		    help[k], names[k]);
+		for (n = srv_map_next(&core->jobs, &i, NULL); n != NULL;
+		     n = srv_map_next(&core->jobs, &i, n)) {
+			struct srv_job *job
+			    = SRV_CONTAINER(n, struct srv_job, hn);
+			char lab[2 * SRV_MAX_NAME + 8];
+			uint64_t v = 0;
+			status_label(lab, sizeof(lab), job->name);
+			if (k == 0) {
+				for (uint32_t r = 0;
+				     job->members != NULL && r < job->world;
+				     r++)
+					v += job->members[r].state
+					    == SRV_MEMBER_RUNNING;
+			} else if (k == 1) {
+				v = srv_kv_count(&job->kv);
+			} else if (k == 2) {
+				v = job->kv.bytes;
+			} else {
+				v = job->state == SRV_JOB_FAILED;
+			}
+			cohort__appendf(buf, cap, off,
+			    "cohort_%s{job=\"%s\"} %" PRIu64 "\n", names[k],
+			    lab, v);
+		}
+	}
+}
+
 char *
 srv_metrics_text(struct srv_core *core, cohort__time now)
 {
-	size_t cap = 4096 + core->jobs.n * 512, off = 0;
+	size_t cap = 8192
+	    + core->jobs.n
+	        * (core->metrics_jobs ? 4 * (2 * SRV_MAX_NAME + 64) : 0),
+	       off = 0;
 	char *buf = malloc(cap);
 	uint64_t keys = 0, bytes = 0, members = 0;
 	struct srv_jrn_stats js;
@@ -394,6 +470,8 @@ srv_metrics_text(struct srv_core *core, cohort__time now)
 		M("counter", "journal_errors_total", "Journal write errors.",
 		    "%" PRIu64, js.errors);
 	}
+	if (core->metrics_jobs)
+		status_metrics_jobs(core, buf, cap, &off);
 #undef M
 	return (buf);
 }

@@ -12,7 +12,9 @@
  *  - 10 connections that send one complete request, read its reply and
  *    then start a frame they never finish are closed within the idle
  *    timeout;
- *  - the job finishes, and /metrics counts the closes.
+ *  - the job finishes, and /metrics counts the closes;
+ *  - `cohort status` without a credential is refused (no admin secret
+ *    here), with the job's token file it shows the job.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -176,6 +178,56 @@ fl_metrics(const char *http)
 	return (th_read_file(path));
 }
 
+/* `cohort status` ARGS...: exit code, output in *out (malloc'd). */
+static int
+fl_status(const char *const *args, char **out)
+{
+	char *argv[12], path[300];
+	static int seq;
+	pid_t p;
+	int n = 0, st;
+
+	argv[n++] = (char *)th_bin("cohort");
+	argv[n++] = "status";
+	for (int i = 0; args[i] != NULL && n < 11; i++)
+		argv[n++] = (char *)args[i];
+	argv[n] = NULL;
+	snprintf(path, sizeof(path), "%s/status-%d.out", th_tmpdir(), seq++);
+	p = th_spawn(argv, NULL, path);
+	ck_assert(th_wait(p, 20000, &st));
+	*out = th_read_file(path);
+	return (th_exit_code(st));
+}
+
+/* Least exposure, end to end: `cohort status` without a credential
+ * learns nothing (cohortd has no admin secret here); with the job's token
+ * it shows the job. */
+static void
+fl_check_status(void)
+{
+	const char *anon[] = { "--coordinator", coord.url, NULL };
+	const char *tok[] = { "--coordinator", coord.url, "--job", "flood",
+		"--token-file", NULL, NULL };
+	char tf[300], *o;
+	FILE *f;
+
+	snprintf(tf, sizeof(tf), "%s/flood.token", th_tmpdir());
+	f = fopen(tf, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("t\n", f);
+	fclose(f);
+	tok[5] = tf;
+	ck_assert_int_ne(fl_status(anon, &o), 0);
+	ck_assert_msg(o != NULL && strstr(o, "COHORT_EAUTH") != NULL
+	        && strstr(o, "admin secret") != NULL
+	        && strstr(o, "flood") == NULL,
+	    "%s", o);
+	free(o);
+	ck_assert_int_eq(fl_status(tok, &o), 0);
+	ck_assert_msg(o != NULL && strstr(o, "flood") != NULL, "%s", o);
+	free(o);
+}
+
 START_TEST(test_idle_and_slowloris_connections_closed)
 {
 	static int fds[FL_N];
@@ -188,6 +240,7 @@ START_TEST(test_idle_and_slowloris_connections_closed)
 	    &w, &coord, "flood", "t", 2, "barrier_for", "15000", NULL);
 	ck_assert_msg(
 	    th_wait_until(all_ready, &w, 3000, 10), "workers never got ready");
+	fl_check_status();
 	t0 = th_now_ms();
 	for (int i = 0; i < FL_N; i++) {
 		fds[i] = fl_connect(coord.port);

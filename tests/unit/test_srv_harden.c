@@ -220,6 +220,76 @@ START_TEST(test_idle_connections_closed_busy_ones_kept)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------ */
+/* Least exposure: status needs a credential; /metrics names no job       */
+/* ------------------------------------------------------------------------ */
+
+START_TEST(test_anonymous_status_refused)
+{
+	struct fx *f = fx_new();
+	struct fx_cli c[2], anon;
+	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
+	Cohort__Reply *r;
+
+	fx_form(f, c, 2, "secret-project");
+	/* no job, no token, no admin secret configured */
+	fx_cli_init(&anon, "", 7, 77);
+	anon.token = "";
+	sq.job = "";
+	r = fx_want(f,
+	    fx_simple(f, &anon, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
+	    COHORT_EAUTH);
+	ck_assert_ptr_nonnull(strstr(r->error, "admin secret"));
+	ck_assert_ptr_null(strstr(r->error, "secret-project"));
+	ck_assert_int_eq(r->body_case, COHORT__REPLY__BODY__NOT_SET);
+	/* one job, with its token: fine */
+	sq.job = "secret-project";
+	anon.token = "tok";
+	r = fx_want(f,
+	    fx_simple(f, &anon, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
+	    COHORT_OK);
+	ck_assert_uint_eq(r->status_query->n_jobs, 1);
+	/* a wrong token for it: nothing */
+	anon.token = "guess";
+	fx_want(f,
+	    fx_simple(f, &anon, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
+	    COHORT_EAUTH);
+	/* --open-status: the old behaviour, for a private coordinator */
+	f->core->open_status = true;
+	sq.job = "";
+	anon.token = "";
+	r = fx_want(f,
+	    fx_simple(f, &anon, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
+	    COHORT_OK);
+	ck_assert_uint_eq(r->status_query->n_jobs, 1);
+	fx_free(f);
+}
+END_TEST
+
+START_TEST(test_metrics_name_no_job_unless_asked)
+{
+	struct fx *f = fx_new();
+	struct fx_cli c[2];
+	char *m;
+
+	fx_form(f, c, 2, "secret\"project");
+	fx_want(f, fx_kv_set(f, &c[0], "k", "v"), COHORT_OK);
+	m = srv_metrics_text(f->core, f->now);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_ptr_null(strstr(m, "secret"));
+	ck_assert_ptr_nonnull(strstr(m, "\ncohort_jobs 1\n"));
+	free(m);
+	f->core->metrics_jobs = true;
+	m = srv_metrics_text(f->core, f->now);
+	ck_assert_ptr_nonnull(strstr(
+	    m, "\ncohort_job_members_running{job=\"secret\\\"project\"} 2\n"));
+	ck_assert_ptr_nonnull(
+	    strstr(m, "\ncohort_job_kv_keys{job=\"secret\\\"project\"} 1\n"));
+	free(m);
+	fx_free(f);
+}
+END_TEST
+
 Suite *
 suite_srv_harden(void)
 {
@@ -231,6 +301,8 @@ suite_srv_harden(void)
 	tcase_add_test(tc, test_other_connection_gets_nothing_of_a_client);
 	tcase_add_test(tc, test_cached_reply_only_for_the_same_request);
 	tcase_add_test(tc, test_idle_connections_closed_busy_ones_kept);
+	tcase_add_test(tc, test_anonymous_status_refused);
+	tcase_add_test(tc, test_metrics_name_no_job_unless_asked);
 	suite_add_tcase(s, tc);
 	return (s);
 }
