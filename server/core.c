@@ -730,6 +730,7 @@ srv_core_pipe_closed(struct srv_core *core, uint32_t pipe, cohort__time now)
 			break;
 		cl = SRV_CONTAINER(p->clients.next, struct srv_client, plink);
 		job = cl->job;
+		job->last_active = now;
 		pipe_unlink(core, cl);
 		/* First the failure (its text names the op the member was
 		 * in), then the requests nobody can hear the answers to. */
@@ -842,6 +843,8 @@ srv_core_sweep(struct srv_core *core, cohort__time now)
 		struct srv_job *job = SRV_CONTAINER(n, struct srv_job, hn);
 		next = srv_map_next(&core->jobs, &i, n);
 		srv_job_sweep(job, now);
+		if (stalls && srv_job_maybe_expire(job, now))
+			continue;
 		if (stalls)
 			srv_coll_stall_check(job, now);
 	}
@@ -876,6 +879,8 @@ srv_core_new(const struct srv_limits *lim, const char *admin_token,
 	core->stall_ms = SRV_DEFAULT_STALL_MS;
 	core->first_request_ms = COHORT__SRV_DEFAULT_FIRST_REQUEST_MS;
 	core->idle_ms = COHORT__SRV_DEFAULT_IDLE_MS;
+	/* 0 (never) for the core; cohortd sets its default */
+	core->job_expiry_ms = 0;
 	srv_map_init(&core->jobs);
 	srv_map_init(&core->pipes);
 	srv_map_init(&core->closed);

@@ -297,11 +297,20 @@ dispatch_request(struct srv_call *c, const Cohort__Request *req, uint32_t pipe,
 	        core->admin_token, req->job, req->token)) {
 		dispatch_auth_fail(c, req);
 		return;
+	} else if (core->lim.max_jobs != 0
+	    && core->jobs.n >= core->lim.max_jobs) {
+		core->m.limit_refusals++;
+		srv_call_fail(c, COHORT_ETOOBIG,
+		    "cohortd holds %zu jobs, --max-jobs %" PRIu64 ": job '%s' "
+		    "is not created (abandoned jobs count until --job-expiry)",
+		    core->jobs.n, core->lim.max_jobs, req->job);
+		return;
 	} else if ((job = srv_job_new(core, req->job, req->token)) == NULL) {
 		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
 		return;
 	}
 	c->job = job;
+	job->last_active = now;
 	if (req->seq == 0) {
 		srv_call_fail(c, COHORT_EPROTO, "seq must start at 1");
 		goto out_maybe_remove;

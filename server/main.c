@@ -64,6 +64,16 @@ main_usage(FILE *f)
 	    "%u)\n"
 	    "  --max-job-bytes N      keys + values per job (default %llu)\n"
 	    "  --max-keys N           keys per job (default %u)\n"
+	    "  --max-members N        world size of one job (default %u)\n"
+	    "  --max-total-bytes N    keys + values of all jobs (default "
+	    "%llu)\n"
+	    "  --max-total-keys N     keys of all jobs (default %u)\n"
+	    "  --max-total-members N  world sizes of all jobs (default %u)\n"
+	    "  --max-jobs N           jobs held at once (default %u)\n"
+	    "  --job-expiry MS|never  remove a job with no running member "
+	    "and no\n"
+	    "                         connected client after MS (default "
+	    "%u)\n"
 	    "  --http ADDR:PORT       serve /metrics, /healthz, /readyz\n"
 	    "  --torch-store [JOB@]ADDR:PORT\n"
 	    "                         speak torch's TCPStore protocol for job "
@@ -114,6 +124,12 @@ main_usage(FILE *f)
 	    COHORT__SRV_DEFAULT_URL, (unsigned)COHORT__DEFAULT_MAX_VALUE,
 	    (unsigned long long)COHORT__SRV_DEFAULT_MAX_JOB_BYTES,
 	    (unsigned)COHORT__SRV_DEFAULT_MAX_KEYS,
+	    (unsigned)COHORT__SRV_DEFAULT_MAX_MEMBERS,
+	    (unsigned long long)COHORT__SRV_DEFAULT_MAX_TOTAL_BYTES,
+	    (unsigned)COHORT__SRV_DEFAULT_MAX_TOTAL_KEYS,
+	    (unsigned)COHORT__SRV_DEFAULT_MAX_TOTAL_MEMBERS,
+	    (unsigned)COHORT__SRV_DEFAULT_MAX_JOBS,
+	    (unsigned)COHORT__SRV_DEFAULT_JOB_EXPIRY_MS,
 	    (unsigned)COHORT__SRV_DEFAULT_STALL_MS,
 	    (unsigned)COHORT__SRV_DEFAULT_FIRST_REQUEST_MS,
 	    (unsigned)COHORT__SRV_DEFAULT_IDLE_MS,
@@ -280,6 +296,26 @@ main(int argc, char **argv)
 				return (2);
 		} else if (strcmp(a, "--max-keys") == 0) {
 			if (main_u64(a, v, &cfg.max_keys) != 0)
+				return (2);
+		} else if (strcmp(a, "--max-total-bytes") == 0) {
+			if (main_u64(a, v, &cfg.max_total_bytes) != 0)
+				return (2);
+		} else if (strcmp(a, "--max-total-keys") == 0) {
+			if (main_u64(a, v, &cfg.max_total_keys) != 0)
+				return (2);
+		} else if (strcmp(a, "--max-jobs") == 0) {
+			if (main_u64(a, v, &cfg.max_jobs) != 0)
+				return (2);
+		} else if (strcmp(a, "--max-members") == 0) {
+			if (main_u64(a, v, &cfg.max_members) != 0)
+				return (2);
+		} else if (strcmp(a, "--max-total-members") == 0) {
+			if (main_u64(a, v, &cfg.max_total_members) != 0)
+				return (2);
+		} else if (strcmp(a, "--job-expiry") == 0) {
+			if (strcmp(v, "never") == 0)
+				cfg.job_expiry_ms = 0;
+			else if (main_u64(a, v, &cfg.job_expiry_ms) != 0)
 				return (2);
 		} else if (strcmp(a, "--http") == 0) {
 			cfg.http = v;

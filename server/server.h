@@ -17,6 +17,14 @@
 #define COHORT__SRV_DEFAULT_MAX_JOB_BYTES (1ull << 30)
 #define COHORT__SRV_DEFAULT_MAX_KEYS 1000000u
 #define COHORT__SRV_DEFAULT_POOL 16u
+#define COHORT__SRV_DEFAULT_MAX_TOTAL_BYTES (4ull << 30)
+#define COHORT__SRV_DEFAULT_MAX_TOTAL_KEYS 10000000u
+#define COHORT__SRV_DEFAULT_MAX_JOBS 10000u
+#define COHORT__SRV_DEFAULT_MAX_MEMBERS 65536u
+#define COHORT__SRV_DEFAULT_MAX_TOTAL_MEMBERS 262144u
+/* A job with no running member and no connected client is removed after
+ * this long (failed or abandoned: joined, connection dropped, no Leave). */
+#define COHORT__SRV_DEFAULT_JOB_EXPIRY_MS 600000u
 
 struct cohort__srv_config {
 	/* nng URLs to listen on (tcp://, ipc://, tls+tcp://). Port 0 binds a
@@ -29,6 +37,14 @@ struct cohort__srv_config {
 	uint64_t max_value_bytes; /* largest KV value / object */
 	uint64_t max_job_bytes; /* keys + values of one job */
 	uint64_t max_keys; /* keys of one job */
+	uint64_t max_total_bytes; /* keys + values of all jobs */
+	uint64_t max_total_keys; /* keys of all jobs */
+	uint64_t max_jobs; /* jobs held at once */
+	uint64_t max_members; /* world size of one job */
+	uint64_t max_total_members; /* world sizes of all jobs */
+	/* A job with no running member and no connected client is removed
+	 * (with its keys and journal records) after this long; 0 = never. */
+	uint64_t job_expiry_ms;
 	/* The admin secret: if set, a StatusQuery without a job must carry
 	 * it, and job tokens are minted from it (docs/security.md). */
 	const char *admin_token;

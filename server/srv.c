@@ -82,6 +82,12 @@ cohort__srv_config_init(struct cohort__srv_config *cfg)
 	cfg->max_value_bytes = COHORT__DEFAULT_MAX_VALUE;
 	cfg->max_job_bytes = COHORT__SRV_DEFAULT_MAX_JOB_BYTES;
 	cfg->max_keys = COHORT__SRV_DEFAULT_MAX_KEYS;
+	cfg->max_total_bytes = COHORT__SRV_DEFAULT_MAX_TOTAL_BYTES;
+	cfg->max_total_keys = COHORT__SRV_DEFAULT_MAX_TOTAL_KEYS;
+	cfg->max_jobs = COHORT__SRV_DEFAULT_MAX_JOBS;
+	cfg->max_members = COHORT__SRV_DEFAULT_MAX_MEMBERS;
+	cfg->max_total_members = COHORT__SRV_DEFAULT_MAX_TOTAL_MEMBERS;
+	cfg->job_expiry_ms = COHORT__SRV_DEFAULT_JOB_EXPIRY_MS;
 	cfg->pool_size = COHORT__SRV_DEFAULT_POOL;
 }
 
@@ -555,6 +561,11 @@ cohort__srv_start(
 	lim.max_value = cfg->max_value_bytes;
 	lim.max_job_bytes = cfg->max_job_bytes;
 	lim.max_keys = cfg->max_keys;
+	lim.max_total_bytes = cfg->max_total_bytes;
+	lim.max_total_keys = cfg->max_total_keys;
+	lim.max_jobs = cfg->max_jobs;
+	lim.max_members = cfg->max_members;
+	lim.max_total_members = cfg->max_total_members;
 	if (lim.max_value == 0 || lim.max_job_bytes == 0 || lim.max_keys == 0
 	    || lim.max_value > (4ull << 30))
 		return (cohort__err(COHORT_EINVAL,
@@ -575,6 +586,7 @@ cohort__srv_start(
 		goto out_free;
 	s->core->require_token = cfg->require_token;
 	s->core->open_status = cfg->open_status;
+	s->core->job_expiry_ms = (cohort__time)cfg->job_expiry_ms;
 	s->core->metrics_jobs = cfg->metrics_per_job;
 	s->core->stall_ms = cfg->stall_threshold_ms
 	    ? (cohort__time)cfg->stall_threshold_ms

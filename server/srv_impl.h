@@ -243,6 +243,9 @@ struct srv_kv {
 	struct srv_map keys; /* srv_kvent */
 	struct srv_map waits; /* srv_kvwait: absent keys someone waits on */
 	uint64_t bytes;
+	/* The core's totals over all jobs (NULL: none), kept in step. */
+	uint64_t *tot_bytes;
+	uint64_t *tot_keys;
 };
 
 struct srv_group {
@@ -297,6 +300,9 @@ struct srv_job {
 	/* Restored without a generation (its rendezvous was pending): kept
 	 * until a join comes back, although it has no members. */
 	bool restored;
+	/* Last request of one of its clients or close of one of their
+	 * connections (0: not yet known; the next sweep sets it). */
+	cohort__time last_active;
 	uint64_t job_id;
 	uint64_t generation;
 	enum srv_job_state state;
@@ -318,10 +324,17 @@ struct srv_job {
 	struct srv_kv kv;
 };
 
+/* Limits; the ones after max_keys are 0 for "none" (cohortd sets its
+ * defaults in cohort__srv_config_init). */
 struct srv_limits {
 	uint64_t max_value;
 	uint64_t max_job_bytes;
 	uint64_t max_keys;
+	uint64_t max_total_bytes; /* keys + values of all jobs */
+	uint64_t max_total_keys; /* keys of all jobs */
+	uint64_t max_jobs; /* jobs held (abandoned ones until they expire) */
+	uint64_t max_members; /* world size of one job */
+	uint64_t max_total_members; /* world sizes of all jobs */
 };
 
 /* Transport handles (`tp`) start with this, so that the one sink can
@@ -351,6 +364,8 @@ struct srv_metrics {
 	uint64_t conns_opened; /* connections (srv_core_pipe_opened) */
 	uint64_t conns_closed_first; /* no first request in time */
 	uint64_t conns_closed_idle; /* idle past --idle-timeout */
+	uint64_t jobs_expired; /* --job-expiry */
+	uint64_t limit_refusals; /* requests refused by a global limit */
 	cohort__time loop_lag_ms; /* lag of the last sweep */
 	cohort__time loop_lag_max_ms; /* largest lag seen */
 };
@@ -395,6 +410,11 @@ struct srv_core {
 	struct srv_map closed;
 	cohort__time stall_ms; /* --stall-threshold */
 	cohort__time first_request_ms; /* --first-request-timeout */
+	/* --job-expiry: a job with no running member and no connected
+	 * client is removed after this long (0: never). */
+	cohort__time job_expiry_ms;
+	uint64_t kv_bytes; /* keys + values of all jobs */
+	uint64_t kv_keys; /* keys of all jobs */
 	cohort__time idle_ms; /* --idle-timeout */
 	cohort__time restore_grace_ms; /* --restore-grace */
 	bool draining; /* SIGTERM: /readyz answers 503, then the stop */
@@ -528,6 +548,12 @@ struct srv_job *srv_job_new(
 void srv_job_free(struct srv_job *job, const char *why);
 /* Removes the job if every member left (and it is not preset). */
 void srv_job_maybe_remove(struct srv_job *job);
+/* Removes the job (journalled) if it is abandoned: not preset, no running
+ * member, no connected client, nothing parked, quiet for the core's
+ * job_expiry_ms. Returns true if it was removed. */
+bool srv_job_maybe_expire(struct srv_job *job, cohort__time now);
+/* World sizes of all jobs (formed or in rendezvous). */
+uint64_t srv_core_members_total(struct srv_core *core);
 void srv_job_join(struct srv_call *c, const Cohort__Join *j, cohort__time now);
 void srv_job_leave(struct srv_call *c, cohort__time now);
 void srv_job_heartbeat(

@@ -439,6 +439,14 @@ srv_metrics_text(struct srv_core *core, cohort__time now)
 	    "Event-loop stalls of at least 1 s (members got a fresh "
 	    "dead-after window).",
 	    "%" PRIu64, core->m.loop_stalls);
+	M("counter", "jobs_expired_total",
+	    "Jobs removed by --job-expiry (no member running, no client "
+	    "connected).",
+	    "%" PRIu64, core->m.jobs_expired);
+	M("counter", "limit_refusals_total",
+	    "Requests refused by --max-jobs, --max-members, "
+	    "--max-total-members, --max-total-bytes or --max-total-keys.",
+	    "%" PRIu64, core->m.limit_refusals);
 	M("gauge", "connections", "Connections open (nng pipes).", "%zu",
 	    core->pipes.n);
 	M("counter", "connections_total", "Connections established.",

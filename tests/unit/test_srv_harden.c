@@ -11,6 +11,22 @@
 
 Suite *suite_srv_harden(void);
 
+/* n clients of job joined at world n, on connections pipe0.. */
+static void
+hd_form(struct fx *f, struct fx_cli *c, int n, const char *job, uint32_t pipe0,
+    uint64_t id0)
+{
+	uintptr_t t[16];
+
+	for (int i = 0; i < n; i++) {
+		fx_cli_init(
+		    &c[i], job, id0 + (uint64_t)i, pipe0 + (uint32_t)i);
+		t[i] = fx_join(f, &c[i], i, (uint32_t)n, 60000);
+	}
+	for (int i = 0; i < n; i++)
+		fx_joined(f, &c[i], t[i]);
+}
+
 static struct srv_job *
 hd_job(struct fx *f, const char *name)
 {
@@ -290,6 +306,97 @@ START_TEST(test_metrics_name_no_job_unless_asked)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------ */
+/* Finding 5: global limits, and abandoned jobs expire                    */
+/* ------------------------------------------------------------------------ */
+
+START_TEST(test_global_limits_named)
+{
+	struct fx *f = fx_new();
+	struct fx_cli a[2], b[2], x;
+	Cohort__Reply *r;
+
+	f->core->lim.max_jobs = 2;
+	f->core->lim.max_members = 4;
+	f->core->lim.max_total_members = 5;
+	f->core->lim.max_total_bytes = 90;
+	f->core->lim.max_total_keys = 3;
+	fx_form(f, a, 2, "a");
+	/* a world over --max-members */
+	fx_cli_init(&x, "big", 900, 90);
+	r = fx_want(f, fx_join(f, &x, -1, 5, 1000), COHORT_ETOOBIG);
+	ck_assert_ptr_nonnull(strstr(r->error, "--max-members 4"));
+	/* the rest of --max-total-members: 3 more, not 4 */
+	fx_cli_init(&x, "big", 901, 91);
+	r = fx_want(f, fx_join(f, &x, -1, 4, 1000), COHORT_ETOOBIG);
+	ck_assert_ptr_nonnull(strstr(r->error, "--max-total-members 5"));
+	fx_form(f, b, 2, "b");
+	/* a third job: --max-jobs */
+	fx_cli_init(&x, "c", 902, 92);
+	r = fx_want(f, fx_join(f, &x, -1, 1, 1000), COHORT_ETOOBIG);
+	ck_assert_ptr_nonnull(strstr(r->error, "--max-jobs 2"));
+	ck_assert_ptr_nonnull(strstr(r->error, "job 'c'"));
+	ck_assert_uint_eq(f->core->jobs.n, 2);
+	/* bytes and keys over all jobs */
+	fx_want(f,
+	    fx_kv_set(f, &a[0], "k1", "0123456789012345678901234567890"),
+	    COHORT_OK);
+	fx_want(f,
+	    fx_kv_set(f, &b[0], "k1", "0123456789012345678901234567890"),
+	    COHORT_OK);
+	r = fx_want(f,
+	    fx_kv_set(f, &b[0], "k2", "0123456789012345678901234567890"),
+	    COHORT_ETOOBIG);
+	ck_assert_ptr_nonnull(strstr(r->error, "--max-total-bytes 90"));
+	fx_want(f, fx_kv_set(f, &b[0], "k2", "x"), COHORT_OK);
+	r = fx_want(f, fx_kv_set(f, &a[0], "k3", "y"), COHORT_ETOOBIG);
+	ck_assert_ptr_nonnull(strstr(r->error, "--max-total-keys 3"));
+	ck_assert_uint_eq(f->core->kv_keys, 3);
+	ck_assert_uint_eq(f->core->kv_bytes, 2 * (2 + 31) + 3);
+	ck_assert_uint_eq(f->core->m.limit_refusals, 5);
+	fx_free(f);
+}
+END_TEST
+
+START_TEST(test_abandoned_job_expires_with_its_records)
+{
+	struct fx *f = fx_new_journal(0);
+	struct fx_cli a[2], b[2], p[1];
+
+	f->core->job_expiry_ms = 30000;
+	ck_assert_cohort_ok(srv_core_add_job(f->core, "preset", "tok"));
+	hd_form(f, a, 2, "abandoned", 20, 100);
+	hd_form(f, b, 2, "alive", 30, 200);
+	hd_form(f, p, 1, "preset", 40, 300);
+	fx_want(f, fx_kv_set(f, &a[0], "big", "a large value"), COHORT_OK);
+	/* abandoned: its members' connections drop, no Leave */
+	srv_core_pipe_closed(f->core, 20, f->now);
+	srv_core_pipe_closed(f->core, 21, f->now);
+	srv_core_pipe_closed(f->core, 40, f->now);
+	ck_assert_ptr_nonnull(hd_job(f, "abandoned"));
+	/* not before --job-expiry */
+	fx_tick(f, 29000);
+	ck_assert_ptr_nonnull(hd_job(f, "abandoned"));
+	/* "alive" failed too (silent for 29 s) but its clients are
+	 * connected and heartbeat: kept */
+	for (int t = 0; t < 2; t++) {
+		fx_heartbeat(f, &b[0], "", 0, "", false, 0);
+		fx_heartbeat(f, &b[1], "", 0, "", false, 0);
+		fx_tick(f, 1000);
+	}
+	ck_assert_ptr_null(hd_job(f, "abandoned"));
+	ck_assert_ptr_nonnull(hd_job(f, "alive"));
+	ck_assert_ptr_nonnull(hd_job(f, "preset"));
+	ck_assert_uint_eq(f->core->m.jobs_expired, 1);
+	ck_assert_uint_eq(f->core->kv_bytes, 0);
+	/* its journal records went too */
+	fx_restart(f);
+	ck_assert_ptr_null(hd_job(f, "abandoned"));
+	ck_assert_ptr_nonnull(hd_job(f, "alive"));
+	fx_free_journal(f);
+}
+END_TEST
+
 Suite *
 suite_srv_harden(void)
 {
@@ -303,6 +410,8 @@ suite_srv_harden(void)
 	tcase_add_test(tc, test_idle_connections_closed_busy_ones_kept);
 	tcase_add_test(tc, test_anonymous_status_refused);
 	tcase_add_test(tc, test_metrics_name_no_job_unless_asked);
+	tcase_add_test(tc, test_global_limits_named);
+	tcase_add_test(tc, test_abandoned_job_expires_with_its_records);
 	suite_add_tcase(s, tc);
 	return (s);
 }
