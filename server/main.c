@@ -8,6 +8,9 @@
  * requests with COHORT_ECLOSED and closes the listeners.
  */
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,6 +232,13 @@ main(int argc, char **argv)
 	 * readiness probe to drain for), else none */
 	uint64_t drain_ms = UINT64_MAX;
 
+#ifdef __GLIBC__
+	/* Values and messages of 1 MiB and more are mapped on their own and
+	 * unmapped when freed: glibc's dynamic threshold would otherwise
+	 * rise to 32 MiB after the first big free and keep later big
+	 * values in its heaps (docs/coordinator.md, Memory). */
+	(void)mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
 	cohort__srv_config_init(&cfg);
 	cfg.listen = listen;
 	cfg.jobs = jobs;

@@ -17,6 +17,7 @@
 #include <arpa/inet.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -69,6 +70,8 @@ struct cohort__srv {
 	char *http_url;
 	cohort__time idle_since; /* last time a client was connected */
 	cohort__time sweep_due; /* when the pending sweep should run */
+	/* malloc_trim: the KV bytes high-water mark since the last trim */
+	uint64_t trim_hw;
 	struct srv_tstore **tstores; /* --torch-store listeners */
 	size_t ntstores;
 };
@@ -290,6 +293,26 @@ srv_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 }
 
 #define SRV_SWEEP_MS 100
+/* Give freed memory back to the system once this much of keys and values
+ * was freed since the last time (docs/coordinator.md, Memory). */
+#define SRV_TRIM_BYTES (64u << 20)
+
+/* Under mtx: whether the sweep should call malloc_trim (after unlock).
+ * glibc keeps freed chunks of its heaps (and, with its dynamic mmap
+ * threshold, even large values end up there), so RSS would stay at the
+ * peak after big jobs went away. */
+static bool
+srv_trim_due(struct cohort__srv *s)
+{
+	uint64_t b = s->core->kv_bytes;
+
+	if (b > s->trim_hw)
+		s->trim_hw = b;
+	if (s->trim_hw - b < SRV_TRIM_BYTES)
+		return (false);
+	s->trim_hw = b;
+	return (true);
+}
 
 static void
 srv_sweep_cb(void *arg)
@@ -299,6 +322,7 @@ srv_sweep_cb(void *arg)
 	uint32_t closes[SRV_CLOSE_PIPES];
 	cohort__time now;
 	size_t nclose;
+	bool trim;
 	int sfd;
 
 	if (nng_aio_result(s->sweep) != 0)
@@ -317,6 +341,7 @@ srv_sweep_cb(void *arg)
 	    closes, sizeof(closes) / sizeof(closes[0]));
 	nclose += srv_core_take_idle_pipes(s->core, now, closes + nclose,
 	    sizeof(closes) / sizeof(closes[0]) - nclose);
+	trim = srv_trim_due(s);
 	sfd = srv_jrn_sync_fd(s->core);
 	out = srv_take_outbox(s);
 	pthread_mutex_unlock(&s->mtx);
@@ -332,6 +357,10 @@ srv_sweep_cb(void *arg)
 		(void)fdatasync(sfd);
 		close(sfd);
 	}
+#ifdef __GLIBC__
+	if (trim)
+		(void)malloc_trim(0);
+#endif
 	pthread_mutex_lock(&s->mtx);
 	s->sweep_due = cohort__now_ms() + SRV_SWEEP_MS;
 	pthread_mutex_unlock(&s->mtx);

@@ -284,6 +284,39 @@ scen_kvisolate(cohort_client *c, const char *arg)
 	return (st != COHORT_ETIMEDOUT);
 }
 
+/* For bench/soak.py: ARG "KEYS:BYTES:MODE". Sets KEYS values of BYTES
+ * bytes each under its rank, enters barrier "stored", then with MODE
+ * "leave" closes cleanly, with "abandon" exits without a Leave (its
+ * connection drops: the job fails and is abandoned). */
+static int
+scen_soak(cohort_client *c, const char *arg)
+{
+	long keys = 1, bytes = 1 << 20;
+	char mode[16] = "leave", key[64];
+	uint8_t *val;
+
+	if (arg != NULL
+	    && sscanf(arg, "%ld:%ld:%15s", &keys, &bytes, mode) < 2)
+		return (2);
+	if ((val = malloc((size_t)bytes)) == NULL)
+		return (1);
+	memset(val, cohort_client_rank(c) + 1, (size_t)bytes);
+	for (long i = 0; i < keys; i++) {
+		snprintf(
+		    key, sizeof(key), "soak/%d/%ld", cohort_client_rank(c), i);
+		WORKER_CHECK("kv_set",
+		    cohort_kv_set(c, key, val, (size_t)bytes, 60000));
+	}
+	free(val);
+	WORKER_CHECK("barrier",
+	    cohort_barrier(cohort_client_world(c), "stored", 60000));
+	printf("RESULT soak keys=%ld bytes=%ld mode=%s\n", keys, bytes, mode);
+	fflush(stdout);
+	if (strcmp(mode, "abandon") == 0)
+		_exit(0);
+	return (0);
+}
+
 /* Barriers in a loop for ARG milliseconds (default 20000): prints READY
  * after the first, then "RESULT barrier_for count=N max_ms=M" (the
  * slowest barrier). The pause tests stop cohortd or a rank meanwhile. */
@@ -470,6 +503,7 @@ static const struct {
 	{ "open", scen_open_close },
 	{ "barrier", scen_barrier },
 	{ "barrier_for", scen_barrier_for },
+	{ "soak", scen_soak },
 	{ "bcast", scen_bcast },
 	{ "decide", scen_decide },
 	{ "reduce", scen_reduce },
