@@ -489,36 +489,50 @@ pipe_find(const struct srv_core *core, uint32_t pipe)
 	return (n != NULL ? SRV_CONTAINER(n, struct srv_pipe, hn) : NULL);
 }
 
-void
-srv_core_pipe_opened(struct srv_core *core, uint32_t pipe, cohort__time now)
+static struct srv_pipe *
+pipe_get(struct srv_core *core, uint32_t pipe)
 {
 	struct srv_pipe *p = pipe_find(core, pipe);
 
-	if (pipe == 0)
-		return;
-	if (p == NULL) {
-		if ((p = calloc(1, sizeof(*p))) == NULL)
-			return; /* untracked: only its clients keep it */
-		p->id = pipe;
-		srv_list_init(&p->clients);
-		if (srv_map_put(&core->pipes, &p->hn, &p->id, sizeof(p->id))
-		    != COHORT_OK) {
-			free(p);
-			return;
-		}
+	if (p != NULL || pipe == 0)
+		return (p);
+	if ((p = calloc(1, sizeof(*p))) == NULL)
+		return (NULL);
+	p->id = pipe;
+	srv_list_init(&p->clients);
+	if (srv_map_put(&core->pipes, &p->hn, &p->id, sizeof(p->id))
+	    != COHORT_OK) {
+		free(p);
+		return (NULL);
 	}
+	return (p);
+}
+
+/* The open event may be handled after the pipe's first requests (nng
+ * runs pipe callbacks outside the server mutex): those were counted on
+ * an entry created by srv_core_pipe_request. */
+void
+srv_core_pipe_opened(struct srv_core *core, uint32_t pipe, cohort__time now)
+{
+	struct srv_pipe *p;
+
+	if (srv_core_pipe_is_closed(core, pipe))
+		return; /* its close event came first */
+	if ((p = pipe_get(core, pipe)) == NULL || p->conn)
+		return; /* untracked: only its clients keep it */
 	p->conn = true;
 	p->opened = now;
-	p->last_msg = now;
+	if (p->nmsg == 0)
+		p->last_msg = now;
 	core->m.conns_opened++;
 }
 
 void
 srv_core_pipe_request(struct srv_core *core, uint32_t pipe, cohort__time now)
 {
-	struct srv_pipe *p = pipe_find(core, pipe);
+	struct srv_pipe *p = pipe_get(core, pipe);
 
-	if (p != NULL && p->conn) {
+	if (p != NULL) {
 		p->last_msg = now;
 		p->nmsg++;
 	}
@@ -795,8 +809,10 @@ srv_core_loop_lag(struct srv_core *core, cohort__time lag_ms, cohort__time now)
 	if (lag_ms < SRV_LOOP_STALL_MS)
 		return;
 	core->m.loop_stalls++;
-	/* Whatever members sent during the stall is still queued: judge
-	 * them from now on, never for cohortd's own silence. */
+	/* Whatever members sent during the stall is still queued: the time
+	 * cohortd did not run is not counted as anyone's silence (a member
+	 * that stays silent is still declared dead, one dead-after later:
+	 * after repeated stalls too, since only the lag is credited). */
 	for (n = srv_map_next(&core->jobs, &i, NULL); n != NULL;
 	     n = srv_map_next(&core->jobs, &i, n)) {
 		struct srv_job *job = SRV_CONTAINER(n, struct srv_job, hn);
@@ -805,8 +821,9 @@ srv_core_loop_lag(struct srv_core *core, cohort__time lag_ms, cohort__time now)
 			struct srv_member *m = &job->members[r];
 			if (m->state != SRV_MEMBER_RUNNING)
 				continue;
-			if (m->last_seen < now)
-				m->last_seen = now;
+			m->last_seen = m->last_seen + lag_ms < now
+			    ? m->last_seen + lag_ms
+			    : now;
 			nmem++;
 		}
 	}
@@ -814,16 +831,15 @@ srv_core_loop_lag(struct srv_core *core, cohort__time lag_ms, cohort__time now)
 	for (n = srv_map_next(&core->pipes, &i, NULL); n != NULL;
 	     n = srv_map_next(&core->pipes, &i, n)) {
 		struct srv_pipe *p = SRV_CONTAINER(n, struct srv_pipe, hn);
-		if (p->opened < now && p->nmsg == 0)
-			p->opened = now;
-		if (p->last_msg < now)
-			p->last_msg = now;
+		p->opened
+		    = p->opened + lag_ms < now ? p->opened + lag_ms : now;
+		p->last_msg
+		    = p->last_msg + lag_ms < now ? p->last_msg + lag_ms : now;
 	}
 	cohort__warn("event loop stalled for %.1f s (cohortd was stopped, "
-	             "paused or starved): %zu running member%s get%s a fresh "
-	             "dead-after window",
-	    (double)lag_ms / 1000.0, nmem, nmem == 1 ? "" : "s",
-	    nmem == 1 ? "s" : "");
+	             "paused or starved): not counted as silence of its %zu "
+	             "running member%s",
+	    (double)lag_ms / 1000.0, nmem, nmem == 1 ? "" : "s");
 }
 
 void

@@ -360,7 +360,6 @@ srv_core_dispatch(struct srv_core *core, nng_msg *msg, uint32_t pipe, void *tp,
 	cohort_status rv;
 
 	core->m.requests++;
-	srv_core_pipe_request(core, pipe, now);
 	if (srv_core_pipe_is_closed(core, pipe)) {
 		/* Received before its connection's close event but handled
 		 * after it: nobody can hear the reply, and handling it would
@@ -372,6 +371,7 @@ srv_core_dispatch(struct srv_core *core, nng_msg *msg, uint32_t pipe, void *tp,
 		core->sink(core->sink_arg, tp, NULL);
 		return;
 	}
+	srv_core_pipe_request(core, pipe, now);
 	if ((c = srv_call_new(core, tp, now)) == NULL) {
 		nng_msg_free(msg);
 		core->sink(core->sink_arg, tp, NULL);

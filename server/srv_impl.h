@@ -449,9 +449,10 @@ void srv_core_sweep(struct srv_core *core, cohort__time now);
  * transport, which knows the interval). Records the lag; a lag of at
  * least SRV_LOOP_STALL_MS is a stall of cohortd itself (SIGSTOP, a VM
  * pause, a long page-in): the heartbeats queued meanwhile have not been
- * read yet, so every running member gets a fresh dead-after window from
- * now instead of being declared dead for cohortd's own silence. Call it
- * before srv_core_sweep. */
+ * read yet, so the stall is credited to every running member's last
+ * sign of life (and to every connection's timeouts), capped at now: a
+ * member is never declared dead for cohortd's own silence, and one that
+ * stays silent is one dead-after later. Call it before srv_core_sweep. */
 void srv_core_loop_lag(
     struct srv_core *core, cohort__time lag_ms, cohort__time now);
 /* A sweep this late is a stall (docs/coordinator.md, Liveness). */

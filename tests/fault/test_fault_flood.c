@@ -41,6 +41,16 @@ Suite *suite_fault_flood(void);
 
 static struct th_coord coord;
 
+/* Margins for a loaded machine. Under valgrind (COHORT_TEST_VALGRIND,
+ * for the leak check) the 50 slowloris frames make memcheck shadow 3 GB
+ * of receive buffers, cohortd's sweeps run seconds late and are credited
+ * as stalls: only "closed at all, not early" is checked there. */
+static int64_t
+fl_margin(void)
+{
+	return (getenv("COHORT_TEST_VALGRIND") != NULL ? 150000 : 5000);
+}
+
 static void
 setup(void)
 {
@@ -145,7 +155,8 @@ fl_one_request(int fd)
 	while (got < 8 + 8 + 4) {
 		struct pollfd pf = { fd, POLLIN, 0 };
 		ssize_t k;
-		ck_assert_msg(poll(&pf, 1, 10000) == 1, "no reply");
+		ck_assert_msg(
+		    poll(&pf, 1, (int)fl_margin() * 2) == 1, "no reply");
 		k = recv(fd, buf, sizeof(buf), 0);
 		ck_assert_msg(k > 0, "closed before replying");
 		got += k;
@@ -254,7 +265,7 @@ START_TEST(test_idle_and_slowloris_connections_closed)
 	}
 	printf("MEASURE fault_flood: %d connections opened in %lld ms\n", FL_N,
 	    (long long)(th_now_ms() - t0));
-	end = th_now_ms() + FL_IDLE_MS + 8000;
+	end = th_now_ms() + FL_IDLE_MS + fl_margin() + 3000;
 	while (nclosed < FL_N && th_now_ms() < end) {
 		for (int i = 0; i < FL_N; i++) {
 			if (closed_at[i] >= 0 || !fl_closed(fds[i]))
@@ -274,8 +285,8 @@ START_TEST(test_idle_and_slowloris_connections_closed)
 		    (long long)(th_now_ms() - opened_at[i]));
 		/* never before its timeout; within it plus a loaded
 		 * machine's margin */
-		ck_assert_msg(
-		    closed_at[i] >= lim - 150 && closed_at[i] < lim + 5000,
+		ck_assert_msg(closed_at[i] >= lim - 150
+		        && closed_at[i] < lim + fl_margin(),
 		    "%s connection %d closed after %lld ms (timeout %lld)",
 		    kind, i, (long long)closed_at[i], (long long)lim);
 		if (i < FL_IDLE + FL_SLOW && closed_at[i] > first_max)
@@ -349,7 +360,8 @@ suite_fault_flood(void)
 	TCase *tc = tcase_create("flood");
 
 	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 120);
+	tcase_set_timeout(
+	    tc, getenv("COHORT_TEST_VALGRIND") != NULL ? 400 : 120);
 	tcase_add_test(tc, test_idle_and_slowloris_connections_closed);
 	tcase_add_test(tc, test_flood_closes_counted);
 	suite_add_tcase(s, tc);

@@ -232,6 +232,29 @@ START_TEST(test_idle_connections_closed_busy_ones_kept)
 	ck_assert_uint_eq(hd_idle(f, out), 0);
 	f->now += 60000;
 	ck_assert_uint_eq(hd_idle(f, out), 2);
+	/* nng may run the open event after the pipe's first request was
+	 * handled: that request still counts */
+	{
+		struct fx_cli e;
+		Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
+		fx_cli_init(&e, "nope", 600, 60);
+		sq.job = "nope";
+		fx_want(f,
+		    fx_simple(
+		        f, &e, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
+		    COHORT_EAUTH);
+		srv_core_pipe_opened(f->core, 60, f->now);
+		f->now += 10000;
+		ck_assert_uint_eq(hd_idle(f, out), 0);
+		f->now += 50000;
+		ck_assert_uint_eq(hd_idle(f, out), 1);
+		ck_assert_uint_eq(out[0], 60);
+		/* an open event after the close event tracks nothing */
+		srv_core_pipe_closed(f->core, 61, f->now);
+		srv_core_pipe_opened(f->core, 61, f->now);
+		f->now += 20000;
+		ck_assert_uint_eq(hd_idle(f, out), 0);
+	}
 	fx_free(f);
 }
 END_TEST
