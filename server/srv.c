@@ -69,7 +69,11 @@ struct cohort__srv {
 	void *http; /* http.c */
 	char *http_url;
 	cohort__time idle_since; /* last time a client was connected */
-	cohort__time sweep_due; /* when the pending sweep should run */
+	/* The clock of the previous sweep: the loop lag is the time since,
+	 * less the interval. Measured from the previous sweep's own clock
+	 * read (not from when its timer was re-armed), a stop that hits a
+	 * sweep between its clock read and its end is seen by the next. */
+	cohort__time last_sweep;
 	/* malloc_trim: the KV bytes high-water mark since the last trim */
 	uint64_t trim_hw;
 	struct srv_tstore **tstores; /* --torch-store listeners */
@@ -335,7 +339,8 @@ srv_sweep_cb(void *arg)
 	now = cohort__now_ms();
 	/* Loop lag: how late this sweep runs (the mutex included). A
 	 * stall (SIGSTOP, VM pause) delays it by the whole pause. */
-	srv_core_loop_lag(s->core, now - s->sweep_due, now);
+	srv_core_loop_lag(s->core, now - s->last_sweep - SRV_SWEEP_MS, now);
+	s->last_sweep = now;
 	srv_core_sweep(s->core, now);
 	nclose = srv_core_take_pipes_to_close(s->core, cohort__now_ms(),
 	    closes, sizeof(closes) / sizeof(closes[0]));
@@ -361,9 +366,6 @@ srv_sweep_cb(void *arg)
 	if (trim)
 		(void)malloc_trim(0);
 #endif
-	pthread_mutex_lock(&s->mtx);
-	s->sweep_due = cohort__now_ms() + SRV_SWEEP_MS;
-	pthread_mutex_unlock(&s->mtx);
 	nng_sleep_aio(SRV_SWEEP_MS, s->sweep);
 }
 
@@ -699,7 +701,7 @@ cohort__srv_start(
 	            s, cfg->http, &s->http, &s->http_url))
 	        != COHORT_OK)
 		goto out_close_sock;
-	s->sweep_due = cohort__now_ms() + SRV_SWEEP_MS;
+	s->last_sweep = cohort__now_ms();
 	nng_sleep_aio(SRV_SWEEP_MS, s->sweep);
 	*out = s;
 	return (COHORT_OK);
