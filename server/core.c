@@ -14,10 +14,19 @@
 
 #include "srv_impl.h"
 
+/* A connection: its clients, and (once its open event was seen) what
+ * the idle and first-request timeouts need. A pipe known only through
+ * its clients (unit tests, TCPStore's synthetic ids) goes with its last
+ * client; a connection goes with its close event. */
 struct srv_pipe {
 	struct srv_hnode hn;
 	uint32_t id;
 	struct srv_link clients;
+	bool conn; /* srv_core_pipe_opened seen */
+	bool closing; /* handed to the transport to close */
+	cohort__time opened;
+	cohort__time last_msg; /* last complete request */
+	uint64_t nmsg;
 };
 
 /* A pipe whose close event was seen. nng allocates pipe ids sequentially
@@ -268,14 +277,15 @@ srv_body_mutating(int body)
 }
 
 void
-srv_client_cache_put(
-    struct srv_client *cl, uint64_t seq, nng_msg *m, bool durable)
+srv_client_cache_put(struct srv_client *cl, uint64_t seq, uint32_t rhash,
+    nng_msg *m, bool durable)
 {
 	unsigned i = cl->cache_next++ % SRV_CACHE;
 
 	if (cl->cache[i].msg != NULL)
 		nng_msg_free(cl->cache[i].msg);
 	cl->cache[i].seq = seq;
+	cl->cache[i].rhash = rhash;
 	cl->cache[i].msg = m;
 	cl->cache[i].durable = durable;
 	cl->cache[i].ok = true;
@@ -296,7 +306,7 @@ call_cache(struct srv_call *c, nng_msg *m, bool ok)
 	/* A mutating op's reply is journalled with it, so that a retry
 	 * after a coordinator restart is answered from the cache too. */
 	durable = srv_body_mutating(c->body);
-	srv_client_cache_put(cl, c->seq, dup, durable);
+	srv_client_cache_put(cl, c->seq, c->rhash, dup, durable);
 	cl->cache[(cl->cache_next - 1) % SRV_CACHE].ok = ok;
 	if (durable)
 		srv_jrn_reply(cl, c->seq, dup);
@@ -584,10 +594,117 @@ pipe_unlink(struct srv_core *core, struct srv_client *cl)
 	if (n == NULL)
 		return;
 	p = SRV_CONTAINER(n, struct srv_pipe, hn);
-	if (srv_list_empty(&p->clients)) {
+	if (srv_list_empty(&p->clients) && !p->conn) {
 		srv_map_del(&core->pipes, &p->hn);
 		free(p);
 	}
+}
+
+static struct srv_pipe *
+pipe_find(const struct srv_core *core, uint32_t pipe)
+{
+	struct srv_hnode *n = srv_map_get(&core->pipes, &pipe, sizeof(pipe));
+
+	return (n != NULL ? SRV_CONTAINER(n, struct srv_pipe, hn) : NULL);
+}
+
+static struct srv_pipe *
+pipe_get(struct srv_core *core, uint32_t pipe)
+{
+	struct srv_pipe *p = pipe_find(core, pipe);
+
+	if (p != NULL || pipe == 0)
+		return (p);
+	if ((p = calloc(1, sizeof(*p))) == NULL)
+		return (NULL);
+	p->id = pipe;
+	srv_list_init(&p->clients);
+	if (srv_map_put(&core->pipes, &p->hn, &p->id, sizeof(p->id))
+	    != COHORT_OK) {
+		free(p);
+		return (NULL);
+	}
+	return (p);
+}
+
+/* The open event may be handled after the pipe's first requests (nng
+ * runs pipe callbacks outside the server mutex): those were counted on
+ * an entry created by srv_core_pipe_request. */
+void
+srv_core_pipe_opened(struct srv_core *core, uint32_t pipe, cohort__time now)
+{
+	struct srv_pipe *p;
+
+	if (srv_core_pipe_is_closed(core, pipe))
+		return; /* its close event came first */
+	if ((p = pipe_get(core, pipe)) == NULL || p->conn)
+		return; /* untracked: only its clients keep it */
+	p->conn = true;
+	p->opened = now;
+	if (p->nmsg == 0)
+		p->last_msg = now;
+	core->m.conns_opened++;
+}
+
+void
+srv_core_pipe_request(struct srv_core *core, uint32_t pipe, cohort__time now)
+{
+	struct srv_pipe *p = pipe_get(core, pipe);
+
+	if (p != NULL) {
+		p->last_msg = now;
+		p->nmsg++;
+	}
+}
+
+/* Whether a connection has something to wait for: a running member or
+ * a parked request (an answer that must leave through it). */
+static bool
+pipe_busy(const struct srv_pipe *p)
+{
+	const struct srv_link *l;
+
+	for (l = p->clients.next; l != &p->clients; l = l->next) {
+		const struct srv_client *cl
+		    = SRV_CONTAINER(l, struct srv_client, plink);
+		if (!srv_list_empty(&cl->parked)
+		    || (cl->member != NULL
+		        && cl->member->state == SRV_MEMBER_RUNNING))
+			return (true);
+	}
+	return (false);
+}
+
+size_t
+srv_core_take_idle_pipes(
+    struct srv_core *core, cohort__time now, uint32_t *out, size_t max)
+{
+	struct srv_hnode *n;
+	size_t i, k = 0;
+
+	for (n = srv_map_next(&core->pipes, &i, NULL); n != NULL && k < max;
+	     n = srv_map_next(&core->pipes, &i, n)) {
+		struct srv_pipe *p = SRV_CONTAINER(n, struct srv_pipe, hn);
+		if (!p->conn || p->closing)
+			continue;
+		if (p->nmsg == 0) {
+			if (now - p->opened < core->first_request_ms)
+				continue;
+			core->m.conns_closed_first++;
+			cohort__debug("closing connection %u: no complete "
+			              "request within %.1f s",
+			    p->id, (double)core->first_request_ms / 1000.0);
+		} else {
+			if (now - p->last_msg < core->idle_ms || pipe_busy(p))
+				continue;
+			core->m.conns_closed_idle++;
+			cohort__debug("closing connection %u: idle for %.1f s",
+			    p->id, (double)(now - p->last_msg) / 1000.0);
+		}
+		p->closing = true;
+		out[k++] = p->id;
+	}
+	return (k);
 }
 
 size_t
@@ -747,6 +864,7 @@ srv_core_pipe_closed(struct srv_core *core, uint32_t pipe, cohort__time now)
 			break;
 		cl = SRV_CONTAINER(p->clients.next, struct srv_client, plink);
 		job = cl->job;
+		job->last_active = now;
 		pipe_unlink(core, cl);
 		/* First the failure (its text names the op the member was
 		 * in), then the requests nobody can hear the answers to. */
@@ -765,6 +883,11 @@ srv_core_pipe_closed(struct srv_core *core, uint32_t pipe, cohort__time now)
 			srv_client_free(cl, "connection lost");
 		}
 		srv_job_maybe_remove(job);
+	}
+	if ((p = pipe_find(core, pipe)) != NULL) {
+		COHORT__ASSERT(srv_list_empty(&p->clients));
+		srv_map_del(&core->pipes, &p->hn);
+		free(p);
 	}
 	srv_core_event_end(core, now);
 }
@@ -793,6 +916,53 @@ srv_core_cancel(struct srv_job *job, uint64_t client_id, uint64_t seq,
 }
 
 void
+srv_core_loop_lag(struct srv_core *core, cohort__time lag_ms, cohort__time now)
+{
+	struct srv_hnode *n;
+	size_t i, nmem = 0;
+
+	if (lag_ms < 0)
+		lag_ms = 0;
+	core->m.loop_lag_ms = lag_ms;
+	if (lag_ms > core->m.loop_lag_max_ms)
+		core->m.loop_lag_max_ms = lag_ms;
+	if (lag_ms < SRV_LOOP_STALL_MS)
+		return;
+	core->m.loop_stalls++;
+	/* Whatever members sent during the stall is still queued: the time
+	 * cohortd did not run is not counted as anyone's silence (a member
+	 * that stays silent is still declared dead, one dead-after later:
+	 * after repeated stalls too, since only the lag is credited). */
+	for (n = srv_map_next(&core->jobs, &i, NULL); n != NULL;
+	     n = srv_map_next(&core->jobs, &i, n)) {
+		struct srv_job *job = SRV_CONTAINER(n, struct srv_job, hn);
+		for (uint32_t r = 0; job->members != NULL && r < job->world;
+		     r++) {
+			struct srv_member *m = &job->members[r];
+			if (m->state != SRV_MEMBER_RUNNING)
+				continue;
+			m->last_seen = m->last_seen + lag_ms < now
+			    ? m->last_seen + lag_ms
+			    : now;
+			nmem++;
+		}
+	}
+	/* and connections their first request or idle time */
+	for (n = srv_map_next(&core->pipes, &i, NULL); n != NULL;
+	     n = srv_map_next(&core->pipes, &i, n)) {
+		struct srv_pipe *p = SRV_CONTAINER(n, struct srv_pipe, hn);
+		p->opened
+		    = p->opened + lag_ms < now ? p->opened + lag_ms : now;
+		p->last_msg
+		    = p->last_msg + lag_ms < now ? p->last_msg + lag_ms : now;
+	}
+	cohort__warn("event loop stalled for %.1f s (cohortd was stopped, "
+	             "paused or starved): not counted as silence of its %zu "
+	             "running member%s",
+	    (double)lag_ms / 1000.0, nmem, nmem == 1 ? "" : "s");
+}
+
+void
 srv_core_sweep(struct srv_core *core, cohort__time now)
 {
 	struct srv_hnode *n, *next;
@@ -810,6 +980,8 @@ srv_core_sweep(struct srv_core *core, cohort__time now)
 		struct srv_job *job = SRV_CONTAINER(n, struct srv_job, hn);
 		next = srv_map_next(&core->jobs, &i, n);
 		srv_job_sweep(job, now);
+		if (stalls && srv_job_maybe_expire(job, now))
+			continue;
 		if (stalls)
 			srv_coll_stall_check(job, now);
 	}
@@ -842,6 +1014,10 @@ srv_core_new(const struct srv_limits *lim, const char *admin_token,
 	core->started = now;
 	core->rnd = cohort__now_ns() ^ (uint64_t)(uintptr_t)core;
 	core->stall_ms = SRV_DEFAULT_STALL_MS;
+	core->first_request_ms = COHORT__SRV_DEFAULT_FIRST_REQUEST_MS;
+	core->idle_ms = COHORT__SRV_DEFAULT_IDLE_MS;
+	/* 0 (never) for the core; cohortd sets its default */
+	core->job_expiry_ms = 0;
 	srv_map_init(&core->jobs);
 	srv_map_init(&core->pipes);
 	srv_map_init(&core->closed);

@@ -14,10 +14,17 @@
  *     sent (the same for both, so it tells nothing about other jobs).
  *     With --require-token a Join creates a job only with the token
  *     minted from the admin secret for that name (docs/security.md).
- *  5. The client (job, client_id) is found or created; its connection
- *     (pipe) and last-seen time are noted.
- *  6. A seq answered before gets the cached reply; a seq still parked
- *     hands its slot to this request (the retry takes it over).
+ *  5. The client (job, client_id) is found or created. A client is bound
+ *     to one connection (pipe) while that connection lives: a request
+ *     with its client_id over another connection is refused (EEXIST) and
+ *     changes nothing (no reply from its cache, no sign of life, no
+ *     rebinding, so closing that connection cannot fail the member).
+ *     Otherwise its connection and last-seen time are noted.
+ *  6. A seq answered before gets the cached reply, and a seq still
+ *     parked hands its slot to this request (the retry takes it over),
+ *     only if the request is the same (kind, body, payload length and
+ *     head: srv_call.rhash); the same seq for another request is
+ *     EINVAL.
  *  7. A request of an older generation is COHORT_ESTALE (Join and Leave
  *     excepted).
  *  8. The handler answers or parks the call. The unpacked request is freed
@@ -29,6 +36,44 @@
 
 #include "srv_impl.h"
 #include "token.h"
+
+/* Payload bytes that go into a request's hash (its length always does):
+ * enough to tell two requests apart, cheap for 64 MiB values. */
+#define DISPATCH_HASH_HEAD 4096
+
+/* srv_call.rhash: the body kind, the packed body (the oneof member) and
+ * the payload's length and head. Never 0. */
+static uint32_t
+dispatch_hash(const Cohort__Request *req, const uint8_t *pl, size_t plen)
+{
+	const ProtobufCFieldDescriptor *fd;
+	uint32_t h = srv_crc32c(&req->body_case, sizeof(req->body_case));
+	uint64_t n = plen;
+
+	fd = protobuf_c_message_descriptor_get_field(
+	    &cohort__request__descriptor, (unsigned)req->body_case);
+	if (fd != NULL && fd->type == PROTOBUF_C_TYPE_MESSAGE) {
+		const ProtobufCMessage *b
+		    = *(const ProtobufCMessage *const *)((const char *)req
+		        + fd->offset);
+		size_t sz
+		    = b != NULL ? protobuf_c_message_get_packed_size(b) : 0;
+		uint8_t stackbuf[512], *buf = stackbuf;
+		if (sz > sizeof(stackbuf) && (buf = malloc(sz)) == NULL)
+			sz = 0;
+		if (sz > 0) {
+			protobuf_c_message_pack(b, buf);
+			h ^= srv_crc32c(buf, sz) * 0x9e3779b1u;
+		}
+		if (buf != stackbuf)
+			free(buf);
+	}
+	h ^= srv_crc32c(&n, sizeof(n)) * 0x85ebca6bu;
+	if (plen > 0)
+		h ^= srv_crc32c(
+		    pl, plen < DISPATCH_HASH_HEAD ? plen : DISPATCH_HASH_HEAD);
+	return (h != 0 ? h : 1);
+}
 
 static struct srv_client *
 dispatch_client(struct srv_call *c, uint64_t id, cohort__time now)
@@ -65,6 +110,20 @@ dispatch_payload_allowed(int body)
 	}
 }
 
+/* Step 6's refusal: the seq was used for another request. The reply is
+ * not cached (it would replace the first request's). */
+static void
+dispatch_seq_reused(struct srv_call *c)
+{
+	struct srv_client *cl = c->client;
+
+	c->client = NULL;
+	srv_call_fail(c, COHORT_EINVAL,
+	    "seq %" PRIu64 " of client %016" PRIx64 " in job '%s' was used "
+	    "for another request: sequence numbers must not be reused",
+	    c->seq, cl->id, cl->job->name);
+}
+
 /* Steps 6: true if the request was answered from the client's memory. */
 static bool
 dispatch_retry(struct srv_call *c)
@@ -77,6 +136,11 @@ dispatch_retry(struct srv_call *c)
 		nng_msg *dup;
 		if (cl->cache[i].msg == NULL || cl->cache[i].seq != c->seq)
 			continue;
+		if (cl->cache[i].rhash != 0
+		    && cl->cache[i].rhash != c->rhash) {
+			dispatch_seq_reused(c);
+			return (true);
+		}
 		if (nng_msg_dup(&dup, cl->cache[i].msg) != 0)
 			return (false);
 		core->sink(core->sink_arg, c->tp, dup);
@@ -88,6 +152,10 @@ dispatch_retry(struct srv_call *c)
 		void *tp;
 		if (p->seq != c->seq)
 			continue;
+		if (p->rhash != c->rhash) {
+			dispatch_seq_reused(c);
+			return (true);
+		}
 		tp = p->tp;
 		p->tp = c->tp;
 		c->tp = tp;
@@ -229,17 +297,39 @@ dispatch_request(struct srv_call *c, const Cohort__Request *req, uint32_t pipe,
 	        core->admin_token, req->job, req->token)) {
 		dispatch_auth_fail(c, req);
 		return;
+	} else if (core->lim.max_jobs != 0
+	    && core->jobs.n >= core->lim.max_jobs) {
+		core->m.limit_refusals++;
+		srv_call_fail(c, COHORT_ETOOBIG,
+		    "cohortd holds %zu jobs, --max-jobs %" PRIu64 ": job '%s' "
+		    "is not created (abandoned jobs count until --job-expiry)",
+		    core->jobs.n, core->lim.max_jobs, req->job);
+		return;
 	} else if ((job = srv_job_new(core, req->job, req->token)) == NULL) {
 		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
 		return;
 	}
 	c->job = job;
+	job->last_active = now;
 	if (req->seq == 0) {
 		srv_call_fail(c, COHORT_EPROTO, "seq must start at 1");
 		goto out_maybe_remove;
 	}
 	if ((c->client = dispatch_client(c, req->client_id, now)) == NULL)
 		goto out_maybe_remove;
+	if (c->client->pipe != 0 && pipe != 0 && c->client->pipe != pipe
+	    && !srv_core_pipe_is_closed(core, c->client->pipe)) {
+		/* Another connection speaking for a client whose own one is
+		 * alive: not a retry (a client re-sends only after its
+		 * connection broke), so it gets nothing of the client's. */
+		uint64_t id = c->client->id;
+		c->client = NULL;
+		srv_call_fail(c, COHORT_EEXIST,
+		    "client %016" PRIx64 " of job '%s' is connected over "
+		    "another connection: one client id, one connection",
+		    id, job->name);
+		goto out_maybe_remove;
+	}
 	srv_client_set_pipe(c->client, pipe);
 	c->client->last_seen = now;
 	if (c->client->member != NULL)
@@ -292,6 +382,7 @@ srv_core_dispatch(struct srv_core *core, nng_msg *msg, uint32_t pipe, void *tp,
 		core->sink(core->sink_arg, tp, NULL);
 		goto out;
 	}
+	srv_core_pipe_request(core, pipe, now);
 	if ((c = srv_call_new(core, tp, now)) == NULL) {
 		nng_msg_free(msg);
 		core->sink(core->sink_arg, tp, NULL);
@@ -305,6 +396,7 @@ srv_core_dispatch(struct srv_core *core, nng_msg *msg, uint32_t pipe, void *tp,
 	}
 	c->seq = req->seq;
 	c->body = (int)req->body_case;
+	c->rhash = dispatch_hash(req, c->payload, c->plen);
 	dispatch_request(c, req, pipe, now);
 	cohort__request__free_unpacked(req, NULL);
 	srv_core_expire_due(core, now);

@@ -62,6 +62,8 @@ srv_job_new(struct srv_core *core, const char *name, const char *token)
 	srv_map_init(&job->groups);
 	srv_map_init(&job->colls);
 	srv_kv_init(&job->kv);
+	job->kv.tot_bytes = &core->kv_bytes;
+	job->kv.tot_keys = &core->kv_keys;
 	if (job->name == NULL || job->token == NULL
 	    || srv_map_put(&core->jobs, &job->hn, job->name, strlen(job->name))
 	        != COHORT_OK) {
@@ -138,6 +140,57 @@ srv_job_maybe_remove(struct srv_job *job)
 		    "job '%s' finished: every member left", job->name);
 	srv_jrn_job_del(job);
 	srv_job_free(job, "the job finished");
+}
+
+uint64_t
+srv_core_members_total(struct srv_core *core)
+{
+	struct srv_hnode *n;
+	uint64_t t = 0;
+	size_t i;
+
+	for (n = srv_map_next(&core->jobs, &i, NULL); n != NULL;
+	     n = srv_map_next(&core->jobs, &i, n)) {
+		struct srv_job *job = SRV_CONTAINER(n, struct srv_job, hn);
+		uint32_t w = job->members != NULL ? job->world : 0;
+		t += job->rdzv_world > w ? job->rdzv_world : w;
+	}
+	return (t);
+}
+
+bool
+srv_job_maybe_expire(struct srv_job *job, cohort__time now)
+{
+	struct srv_core *core = job->core;
+	struct srv_hnode *n;
+	size_t i;
+	char secs[32];
+
+	if (job->last_active == 0)
+		job->last_active = now;
+	if (core->job_expiry_ms == 0 || job->preset || job->rdzv_world != 0
+	    || now - job->last_active < core->job_expiry_ms)
+		return (false);
+	for (uint32_t r = 0; job->members != NULL && r < job->world; r++)
+		if (job->members[r].state == SRV_MEMBER_RUNNING)
+			return (false);
+	for (n = srv_map_next(&job->clients, &i, NULL); n != NULL;
+	     n = srv_map_next(&job->clients, &i, n)) {
+		struct srv_client *cl
+		    = SRV_CONTAINER(n, struct srv_client, hn);
+		if (cl->pipe != 0 || !srv_list_empty(&cl->parked))
+			return (false);
+	}
+	srv_fmt_secs(secs, sizeof(secs), now - job->last_active);
+	cohort__info("job '%s' expired: %s, no member running and no client "
+	             "connected for %s (--job-expiry); its %" PRIu64
+	             " keys (%" PRIu64 " bytes) are removed",
+	    job->name, srv_job_state_name(job), secs, srv_kv_count(&job->kv),
+	    job->kv.bytes);
+	core->m.jobs_expired++;
+	srv_jrn_job_del(job);
+	srv_job_free(job, "the job expired");
+	return (true);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -308,6 +361,14 @@ srv_job_join(struct srv_call *c, const Cohort__Join *j, cohort__time now)
 			return;
 		}
 	}
+	if (job->core->lim.max_members != 0
+	    && w > job->core->lim.max_members) {
+		job->core->m.limit_refusals++;
+		srv_call_fail(c, COHORT_ETOOBIG,
+		    "world size %u of job '%s' is over --max-members %" PRIu64,
+		    w, job->name, job->core->lim.max_members);
+		return;
+	}
 	if (job->rdzv_world == 0) {
 		if (job->state == SRV_JOB_RUNNING && job_has_live(job)) {
 			/* Another launch under the same name (or a worker
@@ -344,6 +405,22 @@ srv_job_join(struct srv_call *c, const Cohort__Join *j, cohort__time now)
 			    job->name, job->generation, job->world, j->host,
 			    j->pid, job->generation);
 			return;
+		}
+		if (job->core->lim.max_total_members != 0) {
+			/* this job's last generation makes room for its next
+			 */
+			uint64_t tot = srv_core_members_total(job->core)
+			    - (job->members != NULL ? job->world : 0);
+			if (tot + w > job->core->lim.max_total_members) {
+				job->core->m.limit_refusals++;
+				srv_call_fail(c, COHORT_ETOOBIG,
+				    "cohortd would hold %" PRIu64 " members "
+				    "over all jobs with job '%s' (world %u), "
+				    "over --max-total-members %" PRIu64,
+				    tot + w, job->name, w,
+				    job->core->lim.max_total_members);
+				return;
+			}
 		}
 		if ((job->rdzv_by_rank = calloc(w, sizeof(*job->rdzv_by_rank)))
 		    == NULL) {

@@ -515,7 +515,7 @@ apply(struct srv_core *core, int type, struct jrd *r, cohort__time now)
 			return (COHORT_ENOMEM);
 		if (blen > 0)
 			memcpy(nng_msg_body(m), b, blen);
-		srv_client_cache_put(cl, seq, m, true);
+		srv_client_cache_put(cl, seq, 0, m, true);
 		break;
 	}
 	case JRN_CLIENT_DEL: {

@@ -38,6 +38,20 @@ srv_kv_init(struct srv_kv *kv)
 	srv_map_init(&kv->keys);
 	srv_map_init(&kv->waits);
 	kv->bytes = 0;
+	kv->tot_bytes = NULL;
+	kv->tot_keys = NULL;
+}
+
+/* Every change of kv->bytes and of the number of keys goes through here,
+ * so that the core's totals (global limits, RSS trimming) stay exact. */
+static void
+kv_acct(struct srv_kv *kv, int64_t dbytes, int64_t dkeys)
+{
+	kv->bytes = (uint64_t)((int64_t)kv->bytes + dbytes);
+	if (kv->tot_bytes != NULL)
+		*kv->tot_bytes = (uint64_t)((int64_t)*kv->tot_bytes + dbytes);
+	if (kv->tot_keys != NULL)
+		*kv->tot_keys = (uint64_t)((int64_t)*kv->tot_keys + dkeys);
 }
 
 void
@@ -65,9 +79,9 @@ srv_kv_fini(struct srv_kv *kv)
 			free(w);
 		}
 	}
+	kv_acct(kv, -(int64_t)kv->bytes, -(int64_t)kv->keys.n);
 	srv_map_fini(&kv->keys);
 	srv_map_fini(&kv->waits);
-	kv->bytes = 0;
 }
 
 uint64_t
@@ -128,6 +142,25 @@ kv_limits_ok(struct srv_call *c, uint64_t vlen, int64_t dbytes, uint64_t dkeys)
 		    c->job->name, (uint64_t)kv->keys.n + dkeys, lim->max_keys);
 		return (false);
 	}
+	if (dbytes > 0 && lim->max_total_bytes != 0
+	    && c->core->kv_bytes + (uint64_t)dbytes > lim->max_total_bytes) {
+		c->core->m.limit_refusals++;
+		srv_call_fail(c, COHORT_ETOOBIG,
+		    "cohortd would hold %" PRIu64 " bytes of keys and values "
+		    "over all jobs, over --max-total-bytes %" PRIu64,
+		    c->core->kv_bytes + (uint64_t)dbytes,
+		    lim->max_total_bytes);
+		return (false);
+	}
+	if (dkeys > 0 && lim->max_total_keys != 0
+	    && c->core->kv_keys + dkeys > lim->max_total_keys) {
+		c->core->m.limit_refusals++;
+		srv_call_fail(c, COHORT_ETOOBIG,
+		    "cohortd would hold %" PRIu64 " keys over all jobs, over "
+		    "--max-total-keys %" PRIu64,
+		    c->core->kv_keys + dkeys, lim->max_total_keys);
+		return (false);
+	}
 	return (true);
 }
 
@@ -142,12 +175,11 @@ kv_put(struct srv_job *job, const char *key, nng_msg *msg, const uint8_t *val,
 	struct srv_kvent *e = kv_find(kv, key);
 
 	if (e != NULL) {
-		kv->bytes -= e->vlen;
+		kv_acct(kv, (int64_t)vlen - (int64_t)e->vlen, 0);
 		nng_msg_free(e->msg);
 		e->msg = msg;
 		e->val = val;
 		e->vlen = vlen;
-		kv->bytes += vlen;
 		return (COHORT_OK);
 	}
 	if ((e = calloc(1, sizeof(*e))) == NULL)
@@ -162,7 +194,7 @@ kv_put(struct srv_job *job, const char *key, nng_msg *msg, const uint8_t *val,
 	e->msg = msg;
 	e->val = val;
 	e->vlen = vlen;
-	kv->bytes += e->klen + vlen;
+	kv_acct(kv, (int64_t)(e->klen + vlen), 1);
 	kv_notify(job, key);
 	return (COHORT_OK);
 }
@@ -594,7 +626,7 @@ kv_delete(struct srv_call *c, const char *key)
 		return;
 	if ((e = kv_find(kv, key)) != NULL) {
 		srv_map_del(&kv->keys, &e->hn);
-		kv->bytes -= e->klen + e->vlen;
+		kv_acct(kv, -(int64_t)(e->klen + e->vlen), -1);
 		nng_msg_free(e->msg);
 		free(e->key);
 		free(e);
@@ -796,7 +828,7 @@ srv_kv_restore_del(struct srv_job *job, const char *key)
 	if (e == NULL)
 		return;
 	srv_map_del(&kv->keys, &e->hn);
-	kv->bytes -= e->klen + e->vlen;
+	kv_acct(kv, -(int64_t)(e->klen + e->vlen), -1);
 	nng_msg_free(e->msg);
 	free(e->key);
 	free(e);

@@ -8,6 +8,9 @@
  * requests with COHORT_ECLOSED and closes the listeners.
  */
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,10 +57,26 @@ main_usage(FILE *f)
 	    "minted token\n"
 	    "                         (jobs of --job keep their own); see "
 	    "docs/security.md\n"
+	    "  --open-status          without an admin secret, anyone may "
+	    "list all jobs\n"
+	    "                         (a private coordinator; default: "
+	    "refused)\n"
+	    "  --metrics-per-job      /metrics adds series labelled with "
+	    "job names\n"
 	    "  --max-value-bytes N    largest KV value / object (default "
 	    "%u)\n"
 	    "  --max-job-bytes N      keys + values per job (default %llu)\n"
 	    "  --max-keys N           keys per job (default %u)\n"
+	    "  --max-members N        world size of one job (default %u)\n"
+	    "  --max-total-bytes N    keys + values of all jobs (default "
+	    "%llu)\n"
+	    "  --max-total-keys N     keys of all jobs (default %u)\n"
+	    "  --max-total-members N  world sizes of all jobs (default %u)\n"
+	    "  --max-jobs N           jobs held at once (default %u)\n"
+	    "  --job-expiry MS|never  remove a job with no running member "
+	    "and no\n"
+	    "                         connected client after MS (default "
+	    "%u)\n"
 	    "  --http ADDR:PORT       serve /metrics, /healthz, /readyz\n"
 	    "  --torch-store [JOB@]ADDR:PORT\n"
 	    "                         speak torch's TCPStore protocol for job "
@@ -82,6 +101,16 @@ main_usage(FILE *f)
 	    "always, none\n"
 	    "  --stall-threshold MS   log and show collectives waiting "
 	    "longer (default %u)\n"
+	    "  --first-request-timeout MS\n"
+	    "                         close a connection that has not "
+	    "completed a\n"
+	    "                         request this long after connecting "
+	    "(default %u)\n"
+	    "  --idle-timeout MS      close a connection with no running "
+	    "member and no\n"
+	    "                         waiting request that sent nothing "
+	    "complete this\n"
+	    "                         long (default %u)\n"
 	    "  --log-level LEVEL      error, warn, info (default), debug, "
 	    "trace\n"
 	    "  --restore-grace MS     after a restart from --state-dir, how "
@@ -105,7 +134,15 @@ main_usage(FILE *f)
 	    COHORT__SRV_DEFAULT_URL, (unsigned)COHORT__DEFAULT_MAX_VALUE,
 	    (unsigned long long)COHORT__SRV_DEFAULT_MAX_JOB_BYTES,
 	    (unsigned)COHORT__SRV_DEFAULT_MAX_KEYS,
+	    (unsigned)COHORT__SRV_DEFAULT_MAX_MEMBERS,
+	    (unsigned long long)COHORT__SRV_DEFAULT_MAX_TOTAL_BYTES,
+	    (unsigned)COHORT__SRV_DEFAULT_MAX_TOTAL_KEYS,
+	    (unsigned)COHORT__SRV_DEFAULT_MAX_TOTAL_MEMBERS,
+	    (unsigned)COHORT__SRV_DEFAULT_MAX_JOBS,
+	    (unsigned)COHORT__SRV_DEFAULT_JOB_EXPIRY_MS,
 	    (unsigned)COHORT__SRV_DEFAULT_STALL_MS,
+	    (unsigned)COHORT__SRV_DEFAULT_FIRST_REQUEST_MS,
+	    (unsigned)COHORT__SRV_DEFAULT_IDLE_MS,
 	    (unsigned)COHORT__SRV_DEFAULT_RESTORE_GRACE_MS,
 	    (unsigned)MAIN_DEFAULT_DRAIN_MS);
 }
@@ -202,6 +239,13 @@ main(int argc, char **argv)
 	 * readiness probe to drain for), else none */
 	uint64_t drain_ms = UINT64_MAX;
 
+#ifdef __GLIBC__
+	/* Values and messages of 1 MiB and more are mapped on their own and
+	 * unmapped when freed: glibc's dynamic threshold would otherwise
+	 * rise to 32 MiB after the first big free and keep later big
+	 * values in its heaps (docs/coordinator.md, Memory). */
+	(void)mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
 	cohort__srv_config_init(&cfg);
 	cfg.listen = listen;
 	cfg.jobs = jobs;
@@ -226,6 +270,14 @@ main(int argc, char **argv)
 		}
 		if (strcmp(a, "--recover") == 0) {
 			cfg.state_recover = true;
+			continue;
+		}
+		if (strcmp(a, "--open-status") == 0) {
+			cfg.open_status = true;
+			continue;
+		}
+		if (strcmp(a, "--metrics-per-job") == 0) {
+			cfg.metrics_per_job = true;
 			continue;
 		}
 		if (v == NULL) {
@@ -266,6 +318,26 @@ main(int argc, char **argv)
 		} else if (strcmp(a, "--max-keys") == 0) {
 			if (main_u64(a, v, &cfg.max_keys) != 0)
 				return (2);
+		} else if (strcmp(a, "--max-total-bytes") == 0) {
+			if (main_u64(a, v, &cfg.max_total_bytes) != 0)
+				return (2);
+		} else if (strcmp(a, "--max-total-keys") == 0) {
+			if (main_u64(a, v, &cfg.max_total_keys) != 0)
+				return (2);
+		} else if (strcmp(a, "--max-jobs") == 0) {
+			if (main_u64(a, v, &cfg.max_jobs) != 0)
+				return (2);
+		} else if (strcmp(a, "--max-members") == 0) {
+			if (main_u64(a, v, &cfg.max_members) != 0)
+				return (2);
+		} else if (strcmp(a, "--max-total-members") == 0) {
+			if (main_u64(a, v, &cfg.max_total_members) != 0)
+				return (2);
+		} else if (strcmp(a, "--job-expiry") == 0) {
+			if (strcmp(v, "never") == 0)
+				cfg.job_expiry_ms = 0;
+			else if (main_u64(a, v, &cfg.job_expiry_ms) != 0)
+				return (2);
 		} else if (strcmp(a, "--http") == 0) {
 			cfg.http = v;
 		} else if (strcmp(a, "--torch-store") == 0
@@ -291,6 +363,20 @@ main(int argc, char **argv)
 				return (2);
 			}
 			cfg.stall_threshold_ms = (uint32_t)ms;
+		} else if (strcmp(a, "--first-request-timeout") == 0
+		    || strcmp(a, "--idle-timeout") == 0) {
+			uint64_t ms;
+			if (main_u64(a, v, &ms) != 0)
+				return (2);
+			if (ms > UINT32_MAX) {
+				fprintf(stderr, "cohortd: %s: at most %u ms\n",
+				    a, UINT32_MAX);
+				return (2);
+			}
+			if (a[2] == 'f')
+				cfg.first_request_ms = (uint32_t)ms;
+			else
+				cfg.idle_ms = (uint32_t)ms;
 		} else if (strcmp(a, "--drain") == 0) {
 			if (main_u64(a, v, &drain_ms) != 0)
 				return (2);

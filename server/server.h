@@ -17,6 +17,14 @@
 #define COHORT__SRV_DEFAULT_MAX_JOB_BYTES (1ull << 30)
 #define COHORT__SRV_DEFAULT_MAX_KEYS 1000000u
 #define COHORT__SRV_DEFAULT_POOL 16u
+#define COHORT__SRV_DEFAULT_MAX_TOTAL_BYTES (4ull << 30)
+#define COHORT__SRV_DEFAULT_MAX_TOTAL_KEYS 10000000u
+#define COHORT__SRV_DEFAULT_MAX_JOBS 10000u
+#define COHORT__SRV_DEFAULT_MAX_MEMBERS 65536u
+#define COHORT__SRV_DEFAULT_MAX_TOTAL_MEMBERS 262144u
+/* A job with no running member and no connected client is removed after
+ * this long (failed or abandoned: joined, connection dropped, no Leave). */
+#define COHORT__SRV_DEFAULT_JOB_EXPIRY_MS 600000u
 
 struct cohort__srv_config {
 	/* nng URLs to listen on (tcp://, ipc://, tls+tcp://). Port 0 binds a
@@ -29,6 +37,14 @@ struct cohort__srv_config {
 	uint64_t max_value_bytes; /* largest KV value / object */
 	uint64_t max_job_bytes; /* keys + values of one job */
 	uint64_t max_keys; /* keys of one job */
+	uint64_t max_total_bytes; /* keys + values of all jobs */
+	uint64_t max_total_keys; /* keys of all jobs */
+	uint64_t max_jobs; /* jobs held at once */
+	uint64_t max_members; /* world size of one job */
+	uint64_t max_total_members; /* world sizes of all jobs */
+	/* A job with no running member and no connected client is removed
+	 * (with its keys and journal records) after this long; 0 = never. */
+	uint64_t job_expiry_ms;
 	/* The admin secret: if set, a StatusQuery without a job must carry
 	 * it, and job tokens are minted from it (docs/security.md). */
 	const char *admin_token;
@@ -36,6 +52,11 @@ struct cohort__srv_config {
 	 * minted from admin_token for the job); jobs given in `jobs` (or
 	 * restored from the journal) are joined with their own token. */
 	bool require_token;
+	/* Without an admin secret, a StatusQuery for all jobs is refused
+	 * unless this is set (a private coordinator: `cohort run`). */
+	bool open_status;
+	/* /metrics adds series labelled with job names. */
+	bool metrics_per_job;
 	/* "ADDR:PORT" of the HTTP endpoint (/metrics, /healthz, /readyz);
 	 * NULL = none. */
 	const char *http;
@@ -69,9 +90,22 @@ struct cohort__srv_config {
 	/* A TCPStore request left incomplete this long closes its
 	 * connection; 0 = 30 s. */
 	uint32_t torch_store_partial_ms;
+	/* A connection that has not completed a request this long after it
+	 * was established is closed; 0 = COHORT__SRV_DEFAULT_FIRST_REQUEST_MS.
+	 */
+	uint32_t first_request_ms;
+	/* A connection without a running member or a parked request that
+	 * sent no complete request this long is closed; 0 =
+	 * COHORT__SRV_DEFAULT_IDLE_MS. */
+	uint32_t idle_ms;
 };
 
 #define COHORT__SRV_DEFAULT_STALL_MS 60000u
+/* A connection's first complete request must arrive within this. */
+#define COHORT__SRV_DEFAULT_FIRST_REQUEST_MS 10000u
+/* A connection with no running member and no parked request, silent
+ * this long, is closed. */
+#define COHORT__SRV_DEFAULT_IDLE_MS 60000u
 #define COHORT__SRV_DEFAULT_RESTORE_GRACE_MS 15000u
 
 struct cohort__srv;

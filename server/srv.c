@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -69,6 +70,13 @@ struct cohort__srv {
 	void *http; /* http.c */
 	char *http_url;
 	cohort__time idle_since; /* last time a client was connected */
+	/* The clock of the previous sweep: the loop lag is the time since,
+	 * less the interval. Measured from the previous sweep's own clock
+	 * read (not from when its timer was re-armed), a stop that hits a
+	 * sweep between its clock read and its end is seen by the next. */
+	cohort__time last_sweep;
+	/* malloc_trim: the KV bytes high-water mark since the last trim */
+	uint64_t trim_hw;
 	struct srv_tstore **tstores; /* --torch-store listeners */
 	size_t ntstores;
 };
@@ -82,6 +90,12 @@ cohort__srv_config_init(struct cohort__srv_config *cfg)
 	cfg->max_value_bytes = COHORT__DEFAULT_MAX_VALUE;
 	cfg->max_job_bytes = COHORT__SRV_DEFAULT_MAX_JOB_BYTES;
 	cfg->max_keys = COHORT__SRV_DEFAULT_MAX_KEYS;
+	cfg->max_total_bytes = COHORT__SRV_DEFAULT_MAX_TOTAL_BYTES;
+	cfg->max_total_keys = COHORT__SRV_DEFAULT_MAX_TOTAL_KEYS;
+	cfg->max_jobs = COHORT__SRV_DEFAULT_MAX_JOBS;
+	cfg->max_members = COHORT__SRV_DEFAULT_MAX_MEMBERS;
+	cfg->max_total_members = COHORT__SRV_DEFAULT_MAX_TOTAL_MEMBERS;
+	cfg->job_expiry_ms = COHORT__SRV_DEFAULT_JOB_EXPIRY_MS;
 	cfg->pool_size = COHORT__SRV_DEFAULT_POOL;
 }
 
@@ -269,19 +283,41 @@ srv_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 	struct cohort__srv *s = arg;
 	struct srvctx *out;
 
-	(void)ev;
 	pthread_mutex_lock(&s->mtx);
 	if (s->stopping) {
 		pthread_mutex_unlock(&s->mtx);
 		return;
 	}
-	srv_core_pipe_closed(s->core, p.id, cohort__now_ms());
+	if (ev == NNG_PIPE_EV_ADD_POST)
+		srv_core_pipe_opened(s->core, p.id, cohort__now_ms());
+	else
+		srv_core_pipe_closed(s->core, p.id, cohort__now_ms());
 	out = srv_take_outbox(s);
 	pthread_mutex_unlock(&s->mtx);
 	srv_flush(s, out);
 }
 
 #define SRV_SWEEP_MS 100
+/* Give freed memory back to the system once this much of keys and values
+ * was freed since the last time (docs/coordinator.md, Memory). */
+#define SRV_TRIM_BYTES (64u << 20)
+
+/* Under mtx: whether the sweep should call malloc_trim (after unlock).
+ * glibc keeps freed chunks of its heaps (and, with its dynamic mmap
+ * threshold, even large values end up there), so RSS would stay at the
+ * peak after big jobs went away. */
+static bool
+srv_trim_due(struct cohort__srv *s)
+{
+	uint64_t b = s->core->kv_bytes;
+
+	if (b > s->trim_hw)
+		s->trim_hw = b;
+	if (s->trim_hw - b < SRV_TRIM_BYTES)
+		return (false);
+	s->trim_hw = b;
+	return (true);
+}
 
 static void
 srv_sweep_cb(void *arg)
@@ -289,7 +325,9 @@ srv_sweep_cb(void *arg)
 	struct cohort__srv *s = arg;
 	struct srvctx *out;
 	uint32_t closes[SRV_CLOSE_PIPES];
+	cohort__time now;
 	size_t nclose;
+	bool trim;
 	int sfd;
 
 	if (nng_aio_result(s->sweep) != 0)
@@ -299,9 +337,17 @@ srv_sweep_cb(void *arg)
 		pthread_mutex_unlock(&s->mtx);
 		return;
 	}
-	srv_core_sweep(s->core, cohort__now_ms());
+	now = cohort__now_ms();
+	/* Loop lag: how late this sweep runs (the mutex included). A
+	 * stall (SIGSTOP, VM pause) delays it by the whole pause. */
+	srv_core_loop_lag(s->core, now - s->last_sweep - SRV_SWEEP_MS, now);
+	s->last_sweep = now;
+	srv_core_sweep(s->core, now);
 	nclose = srv_core_take_pipes_to_close(s->core, cohort__now_ms(),
 	    closes, sizeof(closes) / sizeof(closes[0]));
+	nclose += srv_core_take_idle_pipes(s->core, now, closes + nclose,
+	    sizeof(closes) / sizeof(closes[0]) - nclose);
+	trim = srv_trim_due(s);
 	sfd = srv_jrn_sync_fd(s->core);
 	out = srv_take_outbox(s);
 	pthread_mutex_unlock(&s->mtx);
@@ -322,6 +368,10 @@ srv_sweep_cb(void *arg)
 		}
 		close(sfd);
 	}
+#ifdef __GLIBC__
+	if (trim)
+		(void)malloc_trim(0);
+#endif
 	nng_sleep_aio(SRV_SWEEP_MS, s->sweep);
 }
 
@@ -566,6 +616,11 @@ cohort__srv_start(
 	lim.max_value = cfg->max_value_bytes;
 	lim.max_job_bytes = cfg->max_job_bytes;
 	lim.max_keys = cfg->max_keys;
+	lim.max_total_bytes = cfg->max_total_bytes;
+	lim.max_total_keys = cfg->max_total_keys;
+	lim.max_jobs = cfg->max_jobs;
+	lim.max_members = cfg->max_members;
+	lim.max_total_members = cfg->max_total_members;
 	if (lim.max_value == 0 || lim.max_job_bytes == 0 || lim.max_keys == 0
 	    || lim.max_value > (4ull << 30))
 		return (cohort__err(COHORT_EINVAL,
@@ -585,9 +640,17 @@ cohort__srv_start(
 	    != COHORT_OK)
 		goto out_free;
 	s->core->require_token = cfg->require_token;
+	s->core->open_status = cfg->open_status;
+	s->core->job_expiry_ms = (cohort__time)cfg->job_expiry_ms;
+	s->core->metrics_jobs = cfg->metrics_per_job;
 	s->core->stall_ms = cfg->stall_threshold_ms
 	    ? (cohort__time)cfg->stall_threshold_ms
 	    : (cohort__time)COHORT__SRV_DEFAULT_STALL_MS;
+	if (cfg->first_request_ms != 0)
+		s->core->first_request_ms
+		    = (cohort__time)cfg->first_request_ms;
+	if (cfg->idle_ms != 0)
+		s->core->idle_ms = (cohort__time)cfg->idle_ms;
 	s->core->restore_grace_ms = cfg->restore_grace_ms
 	    ? (cohort__time)cfg->restore_grace_ms
 	    : (cohort__time)COHORT__SRV_DEFAULT_RESTORE_GRACE_MS;
@@ -622,6 +685,7 @@ cohort__srv_start(
 	}
 	nng_socket_set_size(
 	    s->sock, NNG_OPT_RECVMAXSZ, (size_t)lim.max_value + (1u << 20));
+	nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_POST, srv_pipe_cb, s);
 	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, srv_pipe_cb, s);
 	if ((nrv = nng_aio_alloc(&s->sweep, srv_sweep_cb, s)) != 0) {
 		rv = COHORT_ENOMEM;
@@ -662,6 +726,7 @@ cohort__srv_start(
 	            s, cfg->http, &s->http, &s->http_url))
 	        != COHORT_OK)
 		goto out_close_sock;
+	s->last_sweep = cohort__now_ms();
 	nng_sleep_aio(SRV_SWEEP_MS, s->sweep);
 	*out = s;
 	return (COHORT_OK);
@@ -673,6 +738,7 @@ out_close_sock:
 	if (s->http != NULL)
 		cohort__srv_http_stop(s->http);
 	s->stopping = true;
+	nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_POST, NULL, NULL);
 	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, NULL, NULL);
 	nng_close(s->sock);
 	goto out_free_ctxs;
@@ -732,6 +798,7 @@ cohort__srv_stop(struct cohort__srv *s)
 		pthread_cond_timedwait(&s->cv, &s->mtx, &ts);
 	}
 	pthread_mutex_unlock(&s->mtx);
+	nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_POST, NULL, NULL);
 	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, NULL, NULL);
 	nng_close(s->sock);
 	while (s->all != NULL) {

@@ -155,6 +155,10 @@ struct srv_call {
 	void *tp; /* transport handle, opaque */
 	uint64_t seq;
 	int body; /* Cohort__Request__BodyCase */
+	/* What the request asks (body kind, packed body, payload length
+	 * and head), never 0: a cached reply or a parked slot is handed
+	 * only to a retry of the same request. */
+	uint32_t rhash;
 	enum srv_park park;
 	cohort__time start;
 	cohort__time deadline;
@@ -228,6 +232,7 @@ struct srv_client {
 	cohort__time last_seen;
 	struct {
 		uint64_t seq;
+		uint32_t rhash; /* the request's srv_call.rhash; 0: unknown */
 		nng_msg *msg;
 		bool durable; /* journalled (the reply of a mutating op) */
 		bool ok; /* its status is COHORT_OK */
@@ -240,6 +245,9 @@ struct srv_kv {
 	struct srv_map keys; /* srv_kvent */
 	struct srv_map waits; /* srv_kvwait: absent keys someone waits on */
 	uint64_t bytes;
+	/* The core's totals over all jobs (NULL: none), kept in step. */
+	uint64_t *tot_bytes;
+	uint64_t *tot_keys;
 };
 
 struct srv_group {
@@ -294,6 +302,9 @@ struct srv_job {
 	/* Restored without a generation (its rendezvous was pending): kept
 	 * until a join comes back, although it has no members. */
 	bool restored;
+	/* Last request of one of its clients or close of one of their
+	 * connections (0: not yet known; the next sweep sets it). */
+	cohort__time last_active;
 	uint64_t job_id;
 	uint64_t generation;
 	enum srv_job_state state;
@@ -315,10 +326,17 @@ struct srv_job {
 	struct srv_kv kv;
 };
 
+/* Limits; the ones after max_keys are 0 for "none" (cohortd sets its
+ * defaults in cohort__srv_config_init). */
 struct srv_limits {
 	uint64_t max_value;
 	uint64_t max_job_bytes;
 	uint64_t max_keys;
+	uint64_t max_total_bytes; /* keys + values of all jobs */
+	uint64_t max_total_keys; /* keys of all jobs */
+	uint64_t max_jobs; /* jobs held (abandoned ones until they expire) */
+	uint64_t max_members; /* world size of one job */
+	uint64_t max_total_members; /* world sizes of all jobs */
 };
 
 /* Transport handles (`tp`) start with this, so that the one sink can
@@ -344,6 +362,14 @@ struct srv_metrics {
 	uint64_t collectives;
 	uint64_t stalls; /* stall warnings logged */
 	uint64_t dropped_closed; /* requests of closed connections */
+	uint64_t loop_stalls; /* event-loop stalls (srv_core_loop_stall) */
+	uint64_t conns_opened; /* connections (srv_core_pipe_opened) */
+	uint64_t conns_closed_first; /* no first request in time */
+	uint64_t conns_closed_idle; /* idle past --idle-timeout */
+	uint64_t jobs_expired; /* --job-expiry */
+	uint64_t limit_refusals; /* requests refused by a global limit */
+	cohort__time loop_lag_ms; /* lag of the last sweep */
+	cohort__time loop_lag_max_ms; /* largest lag seen */
 };
 
 struct srv_jrn;
@@ -364,6 +390,11 @@ struct srv_core {
 	/* --require-token: a join creates a job only with the token minted
 	 * from admin_token for it (docs/security.md). */
 	bool require_token;
+	/* --open-status: a StatusQuery for all jobs needs no admin secret
+	 * when none is configured (a private coordinator). */
+	bool open_status;
+	/* --metrics-per-job: /metrics has series labelled with job names. */
+	bool metrics_jobs;
 	srv_sink_fn sink;
 	void *sink_arg;
 	struct srv_map jobs;
@@ -380,6 +411,13 @@ struct srv_core {
 	 * processed after the event does not re-register its connection. */
 	struct srv_map closed;
 	cohort__time stall_ms; /* --stall-threshold */
+	cohort__time first_request_ms; /* --first-request-timeout */
+	/* --job-expiry: a job with no running member and no connected
+	 * client is removed after this long (0: never). */
+	cohort__time job_expiry_ms;
+	uint64_t kv_bytes; /* keys + values of all jobs */
+	uint64_t kv_keys; /* keys of all jobs */
+	cohort__time idle_ms; /* --idle-timeout */
 	cohort__time restore_grace_ms; /* --restore-grace */
 	bool draining; /* SIGTERM: /readyz answers 503, then the stop */
 	cohort__time stall_next; /* next stall check */
@@ -431,6 +469,18 @@ void srv_core_dispatch(struct srv_core *core, nng_msg *msg, uint32_t pipe,
     void *tp, cohort__time now);
 /* Deadlines and heartbeat silence. */
 void srv_core_sweep(struct srv_core *core, cohort__time now);
+/* The transport's sweep ran lag_ms later than due (measured by the
+ * transport, which knows the interval). Records the lag; a lag of at
+ * least SRV_LOOP_STALL_MS is a stall of cohortd itself (SIGSTOP, a VM
+ * pause, a long page-in): the heartbeats queued meanwhile have not been
+ * read yet, so the stall is credited to every running member's last
+ * sign of life (and to every connection's timeouts), capped at now: a
+ * member is never declared dead for cohortd's own silence, and one that
+ * stays silent is one dead-after later. Call it before srv_core_sweep. */
+void srv_core_loop_lag(
+    struct srv_core *core, cohort__time lag_ms, cohort__time now);
+/* A sweep this late is a stall (docs/coordinator.md, Liveness). */
+#define SRV_LOOP_STALL_MS 1000
 /* Pipes due to be closed by now (at most max, removed from the queue).
  *
  * Why cohortd closes a departing client's connection: with nng 1.5.2, a
@@ -445,6 +495,23 @@ size_t srv_core_take_pipes_to_close(
     struct srv_core *core, cohort__time now, uint32_t *out, size_t max);
 void srv_core_pipe_closed(
     struct srv_core *core, uint32_t pipe, cohort__time now);
+/* A connection was established (nng's ADD_POST pipe event): from now on
+ * it is tracked for the timeouts below until its close event. */
+void srv_core_pipe_opened(
+    struct srv_core *core, uint32_t pipe, cohort__time now);
+/* A complete request arrived over pipe (srv_core_dispatch calls it). */
+void srv_core_pipe_request(
+    struct srv_core *core, uint32_t pipe, cohort__time now);
+/* Connections to close now (at most max, each handed out once):
+ *  - no complete request within first_request_ms of being established
+ *    (a connection held open silently, or a frame that never completes:
+ *    nng reads a frame's declared length, then waits for the rest);
+ *  - no complete request for idle_ms, and neither a running member nor
+ *    a parked request on it (a partial frame after earlier requests
+ *    looks the same from here).
+ * A member's connection is judged by its heartbeats (dead-after). */
+size_t srv_core_take_idle_pipes(
+    struct srv_core *core, cohort__time now, uint32_t *out, size_t max);
 /* Answers the parked request seq of client id in job with st and why
  * (a client gave up waiting, e.g. TCPStore's CANCEL_WAIT). Returns false
  * if no such request is parked (it was answered already). */
@@ -489,9 +556,10 @@ void srv_client_set_pipe(struct srv_client *cl, uint32_t pipe);
 /* The job's client id, created if absent (NULL: ENOMEM). */
 struct srv_client *srv_client_get(
     struct srv_job *job, uint64_t id, cohort__time now);
-/* Puts a reply into the client's cache ring, taking m. */
-void srv_client_cache_put(
-    struct srv_client *cl, uint64_t seq, nng_msg *m, bool durable);
+/* Puts a reply into the client's cache ring, taking m; rhash: the
+ * request's (0: unknown, as for replies restored from the journal). */
+void srv_client_cache_put(struct srv_client *cl, uint64_t seq, uint32_t rhash,
+    nng_msg *m, bool durable);
 /* Whether a request body changes state (its reply is journalled). */
 bool srv_body_mutating(int body);
 
@@ -505,6 +573,12 @@ struct srv_job *srv_job_new(
 void srv_job_free(struct srv_job *job, const char *why);
 /* Removes the job if every member left (and it is not preset). */
 void srv_job_maybe_remove(struct srv_job *job);
+/* Removes the job (journalled) if it is abandoned: not preset, no running
+ * member, no connected client, nothing parked, quiet for the core's
+ * job_expiry_ms. Returns true if it was removed. */
+bool srv_job_maybe_expire(struct srv_job *job, cohort__time now);
+/* World sizes of all jobs (formed or in rendezvous). */
+uint64_t srv_core_members_total(struct srv_core *core);
 void srv_job_join(struct srv_call *c, const Cohort__Join *j, cohort__time now);
 void srv_job_leave(struct srv_call *c, cohort__time now);
 void srv_job_heartbeat(

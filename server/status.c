@@ -264,6 +264,15 @@ srv_status_handle(
 	} else if (core->admin_token != NULL && !admin) {
 		srv_call_fail(c, COHORT_EAUTH, "authentication failed");
 		return;
+	} else if (core->admin_token == NULL && !core->open_status) {
+		/* Every job's names, hosts, pids and failure texts: only
+		 * for the operator (docs/security.md). */
+		srv_call_fail(c, COHORT_EAUTH,
+		    "a status query for all jobs needs cohortd's admin "
+		    "secret, and this cohortd has none (--admin-token-file; "
+		    "--open-status for a private coordinator); ask for one "
+		    "job with its token (--job JOB --token-file FILE)");
+		return;
 	}
 	cohort__status_reply__init(&sr);
 	sr.uptime_ms = (uint64_t)(now - core->started);
@@ -299,10 +308,77 @@ srv_status_handle(
 	free(sb.ptrs);
 }
 
+/* A Prometheus label value: backslash, quote and newline escaped. */
+static void
+status_label(char *out, size_t len, const char *s)
+{
+	size_t o = 0;
+
+	for (; *s != '\0' && o + 3 < len; s++) {
+		if (*s == '\\' || *s == '"') {
+			out[o++] = '\\';
+			out[o++] = *s;
+		} else if (*s == '\n') {
+			out[o++] = '\\';
+			out[o++] = 'n';
+		} else {
+			out[o++] = *s;
+		}
+	}
+	out[o] = '\0';
+}
+
+/* --metrics-per-job: series labelled with job names (which tell who runs
+ * what on a shared coordinator, so they are off by default). */
+static void
+status_metrics_jobs(struct srv_core *core, char *buf, size_t cap, size_t *off)
+{
+	static const char *const names[] = { "job_members_running",
+		"job_kv_keys", "job_kv_bytes", "job_failed" };
+	static const char *const help[] = { "Running members of the job.",
+		"Keys of the job.", "Bytes of keys and values of the job.",
+		"1 if the job's generation failed." };
+
+	for (int k = 0; k < 4; k++) {
+		struct srv_hnode *n;
+		size_t i;
+		cohort__appendf(buf, cap, off,
+		    "# HELP cohort_%s %s\n# TYPE cohort_%s gauge\n", names[k],
+		    help[k], names[k]);
+		for (n = srv_map_next(&core->jobs, &i, NULL); n != NULL;
+		     n = srv_map_next(&core->jobs, &i, n)) {
+			struct srv_job *job
+			    = SRV_CONTAINER(n, struct srv_job, hn);
+			char lab[2 * SRV_MAX_NAME + 8];
+			uint64_t v = 0;
+			status_label(lab, sizeof(lab), job->name);
+			if (k == 0) {
+				for (uint32_t r = 0;
+				     job->members != NULL && r < job->world;
+				     r++)
+					v += job->members[r].state
+					    == SRV_MEMBER_RUNNING;
+			} else if (k == 1) {
+				v = srv_kv_count(&job->kv);
+			} else if (k == 2) {
+				v = job->kv.bytes;
+			} else {
+				v = job->state == SRV_JOB_FAILED;
+			}
+			cohort__appendf(buf, cap, off,
+			    "cohort_%s{job=\"%s\"} %" PRIu64 "\n", names[k],
+			    lab, v);
+		}
+	}
+}
+
 char *
 srv_metrics_text(struct srv_core *core, cohort__time now)
 {
-	size_t cap = 4096 + core->jobs.n * 512, off = 0;
+	size_t cap = 8192
+	    + core->jobs.n
+	        * (core->metrics_jobs ? 4 * (2 * SRV_MAX_NAME + 64) : 0),
+	       off = 0;
 	char *buf = malloc(cap);
 	uint64_t keys = 0, bytes = 0, members = 0;
 	struct srv_jrn_stats js;
@@ -354,6 +430,34 @@ srv_metrics_text(struct srv_core *core, cohort__time now)
 	    srv_core_stalled(core, now));
 	M("counter", "stalls_total", "Stall warnings logged.", "%" PRIu64,
 	    core->m.stalls);
+	M("gauge", "loop_lag_seconds",
+	    "How late the last 100 ms sweep ran (event-loop lag).", "%.3f",
+	    (double)core->m.loop_lag_ms / 1000.0);
+	M("gauge", "loop_lag_max_seconds", "Largest event-loop lag seen.",
+	    "%.3f", (double)core->m.loop_lag_max_ms / 1000.0);
+	M("counter", "loop_stalls_total",
+	    "Event-loop stalls of at least 1 s (members got a fresh "
+	    "dead-after window).",
+	    "%" PRIu64, core->m.loop_stalls);
+	M("counter", "jobs_expired_total",
+	    "Jobs removed by --job-expiry (no member running, no client "
+	    "connected).",
+	    "%" PRIu64, core->m.jobs_expired);
+	M("counter", "limit_refusals_total",
+	    "Requests refused by --max-jobs, --max-members, "
+	    "--max-total-members, --max-total-bytes or --max-total-keys.",
+	    "%" PRIu64, core->m.limit_refusals);
+	M("gauge", "connections", "Connections open (nng pipes).", "%zu",
+	    core->pipes.n);
+	M("counter", "connections_total", "Connections established.",
+	    "%" PRIu64, core->m.conns_opened);
+	M("counter", "connections_closed_first_request_total",
+	    "Connections closed: no complete request within "
+	    "--first-request-timeout.",
+	    "%" PRIu64, core->m.conns_closed_first);
+	M("counter", "connections_closed_idle_total",
+	    "Connections closed: idle past --idle-timeout.", "%" PRIu64,
+	    core->m.conns_closed_idle);
 	M("counter", "closed_connection_requests_total",
 	    "Requests dropped: their connection had closed.", "%" PRIu64,
 	    core->m.dropped_closed);
@@ -378,6 +482,8 @@ srv_metrics_text(struct srv_core *core, cohort__time now)
 		    "refused (COHORT_EJOURNAL), /readyz says 503.",
 		    "%d", srv_jrn_problem(core) == NULL ? 1 : 0);
 	}
+	if (core->metrics_jobs)
+		status_metrics_jobs(core, buf, cap, &off);
 #undef M
 	return (buf);
 }

@@ -284,6 +284,74 @@ scen_kvisolate(cohort_client *c, const char *arg)
 	return (st != COHORT_ETIMEDOUT);
 }
 
+/* For bench/soak.py: ARG "KEYS:BYTES:MODE". Sets KEYS values of BYTES
+ * bytes each under its rank, enters barrier "stored", then with MODE
+ * "leave" closes cleanly, with "abandon" exits without a Leave (its
+ * connection drops: the job fails and is abandoned). */
+static int
+scen_soak(cohort_client *c, const char *arg)
+{
+	long keys = 1, bytes = 1 << 20;
+	char mode[16] = "leave", key[64];
+	uint8_t *val;
+
+	if (arg != NULL
+	    && sscanf(arg, "%ld:%ld:%15s", &keys, &bytes, mode) < 2)
+		return (2);
+	if ((val = malloc((size_t)bytes)) == NULL)
+		return (1);
+	memset(val, cohort_client_rank(c) + 1, (size_t)bytes);
+	for (long i = 0; i < keys; i++) {
+		snprintf(
+		    key, sizeof(key), "soak/%d/%ld", cohort_client_rank(c), i);
+		WORKER_CHECK("kv_set",
+		    cohort_kv_set(c, key, val, (size_t)bytes, 60000));
+	}
+	free(val);
+	WORKER_CHECK("barrier",
+	    cohort_barrier(cohort_client_world(c), "stored", 60000));
+	printf("RESULT soak keys=%ld bytes=%ld mode=%s\n", keys, bytes, mode);
+	fflush(stdout);
+	if (strcmp(mode, "abandon") == 0)
+		_exit(0);
+	return (0);
+}
+
+/* Barriers in a loop for ARG milliseconds (default 20000; the ranks agree
+ * when to stop with a decision each iteration): prints READY
+ * after the first, then "RESULT barrier_for count=N max_ms=M" (the
+ * slowest barrier). The pause tests stop cohortd or a rank meanwhile. */
+static int
+scen_barrier_for(cohort_client *c, const char *arg)
+{
+	int64_t t0 = worker_now_ms(), end = t0 + worker_arg(arg, 20000);
+	cohort_group *g = cohort_client_world(c);
+	int64_t max_ms = 0;
+	long n = 0;
+
+	WORKER_CHECK("barrier", cohort_barrier(g, "loop", 60000));
+	printf("READY rank=%d pid=%d\n", cohort_client_rank(c), (int)getpid());
+	fflush(stdout);
+	for (;;) {
+		int64_t b = worker_now_ms();
+		bool more;
+		/* every rank stops at the same iteration: the loop goes on
+		 * while any rank's time is not over */
+		WORKER_CHECK("decide",
+		    cohort_decide(
+		        g, worker_now_ms() < end, false, &more, 60000));
+		if (!more)
+			break;
+		WORKER_CHECK("barrier", cohort_barrier(g, "loop", 60000));
+		if (worker_now_ms() - b > max_ms)
+			max_ms = worker_now_ms() - b;
+		n++;
+		usleep(2000);
+	}
+	printf("RESULT barrier_for count=%ld max_ms=%" PRId64 "\n", n, max_ms);
+	return (0);
+}
+
 /* Enters barrier "ready", prints READY, then waits in barrier "final"
  * (long timeout) and reports how it ended: the fault tests kill a rank in
  * between and expect EPEERLOST naming it. */
@@ -441,6 +509,8 @@ static const struct {
 	{ "allreduce_env", scen_allreduce_env },
 	{ "open", scen_open_close },
 	{ "barrier", scen_barrier },
+	{ "barrier_for", scen_barrier_for },
+	{ "soak", scen_soak },
 	{ "bcast", scen_bcast },
 	{ "decide", scen_decide },
 	{ "reduce", scen_reduce },

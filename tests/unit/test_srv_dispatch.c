@@ -190,7 +190,7 @@ END_TEST
 
 START_TEST(test_admin_token_status)
 {
-	struct srv_limits lim = { 100, 1000, 10 };
+	struct srv_limits lim = { 100, 1000, 10, 0, 0, 0, 0, 0 };
 	struct fx *f = fx_new();
 	struct fx_cli c;
 	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;

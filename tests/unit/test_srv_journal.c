@@ -891,7 +891,9 @@ START_TEST(test_read_only_dir)
 	o.fsync = SRV_FSYNC_NONE;
 	srv_core_free(f->core);
 	ck_assert_cohort_ok(
-	    srv_core_new(&(struct srv_limits) { 1u << 20, 1u << 24, 1000 },
+	    srv_core_new(&(struct srv_limits) { .max_value = 1u << 20,
+	                     .max_job_bytes = 1u << 24,
+	                     .max_keys = 1000 },
 	        NULL, fx_sink, f, f->now, &f->core));
 	rv = srv_core_journal_open(f->core, &o, f->now);
 	th_tmpfs_umount(f->dir);
@@ -937,7 +939,9 @@ jt_umount(struct fx *f, const char *orig)
 {
 	srv_core_free(f->core);
 	ck_assert_cohort_ok(
-	    srv_core_new(&(struct srv_limits) { 1u << 20, 1u << 24, 1000 },
+	    srv_core_new(&(struct srv_limits) { .max_value = 1u << 20,
+	                     .max_job_bytes = 1u << 24,
+	                     .max_keys = 1000 },
 	        NULL, fx_sink, f, f->now, &f->core));
 	th_tmpfs_umount(f->dir);
 	rmdir(f->dir);

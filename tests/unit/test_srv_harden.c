@@ -1,0 +1,440 @@
+/*
+ * test_srv_harden.c - cohortd's core under a hostile or unlucky world
+ * (issue 12): its own stalls, connections that speak for another client,
+ * limits, expiry of abandoned jobs, idle connections. Driven through the
+ * core's entry points with a fake clock (tests/unit/srv_fixture.h); the
+ * transport passes nng's pipe id as `pipe`, as here.
+ */
+#include <string.h>
+
+#include "srv_fixture.h"
+
+Suite *suite_srv_harden(void);
+
+/* n clients of job joined at world n, on connections pipe0.. */
+static void
+hd_form(struct fx *f, struct fx_cli *c, int n, const char *job, uint32_t pipe0,
+    uint64_t id0)
+{
+	uintptr_t t[16];
+
+	for (int i = 0; i < n; i++) {
+		fx_cli_init(
+		    &c[i], job, id0 + (uint64_t)i, pipe0 + (uint32_t)i);
+		t[i] = fx_join(f, &c[i], i, (uint32_t)n, 60000);
+	}
+	for (int i = 0; i < n; i++)
+		fx_joined(f, &c[i], t[i]);
+}
+
+static struct srv_job *
+hd_job(struct fx *f, const char *name)
+{
+	struct srv_hnode *n = srv_map_get(&f->core->jobs, name, strlen(name));
+
+	return (n != NULL ? SRV_CONTAINER(n, struct srv_job, hn) : NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Finding 3: a stall of cohortd is not a member's silence                 */
+/* ------------------------------------------------------------------------ */
+
+START_TEST(test_loop_stall_gives_fresh_window)
+{
+	struct fx *f = fx_new();
+	struct fx_cli c[2];
+	struct srv_job *job;
+
+	fx_form(f, c, 2, "j");
+	job = hd_job(f, "j");
+	/* cohortd stops for 10 s (dead-after is 5 s): the transport sees
+	 * the sweep 10 s late and says so before sweeping */
+	f->now += 10000;
+	srv_core_loop_lag(f->core, 9900, f->now);
+	srv_core_sweep(f->core, f->now);
+	ck_assert_int_eq(job->members[0].state, SRV_MEMBER_RUNNING);
+	ck_assert_int_eq(job->members[1].state, SRV_MEMBER_RUNNING);
+	ck_assert_uint_eq(f->core->m.loop_stalls, 1);
+	ck_assert_int_eq(f->core->m.loop_lag_max_ms, 9900);
+	/* the queued heartbeat of rank 0 arrives; rank 1 stays silent and
+	 * is declared dead one dead-after after the stall, not before */
+	fx_want(f, fx_heartbeat(f, &c[0], "", 0, "", false, 0), COHORT_OK);
+	fx_tick(f, 4900);
+	ck_assert_int_eq(job->members[1].state, SRV_MEMBER_RUNNING);
+	fx_want(f, fx_heartbeat(f, &c[0], "", 0, "", false, 0), COHORT_OK);
+	fx_tick(f, 200);
+	ck_assert_int_eq(job->members[0].state, SRV_MEMBER_RUNNING);
+	ck_assert_int_eq(job->members[1].state, SRV_MEMBER_FAILED);
+	ck_assert_ptr_nonnull(strstr(job->failed_text, "no heartbeat"));
+	/* a small lag is only measured */
+	srv_core_loop_lag(f->core, 300, f->now);
+	ck_assert_uint_eq(f->core->m.loop_stalls, 1);
+	ck_assert_int_eq(f->core->m.loop_lag_ms, 300);
+	fx_free(f);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* Finding 9: the reply cache is bound to the connection and the request   */
+/* ------------------------------------------------------------------------ */
+
+START_TEST(test_other_connection_gets_nothing_of_a_client)
+{
+	struct fx *f = fx_new();
+	struct fx_cli c[2], imp;
+	Cohort__Request rq = COHORT__REQUEST__INIT;
+	Cohort__KvGet g = COHORT__KV_GET__INIT;
+	struct srv_job *job;
+	uint64_t seq;
+	uintptr_t t;
+
+	fx_form(f, c, 2, "j");
+	job = hd_job(f, "j");
+	fx_want(f, fx_kv_set(f, &c[0], "secret", "member-0-value"), COHORT_OK);
+	seq = c[0].seq;
+	/* a second connection with rank 0's client id and seq, asking for
+	 * something else */
+	imp = c[0];
+	imp.pipe = 99;
+	g.key = "other";
+	rq.body_case = COHORT__REQUEST__BODY_KV_GET;
+	rq.kv_get = &g;
+	rq.seq = seq;
+	t = fx_send(f, &imp, &rq, NULL, 0);
+	ck_assert_ptr_nonnull(
+	    strstr(fx_want(f, t, COHORT_EEXIST)->error, "another connection"));
+	/* even the very same request gets nothing from there */
+	{
+		Cohort__Request r2 = COHORT__REQUEST__INIT;
+		Cohort__KvSet s = COHORT__KV_SET__INIT;
+		s.key = "secret";
+		r2.body_case = COHORT__REQUEST__BODY_KV_SET;
+		r2.kv_set = &s;
+		r2.seq = seq;
+		fx_want(f, fx_send(f, &imp, &r2, "member-0-value", 14),
+		    COHORT_EEXIST);
+	}
+	/* closing that connection does not fail the real member */
+	srv_core_pipe_closed(f->core, 99, f->now);
+	ck_assert_int_eq(job->members[0].state, SRV_MEMBER_RUNNING);
+	ck_assert_int_eq(job->state, SRV_JOB_RUNNING);
+	{
+		uintptr_t b0 = fx_barrier(f, &c[0], "after", 1, 30000);
+		uintptr_t b1 = fx_barrier(f, &c[1], "after", 1, 30000);
+		fx_want(f, b0, COHORT_OK);
+		fx_want(f, b1, COHORT_OK);
+	}
+	/* and its requests were no sign of life for the member */
+	fx_tick(f, 3000);
+	imp.pipe = 98;
+	fx_want(f, fx_heartbeat(f, &imp, "", 0, "", false, 0), COHORT_EEXIST);
+	fx_tick(f, 2200);
+	ck_assert_int_eq(job->members[0].state, SRV_MEMBER_FAILED);
+	fx_free(f);
+}
+END_TEST
+
+START_TEST(test_cached_reply_only_for_the_same_request)
+{
+	struct fx *f = fx_new();
+	struct fx_cli c[2];
+	Cohort__Request rq = COHORT__REQUEST__INIT;
+	Cohort__KvGet g = COHORT__KV_GET__INIT;
+	uint64_t seq;
+	uintptr_t t;
+
+	fx_form(f, c, 2, "j");
+	fx_want(f, fx_kv_set(f, &c[0], "k", "v1"), COHORT_OK);
+	seq = c[0].seq;
+	/* the same seq for another request, over the client's own
+	 * connection: refused, not answered with the set's reply */
+	g.key = "k";
+	rq.body_case = COHORT__REQUEST__BODY_KV_GET;
+	rq.kv_get = &g;
+	rq.seq = seq;
+	t = fx_send(f, &c[0], &rq, NULL, 0);
+	ck_assert_ptr_nonnull(
+	    strstr(fx_want(f, t, COHORT_EINVAL)->error, "was used for"));
+	/* a real retry (same request) is answered from the cache, once */
+	{
+		Cohort__Request r2 = COHORT__REQUEST__INIT;
+		Cohort__KvSet s = COHORT__KV_SET__INIT;
+		s.key = "k";
+		r2.body_case = COHORT__REQUEST__BODY_KV_SET;
+		r2.kv_set = &s;
+		r2.seq = seq;
+		fx_want(f, fx_send(f, &c[0], &r2, "v1", 2), COHORT_OK);
+		/* same key and length, other value head: another request */
+		r2.seq = seq;
+		fx_want(f, fx_send(f, &c[0], &r2, "v2", 2), COHORT_EINVAL);
+	}
+	fx_free(f);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* Finding 8: idle connections and ones that never complete a request      */
+/* ------------------------------------------------------------------------ */
+
+static size_t
+hd_idle(struct fx *f, uint32_t *out)
+{
+	return (srv_core_take_idle_pipes(f->core, f->now, out, 16));
+}
+
+START_TEST(test_idle_connections_closed_busy_ones_kept)
+{
+	struct fx *f = fx_new();
+	struct fx_cli c[2], k;
+	uint32_t out[16];
+	struct srv_job *job;
+
+	f->core->first_request_ms = 10000;
+	f->core->idle_ms = 60000;
+	/* members on 10 and 11, a KV waiter on 12, silent 13, one request
+	 * then silence on 14 */
+	for (uint32_t p = 10; p <= 14; p++)
+		srv_core_pipe_opened(f->core, p, f->now);
+	fx_form(f, c, 2, "j");
+	job = hd_job(f, "j");
+	fx_cli_init(&k, "j", 500, 12);
+	(void)fx_kv_get(f, &k, "never", true, UINT32_MAX);
+	{
+		struct fx_cli s;
+		fx_cli_init(&s, "j", 501, 14);
+		fx_want(f, fx_kv_set(f, &s, "x", "1"), COHORT_OK);
+	}
+	f->now += 9999;
+	ck_assert_uint_eq(hd_idle(f, out), 0);
+	f->now += 1;
+	ck_assert_uint_eq(hd_idle(f, out), 1);
+	ck_assert_uint_eq(out[0], 13);
+	ck_assert_uint_eq(f->core->m.conns_closed_first, 1);
+	/* handed out once, until its close event */
+	ck_assert_uint_eq(hd_idle(f, out), 0);
+	srv_core_pipe_closed(f->core, 13, f->now);
+	/* the members heartbeat; 60 s later only the silent client's
+	 * connection goes, not the members' nor the waiter's */
+	for (int i = 0; i < 60; i++) {
+		fx_want(
+		    f, fx_heartbeat(f, &c[0], "", 0, "", false, 0), COHORT_OK);
+		fx_want(
+		    f, fx_heartbeat(f, &c[1], "", 0, "", false, 0), COHORT_OK);
+		fx_tick(f, 1000);
+	}
+	ck_assert_uint_eq(hd_idle(f, out), 1);
+	ck_assert_uint_eq(out[0], 14);
+	ck_assert_uint_eq(f->core->m.conns_closed_idle, 1);
+	ck_assert_int_eq(job->state, SRV_JOB_RUNNING);
+	/* a member's connection is judged by dead-after, then by idleness */
+	fx_tick(f, 5100);
+	ck_assert_int_eq(job->state, SRV_JOB_FAILED);
+	ck_assert_uint_eq(hd_idle(f, out), 0);
+	f->now += 60000;
+	ck_assert_uint_eq(hd_idle(f, out), 2);
+	/* nng may run the open event after the pipe's first request was
+	 * handled: that request still counts */
+	{
+		struct fx_cli e;
+		Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
+		fx_cli_init(&e, "nope", 600, 60);
+		sq.job = "nope";
+		fx_want(f,
+		    fx_simple(
+		        f, &e, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
+		    COHORT_EAUTH);
+		srv_core_pipe_opened(f->core, 60, f->now);
+		f->now += 10000;
+		ck_assert_uint_eq(hd_idle(f, out), 0);
+		f->now += 50000;
+		ck_assert_uint_eq(hd_idle(f, out), 1);
+		ck_assert_uint_eq(out[0], 60);
+		/* an open event after the close event tracks nothing */
+		srv_core_pipe_closed(f->core, 61, f->now);
+		srv_core_pipe_opened(f->core, 61, f->now);
+		f->now += 20000;
+		ck_assert_uint_eq(hd_idle(f, out), 0);
+	}
+	fx_free(f);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* Least exposure: status needs a credential; /metrics names no job       */
+/* ------------------------------------------------------------------------ */
+
+START_TEST(test_anonymous_status_refused)
+{
+	struct fx *f = fx_new();
+	struct fx_cli c[2], anon;
+	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
+	Cohort__Reply *r;
+
+	fx_form(f, c, 2, "secret-project");
+	/* no job, no token, no admin secret configured */
+	fx_cli_init(&anon, "", 7, 77);
+	anon.token = "";
+	sq.job = "";
+	r = fx_want(f,
+	    fx_simple(f, &anon, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
+	    COHORT_EAUTH);
+	ck_assert_ptr_nonnull(strstr(r->error, "admin secret"));
+	ck_assert_ptr_null(strstr(r->error, "secret-project"));
+	ck_assert_int_eq(r->body_case, COHORT__REPLY__BODY__NOT_SET);
+	/* one job, with its token: fine */
+	sq.job = "secret-project";
+	anon.token = "tok";
+	r = fx_want(f,
+	    fx_simple(f, &anon, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
+	    COHORT_OK);
+	ck_assert_uint_eq(r->status_query->n_jobs, 1);
+	/* a wrong token for it: nothing */
+	anon.token = "guess";
+	fx_want(f,
+	    fx_simple(f, &anon, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
+	    COHORT_EAUTH);
+	/* --open-status: the old behaviour, for a private coordinator */
+	f->core->open_status = true;
+	sq.job = "";
+	anon.token = "";
+	r = fx_want(f,
+	    fx_simple(f, &anon, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
+	    COHORT_OK);
+	ck_assert_uint_eq(r->status_query->n_jobs, 1);
+	fx_free(f);
+}
+END_TEST
+
+START_TEST(test_metrics_name_no_job_unless_asked)
+{
+	struct fx *f = fx_new();
+	struct fx_cli c[2];
+	char *m;
+
+	fx_form(f, c, 2, "secret\"project");
+	fx_want(f, fx_kv_set(f, &c[0], "k", "v"), COHORT_OK);
+	m = srv_metrics_text(f->core, f->now);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_ptr_null(strstr(m, "secret"));
+	ck_assert_ptr_nonnull(strstr(m, "\ncohort_jobs 1\n"));
+	free(m);
+	f->core->metrics_jobs = true;
+	m = srv_metrics_text(f->core, f->now);
+	ck_assert_ptr_nonnull(strstr(
+	    m, "\ncohort_job_members_running{job=\"secret\\\"project\"} 2\n"));
+	ck_assert_ptr_nonnull(
+	    strstr(m, "\ncohort_job_kv_keys{job=\"secret\\\"project\"} 1\n"));
+	free(m);
+	fx_free(f);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* Finding 5: global limits, and abandoned jobs expire                    */
+/* ------------------------------------------------------------------------ */
+
+START_TEST(test_global_limits_named)
+{
+	struct fx *f = fx_new();
+	struct fx_cli a[2], b[2], x;
+	Cohort__Reply *r;
+
+	f->core->lim.max_jobs = 2;
+	f->core->lim.max_members = 4;
+	f->core->lim.max_total_members = 5;
+	f->core->lim.max_total_bytes = 90;
+	f->core->lim.max_total_keys = 3;
+	fx_form(f, a, 2, "a");
+	/* a world over --max-members */
+	fx_cli_init(&x, "big", 900, 90);
+	r = fx_want(f, fx_join(f, &x, -1, 5, 1000), COHORT_ETOOBIG);
+	ck_assert_ptr_nonnull(strstr(r->error, "--max-members 4"));
+	/* the rest of --max-total-members: 3 more, not 4 */
+	fx_cli_init(&x, "big", 901, 91);
+	r = fx_want(f, fx_join(f, &x, -1, 4, 1000), COHORT_ETOOBIG);
+	ck_assert_ptr_nonnull(strstr(r->error, "--max-total-members 5"));
+	fx_form(f, b, 2, "b");
+	/* a third job: --max-jobs */
+	fx_cli_init(&x, "c", 902, 92);
+	r = fx_want(f, fx_join(f, &x, -1, 1, 1000), COHORT_ETOOBIG);
+	ck_assert_ptr_nonnull(strstr(r->error, "--max-jobs 2"));
+	ck_assert_ptr_nonnull(strstr(r->error, "job 'c'"));
+	ck_assert_uint_eq(f->core->jobs.n, 2);
+	/* bytes and keys over all jobs */
+	fx_want(f,
+	    fx_kv_set(f, &a[0], "k1", "0123456789012345678901234567890"),
+	    COHORT_OK);
+	fx_want(f,
+	    fx_kv_set(f, &b[0], "k1", "0123456789012345678901234567890"),
+	    COHORT_OK);
+	r = fx_want(f,
+	    fx_kv_set(f, &b[0], "k2", "0123456789012345678901234567890"),
+	    COHORT_ETOOBIG);
+	ck_assert_ptr_nonnull(strstr(r->error, "--max-total-bytes 90"));
+	fx_want(f, fx_kv_set(f, &b[0], "k2", "x"), COHORT_OK);
+	r = fx_want(f, fx_kv_set(f, &a[0], "k3", "y"), COHORT_ETOOBIG);
+	ck_assert_ptr_nonnull(strstr(r->error, "--max-total-keys 3"));
+	ck_assert_uint_eq(f->core->kv_keys, 3);
+	ck_assert_uint_eq(f->core->kv_bytes, 2 * (2 + 31) + 3);
+	ck_assert_uint_eq(f->core->m.limit_refusals, 5);
+	fx_free(f);
+}
+END_TEST
+
+START_TEST(test_abandoned_job_expires_with_its_records)
+{
+	struct fx *f = fx_new_journal(0);
+	struct fx_cli a[2], b[2], p[1];
+
+	f->core->job_expiry_ms = 30000;
+	ck_assert_cohort_ok(srv_core_add_job(f->core, "preset", "tok"));
+	hd_form(f, a, 2, "abandoned", 20, 100);
+	hd_form(f, b, 2, "alive", 30, 200);
+	hd_form(f, p, 1, "preset", 40, 300);
+	fx_want(f, fx_kv_set(f, &a[0], "big", "a large value"), COHORT_OK);
+	/* abandoned: its members' connections drop, no Leave */
+	srv_core_pipe_closed(f->core, 20, f->now);
+	srv_core_pipe_closed(f->core, 21, f->now);
+	srv_core_pipe_closed(f->core, 40, f->now);
+	ck_assert_ptr_nonnull(hd_job(f, "abandoned"));
+	/* not before --job-expiry */
+	fx_tick(f, 29000);
+	ck_assert_ptr_nonnull(hd_job(f, "abandoned"));
+	/* "alive" failed too (silent for 29 s) but its clients are
+	 * connected and heartbeat: kept */
+	for (int t = 0; t < 2; t++) {
+		fx_heartbeat(f, &b[0], "", 0, "", false, 0);
+		fx_heartbeat(f, &b[1], "", 0, "", false, 0);
+		fx_tick(f, 1000);
+	}
+	ck_assert_ptr_null(hd_job(f, "abandoned"));
+	ck_assert_ptr_nonnull(hd_job(f, "alive"));
+	ck_assert_ptr_nonnull(hd_job(f, "preset"));
+	ck_assert_uint_eq(f->core->m.jobs_expired, 1);
+	ck_assert_uint_eq(f->core->kv_bytes, 0);
+	/* its journal records went too */
+	fx_restart(f);
+	ck_assert_ptr_null(hd_job(f, "abandoned"));
+	ck_assert_ptr_nonnull(hd_job(f, "alive"));
+	fx_free_journal(f);
+}
+END_TEST
+
+Suite *
+suite_srv_harden(void)
+{
+	Suite *s = suite_create("srv_harden");
+	TCase *tc = tcase_create("harden");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_loop_stall_gives_fresh_window);
+	tcase_add_test(tc, test_other_connection_gets_nothing_of_a_client);
+	tcase_add_test(tc, test_cached_reply_only_for_the_same_request);
+	tcase_add_test(tc, test_idle_connections_closed_busy_ones_kept);
+	tcase_add_test(tc, test_anonymous_status_refused);
+	tcase_add_test(tc, test_metrics_name_no_job_unless_asked);
+	tcase_add_test(tc, test_global_limits_named);
+	tcase_add_test(tc, test_abandoned_job_expires_with_its_records);
+	suite_add_tcase(s, tc);
+	return (s);
+}
