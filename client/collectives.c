@@ -413,6 +413,35 @@ coll_backend_init(struct coll_dp *dp, struct cohort_work *w)
 	return (COHORT_OK);
 }
 
+/* Payload bytes of this rank in op (metrics, timeline): what it
+ * contributes (the send buffer), for the gathers the whole result. */
+static uint64_t
+coll_op_bytes(const struct cohort_group *g, const struct cohort__op *op)
+{
+	uint64_t es = cohort_dtype_size(op->dtype), n = op->count;
+
+	switch (op->kind) {
+	case COHORT__OP_ALLGATHER:
+	case COHORT__OP_GATHER:
+	case COHORT__OP_ALLTOALL:
+	case COHORT__OP_SCATTER:
+	case COHORT__OP_REDUCE_SCATTER:
+		n *= (uint64_t)g->size;
+		break;
+	case COHORT__OP_ALLGATHERV:
+		n = 0;
+		for (int32_t r = 0; op->counts != NULL && r < g->size; r++)
+			n += op->counts[r];
+		break;
+	case COHORT__OP_BARRIER:
+		n = 0;
+		break;
+	default:
+		break;
+	}
+	return (n * es);
+}
+
 /* Runs w in the calling thread; its ticket is being served. */
 static void
 coll_execute(struct coll_dp *dp, struct cohort_work *w)
@@ -422,8 +451,12 @@ coll_execute(struct coll_dp *dp, struct cohort_work *w)
 	cohort_status st;
 	void *user_recv = w->op.recv;
 	bool began = false;
+	struct cohort__op_stats stats = { NULL, 0 };
+	struct cohort__log_ctx lctx, lsaved;
+	uint64_t t0;
 
 	pthread_mutex_lock(&g->op_lock);
+	t0 = cohort__now_ns();
 	if ((st = cohort__group_check(g)) != COHORT_OK) {
 		cohort__strlcpy(w->err, cohort_last_error(), sizeof(w->err));
 		goto out;
@@ -437,6 +470,11 @@ coll_execute(struct coll_dp *dp, struct cohort_work *w)
 		goto out;
 	}
 	began = true;
+	lctx.job = g->client->job;
+	lctx.rank = g->client->rank;
+	lctx.op = cohort__op_name(w->op.kind);
+	lctx.seq = g->data_seq + 1;
+	cohort__log_ctx_push(&lctx, &lsaved);
 	if (!dp->inited && (st = coll_backend_init(dp, w)) != COHORT_OK)
 		goto out;
 	if (w->fix == COLL_FIX_MOVE_IN) {
@@ -448,6 +486,7 @@ coll_execute(struct coll_dp *dp, struct cohort_work *w)
 		w->op.recv = w->tmp;
 	}
 	w->op.seq = ++g->data_seq;
+	w->op.stats = &stats;
 	st = g->backend->run(
 	    g->backend_state, &w->op, err, sizeof(err), w->deadline);
 	if (w->fix == COLL_FIX_TMP_OUT) {
@@ -458,8 +497,25 @@ coll_execute(struct coll_dp *dp, struct cohort_work *w)
 	if (st != COHORT_OK)
 		st = coll_failed(dp, w, st, err);
 out:
-	if (began)
+	if (began) {
+		struct cohort__obs_op oo = { .kind = (int)w->op.kind,
+			.name = cohort__op_name(w->op.kind),
+			.group = g->id,
+			.track = g->track,
+			.seq = g->data_seq,
+			.backend = g->backend != NULL ? g->backend->name : NULL,
+			.algo = stats.algo,
+			.bytes = coll_op_bytes(g, &w->op),
+			.t0_ns = t0,
+			.t1_ns = cohort__now_ns(),
+			.wait_ns = stats.wait_ns,
+			.st = st,
+			.detail = st != COHORT_OK ? w->err : NULL };
+
 		cohort__group_op_end(g);
+		cohort__log_ctx_pop(&lsaved);
+		cohort__obs_op(&g->client->obs, &oo);
+	}
 	pthread_mutex_unlock(&g->op_lock);
 	free(w->tmp);
 	w->tmp = NULL;

@@ -80,6 +80,8 @@ struct cohort_group {
 	cohort__time op_end; /* ... when left (valid when !op_in) */
 	bool op_in;
 
+	int track; /* timeline track (observe.h) */
+
 	struct cohort_group *next; /* the client's list, under c->mtx */
 };
 

@@ -803,5 +803,6 @@ srv_core_free(struct srv_core *core)
 	srv_map_fini(&core->closed);
 	free(core->heap);
 	free(core->admin_token);
+	srv_obs_free(core);
 	free(core);
 }

@@ -105,6 +105,9 @@ dispatch_body(struct srv_call *c, const Cohort__Request *req, cohort__time now)
 		srv_job_join(c, req->join, now);
 		break;
 	case COHORT__REQUEST__BODY_LEAVE:
+		if (req->leave->metrics != NULL && c->client->member != NULL)
+			srv_obs_note(c->job->core, c->job->name,
+			    c->client->member->rank, req->leave->metrics, now);
 		srv_job_leave(c, now);
 		break;
 	case COHORT__REQUEST__BODY_HEARTBEAT:

@@ -510,8 +510,12 @@ srv_job_heartbeat(
 	Cohort__Reply rep;
 	Cohort__HeartbeatReply hr;
 
-	if (m != NULL)
+	if (m != NULL) {
 		job_note_doing(m, hb, now);
+		if (hb->metrics != NULL)
+			srv_obs_note(job->core, job->name, m->rank,
+			    hb->metrics, now);
+	}
 	srv_reply_init(&rep, c, COHORT_OK);
 	cohort__heartbeat_reply__init(&hr);
 	hr.healthy = job->state != SRV_JOB_FAILED;

@@ -66,7 +66,14 @@ struct cohort__srv_config {
 	/* A TCPStore request left incomplete this long closes its
 	 * connection; 0 = 30 s. */
 	uint32_t torch_store_partial_ms;
+	/* (job, rank) pairs whose per-rank metrics /metrics shows; the
+	 * least recently updated is evicted beyond it; 0 = none
+	 * (docs/observability.md). Default COHORT__SRV_DEFAULT_METRICS_RANKS.
+	 */
+	uint32_t metrics_max_ranks;
 };
+
+#define COHORT__SRV_DEFAULT_METRICS_RANKS 512u
 
 #define COHORT__SRV_DEFAULT_STALL_MS 60000u
 #define COHORT__SRV_DEFAULT_RESTORE_GRACE_MS 15000u

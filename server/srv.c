@@ -82,6 +82,7 @@ cohort__srv_config_init(struct cohort__srv_config *cfg)
 	cfg->max_job_bytes = COHORT__SRV_DEFAULT_MAX_JOB_BYTES;
 	cfg->max_keys = COHORT__SRV_DEFAULT_MAX_KEYS;
 	cfg->pool_size = COHORT__SRV_DEFAULT_POOL;
+	cfg->metrics_max_ranks = COHORT__SRV_DEFAULT_METRICS_RANKS;
 }
 
 /* Sink of the core, called under mtx: queue for sending after unlock. */
@@ -561,6 +562,7 @@ cohort__srv_start(
 	    != COHORT_OK)
 		goto out_free;
 	s->core->require_token = cfg->require_token;
+	srv_obs_set_max(s->core, cfg->metrics_max_ranks);
 	s->core->stall_ms = cfg->stall_threshold_ms
 	    ? (cohort__time)cfg->stall_threshold_ms
 	    : (cohort__time)COHORT__SRV_DEFAULT_STALL_MS;

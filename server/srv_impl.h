@@ -385,6 +385,7 @@ struct srv_core {
 	/* Shutting down with a journal: parked calls are dropped, not
 	 * answered, so that clients re-send them to the next cohortd. */
 	bool quiet;
+	struct srv_obs *obs; /* per-rank metrics (observe.c), lazily */
 };
 
 #define SRV_DEFAULT_STALL_MS 60000
@@ -588,6 +589,20 @@ void srv_status_handle(
     struct srv_call *c, const Cohort__Request *req, cohort__time now);
 /* Prometheus text (for /metrics) into a malloc'd string. */
 char *srv_metrics_text(struct srv_core *core, cohort__time now);
+
+/* ------------------------------------------------------------------------ */
+/* observe.c: per-rank metrics from the workers                             */
+/* ------------------------------------------------------------------------ */
+
+/* Stores the cumulative metrics rank of job reported (heartbeat, Leave). */
+void srv_obs_note(struct srv_core *core, const char *job, int32_t rank,
+    const Cohort__RankMetrics *m, cohort__time now);
+/* --metrics-max-ranks: (job, rank) pairs kept; 0: none. */
+void srv_obs_set_max(struct srv_core *core, size_t max);
+/* head (headlen bytes) followed by cohort_build_info and the per-rank
+ * series, in a new malloc'd string; NULL when out of memory. */
+char *srv_obs_metrics(struct srv_core *core, char *head, size_t headlen);
+void srv_obs_free(struct srv_core *core);
 
 /* ------------------------------------------------------------------------ */
 /* journal.c                                                                */

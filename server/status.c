@@ -375,5 +375,10 @@ srv_metrics_text(struct srv_core *core, cohort__time now)
 		    "%" PRIu64, js.errors);
 	}
 #undef M
-	return (buf);
+	{
+		/* build info and the per-rank series (observe.c) */
+		char *all = srv_obs_metrics(core, buf, off);
+		free(buf);
+		return (all);
+	}
 }

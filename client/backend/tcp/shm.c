@@ -281,7 +281,7 @@ shm_wait(struct cohort__tcp *t, int which, uint32_t want, char *err,
     size_t errlen, cohort__time deadline)
 {
 	struct cohort__tcp_shm *s = t->shm;
-	uint64_t idle_since = 0;
+	uint64_t idle_since = 0, waited_since = 0;
 	int spins = 0;
 	cohort_status rv;
 
@@ -300,8 +300,15 @@ shm_wait(struct cohort__tcp *t, int which, uint32_t want, char *err,
 				break;
 			}
 		}
-		if (missing < 0)
+		if (missing < 0) {
+			/* waited for a peer: op stats (backend.h) */
+			if (waited_since != 0 && t->stats != NULL)
+				t->stats->wait_ns
+				    += cohort__now_ns() - waited_since;
 			return (COHORT_OK);
+		}
+		if (waited_since == 0)
+			waited_since = cohort__now_ns();
 		if (spins < t->shm_hot_spins) {
 			spins++;
 			shm_pause();
