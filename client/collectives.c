@@ -456,7 +456,6 @@ coll_execute(struct coll_dp *dp, struct cohort_work *w)
 	uint64_t t0;
 
 	pthread_mutex_lock(&g->op_lock);
-	t0 = cohort__now_ns();
 	if ((st = cohort__group_check(g)) != COHORT_OK) {
 		cohort__strlcpy(w->err, cohort_last_error(), sizeof(w->err));
 		goto out;
@@ -470,6 +469,8 @@ coll_execute(struct coll_dp *dp, struct cohort_work *w)
 		goto out;
 	}
 	began = true;
+	/* after the fault point: an injected delay is not the operation's */
+	t0 = cohort__now_ns();
 	lctx.job = g->client->job;
 	lctx.rank = g->client->rank;
 	lctx.op = cohort__op_name(w->op.kind);

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client.h"
 #include "cohort_impl.h"
 #include "observe.h"
 
@@ -444,7 +445,7 @@ tl_write(struct cohort__tl *tl)
 		}
 		tl_us(f, "dur", e->t1 - e->t0);
 		fprintf(f, ",\"args\":{");
-		if (e->seq != 0 || e->bytes != 0 || e->backend != NULL) {
+		if (e->backend != NULL) {
 			fprintf(f, "\"seq\":%" PRIu64 ",\"group\":\"", e->seq);
 			tl_str(f, e->group);
 			fprintf(f, "\",\"bytes\":%" PRIu64, e->bytes);
@@ -452,11 +453,11 @@ tl_write(struct cohort__tl *tl)
 				fprintf(f, ",\"backend\":\"%s\"", e->backend);
 			if (e->algo != NULL)
 				fprintf(f, ",\"algorithm\":\"%s\"", e->algo);
-			tl_us(f, "wait_us", e->wait / 1000);
+			tl_us(f, "wait_us", e->wait);
 			tl_us(f, "transfer_us",
 			    (e->t1 - e->t0 > e->wait ? e->t1 - e->t0 - e->wait
 			                             : 0)
-			        / 1000);
+			        );
 			fprintf(f, ",\"status\":\"%s\"",
 			    cohort_status_name((cohort_status)e->st));
 			if (e->detail[0] != '\0') {
@@ -464,10 +465,13 @@ tl_write(struct cohort__tl *tl)
 				tl_str(f, e->detail);
 				fprintf(f, "\"");
 			}
-		} else if (e->detail[0] != '\0') {
-			fprintf(f, "\"detail\":\"");
-			tl_str(f, e->detail);
-			fprintf(f, "\"");
+		} else {
+			fprintf(f, "\"bytes\":%" PRIu64, e->bytes);
+			if (e->detail[0] != '\0') {
+				fprintf(f, ",\"detail\":\"");
+				tl_str(f, e->detail);
+				fprintf(f, "\"");
+			}
 		}
 		fprintf(f, "}}");
 		/* Waiting for peers, as a slice inside the operation: its
@@ -509,4 +513,41 @@ cohort__obs_fini(struct cohort__obs *o)
 	free(tl->ev);
 	free(tl);
 	o->tl = NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Public API (cohort.h)                                                    */
+/* ------------------------------------------------------------------------ */
+
+uint64_t
+cohort_now_ns(void)
+{
+	return (cohort__now_ns());
+}
+
+bool
+cohort_timeline_enabled(const cohort_client *c)
+{
+	return (c != NULL && c->obs.tl != NULL);
+}
+
+void
+cohort_timeline_span(cohort_client *c, const char *name, uint64_t start_ns,
+    uint64_t end_ns, uint64_t bytes)
+{
+	struct cohort__tl *tl;
+	struct tl_event *e;
+
+	if (c == NULL || (tl = c->obs.tl) == NULL || name == NULL)
+		return;
+	pthread_mutex_lock(&tl->mtx);
+	e = tl_slot(tl);
+	memset(e, 0, sizeof(*e));
+	e->t0 = start_ns;
+	e->t1 = end_ns != 0 && end_ns <= start_ns ? start_ns + 1 : end_ns;
+	e->bytes = bytes;
+	e->cat = "strategy";
+	e->track = COHORT__TRACK_STRATEGY;
+	cohort__strlcpy(e->name, name, sizeof(e->name));
+	pthread_mutex_unlock(&tl->mtx);
 }
