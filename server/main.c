@@ -286,8 +286,8 @@ main(int argc, char **argv)
 			}
 			cfg.stall_threshold_ms = (uint32_t)ms;
 		} else if (strcmp(a, "--metrics-max-ranks") == 0) {
-			uint64_t n;
-			if (main_u64(a, v, &n) != 0)
+			uint64_t n = 0;
+			if (strcmp(v, "0") != 0 && main_u64(a, v, &n) != 0)
 				return (2);
 			if (n > 1000000) {
 				fprintf(stderr, "cohortd: %s: at most 1000000\n",
