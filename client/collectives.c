@@ -453,7 +453,6 @@ coll_execute(struct coll_dp *dp, struct cohort_work *w)
 	bool began = false;
 	struct cohort__op_stats stats = { NULL, 0 };
 	struct cohort__log_ctx lctx, lsaved;
-	uint64_t t0;
 
 	pthread_mutex_lock(&g->op_lock);
 	if ((st = cohort__group_check(g)) != COHORT_OK) {
@@ -469,8 +468,6 @@ coll_execute(struct coll_dp *dp, struct cohort_work *w)
 		goto out;
 	}
 	began = true;
-	/* after the fault point: an injected delay is not the operation's */
-	t0 = cohort__now_ns();
 	lctx.job = g->client->job;
 	lctx.rank = g->client->rank;
 	lctx.op = cohort__op_name(w->op.kind);
@@ -507,13 +504,16 @@ out:
 			.backend = g->backend != NULL ? g->backend->name : NULL,
 			.algo = stats.algo,
 			.bytes = coll_op_bytes(g, &w->op),
-			.t0_ns = t0,
-			.t1_ns = cohort__now_ns(),
 			.wait_ns = stats.wait_ns,
 			.st = st,
 			.detail = st != COHORT_OK ? w->err : NULL };
 
+		/* the clock reads of the hang-attribution hooks, which come
+		 * after the fault point (an injected delay is not the
+		 * operation's) */
 		cohort__group_op_end(g);
+		oo.t0_ns = g->op_start_ns;
+		oo.t1_ns = g->op_end_ns;
 		cohort__log_ctx_pop(&lsaved);
 		cohort__obs_op(&g->client->obs, &oo);
 	}

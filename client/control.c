@@ -57,7 +57,7 @@ control_run(cohort_group *g, Cohort__Collective *coll,
 {
 	struct cohort_client *c = g->client;
 	struct cohort__log_ctx lctx, lsaved;
-	uint64_t t0 = 0, bytes = 0;
+	uint64_t t0 = 0, t1 = 0, bytes = 0;
 	bool began = false;
 	cohort__time deadline;
 	uint64_t op_seq;
@@ -102,9 +102,10 @@ control_run(cohort_group *g, Cohort__Collective *coll,
 	cohort__log_ctx_push(&lctx, &lsaved);
 	for (size_t i = 0; i < nparts; i++)
 		bytes += parts[i].len;
-	t0 = cohort__now_ns();
 	st = cohort__coord_call(c->coord, call);
 	cohort__group_op_end(g);
+	t0 = g->op_start_ns;
+	t1 = g->op_end_ns;
 
 	pthread_mutex_lock(&g->mtx);
 	g->ctl_call = NULL;
@@ -153,7 +154,6 @@ control_run(cohort_group *g, Cohort__Collective *coll,
 		/* A control-plane collective is parked at cohortd until the
 		 * last rank arrives: all of it is waiting for peers, but an
 		 * object broadcast's transfer. */
-		uint64_t t1 = cohort__now_ns();
 		struct cohort__obs_op oo = { .kind
 			= cohort__obs_control_kind(what),
 			.name = what,

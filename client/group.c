@@ -169,10 +169,13 @@ cohort__group_op_begin(struct cohort_group *g, const char *kind, uint64_t seq)
 
 	if ((st = cohort__fault_point(g->client, g, kind, seq)) != COHORT_OK)
 		return (st);
+	uint64_t now = cohort__now_ns();
+
 	pthread_mutex_lock(&g->mtx);
 	g->op_kind = kind;
 	g->op_seq = seq;
-	g->op_start = cohort__now_ms();
+	g->op_start_ns = now;
+	g->op_start = (cohort__time)(now / 1000000u);
 	g->op_in = true;
 	pthread_mutex_unlock(&g->mtx);
 	return (COHORT_OK);
@@ -181,9 +184,12 @@ cohort__group_op_begin(struct cohort_group *g, const char *kind, uint64_t seq)
 void
 cohort__group_op_end(struct cohort_group *g)
 {
+	uint64_t now = cohort__now_ns();
+
 	pthread_mutex_lock(&g->mtx);
 	g->op_in = false;
-	g->op_end = cohort__now_ms();
+	g->op_end_ns = now;
+	g->op_end = (cohort__time)(now / 1000000u);
 	pthread_mutex_unlock(&g->mtx);
 }
 

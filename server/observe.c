@@ -210,6 +210,33 @@ srv_obs_note(struct srv_core *core, const char *job, int32_t rank,
 	obs_hist_copy(&r->h[2], m->heartbeat_rtt_seconds);
 }
 
+bool
+srv_obs_totals(struct srv_core *core, const char *job, int32_t rank,
+    uint64_t *count, uint64_t *bytes, uint64_t *time_ns, uint64_t *wait_ns)
+{
+	struct srv_obs *o = core->obs;
+	char key[SRV_MAX_NAME + 8];
+	size_t jl = strlen(job);
+	struct srv_hnode *n;
+	struct obs_rank *r;
+
+	*count = *bytes = *time_ns = *wait_ns = 0;
+	if (o == NULL || jl > SRV_MAX_NAME)
+		return (false);
+	memcpy(key, job, jl + 1);
+	memcpy(key + jl + 1, &rank, sizeof(rank));
+	if ((n = srv_map_get(&o->ranks, key, jl + 1 + sizeof(rank))) == NULL)
+		return (false);
+	r = SRV_CONTAINER(n, struct obs_rank, hn);
+	for (unsigned k = 0; k < r->nops; k++) {
+		*count += r->ops[k].count;
+		*bytes += r->ops[k].bytes;
+		*time_ns += r->ops[k].time_ns;
+		*wait_ns += r->ops[k].wait_ns;
+	}
+	return (true);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Text                                                                     */
 /* ------------------------------------------------------------------------ */

@@ -603,6 +603,9 @@ void srv_obs_set_max(struct srv_core *core, size_t max);
  * series, in a new malloc'd string; NULL when out of memory. */
 char *srv_obs_metrics(struct srv_core *core, char *head, size_t headlen);
 void srv_obs_free(struct srv_core *core);
+/* Totals over all operation kinds of (job, rank); false if none. */
+bool srv_obs_totals(struct srv_core *core, const char *job, int32_t rank,
+    uint64_t *count, uint64_t *bytes, uint64_t *time_ns, uint64_t *wait_ns);
 
 /* ------------------------------------------------------------------------ */
 /* journal.c                                                                */

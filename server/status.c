@@ -149,6 +149,9 @@ status_job(struct status_build *sb, struct srv_job *job, cohort__time now)
 				ms->in_op_ms = (uint64_t)(now - m->op_since);
 			if (m->failure != NULL)
 				ms->failure = m->failure;
+			(void)srv_obs_totals(job->core, job->name, m->rank,
+			    &ms->collectives, &ms->collective_bytes,
+			    &ms->collective_ns, &ms->wait_ns);
 			js->members[js->n_members++] = ms;
 		}
 	}

@@ -301,19 +301,21 @@ shm_wait(struct cohort__tcp *t, int which, uint32_t want, char *err,
 			}
 		}
 		if (missing < 0) {
-			/* waited for a peer: op stats (backend.h) */
+			/* waited for a peer past the hot spins: op stats
+			 * (backend.h); a wait shorter than those is not
+			 * worth two clock reads */
 			if (waited_since != 0 && t->stats != NULL)
 				t->stats->wait_ns
 				    += cohort__now_ns() - waited_since;
 			return (COHORT_OK);
 		}
-		if (waited_since == 0)
-			waited_since = cohort__now_ns();
 		if (spins < t->shm_hot_spins) {
 			spins++;
 			shm_pause();
 			continue;
 		}
+		if (waited_since == 0)
+			waited_since = cohort__now_ns();
 		if ((rv = cohort__tcp_check_abort(t, err, errlen))
 		    != COHORT_OK)
 			return (rv);
