@@ -608,13 +608,13 @@ srv_job_fail_member(struct srv_job *job, struct srv_member *m,
 	const char *nl;
 	int tl;
 
-	(void)now;
 	if (m->state != SRV_MEMBER_RUNNING)
 		return;
 	m->state = SRV_MEMBER_FAILED;
 	free(m->failure);
 	m->failure = srv_strdup(text);
 	job->core->m.failures++;
+	srv_obs_failure(job->core, job->name, m->rank, text, now);
 	op[0] = '\0';
 	if (m->client != NULL) {
 		struct srv_link *l;

@@ -495,6 +495,19 @@ cohort__srv_draining(struct cohort__srv *s)
 	return (d);
 }
 
+/* For http.c: the status page's JSON under the server mutex. */
+char *
+cohort__srv_status_json(
+    struct cohort__srv *s, const char *job, const char *token, int *code)
+{
+	char *t;
+
+	pthread_mutex_lock(&s->mtx);
+	t = srv_status_json(s->core, job, token, cohort__now_ms(), code);
+	pthread_mutex_unlock(&s->mtx);
+	return (t);
+}
+
 /* For http.c: metrics text under the server mutex. */
 char *
 cohort__srv_metrics(struct cohort__srv *s)

@@ -603,6 +603,19 @@ void srv_obs_set_max(struct srv_core *core, size_t max);
  * series, in a new malloc'd string; NULL when out of memory. */
 char *srv_obs_metrics(struct srv_core *core, char *head, size_t headlen);
 void srv_obs_free(struct srv_core *core);
+/* Remembers a member failure for the status page (the last 32). */
+void srv_obs_failure(struct srv_core *core, const char *job, int32_t rank,
+    const char *text, cohort__time now);
+/* The status page's JSON (/status.json, docs/observability.md) for job
+ * ("" = all), given the bearer token: *code gets the HTTP status (200,
+ * 401 like a refused StatusQuery, 500). malloc'd or NULL. */
+char *srv_status_json(struct srv_core *core, const char *job,
+    const char *token, cohort__time now, int *code);
+void srv_obs_failures_json(struct srv_core *core, const char *job,
+    void (*put)(void *arg, const char *fmt, ...), void *arg,
+    void (*str)(void *arg, const char *s), cohort__time now);
+/* The status page (statuspage.c). */
+extern const char srv_status_page[];
 /* Totals over all operation kinds of (job, rank); false if none. */
 bool srv_obs_totals(struct srv_core *core, const char *job, int32_t rank,
     uint64_t *count, uint64_t *bytes, uint64_t *time_ns, uint64_t *wait_ns);
