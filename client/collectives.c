@@ -452,7 +452,8 @@ coll_execute(struct coll_dp *dp, struct cohort_work *w)
 	void *user_recv = w->op.recv;
 	bool began = false;
 	struct cohort__op_stats stats = { NULL, 0 };
-	struct cohort__log_ctx lctx, lsaved;
+	struct cohort__log_ctx lctx;
+	const struct cohort__log_ctx *lsaved = NULL;
 
 	pthread_mutex_lock(&g->op_lock);
 	if ((st = cohort__group_check(g)) != COHORT_OK) {
@@ -472,7 +473,7 @@ coll_execute(struct coll_dp *dp, struct cohort_work *w)
 	lctx.rank = g->client->rank;
 	lctx.op = cohort__op_name(w->op.kind);
 	lctx.seq = g->data_seq + 1;
-	cohort__log_ctx_push(&lctx, &lsaved);
+	lsaved = cohort__log_ctx_push(&lctx);
 	if (!dp->inited && (st = coll_backend_init(dp, w)) != COHORT_OK)
 		goto out;
 	if (w->fix == COLL_FIX_MOVE_IN) {
@@ -514,7 +515,7 @@ out:
 		cohort__group_op_end(g);
 		oo.t0_ns = g->op_start_ns;
 		oo.t1_ns = g->op_end_ns;
-		cohort__log_ctx_pop(&lsaved);
+		cohort__log_ctx_pop(lsaved);
 		cohort__obs_op(&g->client->obs, &oo);
 	}
 	pthread_mutex_unlock(&g->op_lock);

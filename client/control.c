@@ -56,7 +56,8 @@ control_run(cohort_group *g, Cohort__Collective *coll,
     const char *what, struct cohort__coord_call *call, Cohort__Request *req)
 {
 	struct cohort_client *c = g->client;
-	struct cohort__log_ctx lctx, lsaved;
+	struct cohort__log_ctx lctx;
+	const struct cohort__log_ctx *lsaved = NULL;
 	uint64_t t0 = 0, t1 = 0, bytes = 0;
 	bool began = false;
 	cohort__time deadline;
@@ -99,7 +100,7 @@ control_run(cohort_group *g, Cohort__Collective *coll,
 	lctx.rank = c->rank;
 	lctx.op = what;
 	lctx.seq = op_seq;
-	cohort__log_ctx_push(&lctx, &lsaved);
+	lsaved = cohort__log_ctx_push(&lctx);
 	for (size_t i = 0; i < nparts; i++)
 		bytes += parts[i].len;
 	st = cohort__coord_call(c->coord, call);
@@ -170,7 +171,7 @@ control_run(cohort_group *g, Cohort__Collective *coll,
 			.st = st,
 			.detail = st != COHORT_OK ? cohort_last_error() : NULL };
 
-		cohort__log_ctx_pop(&lsaved);
+		cohort__log_ctx_pop(lsaved);
 		cohort__obs_op(&c->obs, &oo);
 	}
 out_unlock:

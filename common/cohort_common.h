@@ -83,9 +83,9 @@ void cohort__log_set_component(const char *name);
 /* Structured context of JSON log lines (docs/observability.md): `job`,
  * `rank`, `op` and `seq` fields. The process-wide part (a worker's job and
  * rank, set when it joins) is copied; the calling thread's part (an
- * operation in progress, or the job a cohortd request is about) overrides
- * it and points to strings that must outlive the matching pop. NULL / -1
- * / 0: field absent. */
+ * operation in progress) overrides it: push makes ctx (which, with its
+ * strings, must outlive the matching pop) the thread's and returns the
+ * previous one for pop. NULL / -1 / 0: field absent. */
 struct cohort__log_ctx {
 	const char *job;
 	int32_t rank;
@@ -93,8 +93,8 @@ struct cohort__log_ctx {
 	uint64_t seq;
 };
 void cohort__log_ctx_process(const char *job, int32_t rank);
-void cohort__log_ctx_push(const struct cohort__log_ctx *ctx,
-    struct cohort__log_ctx *saved);
+const struct cohort__log_ctx *cohort__log_ctx_push(
+    const struct cohort__log_ctx *ctx);
 void cohort__log_ctx_pop(const struct cohort__log_ctx *saved);
 bool cohort__log_enabled(int level);
 void cohort__log(int level, const char *file, int line, const char *fmt, ...)

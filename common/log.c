@@ -28,7 +28,8 @@ static char log_component[64];
 static pthread_mutex_t log_ctx_mtx = PTHREAD_MUTEX_INITIALIZER;
 static char log_ctx_job[256];
 static int32_t log_ctx_rank = -1;
-static _Thread_local struct cohort__log_ctx log_tctx = { NULL, -1, NULL, 0 };
+static const struct cohort__log_ctx log_tnone = { NULL, -1, NULL, 0 };
+static _Thread_local const struct cohort__log_ctx *log_tctx;
 
 static const char *const log_names[]
     = { "error", "warn", "info", "debug", "trace" };
@@ -77,18 +78,19 @@ cohort__log_ctx_process(const char *job, int32_t rank)
 	pthread_mutex_unlock(&log_ctx_mtx);
 }
 
-void
-cohort__log_ctx_push(
-    const struct cohort__log_ctx *ctx, struct cohort__log_ctx *saved)
+const struct cohort__log_ctx *
+cohort__log_ctx_push(const struct cohort__log_ctx *ctx)
 {
-	*saved = log_tctx;
-	log_tctx = *ctx;
+	const struct cohort__log_ctx *saved = log_tctx;
+
+	log_tctx = ctx;
+	return (saved);
 }
 
 void
 cohort__log_ctx_pop(const struct cohort__log_ctx *saved)
 {
-	log_tctx = *saved;
+	log_tctx = saved;
 }
 
 /* Appends the context fields ("job":"x","rank":3,...) after a comma. */
@@ -98,7 +100,8 @@ static void log_json_escape(
 static void
 log_json_ctx(char *out, size_t size, size_t *off)
 {
-	const struct cohort__log_ctx *t = &log_tctx;
+	const struct cohort__log_ctx *t
+	    = log_tctx != NULL ? log_tctx : &log_tnone;
 	int32_t rank = t->rank;
 
 	pthread_mutex_lock(&log_ctx_mtx);

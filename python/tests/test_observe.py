@@ -410,3 +410,123 @@ def test_json_logs_have_job_rank_op_seq_fields(tmp_path):
     assert in_op, "no log line inside an operation"
     for x in in_op:
         assert x["job"] == "logjob" and isinstance(x["rank"], int) and isinstance(x.get("seq", 1), int)
+
+
+# ---------------------------------------------------------------------------
+# the status page in a real headless browser
+# ---------------------------------------------------------------------------
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DOCS = BIN.parent.parent / "docs"
+
+
+def chromium(args: list[str], tmp_path, timeout=90) -> str:
+    """Runs headless chromium (a throwaway profile) and returns stdout."""
+    profile = tmp_path / f"chromium-{time.monotonic_ns()}"
+    r = subprocess.run(
+        [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+         "--no-first-run", "--disable-extensions", "--mute-audio", f"--user-data-dir={profile}",
+         "--virtual-time-budget=4000", *args],
+        capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr[-3000:]
+    shutil.rmtree(profile, ignore_errors=True)
+    return r.stdout
+
+
+def page_text(dom: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom))
+
+
+def wait_for(cond, timeout=30.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (tools/deps.sh installs it)")
+def test_status_page_in_headless_chromium(tmp_path):
+    """cohortd's / during a running job, a stalled job and a failed job,
+    loaded in headless chromium: what the page shows, and that it shows
+    nothing without the job's token (or the admin secret)."""
+    (tmp_path / "admin").write_text("admin-secret")
+    for j in ("run", "stall", "fail"):
+        (tmp_path / j).write_text(f"tok-{j}")
+    c = Coordinator(tmp_path, "--admin-token-file", str(tmp_path / "admin"), "--stall-threshold", "1500",
+                    *[x for j in ("run", "stall", "fail") for x in ("--job", f"pg-{j}:@{tmp_path / j}")])
+    procs = []
+    try:
+        def launch(job, scenario, arg, **env):
+            out = open(tmp_path / f"{job}.out", "w")
+            p = subprocess.Popen([COHORT, "run", "-n", "2", "--coordinator", c.url, "--job", f"pg-{job}",
+                                  "--token-file", str(tmp_path / job), "--", WORKER, scenario, arg],
+                                 stdout=out, stderr=subprocess.STDOUT, env=base_env(**env))
+            procs.append(p)
+            return p
+
+        release = tmp_path / "release"
+        launch("run", "hold_until", str(release))
+        launch("stall", "observe", "50", COHORT_FAULTS="rank=1,at=op:5,action=delay:60s")
+        failed = launch("fail", "observe", "50", COHORT_FAULTS="rank=1,at=op:5,action=exit")
+        failed.wait(timeout=60)
+
+        def status(job):
+            code, body = c.get(f"/status.json?job=pg-{job}", {"Authorization": f"Bearer tok-{job}"})
+            return json.loads(body)["jobs"][0] if code == 200 else None
+
+        wait_for(lambda: status("run")["state"] == "running", what="job pg-run running")
+        wait_for(lambda: any(m["in_op"] and m["in_op_ms"] >= 2000 for m in status("stall")["members"]),
+                 what="a rank of pg-stall waiting 2 s")
+        wait_for(lambda: status("fail")["state"] == "failed", what="pg-fail failed")
+
+        # one job, with its own token
+        text = page_text(chromium(["--dump-dom", f"{c.http}/#job=pg-run&token=tok-run"], tmp_path))
+        assert "pg-run running" in text, text
+        assert "pg-stall" not in text and "pg-fail" not in text
+        assert re.search(r"\b0 \S+:\d+ running\b", text) and re.search(r"\b1 \S+:\d+ running\b", text), text
+
+        # the stalled job: who is late, in which collective, for how long
+        text = page_text(chromium(["--dump-dom", f"{c.http}/#job=pg-stall&token=tok-stall"], tmp_path))
+        m = re.search(r"rank 1 is late: rank 0 waiting in (\w+) #(\d+) for ([\d.]+) s", text)
+        assert m, text
+        assert m.group(1) == "allreduce" and float(m.group(3)) >= 2.0, text
+        assert "pg-stall stalled" in text, text
+
+        # the failed job: state, the failed rank and its text
+        text = page_text(chromium(["--dump-dom", f"{c.http}/#job=pg-fail&token=tok-fail"], tmp_path))
+        assert "pg-fail failed" in text, text
+        assert "rank 1 failed: injected fault: exit at op 5" in text, text
+        assert re.search(r"Recent failures .*job pg-fail rank 1: injected fault", text), text
+
+        # no token, a wrong token: nothing about any job
+        for frag in ("", "#job=pg-run&token=wrong", "#token=tok-run"):
+            text = page_text(chromium(["--dump-dom", f"{c.http}/{frag}"], tmp_path))
+            assert "not authorised" in text and "pg-" not in text, (frag, text)
+
+        # the admin secret: every job; a screenshot for docs/
+        shot = tmp_path / "status-page.png"
+        text = page_text(chromium(["--dump-dom", f"{c.http}/#token=admin-secret"], tmp_path))
+        assert all(f"pg-{j}" in text for j in ("run", "stall", "fail")), text
+        chromium([f"--screenshot={shot}", "--window-size=1280,900", "--hide-scrollbars",
+                  f"{c.http}/#token=admin-secret"], tmp_path)
+        assert shot.stat().st_size > 10000
+        with open(shot, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+        if os.environ.get("COHORT_UPDATE_SCREENSHOT") == "1":
+            shutil.copy(shot, DOCS / "status-page.png")
+    finally:
+        release.touch()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.terminate()  # cohort run stops its workers
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        c.stop()
