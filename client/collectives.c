@@ -502,7 +502,8 @@ out:
 			.group = g->id,
 			.track = g->track,
 			.seq = g->data_seq,
-			.backend = g->backend != NULL ? g->backend->name : NULL,
+			.backend
+			= g->backend != NULL ? g->backend->name : NULL,
 			.algo = stats.algo,
 			.bytes = coll_op_bytes(g, &w->op),
 			.wait_ns = stats.wait_ns,

@@ -155,8 +155,8 @@ control_run(cohort_group *g, Cohort__Collective *coll,
 		/* A control-plane collective is parked at cohortd until the
 		 * last rank arrives: all of it is waiting for peers, but an
 		 * object broadcast's transfer. */
-		struct cohort__obs_op oo = { .kind
-			= cohort__obs_control_kind(what),
+		struct cohort__obs_op oo = {
+			.kind = cohort__obs_control_kind(what),
 			.name = what,
 			.group = g->id,
 			.track = COHORT__TRACK_CONTROL,
@@ -166,10 +166,11 @@ control_run(cohort_group *g, Cohort__Collective *coll,
 			.bytes = bytes,
 			.t0_ns = t0,
 			.t1_ns = t1,
-			.wait_ns = strcmp(what, "broadcast_obj") == 0 ? 0
-			                                              : t1 - t0,
+			.wait_ns
+			= strcmp(what, "broadcast_obj") == 0 ? 0 : t1 - t0,
 			.st = st,
-			.detail = st != COHORT_OK ? cohort_last_error() : NULL };
+			.detail = st != COHORT_OK ? cohort_last_error() : NULL
+		};
 
 		cohort__log_ctx_pop(lsaved);
 		cohort__obs_op(&c->obs, &oo);

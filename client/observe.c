@@ -114,13 +114,13 @@ tl_path(struct cohort__tl *tl, uint64_t gen)
 	for (const char *p = tl->path; *p != '\0' && off + 24 < sizeof(out);
 	     p++) {
 		if (p[0] == '%' && p[1] == 'r') {
-			off += (size_t)snprintf(out + off, sizeof(out) - off,
-			    "%d", (int)tl->rank);
+			off += (size_t)snprintf(
+			    out + off, sizeof(out) - off, "%d", (int)tl->rank);
 			has_r = true;
 			p++;
 		} else if (p[0] == '%' && p[1] == 'g') {
-			off += (size_t)snprintf(out + off, sizeof(out) - off,
-			    "%" PRIu64, gen);
+			off += (size_t)snprintf(
+			    out + off, sizeof(out) - off, "%" PRIu64, gen);
 			p++;
 		} else {
 			out[off++] = *p;
@@ -184,7 +184,8 @@ cohort__obs_op(struct cohort__obs *o, const struct cohort__obs_op *op)
 	int k = op->kind > 0 && op->kind < COHORT__OBS_NOPS ? op->kind : 0;
 
 	if (o->metrics) {
-		atomic_fetch_add_explicit(&o->count[k], 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(
+		    &o->count[k], 1, memory_order_relaxed);
 		if (op->st != COHORT_OK)
 			atomic_fetch_add_explicit(
 			    &o->errors[k], 1, memory_order_relaxed);
@@ -217,7 +218,8 @@ cohort__obs_op(struct cohort__obs *o, const struct cohort__obs_op *op)
 		cohort__strlcpy(e->group, op->group, sizeof(e->group));
 		e->detail[0] = '\0';
 		if (op->st != COHORT_OK && op->detail != NULL)
-			cohort__strlcpy(e->detail, op->detail, sizeof(e->detail));
+			cohort__strlcpy(
+			    e->detail, op->detail, sizeof(e->detail));
 		pthread_mutex_unlock(&tl->mtx);
 	}
 }
@@ -292,8 +294,8 @@ cohort__obs_fill(struct cohort__obs *o, struct cohort__obs_msg *msg)
 		cohort__op_metrics__init(om);
 		om->op = (char *)obs_names[k];
 		om->count = n;
-		om->errors
-		    = atomic_load_explicit(&o->errors[k], memory_order_relaxed);
+		om->errors = atomic_load_explicit(
+		    &o->errors[k], memory_order_relaxed);
 		om->bytes
 		    = atomic_load_explicit(&o->bytes[k], memory_order_relaxed);
 		om->time_ns = atomic_load_explicit(
@@ -433,8 +435,9 @@ tl_write(struct cohort__tl *tl)
 		}
 		fprintf(f, ",\n{\"name\":\"");
 		tl_str(f, e->name);
-		fprintf(f, "\",\"cat\":\"%s\",\"ph\":\"%s\",\"pid\":%d,"
-		           "\"tid\":%d",
+		fprintf(f,
+		    "\",\"cat\":\"%s\",\"ph\":\"%s\",\"pid\":%d,"
+		    "\"tid\":%d",
 		    e->cat, e->t1 == 0 ? "i" : "X", pid, (int)e->track);
 		tl_us(f, "ts", ts);
 		if (e->t1 == 0) {
@@ -456,8 +459,7 @@ tl_write(struct cohort__tl *tl)
 			tl_us(f, "wait_us", e->wait);
 			tl_us(f, "transfer_us",
 			    (e->t1 - e->t0 > e->wait ? e->t1 - e->t0 - e->wait
-			                             : 0)
-			        );
+			                             : 0));
 			fprintf(f, ",\"status\":\"%s\"",
 			    cohort_status_name((cohort_status)e->st));
 			if (e->detail[0] != '\0') {
@@ -496,7 +498,8 @@ tl_write(struct cohort__tl *tl)
 	if (fclose(f) != 0 || rename(tmp, tl->path) != 0)
 		cohort__warn("COHORT_TIMELINE: cannot write %s", tl->path);
 	else
-		cohort__info("timeline: %zu events written to %s", n, tl->path);
+		cohort__info(
+		    "timeline: %zu events written to %s", n, tl->path);
 	free(ev);
 }
 

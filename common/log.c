@@ -72,8 +72,8 @@ void
 cohort__log_ctx_process(const char *job, int32_t rank)
 {
 	pthread_mutex_lock(&log_ctx_mtx);
-	cohort__strlcpy(log_ctx_job, job != NULL ? job : "",
-	    sizeof(log_ctx_job));
+	cohort__strlcpy(
+	    log_ctx_job, job != NULL ? job : "", sizeof(log_ctx_job));
 	log_ctx_rank = rank;
 	pthread_mutex_unlock(&log_ctx_mtx);
 }
@@ -200,8 +200,8 @@ cohort__log(int level, const char *file, int line, const char *fmt, ...)
 		    tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
 		    tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000, log_names[level]);
 		log_json_escape(out, sizeof(out), &off, comp);
-		cohort__appendf(out, sizeof(out), &off, "\",\"pid\":%d",
-		    (int)getpid());
+		cohort__appendf(
+		    out, sizeof(out), &off, "\",\"pid\":%d", (int)getpid());
 		log_json_ctx(out, sizeof(out), &off);
 		cohort__appendf(out, sizeof(out), &off,
 		    ",\"src\":\"%s:%d\",\"msg\":\"", base, line);

@@ -12,29 +12,40 @@
 
 /* Upper bounds of the histogram buckets in nanoseconds (the last bucket,
  * +Inf, is implicit): 10 us to 60 s, roughly 1-2.5-5 per decade. */
-#define COHORT__OBS_BOUNDS(X)                                                \
-	X(10000) X(25000) X(50000) X(100000) X(250000) X(500000) X(1000000)  \
-	    X(2500000) X(5000000) X(10000000) X(25000000) X(50000000)        \
-	        X(100000000) X(250000000) X(500000000) X(1000000000)         \
-	            X(2500000000) X(5000000000) X(10000000000)               \
-	                X(30000000000) X(60000000000)
+#define COHORT__OBS_NBOUNDS 21
+#define COHORT__OBS_NBUCKETS (COHORT__OBS_NBOUNDS + 1) /* with +Inf */
 
-#define COHORT__OBS_COUNT_ONE(ns) +1
-/* Buckets including +Inf. */
-#define COHORT__OBS_NBUCKETS (0 COHORT__OBS_BOUNDS(COHORT__OBS_COUNT_ONE) + 1)
+static const uint64_t cohort__obs_bounds_ns[COHORT__OBS_NBOUNDS] = {
+	10000ull,
+	25000ull,
+	50000ull,
+	100000ull,
+	250000ull,
+	500000ull,
+	1000000ull,
+	2500000ull,
+	5000000ull,
+	10000000ull,
+	25000000ull,
+	50000000ull,
+	100000000ull,
+	250000000ull,
+	500000000ull,
+	1000000000ull,
+	2500000000ull,
+	5000000000ull,
+	10000000000ull,
+	30000000000ull,
+	60000000000ull,
+};
 
 /* Bucket index of a duration in nanoseconds. */
 static inline unsigned
 cohort__obs_bucket(uint64_t ns)
 {
-	static const uint64_t b[] = {
-#define COHORT__OBS_ROW(ns) ns##ull,
-		COHORT__OBS_BOUNDS(COHORT__OBS_ROW)
-#undef COHORT__OBS_ROW
-	};
 	unsigned i = 0;
 
-	while (i < sizeof(b) / sizeof(b[0]) && ns > b[i])
+	while (i < COHORT__OBS_NBOUNDS && ns > cohort__obs_bounds_ns[i])
 		i++;
 	return (i);
 }
@@ -43,13 +54,8 @@ cohort__obs_bucket(uint64_t ns)
 static inline uint64_t
 cohort__obs_bound(unsigned i)
 {
-	static const uint64_t b[] = {
-#define COHORT__OBS_ROW(ns) ns##ull,
-		COHORT__OBS_BOUNDS(COHORT__OBS_ROW)
-#undef COHORT__OBS_ROW
-	};
-
-	return (i < sizeof(b) / sizeof(b[0]) ? b[i] : UINT64_MAX);
+	return (
+	    i < COHORT__OBS_NBOUNDS ? cohort__obs_bounds_ns[i] : UINT64_MAX);
 }
 
 #endif /* COHORT_COMMON_OBS_H */

@@ -182,8 +182,7 @@ cohort__srv_http_start(
 	    || (nrv = http_handler(sh, "/healthz", http_ok)) != 0
 	    || (nrv = http_handler(sh, "/readyz", http_ready)) != 0
 	    || (nrv = http_handler(sh, "/", http_page)) != 0
-	    || (nrv = http_handler(sh, "/status.json", http_status_json))
-	        != 0
+	    || (nrv = http_handler(sh, "/status.json", http_status_json)) != 0
 	    || (nrv = nng_http_server_start(sh->server)) != 0) {
 		rv = cohort__err(cohort__from_nng(nrv), "--http %s: %s", addr,
 		    nng_strerror(nrv));

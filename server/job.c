@@ -513,8 +513,8 @@ srv_job_heartbeat(
 	if (m != NULL) {
 		job_note_doing(m, hb, now);
 		if (hb->metrics != NULL)
-			srv_obs_note(job->core, job->name, m->rank,
-			    hb->metrics, now);
+			srv_obs_note(
+			    job->core, job->name, m->rank, hb->metrics, now);
 	}
 	srv_reply_init(&rep, c, COHORT_OK);
 	cohort__heartbeat_reply__init(&hr);

@@ -290,8 +290,8 @@ main(int argc, char **argv)
 			if (strcmp(v, "0") != 0 && main_u64(a, v, &n) != 0)
 				return (2);
 			if (n > 1000000) {
-				fprintf(stderr, "cohortd: %s: at most 1000000\n",
-				    a);
+				fprintf(stderr,
+				    "cohortd: %s: at most 1000000\n", a);
 				return (2);
 			}
 			cfg.metrics_max_ranks = (uint32_t)n;

@@ -251,7 +251,8 @@ srv_obs_failures_json(struct srv_core *core, const char *job,
 	put(arg, "[");
 	for (unsigned i = 0; o != NULL && i < o->nfail; i++) {
 		const struct obs_failure *f
-		    = &o->fail[(o->fhead + OBS_FAILURES - 1 - i) % OBS_FAILURES];
+		    = &o->fail[(o->fhead + OBS_FAILURES - 1 - i)
+		        % OBS_FAILURES];
 		if (job[0] != '\0' && strcmp(job, f->job) != 0)
 			continue;
 		put(arg, "%s{\"job\":", first ? "" : ",");
@@ -302,8 +303,7 @@ struct obs_buf {
 	bool oom;
 };
 
-static void
-obs_printf(struct obs_buf *b, const char *fmt, ...)
+static void obs_printf(struct obs_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 static void
@@ -359,8 +359,8 @@ obs_labels(struct obs_buf *b, const struct obs_rank *r)
 static void
 obs_secs(struct obs_buf *b, uint64_t ns)
 {
-	obs_printf(b, "%" PRIu64 ".%09" PRIu64, ns / 1000000000u,
-	    ns % 1000000000u);
+	obs_printf(
+	    b, "%" PRIu64 ".%09" PRIu64, ns / 1000000000u, ns % 1000000000u);
 }
 
 enum obs_field { F_COUNT, F_ERRORS, F_BYTES, F_TIME, F_WAIT };
@@ -411,8 +411,8 @@ obs_hist_family(struct obs_buf *b, struct srv_obs *o, unsigned which,
 	struct srv_hnode *n;
 	size_t i;
 
-	obs_printf(b, "# HELP cohort_%s %s\n# TYPE cohort_%s histogram\n", name,
-	    help, name);
+	obs_printf(b, "# HELP cohort_%s %s\n# TYPE cohort_%s histogram\n",
+	    name, help, name);
 	for (n = srv_map_next(&o->ranks, &i, NULL); n != NULL;
 	     n = srv_map_next(&o->ranks, &i, n)) {
 		struct obs_rank *r = SRV_CONTAINER(n, struct obs_rank, hn);
@@ -440,7 +440,8 @@ obs_hist_family(struct obs_buf *b, struct srv_obs *o, unsigned which,
 		obs_secs(b, h->sum_ns);
 		obs_printf(b, "\ncohort_%s_count{", name);
 		obs_labels(b, r);
-		obs_printf(b, "} %" PRIu64 "\n", h->count > cum ? h->count : cum);
+		obs_printf(
+		    b, "} %" PRIu64 "\n", h->count > cum ? h->count : cum);
 	}
 }
 

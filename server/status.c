@@ -415,8 +415,8 @@ struct json_buf {
 	bool oom;
 };
 
-static void
-json_put(void *arg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void json_put(void *arg, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 static void
 json_put(void *arg, const char *fmt, ...)
@@ -481,8 +481,7 @@ json_job(struct json_buf *b, const Cohort__JobStatus *js)
 {
 	json_put(b, "{\"job\":");
 	json_str(b, js->job);
-	json_put(b,
-	    ",\"generation\":%" PRIu64 ",\"world_size\":%u,\"state\":",
+	json_put(b, ",\"generation\":%" PRIu64 ",\"world_size\":%u,\"state\":",
 	    js->generation, js->world_size);
 	json_str(b, js->state);
 	json_put(b, ",\"failed_rank\":%d,\"failed_text\":", js->failed_rank);
@@ -497,8 +496,8 @@ json_job(struct json_buf *b, const Cohort__JobStatus *js)
 		json_put(b, ",\"last_seen_ms\":%" PRIu64 ",\"op\":",
 		    m->last_seen_ms_ago);
 		json_str(b, m->last_op);
-		json_put(b, ",\"op_seq\":%" PRIu64 ",\"group\":",
-		    m->last_op_seq);
+		json_put(
+		    b, ",\"op_seq\":%" PRIu64 ",\"group\":", m->last_op_seq);
 		json_str(b, m->last_group);
 		json_put(b,
 		    ",\"in_op\":%s,\"in_op_ms\":%" PRIu64
@@ -519,8 +518,8 @@ json_job(struct json_buf *b, const Cohort__JobStatus *js)
 		json_str(b, p->kind);
 		json_put(b, ",\"name\":");
 		json_str(b, p->name);
-		json_put(b, ",\"waiting_ms\":%" PRIu64 ",\"arrived\":",
-		    p->waiting_ms);
+		json_put(b,
+		    ",\"waiting_ms\":%" PRIu64 ",\"arrived\":", p->waiting_ms);
 		json_ranks(b, p->arrived, p->n_arrived);
 		json_put(b, ",\"missing\":");
 		json_ranks(b, p->missing, p->n_missing);
@@ -560,8 +559,8 @@ srv_status_json(struct srv_core *core, const char *job, const char *token,
 		json_job(&b, sr.jobs[i]);
 	}
 	json_put(&b, "],\"failures\":");
-	srv_obs_failures_json(core, only != NULL ? only->name : "", json_put,
-	    &b, json_str, now);
+	srv_obs_failures_json(
+	    core, only != NULL ? only->name : "", json_put, &b, json_str, now);
 	json_put(&b, "}\n");
 	for (size_t i = 0; i < sb.n; i++)
 		free(sb.ptrs[i]);

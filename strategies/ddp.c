@@ -552,8 +552,9 @@ ddp_start(cohort_ddp *d, struct ddp_bucket *bk)
 		char name[40];
 
 		snprintf(name, sizeof(name), "fill bucket %d", bk->pub.index);
-		cohort_timeline_span(d->c, name, bk->fill_ns ? bk->fill_ns : t0,
-		    t0, bk->pub.count * sizeof(float));
+		cohort_timeline_span(d->c, name,
+		    bk->fill_ns ? bk->fill_ns : t0, t0,
+		    bk->pub.count * sizeof(float));
 		snprintf(name, sizeof(name), "%s hook bucket %d",
 		    d->hook.name ? d->hook.name : "custom", bk->pub.index);
 		cohort_timeline_span(d->c, name, t0, cohort_now_ns(),
@@ -672,8 +673,8 @@ cohort_ddp_sync(cohort_ddp *d)
 	d->st.synced++;
 	d->st.wait_seconds += ddp_now() - t0;
 	if (d->timeline)
-		cohort_timeline_span(d->c, "ddp sync", tsync, cohort_now_ns(),
-		    0);
+		cohort_timeline_span(
+		    d->c, "ddp sync", tsync, cohort_now_ns(), 0);
 	return (st);
 }
 

@@ -455,7 +455,8 @@ scen_observe(cohort_client *c, const char *arg)
 		        NULL, 30000));
 	for (long i = 0; i < nb; i++)
 		WORKER_CHECK("broadcast",
-		    cohort_broadcast(g, buf, 1024, COHORT_F32, 0, NULL, 30000));
+		    cohort_broadcast(
+		        g, buf, 1024, COHORT_F32, 0, NULL, 30000));
 	WORKER_CHECK("barrier", cohort_barrier(g, "observe-1", 30000));
 	if ((all = calloc((size_t)world, sizeof(int32_t))) == NULL)
 		return (1);

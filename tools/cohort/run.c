@@ -923,8 +923,8 @@ cohort__cmd_run(int argc, char **argv)
 			cfg.timeline = t;
 	}
 	if (cfg.timeline != NULL
-	    && cohort__timeline_prepare(cfg.timeline, cfg.timeline_env,
-	           sizeof(cfg.timeline_env))
+	    && cohort__timeline_prepare(
+	           cfg.timeline, cfg.timeline_env, sizeof(cfg.timeline_env))
 	        != 0) {
 		cohort__srv_stop(srv);
 		return (1);
@@ -935,8 +935,8 @@ cohort__cmd_run(int argc, char **argv)
 			struct cohort__timeline_mark *m = &marks[nmarks++];
 			m->name = "failure";
 			m->ts_us = cohort__timeline_now_us();
-			snprintf(m->detail, sizeof(m->detail), "rank %d: %.480s",
-			    f.rank, f.text);
+			snprintf(m->detail, sizeof(m->detail),
+			    "rank %d: %.480s", f.rank, f.text);
 		}
 		if (rc == 0 || run_signal != 0 || rc < 0)
 			break;
@@ -954,8 +954,8 @@ cohort__cmd_run(int argc, char **argv)
 		}
 	}
 	if (cfg.timeline != NULL)
-		(void)cohort__timeline_merge(cfg.timeline,
-		    cfg.nproc * cfg.nnodes, marks, nmarks);
+		(void)cohort__timeline_merge(
+		    cfg.timeline, cfg.nproc * cfg.nnodes, marks, nmarks);
 	if (srv != NULL && cfg.coordinator_from_launcher)
 		run_drain(srv);
 	cohort__srv_stop(srv);

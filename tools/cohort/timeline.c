@@ -34,12 +34,13 @@ cohort__timeline_prepare(const char *path, char *env, size_t len)
 
 	snprintf(dir, sizeof(dir), "%s.parts", path);
 	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-		fprintf(stderr, "cohort run: --timeline: cannot create %s: %s\n",
-		    dir, strerror(errno));
+		fprintf(stderr,
+		    "cohort run: --timeline: cannot create %s: %s\n", dir,
+		    strerror(errno));
 		return (-1);
 	}
-	if ((size_t)snprintf(env, len, "COHORT_TIMELINE=%s/rank%%r.gen%%g.json",
-	        dir)
+	if ((size_t)snprintf(
+	        env, len, "COHORT_TIMELINE=%s/rank%%r.gen%%g.json", dir)
 	    >= len) {
 		fprintf(stderr, "cohort run: --timeline: path too long\n");
 		return (-1);
@@ -125,8 +126,9 @@ cohort__timeline_merge(const char *path, int world,
 		qsort(parts, np, sizeof(*parts), tl_part_cmp);
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	if ((out = fopen(tmp, "w")) == NULL) {
-		fprintf(stderr, "cohort run: --timeline: cannot write %s: %s\n",
-		    tmp, strerror(errno));
+		fprintf(stderr,
+		    "cohort run: --timeline: cannot write %s: %s\n", tmp,
+		    strerror(errno));
 		free(parts);
 		return (-1);
 	}
@@ -184,8 +186,9 @@ cohort__timeline_merge(const char *path, int world,
 	free(line);
 	free(parts);
 	if (fclose(out) != 0 || rename(tmp, path) != 0) {
-		fprintf(stderr, "cohort run: --timeline: cannot write %s: %s\n",
-		    path, strerror(errno));
+		fprintf(stderr,
+		    "cohort run: --timeline: cannot write %s: %s\n", path,
+		    strerror(errno));
 		return (-1);
 	}
 	(void)rmdir(dir);

@@ -615,7 +615,8 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 	if (op->kind == COHORT__OP_BARRIER) {
 		if (t->size == 1)
 			return (COHORT_OK);
-		return (tcp_algo(t, "dissemination"), algo_barrier(t, err, errlen, deadline));
+		return (tcp_algo(t, "dissemination"),
+		    algo_barrier(t, err, errlen, deadline));
 	}
 	if (esize == 0) {
 		snprintf(err, errlen, "bad dtype %d", (int)op->dtype);
@@ -638,25 +639,33 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 			    t, op, bytes, err, errlen, deadline));
 		}
 		if (bytes <= t->small_max || op->count < (size_t)t->size)
-			return (tcp_algo(t, "recursive_doubling"), algo_allreduce_rd(
-			    t, op, bytes, err, errlen, deadline));
+			return (tcp_algo(t, "recursive_doubling"),
+			    algo_allreduce_rd(
+			        t, op, bytes, err, errlen, deadline));
 		if (t->size == 2 && t->pair_min <= bytes
 		    && bytes <= t->pair_max)
-			return (tcp_algo(t, "pair"), algo_allreduce_pair(
-			    t, op, bytes, err, errlen, deadline));
-		return (tcp_algo(t, "ring"), algo_allreduce_ring(t, op, err, errlen, deadline));
+			return (tcp_algo(t, "pair"),
+			    algo_allreduce_pair(
+			        t, op, bytes, err, errlen, deadline));
+		return (tcp_algo(t, "ring"),
+		    algo_allreduce_ring(t, op, err, errlen, deadline));
 	case COHORT__OP_REDUCE:
 		if (bytes == 0)
 			return (COHORT_OK);
 		if (bytes <= t->small_max)
-			return (tcp_algo(t, "tree"), algo_reduce_tree(
-			    t, op, bytes, err, errlen, deadline));
+			return (tcp_algo(t, "tree"),
+			    algo_reduce_tree(
+			        t, op, bytes, err, errlen, deadline));
 		return (tcp_algo(t, "chain"),
 		    algo_reduce_chain(t, op, bytes, err, errlen, deadline));
 	case COHORT__OP_BROADCAST:
 		if (bytes == 0)
 			return (COHORT_OK);
-		return (tcp_algo(t, bytes <= t->bcast_small || t->size == 2 ? "direct" : "pipeline"), algo_broadcast(t, op, bytes, err, errlen, deadline));
+		return (
+		    tcp_algo(t,
+		        bytes <= t->bcast_small || t->size == 2 ? "direct"
+		                                                : "pipeline"),
+		    algo_broadcast(t, op, bytes, err, errlen, deadline));
 	case COHORT__OP_ALLGATHER:
 	case COHORT__OP_ALLGATHERV: {
 		size_t *boff, *blen, total = 0;

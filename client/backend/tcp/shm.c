@@ -364,7 +364,8 @@ shm_wait(struct cohort__tcp *t, int which, uint32_t want, char *err,
 		atomic_fetch_sub_explicit(
 		    &s->ctrl[missing].sleepers, 1, memory_order_seq_cst);
 		if (waited_since == 0)
-			waited_since = cohort__now_ns() - SHM_SLEEP_MS * 1000000u;
+			waited_since
+			    = cohort__now_ns() - SHM_SLEEP_MS * 1000000u;
 		slept = true;
 		idle_since = 0;
 		spins = 0;
