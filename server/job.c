@@ -655,8 +655,18 @@ srv_job_fail_member(struct srv_job *job, struct srv_member *m,
 		tl = 300;
 	snprintf(detail, sizeof(detail), "rank %d (%s:%u) failed%s%s: %.*s",
 	    m->rank, m->host, m->pid, op[0] ? " " : "", op, tl, text);
-	cohort__warn("job '%s' generation %" PRIu64 ": %s", job->name,
-	    job->generation, detail);
+	{
+		/* job, rank, op and seq as fields of a JSON log line */
+		struct cohort__log_ctx lc = { job->name, m->rank,
+			m->last_op[0] != '\0' ? m->last_op : NULL,
+			m->last_op_seq };
+		const struct cohort__log_ctx *saved
+		    = cohort__log_ctx_push(&lc);
+
+		cohort__warn("job '%s' generation %" PRIu64 ": %s", job->name,
+		    job->generation, detail);
+		cohort__log_ctx_pop(saved);
+	}
 	srv_jrn_fail(job, m, detail);
 	if (job->state != SRV_JOB_RUNNING)
 		return;

@@ -400,8 +400,16 @@ def test_json_logs_have_job_rank_op_seq_fields(tmp_path):
         r = run([COHORT, "run", "-n", "2", "--coordinator", coordinator.url, "--job", "logjob", "--",
                  WORKER, "observe", "3"], COHORT_LOG_FORMAT="json", COHORT_LOG_LEVEL="debug")
         assert r.returncode == 0, r.stdout + r.stderr
+        bad = run([COHORT, "run", "-n", "2", "--coordinator", coordinator.url, "--job", "logfail", "--",
+                   WORKER, "observe", "9"], COHORT_FAULTS="rank=1,at=op:4,action=exit")
+        assert bad.returncode != 0
     finally:
         coordinator.stop()
+    # cohortd's line about the failure names the job, the rank and its op
+    coordinator.log.close()
+    srv = [json.loads(x) for x in open(coordinator.log.name) if x.startswith("{")]
+    fail = [x for x in srv if x.get("job") == "logfail" and "failed" in x["msg"] and "rank" in x]
+    assert fail and fail[0]["rank"] == 1 and fail[0].get("op") == "allreduce", srv
     lines = [json.loads(x) for x in r.stderr.splitlines() if x.startswith("{")]
     assert lines, r.stderr
     joined = [x for x in lines if "joined job" in x.get("msg", "")]
