@@ -538,3 +538,39 @@ def test_status_page_in_headless_chromium(tmp_path):
                     p.kill()
                     p.wait()
         c.stop()
+
+
+def test_cohort_status_finished_failed_and_top(tmp_path):
+    """`cohort status` after a job that finished and one that failed (jobs
+    cohortd keeps: created with --job): states, the failure text, no
+    member "in" an operation, and each rank's reported collectives;
+    `--watch MS --count N` redraws N times."""
+    c = Coordinator(tmp_path, "--job", "st-done:", "--job", "st-fail:")
+    try:
+        r = run([COHORT, "run", "-n", "2", "--coordinator", c.url, "--job", "st-done", "--",
+                 WORKER, "observe", "5"])
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = run([COHORT, "run", "-n", "2", "--coordinator", c.url, "--job", "st-fail", "--",
+                 WORKER, "observe", "9"], COHORT_FAULTS="rank=1,at=op:3,action=exit")
+        assert r.returncode != 0
+        s = run([COHORT, "status", "--coordinator", c.url])
+        assert s.returncode == 0, s.stderr
+        out = s.stdout
+        done = out[out.index("job st-done"):out.index("job st-fail")] if out.index("job st-done") < out.index(
+            "job st-fail") else out[out.index("job st-done"):]
+        assert "state finished" in done, out
+        assert " in " not in done.replace("job st-done", ""), out
+        assert done.count("left") == 2 and done.count("12 collectives") == 2, out
+        fail = out[out.index("job st-fail"):]
+        fail = fail[: fail.index("job st-done")] if "job st-done" in fail else fail
+        assert "state failed" in fail and "failed: rank 1: injected fault: exit at op 3" in fail, out
+        w = run([COHORT, "status", "--coordinator", c.url, "--watch", "200", "--count", "3"])
+        assert w.returncode == 0 and w.stdout.count("cohortd at ") == 3, w.stdout + w.stderr
+        t = subprocess.Popen([COHORT, "top", "--coordinator", c.url], stdout=subprocess.PIPE, text=True,
+                             env=base_env())
+        time.sleep(1.5)
+        t.terminate()
+        out_top, _ = t.communicate(timeout=10)
+        assert t.returncode == 0 and out_top.count("cohortd at ") >= 1 and "job st-done" in out_top
+    finally:
+        c.stop()
