@@ -445,8 +445,48 @@ obs_hist_family(struct obs_buf *b, struct srv_obs *o, unsigned which,
 	}
 }
 
+/* How long each running member has been in its current collective (from
+ * its heartbeats; 0 when in none): the ranks the others wait for show 0
+ * while the others grow. At most o->max series. */
+static void
+obs_in_op_family(struct obs_buf *b, struct srv_core *core,
+    const struct srv_obs *o, cohort__time now)
+{
+	struct srv_hnode *n;
+	size_t i, k = 0;
+
+	obs_printf(b,
+	    "# HELP cohort_rank_in_collective_seconds How long a running "
+	    "rank has been in its current collective (0: in none).\n"
+	    "# TYPE cohort_rank_in_collective_seconds gauge\n");
+	for (n = srv_map_next(&core->jobs, &i, NULL); n != NULL && k < o->max;
+	     n = srv_map_next(&core->jobs, &i, n)) {
+		struct srv_job *job = SRV_CONTAINER(n, struct srv_job, hn);
+		for (uint32_t r = 0;
+		     job->members != NULL && r < job->world && k < o->max;
+		     r++) {
+			const struct srv_member *m = &job->members[r];
+			struct obs_rank lr;
+			if (m->state != SRV_MEMBER_RUNNING)
+				continue;
+			lr.job = job->name;
+			lr.rank = m->rank;
+			obs_printf(b, "cohort_rank_in_collective_seconds{");
+			obs_labels(b, &lr);
+			obs_printf(b, "} ");
+			obs_secs(b,
+			    m->in_op && now > m->op_since
+			        ? (uint64_t)(now - m->op_since) * 1000000u
+			        : 0);
+			obs_printf(b, "\n");
+			k++;
+		}
+	}
+}
+
 char *
-srv_obs_metrics(struct srv_core *core, char *head, size_t headlen)
+srv_obs_metrics(
+    struct srv_core *core, char *head, size_t headlen, cohort__time now)
 {
 	struct srv_obs *o = obs_get(core);
 	struct obs_buf b = { NULL, 0, 0, false };
@@ -469,6 +509,8 @@ srv_obs_metrics(struct srv_core *core, char *head, size_t headlen)
 	    "# TYPE cohort_rank_metrics_evicted_total counter\n"
 	    "cohort_rank_metrics_evicted_total %" PRIu64 "\n",
 	    o->ranks.n, o->evicted);
+	if (o->max > 0)
+		obs_in_op_family(&b, core, o, now);
 	if (o->ranks.n == 0)
 		goto out;
 	obs_op_family(&b, o, "rank_collectives_total",

@@ -601,7 +601,8 @@ void srv_obs_note(struct srv_core *core, const char *job, int32_t rank,
 void srv_obs_set_max(struct srv_core *core, size_t max);
 /* head (headlen bytes) followed by cohort_build_info and the per-rank
  * series, in a new malloc'd string; NULL when out of memory. */
-char *srv_obs_metrics(struct srv_core *core, char *head, size_t headlen);
+char *srv_obs_metrics(
+    struct srv_core *core, char *head, size_t headlen, cohort__time now);
 void srv_obs_free(struct srv_core *core);
 /* Remembers a member failure for the status page (the last 32). */
 void srv_obs_failure(struct srv_core *core, const char *job, int32_t rank,

@@ -399,7 +399,7 @@ srv_metrics_text(struct srv_core *core, cohort__time now)
 #undef M
 	{
 		/* build info and the per-rank series (observe.c) */
-		char *all = srv_obs_metrics(core, buf, off);
+		char *all = srv_obs_metrics(core, buf, off, now);
 		free(buf);
 		return (all);
 	}
