@@ -503,7 +503,7 @@ out:
 			.track = g->track,
 			.seq = g->data_seq,
 			.backend
-			= g->backend != NULL ? g->backend->name : NULL,
+			= g->backend != NULL ? g->backend->name : "none",
 			.algo = stats.algo,
 			.bytes = coll_op_bytes(g, &w->op),
 			.wait_ns = stats.wait_ns,
