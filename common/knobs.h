@@ -80,8 +80,8 @@ enum cohort__knob_type {
 	    "write a Chrome trace of this rank's operations to this file "    \
 	    "at close (%r: rank, %g: generation; docs/observability.md)")     \
 	X(TIMELINE_EVENTS, INT, "16384", 16, 16777216, "observability",       \
-	    "timeline ring size in events (about 260 bytes each); the "       \
-	    "oldest are dropped")                                             \
+	    "timeline ring size in events (240 bytes each); the oldest "      \
+	    "are dropped")                                                    \
 	X(FAULTS, STR, "", 0, 0, "faults",                                    \
 	    "a fault schedule (docs/fault-injection.md)")                     \
 	X(FAULTS_LOG, STR, "", 0, 0, "faults",                                \
