@@ -371,11 +371,15 @@ client_hb_timer_cb(void *arg)
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
 	char last_group[COHORT__GROUP_ID_MAX];
+	struct cohort__obs_msg om;
 	cohort_status st;
 
 	if (atomic_load(&c->closing) || nng_aio_result(c->hb_timer) != 0)
 		return;
 	client_hb_fill(c, &hb, last_group, sizeof(last_group));
+	if (cohort__obs_fill(&c->obs, &om))
+		hb.metrics = &om.m;
+	c->obs.hb_sent_ns = cohort__now_ns();
 	cohort__fault_tick(c);
 	req.body_case = COHORT__REQUEST__BODY_HEARTBEAT;
 	req.heartbeat = &hb;
@@ -398,6 +402,8 @@ client_hb_done(void *arg, cohort_status st, struct cohort__coord_call *call)
 
 	if (atomic_load(&c->closing))
 		return;
+	if (st == COHORT_OK && c->obs.hb_sent_ns != 0)
+		cohort__obs_rtt(&c->obs, cohort__now_ns() - c->obs.hb_sent_ns);
 	switch (st) {
 	case COHORT_OK:
 		/* a failed job: fan out, and keep beating (this member is
@@ -605,6 +611,7 @@ client_free(struct cohort_client *c)
 			free(c->hosts[i]);
 		free(c->hosts);
 	}
+	cohort__obs_fini(&c->obs);
 	pthread_mutex_destroy(&c->mtx);
 	free(c);
 }
@@ -661,11 +668,16 @@ client_leave(struct cohort_client *c)
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__Leave leave = COHORT__LEAVE__INIT;
 	struct cohort__coord_call call;
+	struct cohort__obs_msg om;
 	cohort_status st;
 
 	/* best effort: not while the connection is down */
 	if (!cohort__coord_up(c->coord))
 		return;
+	/* the final metrics: a heartbeat may not have carried the last
+	 * operations */
+	if (cohort__obs_fill(&c->obs, &om))
+		leave.metrics = &om.m;
 	cohort__coord_prepare_close(c->coord);
 	req.body_case = COHORT__REQUEST__BODY_LEAVE;
 	req.leave = &leave;
@@ -778,6 +790,11 @@ cohort_client_open(
 	}
 	atomic_init(&c->error, COHORT_OK);
 	atomic_init(&c->closing, false);
+	if ((st = cohort__obs_init(&c->obs)) != COHORT_OK) {
+		pthread_mutex_destroy(&c->mtx);
+		free(c);
+		return (st);
+	}
 	cohort__strlcpy(
 	    c->coordinator, opts->coordinator, sizeof(c->coordinator));
 	cohort__strlcpy(c->job, opts->job, sizeof(c->job));
@@ -834,6 +851,9 @@ cohort_client_open(
 		goto out_free;
 	if ((st = cohort__fault_start(c)) != COHORT_OK)
 		goto out_free;
+	cohort__obs_start(
+	    &c->obs, c->job, c->rank, c->world_size, c->generation);
+	cohort__log_ctx_process(c->job, c->rank);
 	cohort__info("rank %d of %d joined job '%s' at %s (generation %" PRIu64
 	             ")",
 	    c->rank, c->world_size, c->job, c->coordinator, c->generation);

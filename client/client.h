@@ -19,6 +19,7 @@
 
 #include "coord.h"
 #include "group.h"
+#include "observe.h"
 
 struct cohort_client {
 	struct cohort__coord *coord;
@@ -46,6 +47,7 @@ struct cohort_client {
 	char error_detail[COHORT__DETAIL_MAX];
 
 	struct cohort__fault *fault; /* fault schedule (fault.h), or NULL */
+	struct cohort__obs obs; /* metrics and timeline (observe.h) */
 
 	atomic_bool closing;
 	nng_aio *hb_timer;

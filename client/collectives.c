@@ -413,6 +413,35 @@ coll_backend_init(struct coll_dp *dp, struct cohort_work *w)
 	return (COHORT_OK);
 }
 
+/* Payload bytes of this rank in op (metrics, timeline): what it
+ * contributes (the send buffer), for the gathers the whole result. */
+static uint64_t
+coll_op_bytes(const struct cohort_group *g, const struct cohort__op *op)
+{
+	uint64_t es = cohort_dtype_size(op->dtype), n = op->count;
+
+	switch (op->kind) {
+	case COHORT__OP_ALLGATHER:
+	case COHORT__OP_GATHER:
+	case COHORT__OP_ALLTOALL:
+	case COHORT__OP_SCATTER:
+	case COHORT__OP_REDUCE_SCATTER:
+		n *= (uint64_t)g->size;
+		break;
+	case COHORT__OP_ALLGATHERV:
+		n = 0;
+		for (int32_t r = 0; op->counts != NULL && r < g->size; r++)
+			n += op->counts[r];
+		break;
+	case COHORT__OP_BARRIER:
+		n = 0;
+		break;
+	default:
+		break;
+	}
+	return (n * es);
+}
+
 /* Runs w in the calling thread; its ticket is being served. */
 static void
 coll_execute(struct coll_dp *dp, struct cohort_work *w)
@@ -422,6 +451,9 @@ coll_execute(struct coll_dp *dp, struct cohort_work *w)
 	cohort_status st;
 	void *user_recv = w->op.recv;
 	bool began = false;
+	struct cohort__op_stats stats = { NULL, 0 };
+	struct cohort__log_ctx lctx;
+	const struct cohort__log_ctx *lsaved = NULL;
 
 	pthread_mutex_lock(&g->op_lock);
 	if ((st = cohort__group_check(g)) != COHORT_OK) {
@@ -437,6 +469,11 @@ coll_execute(struct coll_dp *dp, struct cohort_work *w)
 		goto out;
 	}
 	began = true;
+	lctx.job = g->client->job;
+	lctx.rank = g->client->rank;
+	lctx.op = cohort__op_name(w->op.kind);
+	lctx.seq = g->data_seq + 1;
+	lsaved = cohort__log_ctx_push(&lctx);
 	if (!dp->inited && (st = coll_backend_init(dp, w)) != COHORT_OK)
 		goto out;
 	if (w->fix == COLL_FIX_MOVE_IN) {
@@ -448,6 +485,7 @@ coll_execute(struct coll_dp *dp, struct cohort_work *w)
 		w->op.recv = w->tmp;
 	}
 	w->op.seq = ++g->data_seq;
+	w->op.stats = &stats;
 	st = g->backend->run(
 	    g->backend_state, &w->op, err, sizeof(err), w->deadline);
 	if (w->fix == COLL_FIX_TMP_OUT) {
@@ -458,8 +496,29 @@ coll_execute(struct coll_dp *dp, struct cohort_work *w)
 	if (st != COHORT_OK)
 		st = coll_failed(dp, w, st, err);
 out:
-	if (began)
+	if (began) {
+		struct cohort__obs_op oo = { .kind = (int)w->op.kind,
+			.name = cohort__op_name(w->op.kind),
+			.group = g->id,
+			.track = g->track,
+			.seq = g->data_seq,
+			.backend
+			= g->backend != NULL ? g->backend->name : "none",
+			.algo = stats.algo,
+			.bytes = coll_op_bytes(g, &w->op),
+			.wait_ns = stats.wait_ns,
+			.st = st,
+			.detail = st != COHORT_OK ? w->err : NULL };
+
+		/* the clock reads of the hang-attribution hooks, which come
+		 * after the fault point (an injected delay is not the
+		 * operation's) */
 		cohort__group_op_end(g);
+		oo.t0_ns = g->op_start_ns;
+		oo.t1_ns = g->op_end_ns;
+		cohort__log_ctx_pop(lsaved);
+		cohort__obs_op(&g->client->obs, &oo);
+	}
 	pthread_mutex_unlock(&g->op_lock);
 	free(w->tmp);
 	w->tmp = NULL;

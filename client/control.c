@@ -56,6 +56,10 @@ control_run(cohort_group *g, Cohort__Collective *coll,
     const char *what, struct cohort__coord_call *call, Cohort__Request *req)
 {
 	struct cohort_client *c = g->client;
+	struct cohort__log_ctx lctx;
+	const struct cohort__log_ctx *lsaved = NULL;
+	uint64_t t0 = 0, t1 = 0, bytes = 0;
+	bool began = false;
 	cohort__time deadline;
 	uint64_t op_seq;
 	cohort_status st;
@@ -91,8 +95,18 @@ control_run(cohort_group *g, Cohort__Collective *coll,
 		pthread_mutex_unlock(&g->mtx);
 		goto out_unlock;
 	}
+	began = true;
+	lctx.job = c->job;
+	lctx.rank = c->rank;
+	lctx.op = what;
+	lctx.seq = op_seq;
+	lsaved = cohort__log_ctx_push(&lctx);
+	for (size_t i = 0; i < nparts; i++)
+		bytes += parts[i].len;
 	st = cohort__coord_call(c->coord, call);
 	cohort__group_op_end(g);
+	t0 = g->op_start_ns;
+	t1 = g->op_end_ns;
 
 	pthread_mutex_lock(&g->mtx);
 	g->ctl_call = NULL;
@@ -136,6 +150,30 @@ control_run(cohort_group *g, Cohort__Collective *coll,
 				    COHORT_EABORTED, "%s aborted", what);
 		}
 		break;
+	}
+	if (began) {
+		/* A control-plane collective is parked at cohortd until the
+		 * last rank arrives: all of it is waiting for peers, but an
+		 * object broadcast's transfer. */
+		struct cohort__obs_op oo = {
+			.kind = cohort__obs_control_kind(what),
+			.name = what,
+			.group = g->id,
+			.track = COHORT__TRACK_CONTROL,
+			.control = true,
+			.seq = op_seq,
+			.backend = "cohortd",
+			.bytes = bytes,
+			.t0_ns = t0,
+			.t1_ns = t1,
+			.wait_ns
+			= strcmp(what, "broadcast_obj") == 0 ? 0 : t1 - t0,
+			.st = st,
+			.detail = st != COHORT_OK ? cohort_last_error() : NULL
+		};
+
+		cohort__log_ctx_pop(lsaved);
+		cohort__obs_op(&c->obs, &oo);
 	}
 out_unlock:
 	pthread_mutex_unlock(&g->ctl_lock);

@@ -48,6 +48,8 @@ cohort__group_alloc(struct cohort_client *c, const char *id, int32_t rank,
 	g->rank = rank;
 	g->size = size;
 	g->generation = generation;
+	g->track = id[0] == '\0' ? COHORT__TRACK_WORLD
+	                         : atomic_fetch_add(&c->obs.next_track, 2);
 	atomic_init(&g->abort_flag, 0);
 	atomic_init(&g->error, COHORT_OK);
 	*out = g;
@@ -116,6 +118,9 @@ cohort__group_fail(
 		cur = st;
 		cohort__info("group '%s' failed: %s: %s", g->id,
 		    cohort_status_name(st), g->error_detail);
+		cohort__obs_event(&g->client->obs, COHORT__TRACK_EVENTS,
+		    "failure", cohort_status_name(st), cohort__now_ns(), 0,
+		    g->error_detail);
 	}
 	atomic_store_explicit(&g->abort_flag, 1, memory_order_release);
 	if (g->ctl_call != NULL)
@@ -164,10 +169,13 @@ cohort__group_op_begin(struct cohort_group *g, const char *kind, uint64_t seq)
 
 	if ((st = cohort__fault_point(g->client, g, kind, seq)) != COHORT_OK)
 		return (st);
+	uint64_t now = cohort__now_ns();
+
 	pthread_mutex_lock(&g->mtx);
 	g->op_kind = kind;
 	g->op_seq = seq;
-	g->op_start = cohort__now_ms();
+	g->op_start_ns = now;
+	g->op_start = (cohort__time)(now / 1000000u);
 	g->op_in = true;
 	pthread_mutex_unlock(&g->mtx);
 	return (COHORT_OK);
@@ -176,9 +184,12 @@ cohort__group_op_begin(struct cohort_group *g, const char *kind, uint64_t seq)
 void
 cohort__group_op_end(struct cohort_group *g)
 {
+	uint64_t now = cohort__now_ns();
+
 	pthread_mutex_lock(&g->mtx);
 	g->op_in = false;
-	g->op_end = cohort__now_ms();
+	g->op_end_ns = now;
+	g->op_end = (cohort__time)(now / 1000000u);
 	pthread_mutex_unlock(&g->mtx);
 }
 

@@ -78,7 +78,10 @@ struct cohort_group {
 	uint64_t op_seq;
 	cohort__time op_start; /* monotonic ms when entered */
 	cohort__time op_end; /* ... when left (valid when !op_in) */
+	uint64_t op_start_ns, op_end_ns; /* the same in ns (observe.h) */
 	bool op_in;
+
+	int track; /* timeline track (observe.h) */
 
 	struct cohort_group *next; /* the client's list, under c->mtx */
 };

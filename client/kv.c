@@ -114,6 +114,7 @@ cohort_kv_get(cohort_client *c, const char *key, void **value, size_t *len,
 	Cohort__KvGet body = COHORT__KV_GET__INIT;
 	struct cohort__coord_call call;
 	cohort_status st;
+	uint64_t t0;
 
 	if (c == NULL || value == NULL)
 		return (cohort__err(COHORT_EINVAL, "NULL client or output"));
@@ -125,7 +126,12 @@ cohort_kv_get(cohort_client *c, const char *key, void **value, size_t *len,
 	req.kv_get = &body;
 	cohort__coord_call_init(
 	    &call, &req, cohort__client_deadline(c, timeout));
-	if ((st = kv_call(c, &call)) != COHORT_OK)
+	t0 = cohort__now_ns();
+	st = kv_call(c, &call);
+	/* a get waits for its key: a KV wait on the timeline */
+	cohort__obs_event(&c->obs, COHORT__TRACK_KV, "kv", "kv get", t0,
+	    cohort__now_ns(), key);
+	if (st != COHORT_OK)
 		goto out;
 	if (call.rep->body_case == COHORT__REPLY__BODY_KV_GET
 	    && call.rep->kv_get != NULL && !call.rep->kv_get->found) {
@@ -286,6 +292,7 @@ cohort_kv_wait(cohort_client *c, const char *const *keys, size_t nkeys,
 	Cohort__KvWait body = COHORT__KV_WAIT__INIT;
 	struct cohort__coord_call call;
 	cohort_status st;
+	uint64_t t0;
 
 	if (c == NULL)
 		return (cohort__err(COHORT_EINVAL, "NULL client"));
@@ -299,7 +306,10 @@ cohort_kv_wait(cohort_client *c, const char *const *keys, size_t nkeys,
 	req.kv_wait = &body;
 	cohort__coord_call_init(
 	    &call, &req, cohort__client_deadline(c, timeout));
+	t0 = cohort__now_ns();
 	st = kv_call(c, &call);
+	cohort__obs_event(&c->obs, COHORT__TRACK_KV, "kv", "kv wait", t0,
+	    cohort__now_ns(), keys[0]);
 	cohort__coord_call_fini(&call);
 	return (st);
 }

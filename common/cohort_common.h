@@ -79,6 +79,23 @@ void cohort__log_set_default_level(int level);
 /* Component name printed with every line ("cohortd", "rank 3"). Per
  * process; libcohort sets "rank N" after joining if unset. */
 void cohort__log_set_component(const char *name);
+
+/* Structured context of JSON log lines (docs/observability.md): `job`,
+ * `rank`, `op` and `seq` fields. The process-wide part (a worker's job and
+ * rank, set when it joins) is copied; the calling thread's part (an
+ * operation in progress) overrides it: push makes ctx (which, with its
+ * strings, must outlive the matching pop) the thread's and returns the
+ * previous one for pop. NULL / -1 / 0: field absent. */
+struct cohort__log_ctx {
+	const char *job;
+	int32_t rank;
+	const char *op;
+	uint64_t seq;
+};
+void cohort__log_ctx_process(const char *job, int32_t rank);
+const struct cohort__log_ctx *cohort__log_ctx_push(
+    const struct cohort__log_ctx *ctx);
+void cohort__log_ctx_pop(const struct cohort__log_ctx *saved);
 bool cohort__log_enabled(int level);
 void cohort__log(int level, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

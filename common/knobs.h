@@ -74,6 +74,14 @@ enum cohort__knob_type {
 	    "error, warn, info, debug or trace (cohortd: info)")              \
 	X(LOG_FORMAT, STR, "", 0, 0, "logs",                                  \
 	    "text or json (default: text on a terminal, else json)")          \
+	X(METRICS, BOOL, "1", 0, 1, "observability",                          \
+	    "0: keep no per-rank metrics (none sent to cohortd's /metrics)")  \
+	X(TIMELINE, STR, "", 0, 0, "observability",                           \
+	    "write a Chrome trace of this rank's operations to this file "    \
+	    "at close (%r: rank, %g: generation; docs/observability.md)")     \
+	X(TIMELINE_EVENTS, INT, "16384", 16, 16777216, "observability",       \
+	    "timeline ring size in events (240 bytes each); the oldest "      \
+	    "are dropped")                                                    \
 	X(FAULTS, STR, "", 0, 0, "faults",                                    \
 	    "a fault schedule (docs/fault-injection.md)")                     \
 	X(FAULTS_LOG, STR, "", 0, 0, "faults",                                \

@@ -24,6 +24,13 @@ static int log_default = COHORT__LOG_WARN;
 static int log_json = -1;
 static char log_component[64];
 
+/* Structured context (cohort_common.h). */
+static pthread_mutex_t log_ctx_mtx = PTHREAD_MUTEX_INITIALIZER;
+static char log_ctx_job[256];
+static int32_t log_ctx_rank = -1;
+static const struct cohort__log_ctx log_tnone = { NULL, -1, NULL, 0 };
+static _Thread_local const struct cohort__log_ctx *log_tctx;
+
 static const char *const log_names[]
     = { "error", "warn", "info", "debug", "trace" };
 
@@ -59,6 +66,64 @@ void
 cohort__log_set_component(const char *name)
 {
 	cohort__strlcpy(log_component, name, sizeof(log_component));
+}
+
+void
+cohort__log_ctx_process(const char *job, int32_t rank)
+{
+	pthread_mutex_lock(&log_ctx_mtx);
+	cohort__strlcpy(
+	    log_ctx_job, job != NULL ? job : "", sizeof(log_ctx_job));
+	log_ctx_rank = rank;
+	pthread_mutex_unlock(&log_ctx_mtx);
+}
+
+const struct cohort__log_ctx *
+cohort__log_ctx_push(const struct cohort__log_ctx *ctx)
+{
+	const struct cohort__log_ctx *saved = log_tctx;
+
+	log_tctx = ctx;
+	return (saved);
+}
+
+void
+cohort__log_ctx_pop(const struct cohort__log_ctx *saved)
+{
+	log_tctx = saved;
+}
+
+/* Appends the context fields ("job":"x","rank":3,...) after a comma. */
+static void log_json_escape(
+    char *buf, size_t size, size_t *off, const char *s);
+
+static void
+log_json_ctx(char *out, size_t size, size_t *off)
+{
+	const struct cohort__log_ctx *t
+	    = log_tctx != NULL ? log_tctx : &log_tnone;
+	int32_t rank = t->rank;
+
+	pthread_mutex_lock(&log_ctx_mtx);
+	if (t->job != NULL || log_ctx_job[0] != '\0') {
+		cohort__appendf(out, size, off, ",\"job\":\"");
+		log_json_escape(
+		    out, size, off, t->job != NULL ? t->job : log_ctx_job);
+		cohort__appendf(out, size, off, "\"");
+	}
+	if (rank < 0 && t->job == NULL)
+		rank = log_ctx_rank;
+	pthread_mutex_unlock(&log_ctx_mtx);
+	if (rank >= 0)
+		cohort__appendf(out, size, off, ",\"rank\":%d", (int)rank);
+	if (t->op != NULL) {
+		cohort__appendf(out, size, off, ",\"op\":\"");
+		log_json_escape(out, size, off, t->op);
+		cohort__appendf(out, size, off, "\"");
+		if (t->seq != 0)
+			cohort__appendf(out, size, off, ",\"seq\":%llu",
+			    (unsigned long long)t->seq);
+	}
 }
 
 bool
@@ -135,9 +200,11 @@ cohort__log(int level, const char *file, int line, const char *fmt, ...)
 		    tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
 		    tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000, log_names[level]);
 		log_json_escape(out, sizeof(out), &off, comp);
+		cohort__appendf(
+		    out, sizeof(out), &off, "\",\"pid\":%d", (int)getpid());
+		log_json_ctx(out, sizeof(out), &off);
 		cohort__appendf(out, sizeof(out), &off,
-		    "\",\"pid\":%d,\"src\":\"%s:%d\",\"msg\":\"",
-		    (int)getpid(), base, line);
+		    ",\"src\":\"%s:%d\",\"msg\":\"", base, line);
 		log_json_escape(out, sizeof(out), &off, msg);
 		cohort__appendf(out, sizeof(out), &off, "\"}\n");
 	} else {

@@ -1101,5 +1101,6 @@ srv_core_free(struct srv_core *core)
 	free(core->heap);
 	free(core->pend);
 	free(core->admin_token);
+	srv_obs_free(core);
 	free(core);
 }

@@ -173,6 +173,9 @@ dispatch_body(struct srv_call *c, const Cohort__Request *req, cohort__time now)
 		srv_job_join(c, req->join, now);
 		break;
 	case COHORT__REQUEST__BODY_LEAVE:
+		if (req->leave->metrics != NULL && c->client->member != NULL)
+			srv_obs_note(c->job->core, c->job->name,
+			    c->client->member->rank, req->leave->metrics, now);
 		srv_job_leave(c, now);
 		break;
 	case COHORT__REQUEST__BODY_HEARTBEAT:
@@ -355,7 +358,19 @@ dispatch_request(struct srv_call *c, const Cohort__Request *req, uint32_t pipe,
 		    req->generation, job->name, job->generation);
 		return;
 	}
-	dispatch_body(c, req, now);
+	{
+		/* the job as a field of the JSON log lines of this request
+		 * (a copy: the request may end the job) */
+		char jname[SRV_MAX_NAME + 1];
+		struct cohort__log_ctx lc = { jname, -1, NULL, 0 };
+		const struct cohort__log_ctx *saved;
+
+		cohort__strlcpy(jname, job->name, sizeof(jname));
+		saved = cohort__log_ctx_push(&lc);
+
+		dispatch_body(c, req, now);
+		cohort__log_ctx_pop(saved);
+	}
 
 out_maybe_remove:
 	srv_job_maybe_remove(job);

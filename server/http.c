@@ -1,7 +1,8 @@
 /*
  * http.c - cohortd's HTTP endpoint (nng's HTTP server): /metrics in the
  * Prometheus text format, /healthz (the process serves) and /readyz (the
- * coordinator accepts requests: 503 once it drains before exiting).
+ * coordinator accepts requests: 503 once it drains before exiting), the
+ * live status page / and its /status.json (docs/observability.md).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,8 @@ struct srv_http {
 };
 
 char *cohort__srv_metrics(struct cohort__srv *s);
+char *cohort__srv_status_json(
+    struct cohort__srv *s, const char *job, const char *token, int *code);
 cohort_status cohort__srv_http_start(
     struct cohort__srv *s, const char *addr, void **out, char **url);
 void cohort__srv_http_stop(void *h);
@@ -56,6 +59,65 @@ http_metrics(nng_aio *aio)
 	}
 	http_reply(aio, 200, "text/plain; version=0.0.4", text);
 	free(text);
+}
+
+/* The status page: static, no data (that is /status.json's). */
+static void
+http_page(nng_aio *aio)
+{
+	http_reply(aio, 200, "text/html; charset=utf-8", srv_status_page);
+}
+
+/* Decodes %XX and + of a query value [s, e) into out. */
+static void
+http_unescape(const char *s, const char *e, char *out, size_t len)
+{
+	size_t o = 0;
+
+	for (; s < e && o + 1 < len; s++) {
+		unsigned v;
+		if (*s == '%' && e - s >= 3 && sscanf(s + 1, "%2x", &v) == 1) {
+			out[o++] = (char)v;
+			s += 2;
+		} else {
+			out[o++] = *s == '+' ? ' ' : *s;
+		}
+	}
+	out[o] = '\0';
+}
+
+/* /status.json[?job=J], with `Authorization: Bearer TOKEN`: what a
+ * StatusQuery with that job and token would see (401 otherwise). */
+static void
+http_status_json(nng_aio *aio)
+{
+	nng_http_req *req = nng_aio_get_input(aio, 0);
+	nng_http_handler *h = nng_aio_get_input(aio, 1);
+	struct srv_http *sh = nng_http_handler_get_data(h);
+	const char *uri = nng_http_req_get_uri(req);
+	const char *auth = nng_http_req_get_header(req, "Authorization");
+	const char *q = uri != NULL ? strchr(uri, '?') : NULL;
+	char job[SRV_MAX_NAME + 1] = "", token[512] = "";
+	char *body;
+	int code = 500;
+
+	for (const char *p = q; p != NULL && *p != '\0';) {
+		const char *e = strchr(p + 1, '&');
+		if (e == NULL)
+			e = p + strlen(p);
+		if (strncmp(p + 1, "job=", 4) == 0)
+			http_unescape(p + 5, e, job, sizeof(job));
+		p = *e != '\0' ? e : NULL;
+	}
+	if (auth != NULL && strncmp(auth, "Bearer ", 7) == 0)
+		cohort__strlcpy(token, auth + 7, sizeof(token));
+	body = cohort__srv_status_json(sh->srv, job, token, &code);
+	if (body == NULL) {
+		http_reply(aio, 500, "text/plain", "out of memory\n");
+		return;
+	}
+	http_reply(aio, (uint16_t)code, "application/json", body);
+	free(body);
 }
 
 static void
@@ -123,6 +185,8 @@ cohort__srv_http_start(
 	if ((nrv = http_handler(sh, "/metrics", http_metrics)) != 0
 	    || (nrv = http_handler(sh, "/healthz", http_ok)) != 0
 	    || (nrv = http_handler(sh, "/readyz", http_ready)) != 0
+	    || (nrv = http_handler(sh, "/", http_page)) != 0
+	    || (nrv = http_handler(sh, "/status.json", http_status_json)) != 0
 	    || (nrv = nng_http_server_start(sh->server)) != 0) {
 		rv = cohort__err(cohort__from_nng(nrv), "--http %s: %s", addr,
 		    nng_strerror(nrv));

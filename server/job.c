@@ -587,8 +587,12 @@ srv_job_heartbeat(
 	Cohort__Reply rep;
 	Cohort__HeartbeatReply hr;
 
-	if (m != NULL)
+	if (m != NULL) {
 		job_note_doing(m, hb, now);
+		if (hb->metrics != NULL)
+			srv_obs_note(
+			    job->core, job->name, m->rank, hb->metrics, now);
+	}
 	srv_reply_init(&rep, c, COHORT_OK);
 	cohort__heartbeat_reply__init(&hr);
 	hr.healthy = job->state != SRV_JOB_FAILED;
@@ -681,13 +685,13 @@ srv_job_fail_member(struct srv_job *job, struct srv_member *m,
 	const char *nl;
 	int tl;
 
-	(void)now;
 	if (m->state != SRV_MEMBER_RUNNING)
 		return;
 	m->state = SRV_MEMBER_FAILED;
 	free(m->failure);
 	m->failure = srv_strdup(text);
 	job->core->m.failures++;
+	srv_obs_failure(job->core, job->name, m->rank, text, now);
 	op[0] = '\0';
 	if (m->client != NULL) {
 		struct srv_link *l;
@@ -728,8 +732,18 @@ srv_job_fail_member(struct srv_job *job, struct srv_member *m,
 		tl = 300;
 	snprintf(detail, sizeof(detail), "rank %d (%s:%u) failed%s%s: %.*s",
 	    m->rank, m->host, m->pid, op[0] ? " " : "", op, tl, text);
-	cohort__warn("job '%s' generation %" PRIu64 ": %s", job->name,
-	    job->generation, detail);
+	{
+		/* job, rank, op and seq as fields of a JSON log line */
+		struct cohort__log_ctx lc = { job->name, m->rank,
+			m->last_op[0] != '\0' ? m->last_op : NULL,
+			m->last_op_seq };
+		const struct cohort__log_ctx *saved
+		    = cohort__log_ctx_push(&lc);
+
+		cohort__warn("job '%s' generation %" PRIu64 ": %s", job->name,
+		    job->generation, detail);
+		cohort__log_ctx_pop(saved);
+	}
 	srv_jrn_fail(job, m, detail);
 	if (job->state != SRV_JOB_RUNNING)
 		return;

@@ -111,6 +111,11 @@ main_usage(FILE *f)
 	    "                         waiting request that sent nothing "
 	    "complete this\n"
 	    "                         long (default %u)\n"
+	    "  --metrics-max-ranks N  (job, rank) pairs with per-rank series "
+	    "on /metrics\n"
+	    "                         (default 512; the least recently "
+	    "updated is\n"
+	    "                         evicted beyond it; 0: none)\n"
 	    "  --log-level LEVEL      error, warn, info (default), debug, "
 	    "trace\n"
 	    "  --restore-grace MS     after a restart from --state-dir, how "
@@ -377,6 +382,16 @@ main(int argc, char **argv)
 				cfg.first_request_ms = (uint32_t)ms;
 			else
 				cfg.idle_ms = (uint32_t)ms;
+		} else if (strcmp(a, "--metrics-max-ranks") == 0) {
+			uint64_t n = 0;
+			if (strcmp(v, "0") != 0 && main_u64(a, v, &n) != 0)
+				return (2);
+			if (n > 1000000) {
+				fprintf(stderr,
+				    "cohortd: %s: at most 1000000\n", a);
+				return (2);
+			}
+			cfg.metrics_max_ranks = (uint32_t)n;
 		} else if (strcmp(a, "--drain") == 0) {
 			if (main_u64(a, v, &drain_ms) != 0)
 				return (2);

@@ -98,7 +98,14 @@ struct cohort__srv_config {
 	 * sent no complete request this long is closed; 0 =
 	 * COHORT__SRV_DEFAULT_IDLE_MS. */
 	uint32_t idle_ms;
+	/* (job, rank) pairs whose per-rank metrics /metrics shows; the
+	 * least recently updated is evicted beyond it; 0 = none
+	 * (docs/observability.md). Default COHORT__SRV_DEFAULT_METRICS_RANKS.
+	 */
+	uint32_t metrics_max_ranks;
 };
+
+#define COHORT__SRV_DEFAULT_METRICS_RANKS 512u
 
 #define COHORT__SRV_DEFAULT_STALL_MS 60000u
 /* A connection's first complete request must arrive within this. */

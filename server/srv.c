@@ -97,6 +97,7 @@ cohort__srv_config_init(struct cohort__srv_config *cfg)
 	cfg->max_total_members = COHORT__SRV_DEFAULT_MAX_TOTAL_MEMBERS;
 	cfg->job_expiry_ms = COHORT__SRV_DEFAULT_JOB_EXPIRY_MS;
 	cfg->pool_size = COHORT__SRV_DEFAULT_POOL;
+	cfg->metrics_max_ranks = COHORT__SRV_DEFAULT_METRICS_RANKS;
 }
 
 /* Sink of the core, called under mtx: queue for sending after unlock. */
@@ -568,6 +569,19 @@ cohort__srv_ready(struct cohort__srv *s, char *why, size_t len)
 	return (ok);
 }
 
+/* For http.c: the status page's JSON under the server mutex. */
+char *
+cohort__srv_status_json(
+    struct cohort__srv *s, const char *job, const char *token, int *code)
+{
+	char *t;
+
+	pthread_mutex_lock(&s->mtx);
+	t = srv_status_json(s->core, job, token, cohort__now_ms(), code);
+	pthread_mutex_unlock(&s->mtx);
+	return (t);
+}
+
 /* For http.c: metrics text under the server mutex. */
 char *
 cohort__srv_metrics(struct cohort__srv *s)
@@ -643,6 +657,7 @@ cohort__srv_start(
 	s->core->open_status = cfg->open_status;
 	s->core->job_expiry_ms = (cohort__time)cfg->job_expiry_ms;
 	s->core->metrics_jobs = cfg->metrics_per_job;
+	srv_obs_set_max(s->core, cfg->metrics_max_ranks);
 	s->core->stall_ms = cfg->stall_threshold_ms
 	    ? (cohort__time)cfg->stall_threshold_ms
 	    : (cohort__time)COHORT__SRV_DEFAULT_STALL_MS;

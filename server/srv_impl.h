@@ -425,6 +425,7 @@ struct srv_core {
 	/* Shutting down with a journal: parked calls are dropped, not
 	 * answered, so that clients re-send them to the next cohortd. */
 	bool quiet;
+	struct srv_obs *obs; /* per-rank metrics (observe.c), lazily */
 	/* Inside an event (a request, a sweep, a closed connection) with a
 	 * journal, replies wait in pend until the event's records are
 	 * written: a change that could not be journalled is not
@@ -686,6 +687,37 @@ void srv_status_handle(
     struct srv_call *c, const Cohort__Request *req, cohort__time now);
 /* Prometheus text (for /metrics) into a malloc'd string. */
 char *srv_metrics_text(struct srv_core *core, cohort__time now);
+
+/* ------------------------------------------------------------------------ */
+/* observe.c: per-rank metrics from the workers                             */
+/* ------------------------------------------------------------------------ */
+
+/* Stores the cumulative metrics rank of job reported (heartbeat, Leave). */
+void srv_obs_note(struct srv_core *core, const char *job, int32_t rank,
+    const Cohort__RankMetrics *m, cohort__time now);
+/* --metrics-max-ranks: (job, rank) pairs kept; 0: none. */
+void srv_obs_set_max(struct srv_core *core, size_t max);
+/* head (headlen bytes) followed by cohort_build_info and the per-rank
+ * series, in a new malloc'd string; NULL when out of memory. */
+char *srv_obs_metrics(
+    struct srv_core *core, char *head, size_t headlen, cohort__time now);
+void srv_obs_free(struct srv_core *core);
+/* Remembers a member failure for the status page (the last 32). */
+void srv_obs_failure(struct srv_core *core, const char *job, int32_t rank,
+    const char *text, cohort__time now);
+/* The status page's JSON (/status.json, docs/observability.md) for job
+ * ("" = all), given the bearer token: *code gets the HTTP status (200,
+ * 401 like a refused StatusQuery, 500). malloc'd or NULL. */
+char *srv_status_json(struct srv_core *core, const char *job,
+    const char *token, cohort__time now, int *code);
+void srv_obs_failures_json(struct srv_core *core, const char *job,
+    void (*put)(void *arg, const char *fmt, ...), void *arg,
+    void (*str)(void *arg, const char *s), cohort__time now);
+/* The status page (statuspage.c). */
+extern const char srv_status_page[];
+/* Totals over all operation kinds of (job, rank); false if none. */
+bool srv_obs_totals(struct srv_core *core, const char *job, int32_t rank,
+    uint64_t *count, uint64_t *bytes, uint64_t *time_ns, uint64_t *wait_ns);
 
 /* ------------------------------------------------------------------------ */
 /* journal.c                                                                */

@@ -4,6 +4,7 @@
  * that arrived and the ones still missing. Also the /metrics text.
  */
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,6 +150,9 @@ status_job(struct status_build *sb, struct srv_job *job, cohort__time now)
 				ms->in_op_ms = (uint64_t)(now - m->op_since);
 			if (m->failure != NULL)
 				ms->failure = m->failure;
+			(void)srv_obs_totals(job->core, job->name, m->rank,
+			    &ms->collectives, &ms->collective_bytes,
+			    &ms->collective_ns, &ms->wait_ns);
 			js->members[js->n_members++] = ms;
 		}
 	}
@@ -235,6 +239,59 @@ status_job(struct status_build *sb, struct srv_job *job, cohort__time now)
 	return (js);
 }
 
+/* Who may see what (docs/security.md): one job with its token or the
+ * admin secret; all jobs with the admin secret, or anyone when cohortd
+ * has none. The StatusQuery and the status page (/status.json) share it.
+ * False: refused; else *only is the job asked for (NULL: all). */
+static bool
+status_allowed(struct srv_core *core, const char *want, const char *token,
+    struct srv_job **only)
+{
+	bool admin = core->admin_token != NULL
+	    && srv_token_eq(core->admin_token, token);
+
+	*only = NULL;
+	if (want[0] != '\0') {
+		struct srv_hnode *n
+		    = srv_map_get(&core->jobs, want, strlen(want));
+		if (n != NULL)
+			*only = SRV_CONTAINER(n, struct srv_job, hn);
+		return (*only != NULL
+		    && (srv_token_eq((*only)->token, token) || admin));
+	}
+	/* Every job's names, hosts, pids and failure texts: only for the
+	 * operator (docs/security.md), or anyone with --open-status. */
+	return (admin || (core->admin_token == NULL && core->open_status));
+}
+
+/* Fills sr with the status of only (NULL: every job). */
+static void
+status_collect(struct status_build *sb, struct srv_core *core,
+    struct srv_job *only, cohort__time now, Cohort__StatusReply *sr)
+{
+	cohort__status_reply__init(sr);
+	sr->uptime_ms = (uint64_t)(now - core->started);
+	sr->clients = core->nclients;
+	sr->jobs = sb_alloc(sb, sizeof(void *) * (core->jobs.n + 1));
+	if (sr->jobs == NULL)
+		return;
+	if (only != NULL) {
+		if ((sr->jobs[0] = status_job(sb, only, now)) != NULL)
+			sr->n_jobs = 1;
+	} else {
+		size_t i;
+		struct srv_hnode *n;
+		for (n = srv_map_next(&core->jobs, &i, NULL); n != NULL;
+		     n = srv_map_next(&core->jobs, &i, n)) {
+			Cohort__JobStatus *js = status_job(
+			    sb, SRV_CONTAINER(n, struct srv_job, hn), now);
+			if (js == NULL)
+				break;
+			sr->jobs[sr->n_jobs++] = js;
+		}
+	}
+}
+
 void
 srv_status_handle(
     struct srv_call *c, const Cohort__Request *req, cohort__time now)
@@ -247,26 +304,9 @@ srv_status_handle(
 	struct status_build sb = { NULL, 0, 0, false };
 	Cohort__StatusReply sr;
 	Cohort__Reply rep;
-	bool admin = core->admin_token != NULL
-	    && srv_token_eq(core->admin_token, req->token);
 
-	if (want[0] != '\0') {
-		struct srv_hnode *n
-		    = srv_map_get(&core->jobs, want, strlen(want));
-		if (n != NULL)
-			only = SRV_CONTAINER(n, struct srv_job, hn);
-		if (only == NULL
-		    || (!srv_token_eq(only->token, req->token) && !admin)) {
-			srv_call_fail(
-			    c, COHORT_EAUTH, "authentication failed");
-			return;
-		}
-	} else if (core->admin_token != NULL && !admin) {
-		srv_call_fail(c, COHORT_EAUTH, "authentication failed");
-		return;
-	} else if (core->admin_token == NULL && !core->open_status) {
-		/* Every job's names, hosts, pids and failure texts: only
-		 * for the operator (docs/security.md). */
+	if (want[0] == '\0' && core->admin_token == NULL
+	    && !core->open_status) {
 		srv_call_fail(c, COHORT_EAUTH,
 		    "a status query for all jobs needs cohortd's admin "
 		    "secret, and this cohortd has none (--admin-token-file; "
@@ -274,27 +314,11 @@ srv_status_handle(
 		    "job with its token (--job JOB --token-file FILE)");
 		return;
 	}
-	cohort__status_reply__init(&sr);
-	sr.uptime_ms = (uint64_t)(now - core->started);
-	sr.clients = core->nclients;
-	sr.jobs = sb_alloc(&sb, sizeof(void *) * (core->jobs.n + 1));
-	if (sr.jobs != NULL) {
-		if (only != NULL) {
-			if ((sr.jobs[0] = status_job(&sb, only, now)) != NULL)
-				sr.n_jobs = 1;
-		} else {
-			size_t i;
-			struct srv_hnode *n;
-			for (n = srv_map_next(&core->jobs, &i, NULL);
-			     n != NULL; n = srv_map_next(&core->jobs, &i, n)) {
-				Cohort__JobStatus *js = status_job(&sb,
-				    SRV_CONTAINER(n, struct srv_job, hn), now);
-				if (js == NULL)
-					break;
-				sr.jobs[sr.n_jobs++] = js;
-			}
-		}
+	if (!status_allowed(core, want, req->token, &only)) {
+		srv_call_fail(c, COHORT_EAUTH, "authentication failed");
+		return;
 	}
+	status_collect(&sb, core, only, now, &sr);
 	if (sb.oom) {
 		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
 	} else {
@@ -485,5 +509,179 @@ srv_metrics_text(struct srv_core *core, cohort__time now)
 	if (core->metrics_jobs)
 		status_metrics_jobs(core, buf, cap, &off);
 #undef M
-	return (buf);
+	{
+		/* build info and the per-rank series (observe.c) */
+		char *all = srv_obs_metrics(core, buf, off, now);
+		free(buf);
+		return (all);
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* The status page's JSON (/status.json)                                    */
+/* ------------------------------------------------------------------------ */
+
+struct json_buf {
+	char *p;
+	size_t cap, off;
+	bool oom;
+};
+
+static void json_put(void *arg, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void
+json_put(void *arg, const char *fmt, ...)
+{
+	struct json_buf *b = arg;
+	va_list ap;
+	int n;
+
+	while (!b->oom) {
+		va_start(ap, fmt);
+		n = vsnprintf(b->p + b->off, b->cap - b->off, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			b->oom = true;
+		} else if ((size_t)n < b->cap - b->off) {
+			b->off += (size_t)n;
+			return;
+		} else {
+			size_t cap = (b->cap + (size_t)n) * 2;
+			char *np = realloc(b->p, cap);
+			if (np == NULL)
+				b->oom = true;
+			else {
+				b->p = np;
+				b->cap = cap;
+			}
+		}
+	}
+}
+
+/* A JSON string, quoted; bytes >= 0x80 pass through (names and texts are
+ * UTF-8 as sent). */
+static void
+json_str(void *arg, const char *s)
+{
+	json_put(arg, "\"");
+	for (; s != NULL && *s != '\0'; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			json_put(arg, "\\%c", c);
+		else if (c < 0x20)
+			json_put(arg, "\\u%04x", c);
+		else if (c == '<')
+			json_put(arg, "\\u003c"); /* never closes a tag */
+		else
+			json_put(arg, "%c", c);
+	}
+	json_put(arg, "\"");
+}
+
+static void
+json_ranks(struct json_buf *b, const int32_t *r, size_t n)
+{
+	json_put(b, "[");
+	for (size_t i = 0; i < n; i++)
+		json_put(b, "%s%d", i ? "," : "", (int)r[i]);
+	json_put(b, "]");
+}
+
+static void
+json_job(struct json_buf *b, const Cohort__JobStatus *js)
+{
+	json_put(b, "{\"job\":");
+	json_str(b, js->job);
+	json_put(b, ",\"generation\":%" PRIu64 ",\"world_size\":%u,\"state\":",
+	    js->generation, js->world_size);
+	json_str(b, js->state);
+	json_put(b, ",\"failed_rank\":%d,\"failed_text\":", js->failed_rank);
+	json_str(b, js->failed_text);
+	json_put(b, ",\"members\":[");
+	for (size_t i = 0; i < js->n_members; i++) {
+		const Cohort__MemberStatus *m = js->members[i];
+		json_put(b, "%s{\"rank\":%d,\"host\":", i ? "," : "", m->rank);
+		json_str(b, m->host);
+		json_put(b, ",\"pid\":%u,\"state\":", m->pid);
+		json_str(b, m->state);
+		json_put(b, ",\"last_seen_ms\":%" PRIu64 ",\"op\":",
+		    m->last_seen_ms_ago);
+		json_str(b, m->last_op);
+		json_put(
+		    b, ",\"op_seq\":%" PRIu64 ",\"group\":", m->last_op_seq);
+		json_str(b, m->last_group);
+		json_put(b,
+		    ",\"in_op\":%s,\"in_op_ms\":%" PRIu64
+		    ",\"collectives\":%" PRIu64 ",\"bytes\":%" PRIu64
+		    ",\"collective_ns\":%" PRIu64 ",\"wait_ns\":%" PRIu64
+		    ",\"failure\":",
+		    m->in_op ? "true" : "false", m->in_op_ms, m->collectives,
+		    m->collective_bytes, m->collective_ns, m->wait_ns);
+		json_str(b, m->failure);
+		json_put(b, "}");
+	}
+	json_put(b, "],\"pending\":[");
+	for (size_t i = 0; i < js->n_pending; i++) {
+		const Cohort__PendingOp *p = js->pending[i];
+		json_put(b, "%s{\"group\":", i ? "," : "");
+		json_str(b, p->group);
+		json_put(b, ",\"op_seq\":%" PRIu64 ",\"kind\":", p->op_seq);
+		json_str(b, p->kind);
+		json_put(b, ",\"name\":");
+		json_str(b, p->name);
+		json_put(b,
+		    ",\"waiting_ms\":%" PRIu64 ",\"arrived\":", p->waiting_ms);
+		json_ranks(b, p->arrived, p->n_arrived);
+		json_put(b, ",\"missing\":");
+		json_ranks(b, p->missing, p->n_missing);
+		json_put(b, ",\"stalled\":%s,\"data_plane\":%s,\"detail\":",
+		    p->stalled ? "true" : "false",
+		    p->data_plane ? "true" : "false");
+		json_str(b, p->detail);
+		json_put(b, "}");
+	}
+	json_put(b, "]}");
+}
+
+char *
+srv_status_json(struct srv_core *core, const char *job, const char *token,
+    cohort__time now, int *code)
+{
+	struct status_build sb = { NULL, 0, 0, false };
+	struct json_buf b = { NULL, 0, 0, false };
+	struct srv_job *only;
+	Cohort__StatusReply sr;
+
+	if (!status_allowed(core, job, token, &only)) {
+		*code = 401;
+		json_put(&b, "{\"error\":\"authentication failed\"}\n");
+		return (b.p);
+	}
+	status_collect(&sb, core, only, now, &sr);
+	json_put(&b,
+	    "{\"version\":\"%s\",\"uptime_ms\":%" PRIu64
+	    ",\"clients\":%" PRIu64 ",\"stall_threshold_ms\":%" PRId64
+	    ",\"jobs\":[",
+	    COHORT_VERSION_STRING, sr.uptime_ms, sr.clients,
+	    (int64_t)core->stall_ms);
+	for (size_t i = 0; i < sr.n_jobs; i++) {
+		if (i > 0)
+			json_put(&b, ",");
+		json_job(&b, sr.jobs[i]);
+	}
+	json_put(&b, "],\"failures\":");
+	srv_obs_failures_json(
+	    core, only != NULL ? only->name : "", json_put, &b, json_str, now);
+	json_put(&b, "}\n");
+	for (size_t i = 0; i < sb.n; i++)
+		free(sb.ptrs[i]);
+	free(sb.ptrs);
+	if (sb.oom || b.oom) {
+		free(b.p);
+		*code = 500;
+		return (NULL);
+	}
+	*code = 200;
+	return (b.p);
 }

@@ -30,6 +30,7 @@ struct ddp_bucket {
 	cohort_work *work;
 	bool started;
 	bool early; /* started before cohort_ddp_sync */
+	uint64_t fill_ns; /* timeline: its first gradient became ready */
 };
 
 struct cohort_ddp {
@@ -52,6 +53,7 @@ struct cohort_ddp {
 	char errtext[640];
 	uint64_t steps;
 	cohort_ddp_stats st;
+	bool timeline; /* cohort_timeline_enabled: record fills and hooks */
 };
 
 static double
@@ -458,6 +460,7 @@ cohort_ddp_new(cohort_client *c, cohort_group *g,
 		return (COHORT_EINVAL);
 	}
 	d->hook = d->o.hook != NULL ? *d->o.hook : ddp_hook_allreduce;
+	d->timeline = cohort_timeline_enabled(c);
 	if (d->hook.start == NULL) {
 		free(d);
 		return (COHORT_EINVAL);
@@ -536,12 +539,28 @@ static void
 ddp_start(cohort_ddp *d, struct ddp_bucket *bk)
 {
 	cohort_status st;
+	uint64_t t0 = 0;
 
 	bk->started = true;
 	bk->early = !d->in_sync;
 	if (d->err != COHORT_OK)
 		return; /* never issue a collective after a failed one */
+	if (d->timeline)
+		t0 = cohort_now_ns();
 	st = d->hook.start(d->hook.state, &bk->pub, &bk->work);
+	if (d->timeline) {
+		char name[40];
+
+		snprintf(name, sizeof(name), "fill bucket %d", bk->pub.index);
+		cohort_timeline_span(d->c, name,
+		    bk->fill_ns ? bk->fill_ns : t0, t0,
+		    bk->pub.count * sizeof(float));
+		snprintf(name, sizeof(name), "%s hook bucket %d",
+		    d->hook.name ? d->hook.name : "custom", bk->pub.index);
+		cohort_timeline_span(d->c, name, t0, cohort_now_ns(),
+		    bk->pub.count * sizeof(float));
+		bk->fill_ns = 0;
+	}
 	if (st != COHORT_OK) {
 		bk->work = NULL;
 		ddp_fail(d, st, "bucket %d (%zu elements): %s hook",
@@ -561,6 +580,8 @@ cohort_ddp_grad_ready(cohort_ddp *d, int i)
 		return;
 	d->pready[i] = true;
 	bk = &d->b[d->pbucket[i]];
+	if (d->timeline && bk->nready == 0)
+		bk->fill_ns = cohort_now_ns();
 	ddp_pack(d, bk, d->pslot[i]);
 	bk->nready++;
 	if (!d->o.overlap)
@@ -588,6 +609,7 @@ cohort_ddp_sync(cohort_ddp *d)
 {
 	cohort_status st = COHORT_OK;
 	double t0;
+	uint64_t tsync;
 
 	if (d == NULL)
 		return (COHORT_EINVAL);
@@ -596,6 +618,7 @@ cohort_ddp_sync(cohort_ddp *d)
 		return (COHORT_OK);
 	}
 	t0 = ddp_now();
+	tsync = d->timeline ? cohort_now_ns() : 0;
 	d->in_sync = true;
 	/* Buckets whose parameters never became ready (unused parameters,
 	 * or overlap off): pack what their gradients hold and start. */
@@ -649,6 +672,9 @@ cohort_ddp_sync(cohort_ddp *d)
 	ddp_round_reset(d);
 	d->st.synced++;
 	d->st.wait_seconds += ddp_now() - t0;
+	if (d->timeline)
+		cohort_timeline_span(
+		    d->c, "ddp sync", tsync, cohort_now_ns(), 0);
 	return (st);
 }
 

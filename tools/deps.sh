@@ -4,7 +4,9 @@
 set -euo pipefail
 PKGS=(build-essential pkg-config libnng-dev libprotobuf-c-dev protobuf-c-compiler
       check libsubunit-dev libmbedtls-dev iproute2 nftables valgrind
-      clang-format clang)
+      clang-format clang
+      # the status page's test runs it headless (docs/observability.md)
+      chromium)
 # Peers for `make bench` only.
 if [[ "${COHORT_DEPS_BENCH:-0}" == 1 ]]; then
 	PKGS+=(libgloo-dev libopenmpi-dev openmpi-bin)

@@ -87,6 +87,16 @@ struct cohort__op {
 	int root; /* group rank */
 	void *stream; /* cudaStream_t for nccl, NULL otherwise */
 	uint64_t seq; /* per-group operation number, from 1 */
+	/* Out, for metrics and the timeline (client/observe.h); NULL: none.
+	 * A backend may name the algorithm it chose (a static string) and add
+	 * the nanoseconds it spent with nothing to send or receive, waiting
+	 * for a peer to arrive; the group layer zeroes both before run(). */
+	struct cohort__op_stats *stats;
+};
+
+struct cohort__op_stats {
+	const char *algo; /* "ring", "shm", ...; NULL: not said */
+	uint64_t wait_ns; /* idle, waiting for peers */
 };
 
 /* "allreduce", "reduce_scatter", ...; for error texts (client/status.c). */

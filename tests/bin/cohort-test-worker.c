@@ -501,10 +501,49 @@ scen_hold_until(cohort_client *c, const char *arg)
 	return (0);
 }
 
+/* Issues a known number of each kind of collective (metrics and timeline
+ * tests, docs/observability.md): ARG all-reduces of 4 KiB, ARG/2 + 1
+ * broadcasts, one all-gather on the data plane; two barriers and one
+ * decision on the control plane. */
+static int
+scen_observe(cohort_client *c, const char *arg)
+{
+	long n = worker_arg(arg, 10), nb = n / 2 + 1;
+	cohort_group *g = cohort_client_world(c);
+	int world = cohort_client_world_size(c);
+	float buf[1024];
+	int32_t mine = cohort_client_rank(c), *all;
+	bool dec;
+
+	for (int i = 0; i < 1024; i++)
+		buf[i] = (float)i;
+	for (long i = 0; i < n; i++)
+		WORKER_CHECK("allreduce",
+		    cohort_allreduce(g, buf, buf, 1024, COHORT_F32, COHORT_SUM,
+		        NULL, 30000));
+	for (long i = 0; i < nb; i++)
+		WORKER_CHECK("broadcast",
+		    cohort_broadcast(
+		        g, buf, 1024, COHORT_F32, 0, NULL, 30000));
+	WORKER_CHECK("barrier", cohort_barrier(g, "observe-1", 30000));
+	if ((all = calloc((size_t)world, sizeof(int32_t))) == NULL)
+		return (1);
+	WORKER_CHECK("allgather",
+	    cohort_allgather(g, &mine, all, 1, COHORT_I32, NULL, 30000));
+	free(all);
+	WORKER_CHECK("decide", cohort_decide(g, true, true, &dec, 30000));
+	WORKER_CHECK("barrier", cohort_barrier(g, "observe-2", 30000));
+	printf("RESULT observe rank=%d allreduce=%ld broadcast=%ld "
+	       "allgather=1 barrier=2 decide=1\n",
+	    (int)mine, n, nb);
+	return (0);
+}
+
 static const struct {
 	const char *name;
 	int (*fn)(cohort_client *, const char *);
 } worker_scenarios[] = {
+	{ "observe", scen_observe },
 	{ "hold_until", scen_hold_until },
 	{ "allreduce_env", scen_allreduce_env },
 	{ "open", scen_open_close },

@@ -25,6 +25,7 @@
 int cohort__cmd_run(int argc, char **argv) __attribute__((weak));
 int cohort__cmd_bench(int argc, char **argv) __attribute__((weak));
 int cohort__cmd_status(int argc, char **argv) __attribute__((weak));
+int cohort__cmd_top(int argc, char **argv) __attribute__((weak));
 int cohort__cmd_fault(int argc, char **argv) __attribute__((weak));
 int cohort__cmd_token(int argc, char **argv) __attribute__((weak));
 
@@ -43,6 +44,8 @@ static const struct cli_cmd cli_cmds[] = {
 	    "launch N workers (torchrun-like), supervise, restart" },
 	{ "status", cohort__cmd_status,
 	    "show jobs, ranks, last seen and pending collectives" },
+	{ "top", cohort__cmd_top,
+	    "live view of the jobs (status --watch 1000)" },
 	{ "fault", cohort__cmd_fault,
 	    "send a fault schedule to a running job (fault injection)" },
 	{ "env", cli_env, "show the resolved rank/world/coordinator" },

@@ -50,7 +50,10 @@
 #include "cohort_impl.h"
 #include "coord.h"
 #include "server.h"
+#include "timeline.h"
 #include "token.h"
+
+#define RUN_MARKS 64
 
 extern char **environ;
 
@@ -97,6 +100,10 @@ struct run_cfg {
 	const char *token;
 	char token_buf[COHORT__TOKEN_MAX + 1];
 	const char *report;
+	/* --timeline PATH (or COHORT_TIMELINE): the merged trace, and the
+	 * workers' COHORT_TIMELINE=PATH.parts/... (timeline.c) */
+	const char *timeline;
+	char timeline_env[1200];
 	/* HOST:PORT of torch's store for the workers (a cohortd TCPStore
 	 * listener): the embedded coordinator's own, or --torch-store. */
 	const char *torch_store;
@@ -148,6 +155,10 @@ run_usage(FILE *f)
 	    "                          may take to stop before SIGTERM\n"
 	    "                          (default 5000)\n"
 	    "  --report FILE           write the failure report as JSON\n"
+	    "  --timeline PATH         write every rank's operations as one\n"
+	    "                          Chrome trace / Perfetto JSON file\n"
+	    "                          (default: COHORT_TIMELINE; see\n"
+	    "                          docs/observability.md)\n"
 	    "  --torch-store HOST:PORT torch's store for the workers (a\n"
 	    "                          cohortd --torch-store listener of "
 	    "this\n"
@@ -276,6 +287,8 @@ run_parse(int argc, char **argv, struct run_cfg *cfg)
 			token_cli = v;
 		} else if (strcmp(a, "--report") == 0) {
 			cfg->report = v;
+		} else if (strcmp(a, "--timeline") == 0) {
+			cfg->timeline = v;
 		} else if (strcmp(a, "--torch-store") == 0) {
 			if (strrchr(v, ':') == NULL)
 				goto bad;
@@ -326,7 +339,7 @@ static pid_t
 run_spawn(const struct run_cfg *cfg, const char *url, const char *job,
     int rank, int local_rank, int restart)
 {
-	enum { NVARS = 24 };
+	enum { NVARS = 25 };
 	const char *vars[NVARS];
 	char buf[4096], store[3][320];
 	cohort_env e;
@@ -347,9 +360,11 @@ run_spawn(const struct run_cfg *cfg, const char *url, const char *job,
 	e.local_world_size = cfg->nproc;
 	e.node_rank = cfg->node_rank;
 	e.restart_count = restart;
-	if ((nv = cohort_env_vars(&e, buf, sizeof(buf), vars, NVARS - 3)) < 0)
+	if ((nv = cohort_env_vars(&e, buf, sizeof(buf), vars, NVARS - 4)) < 0)
 		return (-1);
 	k = (size_t)nv;
+	if (cfg->timeline != NULL)
+		vars[k++] = cfg->timeline_env;
 	if (cfg->torch_store != NULL) {
 		/* torch's store is cohortd's TCPStore listener: every rank a
 		 * client (as under torchrun's agent store), none binds it. */
@@ -847,6 +862,8 @@ cohort__cmd_run(int argc, char **argv)
 	const char *url;
 	int rc, exit_code = 0;
 	struct sigaction sa;
+	struct cohort__timeline_mark marks[RUN_MARKS];
+	int nmarks = 0;
 
 	if ((rc = run_parse(argc, argv, &cfg)) != 0)
 		return (rc == 1 ? 0 : rc);
@@ -900,8 +917,27 @@ cohort__cmd_run(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 
+	if (cfg.timeline == NULL) {
+		const char *t = cohort__knob_str(COHORT__KNOB_TIMELINE);
+		if (t != NULL && t[0] != '\0')
+			cfg.timeline = t;
+	}
+	if (cfg.timeline != NULL
+	    && cohort__timeline_prepare(
+	           cfg.timeline, cfg.timeline_env, sizeof(cfg.timeline_env))
+	        != 0) {
+		cohort__srv_stop(srv);
+		return (1);
+	}
 	for (int restart = 0;; restart++) {
 		rc = run_generation(&cfg, url, job, restart, &f, &exit_code);
+		if (rc != 0 && f.have && nmarks < RUN_MARKS) {
+			struct cohort__timeline_mark *m = &marks[nmarks++];
+			m->name = "failure";
+			m->ts_us = cohort__timeline_now_us();
+			snprintf(m->detail, sizeof(m->detail),
+			    "rank %d: %.480s", f.rank, f.text);
+		}
 		if (rc == 0 || run_signal != 0 || rc < 0)
 			break;
 		if (restart >= cfg.max_restarts)
@@ -909,7 +945,17 @@ cohort__cmd_run(int argc, char **argv)
 		fprintf(stderr,
 		    "cohort run: restarting the group (%d of %d)\n",
 		    restart + 1, cfg.max_restarts);
+		if (nmarks < RUN_MARKS) {
+			struct cohort__timeline_mark *m = &marks[nmarks++];
+			m->name = "restart";
+			m->ts_us = cohort__timeline_now_us();
+			snprintf(m->detail, sizeof(m->detail),
+			    "restart %d of %d", restart + 1, cfg.max_restarts);
+		}
 	}
+	if (cfg.timeline != NULL)
+		(void)cohort__timeline_merge(
+		    cfg.timeline, cfg.nproc * cfg.nnodes, marks, nmarks);
 	if (srv != NULL && cfg.coordinator_from_launcher)
 		run_drain(srv);
 	cohort__srv_stop(srv);

@@ -7,7 +7,14 @@
  * inferred from heartbeats) are marked STALLED with cohortd's detail.
  *
  *   cohort status [--coordinator URL] [--job J] [--token-file FILE]
- *                 [--timeout MS]
+ *                 [--timeout MS] [--watch MS [--count N]]
+ *   cohort top    (= cohort status --watch 1000)
+ *
+ * Per rank it also shows what the rank reported on its heartbeats
+ * (RankMetrics, docs/observability.md): collectives, bytes, the share of
+ * collective time spent waiting for peers, and, with --watch, rates over
+ * the last interval. --watch redraws the screen every MS until SIGINT or
+ * N redraws.
  *
  * The coordinator defaults to the resolved environment (COHORT_COORDINATOR,
  * MASTER_ADDR/MASTER_PORT); job and token to COHORT_JOB / COHORT_TOKEN
@@ -16,15 +23,18 @@
  * or when it has none).
  */
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cohort_impl.h"
 #include "coord.h"
 #include "token.h"
 
 int cohort__cmd_status(int argc, char **argv);
+int cohort__cmd_top(int argc, char **argv);
 
 struct status_cfg {
 	const char *coordinator;
@@ -33,14 +43,39 @@ struct status_cfg {
 	int timeout_ms;
 	const char *token_file;
 	char token_buf[COHORT__TOKEN_MAX + 1];
+	int watch_ms; /* 0: once */
+	long count; /* --watch: redraws, 0 = until SIGINT */
 };
+
+/* Previous totals of a rank, for rates in --watch. */
+#define STATUS_PREV 4096
+struct status_prev {
+	char job[128];
+	int32_t rank;
+	uint64_t colls, bytes;
+	int64_t at_ms;
+};
+static struct status_prev status_prev[STATUS_PREV];
+static size_t status_nprev;
+static volatile sig_atomic_t status_stop;
+
+static void
+status_on_signal(int sig)
+{
+	(void)sig;
+	status_stop = 1;
+}
 
 static void
 status_usage(FILE *f)
 {
 	fprintf(f,
 	    "usage: cohort status [--coordinator URL] [--job J]\n"
-	    "                     [--token-file FILE] [--timeout MS]\n\n"
+	    "                     [--token-file FILE] [--timeout MS]\n"
+	    "                     [--watch MS [--count N]]\n"
+	    "       cohort top    (status --watch 1000)\n\n"
+	    "--watch redraws every MS milliseconds (a live view, with\n"
+	    "per-rank rates) until interrupted or N redraws.\n"
 	    "Shows cohortd's jobs: members (state, last seen, current\n"
 	    "operation) and pending collectives with the ranks missing.\n"
 	    "Defaults come from COHORT_COORDINATOR (or MASTER_ADDR/PORT),\n"
@@ -81,6 +116,43 @@ status_doing(const Cohort__MemberStatus *m, char *buf, size_t len)
 		    (double)m->in_op_ms / 1000.0);
 }
 
+/* A rank's reported metrics: totals, the wait share, and (--watch)
+ * rates since the previous redraw. */
+static void
+status_print_rates(const char *job, const Cohort__MemberStatus *m)
+{
+	struct status_prev *p = NULL;
+	int64_t now = (int64_t)cohort__now_ms();
+
+	printf("        %" PRIu64 " collectives, %.1f MB, %.0f%% of their "
+	       "time waiting for peers",
+	    m->collectives, (double)m->collective_bytes / 1e6,
+	    m->collective_ns > 0
+	        ? 100.0 * (double)m->wait_ns / (double)m->collective_ns
+	        : 0.0);
+	for (size_t i = 0; i < status_nprev; i++)
+		if (status_prev[i].rank == m->rank
+		    && strcmp(status_prev[i].job, job) == 0)
+			p = &status_prev[i];
+	if (p != NULL && now > p->at_ms && m->collectives >= p->colls) {
+		double s = (double)(now - p->at_ms) / 1000.0;
+		printf("; now %.1f/s, %.2f MB/s",
+		    (double)(m->collectives - p->colls) / s,
+		    (double)(m->collective_bytes - p->bytes) / 1e6 / s);
+	}
+	printf("\n");
+	if (p == NULL && status_nprev < STATUS_PREV) {
+		p = &status_prev[status_nprev++];
+		cohort__strlcpy(p->job, job, sizeof(p->job));
+		p->rank = m->rank;
+	}
+	if (p != NULL) {
+		p->colls = m->collectives;
+		p->bytes = m->collective_bytes;
+		p->at_ms = now;
+	}
+}
+
 static void
 status_print_job(const Cohort__JobStatus *js)
 {
@@ -105,6 +177,8 @@ status_print_job(const Cohort__JobStatus *js)
 		if (m->failure[0] != '\0')
 			printf("  failure: %s", m->failure);
 		printf("\n");
+		if (m->collectives > 0)
+			status_print_rates(js->job, m);
 	}
 	for (size_t i = 0; i < js->n_pending; i++) {
 		const Cohort__PendingOp *p = js->pending[i];
@@ -162,6 +236,23 @@ status_parse(int argc, char **argv, struct status_cfg *cfg)
 				return (2);
 			}
 			cfg->timeout_ms = (int)v;
+		} else if (strcmp(a, "--watch") == 0) {
+			if (!cohort__parse_i64(val, &v) || v < 100
+			    || v > 3600000) {
+				fprintf(stderr,
+				    "cohort status: bad --watch '%s' (100 to "
+				    "3600000 ms)\n",
+				    val);
+				return (2);
+			}
+			cfg->watch_ms = (int)v;
+		} else if (strcmp(a, "--count") == 0) {
+			if (!cohort__parse_i64(val, &v) || v < 1) {
+				fprintf(stderr,
+				    "cohort status: bad --count '%s'\n", val);
+				return (2);
+			}
+			cfg->count = (long)v;
 		} else {
 			fprintf(
 			    stderr, "cohort status: unknown option '%s'\n", a);
@@ -175,7 +266,8 @@ status_parse(int argc, char **argv, struct status_cfg *cfg)
 int
 cohort__cmd_status(int argc, char **argv)
 {
-	struct status_cfg cfg = { NULL, NULL, NULL, 5000, NULL, "" };
+	struct status_cfg cfg = { NULL, NULL, NULL, 5000, NULL, "", 0, 0 };
+	long shown = 0;
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__StatusQuery q = COHORT__STATUS_QUERY__INIT;
 	struct cohort__coord *co;
@@ -228,6 +320,15 @@ cohort__cmd_status(int argc, char **argv)
 	q.job = (char *)(cfg.job != NULL ? cfg.job : "");
 	req.body_case = COHORT__REQUEST__BODY_STATUS_QUERY;
 	req.status_query = &q;
+	if (cfg.watch_ms > 0) {
+		struct sigaction sa;
+
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = status_on_signal;
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGTERM, &sa, NULL);
+	}
+again:
 	cohort__coord_call_init(&call, &req, cohort__now_ms());
 	st = cohort__coord_call(co, &call);
 	if (st != COHORT_OK) {
@@ -242,14 +343,45 @@ cohort__cmd_status(int argc, char **argv)
 		rc = 1;
 		goto out;
 	}
+	if (cfg.watch_ms > 0 && isatty(1))
+		printf("\033[H\033[2J"); /* home, clear */
 	printf("cohortd at %s: up %.1fs, %" PRIu64 " clients, %zu job%s\n",
 	    cfg.coordinator, (double)sr->uptime_ms / 1000.0, sr->clients,
 	    sr->n_jobs, sr->n_jobs == 1 ? "" : "s");
 	for (size_t i = 0; i < sr->n_jobs; i++)
 		status_print_job(sr->jobs[i]);
 	rc = 0;
+	if (cfg.watch_ms > 0 && ++shown != cfg.count && !status_stop) {
+		printf("(every %.1fs; ^C to stop)\n",
+		    (double)cfg.watch_ms / 1000.0);
+		fflush(stdout);
+		cohort__coord_call_fini(&call);
+		for (int t = 0; t < cfg.watch_ms && !status_stop; t += 50)
+			usleep(50 * 1000);
+		if (!status_stop)
+			goto again;
+		cohort__coord_close(co);
+		return (0);
+	}
 out:
 	cohort__coord_call_fini(&call);
 	cohort__coord_close(co);
 	return (rc);
+}
+
+/* `cohort top`: the live view. */
+int
+cohort__cmd_top(int argc, char **argv)
+{
+	char *args[64];
+	char watch[] = "--watch", ms[] = "1000";
+	int n = 0;
+
+	args[n++] = argv[0];
+	args[n++] = watch;
+	args[n++] = ms;
+	for (int i = 1; i < argc && n < 63; i++)
+		args[n++] = argv[i];
+	args[n] = NULL;
+	return (cohort__cmd_status(n, args));
 }

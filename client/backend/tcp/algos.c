@@ -596,6 +596,14 @@ algo_local(struct cohort__tcp *t, const struct cohort__op *op, size_t bytes)
 	return (COHORT_OK);
 }
 
+/* Names the algorithm chosen in the op's stats (backend.h). */
+static inline void
+tcp_algo(struct cohort__tcp *t, const char *name)
+{
+	if (t->stats != NULL)
+		t->stats->algo = name;
+}
+
 cohort_status
 cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
     char *err, size_t errlen, cohort__time deadline)
@@ -607,7 +615,8 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 	if (op->kind == COHORT__OP_BARRIER) {
 		if (t->size == 1)
 			return (COHORT_OK);
-		return (algo_barrier(t, err, errlen, deadline));
+		return (tcp_algo(t, "dissemination"),
+		    algo_barrier(t, err, errlen, deadline));
 	}
 	if (esize == 0) {
 		snprintf(err, errlen, "bad dtype %d", (int)op->dtype);
@@ -624,29 +633,39 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 	case COHORT__OP_ALLREDUCE:
 		if (bytes == 0)
 			return (COHORT_OK);
-		if (cohort__tcp_shm_usable(t, op, bytes))
+		if (cohort__tcp_shm_usable(t, op, bytes)) {
+			tcp_algo(t, "shm");
 			return (cohort__tcp_shm_allreduce(
 			    t, op, bytes, err, errlen, deadline));
+		}
 		if (bytes <= t->small_max || op->count < (size_t)t->size)
-			return (algo_allreduce_rd(
-			    t, op, bytes, err, errlen, deadline));
+			return (tcp_algo(t, "recursive_doubling"),
+			    algo_allreduce_rd(
+			        t, op, bytes, err, errlen, deadline));
 		if (t->size == 2 && t->pair_min <= bytes
 		    && bytes <= t->pair_max)
-			return (algo_allreduce_pair(
-			    t, op, bytes, err, errlen, deadline));
-		return (algo_allreduce_ring(t, op, err, errlen, deadline));
+			return (tcp_algo(t, "pair"),
+			    algo_allreduce_pair(
+			        t, op, bytes, err, errlen, deadline));
+		return (tcp_algo(t, "ring"),
+		    algo_allreduce_ring(t, op, err, errlen, deadline));
 	case COHORT__OP_REDUCE:
 		if (bytes == 0)
 			return (COHORT_OK);
 		if (bytes <= t->small_max)
-			return (algo_reduce_tree(
-			    t, op, bytes, err, errlen, deadline));
-		return (
+			return (tcp_algo(t, "tree"),
+			    algo_reduce_tree(
+			        t, op, bytes, err, errlen, deadline));
+		return (tcp_algo(t, "chain"),
 		    algo_reduce_chain(t, op, bytes, err, errlen, deadline));
 	case COHORT__OP_BROADCAST:
 		if (bytes == 0)
 			return (COHORT_OK);
-		return (algo_broadcast(t, op, bytes, err, errlen, deadline));
+		return (
+		    tcp_algo(t,
+		        bytes <= t->bcast_small || t->size == 2 ? "direct"
+		                                                : "pipeline"),
+		    algo_broadcast(t, op, bytes, err, errlen, deadline));
 	case COHORT__OP_ALLGATHER:
 	case COHORT__OP_ALLGATHERV: {
 		size_t *boff, *blen, total = 0;

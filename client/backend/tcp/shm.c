@@ -281,7 +281,8 @@ shm_wait(struct cohort__tcp *t, int which, uint32_t want, char *err,
     size_t errlen, cohort__time deadline)
 {
 	struct cohort__tcp_shm *s = t->shm;
-	uint64_t idle_since = 0;
+	uint64_t idle_since = 0, waited_since = 0, last_now = 0;
+	bool slept = false;
 	int spins = 0;
 	cohort_status rv;
 
@@ -300,8 +301,16 @@ shm_wait(struct cohort__tcp *t, int which, uint32_t want, char *err,
 				break;
 			}
 		}
-		if (missing < 0)
+		if (missing < 0) {
+			/* Waited for a peer past the hot spins: op stats
+			 * (backend.h), from the clock reads the spinning
+			 * makes anyway (one more after a futex sleep). */
+			if (waited_since != 0 && t->stats != NULL)
+				t->stats->wait_ns
+				    += (slept ? cohort__now_ns() : last_now)
+				    - waited_since;
 			return (COHORT_OK);
+		}
 		if (spins < t->shm_hot_spins) {
 			spins++;
 			shm_pause();
@@ -313,6 +322,10 @@ shm_wait(struct cohort__tcp *t, int which, uint32_t want, char *err,
 		if (t->spin_us > 0) {
 			uint64_t now = cohort__now_ns();
 
+			last_now = now;
+			slept = false;
+			if (waited_since == 0)
+				waited_since = now;
 			if (idle_since == 0)
 				idle_since = now;
 			if (now - idle_since < (uint64_t)t->spin_us * 1000u) {
@@ -350,6 +363,10 @@ shm_wait(struct cohort__tcp *t, int which, uint32_t want, char *err,
 		}
 		atomic_fetch_sub_explicit(
 		    &s->ctrl[missing].sleepers, 1, memory_order_seq_cst);
+		if (waited_since == 0)
+			waited_since
+			    = cohort__now_ns() - SHM_SLEEP_MS * 1000000u;
+		slept = true;
 		idle_since = 0;
 		spins = 0;
 	}

@@ -940,6 +940,7 @@ tcp_run(void *state, const struct cohort__op *op, char *err, size_t errlen,
 
 	t->opname = cohort__op_name(op->kind);
 	t->seq = op->seq;
+	t->stats = op->stats;
 	if ((rv = cohort__tcp_check_abort(t, err, errlen)) != COHORT_OK)
 		return (rv);
 	return (cohort__tcp_run_op(t, op, err, errlen, deadline));

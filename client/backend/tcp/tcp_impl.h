@@ -114,6 +114,8 @@ struct cohort__tcp {
 	/* The operation running, for error texts. */
 	const char *opname;
 	uint64_t seq;
+	/* Its statistics (backend.h): the engines add their idle time. */
+	struct cohort__op_stats *stats;
 	/* Dtype/op of the running reduction (stream processing). */
 	cohort_dtype dtype;
 	cohort_redop redop;

@@ -116,19 +116,30 @@ xfer_hangup(struct cohort__tcp *t, const struct pollfd *pfd, int p,
 static inline bool
 xfer_spinning(struct cohort__tcp *t, uint64_t *idle_since)
 {
-	uint64_t now;
+	uint64_t now = cohort__now_ns();
 
-	if (t->spin_us <= 0)
-		return (false);
-	now = cohort__now_ns();
 	if (*idle_since == 0)
 		*idle_since = now;
+	if (t->spin_us <= 0)
+		return (false);
 	if (now - *idle_since >= (uint64_t)t->spin_us * 1000u)
 		return (false);
 	/* Let a peer sharing this core run (more ranks than cores). */
 	if (t->spin_yield)
 		sched_yield();
 	return (true);
+}
+
+/* Progress after an idle period: the idle time was spent waiting for a
+ * peer (op stats, backend.h). */
+static inline void
+xfer_progress(struct cohort__tcp *t, uint64_t *idle_since)
+{
+	if (*idle_since != 0) {
+		if (t->stats != NULL)
+			t->stats->wait_ns += cohort__now_ns() - *idle_since;
+		*idle_since = 0;
+	}
 }
 
 void
@@ -217,7 +228,7 @@ cohort__tcp_exchange(
 		if (!pending)
 			return (COHORT_OK);
 		if (progress) {
-			idle_since = 0;
+			xfer_progress(t, &idle_since);
 			continue;
 		}
 		if (xfer_spinning(t, &idle_since))
@@ -515,7 +526,7 @@ cohort__tcp_stream(struct cohort__tcp *t, int to, int from,
 		        != COHORT_OK)
 			return (rv);
 		if (progress) {
-			idle_since = 0;
+			xfer_progress(t, &idle_since);
 			continue;
 		}
 		if (!want_send && !want_recv) {

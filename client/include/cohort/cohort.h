@@ -321,6 +321,19 @@ COHORT_API cohort_group *cohort_client_world(cohort_client *c);
 /* Sticky client-level error (e.g. the job failed), COHORT_OK if healthy. */
 COHORT_API cohort_status cohort_client_error(const cohort_client *c);
 
+/* The timeline (COHORT_TIMELINE, docs/observability.md). Strategies and
+ * programs add their own spans to it, e.g. DDP's bucket fills and comm
+ * hooks. cohort_now_ns is the clock of the timeline (monotonic);
+ * cohort_timeline_enabled is false when nothing is recorded, so that a
+ * caller can skip its clock reads; cohort_timeline_span records `name`
+ * (copied, 39 bytes kept) from start_ns to end_ns (end_ns == 0: an
+ * instant) on the strategy track, with `bytes` as an argument. Thread-safe;
+ * no-op when off or c is NULL. */
+COHORT_API uint64_t cohort_now_ns(void);
+COHORT_API bool cohort_timeline_enabled(const cohort_client *c);
+COHORT_API void cohort_timeline_span(cohort_client *c, const char *name,
+    uint64_t start_ns, uint64_t end_ns, uint64_t bytes);
+
 /* Detail text of the last error returned to the calling thread by any
  * cohort_* function (thread-local; "" if none). Valid until the next cohort
  * call on this thread. Used where no handle exists yet (client_open). */
