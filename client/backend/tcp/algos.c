@@ -625,7 +625,7 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 		if (bytes == 0)
 			return (COHORT_OK);
 		if (cohort__tcp_shm_usable(t, op, bytes))
-			return (cohort__tcp_shm_allreduce(
+			return (cohort__tcp_shm_run(
 			    t, op, bytes, err, errlen, deadline));
 		if (bytes <= t->small_max || op->count < (size_t)t->size)
 			return (algo_allreduce_rd(
@@ -646,6 +646,9 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 	case COHORT__OP_BROADCAST:
 		if (bytes == 0)
 			return (COHORT_OK);
+		if (cohort__tcp_shm_usable(t, op, bytes))
+			return (cohort__tcp_shm_run(
+			    t, op, bytes, err, errlen, deadline));
 		return (algo_broadcast(t, op, bytes, err, errlen, deadline));
 	case COHORT__OP_ALLGATHER:
 	case COHORT__OP_ALLGATHERV: {
@@ -655,6 +658,12 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 		    == NULL) {
 			snprintf(err, errlen, "out of memory");
 			return (COHORT_ENOMEM);
+		}
+		if (op->kind == COHORT__OP_ALLGATHER && bytes > 0
+		    && cohort__tcp_shm_usable(t, op, bytes)) {
+			free(boff);
+			return (cohort__tcp_shm_run(
+			    t, op, bytes, err, errlen, deadline));
 		}
 		blen = boff + t->size;
 		for (int p = 0; p < t->size; p++) {
@@ -676,6 +685,9 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 	case COHORT__OP_REDUCE_SCATTER:
 		if (bytes == 0)
 			return (COHORT_OK);
+		if (cohort__tcp_shm_usable(t, op, bytes))
+			return (cohort__tcp_shm_run(
+			    t, op, bytes, err, errlen, deadline));
 		return (
 		    algo_reduce_scatter(t, op, bytes, err, errlen, deadline));
 	case COHORT__OP_ALLTOALL:
