@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "collectives.h"
 #include "fault.h"
 
 /* How long cohortd may park one Watch before answering "no event". */
@@ -854,6 +855,7 @@ cohort_client_open(
 	cohort__obs_start(
 	    &c->obs, c->job, c->rank, c->world_size, c->generation);
 	cohort__log_ctx_process(c->job, c->rank);
+	cohort__coll_setup_early(c->world);
 	cohort__info("rank %d of %d joined job '%s' at %s (generation %" PRIu64
 	             ")",
 	    c->rank, c->world_size, c->job, c->coordinator, c->generation);
@@ -888,11 +890,31 @@ cohort_client_open_env(cohort_client **out, cohort_duration timeout)
 	return (cohort_client_open(&opts, out, timeout));
 }
 
+/* A data-plane set-up started at join may still be connecting to peers
+ * that wait for this member: let it finish before leaving (bounded by the
+ * connect window), or the peers' set-up would fail on a member that left. */
+static void
+client_settle_groups(struct cohort_client *c)
+{
+	cohort_duration ms = (cohort_duration)cohort__knob_int_or(
+	    COHORT__KNOB_CONNECT_TIMEOUT_MS, 10000);
+	struct cohort_group *g;
+
+	/* The list changes only in the user's calls (new, destroy, close):
+	 * no lock held while waiting. */
+	pthread_mutex_lock(&c->mtx);
+	g = c->groups;
+	pthread_mutex_unlock(&c->mtx);
+	for (; g != NULL; g = g->next)
+		cohort__coll_setup_settle(g, ms);
+}
+
 void
 cohort_client_close(cohort_client *c)
 {
 	if (c == NULL)
 		return;
+	client_settle_groups(c);
 	client_stop_liveness(c);
 	client_leave(c);
 	client_free(c);

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "sha256.h"
@@ -60,6 +61,9 @@ struct coll_dp {
 	bool thread_started;
 	bool stop;
 	pthread_t thread;
+	bool
+	    early_setup; /* a set-up queued at creation, ticket early_ticket */
+	uint64_t early_ticket;
 
 	/* Backend set-up, under g->op_lock. */
 	bool inited;
@@ -79,6 +83,8 @@ struct cohort_work {
 	size_t fix_len; /* bytes moved / of the temporary */
 	void *tmp; /* TMP_OUT: allocated at issue */
 	bool heap; /* allocated by an i-call */
+	bool setup_only; /* sets up the backend, moves no data */
+	bool detached; /* nobody waits: the progress thread frees it */
 	atomic_bool done;
 	cohort_status st;
 	char err[COHORT__DETAIL_MAX];
@@ -288,6 +294,13 @@ cohort__desc_group(const struct cohort__group_desc *d)
 /* Execution                                                                */
 /* ------------------------------------------------------------------------ */
 
+static const char *
+coll_what(const struct cohort_work *w)
+{
+	return (
+	    w->setup_only ? "data-plane set-up" : cohort__op_name(w->op.kind));
+}
+
 /* A backend failure: make the connection-breaking ones sticky. Returns the
  * status to report, with its detail in w->err. */
 static cohort_status
@@ -295,7 +308,7 @@ coll_failed(struct coll_dp *dp, struct cohort_work *w, cohort_status st,
     const char *err)
 {
 	struct cohort_group *g = dp->g;
-	const char *what = cohort__op_name(w->op.kind);
+	const char *what = coll_what(w);
 
 	if (err[0] == '\0')
 		err = cohort_strerror(st);
@@ -305,7 +318,7 @@ coll_failed(struct coll_dp *dp, struct cohort_work *w, cohort_status st,
 		    w->op.seq, err);
 		return (st);
 	}
-	if (st == COHORT_ETIMEDOUT) {
+	if (st == COHORT_ETIMEDOUT && !w->setup_only) {
 		/* Name the ranks that never entered it (asks cohortd). */
 		char who[512];
 		size_t off;
@@ -460,6 +473,12 @@ coll_execute(struct coll_dp *dp, struct cohort_work *w)
 		cohort__strlcpy(w->err, cohort_last_error(), sizeof(w->err));
 		goto out;
 	}
+	if (w->setup_only) {
+		/* Not an operation: no number, no fault schedule. */
+		if (!dp->inited)
+			st = coll_backend_init(dp, w);
+		goto out;
+	}
 	/* Hang attribution and fault schedule (group.h): the operation's
 	 * number is data_seq + 1 (assigned below, under op_lock). */
 	if ((st = cohort__group_op_begin(
@@ -544,7 +563,10 @@ coll_thread(void *arg)
 		pthread_mutex_unlock(&dp->mtx);
 		coll_execute(dp, w);
 		pthread_mutex_lock(&dp->mtx);
-		atomic_store(&w->done, true);
+		if (w->detached)
+			free(w);
+		else
+			atomic_store(&w->done, true);
 		dp->serving++;
 		pthread_cond_broadcast(&dp->cv);
 	}
@@ -576,7 +598,7 @@ coll_run_blocking(struct cohort_group *g, struct coll_dp *dp,
 		cohort__group_fail(g, COHORT_ETIMEDOUT,
 		    "%s reached its deadline waiting for the earlier "
 		    "operations of group '%s'",
-		    cohort__op_name(w->op.kind), g->id);
+		    coll_what(w), g->id);
 		pthread_mutex_lock(&dp->mtx);
 		wait_until = COHORT__TIME_NEVER;
 	}
@@ -1253,6 +1275,116 @@ cohort_group_backend(const cohort_group *cg)
 	return ("tcp");
 }
 
+/* ------------------------------------------------------------------------ */
+/* Data-plane set-up ahead of the first operation                           */
+/* ------------------------------------------------------------------------ */
+
+/* The group's backend when it is known before any operation names its
+ * memory: a configured host-memory backend, or "auto" on a machine with
+ * no NVIDIA device node (host memory: tcp). NULL otherwise: "auto" where
+ * a GPU may be used waits for the first operation's buffer (asking the
+ * CUDA runtime would load it into every CPU process). */
+static const struct cohort__backend_entry *
+coll_known_backend(const struct coll_dp *dp)
+{
+	const struct cohort__backend_entry *e;
+	char why[256];
+
+	if (strcmp(dp->want, "auto") != 0)
+		e = cohort__backend_find(dp->want);
+	else if (access("/dev/nvidiactl", F_OK) != 0)
+		e = cohort__backend_pick(COHORT__MEM_HOST, why, sizeof(why));
+	else
+		e = NULL;
+	if (e == NULL || (e->mem & COHORT__MEM_DEVICE) != 0
+	    || !cohort__backend_usable(e, why, sizeof(why)))
+		return (NULL);
+	return (e);
+}
+
+static void
+coll_setup_work(struct cohort_work *w)
+{
+	memset(w, 0, sizeof(*w));
+	w->setup_only = true;
+	w->op.kind = COHORT__OP_BARRIER;
+	atomic_init(&w->done, false);
+}
+
+void
+cohort__coll_setup_early(struct cohort_group *g)
+{
+	const struct cohort__backend_ops *ops = NULL;
+	struct cohort_work tmpl, *w = NULL;
+	struct coll_dp *dp;
+
+	if (cohort__knob_int_or(COHORT__KNOB_EAGER_CONNECT, 1) == 0
+	    || g->size < 2 || coll_dp_get(g, &dp) != COHORT_OK
+	    || coll_known_backend(dp) == NULL
+	    || coll_resolve(dp, NULL, NULL, &ops) != COHORT_OK)
+		return;
+	coll_setup_work(&tmpl);
+	if (coll_run_async(g, dp, &tmpl, &w) != COHORT_OK) {
+		/* No thread: the first operation sets it up instead. */
+		cohort__debug("group '%s': data-plane set-up deferred: %s",
+		    g->id, cohort_last_error());
+		return;
+	}
+	/* Its outcome reaches the group as a sticky error, or not at all:
+	 * the progress thread frees it. */
+	pthread_mutex_lock(&dp->mtx);
+	dp->early_setup = true;
+	dp->early_ticket = w->ticket;
+	if (atomic_load(&w->done))
+		free(w);
+	else
+		w->detached = true;
+	pthread_mutex_unlock(&dp->mtx);
+}
+
+void
+cohort__coll_setup_settle(struct cohort_group *g, cohort_duration ms)
+{
+	struct coll_dp *dp = g->work_queue;
+	cohort__time deadline = cohort__now_ms() + ms;
+	bool settled;
+
+	if (dp == NULL)
+		return;
+	pthread_mutex_lock(&dp->mtx);
+	while (dp->early_setup && dp->serving <= dp->early_ticket
+	    && cohort__cond_wait_until(&dp->cv, &dp->mtx, deadline) == 0)
+		;
+	settled = !dp->early_setup || dp->serving > dp->early_ticket;
+	pthread_mutex_unlock(&dp->mtx);
+	if (!settled)
+		cohort__group_fail(g, COHORT_EABORTED,
+		    "group '%s' closed before its data plane was set up "
+		    "(waited %d ms)",
+		    g->id[0] ? g->id : "world", (int)ms);
+}
+
+cohort_status
+cohort_group_connect(cohort_group *g, cohort_duration timeout)
+{
+	const struct cohort__backend_ops *ops = NULL;
+	struct cohort_work w;
+	struct coll_dp *dp;
+	cohort_status st;
+
+	if (g == NULL)
+		return (cohort__err(
+		    COHORT_EINVAL, "group_connect: group is NULL"));
+	if ((st = coll_dp_get(g, &dp)) != COHORT_OK)
+		return (st);
+	if ((st = coll_resolve(dp, NULL, NULL, &ops)) != COHORT_OK)
+		return (st);
+	if (g->size < 2)
+		return (cohort__group_check(g));
+	coll_setup_work(&w);
+	return (coll_run_blocking(g, dp, &w, timeout));
+}
+
 cohort_status
 cohort_group_new(cohort_client *c, const char *name, const int32_t *ranks,
     size_t nranks, const char *backend, cohort_group **out,
@@ -1359,6 +1491,7 @@ cohort_group_new(cohort_client *c, const char *name, const int32_t *ranks,
 	g->work_queue = dp;
 	g->dp_fini = coll_dp_fini;
 	cohort__client_add_group(c, g);
+	cohort__coll_setup_early(g);
 	*out = g;
 	return (COHORT_OK);
 }

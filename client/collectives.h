@@ -17,6 +17,18 @@ struct cohort_group;
  * the descriptor comes from somewhere else (a backend unit test). */
 struct cohort_group *cohort__desc_group(const struct cohort__group_desc *d);
 
+/* Starts setting up g's data plane (the tcp mesh and shared memory) on
+ * its progress thread, when its backend is known before any operation
+ * (COHORT_EAGER_CONNECT, coll_known_backend): every member calls it right
+ * after the group is created, so the first collective pays no set-up.
+ * A failure becomes the group's sticky error, as at a first operation. */
+void cohort__coll_setup_early(struct cohort_group *g);
+
+/* Before a member leaves: waits up to ms for the set-up started by
+ * cohort__coll_setup_early, so that its peers' set-up completes too (they
+ * are connecting to it); past ms the group is aborted. */
+void cohort__coll_setup_settle(struct cohort_group *g, cohort_duration ms);
+
 /* Name of an operation kind ("allreduce"), for error texts. */
 
 #endif /* COHORT_COLLECTIVES_H */

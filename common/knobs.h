@@ -95,6 +95,10 @@ enum cohort__knob_type {
 	    "libnccl to load (default: libnccl.so.2 from the loader path)")   \
 	X(CUDART_LIB, STR, "", 0, 0, "programs",                              \
 	    "libcudart to load (default: libcudart.so.13, .12, ...)")         \
+	X(EAGER_CONNECT, BOOL, "1", 0, 1, "tcp tuning",                       \
+	    "1: a host-memory group sets up its data plane (mesh, shared "    \
+	    "memory) in the background right after it is created; 0: at "     \
+	    "its first collective")                                           \
 	X(TCP_SHM, BOOL, "1", 0, 1, "tcp tuning",                             \
 	    "0: no shared memory between ranks of one host (pure TCP)")       \
 	X(TCP_SHM_BLK, BYTES, "131072", 4096, 1073741824, "tcp tuning",       \

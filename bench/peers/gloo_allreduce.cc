@@ -76,6 +76,8 @@ struct Config {
                                  "halving_doubling", "bcube"};
   std::string host = "127.0.0.1";
   double targetMs = 300;  // used when --iters is not given
+  int rank = -1;          // --rank: run this rank only (one per host)
+  std::string store;      // --store: its FileStore directory (shared)
 };
 
 size_t parseSize(const std::string& s) {
@@ -116,7 +118,9 @@ void usage() {
   fprintf(stderr,
           "usage: gloo_allreduce -n N [--sizes S,..] [--iters I,..] "
           "[--warmup W,..] [--target-ms T] [--algos ring,bcube_new,legacy_ring,ring_chunked,"
-          "halving_doubling,bcube] [--host ADDR]\n");
+          "halving_doubling,bcube] [--host ADDR]\n"
+          "       [--rank R --store DIR]: run rank R only, rendezvous in "
+          "DIR (ranks on several hosts sharing a file system)\n");
   exit(2);
 }
 
@@ -145,6 +149,10 @@ Config parseArgs(int argc, char** argv) {
       c.targetMs = atof(next().c_str());
     } else if (a == "--host") {
       c.host = next();
+    } else if (a == "--rank") {
+      c.rank = atoi(next().c_str());
+    } else if (a == "--store") {
+      c.store = next();
     } else {
       usage();
     }
@@ -339,6 +347,15 @@ int rankMain(const Config& cfg, int rank, const std::string& storeDir) {
 
 int main(int argc, char** argv) {
   Config cfg = parseArgs(argc, argv);
+  if (cfg.rank >= 0) {
+    if (cfg.store.empty() || cfg.rank >= cfg.ranks) usage();
+    try {
+      return rankMain(cfg, cfg.rank, cfg.store);
+    } catch (const std::exception& e) {
+      fprintf(stderr, "gloo_allreduce rank %d: %s\n", cfg.rank, e.what());
+      return 1;
+    }
+  }
   char tmpl[] = "/tmp/gloo-bench-XXXXXX";
   if (!mkdtemp(tmpl)) {
     perror("mkdtemp");

@@ -65,6 +65,47 @@ scen_open_close(cohort_client *c, const char *arg)
 	return (0);
 }
 
+/* Rank 0 waits (bounded by ARG ms) for the data plane of the world group
+ * while the others issue no collective for 3 s: with the set-up started
+ * at join on every rank (COHORT_EAGER_CONNECT=1) it completes; with it
+ * off, the others publish nothing and rank 0 times out. */
+static int
+scen_early_setup(cohort_client *c, const char *arg)
+{
+	cohort_group *g = cohort_client_world(c);
+	long limit = worker_arg(arg, 2000);
+	int64_t t0 = worker_now_ms();
+	cohort_status st = COHORT_OK;
+	void *v = NULL;
+	size_t n = 0;
+
+	if (cohort_client_rank(c) == 0)
+		st = cohort_group_connect(g, (cohort_duration)limit);
+	else
+		sleep(3);
+	printf("RESULT setup rank=%d status=%s ms=%" PRId64 "\n",
+	    cohort_client_rank(c), cohort_status_name(st),
+	    worker_now_ms() - t0);
+	fflush(stdout);
+	/* The set-up must leave a group that works: one all-reduce, if rank
+	 * 0's wait succeeded (it tells the others through the KV store). */
+	if (cohort_client_rank(c) == 0)
+		WORKER_CHECK("kv_set",
+		    cohort_kv_set(c, "setup",
+		        st == COHORT_OK ? "ok" : "failed", 3, 30000));
+	WORKER_CHECK("kv_get", cohort_kv_get(c, "setup", &v, &n, 30000));
+	if (n == 3 && memcmp(v, "ok", 3) == 0) {
+		int32_t x = 1;
+
+		WORKER_CHECK("allreduce",
+		    cohort_allreduce(
+		        g, &x, &x, 1, COHORT_I32, COHORT_SUM, NULL, 30000));
+		printf("RESULT sum=%d\n", (int)x);
+	}
+	cohort_free(v);
+	return (0);
+}
+
 static int
 scen_barrier(cohort_client *c, const char *arg)
 {
@@ -550,6 +591,7 @@ static const struct {
 	{ "barrier", scen_barrier },
 	{ "barrier_for", scen_barrier_for },
 	{ "soak", scen_soak },
+	{ "early_setup", scen_early_setup },
 	{ "bcast", scen_bcast },
 	{ "decide", scen_decide },
 	{ "reduce", scen_reduce },

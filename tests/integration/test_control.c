@@ -57,6 +57,34 @@ START_TEST(test_open_assigns_ranks)
 }
 END_TEST
 
+/* The data plane is set up at join, in the background, on every rank: a
+ * rank that waits for it (cohort_group_connect) gets it although its peers
+ * issue no collective; COHORT_EAGER_CONNECT=0 defers it to their first
+ * collective, so the same wait times out. */
+START_TEST(test_data_plane_set_up_at_join)
+{
+	static const char *const env_off[]
+	    = { "COHORT_EAGER_CONNECT=0", NULL };
+	struct th_workers w;
+
+	th_workers_start(
+	    &w, &coord, "early1", "t", 3, "early_setup", "2000", NULL);
+	expect_all_ok(&w, 30000);
+	ck_assert_msg(th_worker_output_has(&w, 0, "rank=0 status=COHORT_OK"),
+	    "%s", th_worker_output(&w, 0));
+	for (int r = 0; r < 3; r++)
+		ck_assert_msg(th_worker_output_has(&w, r, "RESULT sum=3"),
+		    "rank %d: %s", r, th_worker_output(&w, r));
+
+	th_workers_start(
+	    &w, &coord, "early0", "t", 3, "early_setup", "1000", env_off);
+	th_workers_wait(&w, 30000);
+	ck_assert_msg(
+	    th_worker_output_has(&w, 0, "rank=0 status=COHORT_ETIMEDOUT"),
+	    "%s", th_worker_output(&w, 0));
+}
+END_TEST
+
 /* Regression: every clean close logged "reconnected to the coordinator
  * ... after <machine uptime> s" (nng redialled after cohortd closed the
  * Leave's connection). With info logs, a clean run logs no reconnection;
@@ -282,6 +310,7 @@ suite_integration_control(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 180);
 	tcase_add_test(tc, test_open_assigns_ranks);
+	tcase_add_test(tc, test_data_plane_set_up_at_join);
 	tcase_add_test(tc, test_open_rank_assigned_by_coordinator);
 	tcase_add_test(tc, test_clean_close_logs_no_reconnection);
 	tcase_add_test(tc, test_barrier_1000_times_8_ranks);

@@ -500,6 +500,7 @@ struct bench_rank {
 	uint8_t *send, *recv;
 	size_t es;
 	char *kvval;
+	double setup_us; /* data-plane set-up after join, slowest rank */
 };
 
 /* Geometry of a data op for a reported size: per-rank count and the
@@ -696,6 +697,11 @@ bench_header(const struct bench_rank *b)
 	    cfg->iters, cfg->warmup, cfg->check ? ", check" : "");
 	printf("# time: median per-iteration time of the slowest rank; first:"
 	       " cold iteration\n");
+	if (cfg->op < BENCH_BARRIER)
+		printf("# data-plane set-up: waited %.1f us for it after join "
+		       "(slowest rank; COHORT_EAGER_CONNECT=1 starts it at "
+		       "join)\n",
+		    b->setup_us);
 	printf("#%11s %12s %6s %6s %11s %11s %11s %10s %10s %7s\n", "size",
 	    "count", "type", "redop", "time(us)", "first(us)", "p99(us)",
 	    "algbw", "busbw", "#wrong");
@@ -775,11 +781,12 @@ bench_size(struct bench_rank *b, size_t size)
 		       "\"size\":%zu,\"count\":%zu,\"dtype\":\"%s\","
 		       "\"op\":\"%s\",\"redop\":\"%s\",\"time_us\":%.3f,"
 		       "\"first_us\":%.3f,\"p99_us\":%.3f,\"algbw\":%.6f,"
-		       "\"busbw\":%.6f,\"iters\":%d,\"wrong\":%" PRId64 "}\n",
+		       "\"busbw\":%.6f,\"iters\":%d,\"wrong\":%" PRId64
+		       ",\"setup_us\":%.3f}\n",
 		    cohort_group_backend(b->g), b->n, rbytes, tcount,
 		    cohort_dtype_name(cfg->dtype), bench_op_names[cfg->op],
 		    cohort_redop_name(cfg->redop), med, first, p99, algbw,
-		    busbw, cfg->iters, wrong);
+		    busbw, cfg->iters, wrong, b->setup_us);
 	} else if (b->rank == 0) {
 		printf(" %11zu %12zu %6s %6s %11.1f %11.1f %11.1f %10.3f "
 		       "%10.3f %7" PRId64 "\n",
@@ -844,6 +851,29 @@ bench_rank_main(const struct bench_cfg *cfg)
 	 * not in the page tables. */
 	memset(b.send, 1, maxb);
 	memset(b.recv, 0, maxb);
+	/* The data plane's set-up (mesh, shared memory), which libcohort
+	 * starts in the background at join, is reported on its own: the
+	 * first call then measures the operation, as Gloo's and Open MPI's
+	 * first calls do after their connection set-up. */
+	if (cfg->op < BENCH_BARRIER) {
+		double t0 = bench_now_us();
+
+		if ((st = cohort_group_connect(b.g, cfg->timeout))
+		    != COHORT_OK) {
+			fprintf(stderr,
+			    "cohort bench: rank %d: set-up: %s: %s\n", b.rank,
+			    cohort_status_name(st), cohort_last_error());
+			rc = 1;
+			goto out;
+		}
+		b.setup_us = bench_now_us() - t0;
+		if ((st = cohort_reduce_scalars(b.g, COHORT_F64, COHORT_MAX,
+		         &b.setup_us, 1, cfg->timeout))
+		    != COHORT_OK) {
+			rc = 1;
+			goto out;
+		}
+	}
 	if (b.rank == 0)
 		bench_header(&b);
 	for (sz = cfg->min; rc == 0;) {

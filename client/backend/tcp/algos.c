@@ -635,7 +635,7 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 			return (COHORT_OK);
 		if (cohort__tcp_shm_usable(t, op, bytes)) {
 			tcp_algo(t, "shm");
-			return (cohort__tcp_shm_allreduce(
+			return (cohort__tcp_shm_run(
 			    t, op, bytes, err, errlen, deadline));
 		}
 		if (bytes <= t->small_max || op->count < (size_t)t->size)
@@ -661,6 +661,10 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 	case COHORT__OP_BROADCAST:
 		if (bytes == 0)
 			return (COHORT_OK);
+		if (cohort__tcp_shm_usable(t, op, bytes))
+			return (tcp_algo(t, "shm"),
+			    cohort__tcp_shm_run(
+			        t, op, bytes, err, errlen, deadline));
 		return (
 		    tcp_algo(t,
 		        bytes <= t->bcast_small || t->size == 2 ? "direct"
@@ -674,6 +678,13 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 		    == NULL) {
 			snprintf(err, errlen, "out of memory");
 			return (COHORT_ENOMEM);
+		}
+		if (op->kind == COHORT__OP_ALLGATHER && bytes > 0
+		    && cohort__tcp_shm_usable(t, op, bytes)) {
+			free(boff);
+			tcp_algo(t, "shm");
+			return (cohort__tcp_shm_run(
+			    t, op, bytes, err, errlen, deadline));
 		}
 		blen = boff + t->size;
 		for (int p = 0; p < t->size; p++) {
@@ -695,6 +706,10 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 	case COHORT__OP_REDUCE_SCATTER:
 		if (bytes == 0)
 			return (COHORT_OK);
+		if (cohort__tcp_shm_usable(t, op, bytes))
+			return (tcp_algo(t, "shm"),
+			    cohort__tcp_shm_run(
+			        t, op, bytes, err, errlen, deadline));
 		return (
 		    algo_reduce_scatter(t, op, bytes, err, errlen, deadline));
 	case COHORT__OP_ALLTOALL:

@@ -1,5 +1,6 @@
 /*
- * shm.c - the tcp backend's same-host shared-memory path for allreduce.
+ * shm.c - the tcp backend's same-host shared-memory path: allreduce,
+ * broadcast, allgather and reduce_scatter.
  *
  * Setup (at init, over the authenticated TCP connections, which carry
  * nothing else yet): rank 0 creates a POSIX shared-memory segment with a
@@ -376,8 +377,16 @@ bool
 cohort__tcp_shm_usable(
     struct cohort__tcp *t, const struct cohort__op *op, size_t bytes)
 {
-	return (t->shm != NULL && op->kind == COHORT__OP_ALLREDUCE
-	    && bytes >= t->shm_min && bytes <= t->shm_max);
+	switch (op->kind) {
+	case COHORT__OP_ALLREDUCE:
+	case COHORT__OP_BROADCAST:
+	case COHORT__OP_ALLGATHER:
+	case COHORT__OP_REDUCE_SCATTER:
+		break;
+	default:
+		return (false);
+	}
+	return (t->shm != NULL && bytes >= t->shm_min && bytes <= t->shm_max);
 }
 
 /* Block p of a round of elems elements: the first elems % n get one more
@@ -455,6 +464,11 @@ cohort__tcp_shm_allreduce(struct cohort__tcp *t, const struct cohort__op *op,
 	cohort_status rv = COHORT_OK;
 
 	s->round += (uint32_t)rounds;
+	/* The slots of round g0 were last read in round g0 - 2: after an
+	 * operation of another kind the readers may still be at it. */
+	if ((rv = shm_wait(t, SHM_DONE, g0 - 1, err, errlen, deadline))
+	    != COHORT_OK)
+		return (rv);
 	shm_post(t, src, 0, (bytes < per ? bytes : per) / t->esize, g0);
 	for (size_t k = 0; k < rounds; k++) {
 		uint32_t g = g0 + (uint32_t)k;
@@ -499,6 +513,191 @@ cohort__tcp_shm_allreduce(struct cohort__tcp *t, const struct cohort__op *op,
 		shm_signal(t, SHM_DONE, g + 1);
 	}
 	return (rv);
+}
+
+/*
+ * The other collectives use the same slots and counters, round by round
+ * (rounds stay global, so any sequence of operations keeps every rank's
+ * counters in step). A round g writes only its own staging slot S_r of
+ * parity g & 1, after every done_p > g - 2 (its readers of round g - 2
+ * are finished), publishes posted_r = g + 1, reads the others' slots once
+ * every posted_p > g, then publishes done_r = g + 1. The parity lets a
+ * writer fill round g + 1 while the others still read round g.
+ *
+ * broadcast       the root stages up to n * blk bytes a round; the
+ *                 others copy them out.
+ * allgather       every rank stages up to n * blk bytes of its block a
+ *                 round; every rank copies the n - 1 others out.
+ * reduce_scatter  every rank stages up to blk bytes of each of the n - 1
+ *                 blocks it does not own a round (block p's at p * blk);
+ *                 each reduces its own block: its input plus the others'
+ *                 staged pieces, in ascending rank order (every rank adds
+ *                 in the same order, as in allreduce).
+ * One copy in and one copy out per byte, against two kernel copies plus
+ * the protocol over loopback TCP.
+ */
+
+/* Starts round g: the slot of parity g & 1 is free to write. */
+static cohort_status
+shm_round_begin(struct cohort__tcp *t, uint32_t g, char *err, size_t errlen,
+    cohort__time deadline)
+{
+	return (shm_wait(t, SHM_DONE, g - 1, err, errlen, deadline));
+}
+
+static cohort_status
+shm_broadcast(struct cohort__tcp *t, const struct cohort__op *op, size_t bytes,
+    char *err, size_t errlen, cohort__time deadline)
+{
+	struct cohort__tcp_shm *s = t->shm;
+	uint8_t *buf = op->recv;
+	int n = t->size, root = op->root;
+	size_t per = (size_t)n * s->blk;
+	size_t rounds = (bytes + per - 1) / per;
+	uint32_t g0 = s->round;
+	cohort_status rv = COHORT_OK;
+
+	s->round += (uint32_t)rounds;
+	for (size_t k = 0; k < rounds; k++) {
+		uint32_t g = g0 + (uint32_t)k;
+		size_t off = k * per;
+		size_t len = bytes - off < per ? bytes - off : per;
+
+		if (t->rank == root) {
+			if ((rv = shm_round_begin(t, g, err, errlen, deadline))
+			    != COHORT_OK)
+				break;
+			shm_copy(shm_S(s, n, root, g), buf + off, len);
+			shm_signal(t, SHM_POSTED, g + 1);
+			shm_signal(t, SHM_DONE, g + 1);
+			continue;
+		}
+		shm_signal(t, SHM_POSTED, g + 1);
+		if ((rv = shm_wait(
+		         t, SHM_POSTED, g + 1, err, errlen, deadline))
+		    != COHORT_OK)
+			break;
+		shm_copy(buf + off, shm_S(s, n, root, g), len);
+		shm_signal(t, SHM_DONE, g + 1);
+	}
+	return (rv);
+}
+
+static cohort_status
+shm_allgather(struct cohort__tcp *t, const struct cohort__op *op,
+    size_t blk_bytes, char *err, size_t errlen, cohort__time deadline)
+{
+	struct cohort__tcp_shm *s = t->shm;
+	const uint8_t *src = op->send;
+	uint8_t *dst = op->recv;
+	int n = t->size, r = t->rank;
+	size_t per = (size_t)n * s->blk;
+	size_t rounds = (blk_bytes + per - 1) / per;
+	uint32_t g0 = s->round;
+	cohort_status rv = COHORT_OK;
+
+	s->round += (uint32_t)rounds;
+	if (src != dst + (size_t)r * blk_bytes)
+		memmove(dst + (size_t)r * blk_bytes, src, blk_bytes);
+	for (size_t k = 0; k < rounds; k++) {
+		uint32_t g = g0 + (uint32_t)k;
+		size_t off = k * per;
+		size_t len = blk_bytes - off < per ? blk_bytes - off : per;
+
+		if ((rv = shm_round_begin(t, g, err, errlen, deadline))
+		    != COHORT_OK)
+			break;
+		shm_copy(
+		    shm_S(s, n, r, g), dst + (size_t)r * blk_bytes + off, len);
+		shm_signal(t, SHM_POSTED, g + 1);
+		if ((rv = shm_wait(
+		         t, SHM_POSTED, g + 1, err, errlen, deadline))
+		    != COHORT_OK)
+			break;
+		for (int p = 0; p < n; p++)
+			if (p != r)
+				shm_copy(dst + (size_t)p * blk_bytes + off,
+				    shm_S(s, n, p, g), len);
+		shm_signal(t, SHM_DONE, g + 1);
+	}
+	return (rv);
+}
+
+static cohort_status
+shm_reduce_scatter(struct cohort__tcp *t, const struct cohort__op *op,
+    size_t blk_bytes, char *err, size_t errlen, cohort__time deadline)
+{
+	struct cohort__tcp_shm *s = t->shm;
+	const uint8_t *src = op->send;
+	uint8_t *dst = op->recv;
+	int n = t->size, r = t->rank;
+	size_t rounds = (blk_bytes + s->blk - 1) / s->blk;
+	size_t piece = SHM_PIECE - SHM_PIECE % t->esize;
+	uint32_t g0 = s->round;
+	cohort_status rv = COHORT_OK;
+
+	s->round += (uint32_t)rounds;
+	for (size_t k = 0; k < rounds; k++) {
+		uint32_t g = g0 + (uint32_t)k;
+		size_t off = k * s->blk;
+		size_t len
+		    = blk_bytes - off < s->blk ? blk_bytes - off : s->blk;
+		uint8_t *S = shm_S(s, n, r, g);
+		const uint8_t *in = src + (size_t)r * blk_bytes + off;
+		uint8_t *out = dst + off;
+
+		if ((rv = shm_round_begin(t, g, err, errlen, deadline))
+		    != COHORT_OK)
+			break;
+		for (int p = 0; p < n; p++)
+			if (p != r)
+				shm_copy(S + (size_t)p * s->blk,
+				    src + (size_t)p * blk_bytes + off, len);
+		shm_signal(t, SHM_POSTED, g + 1);
+		if ((rv = shm_wait(
+		         t, SHM_POSTED, g + 1, err, errlen, deadline))
+		    != COHORT_OK)
+			break;
+		for (size_t o = 0; o < len; o += piece) {
+			size_t l = len - o < piece ? len - o : piece;
+
+			if (in != out)
+				memmove(out + o, in + o, l);
+			for (int p = 0; p < n; p++)
+				if (p != r)
+					cohort__reduce(out + o,
+					    shm_S(s, n, p, g)
+					        + (size_t)r * s->blk + o,
+					    l / t->esize, op->dtype, op->op);
+			if (op->op == COHORT_MEAN)
+				cohort__scale_div(out + o, l / t->esize,
+				    op->dtype, (double)n);
+		}
+		shm_signal(t, SHM_DONE, g + 1);
+	}
+	return (rv);
+}
+
+cohort_status
+cohort__tcp_shm_run(struct cohort__tcp *t, const struct cohort__op *op,
+    size_t bytes, char *err, size_t errlen, cohort__time deadline)
+{
+	switch (op->kind) {
+	case COHORT__OP_ALLREDUCE:
+		return (cohort__tcp_shm_allreduce(
+		    t, op, bytes, err, errlen, deadline));
+	case COHORT__OP_BROADCAST:
+		return (shm_broadcast(t, op, bytes, err, errlen, deadline));
+	case COHORT__OP_ALLGATHER:
+		return (shm_allgather(t, op, bytes, err, errlen, deadline));
+	case COHORT__OP_REDUCE_SCATTER:
+		return (
+		    shm_reduce_scatter(t, op, bytes, err, errlen, deadline));
+	default:
+		snprintf(err, errlen, "%s has no shared-memory path",
+		    cohort__op_name(op->kind));
+		return (COHORT_ENOTSUP);
+	}
 }
 
 /* ------------------------------------------------------------------------ */

@@ -151,6 +151,11 @@ bool cohort__tcp_shm_usable(
 cohort_status cohort__tcp_shm_allreduce(struct cohort__tcp *t,
     const struct cohort__op *op, size_t bytes, char *err, size_t errlen,
     cohort__time deadline);
+/* Broadcast, allgather, reduce_scatter or allreduce over the segment
+ * (cohort__tcp_shm_usable said yes); bytes: the per-rank block. */
+cohort_status cohort__tcp_shm_run(struct cohort__tcp *t,
+    const struct cohort__op *op, size_t bytes, char *err, size_t errlen,
+    cohort__time deadline);
 
 /* SHA-256 and HMAC-SHA-256: common/sha256.h (mbed TLS). */
 

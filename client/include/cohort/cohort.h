@@ -478,6 +478,21 @@ COHORT_API cohort_status cohort_group_new(cohort_client *c, const char *name,
  * owns). Waits for its in-flight work to finish or fail. */
 COHORT_API void cohort_group_destroy(cohort_group *g);
 
+/* Sets up the group's data plane now (the tcp mesh between its members
+ * and, on one host, the shared-memory segment) and returns when it is
+ * ready, so that the first collective pays no connection set-up. It
+ * runs (or waits for) the set-up every member does at the latest at its
+ * first collective, so other members need not call it. Optional: a
+ * host-memory group starts the same
+ * set-up in the background as soon as it is created (COHORT_EAGER_CONNECT
+ * =1, the default, where the backend is known then: a configured tcp or
+ * service backend, or "auto" on a machine without NVIDIA devices), and
+ * otherwise its first collective does it. Returns at once when already
+ * set up; COHORT_ETIMEDOUT after timeout; a set-up failure is the group's
+ * sticky error (naming the peer that cannot be reached). */
+COHORT_API cohort_status cohort_group_connect(
+    cohort_group *g, cohort_duration timeout);
+
 /* Name of the data-plane backend the group uses ("tcp", "nccl",
  * "tcp-staged", "service"). */
 COHORT_API const char *cohort_group_backend(const cohort_group *g);
