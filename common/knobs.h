@@ -57,6 +57,9 @@ enum cohort__knob_type {
 	    "COHORT_DATA_ADDR is unset)")                                     \
 	X(CONNECT_TIMEOUT_MS, MS, "10000", 100, INT32_MAX, "timeouts",        \
 	    "how long a rank keeps trying to connect to a peer's data plane") \
+	X(TCP_HS_TIMEOUT_MS, MS, "2000", 100, INT32_MAX, "timeouts",         \
+	    "how long a data-plane listener waits for a connection's "        \
+	    "hello before dropping it")                                       \
 	X(TIMEOUT_MS, MS, "1800000", -1, INT32_MAX, "timeouts",               \
 	    "default timeout of blocking calls (30 min, like Lightning)")     \
 	X(JOIN_TIMEOUT_MS, MS, "1800000", -1, INT32_MAX, "timeouts",          \
