@@ -1421,6 +1421,118 @@ START_TEST(test_tcp_silent_connection_dropped)
 }
 END_TEST
 
+/*
+ * Finding 6 of issue 12: ranks that disagree on a collective. Before, the
+ * tcp backend returned OK with wrong data (counts 64 vs 256: rank 1's
+ * elements 63..254 were 0). Now every rank gets EMISMATCH naming both
+ * sides. Loop i: scenario i / 2 on the shared-memory (even) or pure TCP
+ * (odd) path.
+ */
+struct tt_mm_case {
+	const char *name;
+	struct cohort__op op[2][2]; /* [rank][step]: two operations */
+	const char *want[2]; /* both must be in the detail */
+};
+
+static const struct tt_mm_case tt_mm_cases[] = {
+	{ "count",
+	    { { { .kind = COHORT__OP_ALLREDUCE, .count = 64 } },
+	        { { .kind = COHORT__OP_ALLREDUCE, .count = 256 } } },
+	    { "rank 100 count 64", "rank 101 count 256" } },
+	{ "root",
+	    { { { .kind = COHORT__OP_BROADCAST, .count = 64, .root = 0 } },
+	        { { .kind = COHORT__OP_BROADCAST, .count = 64, .root = 1 } } },
+	    { "rank 100 root 0", "rank 101 root 1" } },
+	{ "op",
+	    { { { .kind = COHORT__OP_ALLREDUCE,
+	          .count = 64,
+	          .op = COHORT_SUM } },
+	        { { .kind = COHORT__OP_ALLREDUCE,
+	            .count = 64,
+	            .op = COHORT_MAX } } },
+	    { "rank 100 op sum", "rank 101 op max" } },
+	{ "dtype",
+	    { { { .kind = COHORT__OP_ALLREDUCE,
+	          .count = 64,
+	          .dtype = COHORT_F32 } },
+	        { { .kind = COHORT__OP_ALLREDUCE,
+	            .count = 64,
+	            .dtype = COHORT_F64 } } },
+	    { "rank 100 dtype f32", "rank 101 dtype f64" } },
+	{ "order",
+	    { { { .kind = COHORT__OP_ALLREDUCE, .count = 64 },
+	          { .kind = COHORT__OP_BROADCAST, .count = 64 } },
+	        { { .kind = COHORT__OP_BROADCAST, .count = 64 },
+	            { .kind = COHORT__OP_ALLREDUCE, .count = 64 } } },
+	    { "rank 100 allreduce", "rank 101 broadcast" } },
+};
+
+static int tt_mm_case_i;
+static cohort_status tt_mm_rv[2][2];
+static char tt_mm_err[2][2][TT_ERRLEN];
+
+static void
+tt_body_mismatch(struct tt_group *g, int r, void *state)
+{
+	const struct tt_mm_case *c = &tt_mm_cases[tt_mm_case_i];
+	double *buf = calloc(512, sizeof(double));
+
+	for (int k = 0; k < 2; k++) {
+		struct cohort__op op = c->op[r][k];
+
+		if (op.kind == 0) {
+			/* the same matching broadcast on both ranks */
+			op.kind = COHORT__OP_BROADCAST;
+			op.count = 16;
+		}
+		if (op.dtype == 0)
+			op.dtype = COHORT_F32;
+		if (op.op == 0)
+			op.op = COHORT_SUM;
+		op.send = buf;
+		op.recv = buf;
+		op.seq = (uint64_t)k + 1;
+		tt_mm_rv[r][k] = cohort__tcp_backend.run(state, &op,
+		    tt_mm_err[r][k], TT_ERRLEN, cohort__now_ms() + 20000);
+	}
+	free(buf);
+}
+
+START_TEST(test_tcp_mismatch_detected)
+{
+	static struct tt_group g;
+	const struct tt_mm_case *c = &tt_mm_cases[_i / 2];
+	int mode = _i % 2 == 0 ? TT_SHM : TT_PURE;
+
+	tt_mm_case_i = _i / 2;
+	memset(tt_mm_rv, 0, sizeof(tt_mm_rv));
+	memset(tt_mm_err, 0, sizeof(tt_mm_err));
+	tt_set_mode(mode);
+	tt_run_group(2, "mm", tt_body_mismatch, &g);
+	tt_assert_mode(&g, mode);
+	for (int r = 0; r < 2; r++) {
+		fprintf(stderr, "mismatch %s (%s) rank %d: %s: %s\n", c->name,
+		    tt_mode_name[mode], r, cohort_status_name(tt_mm_rv[r][0]),
+		    tt_mm_err[r][0]);
+		ck_assert_msg(tt_mm_rv[r][0] == COHORT_EMISMATCH,
+		    "%s: rank %d got %s: %s", c->name, r,
+		    cohort_status_name(tt_mm_rv[r][0]), tt_mm_err[r][0]);
+		ck_assert_msg(strstr(tt_mm_err[r][0], c->want[0]) != NULL
+		        && strstr(tt_mm_err[r][0], c->want[1]) != NULL,
+		    "%s: rank %d: '%s' does not name '%s' and '%s'", c->name,
+		    r, tt_mm_err[r][0], c->want[0], c->want[1]);
+	}
+	/* A disagreement found before any data moved leaves the group
+	 * usable: the next (matching) broadcast works. */
+	if (strcmp(c->name, "root") == 0)
+		for (int r = 0; r < 2; r++)
+			ck_assert_msg(tt_mm_rv[r][1] == COHORT_OK,
+			    "rank %d after the mismatch: %s: %s", r,
+			    cohort_status_name(tt_mm_rv[r][1]),
+			    tt_mm_err[r][1]);
+}
+END_TEST
+
 START_TEST(test_tcp_init_timeout_names_missing)
 {
 	struct tt_store s;
@@ -1923,6 +2035,8 @@ suite_backend_tcp(void)
 	tcase_add_test(tc, test_tcp_init_timeout_names_missing);
 	tcase_add_loop_test(tc, test_tcp_flood_does_not_block_mesh, 0, 2);
 	tcase_add_test(tc, test_tcp_silent_connection_dropped);
+	tcase_add_loop_test(tc, test_tcp_mismatch_detected, 0,
+	    2 * (int)(sizeof(tt_mm_cases) / sizeof(tt_mm_cases[0])));
 	tcase_add_loop_test(tc, test_tcp_shm_settings_disagree, 0, 3);
 	suite_add_tcase(s, tc);
 

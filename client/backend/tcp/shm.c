@@ -75,7 +75,7 @@
 
 #include "tcp_impl.h"
 
-#define SHM_MAGIC "COHORT-SHM-1"
+#define SHM_MAGIC "COHORT-SHM-2"
 #define SHM_MSG_LEN 80
 #define SHM_HDR 4096
 #define SHM_LINE 64
@@ -91,7 +91,10 @@ struct shm_ctrl {
 	atomic_uint posted;
 	atomic_uint reduced;
 	atomic_uint done;
-	uint8_t pad1[SHM_LINE - 3 * sizeof(atomic_uint)];
+	/* The owner's header of the operation it posts (algos.c), written
+	 * before posted (release), read by the others after seeing it. */
+	uint8_t op_hdr[COHORT__TCP_OP_HDR];
+	uint8_t pad1[SHM_LINE - 3 * sizeof(atomic_uint) - COHORT__TCP_OP_HDR];
 	atomic_uint sleepers;
 	uint8_t pad2[SHM_LINE - sizeof(atomic_uint)];
 };
@@ -252,7 +255,7 @@ shm_liveness(
 		        want))
 			continue;
 		fds[nfds].fd = t->peers[p].fd;
-		fds[nfds].events = POLLRDHUP;
+		fds[nfds].events = POLLRDHUP | POLLIN;
 		fds[nfds].revents = 0;
 		t->pfd_peer[nfds++] = p;
 	}
@@ -261,8 +264,14 @@ shm_liveness(
 	for (int i = 0; i < nfds; i++) {
 		int p = t->pfd_peer[i];
 
-		if ((fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0)
+		if ((fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) {
+			/* Bytes from a rank that has not reached this
+			 * step: it runs an operation over TCP. */
+			if ((fds[i].revents & POLLIN) != 0)
+				return (
+				    cohort__tcp_shm_stray(t, p, err, errlen));
 			continue;
+		}
 		if ((rv = cohort__tcp_check_abort(t, err, errlen))
 		    != COHORT_OK)
 			return (rv);
@@ -423,6 +432,74 @@ shm_reduce_block(struct cohort__tcp *t, const struct cohort__op *op,
 	}
 }
 
+/* Every rank posted round g0 of this operation: compare their headers. */
+static cohort_status
+shm_agree(struct cohort__tcp *t, char *err, size_t errlen)
+{
+	struct cohort__tcp_shm *s = t->shm;
+
+	for (int p = 0; p < t->size; p++)
+		if (p != t->rank)
+			memcpy(t->hdrs + (size_t)p * COHORT__TCP_OP_HDR,
+			    s->ctrl[p].op_hdr, COHORT__TCP_OP_HDR);
+	return (cohort__tcp_op_agree(t, err, errlen));
+}
+
+cohort_status
+cohort__tcp_shm_stray(struct cohort__tcp *t, int p, char *err, size_t errlen)
+{
+	uint8_t *theirs = t->hdrs + (size_t)p * COHORT__TCP_OP_HDR;
+	uint8_t *mine = t->hdrs + (size_t)t->rank * COHORT__TCP_OP_HDR;
+	size_t got = 0, sent = 0;
+	cohort__time until = cohort__now_ms() + 1000;
+
+	/* Its header is there (or arriving); ours lets it fail too. */
+	while ((got < COHORT__TCP_OP_HDR || sent < COHORT__TCP_OP_HDR)
+	    && !cohort__expired(until)) {
+		struct pollfd pfd = { .fd = t->peers[p].fd,
+			.events
+			= (short)((got < COHORT__TCP_OP_HDR ? POLLIN : 0)
+			    | (sent < COHORT__TCP_OP_HDR ? POLLOUT : 0)) };
+		ssize_t n;
+
+		(void)poll(&pfd, 1, 10);
+		if (got < COHORT__TCP_OP_HDR) {
+			n = recv(t->peers[p].fd, theirs + got,
+			    COHORT__TCP_OP_HDR - got, MSG_DONTWAIT);
+			if (n > 0)
+				got += (size_t)n;
+			else if (n == 0)
+				break;
+		}
+		if (sent < COHORT__TCP_OP_HDR) {
+			n = send(t->peers[p].fd, mine + sent,
+			    COHORT__TCP_OP_HDR - sent,
+			    MSG_DONTWAIT | MSG_NOSIGNAL);
+			if (n > 0)
+				sent += (size_t)n;
+		}
+	}
+	if (got < COHORT__TCP_OP_HDR)
+		memset(theirs, 0, COHORT__TCP_OP_HDR);
+	/* Compare only the two: the others are unknown. */
+	for (int q = 0; q < t->size; q++)
+		if (q != p && q != t->rank)
+			memcpy(t->hdrs + (size_t)q * COHORT__TCP_OP_HDR, mine,
+			    COHORT__TCP_OP_HDR);
+	if (cohort__tcp_op_agree(t, err, errlen) == COHORT_OK) {
+		snprintf(err, errlen,
+		    "ranks disagree on the path: rank %d runs %s #%" PRIu64
+		    " over tcp while rank %d uses shared memory",
+		    (int)t->peers[p].job_rank, t->opname, t->seq,
+		    (int)t->peers[t->rank].job_rank);
+	}
+	t->broken = COHORT_EMISMATCH;
+	snprintf(t->broken_err, sizeof(t->broken_err),
+	    "%s (in %s #%" PRIu64 "; the group cannot be used any more)", err,
+	    t->opname, t->seq);
+	return (COHORT_EMISMATCH);
+}
+
 cohort_status
 cohort__tcp_shm_allreduce(struct cohort__tcp *t, const struct cohort__op *op,
     size_t bytes, char *err, size_t errlen, cohort__time deadline)
@@ -438,6 +515,8 @@ cohort__tcp_shm_allreduce(struct cohort__tcp *t, const struct cohort__op *op,
 	cohort_status rv = COHORT_OK;
 
 	s->round += (uint32_t)rounds;
+	memcpy(s->ctrl[r].op_hdr, t->hdrs + (size_t)r * COHORT__TCP_OP_HDR,
+	    COHORT__TCP_OP_HDR);
 	shm_post(t, src, 0, (bytes < per ? bytes : per) / t->esize, g0);
 	for (size_t k = 0; k < rounds; k++) {
 		uint32_t g = g0 + (uint32_t)k;
@@ -454,6 +533,8 @@ cohort__tcp_shm_allreduce(struct cohort__tcp *t, const struct cohort__op *op,
 		    || (rv = shm_wait(
 		            t, SHM_DONE, g - 1, err, errlen, deadline))
 		        != COHORT_OK)
+			break;
+		if (k == 0 && (rv = shm_agree(t, err, errlen)) != COHORT_OK)
 			break;
 		shm_block(elems, n, r, t->esize, &off, &len);
 		shm_reduce_block(

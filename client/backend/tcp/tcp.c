@@ -883,6 +883,7 @@ tcp_free(struct cohort__tcp *t)
 	free(t->steps);
 	free(t->pfds);
 	free(t->pfd_peer);
+	free(t->hdrs);
 	free(t->small);
 	free(t->ring);
 	free(t->acc);
@@ -945,7 +946,8 @@ tcp_init(const struct cohort__group_desc *desc, void **state, char *err,
 	    || (t->steps = calloc(2 * (size_t)t->size, sizeof(*t->steps)))
 	        == NULL
 	    || (t->pfds = calloc((size_t)t->size, sizeof(*t->pfds))) == NULL
-	    || (t->pfd_peer = calloc((size_t)t->size, sizeof(int))) == NULL)
+	    || (t->pfd_peer = calloc((size_t)t->size, sizeof(int))) == NULL
+	    || (t->hdrs = calloc((size_t)t->size, COHORT__TCP_OP_HDR)) == NULL)
 		goto out_nomem;
 	for (int p = 0; p < t->size; p++) {
 		t->peers[p].fd = -1;
