@@ -71,6 +71,9 @@ struct cohort__coord {
 	bool closing;
 	int32_t rank;
 	uint64_t generation;
+	/* cohortd's limits (cohort__coord_set_limits). */
+	_Atomic uint64_t max_value;
+	_Atomic uint64_t max_frame;
 	struct cohort__coord_call *pending;
 	/* Idle contexts and aios of finished synchronous calls, reused by
 	 * the next ones (saves an open/close and an alloc/free per call). */
@@ -518,6 +521,8 @@ cohort__coord_open(const char *url, const char *job, const char *token,
 	co->rank = -1;
 	co->reconnect_ms = coord_default_window();
 	atomic_init(&co->next_seq, 1);
+	atomic_init(&co->max_value, COHORT__DEFAULT_MAX_VALUE);
+	atomic_init(&co->max_frame, COHORT__MAX_MESSAGE);
 	if ((co->job = strdup(job)) == NULL
 	    || (co->token = strdup(token)) == NULL) {
 		st = cohort__err(COHORT_ENOMEM, "out of memory");
@@ -540,7 +545,7 @@ cohort__coord_open(const char *url, const char *job, const char *token,
 	         co->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE))
 	        != 0
 	    || (rv = nng_socket_set_size(
-	            co->sock, NNG_OPT_RECVMAXSZ, COHORT__MAX_MESSAGE))
+	            co->sock, NNG_OPT_RECVMAXSZ, COHORT__CLIENT_RECV_MAX))
 	        != 0
 	    || (rv = nng_socket_set_ms(
 	            co->sock, NNG_OPT_RECONNMINT, COORD_RECONN_MIN_MS))
@@ -1018,6 +1023,22 @@ coord_step(struct cohort__coord *co, struct cohort__coord_call *call,
 	return (nng_aio_result(aio));
 }
 
+void
+cohort__coord_set_limits(
+    struct cohort__coord *co, uint64_t max_value, uint64_t max_frame)
+{
+	if (max_value > 0)
+		atomic_store(&co->max_value, max_value);
+	if (max_frame > 0)
+		atomic_store(&co->max_frame, max_frame);
+}
+
+uint64_t
+cohort__coord_max_value(struct cohort__coord *co)
+{
+	return (atomic_load(&co->max_value));
+}
+
 cohort_status
 cohort__coord_call(struct cohort__coord *co, struct cohort__coord_call *call)
 {
@@ -1040,8 +1061,12 @@ cohort__coord_call(struct cohort__coord *co, struct cohort__coord_call *call)
 		 * request no longer than the caller still waits. */
 		pthread_mutex_unlock(&co->mtx);
 		coord_fill(co, call);
-		st = cohort__wire_pack_request(
-		    call->req, call->parts, call->nparts, &msg);
+		st = cohort__wire_pack_request_max(call->req, call->parts,
+		    call->nparts, (size_t)atomic_load(&co->max_frame), &msg);
+		if (st == COHORT_ETOOBIG)
+			cohort__err(st,
+			    "%s (cohortd's --max-value-bytes is %" PRIu64 ")",
+			    cohort_last_error(), atomic_load(&co->max_value));
 		pthread_mutex_lock(&co->mtx);
 		if (st != COHORT_OK)
 			break;

@@ -609,6 +609,36 @@ coll_complete(struct srv_coll *co)
 	coll_free(co);
 }
 
+/* Turns co into a tombstone answering st with detail to every rank that
+ * is parked in it or still comes (c included). */
+static void
+coll_tombstone(struct srv_coll *co, struct srv_call *c, cohort_status st,
+    const char *detail)
+{
+	struct srv_group *g = co->g;
+
+	for (uint32_t i = 0; i < g->n; i++) {
+		struct srv_call *p = co->calls[i];
+		if (p == NULL)
+			continue;
+		co->calls[i] = NULL;
+		p->owner = NULL;
+		srv_call_fail(p, st, "%s", detail);
+	}
+	co->nparked = 0;
+	if (co->bmsg != NULL) {
+		nng_msg_free(co->bmsg);
+		co->bmsg = NULL;
+	}
+	co->mismatch = srv_strdup(detail);
+	co->fail_st = st;
+	co->arrived[c->grank] = 1;
+	co->narrived++;
+	srv_call_fail(c, st, "%s", detail);
+	if (co->mismatch == NULL || coll_done(co))
+		coll_free(co);
+}
+
 static void
 coll_mismatch(struct srv_coll *co, struct srv_call *c)
 {
@@ -628,25 +658,7 @@ coll_mismatch(struct srv_coll *co, struct srv_call *c)
 	    "collective #%" PRIu64 " on group '%s' mismatch: rank%s %s "
 	    "called %s, rank %d called %s",
 	    co->op_seq, g->name, nr == 1 ? "" : "s", rb, da, c->rank, db);
-	for (uint32_t i = 0; i < g->n; i++) {
-		struct srv_call *p = co->calls[i];
-		if (p == NULL)
-			continue;
-		co->calls[i] = NULL;
-		p->owner = NULL;
-		srv_call_fail(p, COHORT_EMISMATCH, "%s", detail);
-	}
-	co->nparked = 0;
-	if (co->bmsg != NULL) {
-		nng_msg_free(co->bmsg);
-		co->bmsg = NULL;
-	}
-	co->mismatch = srv_strdup(detail);
-	co->arrived[c->grank] = 1;
-	co->narrived++;
-	srv_call_fail(c, COHORT_EMISMATCH, "%s", detail);
-	if (co->mismatch == NULL || coll_done(co))
-		coll_free(co);
+	coll_tombstone(co, c, COHORT_EMISMATCH, detail);
 }
 
 /* Validates a Collective and copies what a parked arrival needs into c.
@@ -654,8 +666,6 @@ coll_mismatch(struct srv_coll *co, struct srv_call *c)
 static bool
 coll_validate(struct srv_call *c, const Cohort__Collective *co)
 {
-	struct srv_core *core = c->core;
-
 	if (co->op_seq == 0) {
 		srv_call_fail(c, COHORT_EINVAL, "op_seq must start at 1");
 		return (false);
@@ -689,13 +699,9 @@ coll_validate(struct srv_call *c, const Cohort__Collective *co)
 		}
 		break;
 	case COHORT__COLLECTIVE_KIND__COLL_BROADCAST:
-		if (c->plen > core->lim.max_value) {
-			srv_call_fail(c, COHORT_ETOOBIG,
-			    "broadcast object of %zu bytes exceeds "
-			    "--max-value-bytes %" PRIu64,
-			    c->plen, core->lim.max_value);
-			return (false);
-		}
+		/* Too big: failed for every rank at the root's arrival. */
+		c->object_len
+		    = co->object_len > c->plen ? co->object_len : c->plen;
 		break;
 	case COHORT__COLLECTIVE_KIND__COLL_REDUCE_SCALARS: {
 		size_t n;
@@ -842,7 +848,7 @@ srv_coll_handle(
 			co->arrived[grank] = 1;
 			co->narrived++;
 		}
-		srv_call_fail(c, COHORT_EMISMATCH, "%s", co->mismatch);
+		srv_call_fail(c, co->fail_st, "%s", co->mismatch);
 		if (coll_done(co))
 			coll_free(co);
 		return;
@@ -860,6 +866,20 @@ srv_coll_handle(
 	}
 	co->arrived[grank] = 1;
 	co->narrived++;
+	if (co->cd.kind == COHORT__COLLECTIVE_KIND__COLL_BROADCAST
+	    && grank == co->cd.root
+	    && c->object_len > c->core->lim.max_value) {
+		char detail[400];
+
+		co->arrived[grank] = 0;
+		co->narrived--;
+		snprintf(detail, sizeof(detail),
+		    "broadcast object of %" PRIu64 " bytes from rank %d "
+		    "exceeds cohortd's --max-value-bytes %" PRIu64,
+		    c->object_len, c->rank, c->core->lim.max_value);
+		coll_tombstone(co, c, COHORT_ETOOBIG, detail);
+		return;
+	}
 	if (co->cd.kind == COHORT__COLLECTIVE_KIND__COLL_BROADCAST) {
 		if (grank == co->cd.root) {
 			co->bmsg = c->msg;

@@ -315,7 +315,9 @@ srv_call_answer(struct srv_call *c, Cohort__Reply *rep,
 	call_unpark(c);
 	if (rep->status != COHORT_OK)
 		core->m.replies_error++;
-	if (cohort__wire_pack_reply(rep, parts, nparts, &m) != COHORT_OK) {
+	if (cohort__wire_pack_reply_max(rep, parts, nparts,
+	        (size_t)core->lim.max_value + COHORT__ENVELOPE_ALLOWANCE, &m)
+	    != COHORT_OK) {
 		Cohort__Reply r2;
 		srv_reply_init(&r2, c, COHORT_ENOMEM);
 		r2.error = "cohortd could not build the reply";

@@ -595,8 +595,8 @@ cohort__srv_start(
 		    nng_strerror(nrv));
 		goto out_free_core;
 	}
-	nng_socket_set_size(
-	    s->sock, NNG_OPT_RECVMAXSZ, (size_t)lim.max_value + (1u << 20));
+	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ,
+	    (size_t)lim.max_value + COHORT__ENVELOPE_ALLOWANCE);
 	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, srv_pipe_cb, s);
 	if ((nrv = nng_aio_alloc(&s->sweep, srv_sweep_cb, s)) != 0) {
 		rv = COHORT_ENOMEM;

@@ -113,6 +113,44 @@ scen_bcast(cohort_client *c, const char *arg)
 	return (bad);
 }
 
+/* Rank 0 sets a key of ARG bytes; after a barrier every other rank reads
+ * it back and checks every byte (values up to cohortd's limit). */
+static int
+scen_kvbig(cohort_client *c, const char *arg)
+{
+	size_t len = (size_t)worker_arg(arg, 1 << 20);
+	cohort_group *g = cohort_client_world(c);
+	unsigned char *buf = NULL;
+	void *out = NULL;
+	size_t out_len = 0;
+	int bad = 0;
+
+	if (cohort_client_rank(c) == 0) {
+		if ((buf = malloc(len)) == NULL)
+			return (1);
+		for (size_t i = 0; i < len; i++)
+			buf[i] = (unsigned char)(i * 13 + 1);
+		WORKER_CHECK(
+		    "kv_set", cohort_kv_set(c, "big", buf, len, 60000));
+		free(buf);
+	}
+	WORKER_CHECK("barrier", cohort_barrier(g, "kvbig", 60000));
+	if (cohort_client_rank(c) != 0) {
+		const unsigned char *o;
+
+		WORKER_CHECK(
+		    "kv_get", cohort_kv_get(c, "big", &out, &out_len, 60000));
+		o = out;
+		bad = out_len != len;
+		for (size_t i = 0; !bad && i < len; i++)
+			if (o[i] != (unsigned char)(i * 13 + 1))
+				bad = 1;
+		cohort_free(out);
+	}
+	printf("RESULT kvbig len=%zu ok=%d\n", len, !bad);
+	return (bad);
+}
+
 /* Even ranks vote true, odd false: all() is false unless world is 1, any()
  * is true. Then everyone votes true: all() is true. */
 static int
@@ -442,6 +480,7 @@ static const struct {
 	{ "open", scen_open_close },
 	{ "barrier", scen_barrier },
 	{ "bcast", scen_bcast },
+	{ "kvbig", scen_kvbig },
 	{ "decide", scen_decide },
 	{ "reduce", scen_reduce },
 	{ "kvwait", scen_kvwait },
