@@ -40,6 +40,8 @@
 #include <nng/protocol/reqrep0/req.h>
 
 #include "coord.h"
+#include "knobs.h"
+#include "tls.h"
 
 /* Re-dial back-off of nng's dialer after a lost connection. */
 #define COORD_RECONN_MIN_MS 50
@@ -502,6 +504,92 @@ coord_default_window(void)
 	    cohort__scaled(COHORT__DEFAULT_RECONNECT_MS)));
 }
 
+/* A knob's text, NULL when unset or empty. */
+static const char *
+coord_knob(enum cohort__knob k)
+{
+	const char *v = cohort__knob_str(k);
+
+	return (v != NULL && v[0] != '\0' ? v : NULL);
+}
+
+/* A dialer of url with the client's TLS configuration (COHORT_TLS_*),
+ * started with flags. */
+static cohort_status
+coord_tls_dialer(struct cohort__coord *co, const char *url, nng_tls_config *tc,
+    int flags, int *nrv)
+{
+	nng_dialer d;
+
+	if ((*nrv = nng_dialer_create(&d, co->sock, url)) != 0)
+		return (
+		    cohort__err(*nrv == NNG_EADDRINVAL || *nrv == NNG_EINVAL
+		            ? COHORT_EINVAL
+		            : cohort__from_nng(*nrv),
+		        "cannot dial the coordinator at %s: %s", url,
+		        nng_strerror(*nrv)));
+	if ((*nrv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, tc)) != 0
+	    || (*nrv = nng_dialer_start(d, flags)) != 0) {
+		nng_dialer_close(d);
+		return (cohort__from_nng(*nrv));
+	}
+	co->dialer = d;
+	return (COHORT_OK);
+}
+
+/*
+ * Dials a tls+tcp:// coordinator. The first attempt is synchronous, so
+ * that a certificate the client refuses, or a client certificate cohortd
+ * refuses, fails cohort__coord_open at once with what to check instead of
+ * a join that times out; when nobody listens yet the dialer goes on in the
+ * background like the plain one.
+ */
+static cohort_status
+coord_dial_tls(struct cohort__coord *co, const char *url)
+{
+	const char *ca = coord_knob(COHORT__KNOB_TLS_CA);
+	const char *name = coord_knob(COHORT__KNOB_TLS_SERVER_NAME);
+	char host[256];
+	nng_tls_config *tc = NULL;
+	cohort_status st;
+	int nrv = 0;
+
+	if (name == NULL) {
+		/* the URL's host: tls+tcp://HOST:PORT or [V6]:PORT */
+		const char *h = strstr(url, "://");
+		size_t n;
+
+		h = h != NULL ? h + 3 : url;
+		if (*h == '[') {
+			h++;
+			n = strcspn(h, "]");
+		} else {
+			n = strcspn(h, ":/");
+		}
+		snprintf(host, sizeof(host), "%.*s", (int)n, h);
+		name = host;
+	}
+	if ((st = cohort__tls_config(&tc, false,
+	         coord_knob(COHORT__KNOB_TLS_CERT),
+	         coord_knob(COHORT__KNOB_TLS_KEY), ca, name, true))
+	    != COHORT_OK)
+		return (st);
+	st = coord_tls_dialer(co, url, tc, 0, &nrv);
+	if (st != COHORT_OK
+	    && (nrv == NNG_ECONNREFUSED || nrv == NNG_ETIMEDOUT
+	        || nrv == NNG_EUNREACHABLE || nrv == NNG_EADDRINVAL))
+		st = coord_tls_dialer(co, url, tc, NNG_FLAG_NONBLOCK, &nrv);
+	nng_tls_config_free(tc);
+	if (st == COHORT_OK)
+		return (COHORT_OK);
+	if (nrv == NNG_EINVAL || nrv == NNG_EADDRINVAL || nrv == NNG_ENOTSUP)
+		return (st);
+	return (cohort__err(COHORT_EAUTH,
+	    "TLS connection to the coordinator at %s failed: %s: %s "
+	    "(server name '%s', CA %s)",
+	    url, nng_strerror(nrv), cohort__tls_hint(nrv), name, ca));
+}
+
 cohort_status
 cohort__coord_open(const char *url, const char *job, const char *token,
     uint64_t client_id, struct cohort__coord **out)
@@ -563,7 +651,11 @@ cohort__coord_open(const char *url, const char *job, const char *token,
 		    "setting up the coordinator socket: %s", nng_strerror(rv));
 		goto out_close_socket;
 	}
-	if ((rv = nng_dial(co->sock, url, &co->dialer, NNG_FLAG_NONBLOCK))
+	if (cohort__tls_url(url)) {
+		if ((st = coord_dial_tls(co, url)) != COHORT_OK)
+			goto out_close_socket;
+	} else if ((rv = nng_dial(
+	                co->sock, url, &co->dialer, NNG_FLAG_NONBLOCK))
 	    != 0) {
 		st = cohort__err(rv == NNG_EADDRINVAL || rv == NNG_EINVAL
 		            || rv == NNG_ENOTSUP

@@ -36,6 +36,14 @@ struct cohort__srv_config {
 	 * minted from admin_token for the job); jobs given in `jobs` (or
 	 * restored from the journal) are joined with their own token. */
 	bool require_token;
+	/* TLS of the tls+tcp:// listeners (PEM files): this cohortd's
+	 * certificate chain and key (required by a tls+tcp:// listener), the
+	 * CA that signs client certificates, and whether a client must
+	 * present one (verify_clients, needs tls_ca). */
+	const char *tls_cert;
+	const char *tls_key;
+	const char *tls_ca;
+	bool tls_verify_clients;
 	/* "ADDR:PORT" of the HTTP endpoint (/metrics, /healthz, /readyz);
 	 * NULL = none. */
 	const char *http;
