@@ -140,6 +140,7 @@ struct srv_cdesc {
 	bool decide_all;
 	uint32_t service_op;
 	uint32_t dtype;
+	uint64_t count; /* SERVICE: elements */
 };
 
 struct srv_kvlink {

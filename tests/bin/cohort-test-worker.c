@@ -151,6 +151,46 @@ scen_kvbig(cohort_client *c, const char *arg)
 	return (bad);
 }
 
+/* Ranks disagree on a data-plane collective (ARG: count, root, op,
+ * dtype, order): rank 0 and the others call different ones. Prints the
+ * status and detail of the first call; then, for the root case, a
+ * matching allreduce (the group stays usable). */
+static int
+scen_mismatch(cohort_client *c, const char *arg)
+{
+	cohort_group *g = cohort_client_world(c);
+	bool r0 = cohort_client_rank(c) == 0;
+	double buf[256] = { 0 };
+	cohort_status st;
+
+	if (arg == NULL)
+		return (2);
+	if (strcmp(arg, "count") == 0)
+		st = cohort_allreduce(g, buf, buf, r0 ? 64 : 256, COHORT_F64,
+		    COHORT_SUM, NULL, 30000);
+	else if (strcmp(arg, "root") == 0)
+		st = cohort_broadcast(
+		    g, buf, 64, COHORT_F64, r0 ? 0 : 1, NULL, 30000);
+	else if (strcmp(arg, "op") == 0)
+		st = cohort_allreduce(g, buf, buf, 64, COHORT_F64,
+		    r0 ? COHORT_SUM : COHORT_MAX, NULL, 30000);
+	else if (strcmp(arg, "dtype") == 0)
+		st = cohort_allreduce(g, buf, buf, 64,
+		    r0 ? COHORT_F64 : COHORT_F32, COHORT_SUM, NULL, 30000);
+	else if (r0)
+		st = cohort_allreduce(
+		    g, buf, buf, 64, COHORT_F64, COHORT_SUM, NULL, 30000);
+	else
+		st = cohort_broadcast(g, buf, 64, COHORT_F64, 0, NULL, 30000);
+	worker_result("mismatch", st, cohort_last_error());
+	if (strcmp(arg, "root") == 0)
+		WORKER_CHECK("after",
+		    cohort_allreduce(
+		        g, buf, buf, 64, COHORT_F64, COHORT_SUM, NULL, 30000));
+	printf("RESULT done\n");
+	return (0);
+}
+
 /* Even ranks vote true, odd false: all() is false unless world is 1, any()
  * is true. Then everyone votes true: all() is true. */
 static int
@@ -481,6 +521,7 @@ static const struct {
 	{ "barrier", scen_barrier },
 	{ "bcast", scen_bcast },
 	{ "kvbig", scen_kvbig },
+	{ "mismatch", scen_mismatch },
 	{ "decide", scen_decide },
 	{ "reduce", scen_reduce },
 	{ "kvwait", scen_kvwait },

@@ -463,7 +463,13 @@ tcp_hs_connect(const struct cohort__group_desc *desc,
 		hs_deadline = deadline;
 	rv = tcp_io(desc, fd, ch, sizeof(ch), &sent, true, hs_deadline, jr,
 	    err, errlen);
-	/* Even when the send failed, a refusal may be waiting. */
+	/* Even when the send failed, a refusal may be waiting. The acceptor
+	 * answers as soon as it reads the hello: wait longer for that than
+	 * the handshake time, so a loaded machine does not make us give up
+	 * on a connection it already accepted. */
+	hs_deadline = cohort__now_ms() + 5 * (cohort__time)tcp_hs_ms();
+	if (hs_deadline > deadline)
+		hs_deadline = deadline;
 	have = 0;
 	need = 4;
 	do {
