@@ -541,9 +541,10 @@ coord_tls_dialer(struct cohort__coord *co, const char *url, nng_tls_config *tc,
  * Dials a tls+tcp:// coordinator. The first attempt is synchronous, so
  * that a certificate the client refuses, or a client certificate cohortd
  * refuses, fails cohort__coord_open at once with what to check instead of
- * a join that times out; when nobody listens yet the dialer goes on in the
- * background like the plain one.
+ * a join that times out; when nobody listens for COORD_TLS_SYNC_MS the
+ * dialer goes on in the background like the plain one.
  */
+#define COORD_TLS_SYNC_MS 3000
 static cohort_status
 coord_dial_tls(struct cohort__coord *co, const char *url)
 {
@@ -574,7 +575,15 @@ coord_dial_tls(struct cohort__coord *co, const char *url)
 	         coord_knob(COHORT__KNOB_TLS_KEY), ca, name, true))
 	    != COHORT_OK)
 		return (st);
-	st = coord_tls_dialer(co, url, tc, 0, &nrv);
+	/* cohortd may be starting: refused for a little while is no
+	 * verdict yet */
+	for (cohort__time until = cohort__now_ms() + COORD_TLS_SYNC_MS;;) {
+		st = coord_tls_dialer(co, url, tc, 0, &nrv);
+		if (st == COHORT_OK || nrv != NNG_ECONNREFUSED
+		    || cohort__now_ms() > until)
+			break;
+		(void)poll(NULL, 0, 50);
+	}
 	if (st != COHORT_OK
 	    && (nrv == NNG_ECONNREFUSED || nrv == NNG_ETIMEDOUT
 	        || nrv == NNG_EUNREACHABLE || nrv == NNG_EADDRINVAL))

@@ -10,6 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "check_cohort.h"
 
@@ -53,6 +57,22 @@ tls_make_certs(void)
 	       "-CAcreateserial -days 2 -out cli.pem");
 }
 
+static bool
+tls_port_open(int port)
+{
+	struct sockaddr_in sin;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	bool ok;
+
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons((uint16_t)port);
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ok = connect(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0;
+	close(fd);
+	return (ok);
+}
+
 struct tls_env {
 	char coord[128], ca[300], cert[300], key[300];
 	const char *env[8];
@@ -64,8 +84,8 @@ static void
 tls_start(struct th_coord *c, struct tls_env *e, bool verify_clients,
     const char *ca_file, bool client_cert)
 {
-	static char listen[96], cert[300], key[300], ca[300];
-	const char *args[12];
+	static char listen[96], cert[300], key[300], ca[300], admin[300];
+	const char *args[14];
 	int port = th_free_port(), n = 0;
 
 	tls_make_certs();
@@ -79,6 +99,10 @@ tls_start(struct th_coord *c, struct tls_env *e, bool verify_clients,
 	args[n++] = cert;
 	args[n++] = "--tls-key";
 	args[n++] = key;
+	tls_sh("printf 'tls-admin-secret\\n' >admin.secret");
+	snprintf(admin, sizeof(admin), "%s/admin.secret", tls_dir);
+	args[n++] = "--admin-token-file";
+	args[n++] = admin;
 	if (verify_clients) {
 		args[n++] = "--tls-ca";
 		args[n++] = ca;
@@ -86,6 +110,9 @@ tls_start(struct th_coord *c, struct tls_env *e, bool verify_clients,
 	}
 	args[n] = NULL;
 	th_coord_start(c, args);
+	/* the harness waited for the plain listener; the TLS one follows */
+	for (int k = 0; k < 200 && !tls_port_open(port); k++)
+		usleep(10000);
 	n = 0;
 	snprintf(e->coord, sizeof(e->coord), "COHORT_COORDINATOR=%s", listen);
 	e->env[n++] = e->coord;
@@ -126,6 +153,36 @@ tls_expect(struct th_workers *w, const char *want, int64_t within_ms)
 	ck_assert_int_lt(took, within_ms);
 }
 
+/* Runs `cohort status` (all jobs, with the admin secret) with the CA file
+ * ca; its exit code and output must be want_rc and contain want. */
+static void
+tls_status(
+    const struct tls_env *e, const char *ca, int want_rc, const char *want)
+{
+	char cafile[300], out[300], admin[300];
+	char *argv[] = { (char *)th_bin("cohort"), "status", NULL };
+	char *env[] = { (char *)e->coord, "COHORT_TLS_SERVER_NAME=localhost",
+		cafile, admin, NULL };
+	char *o;
+	int st = -1;
+	pid_t pid;
+
+	snprintf(cafile, sizeof(cafile), "COHORT_TLS_CA=%s/%s", tls_dir, ca);
+	snprintf(admin, sizeof(admin),
+	    "COHORT_ADMIN_TOKEN_FILE=%s/admin.secret", tls_dir);
+	snprintf(out, sizeof(out), "%s/status-%s.out", tls_dir, ca);
+	pid = th_spawn(argv, env, out);
+	ck_assert(th_wait(pid, 30000, &st));
+	o = th_read_file(out);
+	fprintf(stderr, "tls: cohort status with %s: exit %d: %s", ca,
+	    th_exit_code(st), o != NULL ? o : "");
+	ck_assert_msg(th_exit_code(st) == want_rc && o != NULL
+	        && strstr(o, want) != NULL,
+	    "cohort status (CA %s) exited %d:\n%s", ca, th_exit_code(st),
+	    o != NULL ? o : "");
+	free(o);
+}
+
 /* A verified server certificate: the job runs over TLS. */
 START_TEST(test_tls_job_runs)
 {
@@ -136,6 +193,9 @@ START_TEST(test_tls_job_runs)
 	tls_start(&c, &e, false, "ca.pem", false);
 	th_workers_start(&w, &c, "tlsjob", "t", 3, "barrier", "50", e.env);
 	tls_expect(&w, "RESULT barrier count=50", 120000);
+	/* the CLI goes through the same client code */
+	tls_status(&e, "ca.pem", 0, "cohortd at tls+tcp://");
+	tls_status(&e, "ca2.pem", 1, "TLS connection");
 	ck_assert_int_eq(th_coord_stop(&c), 0);
 }
 END_TEST
