@@ -545,17 +545,15 @@ coord_tls_dialer(struct cohort__coord *co, const char *url, nng_tls_config *tc,
  * dialer goes on in the background like the plain one.
  */
 #define COORD_TLS_SYNC_MS 3000
-static cohort_status
-coord_dial_tls(struct cohort__coord *co, const char *url)
-{
-	const char *ca = coord_knob(COHORT__KNOB_TLS_CA);
-	const char *name = coord_knob(COHORT__KNOB_TLS_SERVER_NAME);
-	char host[256];
-	nng_tls_config *tc = NULL;
-	cohort_status st;
-	int nrv = 0;
 
-	if (name == NULL) {
+/* The client's TLS configuration for url (COHORT_TLS_*); *name is the
+ * server name checked (host holds it when it comes from the URL). */
+static cohort_status
+coord_tls_setup(const char *url, char *host, size_t hostlen,
+    nng_tls_config **tc, const char **name)
+{
+	*name = coord_knob(COHORT__KNOB_TLS_SERVER_NAME);
+	if (*name == NULL) {
 		/* the URL's host: tls+tcp://HOST:PORT or [V6]:PORT */
 		const char *h = strstr(url, "://");
 		size_t n;
@@ -567,12 +565,36 @@ coord_dial_tls(struct cohort__coord *co, const char *url)
 		} else {
 			n = strcspn(h, ":/");
 		}
-		snprintf(host, sizeof(host), "%.*s", (int)n, h);
-		name = host;
+		snprintf(host, hostlen, "%.*s", (int)n, h);
+		*name = host;
 	}
-	if ((st = cohort__tls_config(&tc, false,
-	         coord_knob(COHORT__KNOB_TLS_CERT),
-	         coord_knob(COHORT__KNOB_TLS_KEY), ca, name, true))
+	return (
+	    cohort__tls_config(tc, false, coord_knob(COHORT__KNOB_TLS_CERT),
+	        coord_knob(COHORT__KNOB_TLS_KEY),
+	        coord_knob(COHORT__KNOB_TLS_CA), *name, true));
+}
+
+/* Whether an nng error of a TLS dial is the handshake's verdict (not
+ * "nobody listens yet"). */
+static bool
+coord_tls_refused(int nrv)
+{
+	return (nrv == NNG_ECRYPTO || nrv == NNG_EPEERAUTH
+	    || nrv == NNG_ECLOSED || nrv == NNG_ECONNRESET
+	    || nrv == NNG_ECONNSHUT);
+}
+
+static cohort_status
+coord_dial_tls(struct cohort__coord *co, const char *url)
+{
+	const char *ca = coord_knob(COHORT__KNOB_TLS_CA);
+	const char *name = NULL;
+	char host[256];
+	nng_tls_config *tc = NULL;
+	cohort_status st;
+	int nrv = 0;
+
+	if ((st = coord_tls_setup(url, host, sizeof(host), &tc, &name))
 	    != COHORT_OK)
 		return (st);
 	/* cohortd may be starting: refused for a little while is no
@@ -708,7 +730,52 @@ enum coord_probe_result {
 	COORD_PROBE_UNREACHABLE, /* connect failed: why */
 	COORD_PROBE_COHORTD, /* speaks SP as a rep0 socket */
 	COORD_PROBE_FOREIGN, /* accepts, but is not a cohortd: why */
+	COORD_PROBE_TLS_REFUSED, /* the TLS handshake failed: why */
 };
+
+static void coord_close_socket(nng_socket sock, cohort_duration bound_ms);
+
+/*
+ * A tls+tcp:// coordinator that came up after cohort__coord_open gave up
+ * its synchronous dial: nng's background dialer retries a failed
+ * handshake silently, so a throw-away socket dials once, synchronously,
+ * to learn the verdict (a certificate refused either way) in seconds
+ * rather than at the join's timeout.
+ */
+static enum coord_probe_result
+coord_probe_tls(const char *url, char *why, size_t len)
+{
+	const char *name = NULL;
+	char host[256];
+	nng_tls_config *tc = NULL;
+	nng_socket s;
+	nng_dialer d;
+	int nrv;
+
+	if (coord_tls_setup(url, host, sizeof(host), &tc, &name) != COHORT_OK)
+		return (COORD_PROBE_SKIPPED);
+	if (nng_req0_open(&s) != 0) {
+		nng_tls_config_free(tc);
+		return (COORD_PROBE_SKIPPED);
+	}
+	if ((nrv = nng_dialer_create(&d, s, url)) == 0
+	    && (nrv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, tc)) == 0)
+		nrv = nng_dialer_start(d, 0);
+	nng_tls_config_free(tc);
+	coord_close_socket(s, 400);
+	if (nrv == 0) {
+		why[0] = '\0';
+		return (COORD_PROBE_COHORTD);
+	}
+	if (coord_tls_refused(nrv)) {
+		snprintf(why, len, "%s: %s (server name '%s', CA %s)",
+		    nng_strerror(nrv), cohort__tls_hint(nrv), name,
+		    coord_knob(COHORT__KNOB_TLS_CA));
+		return (COORD_PROBE_TLS_REFUSED);
+	}
+	snprintf(why, len, "%s", nng_strerror(nrv));
+	return (COORD_PROBE_UNREACHABLE);
+}
 
 static bool
 coord_probe_io(int fd, short ev, cohort__time end)
@@ -738,6 +805,8 @@ coord_probe(const char *url, cohort__time deadline, char *why, size_t len)
 
 	if (end > deadline)
 		end = deadline;
+	if (cohort__tls_url(url) && !cohort__expired(end))
+		return (coord_probe_tls(url, why, len));
 	if (p == NULL || strncmp(url, "tcp", 3) != 0 || cohort__expired(end))
 		return (COORD_PROBE_SKIPPED);
 	p += 3;
@@ -852,6 +921,13 @@ cohort__coord_wait_connected(struct cohort__coord *co, cohort__time deadline)
 		next_probe = cohort__now_ms() + COORD_PROBE_MS;
 		if (co->connected)
 			break;
+		if (r == COORD_PROBE_TLS_REFUSED) {
+			st = cohort__err(COHORT_EAUTH,
+			    "TLS connection to the coordinator at %s failed: "
+			    "%s",
+			    co->url, why);
+			break;
+		}
 		if (r == COORD_PROBE_FOREIGN) {
 			st = cohort__err(
 			    COHORT_ENOCOORD, "%s %s", co->url, why);

@@ -81,14 +81,17 @@ struct tls_env {
 /* Starts cohortd with a tls+tcp:// listener (and its plain one, which
  * the harness probes); fills e with the workers' environment. */
 static void
-tls_start(struct th_coord *c, struct tls_env *e, bool verify_clients,
-    const char *ca_file, bool client_cert)
+tls_start_at(struct th_coord *c, struct tls_env *e, bool verify_clients,
+    const char *ca_file, bool client_cert, int port)
 {
 	static char listen[96], cert[300], key[300], ca[300], admin[300];
 	const char *args[14];
-	int port = th_free_port(), n = 0;
+	int n = 0;
 
-	tls_make_certs();
+	if (port == 0)
+		port = th_free_port();
+	if (tls_dir[0] == '\0')
+		tls_make_certs();
 	snprintf(listen, sizeof(listen), "tls+tcp://127.0.0.1:%d", port);
 	snprintf(cert, sizeof(cert), "%s/srv.pem", tls_dir);
 	snprintf(key, sizeof(key), "%s/srv.key", tls_dir);
@@ -153,6 +156,14 @@ tls_expect(struct th_workers *w, const char *want, int64_t within_ms)
 	ck_assert_int_lt(took, within_ms);
 }
 
+static void
+tls_start(struct th_coord *c, struct tls_env *e, bool verify_clients,
+    const char *ca_file, bool client_cert)
+{
+	tls_dir[0] = '\0';
+	tls_start_at(c, e, verify_clients, ca_file, client_cert, 0);
+}
+
 /* Runs `cohort status` (all jobs, with the admin secret) with the CA file
  * ca; its exit code and output must be want_rc and contain want. */
 static void
@@ -215,6 +226,39 @@ START_TEST(test_tls_wrong_ca_refused)
 }
 END_TEST
 
+/* The workers start first (their synchronous dial finds nobody for
+ * longer than its 3 s); cohortd then comes up with a certificate they
+ * refuse: the probe of the background dial reports it within seconds,
+ * not at the join's timeout (60 s here). */
+START_TEST(test_tls_wrong_ca_of_a_late_cohortd)
+{
+	struct th_coord c, early;
+	struct tls_env e;
+	struct th_workers w;
+	int port = th_free_port();
+	int64_t t0;
+
+	tls_dir[0] = '\0';
+	tls_make_certs();
+	memset(&early, 0, sizeof(early));
+	snprintf(early.url, sizeof(early.url), "tls+tcp://127.0.0.1:%d", port);
+	snprintf(e.coord, sizeof(e.coord), "COHORT_COORDINATOR=%s", early.url);
+	snprintf(e.ca, sizeof(e.ca), "COHORT_TLS_CA=%s/ca2.pem", tls_dir);
+	e.env[0] = e.coord;
+	e.env[1] = "COHORT_TLS_SERVER_NAME=localhost";
+	e.env[2] = e.ca;
+	e.env[3] = NULL;
+	th_workers_start(&w, &early, "tlslate", "t", 2, "barrier", "5", e.env);
+	usleep(4500 * 1000);
+	t0 = th_now_ms();
+	tls_start_at(&c, &e, false, "ca2.pem", false, port);
+	tls_expect(&w, "status=COHORT_EAUTH detail=TLS connection", 20000);
+	fprintf(stderr, "tls: late cohortd refused %lld ms after it started\n",
+	    (long long)(th_now_ms() - t0));
+	ck_assert_int_eq(th_coord_stop(&c), 0);
+}
+END_TEST
+
 /* No CA configured: a configuration error, at once. */
 START_TEST(test_tls_without_ca_is_a_config_error)
 {
@@ -267,6 +311,7 @@ suite_integration_tls(void)
 	tcase_set_timeout(tc, 240);
 	tcase_add_test(tc, test_tls_job_runs);
 	tcase_add_test(tc, test_tls_wrong_ca_refused);
+	tcase_add_test(tc, test_tls_wrong_ca_of_a_late_cohortd);
 	tcase_add_test(tc, test_tls_without_ca_is_a_config_error);
 	tcase_add_test(tc, test_tls_client_certificate_required);
 	suite_add_tcase(s, tc);
