@@ -240,7 +240,7 @@ scen_flood(cohort_client *c, const char *arg)
 		*colon = '\0';
 		memset(&sin, 0, sizeof(sin));
 		sin.sin_family = AF_INET;
-		sin.sin_port = htons((uint16_t)atoi(colon + 1));
+		sin.sin_port = htons((uint16_t)worker_arg(colon + 1, 0));
 		inet_pton(AF_INET, hp, &sin.sin_addr);
 		for (; n < nconn && n < 256; n++) {
 			fds[n] = socket(AF_INET, SOCK_STREAM, 0);
