@@ -629,6 +629,18 @@ tcp_connect_peer(const struct cohort__group_desc *desc,
 		}
 		close(fd);
 		fd = -1;
+		/* Dropped by a busy listener: another connect window from
+		 * the first time (the wait for the greeting may have used
+		 * up the first one). */
+		if (retry && attempts == 1) {
+			window = cohort__deadline(
+			    (cohort_duration)cohort__knob_int_or(
+			        COHORT__KNOB_CONNECT_TIMEOUT_MS,
+			        TCP_CONNECT_TIMEOUT_MS),
+			    COHORT_WAIT_FOREVER);
+			if (window > deadline)
+				window = deadline;
+		}
 		if (!retry || cohort__expired(window)) {
 			if (attempts > 1)
 				cohort__appendf(err, errlen,
