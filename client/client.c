@@ -760,6 +760,8 @@ client_join(
 		}
 	}
 	cohort__coord_set_member(c->coord, c->rank, c->generation);
+	cohort__coord_set_limits(
+	    c->coord, jr->max_value_bytes, jr->max_message_bytes);
 out:
 	cohort__coord_call_fini(&call);
 	return (st);

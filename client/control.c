@@ -219,7 +219,7 @@ cohort_broadcast_obj(cohort_group *g, int32_t root, const void *data,
 	const void *src;
 	size_t n;
 	void *p;
-	bool is_root;
+	bool is_root, oversize;
 	cohort_status st;
 
 	if (g == NULL)
@@ -237,8 +237,15 @@ cohort_broadcast_obj(cohort_group *g, int32_t root, const void *data,
 	coll.kind = COHORT__COLLECTIVE_KIND__COLL_BROADCAST;
 	coll.name = "";
 	coll.root = root;
-	st = control_run(g, &coll, is_root ? &iov : NULL, is_root ? 1 : 0,
-	    timeout, "broadcast_obj", &call, &req);
+	/* An object cohortd cannot take is announced, not sent: cohortd
+	 * then fails the broadcast on every rank with ETOOBIG. */
+	oversize = is_root
+	    && (uint64_t)len > cohort__coord_max_value(g->client->coord);
+	if (is_root)
+		coll.object_len = len;
+	st = control_run(g, &coll, is_root && !oversize ? &iov : NULL,
+	    is_root && !oversize ? 1 : 0, timeout, "broadcast_obj", &call,
+	    &req);
 	if (st != COHORT_OK || out == NULL)
 		goto out;
 	src = is_root ? data : call.payload;

@@ -40,6 +40,8 @@
 #include <nng/protocol/reqrep0/req.h>
 
 #include "coord.h"
+#include "knobs.h"
+#include "tls.h"
 
 /* Re-dial back-off of nng's dialer after a lost connection. */
 #define COORD_RECONN_MIN_MS 50
@@ -71,6 +73,9 @@ struct cohort__coord {
 	bool closing;
 	int32_t rank;
 	uint64_t generation;
+	/* cohortd's limits (cohort__coord_set_limits). */
+	_Atomic uint64_t max_value;
+	_Atomic uint64_t max_frame;
 	struct cohort__coord_call *pending;
 	/* Idle contexts and aios of finished synchronous calls, reused by
 	 * the next ones (saves an open/close and an alloc/free per call). */
@@ -499,6 +504,123 @@ coord_default_window(void)
 	    cohort__scaled(COHORT__DEFAULT_RECONNECT_MS)));
 }
 
+/* A knob's text, NULL when unset or empty. */
+static const char *
+coord_knob(enum cohort__knob k)
+{
+	const char *v = cohort__knob_str(k);
+
+	return (v != NULL && v[0] != '\0' ? v : NULL);
+}
+
+/* A dialer of url with the client's TLS configuration (COHORT_TLS_*),
+ * started with flags. */
+static cohort_status
+coord_tls_dialer(struct cohort__coord *co, const char *url, nng_tls_config *tc,
+    int flags, int *nrv)
+{
+	nng_dialer d;
+
+	if ((*nrv = nng_dialer_create(&d, co->sock, url)) != 0)
+		return (
+		    cohort__err(*nrv == NNG_EADDRINVAL || *nrv == NNG_EINVAL
+		            ? COHORT_EINVAL
+		            : cohort__from_nng(*nrv),
+		        "cannot dial the coordinator at %s: %s", url,
+		        nng_strerror(*nrv)));
+	if ((*nrv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, tc)) != 0
+	    || (*nrv = nng_dialer_start(d, flags)) != 0) {
+		nng_dialer_close(d);
+		return (cohort__from_nng(*nrv));
+	}
+	co->dialer = d;
+	return (COHORT_OK);
+}
+
+/*
+ * Dials a tls+tcp:// coordinator. The first attempt is synchronous, so
+ * that a certificate the client refuses, or a client certificate cohortd
+ * refuses, fails cohort__coord_open at once with what to check instead of
+ * a join that times out; when nobody listens for COORD_TLS_SYNC_MS the
+ * dialer goes on in the background like the plain one.
+ */
+#define COORD_TLS_SYNC_MS 3000
+
+/* The client's TLS configuration for url (COHORT_TLS_*); *name is the
+ * server name checked (host holds it when it comes from the URL). */
+static cohort_status
+coord_tls_setup(const char *url, char *host, size_t hostlen,
+    nng_tls_config **tc, const char **name)
+{
+	*name = coord_knob(COHORT__KNOB_TLS_SERVER_NAME);
+	if (*name == NULL) {
+		/* the URL's host: tls+tcp://HOST:PORT or [V6]:PORT */
+		const char *h = strstr(url, "://");
+		size_t n;
+
+		h = h != NULL ? h + 3 : url;
+		if (*h == '[') {
+			h++;
+			n = strcspn(h, "]");
+		} else {
+			n = strcspn(h, ":/");
+		}
+		snprintf(host, hostlen, "%.*s", (int)n, h);
+		*name = host;
+	}
+	return (
+	    cohort__tls_config(tc, false, coord_knob(COHORT__KNOB_TLS_CERT),
+	        coord_knob(COHORT__KNOB_TLS_KEY),
+	        coord_knob(COHORT__KNOB_TLS_CA), *name, true));
+}
+
+/* Whether an nng error of a TLS dial is the handshake's verdict (not
+ * "nobody listens yet"). */
+static bool
+coord_tls_refused(int nrv)
+{
+	return (nrv == NNG_ECRYPTO || nrv == NNG_EPEERAUTH
+	    || nrv == NNG_ECLOSED || nrv == NNG_ECONNRESET
+	    || nrv == NNG_ECONNSHUT);
+}
+
+static cohort_status
+coord_dial_tls(struct cohort__coord *co, const char *url)
+{
+	const char *ca = coord_knob(COHORT__KNOB_TLS_CA);
+	const char *name = NULL;
+	char host[256];
+	nng_tls_config *tc = NULL;
+	cohort_status st;
+	int nrv = 0;
+
+	if ((st = coord_tls_setup(url, host, sizeof(host), &tc, &name))
+	    != COHORT_OK)
+		return (st);
+	/* cohortd may be starting: refused for a little while is no
+	 * verdict yet */
+	for (cohort__time until = cohort__now_ms() + COORD_TLS_SYNC_MS;;) {
+		st = coord_tls_dialer(co, url, tc, 0, &nrv);
+		if (st == COHORT_OK || nrv != NNG_ECONNREFUSED
+		    || cohort__now_ms() > until)
+			break;
+		(void)poll(NULL, 0, 50);
+	}
+	if (st != COHORT_OK
+	    && (nrv == NNG_ECONNREFUSED || nrv == NNG_ETIMEDOUT
+	        || nrv == NNG_EUNREACHABLE || nrv == NNG_EADDRINVAL))
+		st = coord_tls_dialer(co, url, tc, NNG_FLAG_NONBLOCK, &nrv);
+	nng_tls_config_free(tc);
+	if (st == COHORT_OK)
+		return (COHORT_OK);
+	if (nrv == NNG_EINVAL || nrv == NNG_EADDRINVAL || nrv == NNG_ENOTSUP)
+		return (st);
+	return (cohort__err(COHORT_EAUTH,
+	    "TLS connection to the coordinator at %s failed: %s: %s "
+	    "(server name '%s', CA %s)",
+	    url, nng_strerror(nrv), cohort__tls_hint(nrv), name, ca));
+}
+
 cohort_status
 cohort__coord_open(const char *url, const char *job, const char *token,
     uint64_t client_id, struct cohort__coord **out)
@@ -518,6 +640,8 @@ cohort__coord_open(const char *url, const char *job, const char *token,
 	co->rank = -1;
 	co->reconnect_ms = coord_default_window();
 	atomic_init(&co->next_seq, 1);
+	atomic_init(&co->max_value, COHORT__DEFAULT_MAX_VALUE);
+	atomic_init(&co->max_frame, COHORT__MAX_MESSAGE);
 	if ((co->job = strdup(job)) == NULL
 	    || (co->token = strdup(token)) == NULL) {
 		st = cohort__err(COHORT_ENOMEM, "out of memory");
@@ -540,7 +664,7 @@ cohort__coord_open(const char *url, const char *job, const char *token,
 	         co->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE))
 	        != 0
 	    || (rv = nng_socket_set_size(
-	            co->sock, NNG_OPT_RECVMAXSZ, COHORT__MAX_MESSAGE))
+	            co->sock, NNG_OPT_RECVMAXSZ, COHORT__CLIENT_RECV_MAX))
 	        != 0
 	    || (rv = nng_socket_set_ms(
 	            co->sock, NNG_OPT_RECONNMINT, COORD_RECONN_MIN_MS))
@@ -558,7 +682,11 @@ cohort__coord_open(const char *url, const char *job, const char *token,
 		    "setting up the coordinator socket: %s", nng_strerror(rv));
 		goto out_close_socket;
 	}
-	if ((rv = nng_dial(co->sock, url, &co->dialer, NNG_FLAG_NONBLOCK))
+	if (cohort__tls_url(url)) {
+		if ((st = coord_dial_tls(co, url)) != COHORT_OK)
+			goto out_close_socket;
+	} else if ((rv = nng_dial(
+	                co->sock, url, &co->dialer, NNG_FLAG_NONBLOCK))
 	    != 0) {
 		st = cohort__err(rv == NNG_EADDRINVAL || rv == NNG_EINVAL
 		            || rv == NNG_ENOTSUP
@@ -602,7 +730,52 @@ enum coord_probe_result {
 	COORD_PROBE_UNREACHABLE, /* connect failed: why */
 	COORD_PROBE_COHORTD, /* speaks SP as a rep0 socket */
 	COORD_PROBE_FOREIGN, /* accepts, but is not a cohortd: why */
+	COORD_PROBE_TLS_REFUSED, /* the TLS handshake failed: why */
 };
+
+static void coord_close_socket(nng_socket sock, cohort_duration bound_ms);
+
+/*
+ * A tls+tcp:// coordinator that came up after cohort__coord_open gave up
+ * its synchronous dial: nng's background dialer retries a failed
+ * handshake silently, so a throw-away socket dials once, synchronously,
+ * to learn the verdict (a certificate refused either way) in seconds
+ * rather than at the join's timeout.
+ */
+static enum coord_probe_result
+coord_probe_tls(const char *url, char *why, size_t len)
+{
+	const char *name = NULL;
+	char host[256];
+	nng_tls_config *tc = NULL;
+	nng_socket s;
+	nng_dialer d;
+	int nrv;
+
+	if (coord_tls_setup(url, host, sizeof(host), &tc, &name) != COHORT_OK)
+		return (COORD_PROBE_SKIPPED);
+	if (nng_req0_open(&s) != 0) {
+		nng_tls_config_free(tc);
+		return (COORD_PROBE_SKIPPED);
+	}
+	if ((nrv = nng_dialer_create(&d, s, url)) == 0
+	    && (nrv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, tc)) == 0)
+		nrv = nng_dialer_start(d, 0);
+	nng_tls_config_free(tc);
+	coord_close_socket(s, 400);
+	if (nrv == 0) {
+		why[0] = '\0';
+		return (COORD_PROBE_COHORTD);
+	}
+	if (coord_tls_refused(nrv)) {
+		snprintf(why, len, "%s: %s (server name '%s', CA %s)",
+		    nng_strerror(nrv), cohort__tls_hint(nrv), name,
+		    coord_knob(COHORT__KNOB_TLS_CA));
+		return (COORD_PROBE_TLS_REFUSED);
+	}
+	snprintf(why, len, "%s", nng_strerror(nrv));
+	return (COORD_PROBE_UNREACHABLE);
+}
 
 static bool
 coord_probe_io(int fd, short ev, cohort__time end)
@@ -632,6 +805,8 @@ coord_probe(const char *url, cohort__time deadline, char *why, size_t len)
 
 	if (end > deadline)
 		end = deadline;
+	if (cohort__tls_url(url) && !cohort__expired(end))
+		return (coord_probe_tls(url, why, len));
 	if (p == NULL || strncmp(url, "tcp", 3) != 0 || cohort__expired(end))
 		return (COORD_PROBE_SKIPPED);
 	p += 3;
@@ -746,6 +921,13 @@ cohort__coord_wait_connected(struct cohort__coord *co, cohort__time deadline)
 		next_probe = cohort__now_ms() + COORD_PROBE_MS;
 		if (co->connected)
 			break;
+		if (r == COORD_PROBE_TLS_REFUSED) {
+			st = cohort__err(COHORT_EAUTH,
+			    "TLS connection to the coordinator at %s failed: "
+			    "%s",
+			    co->url, why);
+			break;
+		}
 		if (r == COORD_PROBE_FOREIGN) {
 			st = cohort__err(
 			    COHORT_ENOCOORD, "%s %s", co->url, why);
@@ -1018,6 +1200,22 @@ coord_step(struct cohort__coord *co, struct cohort__coord_call *call,
 	return (nng_aio_result(aio));
 }
 
+void
+cohort__coord_set_limits(
+    struct cohort__coord *co, uint64_t max_value, uint64_t max_frame)
+{
+	if (max_value > 0)
+		atomic_store(&co->max_value, max_value);
+	if (max_frame > 0)
+		atomic_store(&co->max_frame, max_frame);
+}
+
+uint64_t
+cohort__coord_max_value(struct cohort__coord *co)
+{
+	return (atomic_load(&co->max_value));
+}
+
 cohort_status
 cohort__coord_call(struct cohort__coord *co, struct cohort__coord_call *call)
 {
@@ -1040,8 +1238,12 @@ cohort__coord_call(struct cohort__coord *co, struct cohort__coord_call *call)
 		 * request no longer than the caller still waits. */
 		pthread_mutex_unlock(&co->mtx);
 		coord_fill(co, call);
-		st = cohort__wire_pack_request(
-		    call->req, call->parts, call->nparts, &msg);
+		st = cohort__wire_pack_request_max(call->req, call->parts,
+		    call->nparts, (size_t)atomic_load(&co->max_frame), &msg);
+		if (st == COHORT_ETOOBIG)
+			cohort__err(st,
+			    "%s (cohortd's --max-value-bytes is %" PRIu64 ")",
+			    cohort_last_error(), atomic_load(&co->max_value));
 		pthread_mutex_lock(&co->mtx);
 		if (st != COHORT_OK)
 			break;

@@ -110,6 +110,13 @@ void cohort__coord_prepare_close(struct cohort__coord *co);
 /* Identity carried by later requests (after the join completed). */
 void cohort__coord_set_member(
     struct cohort__coord *co, int32_t rank, uint64_t generation);
+/* cohortd's size limits from the join reply (0: an older cohortd, keep
+ * the defaults): every later request is checked against max_frame before
+ * it is sent (ETOOBIG naming the sizes), never dropped by cohortd. */
+void cohort__coord_set_limits(
+    struct cohort__coord *co, uint64_t max_value, uint64_t max_frame);
+/* The largest KV value / broadcast object cohortd takes. */
+uint64_t cohort__coord_max_value(struct cohort__coord *co);
 /* True once the connection to cohortd was lost for good (down longer
  * than the reconnect window, or dropped). */
 bool cohort__coord_lost(struct cohort__coord *co);

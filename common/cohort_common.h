@@ -160,6 +160,14 @@ void cohort__assert_fail(const char *expr, const char *file, int line)
 #define COHORT__DETAIL_MAX 4096
 /* Largest nng message either side accepts (value + envelope). */
 #define COHORT__MAX_MESSAGE ((64u << 20) + (1u << 20))
+/* What cohortd accepts beyond --max-value-bytes in one message (the
+ * envelope): its receive limit is max_value + this, announced at join. */
+#define COHORT__ENVELOPE_ALLOWANCE (1u << 20)
+/* The largest message a client accepts from cohortd: nng's largest
+ * receive limit (4 GiB - 1), so that any --max-value-bytes cohortd
+ * accepts comes through (the client checks what it sends against the
+ * limits cohortd announces at join). */
+#define COHORT__CLIENT_RECV_MAX ((size_t)0xffffffffu)
 /* Largest key length. */
 #define COHORT__MAX_KEY 1024
 /* Largest vector for cohort_reduce_scalars. */

@@ -44,6 +44,17 @@ enum cohort__knob_type {
 	X(NODE_RANK, INT, "-1", -1, 65535, "job", "index of this node")       \
 	X(RESTART_COUNT, INT, "0", 0, 1000000, "job",                         \
 	    "restarts of the group so far (set by cohort run)")               \
+	X(TLS_CA, STR, "", 0, 0, "tls",                                       \
+	    "CA (PEM file) that signed cohortd's certificate; required "      \
+	    "with a tls+tcp:// coordinator")                                  \
+	X(TLS_CERT, STR, "", 0, 0, "tls",                                     \
+	    "this client's certificate (PEM file), for a cohortd that "       \
+	    "verifies clients")                                               \
+	X(TLS_KEY, STR, "", 0, 0, "tls",                                      \
+	    "the private key (PEM file) of COHORT_TLS_CERT")                  \
+	X(TLS_SERVER_NAME, STR, "", 0, 0, "tls",                              \
+	    "name cohortd's certificate must carry (default: the "            \
+	    "coordinator URL's host)")                                        \
 	X(ADMIN_TOKEN_FILE, STR, "", 0, 0, "cohortd",                         \
 	    "file holding cohortd's admin secret (cohortd, cohort token, "    \
 	    "cohort status)")                                                 \
@@ -57,6 +68,9 @@ enum cohort__knob_type {
 	    "COHORT_DATA_ADDR is unset)")                                     \
 	X(CONNECT_TIMEOUT_MS, MS, "10000", 100, INT32_MAX, "timeouts",        \
 	    "how long a rank keeps trying to connect to a peer's data plane") \
+	X(TCP_HS_TIMEOUT_MS, MS, "2000", 100, INT32_MAX, "timeouts",          \
+	    "how long a data-plane listener waits for a connection's "        \
+	    "hello before dropping it")                                       \
 	X(TIMEOUT_MS, MS, "1800000", -1, INT32_MAX, "timeouts",               \
 	    "default timeout of blocking calls (30 min, like Lightning)")     \
 	X(JOIN_TIMEOUT_MS, MS, "1800000", -1, INT32_MAX, "timeouts",          \

@@ -12,9 +12,12 @@
 
 #include "wire.h"
 
+/* max_frame 0: the payload alone against COHORT__MAX_MESSAGE (the
+ * historical check); else the whole frame against max_frame. */
 static cohort_status
 wire_pack(const ProtobufCMessage *env, uint64_t *payload_len_field,
-    const struct cohort__iov *parts, size_t nparts, nng_msg **out)
+    const struct cohort__iov *parts, size_t nparts, size_t max_frame,
+    nng_msg **out)
 {
 	size_t plen = 0;
 	size_t elen;
@@ -24,7 +27,7 @@ wire_pack(const ProtobufCMessage *env, uint64_t *payload_len_field,
 
 	for (size_t i = 0; i < nparts; i++)
 		plen += parts[i].len;
-	if (plen > COHORT__MAX_MESSAGE)
+	if (max_frame == 0 && plen > COHORT__MAX_MESSAGE)
 		return (cohort__err(COHORT_ETOOBIG,
 		    "payload of %zu bytes exceeds the message limit of %u",
 		    plen, (unsigned)COHORT__MAX_MESSAGE));
@@ -32,6 +35,12 @@ wire_pack(const ProtobufCMessage *env, uint64_t *payload_len_field,
 	elen = protobuf_c_message_get_packed_size(env);
 	if (elen > UINT32_MAX)
 		return (COHORT_ETOOBIG);
+	if (max_frame != 0
+	    && (plen > max_frame || 4 + elen > max_frame - plen))
+		return (cohort__err(COHORT_ETOOBIG,
+		    "message of %zu bytes (payload %zu + header %zu) exceeds "
+		    "the receiver's limit of %zu bytes",
+		    4 + elen + plen, plen, 4 + elen, max_frame));
 	if ((rv = nng_msg_alloc(&m, 4 + elen + plen)) != 0)
 		return (cohort__err(cohort__from_nng(rv), "nng_msg_alloc: %s",
 		    nng_strerror(rv)));
@@ -55,14 +64,34 @@ cohort_status
 cohort__wire_pack_request(Cohort__Request *req,
     const struct cohort__iov *parts, size_t nparts, nng_msg **out)
 {
-	return (wire_pack(&req->base, &req->payload_len, parts, nparts, out));
+	return (
+	    wire_pack(&req->base, &req->payload_len, parts, nparts, 0, out));
+}
+
+cohort_status
+cohort__wire_pack_request_max(Cohort__Request *req,
+    const struct cohort__iov *parts, size_t nparts, size_t max_frame,
+    nng_msg **out)
+{
+	return (wire_pack(
+	    &req->base, &req->payload_len, parts, nparts, max_frame, out));
+}
+
+cohort_status
+cohort__wire_pack_reply_max(Cohort__Reply *rep,
+    const struct cohort__iov *parts, size_t nparts, size_t max_frame,
+    nng_msg **out)
+{
+	return (wire_pack(
+	    &rep->base, &rep->payload_len, parts, nparts, max_frame, out));
 }
 
 cohort_status
 cohort__wire_pack_reply(Cohort__Reply *rep, const struct cohort__iov *parts,
     size_t nparts, nng_msg **out)
 {
-	return (wire_pack(&rep->base, &rep->payload_len, parts, nparts, out));
+	return (
+	    wire_pack(&rep->base, &rep->payload_len, parts, nparts, 0, out));
 }
 
 /* Splits msg into envelope bytes and payload; EPROTO on any malformation. */

@@ -28,6 +28,15 @@ cohort_status cohort__wire_pack_request(Cohort__Request *req,
     const struct cohort__iov *parts, size_t nparts, nng_msg **out);
 cohort_status cohort__wire_pack_reply(Cohort__Reply *rep,
     const struct cohort__iov *parts, size_t nparts, nng_msg **out);
+/* The same with the limit of the whole frame (4 + envelope + payload) the
+ * receiver accepts; ETOOBIG with the sizes in the error detail when it is
+ * exceeded. The two above use COHORT__MAX_MESSAGE for the payload. */
+cohort_status cohort__wire_pack_request_max(Cohort__Request *req,
+    const struct cohort__iov *parts, size_t nparts, size_t max_frame,
+    nng_msg **out);
+cohort_status cohort__wire_pack_reply_max(Cohort__Reply *rep,
+    const struct cohort__iov *parts, size_t nparts, size_t max_frame,
+    nng_msg **out);
 
 /* Validates framing and unpacks the envelope. On success *req must be freed
  * with cohort__request__free_unpacked(*req, NULL) and *payload points into

@@ -36,9 +36,53 @@ srv_coll_kind_name(int kind)
 	}
 }
 
+/* The service backend's operations (Collective.service_op: the client's
+ * enum cohort__op_kind, a wire contract of the service backend). */
+static const char *
+coll_service_name(uint32_t op)
+{
+	static const char *const names[] = { "?", "allreduce", "reduce",
+		"broadcast", "allgather", "allgatherv", "reduce_scatter",
+		"alltoall", "gather", "scatter", "barrier" };
+
+	return (op < sizeof(names) / sizeof(names[0]) ? names[op] : "?");
+}
+
+/* Which fields of a service operation every rank must agree on. */
+static bool
+coll_service_rooted(uint32_t op)
+{
+	return (op == 2 || op == 3 || op == 8 || op == 9);
+}
+
+static bool
+coll_service_counted(uint32_t op)
+{
+	return (op != 5 && op != 10); /* allgatherv: per rank; barrier */
+}
+
 static void
 coll_desc_text(const struct srv_cdesc *cd, char *buf, size_t len)
 {
+	if (cd->kind == COHORT__COLLECTIVE_KIND__COLL_SERVICE) {
+		size_t off = 0;
+
+		cohort__appendf(
+		    buf, len, &off, "%s (", coll_service_name(cd->service_op));
+		if (coll_service_counted(cd->service_op))
+			cohort__appendf(
+			    buf, len, &off, "count %" PRIu64 ", ", cd->count);
+		cohort__appendf(buf, len, &off, "%s",
+		    cohort_dtype_name((cohort_dtype)cd->dtype));
+		if (cd->service_op == 1 || cd->service_op == 2
+		    || cd->service_op == 6) /* the reducing ones */
+			cohort__appendf(buf, len, &off, ", %s",
+			    cohort_redop_name((cohort_redop)cd->op));
+		if (coll_service_rooted(cd->service_op))
+			cohort__appendf(buf, len, &off, ", root %d", cd->root);
+		cohort__appendf(buf, len, &off, ")");
+		return;
+	}
 	size_t off = 0;
 
 	cohort__appendf(buf, len, &off, "%s '%s'",
@@ -82,7 +126,11 @@ coll_desc_equal(const struct srv_cdesc *a, const struct srv_cdesc *b)
 		return (a->decide_all == b->decide_all);
 	case COHORT__COLLECTIVE_KIND__COLL_SERVICE:
 		return (a->service_op == b->service_op && a->dtype == b->dtype
-		    && a->op == b->op);
+		    && a->op == b->op
+		    && (!coll_service_counted(a->service_op)
+		        || a->count == b->count)
+		    && (!coll_service_rooted(a->service_op)
+		        || a->root == b->root));
 	default:
 		return (true);
 	}
@@ -609,6 +657,36 @@ coll_complete(struct srv_coll *co)
 	coll_free(co);
 }
 
+/* Turns co into a tombstone answering st with detail to every rank that
+ * is parked in it or still comes (c included). */
+static void
+coll_tombstone(struct srv_coll *co, struct srv_call *c, cohort_status st,
+    const char *detail)
+{
+	struct srv_group *g = co->g;
+
+	for (uint32_t i = 0; i < g->n; i++) {
+		struct srv_call *p = co->calls[i];
+		if (p == NULL)
+			continue;
+		co->calls[i] = NULL;
+		p->owner = NULL;
+		srv_call_fail(p, st, "%s", detail);
+	}
+	co->nparked = 0;
+	if (co->bmsg != NULL) {
+		nng_msg_free(co->bmsg);
+		co->bmsg = NULL;
+	}
+	co->mismatch = srv_strdup(detail);
+	co->fail_st = st;
+	co->arrived[c->grank] = 1;
+	co->narrived++;
+	srv_call_fail(c, st, "%s", detail);
+	if (co->mismatch == NULL || coll_done(co))
+		coll_free(co);
+}
+
 static void
 coll_mismatch(struct srv_coll *co, struct srv_call *c)
 {
@@ -624,29 +702,17 @@ coll_mismatch(struct srv_coll *co, struct srv_call *c)
 	free(r);
 	coll_desc_text(&co->cd, da, sizeof(da));
 	coll_desc_text(&c->cd, db, sizeof(db));
-	snprintf(detail, sizeof(detail),
-	    "collective #%" PRIu64 " on group '%s' mismatch: rank%s %s "
-	    "called %s, rank %d called %s",
-	    co->op_seq, g->name, nr == 1 ? "" : "s", rb, da, c->rank, db);
-	for (uint32_t i = 0; i < g->n; i++) {
-		struct srv_call *p = co->calls[i];
-		if (p == NULL)
-			continue;
-		co->calls[i] = NULL;
-		p->owner = NULL;
-		srv_call_fail(p, COHORT_EMISMATCH, "%s", detail);
-	}
-	co->nparked = 0;
-	if (co->bmsg != NULL) {
-		nng_msg_free(co->bmsg);
-		co->bmsg = NULL;
-	}
-	co->mismatch = srv_strdup(detail);
-	co->arrived[c->grank] = 1;
-	co->narrived++;
-	srv_call_fail(c, COHORT_EMISMATCH, "%s", detail);
-	if (co->mismatch == NULL || coll_done(co))
-		coll_free(co);
+	if (co->cd.kind == COHORT__COLLECTIVE_KIND__COLL_SERVICE)
+		snprintf(detail, sizeof(detail),
+		    "ranks disagree: rank%s %s called %s, rank %d called %s",
+		    nr == 1 ? "" : "s", rb, da, c->rank, db);
+	else
+		snprintf(detail, sizeof(detail),
+		    "collective #%" PRIu64 " on group '%s' mismatch: rank%s "
+		    "%s called %s, rank %d called %s",
+		    co->op_seq, g->name, nr == 1 ? "" : "s", rb, da, c->rank,
+		    db);
+	coll_tombstone(co, c, COHORT_EMISMATCH, detail);
 }
 
 /* Validates a Collective and copies what a parked arrival needs into c.
@@ -654,8 +720,6 @@ coll_mismatch(struct srv_coll *co, struct srv_call *c)
 static bool
 coll_validate(struct srv_call *c, const Cohort__Collective *co)
 {
-	struct srv_core *core = c->core;
-
 	if (co->op_seq == 0) {
 		srv_call_fail(c, COHORT_EINVAL, "op_seq must start at 1");
 		return (false);
@@ -674,6 +738,7 @@ coll_validate(struct srv_call *c, const Cohort__Collective *co)
 	c->cd.decide_all = co->decide_all;
 	c->cd.service_op = co->service_op;
 	c->cd.dtype = co->dtype;
+	c->cd.count = co->count;
 	c->decision = co->decision;
 	switch (co->kind) {
 	case COHORT__COLLECTIVE_KIND__COLL_NONE:
@@ -689,13 +754,9 @@ coll_validate(struct srv_call *c, const Cohort__Collective *co)
 		}
 		break;
 	case COHORT__COLLECTIVE_KIND__COLL_BROADCAST:
-		if (c->plen > core->lim.max_value) {
-			srv_call_fail(c, COHORT_ETOOBIG,
-			    "broadcast object of %zu bytes exceeds "
-			    "--max-value-bytes %" PRIu64,
-			    c->plen, core->lim.max_value);
-			return (false);
-		}
+		/* Too big: failed for every rank at the root's arrival. */
+		c->object_len
+		    = co->object_len > c->plen ? co->object_len : c->plen;
 		break;
 	case COHORT__COLLECTIVE_KIND__COLL_REDUCE_SCALARS: {
 		size_t n;
@@ -842,7 +903,7 @@ srv_coll_handle(
 			co->arrived[grank] = 1;
 			co->narrived++;
 		}
-		srv_call_fail(c, COHORT_EMISMATCH, "%s", co->mismatch);
+		srv_call_fail(c, co->fail_st, "%s", co->mismatch);
 		if (coll_done(co))
 			coll_free(co);
 		return;
@@ -860,6 +921,20 @@ srv_coll_handle(
 	}
 	co->arrived[grank] = 1;
 	co->narrived++;
+	if (co->cd.kind == COHORT__COLLECTIVE_KIND__COLL_BROADCAST
+	    && grank == co->cd.root
+	    && c->object_len > c->core->lim.max_value) {
+		char detail[400];
+
+		co->arrived[grank] = 0;
+		co->narrived--;
+		snprintf(detail, sizeof(detail),
+		    "broadcast object of %" PRIu64 " bytes from rank %d "
+		    "exceeds cohortd's --max-value-bytes %" PRIu64,
+		    c->object_len, c->rank, c->core->lim.max_value);
+		coll_tombstone(co, c, COHORT_ETOOBIG, detail);
+		return;
+	}
 	if (co->cd.kind == COHORT__COLLECTIVE_KIND__COLL_BROADCAST) {
 		if (grank == co->cd.root) {
 			co->bmsg = c->msg;

@@ -428,6 +428,17 @@ srv_core_event_end(struct srv_core *core, cohort__time now)
 	}
 }
 
+/* The largest reply: what every client accepts (COHORT__MAX_MESSAGE,
+ * older ones included), or more when --max-value-bytes is raised (clients
+ * that learn the limit at join accept up to 4 GiB). */
+static size_t
+srv_reply_max(const struct srv_core *core)
+{
+	size_t lim = (size_t)core->lim.max_value + COHORT__ENVELOPE_ALLOWANCE;
+
+	return (lim > COHORT__MAX_MESSAGE ? lim : COHORT__MAX_MESSAGE);
+}
+
 void
 srv_call_answer(struct srv_call *c, Cohort__Reply *rep,
     const struct cohort__iov *parts, size_t nparts)
@@ -444,7 +455,9 @@ srv_call_answer(struct srv_call *c, Cohort__Reply *rep,
 	call_unpark(c);
 	if (rep->status != COHORT_OK)
 		core->m.replies_error++;
-	if (cohort__wire_pack_reply(rep, parts, nparts, &m) != COHORT_OK) {
+	if (cohort__wire_pack_reply_max(
+	        rep, parts, nparts, srv_reply_max(core), &m)
+	    != COHORT_OK) {
 		Cohort__Reply r2;
 		srv_reply_init(&r2, c, COHORT_ENOMEM);
 		r2.error = "cohortd could not build the reply";

@@ -311,6 +311,9 @@ rdzv_complete(struct srv_job *job, cohort__time now)
 		jr.n_local_ranks = w;
 		jr.local_ranks = lr;
 		jr.job_id = job->job_id;
+		jr.max_value_bytes = c->core->lim.max_value;
+		jr.max_message_bytes
+		    = c->core->lim.max_value + COHORT__ENVELOPE_ALLOWANCE;
 		rep.body_case = COHORT__REPLY__BODY_JOIN;
 		rep.join = &jr;
 		srv_call_answer(c, &rep, NULL, 0);

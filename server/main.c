@@ -63,6 +63,15 @@ main_usage(FILE *f)
 	    "refused)\n"
 	    "  --metrics-per-job      /metrics adds series labelled with "
 	    "job names\n"
+	    "  --tls-cert FILE        certificate chain (PEM) of the "
+	    "tls+tcp:// "
+	    "listeners\n"
+	    "  --tls-key FILE         its private key (PEM)\n"
+	    "  --tls-ca FILE          CA (PEM) that signs client "
+	    "certificates\n"
+	    "  --tls-verify-clients   refuse clients without a certificate "
+	    "signed by\n"
+	    "                         --tls-ca (docs/security.md)\n"
 	    "  --max-value-bytes N    largest KV value / object (default "
 	    "%u)\n"
 	    "  --max-job-bytes N      keys + values per job (default %llu)\n"
@@ -269,6 +278,10 @@ main(int argc, char **argv)
 			    COHORT_VERSION_STRING, COHORT_PROTO_VERSION);
 			return (0);
 		}
+		if (strcmp(a, "--tls-verify-clients") == 0) {
+			cfg.tls_verify_clients = true;
+			continue;
+		}
 		if (strcmp(a, "--require-token") == 0) {
 			cfg.require_token = true;
 			continue;
@@ -314,6 +327,12 @@ main(int argc, char **argv)
 			free(admin);
 			if ((admin = strdup(v)) == NULL)
 				return (1);
+		} else if (strcmp(a, "--tls-cert") == 0) {
+			cfg.tls_cert = v;
+		} else if (strcmp(a, "--tls-key") == 0) {
+			cfg.tls_key = v;
+		} else if (strcmp(a, "--tls-ca") == 0) {
+			cfg.tls_ca = v;
 		} else if (strcmp(a, "--max-value-bytes") == 0) {
 			if (main_u64(a, v, &cfg.max_value_bytes) != 0)
 				return (2);

@@ -57,6 +57,14 @@ struct cohort__srv_config {
 	bool open_status;
 	/* /metrics adds series labelled with job names. */
 	bool metrics_per_job;
+	/* TLS of the tls+tcp:// listeners (PEM files): this cohortd's
+	 * certificate chain and key (required by a tls+tcp:// listener), the
+	 * CA that signs client certificates, and whether a client must
+	 * present one (verify_clients, needs tls_ca). */
+	const char *tls_cert;
+	const char *tls_key;
+	const char *tls_ca;
+	bool tls_verify_clients;
 	/* "ADDR:PORT" of the HTTP endpoint (/metrics, /healthz, /readyz);
 	 * NULL = none. */
 	const char *http;

@@ -29,6 +29,7 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
 
+#include "tls.h"
 #include "srv_impl.h"
 
 enum srvctx_state {
@@ -426,6 +427,37 @@ srv_widen_backlog(nng_listener l)
 }
 
 /* "tcp://host:0" with the port bound. */
+/* A tls+tcp:// listener with cohortd's certificate (cfg->tls_*). */
+static cohort_status
+srv_listen_tls(struct cohort__srv *s, const struct cohort__srv_config *cfg,
+    const char *url, nng_listener *out)
+{
+	nng_tls_config *tc = NULL;
+	nng_listener l;
+	cohort_status rv;
+	int nrv;
+
+	if ((rv = cohort__tls_config(&tc, true, cfg->tls_cert, cfg->tls_key,
+	         cfg->tls_ca, NULL, cfg->tls_verify_clients))
+	    != COHORT_OK)
+		return (rv);
+	if ((nrv = nng_listener_create(&l, s->sock, url)) != 0
+	    || (nrv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, tc)) != 0
+	    || (nrv = nng_listener_start(l, 0)) != 0) {
+		nng_tls_config_free(tc);
+		return (cohort__err(cohort__from_nng(nrv),
+		    "cannot listen on %s: %s", url, nng_strerror(nrv)));
+	}
+	nng_tls_config_free(tc); /* the listener holds its own reference */
+	cohort__info("TLS on %s: certificate %s%s%s", url, cfg->tls_cert,
+	    cfg->tls_verify_clients ? ", client certificates required from "
+	                              "CA "
+	                            : "",
+	    cfg->tls_verify_clients ? cfg->tls_ca : "");
+	*out = l;
+	return (COHORT_OK);
+}
+
 static char *
 srv_bound_url(const char *url, nng_listener l)
 {
@@ -698,8 +730,8 @@ cohort__srv_start(
 		    nng_strerror(nrv));
 		goto out_free_core;
 	}
-	nng_socket_set_size(
-	    s->sock, NNG_OPT_RECVMAXSZ, (size_t)lim.max_value + (1u << 20));
+	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ,
+	    (size_t)lim.max_value + COHORT__ENVELOPE_ALLOWANCE);
 	nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_POST, srv_pipe_cb, s);
 	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, srv_pipe_cb, s);
 	if ((nrv = nng_aio_alloc(&s->sweep, srv_sweep_cb, s)) != 0) {
@@ -712,7 +744,11 @@ cohort__srv_start(
 		goto out_close_sock;
 	for (size_t i = 0; i < nurls; i++) {
 		nng_listener l;
-		if ((nrv = nng_listen(s->sock, urls[i], &l, 0)) != 0) {
+		if (cohort__tls_url(urls[i])) {
+			if ((rv = srv_listen_tls(s, cfg, urls[i], &l))
+			    != COHORT_OK)
+				goto out_close_sock;
+		} else if ((nrv = nng_listen(s->sock, urls[i], &l, 0)) != 0) {
 			rv = cohort__err(cohort__from_nng(nrv),
 			    "cannot listen on %s: %s", urls[i],
 			    nng_strerror(nrv));

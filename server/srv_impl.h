@@ -140,6 +140,7 @@ struct srv_cdesc {
 	bool decide_all;
 	uint32_t service_op;
 	uint32_t dtype;
+	uint64_t count; /* SERVICE: elements */
 };
 
 struct srv_kvlink {
@@ -169,6 +170,7 @@ struct srv_call {
 	nng_msg *msg; /* the request, owned, until taken */
 	const uint8_t *payload; /* into msg */
 	size_t plen;
+	uint64_t object_len; /* broadcast root: its announced object size */
 
 	/* Copied request fields of parked kinds. */
 	int32_t rank; /* join: requested; coll/group: job rank */
@@ -276,7 +278,8 @@ struct srv_coll {
 	uint32_t narrived;
 	uint32_t nparked;
 	cohort__time first;
-	char *mismatch; /* set: a tombstone answering EMISMATCH */
+	char *mismatch; /* set: a tombstone answering fail_st */
+	cohort_status fail_st; /* EMISMATCH, or ETOOBIG (broadcast) */
 	/* BROADCAST: the root's request message holds the object. */
 	nng_msg *bmsg;
 	const uint8_t *bdata;

@@ -2,7 +2,7 @@
 # Installs the Debian packages cohort needs, only those missing. Idempotent;
 # waits for the apt lock (other work may hold it) instead of failing.
 set -euo pipefail
-PKGS=(build-essential pkg-config libnng-dev libprotobuf-c-dev protobuf-c-compiler
+PKGS=(build-essential pkg-config libnng-dev libprotobuf-c-dev protobuf-c-compiler openssl
       check libsubunit-dev libmbedtls-dev iproute2 nftables valgrind
       clang-format clang
       # the status page's test runs it headless (docs/observability.md)

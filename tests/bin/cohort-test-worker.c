@@ -16,7 +16,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include "cohort/cohort.h"
+#include "group.h" /* g->id: the stranger of scen_flood finds the address */
 
 static int64_t
 worker_now_ms(void)
@@ -152,6 +157,183 @@ scen_bcast(cohort_client *c, const char *arg)
 	free(buf);
 	cohort_free(out);
 	return (bad);
+}
+
+/* Rank 0 sets a key of ARG bytes; after a barrier every other rank reads
+ * it back and checks every byte (values up to cohortd's limit). */
+static int
+scen_kvbig(cohort_client *c, const char *arg)
+{
+	size_t len = (size_t)worker_arg(arg, 1 << 20);
+	cohort_group *g = cohort_client_world(c);
+	unsigned char *buf = NULL;
+	void *out = NULL;
+	size_t out_len = 0;
+	int bad = 0;
+
+	if (cohort_client_rank(c) == 0) {
+		if ((buf = malloc(len)) == NULL)
+			return (1);
+		for (size_t i = 0; i < len; i++)
+			buf[i] = (unsigned char)(i * 13 + 1);
+		WORKER_CHECK(
+		    "kv_set", cohort_kv_set(c, "big", buf, len, 60000));
+		free(buf);
+	}
+	WORKER_CHECK("barrier", cohort_barrier(g, "kvbig", 60000));
+	if (cohort_client_rank(c) != 0) {
+		const unsigned char *o;
+
+		WORKER_CHECK(
+		    "kv_get", cohort_kv_get(c, "big", &out, &out_len, 60000));
+		o = out;
+		bad = out_len != len;
+		for (size_t i = 0; !bad && i < len; i++)
+			if (o[i] != (unsigned char)(i * 13 + 1))
+				bad = 1;
+		cohort_free(out);
+	}
+	printf("RESULT kvbig len=%zu ok=%d\n", len, !bad);
+	return (bad);
+}
+
+/* Ranks disagree on a data-plane collective (ARG: count, root, op,
+ * dtype, order): rank 0 and the others call different ones. Prints the
+ * status and detail of the first call; then, for the root case, a
+ * matching allreduce (the group stays usable). */
+static int
+scen_mismatch(cohort_client *c, const char *arg)
+{
+	cohort_group *g = cohort_client_world(c);
+	bool r0 = cohort_client_rank(c) == 0;
+	double buf[256] = { 0 };
+	cohort_status st;
+
+	if (arg == NULL)
+		return (2);
+	if (strcmp(arg, "count") == 0)
+		st = cohort_allreduce(g, buf, buf, r0 ? 64 : 256, COHORT_F64,
+		    COHORT_SUM, NULL, 30000);
+	else if (strcmp(arg, "root") == 0)
+		st = cohort_broadcast(
+		    g, buf, 64, COHORT_F64, r0 ? 0 : 1, NULL, 30000);
+	else if (strcmp(arg, "op") == 0)
+		st = cohort_allreduce(g, buf, buf, 64, COHORT_F64,
+		    r0 ? COHORT_SUM : COHORT_MAX, NULL, 30000);
+	else if (strcmp(arg, "dtype") == 0)
+		st = cohort_allreduce(g, buf, buf, 64,
+		    r0 ? COHORT_F64 : COHORT_F32, COHORT_SUM, NULL, 30000);
+	else if (r0)
+		st = cohort_allreduce(
+		    g, buf, buf, 64, COHORT_F64, COHORT_SUM, NULL, 30000);
+	else
+		st = cohort_broadcast(g, buf, 64, COHORT_F64, 0, NULL, 30000);
+	worker_result("mismatch", st, cohort_last_error());
+	if (strcmp(arg, "root") == 0)
+		WORKER_CHECK("after",
+		    cohort_allreduce(
+		        g, buf, buf, 64, COHORT_F64, COHORT_SUM, NULL, 30000));
+	printf("RESULT done\n");
+	return (0);
+}
+
+/*
+ * A stranger floods a rank's data-plane listener while the mesh forms
+ * (issue 12, finding 4). World of 3: ranks 0 and 1 form a tcp subgroup;
+ * rank 2, not in it, plays the stranger: it reads rank 1's data-plane
+ * address from the job's KV (a stranger would scan for it; this one has
+ * the token only to find it fast) and opens 64 silent connections to it
+ * before rank 0 connects. Ranks 0 and 1 then run an allreduce. ARG: the
+ * number of silent connections (64).
+ */
+static int
+scen_flood(cohort_client *c, const char *arg)
+{
+	long nconn = worker_arg(arg, 64);
+	int rank = cohort_client_rank(c);
+	uint64_t gen = cohort_client_generation(c);
+	int32_t pair[2] = { 0, 1 };
+	cohort_group *g = NULL;
+	double v[1024];
+	int ok = 1;
+
+	if (rank == 2) {
+		void *val = NULL;
+		size_t len = 0;
+		char gid[128], key[512], hp[128], *colon;
+		int fds[256], n = 0;
+		struct sockaddr_in sin;
+
+		WORKER_CHECK("kv_get gid",
+		    cohort_kv_get(c, "flood/gid", &val, &len, 60000));
+		snprintf(gid, sizeof(gid), "%.*s", (int)len, (char *)val);
+		cohort_free(val);
+		snprintf(key, sizeof(key),
+		    "__cohort/dp/%" PRIu64 "/sub.%s/tcp/sub.%s/%" PRIu64
+		    "/addr/1",
+		    gen, gid, gid, gen);
+		WORKER_CHECK(
+		    "kv_get addr", cohort_kv_get(c, key, &val, &len, 60000));
+		snprintf(hp, sizeof(hp), "%.*s", (int)len, (char *)val);
+		cohort_free(val);
+		if ((colon = strrchr(hp, ':')) == NULL)
+			return (1);
+		*colon = '\0';
+		memset(&sin, 0, sizeof(sin));
+		sin.sin_family = AF_INET;
+		sin.sin_port = htons((uint16_t)worker_arg(colon + 1, 0));
+		inet_pton(AF_INET, hp, &sin.sin_addr);
+		for (; n < nconn && n < 256; n++) {
+			fds[n] = socket(AF_INET, SOCK_STREAM, 0);
+			if (connect(
+			        fds[n], (struct sockaddr *)&sin, sizeof(sin))
+			    != 0) {
+				close(fds[n]);
+				break;
+			}
+		}
+		printf("RESULT flood connections=%d to %s:%s\n", n, hp,
+		    colon + 1);
+		fflush(stdout);
+		WORKER_CHECK(
+		    "kv_set", cohort_kv_set(c, "flood/on", "1", 1, 10000));
+		WORKER_CHECK("barrier",
+		    cohort_barrier(
+		        cohort_client_world(c), "flood-end", 120000));
+		for (int i = 0; i < n; i++)
+			close(fds[i]);
+		return (0);
+	}
+	WORKER_CHECK("group_new",
+	    cohort_group_new(c, "pair", pair, 2, "tcp", &g, 60000));
+	if (rank == 1)
+		WORKER_CHECK("kv_set",
+		    cohort_kv_set(
+		        c, "flood/gid", g->id, strlen(g->id), 10000));
+	else {
+		void *val = NULL;
+		size_t len = 0;
+
+		WORKER_CHECK(
+		    "kv_get", cohort_kv_get(c, "flood/on", &val, &len, 60000));
+		cohort_free(val);
+	}
+	for (int i = 0; i < 1024; i++)
+		v[i] = rank + 1;
+	{
+		int64_t t0 = worker_now_ms();
+
+		WORKER_CHECK("allreduce",
+		    cohort_allreduce(
+		        g, v, v, 1024, COHORT_F64, COHORT_SUM, NULL, 60000));
+		for (int i = 0; i < 1024; i++)
+			ok &= v[i] == 3.0;
+		printf("RESULT flood allreduce ok=%d ms=%" PRId64 "\n", ok,
+		    worker_now_ms() - t0);
+	}
+	WORKER_CHECK("barrier",
+	    cohort_barrier(cohort_client_world(c), "flood-end", 120000));
+	return (!ok);
 }
 
 /* Even ranks vote true, odd false: all() is false unless world is 1, any()
@@ -593,6 +775,9 @@ static const struct {
 	{ "soak", scen_soak },
 	{ "early_setup", scen_early_setup },
 	{ "bcast", scen_bcast },
+	{ "kvbig", scen_kvbig },
+	{ "mismatch", scen_mismatch },
+	{ "flood", scen_flood },
 	{ "decide", scen_decide },
 	{ "reduce", scen_reduce },
 	{ "kvwait", scen_kvwait },

@@ -1182,6 +1182,357 @@ START_TEST(test_tcp_auth_refuses_strangers)
 }
 END_TEST
 
+/* A store through which a stranger floods a rank's listener: the moment
+ * anyone looks up the address of rank `victim`, FLOOD_CONNS silent
+ * connections are opened to it (from the same loopback address the real
+ * peers use) and kept open until the test closes them. */
+#define TT_FLOOD_CONNS 64
+
+struct tt_flood {
+	struct tt_store *real;
+	int victim;
+	pthread_mutex_t mu;
+	int fds[TT_FLOOD_CONNS];
+	int nfds;
+	int closed_by_peer; /* counted by tt_flood_count_closed */
+};
+
+static int
+tt_connect_addr(const char *hostport)
+{
+	char addr[128];
+	struct sockaddr_in sin;
+	char *colon;
+	int64_t port;
+	int fd;
+
+	snprintf(addr, sizeof(addr), "%s", hostport);
+	if ((colon = strrchr(addr, ':')) == NULL)
+		return (-1);
+	*colon = '\0';
+	if (!cohort__parse_i64(colon + 1, &port))
+		return (-1);
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons((uint16_t)port);
+	inet_pton(AF_INET, addr, &sin.sin_addr);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0) {
+		close(fd);
+		return (-1);
+	}
+	return (fd);
+}
+
+static cohort_status
+tt_flood_set(void *ctx, const char *key, const void *val, size_t len,
+    cohort__time deadline)
+{
+	struct tt_flood *f = ctx;
+
+	return (tt_store_set(f->real, key, val, len, deadline));
+}
+
+static cohort_status
+tt_flood_get(
+    void *ctx, const char *key, void **val, size_t *len, cohort__time deadline)
+{
+	struct tt_flood *f = ctx;
+	char suffix[32];
+	cohort_status rv = tt_store_get(f->real, key, val, len, deadline);
+	size_t kl = strlen(key);
+
+	snprintf(suffix, sizeof(suffix), "/addr/%d", f->victim);
+	if (rv != COHORT_OK || kl < strlen(suffix)
+	    || strcmp(key + kl - strlen(suffix), suffix) != 0)
+		return (rv);
+	pthread_mutex_lock(&f->mu);
+	if (f->nfds == 0) {
+		char hp[128];
+
+		snprintf(hp, sizeof(hp), "%.*s", (int)*len, (char *)*val);
+		while (f->nfds < TT_FLOOD_CONNS) {
+			int fd = tt_connect_addr(hp);
+
+			if (fd < 0)
+				break;
+			f->fds[f->nfds++] = fd;
+		}
+	}
+	pthread_mutex_unlock(&f->mu);
+	return (rv);
+}
+
+/* Reads what the listener sent on fd (waiting up to ms): returns the
+ * refusal reason it ended with, 0 when it closed without one, -1 when it
+ * is still open. */
+static int
+tt_refusal_of(int fd, int ms)
+{
+	uint8_t buf[64];
+	size_t have = 0;
+	cohort__time until = cohort__now_ms() + ms;
+
+	for (;;) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		ssize_t r;
+
+		if (poll(&pfd, 1, 50) <= 0) {
+			if (cohort__now_ms() > until)
+				return (-1);
+			continue;
+		}
+		r = recv(fd, buf + have, sizeof(buf) - have, 0);
+		if (r <= 0)
+			break;
+		have += (size_t)r;
+		if (have == sizeof(buf))
+			return (-1);
+	}
+	/* greeting (28 B), then maybe "CHR1" reason (8 B) */
+	if (have == 36 && memcmp(buf + 28, "CHR1", 4) == 0)
+		return ((int)buf[35]);
+	return (0);
+}
+
+static struct tt_flood tt_flood_state;
+
+static void *
+tt_flood_thread(void *arg)
+{
+	struct tt_arg *a = arg;
+	struct tt_group *g = a->g;
+	int r = a->rank;
+	struct cohort__group_desc d;
+	void *state = NULL;
+
+	tt_desc(g, r, &d);
+	d.store.ctx = &tt_flood_state;
+	d.store.set = tt_flood_set;
+	d.store.get = tt_flood_get;
+	g->init_rv[r] = cohort__tcp_backend.init(
+	    &d, &state, g->init_err[r], TT_ERRLEN, cohort__now_ms() + 30000);
+	g->state[r] = state;
+	if (g->init_rv[r] == COHORT_OK && g->body != NULL)
+		g->body(g, r, state);
+	pthread_barrier_wait(&g->done);
+	if (state != NULL)
+		cohort__tcp_backend.fini(state);
+	return (NULL);
+}
+
+/*
+ * Finding 4 of issue 12: 64 silent connections from a stranger to a
+ * rank's data-plane listener while the mesh forms. Before, they filled
+ * every pending-handshake slot, the real peer was closed on and reported
+ * EAUTH ("wrong secret?"). Now the flood holds a bounded share of the
+ * slots, is dropped after the handshake time, and the group forms.
+ * Loop i: the victim is the last rank of a group of 2 + i.
+ */
+START_TEST(test_tcp_flood_does_not_block_mesh)
+{
+	static struct tt_group g;
+	struct tt_store s;
+	int64_t t0, took;
+	int closed = 0;
+
+	setenv("COHORT_TCP_HS_TIMEOUT_MS", "1000", 1);
+	tt_store_init(&s);
+	tt_group_setup(&g, &s, 2 + _i, "flood", tt_body_one_allreduce);
+	memset(&tt_flood_state, 0, sizeof(tt_flood_state));
+	pthread_mutex_init(&tt_flood_state.mu, NULL);
+	tt_flood_state.real = &s;
+	tt_flood_state.victim = g.n - 1;
+	pthread_barrier_init(&g.done, NULL, (unsigned)g.n);
+	t0 = cohort__now_ms();
+	for (int r = 0; r < g.n; r++) {
+		tt_args[0][r].g = &g;
+		tt_args[0][r].rank = r;
+		ck_assert_int_eq(pthread_create(&g.th[r], NULL,
+		                     tt_flood_thread, &tt_args[0][r]),
+		    0);
+	}
+	tt_group_join(&g);
+	took = cohort__now_ms() - t0;
+	tt_assert_no_failures(&g);
+	ck_assert_int_eq(tt_flood_state.nfds, TT_FLOOD_CONNS);
+	/* The listener told the strangers it evicted why (BUSY = 1). */
+	for (int i = 0; i < tt_flood_state.nfds; i++)
+		if (tt_refusal_of(tt_flood_state.fds[i], 2000) == 1)
+			closed++;
+	fprintf(stderr,
+	    "flood: %d-rank group formed in %lld ms with %d silent "
+	    "connections at rank %d; %d evicted as BUSY\n",
+	    g.n, (long long)took, tt_flood_state.nfds, g.n - 1, closed);
+	ck_assert_int_ge(closed, TT_FLOOD_CONNS - 16);
+	for (int i = 0; i < tt_flood_state.nfds; i++)
+		close(tt_flood_state.fds[i]);
+	pthread_mutex_destroy(&tt_flood_state.mu);
+	unsetenv("COHORT_TCP_HS_TIMEOUT_MS");
+	tt_store_fini(&s);
+}
+END_TEST
+
+/* A silent connection is dropped after the handshake time (refused with
+ * reason TIMEOUT = 2) while the listener still waits for its real peer,
+ * which then gets in. */
+START_TEST(test_tcp_silent_connection_dropped)
+{
+	static struct tt_group g;
+	struct tt_store s;
+	void *val = NULL;
+	size_t len = 0;
+	char hp[128];
+	int fd, why;
+	int64_t t0, took;
+
+	setenv("COHORT_TCP_HS_TIMEOUT_MS", "500", 1);
+	tt_store_init(&s);
+	tt_group_setup(&g, &s, 2, "silent", tt_body_one_allreduce);
+	pthread_barrier_init(&g.done, NULL, 2);
+	tt_args[0][1].g = &g;
+	tt_args[0][1].rank = 1;
+	ck_assert_int_eq(
+	    pthread_create(&g.th[1], NULL, tt_thread, &tt_args[0][1]), 0);
+	ck_assert_int_eq(tt_store_get(&s, "tcp/silent/7/addr/1", &val, &len,
+	                     cohort__now_ms() + 10000),
+	    COHORT_OK);
+	snprintf(hp, sizeof(hp), "%.*s", (int)len, (char *)val);
+	free(val);
+	fd = tt_connect_addr(hp);
+	ck_assert_int_ge(fd, 0);
+	t0 = cohort__now_ms();
+	why = tt_refusal_of(fd, 15000);
+	took = cohort__now_ms() - t0;
+	close(fd);
+	fprintf(stderr,
+	    "silent connection dropped after %lld ms (reason %d)\n",
+	    (long long)took, why);
+	ck_assert_int_eq(why, 2);
+	ck_assert_int_ge(took, 400);
+	tt_args[0][0].g = &g;
+	tt_args[0][0].rank = 0;
+	ck_assert_int_eq(
+	    pthread_create(&g.th[0], NULL, tt_thread, &tt_args[0][0]), 0);
+	tt_group_join(&g);
+	tt_assert_no_failures(&g);
+	unsetenv("COHORT_TCP_HS_TIMEOUT_MS");
+	tt_store_fini(&s);
+}
+END_TEST
+
+/*
+ * Finding 6 of issue 12: ranks that disagree on a collective. Before, the
+ * tcp backend returned OK with wrong data (counts 64 vs 256: rank 1's
+ * elements 63..254 were 0). Now every rank gets EMISMATCH naming both
+ * sides. Loop i: scenario i / 2 on the shared-memory (even) or pure TCP
+ * (odd) path.
+ */
+struct tt_mm_case {
+	const char *name;
+	struct cohort__op op[2][2]; /* [rank][step]: two operations */
+	const char *want[2]; /* both must be in the detail */
+};
+
+static const struct tt_mm_case tt_mm_cases[] = {
+	{ "count",
+	    { { { .kind = COHORT__OP_ALLREDUCE, .count = 64 } },
+	        { { .kind = COHORT__OP_ALLREDUCE, .count = 256 } } },
+	    { "rank 100 count 64", "rank 101 count 256" } },
+	{ "root",
+	    { { { .kind = COHORT__OP_BROADCAST, .count = 64, .root = 0 } },
+	        { { .kind = COHORT__OP_BROADCAST, .count = 64, .root = 1 } } },
+	    { "rank 100 root 0", "rank 101 root 1" } },
+	{ "op",
+	    { { { .kind = COHORT__OP_ALLREDUCE,
+	          .count = 64,
+	          .op = COHORT_SUM } },
+	        { { .kind = COHORT__OP_ALLREDUCE,
+	            .count = 64,
+	            .op = COHORT_MAX } } },
+	    { "rank 100 op sum", "rank 101 op max" } },
+	{ "dtype",
+	    { { { .kind = COHORT__OP_ALLREDUCE,
+	          .count = 64,
+	          .dtype = COHORT_F32 } },
+	        { { .kind = COHORT__OP_ALLREDUCE,
+	            .count = 64,
+	            .dtype = COHORT_F64 } } },
+	    { "rank 100 dtype f32", "rank 101 dtype f64" } },
+	{ "order",
+	    { { { .kind = COHORT__OP_ALLREDUCE, .count = 64 },
+	          { .kind = COHORT__OP_BROADCAST, .count = 64 } },
+	        { { .kind = COHORT__OP_BROADCAST, .count = 64 },
+	            { .kind = COHORT__OP_ALLREDUCE, .count = 64 } } },
+	    { "rank 100 allreduce", "rank 101 broadcast" } },
+};
+
+static int tt_mm_case_i;
+static cohort_status tt_mm_rv[2][2];
+static char tt_mm_err[2][2][TT_ERRLEN];
+
+static void
+tt_body_mismatch(struct tt_group *g, int r, void *state)
+{
+	const struct tt_mm_case *c = &tt_mm_cases[tt_mm_case_i];
+	double *buf = calloc(512, sizeof(double));
+
+	for (int k = 0; k < 2; k++) {
+		struct cohort__op op = c->op[r][k];
+
+		if (op.kind == 0) {
+			/* the same matching broadcast on both ranks */
+			op.kind = COHORT__OP_BROADCAST;
+			op.count = 16;
+		}
+		if (op.dtype == 0)
+			op.dtype = COHORT_F32;
+		if (op.op == 0)
+			op.op = COHORT_SUM;
+		op.send = buf;
+		op.recv = buf;
+		op.seq = (uint64_t)k + 1;
+		tt_mm_rv[r][k] = cohort__tcp_backend.run(state, &op,
+		    tt_mm_err[r][k], TT_ERRLEN, cohort__now_ms() + 20000);
+	}
+	free(buf);
+}
+
+START_TEST(test_tcp_mismatch_detected)
+{
+	static struct tt_group g;
+	const struct tt_mm_case *c = &tt_mm_cases[_i / 2];
+	int mode = _i % 2 == 0 ? TT_SHM : TT_PURE;
+
+	tt_mm_case_i = _i / 2;
+	memset(tt_mm_rv, 0, sizeof(tt_mm_rv));
+	memset(tt_mm_err, 0, sizeof(tt_mm_err));
+	tt_set_mode(mode);
+	tt_run_group(2, "mm", tt_body_mismatch, &g);
+	tt_assert_mode(&g, mode);
+	for (int r = 0; r < 2; r++) {
+		fprintf(stderr, "mismatch %s (%s) rank %d: %s: %s\n", c->name,
+		    tt_mode_name[mode], r, cohort_status_name(tt_mm_rv[r][0]),
+		    tt_mm_err[r][0]);
+		ck_assert_msg(tt_mm_rv[r][0] == COHORT_EMISMATCH,
+		    "%s: rank %d got %s: %s", c->name, r,
+		    cohort_status_name(tt_mm_rv[r][0]), tt_mm_err[r][0]);
+		ck_assert_msg(strstr(tt_mm_err[r][0], c->want[0]) != NULL
+		        && strstr(tt_mm_err[r][0], c->want[1]) != NULL,
+		    "%s: rank %d: '%s' does not name '%s' and '%s'", c->name,
+		    r, tt_mm_err[r][0], c->want[0], c->want[1]);
+	}
+	/* A disagreement found before any data moved leaves the group
+	 * usable: the next (matching) broadcast works. */
+	if (strcmp(c->name, "root") == 0)
+		for (int r = 0; r < 2; r++)
+			ck_assert_msg(tt_mm_rv[r][1] == COHORT_OK,
+			    "rank %d after the mismatch: %s: %s", r,
+			    cohort_status_name(tt_mm_rv[r][1]),
+			    tt_mm_err[r][1]);
+}
+END_TEST
+
 START_TEST(test_tcp_init_timeout_names_missing)
 {
 	struct tt_store s;
@@ -1682,6 +2033,10 @@ suite_backend_tcp(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_tcp_auth_refuses_strangers);
 	tcase_add_test(tc, test_tcp_init_timeout_names_missing);
+	tcase_add_loop_test(tc, test_tcp_flood_does_not_block_mesh, 0, 2);
+	tcase_add_test(tc, test_tcp_silent_connection_dropped);
+	tcase_add_loop_test(tc, test_tcp_mismatch_detected, 0,
+	    2 * (int)(sizeof(tt_mm_cases) / sizeof(tt_mm_cases[0])));
 	tcase_add_loop_test(tc, test_tcp_shm_settings_disagree, 0, 3);
 	suite_add_tcase(s, tc);
 

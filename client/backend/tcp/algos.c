@@ -13,7 +13,7 @@
  *  reduce_scatter  small total: direct exchange; large: pipelined ring
  *                  with partial sums in the acc ring.
  *  alltoall, gather, scatter: direct exchange, everything in flight.
- *  barrier         dissemination, ceil(log2 n) rounds of one byte.
+ *  barrier         the agreement's all-to-all header exchange alone.
  *
  * All reductions combine values with a commutative operator in an order
  * that gives every rank bit-identical results.
@@ -537,34 +537,191 @@ algo_scatter(struct cohort__tcp *t, const struct cohort__op *op, size_t blk,
 	return (COHORT_OK);
 }
 
-static cohort_status
-algo_barrier(
-    struct cohort__tcp *t, char *err, size_t errlen, cohort__time deadline)
+/* ------------------------------------------------------------------------ */
+/* Agreement                                                                */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The header (big-endian): "COP1", kind, dtype, op, path (0 tcp, 1 shared
+ * memory), root, a hash of ALLGATHERV's counts, count, operation number.
+ * Fields an operation does not use are zero, so only what matters is
+ * compared.
+ */
+static void
+hdr_put(uint8_t *p, uint64_t v, int bytes)
 {
-	int n = t->size, r = t->rank;
-	uint8_t out = 0xb7, in;
+	for (int i = 0; i < bytes; i++)
+		p[i] = (uint8_t)(v >> (8 * (bytes - 1 - i)));
+}
+
+static uint64_t
+hdr_get(const uint8_t *p, int bytes)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < bytes; i++)
+		v = v << 8 | p[i];
+	return (v);
+}
+
+static bool
+algo_rooted(enum cohort__op_kind k)
+{
+	return (k == COHORT__OP_REDUCE || k == COHORT__OP_BROADCAST
+	    || k == COHORT__OP_GATHER || k == COHORT__OP_SCATTER);
+}
+
+static bool
+algo_reducing(enum cohort__op_kind k)
+{
+	return (k == COHORT__OP_ALLREDUCE || k == COHORT__OP_REDUCE
+	    || k == COHORT__OP_REDUCE_SCATTER);
+}
+
+void
+cohort__tcp_op_hdr(
+    struct cohort__tcp *t, const struct cohort__op *op, bool shm)
+{
+	uint8_t *h = t->hdrs + (size_t)t->rank * COHORT__TCP_OP_HDR;
+	bool data = op->kind != COHORT__OP_BARRIER;
+	uint32_t chash = 0;
+
+	if (op->kind == COHORT__OP_ALLGATHERV && op->counts != NULL) {
+		uint64_t x = 1469598103934665603ull; /* FNV-1a */
+
+		for (int p = 0; p < t->size; p++) {
+			x ^= op->counts[p];
+			x *= 1099511628211ull;
+		}
+		chash = (uint32_t)(x ^ (x >> 32));
+	}
+	memcpy(h, "COP1", 4);
+	h[4] = (uint8_t)op->kind;
+	h[5] = data ? (uint8_t)op->dtype : 0;
+	h[6] = algo_reducing(op->kind) ? (uint8_t)op->op : 0;
+	h[7] = shm ? 1 : 0;
+	hdr_put(h + 8, algo_rooted(op->kind) ? (uint32_t)op->root : 0, 4);
+	hdr_put(h + 12, chash, 4);
+	hdr_put(h + 16,
+	    data && op->kind != COHORT__OP_ALLGATHERV ? op->count : 0, 8);
+	hdr_put(h + 24, op->seq, 8);
+}
+
+static const char *
+hdr_kind(uint8_t k)
+{
+	return (k >= COHORT__OP_ALLREDUCE && k <= COHORT__OP_BARRIER
+	        ? cohort__op_name((enum cohort__op_kind)k)
+	        : "?");
+}
+
+/* Says how header b (of job rank rb) differs from a (job rank ra). */
+static void
+hdr_describe(const uint8_t *a, int32_t ra, const uint8_t *b, int32_t rb,
+    char *err, size_t errlen)
+{
+	if (memcmp(b, "COP1", 4) != 0)
+		snprintf(err, errlen,
+		    "ranks are out of step: rank %d sent something other than "
+		    "an operation header (an earlier operation that "
+		    "disagreed?)",
+		    (int)rb);
+	else if (a[4] != b[4] || a[24] != b[24]
+	    || hdr_get(a + 24, 8) != hdr_get(b + 24, 8))
+		snprintf(err, errlen,
+		    "ranks disagree on the operation: rank %d %s #%" PRIu64
+		    ", rank %d %s #%" PRIu64,
+		    (int)ra, hdr_kind(a[4]), hdr_get(a + 24, 8), (int)rb,
+		    hdr_kind(b[4]), hdr_get(b + 24, 8));
+	else if (a[5] != b[5])
+		snprintf(err, errlen,
+		    "ranks disagree: rank %d dtype %s, rank %d dtype %s",
+		    (int)ra, cohort_dtype_name((cohort_dtype)a[5]), (int)rb,
+		    cohort_dtype_name((cohort_dtype)b[5]));
+	else if (hdr_get(a + 16, 8) != hdr_get(b + 16, 8))
+		snprintf(err, errlen,
+		    "ranks disagree: rank %d count %" PRIu64
+		    ", rank %d count %" PRIu64,
+		    (int)ra, hdr_get(a + 16, 8), (int)rb, hdr_get(b + 16, 8));
+	else if (a[6] != b[6])
+		snprintf(err, errlen,
+		    "ranks disagree: rank %d op %s, rank %d op %s", (int)ra,
+		    cohort_redop_name((cohort_redop)a[6]), (int)rb,
+		    cohort_redop_name((cohort_redop)b[6]));
+	else if (hdr_get(a + 8, 4) != hdr_get(b + 8, 4))
+		snprintf(err, errlen,
+		    "ranks disagree: rank %d root %u, rank %d root %u",
+		    (int)ra, (unsigned)hdr_get(a + 8, 4), (int)rb,
+		    (unsigned)hdr_get(b + 8, 4));
+	else if (hdr_get(a + 12, 4) != hdr_get(b + 12, 4))
+		snprintf(err, errlen,
+		    "ranks disagree on the per-rank counts (rank %d and "
+		    "rank %d)",
+		    (int)ra, (int)rb);
+	else
+		snprintf(err, errlen,
+		    "ranks disagree on the path: rank %d %s, rank %d %s "
+		    "(shared-memory size limits differ?)",
+		    (int)ra, a[7] ? "shared memory" : "tcp", (int)rb,
+		    b[7] ? "shared memory" : "tcp");
+}
+
+cohort_status
+cohort__tcp_op_agree(struct cohort__tcp *t, char *err, size_t errlen)
+{
+	const uint8_t *h0 = t->hdrs;
+	bool shm = false;
+	int bad = -1;
+
+	for (int p = 0; p < t->size; p++) {
+		const uint8_t *h = t->hdrs + (size_t)p * COHORT__TCP_OP_HDR;
+
+		if (h[7] != 0)
+			shm = true;
+		if (bad < 0 && memcmp(h, h0, COHORT__TCP_OP_HDR) != 0)
+			bad = p;
+	}
+	if (bad < 0)
+		return (COHORT_OK);
+	hdr_describe(h0, t->peers[0].job_rank,
+	    t->hdrs + (size_t)bad * COHORT__TCP_OP_HDR, t->peers[bad].job_rank,
+	    err, errlen);
+	if (shm
+	    || memcmp(t->hdrs + (size_t)bad * COHORT__TCP_OP_HDR, "COP1", 4)
+	        != 0) {
+		/* The shared-memory rounds (or the streams) are out of step
+		 * now: so is every later operation. */
+		t->broken = COHORT_EMISMATCH;
+		snprintf(t->broken_err, sizeof(t->broken_err),
+		    "%s (in %s #%" PRIu64 "; the group cannot be used any "
+		    "more)",
+		    err, t->opname, t->seq);
+	}
+	return (COHORT_EMISMATCH);
+}
+
+/* The TCP path's agreement: every rank sends its header to every other
+ * and checks all of them. */
+static cohort_status
+algo_agree(struct cohort__tcp *t, const struct cohort__op *op, char *err,
+    size_t errlen, cohort__time deadline)
+{
+	uint8_t *mine = t->hdrs + (size_t)t->rank * COHORT__TCP_OP_HDR;
 	cohort_status rv;
 
-	for (int k = 1; k < n; k <<= 1) {
-		int to = algo_mod(r + k, n), from = algo_mod(r - k, n);
-
-		cohort__tcp_plan_reset(t);
-		t->peers[to].sbuf = &out;
-		t->peers[to].slen = 1;
-		t->peers[from].rbuf = &in;
-		t->peers[from].rlen = 1;
-		if ((rv = cohort__tcp_exchange(t, err, errlen, deadline))
-		    != COHORT_OK)
-			return (rv);
-		if (in != out) {
-			snprintf(err, errlen,
-			    "barrier #%" PRIu64 ": rank %d "
-			    "is out of step (got byte 0x%02x)",
-			    t->seq, (int)t->peers[from].job_rank, in);
-			return (COHORT_EPROTO);
-		}
+	cohort__tcp_op_hdr(t, op, false);
+	cohort__tcp_plan_reset(t);
+	for (int p = 0; p < t->size; p++) {
+		if (p == t->rank)
+			continue;
+		t->peers[p].sbuf = mine;
+		t->peers[p].slen = COHORT__TCP_OP_HDR;
+		t->peers[p].rbuf = t->hdrs + (size_t)p * COHORT__TCP_OP_HDR;
+		t->peers[p].rlen = COHORT__TCP_OP_HDR;
 	}
-	return (COHORT_OK);
+	if ((rv = cohort__tcp_exchange(t, err, errlen, deadline)) != COHORT_OK)
+		return (rv);
+	return (cohort__tcp_op_agree(t, err, errlen));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -612,11 +769,16 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 	size_t bytes;
 	cohort_status rv;
 
+	if (t->broken != COHORT_OK) {
+		snprintf(err, errlen, "%s", t->broken_err);
+		return (t->broken);
+	}
 	if (op->kind == COHORT__OP_BARRIER) {
+		/* The agreement is an all-to-all exchange: a barrier. */
 		if (t->size == 1)
 			return (COHORT_OK);
-		return (tcp_algo(t, "dissemination"),
-		    algo_barrier(t, err, errlen, deadline));
+		return (tcp_algo(t, "agree"),
+		    algo_agree(t, op, err, errlen, deadline));
 	}
 	if (esize == 0) {
 		snprintf(err, errlen, "bad dtype %d", (int)op->dtype);
@@ -629,15 +791,19 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 	if (t->size == 1)
 		return (algo_local(t, op, bytes));
 
+	/* Same host: the header travels in the segment's control block. */
+	if (bytes > 0 && cohort__tcp_shm_usable(t, op, bytes)) {
+		cohort__tcp_op_hdr(t, op, true);
+		tcp_algo(t, "shm");
+		return (
+		    cohort__tcp_shm_run(t, op, bytes, err, errlen, deadline));
+	}
+	if ((rv = algo_agree(t, op, err, errlen, deadline)) != COHORT_OK)
+		return (rv);
 	switch (op->kind) {
 	case COHORT__OP_ALLREDUCE:
 		if (bytes == 0)
 			return (COHORT_OK);
-		if (cohort__tcp_shm_usable(t, op, bytes)) {
-			tcp_algo(t, "shm");
-			return (cohort__tcp_shm_run(
-			    t, op, bytes, err, errlen, deadline));
-		}
 		if (bytes <= t->small_max || op->count < (size_t)t->size)
 			return (tcp_algo(t, "recursive_doubling"),
 			    algo_allreduce_rd(
@@ -661,10 +827,6 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 	case COHORT__OP_BROADCAST:
 		if (bytes == 0)
 			return (COHORT_OK);
-		if (cohort__tcp_shm_usable(t, op, bytes))
-			return (tcp_algo(t, "shm"),
-			    cohort__tcp_shm_run(
-			        t, op, bytes, err, errlen, deadline));
 		return (
 		    tcp_algo(t,
 		        bytes <= t->bcast_small || t->size == 2 ? "direct"
@@ -678,13 +840,6 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 		    == NULL) {
 			snprintf(err, errlen, "out of memory");
 			return (COHORT_ENOMEM);
-		}
-		if (op->kind == COHORT__OP_ALLGATHER && bytes > 0
-		    && cohort__tcp_shm_usable(t, op, bytes)) {
-			free(boff);
-			tcp_algo(t, "shm");
-			return (cohort__tcp_shm_run(
-			    t, op, bytes, err, errlen, deadline));
 		}
 		blen = boff + t->size;
 		for (int p = 0; p < t->size; p++) {
@@ -706,10 +861,6 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 	case COHORT__OP_REDUCE_SCATTER:
 		if (bytes == 0)
 			return (COHORT_OK);
-		if (cohort__tcp_shm_usable(t, op, bytes))
-			return (tcp_algo(t, "shm"),
-			    cohort__tcp_shm_run(
-			        t, op, bytes, err, errlen, deadline));
 		return (
 		    algo_reduce_scatter(t, op, bytes, err, errlen, deadline));
 	case COHORT__OP_ALLTOALL:

@@ -76,7 +76,7 @@
 
 #include "tcp_impl.h"
 
-#define SHM_MAGIC "COHORT-SHM-1"
+#define SHM_MAGIC "COHORT-SHM-2"
 #define SHM_MSG_LEN 80
 #define SHM_HDR 4096
 #define SHM_LINE 64
@@ -92,7 +92,10 @@ struct shm_ctrl {
 	atomic_uint posted;
 	atomic_uint reduced;
 	atomic_uint done;
-	uint8_t pad1[SHM_LINE - 3 * sizeof(atomic_uint)];
+	/* The owner's header of the operation it posts (algos.c), written
+	 * before posted (release), read by the others after seeing it. */
+	uint8_t op_hdr[COHORT__TCP_OP_HDR];
+	uint8_t pad1[SHM_LINE - 3 * sizeof(atomic_uint) - COHORT__TCP_OP_HDR];
 	atomic_uint sleepers;
 	uint8_t pad2[SHM_LINE - sizeof(atomic_uint)];
 };
@@ -110,6 +113,10 @@ struct cohort__tcp_shm {
 	size_t blk; /* bytes per block (multiple of 64) */
 	size_t rank_len; /* data bytes per rank */
 	uint32_t round; /* next global round */
+	/* The last operation was not an allreduce: the next one waits for
+	 * every rank to finish its last round before it rewrites op_hdr
+	 * (shm_begin_op). */
+	bool sync_next;
 	struct shm_ctrl *ctrl;
 	uint8_t *data;
 };
@@ -253,7 +260,7 @@ shm_liveness(
 		        want))
 			continue;
 		fds[nfds].fd = t->peers[p].fd;
-		fds[nfds].events = POLLRDHUP;
+		fds[nfds].events = POLLRDHUP | POLLIN;
 		fds[nfds].revents = 0;
 		t->pfd_peer[nfds++] = p;
 	}
@@ -262,8 +269,14 @@ shm_liveness(
 	for (int i = 0; i < nfds; i++) {
 		int p = t->pfd_peer[i];
 
-		if ((fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0)
+		if ((fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) {
+			/* Bytes from a rank that has not reached this
+			 * step: it runs an operation over TCP. */
+			if ((fds[i].revents & POLLIN) != 0)
+				return (
+				    cohort__tcp_shm_stray(t, p, err, errlen));
 			continue;
+		}
 		if ((rv = cohort__tcp_check_abort(t, err, errlen))
 		    != COHORT_OK)
 			return (rv);
@@ -449,6 +462,98 @@ shm_reduce_block(struct cohort__tcp *t, const struct cohort__op *op,
 	}
 }
 
+/* Starts an operation at round g0: its slots (last read in round g0 - 2)
+ * are free, and this rank's header of the previous operation has been
+ * compared by every rank, so op_hdr may take the new one. An allreduce
+ * ends only once every rank reduced its first round (and so compared the
+ * headers); the other operations do not wait for their readers, so after
+ * one of them every rank must have finished its last round (done > g0-1).
+ */
+static cohort_status
+shm_begin_op(struct cohort__tcp *t, uint32_t g0, char *err, size_t errlen,
+    cohort__time deadline)
+{
+	struct cohort__tcp_shm *s = t->shm;
+	cohort_status rv;
+
+	rv = shm_wait(
+	    t, SHM_DONE, s->sync_next ? g0 : g0 - 1, err, errlen, deadline);
+	if (rv != COHORT_OK)
+		return (rv);
+	memcpy(s->ctrl[t->rank].op_hdr,
+	    t->hdrs + (size_t)t->rank * COHORT__TCP_OP_HDR,
+	    COHORT__TCP_OP_HDR);
+	return (COHORT_OK);
+}
+
+/* Every rank posted round g0 of this operation: compare their headers. */
+static cohort_status
+shm_agree(struct cohort__tcp *t, char *err, size_t errlen)
+{
+	struct cohort__tcp_shm *s = t->shm;
+
+	for (int p = 0; p < t->size; p++)
+		if (p != t->rank)
+			memcpy(t->hdrs + (size_t)p * COHORT__TCP_OP_HDR,
+			    s->ctrl[p].op_hdr, COHORT__TCP_OP_HDR);
+	return (cohort__tcp_op_agree(t, err, errlen));
+}
+
+cohort_status
+cohort__tcp_shm_stray(struct cohort__tcp *t, int p, char *err, size_t errlen)
+{
+	uint8_t *theirs = t->hdrs + (size_t)p * COHORT__TCP_OP_HDR;
+	uint8_t *mine = t->hdrs + (size_t)t->rank * COHORT__TCP_OP_HDR;
+	size_t got = 0, sent = 0;
+	cohort__time until = cohort__now_ms() + 1000;
+
+	/* Its header is there (or arriving); ours lets it fail too. */
+	while ((got < COHORT__TCP_OP_HDR || sent < COHORT__TCP_OP_HDR)
+	    && !cohort__expired(until)) {
+		struct pollfd pfd = { .fd = t->peers[p].fd,
+			.events
+			= (short)((got < COHORT__TCP_OP_HDR ? POLLIN : 0)
+			    | (sent < COHORT__TCP_OP_HDR ? POLLOUT : 0)) };
+		ssize_t n;
+
+		(void)poll(&pfd, 1, 10);
+		if (got < COHORT__TCP_OP_HDR) {
+			n = recv(t->peers[p].fd, theirs + got,
+			    COHORT__TCP_OP_HDR - got, MSG_DONTWAIT);
+			if (n > 0)
+				got += (size_t)n;
+			else if (n == 0)
+				break;
+		}
+		if (sent < COHORT__TCP_OP_HDR) {
+			n = send(t->peers[p].fd, mine + sent,
+			    COHORT__TCP_OP_HDR - sent,
+			    MSG_DONTWAIT | MSG_NOSIGNAL);
+			if (n > 0)
+				sent += (size_t)n;
+		}
+	}
+	if (got < COHORT__TCP_OP_HDR)
+		memset(theirs, 0, COHORT__TCP_OP_HDR);
+	/* Compare only the two: the others are unknown. */
+	for (int q = 0; q < t->size; q++)
+		if (q != p && q != t->rank)
+			memcpy(t->hdrs + (size_t)q * COHORT__TCP_OP_HDR, mine,
+			    COHORT__TCP_OP_HDR);
+	if (cohort__tcp_op_agree(t, err, errlen) == COHORT_OK) {
+		snprintf(err, errlen,
+		    "ranks disagree on the path: rank %d runs %s #%" PRIu64
+		    " over tcp while rank %d uses shared memory",
+		    (int)t->peers[p].job_rank, t->opname, t->seq,
+		    (int)t->peers[t->rank].job_rank);
+	}
+	t->broken = COHORT_EMISMATCH;
+	snprintf(t->broken_err, sizeof(t->broken_err),
+	    "%s (in %s #%" PRIu64 "; the group cannot be used any more)", err,
+	    t->opname, t->seq);
+	return (COHORT_EMISMATCH);
+}
+
 cohort_status
 cohort__tcp_shm_allreduce(struct cohort__tcp *t, const struct cohort__op *op,
     size_t bytes, char *err, size_t errlen, cohort__time deadline)
@@ -464,11 +569,9 @@ cohort__tcp_shm_allreduce(struct cohort__tcp *t, const struct cohort__op *op,
 	cohort_status rv = COHORT_OK;
 
 	s->round += (uint32_t)rounds;
-	/* The slots of round g0 were last read in round g0 - 2: after an
-	 * operation of another kind the readers may still be at it. */
-	if ((rv = shm_wait(t, SHM_DONE, g0 - 1, err, errlen, deadline))
-	    != COHORT_OK)
+	if ((rv = shm_begin_op(t, g0, err, errlen, deadline)) != COHORT_OK)
 		return (rv);
+	s->sync_next = false;
 	shm_post(t, src, 0, (bytes < per ? bytes : per) / t->esize, g0);
 	for (size_t k = 0; k < rounds; k++) {
 		uint32_t g = g0 + (uint32_t)k;
@@ -485,6 +588,8 @@ cohort__tcp_shm_allreduce(struct cohort__tcp *t, const struct cohort__op *op,
 		    || (rv = shm_wait(
 		            t, SHM_DONE, g - 1, err, errlen, deadline))
 		        != COHORT_OK)
+			break;
+		if (k == 0 && (rv = shm_agree(t, err, errlen)) != COHORT_OK)
 			break;
 		shm_block(elems, n, r, t->esize, &off, &len);
 		shm_reduce_block(
@@ -545,6 +650,23 @@ shm_round_begin(struct cohort__tcp *t, uint32_t g, char *err, size_t errlen,
 	return (shm_wait(t, SHM_DONE, g - 1, err, errlen, deadline));
 }
 
+/* After a broadcast's headers disagreed: true when they differ only in
+ * the root (bytes 8..11), so every rank planned the same rounds. */
+static bool
+shm_only_root_differs(const struct cohort__tcp *t)
+{
+	const uint8_t *h0 = t->hdrs;
+
+	for (int p = 1; p < t->size; p++) {
+		const uint8_t *h = t->hdrs + (size_t)p * COHORT__TCP_OP_HDR;
+
+		if (memcmp(h, h0, 8) != 0
+		    || memcmp(h + 12, h0 + 12, COHORT__TCP_OP_HDR - 12) != 0)
+			return (false);
+	}
+	return (true);
+}
+
 static cohort_status
 shm_broadcast(struct cohort__tcp *t, const struct cohort__op *op, size_t bytes,
     char *err, size_t errlen, cohort__time deadline)
@@ -558,6 +680,9 @@ shm_broadcast(struct cohort__tcp *t, const struct cohort__op *op, size_t bytes,
 	cohort_status rv = COHORT_OK;
 
 	s->round += (uint32_t)rounds;
+	if ((rv = shm_begin_op(t, g0, err, errlen, deadline)) != COHORT_OK)
+		return (rv);
+	s->sync_next = true;
 	for (size_t k = 0; k < rounds; k++) {
 		uint32_t g = g0 + (uint32_t)k;
 		size_t off = k * per;
@@ -569,6 +694,15 @@ shm_broadcast(struct cohort__tcp *t, const struct cohort__op *op, size_t bytes,
 				break;
 			shm_copy(shm_S(s, n, root, g), buf + off, len);
 			shm_signal(t, SHM_POSTED, g + 1);
+			/* The root checks the headers too: every rank
+			 * posted its round g0. */
+			if (k == 0
+			    && ((rv = shm_wait(t, SHM_POSTED, g + 1, err,
+			             errlen, deadline))
+			            != COHORT_OK
+			        || (rv = shm_agree(t, err, errlen))
+			            != COHORT_OK))
+				break;
 			shm_signal(t, SHM_DONE, g + 1);
 			continue;
 		}
@@ -577,8 +711,18 @@ shm_broadcast(struct cohort__tcp *t, const struct cohort__op *op, size_t bytes,
 		         t, SHM_POSTED, g + 1, err, errlen, deadline))
 		    != COHORT_OK)
 			break;
+		if (k == 0 && (rv = shm_agree(t, err, errlen)) != COHORT_OK)
+			break;
 		shm_copy(buf + off, shm_S(s, n, root, g), len);
 		shm_signal(t, SHM_DONE, g + 1);
+	}
+	if (rv == COHORT_EMISMATCH && shm_only_root_differs(t)) {
+		/* Every rank saw the same headers in round g0, before any
+		 * data moved: all skip this broadcast's rounds, and the group
+		 * stays usable (as on the TCP path). */
+		shm_signal(t, SHM_POSTED, g0 + (uint32_t)rounds);
+		shm_signal(t, SHM_DONE, g0 + (uint32_t)rounds);
+		t->broken = COHORT_OK;
 	}
 	return (rv);
 }
@@ -597,6 +741,9 @@ shm_allgather(struct cohort__tcp *t, const struct cohort__op *op,
 	cohort_status rv = COHORT_OK;
 
 	s->round += (uint32_t)rounds;
+	if ((rv = shm_begin_op(t, g0, err, errlen, deadline)) != COHORT_OK)
+		return (rv);
+	s->sync_next = true;
 	if (src != dst + (size_t)r * blk_bytes)
 		memmove(dst + (size_t)r * blk_bytes, src, blk_bytes);
 	for (size_t k = 0; k < rounds; k++) {
@@ -637,6 +784,9 @@ shm_reduce_scatter(struct cohort__tcp *t, const struct cohort__op *op,
 	cohort_status rv = COHORT_OK;
 
 	s->round += (uint32_t)rounds;
+	if ((rv = shm_begin_op(t, g0, err, errlen, deadline)) != COHORT_OK)
+		return (rv);
+	s->sync_next = true;
 	for (size_t k = 0; k < rounds; k++) {
 		uint32_t g = g0 + (uint32_t)k;
 		size_t off = k * s->blk;

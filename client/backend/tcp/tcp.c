@@ -14,18 +14,32 @@
  *  This order cannot deadlock: the highest rank only accepts, and each
  *  rank reaches step 4 once the ranks above it did.
  *
- * Handshake (mutual, HMAC-SHA-256 keyed with the job's secret):
+ * Handshake (mutual, HMAC-SHA-256 keyed with the job's secret; messages
+ * and parsers in handshake.c):
  *   acceptor -> connector  "CHS1" version rank_a nonce_a[16]         (28 B)
  *   connector -> acceptor  "CHC1" ident[32] rank_c rank_a nonce_c[16]
  *                          mac_c[32]                                 (92 B)
  *   acceptor -> connector  "CHA1" mac_a[32]                          (36 B)
+ *                       or "CHR1" reason                              (8 B)
  *  ident = SHA-256("cohort-tcp-v1" 0 job 0 group_id 0 generation(be64)),
  *  mac_x = HMAC(secret, "C" or "A", ident, nonce_a, nonce_c, rank_c,
- *  rank_a). The acceptor refuses (closes) a connection whose ident, ranks or
- *  proof are wrong: another job, group or generation, a stale process, a
- *  stray client. The connector checks mac_a, so it only sends tensors to a
- *  peer that knows the secret. Fresh nonces on both sides defeat replay.
+ *  rank_a). The acceptor refuses a connection whose ident, ranks or proof
+ *  are wrong (another job, group or generation, a stale process, a stray
+ *  client), saying why in a CHR1 before it closes. The connector checks
+ *  mac_a, so it only sends tensors to a peer that knows the secret. Fresh
+ *  nonces on both sides defeat replay.
  *
+ * Strangers cannot block the mesh: the acceptor holds at most
+ * TCP_MAX_PENDING connections in the handshake, at most TCP_PER_SOURCE of
+ * them from one IP address, and a connection that has not sent its hello
+ * within COHORT_TCP_HS_TIMEOUT_MS (2 s) is dropped. A newcomer is never
+ * turned away: it evicts the oldest pending connection of its own source
+ * when that source is at its share, or of the source holding the most
+ * when the table is full. A connector that is evicted (told BUSY) or
+ * closed on before its hello was judged connects again while its connect
+ * window lasts, so a real peer gets in even through a flood from its own
+ * address; it only reports EAUTH when the acceptor judged its proof.
+
  * Same-host shared memory (shm.c): right after the mesh is up, rank 0
  * offers the group a POSIX shared-memory segment over these connections;
  * if every rank can map it (same host, same /dev/shm), allreduce runs
@@ -68,16 +82,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "handshake.h"
 #include "tcp_impl.h"
 
-#define TCP_HS_VERSION 1u
-#define TCP_SHELLO_LEN 28
-#define TCP_CHELLO_LEN 92
-#define TCP_ACCEPT_LEN 36
-/* A connection must complete its handshake within this time. */
-#define TCP_HS_TIMEOUT_MS 10000
-/* Connections handshaking at once at an acceptor; more are refused. */
+/* A connection must send its hello within this time after the greeting
+ * (COHORT_TCP_HS_TIMEOUT_MS). */
+#define TCP_HS_TIMEOUT_MS 2000
+/* Connections handshaking at once at an acceptor, and from one source
+ * address; a newcomer evicts an older one (handshake.h). */
 #define TCP_MAX_PENDING 64
+#define TCP_PER_SOURCE 16
 /* How long a rank tries to connect to a peer (COHORT_CONNECT_TIMEOUT_MS). */
 #define TCP_CONNECT_TIMEOUT_MS 10000
 /* Wait between connection attempts to a listener that refused. */
@@ -98,14 +112,6 @@ struct tcp_addr {
 	socklen_t len;
 };
 
-struct tcp_pending {
-	int fd;
-	cohort__time deadline;
-	uint8_t nonce[16];
-	uint8_t buf[TCP_CHELLO_LEN];
-	size_t have;
-};
-
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                            */
 /* ------------------------------------------------------------------------ */
@@ -122,76 +128,11 @@ tcp_knob(enum cohort__knob k, size_t dflt)
 	return (v < 0 ? SIZE_MAX : (size_t)v);
 }
 
-static void
-tcp_put32(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)(v >> 24);
-	p[1] = (uint8_t)(v >> 16);
-	p[2] = (uint8_t)(v >> 8);
-	p[3] = (uint8_t)v;
-}
-
-static uint32_t
-tcp_get32(const uint8_t *p)
-{
-	return ((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16
-	    | (uint32_t)p[2] << 8 | (uint32_t)p[3]);
-}
-
-static bool
-tcp_mac_equal(const uint8_t *a, const uint8_t *b)
-{
-	uint8_t d = 0;
-
-	for (int i = 0; i < 32; i++)
-		d |= (uint8_t)(a[i] ^ b[i]);
-	return (d == 0);
-}
-
 static bool
 tcp_aborted(const struct cohort__group_desc *desc)
 {
 	return (desc->abort_flag != NULL
 	    && atomic_load_explicit(desc->abort_flag, memory_order_acquire));
-}
-
-static void
-tcp_ident(const struct cohort__group_desc *desc, uint8_t out[32])
-{
-	struct cohort__sha256 c;
-	uint8_t zero = 0;
-	uint8_t gen[8];
-
-	for (int i = 0; i < 8; i++)
-		gen[i] = (uint8_t)(desc->generation >> (56 - 8 * i));
-	cohort__sha256_init(&c);
-	cohort__sha256_update(&c, "cohort-tcp-v1", 13);
-	cohort__sha256_update(&c, &zero, 1);
-	cohort__sha256_update(&c, desc->job, strlen(desc->job));
-	cohort__sha256_update(&c, &zero, 1);
-	cohort__sha256_update(&c, desc->group_id, strlen(desc->group_id));
-	cohort__sha256_update(&c, &zero, 1);
-	cohort__sha256_update(&c, gen, 8);
-	cohort__sha256_final(&c, out);
-}
-
-static void
-tcp_mac(const struct cohort__group_desc *desc, char role,
-    const uint8_t ident[32], const uint8_t na[16], const uint8_t nc[16],
-    uint32_t rank_c, uint32_t rank_a, uint8_t out[32])
-{
-	struct cohort__hmac h;
-	uint8_t r[8];
-
-	tcp_put32(r, rank_c);
-	tcp_put32(r + 4, rank_a);
-	cohort__hmac_init(&h, desc->secret, desc->secret_len);
-	cohort__hmac_update(&h, &role, 1);
-	cohort__hmac_update(&h, ident, 32);
-	cohort__hmac_update(&h, na, 16);
-	cohort__hmac_update(&h, nc, 16);
-	cohort__hmac_update(&h, r, 8);
-	cohort__hmac_final(&h, out);
 }
 
 static cohort_status
@@ -231,35 +172,40 @@ tcp_sockopts(int fd, bool nodelay)
 		    fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-/* Moves exactly len bytes over a non-blocking socket before deadline
- * (and a per-connection limit), polling the abort flag. */
+/* The handshake time (COHORT_TCP_HS_TIMEOUT_MS). */
+static int
+tcp_hs_ms(void)
+{
+	return ((int)cohort__knob_int_or(
+	    COHORT__KNOB_TCP_HS_TIMEOUT_MS, TCP_HS_TIMEOUT_MS));
+}
+
+/* Moves bytes over a non-blocking socket until *done reaches len, before
+ * deadline, polling the abort flag. A connection closed or reset by the
+ * peer is COHORT_EPEERLOST (*done says how far it got). */
 static cohort_status
-tcp_io_full(const struct cohort__group_desc *desc, int fd, void *buf,
-    size_t len, bool sending, cohort__time deadline, int32_t peer, char *err,
+tcp_io(const struct cohort__group_desc *desc, int fd, void *buf, size_t len,
+    size_t *done, bool sending, cohort__time deadline, int32_t peer, char *err,
     size_t errlen)
 {
-	size_t done = 0;
-
-	while (done < len) {
+	while (*done < len) {
 		struct pollfd pfd;
 		ssize_t n;
 		int ms;
 
 		if (tcp_aborted(desc)) {
 			snprintf(err, errlen,
-			    "aborted while connecting to "
-			    "rank %d",
-			    (int)peer);
+			    "aborted while connecting to rank %d", (int)peer);
 			return (COHORT_EABORTED);
 		}
 		if (sending)
-			n = send(fd, (uint8_t *)buf + done, len - done,
+			n = send(fd, (uint8_t *)buf + *done, len - *done,
 			    MSG_DONTWAIT | MSG_NOSIGNAL);
 		else
-			n = recv(fd, (uint8_t *)buf + done, len - done,
+			n = recv(fd, (uint8_t *)buf + *done, len - *done,
 			    MSG_DONTWAIT);
 		if (n > 0) {
-			done += (size_t)n;
+			*done += (size_t)n;
 			continue;
 		}
 		if (n == 0
@@ -267,11 +213,10 @@ tcp_io_full(const struct cohort__group_desc *desc, int fd, void *buf,
 		        && errno != EINTR)) {
 			snprintf(err, errlen,
 			    "rank %d closed the connection during the "
-			    "handshake%s%s (wrong secret, job, group or "
-			    "generation?)",
+			    "handshake%s%s",
 			    (int)peer, n == 0 ? "" : ": ",
 			    n == 0 ? "" : strerror(errno));
-			return (COHORT_EAUTH);
+			return (COHORT_EPEERLOST);
 		}
 		if (cohort__expired(deadline)) {
 			snprintf(err, errlen,
@@ -380,7 +325,7 @@ tcp_listen(const struct cohort__group_desc *desc, int *lfd, char *addr,
 	}
 	tcp_sockopts(fd, false);
 	if (bind(fd, (struct sockaddr *)&ss, sl) != 0
-	    || listen(fd, desc->size + TCP_MAX_PENDING) != 0) {
+	    || listen(fd, SOMAXCONN) != 0) {
 		snprintf(
 		    err, errlen, "listen on %s: %s", host, strerror(errno));
 		goto out_close;
@@ -442,24 +387,199 @@ tcp_connect_error(const struct cohort__group_desc *desc, int32_t jr,
 		    addr, (int)jr);
 }
 
+/* Answers a refusal (CHR1) or a malformed answer of rank jr. */
+static cohort_status
+tcp_hs_refused(
+    int32_t jr, int p, uint32_t reason, bool *retry, char *err, size_t errlen)
+{
+	if (p == -1
+	    && (reason == COHORT__TCP_HS_BUSY
+	        || reason == COHORT__TCP_HS_TIMEOUT)) {
+		snprintf(err, errlen,
+		    "rank %d's listener dropped the handshake: %s", (int)jr,
+		    cohort__tcp_hs_reason_text(reason));
+		*retry = true;
+		return (COHORT_EPEERLOST);
+	}
+	if (p == -2 && reason == COHORT__TCP_HS_BAD_PROOF) {
+		snprintf(err, errlen, "rank %d failed to prove the job secret",
+		    (int)jr);
+		return (COHORT_EAUTH);
+	}
+	if (p == -2) {
+		snprintf(err, errlen,
+		    "rank %d's address answers with a wrong greeting (not a "
+		    "cohort tcp peer of this group?)",
+		    (int)jr);
+		return (COHORT_EPROTO);
+	}
+	snprintf(err, errlen, "rank %d refused the handshake: %s", (int)jr,
+	    cohort__tcp_hs_reason_text(reason));
+	return (reason == COHORT__TCP_HS_OTHER_GROUP
+	            || reason == COHORT__TCP_HS_BAD_PROOF
+	        ? COHORT_EAUTH
+	        : COHORT_EPROTO);
+}
+
+/* The connector's half of the handshake with group rank j on a connected
+ * fd. *retry: the acceptor dropped us before judging our hello (busy, or
+ * closed); another connection may succeed. */
+static cohort_status
+tcp_hs_connect(const struct cohort__group_desc *desc,
+    const struct cohort__tcp_hs_keys *k, int fd, int j, bool *retry, char *err,
+    size_t errlen, cohort__time deadline)
+{
+	int32_t jr = desc->global_ranks[j];
+	uint8_t in[COHORT__TCP_ACCEPT_LEN], ch[COHORT__TCP_CHELLO_LEN];
+	uint8_t na[16], nc[16];
+	size_t have = 0, need = 4, sent = 0;
+	uint32_t reason = 0;
+	cohort__time hs_deadline;
+	cohort_status rv;
+	int p;
+
+	*retry = false;
+	/* The greeting comes when the acceptor is done connecting to the
+	 * ranks above it: wait as long as the operation may. */
+	do {
+		if ((rv = tcp_io(desc, fd, in, need, &have, false, deadline,
+		         jr, err, errlen))
+		    != COHORT_OK) {
+			*retry = rv == COHORT_EPEERLOST;
+			return (rv);
+		}
+		p = cohort__tcp_hs_parse_shello(
+		    in, have, (uint32_t)j, na, &need, &reason);
+	} while (p == 0);
+	if (p < 0)
+		return (tcp_hs_refused(jr, p, reason, retry, err, errlen));
+
+	if ((rv = tcp_random(nc, 16, err, errlen)) != COHORT_OK)
+		return (rv);
+	cohort__tcp_hs_put_chello(
+	    ch, k, na, nc, (uint32_t)desc->rank, (uint32_t)j);
+	hs_deadline = cohort__now_ms() + tcp_hs_ms();
+	if (hs_deadline > deadline)
+		hs_deadline = deadline;
+	rv = tcp_io(desc, fd, ch, sizeof(ch), &sent, true, hs_deadline, jr,
+	    err, errlen);
+	/* Even when the send failed, a refusal may be waiting. The acceptor
+	 * answers as soon as it reads the hello: wait longer for that than
+	 * the handshake time, so a loaded machine does not make us give up
+	 * on a connection it already accepted. */
+	hs_deadline = cohort__now_ms() + 5 * (cohort__time)tcp_hs_ms();
+	if (hs_deadline > deadline)
+		hs_deadline = deadline;
+	have = 0;
+	need = 4;
+	do {
+		cohort_status rrv = tcp_io(desc, fd, in, need, &have, false,
+		    hs_deadline, jr, err, errlen);
+
+		if (rrv != COHORT_OK) {
+			*retry = (rrv == COHORT_EPEERLOST
+			             || rrv == COHORT_ETIMEDOUT)
+			    && !cohort__expired(deadline);
+			return (rv != COHORT_OK ? rv : rrv);
+		}
+		p = cohort__tcp_hs_parse_answer(in, have, k, na, nc,
+		    (uint32_t)desc->rank, (uint32_t)j, &need, &reason);
+	} while (p == 0);
+	if (p < 0)
+		return (tcp_hs_refused(jr, p, reason, retry, err, errlen));
+	return (rv);
+}
+
+/* Connects to rank jr at addr, retrying until window closes (refused:
+ * not listening yet; unreachable: a route still coming up). */
+static cohort_status
+tcp_dial(const struct cohort__group_desc *desc, const struct tcp_addr *a,
+    int32_t jr, const char *shown, cohort__time start, cohort__time window,
+    int *out, char *err, size_t errlen, cohort__time deadline)
+{
+	struct tcp_addr addr = *a;
+	int fd = -1, soerr = 0;
+
+	for (;;) {
+		struct pollfd pfd;
+		socklen_t sl = sizeof(soerr);
+
+		if (tcp_aborted(desc)) {
+			snprintf(err, errlen,
+			    "aborted while connecting to rank %d", (int)jr);
+			return (COHORT_EABORTED);
+		}
+		fd = socket(addr.ss.ss_family,
+		    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0) {
+			snprintf(err, errlen, "socket: %s", strerror(errno));
+			return (COHORT_ESYSTEM);
+		}
+		tcp_sockopts(fd, true);
+		if (connect(fd, (struct sockaddr *)&addr.ss, addr.len) == 0)
+			goto out_connected;
+		soerr = errno;
+		if (soerr == EINPROGRESS) {
+			soerr = ETIMEDOUT;
+			for (;;) {
+				int ms = cohort__remaining(window);
+
+				if (ms < 0 || ms > 100)
+					ms = 100;
+				pfd.fd = fd;
+				pfd.events = POLLOUT;
+				pfd.revents = 0;
+				if (poll(&pfd, 1, ms < 1 ? 1 : ms) > 0) {
+					if (getsockopt(fd, SOL_SOCKET,
+					        SO_ERROR, &soerr, &sl)
+					    != 0)
+						soerr = errno;
+					break;
+				}
+				if (cohort__expired(window)
+				    || tcp_aborted(desc))
+					break;
+			}
+			if (soerr == 0)
+				goto out_connected;
+		}
+		close(fd);
+		fd = -1;
+		if (tcp_aborted(desc))
+			continue; /* reported at the loop's top */
+		if (cohort__expired(window)) {
+			tcp_connect_error(desc, jr, shown, soerr,
+			    cohort__now_ms() - start, err, errlen);
+			return (cohort__expired(deadline) ? COHORT_ETIMEDOUT
+			                                  : COHORT_EPEERLOST);
+		}
+		/* refused: not listening yet or any more; unreachable: a
+		 * route or neighbour still coming up. Both may pass. */
+		(void)poll(
+		    NULL, 0, soerr == ECONNREFUSED ? TCP_RETRY_MS : 200);
+	}
+
+out_connected:
+	*out = fd;
+	return (COHORT_OK);
+}
+
 /* Connects to group rank j and runs the connector's half of the handshake.
  * On success *out is the connected socket. */
 static cohort_status
 tcp_connect_peer(const struct cohort__group_desc *desc,
-    const uint8_t ident[32], int j, int *out, char *err, size_t errlen,
-    cohort__time deadline)
+    const struct cohort__tcp_hs_keys *k, int j, int *out, char *err,
+    size_t errlen, cohort__time deadline)
 {
 	int32_t jr = desc->global_ranks[j];
 	char key[COHORT__MAX_KEY];
 	struct tcp_addr addr;
 	void *val = NULL;
 	size_t vlen = 0;
-	uint8_t sh[TCP_SHELLO_LEN], ch[TCP_CHELLO_LEN], ac[TCP_ACCEPT_LEN];
-	uint8_t mac[32];
 	char shown[160];
-	cohort__time hs_deadline, start, window;
+	cohort__time start, window;
 	cohort_status rv;
-	int fd = -1, soerr = 0;
+	int fd = -1;
 
 	tcp_key(desc, j, key, sizeof(key));
 	if ((rv = desc->store.get(desc->store.ctx, key, &val, &vlen, deadline))
@@ -494,171 +614,205 @@ tcp_connect_peer(const struct cohort__group_desc *desc,
 	    COHORT_WAIT_FOREVER);
 	if (window > deadline)
 		window = deadline;
-	for (;;) {
-		struct pollfd pfd;
-		socklen_t sl = sizeof(soerr);
+	for (int attempts = 1;; attempts++) {
+		bool retry = false;
 
-		if (tcp_aborted(desc)) {
-			snprintf(err, errlen,
-			    "aborted while connecting to rank %d", (int)jr);
-			return (COHORT_EABORTED);
-		}
-		fd = socket(addr.ss.ss_family,
-		    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-		if (fd < 0) {
-			snprintf(err, errlen, "socket: %s", strerror(errno));
-			return (COHORT_ESYSTEM);
-		}
-		tcp_sockopts(fd, true);
-		if (connect(fd, (struct sockaddr *)&addr.ss, addr.len) == 0)
-			break;
-		soerr = errno;
-		if (soerr == EINPROGRESS) {
-			soerr = ETIMEDOUT;
-			for (;;) {
-				int ms = cohort__remaining(window);
-
-				if (ms < 0 || ms > 100)
-					ms = 100;
-				pfd.fd = fd;
-				pfd.events = POLLOUT;
-				pfd.revents = 0;
-				if (poll(&pfd, 1, ms < 1 ? 1 : ms) > 0) {
-					if (getsockopt(fd, SOL_SOCKET,
-					        SO_ERROR, &soerr, &sl)
-					    != 0)
-						soerr = errno;
-					break;
-				}
-				if (cohort__expired(window)
-				    || tcp_aborted(desc))
-					break;
-			}
-			if (soerr == 0)
-				break;
+		if ((rv = tcp_dial(desc, &addr, jr, shown, start, window, &fd,
+		         err, errlen, deadline))
+		    != COHORT_OK)
+			return (rv);
+		rv = tcp_hs_connect(
+		    desc, k, fd, j, &retry, err, errlen, deadline);
+		if (rv == COHORT_OK) {
+			*out = fd;
+			return (COHORT_OK);
 		}
 		close(fd);
 		fd = -1;
-		if (tcp_aborted(desc))
-			continue; /* reported at the loop's top */
-		if (cohort__expired(window)) {
-			tcp_connect_error(desc, jr, shown, soerr,
-			    cohort__now_ms() - start, err, errlen);
-			return (cohort__expired(deadline) ? COHORT_ETIMEDOUT
-			                                  : COHORT_EPEERLOST);
+		/* Dropped by a busy listener: another connect window from
+		 * the first time (the wait for the greeting may have used
+		 * up the first one). */
+		if (retry && attempts == 1) {
+			window = cohort__deadline(
+			    (cohort_duration)cohort__knob_int_or(
+			        COHORT__KNOB_CONNECT_TIMEOUT_MS,
+			        TCP_CONNECT_TIMEOUT_MS),
+			    COHORT_WAIT_FOREVER);
+			if (window > deadline)
+				window = deadline;
 		}
-		/* refused: not listening yet or any more; unreachable: a
-		 * route or neighbour still coming up. Both may pass. */
-		(void)poll(
-		    NULL, 0, soerr == ECONNREFUSED ? TCP_RETRY_MS : 200);
+		if (!retry || cohort__expired(window)) {
+			if (attempts > 1)
+				cohort__appendf(err, errlen,
+				    &(size_t) { strlen(err) },
+				    " (%d attempts in %.1f s)", attempts,
+				    (double)(cohort__now_ms() - start)
+				        / 1000.0);
+			return (rv);
+		}
+		cohort__debug("tcp group %s rank %d: %s; connecting again",
+		    desc->group_id, desc->rank, err);
+		(void)poll(NULL, 0, TCP_RETRY_MS);
 	}
-
-	hs_deadline = cohort__now_ms() + TCP_HS_TIMEOUT_MS;
-	if (hs_deadline > deadline)
-		hs_deadline = deadline;
-	if ((rv = tcp_io_full(desc, fd, sh, sizeof(sh), false, hs_deadline, jr,
-	         err, errlen))
-	    != COHORT_OK)
-		goto out_close;
-	if (memcmp(sh, "CHS1", 4) != 0 || tcp_get32(sh + 4) != TCP_HS_VERSION
-	    || tcp_get32(sh + 8) != (uint32_t)j) {
-		snprintf(err, errlen,
-		    "rank %d's address answers with a wrong "
-		    "greeting (not a cohort tcp peer of this group?)",
-		    (int)jr);
-		rv = COHORT_EPROTO;
-		goto out_close;
-	}
-	memcpy(ch, "CHC1", 4);
-	memcpy(ch + 4, ident, 32);
-	tcp_put32(ch + 36, (uint32_t)desc->rank);
-	tcp_put32(ch + 40, (uint32_t)j);
-	if ((rv = tcp_random(ch + 44, 16, err, errlen)) != COHORT_OK)
-		goto out_close;
-	tcp_mac(desc, 'C', ident, sh + 12, ch + 44, (uint32_t)desc->rank,
-	    (uint32_t)j, ch + 60);
-	if ((rv = tcp_io_full(
-	         desc, fd, ch, sizeof(ch), true, hs_deadline, jr, err, errlen))
-	    != COHORT_OK)
-		goto out_close;
-	if ((rv = tcp_io_full(desc, fd, ac, sizeof(ac), false, hs_deadline, jr,
-	         err, errlen))
-	    != COHORT_OK)
-		goto out_close;
-	tcp_mac(desc, 'A', ident, sh + 12, ch + 44, (uint32_t)desc->rank,
-	    (uint32_t)j, mac);
-	if (memcmp(ac, "CHA1", 4) != 0 || !tcp_mac_equal(ac + 4, mac)) {
-		snprintf(err, errlen, "rank %d failed to prove the job secret",
-		    (int)jr);
-		rv = COHORT_EAUTH;
-		goto out_close;
-	}
-	*out = fd;
-	return (COHORT_OK);
-
-out_close:
-	close(fd);
-	return (rv);
 }
 
-/* Checks a complete client hello; returns the connecting rank or -1 with
- * the reason in why. */
-static int
-tcp_check_hello(const struct cohort__group_desc *desc, struct cohort__tcp *t,
-    const uint8_t ident[32], struct tcp_pending *pc, const char **why)
-{
-	const uint8_t *ch = pc->buf;
-	uint32_t rc = tcp_get32(ch + 36);
-	uint8_t mac[32];
-
-	if (memcmp(ch, "CHC1", 4) != 0) {
-		*why = "not a cohort tcp hello";
-		return (-1);
-	}
-	if (memcmp(ch + 4, ident, 32) != 0) {
-		*why = "other job, group or generation";
-		return (-1);
-	}
-	if (tcp_get32(ch + 40) != (uint32_t)desc->rank
-	    || rc >= (uint32_t)desc->rank) {
-		*why = "unexpected ranks";
-		return (-1);
-	}
-	tcp_mac(desc, 'C', ident, pc->nonce, ch + 44, rc, (uint32_t)desc->rank,
-	    mac);
-	if (!tcp_mac_equal(ch + 60, mac)) {
-		*why = "bad proof of the job secret";
-		return (-1);
-	}
-	if (t->peers[rc].fd >= 0) {
-		*why = "rank already connected";
-		return (-1);
-	}
-	return ((int)rc);
-}
-
+/* The source address of an accepted connection, as 16 bytes. */
 static void
-tcp_refuse(const struct cohort__group_desc *desc, struct tcp_pending *pc,
-    const char *why)
+tcp_src(const struct sockaddr_storage *ss, uint8_t src[16])
 {
-	cohort__warn("tcp group %s rank %d: refused a connection: %s",
-	    desc->group_id, desc->rank, why);
+	memset(src, 0, 16);
+	if (ss->ss_family == AF_INET)
+		memcpy(src, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+	else if (ss->ss_family == AF_INET6)
+		memcpy(src, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
+}
+
+/* Tells a pending connection why it is turned away, and closes it. */
+static void
+tcp_refuse(const struct cohort__group_desc *desc, struct cohort__tcp_pend *pc,
+    uint32_t reason, int *refused)
+{
+	uint8_t msg[COHORT__TCP_REFUSAL_LEN];
+
+	cohort__tcp_hs_put_refusal(msg, reason);
+	(void)send(pc->fd, msg, sizeof(msg), MSG_DONTWAIT | MSG_NOSIGNAL);
+	cohort__debug("tcp group %s rank %d: refused a connection: %s",
+	    desc->group_id, desc->rank, cohort__tcp_hs_reason_text(reason));
+	refused[reason <= COHORT__TCP_HS_REASON_MAX ? reason : 0]++;
 	close(pc->fd);
 	pc->fd = -1;
+}
+
+/* One warning for all the connections refused during a mesh setup. */
+static void
+tcp_refusals_log(const struct cohort__group_desc *desc, const int *refused)
+{
+	char text[512];
+	size_t off = 0;
+	int total = 0;
+
+	for (int r = 1; r <= COHORT__TCP_HS_REASON_MAX; r++) {
+		if (refused[r] == 0)
+			continue;
+		cohort__appendf(text, sizeof(text), &off, "%s%d: %s",
+		    total > 0 ? "; " : "", refused[r],
+		    cohort__tcp_hs_reason_text((uint32_t)r));
+		total += refused[r];
+	}
+	if (total > 0)
+		cohort__warn("tcp group %s rank %d: refused %d connection%s "
+		             "while the mesh formed (%s)",
+		    desc->group_id, desc->rank, total, total == 1 ? "" : "s",
+		    text);
+}
+
+/* Accepts a new connection into the pending table (evicting an older one
+ * if it must, handshake.h) and greets it. */
+static cohort_status
+tcp_admit(const struct cohort__group_desc *desc, struct cohort__tcp_pend *pend,
+    int fd, const struct sockaddr_storage *ss, int *refused, char *err,
+    size_t errlen)
+{
+	uint8_t src[16], sh[COHORT__TCP_SHELLO_LEN];
+	struct cohort__tcp_pend *pc;
+	bool evict;
+	int i;
+	cohort_status rv;
+
+	tcp_src(ss, src);
+	i = cohort__tcp_pend_admit(
+	    pend, TCP_MAX_PENDING, src, TCP_PER_SOURCE, &evict);
+	pc = &pend[i];
+	if (evict)
+		tcp_refuse(desc, pc, COHORT__TCP_HS_BUSY, refused);
+	memset(pc, 0, sizeof(*pc));
+	pc->fd = fd;
+	memcpy(pc->src, src, 16);
+	pc->since = cohort__now_ms();
+	pc->deadline = pc->since + tcp_hs_ms();
+	if ((rv = tcp_random(pc->nonce, 16, err, errlen)) != COHORT_OK) {
+		close(fd);
+		pc->fd = -1;
+		return (rv);
+	}
+	cohort__tcp_hs_put_shello(sh, (uint32_t)desc->rank, pc->nonce);
+	if (send(fd, sh, sizeof(sh), MSG_DONTWAIT | MSG_NOSIGNAL)
+	    != (ssize_t)sizeof(sh)) {
+		close(fd);
+		pc->fd = -1;
+	}
+	return (COHORT_OK);
+}
+
+/* Reads what a pending connection sent; judges its hello when complete.
+ * Returns true when it became rank peers' connection. */
+static bool
+tcp_progress(const struct cohort__group_desc *desc, struct cohort__tcp *t,
+    const struct cohort__tcp_hs_keys *k, struct cohort__tcp_pend *pc,
+    int *refused)
+{
+	uint8_t ac[COHORT__TCP_ACCEPT_LEN];
+	uint32_t reason, rc = 0;
+	ssize_t n;
+
+	n = recv(pc->fd, pc->buf + pc->have, sizeof(pc->buf) - pc->have,
+	    MSG_DONTWAIT);
+	if (n > 0)
+		pc->have += (size_t)n;
+	if (n == 0
+	    || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK
+	        && errno != EINTR)) {
+		cohort__debug("tcp group %s rank %d: a connection closed "
+		              "before completing the handshake",
+		    desc->group_id, desc->rank);
+		close(pc->fd);
+		pc->fd = -1;
+		return (false);
+	}
+	if (pc->have < sizeof(pc->buf)) {
+		if (cohort__now_ms() > pc->deadline)
+			tcp_refuse(desc, pc, COHORT__TCP_HS_TIMEOUT, refused);
+		return (false);
+	}
+	reason = cohort__tcp_hs_check_chello(
+	    pc->buf, pc->have, k, pc->nonce, (uint32_t)desc->rank, &rc);
+	if (reason == COHORT__TCP_HS_OK && t->peers[rc].fd >= 0)
+		reason = COHORT__TCP_HS_DUPLICATE;
+	if (reason != COHORT__TCP_HS_OK) {
+		cohort__warn("tcp group %s rank %d: refused a connection: %s",
+		    desc->group_id, desc->rank,
+		    cohort__tcp_hs_reason_text(reason));
+		tcp_refuse(desc, pc, reason, refused);
+		return (false);
+	}
+	cohort__tcp_hs_put_accept(
+	    ac, k, pc->nonce, pc->buf + 44, rc, (uint32_t)desc->rank);
+	if (send(pc->fd, ac, sizeof(ac), MSG_DONTWAIT | MSG_NOSIGNAL)
+	    != (ssize_t)sizeof(ac)) {
+		close(pc->fd);
+		pc->fd = -1;
+		return (false);
+	}
+	tcp_sockopts(pc->fd, true);
+	t->peers[rc].fd = pc->fd;
+	pc->fd = -1;
+	return (true);
 }
 
 /* Accepts connections until every lower rank is connected. */
 static cohort_status
 tcp_accept_all(const struct cohort__group_desc *desc, struct cohort__tcp *t,
-    int lfd, const uint8_t ident[32], char *err, size_t errlen,
+    int lfd, const struct cohort__tcp_hs_keys *k, char *err, size_t errlen,
     cohort__time deadline)
 {
-	struct tcp_pending pend[TCP_MAX_PENDING];
+	struct cohort__tcp_pend pend[TCP_MAX_PENDING];
 	struct pollfd pfd[TCP_MAX_PENDING + 1];
+	int refused[COHORT__TCP_HS_REASON_MAX + 1] = { 0 };
 	int need = desc->rank;
-	int npend = 0;
 	cohort_status rv = COHORT_OK;
 
+	for (int i = 0; i < TCP_MAX_PENDING; i++)
+		pend[i].fd = -1;
 	while (need > 0) {
 		int nfds = 0;
 		int ms;
@@ -686,7 +840,9 @@ tcp_accept_all(const struct cohort__group_desc *desc, struct cohort__tcp *t,
 		pfd[nfds].fd = lfd;
 		pfd[nfds].events = POLLIN;
 		pfd[nfds++].revents = 0;
-		for (int i = 0; i < npend; i++) {
+		for (int i = 0; i < TCP_MAX_PENDING; i++) {
+			if (pend[i].fd < 0)
+				continue;
 			pfd[nfds].fd = pend[i].fd;
 			pfd[nfds].events = POLLIN;
 			pfd[nfds++].revents = 0;
@@ -696,93 +852,34 @@ tcp_accept_all(const struct cohort__group_desc *desc, struct cohort__tcp *t,
 			ms = 100;
 		(void)poll(pfd, (nfds_t)nfds, ms < 1 ? 1 : ms);
 
-		/* New connections: greet each with a fresh nonce. */
-		for (int k = 0; k < TCP_MAX_PENDING; k++) {
-			uint8_t sh[TCP_SHELLO_LEN];
-			struct tcp_pending *pc;
-			int fd = accept4(
-			    lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		/* New connections: each gets a slot and a fresh nonce. */
+		for (int n = 0; n < TCP_MAX_PENDING; n++) {
+			struct sockaddr_storage ss;
+			socklen_t sl = sizeof(ss);
+			int fd = accept4(lfd, (struct sockaddr *)&ss, &sl,
+			    SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 			if (fd < 0)
 				break;
-			if (npend == TCP_MAX_PENDING) {
-				close(fd);
-				continue;
-			}
-			pc = &pend[npend];
-			pc->fd = fd;
-			pc->have = 0;
-			pc->deadline = cohort__now_ms() + TCP_HS_TIMEOUT_MS;
-			if ((rv = tcp_random(pc->nonce, 16, err, errlen))
-			    != COHORT_OK) {
-				close(fd);
+			if ((rv = tcp_admit(
+			         desc, pend, fd, &ss, refused, err, errlen))
+			    != COHORT_OK)
 				goto out_close_pending;
-			}
-			memcpy(sh, "CHS1", 4);
-			tcp_put32(sh + 4, TCP_HS_VERSION);
-			tcp_put32(sh + 8, (uint32_t)desc->rank);
-			memcpy(sh + 12, pc->nonce, 16);
-			if (send(fd, sh, sizeof(sh),
-			        MSG_DONTWAIT | MSG_NOSIGNAL)
-			    != (ssize_t)sizeof(sh)) {
-				close(fd);
-				continue;
-			}
-			npend++;
 		}
 
 		/* Progress the pending handshakes. */
-		for (int i = 0; i < npend; i++) {
-			struct tcp_pending *pc = &pend[i];
-			ssize_t n;
-			int rc;
-			const char *why = NULL;
-
-			n = recv(pc->fd, pc->buf + pc->have,
-			    sizeof(pc->buf) - pc->have, MSG_DONTWAIT);
-			if (n > 0)
-				pc->have += (size_t)n;
-			if (n == 0
-			    || (n < 0 && errno != EAGAIN
-			        && errno != EWOULDBLOCK && errno != EINTR)) {
-				why = "closed before completing the handshake";
-			} else if (pc->have == sizeof(pc->buf)) {
-				rc = tcp_check_hello(desc, t, ident, pc, &why);
-				if (rc >= 0) {
-					uint8_t ac[TCP_ACCEPT_LEN];
-
-					memcpy(ac, "CHA1", 4);
-					tcp_mac(desc, 'A', ident, pc->nonce,
-					    pc->buf + 44, (uint32_t)rc,
-					    (uint32_t)desc->rank, ac + 4);
-					if (send(pc->fd, ac, sizeof(ac),
-					        MSG_DONTWAIT | MSG_NOSIGNAL)
-					    == (ssize_t)sizeof(ac)) {
-						tcp_sockopts(pc->fd, true);
-						t->peers[rc].fd = pc->fd;
-						pc->fd = -1;
-						need--;
-					} else {
-						why = "could not answer";
-					}
-				}
-			} else if (cohort__now_ms() > pc->deadline) {
-				why = "handshake timed out";
-			}
-			if (why != NULL)
-				tcp_refuse(desc, pc, why);
-			if (pc->fd < 0) {
-				pend[i] = pend[npend - 1];
-				npend--;
-				i--;
-			}
-		}
+		for (int i = 0; i < TCP_MAX_PENDING; i++)
+			if (pend[i].fd >= 0
+			    && tcp_progress(desc, t, k, &pend[i], refused))
+				need--;
 	}
 	rv = COHORT_OK;
 
 out_close_pending:
-	for (int i = 0; i < npend; i++)
-		close(pend[i].fd);
+	for (int i = 0; i < TCP_MAX_PENDING; i++)
+		if (pend[i].fd >= 0)
+			close(pend[i].fd);
+	tcp_refusals_log(desc, refused);
 	return (rv);
 }
 
@@ -804,6 +901,7 @@ tcp_free(struct cohort__tcp *t)
 	free(t->steps);
 	free(t->pfds);
 	free(t->pfd_peer);
+	free(t->hdrs);
 	free(t->small);
 	free(t->ring);
 	free(t->acc);
@@ -825,7 +923,7 @@ tcp_init(const struct cohort__group_desc *desc, void **state, char *err,
     size_t errlen, cohort__time deadline)
 {
 	struct cohort__tcp *t;
-	uint8_t ident[32];
+	struct cohort__tcp_hs_keys keys;
 	char addr[96];
 	char key[COHORT__MAX_KEY];
 	int lfd = -1;
@@ -866,7 +964,8 @@ tcp_init(const struct cohort__group_desc *desc, void **state, char *err,
 	    || (t->steps = calloc(2 * (size_t)t->size, sizeof(*t->steps)))
 	        == NULL
 	    || (t->pfds = calloc((size_t)t->size, sizeof(*t->pfds))) == NULL
-	    || (t->pfd_peer = calloc((size_t)t->size, sizeof(int))) == NULL)
+	    || (t->pfd_peer = calloc((size_t)t->size, sizeof(int))) == NULL
+	    || (t->hdrs = calloc((size_t)t->size, COHORT__TCP_OP_HDR)) == NULL)
 		goto out_nomem;
 	for (int p = 0; p < t->size; p++) {
 		t->peers[p].fd = -1;
@@ -895,14 +994,17 @@ tcp_init(const struct cohort__group_desc *desc, void **state, char *err,
 		    key, cohort_status_name(rv));
 		goto out_close_listener;
 	}
-	tcp_ident(desc, ident);
+	keys.secret = desc->secret;
+	keys.secret_len = desc->secret_len;
+	cohort__tcp_hs_ident(
+	    desc->job, desc->group_id, desc->generation, keys.ident);
 	for (int j = desc->rank + 1; j < desc->size; j++) {
-		if ((rv = tcp_connect_peer(desc, ident, j, &t->peers[j].fd,
+		if ((rv = tcp_connect_peer(desc, &keys, j, &t->peers[j].fd,
 		         err, errlen, deadline))
 		    != COHORT_OK)
 			goto out_close_listener;
 	}
-	if ((rv = tcp_accept_all(desc, t, lfd, ident, err, errlen, deadline))
+	if ((rv = tcp_accept_all(desc, t, lfd, &keys, err, errlen, deadline))
 	    != COHORT_OK)
 		goto out_close_listener;
 	close(lfd);

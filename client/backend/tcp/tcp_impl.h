@@ -15,11 +15,16 @@
  *             init over the TCP connections, which stay the liveness
  *             channel)
  *
- * Wire: after the handshake a connection carries raw tensor bytes only.
- * Both ends of every pair run the same sequence of collectives with the
- * same arguments, so each side knows exactly how many bytes to expect and
- * in which order; nothing is framed. A fast peer may already be sending
- * the next operation's bytes; they wait in the socket until read.
+ * Wire: after the handshake, every collective starts with the agreement
+ * (algos.c): each rank sends every other a 32-byte header naming the
+ * operation it entered (kind, dtype, count, op, root, number) and checks
+ * the ones it receives, so ranks that disagree all fail with EMISMATCH
+ * naming both sides instead of exchanging bytes of different meaning (the
+ * shared-memory allreduce puts the header in its control block instead).
+ * The exchange doubles as the barrier. Then the connection carries raw
+ * tensor bytes only: both ends know how many to expect and in which
+ * order; nothing else is framed. A fast peer may already be sending the
+ * next operation's bytes; they wait in the socket until read.
  */
 #ifndef COHORT_TCP_IMPL_H
 #define COHORT_TCP_IMPL_H
@@ -111,6 +116,14 @@ struct cohort__tcp {
 	/* Same-host shared-memory segment (shm.c), NULL = pure TCP. */
 	struct cohort__tcp_shm *shm;
 
+	/* Every rank's header of the running operation (size * 32 bytes;
+	 * algos.c). */
+	uint8_t *hdrs;
+	/* A disagreement that left the ranks out of step (on the shared
+	 * memory path): every later operation fails with it. */
+	cohort_status broken;
+	char broken_err[512];
+
 	/* The operation running, for error texts. */
 	const char *opname;
 	uint64_t seq;
@@ -138,11 +151,26 @@ cohort_status cohort__tcp_grow_small(
     struct cohort__tcp *t, size_t len, char *err, size_t errlen);
 
 /* algos.c */
+#define COHORT__TCP_OP_HDR 32
+/* Fills this rank's header of op in t->hdrs; shm: it runs on the shared
+ * memory path. */
+void cohort__tcp_op_hdr(
+    struct cohort__tcp *t, const struct cohort__op *op, bool shm);
+/* Compares the headers in t->hdrs: COHORT_EMISMATCH with both sides named
+ * in err when any rank's differs from rank 0's. */
+cohort_status cohort__tcp_op_agree(
+    struct cohort__tcp *t, char *err, size_t errlen);
 cohort_status cohort__tcp_run_op(struct cohort__tcp *t,
     const struct cohort__op *op, char *err, size_t errlen,
     cohort__time deadline);
 
 /* shm.c */
+/* The liveness check of the shared-memory path found peer p's header on
+ * its TCP connection: p runs an operation on TCP while this rank waits in
+ * shared memory. Reads it, answers with this rank's header and reports
+ * the disagreement. */
+cohort_status cohort__tcp_shm_stray(
+    struct cohort__tcp *t, int p, char *err, size_t errlen);
 cohort_status cohort__tcp_shm_setup(struct cohort__tcp *t, bool enable,
     size_t want_blk, char *err, size_t errlen, cohort__time deadline);
 void cohort__tcp_shm_free(struct cohort__tcp *t);

@@ -461,6 +461,13 @@ COHORT_API cohort_status cohort_decide(cohort_group *g, bool decision,
  * traffic. Counts are in elements of dtype. `stream` is a cudaStream_t for
  * the nccl backend and must be NULL otherwise. All members of the group
  * must issue the same sequence of collectives with matching arguments.
+ * The tcp (and tcp-staged) and service backends check that: members that
+ * disagree on the operation, count, dtype, op or root (or issue them in
+ * another order) all get COHORT_EMISMATCH, whose detail names two of them
+ * and their values ("ranks disagree: rank 0 count 64, rank 1 count 256").
+ * A disagreement found before any data moved leaves the group usable; one
+ * found in the same-host shared-memory allreduce of tcp makes every later
+ * call on the group fail with the same detail. nccl does not check.
  * A failed peer makes pending and later calls return COHORT_EPEERLOST
  * naming it; COHORT_ETIMEDOUT on a data-plane call leaves the group's
  * connections in an unknown state, so it *does* poison the group. */

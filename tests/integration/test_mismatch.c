@@ -1,0 +1,87 @@
+/*
+ * test_mismatch.c - collectives that agree or fail (issue 12, finding 6),
+ * through the public API with real processes: two ranks call different
+ * collectives; both get COHORT_EMISMATCH naming both sides, on the tcp
+ * backend (shared memory and pure TCP) and the service backend. Before,
+ * tcp returned OK with wrong data (counts 64 vs 256).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_cohort.h"
+
+static struct th_coord coord;
+
+static void
+setup(void)
+{
+	th_coord_start(&coord, NULL);
+}
+
+static void
+teardown(void)
+{
+	ck_assert_int_eq(th_coord_stop(&coord), 0);
+}
+
+static const struct {
+	const char *arg, *want0, *want1;
+} mm_cases[] = {
+	{ "count", "count 64", "count 256" },
+	{ "root", "root 0", "root 1" },
+	{ "op", "sum", "max" },
+	{ "dtype", "f64", "f32" },
+	{ "order", "allreduce", "broadcast" },
+};
+
+static const char *const mm_env[][3] = {
+	{ "COHORT_BACKEND=tcp", NULL, NULL },
+	{ "COHORT_BACKEND=tcp", "COHORT_TCP_SHM=0", NULL },
+	{ "COHORT_BACKEND=service", NULL, NULL },
+};
+
+/* Loop i: case i % 5 on the tcp backend with shared memory (i < 5), pure
+ * TCP (i < 10), and the service backend. */
+START_TEST(test_tcp_mismatch_fails_every_rank)
+{
+	struct th_workers w;
+	char job[32];
+	int k = _i % 5;
+
+	snprintf(job, sizeof(job), "mm%d", _i);
+	th_workers_start(&w, &coord, job, "t", 2, "mismatch", mm_cases[k].arg,
+	    mm_env[_i / 5]);
+	th_workers_wait(&w, 60000);
+	for (int r = 0; r < 2; r++) {
+		char *o = th_worker_output(&w, r);
+
+		fprintf(stderr, "%s/%s rank %d: %s", mm_cases[k].arg,
+		    mm_env[_i / 5][0] + 15, r, o);
+		ck_assert_msg(th_worker_output_has(&w, r,
+		                  "RESULT mismatch status=COHORT_EMISMATCH")
+		        && th_worker_output_has(&w, r, mm_cases[k].want0)
+		        && th_worker_output_has(&w, r, mm_cases[k].want1)
+		        && th_worker_output_has(&w, r, "rank 0")
+		        && th_worker_output_has(&w, r, "rank 1")
+		        && th_worker_output_has(&w, r, "RESULT done"),
+		    "rank %d:\n%s", r, o);
+		free(o);
+	}
+}
+END_TEST
+
+Suite *suite_integration_mismatch(void); /* for tools/gen_suites.sh */
+
+Suite *
+suite_integration_mismatch(void)
+{
+	Suite *s = suite_create("integration_mismatch");
+	TCase *tc = tcase_create("tcp");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, test_tcp_mismatch_fails_every_rank, 0, 15);
+	suite_add_tcase(s, tc);
+	return (s);
+}
