@@ -740,7 +740,7 @@ START_TEST(test_full_disk_kill9_loses_no_acknowledged_add)
 {
 	struct cr_coord c;
 	struct cr_cli k;
-	char http[32], buf[4096], ready[512], metrics[4096], err[1024];
+	char http[32], buf[4096], ready[512], metrics[32768], err[1024];
 	char key[32], val[80];
 	int ready_code;
 	const char *extra[] = { "--http", http, NULL };
