@@ -467,6 +467,7 @@ coll_execute(struct coll_dp *dp, struct cohort_work *w)
 	struct cohort__op_stats stats = { NULL, 0 };
 	struct cohort__log_ctx lctx;
 	const struct cohort__log_ctx *lsaved = NULL;
+	bool pushed = false;
 
 	pthread_mutex_lock(&g->op_lock);
 	if ((st = cohort__group_check(g)) != COHORT_OK) {
@@ -474,7 +475,14 @@ coll_execute(struct coll_dp *dp, struct cohort_work *w)
 		goto out;
 	}
 	if (w->setup_only) {
-		/* Not an operation: no number, no fault schedule. */
+		/* Not an operation: no number, no fault schedule; its log
+		 * lines say what they belong to. */
+		lctx.job = g->client->job;
+		lctx.rank = g->client->rank;
+		lctx.op = "data-plane set-up";
+		lctx.seq = 0;
+		lsaved = cohort__log_ctx_push(&lctx);
+		pushed = true;
 		if (!dp->inited)
 			st = coll_backend_init(dp, w);
 		goto out;
@@ -537,6 +545,8 @@ out:
 		oo.t1_ns = g->op_end_ns;
 		cohort__log_ctx_pop(lsaved);
 		cohort__obs_op(&g->client->obs, &oo);
+	} else if (pushed) {
+		cohort__log_ctx_pop(lsaved);
 	}
 	pthread_mutex_unlock(&g->op_lock);
 	free(w->tmp);
