@@ -58,7 +58,8 @@ struct coll_dp {
 	 * cv, which every blocking operation broadcasts when it ends: an idle
 	 * thread woken per operation costs a context switch that takes the
 	 * core a spinning rank on the same host needs (measured: 4 KiB
-	 * all-reduce, 2 ranks, 1 us median became 8-20 us in half the runs). */
+	 * all-reduce, 2 ranks, 1 us median became 8-20 us in half the runs).
+	 */
 	pthread_cond_t work_cv;
 	const struct cohort__backend_ops *ops; /* resolved, under mtx */
 	uint64_t next_ticket;
