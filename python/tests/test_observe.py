@@ -40,7 +40,7 @@ STRATEGY = str(BIN / "cohort-strategy-worker")
 class Coordinator:
     """cohortd on free loopback ports with --http; stopped by PID."""
 
-    def __init__(self, tmp_path, *args: str):
+    def __init__(self, tmp_path, *args: str, private: bool = True):
         self.port = free_port()
         self.hport = free_port()
         self.url = f"tcp://127.0.0.1:{self.port}"
@@ -50,7 +50,7 @@ class Coordinator:
             # Job names on /metrics and every job's status without an
             # admin secret: a private coordinator's settings.
             [COHORTD, "--listen", self.url, "--http", f"127.0.0.1:{self.hport}",
-             "--metrics-per-job", "--open-status", *args],
+             *(["--metrics-per-job", "--open-status"] if private else []), *args],
             stdout=self.log, stderr=subprocess.STDOUT, env=base_env())
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -228,6 +228,28 @@ def rank_counts(fams: dict, job: str) -> dict[int, Counter]:
 # ---------------------------------------------------------------------------
 # tests
 # ---------------------------------------------------------------------------
+
+
+def test_metrics_hide_job_names_by_default(tmp_path):
+    """Without --metrics-per-job, /metrics names no job (it is often
+    scraped without credentials): the per-rank series carry a digest of
+    the job's name instead, and still count each rank's collectives."""
+    import hashlib
+
+    coordinator = Coordinator(tmp_path, private=False)
+    try:
+        job = "secret-project-x"
+        r = run([COHORT, "run", "-n", "2", "--coordinator", coordinator.url, "--job", job, "--",
+                 WORKER, "observe", "3"])
+        assert r.returncode == 0, r.stdout + r.stderr
+        status, text = coordinator.get("/metrics")
+    finally:
+        coordinator.stop()
+    assert status == 200
+    assert job not in text, text
+    digest = "#" + hashlib.sha256(job.encode()).hexdigest()[:16]
+    counts = rank_counts(check_exposition(text), digest)
+    assert sorted(counts) == [0, 1] and counts[0]["allreduce"] == 3, text
 
 
 def test_metrics_count_every_rank_collective(coord):
