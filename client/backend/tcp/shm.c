@@ -486,6 +486,24 @@ shm_begin_op(struct cohort__tcp *t, uint32_t g0, char *err, size_t errlen,
 	return (COHORT_OK);
 }
 
+/* Reserves rounds global rounds for an operation and starts it
+ * (shm_begin_op); *g0 gets its first round. sync_after: the operation
+ * does not wait for its readers (every kind but allreduce). */
+static cohort_status
+shm_start(struct cohort__tcp *t, size_t rounds, bool sync_after, uint32_t *g0,
+    char *err, size_t errlen, cohort__time deadline)
+{
+	struct cohort__tcp_shm *s = t->shm;
+	cohort_status rv;
+
+	*g0 = s->round;
+	s->round += (uint32_t)rounds;
+	if ((rv = shm_begin_op(t, *g0, err, errlen, deadline)) != COHORT_OK)
+		return (rv);
+	s->sync_next = sync_after;
+	return (COHORT_OK);
+}
+
 /* Every rank posted round g0 of this operation: compare their headers. */
 static cohort_status
 shm_agree(struct cohort__tcp *t, char *err, size_t errlen)
@@ -565,13 +583,12 @@ cohort__tcp_shm_allreduce(struct cohort__tcp *t, const struct cohort__op *op,
 	/* blk is a multiple of 64, so of every element size */
 	size_t per = (size_t)n * s->blk;
 	size_t rounds = (bytes + per - 1) / per;
-	uint32_t g0 = s->round;
-	cohort_status rv = COHORT_OK;
+	uint32_t g0;
+	cohort_status rv;
 
-	s->round += (uint32_t)rounds;
-	if ((rv = shm_begin_op(t, g0, err, errlen, deadline)) != COHORT_OK)
+	if ((rv = shm_start(t, rounds, false, &g0, err, errlen, deadline))
+	    != COHORT_OK)
 		return (rv);
-	s->sync_next = false;
 	shm_post(t, src, 0, (bytes < per ? bytes : per) / t->esize, g0);
 	for (size_t k = 0; k < rounds; k++) {
 		uint32_t g = g0 + (uint32_t)k;
@@ -676,13 +693,12 @@ shm_broadcast(struct cohort__tcp *t, const struct cohort__op *op, size_t bytes,
 	int n = t->size, root = op->root;
 	size_t per = (size_t)n * s->blk;
 	size_t rounds = (bytes + per - 1) / per;
-	uint32_t g0 = s->round;
-	cohort_status rv = COHORT_OK;
+	uint32_t g0;
+	cohort_status rv;
 
-	s->round += (uint32_t)rounds;
-	if ((rv = shm_begin_op(t, g0, err, errlen, deadline)) != COHORT_OK)
+	if ((rv = shm_start(t, rounds, true, &g0, err, errlen, deadline))
+	    != COHORT_OK)
 		return (rv);
-	s->sync_next = true;
 	for (size_t k = 0; k < rounds; k++) {
 		uint32_t g = g0 + (uint32_t)k;
 		size_t off = k * per;
@@ -737,13 +753,12 @@ shm_allgather(struct cohort__tcp *t, const struct cohort__op *op,
 	int n = t->size, r = t->rank;
 	size_t per = (size_t)n * s->blk;
 	size_t rounds = (blk_bytes + per - 1) / per;
-	uint32_t g0 = s->round;
-	cohort_status rv = COHORT_OK;
+	uint32_t g0;
+	cohort_status rv;
 
-	s->round += (uint32_t)rounds;
-	if ((rv = shm_begin_op(t, g0, err, errlen, deadline)) != COHORT_OK)
+	if ((rv = shm_start(t, rounds, true, &g0, err, errlen, deadline))
+	    != COHORT_OK)
 		return (rv);
-	s->sync_next = true;
 	if (src != dst + (size_t)r * blk_bytes)
 		memmove(dst + (size_t)r * blk_bytes, src, blk_bytes);
 	for (size_t k = 0; k < rounds; k++) {
@@ -780,13 +795,12 @@ shm_reduce_scatter(struct cohort__tcp *t, const struct cohort__op *op,
 	int n = t->size, r = t->rank;
 	size_t rounds = (blk_bytes + s->blk - 1) / s->blk;
 	size_t piece = SHM_PIECE - SHM_PIECE % t->esize;
-	uint32_t g0 = s->round;
-	cohort_status rv = COHORT_OK;
+	uint32_t g0;
+	cohort_status rv;
 
-	s->round += (uint32_t)rounds;
-	if ((rv = shm_begin_op(t, g0, err, errlen, deadline)) != COHORT_OK)
+	if ((rv = shm_start(t, rounds, true, &g0, err, errlen, deadline))
+	    != COHORT_OK)
 		return (rv);
-	s->sync_next = true;
 	for (size_t k = 0; k < rounds; k++) {
 		uint32_t g = g0 + (uint32_t)k;
 		size_t off = k * s->blk;
