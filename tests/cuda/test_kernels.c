@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_cohort.h"
 #include "cohort/cohort.h"
 #include "kernels.h"
 
@@ -715,28 +716,12 @@ END_TEST
 Suite *
 suite_cuda_ref(void)
 {
-	Suite *s = suite_create("cuda_ref");
-	TCase *tc = tcase_create("ref");
-
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_f16_known);
-	tcase_add_test(tc, test_bf16_known);
-	tcase_add_test(tc, test_half_roundtrip_all);
-	tcase_add_test(tc, test_half_nearest_random);
-	tcase_add_test(tc, test_cast_array);
-	tcase_add_test(tc, test_scale);
-	tcase_add_test(tc, test_reduce2_int);
-	tcase_add_test(tc, test_reduce2_float);
-	tcase_add_test(tc, test_reduce2_args);
-	tcase_add_test(tc, test_pack_layout);
-	tcase_add_test(tc, test_pack_known);
-	tcase_add_test(tc, test_copy_split);
-	tcase_add_test(tc, test_copy_plan);
-	tcase_add_test(tc, test_copy_emulate_random);
-	tcase_add_test(tc, test_compare);
-	tcase_add_test(tc, test_no_gpu_paths);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (th_suite("cuda_ref", "ref", 60, NULL, NULL, test_f16_known,
+	    test_bf16_known, test_half_roundtrip_all, test_half_nearest_random,
+	    test_cast_array, test_scale, test_reduce2_int, test_reduce2_float,
+	    test_reduce2_args, test_pack_layout, test_pack_known,
+	    test_copy_split, test_copy_plan, test_copy_emulate_random,
+	    test_compare, test_no_gpu_paths, NULL));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1131,15 +1116,7 @@ END_TEST
 Suite *
 suite_cuda_kernels(void)
 {
-	Suite *s = suite_create("cuda_kernels");
-	TCase *tc = tcase_create("kernels");
-
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_gpu_pack);
-	tcase_add_test(tc, test_gpu_scale);
-	tcase_add_test(tc, test_gpu_cast);
-	tcase_add_test(tc, test_gpu_reduce2);
-	tcase_add_test(tc, test_gpu_errors);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (th_suite("cuda_kernels", "kernels", 120, NULL, NULL,
+	    test_gpu_pack, test_gpu_scale, test_gpu_cast, test_gpu_reduce2,
+	    test_gpu_errors, NULL));
 }

@@ -1401,46 +1401,26 @@ Suite *
 suite_nccl(void)
 {
 	Suite *s = suite_create("nccl");
-	TCase *t = tcase_create("always");
-	TCase *g = tcase_create("gpu");
+	TCase *g;
 
-	tcase_add_test(t, test_dtype_map);
-	tcase_add_test(t, test_redop_map);
-	tcase_add_test(t, test_version_text);
-	tcase_add_test(t, test_config_init);
-	tcase_add_test(t, test_abi_headers);
-	tcase_add_test(t, test_exchange_id);
-	tcase_add_test(t, test_exchange_id_errors);
-	tcase_add_test(t, test_loader_missing_cudart);
-	tcase_add_test(t, test_loader_missing_nccl);
-	tcase_add_test(t, test_loader_natural);
-	tcase_set_timeout(t, 30);
-	suite_add_tcase(s, t);
-
-	tcase_add_test(g, test_nccl_collectives_w1);
-	tcase_add_test(g, test_staged_collectives_w1);
-	tcase_add_test(g, test_device_ptr_probe);
-	tcase_add_test(g, test_nccl_init_expired);
-	tcase_add_test(g, test_nccl_init_missing_peer);
-	tcase_add_test(g, test_nccl_abort_thread);
-	tcase_add_test(g, test_nccl_abort_flag);
-	tcase_add_test(g, test_staged_abort_thread);
-	tcase_add_test(g, test_nccl_run_deadline);
-	tcase_add_test(g, test_nccl_bad_args);
+	th_suite_case(s, "always", 30, NULL, NULL, test_dtype_map,
+	    test_redop_map, test_version_text, test_config_init,
+	    test_abi_headers, test_exchange_id, test_exchange_id_errors,
+	    test_loader_missing_cudart, test_loader_missing_nccl,
+	    test_loader_natural, NULL);
+	g = th_suite_case(s, "gpu", 120, NULL, NULL, test_nccl_collectives_w1,
+	    test_staged_collectives_w1, test_device_ptr_probe,
+	    test_nccl_init_expired, test_nccl_init_missing_peer,
+	    test_nccl_abort_thread, test_nccl_abort_flag,
+	    test_staged_abort_thread, test_nccl_run_deadline,
+	    test_nccl_bad_args, NULL);
 	tcase_add_loop_test(g, test_staged_multi, 2, 4);
-	tcase_set_timeout(g, 120);
-	suite_add_tcase(s, g);
 	return (s);
 }
 
 Suite *
 suite_nccl_bench(void)
 {
-	Suite *s = suite_create("nccl_bench");
-	TCase *t = tcase_create("allreduce");
-
-	tcase_add_test(t, test_bench_allreduce);
-	tcase_set_timeout(t, 500);
-	suite_add_tcase(s, t);
-	return (s);
+	return (th_suite("nccl_bench", "allreduce", 500, NULL, NULL,
+	    test_bench_allreduce, NULL));
 }

@@ -45,11 +45,6 @@ Suite *suite_integration_mesh_flood(void); /* for tools/gen_suites.sh */
 Suite *
 suite_integration_mesh_flood(void)
 {
-	Suite *s = suite_create("integration_mesh_flood");
-	TCase *tc = tcase_create("flood");
-
-	tcase_set_timeout(tc, 180);
-	tcase_add_test(tc, test_silent_flood_does_not_block_the_job);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (th_suite("integration_mesh_flood", "flood", 180, NULL, NULL,
+	    test_silent_flood_does_not_block_the_job, NULL));
 }

@@ -40,7 +40,6 @@ enum {
 	Q_LIST = 17,
 };
 
-static struct th_coord coord;
 static int port_a, port_b;
 
 static void
@@ -56,13 +55,7 @@ setup(void)
 	while (port_b == port_a);
 	snprintf(a, sizeof(a), "jobA@127.0.0.1:%d", port_a);
 	snprintf(b, sizeof(b), "jobB@127.0.0.1:%d", port_b);
-	th_coord_start(&coord, args);
-}
-
-static void
-teardown(void)
-{
-	ck_assert_int_eq(th_coord_stop(&coord), 0);
+	th_coord_start(&th_fx_coord, args);
 }
 
 /* --- a minimal client -------------------------------------------------- */
@@ -98,15 +91,8 @@ b_str(struct buf *b, const char *s)
 static int
 ts_open(int port, bool validate)
 {
-	struct sockaddr_in sa;
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int fd = th_tcp_connect_ok(port);
 
-	ck_assert_int_ge(fd, 0);
-	memset(&sa, 0, sizeof(sa));
-	sa.sin_family = AF_INET;
-	sa.sin_port = htons((uint16_t)port);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	if (validate) {
 		struct buf b = { .n = 0 };
 		uint32_t m = 0x3C85F7CEu;
@@ -494,16 +480,8 @@ Suite *suite_integration_torchstore(void);
 Suite *
 suite_integration_torchstore(void)
 {
-	Suite *s = suite_create("integration_torchstore");
-	TCase *tc = tcase_create("listener");
-
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_every_query);
-	tcase_add_test(tc, test_wait_released_and_cancelled);
-	tcase_add_test(tc, test_queues);
-	tcase_add_test(tc, test_two_listeners_two_jobs);
-	tcase_add_test(tc, test_bad_input_closes_only_that_connection);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (th_suite("integration_torchstore", "listener", 60, setup,
+	    th_fx_teardown, test_every_query, test_wait_released_and_cancelled,
+	    test_queues, test_two_listeners_two_jobs,
+	    test_bad_input_closes_only_that_connection, NULL));
 }
