@@ -44,6 +44,7 @@
 #include "dp.h"
 #include "hvd.h"
 #include "mlp.h"
+#include "th_worker.h"
 
 #define SW_IN 64
 #define SW_OUT 10
@@ -55,15 +56,6 @@ struct sw_opts {
 	long fail_rank, fail_step;
 	double lr, momentum;
 };
-
-static uint64_t
-sw_mix(uint64_t z)
-{
-	z += 0x9e3779b97f4a7c15ull;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return (z ^ (z >> 31));
-}
 
 static float
 sw_unit(uint64_t h)
@@ -80,12 +72,12 @@ sw_sample(size_t i, float *x, uint8_t *y)
 
 	for (int k = 0; k < SW_IN; k++)
 		x[k] = sw_unit(
-		    sw_mix(0xda7a5e7ull ^ ((uint64_t)i << 8) ^ (uint64_t)k));
+		    tw_mix(0xda7a5e7ull ^ ((uint64_t)i << 8) ^ (uint64_t)k));
 	for (int o = 0; o < SW_OUT; o++) {
 		float a = 0.0f;
 
 		for (int k = 0; k < SW_IN; k++)
-			a += (sw_unit(sw_mix(0x7eac4e5ull ^ ((uint64_t)o << 16)
+			a += (sw_unit(tw_mix(0x7eac4e5ull ^ ((uint64_t)o << 16)
 			          ^ (uint64_t)k))
 			         - 0.5f)
 			    * x[k];

@@ -22,6 +22,7 @@
 #include "check_cohort.h"
 #include "cohort/cohort.h"
 #include "kernels.h"
+#include "th_elem.h"
 
 #define KT_OK(expr)                                                           \
 	do {                                                                  \
@@ -79,16 +80,6 @@ kt_float(uint32_t x)
 
 	memcpy(&f, &x, sizeof(f));
 	return (f);
-}
-
-static void
-kt_fill_random(void *p, size_t bytes)
-{
-	unsigned char *c = p;
-	size_t i;
-
-	for (i = 0; i < bytes; i++)
-		c[i] = (unsigned char)(kt_rand() >> 56);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -624,7 +615,7 @@ START_TEST(test_copy_emulate_random)
 		b1 = malloc(total + 1);
 		b2 = malloc(total + 1);
 		ck_assert(arena && arena2 && b1 && b2);
-		kt_fill_random(arena, arena_len);
+		th_fill_bytes(arena, arena_len, kt_rand);
 		for (i = 0; i < n; i++) {
 			/* Half the tensors start misaligned. */
 			pos = (pos + 15) & ~(size_t)15;
@@ -644,7 +635,7 @@ START_TEST(test_copy_emulate_random)
 		    "round %d: emulated pack differs (n %zu align %zu)", round,
 		    n, align);
 
-		kt_fill_random(b1, total);
+		th_fill_bytes(b1, total, kt_rand);
 		memcpy(arena2, arena, arena_len);
 		KT_OK(cohort__ref_unpack(b1, it, n));
 		kt_emulate_pack(jt, n, b1, false);
@@ -757,24 +748,12 @@ kt_fill_dtype(void *p, cohort_dtype dt, size_t n, double r)
 
 	for (i = 0; i < n; i++) {
 		double v = kt_uniform(-r, r);
-		switch (dt) {
-		case COHORT_F32:
-			((float *)p)[i] = (float)v;
-			break;
-		case COHORT_F64:
-			((double *)p)[i] = v;
-			break;
-		case COHORT_F16:
-			((uint16_t *)p)[i] = cohort__f32_to_f16((float)v);
-			break;
-		case COHORT_BF16:
-			((uint16_t *)p)[i] = cohort__f32_to_bf16((float)v);
-			break;
-		default:
-			kt_fill_random((char *)p + i * cohort_dtype_size(dt),
-			    cohort_dtype_size(dt));
-			break;
-		}
+
+		if (th_elem_is_float(dt))
+			th_elem_store(p, i, dt, v, 0);
+		else
+			th_fill_bytes((char *)p + i * cohort_dtype_size(dt),
+			    cohort_dtype_size(dt), kt_rand);
 	}
 }
 
@@ -860,7 +839,7 @@ kt_gpu_pack_case(size_t n, size_t align, bool misalign)
 	}
 
 	/* pack */
-	kt_fill_random(h_arena, arena_len);
+	th_fill_bytes(h_arena, arena_len, kt_rand);
 	memset(h_bucket, 0xa5, total);
 	KT_OK(cohort__gpu_memcpy_h2d(d_arena, h_arena, arena_len));
 	KT_OK(cohort__gpu_memset(d_bucket, 0xa5, total));
@@ -876,7 +855,7 @@ kt_gpu_pack_case(size_t n, size_t align, bool misalign)
 	    "%s differs from the reference", what);
 
 	/* unpack into a poisoned arena: gaps must stay poisoned */
-	kt_fill_random(h_bucket, total);
+	th_fill_bytes(h_bucket, total, kt_rand);
 	memset(h_arena, 0x3c, arena_len);
 	KT_OK(cohort__gpu_memcpy_h2d(d_bucket, h_bucket, total));
 	KT_OK(cohort__gpu_memset(d_arena, 0x3c, arena_len));

@@ -37,6 +37,7 @@
 #include "backend/backend.h"
 #include "backend/nccl/nccl_impl.h"
 #include "check_cohort.h"
+#include "th_elem.h"
 
 #if defined(COHORT_HAVE_NCCL) && defined(__has_include)
 #if __has_include(<nccl.h>) && __has_include(<cuda_runtime_api.h>)
@@ -665,31 +666,8 @@ nt_fill(void *h, cohort_dtype dt, size_t n, int seed)
 	for (size_t i = 0; i < n; i++) {
 		int v = (int)((i * 7 + (size_t)seed * 13) % 61) - 20;
 
-		switch (dt) {
-		case COHORT_F32:
-			((float *)h)[i] = (float)v;
-			break;
-		case COHORT_F64:
-			((double *)h)[i] = v;
-			break;
-		case COHORT_F16:
-			((uint16_t *)h)[i] = cohort__f32_to_f16((float)v);
-			break;
-		case COHORT_BF16:
-			((uint16_t *)h)[i] = cohort__f32_to_bf16((float)v);
-			break;
-		case COHORT_I32:
-			((int32_t *)h)[i] = v;
-			break;
-		case COHORT_I64:
-			((int64_t *)h)[i] = v;
-			break;
-		case COHORT_U8:
-			((uint8_t *)h)[i] = (uint8_t)(v + 20);
-			break;
-		default:
-			break;
-		}
+		th_elem_store(h, i, dt, v,
+		    (uint64_t)(int64_t)(dt == COHORT_U8 ? v + 20 : v));
 	}
 }
 

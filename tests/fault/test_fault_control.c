@@ -23,12 +23,9 @@ START_TEST(test_sigkill_fails_pending_barrier_everywhere)
 
 	th_workers_start(
 	    &w, &th_fx_coord, "kill", "t", 8, "hold", "120000", env);
-	th_workers_await_ready(&w, 3000, 10);
 	/* give them a moment to park in barrier "final" (not required:
 	 * a later arrival is answered from the sticky failure) */
-	usleep(100 * 1000);
-	t0 = th_now_ms();
-	kill(w.pid[victim], SIGKILL);
+	t0 = th_signal_when_ready(&w, w.pid[victim], SIGKILL, 100);
 	th_workers_wait(&w, 20000);
 	ck_assert_int_eq(w.status[victim], 128 + SIGKILL);
 	for (int r = 0; r < 8; r++) {
@@ -62,10 +59,7 @@ START_TEST(test_sigstop_detected_by_missed_heartbeats)
 
 	th_workers_start(
 	    &w, &th_fx_coord, "stop", "t", 4, "hold", "120000", env);
-	th_workers_await_ready(&w, 3000, 10);
-	usleep(100 * 1000);
-	t0 = th_now_ms();
-	kill(w.pid[2], SIGSTOP);
+	t0 = th_signal_when_ready(&w, w.pid[2], SIGSTOP, 100);
 	for (int r = 0; r < 4; r++) {
 		int st;
 		if (r == 2)

@@ -91,32 +91,25 @@ fault_kill_during_allreduce(const char *job, int n, int victim,
 	fflush(stdout);
 }
 
-START_TEST(test_sigkill_during_64mib_allreduce_tcp)
-{
-	fault_kill_during_allreduce(
-	    "fd-tcp", 4, 2, "67108864", "tcp", SIGKILL);
-}
-END_TEST
+/* The victim's signal (SIGSTOP: heartbeat 500 ms, dead after 3 s in
+ * cohort-coll-worker) in the middle of an allreduce of `bytes`. */
+static const struct {
+	const char *job;
+	int n, victim;
+	const char *bytes, *backend;
+	int sig;
+} fd_cases[] = {
+	{ "fd-tcp", 4, 2, "67108864", "tcp", SIGKILL },
+	{ "fd-tcp0", 3, 0, "33554432", "tcp", SIGKILL },
+	{ "fd-svc", 3, 1, "8388608", "service", SIGKILL },
+	{ "fd-stop", 3, 1, "33554432", "tcp", SIGSTOP },
+};
 
-START_TEST(test_sigkill_rank0_during_allreduce_tcp)
+START_TEST(test_signal_during_allreduce)
 {
-	fault_kill_during_allreduce(
-	    "fd-tcp0", 3, 0, "33554432", "tcp", SIGKILL);
-}
-END_TEST
-
-START_TEST(test_sigkill_during_allreduce_service)
-{
-	fault_kill_during_allreduce(
-	    "fd-svc", 3, 1, "8388608", "service", SIGKILL);
-}
-END_TEST
-
-START_TEST(test_sigstop_during_allreduce_tcp)
-{
-	/* heartbeat 500 ms, dead after 3 s (cohort-coll-worker) */
-	fault_kill_during_allreduce(
-	    "fd-stop", 3, 1, "33554432", "tcp", SIGSTOP);
+	fault_kill_during_allreduce(fd_cases[_i].job, fd_cases[_i].n,
+	    fd_cases[_i].victim, fd_cases[_i].bytes, fd_cases[_i].backend,
+	    fd_cases[_i].sig);
 }
 END_TEST
 
@@ -125,9 +118,11 @@ Suite *suite_fault_data(void); /* for tools/gen_suites.sh */
 Suite *
 suite_fault_data(void)
 {
-	return (th_suite("fault_data", "sigkill", 120, th_fx_setup,
-	    th_fx_teardown, test_sigkill_during_64mib_allreduce_tcp,
-	    test_sigkill_rank0_during_allreduce_tcp,
-	    test_sigkill_during_allreduce_service,
-	    test_sigstop_during_allreduce_tcp, NULL));
+	Suite *s = suite_create("fault_data");
+	TCase *tc = th_suite_case(
+	    s, "sigkill", 120, th_fx_setup, th_fx_teardown, NULL);
+
+	tcase_add_loop_test(tc, test_signal_during_allreduce, 0,
+	    (int)(sizeof(fd_cases) / sizeof(fd_cases[0])));
+	return (s);
 }

@@ -30,10 +30,7 @@ START_TEST(test_coordinator_pause_is_not_a_failure)
 	 * 25 s, cohortd is stopped for 10 s of it */
 	th_workers_start(
 	    &w, &th_fx_coord, "pause", "t", 2, "barrier_for", "25000", NULL);
-	th_workers_await_ready(&w, 3000, 10);
-	usleep(1000 * 1000);
-	t0 = th_now_ms();
-	ck_assert_int_eq(kill(th_fx_coord.pid, SIGSTOP), 0);
+	t0 = th_signal_when_ready(&w, th_fx_coord.pid, SIGSTOP, 1000);
 	usleep(10 * 1000 * 1000);
 	ck_assert_int_eq(kill(th_fx_coord.pid, SIGCONT), 0);
 	printf("MEASURE fault_pause: cohortd stopped for %lld ms\n",
@@ -67,10 +64,7 @@ START_TEST(test_worker_pause_is_still_a_failure)
 
 	th_workers_start(
 	    &w, &th_fx_coord, "wpause", "t", 2, "barrier_for", "60000", env);
-	th_workers_await_ready(&w, 3000, 10);
-	usleep(200 * 1000);
-	t0 = th_now_ms();
-	ck_assert_int_eq(kill(w.pid[1], SIGSTOP), 0);
+	t0 = th_signal_when_ready(&w, w.pid[1], SIGSTOP, 200);
 	ck_assert_msg(th_wait(w.pid[0], 30000, &st),
 	    "rank 0 still running 30 s after rank 1 was stopped");
 	took = th_now_ms() - t0;

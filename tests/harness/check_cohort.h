@@ -148,6 +148,11 @@ void th_workers_start_bin(struct th_workers *w, const struct th_coord *c,
 bool th_workers_ready(void *w);
 /* Waits (tries x delay_ms) until all print READY; fails the test if not. */
 void th_workers_await_ready(struct th_workers *w, int tries, int delay_ms);
+/* The fault tests' start: waits (30 s) until all of w print READY, lets
+ * them settle for settle_ms, sends sig to pid (a worker or cohortd) and
+ * returns when it did (th_now_ms). */
+int64_t th_signal_when_ready(
+    struct th_workers *w, pid_t pid, int sig, int settle_ms);
 /* Waits for all, bounded; kills stragglers (and fails the test) after
  * timeout_ms. Returns the number of workers that exited 0. */
 int th_workers_wait(struct th_workers *w, int timeout_ms);

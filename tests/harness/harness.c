@@ -528,6 +528,19 @@ th_workers_await_ready(struct th_workers *w, int tries, int delay_ms)
 	    "workers never got ready");
 }
 
+int64_t
+th_signal_when_ready(struct th_workers *w, pid_t pid, int sig, int settle_ms)
+{
+	int64_t t;
+
+	th_workers_await_ready(w, 3000, 10);
+	usleep((useconds_t)settle_ms * 1000);
+	t = th_now_ms();
+	ck_assert_msg(
+	    kill(pid, sig) == 0, "kill %d: %s", (int)pid, strerror(errno));
+	return (t);
+}
+
 void
 th_workers_start(struct th_workers *w, const struct th_coord *c,
     const char *job, const char *token, int n, const char *scenario,

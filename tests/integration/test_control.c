@@ -168,6 +168,7 @@ START_TEST(test_scenario_runs_clean)
 		    ctl_clean[_i].want, th_worker_output(&w, r));
 }
 END_TEST
+
 START_TEST(test_wrong_token_refused)
 {
 	struct th_workers w;
