@@ -941,10 +941,7 @@ scen_nonccl(cohort_client *c, const char *arg)
 	exit(ok ? 0 : 1);
 }
 
-static const struct {
-	const char *name;
-	int (*fn)(cohort_client *, const char *);
-} cw_scenarios[] = {
+static const struct tw_scenario cw_scenarios[] = {
 	{ "nonccl", scen_nonccl },
 	{ "matrix", scen_matrix },
 	{ "subgroup", scen_subgroup },
@@ -962,6 +959,7 @@ main(int argc, char **argv)
 	cohort_client *c = NULL;
 	cohort_status st;
 	const char *backend = getenv("COHORT_TEST_BACKEND");
+	const struct tw_scenario *sc;
 	int rc = 2;
 
 	if (argc < 2) {
@@ -990,13 +988,10 @@ main(int argc, char **argv)
 		    cohort_status_name(st), cohort_last_error());
 		return (1);
 	}
-	for (size_t i = 0; i < sizeof(cw_scenarios) / sizeof(cw_scenarios[0]);
-	     i++) {
-		if (strcmp(argv[1], cw_scenarios[i].name) != 0)
-			continue;
-		rc = cw_scenarios[i].fn(c, argc > 2 ? argv[2] : NULL);
-		break;
-	}
+	if ((sc = tw_scenario_find(cw_scenarios,
+	         sizeof(cw_scenarios) / sizeof(cw_scenarios[0]), argv[1]))
+	    != NULL)
+		rc = sc->fn(c, argc > 2 ? argv[2] : NULL);
 	if (rc == 2)
 		fprintf(stderr, "unknown scenario %s\n", argv[1]);
 	if (rc == 0) {

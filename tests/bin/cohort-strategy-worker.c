@@ -211,6 +211,21 @@ sw_die(const char *what, cohort_status st, const char *detail)
 	exit(1);
 }
 
+/* Joins the job of the COHORT_* environment (or dies); its rank and world
+ * size in *rank and *world. */
+static cohort_client *
+sw_join(int *rank, int *world)
+{
+	cohort_client *c;
+	cohort_status st;
+
+	if ((st = cohort_client_open_env(&c, 60000)) != COHORT_OK)
+		sw_die("cohort_client_open_env", st, NULL);
+	*rank = cohort_client_rank(c);
+	*world = cohort_client_world_size(c);
+	return (c);
+}
+
 /* ------------------------------------------------------------------------ */
 /* local: the reference                                                     */
 /* ------------------------------------------------------------------------ */
@@ -275,10 +290,7 @@ sw_ddp(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y, bool fail)
 	int64_t mine, *all;
 	bool equal = true;
 
-	if ((st = cohort_client_open_env(&c, 60000)) != COHORT_OK)
-		sw_die("cohort_client_open_env", st, NULL);
-	rank = cohort_client_rank(c);
-	world = cohort_client_world_size(c);
+	c = sw_join(&rank, &world);
 	G = (size_t)world * B;
 	/* Every rank initialises differently: the broadcast must fix it. */
 	mlp_reset(m, (uint64_t)o->seed + (uint64_t)rank);
@@ -396,10 +408,7 @@ sw_hvd(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y)
 	size_t G, B = (size_t)o->batch;
 	long steps_done = 0;
 
-	if ((st = cohort_client_open_env(&c, 60000)) != COHORT_OK)
-		sw_die("cohort_client_open_env", st, NULL);
-	rank = cohort_client_rank(c);
-	world = cohort_client_world_size(c);
+	c = sw_join(&rank, &world);
 	G = (size_t)world * B;
 	mlp_reset(m, (uint64_t)o->seed + (uint64_t)rank);
 	cohort_hvd_options_init(&hopt);
@@ -608,10 +617,7 @@ sw_hvdapi(void)
 	pthread_t th[2];
 	int rank, world;
 
-	if ((st = cohort_client_open_env(&c, 60000)) != COHORT_OK)
-		sw_die("cohort_client_open_env", st, NULL);
-	rank = cohort_client_rank(c);
-	world = cohort_client_world_size(c);
+	c = sw_join(&rank, &world);
 	cohort_hvd_options_init(&hopt);
 	hopt.stall_check_ms = 300;
 	hopt.timeout = 30000;
@@ -744,10 +750,7 @@ sw_hvddie(void)
 	int rank, world;
 	struct timespec t0, t1;
 
-	if ((st = cohort_client_open_env(&c, 60000)) != COHORT_OK)
-		sw_die("cohort_client_open_env", st, NULL);
-	rank = cohort_client_rank(c);
-	world = cohort_client_world_size(c);
+	c = sw_join(&rank, &world);
 	cohort_hvd_options_init(&hopt);
 	hopt.timeout = 60000;
 	if ((st = cohort_hvd_new(c, &hopt, &h)) != COHORT_OK)

@@ -738,10 +738,7 @@ scen_observe(cohort_client *c, const char *arg)
 	return (0);
 }
 
-static const struct {
-	const char *name;
-	int (*fn)(cohort_client *, const char *);
-} worker_scenarios[] = {
+static const struct tw_scenario worker_scenarios[] = {
 	{ "observe", scen_observe },
 	{ "hold_until", scen_hold_until },
 	{ "allreduce_env", scen_allreduce_env },
@@ -767,6 +764,7 @@ static const struct {
 int
 main(int argc, char **argv)
 {
+	const struct tw_scenario *sc;
 	cohort_client *c = NULL;
 	cohort_status st;
 	int rc;
@@ -775,20 +773,19 @@ main(int argc, char **argv)
 		fprintf(stderr, "usage: %s SCENARIO [ARG]\n", argv[0]);
 		return (2);
 	}
-	for (size_t i = 0;
-	     i < sizeof(worker_scenarios) / sizeof(worker_scenarios[0]); i++) {
-		if (strcmp(argv[1], worker_scenarios[i].name) != 0)
-			continue;
-		st = cohort_client_open_env(&c, 60000);
-		if (st != COHORT_OK) {
-			worker_result("open", st, cohort_last_error());
-			return (1);
-		}
-		rc = worker_scenarios[i].fn(c, argc > 2 ? argv[2] : NULL);
-		cohort_client_close(c);
-		printf("RESULT exit=%d\n", rc);
-		return (rc);
+	sc = tw_scenario_find(worker_scenarios,
+	    sizeof(worker_scenarios) / sizeof(worker_scenarios[0]), argv[1]);
+	if (sc == NULL) {
+		fprintf(stderr, "unknown scenario %s\n", argv[1]);
+		return (2);
 	}
-	fprintf(stderr, "unknown scenario %s\n", argv[1]);
-	return (2);
+	st = cohort_client_open_env(&c, 60000);
+	if (st != COHORT_OK) {
+		worker_result("open", st, cohort_last_error());
+		return (1);
+	}
+	rc = sc->fn(c, argc > 2 ? argv[2] : NULL);
+	cohort_client_close(c);
+	printf("RESULT exit=%d\n", rc);
+	return (rc);
 }

@@ -542,12 +542,7 @@ cr_member_open(void *arg)
 	struct cr_member *m = arg;
 	cohort_options o;
 
-	cohort_options_init(&o);
-	o.coordinator = m->url;
-	o.job = "reconnect";
-	o.token = "tok";
-	o.rank = m->rank;
-	o.world_size = 2;
+	th_member_options(&o, m->url, "reconnect", m->rank, 2);
 	o.heartbeat_interval = 200;
 	o.dead_after = 3000;
 	o.op_timeout = 20000;

@@ -196,12 +196,7 @@ fs_member_main(void *arg)
 	cohort_options o;
 	float buf[256];
 
-	cohort_options_init(&o);
-	o.coordinator = m->url;
-	o.job = "timeout-names";
-	o.token = "tok";
-	o.rank = m->rank;
-	o.world_size = 3;
+	th_member_options(&o, m->url, "timeout-names", m->rank, 3);
 	o.heartbeat_interval = 100;
 	o.dead_after = 60000;
 	o.backend = "tcp";

@@ -98,6 +98,11 @@ TCase *th_suite_case(Suite *s, const char *name, int timeout_s, SFun setup,
 Suite *th_suite(const char *name, const char *case_name, int timeout_s,
     SFun setup, SFun teardown, ...) __attribute__((sentinel));
 
+/* cohort_options of rank `rank` of a world-rank job at url, token "tok";
+ * the rest at their defaults, for the caller to change. */
+void th_member_options(
+    cohort_options *o, const char *url, const char *job, int rank, int world);
+
 /* Polls cond(arg) every delay_ms up to tries times. */
 bool th_wait_until(bool (*cond)(void *), void *arg, int tries, int delay_ms);
 
@@ -160,5 +165,9 @@ int th_workers_wait(struct th_workers *w, int timeout_ms);
 bool th_worker_output_has(const struct th_workers *w, int r, const char *text);
 /* Worker r's output (malloc'd) for diagnostics. */
 char *th_worker_output(const struct th_workers *w, int r);
+/* Fails the test unless ranks [0, nranks) of w all printed want (the
+ * message quotes the first rank that did not). */
+void th_workers_expect(
+    const struct th_workers *w, int nranks, const char *want);
 
 #endif /* COHORT_CHECK_COHORT_H */

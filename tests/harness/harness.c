@@ -275,6 +275,18 @@ th_coord_stop(struct th_coord *c)
 	return (th_exit_code(st));
 }
 
+void
+th_member_options(
+    cohort_options *o, const char *url, const char *job, int rank, int world)
+{
+	cohort_options_init(o);
+	o->coordinator = url;
+	o->job = job;
+	o->token = "tok";
+	o->rank = rank;
+	o->world_size = world;
+}
+
 bool
 th_wait_until(bool (*cond)(void *), void *arg, int tries, int delay_ms)
 {
@@ -643,4 +655,17 @@ bool
 th_worker_output_has(const struct th_workers *w, int r, const char *text)
 {
 	return (th_file_has(w->out[r], text));
+}
+
+void
+th_workers_expect(const struct th_workers *w, int nranks, const char *want)
+{
+	for (int r = 0; r < nranks; r++) {
+		char *o = th_worker_output(w, r);
+
+		ck_assert_msg(th_worker_output_has(w, r, want),
+		    "rank %d (exit %d) lacks '%s':\n%s", r, w->status[r], want,
+		    o);
+		free(o);
+	}
 }

@@ -8,9 +8,13 @@
 #ifndef COHORT_TH_WORKER_H
 #define COHORT_TH_WORKER_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+#include "cohort/cohort.h"
 
 static inline int64_t
 tw_clock_ms(clockid_t clk)
@@ -62,6 +66,23 @@ static inline long
 tw_env_long(const char *name, long dflt)
 {
 	return (tw_arg(getenv(name), dflt));
+}
+
+/* A worker's scenario (argv[1]): runs on an open client with the
+ * optional argv[2]; returns the exit status. */
+struct tw_scenario {
+	const char *name;
+	int (*fn)(cohort_client *c, const char *arg);
+};
+
+/* The scenario called name among tab[0..n), or NULL. */
+static inline const struct tw_scenario *
+tw_scenario_find(const struct tw_scenario *tab, size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(tab[i].name, name) == 0)
+			return (&tab[i]);
+	return (NULL);
 }
 
 #endif /* COHORT_TH_WORKER_H */

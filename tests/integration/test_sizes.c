@@ -19,14 +19,7 @@ static void
 lim_expect(struct th_workers *w, int timeout_ms, const char *want, int nranks)
 {
 	th_workers_wait(w, timeout_ms);
-	for (int r = 0; r < nranks; r++) {
-		char *o = th_worker_output(w, r);
-
-		ck_assert_msg(th_worker_output_has(w, r, want),
-		    "rank %d (exit %d) lacks '%s':\n%s", r, w->status[r], want,
-		    o != NULL ? o : "");
-		free(o);
-	}
+	th_workers_expect(w, nranks, want);
 }
 
 static void

@@ -127,14 +127,7 @@ tls_expect(struct th_workers *w, const char *want, int64_t within_ms)
 
 	th_workers_wait(w, 120000);
 	took = th_now_ms() - t0;
-	for (int r = 0; r < w->n; r++) {
-		char *o = th_worker_output(w, r);
-
-		ck_assert_msg(th_worker_output_has(w, r, want),
-		    "rank %d (exit %d) lacks '%s':\n%s", r, w->status[r], want,
-		    o != NULL ? o : "");
-		free(o);
-	}
+	th_workers_expect(w, w->n, want);
 	fprintf(stderr, "tls: '%s' on every rank after %lld ms\n", want,
 	    (long long)took);
 	ck_assert_int_lt(took, within_ms);
