@@ -793,6 +793,41 @@ kt_host(size_t bytes)
 	return (p);
 }
 
+/* A buffer on the host (h), its device twin (d) and the copy of d read
+ * back (g). */
+struct kt_buf {
+	char *h, *g, *d;
+	size_t len;
+};
+
+/* One direction of kt_gpu_pack_case: src gets random bytes, dst the
+ * poison byte on both sides; the reference on the host and the kernel on
+ * the device (pack: arena -> bucket, unpack: bucket -> arena) must leave
+ * dst the same, byte for byte. */
+static void
+kt_gpu_pack_dir(const char *what, bool unpack, const struct kt_buf *src,
+    const struct kt_buf *dst, int poison, const struct cohort__pack_item *hi,
+    const struct cohort__pack_item *di, size_t n)
+{
+	th_fill_bytes(src->h, src->len, kt_rand);
+	memset(dst->h, poison, dst->len);
+	KT_OK(cohort__gpu_memcpy_h2d(src->d, src->h, src->len));
+	KT_OK(cohort__gpu_memset(dst->d, poison, dst->len));
+	if (unpack) {
+		KT_OK(cohort__ref_unpack(src->h, hi, n));
+		KT_OK(cohort__cuda_unpack(src->d, di, n, NULL));
+	} else {
+		KT_OK(cohort__ref_pack(dst->h, hi, n));
+		KT_OK(cohort__cuda_pack(dst->d, di, n, NULL));
+	}
+	KT_OK(cohort__gpu_sync());
+	KT_OK(cohort__gpu_memcpy_d2h(dst->g, dst->d, dst->len));
+	ck_assert_msg(cohort__ref_compare(what, COHORT_U8, dst->g, dst->h,
+	                  dst->len, 0, 10, NULL)
+	        == 0,
+	    "%s differs from the reference", what);
+}
+
 /* Pack then unpack a random bucket of n tensors laid out with align,
  * every byte (gaps included) checked against the reference. */
 static void
@@ -811,6 +846,7 @@ kt_gpu_pack_case(size_t n, size_t align, bool misalign)
 	char *d_arena;
 	char *d_bucket;
 	char what[64];
+	struct kt_buf arena, bucket;
 
 	ck_assert(hi != NULL && di != NULL);
 	for (i = 0; i < n; i++) {
@@ -828,6 +864,8 @@ kt_gpu_pack_case(size_t n, size_t align, bool misalign)
 	g_bucket = kt_host(total);
 	d_arena = kt_dev(arena_len);
 	d_bucket = kt_dev(total);
+	arena = (struct kt_buf) { h_arena, g_arena, d_arena, arena_len };
+	bucket = (struct kt_buf) { h_bucket, g_bucket, d_bucket, total };
 	for (i = 0; i < n; i++) {
 		pos = (pos + 255) & ~(size_t)255;
 		if (misalign)
@@ -838,37 +876,13 @@ kt_gpu_pack_case(size_t n, size_t align, bool misalign)
 		pos += hi[i].bytes;
 	}
 
-	/* pack */
-	th_fill_bytes(h_arena, arena_len, kt_rand);
-	memset(h_bucket, 0xa5, total);
-	KT_OK(cohort__gpu_memcpy_h2d(d_arena, h_arena, arena_len));
-	KT_OK(cohort__gpu_memset(d_bucket, 0xa5, total));
-	KT_OK(cohort__ref_pack(h_bucket, hi, n));
-	KT_OK(cohort__cuda_pack(d_bucket, di, n, NULL));
-	KT_OK(cohort__gpu_sync());
-	KT_OK(cohort__gpu_memcpy_d2h(g_bucket, d_bucket, total));
+	/* pack, then unpack into a poisoned arena: gaps must stay poisoned */
 	snprintf(what, sizeof(what), "pack(n=%zu,align=%zu%s)", n, align,
 	    misalign ? ",misaligned" : "");
-	ck_assert_msg(cohort__ref_compare(what, COHORT_U8, g_bucket, h_bucket,
-	                  total, 0, 10, NULL)
-	        == 0,
-	    "%s differs from the reference", what);
-
-	/* unpack into a poisoned arena: gaps must stay poisoned */
-	th_fill_bytes(h_bucket, total, kt_rand);
-	memset(h_arena, 0x3c, arena_len);
-	KT_OK(cohort__gpu_memcpy_h2d(d_bucket, h_bucket, total));
-	KT_OK(cohort__gpu_memset(d_arena, 0x3c, arena_len));
-	KT_OK(cohort__ref_unpack(h_bucket, hi, n));
-	KT_OK(cohort__cuda_unpack(d_bucket, di, n, NULL));
-	KT_OK(cohort__gpu_sync());
-	KT_OK(cohort__gpu_memcpy_d2h(g_arena, d_arena, arena_len));
+	kt_gpu_pack_dir(what, false, &arena, &bucket, 0xa5, hi, di, n);
 	snprintf(what, sizeof(what), "unpack(n=%zu,align=%zu%s)", n, align,
 	    misalign ? ",misaligned" : "");
-	ck_assert_msg(cohort__ref_compare(what, COHORT_U8, g_arena, h_arena,
-	                  arena_len, 0, 10, NULL)
-	        == 0,
-	    "%s differs from the reference", what);
+	kt_gpu_pack_dir(what, true, &bucket, &arena, 0x3c, hi, di, n);
 
 	cohort__gpu_free(d_arena);
 	cohort__gpu_free(d_bucket);
