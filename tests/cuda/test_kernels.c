@@ -581,8 +581,29 @@ kt_emulate_pack(
 	free(b);
 }
 
+/* Random sizes for n pack items: item i gets 0 bytes where max[k] is 0,
+ * else 1 to max[k], for k drawn from 0..9. Returns the arena they need,
+ * with slack bytes of room around each. */
+static size_t
+kt_item_sizes(
+    struct cohort__pack_item *it, size_t n, const size_t max[10], size_t slack)
+{
+	size_t len = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		size_t m = max[kt_below(10)];
+
+		it[i].bytes = m == 0 ? 0 : 1 + kt_below(m);
+		len += it[i].bytes + slack;
+	}
+	return (len);
+}
+
 START_TEST(test_copy_emulate_random)
 {
+	/* 1 in 10 empty, 3 up to 40 bytes, 5 up to 30000, 1 up to 100000 */
+	static const size_t sizes[10]
+	    = { 0, 40, 40, 40, 30000, 30000, 30000, 30000, 30000, 100000 };
 	int round;
 
 	kt_seed(11);
@@ -601,14 +622,7 @@ START_TEST(test_copy_emulate_random)
 		char *b2;
 
 		ck_assert(it != NULL && jt != NULL);
-		for (i = 0; i < n; i++) {
-			size_t kind = kt_below(10);
-			it[i].bytes = kind == 0 ? 0
-			    : kind < 4          ? 1 + kt_below(40)
-			    : kind < 9          ? 1 + kt_below(30000)
-			                        : 1 + kt_below(100000);
-			arena_len += it[i].bytes + 32;
-		}
+		arena_len = kt_item_sizes(it, n, sizes, 32);
 		total = cohort__pack_layout(it, n, align);
 		arena = malloc(arena_len);
 		arena2 = malloc(arena_len);
@@ -833,6 +847,9 @@ kt_gpu_pack_dir(const char *what, bool unpack, const struct kt_buf *src,
 static void
 kt_gpu_pack_case(size_t n, size_t align, bool misalign)
 {
+	/* 1 in 10 empty, 2 up to 64 bytes, 6 up to 200000, 1 up to 3 MB */
+	static const size_t sizes[10] = { 0, 64, 64, 200000, 200000, 200000,
+		200000, 200000, 200000, 3000000 };
 	struct cohort__pack_item *hi = calloc(n, sizeof(*hi));
 	struct cohort__pack_item *di = calloc(n, sizeof(*di));
 	size_t arena_len = 0;
@@ -849,14 +866,7 @@ kt_gpu_pack_case(size_t n, size_t align, bool misalign)
 	struct kt_buf arena, bucket;
 
 	ck_assert(hi != NULL && di != NULL);
-	for (i = 0; i < n; i++) {
-		size_t kind = kt_below(10);
-		hi[i].bytes = kind == 0 ? 0
-		    : kind < 3          ? 1 + kt_below(64)
-		    : kind < 9          ? 1 + kt_below(200000)
-		                        : 1 + kt_below(3000000);
-		arena_len += hi[i].bytes + 512;
-	}
+	arena_len = kt_item_sizes(hi, n, sizes, 512);
 	total = cohort__pack_layout(hi, n, align);
 	h_arena = kt_host(arena_len);
 	g_arena = kt_host(arena_len);
