@@ -462,32 +462,26 @@ START_TEST(test_restart_100k_keys_and_journal_cost)
 	for (int mi = 0; mi < 3; mi++) {
 		const char *extra[3] = { "--fsync", modes[mi], NULL };
 		double set, add;
+		struct th_coord tc;
+
 		cr_init(&c);
-		if (modes[mi] == NULL) {
-			/* Without --state-dir: th_coord_start. */
-			struct th_coord tc;
+		/* Without --state-dir: th_coord_start. */
+		if (modes[mi] == NULL)
 			th_coord_start(&tc, NULL);
-			memset(&k, 0, sizeof(k));
-			k.id = 1;
-			k.rank = -1;
-			cr_connect(&k, tc.url);
-			cr_join(&k);
-			set = cr_rate(&k, false, n);
-			add = cr_rate(&k, true, n);
-			cr_close(&k);
-			ck_assert_int_eq(th_coord_stop(&tc), 0);
-		} else {
+		else
 			cr_start(&c, extra);
-			memset(&k, 0, sizeof(k));
-			k.id = 1;
-			k.rank = -1;
-			cr_connect(&k, c.url);
-			cr_join(&k);
-			set = cr_rate(&k, false, n);
-			add = cr_rate(&k, true, n);
-			cr_close(&k);
+		memset(&k, 0, sizeof(k));
+		k.id = 1;
+		k.rank = -1;
+		cr_connect(&k, modes[mi] == NULL ? tc.url : c.url);
+		cr_join(&k);
+		set = cr_rate(&k, false, n);
+		add = cr_rate(&k, true, n);
+		cr_close(&k);
+		if (modes[mi] == NULL)
+			ck_assert_int_eq(th_coord_stop(&tc), 0);
+		else
 			cr_stop(&c);
-		}
 		fprintf(stderr,
 		    "MEASURE journal %s: kv_set %.1f us, add %.1f us per "
 		    "round trip (%d each, loopback)\n",
