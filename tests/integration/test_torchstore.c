@@ -104,10 +104,31 @@ ts_open(int port, bool validate)
 	return (fd);
 }
 
+/* A query: its byte, then up to two strings (NULL: none). */
+static void
+b_req(struct buf *b, unsigned q, const char *s1, const char *s2)
+{
+	b_u8(b, q);
+	if (s1 != NULL)
+		b_str(b, s1);
+	if (s2 != NULL)
+		b_str(b, s2);
+}
+
 static void
 ts_send(int fd, const struct buf *b)
 {
 	ck_assert_int_eq(write(fd, b->b, b->n), (ssize_t)b->n);
+}
+
+/* Sends a query of its byte alone. */
+static void
+ts_query(int fd, unsigned q)
+{
+	struct buf b = { .n = 0 };
+
+	b_u8(&b, q);
+	ts_send(fd, &b);
 }
 
 /* Reads exactly n bytes within timeout_ms; false on timeout or close. */
@@ -177,9 +198,7 @@ q_set(int fd, const char *k, const char *v)
 {
 	struct buf b = { .n = 0 };
 
-	b_u8(&b, Q_SET);
-	b_str(&b, k);
-	b_str(&b, v);
+	b_req(&b, Q_SET, k, v);
 	ts_send(fd, &b);
 }
 
@@ -188,8 +207,7 @@ q_get(int fd, const char *k)
 {
 	struct buf b = { .n = 0 };
 
-	b_u8(&b, Q_GET);
-	b_str(&b, k);
+	b_req(&b, Q_GET, k, NULL);
 	ts_send(fd, &b);
 	return (ts_bytes(fd));
 }
@@ -264,12 +282,8 @@ START_TEST(test_every_query)
 	ck_assert_int_eq(ts_u8(fd), 0);
 
 	b.n = 0;
-	b_u8(&b, Q_APPEND);
-	b_str(&b, "/a");
-	b_str(&b, "12");
-	b_u8(&b, Q_APPEND);
-	b_str(&b, "/a");
-	b_str(&b, "3");
+	b_req(&b, Q_APPEND, "/a", "12");
+	b_req(&b, Q_APPEND, "/a", "3");
 	ts_send(fd, &b); /* two pipelined queries without replies */
 	q_keys(fd, Q_MULTI_GET, "/a", "/k");
 	ck_assert_str_eq(ts_bytes(fd), "123");
@@ -286,10 +300,8 @@ START_TEST(test_every_query)
 	ck_assert_str_eq(q_get(fd, "/m2"), "x2");
 
 	b.n = 0;
-	b_u8(&b, Q_DELETE_KEY);
-	b_str(&b, "/m1");
-	b_u8(&b, Q_DELETE_KEY);
-	b_str(&b, "/m1");
+	b_req(&b, Q_DELETE_KEY, "/m1", NULL);
+	b_req(&b, Q_DELETE_KEY, "/m1", NULL);
 	ts_send(fd, &b);
 	ck_assert_uint_eq(ts_u64(fd), 1);
 	ck_assert_uint_eq(ts_u64(fd), 0);
@@ -332,20 +344,12 @@ START_TEST(test_wait_released_and_cancelled)
 	 * goes on. */
 	q_keys(a, Q_WAIT, "/never", NULL);
 	ck_assert(!ts_read(a, &r, 1, 200));
-	{
-		struct buf c = { .n = 0 };
-		b_u8(&c, Q_CANCEL_WAIT);
-		ts_send(a, &c);
-	}
+	ts_query(a, Q_CANCEL_WAIT);
 	ck_assert_int_eq(ts_u8(a), 1);
 	ck_assert_str_eq(q_get(a, "/w2"), "2");
 	/* Cancel after the wait ended: WAIT_CANCELED (torch's client reads
 	 * STOP_WAITING, then this). */
-	{
-		struct buf c = { .n = 0 };
-		b_u8(&c, Q_CANCEL_WAIT);
-		ts_send(a, &c);
-	}
+	ts_query(a, Q_CANCEL_WAIT);
 	ck_assert_int_eq(ts_u8(a), 1);
 	close(a);
 	close(b);
@@ -358,19 +362,13 @@ START_TEST(test_queues)
 	struct buf q = { .n = 0 };
 	uint8_t r;
 
-	b_u8(&q, Q_QUEUE_PUSH);
-	b_str(&q, "/q");
-	b_str(&q, "one");
-	b_u8(&q, Q_QUEUE_PUSH);
-	b_str(&q, "/q");
-	b_str(&q, "two");
-	b_u8(&q, Q_QUEUE_LEN);
-	b_str(&q, "/q");
+	b_req(&q, Q_QUEUE_PUSH, "/q", "one");
+	b_req(&q, Q_QUEUE_PUSH, "/q", "two");
+	b_req(&q, Q_QUEUE_LEN, "/q", NULL);
 	ts_send(a, &q);
 	ck_assert_uint_eq(ts_u64(a), 2);
 	q.n = 0;
-	b_u8(&q, Q_QUEUE_POP);
-	b_str(&q, "/q");
+	b_req(&q, Q_QUEUE_POP, "/q", NULL);
 	ts_send(a, &q);
 	ck_assert_uint_eq(ts_u64(a), 2); /* the length before the pop */
 	ck_assert_str_eq(ts_bytes(a), "one");
@@ -387,9 +385,7 @@ START_TEST(test_queues)
 	q_keys(b, Q_WAIT, "/q", NULL);
 	ck_assert(!ts_read(b, &r, 1, 200));
 	q.n = 0;
-	b_u8(&q, Q_QUEUE_PUSH);
-	b_str(&q, "/q");
-	b_str(&q, "three");
+	b_req(&q, Q_QUEUE_PUSH, "/q", "three");
 	ts_send(a, &q);
 	ck_assert_int_eq(ts_u8(b), 0);
 	close(a);
