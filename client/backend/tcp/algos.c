@@ -798,12 +798,19 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 		return (
 		    cohort__tcp_shm_run(t, op, bytes, err, errlen, deadline));
 	}
-	if ((rv = algo_agree(t, op, err, errlen, deadline)) != COHORT_OK)
+	if (!t->agreed
+	    && (rv = algo_agree(t, op, err, errlen, deadline)) != COHORT_OK)
 		return (rv);
 	switch (op->kind) {
 	case COHORT__OP_ALLREDUCE:
 		if (bytes == 0)
 			return (COHORT_OK);
+		/* Several ranks on each of several hosts: shared memory within
+		 * a host, TCP between hosts (hier.c). */
+		if (cohort__tcp_hier_usable(t, op, bytes))
+			return (tcp_algo(t, "hier"),
+			    cohort__tcp_hier_allreduce(
+			        t, op, err, errlen, deadline));
 		if (bytes <= t->small_max || op->count < (size_t)t->size)
 			return (tcp_algo(t, "recursive_doubling"),
 			    algo_allreduce_rd(

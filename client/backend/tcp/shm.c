@@ -249,8 +249,8 @@ shm_liveness(
     struct cohort__tcp *t, int which, uint32_t want, char *err, size_t errlen)
 {
 	struct cohort__tcp_shm *s = t->shm;
-	struct pollfd *fds = t->pfds;
-	int nfds = 0;
+	struct pollfd *fds = t->pfds; /* room for size + the watch */
+	int nfds = 0, k;
 	cohort_status rv;
 
 	for (int p = 0; p < t->size; p++) {
@@ -264,8 +264,12 @@ shm_liveness(
 		fds[nfds].revents = 0;
 		t->pfd_peer[nfds++] = p;
 	}
-	if (nfds == 0 || poll(fds, (nfds_t)nfds, 0) <= 0)
+	k = cohort__tcp_watch_add(t, fds, nfds);
+	if (nfds + k == 0 || poll(fds, (nfds_t)(nfds + k), 0) <= 0)
 		return (COHORT_OK);
+	if ((rv = cohort__tcp_watch_check(t, fds + nfds, k, err, errlen))
+	    != COHORT_OK)
+		return (rv);
 	for (int i = 0; i < nfds; i++) {
 		int p = t->pfd_peer[i];
 

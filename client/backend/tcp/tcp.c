@@ -118,8 +118,8 @@ struct tcp_addr {
 
 /* A tuning knob (common/knobs.h) in bytes or a count: dflt when unset or
  * malformed (warned once), SIZE_MAX for -1 ("no limit"). */
-static size_t
-tcp_knob(enum cohort__knob k, size_t dflt)
+size_t
+cohort__tcp_knob(enum cohort__knob k, size_t dflt)
 {
 	int64_t v = cohort__knob_int_or(k, -2);
 
@@ -158,7 +158,7 @@ tcp_random(uint8_t *buf, size_t len, char *err, size_t errlen)
 static void
 tcp_sockopts(int fd, bool nodelay)
 {
-	size_t sz = tcp_knob(COHORT__KNOB_TCP_SOCKBUF, 0);
+	size_t sz = cohort__tcp_knob(COHORT__KNOB_TCP_SOCKBUF, 0);
 	int one = 1;
 
 	if (sz > 0) {
@@ -887,11 +887,12 @@ out_close_pending:
 /* Ops                                                                      */
 /* ------------------------------------------------------------------------ */
 
-static void
-tcp_free(struct cohort__tcp *t)
+void
+cohort__tcp_close(struct cohort__tcp *t)
 {
 	if (t == NULL)
 		return;
+	cohort__tcp_hier_free(t);
 	if (t->peers != NULL)
 		for (int p = 0; p < t->size; p++)
 			if (t->peers[p].fd >= 0)
@@ -918,11 +919,13 @@ tcp_prefaulted(size_t len)
 	return (p);
 }
 
-static cohort_status
-tcp_init(const struct cohort__group_desc *desc, void **state, char *err,
+cohort_status
+cohort__tcp_open(const struct cohort__group_desc *desc,
+    const struct cohort__tcp *parent, struct cohort__tcp **out, char *err,
     size_t errlen, cohort__time deadline)
 {
 	struct cohort__tcp *t;
+	int nwatch = parent != NULL ? parent->size : 0;
 	struct cohort__tcp_hs_keys keys;
 	char addr[96];
 	char key[COHORT__MAX_KEY];
@@ -939,31 +942,36 @@ tcp_init(const struct cohort__group_desc *desc, void **state, char *err,
 	t->rank = desc->rank;
 	t->size = desc->size;
 	t->abort_flag = desc->abort_flag;
+	t->watch = parent;
+	t->agreed = parent != NULL;
 	atomic_init(&t->aborted, 0);
 	t->opname = "init";
-	t->small_max
-	    = tcp_knob(COHORT__KNOB_TCP_SMALL_MAX, TCP_DEFAULT_SMALL_MAX);
-	t->bcast_small
-	    = tcp_knob(COHORT__KNOB_TCP_BCAST_SMALL, TCP_DEFAULT_BCAST_SMALL);
-	t->pair_min = tcp_knob(COHORT__KNOB_TCP_PAIR_MIN, 0);
-	t->pair_max = tcp_knob(COHORT__KNOB_TCP_PAIR_MAX, SIZE_MAX);
-	t->io_max = tcp_knob(COHORT__KNOB_TCP_IO_MAX, TCP_DEFAULT_IO_MAX);
-	t->spin_us
-	    = (int)tcp_knob(COHORT__KNOB_TCP_SPIN_US, TCP_DEFAULT_SPIN_US);
-	t->spin_yield = tcp_knob(COHORT__KNOB_TCP_SPIN_YIELD, 1) != 0;
-	t->ring_len
-	    = tcp_knob(COHORT__KNOB_TCP_RING, TCP_DEFAULT_RING) & ~(size_t)7;
-	t->acc_len
-	    = tcp_knob(COHORT__KNOB_TCP_ACC, TCP_DEFAULT_ACC) & ~(size_t)7;
-	t->shm_min = tcp_knob(COHORT__KNOB_TCP_SHM_MIN, 0);
-	t->shm_max = tcp_knob(COHORT__KNOB_TCP_SHM_MAX, SIZE_MAX);
-	t->shm_hot_spins = (int)tcp_knob(COHORT__KNOB_TCP_SHM_SPINS,
+	t->small_max = cohort__tcp_knob(
+	    COHORT__KNOB_TCP_SMALL_MAX, TCP_DEFAULT_SMALL_MAX);
+	t->bcast_small = cohort__tcp_knob(
+	    COHORT__KNOB_TCP_BCAST_SMALL, TCP_DEFAULT_BCAST_SMALL);
+	t->pair_min = cohort__tcp_knob(COHORT__KNOB_TCP_PAIR_MIN, 0);
+	t->pair_max = cohort__tcp_knob(COHORT__KNOB_TCP_PAIR_MAX, SIZE_MAX);
+	t->io_max
+	    = cohort__tcp_knob(COHORT__KNOB_TCP_IO_MAX, TCP_DEFAULT_IO_MAX);
+	t->spin_us = (int)cohort__tcp_knob(
+	    COHORT__KNOB_TCP_SPIN_US, TCP_DEFAULT_SPIN_US);
+	t->spin_yield = cohort__tcp_knob(COHORT__KNOB_TCP_SPIN_YIELD, 1) != 0;
+	t->ring_len = cohort__tcp_knob(COHORT__KNOB_TCP_RING, TCP_DEFAULT_RING)
+	    & ~(size_t)7;
+	t->acc_len = cohort__tcp_knob(COHORT__KNOB_TCP_ACC, TCP_DEFAULT_ACC)
+	    & ~(size_t)7;
+	t->shm_min = cohort__tcp_knob(COHORT__KNOB_TCP_SHM_MIN, 0);
+	t->shm_max = cohort__tcp_knob(COHORT__KNOB_TCP_SHM_MAX, SIZE_MAX);
+	t->shm_hot_spins = (int)cohort__tcp_knob(COHORT__KNOB_TCP_SHM_SPINS,
 	    t->size > sysconf(_SC_NPROCESSORS_ONLN) ? 0 : 16);
 	t->esize = 1;
 	if ((t->peers = calloc((size_t)t->size, sizeof(*t->peers))) == NULL
 	    || (t->steps = calloc(2 * (size_t)t->size, sizeof(*t->steps)))
 	        == NULL
-	    || (t->pfds = calloc((size_t)t->size, sizeof(*t->pfds))) == NULL
+	    || (t->pfds
+	           = calloc((size_t)(t->size + nwatch + 2), sizeof(*t->pfds)))
+	        == NULL
 	    || (t->pfd_peer = calloc((size_t)t->size, sizeof(int))) == NULL
 	    || (t->hdrs = calloc((size_t)t->size, COHORT__TCP_OP_HDR)) == NULL)
 		goto out_nomem;
@@ -1009,9 +1017,10 @@ tcp_init(const struct cohort__group_desc *desc, void **state, char *err,
 		goto out_close_listener;
 	close(lfd);
 	if ((rv = cohort__tcp_shm_setup(t,
-	         tcp_knob(COHORT__KNOB_TCP_SHM, 1) != 0,
-	         tcp_knob(COHORT__KNOB_TCP_SHM_BLK, TCP_DEFAULT_SHM_BLK), err,
-	         errlen, deadline))
+	         cohort__tcp_knob(COHORT__KNOB_TCP_SHM, 1) != 0,
+	         cohort__tcp_knob(
+	             COHORT__KNOB_TCP_SHM_BLK, TCP_DEFAULT_SHM_BLK),
+	         err, errlen, deadline))
 	    != COHORT_OK)
 		goto out_free;
 	cohort__debug("tcp group %s: rank %d of %d connected (listened on %s"
@@ -1019,7 +1028,7 @@ tcp_init(const struct cohort__group_desc *desc, void **state, char *err,
 	    desc->group_id, desc->rank, desc->size, addr,
 	    t->shm != NULL ? ", shared memory" : "");
 done:
-	*state = t;
+	*out = t;
 	return (COHORT_OK);
 
 out_nomem:
@@ -1029,8 +1038,27 @@ out_nomem:
 out_close_listener:
 	close(lfd);
 out_free:
-	tcp_free(t);
+	cohort__tcp_close(t);
 	return (rv);
+}
+
+static cohort_status
+tcp_init(const struct cohort__group_desc *desc, void **state, char *err,
+    size_t errlen, cohort__time deadline)
+{
+	struct cohort__tcp *t;
+	cohort_status rv;
+
+	if ((rv = cohort__tcp_open(desc, NULL, &t, err, errlen, deadline))
+	    != COHORT_OK)
+		return (rv);
+	if ((rv = cohort__tcp_hier_setup(t, desc, err, errlen, deadline))
+	    != COHORT_OK) {
+		cohort__tcp_close(t);
+		return (rv);
+	}
+	*state = t;
+	return (COHORT_OK);
 }
 
 static cohort_status
@@ -1048,23 +1076,28 @@ tcp_run(void *state, const struct cohort__op *op, char *err, size_t errlen,
 	return (cohort__tcp_run_op(t, op, err, errlen, deadline));
 }
 
-static void
-tcp_abort(void *state)
+void
+cohort__tcp_abort_state(struct cohort__tcp *t)
 {
-	struct cohort__tcp *t = state;
-
 	if (t == NULL)
 		return;
 	atomic_store_explicit(&t->aborted, 1, memory_order_release);
 	for (int p = 0; p < t->size; p++)
 		if (t->peers[p].fd >= 0)
 			(void)shutdown(t->peers[p].fd, SHUT_RDWR);
+	cohort__tcp_hier_abort(t);
+}
+
+static void
+tcp_abort(void *state)
+{
+	cohort__tcp_abort_state(state);
 }
 
 static void
 tcp_fini(void *state)
 {
-	tcp_free(state);
+	cohort__tcp_close(state);
 }
 
 const struct cohort__backend_ops cohort__tcp_backend = {

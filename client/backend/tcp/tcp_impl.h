@@ -11,9 +11,13 @@
  *             outgoing bytes may wait for an earlier step's incoming bytes
  *             to be received and reduced: rings, chains)
  *   algos.c   the collectives, as plans for those two engines
- *   shm.c     the same-host shared-memory path of allreduce (setup at
- *             init over the TCP connections, which stay the liveness
- *             channel)
+ *   shm.c     the same-host shared-memory path of allreduce, broadcast,
+ *             allgather and reduce_scatter (setup at init over the TCP
+ *             connections, which stay the liveness channel)
+ *   hier.c    the hierarchical all-reduce of a group with several ranks on
+ *             each of several hosts: two child states of this backend (the
+ *             ranks of one host, over shared memory; the ranks with the
+ *             same place on every host, over TCP) run its stages
  *
  * Wire: after the handshake, every collective starts with the agreement
  * (algos.c): each rank sends every other a 32-byte header naming the
@@ -77,6 +81,7 @@ struct cohort__tcp_step {
 };
 
 struct cohort__tcp_shm;
+struct cohort__tcp_hier;
 
 struct cohort__tcp {
 	int rank;
@@ -116,6 +121,15 @@ struct cohort__tcp {
 	/* Same-host shared-memory segment (shm.c), NULL = pure TCP. */
 	struct cohort__tcp_shm *shm;
 
+	/* Hierarchical all-reduce (hier.c), NULL = flat. */
+	struct cohort__tcp_hier *hier;
+	/* In a child of a hierarchical group: the parent, whose connections
+	 * every wait also watches, so that a rank that dies on another host
+	 * is named at once by ranks waiting on a stage it is not part of. */
+	const struct cohort__tcp *watch;
+	/* The parent already agreed on every operation a child runs. */
+	bool agreed;
+
 	/* Every rank's header of the running operation (size * 32 bytes;
 	 * algos.c). */
 	uint8_t *hdrs;
@@ -135,7 +149,42 @@ struct cohort__tcp {
 	size_t esize;
 };
 
+/* tcp.c */
+/* A tuning knob (common/knobs.h) in bytes or a count: dflt when unset or
+ * malformed, SIZE_MAX for -1 ("no limit"). */
+size_t cohort__tcp_knob(enum cohort__knob k, size_t dflt);
+/* Sets up a state for desc (mesh, handshake, shared memory); parent: the
+ * hierarchical group of which this is a child, NULL for a group's own. */
+cohort_status cohort__tcp_open(const struct cohort__group_desc *desc,
+    const struct cohort__tcp *parent, struct cohort__tcp **out, char *err,
+    size_t errlen, cohort__time deadline);
+void cohort__tcp_abort_state(struct cohort__tcp *t);
+void cohort__tcp_close(struct cohort__tcp *t);
+
+/* hier.c */
+/* After the flat set-up of a group that spans hosts: learns which ranks
+ * share a host and, where every host has the same number (>= 2) of them,
+ * sets up the two child states. Collective over the group. */
+cohort_status cohort__tcp_hier_setup(struct cohort__tcp *t,
+    const struct cohort__group_desc *desc, char *err, size_t errlen,
+    cohort__time deadline);
+/* The operation goes the hierarchical way (the caller agreed on it). */
+bool cohort__tcp_hier_usable(
+    struct cohort__tcp *t, const struct cohort__op *op, size_t bytes);
+cohort_status cohort__tcp_hier_allreduce(struct cohort__tcp *t,
+    const struct cohort__op *op, char *err, size_t errlen,
+    cohort__time deadline);
+void cohort__tcp_hier_abort(struct cohort__tcp *t);
+void cohort__tcp_hier_free(struct cohort__tcp *t);
+
 /* xfer.c */
+/* A child's watch: appends the parent's connections to fds[n..] (room for
+ * watch->size entries) and returns how many it added. */
+int cohort__tcp_watch_add(struct cohort__tcp *t, struct pollfd *fds, int n);
+/* After poll(): EPEERLOST naming the parent's peer whose connection (one of
+ * the k added at fds[n..]) hung up. */
+cohort_status cohort__tcp_watch_check(struct cohort__tcp *t,
+    const struct pollfd *fds, int k, char *err, size_t errlen);
 void cohort__tcp_plan_reset(struct cohort__tcp *t);
 cohort_status cohort__tcp_exchange(
     struct cohort__tcp *t, char *err, size_t errlen, cohort__time deadline);
