@@ -792,7 +792,7 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 		return (algo_local(t, op, bytes));
 
 	/* Same host: the header travels in the segment's control block. */
-	if (bytes > 0 && cohort__tcp_shm_usable(t, op, bytes)) {
+	if (cohort__tcp_shm_usable(t, op, bytes)) {
 		cohort__tcp_op_hdr(t, op, true);
 		tcp_algo(t, "shm");
 		return (

@@ -1,6 +1,7 @@
 /*
- * shm.c - the tcp backend's same-host shared-memory path: allreduce,
- * broadcast, allgather and reduce_scatter.
+ * shm.c - the tcp backend's same-host shared-memory path: every
+ * collective (allreduce; broadcast, reduce, allgather(v), gather, scatter,
+ * alltoall and reduce_scatter as staged rounds, below).
  *
  * Setup (at init, over the authenticated TCP connections, which carry
  * nothing else yet): rank 0 creates a POSIX shared-memory segment with a
@@ -394,16 +395,14 @@ bool
 cohort__tcp_shm_usable(
     struct cohort__tcp *t, const struct cohort__op *op, size_t bytes)
 {
-	switch (op->kind) {
-	case COHORT__OP_ALLREDUCE:
-	case COHORT__OP_BROADCAST:
-	case COHORT__OP_ALLGATHER:
-	case COHORT__OP_REDUCE_SCATTER:
-		break;
-	default:
+	if (t->shm == NULL || op->kind == COHORT__OP_BARRIER)
 		return (false);
+	if (op->kind == COHORT__OP_ALLGATHERV) {
+		bytes = 0;
+		for (int p = 0; p < t->size; p++)
+			bytes += op->counts[p] * t->esize;
 	}
-	return (t->shm != NULL && bytes >= t->shm_min && bytes <= t->shm_max);
+	return (bytes > 0 && bytes >= t->shm_min && bytes <= t->shm_max);
 }
 
 /* Block p of a round of elems elements: the first elems % n get one more
@@ -648,17 +647,18 @@ cohort__tcp_shm_allreduce(struct cohort__tcp *t, const struct cohort__op *op,
  * parity g & 1, after every done_p > g - 2 (its readers of round g - 2
  * are finished), publishes posted_r = g + 1, reads the others' slots once
  * every posted_p > g, then publishes done_r = g + 1. The parity lets a
- * writer fill round g + 1 while the others still read round g.
+ * writer fill round g + 1 while the others still read round g. Every rank
+ * compares the headers once all posted round g0, before any data moved.
  *
- * broadcast       the root stages up to n * blk bytes a round; the
- *                 others copy them out.
- * allgather       every rank stages up to n * blk bytes of its block a
- *                 round; every rank copies the n - 1 others out.
- * reduce_scatter  every rank stages up to blk bytes of each of the n - 1
- *                 blocks it does not own a round (block p's at p * blk);
- *                 each reduces its own block: its input plus the others'
- *                 staged pieces, in ascending rank order (every rank adds
- *                 in the same order, as in allreduce).
+ * Two shapes of round (struct shm_xop):
+ *   whole   a staging rank stages up to n * blk bytes of one contiguous
+ *           block a round (broadcast: the root; allgather(v): every rank
+ *           its own block; gather and reduce: every rank but the root);
+ *   pieces  a staging rank stages up to blk bytes of each of the n blocks
+ *           a round, block q's piece at q * blk (scatter: the root;
+ *           alltoall and reduce_scatter: every rank).
+ * Then the ranks that receive copy (or reduce, in ascending rank order
+ * as allreduce does) the pieces meant for them out of the others' slots.
  * One copy in and one copy out per byte, against two kernel copies plus
  * the protocol over loopback TCP.
  */
@@ -688,146 +688,116 @@ shm_only_root_differs(const struct cohort__tcp *t)
 	return (true);
 }
 
-static cohort_status
-shm_broadcast(struct cohort__tcp *t, const struct cohort__op *op, size_t bytes,
-    char *err, size_t errlen, cohort__time deadline)
+/* One operation of the staged kinds. */
+struct shm_xop {
+	const struct cohort__op *op;
+	bool pieces; /* the shape of its rounds (above) */
+	bool stages; /* this rank writes its slot */
+	bool takes; /* this rank reads the others' slots */
+	const uint8_t *src; /* what this rank stages: a block, or n blocks */
+	size_t src_len; /* whole: bytes of that block; pieces: of each */
+	uint8_t *dst;
+	/* whole: block p is [off[p], off[p] + len[p]) of dst (NULL: p *
+	 * src_len, src_len bytes each; one_place: every block lands at dst,
+	 * a broadcast's or a reduce's); pieces: every block is src_len bytes
+	 */
+	const size_t *off, *len;
+	bool one_place;
+	int root;
+};
+
+/* Bytes of block p in the whole shape. */
+static size_t
+shm_xlen(const struct shm_xop *x, int p)
 {
-	struct cohort__tcp_shm *s = t->shm;
-	uint8_t *buf = op->recv;
-	int n = t->size, root = op->root;
-	size_t per = (size_t)n * s->blk;
-	size_t rounds = (bytes + per - 1) / per;
-	uint32_t g0;
-	cohort_status rv;
-
-	if ((rv = shm_start(t, rounds, true, &g0, err, errlen, deadline))
-	    != COHORT_OK)
-		return (rv);
-	for (size_t k = 0; k < rounds; k++) {
-		uint32_t g = g0 + (uint32_t)k;
-		size_t off = k * per;
-		size_t len = bytes - off < per ? bytes - off : per;
-
-		if (t->rank == root) {
-			if ((rv = shm_round_begin(t, g, err, errlen, deadline))
-			    != COHORT_OK)
-				break;
-			shm_copy(shm_S(s, n, root, g), buf + off, len);
-			shm_signal(t, SHM_POSTED, g + 1);
-			/* The root checks the headers too: every rank
-			 * posted its round g0. */
-			if (k == 0
-			    && ((rv = shm_wait(t, SHM_POSTED, g + 1, err,
-			             errlen, deadline))
-			            != COHORT_OK
-			        || (rv = shm_agree(t, err, errlen))
-			            != COHORT_OK))
-				break;
-			shm_signal(t, SHM_DONE, g + 1);
-			continue;
-		}
-		shm_signal(t, SHM_POSTED, g + 1);
-		if ((rv = shm_wait(
-		         t, SHM_POSTED, g + 1, err, errlen, deadline))
-		    != COHORT_OK)
-			break;
-		if (k == 0 && (rv = shm_agree(t, err, errlen)) != COHORT_OK)
-			break;
-		shm_copy(buf + off, shm_S(s, n, root, g), len);
-		shm_signal(t, SHM_DONE, g + 1);
-	}
-	if (rv == COHORT_EMISMATCH && shm_only_root_differs(t)) {
-		/* Every rank saw the same headers in round g0, before any
-		 * data moved: all skip this broadcast's rounds, and the group
-		 * stays usable (as on the TCP path). */
-		shm_signal(t, SHM_POSTED, g0 + (uint32_t)rounds);
-		shm_signal(t, SHM_DONE, g0 + (uint32_t)rounds);
-		t->broken = COHORT_OK;
-	}
-	return (rv);
+	return (x->len != NULL ? x->len[p] : x->src_len);
 }
 
-static cohort_status
-shm_allgather(struct cohort__tcp *t, const struct cohort__op *op,
-    size_t blk_bytes, char *err, size_t errlen, cohort__time deadline)
+static size_t
+shm_xoff(const struct shm_xop *x, int p)
 {
-	struct cohort__tcp_shm *s = t->shm;
-	const uint8_t *src = op->send;
-	uint8_t *dst = op->recv;
-	int n = t->size, r = t->rank;
-	size_t per = (size_t)n * s->blk;
-	size_t rounds = (blk_bytes + per - 1) / per;
-	uint32_t g0;
-	cohort_status rv;
-
-	if ((rv = shm_start(t, rounds, true, &g0, err, errlen, deadline))
-	    != COHORT_OK)
-		return (rv);
-	if (src != dst + (size_t)r * blk_bytes)
-		memmove(dst + (size_t)r * blk_bytes, src, blk_bytes);
-	for (size_t k = 0; k < rounds; k++) {
-		uint32_t g = g0 + (uint32_t)k;
-		size_t off = k * per;
-		size_t len = blk_bytes - off < per ? blk_bytes - off : per;
-
-		if ((rv = shm_round_begin(t, g, err, errlen, deadline))
-		    != COHORT_OK)
-			break;
-		shm_copy(
-		    shm_S(s, n, r, g), dst + (size_t)r * blk_bytes + off, len);
-		shm_signal(t, SHM_POSTED, g + 1);
-		if ((rv = shm_wait(
-		         t, SHM_POSTED, g + 1, err, errlen, deadline))
-		    != COHORT_OK)
-			break;
-		for (int p = 0; p < n; p++)
-			if (p != r)
-				shm_copy(dst + (size_t)p * blk_bytes + off,
-				    shm_S(s, n, p, g), len);
-		shm_signal(t, SHM_DONE, g + 1);
-	}
-	return (rv);
+	if (x->one_place)
+		return (0);
+	return (x->off != NULL ? x->off[p] : (size_t)p * x->src_len);
 }
 
-static cohort_status
-shm_reduce_scatter(struct cohort__tcp *t, const struct cohort__op *op,
-    size_t blk_bytes, char *err, size_t errlen, cohort__time deadline)
+/* Rank p stages a block of its own in this operation (whole shape). */
+static bool
+shm_xstager(const struct cohort__tcp *t, const struct shm_xop *x, int p)
+{
+	switch (x->op->kind) {
+	case COHORT__OP_BROADCAST:
+		return (p == x->root);
+	case COHORT__OP_GATHER:
+	case COHORT__OP_REDUCE:
+		return (p != x->root);
+	default:
+		return (true);
+	}
+}
+
+/* Round k of this rank's staging into slot S. */
+static void
+shm_xstage(
+    struct cohort__tcp *t, const struct shm_xop *x, size_t k, uint8_t *S)
 {
 	struct cohort__tcp_shm *s = t->shm;
-	const uint8_t *src = op->send;
-	uint8_t *dst = op->recv;
-	int n = t->size, r = t->rank;
-	size_t rounds = (blk_bytes + s->blk - 1) / s->blk;
-	size_t piece = SHM_PIECE - SHM_PIECE % t->esize;
-	uint32_t g0;
-	cohort_status rv;
+	int n = t->size;
 
-	if ((rv = shm_start(t, rounds, true, &g0, err, errlen, deadline))
-	    != COHORT_OK)
-		return (rv);
-	for (size_t k = 0; k < rounds; k++) {
-		uint32_t g = g0 + (uint32_t)k;
+	if (x->pieces) {
 		size_t off = k * s->blk;
 		size_t len
-		    = blk_bytes - off < s->blk ? blk_bytes - off : s->blk;
-		uint8_t *S = shm_S(s, n, r, g);
-		const uint8_t *in = src + (size_t)r * blk_bytes + off;
-		uint8_t *out = dst + off;
+		    = x->src_len - off < s->blk ? x->src_len - off : s->blk;
 
-		if ((rv = shm_round_begin(t, g, err, errlen, deadline))
-		    != COHORT_OK)
-			break;
-		for (int p = 0; p < n; p++)
-			if (p != r)
-				shm_copy(S + (size_t)p * s->blk,
-				    src + (size_t)p * blk_bytes + off, len);
-		shm_signal(t, SHM_POSTED, g + 1);
-		if ((rv = shm_wait(
-		         t, SHM_POSTED, g + 1, err, errlen, deadline))
-		    != COHORT_OK)
-			break;
+		for (int q = 0; q < n; q++)
+			if (q != t->rank)
+				shm_copy(S + (size_t)q * s->blk,
+				    x->src + (size_t)q * x->src_len + off,
+				    len);
+	} else {
+		size_t per = (size_t)n * s->blk, off = k * per;
+
+		if (off < x->src_len)
+			shm_copy(S, x->src + off,
+			    x->src_len - off < per ? x->src_len - off : per);
+	}
+}
+
+/* Round k (global round g) of this rank's reading of the others' slots. */
+static void
+shm_xtake(struct cohort__tcp *t, const struct shm_xop *x, size_t k, uint32_t g)
+{
+	struct cohort__tcp_shm *s = t->shm;
+	const struct cohort__op *op = x->op;
+	int n = t->size, r = t->rank;
+
+	if (x->pieces) {
+		size_t off = k * s->blk;
+		size_t len
+		    = x->src_len - off < s->blk ? x->src_len - off : s->blk;
+		size_t piece = SHM_PIECE - SHM_PIECE % t->esize;
+
+		if (op->kind == COHORT__OP_SCATTER) {
+			shm_copy(x->dst + off,
+			    shm_S(s, n, x->root, g) + (size_t)r * s->blk, len);
+			return;
+		}
+		if (op->kind == COHORT__OP_ALLTOALL) {
+			for (int p = 0; p < n; p++)
+				if (p != r)
+					shm_copy(x->dst
+					        + (size_t)p * x->src_len + off,
+					    shm_S(s, n, p, g)
+					        + (size_t)r * s->blk,
+					    len);
+			return;
+		}
+		/* reduce_scatter: our block, in L1-sized pieces. */
 		for (size_t o = 0; o < len; o += piece) {
 			size_t l = len - o < piece ? len - o : piece;
+			const uint8_t *in
+			    = x->src + (size_t)r * x->src_len + off;
+			uint8_t *out = x->dst + off;
 
 			if (in != out)
 				memmove(out + o, in + o, l);
@@ -841,7 +811,75 @@ shm_reduce_scatter(struct cohort__tcp *t, const struct cohort__op *op,
 				cohort__scale_div(out + o, l / t->esize,
 				    op->dtype, (double)n);
 		}
+		return;
+	}
+	for (int p = 0; p < n; p++) {
+		size_t per = (size_t)n * s->blk, off = k * per;
+		size_t blen = shm_xlen(x, p), len;
+		uint8_t *out = x->dst + shm_xoff(x, p) + off;
+
+		if (p == r || !shm_xstager(t, x, p) || off >= blen)
+			continue;
+		len = blen - off < per ? blen - off : per;
+		if (op->kind == COHORT__OP_REDUCE) {
+			/* In ascending rank order, the root's own in place. */
+			cohort__reduce(out, shm_S(s, n, p, g), len / t->esize,
+			    op->dtype, op->op);
+			continue;
+		}
+		shm_copy(out, shm_S(s, n, p, g), len);
+	}
+}
+
+/* Runs x's rounds: stage, post, wait for every rank's post, read, done. */
+static cohort_status
+shm_xrun(struct cohort__tcp *t, const struct shm_xop *x, char *err,
+    size_t errlen, cohort__time deadline)
+{
+	struct cohort__tcp_shm *s = t->shm;
+	size_t unit = x->pieces ? s->blk : (size_t)t->size * s->blk;
+	size_t most = 0, rounds;
+	uint32_t g0;
+	cohort_status rv;
+
+	for (int p = 0; p < t->size; p++)
+		if (x->pieces || shm_xstager(t, x, p))
+			most = shm_xlen(x, p) > most ? shm_xlen(x, p) : most;
+	rounds = most == 0 ? 1 : (most + unit - 1) / unit;
+	if ((rv = shm_start(t, rounds, true, &g0, err, errlen, deadline))
+	    != COHORT_OK)
+		return (rv);
+	for (size_t k = 0; k < rounds; k++) {
+		uint32_t g = g0 + (uint32_t)k;
+
+		if (x->stages) {
+			if ((rv = shm_round_begin(t, g, err, errlen, deadline))
+			    != COHORT_OK)
+				break;
+			shm_xstage(t, x, k, shm_S(s, t->size, t->rank, g));
+		}
+		shm_signal(t, SHM_POSTED, g + 1);
+		/* A rank that only stages waits for the others once: every
+		 * rank compares the headers after all posted round g0. */
+		if ((x->takes || k == 0)
+		    && ((rv = shm_wait(
+		             t, SHM_POSTED, g + 1, err, errlen, deadline))
+		            != COHORT_OK
+		        || (k == 0
+		            && (rv = shm_agree(t, err, errlen)) != COHORT_OK)))
+			break;
+		if (x->takes)
+			shm_xtake(t, x, k, g);
 		shm_signal(t, SHM_DONE, g + 1);
+	}
+	if (rv == COHORT_EMISMATCH && x->op->kind == COHORT__OP_BROADCAST
+	    && shm_only_root_differs(t)) {
+		/* Every rank saw the same headers in round g0, before any
+		 * data moved: all skip this broadcast's rounds, and the group
+		 * stays usable (as on the TCP path). */
+		shm_signal(t, SHM_POSTED, g0 + (uint32_t)rounds);
+		shm_signal(t, SHM_DONE, g0 + (uint32_t)rounds);
+		t->broken = COHORT_OK;
 	}
 	return (rv);
 }
@@ -850,22 +888,86 @@ cohort_status
 cohort__tcp_shm_run(struct cohort__tcp *t, const struct cohort__op *op,
     size_t bytes, char *err, size_t errlen, cohort__time deadline)
 {
+	struct shm_xop x = { .op = op,
+		.src = op->send,
+		.dst = op->recv,
+		.src_len = bytes,
+		.root = op->root,
+		.stages = true,
+		.takes = true };
+	int n = t->size, r = t->rank;
+	size_t *off = NULL;
+	cohort_status rv;
+
 	switch (op->kind) {
 	case COHORT__OP_ALLREDUCE:
 		return (cohort__tcp_shm_allreduce(
 		    t, op, bytes, err, errlen, deadline));
 	case COHORT__OP_BROADCAST:
-		return (shm_broadcast(t, op, bytes, err, errlen, deadline));
+		x.src = op->recv;
+		x.stages = r == op->root;
+		x.takes = !x.stages;
+		x.one_place = true;
+		break;
 	case COHORT__OP_ALLGATHER:
-		return (shm_allgather(t, op, bytes, err, errlen, deadline));
+	case COHORT__OP_ALLGATHERV:
+		if ((off = malloc(2 * (size_t)n * sizeof(size_t))) == NULL) {
+			snprintf(err, errlen, "out of memory");
+			return (COHORT_ENOMEM);
+		}
+		for (int p = 0; p < n; p++) {
+			off[n + p]
+			    = (op->counts != NULL ? op->counts[p] : op->count)
+			    * t->esize;
+			off[p] = p == 0 ? 0 : off[p - 1] + off[n + p - 1];
+		}
+		x.off = off;
+		x.len = off + n;
+		x.src_len = x.len[r];
+		x.src = x.dst + off[r];
+		if (op->send != x.src && x.src_len > 0)
+			memmove(x.dst + off[r], op->send, x.src_len);
+		break;
+	case COHORT__OP_GATHER:
+	case COHORT__OP_REDUCE:
+		x.stages = r != op->root;
+		x.takes = !x.stages;
+		if (op->kind == COHORT__OP_REDUCE) {
+			/* Every block is reduced into the root's output. */
+			x.one_place = true;
+			if (x.takes && op->recv != op->send)
+				memmove(op->recv, op->send, bytes);
+		} else if (x.takes && x.dst + (size_t)r * bytes != x.src) {
+			memmove(x.dst + (size_t)r * bytes, x.src, bytes);
+		}
+		break;
+	case COHORT__OP_SCATTER:
+		x.pieces = true;
+		x.stages = r == op->root;
+		x.takes = !x.stages;
+		if (x.stages && x.src + (size_t)r * bytes != x.dst)
+			memmove(x.dst, x.src + (size_t)r * bytes, bytes);
+		break;
+	case COHORT__OP_ALLTOALL:
+		x.pieces = true;
+		if (x.src != x.dst)
+			memmove(x.dst + (size_t)r * bytes,
+			    x.src + (size_t)r * bytes, bytes);
+		break;
 	case COHORT__OP_REDUCE_SCATTER:
-		return (
-		    shm_reduce_scatter(t, op, bytes, err, errlen, deadline));
+		x.pieces = true;
+		break;
 	default:
 		snprintf(err, errlen, "%s has no shared-memory path",
 		    cohort__op_name(op->kind));
 		return (COHORT_ENOTSUP);
 	}
+	rv = shm_xrun(t, &x, err, errlen, deadline);
+	if (rv == COHORT_OK && op->kind == COHORT__OP_REDUCE && r == op->root
+	    && op->op == COHORT_MEAN)
+		cohort__scale_div(op->recv, op->count, op->dtype, (double)n);
+	free(off);
+	return (rv);
 }
 
 /* ------------------------------------------------------------------------ */

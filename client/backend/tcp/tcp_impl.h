@@ -11,9 +11,9 @@
  *             outgoing bytes may wait for an earlier step's incoming bytes
  *             to be received and reduced: rings, chains)
  *   algos.c   the collectives, as plans for those two engines
- *   shm.c     the same-host shared-memory path of allreduce, broadcast,
- *             allgather and reduce_scatter (setup at init over the TCP
- *             connections, which stay the liveness channel)
+ *   shm.c     the same-host shared-memory path of every collective
+ *             (setup at init over the TCP connections, which stay the
+ *             liveness channel)
  *   hier.c    the hierarchical all-reduce of a group with several ranks on
  *             each of several hosts: two child states of this backend (the
  *             ranks of one host, over shared memory; the ranks with the
@@ -228,8 +228,8 @@ bool cohort__tcp_shm_usable(
 cohort_status cohort__tcp_shm_allreduce(struct cohort__tcp *t,
     const struct cohort__op *op, size_t bytes, char *err, size_t errlen,
     cohort__time deadline);
-/* Broadcast, allgather, reduce_scatter or allreduce over the segment
- * (cohort__tcp_shm_usable said yes); bytes: the per-rank block. */
+/* Any collective but barrier over the segment (cohort__tcp_shm_usable
+ * said yes); bytes: the per-rank block (allgatherv: unused). */
 cohort_status cohort__tcp_shm_run(struct cohort__tcp *t,
     const struct cohort__op *op, size_t bytes, char *err, size_t errlen,
     cohort__time deadline);
