@@ -36,7 +36,10 @@
  * `agreed`). A rank that dies is named by the stage that has it as a peer;
  * every other rank, waiting in a stage without it, watches the parent's
  * connections too (xfer.c, shm.c: the child's `watch`), so it is named
- * everywhere within milliseconds, not after the coordinator's verdict.
+ * everywhere even when the coordinator cannot tell (cut off). A rank that
+ * finished the job's last all-reduce may exit while its peers still copy
+ * their results: a watched connection that hangs up counts only if the
+ * rank still waits COHORT__TCP_WATCH_GRACE_MS (500 ms) later.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -62,23 +65,6 @@ struct cohort__tcp_hier {
 	char local_id[160], cross_id[160];
 };
 
-static void
-hier_put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (56 - 8 * i));
-}
-
-static uint64_t
-hier_get64(const uint8_t *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 0; i < 8; i++)
-		v = v << 8 | p[i];
-	return (v);
-}
-
 /* Which ranks can share memory with this one: the same kernel (boot id)
  * and the same /dev/shm. */
 static void
@@ -99,24 +85,6 @@ hier_host_key(char key[HIER_KEY])
 	memset(key, 0, HIER_KEY);
 	snprintf(key, HIER_KEY, "%.36s:%" PRIx64 ":%" PRIx64, boot,
 	    (uint64_t)st.st_dev, (uint64_t)st.st_ino);
-}
-
-/* Every rank's message, in order of rank, over the flat mesh. */
-static cohort_status
-hier_exchange(struct cohort__tcp *t, const uint8_t *mine, uint8_t *all,
-    char *err, size_t errlen, cohort__time deadline)
-{
-	memcpy(all + (size_t)t->rank * HIER_MSG, mine, HIER_MSG);
-	cohort__tcp_plan_reset(t);
-	for (int p = 0; p < t->size; p++) {
-		if (p == t->rank)
-			continue;
-		t->peers[p].sbuf = mine;
-		t->peers[p].slen = HIER_MSG;
-		t->peers[p].rbuf = all + (size_t)p * HIER_MSG;
-		t->peers[p].rlen = HIER_MSG;
-	}
-	return (cohort__tcp_exchange(t, err, errlen, deadline));
 }
 
 /* host[p] = the host index of rank p (in order of first appearance);
@@ -198,9 +166,10 @@ cohort__tcp_hier_setup(struct cohort__tcp *t,
 	memset(mine, 0, sizeof(mine));
 	memcpy(mine, HIER_MAGIC, 4);
 	mine[4] = enable ? 1 : 0;
-	hier_put64(mine + 8, cohort__tcp_knob(COHORT__KNOB_TCP_HIER_MIN, 0));
-	hier_put64(
-	    mine + 16, cohort__tcp_knob(COHORT__KNOB_TCP_HIER_SPLIT, 65536));
+	cohort__tcp_put_be(
+	    mine + 8, cohort__tcp_knob(COHORT__KNOB_TCP_HIER_MIN, 0), 8);
+	cohort__tcp_put_be(mine + 16,
+	    cohort__tcp_knob(COHORT__KNOB_TCP_HIER_SPLIT, 65536), 8);
 	hier_host_key((char *)mine + 32);
 	if ((all = calloc((size_t)t->size, HIER_MSG)) == NULL
 	    || (host = calloc((size_t)t->size, sizeof(int))) == NULL
@@ -210,7 +179,9 @@ cohort__tcp_hier_setup(struct cohort__tcp *t,
 		goto out;
 	}
 	t->opname = "hierarchy set-up";
-	if ((rv = hier_exchange(t, mine, all, err, errlen, deadline))
+	memcpy(all + (size_t)t->rank * HIER_MSG, mine, HIER_MSG);
+	if ((rv = cohort__tcp_exchange_all(
+	         t, all, HIER_MSG, err, errlen, deadline))
 	    != COHORT_OK)
 		goto out;
 	for (int p = 0; p < t->size; p++) {
@@ -235,8 +206,8 @@ cohort__tcp_hier_setup(struct cohort__tcp *t,
 	h->nhosts = nhosts;
 	h->nplaces = nplaces;
 	h->host = host[t->rank];
-	h->min = (size_t)hier_get64(all + 8);
-	h->split = (size_t)hier_get64(all + 16);
+	h->min = (size_t)cohort__tcp_get_be(all + 8, 8);
+	h->split = (size_t)cohort__tcp_get_be(all + 16, 8);
 	/* Local: the ranks of this host, in rank order; this rank's place
 	 * is its index there. */
 	m = 0;

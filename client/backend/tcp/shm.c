@@ -975,23 +975,6 @@ cohort__tcp_shm_run(struct cohort__tcp *t, const struct cohort__op *op,
 /* ------------------------------------------------------------------------ */
 
 static void
-shm_put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (56 - 8 * i));
-}
-
-static uint64_t
-shm_get64(const uint8_t *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 0; i < 8; i++)
-		v = v << 8 | p[i];
-	return (v);
-}
-
-static void
 shm_name(const uint8_t rnd[16], char *name, size_t len)
 {
 	static const char hex[] = "0123456789abcdef";
@@ -1073,7 +1056,7 @@ shm_create(struct cohort__tcp *t, size_t want_blk, uint8_t *msg, char *name,
 	h->size = (uint32_t)t->size;
 	h->blk = (uint32_t)s->blk;
 	memcpy(msg, "CSM1", 4);
-	shm_put64(msg + 4, s->len);
+	cohort__tcp_put_be(msg + 4, s->len, 8);
 	memcpy(msg + 16, rnd + 16, 16);
 	memcpy(msg + 32, name + 8, 32);
 	return (s);
@@ -1087,7 +1070,7 @@ shm_attach(struct cohort__tcp *t, const uint8_t *msg)
 	const struct shm_hdr *h;
 	char name[48];
 	struct stat st;
-	uint64_t len = shm_get64(msg + 4);
+	uint64_t len = cohort__tcp_get_be(msg + 4, 8);
 	int fd;
 
 	if (memcmp(msg, "CSM1", 4) != 0)
@@ -1141,54 +1124,11 @@ static cohort_status
 shm_io(struct cohort__tcp *t, int p, void *buf, size_t len, bool sending,
     char *err, size_t errlen, cohort__time deadline)
 {
-	int fd = t->peers[p].fd;
 	size_t done = 0;
-	cohort_status rv;
 
-	while (done < len) {
-		struct pollfd pfd;
-		ssize_t n;
-		int ms;
-
-		if ((rv = cohort__tcp_check_abort(t, err, errlen))
-		    != COHORT_OK)
-			return (rv);
-		if (sending)
-			n = send(fd, (uint8_t *)buf + done, len - done,
-			    MSG_DONTWAIT | MSG_NOSIGNAL);
-		else
-			n = recv(fd, (uint8_t *)buf + done, len - done,
-			    MSG_DONTWAIT);
-		if (n > 0) {
-			done += (size_t)n;
-			continue;
-		}
-		if (n == 0
-		    || (errno != EAGAIN && errno != EWOULDBLOCK
-		        && errno != EINTR)) {
-			snprintf(err, errlen,
-			    "rank %d closed the connection "
-			    "during the shared-memory setup%s%s",
-			    (int)t->peers[p].job_rank, n == 0 ? "" : ": ",
-			    n == 0 ? "" : strerror(errno));
-			return (COHORT_EPEERLOST);
-		}
-		if (cohort__expired(deadline)) {
-			snprintf(err, errlen,
-			    "timed out in the shared-memory "
-			    "setup with rank %d",
-			    (int)t->peers[p].job_rank);
-			return (COHORT_ETIMEDOUT);
-		}
-		ms = cohort__remaining(deadline);
-		if (ms < 0 || ms > 100)
-			ms = 100;
-		pfd.fd = fd;
-		pfd.events = sending ? POLLOUT : POLLIN;
-		pfd.revents = 0;
-		(void)poll(&pfd, 1, ms < 1 ? 1 : ms);
-	}
-	return (COHORT_OK);
+	return (cohort__tcp_io(t->abort_flag, t->peers[p].fd, buf, len, &done,
+	    sending, "shared-memory setup", t->peers[p].job_rank, err, errlen,
+	    deadline));
 }
 
 cohort_status
@@ -1210,8 +1150,8 @@ cohort__tcp_shm_setup(struct cohort__tcp *t, bool enable, size_t want_blk,
 			s = shm_create(t, want_blk, msg, name, sizeof(name));
 		if (s == NULL)
 			memcpy(msg, "CSM0", 4);
-		shm_put64(msg + 64, t->shm_min);
-		shm_put64(msg + 72, t->shm_max);
+		cohort__tcp_put_be(msg + 64, t->shm_min, 8);
+		cohort__tcp_put_be(msg + 72, t->shm_max, 8);
 		for (int p = 1; p < t->size && rv == COHORT_OK; p++)
 			rv = shm_io(t, p, msg, sizeof(msg), true, err, errlen,
 			    deadline);
@@ -1248,7 +1188,7 @@ cohort__tcp_shm_setup(struct cohort__tcp *t, bool enable, size_t want_blk,
 		return (rv);
 	}
 	t->shm = s;
-	t->shm_min = (size_t)shm_get64(msg + 64);
-	t->shm_max = (size_t)shm_get64(msg + 72);
+	t->shm_min = (size_t)cohort__tcp_get_be(msg + 64, 8);
+	t->shm_max = (size_t)cohort__tcp_get_be(msg + 72, 8);
 	return (COHORT_OK);
 }

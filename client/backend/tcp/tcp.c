@@ -180,22 +180,21 @@ tcp_hs_ms(void)
 	    COHORT__KNOB_TCP_HS_TIMEOUT_MS, TCP_HS_TIMEOUT_MS));
 }
 
-/* Moves bytes over a non-blocking socket until *done reaches len, before
- * deadline, polling the abort flag. A connection closed or reset by the
- * peer is COHORT_EPEERLOST (*done says how far it got). */
-static cohort_status
-tcp_io(const struct cohort__group_desc *desc, int fd, void *buf, size_t len,
-    size_t *done, bool sending, cohort__time deadline, int32_t peer, char *err,
-    size_t errlen)
+cohort_status
+cohort__tcp_io(atomic_int *abort_flag, int fd, void *buf, size_t len,
+    size_t *done, bool sending, const char *during, int32_t peer, char *err,
+    size_t errlen, cohort__time deadline)
 {
 	while (*done < len) {
 		struct pollfd pfd;
 		ssize_t n;
 		int ms;
 
-		if (tcp_aborted(desc)) {
-			snprintf(err, errlen,
-			    "aborted while connecting to rank %d", (int)peer);
+		if (abort_flag != NULL
+		    && atomic_load_explicit(
+		        abort_flag, memory_order_acquire)) {
+			snprintf(err, errlen, "aborted in the %s with rank %d",
+			    during, (int)peer);
 			return (COHORT_EABORTED);
 		}
 		if (sending)
@@ -212,15 +211,14 @@ tcp_io(const struct cohort__group_desc *desc, int fd, void *buf, size_t len,
 		    || (errno != EAGAIN && errno != EWOULDBLOCK
 		        && errno != EINTR)) {
 			snprintf(err, errlen,
-			    "rank %d closed the connection during the "
-			    "handshake%s%s",
-			    (int)peer, n == 0 ? "" : ": ",
+			    "rank %d closed the connection during the %s%s%s",
+			    (int)peer, during, n == 0 ? "" : ": ",
 			    n == 0 ? "" : strerror(errno));
 			return (COHORT_EPEERLOST);
 		}
 		if (cohort__expired(deadline)) {
 			snprintf(err, errlen,
-			    "timed out in the handshake with rank %d",
+			    "timed out in the %s with rank %d", during,
 			    (int)peer);
 			return (COHORT_ETIMEDOUT);
 		}
@@ -442,8 +440,8 @@ tcp_hs_connect(const struct cohort__group_desc *desc,
 	/* The greeting comes when the acceptor is done connecting to the
 	 * ranks above it: wait as long as the operation may. */
 	do {
-		if ((rv = tcp_io(desc, fd, in, need, &have, false, deadline,
-		         jr, err, errlen))
+		if ((rv = cohort__tcp_io(desc->abort_flag, fd, in, need, &have,
+		         false, "handshake", jr, err, errlen, deadline))
 		    != COHORT_OK) {
 			*retry = rv == COHORT_EPEERLOST;
 			return (rv);
@@ -461,8 +459,8 @@ tcp_hs_connect(const struct cohort__group_desc *desc,
 	hs_deadline = cohort__now_ms() + tcp_hs_ms();
 	if (hs_deadline > deadline)
 		hs_deadline = deadline;
-	rv = tcp_io(desc, fd, ch, sizeof(ch), &sent, true, hs_deadline, jr,
-	    err, errlen);
+	rv = cohort__tcp_io(desc->abort_flag, fd, ch, sizeof(ch), &sent, true,
+	    "handshake", jr, err, errlen, hs_deadline);
 	/* Even when the send failed, a refusal may be waiting. The acceptor
 	 * answers as soon as it reads the hello: wait longer for that than
 	 * the handshake time, so a loaded machine does not make us give up
@@ -473,8 +471,9 @@ tcp_hs_connect(const struct cohort__group_desc *desc,
 	have = 0;
 	need = 4;
 	do {
-		cohort_status rrv = tcp_io(desc, fd, in, need, &have, false,
-		    hs_deadline, jr, err, errlen);
+		cohort_status rrv
+		    = cohort__tcp_io(desc->abort_flag, fd, in, need, &have,
+		        false, "handshake", jr, err, errlen, hs_deadline);
 
 		if (rrv != COHORT_OK) {
 			*retry = (rrv == COHORT_EPEERLOST
@@ -943,6 +942,7 @@ cohort__tcp_open(const struct cohort__group_desc *desc,
 	t->size = desc->size;
 	t->abort_flag = desc->abort_flag;
 	t->watch = parent;
+	t->watch_lost = -1;
 	t->agreed = parent != NULL;
 	atomic_init(&t->aborted, 0);
 	t->opname = "init";

@@ -127,6 +127,12 @@ struct cohort__tcp {
 	 * every wait also watches, so that a rank that dies on another host
 	 * is named at once by ranks waiting on a stage it is not part of. */
 	const struct cohort__tcp *watch;
+	/* The parent's peer whose connection hung up (-1: none) and when: a
+	 * rank that finished the job's last operation exits too, so it is
+	 * lost only if this child is still waiting COHORT__TCP_WATCH_GRACE_MS
+	 * later (xfer.c). */
+	int watch_lost;
+	uint64_t watch_lost_ns;
 	/* The parent already agreed on every operation a child runs. */
 	bool agreed;
 
@@ -159,6 +165,31 @@ cohort_status cohort__tcp_open(const struct cohort__group_desc *desc,
     const struct cohort__tcp *parent, struct cohort__tcp **out, char *err,
     size_t errlen, cohort__time deadline);
 void cohort__tcp_abort_state(struct cohort__tcp *t);
+/* Moves bytes over a non-blocking socket until *done reaches len, before
+ * deadline, polling abort_flag; during names the phase in error texts
+ * ("handshake"). A connection closed or reset by the peer is
+ * COHORT_EPEERLOST (*done says how far it got). */
+cohort_status cohort__tcp_io(atomic_int *abort_flag, int fd, void *buf,
+    size_t len, size_t *done, bool sending, const char *during, int32_t peer,
+    char *err, size_t errlen, cohort__time deadline);
+
+/* Big-endian integers of the set-up messages and operation headers. */
+static inline void
+cohort__tcp_put_be(uint8_t *p, uint64_t v, int bytes)
+{
+	for (int i = 0; i < bytes; i++)
+		p[i] = (uint8_t)(v >> (8 * (bytes - 1 - i)));
+}
+
+static inline uint64_t
+cohort__tcp_get_be(const uint8_t *p, int bytes)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < bytes; i++)
+		v = v << 8 | p[i];
+	return (v);
+}
 void cohort__tcp_close(struct cohort__tcp *t);
 
 /* hier.c */
@@ -178,6 +209,7 @@ void cohort__tcp_hier_abort(struct cohort__tcp *t);
 void cohort__tcp_hier_free(struct cohort__tcp *t);
 
 /* xfer.c */
+#define COHORT__TCP_WATCH_GRACE_MS 500
 /* A child's watch: appends the parent's connections to fds[n..] (room for
  * watch->size entries) and returns how many it added. */
 int cohort__tcp_watch_add(struct cohort__tcp *t, struct pollfd *fds, int n);
@@ -188,6 +220,10 @@ cohort_status cohort__tcp_watch_check(struct cohort__tcp *t,
 void cohort__tcp_plan_reset(struct cohort__tcp *t);
 cohort_status cohort__tcp_exchange(
     struct cohort__tcp *t, char *err, size_t errlen, cohort__time deadline);
+/* Every rank's len bytes at all + rank * len to every other: all ends up
+ * holding every rank's, in rank order (the agreement, the set-up). */
+cohort_status cohort__tcp_exchange_all(struct cohort__tcp *t, uint8_t *all,
+    size_t len, char *err, size_t errlen, cohort__time deadline);
 cohort_status cohort__tcp_stream(struct cohort__tcp *t, int to, int from,
     struct cohort__tcp_step *steps, int nsteps, char *err, size_t errlen,
     cohort__time deadline);

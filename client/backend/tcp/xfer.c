@@ -87,7 +87,7 @@ cohort__tcp_watch_add(struct cohort__tcp *t, struct pollfd *fds, int n)
 	if (w == NULL)
 		return (0);
 	for (int p = 0; p < w->size; p++) {
-		if (p == w->rank || w->peers[p].fd < 0)
+		if (p == w->rank || p == t->watch_lost || w->peers[p].fd < 0)
 			continue;
 		fds[n + k].fd = w->peers[p].fd;
 		fds[n + k].events = POLLRDHUP;
@@ -106,26 +106,32 @@ cohort__tcp_watch_check(struct cohort__tcp *t, const struct pollfd *fds, int k,
 	cohort_status rv;
 
 	for (int p = 0; w != NULL && p < w->size && i < k; p++) {
-		if (p == w->rank || w->peers[p].fd < 0)
+		if (p == w->rank || p == t->watch_lost || w->peers[p].fd < 0)
 			continue;
-		if ((fds[i++].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0)
-			continue;
-		if ((rv = cohort__tcp_check_abort(t, err, errlen))
-		    != COHORT_OK)
-			return (rv);
-		if (atomic_load_explicit(
-		        (atomic_int *)&w->aborted, memory_order_acquire)) {
-			snprintf(err, errlen, "%s #%" PRIu64 " aborted",
-			    t->opname, t->seq);
-			return (COHORT_EABORTED);
+		if ((fds[i++].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0
+		    && t->watch_lost < 0) {
+			t->watch_lost = p;
+			t->watch_lost_ns = cohort__now_ns();
 		}
-		snprintf(err, errlen,
-		    "rank %d closed the connection during %s #%" PRIu64
-		    " (hierarchical all-reduce)",
-		    (int)w->peers[p].job_rank, t->opname, t->seq);
-		return (COHORT_EPEERLOST);
 	}
-	return (COHORT_OK);
+	if (w == NULL || t->watch_lost < 0
+	    || cohort__now_ns() - t->watch_lost_ns
+	        < (uint64_t)COHORT__TCP_WATCH_GRACE_MS * 1000000u)
+		return (COHORT_OK);
+	if ((rv = cohort__tcp_check_abort(t, err, errlen)) != COHORT_OK)
+		return (rv);
+	if (atomic_load_explicit(
+	        (atomic_int *)&w->aborted, memory_order_acquire)) {
+		snprintf(
+		    err, errlen, "%s #%" PRIu64 " aborted", t->opname, t->seq);
+		return (COHORT_EABORTED);
+	}
+	snprintf(err, errlen,
+	    "rank %d closed the connection during %s #%" PRIu64
+	    " (hierarchical all-reduce; this rank still waited %d ms later)",
+	    (int)w->peers[t->watch_lost].job_rank, t->opname, t->seq,
+	    COHORT__TCP_WATCH_GRACE_MS);
+	return (COHORT_EPEERLOST);
 }
 
 /* Sleeps in poll() on fds[0..n) (and a child's watched connections, for
@@ -308,6 +314,22 @@ cohort__tcp_exchange(
 				return (rv);
 		}
 	}
+}
+
+cohort_status
+cohort__tcp_exchange_all(struct cohort__tcp *t, uint8_t *all, size_t len,
+    char *err, size_t errlen, cohort__time deadline)
+{
+	cohort__tcp_plan_reset(t);
+	for (int p = 0; p < t->size; p++) {
+		if (p == t->rank)
+			continue;
+		t->peers[p].sbuf = all + (size_t)t->rank * len;
+		t->peers[p].slen = len;
+		t->peers[p].rbuf = all + (size_t)p * len;
+		t->peers[p].rlen = len;
+	}
+	return (cohort__tcp_exchange(t, err, errlen, deadline));
 }
 
 /* Processes (reduces, divides) the received bytes [S->processed, upto) of
