@@ -96,11 +96,11 @@ def test_shared_memory_only_between_ranks_of_one_host(cluster):
     assert all(p.returncode == 0 for p in two), out_two
     assert out_two.count("sum_ok=1") == 4, out_two
     # the job's own group is pure TCP; only the hierarchical all-reduce's
-    # groups of one host's ranks ("world/hostN") share memory
+    # groups of one host's ranks ("hier.hostN.world") share memory
     assert not re.search(r"group world: .*shared memory\)", out_two), out_two
     for hid in (0, 1):
         assert len(re.findall(
-            rf"group world/host{hid}: rank \d of 2 connected \(listened on "
+            rf"group hier\.host{hid}\.world: rank \d of 2 connected \(listened on "
             r"[0-9.:]+, shared memory\)", out_two)) == 2, out_two  # fmt: skip
     # nothing left behind in either host's /dev/shm
     for h in (h1, h2):

@@ -62,7 +62,7 @@ struct cohort__tcp_hier {
 	size_t min; /* all-reduces of at least min bytes go this way */
 	size_t split; /* from split bytes: slices (1/L each) between hosts */
 	int32_t *local_ranks, *cross_ranks; /* job ranks, for error texts */
-	char local_id[160], cross_id[160];
+	char local_id[320], cross_id[320]; /* ids are < 300 bytes */
 };
 
 /* Which ranks can share memory with this one: the same kernel (boot id)
@@ -217,8 +217,9 @@ cohort__tcp_hier_setup(struct cohort__tcp *t,
 				h->place = m;
 			members[m++] = p;
 		}
-	snprintf(h->local_id, sizeof(h->local_id), "%s/host%d", desc->group_id,
-	    h->host);
+	/* Group ids are "world" and "sub.NAME": "hier." names no other. */
+	snprintf(h->local_id, sizeof(h->local_id), "hier.host%d.%s", h->host,
+	    desc->group_id);
 	if ((rv = hier_child(t, desc, h->local_id, members, m, h->local_ranks,
 	         &h->local, err, errlen, deadline))
 	    != COHORT_OK)
@@ -233,8 +234,8 @@ cohort__tcp_hier_setup(struct cohort__tcp *t,
 				break;
 			}
 	}
-	snprintf(h->cross_id, sizeof(h->cross_id), "%s/place%d",
-	    desc->group_id, h->place);
+	snprintf(h->cross_id, sizeof(h->cross_id), "hier.place%d.%s", h->place,
+	    desc->group_id);
 	if ((rv = hier_child(t, desc, h->cross_id, members, nhosts,
 	         h->cross_ranks, &h->cross, err, errlen, deadline))
 	    != COHORT_OK)
