@@ -177,15 +177,16 @@ scen_kvbig(cohort_client *c, const char *arg)
 }
 
 /* Ranks disagree on a data-plane collective (ARG: count, root, op,
- * dtype, order): rank 0 and the others call different ones. Prints the
- * status and detail of the first call; then, for the root case, a
+ * dtype, order; agcount, rscount, a2acount: the count of an allgather, a
+ * reduce_scatter, an alltoall): rank 0 and the others call different ones.
+ * Prints the status and detail of the first call; then, for the root case, a
  * matching allreduce (the group stays usable). */
 static int
 scen_mismatch(cohort_client *c, const char *arg)
 {
 	cohort_group *g = cohort_client_world(c);
 	bool r0 = cohort_client_rank(c) == 0;
-	double buf[256] = { 0 };
+	double buf[256] = { 0 }, out[256];
 	cohort_status st;
 
 	if (arg == NULL)
@@ -202,6 +203,15 @@ scen_mismatch(cohort_client *c, const char *arg)
 	else if (strcmp(arg, "dtype") == 0)
 		st = cohort_allreduce(g, buf, buf, 64,
 		    r0 ? COHORT_F64 : COHORT_F32, COHORT_SUM, NULL, 30000);
+	else if (strcmp(arg, "agcount") == 0) /* 2 ranks: buf holds both */
+		st = cohort_allgather(
+		    g, buf, buf, r0 ? 64 : 128, COHORT_F64, NULL, 30000);
+	else if (strcmp(arg, "rscount") == 0)
+		st = cohort_reduce_scatter(g, buf, buf, r0 ? 64 : 128,
+		    COHORT_F64, COHORT_SUM, NULL, 30000);
+	else if (strcmp(arg, "a2acount") == 0)
+		st = cohort_alltoall(
+		    g, buf, out, r0 ? 64 : 128, COHORT_F64, NULL, 30000);
 	else if (r0)
 		st = cohort_allreduce(
 		    g, buf, buf, 64, COHORT_F64, COHORT_SUM, NULL, 30000);
