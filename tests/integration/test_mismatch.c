@@ -11,20 +11,6 @@
 
 #include "check_cohort.h"
 
-static struct th_coord coord;
-
-static void
-setup(void)
-{
-	th_coord_start(&coord, NULL);
-}
-
-static void
-teardown(void)
-{
-	ck_assert_int_eq(th_coord_stop(&coord), 0);
-}
-
 static const struct {
 	const char *arg, *want0, *want1;
 } mm_cases[] = {
@@ -56,8 +42,8 @@ START_TEST(test_tcp_mismatch_fails_every_rank)
 	int k = _i % MM_CASES;
 
 	snprintf(job, sizeof(job), "mm%d", _i);
-	th_workers_start(&w, &coord, job, "t", 2, "mismatch", mm_cases[k].arg,
-	    mm_env[_i / MM_CASES]);
+	th_workers_start(&w, &th_fx_coord, job, "t", 2, "mismatch",
+	    mm_cases[k].arg, mm_env[_i / MM_CASES]);
 	th_workers_wait(&w, 60000);
 	for (int r = 0; r < 2; r++) {
 		char *o = th_worker_output(&w, r);
@@ -83,12 +69,10 @@ Suite *
 suite_integration_mismatch(void)
 {
 	Suite *s = suite_create("integration_mismatch");
-	TCase *tc = tcase_create("tcp");
+	TCase *tc
+	    = th_suite_case(s, "tcp", 120, th_fx_setup, th_fx_teardown, NULL);
 
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(
 	    tc, test_tcp_mismatch_fails_every_rank, 0, 3 * MM_CASES);
-	suite_add_tcase(s, tc);
 	return (s);
 }
