@@ -227,8 +227,9 @@ cohort__client_who_missing(struct cohort_client *c, struct cohort_group *g,
 	req.body_case = COHORT__REQUEST__BODY_STATUS_QUERY;
 	req.status_query = &q;
 	/* answered at once; the reply grace bounds the wait */
-	cohort__coord_call_init(&call, &req, cohort__now_ms());
-	if (cohort__coord_call(c->coord, &call) != COHORT_OK
+	if (cohort__coord_request(
+	        c->coord, &call, &req, NULL, 0, cohort__now_ms())
+	        != COHORT_OK
 	    || call.rep->body_case != COHORT__REPLY__BODY_STATUS_QUERY
 	    || call.rep->status_query == NULL)
 		goto out;
@@ -360,8 +361,8 @@ cohort__client_heartbeat_now(
 	hb.in_op = true;
 	req.body_case = COHORT__REQUEST__BODY_HEARTBEAT;
 	req.heartbeat = &hb;
-	cohort__coord_call_init(&call, &req, cohort__now_ms() + 1000);
-	(void)cohort__coord_call(c->coord, &call);
+	(void)cohort__coord_request(
+	    c->coord, &call, &req, NULL, 0, cohort__now_ms() + 1000);
 	cohort__coord_call_fini(&call);
 }
 
@@ -683,10 +684,9 @@ client_leave(struct cohort_client *c)
 	req.body_case = COHORT__REQUEST__BODY_LEAVE;
 	req.leave = &leave;
 	/* answered at once; the reply grace bounds the wait */
-	cohort__coord_call_init(&call, &req,
+	st = cohort__coord_request(c->coord, &call, &req, NULL, 0,
 	    cohort__now_ms() + COHORT__CLOSE_TIMEOUT_MS
 	        - COHORT__REPLY_GRACE_MS);
-	st = cohort__coord_call(c->coord, &call);
 	if (st != COHORT_OK)
 		cohort__debug("leave: %s: %s", cohort_status_name(st),
 		    cohort_last_error());
@@ -714,8 +714,7 @@ client_join(
 	join.dead_after_ms = (uint32_t)c->dead_after_ms;
 	req.body_case = COHORT__REQUEST__BODY_JOIN;
 	req.join = &join;
-	cohort__coord_call_init(&call, &req, deadline);
-	st = cohort__coord_call(c->coord, &call);
+	st = cohort__coord_request(c->coord, &call, &req, NULL, 0, deadline);
 	if (st != COHORT_OK) {
 		if (st == COHORT_ETIMEDOUT && call.rep != NULL
 		    && call.rep->n_missing_ranks > 0
@@ -1005,9 +1004,8 @@ cohort_report_failure(
 		    COHORT_EINVAL, "failure text longer than 64 KiB"));
 	req.body_case = COHORT__REQUEST__BODY_REPORT_FAILURE;
 	req.report_failure = &rf;
-	cohort__coord_call_init(
-	    &call, &req, cohort__client_deadline(c, timeout));
-	st = cohort__coord_call(c->coord, &call);
+	st = cohort__coord_request(c->coord, &call, &req, NULL, 0,
+	    cohort__client_deadline(c, timeout));
 	cohort__coord_call_fini(&call);
 	return (st);
 }

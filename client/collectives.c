@@ -1392,9 +1392,8 @@ cohort_group_new(cohort_client *c, const char *name, const int32_t *ranks,
 	body.ranks = (int32_t *)ranks;
 	req.body_case = COHORT__REQUEST__BODY_GROUP_CREATE;
 	req.group_create = &body;
-	cohort__coord_call_init(
-	    &call, &req, cohort__client_deadline(c, timeout));
-	st = cohort__coord_call(c->coord, &call);
+	st = cohort__coord_request(c->coord, &call, &req, NULL, 0,
+	    cohort__client_deadline(c, timeout));
 	if (st != COHORT_OK) {
 		char detail[COHORT__DETAIL_MAX];
 

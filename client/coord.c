@@ -1145,6 +1145,29 @@ cohort__coord_call_init(struct cohort__coord_call *call, Cohort__Request *req,
 	call->deadline = deadline;
 }
 
+cohort_status
+cohort__coord_request(struct cohort__coord *co,
+    struct cohort__coord_call *call, Cohort__Request *req,
+    const struct cohort__iov *parts, size_t nparts, cohort__time deadline)
+{
+	cohort__coord_call_init(call, req, deadline);
+	call->parts = parts;
+	call->nparts = nparts;
+	return (cohort__coord_call(co, call));
+}
+
+const void *
+cohort__coord_reply_body(
+    const struct cohort__coord_call *call, Cohort__Reply__BodyCase want)
+{
+	/* Every member of the body union is a pointer to a message, and
+	 * pointers to structures share one representation: reading one
+	 * member tells whether the body is present. */
+	if (call->rep == NULL || call->rep->body_case != want)
+		return (NULL);
+	return (call->rep->join);
+}
+
 void
 cohort__coord_call_fini(struct cohort__coord_call *call)
 {
