@@ -26,28 +26,6 @@
 #include "backend/backend.h"
 
 /* ------------------------------------------------------------------------ */
-/* Half precision, scalar and exact (round to nearest even).                */
-/* ------------------------------------------------------------------------ */
-
-static inline uint32_t
-reduce_f32_bits(float f)
-{
-	uint32_t u;
-
-	memcpy(&u, &f, sizeof(u));
-	return (u);
-}
-
-static inline float
-reduce_bits_f32(uint32_t u)
-{
-	float f;
-
-	memcpy(&f, &u, sizeof(f));
-	return (f);
-}
-
-/* ------------------------------------------------------------------------ */
 /* Kernel families                                                          */
 /* ------------------------------------------------------------------------ */
 
@@ -72,12 +50,9 @@ struct reduce_table {
 	uint16_t *restrict d = dst;                                           \
 	const uint16_t *restrict s = src;                                     \
 	for (size_t i = 0; i < n; i++) {                                      \
-		float a = reduce_bits_f32((uint32_t)d[i] << 16);              \
-		float b = reduce_bits_f32((uint32_t)s[i] << 16);              \
-		uint32_t u = reduce_f32_bits(EXPR);                           \
-		uint32_t rn = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;         \
-		uint32_t qn = (u >> 16) | 0x40u;                              \
-		d[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? qn : rn); \
+		float a = cohort__bf16_to_f32(d[i]);                          \
+		float b = cohort__bf16_to_f32(s[i]);                          \
+		d[i] = cohort__f32_to_bf16(EXPR);                             \
 	}
 
 #define REDUCE_F16_SOFT_LOOP(EXPR)                                            \
@@ -179,7 +154,10 @@ REDUCE_KB(generic, REDUCE_ATTR_GENERIC, bf16_max, REDUCE_MAX(a, b))
 		_mm_storeu_si128((__m128i *)(dp), _mm256_castsi256_si128(r)); \
 	} while (0)
 
-#define REDUCE_KB_AVX2(SFX, ATTR, NAME, VEXPR)                                \
+/* An 8-lane kernel for 16-bit floats: V8(VEXPR, d, s) reduces eight
+ * elements in place; the tail goes through the same step on a padded
+ * copy, so that rounding is identical. */
+#define REDUCE_K8(SFX, ATTR, NAME, V8, VEXPR)                                 \
 	ATTR static void reduce_##NAME##_##SFX(                               \
 	    void *dst, const void *src, size_t n)                             \
 	{                                                                     \
@@ -188,17 +166,19 @@ REDUCE_KB(generic, REDUCE_ATTR_GENERIC, bf16_max, REDUCE_MAX(a, b))
 		size_t i = 0;                                                 \
                                                                               \
 		for (; i + 8 <= n; i += 8)                                    \
-			REDUCE_BF16_V8(VEXPR, d + i, s + i);                  \
+			V8(VEXPR, d + i, s + i);                              \
 		if (i < n) {                                                  \
 			uint16_t ta[8] = { 0 }, tb[8] = { 0 };                \
 			size_t k = n - i;                                     \
                                                                               \
 			memcpy(ta, d + i, k * 2);                             \
 			memcpy(tb, s + i, k * 2);                             \
-			REDUCE_BF16_V8(VEXPR, ta, tb);                        \
+			V8(VEXPR, ta, tb);                                    \
 			memcpy(d + i, ta, k * 2);                             \
 		}                                                             \
 	}
+#define REDUCE_KB_AVX2(SFX, ATTR, NAME, VEXPR)                                \
+	REDUCE_K8(SFX, ATTR, NAME, REDUCE_BF16_V8, VEXPR)
 #define REDUCE_BF16_ALL(SFX, ATTR)                                            \
 	REDUCE_KB_AVX2(SFX, ATTR, bf16_sum, _mm256_add_ps(a, b))              \
 	REDUCE_KB_AVX2(SFX, ATTR, bf16_prod, _mm256_mul_ps(a, b))             \
@@ -219,41 +199,19 @@ REDUCE_KF_SOFT(f16_prod, REDUCE_PROD(a, b))
 REDUCE_KF_SOFT(f16_min, REDUCE_MIN(a, b))
 REDUCE_KF_SOFT(f16_max, REDUCE_MAX(a, b))
 
-/* f16 with F16C: eight lanes per step, the tail through the same
- * instructions on a padded copy so that rounding is identical. */
+/* f16 with F16C: eight lanes per step through the conversion
+ * instructions. */
+#define REDUCE_F16_V8(VEXPR, dp, sp)                                          \
+	do {                                                                  \
+		__m256 a = _mm256_cvtph_ps(                                   \
+		    _mm_loadu_si128((const __m128i *)(dp)));                  \
+		__m256 b = _mm256_cvtph_ps(                                   \
+		    _mm_loadu_si128((const __m128i *)(sp)));                  \
+		_mm_storeu_si128((__m128i *)(dp),                             \
+		    _mm256_cvtps_ph((VEXPR), _MM_FROUND_TO_NEAREST_INT));     \
+	} while (0)
 #define REDUCE_KF_F16C(SFX, ATTR, NAME, VEXPR)                                \
-	ATTR static void reduce_##NAME##_##SFX(                               \
-	    void *dst, const void *src, size_t n)                             \
-	{                                                                     \
-		uint16_t *d = dst;                                            \
-		const uint16_t *s = src;                                      \
-		size_t i = 0;                                                 \
-                                                                              \
-		for (; i + 8 <= n; i += 8) {                                  \
-			__m256 a = _mm256_cvtph_ps(                           \
-			    _mm_loadu_si128((const __m128i *)(d + i)));       \
-			__m256 b = _mm256_cvtph_ps(                           \
-			    _mm_loadu_si128((const __m128i *)(s + i)));       \
-			__m256 r = (VEXPR);                                   \
-			_mm_storeu_si128((__m128i *)(d + i),                  \
-			    _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));   \
-		}                                                             \
-		if (i < n) {                                                  \
-			uint16_t ta[8] = { 0 }, tb[8] = { 0 };                \
-			size_t k = n - i;                                     \
-                                                                              \
-			memcpy(ta, d + i, k * 2);                             \
-			memcpy(tb, s + i, k * 2);                             \
-			__m256 a = _mm256_cvtph_ps(                           \
-			    _mm_loadu_si128((const __m128i *)ta));            \
-			__m256 b = _mm256_cvtph_ps(                           \
-			    _mm_loadu_si128((const __m128i *)tb));            \
-			__m256 r = (VEXPR);                                   \
-			_mm_storeu_si128((__m128i *)ta,                       \
-			    _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));   \
-			memcpy(d + i, ta, k * 2);                             \
-		}                                                             \
-	}
+	REDUCE_K8(SFX, ATTR, NAME, REDUCE_F16_V8, VEXPR)
 /* _mm256_min_ps(b, a) returns a when either is NaN or both equal, which
  * is REDUCE_MIN(a, b) = (b < a ? b : a). */
 #define REDUCE_F16C_ALL(SFX, ATTR)                                            \
@@ -404,14 +362,8 @@ reduce_div_f64(double *restrict d, size_t n, double v)
 static void
 reduce_div_bf16(uint16_t *restrict d, size_t n, float v)
 {
-	for (size_t i = 0; i < n; i++) {
-		float a = reduce_bits_f32((uint32_t)d[i] << 16) / v;
-		uint32_t u = reduce_f32_bits(a);
-		uint32_t rn = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-		uint32_t qn = (u >> 16) | 0x40u;
-
-		d[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? qn : rn);
-	}
+	for (size_t i = 0; i < n; i++)
+		d[i] = cohort__f32_to_bf16(cohort__bf16_to_f32(d[i]) / v);
 }
 
 REDUCE_ATTR_AVX2 static void
