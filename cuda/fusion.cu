@@ -114,29 +114,29 @@ __launch_bounds__(COHORT__COPY_THREADS)
 	}
 }
 
+/* pack: the items into the bucket; else back out of it. */
 cohort_status
-copy_items(const struct cohort__pack_item *items, size_t n, uintptr_t bucket,
-    bool pack, cudaStream_t stream)
+copy_items(const void *bucket, const struct cohort__pack_item *items, size_t n,
+    bool pack, void *stream)
 {
+	cudaStream_t st = static_cast<cudaStream_t>(stream);
+	cohort_status rv = cohort__kernel_check_pack(bucket, items, n);
 	struct cohort__copy_batch b;
 	size_t done = 0;
 
-	while (done < n) {
+	while (rv == COHORT_OK && done < n) {
 		done += cohort__copy_plan(
-		    &b, items + done, n - done, bucket, pack);
+		    &b, items + done, n - done, (uintptr_t)bucket, pack);
 		if (b.n == 0)
 			continue;
 		/* At most 2^31 - 1 blocks; the kernel loops past that. */
 		unsigned grid
 		    = (unsigned)(b.nchunks < 0x7fffffffu ? b.nchunks
 		                                         : 0x7fffffffu);
-		copy_batch_kernel<<<grid, THREADS, 0, stream>>>(b);
-		cohort_status rv
-		    = launch_check(pack ? "pack kernel" : "unpack kernel");
-		if (rv != COHORT_OK)
-			return (rv);
+		copy_batch_kernel<<<grid, THREADS, 0, st>>>(b);
+		rv = launch_check(pack ? "pack kernel" : "unpack kernel");
 	}
-	return (COHORT_OK);
+	return (rv);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -348,24 +348,14 @@ extern "C" cohort_status
 cohort__cuda_pack(void *bucket, const struct cohort__pack_item *items,
     size_t n, void *stream)
 {
-	cohort_status rv = cohort__kernel_check_pack(bucket, items, n);
-
-	if (rv != COHORT_OK)
-		return (rv);
-	return (copy_items(items, n, (uintptr_t)bucket, true,
-	    static_cast<cudaStream_t>(stream)));
+	return (copy_items(bucket, items, n, true, stream));
 }
 
 extern "C" cohort_status
 cohort__cuda_unpack(const void *bucket, const struct cohort__pack_item *items,
     size_t n, void *stream)
 {
-	cohort_status rv = cohort__kernel_check_pack(bucket, items, n);
-
-	if (rv != COHORT_OK)
-		return (rv);
-	return (copy_items(items, n, (uintptr_t)bucket, false,
-	    static_cast<cudaStream_t>(stream)));
+	return (copy_items(bucket, items, n, false, stream));
 }
 
 extern "C" cohort_status

@@ -123,8 +123,10 @@ cohort__pack_layout(struct cohort__pack_item *items, size_t n, size_t align)
 	return ((off + align - 1) & ~(align - 1));
 }
 
-cohort_status
-cohort__ref_pack(void *bucket, const struct cohort__pack_item *items, size_t n)
+/* pack: each item's bytes into the bucket at its offset; else back out. */
+static cohort_status
+ref_copy_items(const void *bucket, const struct cohort__pack_item *items,
+    size_t n, bool pack)
 {
 	cohort_status rv;
 	size_t i;
@@ -132,29 +134,29 @@ cohort__ref_pack(void *bucket, const struct cohort__pack_item *items, size_t n)
 	if ((rv = cohort__kernel_check_pack(bucket, items, n)) != COHORT_OK)
 		return (rv);
 	for (i = 0; i < n; i++) {
-		if (items[i].bytes > 0)
-			memcpy((char *)bucket + items[i].offset, items[i].ptr,
-			    items[i].bytes);
+		char *slot = (char *)(uintptr_t)bucket + items[i].offset;
+
+		if (items[i].bytes == 0)
+			continue;
+		if (pack)
+			memcpy(slot, items[i].ptr, items[i].bytes);
+		else
+			memcpy(items[i].ptr, slot, items[i].bytes);
 	}
 	return (COHORT_OK);
+}
+
+cohort_status
+cohort__ref_pack(void *bucket, const struct cohort__pack_item *items, size_t n)
+{
+	return (ref_copy_items(bucket, items, n, true));
 }
 
 cohort_status
 cohort__ref_unpack(
     const void *bucket, const struct cohort__pack_item *items, size_t n)
 {
-	cohort_status rv;
-	size_t i;
-
-	if ((rv = cohort__kernel_check_pack(bucket, items, n)) != COHORT_OK)
-		return (rv);
-	for (i = 0; i < n; i++) {
-		if (items[i].bytes > 0)
-			memcpy(items[i].ptr,
-			    (const char *)bucket + items[i].offset,
-			    items[i].bytes);
-	}
-	return (COHORT_OK);
+	return (ref_copy_items(bucket, items, n, false));
 }
 
 size_t
