@@ -143,19 +143,16 @@ copy_items(const void *bucket, const struct cohort__pack_item *items, size_t n,
 /* Element types: storage type S, computed in type C                      */
 /* ---------------------------------------------------------------------- */
 
-struct f32_t {
-	typedef float S;
-	typedef float C;
+/* Stored as computed. */
+template <typename T> struct plain_t {
+	typedef T S;
+	typedef T C;
 	static __device__ __forceinline__ C load(S x) { return (x); }
 	static __device__ __forceinline__ S store(C x) { return (x); }
 };
 
-struct f64_t {
-	typedef double S;
-	typedef double C;
-	static __device__ __forceinline__ C load(S x) { return (x); }
-	static __device__ __forceinline__ S store(C x) { return (x); }
-};
+typedef plain_t<float> f32_t;
+typedef plain_t<double> f64_t;
 
 struct f16_t {
 	typedef uint16_t S;
@@ -184,12 +181,8 @@ struct bf16_t {
 };
 
 /* Integers: W is the unsigned type sum and product wrap in. */
-template <typename T, typename W> struct int_t {
-	typedef T S;
-	typedef T C;
+template <typename T, typename W> struct int_t : plain_t<T> {
 	typedef W Wrap;
-	static __device__ __forceinline__ C load(S x) { return (x); }
-	static __device__ __forceinline__ S store(C x) { return (x); }
 };
 
 /* ---------------------------------------------------------------------- */
@@ -226,27 +219,17 @@ cast_kernel(typename To::S *dst, const typename From::S *src, size_t count)
 /* reduce2                                                                */
 /* ---------------------------------------------------------------------- */
 
-/* NaN-propagating min/max, first operand on ties (ref.c ref_min). */
-template <typename C>
+/* NaN-propagating min (Max: max), first operand on ties (ref.c
+ * ref_pick). */
+template <bool Max, typename C>
 __device__ __forceinline__ C
-op_min(C a, C b)
+op_pick(C a, C b)
 {
 	if (isnan(a))
 		return (a);
 	if (isnan(b))
 		return (b);
-	return (b < a ? b : a);
-}
-
-template <typename C>
-__device__ __forceinline__ C
-op_max(C a, C b)
-{
-	if (isnan(a))
-		return (a);
-	if (isnan(b))
-		return (b);
-	return (b > a ? b : a);
+	return ((Max ? b > a : b < a) ? b : a);
 }
 
 template <typename T> struct float_ops {
@@ -255,11 +238,11 @@ template <typename T> struct float_ops {
 	static __device__ __forceinline__ C prod(C a, C b) { return (a * b); }
 	static __device__ __forceinline__ C min(C a, C b)
 	{
-		return (op_min(a, b));
+		return (op_pick<false>(a, b));
 	}
 	static __device__ __forceinline__ C max(C a, C b)
 	{
-		return (op_max(a, b));
+		return (op_pick<true>(a, b));
 	}
 };
 

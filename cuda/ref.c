@@ -296,25 +296,16 @@ cohort__ref_cast(void *dst, cohort_dtype ddt, const void *src,
 /* reduce2                                                                  */
 /* ------------------------------------------------------------------------ */
 
-/* NaN-propagating min/max; on ties (-0 vs +0) the first operand. */
+/* NaN-propagating min (max: max), on ties (-0 vs +0) the first
+ * operand. */
 static double
-ref_min(double a, double b)
+ref_pick(double a, double b, bool max)
 {
 	if (isnan(a))
 		return (a);
 	if (isnan(b))
 		return (b);
-	return (b < a ? b : a);
-}
-
-static double
-ref_max(double a, double b)
-{
-	if (isnan(a))
-		return (a);
-	if (isnan(b))
-		return (b);
-	return (b > a ? b : a);
+	return ((max ? b > a : b < a) ? b : a);
 }
 
 /* Floating-point ops in f64: for f32 operands a sum or product rounded
@@ -328,9 +319,9 @@ ref_op(double a, double b, cohort_redop op)
 	case COHORT_PROD:
 		return (a * b);
 	case COHORT_MIN:
-		return (ref_min(a, b));
+		return (ref_pick(a, b, false));
 	default:
-		return (ref_max(a, b));
+		return (ref_pick(a, b, true));
 	}
 }
 
