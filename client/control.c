@@ -22,20 +22,12 @@ static cohort_status
 control_lock(pthread_mutex_t *m, cohort__time deadline)
 {
 	struct timespec ts;
-	cohort_duration left;
 	int rv;
 
 	if (deadline == COHORT__TIME_NEVER)
 		rv = pthread_mutex_lock(m);
 	else {
-		left = cohort__remaining(deadline);
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += left / 1000;
-		ts.tv_nsec += (long)(left % 1000) * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
+		cohort__realtime_after(&ts, cohort__remaining(deadline));
 		rv = pthread_mutex_timedlock(m, &ts);
 	}
 	if (rv == ETIMEDOUT)
