@@ -187,46 +187,41 @@ cohort__dl_nccl_get(
 /* Mappings                                                                 */
 /* ------------------------------------------------------------------------ */
 
+/* NCCL's code for each dtype (every one has one). */
+static const int nccl_dtypes[COHORT_DTYPE_COUNT] = {
+	[COHORT_F32] = COHORT__NCCL_FLOAT32,
+	[COHORT_F64] = COHORT__NCCL_FLOAT64,
+	[COHORT_F16] = COHORT__NCCL_FLOAT16,
+	[COHORT_BF16] = COHORT__NCCL_BFLOAT16,
+	[COHORT_I32] = COHORT__NCCL_INT32,
+	[COHORT_I64] = COHORT__NCCL_INT64,
+	[COHORT_U8] = COHORT__NCCL_UINT8,
+};
+
 int
 cohort__nccl_dtype(cohort_dtype dt)
 {
-	switch (dt) {
-	case COHORT_F32:
-		return (COHORT__NCCL_FLOAT32);
-	case COHORT_F64:
-		return (COHORT__NCCL_FLOAT64);
-	case COHORT_F16:
-		return (COHORT__NCCL_FLOAT16);
-	case COHORT_BF16:
-		return (COHORT__NCCL_BFLOAT16);
-	case COHORT_I32:
-		return (COHORT__NCCL_INT32);
-	case COHORT_I64:
-		return (COHORT__NCCL_INT64);
-	case COHORT_U8:
-		return (COHORT__NCCL_UINT8);
-	default:
+	if ((int)dt < 0 || dt >= COHORT_DTYPE_COUNT)
 		return (-1);
-	}
+	return (nccl_dtypes[dt]);
 }
+
+/* NCCL's code for each reduction; MEAN (ncclAvg) needs NCCL 2.10. */
+static const int nccl_redops[COHORT_REDOP_COUNT] = {
+	[COHORT_SUM] = COHORT__NCCL_SUM,
+	[COHORT_PROD] = COHORT__NCCL_PROD,
+	[COHORT_MIN] = COHORT__NCCL_MIN,
+	[COHORT_MAX] = COHORT__NCCL_MAX,
+	[COHORT_MEAN] = COHORT__NCCL_AVG,
+};
 
 int
 cohort__nccl_redop(cohort_redop op, int nccl_version)
 {
-	switch (op) {
-	case COHORT_SUM:
-		return (COHORT__NCCL_SUM);
-	case COHORT_PROD:
-		return (COHORT__NCCL_PROD);
-	case COHORT_MIN:
-		return (COHORT__NCCL_MIN);
-	case COHORT_MAX:
-		return (COHORT__NCCL_MAX);
-	case COHORT_MEAN:
-		return (nccl_version >= 21000 ? COHORT__NCCL_AVG : -1);
-	default:
+	if ((int)op < 0 || op >= COHORT_REDOP_COUNT
+	    || (op == COHORT_MEAN && nccl_version < 21000))
 		return (-1);
-	}
+	return (nccl_redops[op]);
 }
 
 const char *
