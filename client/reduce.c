@@ -46,23 +46,19 @@ struct reduce_table {
 		d[i] = (EXPR);                                                \
 	}
 
+/* 16-bit floats: widened to f32 (TO32), reduced, narrowed (TO16). */
+#define REDUCE_HALF_LOOP(TO32, TO16, EXPR)                                    \
+	uint16_t *restrict d = dst;                                           \
+	const uint16_t *restrict s = src;                                     \
+	for (size_t i = 0; i < n; i++) {                                      \
+		float a = TO32(d[i]);                                         \
+		float b = TO32(s[i]);                                         \
+		d[i] = TO16(EXPR);                                            \
+	}
 #define REDUCE_BF16_LOOP(EXPR)                                                \
-	uint16_t *restrict d = dst;                                           \
-	const uint16_t *restrict s = src;                                     \
-	for (size_t i = 0; i < n; i++) {                                      \
-		float a = cohort__bf16_to_f32(d[i]);                          \
-		float b = cohort__bf16_to_f32(s[i]);                          \
-		d[i] = cohort__f32_to_bf16(EXPR);                             \
-	}
-
+	REDUCE_HALF_LOOP(cohort__bf16_to_f32, cohort__f32_to_bf16, EXPR)
 #define REDUCE_F16_SOFT_LOOP(EXPR)                                            \
-	uint16_t *restrict d = dst;                                           \
-	const uint16_t *restrict s = src;                                     \
-	for (size_t i = 0; i < n; i++) {                                      \
-		float a = cohort__f16_to_f32(d[i]);                           \
-		float b = cohort__f16_to_f32(s[i]);                           \
-		d[i] = cohort__f32_to_f16(EXPR);                              \
-	}
+	REDUCE_HALF_LOOP(cohort__f16_to_f32, cohort__f32_to_f16, EXPR)
 
 #define REDUCE_SUM(a, b) ((a) + (b))
 #define REDUCE_PROD(a, b) ((a) * (b))
@@ -99,12 +95,18 @@ struct reduce_table {
 	{                                                                     \
 		REDUCE_LOOP(T, EXPR)                                          \
 	}
-#define REDUCE_KB(SFX, ATTR, NAME, EXPR)                                      \
-	ATTR static void reduce_##NAME##_##SFX(                               \
+/* The four generic kernels of a 16-bit type whose loop is LOOP(EXPR). */
+#define REDUCE_KL(NAME, LOOP, EXPR)                                           \
+	static void reduce_##NAME##_generic(                                  \
 	    void *dst, const void *src, size_t n)                             \
 	{                                                                     \
-		REDUCE_BF16_LOOP(EXPR)                                        \
+		LOOP(EXPR)                                                    \
 	}
+#define REDUCE_KL_ALL(DT, LOOP)                                               \
+	REDUCE_KL(DT##_sum, LOOP, REDUCE_SUM(a, b))                           \
+	REDUCE_KL(DT##_prod, LOOP, REDUCE_PROD(a, b))                         \
+	REDUCE_KL(DT##_min, LOOP, REDUCE_MIN(a, b))                           \
+	REDUCE_KL(DT##_max, LOOP, REDUCE_MAX(a, b))
 
 #define REDUCE_ATTR_GENERIC
 #define REDUCE_ATTR_AVX2 __attribute__((target("avx2,f16c,fma")))
@@ -115,11 +117,10 @@ REDUCE_FAMILY(generic, REDUCE_ATTR_GENERIC)
 REDUCE_FAMILY(avx2, REDUCE_ATTR_AVX2)
 REDUCE_FAMILY(avx512, REDUCE_ATTR_AVX512)
 
-/* bf16 without AVX2: the plain loop (gcc vectorises it with SSE2). */
-REDUCE_KB(generic, REDUCE_ATTR_GENERIC, bf16_sum, REDUCE_SUM(a, b))
-REDUCE_KB(generic, REDUCE_ATTR_GENERIC, bf16_prod, REDUCE_PROD(a, b))
-REDUCE_KB(generic, REDUCE_ATTR_GENERIC, bf16_min, REDUCE_MIN(a, b))
-REDUCE_KB(generic, REDUCE_ATTR_GENERIC, bf16_max, REDUCE_MAX(a, b))
+/* bf16 without AVX2: the plain loop (gcc vectorises it with SSE2); f16
+ * without F16C: exact software conversion, slow but correct. */
+REDUCE_KL_ALL(bf16, REDUCE_BF16_LOOP)
+REDUCE_KL_ALL(f16, REDUCE_F16_SOFT_LOOP)
 
 /* bf16 with AVX2: widen 8 lanes by a shift, reduce in f32, round to
  * nearest even with the same integer trick as the scalar code (NaN kept
@@ -177,27 +178,16 @@ REDUCE_KB(generic, REDUCE_ATTR_GENERIC, bf16_max, REDUCE_MAX(a, b))
 			memcpy(d + i, ta, k * 2);                             \
 		}                                                             \
 	}
-#define REDUCE_KB_AVX2(SFX, ATTR, NAME, VEXPR)                                \
-	REDUCE_K8(SFX, ATTR, NAME, REDUCE_BF16_V8, VEXPR)
-#define REDUCE_BF16_ALL(SFX, ATTR)                                            \
-	REDUCE_KB_AVX2(SFX, ATTR, bf16_sum, _mm256_add_ps(a, b))              \
-	REDUCE_KB_AVX2(SFX, ATTR, bf16_prod, _mm256_mul_ps(a, b))             \
-	REDUCE_KB_AVX2(SFX, ATTR, bf16_min, _mm256_min_ps(b, a))              \
-	REDUCE_KB_AVX2(SFX, ATTR, bf16_max, _mm256_max_ps(b, a))
-REDUCE_BF16_ALL(avx2, REDUCE_ATTR_AVX2)
-REDUCE_BF16_ALL(avx512, REDUCE_ATTR_AVX512)
-
-/* f16 without F16C: exact software conversion, slow but correct. */
-#define REDUCE_KF_SOFT(NAME, EXPR)                                            \
-	static void reduce_##NAME##_generic(                                  \
-	    void *dst, const void *src, size_t n)                             \
-	{                                                                     \
-		REDUCE_F16_SOFT_LOOP(EXPR)                                    \
-	}
-REDUCE_KF_SOFT(f16_sum, REDUCE_SUM(a, b))
-REDUCE_KF_SOFT(f16_prod, REDUCE_PROD(a, b))
-REDUCE_KF_SOFT(f16_min, REDUCE_MIN(a, b))
-REDUCE_KF_SOFT(f16_max, REDUCE_MAX(a, b))
+/* The four 8-lane kernels of a 16-bit type. _mm256_min_ps(b, a) returns
+ * a when either is NaN or both equal, which is REDUCE_MIN(a, b) =
+ * (b < a ? b : a). */
+#define REDUCE_K8_ALL(SFX, ATTR, DT, V8)                                      \
+	REDUCE_K8(SFX, ATTR, DT##_sum, V8, _mm256_add_ps(a, b))               \
+	REDUCE_K8(SFX, ATTR, DT##_prod, V8, _mm256_mul_ps(a, b))              \
+	REDUCE_K8(SFX, ATTR, DT##_min, V8, _mm256_min_ps(b, a))               \
+	REDUCE_K8(SFX, ATTR, DT##_max, V8, _mm256_max_ps(b, a))
+REDUCE_K8_ALL(avx2, REDUCE_ATTR_AVX2, bf16, REDUCE_BF16_V8)
+REDUCE_K8_ALL(avx512, REDUCE_ATTR_AVX512, bf16, REDUCE_BF16_V8)
 
 /* f16 with F16C: eight lanes per step through the conversion
  * instructions. */
@@ -210,17 +200,8 @@ REDUCE_KF_SOFT(f16_max, REDUCE_MAX(a, b))
 		_mm_storeu_si128((__m128i *)(dp),                             \
 		    _mm256_cvtps_ph((VEXPR), _MM_FROUND_TO_NEAREST_INT));     \
 	} while (0)
-#define REDUCE_KF_F16C(SFX, ATTR, NAME, VEXPR)                                \
-	REDUCE_K8(SFX, ATTR, NAME, REDUCE_F16_V8, VEXPR)
-/* _mm256_min_ps(b, a) returns a when either is NaN or both equal, which
- * is REDUCE_MIN(a, b) = (b < a ? b : a). */
-#define REDUCE_F16C_ALL(SFX, ATTR)                                            \
-	REDUCE_KF_F16C(SFX, ATTR, f16_sum, _mm256_add_ps(a, b))               \
-	REDUCE_KF_F16C(SFX, ATTR, f16_prod, _mm256_mul_ps(a, b))              \
-	REDUCE_KF_F16C(SFX, ATTR, f16_min, _mm256_min_ps(b, a))               \
-	REDUCE_KF_F16C(SFX, ATTR, f16_max, _mm256_max_ps(b, a))
-REDUCE_F16C_ALL(avx2, REDUCE_ATTR_AVX2)
-REDUCE_F16C_ALL(avx512, REDUCE_ATTR_AVX512)
+REDUCE_K8_ALL(avx2, REDUCE_ATTR_AVX2, f16, REDUCE_F16_V8)
+REDUCE_K8_ALL(avx512, REDUCE_ATTR_AVX512, f16, REDUCE_F16_V8)
 
 #define REDUCE_ROW(SFX, DT)                                                   \
 	{                                                                     \
@@ -391,6 +372,14 @@ reduce_div_f16_soft(uint16_t *d, size_t n, float v)
 		d[i] = cohort__f32_to_f16(cohort__f16_to_f32(d[i]) / v);
 }
 
+/* Integers: divided in double, truncated toward zero. */
+#define REDUCE_DIV_INT(T, dst, n, divisor)                                    \
+	do {                                                                  \
+		T *d_ = (dst);                                                \
+		for (size_t i_ = 0; i_ < (n); i_++)                           \
+			d_[i_] = (T)((double)d_[i_] / (divisor));             \
+	} while (0)
+
 void
 cohort__scale_div(void *dst, size_t n, cohort_dtype dt, double divisor)
 {
@@ -412,27 +401,15 @@ cohort__scale_div(void *dst, size_t n, cohort_dtype dt, double divisor)
 		else
 			reduce_div_f16_soft(dst, n, (float)divisor);
 		break;
-	case COHORT_I32: {
-		int32_t *d = dst;
-
-		for (size_t i = 0; i < n; i++)
-			d[i] = (int32_t)((double)d[i] / divisor);
+	case COHORT_I32:
+		REDUCE_DIV_INT(int32_t, dst, n, divisor);
 		break;
-	}
-	case COHORT_I64: {
-		int64_t *d = dst;
-
-		for (size_t i = 0; i < n; i++)
-			d[i] = (int64_t)((double)d[i] / divisor);
+	case COHORT_I64:
+		REDUCE_DIV_INT(int64_t, dst, n, divisor);
 		break;
-	}
-	case COHORT_U8: {
-		uint8_t *d = dst;
-
-		for (size_t i = 0; i < n; i++)
-			d[i] = (uint8_t)((double)d[i] / divisor);
+	case COHORT_U8:
+		REDUCE_DIV_INT(uint8_t, dst, n, divisor);
 		break;
-	}
 	default:
 		break;
 	}
