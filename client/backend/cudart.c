@@ -249,6 +249,42 @@ cudart_load_locked(void)
 }
 
 cohort_status
+cohort__dl_cuda_event(
+    const struct cohort__dl_cudart *cu, void **ev, char *err, size_t errlen)
+{
+	char text[200];
+	int e;
+
+	if ((e = cu->EventCreateWithFlags(
+	         ev, COHORT__CUDA_EVENT_DISABLE_TIMING))
+	    == COHORT__CUDA_SUCCESS)
+		return (COHORT_OK);
+	*ev = NULL;
+	snprintf(err, errlen, "cudaEventCreateWithFlags: %s",
+	    cohort__dl_cuda_errtext(cu, e, text, sizeof(text)));
+	return (COHORT_ECUDA);
+}
+
+int
+cohort__dl_cuda_grow(int (*alloc)(void **, size_t), int (*release)(void *),
+    void **p, size_t *len, size_t want)
+{
+	void *q = NULL;
+	int e;
+
+	if (*p != NULL) {
+		(void)release(*p);
+		*p = NULL;
+		*len = 0;
+	}
+	if ((e = alloc(&q, want)) != COHORT__CUDA_SUCCESS)
+		return (e);
+	*p = q;
+	*len = want;
+	return (COHORT__CUDA_SUCCESS);
+}
+
+cohort_status
 cohort__dl_cudart_get(
     const struct cohort__dl_cudart **out, char *err, size_t errlen)
 {

@@ -403,15 +403,9 @@ nccl_init(const struct cohort__group_desc *desc, void **state, char *err,
 		rv = COHORT_ECUDA;
 		goto out_free;
 	}
-	if ((e = cu->EventCreateWithFlags(
-	         &s->event, COHORT__CUDA_EVENT_DISABLE_TIMING))
-	    != COHORT__CUDA_SUCCESS) {
-		s->event = NULL;
-		snprintf(err, errlen, "cudaEventCreateWithFlags: %s",
-		    cohort__dl_cuda_errtext(cu, e, text, sizeof(text)));
-		rv = COHORT_ECUDA;
+	if ((rv = cohort__dl_cuda_event(cu, &s->event, err, errlen))
+	    != COHORT_OK)
 		goto out_free;
-	}
 	if ((rv = cohort__nccl_exchange_id(
 	         desc, nc->GetUniqueId, &uid, err, errlen, deadline))
 	    != COHORT_OK)
@@ -562,22 +556,16 @@ nccl_check_buf(struct nccl_state *s, const char *what, const void *p,
 static cohort_status
 nccl_scratch(struct nccl_state *s, size_t len, char *err, size_t errlen)
 {
-	void *p = NULL;
 	int e;
 
 	if (len <= s->scratch_len)
 		return (COHORT_OK);
-	if (s->scratch != NULL) {
-		/* cudaFree waits for the device: no work still uses it. */
-		(void)s->cu->Free(s->scratch);
-		s->scratch = NULL;
-		s->scratch_len = 0;
-	}
-	if ((e = s->cu->Malloc(&p, len)) != COHORT__CUDA_SUCCESS)
+	/* cudaFree waits for the device: no work still uses the old one. */
+	if ((e = cohort__dl_cuda_grow(s->cu->Malloc, s->cu->Free, &s->scratch,
+	         &s->scratch_len, len))
+	    != COHORT__CUDA_SUCCESS)
 		return (nccl_cuda_failed(
 		    s, "cudaMalloc (scratch)", e, err, errlen));
-	s->scratch = p;
-	s->scratch_len = len;
 	return (COHORT_OK);
 }
 
