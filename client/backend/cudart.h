@@ -129,6 +129,18 @@ bool cohort__is_device_ptr(const void *p);
 /* The one lock of every run-time library load. */
 void cohort__dl_lock(void);
 void cohort__dl_unlock(void);
+
+/* Where a run-time library's one load stands. */
+enum cohort__dl_state {
+	COHORT__DL_NEW = 0,
+	COHORT__DL_OK,
+	COHORT__DL_FAILED,
+};
+
+/* Under the lock: runs load (which sets *state, and why on failure) the
+ * first time, then answers COHORT_OK, or COHORT_ENOTSUP with why in err. */
+cohort_status cohort__dl_once(enum cohort__dl_state *state, void (*load)(void),
+    const char *why, char *err, size_t errlen);
 /* Opens the first library of names[] (or the knob's path alone when set);
  * path gets the one opened. On failure, why gets every name tried with
  * dlerror()'s text of the last. */

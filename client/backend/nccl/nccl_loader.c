@@ -14,13 +14,7 @@
 
 #include "nccl_impl.h"
 
-enum loader_state {
-	LOADER_NEW = 0,
-	LOADER_OK,
-	LOADER_FAILED,
-};
-
-static enum loader_state nccl_state;
+static enum cohort__dl_state nccl_state;
 static void *nccl_lib;
 static struct cohort__dl_nccl nccl_api;
 static char nccl_why[512];
@@ -144,7 +138,7 @@ nccl_load_locked(void)
 			goto failed_close;
 	}
 	nccl_api = api;
-	nccl_state = LOADER_OK;
+	nccl_state = COHORT__DL_OK;
 	cohort__debug("nccl %s from %s (revoke %s, shrink %s, split %s)",
 	    api.version_text, path, api.CommRevoke != NULL ? "yes" : "no",
 	    api.CommShrink != NULL ? "yes" : "no",
@@ -155,7 +149,7 @@ failed_close:
 	(void)dlclose(nccl_lib);
 	nccl_lib = NULL;
 failed:
-	nccl_state = LOADER_FAILED;
+	nccl_state = COHORT__DL_FAILED;
 	cohort__debug("nccl unavailable: %s", nccl_why);
 }
 
@@ -166,21 +160,13 @@ cohort__dl_nccl_get(
 	const struct cohort__dl_cudart *cu;
 	cohort_status rv;
 
-	if ((rv = cohort__dl_cudart_get(&cu, err, errlen)) != COHORT_OK)
+	if ((rv = cohort__dl_cudart_get(&cu, err, errlen)) != COHORT_OK
+	    || (rv = cohort__dl_once(
+	            &nccl_state, nccl_load_locked, nccl_why, err, errlen))
+	        != COHORT_OK)
 		return (rv);
-	cohort__dl_lock();
-	if (nccl_state == LOADER_NEW)
-		nccl_load_locked();
-	if (nccl_state == LOADER_OK) {
-		*out = &nccl_api;
-		rv = COHORT_OK;
-	} else {
-		if (err != NULL && errlen > 0)
-			cohort__strlcpy(err, nccl_why, errlen);
-		rv = COHORT_ENOTSUP;
-	}
-	cohort__dl_unlock();
-	return (rv);
+	*out = &nccl_api; /* fixed once loaded */
+	return (COHORT_OK);
 }
 
 /* ------------------------------------------------------------------------ */
