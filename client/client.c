@@ -26,43 +26,6 @@
 #define CLIENT_WATCH_QUICK_MS 50
 #define CLIENT_WATCH_BACKOFF_MS 1000
 
-void
-cohort_options_init(cohort_options *opts)
-{
-	if (opts == NULL)
-		return;
-	memset(opts, 0, sizeof(*opts));
-	opts->coordinator = NULL;
-	opts->job = "default";
-	opts->token = "";
-	opts->rank = -1;
-	opts->world_size = 0;
-	opts->local_rank = -1;
-	opts->op_timeout = COHORT__DEFAULT_OP_TIMEOUT_MS;
-	opts->join_timeout = COHORT_WAIT_DEFAULT;
-	opts->heartbeat_interval
-	    = cohort__scaled(COHORT__DEFAULT_HEARTBEAT_MS);
-	opts->dead_after = cohort__scaled(COHORT__DEFAULT_DEAD_AFTER_MS);
-	opts->backend = "auto";
-	opts->data_addr = NULL;
-	opts->reconnect_window = COHORT_WAIT_DEFAULT;
-}
-
-cohort_duration
-cohort__reconnect_window(const cohort_options *opts)
-{
-	int64_t w;
-
-	if (opts->reconnect_window != COHORT_WAIT_DEFAULT)
-		return (opts->reconnect_window);
-	w = cohort__knob_int_or(COHORT__KNOB_RECONNECT_MS, -2);
-	if (w == -2)
-		w = cohort__scaled(COHORT__DEFAULT_RECONNECT_MS);
-	if (w < 0 || (opts->op_timeout >= 0 && w > opts->op_timeout))
-		w = opts->op_timeout;
-	return ((cohort_duration)w);
-}
-
 /* A negative duration (forever) is longer than any other. */
 static int64_t
 client_dur(cohort_duration d)
@@ -227,8 +190,9 @@ cohort__client_who_missing(struct cohort_client *c, struct cohort_group *g,
 	req.body_case = COHORT__REQUEST__BODY_STATUS_QUERY;
 	req.status_query = &q;
 	/* answered at once; the reply grace bounds the wait */
-	cohort__coord_call_init(&call, &req, cohort__now_ms());
-	if (cohort__coord_call(c->coord, &call) != COHORT_OK
+	if (cohort__coord_request(
+	        c->coord, &call, &req, NULL, 0, cohort__now_ms())
+	        != COHORT_OK
 	    || call.rep->body_case != COHORT__REPLY__BODY_STATUS_QUERY
 	    || call.rep->status_query == NULL)
 		goto out;
@@ -360,8 +324,8 @@ cohort__client_heartbeat_now(
 	hb.in_op = true;
 	req.body_case = COHORT__REQUEST__BODY_HEARTBEAT;
 	req.heartbeat = &hb;
-	cohort__coord_call_init(&call, &req, cohort__now_ms() + 1000);
-	(void)cohort__coord_call(c->coord, &call);
+	(void)cohort__coord_request(
+	    c->coord, &call, &req, NULL, 0, cohort__now_ms() + 1000);
 	cohort__coord_call_fini(&call);
 }
 
@@ -683,10 +647,9 @@ client_leave(struct cohort_client *c)
 	req.body_case = COHORT__REQUEST__BODY_LEAVE;
 	req.leave = &leave;
 	/* answered at once; the reply grace bounds the wait */
-	cohort__coord_call_init(&call, &req,
+	st = cohort__coord_request(c->coord, &call, &req, NULL, 0,
 	    cohort__now_ms() + COHORT__CLOSE_TIMEOUT_MS
 	        - COHORT__REPLY_GRACE_MS);
-	st = cohort__coord_call(c->coord, &call);
 	if (st != COHORT_OK)
 		cohort__debug("leave: %s: %s", cohort_status_name(st),
 		    cohort_last_error());
@@ -714,8 +677,7 @@ client_join(
 	join.dead_after_ms = (uint32_t)c->dead_after_ms;
 	req.body_case = COHORT__REQUEST__BODY_JOIN;
 	req.join = &join;
-	cohort__coord_call_init(&call, &req, deadline);
-	st = cohort__coord_call(c->coord, &call);
+	st = cohort__coord_request(c->coord, &call, &req, NULL, 0, deadline);
 	if (st != COHORT_OK) {
 		if (st == COHORT_ETIMEDOUT && call.rep != NULL
 		    && call.rep->n_missing_ranks > 0
@@ -766,6 +728,13 @@ out:
 	cohort__coord_call_fini(&call);
 	return (st);
 }
+
+/* What fault.c may do to a client (fault.h). */
+static const struct cohort__fault_hooks client_fault_hooks = {
+	.fail = cohort__client_fail,
+	.heartbeat_now = cohort__client_heartbeat_now,
+	.report = cohort_report_failure,
+};
 
 cohort_status
 cohort_client_open(
@@ -830,7 +799,7 @@ cohort_client_open(
 	c->dead_after_ms = opts->dead_after;
 
 	/* A bad COHORT_FAULTS is refused before anything connects. */
-	if ((st = cohort__fault_open(c)) != COHORT_OK)
+	if ((st = cohort__fault_open(c, &client_fault_hooks)) != COHORT_OK)
 		goto out_free;
 	if ((st = cohort__coord_open(c->coordinator, c->job, c->token,
 	         cohort__random_u64(), &c->coord))
@@ -846,10 +815,12 @@ cohort_client_open(
 	if ((st = client_join(c, opts, deadline)) != COHORT_OK)
 		goto out_free;
 	joined = true;
-	if ((st = cohort__group_create_world(
-	         c, c->rank, c->world_size, c->generation, &c->world))
+	/* the world group, on the client's list like every group */
+	if ((st = cohort__group_alloc(c, "", c->rank, c->world_size, NULL,
+	         c->generation, &c->world))
 	    != COHORT_OK)
 		goto out_free;
+	cohort__client_add_group(c, c->world);
 	if ((st = client_start_liveness(c)) != COHORT_OK)
 		goto out_free;
 	if ((st = cohort__fault_start(c)) != COHORT_OK)
@@ -1005,9 +976,8 @@ cohort_report_failure(
 		    COHORT_EINVAL, "failure text longer than 64 KiB"));
 	req.body_case = COHORT__REQUEST__BODY_REPORT_FAILURE;
 	req.report_failure = &rf;
-	cohort__coord_call_init(
-	    &call, &req, cohort__client_deadline(c, timeout));
-	st = cohort__coord_call(c->coord, &call);
+	st = cohort__coord_request(c->coord, &call, &req, NULL, 0,
+	    cohort__client_deadline(c, timeout));
 	cohort__coord_call_fini(&call);
 	return (st);
 }

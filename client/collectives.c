@@ -784,48 +784,31 @@ coll_null(const char *what, const char *name)
 	return (cohort__err(COHORT_EINVAL, "%s: %s is NULL", what, name));
 }
 
-/* Gather-like in place: the input is at its slot of recv (pass as is), or
- * at recv itself (move it at execution), else must not overlap. */
+/* In place. Gather-like (gather): the input is at its slot of recv (pass
+ * as is), or at recv itself (move it at execution). Scatter-like: the
+ * output is the own block of send (pass), or send itself (run into a
+ * temporary). Otherwise the two must not overlap. */
 static cohort_status
-coll_gather_inplace(const char *what, struct cohort_work *w, size_t slot,
+coll_inplace(const char *what, struct cohort_work *w, bool gather, size_t slot,
     size_t mine, size_t total)
 {
-	const uint8_t *r = w->op.recv;
+	const uint8_t *whole = gather ? w->op.recv : w->op.send;
+	const void *part = gather ? w->op.send : w->op.recv;
 
-	if (mine == 0 || w->op.send == r + slot)
+	if (mine == 0 || part == whole + slot)
 		return (COHORT_OK);
-	if (w->op.send == r) {
-		w->fix = COLL_FIX_MOVE_IN;
-		w->fix_off = slot;
+	if (part == whole) {
+		if (!gather && (w->tmp = malloc(mine)) == NULL)
+			return (cohort__err(COHORT_ENOMEM, "out of memory"));
+		w->fix = gather ? COLL_FIX_MOVE_IN : COLL_FIX_TMP_OUT;
+		w->fix_off = gather ? slot : 0;
 		w->fix_len = mine;
 		return (COHORT_OK);
 	}
-	if (coll_overlap(w->op.send, mine, r, total))
+	if (coll_overlap(part, mine, whole, total))
 		return (cohort__err(COHORT_EINVAL,
-		    "%s: send overlaps recv other than in place", what));
-	return (COHORT_OK);
-}
-
-/* Scatter-like in place: the output is the own block of send (pass), or
- * send itself (run into a temporary), else must not overlap. */
-static cohort_status
-coll_scatter_inplace(const char *what, struct cohort_work *w, size_t slot,
-    size_t blk, size_t total)
-{
-	const uint8_t *s = w->op.send;
-
-	if (blk == 0 || w->op.recv == s + slot)
-		return (COHORT_OK);
-	if (w->op.recv == s) {
-		if ((w->tmp = malloc(blk)) == NULL)
-			return (cohort__err(COHORT_ENOMEM, "out of memory"));
-		w->fix = COLL_FIX_TMP_OUT;
-		w->fix_len = blk;
-		return (COHORT_OK);
-	}
-	if (coll_overlap(w->op.recv, blk, s, total))
-		return (cohort__err(COHORT_EINVAL,
-		    "%s: recv overlaps send other than in place", what));
+		    "%s: %s overlaps %s other than in place", what,
+		    gather ? "send" : "recv", gather ? "recv" : "send"));
 	return (COHORT_OK);
 }
 
@@ -863,49 +846,160 @@ coll_work_init(struct cohort_work *w, enum cohort__op_kind kind,
 /* The collectives                                                          */
 /* ------------------------------------------------------------------------ */
 
+/* Where recv may lie relative to send. */
+enum coll_place {
+	COLL_PLACE_ANY = 0, /* one buffer (broadcast) */
+	COLL_PLACE_SAME, /* the same buffer, or apart */
+	COLL_PLACE_APART, /* never overlapping */
+	COLL_PLACE_GATHER, /* coll_inplace, gather-like */
+	COLL_PLACE_SCATTER, /* coll_inplace, scatter-like */
+};
+
+/* Which buffer only the root's call uses (NULL elsewhere). */
+enum coll_rootbuf {
+	COLL_ROOTBUF_NONE = 0,
+	COLL_ROOTBUF_RECV,
+	COLL_ROOTBUF_SEND,
+};
+
+/* What tells one collective's checks from another's: coll_start runs
+ * them all from this table, in the same order for every operation. */
+struct coll_desc {
+	const char *what;
+	const char *send_name; /* must not be NULL when data moves */
+	const char *recv_name; /* same; NULL: not checked */
+	bool by_recv; /* the backend follows recv's memory, else send's */
+	bool redop; /* takes a reduction */
+	bool root; /* takes a root */
+	bool per_rank; /* one buffer holds count elements per rank */
+	enum coll_rootbuf rootbuf;
+	enum coll_place place;
+};
+
+static const struct coll_desc coll_descs[] = {
+	[COHORT__OP_ALLREDUCE] = { "allreduce", "send", "recv",
+	    .by_recv = true, .redop = true, .place = COLL_PLACE_SAME },
+	[COHORT__OP_REDUCE]
+	= { "reduce", "send", "recv on the root", .redop = true, .root = true,
+	    .rootbuf = COLL_ROOTBUF_RECV, .place = COLL_PLACE_SAME },
+	[COHORT__OP_BROADCAST] = { "broadcast", "buf", NULL, .root = true },
+	[COHORT__OP_ALLGATHER] = { "allgather", "send", "recv",
+	    .per_rank = true, .place = COLL_PLACE_GATHER },
+	[COHORT__OP_REDUCE_SCATTER]
+	= { "reduce_scatter", "send", "recv", .by_recv = true, .redop = true,
+	    .per_rank = true, .place = COLL_PLACE_SCATTER },
+	[COHORT__OP_ALLTOALL] = { "alltoall", "send", "recv", .per_rank = true,
+	    .place = COLL_PLACE_APART },
+	[COHORT__OP_GATHER] = { "gather", "send", "recv on the root",
+	    .root = true, .per_rank = true, .rootbuf = COLL_ROOTBUF_RECV,
+	    .place = COLL_PLACE_GATHER },
+	[COHORT__OP_SCATTER] = { "scatter", "send on the root", "recv",
+	    .by_recv = true, .root = true, .per_rank = true,
+	    .rootbuf = COLL_ROOTBUF_SEND, .place = COLL_PLACE_SCATTER },
+};
+
+/* Where send and recv lie: EINVAL where the operation cannot run there;
+ * the in-place cases set w's fix-up. blk: this rank's block, total: the
+ * per-rank buffer (blk where there is none). */
 static cohort_status
-coll_allreduce(cohort_group *g, const void *send, void *recv, size_t count,
-    cohort_dtype dt, cohort_redop op, void *stream, cohort_duration timeout,
-    cohort_work **out)
+coll_check_place(const struct coll_desc *d, struct cohort_group *g,
+    struct cohort_work *w, size_t blk, size_t total)
 {
-	static const char what[] = "allreduce";
+	const void *send = w->op.send, *recv = w->op.recv;
+	size_t slot = (size_t)g->rank * blk;
+
+	switch (d->place) {
+	case COLL_PLACE_SAME:
+		if (send != recv && coll_overlap(send, blk, recv, blk))
+			return (cohort__err(COHORT_EINVAL,
+			    "%s: send and recv overlap partially", d->what));
+		break;
+	case COLL_PLACE_APART:
+		if (coll_overlap(send, total, recv, total))
+			return (cohort__err(COHORT_EINVAL,
+			    "%s cannot run in place (send and recv overlap)",
+			    d->what));
+		break;
+	case COLL_PLACE_GATHER:
+		return (coll_inplace(d->what, w, true, slot, blk, total));
+	case COLL_PLACE_SCATTER:
+		return (coll_inplace(d->what, w, false, slot, blk, total));
+	default:
+		break;
+	}
+	return (COHORT_OK);
+}
+
+/* Every collective but allgatherv: checks the arguments as its entry in
+ * coll_descs says, then runs it (out NULL: blocking). */
+static cohort_status
+coll_start(cohort_group *g, enum cohort__op_kind kind, const void *send,
+    void *recv, size_t count, cohort_dtype dt, cohort_redop op, int32_t root,
+    void *stream, cohort_duration timeout, cohort_work **out)
+{
+	const struct coll_desc *d = &coll_descs[kind];
+	const char *what = d->what;
+	size_t es = 0, blk = 0, total = 0;
 	struct cohort_work w;
 	struct coll_dp *dp;
 	cohort_status st;
-	size_t es = 0, bytes = 0;
+	bool off_root; /* a root-only buffer, on another rank */
 
-	if ((st = coll_begin(g, what, dt, stream, recv, &dp, &es)) != COHORT_OK
-	    || (st = coll_check_redop(what, dt, op)) != COHORT_OK
-	    || (st = coll_bytes(what, count, 1, es, &bytes)) != COHORT_OK)
+	if ((st = coll_begin(
+	         g, what, dt, stream, d->by_recv ? recv : send, &dp, &es))
+	        != COHORT_OK
+	    || (d->redop && (st = coll_check_redop(what, dt, op)) != COHORT_OK)
+	    || (d->root && (st = coll_check_root(g, what, root)) != COHORT_OK)
+	    || (st = coll_bytes(what, count, 1, es, &blk)) != COHORT_OK
+	    || (st = coll_bytes(what, count, d->per_rank ? (size_t)g->size : 1,
+	            es, &total))
+	        != COHORT_OK)
 		return (st);
-	if (bytes > 0 && send == NULL)
-		return (coll_null(what, "send"));
-	if (bytes > 0 && recv == NULL)
-		return (coll_null(what, "recv"));
-	if (send != recv && coll_overlap(send, bytes, recv, bytes))
-		return (cohort__err(COHORT_EINVAL,
-		    "%s: send and recv overlap partially", what));
-	coll_work_init(
-	    &w, COHORT__OP_ALLREDUCE, send, recv, count, dt, op, 0, stream);
-	return (coll_submit(g, dp, &w, bytes, timeout, out));
+	off_root = d->rootbuf != COLL_ROOTBUF_NONE && g->rank != root;
+	if (off_root && d->rootbuf == COLL_ROOTBUF_RECV)
+		recv = NULL;
+	if (off_root && d->rootbuf == COLL_ROOTBUF_SEND)
+		send = NULL;
+	if (blk > 0 && send == NULL && d->send_name != NULL
+	    && !(off_root && d->rootbuf == COLL_ROOTBUF_SEND))
+		return (coll_null(what, d->send_name));
+	if (blk > 0 && recv == NULL && d->recv_name != NULL
+	    && !(off_root && d->rootbuf == COLL_ROOTBUF_RECV))
+		return (coll_null(what, d->recv_name));
+	coll_work_init(&w, kind, send, recv, count, dt, op, root, stream);
+	if (!off_root
+	    && (st = coll_check_place(d, g, &w, blk, total)) != COHORT_OK)
+		return (st);
+	return (coll_submit(g, dp, &w, blk, timeout, out));
+}
+
+/* The i-form of coll_start: out is required. */
+static cohort_status
+coll_istart(cohort_group *g, enum cohort__op_kind kind, const void *send,
+    void *recv, size_t count, cohort_dtype dt, cohort_redop op, int32_t root,
+    void *stream, cohort_work **out)
+{
+	if (out == NULL)
+		return (cohort__err(
+		    COHORT_EINVAL, "i%s: out is NULL", coll_descs[kind].what));
+	return (coll_start(g, kind, send, recv, count, dt, op, root, stream,
+	    COHORT_WAIT_DEFAULT, out));
 }
 
 cohort_status
 cohort_allreduce(cohort_group *g, const void *send, void *recv, size_t count,
     cohort_dtype dtype, cohort_redop op, void *stream, cohort_duration timeout)
 {
-	return (coll_allreduce(
-	    g, send, recv, count, dtype, op, stream, timeout, NULL));
+	return (coll_start(g, COHORT__OP_ALLREDUCE, send, recv, count, dtype,
+	    op, 0, stream, timeout, NULL));
 }
 
 cohort_status
 cohort_iallreduce(cohort_group *g, const void *send, void *recv, size_t count,
     cohort_dtype dtype, cohort_redop op, void *stream, cohort_work **out)
 {
-	if (out == NULL)
-		return (cohort__err(COHORT_EINVAL, "iallreduce: out is NULL"));
-	return (coll_allreduce(g, send, recv, count, dtype, op, stream,
-	    COHORT_WAIT_DEFAULT, out));
+	return (coll_istart(g, COHORT__OP_ALLREDUCE, send, recv, count, dtype,
+	    op, 0, stream, out));
 }
 
 cohort_status
@@ -913,116 +1007,40 @@ cohort_reduce(cohort_group *g, const void *send, void *recv, size_t count,
     cohort_dtype dtype, cohort_redop op, int32_t root, void *stream,
     cohort_duration timeout)
 {
-	static const char what[] = "reduce";
-	struct cohort_work w;
-	struct coll_dp *dp;
-	cohort_status st;
-	size_t es = 0, bytes = 0;
-
-	if ((st = coll_begin(g, what, dtype, stream, send, &dp, &es))
-	        != COHORT_OK
-	    || (st = coll_check_redop(what, dtype, op)) != COHORT_OK
-	    || (st = coll_check_root(g, what, root)) != COHORT_OK
-	    || (st = coll_bytes(what, count, 1, es, &bytes)) != COHORT_OK)
-		return (st);
-	if (g->rank != root)
-		recv = NULL;
-	if (bytes > 0 && send == NULL)
-		return (coll_null(what, "send"));
-	if (bytes > 0 && g->rank == root && recv == NULL)
-		return (coll_null(what, "recv on the root"));
-	if (recv != NULL && send != recv
-	    && coll_overlap(send, bytes, recv, bytes))
-		return (cohort__err(COHORT_EINVAL,
-		    "%s: send and recv overlap partially", what));
-	coll_work_init(
-	    &w, COHORT__OP_REDUCE, send, recv, count, dtype, op, root, stream);
-	return (coll_submit(g, dp, &w, bytes, timeout, NULL));
-}
-
-static cohort_status
-coll_broadcast(cohort_group *g, void *buf, size_t count, cohort_dtype dt,
-    int32_t root, void *stream, cohort_duration timeout, cohort_work **out)
-{
-	static const char what[] = "broadcast";
-	struct cohort_work w;
-	struct coll_dp *dp;
-	cohort_status st;
-	size_t es = 0, bytes = 0;
-
-	if ((st = coll_begin(g, what, dt, stream, buf, &dp, &es)) != COHORT_OK
-	    || (st = coll_check_root(g, what, root)) != COHORT_OK
-	    || (st = coll_bytes(what, count, 1, es, &bytes)) != COHORT_OK)
-		return (st);
-	if (bytes > 0 && buf == NULL)
-		return (coll_null(what, "buf"));
-	coll_work_init(&w, COHORT__OP_BROADCAST, buf, buf, count, dt,
-	    COHORT_SUM, root, stream);
-	return (coll_submit(g, dp, &w, bytes, timeout, out));
+	return (coll_start(g, COHORT__OP_REDUCE, send, recv, count, dtype, op,
+	    root, stream, timeout, NULL));
 }
 
 cohort_status
 cohort_broadcast(cohort_group *g, void *buf, size_t count, cohort_dtype dtype,
     int32_t root, void *stream, cohort_duration timeout)
 {
-	return (
-	    coll_broadcast(g, buf, count, dtype, root, stream, timeout, NULL));
+	return (coll_start(g, COHORT__OP_BROADCAST, buf, buf, count, dtype,
+	    COHORT_SUM, root, stream, timeout, NULL));
 }
 
 cohort_status
 cohort_ibroadcast(cohort_group *g, void *buf, size_t count, cohort_dtype dtype,
     int32_t root, void *stream, cohort_work **out)
 {
-	if (out == NULL)
-		return (cohort__err(COHORT_EINVAL, "ibroadcast: out is NULL"));
-	return (coll_broadcast(
-	    g, buf, count, dtype, root, stream, COHORT_WAIT_DEFAULT, out));
-}
-
-static cohort_status
-coll_allgather(cohort_group *g, const void *send, void *recv, size_t count,
-    cohort_dtype dt, void *stream, cohort_duration timeout, cohort_work **out)
-{
-	static const char what[] = "allgather";
-	struct cohort_work w;
-	struct coll_dp *dp;
-	cohort_status st;
-	size_t es = 0, blk = 0, total = 0;
-
-	if ((st = coll_begin(g, what, dt, stream, send, &dp, &es)) != COHORT_OK
-	    || (st = coll_bytes(what, count, 1, es, &blk)) != COHORT_OK
-	    || (st = coll_bytes(what, count, (size_t)g->size, es, &total))
-	        != COHORT_OK)
-		return (st);
-	if (blk > 0 && send == NULL)
-		return (coll_null(what, "send"));
-	if (blk > 0 && recv == NULL)
-		return (coll_null(what, "recv"));
-	coll_work_init(&w, COHORT__OP_ALLGATHER, send, recv, count, dt,
-	    COHORT_SUM, 0, stream);
-	if ((st = coll_gather_inplace(
-	         what, &w, (size_t)g->rank * blk, blk, total))
-	    != COHORT_OK)
-		return (st);
-	return (coll_submit(g, dp, &w, blk, timeout, out));
+	return (coll_istart(g, COHORT__OP_BROADCAST, buf, buf, count, dtype,
+	    COHORT_SUM, root, stream, out));
 }
 
 cohort_status
 cohort_allgather(cohort_group *g, const void *send, void *recv, size_t count,
     cohort_dtype dtype, void *stream, cohort_duration timeout)
 {
-	return (coll_allgather(
-	    g, send, recv, count, dtype, stream, timeout, NULL));
+	return (coll_start(g, COHORT__OP_ALLGATHER, send, recv, count, dtype,
+	    COHORT_SUM, 0, stream, timeout, NULL));
 }
 
 cohort_status
 cohort_iallgather(cohort_group *g, const void *send, void *recv, size_t count,
     cohort_dtype dtype, void *stream, cohort_work **out)
 {
-	if (out == NULL)
-		return (cohort__err(COHORT_EINVAL, "iallgather: out is NULL"));
-	return (coll_allgather(
-	    g, send, recv, count, dtype, stream, COHORT_WAIT_DEFAULT, out));
+	return (coll_istart(g, COHORT__OP_ALLGATHER, send, recv, count, dtype,
+	    COHORT_SUM, 0, stream, out));
 }
 
 cohort_status
@@ -1057,40 +1075,9 @@ cohort_allgatherv(cohort_group *g, const void *send, void *recv,
 	coll_work_init(&w, COHORT__OP_ALLGATHERV, send, recv, 0, dtype,
 	    COHORT_SUM, 0, stream);
 	w.op.counts = counts;
-	if ((st = coll_gather_inplace(what, &w, off, mine, total))
-	    != COHORT_OK)
+	if ((st = coll_inplace(what, &w, true, off, mine, total)) != COHORT_OK)
 		return (st);
 	return (coll_submit(g, dp, &w, total, timeout, NULL));
-}
-
-static cohort_status
-coll_reduce_scatter(cohort_group *g, const void *send, void *recv,
-    size_t count, cohort_dtype dt, cohort_redop op, void *stream,
-    cohort_duration timeout, cohort_work **out)
-{
-	static const char what[] = "reduce_scatter";
-	struct cohort_work w;
-	struct coll_dp *dp;
-	cohort_status st;
-	size_t es = 0, blk = 0, total = 0;
-
-	if ((st = coll_begin(g, what, dt, stream, recv, &dp, &es)) != COHORT_OK
-	    || (st = coll_check_redop(what, dt, op)) != COHORT_OK
-	    || (st = coll_bytes(what, count, 1, es, &blk)) != COHORT_OK
-	    || (st = coll_bytes(what, count, (size_t)g->size, es, &total))
-	        != COHORT_OK)
-		return (st);
-	if (blk > 0 && send == NULL)
-		return (coll_null(what, "send"));
-	if (blk > 0 && recv == NULL)
-		return (coll_null(what, "recv"));
-	coll_work_init(&w, COHORT__OP_REDUCE_SCATTER, send, recv, count, dt,
-	    op, 0, stream);
-	if ((st = coll_scatter_inplace(
-	         what, &w, (size_t)g->rank * blk, blk, total))
-	    != COHORT_OK)
-		return (st);
-	return (coll_submit(g, dp, &w, blk, timeout, out));
 }
 
 cohort_status
@@ -1098,8 +1085,8 @@ cohort_reduce_scatter(cohort_group *g, const void *send, void *recv,
     size_t count, cohort_dtype dtype, cohort_redop op, void *stream,
     cohort_duration timeout)
 {
-	return (coll_reduce_scatter(
-	    g, send, recv, count, dtype, op, stream, timeout, NULL));
+	return (coll_start(g, COHORT__OP_REDUCE_SCATTER, send, recv, count,
+	    dtype, op, 0, stream, timeout, NULL));
 }
 
 cohort_status
@@ -1107,104 +1094,32 @@ cohort_ireduce_scatter(cohort_group *g, const void *send, void *recv,
     size_t count, cohort_dtype dtype, cohort_redop op, void *stream,
     cohort_work **out)
 {
-	if (out == NULL)
-		return (cohort__err(
-		    COHORT_EINVAL, "ireduce_scatter: out is NULL"));
-	return (coll_reduce_scatter(g, send, recv, count, dtype, op, stream,
-	    COHORT_WAIT_DEFAULT, out));
+	return (coll_istart(g, COHORT__OP_REDUCE_SCATTER, send, recv, count,
+	    dtype, op, 0, stream, out));
 }
 
 cohort_status
 cohort_alltoall(cohort_group *g, const void *send, void *recv, size_t count,
     cohort_dtype dtype, void *stream, cohort_duration timeout)
 {
-	static const char what[] = "alltoall";
-	struct cohort_work w;
-	struct coll_dp *dp;
-	cohort_status st;
-	size_t es = 0, total = 0;
-
-	if ((st = coll_begin(g, what, dtype, stream, send, &dp, &es))
-	        != COHORT_OK
-	    || (st = coll_bytes(what, count, (size_t)g->size, es, &total))
-	        != COHORT_OK)
-		return (st);
-	if (total > 0 && send == NULL)
-		return (coll_null(what, "send"));
-	if (total > 0 && recv == NULL)
-		return (coll_null(what, "recv"));
-	if (coll_overlap(send, total, recv, total))
-		return (cohort__err(COHORT_EINVAL,
-		    "%s cannot run in place (send and recv overlap)", what));
-	coll_work_init(&w, COHORT__OP_ALLTOALL, send, recv, count, dtype,
-	    COHORT_SUM, 0, stream);
-	return (coll_submit(g, dp, &w, total, timeout, NULL));
+	return (coll_start(g, COHORT__OP_ALLTOALL, send, recv, count, dtype,
+	    COHORT_SUM, 0, stream, timeout, NULL));
 }
 
 cohort_status
 cohort_gather(cohort_group *g, const void *send, void *recv, size_t count,
     cohort_dtype dtype, int32_t root, void *stream, cohort_duration timeout)
 {
-	static const char what[] = "gather";
-	struct cohort_work w;
-	struct coll_dp *dp;
-	cohort_status st;
-	size_t es = 0, blk = 0, total = 0;
-
-	if ((st = coll_begin(g, what, dtype, stream, send, &dp, &es))
-	        != COHORT_OK
-	    || (st = coll_check_root(g, what, root)) != COHORT_OK
-	    || (st = coll_bytes(what, count, 1, es, &blk)) != COHORT_OK
-	    || (st = coll_bytes(what, count, (size_t)g->size, es, &total))
-	        != COHORT_OK)
-		return (st);
-	if (g->rank != root)
-		recv = NULL;
-	if (blk > 0 && send == NULL)
-		return (coll_null(what, "send"));
-	if (blk > 0 && g->rank == root && recv == NULL)
-		return (coll_null(what, "recv on the root"));
-	coll_work_init(&w, COHORT__OP_GATHER, send, recv, count, dtype,
-	    COHORT_SUM, root, stream);
-	if (g->rank == root
-	    && (st = coll_gather_inplace(
-	            what, &w, (size_t)g->rank * blk, blk, total))
-	        != COHORT_OK)
-		return (st);
-	return (coll_submit(g, dp, &w, blk, timeout, NULL));
+	return (coll_start(g, COHORT__OP_GATHER, send, recv, count, dtype,
+	    COHORT_SUM, root, stream, timeout, NULL));
 }
 
 cohort_status
 cohort_scatter(cohort_group *g, const void *send, void *recv, size_t count,
     cohort_dtype dtype, int32_t root, void *stream, cohort_duration timeout)
 {
-	static const char what[] = "scatter";
-	struct cohort_work w;
-	struct coll_dp *dp;
-	cohort_status st;
-	size_t es = 0, blk = 0, total = 0;
-
-	if ((st = coll_begin(g, what, dtype, stream, recv, &dp, &es))
-	        != COHORT_OK
-	    || (st = coll_check_root(g, what, root)) != COHORT_OK
-	    || (st = coll_bytes(what, count, 1, es, &blk)) != COHORT_OK
-	    || (st = coll_bytes(what, count, (size_t)g->size, es, &total))
-	        != COHORT_OK)
-		return (st);
-	if (g->rank != root)
-		send = NULL;
-	if (blk > 0 && g->rank == root && send == NULL)
-		return (coll_null(what, "send on the root"));
-	if (blk > 0 && recv == NULL)
-		return (coll_null(what, "recv"));
-	coll_work_init(&w, COHORT__OP_SCATTER, send, recv, count, dtype,
-	    COHORT_SUM, root, stream);
-	if (g->rank == root
-	    && (st = coll_scatter_inplace(
-	            what, &w, (size_t)g->rank * blk, blk, total))
-	        != COHORT_OK)
-		return (st);
-	return (coll_submit(g, dp, &w, blk, timeout, NULL));
+	return (coll_start(g, COHORT__OP_SCATTER, send, recv, count, dtype,
+	    COHORT_SUM, root, stream, timeout, NULL));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1477,9 +1392,8 @@ cohort_group_new(cohort_client *c, const char *name, const int32_t *ranks,
 	body.ranks = (int32_t *)ranks;
 	req.body_case = COHORT__REQUEST__BODY_GROUP_CREATE;
 	req.group_create = &body;
-	cohort__coord_call_init(
-	    &call, &req, cohort__client_deadline(c, timeout));
-	st = cohort__coord_call(c->coord, &call);
+	st = cohort__coord_request(c->coord, &call, &req, NULL, 0,
+	    cohort__client_deadline(c, timeout));
 	if (st != COHORT_OK) {
 		char detail[COHORT__DETAIL_MAX];
 

@@ -22,20 +22,12 @@ static cohort_status
 control_lock(pthread_mutex_t *m, cohort__time deadline)
 {
 	struct timespec ts;
-	cohort_duration left;
 	int rv;
 
 	if (deadline == COHORT__TIME_NEVER)
 		rv = pthread_mutex_lock(m);
 	else {
-		left = cohort__remaining(deadline);
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += left / 1000;
-		ts.tv_nsec += (long)(left % 1000) * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
+		cohort__realtime_after(&ts, cohort__remaining(deadline));
 		rv = pthread_mutex_timedlock(m, &ts);
 	}
 	if (rv == ETIMEDOUT)
@@ -48,13 +40,35 @@ control_lock(pthread_mutex_t *m, cohort__time deadline)
 	return (COHORT_OK);
 }
 
-/* Runs one control-plane collective of g. On return the reply (if any)
- * is in *call, which the caller finalises in all cases. */
-static cohort_status
-control_run(cohort_group *g, Cohort__Collective *coll,
-    const struct cohort__iov *parts, size_t nparts, cohort_duration timeout,
-    const char *what, struct cohort__coord_call *call, Cohort__Request *req)
+/* One control-plane collective: its request, and the call that carries
+ * it and its reply. */
+struct control_op {
+	Cohort__Request req;
+	Cohort__Collective coll;
+	struct cohort__coord_call call;
+};
+
+static void
+control_op_init(struct control_op *o, Cohort__CollectiveKind kind)
 {
+	cohort__request__init(&o->req);
+	cohort__collective__init(&o->coll);
+	o->coll.kind = kind;
+	o->coll.name = "";
+	cohort__coord_call_init(&o->call, &o->req, COHORT__TIME_NEVER);
+}
+
+/* Runs one control-plane collective of g, o->coll filled in. On return
+ * the reply (if any) is in o->call, which the caller finalises in all
+ * cases. */
+static cohort_status
+control_run(cohort_group *g, struct control_op *o,
+    const struct cohort__iov *parts, size_t nparts, cohort_duration timeout,
+    const char *what)
+{
+	Cohort__Collective *coll = &o->coll;
+	struct cohort__coord_call *call = &o->call;
+	Cohort__Request *req = &o->req;
 	struct cohort_client *c = g->client;
 	struct cohort__log_ctx lctx;
 	const struct cohort__log_ctx *lsaved = NULL;
@@ -64,7 +78,6 @@ control_run(cohort_group *g, Cohort__Collective *coll,
 	uint64_t op_seq;
 	cohort_status st;
 
-	cohort__coord_call_init(call, req, COHORT__TIME_NEVER);
 	if ((st = cohort__group_check(g)) != COHORT_OK)
 		return (st);
 	deadline = cohort__client_deadline(c, timeout);
@@ -192,19 +205,17 @@ control_check_name(const char *name)
 cohort_status
 cohort_barrier(cohort_group *g, const char *name, cohort_duration timeout)
 {
-	Cohort__Request req = COHORT__REQUEST__INIT;
-	Cohort__Collective coll = COHORT__COLLECTIVE__INIT;
-	struct cohort__coord_call call;
+	struct control_op o;
 	cohort_status st;
 
 	if (g == NULL)
 		return (cohort__err(COHORT_EINVAL, "NULL group"));
 	if ((st = control_check_name(name)) != COHORT_OK)
 		return (st);
-	coll.kind = COHORT__COLLECTIVE_KIND__COLL_BARRIER;
-	coll.name = (char *)(name != NULL ? name : "");
-	st = control_run(g, &coll, NULL, 0, timeout, "barrier", &call, &req);
-	cohort__coord_call_fini(&call);
+	control_op_init(&o, COHORT__COLLECTIVE_KIND__COLL_BARRIER);
+	o.coll.name = (char *)(name != NULL ? name : "");
+	st = control_run(g, &o, NULL, 0, timeout, "barrier");
+	cohort__coord_call_fini(&o.call);
 	return (st);
 }
 
@@ -212,9 +223,7 @@ cohort_status
 cohort_broadcast_obj(cohort_group *g, int32_t root, const void *data,
     size_t len, void **out, size_t *out_len, cohort_duration timeout)
 {
-	Cohort__Request req = COHORT__REQUEST__INIT;
-	Cohort__Collective coll = COHORT__COLLECTIVE__INIT;
-	struct cohort__coord_call call;
+	struct control_op o;
 	struct cohort__iov iov = { data, len };
 	const void *src;
 	size_t n;
@@ -234,22 +243,20 @@ cohort_broadcast_obj(cohort_group *g, int32_t root, const void *data,
 	if (!is_root && out == NULL)
 		return (cohort__err(
 		    COHORT_EINVAL, "NULL output on a receiving rank"));
-	coll.kind = COHORT__COLLECTIVE_KIND__COLL_BROADCAST;
-	coll.name = "";
-	coll.root = root;
+	control_op_init(&o, COHORT__COLLECTIVE_KIND__COLL_BROADCAST);
+	o.coll.root = root;
 	/* An object cohortd cannot take is announced, not sent: cohortd
 	 * then fails the broadcast on every rank with ETOOBIG. */
 	oversize = is_root
 	    && (uint64_t)len > cohort__coord_max_value(g->client->coord);
 	if (is_root)
-		coll.object_len = len;
-	st = control_run(g, &coll, is_root && !oversize ? &iov : NULL,
-	    is_root && !oversize ? 1 : 0, timeout, "broadcast_obj", &call,
-	    &req);
+		o.coll.object_len = len;
+	st = control_run(g, &o, is_root && !oversize ? &iov : NULL,
+	    is_root && !oversize ? 1 : 0, timeout, "broadcast_obj");
 	if (st != COHORT_OK || out == NULL)
 		goto out;
-	src = is_root ? data : call.payload;
-	n = is_root ? len : call.plen;
+	src = is_root ? data : o.call.payload;
+	n = is_root ? len : o.call.plen;
 	if ((p = malloc(n > 0 ? n : 1)) == NULL) {
 		st = cohort__err(COHORT_ENOMEM,
 		    "cannot allocate %zu bytes for the object", n);
@@ -261,7 +268,7 @@ cohort_broadcast_obj(cohort_group *g, int32_t root, const void *data,
 	if (out_len != NULL)
 		*out_len = n;
 out:
-	cohort__coord_call_fini(&call);
+	cohort__coord_call_fini(&o.call);
 	return (st);
 }
 
@@ -269,9 +276,7 @@ cohort_status
 cohort_reduce_scalars(cohort_group *g, cohort_dtype dtype, cohort_redop op,
     void *values, size_t count, cohort_duration timeout)
 {
-	Cohort__Request req = COHORT__REQUEST__INIT;
-	Cohort__Collective coll = COHORT__COLLECTIVE__INIT;
-	struct cohort__coord_call call;
+	struct control_op o;
 	const Cohort__CollectiveReply *cr;
 	cohort_status st;
 
@@ -291,27 +296,21 @@ cohort_reduce_scalars(cohort_group *g, cohort_dtype dtype, cohort_redop op,
 		return (cohort__err(COHORT_EINVAL,
 		    "%zu scalars exceed the limit of %d", count,
 		    COHORT__MAX_SCALARS));
-	coll.kind = COHORT__COLLECTIVE_KIND__COLL_REDUCE_SCALARS;
-	coll.name = "";
-	coll.op = (uint32_t)op;
+	control_op_init(&o, COHORT__COLLECTIVE_KIND__COLL_REDUCE_SCALARS);
+	o.coll.op = (uint32_t)op;
 	if (dtype == COHORT_I64) {
-		coll.scalar_type = COHORT__SCALAR_TYPE__SCALAR_I64;
-		coll.i64s = values;
-		coll.n_i64s = count;
+		o.coll.scalar_type = COHORT__SCALAR_TYPE__SCALAR_I64;
+		o.coll.i64s = values;
+		o.coll.n_i64s = count;
 	} else {
-		coll.scalar_type = COHORT__SCALAR_TYPE__SCALAR_F64;
-		coll.f64s = values;
-		coll.n_f64s = count;
+		o.coll.scalar_type = COHORT__SCALAR_TYPE__SCALAR_F64;
+		o.coll.f64s = values;
+		o.coll.n_f64s = count;
 	}
-	st = control_run(
-	    g, &coll, NULL, 0, timeout, "reduce_scalars", &call, &req);
-	if (st != COHORT_OK)
+	st = control_run(g, &o, NULL, 0, timeout, "reduce_scalars");
+	if (st != COHORT_OK || count == 0)
 		goto out;
-	cr = call.rep->body_case == COHORT__REPLY__BODY_COLLECTIVE
-	    ? call.rep->collective
-	    : NULL;
-	if (count == 0)
-		goto out;
+	cr = cohort__coord_reply_body(&o.call, COHORT__REPLY__BODY_COLLECTIVE);
 	if (cr != NULL && dtype == COHORT_I64 && cr->n_i64s == count)
 		memcpy(values, cr->i64s, count * sizeof(int64_t));
 	else if (cr != NULL && dtype == COHORT_F64 && cr->n_f64s == count)
@@ -320,7 +319,7 @@ cohort_reduce_scalars(cohort_group *g, cohort_dtype dtype, cohort_redop op,
 		st = cohort__err(COHORT_EPROTO,
 		    "reduce_scalars reply does not hold %zu values", count);
 out:
-	cohort__coord_call_fini(&call);
+	cohort__coord_call_fini(&o.call);
 	return (st);
 }
 
@@ -328,27 +327,24 @@ cohort_status
 cohort_decide(cohort_group *g, bool decision, bool all, bool *out,
     cohort_duration timeout)
 {
-	Cohort__Request req = COHORT__REQUEST__INIT;
-	Cohort__Collective coll = COHORT__COLLECTIVE__INIT;
-	struct cohort__coord_call call;
+	struct control_op o;
+	const Cohort__CollectiveReply *cr;
 	cohort_status st;
 
 	if (g == NULL || out == NULL)
 		return (cohort__err(COHORT_EINVAL, "NULL group or output"));
-	coll.kind = COHORT__COLLECTIVE_KIND__COLL_DECIDE;
-	coll.name = "";
-	coll.decision = decision;
-	coll.decide_all = all;
-	st = control_run(g, &coll, NULL, 0, timeout, "decide", &call, &req);
+	control_op_init(&o, COHORT__COLLECTIVE_KIND__COLL_DECIDE);
+	o.coll.decision = decision;
+	o.coll.decide_all = all;
+	st = control_run(g, &o, NULL, 0, timeout, "decide");
 	if (st != COHORT_OK)
 		goto out;
-	if (call.rep->body_case != COHORT__REPLY__BODY_COLLECTIVE
-	    || call.rep->collective == NULL) {
+	cr = cohort__coord_reply_body(&o.call, COHORT__REPLY__BODY_COLLECTIVE);
+	if (cr == NULL)
 		st = cohort__err(COHORT_EPROTO, "decide reply without result");
-		goto out;
-	}
-	*out = call.rep->collective->decision;
+	else
+		*out = cr->decision;
 out:
-	cohort__coord_call_fini(&call);
+	cohort__coord_call_fini(&o.call);
 	return (st);
 }

@@ -363,12 +363,30 @@ coord_unpack(struct cohort__coord_call *call, nng_msg *msg)
 	return (COHORT_OK);
 }
 
+/* An aio (callback cb) and a context on co's socket: both or neither. */
+static cohort_status
+coord_ctx_open(struct cohort__coord *co, nng_aio **aio, nng_ctx *ctx,
+    void (*cb)(void *), void *arg)
+{
+	int rv;
+
+	if ((rv = nng_aio_alloc(aio, cb, arg)) != 0)
+		return (cohort__err(cohort__from_nng(rv), "nng_aio_alloc: %s",
+		    nng_strerror(rv)));
+	if ((rv = nng_ctx_open(ctx, co->sock)) != 0) {
+		nng_aio_free(*aio);
+		return (cohort__err(cohort__from_nng(rv), "nng_ctx_open: %s",
+		    nng_strerror(rv)));
+	}
+	return (COHORT_OK);
+}
+
 /* A context and an aio for one synchronous call: an idle one, or new. */
 static cohort_status
 coord_slot_get(struct cohort__coord *co, struct coord_slot **out)
 {
 	struct coord_slot *sl = NULL;
-	int rv;
+	cohort_status st;
 
 	pthread_mutex_lock(&co->mtx);
 	if ((sl = co->idle) != NULL) {
@@ -382,16 +400,10 @@ coord_slot_get(struct cohort__coord *co, struct coord_slot **out)
 	}
 	if ((sl = calloc(1, sizeof(*sl))) == NULL)
 		return (cohort__err(COHORT_ENOMEM, "out of memory"));
-	if ((rv = nng_aio_alloc(&sl->aio, NULL, NULL)) != 0) {
+	if ((st = coord_ctx_open(co, &sl->aio, &sl->ctx, NULL, NULL))
+	    != COHORT_OK) {
 		free(sl);
-		return (cohort__err(cohort__from_nng(rv), "nng_aio_alloc: %s",
-		    nng_strerror(rv)));
-	}
-	if ((rv = nng_ctx_open(&sl->ctx, co->sock)) != 0) {
-		nng_aio_free(sl->aio);
-		free(sl);
-		return (cohort__err(cohort__from_nng(rv), "nng_ctx_open: %s",
-		    nng_strerror(rv)));
+		return (st);
 	}
 	*out = sl;
 	return (COHORT_OK);
@@ -1145,6 +1157,29 @@ cohort__coord_call_init(struct cohort__coord_call *call, Cohort__Request *req,
 	call->deadline = deadline;
 }
 
+cohort_status
+cohort__coord_request(struct cohort__coord *co,
+    struct cohort__coord_call *call, Cohort__Request *req,
+    const struct cohort__iov *parts, size_t nparts, cohort__time deadline)
+{
+	cohort__coord_call_init(call, req, deadline);
+	call->parts = parts;
+	call->nparts = nparts;
+	return (cohort__coord_call(co, call));
+}
+
+const void *
+cohort__coord_reply_body(
+    const struct cohort__coord_call *call, Cohort__Reply__BodyCase want)
+{
+	/* Every member of the body union is a pointer to a message, and
+	 * pointers to structures share one representation: reading one
+	 * member tells whether the body is present. */
+	if (call->rep == NULL || call->rep->body_case != want)
+		return (NULL);
+	return (call->rep->join);
+}
+
 void
 cohort__coord_call_fini(struct cohort__coord_call *call)
 {
@@ -1472,23 +1507,17 @@ cohort__coord_async_alloc(struct cohort__coord *co, cohort__coord_done cb,
     void *arg, struct cohort__coord_async **out)
 {
 	struct cohort__coord_async *a;
-	int rv;
+	cohort_status st;
 
 	if ((a = calloc(1, sizeof(*a))) == NULL)
 		return (cohort__err(COHORT_ENOMEM, "out of memory"));
 	a->co = co;
 	a->cb = cb;
 	a->arg = arg;
-	if ((rv = nng_aio_alloc(&a->aio, coord_async_cb, a)) != 0) {
+	if ((st = coord_ctx_open(co, &a->aio, &a->ctx, coord_async_cb, a))
+	    != COHORT_OK) {
 		free(a);
-		return (cohort__err(cohort__from_nng(rv), "nng_aio_alloc: %s",
-		    nng_strerror(rv)));
-	}
-	if ((rv = nng_ctx_open(&a->ctx, co->sock)) != 0) {
-		nng_aio_free(a->aio);
-		free(a);
-		return (cohort__err(cohort__from_nng(rv), "nng_ctx_open: %s",
-		    nng_strerror(rv)));
+		return (st);
 	}
 	*out = a;
 	return (COHORT_OK);

@@ -149,6 +149,17 @@ cohort_status cohort__coord_call(
 void cohort__coord_call_abort(struct cohort__coord *co,
     struct cohort__coord_call *call, cohort_status why);
 
+/* cohort__coord_call_init, the trailing payload (parts, may be NULL) and
+ * cohort__coord_call: one request in one call. The caller finalises call
+ * whatever it returns. */
+cohort_status cohort__coord_request(struct cohort__coord *co,
+    struct cohort__coord_call *call, Cohort__Request *req,
+    const struct cohort__iov *parts, size_t nparts, cohort__time deadline);
+
+/* The body of call's reply when it has one of kind want, else NULL. */
+const void *cohort__coord_reply_body(
+    const struct cohort__coord_call *call, Cohort__Reply__BodyCase want);
+
 /* Frees the reply; the call may then be run again (a retry, same seq). */
 void cohort__coord_call_fini(struct cohort__coord_call *call);
 

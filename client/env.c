@@ -863,6 +863,45 @@ cohort__options_env_timeouts(cohort_options *opts)
 	return (COHORT_OK);
 }
 
+/* The options' defaults (cohort.h), and the reconnect window they
+ * resolve to. */
+void
+cohort_options_init(cohort_options *opts)
+{
+	if (opts == NULL)
+		return;
+	memset(opts, 0, sizeof(*opts));
+	opts->coordinator = NULL;
+	opts->job = "default";
+	opts->token = "";
+	opts->rank = -1;
+	opts->world_size = 0;
+	opts->local_rank = -1;
+	opts->op_timeout = COHORT__DEFAULT_OP_TIMEOUT_MS;
+	opts->join_timeout = COHORT_WAIT_DEFAULT;
+	opts->heartbeat_interval
+	    = cohort__scaled(COHORT__DEFAULT_HEARTBEAT_MS);
+	opts->dead_after = cohort__scaled(COHORT__DEFAULT_DEAD_AFTER_MS);
+	opts->backend = "auto";
+	opts->data_addr = NULL;
+	opts->reconnect_window = COHORT_WAIT_DEFAULT;
+}
+
+cohort_duration
+cohort__reconnect_window(const cohort_options *opts)
+{
+	int64_t w;
+
+	if (opts->reconnect_window != COHORT_WAIT_DEFAULT)
+		return (opts->reconnect_window);
+	w = cohort__knob_int_or(COHORT__KNOB_RECONNECT_MS, -2);
+	if (w == -2)
+		w = cohort__scaled(COHORT__DEFAULT_RECONNECT_MS);
+	if (w < 0 || (opts->op_timeout >= 0 && w > opts->op_timeout))
+		w = opts->op_timeout;
+	return ((cohort_duration)w);
+}
+
 cohort_status
 cohort_options_from_env(cohort_options *opts, const cohort_env *env)
 {

@@ -23,7 +23,6 @@
 
 #include "client.h"
 #include "fault.h"
-#include "group.h"
 
 /* Rules one client keeps (environment plus `cohort fault`). */
 #define FAULT_MAX_LIVE 256
@@ -373,24 +372,22 @@ cohort__fault_resolve(
 	return (COHORT_OK);
 }
 
+static const char *const fault_action_names[] = {
+	[COHORT__FAULT_EXIT] = "exit",
+	[COHORT__FAULT_KILL] = "kill",
+	[COHORT__FAULT_STOP] = "stop",
+	[COHORT__FAULT_DELAY] = "delay",
+	[COHORT__FAULT_DROP] = "drop",
+	[COHORT__FAULT_FAIL] = "fail",
+};
+
 const char *
 cohort__fault_action_name(enum cohort__fault_action a)
 {
-	switch (a) {
-	case COHORT__FAULT_EXIT:
-		return ("exit");
-	case COHORT__FAULT_KILL:
-		return ("kill");
-	case COHORT__FAULT_STOP:
-		return ("stop");
-	case COHORT__FAULT_DELAY:
-		return ("delay");
-	case COHORT__FAULT_DROP:
-		return ("drop");
-	case COHORT__FAULT_FAIL:
-		return ("fail");
-	}
-	return ("?");
+	if ((size_t)a
+	    >= sizeof(fault_action_names) / sizeof(fault_action_names[0]))
+		return ("?");
+	return (fault_action_names[a]);
 }
 
 size_t
@@ -467,6 +464,7 @@ struct fault_live {
 
 struct cohort__fault {
 	struct cohort_client *c;
+	struct cohort__fault_hooks hooks; /* the client's, from fault_open */
 	pthread_mutex_t mtx;
 	_Atomic uint64_t ops; /* operations entered */
 	atomic_int pending; /* live rules not done */
@@ -552,8 +550,8 @@ fault_do_exit(struct cohort__fault *f, const char *text, int code,
 	fflush(NULL);
 	/* the operation it dies in, for cohortd's record and the report */
 	if (kind != NULL)
-		cohort__client_heartbeat_now(f->c, kind, group, seq);
-	(void)cohort_report_failure(f->c, text, 2000);
+		f->hooks.heartbeat_now(f->c, kind, group, seq);
+	(void)f->hooks.report(f->c, text, 2000);
 	fflush(NULL);
 	_exit(code);
 }
@@ -562,7 +560,7 @@ fault_do_exit(struct cohort__fault *f, const char *text, int code,
 static void
 fault_do_drop(struct cohort__fault *f, const char *text)
 {
-	cohort__client_fail(f->c, COHORT_EINJECTED, text);
+	f->hooks.fail(f->c, COHORT_EINJECTED, text);
 	cohort__coord_drop(f->c->coord, text);
 }
 
@@ -627,8 +625,8 @@ fault_sleep_ms(int64_t ms)
 }
 
 cohort_status
-cohort__fault_point(struct cohort_client *c, struct cohort_group *g,
-    const char *kind, uint64_t seq)
+cohort__fault_point(
+    struct cohort_client *c, const char *group, const char *kind, uint64_t seq)
 {
 	struct cohort__fault *f = c->fault;
 	struct fault_live due[8];
@@ -662,12 +660,12 @@ cohort__fault_point(struct cohort_client *c, struct cohort_group *g,
 		struct fault_live *l = &due[i];
 		size_t off = 0;
 
-		fault_audit(f, l, n, kind, g->id, seq);
+		fault_audit(f, l, n, kind, group, seq);
 		cohort__appendf(text, sizeof(text), &off,
 		    "injected fault: %s at op %" PRIu64 " (%s #%" PRIu64
 		    " on group '%s'; seed=%" PRIu64 ", schedule %u rule %u)",
 		    cohort__fault_action_name(l->r.action), n, kind, seq,
-		    g->id, l->seed, l->schedule, l->idx);
+		    group, l->seed, l->schedule, l->idx);
 		switch (l->r.action) {
 		case COHORT__FAULT_KILL:
 			fflush(NULL);
@@ -675,7 +673,7 @@ cohort__fault_point(struct cohort_client *c, struct cohort_group *g,
 			break;
 		case COHORT__FAULT_EXIT:
 			fault_do_exit(
-			    f, text, (int)l->r.arg, kind, g->id, seq);
+			    f, text, (int)l->r.arg, kind, group, seq);
 			break;
 		case COHORT__FAULT_STOP:
 			fflush(NULL);
@@ -693,11 +691,8 @@ cohort__fault_point(struct cohort_client *c, struct cohort_group *g,
 			break;
 		}
 	}
-	if (st != COHORT_OK) {
-		if (cohort_group_error(g) != COHORT_OK)
-			return (cohort__group_check(g));
+	if (st != COHORT_OK)
 		return (cohort__err(st, "%s", text));
-	}
 	return (COHORT_OK);
 }
 
@@ -974,7 +969,8 @@ cohort__fault_tick(struct cohort_client *c)
 }
 
 cohort_status
-cohort__fault_open(struct cohort_client *c)
+cohort__fault_open(
+    struct cohort_client *c, const struct cohort__fault_hooks *hooks)
 {
 	struct cohort__fault *f;
 	const char *spec = cohort__knob_str(COHORT__KNOB_FAULTS);
@@ -990,6 +986,7 @@ cohort__fault_open(struct cohort_client *c)
 		return (cohort__err(COHORT_ESYSTEM, "pthread_mutex_init"));
 	}
 	f->c = c;
+	f->hooks = *hooks;
 	f->poll_next = 1;
 	atomic_init(&f->ops, 0);
 	atomic_init(&f->pending, 0);

@@ -112,17 +112,32 @@ const char *cohort__fault_action_name(enum cohort__fault_action a);
  * anything connects); start: after the join, resolves it for this rank and
  * starts the time triggers and the `cohort fault` lookup; close: stops
  * everything (from cohort_client_close, before the client is freed). */
-cohort_status cohort__fault_open(struct cohort_client *c);
+/* What the fault machinery needs of its client, given by client.c at
+ * cohort__fault_open, so that fault.c calls no client function by name:
+ * fail the client (drop), announce the operation it dies in and report
+ * the failure (exit). */
+struct cohort__fault_hooks {
+	void (*fail)(
+	    struct cohort_client *c, cohort_status st, const char *detail);
+	void (*heartbeat_now)(struct cohort_client *c, const char *kind,
+	    const char *group, uint64_t seq);
+	cohort_status (*report)(struct cohort_client *c, const char *text,
+	    cohort_duration timeout);
+};
+
+cohort_status cohort__fault_open(
+    struct cohort_client *c, const struct cohort__fault_hooks *hooks);
 cohort_status cohort__fault_start(struct cohort_client *c);
 void cohort__fault_stop(struct cohort_client *c);
 void cohort__fault_close(struct cohort_client *c);
 
-/* The fault point of an operation (cohort__group_op_begin): counts it and
- * fires what is due. Returns COHORT_OK, or COHORT_EINJECTED with a detail
- * (action=fail, drop); exit/kill do not return, stop returns after
- * SIGCONT, delay after the delay. Cheap when nothing is scheduled. */
-cohort_status cohort__fault_point(struct cohort_client *c,
-    struct cohort_group *g, const char *kind, uint64_t seq);
+/* The fault point of an operation (cohort__group_op_begin) kind #seq on
+ * the group named group: counts it and fires what is due. Returns
+ * COHORT_OK, or COHORT_EINJECTED with a detail (action=fail, drop);
+ * exit/kill do not return, stop returns after SIGCONT, delay after the
+ * delay. Cheap when nothing is scheduled. */
+cohort_status cohort__fault_point(struct cohort_client *c, const char *group,
+    const char *kind, uint64_t seq);
 
 /* Looks for the next `cohort fault` schedule (from the heartbeat timer;
  * never blocks; does nothing while the previous look is out). */

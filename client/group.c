@@ -84,21 +84,6 @@ cohort__group_free(struct cohort_group *g)
 }
 
 cohort_status
-cohort__group_create_world(struct cohort_client *c, int32_t rank, int32_t size,
-    uint64_t generation, struct cohort_group **out)
-{
-	struct cohort_group *g;
-	cohort_status st;
-
-	if ((st = cohort__group_alloc(c, "", rank, size, NULL, generation, &g))
-	    != COHORT_OK)
-		return (st);
-	cohort__client_add_group(c, g);
-	*out = g;
-	return (COHORT_OK);
-}
-
-cohort_status
 cohort__group_fail(
     struct cohort_group *g, cohort_status st, const char *fmt, ...)
 {
@@ -167,8 +152,13 @@ cohort__group_op_begin(struct cohort_group *g, const char *kind, uint64_t seq)
 {
 	cohort_status st;
 
-	if ((st = cohort__fault_point(g->client, g, kind, seq)) != COHORT_OK)
-		return (st);
+	/* An injected failure (drop) may have failed the group: its error
+	 * wins, as at any other operation. */
+	if ((st = cohort__fault_point(g->client, g->id, kind, seq))
+	    != COHORT_OK)
+		return (cohort_group_error(g) != COHORT_OK
+		        ? cohort__group_check(g)
+		        : st);
 	uint64_t now = cohort__now_ns();
 
 	pthread_mutex_lock(&g->mtx);

@@ -96,11 +96,6 @@ cohort_status cohort__group_alloc(struct cohort_client *c, const char *id,
  * removed it from the client's list. NULL-safe. */
 void cohort__group_free(struct cohort_group *g);
 
-/* Allocates the world group of a client that just joined, and puts it on
- * the client's list. */
-cohort_status cohort__group_create_world(struct cohort_client *c, int32_t rank,
-    int32_t size, uint64_t generation, struct cohort_group **out);
-
 /* Records st (sticky: the first error wins) with a detail, raises
  * abort_flag, aborts the control-plane call in progress and the backend.
  * Never blocks (short locks only); any thread, including nng callbacks.

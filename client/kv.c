@@ -51,16 +51,45 @@ kv_copy_out(const struct cohort__coord_call *call, void **value, size_t *len)
 	return (COHORT_OK);
 }
 
-/* Runs one KV request on c. */
+/* The checks a request on one key starts with. */
 static cohort_status
-kv_call(cohort_client *c, struct cohort__coord_call *call)
+kv_begin(cohort_client *c, const char *key)
+{
+	if (c == NULL)
+		return (cohort__err(COHORT_EINVAL, "NULL client"));
+	return (kv_check_key(key));
+}
+
+/* Runs one KV request on c: req's body set by the caller, the value (if
+ * any) as parts. The caller finalises *call whatever it returns. */
+static cohort_status
+kv_request(cohort_client *c, Cohort__Request *req,
+    const struct cohort__iov *parts, size_t nparts, cohort_duration timeout,
+    struct cohort__coord_call *call)
 {
 	cohort_status st;
 
-	st = cohort__coord_call(c->coord, call);
+	st = cohort__coord_request(c->coord, call, req, parts, nparts,
+	    cohort__client_deadline(c, timeout));
 	if (st == COHORT_OK && call->rep == NULL)
 		st = cohort__err(COHORT_EPROTO, "no reply");
 	return (st);
+}
+
+/* The reply's body of kind want, after a request that succeeded (*st
+ * COHORT_OK); NULL otherwise, and *st EPROTO with missing where the
+ * reply lacks it. */
+static const void *
+kv_body(const struct cohort__coord_call *call, Cohort__Reply__BodyCase want,
+    const char *missing, cohort_status *st)
+{
+	const void *body;
+
+	if (*st != COHORT_OK)
+		return (NULL);
+	if ((body = cohort__coord_reply_body(call, want)) == NULL)
+		*st = cohort__err(COHORT_EPROTO, "%s", missing);
+	return (body);
 }
 
 /* set and append: a key and the value as trailing payload. */
@@ -75,9 +104,7 @@ kv_put(cohort_client *c, const char *key, const void *value, size_t len,
 	struct cohort__iov iov = { value, len };
 	cohort_status st;
 
-	if (c == NULL)
-		return (cohort__err(COHORT_EINVAL, "NULL client"));
-	if ((st = kv_check_key(key)) != COHORT_OK)
+	if ((st = kv_begin(c, key)) != COHORT_OK)
 		return (st);
 	if (len > 0 && value == NULL)
 		return (cohort__err(COHORT_EINVAL, "NULL value"));
@@ -90,11 +117,7 @@ kv_put(cohort_client *c, const char *key, const void *value, size_t len,
 		req.body_case = COHORT__REQUEST__BODY_KV_SET;
 		req.kv_set = &set;
 	}
-	cohort__coord_call_init(
-	    &call, &req, cohort__client_deadline(c, timeout));
-	call.parts = &iov;
-	call.nparts = 1;
-	st = kv_call(c, &call);
+	st = kv_request(c, &req, &iov, 1, timeout, &call);
 	cohort__coord_call_fini(&call);
 	return (st);
 }
@@ -113,6 +136,7 @@ cohort_kv_get(cohort_client *c, const char *key, void **value, size_t *len,
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__KvGet body = COHORT__KV_GET__INIT;
 	struct cohort__coord_call call;
+	const Cohort__KvGetReply *r;
 	cohort_status st;
 	uint64_t t0;
 
@@ -124,22 +148,19 @@ cohort_kv_get(cohort_client *c, const char *key, void **value, size_t *len,
 	body.wait = true;
 	req.body_case = COHORT__REQUEST__BODY_KV_GET;
 	req.kv_get = &body;
-	cohort__coord_call_init(
-	    &call, &req, cohort__client_deadline(c, timeout));
 	t0 = cohort__now_ns();
-	st = kv_call(c, &call);
+	st = kv_request(c, &req, NULL, 0, timeout, &call);
 	/* a get waits for its key: a KV wait on the timeline */
 	cohort__obs_event(&c->obs, COHORT__TRACK_KV, "kv", "kv get", t0,
 	    cohort__now_ns(), key);
 	if (st != COHORT_OK)
 		goto out;
-	if (call.rep->body_case == COHORT__REPLY__BODY_KV_GET
-	    && call.rep->kv_get != NULL && !call.rep->kv_get->found) {
+	r = cohort__coord_reply_body(&call, COHORT__REPLY__BODY_KV_GET);
+	if (r != NULL && !r->found)
 		st = cohort__err(
 		    COHORT_ETIMEDOUT, "key '%s' did not appear in time", key);
-		goto out;
-	}
-	st = kv_copy_out(&call, value, len);
+	else
+		st = kv_copy_out(&call, value, len);
 out:
 	cohort__coord_call_fini(&call);
 	return (st);
@@ -152,28 +173,20 @@ cohort_kv_add(cohort_client *c, const char *key, int64_t delta, int64_t *out,
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__KvAdd body = COHORT__KV_ADD__INIT;
 	struct cohort__coord_call call;
+	const Cohort__KvAddReply *r;
 	cohort_status st;
 
-	if (c == NULL)
-		return (cohort__err(COHORT_EINVAL, "NULL client"));
-	if ((st = kv_check_key(key)) != COHORT_OK)
+	if ((st = kv_begin(c, key)) != COHORT_OK)
 		return (st);
 	body.key = (char *)key;
 	body.delta = delta;
 	req.body_case = COHORT__REQUEST__BODY_KV_ADD;
 	req.kv_add = &body;
-	cohort__coord_call_init(
-	    &call, &req, cohort__client_deadline(c, timeout));
-	if ((st = kv_call(c, &call)) != COHORT_OK)
-		goto out;
-	if (call.rep->body_case != COHORT__REPLY__BODY_KV_ADD
-	    || call.rep->kv_add == NULL) {
-		st = cohort__err(COHORT_EPROTO, "kv add: reply without value");
-		goto out;
-	}
-	if (out != NULL)
-		*out = call.rep->kv_add->value;
-out:
+	st = kv_request(c, &req, NULL, 0, timeout, &call);
+	r = kv_body(&call, COHORT__REPLY__BODY_KV_ADD,
+	    "kv add: reply without value", &st);
+	if (r != NULL && out != NULL)
+		*out = r->value;
 	cohort__coord_call_fini(&call);
 	return (st);
 }
@@ -188,11 +201,10 @@ cohort_kv_compare_set(cohort_client *c, const char *key, const void *expected,
 	Cohort__KvCompareSet body = COHORT__KV_COMPARE_SET__INIT;
 	struct cohort__coord_call call;
 	struct cohort__iov iov[2];
+	const Cohort__KvCompareSetReply *r;
 	cohort_status st;
 
-	if (c == NULL)
-		return (cohort__err(COHORT_EINVAL, "NULL client"));
-	if ((st = kv_check_key(key)) != COHORT_OK)
+	if ((st = kv_begin(c, key)) != COHORT_OK)
 		return (st);
 	if ((desired == NULL && desired_len > 0)
 	    || (expected == NULL && expected_len > 0))
@@ -207,24 +219,13 @@ cohort_kv_compare_set(cohort_client *c, const char *key, const void *expected,
 	iov[1].len = desired_len;
 	req.body_case = COHORT__REQUEST__BODY_KV_COMPARE_SET;
 	req.kv_compare_set = &body;
-	cohort__coord_call_init(
-	    &call, &req, cohort__client_deadline(c, timeout));
-	call.parts = iov;
-	call.nparts = 2;
-	if ((st = kv_call(c, &call)) != COHORT_OK)
-		goto out;
-	if (call.rep->body_case != COHORT__REPLY__BODY_KV_COMPARE_SET
-	    || call.rep->kv_compare_set == NULL) {
-		st = cohort__err(
-		    COHORT_EPROTO, "kv compare_set: reply without result");
-		goto out;
-	}
-	if (current != NULL
-	    && (st = kv_copy_out(&call, current, current_len)) != COHORT_OK)
-		goto out;
-	if (swapped != NULL)
-		*swapped = call.rep->kv_compare_set->swapped;
-out:
+	st = kv_request(c, &req, iov, 2, timeout, &call);
+	r = kv_body(&call, COHORT__REPLY__BODY_KV_COMPARE_SET,
+	    "kv compare_set: reply without result", &st);
+	if (r != NULL && current != NULL)
+		st = kv_copy_out(&call, current, current_len);
+	if (st == COHORT_OK && swapped != NULL)
+		*swapped = r->swapped;
 	cohort__coord_call_fini(&call);
 	return (st);
 }
@@ -236,21 +237,20 @@ cohort_kv_delete(
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__KvDelete body = COHORT__KV_DELETE__INIT;
 	struct cohort__coord_call call;
+	const Cohort__KvDeleteReply *r;
 	cohort_status st;
 
-	if (c == NULL)
-		return (cohort__err(COHORT_EINVAL, "NULL client"));
-	if ((st = kv_check_key(key)) != COHORT_OK)
+	if ((st = kv_begin(c, key)) != COHORT_OK)
 		return (st);
 	body.key = (char *)key;
 	req.body_case = COHORT__REQUEST__BODY_KV_DELETE;
 	req.kv_delete = &body;
-	cohort__coord_call_init(
-	    &call, &req, cohort__client_deadline(c, timeout));
-	if ((st = kv_call(c, &call)) == COHORT_OK && deleted != NULL)
-		*deleted = call.rep->body_case == COHORT__REPLY__BODY_KV_DELETE
-		    && call.rep->kv_delete != NULL
-		    && call.rep->kv_delete->deleted;
+	if ((st = kv_request(c, &req, NULL, 0, timeout, &call)) == COHORT_OK
+	    && deleted != NULL) {
+		r = cohort__coord_reply_body(
+		    &call, COHORT__REPLY__BODY_KV_DELETE);
+		*deleted = r != NULL && r->deleted;
+	}
 	cohort__coord_call_fini(&call);
 	return (st);
 }
@@ -261,25 +261,63 @@ cohort_kv_num_keys(cohort_client *c, int64_t *out, cohort_duration timeout)
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__KvNumKeys body = COHORT__KV_NUM_KEYS__INIT;
 	struct cohort__coord_call call;
+	const Cohort__KvNumKeysReply *r;
 	cohort_status st;
 
 	if (c == NULL || out == NULL)
 		return (cohort__err(COHORT_EINVAL, "NULL client or output"));
 	req.body_case = COHORT__REQUEST__BODY_KV_NUM_KEYS;
 	req.kv_num_keys = &body;
-	cohort__coord_call_init(
-	    &call, &req, cohort__client_deadline(c, timeout));
-	if ((st = kv_call(c, &call)) != COHORT_OK)
-		goto out;
-	if (call.rep->body_case != COHORT__REPLY__BODY_KV_NUM_KEYS
-	    || call.rep->kv_num_keys == NULL) {
-		st = cohort__err(COHORT_EPROTO,
-		    "kv num_keys: reply without "
-		    "count");
-		goto out;
+	st = kv_request(c, &req, NULL, 0, timeout, &call);
+	r = kv_body(&call, COHORT__REPLY__BODY_KV_NUM_KEYS,
+	    "kv num_keys: reply without count", &st);
+	if (r != NULL)
+		*out = (int64_t)r->count;
+	cohort__coord_call_fini(&call);
+	return (st);
+}
+
+/* wait and check: a list of keys; kv wait blocks until all are present,
+ * kv check tells whether they are (*present). */
+static cohort_status
+kv_keys(cohort_client *c, const char *const *keys, size_t nkeys, bool *present,
+    cohort_duration timeout)
+{
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	Cohort__KvWait wait = COHORT__KV_WAIT__INIT;
+	Cohort__KvCheck check = COHORT__KV_CHECK__INIT;
+	struct cohort__coord_call call;
+	const Cohort__KvCheckReply *r;
+	cohort_status st;
+	uint64_t t0;
+
+	if ((st = kv_check_keys(keys, nkeys)) != COHORT_OK)
+		return (st);
+	if (nkeys == 0) {
+		if (present != NULL)
+			*present = true;
+		return (COHORT_OK);
 	}
-	*out = (int64_t)call.rep->kv_num_keys->count;
-out:
+	if (present != NULL) {
+		check.keys = (char **)keys;
+		check.n_keys = nkeys;
+		req.body_case = COHORT__REQUEST__BODY_KV_CHECK;
+		req.kv_check = &check;
+	} else {
+		wait.keys = (char **)keys;
+		wait.n_keys = nkeys;
+		req.body_case = COHORT__REQUEST__BODY_KV_WAIT;
+		req.kv_wait = &wait;
+	}
+	t0 = cohort__now_ns();
+	st = kv_request(c, &req, NULL, 0, timeout, &call);
+	if (present == NULL)
+		cohort__obs_event(&c->obs, COHORT__TRACK_KV, "kv", "kv wait",
+		    t0, cohort__now_ns(), keys[0]);
+	else if ((r = kv_body(&call, COHORT__REPLY__BODY_KV_CHECK,
+	              "kv check: reply without result", &st))
+	    != NULL)
+		*present = r->all_present;
 	cohort__coord_call_fini(&call);
 	return (st);
 }
@@ -288,68 +326,18 @@ cohort_status
 cohort_kv_wait(cohort_client *c, const char *const *keys, size_t nkeys,
     cohort_duration timeout)
 {
-	Cohort__Request req = COHORT__REQUEST__INIT;
-	Cohort__KvWait body = COHORT__KV_WAIT__INIT;
-	struct cohort__coord_call call;
-	cohort_status st;
-	uint64_t t0;
-
 	if (c == NULL)
 		return (cohort__err(COHORT_EINVAL, "NULL client"));
-	if ((st = kv_check_keys(keys, nkeys)) != COHORT_OK)
-		return (st);
-	if (nkeys == 0)
-		return (COHORT_OK);
-	body.keys = (char **)keys;
-	body.n_keys = nkeys;
-	req.body_case = COHORT__REQUEST__BODY_KV_WAIT;
-	req.kv_wait = &body;
-	cohort__coord_call_init(
-	    &call, &req, cohort__client_deadline(c, timeout));
-	t0 = cohort__now_ns();
-	st = kv_call(c, &call);
-	cohort__obs_event(&c->obs, COHORT__TRACK_KV, "kv", "kv wait", t0,
-	    cohort__now_ns(), keys[0]);
-	cohort__coord_call_fini(&call);
-	return (st);
+	return (kv_keys(c, keys, nkeys, NULL, timeout));
 }
 
 cohort_status
 cohort_kv_check(cohort_client *c, const char *const *keys, size_t nkeys,
     bool *all_present, cohort_duration timeout)
 {
-	Cohort__Request req = COHORT__REQUEST__INIT;
-	Cohort__KvCheck body = COHORT__KV_CHECK__INIT;
-	struct cohort__coord_call call;
-	cohort_status st;
-
 	if (c == NULL || all_present == NULL)
 		return (cohort__err(COHORT_EINVAL, "NULL client or output"));
-	if ((st = kv_check_keys(keys, nkeys)) != COHORT_OK)
-		return (st);
-	if (nkeys == 0) {
-		*all_present = true;
-		return (COHORT_OK);
-	}
-	body.keys = (char **)keys;
-	body.n_keys = nkeys;
-	req.body_case = COHORT__REQUEST__BODY_KV_CHECK;
-	req.kv_check = &body;
-	cohort__coord_call_init(
-	    &call, &req, cohort__client_deadline(c, timeout));
-	if ((st = kv_call(c, &call)) != COHORT_OK)
-		goto out;
-	if (call.rep->body_case != COHORT__REPLY__BODY_KV_CHECK
-	    || call.rep->kv_check == NULL) {
-		st = cohort__err(COHORT_EPROTO,
-		    "kv check: reply without "
-		    "result");
-		goto out;
-	}
-	*all_present = call.rep->kv_check->all_present;
-out:
-	cohort__coord_call_fini(&call);
-	return (st);
+	return (kv_keys(c, keys, nkeys, all_present, timeout));
 }
 
 cohort_status

@@ -377,6 +377,15 @@ tl_track_name(FILE *f, int pid, int tid, const char *name, bool *first)
 	*first = false;
 }
 
+/* The timeline's name of each fixed track (the others: a group's). */
+static const char *const tl_track_names[COHORT__TRACK_GROUPS] = {
+	[COHORT__TRACK_WORLD] = "collectives",
+	[COHORT__TRACK_CONTROL] = "control plane",
+	[COHORT__TRACK_KV] = "key-value",
+	[COHORT__TRACK_STRATEGY] = "strategy",
+	[COHORT__TRACK_EVENTS] = "events",
+};
+
 static void
 tl_write(struct cohort__tl *tl)
 {
@@ -418,27 +427,13 @@ tl_write(struct cohort__tl *tl)
 		if (e->track != last_track) {
 			char nm[64];
 			last_track = e->track;
-			switch (e->track) {
-			case COHORT__TRACK_WORLD:
-				snprintf(nm, sizeof(nm), "collectives");
-				break;
-			case COHORT__TRACK_CONTROL:
-				snprintf(nm, sizeof(nm), "control plane");
-				break;
-			case COHORT__TRACK_KV:
-				snprintf(nm, sizeof(nm), "key-value");
-				break;
-			case COHORT__TRACK_STRATEGY:
-				snprintf(nm, sizeof(nm), "strategy");
-				break;
-			case COHORT__TRACK_EVENTS:
-				snprintf(nm, sizeof(nm), "events");
-				break;
-			default:
+			if (e->track >= 0 && e->track < COHORT__TRACK_GROUPS
+			    && tl_track_names[e->track] != NULL)
+				snprintf(nm, sizeof(nm), "%s",
+				    tl_track_names[e->track]);
+			else
 				snprintf(nm, sizeof(nm), "group %s",
 				    e->group[0] ? e->group : "?");
-				break;
-			}
 			tl_track_name(f, pid, e->track, nm, &first);
 		}
 		fprintf(f, ",\n{\"name\":\"");

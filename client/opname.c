@@ -4,30 +4,24 @@
 #include "backend/backend.h"
 #include "cohort_impl.h"
 
+static const char *const op_names[] = {
+	[COHORT__OP_ALLREDUCE] = "allreduce",
+	[COHORT__OP_REDUCE] = "reduce",
+	[COHORT__OP_BROADCAST] = "broadcast",
+	[COHORT__OP_ALLGATHER] = "allgather",
+	[COHORT__OP_ALLGATHERV] = "allgatherv",
+	[COHORT__OP_REDUCE_SCATTER] = "reduce_scatter",
+	[COHORT__OP_ALLTOALL] = "alltoall",
+	[COHORT__OP_GATHER] = "gather",
+	[COHORT__OP_SCATTER] = "scatter",
+	[COHORT__OP_BARRIER] = "barrier",
+};
+
 const char *
 cohort__op_name(enum cohort__op_kind kind)
 {
-	switch (kind) {
-	case COHORT__OP_ALLREDUCE:
-		return ("allreduce");
-	case COHORT__OP_REDUCE:
-		return ("reduce");
-	case COHORT__OP_BROADCAST:
-		return ("broadcast");
-	case COHORT__OP_ALLGATHER:
-		return ("allgather");
-	case COHORT__OP_ALLGATHERV:
-		return ("allgatherv");
-	case COHORT__OP_REDUCE_SCATTER:
-		return ("reduce_scatter");
-	case COHORT__OP_ALLTOALL:
-		return ("alltoall");
-	case COHORT__OP_GATHER:
-		return ("gather");
-	case COHORT__OP_SCATTER:
-		return ("scatter");
-	case COHORT__OP_BARRIER:
-		return ("barrier");
-	}
-	return ("collective");
+	if ((size_t)kind >= sizeof(op_names) / sizeof(op_names[0])
+	    || op_names[kind] == NULL)
+		return ("collective");
+	return (op_names[kind]);
 }

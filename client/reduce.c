@@ -26,28 +26,6 @@
 #include "backend/backend.h"
 
 /* ------------------------------------------------------------------------ */
-/* Half precision, scalar and exact (round to nearest even).                */
-/* ------------------------------------------------------------------------ */
-
-static inline uint32_t
-reduce_f32_bits(float f)
-{
-	uint32_t u;
-
-	memcpy(&u, &f, sizeof(u));
-	return (u);
-}
-
-static inline float
-reduce_bits_f32(uint32_t u)
-{
-	float f;
-
-	memcpy(&f, &u, sizeof(f));
-	return (f);
-}
-
-/* ------------------------------------------------------------------------ */
 /* Kernel families                                                          */
 /* ------------------------------------------------------------------------ */
 
@@ -68,26 +46,19 @@ struct reduce_table {
 		d[i] = (EXPR);                                                \
 	}
 
+/* 16-bit floats: widened to f32 (TO32), reduced, narrowed (TO16). */
+#define REDUCE_HALF_LOOP(TO32, TO16, EXPR)                                    \
+	uint16_t *restrict d = dst;                                           \
+	const uint16_t *restrict s = src;                                     \
+	for (size_t i = 0; i < n; i++) {                                      \
+		float a = TO32(d[i]);                                         \
+		float b = TO32(s[i]);                                         \
+		d[i] = TO16(EXPR);                                            \
+	}
 #define REDUCE_BF16_LOOP(EXPR)                                                \
-	uint16_t *restrict d = dst;                                           \
-	const uint16_t *restrict s = src;                                     \
-	for (size_t i = 0; i < n; i++) {                                      \
-		float a = reduce_bits_f32((uint32_t)d[i] << 16);              \
-		float b = reduce_bits_f32((uint32_t)s[i] << 16);              \
-		uint32_t u = reduce_f32_bits(EXPR);                           \
-		uint32_t rn = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;         \
-		uint32_t qn = (u >> 16) | 0x40u;                              \
-		d[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? qn : rn); \
-	}
-
+	REDUCE_HALF_LOOP(cohort__bf16_to_f32, cohort__f32_to_bf16, EXPR)
 #define REDUCE_F16_SOFT_LOOP(EXPR)                                            \
-	uint16_t *restrict d = dst;                                           \
-	const uint16_t *restrict s = src;                                     \
-	for (size_t i = 0; i < n; i++) {                                      \
-		float a = cohort__f16_to_f32(d[i]);                           \
-		float b = cohort__f16_to_f32(s[i]);                           \
-		d[i] = cohort__f32_to_f16(EXPR);                              \
-	}
+	REDUCE_HALF_LOOP(cohort__f16_to_f32, cohort__f32_to_f16, EXPR)
 
 #define REDUCE_SUM(a, b) ((a) + (b))
 #define REDUCE_PROD(a, b) ((a) * (b))
@@ -124,12 +95,18 @@ struct reduce_table {
 	{                                                                     \
 		REDUCE_LOOP(T, EXPR)                                          \
 	}
-#define REDUCE_KB(SFX, ATTR, NAME, EXPR)                                      \
-	ATTR static void reduce_##NAME##_##SFX(                               \
+/* The four generic kernels of a 16-bit type whose loop is LOOP(EXPR). */
+#define REDUCE_KL(NAME, LOOP, EXPR)                                           \
+	static void reduce_##NAME##_generic(                                  \
 	    void *dst, const void *src, size_t n)                             \
 	{                                                                     \
-		REDUCE_BF16_LOOP(EXPR)                                        \
+		LOOP(EXPR)                                                    \
 	}
+#define REDUCE_KL_ALL(DT, LOOP)                                               \
+	REDUCE_KL(DT##_sum, LOOP, REDUCE_SUM(a, b))                           \
+	REDUCE_KL(DT##_prod, LOOP, REDUCE_PROD(a, b))                         \
+	REDUCE_KL(DT##_min, LOOP, REDUCE_MIN(a, b))                           \
+	REDUCE_KL(DT##_max, LOOP, REDUCE_MAX(a, b))
 
 #define REDUCE_ATTR_GENERIC
 #define REDUCE_ATTR_AVX2 __attribute__((target("avx2,f16c,fma")))
@@ -140,11 +117,10 @@ REDUCE_FAMILY(generic, REDUCE_ATTR_GENERIC)
 REDUCE_FAMILY(avx2, REDUCE_ATTR_AVX2)
 REDUCE_FAMILY(avx512, REDUCE_ATTR_AVX512)
 
-/* bf16 without AVX2: the plain loop (gcc vectorises it with SSE2). */
-REDUCE_KB(generic, REDUCE_ATTR_GENERIC, bf16_sum, REDUCE_SUM(a, b))
-REDUCE_KB(generic, REDUCE_ATTR_GENERIC, bf16_prod, REDUCE_PROD(a, b))
-REDUCE_KB(generic, REDUCE_ATTR_GENERIC, bf16_min, REDUCE_MIN(a, b))
-REDUCE_KB(generic, REDUCE_ATTR_GENERIC, bf16_max, REDUCE_MAX(a, b))
+/* bf16 without AVX2: the plain loop (gcc vectorises it with SSE2); f16
+ * without F16C: exact software conversion, slow but correct. */
+REDUCE_KL_ALL(bf16, REDUCE_BF16_LOOP)
+REDUCE_KL_ALL(f16, REDUCE_F16_SOFT_LOOP)
 
 /* bf16 with AVX2: widen 8 lanes by a shift, reduce in f32, round to
  * nearest even with the same integer trick as the scalar code (NaN kept
@@ -179,7 +155,10 @@ REDUCE_KB(generic, REDUCE_ATTR_GENERIC, bf16_max, REDUCE_MAX(a, b))
 		_mm_storeu_si128((__m128i *)(dp), _mm256_castsi256_si128(r)); \
 	} while (0)
 
-#define REDUCE_KB_AVX2(SFX, ATTR, NAME, VEXPR)                                \
+/* An 8-lane kernel for 16-bit floats: V8(VEXPR, d, s) reduces eight
+ * elements in place; the tail goes through the same step on a padded
+ * copy, so that rounding is identical. */
+#define REDUCE_K8(SFX, ATTR, NAME, V8, VEXPR)                                 \
 	ATTR static void reduce_##NAME##_##SFX(                               \
 	    void *dst, const void *src, size_t n)                             \
 	{                                                                     \
@@ -188,81 +167,41 @@ REDUCE_KB(generic, REDUCE_ATTR_GENERIC, bf16_max, REDUCE_MAX(a, b))
 		size_t i = 0;                                                 \
                                                                               \
 		for (; i + 8 <= n; i += 8)                                    \
-			REDUCE_BF16_V8(VEXPR, d + i, s + i);                  \
+			V8(VEXPR, d + i, s + i);                              \
 		if (i < n) {                                                  \
 			uint16_t ta[8] = { 0 }, tb[8] = { 0 };                \
 			size_t k = n - i;                                     \
                                                                               \
 			memcpy(ta, d + i, k * 2);                             \
 			memcpy(tb, s + i, k * 2);                             \
-			REDUCE_BF16_V8(VEXPR, ta, tb);                        \
+			V8(VEXPR, ta, tb);                                    \
 			memcpy(d + i, ta, k * 2);                             \
 		}                                                             \
 	}
-#define REDUCE_BF16_ALL(SFX, ATTR)                                            \
-	REDUCE_KB_AVX2(SFX, ATTR, bf16_sum, _mm256_add_ps(a, b))              \
-	REDUCE_KB_AVX2(SFX, ATTR, bf16_prod, _mm256_mul_ps(a, b))             \
-	REDUCE_KB_AVX2(SFX, ATTR, bf16_min, _mm256_min_ps(b, a))              \
-	REDUCE_KB_AVX2(SFX, ATTR, bf16_max, _mm256_max_ps(b, a))
-REDUCE_BF16_ALL(avx2, REDUCE_ATTR_AVX2)
-REDUCE_BF16_ALL(avx512, REDUCE_ATTR_AVX512)
+/* The four 8-lane kernels of a 16-bit type. _mm256_min_ps(b, a) returns
+ * a when either is NaN or both equal, which is REDUCE_MIN(a, b) =
+ * (b < a ? b : a). */
+#define REDUCE_K8_ALL(SFX, ATTR, DT, V8)                                      \
+	REDUCE_K8(SFX, ATTR, DT##_sum, V8, _mm256_add_ps(a, b))               \
+	REDUCE_K8(SFX, ATTR, DT##_prod, V8, _mm256_mul_ps(a, b))              \
+	REDUCE_K8(SFX, ATTR, DT##_min, V8, _mm256_min_ps(b, a))               \
+	REDUCE_K8(SFX, ATTR, DT##_max, V8, _mm256_max_ps(b, a))
+REDUCE_K8_ALL(avx2, REDUCE_ATTR_AVX2, bf16, REDUCE_BF16_V8)
+REDUCE_K8_ALL(avx512, REDUCE_ATTR_AVX512, bf16, REDUCE_BF16_V8)
 
-/* f16 without F16C: exact software conversion, slow but correct. */
-#define REDUCE_KF_SOFT(NAME, EXPR)                                            \
-	static void reduce_##NAME##_generic(                                  \
-	    void *dst, const void *src, size_t n)                             \
-	{                                                                     \
-		REDUCE_F16_SOFT_LOOP(EXPR)                                    \
-	}
-REDUCE_KF_SOFT(f16_sum, REDUCE_SUM(a, b))
-REDUCE_KF_SOFT(f16_prod, REDUCE_PROD(a, b))
-REDUCE_KF_SOFT(f16_min, REDUCE_MIN(a, b))
-REDUCE_KF_SOFT(f16_max, REDUCE_MAX(a, b))
-
-/* f16 with F16C: eight lanes per step, the tail through the same
- * instructions on a padded copy so that rounding is identical. */
-#define REDUCE_KF_F16C(SFX, ATTR, NAME, VEXPR)                                \
-	ATTR static void reduce_##NAME##_##SFX(                               \
-	    void *dst, const void *src, size_t n)                             \
-	{                                                                     \
-		uint16_t *d = dst;                                            \
-		const uint16_t *s = src;                                      \
-		size_t i = 0;                                                 \
-                                                                              \
-		for (; i + 8 <= n; i += 8) {                                  \
-			__m256 a = _mm256_cvtph_ps(                           \
-			    _mm_loadu_si128((const __m128i *)(d + i)));       \
-			__m256 b = _mm256_cvtph_ps(                           \
-			    _mm_loadu_si128((const __m128i *)(s + i)));       \
-			__m256 r = (VEXPR);                                   \
-			_mm_storeu_si128((__m128i *)(d + i),                  \
-			    _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));   \
-		}                                                             \
-		if (i < n) {                                                  \
-			uint16_t ta[8] = { 0 }, tb[8] = { 0 };                \
-			size_t k = n - i;                                     \
-                                                                              \
-			memcpy(ta, d + i, k * 2);                             \
-			memcpy(tb, s + i, k * 2);                             \
-			__m256 a = _mm256_cvtph_ps(                           \
-			    _mm_loadu_si128((const __m128i *)ta));            \
-			__m256 b = _mm256_cvtph_ps(                           \
-			    _mm_loadu_si128((const __m128i *)tb));            \
-			__m256 r = (VEXPR);                                   \
-			_mm_storeu_si128((__m128i *)ta,                       \
-			    _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));   \
-			memcpy(d + i, ta, k * 2);                             \
-		}                                                             \
-	}
-/* _mm256_min_ps(b, a) returns a when either is NaN or both equal, which
- * is REDUCE_MIN(a, b) = (b < a ? b : a). */
-#define REDUCE_F16C_ALL(SFX, ATTR)                                            \
-	REDUCE_KF_F16C(SFX, ATTR, f16_sum, _mm256_add_ps(a, b))               \
-	REDUCE_KF_F16C(SFX, ATTR, f16_prod, _mm256_mul_ps(a, b))              \
-	REDUCE_KF_F16C(SFX, ATTR, f16_min, _mm256_min_ps(b, a))               \
-	REDUCE_KF_F16C(SFX, ATTR, f16_max, _mm256_max_ps(b, a))
-REDUCE_F16C_ALL(avx2, REDUCE_ATTR_AVX2)
-REDUCE_F16C_ALL(avx512, REDUCE_ATTR_AVX512)
+/* f16 with F16C: eight lanes per step through the conversion
+ * instructions. */
+#define REDUCE_F16_V8(VEXPR, dp, sp)                                          \
+	do {                                                                  \
+		__m256 a = _mm256_cvtph_ps(                                   \
+		    _mm_loadu_si128((const __m128i *)(dp)));                  \
+		__m256 b = _mm256_cvtph_ps(                                   \
+		    _mm_loadu_si128((const __m128i *)(sp)));                  \
+		_mm_storeu_si128((__m128i *)(dp),                             \
+		    _mm256_cvtps_ph((VEXPR), _MM_FROUND_TO_NEAREST_INT));     \
+	} while (0)
+REDUCE_K8_ALL(avx2, REDUCE_ATTR_AVX2, f16, REDUCE_F16_V8)
+REDUCE_K8_ALL(avx512, REDUCE_ATTR_AVX512, f16, REDUCE_F16_V8)
 
 #define REDUCE_ROW(SFX, DT)                                                   \
 	{                                                                     \
@@ -404,14 +343,8 @@ reduce_div_f64(double *restrict d, size_t n, double v)
 static void
 reduce_div_bf16(uint16_t *restrict d, size_t n, float v)
 {
-	for (size_t i = 0; i < n; i++) {
-		float a = reduce_bits_f32((uint32_t)d[i] << 16) / v;
-		uint32_t u = reduce_f32_bits(a);
-		uint32_t rn = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-		uint32_t qn = (u >> 16) | 0x40u;
-
-		d[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? qn : rn);
-	}
+	for (size_t i = 0; i < n; i++)
+		d[i] = cohort__f32_to_bf16(cohort__bf16_to_f32(d[i]) / v);
 }
 
 REDUCE_ATTR_AVX2 static void
@@ -439,6 +372,14 @@ reduce_div_f16_soft(uint16_t *d, size_t n, float v)
 		d[i] = cohort__f32_to_f16(cohort__f16_to_f32(d[i]) / v);
 }
 
+/* Integers: divided in double, truncated toward zero. */
+#define REDUCE_DIV_INT(T, dst, n, divisor)                                    \
+	do {                                                                  \
+		T *d_ = (dst);                                                \
+		for (size_t i_ = 0; i_ < (n); i_++)                           \
+			d_[i_] = (T)((double)d_[i_] / (divisor));             \
+	} while (0)
+
 void
 cohort__scale_div(void *dst, size_t n, cohort_dtype dt, double divisor)
 {
@@ -460,27 +401,15 @@ cohort__scale_div(void *dst, size_t n, cohort_dtype dt, double divisor)
 		else
 			reduce_div_f16_soft(dst, n, (float)divisor);
 		break;
-	case COHORT_I32: {
-		int32_t *d = dst;
-
-		for (size_t i = 0; i < n; i++)
-			d[i] = (int32_t)((double)d[i] / divisor);
+	case COHORT_I32:
+		REDUCE_DIV_INT(int32_t, dst, n, divisor);
 		break;
-	}
-	case COHORT_I64: {
-		int64_t *d = dst;
-
-		for (size_t i = 0; i < n; i++)
-			d[i] = (int64_t)((double)d[i] / divisor);
+	case COHORT_I64:
+		REDUCE_DIV_INT(int64_t, dst, n, divisor);
 		break;
-	}
-	case COHORT_U8: {
-		uint8_t *d = dst;
-
-		for (size_t i = 0; i < n; i++)
-			d[i] = (uint8_t)((double)d[i] / divisor);
+	case COHORT_U8:
+		REDUCE_DIV_INT(uint8_t, dst, n, divisor);
 		break;
-	}
 	default:
 		break;
 	}

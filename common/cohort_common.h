@@ -29,6 +29,10 @@ typedef int64_t cohort__time;
 cohort__time cohort__now_ms(void);
 uint64_t cohort__now_ns(void);
 uint64_t cohort__wall_ms(void); /* CLOCK_REALTIME, for logs */
+/* *ts = CLOCK_REALTIME now + ms (>= 0): an absolute time for
+ * pthread_mutex_timedlock and conds on the default clock. */
+struct timespec;
+void cohort__realtime_after(struct timespec *ts, cohort_duration ms);
 
 /* Converts a caller's timeout into an absolute deadline. COHORT_WAIT_DEFAULT
  * takes dflt (which must not itself be DEFAULT); COHORT_WAIT_FOREVER and any

@@ -100,14 +100,16 @@ cohort__bf16_to_f32(uint16_t h)
 	return (half_bits_f32((uint32_t)h << 16));
 }
 
+/* Rounds to nearest even, NaN kept quiet; a select rather than a branch,
+ * so that the loops calling it vectorise. */
 static inline uint16_t
 half_f32_to_bf16(float f)
 {
 	uint32_t u = half_f32_bits(f);
+	uint32_t rn = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+	uint32_t qn = (u >> 16) | 0x40u;
 
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return ((uint16_t)((u >> 16) | 0x40u));
-	return ((uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
+	return ((uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? qn : rn));
 }
 
 static inline uint16_t

@@ -114,48 +114,45 @@ __launch_bounds__(COHORT__COPY_THREADS)
 	}
 }
 
+/* pack: the items into the bucket; else back out of it. */
 cohort_status
-copy_items(const struct cohort__pack_item *items, size_t n, uintptr_t bucket,
-    bool pack, cudaStream_t stream)
+copy_items(const void *bucket, const struct cohort__pack_item *items, size_t n,
+    bool pack, void *stream)
 {
+	cudaStream_t st = static_cast<cudaStream_t>(stream);
+	cohort_status rv = cohort__kernel_check_pack(bucket, items, n);
 	struct cohort__copy_batch b;
 	size_t done = 0;
 
-	while (done < n) {
+	while (rv == COHORT_OK && done < n) {
 		done += cohort__copy_plan(
-		    &b, items + done, n - done, bucket, pack);
+		    &b, items + done, n - done, (uintptr_t)bucket, pack);
 		if (b.n == 0)
 			continue;
 		/* At most 2^31 - 1 blocks; the kernel loops past that. */
 		unsigned grid
 		    = (unsigned)(b.nchunks < 0x7fffffffu ? b.nchunks
 		                                         : 0x7fffffffu);
-		copy_batch_kernel<<<grid, THREADS, 0, stream>>>(b);
-		cohort_status rv
-		    = launch_check(pack ? "pack kernel" : "unpack kernel");
-		if (rv != COHORT_OK)
-			return (rv);
+		copy_batch_kernel<<<grid, THREADS, 0, st>>>(b);
+		rv = launch_check(pack ? "pack kernel" : "unpack kernel");
 	}
-	return (COHORT_OK);
+	return (rv);
 }
 
 /* ---------------------------------------------------------------------- */
 /* Element types: storage type S, computed in type C                      */
 /* ---------------------------------------------------------------------- */
 
-struct f32_t {
-	typedef float S;
-	typedef float C;
+/* Stored as computed. */
+template <typename T> struct plain_t {
+	typedef T S;
+	typedef T C;
 	static __device__ __forceinline__ C load(S x) { return (x); }
 	static __device__ __forceinline__ S store(C x) { return (x); }
 };
 
-struct f64_t {
-	typedef double S;
-	typedef double C;
-	static __device__ __forceinline__ C load(S x) { return (x); }
-	static __device__ __forceinline__ S store(C x) { return (x); }
-};
+typedef plain_t<float> f32_t;
+typedef plain_t<double> f64_t;
 
 struct f16_t {
 	typedef uint16_t S;
@@ -184,12 +181,8 @@ struct bf16_t {
 };
 
 /* Integers: W is the unsigned type sum and product wrap in. */
-template <typename T, typename W> struct int_t {
-	typedef T S;
-	typedef T C;
+template <typename T, typename W> struct int_t : plain_t<T> {
 	typedef W Wrap;
-	static __device__ __forceinline__ C load(S x) { return (x); }
-	static __device__ __forceinline__ S store(C x) { return (x); }
 };
 
 /* ---------------------------------------------------------------------- */
@@ -226,27 +219,17 @@ cast_kernel(typename To::S *dst, const typename From::S *src, size_t count)
 /* reduce2                                                                */
 /* ---------------------------------------------------------------------- */
 
-/* NaN-propagating min/max, first operand on ties (ref.c ref_min). */
-template <typename C>
+/* NaN-propagating min (Max: max), first operand on ties (ref.c
+ * ref_pick). */
+template <bool Max, typename C>
 __device__ __forceinline__ C
-op_min(C a, C b)
+op_pick(C a, C b)
 {
 	if (isnan(a))
 		return (a);
 	if (isnan(b))
 		return (b);
-	return (b < a ? b : a);
-}
-
-template <typename C>
-__device__ __forceinline__ C
-op_max(C a, C b)
-{
-	if (isnan(a))
-		return (a);
-	if (isnan(b))
-		return (b);
-	return (b > a ? b : a);
+	return ((Max ? b > a : b < a) ? b : a);
 }
 
 template <typename T> struct float_ops {
@@ -255,11 +238,11 @@ template <typename T> struct float_ops {
 	static __device__ __forceinline__ C prod(C a, C b) { return (a * b); }
 	static __device__ __forceinline__ C min(C a, C b)
 	{
-		return (op_min(a, b));
+		return (op_pick<false>(a, b));
 	}
 	static __device__ __forceinline__ C max(C a, C b)
 	{
-		return (op_max(a, b));
+		return (op_pick<true>(a, b));
 	}
 };
 
@@ -348,24 +331,14 @@ extern "C" cohort_status
 cohort__cuda_pack(void *bucket, const struct cohort__pack_item *items,
     size_t n, void *stream)
 {
-	cohort_status rv = cohort__kernel_check_pack(bucket, items, n);
-
-	if (rv != COHORT_OK)
-		return (rv);
-	return (copy_items(items, n, (uintptr_t)bucket, true,
-	    static_cast<cudaStream_t>(stream)));
+	return (copy_items(bucket, items, n, true, stream));
 }
 
 extern "C" cohort_status
 cohort__cuda_unpack(const void *bucket, const struct cohort__pack_item *items,
     size_t n, void *stream)
 {
-	cohort_status rv = cohort__kernel_check_pack(bucket, items, n);
-
-	if (rv != COHORT_OK)
-		return (rv);
-	return (copy_items(items, n, (uintptr_t)bucket, false,
-	    static_cast<cudaStream_t>(stream)));
+	return (copy_items(bucket, items, n, false, stream));
 }
 
 extern "C" cohort_status

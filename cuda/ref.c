@@ -123,8 +123,10 @@ cohort__pack_layout(struct cohort__pack_item *items, size_t n, size_t align)
 	return ((off + align - 1) & ~(align - 1));
 }
 
-cohort_status
-cohort__ref_pack(void *bucket, const struct cohort__pack_item *items, size_t n)
+/* pack: each item's bytes into the bucket at its offset; else back out. */
+static cohort_status
+ref_copy_items(const void *bucket, const struct cohort__pack_item *items,
+    size_t n, bool pack)
 {
 	cohort_status rv;
 	size_t i;
@@ -132,29 +134,29 @@ cohort__ref_pack(void *bucket, const struct cohort__pack_item *items, size_t n)
 	if ((rv = cohort__kernel_check_pack(bucket, items, n)) != COHORT_OK)
 		return (rv);
 	for (i = 0; i < n; i++) {
-		if (items[i].bytes > 0)
-			memcpy((char *)bucket + items[i].offset, items[i].ptr,
-			    items[i].bytes);
+		char *slot = (char *)(uintptr_t)bucket + items[i].offset;
+
+		if (items[i].bytes == 0)
+			continue;
+		if (pack)
+			memcpy(slot, items[i].ptr, items[i].bytes);
+		else
+			memcpy(items[i].ptr, slot, items[i].bytes);
 	}
 	return (COHORT_OK);
+}
+
+cohort_status
+cohort__ref_pack(void *bucket, const struct cohort__pack_item *items, size_t n)
+{
+	return (ref_copy_items(bucket, items, n, true));
 }
 
 cohort_status
 cohort__ref_unpack(
     const void *bucket, const struct cohort__pack_item *items, size_t n)
 {
-	cohort_status rv;
-	size_t i;
-
-	if ((rv = cohort__kernel_check_pack(bucket, items, n)) != COHORT_OK)
-		return (rv);
-	for (i = 0; i < n; i++) {
-		if (items[i].bytes > 0)
-			memcpy(items[i].ptr,
-			    (const char *)bucket + items[i].offset,
-			    items[i].bytes);
-	}
-	return (COHORT_OK);
+	return (ref_copy_items(bucket, items, n, false));
 }
 
 size_t
@@ -218,6 +220,22 @@ cohort__copy_emulate(const struct cohort__copy_batch *b)
 	}
 }
 
+/* A 16-bit float of type dt (COHORT_F16 or COHORT_BF16) to f32 and back,
+ * rounded to nearest even. */
+static float
+ref_half_f32(cohort_dtype dt, uint16_t h)
+{
+	return (
+	    dt == COHORT_F16 ? cohort__f16_to_f32(h) : cohort__bf16_to_f32(h));
+}
+
+static uint16_t
+ref_f32_half(cohort_dtype dt, float f)
+{
+	return (
+	    dt == COHORT_F16 ? cohort__f32_to_f16(f) : cohort__f32_to_bf16(f));
+}
+
 /* ------------------------------------------------------------------------ */
 /* scale                                                                    */
 /* ------------------------------------------------------------------------ */
@@ -239,14 +257,9 @@ cohort__ref_scale(void *x, size_t count, cohort_dtype dt, double alpha)
 		case COHORT_F64:
 			((double *)x)[i] *= alpha;
 			break;
-		case COHORT_F16: {
+		default: { /* COHORT_F16, COHORT_BF16 */
 			uint16_t *h = (uint16_t *)x + i;
-			*h = cohort__f32_to_f16(cohort__f16_to_f32(*h) * a);
-			break;
-		}
-		default: { /* COHORT_BF16 */
-			uint16_t *h = (uint16_t *)x + i;
-			*h = cohort__f32_to_bf16(cohort__bf16_to_f32(*h) * a);
+			*h = ref_f32_half(dt, ref_half_f32(dt, *h) * a);
 			break;
 		}
 		}
@@ -269,17 +282,12 @@ cohort__ref_cast(void *dst, cohort_dtype ddt, const void *src,
 	if (rv != COHORT_OK)
 		return (rv);
 	for (i = 0; i < count; i++) {
-		if (sdt == COHORT_F32) {
-			float f = ((const float *)src)[i];
-			((uint16_t *)dst)[i] = ddt == COHORT_F16
-			    ? cohort__f32_to_f16(f)
-			    : cohort__f32_to_bf16(f);
-		} else {
-			uint16_t h = ((const uint16_t *)src)[i];
-			((float *)dst)[i] = sdt == COHORT_F16
-			    ? cohort__f16_to_f32(h)
-			    : cohort__bf16_to_f32(h);
-		}
+		if (sdt == COHORT_F32)
+			((uint16_t *)dst)[i]
+			    = ref_f32_half(ddt, ((const float *)src)[i]);
+		else
+			((float *)dst)[i]
+			    = ref_half_f32(sdt, ((const uint16_t *)src)[i]);
 	}
 	return (COHORT_OK);
 }
@@ -288,29 +296,22 @@ cohort__ref_cast(void *dst, cohort_dtype ddt, const void *src,
 /* reduce2                                                                  */
 /* ------------------------------------------------------------------------ */
 
-/* NaN-propagating min/max; on ties (-0 vs +0) the first operand. */
+/* NaN-propagating min (max: max), on ties (-0 vs +0) the first
+ * operand. */
 static double
-ref_min(double a, double b)
+ref_pick(double a, double b, bool max)
 {
 	if (isnan(a))
 		return (a);
 	if (isnan(b))
 		return (b);
-	return (b < a ? b : a);
+	return ((max ? b > a : b < a) ? b : a);
 }
 
+/* Floating-point ops in f64: for f32 operands a sum or product rounded
+ * once more to f32 is the f32 result (53 >= 2 * 24 + 2 bits). */
 static double
-ref_max(double a, double b)
-{
-	if (isnan(a))
-		return (a);
-	if (isnan(b))
-		return (b);
-	return (b > a ? b : a);
-}
-
-static float
-ref_op_f32(float a, float b, cohort_redop op)
+ref_op(double a, double b, cohort_redop op)
 {
 	switch (op) {
 	case COHORT_SUM:
@@ -318,24 +319,9 @@ ref_op_f32(float a, float b, cohort_redop op)
 	case COHORT_PROD:
 		return (a * b);
 	case COHORT_MIN:
-		return ((float)ref_min(a, b));
+		return (ref_pick(a, b, false));
 	default:
-		return ((float)ref_max(a, b));
-	}
-}
-
-static double
-ref_op_f64(double a, double b, cohort_redop op)
-{
-	switch (op) {
-	case COHORT_SUM:
-		return (a + b);
-	case COHORT_PROD:
-		return (a * b);
-	case COHORT_MIN:
-		return (ref_min(a, b));
-	default:
-		return (ref_max(a, b));
+		return (ref_pick(a, b, true));
 	}
 }
 
@@ -377,30 +363,22 @@ cohort__ref_reduce2(
 	switch (dt) {
 	case COHORT_F32:
 		for (i = 0; i < count; i++)
-			((float *)dst)[i] = ref_op_f32(
+			((float *)dst)[i] = (float)ref_op(
 			    ((float *)dst)[i], ((const float *)src)[i], op);
 		break;
 	case COHORT_F64:
 		for (i = 0; i < count; i++)
-			((double *)dst)[i] = ref_op_f64(
+			((double *)dst)[i] = ref_op(
 			    ((double *)dst)[i], ((const double *)src)[i], op);
 		break;
 	case COHORT_F16:
-		for (i = 0; i < count; i++) {
-			uint16_t *d = (uint16_t *)dst + i;
-			float a = cohort__f16_to_f32(*d);
-			float b
-			    = cohort__f16_to_f32(((const uint16_t *)src)[i]);
-			*d = cohort__f32_to_f16(ref_op_f32(a, b, op));
-		}
-		break;
 	case COHORT_BF16:
 		for (i = 0; i < count; i++) {
 			uint16_t *d = (uint16_t *)dst + i;
-			float a = cohort__bf16_to_f32(*d);
-			float b
-			    = cohort__bf16_to_f32(((const uint16_t *)src)[i]);
-			*d = cohort__f32_to_bf16(ref_op_f32(a, b, op));
+			float a = ref_half_f32(dt, *d);
+			float b = ref_half_f32(dt, ((const uint16_t *)src)[i]);
+
+			*d = ref_f32_half(dt, (float)ref_op(a, b, op));
 		}
 		break;
 	case COHORT_I32:
@@ -429,9 +407,8 @@ ref_value(cohort_dtype dt, const void *p, size_t i)
 	case COHORT_F64:
 		return (((const double *)p)[i]);
 	case COHORT_F16:
-		return (cohort__f16_to_f32(((const uint16_t *)p)[i]));
 	case COHORT_BF16:
-		return (cohort__bf16_to_f32(((const uint16_t *)p)[i]));
+		return (ref_half_f32(dt, ((const uint16_t *)p)[i]));
 	case COHORT_I32:
 		return (((const int32_t *)p)[i]);
 	case COHORT_I64: /* exact below 2^53; compared as bits anyway */

@@ -6,6 +6,7 @@
  * The payload is appended straight into the nng message, so bulk bytes are
  * copied exactly once on the way out and never by protobuf.
  */
+#include <stddef.h>
 #include <string.h>
 
 #include <nng/nng.h>
@@ -116,60 +117,63 @@ wire_split(nng_msg *msg, const uint8_t **env, size_t *elen)
 	return (COHORT_OK);
 }
 
-cohort_status
-cohort__wire_unpack_request(nng_msg *msg, Cohort__Request **reqp,
+/* Unpacks msg as a message of type desc (what: its name in errors) whose
+ * payload_len field lies at len_off, and finds its payload. */
+static cohort_status
+wire_unpack(nng_msg *msg, const ProtobufCMessageDescriptor *desc,
+    const char *what, size_t len_off, ProtobufCMessage **out,
     const uint8_t **payload, size_t *plen)
 {
-	const uint8_t *env;
-	size_t elen, rest;
-	Cohort__Request *req;
+	const uint8_t *env = NULL;
+	size_t elen = 0, rest;
+	ProtobufCMessage *m;
+	uint64_t declared;
 	cohort_status rv;
 
 	if ((rv = wire_split(msg, &env, &elen)) != COHORT_OK)
 		return (rv);
-	req = cohort__request__unpack(NULL, elen, env);
-	if (req == NULL)
+	if ((m = protobuf_c_message_unpack(desc, NULL, elen, env)) == NULL)
 		return (cohort__err(COHORT_EPROTO,
-		    "request envelope is not a valid protobuf message"));
+		    "%s envelope is not a valid protobuf message", what));
 	rest = nng_msg_len(msg) - 4 - elen;
-	if (req->payload_len != rest) {
+	memcpy(&declared, (const uint8_t *)m + len_off, sizeof(declared));
+	if (declared != rest) {
 		cohort__err(COHORT_EPROTO,
 		    "payload_len %llu does not match the %zu trailing bytes",
-		    (unsigned long long)req->payload_len, rest);
-		cohort__request__free_unpacked(req, NULL);
+		    (unsigned long long)declared, rest);
+		protobuf_c_message_free_unpacked(m, NULL);
 		return (COHORT_EPROTO);
 	}
-	*reqp = req;
+	*out = m;
 	*payload = env + elen;
 	*plen = rest;
 	return (COHORT_OK);
 }
 
 cohort_status
+cohort__wire_unpack_request(nng_msg *msg, Cohort__Request **reqp,
+    const uint8_t **payload, size_t *plen)
+{
+	ProtobufCMessage *m;
+	cohort_status rv;
+
+	rv = wire_unpack(msg, &cohort__request__descriptor, "request",
+	    offsetof(Cohort__Request, payload_len), &m, payload, plen);
+	if (rv == COHORT_OK)
+		*reqp = (Cohort__Request *)m;
+	return (rv);
+}
+
+cohort_status
 cohort__wire_unpack_reply(
     nng_msg *msg, Cohort__Reply **repp, const uint8_t **payload, size_t *plen)
 {
-	const uint8_t *env;
-	size_t elen, rest;
-	Cohort__Reply *rep;
+	ProtobufCMessage *m;
 	cohort_status rv;
 
-	if ((rv = wire_split(msg, &env, &elen)) != COHORT_OK)
-		return (rv);
-	rep = cohort__reply__unpack(NULL, elen, env);
-	if (rep == NULL)
-		return (cohort__err(COHORT_EPROTO,
-		    "reply envelope is not a valid protobuf message"));
-	rest = nng_msg_len(msg) - 4 - elen;
-	if (rep->payload_len != rest) {
-		cohort__err(COHORT_EPROTO,
-		    "payload_len %llu does not match the %zu trailing bytes",
-		    (unsigned long long)rep->payload_len, rest);
-		cohort__reply__free_unpacked(rep, NULL);
-		return (COHORT_EPROTO);
-	}
-	*repp = rep;
-	*payload = env + elen;
-	*plen = rest;
-	return (COHORT_OK);
+	rv = wire_unpack(msg, &cohort__reply__descriptor, "reply",
+	    offsetof(Cohort__Reply, payload_len), &m, payload, plen);
+	if (rv == COHORT_OK)
+		*repp = (Cohort__Reply *)m;
+	return (rv);
 }

@@ -195,13 +195,9 @@ ddp_hook_half_start(cohort_ddp_bucket *b, cohort_work **work, bool bf16)
 	float inv = 1.0f / (float)(b->world_size > 0 ? b->world_size : 1);
 
 	*work = NULL;
-	if (bf16) {
-		for (size_t i = 0; i < b->count; i++)
-			h[i] = cohort_ddp_f32_to_bf16(b->buffer[i] * inv);
-	} else {
-		for (size_t i = 0; i < b->count; i++)
-			h[i] = cohort_ddp_f32_to_f16(b->buffer[i] * inv);
-	}
+	for (size_t i = 0; i < b->count; i++)
+		h[i] = bf16 ? cohort_ddp_f32_to_bf16(b->buffer[i] * inv)
+		            : cohort_ddp_f32_to_f16(b->buffer[i] * inv);
 	if (b->group == NULL || b->world_size <= 1)
 		return (COHORT_OK);
 	return (cohort_iallreduce(b->group, h, h, b->count,
@@ -223,25 +219,28 @@ ddp_hook_bf16_start(void *state, cohort_ddp_bucket *b, cohort_work **work)
 }
 
 static cohort_status
-ddp_hook_fp16_finish(void *state, cohort_ddp_bucket *b)
+ddp_hook_half_finish(cohort_ddp_bucket *b, bool bf16)
 {
 	const uint16_t *h = b->scratch;
 
-	(void)state;
 	for (size_t i = 0; i < b->count; i++)
-		b->buffer[i] = cohort_ddp_f16_to_f32(h[i]);
+		b->buffer[i] = bf16 ? cohort_ddp_bf16_to_f32(h[i])
+		                    : cohort_ddp_f16_to_f32(h[i]);
 	return (COHORT_OK);
+}
+
+static cohort_status
+ddp_hook_fp16_finish(void *state, cohort_ddp_bucket *b)
+{
+	(void)state;
+	return (ddp_hook_half_finish(b, false));
 }
 
 static cohort_status
 ddp_hook_bf16_finish(void *state, cohort_ddp_bucket *b)
 {
-	const uint16_t *h = b->scratch;
-
 	(void)state;
-	for (size_t i = 0; i < b->count; i++)
-		b->buffer[i] = cohort_ddp_bf16_to_f32(h[i]);
-	return (COHORT_OK);
+	return (ddp_hook_half_finish(b, true));
 }
 
 static const cohort_ddp_hook ddp_hook_allreduce

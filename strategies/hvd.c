@@ -546,6 +546,19 @@ hvd_stall_check(cohort_hvd *h)
 /* The cycle thread                                                         */
 /* ------------------------------------------------------------------------ */
 
+/* *ts = now + ms on CLOCK_REALTIME, for pthread_cond_timedwait. */
+static void
+hvd_abstime(struct timespec *ts, int ms)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+	ts->tv_sec += ms / 1000;
+	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
 static void
 hvd_wait_cycle(cohort_hvd *h, bool busy)
 {
@@ -554,13 +567,7 @@ hvd_wait_cycle(cohort_hvd *h, bool busy)
 
 	if (h->pending != NULL || h->stop)
 		return;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
+	hvd_abstime(&ts, ms);
 	while (h->pending == NULL && !h->stop) {
 		if (pthread_cond_timedwait(&h->cv, &h->mtx, &ts) == ETIMEDOUT)
 			break;
@@ -882,13 +889,7 @@ cohort_hvd_wait(cohort_hvd_handle *hd, cohort_duration timeout)
 	if (timeout == COHORT_WAIT_DEFAULT)
 		timeout = h->o.timeout;
 	if (timeout >= 0) {
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += timeout / 1000;
-		ts.tv_nsec += (long)(timeout % 1000) * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
+		hvd_abstime(&ts, (int)timeout);
 	}
 	pthread_mutex_lock(&h->mtx);
 	while (!hd->done) {

@@ -137,24 +137,27 @@ cohort_spawn_world_size(const cohort_spawn_ctx *ctx)
 	return (ctx != NULL ? ctx->world : 0);
 }
 
-cohort_status
-cohort_spawn_return(cohort_spawn_ctx *ctx, const void *data, size_t len)
+/* A frame of kind to the launcher, from rank 0 only (others: no-op). */
+static cohort_status
+spawn_send(cohort_spawn_ctx *ctx, char kind, const void *data, size_t len)
 {
 	if (ctx == NULL || (data == NULL && len > 0))
 		return (COHORT_EINVAL);
 	if (ctx->rank != 0)
 		return (COHORT_OK);
-	return (spawn_frame(ctx->fd, 'R', data, len, NULL, 0));
+	return (spawn_frame(ctx->fd, kind, data, len, NULL, 0));
+}
+
+cohort_status
+cohort_spawn_return(cohort_spawn_ctx *ctx, const void *data, size_t len)
+{
+	return (spawn_send(ctx, 'R', data, len));
 }
 
 cohort_status
 cohort_spawn_add_to_queue(cohort_spawn_ctx *ctx, const void *data, size_t len)
 {
-	if (ctx == NULL || (data == NULL && len > 0))
-		return (COHORT_EINVAL);
-	if (ctx->rank != 0)
-		return (COHORT_OK);
-	return (spawn_frame(ctx->fd, 'Q', data, len, NULL, 0));
+	return (spawn_send(ctx, 'Q', data, len));
 }
 
 void

@@ -20,15 +20,9 @@
 
 #include "backend/cudart.h"
 
-enum loader_state {
-	LOADER_NEW = 0,
-	LOADER_OK,
-	LOADER_FAILED,
-};
-
 static pthread_mutex_t loader_mtx = PTHREAD_MUTEX_INITIALIZER;
 
-static enum loader_state cudart_state;
+static enum cohort__dl_state cudart_state;
 static void *cudart_lib;
 static struct cohort__dl_cudart cudart_api;
 static char cudart_why[512];
@@ -224,7 +218,7 @@ cudart_load_locked(void)
 		if (cudart_probe(lib, path, &api, why, sizeof(why))) {
 			cudart_lib = lib;
 			cudart_api = api;
-			cudart_state = LOADER_OK;
+			cudart_state = COHORT__DL_OK;
 			cohort__debug("cuda runtime %s: %d device(s), runtime "
 			              "%d, driver %d",
 			    path, api.device_count, api.runtime_version,
@@ -244,8 +238,62 @@ cudart_load_locked(void)
 		    "cannot load "
 		    "libcudart.so.13, libcudart.so.12 or libcudart.so (set "
 		    "COHORT_CUDART_LIB to its path)");
-	cudart_state = LOADER_FAILED;
+	cudart_state = COHORT__DL_FAILED;
 	cohort__debug("cuda runtime unavailable: %s", cudart_why);
+}
+
+cohort_status
+cohort__dl_cuda_event(
+    const struct cohort__dl_cudart *cu, void **ev, char *err, size_t errlen)
+{
+	char text[200];
+	int e;
+
+	if ((e = cu->EventCreateWithFlags(
+	         ev, COHORT__CUDA_EVENT_DISABLE_TIMING))
+	    == COHORT__CUDA_SUCCESS)
+		return (COHORT_OK);
+	*ev = NULL;
+	snprintf(err, errlen, "cudaEventCreateWithFlags: %s",
+	    cohort__dl_cuda_errtext(cu, e, text, sizeof(text)));
+	return (COHORT_ECUDA);
+}
+
+int
+cohort__dl_cuda_grow(int (*alloc)(void **, size_t), int (*release)(void *),
+    void **p, size_t *len, size_t want)
+{
+	void *q = NULL;
+	int e;
+
+	if (*p != NULL) {
+		(void)release(*p);
+		*p = NULL;
+		*len = 0;
+	}
+	if ((e = alloc(&q, want)) != COHORT__CUDA_SUCCESS)
+		return (e);
+	*p = q;
+	*len = want;
+	return (COHORT__CUDA_SUCCESS);
+}
+
+cohort_status
+cohort__dl_once(enum cohort__dl_state *state, void (*load)(void),
+    const char *why, char *err, size_t errlen)
+{
+	cohort_status rv = COHORT_OK;
+
+	pthread_mutex_lock(&loader_mtx);
+	if (*state == COHORT__DL_NEW)
+		load();
+	if (*state != COHORT__DL_OK) {
+		if (err != NULL && errlen > 0)
+			cohort__strlcpy(err, why, errlen);
+		rv = COHORT_ENOTSUP;
+	}
+	pthread_mutex_unlock(&loader_mtx);
+	return (rv);
 }
 
 cohort_status
@@ -254,18 +302,10 @@ cohort__dl_cudart_get(
 {
 	cohort_status rv;
 
-	pthread_mutex_lock(&loader_mtx);
-	if (cudart_state == LOADER_NEW)
-		cudart_load_locked();
-	if (cudart_state == LOADER_OK) {
-		*out = &cudart_api;
-		rv = COHORT_OK;
-	} else {
-		if (err != NULL && errlen > 0)
-			cohort__strlcpy(err, cudart_why, errlen);
-		rv = COHORT_ENOTSUP;
-	}
-	pthread_mutex_unlock(&loader_mtx);
+	rv = cohort__dl_once(
+	    &cudart_state, cudart_load_locked, cudart_why, err, errlen);
+	if (rv == COHORT_OK)
+		*out = &cudart_api; /* fixed once loaded */
 	return (rv);
 }
 
@@ -292,7 +332,7 @@ cohort__is_device_ptr(const void *p)
 	if (p == NULL)
 		return (false);
 	pthread_mutex_lock(&loader_mtx);
-	loaded = cudart_state == LOADER_OK;
+	loaded = cudart_state == COHORT__DL_OK;
 	pthread_mutex_unlock(&loader_mtx);
 	if (!loaded && !loader_driver_mapped())
 		return (false);

@@ -103,6 +103,19 @@ cohort_status cohort__dl_cudart_get(
 const char *cohort__dl_cuda_errtext(
     const struct cohort__dl_cudart *cu, int code, char *buf, size_t len);
 
+/* A timing-free event (the nccl and tcp-staged backends' completion
+ * mark): COHORT_OK and *ev, or COHORT_ECUDA with the error in err and *ev
+ * NULL. */
+cohort_status cohort__dl_cuda_event(
+    const struct cohort__dl_cudart *cu, void **ev, char *err, size_t errlen);
+
+/* Grows a buffer (*p, *len bytes; NULL, 0 at first) to want bytes: the
+ * old one released with release (it waits for the device), a new one
+ * from alloc (cu->Malloc, cu->MallocHost). 0 (cudaSuccess), or alloc's
+ * error with *p NULL and *len 0. */
+int cohort__dl_cuda_grow(int (*alloc)(void **, size_t), int (*release)(void *),
+    void **p, size_t *len, size_t want);
+
 /* True when p is device (or managed) memory of this process. Never loads
  * or initialises CUDA in a process that has not already done so (no
  * libcuda.so.1 mapped = no device memory); false without CUDA. Used for
@@ -116,6 +129,18 @@ bool cohort__is_device_ptr(const void *p);
 /* The one lock of every run-time library load. */
 void cohort__dl_lock(void);
 void cohort__dl_unlock(void);
+
+/* Where a run-time library's one load stands. */
+enum cohort__dl_state {
+	COHORT__DL_NEW = 0,
+	COHORT__DL_OK,
+	COHORT__DL_FAILED,
+};
+
+/* Under the lock: runs load (which sets *state, and why on failure) the
+ * first time, then answers COHORT_OK, or COHORT_ENOTSUP with why in err. */
+cohort_status cohort__dl_once(enum cohort__dl_state *state, void (*load)(void),
+    const char *why, char *err, size_t errlen);
 /* Opens the first library of names[] (or the knob's path alone when set);
  * path gets the one opened. On failure, why gets every name tried with
  * dlerror()'s text of the last. */

@@ -160,6 +160,30 @@ def _unflat_into(flat: torch.Tensor, outs: Sequence[torch.Tensor]) -> None:
         off += n
 
 
+def _finisher(
+    buf: Optional[torch.Tensor],
+    target: Optional[torch.Tensor] = None,
+    post: Optional[Callable[[torch.Tensor], Any]] = None,
+    then: Optional[Callable[[], Any]] = None,
+) -> Optional[Callable[[], None]]:
+    """What runs once a collective has filled ``buf``: ``post`` on it (an
+    integer mean's division), the copy into ``target`` where ``buf`` is a
+    contiguous stand-in for it, then ``then``. None when nothing has to."""
+    copy = buf is not None and target is not None and buf is not target
+    if post is None and not copy:
+        return then
+
+    def finish() -> None:
+        if post is not None:
+            post(buf)
+        if copy:
+            target.copy_(buf)
+        if then is not None:
+            then()
+
+    return finish
+
+
 # ---------------------------------------------------------------------------
 # Work objects
 # ---------------------------------------------------------------------------
@@ -478,18 +502,16 @@ class CohortProcessGroup(dist.ProcessGroup):
         dt, op = _dtype(t, "allreduce"), _redop(opts.reduceOp, t, "allreduce")
         op, post = _int_mean(op, t, self._size)
         buf = _contig(t)
-        finish = None
-        if buf is not t or post is not None:
-            def finish() -> None:
-                if post is not None:
-                    post(buf)
-                if buf is not t:
-                    t.copy_(buf)
+        return self._allreduce_buf("allreduce", opts, tensors, buf, dt, op, _finisher(buf, t, post))
+
+    def _allreduce_buf(self, name: str, opts: Any, result: Any, buf: torch.Tensor, dt: int, op: int,
+                       finish: Optional[Callable[[], None]]) -> CohortWork:
+        """All-reduces the contiguous ``buf`` in place."""
         g, p, n, s = self._group.handle, buf.data_ptr(), buf.numel(), _stream(buf)
         return self._start(
-            "allreduce",
+            name,
             opts,
-            tensors,
+            result,
             lambda ms: lib.cohort_allreduce(g, p, p, n, dt, op, s, ms),
             lambda out: lib.cohort_iallreduce(g, p, p, n, dt, op, s, out),
             finish,
@@ -508,21 +530,8 @@ class CohortProcessGroup(dist.ProcessGroup):
         dt, op = _dtype(t0, "allreduce_coalesced"), _redop(opts.reduceOp, t0, "allreduce_coalesced")
         op, post = _int_mean(op, t0, self._size)
         flat = _flat(tensors, t0)
-
-        def finish() -> None:
-            if post is not None:
-                post(flat)
-            _unflat_into(flat, tensors)
-        g, p, n, s = self._group.handle, flat.data_ptr(), flat.numel(), _stream(flat)
-        return self._start(
-            "allreduce_coalesced",
-            opts,
-            tensors,
-            lambda ms: lib.cohort_allreduce(g, p, p, n, dt, op, s, ms),
-            lambda out: lib.cohort_iallreduce(g, p, p, n, dt, op, s, out),
-            finish,
-            flat,
-        )
+        finish = _finisher(flat, post=post, then=lambda: _unflat_into(flat, tensors))
+        return self._allreduce_buf("allreduce_coalesced", opts, tensors, flat, dt, op, finish)
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> CohortWork:
         opts = opts if opts is not None else dist.BroadcastOptions()
@@ -530,7 +539,7 @@ class CohortProcessGroup(dist.ProcessGroup):
         root = opts.rootRank
         dt = _dtype(t, "broadcast")
         buf = _contig(t)
-        finish = None if buf is t else (lambda: t.copy_(buf))
+        finish = _finisher(buf, t)
         g, p, n, s = self._group.handle, buf.data_ptr(), buf.numel(), _stream(buf)
         return self._start(
             "broadcast",
@@ -549,13 +558,7 @@ class CohortProcessGroup(dist.ProcessGroup):
         dt, op = _dtype(t, "reduce"), _redop(opts.reduceOp, t, "reduce")
         op, post = _int_mean(op, t, self._size)
         buf = _contig(t)
-        finish = None
-        if self._rank == root and (buf is not t or post is not None):
-            def finish() -> None:
-                if post is not None:
-                    post(buf)
-                if buf is not t:
-                    t.copy_(buf)
+        finish = _finisher(buf, t, post) if self._rank == root else None
         g, p, n, s = self._group.handle, buf.data_ptr(), buf.numel(), _stream(buf)
         return self._start(
             "reduce", opts, tensors, lambda ms: lib.cohort_reduce(g, p, p, n, dt, op, root, s, ms), None, finish
@@ -570,12 +573,7 @@ class CohortProcessGroup(dist.ProcessGroup):
         if out.numel() != n * self._size:
             raise ValueError(f"cohort {op}: output has {out.numel()} elements, expected {n} x {self._size}")
         dst = _contig(out)
-        fin = finish
-        if dst is not out:
-            def fin() -> None:
-                out.copy_(dst)
-                if finish is not None:
-                    finish()
+        fin = _finisher(dst, out, then=finish)
         g, sp, dp, s = self._group.handle, src.data_ptr(), dst.data_ptr(), _stream(dst)
         return self._start(
             op,
@@ -618,17 +616,21 @@ class CohortProcessGroup(dist.ProcessGroup):
 
     _allgather_base = all_gather_single
 
+    def _each(self, op: str, call: Callable[[Any, Any, Any], CohortWork], outputs: list[Any], inputs: list[Any],
+              opts: Any) -> CohortWork:
+        """``call(output, input, opts)`` on each pair, joined into one work (the outputs its result)."""
+        return self._join(op, [call(o, i, opts) for o, i in zip(outputs, inputs)], outputs)
+
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                             opts: Any = None) -> CohortWork:
         opts = opts if opts is not None else dist.AllgatherOptions()
-        works = [self.allgather([outs], [inp], opts) for outs, inp in zip(output_lists, inputs)]
-        return self._join("allgather_coalesced", works, output_lists)
+        return self._each("allgather_coalesced", lambda outs, inp, o: self.allgather([outs], [inp], o),
+                          output_lists, inputs, opts)
 
     def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                     opts: Any = None) -> CohortWork:
         opts = opts if opts is not None else dist.AllgatherOptions()
-        works = [self.all_gather_single(o, i, opts) for o, i in zip(outputs, inputs)]
-        return self._join("all_gather_into_tensor_coalesced", works, outputs)
+        return self._each("all_gather_into_tensor_coalesced", self.all_gather_single, outputs, inputs, opts)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -641,15 +643,7 @@ class CohortProcessGroup(dist.ProcessGroup):
         if src.numel() != n * self._size:
             raise ValueError(f"cohort {op}: input has {src.numel()} elements, expected {n} x {self._size}")
         dst = _contig(out)
-        fin = finish
-        if dst is not out or post is not None:
-            def fin() -> None:
-                if post is not None:
-                    post(dst)
-                if dst is not out:
-                    out.copy_(dst)
-                if finish is not None:
-                    finish()
+        fin = _finisher(dst, out, post, finish)
         g, sp, dp, s = self._group.handle, src.data_ptr(), dst.data_ptr(), _stream(dst)
         return self._start(
             op,
@@ -680,8 +674,7 @@ class CohortProcessGroup(dist.ProcessGroup):
     def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                         opts: Any = None) -> CohortWork:
         opts = opts if opts is not None else dist.ReduceScatterOptions()
-        works = [self.reduce_scatter_single(o, i, opts) for o, i in zip(outputs, inputs)]
-        return self._join("reduce_scatter_tensor_coalesced", works, outputs)
+        return self._each("reduce_scatter_tensor_coalesced", self.reduce_scatter_single, outputs, inputs, opts)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
@@ -711,7 +704,7 @@ class CohortProcessGroup(dist.ProcessGroup):
         src = _contig(input)
         n = src.numel()
         dst = _contig(output) if self._rank == root else None
-        finish = (lambda: output.copy_(dst)) if dst is not None and dst is not output else None
+        finish = _finisher(dst, output)
         g, sp, s = self._group.handle, src.data_ptr(), _stream(src)
         dp = dst.data_ptr() if dst is not None else None
         return self._start(
@@ -733,7 +726,7 @@ class CohortProcessGroup(dist.ProcessGroup):
                 raise ValueError(f"cohort scatter: root needs {self._size} inputs of {n} elements")
             flat = _flat(ins, out)
         dst = _contig(out)
-        finish = None if dst is out else (lambda: out.copy_(dst))
+        finish = _finisher(dst, out)
         g, dp, s = self._group.handle, dst.data_ptr(), _stream(dst)
         sp = flat.data_ptr() if flat is not None else None
         return self._start(
@@ -772,7 +765,7 @@ class CohortProcessGroup(dist.ProcessGroup):
         out_splits = [int(k) * row_out for k in output_split_sizes]
         src = _contig(input)
         dst = _contig(output)
-        finish = None if dst is output else (lambda: output.copy_(dst))
+        finish = _finisher(dst, output)
         return self._alltoall_flat("all_to_all_single", dst, src, out_splits, in_splits, opts, [output], finish)
 
     alltoall_base = all_to_all_single

@@ -403,15 +403,9 @@ nccl_init(const struct cohort__group_desc *desc, void **state, char *err,
 		rv = COHORT_ECUDA;
 		goto out_free;
 	}
-	if ((e = cu->EventCreateWithFlags(
-	         &s->event, COHORT__CUDA_EVENT_DISABLE_TIMING))
-	    != COHORT__CUDA_SUCCESS) {
-		s->event = NULL;
-		snprintf(err, errlen, "cudaEventCreateWithFlags: %s",
-		    cohort__dl_cuda_errtext(cu, e, text, sizeof(text)));
-		rv = COHORT_ECUDA;
+	if ((rv = cohort__dl_cuda_event(cu, &s->event, err, errlen))
+	    != COHORT_OK)
 		goto out_free;
-	}
 	if ((rv = cohort__nccl_exchange_id(
 	         desc, nc->GetUniqueId, &uid, err, errlen, deadline))
 	    != COHORT_OK)
@@ -562,22 +556,16 @@ nccl_check_buf(struct nccl_state *s, const char *what, const void *p,
 static cohort_status
 nccl_scratch(struct nccl_state *s, size_t len, char *err, size_t errlen)
 {
-	void *p = NULL;
 	int e;
 
 	if (len <= s->scratch_len)
 		return (COHORT_OK);
-	if (s->scratch != NULL) {
-		/* cudaFree waits for the device: no work still uses it. */
-		(void)s->cu->Free(s->scratch);
-		s->scratch = NULL;
-		s->scratch_len = 0;
-	}
-	if ((e = s->cu->Malloc(&p, len)) != COHORT__CUDA_SUCCESS)
+	/* cudaFree waits for the device: no work still uses the old one. */
+	if ((e = cohort__dl_cuda_grow(s->cu->Malloc, s->cu->Free, &s->scratch,
+	         &s->scratch_len, len))
+	    != COHORT__CUDA_SUCCESS)
 		return (nccl_cuda_failed(
 		    s, "cudaMalloc (scratch)", e, err, errlen));
-	s->scratch = p;
-	s->scratch_len = len;
 	return (COHORT_OK);
 }
 
@@ -610,26 +598,30 @@ nccl_move(struct nccl_state *s, void *dst, const void *src, size_t len,
 	return (COHORT_OK);
 }
 
+/* Sends from a copy of the input (len bytes) in the scratch buffer. */
+static cohort_status
+nccl_copy_input(struct nccl_state *s, const void **send, size_t len,
+    void *stream, char *err, size_t errlen)
+{
+	cohort_status rv;
+
+	if ((rv = nccl_scratch(s, len, err, errlen)) != COHORT_OK
+	    || (rv = nccl_move(s, s->scratch, *send, len, stream, err, errlen))
+	        != COHORT_OK)
+		return (rv);
+	*send = s->scratch;
+	return (COHORT_OK);
+}
+
 /* Input that overlaps the output other than in place: copy it to the
  * scratch buffer first, and use that. */
 static cohort_status
 nccl_detach_input(struct nccl_state *s, const void **send, size_t slen,
     const void *recv, size_t rlen, void *stream, char *err, size_t errlen)
 {
-	cohort_status rv;
-	int e;
-
 	if (*send == recv || !nccl_overlap(*send, slen, recv, rlen))
 		return (COHORT_OK);
-	if ((rv = nccl_scratch(s, slen, err, errlen)) != COHORT_OK)
-		return (rv);
-	if ((e = s->cu->MemcpyAsync(
-	         s->scratch, *send, slen, COHORT__CUDA_MEMCPY_DEFAULT, stream))
-	    != COHORT__CUDA_SUCCESS)
-		return (
-		    nccl_cuda_failed(s, "cudaMemcpyAsync", e, err, errlen));
-	*send = s->scratch;
-	return (COHORT_OK);
+	return (nccl_copy_input(s, send, slen, stream, err, errlen));
 }
 
 static bool
@@ -682,6 +674,41 @@ nccl_p2p_failed(
 	return (nccl_call_failed(s, g->call, g->r, err, errlen));
 }
 
+static cohort_status
+nccl_group_start(struct nccl_state *s, char *err, size_t errlen)
+{
+	return (
+	    nccl_chk(s, "ncclGroupStart", s->nc->GroupStart(), err, errlen));
+}
+
+/* One grouped exchange with every peer p: block p of send (if not NULL)
+ * to p, block p of recv (if not NULL) from p; blocks of count elements,
+ * blk bytes. */
+static cohort_status
+nccl_exchange(struct nccl_state *s, const uint8_t *send, uint8_t *recv,
+    size_t blk, size_t count, int dt, void *stream, char *err, size_t errlen)
+{
+	struct nccl_p2p g;
+	cohort_status rv;
+
+	if (s->size == 1)
+		return (COHORT_OK);
+	if ((rv = nccl_group_start(s, err, errlen)) != COHORT_OK)
+		return (rv);
+	for (int p = 0; p < s->size; p++) {
+		if (p == s->rank)
+			continue;
+		if ((send != NULL
+		        && !nccl_p2p_send(s, &g, send + (size_t)p * blk, count,
+		            dt, p, stream))
+		    || (recv != NULL
+		        && !nccl_p2p_recv(s, &g, recv + (size_t)p * blk, count,
+		            dt, p, stream)))
+			return (nccl_p2p_failed(s, &g, err, errlen));
+	}
+	return (nccl_chk(s, "ncclGroupEnd", s->nc->GroupEnd(), err, errlen));
+}
+
 /* Gather-like: every rank's block lands at its offset in recv; our own
  * input is first moved to its slot (so a send == recv input is not
  * overwritten by a peer's block), then sent from there. */
@@ -709,9 +736,7 @@ nccl_allgatherv(struct nccl_state *s, const struct cohort__op *op, int dt,
 	mine = recv + mine_off;
 	if (s->size == 1)
 		return (COHORT_OK);
-	if ((rv = nccl_chk(
-	         s, "ncclGroupStart", s->nc->GroupStart(), err, errlen))
-	    != COHORT_OK)
+	if ((rv = nccl_group_start(s, err, errlen)) != COHORT_OK)
 		return (rv);
 	off = 0;
 	for (int p = 0; p < s->size; p++) {
@@ -734,42 +759,23 @@ nccl_alltoall(struct nccl_state *s, const struct cohort__op *op, int dt,
 {
 	size_t blk = op->count * es;
 	size_t total = blk * (size_t)s->size;
-	const uint8_t *send = op->send;
+	const void *send = op->send;
 	uint8_t *recv = op->recv;
-	struct nccl_p2p g;
 	cohort_status rv;
 
 	/* Not in place by contract; an overlapping input is sent from a
 	 * copy all the same. */
-	if (nccl_overlap(send, total, recv, total)) {
-		if ((rv = nccl_scratch(s, total, err, errlen)) != COHORT_OK)
-			return (rv);
-		if ((rv = nccl_move(
-		         s, s->scratch, send, total, stream, err, errlen))
-		    != COHORT_OK)
-			return (rv);
-		send = s->scratch;
-	}
+	if (nccl_overlap(send, total, recv, total)
+	    && (rv = nccl_copy_input(s, &send, total, stream, err, errlen))
+	        != COHORT_OK)
+		return (rv);
 	if ((rv = nccl_move(s, recv + (size_t)s->rank * blk,
-	         send + (size_t)s->rank * blk, blk, stream, err, errlen))
+	         (const uint8_t *)send + (size_t)s->rank * blk, blk, stream,
+	         err, errlen))
 	    != COHORT_OK)
 		return (rv);
-	if (s->size == 1)
-		return (COHORT_OK);
-	if ((rv = nccl_chk(
-	         s, "ncclGroupStart", s->nc->GroupStart(), err, errlen))
-	    != COHORT_OK)
-		return (rv);
-	for (int p = 0; p < s->size; p++) {
-		if (p == s->rank)
-			continue;
-		if (!nccl_p2p_send(s, &g, send + (size_t)p * blk, op->count,
-		        dt, p, stream)
-		    || !nccl_p2p_recv(s, &g, recv + (size_t)p * blk, op->count,
-		        dt, p, stream))
-			return (nccl_p2p_failed(s, &g, err, errlen));
-	}
-	return (nccl_chk(s, "ncclGroupEnd", s->nc->GroupEnd(), err, errlen));
+	return (nccl_exchange(
+	    s, send, recv, blk, op->count, dt, stream, err, errlen));
 }
 
 static cohort_status
@@ -778,7 +784,6 @@ nccl_gather(struct nccl_state *s, const struct cohort__op *op, int dt,
 {
 	size_t blk = op->count * es;
 	uint8_t *recv = op->recv;
-	struct nccl_p2p g;
 	cohort_status rv;
 
 	if (s->rank != op->root)
@@ -790,18 +795,8 @@ nccl_gather(struct nccl_state *s, const struct cohort__op *op, int dt,
 	         stream, err, errlen))
 	    != COHORT_OK)
 		return (rv);
-	if (s->size == 1)
-		return (COHORT_OK);
-	if ((rv = nccl_chk(
-	         s, "ncclGroupStart", s->nc->GroupStart(), err, errlen))
-	    != COHORT_OK)
-		return (rv);
-	for (int p = 0; p < s->size; p++)
-		if (p != s->rank
-		    && !nccl_p2p_recv(s, &g, recv + (size_t)p * blk, op->count,
-		        dt, p, stream))
-			return (nccl_p2p_failed(s, &g, err, errlen));
-	return (nccl_chk(s, "ncclGroupEnd", s->nc->GroupEnd(), err, errlen));
+	return (nccl_exchange(
+	    s, NULL, recv, blk, op->count, dt, stream, err, errlen));
 }
 
 static cohort_status
@@ -810,8 +805,7 @@ nccl_scatter(struct nccl_state *s, const struct cohort__op *op, int dt,
 {
 	size_t blk = op->count * es;
 	size_t total = blk * (size_t)s->size;
-	const uint8_t *send = op->send;
-	struct nccl_p2p g;
+	const void *send = op->send;
 	cohort_status rv;
 
 	if (s->rank != op->root)
@@ -821,33 +815,19 @@ nccl_scatter(struct nccl_state *s, const struct cohort__op *op, int dt,
 		    err, errlen));
 	/* Output overlapping the input other than at our own block (recv
 	 * == send): send the input from a copy. */
-	if ((const uint8_t *)op->recv != send + (size_t)s->rank * blk
-	    && nccl_overlap(op->recv, blk, send, total)) {
-		if ((rv = nccl_scratch(s, total, err, errlen)) != COHORT_OK)
-			return (rv);
-		if ((rv = nccl_move(
-		         s, s->scratch, send, total, stream, err, errlen))
-		    != COHORT_OK)
-			return (rv);
-		send = s->scratch;
-	}
-	if (s->size > 1) {
-		if ((rv = nccl_chk(s, "ncclGroupStart", s->nc->GroupStart(),
-		         err, errlen))
-		    != COHORT_OK)
-			return (rv);
-		for (int p = 0; p < s->size; p++)
-			if (p != s->rank
-			    && !nccl_p2p_send(s, &g, send + (size_t)p * blk,
-			        op->count, dt, p, stream))
-				return (nccl_p2p_failed(s, &g, err, errlen));
-		if ((rv = nccl_chk(
-		         s, "ncclGroupEnd", s->nc->GroupEnd(), err, errlen))
-		    != COHORT_OK)
-			return (rv);
-	}
-	return (nccl_move(s, op->recv, send + (size_t)s->rank * blk, blk,
-	    stream, err, errlen));
+	if ((const uint8_t *)op->recv
+	        != (const uint8_t *)send + (size_t)s->rank * blk
+	    && nccl_overlap(op->recv, blk, send, total)
+	    && (rv = nccl_copy_input(s, &send, total, stream, err, errlen))
+	        != COHORT_OK)
+		return (rv);
+	if ((rv = nccl_exchange(
+	         s, send, NULL, blk, op->count, dt, stream, err, errlen))
+	    != COHORT_OK)
+		return (rv);
+	return (nccl_move(s, op->recv,
+	    (const uint8_t *)send + (size_t)s->rank * blk, blk, stream, err,
+	    errlen));
 }
 
 /* Checks the buffers an operation uses on this rank. */

@@ -14,13 +14,7 @@
 
 #include "nccl_impl.h"
 
-enum loader_state {
-	LOADER_NEW = 0,
-	LOADER_OK,
-	LOADER_FAILED,
-};
-
-static enum loader_state nccl_state;
+static enum cohort__dl_state nccl_state;
 static void *nccl_lib;
 static struct cohort__dl_nccl nccl_api;
 static char nccl_why[512];
@@ -144,7 +138,7 @@ nccl_load_locked(void)
 			goto failed_close;
 	}
 	nccl_api = api;
-	nccl_state = LOADER_OK;
+	nccl_state = COHORT__DL_OK;
 	cohort__debug("nccl %s from %s (revoke %s, shrink %s, split %s)",
 	    api.version_text, path, api.CommRevoke != NULL ? "yes" : "no",
 	    api.CommShrink != NULL ? "yes" : "no",
@@ -155,7 +149,7 @@ failed_close:
 	(void)dlclose(nccl_lib);
 	nccl_lib = NULL;
 failed:
-	nccl_state = LOADER_FAILED;
+	nccl_state = COHORT__DL_FAILED;
 	cohort__debug("nccl unavailable: %s", nccl_why);
 }
 
@@ -166,67 +160,54 @@ cohort__dl_nccl_get(
 	const struct cohort__dl_cudart *cu;
 	cohort_status rv;
 
-	if ((rv = cohort__dl_cudart_get(&cu, err, errlen)) != COHORT_OK)
+	if ((rv = cohort__dl_cudart_get(&cu, err, errlen)) != COHORT_OK
+	    || (rv = cohort__dl_once(
+	            &nccl_state, nccl_load_locked, nccl_why, err, errlen))
+	        != COHORT_OK)
 		return (rv);
-	cohort__dl_lock();
-	if (nccl_state == LOADER_NEW)
-		nccl_load_locked();
-	if (nccl_state == LOADER_OK) {
-		*out = &nccl_api;
-		rv = COHORT_OK;
-	} else {
-		if (err != NULL && errlen > 0)
-			cohort__strlcpy(err, nccl_why, errlen);
-		rv = COHORT_ENOTSUP;
-	}
-	cohort__dl_unlock();
-	return (rv);
+	*out = &nccl_api; /* fixed once loaded */
+	return (COHORT_OK);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Mappings                                                                 */
 /* ------------------------------------------------------------------------ */
 
+/* NCCL's code for each dtype (every one has one). */
+static const int nccl_dtypes[COHORT_DTYPE_COUNT] = {
+	[COHORT_F32] = COHORT__NCCL_FLOAT32,
+	[COHORT_F64] = COHORT__NCCL_FLOAT64,
+	[COHORT_F16] = COHORT__NCCL_FLOAT16,
+	[COHORT_BF16] = COHORT__NCCL_BFLOAT16,
+	[COHORT_I32] = COHORT__NCCL_INT32,
+	[COHORT_I64] = COHORT__NCCL_INT64,
+	[COHORT_U8] = COHORT__NCCL_UINT8,
+};
+
 int
 cohort__nccl_dtype(cohort_dtype dt)
 {
-	switch (dt) {
-	case COHORT_F32:
-		return (COHORT__NCCL_FLOAT32);
-	case COHORT_F64:
-		return (COHORT__NCCL_FLOAT64);
-	case COHORT_F16:
-		return (COHORT__NCCL_FLOAT16);
-	case COHORT_BF16:
-		return (COHORT__NCCL_BFLOAT16);
-	case COHORT_I32:
-		return (COHORT__NCCL_INT32);
-	case COHORT_I64:
-		return (COHORT__NCCL_INT64);
-	case COHORT_U8:
-		return (COHORT__NCCL_UINT8);
-	default:
+	if ((int)dt < 0 || dt >= COHORT_DTYPE_COUNT)
 		return (-1);
-	}
+	return (nccl_dtypes[dt]);
 }
+
+/* NCCL's code for each reduction; MEAN (ncclAvg) needs NCCL 2.10. */
+static const int nccl_redops[COHORT_REDOP_COUNT] = {
+	[COHORT_SUM] = COHORT__NCCL_SUM,
+	[COHORT_PROD] = COHORT__NCCL_PROD,
+	[COHORT_MIN] = COHORT__NCCL_MIN,
+	[COHORT_MAX] = COHORT__NCCL_MAX,
+	[COHORT_MEAN] = COHORT__NCCL_AVG,
+};
 
 int
 cohort__nccl_redop(cohort_redop op, int nccl_version)
 {
-	switch (op) {
-	case COHORT_SUM:
-		return (COHORT__NCCL_SUM);
-	case COHORT_PROD:
-		return (COHORT__NCCL_PROD);
-	case COHORT_MIN:
-		return (COHORT__NCCL_MIN);
-	case COHORT_MAX:
-		return (COHORT__NCCL_MAX);
-	case COHORT_MEAN:
-		return (nccl_version >= 21000 ? COHORT__NCCL_AVG : -1);
-	default:
+	if ((int)op < 0 || op >= COHORT_REDOP_COUNT
+	    || (op == COHORT_MEAN && nccl_version < 21000))
 		return (-1);
-	}
+	return (nccl_redops[op]);
 }
 
 const char *

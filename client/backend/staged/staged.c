@@ -84,23 +84,15 @@ static cohort_status
 staged_grow(struct staged_state *s, struct staged_buf *b, size_t len,
     const struct cohort__op *op, char *err, size_t errlen)
 {
-	void *p = NULL;
-	size_t want;
 	int e;
 
 	if (len <= b->len)
 		return (COHORT_OK);
-	want = len < 4096 ? 4096 : len;
-	if (b->p != NULL) {
-		(void)s->cu->FreeHost(b->p);
-		b->p = NULL;
-		b->len = 0;
-	}
-	if ((e = s->cu->MallocHost(&p, want)) != COHORT__CUDA_SUCCESS)
+	if ((e = cohort__dl_cuda_grow(s->cu->MallocHost, s->cu->FreeHost,
+	         &b->p, &b->len, len < 4096 ? 4096 : len))
+	    != COHORT__CUDA_SUCCESS)
 		return (staged_cuda_failed(
 		    s, "cudaMallocHost", e, op, err, errlen));
-	b->p = p;
-	b->len = want;
 	return (COHORT_OK);
 }
 
@@ -193,9 +185,7 @@ staged_init(const struct cohort__group_desc *desc, void **state, char *err,
 	const struct cohort__dl_cudart *cu;
 	struct staged_state *s;
 	char why[512];
-	char text[200];
 	cohort_status rv;
-	int e;
 
 	if ((rv = cohort__dl_cudart_get(&cu, why, sizeof(why))) != COHORT_OK) {
 		snprintf(
@@ -211,15 +201,9 @@ staged_init(const struct cohort__group_desc *desc, void **state, char *err,
 	s->size = desc->size;
 	s->group_abort = desc->abort_flag;
 	atomic_init(&s->aborted, 0);
-	if ((e = cu->EventCreateWithFlags(
-	         &s->event, COHORT__CUDA_EVENT_DISABLE_TIMING))
-	    != COHORT__CUDA_SUCCESS) {
-		s->event = NULL;
-		snprintf(err, errlen, "cudaEventCreateWithFlags: %s",
-		    cohort__dl_cuda_errtext(cu, e, text, sizeof(text)));
-		rv = COHORT_ECUDA;
+	if ((rv = cohort__dl_cuda_event(cu, &s->event, err, errlen))
+	    != COHORT_OK)
 		goto out_free;
-	}
 	if ((rv = cohort__tcp_backend.init(
 	         desc, &s->tcp, err, errlen, deadline))
 	    != COHORT_OK) {
