@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "check_cohort.h"
+#include "unit_suite.h"
 #include "cohort_impl.h"
 
 START_TEST(test_deadline_default_and_forever)
@@ -79,15 +80,10 @@ END_TEST
 Suite *
 suite_clock(void)
 {
-	Suite *s = suite_create("clock");
-	TCase *tc = tcase_create("core");
+	const TTest *tests[] = { test_deadline_default_and_forever,
+		test_timeout_scale, test_timeout_scale_junk_ignored,
+		test_strlcpy_appendf, test_parse_i64,
+		test_last_error_is_thread_local_text, NULL };
 
-	tcase_add_test(tc, test_deadline_default_and_forever);
-	tcase_add_test(tc, test_timeout_scale);
-	tcase_add_test(tc, test_timeout_scale_junk_ignored);
-	tcase_add_test(tc, test_strlcpy_appendf);
-	tcase_add_test(tc, test_parse_i64);
-	tcase_add_test(tc, test_last_error_is_thread_local_text);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (unit_suite("clock", "core", 0, tests));
 }

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "check_cohort.h"
+#include "unit_suite.h"
 #include "ddp.h"
 
 #include "half.h" /* the library's own converters, to cross-check ours */
@@ -562,28 +563,21 @@ END_TEST
 Suite *
 suite_ddp(void)
 {
+	const TTest *in_process_tests[]
+	    = { test_ddp_half_converters, test_ddp_bucket_layout,
+		      test_ddp_custom_hook_order_and_no_sync, NULL };
+	const TTest *end_to_end_tests[] = { test_ddp_equiv_1_rank,
+		test_ddp_equiv_2_ranks, test_ddp_equiv_4_ranks,
+		test_ddp_equiv_packed_buckets, test_ddp_equiv_no_overlap,
+		test_ddp_no_sync_accumulation, test_ddp_fp16_hook,
+		test_ddp_bf16_hook, test_ddp_model_averaging_period_1,
+		test_ddp_model_averaging_period_2, test_ddp_on_exception,
+		NULL };
 	Suite *s = suite_create("ddp");
-	TCase *tc = tcase_create("in_process");
-	TCase *e2e = tcase_create("end_to_end");
 
-	tcase_add_test(tc, test_ddp_half_converters);
-	tcase_add_test(tc, test_ddp_bucket_layout);
-	tcase_add_test(tc, test_ddp_custom_hook_order_and_no_sync);
-	suite_add_tcase(s, tc);
-
-	tcase_add_checked_fixture(e2e, tddp_setup, tddp_teardown);
-	tcase_set_timeout(e2e, 180);
-	tcase_add_test(e2e, test_ddp_equiv_1_rank);
-	tcase_add_test(e2e, test_ddp_equiv_2_ranks);
-	tcase_add_test(e2e, test_ddp_equiv_4_ranks);
-	tcase_add_test(e2e, test_ddp_equiv_packed_buckets);
-	tcase_add_test(e2e, test_ddp_equiv_no_overlap);
-	tcase_add_test(e2e, test_ddp_no_sync_accumulation);
-	tcase_add_test(e2e, test_ddp_fp16_hook);
-	tcase_add_test(e2e, test_ddp_bf16_hook);
-	tcase_add_test(e2e, test_ddp_model_averaging_period_1);
-	tcase_add_test(e2e, test_ddp_model_averaging_period_2);
-	tcase_add_test(e2e, test_ddp_on_exception);
-	suite_add_tcase(s, e2e);
+	(void)unit_tcase(s, "in_process", 0, in_process_tests);
+	tcase_add_checked_fixture(
+	    unit_tcase(s, "end_to_end", 180, end_to_end_tests), tddp_setup,
+	    tddp_teardown);
 	return (s);
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "check_cohort.h"
+#include "unit_suite.h"
 #include "dp.h"
 #include "mlp.h"
 
@@ -190,12 +191,7 @@ END_TEST
 Suite *
 suite_dp(void)
 {
-	Suite *s = suite_create("dp");
-	TCase *tc = tcase_create("dp");
+	const TTest *tests[] = { test_dp_api, test_dp_equals_local, NULL };
 
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_dp_api);
-	tcase_add_test(tc, test_dp_equals_local);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (unit_suite("dp", "dp", 120, tests));
 }

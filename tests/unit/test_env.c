@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "check_cohort.h"
+#include "unit_suite.h"
 #include "cohort_impl.h"
 
 Suite *suite_env(void);
@@ -1013,56 +1014,33 @@ END_TEST
 Suite *
 suite_env(void)
 {
+	const TTest *resolve_tests[] = { test_empty_environment,
+		test_cohort_source, test_torchrun_source,
+		test_torchrun_default_job, test_master_addr_ipv6,
+		test_cohort_coordinator_always_wins,
+		test_cohort_beats_torchrun, test_incomplete_source_is_skipped,
+		test_torchrun_beats_openmpi_and_slurm, test_openmpi_source,
+		test_slurm_source, test_torchelastic_restart_count,
+		test_torchrun_run_id_none, test_openmpi_job_id,
+		test_pmi_source, test_slurm_job_and_coordinator,
+		test_slurm_interactive_skipped, test_slurm_first_host,
+		test_kubeflow_pet, test_job_identity_order, test_token_file,
+		test_k8s_indexed_job, test_k8s_index_needs_world_size,
+		test_kubernetes_vars_ignored, test_world_size_alone,
+		test_malformed_rank, test_malformed_values,
+		test_rank_not_below_world, test_later_source_not_validated,
+		test_bad_master_port, test_bad_coordinator_url,
+		test_too_long_values, test_format_report,
+		test_format_truncates_like_snprintf, NULL };
+	const TTest *options_tests[] = { test_options_from_env,
+		test_options_defaults, test_open_rejects_bad_options,
+		test_open_no_coordinator, test_accessors_null_safe,
+		test_env_vars_round_trip, NULL };
 	Suite *s = suite_create("env");
-	TCase *tc = tcase_create("resolve");
-	TCase *to = tcase_create("options");
 
-	tcase_add_checked_fixture(tc, env_setup, NULL);
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_empty_environment);
-	tcase_add_test(tc, test_cohort_source);
-	tcase_add_test(tc, test_torchrun_source);
-	tcase_add_test(tc, test_torchrun_default_job);
-	tcase_add_test(tc, test_master_addr_ipv6);
-	tcase_add_test(tc, test_cohort_coordinator_always_wins);
-	tcase_add_test(tc, test_cohort_beats_torchrun);
-	tcase_add_test(tc, test_incomplete_source_is_skipped);
-	tcase_add_test(tc, test_torchrun_beats_openmpi_and_slurm);
-	tcase_add_test(tc, test_openmpi_source);
-	tcase_add_test(tc, test_slurm_source);
-	tcase_add_test(tc, test_torchelastic_restart_count);
-	tcase_add_test(tc, test_torchrun_run_id_none);
-	tcase_add_test(tc, test_openmpi_job_id);
-	tcase_add_test(tc, test_pmi_source);
-	tcase_add_test(tc, test_slurm_job_and_coordinator);
-	tcase_add_test(tc, test_slurm_interactive_skipped);
-	tcase_add_test(tc, test_slurm_first_host);
-	tcase_add_test(tc, test_kubeflow_pet);
-	tcase_add_test(tc, test_job_identity_order);
-	tcase_add_test(tc, test_token_file);
-	tcase_add_test(tc, test_k8s_indexed_job);
-	tcase_add_test(tc, test_k8s_index_needs_world_size);
-	tcase_add_test(tc, test_kubernetes_vars_ignored);
-	tcase_add_test(tc, test_world_size_alone);
-	tcase_add_test(tc, test_malformed_rank);
-	tcase_add_test(tc, test_malformed_values);
-	tcase_add_test(tc, test_rank_not_below_world);
-	tcase_add_test(tc, test_later_source_not_validated);
-	tcase_add_test(tc, test_bad_master_port);
-	tcase_add_test(tc, test_bad_coordinator_url);
-	tcase_add_test(tc, test_too_long_values);
-	tcase_add_test(tc, test_format_report);
-	tcase_add_test(tc, test_format_truncates_like_snprintf);
-	suite_add_tcase(s, tc);
-
-	tcase_add_checked_fixture(to, env_setup, NULL);
-	tcase_set_timeout(to, 30);
-	tcase_add_test(to, test_options_from_env);
-	tcase_add_test(to, test_options_defaults);
-	tcase_add_test(to, test_open_rejects_bad_options);
-	tcase_add_test(to, test_open_no_coordinator);
-	tcase_add_test(to, test_accessors_null_safe);
-	tcase_add_test(to, test_env_vars_round_trip);
-	suite_add_tcase(s, to);
+	tcase_add_checked_fixture(
+	    unit_tcase(s, "resolve", 30, resolve_tests), env_setup, NULL);
+	tcase_add_checked_fixture(
+	    unit_tcase(s, "options", 30, options_tests), env_setup, NULL);
 	return (s);
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "check_cohort.h"
+#include "unit_suite.h"
 
 static struct th_coord thvd_coord;
 
@@ -215,15 +216,13 @@ END_TEST
 Suite *
 suite_hvd(void)
 {
+	const TTest *tests[] = { test_hvd_equals_ddp_and_local,
+		test_hvd_backward_passes_per_step,
+		test_hvd_named_collectives_and_stall,
+		test_hvd_peer_death_fails_pending_promptly, NULL };
 	Suite *s = suite_create("hvd");
-	TCase *tc = tcase_create("end_to_end");
 
-	tcase_add_checked_fixture(tc, thvd_setup, thvd_teardown);
-	tcase_set_timeout(tc, 180);
-	tcase_add_test(tc, test_hvd_equals_ddp_and_local);
-	tcase_add_test(tc, test_hvd_backward_passes_per_step);
-	tcase_add_test(tc, test_hvd_named_collectives_and_stall);
-	tcase_add_test(tc, test_hvd_peer_death_fails_pending_promptly);
-	suite_add_tcase(s, tc);
+	tcase_add_checked_fixture(unit_tcase(s, "end_to_end", 180, tests),
+	    thvd_setup, thvd_teardown);
 	return (s);
 }

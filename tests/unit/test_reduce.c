@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "unit_suite.h"
 
 /* client/reduce.c's testing hook (not in backend.h). */
 bool cohort__reduce_select(const char *isa, const char **active);
@@ -481,21 +482,16 @@ END_TEST
 Suite *
 suite_reduce(void)
 {
+	const TTest *kernels[]
+	    = { test_reduce_count_zero_untouched, test_reduce_variants_agree,
+		      test_reduce_throughput_sane, NULL };
+	const TTest *half[] = { test_reduce_f16_roundtrip_exhaustive,
+		test_reduce_f16_rounding, test_reduce_f16_matches_hardware,
+		test_reduce_bf16_rounding, NULL };
 	Suite *s = suite_create("reduce");
-	TCase *tc = tcase_create("kernels");
 
-	tcase_set_timeout(tc, 60);
-	tcase_add_loop_test(tc, test_reduce_all_dtypes_ops, 0, 3);
-	tcase_add_test(tc, test_reduce_count_zero_untouched);
-	tcase_add_test(tc, test_reduce_variants_agree);
-	tcase_add_test(tc, test_reduce_throughput_sane);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("half");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_reduce_f16_roundtrip_exhaustive);
-	tcase_add_test(tc, test_reduce_f16_rounding);
-	tcase_add_test(tc, test_reduce_f16_matches_hardware);
-	tcase_add_test(tc, test_reduce_bf16_rounding);
-	suite_add_tcase(s, tc);
+	tcase_add_loop_test(unit_tcase(s, "kernels", 60, kernels),
+	    test_reduce_all_dtypes_ops, 0, 3);
+	(void)unit_tcase(s, "half", 60, half);
 	return (s);
 }

@@ -22,6 +22,7 @@
 #include <nng/protocol/reqrep0/req.h>
 
 #include "check_cohort.h"
+#include "unit_suite.h"
 #include "ddp.h"
 #include "mlp.h"
 #include "spawn.h"
@@ -422,17 +423,12 @@ END_TEST
 Suite *
 suite_spawn(void)
 {
-	Suite *s = suite_create("spawn");
-	TCase *tc = tcase_create("spawn");
+	const TTest *tests[] = { test_spawn_returns_rank0_result_and_metrics,
+		test_spawn_child_failure_named,
+		test_spawn_child_crash_and_straggler_killed,
+		test_spawn_timeout_kills_all, test_spawn_bad_cohortd,
+		test_spawn_after_nng_refused,
+		test_spawn_ddp_training_equals_local, NULL };
 
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_spawn_returns_rank0_result_and_metrics);
-	tcase_add_test(tc, test_spawn_child_failure_named);
-	tcase_add_test(tc, test_spawn_child_crash_and_straggler_killed);
-	tcase_add_test(tc, test_spawn_timeout_kills_all);
-	tcase_add_test(tc, test_spawn_bad_cohortd);
-	tcase_add_test(tc, test_spawn_after_nng_refused);
-	tcase_add_test(tc, test_spawn_ddp_training_equals_local);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (unit_suite("spawn", "spawn", 120, tests));
 }

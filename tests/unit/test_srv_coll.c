@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "srv_fixture.h"
+#include "unit_suite.h"
 
 Suite *suite_srv_coll(void);
 
@@ -345,19 +346,10 @@ END_TEST
 Suite *
 suite_srv_coll(void)
 {
-	Suite *s = suite_create("srv_coll");
-	TCase *tc = tcase_create("coll");
+	const TTest *tests[] = { test_barrier_parks_until_all, test_broadcast,
+		test_reduce_scalars, test_decide, test_service_gather,
+		test_mismatch, test_timeout_names_missing_and_retry,
+		test_groups, test_retry_takes_over_parked, NULL };
 
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_barrier_parks_until_all);
-	tcase_add_test(tc, test_broadcast);
-	tcase_add_test(tc, test_reduce_scalars);
-	tcase_add_test(tc, test_decide);
-	tcase_add_test(tc, test_service_gather);
-	tcase_add_test(tc, test_mismatch);
-	tcase_add_test(tc, test_timeout_names_missing_and_retry);
-	tcase_add_test(tc, test_groups);
-	tcase_add_test(tc, test_retry_takes_over_parked);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (unit_suite("srv_coll", "coll", 30, tests));
 }

@@ -11,6 +11,7 @@
 #include "server.h"
 
 #include "srv_fixture.h"
+#include "unit_suite.h"
 
 Suite *suite_srv_dispatch(void);
 
@@ -313,19 +314,11 @@ END_TEST
 Suite *
 suite_srv_dispatch(void)
 {
-	Suite *s = suite_create("srv_dispatch");
-	TCase *tc = tcase_create("dispatch");
+	const TTest *tests[] = { test_bad_framing, test_random_garbage,
+		test_payload_len_mismatch, test_version_body_seq,
+		test_unknown_oneof_field, test_wrong_token_no_data,
+		test_admin_token_status, test_preset_job,
+		test_embedded_two_servers, NULL };
 
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_bad_framing);
-	tcase_add_test(tc, test_random_garbage);
-	tcase_add_test(tc, test_payload_len_mismatch);
-	tcase_add_test(tc, test_version_body_seq);
-	tcase_add_test(tc, test_unknown_oneof_field);
-	tcase_add_test(tc, test_wrong_token_no_data);
-	tcase_add_test(tc, test_admin_token_status);
-	tcase_add_test(tc, test_preset_job);
-	tcase_add_test(tc, test_embedded_two_servers);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (unit_suite("srv_dispatch", "dispatch", 60, tests));
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "srv_fixture.h"
+#include "unit_suite.h"
 
 Suite *suite_srv_harden(void);
 
@@ -423,18 +424,14 @@ END_TEST
 Suite *
 suite_srv_harden(void)
 {
-	Suite *s = suite_create("srv_harden");
-	TCase *tc = tcase_create("harden");
+	const TTest *tests[] = { test_loop_stall_gives_fresh_window,
+		test_other_connection_gets_nothing_of_a_client,
+		test_cached_reply_only_for_the_same_request,
+		test_idle_connections_closed_busy_ones_kept,
+		test_anonymous_status_refused,
+		test_metrics_name_no_job_unless_asked,
+		test_global_limits_named,
+		test_abandoned_job_expires_with_its_records, NULL };
 
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_loop_stall_gives_fresh_window);
-	tcase_add_test(tc, test_other_connection_gets_nothing_of_a_client);
-	tcase_add_test(tc, test_cached_reply_only_for_the_same_request);
-	tcase_add_test(tc, test_idle_connections_closed_busy_ones_kept);
-	tcase_add_test(tc, test_anonymous_status_refused);
-	tcase_add_test(tc, test_metrics_name_no_job_unless_asked);
-	tcase_add_test(tc, test_global_limits_named);
-	tcase_add_test(tc, test_abandoned_job_expires_with_its_records);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (unit_suite("srv_harden", "harden", 60, tests));
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "srv_fixture.h"
+#include "unit_suite.h"
 #include "token.h"
 
 Suite *suite_srv_job(void);
@@ -620,28 +621,16 @@ END_TEST
 Suite *
 suite_srv_job(void)
 {
-	Suite *s = suite_create("srv_job");
-	TCase *tc = tcase_create("job");
+	const TTest *tests[] = { test_rendezvous_assigns_ranks,
+		test_duplicate_rank_names_holder, test_join_validation,
+		test_join_timeout_names_missing,
+		test_failure_fanout_connection_lost, test_report_failure_text,
+		test_failure_names_current_or_dated_operation,
+		test_heartbeat_silence, test_generation_and_stale,
+		test_leave_fails_waiters_and_removes_job, test_token_isolation,
+		test_join_mismatch_names_both_sides, test_require_token,
+		test_token_mint, test_secret_read, test_status_query,
+		test_status_finished_job, test_watch_timeout_ok, NULL };
 
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_rendezvous_assigns_ranks);
-	tcase_add_test(tc, test_duplicate_rank_names_holder);
-	tcase_add_test(tc, test_join_validation);
-	tcase_add_test(tc, test_join_timeout_names_missing);
-	tcase_add_test(tc, test_failure_fanout_connection_lost);
-	tcase_add_test(tc, test_report_failure_text);
-	tcase_add_test(tc, test_failure_names_current_or_dated_operation);
-	tcase_add_test(tc, test_heartbeat_silence);
-	tcase_add_test(tc, test_generation_and_stale);
-	tcase_add_test(tc, test_leave_fails_waiters_and_removes_job);
-	tcase_add_test(tc, test_token_isolation);
-	tcase_add_test(tc, test_join_mismatch_names_both_sides);
-	tcase_add_test(tc, test_require_token);
-	tcase_add_test(tc, test_token_mint);
-	tcase_add_test(tc, test_secret_read);
-	tcase_add_test(tc, test_status_query);
-	tcase_add_test(tc, test_status_finished_job);
-	tcase_add_test(tc, test_watch_timeout_ok);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (unit_suite("srv_job", "job", 30, tests));
 }

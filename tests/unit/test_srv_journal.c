@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "srv_fixture.h"
+#include "unit_suite.h"
 
 Suite *suite_srv_journal(void);
 
@@ -1081,38 +1082,29 @@ END_TEST
 Suite *
 suite_srv_journal(void)
 {
+	const TTest *journal_tests[] = { test_crc32c, test_kv_survives_restart,
+		test_retried_add_after_restart, test_torn_last_record,
+		test_compaction, test_members_and_barrier_across_restart,
+		test_groups_and_leave_across_restart,
+		test_one_left_across_restart,
+		test_keys_before_first_generation, test_state_dir_locked,
+		test_journal_cost, NULL };
+	const TTest *integrity_tests[]
+	    = { test_flip_start_refuses_and_recovers,
+		      test_flip_middle_refuses_and_recovers,
+		      test_flip_end_refuses_and_recovers,
+		      test_flip_first_job_recovers_the_other,
+		      test_truncated_mid_record_is_a_torn_tail,
+		      test_truncated_header_empty_missing_log,
+		      test_missing_snapshot_or_log_after_compaction,
+		      test_bad_magic_and_damaged_snapshot, test_read_only_dir,
+		      NULL };
+	const TTest *full_disk_tests[] = { test_full_disk_not_acknowledged,
+		test_full_disk_recovers_in_place, NULL };
 	Suite *s = suite_create("srv_journal");
-	TCase *tc = tcase_create("journal");
 
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_crc32c);
-	tcase_add_test(tc, test_kv_survives_restart);
-	tcase_add_test(tc, test_retried_add_after_restart);
-	tcase_add_test(tc, test_torn_last_record);
-	tcase_add_test(tc, test_compaction);
-	tcase_add_test(tc, test_members_and_barrier_across_restart);
-	tcase_add_test(tc, test_groups_and_leave_across_restart);
-	tcase_add_test(tc, test_one_left_across_restart);
-	tcase_add_test(tc, test_keys_before_first_generation);
-	tcase_add_test(tc, test_state_dir_locked);
-	tcase_add_test(tc, test_journal_cost);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("integrity");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_flip_start_refuses_and_recovers);
-	tcase_add_test(tc, test_flip_middle_refuses_and_recovers);
-	tcase_add_test(tc, test_flip_end_refuses_and_recovers);
-	tcase_add_test(tc, test_flip_first_job_recovers_the_other);
-	tcase_add_test(tc, test_truncated_mid_record_is_a_torn_tail);
-	tcase_add_test(tc, test_truncated_header_empty_missing_log);
-	tcase_add_test(tc, test_missing_snapshot_or_log_after_compaction);
-	tcase_add_test(tc, test_bad_magic_and_damaged_snapshot);
-	tcase_add_test(tc, test_read_only_dir);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("full_disk");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_full_disk_not_acknowledged);
-	tcase_add_test(tc, test_full_disk_recovers_in_place);
-	suite_add_tcase(s, tc);
+	(void)unit_tcase(s, "journal", 60, journal_tests);
+	(void)unit_tcase(s, "integrity", 60, integrity_tests);
+	(void)unit_tcase(s, "full_disk", 60, full_disk_tests);
 	return (s);
 }

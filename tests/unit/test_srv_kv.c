@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "srv_fixture.h"
+#include "unit_suite.h"
 
 Suite *suite_srv_kv(void);
 
@@ -336,18 +337,10 @@ END_TEST
 Suite *
 suite_srv_kv(void)
 {
-	Suite *s = suite_create("srv_kv");
-	TCase *tc = tcase_create("kv");
+	const TTest *tests[] = { test_set_get, test_get_wait_released_by_set,
+		test_wait_and_timeout, test_add_idempotent,
+		test_compare_set_delete_num_keys, test_append_multi,
+		test_limits_and_keys, test_kv_without_membership, NULL };
 
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_set_get);
-	tcase_add_test(tc, test_get_wait_released_by_set);
-	tcase_add_test(tc, test_wait_and_timeout);
-	tcase_add_test(tc, test_add_idempotent);
-	tcase_add_test(tc, test_compare_set_delete_num_keys);
-	tcase_add_test(tc, test_append_multi);
-	tcase_add_test(tc, test_limits_and_keys);
-	tcase_add_test(tc, test_kv_without_membership);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (unit_suite("srv_kv", "kv", 30, tests));
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "srv_fixture.h"
+#include "unit_suite.h"
 
 Suite *suite_srv_stall(void);
 
@@ -252,14 +253,10 @@ END_TEST
 Suite *
 suite_srv_stall(void)
 {
-	Suite *s = suite_create("srv_stall");
-	TCase *tc = tcase_create("stall");
+	const TTest *tests[]
+	    = { test_control_plane_stall, test_missing_rank_last_seen,
+		      test_data_plane_stall, test_join_heartbeat_order,
+		      test_request_after_close_is_dropped, NULL };
 
-	tcase_add_test(tc, test_control_plane_stall);
-	tcase_add_test(tc, test_missing_rank_last_seen);
-	tcase_add_test(tc, test_data_plane_stall);
-	tcase_add_test(tc, test_join_heartbeat_order);
-	tcase_add_test(tc, test_request_after_close_is_dropped);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (unit_suite("srv_stall", "stall", 0, tests));
 }

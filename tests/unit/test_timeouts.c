@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "check_cohort.h"
+#include "unit_suite.h"
 #include "cohort_impl.h"
 
 START_TEST(test_defaults_are_ordered)
@@ -88,14 +89,11 @@ Suite *suite_timeouts(void);
 Suite *
 suite_timeouts(void)
 {
-	Suite *s = suite_create("timeouts");
-	TCase *tc = tcase_create("order");
+	const TTest *tests[] = { test_defaults_are_ordered,
+		test_op_timeout_below_dead_after_refused,
+		test_heartbeat_not_below_dead_after_refused,
+		test_rendezvous_shorter_than_operation_refused,
+		test_environment_knobs, NULL };
 
-	tcase_add_test(tc, test_defaults_are_ordered);
-	tcase_add_test(tc, test_op_timeout_below_dead_after_refused);
-	tcase_add_test(tc, test_heartbeat_not_below_dead_after_refused);
-	tcase_add_test(tc, test_rendezvous_shorter_than_operation_refused);
-	tcase_add_test(tc, test_environment_knobs);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (unit_suite("timeouts", "order", 0, tests));
 }

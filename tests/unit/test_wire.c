@@ -8,6 +8,7 @@
 #include <nng/nng.h>
 
 #include "check_cohort.h"
+#include "unit_suite.h"
 #include "cohort_impl.h"
 
 Suite *suite_wire(void);
@@ -290,20 +291,12 @@ END_TEST
 Suite *
 suite_wire(void)
 {
-	Suite *s = suite_create("wire");
-	TCase *tc = tcase_create("wire");
+	const TTest *tests[] = { test_request_round_trip,
+		test_reply_round_trip, test_empty_payload_and_empty_envelope,
+		test_short_message, test_truncated_frames,
+		test_envelope_length_lie, test_payload_length_lie,
+		test_garbage_envelope, test_random_garbage_never_crashes,
+		test_pack_too_big, NULL };
 
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_request_round_trip);
-	tcase_add_test(tc, test_reply_round_trip);
-	tcase_add_test(tc, test_empty_payload_and_empty_envelope);
-	tcase_add_test(tc, test_short_message);
-	tcase_add_test(tc, test_truncated_frames);
-	tcase_add_test(tc, test_envelope_length_lie);
-	tcase_add_test(tc, test_payload_length_lie);
-	tcase_add_test(tc, test_garbage_envelope);
-	tcase_add_test(tc, test_random_garbage_never_crashes);
-	tcase_add_test(tc, test_pack_too_big);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (unit_suite("wire", "wire", 30, tests));
 }

@@ -1,0 +1,28 @@
+/*
+ * unit_suite.c - table-built test cases for the unit suites.
+ */
+#include "unit_suite.h"
+
+TCase *
+unit_tcase(
+    Suite *s, const char *name, int timeout_s, const TTest *const *tests)
+{
+	TCase *tc = tcase_create(name);
+
+	if (timeout_s > 0)
+		tcase_set_timeout(tc, timeout_s);
+	for (; *tests != NULL; tests++)
+		tcase_add_test(tc, *tests);
+	suite_add_tcase(s, tc);
+	return (tc);
+}
+
+Suite *
+unit_suite(const char *name, const char *tcase, int timeout_s,
+    const TTest *const *tests)
+{
+	Suite *s = suite_create(name);
+
+	(void)unit_tcase(s, tcase, timeout_s, tests);
+	return (s);
+}

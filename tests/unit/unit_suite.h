@@ -1,0 +1,22 @@
+/*
+ * unit_suite.h - a unit suite's test cases built from tables: each test
+ * file lists its tests (a NULL-terminated array of the TTest pointers
+ * START_TEST defines) instead of repeating the Check calls that create,
+ * fill and attach every test case.
+ */
+#ifndef COHORT_UNIT_SUITE_H
+#define COHORT_UNIT_SUITE_H
+
+#include <check.h>
+
+/* Adds test case `name` to s with every test of `tests` (NULL-terminated)
+ * and returns it, for fixtures or loop tests. timeout_s 0 keeps Check's
+ * default timeout. */
+TCase *unit_tcase(
+    Suite *s, const char *name, int timeout_s, const TTest *const *tests);
+
+/* A suite named `name` of one test case `tcase` (see unit_tcase). */
+Suite *unit_suite(const char *name, const char *tcase, int timeout_s,
+    const TTest *const *tests);
+
+#endif /* COHORT_UNIT_SUITE_H */
