@@ -69,7 +69,7 @@ $(OBJ)/examples/%.o: PART_INC := $(INC_STRAT) -iquote examples/lib
 # The cohort CLI embeds the coordinator (server.h) and speaks the protocol
 # through the client's coordinator engine.
 $(OBJ)/tools/%.o: PART_INC := $(INC_PROTO) -iquote client -iquote server
-$(OBJ)/bench/%.o: PART_INC := $(INC_PROTO) -iquote client
+$(OBJ)/bench/%.o: PART_INC := $(INC_PROTO) -iquote client -iquote tests/unit
 # Tests look inside every part.
 $(OBJ)/tests/%.o: PART_INC := $(INC_PROTO) -iquote client -iquote server \
 	-iquote cuda -iquote strategies -iquote tests/harness -iquote examples/lib

@@ -30,70 +30,11 @@
 
 #include "backend/backend.h"
 #include "backend/tcp/tcp_impl.h"
+#include "fs_store.h" /* tests/unit: the store the tcp tests use too */
 
 #define MB_MAX_SIZES 32
 
-static char mb_dir[256];
-
-static void
-mb_path(const char *key, char *out, size_t len)
-{
-	char k[200];
-	size_t i;
-
-	for (i = 0; key[i] != '\0' && i + 1 < sizeof(k); i++)
-		k[i] = key[i] == '/' ? '_' : key[i];
-	k[i] = '\0';
-	snprintf(out, len, "%s/%s", mb_dir, k);
-}
-
-static cohort_status
-mb_set(void *ctx, const char *key, const void *val, size_t len,
-    cohort__time deadline)
-{
-	char path[512], tmp[520];
-	int fd;
-
-	mb_path(key, path, sizeof(path));
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600)) < 0)
-		return (COHORT_ESYSTEM);
-	if (write(fd, val, len) != (ssize_t)len) {
-		close(fd);
-		return (COHORT_ESYSTEM);
-	}
-	close(fd);
-	return (rename(tmp, path) == 0 ? COHORT_OK : COHORT_ESYSTEM);
-}
-
-static cohort_status
-mb_get(
-    void *ctx, const char *key, void **val, size_t *len, cohort__time deadline)
-{
-	char path[512];
-
-	mb_path(key, path, sizeof(path));
-	for (;;) {
-		int fd = open(path, O_RDONLY);
-
-		if (fd >= 0) {
-			char *buf = malloc(256);
-			ssize_t n = read(fd, buf, 256);
-
-			close(fd);
-			if (n < 0) {
-				free(buf);
-				return (COHORT_ESYSTEM);
-			}
-			*val = buf;
-			*len = (size_t)n;
-			return (COHORT_OK);
-		}
-		if (cohort__expired(deadline))
-			return (COHORT_ETIMEDOUT);
-		(void)poll(NULL, 0, 2);
-	}
-}
+static struct fs_store mb_store;
 
 struct mb_opts {
 	int n;
@@ -179,8 +120,7 @@ mb_rank(const struct mb_opts *o, int rank)
 	d.rank = rank;
 	d.size = o->n;
 	d.global_ranks = granks;
-	d.store.set = mb_set;
-	d.store.get = mb_get;
+	fs_store_bind(&mb_store, &d.store);
 	init_ns = cohort__now_ns();
 	if ((rv = cohort__tcp_backend.init(
 	         &d, &state, err, sizeof(err), cohort__now_ms() + 30000))
@@ -429,8 +369,7 @@ main(int argc, char **argv)
 			o.sizes[o.nsizes++] = mb_parse_size(tok);
 		free(copy);
 	}
-	snprintf(mb_dir, sizeof(mb_dir), "/tmp/cohort-mb-XXXXXX");
-	if (mkdtemp(mb_dir) == NULL) {
+	if (!fs_store_open(&mb_store, "cohort-mb")) {
 		perror("mkdtemp");
 		return (1);
 	}
@@ -445,12 +384,7 @@ main(int argc, char **argv)
 		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
 			failed = 1;
 	}
-	{
-		char cmd[300];
-
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", mb_dir);
-		if (system(cmd) != 0)
-			failed = 1;
-	}
+	if (!fs_store_close(&mb_store))
+		failed = 1;
 	return (failed);
 }

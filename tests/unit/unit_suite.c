@@ -11,7 +11,7 @@ unit_tcase(
 
 	if (timeout_s > 0)
 		tcase_set_timeout(tc, timeout_s);
-	for (; *tests != NULL; tests++)
+	for (; tests != NULL && *tests != NULL; tests++)
 		tcase_add_test(tc, *tests);
 	suite_add_tcase(s, tc);
 	return (tc);

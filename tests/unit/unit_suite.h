@@ -9,9 +9,9 @@
 
 #include <check.h>
 
-/* Adds test case `name` to s with every test of `tests` (NULL-terminated)
- * and returns it, for fixtures or loop tests. timeout_s 0 keeps Check's
- * default timeout. */
+/* Adds test case `name` to s with every test of `tests` (NULL-terminated;
+ * NULL: none) and returns it, for fixtures or loop tests. timeout_s 0 keeps
+ * Check's default timeout. */
 TCase *unit_tcase(
     Suite *s, const char *name, int timeout_s, const TTest *const *tests);
 
