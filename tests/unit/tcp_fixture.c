@@ -280,61 +280,10 @@ tt_fval(uint64_t seed, int r, size_t i, cohort_redop op)
 static void
 tt_put(void *buf, size_t i, cohort_dtype dt, uint64_t raw, double f)
 {
-	switch (dt) {
-	case COHORT_F32:
-		((float *)buf)[i] = (float)f;
-		break;
-	case COHORT_F64:
-		((double *)buf)[i] = f;
-		break;
-	case COHORT_F16:
-		((uint16_t *)buf)[i] = cohort__f32_to_f16((float)f);
-		break;
-	case COHORT_BF16:
-		((uint16_t *)buf)[i] = cohort__f32_to_bf16((float)f);
-		break;
-	case COHORT_I32:
-		((uint32_t *)buf)[i] = (uint32_t)raw;
-		break;
-	case COHORT_I64:
-		((uint64_t *)buf)[i] = raw;
-		break;
-	case COHORT_U8:
-		((uint8_t *)buf)[i] = (uint8_t)raw;
-		break;
-	default:
-		break;
-	}
-}
-
-static double
-tt_getf(const void *buf, size_t i, cohort_dtype dt)
-{
-	switch (dt) {
-	case COHORT_F32:
-		return (((const float *)buf)[i]);
-	case COHORT_F64:
-		return (((const double *)buf)[i]);
-	case COHORT_F16:
-		return (cohort__f16_to_f32(((const uint16_t *)buf)[i]));
-	case COHORT_BF16:
-		return (cohort__bf16_to_f32(((const uint16_t *)buf)[i]));
-	default:
-		return (0);
-	}
-}
-
-static uint64_t
-tt_geti(const void *buf, size_t i, cohort_dtype dt)
-{
-	switch (dt) {
-	case COHORT_I32:
-		return (((const uint32_t *)buf)[i]);
-	case COHORT_I64:
-		return (((const uint64_t *)buf)[i]);
-	default:
-		return (((const uint8_t *)buf)[i]);
-	}
+	if (elem_isfloat(dt))
+		elem_store(buf, i, dt, f);
+	else
+		elem_store_bits(buf, i, dt, raw);
 }
 
 /* Fills buf[0..count) with rank r's input, element indices from base. */
@@ -345,26 +294,6 @@ tt_fill(void *buf, size_t count, size_t base, cohort_dtype dt, cohort_redop op,
 	for (size_t i = 0; i < count; i++)
 		tt_put(buf, i, dt, tt_raw(seed, r, base + i),
 		    tt_fval(seed, r, base + i, op));
-}
-
-static int64_t
-tt_sext(uint64_t v, cohort_dtype dt)
-{
-	if (dt == COHORT_I32)
-		return ((int32_t)(uint32_t)v);
-	if (dt == COHORT_I64)
-		return ((int64_t)v);
-	return ((int64_t)(uint8_t)v);
-}
-
-static uint64_t
-tt_mask(cohort_dtype dt)
-{
-	if (dt == COHORT_I32)
-		return (0xffffffffu);
-	if (dt == COHORT_I64)
-		return (UINT64_MAX);
-	return (0xffu);
 }
 
 /* Checks got[0..count) against the reduction over all n ranks of input
@@ -380,27 +309,12 @@ tt_check_reduced(const void *got, size_t count, size_t base, cohort_dtype dt,
 		bool ok;
 		double want = 0, g = 0;
 
-		if (tt_isfloat(dt)) {
+		if (elem_isfloat(dt)) {
 			want = tt_fval(seed, 0, base + i, op);
-			for (int r = 1; r < n; r++) {
-				double v = tt_fval(seed, r, base + i, op);
-
-				switch (op) {
-				case COHORT_PROD:
-					want *= v;
-					break;
-				case COHORT_MIN:
-					want = v < want ? v : want;
-					break;
-				case COHORT_MAX:
-					want = v > want ? v : want;
-					break;
-				default:
-					want += v;
-					break;
-				}
-			}
-			g = tt_getf(got, i, dt);
+			for (int r = 1; r < n; r++)
+				want = elem_op_f(
+				    want, tt_fval(seed, r, base + i, op), op);
+			g = elem_load(got, i, dt);
 			if (op == COHORT_MEAN) {
 				double rel = dt == COHORT_F16 ? 1.0 / 1024
 				    : dt == COHORT_BF16       ? 1.0 / 128
@@ -413,37 +327,14 @@ tt_check_reduced(const void *got, size_t count, size_t base, cohort_dtype dt,
 				ok = g == want;
 			}
 		} else {
-			uint64_t w = tt_raw(seed, 0, base + i) & tt_mask(dt);
-			uint64_t gv = tt_geti(got, i, dt);
+			uint64_t w = tt_raw(seed, 0, base + i) & elem_mask(dt);
+			uint64_t gv = elem_bits(got, i, dt);
 
-			for (int r = 1; r < n; r++) {
-				uint64_t v
-				    = tt_raw(seed, r, base + i) & tt_mask(dt);
-
-				switch (op) {
-				case COHORT_PROD:
-					w = w * v;
-					break;
-				case COHORT_MIN:
-					if (tt_sext(v, dt) < tt_sext(w, dt))
-						w = v;
-					if (dt == COHORT_U8 && v < w)
-						w = v;
-					break;
-				case COHORT_MAX:
-					if (dt != COHORT_U8
-					    && tt_sext(v, dt) > tt_sext(w, dt))
-						w = v;
-					if (dt == COHORT_U8 && v > w)
-						w = v;
-					break;
-				default:
-					w = w + v;
-					break;
-				}
-				w &= tt_mask(dt);
-			}
-			ok = gv == (w & tt_mask(dt));
+			for (int r = 1; r < n; r++)
+				w = elem_op_i(w,
+				    tt_raw(seed, r, base + i) & elem_mask(dt),
+				    dt, op);
+			ok = gv == w;
 			g = (double)gv;
 			want = (double)w;
 		}

@@ -30,6 +30,7 @@
 #include "backend/backend.h"
 #include "backend/tcp/tcp_impl.h"
 #include "check_cohort.h"
+#include "dtype_elem.h"
 #include "fs_store.h"
 
 #define TT_MAX_RANKS 8
@@ -145,13 +146,6 @@ tt_mix(uint64_t x)
 	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9u;
 	x = (x ^ (x >> 27)) * 0x94d049bb133111ebu;
 	return (x ^ (x >> 31));
-}
-
-static inline bool
-tt_isfloat(cohort_dtype dt)
-{
-	return (dt == COHORT_F32 || dt == COHORT_F64 || dt == COHORT_F16
-	    || dt == COHORT_BF16);
 }
 
 /* One collective on one rank. */

@@ -35,7 +35,7 @@ tt_body_matrix(struct tt_group *g, int r, void *state)
 				uint64_t h;
 
 				if (o == COHORT_MEAN
-				    && !tt_isfloat((cohort_dtype)dt))
+				    && !elem_isfloat((cohort_dtype)dt))
 					continue;
 				h = tt_mix(g->seed + seq);
 				/* 0, 1, an odd count, and one past the
