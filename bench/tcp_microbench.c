@@ -65,21 +65,24 @@ mb_parse_size(const char *s)
 	return ((size_t)v);
 }
 
-static const char *
-mb_kind_name(enum cohort__op_kind k)
+/* The collectives it times; -o takes their names (cohort__op_name). */
+static const enum cohort__op_kind mb_kinds[]
+    = { COHORT__OP_ALLREDUCE, COHORT__OP_REDUCE, COHORT__OP_BROADCAST,
+	      COHORT__OP_ALLGATHER, COHORT__OP_REDUCE_SCATTER };
+
+/* The dtype (dtype) or reduction (!dtype) named v, else cur. */
+static int
+mb_named(const char *v, bool dtype, int cur)
 {
-	switch (k) {
-	case COHORT__OP_BROADCAST:
-		return ("broadcast");
-	case COHORT__OP_ALLGATHER:
-		return ("allgather");
-	case COHORT__OP_REDUCE_SCATTER:
-		return ("reduce_scatter");
-	case COHORT__OP_REDUCE:
-		return ("reduce");
-	default:
-		return ("allreduce");
-	}
+	int n = dtype ? COHORT_DTYPE_COUNT : COHORT_REDOP_COUNT;
+
+	for (int d = 0; d < n; d++)
+		if (strcmp(v,
+		        dtype ? cohort_dtype_name((cohort_dtype)d)
+		              : cohort_redop_name((cohort_redop)d))
+		    == 0)
+			return (d);
+	return (cur);
 }
 
 static double
@@ -146,7 +149,7 @@ mb_rank(const struct mb_opts *o, int rank)
 	if (rank == 0 && !o->json)
 		printf("# tcp backend, %d ranks, %s %s %s, %s; rank 0 init "
 		       "%.1f ms (%s)\n",
-		    o->n, mb_kind_name(o->kind), cohort_dtype_name(o->dt),
+		    o->n, cohort__op_name(o->kind), cohort_dtype_name(o->dt),
 		    cohort_redop_name(o->op),
 		    o->inplace ? "in place" : "out of place",
 		    (double)init_ns / 1e6,
@@ -258,8 +261,9 @@ mb_rank(const struct mb_opts *o, int rank)
 					    "%.2f,\"algbw\":%.3f,\"busbw\":"
 					    "%.3f,\"iters\":%d,\"warmup\":%d}"
 					    "\n",
-					    mb_kind_name(o->kind), o->n, bytes,
-					    count, cohort_dtype_name(o->dt),
+					    cohort__op_name(o->kind), o->n,
+					    bytes, count,
+					    cohort_dtype_name(o->dt),
 					    cohort_redop_name(o->op), us,
 					    (double)wfirst / 1e3, algbw, busbw,
 					    iters, o->warmup);
@@ -328,28 +332,18 @@ main(int argc, char **argv)
 			o.warmup = (int)strtol(v, NULL, 10);
 			i++;
 		} else if (strcmp(a, "-o") == 0) {
-			o.kind = strcmp(v, "broadcast") == 0
-			    ? COHORT__OP_BROADCAST
-			    : strcmp(v, "allgather") == 0
-			    ? COHORT__OP_ALLGATHER
-			    : strcmp(v, "reduce_scatter") == 0
-			    ? COHORT__OP_REDUCE_SCATTER
-			    : strcmp(v, "reduce") == 0 ? COHORT__OP_REDUCE
-			                               : COHORT__OP_ALLREDUCE;
+			o.kind = COHORT__OP_ALLREDUCE;
+			for (size_t k = 0;
+			     k < sizeof(mb_kinds) / sizeof(mb_kinds[0]); k++)
+				if (strcmp(v, cohort__op_name(mb_kinds[k]))
+				    == 0)
+					o.kind = mb_kinds[k];
 			i++;
 		} else if (strcmp(a, "-t") == 0) {
-			for (int d = 0; d < COHORT_DTYPE_COUNT; d++)
-				if (strcmp(
-				        v, cohort_dtype_name((cohort_dtype)d))
-				    == 0)
-					o.dt = (cohort_dtype)d;
+			o.dt = (cohort_dtype)mb_named(v, true, (int)o.dt);
 			i++;
 		} else if (strcmp(a, "-r") == 0) {
-			for (int d = 0; d < COHORT_REDOP_COUNT; d++)
-				if (strcmp(
-				        v, cohort_redop_name((cohort_redop)d))
-				    == 0)
-					o.op = (cohort_redop)d;
+			o.op = (cohort_redop)mb_named(v, false, (int)o.op);
 			i++;
 		} else {
 			fprintf(stderr, "unknown option %s\n", a);

@@ -381,16 +381,6 @@ tt_fail(struct tt_group *g, int rank, const char *fmt, ...)
 	atomic_fetch_add(&g->failures, 1);
 }
 
-static const char *
-tt_kind_name(enum cohort__op_kind k)
-{
-	static const char *const names[] = { "?", "allreduce", "reduce",
-		"broadcast", "allgather", "allgatherv", "reduce_scatter",
-		"alltoall", "gather", "scatter", "barrier" };
-
-	return ((unsigned)k <= COHORT__OP_BARRIER ? names[k] : "?");
-}
-
 /* Runs spec on rank r and checks its output. */
 void
 tt_one(struct tt_group *g, int r, void *state, const struct tt_spec *sp,
@@ -415,8 +405,8 @@ tt_one(struct tt_group *g, int r, void *state, const struct tt_spec *sp,
 	op.root = sp->root;
 	op.seq = seq;
 	snprintf(what, sizeof(what), "%s #%" PRIu64 " count %zu%s root %d",
-	    tt_kind_name(sp->kind), seq, cnt, sp->inplace ? " in place" : "",
-	    sp->root);
+	    cohort__op_name(sp->kind), seq, cnt,
+	    sp->inplace ? " in place" : "", sp->root);
 
 	/* One allocation pattern per kind; +64 guard bytes. */
 	switch (sp->kind) {
