@@ -368,7 +368,7 @@ FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all \
 	-fno-omit-frame-pointer
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wno-unused-parameter \
 	-pthread -MMD -MP $(FUZZ_SAN) $(INC_PROTO) -iquote client -iquote server \
-	-iquote fuzz -I$(FUZZ_BUILD)/gen $(PKG_CFLAGS)
+	-iquote fuzz -iquote tests/unit -I$(FUZZ_BUILD)/gen $(PKG_CFLAGS)
 FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
 FUZZ_NAMES := $(patsubst fuzz/fuzz_%.c,%,$(FUZZ_SRC))
 FUZZ_SEEDS := $(patsubst fuzz/seed_%.c,%,$(wildcard fuzz/seed_*.c))

@@ -33,29 +33,9 @@ static unsigned fz_runs;
 static char fz_dir[128];
 
 static void
-fz_sink(void *arg, void *tp, nng_msg *m)
-{
-	Cohort__Reply *rep;
-	const uint8_t *pl;
-	size_t plen;
-
-	(void)arg;
-	(void)tp;
-	if (m == NULL)
-		return;
-	if (cohort__wire_unpack_reply(m, &rep, &pl, &plen) != COHORT_OK) {
-		fprintf(stderr, "fuzz_dispatch: a reply does not decode: %s\n",
-		    cohort_last_error());
-		abort();
-	}
-	cohort__reply__free_unpacked(rep, NULL);
-	nng_msg_free(m);
-}
-
-static void
 fz_rmdir(void)
 {
-	fz_rmdir_files(fz_dir);
+	(void)tmpdir_remove(fz_dir);
 }
 
 static void
@@ -65,7 +45,7 @@ fz_start(void)
 	struct srv_jrn_opts o;
 	cohort_status rv;
 
-	if (srv_core_new(&lim, NULL, fz_sink, NULL, fz_now, &fz_core)
+	if (srv_core_new(&lim, NULL, srq_drop_reply, NULL, fz_now, &fz_core)
 	    != COHORT_OK)
 		abort();
 	memset(&o, 0, sizeof(o));

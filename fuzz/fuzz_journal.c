@@ -30,16 +30,7 @@ static char fz_dir[128];
 static void
 fz_rmdir(void)
 {
-	fz_rmdir_files(fz_dir);
-}
-
-static void
-fz_sink(void *arg, void *tp, nng_msg *m)
-{
-	(void)arg;
-	(void)tp;
-	if (m != NULL)
-		nng_msg_free(m);
+	(void)tmpdir_remove(fz_dir);
 }
 
 static void
@@ -63,7 +54,7 @@ fz_open(bool recover)
 	struct srv_core *core;
 	cohort_status rv;
 
-	if (srv_core_new(&lim, NULL, fz_sink, NULL, 1000000, &core)
+	if (srv_core_new(&lim, NULL, srq_drop_reply, NULL, 1000000, &core)
 	    != COHORT_OK)
 		abort();
 	memset(&o, 0, sizeof(o));

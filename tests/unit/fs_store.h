@@ -8,7 +8,6 @@
 #ifndef COHORT_FS_STORE_H
 #define COHORT_FS_STORE_H
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdbool.h>
@@ -17,6 +16,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "tmpdir.h"
 
 struct fs_store {
 	char dir[256];
@@ -85,12 +85,12 @@ fs_store_get(
 	}
 }
 
-/* Creates a fresh directory /tmp/<prefix>-XXXXXX; false on failure. */
+/* Creates a fresh directory <$TMPDIR or /tmp>/<prefix>-XXXXXX; false on
+ * failure. */
 static inline bool
 fs_store_open(struct fs_store *fs, const char *prefix)
 {
-	snprintf(fs->dir, sizeof(fs->dir), "/tmp/%s-XXXXXX", prefix);
-	return (mkdtemp(fs->dir) != NULL);
+	return (tmpdir_make(fs->dir, sizeof(fs->dir), prefix));
 }
 
 /* The store a group descriptor uses: fs is its context. */
@@ -106,20 +106,7 @@ fs_store_bind(struct fs_store *fs, struct cohort__store *st)
 static inline bool
 fs_store_close(struct fs_store *fs)
 {
-	DIR *dir = opendir(fs->dir);
-	struct dirent *e;
-	char path[600];
-
-	if (dir == NULL)
-		return (false);
-	while ((e = readdir(dir)) != NULL) {
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", fs->dir, e->d_name);
-		(void)unlink(path);
-	}
-	closedir(dir);
-	return (rmdir(fs->dir) == 0);
+	return (tmpdir_remove(fs->dir));
 }
 
 #endif /* COHORT_FS_STORE_H */

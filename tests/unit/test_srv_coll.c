@@ -13,7 +13,7 @@ Suite *suite_srv_coll(void);
 START_TEST(test_barrier_parks_until_all)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[3];
+	struct srq_cli c[3];
 	uintptr_t t[3];
 
 	fx_form(f, c, 3, "j");
@@ -35,7 +35,7 @@ END_TEST
 START_TEST(test_broadcast)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[3];
+	struct srq_cli c[3];
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 	uintptr_t t1, t0, t2;
 
@@ -71,7 +71,7 @@ END_TEST
 START_TEST(test_reduce_scalars)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[3];
+	struct srq_cli c[3];
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 	uintptr_t t[3];
 	int64_t iv[3][2] = { { 1, 7 }, { 2, -3 }, { 3, 5 } };
@@ -135,7 +135,7 @@ END_TEST
 START_TEST(test_decide)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 	uintptr_t t[2];
 
@@ -162,7 +162,7 @@ END_TEST
 START_TEST(test_service_gather)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[3];
+	struct srq_cli c[3];
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 	const char *blk[3] = { "aa", "b", "cccc" };
 	uintptr_t t[3];
@@ -187,7 +187,7 @@ END_TEST
 START_TEST(test_mismatch)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[3];
+	struct srq_cli c[3];
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 	uintptr_t t0, t1, t2;
 	Cohort__Reply *r;
@@ -219,7 +219,7 @@ END_TEST
 START_TEST(test_timeout_names_missing_and_retry)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[4];
+	struct srq_cli c[4];
 	uintptr_t t0, t1;
 	Cohort__Reply *r;
 
@@ -248,7 +248,7 @@ END_TEST
 START_TEST(test_groups)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[4];
+	struct srq_cli c[4];
 	Cohort__GroupCreate gc = COHORT__GROUP_CREATE__INIT;
 	int32_t ranks[2] = { 3, 1 }, other[2] = { 1, 2 };
 	uintptr_t t3, t1, tb;
@@ -318,7 +318,7 @@ END_TEST
 START_TEST(test_retry_takes_over_parked)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 	uintptr_t t0, t0b, t1;

@@ -80,12 +80,12 @@ END_TEST
 START_TEST(test_payload_len_mismatch)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c;
+	struct srq_cli c;
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
 	nng_msg *m;
 
-	fx_cli_init(&c, "j", 1, 1);
+	srq_cli_init(&c, "j", 1, 1);
 	rq.proto_version = COHORT_PROTO_VERSION;
 	rq.job = "j";
 	rq.token = "tok";
@@ -107,7 +107,7 @@ END_TEST
 START_TEST(test_version_body_seq)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[1];
+	struct srq_cli c[1];
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
 	struct cohort__iov none = { NULL, 0 };
@@ -157,14 +157,14 @@ END_TEST
 START_TEST(test_wrong_token_no_data)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[1], evil;
+	struct srq_cli c[1], evil;
 	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
 	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
 	Cohort__Reply *r;
 
 	fx_form(f, c, 1, "j");
 	fx_kv_set(f, &c[0], "k", "secret");
-	fx_cli_init(&evil, "j", 100, 10); /* even the same client id */
+	srq_cli_init(&evil, "j", 100, 10); /* even the same client id */
 	evil.token = "bad";
 	hb.last_op = "";
 	r = fx_want(f,
@@ -193,13 +193,13 @@ START_TEST(test_admin_token_status)
 {
 	struct srv_limits lim = { 100, 1000, 10, 0, 0, 0, 0, 0 };
 	struct fx *f = fx_new();
-	struct fx_cli c;
+	struct srq_cli c;
 	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
 
 	srv_core_free(f->core);
 	ck_assert_cohort_ok(
 	    srv_core_new(&lim, "adm", fx_sink, f, f->now, &f->core));
-	fx_cli_init(&c, "", 1, 1);
+	srq_cli_init(&c, "", 1, 1);
 	c.token = "";
 	sq.job = "";
 	fx_want(f,
@@ -216,7 +216,7 @@ END_TEST
 START_TEST(test_preset_job)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[1], evil;
+	struct srq_cli c[1], evil;
 	uintptr_t t;
 
 	ck_assert_cohort_ok(srv_core_add_job(f->core, "pre", "tok"));
@@ -224,7 +224,7 @@ START_TEST(test_preset_job)
 	    srv_core_add_job(f->core, "pre", "x"), COHORT_EEXIST);
 	ck_assert_cohort_err(
 	    srv_core_add_job(f->core, "", "x"), COHORT_EINVAL);
-	fx_cli_init(&evil, "pre", 5, 5);
+	srq_cli_init(&evil, "pre", 5, 5);
 	evil.token = "other";
 	fx_want(f, fx_join(f, &evil, 0, 1, 0), COHORT_EAUTH);
 	fx_form(f, c, 1, "pre");

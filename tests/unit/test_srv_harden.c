@@ -14,13 +14,13 @@ Suite *suite_srv_harden(void);
 
 /* n clients of job joined at world n, on connections pipe0.. */
 static void
-hd_form(struct fx *f, struct fx_cli *c, int n, const char *job, uint32_t pipe0,
-    uint64_t id0)
+hd_form(struct fx *f, struct srq_cli *c, int n, const char *job,
+    uint32_t pipe0, uint64_t id0)
 {
 	uintptr_t t[16];
 
 	for (int i = 0; i < n; i++) {
-		fx_cli_init(
+		srq_cli_init(
 		    &c[i], job, id0 + (uint64_t)i, pipe0 + (uint32_t)i);
 		t[i] = fx_join(f, &c[i], i, (uint32_t)n, 60000);
 	}
@@ -43,7 +43,7 @@ hd_job(struct fx *f, const char *name)
 START_TEST(test_loop_stall_gives_fresh_window)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	struct srv_job *job;
 
 	fx_form(f, c, 2, "j");
@@ -82,7 +82,7 @@ END_TEST
 START_TEST(test_other_connection_gets_nothing_of_a_client)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[2], imp;
+	struct srq_cli c[2], imp;
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__KvGet g = COHORT__KV_GET__INIT;
 	struct srv_job *job;
@@ -138,7 +138,7 @@ END_TEST
 START_TEST(test_cached_reply_only_for_the_same_request)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__KvGet g = COHORT__KV_GET__INIT;
 	uint64_t seq;
@@ -186,7 +186,7 @@ hd_idle(struct fx *f, uint32_t *out)
 START_TEST(test_idle_connections_closed_busy_ones_kept)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[2], k;
+	struct srq_cli c[2], k;
 	uint32_t out[16];
 	struct srv_job *job;
 
@@ -198,11 +198,11 @@ START_TEST(test_idle_connections_closed_busy_ones_kept)
 		srv_core_pipe_opened(f->core, p, f->now);
 	fx_form(f, c, 2, "j");
 	job = hd_job(f, "j");
-	fx_cli_init(&k, "j", 500, 12);
+	srq_cli_init(&k, "j", 500, 12);
 	(void)fx_kv_get(f, &k, "never", true, UINT32_MAX);
 	{
-		struct fx_cli s;
-		fx_cli_init(&s, "j", 501, 14);
+		struct srq_cli s;
+		srq_cli_init(&s, "j", 501, 14);
 		fx_want(f, fx_kv_set(f, &s, "x", "1"), COHORT_OK);
 	}
 	f->now += 9999;
@@ -236,9 +236,9 @@ START_TEST(test_idle_connections_closed_busy_ones_kept)
 	/* nng may run the open event after the pipe's first request was
 	 * handled: that request still counts */
 	{
-		struct fx_cli e;
+		struct srq_cli e;
 		Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
-		fx_cli_init(&e, "nope", 600, 60);
+		srq_cli_init(&e, "nope", 600, 60);
 		sq.job = "nope";
 		fx_want(f,
 		    fx_simple(
@@ -267,13 +267,13 @@ END_TEST
 START_TEST(test_anonymous_status_refused)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[2], anon;
+	struct srq_cli c[2], anon;
 	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
 	Cohort__Reply *r;
 
 	fx_form(f, c, 2, "secret-project");
 	/* no job, no token, no admin secret configured */
-	fx_cli_init(&anon, "", 7, 77);
+	srq_cli_init(&anon, "", 7, 77);
 	anon.token = "";
 	sq.job = "";
 	r = fx_want(f,
@@ -309,7 +309,7 @@ END_TEST
 START_TEST(test_metrics_name_no_job_unless_asked)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	char *m;
 
 	fx_form(f, c, 2, "secret\"project");
@@ -337,7 +337,7 @@ END_TEST
 START_TEST(test_global_limits_named)
 {
 	struct fx *f = fx_new();
-	struct fx_cli a[2], b[2], x;
+	struct srq_cli a[2], b[2], x;
 	Cohort__Reply *r;
 
 	f->core->lim.max_jobs = 2;
@@ -347,16 +347,16 @@ START_TEST(test_global_limits_named)
 	f->core->lim.max_total_keys = 3;
 	fx_form(f, a, 2, "a");
 	/* a world over --max-members */
-	fx_cli_init(&x, "big", 900, 90);
+	srq_cli_init(&x, "big", 900, 90);
 	r = fx_want(f, fx_join(f, &x, -1, 5, 1000), COHORT_ETOOBIG);
 	ck_assert_ptr_nonnull(strstr(r->error, "--max-members 4"));
 	/* the rest of --max-total-members: 3 more, not 4 */
-	fx_cli_init(&x, "big", 901, 91);
+	srq_cli_init(&x, "big", 901, 91);
 	r = fx_want(f, fx_join(f, &x, -1, 4, 1000), COHORT_ETOOBIG);
 	ck_assert_ptr_nonnull(strstr(r->error, "--max-total-members 5"));
 	fx_form(f, b, 2, "b");
 	/* a third job: --max-jobs */
-	fx_cli_init(&x, "c", 902, 92);
+	srq_cli_init(&x, "c", 902, 92);
 	r = fx_want(f, fx_join(f, &x, -1, 1, 1000), COHORT_ETOOBIG);
 	ck_assert_ptr_nonnull(strstr(r->error, "--max-jobs 2"));
 	ck_assert_ptr_nonnull(strstr(r->error, "job 'c'"));
@@ -385,7 +385,7 @@ END_TEST
 START_TEST(test_abandoned_job_expires_with_its_records)
 {
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli a[2], b[2], p[1];
+	struct srq_cli a[2], b[2], p[1];
 
 	f->core->job_expiry_ms = 30000;
 	ck_assert_cohort_ok(srv_core_add_job(f->core, "preset", "tok"));

@@ -14,13 +14,13 @@ Suite *suite_srv_job(void);
 START_TEST(test_rendezvous_assigns_ranks)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[3];
+	struct srq_cli c[3];
 	uintptr_t t[3];
 	Cohort__Reply *r;
 
-	fx_cli_init(&c[0], "j", 1, 1);
-	fx_cli_init(&c[1], "j", 2, 2);
-	fx_cli_init(&c[2], "j", 3, 3);
+	srq_cli_init(&c[0], "j", 1, 1);
+	srq_cli_init(&c[1], "j", 2, 2);
+	srq_cli_init(&c[2], "j", 3, 3);
 	c[1].host = "nodeB";
 	t[0] = fx_join(f, &c[0], -1, 3, 60000);
 	t[1] = fx_join(f, &c[1], 0, 3, 60000);
@@ -44,12 +44,12 @@ END_TEST
 START_TEST(test_duplicate_rank_names_holder)
 {
 	struct fx *f = fx_new();
-	struct fx_cli a, b, c[2];
+	struct srq_cli a, b, c[2];
 	uintptr_t t;
 	Cohort__Reply *r;
 
-	fx_cli_init(&a, "j", 1, 1);
-	fx_cli_init(&b, "j", 2, 2);
+	srq_cli_init(&a, "j", 1, 1);
+	srq_cli_init(&b, "j", 2, 2);
 	a.host = "alpha";
 	a.pid = 4242;
 	fx_join(f, &a, 1, 2, 60000);
@@ -64,7 +64,7 @@ START_TEST(test_duplicate_rank_names_holder)
 	/* rank held by a running member */
 	f = fx_new();
 	fx_form(f, c, 2, "k");
-	fx_cli_init(&b, "k", 77, 77);
+	srq_cli_init(&b, "k", 77, 77);
 	t = fx_join(f, &b, 1, 2, 60000);
 	r = fx_want(f, t, COHORT_EEXIST);
 	ck_assert_ptr_nonnull(strstr(r->error, "held by host:101"));
@@ -75,9 +75,9 @@ END_TEST
 START_TEST(test_join_validation)
 {
 	struct fx *f = fx_new();
-	struct fx_cli a;
+	struct srq_cli a;
 
-	fx_cli_init(&a, "j", 1, 1);
+	srq_cli_init(&a, "j", 1, 1);
 	fx_want(f, fx_join(f, &a, -1, 0, 1000), COHORT_EINVAL);
 	fx_want(f, fx_join(f, &a, -1, 65537, 1000), COHORT_EINVAL);
 	fx_want(f, fx_join(f, &a, 4, 4, 1000), COHORT_EINVAL);
@@ -91,12 +91,12 @@ END_TEST
 START_TEST(test_join_timeout_names_missing)
 {
 	struct fx *f = fx_new();
-	struct fx_cli a, b;
+	struct srq_cli a, b;
 	uintptr_t ta, tb;
 	Cohort__Reply *r;
 
-	fx_cli_init(&a, "j", 1, 1);
-	fx_cli_init(&b, "j", 2, 2);
+	srq_cli_init(&a, "j", 1, 1);
+	srq_cli_init(&b, "j", 2, 2);
 	ta = fx_join(f, &a, 0, 4, 30000);
 	tb = fx_join(f, &b, -1, 4, 60000);
 	fx_tick(f, 29000);
@@ -111,7 +111,7 @@ START_TEST(test_join_timeout_names_missing)
 	ck_assert_ptr_nonnull(strstr(r->error, "missing ranks 2, 3"));
 	ck_assert_ptr_null(fx_get(f, tb));
 	/* timeout 0: answered at once */
-	fx_cli_init(&a, "z", 5, 5);
+	srq_cli_init(&a, "z", 5, 5);
 	fx_want(f, fx_join(f, &a, 0, 2, 0), COHORT_ETIMEDOUT);
 	fx_free(f);
 }
@@ -120,7 +120,7 @@ END_TEST
 START_TEST(test_failure_fanout_connection_lost)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[3];
+	struct srq_cli c[3];
 	uintptr_t t0, t2, tw, tl;
 	Cohort__Reply *r;
 	Cohort__Watch w = COHORT__WATCH__INIT;
@@ -163,7 +163,7 @@ END_TEST
 START_TEST(test_report_failure_text)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	Cohort__ReportFailure rf = COHORT__REPORT_FAILURE__INIT;
 	uintptr_t t0;
 	Cohort__Reply *r;
@@ -188,7 +188,7 @@ END_TEST
 START_TEST(test_failure_names_current_or_dated_operation)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	Cohort__ReportFailure rf = COHORT__REPORT_FAILURE__INIT;
 	Cohort__Heartbeat doing = COHORT__HEARTBEAT__INIT;
 	Cohort__Watch w = COHORT__WATCH__INIT;
@@ -239,7 +239,7 @@ END_TEST
 START_TEST(test_heartbeat_silence)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
 	uintptr_t t0;
 	Cohort__Reply *r;
@@ -264,14 +264,14 @@ END_TEST
 START_TEST(test_generation_and_stale)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[2], n[2];
+	struct srq_cli c[2], n[2];
 	uintptr_t t[2], ts;
 
 	fx_form(f, c, 2, "j");
 	srv_core_pipe_closed(f->core, c[1].pipe, f->now);
 	/* new processes restart the group */
-	fx_cli_init(&n[0], "j", 500, 50);
-	fx_cli_init(&n[1], "j", 501, 51);
+	srq_cli_init(&n[0], "j", 500, 50);
+	srq_cli_init(&n[1], "j", 501, 51);
 	t[0] = fx_join(f, &n[0], 0, 2, 60000);
 	t[1] = fx_join(f, &n[1], 1, 2, 60000);
 	fx_joined(f, &n[0], t[0]);
@@ -292,7 +292,7 @@ END_TEST
 START_TEST(test_leave_fails_waiters_and_removes_job)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[3];
+	struct srq_cli c[3];
 	Cohort__Leave lv = COHORT__LEAVE__INIT;
 	uintptr_t t0;
 	Cohort__Reply *r;
@@ -321,13 +321,13 @@ END_TEST
 START_TEST(test_join_mismatch_names_both_sides)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[4], x, p[2];
+	struct srq_cli c[4], x, p[2];
 	uintptr_t t;
 	Cohort__Reply *r;
 
 	fx_form(f, c, 4, "x");
 	/* a running job of 4, a worker of a launch of 2 */
-	fx_cli_init(&x, "x", 77, 77);
+	srq_cli_init(&x, "x", 77, 77);
 	x.host = "other";
 	r = fx_want(f, fx_join(f, &x, 1, 2, 1000), COHORT_EINVAL);
 	ck_assert_msg(strstr(r->error,
@@ -351,8 +351,8 @@ START_TEST(test_join_mismatch_names_both_sides)
 	        != NULL,
 	    "%s", r->error);
 	/* a pending rendezvous of 2 and a worker of 3 */
-	fx_cli_init(&p[0], "y", 200, 200);
-	fx_cli_init(&p[1], "y", 201, 201);
+	srq_cli_init(&p[0], "y", 200, 200);
+	srq_cli_init(&p[1], "y", 201, 201);
 	t = fx_join(f, &p[0], 0, 2, 60000);
 	r = fx_want(f, fx_join(f, &p[1], 1, 3, 1000), COHORT_EINVAL);
 	ck_assert_msg(strstr(r->error,
@@ -382,7 +382,7 @@ END_TEST
 START_TEST(test_require_token)
 {
 	struct fx *f = fx_new();
-	struct fx_cli a, b, c;
+	struct srq_cli a, b, c;
 	char tok[COHORT__MINTED_LEN + 1], other[COHORT__MINTED_LEN + 1];
 	Cohort__Reply *r, *r2;
 
@@ -393,7 +393,7 @@ START_TEST(test_require_token)
 	cohort__token_mint("adm1n-secret", "train-8", other);
 	/* no token, a made-up one, another job's minted one: refused,
 	 * and no job is created */
-	fx_cli_init(&a, "train-7", 1, 1);
+	srq_cli_init(&a, "train-7", 1, 1);
 	a.token = "";
 	r = fx_want(f, fx_join(f, &a, 0, 1, 1000), COHORT_EAUTH);
 	ck_assert_ptr_nonnull(
@@ -407,12 +407,12 @@ START_TEST(test_require_token)
 	/* the minted token creates it */
 	a.token = tok;
 	fx_joined(f, &a, fx_join(f, &a, -1, 1, 60000));
-	fx_cli_init(&b, "train-7", 2, 2);
+	srq_cli_init(&b, "train-7", 2, 2);
 	b.token = tok;
 	fx_want(f, fx_kv_set(f, &b, "k", "v"), COHORT_OK);
 	ck_assert_uint_eq(f->core->jobs.n, 2);
 	/* the preset job is joined with its own token, not a minted one */
-	fx_cli_init(&c, "preset", 3, 3);
+	srq_cli_init(&c, "preset", 3, 3);
 	c.token = "p-tok";
 	fx_want(f, fx_kv_set(f, &c, "k", "v"), COHORT_OK);
 	cohort__token_mint("adm1n-secret", "preset", other);
@@ -494,7 +494,7 @@ END_TEST
 START_TEST(test_token_isolation)
 {
 	struct fx *f = fx_new();
-	struct fx_cli a[1], b[1], evil;
+	struct srq_cli a[1], b[1], evil;
 	uintptr_t t;
 	Cohort__Reply *r;
 
@@ -505,7 +505,7 @@ START_TEST(test_token_isolation)
 	t = fx_kv_get(f, &b[0], "secret", false, 0);
 	ck_assert(!fx_want(f, t, COHORT_OK)->kv_get->found);
 	/* wrong token: EAUTH, nothing else */
-	fx_cli_init(&evil, "A", 100, 99);
+	srq_cli_init(&evil, "A", 100, 99);
 	evil.token = "wrong";
 	t = fx_kv_get(f, &evil, "secret", false, 0);
 	r = fx_want(f, t, COHORT_EAUTH);
@@ -533,7 +533,7 @@ END_TEST
 START_TEST(test_status_query)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[3];
+	struct srq_cli c[3];
 	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
 	Cohort__Reply *r;
 	Cohort__JobStatus *js;
@@ -568,7 +568,7 @@ END_TEST
 START_TEST(test_status_finished_job)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
 	Cohort__Leave lv = COHORT__LEAVE__INIT;
 	Cohort__JobStatus *js;
@@ -603,7 +603,7 @@ END_TEST
 START_TEST(test_watch_timeout_ok)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[1];
+	struct srq_cli c[1];
 	Cohort__Watch w = COHORT__WATCH__INIT;
 	uintptr_t t;
 	Cohort__Reply *r;

@@ -20,23 +20,8 @@
 
 Suite *suite_srv_journal(void);
 
-static uintptr_t
-jt_add(struct fx *f, struct fx_cli *c, const char *key, int64_t delta,
-    uint64_t seq)
-{
-	Cohort__Request rq = COHORT__REQUEST__INIT;
-	Cohort__KvAdd a = COHORT__KV_ADD__INIT;
-
-	a.key = (char *)key;
-	a.delta = delta;
-	rq.body_case = COHORT__REQUEST__BODY_KV_ADD;
-	rq.kv_add = &a;
-	rq.seq = seq;
-	return (fx_send(f, c, &rq, NULL, 0));
-}
-
 static void
-jt_want_value(struct fx *f, struct fx_cli *c, const char *key, const char *v)
+jt_want_value(struct fx *f, struct srq_cli *c, const char *key, const char *v)
 {
 	uintptr_t t = fx_kv_get(f, c, key, false, 0);
 	Cohort__Reply *r = fx_want(f, t, COHORT_OK);
@@ -73,7 +58,7 @@ END_TEST
 START_TEST(test_kv_survives_restart)
 {
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli c;
+	struct srq_cli c;
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__KvDelete d = COHORT__KV_DELETE__INIT;
 	Cohort__KvAppend ap = COHORT__KV_APPEND__INIT;
@@ -84,13 +69,13 @@ START_TEST(test_kv_survives_restart)
 	uintptr_t t;
 
 	/* A job exists once its first member joined. */
-	fx_cli_init(&c, "j", 7, 1);
+	srq_cli_init(&c, "j", 7, 1);
 	fx_joined(f, &c, fx_join(f, &c, 0, 1, 1000));
 	fx_want(f, fx_kv_set(f, &c, "a", "alpha"), COHORT_OK);
 	fx_want(f, fx_kv_set(f, &c, "gone", "x"), COHORT_OK);
 	fx_want(f, fx_kv_set(f, &c, "a", "alpha2"), COHORT_OK);
-	fx_want(f, jt_add(f, &c, "n", 5, 0), COHORT_OK);
-	fx_want(f, jt_add(f, &c, "n", -2, 0), COHORT_OK);
+	fx_want(f, fx_kv_add(f, &c, "n", 5, 0), COHORT_OK);
+	fx_want(f, fx_kv_add(f, &c, "n", -2, 0), COHORT_OK);
 	d.key = "gone";
 	rq.body_case = COHORT__REQUEST__BODY_KV_DELETE;
 	rq.kv_delete = &d;
@@ -126,7 +111,7 @@ START_TEST(test_kv_survives_restart)
 	jt_want_value(f, &c, "m1", "xx");
 	jt_want_value(f, &c, "m2", "yyy");
 	/* And keeps journalling after the restart. */
-	fx_want(f, jt_add(f, &c, "n", 10, 0), COHORT_OK);
+	fx_want(f, fx_kv_add(f, &c, "n", 10, 0), COHORT_OK);
 	fx_restart(f);
 	jt_want_value(f, &c, "n", "13");
 	t = fx_kv_get(f, &c, "a", false, 0);
@@ -138,30 +123,30 @@ END_TEST
 START_TEST(test_retried_add_after_restart)
 {
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli c, k;
+	struct srq_cli c, k;
 	uintptr_t t;
 
-	fx_cli_init(&c, "j", 7, 1);
+	srq_cli_init(&c, "j", 7, 1);
 	fx_joined(f, &c, fx_join(f, &c, 0, 1, 1000));
 	/* A client that is not a member (a KV user) counts too. */
-	fx_cli_init(&k, "j", 99, 2);
-	t = jt_add(f, &k, "ctr", 1, 40);
+	srq_cli_init(&k, "j", 99, 2);
+	t = fx_kv_add(f, &k, "ctr", 1, 40);
 	ck_assert_int_eq(fx_want(f, t, COHORT_OK)->kv_add->value, 1);
-	t = jt_add(f, &c, "ctr", 1, 0);
+	t = fx_kv_add(f, &c, "ctr", 1, 0);
 	ck_assert_int_eq(fx_want(f, t, COHORT_OK)->kv_add->value, 2);
 	/* cohortd dies before client k heard its reply; k reconnects
 	 * (another pipe) and re-sends seq 40. */
 	fx_restart(f);
 	k.pipe = 3;
-	t = jt_add(f, &k, "ctr", 1, 40);
+	t = fx_kv_add(f, &k, "ctr", 1, 40);
 	ck_assert_int_eq(fx_want(f, t, COHORT_OK)->kv_add->value, 1);
 	jt_want_value(f, &k, "ctr", "2");
 	/* A new seq is a new add. */
-	t = jt_add(f, &k, "ctr", 1, 41);
+	t = fx_kv_add(f, &k, "ctr", 1, 41);
 	ck_assert_int_eq(fx_want(f, t, COHORT_OK)->kv_add->value, 3);
 	/* Twice, across a second restart. */
 	fx_restart(f);
-	t = jt_add(f, &k, "ctr", 1, 41);
+	t = fx_kv_add(f, &k, "ctr", 1, 41);
 	ck_assert_int_eq(fx_want(f, t, COHORT_OK)->kv_add->value, 3);
 	jt_want_value(f, &c, "ctr", "3");
 	fx_free_journal(f);
@@ -171,12 +156,12 @@ END_TEST
 START_TEST(test_torn_last_record)
 {
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli c;
+	struct srq_cli c;
 	char p[512];
 	off_t before, after;
 	int fd;
 
-	fx_cli_init(&c, "j", 7, 1);
+	srq_cli_init(&c, "j", 7, 1);
 	fx_joined(f, &c, fx_join(f, &c, 0, 1, 1000));
 	fx_want(f, fx_kv_set(f, &c, "k1", "one"), COHORT_OK);
 	before = jt_size(f->dir, "log.0");
@@ -214,18 +199,18 @@ END_TEST
 START_TEST(test_compaction)
 {
 	struct fx *f = fx_new_journal(4096);
-	struct fx_cli c;
+	struct srq_cli c;
 	struct srv_jrn_stats st;
 	char key[32], val[64];
 
-	fx_cli_init(&c, "j", 7, 1);
+	srq_cli_init(&c, "j", 7, 1);
 	fx_joined(f, &c, fx_join(f, &c, 0, 1, 1000));
 	for (int i = 0; i < 500; i++) {
 		snprintf(key, sizeof(key), "k%d", i % 20);
 		snprintf(val, sizeof(val), "value-%d", i);
 		fx_want(f, fx_kv_set(f, &c, key, val), COHORT_OK);
 	}
-	fx_want(f, jt_add(f, &c, "ctr", 1, 1000), COHORT_OK);
+	fx_want(f, fx_kv_add(f, &c, "ctr", 1, 1000), COHORT_OK);
 	srv_jrn_stats(f->core, &st);
 	ck_assert_uint_gt(st.compactions, 2);
 	/* The log stays bounded: at most max(4 KiB, 2 x snapshot) + one
@@ -236,8 +221,9 @@ START_TEST(test_compaction)
 	ck_assert_cohort_ok(srv_jrn_compact(f->core));
 	fx_restart(f);
 	/* The cached reply went into the snapshot too. */
-	ck_assert_int_eq(fx_want(f, jt_add(f, &c, "ctr", 1, 1000), COHORT_OK)
-	                     ->kv_add->value,
+	ck_assert_int_eq(
+	    fx_want(f, fx_kv_add(f, &c, "ctr", 1, 1000), COHORT_OK)
+	        ->kv_add->value,
 	    1);
 	for (int i = 480; i < 500; i++) {
 		snprintf(key, sizeof(key), "k%d", i % 20);
@@ -254,7 +240,7 @@ END_TEST
 
 /* Keeps both members alive for ms, heartbeating every second. */
 static void
-jt_alive(struct fx *f, struct fx_cli *c, int n, cohort__time ms)
+jt_alive(struct fx *f, struct srq_cli *c, int n, cohort__time ms)
 {
 	for (cohort__time t = 0; t < ms; t += 1000) {
 		for (int i = 0; i < n; i++)
@@ -265,7 +251,7 @@ jt_alive(struct fx *f, struct fx_cli *c, int n, cohort__time ms)
 }
 
 static uintptr_t
-jt_barrier(struct fx *f, struct fx_cli *c, const char *group, uint64_t op_seq,
+jt_barrier(struct fx *f, struct srq_cli *c, const char *group, uint64_t op_seq,
     uint64_t seq)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
@@ -285,7 +271,7 @@ jt_barrier(struct fx *f, struct fx_cli *c, const char *group, uint64_t op_seq,
 START_TEST(test_members_and_barrier_across_restart)
 {
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	uintptr_t t0, t1;
 	uint64_t s1, s2;
 	Cohort__Reply *r;
@@ -341,7 +327,7 @@ END_TEST
 START_TEST(test_groups_and_leave_across_restart)
 {
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli c[3];
+	struct srq_cli c[3];
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__GroupCreate gc = COHORT__GROUP_CREATE__INIT;
 	Cohort__Leave lv = COHORT__LEAVE__INIT;
@@ -382,7 +368,7 @@ END_TEST
 START_TEST(test_one_left_across_restart)
 {
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	Cohort__Leave lv = COHORT__LEAVE__INIT;
 	Cohort__Reply *r;
 
@@ -400,12 +386,12 @@ END_TEST
 START_TEST(test_keys_before_first_generation)
 {
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	uintptr_t t0, t1;
 
 	/* A store used during the rendezvous (rank 0 waits for rank 1). */
-	fx_cli_init(&c[0], "j", 1, 1);
-	fx_cli_init(&c[1], "j", 2, 2);
+	srq_cli_init(&c[0], "j", 1, 1);
+	srq_cli_init(&c[1], "j", 2, 2);
 	t0 = fx_join(f, &c[0], 0, 2, 60000);
 	fx_want(f, fx_kv_set(f, &c[0], "addr", "10.0.0.1:4000"), COHORT_OK);
 	ck_assert_ptr_null(fx_get(f, t0));
@@ -447,7 +433,7 @@ END_TEST
 START_TEST(test_journal_cost)
 {
 	struct fx *f[2];
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	double us[2][2];
 	const int n = 3000;
 	uint64_t t;
@@ -456,7 +442,7 @@ START_TEST(test_journal_cost)
 	f[1] = fx_new_journal(0);
 	for (int k = 0; k < 2; k++) {
 		char key[32];
-		fx_cli_init(&c[k], "j", 7, 1);
+		srq_cli_init(&c[k], "j", 7, 1);
 		fx_joined(f[k], &c[k], fx_join(f[k], &c[k], 0, 1, 1000));
 		t = cohort__now_ns();
 		for (int i = 0; i < n; i++) {
@@ -474,7 +460,7 @@ START_TEST(test_journal_cost)
 		us[k][0] = (double)(cohort__now_ns() - t) / 1e3 / n;
 		t = cohort__now_ns();
 		for (int i = 0; i < n; i++) {
-			jt_add(f[k], &c[k], "ctr", 1, 0);
+			fx_kv_add(f[k], &c[k], "ctr", 1, 0);
 			if (f[k]->n > FX_MAX - 16) {
 				for (size_t x = 0; x < f[k]->n; x++) {
 					cohort__reply__free_unpacked(
@@ -544,20 +530,9 @@ jt_reopen(struct fx *f, bool recover)
 static char *
 jt_read(const char *dir, const char *name, size_t *len)
 {
-	char p[512];
-	FILE *fp;
-	char *b;
-	long n;
+	char *b = srq_read_file(dir, name, len);
 
-	snprintf(p, sizeof(p), "%s/%s", dir, name);
-	ck_assert_ptr_nonnull(fp = fopen(p, "rb"));
-	fseek(fp, 0, SEEK_END);
-	n = ftell(fp);
-	fseek(fp, 0, SEEK_SET);
-	ck_assert_ptr_nonnull(b = malloc((size_t)n + 1));
-	ck_assert_uint_eq(fread(b, 1, (size_t)n, fp), (size_t)n);
-	fclose(fp);
-	*len = (size_t)n;
+	ck_assert_msg(b != NULL, "cannot read %s/%s", dir, name);
 	return (b);
 }
 
@@ -598,13 +573,13 @@ jt_count(const char *dir, const char *prefix)
  * each; returns b's client. offs[i] = log offset where key i's batch
  * starts (offs[JT_KEYS] = the end). */
 static void
-jt_fill(struct fx *f, struct fx_cli *a, struct fx_cli *b, off_t *offs)
+jt_fill(struct fx *f, struct srq_cli *a, struct srq_cli *b, off_t *offs)
 {
 	char key[32], val[32];
 
-	fx_cli_init(a, "a", 1, 1);
+	srq_cli_init(a, "a", 1, 1);
 	fx_joined(f, a, fx_join(f, a, 0, 1, 1000));
-	fx_cli_init(b, "b", 2, 2);
+	srq_cli_init(b, "b", 2, 2);
 	fx_joined(f, b, fx_join(f, b, 0, 1, 1000));
 	for (int i = 0; i < JT_KEYS; i++) {
 		offs[i] = jt_size(f->dir, "log.0");
@@ -617,7 +592,7 @@ jt_fill(struct fx *f, struct fx_cli *a, struct fx_cli *b, off_t *offs)
 
 /* Keys of job b present after a restart (and which one is missing). */
 static int
-jt_keys_present(struct fx *f, struct fx_cli *b, int *missing)
+jt_keys_present(struct fx *f, struct srq_cli *b, int *missing)
 {
 	char key[32];
 	int n = 0;
@@ -644,7 +619,7 @@ static void
 jt_damage_case(off_t (*where)(const off_t *offs), int want_missing)
 {
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli a, b;
+	struct srq_cli a, b;
 	off_t offs[JT_KEYS + 1], at;
 	char *before, *after, want[64];
 	size_t blen, alen;
@@ -723,7 +698,7 @@ START_TEST(test_flip_first_job_recovers_the_other)
 	/* The first batch holds job a's JOB record: a's records go, b's
 	 * stay. */
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli a, b;
+	struct srq_cli a, b;
 	off_t offs[JT_KEYS + 1];
 	int missing;
 
@@ -745,7 +720,7 @@ START_TEST(test_truncated_mid_record_is_a_torn_tail)
 	/* A cut inside the last record cannot be told from a crash in its
 	 * write: cut off with a warning, the rest kept. */
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli a, b;
+	struct srq_cli a, b;
 	off_t offs[JT_KEYS + 1];
 	char p[512];
 	int missing;
@@ -770,7 +745,7 @@ END_TEST
 START_TEST(test_truncated_header_empty_missing_log)
 {
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli a, b;
+	struct srq_cli a, b;
 	off_t offs[JT_KEYS + 1];
 	char p[512];
 	int missing;
@@ -805,7 +780,7 @@ END_TEST
 START_TEST(test_missing_snapshot_or_log_after_compaction)
 {
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli a, b;
+	struct srq_cli a, b;
 	off_t offs[JT_KEYS + 1];
 	char p[512];
 	int missing;
@@ -834,7 +809,7 @@ END_TEST
 START_TEST(test_bad_magic_and_damaged_snapshot)
 {
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli a, b;
+	struct srq_cli a, b;
 	off_t offs[JT_KEYS + 1];
 	int missing;
 
@@ -864,7 +839,7 @@ END_TEST
 START_TEST(test_read_only_dir)
 {
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli c;
+	struct srq_cli c;
 	char orig[256];
 	struct srv_jrn_opts o;
 	cohort_status rv;
@@ -882,7 +857,7 @@ START_TEST(test_read_only_dir)
 		return;
 	}
 	ck_assert_cohort_ok(jt_reopen(f, false));
-	fx_cli_init(&c, "j", 7, 1);
+	srq_cli_init(&c, "j", 7, 1);
 	fx_joined(f, &c, fx_join(f, &c, 0, 1, 1000));
 	fx_want(f, fx_kv_set(f, &c, "k", "v"), COHORT_OK);
 	srv_jrn_close(f->core);
@@ -950,7 +925,7 @@ jt_umount(struct fx *f, const char *orig)
 }
 
 static int64_t
-jt_counter(struct fx *f, struct fx_cli *c, const char *key)
+jt_counter(struct fx *f, struct srq_cli *c, const char *key)
 {
 	uintptr_t t = fx_kv_get(f, c, key, false, 0);
 	Cohort__Reply *r = fx_want(f, t, COHORT_OK);
@@ -968,7 +943,7 @@ jt_counter(struct fx *f, struct fx_cli *c, const char *key)
 START_TEST(test_full_disk_not_acknowledged)
 {
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli c;
+	struct srq_cli c;
 	char orig[256], val[200], key[32];
 	int64_t acked = 0, refused = 0, first_refused = -1;
 	char *text;
@@ -978,13 +953,13 @@ START_TEST(test_full_disk_not_acknowledged)
 		return;
 	}
 	ck_assert_cohort_ok(jt_reopen(f, false));
-	fx_cli_init(&c, "j", 7, 1);
+	srq_cli_init(&c, "j", 7, 1);
 	fx_joined(f, &c, fx_join(f, &c, 0, 1, 1000));
 	memset(val, 'v', sizeof(val) - 1);
 	val[sizeof(val) - 1] = '\0';
 	/* Adds and sets until the disk is full, and 100 more. */
 	for (int i = 0; i < 3000 && refused < 100; i++) {
-		uintptr_t t = jt_add(f, &c, "n", 1, 0);
+		uintptr_t t = fx_kv_add(f, &c, "n", 1, 0);
 		Cohort__Reply *r = fx_get(f, t)->rep;
 		if (r->status == COHORT_OK) {
 			ck_assert_int_eq(refused, 0);
@@ -1021,7 +996,7 @@ START_TEST(test_full_disk_not_acknowledged)
 	/* Room again: changes are accepted once the retry (every second)
 	 * wrote a snapshot. */
 	th_tmpfs_remount(f->dir, false, "size=4m");
-	fx_want(f, jt_add(f, &c, "n", 1, 0), COHORT_OK);
+	fx_want(f, fx_kv_add(f, &c, "n", 1, 0), COHORT_OK);
 	ck_assert_ptr_null(srv_jrn_problem(f->core));
 	ck_assert_cohort_ok(jt_reopen(f, false));
 	ck_assert_int_eq(jt_counter(f, &c, "n"), acked + 1);
@@ -1036,7 +1011,7 @@ START_TEST(test_full_disk_recovers_in_place)
 	 * (not applied), room comes back, the retry's snapshot holds the
 	 * state and the service resumes. */
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli c;
+	struct srq_cli c;
 	char orig[256], val[400];
 	int64_t acked = 0;
 	bool full = false;
@@ -1046,12 +1021,12 @@ START_TEST(test_full_disk_recovers_in_place)
 		return;
 	}
 	ck_assert_cohort_ok(jt_reopen(f, false));
-	fx_cli_init(&c, "j", 7, 1);
+	srq_cli_init(&c, "j", 7, 1);
 	fx_joined(f, &c, fx_join(f, &c, 0, 1, 1000));
 	memset(val, 'v', sizeof(val) - 1);
 	val[sizeof(val) - 1] = '\0';
 	for (int i = 0; i < 2000 && !full; i++) {
-		Cohort__Reply *r = fx_get(f, jt_add(f, &c, "n", 1, 0))->rep;
+		Cohort__Reply *r = fx_get(f, fx_kv_add(f, &c, "n", 1, 0))->rep;
 		if (r->status == COHORT_OK)
 			acked++;
 		else
@@ -1060,18 +1035,19 @@ START_TEST(test_full_disk_recovers_in_place)
 	}
 	ck_assert(full);
 	/* Refused now, and again after the retry interval (still full). */
-	fx_want(f, jt_add(f, &c, "n", 1, 0), COHORT_EJOURNAL);
+	fx_want(f, fx_kv_add(f, &c, "n", 1, 0), COHORT_EJOURNAL);
 	fx_tick(f, 1100);
-	fx_want(f, jt_add(f, &c, "n", 1, 0), COHORT_EJOURNAL);
+	fx_want(f, fx_kv_add(f, &c, "n", 1, 0), COHORT_EJOURNAL);
 	/* The refused adds were not applied. The one that met the full
 	 * disk was (in memory): it was answered EJOURNAL, "may be lost". */
 	ck_assert_int_le(jt_counter(f, &c, "n") - acked, 1);
 	th_tmpfs_remount(f->dir, false, "size=4m");
 	/* Within the retry interval: still refused; after it, accepted. */
-	fx_want(f, jt_add(f, &c, "n", 1, 0), COHORT_EJOURNAL);
+	fx_want(f, fx_kv_add(f, &c, "n", 1, 0), COHORT_EJOURNAL);
 	fx_tick(f, 1100);
 	ck_assert_ptr_null(srv_jrn_problem(f->core));
-	acked = fx_want(f, jt_add(f, &c, "n", 1, 0), COHORT_OK)->kv_add->value;
+	acked = fx_want(f, fx_kv_add(f, &c, "n", 1, 0), COHORT_OK)
+	            ->kv_add->value;
 	ck_assert_cohort_ok(jt_reopen(f, false));
 	ck_assert_int_eq(jt_counter(f, &c, "n"), acked);
 	jt_umount(f, orig);

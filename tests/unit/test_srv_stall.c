@@ -15,7 +15,7 @@
 Suite *suite_srv_stall(void);
 
 static Cohort__JobStatus *
-st_status(struct fx *f, struct fx_cli *c)
+st_status(struct fx *f, struct srq_cli *c)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__StatusQuery q = COHORT__STATUS_QUERY__INIT;
@@ -41,7 +41,7 @@ st_stalled(Cohort__JobStatus *js)
 /* Ticks ms in steps of a second; ranks in hb[] heartbeat each step with
  * their own op, the others stay silent (they are parked). */
 static void
-st_run(struct fx *f, struct fx_cli *c, const int *hb, int nhb,
+st_run(struct fx *f, struct srq_cli *c, const int *hb, int nhb,
     const char *const *op, const uint64_t *seq, const bool *in_op,
     cohort__time ms)
 {
@@ -64,7 +64,7 @@ st_has(const char *s, const char *sub)
 START_TEST(test_control_plane_stall)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[3];
+	struct srq_cli c[3];
 	uintptr_t t0, t1;
 	Cohort__PendingOp *op;
 	Cohort__Reply *r;
@@ -123,7 +123,7 @@ END_TEST
 START_TEST(test_missing_rank_last_seen)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	uintptr_t t0;
 	Cohort__Reply *r;
 	const int hb[2] = { 0, 1 };
@@ -146,7 +146,7 @@ END_TEST
 START_TEST(test_data_plane_stall)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[3];
+	struct srq_cli c[3];
 	Cohort__JobStatus *js;
 	Cohort__PendingOp *op;
 	const int hb[3] = { 0, 1, 2 };
@@ -194,12 +194,12 @@ END_TEST
 START_TEST(test_join_heartbeat_order)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c;
+	struct srq_cli c;
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__Join j = COHORT__JOIN__INIT;
 	Cohort__Reply *r;
 
-	fx_cli_init(&c, "j", 1, 1);
+	srq_cli_init(&c, "j", 1, 1);
 	j.rank = 0;
 	j.world_size = 1;
 	j.host = "h";
@@ -222,12 +222,12 @@ END_TEST
 START_TEST(test_request_after_close_is_dropped)
 {
 	struct fx *f = fx_new();
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	uintptr_t t;
 	size_t drops;
 
-	fx_cli_init(&c[0], "j", 1, 7);
-	fx_cli_init(&c[1], "j", 2, 8);
+	srq_cli_init(&c[0], "j", 1, 7);
+	srq_cli_init(&c[1], "j", 2, 8);
 	/* The join left over connection 7 before its close event was
 	 * handled; handled after it, it must not make a member bound to a
 	 * dead connection. */
