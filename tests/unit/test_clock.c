@@ -77,13 +77,8 @@ START_TEST(test_last_error_is_thread_local_text)
 }
 END_TEST
 
-Suite *
-suite_clock(void)
-{
-	const TTest *tests[] = { test_deadline_default_and_forever,
-		test_timeout_scale, test_timeout_scale_junk_ignored,
-		test_strlcpy_appendf, test_parse_i64,
-		test_last_error_is_thread_local_text, NULL };
+Suite *suite_clock(void);
 
-	return (unit_suite("clock", "core", 0, tests));
-}
+UNIT_SUITE(clock, "core", 0, test_deadline_default_and_forever,
+    test_timeout_scale, test_timeout_scale_junk_ignored, test_strlcpy_appendf,
+    test_parse_i64, test_last_error_is_thread_local_text)

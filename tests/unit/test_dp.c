@@ -146,10 +146,6 @@ START_TEST(test_dp_api)
 }
 END_TEST
 
-Suite *
-suite_dp(void)
-{
-	const TTest *tests[] = { test_dp_api, test_dp_equals_local, NULL };
+Suite *suite_dp(void);
 
-	return (unit_suite("dp", "dp", 120, tests));
-}
+UNIT_SUITE(dp, "dp", 120, test_dp_api, test_dp_equals_local)

@@ -206,12 +206,6 @@ START_TEST(test_resolve_rank_range)
 }
 END_TEST
 
-Suite *
-suite_fault_schedule(void)
-{
-	const TTest *tests[] = { test_parse_basic, test_empty_and_exit_default,
-		test_resolve_deterministic, test_bad_specs,
-		test_resolve_rank_range, NULL };
-
-	return (unit_suite("fault_schedule", "grammar", 0, tests));
-}
+UNIT_SUITE(fault_schedule, "grammar", 0, test_parse_basic,
+    test_empty_and_exit_default, test_resolve_deterministic, test_bad_specs,
+    test_resolve_rank_range)

@@ -107,12 +107,6 @@ END_TEST
 
 Suite *suite_knobs(void);
 
-Suite *
-suite_knobs(void)
-{
-	const TTest *tests[] = { test_int_ranges_and_errors,
-		test_tuning_values_fall_back, test_table_and_public_lookup,
-		test_environment_doc_is_generated, NULL };
-
-	return (unit_suite("knobs", "knobs", 0, tests));
-}
+UNIT_SUITE(knobs, "knobs", 0, test_int_ranges_and_errors,
+    test_tuning_values_fall_back, test_table_and_public_lookup,
+    test_environment_doc_is_generated)

@@ -571,25 +571,16 @@ START_TEST(test_digits_shuffle_split_order)
 END_TEST
 
 /* One line: tools/gen_suites.sh collects `Suite *suite_<name>(void)`. */
-Suite *
-suite_mlp(void)
-{
-	const TTest *tests[] = { test_init_deterministic,
-		test_init_rejects_bad_sizes, test_fnv1a64_vectors,
-		test_forward_loss_matches_reference, test_gradient_check,
-		test_grad_ready_order_and_final, test_sgd_decreases_loss,
-		test_sharding_invariant, test_accumulation_equivalence,
-		test_evaluate_chunks, NULL };
+Suite *suite_mlp(void);
 
-	return (unit_suite("mlp", "core", 30, tests));
-}
+UNIT_SUITE(mlp, "core", 30, test_init_deterministic,
+    test_init_rejects_bad_sizes, test_fnv1a64_vectors,
+    test_forward_loss_matches_reference, test_gradient_check,
+    test_grad_ready_order_and_final, test_sgd_decreases_loss,
+    test_sharding_invariant, test_accumulation_equivalence,
+    test_evaluate_chunks)
 
-Suite *
-suite_digits(void)
-{
-	const TTest *tests[] = { test_digits_parse_ok,
-		test_digits_parse_errors, test_digits_load_errors,
-		test_digits_shuffle_split_order, NULL };
+Suite *suite_digits(void);
 
-	return (unit_suite("digits", "core", 0, tests));
-}
+UNIT_SUITE(digits, "core", 0, test_digits_parse_ok, test_digits_parse_errors,
+    test_digits_load_errors, test_digits_shuffle_split_order)

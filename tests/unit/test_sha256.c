@@ -60,11 +60,4 @@ END_TEST
 
 Suite *suite_sha256(void);
 
-Suite *
-suite_sha256(void)
-{
-	const TTest *tests[]
-	    = { test_sha256_vectors, test_hmac_rfc4231_case2, NULL };
-
-	return (unit_suite("sha256", "vectors", 0, tests));
-}
+UNIT_SUITE(sha256, "vectors", 0, test_sha256_vectors, test_hmac_rfc4231_case2)

@@ -420,15 +420,10 @@ START_TEST(test_spawn_ddp_training_equals_local)
 }
 END_TEST
 
-Suite *
-suite_spawn(void)
-{
-	const TTest *tests[] = { test_spawn_returns_rank0_result_and_metrics,
-		test_spawn_child_failure_named,
-		test_spawn_child_crash_and_straggler_killed,
-		test_spawn_timeout_kills_all, test_spawn_bad_cohortd,
-		test_spawn_after_nng_refused,
-		test_spawn_ddp_training_equals_local, NULL };
+Suite *suite_spawn(void);
 
-	return (unit_suite("spawn", "spawn", 120, tests));
-}
+UNIT_SUITE(spawn, "spawn", 120, test_spawn_returns_rank0_result_and_metrics,
+    test_spawn_child_failure_named,
+    test_spawn_child_crash_and_straggler_killed, test_spawn_timeout_kills_all,
+    test_spawn_bad_cohortd, test_spawn_after_nng_refused,
+    test_spawn_ddp_training_equals_local)

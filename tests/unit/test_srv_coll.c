@@ -343,13 +343,7 @@ START_TEST(test_retry_takes_over_parked)
 }
 END_TEST
 
-Suite *
-suite_srv_coll(void)
-{
-	const TTest *tests[] = { test_barrier_parks_until_all, test_broadcast,
-		test_reduce_scalars, test_decide, test_service_gather,
-		test_mismatch, test_timeout_names_missing_and_retry,
-		test_groups, test_retry_takes_over_parked, NULL };
-
-	return (unit_suite("srv_coll", "coll", 30, tests));
-}
+UNIT_SUITE(srv_coll, "coll", 30, test_barrier_parks_until_all, test_broadcast,
+    test_reduce_scalars, test_decide, test_service_gather, test_mismatch,
+    test_timeout_names_missing_and_retry, test_groups,
+    test_retry_takes_over_parked)

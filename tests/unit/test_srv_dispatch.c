@@ -311,14 +311,7 @@ START_TEST(test_embedded_two_servers)
 }
 END_TEST
 
-Suite *
-suite_srv_dispatch(void)
-{
-	const TTest *tests[] = { test_bad_framing, test_random_garbage,
-		test_payload_len_mismatch, test_version_body_seq,
-		test_unknown_oneof_field, test_wrong_token_no_data,
-		test_admin_token_status, test_preset_job,
-		test_embedded_two_servers, NULL };
-
-	return (unit_suite("srv_dispatch", "dispatch", 60, tests));
-}
+UNIT_SUITE(srv_dispatch, "dispatch", 60, test_bad_framing, test_random_garbage,
+    test_payload_len_mismatch, test_version_body_seq, test_unknown_oneof_field,
+    test_wrong_token_no_data, test_admin_token_status, test_preset_job,
+    test_embedded_two_servers)

@@ -421,17 +421,9 @@ START_TEST(test_abandoned_job_expires_with_its_records)
 }
 END_TEST
 
-Suite *
-suite_srv_harden(void)
-{
-	const TTest *tests[] = { test_loop_stall_gives_fresh_window,
-		test_other_connection_gets_nothing_of_a_client,
-		test_cached_reply_only_for_the_same_request,
-		test_idle_connections_closed_busy_ones_kept,
-		test_anonymous_status_refused,
-		test_metrics_name_no_job_unless_asked,
-		test_global_limits_named,
-		test_abandoned_job_expires_with_its_records, NULL };
-
-	return (unit_suite("srv_harden", "harden", 60, tests));
-}
+UNIT_SUITE(srv_harden, "harden", 60, test_loop_stall_gives_fresh_window,
+    test_other_connection_gets_nothing_of_a_client,
+    test_cached_reply_only_for_the_same_request,
+    test_idle_connections_closed_busy_ones_kept, test_anonymous_status_refused,
+    test_metrics_name_no_job_unless_asked, test_global_limits_named,
+    test_abandoned_job_expires_with_its_records)

@@ -618,19 +618,12 @@ START_TEST(test_watch_timeout_ok)
 }
 END_TEST
 
-Suite *
-suite_srv_job(void)
-{
-	const TTest *tests[] = { test_rendezvous_assigns_ranks,
-		test_duplicate_rank_names_holder, test_join_validation,
-		test_join_timeout_names_missing,
-		test_failure_fanout_connection_lost, test_report_failure_text,
-		test_failure_names_current_or_dated_operation,
-		test_heartbeat_silence, test_generation_and_stale,
-		test_leave_fails_waiters_and_removes_job, test_token_isolation,
-		test_join_mismatch_names_both_sides, test_require_token,
-		test_token_mint, test_secret_read, test_status_query,
-		test_status_finished_job, test_watch_timeout_ok, NULL };
-
-	return (unit_suite("srv_job", "job", 30, tests));
-}
+UNIT_SUITE(srv_job, "job", 30, test_rendezvous_assigns_ranks,
+    test_duplicate_rank_names_holder, test_join_validation,
+    test_join_timeout_names_missing, test_failure_fanout_connection_lost,
+    test_report_failure_text, test_failure_names_current_or_dated_operation,
+    test_heartbeat_silence, test_generation_and_stale,
+    test_leave_fails_waiters_and_removes_job, test_token_isolation,
+    test_join_mismatch_names_both_sides, test_require_token, test_token_mint,
+    test_secret_read, test_status_query, test_status_finished_job,
+    test_watch_timeout_ok)

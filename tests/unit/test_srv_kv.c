@@ -319,13 +319,7 @@ START_TEST(test_kv_without_membership)
 }
 END_TEST
 
-Suite *
-suite_srv_kv(void)
-{
-	const TTest *tests[] = { test_set_get, test_get_wait_released_by_set,
-		test_wait_and_timeout, test_add_idempotent,
-		test_compare_set_delete_num_keys, test_append_multi,
-		test_limits_and_keys, test_kv_without_membership, NULL };
-
-	return (unit_suite("srv_kv", "kv", 30, tests));
-}
+UNIT_SUITE(srv_kv, "kv", 30, test_set_get, test_get_wait_released_by_set,
+    test_wait_and_timeout, test_add_idempotent,
+    test_compare_set_delete_num_keys, test_append_multi, test_limits_and_keys,
+    test_kv_without_membership)

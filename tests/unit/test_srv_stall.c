@@ -250,13 +250,6 @@ START_TEST(test_request_after_close_is_dropped)
 }
 END_TEST
 
-Suite *
-suite_srv_stall(void)
-{
-	const TTest *tests[]
-	    = { test_control_plane_stall, test_missing_rank_last_seen,
-		      test_data_plane_stall, test_join_heartbeat_order,
-		      test_request_after_close_is_dropped, NULL };
-
-	return (unit_suite("srv_stall", "stall", 0, tests));
-}
+UNIT_SUITE(srv_stall, "stall", 0, test_control_plane_stall,
+    test_missing_rank_last_seen, test_data_plane_stall,
+    test_join_heartbeat_order, test_request_after_close_is_dropped)

@@ -119,14 +119,7 @@ START_TEST(test_from_nng)
 }
 END_TEST
 
-Suite *
-suite_status(void)
-{
-	const TTest *tests[] = { test_every_code_has_name_and_text,
-		test_codes_are_dense_and_stable, test_names_are_unique,
-		test_unknown_code, test_dtype_sizes_and_names,
-		test_redop_names, test_err_returns_status_and_keeps_detail,
-		test_from_nng, NULL };
-
-	return (unit_suite("status", "status", 30, tests));
-}
+UNIT_SUITE(status, "status", 30, test_every_code_has_name_and_text,
+    test_codes_are_dense_and_stable, test_names_are_unique, test_unknown_code,
+    test_dtype_sizes_and_names, test_redop_names,
+    test_err_returns_status_and_keeps_detail, test_from_nng)

@@ -86,14 +86,7 @@ END_TEST
 
 Suite *suite_timeouts(void);
 
-Suite *
-suite_timeouts(void)
-{
-	const TTest *tests[] = { test_defaults_are_ordered,
-		test_op_timeout_below_dead_after_refused,
-		test_heartbeat_not_below_dead_after_refused,
-		test_rendezvous_shorter_than_operation_refused,
-		test_environment_knobs, NULL };
-
-	return (unit_suite("timeouts", "order", 0, tests));
-}
+UNIT_SUITE(timeouts, "order", 0, test_defaults_are_ordered,
+    test_op_timeout_below_dead_after_refused,
+    test_heartbeat_not_below_dead_after_refused,
+    test_rendezvous_shorter_than_operation_refused, test_environment_knobs)

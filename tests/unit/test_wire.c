@@ -288,15 +288,8 @@ START_TEST(test_pack_too_big)
 }
 END_TEST
 
-Suite *
-suite_wire(void)
-{
-	const TTest *tests[] = { test_request_round_trip,
-		test_reply_round_trip, test_empty_payload_and_empty_envelope,
-		test_short_message, test_truncated_frames,
-		test_envelope_length_lie, test_payload_length_lie,
-		test_garbage_envelope, test_random_garbage_never_crashes,
-		test_pack_too_big, NULL };
-
-	return (unit_suite("wire", "wire", 30, tests));
-}
+UNIT_SUITE(wire, "wire", 30, test_request_round_trip, test_reply_round_trip,
+    test_empty_payload_and_empty_envelope, test_short_message,
+    test_truncated_frames, test_envelope_length_lie, test_payload_length_lie,
+    test_garbage_envelope, test_random_garbage_never_crashes,
+    test_pack_too_big)

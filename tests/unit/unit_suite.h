@@ -19,4 +19,15 @@ TCase *unit_tcase(
 Suite *unit_suite(const char *name, const char *tcase, int timeout_s,
     const TTest *const *tests);
 
+/* Defines Suite *suite_<name>(void) (declare it above, where
+ * tools/gen_suites.sh finds it): one test case `tcase` of the tests
+ * listed, timeout_s as in unit_tcase. */
+#define UNIT_SUITE(name, tcase, timeout_s, ...)                               \
+	Suite *suite_##name(void)                                             \
+	{                                                                     \
+		const TTest *tests_[] = { __VA_ARGS__, NULL };                \
+                                                                              \
+		return (unit_suite(#name, tcase, timeout_s, tests_));         \
+	}
+
 #endif /* COHORT_UNIT_SUITE_H */
