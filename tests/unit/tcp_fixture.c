@@ -635,6 +635,14 @@ tt_fork_init(struct tt_fork *f, int r)
 	    &d, &f->state, f->err, sizeof(f->err), cohort__now_ms() + 10000));
 }
 
+cohort_status
+tt_fork_run(struct tt_fork *f, struct cohort__op *op, uint64_t seq)
+{
+	op->seq = seq;
+	return (cohort__tcp_backend.run(
+	    f->state, op, f->err, sizeof(f->err), cohort__now_ms() + 10000));
+}
+
 void
 tt_fork_init0(struct tt_fork *f)
 {

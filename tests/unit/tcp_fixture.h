@@ -159,6 +159,21 @@ struct tt_spec {
 	uint64_t seed;
 };
 
+/* An in-place f32 sum allreduce of count elements at buf. */
+static inline struct cohort__op
+tt_sum_op(float *buf, size_t count, uint64_t seq)
+{
+	struct cohort__op op = { .kind = COHORT__OP_ALLREDUCE,
+		.send = buf,
+		.recv = buf,
+		.dtype = COHORT_F32,
+		.op = COHORT_SUM,
+		.count = count,
+		.seq = seq };
+
+	return (op);
+}
+
 /* Runs spec on rank r and checks its output (failures counted in g). */
 void tt_one(struct tt_group *g, int r, void *state, const struct tt_spec *sp,
     uint64_t seq);
@@ -183,6 +198,9 @@ void tt_fork_start(
     struct tt_fork *f, int32_t grank0, int (*rank1)(struct tt_fork *f));
 /* Initialises rank r's backend in this process (10 s deadline). */
 cohort_status tt_fork_init(struct tt_fork *f, int r);
+/* Runs op as operation seq of this process's rank (10 s deadline). */
+cohort_status tt_fork_run(
+    struct tt_fork *f, struct cohort__op *op, uint64_t seq);
 /* Rank 0's init; on failure kills rank 1 and fails the test. */
 void tt_fork_init0(struct tt_fork *f);
 /* Waits for rank 1, finalises rank 0 and removes the directory; returns

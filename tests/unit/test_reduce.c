@@ -360,10 +360,11 @@ suite_reduce(void)
 	const TTest *half[] = { test_reduce_f16_roundtrip_exhaustive,
 		test_reduce_f16_rounding, test_reduce_f16_matches_hardware,
 		test_reduce_bf16_rounding, NULL };
+	const struct unit_loop loops[]
+	    = { { test_reduce_all_dtypes_ops, 3 }, { NULL, 0 } };
 	Suite *s = suite_create("reduce");
 
-	tcase_add_loop_test(unit_tcase(s, "kernels", 60, kernels),
-	    test_reduce_all_dtypes_ops, 0, 3);
+	(void)unit_tcase_loops(s, "kernels", 60, kernels, loops);
 	(void)unit_tcase(s, "half", 60, half);
 	return (s);
 }

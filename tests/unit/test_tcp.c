@@ -71,32 +71,20 @@ tt_rank1_until_killed(struct tt_fork *f)
 {
 	size_t count = 4u << 20;
 	float *buf = calloc(count, sizeof(float));
-	struct cohort__op op = { .kind = COHORT__OP_ALLREDUCE,
-		.send = buf,
-		.recv = buf,
-		.dtype = COHORT_F32,
-		.op = COHORT_SUM,
-		.count = count };
+	struct cohort__op op = tt_sum_op(buf, count, 0);
 
 	if (tt_fork_init(f, 1) != COHORT_OK)
 		return (2);
-	for (int i = 0; i < 100000; i++) {
-		op.seq = (uint64_t)i + 1;
-		if (cohort__tcp_backend.run(f->state, &op, f->err,
-		        sizeof(f->err), cohort__now_ms() + 10000)
-		    != COHORT_OK)
+	for (int i = 0; i < 100000; i++)
+		if (tt_fork_run(f, &op, (uint64_t)i + 1) != COHORT_OK)
 			return (3);
-	}
 	return (0);
 }
 
 START_TEST(test_tcp_sigkilled_rank)
 {
 	size_t count = 4u << 20;
-	struct cohort__op op = { .kind = COHORT__OP_ALLREDUCE,
-		.dtype = COHORT_F32,
-		.op = COHORT_SUM,
-		.count = count };
+	struct cohort__op op;
 	struct tt_fork f;
 	struct tt_killer k;
 	atomic_int iter;
@@ -107,7 +95,7 @@ START_TEST(test_tcp_sigkilled_rank)
 
 	tt_set_mode(_i);
 	buf = calloc(count, sizeof(float));
-	op.send = op.recv = buf;
+	op = tt_sum_op(buf, count, 0);
 	tt_fork_start(&f, 40, tt_rank1_until_killed);
 	tt_fork_init0(&f);
 	ck_assert_msg(
@@ -121,10 +109,7 @@ START_TEST(test_tcp_sigkilled_rank)
 	k.killed_at = 0;
 	ck_assert_int_eq(pthread_create(&th, NULL, tt_kill_thread, &k), 0);
 	for (int i = 0; i < 100000; i++) {
-		op.seq = (uint64_t)i + 1;
-		rv = cohort__tcp_backend.run(f.state, &op, f.err,
-		    sizeof(f.err), cohort__now_ms() + 10000);
-		if (rv != COHORT_OK)
+		if ((rv = tt_fork_run(&f, &op, (uint64_t)i + 1)) != COHORT_OK)
 			break;
 		atomic_store(&iter, i + 1);
 	}
@@ -147,9 +132,8 @@ Suite *
 suite_tcp(void)
 {
 	const TTest *tests[] = { test_tcp_init_timeout_names_missing, NULL };
-	Suite *s = suite_create("tcp");
+	const struct unit_loop loops[]
+	    = { { test_tcp_sigkilled_rank, TT_NMODES }, { NULL, 0 } };
 
-	tcase_add_loop_test(unit_tcase(s, "mesh", 60, tests),
-	    test_tcp_sigkilled_rank, 0, TT_NMODES);
-	return (s);
+	return (unit_suite_loops("tcp", "mesh", 60, tests, loops));
 }

@@ -336,14 +336,16 @@ suite_tcp_algos(void)
 {
 	const TTest *tests[]
 	    = { test_tcp_size_one, test_tcp_two_groups, NULL };
+	const struct unit_loop loops[]
+	    = { { test_tcp_matrix, 2 * (TT_MAX_RANKS - 1) + 2 },
+		      { test_tcp_big, 2 * 3 + 1 }, { NULL, 0 } };
+	const struct unit_loop mismatch[]
+	    = { { test_tcp_mismatch_detected,
+		    2 * (int)(sizeof(tt_mm_cases) / sizeof(tt_mm_cases[0])) },
+		      { NULL, 0 } };
 	Suite *s = suite_create("tcp_algos");
-	TCase *tc = unit_tcase(s, "collectives", 120, tests);
 
-	tcase_add_loop_test(
-	    tc, test_tcp_matrix, 0, 2 * (TT_MAX_RANKS - 1) + 2);
-	tcase_add_loop_test(tc, test_tcp_big, 0, 2 * 3 + 1);
-	tc = unit_tcase(s, "mismatch", 60, NULL);
-	tcase_add_loop_test(tc, test_tcp_mismatch_detected, 0,
-	    2 * (int)(sizeof(tt_mm_cases) / sizeof(tt_mm_cases[0])));
+	(void)unit_tcase_loops(s, "collectives", 120, tests, loops);
+	(void)unit_tcase_loops(s, "mismatch", 60, NULL, mismatch);
 	return (s);
 }

@@ -366,9 +366,8 @@ suite_tcp_handshake(void)
 {
 	const TTest *tests[] = { test_tcp_auth_refuses_strangers,
 		test_tcp_silent_connection_dropped, NULL };
-	Suite *s = suite_create("tcp_handshake");
+	const struct unit_loop loops[]
+	    = { { test_tcp_flood_does_not_block_mesh, 2 }, { NULL, 0 } };
 
-	tcase_add_loop_test(unit_tcase(s, "setup", 60, tests),
-	    test_tcp_flood_does_not_block_mesh, 0, 2);
-	return (s);
+	return (unit_suite_loops("tcp_handshake", "setup", 60, tests, loops));
 }

@@ -24,12 +24,7 @@ tt_rank1_disagrees(struct tt_fork *f)
 {
 	size_t count = TT_DISAGREE_COUNT;
 	float *buf = malloc(count * sizeof(float));
-	struct cohort__op op = { .kind = COHORT__OP_ALLREDUCE,
-		.send = buf,
-		.recv = buf,
-		.dtype = COHORT_F32,
-		.op = COHORT_SUM,
-		.count = count };
+	struct cohort__op op = tt_sum_op(buf, count, 0);
 	struct cohort__tcp *t;
 
 	setenv("COHORT_TCP_SHM", tt_disagree_i == 0 ? "0" : "1", 1);
@@ -42,13 +37,9 @@ tt_rank1_disagrees(struct tt_fork *f)
 		return (3);
 	for (size_t i = 0; i < count; i++)
 		buf[i] = 2.0f;
-	for (int k = 0; k < 3; k++) {
-		op.seq = (uint64_t)k + 1;
-		if (cohort__tcp_backend.run(f->state, &op, f->err,
-		        sizeof(f->err), cohort__now_ms() + 10000)
-		    != COHORT_OK)
+	for (int k = 0; k < 3; k++)
+		if (tt_fork_run(f, &op, (uint64_t)k + 1) != COHORT_OK)
 			return (4);
-	}
 	cohort__tcp_backend.fini(f->state);
 	return (0);
 }
@@ -56,10 +47,7 @@ tt_rank1_disagrees(struct tt_fork *f)
 START_TEST(test_tcp_shm_settings_disagree)
 {
 	size_t count = TT_DISAGREE_COUNT;
-	struct cohort__op op = { .kind = COHORT__OP_ALLREDUCE,
-		.dtype = COHORT_F32,
-		.op = COHORT_SUM,
-		.count = count };
+	struct cohort__op op;
 	struct tt_fork f;
 	cohort_status rv = COHORT_OK;
 	float *buf;
@@ -68,7 +56,7 @@ START_TEST(test_tcp_shm_settings_disagree)
 
 	buf = malloc(count * sizeof(float));
 	ck_assert(buf != NULL);
-	op.send = op.recv = buf;
+	op = tt_sum_op(buf, count, 0);
 	tt_disagree_i = _i;
 	tt_fork_start(&f, 50, tt_rank1_disagrees);
 	setenv("COHORT_TCP_SHM", _i == 1 ? "0" : "1", 1);
@@ -80,11 +68,8 @@ START_TEST(test_tcp_shm_settings_disagree)
 	    "rank 0: wrong data path");
 	for (size_t i = 0; i < count; i++)
 		buf[i] = 1.0f;
-	for (int k = 0; k < 3 && rv == COHORT_OK; k++) {
-		op.seq = (uint64_t)k + 1;
-		rv = cohort__tcp_backend.run(f.state, &op, f.err,
-		    sizeof(f.err), cohort__now_ms() + 10000);
-	}
+	for (int k = 0; k < 3 && rv == COHORT_OK; k++)
+		rv = tt_fork_run(&f, &op, (uint64_t)k + 1);
 	/* 1 + 2 = 3, then 6, then 12 on both ranks */
 	for (size_t i = 0; i < count; i++)
 		bad += buf[i] != 12.0f;
@@ -103,9 +88,8 @@ Suite *suite_tcp_shm(void);
 Suite *
 suite_tcp_shm(void)
 {
-	Suite *s = suite_create("tcp_shm");
-	TCase *tc = unit_tcase(s, "setup", 60, NULL);
+	const struct unit_loop loops[]
+	    = { { test_tcp_shm_settings_disagree, 3 }, { NULL, 0 } };
 
-	tcase_add_loop_test(tc, test_tcp_shm_settings_disagree, 0, 3);
-	return (s);
+	return (unit_suite_loops("tcp_shm", "setup", 60, NULL, loops));
 }

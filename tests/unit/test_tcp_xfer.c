@@ -17,11 +17,7 @@ tt_body_vanish(struct tt_group *g, int r, void *state)
 {
 	size_t count = 8u << 20;
 	float *buf;
-	struct cohort__op op = { .kind = COHORT__OP_ALLREDUCE,
-		.dtype = COHORT_F32,
-		.op = COHORT_SUM,
-		.count = count,
-		.seq = 12 };
+	struct cohort__op op;
 	int64_t t0;
 
 	if (r == 2) {
@@ -31,7 +27,7 @@ tt_body_vanish(struct tt_group *g, int r, void *state)
 		return;
 	}
 	buf = calloc(count, sizeof(float));
-	op.send = op.recv = buf;
+	op = tt_sum_op(buf, count, 12);
 	atomic_fetch_add(&g->in_run, 1);
 	t0 = cohort__now_ms();
 	g->run_rv[r] = cohort__tcp_backend.run(
@@ -92,13 +88,7 @@ static void
 tt_body_abort(struct tt_group *g, int r, void *state)
 {
 	float buf[1000] = { 0 };
-	struct cohort__op op = { .kind = COHORT__OP_ALLREDUCE,
-		.send = buf,
-		.recv = buf,
-		.count = 1000,
-		.dtype = COHORT_F32,
-		.op = COHORT_SUM,
-		.seq = 3 };
+	struct cohort__op op = tt_sum_op(buf, 1000, 3);
 	struct tt_aborter ab = { g, state, g->seed == 1 };
 	pthread_t th;
 	int64_t t0;
@@ -152,11 +142,10 @@ Suite *suite_tcp_xfer(void);
 Suite *
 suite_tcp_xfer(void)
 {
-	Suite *s = suite_create("tcp_xfer");
-	TCase *tc = unit_tcase(s, "failures", 60, NULL);
+	const struct unit_loop loops[]
+	    = { { test_tcp_peer_vanishes_mid_allreduce, TT_NMODES },
+		      { test_tcp_abort_unblocks_run, 2 * TT_NMODES },
+		      { NULL, 0 } };
 
-	tcase_add_loop_test(
-	    tc, test_tcp_peer_vanishes_mid_allreduce, 0, TT_NMODES);
-	tcase_add_loop_test(tc, test_tcp_abort_unblocks_run, 0, 2 * TT_NMODES);
-	return (s);
+	return (unit_suite_loops("tcp_xfer", "failures", 60, NULL, loops));
 }

@@ -94,10 +94,10 @@ suite_timeouts(void)
 	const TTest *tests[] = { test_defaults_are_ordered,
 		test_rendezvous_shorter_than_operation_refused,
 		test_environment_knobs, NULL };
-	Suite *s = suite_create("timeouts");
+	const struct unit_loop loops[]
+	    = { { test_order_refused,
+		    (int)(sizeof(to_refused) / sizeof(to_refused[0])) },
+		      { NULL, 0 } };
 
-	tcase_add_loop_test(unit_tcase(s, "order", 0, tests),
-	    test_order_refused, 0,
-	    (int)(sizeof(to_refused) / sizeof(to_refused[0])));
-	return (s);
+	return (unit_suite_loops("timeouts", "order", 0, tests, loops));
 }

@@ -26,3 +26,24 @@ unit_suite(const char *name, const char *tcase, int timeout_s,
 	(void)unit_tcase(s, tcase, timeout_s, tests);
 	return (s);
 }
+
+TCase *
+unit_tcase_loops(Suite *s, const char *name, int timeout_s,
+    const TTest *const *tests, const struct unit_loop *loops)
+{
+	TCase *tc = unit_tcase(s, name, timeout_s, tests);
+
+	for (; loops->test != NULL; loops++)
+		tcase_add_loop_test(tc, loops->test, 0, loops->n);
+	return (tc);
+}
+
+Suite *
+unit_suite_loops(const char *name, const char *tcase, int timeout_s,
+    const TTest *const *tests, const struct unit_loop *loops)
+{
+	Suite *s = suite_create(name);
+
+	(void)unit_tcase_loops(s, tcase, timeout_s, tests, loops);
+	return (s);
+}

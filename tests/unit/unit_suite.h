@@ -19,6 +19,20 @@ TCase *unit_tcase(
 Suite *unit_suite(const char *name, const char *tcase, int timeout_s,
     const TTest *const *tests);
 
+/* A loop test: run n times, _i = 0 .. n - 1. */
+struct unit_loop {
+	const TTest *test;
+	int n;
+};
+
+/* unit_tcase, then every loop test of loops ({ NULL, 0 } ends it). */
+TCase *unit_tcase_loops(Suite *s, const char *name, int timeout_s,
+    const TTest *const *tests, const struct unit_loop *loops);
+
+/* unit_suite with loop tests too. */
+Suite *unit_suite_loops(const char *name, const char *tcase, int timeout_s,
+    const TTest *const *tests, const struct unit_loop *loops);
+
 /* Defines Suite *suite_<name>(void) (declare it above, where
  * tools/gen_suites.sh finds it): one test case `tcase` of the tests
  * listed, timeout_s as in unit_tcase. */
