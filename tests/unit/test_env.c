@@ -12,6 +12,7 @@
 #include "check_cohort.h"
 #include "unit_suite.h"
 #include "cohort_impl.h"
+#include "tmpdir.h"
 
 Suite *suite_env(void);
 
@@ -328,6 +329,14 @@ static const struct env_case env_cases[] = {
 	        "+MASTER_PORT=http", "einval",
 	        /* MASTER_ADDR alone is not a coordinator */
 	        "-MASTER_PORT", "ok", "coordinator=", NULL } },
+	/* The order of the job's identity: one launch, one name. */
+	{ "job_identity_order", NULL,
+	    (const char *const[]) { "+SLURM_JOB_ID=42", "+SLURM_STEP_ID=3",
+	        "+PMIX_NAMESPACE=slurm.pmix.42.3", "+TORCHELASTIC_RUN_ID=abc",
+	        "+COHORT_JOB=mine", "ok", "job=mine", "-COHORT_JOB", "ok",
+	        "job=abc", "-TORCHELASTIC_RUN_ID", "ok",
+	        "job=pmix-slurm.pmix.42.3", "-PMIX_NAMESPACE", "ok",
+	        "job=slurm-42.3", NULL } },
 	{ "bad_coordinator_url", NULL,
 	    (const char *const[]) { "+COHORT_COORDINATOR=10.0.0.1:29400",
 	        "einval", "error~COHORT_COORDINATOR", NULL } },
@@ -393,16 +402,23 @@ env_step(const char *name, cohort_env *e, const char *step)
 	}
 }
 
+/* Runs steps (NULL-terminated) in order. */
+static void
+env_steps(const char *name, cohort_env *e, const char *const *steps)
+{
+	for (; *steps != NULL; steps++)
+		env_step(name, e, *steps);
+}
+
 START_TEST(test_env_case)
 {
 	const struct env_case *c = &env_cases[_i];
 	cohort_env e;
 
 	memset(&e, 0, sizeof(e));
-	for (const char *const *s = c->pre; s != NULL && *s != NULL; s++)
-		env_step(c->name, &e, *s);
-	for (const char *const *s = c->steps; *s != NULL; s++)
-		env_step(c->name, &e, *s);
+	if (c->pre != NULL)
+		env_steps(c->name, &e, c->pre);
+	env_steps(c->name, &e, c->steps);
 }
 END_TEST
 
@@ -450,51 +466,27 @@ START_TEST(test_slurm_first_host)
 }
 END_TEST
 
-/* The order of the job's identity: one launch, one name. */
-START_TEST(test_job_identity_order)
+/* A job name that does not fit is an error, never a cut name. */
+START_TEST(test_job_name_too_long)
 {
 	cohort_env e;
+	char big[200];
 
-	setenv("SLURM_JOB_ID", "42", 1);
-	setenv("SLURM_STEP_ID", "3", 1);
-	setenv("PMIX_NAMESPACE", "slurm.pmix.42.3", 1);
-	setenv("TORCHELASTIC_RUN_ID", "abc", 1);
-	setenv("COHORT_JOB", "mine", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.job, "mine");
-	unsetenv("COHORT_JOB");
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.job, "abc");
-	unsetenv("TORCHELASTIC_RUN_ID");
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.job, "pmix-slurm.pmix.42.3");
-	unsetenv("PMIX_NAMESPACE");
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.job, "slurm-42.3");
-	/* a name that does not fit is an error, never a cut name */
-	{
-		char big[200];
-		memset(big, '7', sizeof(big) - 1);
-		big[sizeof(big) - 1] = '\0';
-		setenv("SLURM_JOB_ID", big, 1);
-		ck_assert_cohort_err(cohort_env_resolve(&e), COHORT_EINVAL);
-		ck_assert_ptr_nonnull(
-		    strstr(cohort_last_error(), "SLURM_JOB_ID"));
-	}
+	memset(big, '7', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	setenv("SLURM_JOB_ID", big, 1);
+	ck_assert_cohort_err(cohort_env_resolve(&e), COHORT_EINVAL);
+	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "SLURM_JOB_ID"));
 }
 END_TEST
 
 START_TEST(test_token_file)
 {
 	cohort_env e;
-	char path[] = "/tmp/cohort-test-token-XXXXXX";
-	int fd = mkstemp(path);
-	FILE *f;
+	char path[256];
 
-	ck_assert_int_ge(fd, 0);
-	f = fdopen(fd, "w");
-	fputs("s3cret-from-file\n", f);
-	fclose(f);
+	ck_assert(tmpfile_make(
+	    path, sizeof(path), "cohort-test-token", "s3cret-from-file\n"));
 	setenv("COHORT_TOKEN_FILE", path, 1);
 	e = env_resolve_ok();
 	ck_assert_str_eq(e.token, "s3cret-from-file");
@@ -566,12 +558,10 @@ START_TEST(test_format_report)
 	char buf[2048];
 	size_t n;
 
-	setenv("RANK", "1", 1);
-	setenv("WORLD_SIZE", "2", 1);
-	setenv("MASTER_ADDR", "127.0.0.1", 1);
-	setenv("MASTER_PORT", "29500", 1);
-	setenv("COHORT_TOKEN", "do-not-print", 1);
-	e = env_resolve_ok();
+	env_steps("format_report", &e,
+	    (const char *const[]) { "+RANK=1", "+WORLD_SIZE=2",
+	        "+MASTER_ADDR=127.0.0.1", "+MASTER_PORT=29500",
+	        "+COHORT_TOKEN=do-not-print", "ok", NULL });
 	n = cohort_env_format(&e, buf, sizeof(buf));
 	ck_assert_uint_eq(n, strlen(buf));
 	ck_assert_ptr_nonnull(strstr(buf, "source"));
@@ -758,11 +748,10 @@ END_TEST
 Suite *
 suite_env(void)
 {
-	const TTest *resolve_tests[]
-	    = { test_slurm_first_host, test_job_identity_order,
-		      test_token_file, test_malformed_values,
-		      test_too_long_values, test_format_report,
-		      test_format_truncates_like_snprintf, NULL };
+	const TTest *resolve_tests[] = { test_slurm_first_host,
+		test_job_name_too_long, test_token_file, test_malformed_values,
+		test_too_long_values, test_format_report,
+		test_format_truncates_like_snprintf, NULL };
 	const struct unit_loop cases[]
 	    = { { test_env_case,
 		    (int)(sizeof(env_cases) / sizeof(env_cases[0])) },

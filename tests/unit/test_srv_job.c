@@ -455,31 +455,22 @@ END_TEST
 
 START_TEST(test_secret_read)
 {
-	char path[] = "/tmp/cohort-test-secret-XXXXXX";
-	char out[16];
-	int fd = mkstemp(path);
-	FILE *fp;
+	char path[256], out[16];
 
-	ck_assert_int_ge(fd, 0);
-	fp = fdopen(fd, "w");
-	fputs("abc \r\n\n", fp);
-	fclose(fp);
+	ck_assert(tmpfile_make(
+	    path, sizeof(path), "cohort-test-secret", "abc \r\n\n"));
 	ck_assert_cohort_ok(cohort__secret_read("t", path, out, sizeof(out)));
 	ck_assert_str_eq(out, "abc");
-	fp = fopen(path, "w");
-	fputs("0123456789abcdef0\n", fp); /* 17 bytes: too long */
-	fclose(fp);
+	/* 17 bytes: too long */
+	ck_assert(tmpfile_write(path, "0123456789abcdef0\n"));
 	ck_assert_cohort_err(
 	    cohort__secret_read("t", path, out, sizeof(out)), COHORT_EINVAL);
 	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "longer than 15"));
-	fp = fopen(path, "w");
-	fputs("0123456789abcde\n\n", fp); /* 15 bytes and newlines: fits */
-	fclose(fp);
+	/* 15 bytes and newlines: fits */
+	ck_assert(tmpfile_write(path, "0123456789abcde\n\n"));
 	ck_assert_cohort_ok(cohort__secret_read("t", path, out, sizeof(out)));
 	ck_assert_str_eq(out, "0123456789abcde");
-	fp = fopen(path, "w");
-	fputs("\n", fp);
-	fclose(fp);
+	ck_assert(tmpfile_write(path, "\n"));
 	ck_assert_cohort_err(
 	    cohort__secret_read("t", path, out, sizeof(out)), COHORT_EINVAL);
 	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "empty"));
