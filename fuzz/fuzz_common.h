@@ -113,6 +113,19 @@ fz_join(struct fz_buf *b, struct srq_cli *c, int32_t rank, uint32_t world)
 	fz_send(b, c, srq_join(&q, c, rank, world, rank, 60000), NULL, 0);
 }
 
+/* n clients of job (ids id0 + i, connections 1 + i) join a world of n;
+ * after the joins their ranks are their indexes, generation 1. */
+static inline void
+fz_world(
+    struct fz_buf *b, struct srq_cli *c, int n, const char *job, uint64_t id0)
+{
+	for (int i = 0; i < n; i++) {
+		srq_cli_init(&c[i], job, id0 + (uint64_t)i, (uint32_t)(1 + i));
+		fz_join(b, &c[i], i, (uint32_t)n);
+	}
+	srq_cli_joined(c, n);
+}
+
 static inline void
 fz_kv_set(struct fz_buf *b, struct srq_cli *c, const char *key, const char *v)
 {

@@ -42,17 +42,12 @@ static void
 fz_start(void)
 {
 	struct srv_limits lim = { 1u << 16, 1u << 20, 256 };
-	struct srv_jrn_opts o;
 	cohort_status rv;
 
-	if (srv_core_new(&lim, NULL, srq_drop_reply, NULL, fz_now, &fz_core)
-	    != COHORT_OK)
+	fz_core = srq_core_journal(&lim, fz_dir, false, 1u << 20, fz_now, &rv);
+	if (fz_core == NULL)
 		abort();
-	memset(&o, 0, sizeof(o));
-	o.dir = fz_dir;
-	o.fsync = SRV_FSYNC_NONE;
-	o.compact_min = 1u << 20;
-	if ((rv = srv_core_journal_open(fz_core, &o, fz_now)) != COHORT_OK) {
+	if (rv != COHORT_OK) {
 		fprintf(stderr,
 		    "fuzz_dispatch: the journal the core wrote does not "
 		    "replay: %s: %s\n",

@@ -50,18 +50,12 @@ static cohort_status
 fz_open(bool recover)
 {
 	struct srv_limits lim = { 1u << 20, 1u << 24, 1000 };
-	struct srv_jrn_opts o;
 	struct srv_core *core;
 	cohort_status rv;
 
-	if (srv_core_new(&lim, NULL, srq_drop_reply, NULL, 1000000, &core)
-	    != COHORT_OK)
+	core = srq_core_journal(&lim, fz_dir, recover, 0, 1000000, &rv);
+	if (core == NULL)
 		abort();
-	memset(&o, 0, sizeof(o));
-	o.dir = fz_dir;
-	o.fsync = SRV_FSYNC_NONE;
-	o.recover = recover;
-	rv = srv_core_journal_open(core, &o, 1000000);
 	srv_core_free(core);
 	return (rv);
 }

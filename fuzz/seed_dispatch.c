@@ -26,9 +26,7 @@ main(int argc, char **argv)
 
 	memset(&b, 0, sizeof(b));
 	/* 1: a world of one and its keys. */
-	srq_cli_init(&c[0], "solo", 11, 1);
-	fz_join(&b, &c[0], 0, 1);
-	srq_cli_joined(c, 1);
+	fz_world(&b, c, 1, "solo", 11);
 	fz_kv_set(&b, &c[0], "addr", "10.0.0.1:4000");
 	fz_kv_add(&b, &c[0], "ctr", 5);
 	fz_kv_get(&b, &c[0], "addr", false);
@@ -37,11 +35,7 @@ main(int argc, char **argv)
 	SEED();
 
 	/* 2: two ranks, a barrier, a broadcast, reductions, a decision. */
-	srq_cli_init(&c[0], "pair", 21, 1);
-	srq_cli_init(&c[1], "pair", 22, 2);
-	fz_join(&b, &c[0], 0, 2);
-	fz_join(&b, &c[1], 1, 2);
-	srq_cli_joined(c, 2);
+	fz_world(&b, c, 2, "pair", 21);
 	for (int i = 0; i < 2; i++)
 		fz_coll(&b, &c[i], COHORT__COLLECTIVE_KIND__COLL_BARRIER, "",
 		    1, NULL, 0);
@@ -59,12 +53,7 @@ main(int argc, char **argv)
 	SEED();
 
 	/* 3: a group, a heartbeat, a watch, a failure report. */
-	srq_cli_init(&c[0], "grp", 31, 1);
-	srq_cli_init(&c[1], "grp", 32, 2);
-	srq_cli_init(&c[2], "grp", 33, 3);
-	for (int i = 0; i < 3; i++)
-		fz_join(&b, &c[i], i, 3);
-	srq_cli_joined(c, 3);
+	fz_world(&b, c, 3, "grp", 31);
 	{
 		Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
 		Cohort__Watch w = COHORT__WATCH__INIT;
@@ -89,9 +78,7 @@ main(int argc, char **argv)
 	SEED();
 
 	/* 4: the rest of the KV store. */
-	srq_cli_init(&c[0], "kv", 41, 1);
-	fz_join(&b, &c[0], 0, 1);
-	srq_cli_joined(c, 1);
+	fz_world(&b, c, 1, "kv", 41);
 	{
 		Cohort__KvCompareSet cs = COHORT__KV_COMPARE_SET__INIT;
 		Cohort__KvDelete d = COHORT__KV_DELETE__INIT;
@@ -137,11 +124,7 @@ main(int argc, char **argv)
 	SEED();
 
 	/* 5: a rank's connection closes mid-barrier; a leave; status. */
-	srq_cli_init(&c[0], "drop", 51, 1);
-	srq_cli_init(&c[1], "drop", 52, 2);
-	fz_join(&b, &c[0], 0, 2);
-	fz_join(&b, &c[1], 1, 2);
-	srq_cli_joined(c, 2);
+	fz_world(&b, c, 2, "drop", 51);
 	fz_coll(
 	    &b, &c[0], COHORT__COLLECTIVE_KIND__COLL_BARRIER, "", 1, NULL, 0);
 	fz_close(&b, 2);
@@ -160,9 +143,7 @@ main(int argc, char **argv)
 	SEED();
 
 	/* 6: a retried request (same seq) and a stale generation. */
-	srq_cli_init(&c[0], "retry", 61, 1);
-	fz_join(&b, &c[0], 0, 1);
-	srq_cli_joined(c, 1);
+	fz_world(&b, c, 1, "retry", 61);
 	fz_kv_add(&b, &c[0], "n", 1);
 	c[0].seq--;
 	fz_kv_add(&b, &c[0], "n", 1);

@@ -77,8 +77,8 @@ main(int argc, char **argv)
 	const char *out = argc > 1 ? argv[1] : ".";
 	char dir[] = "/tmp/cohort-seed-journal-XXXXXX";
 	struct srv_limits lim = { 1u << 20, 1u << 24, 1000 };
-	struct srv_jrn_opts o;
 	struct srv_core *core;
+	cohort_status rv;
 	struct srq_cli c[3];
 	struct fz_buf b;
 	uint8_t *log, *snap;
@@ -88,22 +88,12 @@ main(int argc, char **argv)
 	cohort__log_set_default_level(COHORT__LOG_ERROR);
 	if (mkdtemp(dir) == NULL)
 		abort();
-	if (srv_core_new(&lim, NULL, srq_drop_reply, NULL, now, &core)
-	    != COHORT_OK)
-		abort();
-	memset(&o, 0, sizeof(o));
-	o.dir = dir;
-	o.fsync = SRV_FSYNC_NONE;
-	if (srv_core_journal_open(core, &o, now) != COHORT_OK)
+	core = srq_core_journal(&lim, dir, false, 0, now, &rv);
+	if (core == NULL || rv != COHORT_OK)
 		abort();
 	memset(&b, 0, sizeof(b));
 	memset(c, 0, sizeof(c));
-	for (int i = 0; i < 3; i++) {
-		srq_cli_init(
-		    &c[i], "job", 100 + (uint64_t)i, (uint32_t)(1 + i));
-		fz_join(&b, &c[i], i, 3);
-	}
-	srq_cli_joined(c, 3);
+	fz_world(&b, c, 3, "job", 100);
 	fz_kv_set(&b, &c[0], "addr", "10.0.0.1:4000");
 	fz_kv_add(&b, &c[1], "ctr", 3);
 	{

@@ -265,13 +265,8 @@ fx_heartbeat(struct fx *f, struct srq_cli *c, const char *op, uint64_t seq,
 static inline void
 fx_open_journal(struct fx *f)
 {
-	struct srv_jrn_opts o;
-
-	memset(&o, 0, sizeof(o));
-	o.dir = f->dir;
-	o.fsync = SRV_FSYNC_NONE;
-	o.compact_min = f->compact_min;
-	ck_assert_cohort_ok(srv_core_journal_open(f->core, &o, f->now));
+	ck_assert_cohort_ok(
+	    srq_journal_open(f->core, f->dir, false, f->compact_min, f->now));
 }
 
 static inline struct fx *
@@ -285,16 +280,26 @@ fx_new_journal(uint64_t compact_min)
 	return (f);
 }
 
-/* The core dies and a new one starts from the state directory. */
-static inline void
-fx_restart(struct fx *f)
+/* The core dies and a new one starts from the state directory (with
+ * --recover if recover); returns the journal's status (the core stays,
+ * without a journal, if it failed). */
+static inline cohort_status
+fx_reopen(struct fx *f, bool recover)
 {
 	struct srv_limits lim = f->core->lim;
 
 	srv_core_free(f->core);
 	ck_assert_cohort_ok(
 	    srv_core_new(&lim, NULL, fx_sink, f, f->now, &f->core));
-	fx_open_journal(f);
+	return (srq_journal_open(
+	    f->core, f->dir, recover, f->compact_min, f->now));
+}
+
+/* fx_reopen, which must succeed. */
+static inline void
+fx_restart(struct fx *f)
+{
+	ck_assert_cohort_ok(fx_reopen(f, false));
 }
 
 static inline void

@@ -196,6 +196,37 @@ srq_drop_reply(void *arg, void *tp, nng_msg *m)
 		nng_msg_free(m);
 }
 
+/* Opens core's journal in dir, without fsync (compact_min 0: the
+ * default threshold). */
+static inline cohort_status
+srq_journal_open(struct srv_core *core, const char *dir, bool recover,
+    uint64_t compact_min, cohort__time now)
+{
+	struct srv_jrn_opts o;
+
+	memset(&o, 0, sizeof(o));
+	o.dir = dir;
+	o.fsync = SRV_FSYNC_NONE;
+	o.recover = recover;
+	o.compact_min = compact_min;
+	return (srv_core_journal_open(core, &o, now));
+}
+
+/* A core that drops its replies (srq_drop_reply), its journal opened in
+ * dir: *rv is srq_journal_open's status. NULL if no core could be made. */
+static inline struct srv_core *
+srq_core_journal(const struct srv_limits *lim, const char *dir, bool recover,
+    uint64_t compact_min, cohort__time now, cohort_status *rv)
+{
+	struct srv_core *core;
+
+	if (srv_core_new(lim, NULL, srq_drop_reply, NULL, now, &core)
+	    != COHORT_OK)
+		return (NULL);
+	*rv = srq_journal_open(core, dir, recover, compact_min, now);
+	return (core);
+}
+
 /* dir/name's bytes (malloc'd, NUL-terminated) and their number, or NULL
  * (*len 0) if it cannot be read. */
 static inline char *

@@ -415,14 +415,11 @@ START_TEST(test_state_dir_locked)
 {
 	struct fx *f = fx_new_journal(0);
 	struct srv_core *other;
-	struct srv_jrn_opts o;
 
 	ck_assert_cohort_ok(
 	    srv_core_new(&f->core->lim, NULL, fx_sink, f, f->now, &other));
-	memset(&o, 0, sizeof(o));
-	o.dir = f->dir;
 	ck_assert_int_eq(
-	    srv_core_journal_open(other, &o, f->now), COHORT_EEXIST);
+	    srq_journal_open(other, f->dir, false, 0, f->now), COHORT_EEXIST);
 	srv_core_free(other);
 	fx_free_journal(f);
 }
@@ -507,25 +504,6 @@ END_TEST
 /* Integrity: a torn tail is cut, damage refuses to start (--recover keeps  */
 /* every whole record), lost files are errors                               */
 /* ------------------------------------------------------------------------ */
-
-/* A restart that may fail: the status of opening the journal (the core
- * stays, without a journal, if it failed). */
-static cohort_status
-jt_reopen(struct fx *f, bool recover)
-{
-	struct srv_limits lim = f->core->lim;
-	struct srv_jrn_opts o;
-
-	srv_core_free(f->core);
-	ck_assert_cohort_ok(
-	    srv_core_new(&lim, NULL, fx_sink, f, f->now, &f->core));
-	memset(&o, 0, sizeof(o));
-	o.dir = f->dir;
-	o.fsync = SRV_FSYNC_NONE;
-	o.compact_min = f->compact_min;
-	o.recover = recover;
-	return (srv_core_journal_open(f->core, &o, f->now));
-}
 
 static char *
 jt_read(const char *dir, const char *name, size_t *len)
@@ -629,7 +607,7 @@ jt_damage_case(off_t (*where)(const off_t *offs), int want_missing)
 	at = where(offs);
 	jt_flip(f->dir, "log.0", at);
 	before = jt_read(f->dir, "log.0", &blen);
-	ck_assert_int_eq(jt_reopen(f, false), COHORT_EJOURNAL);
+	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
 	ck_assert_msg(strstr(cohort_last_error(), "log.0") != NULL
 	        && strstr(cohort_last_error(), "damaged at offset") != NULL
 	        && strstr(cohort_last_error(), "--recover") != NULL,
@@ -640,14 +618,14 @@ jt_damage_case(off_t (*where)(const off_t *offs), int want_missing)
 	free(before);
 	free(after);
 
-	ck_assert_cohort_ok(jt_reopen(f, true));
+	ck_assert_cohort_ok(fx_reopen(f, true));
 	ck_assert_int_eq(jt_keys_present(f, &b, &missing), JT_KEYS - 1);
 	ck_assert_int_eq(missing, want_missing);
 	ck_assert_int_eq(jt_count(f->dir, "log.0.damaged-"), 1);
 	ck_assert_int_lt(jt_size(f->dir, "log.0"), 0);
 	/* The recovered state stands on its own from now on. */
 	fx_want(f, fx_kv_set(f, &b, "after", "x"), COHORT_OK);
-	ck_assert_cohort_ok(jt_reopen(f, false));
+	ck_assert_cohort_ok(fx_reopen(f, false));
 	ck_assert_int_eq(jt_keys_present(f, &b, &missing), JT_KEYS - 1);
 	jt_want_value(f, &b, "after", "x");
 	snprintf(want, sizeof(want), "k%d", want_missing);
@@ -705,10 +683,10 @@ START_TEST(test_flip_first_job_recovers_the_other)
 	jt_fill(f, &a, &b, offs);
 	fx_want(f, fx_kv_set(f, &a, "ka", "va"), COHORT_OK);
 	jt_flip(f->dir, "log.0", 16 + 20);
-	ck_assert_int_eq(jt_reopen(f, false), COHORT_EJOURNAL);
+	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
 	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "offset 16,"));
 	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "after 0 whole"));
-	ck_assert_cohort_ok(jt_reopen(f, true));
+	ck_assert_cohort_ok(fx_reopen(f, true));
 	ck_assert_int_eq(jt_keys_present(f, &b, &missing), JT_KEYS);
 	fx_want(f, fx_kv_get(f, &a, "ka", false, 0), COHORT_EAUTH);
 	fx_free_journal(f);
@@ -728,7 +706,7 @@ START_TEST(test_truncated_mid_record_is_a_torn_tail)
 	jt_fill(f, &a, &b, offs);
 	snprintf(p, sizeof(p), "%s/log.0", f->dir);
 	ck_assert_int_eq(truncate(p, offs[JT_KEYS - 1] + 5), 0);
-	ck_assert_cohort_ok(jt_reopen(f, false));
+	ck_assert_cohort_ok(fx_reopen(f, false));
 	ck_assert_int_eq(jt_keys_present(f, &b, &missing), JT_KEYS - 1);
 	ck_assert_int_eq(missing, JT_KEYS - 1);
 	ck_assert_int_eq(jt_size(f->dir, "log.0"), offs[JT_KEYS - 1]);
@@ -736,7 +714,7 @@ START_TEST(test_truncated_mid_record_is_a_torn_tail)
 	 * is torn too. */
 	fx_want(f, fx_kv_set(f, &b, "z", "zz"), COHORT_OK);
 	ck_assert_int_eq(truncate(p, jt_size(f->dir, "log.0") + 100), 0);
-	ck_assert_cohort_ok(jt_reopen(f, false));
+	ck_assert_cohort_ok(fx_reopen(f, false));
 	jt_want_value(f, &b, "z", "zz");
 	fx_free_journal(f);
 }
@@ -754,25 +732,25 @@ START_TEST(test_truncated_header_empty_missing_log)
 	snprintf(p, sizeof(p), "%s/log.0", f->dir);
 	/* Cut inside the header. */
 	ck_assert_int_eq(truncate(p, 10), 0);
-	ck_assert_int_eq(jt_reopen(f, false), COHORT_EJOURNAL);
+	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
 	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "shorter than"));
 	ck_assert_int_eq(jt_size(f->dir, "log.0"), 10);
 	/* Empty. */
 	ck_assert_int_eq(truncate(p, 0), 0);
-	ck_assert_int_eq(jt_reopen(f, false), COHORT_EJOURNAL);
+	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
 	ck_assert_msg(strstr(cohort_last_error(), "log.0 is empty") != NULL,
 	    "%s", cohort_last_error());
 	ck_assert_int_eq(jt_size(f->dir, "log.0"), 0);
 	/* Missing. */
 	ck_assert_int_eq(unlink(p), 0);
-	ck_assert_int_eq(jt_reopen(f, false), COHORT_EJOURNAL);
+	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
 	ck_assert_msg(strstr(cohort_last_error(), "log.0 is missing") != NULL,
 	    "%s", cohort_last_error());
 	ck_assert_int_lt(jt_size(f->dir, "log.0"), 0);
 	/* --recover: the operator accepts the loss. */
-	ck_assert_cohort_ok(jt_reopen(f, true));
+	ck_assert_cohort_ok(fx_reopen(f, true));
 	ck_assert_int_eq(jt_keys_present(f, &b, &missing), 0);
-	ck_assert_cohort_ok(jt_reopen(f, false));
+	ck_assert_cohort_ok(fx_reopen(f, false));
 	fx_free_journal(f);
 }
 END_TEST
@@ -791,16 +769,16 @@ START_TEST(test_missing_snapshot_or_log_after_compaction)
 	/* The log of epoch 1 is gone: its keys would be. */
 	snprintf(p, sizeof(p), "%s/log.1", f->dir);
 	ck_assert_int_eq(unlink(p), 0);
-	ck_assert_int_eq(jt_reopen(f, false), COHORT_EJOURNAL);
+	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
 	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "log.1 is missing"));
 	/* The snapshot is gone too. */
 	snprintf(p, sizeof(p), "%s/snapshot", f->dir);
 	ck_assert_int_eq(unlink(p), 0);
-	ck_assert_int_eq(jt_reopen(f, false), COHORT_EJOURNAL);
+	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
 	ck_assert_msg(
 	    strstr(cohort_last_error(), "snapshot is missing") != NULL, "%s",
 	    cohort_last_error());
-	ck_assert_int_eq(jt_reopen(f, true), COHORT_OK);
+	ck_assert_int_eq(fx_reopen(f, true), COHORT_OK);
 	ck_assert_int_eq(jt_keys_present(f, &b, &missing), 0);
 	fx_free_journal(f);
 }
@@ -815,20 +793,20 @@ START_TEST(test_bad_magic_and_damaged_snapshot)
 
 	jt_fill(f, &a, &b, offs);
 	jt_flip(f->dir, "log.0", 0);
-	ck_assert_int_eq(jt_reopen(f, false), COHORT_EJOURNAL);
+	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
 	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "bad magic"));
-	ck_assert_cohort_ok(jt_reopen(f, true));
+	ck_assert_cohort_ok(fx_reopen(f, true));
 	ck_assert_int_eq(jt_keys_present(f, &b, &missing), JT_KEYS);
 	ck_assert_int_eq(jt_count(f->dir, "log.0.damaged-"), 1);
 	/* Now a snapshot (epoch 1): a byte of it flipped is damage (it
 	 * was written whole and renamed; no torn tail is possible). */
 	jt_flip(f->dir, "snapshot", jt_size(f->dir, "snapshot") / 2);
-	ck_assert_int_eq(jt_reopen(f, false), COHORT_EJOURNAL);
+	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
 	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "snapshot"));
-	ck_assert_cohort_ok(jt_reopen(f, true));
+	ck_assert_cohort_ok(fx_reopen(f, true));
 	ck_assert_int_eq(jt_keys_present(f, &b, &missing), JT_KEYS - 1);
 	ck_assert_int_eq(jt_count(f->dir, "snapshot.damaged-"), 1);
-	ck_assert_cohort_ok(jt_reopen(f, false));
+	ck_assert_cohort_ok(fx_reopen(f, false));
 	ck_assert_int_eq(jt_keys_present(f, &b, &missing), JT_KEYS - 1);
 	fx_free_journal(f);
 }
@@ -841,7 +819,6 @@ START_TEST(test_read_only_dir)
 	struct fx *f = fx_new_journal(0);
 	struct srq_cli c;
 	char orig[256];
-	struct srv_jrn_opts o;
 	cohort_status rv;
 
 	memcpy(orig, f->dir, sizeof(orig));
@@ -856,22 +833,13 @@ START_TEST(test_read_only_dir)
 		fx_free_journal(f);
 		return;
 	}
-	ck_assert_cohort_ok(jt_reopen(f, false));
+	ck_assert_cohort_ok(fx_reopen(f, false));
 	srq_cli_init(&c, "j", 7, 1);
 	fx_joined(f, &c, fx_join(f, &c, 0, 1, 1000));
 	fx_want(f, fx_kv_set(f, &c, "k", "v"), COHORT_OK);
 	srv_jrn_close(f->core);
 	th_tmpfs_remount(f->dir, true, NULL);
-	memset(&o, 0, sizeof(o));
-	o.dir = f->dir;
-	o.fsync = SRV_FSYNC_NONE;
-	srv_core_free(f->core);
-	ck_assert_cohort_ok(
-	    srv_core_new(&(struct srv_limits) { .max_value = 1u << 20,
-	                     .max_job_bytes = 1u << 24,
-	                     .max_keys = 1000 },
-	        NULL, fx_sink, f, f->now, &f->core));
-	rv = srv_core_journal_open(f->core, &o, f->now);
+	rv = fx_reopen(f, false);
 	th_tmpfs_umount(f->dir);
 	rmdir(f->dir);
 	ck_assert_int_eq(rv, COHORT_EJOURNAL);
@@ -952,7 +920,7 @@ START_TEST(test_full_disk_not_acknowledged)
 		fx_free_journal(f);
 		return;
 	}
-	ck_assert_cohort_ok(jt_reopen(f, false));
+	ck_assert_cohort_ok(fx_reopen(f, false));
 	srq_cli_init(&c, "j", 7, 1);
 	fx_joined(f, &c, fx_join(f, &c, 0, 1, 1000));
 	memset(val, 'v', sizeof(val) - 1);
@@ -991,14 +959,14 @@ START_TEST(test_full_disk_not_acknowledged)
 	fx_want(f, fx_kv_get(f, &c, "n", false, 0), COHORT_OK);
 	/* kill -9 and a restart (on the full disk): every acknowledged
 	 * add is there, nothing else. */
-	ck_assert_cohort_ok(jt_reopen(f, false));
+	ck_assert_cohort_ok(fx_reopen(f, false));
 	ck_assert_int_eq(jt_counter(f, &c, "n"), acked);
 	/* Room again: changes are accepted once the retry (every second)
 	 * wrote a snapshot. */
 	th_tmpfs_remount(f->dir, false, "size=4m");
 	fx_want(f, fx_kv_add(f, &c, "n", 1, 0), COHORT_OK);
 	ck_assert_ptr_null(srv_jrn_problem(f->core));
-	ck_assert_cohort_ok(jt_reopen(f, false));
+	ck_assert_cohort_ok(fx_reopen(f, false));
 	ck_assert_int_eq(jt_counter(f, &c, "n"), acked + 1);
 	jt_umount(f, orig);
 	fx_free_journal(f);
@@ -1020,7 +988,7 @@ START_TEST(test_full_disk_recovers_in_place)
 		fx_free_journal(f);
 		return;
 	}
-	ck_assert_cohort_ok(jt_reopen(f, false));
+	ck_assert_cohort_ok(fx_reopen(f, false));
 	srq_cli_init(&c, "j", 7, 1);
 	fx_joined(f, &c, fx_join(f, &c, 0, 1, 1000));
 	memset(val, 'v', sizeof(val) - 1);
@@ -1048,7 +1016,7 @@ START_TEST(test_full_disk_recovers_in_place)
 	ck_assert_ptr_null(srv_jrn_problem(f->core));
 	acked = fx_want(f, fx_kv_add(f, &c, "n", 1, 0), COHORT_OK)
 	            ->kv_add->value;
-	ck_assert_cohort_ok(jt_reopen(f, false));
+	ck_assert_cohort_ok(fx_reopen(f, false));
 	ck_assert_int_eq(jt_counter(f, &c, "n"), acked);
 	jt_umount(f, orig);
 	fx_free_journal(f);
