@@ -568,6 +568,24 @@ jt_fill(struct fx *f, struct srq_cli *a, struct srq_cli *b, off_t *offs)
 	offs[JT_KEYS] = jt_size(f->dir, "log.0");
 }
 
+/* What a test of a filled journal keeps: the clients and offsets of
+ * jt_fill and the missing key jt_keys_present reports. jt_filled returns a
+ * fresh journalled core filled so. */
+struct jt_log {
+	struct srq_cli a, b;
+	off_t offs[JT_KEYS + 1];
+	int missing;
+};
+
+static struct fx *
+jt_filled(struct jt_log *l)
+{
+	struct fx *f = fx_new_journal(0);
+
+	jt_fill(f, &l->a, &l->b, l->offs);
+	return (f);
+}
+
 /* Keys of job b present after a restart (and which one is missing). */
 static int
 jt_keys_present(struct fx *f, struct srq_cli *b, int *missing)
@@ -596,15 +614,13 @@ jt_keys_present(struct fx *f, struct srq_cli *b, int *missing)
 static void
 jt_damage_case(off_t (*where)(const off_t *offs), int want_missing)
 {
-	struct fx *f = fx_new_journal(0);
-	struct srq_cli a, b;
-	off_t offs[JT_KEYS + 1], at;
+	struct jt_log l;
+	struct fx *f = jt_filled(&l);
+	off_t at;
 	char *before, *after, want[64];
 	size_t blen, alen;
-	int missing;
 
-	jt_fill(f, &a, &b, offs);
-	at = where(offs);
+	at = where(l.offs);
 	jt_flip(f->dir, "log.0", at);
 	before = jt_read(f->dir, "log.0", &blen);
 	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
@@ -619,17 +635,17 @@ jt_damage_case(off_t (*where)(const off_t *offs), int want_missing)
 	free(after);
 
 	ck_assert_cohort_ok(fx_reopen(f, true));
-	ck_assert_int_eq(jt_keys_present(f, &b, &missing), JT_KEYS - 1);
-	ck_assert_int_eq(missing, want_missing);
+	ck_assert_int_eq(jt_keys_present(f, &l.b, &l.missing), JT_KEYS - 1);
+	ck_assert_int_eq(l.missing, want_missing);
 	ck_assert_int_eq(jt_count(f->dir, "log.0.damaged-"), 1);
 	ck_assert_int_lt(jt_size(f->dir, "log.0"), 0);
 	/* The recovered state stands on its own from now on. */
-	fx_want(f, fx_kv_set(f, &b, "after", "x"), COHORT_OK);
+	fx_want(f, fx_kv_set(f, &l.b, "after", "x"), COHORT_OK);
 	ck_assert_cohort_ok(fx_reopen(f, false));
-	ck_assert_int_eq(jt_keys_present(f, &b, &missing), JT_KEYS - 1);
-	jt_want_value(f, &b, "after", "x");
+	ck_assert_int_eq(jt_keys_present(f, &l.b, &l.missing), JT_KEYS - 1);
+	jt_want_value(f, &l.b, "after", "x");
 	snprintf(want, sizeof(want), "k%d", want_missing);
-	jt_want_value(f, &b, want, NULL);
+	jt_want_value(f, &l.b, want, NULL);
 	fx_free_journal(f);
 }
 
@@ -675,20 +691,17 @@ START_TEST(test_flip_first_job_recovers_the_other)
 {
 	/* The first batch holds job a's JOB record: a's records go, b's
 	 * stay. */
-	struct fx *f = fx_new_journal(0);
-	struct srq_cli a, b;
-	off_t offs[JT_KEYS + 1];
-	int missing;
+	struct jt_log l;
+	struct fx *f = jt_filled(&l);
 
-	jt_fill(f, &a, &b, offs);
-	fx_want(f, fx_kv_set(f, &a, "ka", "va"), COHORT_OK);
+	fx_want(f, fx_kv_set(f, &l.a, "ka", "va"), COHORT_OK);
 	jt_flip(f->dir, "log.0", 16 + 20);
 	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
 	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "offset 16,"));
 	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "after 0 whole"));
 	ck_assert_cohort_ok(fx_reopen(f, true));
-	ck_assert_int_eq(jt_keys_present(f, &b, &missing), JT_KEYS);
-	fx_want(f, fx_kv_get(f, &a, "ka", false, 0), COHORT_EAUTH);
+	ck_assert_int_eq(jt_keys_present(f, &l.b, &l.missing), JT_KEYS);
+	fx_want(f, fx_kv_get(f, &l.a, "ka", false, 0), COHORT_EAUTH);
 	fx_free_journal(f);
 }
 END_TEST
@@ -697,38 +710,32 @@ START_TEST(test_truncated_mid_record_is_a_torn_tail)
 {
 	/* A cut inside the last record cannot be told from a crash in its
 	 * write: cut off with a warning, the rest kept. */
-	struct fx *f = fx_new_journal(0);
-	struct srq_cli a, b;
-	off_t offs[JT_KEYS + 1];
+	struct jt_log l;
+	struct fx *f = jt_filled(&l);
 	char p[512];
-	int missing;
 
-	jt_fill(f, &a, &b, offs);
 	snprintf(p, sizeof(p), "%s/log.0", f->dir);
-	ck_assert_int_eq(truncate(p, offs[JT_KEYS - 1] + 5), 0);
+	ck_assert_int_eq(truncate(p, l.offs[JT_KEYS - 1] + 5), 0);
 	ck_assert_cohort_ok(fx_reopen(f, false));
-	ck_assert_int_eq(jt_keys_present(f, &b, &missing), JT_KEYS - 1);
-	ck_assert_int_eq(missing, JT_KEYS - 1);
-	ck_assert_int_eq(jt_size(f->dir, "log.0"), offs[JT_KEYS - 1]);
+	ck_assert_int_eq(jt_keys_present(f, &l.b, &l.missing), JT_KEYS - 1);
+	ck_assert_int_eq(l.missing, JT_KEYS - 1);
+	ck_assert_int_eq(jt_size(f->dir, "log.0"), l.offs[JT_KEYS - 1]);
 	/* A tail of zeros (a size that reached the disk before the data)
 	 * is torn too. */
-	fx_want(f, fx_kv_set(f, &b, "z", "zz"), COHORT_OK);
+	fx_want(f, fx_kv_set(f, &l.b, "z", "zz"), COHORT_OK);
 	ck_assert_int_eq(truncate(p, jt_size(f->dir, "log.0") + 100), 0);
 	ck_assert_cohort_ok(fx_reopen(f, false));
-	jt_want_value(f, &b, "z", "zz");
+	jt_want_value(f, &l.b, "z", "zz");
 	fx_free_journal(f);
 }
 END_TEST
 
 START_TEST(test_truncated_header_empty_missing_log)
 {
-	struct fx *f = fx_new_journal(0);
-	struct srq_cli a, b;
-	off_t offs[JT_KEYS + 1];
+	struct jt_log l;
+	struct fx *f = jt_filled(&l);
 	char p[512];
-	int missing;
 
-	jt_fill(f, &a, &b, offs);
 	snprintf(p, sizeof(p), "%s/log.0", f->dir);
 	/* Cut inside the header. */
 	ck_assert_int_eq(truncate(p, 10), 0);
@@ -749,7 +756,7 @@ START_TEST(test_truncated_header_empty_missing_log)
 	ck_assert_int_lt(jt_size(f->dir, "log.0"), 0);
 	/* --recover: the operator accepts the loss. */
 	ck_assert_cohort_ok(fx_reopen(f, true));
-	ck_assert_int_eq(jt_keys_present(f, &b, &missing), 0);
+	ck_assert_int_eq(jt_keys_present(f, &l.b, &l.missing), 0);
 	ck_assert_cohort_ok(fx_reopen(f, false));
 	fx_free_journal(f);
 }
@@ -757,15 +764,12 @@ END_TEST
 
 START_TEST(test_missing_snapshot_or_log_after_compaction)
 {
-	struct fx *f = fx_new_journal(0);
-	struct srq_cli a, b;
-	off_t offs[JT_KEYS + 1];
+	struct jt_log l;
+	struct fx *f = jt_filled(&l);
 	char p[512];
-	int missing;
 
-	jt_fill(f, &a, &b, offs);
 	ck_assert_cohort_ok(srv_jrn_compact(f->core));
-	fx_want(f, fx_kv_set(f, &b, "late", "1"), COHORT_OK);
+	fx_want(f, fx_kv_set(f, &l.b, "late", "1"), COHORT_OK);
 	/* The log of epoch 1 is gone: its keys would be. */
 	snprintf(p, sizeof(p), "%s/log.1", f->dir);
 	ck_assert_int_eq(unlink(p), 0);
@@ -779,24 +783,21 @@ START_TEST(test_missing_snapshot_or_log_after_compaction)
 	    strstr(cohort_last_error(), "snapshot is missing") != NULL, "%s",
 	    cohort_last_error());
 	ck_assert_int_eq(fx_reopen(f, true), COHORT_OK);
-	ck_assert_int_eq(jt_keys_present(f, &b, &missing), 0);
+	ck_assert_int_eq(jt_keys_present(f, &l.b, &l.missing), 0);
 	fx_free_journal(f);
 }
 END_TEST
 
 START_TEST(test_bad_magic_and_damaged_snapshot)
 {
-	struct fx *f = fx_new_journal(0);
-	struct srq_cli a, b;
-	off_t offs[JT_KEYS + 1];
-	int missing;
+	struct jt_log l;
+	struct fx *f = jt_filled(&l);
 
-	jt_fill(f, &a, &b, offs);
 	jt_flip(f->dir, "log.0", 0);
 	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
 	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "bad magic"));
 	ck_assert_cohort_ok(fx_reopen(f, true));
-	ck_assert_int_eq(jt_keys_present(f, &b, &missing), JT_KEYS);
+	ck_assert_int_eq(jt_keys_present(f, &l.b, &l.missing), JT_KEYS);
 	ck_assert_int_eq(jt_count(f->dir, "log.0.damaged-"), 1);
 	/* Now a snapshot (epoch 1): a byte of it flipped is damage (it
 	 * was written whole and renamed; no torn tail is possible). */
@@ -804,10 +805,10 @@ START_TEST(test_bad_magic_and_damaged_snapshot)
 	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
 	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "snapshot"));
 	ck_assert_cohort_ok(fx_reopen(f, true));
-	ck_assert_int_eq(jt_keys_present(f, &b, &missing), JT_KEYS - 1);
+	ck_assert_int_eq(jt_keys_present(f, &l.b, &l.missing), JT_KEYS - 1);
 	ck_assert_int_eq(jt_count(f->dir, "snapshot.damaged-"), 1);
 	ck_assert_cohort_ok(fx_reopen(f, false));
-	ck_assert_int_eq(jt_keys_present(f, &b, &missing), JT_KEYS - 1);
+	ck_assert_int_eq(jt_keys_present(f, &l.b, &l.missing), JT_KEYS - 1);
 	fx_free_journal(f);
 }
 END_TEST
