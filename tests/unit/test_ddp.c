@@ -400,21 +400,22 @@ END_TEST
 Suite *
 suite_ddp(void)
 {
-	const TTest *in_process_tests[]
+	const TTest *in_process[]
 	    = { test_ddp_half_converters, test_ddp_bucket_layout,
 		      test_ddp_custom_hook_order_and_no_sync, NULL };
-	const TTest *end_to_end_tests[] = { test_ddp_equiv_1_rank,
+	const TTest *end_to_end[] = { test_ddp_equiv_1_rank,
 		test_ddp_equiv_2_ranks, test_ddp_equiv_4_ranks,
 		test_ddp_equiv_packed_buckets, test_ddp_equiv_no_overlap,
 		test_ddp_no_sync_accumulation, test_ddp_fp16_hook,
 		test_ddp_bf16_hook, test_ddp_model_averaging_period_1,
 		test_ddp_model_averaging_period_2, test_ddp_on_exception,
 		NULL };
-	Suite *s = suite_create("ddp");
+	const struct unit_case cases[] = {
+		{ "in_process", 0, in_process, NULL, NULL, NULL },
+		{ "end_to_end", 180, end_to_end, NULL, strat_setup,
+		    strat_teardown },
+		{ NULL, 0, NULL, NULL, NULL, NULL },
+	};
 
-	(void)unit_tcase(s, "in_process", 0, in_process_tests);
-	tcase_add_checked_fixture(
-	    unit_tcase(s, "end_to_end", 180, end_to_end_tests), strat_setup,
-	    strat_teardown);
-	return (s);
+	return (unit_suite_cases("ddp", cases));
 }

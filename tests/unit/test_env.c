@@ -342,6 +342,8 @@ static const struct env_case env_cases[] = {
 	        "einval", "error~COHORT_COORDINATOR", NULL } },
 };
 
+#define ENV_NCASES (sizeof(env_cases) / sizeof(env_cases[0]))
+
 /* Checks "field=value" or "field~text" against e. */
 static void
 env_check(const char *name, const cohort_env *e, const char *step)
@@ -748,24 +750,21 @@ END_TEST
 Suite *
 suite_env(void)
 {
-	const TTest *resolve_tests[] = { test_slurm_first_host,
+	const TTest *resolve[] = { test_slurm_first_host,
 		test_job_name_too_long, test_token_file, test_malformed_values,
 		test_too_long_values, test_format_report,
 		test_format_truncates_like_snprintf, NULL };
-	const struct unit_loop cases[]
-	    = { { test_env_case,
-		    (int)(sizeof(env_cases) / sizeof(env_cases[0])) },
-		      { NULL, 0 } };
-	const TTest *options_tests[] = { test_options_from_env,
+	const struct unit_loop scripts[]
+	    = { { test_env_case, (int)ENV_NCASES }, { NULL, 0 } };
+	const TTest *options[] = { test_options_from_env,
 		test_options_defaults, test_open_rejects_bad_options,
 		test_open_no_coordinator, test_accessors_null_safe,
 		test_env_vars_round_trip, NULL };
-	Suite *s = suite_create("env");
+	const struct unit_case cases[] = {
+		{ "resolve", 30, resolve, scripts, env_setup, NULL },
+		{ "options", 30, options, NULL, env_setup, NULL },
+		{ NULL, 0, NULL, NULL, NULL, NULL },
+	};
 
-	tcase_add_checked_fixture(
-	    unit_tcase_loops(s, "resolve", 30, resolve_tests, cases),
-	    env_setup, NULL);
-	tcase_add_checked_fixture(
-	    unit_tcase(s, "options", 30, options_tests), env_setup, NULL);
-	return (s);
+	return (unit_suite_cases("env", cases));
 }

@@ -112,9 +112,11 @@ suite_hvd(void)
 		test_hvd_backward_passes_per_step,
 		test_hvd_named_collectives_and_stall,
 		test_hvd_peer_death_fails_pending_promptly, NULL };
-	Suite *s = suite_create("hvd");
+	const struct unit_case cases[] = {
+		{ "end_to_end", 180, tests, NULL, strat_setup,
+		    strat_teardown },
+		{ NULL, 0, NULL, NULL, NULL, NULL },
+	};
 
-	tcase_add_checked_fixture(unit_tcase(s, "end_to_end", 180, tests),
-	    strat_setup, strat_teardown);
-	return (s);
+	return (unit_suite_cases("hvd", cases));
 }

@@ -357,14 +357,16 @@ suite_reduce(void)
 	const TTest *kernels[]
 	    = { test_reduce_count_zero_untouched, test_reduce_variants_agree,
 		      test_reduce_throughput_sane, NULL };
+	const struct unit_loop isas[]
+	    = { { test_reduce_all_dtypes_ops, 3 }, { NULL, 0 } };
 	const TTest *half[] = { test_reduce_f16_roundtrip_exhaustive,
 		test_reduce_f16_rounding, test_reduce_f16_matches_hardware,
 		test_reduce_bf16_rounding, NULL };
-	const struct unit_loop loops[]
-	    = { { test_reduce_all_dtypes_ops, 3 }, { NULL, 0 } };
-	Suite *s = suite_create("reduce");
+	const struct unit_case cases[] = {
+		{ "kernels", 60, kernels, isas, NULL, NULL },
+		{ "half", 60, half, NULL, NULL, NULL },
+		{ NULL, 0, NULL, NULL, NULL, NULL },
+	};
 
-	(void)unit_tcase_loops(s, "kernels", 60, kernels, loops);
-	(void)unit_tcase(s, "half", 60, half);
-	return (s);
+	return (unit_suite_cases("reduce", cases));
 }

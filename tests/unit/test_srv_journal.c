@@ -1027,29 +1027,30 @@ END_TEST
 Suite *
 suite_srv_journal(void)
 {
-	const TTest *journal_tests[] = { test_crc32c, test_kv_survives_restart,
+	const TTest *journal[] = { test_crc32c, test_kv_survives_restart,
 		test_retried_add_after_restart, test_torn_last_record,
 		test_compaction, test_members_and_barrier_across_restart,
 		test_groups_and_leave_across_restart,
 		test_one_left_across_restart,
 		test_keys_before_first_generation, test_state_dir_locked,
 		test_journal_cost, NULL };
-	const TTest *integrity_tests[]
-	    = { test_flip_start_refuses_and_recovers,
-		      test_flip_middle_refuses_and_recovers,
-		      test_flip_end_refuses_and_recovers,
-		      test_flip_first_job_recovers_the_other,
-		      test_truncated_mid_record_is_a_torn_tail,
-		      test_truncated_header_empty_missing_log,
-		      test_missing_snapshot_or_log_after_compaction,
-		      test_bad_magic_and_damaged_snapshot, test_read_only_dir,
-		      NULL };
-	const TTest *full_disk_tests[] = { test_full_disk_not_acknowledged,
+	const TTest *integrity[] = { test_flip_start_refuses_and_recovers,
+		test_flip_middle_refuses_and_recovers,
+		test_flip_end_refuses_and_recovers,
+		test_flip_first_job_recovers_the_other,
+		test_truncated_mid_record_is_a_torn_tail,
+		test_truncated_header_empty_missing_log,
+		test_missing_snapshot_or_log_after_compaction,
+		test_bad_magic_and_damaged_snapshot, test_read_only_dir,
+		NULL };
+	const TTest *full_disk[] = { test_full_disk_not_acknowledged,
 		test_full_disk_recovers_in_place, NULL };
-	Suite *s = suite_create("srv_journal");
+	const struct unit_case cases[] = {
+		{ "journal", 60, journal, NULL, NULL, NULL },
+		{ "integrity", 60, integrity, NULL, NULL, NULL },
+		{ "full_disk", 60, full_disk, NULL, NULL, NULL },
+		{ NULL, 0, NULL, NULL, NULL, NULL },
+	};
 
-	(void)unit_tcase(s, "journal", 60, journal_tests);
-	(void)unit_tcase(s, "integrity", 60, integrity_tests);
-	(void)unit_tcase(s, "full_disk", 60, full_disk_tests);
-	return (s);
+	return (unit_suite_cases("srv_journal", cases));
 }

@@ -254,6 +254,8 @@ static const struct tt_mm_case tt_mm_cases[] = {
 	    { "rank 100 allreduce", "rank 101 broadcast" } },
 };
 
+#define TT_MM_CASES (sizeof(tt_mm_cases) / sizeof(tt_mm_cases[0]))
+
 static int tt_mm_case_i;
 static cohort_status tt_mm_rv[2][2];
 static char tt_mm_err[2][2][TT_ERRLEN];
@@ -340,12 +342,13 @@ suite_tcp_algos(void)
 	    = { { test_tcp_matrix, 2 * (TT_MAX_RANKS - 1) + 2 },
 		      { test_tcp_big, 2 * 3 + 1 }, { NULL, 0 } };
 	const struct unit_loop mismatch[]
-	    = { { test_tcp_mismatch_detected,
-		    2 * (int)(sizeof(tt_mm_cases) / sizeof(tt_mm_cases[0])) },
+	    = { { test_tcp_mismatch_detected, 2 * (int)TT_MM_CASES },
 		      { NULL, 0 } };
-	Suite *s = suite_create("tcp_algos");
+	const struct unit_case cases[] = {
+		{ "collectives", 120, tests, loops, NULL, NULL },
+		{ "mismatch", 60, NULL, mismatch, NULL, NULL },
+		{ NULL, 0, NULL, NULL, NULL, NULL },
+	};
 
-	(void)unit_tcase_loops(s, "collectives", 120, tests, loops);
-	(void)unit_tcase_loops(s, "mismatch", 60, NULL, mismatch);
-	return (s);
+	return (unit_suite_cases("tcp_algos", cases));
 }

@@ -33,7 +33,7 @@ unit_tcase_loops(Suite *s, const char *name, int timeout_s,
 {
 	TCase *tc = unit_tcase(s, name, timeout_s, tests);
 
-	for (; loops->test != NULL; loops++)
+	for (; loops != NULL && loops->test != NULL; loops++)
 		tcase_add_loop_test(tc, loops->test, 0, loops->n);
 	return (tc);
 }
@@ -45,5 +45,21 @@ unit_suite_loops(const char *name, const char *tcase, int timeout_s,
 	Suite *s = suite_create(name);
 
 	(void)unit_tcase_loops(s, tcase, timeout_s, tests, loops);
+	return (s);
+}
+
+Suite *
+unit_suite_cases(const char *name, const struct unit_case *cases)
+{
+	Suite *s = suite_create(name);
+
+	for (; cases->name != NULL; cases++) {
+		TCase *tc = unit_tcase_loops(s, cases->name, cases->timeout_s,
+		    cases->tests, cases->loops);
+
+		if (cases->setup != NULL || cases->teardown != NULL)
+			tcase_add_checked_fixture(
+			    tc, cases->setup, cases->teardown);
+	}
 	return (s);
 }

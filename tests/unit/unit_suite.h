@@ -25,9 +25,23 @@ struct unit_loop {
 	int n;
 };
 
-/* unit_tcase, then every loop test of loops ({ NULL, 0 } ends it). */
+/* unit_tcase, then every loop test of loops ({ NULL, 0 } ends it; NULL:
+ * none). */
 TCase *unit_tcase_loops(Suite *s, const char *name, int timeout_s,
     const TTest *const *tests, const struct unit_loop *loops);
+
+/* A test case of a suite built by unit_suite_cases: its tests (may be
+ * NULL), loop tests (may be NULL) and checked fixture (NULLs: none). */
+struct unit_case {
+	const char *name;
+	int timeout_s;
+	const TTest *const *tests;
+	const struct unit_loop *loops;
+	SFun setup, teardown;
+};
+
+/* A suite named `name` of the test cases of cases ({ NULL } ends it). */
+Suite *unit_suite_cases(const char *name, const struct unit_case *cases);
 
 /* unit_suite with loop tests too. */
 Suite *unit_suite_loops(const char *name, const char *tcase, int timeout_s,
