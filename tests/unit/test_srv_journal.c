@@ -575,6 +575,7 @@ struct jt_log {
 	struct srq_cli a, b;
 	off_t offs[JT_KEYS + 1];
 	int missing;
+	char log0[512]; /* the path of log.0 */
 };
 
 static struct fx *
@@ -583,6 +584,7 @@ jt_filled(struct jt_log *l)
 	struct fx *f = fx_new_journal(0);
 
 	jt_fill(f, &l->a, &l->b, l->offs);
+	snprintf(l->log0, sizeof(l->log0), "%s/log.0", f->dir);
 	return (f);
 }
 
@@ -712,10 +714,8 @@ START_TEST(test_truncated_mid_record_is_a_torn_tail)
 	 * write: cut off with a warning, the rest kept. */
 	struct jt_log l;
 	struct fx *f = jt_filled(&l);
-	char p[512];
 
-	snprintf(p, sizeof(p), "%s/log.0", f->dir);
-	ck_assert_int_eq(truncate(p, l.offs[JT_KEYS - 1] + 5), 0);
+	ck_assert_int_eq(truncate(l.log0, l.offs[JT_KEYS - 1] + 5), 0);
 	ck_assert_cohort_ok(fx_reopen(f, false));
 	ck_assert_int_eq(jt_keys_present(f, &l.b, &l.missing), JT_KEYS - 1);
 	ck_assert_int_eq(l.missing, JT_KEYS - 1);
@@ -723,7 +723,7 @@ START_TEST(test_truncated_mid_record_is_a_torn_tail)
 	/* A tail of zeros (a size that reached the disk before the data)
 	 * is torn too. */
 	fx_want(f, fx_kv_set(f, &l.b, "z", "zz"), COHORT_OK);
-	ck_assert_int_eq(truncate(p, jt_size(f->dir, "log.0") + 100), 0);
+	ck_assert_int_eq(truncate(l.log0, jt_size(f->dir, "log.0") + 100), 0);
 	ck_assert_cohort_ok(fx_reopen(f, false));
 	jt_want_value(f, &l.b, "z", "zz");
 	fx_free_journal(f);
@@ -734,22 +734,20 @@ START_TEST(test_truncated_header_empty_missing_log)
 {
 	struct jt_log l;
 	struct fx *f = jt_filled(&l);
-	char p[512];
 
-	snprintf(p, sizeof(p), "%s/log.0", f->dir);
 	/* Cut inside the header. */
-	ck_assert_int_eq(truncate(p, 10), 0);
+	ck_assert_int_eq(truncate(l.log0, 10), 0);
 	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
 	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "shorter than"));
 	ck_assert_int_eq(jt_size(f->dir, "log.0"), 10);
 	/* Empty. */
-	ck_assert_int_eq(truncate(p, 0), 0);
+	ck_assert_int_eq(truncate(l.log0, 0), 0);
 	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
 	ck_assert_msg(strstr(cohort_last_error(), "log.0 is empty") != NULL,
 	    "%s", cohort_last_error());
 	ck_assert_int_eq(jt_size(f->dir, "log.0"), 0);
 	/* Missing. */
-	ck_assert_int_eq(unlink(p), 0);
+	ck_assert_int_eq(unlink(l.log0), 0);
 	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
 	ck_assert_msg(strstr(cohort_last_error(), "log.0 is missing") != NULL,
 	    "%s", cohort_last_error());
