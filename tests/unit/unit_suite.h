@@ -1,8 +1,10 @@
 /*
  * unit_suite.h - a unit suite's test cases built from tables: each test
  * file lists its tests (a NULL-terminated array of the TTest pointers
- * START_TEST defines) instead of repeating the Check calls that create,
- * fill and attach every test case.
+ * START_TEST defines), its loop tests and its test cases instead of
+ * repeating the Check calls that create, fill and attach every test case.
+ * One test case: UNIT_SUITE, or unit_suite / unit_suite_loops; several, or
+ * a fixture: unit_suite_cases.
  */
 #ifndef COHORT_UNIT_SUITE_H
 #define COHORT_UNIT_SUITE_H
@@ -30,6 +32,10 @@ struct unit_loop {
 TCase *unit_tcase_loops(Suite *s, const char *name, int timeout_s,
     const TTest *const *tests, const struct unit_loop *loops);
 
+/* unit_suite with loop tests too. */
+Suite *unit_suite_loops(const char *name, const char *tcase, int timeout_s,
+    const TTest *const *tests, const struct unit_loop *loops);
+
 /* A test case of a suite built by unit_suite_cases: its tests (may be
  * NULL), loop tests (may be NULL) and checked fixture (NULLs: none). */
 struct unit_case {
@@ -42,10 +48,6 @@ struct unit_case {
 
 /* A suite named `name` of the test cases of cases ({ NULL } ends it). */
 Suite *unit_suite_cases(const char *name, const struct unit_case *cases);
-
-/* unit_suite with loop tests too. */
-Suite *unit_suite_loops(const char *name, const char *tcase, int timeout_s,
-    const TTest *const *tests, const struct unit_loop *loops);
 
 /* Defines Suite *suite_<name>(void) (declare it above, where
  * tools/gen_suites.sh finds it): one test case `tcase` of the tests
