@@ -55,7 +55,7 @@ main(int argc, char **argv)
 	/* 3: a group, a heartbeat, a watch, a failure report. */
 	fz_world(&b, c, 3, "grp", 31);
 	{
-		Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
+		struct srq q;
 		Cohort__Watch w = COHORT__WATCH__INIT;
 		Cohort__ReportFailure rf = COHORT__REPORT_FAILURE__INIT;
 		int32_t ranks[2] = { 0, 2 };
@@ -63,12 +63,9 @@ main(int argc, char **argv)
 		fz_group(&b, &c[2], "pair", ranks, 2);
 		fz_coll(&b, &c[0], COHORT__COLLECTIVE_KIND__COLL_BARRIER,
 		    "pair", 1, NULL, 0);
-		hb.last_op = "allreduce";
-		hb.last_op_seq = 3;
-		hb.in_op = true;
-		hb.in_op_ms = 70000;
-		fz_simple(
-		    &b, &c[1], COHORT__REQUEST__BODY_HEARTBEAT, &hb, NULL, 0);
+		fz_send(&b, &c[1],
+		    srq_heartbeat(&q, "allreduce", 3, "", true, 70000), NULL,
+		    0);
 		fz_simple(&b, &c[1], COHORT__REQUEST__BODY_WATCH, &w, NULL, 0);
 		fz_sweep(&b, 255);
 		rf.text = "Traceback: boom";

@@ -215,42 +215,41 @@ END_TEST
  * sides. Loop i: scenario i / 2 on the shared-memory (even) or pure TCP
  * (odd) path.
  */
+/* One step of one rank: kind 0 is the same matching broadcast on both
+ * ranks; op and dtype 0 are sum and f32. */
+struct tt_mm_op {
+	enum cohort__op_kind kind;
+	size_t count;
+	int root;
+	cohort_redop op;
+	cohort_dtype dtype;
+};
+
 struct tt_mm_case {
 	const char *name;
-	struct cohort__op op[2][2]; /* [rank][step]: two operations */
+	struct tt_mm_op op[2][2]; /* [rank][step]: two operations */
 	const char *want[2]; /* both must be in the detail */
 };
 
+#define TT_AR COHORT__OP_ALLREDUCE
+#define TT_BC COHORT__OP_BROADCAST
+
 static const struct tt_mm_case tt_mm_cases[] = {
-	{ "count",
-	    { { { .kind = COHORT__OP_ALLREDUCE, .count = 64 } },
-	        { { .kind = COHORT__OP_ALLREDUCE, .count = 256 } } },
+	{ "count", { { { TT_AR, 64, 0, 0, 0 } }, { { TT_AR, 256, 0, 0, 0 } } },
 	    { "rank 100 count 64", "rank 101 count 256" } },
-	{ "root",
-	    { { { .kind = COHORT__OP_BROADCAST, .count = 64, .root = 0 } },
-	        { { .kind = COHORT__OP_BROADCAST, .count = 64, .root = 1 } } },
+	{ "root", { { { TT_BC, 64, 0, 0, 0 } }, { { TT_BC, 64, 1, 0, 0 } } },
 	    { "rank 100 root 0", "rank 101 root 1" } },
 	{ "op",
-	    { { { .kind = COHORT__OP_ALLREDUCE,
-	          .count = 64,
-	          .op = COHORT_SUM } },
-	        { { .kind = COHORT__OP_ALLREDUCE,
-	            .count = 64,
-	            .op = COHORT_MAX } } },
+	    { { { TT_AR, 64, 0, COHORT_SUM, 0 } },
+	        { { TT_AR, 64, 0, COHORT_MAX, 0 } } },
 	    { "rank 100 op sum", "rank 101 op max" } },
 	{ "dtype",
-	    { { { .kind = COHORT__OP_ALLREDUCE,
-	          .count = 64,
-	          .dtype = COHORT_F32 } },
-	        { { .kind = COHORT__OP_ALLREDUCE,
-	            .count = 64,
-	            .dtype = COHORT_F64 } } },
+	    { { { TT_AR, 64, 0, COHORT_SUM, COHORT_F32 } },
+	        { { TT_AR, 64, 0, COHORT_SUM, COHORT_F64 } } },
 	    { "rank 100 dtype f32", "rank 101 dtype f64" } },
 	{ "order",
-	    { { { .kind = COHORT__OP_ALLREDUCE, .count = 64 },
-	          { .kind = COHORT__OP_BROADCAST, .count = 64 } },
-	        { { .kind = COHORT__OP_BROADCAST, .count = 64 },
-	            { .kind = COHORT__OP_ALLREDUCE, .count = 64 } } },
+	    { { { TT_AR, 64, 0, 0, 0 }, { TT_BC, 64, 0, 0, 0 } },
+	        { { TT_BC, 64, 0, 0, 0 }, { TT_AR, 64, 0, 0, 0 } } },
 	    { "rank 100 allreduce", "rank 101 broadcast" } },
 };
 
@@ -267,17 +266,15 @@ tt_body_mismatch(struct tt_group *g, int r, void *state)
 	double *buf = calloc(512, sizeof(double));
 
 	for (int k = 0; k < 2; k++) {
-		struct cohort__op op = c->op[r][k];
+		const struct tt_mm_op *m = &c->op[r][k];
+		struct cohort__op op;
 
-		if (op.kind == 0) {
-			/* the same matching broadcast on both ranks */
-			op.kind = COHORT__OP_BROADCAST;
-			op.count = 16;
-		}
-		if (op.dtype == 0)
-			op.dtype = COHORT_F32;
-		if (op.op == 0)
-			op.op = COHORT_SUM;
+		memset(&op, 0, sizeof(op));
+		op.kind = m->kind != 0 ? m->kind : COHORT__OP_BROADCAST;
+		op.count = m->kind != 0 ? m->count : 16;
+		op.root = m->root;
+		op.op = m->op != 0 ? m->op : COHORT_SUM;
+		op.dtype = m->dtype != 0 ? m->dtype : COHORT_F32;
 		op.send = buf;
 		op.recv = buf;
 		op.seq = (uint64_t)k + 1;
