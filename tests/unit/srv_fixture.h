@@ -237,6 +237,17 @@ fx_simple(
 	return (fx_send(f, c, srq_simple(&q, body, msg, timeout_ms), NULL, 0));
 }
 
+/* Creates group `name` of the n global ranks at ranks (c's part). */
+static inline uintptr_t
+fx_group(struct fx *f, struct srq_cli *c, const char *name, int32_t *ranks,
+    size_t n, uint32_t timeout_ms)
+{
+	struct srq q;
+
+	return (fx_send(
+	    f, c, srq_group_create(&q, name, ranks, n, timeout_ms), NULL, 0));
+}
+
 static inline bool
 fx_payload_is(struct fx *f, uintptr_t tag, const char *s)
 {

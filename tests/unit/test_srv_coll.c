@@ -249,21 +249,15 @@ START_TEST(test_groups)
 {
 	struct fx *f = fx_new();
 	struct srq_cli c[4];
-	Cohort__GroupCreate gc = COHORT__GROUP_CREATE__INIT;
 	int32_t ranks[2] = { 3, 1 }, other[2] = { 1, 2 };
 	uintptr_t t3, t1, tb;
 	Cohort__Reply *r;
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 
 	fx_form(f, c, 4, "j");
-	gc.name = "pair";
-	gc.n_ranks = 2;
-	gc.ranks = ranks;
-	t3 = fx_simple(
-	    f, &c[3], COHORT__REQUEST__BODY_GROUP_CREATE, &gc, 60000);
+	t3 = fx_group(f, &c[3], "pair", ranks, 2, 60000);
 	ck_assert_ptr_null(fx_get(f, t3));
-	t1 = fx_simple(
-	    f, &c[1], COHORT__REQUEST__BODY_GROUP_CREATE, &gc, 60000);
+	t1 = fx_group(f, &c[1], "pair", ranks, 2, 60000);
 	r = fx_want(f, t3, COHORT_OK);
 	ck_assert_str_eq(r->group_create->group, "pair");
 	ck_assert_int_eq(r->group_create->group_rank, 0);
@@ -282,31 +276,17 @@ START_TEST(test_groups)
 	co.group = "nope";
 	fx_want(f, fx_coll(f, &c[0], &co, 0, NULL, 0), COHORT_ENOENT);
 	/* mismatching lists */
-	gc.name = "g2";
-	gc.ranks = ranks;
-	t3 = fx_simple(
-	    f, &c[1], COHORT__REQUEST__BODY_GROUP_CREATE, &gc, 60000);
-	gc.ranks = other;
-	t1 = fx_simple(
-	    f, &c[2], COHORT__REQUEST__BODY_GROUP_CREATE, &gc, 60000);
+	t3 = fx_group(f, &c[1], "g2", ranks, 2, 60000);
+	t1 = fx_group(f, &c[2], "g2", other, 2, 60000);
 	fx_want(f, t3, COHORT_EMISMATCH);
 	fx_want(f, t1, COHORT_EMISMATCH);
 	/* bad lists */
-	gc.name = "g3";
 	other[1] = 1;
-	fx_want(f,
-	    fx_simple(f, &c[1], COHORT__REQUEST__BODY_GROUP_CREATE, &gc, 0),
-	    COHORT_EINVAL);
-	gc.name = "";
-	fx_want(f,
-	    fx_simple(f, &c[1], COHORT__REQUEST__BODY_GROUP_CREATE, &gc, 0),
-	    COHORT_EINVAL);
+	fx_want(f, fx_group(f, &c[1], "g3", other, 2, 0), COHORT_EINVAL);
+	fx_want(f, fx_group(f, &c[1], "", other, 2, 0), COHORT_EINVAL);
 	/* timeout names the missing ranks */
-	gc.name = "g4";
-	gc.ranks = ranks;
 	other[1] = 2;
-	t3 = fx_simple(
-	    f, &c[3], COHORT__REQUEST__BODY_GROUP_CREATE, &gc, 1000);
+	t3 = fx_group(f, &c[3], "g4", ranks, 2, 1000);
 	fx_tick(f, 1000);
 	r = fx_want(f, t3, COHORT_ETIMEDOUT);
 	ck_assert_uint_eq(r->n_missing_ranks, 1);

@@ -328,22 +328,13 @@ START_TEST(test_groups_and_leave_across_restart)
 {
 	struct fx *f = fx_new_journal(0);
 	struct srq_cli c[3];
-	Cohort__Request rq = COHORT__REQUEST__INIT;
-	Cohort__GroupCreate gc = COHORT__GROUP_CREATE__INIT;
 	Cohort__Leave lv = COHORT__LEAVE__INIT;
 	int32_t ranks[2] = { 0, 2 };
 	uintptr_t t0, t2;
 
 	fx_form(f, c, 3, "j");
-	gc.name = "pair";
-	gc.n_ranks = 2;
-	gc.ranks = ranks;
-	rq.body_case = COHORT__REQUEST__BODY_GROUP_CREATE;
-	rq.group_create = &gc;
-	rq.timeout_ms = 1000;
-	t0 = fx_send(f, &c[0], &rq, NULL, 0);
-	rq.seq = 0;
-	t2 = fx_send(f, &c[2], &rq, NULL, 0);
+	t0 = fx_group(f, &c[0], "pair", ranks, 2, 1000);
+	t2 = fx_group(f, &c[2], "pair", ranks, 2, 1000);
 	fx_want(f, t0, COHORT_OK);
 	fx_want(f, t2, COHORT_OK);
 	fx_want(f, fx_kv_set(f, &c[1], "k", "v"), COHORT_OK);
