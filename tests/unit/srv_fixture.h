@@ -38,6 +38,28 @@ struct fx {
 	size_t ndrop;
 };
 
+struct fx;
+static inline struct fx *fx_new(void);
+static inline void fx_free(struct fx *f);
+
+/* The core of the running test, in suites whose test case has the checked
+ * fixture fx_setup / fx_teardown: made before each test (in its process)
+ * and freed after it. A test that makes its own declares its own f. */
+static struct fx *f;
+
+static inline void
+fx_setup(void)
+{
+	f = fx_new();
+}
+
+static inline void
+fx_teardown(void)
+{
+	fx_free(f);
+	f = NULL;
+}
+
 static inline void
 fx_sink(void *arg, void *tp, nng_msg *m)
 {

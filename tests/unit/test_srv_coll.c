@@ -12,7 +12,6 @@ Suite *suite_srv_coll(void);
 
 START_TEST(test_barrier_parks_until_all)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[3];
 	uintptr_t t[3];
 
@@ -28,13 +27,11 @@ START_TEST(test_barrier_parks_until_all)
 	/* the same op_seq twice from one rank is refused */
 	fx_barrier(f, &c[0], "b", 2, 60000);
 	fx_want(f, fx_barrier(f, &c[0], "b", 2, 60000), COHORT_EINVAL);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_broadcast)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[3];
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 	uintptr_t t1, t0, t2;
@@ -64,13 +61,11 @@ START_TEST(test_broadcast)
 	fx_want(f, fx_coll(f, &c[1], &co, 0, "x", 1), COHORT_EINVAL);
 	co.root = 3;
 	fx_want(f, fx_coll(f, &c[1], &co, 0, NULL, 0), COHORT_EINVAL);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_reduce_scalars)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[3];
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 	uintptr_t t[3];
@@ -128,13 +123,11 @@ START_TEST(test_reduce_scalars)
 	co.op_seq = 5;
 	co.kind = 99;
 	fx_want(f, fx_coll(f, &c[0], &co, 0, NULL, 0), COHORT_ENOTSUP);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_decide)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[2];
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 	uintptr_t t[2];
@@ -155,13 +148,11 @@ START_TEST(test_decide)
 	co.decision = true;
 	t[1] = fx_coll(f, &c[1], &co, 60000, NULL, 0);
 	ck_assert(fx_want(f, t[0], COHORT_OK)->collective->decision);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_service_gather)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[3];
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 	const char *blk[3] = { "aa", "b", "cccc" };
@@ -180,13 +171,11 @@ START_TEST(test_service_gather)
 	ck_assert_int_eq(r->collective->i64s[2], 4);
 	ck_assert(fx_payload_is(f, t[1], "aabcccc"));
 	ck_assert(fx_payload_is(f, t[0], "aabcccc"));
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_mismatch)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[3];
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 	uintptr_t t0, t1, t2;
@@ -212,13 +201,11 @@ START_TEST(test_mismatch)
 	fx_barrier(f, &c[1], "n", 2, 60000);
 	fx_barrier(f, &c[2], "n", 2, 60000);
 	fx_want(f, t0, COHORT_OK);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_timeout_names_missing_and_retry)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[4];
 	uintptr_t t0, t1;
 	Cohort__Reply *r;
@@ -241,13 +228,11 @@ START_TEST(test_timeout_names_missing_and_retry)
 	fx_barrier(f, &c[2], "x", 5, 30000);
 	fx_barrier(f, &c[3], "x", 5, 30000);
 	fx_want(f, t1, COHORT_OK);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_groups)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[4];
 	int32_t ranks[2] = { 3, 1 }, other[2] = { 1, 2 };
 	uintptr_t t3, t1, tb;
@@ -291,13 +276,11 @@ START_TEST(test_groups)
 	r = fx_want(f, t3, COHORT_ETIMEDOUT);
 	ck_assert_uint_eq(r->n_missing_ranks, 1);
 	ck_assert_int_eq(r->missing_ranks[0], 1);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_retry_takes_over_parked)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[2];
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
@@ -319,11 +302,11 @@ START_TEST(test_retry_takes_over_parked)
 	ck_assert_ptr_null(fx_get(f, t0));
 	fx_want(f, t0b, COHORT_OK);
 	fx_want(f, t1, COHORT_OK);
-	fx_free(f);
 }
 END_TEST
 
-UNIT_SUITE(srv_coll, "coll", 30, test_barrier_parks_until_all, test_broadcast,
-    test_reduce_scalars, test_decide, test_service_gather, test_mismatch,
+UNIT_FIXTURE_SUITE(srv_coll, "coll", 30, fx_setup, fx_teardown,
+    test_barrier_parks_until_all, test_broadcast, test_reduce_scalars,
+    test_decide, test_service_gather, test_mismatch,
     test_timeout_names_missing_and_retry, test_groups,
     test_retry_takes_over_parked)

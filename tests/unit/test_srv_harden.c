@@ -42,7 +42,6 @@ hd_job(struct fx *f, const char *name)
 
 START_TEST(test_loop_stall_gives_fresh_window)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[2];
 	struct srv_job *job;
 
@@ -71,7 +70,6 @@ START_TEST(test_loop_stall_gives_fresh_window)
 	srv_core_loop_lag(f->core, 300, f->now);
 	ck_assert_uint_eq(f->core->m.loop_stalls, 1);
 	ck_assert_int_eq(f->core->m.loop_lag_ms, 300);
-	fx_free(f);
 }
 END_TEST
 
@@ -81,7 +79,6 @@ END_TEST
 
 START_TEST(test_other_connection_gets_nothing_of_a_client)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[2], imp;
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__KvGet g = COHORT__KV_GET__INIT;
@@ -131,13 +128,11 @@ START_TEST(test_other_connection_gets_nothing_of_a_client)
 	fx_want(f, fx_heartbeat(f, &imp, "", 0, "", false, 0), COHORT_EEXIST);
 	fx_tick(f, 2200);
 	ck_assert_int_eq(job->members[0].state, SRV_MEMBER_FAILED);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_cached_reply_only_for_the_same_request)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[2];
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__KvGet g = COHORT__KV_GET__INIT;
@@ -169,7 +164,6 @@ START_TEST(test_cached_reply_only_for_the_same_request)
 		r2.seq = seq;
 		fx_want(f, fx_send(f, &c[0], &r2, "v2", 2), COHORT_EINVAL);
 	}
-	fx_free(f);
 }
 END_TEST
 
@@ -185,7 +179,6 @@ hd_idle(struct fx *f, uint32_t *out)
 
 START_TEST(test_idle_connections_closed_busy_ones_kept)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[2], k;
 	uint32_t out[16];
 	struct srv_job *job;
@@ -256,7 +249,6 @@ START_TEST(test_idle_connections_closed_busy_ones_kept)
 		f->now += 20000;
 		ck_assert_uint_eq(hd_idle(f, out), 0);
 	}
-	fx_free(f);
 }
 END_TEST
 
@@ -266,7 +258,6 @@ END_TEST
 
 START_TEST(test_anonymous_status_refused)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[2], anon;
 	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
 	Cohort__Reply *r;
@@ -302,13 +293,11 @@ START_TEST(test_anonymous_status_refused)
 	    fx_simple(f, &anon, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
 	    COHORT_OK);
 	ck_assert_uint_eq(r->status_query->n_jobs, 1);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_metrics_name_no_job_unless_asked)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[2];
 	char *m;
 
@@ -326,7 +315,6 @@ START_TEST(test_metrics_name_no_job_unless_asked)
 	ck_assert_ptr_nonnull(
 	    strstr(m, "\ncohort_job_kv_keys{job=\"secret\\\"project\"} 1\n"));
 	free(m);
-	fx_free(f);
 }
 END_TEST
 
@@ -336,7 +324,6 @@ END_TEST
 
 START_TEST(test_global_limits_named)
 {
-	struct fx *f = fx_new();
 	struct srq_cli a[2], b[2], x;
 	Cohort__Reply *r;
 
@@ -378,7 +365,6 @@ START_TEST(test_global_limits_named)
 	ck_assert_uint_eq(f->core->kv_keys, 3);
 	ck_assert_uint_eq(f->core->kv_bytes, 2 * (2 + 31) + 3);
 	ck_assert_uint_eq(f->core->m.limit_refusals, 5);
-	fx_free(f);
 }
 END_TEST
 
@@ -421,7 +407,8 @@ START_TEST(test_abandoned_job_expires_with_its_records)
 }
 END_TEST
 
-UNIT_SUITE(srv_harden, "harden", 60, test_loop_stall_gives_fresh_window,
+UNIT_FIXTURE_SUITE(srv_harden, "harden", 60, fx_setup, fx_teardown,
+    test_loop_stall_gives_fresh_window,
     test_other_connection_gets_nothing_of_a_client,
     test_cached_reply_only_for_the_same_request,
     test_idle_connections_closed_busy_ones_kept, test_anonymous_status_refused,

@@ -13,7 +13,6 @@ Suite *suite_srv_job(void);
 
 START_TEST(test_rendezvous_assigns_ranks)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[3];
 	uintptr_t t[3];
 	Cohort__Reply *r;
@@ -37,13 +36,11 @@ START_TEST(test_rendezvous_assigns_ranks)
 	ck_assert_int_eq(fx_want(f, t[0], COHORT_OK)->join->rank, 1);
 	ck_assert_int_eq(fx_want(f, t[2], COHORT_OK)->join->rank, 2);
 	ck_assert_uint_ne(r->join->job_id, 0);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_duplicate_rank_names_holder)
 {
-	struct fx *f = fx_new();
 	struct srq_cli a, b, c[2];
 	uintptr_t t;
 	Cohort__Reply *r;
@@ -68,13 +65,11 @@ START_TEST(test_duplicate_rank_names_holder)
 	t = fx_join(f, &b, 1, 2, 60000);
 	r = fx_want(f, t, COHORT_EEXIST);
 	ck_assert_ptr_nonnull(strstr(r->error, "held by host:101"));
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_join_validation)
 {
-	struct fx *f = fx_new();
 	struct srq_cli a;
 
 	srq_cli_init(&a, "j", 1, 1);
@@ -84,13 +79,11 @@ START_TEST(test_join_validation)
 	fx_want(f, fx_join(f, &a, -2, 4, 1000), COHORT_EINVAL);
 	/* the job created by those joins is gone again */
 	ck_assert_uint_eq(f->core->jobs.n, 0);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_join_timeout_names_missing)
 {
-	struct fx *f = fx_new();
 	struct srq_cli a, b;
 	uintptr_t ta, tb;
 	Cohort__Reply *r;
@@ -113,13 +106,11 @@ START_TEST(test_join_timeout_names_missing)
 	/* timeout 0: answered at once */
 	srq_cli_init(&a, "z", 5, 5);
 	fx_want(f, fx_join(f, &a, 0, 2, 0), COHORT_ETIMEDOUT);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_failure_fanout_connection_lost)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[3];
 	uintptr_t t0, t2, tw, tl;
 	Cohort__Reply *r;
@@ -156,13 +147,11 @@ START_TEST(test_failure_fanout_connection_lost)
 	}
 	/* KV keeps working */
 	fx_want(f, fx_kv_set(f, &c[0], "k", "v"), COHORT_OK);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_report_failure_text)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[2];
 	Cohort__ReportFailure rf = COHORT__REPORT_FAILURE__INIT;
 	uintptr_t t0;
@@ -177,7 +166,6 @@ START_TEST(test_report_failure_text)
 	r = fx_want(f, t0, COHORT_EPEERLOST);
 	ck_assert_str_eq(r->failed_text, rf.text);
 	ck_assert_ptr_nonnull(strstr(r->error, "ValueError: boom"));
-	fx_free(f);
 }
 END_TEST
 
@@ -187,7 +175,6 @@ END_TEST
  * last heartbeat, and the text says how old that is. */
 START_TEST(test_failure_names_current_or_dated_operation)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[2];
 	Cohort__ReportFailure rf = COHORT__REPORT_FAILURE__INIT;
 	Cohort__Heartbeat doing = COHORT__HEARTBEAT__INIT;
@@ -232,13 +219,11 @@ START_TEST(test_failure_names_current_or_dated_operation)
 	                  "allreduce #99): connection lost")
 	        != NULL,
 	    "%s", r->error);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_heartbeat_silence)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[2];
 	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
 	uintptr_t t0;
@@ -257,13 +242,11 @@ START_TEST(test_heartbeat_silence)
 	r = fx_want(f, t0, COHORT_EPEERLOST);
 	ck_assert_int_eq(r->failed_rank, 1);
 	ck_assert_ptr_nonnull(strstr(r->failed_text, "no heartbeat for "));
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_generation_and_stale)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[2], n[2];
 	uintptr_t t[2], ts;
 
@@ -285,13 +268,11 @@ START_TEST(test_generation_and_stale)
 	ck_assert_ptr_null(fx_get(f, t[0]));
 	fx_barrier(f, &n[1], "x", 1, 1000);
 	fx_want(f, t[0], COHORT_OK);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_leave_fails_waiters_and_removes_job)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[3];
 	Cohort__Leave lv = COHORT__LEAVE__INIT;
 	uintptr_t t0;
@@ -312,7 +293,6 @@ START_TEST(test_leave_fails_waiters_and_removes_job)
 	    COHORT_OK);
 	ck_assert_uint_eq(f->core->jobs.n, 0);
 	fx_want(f, fx_kv_set(f, &c[0], "k", "v"), COHORT_EAUTH);
-	fx_free(f);
 }
 END_TEST
 
@@ -320,7 +300,6 @@ END_TEST
  * (world size, since which generation) and what this worker says. */
 START_TEST(test_join_mismatch_names_both_sides)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[4], x, p[2];
 	uintptr_t t;
 	Cohort__Reply *r;
@@ -372,7 +351,6 @@ START_TEST(test_join_mismatch_names_both_sides)
 	    "%s", r->error);
 	ck_assert_ptr_null(strstr(r->error, "not-tok"));
 	ck_assert_ptr_null(strstr(r->error, "'tok'"));
-	fx_free(f);
 }
 END_TEST
 
@@ -381,7 +359,6 @@ END_TEST
  * refusal reads the same whether the job exists or not. */
 START_TEST(test_require_token)
 {
-	struct fx *f = fx_new();
 	struct srq_cli a, b, c;
 	char tok[COHORT__MINTED_LEN + 1], other[COHORT__MINTED_LEN + 1];
 	Cohort__Reply *r, *r2;
@@ -429,7 +406,6 @@ START_TEST(test_require_token)
 		ck_assert_uint_eq(strlen(want) - 2 * strlen("preset"),
 		    strlen(r2->error) - 2 * strlen("missing"));
 	}
-	fx_free(f);
 }
 END_TEST
 
@@ -484,7 +460,6 @@ END_TEST
 
 START_TEST(test_token_isolation)
 {
-	struct fx *f = fx_new();
 	struct srq_cli a[1], b[1], evil;
 	uintptr_t t;
 	Cohort__Reply *r;
@@ -517,13 +492,11 @@ START_TEST(test_token_isolation)
 	fx_want(f, fx_join(f, &evil, 0, 1, 0), COHORT_EAUTH);
 	ck_assert(fx_payload_is(
 	    f, fx_kv_get(f, &a[0], "secret", false, 0), "a-data"));
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_status_query)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[3];
 	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
 	Cohort__Reply *r;
@@ -550,7 +523,6 @@ START_TEST(test_status_query)
 		ck_assert_uint_ge(js->pending[i]->waiting_ms, 2000);
 	}
 	ck_assert(found);
-	fx_free(f);
 }
 END_TEST
 
@@ -558,7 +530,6 @@ END_TEST
  * its members "in allreduce ... for N s" from their last heartbeat. */
 START_TEST(test_status_finished_job)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[2];
 	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
 	Cohort__Leave lv = COHORT__LEAVE__INIT;
@@ -587,13 +558,11 @@ START_TEST(test_status_finished_job)
 		ck_assert_str_eq(js->members[i]->state, "left");
 		ck_assert(!js->members[i]->in_op);
 	}
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_watch_timeout_ok)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[1];
 	Cohort__Watch w = COHORT__WATCH__INIT;
 	uintptr_t t;
@@ -605,16 +574,15 @@ START_TEST(test_watch_timeout_ok)
 	fx_tick(f, 600);
 	r = fx_want(f, t, COHORT_OK);
 	ck_assert_int_eq(r->failed_rank, -1);
-	fx_free(f);
 }
 END_TEST
 
-UNIT_SUITE(srv_job, "job", 30, test_rendezvous_assigns_ranks,
-    test_duplicate_rank_names_holder, test_join_validation,
-    test_join_timeout_names_missing, test_failure_fanout_connection_lost,
-    test_report_failure_text, test_failure_names_current_or_dated_operation,
-    test_heartbeat_silence, test_generation_and_stale,
-    test_leave_fails_waiters_and_removes_job, test_token_isolation,
-    test_join_mismatch_names_both_sides, test_require_token, test_token_mint,
-    test_secret_read, test_status_query, test_status_finished_job,
-    test_watch_timeout_ok)
+UNIT_FIXTURE_SUITE(srv_job, "job", 30, fx_setup, fx_teardown,
+    test_rendezvous_assigns_ranks, test_duplicate_rank_names_holder,
+    test_join_validation, test_join_timeout_names_missing,
+    test_failure_fanout_connection_lost, test_report_failure_text,
+    test_failure_names_current_or_dated_operation, test_heartbeat_silence,
+    test_generation_and_stale, test_leave_fails_waiters_and_removes_job,
+    test_token_isolation, test_join_mismatch_names_both_sides,
+    test_require_token, test_token_mint, test_secret_read, test_status_query,
+    test_status_finished_job, test_watch_timeout_ok)

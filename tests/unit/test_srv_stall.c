@@ -63,7 +63,6 @@ st_has(const char *s, const char *sub)
 
 START_TEST(test_control_plane_stall)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[3];
 	uintptr_t t0, t1;
 	Cohort__PendingOp *op;
@@ -116,13 +115,11 @@ START_TEST(test_control_plane_stall)
 	    "error: %s", r->error);
 	ck_assert_uint_eq(r->n_missing_ranks, 1);
 	fx_want(f, t1, COHORT_ETIMEDOUT);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_missing_rank_last_seen)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[2];
 	uintptr_t t0;
 	Cohort__Reply *r;
@@ -139,13 +136,11 @@ START_TEST(test_missing_rank_last_seen)
 	                  "rank 1 never arrived (rank 1 last seen 1.0 s ago "
 	                  "after barrier #16)"),
 	    "error: %s", r->error);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_data_plane_stall)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[3];
 	Cohort__JobStatus *js;
 	Cohort__PendingOp *op;
@@ -187,13 +182,11 @@ START_TEST(test_data_plane_stall)
 		st_run(f, c, hb, 3, ops, s2, in2, 2000);
 	}
 	ck_assert_ptr_null(st_stalled(st_status(f, &c[0])));
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_join_heartbeat_order)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c;
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__Join j = COHORT__JOIN__INIT;
@@ -215,13 +208,11 @@ START_TEST(test_join_heartbeat_order)
 	j.dead_after_ms = 3000;
 	rq.seq = 0;
 	fx_want(f, fx_send(f, &c, &rq, NULL, 0), COHORT_OK);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_request_after_close_is_dropped)
 {
-	struct fx *f = fx_new();
 	struct srq_cli c[2];
 	uintptr_t t;
 	size_t drops;
@@ -246,10 +237,10 @@ START_TEST(test_request_after_close_is_dropped)
 	/* The closed-pipe memory is pruned after a minute. */
 	fx_tick(f, 61000);
 	ck_assert_uint_eq(f->core->closed.n, 0);
-	fx_free(f);
 }
 END_TEST
 
-UNIT_SUITE(srv_stall, "stall", 0, test_control_plane_stall,
-    test_missing_rank_last_seen, test_data_plane_stall,
-    test_join_heartbeat_order, test_request_after_close_is_dropped)
+UNIT_FIXTURE_SUITE(srv_stall, "stall", 0, fx_setup, fx_teardown,
+    test_control_plane_stall, test_missing_rank_last_seen,
+    test_data_plane_stall, test_join_heartbeat_order,
+    test_request_after_close_is_dropped)

@@ -17,16 +17,6 @@ unit_tcase(
 	return (tc);
 }
 
-Suite *
-unit_suite(const char *name, const char *tcase, int timeout_s,
-    const TTest *const *tests)
-{
-	Suite *s = suite_create(name);
-
-	(void)unit_tcase(s, tcase, timeout_s, tests);
-	return (s);
-}
-
 TCase *
 unit_tcase_loops(Suite *s, const char *name, int timeout_s,
     const TTest *const *tests, const struct unit_loop *loops)

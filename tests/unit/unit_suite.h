@@ -3,8 +3,8 @@
  * file lists its tests (a NULL-terminated array of the TTest pointers
  * START_TEST defines), its loop tests and its test cases instead of
  * repeating the Check calls that create, fill and attach every test case.
- * One test case: UNIT_SUITE, or unit_suite / unit_suite_loops; several, or
- * a fixture: unit_suite_cases.
+ * One test case: UNIT_SUITE or UNIT_FIXTURE_SUITE, or unit_suite_loops;
+ * several: unit_suite_cases.
  */
 #ifndef COHORT_UNIT_SUITE_H
 #define COHORT_UNIT_SUITE_H
@@ -17,10 +17,6 @@
 TCase *unit_tcase(
     Suite *s, const char *name, int timeout_s, const TTest *const *tests);
 
-/* A suite named `name` of one test case `tcase` (see unit_tcase). */
-Suite *unit_suite(const char *name, const char *tcase, int timeout_s,
-    const TTest *const *tests);
-
 /* A loop test: run n times, _i = 0 .. n - 1. */
 struct unit_loop {
 	const TTest *test;
@@ -32,7 +28,7 @@ struct unit_loop {
 TCase *unit_tcase_loops(Suite *s, const char *name, int timeout_s,
     const TTest *const *tests, const struct unit_loop *loops);
 
-/* unit_suite with loop tests too. */
+/* A suite named `name` of one test case `tcase` (see unit_tcase_loops). */
 Suite *unit_suite_loops(const char *name, const char *tcase, int timeout_s,
     const TTest *const *tests, const struct unit_loop *loops);
 
@@ -51,13 +47,22 @@ Suite *unit_suite_cases(const char *name, const struct unit_case *cases);
 
 /* Defines Suite *suite_<name>(void) (declare it above, where
  * tools/gen_suites.sh finds it): one test case `tcase` of the tests
- * listed, timeout_s as in unit_tcase. */
-#define UNIT_SUITE(name, tcase, timeout_s, ...)                               \
+ * listed, timeout_s as in unit_tcase, with the checked fixture setup /
+ * teardown (NULL: none). */
+#define UNIT_FIXTURE_SUITE(name, tcase, timeout_s, setup, teardown, ...)      \
 	Suite *suite_##name(void)                                             \
 	{                                                                     \
 		const TTest *tests_[] = { __VA_ARGS__, NULL };                \
+		const struct unit_case cases_[] = {                           \
+			{ tcase, timeout_s, tests_, NULL, setup, teardown },  \
+			{ NULL, 0, NULL, NULL, NULL, NULL },                  \
+		};                                                            \
                                                                               \
-		return (unit_suite(#name, tcase, timeout_s, tests_));         \
+		return (unit_suite_cases(#name, cases_));                     \
 	}
+
+/* UNIT_FIXTURE_SUITE without a fixture. */
+#define UNIT_SUITE(name, tcase, timeout_s, ...)                               \
+	UNIT_FIXTURE_SUITE(name, tcase, timeout_s, NULL, NULL, __VA_ARGS__)
 
 #endif /* COHORT_UNIT_SUITE_H */
