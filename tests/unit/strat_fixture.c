@@ -9,20 +9,6 @@
 
 #include "strat_fixture.h"
 
-struct th_coord strat_coord;
-
-void
-strat_setup(void)
-{
-	th_coord_start(&strat_coord, NULL);
-}
-
-void
-strat_teardown(void)
-{
-	ck_assert_int_eq(th_coord_stop(&strat_coord), 0);
-}
-
 char *
 strat_run_ex(const char *job, int n, const char *mode, const char *args,
     int want, int want_r0, struct th_workers *w)
@@ -47,7 +33,7 @@ strat_run_ex(const char *job, int n, const char *mode, const char *args,
 
 		if (n > 0) {
 			snprintf(e_coord, sizeof(e_coord),
-			    "COHORT_COORDINATOR=%s", strat_coord.url);
+			    "COHORT_COORDINATOR=%s", th_fx_coord.url);
 			snprintf(e_job, sizeof(e_job), "COHORT_JOB=%s", job);
 			snprintf(e_rank, sizeof(e_rank), "COHORT_RANK=%d", r);
 			snprintf(e_world, sizeof(e_world),

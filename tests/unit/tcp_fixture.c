@@ -261,7 +261,7 @@ tt_run_group(int n, const char *id, tt_body body, struct tt_group *g)
 static uint64_t
 tt_raw(uint64_t seed, int r, size_t i)
 {
-	return (tt_mix(seed ^ ((uint64_t)r << 48) ^ (uint64_t)i));
+	return (tw_mix(seed ^ ((uint64_t)r << 48) ^ (uint64_t)i));
 }
 
 static double
@@ -277,23 +277,14 @@ tt_fval(uint64_t seed, int r, size_t i, cohort_redop op)
 	return ((double)((int)(h % 25) - 12) / 4.0);
 }
 
-static void
-tt_put(void *buf, size_t i, cohort_dtype dt, uint64_t raw, double f)
-{
-	if (elem_isfloat(dt))
-		elem_store(buf, i, dt, f);
-	else
-		elem_store_bits(buf, i, dt, raw);
-}
-
 /* Fills buf[0..count) with rank r's input, element indices from base. */
 static void
 tt_fill(void *buf, size_t count, size_t base, cohort_dtype dt, cohort_redop op,
     uint64_t seed, int r)
 {
 	for (size_t i = 0; i < count; i++)
-		tt_put(buf, i, dt, tt_raw(seed, r, base + i),
-		    tt_fval(seed, r, base + i, op));
+		th_elem_store(buf, i, dt, tt_fval(seed, r, base + i, op),
+		    tt_raw(seed, r, base + i));
 }
 
 /* Checks got[0..count) against the reduction over all n ranks of input
@@ -309,12 +300,12 @@ tt_check_reduced(const void *got, size_t count, size_t base, cohort_dtype dt,
 		bool ok;
 		double want = 0, g = 0;
 
-		if (elem_isfloat(dt)) {
+		if (th_elem_is_float(dt)) {
 			want = tt_fval(seed, 0, base + i, op);
 			for (int r = 1; r < n; r++)
 				want = elem_op_f(
 				    want, tt_fval(seed, r, base + i, op), op);
-			g = elem_load(got, i, dt);
+			g = th_elem_loadf(got, i, dt);
 			if (op == COHORT_MEAN) {
 				double rel = dt == COHORT_F16 ? 1.0 / 1024
 				    : dt == COHORT_BF16       ? 1.0 / 128
@@ -441,7 +432,7 @@ tt_one(struct tt_group *g, int r, void *state, const struct tt_spec *sp,
 		break;
 	case COHORT__OP_ALLGATHERV:
 		for (int p = 0; p < n; p++) {
-			uint64_t h = tt_mix(sp->seed + (uint64_t)p);
+			uint64_t h = tw_mix(sp->seed + (uint64_t)p);
 
 			counts[p] = h % 4 == 0 ? 0 : h % (cnt + 1);
 			if (p == r)

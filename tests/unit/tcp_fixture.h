@@ -32,6 +32,7 @@
 #include "check_cohort.h"
 #include "dtype_elem.h"
 #include "fs_store.h"
+#include "th_worker.h"
 
 #define TT_MAX_RANKS 8
 #define TT_ERRLEN 512
@@ -139,15 +140,6 @@ void tt_group_join(struct tt_group *g);
 void tt_run_group(int n, const char *id, tt_body body, struct tt_group *g);
 
 /* Inputs. */
-static inline uint64_t
-tt_mix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15u;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9u;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebu;
-	return (x ^ (x >> 31));
-}
-
 /* One collective on one rank. */
 struct tt_spec {
 	enum cohort__op_kind kind;

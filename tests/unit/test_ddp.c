@@ -412,8 +412,8 @@ suite_ddp(void)
 		NULL };
 	const struct unit_case cases[] = {
 		{ "in_process", 0, in_process, NULL, NULL, NULL },
-		{ "end_to_end", 180, end_to_end, NULL, strat_setup,
-		    strat_teardown },
+		{ "end_to_end", 180, end_to_end, NULL, th_fx_setup,
+		    th_fx_teardown },
 		{ NULL, 0, NULL, NULL, NULL, NULL },
 	};
 

@@ -113,8 +113,8 @@ suite_hvd(void)
 		test_hvd_named_collectives_and_stall,
 		test_hvd_peer_death_fails_pending_promptly, NULL };
 	const struct unit_case cases[] = {
-		{ "end_to_end", 180, tests, NULL, strat_setup,
-		    strat_teardown },
+		{ "end_to_end", 180, tests, NULL, th_fx_setup,
+		    th_fx_teardown },
 		{ NULL, 0, NULL, NULL, NULL, NULL },
 	};
 

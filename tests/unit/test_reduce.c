@@ -55,6 +55,15 @@ reduce_rand_val(cohort_dtype dt, cohort_redop op)
 	}
 }
 
+/* A random value of dt (reduce_rand_val) into buf[i]. */
+static void
+reduce_put(void *buf, size_t i, cohort_dtype dt, cohort_redop op)
+{
+	double v = reduce_rand_val(dt, op);
+
+	th_elem_store(buf, i, dt, v, (uint64_t)(int64_t)v);
+}
+
 /* Reference of a op b in the integer domains, exactly (wrapping). */
 static bool
 reduce_ref_int(const void *d, const void *s, size_t i, cohort_dtype dt,
@@ -70,13 +79,13 @@ reduce_check_one(cohort_dtype dt, cohort_redop op, size_t n, int divisor)
 	size_t es = cohort_dtype_size(dt);
 	uint8_t *d = malloc(n * es + 1), *s = malloc(n * es + 1);
 	uint8_t *d0 = malloc(n * es + 1);
-	bool isfloat = elem_isfloat(dt);
+	bool isfloat = th_elem_is_float(dt);
 	int bad = 0;
 
 	ck_assert(d != NULL && s != NULL && d0 != NULL);
 	for (size_t i = 0; i < n; i++) {
-		elem_store(d, i, dt, reduce_rand_val(dt, op));
-		elem_store(s, i, dt, reduce_rand_val(dt, op));
+		reduce_put(d, i, dt, op);
+		reduce_put(s, i, dt, op);
 	}
 	memcpy(d0, d, n * es);
 	cohort__reduce(d, s, n, dt, op);
@@ -90,13 +99,15 @@ reduce_check_one(cohort_dtype dt, cohort_redop op, size_t n, int divisor)
 				    "%s %s n=%zu i=%zu: %g op %g gave %g",
 				    cohort_dtype_name(dt),
 				    cohort_redop_name(op), n, i,
-				    elem_load(d0, i, dt), elem_load(s, i, dt),
-				    elem_load(d, i, dt));
+				    th_elem_loadf(d0, i, dt),
+				    th_elem_loadf(s, i, dt),
+				    th_elem_loadf(d, i, dt));
 			}
 			continue;
 		}
-		double a = elem_load(d0, i, dt), b = elem_load(s, i, dt);
-		double want, got = elem_load(d, i, dt), tol;
+		double a = th_elem_loadf(d0, i, dt),
+		       b = th_elem_loadf(s, i, dt);
+		double want, got = th_elem_loadf(d, i, dt), tol;
 
 		want = elem_op_f(a, b, op);
 		if (divisor > 1)
@@ -199,10 +210,12 @@ START_TEST(test_reduce_variants_agree)
 				if (dt == COHORT_F32 || dt == COHORT_F64
 				    || dt == COHORT_F16 || dt == COHORT_BF16) {
 					for (size_t i = 0; i < N; i++) {
-						double a = elem_load(out[0], i,
-						    (cohort_dtype)dt);
-						double b = elem_load(out[v], i,
-						    (cohort_dtype)dt);
+						double a
+						    = th_elem_loadf(out[0], i,
+						        (cohort_dtype)dt);
+						double b
+						    = th_elem_loadf(out[v], i,
+						        (cohort_dtype)dt);
 
 						ck_assert_msg(
 						    (isnan(a) && isnan(b))

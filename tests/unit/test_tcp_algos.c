@@ -35,9 +35,9 @@ tt_body_matrix(struct tt_group *g, int r, void *state)
 				uint64_t h;
 
 				if (o == COHORT_MEAN
-				    && !elem_isfloat((cohort_dtype)dt))
+				    && !th_elem_is_float((cohort_dtype)dt))
 					continue;
-				h = tt_mix(g->seed + seq);
+				h = tw_mix(g->seed + seq);
 				/* 0, 1, an odd count, and one past the
 				 * small-message threshold (ring) */
 				counts[0] = 0;
@@ -71,7 +71,7 @@ tt_body_matrix(struct tt_group *g, int r, void *state)
 
 		for (int d = 0; d < 3; d++) {
 			for (int c = 0; c < 5; c++) {
-				uint64_t h = tt_mix(g->seed + seq);
+				uint64_t h = tw_mix(g->seed + seq);
 				size_t cnt = c == 0 ? 0
 				    : c == 1        ? 1
 				    : c == 2        ? 2 * (h % 500) + 1
