@@ -69,7 +69,7 @@ $(OBJ)/examples/%.o: PART_INC := $(INC_STRAT) -iquote examples/lib
 # The cohort CLI embeds the coordinator (server.h) and speaks the protocol
 # through the client's coordinator engine.
 $(OBJ)/tools/%.o: PART_INC := $(INC_PROTO) -iquote client -iquote server
-$(OBJ)/bench/%.o: PART_INC := $(INC_PROTO) -iquote client
+$(OBJ)/bench/%.o: PART_INC := $(INC_PROTO) -iquote client -iquote tests/unit
 # Tests look inside every part.
 $(OBJ)/tests/%.o: PART_INC := $(INC_PROTO) -iquote client -iquote server \
 	-iquote cuda -iquote strategies -iquote tests/harness -iquote examples/lib
@@ -368,7 +368,7 @@ FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all \
 	-fno-omit-frame-pointer
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wno-unused-parameter \
 	-pthread -MMD -MP $(FUZZ_SAN) $(INC_PROTO) -iquote client -iquote server \
-	-iquote fuzz -I$(FUZZ_BUILD)/gen $(PKG_CFLAGS)
+	-iquote fuzz -iquote tests/unit -I$(FUZZ_BUILD)/gen $(PKG_CFLAGS)
 FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
 FUZZ_NAMES := $(patsubst fuzz/fuzz_%.c,%,$(FUZZ_SRC))
 FUZZ_SEEDS := $(patsubst fuzz/seed_%.c,%,$(wildcard fuzz/seed_*.c))

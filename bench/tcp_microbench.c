@@ -30,70 +30,11 @@
 
 #include "backend/backend.h"
 #include "backend/tcp/tcp_impl.h"
+#include "fs_store.h" /* tests/unit: the store the tcp tests use too */
 
 #define MB_MAX_SIZES 32
 
-static char mb_dir[256];
-
-static void
-mb_path(const char *key, char *out, size_t len)
-{
-	char k[200];
-	size_t i;
-
-	for (i = 0; key[i] != '\0' && i + 1 < sizeof(k); i++)
-		k[i] = key[i] == '/' ? '_' : key[i];
-	k[i] = '\0';
-	snprintf(out, len, "%s/%s", mb_dir, k);
-}
-
-static cohort_status
-mb_set(void *ctx, const char *key, const void *val, size_t len,
-    cohort__time deadline)
-{
-	char path[512], tmp[520];
-	int fd;
-
-	mb_path(key, path, sizeof(path));
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600)) < 0)
-		return (COHORT_ESYSTEM);
-	if (write(fd, val, len) != (ssize_t)len) {
-		close(fd);
-		return (COHORT_ESYSTEM);
-	}
-	close(fd);
-	return (rename(tmp, path) == 0 ? COHORT_OK : COHORT_ESYSTEM);
-}
-
-static cohort_status
-mb_get(
-    void *ctx, const char *key, void **val, size_t *len, cohort__time deadline)
-{
-	char path[512];
-
-	mb_path(key, path, sizeof(path));
-	for (;;) {
-		int fd = open(path, O_RDONLY);
-
-		if (fd >= 0) {
-			char *buf = malloc(256);
-			ssize_t n = read(fd, buf, 256);
-
-			close(fd);
-			if (n < 0) {
-				free(buf);
-				return (COHORT_ESYSTEM);
-			}
-			*val = buf;
-			*len = (size_t)n;
-			return (COHORT_OK);
-		}
-		if (cohort__expired(deadline))
-			return (COHORT_ETIMEDOUT);
-		(void)poll(NULL, 0, 2);
-	}
-}
+static struct fs_store mb_store;
 
 struct mb_opts {
 	int n;
@@ -124,21 +65,24 @@ mb_parse_size(const char *s)
 	return ((size_t)v);
 }
 
-static const char *
-mb_kind_name(enum cohort__op_kind k)
+/* The collectives it times; -o takes their names (cohort__op_name). */
+static const enum cohort__op_kind mb_kinds[]
+    = { COHORT__OP_ALLREDUCE, COHORT__OP_REDUCE, COHORT__OP_BROADCAST,
+	      COHORT__OP_ALLGATHER, COHORT__OP_REDUCE_SCATTER };
+
+/* The dtype (dtype) or reduction (!dtype) named v, else cur. */
+static int
+mb_named(const char *v, bool dtype, int cur)
 {
-	switch (k) {
-	case COHORT__OP_BROADCAST:
-		return ("broadcast");
-	case COHORT__OP_ALLGATHER:
-		return ("allgather");
-	case COHORT__OP_REDUCE_SCATTER:
-		return ("reduce_scatter");
-	case COHORT__OP_REDUCE:
-		return ("reduce");
-	default:
-		return ("allreduce");
-	}
+	int n = dtype ? COHORT_DTYPE_COUNT : COHORT_REDOP_COUNT;
+
+	for (int d = 0; d < n; d++)
+		if (strcmp(v,
+		        dtype ? cohort_dtype_name((cohort_dtype)d)
+		              : cohort_redop_name((cohort_redop)d))
+		    == 0)
+			return (d);
+	return (cur);
 }
 
 static double
@@ -179,8 +123,7 @@ mb_rank(const struct mb_opts *o, int rank)
 	d.rank = rank;
 	d.size = o->n;
 	d.global_ranks = granks;
-	d.store.set = mb_set;
-	d.store.get = mb_get;
+	fs_store_bind(&mb_store, &d.store);
 	init_ns = cohort__now_ns();
 	if ((rv = cohort__tcp_backend.init(
 	         &d, &state, err, sizeof(err), cohort__now_ms() + 30000))
@@ -206,7 +149,7 @@ mb_rank(const struct mb_opts *o, int rank)
 	if (rank == 0 && !o->json)
 		printf("# tcp backend, %d ranks, %s %s %s, %s; rank 0 init "
 		       "%.1f ms (%s)\n",
-		    o->n, mb_kind_name(o->kind), cohort_dtype_name(o->dt),
+		    o->n, cohort__op_name(o->kind), cohort_dtype_name(o->dt),
 		    cohort_redop_name(o->op),
 		    o->inplace ? "in place" : "out of place",
 		    (double)init_ns / 1e6,
@@ -318,8 +261,9 @@ mb_rank(const struct mb_opts *o, int rank)
 					    "%.2f,\"algbw\":%.3f,\"busbw\":"
 					    "%.3f,\"iters\":%d,\"warmup\":%d}"
 					    "\n",
-					    mb_kind_name(o->kind), o->n, bytes,
-					    count, cohort_dtype_name(o->dt),
+					    cohort__op_name(o->kind), o->n,
+					    bytes, count,
+					    cohort_dtype_name(o->dt),
 					    cohort_redop_name(o->op), us,
 					    (double)wfirst / 1e3, algbw, busbw,
 					    iters, o->warmup);
@@ -388,28 +332,18 @@ main(int argc, char **argv)
 			o.warmup = (int)strtol(v, NULL, 10);
 			i++;
 		} else if (strcmp(a, "-o") == 0) {
-			o.kind = strcmp(v, "broadcast") == 0
-			    ? COHORT__OP_BROADCAST
-			    : strcmp(v, "allgather") == 0
-			    ? COHORT__OP_ALLGATHER
-			    : strcmp(v, "reduce_scatter") == 0
-			    ? COHORT__OP_REDUCE_SCATTER
-			    : strcmp(v, "reduce") == 0 ? COHORT__OP_REDUCE
-			                               : COHORT__OP_ALLREDUCE;
+			o.kind = COHORT__OP_ALLREDUCE;
+			for (size_t k = 0;
+			     k < sizeof(mb_kinds) / sizeof(mb_kinds[0]); k++)
+				if (strcmp(v, cohort__op_name(mb_kinds[k]))
+				    == 0)
+					o.kind = mb_kinds[k];
 			i++;
 		} else if (strcmp(a, "-t") == 0) {
-			for (int d = 0; d < COHORT_DTYPE_COUNT; d++)
-				if (strcmp(
-				        v, cohort_dtype_name((cohort_dtype)d))
-				    == 0)
-					o.dt = (cohort_dtype)d;
+			o.dt = (cohort_dtype)mb_named(v, true, (int)o.dt);
 			i++;
 		} else if (strcmp(a, "-r") == 0) {
-			for (int d = 0; d < COHORT_REDOP_COUNT; d++)
-				if (strcmp(
-				        v, cohort_redop_name((cohort_redop)d))
-				    == 0)
-					o.op = (cohort_redop)d;
+			o.op = (cohort_redop)mb_named(v, false, (int)o.op);
 			i++;
 		} else {
 			fprintf(stderr, "unknown option %s\n", a);
@@ -429,8 +363,7 @@ main(int argc, char **argv)
 			o.sizes[o.nsizes++] = mb_parse_size(tok);
 		free(copy);
 	}
-	snprintf(mb_dir, sizeof(mb_dir), "/tmp/cohort-mb-XXXXXX");
-	if (mkdtemp(mb_dir) == NULL) {
+	if (!fs_store_open(&mb_store, "cohort-mb")) {
 		perror("mkdtemp");
 		return (1);
 	}
@@ -445,12 +378,7 @@ main(int argc, char **argv)
 		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
 			failed = 1;
 	}
-	{
-		char cmd[300];
-
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", mb_dir);
-		if (system(cmd) != 0)
-			failed = 1;
-	}
+	if (!fs_store_close(&mb_store))
+		failed = 1;
 	return (failed);
 }

@@ -1,7 +1,8 @@
 /*
  * fuzz_common.h - shared by the fuzz targets and their seed generators:
  * a core driven without sockets, the op stream of fuzz_dispatch, and
- * request builders on the project's own encoder (proto/wire.h).
+ * requests appended to it, built by tests/unit/srv_req.h (the project's
+ * own encoder, as the server's unit tests use it).
  *
  * Convention (Makefile `fuzz`): every fuzz/fuzz_<name>.c defining
  * LLVMFuzzerTestOneInput is a target; an optional fuzz/seed_<name>.c is a
@@ -22,7 +23,6 @@
 #ifndef COHORT_FUZZ_COMMON_H
 #define COHORT_FUZZ_COMMON_H
 
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "srv_impl.h"
+#include "srv_req.h" /* tests/unit: shared with the server's unit tests */
 
 #define FZ_PIPES 4
 #define FZ_OP_REQUEST 0
@@ -67,17 +68,16 @@ fz_u8(struct fz_buf *b, uint8_t v)
 	fz_put(b, &v, 1);
 }
 
-/* Appends a request op: rq packed by the project's encoder. */
+/* Appends a request op: rq with c's envelope, packed by the project's
+ * encoder (srv_req.h), on c's connection. */
 static inline void
-fz_request(struct fz_buf *b, Cohort__Request *rq, const void *pl, size_t plen,
-    uint8_t pipe)
+fz_send(struct fz_buf *b, struct srq_cli *c, Cohort__Request *rq,
+    const void *pl, size_t plen)
 {
-	struct cohort__iov iov = { pl, plen };
 	nng_msg *m;
 	size_t n;
 
-	rq->proto_version = COHORT_PROTO_VERSION;
-	if (cohort__wire_pack_request(rq, &iov, plen ? 1 : 0, &m) != COHORT_OK)
+	if (srq_pack(c, rq, pl, plen, &m) != COHORT_OK)
 		abort();
 	n = nng_msg_len(m);
 	if (n > 0xffff)
@@ -85,7 +85,7 @@ fz_request(struct fz_buf *b, Cohort__Request *rq, const void *pl, size_t plen,
 	fz_u8(b, FZ_OP_REQUEST);
 	fz_u8(b, (uint8_t)n);
 	fz_u8(b, (uint8_t)(n >> 8));
-	fz_u8(b, (uint8_t)(pipe - 1));
+	fz_u8(b, (uint8_t)(c->pipe - 1));
 	fz_put(b, nng_msg_body(m), n);
 	nng_msg_free(m);
 }
@@ -104,94 +104,57 @@ fz_close(struct fz_buf *b, uint8_t pipe)
 	fz_u8(b, (uint8_t)(pipe - 1));
 }
 
-/* A client of a job: envelope fields for its requests. */
-struct fz_cli {
-	const char *job;
-	const char *token;
-	uint64_t id;
-	uint64_t seq;
-	uint64_t gen;
-	int32_t rank;
-	uint8_t pipe;
-};
-
+/* Requests of client c (srv_req.h builders). */
 static inline void
-fz_env(struct fz_cli *c, Cohort__Request *rq, uint32_t timeout_ms)
+fz_join(struct fz_buf *b, struct srq_cli *c, int32_t rank, uint32_t world)
 {
-	rq->job = (char *)c->job;
-	rq->token = (char *)c->token;
-	rq->client_id = c->id;
-	rq->seq = ++c->seq;
-	rq->generation = c->gen;
-	rq->rank = c->rank;
-	rq->timeout_ms = timeout_ms;
+	struct srq q;
+
+	fz_send(b, c, srq_join(&q, c, rank, world, rank, 60000), NULL, 0);
+}
+
+/* n clients of job (ids id0 + i, connections 1 + i) join a world of n;
+ * after the joins their ranks are their indexes, generation 1. */
+static inline void
+fz_world(
+    struct fz_buf *b, struct srq_cli *c, int n, const char *job, uint64_t id0)
+{
+	for (int i = 0; i < n; i++) {
+		srq_cli_init(&c[i], job, id0 + (uint64_t)i, (uint32_t)(1 + i));
+		fz_join(b, &c[i], i, (uint32_t)n);
+	}
+	srq_cli_joined(c, n);
 }
 
 static inline void
-fz_join(struct fz_buf *b, struct fz_cli *c, int32_t rank, uint32_t world)
+fz_kv_set(struct fz_buf *b, struct srq_cli *c, const char *key, const char *v)
 {
-	Cohort__Request rq = COHORT__REQUEST__INIT;
-	Cohort__Join j = COHORT__JOIN__INIT;
+	struct srq q;
 
-	j.rank = rank;
-	j.world_size = world;
-	j.host = "fuzzhost";
-	j.pid = (uint32_t)c->id;
-	j.local_rank = rank;
-	j.heartbeat_ms = 1000;
-	j.dead_after_ms = 5000;
-	rq.body_case = COHORT__REQUEST__BODY_JOIN;
-	rq.join = &j;
-	fz_env(c, &rq, 60000);
-	fz_request(b, &rq, NULL, 0, c->pipe);
+	fz_send(b, c, srq_kv_set(&q, key), v, strlen(v));
 }
 
 static inline void
-fz_kv_set(struct fz_buf *b, struct fz_cli *c, const char *key, const char *v)
+fz_kv_add(struct fz_buf *b, struct srq_cli *c, const char *key, int64_t d)
 {
-	Cohort__Request rq = COHORT__REQUEST__INIT;
-	Cohort__KvSet s = COHORT__KV_SET__INIT;
+	struct srq q;
 
-	s.key = (char *)key;
-	rq.body_case = COHORT__REQUEST__BODY_KV_SET;
-	rq.kv_set = &s;
-	fz_env(c, &rq, 0);
-	fz_request(b, &rq, v, strlen(v), c->pipe);
+	fz_send(b, c, srq_kv_add(&q, key, d), NULL, 0);
 }
 
 static inline void
-fz_kv_add(struct fz_buf *b, struct fz_cli *c, const char *key, int64_t d)
+fz_kv_get(struct fz_buf *b, struct srq_cli *c, const char *key, bool wait)
 {
-	Cohort__Request rq = COHORT__REQUEST__INIT;
-	Cohort__KvAdd a = COHORT__KV_ADD__INIT;
+	struct srq q;
 
-	a.key = (char *)key;
-	a.delta = d;
-	rq.body_case = COHORT__REQUEST__BODY_KV_ADD;
-	rq.kv_add = &a;
-	fz_env(c, &rq, 0);
-	fz_request(b, &rq, NULL, 0, c->pipe);
+	fz_send(b, c, srq_kv_get(&q, key, wait, wait ? 2000 : 0), NULL, 0);
 }
 
 static inline void
-fz_kv_get(struct fz_buf *b, struct fz_cli *c, const char *key, bool wait)
-{
-	Cohort__Request rq = COHORT__REQUEST__INIT;
-	Cohort__KvGet g = COHORT__KV_GET__INIT;
-
-	g.key = (char *)key;
-	g.wait = wait;
-	rq.body_case = COHORT__REQUEST__BODY_KV_GET;
-	rq.kv_get = &g;
-	fz_env(c, &rq, wait ? 2000 : 0);
-	fz_request(b, &rq, NULL, 0, c->pipe);
-}
-
-static inline void
-fz_coll(struct fz_buf *b, struct fz_cli *c, Cohort__CollectiveKind kind,
+fz_coll(struct fz_buf *b, struct srq_cli *c, Cohort__CollectiveKind kind,
     const char *group, uint64_t op_seq, const void *pl, size_t plen)
 {
-	Cohort__Request rq = COHORT__REQUEST__INIT;
+	struct srq q;
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 	int64_t v[2] = { (int64_t)c->id, 7 };
 
@@ -206,44 +169,27 @@ fz_coll(struct fz_buf *b, struct fz_cli *c, Cohort__CollectiveKind kind,
 	co.i64s = v;
 	co.decision = true;
 	co.decide_all = true;
-	rq.body_case = COHORT__REQUEST__BODY_COLLECTIVE;
-	rq.collective = &co;
-	fz_env(c, &rq, 5000);
-	fz_request(b, &rq, pl, plen, c->pipe);
+	fz_send(b, c,
+	    srq_simple(&q, COHORT__REQUEST__BODY_COLLECTIVE, &co, 5000), pl,
+	    plen);
 }
 
 static inline void
-fz_simple(struct fz_buf *b, struct fz_cli *c, int body, void *msg,
+fz_group(struct fz_buf *b, struct srq_cli *c, const char *name, int32_t *ranks,
+    size_t n)
+{
+	struct srq q;
+
+	fz_send(b, c, srq_group_create(&q, name, ranks, n, 1000), NULL, 0);
+}
+
+static inline void
+fz_simple(struct fz_buf *b, struct srq_cli *c, int body, void *msg,
     const void *pl, size_t plen)
 {
-	Cohort__Request rq = COHORT__REQUEST__INIT;
+	struct srq q;
 
-	rq.body_case = body;
-	rq.leave = msg; /* any member of the union */
-	fz_env(c, &rq, 1000);
-	fz_request(b, &rq, pl, plen, c->pipe);
-}
-
-/* Removes dir and the files in it (no subdirectories): cheaper than a
- * shell per input. */
-static inline void
-fz_rmdir_files(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	char p[1024];
-
-	if (d == NULL)
-		return;
-	while ((e = readdir(d)) != NULL) {
-		if (strcmp(e->d_name, ".") == 0
-		    || strcmp(e->d_name, "..") == 0)
-			continue;
-		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-		(void)unlink(p);
-	}
-	closedir(d);
-	(void)rmdir(dir);
+	fz_send(b, c, srq_simple(&q, body, msg, 1000), pl, plen);
 }
 
 /* Writes b to dir/name. */

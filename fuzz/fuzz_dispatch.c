@@ -33,46 +33,21 @@ static unsigned fz_runs;
 static char fz_dir[128];
 
 static void
-fz_sink(void *arg, void *tp, nng_msg *m)
-{
-	Cohort__Reply *rep;
-	const uint8_t *pl;
-	size_t plen;
-
-	(void)arg;
-	(void)tp;
-	if (m == NULL)
-		return;
-	if (cohort__wire_unpack_reply(m, &rep, &pl, &plen) != COHORT_OK) {
-		fprintf(stderr, "fuzz_dispatch: a reply does not decode: %s\n",
-		    cohort_last_error());
-		abort();
-	}
-	cohort__reply__free_unpacked(rep, NULL);
-	nng_msg_free(m);
-}
-
-static void
 fz_rmdir(void)
 {
-	fz_rmdir_files(fz_dir);
+	(void)tmpdir_remove(fz_dir);
 }
 
 static void
 fz_start(void)
 {
 	struct srv_limits lim = { 1u << 16, 1u << 20, 256 };
-	struct srv_jrn_opts o;
 	cohort_status rv;
 
-	if (srv_core_new(&lim, NULL, fz_sink, NULL, fz_now, &fz_core)
-	    != COHORT_OK)
+	fz_core = srq_core_journal(&lim, fz_dir, false, 1u << 20, fz_now, &rv);
+	if (fz_core == NULL)
 		abort();
-	memset(&o, 0, sizeof(o));
-	o.dir = fz_dir;
-	o.fsync = SRV_FSYNC_NONE;
-	o.compact_min = 1u << 20;
-	if ((rv = srv_core_journal_open(fz_core, &o, fz_now)) != COHORT_OK) {
+	if (rv != COHORT_OK) {
 		fprintf(stderr,
 		    "fuzz_dispatch: the journal the core wrote does not "
 		    "replay: %s: %s\n",

@@ -30,16 +30,7 @@ static char fz_dir[128];
 static void
 fz_rmdir(void)
 {
-	fz_rmdir_files(fz_dir);
-}
-
-static void
-fz_sink(void *arg, void *tp, nng_msg *m)
-{
-	(void)arg;
-	(void)tp;
-	if (m != NULL)
-		nng_msg_free(m);
+	(void)tmpdir_remove(fz_dir);
 }
 
 static void
@@ -59,18 +50,12 @@ static cohort_status
 fz_open(bool recover)
 {
 	struct srv_limits lim = { 1u << 20, 1u << 24, 1000 };
-	struct srv_jrn_opts o;
 	struct srv_core *core;
 	cohort_status rv;
 
-	if (srv_core_new(&lim, NULL, fz_sink, NULL, 1000000, &core)
-	    != COHORT_OK)
+	core = srq_core_journal(&lim, fz_dir, recover, 0, 1000000, &rv);
+	if (core == NULL)
 		abort();
-	memset(&o, 0, sizeof(o));
-	o.dir = fz_dir;
-	o.fsync = SRV_FSYNC_NONE;
-	o.recover = recover;
-	rv = srv_core_journal_open(core, &o, 1000000);
 	srv_core_free(core);
 	return (rv);
 }

@@ -7,32 +7,11 @@
  */
 #include "fuzz_common.h"
 
-static void
-cli(struct fz_cli *c, const char *job, uint64_t id, uint8_t pipe)
-{
-	memset(c, 0, sizeof(*c));
-	c->job = job;
-	c->token = "tok";
-	c->id = id;
-	c->rank = -1;
-	c->pipe = pipe;
-}
-
-/* After the joins of a world-n job complete: ranks and generation 1. */
-static void
-joined(struct fz_cli *c, int n)
-{
-	for (int i = 0; i < n; i++) {
-		c[i].rank = i;
-		c[i].gen = 1;
-	}
-}
-
 int
 main(int argc, char **argv)
 {
 	struct fz_buf b;
-	struct fz_cli c[3];
+	struct srq_cli c[3];
 	const char *dir = argc > 1 ? argv[1] : ".";
 	int nseeds = 0;
 	char name[64];
@@ -47,9 +26,7 @@ main(int argc, char **argv)
 
 	memset(&b, 0, sizeof(b));
 	/* 1: a world of one and its keys. */
-	cli(&c[0], "solo", 11, 1);
-	fz_join(&b, &c[0], 0, 1);
-	joined(c, 1);
+	fz_world(&b, c, 1, "solo", 11);
 	fz_kv_set(&b, &c[0], "addr", "10.0.0.1:4000");
 	fz_kv_add(&b, &c[0], "ctr", 5);
 	fz_kv_get(&b, &c[0], "addr", false);
@@ -58,11 +35,7 @@ main(int argc, char **argv)
 	SEED();
 
 	/* 2: two ranks, a barrier, a broadcast, reductions, a decision. */
-	cli(&c[0], "pair", 21, 1);
-	cli(&c[1], "pair", 22, 2);
-	fz_join(&b, &c[0], 0, 2);
-	fz_join(&b, &c[1], 1, 2);
-	joined(c, 2);
+	fz_world(&b, c, 2, "pair", 21);
 	for (int i = 0; i < 2; i++)
 		fz_coll(&b, &c[i], COHORT__COLLECTIVE_KIND__COLL_BARRIER, "",
 		    1, NULL, 0);
@@ -80,33 +53,19 @@ main(int argc, char **argv)
 	SEED();
 
 	/* 3: a group, a heartbeat, a watch, a failure report. */
-	cli(&c[0], "grp", 31, 1);
-	cli(&c[1], "grp", 32, 2);
-	cli(&c[2], "grp", 33, 3);
-	for (int i = 0; i < 3; i++)
-		fz_join(&b, &c[i], i, 3);
-	joined(c, 3);
+	fz_world(&b, c, 3, "grp", 31);
 	{
-		Cohort__GroupCreate gc = COHORT__GROUP_CREATE__INIT;
-		Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
+		struct srq q;
 		Cohort__Watch w = COHORT__WATCH__INIT;
 		Cohort__ReportFailure rf = COHORT__REPORT_FAILURE__INIT;
 		int32_t ranks[2] = { 0, 2 };
-		gc.name = "pair";
-		gc.n_ranks = 2;
-		gc.ranks = ranks;
-		fz_simple(&b, &c[0], COHORT__REQUEST__BODY_GROUP_CREATE, &gc,
-		    NULL, 0);
-		fz_simple(&b, &c[2], COHORT__REQUEST__BODY_GROUP_CREATE, &gc,
-		    NULL, 0);
+		fz_group(&b, &c[0], "pair", ranks, 2);
+		fz_group(&b, &c[2], "pair", ranks, 2);
 		fz_coll(&b, &c[0], COHORT__COLLECTIVE_KIND__COLL_BARRIER,
 		    "pair", 1, NULL, 0);
-		hb.last_op = "allreduce";
-		hb.last_op_seq = 3;
-		hb.in_op = true;
-		hb.in_op_ms = 70000;
-		fz_simple(
-		    &b, &c[1], COHORT__REQUEST__BODY_HEARTBEAT, &hb, NULL, 0);
+		fz_send(&b, &c[1],
+		    srq_heartbeat(&q, "allreduce", 3, "", true, 70000), NULL,
+		    0);
 		fz_simple(&b, &c[1], COHORT__REQUEST__BODY_WATCH, &w, NULL, 0);
 		fz_sweep(&b, 255);
 		rf.text = "Traceback: boom";
@@ -116,9 +75,7 @@ main(int argc, char **argv)
 	SEED();
 
 	/* 4: the rest of the KV store. */
-	cli(&c[0], "kv", 41, 1);
-	fz_join(&b, &c[0], 0, 1);
-	joined(c, 1);
+	fz_world(&b, c, 1, "kv", 41);
 	{
 		Cohort__KvCompareSet cs = COHORT__KV_COMPARE_SET__INIT;
 		Cohort__KvDelete d = COHORT__KV_DELETE__INIT;
@@ -164,11 +121,7 @@ main(int argc, char **argv)
 	SEED();
 
 	/* 5: a rank's connection closes mid-barrier; a leave; status. */
-	cli(&c[0], "drop", 51, 1);
-	cli(&c[1], "drop", 52, 2);
-	fz_join(&b, &c[0], 0, 2);
-	fz_join(&b, &c[1], 1, 2);
-	joined(c, 2);
+	fz_world(&b, c, 2, "drop", 51);
 	fz_coll(
 	    &b, &c[0], COHORT__COLLECTIVE_KIND__COLL_BARRIER, "", 1, NULL, 0);
 	fz_close(&b, 2);
@@ -187,9 +140,7 @@ main(int argc, char **argv)
 	SEED();
 
 	/* 6: a retried request (same seq) and a stale generation. */
-	cli(&c[0], "retry", 61, 1);
-	fz_join(&b, &c[0], 0, 1);
-	joined(c, 1);
+	fz_world(&b, c, 1, "retry", 61);
 	fz_kv_add(&b, &c[0], "n", 1);
 	c[0].seq--;
 	fz_kv_add(&b, &c[0], "n", 1);

@@ -13,15 +13,6 @@
 static uintptr_t tag = 1;
 static cohort__time now = 1000000;
 
-static void
-sink(void *arg, void *tp, nng_msg *m)
-{
-	(void)arg;
-	(void)tp;
-	if (m != NULL)
-		nng_msg_free(m);
-}
-
 /* Runs an op stream against core (as fuzz_dispatch does). */
 static void
 drive(struct srv_core *core, const struct fz_buf *b)
@@ -50,28 +41,11 @@ drive(struct srv_core *core, const struct fz_buf *b)
 	}
 }
 
+/* dir/name's bytes, or NULL. */
 static uint8_t *
 slurp(const char *dir, const char *name, size_t *n)
 {
-	char p[512];
-	FILE *f;
-	uint8_t *b;
-	long len;
-
-	snprintf(p, sizeof(p), "%s/%s", dir, name);
-	if ((f = fopen(p, "rb")) == NULL) {
-		*n = 0;
-		return (NULL);
-	}
-	fseek(f, 0, SEEK_END);
-	len = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	if ((b = malloc((size_t)len + 1)) == NULL
-	    || fread(b, 1, (size_t)len, f) != (size_t)len)
-		abort();
-	fclose(f);
-	*n = (size_t)len;
-	return (b);
+	return ((uint8_t *)srq_read_file(dir, name, n));
 }
 
 /* Writes a seed: flags, [u32 n, snapshot], log. */
@@ -101,11 +75,11 @@ int
 main(int argc, char **argv)
 {
 	const char *out = argc > 1 ? argv[1] : ".";
-	char dir[] = "/tmp/cohort-seed-journal-XXXXXX", cmd[128];
+	char dir[] = "/tmp/cohort-seed-journal-XXXXXX";
 	struct srv_limits lim = { 1u << 20, 1u << 24, 1000 };
-	struct srv_jrn_opts o;
 	struct srv_core *core;
-	struct fz_cli c[3];
+	cohort_status rv;
+	struct srq_cli c[3];
 	struct fz_buf b;
 	uint8_t *log, *snap;
 	size_t ln, sn;
@@ -114,41 +88,20 @@ main(int argc, char **argv)
 	cohort__log_set_default_level(COHORT__LOG_ERROR);
 	if (mkdtemp(dir) == NULL)
 		abort();
-	if (srv_core_new(&lim, NULL, sink, NULL, now, &core) != COHORT_OK)
-		abort();
-	memset(&o, 0, sizeof(o));
-	o.dir = dir;
-	o.fsync = SRV_FSYNC_NONE;
-	if (srv_core_journal_open(core, &o, now) != COHORT_OK)
+	core = srq_core_journal(&lim, dir, false, 0, now, &rv);
+	if (core == NULL || rv != COHORT_OK)
 		abort();
 	memset(&b, 0, sizeof(b));
 	memset(c, 0, sizeof(c));
-	for (int i = 0; i < 3; i++) {
-		c[i].job = "job";
-		c[i].token = "tok";
-		c[i].id = 100 + (uint64_t)i;
-		c[i].rank = -1;
-		c[i].pipe = (uint8_t)(1 + i);
-		fz_join(&b, &c[i], i, 3);
-	}
-	for (int i = 0; i < 3; i++) {
-		c[i].rank = i;
-		c[i].gen = 1;
-	}
+	fz_world(&b, c, 3, "job", 100);
 	fz_kv_set(&b, &c[0], "addr", "10.0.0.1:4000");
 	fz_kv_add(&b, &c[1], "ctr", 3);
 	{
-		Cohort__GroupCreate gc = COHORT__GROUP_CREATE__INIT;
 		Cohort__KvAppend ap = COHORT__KV_APPEND__INIT;
 		Cohort__KvDelete d = COHORT__KV_DELETE__INIT;
 		int32_t ranks[2] = { 0, 1 };
-		gc.name = "pair";
-		gc.n_ranks = 2;
-		gc.ranks = ranks;
-		fz_simple(&b, &c[0], COHORT__REQUEST__BODY_GROUP_CREATE, &gc,
-		    NULL, 0);
-		fz_simple(&b, &c[1], COHORT__REQUEST__BODY_GROUP_CREATE, &gc,
-		    NULL, 0);
+		fz_group(&b, &c[0], "pair", ranks, 2);
+		fz_group(&b, &c[1], "pair", ranks, 2);
 		ap.key = "log";
 		fz_simple(
 		    &b, &c[2], COHORT__REQUEST__BODY_KV_APPEND, &ap, "abc", 3);
@@ -189,8 +142,7 @@ main(int argc, char **argv)
 	free(snap);
 	free(log);
 	srv_core_free(core);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	if (system(cmd) != 0)
+	if (!tmpdir_remove(dir))
 		return (1);
 	printf("seed_journal: %d seeds in %s\n", n, out);
 	return (0);

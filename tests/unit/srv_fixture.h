@@ -1,13 +1,12 @@
 /*
  * srv_fixture.h - drives cohortd's core (server/srv_impl.h) without
- * sockets: a fake clock, a capturing reply sink, and small request
- * builders. Every request gets a unique tag (its transport handle), so a
- * test asks for "the reply to request #n".
+ * sockets: a fake clock, a capturing reply sink, and requests sent
+ * with the builders of srv_req.h. Every request gets a unique tag (its
+ * transport handle), so a test asks for "the reply to request #n".
  */
 #ifndef COHORT_SRV_FIXTURE_H
 #define COHORT_SRV_FIXTURE_H
 
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +15,7 @@
 
 #include "check_cohort.h"
 #include "srv_impl.h"
+#include "srv_req.h"
 
 #define FX_MAX 8192
 
@@ -38,17 +38,27 @@ struct fx {
 	size_t ndrop;
 };
 
-struct fx_cli {
-	const char *job;
-	const char *token;
-	uint64_t id;
-	uint64_t seq;
-	uint64_t gen;
-	int32_t rank;
-	uint32_t pipe;
-	const char *host;
-	uint32_t pid;
-};
+struct fx;
+static inline struct fx *fx_new(void);
+static inline void fx_free(struct fx *f);
+
+/* The core of the running test, in suites whose test case has the checked
+ * fixture fx_setup / fx_teardown: made before each test (in its process)
+ * and freed after it. A test that makes its own declares its own f. */
+static struct fx *f;
+
+static inline void
+fx_setup(void)
+{
+	f = fx_new();
+}
+
+static inline void
+fx_teardown(void)
+{
+	fx_free(f);
+	f = NULL;
+}
 
 static inline void
 fx_sink(void *arg, void *tp, nng_msg *m)
@@ -141,63 +151,30 @@ fx_raw(struct fx *f, nng_msg *m, uint32_t pipe)
 	return (tag);
 }
 
-/* Sends rq (envelope fields from cli unless already set). */
+/* Sends rq with c's envelope (srq_pack). */
 static inline uintptr_t
-fx_send(struct fx *f, struct fx_cli *c, Cohort__Request *rq, const void *pl,
+fx_send(struct fx *f, struct srq_cli *c, Cohort__Request *rq, const void *pl,
     size_t plen)
 {
-	struct cohort__iov iov = { pl, plen };
 	nng_msg *m;
 
-	rq->proto_version = COHORT_PROTO_VERSION;
-	rq->job = (char *)c->job;
-	rq->token = (char *)c->token;
-	rq->client_id = c->id;
-	if (rq->seq == 0)
-		rq->seq = ++c->seq;
-	rq->generation = c->gen;
-	rq->rank = c->rank;
-	ck_assert_cohort_ok(
-	    cohort__wire_pack_request(rq, &iov, plen ? 1 : 0, &m));
+	ck_assert_cohort_ok(srq_pack(c, rq, pl, plen, &m));
 	return (fx_raw(f, m, c->pipe));
 }
 
-static inline void
-fx_cli_init(struct fx_cli *c, const char *job, uint64_t id, uint32_t pipe)
-{
-	memset(c, 0, sizeof(*c));
-	c->job = job;
-	c->token = "tok";
-	c->id = id;
-	c->rank = -1;
-	c->pipe = pipe;
-	c->host = "host";
-	c->pid = (uint32_t)id;
-}
-
 static inline uintptr_t
-fx_join(struct fx *f, struct fx_cli *c, int32_t rank, uint32_t world,
+fx_join(struct fx *f, struct srq_cli *c, int32_t rank, uint32_t world,
     uint32_t timeout_ms)
 {
-	Cohort__Request rq = COHORT__REQUEST__INIT;
-	Cohort__Join j = COHORT__JOIN__INIT;
+	struct srq q;
 
-	j.rank = rank;
-	j.world_size = world;
-	j.host = (char *)c->host;
-	j.pid = c->pid;
-	j.local_rank = -1;
-	j.heartbeat_ms = 1000;
-	j.dead_after_ms = 5000;
-	rq.body_case = COHORT__REQUEST__BODY_JOIN;
-	rq.join = &j;
-	rq.timeout_ms = timeout_ms;
-	return (fx_send(f, c, &rq, NULL, 0));
+	return (fx_send(
+	    f, c, srq_join(&q, c, rank, world, -1, timeout_ms), NULL, 0));
 }
 
 /* After the rendezvous: take rank and generation from the join reply. */
 static inline void
-fx_joined(struct fx *f, struct fx_cli *c, uintptr_t tag)
+fx_joined(struct fx *f, struct srq_cli *c, uintptr_t tag)
 {
 	Cohort__Reply *r = fx_want(f, tag, COHORT_OK);
 
@@ -208,13 +185,13 @@ fx_joined(struct fx *f, struct fx_cli *c, uintptr_t tag)
 
 /* n clients of job joined at world n (ranks by index). */
 static inline void
-fx_form(struct fx *f, struct fx_cli *c, int n, const char *job)
+fx_form(struct fx *f, struct srq_cli *c, int n, const char *job)
 {
 	uintptr_t t[64];
 
 	ck_assert_int_le(n, 64);
 	for (int i = 0; i < n; i++) {
-		fx_cli_init(&c[i], job, 100 + (uint64_t)i, 10 + (uint32_t)i);
+		srq_cli_init(&c[i], job, 100 + (uint64_t)i, 10 + (uint32_t)i);
 		t[i] = fx_join(f, &c[i], i, (uint32_t)n, 60000);
 	}
 	for (int i = 0; i < n; i++)
@@ -222,19 +199,18 @@ fx_form(struct fx *f, struct fx_cli *c, int n, const char *job)
 }
 
 static inline uintptr_t
-fx_coll(struct fx *f, struct fx_cli *c, Cohort__Collective *co,
+fx_coll(struct fx *f, struct srq_cli *c, Cohort__Collective *co,
     uint32_t timeout_ms, const void *pl, size_t plen)
 {
-	Cohort__Request rq = COHORT__REQUEST__INIT;
+	struct srq q;
 
-	rq.body_case = COHORT__REQUEST__BODY_COLLECTIVE;
-	rq.collective = co;
-	rq.timeout_ms = timeout_ms;
-	return (fx_send(f, c, &rq, pl, plen));
+	return (fx_send(f, c,
+	    srq_simple(&q, COHORT__REQUEST__BODY_COLLECTIVE, co, timeout_ms),
+	    pl, plen));
 }
 
 static inline uintptr_t
-fx_barrier(struct fx *f, struct fx_cli *c, const char *name, uint64_t op_seq,
+fx_barrier(struct fx *f, struct srq_cli *c, const char *name, uint64_t op_seq,
     uint32_t timeout_ms)
 {
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
@@ -246,42 +222,52 @@ fx_barrier(struct fx *f, struct fx_cli *c, const char *name, uint64_t op_seq,
 }
 
 static inline uintptr_t
-fx_kv_set(struct fx *f, struct fx_cli *c, const char *key, const char *val)
+fx_kv_set(struct fx *f, struct srq_cli *c, const char *key, const char *val)
 {
-	Cohort__Request rq = COHORT__REQUEST__INIT;
-	Cohort__KvSet s = COHORT__KV_SET__INIT;
+	struct srq q;
 
-	s.key = (char *)key;
-	rq.body_case = COHORT__REQUEST__BODY_KV_SET;
-	rq.kv_set = &s;
-	return (fx_send(f, c, &rq, val, strlen(val)));
+	return (fx_send(f, c, srq_kv_set(&q, key), val, strlen(val)));
 }
 
 static inline uintptr_t
-fx_kv_get(struct fx *f, struct fx_cli *c, const char *key, bool wait,
+fx_kv_get(struct fx *f, struct srq_cli *c, const char *key, bool wait,
     uint32_t timeout_ms)
 {
-	Cohort__Request rq = COHORT__REQUEST__INIT;
-	Cohort__KvGet g = COHORT__KV_GET__INIT;
+	struct srq q;
 
-	g.key = (char *)key;
-	g.wait = wait;
-	rq.body_case = COHORT__REQUEST__BODY_KV_GET;
-	rq.kv_get = &g;
-	rq.timeout_ms = timeout_ms;
-	return (fx_send(f, c, &rq, NULL, 0));
+	return (fx_send(f, c, srq_kv_get(&q, key, wait, timeout_ms), NULL, 0));
+}
+
+/* seq 0: the client's next. */
+static inline uintptr_t
+fx_kv_add(struct fx *f, struct srq_cli *c, const char *key, int64_t delta,
+    uint64_t seq)
+{
+	struct srq q;
+	Cohort__Request *rq = srq_kv_add(&q, key, delta);
+
+	rq->seq = seq;
+	return (fx_send(f, c, rq, NULL, 0));
 }
 
 static inline uintptr_t
 fx_simple(
-    struct fx *f, struct fx_cli *c, int body, void *msg, uint32_t timeout_ms)
+    struct fx *f, struct srq_cli *c, int body, void *msg, uint32_t timeout_ms)
 {
-	Cohort__Request rq = COHORT__REQUEST__INIT;
+	struct srq q;
 
-	rq.body_case = body;
-	rq.leave = msg; /* any member of the union */
-	rq.timeout_ms = timeout_ms;
-	return (fx_send(f, c, &rq, NULL, 0));
+	return (fx_send(f, c, srq_simple(&q, body, msg, timeout_ms), NULL, 0));
+}
+
+/* Creates group `name` of the n global ranks at ranks (c's part). */
+static inline uintptr_t
+fx_group(struct fx *f, struct srq_cli *c, const char *name, int32_t *ranks,
+    size_t n, uint32_t timeout_ms)
+{
+	struct srq q;
+
+	return (fx_send(
+	    f, c, srq_group_create(&q, name, ranks, n, timeout_ms), NULL, 0));
 }
 
 static inline bool
@@ -294,20 +280,13 @@ fx_payload_is(struct fx *f, uintptr_t tag, const char *s)
 }
 
 static inline uintptr_t
-fx_heartbeat(struct fx *f, struct fx_cli *c, const char *op, uint64_t seq,
+fx_heartbeat(struct fx *f, struct srq_cli *c, const char *op, uint64_t seq,
     const char *group, bool in_op, uint64_t in_op_ms)
 {
-	Cohort__Request rq = COHORT__REQUEST__INIT;
-	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
+	struct srq q;
 
-	hb.last_op = (char *)op;
-	hb.last_op_seq = seq;
-	hb.last_group = (char *)group;
-	hb.in_op = in_op;
-	hb.in_op_ms = in_op_ms;
-	rq.body_case = COHORT__REQUEST__BODY_HEARTBEAT;
-	rq.heartbeat = &hb;
-	return (fx_send(f, c, &rq, NULL, 0));
+	return (fx_send(f, c,
+	    srq_heartbeat(&q, op, seq, group, in_op, in_op_ms), NULL, 0));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -319,59 +298,41 @@ fx_heartbeat(struct fx *f, struct fx_cli *c, const char *op, uint64_t seq,
 static inline void
 fx_open_journal(struct fx *f)
 {
-	struct srv_jrn_opts o;
-
-	memset(&o, 0, sizeof(o));
-	o.dir = f->dir;
-	o.fsync = SRV_FSYNC_NONE;
-	o.compact_min = f->compact_min;
-	ck_assert_cohort_ok(srv_core_journal_open(f->core, &o, f->now));
+	ck_assert_cohort_ok(
+	    srq_journal_open(f->core, f->dir, false, f->compact_min, f->now));
 }
 
 static inline struct fx *
 fx_new_journal(uint64_t compact_min)
 {
 	struct fx *f = fx_new();
-	const char *t = getenv("TMPDIR");
 
-	snprintf(f->dir, sizeof(f->dir), "%s/cohort-jrn-XXXXXX",
-	    t != NULL && t[0] != '\0' ? t : "/tmp");
-	ck_assert_ptr_nonnull(mkdtemp(f->dir));
+	ck_assert(tmpdir_make(f->dir, sizeof(f->dir), "cohort-jrn"));
 	f->compact_min = compact_min;
 	fx_open_journal(f);
 	return (f);
 }
 
-/* The core dies and a new one starts from the state directory. */
-static inline void
-fx_restart(struct fx *f)
+/* The core dies and a new one starts from the state directory (with
+ * --recover if recover); returns the journal's status (the core stays,
+ * without a journal, if it failed). */
+static inline cohort_status
+fx_reopen(struct fx *f, bool recover)
 {
 	struct srv_limits lim = f->core->lim;
 
 	srv_core_free(f->core);
 	ck_assert_cohort_ok(
 	    srv_core_new(&lim, NULL, fx_sink, f, f->now, &f->core));
-	fx_open_journal(f);
+	return (srq_journal_open(
+	    f->core, f->dir, recover, f->compact_min, f->now));
 }
 
+/* fx_reopen, which must succeed. */
 static inline void
-fx_rmdir(const char *dir)
+fx_restart(struct fx *f)
 {
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	char p[512];
-
-	if (d == NULL)
-		return;
-	while ((e = readdir(d)) != NULL) {
-		if (strcmp(e->d_name, ".") == 0
-		    || strcmp(e->d_name, "..") == 0)
-			continue;
-		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-		unlink(p);
-	}
-	closedir(d);
-	rmdir(dir);
+	ck_assert_cohort_ok(fx_reopen(f, false));
 }
 
 static inline void
@@ -381,7 +342,7 @@ fx_free_journal(struct fx *f)
 
 	memcpy(dir, f->dir, sizeof(dir));
 	fx_free(f);
-	fx_rmdir(dir);
+	(void)tmpdir_remove(dir);
 }
 
 #endif /* COHORT_SRV_FIXTURE_H */

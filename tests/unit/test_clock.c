@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "check_cohort.h"
+#include "unit_suite.h"
 #include "cohort_impl.h"
 
 START_TEST(test_deadline_default_and_forever)
@@ -76,18 +77,8 @@ START_TEST(test_last_error_is_thread_local_text)
 }
 END_TEST
 
-Suite *
-suite_clock(void)
-{
-	Suite *s = suite_create("clock");
-	TCase *tc = tcase_create("core");
+Suite *suite_clock(void);
 
-	tcase_add_test(tc, test_deadline_default_and_forever);
-	tcase_add_test(tc, test_timeout_scale);
-	tcase_add_test(tc, test_timeout_scale_junk_ignored);
-	tcase_add_test(tc, test_strlcpy_appendf);
-	tcase_add_test(tc, test_parse_i64);
-	tcase_add_test(tc, test_last_error_is_thread_local_text);
-	suite_add_tcase(s, tc);
-	return (s);
-}
+UNIT_SUITE(clock, "core", 0, test_deadline_default_and_forever,
+    test_timeout_scale, test_timeout_scale_junk_ignored, test_strlcpy_appendf,
+    test_parse_i64, test_last_error_is_thread_local_text)

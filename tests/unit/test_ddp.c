@@ -18,196 +18,46 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check_cohort.h"
+#include "strat_fixture.h"
+#include "unit_suite.h"
 #include "ddp.h"
 
 #include "half.h" /* the library's own converters, to cross-check ours */
 
-static struct th_coord tddp_coord;
-
-static void
-tddp_setup(void)
-{
-	th_coord_start(&tddp_coord, NULL);
-}
-
-static void
-tddp_teardown(void)
-{
-	ck_assert_int_eq(th_coord_stop(&tddp_coord), 0);
-}
-
-/* Runs `cohort-strategy-worker MODE OUT args` on n ranks of job; returns
- * the path of rank 0's parameter file. Every rank must exit with want
- * (want_r0 for rank 0 when >= 0). Outputs land in out[r]. */
-static const char *
-tddp_run_ex(const char *job, int n, const char *mode, const char *args,
-    int want, int want_r0, struct th_workers *w)
-{
-	static char path[512];
-	char *argv[24], buf[512];
-	int argc = 0;
-	char *save = NULL;
-
-	snprintf(path, sizeof(path), "%s/%s.bin", th_tmpdir(), job);
-	snprintf(buf, sizeof(buf), "%s", args);
-	argv[argc++] = (char *)th_bin("cohort-strategy-worker");
-	argv[argc++] = (char *)mode;
-	argv[argc++] = path;
-	for (char *t = strtok_r(buf, " ", &save); t != NULL && argc < 22;
-	     t = strtok_r(NULL, " ", &save))
-		argv[argc++] = t;
-	argv[argc] = NULL;
-	ck_assert_int_le(n, TH_MAX_WORKERS);
-	w->n = n;
-	for (int r = 0; r < n; r++) {
-		char e_coord[128], e_job[160], e_rank[32], e_world[32];
-		char *env[8];
-
-		snprintf(e_coord, sizeof(e_coord), "COHORT_COORDINATOR=%s",
-		    tddp_coord.url);
-		snprintf(e_job, sizeof(e_job), "COHORT_JOB=%s", job);
-		snprintf(e_rank, sizeof(e_rank), "COHORT_RANK=%d", r);
-		snprintf(e_world, sizeof(e_world), "COHORT_WORLD_SIZE=%d", n);
-		env[0] = e_coord;
-		env[1] = e_job;
-		env[2] = e_rank;
-		env[3] = e_world;
-		env[4] = (char *)"COHORT_LOG_LEVEL=warn";
-		env[5] = NULL;
-		snprintf(w->out[r], sizeof(w->out[r]), "%s/%s-%d.out",
-		    th_tmpdir(), job, r);
-		w->status[r] = -1;
-		w->pid[r] = th_spawn(argv, env, w->out[r]);
-	}
-	th_workers_wait(w, 90000);
-	for (int r = 0; r < n; r++) {
-		int expect = r == 0 && want_r0 >= 0 ? want_r0 : want;
-		char *o = th_worker_output(w, r);
-
-		ck_assert_msg(w->status[r] == expect,
-		    "%s %s on %d ranks: rank %d exited %d (want %d):\n%.3000s",
-		    mode, args, n, r, w->status[r], expect, o);
-		free(o);
-	}
-	return (path);
-}
-
-static const char *
-tddp_run(const char *job, int n, const char *mode, const char *args)
-{
-	struct th_workers w;
-
-	return (tddp_run_ex(job, n, mode, args, 0, -1, &w));
-}
-
-/* One process: the reference. */
-static const char *
-tddp_local(const char *name, const char *args)
-{
-	static char path[512];
-	char *argv[24], buf[512], out[512];
-	int argc = 0, st;
-	char *save = NULL;
-	pid_t pid;
-
-	snprintf(path, sizeof(path), "%s/%s.bin", th_tmpdir(), name);
-	snprintf(out, sizeof(out), "%s/%s.out", th_tmpdir(), name);
-	snprintf(buf, sizeof(buf), "%s", args);
-	argv[argc++] = (char *)th_bin("cohort-strategy-worker");
-	argv[argc++] = (char *)"local";
-	argv[argc++] = path;
-	for (char *t = strtok_r(buf, " ", &save); t != NULL && argc < 22;
-	     t = strtok_r(NULL, " ", &save))
-		argv[argc++] = t;
-	argv[argc] = NULL;
-	pid = th_spawn(argv, NULL, out);
-	ck_assert_msg(th_wait(pid, 60000, &st), "local run hung");
-	ck_assert_msg(th_exit_code(st) == 0, "local run %s failed", args);
-	return (path);
-}
-
-static float *
-tddp_load(const char *path, size_t *n)
-{
-	char *p;
-	FILE *f = fopen(path, "rb");
-	long len;
-	float *v;
-
-	ck_assert_msg(f != NULL, "cannot open %s", path);
-	fseek(f, 0, SEEK_END);
-	len = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	ck_assert_int_gt(len, 0);
-	v = malloc((size_t)len);
-	ck_assert_ptr_nonnull(v);
-	p = (char *)v;
-	ck_assert_int_eq(fread(p, 1, (size_t)len, f), (size_t)len);
-	fclose(f);
-	*n = (size_t)len / sizeof(float);
-	return (v);
-}
-
-/* max |a - b| / max |a| of two parameter files. */
-static double
-tddp_rel_diff(const char *pa, const char *pb)
-{
-	size_t na, nb;
-	float *a = tddp_load(pa, &na), *b = tddp_load(pb, &nb);
-	double dmax = 0.0, amax = 0.0;
-
-	ck_assert_uint_eq(na, nb);
-	for (size_t i = 0; i < na; i++) {
-		double d = fabs((double)a[i] - (double)b[i]);
-
-		ck_assert_msg(
-		    isfinite(b[i]), "parameter %zu is not finite", i);
-		if (d > dmax)
-			dmax = d;
-		if (fabs((double)a[i]) > amax)
-			amax = fabs((double)a[i]);
-	}
-	free(a);
-	free(b);
-	return (amax > 0.0 ? dmax / amax : dmax);
-}
-
-/* Copies a path returned in a static buffer. */
-static char *
-tddp_dup(const char *s)
-{
-	char *d = strdup(s);
-
-	ck_assert_ptr_nonnull(d);
-	return (d);
-}
-
 #define TDDP_F32_TOL 1e-5
 
+/* Rank 0's parameters after `ddp args` on n ranks, relative to one
+ * process on `world=n largs`: the distance; w holds the ddp ranks. */
+static double
+tddp_vs_local(const char *job, int n, const char *largs, const char *args,
+    struct th_workers *w)
+{
+	struct th_workers lw;
+	char ljob[64], full[256];
+	char *local, *dist;
+	double rel;
+
+	snprintf(ljob, sizeof(ljob), "%s-local", job);
+	snprintf(full, sizeof(full), "world=%d %s", n, largs);
+	local = strat_run(ljob, 0, "local", full, &lw);
+	dist = strat_run(job, n, "ddp", args, w);
+	rel = strat_rel_diff(local, dist);
+	free(local);
+	free(dist);
+	return (rel);
+}
+
+/* ddp on n ranks equals one process on the n-times batch within tol. */
 static void
 tddp_equiv(const char *job, int n, const char *extra, double tol)
 {
-	char args[256], largs[256];
-	char *local;
-	const char *dist;
-	double rel;
+	struct th_workers w;
+	double rel = tddp_vs_local(job, n, extra, extra, &w);
 
-	snprintf(largs, sizeof(largs), "world=%d %s", n, extra);
-	local = tddp_dup(tddp_local(job, largs));
-	snprintf(args, sizeof(args), "%s", extra);
-	{
-		char djob[64];
-
-		snprintf(djob, sizeof(djob), "%s-ddp", job);
-		dist = tddp_run(djob, n, "ddp", args);
-	}
-	rel = tddp_rel_diff(local, dist);
 	fprintf(stderr, "ddp %s on %d ranks: relative difference %.3g\n",
 	    extra, n, rel);
 	ck_assert_msg(rel <= tol,
 	    "%s on %d ranks: relative difference %g > %g", extra, n, rel, tol);
-	free(local);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -229,15 +79,12 @@ END_TEST
 START_TEST(test_ddp_equiv_4_ranks)
 {
 	struct th_workers w;
-	char *local = tddp_dup(tddp_local("e4", "world=4 steps=10"));
-	const char *dist
-	    = tddp_run_ex("e4-ddp", 4, "ddp", "steps=10", 0, -1, &w);
+	double rel = tddp_vs_local("e4", 4, "steps=10", "steps=10", &w);
 
 	/* Several buckets, every one started during backward. */
 	ck_assert(th_worker_output_has(&w, 0, "buckets=4 overlapped=40/40"));
 	ck_assert(th_worker_output_has(&w, 3, "equal=1"));
-	ck_assert_double_le(tddp_rel_diff(local, dist), TDDP_F32_TOL);
-	free(local);
+	ck_assert_double_le(rel, TDDP_F32_TOL);
 }
 END_TEST
 
@@ -252,61 +99,54 @@ END_TEST
 START_TEST(test_ddp_equiv_no_overlap)
 {
 	struct th_workers w;
-	char *local = tddp_dup(tddp_local("eo", "world=2 steps=8"));
-	const char *dist
-	    = tddp_run_ex("eo-ddp", 2, "ddp", "steps=8 overlap=0", 0, -1, &w);
+	double rel
+	    = tddp_vs_local("eo", 2, "steps=8", "steps=8 overlap=0", &w);
 
 	ck_assert(th_worker_output_has(&w, 0, "overlapped=0/32"));
-	ck_assert_double_le(tddp_rel_diff(local, dist), TDDP_F32_TOL);
-	free(local);
+	ck_assert_double_le(rel, TDDP_F32_TOL);
 }
 END_TEST
 
 START_TEST(test_ddp_no_sync_accumulation)
 {
+	struct th_workers w;
+
 	/* 3 micro-batches of B per rank with no_sync, one synced step ==
 	 * one process stepping on the 3 * N * B batch. */
-	char *local = tddp_dup(tddp_local("acc", "world=2 batch=48 steps=6"));
-	const char *dist
-	    = tddp_run("acc-ddp", 2, "ddp", "batch=16 accum=3 steps=6");
-
-	ck_assert_double_le(tddp_rel_diff(local, dist), TDDP_F32_TOL);
-	free(local);
+	ck_assert_double_le(tddp_vs_local("acc", 2, "batch=48 steps=6",
+	                        "batch=16 accum=3 steps=6", &w),
+	    TDDP_F32_TOL);
 }
 END_TEST
 
 START_TEST(test_ddp_fp16_hook)
 {
-	char *f32, *local = tddp_dup(tddp_local("h16", "world=2 steps=10"));
-	double rel;
+	struct th_workers w;
+	char *f32 = strat_run("h16-f32", 2, "ddp", "steps=10", &w);
+	char *f16 = strat_run("h16-ddp2", 2, "ddp", "steps=10 hook=fp16", &w);
+	double rel
+	    = tddp_vs_local("h16", 2, "steps=10", "steps=10 hook=fp16", &w);
 
-	f32 = tddp_dup(tddp_run("h16-f32", 2, "ddp", "steps=10"));
-	rel = tddp_rel_diff(
-	    local, tddp_run("h16-ddp", 2, "ddp", "steps=10 hook=fp16"));
 	fprintf(stderr, "fp16 hook: relative difference %.3g\n", rel);
 	/* binary16: 11-bit significand, 2^-11 relative per rounding. */
 	ck_assert_double_le(rel, 2e-3);
 	/* ... and the compression really happened. */
-	ck_assert_double_gt(
-	    tddp_rel_diff(
-	        f32, tddp_run("h16-ddp2", 2, "ddp", "steps=10 hook=fp16")),
-	    1e-7);
+	ck_assert_double_gt(strat_rel_diff(f32, f16), 1e-7);
 	free(f32);
-	free(local);
+	free(f16);
 }
 END_TEST
 
 START_TEST(test_ddp_bf16_hook)
 {
-	char *local = tddp_dup(tddp_local("hbf", "world=4 steps=10"));
-	double rel = tddp_rel_diff(
-	    local, tddp_run("hbf-ddp", 4, "ddp", "steps=10 hook=bf16"));
+	struct th_workers w;
+	double rel
+	    = tddp_vs_local("hbf", 4, "steps=10", "steps=10 hook=bf16", &w);
 
 	fprintf(stderr, "bf16 hook: relative difference %.3g\n", rel);
 	/* bfloat16: 8-bit significand, 2^-8 relative per rounding. */
 	ck_assert_double_le(rel, 2e-2);
 	ck_assert_double_gt(rel, TDDP_F32_TOL);
-	free(local);
 }
 END_TEST
 
@@ -322,16 +162,14 @@ END_TEST
 START_TEST(test_ddp_model_averaging_period_2)
 {
 	struct th_workers w;
-	char *local = tddp_dup(tddp_local("ma2", "world=2 steps=10"));
-	const char *dist = tddp_run_ex("ma2-ddp", 2, "ddp",
-	    "steps=10 avg_period=2 avg_warmup=3", 0, -1, &w);
+	double rel = tddp_vs_local(
+	    "ma2", 2, "steps=10", "steps=10 avg_period=2 avg_warmup=3", &w);
 
 	/* Averaged after the last step (steps 3, 5, 7, 9): equal replicas,
 	 * but not the synchronous trajectory. */
 	ck_assert(th_worker_output_has(&w, 0, "equal=1"));
 	ck_assert(th_worker_output_has(&w, 1, "equal=1"));
-	ck_assert_double_gt(tddp_rel_diff(local, dist), 1e-4);
-	free(local);
+	ck_assert_double_gt(rel, 1e-4);
 }
 END_TEST
 
@@ -341,8 +179,8 @@ START_TEST(test_ddp_on_exception)
 
 	/* Rank 0 fails at step 2 (exit 3); ranks 1 and 2 learn who and
 	 * why (exit 4). */
-	tddp_run_ex(
-	    "fail", 3, "fail", "steps=5 fail_rank=0 fail_step=2", 4, 3, &w);
+	free(strat_run_ex(
+	    "fail", 3, "fail", "steps=5 fail_rank=0 fail_step=2", 4, 3, &w));
 	ck_assert(
 	    th_worker_output_has(&w, 0, "FAILED injected failure at step 2"));
 	for (int r = 1; r < 3; r++) {
@@ -562,28 +400,22 @@ END_TEST
 Suite *
 suite_ddp(void)
 {
-	Suite *s = suite_create("ddp");
-	TCase *tc = tcase_create("in_process");
-	TCase *e2e = tcase_create("end_to_end");
+	const TTest *in_process[]
+	    = { test_ddp_half_converters, test_ddp_bucket_layout,
+		      test_ddp_custom_hook_order_and_no_sync, NULL };
+	const TTest *end_to_end[] = { test_ddp_equiv_1_rank,
+		test_ddp_equiv_2_ranks, test_ddp_equiv_4_ranks,
+		test_ddp_equiv_packed_buckets, test_ddp_equiv_no_overlap,
+		test_ddp_no_sync_accumulation, test_ddp_fp16_hook,
+		test_ddp_bf16_hook, test_ddp_model_averaging_period_1,
+		test_ddp_model_averaging_period_2, test_ddp_on_exception,
+		NULL };
+	const struct unit_case cases[] = {
+		{ "in_process", 0, in_process, NULL, NULL, NULL },
+		{ "end_to_end", 180, end_to_end, NULL, th_fx_setup,
+		    th_fx_teardown },
+		{ NULL, 0, NULL, NULL, NULL, NULL },
+	};
 
-	tcase_add_test(tc, test_ddp_half_converters);
-	tcase_add_test(tc, test_ddp_bucket_layout);
-	tcase_add_test(tc, test_ddp_custom_hook_order_and_no_sync);
-	suite_add_tcase(s, tc);
-
-	tcase_add_checked_fixture(e2e, tddp_setup, tddp_teardown);
-	tcase_set_timeout(e2e, 180);
-	tcase_add_test(e2e, test_ddp_equiv_1_rank);
-	tcase_add_test(e2e, test_ddp_equiv_2_ranks);
-	tcase_add_test(e2e, test_ddp_equiv_4_ranks);
-	tcase_add_test(e2e, test_ddp_equiv_packed_buckets);
-	tcase_add_test(e2e, test_ddp_equiv_no_overlap);
-	tcase_add_test(e2e, test_ddp_no_sync_accumulation);
-	tcase_add_test(e2e, test_ddp_fp16_hook);
-	tcase_add_test(e2e, test_ddp_bf16_hook);
-	tcase_add_test(e2e, test_ddp_model_averaging_period_1);
-	tcase_add_test(e2e, test_ddp_model_averaging_period_2);
-	tcase_add_test(e2e, test_ddp_on_exception);
-	suite_add_tcase(s, e2e);
-	return (s);
+	return (unit_suite_cases("ddp", cases));
 }

@@ -9,59 +9,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check_cohort.h"
+#include "strat_fixture.h"
+#include "unit_suite.h"
 #include "dp.h"
 #include "mlp.h"
 
+/* One process of the strategy worker (no job). */
 static char *
 tdp_run(const char *name, const char *mode, const char *args)
 {
-	char path[512], out[512], *argv[24], buf[512], *save = NULL;
-	int argc = 0, st;
-	pid_t pid;
+	struct th_workers w;
 
-	snprintf(path, sizeof(path), "%s/%s.bin", th_tmpdir(), name);
-	snprintf(out, sizeof(out), "%s/%s.out", th_tmpdir(), name);
-	snprintf(buf, sizeof(buf), "%s", args);
-	argv[argc++] = (char *)th_bin("cohort-strategy-worker");
-	argv[argc++] = (char *)mode;
-	argv[argc++] = path;
-	for (char *t = strtok_r(buf, " ", &save); t != NULL && argc < 22;
-	     t = strtok_r(NULL, " ", &save))
-		argv[argc++] = t;
-	argv[argc] = NULL;
-	pid = th_spawn(argv, NULL, out);
-	ck_assert_msg(th_wait(pid, 60000, &st), "%s hung", mode);
-	ck_assert_msg(th_exit_code(st) == 0, "%s %s failed", mode, args);
-	return (strdup(path));
-}
-
-static double
-tdp_rel_diff(const char *pa, const char *pb)
-{
-	char *a = th_read_file(pa), *b = th_read_file(pb);
-	FILE *f;
-	long len;
-	float *x, *y;
-	double dmax = 0.0, amax = 0.0;
-
-	ck_assert_ptr_nonnull(a);
-	ck_assert_ptr_nonnull(b);
-	f = fopen(pa, "rb");
-	fseek(f, 0, SEEK_END);
-	len = ftell(f);
-	fclose(f);
-	x = (float *)a;
-	y = (float *)b;
-	for (size_t i = 0; i < (size_t)len / sizeof(float); i++) {
-		double d = fabs((double)x[i] - (double)y[i]);
-
-		dmax = d > dmax ? d : dmax;
-		amax = fabs((double)x[i]) > amax ? fabs((double)x[i]) : amax;
-	}
-	free(a);
-	free(b);
-	return (dmax / amax);
+	return (strat_run(name, 0, mode, args, &w));
 }
 
 START_TEST(test_dp_equals_local)
@@ -73,9 +32,9 @@ START_TEST(test_dp_equals_local)
 	char *acc = tdp_run("la", "local", "world=2 batch=48 steps=5");
 	char *dpacc = tdp_run("da", "dp", "world=2 accum=3 steps=5");
 
-	ck_assert_double_le(tdp_rel_diff(local, dp4), 1e-5);
-	ck_assert_double_le(tdp_rel_diff(local, dp3), 1e-5);
-	ck_assert_double_le(tdp_rel_diff(acc, dpacc), 1e-5);
+	ck_assert_double_le(strat_rel_diff(local, dp4), 1e-5);
+	ck_assert_double_le(strat_rel_diff(local, dp3), 1e-5);
+	ck_assert_double_le(strat_rel_diff(acc, dpacc), 1e-5);
 	free(local);
 	free(dp4);
 	free(dp3);
@@ -187,15 +146,6 @@ START_TEST(test_dp_api)
 }
 END_TEST
 
-Suite *
-suite_dp(void)
-{
-	Suite *s = suite_create("dp");
-	TCase *tc = tcase_create("dp");
+Suite *suite_dp(void);
 
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_dp_api);
-	tcase_add_test(tc, test_dp_equals_local);
-	suite_add_tcase(s, tc);
-	return (s);
-}
+UNIT_SUITE(dp, "dp", 120, test_dp_api, test_dp_equals_local)

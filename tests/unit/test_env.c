@@ -3,13 +3,16 @@
  * values, KUBERNETES_* ignored), its report, and client option checks.
  * Each test runs in its own forked child, so setenv/unsetenv stay there.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "check_cohort.h"
+#include "unit_suite.h"
 #include "cohort_impl.h"
+#include "tmpdir.h"
 
 Suite *suite_env(void);
 
@@ -49,436 +52,375 @@ env_resolve_ok(void)
 	return (e);
 }
 
-START_TEST(test_empty_environment)
-{
-	cohort_env e = env_resolve_ok();
+/* ------------------------------------------------------------------------ */
+/* Resolution cases: a script of steps run in order, each case its own      */
+/* test. A step is "+NAME=value" (setenv), "-NAME" (unsetenv), "ok" (the     */
+/* environment resolves), "einval" (it is refused), "error~text" (the last  */
+/* error names text), "field=value" or "field~text" (a field of the result  */
+/* equals value or contains text; integer fields compare as numbers).      */
+/* ------------------------------------------------------------------------ */
 
-	ck_assert_str_eq(e.source, "none");
-	ck_assert_int_eq(e.rank, -1);
-	ck_assert_int_eq(e.world_size, 0);
-	ck_assert_int_eq(e.local_rank, -1);
-	ck_assert_int_eq(e.local_world_size, 0);
-	ck_assert_int_eq(e.node_rank, -1);
-	ck_assert_int_eq(e.restart_count, 0);
-	ck_assert_str_eq(e.coordinator, "");
-	ck_assert_str_eq(e.job, "default");
-	ck_assert_str_eq(e.job_from, "default");
-	ck_assert_str_eq(e.token, "");
-}
-END_TEST
+struct env_field {
+	const char *name;
+	size_t off;
+	bool is_int; /* int32_t, else a string */
+};
 
-START_TEST(test_cohort_source)
-{
-	cohort_env e;
+/* clang-format off */
+#define ENV_STR(f) { #f, offsetof(cohort_env, f), false }
+#define ENV_INT(f) { #f, offsetof(cohort_env, f), true }
+/* clang-format on */
 
-	setenv("COHORT_COORDINATOR", "tcp://10.1.2.3:29400", 1);
-	setenv("COHORT_JOB", "train-7", 1);
-	setenv("COHORT_TOKEN", "s3cret", 1);
-	setenv("COHORT_RANK", "2", 1);
-	setenv("COHORT_WORLD_SIZE", "4", 1);
-	setenv("COHORT_LOCAL_RANK", "0", 1);
-	setenv("COHORT_LOCAL_WORLD_SIZE", "2", 1);
-	setenv("COHORT_NODE_RANK", "1", 1);
-	setenv("COHORT_RESTART_COUNT", "3", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "cohort");
-	ck_assert_str_eq(e.coordinator, "tcp://10.1.2.3:29400");
-	ck_assert_str_eq(e.coordinator_from, "COHORT_COORDINATOR");
-	ck_assert_str_eq(e.job, "train-7");
-	ck_assert_str_eq(e.job_from, "COHORT_JOB");
-	ck_assert_str_eq(e.token, "s3cret");
-	ck_assert_int_eq(e.rank, 2);
-	ck_assert_str_eq(e.rank_from, "COHORT_RANK");
-	ck_assert_int_eq(e.world_size, 4);
-	ck_assert_str_eq(e.world_size_from, "COHORT_WORLD_SIZE");
-	ck_assert_int_eq(e.local_rank, 0);
-	ck_assert_str_eq(e.local_rank_from, "COHORT_LOCAL_RANK");
-	ck_assert_int_eq(e.local_world_size, 2);
-	ck_assert_int_eq(e.node_rank, 1);
-	ck_assert_int_eq(e.restart_count, 3);
-}
-END_TEST
+static const struct env_field env_fields[] = { ENV_STR(source),
+	ENV_STR(coordinator), ENV_STR(coordinator_from), ENV_STR(job),
+	ENV_STR(job_from), ENV_STR(token), ENV_STR(token_from), ENV_INT(rank),
+	ENV_STR(rank_from), ENV_INT(world_size), ENV_STR(world_size_from),
+	ENV_INT(local_rank), ENV_STR(local_rank_from),
+	ENV_INT(local_world_size), ENV_INT(node_rank), ENV_INT(restart_count),
+	ENV_STR(restart_count_from), ENV_STR(notes) };
 
-START_TEST(test_torchrun_source)
-{
-	cohort_env e;
-
-	setenv("RANK", "5", 1);
-	setenv("WORLD_SIZE", "8", 1);
-	setenv("LOCAL_RANK", "1", 1);
-	setenv("LOCAL_WORLD_SIZE", "4", 1);
-	setenv("GROUP_RANK", "1", 1);
-	setenv("MASTER_ADDR", "10.0.0.1", 1);
-	setenv("MASTER_PORT", "29500", 1);
-	setenv("TORCHELASTIC_RUN_ID", "elastic-42", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "torchrun");
-	ck_assert_int_eq(e.rank, 5);
-	ck_assert_str_eq(e.rank_from, "RANK");
-	ck_assert_int_eq(e.world_size, 8);
-	ck_assert_str_eq(e.world_size_from, "WORLD_SIZE");
-	ck_assert_int_eq(e.local_rank, 1);
-	ck_assert_str_eq(e.local_rank_from, "LOCAL_RANK");
-	ck_assert_int_eq(e.local_world_size, 4);
-	ck_assert_int_eq(e.node_rank, 1);
-	ck_assert_str_eq(e.coordinator, "tcp://10.0.0.1:29500");
-	ck_assert_str_eq(e.coordinator_from, "MASTER_ADDR:MASTER_PORT");
-	ck_assert_str_eq(e.job, "elastic-42");
-	ck_assert_str_eq(e.job_from, "TORCHELASTIC_RUN_ID");
-}
-END_TEST
-
-START_TEST(test_torchrun_default_job)
-{
-	cohort_env e;
-
-	setenv("RANK", "0", 1);
-	setenv("WORLD_SIZE", "1", 1);
-	setenv("MASTER_ADDR", "localhost", 1);
-	setenv("MASTER_PORT", "1234", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.job, "default");
-	ck_assert_str_eq(e.job_from, "default");
-	ck_assert_str_eq(e.coordinator, "tcp://localhost:1234");
-}
-END_TEST
-
-START_TEST(test_master_addr_ipv6)
-{
-	cohort_env e;
-
-	setenv("RANK", "0", 1);
-	setenv("WORLD_SIZE", "1", 1);
-	setenv("MASTER_ADDR", "fd00::1", 1);
-	setenv("MASTER_PORT", "29500", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.coordinator, "tcp://[fd00::1]:29500");
-}
-END_TEST
-
-START_TEST(test_cohort_coordinator_always_wins)
-{
-	cohort_env e;
-
-	setenv("RANK", "0", 1);
-	setenv("WORLD_SIZE", "2", 1);
-	setenv("MASTER_ADDR", "10.0.0.1", 1);
-	setenv("MASTER_PORT", "29500", 1);
-	setenv("COHORT_COORDINATOR", "ipc:///tmp/cohortd.sock", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "torchrun");
-	ck_assert_str_eq(e.coordinator, "ipc:///tmp/cohortd.sock");
-	ck_assert_str_eq(e.coordinator_from, "COHORT_COORDINATOR");
-}
-END_TEST
-
-START_TEST(test_cohort_beats_torchrun)
-{
-	cohort_env e;
-
-	setenv("COHORT_RANK", "1", 1);
-	setenv("COHORT_WORLD_SIZE", "2", 1);
-	setenv("RANK", "7", 1);
-	setenv("WORLD_SIZE", "16", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "cohort");
-	ck_assert_int_eq(e.rank, 1);
-	ck_assert_int_eq(e.world_size, 2);
-}
-END_TEST
-
-START_TEST(test_incomplete_source_is_skipped)
-{
-	cohort_env e;
-
-	/* COHORT_RANK without COHORT_WORLD_SIZE: not complete */
-	setenv("COHORT_RANK", "1", 1);
-	setenv("RANK", "3", 1);
-	setenv("WORLD_SIZE", "4", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "torchrun");
-	ck_assert_int_eq(e.rank, 3);
-}
-END_TEST
-
-START_TEST(test_torchrun_beats_openmpi_and_slurm)
-{
-	cohort_env e;
-
-	setenv("RANK", "1", 1);
-	setenv("WORLD_SIZE", "2", 1);
-	setenv("OMPI_COMM_WORLD_RANK", "3", 1);
-	setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
-	setenv("SLURM_PROCID", "5", 1);
-	setenv("SLURM_NTASKS", "6", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "torchrun");
-	ck_assert_int_eq(e.rank, 1);
-}
-END_TEST
-
-START_TEST(test_openmpi_source)
-{
-	cohort_env e;
-
-	setenv("OMPI_COMM_WORLD_RANK", "3", 1);
-	setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
-	setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
-	setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
-	setenv("SLURM_PROCID", "0", 1);
-	setenv("SLURM_NTASKS", "9", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "openmpi");
-	ck_assert_int_eq(e.rank, 3);
-	ck_assert_str_eq(e.rank_from, "OMPI_COMM_WORLD_RANK");
-	ck_assert_int_eq(e.world_size, 4);
-	ck_assert_int_eq(e.local_rank, 1);
-	ck_assert_int_eq(e.local_world_size, 2);
-}
-END_TEST
-
-START_TEST(test_slurm_source)
-{
-	cohort_env e;
-
-	setenv("SLURM_PROCID", "6", 1);
-	setenv("SLURM_NTASKS", "8", 1);
-	setenv("SLURM_LOCALID", "2", 1);
-	setenv("SLURM_NODEID", "1", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "slurm");
-	ck_assert_int_eq(e.rank, 6);
-	ck_assert_str_eq(e.rank_from, "SLURM_PROCID");
-	ck_assert_int_eq(e.world_size, 8);
-	ck_assert_str_eq(e.world_size_from, "SLURM_NTASKS");
-	ck_assert_int_eq(e.local_rank, 2);
-	ck_assert_int_eq(e.node_rank, 1);
-}
-END_TEST
-
-/* torchrun's restart counter (its agent sets it for every worker) when
- * cohort's own is unset; cohort's wins. */
-START_TEST(test_torchelastic_restart_count)
-{
-	cohort_env e;
-
-	setenv("RANK", "0", 1);
-	setenv("WORLD_SIZE", "2", 1);
-	setenv("TORCHELASTIC_RESTART_COUNT", "3", 1);
-	setenv("TORCHELASTIC_MAX_RESTARTS", "5", 1);
-	e = env_resolve_ok();
-	ck_assert_int_eq(e.restart_count, 3);
-	ck_assert_str_eq(e.restart_count_from, "TORCHELASTIC_RESTART_COUNT");
-	setenv("COHORT_RESTART_COUNT", "1", 1);
-	e = env_resolve_ok();
-	ck_assert_int_eq(e.restart_count, 1);
-	ck_assert_str_eq(e.restart_count_from, "COHORT_RESTART_COUNT");
-	unsetenv("COHORT_RESTART_COUNT");
-	setenv("TORCHELASTIC_RESTART_COUNT", "-1", 1);
-	ck_assert_cohort_err(cohort_env_resolve(&e), COHORT_EINVAL);
-	ck_assert_ptr_nonnull(
-	    strstr(cohort_last_error(), "TORCHELASTIC_RESTART_COUNT"));
-}
-END_TEST
-
-/* torchrun's static rendezvous has run id "none" (no id): the address of
- * its store names the launch instead. */
-START_TEST(test_torchrun_run_id_none)
-{
-	cohort_env e;
-
-	setenv("RANK", "1", 1);
-	setenv("WORLD_SIZE", "2", 1);
-	setenv("MASTER_ADDR", "10.0.0.1", 1);
-	setenv("MASTER_PORT", "29500", 1);
-	setenv("TORCHELASTIC_RUN_ID", "none", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.job, "torchrun-10.0.0.1:29500");
-	ck_assert_str_eq(e.job_from, "MASTER_ADDR:MASTER_PORT");
-}
-END_TEST
-
-/* What Open MPI 4.1 sets for `mpirun -n 2` (seen on mpirun 4.1.4): the
- * ranks, and the job id twice (ess and PMIx). */
-START_TEST(test_openmpi_job_id)
-{
-	cohort_env e;
-
-	setenv("OMPI_COMM_WORLD_RANK", "1", 1);
-	setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
-	setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
-	setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
-	setenv("OMPI_COMM_WORLD_NODE_RANK", "1", 1);
-	setenv("OMPI_MCA_ess_base_jobid", "1829961729", 1);
-	setenv("PMIX_NAMESPACE", "1829961729", 1);
-	setenv("PMIX_ID", "1829961729.1", 1);
-	setenv("PMIX_RANK", "1", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "openmpi");
-	ck_assert_str_eq(e.job, "ompi-1829961729");
-	ck_assert_str_eq(e.job_from, "OMPI_MCA_ess_base_jobid");
-	ck_assert_str_eq(e.notes, "");
-	/* Open MPI 5 (PRRTE) has only the PMIx namespace. */
-	unsetenv("OMPI_MCA_ess_base_jobid");
-	setenv("PMIX_NAMESPACE", "prterun-node1-4242@1", 1);
-	setenv("PMIX_ID", "prterun-node1-4242@1.1", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.job, "pmix-prterun-node1-4242@1");
-	ck_assert_str_eq(e.job_from, "PMIX_NAMESPACE");
-	unsetenv("PMIX_NAMESPACE");
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.job, "pmix-prterun-node1-4242@1");
-	ck_assert_str_eq(e.job_from, "PMIX_ID");
-}
-END_TEST
-
-/* What MPICH 4's Hydra sets for `mpiexec -n 2` (seen on mpiexec.hydra
- * 4.0.2); Intel MPI's Hydra sets the same. No job id: the job is
- * "default", with a note saying so. */
-START_TEST(test_pmi_source)
-{
-	cohort_env e;
-
-	setenv("PMI_RANK", "1", 1);
-	setenv("PMI_SIZE", "2", 1);
-	setenv("PMI_FD", "8", 1);
-	setenv("MPI_LOCALRANKID", "1", 1);
-	setenv("MPI_LOCALNRANKS", "2", 1);
-	setenv("HYDI_CONTROL_FD", "7", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "pmi");
-	ck_assert_int_eq(e.rank, 1);
-	ck_assert_str_eq(e.rank_from, "PMI_RANK");
-	ck_assert_int_eq(e.world_size, 2);
-	ck_assert_str_eq(e.world_size_from, "PMI_SIZE");
-	ck_assert_int_eq(e.local_rank, 1);
-	ck_assert_str_eq(e.local_rank_from, "MPI_LOCALRANKID");
-	ck_assert_int_eq(e.local_world_size, 2);
-	ck_assert_str_eq(e.job, "default");
-	ck_assert_ptr_nonnull(strstr(e.notes, "COHORT_JOB"));
-	/* Other PMI launchers name the local rank PMI_LOCAL_RANK. */
-	unsetenv("MPI_LOCALRANKID");
-	unsetenv("MPI_LOCALNRANKS");
-	setenv("PMI_LOCAL_RANK", "0", 1);
-	setenv("PMI_LOCAL_SIZE", "1", 1);
-	e = env_resolve_ok();
-	ck_assert_int_eq(e.local_rank, 0);
-	ck_assert_str_eq(e.local_rank_from, "PMI_LOCAL_RANK");
-	ck_assert_int_eq(e.local_world_size, 1);
-	/* Open MPI's variables come first. */
-	setenv("OMPI_COMM_WORLD_RANK", "0", 1);
-	setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "openmpi");
-	unsetenv("OMPI_COMM_WORLD_RANK");
-	unsetenv("OMPI_COMM_WORLD_SIZE");
-	setenv("PMI_LOCAL_RANK", "1", 1);
-	ck_assert_cohort_err(cohort_env_resolve(&e), COHORT_EINVAL);
-	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "PMI_LOCAL_RANK"));
-}
-END_TEST
+struct env_case {
+	const char *name;
+	const char *const *pre; /* steps run first (NULL: none) */
+	const char *const *steps; /* NULL-terminated */
+};
 
 /* `srun -n 8` in a batch job: the variables a task gets. */
+static const char *const env_slurm_task[] = { "+SLURM_PROCID=5",
+	"+SLURM_NTASKS=8", "+SLURM_LOCALID=1", "+SLURM_NODEID=1",
+	"+SLURM_NNODES=2", "+SLURM_NTASKS_PER_NODE=4", "+SLURM_JOB_ID=123456",
+	"+SLURM_JOBID=123456", "+SLURM_STEP_ID=0", "+SLURM_STEPID=0",
+	"+SLURM_JOB_NAME=train.sh", "+SLURM_JOB_NODELIST=gpu[017-018]",
+	"+SLURM_NODELIST=gpu[017-018]", NULL };
+
+static const struct env_case env_cases[] = {
+	{ "empty_environment", NULL,
+	    (const char *const[]) { "ok", "source=none", "rank=-1",
+	        "world_size=0", "local_rank=-1", "local_world_size=0",
+	        "node_rank=-1", "restart_count=0", "coordinator=",
+	        "job=default", "job_from=default", "token=", NULL } },
+	{ "cohort_source", NULL,
+	    (const char *const[]) { "+COHORT_COORDINATOR=tcp://10.1.2.3:29400",
+	        "+COHORT_JOB=train-7", "+COHORT_TOKEN=s3cret",
+	        "+COHORT_RANK=2", "+COHORT_WORLD_SIZE=4",
+	        "+COHORT_LOCAL_RANK=0", "+COHORT_LOCAL_WORLD_SIZE=2",
+	        "+COHORT_NODE_RANK=1", "+COHORT_RESTART_COUNT=3", "ok",
+	        "source=cohort", "coordinator=tcp://10.1.2.3:29400",
+	        "coordinator_from=COHORT_COORDINATOR", "job=train-7",
+	        "job_from=COHORT_JOB", "token=s3cret", "rank=2",
+	        "rank_from=COHORT_RANK", "world_size=4",
+	        "world_size_from=COHORT_WORLD_SIZE", "local_rank=0",
+	        "local_rank_from=COHORT_LOCAL_RANK", "local_world_size=2",
+	        "node_rank=1", "restart_count=3", NULL } },
+	{ "torchrun_source", NULL,
+	    (const char *const[]) { "+RANK=5", "+WORLD_SIZE=8",
+	        "+LOCAL_RANK=1", "+LOCAL_WORLD_SIZE=4", "+GROUP_RANK=1",
+	        "+MASTER_ADDR=10.0.0.1", "+MASTER_PORT=29500",
+	        "+TORCHELASTIC_RUN_ID=elastic-42", "ok", "source=torchrun",
+	        "rank=5", "rank_from=RANK", "world_size=8",
+	        "world_size_from=WORLD_SIZE", "local_rank=1",
+	        "local_rank_from=LOCAL_RANK", "local_world_size=4",
+	        "node_rank=1", "coordinator=tcp://10.0.0.1:29500",
+	        "coordinator_from=MASTER_ADDR:MASTER_PORT", "job=elastic-42",
+	        "job_from=TORCHELASTIC_RUN_ID", NULL } },
+	{ "torchrun_default_job", NULL,
+	    (const char *const[]) { "+RANK=0", "+WORLD_SIZE=1",
+	        "+MASTER_ADDR=localhost", "+MASTER_PORT=1234", "ok",
+	        "job=default", "job_from=default",
+	        "coordinator=tcp://localhost:1234", NULL } },
+	{ "master_addr_ipv6", NULL,
+	    (const char *const[]) { "+RANK=0", "+WORLD_SIZE=1",
+	        "+MASTER_ADDR=fd00::1", "+MASTER_PORT=29500", "ok",
+	        "coordinator=tcp://[fd00::1]:29500", NULL } },
+	{ "cohort_coordinator_always_wins", NULL,
+	    (const char *const[]) { "+RANK=0", "+WORLD_SIZE=2",
+	        "+MASTER_ADDR=10.0.0.1", "+MASTER_PORT=29500",
+	        "+COHORT_COORDINATOR=ipc:///tmp/cohortd.sock", "ok",
+	        "source=torchrun", "coordinator=ipc:///tmp/cohortd.sock",
+	        "coordinator_from=COHORT_COORDINATOR", NULL } },
+	{ "cohort_beats_torchrun", NULL,
+	    (const char *const[]) { "+COHORT_RANK=1", "+COHORT_WORLD_SIZE=2",
+	        "+RANK=7", "+WORLD_SIZE=16", "ok", "source=cohort", "rank=1",
+	        "world_size=2", NULL } },
+	{ "incomplete_source_is_skipped", NULL,
+	    (const char *const[]) {
+	        /* COHORT_RANK without COHORT_WORLD_SIZE: not complete */
+	        "+COHORT_RANK=1", "+RANK=3", "+WORLD_SIZE=4", "ok",
+	        "source=torchrun", "rank=3", NULL } },
+	{ "torchrun_beats_openmpi_and_slurm", NULL,
+	    (const char *const[]) { "+RANK=1", "+WORLD_SIZE=2",
+	        "+OMPI_COMM_WORLD_RANK=3", "+OMPI_COMM_WORLD_SIZE=4",
+	        "+SLURM_PROCID=5", "+SLURM_NTASKS=6", "ok", "source=torchrun",
+	        "rank=1", NULL } },
+	{ "openmpi_source", NULL,
+	    (const char *const[]) { "+OMPI_COMM_WORLD_RANK=3",
+	        "+OMPI_COMM_WORLD_SIZE=4", "+OMPI_COMM_WORLD_LOCAL_RANK=1",
+	        "+OMPI_COMM_WORLD_LOCAL_SIZE=2", "+SLURM_PROCID=0",
+	        "+SLURM_NTASKS=9", "ok", "source=openmpi", "rank=3",
+	        "rank_from=OMPI_COMM_WORLD_RANK", "world_size=4",
+	        "local_rank=1", "local_world_size=2", NULL } },
+	{ "slurm_source", NULL,
+	    (const char *const[]) { "+SLURM_PROCID=6", "+SLURM_NTASKS=8",
+	        "+SLURM_LOCALID=2", "+SLURM_NODEID=1", "ok", "source=slurm",
+	        "rank=6", "rank_from=SLURM_PROCID", "world_size=8",
+	        "world_size_from=SLURM_NTASKS", "local_rank=2", "node_rank=1",
+	        NULL } },
+	/* torchrun's restart counter (its agent sets it for every worker) when
+	 * cohort's own is unset; cohort's wins. */
+	{ "torchelastic_restart_count", NULL,
+	    (const char *const[]) { "+RANK=0", "+WORLD_SIZE=2",
+	        "+TORCHELASTIC_RESTART_COUNT=3",
+	        "+TORCHELASTIC_MAX_RESTARTS=5", "ok", "restart_count=3",
+	        "restart_count_from=TORCHELASTIC_RESTART_COUNT",
+	        "+COHORT_RESTART_COUNT=1", "ok", "restart_count=1",
+	        "restart_count_from=COHORT_RESTART_COUNT",
+	        "-COHORT_RESTART_COUNT", "+TORCHELASTIC_RESTART_COUNT=-1",
+	        "einval", "error~TORCHELASTIC_RESTART_COUNT", NULL } },
+	/* torchrun's static rendezvous has run id "none" (no id): the address
+	 * of its store names the launch instead. */
+	{ "torchrun_run_id_none", NULL,
+	    (const char *const[]) { "+RANK=1", "+WORLD_SIZE=2",
+	        "+MASTER_ADDR=10.0.0.1", "+MASTER_PORT=29500",
+	        "+TORCHELASTIC_RUN_ID=none", "ok",
+	        "job=torchrun-10.0.0.1:29500",
+	        "job_from=MASTER_ADDR:MASTER_PORT", NULL } },
+	/* What Open MPI 4.1 sets for `mpirun -n 2` (seen on mpirun 4.1.4): the
+	 * ranks, and the job id twice (ess and PMIx). */
+	{ "openmpi_job_id", NULL,
+	    (const char *const[]) { "+OMPI_COMM_WORLD_RANK=1",
+	        "+OMPI_COMM_WORLD_SIZE=2", "+OMPI_COMM_WORLD_LOCAL_RANK=1",
+	        "+OMPI_COMM_WORLD_LOCAL_SIZE=2",
+	        "+OMPI_COMM_WORLD_NODE_RANK=1",
+	        "+OMPI_MCA_ess_base_jobid=1829961729",
+	        "+PMIX_NAMESPACE=1829961729", "+PMIX_ID=1829961729.1",
+	        "+PMIX_RANK=1", "ok", "source=openmpi", "job=ompi-1829961729",
+	        "job_from=OMPI_MCA_ess_base_jobid", "notes=",
+	        /* Open MPI 5 (PRRTE) has only the PMIx namespace. */
+	        "-OMPI_MCA_ess_base_jobid",
+	        "+PMIX_NAMESPACE=prterun-node1-4242@1",
+	        "+PMIX_ID=prterun-node1-4242@1.1", "ok",
+	        "job=pmix-prterun-node1-4242@1", "job_from=PMIX_NAMESPACE",
+	        "-PMIX_NAMESPACE", "ok", "job=pmix-prterun-node1-4242@1",
+	        "job_from=PMIX_ID", NULL } },
+	/* What MPICH 4's Hydra sets for `mpiexec -n 2` (seen on mpiexec.hydra
+	 * 4.0.2); Intel MPI's Hydra sets the same. No job id: the job is
+	 * "default", with a note saying so. */
+	{ "pmi_source", NULL,
+	    (const char *const[]) { "+PMI_RANK=1", "+PMI_SIZE=2", "+PMI_FD=8",
+	        "+MPI_LOCALRANKID=1", "+MPI_LOCALNRANKS=2",
+	        "+HYDI_CONTROL_FD=7", "ok", "source=pmi", "rank=1",
+	        "rank_from=PMI_RANK", "world_size=2",
+	        "world_size_from=PMI_SIZE", "local_rank=1",
+	        "local_rank_from=MPI_LOCALRANKID", "local_world_size=2",
+	        "job=default", "notes~COHORT_JOB",
+	        /* Other PMI launchers name the local rank PMI_LOCAL_RANK. */
+	        "-MPI_LOCALRANKID", "-MPI_LOCALNRANKS", "+PMI_LOCAL_RANK=0",
+	        "+PMI_LOCAL_SIZE=1", "ok", "local_rank=0",
+	        "local_rank_from=PMI_LOCAL_RANK", "local_world_size=1",
+	        /* Open MPI's variables come first. */
+	        "+OMPI_COMM_WORLD_RANK=0", "+OMPI_COMM_WORLD_SIZE=2", "ok",
+	        "source=openmpi", "-OMPI_COMM_WORLD_RANK",
+	        "-OMPI_COMM_WORLD_SIZE", "+PMI_LOCAL_RANK=1", "einval",
+	        "error~PMI_LOCAL_RANK", NULL } },
+	{ "slurm_job_and_coordinator", env_slurm_task,
+	    (const char *const[]) { "ok", "source=slurm", "rank=5",
+	        "job=slurm-123456.0", "job_from=SLURM_JOB_ID.SLURM_STEP_ID",
+	        /* Lightning's port: 15000 + the last four digits of the job id
+	         */
+	        "coordinator=tcp://gpu017:18456",
+	        "coordinator_from=SLURM_JOB_NODELIST",
+	        /* MASTER_PORT wins over the derived port, MASTER_ADDR over the
+	         * list; both: torchrun's rule */
+	        "+MASTER_PORT=29555", "ok", "coordinator=tcp://gpu017:29555",
+	        "+MASTER_ADDR=10.1.0.17", "ok",
+	        "coordinator=tcp://10.1.0.17:29555",
+	        "coordinator_from=MASTER_ADDR:MASTER_PORT", "-MASTER_PORT",
+	        "ok", "coordinator=tcp://10.1.0.17:18456",
+	        "coordinator_from=MASTER_ADDR:SLURM_JOB_ID", "-MASTER_ADDR",
+	        /* COHORT_COORDINATOR wins over all */
+	        "+COHORT_COORDINATOR=tcp://cohortd:29400", "ok",
+	        "coordinator=tcp://cohortd:29400", "-COHORT_COORDINATOR",
+	        /* the batch script itself: no step */
+	        "-SLURM_STEP_ID", "-SLURM_STEPID", "ok", "job=slurm-123456",
+	        "job_from=SLURM_JOB_ID",
+	        /* a list that cannot be read: no coordinator, a note, no error
+	         */
+	        "+SLURM_JOB_NODELIST=gpu[017", "ok",
+	        "coordinator=", "notes~unclosed",
+	        /* a short job id: 15000 + the id */
+	        "+SLURM_JOB_NODELIST=n1", "+SLURM_JOB_ID=77", "ok",
+	        "coordinator=tcp://n1:15077", NULL } },
+	/* salloc's shell (SLURM_JOB_NAME=bash or interactive) is an
+	 * allocation, not a job's tasks: its variables are neither a rank nor
+	 * a job id (Lightning's SLURMEnvironment draws the same line). */
+	{ "slurm_interactive_skipped", env_slurm_task,
+	    (const char *const[]) { "+SLURM_JOB_NAME=bash", "ok",
+	        "source=none", "rank=-1", "job=default", "coordinator=",
+	        "notes~SLURM_JOB_NAME=bash", "+SLURM_JOB_NAME=interactive",
+	        /* another launcher started inside the allocation is used */
+	        "+RANK=0", "+WORLD_SIZE=2", "+MASTER_ADDR=127.0.0.1",
+	        "+MASTER_PORT=29500", "+TORCHELASTIC_RUN_ID=none", "ok",
+	        "source=torchrun", "job=torchrun-127.0.0.1:29500",
+	        /* a real job name that merely contains "bash" is a job */
+	        "-RANK", "-WORLD_SIZE", "+SLURM_JOB_NAME=bash-train", "ok",
+	        "source=slurm", NULL } },
+	/* Kubeflow's Trainer (v2 TrainJob; PyTorchJob alike) gives torchrun's
+	 * arguments as PET_* variables. Started directly with one process per
+	 * node, a worker is node PET_NODE_RANK of PET_NNODES. */
+	{ "kubeflow_pet", NULL,
+	    (const char *const[]) { "+PET_NNODES=4", "+PET_NPROC_PER_NODE=1",
+	        "+PET_NODE_RANK=2", "+PET_MASTER_ADDR=mnist-node-0-0.mnist",
+	        "+PET_MASTER_PORT=29400", "+JOB_COMPLETION_INDEX=2", "ok",
+	        "source=kubeflow", "rank=2", "rank_from=PET_NODE_RANK",
+	        "world_size=4", "world_size_from=PET_NNODES", "local_rank=0",
+	        "local_world_size=1", "node_rank=2",
+	        "coordinator=tcp://mnist-node-0-0.mnist:29400",
+	        "coordinator_from=PET_MASTER_ADDR:PET_MASTER_PORT",
+	        "job=kubeflow-mnist-node-0-0.mnist:29400",
+	        "job_from=PET_MASTER_ADDR",
+	        /* the manifests' COHORT_JOB (downward API) wins */
+	        "+COHORT_JOB=mnist-5f0c", "ok", "job=mnist-5f0c",
+	        /* torchrun inside the pod: its variables win */
+	        "+RANK=9", "+WORLD_SIZE=16", "ok", "source=torchrun", "-RANK",
+	        "-WORLD_SIZE",
+	        /* several processes per node: torchrun's (or cohort run's) job
+	         */
+	        "+PET_NPROC_PER_NODE=auto", "ok", "source=none",
+	        "notes~PET_NPROC_PER_NODE=auto",
+	        /* torchrun's default is one per node */
+	        "-PET_NPROC_PER_NODE", "ok", "source=kubeflow",
+	        "+PET_NNODES=two", "einval", NULL } },
+	{ "k8s_indexed_job", NULL,
+	    (const char *const[]) { "+JOB_COMPLETION_INDEX=3",
+	        "+COHORT_WORLD_SIZE=8",
+	        "+COHORT_COORDINATOR=tcp://cohortd.ns.svc:29400", "ok",
+	        "source=k8s-indexed-job", "rank=3",
+	        "rank_from=JOB_COMPLETION_INDEX", "world_size=8",
+	        "world_size_from=COHORT_WORLD_SIZE", NULL } },
+	{ "k8s_index_needs_world_size", NULL,
+	    (const char *const[]) { "+JOB_COMPLETION_INDEX=3", "ok",
+	        "source=none", "rank=-1", NULL } },
+	{ "kubernetes_vars_ignored", NULL,
+	    (const char *const[]) { "+KUBERNETES_SERVICE_HOST=10.96.0.1",
+	        "+KUBERNETES_SERVICE_PORT=443",
+	        "+KUBERNETES_PORT=tcp://10.96.0.1:443", "ok", "source=none",
+	        "coordinator=", "rank=-1", "world_size=0",
+	        /* malformed KUBERNETES_* values are not even looked at */
+	        "+KUBERNETES_SERVICE_PORT=not-a-port", "+COHORT_RANK=0",
+	        "+COHORT_WORLD_SIZE=1", "ok", "source=cohort", NULL } },
+	{ "world_size_alone", NULL,
+	    (const char *const[]) { "+COHORT_WORLD_SIZE=4", "ok",
+	        "source=none", "rank=-1", "world_size=4",
+	        "world_size_from=COHORT_WORLD_SIZE", NULL } },
+	{ "malformed_rank", NULL,
+	    (const char *const[]) { "+RANK=abc", "+WORLD_SIZE=4", "einval",
+	        "source=invalid", "error~RANK", "error~abc", NULL } },
+	{ "rank_not_below_world", NULL,
+	    (const char *const[]) { "+COHORT_RANK=4", "+COHORT_WORLD_SIZE=4",
+	        "einval", "source=invalid", NULL } },
+	{ "later_source_not_validated", NULL,
+	    (const char *const[]) { /* the winner comes first; a broken later
+	                               source is never read */
+	        "+COHORT_RANK=0", "+COHORT_WORLD_SIZE=2", "+RANK=abc",
+	        "+SLURM_NTASKS=2(x3)", "ok", "source=cohort", NULL } },
+	{ "bad_master_port", NULL,
+	    (const char *const[]) { "+MASTER_ADDR=10.0.0.1",
+	        "+MASTER_PORT=99999", "einval", "error~MASTER_PORT",
+	        "+MASTER_PORT=http", "einval",
+	        /* MASTER_ADDR alone is not a coordinator */
+	        "-MASTER_PORT", "ok", "coordinator=", NULL } },
+	/* The order of the job's identity: one launch, one name. */
+	{ "job_identity_order", NULL,
+	    (const char *const[]) { "+SLURM_JOB_ID=42", "+SLURM_STEP_ID=3",
+	        "+PMIX_NAMESPACE=slurm.pmix.42.3", "+TORCHELASTIC_RUN_ID=abc",
+	        "+COHORT_JOB=mine", "ok", "job=mine", "-COHORT_JOB", "ok",
+	        "job=abc", "-TORCHELASTIC_RUN_ID", "ok",
+	        "job=pmix-slurm.pmix.42.3", "-PMIX_NAMESPACE", "ok",
+	        "job=slurm-42.3", NULL } },
+	{ "bad_coordinator_url", NULL,
+	    (const char *const[]) { "+COHORT_COORDINATOR=10.0.0.1:29400",
+	        "einval", "error~COHORT_COORDINATOR", NULL } },
+};
+
+#define ENV_NCASES (sizeof(env_cases) / sizeof(env_cases[0]))
+
+/* Checks "field=value" or "field~text" against e. */
 static void
-env_slurm_task(void)
+env_check(const char *name, const cohort_env *e, const char *step)
 {
-	setenv("SLURM_PROCID", "5", 1);
-	setenv("SLURM_NTASKS", "8", 1);
-	setenv("SLURM_LOCALID", "1", 1);
-	setenv("SLURM_NODEID", "1", 1);
-	setenv("SLURM_NNODES", "2", 1);
-	setenv("SLURM_NTASKS_PER_NODE", "4", 1);
-	setenv("SLURM_JOB_ID", "123456", 1);
-	setenv("SLURM_JOBID", "123456", 1);
-	setenv("SLURM_STEP_ID", "0", 1);
-	setenv("SLURM_STEPID", "0", 1);
-	setenv("SLURM_JOB_NAME", "train.sh", 1);
-	setenv("SLURM_JOB_NODELIST", "gpu[017-018]", 1);
-	setenv("SLURM_NODELIST", "gpu[017-018]", 1);
+	size_t n = strcspn(step, "=~");
+	const char *want = step + n + 1;
+
+	ck_assert_msg(step[n] != '\0', "%s: bad step '%s'", name, step);
+	for (size_t k = 0; k < sizeof(env_fields) / sizeof(env_fields[0]);
+	     k++) {
+		const struct env_field *fd = &env_fields[k];
+		const char *p = (const char *)e + fd->off;
+
+		if (strlen(fd->name) != n || strncmp(fd->name, step, n) != 0)
+			continue;
+		if (fd->is_int)
+			ck_assert_msg(*(const int32_t *)(const void *)p
+			        == (int32_t)strtol(want, NULL, 10),
+			    "%s: %s is %d", name, step,
+			    *(const int32_t *)(const void *)p);
+		else if (step[n] == '=')
+			ck_assert_msg(strcmp(p, want) == 0, "%s: %s is '%s'",
+			    name, step, p);
+		else
+			ck_assert_msg(strstr(p, want) != NULL,
+			    "%s: %s: not in '%s'", name, step, p);
+		return;
+	}
+	ck_abort_msg("%s: no field in '%s'", name, step);
 }
 
-START_TEST(test_slurm_job_and_coordinator)
+static void
+env_step(const char *name, cohort_env *e, const char *step)
 {
-	cohort_env e;
+	char var[64];
+	cohort_status rv;
 
-	env_slurm_task();
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "slurm");
-	ck_assert_int_eq(e.rank, 5);
-	ck_assert_str_eq(e.job, "slurm-123456.0");
-	ck_assert_str_eq(e.job_from, "SLURM_JOB_ID.SLURM_STEP_ID");
-	/* Lightning's port: 15000 + the last four digits of the job id */
-	ck_assert_str_eq(e.coordinator, "tcp://gpu017:18456");
-	ck_assert_str_eq(e.coordinator_from, "SLURM_JOB_NODELIST");
-	/* MASTER_PORT wins over the derived port, MASTER_ADDR over the
-	 * list; both: torchrun's rule */
-	setenv("MASTER_PORT", "29555", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.coordinator, "tcp://gpu017:29555");
-	setenv("MASTER_ADDR", "10.1.0.17", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.coordinator, "tcp://10.1.0.17:29555");
-	ck_assert_str_eq(e.coordinator_from, "MASTER_ADDR:MASTER_PORT");
-	unsetenv("MASTER_PORT");
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.coordinator, "tcp://10.1.0.17:18456");
-	ck_assert_str_eq(e.coordinator_from, "MASTER_ADDR:SLURM_JOB_ID");
-	unsetenv("MASTER_ADDR");
-	/* COHORT_COORDINATOR wins over all */
-	setenv("COHORT_COORDINATOR", "tcp://cohortd:29400", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.coordinator, "tcp://cohortd:29400");
-	unsetenv("COHORT_COORDINATOR");
-	/* the batch script itself: no step */
-	unsetenv("SLURM_STEP_ID");
-	unsetenv("SLURM_STEPID");
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.job, "slurm-123456");
-	ck_assert_str_eq(e.job_from, "SLURM_JOB_ID");
-	/* a list that cannot be read: no coordinator, a note, no error */
-	setenv("SLURM_JOB_NODELIST", "gpu[017", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.coordinator, "");
-	ck_assert_ptr_nonnull(strstr(e.notes, "unclosed"));
-	/* a short job id: 15000 + the id */
-	setenv("SLURM_JOB_NODELIST", "n1", 1);
-	setenv("SLURM_JOB_ID", "77", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.coordinator, "tcp://n1:15077");
+	if (step[0] == '+') {
+		size_t n = strcspn(step + 1, "=");
+
+		snprintf(var, sizeof(var), "%.*s", (int)n, step + 1);
+		setenv(var, step + 1 + n + 1, 1);
+	} else if (step[0] == '-') {
+		unsetenv(step + 1);
+	} else if (strcmp(step, "ok") == 0) {
+		rv = cohort_env_resolve(e);
+		ck_assert_msg(rv == COHORT_OK, "%s: step %s: %s: %s", name,
+		    step, cohort_status_name(rv), cohort_last_error());
+	} else if (strcmp(step, "einval") == 0) {
+		rv = cohort_env_resolve(e);
+		ck_assert_msg(rv == COHORT_EINVAL, "%s: resolved with %s",
+		    name, cohort_status_name(rv));
+	} else if (strncmp(step, "error~", 6) == 0) {
+		ck_assert_msg(strstr(cohort_last_error(), step + 6) != NULL,
+		    "%s: %s: not in '%s'", name, step, cohort_last_error());
+	} else {
+		env_check(name, e, step);
+	}
 }
-END_TEST
 
-/* salloc's shell (SLURM_JOB_NAME=bash or interactive) is an allocation,
- * not a job's tasks: its variables are neither a rank nor a job id
- * (Lightning's SLURMEnvironment draws the same line). */
-START_TEST(test_slurm_interactive_skipped)
+/* Runs steps (NULL-terminated) in order. */
+static void
+env_steps(const char *name, cohort_env *e, const char *const *steps)
 {
+	for (; *steps != NULL; steps++)
+		env_step(name, e, *steps);
+}
+
+START_TEST(test_env_case)
+{
+	const struct env_case *c = &env_cases[_i];
 	cohort_env e;
 
-	env_slurm_task();
-	setenv("SLURM_JOB_NAME", "bash", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "none");
-	ck_assert_int_eq(e.rank, -1);
-	ck_assert_str_eq(e.job, "default");
-	ck_assert_str_eq(e.coordinator, "");
-	ck_assert_ptr_nonnull(strstr(e.notes, "SLURM_JOB_NAME=bash"));
-	setenv("SLURM_JOB_NAME", "interactive", 1);
-	/* another launcher started inside the allocation is used */
-	setenv("RANK", "0", 1);
-	setenv("WORLD_SIZE", "2", 1);
-	setenv("MASTER_ADDR", "127.0.0.1", 1);
-	setenv("MASTER_PORT", "29500", 1);
-	setenv("TORCHELASTIC_RUN_ID", "none", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "torchrun");
-	ck_assert_str_eq(e.job, "torchrun-127.0.0.1:29500");
-	/* a real job name that merely contains "bash" is a job */
-	unsetenv("RANK");
-	unsetenv("WORLD_SIZE");
-	setenv("SLURM_JOB_NAME", "bash-train", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "slurm");
+	memset(&e, 0, sizeof(e));
+	if (c->pre != NULL)
+		env_steps(c->name, &e, c->pre);
+	env_steps(c->name, &e, c->steps);
 }
 END_TEST
 
@@ -526,103 +468,27 @@ START_TEST(test_slurm_first_host)
 }
 END_TEST
 
-/* Kubeflow's Trainer (v2 TrainJob; PyTorchJob alike) gives torchrun's
- * arguments as PET_* variables. Started directly with one process per
- * node, a worker is node PET_NODE_RANK of PET_NNODES. */
-START_TEST(test_kubeflow_pet)
+/* A job name that does not fit is an error, never a cut name. */
+START_TEST(test_job_name_too_long)
 {
 	cohort_env e;
+	char big[200];
 
-	setenv("PET_NNODES", "4", 1);
-	setenv("PET_NPROC_PER_NODE", "1", 1);
-	setenv("PET_NODE_RANK", "2", 1);
-	setenv("PET_MASTER_ADDR", "mnist-node-0-0.mnist", 1);
-	setenv("PET_MASTER_PORT", "29400", 1);
-	setenv("JOB_COMPLETION_INDEX", "2", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "kubeflow");
-	ck_assert_int_eq(e.rank, 2);
-	ck_assert_str_eq(e.rank_from, "PET_NODE_RANK");
-	ck_assert_int_eq(e.world_size, 4);
-	ck_assert_str_eq(e.world_size_from, "PET_NNODES");
-	ck_assert_int_eq(e.local_rank, 0);
-	ck_assert_int_eq(e.local_world_size, 1);
-	ck_assert_int_eq(e.node_rank, 2);
-	ck_assert_str_eq(e.coordinator, "tcp://mnist-node-0-0.mnist:29400");
-	ck_assert_str_eq(
-	    e.coordinator_from, "PET_MASTER_ADDR:PET_MASTER_PORT");
-	ck_assert_str_eq(e.job, "kubeflow-mnist-node-0-0.mnist:29400");
-	ck_assert_str_eq(e.job_from, "PET_MASTER_ADDR");
-	/* the manifests' COHORT_JOB (downward API) wins */
-	setenv("COHORT_JOB", "mnist-5f0c", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.job, "mnist-5f0c");
-	/* torchrun inside the pod: its variables win */
-	setenv("RANK", "9", 1);
-	setenv("WORLD_SIZE", "16", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "torchrun");
-	unsetenv("RANK");
-	unsetenv("WORLD_SIZE");
-	/* several processes per node: torchrun's (or cohort run's) job */
-	setenv("PET_NPROC_PER_NODE", "auto", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "none");
-	ck_assert_ptr_nonnull(strstr(e.notes, "PET_NPROC_PER_NODE=auto"));
-	/* torchrun's default is one per node */
-	unsetenv("PET_NPROC_PER_NODE");
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "kubeflow");
-	setenv("PET_NNODES", "two", 1);
+	memset(big, '7', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	setenv("SLURM_JOB_ID", big, 1);
 	ck_assert_cohort_err(cohort_env_resolve(&e), COHORT_EINVAL);
-}
-END_TEST
-
-/* The order of the job's identity: one launch, one name. */
-START_TEST(test_job_identity_order)
-{
-	cohort_env e;
-
-	setenv("SLURM_JOB_ID", "42", 1);
-	setenv("SLURM_STEP_ID", "3", 1);
-	setenv("PMIX_NAMESPACE", "slurm.pmix.42.3", 1);
-	setenv("TORCHELASTIC_RUN_ID", "abc", 1);
-	setenv("COHORT_JOB", "mine", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.job, "mine");
-	unsetenv("COHORT_JOB");
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.job, "abc");
-	unsetenv("TORCHELASTIC_RUN_ID");
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.job, "pmix-slurm.pmix.42.3");
-	unsetenv("PMIX_NAMESPACE");
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.job, "slurm-42.3");
-	/* a name that does not fit is an error, never a cut name */
-	{
-		char big[200];
-		memset(big, '7', sizeof(big) - 1);
-		big[sizeof(big) - 1] = '\0';
-		setenv("SLURM_JOB_ID", big, 1);
-		ck_assert_cohort_err(cohort_env_resolve(&e), COHORT_EINVAL);
-		ck_assert_ptr_nonnull(
-		    strstr(cohort_last_error(), "SLURM_JOB_ID"));
-	}
+	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "SLURM_JOB_ID"));
 }
 END_TEST
 
 START_TEST(test_token_file)
 {
 	cohort_env e;
-	char path[] = "/tmp/cohort-test-token-XXXXXX";
-	int fd = mkstemp(path);
-	FILE *f;
+	char path[256];
 
-	ck_assert_int_ge(fd, 0);
-	f = fdopen(fd, "w");
-	fputs("s3cret-from-file\n", f);
-	fclose(f);
+	ck_assert(tmpfile_make(
+	    path, sizeof(path), "cohort-test-token", "s3cret-from-file\n"));
 	setenv("COHORT_TOKEN_FILE", path, 1);
 	e = env_resolve_ok();
 	ck_assert_str_eq(e.token, "s3cret-from-file");
@@ -638,80 +504,6 @@ START_TEST(test_token_file)
 	unsetenv("COHORT_TOKEN_FILE");
 	e = env_resolve_ok();
 	ck_assert_str_eq(e.token_from, "unset");
-}
-END_TEST
-
-START_TEST(test_k8s_indexed_job)
-{
-	cohort_env e;
-
-	setenv("JOB_COMPLETION_INDEX", "3", 1);
-	setenv("COHORT_WORLD_SIZE", "8", 1);
-	setenv("COHORT_COORDINATOR", "tcp://cohortd.ns.svc:29400", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "k8s-indexed-job");
-	ck_assert_int_eq(e.rank, 3);
-	ck_assert_str_eq(e.rank_from, "JOB_COMPLETION_INDEX");
-	ck_assert_int_eq(e.world_size, 8);
-	ck_assert_str_eq(e.world_size_from, "COHORT_WORLD_SIZE");
-}
-END_TEST
-
-START_TEST(test_k8s_index_needs_world_size)
-{
-	cohort_env e;
-
-	setenv("JOB_COMPLETION_INDEX", "3", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "none");
-	ck_assert_int_eq(e.rank, -1);
-}
-END_TEST
-
-START_TEST(test_kubernetes_vars_ignored)
-{
-	cohort_env e;
-
-	setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1", 1);
-	setenv("KUBERNETES_SERVICE_PORT", "443", 1);
-	setenv("KUBERNETES_PORT", "tcp://10.96.0.1:443", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "none");
-	ck_assert_str_eq(e.coordinator, "");
-	ck_assert_int_eq(e.rank, -1);
-	ck_assert_int_eq(e.world_size, 0);
-	/* malformed KUBERNETES_* values are not even looked at */
-	setenv("KUBERNETES_SERVICE_PORT", "not-a-port", 1);
-	setenv("COHORT_RANK", "0", 1);
-	setenv("COHORT_WORLD_SIZE", "1", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "cohort");
-}
-END_TEST
-
-START_TEST(test_world_size_alone)
-{
-	cohort_env e;
-
-	setenv("COHORT_WORLD_SIZE", "4", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "none");
-	ck_assert_int_eq(e.rank, -1);
-	ck_assert_int_eq(e.world_size, 4);
-	ck_assert_str_eq(e.world_size_from, "COHORT_WORLD_SIZE");
-}
-END_TEST
-
-START_TEST(test_malformed_rank)
-{
-	cohort_env e;
-
-	setenv("RANK", "abc", 1);
-	setenv("WORLD_SIZE", "4", 1);
-	ck_assert_cohort_err(cohort_env_resolve(&e), COHORT_EINVAL);
-	ck_assert_str_eq(e.source, "invalid");
-	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "RANK"));
-	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "abc"));
 }
 END_TEST
 
@@ -743,59 +535,6 @@ START_TEST(test_malformed_values)
 }
 END_TEST
 
-START_TEST(test_rank_not_below_world)
-{
-	cohort_env e;
-
-	setenv("COHORT_RANK", "4", 1);
-	setenv("COHORT_WORLD_SIZE", "4", 1);
-	ck_assert_cohort_err(cohort_env_resolve(&e), COHORT_EINVAL);
-	ck_assert_str_eq(e.source, "invalid");
-}
-END_TEST
-
-START_TEST(test_later_source_not_validated)
-{
-	cohort_env e;
-
-	/* the winner comes first; a broken later source is never read */
-	setenv("COHORT_RANK", "0", 1);
-	setenv("COHORT_WORLD_SIZE", "2", 1);
-	setenv("RANK", "abc", 1);
-	setenv("SLURM_NTASKS", "2(x3)", 1);
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.source, "cohort");
-}
-END_TEST
-
-START_TEST(test_bad_master_port)
-{
-	cohort_env e;
-
-	setenv("MASTER_ADDR", "10.0.0.1", 1);
-	setenv("MASTER_PORT", "99999", 1);
-	ck_assert_cohort_err(cohort_env_resolve(&e), COHORT_EINVAL);
-	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "MASTER_PORT"));
-	setenv("MASTER_PORT", "http", 1);
-	ck_assert_cohort_err(cohort_env_resolve(&e), COHORT_EINVAL);
-	/* MASTER_ADDR alone is not a coordinator */
-	unsetenv("MASTER_PORT");
-	e = env_resolve_ok();
-	ck_assert_str_eq(e.coordinator, "");
-}
-END_TEST
-
-START_TEST(test_bad_coordinator_url)
-{
-	cohort_env e;
-
-	setenv("COHORT_COORDINATOR", "10.0.0.1:29400", 1);
-	ck_assert_cohort_err(cohort_env_resolve(&e), COHORT_EINVAL);
-	ck_assert_ptr_nonnull(
-	    strstr(cohort_last_error(), "COHORT_COORDINATOR"));
-}
-END_TEST
-
 START_TEST(test_too_long_values)
 {
 	char big[600];
@@ -821,12 +560,10 @@ START_TEST(test_format_report)
 	char buf[2048];
 	size_t n;
 
-	setenv("RANK", "1", 1);
-	setenv("WORLD_SIZE", "2", 1);
-	setenv("MASTER_ADDR", "127.0.0.1", 1);
-	setenv("MASTER_PORT", "29500", 1);
-	setenv("COHORT_TOKEN", "do-not-print", 1);
-	e = env_resolve_ok();
+	env_steps("format_report", &e,
+	    (const char *const[]) { "+RANK=1", "+WORLD_SIZE=2",
+	        "+MASTER_ADDR=127.0.0.1", "+MASTER_PORT=29500",
+	        "+COHORT_TOKEN=do-not-print", "ok", NULL });
 	n = cohort_env_format(&e, buf, sizeof(buf));
 	ck_assert_uint_eq(n, strlen(buf));
 	ck_assert_ptr_nonnull(strstr(buf, "source"));
@@ -1013,56 +750,21 @@ END_TEST
 Suite *
 suite_env(void)
 {
-	Suite *s = suite_create("env");
-	TCase *tc = tcase_create("resolve");
-	TCase *to = tcase_create("options");
+	const TTest *resolve[] = { test_slurm_first_host,
+		test_job_name_too_long, test_token_file, test_malformed_values,
+		test_too_long_values, test_format_report,
+		test_format_truncates_like_snprintf, NULL };
+	const struct unit_loop scripts[]
+	    = { { test_env_case, (int)ENV_NCASES }, { NULL, 0 } };
+	const TTest *options[] = { test_options_from_env,
+		test_options_defaults, test_open_rejects_bad_options,
+		test_open_no_coordinator, test_accessors_null_safe,
+		test_env_vars_round_trip, NULL };
+	const struct unit_case cases[] = {
+		{ "resolve", 30, resolve, scripts, env_setup, NULL },
+		{ "options", 30, options, NULL, env_setup, NULL },
+		{ NULL, 0, NULL, NULL, NULL, NULL },
+	};
 
-	tcase_add_checked_fixture(tc, env_setup, NULL);
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_empty_environment);
-	tcase_add_test(tc, test_cohort_source);
-	tcase_add_test(tc, test_torchrun_source);
-	tcase_add_test(tc, test_torchrun_default_job);
-	tcase_add_test(tc, test_master_addr_ipv6);
-	tcase_add_test(tc, test_cohort_coordinator_always_wins);
-	tcase_add_test(tc, test_cohort_beats_torchrun);
-	tcase_add_test(tc, test_incomplete_source_is_skipped);
-	tcase_add_test(tc, test_torchrun_beats_openmpi_and_slurm);
-	tcase_add_test(tc, test_openmpi_source);
-	tcase_add_test(tc, test_slurm_source);
-	tcase_add_test(tc, test_torchelastic_restart_count);
-	tcase_add_test(tc, test_torchrun_run_id_none);
-	tcase_add_test(tc, test_openmpi_job_id);
-	tcase_add_test(tc, test_pmi_source);
-	tcase_add_test(tc, test_slurm_job_and_coordinator);
-	tcase_add_test(tc, test_slurm_interactive_skipped);
-	tcase_add_test(tc, test_slurm_first_host);
-	tcase_add_test(tc, test_kubeflow_pet);
-	tcase_add_test(tc, test_job_identity_order);
-	tcase_add_test(tc, test_token_file);
-	tcase_add_test(tc, test_k8s_indexed_job);
-	tcase_add_test(tc, test_k8s_index_needs_world_size);
-	tcase_add_test(tc, test_kubernetes_vars_ignored);
-	tcase_add_test(tc, test_world_size_alone);
-	tcase_add_test(tc, test_malformed_rank);
-	tcase_add_test(tc, test_malformed_values);
-	tcase_add_test(tc, test_rank_not_below_world);
-	tcase_add_test(tc, test_later_source_not_validated);
-	tcase_add_test(tc, test_bad_master_port);
-	tcase_add_test(tc, test_bad_coordinator_url);
-	tcase_add_test(tc, test_too_long_values);
-	tcase_add_test(tc, test_format_report);
-	tcase_add_test(tc, test_format_truncates_like_snprintf);
-	suite_add_tcase(s, tc);
-
-	tcase_add_checked_fixture(to, env_setup, NULL);
-	tcase_set_timeout(to, 30);
-	tcase_add_test(to, test_options_from_env);
-	tcase_add_test(to, test_options_defaults);
-	tcase_add_test(to, test_open_rejects_bad_options);
-	tcase_add_test(to, test_open_no_coordinator);
-	tcase_add_test(to, test_accessors_null_safe);
-	tcase_add_test(to, test_env_vars_round_trip);
-	suite_add_tcase(s, to);
-	return (s);
+	return (unit_suite_cases("env", cases));
 }

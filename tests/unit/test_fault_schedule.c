@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "check_cohort.h"
+#include "unit_suite.h"
 #include "cohort_impl.h"
 #include "fault.h"
 
@@ -205,17 +206,6 @@ START_TEST(test_resolve_rank_range)
 }
 END_TEST
 
-Suite *
-suite_fault_schedule(void)
-{
-	Suite *s = suite_create("fault_schedule");
-	TCase *tc = tcase_create("grammar");
-
-	tcase_add_test(tc, test_parse_basic);
-	tcase_add_test(tc, test_empty_and_exit_default);
-	tcase_add_test(tc, test_resolve_deterministic);
-	tcase_add_test(tc, test_bad_specs);
-	tcase_add_test(tc, test_resolve_rank_range);
-	suite_add_tcase(s, tc);
-	return (s);
-}
+UNIT_SUITE(fault_schedule, "grammar", 0, test_parse_basic,
+    test_empty_and_exit_default, test_resolve_deterministic, test_bad_specs,
+    test_resolve_rank_range)

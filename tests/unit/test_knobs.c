@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "check_cohort.h"
+#include "unit_suite.h"
 #include "cohort_common.h"
 #include "knobs.h"
 
@@ -106,16 +107,6 @@ END_TEST
 
 Suite *suite_knobs(void);
 
-Suite *
-suite_knobs(void)
-{
-	Suite *s = suite_create("knobs");
-	TCase *tc = tcase_create("knobs");
-
-	tcase_add_test(tc, test_int_ranges_and_errors);
-	tcase_add_test(tc, test_tuning_values_fall_back);
-	tcase_add_test(tc, test_table_and_public_lookup);
-	tcase_add_test(tc, test_environment_doc_is_generated);
-	suite_add_tcase(s, tc);
-	return (s);
-}
+UNIT_SUITE(knobs, "knobs", 0, test_int_ranges_and_errors,
+    test_tuning_values_fall_back, test_table_and_public_lookup,
+    test_environment_doc_is_generated)

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "check_cohort.h"
+#include "unit_suite.h"
 #include "digits.h"
 #include "mlp.h"
 
@@ -570,37 +571,16 @@ START_TEST(test_digits_shuffle_split_order)
 END_TEST
 
 /* One line: tools/gen_suites.sh collects `Suite *suite_<name>(void)`. */
-Suite *
-suite_mlp(void)
-{
-	Suite *s = suite_create("mlp");
-	TCase *tc = tcase_create("core");
+Suite *suite_mlp(void);
 
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_init_deterministic);
-	tcase_add_test(tc, test_init_rejects_bad_sizes);
-	tcase_add_test(tc, test_fnv1a64_vectors);
-	tcase_add_test(tc, test_forward_loss_matches_reference);
-	tcase_add_test(tc, test_gradient_check);
-	tcase_add_test(tc, test_grad_ready_order_and_final);
-	tcase_add_test(tc, test_sgd_decreases_loss);
-	tcase_add_test(tc, test_sharding_invariant);
-	tcase_add_test(tc, test_accumulation_equivalence);
-	tcase_add_test(tc, test_evaluate_chunks);
-	suite_add_tcase(s, tc);
-	return (s);
-}
+UNIT_SUITE(mlp, "core", 30, test_init_deterministic,
+    test_init_rejects_bad_sizes, test_fnv1a64_vectors,
+    test_forward_loss_matches_reference, test_gradient_check,
+    test_grad_ready_order_and_final, test_sgd_decreases_loss,
+    test_sharding_invariant, test_accumulation_equivalence,
+    test_evaluate_chunks)
 
-Suite *
-suite_digits(void)
-{
-	Suite *s = suite_create("digits");
-	TCase *tc = tcase_create("core");
+Suite *suite_digits(void);
 
-	tcase_add_test(tc, test_digits_parse_ok);
-	tcase_add_test(tc, test_digits_parse_errors);
-	tcase_add_test(tc, test_digits_load_errors);
-	tcase_add_test(tc, test_digits_shuffle_split_order);
-	suite_add_tcase(s, tc);
-	return (s);
-}
+UNIT_SUITE(digits, "core", 0, test_digits_parse_ok, test_digits_parse_errors,
+    test_digits_load_errors, test_digits_shuffle_split_order)

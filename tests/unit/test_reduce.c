@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "dtype_elem.h"
+#include "unit_suite.h"
 
 /* client/reduce.c's testing hook (not in backend.h). */
 bool cohort__reduce_select(const char *isa, const char **active);
@@ -53,57 +55,13 @@ reduce_rand_val(cohort_dtype dt, cohort_redop op)
 	}
 }
 
+/* A random value of dt (reduce_rand_val) into buf[i]. */
 static void
-reduce_store(void *buf, size_t i, cohort_dtype dt, double v)
+reduce_put(void *buf, size_t i, cohort_dtype dt, cohort_redop op)
 {
-	switch (dt) {
-	case COHORT_F32:
-		((float *)buf)[i] = (float)v;
-		break;
-	case COHORT_F64:
-		((double *)buf)[i] = v;
-		break;
-	case COHORT_F16:
-		((uint16_t *)buf)[i] = cohort__f32_to_f16((float)v);
-		break;
-	case COHORT_BF16:
-		((uint16_t *)buf)[i] = cohort__f32_to_bf16((float)v);
-		break;
-	case COHORT_I32:
-		((int32_t *)buf)[i] = (int32_t)v;
-		break;
-	case COHORT_I64:
-		((int64_t *)buf)[i] = (int64_t)v;
-		break;
-	case COHORT_U8:
-		((uint8_t *)buf)[i] = (uint8_t)v;
-		break;
-	default:
-		break;
-	}
-}
+	double v = reduce_rand_val(dt, op);
 
-static double
-reduce_load(const void *buf, size_t i, cohort_dtype dt)
-{
-	switch (dt) {
-	case COHORT_F32:
-		return (((const float *)buf)[i]);
-	case COHORT_F64:
-		return (((const double *)buf)[i]);
-	case COHORT_F16:
-		return (cohort__f16_to_f32(((const uint16_t *)buf)[i]));
-	case COHORT_BF16:
-		return (cohort__bf16_to_f32(((const uint16_t *)buf)[i]));
-	case COHORT_I32:
-		return (((const int32_t *)buf)[i]);
-	case COHORT_I64:
-		return ((double)((const int64_t *)buf)[i]);
-	case COHORT_U8:
-		return (((const uint8_t *)buf)[i]);
-	default:
-		return (0);
-	}
+	th_elem_store(buf, i, dt, v, (uint64_t)(int64_t)v);
 }
 
 /* Reference of a op b in the integer domains, exactly (wrapping). */
@@ -111,69 +69,8 @@ static bool
 reduce_ref_int(const void *d, const void *s, size_t i, cohort_dtype dt,
     cohort_redop op, const void *got)
 {
-	if (dt == COHORT_I32) {
-		int32_t a = ((const int32_t *)d)[i],
-		        b = ((const int32_t *)s)[i];
-		int32_t g = ((const int32_t *)got)[i], w;
-
-		switch (op) {
-		case COHORT_SUM:
-			w = (int32_t)((uint32_t)a + (uint32_t)b);
-			break;
-		case COHORT_PROD:
-			w = (int32_t)((uint32_t)a * (uint32_t)b);
-			break;
-		case COHORT_MIN:
-			w = a < b ? a : b;
-			break;
-		default:
-			w = a > b ? a : b;
-			break;
-		}
-		return (g == w);
-	}
-	if (dt == COHORT_I64) {
-		int64_t a = ((const int64_t *)d)[i],
-		        b = ((const int64_t *)s)[i];
-		int64_t g = ((const int64_t *)got)[i], w;
-
-		switch (op) {
-		case COHORT_SUM:
-			w = (int64_t)((uint64_t)a + (uint64_t)b);
-			break;
-		case COHORT_PROD:
-			w = (int64_t)((uint64_t)a * (uint64_t)b);
-			break;
-		case COHORT_MIN:
-			w = a < b ? a : b;
-			break;
-		default:
-			w = a > b ? a : b;
-			break;
-		}
-		return (g == w);
-	}
-	{
-		uint8_t a = ((const uint8_t *)d)[i],
-		        b = ((const uint8_t *)s)[i];
-		uint8_t g = ((const uint8_t *)got)[i], w;
-
-		switch (op) {
-		case COHORT_SUM:
-			w = (uint8_t)(a + b);
-			break;
-		case COHORT_PROD:
-			w = (uint8_t)(a * b);
-			break;
-		case COHORT_MIN:
-			w = a < b ? a : b;
-			break;
-		default:
-			w = a > b ? a : b;
-			break;
-		}
-		return (g == w);
-	}
+	return (elem_op_i(elem_bits(d, i, dt), elem_bits(s, i, dt), dt, op)
+	    == elem_bits(got, i, dt));
 }
 
 static void
@@ -182,14 +79,13 @@ reduce_check_one(cohort_dtype dt, cohort_redop op, size_t n, int divisor)
 	size_t es = cohort_dtype_size(dt);
 	uint8_t *d = malloc(n * es + 1), *s = malloc(n * es + 1);
 	uint8_t *d0 = malloc(n * es + 1);
-	bool isfloat = dt == COHORT_F32 || dt == COHORT_F64 || dt == COHORT_F16
-	    || dt == COHORT_BF16;
+	bool isfloat = th_elem_is_float(dt);
 	int bad = 0;
 
 	ck_assert(d != NULL && s != NULL && d0 != NULL);
 	for (size_t i = 0; i < n; i++) {
-		reduce_store(d, i, dt, reduce_rand_val(dt, op));
-		reduce_store(s, i, dt, reduce_rand_val(dt, op));
+		reduce_put(d, i, dt, op);
+		reduce_put(s, i, dt, op);
 	}
 	memcpy(d0, d, n * es);
 	cohort__reduce(d, s, n, dt, op);
@@ -203,29 +99,17 @@ reduce_check_one(cohort_dtype dt, cohort_redop op, size_t n, int divisor)
 				    "%s %s n=%zu i=%zu: %g op %g gave %g",
 				    cohort_dtype_name(dt),
 				    cohort_redop_name(op), n, i,
-				    reduce_load(d0, i, dt),
-				    reduce_load(s, i, dt),
-				    reduce_load(d, i, dt));
+				    th_elem_loadf(d0, i, dt),
+				    th_elem_loadf(s, i, dt),
+				    th_elem_loadf(d, i, dt));
 			}
 			continue;
 		}
-		double a = reduce_load(d0, i, dt), b = reduce_load(s, i, dt);
-		double want, got = reduce_load(d, i, dt), tol;
+		double a = th_elem_loadf(d0, i, dt),
+		       b = th_elem_loadf(s, i, dt);
+		double want, got = th_elem_loadf(d, i, dt), tol;
 
-		switch (op) {
-		case COHORT_PROD:
-			want = a * b;
-			break;
-		case COHORT_MIN:
-			want = a < b ? a : b;
-			break;
-		case COHORT_MAX:
-			want = a > b ? a : b;
-			break;
-		default:
-			want = a + b;
-			break;
-		}
+		want = elem_op_f(a, b, op);
 		if (divisor > 1)
 			want /= divisor;
 		/* f32/f64: one correctly rounded op (exact in double for these
@@ -326,10 +210,12 @@ START_TEST(test_reduce_variants_agree)
 				if (dt == COHORT_F32 || dt == COHORT_F64
 				    || dt == COHORT_F16 || dt == COHORT_BF16) {
 					for (size_t i = 0; i < N; i++) {
-						double a = reduce_load(out[0],
-						    i, (cohort_dtype)dt);
-						double b = reduce_load(out[v],
-						    i, (cohort_dtype)dt);
+						double a
+						    = th_elem_loadf(out[0], i,
+						        (cohort_dtype)dt);
+						double b
+						    = th_elem_loadf(out[v], i,
+						        (cohort_dtype)dt);
 
 						ck_assert_msg(
 						    (isnan(a) && isnan(b))
@@ -481,21 +367,19 @@ END_TEST
 Suite *
 suite_reduce(void)
 {
-	Suite *s = suite_create("reduce");
-	TCase *tc = tcase_create("kernels");
+	const TTest *kernels[]
+	    = { test_reduce_count_zero_untouched, test_reduce_variants_agree,
+		      test_reduce_throughput_sane, NULL };
+	const struct unit_loop isas[]
+	    = { { test_reduce_all_dtypes_ops, 3 }, { NULL, 0 } };
+	const TTest *half[] = { test_reduce_f16_roundtrip_exhaustive,
+		test_reduce_f16_rounding, test_reduce_f16_matches_hardware,
+		test_reduce_bf16_rounding, NULL };
+	const struct unit_case cases[] = {
+		{ "kernels", 60, kernels, isas, NULL, NULL },
+		{ "half", 60, half, NULL, NULL, NULL },
+		{ NULL, 0, NULL, NULL, NULL, NULL },
+	};
 
-	tcase_set_timeout(tc, 60);
-	tcase_add_loop_test(tc, test_reduce_all_dtypes_ops, 0, 3);
-	tcase_add_test(tc, test_reduce_count_zero_untouched);
-	tcase_add_test(tc, test_reduce_variants_agree);
-	tcase_add_test(tc, test_reduce_throughput_sane);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("half");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_reduce_f16_roundtrip_exhaustive);
-	tcase_add_test(tc, test_reduce_f16_rounding);
-	tcase_add_test(tc, test_reduce_f16_matches_hardware);
-	tcase_add_test(tc, test_reduce_bf16_rounding);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (unit_suite_cases("reduce", cases));
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "check_cohort.h"
+#include "unit_suite.h"
 #include "sha256.h"
 
 static void
@@ -59,14 +60,4 @@ END_TEST
 
 Suite *suite_sha256(void);
 
-Suite *
-suite_sha256(void)
-{
-	Suite *s = suite_create("sha256");
-	TCase *tc = tcase_create("vectors");
-
-	tcase_add_test(tc, test_sha256_vectors);
-	tcase_add_test(tc, test_hmac_rfc4231_case2);
-	suite_add_tcase(s, tc);
-	return (s);
-}
+UNIT_SUITE(sha256, "vectors", 0, test_sha256_vectors, test_hmac_rfc4231_case2)

@@ -22,6 +22,7 @@
 #include <nng/protocol/reqrep0/req.h>
 
 #include "check_cohort.h"
+#include "unit_suite.h"
 #include "ddp.h"
 #include "mlp.h"
 #include "spawn.h"
@@ -77,6 +78,22 @@ tsp_opts(cohort_spawn_options *o)
 	o->env = env;
 	o->timeout_ms = 60000;
 	o->grace_ms = 2000;
+}
+
+/* A spawn of 3 ranks of fn that fails (EPEERLOST) because of rank
+ * `failed`; r gets the result; returns how long it took (ms). */
+static int64_t
+tsp_spawn_lost(cohort_spawn_options *o, cohort_spawn_fn fn, int failed,
+    cohort_spawn_result *r)
+{
+	int64_t t0 = th_now_ms();
+
+	ck_assert_cohort_err(
+	    cohort_spawn(3, fn, NULL, o, r), COHORT_EPEERLOST);
+	fprintf(stderr, "spawn: rank %d failed: %s (%lld ms)\n", failed,
+	    r->error, (long long)(th_now_ms() - t0));
+	ck_assert_int_eq(r->failed_rank, failed);
+	return (th_now_ms() - t0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -167,14 +184,10 @@ START_TEST(test_spawn_child_failure_named)
 {
 	cohort_spawn_options o;
 	cohort_spawn_result r;
-	int64_t t0 = th_now_ms();
+	int64_t took;
 
 	tsp_opts(&o);
-	ck_assert_cohort_err(
-	    cohort_spawn(3, tsp_fn_fail, NULL, &o, &r), COHORT_EPEERLOST);
-	fprintf(stderr, "spawn failure: %s (%lld ms)\n", r.error,
-	    (long long)(th_now_ms() - t0));
-	ck_assert_int_eq(r.failed_rank, 1);
+	took = tsp_spawn_lost(&o, tsp_fn_fail, 1, &r);
 	ck_assert_int_eq(r.exit_code, 5);
 	ck_assert_int_eq(r.term_signal, 0);
 	ck_assert_msg(strstr(r.error, "rank 1") != NULL
@@ -184,7 +197,7 @@ START_TEST(test_spawn_child_failure_named)
 	/* The survivors learned who failed and why (exit 9), in time. */
 	ck_assert_int_eq(r.exit_codes[0], 9);
 	ck_assert_int_eq(r.exit_codes[2], 9);
-	ck_assert_int_lt(th_now_ms() - t0, 20000);
+	ck_assert_int_lt(took, 20000);
 	cohort_spawn_result_free(&r);
 	tsp_assert_nothing_left();
 }
@@ -207,21 +220,18 @@ START_TEST(test_spawn_child_crash_and_straggler_killed)
 {
 	cohort_spawn_options o;
 	cohort_spawn_result r;
-	int64_t t0 = th_now_ms();
+	int64_t took;
 
 	tsp_opts(&o);
 	o.grace_ms = 500;
-	ck_assert_cohort_err(
-	    cohort_spawn(3, tsp_fn_crash, NULL, &o, &r), COHORT_EPEERLOST);
-	fprintf(stderr, "spawn crash: %s\n", r.error);
-	ck_assert_int_eq(r.failed_rank, 2);
+	took = tsp_spawn_lost(&o, tsp_fn_crash, 2, &r);
 	ck_assert_int_eq(r.term_signal, SIGABRT);
 	ck_assert_int_eq(r.exit_code, 128 + SIGABRT);
 	ck_assert_msg(strstr(r.error, "rank 2 killed by signal") != NULL,
 	    "error: %s", r.error);
 	/* The sleeper was killed after the grace period. */
 	ck_assert_int_eq(r.exit_codes[1], 128 + SIGKILL);
-	ck_assert_int_lt(th_now_ms() - t0, 15000);
+	ck_assert_int_lt(took, 15000);
 	cohort_spawn_result_free(&r);
 	tsp_assert_nothing_left();
 }
@@ -419,20 +429,10 @@ START_TEST(test_spawn_ddp_training_equals_local)
 }
 END_TEST
 
-Suite *
-suite_spawn(void)
-{
-	Suite *s = suite_create("spawn");
-	TCase *tc = tcase_create("spawn");
+Suite *suite_spawn(void);
 
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_spawn_returns_rank0_result_and_metrics);
-	tcase_add_test(tc, test_spawn_child_failure_named);
-	tcase_add_test(tc, test_spawn_child_crash_and_straggler_killed);
-	tcase_add_test(tc, test_spawn_timeout_kills_all);
-	tcase_add_test(tc, test_spawn_bad_cohortd);
-	tcase_add_test(tc, test_spawn_after_nng_refused);
-	tcase_add_test(tc, test_spawn_ddp_training_equals_local);
-	suite_add_tcase(s, tc);
-	return (s);
-}
+UNIT_SUITE(spawn, "spawn", 120, test_spawn_returns_rank0_result_and_metrics,
+    test_spawn_child_failure_named,
+    test_spawn_child_crash_and_straggler_killed, test_spawn_timeout_kills_all,
+    test_spawn_bad_cohortd, test_spawn_after_nng_refused,
+    test_spawn_ddp_training_equals_local)

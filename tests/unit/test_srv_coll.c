@@ -6,13 +6,13 @@
 #include <string.h>
 
 #include "srv_fixture.h"
+#include "unit_suite.h"
 
 Suite *suite_srv_coll(void);
 
 START_TEST(test_barrier_parks_until_all)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[3];
+	struct srq_cli c[3];
 	uintptr_t t[3];
 
 	fx_form(f, c, 3, "j");
@@ -27,14 +27,12 @@ START_TEST(test_barrier_parks_until_all)
 	/* the same op_seq twice from one rank is refused */
 	fx_barrier(f, &c[0], "b", 2, 60000);
 	fx_want(f, fx_barrier(f, &c[0], "b", 2, 60000), COHORT_EINVAL);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_broadcast)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[3];
+	struct srq_cli c[3];
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 	uintptr_t t1, t0, t2;
 
@@ -63,14 +61,12 @@ START_TEST(test_broadcast)
 	fx_want(f, fx_coll(f, &c[1], &co, 0, "x", 1), COHORT_EINVAL);
 	co.root = 3;
 	fx_want(f, fx_coll(f, &c[1], &co, 0, NULL, 0), COHORT_EINVAL);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_reduce_scalars)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[3];
+	struct srq_cli c[3];
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 	uintptr_t t[3];
 	int64_t iv[3][2] = { { 1, 7 }, { 2, -3 }, { 3, 5 } };
@@ -127,14 +123,12 @@ START_TEST(test_reduce_scalars)
 	co.op_seq = 5;
 	co.kind = 99;
 	fx_want(f, fx_coll(f, &c[0], &co, 0, NULL, 0), COHORT_ENOTSUP);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_decide)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 	uintptr_t t[2];
 
@@ -154,14 +148,12 @@ START_TEST(test_decide)
 	co.decision = true;
 	t[1] = fx_coll(f, &c[1], &co, 60000, NULL, 0);
 	ck_assert(fx_want(f, t[0], COHORT_OK)->collective->decision);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_service_gather)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[3];
+	struct srq_cli c[3];
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 	const char *blk[3] = { "aa", "b", "cccc" };
 	uintptr_t t[3];
@@ -179,14 +171,12 @@ START_TEST(test_service_gather)
 	ck_assert_int_eq(r->collective->i64s[2], 4);
 	ck_assert(fx_payload_is(f, t[1], "aabcccc"));
 	ck_assert(fx_payload_is(f, t[0], "aabcccc"));
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_mismatch)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[3];
+	struct srq_cli c[3];
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 	uintptr_t t0, t1, t2;
 	Cohort__Reply *r;
@@ -211,14 +201,12 @@ START_TEST(test_mismatch)
 	fx_barrier(f, &c[1], "n", 2, 60000);
 	fx_barrier(f, &c[2], "n", 2, 60000);
 	fx_want(f, t0, COHORT_OK);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_timeout_names_missing_and_retry)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[4];
+	struct srq_cli c[4];
 	uintptr_t t0, t1;
 	Cohort__Reply *r;
 
@@ -240,29 +228,21 @@ START_TEST(test_timeout_names_missing_and_retry)
 	fx_barrier(f, &c[2], "x", 5, 30000);
 	fx_barrier(f, &c[3], "x", 5, 30000);
 	fx_want(f, t1, COHORT_OK);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_groups)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[4];
-	Cohort__GroupCreate gc = COHORT__GROUP_CREATE__INIT;
+	struct srq_cli c[4];
 	int32_t ranks[2] = { 3, 1 }, other[2] = { 1, 2 };
 	uintptr_t t3, t1, tb;
 	Cohort__Reply *r;
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 
 	fx_form(f, c, 4, "j");
-	gc.name = "pair";
-	gc.n_ranks = 2;
-	gc.ranks = ranks;
-	t3 = fx_simple(
-	    f, &c[3], COHORT__REQUEST__BODY_GROUP_CREATE, &gc, 60000);
+	t3 = fx_group(f, &c[3], "pair", ranks, 2, 60000);
 	ck_assert_ptr_null(fx_get(f, t3));
-	t1 = fx_simple(
-	    f, &c[1], COHORT__REQUEST__BODY_GROUP_CREATE, &gc, 60000);
+	t1 = fx_group(f, &c[1], "pair", ranks, 2, 60000);
 	r = fx_want(f, t3, COHORT_OK);
 	ck_assert_str_eq(r->group_create->group, "pair");
 	ck_assert_int_eq(r->group_create->group_rank, 0);
@@ -281,43 +261,27 @@ START_TEST(test_groups)
 	co.group = "nope";
 	fx_want(f, fx_coll(f, &c[0], &co, 0, NULL, 0), COHORT_ENOENT);
 	/* mismatching lists */
-	gc.name = "g2";
-	gc.ranks = ranks;
-	t3 = fx_simple(
-	    f, &c[1], COHORT__REQUEST__BODY_GROUP_CREATE, &gc, 60000);
-	gc.ranks = other;
-	t1 = fx_simple(
-	    f, &c[2], COHORT__REQUEST__BODY_GROUP_CREATE, &gc, 60000);
+	t3 = fx_group(f, &c[1], "g2", ranks, 2, 60000);
+	t1 = fx_group(f, &c[2], "g2", other, 2, 60000);
 	fx_want(f, t3, COHORT_EMISMATCH);
 	fx_want(f, t1, COHORT_EMISMATCH);
 	/* bad lists */
-	gc.name = "g3";
 	other[1] = 1;
-	fx_want(f,
-	    fx_simple(f, &c[1], COHORT__REQUEST__BODY_GROUP_CREATE, &gc, 0),
-	    COHORT_EINVAL);
-	gc.name = "";
-	fx_want(f,
-	    fx_simple(f, &c[1], COHORT__REQUEST__BODY_GROUP_CREATE, &gc, 0),
-	    COHORT_EINVAL);
+	fx_want(f, fx_group(f, &c[1], "g3", other, 2, 0), COHORT_EINVAL);
+	fx_want(f, fx_group(f, &c[1], "", other, 2, 0), COHORT_EINVAL);
 	/* timeout names the missing ranks */
-	gc.name = "g4";
-	gc.ranks = ranks;
 	other[1] = 2;
-	t3 = fx_simple(
-	    f, &c[3], COHORT__REQUEST__BODY_GROUP_CREATE, &gc, 1000);
+	t3 = fx_group(f, &c[3], "g4", ranks, 2, 1000);
 	fx_tick(f, 1000);
 	r = fx_want(f, t3, COHORT_ETIMEDOUT);
 	ck_assert_uint_eq(r->n_missing_ranks, 1);
 	ck_assert_int_eq(r->missing_ranks[0], 1);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_retry_takes_over_parked)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
 	uintptr_t t0, t0b, t1;
@@ -338,26 +302,11 @@ START_TEST(test_retry_takes_over_parked)
 	ck_assert_ptr_null(fx_get(f, t0));
 	fx_want(f, t0b, COHORT_OK);
 	fx_want(f, t1, COHORT_OK);
-	fx_free(f);
 }
 END_TEST
 
-Suite *
-suite_srv_coll(void)
-{
-	Suite *s = suite_create("srv_coll");
-	TCase *tc = tcase_create("coll");
-
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_barrier_parks_until_all);
-	tcase_add_test(tc, test_broadcast);
-	tcase_add_test(tc, test_reduce_scalars);
-	tcase_add_test(tc, test_decide);
-	tcase_add_test(tc, test_service_gather);
-	tcase_add_test(tc, test_mismatch);
-	tcase_add_test(tc, test_timeout_names_missing_and_retry);
-	tcase_add_test(tc, test_groups);
-	tcase_add_test(tc, test_retry_takes_over_parked);
-	suite_add_tcase(s, tc);
-	return (s);
-}
+UNIT_FIXTURE_SUITE(srv_coll, "coll", 30, fx_setup, fx_teardown,
+    test_barrier_parks_until_all, test_broadcast, test_reduce_scalars,
+    test_decide, test_service_gather, test_mismatch,
+    test_timeout_names_missing_and_retry, test_groups,
+    test_retry_takes_over_parked)

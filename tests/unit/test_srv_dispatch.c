@@ -11,6 +11,7 @@
 #include "server.h"
 
 #include "srv_fixture.h"
+#include "unit_suite.h"
 
 Suite *suite_srv_dispatch(void);
 
@@ -27,7 +28,6 @@ disp_bytes(struct fx *f, const void *p, size_t len)
 
 START_TEST(test_bad_framing)
 {
-	struct fx *f = fx_new();
 	uint8_t lie[8] = { 0, 0, 0, 200, 1, 2, 3, 4 };
 	uint8_t junk[12]
 	    = { 0, 0, 0, 8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
@@ -38,13 +38,11 @@ START_TEST(test_bad_framing)
 	r = fx_want(f, disp_bytes(f, lie, sizeof(lie)), COHORT_EPROTO);
 	ck_assert_ptr_nonnull(strstr(r->error, "envelope length"));
 	fx_want(f, disp_bytes(f, junk, sizeof(junk)), COHORT_EPROTO);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_random_garbage)
 {
-	struct fx *f = fx_new();
 	uint64_t x = 88172645463325252ull;
 	uint8_t buf[256];
 
@@ -72,19 +70,17 @@ START_TEST(test_random_garbage)
 			f->n--;
 		}
 	}
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_payload_len_mismatch)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c;
+	struct srq_cli c;
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
 	nng_msg *m;
 
-	fx_cli_init(&c, "j", 1, 1);
+	srq_cli_init(&c, "j", 1, 1);
 	rq.proto_version = COHORT_PROTO_VERSION;
 	rq.job = "j";
 	rq.token = "tok";
@@ -99,14 +95,12 @@ START_TEST(test_payload_len_mismatch)
 	fx_form(f, &c, 1, "j");
 	rq.seq = 0;
 	fx_want(f, fx_send(f, &c, &rq, "zz", 2), COHORT_EPROTO);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_version_body_seq)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[1];
+	struct srq_cli c[1];
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
 	struct cohort__iov none = { NULL, 0 };
@@ -135,13 +129,11 @@ START_TEST(test_version_body_seq)
 	rq.seq = 0;
 	ck_assert_cohort_ok(cohort__wire_pack_request(&rq, &none, 0, &m));
 	fx_want(f, fx_raw(f, m, 10), COHORT_EPROTO);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_unknown_oneof_field)
 {
-	struct fx *f = fx_new();
 	/* proto_version = 1 (field 1), then field 99 length-delimited
 	 * (tag 99 << 3 | 2 = 794 = 0x9a 0x06), empty. */
 	uint8_t env[] = { 0x08, 0x01, 0x9a, 0x06, 0x00 };
@@ -149,21 +141,19 @@ START_TEST(test_unknown_oneof_field)
 
 	memcpy(msg + 4, env, sizeof(env));
 	fx_want(f, disp_bytes(f, msg, sizeof(msg)), COHORT_ENOTSUP);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_wrong_token_no_data)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[1], evil;
+	struct srq_cli c[1], evil;
 	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
 	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
 	Cohort__Reply *r;
 
 	fx_form(f, c, 1, "j");
 	fx_kv_set(f, &c[0], "k", "secret");
-	fx_cli_init(&evil, "j", 100, 10); /* even the same client id */
+	srq_cli_init(&evil, "j", 100, 10); /* even the same client id */
 	evil.token = "bad";
 	hb.last_op = "";
 	r = fx_want(f,
@@ -184,21 +174,19 @@ START_TEST(test_wrong_token_no_data)
 	/* bad job names */
 	evil.job = "";
 	fx_want(f, fx_kv_get(f, &evil, "k", false, 0), COHORT_EINVAL);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_admin_token_status)
 {
 	struct srv_limits lim = { 100, 1000, 10, 0, 0, 0, 0, 0 };
-	struct fx *f = fx_new();
-	struct fx_cli c;
+	struct srq_cli c;
 	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
 
 	srv_core_free(f->core);
 	ck_assert_cohort_ok(
 	    srv_core_new(&lim, "adm", fx_sink, f, f->now, &f->core));
-	fx_cli_init(&c, "", 1, 1);
+	srq_cli_init(&c, "", 1, 1);
 	c.token = "";
 	sq.job = "";
 	fx_want(f,
@@ -208,14 +196,12 @@ START_TEST(test_admin_token_status)
 	fx_want(f,
 	    fx_simple(f, &c, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
 	    COHORT_OK);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_preset_job)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[1], evil;
+	struct srq_cli c[1], evil;
 	uintptr_t t;
 
 	ck_assert_cohort_ok(srv_core_add_job(f->core, "pre", "tok"));
@@ -223,7 +209,7 @@ START_TEST(test_preset_job)
 	    srv_core_add_job(f->core, "pre", "x"), COHORT_EEXIST);
 	ck_assert_cohort_err(
 	    srv_core_add_job(f->core, "", "x"), COHORT_EINVAL);
-	fx_cli_init(&evil, "pre", 5, 5);
+	srq_cli_init(&evil, "pre", 5, 5);
 	evil.token = "other";
 	fx_want(f, fx_join(f, &evil, 0, 1, 0), COHORT_EAUTH);
 	fx_form(f, c, 1, "pre");
@@ -234,7 +220,6 @@ START_TEST(test_preset_job)
 	}
 	/* preset jobs stay */
 	ck_assert_uint_eq(f->core->jobs.n, 1);
-	fx_free(f);
 }
 END_TEST
 
@@ -310,22 +295,7 @@ START_TEST(test_embedded_two_servers)
 }
 END_TEST
 
-Suite *
-suite_srv_dispatch(void)
-{
-	Suite *s = suite_create("srv_dispatch");
-	TCase *tc = tcase_create("dispatch");
-
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_bad_framing);
-	tcase_add_test(tc, test_random_garbage);
-	tcase_add_test(tc, test_payload_len_mismatch);
-	tcase_add_test(tc, test_version_body_seq);
-	tcase_add_test(tc, test_unknown_oneof_field);
-	tcase_add_test(tc, test_wrong_token_no_data);
-	tcase_add_test(tc, test_admin_token_status);
-	tcase_add_test(tc, test_preset_job);
-	tcase_add_test(tc, test_embedded_two_servers);
-	suite_add_tcase(s, tc);
-	return (s);
-}
+UNIT_FIXTURE_SUITE(srv_dispatch, "dispatch", 60, fx_setup, fx_teardown,
+    test_bad_framing, test_random_garbage, test_payload_len_mismatch,
+    test_version_body_seq, test_unknown_oneof_field, test_wrong_token_no_data,
+    test_admin_token_status, test_preset_job, test_embedded_two_servers)

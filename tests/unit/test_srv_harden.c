@@ -8,18 +8,19 @@
 #include <string.h>
 
 #include "srv_fixture.h"
+#include "unit_suite.h"
 
 Suite *suite_srv_harden(void);
 
 /* n clients of job joined at world n, on connections pipe0.. */
 static void
-hd_form(struct fx *f, struct fx_cli *c, int n, const char *job, uint32_t pipe0,
-    uint64_t id0)
+hd_form(struct fx *f, struct srq_cli *c, int n, const char *job,
+    uint32_t pipe0, uint64_t id0)
 {
 	uintptr_t t[16];
 
 	for (int i = 0; i < n; i++) {
-		fx_cli_init(
+		srq_cli_init(
 		    &c[i], job, id0 + (uint64_t)i, pipe0 + (uint32_t)i);
 		t[i] = fx_join(f, &c[i], i, (uint32_t)n, 60000);
 	}
@@ -41,8 +42,7 @@ hd_job(struct fx *f, const char *name)
 
 START_TEST(test_loop_stall_gives_fresh_window)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	struct srv_job *job;
 
 	fx_form(f, c, 2, "j");
@@ -70,7 +70,6 @@ START_TEST(test_loop_stall_gives_fresh_window)
 	srv_core_loop_lag(f->core, 300, f->now);
 	ck_assert_uint_eq(f->core->m.loop_stalls, 1);
 	ck_assert_int_eq(f->core->m.loop_lag_ms, 300);
-	fx_free(f);
 }
 END_TEST
 
@@ -80,8 +79,7 @@ END_TEST
 
 START_TEST(test_other_connection_gets_nothing_of_a_client)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[2], imp;
+	struct srq_cli c[2], imp;
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__KvGet g = COHORT__KV_GET__INIT;
 	struct srv_job *job;
@@ -130,14 +128,12 @@ START_TEST(test_other_connection_gets_nothing_of_a_client)
 	fx_want(f, fx_heartbeat(f, &imp, "", 0, "", false, 0), COHORT_EEXIST);
 	fx_tick(f, 2200);
 	ck_assert_int_eq(job->members[0].state, SRV_MEMBER_FAILED);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_cached_reply_only_for_the_same_request)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__KvGet g = COHORT__KV_GET__INIT;
 	uint64_t seq;
@@ -168,7 +164,6 @@ START_TEST(test_cached_reply_only_for_the_same_request)
 		r2.seq = seq;
 		fx_want(f, fx_send(f, &c[0], &r2, "v2", 2), COHORT_EINVAL);
 	}
-	fx_free(f);
 }
 END_TEST
 
@@ -184,8 +179,7 @@ hd_idle(struct fx *f, uint32_t *out)
 
 START_TEST(test_idle_connections_closed_busy_ones_kept)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[2], k;
+	struct srq_cli c[2], k;
 	uint32_t out[16];
 	struct srv_job *job;
 
@@ -197,11 +191,11 @@ START_TEST(test_idle_connections_closed_busy_ones_kept)
 		srv_core_pipe_opened(f->core, p, f->now);
 	fx_form(f, c, 2, "j");
 	job = hd_job(f, "j");
-	fx_cli_init(&k, "j", 500, 12);
+	srq_cli_init(&k, "j", 500, 12);
 	(void)fx_kv_get(f, &k, "never", true, UINT32_MAX);
 	{
-		struct fx_cli s;
-		fx_cli_init(&s, "j", 501, 14);
+		struct srq_cli s;
+		srq_cli_init(&s, "j", 501, 14);
 		fx_want(f, fx_kv_set(f, &s, "x", "1"), COHORT_OK);
 	}
 	f->now += 9999;
@@ -235,9 +229,9 @@ START_TEST(test_idle_connections_closed_busy_ones_kept)
 	/* nng may run the open event after the pipe's first request was
 	 * handled: that request still counts */
 	{
-		struct fx_cli e;
+		struct srq_cli e;
 		Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
-		fx_cli_init(&e, "nope", 600, 60);
+		srq_cli_init(&e, "nope", 600, 60);
 		sq.job = "nope";
 		fx_want(f,
 		    fx_simple(
@@ -255,7 +249,6 @@ START_TEST(test_idle_connections_closed_busy_ones_kept)
 		f->now += 20000;
 		ck_assert_uint_eq(hd_idle(f, out), 0);
 	}
-	fx_free(f);
 }
 END_TEST
 
@@ -265,14 +258,13 @@ END_TEST
 
 START_TEST(test_anonymous_status_refused)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[2], anon;
+	struct srq_cli c[2], anon;
 	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
 	Cohort__Reply *r;
 
 	fx_form(f, c, 2, "secret-project");
 	/* no job, no token, no admin secret configured */
-	fx_cli_init(&anon, "", 7, 77);
+	srq_cli_init(&anon, "", 7, 77);
 	anon.token = "";
 	sq.job = "";
 	r = fx_want(f,
@@ -301,14 +293,12 @@ START_TEST(test_anonymous_status_refused)
 	    fx_simple(f, &anon, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
 	    COHORT_OK);
 	ck_assert_uint_eq(r->status_query->n_jobs, 1);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_metrics_name_no_job_unless_asked)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	char *m;
 
 	fx_form(f, c, 2, "secret\"project");
@@ -325,7 +315,6 @@ START_TEST(test_metrics_name_no_job_unless_asked)
 	ck_assert_ptr_nonnull(
 	    strstr(m, "\ncohort_job_kv_keys{job=\"secret\\\"project\"} 1\n"));
 	free(m);
-	fx_free(f);
 }
 END_TEST
 
@@ -335,8 +324,7 @@ END_TEST
 
 START_TEST(test_global_limits_named)
 {
-	struct fx *f = fx_new();
-	struct fx_cli a[2], b[2], x;
+	struct srq_cli a[2], b[2], x;
 	Cohort__Reply *r;
 
 	f->core->lim.max_jobs = 2;
@@ -346,16 +334,16 @@ START_TEST(test_global_limits_named)
 	f->core->lim.max_total_keys = 3;
 	fx_form(f, a, 2, "a");
 	/* a world over --max-members */
-	fx_cli_init(&x, "big", 900, 90);
+	srq_cli_init(&x, "big", 900, 90);
 	r = fx_want(f, fx_join(f, &x, -1, 5, 1000), COHORT_ETOOBIG);
 	ck_assert_ptr_nonnull(strstr(r->error, "--max-members 4"));
 	/* the rest of --max-total-members: 3 more, not 4 */
-	fx_cli_init(&x, "big", 901, 91);
+	srq_cli_init(&x, "big", 901, 91);
 	r = fx_want(f, fx_join(f, &x, -1, 4, 1000), COHORT_ETOOBIG);
 	ck_assert_ptr_nonnull(strstr(r->error, "--max-total-members 5"));
 	fx_form(f, b, 2, "b");
 	/* a third job: --max-jobs */
-	fx_cli_init(&x, "c", 902, 92);
+	srq_cli_init(&x, "c", 902, 92);
 	r = fx_want(f, fx_join(f, &x, -1, 1, 1000), COHORT_ETOOBIG);
 	ck_assert_ptr_nonnull(strstr(r->error, "--max-jobs 2"));
 	ck_assert_ptr_nonnull(strstr(r->error, "job 'c'"));
@@ -377,14 +365,13 @@ START_TEST(test_global_limits_named)
 	ck_assert_uint_eq(f->core->kv_keys, 3);
 	ck_assert_uint_eq(f->core->kv_bytes, 2 * (2 + 31) + 3);
 	ck_assert_uint_eq(f->core->m.limit_refusals, 5);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_abandoned_job_expires_with_its_records)
 {
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli a[2], b[2], p[1];
+	struct srq_cli a[2], b[2], p[1];
 
 	f->core->job_expiry_ms = 30000;
 	ck_assert_cohort_ok(srv_core_add_job(f->core, "preset", "tok"));
@@ -420,21 +407,10 @@ START_TEST(test_abandoned_job_expires_with_its_records)
 }
 END_TEST
 
-Suite *
-suite_srv_harden(void)
-{
-	Suite *s = suite_create("srv_harden");
-	TCase *tc = tcase_create("harden");
-
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_loop_stall_gives_fresh_window);
-	tcase_add_test(tc, test_other_connection_gets_nothing_of_a_client);
-	tcase_add_test(tc, test_cached_reply_only_for_the_same_request);
-	tcase_add_test(tc, test_idle_connections_closed_busy_ones_kept);
-	tcase_add_test(tc, test_anonymous_status_refused);
-	tcase_add_test(tc, test_metrics_name_no_job_unless_asked);
-	tcase_add_test(tc, test_global_limits_named);
-	tcase_add_test(tc, test_abandoned_job_expires_with_its_records);
-	suite_add_tcase(s, tc);
-	return (s);
-}
+UNIT_FIXTURE_SUITE(srv_harden, "harden", 60, fx_setup, fx_teardown,
+    test_loop_stall_gives_fresh_window,
+    test_other_connection_gets_nothing_of_a_client,
+    test_cached_reply_only_for_the_same_request,
+    test_idle_connections_closed_busy_ones_kept, test_anonymous_status_refused,
+    test_metrics_name_no_job_unless_asked, test_global_limits_named,
+    test_abandoned_job_expires_with_its_records)

@@ -6,20 +6,20 @@
 #include <string.h>
 
 #include "srv_fixture.h"
+#include "unit_suite.h"
 #include "token.h"
 
 Suite *suite_srv_job(void);
 
 START_TEST(test_rendezvous_assigns_ranks)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[3];
+	struct srq_cli c[3];
 	uintptr_t t[3];
 	Cohort__Reply *r;
 
-	fx_cli_init(&c[0], "j", 1, 1);
-	fx_cli_init(&c[1], "j", 2, 2);
-	fx_cli_init(&c[2], "j", 3, 3);
+	srq_cli_init(&c[0], "j", 1, 1);
+	srq_cli_init(&c[1], "j", 2, 2);
+	srq_cli_init(&c[2], "j", 3, 3);
 	c[1].host = "nodeB";
 	t[0] = fx_join(f, &c[0], -1, 3, 60000);
 	t[1] = fx_join(f, &c[1], 0, 3, 60000);
@@ -36,19 +36,17 @@ START_TEST(test_rendezvous_assigns_ranks)
 	ck_assert_int_eq(fx_want(f, t[0], COHORT_OK)->join->rank, 1);
 	ck_assert_int_eq(fx_want(f, t[2], COHORT_OK)->join->rank, 2);
 	ck_assert_uint_ne(r->join->job_id, 0);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_duplicate_rank_names_holder)
 {
-	struct fx *f = fx_new();
-	struct fx_cli a, b, c[2];
+	struct srq_cli a, b, c[2];
 	uintptr_t t;
 	Cohort__Reply *r;
 
-	fx_cli_init(&a, "j", 1, 1);
-	fx_cli_init(&b, "j", 2, 2);
+	srq_cli_init(&a, "j", 1, 1);
+	srq_cli_init(&b, "j", 2, 2);
 	a.host = "alpha";
 	a.pid = 4242;
 	fx_join(f, &a, 1, 2, 60000);
@@ -63,39 +61,35 @@ START_TEST(test_duplicate_rank_names_holder)
 	/* rank held by a running member */
 	f = fx_new();
 	fx_form(f, c, 2, "k");
-	fx_cli_init(&b, "k", 77, 77);
+	srq_cli_init(&b, "k", 77, 77);
 	t = fx_join(f, &b, 1, 2, 60000);
 	r = fx_want(f, t, COHORT_EEXIST);
 	ck_assert_ptr_nonnull(strstr(r->error, "held by host:101"));
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_join_validation)
 {
-	struct fx *f = fx_new();
-	struct fx_cli a;
+	struct srq_cli a;
 
-	fx_cli_init(&a, "j", 1, 1);
+	srq_cli_init(&a, "j", 1, 1);
 	fx_want(f, fx_join(f, &a, -1, 0, 1000), COHORT_EINVAL);
 	fx_want(f, fx_join(f, &a, -1, 65537, 1000), COHORT_EINVAL);
 	fx_want(f, fx_join(f, &a, 4, 4, 1000), COHORT_EINVAL);
 	fx_want(f, fx_join(f, &a, -2, 4, 1000), COHORT_EINVAL);
 	/* the job created by those joins is gone again */
 	ck_assert_uint_eq(f->core->jobs.n, 0);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_join_timeout_names_missing)
 {
-	struct fx *f = fx_new();
-	struct fx_cli a, b;
+	struct srq_cli a, b;
 	uintptr_t ta, tb;
 	Cohort__Reply *r;
 
-	fx_cli_init(&a, "j", 1, 1);
-	fx_cli_init(&b, "j", 2, 2);
+	srq_cli_init(&a, "j", 1, 1);
+	srq_cli_init(&b, "j", 2, 2);
 	ta = fx_join(f, &a, 0, 4, 30000);
 	tb = fx_join(f, &b, -1, 4, 60000);
 	fx_tick(f, 29000);
@@ -110,16 +104,14 @@ START_TEST(test_join_timeout_names_missing)
 	ck_assert_ptr_nonnull(strstr(r->error, "missing ranks 2, 3"));
 	ck_assert_ptr_null(fx_get(f, tb));
 	/* timeout 0: answered at once */
-	fx_cli_init(&a, "z", 5, 5);
+	srq_cli_init(&a, "z", 5, 5);
 	fx_want(f, fx_join(f, &a, 0, 2, 0), COHORT_ETIMEDOUT);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_failure_fanout_connection_lost)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[3];
+	struct srq_cli c[3];
 	uintptr_t t0, t2, tw, tl;
 	Cohort__Reply *r;
 	Cohort__Watch w = COHORT__WATCH__INIT;
@@ -155,14 +147,12 @@ START_TEST(test_failure_fanout_connection_lost)
 	}
 	/* KV keeps working */
 	fx_want(f, fx_kv_set(f, &c[0], "k", "v"), COHORT_OK);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_report_failure_text)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	Cohort__ReportFailure rf = COHORT__REPORT_FAILURE__INIT;
 	uintptr_t t0;
 	Cohort__Reply *r;
@@ -176,7 +166,6 @@ START_TEST(test_report_failure_text)
 	r = fx_want(f, t0, COHORT_EPEERLOST);
 	ck_assert_str_eq(r->failed_text, rf.text);
 	ck_assert_ptr_nonnull(strstr(r->error, "ValueError: boom"));
-	fx_free(f);
 }
 END_TEST
 
@@ -186,8 +175,7 @@ END_TEST
  * last heartbeat, and the text says how old that is. */
 START_TEST(test_failure_names_current_or_dated_operation)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	Cohort__ReportFailure rf = COHORT__REPORT_FAILURE__INIT;
 	Cohort__Heartbeat doing = COHORT__HEARTBEAT__INIT;
 	Cohort__Watch w = COHORT__WATCH__INIT;
@@ -231,14 +219,12 @@ START_TEST(test_failure_names_current_or_dated_operation)
 	                  "allreduce #99): connection lost")
 	        != NULL,
 	    "%s", r->error);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_heartbeat_silence)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
 	uintptr_t t0;
 	Cohort__Reply *r;
@@ -256,21 +242,19 @@ START_TEST(test_heartbeat_silence)
 	r = fx_want(f, t0, COHORT_EPEERLOST);
 	ck_assert_int_eq(r->failed_rank, 1);
 	ck_assert_ptr_nonnull(strstr(r->failed_text, "no heartbeat for "));
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_generation_and_stale)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[2], n[2];
+	struct srq_cli c[2], n[2];
 	uintptr_t t[2], ts;
 
 	fx_form(f, c, 2, "j");
 	srv_core_pipe_closed(f->core, c[1].pipe, f->now);
 	/* new processes restart the group */
-	fx_cli_init(&n[0], "j", 500, 50);
-	fx_cli_init(&n[1], "j", 501, 51);
+	srq_cli_init(&n[0], "j", 500, 50);
+	srq_cli_init(&n[1], "j", 501, 51);
 	t[0] = fx_join(f, &n[0], 0, 2, 60000);
 	t[1] = fx_join(f, &n[1], 1, 2, 60000);
 	fx_joined(f, &n[0], t[0]);
@@ -284,14 +268,12 @@ START_TEST(test_generation_and_stale)
 	ck_assert_ptr_null(fx_get(f, t[0]));
 	fx_barrier(f, &n[1], "x", 1, 1000);
 	fx_want(f, t[0], COHORT_OK);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_leave_fails_waiters_and_removes_job)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[3];
+	struct srq_cli c[3];
 	Cohort__Leave lv = COHORT__LEAVE__INIT;
 	uintptr_t t0;
 	Cohort__Reply *r;
@@ -311,7 +293,6 @@ START_TEST(test_leave_fails_waiters_and_removes_job)
 	    COHORT_OK);
 	ck_assert_uint_eq(f->core->jobs.n, 0);
 	fx_want(f, fx_kv_set(f, &c[0], "k", "v"), COHORT_EAUTH);
-	fx_free(f);
 }
 END_TEST
 
@@ -319,14 +300,13 @@ END_TEST
  * (world size, since which generation) and what this worker says. */
 START_TEST(test_join_mismatch_names_both_sides)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[4], x, p[2];
+	struct srq_cli c[4], x, p[2];
 	uintptr_t t;
 	Cohort__Reply *r;
 
 	fx_form(f, c, 4, "x");
 	/* a running job of 4, a worker of a launch of 2 */
-	fx_cli_init(&x, "x", 77, 77);
+	srq_cli_init(&x, "x", 77, 77);
 	x.host = "other";
 	r = fx_want(f, fx_join(f, &x, 1, 2, 1000), COHORT_EINVAL);
 	ck_assert_msg(strstr(r->error,
@@ -350,8 +330,8 @@ START_TEST(test_join_mismatch_names_both_sides)
 	        != NULL,
 	    "%s", r->error);
 	/* a pending rendezvous of 2 and a worker of 3 */
-	fx_cli_init(&p[0], "y", 200, 200);
-	fx_cli_init(&p[1], "y", 201, 201);
+	srq_cli_init(&p[0], "y", 200, 200);
+	srq_cli_init(&p[1], "y", 201, 201);
 	t = fx_join(f, &p[0], 0, 2, 60000);
 	r = fx_want(f, fx_join(f, &p[1], 1, 3, 1000), COHORT_EINVAL);
 	ck_assert_msg(strstr(r->error,
@@ -371,7 +351,6 @@ START_TEST(test_join_mismatch_names_both_sides)
 	    "%s", r->error);
 	ck_assert_ptr_null(strstr(r->error, "not-tok"));
 	ck_assert_ptr_null(strstr(r->error, "'tok'"));
-	fx_free(f);
 }
 END_TEST
 
@@ -380,8 +359,7 @@ END_TEST
  * refusal reads the same whether the job exists or not. */
 START_TEST(test_require_token)
 {
-	struct fx *f = fx_new();
-	struct fx_cli a, b, c;
+	struct srq_cli a, b, c;
 	char tok[COHORT__MINTED_LEN + 1], other[COHORT__MINTED_LEN + 1];
 	Cohort__Reply *r, *r2;
 
@@ -392,7 +370,7 @@ START_TEST(test_require_token)
 	cohort__token_mint("adm1n-secret", "train-8", other);
 	/* no token, a made-up one, another job's minted one: refused,
 	 * and no job is created */
-	fx_cli_init(&a, "train-7", 1, 1);
+	srq_cli_init(&a, "train-7", 1, 1);
 	a.token = "";
 	r = fx_want(f, fx_join(f, &a, 0, 1, 1000), COHORT_EAUTH);
 	ck_assert_ptr_nonnull(
@@ -406,12 +384,12 @@ START_TEST(test_require_token)
 	/* the minted token creates it */
 	a.token = tok;
 	fx_joined(f, &a, fx_join(f, &a, -1, 1, 60000));
-	fx_cli_init(&b, "train-7", 2, 2);
+	srq_cli_init(&b, "train-7", 2, 2);
 	b.token = tok;
 	fx_want(f, fx_kv_set(f, &b, "k", "v"), COHORT_OK);
 	ck_assert_uint_eq(f->core->jobs.n, 2);
 	/* the preset job is joined with its own token, not a minted one */
-	fx_cli_init(&c, "preset", 3, 3);
+	srq_cli_init(&c, "preset", 3, 3);
 	c.token = "p-tok";
 	fx_want(f, fx_kv_set(f, &c, "k", "v"), COHORT_OK);
 	cohort__token_mint("adm1n-secret", "preset", other);
@@ -428,7 +406,6 @@ START_TEST(test_require_token)
 		ck_assert_uint_eq(strlen(want) - 2 * strlen("preset"),
 		    strlen(r2->error) - 2 * strlen("missing"));
 	}
-	fx_free(f);
 }
 END_TEST
 
@@ -454,31 +431,22 @@ END_TEST
 
 START_TEST(test_secret_read)
 {
-	char path[] = "/tmp/cohort-test-secret-XXXXXX";
-	char out[16];
-	int fd = mkstemp(path);
-	FILE *fp;
+	char path[256], out[16];
 
-	ck_assert_int_ge(fd, 0);
-	fp = fdopen(fd, "w");
-	fputs("abc \r\n\n", fp);
-	fclose(fp);
+	ck_assert(tmpfile_make(
+	    path, sizeof(path), "cohort-test-secret", "abc \r\n\n"));
 	ck_assert_cohort_ok(cohort__secret_read("t", path, out, sizeof(out)));
 	ck_assert_str_eq(out, "abc");
-	fp = fopen(path, "w");
-	fputs("0123456789abcdef0\n", fp); /* 17 bytes: too long */
-	fclose(fp);
+	/* 17 bytes: too long */
+	ck_assert(tmpfile_write(path, "0123456789abcdef0\n"));
 	ck_assert_cohort_err(
 	    cohort__secret_read("t", path, out, sizeof(out)), COHORT_EINVAL);
 	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "longer than 15"));
-	fp = fopen(path, "w");
-	fputs("0123456789abcde\n\n", fp); /* 15 bytes and newlines: fits */
-	fclose(fp);
+	/* 15 bytes and newlines: fits */
+	ck_assert(tmpfile_write(path, "0123456789abcde\n\n"));
 	ck_assert_cohort_ok(cohort__secret_read("t", path, out, sizeof(out)));
 	ck_assert_str_eq(out, "0123456789abcde");
-	fp = fopen(path, "w");
-	fputs("\n", fp);
-	fclose(fp);
+	ck_assert(tmpfile_write(path, "\n"));
 	ck_assert_cohort_err(
 	    cohort__secret_read("t", path, out, sizeof(out)), COHORT_EINVAL);
 	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "empty"));
@@ -492,8 +460,7 @@ END_TEST
 
 START_TEST(test_token_isolation)
 {
-	struct fx *f = fx_new();
-	struct fx_cli a[1], b[1], evil;
+	struct srq_cli a[1], b[1], evil;
 	uintptr_t t;
 	Cohort__Reply *r;
 
@@ -504,7 +471,7 @@ START_TEST(test_token_isolation)
 	t = fx_kv_get(f, &b[0], "secret", false, 0);
 	ck_assert(!fx_want(f, t, COHORT_OK)->kv_get->found);
 	/* wrong token: EAUTH, nothing else */
-	fx_cli_init(&evil, "A", 100, 99);
+	srq_cli_init(&evil, "A", 100, 99);
 	evil.token = "wrong";
 	t = fx_kv_get(f, &evil, "secret", false, 0);
 	r = fx_want(f, t, COHORT_EAUTH);
@@ -525,14 +492,12 @@ START_TEST(test_token_isolation)
 	fx_want(f, fx_join(f, &evil, 0, 1, 0), COHORT_EAUTH);
 	ck_assert(fx_payload_is(
 	    f, fx_kv_get(f, &a[0], "secret", false, 0), "a-data"));
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_status_query)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[3];
+	struct srq_cli c[3];
 	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
 	Cohort__Reply *r;
 	Cohort__JobStatus *js;
@@ -558,7 +523,6 @@ START_TEST(test_status_query)
 		ck_assert_uint_ge(js->pending[i]->waiting_ms, 2000);
 	}
 	ck_assert(found);
-	fx_free(f);
 }
 END_TEST
 
@@ -566,8 +530,7 @@ END_TEST
  * its members "in allreduce ... for N s" from their last heartbeat. */
 START_TEST(test_status_finished_job)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
 	Cohort__Leave lv = COHORT__LEAVE__INIT;
 	Cohort__JobStatus *js;
@@ -595,14 +558,12 @@ START_TEST(test_status_finished_job)
 		ck_assert_str_eq(js->members[i]->state, "left");
 		ck_assert(!js->members[i]->in_op);
 	}
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_watch_timeout_ok)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[1];
+	struct srq_cli c[1];
 	Cohort__Watch w = COHORT__WATCH__INIT;
 	uintptr_t t;
 	Cohort__Reply *r;
@@ -613,35 +574,15 @@ START_TEST(test_watch_timeout_ok)
 	fx_tick(f, 600);
 	r = fx_want(f, t, COHORT_OK);
 	ck_assert_int_eq(r->failed_rank, -1);
-	fx_free(f);
 }
 END_TEST
 
-Suite *
-suite_srv_job(void)
-{
-	Suite *s = suite_create("srv_job");
-	TCase *tc = tcase_create("job");
-
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_rendezvous_assigns_ranks);
-	tcase_add_test(tc, test_duplicate_rank_names_holder);
-	tcase_add_test(tc, test_join_validation);
-	tcase_add_test(tc, test_join_timeout_names_missing);
-	tcase_add_test(tc, test_failure_fanout_connection_lost);
-	tcase_add_test(tc, test_report_failure_text);
-	tcase_add_test(tc, test_failure_names_current_or_dated_operation);
-	tcase_add_test(tc, test_heartbeat_silence);
-	tcase_add_test(tc, test_generation_and_stale);
-	tcase_add_test(tc, test_leave_fails_waiters_and_removes_job);
-	tcase_add_test(tc, test_token_isolation);
-	tcase_add_test(tc, test_join_mismatch_names_both_sides);
-	tcase_add_test(tc, test_require_token);
-	tcase_add_test(tc, test_token_mint);
-	tcase_add_test(tc, test_secret_read);
-	tcase_add_test(tc, test_status_query);
-	tcase_add_test(tc, test_status_finished_job);
-	tcase_add_test(tc, test_watch_timeout_ok);
-	suite_add_tcase(s, tc);
-	return (s);
-}
+UNIT_FIXTURE_SUITE(srv_job, "job", 30, fx_setup, fx_teardown,
+    test_rendezvous_assigns_ranks, test_duplicate_rank_names_holder,
+    test_join_validation, test_join_timeout_names_missing,
+    test_failure_fanout_connection_lost, test_report_failure_text,
+    test_failure_names_current_or_dated_operation, test_heartbeat_silence,
+    test_generation_and_stale, test_leave_fails_waiters_and_removes_job,
+    test_token_isolation, test_join_mismatch_names_both_sides,
+    test_require_token, test_token_mint, test_secret_read, test_status_query,
+    test_status_finished_job, test_watch_timeout_ok)

@@ -16,26 +16,12 @@
 #include <unistd.h>
 
 #include "srv_fixture.h"
+#include "unit_suite.h"
 
 Suite *suite_srv_journal(void);
 
-static uintptr_t
-jt_add(struct fx *f, struct fx_cli *c, const char *key, int64_t delta,
-    uint64_t seq)
-{
-	Cohort__Request rq = COHORT__REQUEST__INIT;
-	Cohort__KvAdd a = COHORT__KV_ADD__INIT;
-
-	a.key = (char *)key;
-	a.delta = delta;
-	rq.body_case = COHORT__REQUEST__BODY_KV_ADD;
-	rq.kv_add = &a;
-	rq.seq = seq;
-	return (fx_send(f, c, &rq, NULL, 0));
-}
-
 static void
-jt_want_value(struct fx *f, struct fx_cli *c, const char *key, const char *v)
+jt_want_value(struct fx *f, struct srq_cli *c, const char *key, const char *v)
 {
 	uintptr_t t = fx_kv_get(f, c, key, false, 0);
 	Cohort__Reply *r = fx_want(f, t, COHORT_OK);
@@ -72,7 +58,7 @@ END_TEST
 START_TEST(test_kv_survives_restart)
 {
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli c;
+	struct srq_cli c;
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__KvDelete d = COHORT__KV_DELETE__INIT;
 	Cohort__KvAppend ap = COHORT__KV_APPEND__INIT;
@@ -83,13 +69,13 @@ START_TEST(test_kv_survives_restart)
 	uintptr_t t;
 
 	/* A job exists once its first member joined. */
-	fx_cli_init(&c, "j", 7, 1);
+	srq_cli_init(&c, "j", 7, 1);
 	fx_joined(f, &c, fx_join(f, &c, 0, 1, 1000));
 	fx_want(f, fx_kv_set(f, &c, "a", "alpha"), COHORT_OK);
 	fx_want(f, fx_kv_set(f, &c, "gone", "x"), COHORT_OK);
 	fx_want(f, fx_kv_set(f, &c, "a", "alpha2"), COHORT_OK);
-	fx_want(f, jt_add(f, &c, "n", 5, 0), COHORT_OK);
-	fx_want(f, jt_add(f, &c, "n", -2, 0), COHORT_OK);
+	fx_want(f, fx_kv_add(f, &c, "n", 5, 0), COHORT_OK);
+	fx_want(f, fx_kv_add(f, &c, "n", -2, 0), COHORT_OK);
 	d.key = "gone";
 	rq.body_case = COHORT__REQUEST__BODY_KV_DELETE;
 	rq.kv_delete = &d;
@@ -125,7 +111,7 @@ START_TEST(test_kv_survives_restart)
 	jt_want_value(f, &c, "m1", "xx");
 	jt_want_value(f, &c, "m2", "yyy");
 	/* And keeps journalling after the restart. */
-	fx_want(f, jt_add(f, &c, "n", 10, 0), COHORT_OK);
+	fx_want(f, fx_kv_add(f, &c, "n", 10, 0), COHORT_OK);
 	fx_restart(f);
 	jt_want_value(f, &c, "n", "13");
 	t = fx_kv_get(f, &c, "a", false, 0);
@@ -137,30 +123,30 @@ END_TEST
 START_TEST(test_retried_add_after_restart)
 {
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli c, k;
+	struct srq_cli c, k;
 	uintptr_t t;
 
-	fx_cli_init(&c, "j", 7, 1);
+	srq_cli_init(&c, "j", 7, 1);
 	fx_joined(f, &c, fx_join(f, &c, 0, 1, 1000));
 	/* A client that is not a member (a KV user) counts too. */
-	fx_cli_init(&k, "j", 99, 2);
-	t = jt_add(f, &k, "ctr", 1, 40);
+	srq_cli_init(&k, "j", 99, 2);
+	t = fx_kv_add(f, &k, "ctr", 1, 40);
 	ck_assert_int_eq(fx_want(f, t, COHORT_OK)->kv_add->value, 1);
-	t = jt_add(f, &c, "ctr", 1, 0);
+	t = fx_kv_add(f, &c, "ctr", 1, 0);
 	ck_assert_int_eq(fx_want(f, t, COHORT_OK)->kv_add->value, 2);
 	/* cohortd dies before client k heard its reply; k reconnects
 	 * (another pipe) and re-sends seq 40. */
 	fx_restart(f);
 	k.pipe = 3;
-	t = jt_add(f, &k, "ctr", 1, 40);
+	t = fx_kv_add(f, &k, "ctr", 1, 40);
 	ck_assert_int_eq(fx_want(f, t, COHORT_OK)->kv_add->value, 1);
 	jt_want_value(f, &k, "ctr", "2");
 	/* A new seq is a new add. */
-	t = jt_add(f, &k, "ctr", 1, 41);
+	t = fx_kv_add(f, &k, "ctr", 1, 41);
 	ck_assert_int_eq(fx_want(f, t, COHORT_OK)->kv_add->value, 3);
 	/* Twice, across a second restart. */
 	fx_restart(f);
-	t = jt_add(f, &k, "ctr", 1, 41);
+	t = fx_kv_add(f, &k, "ctr", 1, 41);
 	ck_assert_int_eq(fx_want(f, t, COHORT_OK)->kv_add->value, 3);
 	jt_want_value(f, &c, "ctr", "3");
 	fx_free_journal(f);
@@ -170,12 +156,12 @@ END_TEST
 START_TEST(test_torn_last_record)
 {
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli c;
+	struct srq_cli c;
 	char p[512];
 	off_t before, after;
 	int fd;
 
-	fx_cli_init(&c, "j", 7, 1);
+	srq_cli_init(&c, "j", 7, 1);
 	fx_joined(f, &c, fx_join(f, &c, 0, 1, 1000));
 	fx_want(f, fx_kv_set(f, &c, "k1", "one"), COHORT_OK);
 	before = jt_size(f->dir, "log.0");
@@ -213,18 +199,18 @@ END_TEST
 START_TEST(test_compaction)
 {
 	struct fx *f = fx_new_journal(4096);
-	struct fx_cli c;
+	struct srq_cli c;
 	struct srv_jrn_stats st;
 	char key[32], val[64];
 
-	fx_cli_init(&c, "j", 7, 1);
+	srq_cli_init(&c, "j", 7, 1);
 	fx_joined(f, &c, fx_join(f, &c, 0, 1, 1000));
 	for (int i = 0; i < 500; i++) {
 		snprintf(key, sizeof(key), "k%d", i % 20);
 		snprintf(val, sizeof(val), "value-%d", i);
 		fx_want(f, fx_kv_set(f, &c, key, val), COHORT_OK);
 	}
-	fx_want(f, jt_add(f, &c, "ctr", 1, 1000), COHORT_OK);
+	fx_want(f, fx_kv_add(f, &c, "ctr", 1, 1000), COHORT_OK);
 	srv_jrn_stats(f->core, &st);
 	ck_assert_uint_gt(st.compactions, 2);
 	/* The log stays bounded: at most max(4 KiB, 2 x snapshot) + one
@@ -235,8 +221,9 @@ START_TEST(test_compaction)
 	ck_assert_cohort_ok(srv_jrn_compact(f->core));
 	fx_restart(f);
 	/* The cached reply went into the snapshot too. */
-	ck_assert_int_eq(fx_want(f, jt_add(f, &c, "ctr", 1, 1000), COHORT_OK)
-	                     ->kv_add->value,
+	ck_assert_int_eq(
+	    fx_want(f, fx_kv_add(f, &c, "ctr", 1, 1000), COHORT_OK)
+	        ->kv_add->value,
 	    1);
 	for (int i = 480; i < 500; i++) {
 		snprintf(key, sizeof(key), "k%d", i % 20);
@@ -253,7 +240,7 @@ END_TEST
 
 /* Keeps both members alive for ms, heartbeating every second. */
 static void
-jt_alive(struct fx *f, struct fx_cli *c, int n, cohort__time ms)
+jt_alive(struct fx *f, struct srq_cli *c, int n, cohort__time ms)
 {
 	for (cohort__time t = 0; t < ms; t += 1000) {
 		for (int i = 0; i < n; i++)
@@ -264,7 +251,7 @@ jt_alive(struct fx *f, struct fx_cli *c, int n, cohort__time ms)
 }
 
 static uintptr_t
-jt_barrier(struct fx *f, struct fx_cli *c, const char *group, uint64_t op_seq,
+jt_barrier(struct fx *f, struct srq_cli *c, const char *group, uint64_t op_seq,
     uint64_t seq)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
@@ -284,7 +271,7 @@ jt_barrier(struct fx *f, struct fx_cli *c, const char *group, uint64_t op_seq,
 START_TEST(test_members_and_barrier_across_restart)
 {
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	uintptr_t t0, t1;
 	uint64_t s1, s2;
 	Cohort__Reply *r;
@@ -340,23 +327,14 @@ END_TEST
 START_TEST(test_groups_and_leave_across_restart)
 {
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli c[3];
-	Cohort__Request rq = COHORT__REQUEST__INIT;
-	Cohort__GroupCreate gc = COHORT__GROUP_CREATE__INIT;
+	struct srq_cli c[3];
 	Cohort__Leave lv = COHORT__LEAVE__INIT;
 	int32_t ranks[2] = { 0, 2 };
 	uintptr_t t0, t2;
 
 	fx_form(f, c, 3, "j");
-	gc.name = "pair";
-	gc.n_ranks = 2;
-	gc.ranks = ranks;
-	rq.body_case = COHORT__REQUEST__BODY_GROUP_CREATE;
-	rq.group_create = &gc;
-	rq.timeout_ms = 1000;
-	t0 = fx_send(f, &c[0], &rq, NULL, 0);
-	rq.seq = 0;
-	t2 = fx_send(f, &c[2], &rq, NULL, 0);
+	t0 = fx_group(f, &c[0], "pair", ranks, 2, 1000);
+	t2 = fx_group(f, &c[2], "pair", ranks, 2, 1000);
 	fx_want(f, t0, COHORT_OK);
 	fx_want(f, t2, COHORT_OK);
 	fx_want(f, fx_kv_set(f, &c[1], "k", "v"), COHORT_OK);
@@ -381,7 +359,7 @@ END_TEST
 START_TEST(test_one_left_across_restart)
 {
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	Cohort__Leave lv = COHORT__LEAVE__INIT;
 	Cohort__Reply *r;
 
@@ -399,12 +377,12 @@ END_TEST
 START_TEST(test_keys_before_first_generation)
 {
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	uintptr_t t0, t1;
 
 	/* A store used during the rendezvous (rank 0 waits for rank 1). */
-	fx_cli_init(&c[0], "j", 1, 1);
-	fx_cli_init(&c[1], "j", 2, 2);
+	srq_cli_init(&c[0], "j", 1, 1);
+	srq_cli_init(&c[1], "j", 2, 2);
 	t0 = fx_join(f, &c[0], 0, 2, 60000);
 	fx_want(f, fx_kv_set(f, &c[0], "addr", "10.0.0.1:4000"), COHORT_OK);
 	ck_assert_ptr_null(fx_get(f, t0));
@@ -428,14 +406,11 @@ START_TEST(test_state_dir_locked)
 {
 	struct fx *f = fx_new_journal(0);
 	struct srv_core *other;
-	struct srv_jrn_opts o;
 
 	ck_assert_cohort_ok(
 	    srv_core_new(&f->core->lim, NULL, fx_sink, f, f->now, &other));
-	memset(&o, 0, sizeof(o));
-	o.dir = f->dir;
 	ck_assert_int_eq(
-	    srv_core_journal_open(other, &o, f->now), COHORT_EEXIST);
+	    srq_journal_open(other, f->dir, false, 0, f->now), COHORT_EEXIST);
 	srv_core_free(other);
 	fx_free_journal(f);
 }
@@ -446,7 +421,7 @@ END_TEST
 START_TEST(test_journal_cost)
 {
 	struct fx *f[2];
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	double us[2][2];
 	const int n = 3000;
 	uint64_t t;
@@ -455,7 +430,7 @@ START_TEST(test_journal_cost)
 	f[1] = fx_new_journal(0);
 	for (int k = 0; k < 2; k++) {
 		char key[32];
-		fx_cli_init(&c[k], "j", 7, 1);
+		srq_cli_init(&c[k], "j", 7, 1);
 		fx_joined(f[k], &c[k], fx_join(f[k], &c[k], 0, 1, 1000));
 		t = cohort__now_ns();
 		for (int i = 0; i < n; i++) {
@@ -473,7 +448,7 @@ START_TEST(test_journal_cost)
 		us[k][0] = (double)(cohort__now_ns() - t) / 1e3 / n;
 		t = cohort__now_ns();
 		for (int i = 0; i < n; i++) {
-			jt_add(f[k], &c[k], "ctr", 1, 0);
+			fx_kv_add(f[k], &c[k], "ctr", 1, 0);
 			if (f[k]->n > FX_MAX - 16) {
 				for (size_t x = 0; x < f[k]->n; x++) {
 					cohort__reply__free_unpacked(
@@ -521,42 +496,12 @@ END_TEST
 /* every whole record), lost files are errors                               */
 /* ------------------------------------------------------------------------ */
 
-/* A restart that may fail: the status of opening the journal (the core
- * stays, without a journal, if it failed). */
-static cohort_status
-jt_reopen(struct fx *f, bool recover)
-{
-	struct srv_limits lim = f->core->lim;
-	struct srv_jrn_opts o;
-
-	srv_core_free(f->core);
-	ck_assert_cohort_ok(
-	    srv_core_new(&lim, NULL, fx_sink, f, f->now, &f->core));
-	memset(&o, 0, sizeof(o));
-	o.dir = f->dir;
-	o.fsync = SRV_FSYNC_NONE;
-	o.compact_min = f->compact_min;
-	o.recover = recover;
-	return (srv_core_journal_open(f->core, &o, f->now));
-}
-
 static char *
 jt_read(const char *dir, const char *name, size_t *len)
 {
-	char p[512];
-	FILE *fp;
-	char *b;
-	long n;
+	char *b = srq_read_file(dir, name, len);
 
-	snprintf(p, sizeof(p), "%s/%s", dir, name);
-	ck_assert_ptr_nonnull(fp = fopen(p, "rb"));
-	fseek(fp, 0, SEEK_END);
-	n = ftell(fp);
-	fseek(fp, 0, SEEK_SET);
-	ck_assert_ptr_nonnull(b = malloc((size_t)n + 1));
-	ck_assert_uint_eq(fread(b, 1, (size_t)n, fp), (size_t)n);
-	fclose(fp);
-	*len = (size_t)n;
+	ck_assert_msg(b != NULL, "cannot read %s/%s", dir, name);
 	return (b);
 }
 
@@ -597,13 +542,13 @@ jt_count(const char *dir, const char *prefix)
  * each; returns b's client. offs[i] = log offset where key i's batch
  * starts (offs[JT_KEYS] = the end). */
 static void
-jt_fill(struct fx *f, struct fx_cli *a, struct fx_cli *b, off_t *offs)
+jt_fill(struct fx *f, struct srq_cli *a, struct srq_cli *b, off_t *offs)
 {
 	char key[32], val[32];
 
-	fx_cli_init(a, "a", 1, 1);
+	srq_cli_init(a, "a", 1, 1);
 	fx_joined(f, a, fx_join(f, a, 0, 1, 1000));
-	fx_cli_init(b, "b", 2, 2);
+	srq_cli_init(b, "b", 2, 2);
 	fx_joined(f, b, fx_join(f, b, 0, 1, 1000));
 	for (int i = 0; i < JT_KEYS; i++) {
 		offs[i] = jt_size(f->dir, "log.0");
@@ -614,9 +559,29 @@ jt_fill(struct fx *f, struct fx_cli *a, struct fx_cli *b, off_t *offs)
 	offs[JT_KEYS] = jt_size(f->dir, "log.0");
 }
 
+/* What a test of a filled journal keeps: the clients and offsets of
+ * jt_fill and the missing key jt_keys_present reports. jt_filled returns a
+ * fresh journalled core filled so. */
+struct jt_log {
+	struct srq_cli a, b;
+	off_t offs[JT_KEYS + 1];
+	int missing;
+	char log0[512]; /* the path of log.0 */
+};
+
+static struct fx *
+jt_filled(struct jt_log *l)
+{
+	struct fx *f = fx_new_journal(0);
+
+	jt_fill(f, &l->a, &l->b, l->offs);
+	snprintf(l->log0, sizeof(l->log0), "%s/log.0", f->dir);
+	return (f);
+}
+
 /* Keys of job b present after a restart (and which one is missing). */
 static int
-jt_keys_present(struct fx *f, struct fx_cli *b, int *missing)
+jt_keys_present(struct fx *f, struct srq_cli *b, int *missing)
 {
 	char key[32];
 	int n = 0;
@@ -642,18 +607,16 @@ jt_keys_present(struct fx *f, struct fx_cli *b, int *missing)
 static void
 jt_damage_case(off_t (*where)(const off_t *offs), int want_missing)
 {
-	struct fx *f = fx_new_journal(0);
-	struct fx_cli a, b;
-	off_t offs[JT_KEYS + 1], at;
+	struct jt_log l;
+	struct fx *f = jt_filled(&l);
+	off_t at;
 	char *before, *after, want[64];
 	size_t blen, alen;
-	int missing;
 
-	jt_fill(f, &a, &b, offs);
-	at = where(offs);
+	at = where(l.offs);
 	jt_flip(f->dir, "log.0", at);
 	before = jt_read(f->dir, "log.0", &blen);
-	ck_assert_int_eq(jt_reopen(f, false), COHORT_EJOURNAL);
+	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
 	ck_assert_msg(strstr(cohort_last_error(), "log.0") != NULL
 	        && strstr(cohort_last_error(), "damaged at offset") != NULL
 	        && strstr(cohort_last_error(), "--recover") != NULL,
@@ -664,18 +627,18 @@ jt_damage_case(off_t (*where)(const off_t *offs), int want_missing)
 	free(before);
 	free(after);
 
-	ck_assert_cohort_ok(jt_reopen(f, true));
-	ck_assert_int_eq(jt_keys_present(f, &b, &missing), JT_KEYS - 1);
-	ck_assert_int_eq(missing, want_missing);
+	ck_assert_cohort_ok(fx_reopen(f, true));
+	ck_assert_int_eq(jt_keys_present(f, &l.b, &l.missing), JT_KEYS - 1);
+	ck_assert_int_eq(l.missing, want_missing);
 	ck_assert_int_eq(jt_count(f->dir, "log.0.damaged-"), 1);
 	ck_assert_int_lt(jt_size(f->dir, "log.0"), 0);
 	/* The recovered state stands on its own from now on. */
-	fx_want(f, fx_kv_set(f, &b, "after", "x"), COHORT_OK);
-	ck_assert_cohort_ok(jt_reopen(f, false));
-	ck_assert_int_eq(jt_keys_present(f, &b, &missing), JT_KEYS - 1);
-	jt_want_value(f, &b, "after", "x");
+	fx_want(f, fx_kv_set(f, &l.b, "after", "x"), COHORT_OK);
+	ck_assert_cohort_ok(fx_reopen(f, false));
+	ck_assert_int_eq(jt_keys_present(f, &l.b, &l.missing), JT_KEYS - 1);
+	jt_want_value(f, &l.b, "after", "x");
 	snprintf(want, sizeof(want), "k%d", want_missing);
-	jt_want_value(f, &b, want, NULL);
+	jt_want_value(f, &l.b, want, NULL);
 	fx_free_journal(f);
 }
 
@@ -721,20 +684,17 @@ START_TEST(test_flip_first_job_recovers_the_other)
 {
 	/* The first batch holds job a's JOB record: a's records go, b's
 	 * stay. */
-	struct fx *f = fx_new_journal(0);
-	struct fx_cli a, b;
-	off_t offs[JT_KEYS + 1];
-	int missing;
+	struct jt_log l;
+	struct fx *f = jt_filled(&l);
 
-	jt_fill(f, &a, &b, offs);
-	fx_want(f, fx_kv_set(f, &a, "ka", "va"), COHORT_OK);
+	fx_want(f, fx_kv_set(f, &l.a, "ka", "va"), COHORT_OK);
 	jt_flip(f->dir, "log.0", 16 + 20);
-	ck_assert_int_eq(jt_reopen(f, false), COHORT_EJOURNAL);
+	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
 	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "offset 16,"));
 	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "after 0 whole"));
-	ck_assert_cohort_ok(jt_reopen(f, true));
-	ck_assert_int_eq(jt_keys_present(f, &b, &missing), JT_KEYS);
-	fx_want(f, fx_kv_get(f, &a, "ka", false, 0), COHORT_EAUTH);
+	ck_assert_cohort_ok(fx_reopen(f, true));
+	ck_assert_int_eq(jt_keys_present(f, &l.b, &l.missing), JT_KEYS);
+	fx_want(f, fx_kv_get(f, &l.a, "ka", false, 0), COHORT_EAUTH);
 	fx_free_journal(f);
 }
 END_TEST
@@ -743,117 +703,101 @@ START_TEST(test_truncated_mid_record_is_a_torn_tail)
 {
 	/* A cut inside the last record cannot be told from a crash in its
 	 * write: cut off with a warning, the rest kept. */
-	struct fx *f = fx_new_journal(0);
-	struct fx_cli a, b;
-	off_t offs[JT_KEYS + 1];
-	char p[512];
-	int missing;
+	struct jt_log l;
+	struct fx *f = jt_filled(&l);
 
-	jt_fill(f, &a, &b, offs);
-	snprintf(p, sizeof(p), "%s/log.0", f->dir);
-	ck_assert_int_eq(truncate(p, offs[JT_KEYS - 1] + 5), 0);
-	ck_assert_cohort_ok(jt_reopen(f, false));
-	ck_assert_int_eq(jt_keys_present(f, &b, &missing), JT_KEYS - 1);
-	ck_assert_int_eq(missing, JT_KEYS - 1);
-	ck_assert_int_eq(jt_size(f->dir, "log.0"), offs[JT_KEYS - 1]);
+	ck_assert_int_eq(truncate(l.log0, l.offs[JT_KEYS - 1] + 5), 0);
+	ck_assert_cohort_ok(fx_reopen(f, false));
+	ck_assert_int_eq(jt_keys_present(f, &l.b, &l.missing), JT_KEYS - 1);
+	ck_assert_int_eq(l.missing, JT_KEYS - 1);
+	ck_assert_int_eq(jt_size(f->dir, "log.0"), l.offs[JT_KEYS - 1]);
 	/* A tail of zeros (a size that reached the disk before the data)
 	 * is torn too. */
-	fx_want(f, fx_kv_set(f, &b, "z", "zz"), COHORT_OK);
-	ck_assert_int_eq(truncate(p, jt_size(f->dir, "log.0") + 100), 0);
-	ck_assert_cohort_ok(jt_reopen(f, false));
-	jt_want_value(f, &b, "z", "zz");
+	fx_want(f, fx_kv_set(f, &l.b, "z", "zz"), COHORT_OK);
+	ck_assert_int_eq(truncate(l.log0, jt_size(f->dir, "log.0") + 100), 0);
+	ck_assert_cohort_ok(fx_reopen(f, false));
+	jt_want_value(f, &l.b, "z", "zz");
 	fx_free_journal(f);
 }
 END_TEST
 
 START_TEST(test_truncated_header_empty_missing_log)
 {
-	struct fx *f = fx_new_journal(0);
-	struct fx_cli a, b;
-	off_t offs[JT_KEYS + 1];
-	char p[512];
-	int missing;
+	struct jt_log l;
+	struct fx *f = jt_filled(&l);
 
-	jt_fill(f, &a, &b, offs);
-	snprintf(p, sizeof(p), "%s/log.0", f->dir);
 	/* Cut inside the header. */
-	ck_assert_int_eq(truncate(p, 10), 0);
-	ck_assert_int_eq(jt_reopen(f, false), COHORT_EJOURNAL);
+	ck_assert_int_eq(truncate(l.log0, 10), 0);
+	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
 	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "shorter than"));
 	ck_assert_int_eq(jt_size(f->dir, "log.0"), 10);
 	/* Empty. */
-	ck_assert_int_eq(truncate(p, 0), 0);
-	ck_assert_int_eq(jt_reopen(f, false), COHORT_EJOURNAL);
+	ck_assert_int_eq(truncate(l.log0, 0), 0);
+	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
 	ck_assert_msg(strstr(cohort_last_error(), "log.0 is empty") != NULL,
 	    "%s", cohort_last_error());
 	ck_assert_int_eq(jt_size(f->dir, "log.0"), 0);
 	/* Missing. */
-	ck_assert_int_eq(unlink(p), 0);
-	ck_assert_int_eq(jt_reopen(f, false), COHORT_EJOURNAL);
+	ck_assert_int_eq(unlink(l.log0), 0);
+	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
 	ck_assert_msg(strstr(cohort_last_error(), "log.0 is missing") != NULL,
 	    "%s", cohort_last_error());
 	ck_assert_int_lt(jt_size(f->dir, "log.0"), 0);
 	/* --recover: the operator accepts the loss. */
-	ck_assert_cohort_ok(jt_reopen(f, true));
-	ck_assert_int_eq(jt_keys_present(f, &b, &missing), 0);
-	ck_assert_cohort_ok(jt_reopen(f, false));
+	ck_assert_cohort_ok(fx_reopen(f, true));
+	ck_assert_int_eq(jt_keys_present(f, &l.b, &l.missing), 0);
+	ck_assert_cohort_ok(fx_reopen(f, false));
 	fx_free_journal(f);
 }
 END_TEST
 
 START_TEST(test_missing_snapshot_or_log_after_compaction)
 {
-	struct fx *f = fx_new_journal(0);
-	struct fx_cli a, b;
-	off_t offs[JT_KEYS + 1];
+	struct jt_log l;
+	struct fx *f = jt_filled(&l);
 	char p[512];
-	int missing;
 
-	jt_fill(f, &a, &b, offs);
 	ck_assert_cohort_ok(srv_jrn_compact(f->core));
-	fx_want(f, fx_kv_set(f, &b, "late", "1"), COHORT_OK);
+	fx_want(f, fx_kv_set(f, &l.b, "late", "1"), COHORT_OK);
 	/* The log of epoch 1 is gone: its keys would be. */
 	snprintf(p, sizeof(p), "%s/log.1", f->dir);
 	ck_assert_int_eq(unlink(p), 0);
-	ck_assert_int_eq(jt_reopen(f, false), COHORT_EJOURNAL);
+	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
 	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "log.1 is missing"));
 	/* The snapshot is gone too. */
 	snprintf(p, sizeof(p), "%s/snapshot", f->dir);
 	ck_assert_int_eq(unlink(p), 0);
-	ck_assert_int_eq(jt_reopen(f, false), COHORT_EJOURNAL);
+	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
 	ck_assert_msg(
 	    strstr(cohort_last_error(), "snapshot is missing") != NULL, "%s",
 	    cohort_last_error());
-	ck_assert_int_eq(jt_reopen(f, true), COHORT_OK);
-	ck_assert_int_eq(jt_keys_present(f, &b, &missing), 0);
+	ck_assert_int_eq(fx_reopen(f, true), COHORT_OK);
+	ck_assert_int_eq(jt_keys_present(f, &l.b, &l.missing), 0);
 	fx_free_journal(f);
 }
 END_TEST
 
 START_TEST(test_bad_magic_and_damaged_snapshot)
 {
-	struct fx *f = fx_new_journal(0);
-	struct fx_cli a, b;
-	off_t offs[JT_KEYS + 1];
-	int missing;
+	struct jt_log l;
+	struct fx *f = jt_filled(&l);
 
-	jt_fill(f, &a, &b, offs);
 	jt_flip(f->dir, "log.0", 0);
-	ck_assert_int_eq(jt_reopen(f, false), COHORT_EJOURNAL);
+	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
 	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "bad magic"));
-	ck_assert_cohort_ok(jt_reopen(f, true));
-	ck_assert_int_eq(jt_keys_present(f, &b, &missing), JT_KEYS);
+	ck_assert_cohort_ok(fx_reopen(f, true));
+	ck_assert_int_eq(jt_keys_present(f, &l.b, &l.missing), JT_KEYS);
 	ck_assert_int_eq(jt_count(f->dir, "log.0.damaged-"), 1);
 	/* Now a snapshot (epoch 1): a byte of it flipped is damage (it
 	 * was written whole and renamed; no torn tail is possible). */
 	jt_flip(f->dir, "snapshot", jt_size(f->dir, "snapshot") / 2);
-	ck_assert_int_eq(jt_reopen(f, false), COHORT_EJOURNAL);
+	ck_assert_int_eq(fx_reopen(f, false), COHORT_EJOURNAL);
 	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "snapshot"));
-	ck_assert_cohort_ok(jt_reopen(f, true));
-	ck_assert_int_eq(jt_keys_present(f, &b, &missing), JT_KEYS - 1);
+	ck_assert_cohort_ok(fx_reopen(f, true));
+	ck_assert_int_eq(jt_keys_present(f, &l.b, &l.missing), JT_KEYS - 1);
 	ck_assert_int_eq(jt_count(f->dir, "snapshot.damaged-"), 1);
-	ck_assert_cohort_ok(jt_reopen(f, false));
-	ck_assert_int_eq(jt_keys_present(f, &b, &missing), JT_KEYS - 1);
+	ck_assert_cohort_ok(fx_reopen(f, false));
+	ck_assert_int_eq(jt_keys_present(f, &l.b, &l.missing), JT_KEYS - 1);
 	fx_free_journal(f);
 }
 END_TEST
@@ -863,9 +807,8 @@ END_TEST
 START_TEST(test_read_only_dir)
 {
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli c;
+	struct srq_cli c;
 	char orig[256];
-	struct srv_jrn_opts o;
 	cohort_status rv;
 
 	memcpy(orig, f->dir, sizeof(orig));
@@ -880,22 +823,13 @@ START_TEST(test_read_only_dir)
 		fx_free_journal(f);
 		return;
 	}
-	ck_assert_cohort_ok(jt_reopen(f, false));
-	fx_cli_init(&c, "j", 7, 1);
+	ck_assert_cohort_ok(fx_reopen(f, false));
+	srq_cli_init(&c, "j", 7, 1);
 	fx_joined(f, &c, fx_join(f, &c, 0, 1, 1000));
 	fx_want(f, fx_kv_set(f, &c, "k", "v"), COHORT_OK);
 	srv_jrn_close(f->core);
 	th_tmpfs_remount(f->dir, true, NULL);
-	memset(&o, 0, sizeof(o));
-	o.dir = f->dir;
-	o.fsync = SRV_FSYNC_NONE;
-	srv_core_free(f->core);
-	ck_assert_cohort_ok(
-	    srv_core_new(&(struct srv_limits) { .max_value = 1u << 20,
-	                     .max_job_bytes = 1u << 24,
-	                     .max_keys = 1000 },
-	        NULL, fx_sink, f, f->now, &f->core));
-	rv = srv_core_journal_open(f->core, &o, f->now);
+	rv = fx_reopen(f, false);
 	th_tmpfs_umount(f->dir);
 	rmdir(f->dir);
 	ck_assert_int_eq(rv, COHORT_EJOURNAL);
@@ -949,7 +883,7 @@ jt_umount(struct fx *f, const char *orig)
 }
 
 static int64_t
-jt_counter(struct fx *f, struct fx_cli *c, const char *key)
+jt_counter(struct fx *f, struct srq_cli *c, const char *key)
 {
 	uintptr_t t = fx_kv_get(f, c, key, false, 0);
 	Cohort__Reply *r = fx_want(f, t, COHORT_OK);
@@ -967,7 +901,7 @@ jt_counter(struct fx *f, struct fx_cli *c, const char *key)
 START_TEST(test_full_disk_not_acknowledged)
 {
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli c;
+	struct srq_cli c;
 	char orig[256], val[200], key[32];
 	int64_t acked = 0, refused = 0, first_refused = -1;
 	char *text;
@@ -976,14 +910,14 @@ START_TEST(test_full_disk_not_acknowledged)
 		fx_free_journal(f);
 		return;
 	}
-	ck_assert_cohort_ok(jt_reopen(f, false));
-	fx_cli_init(&c, "j", 7, 1);
+	ck_assert_cohort_ok(fx_reopen(f, false));
+	srq_cli_init(&c, "j", 7, 1);
 	fx_joined(f, &c, fx_join(f, &c, 0, 1, 1000));
 	memset(val, 'v', sizeof(val) - 1);
 	val[sizeof(val) - 1] = '\0';
 	/* Adds and sets until the disk is full, and 100 more. */
 	for (int i = 0; i < 3000 && refused < 100; i++) {
-		uintptr_t t = jt_add(f, &c, "n", 1, 0);
+		uintptr_t t = fx_kv_add(f, &c, "n", 1, 0);
 		Cohort__Reply *r = fx_get(f, t)->rep;
 		if (r->status == COHORT_OK) {
 			ck_assert_int_eq(refused, 0);
@@ -1015,14 +949,14 @@ START_TEST(test_full_disk_not_acknowledged)
 	fx_want(f, fx_kv_get(f, &c, "n", false, 0), COHORT_OK);
 	/* kill -9 and a restart (on the full disk): every acknowledged
 	 * add is there, nothing else. */
-	ck_assert_cohort_ok(jt_reopen(f, false));
+	ck_assert_cohort_ok(fx_reopen(f, false));
 	ck_assert_int_eq(jt_counter(f, &c, "n"), acked);
 	/* Room again: changes are accepted once the retry (every second)
 	 * wrote a snapshot. */
 	th_tmpfs_remount(f->dir, false, "size=4m");
-	fx_want(f, jt_add(f, &c, "n", 1, 0), COHORT_OK);
+	fx_want(f, fx_kv_add(f, &c, "n", 1, 0), COHORT_OK);
 	ck_assert_ptr_null(srv_jrn_problem(f->core));
-	ck_assert_cohort_ok(jt_reopen(f, false));
+	ck_assert_cohort_ok(fx_reopen(f, false));
 	ck_assert_int_eq(jt_counter(f, &c, "n"), acked + 1);
 	jt_umount(f, orig);
 	fx_free_journal(f);
@@ -1035,7 +969,7 @@ START_TEST(test_full_disk_recovers_in_place)
 	 * (not applied), room comes back, the retry's snapshot holds the
 	 * state and the service resumes. */
 	struct fx *f = fx_new_journal(0);
-	struct fx_cli c;
+	struct srq_cli c;
 	char orig[256], val[400];
 	int64_t acked = 0;
 	bool full = false;
@@ -1044,13 +978,13 @@ START_TEST(test_full_disk_recovers_in_place)
 		fx_free_journal(f);
 		return;
 	}
-	ck_assert_cohort_ok(jt_reopen(f, false));
-	fx_cli_init(&c, "j", 7, 1);
+	ck_assert_cohort_ok(fx_reopen(f, false));
+	srq_cli_init(&c, "j", 7, 1);
 	fx_joined(f, &c, fx_join(f, &c, 0, 1, 1000));
 	memset(val, 'v', sizeof(val) - 1);
 	val[sizeof(val) - 1] = '\0';
 	for (int i = 0; i < 2000 && !full; i++) {
-		Cohort__Reply *r = fx_get(f, jt_add(f, &c, "n", 1, 0))->rep;
+		Cohort__Reply *r = fx_get(f, fx_kv_add(f, &c, "n", 1, 0))->rep;
 		if (r->status == COHORT_OK)
 			acked++;
 		else
@@ -1059,19 +993,20 @@ START_TEST(test_full_disk_recovers_in_place)
 	}
 	ck_assert(full);
 	/* Refused now, and again after the retry interval (still full). */
-	fx_want(f, jt_add(f, &c, "n", 1, 0), COHORT_EJOURNAL);
+	fx_want(f, fx_kv_add(f, &c, "n", 1, 0), COHORT_EJOURNAL);
 	fx_tick(f, 1100);
-	fx_want(f, jt_add(f, &c, "n", 1, 0), COHORT_EJOURNAL);
+	fx_want(f, fx_kv_add(f, &c, "n", 1, 0), COHORT_EJOURNAL);
 	/* The refused adds were not applied. The one that met the full
 	 * disk was (in memory): it was answered EJOURNAL, "may be lost". */
 	ck_assert_int_le(jt_counter(f, &c, "n") - acked, 1);
 	th_tmpfs_remount(f->dir, false, "size=4m");
 	/* Within the retry interval: still refused; after it, accepted. */
-	fx_want(f, jt_add(f, &c, "n", 1, 0), COHORT_EJOURNAL);
+	fx_want(f, fx_kv_add(f, &c, "n", 1, 0), COHORT_EJOURNAL);
 	fx_tick(f, 1100);
 	ck_assert_ptr_null(srv_jrn_problem(f->core));
-	acked = fx_want(f, jt_add(f, &c, "n", 1, 0), COHORT_OK)->kv_add->value;
-	ck_assert_cohort_ok(jt_reopen(f, false));
+	acked = fx_want(f, fx_kv_add(f, &c, "n", 1, 0), COHORT_OK)
+	            ->kv_add->value;
+	ck_assert_cohort_ok(fx_reopen(f, false));
 	ck_assert_int_eq(jt_counter(f, &c, "n"), acked);
 	jt_umount(f, orig);
 	fx_free_journal(f);
@@ -1081,38 +1016,30 @@ END_TEST
 Suite *
 suite_srv_journal(void)
 {
-	Suite *s = suite_create("srv_journal");
-	TCase *tc = tcase_create("journal");
+	const TTest *journal[] = { test_crc32c, test_kv_survives_restart,
+		test_retried_add_after_restart, test_torn_last_record,
+		test_compaction, test_members_and_barrier_across_restart,
+		test_groups_and_leave_across_restart,
+		test_one_left_across_restart,
+		test_keys_before_first_generation, test_state_dir_locked,
+		test_journal_cost, NULL };
+	const TTest *integrity[] = { test_flip_start_refuses_and_recovers,
+		test_flip_middle_refuses_and_recovers,
+		test_flip_end_refuses_and_recovers,
+		test_flip_first_job_recovers_the_other,
+		test_truncated_mid_record_is_a_torn_tail,
+		test_truncated_header_empty_missing_log,
+		test_missing_snapshot_or_log_after_compaction,
+		test_bad_magic_and_damaged_snapshot, test_read_only_dir,
+		NULL };
+	const TTest *full_disk[] = { test_full_disk_not_acknowledged,
+		test_full_disk_recovers_in_place, NULL };
+	const struct unit_case cases[] = {
+		{ "journal", 60, journal, NULL, NULL, NULL },
+		{ "integrity", 60, integrity, NULL, NULL, NULL },
+		{ "full_disk", 60, full_disk, NULL, NULL, NULL },
+		{ NULL, 0, NULL, NULL, NULL, NULL },
+	};
 
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_crc32c);
-	tcase_add_test(tc, test_kv_survives_restart);
-	tcase_add_test(tc, test_retried_add_after_restart);
-	tcase_add_test(tc, test_torn_last_record);
-	tcase_add_test(tc, test_compaction);
-	tcase_add_test(tc, test_members_and_barrier_across_restart);
-	tcase_add_test(tc, test_groups_and_leave_across_restart);
-	tcase_add_test(tc, test_one_left_across_restart);
-	tcase_add_test(tc, test_keys_before_first_generation);
-	tcase_add_test(tc, test_state_dir_locked);
-	tcase_add_test(tc, test_journal_cost);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("integrity");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_flip_start_refuses_and_recovers);
-	tcase_add_test(tc, test_flip_middle_refuses_and_recovers);
-	tcase_add_test(tc, test_flip_end_refuses_and_recovers);
-	tcase_add_test(tc, test_flip_first_job_recovers_the_other);
-	tcase_add_test(tc, test_truncated_mid_record_is_a_torn_tail);
-	tcase_add_test(tc, test_truncated_header_empty_missing_log);
-	tcase_add_test(tc, test_missing_snapshot_or_log_after_compaction);
-	tcase_add_test(tc, test_bad_magic_and_damaged_snapshot);
-	tcase_add_test(tc, test_read_only_dir);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("full_disk");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_full_disk_not_acknowledged);
-	tcase_add_test(tc, test_full_disk_recovers_in_place);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (unit_suite_cases("srv_journal", cases));
 }

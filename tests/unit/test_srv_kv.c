@@ -6,10 +6,11 @@
 #include <string.h>
 
 #include "srv_fixture.h"
+#include "unit_suite.h"
 
 Suite *suite_srv_kv(void);
 
-static struct fx_cli kv_c[2];
+static struct srq_cli kv_c[2];
 
 static struct fx *
 kv_setup(void)
@@ -21,7 +22,7 @@ kv_setup(void)
 }
 
 static uintptr_t
-kv_keys(struct fx *f, struct fx_cli *c, int body, char **keys, size_t n,
+kv_keys(struct fx *f, struct srq_cli *c, int body, char **keys, size_t n,
     bool wait, uint32_t timeout_ms)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
@@ -45,21 +46,6 @@ kv_keys(struct fx *f, struct fx_cli *c, int body, char **keys, size_t n,
 		mg.wait = wait;
 		rq.kv_multi_get = &mg;
 	}
-	return (fx_send(f, c, &rq, NULL, 0));
-}
-
-static uintptr_t
-kv_add(
-    struct fx *f, struct fx_cli *c, const char *key, int64_t d, uint64_t seq)
-{
-	Cohort__Request rq = COHORT__REQUEST__INIT;
-	Cohort__KvAdd a = COHORT__KV_ADD__INIT;
-
-	a.key = (char *)key;
-	a.delta = d;
-	rq.body_case = COHORT__REQUEST__BODY_KV_ADD;
-	rq.kv_add = &a;
-	rq.seq = seq;
 	return (fx_send(f, c, &rq, NULL, 0));
 }
 
@@ -139,25 +125,25 @@ START_TEST(test_add_idempotent)
 	struct fx *f = kv_setup();
 	uintptr_t t;
 
-	t = kv_add(f, &kv_c[0], "n", 5, 0);
+	t = fx_kv_add(f, &kv_c[0], "n", 5, 0);
 	ck_assert_int_eq(fx_want(f, t, COHORT_OK)->kv_add->value, 5);
-	t = kv_add(f, &kv_c[1], "n", -2, 0);
+	t = fx_kv_add(f, &kv_c[1], "n", -2, 0);
 	ck_assert_int_eq(fx_want(f, t, COHORT_OK)->kv_add->value, 3);
 	/* a retry of the same seq is applied once */
-	t = kv_add(f, &kv_c[1], "n", -2, kv_c[1].seq);
+	t = fx_kv_add(f, &kv_c[1], "n", -2, kv_c[1].seq);
 	ck_assert_int_eq(fx_want(f, t, COHORT_OK)->kv_add->value, 3);
 	t = fx_kv_get(f, &kv_c[0], "n", false, 0);
 	ck_assert(fx_payload_is(f, t, "3"));
 	fx_kv_set(f, &kv_c[0], "s", "abc");
-	fx_want(f, kv_add(f, &kv_c[0], "s", 1, 0), COHORT_EINVAL);
+	fx_want(f, fx_kv_add(f, &kv_c[0], "s", 1, 0), COHORT_EINVAL);
 	fx_kv_set(f, &kv_c[0], "big", "9223372036854775807");
-	fx_want(f, kv_add(f, &kv_c[0], "big", 1, 0), COHORT_EINVAL);
+	fx_want(f, fx_kv_add(f, &kv_c[0], "big", 1, 0), COHORT_EINVAL);
 	fx_free(f);
 }
 END_TEST
 
 static uintptr_t
-kv_cas(struct fx *f, struct fx_cli *c, const char *key, const char *exp,
+kv_cas(struct fx *f, struct srq_cli *c, const char *key, const char *exp,
     bool present, const char *want)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
@@ -317,10 +303,10 @@ END_TEST
 START_TEST(test_kv_without_membership)
 {
 	struct fx *f = kv_setup();
-	struct fx_cli tool;
+	struct srq_cli tool;
 
 	/* a tool that never joined (cohort CLI) uses the job's KV */
-	fx_cli_init(&tool, "j", 999, 99);
+	srq_cli_init(&tool, "j", 999, 99);
 	fx_want(f, fx_kv_set(f, &tool, "from-tool", "1"), COHORT_OK);
 	ck_assert(fx_payload_is(
 	    f, fx_kv_get(f, &kv_c[0], "from-tool", false, 0), "1"));
@@ -333,21 +319,7 @@ START_TEST(test_kv_without_membership)
 }
 END_TEST
 
-Suite *
-suite_srv_kv(void)
-{
-	Suite *s = suite_create("srv_kv");
-	TCase *tc = tcase_create("kv");
-
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_set_get);
-	tcase_add_test(tc, test_get_wait_released_by_set);
-	tcase_add_test(tc, test_wait_and_timeout);
-	tcase_add_test(tc, test_add_idempotent);
-	tcase_add_test(tc, test_compare_set_delete_num_keys);
-	tcase_add_test(tc, test_append_multi);
-	tcase_add_test(tc, test_limits_and_keys);
-	tcase_add_test(tc, test_kv_without_membership);
-	suite_add_tcase(s, tc);
-	return (s);
-}
+UNIT_SUITE(srv_kv, "kv", 30, test_set_get, test_get_wait_released_by_set,
+    test_wait_and_timeout, test_add_idempotent,
+    test_compare_set_delete_num_keys, test_append_multi, test_limits_and_keys,
+    test_kv_without_membership)

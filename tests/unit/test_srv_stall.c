@@ -10,11 +10,12 @@
 #include <string.h>
 
 #include "srv_fixture.h"
+#include "unit_suite.h"
 
 Suite *suite_srv_stall(void);
 
 static Cohort__JobStatus *
-st_status(struct fx *f, struct fx_cli *c)
+st_status(struct fx *f, struct srq_cli *c)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__StatusQuery q = COHORT__STATUS_QUERY__INIT;
@@ -40,7 +41,7 @@ st_stalled(Cohort__JobStatus *js)
 /* Ticks ms in steps of a second; ranks in hb[] heartbeat each step with
  * their own op, the others stay silent (they are parked). */
 static void
-st_run(struct fx *f, struct fx_cli *c, const int *hb, int nhb,
+st_run(struct fx *f, struct srq_cli *c, const int *hb, int nhb,
     const char *const *op, const uint64_t *seq, const bool *in_op,
     cohort__time ms)
 {
@@ -62,8 +63,7 @@ st_has(const char *s, const char *sub)
 
 START_TEST(test_control_plane_stall)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[3];
+	struct srq_cli c[3];
 	uintptr_t t0, t1;
 	Cohort__PendingOp *op;
 	Cohort__Reply *r;
@@ -115,14 +115,12 @@ START_TEST(test_control_plane_stall)
 	    "error: %s", r->error);
 	ck_assert_uint_eq(r->n_missing_ranks, 1);
 	fx_want(f, t1, COHORT_ETIMEDOUT);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_missing_rank_last_seen)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	uintptr_t t0;
 	Cohort__Reply *r;
 	const int hb[2] = { 0, 1 };
@@ -138,14 +136,12 @@ START_TEST(test_missing_rank_last_seen)
 	                  "rank 1 never arrived (rank 1 last seen 1.0 s ago "
 	                  "after barrier #16)"),
 	    "error: %s", r->error);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_data_plane_stall)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[3];
+	struct srq_cli c[3];
 	Cohort__JobStatus *js;
 	Cohort__PendingOp *op;
 	const int hb[3] = { 0, 1, 2 };
@@ -186,19 +182,17 @@ START_TEST(test_data_plane_stall)
 		st_run(f, c, hb, 3, ops, s2, in2, 2000);
 	}
 	ck_assert_ptr_null(st_stalled(st_status(f, &c[0])));
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_join_heartbeat_order)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c;
+	struct srq_cli c;
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__Join j = COHORT__JOIN__INIT;
 	Cohort__Reply *r;
 
-	fx_cli_init(&c, "j", 1, 1);
+	srq_cli_init(&c, "j", 1, 1);
 	j.rank = 0;
 	j.world_size = 1;
 	j.host = "h";
@@ -214,19 +208,17 @@ START_TEST(test_join_heartbeat_order)
 	j.dead_after_ms = 3000;
 	rq.seq = 0;
 	fx_want(f, fx_send(f, &c, &rq, NULL, 0), COHORT_OK);
-	fx_free(f);
 }
 END_TEST
 
 START_TEST(test_request_after_close_is_dropped)
 {
-	struct fx *f = fx_new();
-	struct fx_cli c[2];
+	struct srq_cli c[2];
 	uintptr_t t;
 	size_t drops;
 
-	fx_cli_init(&c[0], "j", 1, 7);
-	fx_cli_init(&c[1], "j", 2, 8);
+	srq_cli_init(&c[0], "j", 1, 7);
+	srq_cli_init(&c[1], "j", 2, 8);
 	/* The join left over connection 7 before its close event was
 	 * handled; handled after it, it must not make a member bound to a
 	 * dead connection. */
@@ -245,21 +237,10 @@ START_TEST(test_request_after_close_is_dropped)
 	/* The closed-pipe memory is pruned after a minute. */
 	fx_tick(f, 61000);
 	ck_assert_uint_eq(f->core->closed.n, 0);
-	fx_free(f);
 }
 END_TEST
 
-Suite *
-suite_srv_stall(void)
-{
-	Suite *s = suite_create("srv_stall");
-	TCase *tc = tcase_create("stall");
-
-	tcase_add_test(tc, test_control_plane_stall);
-	tcase_add_test(tc, test_missing_rank_last_seen);
-	tcase_add_test(tc, test_data_plane_stall);
-	tcase_add_test(tc, test_join_heartbeat_order);
-	tcase_add_test(tc, test_request_after_close_is_dropped);
-	suite_add_tcase(s, tc);
-	return (s);
-}
+UNIT_FIXTURE_SUITE(srv_stall, "stall", 0, fx_setup, fx_teardown,
+    test_control_plane_stall, test_missing_rank_last_seen,
+    test_data_plane_stall, test_join_heartbeat_order,
+    test_request_after_close_is_dropped)

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "check_cohort.h"
+#include "unit_suite.h"
 #include "cohort_impl.h"
 
 Suite *suite_status(void);
@@ -118,21 +119,7 @@ START_TEST(test_from_nng)
 }
 END_TEST
 
-Suite *
-suite_status(void)
-{
-	Suite *s = suite_create("status");
-	TCase *tc = tcase_create("status");
-
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_every_code_has_name_and_text);
-	tcase_add_test(tc, test_codes_are_dense_and_stable);
-	tcase_add_test(tc, test_names_are_unique);
-	tcase_add_test(tc, test_unknown_code);
-	tcase_add_test(tc, test_dtype_sizes_and_names);
-	tcase_add_test(tc, test_redop_names);
-	tcase_add_test(tc, test_err_returns_status_and_keeps_detail);
-	tcase_add_test(tc, test_from_nng);
-	suite_add_tcase(s, tc);
-	return (s);
-}
+UNIT_SUITE(status, "status", 30, test_every_code_has_name_and_text,
+    test_codes_are_dense_and_stable, test_names_are_unique, test_unknown_code,
+    test_dtype_sizes_and_names, test_redop_names,
+    test_err_returns_status_and_keeps_detail, test_from_nng)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "check_cohort.h"
+#include "unit_suite.h"
 #include "cohort_impl.h"
 
 START_TEST(test_defaults_are_ordered)
@@ -20,29 +21,31 @@ START_TEST(test_defaults_are_ordered)
 }
 END_TEST
 
-START_TEST(test_op_timeout_below_dead_after_refused)
+/* Options out of order are refused, the reason naming what they
+ * contradict (0: the default). */
+static const struct {
+	const char *name;
+	cohort_duration op_timeout, heartbeat_interval;
+	const char *why;
+} to_refused[] = {
+	{ "op timeout below dead-after", 2000, 0, "dead-after" },
+	{ "heartbeat not below dead-after", 0, 6000, "heartbeat" },
+};
+
+START_TEST(test_order_refused)
 {
 	cohort_options o;
 	char why[256];
 
 	cohort_options_init(&o);
-	o.op_timeout = 2000;
+	if (to_refused[_i].op_timeout != 0)
+		o.op_timeout = to_refused[_i].op_timeout;
+	if (to_refused[_i].heartbeat_interval != 0)
+		o.heartbeat_interval = to_refused[_i].heartbeat_interval;
 	ck_assert_cohort_err(
 	    cohort__timeouts_check(&o, why, sizeof(why)), COHORT_EINVAL);
-	ck_assert_ptr_nonnull(strstr(why, "dead-after"));
-}
-END_TEST
-
-START_TEST(test_heartbeat_not_below_dead_after_refused)
-{
-	cohort_options o;
-	char why[256];
-
-	cohort_options_init(&o);
-	o.heartbeat_interval = 6000;
-	ck_assert_cohort_err(
-	    cohort__timeouts_check(&o, why, sizeof(why)), COHORT_EINVAL);
-	ck_assert_ptr_nonnull(strstr(why, "heartbeat"));
+	ck_assert_msg(strstr(why, to_refused[_i].why) != NULL, "%s: %s",
+	    to_refused[_i].name, why);
 }
 END_TEST
 
@@ -88,14 +91,13 @@ Suite *suite_timeouts(void);
 Suite *
 suite_timeouts(void)
 {
-	Suite *s = suite_create("timeouts");
-	TCase *tc = tcase_create("order");
+	const TTest *tests[] = { test_defaults_are_ordered,
+		test_rendezvous_shorter_than_operation_refused,
+		test_environment_knobs, NULL };
+	const struct unit_loop loops[]
+	    = { { test_order_refused,
+		    (int)(sizeof(to_refused) / sizeof(to_refused[0])) },
+		      { NULL, 0 } };
 
-	tcase_add_test(tc, test_defaults_are_ordered);
-	tcase_add_test(tc, test_op_timeout_below_dead_after_refused);
-	tcase_add_test(tc, test_heartbeat_not_below_dead_after_refused);
-	tcase_add_test(tc, test_rendezvous_shorter_than_operation_refused);
-	tcase_add_test(tc, test_environment_knobs);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (unit_suite_loops("timeouts", "order", 0, tests, loops));
 }

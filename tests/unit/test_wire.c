@@ -8,6 +8,7 @@
 #include <nng/nng.h>
 
 #include "check_cohort.h"
+#include "unit_suite.h"
 #include "cohort_impl.h"
 
 Suite *suite_wire(void);
@@ -139,43 +140,48 @@ START_TEST(test_empty_payload_and_empty_envelope)
 }
 END_TEST
 
-START_TEST(test_short_message)
+/* m is refused as a request (EPROTO). */
+static void
+wire_refused(nng_msg *m)
 {
 	Cohort__Request *req;
 	const uint8_t *payload;
 	size_t plen;
+
+	ck_assert_cohort_err(
+	    cohort__wire_unpack_request(m, &req, &payload, &plen),
+	    COHORT_EPROTO);
+}
+
+/* A message of the n bytes at p is refused as a request. */
+static void
+wire_refused_bytes(const void *p, size_t n)
+{
 	nng_msg *m;
 
-	for (size_t n = 0; n < 4; n++) {
-		ck_assert_int_eq(nng_msg_alloc(&m, n), 0);
-		memset(nng_msg_body(m), 0, n);
-		ck_assert_cohort_err(
-		    cohort__wire_unpack_request(m, &req, &payload, &plen),
-		    COHORT_EPROTO);
-		nng_msg_free(m);
-	}
+	ck_assert_int_eq(nng_msg_alloc(&m, n), 0);
+	memcpy(nng_msg_body(m), p, n);
+	wire_refused(m);
+	nng_msg_free(m);
+}
+
+START_TEST(test_short_message)
+{
+	static const uint8_t zeros[4];
+
+	for (size_t n = 0; n < sizeof(zeros); n++)
+		wire_refused_bytes(zeros, n);
 }
 END_TEST
 
 START_TEST(test_truncated_frames)
 {
 	nng_msg *full = wire_sample_request();
-	size_t len = nng_msg_len(full);
-	Cohort__Request *req;
-	const uint8_t *payload;
-	size_t plen;
-	nng_msg *m;
 
 	/* every strict prefix is refused: the envelope length or the
 	 * payload length no longer matches */
-	for (size_t n = 0; n < len; n++) {
-		ck_assert_int_eq(nng_msg_alloc(&m, n), 0);
-		memcpy(nng_msg_body(m), nng_msg_body(full), n);
-		ck_assert_cohort_err(
-		    cohort__wire_unpack_request(m, &req, &payload, &plen),
-		    COHORT_EPROTO);
-		nng_msg_free(m);
-	}
+	for (size_t n = 0; n < nng_msg_len(full); n++)
+		wire_refused_bytes(nng_msg_body(full), n);
 	nng_msg_free(full);
 }
 END_TEST
@@ -184,20 +190,13 @@ START_TEST(test_envelope_length_lie)
 {
 	nng_msg *m = wire_sample_request();
 	uint8_t *p = nng_msg_body(m);
-	Cohort__Request *req;
-	const uint8_t *payload;
-	size_t plen;
 
 	/* L larger than the message */
 	p[0] = 0x7f;
-	ck_assert_cohort_err(
-	    cohort__wire_unpack_request(m, &req, &payload, &plen),
-	    COHORT_EPROTO);
+	wire_refused(m);
 	p[0] = 0xff;
 	p[1] = p[2] = p[3] = 0xff;
-	ck_assert_cohort_err(
-	    cohort__wire_unpack_request(m, &req, &payload, &plen),
-	    COHORT_EPROTO);
+	wire_refused(m);
 	nng_msg_free(m);
 }
 END_TEST
@@ -205,21 +204,14 @@ END_TEST
 START_TEST(test_payload_length_lie)
 {
 	nng_msg *m = wire_sample_request();
-	Cohort__Request *req;
-	const uint8_t *payload;
-	size_t plen;
 
 	/* one trailing byte more than payload_len says */
 	ck_assert_int_eq(nng_msg_append(m, "!", 1), 0);
-	ck_assert_cohort_err(
-	    cohort__wire_unpack_request(m, &req, &payload, &plen),
-	    COHORT_EPROTO);
+	wire_refused(m);
 	ck_assert_ptr_nonnull(strstr(cohort_last_error(), "payload_len"));
 	/* two fewer */
 	ck_assert_int_eq(nng_msg_chop(m, 3), 0);
-	ck_assert_cohort_err(
-	    cohort__wire_unpack_request(m, &req, &payload, &plen),
-	    COHORT_EPROTO);
+	wire_refused(m);
 	nng_msg_free(m);
 }
 END_TEST
@@ -287,23 +279,8 @@ START_TEST(test_pack_too_big)
 }
 END_TEST
 
-Suite *
-suite_wire(void)
-{
-	Suite *s = suite_create("wire");
-	TCase *tc = tcase_create("wire");
-
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_request_round_trip);
-	tcase_add_test(tc, test_reply_round_trip);
-	tcase_add_test(tc, test_empty_payload_and_empty_envelope);
-	tcase_add_test(tc, test_short_message);
-	tcase_add_test(tc, test_truncated_frames);
-	tcase_add_test(tc, test_envelope_length_lie);
-	tcase_add_test(tc, test_payload_length_lie);
-	tcase_add_test(tc, test_garbage_envelope);
-	tcase_add_test(tc, test_random_garbage_never_crashes);
-	tcase_add_test(tc, test_pack_too_big);
-	suite_add_tcase(s, tc);
-	return (s);
-}
+UNIT_SUITE(wire, "wire", 30, test_request_round_trip, test_reply_round_trip,
+    test_empty_payload_and_empty_envelope, test_short_message,
+    test_truncated_frames, test_envelope_length_lie, test_payload_length_lie,
+    test_garbage_envelope, test_random_garbage_never_crashes,
+    test_pack_too_big)

@@ -1,0 +1,351 @@
+/*
+ * test_tcp_algos.c - the collectives of the tcp backend
+ * (client/backend/tcp/algos.c and, for the allreduce, broadcast, allgather
+ * and reduce_scatter of one host, shm.c): every collective x dtype x op x
+ * in and out of place on 1 to 8 ranks in every mode of tcp_fixture.h,
+ * several MiB per rank, two groups at once, and ranks that disagree on a
+ * collective.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "tcp_fixture.h"
+#include "unit_suite.h"
+
+/* ------------------------------------------------------------------------ */
+/* Correctness: every collective x dtype x op x in/out of place             */
+/* ------------------------------------------------------------------------ */
+
+static const enum cohort__op_kind tt_reducing[]
+    = { COHORT__OP_ALLREDUCE, COHORT__OP_REDUCE, COHORT__OP_REDUCE_SCATTER };
+static const enum cohort__op_kind tt_moving[] = { COHORT__OP_BROADCAST,
+	COHORT__OP_ALLGATHER, COHORT__OP_ALLGATHERV, COHORT__OP_ALLTOALL,
+	COHORT__OP_GATHER, COHORT__OP_SCATTER, COHORT__OP_BARRIER };
+
+static void
+tt_body_matrix(struct tt_group *g, int r, void *state)
+{
+	uint64_t seq = 0;
+	int n = g->n;
+
+	for (size_t k = 0; k < 3; k++) {
+		for (int dt = 0; dt < COHORT_DTYPE_COUNT; dt++) {
+			for (int o = 0; o < COHORT_REDOP_COUNT; o++) {
+				size_t counts[4];
+				uint64_t h;
+
+				if (o == COHORT_MEAN
+				    && !th_elem_is_float((cohort_dtype)dt))
+					continue;
+				h = tw_mix(g->seed + seq);
+				/* 0, 1, an odd count, and one past the
+				 * small-message threshold (ring) */
+				counts[0] = 0;
+				counts[1] = 1;
+				counts[2] = 2 * (h % 600) + 3;
+				counts[3] = (k == 0 ? 20001 : 3001)
+				    + 2 * (h % 20000);
+				for (int c = 0; c < 4; c++) {
+					for (int ip = 0; ip < 2; ip++) {
+						struct tt_spec sp = {
+							.kind = tt_reducing[k],
+							.dt = (cohort_dtype)dt,
+							.op = (cohort_redop)o,
+							.inplace = ip == 1,
+							.count = counts[c],
+							.root = (int)(h
+							    % (uint64_t)n),
+							.seed = g->seed + seq,
+						};
+
+						seq++;
+						tt_one(g, r, state, &sp, seq);
+					}
+				}
+			}
+		}
+	}
+	for (size_t k = 0; k < sizeof(tt_moving) / sizeof(tt_moving[0]); k++) {
+		static const cohort_dtype dts[]
+		    = { COHORT_U8, COHORT_F32, COHORT_F64 };
+
+		for (int d = 0; d < 3; d++) {
+			for (int c = 0; c < 5; c++) {
+				uint64_t h = tw_mix(g->seed + seq);
+				size_t cnt = c == 0 ? 0
+				    : c == 1        ? 1
+				    : c == 2        ? 2 * (h % 500) + 1
+				    : c == 3        ? 40001 + 2 * (h % 9000)
+				                    : 300001;
+
+				if (c == 4 && d != 0)
+					continue;
+				for (int ip = 0; ip < 2; ip++) {
+					struct tt_spec sp = {
+						.kind = tt_moving[k],
+						.dt = dts[d],
+						.op = COHORT_SUM,
+						.inplace = ip == 1,
+						.count = cnt,
+						.root = (int)(h % (uint64_t)n),
+						.seed = g->seed + seq,
+					};
+
+					if (tt_moving[k] == COHORT__OP_ALLTOALL
+					    && ip == 1)
+						continue;
+					seq++;
+					tt_one(g, r, state, &sp, seq);
+				}
+			}
+		}
+	}
+}
+
+START_TEST(test_tcp_matrix)
+{
+	static struct tt_group g;
+	/* shm and tcp at every size, the mix at 3 and 4 ranks */
+	int n = 2 + _i % (TT_MAX_RANKS - 1);
+	int mode = _i / (TT_MAX_RANKS - 1);
+
+	if (mode == TT_MIXED)
+		n = 3 + _i % 2;
+
+	tt_set_mode(mode);
+	tt_run_group(n, "matrix", tt_body_matrix, &g);
+	tt_assert_mode(&g, mode);
+	tt_assert_no_failures(&g);
+	for (int r = 1; r < n; r++)
+		ck_assert_msg(g.hash[r] == g.hash[0],
+		    "allreduce results differ between rank 0 and rank %d", r);
+}
+END_TEST
+
+/* Several MiB per rank, the ring and chain paths at full length. */
+static void
+tt_body_big(struct tt_group *g, int r, void *state)
+{
+	int n = g->n;
+	const struct tt_spec specs[] = {
+		{ COHORT__OP_ALLREDUCE, COHORT_F32, COHORT_SUM, false,
+		    (6u << 20) / 4 + 3, 0, 11 },
+		{ COHORT__OP_ALLREDUCE, COHORT_F32, COHORT_SUM, true,
+		    (6u << 20) / 4 + 1, 0, 12 },
+		{ COHORT__OP_ALLREDUCE, COHORT_BF16, COHORT_MEAN, true,
+		    (3u << 20) + 5, 0, 13 },
+		{ COHORT__OP_ALLREDUCE, COHORT_I64, COHORT_MAX, false,
+		    (1u << 19) + 7, 0, 14 },
+		{ COHORT__OP_REDUCE, COHORT_F64, COHORT_SUM, false,
+		    (1u << 19) + 3, n - 1, 15 },
+		{ COHORT__OP_REDUCE, COHORT_F32, COHORT_MIN, true,
+		    (1u << 20) + 3, 0, 16 },
+		{ COHORT__OP_REDUCE_SCATTER, COHORT_F32, COHORT_MEAN, false,
+		    (1u << 20) / (size_t)n + 1, 0, 17 },
+		{ COHORT__OP_REDUCE_SCATTER, COHORT_I32, COHORT_SUM, true,
+		    (1u << 20) / (size_t)n + 3, 0, 18 },
+		{ COHORT__OP_ALLGATHER, COHORT_U8, COHORT_SUM, false,
+		    (2u << 20) + 1, 0, 19 },
+		{ COHORT__OP_BROADCAST, COHORT_U8, COHORT_SUM, false,
+		    (8u << 20) + 3, n / 2, 20 },
+		{ COHORT__OP_ALLTOALL, COHORT_F32, COHORT_SUM, false,
+		    (1u << 18) + 1, 0, 21 },
+	};
+
+	for (size_t k = 0; k < sizeof(specs) / sizeof(specs[0]); k++)
+		tt_one(g, r, state, &specs[k], k + 1);
+}
+
+START_TEST(test_tcp_big)
+{
+	static struct tt_group g;
+	static const int ns[] = { 2, 3, 4 };
+	int mode = _i / 3;
+
+	tt_set_mode(mode);
+	tt_run_group(ns[_i % 3], "big", tt_body_big, &g);
+	tt_assert_mode(&g, mode);
+	tt_assert_no_failures(&g);
+}
+END_TEST
+
+/* Two groups at once, each with its own threads and group id. */
+static void
+tt_body_some(struct tt_group *g, int r, void *state)
+{
+	for (int k = 0; k < 40; k++) {
+		struct tt_spec sp = {
+			.kind = k % 3 == 2 ? COHORT__OP_BROADCAST
+			                   : COHORT__OP_ALLREDUCE,
+			.dt = COHORT_F32,
+			.op = COHORT_SUM,
+			.inplace = k % 2,
+			.count = k % 5 == 0 ? 200001 : 1000 + (size_t)k,
+			.root = k % g->n,
+			.seed = g->seed + (uint64_t)k,
+		};
+
+		tt_one(g, r, state, &sp, (uint64_t)k + 1);
+	}
+}
+
+START_TEST(test_tcp_two_groups)
+{
+	static struct tt_group a, b;
+	struct tt_store s;
+
+	tt_store_init(&s);
+	tt_group_setup(&a, &s, 3, "groupA", tt_body_some);
+	tt_group_setup(&b, &s, 2, "groupB", tt_body_some);
+	b.seed = 999;
+	tt_group_start(&a, 0);
+	tt_group_start(&b, 1);
+	tt_group_join(&a);
+	tt_group_join(&b);
+	tt_assert_no_failures(&a);
+	tt_assert_no_failures(&b);
+	tt_store_fini(&s);
+}
+END_TEST
+
+/*
+ * Finding 6 of issue 12: ranks that disagree on a collective. Before, the
+ * tcp backend returned OK with wrong data (counts 64 vs 256: rank 1's
+ * elements 63..254 were 0). Now every rank gets EMISMATCH naming both
+ * sides. Loop i: scenario i / 2 on the shared-memory (even) or pure TCP
+ * (odd) path.
+ */
+/* One step of one rank: kind 0 is the same matching broadcast on both
+ * ranks; op and dtype 0 are sum and f32. */
+struct tt_mm_op {
+	enum cohort__op_kind kind;
+	size_t count;
+	int root;
+	cohort_redop op;
+	cohort_dtype dtype;
+};
+
+struct tt_mm_case {
+	const char *name;
+	struct tt_mm_op op[2][2]; /* [rank][step]: two operations */
+	const char *want[2]; /* both must be in the detail */
+};
+
+#define TT_AR COHORT__OP_ALLREDUCE
+#define TT_BC COHORT__OP_BROADCAST
+
+static const struct tt_mm_case tt_mm_cases[] = {
+	{ "count", { { { TT_AR, 64, 0, 0, 0 } }, { { TT_AR, 256, 0, 0, 0 } } },
+	    { "rank 100 count 64", "rank 101 count 256" } },
+	{ "root", { { { TT_BC, 64, 0, 0, 0 } }, { { TT_BC, 64, 1, 0, 0 } } },
+	    { "rank 100 root 0", "rank 101 root 1" } },
+	{ "op",
+	    { { { TT_AR, 64, 0, COHORT_SUM, 0 } },
+	        { { TT_AR, 64, 0, COHORT_MAX, 0 } } },
+	    { "rank 100 op sum", "rank 101 op max" } },
+	{ "dtype",
+	    { { { TT_AR, 64, 0, COHORT_SUM, COHORT_F32 } },
+	        { { TT_AR, 64, 0, COHORT_SUM, COHORT_F64 } } },
+	    { "rank 100 dtype f32", "rank 101 dtype f64" } },
+	{ "order",
+	    { { { TT_AR, 64, 0, 0, 0 }, { TT_BC, 64, 0, 0, 0 } },
+	        { { TT_BC, 64, 0, 0, 0 }, { TT_AR, 64, 0, 0, 0 } } },
+	    { "rank 100 allreduce", "rank 101 broadcast" } },
+};
+
+#define TT_MM_CASES (sizeof(tt_mm_cases) / sizeof(tt_mm_cases[0]))
+
+static int tt_mm_case_i;
+static cohort_status tt_mm_rv[2][2];
+static char tt_mm_err[2][2][TT_ERRLEN];
+
+static void
+tt_body_mismatch(struct tt_group *g, int r, void *state)
+{
+	const struct tt_mm_case *c = &tt_mm_cases[tt_mm_case_i];
+	double *buf = calloc(512, sizeof(double));
+
+	for (int k = 0; k < 2; k++) {
+		const struct tt_mm_op *m = &c->op[r][k];
+		struct cohort__op op;
+
+		memset(&op, 0, sizeof(op));
+		op.kind = m->kind != 0 ? m->kind : COHORT__OP_BROADCAST;
+		op.count = m->kind != 0 ? m->count : 16;
+		op.root = m->root;
+		op.op = m->op != 0 ? m->op : COHORT_SUM;
+		op.dtype = m->dtype != 0 ? m->dtype : COHORT_F32;
+		op.send = buf;
+		op.recv = buf;
+		op.seq = (uint64_t)k + 1;
+		tt_mm_rv[r][k] = cohort__tcp_backend.run(state, &op,
+		    tt_mm_err[r][k], TT_ERRLEN, cohort__now_ms() + 20000);
+	}
+	free(buf);
+}
+
+START_TEST(test_tcp_mismatch_detected)
+{
+	static struct tt_group g;
+	const struct tt_mm_case *c = &tt_mm_cases[_i / 2];
+	int mode = _i % 2 == 0 ? TT_SHM : TT_PURE;
+
+	tt_mm_case_i = _i / 2;
+	memset(tt_mm_rv, 0, sizeof(tt_mm_rv));
+	memset(tt_mm_err, 0, sizeof(tt_mm_err));
+	tt_set_mode(mode);
+	tt_run_group(2, "mm", tt_body_mismatch, &g);
+	tt_assert_mode(&g, mode);
+	for (int r = 0; r < 2; r++) {
+		fprintf(stderr, "mismatch %s (%s) rank %d: %s: %s\n", c->name,
+		    tt_mode_name[mode], r, cohort_status_name(tt_mm_rv[r][0]),
+		    tt_mm_err[r][0]);
+		ck_assert_msg(tt_mm_rv[r][0] == COHORT_EMISMATCH,
+		    "%s: rank %d got %s: %s", c->name, r,
+		    cohort_status_name(tt_mm_rv[r][0]), tt_mm_err[r][0]);
+		ck_assert_msg(strstr(tt_mm_err[r][0], c->want[0]) != NULL
+		        && strstr(tt_mm_err[r][0], c->want[1]) != NULL,
+		    "%s: rank %d: '%s' does not name '%s' and '%s'", c->name,
+		    r, tt_mm_err[r][0], c->want[0], c->want[1]);
+	}
+	/* A disagreement found before any data moved leaves the group
+	 * usable: the next (matching) broadcast works. */
+	if (strcmp(c->name, "root") == 0)
+		for (int r = 0; r < 2; r++)
+			ck_assert_msg(tt_mm_rv[r][1] == COHORT_OK,
+			    "rank %d after the mismatch: %s: %s", r,
+			    cohort_status_name(tt_mm_rv[r][1]),
+			    tt_mm_err[r][1]);
+}
+END_TEST
+
+START_TEST(test_tcp_size_one)
+{
+	static struct tt_group g;
+
+	tt_run_group(1, "solo", tt_body_matrix, &g);
+	tt_assert_no_failures(&g);
+}
+END_TEST
+
+Suite *suite_tcp_algos(void);
+
+Suite *
+suite_tcp_algos(void)
+{
+	const TTest *tests[]
+	    = { test_tcp_size_one, test_tcp_two_groups, NULL };
+	const struct unit_loop loops[]
+	    = { { test_tcp_matrix, 2 * (TT_MAX_RANKS - 1) + 2 },
+		      { test_tcp_big, 2 * 3 + 1 }, { NULL, 0 } };
+	const struct unit_loop mismatch[]
+	    = { { test_tcp_mismatch_detected, 2 * (int)TT_MM_CASES },
+		      { NULL, 0 } };
+	const struct unit_case cases[] = {
+		{ "collectives", 120, tests, loops, NULL, NULL },
+		{ "mismatch", 60, NULL, mismatch, NULL, NULL },
+		{ NULL, 0, NULL, NULL, NULL, NULL },
+	};
+
+	return (unit_suite_cases("tcp_algos", cases));
+}

@@ -1,0 +1,151 @@
+/*
+ * test_tcp_xfer.c - the tcp backend's transfer engines
+ * (client/backend/tcp/xfer.c) when a peer disappears mid-collective, when
+ * the run is aborted (abort() or the group's flag) and at its deadline,
+ * in every mode of tcp_fixture.h.
+ */
+#include <poll.h>
+#include <string.h>
+
+#include "tcp_fixture.h"
+#include "unit_suite.h"
+
+/* Ranks 0 and 1 allreduce 32 MiB; rank 2 closes its connections once
+ * they are in the call. */
+static void
+tt_body_vanish(struct tt_group *g, int r, void *state)
+{
+	size_t count = 8u << 20;
+	float *buf;
+	struct cohort__op op;
+	int64_t t0;
+
+	if (r == 2) {
+		th_wait_until(tt_in_run_ge, g, 500, 10);
+		/* abort() shuts the sockets down: a hard disappearance. */
+		cohort__tcp_backend.abort(state);
+		return;
+	}
+	buf = calloc(count, sizeof(float));
+	op = tt_sum_op(buf, count, 12);
+	atomic_fetch_add(&g->in_run, 1);
+	t0 = cohort__now_ms();
+	g->run_rv[r] = cohort__tcp_backend.run(
+	    state, &op, g->run_err[r], TT_ERRLEN, cohort__now_ms() + 20000);
+	g->run_ms[r] = cohort__now_ms() - t0;
+	free(buf);
+}
+
+START_TEST(test_tcp_peer_vanishes_mid_allreduce)
+{
+	static struct tt_group g;
+	struct tt_store s;
+
+	tt_set_mode(_i);
+	tt_store_init(&s);
+	tt_group_setup(&g, &s, 3, "vanish", tt_body_vanish);
+	g.iters = 2;
+	tt_group_start(&g, 0);
+	tt_group_join(&g);
+	tt_assert_mode(&g, _i);
+	for (int r = 0; r < 2; r++) {
+		ck_assert_msg(g.run_rv[r] == COHORT_EPEERLOST,
+		    "rank %d: %s: %s", r, cohort_status_name(g.run_rv[r]),
+		    g.run_err[r]);
+		ck_assert_msg(strstr(g.run_err[r], "rank 102") != NULL
+		        && strstr(g.run_err[r], "allreduce #12") != NULL,
+		    "rank %d: %s", r, g.run_err[r]);
+		ck_assert_int_lt(g.run_ms[r], 5000);
+	}
+	tt_store_fini(&s);
+}
+END_TEST
+
+struct tt_aborter {
+	struct tt_group *g;
+	void *state;
+	bool use_flag;
+};
+
+static void *
+tt_abort_thread(void *arg)
+{
+	struct tt_aborter *a = arg;
+
+	th_wait_until(tt_in_run_ge, a->g, 500, 10);
+	/* Let the run reach poll(). */
+	(void)poll(NULL, 0, 50);
+	if (a->use_flag)
+		atomic_store(&a->g->abort_flag[0], 1);
+	else
+		cohort__tcp_backend.abort(a->state);
+	return (NULL);
+}
+
+/* Rank 0 allreduces alone (rank 1 never joins the call) and is aborted
+ * from another thread; then a deadline case. */
+static void
+tt_body_abort(struct tt_group *g, int r, void *state)
+{
+	float buf[1000] = { 0 };
+	struct cohort__op op = tt_sum_op(buf, 1000, 3);
+	struct tt_aborter ab = { g, state, g->seed == 1 };
+	pthread_t th;
+	int64_t t0;
+
+	if (r != 0)
+		return;
+	/* Deadline first: names the rank we wait for. */
+	t0 = cohort__now_ms();
+	g->run_rv[1] = cohort__tcp_backend.run(
+	    state, &op, g->run_err[1], TT_ERRLEN, cohort__now_ms() + 300);
+	g->run_ms[1] = cohort__now_ms() - t0;
+
+	op.seq = 4;
+	ck_assert_int_eq(pthread_create(&th, NULL, tt_abort_thread, &ab), 0);
+	atomic_fetch_add(&g->in_run, 1);
+	t0 = cohort__now_ms();
+	g->run_rv[0] = cohort__tcp_backend.run(
+	    state, &op, g->run_err[0], TT_ERRLEN, cohort__now_ms() + 20000);
+	g->run_ms[0] = cohort__now_ms() - t0;
+	pthread_join(th, NULL);
+}
+
+START_TEST(test_tcp_abort_unblocks_run)
+{
+	static struct tt_group g;
+	struct tt_store s;
+
+	tt_set_mode(_i / 2);
+	tt_store_init(&s);
+	tt_group_setup(&g, &s, 2, "abort", tt_body_abort);
+	g.iters = 1;
+	g.seed = (uint64_t)(_i % 2); /* 0: abort(), 1: the group's flag */
+	tt_group_start(&g, 0);
+	tt_group_join(&g);
+	tt_assert_mode(&g, _i / 2);
+	ck_assert_msg(g.run_rv[1] == COHORT_ETIMEDOUT, "%s: %s",
+	    cohort_status_name(g.run_rv[1]), g.run_err[1]);
+	ck_assert_msg(strstr(g.run_err[1], "waiting for rank 101") != NULL,
+	    "%s", g.run_err[1]);
+	ck_assert_int_lt(g.run_ms[1], 1500);
+	ck_assert_msg(g.run_rv[0] == COHORT_EABORTED, "%s: %s",
+	    cohort_status_name(g.run_rv[0]), g.run_err[0]);
+	/* 50 ms head start + at most one poll period. */
+	ck_assert_int_lt(g.run_ms[0], 2000);
+	tt_store_fini(&s);
+}
+END_TEST
+
+Suite *suite_tcp_xfer(void);
+
+Suite *
+suite_tcp_xfer(void)
+{
+	const struct unit_loop loops[]
+	    = { { test_tcp_peer_vanishes_mid_allreduce, TT_NMODES },
+		      { test_tcp_abort_unblocks_run, 2 * TT_NMODES },
+		      { NULL, 0 } };
+
+	return (unit_suite_loops("tcp_xfer", "failures", 60, NULL, loops));
+}

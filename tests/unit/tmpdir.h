@@ -1,0 +1,79 @@
+/*
+ * tmpdir.h - a fresh directory or file under $TMPDIR (else /tmp), and a
+ * directory's removal with the files in it, for the tests' stores, state
+ * directories and secret files and the fuzz targets (tests/unit and
+ * fuzz/). Header-only.
+ */
+#ifndef COHORT_TMPDIR_H
+#define COHORT_TMPDIR_H
+
+#include <dirent.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Creates <$TMPDIR or /tmp>/<prefix>-XXXXXX into buf; false on failure. */
+static inline bool
+tmpdir_make(char *buf, size_t len, const char *prefix)
+{
+	const char *t = getenv("TMPDIR");
+
+	snprintf(buf, len, "%s/%s-XXXXXX",
+	    t != NULL && t[0] != '\0' ? t : "/tmp", prefix);
+	return (mkdtemp(buf) != NULL);
+}
+
+/* Writes text to path, replacing what was there; false on failure. */
+static inline bool
+tmpfile_write(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	bool ok;
+
+	if (f == NULL)
+		return (false);
+	ok = fputs(text, f) >= 0;
+	return (fclose(f) == 0 && ok);
+}
+
+/* Creates a fresh file <$TMPDIR or /tmp>/<prefix>-XXXXXX (its path into
+ * buf) holding text; false on failure. */
+static inline bool
+tmpfile_make(char *buf, size_t len, const char *prefix, const char *text)
+{
+	const char *t = getenv("TMPDIR");
+	int fd;
+
+	snprintf(buf, len, "%s/%s-XXXXXX",
+	    t != NULL && t[0] != '\0' ? t : "/tmp", prefix);
+	if ((fd = mkstemp(buf)) < 0)
+		return (false);
+	close(fd);
+	return (tmpfile_write(buf, text));
+}
+
+/* Removes dir and the files in it (no subdirectories); false if dir is
+ * still there. */
+static inline bool
+tmpdir_remove(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char p[1024];
+
+	if (d == NULL)
+		return (false);
+	while ((e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0
+		    || strcmp(e->d_name, "..") == 0)
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+		(void)unlink(p);
+	}
+	closedir(d);
+	return (rmdir(dir) == 0);
+}
+
+#endif /* COHORT_TMPDIR_H */
