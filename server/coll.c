@@ -275,6 +275,13 @@ group_same(const struct srv_group *g, const int32_t *ranks, size_t n)
 	    g->n == n && memcmp(g->ranks, ranks, n * sizeof(int32_t)) == 0);
 }
 
+static void group_withdraw(struct srv_call *c);
+static void group_expire(struct srv_call *c, cohort__time now);
+
+/* A creation waits in its group's arrivals. */
+static const struct srv_park_ops group_park
+    = { SRV_PARK_GROUP, group_withdraw, group_expire };
+
 void
 srv_group_handle(
     struct srv_call *c, const Cohort__GroupCreate *gc, cohort__time now)
@@ -384,7 +391,7 @@ srv_group_handle(
 	g->arr[grank] = c;
 	g->narr++;
 	c->owner = g;
-	srv_call_park(c, SRV_PARK_GROUP);
+	srv_call_park(c, &group_park);
 	if (g->narr < g->n)
 		return;
 	g->complete = true;
@@ -397,8 +404,8 @@ srv_group_handle(
 	g->narr = 0;
 }
 
-void
-srv_group_withdraw(struct srv_call *c)
+static void
+group_withdraw(struct srv_call *c)
 {
 	struct srv_group *g = c->owner;
 
@@ -409,14 +416,13 @@ srv_group_withdraw(struct srv_call *c)
 		group_free(c->job, g);
 }
 
-void
-srv_group_expire(struct srv_call *c, cohort__time now)
+static void
+group_expire(struct srv_call *c, cohort__time now)
 {
 	struct srv_group *g = c->owner;
 	int32_t *miss = calloc(g->n + 1, sizeof(int32_t));
 	size_t nm = 0;
 	char rb[512], secs[32], name[SRV_MAX_NAME + 1];
-	Cohort__Reply rep;
 	char buf[1024];
 
 	cohort__strlcpy(name, g->name, sizeof(name));
@@ -425,17 +431,11 @@ srv_group_expire(struct srv_call *c, cohort__time now)
 			miss[nm++] = g->ranks[i];
 	srv_fmt_ranks(rb, sizeof(rb), miss, nm);
 	srv_fmt_secs(secs, sizeof(secs), now - c->start);
-	srv_call_withdraw(c, now);
 	snprintf(buf, sizeof(buf),
 	    "creation of group '%s' timed out after %s; rank%s %s never "
 	    "arrived",
 	    name, secs, nm == 1 ? "" : "s", rb);
-	srv_reply_init(&rep, c, COHORT_ETIMEDOUT);
-	rep.error = buf;
-	rep.n_missing_ranks = nm;
-	rep.missing_ranks = miss;
-	srv_call_answer(c, &rep, NULL, 0);
-	free(miss);
+	srv_call_timed_out(c, now, buf, miss, nm);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -823,6 +823,13 @@ coll_validate(struct srv_call *c, const Cohort__Collective *co)
 	return (true);
 }
 
+static void coll_withdraw(struct srv_call *c);
+static void coll_expire(struct srv_call *c, cohort__time now);
+
+/* An arrival waits in its collective's calls. */
+static const struct srv_park_ops coll_park
+    = { SRV_PARK_COLL, coll_withdraw, coll_expire };
+
 void
 srv_coll_handle(
     struct srv_call *c, const Cohort__Collective *req, cohort__time now)
@@ -958,7 +965,7 @@ srv_coll_handle(
 			co->calls[grank] = c;
 			co->nparked++;
 			c->owner = co;
-			srv_call_park(c, SRV_PARK_COLL);
+			srv_call_park(c, &coll_park);
 			return;
 		}
 		if (coll_done(co))
@@ -968,13 +975,13 @@ srv_coll_handle(
 	co->calls[grank] = c;
 	co->nparked++;
 	c->owner = co;
-	srv_call_park(c, SRV_PARK_COLL);
+	srv_call_park(c, &coll_park);
 	if (co->narrived == g->n)
 		coll_complete(co);
 }
 
-void
-srv_coll_withdraw(struct srv_call *c)
+static void
+coll_withdraw(struct srv_call *c)
 {
 	struct srv_coll *co = c->owner;
 
@@ -987,8 +994,8 @@ srv_coll_withdraw(struct srv_call *c)
 		coll_free(co);
 }
 
-void
-srv_coll_expire(struct srv_call *c, cohort__time now)
+static void
+coll_expire(struct srv_call *c, cohort__time now)
 {
 	struct srv_coll *co = c->owner;
 	struct srv_group *g = co->g;
@@ -998,7 +1005,6 @@ srv_coll_expire(struct srv_call *c, cohort__time now)
 	char rb[512], secs[32], what[700], buf[2400], doing[800];
 	const struct srv_member *self
 	    = c->client != NULL ? c->client->member : NULL;
-	Cohort__Reply rep;
 
 	for (uint32_t i = 0; miss != NULL && i < g->n; i++) {
 		if (co->arrived[i])
@@ -1032,13 +1038,7 @@ srv_coll_expire(struct srv_call *c, cohort__time now)
 		cohort__appendf(buf, sizeof(buf), &off,
 		    "; heartbeat dead-after is %s", secs);
 	}
-	srv_call_withdraw(c, now);
-	srv_reply_init(&rep, c, COHORT_ETIMEDOUT);
-	rep.error = buf;
-	rep.n_missing_ranks = nm;
-	rep.missing_ranks = miss;
-	srv_call_answer(c, &rep, NULL, 0);
-	free(miss);
+	srv_call_timed_out(c, now, buf, miss, nm);
 }
 
 static void

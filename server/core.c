@@ -252,6 +252,7 @@ call_unpark(struct srv_call *c)
 	heap_remove(c->core, c);
 	srv_list_remove(&c->clink);
 	c->park = SRV_PARK_NONE;
+	c->park_ops = NULL;
 	c->core->nparked--;
 }
 
@@ -506,10 +507,11 @@ srv_call_drop(struct srv_call *c)
 }
 
 void
-srv_call_park(struct srv_call *c, enum srv_park kind)
+srv_call_park(struct srv_call *c, const struct srv_park_ops *ops)
 {
 	COHORT__ASSERT(c->park == SRV_PARK_NONE);
-	c->park = kind;
+	c->park = ops->kind;
+	c->park_ops = ops;
 	c->core->nparked++;
 	if (c->client != NULL)
 		srv_list_append(&c->client->parked, &c->clink);
@@ -526,25 +528,9 @@ void
 srv_call_withdraw(struct srv_call *c, cohort__time now)
 {
 	(void)now;
-	switch (c->park) {
-	case SRV_PARK_JOIN:
-		srv_job_withdraw_join(c);
-		break;
-	case SRV_PARK_COLL:
-		srv_coll_withdraw(c);
-		break;
-	case SRV_PARK_GROUP:
-		srv_group_withdraw(c);
-		break;
-	case SRV_PARK_WATCH:
-		srv_list_remove(&c->olink);
-		break;
-	case SRV_PARK_KV:
-		srv_kv_withdraw(c);
-		break;
-	case SRV_PARK_NONE:
+	if (c->park == SRV_PARK_NONE)
 		return;
-	}
+	c->park_ops->withdraw(c);
 	call_unpark(c);
 }
 
@@ -552,25 +538,23 @@ void
 srv_call_expire(struct srv_call *c, cohort__time now)
 {
 	c->core->m.timeouts++;
-	switch (c->park) {
-	case SRV_PARK_JOIN:
-		srv_job_expire_join(c, now);
-		break;
-	case SRV_PARK_COLL:
-		srv_coll_expire(c, now);
-		break;
-	case SRV_PARK_GROUP:
-		srv_group_expire(c, now);
-		break;
-	case SRV_PARK_WATCH:
-		srv_job_expire_watch(c, now);
-		break;
-	case SRV_PARK_KV:
-		srv_kv_expire(c, now);
-		break;
-	case SRV_PARK_NONE:
-		break;
-	}
+	if (c->park != SRV_PARK_NONE)
+		c->park_ops->expire(c, now);
+}
+
+void
+srv_call_timed_out(struct srv_call *c, cohort__time now, const char *why,
+    int32_t *miss, size_t nm)
+{
+	Cohort__Reply rep;
+
+	srv_call_withdraw(c, now);
+	srv_reply_init(&rep, c, COHORT_ETIMEDOUT);
+	rep.error = (char *)why;
+	rep.n_missing_ranks = nm;
+	rep.missing_ranks = miss;
+	srv_call_answer(c, &rep, NULL, 0);
+	free(miss);
 }
 
 void

@@ -323,6 +323,22 @@ rdzv_complete(struct srv_job *job, cohort__time now)
 	free(lr);
 }
 
+static void job_withdraw_join(struct srv_call *c);
+static void job_expire_join(struct srv_call *c, cohort__time now);
+static void job_expire_watch(struct srv_call *c, cohort__time now);
+
+static void
+job_withdraw_watch(struct srv_call *c)
+{
+	srv_list_remove(&c->olink);
+}
+
+/* A join waits in the rendezvous; a watch in job->watchers. */
+static const struct srv_park_ops job_park_join
+    = { SRV_PARK_JOIN, job_withdraw_join, job_expire_join };
+static const struct srv_park_ops job_park_watch
+    = { SRV_PARK_WATCH, job_withdraw_watch, job_expire_watch };
+
 void
 srv_job_join(struct srv_call *c, const Cohort__Join *j, cohort__time now)
 {
@@ -465,13 +481,13 @@ srv_job_join(struct srv_call *c, const Cohort__Join *j, cohort__time now)
 	else
 		srv_list_append(&job->rdzv_auto, &c->olink);
 	job->rdzv_n++;
-	srv_call_park(c, SRV_PARK_JOIN);
+	srv_call_park(c, &job_park_join);
 	if (job->rdzv_n == job->rdzv_world)
 		rdzv_complete(job, now);
 }
 
-void
-srv_job_withdraw_join(struct srv_call *c)
+static void
+job_withdraw_join(struct srv_call *c)
 {
 	struct srv_job *job = c->job;
 
@@ -483,8 +499,8 @@ srv_job_withdraw_join(struct srv_call *c)
 		rdzv_reset(job);
 }
 
-void
-srv_job_expire_join(struct srv_call *c, cohort__time now)
+static void
+job_expire_join(struct srv_call *c, cohort__time now)
 {
 	struct srv_job *job = c->job;
 	uint32_t w = job->rdzv_world, nauto = 0, joined = job->rdzv_n;
@@ -492,7 +508,6 @@ srv_job_expire_join(struct srv_call *c, cohort__time now)
 	size_t nm = 0;
 	struct srv_link *l;
 	char rb[512], secs[32], buf[1024];
-	Cohort__Reply rep;
 
 	for (l = job->rdzv_auto.next; l != &job->rdzv_auto; l = l->next)
 		nauto++;
@@ -512,13 +527,7 @@ srv_job_expire_join(struct srv_call *c, cohort__time now)
 	    "rendezvous of job '%s' timed out after %s: %u of %u ranks "
 	    "joined; missing rank%s %s",
 	    job->name, secs, joined, w, nm == 1 ? "" : "s", rb);
-	srv_call_withdraw(c, now);
-	srv_reply_init(&rep, c, COHORT_ETIMEDOUT);
-	rep.error = buf;
-	rep.n_missing_ranks = nm;
-	rep.missing_ranks = miss;
-	srv_call_answer(c, &rep, NULL, 0);
-	free(miss);
+	srv_call_timed_out(c, now, buf, miss, nm);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -618,11 +627,11 @@ srv_job_watch(struct srv_call *c, cohort__time now)
 		return;
 	}
 	srv_list_append(&job->watchers, &c->olink);
-	srv_call_park(c, SRV_PARK_WATCH);
+	srv_call_park(c, &job_park_watch);
 }
 
-void
-srv_job_expire_watch(struct srv_call *c, cohort__time now)
+static void
+job_expire_watch(struct srv_call *c, cohort__time now)
 {
 	Cohort__Reply rep;
 

@@ -257,8 +257,8 @@ kv_unlink(struct srv_job *job, struct srv_call *c, size_t i)
 	}
 }
 
-void
-srv_kv_withdraw(struct srv_call *c)
+static void
+kv_withdraw(struct srv_call *c)
 {
 	for (size_t i = 0; i < c->nkeys; i++)
 		kv_unlink(c->job, c, i);
@@ -388,6 +388,12 @@ kv_answer_values(struct srv_call *c, int op)
 	}
 }
 
+static void kv_expire(struct srv_call *c, cohort__time now);
+
+/* A wait sits in the waiter list of every absent key. */
+static const struct srv_park_ops kv_park
+    = { SRV_PARK_KV, kv_withdraw, kv_expire };
+
 /* get(wait) / multi_get / wait: answer now or park. */
 static void
 kv_wait_keys(
@@ -437,22 +443,22 @@ kv_wait_keys(
 		return;
 	}
 	if ((miss = kv_register(c)) < 0) {
-		srv_kv_withdraw(c);
+		kv_withdraw(c);
 		goto out_nomem;
 	}
 	if (miss == 0) {
 		kv_answer_values(c, op);
 		return;
 	}
-	srv_call_park(c, SRV_PARK_KV);
+	srv_call_park(c, &kv_park);
 	return;
 
 out_nomem:
 	srv_call_fail(c, COHORT_ENOMEM, "out of memory");
 }
 
-void
-srv_kv_expire(struct srv_call *c, cohort__time now)
+static void
+kv_expire(struct srv_call *c, cohort__time now)
 {
 	struct srv_kv *kv = &c->job->kv;
 	char buf[1400], secs[32];
