@@ -12,12 +12,14 @@
 #include <malloc.h>
 #endif
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "cohort_common.h"
 #include "knobs.h"
 #include "server.h"
@@ -236,22 +238,278 @@ main_level(const char *s)
 	return (-1);
 }
 
+enum {
+	MAIN_LISTEN = COHORT__CLI_LONG,
+	MAIN_JOB,
+	MAIN_ADMIN_TOKEN_FILE,
+	MAIN_ADMIN_TOKEN,
+	MAIN_JOB_EXPIRY,
+	MAIN_TORCH_STORE,
+	MAIN_TORCH_STORE_TIMEOUT,
+	MAIN_METRICS_MAX_RANKS,
+	MAIN_LOG_LEVEL,
+	MAIN_DRAIN,
+	MAIN_READY_FD,
+	MAIN_EXIT_WHEN_IDLE,
+	MAIN_VERSION,
+	MAIN_FIELD, /* the options of main_fields from here */
+};
+
+/* Options that set one field of the server's configuration. */
+static const struct main_field {
+	const char *name;
+	enum { MAIN_FLAG, MAIN_STR, MAIN_U64, MAIN_MS32 } kind;
+	size_t off;
+} main_fields[] = {
+#define MAIN_F(name, kind, field)                                             \
+	{                                                                     \
+		name, kind, offsetof(struct cohort__srv_config, field)        \
+	}
+	MAIN_F("require-token", MAIN_FLAG, require_token),
+	MAIN_F("open-status", MAIN_FLAG, open_status),
+	MAIN_F("metrics-per-job", MAIN_FLAG, metrics_per_job),
+	MAIN_F("tls-verify-clients", MAIN_FLAG, tls_verify_clients),
+	MAIN_F("recover", MAIN_FLAG, state_recover),
+	MAIN_F("tls-cert", MAIN_STR, tls_cert),
+	MAIN_F("tls-key", MAIN_STR, tls_key),
+	MAIN_F("tls-ca", MAIN_STR, tls_ca),
+	MAIN_F("http", MAIN_STR, http),
+	MAIN_F("state-dir", MAIN_STR, state_dir),
+	MAIN_F("fsync", MAIN_STR, fsync),
+	MAIN_F("max-value-bytes", MAIN_U64, max_value_bytes),
+	MAIN_F("max-job-bytes", MAIN_U64, max_job_bytes),
+	MAIN_F("max-keys", MAIN_U64, max_keys),
+	MAIN_F("max-total-bytes", MAIN_U64, max_total_bytes),
+	MAIN_F("max-total-keys", MAIN_U64, max_total_keys),
+	MAIN_F("max-jobs", MAIN_U64, max_jobs),
+	MAIN_F("max-members", MAIN_U64, max_members),
+	MAIN_F("max-total-members", MAIN_U64, max_total_members),
+	MAIN_F("stall-threshold", MAIN_MS32, stall_threshold_ms),
+	MAIN_F("first-request-timeout", MAIN_MS32, first_request_ms),
+	MAIN_F("idle-timeout", MAIN_MS32, idle_ms),
+	MAIN_F("restore-grace", MAIN_MS32, restore_grace_ms),
+#undef MAIN_F
+};
+
+#define MAIN_NFIELDS (sizeof(main_fields) / sizeof(main_fields[0]))
+
+/* The others, then those of main_fields (main_parse adds them). */
+#define MAIN_NOTHERS 14
+static struct option main_options[MAIN_NOTHERS + MAIN_NFIELDS + 1] = {
+	{ "listen", required_argument, NULL, MAIN_LISTEN },
+	{ "job", required_argument, NULL, MAIN_JOB },
+	{ "admin-token-file", required_argument, NULL, MAIN_ADMIN_TOKEN_FILE },
+	{ "admin-token", required_argument, NULL, MAIN_ADMIN_TOKEN },
+	{ "job-expiry", required_argument, NULL, MAIN_JOB_EXPIRY },
+	{ "torch-store", required_argument, NULL, MAIN_TORCH_STORE },
+	{ "torch-store-timeout", required_argument, NULL,
+	    MAIN_TORCH_STORE_TIMEOUT },
+	{ "metrics-max-ranks", required_argument, NULL,
+	    MAIN_METRICS_MAX_RANKS },
+	{ "log-level", required_argument, NULL, MAIN_LOG_LEVEL },
+	{ "drain", required_argument, NULL, MAIN_DRAIN },
+	{ "ready-fd", required_argument, NULL, MAIN_READY_FD },
+	{ "exit-when-idle", required_argument, NULL, MAIN_EXIT_WHEN_IDLE },
+	{ "version", no_argument, NULL, MAIN_VERSION },
+	{ "help", no_argument, NULL, 'h' },
+};
+
+static const struct cohort__cli main_cli
+    = { "cohortd", "h", main_options, main_usage };
+
+/* What the command line sets besides the server's configuration. */
+struct main_args {
+	struct cohort__srv_config *cfg;
+	const char **listen, **jobs, **tstores;
+	char **job_specs;
+	char *admin;
+	const char *admin_file;
+	int ready_fd;
+	uint64_t idle_exit_ms;
+	/* UINT64_MAX: the default, MAIN_DEFAULT_DRAIN_MS with --http (a
+	 * readiness probe to drain for), else none */
+	uint64_t drain_ms;
+};
+
+/* A value up to max (ms), at least 1: "--OPT: 1 to MAX ms" otherwise. */
+static int
+main_u32(const char *opt, const char *s, uint32_t *out)
+{
+	uint64_t v;
+
+	if (main_u64(opt, s, &v) != 0)
+		return (-1);
+	if (v > UINT32_MAX) {
+		fprintf(stderr, "cohortd: %s: 1 to %u ms\n", opt, UINT32_MAX);
+		return (-1);
+	}
+	*out = (uint32_t)v;
+	return (0);
+}
+
+static int
+main_field(
+    struct cohort__srv_config *cfg, const struct main_field *f, const char *v)
+{
+	char name[64];
+	void *p = (char *)cfg + f->off;
+
+	snprintf(name, sizeof(name), "--%s", f->name);
+	switch (f->kind) {
+	case MAIN_FLAG:
+		*(bool *)p = true;
+		return (0);
+	case MAIN_STR:
+		*(const char **)p = v;
+		return (0);
+	case MAIN_U64:
+		return (main_u64(name, v, p));
+	default:
+		return (main_u32(name, v, p));
+	}
+}
+
+/* A list option (--listen, --job, --torch-store): at most MAIN_MAX_LIST. */
+static int
+main_list(const char *opt, const char **list, size_t *n, const char *v)
+{
+	if (*n >= MAIN_MAX_LIST) {
+		fprintf(
+		    stderr, "cohortd: --%s: at most %d\n", opt, MAIN_MAX_LIST);
+		return (-1);
+	}
+	list[(*n)++] = v;
+	return (0);
+}
+
+/* One option: 0, 1 for "exit 0" (--help, --version), -1 for a bad one
+ * (said). */
+static int
+main_option(struct main_args *a, int opt, const char *v)
+{
+	struct cohort__srv_config *cfg = a->cfg;
+	uint64_t n;
+	int l;
+
+	if (opt >= MAIN_FIELD && opt < MAIN_FIELD + (int)MAIN_NFIELDS)
+		return (main_field(cfg, &main_fields[opt - MAIN_FIELD], v));
+	switch (opt) {
+	case 'h':
+		main_usage(stdout);
+		return (1);
+	case MAIN_VERSION:
+		printf("cohortd %s (protocol %d)\n", COHORT_VERSION_STRING,
+		    COHORT_PROTO_VERSION);
+		return (1);
+	case MAIN_LISTEN:
+		return (main_list("listen", a->listen, &cfg->nlisten, v));
+	case MAIN_TORCH_STORE:
+		return (main_list(
+		    "torch-store", a->tstores, &cfg->ntorch_stores, v));
+	case MAIN_JOB:
+		if (main_list("job", a->jobs, &cfg->njobs, v) != 0
+		    || main_job(v, &a->job_specs[cfg->njobs - 1]) != 0)
+			return (-1);
+		if (a->job_specs[cfg->njobs - 1] != NULL)
+			a->jobs[cfg->njobs - 1] = a->job_specs[cfg->njobs - 1];
+		return (0);
+	case MAIN_ADMIN_TOKEN_FILE:
+		a->admin_file = v;
+		return (0);
+	case MAIN_ADMIN_TOKEN:
+		cohort__warn("--admin-token shows the secret to every "
+		             "user of this host (ps); use "
+		             "--admin-token-file");
+		free(a->admin);
+		return ((a->admin = strdup(v)) != NULL ? 0 : -1);
+	case MAIN_JOB_EXPIRY:
+		if (strcmp(v, "never") == 0) {
+			cfg->job_expiry_ms = 0;
+			return (0);
+		}
+		return (main_u64("--job-expiry", v, &cfg->job_expiry_ms));
+	case MAIN_TORCH_STORE_TIMEOUT:
+		if (main_u64("--torch-store-timeout", v, &n) != 0)
+			return (-1);
+		cfg->torch_store_partial_ms
+		    = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+		return (0);
+	case MAIN_METRICS_MAX_RANKS:
+		n = 0;
+		if (strcmp(v, "0") != 0
+		    && main_u64("--metrics-max-ranks", v, &n) != 0)
+			return (-1);
+		if (n > 1000000) {
+			fprintf(stderr,
+			    "cohortd: --metrics-max-ranks: at most 1000000\n");
+			return (-1);
+		}
+		cfg->metrics_max_ranks = (uint32_t)n;
+		return (0);
+	case MAIN_DRAIN:
+		return (main_u64("--drain", v, &a->drain_ms));
+	case MAIN_READY_FD:
+		if (main_u64("--ready-fd", v, &n) != 0 || n > INT32_MAX)
+			return (-1);
+		a->ready_fd = (int)n;
+		return (0);
+	case MAIN_EXIT_WHEN_IDLE:
+		return (main_u64("--exit-when-idle", v, &a->idle_exit_ms));
+	case MAIN_LOG_LEVEL:
+		if ((l = main_level(v)) < 0) {
+			fprintf(stderr, "cohortd: bad log level '%s'\n", v);
+			return (-1);
+		}
+		if (cohort__knob_str(COHORT__KNOB_LOG_LEVEL) == NULL)
+			cohort__log_set_default_level(l);
+		return (0);
+	default: /* '?': said */
+		return (-1);
+	}
+}
+
+/* The command line: 0 to start, -1 to exit 0 (--help, --version), else
+ * the exit status. */
+static int
+main_parse(int argc, char **argv, struct main_args *a)
+{
+	size_t n = 0;
+	int opt, rc;
+
+	while (main_options[n].name != NULL)
+		n++;
+	for (size_t i = 0; i < MAIN_NFIELDS; i++, n++) {
+		main_options[n].name = main_fields[i].name;
+		main_options[n].has_arg = main_fields[i].kind == MAIN_FLAG
+		    ? no_argument
+		    : required_argument;
+		main_options[n].val = MAIN_FIELD + (int)i;
+	}
+	while ((opt = cohort__cli_next(&main_cli, argc, argv)) != -1)
+		if ((rc = main_option(a, opt, optarg)) != 0)
+			return (rc > 0 ? -1 : 2);
+	if (cohort__cli_no_operands(&main_cli, argc, argv) != 0)
+		return (2);
+	if (a->cfg->state_recover && a->cfg->state_dir == NULL) {
+		fprintf(stderr, "cohortd: --recover needs --state-dir\n");
+		return (2);
+	}
+	return (0);
+}
+
 int
 main(int argc, char **argv)
 {
 	const char *listen[MAIN_MAX_LIST], *jobs[MAIN_MAX_LIST];
 	const char *tstores[MAIN_MAX_LIST];
-	char *job_specs[MAIN_MAX_LIST] = { NULL }, *admin = NULL;
-	const char *admin_file = NULL;
+	char *job_specs[MAIN_MAX_LIST] = { NULL };
 	struct cohort__srv_config cfg;
+	struct main_args a = { &cfg, listen, jobs, tstores, job_specs, NULL,
+		NULL, -1, 0, UINT64_MAX };
 	struct cohort__srv *srv;
 	sigset_t set;
 	cohort_status rv;
-	int sig = 0, ready_fd = -1;
-	uint64_t idle_exit_ms = 0;
-	/* UINT64_MAX: the default, MAIN_DEFAULT_DRAIN_MS with --http (a
-	 * readiness probe to drain for), else none */
-	uint64_t drain_ms = UINT64_MAX;
+	int sig = 0, rc;
 
 #ifdef __GLIBC__
 	/* Values and messages of 1 MiB and more are mapped on their own and
@@ -266,201 +524,17 @@ main(int argc, char **argv)
 	cfg.torch_stores = tstores;
 	cohort__log_set_default_level(COHORT__LOG_INFO);
 	cohort__log_set_component("cohortd");
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-			main_usage(stdout);
-			return (0);
-		}
-		if (strcmp(a, "--version") == 0) {
-			printf("cohortd %s (protocol %d)\n",
-			    COHORT_VERSION_STRING, COHORT_PROTO_VERSION);
-			return (0);
-		}
-		if (strcmp(a, "--tls-verify-clients") == 0) {
-			cfg.tls_verify_clients = true;
-			continue;
-		}
-		if (strcmp(a, "--require-token") == 0) {
-			cfg.require_token = true;
-			continue;
-		}
-		if (strcmp(a, "--recover") == 0) {
-			cfg.state_recover = true;
-			continue;
-		}
-		if (strcmp(a, "--open-status") == 0) {
-			cfg.open_status = true;
-			continue;
-		}
-		if (strcmp(a, "--metrics-per-job") == 0) {
-			cfg.metrics_per_job = true;
-			continue;
-		}
-		if (v == NULL) {
-			fprintf(stderr,
-			    "cohortd: unknown option or missing "
-			    "value: %s\n",
-			    a);
-			main_usage(stderr);
-			return (2);
-		}
-		i++;
-		if (strcmp(a, "--listen") == 0
-		    && cfg.nlisten < MAIN_MAX_LIST) {
-			listen[cfg.nlisten++] = v;
-		} else if (strcmp(a, "--job") == 0
-		    && cfg.njobs < MAIN_MAX_LIST) {
-			if (main_job(v, &job_specs[cfg.njobs]) != 0)
-				return (2);
-			jobs[cfg.njobs] = job_specs[cfg.njobs] != NULL
-			    ? job_specs[cfg.njobs]
-			    : v;
-			cfg.njobs++;
-		} else if (strcmp(a, "--admin-token-file") == 0) {
-			admin_file = v;
-		} else if (strcmp(a, "--admin-token") == 0) {
-			cohort__warn("--admin-token shows the secret to every "
-			             "user of this host (ps); use "
-			             "--admin-token-file");
-			free(admin);
-			if ((admin = strdup(v)) == NULL)
-				return (1);
-		} else if (strcmp(a, "--tls-cert") == 0) {
-			cfg.tls_cert = v;
-		} else if (strcmp(a, "--tls-key") == 0) {
-			cfg.tls_key = v;
-		} else if (strcmp(a, "--tls-ca") == 0) {
-			cfg.tls_ca = v;
-		} else if (strcmp(a, "--max-value-bytes") == 0) {
-			if (main_u64(a, v, &cfg.max_value_bytes) != 0)
-				return (2);
-		} else if (strcmp(a, "--max-job-bytes") == 0) {
-			if (main_u64(a, v, &cfg.max_job_bytes) != 0)
-				return (2);
-		} else if (strcmp(a, "--max-keys") == 0) {
-			if (main_u64(a, v, &cfg.max_keys) != 0)
-				return (2);
-		} else if (strcmp(a, "--max-total-bytes") == 0) {
-			if (main_u64(a, v, &cfg.max_total_bytes) != 0)
-				return (2);
-		} else if (strcmp(a, "--max-total-keys") == 0) {
-			if (main_u64(a, v, &cfg.max_total_keys) != 0)
-				return (2);
-		} else if (strcmp(a, "--max-jobs") == 0) {
-			if (main_u64(a, v, &cfg.max_jobs) != 0)
-				return (2);
-		} else if (strcmp(a, "--max-members") == 0) {
-			if (main_u64(a, v, &cfg.max_members) != 0)
-				return (2);
-		} else if (strcmp(a, "--max-total-members") == 0) {
-			if (main_u64(a, v, &cfg.max_total_members) != 0)
-				return (2);
-		} else if (strcmp(a, "--job-expiry") == 0) {
-			if (strcmp(v, "never") == 0)
-				cfg.job_expiry_ms = 0;
-			else if (main_u64(a, v, &cfg.job_expiry_ms) != 0)
-				return (2);
-		} else if (strcmp(a, "--http") == 0) {
-			cfg.http = v;
-		} else if (strcmp(a, "--torch-store") == 0
-		    && cfg.ntorch_stores < MAIN_MAX_LIST) {
-			tstores[cfg.ntorch_stores++] = v;
-		} else if (strcmp(a, "--torch-store-timeout") == 0) {
-			uint64_t ms;
-			if (main_u64(a, v, &ms) != 0)
-				return (2);
-			cfg.torch_store_partial_ms
-			    = ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
-		} else if (strcmp(a, "--state-dir") == 0) {
-			cfg.state_dir = v;
-		} else if (strcmp(a, "--fsync") == 0) {
-			cfg.fsync = v;
-		} else if (strcmp(a, "--stall-threshold") == 0) {
-			uint64_t ms;
-			if (main_u64(a, v, &ms) != 0)
-				return (2);
-			if (ms > UINT32_MAX) {
-				fprintf(stderr, "cohortd: %s: at most %u ms\n",
-				    a, UINT32_MAX);
-				return (2);
-			}
-			cfg.stall_threshold_ms = (uint32_t)ms;
-		} else if (strcmp(a, "--first-request-timeout") == 0
-		    || strcmp(a, "--idle-timeout") == 0) {
-			uint64_t ms;
-			if (main_u64(a, v, &ms) != 0)
-				return (2);
-			if (ms > UINT32_MAX) {
-				fprintf(stderr, "cohortd: %s: at most %u ms\n",
-				    a, UINT32_MAX);
-				return (2);
-			}
-			if (a[2] == 'f')
-				cfg.first_request_ms = (uint32_t)ms;
-			else
-				cfg.idle_ms = (uint32_t)ms;
-		} else if (strcmp(a, "--metrics-max-ranks") == 0) {
-			uint64_t n = 0;
-			if (strcmp(v, "0") != 0 && main_u64(a, v, &n) != 0)
-				return (2);
-			if (n > 1000000) {
-				fprintf(stderr,
-				    "cohortd: %s: at most 1000000\n", a);
-				return (2);
-			}
-			cfg.metrics_max_ranks = (uint32_t)n;
-		} else if (strcmp(a, "--drain") == 0) {
-			if (main_u64(a, v, &drain_ms) != 0)
-				return (2);
-		} else if (strcmp(a, "--restore-grace") == 0) {
-			uint64_t ms;
-			if (main_u64(a, v, &ms) != 0)
-				return (2);
-			if (ms == 0 || ms > UINT32_MAX) {
-				fprintf(stderr, "cohortd: %s: 1 to %u ms\n", a,
-				    UINT32_MAX);
-				return (2);
-			}
-			cfg.restore_grace_ms = (uint32_t)ms;
-		} else if (strcmp(a, "--ready-fd") == 0) {
-			uint64_t fd;
-			if (main_u64(a, v, &fd) != 0 || fd > INT32_MAX)
-				return (2);
-			ready_fd = (int)fd;
-		} else if (strcmp(a, "--exit-when-idle") == 0) {
-			if (main_u64(a, v, &idle_exit_ms) != 0)
-				return (2);
-		} else if (strcmp(a, "--log-level") == 0) {
-			int l = main_level(v);
-			if (l < 0) {
-				fprintf(stderr,
-				    "cohortd: bad log level '%s'\n", v);
-				return (2);
-			}
-			if (cohort__knob_str(COHORT__KNOB_LOG_LEVEL) == NULL)
-				cohort__log_set_default_level(l);
-		} else {
-			fprintf(stderr, "cohortd: unknown option %s\n", a);
-			main_usage(stderr);
-			return (2);
-		}
-	}
-
-	if (cfg.state_recover && cfg.state_dir == NULL) {
-		fprintf(stderr, "cohortd: --recover needs --state-dir\n");
+	if ((rc = main_parse(argc, argv, &a)) != 0)
+		return (rc < 0 ? 0 : rc);
+	if (a.drain_ms == UINT64_MAX)
+		a.drain_ms = cfg.http != NULL ? MAIN_DEFAULT_DRAIN_MS : 0;
+	if (a.admin_file == NULL && a.admin == NULL)
+		a.admin_file = cohort__knob_str(COHORT__KNOB_ADMIN_TOKEN_FILE);
+	if (a.admin_file != NULL
+	    && main_secret("--admin-token-file", a.admin_file, &a.admin) != 0)
 		return (2);
-	}
-	if (drain_ms == UINT64_MAX)
-		drain_ms = cfg.http != NULL ? MAIN_DEFAULT_DRAIN_MS : 0;
-	if (admin_file == NULL && admin == NULL)
-		admin_file = cohort__knob_str(COHORT__KNOB_ADMIN_TOKEN_FILE);
-	if (admin_file != NULL
-	    && main_secret("--admin-token-file", admin_file, &admin) != 0)
-		return (2);
-	cfg.admin_token = admin;
-	if (cfg.require_token && admin == NULL)
+	cfg.admin_token = a.admin;
+	if (cfg.require_token && a.admin == NULL)
 		cohort__warn("--require-token without an admin secret: only "
 		             "jobs given with --job (or restored from "
 		             "--state-dir) can be joined");
@@ -480,16 +554,16 @@ main(int argc, char **argv)
 		cohort__info("listening on %s", cohort__srv_url(srv, i));
 	if (cohort__srv_http_url(srv) != NULL)
 		cohort__info("http on %s", cohort__srv_http_url(srv));
-	if (ready_fd >= 0) {
+	if (a.ready_fd >= 0) {
 		/* The bound URL (port 0 resolved) for whoever started us. */
 		char line[512];
 		int n = snprintf(line, sizeof(line), "%s\n",
 		    cohort__srv_url(srv, 0) != NULL ? cohort__srv_url(srv, 0)
 		                                    : "");
-		if (n > 0 && write(ready_fd, line, (size_t)n) != n)
+		if (n > 0 && write(a.ready_fd, line, (size_t)n) != n)
 			cohort__warn(
-			    "--ready-fd %d: %s", ready_fd, strerror(errno));
-		close(ready_fd);
+			    "--ready-fd %d: %s", a.ready_fd, strerror(errno));
+		close(a.ready_fd);
 	}
 
 	/* Runs until a signal; each wait is bounded so the loop stays
@@ -501,15 +575,15 @@ main(int argc, char **argv)
 			cohort__error("sigtimedwait: %s", strerror(errno));
 			break;
 		}
-		if (sig <= 0 && idle_exit_ms > 0
-		    && cohort__srv_idle_ms(srv) >= idle_exit_ms) {
+		if (sig <= 0 && a.idle_exit_ms > 0
+		    && cohort__srv_idle_ms(srv) >= a.idle_exit_ms) {
 			cohort__info("no client for %llu ms, exiting",
-			    (unsigned long long)idle_exit_ms);
+			    (unsigned long long)a.idle_exit_ms);
 			break;
 		}
 	}
-	if (sig > 0 && drain_ms > 0) {
-		cohort__time end = cohort__now_ms() + (cohort__time)drain_ms;
+	if (sig > 0 && a.drain_ms > 0) {
+		cohort__time end = cohort__now_ms() + (cohort__time)a.drain_ms;
 
 		/* the preStop drain: out of service first, then the stop
 		 * (journalled state, final replies) */
@@ -517,7 +591,7 @@ main(int argc, char **argv)
 		cohort__info("%s received: draining for %llu ms (/readyz "
 		             "answers 503; a second signal stops at once)",
 		    sig == SIGINT ? "SIGINT" : "SIGTERM",
-		    (unsigned long long)drain_ms);
+		    (unsigned long long)a.drain_ms);
 		while (!cohort__expired(end)) {
 			int ms = cohort__remaining(end);
 			struct timespec ts
@@ -535,6 +609,6 @@ main(int argc, char **argv)
 	cohort__info("stopped");
 	for (size_t i = 0; i < cfg.njobs; i++)
 		free(job_specs[i]);
-	free(admin);
+	free(a.admin);
 	return (0);
 }

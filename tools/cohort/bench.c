@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h" /* half-precision helpers */
+#include "cli.h"
 #include "cohort_impl.h"
 #include "coord.h" /* cohort__random_u64 */
 #include "server.h"
@@ -162,17 +163,6 @@ bench_parse_size(const char *s, size_t *out)
 	return (true);
 }
 
-static bool
-bench_parse_int(const char *s, int lo, int hi, int *out)
-{
-	int64_t v;
-
-	if (s == NULL || !cohort__parse_i64(s, &v) || v < lo || v > hi)
-		return (false);
-	*out = (int)v;
-	return (true);
-}
-
 static int
 bench_lookup(const char *s, const char *const *names, int n)
 {
@@ -182,14 +172,147 @@ bench_lookup(const char *s, const char *const *names, int n)
 	return (-1);
 }
 
-/* 0 ok, 1 help printed, 2 usage error. */
-static int
-bench_parse(int argc, char **argv, struct bench_cfg *cfg)
+enum {
+	BENCH_O_PROCS = COHORT__CLI_LONG,
+	BENCH_O_BACKEND,
+	BENCH_O_OP,
+	BENCH_O_SIZES,
+	BENCH_O_ITERS,
+	BENCH_O_WARMUP,
+	BENCH_O_DTYPE,
+	BENCH_O_REDOP,
+	BENCH_O_CHECK,
+	BENCH_O_JSON,
+	BENCH_O_COORDINATOR,
+	BENCH_O_TIMEOUT,
+	BENCH_O_RANK,
+	BENCH_O_JOIN_PROC,
+	BENCH_O_JOIN_FIRST,
+	BENCH_O_JOIN_COUNT,
+};
+
+static const struct option bench_options[] = {
+	{ "procs", required_argument, NULL, BENCH_O_PROCS },
+	{ "backend", required_argument, NULL, BENCH_O_BACKEND },
+	{ "op", required_argument, NULL, BENCH_O_OP },
+	{ "sizes", required_argument, NULL, BENCH_O_SIZES },
+	{ "iters", required_argument, NULL, BENCH_O_ITERS },
+	{ "warmup", required_argument, NULL, BENCH_O_WARMUP },
+	{ "dtype", required_argument, NULL, BENCH_O_DTYPE },
+	{ "redop", required_argument, NULL, BENCH_O_REDOP },
+	{ "check", no_argument, NULL, BENCH_O_CHECK },
+	{ "json", no_argument, NULL, BENCH_O_JSON },
+	{ "coordinator", required_argument, NULL, BENCH_O_COORDINATOR },
+	{ "timeout", required_argument, NULL, BENCH_O_TIMEOUT },
+	/* hidden: the ranks and join workers bench_launch starts */
+	{ "bench-rank", no_argument, NULL, BENCH_O_RANK },
+	{ "bench-join-proc", required_argument, NULL, BENCH_O_JOIN_PROC },
+	{ "bench-join-first", required_argument, NULL, BENCH_O_JOIN_FIRST },
+	{ "bench-join-count", required_argument, NULL, BENCH_O_JOIN_COUNT },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+static const struct cohort__cli bench_cli
+    = { "cohort bench", "+hn:", bench_options, bench_usage };
+
+static const struct cohort__cli_intopt bench_int_opts[] = {
+	{ 'n', 1, 4096, offsetof(struct bench_cfg, n) },
+	{ BENCH_O_PROCS, 1, 256, offsetof(struct bench_cfg, procs) },
+	{ BENCH_O_ITERS, 1, BENCH_MAX_ITERS,
+	    offsetof(struct bench_cfg, iters) },
+	{ BENCH_O_WARMUP, 0, 100000, offsetof(struct bench_cfg, warmup) },
+	{ BENCH_O_JOIN_PROC, 0, 4096, offsetof(struct bench_cfg, join_proc) },
+	{ BENCH_O_JOIN_FIRST, 0, 1 << 20,
+	    offsetof(struct bench_cfg, join_first) },
+	{ BENCH_O_JOIN_COUNT, 1, 1 << 20,
+	    offsetof(struct bench_cfg, join_count) },
+};
+
+/* --sizes MIN:MAX or SIZE. */
+static bool
+bench_parse_sizes(const char *v, struct bench_cfg *cfg)
+{
+	char lo[64];
+	const char *colon = strchr(v, ':');
+
+	if (colon == NULL) {
+		if (!bench_parse_size(v, &cfg->min))
+			return (false);
+		cfg->max = cfg->min;
+	} else {
+		if ((size_t)(colon - v) >= sizeof(lo))
+			return (false);
+		memcpy(lo, v, (size_t)(colon - v));
+		lo[colon - v] = '\0';
+		if (!bench_parse_size(lo, &cfg->min)
+		    || !bench_parse_size(colon + 1, &cfg->max))
+			return (false);
+	}
+	cfg->sizes_given = true;
+	return (cfg->max >= cfg->min);
+}
+
+/* One option but the integer ones: false for a bad value. */
+static bool
+bench_option(struct bench_cfg *cfg, int opt, const char *v)
 {
 	static const char *const dtypes[]
 	    = { "f32", "f64", "f16", "bf16", "i32", "i64", "u8" };
 	static const char *const redops[]
 	    = { "sum", "prod", "min", "max", "mean" };
+	static const char *const backends[]
+	    = { "tcp", "service", "auto", "nccl" };
+	int k, t;
+
+	switch (opt) {
+	case BENCH_O_CHECK:
+		cfg->check = true;
+		return (true);
+	case BENCH_O_JSON:
+		cfg->json = true;
+		return (true);
+	case BENCH_O_RANK:
+		cfg->worker = true;
+		return (true);
+	case BENCH_O_BACKEND:
+		cfg->backend = v;
+		return (bench_lookup(v, backends, 4) >= 0);
+	case BENCH_O_OP:
+		if ((k = bench_lookup(v, bench_op_names, BENCH_NOPS)) < 0)
+			return (false);
+		cfg->op = (enum bench_op)k;
+		return (true);
+	case BENCH_O_SIZES:
+		return (bench_parse_sizes(v, cfg));
+	case BENCH_O_DTYPE:
+		if ((k = bench_lookup(v, dtypes, 7)) < 0)
+			return (false);
+		cfg->dtype = (cohort_dtype)k;
+		return (true);
+	case BENCH_O_REDOP:
+		if ((k = bench_lookup(v, redops, 5)) < 0)
+			return (false);
+		cfg->redop = (cohort_redop)k;
+		return (true);
+	case BENCH_O_COORDINATOR:
+		cfg->coordinator = v;
+		return (true);
+	case BENCH_O_TIMEOUT:
+		if (!cohort__cli_int(v, 1, INT32_MAX, &t))
+			return (false);
+		cfg->timeout = t;
+		return (true);
+	default:
+		return (false);
+	}
+}
+
+/* 0 ok, 1 help printed, 2 usage error. */
+static int
+bench_parse(int argc, char **argv, struct bench_cfg *cfg)
+{
+	int opt, rc;
 
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->n = 2;
@@ -204,107 +327,26 @@ bench_parse(int argc, char **argv, struct bench_cfg *cfg)
 	cfg->redop = COHORT_SUM;
 	cfg->timeout = 600000;
 	cfg->join_proc = -1;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-		int k;
-
-		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+	while ((opt = cohort__cli_next(&bench_cli, argc, argv)) != -1) {
+		if (opt == 'h') {
 			bench_usage(stdout);
 			return (1);
-		} else if (strcmp(a, "--check") == 0) {
-			cfg->check = true;
-			continue;
-		} else if (strcmp(a, "--json") == 0) {
-			cfg->json = true;
-			continue;
-		} else if (strcmp(a, "--bench-rank") == 0) {
-			cfg->worker = true;
-			continue;
 		}
-		if (v == NULL)
-			goto bad;
-		i++;
-		if (strcmp(a, "-n") == 0) {
-			if (!bench_parse_int(v, 1, 4096, &cfg->n))
-				goto bad;
-		} else if (strcmp(a, "--procs") == 0) {
-			if (!bench_parse_int(v, 1, 256, &cfg->procs))
-				goto bad;
-		} else if (strcmp(a, "--backend") == 0) {
-			if (strcmp(v, "tcp") != 0 && strcmp(v, "service") != 0
-			    && strcmp(v, "auto") != 0
-			    && strcmp(v, "nccl") != 0)
-				goto bad;
-			cfg->backend = v;
-		} else if (strcmp(a, "--op") == 0) {
-			if ((k = bench_lookup(v, bench_op_names, BENCH_NOPS))
-			    < 0)
-				goto bad;
-			cfg->op = (enum bench_op)k;
-		} else if (strcmp(a, "--sizes") == 0) {
-			char lo[64];
-			const char *colon = strchr(v, ':');
-
-			if (colon == NULL) {
-				if (!bench_parse_size(v, &cfg->min))
-					goto bad;
-				cfg->max = cfg->min;
-			} else {
-				if ((size_t)(colon - v) >= sizeof(lo))
-					goto bad;
-				memcpy(lo, v, (size_t)(colon - v));
-				lo[colon - v] = '\0';
-				if (!bench_parse_size(lo, &cfg->min)
-				    || !bench_parse_size(colon + 1, &cfg->max))
-					goto bad;
-			}
-			if (cfg->max < cfg->min)
-				goto bad;
-			cfg->sizes_given = true;
-		} else if (strcmp(a, "--iters") == 0) {
-			if (!bench_parse_int(
-			        v, 1, BENCH_MAX_ITERS, &cfg->iters))
-				goto bad;
-		} else if (strcmp(a, "--warmup") == 0) {
-			if (!bench_parse_int(v, 0, 100000, &cfg->warmup))
-				goto bad;
-		} else if (strcmp(a, "--dtype") == 0) {
-			if ((k = bench_lookup(v, dtypes, 7)) < 0)
-				goto bad;
-			cfg->dtype = (cohort_dtype)k;
-		} else if (strcmp(a, "--redop") == 0) {
-			if ((k = bench_lookup(v, redops, 5)) < 0)
-				goto bad;
-			cfg->redop = (cohort_redop)k;
-		} else if (strcmp(a, "--coordinator") == 0) {
-			cfg->coordinator = v;
-		} else if (strcmp(a, "--timeout") == 0) {
-			int t;
-
-			if (!bench_parse_int(v, 1, INT32_MAX, &t))
-				goto bad;
-			cfg->timeout = t;
-		} else if (strcmp(a, "--bench-join-proc") == 0) {
-			if (!bench_parse_int(v, 0, 4096, &cfg->join_proc))
-				goto bad;
-		} else if (strcmp(a, "--bench-join-first") == 0) {
-			if (!bench_parse_int(v, 0, 1 << 20, &cfg->join_first))
-				goto bad;
-		} else if (strcmp(a, "--bench-join-count") == 0) {
-			if (!bench_parse_int(v, 1, 1 << 20, &cfg->join_count))
-				goto bad;
-		} else {
-			i--;
-			goto bad;
+		if (opt == '?')
+			return (2);
+		rc = cohort__cli_intopt(&bench_cli, bench_int_opts,
+		    sizeof(bench_int_opts) / sizeof(bench_int_opts[0]), cfg,
+		    opt, optarg);
+		if (rc == 2)
+			return (2);
+		if (rc == 0 && !bench_option(cfg, opt, optarg)) {
+			cohort__cli_bad(&bench_cli, opt, optarg, NULL);
+			bench_usage(stderr);
+			return (2);
 		}
-		continue;
-	bad:
-		fprintf(stderr, "cohort bench: bad argument '%s'%s%s\n", a,
-		    v != NULL ? " " : "", v != NULL ? v : "");
-		bench_usage(stderr);
-		return (2);
 	}
+	if (cohort__cli_no_operands(&bench_cli, argc, argv) != 0)
+		return (2);
 	if (!cfg->sizes_given
 	    && (cfg->op == BENCH_BCAST_OBJ || cfg->op == BENCH_KV))
 		cfg->min = cfg->max = 1024;

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "cohort_impl.h"
 
 int cohort__cmd_run(int argc, char **argv) __attribute__((weak));
@@ -192,35 +193,48 @@ cli_env_knobs(bool markdown)
 		       "coordinator rank 0 starts |\n");
 }
 
+static void
+cli_env_usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: cohort env [--markdown]\n\nPrints the rank, world size, "
+	    "coordinator and job a worker started here would use,\nwhich "
+	    "variable each came from (docs/launchers.md), launcher "
+	    "variables\nseen but not used and why (notes), and every "
+	    "COHORT_* variable.\n--markdown prints the variables' table "
+	    "(docs/environment.md).\n");
+}
+
+enum { CLI_ENV_MARKDOWN = COHORT__CLI_LONG };
+
+static const struct option cli_env_options[] = {
+	{ "markdown", no_argument, NULL, CLI_ENV_MARKDOWN },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
 static int
 cli_env(int argc, char **argv)
 {
+	static const struct cohort__cli cli
+	    = { "cohort env", "+h", cli_env_options, cli_env_usage };
 	cohort_env env;
 	cohort_status st;
 	char buf[2048];
+	int opt;
 
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--help") == 0
-		    || strcmp(argv[i], "-h") == 0) {
-			printf(
-			    "usage: cohort env [--markdown]\n\nPrints the "
-			    "rank, world size, coordinator and job a worker "
-			    "started here would use,\nwhich variable each "
-			    "came from (docs/launchers.md), launcher "
-			    "variables\nseen but not used and why (notes), "
-			    "and every COHORT_* variable.\n"
-			    "--markdown prints the variables' table "
-			    "(docs/environment.md).\n");
+	while ((opt = cohort__cli_next(&cli, argc, argv)) != -1) {
+		if (opt == 'h') {
+			cli_env_usage(stdout);
 			return (0);
 		}
-		if (strcmp(argv[i], "--markdown") == 0) {
-			cli_env_knobs(true);
-			return (0);
-		}
-		fprintf(
-		    stderr, "cohort env: unknown argument '%s'\n", argv[i]);
-		return (2);
+		if (opt != CLI_ENV_MARKDOWN)
+			return (2);
+		cli_env_knobs(true);
+		return (0);
 	}
+	if (cohort__cli_no_operands(&cli, argc, argv) != 0)
+		return (2);
 	/* the error is printed below; no log line repeating it */
 	cohort__log_set_default_level(COHORT__LOG_ERROR);
 	st = cohort_env_resolve(&env);

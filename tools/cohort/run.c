@@ -40,6 +40,7 @@
 #include <inttypes.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "cohort_impl.h"
 #include "coord.h"
 #include "server.h"
@@ -170,17 +172,6 @@ run_usage(FILE *f)
 	    "unchanged\n");
 }
 
-static bool
-run_parse_int(const char *s, int lo, int hi, int *out)
-{
-	int64_t v;
-
-	if (!cohort__parse_i64(s, &v) || v < lo || v > hi)
-		return (false);
-	*out = (int)v;
-	return (true);
-}
-
 /* Kubeflow's torchrun arguments (PET_*) as defaults; -1 when unset. */
 static int
 run_pet_int(const char *name, int lo, int hi, int *out)
@@ -189,7 +180,7 @@ run_pet_int(const char *name, int lo, int hi, int *out)
 
 	if (v == NULL)
 		return (0);
-	if (!run_parse_int(v, lo, hi, out)) {
+	if (!cohort__cli_int(v, lo, hi, out)) {
 		fprintf(stderr,
 		    "cohort run: %s='%s' is not a number in [%d, %d]%s\n",
 		    name, v, lo, hi,
@@ -213,7 +204,7 @@ run_pet_defaults(struct run_cfg *cfg)
 		return (-1);
 	/* "auto", "gpu", "cpu": the operator sizes it; -n must say */
 	if (cohort__env_raw("PET_NPROC_PER_NODE") != NULL
-	    && run_parse_int(cohort__env_raw("PET_NPROC_PER_NODE"), 1,
+	    && cohort__cli_int(cohort__env_raw("PET_NPROC_PER_NODE"), 1,
 	        RUN_MAX_LOCAL, &cfg->nproc))
 		cohort__debug("-n %d from PET_NPROC_PER_NODE", cfg->nproc);
 	if (addr != NULL
@@ -230,11 +221,98 @@ run_pet_defaults(struct run_cfg *cfg)
 	return (0);
 }
 
+enum {
+	RUN_NNODES = COHORT__CLI_LONG,
+	RUN_NODE_RANK,
+	RUN_MAX_RESTARTS,
+	RUN_GRACE,
+	RUN_COORDINATOR,
+	RUN_JOB,
+	RUN_TOKEN_FILE,
+	RUN_TOKEN,
+	RUN_REPORT,
+	RUN_TIMELINE,
+	RUN_TORCH_STORE,
+};
+
+static const struct option run_options[] = {
+	{ "nproc-per-node", required_argument, NULL, 'n' },
+	{ "nnodes", required_argument, NULL, RUN_NNODES },
+	{ "node-rank", required_argument, NULL, RUN_NODE_RANK },
+	{ "max-restarts", required_argument, NULL, RUN_MAX_RESTARTS },
+	{ "grace", required_argument, NULL, RUN_GRACE },
+	{ "coordinator", required_argument, NULL, RUN_COORDINATOR },
+	{ "job", required_argument, NULL, RUN_JOB },
+	{ "token-file", required_argument, NULL, RUN_TOKEN_FILE },
+	{ "token", required_argument, NULL, RUN_TOKEN },
+	{ "report", required_argument, NULL, RUN_REPORT },
+	{ "timeline", required_argument, NULL, RUN_TIMELINE },
+	{ "torch-store", required_argument, NULL, RUN_TORCH_STORE },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* '+': the options end at the program */
+static const struct cohort__cli run_cli
+    = { "cohort run", "+hn:", run_options, run_usage };
+
+/* The integer options: their range and field. */
+static const struct cohort__cli_intopt run_int_opts[] = {
+	{ 'n', 1, RUN_MAX_LOCAL, offsetof(struct run_cfg, nproc) },
+	{ RUN_NNODES, 1, 65536, offsetof(struct run_cfg, nnodes) },
+	{ RUN_NODE_RANK, 0, 65535, offsetof(struct run_cfg, node_rank) },
+	{ RUN_MAX_RESTARTS, 0, 1000000,
+	    offsetof(struct run_cfg, max_restarts) },
+	{ RUN_GRACE, 0, 3600000, offsetof(struct run_cfg, grace_ms) },
+};
+
+/* One option: 0, or 2 after saying what is wrong. */
+static int
+run_option(struct run_cfg *cfg, int opt, const char *v,
+    const char **token_file, const char **token_cli)
+{
+	int rc = cohort__cli_intopt(&run_cli, run_int_opts,
+	    sizeof(run_int_opts) / sizeof(run_int_opts[0]), cfg, opt, v);
+
+	if (rc != 0)
+		return (rc == 1 ? 0 : rc);
+	switch (opt) {
+	case RUN_COORDINATOR:
+		cfg->coordinator = v;
+		cfg->coordinator_from_launcher = false;
+		break;
+	case RUN_JOB:
+		cfg->job = v;
+		break;
+	case RUN_TOKEN_FILE:
+		*token_file = v;
+		break;
+	case RUN_TOKEN:
+		*token_cli = v;
+		break;
+	case RUN_REPORT:
+		cfg->report = v;
+		break;
+	case RUN_TIMELINE:
+		cfg->timeline = v;
+		break;
+	case RUN_TORCH_STORE:
+		if (strrchr(v, ':') == NULL)
+			return (
+			    cohort__cli_bad(&run_cli, opt, v, "(HOST:PORT)"));
+		cfg->torch_store = v;
+		break;
+	default: /* '?': said */
+		return (2);
+	}
+	return (0);
+}
+
 static int
 run_parse(int argc, char **argv, struct run_cfg *cfg)
 {
 	const char *token_file = NULL, *token_cli = NULL;
-	int i;
+	int opt;
 
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->nproc = 0;
@@ -242,67 +320,13 @@ run_parse(int argc, char **argv, struct run_cfg *cfg)
 	cfg->grace_ms = 5000;
 	if (run_pet_defaults(cfg) != 0)
 		return (2);
-	for (i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-
-		if (strcmp(a, "--") == 0) {
-			i++;
-			break;
-		}
-		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+	while ((opt = cohort__cli_next(&run_cli, argc, argv)) != -1) {
+		if (opt == 'h') {
 			run_usage(stdout);
 			return (1);
 		}
-		if (a[0] != '-')
-			break; /* the program starts here */
-		if (v == NULL) {
-			fprintf(stderr, "cohort run: %s needs a value\n", a);
+		if (run_option(cfg, opt, optarg, &token_file, &token_cli) != 0)
 			return (2);
-		}
-		if (strcmp(a, "-n") == 0
-		    || strcmp(a, "--nproc-per-node") == 0) {
-			if (!run_parse_int(v, 1, RUN_MAX_LOCAL, &cfg->nproc))
-				goto bad;
-		} else if (strcmp(a, "--nnodes") == 0) {
-			if (!run_parse_int(v, 1, 65536, &cfg->nnodes))
-				goto bad;
-		} else if (strcmp(a, "--node-rank") == 0) {
-			if (!run_parse_int(v, 0, 65535, &cfg->node_rank))
-				goto bad;
-		} else if (strcmp(a, "--max-restarts") == 0) {
-			if (!run_parse_int(v, 0, 1000000, &cfg->max_restarts))
-				goto bad;
-		} else if (strcmp(a, "--grace") == 0) {
-			if (!run_parse_int(v, 0, 3600000, &cfg->grace_ms))
-				goto bad;
-		} else if (strcmp(a, "--coordinator") == 0) {
-			cfg->coordinator = v;
-			cfg->coordinator_from_launcher = false;
-		} else if (strcmp(a, "--job") == 0) {
-			cfg->job = v;
-		} else if (strcmp(a, "--token-file") == 0) {
-			token_file = v;
-		} else if (strcmp(a, "--token") == 0) {
-			token_cli = v;
-		} else if (strcmp(a, "--report") == 0) {
-			cfg->report = v;
-		} else if (strcmp(a, "--timeline") == 0) {
-			cfg->timeline = v;
-		} else if (strcmp(a, "--torch-store") == 0) {
-			if (strrchr(v, ':') == NULL)
-				goto bad;
-			cfg->torch_store = v;
-		} else {
-			fprintf(stderr, "cohort run: unknown option %s\n", a);
-			run_usage(stderr);
-			return (2);
-		}
-		i++;
-		continue;
-	bad:
-		fprintf(stderr, "cohort run: bad value for %s: %s\n", a, v);
-		return (2);
 	}
 	if (cfg->nproc == 0) {
 		fprintf(stderr, "cohort run: -n N is required\n");
@@ -326,12 +350,12 @@ run_parse(int argc, char **argv, struct run_cfg *cfg)
 		    "PET_MASTER_ADDR and PET_MASTER_PORT give it)\n");
 		return (2);
 	}
-	if (i >= argc) {
+	if (optind >= argc) {
 		fprintf(stderr, "cohort run: no program given\n");
 		run_usage(stderr);
 		return (2);
 	}
-	cfg->argv = &argv[i];
+	cfg->argv = &argv[optind];
 	return (0);
 }
 

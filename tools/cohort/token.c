@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli.h"
 #include "cohort_impl.h"
 #include "token.h"
 
@@ -34,41 +35,34 @@ token_usage(FILE *f)
 	    "                           $COHORT_ADMIN_TOKEN_FILE)\n");
 }
 
+enum { TOKEN_ADMIN_FILE = COHORT__CLI_LONG };
+
+static const struct option token_options[] = {
+	{ "admin-token-file", required_argument, NULL, TOKEN_ADMIN_FILE },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+static const struct cohort__cli token_cli
+    = { "cohort token", "+h", token_options, token_usage };
+
 int
 cohort__cmd_token(int argc, char **argv)
 {
 	const char *file = cohort__knob_str(COHORT__KNOB_ADMIN_TOKEN_FILE);
 	char admin[COHORT__TOKEN_MAX + 1], tok[COHORT__MINTED_LEN + 1];
-	int i, njobs = 0;
+	int i, opt, njobs = 0;
 
-	for (i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "-h") == 0
-		    || strcmp(argv[i], "--help") == 0) {
+	while ((opt = cohort__cli_next(&token_cli, argc, argv)) != -1) {
+		if (opt == 'h') {
 			token_usage(stdout);
 			return (0);
 		}
-		if (strcmp(argv[i], "--admin-token-file") == 0) {
-			if (i + 1 >= argc) {
-				fprintf(stderr,
-				    "cohort token: --admin-token-file needs "
-				    "a value\n");
-				return (2);
-			}
-			file = argv[++i];
-			continue;
-		}
-		if (strcmp(argv[i], "--") == 0) {
-			i++;
-			break;
-		}
-		if (argv[i][0] == '-') {
-			fprintf(stderr, "cohort token: unknown option %s\n",
-			    argv[i]);
-			token_usage(stderr);
+		if (opt != TOKEN_ADMIN_FILE)
 			return (2);
-		}
-		break;
+		file = optarg;
 	}
+	i = optind;
 	if (file == NULL) {
 		fprintf(stderr,
 		    "cohort token: no admin secret (--admin-token-file FILE "
