@@ -156,6 +156,18 @@ srv_coll_describe(const struct srv_call *c, char *buf, size_t len)
 	}
 }
 
+/* What becomes of a parked group creation or collective arrival (the
+ * core calls these through srv_park_ops). */
+static void group_withdraw(struct srv_call *c);
+static void group_expire(struct srv_call *c, cohort__time now);
+static void coll_withdraw(struct srv_call *c);
+static void coll_expire(struct srv_call *c, cohort__time now);
+
+static const struct srv_park_ops group_park
+    = { SRV_PARK_GROUP, group_withdraw, group_expire };
+static const struct srv_park_ops coll_park
+    = { SRV_PARK_COLL, coll_withdraw, coll_expire };
+
 /* ------------------------------------------------------------------------ */
 /* Groups                                                                   */
 /* ------------------------------------------------------------------------ */
@@ -274,13 +286,6 @@ group_same(const struct srv_group *g, const int32_t *ranks, size_t n)
 	return (
 	    g->n == n && memcmp(g->ranks, ranks, n * sizeof(int32_t)) == 0);
 }
-
-static void group_withdraw(struct srv_call *c);
-static void group_expire(struct srv_call *c, cohort__time now);
-
-/* A creation waits in its group's arrivals. */
-static const struct srv_park_ops group_park
-    = { SRV_PARK_GROUP, group_withdraw, group_expire };
 
 void
 srv_group_handle(
@@ -421,20 +426,15 @@ group_expire(struct srv_call *c, cohort__time now)
 {
 	struct srv_group *g = c->owner;
 	int32_t *miss = calloc(g->n + 1, sizeof(int32_t));
-	size_t nm = 0;
-	char rb[512], secs[32], name[SRV_MAX_NAME + 1];
-	char buf[1024];
+	size_t nm = 0, off = 0;
+	char what[SRV_MAX_NAME + 32], buf[1024];
 
-	cohort__strlcpy(name, g->name, sizeof(name));
 	for (uint32_t i = 0; miss != NULL && i < g->n; i++)
 		if (g->arr[i] == NULL)
 			miss[nm++] = g->ranks[i];
-	srv_fmt_ranks(rb, sizeof(rb), miss, nm);
-	srv_fmt_secs(secs, sizeof(secs), now - c->start);
-	snprintf(buf, sizeof(buf),
-	    "creation of group '%s' timed out after %s; rank%s %s never "
-	    "arrived",
-	    name, secs, nm == 1 ? "" : "s", rb);
+	snprintf(what, sizeof(what), "creation of group '%s'", g->name);
+	srv_fmt_never_arrived(
+	    buf, sizeof(buf), &off, what, now - c->start, miss, nm);
 	srv_call_timed_out(c, now, buf, miss, nm);
 }
 
@@ -823,13 +823,6 @@ coll_validate(struct srv_call *c, const Cohort__Collective *co)
 	return (true);
 }
 
-static void coll_withdraw(struct srv_call *c);
-static void coll_expire(struct srv_call *c, cohort__time now);
-
-/* An arrival waits in its collective's calls. */
-static const struct srv_park_ops coll_park
-    = { SRV_PARK_COLL, coll_withdraw, coll_expire };
-
 void
 srv_coll_handle(
     struct srv_call *c, const Cohort__Collective *req, cohort__time now)
@@ -1001,8 +994,8 @@ coll_expire(struct srv_call *c, cohort__time now)
 	struct srv_group *g = co->g;
 	struct srv_job *job = c->job;
 	int32_t *miss = calloc(g->n + 1, sizeof(int32_t));
-	size_t nm = 0, off;
-	char rb[512], secs[32], what[700], buf[2400], doing[800];
+	size_t nm = 0, off = 0;
+	char secs[32], what[700], buf[2400], doing[800];
 	const struct srv_member *self
 	    = c->client != NULL ? c->client->member : NULL;
 
@@ -1014,13 +1007,9 @@ coll_expire(struct srv_call *c, cohort__time now)
 			continue;
 		miss[nm++] = g->ranks[i];
 	}
-	srv_fmt_ranks(rb, sizeof(rb), miss, nm);
-	srv_fmt_secs(secs, sizeof(secs), now - c->start);
 	srv_coll_describe(c, what, sizeof(what));
-	off = 0;
-	cohort__appendf(buf, sizeof(buf), &off,
-	    "%s timed out after %s; rank%s %s never arrived", what, secs,
-	    nm == 1 ? "" : "s", rb);
+	srv_fmt_never_arrived(
+	    buf, sizeof(buf), &off, what, now - c->start, miss, nm);
 	/* What the missing ranks do instead, and the liveness bound that
 	 * did not fire (they were alive all along). */
 	for (size_t i = 0; i < nm && i < 4; i++) {
@@ -1041,31 +1030,46 @@ coll_expire(struct srv_call *c, cohort__time now)
 	srv_call_timed_out(c, now, buf, miss, nm);
 }
 
+/* How the calls parked in an operation that cannot complete are
+ * answered: rank `left` left the job, so `what` cannot complete; or
+ * (left < 0) with st and why (EPEERLOST: the job's failure). */
+struct coll_end {
+	cohort_status st;
+	const char *why;
+	int32_t left;
+	const char *what;
+};
+
+/* Answers every call of calls[0..n) as e says, leaving it empty. */
 static void
-coll_fail_parked(struct srv_call *c, cohort_status st, const char *why)
+coll_end_calls(struct srv_call **calls, uint32_t n, const struct coll_end *e)
 {
-	c->owner = NULL;
-	if (st == COHORT_EPEERLOST)
-		srv_call_peerlost(c);
-	else
-		srv_call_fail(c, st, "%s", why);
+	for (uint32_t k = 0; k < n; k++) {
+		struct srv_call *c = calls[k];
+		if (c == NULL)
+			continue;
+		calls[k] = NULL;
+		c->owner = NULL;
+		if (e->left >= 0)
+			coll_answer_left(c, e->left, e->what);
+		else if (e->st == COHORT_EPEERLOST)
+			srv_call_peerlost(c);
+		else
+			srv_call_fail(c, e->st, "%s", e->why);
+	}
 }
 
 void
 srv_coll_reset(
     struct srv_job *job, cohort_status st, const char *why, bool free_groups)
 {
+	const struct coll_end e = { st, why, -1, NULL };
+
 	for (size_t i = 0; i < job->colls.nb; i++) {
 		while (job->colls.b[i] != NULL) {
 			struct srv_coll *co = SRV_CONTAINER(
 			    job->colls.b[i], struct srv_coll, hn);
-			for (uint32_t k = 0; k < co->g->n; k++) {
-				struct srv_call *c = co->calls[k];
-				if (c == NULL)
-					continue;
-				co->calls[k] = NULL;
-				coll_fail_parked(c, st, why);
-			}
+			coll_end_calls(co->calls, co->g->n, &e);
 			co->nparked = 0;
 			coll_free(co);
 		}
@@ -1078,13 +1082,7 @@ srv_coll_reset(
 			next = n->next;
 			if (g->complete && !free_groups)
 				continue;
-			for (uint32_t k = 0; k < g->n; k++) {
-				struct srv_call *c = g->arr[k];
-				if (c == NULL)
-					continue;
-				g->arr[k] = NULL;
-				coll_fail_parked(c, st, why);
-			}
+			coll_end_calls(g->arr, g->n, &e);
 			group_free(job, g);
 		}
 	}
@@ -1093,26 +1091,21 @@ srv_coll_reset(
 void
 srv_coll_rank_left(struct srv_job *job, int32_t rank)
 {
+	char what[700];
+	const struct coll_end e = { COHORT_EPEERLOST, NULL, rank, what };
+
 	for (size_t i = 0; i < job->colls.nb; i++) {
 		struct srv_hnode *n, *next;
 		for (n = job->colls.b[i]; n != NULL; n = next) {
 			struct srv_coll *co
 			    = SRV_CONTAINER(n, struct srv_coll, hn);
 			int32_t gr = co->g->grank_of[rank];
-			char what[700];
 			next = n->next;
 			if (gr < 0 || co->arrived[gr] || co->mismatch
 			    || co->root_in)
 				continue;
 			coll_desc_text(&co->cd, what, sizeof(what));
-			for (uint32_t k = 0; k < co->g->n; k++) {
-				struct srv_call *c = co->calls[k];
-				if (c == NULL)
-					continue;
-				co->calls[k] = NULL;
-				c->owner = NULL;
-				coll_answer_left(c, rank, what);
-			}
+			coll_end_calls(co->calls, co->g->n, &e);
 			co->nparked = 0;
 			coll_free(co);
 		}
@@ -1123,20 +1116,12 @@ srv_coll_rank_left(struct srv_job *job, int32_t rank)
 			struct srv_group *g
 			    = SRV_CONTAINER(n, struct srv_group, hn);
 			int32_t gr = g->grank_of[rank];
-			char what[300];
 			next = n->next;
 			if (g->complete || gr < 0 || g->arr[gr] != NULL)
 				continue;
 			snprintf(what, sizeof(what), "creation of group '%s'",
 			    g->name);
-			for (uint32_t k = 0; k < g->n; k++) {
-				struct srv_call *c = g->arr[k];
-				if (c == NULL)
-					continue;
-				g->arr[k] = NULL;
-				c->owner = NULL;
-				coll_answer_left(c, rank, what);
-			}
+			coll_end_calls(g->arr, g->n, &e);
 			group_free(job, g);
 		}
 	}

@@ -388,7 +388,37 @@ kv_answer_values(struct srv_call *c, int op)
 	}
 }
 
-static void kv_expire(struct srv_call *c, cohort__time now);
+static void
+kv_expire(struct srv_call *c, cohort__time now)
+{
+	struct srv_kv *kv = &c->job->kv;
+	char buf[1400], secs[32];
+	size_t off = 0;
+
+	srv_fmt_secs(secs, sizeof(secs), now - c->start);
+	cohort__appendf(buf, sizeof(buf), &off, "wait for key%s ",
+	    c->nkeys == 1 ? "" : "s");
+	for (size_t i = 0; i < c->nkeys && i < 8; i++)
+		cohort__appendf(buf, sizeof(buf), &off, "%s'%.100s'",
+		    i ? ", " : "", c->keys[i]);
+	if (c->nkeys > 8)
+		cohort__appendf(
+		    buf, sizeof(buf), &off, " and %zu more", c->nkeys - 8);
+	cohort__appendf(
+	    buf, sizeof(buf), &off, " timed out after %s; absent:", secs);
+	for (size_t i = 0, k = 0; i < c->nkeys; i++) {
+		if (kv_find(kv, c->keys[i]) != NULL)
+			continue;
+		if (k++ == 8) {
+			cohort__appendf(buf, sizeof(buf), &off, " ...");
+			break;
+		}
+		cohort__appendf(
+		    buf, sizeof(buf), &off, " '%.100s'", c->keys[i]);
+	}
+	srv_call_withdraw(c, now);
+	srv_call_fail(c, COHORT_ETIMEDOUT, "%s", buf);
+}
 
 /* A wait sits in the waiter list of every absent key. */
 static const struct srv_park_ops kv_park
@@ -455,38 +485,6 @@ kv_wait_keys(
 
 out_nomem:
 	srv_call_fail(c, COHORT_ENOMEM, "out of memory");
-}
-
-static void
-kv_expire(struct srv_call *c, cohort__time now)
-{
-	struct srv_kv *kv = &c->job->kv;
-	char buf[1400], secs[32];
-	size_t off = 0;
-
-	srv_fmt_secs(secs, sizeof(secs), now - c->start);
-	cohort__appendf(buf, sizeof(buf), &off, "wait for key%s ",
-	    c->nkeys == 1 ? "" : "s");
-	for (size_t i = 0; i < c->nkeys && i < 8; i++)
-		cohort__appendf(buf, sizeof(buf), &off, "%s'%.100s'",
-		    i ? ", " : "", c->keys[i]);
-	if (c->nkeys > 8)
-		cohort__appendf(
-		    buf, sizeof(buf), &off, " and %zu more", c->nkeys - 8);
-	cohort__appendf(
-	    buf, sizeof(buf), &off, " timed out after %s; absent:", secs);
-	for (size_t i = 0, k = 0; i < c->nkeys; i++) {
-		if (kv_find(kv, c->keys[i]) != NULL)
-			continue;
-		if (k++ == 8) {
-			cohort__appendf(buf, sizeof(buf), &off, " ...");
-			break;
-		}
-		cohort__appendf(
-		    buf, sizeof(buf), &off, " '%.100s'", c->keys[i]);
-	}
-	srv_call_withdraw(c, now);
-	srv_call_fail(c, COHORT_ETIMEDOUT, "%s", buf);
 }
 
 /* ------------------------------------------------------------------------ */

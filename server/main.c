@@ -163,20 +163,6 @@ main_usage(FILE *f)
 	    (unsigned)MAIN_DEFAULT_DRAIN_MS);
 }
 
-static int
-main_u64(const char *opt, const char *s, uint64_t *out)
-{
-	int64_t v;
-
-	if (!cohort__parse_i64(s, &v) || v <= 0) {
-		fprintf(stderr,
-		    "cohortd: %s: '%s' is not a positive integer\n", opt, s);
-		return (-1);
-	}
-	*out = (uint64_t)v;
-	return (0);
-}
-
 /* Secrets never come from the command line (/proc/PID/cmdline is
  * readable by every user of the host): a file, named by an option or by
  * COHORT_ADMIN_TOKEN_FILE. The old forms still work, with a warning. */
@@ -238,90 +224,12 @@ main_level(const char *s)
 	return (-1);
 }
 
-enum {
-	MAIN_LISTEN = COHORT__CLI_LONG,
-	MAIN_JOB,
-	MAIN_ADMIN_TOKEN_FILE,
-	MAIN_ADMIN_TOKEN,
-	MAIN_JOB_EXPIRY,
-	MAIN_TORCH_STORE,
-	MAIN_TORCH_STORE_TIMEOUT,
-	MAIN_METRICS_MAX_RANKS,
-	MAIN_LOG_LEVEL,
-	MAIN_DRAIN,
-	MAIN_READY_FD,
-	MAIN_EXIT_WHEN_IDLE,
-	MAIN_VERSION,
-	MAIN_FIELD, /* the options of main_fields from here */
-};
-
-/* Options that set one field of the server's configuration. */
-static const struct main_field {
-	const char *name;
-	enum { MAIN_FLAG, MAIN_STR, MAIN_U64, MAIN_MS32 } kind;
-	size_t off;
-} main_fields[] = {
-#define MAIN_F(name, kind, field)                                             \
-	{                                                                     \
-		name, kind, offsetof(struct cohort__srv_config, field)        \
-	}
-	MAIN_F("require-token", MAIN_FLAG, require_token),
-	MAIN_F("open-status", MAIN_FLAG, open_status),
-	MAIN_F("metrics-per-job", MAIN_FLAG, metrics_per_job),
-	MAIN_F("tls-verify-clients", MAIN_FLAG, tls_verify_clients),
-	MAIN_F("recover", MAIN_FLAG, state_recover),
-	MAIN_F("tls-cert", MAIN_STR, tls_cert),
-	MAIN_F("tls-key", MAIN_STR, tls_key),
-	MAIN_F("tls-ca", MAIN_STR, tls_ca),
-	MAIN_F("http", MAIN_STR, http),
-	MAIN_F("state-dir", MAIN_STR, state_dir),
-	MAIN_F("fsync", MAIN_STR, fsync),
-	MAIN_F("max-value-bytes", MAIN_U64, max_value_bytes),
-	MAIN_F("max-job-bytes", MAIN_U64, max_job_bytes),
-	MAIN_F("max-keys", MAIN_U64, max_keys),
-	MAIN_F("max-total-bytes", MAIN_U64, max_total_bytes),
-	MAIN_F("max-total-keys", MAIN_U64, max_total_keys),
-	MAIN_F("max-jobs", MAIN_U64, max_jobs),
-	MAIN_F("max-members", MAIN_U64, max_members),
-	MAIN_F("max-total-members", MAIN_U64, max_total_members),
-	MAIN_F("stall-threshold", MAIN_MS32, stall_threshold_ms),
-	MAIN_F("first-request-timeout", MAIN_MS32, first_request_ms),
-	MAIN_F("idle-timeout", MAIN_MS32, idle_ms),
-	MAIN_F("restore-grace", MAIN_MS32, restore_grace_ms),
-#undef MAIN_F
-};
-
-#define MAIN_NFIELDS (sizeof(main_fields) / sizeof(main_fields[0]))
-
-/* The others, then those of main_fields (main_parse adds them). */
-#define MAIN_NOTHERS 14
-static struct option main_options[MAIN_NOTHERS + MAIN_NFIELDS + 1] = {
-	{ "listen", required_argument, NULL, MAIN_LISTEN },
-	{ "job", required_argument, NULL, MAIN_JOB },
-	{ "admin-token-file", required_argument, NULL, MAIN_ADMIN_TOKEN_FILE },
-	{ "admin-token", required_argument, NULL, MAIN_ADMIN_TOKEN },
-	{ "job-expiry", required_argument, NULL, MAIN_JOB_EXPIRY },
-	{ "torch-store", required_argument, NULL, MAIN_TORCH_STORE },
-	{ "torch-store-timeout", required_argument, NULL,
-	    MAIN_TORCH_STORE_TIMEOUT },
-	{ "metrics-max-ranks", required_argument, NULL,
-	    MAIN_METRICS_MAX_RANKS },
-	{ "log-level", required_argument, NULL, MAIN_LOG_LEVEL },
-	{ "drain", required_argument, NULL, MAIN_DRAIN },
-	{ "ready-fd", required_argument, NULL, MAIN_READY_FD },
-	{ "exit-when-idle", required_argument, NULL, MAIN_EXIT_WHEN_IDLE },
-	{ "version", no_argument, NULL, MAIN_VERSION },
-	{ "help", no_argument, NULL, 'h' },
-};
-
-static const struct cohort__cli main_cli
-    = { "cohortd", "h", main_options, main_usage };
-
-/* What the command line sets besides the server's configuration. */
+/* What the command line sets: the server's configuration and the rest. */
 struct main_args {
-	struct cohort__srv_config *cfg;
-	const char **listen, **jobs, **tstores;
-	char **job_specs;
+	struct cohort__srv_config cfg;
+	const char *listen[MAIN_MAX_LIST], *jobs[MAIN_MAX_LIST];
+	const char *tstores[MAIN_MAX_LIST];
+	char *job_specs[MAIN_MAX_LIST];
 	char *admin;
 	const char *admin_file;
 	int ready_fd;
@@ -331,140 +239,143 @@ struct main_args {
 	uint64_t drain_ms;
 };
 
-/* A value up to max (ms), at least 1: "--OPT: 1 to MAX ms" otherwise. */
-static int
-main_u32(const char *opt, const char *s, uint32_t *out)
-{
-	uint64_t v;
+enum {
+	MAIN_LISTEN = COHORT__CLI_LONG,
+	MAIN_JOB,
+	MAIN_ADMIN_TOKEN,
+	MAIN_JOB_EXPIRY,
+	MAIN_TORCH_STORE,
+	MAIN_TORCH_STORE_TIMEOUT,
+	MAIN_LOG_LEVEL,
+	MAIN_VERSION,
+};
 
-	if (main_u64(opt, s, &v) != 0)
-		return (-1);
-	if (v > UINT32_MAX) {
-		fprintf(stderr, "cohortd: %s: 1 to %u ms\n", opt, UINT32_MAX);
-		return (-1);
-	}
-	*out = (uint32_t)v;
-	return (0);
-}
+#define MAIN_SET(name, kind, field)                                           \
+	COHORT__CLI_SET(name, 0, kind, struct main_args, field)
+#define MAIN_NUM(name, kind, lo, hi, field)                                   \
+	COHORT__CLI_NUM(name, 0, kind, lo, hi, struct main_args, field)
+#define MAIN_DO(name, key) COHORT__CLI_DO(name, key, COHORT__CLI_ACT_ARG)
 
-static int
-main_field(
-    struct cohort__srv_config *cfg, const struct main_field *f, const char *v)
-{
-	char name[64];
-	void *p = (char *)cfg + f->off;
+static const struct cohort__cli_opt main_opts[] = {
+	MAIN_DO("listen", MAIN_LISTEN),
+	MAIN_DO("job", MAIN_JOB),
+	MAIN_SET("admin-token-file", COHORT__CLI_STR, admin_file),
+	MAIN_DO("admin-token", MAIN_ADMIN_TOKEN),
+	MAIN_SET("require-token", COHORT__CLI_FLAG, cfg.require_token),
+	MAIN_SET("open-status", COHORT__CLI_FLAG, cfg.open_status),
+	MAIN_SET("metrics-per-job", COHORT__CLI_FLAG, cfg.metrics_per_job),
+	MAIN_SET("tls-cert", COHORT__CLI_STR, cfg.tls_cert),
+	MAIN_SET("tls-key", COHORT__CLI_STR, cfg.tls_key),
+	MAIN_SET("tls-ca", COHORT__CLI_STR, cfg.tls_ca),
+	MAIN_SET(
+	    "tls-verify-clients", COHORT__CLI_FLAG, cfg.tls_verify_clients),
+	MAIN_NUM("max-value-bytes", COHORT__CLI_U64, 1, INT64_MAX,
+	    cfg.max_value_bytes),
+	MAIN_NUM(
+	    "max-job-bytes", COHORT__CLI_U64, 1, INT64_MAX, cfg.max_job_bytes),
+	MAIN_NUM("max-keys", COHORT__CLI_U64, 1, INT64_MAX, cfg.max_keys),
+	MAIN_NUM(
+	    "max-members", COHORT__CLI_U64, 1, INT64_MAX, cfg.max_members),
+	MAIN_NUM("max-total-bytes", COHORT__CLI_U64, 1, INT64_MAX,
+	    cfg.max_total_bytes),
+	MAIN_NUM("max-total-keys", COHORT__CLI_U64, 1, INT64_MAX,
+	    cfg.max_total_keys),
+	MAIN_NUM("max-total-members", COHORT__CLI_U64, 1, INT64_MAX,
+	    cfg.max_total_members),
+	MAIN_NUM("max-jobs", COHORT__CLI_U64, 1, INT64_MAX, cfg.max_jobs),
+	MAIN_DO("job-expiry", MAIN_JOB_EXPIRY),
+	MAIN_SET("http", COHORT__CLI_STR, cfg.http),
+	MAIN_DO("torch-store", MAIN_TORCH_STORE),
+	MAIN_DO("torch-store-timeout", MAIN_TORCH_STORE_TIMEOUT),
+	MAIN_SET("state-dir", COHORT__CLI_STR, cfg.state_dir),
+	MAIN_SET("recover", COHORT__CLI_FLAG, cfg.state_recover),
+	MAIN_SET("fsync", COHORT__CLI_STR, cfg.fsync),
+	MAIN_NUM("stall-threshold", COHORT__CLI_U32, 1, UINT32_MAX,
+	    cfg.stall_threshold_ms),
+	MAIN_NUM("first-request-timeout", COHORT__CLI_U32, 1, UINT32_MAX,
+	    cfg.first_request_ms),
+	MAIN_NUM("idle-timeout", COHORT__CLI_U32, 1, UINT32_MAX, cfg.idle_ms),
+	MAIN_NUM("metrics-max-ranks", COHORT__CLI_U32, 0, 1000000,
+	    cfg.metrics_max_ranks),
+	MAIN_DO("log-level", MAIN_LOG_LEVEL),
+	MAIN_NUM("restore-grace", COHORT__CLI_U32, 1, UINT32_MAX,
+	    cfg.restore_grace_ms),
+	MAIN_NUM("drain", COHORT__CLI_U64, 1, INT64_MAX, drain_ms),
+	MAIN_NUM("ready-fd", COHORT__CLI_INT, 1, INT32_MAX, ready_fd),
+	MAIN_NUM(
+	    "exit-when-idle", COHORT__CLI_U64, 1, INT64_MAX, idle_exit_ms),
+	COHORT__CLI_DO("version", MAIN_VERSION, COHORT__CLI_ACT),
+	COHORT__CLI_END,
+};
 
-	snprintf(name, sizeof(name), "--%s", f->name);
-	switch (f->kind) {
-	case MAIN_FLAG:
-		*(bool *)p = true;
-		return (0);
-	case MAIN_STR:
-		*(const char **)p = v;
-		return (0);
-	case MAIN_U64:
-		return (main_u64(name, v, p));
-	default:
-		return (main_u32(name, v, p));
-	}
-}
+static const struct cohort__cli main_cli
+    = { "cohortd", 0, main_opts, main_usage };
 
 /* A list option (--listen, --job, --torch-store): at most MAIN_MAX_LIST. */
 static int
-main_list(const char *opt, const char **list, size_t *n, const char *v)
+main_list(int key, const char **list, size_t *n, const char *v)
 {
-	if (*n >= MAIN_MAX_LIST) {
-		fprintf(
-		    stderr, "cohortd: --%s: at most %d\n", opt, MAIN_MAX_LIST);
-		return (-1);
-	}
+	if (*n >= MAIN_MAX_LIST)
+		return (cohort__cli_bad(&main_cli, key, v, "(one too many)"));
 	list[(*n)++] = v;
 	return (0);
 }
 
-/* One option: 0, 1 for "exit 0" (--help, --version), -1 for a bad one
- * (said). */
+/* An option main_parse acts on: 0, 1 to exit 0 (--version), '?' for a
+ * bad one (said). */
 static int
 main_option(struct main_args *a, int opt, const char *v)
 {
-	struct cohort__srv_config *cfg = a->cfg;
-	uint64_t n;
+	struct cohort__srv_config *cfg = &a->cfg;
+	int64_t n;
 	int l;
 
-	if (opt >= MAIN_FIELD && opt < MAIN_FIELD + (int)MAIN_NFIELDS)
-		return (main_field(cfg, &main_fields[opt - MAIN_FIELD], v));
 	switch (opt) {
-	case 'h':
-		main_usage(stdout);
-		return (1);
 	case MAIN_VERSION:
 		printf("cohortd %s (protocol %d)\n", COHORT_VERSION_STRING,
 		    COHORT_PROTO_VERSION);
 		return (1);
 	case MAIN_LISTEN:
-		return (main_list("listen", a->listen, &cfg->nlisten, v));
+		return (main_list(opt, a->listen, &cfg->nlisten, v));
 	case MAIN_TORCH_STORE:
-		return (main_list(
-		    "torch-store", a->tstores, &cfg->ntorch_stores, v));
+		return (main_list(opt, a->tstores, &cfg->ntorch_stores, v));
 	case MAIN_JOB:
-		if (main_list("job", a->jobs, &cfg->njobs, v) != 0
+		if (main_list(opt, a->jobs, &cfg->njobs, v) != 0
 		    || main_job(v, &a->job_specs[cfg->njobs - 1]) != 0)
-			return (-1);
+			return ('?');
 		if (a->job_specs[cfg->njobs - 1] != NULL)
 			a->jobs[cfg->njobs - 1] = a->job_specs[cfg->njobs - 1];
-		return (0);
-	case MAIN_ADMIN_TOKEN_FILE:
-		a->admin_file = v;
 		return (0);
 	case MAIN_ADMIN_TOKEN:
 		cohort__warn("--admin-token shows the secret to every "
 		             "user of this host (ps); use "
 		             "--admin-token-file");
 		free(a->admin);
-		return ((a->admin = strdup(v)) != NULL ? 0 : -1);
+		return ((a->admin = strdup(v)) != NULL ? 0 : '?');
 	case MAIN_JOB_EXPIRY:
-		if (strcmp(v, "never") == 0) {
-			cfg->job_expiry_ms = 0;
-			return (0);
-		}
-		return (main_u64("--job-expiry", v, &cfg->job_expiry_ms));
+		if (strcmp(v, "never") == 0)
+			n = 0;
+		else if (!cohort__parse_i64(v, &n) || n <= 0)
+			return (
+			    cohort__cli_bad(&main_cli, opt, v, "(MS|never)"));
+		cfg->job_expiry_ms = (uint64_t)n;
+		return (0);
 	case MAIN_TORCH_STORE_TIMEOUT:
-		if (main_u64("--torch-store-timeout", v, &n) != 0)
-			return (-1);
+		/* more than 49 days: never */
+		if (!cohort__parse_i64(v, &n) || n <= 0)
+			return (cohort__cli_bad(&main_cli, opt, v, "(MS)"));
 		cfg->torch_store_partial_ms
 		    = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 		return (0);
-	case MAIN_METRICS_MAX_RANKS:
-		n = 0;
-		if (strcmp(v, "0") != 0
-		    && main_u64("--metrics-max-ranks", v, &n) != 0)
-			return (-1);
-		if (n > 1000000) {
-			fprintf(stderr,
-			    "cohortd: --metrics-max-ranks: at most 1000000\n");
-			return (-1);
-		}
-		cfg->metrics_max_ranks = (uint32_t)n;
-		return (0);
-	case MAIN_DRAIN:
-		return (main_u64("--drain", v, &a->drain_ms));
-	case MAIN_READY_FD:
-		if (main_u64("--ready-fd", v, &n) != 0 || n > INT32_MAX)
-			return (-1);
-		a->ready_fd = (int)n;
-		return (0);
-	case MAIN_EXIT_WHEN_IDLE:
-		return (main_u64("--exit-when-idle", v, &a->idle_exit_ms));
 	case MAIN_LOG_LEVEL:
-		if ((l = main_level(v)) < 0) {
-			fprintf(stderr, "cohortd: bad log level '%s'\n", v);
-			return (-1);
-		}
+		if ((l = main_level(v)) < 0)
+			return (cohort__cli_bad(&main_cli, opt, v,
+			    "(error, warn, info, debug, trace)"));
 		if (cohort__knob_str(COHORT__KNOB_LOG_LEVEL) == NULL)
 			cohort__log_set_default_level(l);
 		return (0);
-	default: /* '?': said */
-		return (-1);
+	default: /* 'h' (usage printed), '?' (said) */
+		return (opt);
 	}
 }
 
@@ -473,24 +384,14 @@ main_option(struct main_args *a, int opt, const char *v)
 static int
 main_parse(int argc, char **argv, struct main_args *a)
 {
-	size_t n = 0;
 	int opt, rc;
 
-	while (main_options[n].name != NULL)
-		n++;
-	for (size_t i = 0; i < MAIN_NFIELDS; i++, n++) {
-		main_options[n].name = main_fields[i].name;
-		main_options[n].has_arg = main_fields[i].kind == MAIN_FLAG
-		    ? no_argument
-		    : required_argument;
-		main_options[n].val = MAIN_FIELD + (int)i;
-	}
-	while ((opt = cohort__cli_next(&main_cli, argc, argv)) != -1)
+	while ((opt = cohort__cli_next(&main_cli, a, argc, argv)) != -1)
 		if ((rc = main_option(a, opt, optarg)) != 0)
-			return (rc > 0 ? -1 : 2);
-	if (cohort__cli_no_operands(&main_cli, argc, argv) != 0)
+			return (rc == 1 || rc == 'h' ? -1 : 2);
+	if (cohort__cli_no_operands(&main_cli, argc, argv) != -1)
 		return (2);
-	if (a->cfg->state_recover && a->cfg->state_dir == NULL) {
+	if (a->cfg.state_recover && a->cfg.state_dir == NULL) {
 		fprintf(stderr, "cohortd: --recover needs --state-dir\n");
 		return (2);
 	}
@@ -500,12 +401,8 @@ main_parse(int argc, char **argv, struct main_args *a)
 int
 main(int argc, char **argv)
 {
-	const char *listen[MAIN_MAX_LIST], *jobs[MAIN_MAX_LIST];
-	const char *tstores[MAIN_MAX_LIST];
-	char *job_specs[MAIN_MAX_LIST] = { NULL };
-	struct cohort__srv_config cfg;
-	struct main_args a = { &cfg, listen, jobs, tstores, job_specs, NULL,
-		NULL, -1, 0, UINT64_MAX };
+	static struct main_args a = { .ready_fd = -1, .drain_ms = UINT64_MAX };
+	struct cohort__srv_config *cfg = &a.cfg;
 	struct cohort__srv *srv;
 	sigset_t set;
 	cohort_status rv;
@@ -518,23 +415,23 @@ main(int argc, char **argv)
 	 * values in its heaps (docs/coordinator.md, Memory). */
 	(void)mallopt(M_MMAP_THRESHOLD, 1 << 20);
 #endif
-	cohort__srv_config_init(&cfg);
-	cfg.listen = listen;
-	cfg.jobs = jobs;
-	cfg.torch_stores = tstores;
+	cohort__srv_config_init(cfg);
+	cfg->listen = a.listen;
+	cfg->jobs = a.jobs;
+	cfg->torch_stores = a.tstores;
 	cohort__log_set_default_level(COHORT__LOG_INFO);
 	cohort__log_set_component("cohortd");
 	if ((rc = main_parse(argc, argv, &a)) != 0)
 		return (rc < 0 ? 0 : rc);
 	if (a.drain_ms == UINT64_MAX)
-		a.drain_ms = cfg.http != NULL ? MAIN_DEFAULT_DRAIN_MS : 0;
+		a.drain_ms = cfg->http != NULL ? MAIN_DEFAULT_DRAIN_MS : 0;
 	if (a.admin_file == NULL && a.admin == NULL)
 		a.admin_file = cohort__knob_str(COHORT__KNOB_ADMIN_TOKEN_FILE);
 	if (a.admin_file != NULL
 	    && main_secret("--admin-token-file", a.admin_file, &a.admin) != 0)
 		return (2);
-	cfg.admin_token = a.admin;
-	if (cfg.require_token && a.admin == NULL)
+	cfg->admin_token = a.admin;
+	if (cfg->require_token && a.admin == NULL)
 		cohort__warn("--require-token without an admin secret: only "
 		             "jobs given with --job (or restored from "
 		             "--state-dir) can be joined");
@@ -545,7 +442,7 @@ main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	if ((rv = cohort__srv_start(&cfg, &srv)) != COHORT_OK) {
+	if ((rv = cohort__srv_start(cfg, &srv)) != COHORT_OK) {
 		cohort__error("cannot start: %s: %s", cohort_strerror(rv),
 		    cohort_last_error());
 		return (1);
@@ -607,8 +504,8 @@ main(int argc, char **argv)
 		    sig == SIGINT ? "SIGINT" : "SIGTERM");
 	cohort__srv_stop(srv);
 	cohort__info("stopped");
-	for (size_t i = 0; i < cfg.njobs; i++)
-		free(job_specs[i]);
+	for (size_t i = 0; i < cfg->njobs; i++)
+		free(a.job_specs[i]);
 	free(a.admin);
 	return (0);
 }

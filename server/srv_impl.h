@@ -572,6 +572,10 @@ bool srv_token_eq(const char *a, const char *b);
 void srv_fmt_secs(char *buf, size_t len, cohort__time ms);
 /* "2, 3" */
 void srv_fmt_ranks(char *buf, size_t len, const int32_t *r, size_t n);
+/* Appends "WHAT timed out after 30.0 s; ranks 2, 3 never arrived" (the
+ * nm ranks of miss) at *off of buf. */
+void srv_fmt_never_arrived(char *buf, size_t len, size_t *off,
+    const char *what, cohort__time waited, const int32_t *miss, size_t nm);
 uint64_t srv_random(struct srv_core *core);
 void srv_client_free(struct srv_client *cl, const char *why);
 void srv_client_set_pipe(struct srv_client *cl, uint32_t pipe);

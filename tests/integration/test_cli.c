@@ -94,7 +94,8 @@ static const struct cli_case cli_cases[] = {
 	    { "cohort status: unexpected argument 'stray'" }, NULL },
 	/* bad values name the option and the value, without the usage */
 	{ "cohort", { "run", "-n", "0", "true" }, 2,
-	    { "cohort run: bad value for -n: '0'" }, "usage:" },
+	    { "cohort run: bad value for --nproc-per-node: '0' (1 to 1024)" },
+	    "usage:" },
 	{ "cohort", { "run", "-n", "2", "--grace", "soon", "true" }, 2,
 	    { "cohort run: bad value for --grace: 'soon'" }, NULL },
 	{ "cohort", { "bench", "--dtype", "f128" }, 2,
@@ -102,7 +103,16 @@ static const struct cli_case cli_cases[] = {
 	{ "cohort", { "status", "--watch", "5" }, 2,
 	    { "cohort status: bad value for --watch: '5'" }, NULL },
 	{ "cohortd", { "--max-keys", "0" }, 2,
-	    { "--max-keys: '0' is not a positive integer" }, NULL },
+	    { "cohortd: bad value for --max-keys: '0' (1 or more)" }, NULL },
+	{ "cohortd", { "--stall-threshold", "99999999999" }, 2,
+	    { "cohortd: bad value for --stall-threshold: '99999999999' (1 "
+	      "to 4294967295)" },
+	    NULL },
+	{ "cohortd", { "--job-expiry", "soon" }, 2,
+	    { "cohortd: bad value for --job-expiry: 'soon' (MS|never)" },
+	    NULL },
+	{ "cohort", { "bench", "-n", "0" }, 2,
+	    { "cohort bench: bad value for -n: '0' (1 to 4096)" }, NULL },
 	/* what options still require */
 	{ "cohort", { "run", "-n", "2" }, 2,
 	    { "cohort run: no program given", "usage: cohort run" }, NULL },

@@ -38,8 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend/backend.h" /* half-precision helpers */
-#include "cli.h"
+#include "conn.h"
+#include "dtype.h"
 #include "cohort_impl.h"
 #include "coord.h" /* cohort__random_u64 */
 #include "server.h"
@@ -173,61 +173,43 @@ bench_lookup(const char *s, const char *const *names, int n)
 }
 
 enum {
-	BENCH_O_PROCS = COHORT__CLI_LONG,
-	BENCH_O_BACKEND,
+	BENCH_O_BACKEND = COHORT__CLI_LONG,
 	BENCH_O_OP,
 	BENCH_O_SIZES,
-	BENCH_O_ITERS,
-	BENCH_O_WARMUP,
 	BENCH_O_DTYPE,
 	BENCH_O_REDOP,
-	BENCH_O_CHECK,
-	BENCH_O_JSON,
-	BENCH_O_COORDINATOR,
-	BENCH_O_TIMEOUT,
-	BENCH_O_RANK,
-	BENCH_O_JOIN_PROC,
-	BENCH_O_JOIN_FIRST,
-	BENCH_O_JOIN_COUNT,
 };
 
-static const struct option bench_options[] = {
-	{ "procs", required_argument, NULL, BENCH_O_PROCS },
-	{ "backend", required_argument, NULL, BENCH_O_BACKEND },
-	{ "op", required_argument, NULL, BENCH_O_OP },
-	{ "sizes", required_argument, NULL, BENCH_O_SIZES },
-	{ "iters", required_argument, NULL, BENCH_O_ITERS },
-	{ "warmup", required_argument, NULL, BENCH_O_WARMUP },
-	{ "dtype", required_argument, NULL, BENCH_O_DTYPE },
-	{ "redop", required_argument, NULL, BENCH_O_REDOP },
-	{ "check", no_argument, NULL, BENCH_O_CHECK },
-	{ "json", no_argument, NULL, BENCH_O_JSON },
-	{ "coordinator", required_argument, NULL, BENCH_O_COORDINATOR },
-	{ "timeout", required_argument, NULL, BENCH_O_TIMEOUT },
+#define BENCH_INT(name, key, lo, hi, field)                                   \
+	COHORT__CLI_NUM(                                                      \
+	    name, key, COHORT__CLI_INT, lo, hi, struct bench_cfg, field)
+#define BENCH_SET(name, kind, field)                                          \
+	COHORT__CLI_SET(name, 0, kind, struct bench_cfg, field)
+
+static const struct cohort__cli_opt bench_opts[] = {
+	BENCH_INT(NULL, 'n', 1, 4096, n),
+	BENCH_INT("procs", 0, 1, 256, procs),
+	COHORT__CLI_DO("backend", BENCH_O_BACKEND, COHORT__CLI_ACT_ARG),
+	COHORT__CLI_DO("op", BENCH_O_OP, COHORT__CLI_ACT_ARG),
+	COHORT__CLI_DO("sizes", BENCH_O_SIZES, COHORT__CLI_ACT_ARG),
+	BENCH_INT("iters", 0, 1, BENCH_MAX_ITERS, iters),
+	BENCH_INT("warmup", 0, 0, 100000, warmup),
+	COHORT__CLI_DO("dtype", BENCH_O_DTYPE, COHORT__CLI_ACT_ARG),
+	COHORT__CLI_DO("redop", BENCH_O_REDOP, COHORT__CLI_ACT_ARG),
+	BENCH_SET("check", COHORT__CLI_FLAG, check),
+	BENCH_SET("json", COHORT__CLI_FLAG, json),
+	BENCH_SET("coordinator", COHORT__CLI_STR, coordinator),
+	BENCH_INT("timeout", 0, 1, INT32_MAX, timeout),
 	/* hidden: the ranks and join workers bench_launch starts */
-	{ "bench-rank", no_argument, NULL, BENCH_O_RANK },
-	{ "bench-join-proc", required_argument, NULL, BENCH_O_JOIN_PROC },
-	{ "bench-join-first", required_argument, NULL, BENCH_O_JOIN_FIRST },
-	{ "bench-join-count", required_argument, NULL, BENCH_O_JOIN_COUNT },
-	{ "help", no_argument, NULL, 'h' },
-	{ NULL, 0, NULL, 0 },
+	BENCH_SET("bench-rank", COHORT__CLI_FLAG, worker),
+	BENCH_INT("bench-join-proc", 0, 0, 4096, join_proc),
+	BENCH_INT("bench-join-first", 0, 0, 1 << 20, join_first),
+	BENCH_INT("bench-join-count", 0, 1, 1 << 20, join_count),
+	COHORT__CLI_END,
 };
 
 static const struct cohort__cli bench_cli
-    = { "cohort bench", "+hn:", bench_options, bench_usage };
-
-static const struct cohort__cli_intopt bench_int_opts[] = {
-	{ 'n', 1, 4096, offsetof(struct bench_cfg, n) },
-	{ BENCH_O_PROCS, 1, 256, offsetof(struct bench_cfg, procs) },
-	{ BENCH_O_ITERS, 1, BENCH_MAX_ITERS,
-	    offsetof(struct bench_cfg, iters) },
-	{ BENCH_O_WARMUP, 0, 100000, offsetof(struct bench_cfg, warmup) },
-	{ BENCH_O_JOIN_PROC, 0, 4096, offsetof(struct bench_cfg, join_proc) },
-	{ BENCH_O_JOIN_FIRST, 0, 1 << 20,
-	    offsetof(struct bench_cfg, join_first) },
-	{ BENCH_O_JOIN_COUNT, 1, 1 << 20,
-	    offsetof(struct bench_cfg, join_count) },
-};
+    = { "cohort bench", '+', bench_opts, bench_usage };
 
 /* --sizes MIN:MAX or SIZE. */
 static bool
@@ -253,7 +235,7 @@ bench_parse_sizes(const char *v, struct bench_cfg *cfg)
 	return (cfg->max >= cfg->min);
 }
 
-/* One option but the integer ones: false for a bad value. */
+/* An option bench_parse acts on: false for a bad value. */
 static bool
 bench_option(struct bench_cfg *cfg, int opt, const char *v)
 {
@@ -263,18 +245,9 @@ bench_option(struct bench_cfg *cfg, int opt, const char *v)
 	    = { "sum", "prod", "min", "max", "mean" };
 	static const char *const backends[]
 	    = { "tcp", "service", "auto", "nccl" };
-	int k, t;
+	int k;
 
 	switch (opt) {
-	case BENCH_O_CHECK:
-		cfg->check = true;
-		return (true);
-	case BENCH_O_JSON:
-		cfg->json = true;
-		return (true);
-	case BENCH_O_RANK:
-		cfg->worker = true;
-		return (true);
 	case BENCH_O_BACKEND:
 		cfg->backend = v;
 		return (bench_lookup(v, backends, 4) >= 0);
@@ -290,21 +263,11 @@ bench_option(struct bench_cfg *cfg, int opt, const char *v)
 			return (false);
 		cfg->dtype = (cohort_dtype)k;
 		return (true);
-	case BENCH_O_REDOP:
+	default: /* BENCH_O_REDOP */
 		if ((k = bench_lookup(v, redops, 5)) < 0)
 			return (false);
 		cfg->redop = (cohort_redop)k;
 		return (true);
-	case BENCH_O_COORDINATOR:
-		cfg->coordinator = v;
-		return (true);
-	case BENCH_O_TIMEOUT:
-		if (!cohort__cli_int(v, 1, INT32_MAX, &t))
-			return (false);
-		cfg->timeout = t;
-		return (true);
-	default:
-		return (false);
 	}
 }
 
@@ -312,40 +275,29 @@ bench_option(struct bench_cfg *cfg, int opt, const char *v)
 static int
 bench_parse(int argc, char **argv, struct bench_cfg *cfg)
 {
-	int opt, rc;
+	int opt;
 
-	memset(cfg, 0, sizeof(*cfg));
-	cfg->n = 2;
-	cfg->procs = 4;
-	cfg->backend = "auto";
-	cfg->op = BENCH_ALLREDUCE;
-	cfg->min = 1024;
-	cfg->max = 16u << 20;
-	cfg->iters = 20;
-	cfg->warmup = 5;
-	cfg->dtype = COHORT_F32;
-	cfg->redop = COHORT_SUM;
-	cfg->timeout = 600000;
-	cfg->join_proc = -1;
-	while ((opt = cohort__cli_next(&bench_cli, argc, argv)) != -1) {
-		if (opt == 'h') {
-			bench_usage(stdout);
-			return (1);
-		}
-		if (opt == '?')
-			return (2);
-		rc = cohort__cli_intopt(&bench_cli, bench_int_opts,
-		    sizeof(bench_int_opts) / sizeof(bench_int_opts[0]), cfg,
-		    opt, optarg);
-		if (rc == 2)
-			return (2);
-		if (rc == 0 && !bench_option(cfg, opt, optarg)) {
+	*cfg = (struct bench_cfg) { .n = 2,
+		.procs = 4,
+		.backend = "auto",
+		.op = BENCH_ALLREDUCE,
+		.min = 1024,
+		.max = 16u << 20,
+		.iters = 20,
+		.warmup = 5,
+		.dtype = COHORT_F32,
+		.redop = COHORT_SUM,
+		.timeout = 600000,
+		.join_proc = -1 };
+	while ((opt = cohort__cli_next(&bench_cli, cfg, argc, argv)) != -1) {
+		if (opt == 'h' || opt == '?')
+			return (opt == 'h' ? 1 : 2);
+		if (!bench_option(cfg, opt, optarg)) {
 			cohort__cli_bad(&bench_cli, opt, optarg, NULL);
-			bench_usage(stderr);
 			return (2);
 		}
 	}
-	if (cohort__cli_no_operands(&bench_cli, argc, argv) != 0)
+	if (cohort__cli_no_operands(&bench_cli, argc, argv) != -1)
 		return (2);
 	if (!cfg->sizes_given
 	    && (cfg->op == BENCH_BCAST_OBJ || cfg->op == BENCH_KV))
@@ -387,70 +339,11 @@ bench_val(int q, int it, size_t i, cohort_redop op)
 }
 
 static void
-bench_store(void *buf, size_t i, cohort_dtype dt, int64_t v)
-{
-	switch (dt) {
-	case COHORT_F32:
-		((float *)buf)[i] = (float)v;
-		break;
-	case COHORT_F64:
-		((double *)buf)[i] = (double)v;
-		break;
-	case COHORT_F16:
-		((uint16_t *)buf)[i] = cohort__f32_to_f16((float)v);
-		break;
-	case COHORT_BF16:
-		((uint16_t *)buf)[i] = cohort__f32_to_bf16((float)v);
-		break;
-	case COHORT_I32:
-		((int32_t *)buf)[i] = (int32_t)v;
-		break;
-	case COHORT_I64:
-		((int64_t *)buf)[i] = v;
-		break;
-	default:
-		((uint8_t *)buf)[i] = (uint8_t)v;
-		break;
-	}
-}
-
-/* An element as double (floats) or as the integer the dtype holds. */
-static double
-bench_loadf(const void *buf, size_t i, cohort_dtype dt)
-{
-	switch (dt) {
-	case COHORT_F32:
-		return (((const float *)buf)[i]);
-	case COHORT_F64:
-		return (((const double *)buf)[i]);
-	case COHORT_F16:
-		return (cohort__f16_to_f32(((const uint16_t *)buf)[i]));
-	case COHORT_BF16:
-		return (cohort__bf16_to_f32(((const uint16_t *)buf)[i]));
-	default:
-		return (0);
-	}
-}
-
-static int64_t
-bench_loadi(const void *buf, size_t i, cohort_dtype dt)
-{
-	switch (dt) {
-	case COHORT_I32:
-		return (((const int32_t *)buf)[i]);
-	case COHORT_I64:
-		return (((const int64_t *)buf)[i]);
-	default:
-		return (((const uint8_t *)buf)[i]);
-	}
-}
-
-static void
 bench_fill(void *buf, size_t n, cohort_dtype dt, cohort_redop op, int q,
     int it, size_t i0)
 {
 	for (size_t i = 0; i < n; i++)
-		bench_store(buf, i, dt, bench_val(q, it, i0 + i, op));
+		cohort__elem_seti(buf, i, dt, bench_val(q, it, i0 + i, op));
 }
 
 /* Number of elements of got[0..n) that differ from the reduction over
@@ -467,9 +360,9 @@ bench_wrong_reduced(const void *got, size_t n, cohort_dtype dt,
 			double acc = 0, v;
 
 			for (int q = 0; q < size; q++) {
-				bench_store(
+				cohort__elem_seti(
 				    one, 0, dt, bench_val(q, it, i0 + i, op));
-				v = bench_loadf(one, 0, dt);
+				v = cohort__elem_get(one, 0, dt);
 				if (q == 0)
 					acc = v;
 				else if (op == COHORT_PROD)
@@ -483,16 +376,16 @@ bench_wrong_reduced(const void *got, size_t n, cohort_dtype dt,
 			}
 			if (op == COHORT_MEAN)
 				acc /= size;
-			if (fabs(bench_loadf(got, i, dt) - acc)
+			if (fabs(cohort__elem_get(got, i, dt) - acc)
 			    > 1e-2 * (fabs(acc) > 1 ? fabs(acc) : 1))
 				wrong++;
 		} else {
 			uint64_t acc = 0, v;
 
 			for (int q = 0; q < size; q++) {
-				bench_store(
+				cohort__elem_seti(
 				    one, 0, dt, bench_val(q, it, i0 + i, op));
-				v = (uint64_t)bench_loadi(one, 0, dt);
+				v = (uint64_t)cohort__elem_geti(one, 0, dt);
 				if (q == 0)
 					acc = v;
 				else if (op == COHORT_PROD)
@@ -506,8 +399,9 @@ bench_wrong_reduced(const void *got, size_t n, cohort_dtype dt,
 				else
 					acc += v;
 			}
-			bench_store(one, 0, dt, (int64_t)acc);
-			if (bench_loadi(one, 0, dt) != bench_loadi(got, i, dt))
+			cohort__elem_seti(one, 0, dt, (int64_t)acc);
+			if (cohort__elem_geti(one, 0, dt)
+			    != cohort__elem_geti(got, i, dt))
 				wrong++;
 		}
 	}
@@ -523,7 +417,8 @@ bench_wrong_copy(
 	long wrong = 0;
 
 	for (size_t i = 0; i < n; i++) {
-		bench_store(one, 0, dt, bench_val(q, it, i0 + i, COHORT_SUM));
+		cohort__elem_seti(
+		    one, 0, dt, bench_val(q, it, i0 + i, COHORT_SUM));
 		if (memcmp(one, (const uint8_t *)got + i * es, es) != 0)
 			wrong++;
 	}
@@ -1262,8 +1157,6 @@ static int
 bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 {
 	struct cohort__srv *srv = NULL;
-	struct cohort__srv_config sc;
-	static const char *const listen[] = { "tcp://127.0.0.1:0" };
 	const char *url = cfg->coordinator;
 	bool join = cfg->op == BENCH_JOIN;
 	int nch = join ? cfg->procs : cfg->n;
@@ -1274,14 +1167,10 @@ bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 	if ((ch = calloc((size_t)nch, sizeof(*ch))) == NULL)
 		return (1);
 	if (url == NULL) {
-		cohort__srv_config_init(&sc);
-		sc.listen = listen;
-		sc.nlisten = 1;
-		if (cohort__srv_start(&sc, &srv) != COHORT_OK) {
-			fprintf(stderr,
-			    "cohort bench: cannot start the "
-			    "embedded coordinator: %s\n",
-			    cohort_last_error());
+		if ((srv = cohort__cli_serve("cohort bench",
+		         "cannot start the embedded coordinator",
+		         "tcp://127.0.0.1:0", NULL, NULL, NULL))
+		    == NULL) {
 			free(ch);
 			return (1);
 		}

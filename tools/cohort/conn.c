@@ -1,5 +1,5 @@
 /*
- * conn.c - the connection options of status, top and fault (conn.h).
+ * conn.c - how the subcommands reach a coordinator (conn.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,33 +12,6 @@ cohort__cli_conn_init(struct cohort__cli_conn *cc)
 {
 	memset(cc, 0, sizeof(*cc));
 	cc->timeout_ms = 5000;
-}
-
-int
-cohort__cli_conn_opt(const struct cohort__cli *cli,
-    struct cohort__cli_conn *cc, int opt, const char *val)
-{
-	switch (opt) {
-	case COHORT__CLI_COORDINATOR:
-		cc->coordinator = val;
-		return (1);
-	case COHORT__CLI_JOB:
-		cc->job = val;
-		return (1);
-	case COHORT__CLI_TOKEN:
-		cc->token = val;
-		return (1);
-	case COHORT__CLI_TOKEN_FILE:
-		cc->token_file = val;
-		return (1);
-	case COHORT__CLI_TIMEOUT:
-		if (!cohort__cli_int(val, 1, 3600000, &cc->timeout_ms))
-			return (cohort__cli_bad(
-			    cli, opt, val, "(1 to 3600000 ms)"));
-		return (1);
-	default:
-		return (0);
-	}
 }
 
 int
@@ -92,4 +65,35 @@ cohort__cli_conn_open(const struct cohort__cli *cli,
 		return (1);
 	}
 	return (0);
+}
+
+struct cohort__srv *
+cohort__cli_serve(const char *prog, const char *what, const char *listen,
+    const char *job, const char *token, const char *store)
+{
+	struct cohort__srv_config sc;
+	struct cohort__srv *srv = NULL;
+	char jobspec[400];
+	const char *listens[1] = { listen }, *jobs[1] = { jobspec };
+	const char *stores[1] = { store };
+
+	cohort__srv_config_init(&sc);
+	sc.listen = listens;
+	sc.nlisten = 1;
+	if (job != NULL) {
+		snprintf(jobspec, sizeof(jobspec), "%s:%s", job, token);
+		sc.jobs = jobs;
+		sc.njobs = 1;
+	}
+	if (store != NULL) {
+		sc.torch_stores = stores;
+		sc.ntorch_stores = 1;
+	}
+	if (cohort__srv_start(&sc, &srv) != COHORT_OK) {
+		fprintf(
+		    stderr, "%s: %s: %s\n", prog, what, cohort_last_error());
+		srv = NULL;
+	}
+	memset(jobspec, 0, sizeof(jobspec));
+	return (srv);
 }

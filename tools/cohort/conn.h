@@ -1,7 +1,7 @@
 /*
- * conn.h - the connection options of the `cohort` subcommands that talk
- * to a running cohortd (status, top, fault), and their connection
- * (conn.c).
+ * conn.h - how the `cohort` subcommands reach a coordinator (conn.c):
+ * the connection options of those that talk to a running cohortd
+ * (status, top, fault), and the coordinator that run and bench embed.
  */
 #ifndef COHORT_TOOLS_CONN_H
 #define COHORT_TOOLS_CONN_H
@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "cohort_impl.h"
 #include "coord.h"
+#include "server.h"
 #include "token.h"
 
 /* --coordinator URL, --job J, --token-file FILE (--token T, deprecated),
@@ -26,30 +27,20 @@ struct cohort__cli_conn {
 	cohort__time deadline; /* cohort__cli_conn_open's + timeout_ms */
 };
 
-enum {
-	COHORT__CLI_COORDINATOR = COHORT__CLI_LONG,
-	COHORT__CLI_JOB,
-	COHORT__CLI_TOKEN,
-	COHORT__CLI_TOKEN_FILE,
-	COHORT__CLI_TIMEOUT,
-	COHORT__CLI_CONN_END /* a command's own long options start here */
-};
-
-/* The entries of struct option for those options. */
+/* The rows of those options (common/cli.h) in the table of settings of
+ * type `type` holding a struct cohort__cli_conn `m`. */
 /* clang-format off */
-#define COHORT__CLI_CONN_OPTIONS \
-	{ "coordinator", required_argument, NULL, COHORT__CLI_COORDINATOR }, \
-	{ "job", required_argument, NULL, COHORT__CLI_JOB }, \
-	{ "token", required_argument, NULL, COHORT__CLI_TOKEN }, \
-	{ "token-file", required_argument, NULL, COHORT__CLI_TOKEN_FILE }, \
-	{ "timeout", required_argument, NULL, COHORT__CLI_TIMEOUT }
+#define COHORT__CLI_CONN_ROWS(type, m) \
+	COHORT__CLI_SET("coordinator", 0, COHORT__CLI_STR, type, m.coordinator), \
+	COHORT__CLI_SET("job", 0, COHORT__CLI_STR, type, m.job), \
+	COHORT__CLI_SET("token", 0, COHORT__CLI_STR, type, m.token), \
+	COHORT__CLI_SET("token-file", 0, COHORT__CLI_STR, type, m.token_file), \
+	COHORT__CLI_NUM("timeout", 0, COHORT__CLI_INT, 1, 3600000, type, \
+	    m.timeout_ms)
 /* clang-format on */
 
+/* Sets the defaults (a timeout of 5000 ms). */
 void cohort__cli_conn_init(struct cohort__cli_conn *cc);
-/* Takes option opt (a value of cohort__cli_next) with its value: 1 if it
- * is one of the connection options, 0 if not, 2 for a bad value (said). */
-int cohort__cli_conn_opt(const struct cohort__cli *cli,
-    struct cohort__cli_conn *cc, int opt, const char *val);
 /* Fills what was not given from the environment (COHORT_COORDINATOR or
  * MASTER_ADDR/PORT, COHORT_JOB, COHORT_TOKEN or COHORT_TOKEN_FILE; the
  * admin secret instead when admin_ok and no job), then connects to the
@@ -59,5 +50,12 @@ int cohort__cli_conn_opt(const struct cohort__cli *cli,
 int cohort__cli_conn_open(const struct cohort__cli *cli,
     struct cohort__cli_conn *cc, bool need_job, bool admin_ok,
     struct cohort__coord **co);
+
+/* Starts a coordinator in this process listening on listen, with job
+ * created in advance with its token (job NULL: none) and a TCPStore
+ * listener store ("JOB@ADDR:PORT", NULL: none). NULL after "PROG: WHAT:
+ * why" on stderr. */
+struct cohort__srv *cohort__cli_serve(const char *prog, const char *what,
+    const char *listen, const char *job, const char *token, const char *store);
 
 #endif /* COHORT_TOOLS_CONN_H */

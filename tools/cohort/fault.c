@@ -50,15 +50,14 @@ fault_usage(FILE *f)
 	    "COHORT_JOB and COHORT_TOKEN (or COHORT_TOKEN_FILE).\n");
 }
 
-static const struct option fault_options[] = {
-	COHORT__CLI_CONN_OPTIONS,
-	{ "help", no_argument, NULL, 'h' },
-	{ NULL, 0, NULL, 0 },
+static const struct cohort__cli_opt fault_opts[] = {
+	COHORT__CLI_CONN_ROWS(struct fault_cfg, conn),
+	COHORT__CLI_END,
 };
 
 /* '-': the schedule is taken where it stands (as option 1) */
 static const struct cohort__cli fault_cli
-    = { "cohort fault", "-h", fault_options, fault_usage };
+    = { "cohort fault", '-', fault_opts, fault_usage };
 
 static int
 fault_take_spec(struct fault_cfg *cfg, const char *arg)
@@ -72,31 +71,15 @@ fault_take_spec(struct fault_cfg *cfg, const char *arg)
 	return (0);
 }
 
+/* 0 ok, 1 help printed, 2 usage error. */
 static int
 fault_parse_args(int argc, char **argv, struct fault_cfg *cfg)
 {
-	int opt, rc;
+	int opt;
 
-	while ((opt = cohort__cli_next(&fault_cli, argc, argv)) != -1) {
-		if ((rc = cohort__cli_conn_opt(
-		         &fault_cli, &cfg->conn, opt, optarg))
-		    != 0) {
-			if (rc == 1)
-				continue;
-			return (rc);
-		}
-		switch (opt) {
-		case 'h':
-			fault_usage(stdout);
-			return (1);
-		case 1: /* the schedule */
-			if (fault_take_spec(cfg, optarg) != 0)
-				return (2);
-			break;
-		default:
-			return (2);
-		}
-	}
+	while ((opt = cohort__cli_next(&fault_cli, cfg, argc, argv)) != -1)
+		if (opt != 1 || fault_take_spec(cfg, optarg) != 0)
+			return (opt == 'h' ? 1 : 2);
 	for (; optind < argc; optind++) /* after "--" */
 		if (fault_take_spec(cfg, argv[optind]) != 0)
 			return (2);

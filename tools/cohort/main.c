@@ -193,6 +193,10 @@ cli_env_knobs(bool markdown)
 		       "coordinator rank 0 starts |\n");
 }
 
+struct cli_env_cfg {
+	bool markdown;
+};
+
 static void
 cli_env_usage(FILE *f)
 {
@@ -205,36 +209,29 @@ cli_env_usage(FILE *f)
 	    "(docs/environment.md).\n");
 }
 
-enum { CLI_ENV_MARKDOWN = COHORT__CLI_LONG };
-
-static const struct option cli_env_options[] = {
-	{ "markdown", no_argument, NULL, CLI_ENV_MARKDOWN },
-	{ "help", no_argument, NULL, 'h' },
-	{ NULL, 0, NULL, 0 },
-};
-
 static int
 cli_env(int argc, char **argv)
 {
+	static const struct cohort__cli_opt opts[] = {
+		COHORT__CLI_SET("markdown", 0, COHORT__CLI_FLAG,
+		    struct cli_env_cfg, markdown),
+		COHORT__CLI_END,
+	};
 	static const struct cohort__cli cli
-	    = { "cohort env", "+h", cli_env_options, cli_env_usage };
+	    = { "cohort env", '+', opts, cli_env_usage };
+	struct cli_env_cfg cfg = { false };
 	cohort_env env;
 	cohort_status st;
 	char buf[2048];
 	int opt;
 
-	while ((opt = cohort__cli_next(&cli, argc, argv)) != -1) {
-		if (opt == 'h') {
-			cli_env_usage(stdout);
-			return (0);
-		}
-		if (opt != CLI_ENV_MARKDOWN)
-			return (2);
+	if ((opt = cohort__cli_next(&cli, &cfg, argc, argv)) != -1
+	    || (opt = cohort__cli_no_operands(&cli, argc, argv)) != -1)
+		return (opt == 'h' ? 0 : 2);
+	if (cfg.markdown) {
 		cli_env_knobs(true);
 		return (0);
 	}
-	if (cohort__cli_no_operands(&cli, argc, argv) != 0)
-		return (2);
 	/* the error is printed below; no log line repeating it */
 	cohort__log_set_default_level(COHORT__LOG_ERROR);
 	st = cohort_env_resolve(&env);

@@ -48,7 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "conn.h"
 #include "cohort_impl.h"
 #include "coord.h"
 #include "server.h"
@@ -100,6 +100,7 @@ struct run_cfg {
 	char coordinator_buf[300];
 	const char *job;
 	const char *token;
+	const char *token_file, *token_cli; /* --token-file, --token */
 	char token_buf[COHORT__TOKEN_MAX + 1];
 	const char *report;
 	/* --timeline PATH (or COHORT_TIMELINE): the merged trace, and the
@@ -221,119 +222,63 @@ run_pet_defaults(struct run_cfg *cfg)
 	return (0);
 }
 
-enum {
-	RUN_NNODES = COHORT__CLI_LONG,
-	RUN_NODE_RANK,
-	RUN_MAX_RESTARTS,
-	RUN_GRACE,
-	RUN_COORDINATOR,
-	RUN_JOB,
-	RUN_TOKEN_FILE,
-	RUN_TOKEN,
-	RUN_REPORT,
-	RUN_TIMELINE,
-	RUN_TORCH_STORE,
-};
+enum { RUN_COORDINATOR = COHORT__CLI_LONG, RUN_TORCH_STORE };
 
-static const struct option run_options[] = {
-	{ "nproc-per-node", required_argument, NULL, 'n' },
-	{ "nnodes", required_argument, NULL, RUN_NNODES },
-	{ "node-rank", required_argument, NULL, RUN_NODE_RANK },
-	{ "max-restarts", required_argument, NULL, RUN_MAX_RESTARTS },
-	{ "grace", required_argument, NULL, RUN_GRACE },
-	{ "coordinator", required_argument, NULL, RUN_COORDINATOR },
-	{ "job", required_argument, NULL, RUN_JOB },
-	{ "token-file", required_argument, NULL, RUN_TOKEN_FILE },
-	{ "token", required_argument, NULL, RUN_TOKEN },
-	{ "report", required_argument, NULL, RUN_REPORT },
-	{ "timeline", required_argument, NULL, RUN_TIMELINE },
-	{ "torch-store", required_argument, NULL, RUN_TORCH_STORE },
-	{ "help", no_argument, NULL, 'h' },
-	{ NULL, 0, NULL, 0 },
+#define RUN_INT(name, key, lo, hi, field)                                     \
+	COHORT__CLI_NUM(                                                      \
+	    name, key, COHORT__CLI_INT, lo, hi, struct run_cfg, field)
+#define RUN_STR(name, field)                                                  \
+	COHORT__CLI_SET(name, 0, COHORT__CLI_STR, struct run_cfg, field)
+
+static const struct cohort__cli_opt run_opts[] = {
+	RUN_INT("nproc-per-node", 'n', 1, RUN_MAX_LOCAL, nproc),
+	RUN_INT("nnodes", 0, 1, 65536, nnodes),
+	RUN_INT("node-rank", 0, 0, 65535, node_rank),
+	RUN_INT("max-restarts", 0, 0, 1000000, max_restarts),
+	RUN_INT("grace", 0, 0, 3600000, grace_ms),
+	COHORT__CLI_DO("coordinator", RUN_COORDINATOR, COHORT__CLI_ACT_ARG),
+	RUN_STR("job", job),
+	RUN_STR("token-file", token_file),
+	RUN_STR("token", token_cli),
+	RUN_STR("report", report),
+	RUN_STR("timeline", timeline),
+	COHORT__CLI_DO("torch-store", RUN_TORCH_STORE, COHORT__CLI_ACT_ARG),
+	COHORT__CLI_END,
 };
 
 /* '+': the options end at the program */
 static const struct cohort__cli run_cli
-    = { "cohort run", "+hn:", run_options, run_usage };
+    = { "cohort run", '+', run_opts, run_usage };
 
-/* The integer options: their range and field. */
-static const struct cohort__cli_intopt run_int_opts[] = {
-	{ 'n', 1, RUN_MAX_LOCAL, offsetof(struct run_cfg, nproc) },
-	{ RUN_NNODES, 1, 65536, offsetof(struct run_cfg, nnodes) },
-	{ RUN_NODE_RANK, 0, 65535, offsetof(struct run_cfg, node_rank) },
-	{ RUN_MAX_RESTARTS, 0, 1000000,
-	    offsetof(struct run_cfg, max_restarts) },
-	{ RUN_GRACE, 0, 3600000, offsetof(struct run_cfg, grace_ms) },
-};
-
-/* One option: 0, or 2 after saying what is wrong. */
-static int
-run_option(struct run_cfg *cfg, int opt, const char *v,
-    const char **token_file, const char **token_cli)
-{
-	int rc = cohort__cli_intopt(&run_cli, run_int_opts,
-	    sizeof(run_int_opts) / sizeof(run_int_opts[0]), cfg, opt, v);
-
-	if (rc != 0)
-		return (rc == 1 ? 0 : rc);
-	switch (opt) {
-	case RUN_COORDINATOR:
-		cfg->coordinator = v;
-		cfg->coordinator_from_launcher = false;
-		break;
-	case RUN_JOB:
-		cfg->job = v;
-		break;
-	case RUN_TOKEN_FILE:
-		*token_file = v;
-		break;
-	case RUN_TOKEN:
-		*token_cli = v;
-		break;
-	case RUN_REPORT:
-		cfg->report = v;
-		break;
-	case RUN_TIMELINE:
-		cfg->timeline = v;
-		break;
-	case RUN_TORCH_STORE:
-		if (strrchr(v, ':') == NULL)
-			return (
-			    cohort__cli_bad(&run_cli, opt, v, "(HOST:PORT)"));
-		cfg->torch_store = v;
-		break;
-	default: /* '?': said */
-		return (2);
-	}
-	return (0);
-}
-
+/* 0, 1 after --help, 2 for a usage error (said). */
 static int
 run_parse(int argc, char **argv, struct run_cfg *cfg)
 {
-	const char *token_file = NULL, *token_cli = NULL;
 	int opt;
 
-	memset(cfg, 0, sizeof(*cfg));
-	cfg->nproc = 0;
-	cfg->nnodes = 1;
-	cfg->grace_ms = 5000;
+	*cfg = (struct run_cfg) { .nproc = 0, .nnodes = 1, .grace_ms = 5000 };
 	if (run_pet_defaults(cfg) != 0)
 		return (2);
-	while ((opt = cohort__cli_next(&run_cli, argc, argv)) != -1) {
-		if (opt == 'h') {
-			run_usage(stdout);
-			return (1);
+	while ((opt = cohort__cli_next(&run_cli, cfg, argc, argv)) != -1) {
+		if (opt == RUN_TORCH_STORE && strrchr(optarg, ':') == NULL)
+			opt = cohort__cli_bad(
+			    &run_cli, opt, optarg, "(HOST:PORT)");
+		if (opt == RUN_COORDINATOR) {
+			cfg->coordinator = optarg;
+			cfg->coordinator_from_launcher = false;
+		} else if (opt == RUN_TORCH_STORE) {
+			cfg->torch_store = optarg;
+		} else {
+			return (opt == 'h' ? 1 : 2);
 		}
-		if (run_option(cfg, opt, optarg, &token_file, &token_cli) != 0)
-			return (2);
 	}
 	if (cfg->nproc == 0) {
 		fprintf(stderr, "cohort run: -n N is required\n");
 		return (2);
 	}
-	if (cohort__token_for_tool("cohort run", token_file, token_cli, false,
-	        cfg->token_buf, sizeof(cfg->token_buf), &cfg->token)
+	if (cohort__token_for_tool("cohort run", cfg->token_file,
+	        cfg->token_cli, false, cfg->token_buf, sizeof(cfg->token_buf),
+	        &cfg->token)
 	    != COHORT_OK) {
 		fprintf(stderr, "cohort run: %s\n", cohort_last_error());
 		return (2);
@@ -812,29 +757,18 @@ run_job_name(const struct run_cfg *cfg, char *job, size_t len)
 static struct cohort__srv *
 run_serve(const struct run_cfg *cfg, const char *job)
 {
-	struct cohort__srv_config sc;
-	struct cohort__srv *srv = NULL;
-	const char *port = strrchr(cfg->coordinator, ':');
-	char listen[64], jobspec[400];
-	const char *listens[1] = { listen }, *jobs[1] = { jobspec };
+	struct cohort__srv *srv;
+	char listen[64], what[128];
 
-	snprintf(listen, sizeof(listen), "tcp://0.0.0.0:%s", port + 1);
-	snprintf(jobspec, sizeof(jobspec), "%s:%s", job, cfg->token);
-	cohort__srv_config_init(&sc);
-	sc.listen = listens;
-	sc.nlisten = 1;
-	sc.jobs = jobs;
-	sc.njobs = 1;
-	if (cohort__srv_start(&sc, &srv) != COHORT_OK) {
-		fprintf(stderr,
-		    "cohort run: node 0 cannot serve the coordinator at %s: "
-		    "%s\n",
-		    listen, cohort_last_error());
-		return (NULL);
-	}
-	memset(jobspec, 0, sizeof(jobspec));
-	cohort__info("serving the coordinator of job '%s' at %s (%s)", job,
-	    cfg->coordinator, listen);
+	snprintf(listen, sizeof(listen), "tcp://0.0.0.0:%s",
+	    strrchr(cfg->coordinator, ':') + 1);
+	snprintf(what, sizeof(what),
+	    "node 0 cannot serve the coordinator at %s", listen);
+	srv = cohort__cli_serve(
+	    "cohort run", what, listen, job, cfg->token, NULL);
+	if (srv != NULL)
+		cohort__info("serving the coordinator of job '%s' at %s (%s)",
+		    job, cfg->coordinator, listen);
 	return (srv);
 }
 
@@ -909,28 +843,15 @@ cohort__cmd_run(int argc, char **argv)
 		    && run_await_coordinator(&cfg, job) != 0)
 			return (1);
 	} else {
-		struct cohort__srv_config sc;
-		static const char *const listen[] = { "tcp://127.0.0.1:0" };
-		char jobspec[400], storespec[200];
-		const char *jobs[1] = { jobspec }, *stores[1] = { storespec };
-		cohort__srv_config_init(&sc);
-		sc.listen = listen;
-		sc.nlisten = 1;
 		/* The job exists from the start with its token, and torch's
 		 * store for it is a TCPStore listener of the coordinator. */
-		snprintf(jobspec, sizeof(jobspec), "%s:%s", job, cfg.token);
-		snprintf(storespec, sizeof(storespec), "%s@127.0.0.1:0", job);
-		sc.jobs = jobs;
-		sc.njobs = 1;
-		sc.torch_stores = stores;
-		sc.ntorch_stores = 1;
-		if (cohort__srv_start(&sc, &srv) != COHORT_OK) {
-			fprintf(stderr,
-			    "cohort run: cannot start the embedded "
-			    "coordinator: %s\n",
-			    cohort_last_error());
+		char store[200];
+		snprintf(store, sizeof(store), "%s@127.0.0.1:0", job);
+		if ((srv = cohort__cli_serve("cohort run",
+		         "cannot start the embedded coordinator",
+		         "tcp://127.0.0.1:0", job, cfg.token, store))
+		    == NULL)
 			return (1);
-		}
 		url = cohort__srv_url(srv, 0);
 		if (cfg.torch_store == NULL)
 			cfg.torch_store = cohort__srv_torch_store_addr(srv, 0);

@@ -38,7 +38,7 @@ int cohort__cmd_top(int argc, char **argv);
 struct status_cfg {
 	struct cohort__cli_conn conn;
 	int watch_ms; /* 0: once */
-	long count; /* --watch: redraws, 0 = until SIGINT */
+	int count; /* --watch: redraws, 0 = until SIGINT */
 };
 
 /* Previous totals of a rank, for rates in --watch. */
@@ -193,55 +193,17 @@ status_print_job(const Cohort__JobStatus *js)
 	}
 }
 
-enum { STATUS_WATCH = COHORT__CLI_CONN_END, STATUS_COUNT };
-
-static const struct option status_options[] = {
-	COHORT__CLI_CONN_OPTIONS,
-	{ "watch", required_argument, NULL, STATUS_WATCH },
-	{ "count", required_argument, NULL, STATUS_COUNT },
-	{ "help", no_argument, NULL, 'h' },
-	{ NULL, 0, NULL, 0 },
+static const struct cohort__cli_opt status_opts[] = {
+	COHORT__CLI_CONN_ROWS(struct status_cfg, conn),
+	COHORT__CLI_NUM("watch", 0, COHORT__CLI_INT, 100, 3600000,
+	    struct status_cfg, watch_ms),
+	COHORT__CLI_NUM("count", 0, COHORT__CLI_INT, 1, INT32_MAX,
+	    struct status_cfg, count),
+	COHORT__CLI_END,
 };
 
 static const struct cohort__cli status_cli
-    = { "cohort status", "+h", status_options, status_usage };
-
-/* 0 ok, 1 help printed, 2 usage error. */
-static int
-status_parse(int argc, char **argv, struct status_cfg *cfg)
-{
-	int opt, rc, v;
-
-	while ((opt = cohort__cli_next(&status_cli, argc, argv)) != -1) {
-		if ((rc = cohort__cli_conn_opt(
-		         &status_cli, &cfg->conn, opt, optarg))
-		    != 0) {
-			if (rc == 1)
-				continue;
-			return (rc);
-		}
-		switch (opt) {
-		case 'h':
-			status_usage(stdout);
-			return (1);
-		case STATUS_WATCH:
-			if (!cohort__cli_int(optarg, 100, 3600000, &v))
-				return (cohort__cli_bad(&status_cli, opt,
-				    optarg, "(100 to 3600000 ms)"));
-			cfg->watch_ms = v;
-			break;
-		case STATUS_COUNT:
-			if (!cohort__cli_int(optarg, 1, INT32_MAX, &v))
-				return (cohort__cli_bad(
-				    &status_cli, opt, optarg, NULL));
-			cfg->count = v;
-			break;
-		default:
-			return (2);
-		}
-	}
-	return (cohort__cli_no_operands(&status_cli, argc, argv));
-}
+    = { "cohort status", '+', status_opts, status_usage };
 
 int
 cohort__cmd_status(int argc, char **argv)
@@ -257,8 +219,9 @@ cohort__cmd_status(int argc, char **argv)
 	int rc;
 
 	cohort__cli_conn_init(&cfg.conn);
-	if ((rc = status_parse(argc, argv, &cfg)) != 0)
-		return (rc == 1 ? 0 : rc);
+	if ((rc = cohort__cli_next(&status_cli, &cfg, argc, argv)) != -1
+	    || (rc = cohort__cli_no_operands(&status_cli, argc, argv)) != -1)
+		return (rc == 'h' ? 0 : 2);
 	if ((rc = cohort__cli_conn_open(
 	         &status_cli, &cfg.conn, false, true, &co))
 	    != 0)

@@ -35,33 +35,31 @@ token_usage(FILE *f)
 	    "                           $COHORT_ADMIN_TOKEN_FILE)\n");
 }
 
-enum { TOKEN_ADMIN_FILE = COHORT__CLI_LONG };
+struct token_cfg {
+	const char *file; /* the admin secret */
+};
 
-static const struct option token_options[] = {
-	{ "admin-token-file", required_argument, NULL, TOKEN_ADMIN_FILE },
-	{ "help", no_argument, NULL, 'h' },
-	{ NULL, 0, NULL, 0 },
+static const struct cohort__cli_opt token_opts[] = {
+	COHORT__CLI_SET(
+	    "admin-token-file", 0, COHORT__CLI_STR, struct token_cfg, file),
+	COHORT__CLI_END,
 };
 
 static const struct cohort__cli token_cli
-    = { "cohort token", "+h", token_options, token_usage };
+    = { "cohort token", '+', token_opts, token_usage };
 
 int
 cohort__cmd_token(int argc, char **argv)
 {
-	const char *file = cohort__knob_str(COHORT__KNOB_ADMIN_TOKEN_FILE);
+	struct token_cfg cfg
+	    = { cohort__knob_str(COHORT__KNOB_ADMIN_TOKEN_FILE) };
+	const char *file;
 	char admin[COHORT__TOKEN_MAX + 1], tok[COHORT__MINTED_LEN + 1];
 	int i, opt, njobs = 0;
 
-	while ((opt = cohort__cli_next(&token_cli, argc, argv)) != -1) {
-		if (opt == 'h') {
-			token_usage(stdout);
-			return (0);
-		}
-		if (opt != TOKEN_ADMIN_FILE)
-			return (2);
-		file = optarg;
-	}
+	if ((opt = cohort__cli_next(&token_cli, &cfg, argc, argv)) != -1)
+		return (opt == 'h' ? 0 : 2);
+	file = cfg.file;
 	i = optind;
 	if (file == NULL) {
 		fprintf(stderr,
