@@ -288,18 +288,15 @@ group_same(const struct srv_group *g, const int32_t *ranks, size_t n)
 }
 
 void
-srv_group_handle(
-    struct srv_call *c, const Cohort__GroupCreate *gc, cohort__time now)
+srv_group_handle(struct srv_call *c, const struct srv_member *m,
+    const Cohort__GroupCreate *gc, cohort__time now)
 {
 	struct srv_job *job = c->job;
-	struct srv_member *m;
 	struct srv_group *g;
 	uint8_t *seen;
 	int32_t grank = -1;
 	char a[512], b[512];
 
-	if ((m = srv_job_collective_member(c)) == NULL)
-		return;
 	if (gc->name[0] == '\0' || strlen(gc->name) > SRV_MAX_NAME) {
 		srv_call_fail(c, COHORT_EINVAL,
 		    "group name must be 1..%d bytes (\"\" is the world)",
@@ -824,11 +821,10 @@ coll_validate(struct srv_call *c, const Cohort__Collective *co)
 }
 
 void
-srv_coll_handle(
-    struct srv_call *c, const Cohort__Collective *req, cohort__time now)
+srv_coll_handle(struct srv_call *c, const struct srv_member *m,
+    const Cohort__Collective *req, cohort__time now)
 {
 	struct srv_job *job = c->job;
-	struct srv_member *m;
 	struct srv_group *g;
 	struct srv_coll *co;
 	struct srv_hnode *n;
@@ -836,8 +832,6 @@ srv_coll_handle(
 	size_t glen, klen;
 	int32_t grank;
 
-	if ((m = srv_job_collective_member(c)) == NULL)
-		return;
 	if (!coll_validate(c, req))
 		return;
 	g = group_find(job, req->group);
@@ -1059,32 +1053,39 @@ coll_end_calls(struct srv_call **calls, uint32_t n, const struct coll_end *e)
 	}
 }
 
+/* Ends a pending collective, answering its parked calls as e says. */
+static void
+coll_end(struct srv_coll *co, const struct coll_end *e)
+{
+	coll_end_calls(co->calls, co->g->n, e);
+	co->nparked = 0;
+	coll_free(co);
+}
+
+/* Ends a group (a pending creation's parked calls answered as e says). */
+static void
+group_end(struct srv_job *job, struct srv_group *g, const struct coll_end *e)
+{
+	coll_end_calls(g->arr, g->n, e);
+	group_free(job, g);
+}
+
 void
 srv_coll_reset(
     struct srv_job *job, cohort_status st, const char *why, bool free_groups)
 {
 	const struct coll_end e = { st, why, -1, NULL };
+	struct srv_hnode *n, *next;
+	size_t i;
 
-	for (size_t i = 0; i < job->colls.nb; i++) {
-		while (job->colls.b[i] != NULL) {
-			struct srv_coll *co = SRV_CONTAINER(
-			    job->colls.b[i], struct srv_coll, hn);
-			coll_end_calls(co->calls, co->g->n, &e);
-			co->nparked = 0;
-			coll_free(co);
-		}
-	}
-	for (size_t i = 0; i < job->groups.nb; i++) {
-		struct srv_hnode *n, *next;
-		for (n = job->groups.b[i]; n != NULL; n = next) {
-			struct srv_group *g
-			    = SRV_CONTAINER(n, struct srv_group, hn);
-			next = n->next;
-			if (g->complete && !free_groups)
-				continue;
-			coll_end_calls(g->arr, g->n, &e);
-			group_free(job, g);
-		}
+	for (i = 0; i < job->colls.nb; i++)
+		while ((n = job->colls.b[i]) != NULL)
+			coll_end(SRV_CONTAINER(n, struct srv_coll, hn), &e);
+	for (n = srv_map_next(&job->groups, &i, NULL); n != NULL; n = next) {
+		struct srv_group *g = SRV_CONTAINER(n, struct srv_group, hn);
+		next = srv_map_next(&job->groups, &i, n);
+		if (!g->complete || free_groups)
+			group_end(job, g, &e);
 	}
 }
 
@@ -1093,37 +1094,27 @@ srv_coll_rank_left(struct srv_job *job, int32_t rank)
 {
 	char what[700];
 	const struct coll_end e = { COHORT_EPEERLOST, NULL, rank, what };
+	struct srv_hnode *n, *next;
+	size_t i;
 
-	for (size_t i = 0; i < job->colls.nb; i++) {
-		struct srv_hnode *n, *next;
-		for (n = job->colls.b[i]; n != NULL; n = next) {
-			struct srv_coll *co
-			    = SRV_CONTAINER(n, struct srv_coll, hn);
-			int32_t gr = co->g->grank_of[rank];
-			next = n->next;
-			if (gr < 0 || co->arrived[gr] || co->mismatch
-			    || co->root_in)
-				continue;
-			coll_desc_text(&co->cd, what, sizeof(what));
-			coll_end_calls(co->calls, co->g->n, &e);
-			co->nparked = 0;
-			coll_free(co);
-		}
+	for (n = srv_map_next(&job->colls, &i, NULL); n != NULL; n = next) {
+		struct srv_coll *co = SRV_CONTAINER(n, struct srv_coll, hn);
+		int32_t gr = co->g->grank_of[rank];
+		next = srv_map_next(&job->colls, &i, n);
+		if (gr < 0 || co->arrived[gr] || co->mismatch || co->root_in)
+			continue;
+		coll_desc_text(&co->cd, what, sizeof(what));
+		coll_end(co, &e);
 	}
-	for (size_t i = 0; i < job->groups.nb; i++) {
-		struct srv_hnode *n, *next;
-		for (n = job->groups.b[i]; n != NULL; n = next) {
-			struct srv_group *g
-			    = SRV_CONTAINER(n, struct srv_group, hn);
-			int32_t gr = g->grank_of[rank];
-			next = n->next;
-			if (g->complete || gr < 0 || g->arr[gr] != NULL)
-				continue;
-			snprintf(what, sizeof(what), "creation of group '%s'",
-			    g->name);
-			coll_end_calls(g->arr, g->n, &e);
-			group_free(job, g);
-		}
+	for (n = srv_map_next(&job->groups, &i, NULL); n != NULL; n = next) {
+		struct srv_group *g = SRV_CONTAINER(n, struct srv_group, hn);
+		int32_t gr = g->grank_of[rank];
+		next = srv_map_next(&job->groups, &i, n);
+		if (g->complete || gr < 0 || g->arr[gr] != NULL)
+			continue;
+		snprintf(
+		    what, sizeof(what), "creation of group '%s'", g->name);
+		group_end(job, g, &e);
 	}
 }
 

@@ -661,10 +661,12 @@ void srv_kv_foreach(struct srv_kv *kv,
 /* coll.c                                                                   */
 /* ------------------------------------------------------------------------ */
 
-void srv_coll_handle(
-    struct srv_call *c, const Cohort__Collective *co, cohort__time now);
-void srv_group_handle(
-    struct srv_call *c, const Cohort__GroupCreate *gc, cohort__time now);
+/* A collective or group creation of member m (srv_job_collective_member
+ * of c). */
+void srv_coll_handle(struct srv_call *c, const struct srv_member *m,
+    const Cohort__Collective *co, cohort__time now);
+void srv_group_handle(struct srv_call *c, const struct srv_member *m,
+    const Cohort__GroupCreate *gc, cohort__time now);
 /* Creates the world group of a new generation. */
 cohort_status srv_group_world(struct srv_job *job);
 /* Answers every parked collective / group creation with st (EPEERLOST
