@@ -6,11 +6,20 @@
 #ifndef COHORT_COMMON_DTYPE_H
 #define COHORT_COMMON_DTYPE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "cohort/cohort.h"
 #include "half.h"
+
+/* F32, F64, F16, BF16. */
+static inline bool
+cohort__dtype_is_float(cohort_dtype dt)
+{
+	return (dt == COHORT_F32 || dt == COHORT_F64 || dt == COHORT_F16
+	    || dt == COHORT_BF16);
+}
 
 static inline int64_t cohort__elem_geti(
     const void *buf, size_t i, cohort_dtype dt);
@@ -47,13 +56,10 @@ cohort__elem_geti(const void *buf, size_t i, cohort_dtype dt)
 		return (((const int64_t *)buf)[i]);
 	case COHORT_U8:
 		return (((const uint8_t *)buf)[i]);
-	case COHORT_F32:
-	case COHORT_F64:
-	case COHORT_F16:
-	case COHORT_BF16:
-		return ((int64_t)cohort__elem_get(buf, i, dt));
-	default: /* not a dtype */
-		return (0);
+	default: /* 0 for what is not a dtype */
+		return (cohort__dtype_is_float(dt)
+		        ? (int64_t)cohort__elem_get(buf, i, dt)
+		        : 0);
 	}
 }
 
@@ -95,13 +101,9 @@ cohort__elem_seti(void *buf, size_t i, cohort_dtype dt, int64_t v)
 	case COHORT_U8:
 		((uint8_t *)buf)[i] = (uint8_t)v;
 		break;
-	case COHORT_F32:
-	case COHORT_F64:
-	case COHORT_F16:
-	case COHORT_BF16:
-		cohort__elem_set(buf, i, dt, (double)v);
-		break;
-	default: /* not a dtype */
+	default: /* nothing for what is not a dtype */
+		if (cohort__dtype_is_float(dt))
+			cohort__elem_set(buf, i, dt, (double)v);
 		break;
 	}
 }

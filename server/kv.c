@@ -511,15 +511,35 @@ kv_set(struct srv_call *c, const char *key)
 	srv_call_fail(c, COHORT_OK, "%s", "");
 }
 
+/* Stores a copy of a (alen bytes) followed by b (blen) as key's value,
+ * within the limits: false after answering c. */
+static bool
+kv_put_copy(struct srv_call *c, const char *key, const void *a, size_t alen,
+    const void *b, size_t blen)
+{
+	size_t n = alen + blen;
+	uint64_t nk = 0;
+	nng_msg *m;
+
+	if (!kv_limits_ok(c, n, kv_delta(&c->job->kv, key, n, &nk), nk))
+		return (false);
+	if ((m = kv_copy(a, alen, b, blen)) == NULL
+	    || kv_put(c->job, key, m, nng_msg_body(m), n) != COHORT_OK) {
+		if (m != NULL)
+			nng_msg_free(m);
+		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
+		return (false);
+	}
+	return (true);
+}
+
 static void
 kv_add(struct srv_call *c, const Cohort__KvAdd *a)
 {
 	struct srv_kvent *e;
 	int64_t cur = 0, val;
 	char num[32];
-	uint64_t nk = 0;
 	int n;
-	nng_msg *m;
 	Cohort__Reply rep;
 	Cohort__KvAddReply ar;
 
@@ -548,17 +568,8 @@ kv_add(struct srv_call *c, const Cohort__KvAdd *a)
 		return;
 	}
 	n = snprintf(num, sizeof(num), "%" PRId64, val);
-	if (!kv_limits_ok(c, (uint64_t)n,
-	        kv_delta(&c->job->kv, a->key, (size_t)n, &nk), nk))
+	if (!kv_put_copy(c, a->key, num, (size_t)n, NULL, 0))
 		return;
-	if ((m = kv_copy(num, (size_t)n, NULL, 0)) == NULL
-	    || kv_put(c->job, a->key, m, nng_msg_body(m), (size_t)n)
-	        != COHORT_OK) {
-		if (m != NULL)
-			nng_msg_free(m);
-		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
-		return;
-	}
 	srv_jrn_kv_put(c->job, a->key, num, (size_t)n);
 	srv_reply_init(&rep, c, COHORT_OK);
 	cohort__kv_add_reply__init(&ar);
@@ -647,26 +658,14 @@ kv_delete(struct srv_call *c, const char *key)
 static void
 kv_append(struct srv_call *c, const char *key)
 {
-	struct srv_kv *kv = &c->job->kv;
 	struct srv_kvent *e;
-	uint64_t nk = 0;
-	size_t old, nlen;
-	nng_msg *m;
 
 	if (!kv_key_ok(c, key))
 		return;
-	e = kv_find(kv, key);
-	old = e ? e->vlen : 0;
-	nlen = old + c->plen;
-	if (!kv_limits_ok(c, nlen, kv_delta(kv, key, nlen, &nk), nk))
+	e = kv_find(&c->job->kv, key);
+	if (!kv_put_copy(c, key, e ? e->val : NULL, e ? e->vlen : 0,
+	        c->payload, c->plen))
 		return;
-	if ((m = kv_copy(e ? e->val : NULL, old, c->payload, c->plen)) == NULL
-	    || kv_put(c->job, key, m, nng_msg_body(m), nlen) != COHORT_OK) {
-		if (m != NULL)
-			nng_msg_free(m);
-		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
-		return;
-	}
 	srv_jrn_kv_append(c->job, key, c->payload, c->plen);
 	srv_call_fail(c, COHORT_OK, "%s", "");
 }

@@ -302,9 +302,7 @@ bench_parse(int argc, char **argv, struct bench_cfg *cfg)
 	if (!cfg->sizes_given
 	    && (cfg->op == BENCH_BCAST_OBJ || cfg->op == BENCH_KV))
 		cfg->min = cfg->max = 1024;
-	if (cfg->redop == COHORT_MEAN && cfg->dtype != COHORT_F32
-	    && cfg->dtype != COHORT_F64 && cfg->dtype != COHORT_F16
-	    && cfg->dtype != COHORT_BF16) {
+	if (cfg->redop == COHORT_MEAN && !cohort__dtype_is_float(cfg->dtype)) {
 		fprintf(stderr,
 		    "cohort bench: --redop mean needs a float "
 		    "dtype\n");
@@ -318,13 +316,6 @@ bench_parse(int argc, char **argv, struct bench_cfg *cfg)
 /* ------------------------------------------------------------------------ */
 /* Check values                                                             */
 /* ------------------------------------------------------------------------ */
-
-static bool
-bench_is_float(cohort_dtype dt)
-{
-	return (dt == COHORT_F32 || dt == COHORT_F64 || dt == COHORT_F16
-	    || dt == COHORT_BF16);
-}
 
 /* Input element i of rank q at iteration it: small integers, exact in
  * every dtype; +-1 for PROD so that products never overflow. */
@@ -356,7 +347,7 @@ bench_wrong_reduced(const void *got, size_t n, cohort_dtype dt,
 	long wrong = 0;
 
 	for (size_t i = 0; i < n; i++) {
-		if (bench_is_float(dt)) {
+		if (cohort__dtype_is_float(dt)) {
 			double acc = 0, v;
 
 			for (int q = 0; q < size; q++) {

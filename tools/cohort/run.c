@@ -481,24 +481,6 @@ out:
 }
 
 static void
-run_json_string(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s != '\0'; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c == '\n')
-			fputs("\\n", f);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
-}
-
-static void
 run_report(const struct run_cfg *cfg, const char *job,
     const struct run_failure *f, const struct run_worker *w, int nw,
     int64_t last_stop_ms, int restarts)
@@ -547,18 +529,18 @@ run_report(const struct run_cfg *cfg, const char *job,
 			return;
 		}
 		fprintf(out, "{\"job\":");
-		run_json_string(out, job);
+		cohort__json_str(out, job);
 		if (f->coord_unreachable[0] != '\0') {
 			fprintf(out, ",\"coordinator_unreachable\":");
-			run_json_string(out, f->coord_unreachable);
+			cohort__json_str(out, f->coord_unreachable);
 		}
 		fprintf(out,
 		    ",\"root_cause\":{\"rank\":%d,\"exit_code\":%d,"
 		    "\"signal\":%d,\"error_text\":",
 		    f->rank, f->exit_code, f->signal);
-		run_json_string(out, f->text);
+		cohort__json_str(out, f->text);
 		fprintf(out, ",\"operation\":");
-		run_json_string(out, f->last_op);
+		cohort__json_str(out, f->last_op);
 		fprintf(out, ",\"operation_seq\":%" PRIu64 ",\"kind\":\"%s\"}",
 		    f->last_op_seq,
 		    f->coord_unreachable[0] != '\0' ? "coordinator" : "rank");
