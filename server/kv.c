@@ -57,27 +57,22 @@ kv_acct(struct srv_kv *kv, int64_t dbytes, int64_t dkeys)
 void
 srv_kv_fini(struct srv_kv *kv)
 {
-	for (size_t i = 0; i < kv->keys.nb; i++) {
-		struct srv_hnode *n, *next;
-		for (n = kv->keys.b[i]; n != NULL; n = next) {
-			struct srv_kvent *e
-			    = SRV_CONTAINER(n, struct srv_kvent, hn);
-			next = n->next;
-			nng_msg_free(e->msg);
-			free(e->key);
-			free(e);
-		}
+	struct srv_hnode *n, *next;
+	size_t i;
+
+	for (n = srv_map_next(&kv->keys, &i, NULL); n != NULL; n = next) {
+		struct srv_kvent *e = SRV_CONTAINER(n, struct srv_kvent, hn);
+		next = srv_map_next(&kv->keys, &i, n);
+		nng_msg_free(e->msg);
+		free(e->key);
+		free(e);
 	}
 	/* Waiters were answered with their clients; lists are empty. */
-	for (size_t i = 0; i < kv->waits.nb; i++) {
-		struct srv_hnode *n, *next;
-		for (n = kv->waits.b[i]; n != NULL; n = next) {
-			struct srv_kvwait *w
-			    = SRV_CONTAINER(n, struct srv_kvwait, hn);
-			next = n->next;
-			free(w->key);
-			free(w);
-		}
+	for (n = srv_map_next(&kv->waits, &i, NULL); n != NULL; n = next) {
+		struct srv_kvwait *w = SRV_CONTAINER(n, struct srv_kvwait, hn);
+		next = srv_map_next(&kv->waits, &i, n);
+		free(w->key);
+		free(w);
 	}
 	kv_acct(kv, -(int64_t)kv->bytes, -(int64_t)kv->keys.n);
 	srv_map_fini(&kv->keys);
@@ -511,6 +506,31 @@ kv_set(struct srv_call *c, const char *key)
 	srv_call_fail(c, COHORT_OK, "%s", "");
 }
 
+/* Answers c OK with the reply of an add (value), a check (flag: all
+ * present) or a delete (flag: deleted). */
+static void
+kv_answer(
+    struct srv_call *c, Cohort__Reply__BodyCase bc, int64_t value, bool flag)
+{
+	Cohort__Reply rep;
+	Cohort__KvAddReply ar = COHORT__KV_ADD_REPLY__INIT;
+	Cohort__KvCheckReply cr = COHORT__KV_CHECK_REPLY__INIT;
+	Cohort__KvDeleteReply dr = COHORT__KV_DELETE_REPLY__INIT;
+
+	srv_reply_init(&rep, c, COHORT_OK);
+	rep.body_case = bc;
+	ar.value = value;
+	cr.all_present = flag;
+	dr.deleted = flag;
+	if (bc == COHORT__REPLY__BODY_KV_ADD)
+		rep.kv_add = &ar;
+	else if (bc == COHORT__REPLY__BODY_KV_CHECK)
+		rep.kv_check = &cr;
+	else
+		rep.kv_delete = &dr;
+	srv_call_answer(c, &rep, NULL, 0);
+}
+
 /* Stores a copy of a (alen bytes) followed by b (blen) as key's value,
  * within the limits: false after answering c. */
 static bool
@@ -540,8 +560,6 @@ kv_add(struct srv_call *c, const Cohort__KvAdd *a)
 	int64_t cur = 0, val;
 	char num[32];
 	int n;
-	Cohort__Reply rep;
-	Cohort__KvAddReply ar;
 
 	if (!kv_key_ok(c, a->key))
 		return;
@@ -571,12 +589,7 @@ kv_add(struct srv_call *c, const Cohort__KvAdd *a)
 	if (!kv_put_copy(c, a->key, num, (size_t)n, NULL, 0))
 		return;
 	srv_jrn_kv_put(c->job, a->key, num, (size_t)n);
-	srv_reply_init(&rep, c, COHORT_OK);
-	cohort__kv_add_reply__init(&ar);
-	ar.value = val;
-	rep.body_case = COHORT__REPLY__BODY_KV_ADD;
-	rep.kv_add = &ar;
-	srv_call_answer(c, &rep, NULL, 0);
+	kv_answer(c, COHORT__REPLY__BODY_KV_ADD, val, false);
 }
 
 static void
@@ -634,8 +647,6 @@ kv_delete(struct srv_call *c, const char *key)
 {
 	struct srv_kv *kv = &c->job->kv;
 	struct srv_kvent *e;
-	Cohort__Reply rep;
-	Cohort__KvDeleteReply dr;
 
 	if (!kv_key_ok(c, key))
 		return;
@@ -647,12 +658,7 @@ kv_delete(struct srv_call *c, const char *key)
 		free(e);
 		srv_jrn_kv_del(c->job, key);
 	}
-	srv_reply_init(&rep, c, COHORT_OK);
-	cohort__kv_delete_reply__init(&dr);
-	dr.deleted = e != NULL;
-	rep.body_case = COHORT__REPLY__BODY_KV_DELETE;
-	rep.kv_delete = &dr;
-	srv_call_answer(c, &rep, NULL, 0);
+	kv_answer(c, COHORT__REPLY__BODY_KV_DELETE, 0, e != NULL);
 }
 
 static void
@@ -767,7 +773,6 @@ srv_kv_handle(struct srv_call *c, const Cohort__Request *req, cohort__time now)
 		    KV_OP_WAIT, true);
 		break;
 	case COHORT__REQUEST__BODY_KV_CHECK: {
-		Cohort__KvCheckReply cr;
 		bool all = true;
 		for (size_t i = 0; i < req->kv_check->n_keys; i++) {
 			if (!kv_key_ok(c, req->kv_check->keys[i]))
@@ -776,12 +781,7 @@ srv_kv_handle(struct srv_call *c, const Cohort__Request *req, cohort__time now)
 			    == NULL)
 				all = false;
 		}
-		srv_reply_init(&rep, c, COHORT_OK);
-		cohort__kv_check_reply__init(&cr);
-		cr.all_present = all;
-		rep.body_case = COHORT__REPLY__BODY_KV_CHECK;
-		rep.kv_check = &cr;
-		srv_call_answer(c, &rep, NULL, 0);
+		kv_answer(c, COHORT__REPLY__BODY_KV_CHECK, 0, all);
 		break;
 	}
 	case COHORT__REQUEST__BODY_KV_APPEND:
