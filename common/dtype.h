@@ -1,7 +1,9 @@
 /*
- * dtype.h - one element of a cohort_dtype array, read or written as a
- * number: the per-dtype switch that benchmarks, tests and CPU references
- * fill and check their buffers with. Inline, like half.h.
+ * dtype.h - one element of a cohort_dtype buffer, read or written as a
+ * number: the per-dtype switch that benchmarks (cohort bench), tests and
+ * CPU references fill and check their buffers with. Inline, like half.h,
+ * so that programs which link nothing of cohort's can use it. (The same
+ * functions as tests/harness/th_elem.h, which can become a wrapper.)
  */
 #ifndef COHORT_COMMON_DTYPE_H
 #define COHORT_COMMON_DTYPE_H
@@ -21,14 +23,53 @@ cohort__dtype_is_float(cohort_dtype dt)
 	    || dt == COHORT_BF16);
 }
 
-static inline int64_t cohort__elem_geti(
-    const void *buf, size_t i, cohort_dtype dt);
-static inline void cohort__elem_seti(
-    void *buf, size_t i, cohort_dtype dt, int64_t v);
+/* Element i of buf (of dt) := f for a float type (rounded to it), else
+ * the low bits of u (two's complement for the signed types). */
+static inline void
+cohort__elem_store(void *buf, size_t i, cohort_dtype dt, double f, uint64_t u)
+{
+	switch (dt) {
+	case COHORT_F32:
+		((float *)buf)[i] = (float)f;
+		break;
+	case COHORT_F64:
+		((double *)buf)[i] = f;
+		break;
+	case COHORT_F16:
+		((uint16_t *)buf)[i] = cohort__f32_to_f16((float)f);
+		break;
+	case COHORT_BF16:
+		((uint16_t *)buf)[i] = cohort__f32_to_bf16((float)f);
+		break;
+	case COHORT_I32:
+		((int32_t *)buf)[i] = (int32_t)(uint32_t)u;
+		break;
+	case COHORT_I64:
+		((int64_t *)buf)[i] = (int64_t)u;
+		break;
+	default:
+		((uint8_t *)buf)[i] = (uint8_t)u;
+		break;
+	}
+}
 
-/* Element i as a double (an integer beyond 2^53 rounds). */
+/* Element i of an integer buffer, sign-extended for I32 and I64. */
+static inline uint64_t
+cohort__elem_loadu(const void *buf, size_t i, cohort_dtype dt)
+{
+	switch (dt) {
+	case COHORT_I32:
+		return ((uint64_t)(int64_t)((const int32_t *)buf)[i]);
+	case COHORT_I64:
+		return ((uint64_t)((const int64_t *)buf)[i]);
+	default:
+		return (((const uint8_t *)buf)[i]);
+	}
+}
+
+/* Element i as a double (an integer type: its signed value). */
 static inline double
-cohort__elem_get(const void *buf, size_t i, cohort_dtype dt)
+cohort__elem_loadf(const void *buf, size_t i, cohort_dtype dt)
 {
 	switch (dt) {
 	case COHORT_F32:
@@ -39,72 +80,10 @@ cohort__elem_get(const void *buf, size_t i, cohort_dtype dt)
 		return (cohort__f16_to_f32(((const uint16_t *)buf)[i]));
 	case COHORT_BF16:
 		return (cohort__bf16_to_f32(((const uint16_t *)buf)[i]));
-	default:
-		return ((double)cohort__elem_geti(buf, i, dt));
-	}
-}
-
-/* Element i as an integer: I32 and I64 signed, U8 unsigned; a float
- * truncated. */
-static inline int64_t
-cohort__elem_geti(const void *buf, size_t i, cohort_dtype dt)
-{
-	switch (dt) {
-	case COHORT_I32:
-		return (((const int32_t *)buf)[i]);
-	case COHORT_I64:
-		return (((const int64_t *)buf)[i]);
 	case COHORT_U8:
-		return (((const uint8_t *)buf)[i]);
-	default: /* 0 for what is not a dtype */
-		return (cohort__dtype_is_float(dt)
-		        ? (int64_t)cohort__elem_get(buf, i, dt)
-		        : 0);
-	}
-}
-
-/* Stores v as element i: rounded to the float formats, truncated (and
- * wrapped) to the integer ones. */
-static inline void
-cohort__elem_set(void *buf, size_t i, cohort_dtype dt, double v)
-{
-	switch (dt) {
-	case COHORT_F32:
-		((float *)buf)[i] = (float)v;
-		break;
-	case COHORT_F64:
-		((double *)buf)[i] = v;
-		break;
-	case COHORT_F16:
-		((uint16_t *)buf)[i] = cohort__f32_to_f16((float)v);
-		break;
-	case COHORT_BF16:
-		((uint16_t *)buf)[i] = cohort__f32_to_bf16((float)v);
-		break;
+		return ((double)cohort__elem_loadu(buf, i, dt));
 	default:
-		cohort__elem_seti(buf, i, dt, (int64_t)v);
-		break;
-	}
-}
-
-/* Stores the integer v as element i (wrapped to the integer dtypes). */
-static inline void
-cohort__elem_seti(void *buf, size_t i, cohort_dtype dt, int64_t v)
-{
-	switch (dt) {
-	case COHORT_I32:
-		((int32_t *)buf)[i] = (int32_t)v;
-		break;
-	case COHORT_I64:
-		((int64_t *)buf)[i] = v;
-		break;
-	case COHORT_U8:
-		((uint8_t *)buf)[i] = (uint8_t)v;
-		break;
-	default: /* nothing for what is not a dtype */
-		if (cohort__dtype_is_float(dt))
-			cohort__elem_set(buf, i, dt, (double)v);
-		break;
+		return ((double)(int64_t)cohort__elem_loadu(buf, i, dt));
 	}
 }
 

@@ -329,12 +329,25 @@ bench_val(int q, int it, size_t i, cohort_redop op)
 	return ((int64_t)(h % 11) - 5);
 }
 
+/* The small integer v as element i: exact in every dtype. */
+static void
+bench_store(void *buf, size_t i, cohort_dtype dt, int64_t v)
+{
+	cohort__elem_store(buf, i, dt, (double)v, (uint64_t)v);
+}
+
+static int64_t
+bench_loadi(const void *buf, size_t i, cohort_dtype dt)
+{
+	return ((int64_t)cohort__elem_loadu(buf, i, dt));
+}
+
 static void
 bench_fill(void *buf, size_t n, cohort_dtype dt, cohort_redop op, int q,
     int it, size_t i0)
 {
 	for (size_t i = 0; i < n; i++)
-		cohort__elem_seti(buf, i, dt, bench_val(q, it, i0 + i, op));
+		bench_store(buf, i, dt, bench_val(q, it, i0 + i, op));
 }
 
 /* Number of elements of got[0..n) that differ from the reduction over
@@ -351,9 +364,9 @@ bench_wrong_reduced(const void *got, size_t n, cohort_dtype dt,
 			double acc = 0, v;
 
 			for (int q = 0; q < size; q++) {
-				cohort__elem_seti(
+				bench_store(
 				    one, 0, dt, bench_val(q, it, i0 + i, op));
-				v = cohort__elem_get(one, 0, dt);
+				v = cohort__elem_loadf(one, 0, dt);
 				if (q == 0)
 					acc = v;
 				else if (op == COHORT_PROD)
@@ -367,16 +380,16 @@ bench_wrong_reduced(const void *got, size_t n, cohort_dtype dt,
 			}
 			if (op == COHORT_MEAN)
 				acc /= size;
-			if (fabs(cohort__elem_get(got, i, dt) - acc)
+			if (fabs(cohort__elem_loadf(got, i, dt) - acc)
 			    > 1e-2 * (fabs(acc) > 1 ? fabs(acc) : 1))
 				wrong++;
 		} else {
 			uint64_t acc = 0, v;
 
 			for (int q = 0; q < size; q++) {
-				cohort__elem_seti(
+				bench_store(
 				    one, 0, dt, bench_val(q, it, i0 + i, op));
-				v = (uint64_t)cohort__elem_geti(one, 0, dt);
+				v = (uint64_t)bench_loadi(one, 0, dt);
 				if (q == 0)
 					acc = v;
 				else if (op == COHORT_PROD)
@@ -390,9 +403,8 @@ bench_wrong_reduced(const void *got, size_t n, cohort_dtype dt,
 				else
 					acc += v;
 			}
-			cohort__elem_seti(one, 0, dt, (int64_t)acc);
-			if (cohort__elem_geti(one, 0, dt)
-			    != cohort__elem_geti(got, i, dt))
+			bench_store(one, 0, dt, (int64_t)acc);
+			if (bench_loadi(one, 0, dt) != bench_loadi(got, i, dt))
 				wrong++;
 		}
 	}
@@ -408,8 +420,7 @@ bench_wrong_copy(
 	long wrong = 0;
 
 	for (size_t i = 0; i < n; i++) {
-		cohort__elem_seti(
-		    one, 0, dt, bench_val(q, it, i0 + i, COHORT_SUM));
+		bench_store(one, 0, dt, bench_val(q, it, i0 + i, COHORT_SUM));
 		if (memcmp(one, (const uint8_t *)got + i * es, es) != 0)
 			wrong++;
 	}
