@@ -36,29 +36,19 @@ def worker(backend: str, mode: str, victim: int, fail_step: int, stamp: str) -> 
 
     import torch
     import torch.distributed as dist
-    from torch import nn
 
-    sys.path.insert(0, str(REPO / "python"))
-    import cohort.torch  # noqa: F401
+    # the job (model, data, failure injection) is python/tests' fail_worker
+    sys.path[:0] = [str(REPO / "python"), str(REPO / "python" / "tests" / "workers")]
+    from fail_worker import ddp_job
 
     torch.set_num_threads(1)
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=60))
     rank = dist.get_rank()
-    torch.manual_seed(0)
-    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10)))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x, y = torch.randn(16, 256), torch.randint(0, 10, (16,))
+    # the victim's text names no rank: "named" is the backend's own doing
+    step = ddp_job(mode, victim, fail_step, stamp, "injected failure at step {i}")
     try:
         for i in range(1_000_000):
-            if rank == victim and i == fail_step:
-                with open(stamp, "w") as f:
-                    f.write(repr(time.time()))
-                if mode == "kill":
-                    os.kill(os.getpid(), signal.SIGKILL)
-                raise ValueError(f"injected failure at step {i}")
-            opt.zero_grad()
-            nn.functional.cross_entropy(model(x), y).backward()
-            opt.step()
+            step(i)
     except ValueError:
         raise
     except Exception as e:

@@ -123,6 +123,15 @@ enum cohort__knob_type {
 	    "largest all-reduce that uses shared memory (-1: no limit)")      \
 	X(TCP_SHM_SPINS, INT, "16", 0, 1073741824, "tcp tuning",              \
 	    "busy polls before yielding (0 when ranks outnumber CPUs)")       \
+	X(TCP_HIER, BOOL, "1", 0, 1, "tcp tuning",                            \
+	    "0: no hierarchical all-reduce (shared memory within a host, "    \
+	    "TCP between hosts) for groups with several ranks per host")      \
+	X(TCP_HIER_MIN, BYTES, "0", 0, INT64_MAX, "tcp tuning",               \
+	    "smallest all-reduce that goes the hierarchical way")             \
+	X(TCP_HIER_SPLIT, BYTES, "65536", 0, INT64_MAX, "tcp tuning",         \
+	    "from this size, each rank of a host carries 1/L of the "         \
+	    "hierarchical all-reduce between hosts (below: all carry it "     \
+	    "all)")                                                           \
 	X(TCP_SMALL_MAX, BYTES, "65536", 0, 1073741824, "tcp tuning",         \
 	    "largest all-reduce done by recursive doubling")                  \
 	X(TCP_BCAST_SMALL, BYTES, "65536", 0, 1073741824, "tcp tuning",       \

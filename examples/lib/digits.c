@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "digits.h"
+#include "splitmix.h"
 
 #define DIGITS_FIELDS (DIGITS_FEATURES + 1)
 #define DIGITS_MAX_FILE (64u << 20)
@@ -259,23 +260,12 @@ digits_free(struct digits *d)
 	d->n = 0;
 }
 
-/* splitmix64 (see mlp.c): platform-independent, seed-only randomness. */
-static uint64_t
-digits_rand(uint64_t *state)
-{
-	uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return (z ^ (z >> 31));
-}
-
 /* Uniform in [0, bound) without modulo bias worth caring about here
  * (bound < 2^32, 64 random bits). */
 static size_t
 digits_below(uint64_t *state, size_t bound)
 {
-	return ((size_t)(digits_rand(state) % (uint64_t)bound));
+	return ((size_t)(splitmix64_next(state) % (uint64_t)bound));
 }
 
 void

@@ -11,26 +11,15 @@
 #include <string.h>
 
 #include "mlp.h"
+#include "splitmix.h"
 
 #define MLP_EVAL_CHUNK 256
-
-/* splitmix64: a tiny, well-mixed PRNG whose output depends only on the
- * seed, so every rank draws the same parameters. */
-static uint64_t
-mlp_rand_next(uint64_t *state)
-{
-	uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return (z ^ (z >> 31));
-}
 
 /* Uniform in [-bound, bound), from 24 random bits: exact in float. */
 static float
 mlp_rand_uniform(uint64_t *state, float bound)
 {
-	float u = (float)(mlp_rand_next(state) >> 40) * (1.0f / 16777216.0f);
+	float u = (float)(splitmix64_next(state) >> 40) * (1.0f / 16777216.0f);
 
 	return ((2.0f * u - 1.0f) * bound);
 }
@@ -226,6 +215,41 @@ mlp_ready(struct mlp *m, int i)
 		m->on_grad_ready(m->grad_ready_ctx, i);
 }
 
+/* A layer's bias gradient: gb[o] += d[s][o] over the n samples of d
+ * (rows of no). */
+static void
+mlp_grad_bias(float *gb, const float *d, size_t n, int no)
+{
+	for (size_t s = 0; s < n; s++) {
+		const float *ds = d + s * (size_t)no;
+
+		for (int o = 0; o < no; o++)
+			gb[o] += ds[o];
+	}
+}
+
+/* A layer's weight gradient: gw[o][k] += d[s][o] * in[s][k] over the n
+ * samples (d: rows of no, in: rows of ni); zero rows of d are skipped. */
+static void
+mlp_grad_weight(
+    float *gw, const float *d, const float *in, size_t n, int no, int ni)
+{
+	for (size_t s = 0; s < n; s++) {
+		const float *ds = d + s * (size_t)no;
+		const float *xs = in + s * (size_t)ni;
+
+		for (int o = 0; o < no; o++) {
+			float *g = gw + (size_t)o * (size_t)ni;
+			float v = ds[o];
+
+			if (v == 0.0f)
+				continue;
+			for (int k = 0; k < ni; k++)
+				g[k] += v * xs[k];
+		}
+	}
+}
+
 void
 mlp_backward(struct mlp *m, const float *x, const uint8_t *labels, size_t n,
     float scale)
@@ -250,27 +274,9 @@ mlp_backward(struct mlp *m, const float *x, const uint8_t *labels, size_t n,
 	}
 
 	/* fc2.bias (3), then fc2.weight (2). */
-	for (size_t s = 0; s < n; s++) {
-		const float *ds = m->dout + s * (size_t)no;
-
-		for (int o = 0; o < no; o++)
-			gb2[o] += ds[o];
-	}
+	mlp_grad_bias(gb2, m->dout, n, no);
 	mlp_ready(m, 3);
-	for (size_t s = 0; s < n; s++) {
-		const float *ds = m->dout + s * (size_t)no;
-		const float *hs = m->hidden + s * (size_t)nh;
-
-		for (int o = 0; o < no; o++) {
-			float *g = gw2 + (size_t)o * (size_t)nh;
-			float d = ds[o];
-
-			if (d == 0.0f)
-				continue;
-			for (int j = 0; j < nh; j++)
-				g[j] += d * hs[j];
-		}
-	}
+	mlp_grad_weight(gw2, m->dout, m->hidden, n, no, nh);
 	mlp_ready(m, 2);
 
 	/* Through fc2 and the ReLU. */
@@ -295,27 +301,9 @@ mlp_backward(struct mlp *m, const float *x, const uint8_t *labels, size_t n,
 	}
 
 	/* fc1.bias (1), then fc1.weight (0). */
-	for (size_t s = 0; s < n; s++) {
-		const float *dh = m->dhid + s * (size_t)nh;
-
-		for (int j = 0; j < nh; j++)
-			gb1[j] += dh[j];
-	}
+	mlp_grad_bias(gb1, m->dhid, n, nh);
 	mlp_ready(m, 1);
-	for (size_t s = 0; s < n; s++) {
-		const float *dh = m->dhid + s * (size_t)nh;
-		const float *xs = x + s * (size_t)ni;
-
-		for (int j = 0; j < nh; j++) {
-			float *g = gw1 + (size_t)j * (size_t)ni;
-			float d = dh[j];
-
-			if (d == 0.0f)
-				continue;
-			for (int k = 0; k < ni; k++)
-				g[k] += d * xs[k];
-		}
-	}
+	mlp_grad_weight(gw1, m->dhid, x, n, nh, ni);
 	mlp_ready(m, 0);
 }
 

@@ -27,6 +27,8 @@ REPO = PYDIR.parent
 WORKERS = HERE / "workers"
 BIN = pathlib.Path(os.environ.get("COHORT_BIN", REPO / "build" / "bin")).resolve()
 PYTHON = sys.executable
+# The Lightning example a user runs (test_lightning, test_failures).
+LIGHTNING_EXAMPLE = REPO / "examples" / "lightning_digits.py"
 
 _started: list[subprocess.Popen] = []
 
@@ -104,6 +106,12 @@ def finish(procs: Sequence[subprocess.Popen], timeout: float) -> list[Proc]:
     return out
 
 
+def run_one(argv: Sequence[str], timeout: float = 240, env: Optional[dict[str, str]] = None) -> Proc:
+    """Runs one process (a launcher, say, with its ranks) to the end, bounded."""
+    [p] = finish([start(argv, env if env is not None else base_env())], timeout)
+    return p
+
+
 def kill_tree(p: subprocess.Popen) -> None:
     """Kills a process we started and its session (its own children)."""
     try:
@@ -164,6 +172,14 @@ def built() -> pathlib.Path:
     for f in (BIN / "cohortd", BIN / "cohort", BIN.parent / "lib" / "libcohort.so"):
         assert f.exists(), f"{f} is missing: run `make` first"
     return BIN
+
+
+@pytest.fixture(scope="session")
+def digits(built) -> pathlib.Path:
+    """The digits data set of the examples, fetched once."""
+    path = REPO / "build" / "data" / "digits.csv"
+    subprocess.run([str(REPO / "tools" / "fetch-digits.sh"), str(path)], check=True, timeout=300)
+    return path
 
 
 def private_coordinators() -> list[int]:

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from conftest import PYTHON, REPO, WORKERS, base_env, describe, finish, run_ranks, start
+from conftest import BIN, LIGHTNING_EXAMPLE as EXAMPLE, PYTHON, WORKERS, describe, run_one, run_ranks
 
 # Far above the detection time (milliseconds); only a hang exceeds it.
 HANG_BOUND_S = 30
@@ -54,23 +54,12 @@ def test_torch_rank_failure(world, victim, mode, tmp_path, built):
         assert v.returncode != 0 and "ValueError: injected failure" in v.out
 
 
-EXAMPLE = REPO / "examples" / "lightning_digits.py"
-
-
-@pytest.fixture(scope="module")
-def data(built):
-    import subprocess
-
-    subprocess.run([str(REPO / "tools" / "fetch-digits.sh"), str(REPO / "build" / "data" / "digits.csv")],
-                   check=True, timeout=300)
-
-
 @pytest.mark.parametrize("mode", ["raise", "kill"])
-def test_lightning_rank_failure(mode, data):
+def test_lightning_rank_failure(mode, digits):
     """Rank 1 fails in training_step under Lightning's launcher; rank 0 names it."""
     argv = [PYTHON, str(EXAMPLE), "--devices", "2", "--epochs", "6", "--fail-rank", "1", "--fail-step", "30",
             "--fail-mode", mode]
-    [p] = finish([start(argv, base_env())], 240)
+    p = run_one(argv)
     assert p.returncode != 0, p.out[-3000:]
     assert "[test harness: killed" not in p.out, p.out[-3000:]
     rank0 = "\n".join(l for l in p.out.splitlines() if l.startswith("[rank0]"))
@@ -80,14 +69,12 @@ def test_lightning_rank_failure(mode, data):
         assert "lightning_digits.py" in rank0  # rank 1's own frame, quoted on rank 0
 
 
-def test_cohort_run_reports_the_root_cause(data):
+def test_cohort_run_reports_the_root_cause(digits):
     """Under cohort run, a rank raising in training_step is the job's root
     cause in the launcher's report, with its traceback."""
-    from conftest import BIN
-
     argv = [str(BIN / "cohort"), "run", "-n", "2", "--", PYTHON, str(EXAMPLE), "--devices", "2", "--epochs", "6",
             "--fail-rank", "1", "--fail-step", "30"]
-    [p] = finish([start(argv, base_env())], 240)
+    p = run_one(argv)
     assert p.returncode != 0
     report = p.out[p.out.index("cohort run: job"):] if "cohort run: job" in p.out else p.out[-4000:]
     assert "root cause : rank 1 exited with status 1" in report, report

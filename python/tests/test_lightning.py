@@ -9,9 +9,8 @@ import re
 
 import pytest
 
-from conftest import PYTHON, REPO, base_env, describe, exited_ok, finish, free_port, start
+from conftest import BIN, LIGHTNING_EXAMPLE as EXAMPLE, PYTHON, WORKERS, exited_ok, free_port, run_one
 
-EXAMPLE = REPO / "examples" / "lightning_digits.py"
 LINE = re.compile(r"rank (\d+)/(\d+) backend=(\S+) test_acc=([\d.]+) checksum=([-\d.]+)")
 
 
@@ -27,49 +26,37 @@ def check_trained(out, world=2, backend="cohort"):
     assert all(float(r[3]) > 0.8 for r in res), f"did not learn: {res}"
 
 
-@pytest.fixture(scope="module")
-def data(built):
-    import subprocess
-
-    subprocess.run([str(REPO / "tools" / "fetch-digits.sh"), str(REPO / "build" / "data" / "digits.csv")],
-                   check=True, timeout=300)
-
-
 @pytest.mark.parametrize("strategy", ["ddp-cohort", "cohort_ddp"])
-def test_lightning_launcher(strategy, data):
+def test_lightning_launcher(strategy, digits):
     """Lightning starts the second rank itself (its subprocess launcher)."""
-    [p] = finish([start([PYTHON, str(EXAMPLE), "--devices", "2", "--epochs", "4", "--strategy", strategy],
-                        base_env())], 240)
+    p = run_one([PYTHON, str(EXAMPLE), "--devices", "2", "--epochs", "4", "--strategy", strategy])
     assert p.returncode == 0, p.out[-4000:]
     check_trained(p.out)
 
 
-def test_lightning_torchrun(data):
+def test_lightning_torchrun(digits):
     """torchrun starts both ranks; Lightning sees a TorchElastic environment."""
     torchrun = [PYTHON, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                 "--master-port", str(free_port()), str(EXAMPLE), "--devices", "2", "--epochs", "4"]
-    [p] = finish([start(torchrun, base_env())], 240)
+    p = run_one(torchrun)
     assert p.returncode == 0, p.out[-4000:]
     check_trained(p.out)
 
 
-def test_lightning_under_cohort_run(data):
+def test_lightning_under_cohort_run(digits):
     """cohort run is the launcher; cohort_ddp takes its ranks from
     CohortEnvironment and Lightning spawns nothing."""
-    from conftest import BIN
-
     argv = [str(BIN / "cohort"), "run", "-n", "2", "--", PYTHON, str(EXAMPLE), "--devices", "2", "--epochs", "4"]
-    [p] = finish([start(argv, base_env())], 240)
+    p = run_one(argv)
     assert p.returncode == 0, p.out[-4000:]
     check_trained(p.out)
 
 
-def test_lightning_matches_gloo(data):
+def test_lightning_matches_gloo(digits):
     """The same script over gloo ends with the same parameters."""
     runs = {}
     for strategy in ("ddp-cohort", "ddp-gloo"):
-        [p] = finish([start([PYTHON, str(EXAMPLE), "--devices", "2", "--epochs", "2", "--strategy", strategy],
-                            base_env())], 240)
+        p = run_one([PYTHON, str(EXAMPLE), "--devices", "2", "--epochs", "2", "--strategy", strategy])
         assert (p.returncode == 0 if strategy == "ddp-cohort" else exited_ok(p)), p.out[-4000:]
         runs[strategy] = {float(r[4]) for r in results(p.out)}
     [ours], [gloo] = runs["ddp-cohort"], runs["ddp-gloo"]
@@ -80,9 +67,7 @@ def test_lightning_matches_gloo(data):
 def test_strategy_collectives(strategy, built):
     """barrier, broadcast, reduce_boolean_decision, reduce, all_gather and
     sync_dist logging all go through the cohort process group."""
-    from conftest import WORKERS
-
-    [p] = finish([start([PYTHON, str(WORKERS / "lightning_strategy.py"), strategy], base_env())], 240)
+    p = run_one([PYTHON, str(WORKERS / "lightning_strategy.py"), strategy])
     assert p.returncode == 0, p.out[-4000:]
     recs = sorted((r for r in p.records if "rank" in r), key=lambda r: r["rank"])
     assert [r["rank"] for r in recs] == [0, 1], p.out[-4000:]

@@ -26,54 +26,18 @@
 #include <unistd.h>
 
 #include "cohort/cohort.h"
-#include "half.h" /* exact f16/bf16 conversions (common/) */
-
-static int64_t
-cw_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
-}
-
-static uint64_t
-cw_mix(uint64_t z)
-{
-	z += 0x9e3779b97f4a7c15ull;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return (z ^ (z >> 31));
-}
-
-static long
-cw_arg(const char *s, long dflt)
-{
-	char *end;
-	long v;
-
-	if (s == NULL)
-		return (dflt);
-	v = strtol(s, &end, 10);
-	return (*end == '\0' && end != s ? v : dflt);
-}
+#include "th_elem.h" /* element load/store by dtype (tests/harness) */
+#include "th_worker.h"
 
 /* ------------------------------------------------------------------------ */
 /* Values                                                                   */
 /* ------------------------------------------------------------------------ */
 
-static bool
-cw_is_float(cohort_dtype dt)
-{
-	return (dt == COHORT_F32 || dt == COHORT_F64 || dt == COHORT_F16
-	    || dt == COHORT_BF16);
-}
-
 /* The input element i of group rank q in case k. */
 static uint64_t
 cw_hash(uint64_t seed, uint64_t k, int q, size_t i)
 {
-	return (cw_mix(seed ^ cw_mix(k * 0x100000001b3ull + (uint64_t)q)
+	return (tw_mix(seed ^ tw_mix(k * 0x100000001b3ull + (uint64_t)q)
 	    ^ (uint64_t)i * 0xff51afd7ed558ccdull));
 }
 
@@ -97,76 +61,20 @@ cw_ival(uint64_t h, cohort_dtype dt, cohort_redop op)
 	return ((uint64_t)((int64_t)(h % 2001) - 1000));
 }
 
-static void
-cw_store(void *buf, size_t i, cohort_dtype dt, double f, uint64_t u)
-{
-	switch (dt) {
-	case COHORT_F32:
-		((float *)buf)[i] = (float)f;
-		break;
-	case COHORT_F64:
-		((double *)buf)[i] = f;
-		break;
-	case COHORT_F16:
-		((uint16_t *)buf)[i] = cohort__f32_to_f16((float)f);
-		break;
-	case COHORT_BF16:
-		((uint16_t *)buf)[i] = cohort__f32_to_bf16((float)f);
-		break;
-	case COHORT_I32:
-		((int32_t *)buf)[i] = (int32_t)(uint32_t)u;
-		break;
-	case COHORT_I64:
-		((int64_t *)buf)[i] = (int64_t)u;
-		break;
-	default:
-		((uint8_t *)buf)[i] = (uint8_t)u;
-		break;
-	}
-}
-
-static double
-cw_loadf(const void *buf, size_t i, cohort_dtype dt)
-{
-	switch (dt) {
-	case COHORT_F32:
-		return (((const float *)buf)[i]);
-	case COHORT_F64:
-		return (((const double *)buf)[i]);
-	case COHORT_F16:
-		return (cohort__f16_to_f32(((const uint16_t *)buf)[i]));
-	default:
-		return (cohort__bf16_to_f32(((const uint16_t *)buf)[i]));
-	}
-}
-
-static uint64_t
-cw_loadu(const void *buf, size_t i, cohort_dtype dt)
-{
-	switch (dt) {
-	case COHORT_I32:
-		return ((uint64_t)(int64_t)((const int32_t *)buf)[i]);
-	case COHORT_I64:
-		return ((uint64_t)((const int64_t *)buf)[i]);
-	default:
-		return (((const uint8_t *)buf)[i]);
-	}
-}
-
 /* Fills n elements of rank q's input of case k, starting at index i0. */
 static void
 cw_fill(void *buf, size_t n, cohort_dtype dt, cohort_redop op, uint64_t seed,
     uint64_t k, int q, size_t i0)
 {
-	bool fl = cw_is_float(dt);
+	bool fl = th_elem_is_float(dt);
 
 	for (size_t i = 0; i < n; i++) {
 		uint64_t h = cw_hash(seed, k, q, i0 + i);
 
 		if (fl)
-			cw_store(buf, i, dt, cw_fval(h, op), 0);
+			th_elem_store(buf, i, dt, cw_fval(h, op), 0);
 		else
-			cw_store(buf, i, dt, 0, cw_ival(h, dt, op));
+			th_elem_store(buf, i, dt, 0, cw_ival(h, dt, op));
 	}
 }
 
@@ -189,7 +97,7 @@ static long
 cw_check_reduced(const void *got, size_t n, cohort_dtype dt, cohort_redop op,
     uint64_t seed, uint64_t k, int size, size_t i0, char *why, size_t wl)
 {
-	bool fl = cw_is_float(dt);
+	bool fl = th_elem_is_float(dt);
 
 	for (size_t i = 0; i < n; i++) {
 		if (fl) {
@@ -210,7 +118,7 @@ cw_check_reduced(const void *got, size_t n, cohort_dtype dt, cohort_redop op,
 			}
 			if (op == COHORT_MEAN)
 				acc /= size;
-			g = cw_loadf(got, i, dt);
+			g = th_elem_loadf(got, i, dt);
 			if (!(fabs(g - acc) <= cw_tol(dt)
 			            * (fabs(acc) > 1 ? fabs(acc) : 1))) {
 				snprintf(why, wl,
@@ -248,7 +156,7 @@ cw_check_reduced(const void *got, size_t n, cohort_dtype dt, cohort_redop op,
 			mask = dt == COHORT_U8 ? 0xff
 			    : dt == COHORT_I32 ? 0xffffffffull
 			                       : ~0ull;
-			g = cw_loadu(got, i, dt);
+			g = th_elem_loadu(got, i, dt);
 			if ((g & mask) != (acc & mask)) {
 				snprintf(why, wl,
 				    "element %zu: got %" PRIu64
@@ -349,7 +257,7 @@ cw_wd_set(const char *what)
 {
 	pthread_mutex_lock(&cw_wd_mtx);
 	snprintf(cw_wd_what, sizeof(cw_wd_what), "%s", what);
-	cw_wd_since = cw_now_ms();
+	cw_wd_since = tw_now_ms();
 	pthread_mutex_unlock(&cw_wd_mtx);
 }
 
@@ -363,9 +271,9 @@ cw_wd_main(void *arg)
 		sleep(1);
 		pthread_mutex_lock(&cw_wd_mtx);
 		if (cw_wd_since != 0 && cw_wd_since != reported
-		    && cw_now_ms() - cw_wd_since > 20000) {
+		    && tw_now_ms() - cw_wd_since > 20000) {
 			printf("STUCK for %" PRId64 " ms in %s\n",
-			    cw_now_ms() - cw_wd_since, cw_wd_what);
+			    tw_now_ms() - cw_wd_since, cw_wd_what);
 			fflush(stdout);
 			reported = cw_wd_since;
 		}
@@ -393,7 +301,7 @@ cw_case_run(struct cw_run *run, const struct cw_case *cs)
 	if (cs->kind == CW_ALLGATHERV) {
 		counts = calloc((size_t)n, sizeof(*counts));
 		for (int q = 0; q < n; q++) {
-			counts[q] = cw_mix(s ^ k ^ (uint64_t)q) % (c + 1);
+			counts[q] = tw_mix(s ^ k ^ (uint64_t)q) % (c + 1);
 			if (q == r)
 				off = total;
 			total += counts[q];
@@ -556,7 +464,7 @@ cw_matrix(struct cw_run *run, unsigned kinds)
 {
 	int n = cohort_group_size(run->g);
 	uint64_t k = 0;
-	int64_t t0 = cw_now_ms();
+	int64_t t0 = tw_now_ms();
 
 	for (int kind = 0; kind < CW_NKINDS; kind++) {
 		if (!(kinds & (1u << kind)))
@@ -571,11 +479,11 @@ cw_matrix(struct cw_run *run, unsigned kinds)
 
 			for (int op = 0; op < nops; op++) {
 				if (op == COHORT_MEAN
-				    && !cw_is_float((cohort_dtype)dt))
+				    && !th_elem_is_float((cohort_dtype)dt))
 					continue;
 				for (int v = 0; v < nvar; v++) {
 					struct cw_case cs;
-					uint64_t h = cw_mix(
+					uint64_t h = tw_mix(
 					    run->seed ^ (k * 7919 + 17));
 
 					cs.k = k++;
@@ -594,7 +502,7 @@ cw_matrix(struct cw_run *run, unsigned kinds)
 			}
 		}
 	}
-	run->ms += cw_now_ms() - t0;
+	run->ms += tw_now_ms() - t0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -606,7 +514,7 @@ cw_matrix(struct cw_run *run, unsigned kinds)
 static size_t
 cw_maxbytes(void)
 {
-	return ((size_t)cw_arg(getenv("COHORT_TEST_MAXBYTES"), 2 << 20));
+	return ((size_t)tw_arg(getenv("COHORT_TEST_MAXBYTES"), 2 << 20));
 }
 
 static int
@@ -625,7 +533,7 @@ scen_matrix(cohort_client *c, const char *arg)
 	struct cw_run run
 	    = { cohort_client_world(c), 0, cw_maxbytes(), "matrix", 0, 0, 0 };
 
-	run.seed = (uint64_t)cw_arg(arg, 1);
+	run.seed = (uint64_t)tw_arg(arg, 1);
 	cw_matrix(&run, CW_ALL_KINDS);
 	return (cw_report(&run));
 }
@@ -655,11 +563,11 @@ scen_subgroup(cohort_client *c, const char *arg)
 		return (1);
 	}
 	run.g = sub;
-	run.seed = (uint64_t)cw_arg(arg, 1) + (uint64_t)(me % 2);
+	run.seed = (uint64_t)tw_arg(arg, 1) + (uint64_t)(me % 2);
 	cw_matrix(&run, kinds);
 	/* The world still works after the subgroup was used. */
 	run.g = cohort_client_world(c);
-	run.seed = (uint64_t)cw_arg(arg, 1);
+	run.seed = (uint64_t)tw_arg(arg, 1);
 	run.label = "subgroup-world";
 	cw_matrix(&run, 1u << CW_ALLREDUCE);
 	cohort_group_destroy(sub);
@@ -709,7 +617,7 @@ scen_concurrent(cohort_client *c, const char *arg)
 	b.run.g = dup;
 	b.run.label = "concurrent-dup";
 	a.run.maxbytes = b.run.maxbytes = cw_maxbytes() / 2;
-	a.run.seed = (uint64_t)cw_arg(arg, 1);
+	a.run.seed = (uint64_t)tw_arg(arg, 1);
 	b.run.seed = a.run.seed + 1000;
 	a.kinds = b.kinds = kinds;
 	pthread_create(&a.t, NULL, cw_thread_main, &a);
@@ -728,18 +636,18 @@ scen_async(cohort_client *c, const char *arg)
 {
 	cohort_group *g = cohort_client_world(c);
 	int r = cohort_group_rank(g), n = cohort_group_size(g);
-	uint64_t seed = (uint64_t)cw_arg(arg, 1);
+	uint64_t seed = (uint64_t)tw_arg(arg, 1);
 	size_t maxb = cw_maxbytes();
 	long failed = 0, rounds = 0;
-	int64_t t0 = cw_now_ms();
+	int64_t t0 = tw_now_ms();
 	char why[256];
 
 	for (int round = 0; round < 12; round++) {
 		size_t ca
-		    = cw_mix(seed + (uint64_t)round) % (maxb / 4 / 4) + 1;
-		size_t cb = cw_mix(seed + 100 + (uint64_t)round) % 5000 + 1;
-		size_t cc = cw_mix(seed + 200 + (uint64_t)round) % 5000 + 1;
-		size_t cd = cw_mix(seed + 300 + (uint64_t)round) % 5000 + 1;
+		    = tw_mix(seed + (uint64_t)round) % (maxb / 4 / 4) + 1;
+		size_t cb = tw_mix(seed + 100 + (uint64_t)round) % 5000 + 1;
+		size_t cc = tw_mix(seed + 200 + (uint64_t)round) % 5000 + 1;
+		size_t cd = tw_mix(seed + 300 + (uint64_t)round) % 5000 + 1;
 		uint64_t k = (uint64_t)round * 16;
 		float *a = malloc(ca * 4), *chain = malloc(cb * 4);
 		double *b = malloc(cb * 8);
@@ -845,7 +753,7 @@ scen_async(cohort_client *c, const char *arg)
 		rounds++;
 	}
 	printf("RESULT async rounds=%ld failed=%ld ms=%" PRId64 "\n", rounds,
-	    failed, cw_now_ms() - t0);
+	    failed, tw_now_ms() - t0);
 	return (failed != 0);
 }
 
@@ -970,7 +878,7 @@ static int
 scen_killloop(cohort_client *c, const char *arg)
 {
 	cohort_group *g = cohort_client_world(c);
-	size_t bytes = (size_t)cw_arg(arg, 64 << 20);
+	size_t bytes = (size_t)tw_arg(arg, 64 << 20);
 	size_t count = bytes / 4;
 	float *buf = malloc(count * 4);
 	cohort_status st = COHORT_OK;
@@ -982,7 +890,7 @@ scen_killloop(cohort_client *c, const char *arg)
 	for (size_t i = 0; i < count; i++)
 		buf[i] = 1.0f;
 	while (st == COHORT_OK && iters < 100000) {
-		t_call = cw_now_ms();
+		t_call = tw_now_ms();
 		st = cohort_allreduce(
 		    g, buf, buf, count, COHORT_F32, COHORT_MEAN, NULL, 120000);
 		if (st == COHORT_OK && ++iters == 1) {
@@ -990,7 +898,7 @@ scen_killloop(cohort_client *c, const char *arg)
 			fflush(stdout);
 		}
 	}
-	t_err = cw_now_ms();
+	t_err = tw_now_ms();
 	printf("RESULT killloop status=%s iters=%ld err_at_ms=%" PRId64
 	       " in_call_ms=%" PRId64 " detail=%s\n",
 	    cohort_status_name(st), iters, t_err, t_err - t_call,
@@ -1033,10 +941,7 @@ scen_nonccl(cohort_client *c, const char *arg)
 	exit(ok ? 0 : 1);
 }
 
-static const struct {
-	const char *name;
-	int (*fn)(cohort_client *, const char *);
-} cw_scenarios[] = {
+static const struct tw_scenario cw_scenarios[] = {
 	{ "nonccl", scen_nonccl },
 	{ "matrix", scen_matrix },
 	{ "subgroup", scen_subgroup },
@@ -1054,6 +959,7 @@ main(int argc, char **argv)
 	cohort_client *c = NULL;
 	cohort_status st;
 	const char *backend = getenv("COHORT_TEST_BACKEND");
+	const struct tw_scenario *sc;
 	int rc = 2;
 
 	if (argc < 2) {
@@ -1082,13 +988,10 @@ main(int argc, char **argv)
 		    cohort_status_name(st), cohort_last_error());
 		return (1);
 	}
-	for (size_t i = 0; i < sizeof(cw_scenarios) / sizeof(cw_scenarios[0]);
-	     i++) {
-		if (strcmp(argv[1], cw_scenarios[i].name) != 0)
-			continue;
-		rc = cw_scenarios[i].fn(c, argc > 2 ? argv[2] : NULL);
-		break;
-	}
+	if ((sc = tw_scenario_find(cw_scenarios,
+	         sizeof(cw_scenarios) / sizeof(cw_scenarios[0]), argv[1]))
+	    != NULL)
+		rc = sc->fn(c, argc > 2 ? argv[2] : NULL);
 	if (rc == 2)
 		fprintf(stderr, "unknown scenario %s\n", argv[1]);
 	if (rc == 0) {

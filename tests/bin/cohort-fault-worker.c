@@ -28,37 +28,7 @@
 #include <unistd.h>
 
 #include "cohort/cohort.h"
-
-static long
-fw_env_long(const char *name, long dflt)
-{
-	const char *s = getenv(name);
-	char *end;
-	long v;
-
-	if (s == NULL || *s == '\0')
-		return (dflt);
-	v = strtol(s, &end, 10);
-	return (*end == '\0' ? v : dflt);
-}
-
-static int64_t
-fw_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
-}
-
-static int64_t
-fw_wall_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
-}
+#include "th_worker.h"
 
 static long
 fw_ckpt_read(const char *dir, int rank)
@@ -98,7 +68,7 @@ fw_fail(cohort_client *c, cohort_group *g, const char *what, cohort_status st,
 	char text[1200];
 
 	printf("RESULT %s step=%ld status=%s at_ms=%lld detail=%s\n", what,
-	    step, cohort_status_name(st), (long long)fw_wall_ms(),
+	    step, cohort_status_name(st), (long long)tw_wall_ms(),
 	    g != NULL && cohort_group_last_error(g)[0]
 	        ? cohort_group_last_error(g)
 	        : cohort_last_error());
@@ -115,9 +85,9 @@ main(int argc, char **argv)
 {
 	long steps = argc > 1 ? strtol(argv[1], NULL, 10) : 100;
 	long step_ms = argc > 2 ? strtol(argv[2], NULL, 10) : 0;
-	size_t bytes = (size_t)fw_env_long("COHORT_FW_BYTES", 0);
+	size_t bytes = (size_t)tw_env_long("COHORT_FW_BYTES", 0);
 	const char *ckpt = getenv("COHORT_FW_CKPT");
-	long restart = fw_env_long("COHORT_RESTART_COUNT", 0);
+	long restart = tw_env_long("COHORT_RESTART_COUNT", 0);
 	int fail_rank = -1, sleep_rank = -1;
 	long fail_step = -1, sleep_step = -1, sleep_ms = 0;
 	cohort_client *c = NULL;
@@ -160,7 +130,7 @@ main(int argc, char **argv)
 		return (1);
 
 	for (long s = start; s < steps; s++) {
-		int64_t t0 = fw_now_ms();
+		int64_t t0 = tw_now_ms();
 		if (rank == fail_rank && s == fail_step && restart == 0) {
 			printf("RESULT injected-exit rank=%d step=%ld\n", rank,
 			    s);
@@ -195,7 +165,7 @@ main(int argc, char **argv)
 			printf("STEP %ld\n", s);
 			fflush(stdout);
 		}
-		while (step_ms > 0 && fw_now_ms() - t0 < step_ms)
+		while (step_ms > 0 && tw_now_ms() - t0 < step_ms)
 			usleep(1000);
 	}
 	printf("DONE steps=%ld restart=%ld resumed_from=%ld sum_ok=%d "

@@ -44,6 +44,7 @@
 #include "dp.h"
 #include "hvd.h"
 #include "mlp.h"
+#include "th_worker.h"
 
 #define SW_IN 64
 #define SW_OUT 10
@@ -55,15 +56,6 @@ struct sw_opts {
 	long fail_rank, fail_step;
 	double lr, momentum;
 };
-
-static uint64_t
-sw_mix(uint64_t z)
-{
-	z += 0x9e3779b97f4a7c15ull;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return (z ^ (z >> 31));
-}
 
 static float
 sw_unit(uint64_t h)
@@ -80,12 +72,12 @@ sw_sample(size_t i, float *x, uint8_t *y)
 
 	for (int k = 0; k < SW_IN; k++)
 		x[k] = sw_unit(
-		    sw_mix(0xda7a5e7ull ^ ((uint64_t)i << 8) ^ (uint64_t)k));
+		    tw_mix(0xda7a5e7ull ^ ((uint64_t)i << 8) ^ (uint64_t)k));
 	for (int o = 0; o < SW_OUT; o++) {
 		float a = 0.0f;
 
 		for (int k = 0; k < SW_IN; k++)
-			a += (sw_unit(sw_mix(0x7eac4e5ull ^ ((uint64_t)o << 16)
+			a += (sw_unit(tw_mix(0x7eac4e5ull ^ ((uint64_t)o << 16)
 			          ^ (uint64_t)k))
 			         - 0.5f)
 			    * x[k];
@@ -219,6 +211,21 @@ sw_die(const char *what, cohort_status st, const char *detail)
 	exit(1);
 }
 
+/* Joins the job of the COHORT_* environment (or dies); its rank and world
+ * size in *rank and *world. */
+static cohort_client *
+sw_join(int *rank, int *world)
+{
+	cohort_client *c;
+	cohort_status st;
+
+	if ((st = cohort_client_open_env(&c, 60000)) != COHORT_OK)
+		sw_die("cohort_client_open_env", st, NULL);
+	*rank = cohort_client_rank(c);
+	*world = cohort_client_world_size(c);
+	return (c);
+}
+
 /* ------------------------------------------------------------------------ */
 /* local: the reference                                                     */
 /* ------------------------------------------------------------------------ */
@@ -283,10 +290,7 @@ sw_ddp(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y, bool fail)
 	int64_t mine, *all;
 	bool equal = true;
 
-	if ((st = cohort_client_open_env(&c, 60000)) != COHORT_OK)
-		sw_die("cohort_client_open_env", st, NULL);
-	rank = cohort_client_rank(c);
-	world = cohort_client_world_size(c);
+	c = sw_join(&rank, &world);
 	G = (size_t)world * B;
 	/* Every rank initialises differently: the broadcast must fix it. */
 	mlp_reset(m, (uint64_t)o->seed + (uint64_t)rank);
@@ -404,10 +408,7 @@ sw_hvd(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y)
 	size_t G, B = (size_t)o->batch;
 	long steps_done = 0;
 
-	if ((st = cohort_client_open_env(&c, 60000)) != COHORT_OK)
-		sw_die("cohort_client_open_env", st, NULL);
-	rank = cohort_client_rank(c);
-	world = cohort_client_world_size(c);
+	c = sw_join(&rank, &world);
 	G = (size_t)world * B;
 	mlp_reset(m, (uint64_t)o->seed + (uint64_t)rank);
 	cohort_hvd_options_init(&hopt);
@@ -616,10 +617,7 @@ sw_hvdapi(void)
 	pthread_t th[2];
 	int rank, world;
 
-	if ((st = cohort_client_open_env(&c, 60000)) != COHORT_OK)
-		sw_die("cohort_client_open_env", st, NULL);
-	rank = cohort_client_rank(c);
-	world = cohort_client_world_size(c);
+	c = sw_join(&rank, &world);
 	cohort_hvd_options_init(&hopt);
 	hopt.stall_check_ms = 300;
 	hopt.timeout = 30000;
@@ -752,10 +750,7 @@ sw_hvddie(void)
 	int rank, world;
 	struct timespec t0, t1;
 
-	if ((st = cohort_client_open_env(&c, 60000)) != COHORT_OK)
-		sw_die("cohort_client_open_env", st, NULL);
-	rank = cohort_client_rank(c);
-	world = cohort_client_world_size(c);
+	c = sw_join(&rank, &world);
 	cohort_hvd_options_init(&hopt);
 	hopt.timeout = 60000;
 	if ((st = cohort_hvd_new(c, &hopt, &h)) != COHORT_OK)

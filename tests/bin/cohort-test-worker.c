@@ -22,27 +22,7 @@
 
 #include "cohort/cohort.h"
 #include "group.h" /* g->id: the stranger of scen_flood finds the address */
-
-static int64_t
-worker_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
-}
-
-static long
-worker_arg(const char *s, long dflt)
-{
-	char *end;
-	long v;
-
-	if (s == NULL)
-		return (dflt);
-	v = strtol(s, &end, 10);
-	return (*end == '\0' && end != s ? v : dflt);
-}
+#include "th_worker.h"
 
 static void
 worker_result(const char *what, cohort_status st, const char *detail)
@@ -78,8 +58,8 @@ static int
 scen_early_setup(cohort_client *c, const char *arg)
 {
 	cohort_group *g = cohort_client_world(c);
-	long limit = worker_arg(arg, 2000);
-	int64_t t0 = worker_now_ms();
+	long limit = tw_arg(arg, 2000);
+	int64_t t0 = tw_now_ms();
 	cohort_status st = COHORT_OK;
 	void *v = NULL;
 	size_t n = 0;
@@ -89,8 +69,7 @@ scen_early_setup(cohort_client *c, const char *arg)
 	else
 		sleep(3);
 	printf("RESULT setup rank=%d status=%s ms=%" PRId64 "\n",
-	    cohort_client_rank(c), cohort_status_name(st),
-	    worker_now_ms() - t0);
+	    cohort_client_rank(c), cohort_status_name(st), tw_now_ms() - t0);
 	fflush(stdout);
 	/* The set-up must leave a group that works: one all-reduce, if rank
 	 * 0's wait succeeded (it tells the others through the KV store). */
@@ -114,14 +93,14 @@ scen_early_setup(cohort_client *c, const char *arg)
 static int
 scen_barrier(cohort_client *c, const char *arg)
 {
-	long n = worker_arg(arg, 1000);
+	long n = tw_arg(arg, 1000);
 	cohort_group *g = cohort_client_world(c);
-	int64_t t0 = worker_now_ms();
+	int64_t t0 = tw_now_ms();
 
 	for (long i = 0; i < n; i++)
 		WORKER_CHECK("barrier", cohort_barrier(g, "loop", 30000));
-	printf("RESULT barrier count=%ld ms=%" PRId64 "\n", n,
-	    worker_now_ms() - t0);
+	printf(
+	    "RESULT barrier count=%ld ms=%" PRId64 "\n", n, tw_now_ms() - t0);
 	return (0);
 }
 
@@ -130,7 +109,7 @@ scen_barrier(cohort_client *c, const char *arg)
 static int
 scen_bcast(cohort_client *c, const char *arg)
 {
-	size_t len = (size_t)worker_arg(arg, 32 << 20);
+	size_t len = (size_t)tw_arg(arg, 32 << 20);
 	cohort_group *g = cohort_client_world(c);
 	unsigned char *buf = NULL, *out = NULL;
 	size_t out_len = 0;
@@ -164,7 +143,7 @@ scen_bcast(cohort_client *c, const char *arg)
 static int
 scen_kvbig(cohort_client *c, const char *arg)
 {
-	size_t len = (size_t)worker_arg(arg, 1 << 20);
+	size_t len = (size_t)tw_arg(arg, 1 << 20);
 	cohort_group *g = cohort_client_world(c);
 	unsigned char *buf = NULL;
 	void *out = NULL;
@@ -198,15 +177,16 @@ scen_kvbig(cohort_client *c, const char *arg)
 }
 
 /* Ranks disagree on a data-plane collective (ARG: count, root, op,
- * dtype, order): rank 0 and the others call different ones. Prints the
- * status and detail of the first call; then, for the root case, a
+ * dtype, order; agcount, rscount, a2acount: the count of an allgather, a
+ * reduce_scatter, an alltoall): rank 0 and the others call different ones.
+ * Prints the status and detail of the first call; then, for the root case, a
  * matching allreduce (the group stays usable). */
 static int
 scen_mismatch(cohort_client *c, const char *arg)
 {
 	cohort_group *g = cohort_client_world(c);
 	bool r0 = cohort_client_rank(c) == 0;
-	double buf[256] = { 0 };
+	double buf[256] = { 0 }, out[256];
 	cohort_status st;
 
 	if (arg == NULL)
@@ -223,6 +203,15 @@ scen_mismatch(cohort_client *c, const char *arg)
 	else if (strcmp(arg, "dtype") == 0)
 		st = cohort_allreduce(g, buf, buf, 64,
 		    r0 ? COHORT_F64 : COHORT_F32, COHORT_SUM, NULL, 30000);
+	else if (strcmp(arg, "agcount") == 0) /* 2 ranks: buf holds both */
+		st = cohort_allgather(
+		    g, buf, buf, r0 ? 64 : 128, COHORT_F64, NULL, 30000);
+	else if (strcmp(arg, "rscount") == 0)
+		st = cohort_reduce_scatter(g, buf, buf, r0 ? 64 : 128,
+		    COHORT_F64, COHORT_SUM, NULL, 30000);
+	else if (strcmp(arg, "a2acount") == 0)
+		st = cohort_alltoall(
+		    g, buf, out, r0 ? 64 : 128, COHORT_F64, NULL, 30000);
 	else if (r0)
 		st = cohort_allreduce(
 		    g, buf, buf, 64, COHORT_F64, COHORT_SUM, NULL, 30000);
@@ -249,7 +238,7 @@ scen_mismatch(cohort_client *c, const char *arg)
 static int
 scen_flood(cohort_client *c, const char *arg)
 {
-	long nconn = worker_arg(arg, 64);
+	long nconn = tw_arg(arg, 64);
 	int rank = cohort_client_rank(c);
 	uint64_t gen = cohort_client_generation(c);
 	int32_t pair[2] = { 0, 1 };
@@ -281,7 +270,7 @@ scen_flood(cohort_client *c, const char *arg)
 		*colon = '\0';
 		memset(&sin, 0, sizeof(sin));
 		sin.sin_family = AF_INET;
-		sin.sin_port = htons((uint16_t)worker_arg(colon + 1, 0));
+		sin.sin_port = htons((uint16_t)tw_arg(colon + 1, 0));
 		inet_pton(AF_INET, hp, &sin.sin_addr);
 		for (; n < nconn && n < 256; n++) {
 			fds[n] = socket(AF_INET, SOCK_STREAM, 0);
@@ -321,7 +310,7 @@ scen_flood(cohort_client *c, const char *arg)
 	for (int i = 0; i < 1024; i++)
 		v[i] = rank + 1;
 	{
-		int64_t t0 = worker_now_ms();
+		int64_t t0 = tw_now_ms();
 
 		WORKER_CHECK("allreduce",
 		    cohort_allreduce(
@@ -329,7 +318,7 @@ scen_flood(cohort_client *c, const char *arg)
 		for (int i = 0; i < 1024; i++)
 			ok &= v[i] == 3.0;
 		printf("RESULT flood allreduce ok=%d ms=%" PRId64 "\n", ok,
-		    worker_now_ms() - t0);
+		    tw_now_ms() - t0);
 	}
 	WORKER_CHECK("barrier",
 	    cohort_barrier(cohort_client_world(c), "flood-end", 120000));
@@ -384,7 +373,7 @@ scen_kvwait(cohort_client *c, const char *arg)
 	int ok = 1;
 
 	if (cohort_client_rank(c) == 0) {
-		int64_t t0 = worker_now_ms();
+		int64_t t0 = tw_now_ms();
 		WORKER_CHECK(
 		    "kv_set", cohort_kv_set(c, "waiting", "1", 1, 10000));
 		WORKER_CHECK("kv_wait", cohort_kv_wait(c, keys, 1, 30000));
@@ -392,7 +381,7 @@ scen_kvwait(cohort_client *c, const char *arg)
 		    "kv_get", cohort_kv_get(c, "released", &v, &len, 10000));
 		ok = len == 5 && memcmp(v, "hello", 5) == 0;
 		printf("RESULT kvwait waited_ms=%" PRId64 " ok=%d\n",
-		    worker_now_ms() - t0, ok);
+		    tw_now_ms() - t0, ok);
 		cohort_free(v);
 	} else if (cohort_client_rank(c) == 1) {
 		/* get blocks until rank 0 announced it is waiting */
@@ -547,7 +536,7 @@ scen_soak(cohort_client *c, const char *arg)
 static int
 scen_barrier_for(cohort_client *c, const char *arg)
 {
-	int64_t t0 = worker_now_ms(), end = t0 + worker_arg(arg, 20000);
+	int64_t t0 = tw_now_ms(), end = t0 + tw_arg(arg, 20000);
 	cohort_group *g = cohort_client_world(c);
 	int64_t max_ms = 0;
 	long n = 0;
@@ -556,18 +545,17 @@ scen_barrier_for(cohort_client *c, const char *arg)
 	printf("READY rank=%d pid=%d\n", cohort_client_rank(c), (int)getpid());
 	fflush(stdout);
 	for (;;) {
-		int64_t b = worker_now_ms();
+		int64_t b = tw_now_ms();
 		bool more;
 		/* every rank stops at the same iteration: the loop goes on
 		 * while any rank's time is not over */
 		WORKER_CHECK("decide",
-		    cohort_decide(
-		        g, worker_now_ms() < end, false, &more, 60000));
+		    cohort_decide(g, tw_now_ms() < end, false, &more, 60000));
 		if (!more)
 			break;
 		WORKER_CHECK("barrier", cohort_barrier(g, "loop", 60000));
-		if (worker_now_ms() - b > max_ms)
-			max_ms = worker_now_ms() - b;
+		if (tw_now_ms() - b > max_ms)
+			max_ms = tw_now_ms() - b;
 		n++;
 		usleep(2000);
 	}
@@ -591,16 +579,15 @@ scen_hold(cohort_client *c, const char *arg)
 	/* The victim (COHORT_TEST_VICTIM) stays out of barrier "final" until
 	 * the test kills or stops it. */
 	if (cohort_client_rank(c)
-	    == (int)worker_arg(getenv("COHORT_TEST_VICTIM"), -1)) {
+	    == (int)tw_arg(getenv("COHORT_TEST_VICTIM"), -1)) {
 		for (int i = 0; i < 1200; i++)
 			usleep(100 * 1000);
 		return (4);
 	}
-	t0 = worker_now_ms();
-	st = cohort_barrier(
-	    g, "final", (cohort_duration)worker_arg(arg, 120000));
+	t0 = tw_now_ms();
+	st = cohort_barrier(g, "final", (cohort_duration)tw_arg(arg, 120000));
 	printf("RESULT hold status=%s ms=%" PRId64 " detail=%s\n",
-	    cohort_status_name(st), worker_now_ms() - t0,
+	    cohort_status_name(st), tw_now_ms() - t0,
 	    cohort_group_last_error(g));
 	/* sticky: a later call returns the same error */
 	if (st == COHORT_EPEERLOST) {
@@ -627,8 +614,7 @@ scen_timeout(cohort_client *c, const char *arg)
 		WORKER_CHECK("wait", cohort_kv_wait(c, k, 1, 60000));
 		return (0);
 	}
-	st = cohort_barrier(
-	    g, "short", (cohort_duration)worker_arg(arg, 1500));
+	st = cohort_barrier(g, "short", (cohort_duration)tw_arg(arg, 1500));
 	worker_result("timeout", st, cohort_last_error());
 	/* the group stays usable after a timeout */
 	printf("RESULT healthy=%d\n", cohort_group_is_healthy(g));
@@ -684,7 +670,7 @@ static int
 scen_allreduce_env(cohort_client *c, const char *arg)
 {
 	cohort_group *g = cohort_client_world(c);
-	double base = (double)worker_arg(getenv("COHORT_TEST_VALUE"), 0);
+	double base = (double)tw_arg(getenv("COHORT_TEST_VALUE"), 0);
 	double w = (double)cohort_client_world_size(c);
 	double v[4], want = w * base + w * (w - 1) / 2;
 	cohort_env env;
@@ -711,12 +697,12 @@ scen_allreduce_env(cohort_client *c, const char *arg)
 static int
 scen_hold_until(cohort_client *c, const char *arg)
 {
-	int64_t t0 = worker_now_ms();
+	int64_t t0 = tw_now_ms();
 
 	printf("READY rank=%d\n", cohort_client_rank(c));
 	fflush(stdout);
-	while (arg != NULL && access(arg, F_OK) != 0
-	    && worker_now_ms() - t0 < 60000)
+	while (
+	    arg != NULL && access(arg, F_OK) != 0 && tw_now_ms() - t0 < 60000)
 		usleep(20 * 1000);
 	WORKER_CHECK(
 	    "barrier", cohort_barrier(cohort_client_world(c), "end", 30000));
@@ -731,7 +717,7 @@ scen_hold_until(cohort_client *c, const char *arg)
 static int
 scen_observe(cohort_client *c, const char *arg)
 {
-	long n = worker_arg(arg, 10), nb = n / 2 + 1;
+	long n = tw_arg(arg, 10), nb = n / 2 + 1;
 	cohort_group *g = cohort_client_world(c);
 	int world = cohort_client_world_size(c);
 	float buf[1024];
@@ -762,10 +748,7 @@ scen_observe(cohort_client *c, const char *arg)
 	return (0);
 }
 
-static const struct {
-	const char *name;
-	int (*fn)(cohort_client *, const char *);
-} worker_scenarios[] = {
+static const struct tw_scenario worker_scenarios[] = {
 	{ "observe", scen_observe },
 	{ "hold_until", scen_hold_until },
 	{ "allreduce_env", scen_allreduce_env },
@@ -791,6 +774,7 @@ static const struct {
 int
 main(int argc, char **argv)
 {
+	const struct tw_scenario *sc;
 	cohort_client *c = NULL;
 	cohort_status st;
 	int rc;
@@ -799,20 +783,19 @@ main(int argc, char **argv)
 		fprintf(stderr, "usage: %s SCENARIO [ARG]\n", argv[0]);
 		return (2);
 	}
-	for (size_t i = 0;
-	     i < sizeof(worker_scenarios) / sizeof(worker_scenarios[0]); i++) {
-		if (strcmp(argv[1], worker_scenarios[i].name) != 0)
-			continue;
-		st = cohort_client_open_env(&c, 60000);
-		if (st != COHORT_OK) {
-			worker_result("open", st, cohort_last_error());
-			return (1);
-		}
-		rc = worker_scenarios[i].fn(c, argc > 2 ? argv[2] : NULL);
-		cohort_client_close(c);
-		printf("RESULT exit=%d\n", rc);
-		return (rc);
+	sc = tw_scenario_find(worker_scenarios,
+	    sizeof(worker_scenarios) / sizeof(worker_scenarios[0]), argv[1]);
+	if (sc == NULL) {
+		fprintf(stderr, "unknown scenario %s\n", argv[1]);
+		return (2);
 	}
-	fprintf(stderr, "unknown scenario %s\n", argv[1]);
-	return (2);
+	st = cohort_client_open_env(&c, 60000);
+	if (st != COHORT_OK) {
+		worker_result("open", st, cohort_last_error());
+		return (1);
+	}
+	rc = sc->fn(c, argc > 2 ? argv[2] : NULL);
+	cohort_client_close(c);
+	printf("RESULT exit=%d\n", rc);
+	return (rc);
 }

@@ -27,6 +27,7 @@
 
 #include "cohort_impl.h"
 #include "kernels.h"
+#include "th_elem.h"
 
 #ifndef COHORT_HAVE_CUDA
 
@@ -74,16 +75,6 @@ bench_rand(void)
 	return (bench_state);
 }
 
-static void
-bench_fill(void *p, size_t bytes)
-{
-	unsigned char *c = p;
-	size_t i;
-
-	for (i = 0; i < bytes; i++)
-		c[i] = (unsigned char)(bench_rand() >> 56);
-}
-
 /* Random f32 values in [-8, 8), stored as dt (a float type). */
 static void
 bench_fill_float(void *p, cohort_dtype dt, size_t n)
@@ -93,15 +84,10 @@ bench_fill_float(void *p, cohort_dtype dt, size_t n)
 	for (i = 0; i < n; i++) {
 		float v
 		    = (float)((double)(bench_rand() >> 11) * 0x1p-49 - 8.0);
-		if (dt == COHORT_F32)
-			((float *)p)[i] = v;
-		else if (dt == COHORT_F16)
-			((uint16_t *)p)[i] = cohort__f32_to_f16(v);
-		else
-			((uint16_t *)p)[i] = cohort__f32_to_bf16(v);
+
+		th_elem_store(p, i, dt, v, 0);
 	}
 }
-
 static void *
 bench_host(size_t bytes)
 {
@@ -284,7 +270,7 @@ bench_pack(
 		di[i].ptr = d_arena + off;
 		hi[i].ptr = h_arena + off;
 	}
-	bench_fill(h_arena, arena);
+	th_fill_bytes(h_arena, arena, bench_rand);
 	bench_ok(cohort__gpu_memcpy_h2d(d_arena, h_arena, arena), "h2d");
 
 	/* pack: check once, then time */

@@ -19,8 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_cohort.h"
 #include "cohort/cohort.h"
 #include "kernels.h"
+#include "th_elem.h"
 
 #define KT_OK(expr)                                                           \
 	do {                                                                  \
@@ -78,16 +80,6 @@ kt_float(uint32_t x)
 
 	memcpy(&f, &x, sizeof(f));
 	return (f);
-}
-
-static void
-kt_fill_random(void *p, size_t bytes)
-{
-	unsigned char *c = p;
-	size_t i;
-
-	for (i = 0; i < bytes; i++)
-		c[i] = (unsigned char)(kt_rand() >> 56);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -589,8 +581,29 @@ kt_emulate_pack(
 	free(b);
 }
 
+/* Random sizes for n pack items: item i gets 0 bytes where max[k] is 0,
+ * else 1 to max[k], for k drawn from 0..9. Returns the arena they need,
+ * with slack bytes of room around each. */
+static size_t
+kt_item_sizes(
+    struct cohort__pack_item *it, size_t n, const size_t max[10], size_t slack)
+{
+	size_t len = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		size_t m = max[kt_below(10)];
+
+		it[i].bytes = m == 0 ? 0 : 1 + kt_below(m);
+		len += it[i].bytes + slack;
+	}
+	return (len);
+}
+
 START_TEST(test_copy_emulate_random)
 {
+	/* 1 in 10 empty, 3 up to 40 bytes, 5 up to 30000, 1 up to 100000 */
+	static const size_t sizes[10]
+	    = { 0, 40, 40, 40, 30000, 30000, 30000, 30000, 30000, 100000 };
 	int round;
 
 	kt_seed(11);
@@ -609,21 +622,14 @@ START_TEST(test_copy_emulate_random)
 		char *b2;
 
 		ck_assert(it != NULL && jt != NULL);
-		for (i = 0; i < n; i++) {
-			size_t kind = kt_below(10);
-			it[i].bytes = kind == 0 ? 0
-			    : kind < 4          ? 1 + kt_below(40)
-			    : kind < 9          ? 1 + kt_below(30000)
-			                        : 1 + kt_below(100000);
-			arena_len += it[i].bytes + 32;
-		}
+		arena_len = kt_item_sizes(it, n, sizes, 32);
 		total = cohort__pack_layout(it, n, align);
 		arena = malloc(arena_len);
 		arena2 = malloc(arena_len);
 		b1 = malloc(total + 1);
 		b2 = malloc(total + 1);
 		ck_assert(arena && arena2 && b1 && b2);
-		kt_fill_random(arena, arena_len);
+		th_fill_bytes(arena, arena_len, kt_rand);
 		for (i = 0; i < n; i++) {
 			/* Half the tensors start misaligned. */
 			pos = (pos + 15) & ~(size_t)15;
@@ -643,7 +649,7 @@ START_TEST(test_copy_emulate_random)
 		    "round %d: emulated pack differs (n %zu align %zu)", round,
 		    n, align);
 
-		kt_fill_random(b1, total);
+		th_fill_bytes(b1, total, kt_rand);
 		memcpy(arena2, arena, arena_len);
 		KT_OK(cohort__ref_unpack(b1, it, n));
 		kt_emulate_pack(jt, n, b1, false);
@@ -715,28 +721,12 @@ END_TEST
 Suite *
 suite_cuda_ref(void)
 {
-	Suite *s = suite_create("cuda_ref");
-	TCase *tc = tcase_create("ref");
-
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_f16_known);
-	tcase_add_test(tc, test_bf16_known);
-	tcase_add_test(tc, test_half_roundtrip_all);
-	tcase_add_test(tc, test_half_nearest_random);
-	tcase_add_test(tc, test_cast_array);
-	tcase_add_test(tc, test_scale);
-	tcase_add_test(tc, test_reduce2_int);
-	tcase_add_test(tc, test_reduce2_float);
-	tcase_add_test(tc, test_reduce2_args);
-	tcase_add_test(tc, test_pack_layout);
-	tcase_add_test(tc, test_pack_known);
-	tcase_add_test(tc, test_copy_split);
-	tcase_add_test(tc, test_copy_plan);
-	tcase_add_test(tc, test_copy_emulate_random);
-	tcase_add_test(tc, test_compare);
-	tcase_add_test(tc, test_no_gpu_paths);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (th_suite("cuda_ref", "ref", 60, NULL, NULL, test_f16_known,
+	    test_bf16_known, test_half_roundtrip_all, test_half_nearest_random,
+	    test_cast_array, test_scale, test_reduce2_int, test_reduce2_float,
+	    test_reduce2_args, test_pack_layout, test_pack_known,
+	    test_copy_split, test_copy_plan, test_copy_emulate_random,
+	    test_compare, test_no_gpu_paths, NULL));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -772,24 +762,12 @@ kt_fill_dtype(void *p, cohort_dtype dt, size_t n, double r)
 
 	for (i = 0; i < n; i++) {
 		double v = kt_uniform(-r, r);
-		switch (dt) {
-		case COHORT_F32:
-			((float *)p)[i] = (float)v;
-			break;
-		case COHORT_F64:
-			((double *)p)[i] = v;
-			break;
-		case COHORT_F16:
-			((uint16_t *)p)[i] = cohort__f32_to_f16((float)v);
-			break;
-		case COHORT_BF16:
-			((uint16_t *)p)[i] = cohort__f32_to_bf16((float)v);
-			break;
-		default:
-			kt_fill_random((char *)p + i * cohort_dtype_size(dt),
-			    cohort_dtype_size(dt));
-			break;
-		}
+
+		if (th_elem_is_float(dt))
+			th_elem_store(p, i, dt, v, 0);
+		else
+			th_fill_bytes((char *)p + i * cohort_dtype_size(dt),
+			    cohort_dtype_size(dt), kt_rand);
 	}
 }
 
@@ -829,11 +807,49 @@ kt_host(size_t bytes)
 	return (p);
 }
 
+/* A buffer on the host (h), its device twin (d) and the copy of d read
+ * back (g). */
+struct kt_buf {
+	char *h, *g, *d;
+	size_t len;
+};
+
+/* One direction of kt_gpu_pack_case: src gets random bytes, dst the
+ * poison byte on both sides; the reference on the host and the kernel on
+ * the device (pack: arena -> bucket, unpack: bucket -> arena) must leave
+ * dst the same, byte for byte. */
+static void
+kt_gpu_pack_dir(const char *what, bool unpack, const struct kt_buf *src,
+    const struct kt_buf *dst, int poison, const struct cohort__pack_item *hi,
+    const struct cohort__pack_item *di, size_t n)
+{
+	th_fill_bytes(src->h, src->len, kt_rand);
+	memset(dst->h, poison, dst->len);
+	KT_OK(cohort__gpu_memcpy_h2d(src->d, src->h, src->len));
+	KT_OK(cohort__gpu_memset(dst->d, poison, dst->len));
+	if (unpack) {
+		KT_OK(cohort__ref_unpack(src->h, hi, n));
+		KT_OK(cohort__cuda_unpack(src->d, di, n, NULL));
+	} else {
+		KT_OK(cohort__ref_pack(dst->h, hi, n));
+		KT_OK(cohort__cuda_pack(dst->d, di, n, NULL));
+	}
+	KT_OK(cohort__gpu_sync());
+	KT_OK(cohort__gpu_memcpy_d2h(dst->g, dst->d, dst->len));
+	ck_assert_msg(cohort__ref_compare(what, COHORT_U8, dst->g, dst->h,
+	                  dst->len, 0, 10, NULL)
+	        == 0,
+	    "%s differs from the reference", what);
+}
+
 /* Pack then unpack a random bucket of n tensors laid out with align,
  * every byte (gaps included) checked against the reference. */
 static void
 kt_gpu_pack_case(size_t n, size_t align, bool misalign)
 {
+	/* 1 in 10 empty, 2 up to 64 bytes, 6 up to 200000, 1 up to 3 MB */
+	static const size_t sizes[10] = { 0, 64, 64, 200000, 200000, 200000,
+		200000, 200000, 200000, 3000000 };
 	struct cohort__pack_item *hi = calloc(n, sizeof(*hi));
 	struct cohort__pack_item *di = calloc(n, sizeof(*di));
 	size_t arena_len = 0;
@@ -847,16 +863,10 @@ kt_gpu_pack_case(size_t n, size_t align, bool misalign)
 	char *d_arena;
 	char *d_bucket;
 	char what[64];
+	struct kt_buf arena, bucket;
 
 	ck_assert(hi != NULL && di != NULL);
-	for (i = 0; i < n; i++) {
-		size_t kind = kt_below(10);
-		hi[i].bytes = kind == 0 ? 0
-		    : kind < 3          ? 1 + kt_below(64)
-		    : kind < 9          ? 1 + kt_below(200000)
-		                        : 1 + kt_below(3000000);
-		arena_len += hi[i].bytes + 512;
-	}
+	arena_len = kt_item_sizes(hi, n, sizes, 512);
 	total = cohort__pack_layout(hi, n, align);
 	h_arena = kt_host(arena_len);
 	g_arena = kt_host(arena_len);
@@ -864,6 +874,8 @@ kt_gpu_pack_case(size_t n, size_t align, bool misalign)
 	g_bucket = kt_host(total);
 	d_arena = kt_dev(arena_len);
 	d_bucket = kt_dev(total);
+	arena = (struct kt_buf) { h_arena, g_arena, d_arena, arena_len };
+	bucket = (struct kt_buf) { h_bucket, g_bucket, d_bucket, total };
 	for (i = 0; i < n; i++) {
 		pos = (pos + 255) & ~(size_t)255;
 		if (misalign)
@@ -874,37 +886,13 @@ kt_gpu_pack_case(size_t n, size_t align, bool misalign)
 		pos += hi[i].bytes;
 	}
 
-	/* pack */
-	kt_fill_random(h_arena, arena_len);
-	memset(h_bucket, 0xa5, total);
-	KT_OK(cohort__gpu_memcpy_h2d(d_arena, h_arena, arena_len));
-	KT_OK(cohort__gpu_memset(d_bucket, 0xa5, total));
-	KT_OK(cohort__ref_pack(h_bucket, hi, n));
-	KT_OK(cohort__cuda_pack(d_bucket, di, n, NULL));
-	KT_OK(cohort__gpu_sync());
-	KT_OK(cohort__gpu_memcpy_d2h(g_bucket, d_bucket, total));
+	/* pack, then unpack into a poisoned arena: gaps must stay poisoned */
 	snprintf(what, sizeof(what), "pack(n=%zu,align=%zu%s)", n, align,
 	    misalign ? ",misaligned" : "");
-	ck_assert_msg(cohort__ref_compare(what, COHORT_U8, g_bucket, h_bucket,
-	                  total, 0, 10, NULL)
-	        == 0,
-	    "%s differs from the reference", what);
-
-	/* unpack into a poisoned arena: gaps must stay poisoned */
-	kt_fill_random(h_bucket, total);
-	memset(h_arena, 0x3c, arena_len);
-	KT_OK(cohort__gpu_memcpy_h2d(d_bucket, h_bucket, total));
-	KT_OK(cohort__gpu_memset(d_arena, 0x3c, arena_len));
-	KT_OK(cohort__ref_unpack(h_bucket, hi, n));
-	KT_OK(cohort__cuda_unpack(d_bucket, di, n, NULL));
-	KT_OK(cohort__gpu_sync());
-	KT_OK(cohort__gpu_memcpy_d2h(g_arena, d_arena, arena_len));
+	kt_gpu_pack_dir(what, false, &arena, &bucket, 0xa5, hi, di, n);
 	snprintf(what, sizeof(what), "unpack(n=%zu,align=%zu%s)", n, align,
 	    misalign ? ",misaligned" : "");
-	ck_assert_msg(cohort__ref_compare(what, COHORT_U8, g_arena, h_arena,
-	                  arena_len, 0, 10, NULL)
-	        == 0,
-	    "%s differs from the reference", what);
+	kt_gpu_pack_dir(what, true, &bucket, &arena, 0x3c, hi, di, n);
 
 	cohort__gpu_free(d_arena);
 	cohort__gpu_free(d_bucket);
@@ -1131,15 +1119,7 @@ END_TEST
 Suite *
 suite_cuda_kernels(void)
 {
-	Suite *s = suite_create("cuda_kernels");
-	TCase *tc = tcase_create("kernels");
-
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_gpu_pack);
-	tcase_add_test(tc, test_gpu_scale);
-	tcase_add_test(tc, test_gpu_cast);
-	tcase_add_test(tc, test_gpu_reduce2);
-	tcase_add_test(tc, test_gpu_errors);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (th_suite("cuda_kernels", "kernels", 120, NULL, NULL,
+	    test_gpu_pack, test_gpu_scale, test_gpu_cast, test_gpu_reduce2,
+	    test_gpu_errors, NULL));
 }

@@ -37,6 +37,7 @@
 #include "backend/backend.h"
 #include "backend/nccl/nccl_impl.h"
 #include "check_cohort.h"
+#include "th_elem.h"
 
 #if defined(COHORT_HAVE_NCCL) && defined(__has_include)
 #if __has_include(<nccl.h>) && __has_include(<cuda_runtime_api.h>)
@@ -507,27 +508,35 @@ nt_init(const struct cohort__backend_ops *ops, int rank, int size,
 	return (ops->init(&d, state, err, NT_ERRLEN, deadline));
 }
 
+/* Initialising backend ops at world size 1 fails with COHORT_ENOTSUP,
+ * leaving no state; its text is in err (NT_ERRLEN). */
+static void
+nt_expect_unavailable(
+    const struct cohort__backend_ops *ops, struct nt_store *st, char *err)
+{
+	void *state = NULL;
+
+	ck_assert_cohort_err(nt_init(ops, 0, 1, "w", st, NULL, &state, err,
+	                         cohort__now_ms() + 1000),
+	    COHORT_ENOTSUP);
+	ck_assert_ptr_null(state);
+}
+
 START_TEST(test_loader_missing_cudart)
 {
 	struct nt_store st;
-	void *state = NULL;
 	char err[NT_ERRLEN] = "";
 	const char *want;
 	int x = 0;
 
 	setenv("COHORT_CUDART_LIB", "/nonexistent/libcudart.so.13", 1);
 	nt_store_init(&st);
-	ck_assert_cohort_err(nt_init(&cohort__nccl_backend, 0, 1, "w", &st,
-	                         NULL, &state, err, cohort__now_ms() + 1000),
-	    COHORT_ENOTSUP);
-	ck_assert_ptr_null(state);
+	nt_expect_unavailable(&cohort__nccl_backend, &st, err);
 	want = "nccl backend unavailable: cannot load "
 	       "/nonexistent/libcudart.so.13";
 	ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "err: %s", err);
 	ck_assert_ptr_nonnull(strstr(err, "COHORT_CUDART_LIB"));
-	ck_assert_cohort_err(nt_init(&cohort__staged_backend, 0, 1, "w", &st,
-	                         NULL, &state, err, cohort__now_ms() + 1000),
-	    COHORT_ENOTSUP);
+	nt_expect_unavailable(&cohort__staged_backend, &st, err);
 	ck_assert_msg(
 	    strncmp(err, "tcp-staged backend unavailable: ", 32) == 0,
 	    "err: %s", err);
@@ -541,16 +550,12 @@ START_TEST(test_loader_missing_nccl)
 {
 	const struct cohort__dl_cudart *cu;
 	struct nt_store st;
-	void *state = NULL;
 	char err[NT_ERRLEN] = "";
 	bool gpu = cohort__dl_cudart_get(&cu, NULL, 0) == COHORT_OK;
 
 	setenv("COHORT_NCCL_LIB", "/nonexistent/libnccl.so.2", 1);
 	nt_store_init(&st);
-	ck_assert_cohort_err(nt_init(&cohort__nccl_backend, 0, 1, "w", &st,
-	                         NULL, &state, err, cohort__now_ms() + 1000),
-	    COHORT_ENOTSUP);
-	ck_assert_ptr_null(state);
+	nt_expect_unavailable(&cohort__nccl_backend, &st, err);
 	ck_assert_msg(strncmp(err, "nccl backend unavailable: ", 26) == 0,
 	    "err: %s", err);
 	if (gpu) /* else the missing driver is reported first */
@@ -583,17 +588,11 @@ START_TEST(test_loader_natural)
 		        || strncmp(why, "cannot load", 11) == 0
 		        || strncmp(why, "CUDA unusable", 13) == 0,
 		    "why: %s", why);
-		ck_assert_cohort_err(
-		    nt_init(&cohort__nccl_backend, 0, 1, "w", &st, NULL,
-		        &state, err, cohort__now_ms() + 1000),
-		    COHORT_ENOTSUP);
+		nt_expect_unavailable(&cohort__nccl_backend, &st, err);
 		snprintf(
 		    want, sizeof(want), "nccl backend unavailable: %s", why);
 		ck_assert_str_eq(err, want);
-		ck_assert_cohort_err(
-		    nt_init(&cohort__staged_backend, 0, 1, "w", &st, NULL,
-		        &state, err, cohort__now_ms() + 1000),
-		    COHORT_ENOTSUP);
+		nt_expect_unavailable(&cohort__staged_backend, &st, err);
 		snprintf(want, sizeof(want),
 		    "tcp-staged backend unavailable: %s", why);
 		ck_assert_str_eq(err, want);
@@ -665,31 +664,8 @@ nt_fill(void *h, cohort_dtype dt, size_t n, int seed)
 	for (size_t i = 0; i < n; i++) {
 		int v = (int)((i * 7 + (size_t)seed * 13) % 61) - 20;
 
-		switch (dt) {
-		case COHORT_F32:
-			((float *)h)[i] = (float)v;
-			break;
-		case COHORT_F64:
-			((double *)h)[i] = v;
-			break;
-		case COHORT_F16:
-			((uint16_t *)h)[i] = cohort__f32_to_f16((float)v);
-			break;
-		case COHORT_BF16:
-			((uint16_t *)h)[i] = cohort__f32_to_bf16((float)v);
-			break;
-		case COHORT_I32:
-			((int32_t *)h)[i] = v;
-			break;
-		case COHORT_I64:
-			((int64_t *)h)[i] = v;
-			break;
-		case COHORT_U8:
-			((uint8_t *)h)[i] = (uint8_t)(v + 20);
-			break;
-		default:
-			break;
-		}
+		th_elem_store(h, i, dt, v,
+		    (uint64_t)(int64_t)(dt == COHORT_U8 ? v + 20 : v));
 	}
 }
 
@@ -1401,46 +1377,26 @@ Suite *
 suite_nccl(void)
 {
 	Suite *s = suite_create("nccl");
-	TCase *t = tcase_create("always");
-	TCase *g = tcase_create("gpu");
+	TCase *g;
 
-	tcase_add_test(t, test_dtype_map);
-	tcase_add_test(t, test_redop_map);
-	tcase_add_test(t, test_version_text);
-	tcase_add_test(t, test_config_init);
-	tcase_add_test(t, test_abi_headers);
-	tcase_add_test(t, test_exchange_id);
-	tcase_add_test(t, test_exchange_id_errors);
-	tcase_add_test(t, test_loader_missing_cudart);
-	tcase_add_test(t, test_loader_missing_nccl);
-	tcase_add_test(t, test_loader_natural);
-	tcase_set_timeout(t, 30);
-	suite_add_tcase(s, t);
-
-	tcase_add_test(g, test_nccl_collectives_w1);
-	tcase_add_test(g, test_staged_collectives_w1);
-	tcase_add_test(g, test_device_ptr_probe);
-	tcase_add_test(g, test_nccl_init_expired);
-	tcase_add_test(g, test_nccl_init_missing_peer);
-	tcase_add_test(g, test_nccl_abort_thread);
-	tcase_add_test(g, test_nccl_abort_flag);
-	tcase_add_test(g, test_staged_abort_thread);
-	tcase_add_test(g, test_nccl_run_deadline);
-	tcase_add_test(g, test_nccl_bad_args);
+	th_suite_case(s, "always", 30, NULL, NULL, test_dtype_map,
+	    test_redop_map, test_version_text, test_config_init,
+	    test_abi_headers, test_exchange_id, test_exchange_id_errors,
+	    test_loader_missing_cudart, test_loader_missing_nccl,
+	    test_loader_natural, NULL);
+	g = th_suite_case(s, "gpu", 120, NULL, NULL, test_nccl_collectives_w1,
+	    test_staged_collectives_w1, test_device_ptr_probe,
+	    test_nccl_init_expired, test_nccl_init_missing_peer,
+	    test_nccl_abort_thread, test_nccl_abort_flag,
+	    test_staged_abort_thread, test_nccl_run_deadline,
+	    test_nccl_bad_args, NULL);
 	tcase_add_loop_test(g, test_staged_multi, 2, 4);
-	tcase_set_timeout(g, 120);
-	suite_add_tcase(s, g);
 	return (s);
 }
 
 Suite *
 suite_nccl_bench(void)
 {
-	Suite *s = suite_create("nccl_bench");
-	TCase *t = tcase_create("allreduce");
-
-	tcase_add_test(t, test_bench_allreduce);
-	tcase_set_timeout(t, 500);
-	suite_add_tcase(s, t);
-	return (s);
+	return (th_suite("nccl_bench", "allreduce", 500, NULL, NULL,
+	    test_bench_allreduce, NULL));
 }

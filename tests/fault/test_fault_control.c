@@ -13,31 +13,6 @@
 
 #include "check_cohort.h"
 
-static struct th_coord coord;
-
-static void
-setup(void)
-{
-	th_coord_start(&coord, NULL);
-}
-
-static void
-teardown(void)
-{
-	ck_assert_int_eq(th_coord_stop(&coord), 0);
-}
-
-static bool
-all_ready(void *arg)
-{
-	struct th_workers *w = arg;
-
-	for (int r = 0; r < w->n; r++)
-		if (!th_worker_output_has(w, r, "READY"))
-			return (false);
-	return (true);
-}
-
 START_TEST(test_sigkill_fails_pending_barrier_everywhere)
 {
 	struct th_workers w;
@@ -46,14 +21,11 @@ START_TEST(test_sigkill_fails_pending_barrier_everywhere)
 
 	static const char *const env[] = { "COHORT_TEST_VICTIM=3", NULL };
 
-	th_workers_start(&w, &coord, "kill", "t", 8, "hold", "120000", env);
-	ck_assert_msg(
-	    th_wait_until(all_ready, &w, 3000, 10), "workers never got ready");
+	th_workers_start(
+	    &w, &th_fx_coord, "kill", "t", 8, "hold", "120000", env);
 	/* give them a moment to park in barrier "final" (not required:
 	 * a later arrival is answered from the sticky failure) */
-	usleep(100 * 1000);
-	t0 = th_now_ms();
-	kill(w.pid[victim], SIGKILL);
+	t0 = th_signal_when_ready(&w, w.pid[victim], SIGKILL, 100);
 	th_workers_wait(&w, 20000);
 	ck_assert_int_eq(w.status[victim], 128 + SIGKILL);
 	for (int r = 0; r < 8; r++) {
@@ -85,12 +57,9 @@ START_TEST(test_sigstop_detected_by_missed_heartbeats)
 	struct th_workers w;
 	int64_t t0;
 
-	th_workers_start(&w, &coord, "stop", "t", 4, "hold", "120000", env);
-	ck_assert_msg(
-	    th_wait_until(all_ready, &w, 3000, 10), "workers never got ready");
-	usleep(100 * 1000);
-	t0 = th_now_ms();
-	kill(w.pid[2], SIGSTOP);
+	th_workers_start(
+	    &w, &th_fx_coord, "stop", "t", 4, "hold", "120000", env);
+	t0 = th_signal_when_ready(&w, w.pid[2], SIGSTOP, 100);
 	for (int r = 0; r < 4; r++) {
 		int st;
 		if (r == 2)
@@ -128,7 +97,8 @@ START_TEST(test_reported_failure_text_reaches_others)
 {
 	struct th_workers w;
 
-	th_workers_start(&w, &coord, "report", "t", 4, "report", NULL, NULL);
+	th_workers_start(
+	    &w, &th_fx_coord, "report", "t", 4, "report", NULL, NULL);
 	th_workers_wait(&w, 60000);
 	ck_assert_int_eq(w.status[1], 1);
 	for (int r = 0; r < 4; r++) {
@@ -148,14 +118,8 @@ END_TEST
 Suite *
 suite_fault_control(void)
 {
-	Suite *s = suite_create("fault_control");
-	TCase *tc = tcase_create("process");
-
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_sigkill_fails_pending_barrier_everywhere);
-	tcase_add_test(tc, test_sigstop_detected_by_missed_heartbeats);
-	tcase_add_test(tc, test_reported_failure_text_reaches_others);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (th_suite("fault_control", "process", 120, th_fx_setup,
+	    th_fx_teardown, test_sigkill_fails_pending_barrier_everywhere,
+	    test_sigstop_detected_by_missed_heartbeats,
+	    test_reported_failure_text_reaches_others, NULL));
 }

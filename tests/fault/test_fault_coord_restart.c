@@ -462,32 +462,26 @@ START_TEST(test_restart_100k_keys_and_journal_cost)
 	for (int mi = 0; mi < 3; mi++) {
 		const char *extra[3] = { "--fsync", modes[mi], NULL };
 		double set, add;
+		struct th_coord tc;
+
 		cr_init(&c);
-		if (modes[mi] == NULL) {
-			/* Without --state-dir: th_coord_start. */
-			struct th_coord tc;
+		/* Without --state-dir: th_coord_start. */
+		if (modes[mi] == NULL)
 			th_coord_start(&tc, NULL);
-			memset(&k, 0, sizeof(k));
-			k.id = 1;
-			k.rank = -1;
-			cr_connect(&k, tc.url);
-			cr_join(&k);
-			set = cr_rate(&k, false, n);
-			add = cr_rate(&k, true, n);
-			cr_close(&k);
-			ck_assert_int_eq(th_coord_stop(&tc), 0);
-		} else {
+		else
 			cr_start(&c, extra);
-			memset(&k, 0, sizeof(k));
-			k.id = 1;
-			k.rank = -1;
-			cr_connect(&k, c.url);
-			cr_join(&k);
-			set = cr_rate(&k, false, n);
-			add = cr_rate(&k, true, n);
-			cr_close(&k);
+		memset(&k, 0, sizeof(k));
+		k.id = 1;
+		k.rank = -1;
+		cr_connect(&k, modes[mi] == NULL ? tc.url : c.url);
+		cr_join(&k);
+		set = cr_rate(&k, false, n);
+		add = cr_rate(&k, true, n);
+		cr_close(&k);
+		if (modes[mi] == NULL)
+			ck_assert_int_eq(th_coord_stop(&tc), 0);
+		else
 			cr_stop(&c);
-		}
 		fprintf(stderr,
 		    "MEASURE journal %s: kv_set %.1f us, add %.1f us per "
 		    "round trip (%d each, loopback)\n",
@@ -542,12 +536,7 @@ cr_member_open(void *arg)
 	struct cr_member *m = arg;
 	cohort_options o;
 
-	cohort_options_init(&o);
-	o.coordinator = m->url;
-	o.job = "reconnect";
-	o.token = "tok";
-	o.rank = m->rank;
-	o.world_size = 2;
+	th_member_options(&o, m->url, "reconnect", m->rank, 2);
 	o.heartbeat_interval = 200;
 	o.dead_after = 3000;
 	o.op_timeout = 20000;
@@ -667,19 +656,12 @@ END_TEST
 static int
 cr_http_get(int port, const char *path, char *buf, size_t len)
 {
-	struct sockaddr_in a;
 	char req[128];
 	size_t off = 0;
 	ssize_t n;
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int fd = th_tcp_connect_ok(port);
 	int code = -1;
 
-	ck_assert_int_ge(fd, 0);
-	memset(&a, 0, sizeof(a));
-	a.sin_family = AF_INET;
-	a.sin_port = htons((uint16_t)port);
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
 	snprintf(req, sizeof(req),
 	    "GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n", path);
 	ck_assert_int_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
@@ -903,20 +885,14 @@ Suite *
 suite_fault_coord_restart(void)
 {
 	Suite *s = suite_create("fault_coord_restart");
-	TCase *tc = tcase_create("restart");
-	TCase *tr = tcase_create("reconnect");
-	TCase *tf = tcase_create("journal");
 
-	tcase_set_timeout(tc, 180);
-	tcase_add_test(tc, test_kill9_keeps_keys_and_applies_add_once);
-	tcase_add_test(tc, test_restart_100k_keys_and_journal_cost);
-	suite_add_tcase(s, tc);
-	tcase_set_timeout(tf, 300);
-	tcase_add_test(tf, test_full_disk_kill9_loses_no_acknowledged_add);
-	tcase_add_test(tf, test_damaged_journal_refused_then_recovered);
-	suite_add_tcase(s, tf);
-	tcase_set_timeout(tr, 120);
-	tcase_add_test(tr, test_members_reconnect_and_carry_on);
-	suite_add_tcase(s, tr);
+	th_suite_case(s, "restart", 180, NULL, NULL,
+	    test_kill9_keeps_keys_and_applies_add_once,
+	    test_restart_100k_keys_and_journal_cost, NULL);
+	th_suite_case(s, "journal", 300, NULL, NULL,
+	    test_full_disk_kill9_loses_no_acknowledged_add,
+	    test_damaged_journal_refused_then_recovered, NULL);
+	th_suite_case(s, "reconnect", 120, NULL, NULL,
+	    test_members_reconnect_and_carry_on, NULL);
 	return (s);
 }

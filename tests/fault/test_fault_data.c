@@ -19,67 +19,6 @@
 
 #define FAULT_BOUND_MS 15000
 
-static struct th_coord coord;
-
-static void
-setup(void)
-{
-	th_coord_start(&coord, NULL);
-}
-
-static void
-teardown(void)
-{
-	ck_assert_int_eq(th_coord_stop(&coord), 0);
-}
-
-static void
-fault_start(struct th_workers *w, const char *job, int n, const char *arg,
-    const char *backend)
-{
-	w->n = n;
-	for (int r = 0; r < n; r++) {
-		char e_coord[128], e_job[160], e_rank[32], e_world[32],
-		    e_back[64];
-		char *env[8];
-		char *argv[4];
-
-		snprintf(e_coord, sizeof(e_coord), "COHORT_COORDINATOR=%s",
-		    coord.url);
-		snprintf(e_job, sizeof(e_job), "COHORT_JOB=%s", job);
-		snprintf(e_rank, sizeof(e_rank), "COHORT_RANK=%d", r);
-		snprintf(e_world, sizeof(e_world), "COHORT_WORLD_SIZE=%d", n);
-		snprintf(
-		    e_back, sizeof(e_back), "COHORT_TEST_BACKEND=%s", backend);
-		env[0] = e_coord;
-		env[1] = e_job;
-		env[2] = (char *)"COHORT_TOKEN=tok";
-		env[3] = e_rank;
-		env[4] = e_world;
-		env[5] = e_back;
-		env[6] = NULL;
-		argv[0] = (char *)th_bin("cohort-coll-worker");
-		argv[1] = (char *)"killloop";
-		argv[2] = (char *)arg;
-		argv[3] = NULL;
-		snprintf(w->out[r], sizeof(w->out[r]), "%s/%s-%d.out",
-		    th_tmpdir(), job, r);
-		w->status[r] = -1;
-		w->pid[r] = th_spawn(argv, env, w->out[r]);
-	}
-}
-
-static bool
-fault_all_ready(void *arg)
-{
-	struct th_workers *w = arg;
-
-	for (int r = 0; r < w->n; r++)
-		if (!th_worker_output_has(w, r, "READY"))
-			return (false);
-	return (true);
-}
-
 /* Signals the victim (SIGKILL: its connections break at once; SIGSTOP:
  * it goes silent and cohortd's heartbeat detector must notice) in the
  * middle of the looped allreduce. */
@@ -89,10 +28,13 @@ fault_kill_during_allreduce(const char *job, int n, int victim,
 {
 	struct th_workers w;
 	int64_t t_kill, worst = 0;
-	char name[64];
+	char name[64], e_back[64];
+	const char *const env[] = { e_back, NULL };
 
-	fault_start(&w, job, n, bytes, backend);
-	ck_assert_msg(th_wait_until(fault_all_ready, &w, 6000, 10),
+	snprintf(e_back, sizeof(e_back), "COHORT_TEST_BACKEND=%s", backend);
+	th_workers_start_bin(&w, &th_fx_coord, "cohort-coll-worker", job,
+	    "tok", n, "killloop", bytes, env);
+	ck_assert_msg(th_wait_until(th_workers_ready, &w, 6000, 10),
 	    "workers never completed a first allreduce");
 	usleep(150 * 1000); /* well inside the next one */
 	t_kill = th_now_ms();
@@ -149,32 +91,25 @@ fault_kill_during_allreduce(const char *job, int n, int victim,
 	fflush(stdout);
 }
 
-START_TEST(test_sigkill_during_64mib_allreduce_tcp)
-{
-	fault_kill_during_allreduce(
-	    "fd-tcp", 4, 2, "67108864", "tcp", SIGKILL);
-}
-END_TEST
+/* The victim's signal (SIGSTOP: heartbeat 500 ms, dead after 3 s in
+ * cohort-coll-worker) in the middle of an allreduce of `bytes`. */
+static const struct {
+	const char *job;
+	int n, victim;
+	const char *bytes, *backend;
+	int sig;
+} fd_cases[] = {
+	{ "fd-tcp", 4, 2, "67108864", "tcp", SIGKILL },
+	{ "fd-tcp0", 3, 0, "33554432", "tcp", SIGKILL },
+	{ "fd-svc", 3, 1, "8388608", "service", SIGKILL },
+	{ "fd-stop", 3, 1, "33554432", "tcp", SIGSTOP },
+};
 
-START_TEST(test_sigkill_rank0_during_allreduce_tcp)
+START_TEST(test_signal_during_allreduce)
 {
-	fault_kill_during_allreduce(
-	    "fd-tcp0", 3, 0, "33554432", "tcp", SIGKILL);
-}
-END_TEST
-
-START_TEST(test_sigkill_during_allreduce_service)
-{
-	fault_kill_during_allreduce(
-	    "fd-svc", 3, 1, "8388608", "service", SIGKILL);
-}
-END_TEST
-
-START_TEST(test_sigstop_during_allreduce_tcp)
-{
-	/* heartbeat 500 ms, dead after 3 s (cohort-coll-worker) */
-	fault_kill_during_allreduce(
-	    "fd-stop", 3, 1, "33554432", "tcp", SIGSTOP);
+	fault_kill_during_allreduce(fd_cases[_i].job, fd_cases[_i].n,
+	    fd_cases[_i].victim, fd_cases[_i].bytes, fd_cases[_i].backend,
+	    fd_cases[_i].sig);
 }
 END_TEST
 
@@ -184,14 +119,10 @@ Suite *
 suite_fault_data(void)
 {
 	Suite *s = suite_create("fault_data");
-	TCase *tc = tcase_create("sigkill");
+	TCase *tc = th_suite_case(
+	    s, "sigkill", 120, th_fx_setup, th_fx_teardown, NULL);
 
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_sigkill_during_64mib_allreduce_tcp);
-	tcase_add_test(tc, test_sigkill_rank0_during_allreduce_tcp);
-	tcase_add_test(tc, test_sigkill_during_allreduce_service);
-	tcase_add_test(tc, test_sigstop_during_allreduce_tcp);
-	suite_add_tcase(s, tc);
+	tcase_add_loop_test(tc, test_signal_during_allreduce, 0,
+	    (int)(sizeof(fd_cases) / sizeof(fd_cases[0])));
 	return (s);
 }

@@ -39,8 +39,6 @@ Suite *suite_fault_flood(void);
 #define FL_AFTER 10
 #define FL_N (FL_IDLE + FL_SLOW + FL_AFTER)
 
-static struct th_coord coord;
-
 /* Margins for a loaded machine. Under valgrind (COHORT_TEST_VALGRIND,
  * for the leak check) the 50 slowloris frames make memcheck shadow 3 GB
  * of receive buffers, cohortd's sweeps run seconds late and are credited
@@ -57,40 +55,7 @@ setup(void)
 	static const char *const args[] = { "--first-request-timeout", "2000",
 		"--idle-timeout", "3000", NULL };
 
-	th_coord_start(&coord, args);
-}
-
-static void
-teardown(void)
-{
-	ck_assert_int_eq(th_coord_stop(&coord), 0);
-}
-
-static bool
-all_ready(void *arg)
-{
-	struct th_workers *w = arg;
-
-	for (int r = 0; r < w->n; r++)
-		if (!th_worker_output_has(w, r, "READY"))
-			return (false);
-	return (true);
-}
-
-static int
-fl_connect(int port)
-{
-	struct sockaddr_in sa;
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	ck_assert_int_ge(fd, 0);
-	memset(&sa, 0, sizeof(sa));
-	sa.sin_family = AF_INET;
-	sa.sin_port = htons((uint16_t)port);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ck_assert_msg(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0,
-	    "connect: %s", strerror(errno));
-	return (fd);
+	th_coord_start(&th_fx_coord, args);
 }
 
 static void
@@ -216,9 +181,9 @@ fl_status(const char *const *args, char **out)
 static void
 fl_check_status(void)
 {
-	const char *anon[] = { "--coordinator", coord.url, NULL };
-	const char *tok[] = { "--coordinator", coord.url, "--job", "flood",
-		"--token-file", NULL, NULL };
+	const char *anon[] = { "--coordinator", th_fx_coord.url, NULL };
+	const char *tok[] = { "--coordinator", th_fx_coord.url, "--job",
+		"flood", "--token-file", NULL, NULL };
 	char tf[300], *o;
 	FILE *f;
 
@@ -248,13 +213,12 @@ START_TEST(test_idle_and_slowloris_connections_closed)
 	int nclosed = 0;
 
 	th_workers_start(
-	    &w, &coord, "flood", "t", 2, "barrier_for", "15000", NULL);
-	ck_assert_msg(
-	    th_wait_until(all_ready, &w, 3000, 10), "workers never got ready");
+	    &w, &th_fx_coord, "flood", "t", 2, "barrier_for", "15000", NULL);
+	th_workers_await_ready(&w, 3000, 10);
 	fl_check_status();
 	t0 = th_now_ms();
 	for (int i = 0; i < FL_N; i++) {
-		fds[i] = fl_connect(coord.port);
+		fds[i] = th_tcp_connect_ok(th_fx_coord.port);
 		fl_send(fds[i], fl_sp_req, sizeof(fl_sp_req));
 		if (i >= FL_IDLE + FL_SLOW)
 			fl_one_request(fds[i]);
@@ -322,7 +286,7 @@ START_TEST(test_flood_closes_counted)
 
 	th_coord_start(&c2, args);
 	for (int i = 0; i < 5; i++) {
-		fds[i] = fl_connect(c2.port);
+		fds[i] = th_tcp_connect_ok(c2.port);
 		fl_send(fds[i], fl_sp_req, sizeof(fl_sp_req));
 	}
 	usleep(2500 * 1000);
@@ -356,14 +320,8 @@ END_TEST
 Suite *
 suite_fault_flood(void)
 {
-	Suite *s = suite_create("fault_flood");
-	TCase *tc = tcase_create("flood");
-
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(
-	    tc, getenv("COHORT_TEST_VALGRIND") != NULL ? 400 : 120);
-	tcase_add_test(tc, test_idle_and_slowloris_connections_closed);
-	tcase_add_test(tc, test_flood_closes_counted);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (th_suite("fault_flood", "flood",
+	    getenv("COHORT_TEST_VALGRIND") != NULL ? 400 : 120, setup,
+	    th_fx_teardown, test_idle_and_slowloris_connections_closed,
+	    test_flood_closes_counted, NULL));
 }

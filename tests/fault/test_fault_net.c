@@ -180,16 +180,6 @@ net_spawn(const char *ns, char *const *argv, char *const *env, const char *out)
 	return (th_spawn(full, env, out));
 }
 
-static bool
-net_has(const char *path, const char *text)
-{
-	char *s = th_read_file(path);
-	bool has = s != NULL && strstr(s, text) != NULL;
-
-	free(s);
-	return (has);
-}
-
 START_TEST(test_partition_one_rank)
 {
 	char url[64], clog[256], cwd[512], bin[4][640];
@@ -216,9 +206,10 @@ START_TEST(test_partition_one_rank)
 		cpid = net_spawn(net_ns[0], argv, NULL, clog);
 	}
 	end = th_now_ms() + 10000;
-	while (th_now_ms() < end && !net_has(clog, "listening on"))
+	while (th_now_ms() < end && !th_file_has(clog, "listening on"))
 		usleep(5000);
-	ck_assert_msg(net_has(clog, "listening on"), "cohortd did not start");
+	ck_assert_msg(
+	    th_file_has(clog, "listening on"), "cohortd did not start");
 
 	snprintf(e_coord, sizeof(e_coord), "COHORT_COORDINATOR=%s", url);
 	for (int i = 0; i < 2; i++)
@@ -286,7 +277,8 @@ START_TEST(test_partition_one_rank)
 		    "rank %d: %s", r, o);
 		free(o);
 	}
-	ck_assert_msg(net_has(clog, "rank 3") && net_has(clog, "no heartbeat"),
+	ck_assert_msg(
+	    th_file_has(clog, "rank 3") && th_file_has(clog, "no heartbeat"),
 	    "cohortd's log does not say rank 3 stopped answering");
 	/* Survivors exit by themselves; rank 3 is cut off: the fixture
 	 * kills it (and cohortd) when it removes the namespaces. */
@@ -310,11 +302,10 @@ Suite *
 suite_fault_net(void)
 {
 	Suite *s = suite_create("fault_net");
-	TCase *tc = tcase_create("partition");
+	TCase *tc;
 
+	tc = th_suite_case(
+	    s, "partition", 90, NULL, NULL, test_partition_one_rank, NULL);
 	tcase_add_unchecked_fixture(tc, net_setup, net_teardown);
-	tcase_set_timeout(tc, 90);
-	tcase_add_test(tc, test_partition_one_rank);
-	suite_add_tcase(s, tc);
 	return (s);
 }

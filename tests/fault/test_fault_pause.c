@@ -21,41 +21,6 @@
 
 Suite *suite_fault_pause(void);
 
-static struct th_coord coord;
-
-static void
-setup(void)
-{
-	th_coord_start(&coord, NULL);
-}
-
-static void
-teardown(void)
-{
-	ck_assert_int_eq(th_coord_stop(&coord), 0);
-}
-
-static bool
-all_ready(void *arg)
-{
-	struct th_workers *w = arg;
-
-	for (int r = 0; r < w->n; r++)
-		if (!th_worker_output_has(w, r, "READY"))
-			return (false);
-	return (true);
-}
-
-static bool
-coord_log_has(const char *text)
-{
-	char *s = th_read_file(coord.log);
-	bool has = s != NULL && strstr(s, text) != NULL;
-
-	free(s);
-	return (has);
-}
-
 START_TEST(test_coordinator_pause_is_not_a_failure)
 {
 	struct th_workers w;
@@ -64,14 +29,10 @@ START_TEST(test_coordinator_pause_is_not_a_failure)
 	/* default liveness: heartbeat 1 s, dead-after 5 s; the loop runs
 	 * 25 s, cohortd is stopped for 10 s of it */
 	th_workers_start(
-	    &w, &coord, "pause", "t", 2, "barrier_for", "25000", NULL);
-	ck_assert_msg(
-	    th_wait_until(all_ready, &w, 3000, 10), "workers never got ready");
-	usleep(1000 * 1000);
-	t0 = th_now_ms();
-	ck_assert_int_eq(kill(coord.pid, SIGSTOP), 0);
+	    &w, &th_fx_coord, "pause", "t", 2, "barrier_for", "25000", NULL);
+	t0 = th_signal_when_ready(&w, th_fx_coord.pid, SIGSTOP, 1000);
 	usleep(10 * 1000 * 1000);
-	ck_assert_int_eq(kill(coord.pid, SIGCONT), 0);
+	ck_assert_int_eq(kill(th_fx_coord.pid, SIGCONT), 0);
 	printf("MEASURE fault_pause: cohortd stopped for %lld ms\n",
 	    (long long)(th_now_ms() - t0));
 	th_workers_wait(&w, 90000);
@@ -85,10 +46,10 @@ START_TEST(test_coordinator_pause_is_not_a_failure)
 		    strstr(o, "RESULT barrier_for"));
 		free(o);
 	}
-	ck_assert_msg(coord_log_has("event loop stalled"),
-	    "cohortd did not log the stall (log %s)", coord.log);
-	ck_assert_msg(!coord_log_has("no heartbeat for"),
-	    "cohortd declared a member dead (log %s)", coord.log);
+	ck_assert_msg(th_coord_log_has(&th_fx_coord, "event loop stalled"),
+	    "cohortd did not log the stall (log %s)", th_fx_coord.log);
+	ck_assert_msg(!th_coord_log_has(&th_fx_coord, "no heartbeat for"),
+	    "cohortd declared a member dead (log %s)", th_fx_coord.log);
 }
 END_TEST
 
@@ -102,12 +63,8 @@ START_TEST(test_worker_pause_is_still_a_failure)
 	int st;
 
 	th_workers_start(
-	    &w, &coord, "wpause", "t", 2, "barrier_for", "60000", env);
-	ck_assert_msg(
-	    th_wait_until(all_ready, &w, 3000, 10), "workers never got ready");
-	usleep(200 * 1000);
-	t0 = th_now_ms();
-	ck_assert_int_eq(kill(w.pid[1], SIGSTOP), 0);
+	    &w, &th_fx_coord, "wpause", "t", 2, "barrier_for", "60000", env);
+	t0 = th_signal_when_ready(&w, w.pid[1], SIGSTOP, 200);
 	ck_assert_msg(th_wait(w.pid[0], 30000, &st),
 	    "rank 0 still running 30 s after rank 1 was stopped");
 	took = th_now_ms() - t0;
@@ -134,13 +91,7 @@ END_TEST
 Suite *
 suite_fault_pause(void)
 {
-	Suite *s = suite_create("fault_pause");
-	TCase *tc = tcase_create("pause");
-
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 150);
-	tcase_add_test(tc, test_coordinator_pause_is_not_a_failure);
-	tcase_add_test(tc, test_worker_pause_is_still_a_failure);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (th_suite("fault_pause", "pause", 150, th_fx_setup,
+	    th_fx_teardown, test_coordinator_pause_is_not_a_failure,
+	    test_worker_pause_is_still_a_failure, NULL));
 }

@@ -36,41 +36,13 @@ Suite *suite_fault_inject(void);
 /* ------------------------------------------------------------------------ */
 
 /* Starts n cohort-fault-worker processes (STEPS STEP_MS) in job `job` of
- * the cohortd at url; extra "K=V" entries for every worker. */
+ * the cohortd c; extra "K=V" entries for every worker. */
 static void
-fs_workers(struct th_workers *w, const char *url, const char *job, int n,
-    const char *steps, const char *step_ms, const char *const *extra)
+fs_workers(struct th_workers *w, const struct th_coord *c, const char *job,
+    int n, const char *steps, const char *step_ms, const char *const *extra)
 {
-	w->n = n;
-	for (int r = 0; r < n; r++) {
-		char e_coord[128], e_job[160], e_rank[32], e_world[32];
-		char *env[24];
-		char *argv[4];
-		int k = 0;
-
-		snprintf(
-		    e_coord, sizeof(e_coord), "COHORT_COORDINATOR=%s", url);
-		snprintf(e_job, sizeof(e_job), "COHORT_JOB=%s", job);
-		snprintf(e_rank, sizeof(e_rank), "COHORT_RANK=%d", r);
-		snprintf(e_world, sizeof(e_world), "COHORT_WORLD_SIZE=%d", n);
-		for (int i = 0; extra != NULL && extra[i] != NULL && k < 16;
-		     i++)
-			env[k++] = (char *)extra[i];
-		env[k++] = e_coord;
-		env[k++] = e_job;
-		env[k++] = (char *)"COHORT_TOKEN=tok";
-		env[k++] = e_rank;
-		env[k++] = e_world;
-		env[k] = NULL;
-		argv[0] = (char *)th_bin("cohort-fault-worker");
-		argv[1] = (char *)steps;
-		argv[2] = (char *)step_ms;
-		argv[3] = NULL;
-		snprintf(w->out[r], sizeof(w->out[r]), "%s/%s-%d.out",
-		    th_tmpdir(), job, r);
-		w->status[r] = -1;
-		w->pid[r] = th_spawn(argv, env, w->out[r]);
-	}
+	th_workers_start_bin(
+	    w, c, "cohort-fault-worker", job, "tok", n, steps, step_ms, extra);
 }
 
 /* Runs a `cohort` subcommand to completion; returns its exit code and
@@ -102,16 +74,6 @@ fs_status(const char *url, const char *job, char **out)
 		(char *)url, "--job", (char *)job, "--token", "tok", NULL };
 
 	return (fs_cli(argv, out));
-}
-
-static bool
-fs_file_has(const char *path, const char *text)
-{
-	char *s = th_read_file(path);
-	bool has = s != NULL && strstr(s, text) != NULL;
-
-	free(s);
-	return (has);
 }
 
 /* The line of `text` that contains `what` (copied to buf), or false. */
@@ -155,7 +117,7 @@ fs_stall(bool data_plane)
 
 	th_coord_start(&c, args);
 	fs_workers(
-	    &w, c.url, job, 3, "6", "0", data_plane ? extra_data : extra_ctl);
+	    &w, &c, job, 3, "6", "0", data_plane ? extra_data : extra_ctl);
 	/* Rank 0 printed step 2: it is entering op #4 now, where rank 2
 	 * sleeps before it enters. */
 	end = th_now_ms() + 30000;
@@ -166,7 +128,7 @@ fs_stall(bool data_plane)
 	t0 = th_now_ms();
 	end = t0 + 5500;
 	while (th_now_ms() < end && (t_status < 0 || t_log < 0)) {
-		if (t_log < 0 && fs_file_has(c.log, "stall:"))
+		if (t_log < 0 && th_file_has(c.log, "stall:"))
 			t_log = th_now_ms() - t0;
 		if (t_status < 0) {
 			free(status);
@@ -202,7 +164,7 @@ fs_stall(bool data_plane)
 		        && strstr(line, want) != NULL,
 		    "rank %d is not shown %s:\n%s", r, want, status);
 	}
-	ck_assert_msg(fs_file_has(c.log, "rank 2 has not entered"),
+	ck_assert_msg(th_file_has(c.log, "rank 2 has not entered"),
 	    "cohortd's stall line does not name rank 2");
 	fprintf(stderr, "cohort status during the stall:\n%s", status);
 	free(status);
@@ -234,12 +196,7 @@ fs_member_main(void *arg)
 	cohort_options o;
 	float buf[256];
 
-	cohort_options_init(&o);
-	o.coordinator = m->url;
-	o.job = "timeout-names";
-	o.token = "tok";
-	o.rank = m->rank;
-	o.world_size = 3;
+	th_member_options(&o, m->url, "timeout-names", m->rank, 3);
 	o.heartbeat_interval = 100;
 	o.dead_after = 60000;
 	o.backend = "tcp";
@@ -297,15 +254,9 @@ END_TEST
 Suite *
 suite_fault_stall(void)
 {
-	Suite *s = suite_create("fault_stall");
-	TCase *tc = tcase_create("stall");
-
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_stall_data_plane);
-	tcase_add_test(tc, test_stall_barrier);
-	tcase_add_test(tc, test_timeout_names_missing_rank);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (th_suite("fault_stall", "stall", 120, NULL, NULL,
+	    test_stall_data_plane, test_stall_barrier,
+	    test_timeout_names_missing_rank, NULL));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -440,7 +391,7 @@ START_TEST(test_cohort_fault_to_running_job)
 	argv[3] = c.url;
 	snprintf(log, sizeof(log), "%s/live-audit.jsonl", th_tmpdir());
 	snprintf(e_log, sizeof(e_log), "COHORT_FAULTS_LOG=%s", log);
-	fs_workers(&w, c.url, "live", 3, "2000", "20", extra);
+	fs_workers(&w, &c, "live", 3, "2000", "20", extra);
 	end = th_now_ms() + 30000;
 	while (th_now_ms() < end && !th_worker_output_has(&w, 0, "STEP 5"))
 		usleep(5000);
@@ -497,7 +448,7 @@ START_TEST(test_drop_and_fail_actions)
 	char *o;
 
 	th_coord_start(&c, NULL);
-	fs_workers(&w, c.url, "drop", 3, "100", "10", extra);
+	fs_workers(&w, &c, "drop", 3, "100", "10", extra);
 	th_workers_wait(&w, 60000);
 	o = th_worker_output(&w, 1);
 	/* (the worker exits 3; not checked exactly: under SAN its leak
@@ -515,7 +466,7 @@ START_TEST(test_drop_and_fail_actions)
 		free(o);
 	}
 	/* fail: the operation returns EINJECTED, nothing else happens. */
-	fs_workers(&w, c.url, "fail", 2, "20", "0", extra2);
+	fs_workers(&w, &c, "fail", 2, "20", "0", extra2);
 	th_workers_wait(&w, 60000);
 	o = th_worker_output(&w, 0);
 	ck_assert_msg(
@@ -530,13 +481,7 @@ END_TEST
 Suite *
 suite_fault_inject(void)
 {
-	Suite *s = suite_create("fault_inject");
-	TCase *tc = tcase_create("inject");
-
-	tcase_set_timeout(tc, 180);
-	tcase_add_test(tc, test_same_seed_same_injections);
-	tcase_add_test(tc, test_cohort_fault_to_running_job);
-	tcase_add_test(tc, test_drop_and_fail_actions);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (th_suite("fault_inject", "inject", 180, NULL, NULL,
+	    test_same_seed_same_injections, test_cohort_fault_to_running_job,
+	    test_drop_and_fail_actions, NULL));
 }

@@ -44,6 +44,12 @@ const char *th_bin(const char *name);
 
 /* A loopback TCP port that was free a moment ago. */
 int th_free_port(void);
+/* A TCP connection to 127.0.0.1:port: the socket, or -1 with errno;
+ * th_tcp_connect_ok fails the test instead. th_port_open: does anything
+ * accept connections there now? */
+int th_tcp_connect(int port);
+int th_tcp_connect_ok(int port);
+bool th_port_open(int port);
 
 /* Starts argv[0] (a path) with extra environment entries ("K=V", NULL
  * terminated, may be NULL). stdout/stderr go to the given file (NULL =
@@ -70,6 +76,32 @@ struct th_coord {
 void th_coord_start(struct th_coord *c, const char *const *extra_args);
 /* SIGTERM, waits (bounded) for a clean exit; returns its exit code. */
 int th_coord_stop(struct th_coord *c);
+/* Does the coordinator's log contain text? */
+bool th_coord_log_has(const struct th_coord *c, const char *text);
+
+/* The coordinator of a suite whose tests each want a fresh plain one:
+ * th_fx_setup (a checked fixture, so it runs in the test's process)
+ * starts th_fx_coord without extra args, th_fx_teardown stops it and
+ * fails the test unless it exited 0. A suite that needs args starts
+ * th_fx_coord itself and still stops it with th_fx_teardown. */
+extern struct th_coord th_fx_coord;
+void th_fx_setup(void);
+void th_fx_teardown(void);
+
+/* Builds a suite: th_suite_case adds a test case with a timeout in
+ * seconds (0: Check's default), a checked fixture (NULL, NULL for none)
+ * and the tests, NULL terminated; it returns the case for what else it
+ * needs (a loop test, an unchecked fixture). th_suite is a suite of one
+ * such case. */
+TCase *th_suite_case(Suite *s, const char *name, int timeout_s, SFun setup,
+    SFun teardown, ...) __attribute__((sentinel));
+Suite *th_suite(const char *name, const char *case_name, int timeout_s,
+    SFun setup, SFun teardown, ...) __attribute__((sentinel));
+
+/* cohort_options of rank `rank` of a world-rank job at url, token "tok";
+ * the rest at their defaults, for the caller to change. */
+void th_member_options(
+    cohort_options *o, const char *url, const char *job, int rank, int world);
 
 /* Polls cond(arg) every delay_ms up to tries times. */
 bool th_wait_until(bool (*cond)(void *), void *arg, int tries, int delay_ms);
@@ -79,6 +111,8 @@ int64_t th_now_ms(void);
 
 /* Reads a whole file (malloc'd, NUL-terminated) or NULL. */
 char *th_read_file(const char *path);
+/* Does the file at path contain text? (false if it cannot be read) */
+bool th_file_has(const char *path, const char *text);
 
 /* A scratch directory for this test (removed by th_cleanup at exit). */
 const char *th_tmpdir(void);
@@ -111,6 +145,19 @@ struct th_workers {
 void th_workers_start(struct th_workers *w, const struct th_coord *c,
     const char *job, const char *token, int n, const char *scenario,
     const char *arg, const char *const *extra_env);
+/* The same with another worker binary of build/bin (cohort-coll-worker). */
+void th_workers_start_bin(struct th_workers *w, const struct th_coord *c,
+    const char *bin, const char *job, const char *token, int n,
+    const char *scenario, const char *arg, const char *const *extra_env);
+/* Have all of w's workers printed READY? (a th_wait_until condition) */
+bool th_workers_ready(void *w);
+/* Waits (tries x delay_ms) until all print READY; fails the test if not. */
+void th_workers_await_ready(struct th_workers *w, int tries, int delay_ms);
+/* The fault tests' start: waits (30 s) until all of w print READY, lets
+ * them settle for settle_ms, sends sig to pid (a worker or cohortd) and
+ * returns when it did (th_now_ms). */
+int64_t th_signal_when_ready(
+    struct th_workers *w, pid_t pid, int sig, int settle_ms);
 /* Waits for all, bounded; kills stragglers (and fails the test) after
  * timeout_ms. Returns the number of workers that exited 0. */
 int th_workers_wait(struct th_workers *w, int timeout_ms);
@@ -118,5 +165,9 @@ int th_workers_wait(struct th_workers *w, int timeout_ms);
 bool th_worker_output_has(const struct th_workers *w, int r, const char *text);
 /* Worker r's output (malloc'd) for diagnostics. */
 char *th_worker_output(const struct th_workers *w, int r);
+/* Fails the test unless ranks [0, nranks) of w all printed want (the
+ * message quotes the first rank that did not). */
+void th_workers_expect(
+    const struct th_workers *w, int nranks, const char *want);
 
 #endif /* COHORT_CHECK_COHORT_H */

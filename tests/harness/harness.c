@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,22 +160,47 @@ th_exit_code(int status)
 	return (-1);
 }
 
-static bool
-th_port_open(int port)
+int
+th_tcp_connect(int port)
 {
 	struct sockaddr_in sa;
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	bool ok;
 
 	if (fd < 0)
-		return (false);
+		return (-1);
 	memset(&sa, 0, sizeof(sa));
 	sa.sin_family = AF_INET;
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	sa.sin_port = htons((uint16_t)port);
-	ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		int e = errno;
+
+		close(fd);
+		errno = e;
+		return (-1);
+	}
+	return (fd);
+}
+
+int
+th_tcp_connect_ok(int port)
+{
+	int fd = th_tcp_connect(port);
+
+	ck_assert_msg(
+	    fd >= 0, "connect to 127.0.0.1:%d: %s", port, strerror(errno));
+	return (fd);
+}
+
+bool
+th_port_open(int port)
+{
+	int fd = th_tcp_connect(port);
+
+	if (fd < 0)
+		return (false);
 	close(fd);
-	return (ok);
+	return (true);
 }
 
 void
@@ -247,6 +273,18 @@ th_coord_stop(struct th_coord *c)
 	}
 	c->pid = -1;
 	return (th_exit_code(st));
+}
+
+void
+th_member_options(
+    cohort_options *o, const char *url, const char *job, int rank, int world)
+{
+	cohort_options_init(o);
+	o->coordinator = url;
+	o->job = job;
+	o->token = "tok";
+	o->rank = rank;
+	o->world_size = world;
 }
 
 bool
@@ -411,10 +449,123 @@ th_tmpdir(void)
 	return (th_dir);
 }
 
+struct th_coord th_fx_coord;
+
+void
+th_fx_setup(void)
+{
+	th_coord_start(&th_fx_coord, NULL);
+}
+
+void
+th_fx_teardown(void)
+{
+	ck_assert_int_eq(th_coord_stop(&th_fx_coord), 0);
+}
+
+bool
+th_file_has(const char *path, const char *text)
+{
+	char *s = th_read_file(path);
+	bool has = s != NULL && strstr(s, text) != NULL;
+
+	free(s);
+	return (has);
+}
+
+bool
+th_coord_log_has(const struct th_coord *c, const char *text)
+{
+	return (th_file_has(c->log, text));
+}
+
+static TCase *
+th_case_add(Suite *s, const char *name, int timeout_s, SFun setup,
+    SFun teardown, va_list ap)
+{
+	TCase *tc = tcase_create(name);
+	const TTest *t;
+
+	if (setup != NULL || teardown != NULL)
+		tcase_add_checked_fixture(tc, setup, teardown);
+	if (timeout_s > 0)
+		tcase_set_timeout(tc, timeout_s);
+	while ((t = va_arg(ap, const TTest *)) != NULL)
+		tcase_add_test(tc, t);
+	suite_add_tcase(s, tc);
+	return (tc);
+}
+
+TCase *
+th_suite_case(
+    Suite *s, const char *name, int timeout_s, SFun setup, SFun teardown, ...)
+{
+	TCase *tc;
+	va_list ap;
+
+	va_start(ap, teardown);
+	tc = th_case_add(s, name, timeout_s, setup, teardown, ap);
+	va_end(ap);
+	return (tc);
+}
+
+Suite *
+th_suite(const char *name, const char *case_name, int timeout_s, SFun setup,
+    SFun teardown, ...)
+{
+	Suite *s = suite_create(name);
+	va_list ap;
+
+	va_start(ap, teardown);
+	th_case_add(s, case_name, timeout_s, setup, teardown, ap);
+	va_end(ap);
+	return (s);
+}
+
+bool
+th_workers_ready(void *arg)
+{
+	struct th_workers *w = arg;
+
+	for (int r = 0; r < w->n; r++)
+		if (!th_worker_output_has(w, r, "READY"))
+			return (false);
+	return (true);
+}
+
+void
+th_workers_await_ready(struct th_workers *w, int tries, int delay_ms)
+{
+	ck_assert_msg(th_wait_until(th_workers_ready, w, tries, delay_ms),
+	    "workers never got ready");
+}
+
+int64_t
+th_signal_when_ready(struct th_workers *w, pid_t pid, int sig, int settle_ms)
+{
+	int64_t t;
+
+	th_workers_await_ready(w, 3000, 10);
+	usleep((useconds_t)settle_ms * 1000);
+	t = th_now_ms();
+	ck_assert_msg(
+	    kill(pid, sig) == 0, "kill %d: %s", (int)pid, strerror(errno));
+	return (t);
+}
+
 void
 th_workers_start(struct th_workers *w, const struct th_coord *c,
     const char *job, const char *token, int n, const char *scenario,
     const char *arg, const char *const *extra_env)
+{
+	th_workers_start_bin(w, c, "cohort-test-worker", job, token, n,
+	    scenario, arg, extra_env);
+}
+
+void
+th_workers_start_bin(struct th_workers *w, const struct th_coord *c,
+    const char *bin, const char *job, const char *token, int n,
+    const char *scenario, const char *arg, const char *const *extra_env)
 {
 	ck_assert_int_le(n, TH_MAX_WORKERS);
 	w->n = n;
@@ -442,7 +593,7 @@ th_workers_start(struct th_workers *w, const struct th_coord *c,
 		env[k++] = e_rank;
 		env[k++] = e_world;
 		env[k] = NULL;
-		argv[0] = (char *)th_bin("cohort-test-worker");
+		argv[0] = (char *)th_bin(bin);
 		argv[1] = (char *)scenario;
 		argv[2] = (char *)arg;
 		argv[3] = NULL;
@@ -503,9 +654,18 @@ th_worker_output(const struct th_workers *w, int r)
 bool
 th_worker_output_has(const struct th_workers *w, int r, const char *text)
 {
-	char *s = th_read_file(w->out[r]);
-	bool has = s != NULL && strstr(s, text) != NULL;
+	return (th_file_has(w->out[r], text));
+}
 
-	free(s);
-	return (has);
+void
+th_workers_expect(const struct th_workers *w, int nranks, const char *want)
+{
+	for (int r = 0; r < nranks; r++) {
+		char *o = th_worker_output(w, r);
+
+		ck_assert_msg(th_worker_output_has(w, r, want),
+		    "rank %d (exit %d) lacks '%s':\n%s", r, w->status[r], want,
+		    o);
+		free(o);
+	}
 }

@@ -7,7 +7,9 @@ sets COHORT_DATA_ADDR: the workers find their address themselves.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import time
 
 import pytest
@@ -93,10 +95,76 @@ def test_shared_memory_only_between_ranks_of_one_host(cluster):
     out_two = dump(two)
     assert all(p.returncode == 0 for p in two), out_two
     assert out_two.count("sum_ok=1") == 4, out_two
-    assert "shared memory)" not in out_two, out_two
+    # the job's own group is pure TCP; only the hierarchical all-reduce's
+    # groups of one host's ranks ("hier.hostN.world") share memory
+    assert not re.search(r"group world: .*shared memory\)", out_two), out_two
+    for hid in (0, 1):
+        assert len(re.findall(
+            rf"group hier\.host{hid}\.world: rank \d of 2 connected \(listened on "
+            r"[0-9.:]+, shared memory\)", out_two)) == 2, out_two  # fmt: skip
     # nothing left behind in either host's /dev/shm
     for h in (h1, h2):
         assert list(h.shm.iterdir()) == [], list(h.shm.iterdir())
+
+
+def test_hierarchical_allreduce_two_hosts_by_two(cluster):
+    """2 hosts x 2 ranks: the all-reduce goes shared memory within a host
+    and TCP between hosts (hier.c), sums right at a size that leaves a
+    remainder, and COHORT_TCP_HIER=0 keeps it flat."""
+    cl = cluster(3)
+    h0, h1, h2 = cl.hosts
+    start_cohortd(h0)
+    prog = [bin_path("cohort-fault-worker"), "20"]
+    # 262147 floats: 2 slices of 131073 and one element left over
+    env = {"COHORT_LOG_LEVEL": "debug", "COHORT_FW_BYTES": str(4 * 262147)}
+    procs = run_nodes([h1, h2], h0, prog, nproc=2, job="hier", env=env)
+    wait_all(procs, 60)
+    out = dump(procs)
+    assert all(p.returncode == 0 for p in procs), out
+    assert out.count("sum_ok=1") == 4, out
+    for host, place in ((0, 0), (0, 1), (1, 0), (1, 1)):
+        assert (f"hierarchical all-reduce, 2 hosts x 2 ranks (host {host}, "
+                f"place {place})") in out, out  # fmt: skip
+    env["COHORT_TCP_HIER"] = "0"
+    flat = run_nodes([h1, h2], h0, prog, nproc=2, job="flat", env=env)
+    wait_all(flat, 60)
+    out = dump(flat)
+    assert out.count("sum_ok=1") == 4, out
+    assert "hierarchical" not in out, out
+
+
+def test_hierarchical_rank_killed_mid_allreduce_is_named_everywhere(cluster):
+    """SIGKILL one rank of a 2 x 2 job in the middle of 64 MiB
+    hierarchical all-reduces: every survivor, including the ones that were
+    in a stage without it, names it within a second, not after the
+    coordinator's dead-after."""
+    cl = cluster(3)
+    h0, h1, h2 = cl.hosts
+    start_cohortd(h0)
+    env = {"COHORT_FW_BYTES": str(64 << 20), "COHORT_FW_PIDDIR": str(h2.dir)}
+    procs = run_nodes([h1, h2], h0, [bin_path("cohort-fault-worker"),
+                                     "100000"], nproc=2, job="hk", env=env)
+    assert procs[0].wait_for("STEP 3", 60), dump(procs)
+    pidfile = h2.dir / "rank3.pid"
+    assert pidfile.exists(), dump(procs)
+    t_fault = time.time() * 1000
+    os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    wait_all(procs, 30)
+    out = dump(procs)
+    found = {}
+    for p in procs:
+        for m in re.finditer(r"RESULT \S+ step=\d+ status=(\S+) "
+                             r"at_ms=(\d+) detail=(.*)", p.output()):
+            if "rank 3" in m.group(3):
+                found.setdefault(p.host.name, []).append(
+                    (int(m.group(2)) - t_fault, m.group(1), m.group(3)))
+    # all three survivors (two on h1, one on h2) report it
+    assert sum(len(v) for v in found.values()) == 3, out
+    for name, hits in found.items():
+        for took, st, detail in hits:
+            assert st == "COHORT_EPEERLOST", detail
+            assert took < 1000, f"{name}: {took:.0f} ms: {detail}"
+            print(f"{name} named rank 3 after {took:.0f} ms: {detail[:110]}")
 
 
 def test_unreachable_peer_address_is_named_within_seconds(cluster):

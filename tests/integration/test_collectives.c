@@ -17,20 +17,6 @@
 
 #include "check_cohort.h"
 
-static struct th_coord coord;
-
-static void
-setup(void)
-{
-	th_coord_start(&coord, NULL);
-}
-
-static void
-teardown(void)
-{
-	ck_assert_int_eq(th_coord_stop(&coord), 0);
-}
-
 static unsigned long
 coll_seed(void)
 {
@@ -39,44 +25,6 @@ coll_seed(void)
 	if (s != NULL && s[0] != '\0')
 		return (strtoul(s, NULL, 10));
 	return ((unsigned long)time(NULL) % 100000);
-}
-
-/* Like th_workers_start, with cohort-coll-worker. */
-static void
-coll_start(struct th_workers *w, const char *job, int n, const char *scenario,
-    const char *arg, const char *const *extra_env)
-{
-	ck_assert_int_le(n, TH_MAX_WORKERS);
-	w->n = n;
-	for (int r = 0; r < n; r++) {
-		char e_coord[128], e_job[160], e_rank[32], e_world[32];
-		char *env[24];
-		char *argv[4];
-		int k = 0;
-
-		snprintf(e_coord, sizeof(e_coord), "COHORT_COORDINATOR=%s",
-		    coord.url);
-		snprintf(e_job, sizeof(e_job), "COHORT_JOB=%s", job);
-		snprintf(e_rank, sizeof(e_rank), "COHORT_RANK=%d", r);
-		snprintf(e_world, sizeof(e_world), "COHORT_WORLD_SIZE=%d", n);
-		for (int i = 0;
-		     extra_env != NULL && extra_env[i] != NULL && k < 16; i++)
-			env[k++] = (char *)extra_env[i];
-		env[k++] = e_coord;
-		env[k++] = e_job;
-		env[k++] = (char *)"COHORT_TOKEN=tok";
-		env[k++] = e_rank;
-		env[k++] = e_world;
-		env[k] = NULL;
-		argv[0] = (char *)th_bin("cohort-coll-worker");
-		argv[1] = (char *)scenario;
-		argv[2] = (char *)arg;
-		argv[3] = NULL;
-		snprintf(w->out[r], sizeof(w->out[r]), "%s/%s-%d.out",
-		    th_tmpdir(), job, r);
-		w->status[r] = -1;
-		w->pid[r] = th_spawn(argv, env, w->out[r]);
-	}
 }
 
 /* Waits for every rank; on a hang, kills them all and fails with the tail
@@ -137,7 +85,8 @@ coll_expect(const char *job, int n, const char *scenario,
 	unsigned long seed = coll_seed();
 
 	snprintf(arg, sizeof(arg), "%lu", seed);
-	coll_start(&w, job, n, scenario, arg, env);
+	th_workers_start_bin(&w, &th_fx_coord, "cohort-coll-worker", job,
+	    "tok", n, scenario, arg, env);
 	coll_wait(&w, timeout_ms, scenario, seed);
 	for (int r = 0; r < n; r++) {
 		char *o = th_worker_output(&w, r);
@@ -262,30 +211,17 @@ Suite *
 suite_integration_collectives(void)
 {
 	Suite *s = suite_create("integration_collectives");
-	TCase *tc = tcase_create("tcp");
-	TCase *ts = tcase_create("service");
 
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 180);
-	tcase_add_test(tc, test_tcp_matrix_1_rank);
-	tcase_add_test(tc, test_tcp_matrix_2_ranks_large);
-	tcase_add_test(tc, test_tcp_matrix_3_ranks);
-	tcase_add_test(tc, test_tcp_matrix_5_ranks);
-	tcase_add_test(tc, test_tcp_matrix_8_ranks);
-	tcase_add_test(tc, test_tcp_subgroups_even_odd);
-	tcase_add_test(tc, test_tcp_two_groups_two_threads);
-	tcase_add_test(tc, test_tcp_async_in_order_with_overlap);
-	tcase_add_test(tc, test_argument_validation);
-	tcase_add_test(tc, test_configured_backend_unavailable_names_why);
-	suite_add_tcase(s, tc);
-
-	tcase_add_checked_fixture(ts, setup, teardown);
-	tcase_set_timeout(ts, 180);
-	tcase_add_test(ts, test_service_matrix_1_rank);
-	tcase_add_test(ts, test_service_matrix_3_ranks);
-	tcase_add_test(ts, test_service_matrix_4_ranks);
-	tcase_add_test(ts, test_service_subgroups);
-	tcase_add_test(ts, test_service_async);
-	suite_add_tcase(s, ts);
+	th_suite_case(s, "tcp", 180, th_fx_setup, th_fx_teardown,
+	    test_tcp_matrix_1_rank, test_tcp_matrix_2_ranks_large,
+	    test_tcp_matrix_3_ranks, test_tcp_matrix_5_ranks,
+	    test_tcp_matrix_8_ranks, test_tcp_subgroups_even_odd,
+	    test_tcp_two_groups_two_threads,
+	    test_tcp_async_in_order_with_overlap, test_argument_validation,
+	    test_configured_backend_unavailable_names_why, NULL);
+	th_suite_case(s, "service", 180, th_fx_setup, th_fx_teardown,
+	    test_service_matrix_1_rank, test_service_matrix_3_ranks,
+	    test_service_matrix_4_ranks, test_service_subgroups,
+	    test_service_async, NULL);
 	return (s);
 }

@@ -10,21 +10,13 @@
 
 #include "check_cohort.h"
 
-static struct th_coord coord;
-
 static void
 setup(void)
 {
 	static const char *const args[]
 	    = { "--job", "secure:right-token", NULL };
 
-	th_coord_start(&coord, args);
-}
-
-static void
-teardown(void)
-{
-	ck_assert_int_eq(th_coord_stop(&coord), 0);
+	th_coord_start(&th_fx_coord, args);
 }
 
 static void
@@ -46,7 +38,8 @@ START_TEST(test_open_assigns_ranks)
 {
 	struct th_workers w;
 
-	th_workers_start(&w, &coord, "open8", "t", 8, "open", NULL, NULL);
+	th_workers_start(
+	    &w, &th_fx_coord, "open8", "t", 8, "open", NULL, NULL);
 	expect_all_ok(&w, 30000);
 	for (int r = 0; r < 8; r++) {
 		char want[64];
@@ -68,7 +61,7 @@ START_TEST(test_data_plane_set_up_at_join)
 	struct th_workers w;
 
 	th_workers_start(
-	    &w, &coord, "early1", "t", 3, "early_setup", "2000", NULL);
+	    &w, &th_fx_coord, "early1", "t", 3, "early_setup", "2000", NULL);
 	expect_all_ok(&w, 30000);
 	ck_assert_msg(th_worker_output_has(&w, 0, "rank=0 status=COHORT_OK"),
 	    "%s", th_worker_output(&w, 0));
@@ -76,8 +69,8 @@ START_TEST(test_data_plane_set_up_at_join)
 		ck_assert_msg(th_worker_output_has(&w, r, "RESULT sum=3"),
 		    "rank %d: %s", r, th_worker_output(&w, r));
 
-	th_workers_start(
-	    &w, &coord, "early0", "t", 3, "early_setup", "1000", env_off);
+	th_workers_start(&w, &th_fx_coord, "early0", "t", 3, "early_setup",
+	    "1000", env_off);
 	th_workers_wait(&w, 30000);
 	ck_assert_msg(
 	    th_worker_output_has(&w, 0, "rank=0 status=COHORT_ETIMEDOUT"),
@@ -98,7 +91,7 @@ START_TEST(test_clean_close_logs_no_reconnection)
 	struct th_workers w;
 
 	th_workers_start(
-	    &w, &coord, "quietclose", "t", 2, "open", NULL, env_info);
+	    &w, &th_fx_coord, "quietclose", "t", 2, "open", NULL, env_info);
 	expect_all_ok(&w, 30000);
 	for (int r = 0; r < 2; r++) {
 		ck_assert_msg(th_worker_output_has(&w, r, "joined job"),
@@ -108,7 +101,7 @@ START_TEST(test_clean_close_logs_no_reconnection)
 		    "rank %d: %s", r, th_worker_output(&w, r));
 	}
 	th_workers_start(
-	    &w, &coord, "badlevel", "t", 1, "open", NULL, env_bad);
+	    &w, &th_fx_coord, "badlevel", "t", 1, "open", NULL, env_bad);
 	expect_all_ok(&w, 30000);
 	ck_assert_msg(th_worker_output_has(
 	                  &w, 0, "COHORT_LOG_LEVEL=verbose is not a level"),
@@ -122,7 +115,8 @@ START_TEST(test_open_rank_assigned_by_coordinator)
 	struct th_workers w;
 	int seen[4] = { 0 };
 
-	th_workers_start(&w, &coord, "assign", "t", 4, "open", NULL, env);
+	th_workers_start(
+	    &w, &th_fx_coord, "assign", "t", 4, "open", NULL, env);
 	expect_all_ok(&w, 30000);
 	for (int r = 0; r < 4; r++)
 		for (int k = 0; k < 4; k++) {
@@ -137,65 +131,41 @@ START_TEST(test_open_rank_assigned_by_coordinator)
 }
 END_TEST
 
-START_TEST(test_barrier_1000_times_8_ranks)
+/* Scenarios that run n ranks of one job to a clean exit; then ranks
+ * [from, to) must have printed want. */
+static const struct {
+	const char *job, *token, *scenario, *arg;
+	int n, timeout_ms;
+	int from, to;
+	const char *want;
+} ctl_clean[] = {
+	{ "bar", "t", "barrier", "1000", 8, 120000, 0, 0, NULL },
+	{ "bcast", "t", "bcast", "33554432", 8, 120000, 1, 8,
+	    "len=33554432 ok=1" },
+	/* a kv wait released by another rank */
+	{ "kvwait", "t", "kvwait", NULL, 8, 60000, 0, 1, "ok=1" },
+	{ "kvops", "t", "kvops", NULL, 8, 60000, 0, 0, NULL },
+	/* boolean decisions, mixed */
+	{ "decide", "t", "decide", NULL, 8, 60000, 0, 8,
+	    "all=0 any=1 all_true=1" },
+	{ "reduce", "t", "reduce", NULL, 8, 60000, 5, 6,
+	    "sum=28 max=3.5 ok=1" },
+	/* the right token of a job created with --job */
+	{ "secure", "right-token", "barrier", "10", 2, 30000, 0, 0, NULL },
+};
+
+START_TEST(test_scenario_runs_clean)
 {
 	struct th_workers w;
 
-	th_workers_start(&w, &coord, "bar", "t", 8, "barrier", "1000", NULL);
-	expect_all_ok(&w, 120000);
-}
-END_TEST
-
-START_TEST(test_broadcast_32mib_object)
-{
-	struct th_workers w;
-
-	th_workers_start(
-	    &w, &coord, "bcast", "t", 8, "bcast", "33554432", NULL);
-	expect_all_ok(&w, 120000);
-	for (int r = 1; r < 8; r++)
-		ck_assert(th_worker_output_has(&w, r, "len=33554432 ok=1"));
-}
-END_TEST
-
-START_TEST(test_kv_wait_released_by_other_rank)
-{
-	struct th_workers w;
-
-	th_workers_start(&w, &coord, "kvwait", "t", 8, "kvwait", NULL, NULL);
-	expect_all_ok(&w, 60000);
-	ck_assert(th_worker_output_has(&w, 0, "ok=1"));
-}
-END_TEST
-
-START_TEST(test_kv_all_operations)
-{
-	struct th_workers w;
-
-	th_workers_start(&w, &coord, "kvops", "t", 8, "kvops", NULL, NULL);
-	expect_all_ok(&w, 60000);
-}
-END_TEST
-
-START_TEST(test_boolean_decisions_mixed)
-{
-	struct th_workers w;
-
-	th_workers_start(&w, &coord, "decide", "t", 8, "decide", NULL, NULL);
-	expect_all_ok(&w, 60000);
-	for (int r = 0; r < 8; r++)
-		ck_assert(
-		    th_worker_output_has(&w, r, "all=0 any=1 all_true=1"));
-}
-END_TEST
-
-START_TEST(test_scalar_reduce)
-{
-	struct th_workers w;
-
-	th_workers_start(&w, &coord, "reduce", "t", 8, "reduce", NULL, NULL);
-	expect_all_ok(&w, 60000);
-	ck_assert(th_worker_output_has(&w, 5, "sum=28 max=3.5 ok=1"));
+	th_workers_start(&w, &th_fx_coord, ctl_clean[_i].job,
+	    ctl_clean[_i].token, ctl_clean[_i].n, ctl_clean[_i].scenario,
+	    ctl_clean[_i].arg, NULL);
+	expect_all_ok(&w, ctl_clean[_i].timeout_ms);
+	for (int r = ctl_clean[_i].from; r < ctl_clean[_i].to; r++)
+		ck_assert_msg(th_worker_output_has(&w, r, ctl_clean[_i].want),
+		    "%s rank %d: no \"%s\" in %s", ctl_clean[_i].job, r,
+		    ctl_clean[_i].want, th_worker_output(&w, r));
 }
 END_TEST
 
@@ -204,21 +174,11 @@ START_TEST(test_wrong_token_refused)
 	struct th_workers w;
 
 	th_workers_start(
-	    &w, &coord, "secure", "wrong-token", 1, "open", NULL, NULL);
+	    &w, &th_fx_coord, "secure", "wrong-token", 1, "open", NULL, NULL);
 	th_workers_wait(&w, 30000);
 	ck_assert_int_eq(w.status[0], 1);
 	ck_assert_msg(th_worker_output_has(&w, 0, "status=COHORT_EAUTH"), "%s",
 	    th_worker_output(&w, 0));
-}
-END_TEST
-
-START_TEST(test_right_token_of_precreated_job)
-{
-	struct th_workers w;
-
-	th_workers_start(
-	    &w, &coord, "secure", "right-token", 2, "barrier", "10", NULL);
-	expect_all_ok(&w, 30000);
 }
 END_TEST
 
@@ -227,13 +187,15 @@ START_TEST(test_two_jobs_isolated)
 	struct th_workers a, b, c, d;
 
 	/* same rank numbers and barrier names in two jobs at once */
-	th_workers_start(&c, &coord, "iso-c", "tc", 4, "barrier", "200", NULL);
-	th_workers_start(&d, &coord, "iso-d", "td", 4, "barrier", "200", NULL);
 	th_workers_start(
-	    &a, &coord, "iso-a", "ta", 1, "kvisolate", "writer", NULL);
+	    &c, &th_fx_coord, "iso-c", "tc", 4, "barrier", "200", NULL);
+	th_workers_start(
+	    &d, &th_fx_coord, "iso-d", "td", 4, "barrier", "200", NULL);
+	th_workers_start(
+	    &a, &th_fx_coord, "iso-a", "ta", 1, "kvisolate", "writer", NULL);
 	expect_all_ok(&a, 30000);
 	th_workers_start(
-	    &b, &coord, "iso-b", "tb", 1, "kvisolate", "reader", NULL);
+	    &b, &th_fx_coord, "iso-b", "tb", 1, "kvisolate", "reader", NULL);
 	expect_all_ok(&b, 30000);
 	expect_all_ok(&c, 60000);
 	expect_all_ok(&d, 60000);
@@ -247,7 +209,7 @@ START_TEST(test_duplicate_rank_refused)
 	int eexist;
 
 	/* both workers ask for rank 0 of a world of 2 */
-	th_workers_start(&a, &coord, "dup", "t", 2, "open", NULL, r0);
+	th_workers_start(&a, &th_fx_coord, "dup", "t", 2, "open", NULL, r0);
 	/* one of them is refused; wait for it */
 	for (int tries = 0; tries < 1000; tries++) {
 		if (th_worker_output_has(&a, 0, "COHORT_EEXIST")
@@ -272,7 +234,7 @@ START_TEST(test_duplicate_rank_refused)
 		pid_t p;
 
 		snprintf(e_coord, sizeof(e_coord), "COHORT_COORDINATOR=%s",
-		    coord.url);
+		    th_fx_coord.url);
 		snprintf(out, sizeof(out), "%s/dup-late.out", th_tmpdir());
 		p = th_spawn(argv, env, out);
 		ck_assert(th_wait(p, 30000, &st));
@@ -287,7 +249,8 @@ START_TEST(test_barrier_timeout_names_missing_rank)
 {
 	struct th_workers w;
 
-	th_workers_start(&w, &coord, "tmo", "t", 4, "timeout", "1500", NULL);
+	th_workers_start(
+	    &w, &th_fx_coord, "tmo", "t", 4, "timeout", "1500", NULL);
 	expect_all_ok(&w, 60000);
 	for (int r = 0; r < 3; r++) {
 		char *o = th_worker_output(&w, r);
@@ -305,25 +268,14 @@ Suite *
 suite_integration_control(void)
 {
 	Suite *s = suite_create("integration_control");
-	TCase *tc = tcase_create("core");
+	TCase *tc = th_suite_case(s, "core", 180, setup, th_fx_teardown,
+	    test_open_assigns_ranks, test_data_plane_set_up_at_join,
+	    test_open_rank_assigned_by_coordinator,
+	    test_clean_close_logs_no_reconnection, test_wrong_token_refused,
+	    test_two_jobs_isolated, test_duplicate_rank_refused,
+	    test_barrier_timeout_names_missing_rank, NULL);
 
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 180);
-	tcase_add_test(tc, test_open_assigns_ranks);
-	tcase_add_test(tc, test_data_plane_set_up_at_join);
-	tcase_add_test(tc, test_open_rank_assigned_by_coordinator);
-	tcase_add_test(tc, test_clean_close_logs_no_reconnection);
-	tcase_add_test(tc, test_barrier_1000_times_8_ranks);
-	tcase_add_test(tc, test_broadcast_32mib_object);
-	tcase_add_test(tc, test_kv_wait_released_by_other_rank);
-	tcase_add_test(tc, test_kv_all_operations);
-	tcase_add_test(tc, test_boolean_decisions_mixed);
-	tcase_add_test(tc, test_scalar_reduce);
-	tcase_add_test(tc, test_wrong_token_refused);
-	tcase_add_test(tc, test_right_token_of_precreated_job);
-	tcase_add_test(tc, test_two_jobs_isolated);
-	tcase_add_test(tc, test_duplicate_rank_refused);
-	tcase_add_test(tc, test_barrier_timeout_names_missing_rank);
-	suite_add_tcase(s, tc);
+	tcase_add_loop_test(tc, test_scenario_runs_clean, 0,
+	    (int)(sizeof(ctl_clean) / sizeof(ctl_clean[0])));
 	return (s);
 }

@@ -12,20 +12,6 @@
 #include "check_cohort.h"
 #include "token.h"
 
-static struct th_coord coord;
-
-static void
-teardown(void)
-{
-	ck_assert_int_eq(th_coord_stop(&coord), 0);
-}
-
-static void
-setup_plain(void)
-{
-	th_coord_start(&coord, NULL);
-}
-
 /* One worker of a launch: env entries (NULL-terminated) plus the
  * coordinator, output to out. */
 static pid_t
@@ -38,7 +24,7 @@ jobs_spawn(const char *const *env, const char *scenario, const char *arg,
 	int k = 0;
 
 	snprintf(coord_env[next % 32], sizeof(coord_env[0]),
-	    "COHORT_COORDINATOR=%s", coord.url);
+	    "COHORT_COORDINATOR=%s", th_fx_coord.url);
 	e[k++] = coord_env[next++ % 32];
 	for (int i = 0; env[i] != NULL && k < 23; i++)
 		e[k++] = (char *)env[i];
@@ -49,16 +35,6 @@ jobs_spawn(const char *const *env, const char *scenario, const char *arg,
 	argv[3] = NULL;
 	snprintf(out, outlen, "%s/%s.out", th_tmpdir(), tag);
 	return (th_spawn(argv, e, out));
-}
-
-static bool
-jobs_out_has(const char *path, const char *text)
-{
-	char *s = th_read_file(path);
-	bool has = s != NULL && strstr(s, text) != NULL;
-
-	free(s);
-	return (has);
 }
 
 static char *
@@ -132,16 +108,16 @@ START_TEST(test_two_launchers_never_mix)
 	/* 2 x 100 + 0 + 1 and 2 x 1000 + 0 + 1 */
 	for (int i = 0; i < 4; i += 2) {
 		ck_assert_msg(
-		    jobs_out_has(out[i], "job=ompi-1829961729 source=openmpi"),
+		    th_file_has(out[i], "job=ompi-1829961729 source=openmpi"),
 		    "%s", jobs_out(out[i]));
-		ck_assert_msg(jobs_out_has(out[i], "world=2 sum=201 ok=1"),
+		ck_assert_msg(th_file_has(out[i], "world=2 sum=201 ok=1"),
 		    "%s", jobs_out(out[i]));
 	}
 	for (int i = 1; i < 4; i += 2) {
 		ck_assert_msg(
-		    jobs_out_has(out[i], "job=slurm-4242.0 source=slurm"),
-		    "%s", jobs_out(out[i]));
-		ck_assert_msg(jobs_out_has(out[i], "world=2 sum=2001 ok=1"),
+		    th_file_has(out[i], "job=slurm-4242.0 source=slurm"), "%s",
+		    jobs_out(out[i]));
+		ck_assert_msg(th_file_has(out[i], "world=2 sum=2001 ok=1"),
 		    "%s", jobs_out(out[i]));
 	}
 }
@@ -175,35 +151,34 @@ START_TEST(test_mismatched_join_refused)
 	p1 = jobs_spawn(
 	    r1, "hold_until", release, out[1], sizeof(out[1]), "r1");
 	t0 = th_now_ms();
-	while (
-	    !(jobs_out_has(out[0], "READY") && jobs_out_has(out[1], "READY"))
+	while (!(th_file_has(out[0], "READY") && th_file_has(out[1], "READY"))
 	    && th_now_ms() - t0 < 30000)
 		usleep(20 * 1000);
-	ck_assert_msg(jobs_out_has(out[0], "READY"), "%s", jobs_out(out[0]));
+	ck_assert_msg(th_file_has(out[0], "READY"), "%s", jobs_out(out[0]));
 	x = jobs_spawn(bad_world, "open", NULL, out[2], sizeof(out[2]), "x");
 	ck_assert_int_eq(jobs_wait(x, 30000), 1);
-	ck_assert_msg(jobs_out_has(out[2], "status=COHORT_EINVAL"), "%s",
+	ck_assert_msg(th_file_has(out[2], "status=COHORT_EINVAL"), "%s",
 	    jobs_out(out[2]));
-	ck_assert_msg(jobs_out_has(out[2],
+	ck_assert_msg(th_file_has(out[2],
 	                  "job 'shared' has world size 2 (since generation "
 	                  "1); this worker"),
 	    "%s", jobs_out(out[2]));
-	ck_assert_msg(jobs_out_has(out[2], "says 3"), "%s", jobs_out(out[2]));
+	ck_assert_msg(th_file_has(out[2], "says 3"), "%s", jobs_out(out[2]));
 	x = jobs_spawn(bad_token, "open", NULL, out[3], sizeof(out[3]), "y");
 	ck_assert_int_eq(jobs_wait(x, 30000), 1);
-	ck_assert_msg(jobs_out_has(out[3], "status=COHORT_EAUTH"), "%s",
+	ck_assert_msg(th_file_has(out[3], "status=COHORT_EAUTH"), "%s",
 	    jobs_out(out[3]));
-	ck_assert_msg(jobs_out_has(out[3], "wrong token for job 'shared'"),
+	ck_assert_msg(th_file_has(out[3], "wrong token for job 'shared'"),
 	    "%s", jobs_out(out[3]));
 	ck_assert_msg(
-	    !jobs_out_has(out[3], "COHORT_TOKEN=t"), "%s", jobs_out(out[3]));
+	    !th_file_has(out[3], "COHORT_TOKEN=t"), "%s", jobs_out(out[3]));
 	/* the job itself is untouched and finishes */
 	f = fopen(release, "w");
 	ck_assert_ptr_nonnull(f);
 	fclose(f);
 	ck_assert_msg(jobs_wait(p0, 90000) == 0, "%s", jobs_out(out[0]));
 	ck_assert_msg(jobs_wait(p1, 90000) == 0, "%s", jobs_out(out[1]));
-	ck_assert(jobs_out_has(out[0], "RESULT hold_until ok=1"));
+	ck_assert(th_file_has(out[0], "RESULT hold_until ok=1"));
 }
 END_TEST
 
@@ -239,7 +214,7 @@ setup_require_token(void)
 	args[3] = "--job";
 	args[4] = preset;
 	args[5] = NULL;
-	th_coord_start(&coord, args);
+	th_coord_start(&th_fx_coord, args);
 }
 
 /* --job NAME:@FILE: the preset job's token comes from the file, and no
@@ -253,7 +228,7 @@ START_TEST(test_preset_job_token_from_file)
 	FILE *f;
 	size_t n;
 
-	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)coord.pid);
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)th_fx_coord.pid);
 	f = fopen(path, "rb");
 	ck_assert_ptr_nonnull(f);
 	cmdline = calloc(1, 8192);
@@ -270,8 +245,7 @@ START_TEST(test_preset_job_token_from_file)
 	    jobs_wait(jobs_spawn(right, "open", NULL, out, sizeof(out), "pre"),
 	        30000),
 	    0);
-	ck_assert_msg(
-	    jobs_out_has(out, "rank=0 world=1"), "%s", jobs_out(out));
+	ck_assert_msg(th_file_has(out, "rank=0 world=1"), "%s", jobs_out(out));
 }
 END_TEST
 
@@ -314,11 +288,11 @@ START_TEST(test_require_token_creates_only_with_minted)
 	none[3] = NULL;
 	p = jobs_spawn(none, "open", NULL, out[0], sizeof(out[0]), "none");
 	ck_assert_int_eq(jobs_wait(p, 30000), 1);
-	ck_assert_msg(jobs_out_has(out[0], "status=COHORT_EAUTH"), "%s",
+	ck_assert_msg(th_file_has(out[0], "status=COHORT_EAUTH"), "%s",
 	    jobs_out(out[0]));
-	ck_assert_msg(jobs_out_has(out[0], "wrong token for job 'train-7'"),
+	ck_assert_msg(th_file_has(out[0], "wrong token for job 'train-7'"),
 	    "%s", jobs_out(out[0]));
-	ck_assert_msg(jobs_out_has(out[0], "cohort token train-7"), "%s",
+	ck_assert_msg(th_file_has(out[0], "cohort token train-7"), "%s",
 	    jobs_out(out[0]));
 	/* a made-up token: the same */
 	made_up[0] = "COHORT_JOB=train-7";
@@ -328,7 +302,7 @@ START_TEST(test_require_token_creates_only_with_minted)
 	made_up[4] = NULL;
 	p = jobs_spawn(made_up, "open", NULL, out[1], sizeof(out[1]), "guess");
 	ck_assert_int_eq(jobs_wait(p, 30000), 1);
-	ck_assert(jobs_out_has(out[1], "status=COHORT_EAUTH"));
+	ck_assert(th_file_has(out[1], "status=COHORT_EAUTH"));
 	/* the minted token, from a file: the job is created and runs */
 	snprintf(e_file, sizeof(e_file), "COHORT_TOKEN_FILE=%s", tokfile);
 	with_file[0] = "COHORT_JOB=train-7";
@@ -346,9 +320,9 @@ START_TEST(test_require_token_creates_only_with_minted)
 		ck_assert_msg(
 		    jobs_wait(pid[i], 60000) == 0, "%s", jobs_out(out[2 + i]));
 		ck_assert_msg(
-		    jobs_out_has(out[2 + i], "job=train-7 source=cohort"),
-		    "%s", jobs_out(out[2 + i]));
-		ck_assert(jobs_out_has(out[2 + i], "sum=11 ok=1"));
+		    th_file_has(out[2 + i], "job=train-7 source=cohort"), "%s",
+		    jobs_out(out[2 + i]));
+		ck_assert(th_file_has(out[2 + i], "sum=11 ok=1"));
 	}
 }
 END_TEST
@@ -407,14 +381,14 @@ START_TEST(test_run_kubeflow_two_nodes)
 	for (int node = 0; node < 2; node++) {
 		ck_assert_msg(jobs_wait(p[node], 90000) == 0, "node %d: %s",
 		    node, jobs_out(out[node]));
-		ck_assert_msg(jobs_out_has(out[node], want), "node %d: %s",
+		ck_assert_msg(th_file_has(out[node], want), "node %d: %s",
 		    node, jobs_out(out[node]));
 		/* 4 x 10 + 0 + 1 + 2 + 3 */
-		ck_assert_msg(jobs_out_has(out[node], "world=4 sum=46 ok=1"),
+		ck_assert_msg(th_file_has(out[node], "world=4 sum=46 ok=1"),
 		    "node %d: %s", node, jobs_out(out[node]));
 	}
-	ck_assert(jobs_out_has(out[0], "rank=0 world=4"));
-	ck_assert(jobs_out_has(out[1], "rank=3 world=4"));
+	ck_assert(th_file_has(out[0], "rank=0 world=4"));
+	ck_assert(th_file_has(out[1], "rank=3 world=4"));
 }
 END_TEST
 
@@ -434,13 +408,13 @@ START_TEST(test_run_multinode_job_name)
 	        jobs_run(args, NULL, out[0], sizeof(out[0]), "nojob"), 30000),
 	    2);
 	ck_assert_msg(
-	    jobs_out_has(out[0], "pass --job NAME"), "%s", jobs_out(out[0]));
+	    th_file_has(out[0], "pass --job NAME"), "%s", jobs_out(out[0]));
 	ck_assert_int_eq(
 	    jobs_wait(
 	        jobs_run(args, slurm, out[1], sizeof(out[1]), "slurm"), 30000),
 	    0);
 	ck_assert_msg(
-	    jobs_out_has(out[1], "job=slurm-777.3"), "%s", jobs_out(out[1]));
+	    th_file_has(out[1], "job=slurm-777.3"), "%s", jobs_out(out[1]));
 }
 END_TEST
 
@@ -450,25 +424,13 @@ Suite *
 suite_integration_jobs(void)
 {
 	Suite *s = suite_create("integration_jobs");
-	TCase *tc = tcase_create("launchers");
-	TCase *ta = tcase_create("require_token");
-	TCase *tr = tcase_create("cohort_run");
 
-	tcase_add_checked_fixture(tc, setup_plain, teardown);
-	tcase_set_timeout(tc, 180);
-	tcase_add_test(tc, test_two_launchers_never_mix);
-	tcase_add_test(tc, test_mismatched_join_refused);
-	suite_add_tcase(s, tc);
-
-	tcase_add_checked_fixture(ta, setup_require_token, teardown);
-	tcase_set_timeout(ta, 180);
-	tcase_add_test(ta, test_require_token_creates_only_with_minted);
-	tcase_add_test(ta, test_preset_job_token_from_file);
-	suite_add_tcase(s, ta);
-
-	tcase_set_timeout(tr, 180);
-	tcase_add_test(tr, test_run_kubeflow_two_nodes);
-	tcase_add_test(tr, test_run_multinode_job_name);
-	suite_add_tcase(s, tr);
+	th_suite_case(s, "launchers", 180, th_fx_setup, th_fx_teardown,
+	    test_two_launchers_never_mix, test_mismatched_join_refused, NULL);
+	th_suite_case(s, "require_token", 180, setup_require_token,
+	    th_fx_teardown, test_require_token_creates_only_with_minted,
+	    test_preset_job_token_from_file, NULL);
+	th_suite_case(s, "cohort_run", 180, NULL, NULL,
+	    test_run_kubeflow_two_nodes, test_run_multinode_job_name, NULL);
 	return (s);
 }

@@ -302,15 +302,12 @@ Suite *
 suite_integration_launcher(void)
 {
 	Suite *s = suite_create("integration_launcher");
-	TCase *tc = tcase_create("run");
+	TCase *tc;
 
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_run_all_succeed);
-	tcase_add_test(tc, test_run_failure_report_names_root_cause);
-	tcase_add_test(tc, test_run_restart_resumes_from_checkpoint);
+	tc = th_suite_case(s, "run", 120, NULL, NULL, test_run_all_succeed,
+	    test_run_failure_report_names_root_cause,
+	    test_run_restart_resumes_from_checkpoint, test_run_two_nodes,
+	    test_run_report_says_who_stopped_a_hung_rank, NULL);
 	tcase_add_loop_test(tc, test_run_sigkill_random_rank, 0, 20);
-	tcase_add_test(tc, test_run_two_nodes);
-	tcase_add_test(tc, test_run_report_says_who_stopped_a_hung_rank);
-	suite_add_tcase(s, tc);
 	return (s);
 }

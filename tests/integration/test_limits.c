@@ -17,21 +17,13 @@
 
 Suite *suite_integration_limits(void);
 
-static struct th_coord coord;
-
 static void
 setup(void)
 {
 	static const char *const args[]
 	    = { "--max-jobs", "1", "--job-expiry", "1500", NULL };
 
-	th_coord_start(&coord, args);
-}
-
-static void
-teardown(void)
-{
-	ck_assert_int_eq(th_coord_stop(&coord), 0);
+	th_coord_start(&th_fx_coord, args);
 }
 
 START_TEST(test_abandoned_job_holds_then_frees_the_slot)
@@ -41,11 +33,12 @@ START_TEST(test_abandoned_job_holds_then_frees_the_slot)
 	char *o;
 	bool ran = false;
 
-	th_workers_start(&a, &coord, "abandoned", "t", 1, "soak",
+	th_workers_start(&a, &th_fx_coord, "abandoned", "t", 1, "soak",
 	    "2:1048576:abandon", NULL);
 	ck_assert_int_eq(th_workers_wait(&a, 60000), 1);
 	t0 = th_now_ms();
-	th_workers_start(&b, &coord, "second", "t", 1, "open", NULL, NULL);
+	th_workers_start(
+	    &b, &th_fx_coord, "second", "t", 1, "open", NULL, NULL);
 	th_workers_wait(&b, 60000);
 	o = th_worker_output(&b, 0);
 	ck_assert_msg(b.status[0] == 1 && strstr(o, "COHORT_ETOOBIG") != NULL
@@ -57,14 +50,14 @@ START_TEST(test_abandoned_job_holds_then_frees_the_slot)
 	while (!ran && th_now_ms() < end) {
 		usleep(300 * 1000);
 		th_workers_start(
-		    &b, &coord, "second", "t", 1, "open", NULL, NULL);
+		    &b, &th_fx_coord, "second", "t", 1, "open", NULL, NULL);
 		ran = th_workers_wait(&b, 60000) == 1;
 	}
 	ck_assert_msg(ran, "the abandoned job never expired");
 	printf("MEASURE integration_limits: abandoned job's slot free "
 	       "%lld ms after (--job-expiry 1500)\n",
 	    (long long)(th_now_ms() - t0));
-	o = th_read_file(coord.log);
+	o = th_read_file(th_fx_coord.log);
 	ck_assert_msg(
 	    o != NULL && strstr(o, "job 'abandoned' expired") != NULL, "%s",
 	    o);
@@ -75,12 +68,7 @@ END_TEST
 Suite *
 suite_integration_limits(void)
 {
-	Suite *s = suite_create("integration_limits");
-	TCase *tc = tcase_create("limits");
-
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_abandoned_job_holds_then_frees_the_slot);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (th_suite("integration_limits", "limits", 120, setup,
+	    th_fx_teardown, test_abandoned_job_holds_then_frees_the_slot,
+	    NULL));
 }

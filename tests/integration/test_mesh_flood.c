@@ -13,7 +13,6 @@
 
 START_TEST(test_silent_flood_does_not_block_the_job)
 {
-	struct th_coord coord;
 	struct th_workers w;
 	int ok;
 
@@ -22,8 +21,8 @@ START_TEST(test_silent_flood_does_not_block_the_job)
 	 * (and its listener closed) before the stranger connects. */
 	static const char *const env[] = { "COHORT_EAGER_CONNECT=0", NULL };
 
-	th_coord_start(&coord, NULL);
-	th_workers_start(&w, &coord, "flood", "t", 3, "flood", "64", env);
+	th_workers_start(
+	    &w, &th_fx_coord, "flood", "t", 3, "flood", "64", env);
 	ok = th_workers_wait(&w, 120000);
 	for (int r = 0; r < 3; r++) {
 		char *o = th_worker_output(&w, r);
@@ -36,7 +35,6 @@ START_TEST(test_silent_flood_does_not_block_the_job)
 	ck_assert(th_worker_output_has(&w, 0, "RESULT flood allreduce ok=1"));
 	ck_assert(th_worker_output_has(&w, 1, "RESULT flood allreduce ok=1"));
 	ck_assert_int_eq(ok, 3);
-	ck_assert_int_eq(th_coord_stop(&coord), 0);
 }
 END_TEST
 
@@ -45,11 +43,6 @@ Suite *suite_integration_mesh_flood(void); /* for tools/gen_suites.sh */
 Suite *
 suite_integration_mesh_flood(void)
 {
-	Suite *s = suite_create("integration_mesh_flood");
-	TCase *tc = tcase_create("flood");
-
-	tcase_set_timeout(tc, 180);
-	tcase_add_test(tc, test_silent_flood_does_not_block_the_job);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (th_suite("integration_mesh_flood", "flood", 180, th_fx_setup,
+	    th_fx_teardown, test_silent_flood_does_not_block_the_job, NULL));
 }

@@ -11,20 +11,6 @@
 
 #include "check_cohort.h"
 
-static struct th_coord coord;
-
-static void
-setup(void)
-{
-	th_coord_start(&coord, NULL);
-}
-
-static void
-teardown(void)
-{
-	ck_assert_int_eq(th_coord_stop(&coord), 0);
-}
-
 static const struct {
 	const char *arg, *want0, *want1;
 } mm_cases[] = {
@@ -33,6 +19,9 @@ static const struct {
 	{ "op", "sum", "max" },
 	{ "dtype", "f64", "f32" },
 	{ "order", "allreduce", "broadcast" },
+	{ "agcount", "count 64", "count 128" },
+	{ "rscount", "count 64", "count 128" },
+	{ "a2acount", "count 64", "count 128" },
 };
 
 static const char *const mm_env[][3] = {
@@ -41,23 +30,26 @@ static const char *const mm_env[][3] = {
 	{ "COHORT_BACKEND=service", NULL, NULL },
 };
 
-/* Loop i: case i % 5 on the tcp backend with shared memory (i < 5), pure
- * TCP (i < 10), and the service backend. */
+#define MM_CASES ((int)(sizeof(mm_cases) / sizeof(mm_cases[0])))
+
+/* Loop i: case i % MM_CASES on the tcp backend with shared memory, pure
+ * TCP, and the service backend (the allgather, reduce_scatter and alltoall
+ * counts: before, the shared-memory path ran them unchecked). */
 START_TEST(test_tcp_mismatch_fails_every_rank)
 {
 	struct th_workers w;
 	char job[32];
-	int k = _i % 5;
+	int k = _i % MM_CASES;
 
 	snprintf(job, sizeof(job), "mm%d", _i);
-	th_workers_start(&w, &coord, job, "t", 2, "mismatch", mm_cases[k].arg,
-	    mm_env[_i / 5]);
+	th_workers_start(&w, &th_fx_coord, job, "t", 2, "mismatch",
+	    mm_cases[k].arg, mm_env[_i / MM_CASES]);
 	th_workers_wait(&w, 60000);
 	for (int r = 0; r < 2; r++) {
 		char *o = th_worker_output(&w, r);
 
 		fprintf(stderr, "%s/%s rank %d: %s", mm_cases[k].arg,
-		    mm_env[_i / 5][0] + 15, r, o);
+		    mm_env[_i / MM_CASES][0] + 15, r, o);
 		ck_assert_msg(th_worker_output_has(&w, r,
 		                  "RESULT mismatch status=COHORT_EMISMATCH")
 		        && th_worker_output_has(&w, r, mm_cases[k].want0)
@@ -77,11 +69,10 @@ Suite *
 suite_integration_mismatch(void)
 {
 	Suite *s = suite_create("integration_mismatch");
-	TCase *tc = tcase_create("tcp");
+	TCase *tc
+	    = th_suite_case(s, "tcp", 120, th_fx_setup, th_fx_teardown, NULL);
 
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 120);
-	tcase_add_loop_test(tc, test_tcp_mismatch_fails_every_rank, 0, 15);
-	suite_add_tcase(s, tc);
+	tcase_add_loop_test(
+	    tc, test_tcp_mismatch_fails_every_rank, 0, 3 * MM_CASES);
 	return (s);
 }

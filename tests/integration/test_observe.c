@@ -17,7 +17,6 @@
 
 #include "check_cohort.h"
 
-static struct th_coord coord;
 static int http_port;
 
 static void
@@ -41,13 +40,7 @@ setup(void)
 	args[3] = jobspec;
 	args[4] = "--metrics-per-job";
 	args[5] = NULL;
-	th_coord_start(&coord, args);
-}
-
-static void
-teardown(void)
-{
-	ck_assert_int_eq(th_coord_stop(&coord), 0);
+	th_coord_start(&th_fx_coord, args);
 }
 
 /* GET path with an optional Authorization header; the whole response
@@ -55,22 +48,13 @@ teardown(void)
 static char *
 obs_http_get(const char *path, const char *auth)
 {
-	struct sockaddr_in sa;
 	char req[512], *buf = NULL;
 	size_t len = 0, cap = 0;
 	int fd;
 	ssize_t n;
 
-	memset(&sa, 0, sizeof(sa));
-	sa.sin_family = AF_INET;
-	sa.sin_port = htons((uint16_t)http_port);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if ((fd = socket(AF_INET, SOCK_STREAM, 0)) < 0)
+	if ((fd = th_tcp_connect(http_port)) < 0)
 		return (NULL);
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-		close(fd);
-		return (NULL);
-	}
 	snprintf(req, sizeof(req),
 	    "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%s%sConnection: "
 	    "close\r\n\r\n",
@@ -121,7 +105,8 @@ START_TEST(test_metrics_count_each_rank)
 		{ "broadcast", "4" }, { "allgather", "1" }, { "barrier", "2" },
 		{ "decide", "1" } };
 
-	th_workers_start(&w, &coord, "obs-c", NULL, 2, "observe", "7", NULL);
+	th_workers_start(
+	    &w, &th_fx_coord, "obs-c", NULL, 2, "observe", "7", NULL);
 	ck_assert_int_eq(th_workers_wait(&w, 90000), 2);
 	for (int r = 0; r < 2; r++) {
 		char want[128];
@@ -157,8 +142,8 @@ START_TEST(test_status_json_needs_the_token)
 	struct th_workers w;
 	char *text;
 
-	th_workers_start(
-	    &w, &coord, "secured", "obs-secret", 2, "observe", "3", NULL);
+	th_workers_start(&w, &th_fx_coord, "secured", "obs-secret", 2,
+	    "observe", "3", NULL);
 	ck_assert_int_eq(th_workers_wait(&w, 90000), 2);
 	text = obs_http_get("/status.json?job=secured", NULL);
 	ck_assert_ptr_nonnull(text);
@@ -187,13 +172,7 @@ Suite *suite_integration_observe(void);
 Suite *
 suite_integration_observe(void)
 {
-	Suite *s = suite_create("integration_observe");
-	TCase *tc = tcase_create("metrics");
-
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 180);
-	tcase_add_test(tc, test_metrics_count_each_rank);
-	tcase_add_test(tc, test_status_json_needs_the_token);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (th_suite("integration_observe", "metrics", 180, setup,
+	    th_fx_teardown, test_metrics_count_each_rank,
+	    test_status_json_needs_the_token, NULL));
 }

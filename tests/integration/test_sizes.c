@@ -19,14 +19,7 @@ static void
 lim_expect(struct th_workers *w, int timeout_ms, const char *want, int nranks)
 {
 	th_workers_wait(w, timeout_ms);
-	for (int r = 0; r < nranks; r++) {
-		char *o = th_worker_output(w, r);
-
-		ck_assert_msg(th_worker_output_has(w, r, want),
-		    "rank %d (exit %d) lacks '%s':\n%s", r, w->status[r], want,
-		    o != NULL ? o : "");
-		free(o);
-	}
+	th_workers_expect(w, nranks, want);
 }
 
 static void
@@ -114,16 +107,10 @@ Suite *suite_integration_sizes(void); /* for tools/gen_suites.sh */
 Suite *
 suite_integration_sizes(void)
 {
-	Suite *s = suite_create("integration_sizes");
-	TCase *tc = tcase_create("limits");
-
-	tcase_set_timeout(tc, 300);
-	tcase_add_test(tc, test_bcast_object_at_the_limit);
-	tcase_add_test(tc, test_bcast_object_one_byte_over_fails_everywhere);
-	tcase_add_test(tc, test_bcast_object_near_message_limit_fails_cleanly);
-	tcase_add_test(tc, test_raised_limit_70mib_kv_value);
-	tcase_add_test(tc, test_raised_limit_70mib_object);
-	tcase_add_test(tc, test_lowered_limit_kv_value);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (th_suite("integration_sizes", "limits", 300, NULL, NULL,
+	    test_bcast_object_at_the_limit,
+	    test_bcast_object_one_byte_over_fails_everywhere,
+	    test_bcast_object_near_message_limit_fails_cleanly,
+	    test_raised_limit_70mib_kv_value, test_raised_limit_70mib_object,
+	    test_lowered_limit_kv_value, NULL));
 }

@@ -57,22 +57,6 @@ tls_make_certs(void)
 	       "-CAcreateserial -days 2 -out cli.pem");
 }
 
-static bool
-tls_port_open(int port)
-{
-	struct sockaddr_in sin;
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	bool ok;
-
-	memset(&sin, 0, sizeof(sin));
-	sin.sin_family = AF_INET;
-	sin.sin_port = htons((uint16_t)port);
-	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ok = connect(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0;
-	close(fd);
-	return (ok);
-}
-
 struct tls_env {
 	char coord[128], ca[300], cert[300], key[300];
 	const char *env[8];
@@ -114,7 +98,7 @@ tls_start_at(struct th_coord *c, struct tls_env *e, bool verify_clients,
 	args[n] = NULL;
 	th_coord_start(c, args);
 	/* the harness waited for the plain listener; the TLS one follows */
-	for (int k = 0; k < 200 && !tls_port_open(port); k++)
+	for (int k = 0; k < 200 && !th_port_open(port); k++)
 		usleep(10000);
 	n = 0;
 	snprintf(e->coord, sizeof(e->coord), "COHORT_COORDINATOR=%s", listen);
@@ -143,14 +127,7 @@ tls_expect(struct th_workers *w, const char *want, int64_t within_ms)
 
 	th_workers_wait(w, 120000);
 	took = th_now_ms() - t0;
-	for (int r = 0; r < w->n; r++) {
-		char *o = th_worker_output(w, r);
-
-		ck_assert_msg(th_worker_output_has(w, r, want),
-		    "rank %d (exit %d) lacks '%s':\n%s", r, w->status[r], want,
-		    o != NULL ? o : "");
-		free(o);
-	}
+	th_workers_expect(w, w->n, want);
 	fprintf(stderr, "tls: '%s' on every rank after %lld ms\n", want,
 	    (long long)took);
 	ck_assert_int_lt(took, within_ms);
@@ -305,15 +282,9 @@ Suite *suite_integration_tls(void); /* for tools/gen_suites.sh */
 Suite *
 suite_integration_tls(void)
 {
-	Suite *s = suite_create("integration_tls");
-	TCase *tc = tcase_create("tls");
-
-	tcase_set_timeout(tc, 240);
-	tcase_add_test(tc, test_tls_job_runs);
-	tcase_add_test(tc, test_tls_wrong_ca_refused);
-	tcase_add_test(tc, test_tls_wrong_ca_of_a_late_cohortd);
-	tcase_add_test(tc, test_tls_without_ca_is_a_config_error);
-	tcase_add_test(tc, test_tls_client_certificate_required);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (th_suite("integration_tls", "tls", 240, NULL, NULL,
+	    test_tls_job_runs, test_tls_wrong_ca_refused,
+	    test_tls_wrong_ca_of_a_late_cohortd,
+	    test_tls_without_ca_is_a_config_error,
+	    test_tls_client_certificate_required, NULL));
 }

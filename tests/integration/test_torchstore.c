@@ -40,7 +40,6 @@ enum {
 	Q_LIST = 17,
 };
 
-static struct th_coord coord;
 static int port_a, port_b;
 
 static void
@@ -56,13 +55,7 @@ setup(void)
 	while (port_b == port_a);
 	snprintf(a, sizeof(a), "jobA@127.0.0.1:%d", port_a);
 	snprintf(b, sizeof(b), "jobB@127.0.0.1:%d", port_b);
-	th_coord_start(&coord, args);
-}
-
-static void
-teardown(void)
-{
-	ck_assert_int_eq(th_coord_stop(&coord), 0);
+	th_coord_start(&th_fx_coord, args);
 }
 
 /* --- a minimal client -------------------------------------------------- */
@@ -98,15 +91,8 @@ b_str(struct buf *b, const char *s)
 static int
 ts_open(int port, bool validate)
 {
-	struct sockaddr_in sa;
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int fd = th_tcp_connect_ok(port);
 
-	ck_assert_int_ge(fd, 0);
-	memset(&sa, 0, sizeof(sa));
-	sa.sin_family = AF_INET;
-	sa.sin_port = htons((uint16_t)port);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	if (validate) {
 		struct buf b = { .n = 0 };
 		uint32_t m = 0x3C85F7CEu;
@@ -118,10 +104,31 @@ ts_open(int port, bool validate)
 	return (fd);
 }
 
+/* A query: its byte, then up to two strings (NULL: none). */
+static void
+b_req(struct buf *b, unsigned q, const char *s1, const char *s2)
+{
+	b_u8(b, q);
+	if (s1 != NULL)
+		b_str(b, s1);
+	if (s2 != NULL)
+		b_str(b, s2);
+}
+
 static void
 ts_send(int fd, const struct buf *b)
 {
 	ck_assert_int_eq(write(fd, b->b, b->n), (ssize_t)b->n);
+}
+
+/* Sends a query of its byte alone. */
+static void
+ts_query(int fd, unsigned q)
+{
+	struct buf b = { .n = 0 };
+
+	b_u8(&b, q);
+	ts_send(fd, &b);
 }
 
 /* Reads exactly n bytes within timeout_ms; false on timeout or close. */
@@ -191,9 +198,7 @@ q_set(int fd, const char *k, const char *v)
 {
 	struct buf b = { .n = 0 };
 
-	b_u8(&b, Q_SET);
-	b_str(&b, k);
-	b_str(&b, v);
+	b_req(&b, Q_SET, k, v);
 	ts_send(fd, &b);
 }
 
@@ -202,8 +207,7 @@ q_get(int fd, const char *k)
 {
 	struct buf b = { .n = 0 };
 
-	b_u8(&b, Q_GET);
-	b_str(&b, k);
+	b_req(&b, Q_GET, k, NULL);
 	ts_send(fd, &b);
 	return (ts_bytes(fd));
 }
@@ -278,12 +282,8 @@ START_TEST(test_every_query)
 	ck_assert_int_eq(ts_u8(fd), 0);
 
 	b.n = 0;
-	b_u8(&b, Q_APPEND);
-	b_str(&b, "/a");
-	b_str(&b, "12");
-	b_u8(&b, Q_APPEND);
-	b_str(&b, "/a");
-	b_str(&b, "3");
+	b_req(&b, Q_APPEND, "/a", "12");
+	b_req(&b, Q_APPEND, "/a", "3");
 	ts_send(fd, &b); /* two pipelined queries without replies */
 	q_keys(fd, Q_MULTI_GET, "/a", "/k");
 	ck_assert_str_eq(ts_bytes(fd), "123");
@@ -300,10 +300,8 @@ START_TEST(test_every_query)
 	ck_assert_str_eq(q_get(fd, "/m2"), "x2");
 
 	b.n = 0;
-	b_u8(&b, Q_DELETE_KEY);
-	b_str(&b, "/m1");
-	b_u8(&b, Q_DELETE_KEY);
-	b_str(&b, "/m1");
+	b_req(&b, Q_DELETE_KEY, "/m1", NULL);
+	b_req(&b, Q_DELETE_KEY, "/m1", NULL);
 	ts_send(fd, &b);
 	ck_assert_uint_eq(ts_u64(fd), 1);
 	ck_assert_uint_eq(ts_u64(fd), 0);
@@ -346,20 +344,12 @@ START_TEST(test_wait_released_and_cancelled)
 	 * goes on. */
 	q_keys(a, Q_WAIT, "/never", NULL);
 	ck_assert(!ts_read(a, &r, 1, 200));
-	{
-		struct buf c = { .n = 0 };
-		b_u8(&c, Q_CANCEL_WAIT);
-		ts_send(a, &c);
-	}
+	ts_query(a, Q_CANCEL_WAIT);
 	ck_assert_int_eq(ts_u8(a), 1);
 	ck_assert_str_eq(q_get(a, "/w2"), "2");
 	/* Cancel after the wait ended: WAIT_CANCELED (torch's client reads
 	 * STOP_WAITING, then this). */
-	{
-		struct buf c = { .n = 0 };
-		b_u8(&c, Q_CANCEL_WAIT);
-		ts_send(a, &c);
-	}
+	ts_query(a, Q_CANCEL_WAIT);
 	ck_assert_int_eq(ts_u8(a), 1);
 	close(a);
 	close(b);
@@ -372,19 +362,13 @@ START_TEST(test_queues)
 	struct buf q = { .n = 0 };
 	uint8_t r;
 
-	b_u8(&q, Q_QUEUE_PUSH);
-	b_str(&q, "/q");
-	b_str(&q, "one");
-	b_u8(&q, Q_QUEUE_PUSH);
-	b_str(&q, "/q");
-	b_str(&q, "two");
-	b_u8(&q, Q_QUEUE_LEN);
-	b_str(&q, "/q");
+	b_req(&q, Q_QUEUE_PUSH, "/q", "one");
+	b_req(&q, Q_QUEUE_PUSH, "/q", "two");
+	b_req(&q, Q_QUEUE_LEN, "/q", NULL);
 	ts_send(a, &q);
 	ck_assert_uint_eq(ts_u64(a), 2);
 	q.n = 0;
-	b_u8(&q, Q_QUEUE_POP);
-	b_str(&q, "/q");
+	b_req(&q, Q_QUEUE_POP, "/q", NULL);
 	ts_send(a, &q);
 	ck_assert_uint_eq(ts_u64(a), 2); /* the length before the pop */
 	ck_assert_str_eq(ts_bytes(a), "one");
@@ -401,9 +385,7 @@ START_TEST(test_queues)
 	q_keys(b, Q_WAIT, "/q", NULL);
 	ck_assert(!ts_read(b, &r, 1, 200));
 	q.n = 0;
-	b_u8(&q, Q_QUEUE_PUSH);
-	b_str(&q, "/q");
-	b_str(&q, "three");
+	b_req(&q, Q_QUEUE_PUSH, "/q", "three");
 	ts_send(a, &q);
 	ck_assert_int_eq(ts_u8(b), 0);
 	close(a);
@@ -494,16 +476,8 @@ Suite *suite_integration_torchstore(void);
 Suite *
 suite_integration_torchstore(void)
 {
-	Suite *s = suite_create("integration_torchstore");
-	TCase *tc = tcase_create("listener");
-
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_every_query);
-	tcase_add_test(tc, test_wait_released_and_cancelled);
-	tcase_add_test(tc, test_queues);
-	tcase_add_test(tc, test_two_listeners_two_jobs);
-	tcase_add_test(tc, test_bad_input_closes_only_that_connection);
-	suite_add_tcase(s, tc);
-	return (s);
+	return (th_suite("integration_torchstore", "listener", 60, setup,
+	    th_fx_teardown, test_every_query, test_wait_released_and_cancelled,
+	    test_queues, test_two_listeners_two_jobs,
+	    test_bad_input_closes_only_that_connection, NULL));
 }

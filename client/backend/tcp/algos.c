@@ -547,23 +547,6 @@ algo_scatter(struct cohort__tcp *t, const struct cohort__op *op, size_t blk,
  * Fields an operation does not use are zero, so only what matters is
  * compared.
  */
-static void
-hdr_put(uint8_t *p, uint64_t v, int bytes)
-{
-	for (int i = 0; i < bytes; i++)
-		p[i] = (uint8_t)(v >> (8 * (bytes - 1 - i)));
-}
-
-static uint64_t
-hdr_get(const uint8_t *p, int bytes)
-{
-	uint64_t v = 0;
-
-	for (int i = 0; i < bytes; i++)
-		v = v << 8 | p[i];
-	return (v);
-}
-
 static bool
 algo_rooted(enum cohort__op_kind k)
 {
@@ -600,11 +583,12 @@ cohort__tcp_op_hdr(
 	h[5] = data ? (uint8_t)op->dtype : 0;
 	h[6] = algo_reducing(op->kind) ? (uint8_t)op->op : 0;
 	h[7] = shm ? 1 : 0;
-	hdr_put(h + 8, algo_rooted(op->kind) ? (uint32_t)op->root : 0, 4);
-	hdr_put(h + 12, chash, 4);
-	hdr_put(h + 16,
+	cohort__tcp_put_be(
+	    h + 8, algo_rooted(op->kind) ? (uint32_t)op->root : 0, 4);
+	cohort__tcp_put_be(h + 12, chash, 4);
+	cohort__tcp_put_be(h + 16,
 	    data && op->kind != COHORT__OP_ALLGATHERV ? op->count : 0, 8);
-	hdr_put(h + 24, op->seq, 8);
+	cohort__tcp_put_be(h + 24, op->seq, 8);
 }
 
 static const char *
@@ -627,33 +611,36 @@ hdr_describe(const uint8_t *a, int32_t ra, const uint8_t *b, int32_t rb,
 		    "disagreed?)",
 		    (int)rb);
 	else if (a[4] != b[4] || a[24] != b[24]
-	    || hdr_get(a + 24, 8) != hdr_get(b + 24, 8))
+	    || cohort__tcp_get_be(a + 24, 8) != cohort__tcp_get_be(b + 24, 8))
 		snprintf(err, errlen,
 		    "ranks disagree on the operation: rank %d %s #%" PRIu64
 		    ", rank %d %s #%" PRIu64,
-		    (int)ra, hdr_kind(a[4]), hdr_get(a + 24, 8), (int)rb,
-		    hdr_kind(b[4]), hdr_get(b + 24, 8));
+		    (int)ra, hdr_kind(a[4]), cohort__tcp_get_be(a + 24, 8),
+		    (int)rb, hdr_kind(b[4]), cohort__tcp_get_be(b + 24, 8));
 	else if (a[5] != b[5])
 		snprintf(err, errlen,
 		    "ranks disagree: rank %d dtype %s, rank %d dtype %s",
 		    (int)ra, cohort_dtype_name((cohort_dtype)a[5]), (int)rb,
 		    cohort_dtype_name((cohort_dtype)b[5]));
-	else if (hdr_get(a + 16, 8) != hdr_get(b + 16, 8))
+	else if (cohort__tcp_get_be(a + 16, 8)
+	    != cohort__tcp_get_be(b + 16, 8))
 		snprintf(err, errlen,
 		    "ranks disagree: rank %d count %" PRIu64
 		    ", rank %d count %" PRIu64,
-		    (int)ra, hdr_get(a + 16, 8), (int)rb, hdr_get(b + 16, 8));
+		    (int)ra, cohort__tcp_get_be(a + 16, 8), (int)rb,
+		    cohort__tcp_get_be(b + 16, 8));
 	else if (a[6] != b[6])
 		snprintf(err, errlen,
 		    "ranks disagree: rank %d op %s, rank %d op %s", (int)ra,
 		    cohort_redop_name((cohort_redop)a[6]), (int)rb,
 		    cohort_redop_name((cohort_redop)b[6]));
-	else if (hdr_get(a + 8, 4) != hdr_get(b + 8, 4))
+	else if (cohort__tcp_get_be(a + 8, 4) != cohort__tcp_get_be(b + 8, 4))
 		snprintf(err, errlen,
 		    "ranks disagree: rank %d root %u, rank %d root %u",
-		    (int)ra, (unsigned)hdr_get(a + 8, 4), (int)rb,
-		    (unsigned)hdr_get(b + 8, 4));
-	else if (hdr_get(a + 12, 4) != hdr_get(b + 12, 4))
+		    (int)ra, (unsigned)cohort__tcp_get_be(a + 8, 4), (int)rb,
+		    (unsigned)cohort__tcp_get_be(b + 8, 4));
+	else if (cohort__tcp_get_be(a + 12, 4)
+	    != cohort__tcp_get_be(b + 12, 4))
 		snprintf(err, errlen,
 		    "ranks disagree on the per-rank counts (rank %d and "
 		    "rank %d)",
@@ -706,20 +693,12 @@ static cohort_status
 algo_agree(struct cohort__tcp *t, const struct cohort__op *op, char *err,
     size_t errlen, cohort__time deadline)
 {
-	uint8_t *mine = t->hdrs + (size_t)t->rank * COHORT__TCP_OP_HDR;
 	cohort_status rv;
 
 	cohort__tcp_op_hdr(t, op, false);
-	cohort__tcp_plan_reset(t);
-	for (int p = 0; p < t->size; p++) {
-		if (p == t->rank)
-			continue;
-		t->peers[p].sbuf = mine;
-		t->peers[p].slen = COHORT__TCP_OP_HDR;
-		t->peers[p].rbuf = t->hdrs + (size_t)p * COHORT__TCP_OP_HDR;
-		t->peers[p].rlen = COHORT__TCP_OP_HDR;
-	}
-	if ((rv = cohort__tcp_exchange(t, err, errlen, deadline)) != COHORT_OK)
+	if ((rv = cohort__tcp_exchange_all(
+	         t, t->hdrs, COHORT__TCP_OP_HDR, err, errlen, deadline))
+	    != COHORT_OK)
 		return (rv);
 	return (cohort__tcp_op_agree(t, err, errlen));
 }
@@ -792,18 +771,25 @@ cohort__tcp_run_op(struct cohort__tcp *t, const struct cohort__op *op,
 		return (algo_local(t, op, bytes));
 
 	/* Same host: the header travels in the segment's control block. */
-	if (bytes > 0 && cohort__tcp_shm_usable(t, op, bytes)) {
+	if (cohort__tcp_shm_usable(t, op, bytes)) {
 		cohort__tcp_op_hdr(t, op, true);
 		tcp_algo(t, "shm");
 		return (
 		    cohort__tcp_shm_run(t, op, bytes, err, errlen, deadline));
 	}
-	if ((rv = algo_agree(t, op, err, errlen, deadline)) != COHORT_OK)
+	if (!t->agreed
+	    && (rv = algo_agree(t, op, err, errlen, deadline)) != COHORT_OK)
 		return (rv);
 	switch (op->kind) {
 	case COHORT__OP_ALLREDUCE:
 		if (bytes == 0)
 			return (COHORT_OK);
+		/* Several ranks on each of several hosts: shared memory within
+		 * a host, TCP between hosts (hier.c). */
+		if (cohort__tcp_hier_usable(t, op, bytes))
+			return (tcp_algo(t, "hier"),
+			    cohort__tcp_hier_allreduce(
+			        t, op, err, errlen, deadline));
 		if (bytes <= t->small_max || op->count < (size_t)t->size)
 			return (tcp_algo(t, "recursive_doubling"),
 			    algo_allreduce_rd(

@@ -1,6 +1,7 @@
 /*
- * shm.c - the tcp backend's same-host shared-memory path: allreduce,
- * broadcast, allgather and reduce_scatter.
+ * shm.c - the tcp backend's same-host shared-memory path: every
+ * collective (allreduce; broadcast, reduce, allgather(v), gather, scatter,
+ * alltoall and reduce_scatter as staged rounds, below).
  *
  * Setup (at init, over the authenticated TCP connections, which carry
  * nothing else yet): rank 0 creates a POSIX shared-memory segment with a
@@ -249,8 +250,8 @@ shm_liveness(
     struct cohort__tcp *t, int which, uint32_t want, char *err, size_t errlen)
 {
 	struct cohort__tcp_shm *s = t->shm;
-	struct pollfd *fds = t->pfds;
-	int nfds = 0;
+	struct pollfd *fds = t->pfds; /* room for size + the watch */
+	int nfds = 0, k;
 	cohort_status rv;
 
 	for (int p = 0; p < t->size; p++) {
@@ -264,8 +265,12 @@ shm_liveness(
 		fds[nfds].revents = 0;
 		t->pfd_peer[nfds++] = p;
 	}
-	if (nfds == 0 || poll(fds, (nfds_t)nfds, 0) <= 0)
+	k = cohort__tcp_watch_add(t, fds, nfds);
+	if (nfds + k == 0 || poll(fds, (nfds_t)(nfds + k), 0) <= 0)
 		return (COHORT_OK);
+	if ((rv = cohort__tcp_watch_check(t, fds + nfds, k, err, errlen))
+	    != COHORT_OK)
+		return (rv);
 	for (int i = 0; i < nfds; i++) {
 		int p = t->pfd_peer[i];
 
@@ -390,16 +395,14 @@ bool
 cohort__tcp_shm_usable(
     struct cohort__tcp *t, const struct cohort__op *op, size_t bytes)
 {
-	switch (op->kind) {
-	case COHORT__OP_ALLREDUCE:
-	case COHORT__OP_BROADCAST:
-	case COHORT__OP_ALLGATHER:
-	case COHORT__OP_REDUCE_SCATTER:
-		break;
-	default:
+	if (t->shm == NULL || op->kind == COHORT__OP_BARRIER)
 		return (false);
+	if (op->kind == COHORT__OP_ALLGATHERV) {
+		bytes = 0;
+		for (int p = 0; p < t->size; p++)
+			bytes += op->counts[p] * t->esize;
 	}
-	return (t->shm != NULL && bytes >= t->shm_min && bytes <= t->shm_max);
+	return (bytes > 0 && bytes >= t->shm_min && bytes <= t->shm_max);
 }
 
 /* Block p of a round of elems elements: the first elems % n get one more
@@ -644,17 +647,18 @@ cohort__tcp_shm_allreduce(struct cohort__tcp *t, const struct cohort__op *op,
  * parity g & 1, after every done_p > g - 2 (its readers of round g - 2
  * are finished), publishes posted_r = g + 1, reads the others' slots once
  * every posted_p > g, then publishes done_r = g + 1. The parity lets a
- * writer fill round g + 1 while the others still read round g.
+ * writer fill round g + 1 while the others still read round g. Every rank
+ * compares the headers once all posted round g0, before any data moved.
  *
- * broadcast       the root stages up to n * blk bytes a round; the
- *                 others copy them out.
- * allgather       every rank stages up to n * blk bytes of its block a
- *                 round; every rank copies the n - 1 others out.
- * reduce_scatter  every rank stages up to blk bytes of each of the n - 1
- *                 blocks it does not own a round (block p's at p * blk);
- *                 each reduces its own block: its input plus the others'
- *                 staged pieces, in ascending rank order (every rank adds
- *                 in the same order, as in allreduce).
+ * Two shapes of round (struct shm_xop):
+ *   whole   a staging rank stages up to n * blk bytes of one contiguous
+ *           block a round (broadcast: the root; allgather(v): every rank
+ *           its own block; gather and reduce: every rank but the root);
+ *   pieces  a staging rank stages up to blk bytes of each of the n blocks
+ *           a round, block q's piece at q * blk (scatter: the root;
+ *           alltoall and reduce_scatter: every rank).
+ * Then the ranks that receive copy (or reduce, in ascending rank order
+ * as allreduce does) the pieces meant for them out of the others' slots.
  * One copy in and one copy out per byte, against two kernel copies plus
  * the protocol over loopback TCP.
  */
@@ -684,146 +688,116 @@ shm_only_root_differs(const struct cohort__tcp *t)
 	return (true);
 }
 
-static cohort_status
-shm_broadcast(struct cohort__tcp *t, const struct cohort__op *op, size_t bytes,
-    char *err, size_t errlen, cohort__time deadline)
+/* One operation of the staged kinds. */
+struct shm_xop {
+	const struct cohort__op *op;
+	bool pieces; /* the shape of its rounds (above) */
+	bool stages; /* this rank writes its slot */
+	bool takes; /* this rank reads the others' slots */
+	const uint8_t *src; /* what this rank stages: a block, or n blocks */
+	size_t src_len; /* whole: bytes of that block; pieces: of each */
+	uint8_t *dst;
+	/* whole: block p is [off[p], off[p] + len[p]) of dst (NULL: p *
+	 * src_len, src_len bytes each; one_place: every block lands at dst,
+	 * a broadcast's or a reduce's); pieces: every block is src_len bytes
+	 */
+	const size_t *off, *len;
+	bool one_place;
+	int root;
+};
+
+/* Bytes of block p in the whole shape. */
+static size_t
+shm_xlen(const struct shm_xop *x, int p)
 {
-	struct cohort__tcp_shm *s = t->shm;
-	uint8_t *buf = op->recv;
-	int n = t->size, root = op->root;
-	size_t per = (size_t)n * s->blk;
-	size_t rounds = (bytes + per - 1) / per;
-	uint32_t g0;
-	cohort_status rv;
-
-	if ((rv = shm_start(t, rounds, true, &g0, err, errlen, deadline))
-	    != COHORT_OK)
-		return (rv);
-	for (size_t k = 0; k < rounds; k++) {
-		uint32_t g = g0 + (uint32_t)k;
-		size_t off = k * per;
-		size_t len = bytes - off < per ? bytes - off : per;
-
-		if (t->rank == root) {
-			if ((rv = shm_round_begin(t, g, err, errlen, deadline))
-			    != COHORT_OK)
-				break;
-			shm_copy(shm_S(s, n, root, g), buf + off, len);
-			shm_signal(t, SHM_POSTED, g + 1);
-			/* The root checks the headers too: every rank
-			 * posted its round g0. */
-			if (k == 0
-			    && ((rv = shm_wait(t, SHM_POSTED, g + 1, err,
-			             errlen, deadline))
-			            != COHORT_OK
-			        || (rv = shm_agree(t, err, errlen))
-			            != COHORT_OK))
-				break;
-			shm_signal(t, SHM_DONE, g + 1);
-			continue;
-		}
-		shm_signal(t, SHM_POSTED, g + 1);
-		if ((rv = shm_wait(
-		         t, SHM_POSTED, g + 1, err, errlen, deadline))
-		    != COHORT_OK)
-			break;
-		if (k == 0 && (rv = shm_agree(t, err, errlen)) != COHORT_OK)
-			break;
-		shm_copy(buf + off, shm_S(s, n, root, g), len);
-		shm_signal(t, SHM_DONE, g + 1);
-	}
-	if (rv == COHORT_EMISMATCH && shm_only_root_differs(t)) {
-		/* Every rank saw the same headers in round g0, before any
-		 * data moved: all skip this broadcast's rounds, and the group
-		 * stays usable (as on the TCP path). */
-		shm_signal(t, SHM_POSTED, g0 + (uint32_t)rounds);
-		shm_signal(t, SHM_DONE, g0 + (uint32_t)rounds);
-		t->broken = COHORT_OK;
-	}
-	return (rv);
+	return (x->len != NULL ? x->len[p] : x->src_len);
 }
 
-static cohort_status
-shm_allgather(struct cohort__tcp *t, const struct cohort__op *op,
-    size_t blk_bytes, char *err, size_t errlen, cohort__time deadline)
+static size_t
+shm_xoff(const struct shm_xop *x, int p)
 {
-	struct cohort__tcp_shm *s = t->shm;
-	const uint8_t *src = op->send;
-	uint8_t *dst = op->recv;
-	int n = t->size, r = t->rank;
-	size_t per = (size_t)n * s->blk;
-	size_t rounds = (blk_bytes + per - 1) / per;
-	uint32_t g0;
-	cohort_status rv;
-
-	if ((rv = shm_start(t, rounds, true, &g0, err, errlen, deadline))
-	    != COHORT_OK)
-		return (rv);
-	if (src != dst + (size_t)r * blk_bytes)
-		memmove(dst + (size_t)r * blk_bytes, src, blk_bytes);
-	for (size_t k = 0; k < rounds; k++) {
-		uint32_t g = g0 + (uint32_t)k;
-		size_t off = k * per;
-		size_t len = blk_bytes - off < per ? blk_bytes - off : per;
-
-		if ((rv = shm_round_begin(t, g, err, errlen, deadline))
-		    != COHORT_OK)
-			break;
-		shm_copy(
-		    shm_S(s, n, r, g), dst + (size_t)r * blk_bytes + off, len);
-		shm_signal(t, SHM_POSTED, g + 1);
-		if ((rv = shm_wait(
-		         t, SHM_POSTED, g + 1, err, errlen, deadline))
-		    != COHORT_OK)
-			break;
-		for (int p = 0; p < n; p++)
-			if (p != r)
-				shm_copy(dst + (size_t)p * blk_bytes + off,
-				    shm_S(s, n, p, g), len);
-		shm_signal(t, SHM_DONE, g + 1);
-	}
-	return (rv);
+	if (x->one_place)
+		return (0);
+	return (x->off != NULL ? x->off[p] : (size_t)p * x->src_len);
 }
 
-static cohort_status
-shm_reduce_scatter(struct cohort__tcp *t, const struct cohort__op *op,
-    size_t blk_bytes, char *err, size_t errlen, cohort__time deadline)
+/* Rank p stages a block of its own in this operation (whole shape). */
+static bool
+shm_xstager(const struct cohort__tcp *t, const struct shm_xop *x, int p)
+{
+	switch (x->op->kind) {
+	case COHORT__OP_BROADCAST:
+		return (p == x->root);
+	case COHORT__OP_GATHER:
+	case COHORT__OP_REDUCE:
+		return (p != x->root);
+	default:
+		return (true);
+	}
+}
+
+/* Round k of this rank's staging into slot S. */
+static void
+shm_xstage(
+    struct cohort__tcp *t, const struct shm_xop *x, size_t k, uint8_t *S)
 {
 	struct cohort__tcp_shm *s = t->shm;
-	const uint8_t *src = op->send;
-	uint8_t *dst = op->recv;
-	int n = t->size, r = t->rank;
-	size_t rounds = (blk_bytes + s->blk - 1) / s->blk;
-	size_t piece = SHM_PIECE - SHM_PIECE % t->esize;
-	uint32_t g0;
-	cohort_status rv;
+	int n = t->size;
 
-	if ((rv = shm_start(t, rounds, true, &g0, err, errlen, deadline))
-	    != COHORT_OK)
-		return (rv);
-	for (size_t k = 0; k < rounds; k++) {
-		uint32_t g = g0 + (uint32_t)k;
+	if (x->pieces) {
 		size_t off = k * s->blk;
 		size_t len
-		    = blk_bytes - off < s->blk ? blk_bytes - off : s->blk;
-		uint8_t *S = shm_S(s, n, r, g);
-		const uint8_t *in = src + (size_t)r * blk_bytes + off;
-		uint8_t *out = dst + off;
+		    = x->src_len - off < s->blk ? x->src_len - off : s->blk;
 
-		if ((rv = shm_round_begin(t, g, err, errlen, deadline))
-		    != COHORT_OK)
-			break;
-		for (int p = 0; p < n; p++)
-			if (p != r)
-				shm_copy(S + (size_t)p * s->blk,
-				    src + (size_t)p * blk_bytes + off, len);
-		shm_signal(t, SHM_POSTED, g + 1);
-		if ((rv = shm_wait(
-		         t, SHM_POSTED, g + 1, err, errlen, deadline))
-		    != COHORT_OK)
-			break;
+		for (int q = 0; q < n; q++)
+			if (q != t->rank)
+				shm_copy(S + (size_t)q * s->blk,
+				    x->src + (size_t)q * x->src_len + off,
+				    len);
+	} else {
+		size_t per = (size_t)n * s->blk, off = k * per;
+
+		if (off < x->src_len)
+			shm_copy(S, x->src + off,
+			    x->src_len - off < per ? x->src_len - off : per);
+	}
+}
+
+/* Round k (global round g) of this rank's reading of the others' slots. */
+static void
+shm_xtake(struct cohort__tcp *t, const struct shm_xop *x, size_t k, uint32_t g)
+{
+	struct cohort__tcp_shm *s = t->shm;
+	const struct cohort__op *op = x->op;
+	int n = t->size, r = t->rank;
+
+	if (x->pieces) {
+		size_t off = k * s->blk;
+		size_t len
+		    = x->src_len - off < s->blk ? x->src_len - off : s->blk;
+		size_t piece = SHM_PIECE - SHM_PIECE % t->esize;
+
+		if (op->kind == COHORT__OP_SCATTER) {
+			shm_copy(x->dst + off,
+			    shm_S(s, n, x->root, g) + (size_t)r * s->blk, len);
+			return;
+		}
+		if (op->kind == COHORT__OP_ALLTOALL) {
+			for (int p = 0; p < n; p++)
+				if (p != r)
+					shm_copy(x->dst
+					        + (size_t)p * x->src_len + off,
+					    shm_S(s, n, p, g)
+					        + (size_t)r * s->blk,
+					    len);
+			return;
+		}
+		/* reduce_scatter: our block, in L1-sized pieces. */
 		for (size_t o = 0; o < len; o += piece) {
 			size_t l = len - o < piece ? len - o : piece;
+			const uint8_t *in
+			    = x->src + (size_t)r * x->src_len + off;
+			uint8_t *out = x->dst + off;
 
 			if (in != out)
 				memmove(out + o, in + o, l);
@@ -837,7 +811,75 @@ shm_reduce_scatter(struct cohort__tcp *t, const struct cohort__op *op,
 				cohort__scale_div(out + o, l / t->esize,
 				    op->dtype, (double)n);
 		}
+		return;
+	}
+	for (int p = 0; p < n; p++) {
+		size_t per = (size_t)n * s->blk, off = k * per;
+		size_t blen = shm_xlen(x, p), len;
+		uint8_t *out = x->dst + shm_xoff(x, p) + off;
+
+		if (p == r || !shm_xstager(t, x, p) || off >= blen)
+			continue;
+		len = blen - off < per ? blen - off : per;
+		if (op->kind == COHORT__OP_REDUCE) {
+			/* In ascending rank order, the root's own in place. */
+			cohort__reduce(out, shm_S(s, n, p, g), len / t->esize,
+			    op->dtype, op->op);
+			continue;
+		}
+		shm_copy(out, shm_S(s, n, p, g), len);
+	}
+}
+
+/* Runs x's rounds: stage, post, wait for every rank's post, read, done. */
+static cohort_status
+shm_xrun(struct cohort__tcp *t, const struct shm_xop *x, char *err,
+    size_t errlen, cohort__time deadline)
+{
+	struct cohort__tcp_shm *s = t->shm;
+	size_t unit = x->pieces ? s->blk : (size_t)t->size * s->blk;
+	size_t most = 0, rounds;
+	uint32_t g0;
+	cohort_status rv;
+
+	for (int p = 0; p < t->size; p++)
+		if (x->pieces || shm_xstager(t, x, p))
+			most = shm_xlen(x, p) > most ? shm_xlen(x, p) : most;
+	rounds = most == 0 ? 1 : (most + unit - 1) / unit;
+	if ((rv = shm_start(t, rounds, true, &g0, err, errlen, deadline))
+	    != COHORT_OK)
+		return (rv);
+	for (size_t k = 0; k < rounds; k++) {
+		uint32_t g = g0 + (uint32_t)k;
+
+		if (x->stages) {
+			if ((rv = shm_round_begin(t, g, err, errlen, deadline))
+			    != COHORT_OK)
+				break;
+			shm_xstage(t, x, k, shm_S(s, t->size, t->rank, g));
+		}
+		shm_signal(t, SHM_POSTED, g + 1);
+		/* A rank that only stages waits for the others once: every
+		 * rank compares the headers after all posted round g0. */
+		if ((x->takes || k == 0)
+		    && ((rv = shm_wait(
+		             t, SHM_POSTED, g + 1, err, errlen, deadline))
+		            != COHORT_OK
+		        || (k == 0
+		            && (rv = shm_agree(t, err, errlen)) != COHORT_OK)))
+			break;
+		if (x->takes)
+			shm_xtake(t, x, k, g);
 		shm_signal(t, SHM_DONE, g + 1);
+	}
+	if (rv == COHORT_EMISMATCH && x->op->kind == COHORT__OP_BROADCAST
+	    && shm_only_root_differs(t)) {
+		/* Every rank saw the same headers in round g0, before any
+		 * data moved: all skip this broadcast's rounds, and the group
+		 * stays usable (as on the TCP path). */
+		shm_signal(t, SHM_POSTED, g0 + (uint32_t)rounds);
+		shm_signal(t, SHM_DONE, g0 + (uint32_t)rounds);
+		t->broken = COHORT_OK;
 	}
 	return (rv);
 }
@@ -846,44 +888,91 @@ cohort_status
 cohort__tcp_shm_run(struct cohort__tcp *t, const struct cohort__op *op,
     size_t bytes, char *err, size_t errlen, cohort__time deadline)
 {
+	struct shm_xop x = { .op = op,
+		.src = op->send,
+		.dst = op->recv,
+		.src_len = bytes,
+		.root = op->root,
+		.stages = true,
+		.takes = true };
+	int n = t->size, r = t->rank;
+	size_t *off = NULL;
+	cohort_status rv;
+
 	switch (op->kind) {
 	case COHORT__OP_ALLREDUCE:
 		return (cohort__tcp_shm_allreduce(
 		    t, op, bytes, err, errlen, deadline));
 	case COHORT__OP_BROADCAST:
-		return (shm_broadcast(t, op, bytes, err, errlen, deadline));
+		x.src = op->recv;
+		x.stages = r == op->root;
+		x.takes = !x.stages;
+		x.one_place = true;
+		break;
 	case COHORT__OP_ALLGATHER:
-		return (shm_allgather(t, op, bytes, err, errlen, deadline));
+	case COHORT__OP_ALLGATHERV:
+		if ((off = malloc(2 * (size_t)n * sizeof(size_t))) == NULL) {
+			snprintf(err, errlen, "out of memory");
+			return (COHORT_ENOMEM);
+		}
+		for (int p = 0; p < n; p++) {
+			off[n + p]
+			    = (op->counts != NULL ? op->counts[p] : op->count)
+			    * t->esize;
+			off[p] = p == 0 ? 0 : off[p - 1] + off[n + p - 1];
+		}
+		x.off = off;
+		x.len = off + n;
+		x.src_len = x.len[r];
+		x.src = x.dst + off[r];
+		if (op->send != x.src && x.src_len > 0)
+			memmove(x.dst + off[r], op->send, x.src_len);
+		break;
+	case COHORT__OP_GATHER:
+	case COHORT__OP_REDUCE:
+		x.stages = r != op->root;
+		x.takes = !x.stages;
+		if (op->kind == COHORT__OP_REDUCE) {
+			/* Every block is reduced into the root's output. */
+			x.one_place = true;
+			if (x.takes && op->recv != op->send)
+				memmove(op->recv, op->send, bytes);
+		} else if (x.takes && x.dst + (size_t)r * bytes != x.src) {
+			memmove(x.dst + (size_t)r * bytes, x.src, bytes);
+		}
+		break;
+	case COHORT__OP_SCATTER:
+		x.pieces = true;
+		x.stages = r == op->root;
+		x.takes = !x.stages;
+		if (x.stages && x.src + (size_t)r * bytes != x.dst)
+			memmove(x.dst, x.src + (size_t)r * bytes, bytes);
+		break;
+	case COHORT__OP_ALLTOALL:
+		x.pieces = true;
+		if (x.src != x.dst)
+			memmove(x.dst + (size_t)r * bytes,
+			    x.src + (size_t)r * bytes, bytes);
+		break;
 	case COHORT__OP_REDUCE_SCATTER:
-		return (
-		    shm_reduce_scatter(t, op, bytes, err, errlen, deadline));
+		x.pieces = true;
+		break;
 	default:
 		snprintf(err, errlen, "%s has no shared-memory path",
 		    cohort__op_name(op->kind));
 		return (COHORT_ENOTSUP);
 	}
+	rv = shm_xrun(t, &x, err, errlen, deadline);
+	if (rv == COHORT_OK && op->kind == COHORT__OP_REDUCE && r == op->root
+	    && op->op == COHORT_MEAN)
+		cohort__scale_div(op->recv, op->count, op->dtype, (double)n);
+	free(off);
+	return (rv);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Setup                                                                    */
 /* ------------------------------------------------------------------------ */
-
-static void
-shm_put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (56 - 8 * i));
-}
-
-static uint64_t
-shm_get64(const uint8_t *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 0; i < 8; i++)
-		v = v << 8 | p[i];
-	return (v);
-}
 
 static void
 shm_name(const uint8_t rnd[16], char *name, size_t len)
@@ -967,7 +1056,7 @@ shm_create(struct cohort__tcp *t, size_t want_blk, uint8_t *msg, char *name,
 	h->size = (uint32_t)t->size;
 	h->blk = (uint32_t)s->blk;
 	memcpy(msg, "CSM1", 4);
-	shm_put64(msg + 4, s->len);
+	cohort__tcp_put_be(msg + 4, s->len, 8);
 	memcpy(msg + 16, rnd + 16, 16);
 	memcpy(msg + 32, name + 8, 32);
 	return (s);
@@ -981,7 +1070,7 @@ shm_attach(struct cohort__tcp *t, const uint8_t *msg)
 	const struct shm_hdr *h;
 	char name[48];
 	struct stat st;
-	uint64_t len = shm_get64(msg + 4);
+	uint64_t len = cohort__tcp_get_be(msg + 4, 8);
 	int fd;
 
 	if (memcmp(msg, "CSM1", 4) != 0)
@@ -1035,54 +1124,11 @@ static cohort_status
 shm_io(struct cohort__tcp *t, int p, void *buf, size_t len, bool sending,
     char *err, size_t errlen, cohort__time deadline)
 {
-	int fd = t->peers[p].fd;
 	size_t done = 0;
-	cohort_status rv;
 
-	while (done < len) {
-		struct pollfd pfd;
-		ssize_t n;
-		int ms;
-
-		if ((rv = cohort__tcp_check_abort(t, err, errlen))
-		    != COHORT_OK)
-			return (rv);
-		if (sending)
-			n = send(fd, (uint8_t *)buf + done, len - done,
-			    MSG_DONTWAIT | MSG_NOSIGNAL);
-		else
-			n = recv(fd, (uint8_t *)buf + done, len - done,
-			    MSG_DONTWAIT);
-		if (n > 0) {
-			done += (size_t)n;
-			continue;
-		}
-		if (n == 0
-		    || (errno != EAGAIN && errno != EWOULDBLOCK
-		        && errno != EINTR)) {
-			snprintf(err, errlen,
-			    "rank %d closed the connection "
-			    "during the shared-memory setup%s%s",
-			    (int)t->peers[p].job_rank, n == 0 ? "" : ": ",
-			    n == 0 ? "" : strerror(errno));
-			return (COHORT_EPEERLOST);
-		}
-		if (cohort__expired(deadline)) {
-			snprintf(err, errlen,
-			    "timed out in the shared-memory "
-			    "setup with rank %d",
-			    (int)t->peers[p].job_rank);
-			return (COHORT_ETIMEDOUT);
-		}
-		ms = cohort__remaining(deadline);
-		if (ms < 0 || ms > 100)
-			ms = 100;
-		pfd.fd = fd;
-		pfd.events = sending ? POLLOUT : POLLIN;
-		pfd.revents = 0;
-		(void)poll(&pfd, 1, ms < 1 ? 1 : ms);
-	}
-	return (COHORT_OK);
+	return (cohort__tcp_io(t->abort_flag, t->peers[p].fd, buf, len, &done,
+	    sending, "shared-memory setup", t->peers[p].job_rank, err, errlen,
+	    deadline));
 }
 
 cohort_status
@@ -1104,8 +1150,8 @@ cohort__tcp_shm_setup(struct cohort__tcp *t, bool enable, size_t want_blk,
 			s = shm_create(t, want_blk, msg, name, sizeof(name));
 		if (s == NULL)
 			memcpy(msg, "CSM0", 4);
-		shm_put64(msg + 64, t->shm_min);
-		shm_put64(msg + 72, t->shm_max);
+		cohort__tcp_put_be(msg + 64, t->shm_min, 8);
+		cohort__tcp_put_be(msg + 72, t->shm_max, 8);
 		for (int p = 1; p < t->size && rv == COHORT_OK; p++)
 			rv = shm_io(t, p, msg, sizeof(msg), true, err, errlen,
 			    deadline);
@@ -1142,7 +1188,7 @@ cohort__tcp_shm_setup(struct cohort__tcp *t, bool enable, size_t want_blk,
 		return (rv);
 	}
 	t->shm = s;
-	t->shm_min = (size_t)shm_get64(msg + 64);
-	t->shm_max = (size_t)shm_get64(msg + 72);
+	t->shm_min = (size_t)cohort__tcp_get_be(msg + 64, 8);
+	t->shm_max = (size_t)cohort__tcp_get_be(msg + 72, 8);
 	return (COHORT_OK);
 }

@@ -118,8 +118,8 @@ struct tcp_addr {
 
 /* A tuning knob (common/knobs.h) in bytes or a count: dflt when unset or
  * malformed (warned once), SIZE_MAX for -1 ("no limit"). */
-static size_t
-tcp_knob(enum cohort__knob k, size_t dflt)
+size_t
+cohort__tcp_knob(enum cohort__knob k, size_t dflt)
 {
 	int64_t v = cohort__knob_int_or(k, -2);
 
@@ -158,7 +158,7 @@ tcp_random(uint8_t *buf, size_t len, char *err, size_t errlen)
 static void
 tcp_sockopts(int fd, bool nodelay)
 {
-	size_t sz = tcp_knob(COHORT__KNOB_TCP_SOCKBUF, 0);
+	size_t sz = cohort__tcp_knob(COHORT__KNOB_TCP_SOCKBUF, 0);
 	int one = 1;
 
 	if (sz > 0) {
@@ -180,22 +180,21 @@ tcp_hs_ms(void)
 	    COHORT__KNOB_TCP_HS_TIMEOUT_MS, TCP_HS_TIMEOUT_MS));
 }
 
-/* Moves bytes over a non-blocking socket until *done reaches len, before
- * deadline, polling the abort flag. A connection closed or reset by the
- * peer is COHORT_EPEERLOST (*done says how far it got). */
-static cohort_status
-tcp_io(const struct cohort__group_desc *desc, int fd, void *buf, size_t len,
-    size_t *done, bool sending, cohort__time deadline, int32_t peer, char *err,
-    size_t errlen)
+cohort_status
+cohort__tcp_io(atomic_int *abort_flag, int fd, void *buf, size_t len,
+    size_t *done, bool sending, const char *during, int32_t peer, char *err,
+    size_t errlen, cohort__time deadline)
 {
 	while (*done < len) {
 		struct pollfd pfd;
 		ssize_t n;
 		int ms;
 
-		if (tcp_aborted(desc)) {
-			snprintf(err, errlen,
-			    "aborted while connecting to rank %d", (int)peer);
+		if (abort_flag != NULL
+		    && atomic_load_explicit(
+		        abort_flag, memory_order_acquire)) {
+			snprintf(err, errlen, "aborted in the %s with rank %d",
+			    during, (int)peer);
 			return (COHORT_EABORTED);
 		}
 		if (sending)
@@ -212,15 +211,14 @@ tcp_io(const struct cohort__group_desc *desc, int fd, void *buf, size_t len,
 		    || (errno != EAGAIN && errno != EWOULDBLOCK
 		        && errno != EINTR)) {
 			snprintf(err, errlen,
-			    "rank %d closed the connection during the "
-			    "handshake%s%s",
-			    (int)peer, n == 0 ? "" : ": ",
+			    "rank %d closed the connection during the %s%s%s",
+			    (int)peer, during, n == 0 ? "" : ": ",
 			    n == 0 ? "" : strerror(errno));
 			return (COHORT_EPEERLOST);
 		}
 		if (cohort__expired(deadline)) {
 			snprintf(err, errlen,
-			    "timed out in the handshake with rank %d",
+			    "timed out in the %s with rank %d", during,
 			    (int)peer);
 			return (COHORT_ETIMEDOUT);
 		}
@@ -442,8 +440,8 @@ tcp_hs_connect(const struct cohort__group_desc *desc,
 	/* The greeting comes when the acceptor is done connecting to the
 	 * ranks above it: wait as long as the operation may. */
 	do {
-		if ((rv = tcp_io(desc, fd, in, need, &have, false, deadline,
-		         jr, err, errlen))
+		if ((rv = cohort__tcp_io(desc->abort_flag, fd, in, need, &have,
+		         false, "handshake", jr, err, errlen, deadline))
 		    != COHORT_OK) {
 			*retry = rv == COHORT_EPEERLOST;
 			return (rv);
@@ -461,8 +459,8 @@ tcp_hs_connect(const struct cohort__group_desc *desc,
 	hs_deadline = cohort__now_ms() + tcp_hs_ms();
 	if (hs_deadline > deadline)
 		hs_deadline = deadline;
-	rv = tcp_io(desc, fd, ch, sizeof(ch), &sent, true, hs_deadline, jr,
-	    err, errlen);
+	rv = cohort__tcp_io(desc->abort_flag, fd, ch, sizeof(ch), &sent, true,
+	    "handshake", jr, err, errlen, hs_deadline);
 	/* Even when the send failed, a refusal may be waiting. The acceptor
 	 * answers as soon as it reads the hello: wait longer for that than
 	 * the handshake time, so a loaded machine does not make us give up
@@ -473,8 +471,9 @@ tcp_hs_connect(const struct cohort__group_desc *desc,
 	have = 0;
 	need = 4;
 	do {
-		cohort_status rrv = tcp_io(desc, fd, in, need, &have, false,
-		    hs_deadline, jr, err, errlen);
+		cohort_status rrv
+		    = cohort__tcp_io(desc->abort_flag, fd, in, need, &have,
+		        false, "handshake", jr, err, errlen, hs_deadline);
 
 		if (rrv != COHORT_OK) {
 			*retry = (rrv == COHORT_EPEERLOST
@@ -887,11 +886,12 @@ out_close_pending:
 /* Ops                                                                      */
 /* ------------------------------------------------------------------------ */
 
-static void
-tcp_free(struct cohort__tcp *t)
+void
+cohort__tcp_close(struct cohort__tcp *t)
 {
 	if (t == NULL)
 		return;
+	cohort__tcp_hier_free(t);
 	if (t->peers != NULL)
 		for (int p = 0; p < t->size; p++)
 			if (t->peers[p].fd >= 0)
@@ -918,11 +918,13 @@ tcp_prefaulted(size_t len)
 	return (p);
 }
 
-static cohort_status
-tcp_init(const struct cohort__group_desc *desc, void **state, char *err,
+cohort_status
+cohort__tcp_open(const struct cohort__group_desc *desc,
+    const struct cohort__tcp *parent, struct cohort__tcp **out, char *err,
     size_t errlen, cohort__time deadline)
 {
 	struct cohort__tcp *t;
+	int nwatch = parent != NULL ? parent->size : 0;
 	struct cohort__tcp_hs_keys keys;
 	char addr[96];
 	char key[COHORT__MAX_KEY];
@@ -939,31 +941,37 @@ tcp_init(const struct cohort__group_desc *desc, void **state, char *err,
 	t->rank = desc->rank;
 	t->size = desc->size;
 	t->abort_flag = desc->abort_flag;
+	t->watch = parent;
+	t->watch_lost = -1;
+	t->agreed = parent != NULL;
 	atomic_init(&t->aborted, 0);
 	t->opname = "init";
-	t->small_max
-	    = tcp_knob(COHORT__KNOB_TCP_SMALL_MAX, TCP_DEFAULT_SMALL_MAX);
-	t->bcast_small
-	    = tcp_knob(COHORT__KNOB_TCP_BCAST_SMALL, TCP_DEFAULT_BCAST_SMALL);
-	t->pair_min = tcp_knob(COHORT__KNOB_TCP_PAIR_MIN, 0);
-	t->pair_max = tcp_knob(COHORT__KNOB_TCP_PAIR_MAX, SIZE_MAX);
-	t->io_max = tcp_knob(COHORT__KNOB_TCP_IO_MAX, TCP_DEFAULT_IO_MAX);
-	t->spin_us
-	    = (int)tcp_knob(COHORT__KNOB_TCP_SPIN_US, TCP_DEFAULT_SPIN_US);
-	t->spin_yield = tcp_knob(COHORT__KNOB_TCP_SPIN_YIELD, 1) != 0;
-	t->ring_len
-	    = tcp_knob(COHORT__KNOB_TCP_RING, TCP_DEFAULT_RING) & ~(size_t)7;
-	t->acc_len
-	    = tcp_knob(COHORT__KNOB_TCP_ACC, TCP_DEFAULT_ACC) & ~(size_t)7;
-	t->shm_min = tcp_knob(COHORT__KNOB_TCP_SHM_MIN, 0);
-	t->shm_max = tcp_knob(COHORT__KNOB_TCP_SHM_MAX, SIZE_MAX);
-	t->shm_hot_spins = (int)tcp_knob(COHORT__KNOB_TCP_SHM_SPINS,
+	t->small_max = cohort__tcp_knob(
+	    COHORT__KNOB_TCP_SMALL_MAX, TCP_DEFAULT_SMALL_MAX);
+	t->bcast_small = cohort__tcp_knob(
+	    COHORT__KNOB_TCP_BCAST_SMALL, TCP_DEFAULT_BCAST_SMALL);
+	t->pair_min = cohort__tcp_knob(COHORT__KNOB_TCP_PAIR_MIN, 0);
+	t->pair_max = cohort__tcp_knob(COHORT__KNOB_TCP_PAIR_MAX, SIZE_MAX);
+	t->io_max
+	    = cohort__tcp_knob(COHORT__KNOB_TCP_IO_MAX, TCP_DEFAULT_IO_MAX);
+	t->spin_us = (int)cohort__tcp_knob(
+	    COHORT__KNOB_TCP_SPIN_US, TCP_DEFAULT_SPIN_US);
+	t->spin_yield = cohort__tcp_knob(COHORT__KNOB_TCP_SPIN_YIELD, 1) != 0;
+	t->ring_len = cohort__tcp_knob(COHORT__KNOB_TCP_RING, TCP_DEFAULT_RING)
+	    & ~(size_t)7;
+	t->acc_len = cohort__tcp_knob(COHORT__KNOB_TCP_ACC, TCP_DEFAULT_ACC)
+	    & ~(size_t)7;
+	t->shm_min = cohort__tcp_knob(COHORT__KNOB_TCP_SHM_MIN, 0);
+	t->shm_max = cohort__tcp_knob(COHORT__KNOB_TCP_SHM_MAX, SIZE_MAX);
+	t->shm_hot_spins = (int)cohort__tcp_knob(COHORT__KNOB_TCP_SHM_SPINS,
 	    t->size > sysconf(_SC_NPROCESSORS_ONLN) ? 0 : 16);
 	t->esize = 1;
 	if ((t->peers = calloc((size_t)t->size, sizeof(*t->peers))) == NULL
 	    || (t->steps = calloc(2 * (size_t)t->size, sizeof(*t->steps)))
 	        == NULL
-	    || (t->pfds = calloc((size_t)t->size, sizeof(*t->pfds))) == NULL
+	    || (t->pfds
+	           = calloc((size_t)(t->size + nwatch + 2), sizeof(*t->pfds)))
+	        == NULL
 	    || (t->pfd_peer = calloc((size_t)t->size, sizeof(int))) == NULL
 	    || (t->hdrs = calloc((size_t)t->size, COHORT__TCP_OP_HDR)) == NULL)
 		goto out_nomem;
@@ -1009,9 +1017,10 @@ tcp_init(const struct cohort__group_desc *desc, void **state, char *err,
 		goto out_close_listener;
 	close(lfd);
 	if ((rv = cohort__tcp_shm_setup(t,
-	         tcp_knob(COHORT__KNOB_TCP_SHM, 1) != 0,
-	         tcp_knob(COHORT__KNOB_TCP_SHM_BLK, TCP_DEFAULT_SHM_BLK), err,
-	         errlen, deadline))
+	         cohort__tcp_knob(COHORT__KNOB_TCP_SHM, 1) != 0,
+	         cohort__tcp_knob(
+	             COHORT__KNOB_TCP_SHM_BLK, TCP_DEFAULT_SHM_BLK),
+	         err, errlen, deadline))
 	    != COHORT_OK)
 		goto out_free;
 	cohort__debug("tcp group %s: rank %d of %d connected (listened on %s"
@@ -1019,7 +1028,7 @@ tcp_init(const struct cohort__group_desc *desc, void **state, char *err,
 	    desc->group_id, desc->rank, desc->size, addr,
 	    t->shm != NULL ? ", shared memory" : "");
 done:
-	*state = t;
+	*out = t;
 	return (COHORT_OK);
 
 out_nomem:
@@ -1029,8 +1038,27 @@ out_nomem:
 out_close_listener:
 	close(lfd);
 out_free:
-	tcp_free(t);
+	cohort__tcp_close(t);
 	return (rv);
+}
+
+static cohort_status
+tcp_init(const struct cohort__group_desc *desc, void **state, char *err,
+    size_t errlen, cohort__time deadline)
+{
+	struct cohort__tcp *t;
+	cohort_status rv;
+
+	if ((rv = cohort__tcp_open(desc, NULL, &t, err, errlen, deadline))
+	    != COHORT_OK)
+		return (rv);
+	if ((rv = cohort__tcp_hier_setup(t, desc, err, errlen, deadline))
+	    != COHORT_OK) {
+		cohort__tcp_close(t);
+		return (rv);
+	}
+	*state = t;
+	return (COHORT_OK);
 }
 
 static cohort_status
@@ -1048,23 +1076,28 @@ tcp_run(void *state, const struct cohort__op *op, char *err, size_t errlen,
 	return (cohort__tcp_run_op(t, op, err, errlen, deadline));
 }
 
-static void
-tcp_abort(void *state)
+void
+cohort__tcp_abort_state(struct cohort__tcp *t)
 {
-	struct cohort__tcp *t = state;
-
 	if (t == NULL)
 		return;
 	atomic_store_explicit(&t->aborted, 1, memory_order_release);
 	for (int p = 0; p < t->size; p++)
 		if (t->peers[p].fd >= 0)
 			(void)shutdown(t->peers[p].fd, SHUT_RDWR);
+	cohort__tcp_hier_abort(t);
+}
+
+static void
+tcp_abort(void *state)
+{
+	cohort__tcp_abort_state(state);
 }
 
 static void
 tcp_fini(void *state)
 {
-	tcp_free(state);
+	cohort__tcp_close(state);
 }
 
 const struct cohort__backend_ops cohort__tcp_backend = {

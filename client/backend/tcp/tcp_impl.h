@@ -11,9 +11,13 @@
  *             outgoing bytes may wait for an earlier step's incoming bytes
  *             to be received and reduced: rings, chains)
  *   algos.c   the collectives, as plans for those two engines
- *   shm.c     the same-host shared-memory path of allreduce (setup at
- *             init over the TCP connections, which stay the liveness
- *             channel)
+ *   shm.c     the same-host shared-memory path of every collective
+ *             (setup at init over the TCP connections, which stay the
+ *             liveness channel)
+ *   hier.c    the hierarchical all-reduce of a group with several ranks on
+ *             each of several hosts: two child states of this backend (the
+ *             ranks of one host, over shared memory; the ranks with the
+ *             same place on every host, over TCP) run its stages
  *
  * Wire: after the handshake, every collective starts with the agreement
  * (algos.c): each rank sends every other a 32-byte header naming the
@@ -77,6 +81,7 @@ struct cohort__tcp_step {
 };
 
 struct cohort__tcp_shm;
+struct cohort__tcp_hier;
 
 struct cohort__tcp {
 	int rank;
@@ -116,6 +121,21 @@ struct cohort__tcp {
 	/* Same-host shared-memory segment (shm.c), NULL = pure TCP. */
 	struct cohort__tcp_shm *shm;
 
+	/* Hierarchical all-reduce (hier.c), NULL = flat. */
+	struct cohort__tcp_hier *hier;
+	/* In a child of a hierarchical group: the parent, whose connections
+	 * every wait also watches, so that a rank that dies on another host
+	 * is named at once by ranks waiting on a stage it is not part of. */
+	const struct cohort__tcp *watch;
+	/* The parent's peer whose connection hung up (-1: none) and when: a
+	 * rank that finished the job's last operation exits too, so it is
+	 * lost only if this child is still waiting COHORT__TCP_WATCH_GRACE_MS
+	 * later (xfer.c). */
+	int watch_lost;
+	uint64_t watch_lost_ns;
+	/* The parent already agreed on every operation a child runs. */
+	bool agreed;
+
 	/* Every rank's header of the running operation (size * 32 bytes;
 	 * algos.c). */
 	uint8_t *hdrs;
@@ -135,10 +155,75 @@ struct cohort__tcp {
 	size_t esize;
 };
 
+/* tcp.c */
+/* A tuning knob (common/knobs.h) in bytes or a count: dflt when unset or
+ * malformed, SIZE_MAX for -1 ("no limit"). */
+size_t cohort__tcp_knob(enum cohort__knob k, size_t dflt);
+/* Sets up a state for desc (mesh, handshake, shared memory); parent: the
+ * hierarchical group of which this is a child, NULL for a group's own. */
+cohort_status cohort__tcp_open(const struct cohort__group_desc *desc,
+    const struct cohort__tcp *parent, struct cohort__tcp **out, char *err,
+    size_t errlen, cohort__time deadline);
+void cohort__tcp_abort_state(struct cohort__tcp *t);
+/* Moves bytes over a non-blocking socket until *done reaches len, before
+ * deadline, polling abort_flag; during names the phase in error texts
+ * ("handshake"). A connection closed or reset by the peer is
+ * COHORT_EPEERLOST (*done says how far it got). */
+cohort_status cohort__tcp_io(atomic_int *abort_flag, int fd, void *buf,
+    size_t len, size_t *done, bool sending, const char *during, int32_t peer,
+    char *err, size_t errlen, cohort__time deadline);
+
+/* Big-endian integers of the set-up messages and operation headers. */
+static inline void
+cohort__tcp_put_be(uint8_t *p, uint64_t v, int bytes)
+{
+	for (int i = 0; i < bytes; i++)
+		p[i] = (uint8_t)(v >> (8 * (bytes - 1 - i)));
+}
+
+static inline uint64_t
+cohort__tcp_get_be(const uint8_t *p, int bytes)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < bytes; i++)
+		v = v << 8 | p[i];
+	return (v);
+}
+void cohort__tcp_close(struct cohort__tcp *t);
+
+/* hier.c */
+/* After the flat set-up of a group that spans hosts: learns which ranks
+ * share a host and, where every host has the same number (>= 2) of them,
+ * sets up the two child states. Collective over the group. */
+cohort_status cohort__tcp_hier_setup(struct cohort__tcp *t,
+    const struct cohort__group_desc *desc, char *err, size_t errlen,
+    cohort__time deadline);
+/* The operation goes the hierarchical way (the caller agreed on it). */
+bool cohort__tcp_hier_usable(
+    struct cohort__tcp *t, const struct cohort__op *op, size_t bytes);
+cohort_status cohort__tcp_hier_allreduce(struct cohort__tcp *t,
+    const struct cohort__op *op, char *err, size_t errlen,
+    cohort__time deadline);
+void cohort__tcp_hier_abort(struct cohort__tcp *t);
+void cohort__tcp_hier_free(struct cohort__tcp *t);
+
 /* xfer.c */
+#define COHORT__TCP_WATCH_GRACE_MS 500
+/* A child's watch: appends the parent's connections to fds[n..] (room for
+ * watch->size entries) and returns how many it added. */
+int cohort__tcp_watch_add(struct cohort__tcp *t, struct pollfd *fds, int n);
+/* After poll(): EPEERLOST naming the parent's peer whose connection (one of
+ * the k added at fds[n..]) hung up. */
+cohort_status cohort__tcp_watch_check(struct cohort__tcp *t,
+    const struct pollfd *fds, int k, char *err, size_t errlen);
 void cohort__tcp_plan_reset(struct cohort__tcp *t);
 cohort_status cohort__tcp_exchange(
     struct cohort__tcp *t, char *err, size_t errlen, cohort__time deadline);
+/* Every rank's len bytes at all + rank * len to every other: all ends up
+ * holding every rank's, in rank order (the agreement, the set-up). */
+cohort_status cohort__tcp_exchange_all(struct cohort__tcp *t, uint8_t *all,
+    size_t len, char *err, size_t errlen, cohort__time deadline);
 cohort_status cohort__tcp_stream(struct cohort__tcp *t, int to, int from,
     struct cohort__tcp_step *steps, int nsteps, char *err, size_t errlen,
     cohort__time deadline);
@@ -179,8 +264,8 @@ bool cohort__tcp_shm_usable(
 cohort_status cohort__tcp_shm_allreduce(struct cohort__tcp *t,
     const struct cohort__op *op, size_t bytes, char *err, size_t errlen,
     cohort__time deadline);
-/* Broadcast, allgather, reduce_scatter or allreduce over the segment
- * (cohort__tcp_shm_usable said yes); bytes: the per-rank block. */
+/* Any collective but barrier over the segment (cohort__tcp_shm_usable
+ * said yes); bytes: the per-rank block (allgatherv: unused). */
 cohort_status cohort__tcp_shm_run(struct cohort__tcp *t,
     const struct cohort__op *op, size_t bytes, char *err, size_t errlen,
     cohort__time deadline);

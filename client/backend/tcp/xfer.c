@@ -78,19 +78,79 @@ xfer_again(int e)
 	return (e == EAGAIN || e == EWOULDBLOCK || e == EINTR);
 }
 
-/* Sleeps in poll() on fds[0..n) for at most TCP_POLL_MS or until the
- * deadline; the caller re-checks everything afterwards. */
-static void
-xfer_poll(struct pollfd *fds, int n, cohort__time deadline)
+int
+cohort__tcp_watch_add(struct cohort__tcp *t, struct pollfd *fds, int n)
+{
+	const struct cohort__tcp *w = t->watch;
+	int k = 0;
+
+	if (w == NULL)
+		return (0);
+	for (int p = 0; p < w->size; p++) {
+		if (p == w->rank || p == t->watch_lost || w->peers[p].fd < 0)
+			continue;
+		fds[n + k].fd = w->peers[p].fd;
+		fds[n + k].events = POLLRDHUP;
+		fds[n + k].revents = 0;
+		k++;
+	}
+	return (k);
+}
+
+cohort_status
+cohort__tcp_watch_check(struct cohort__tcp *t, const struct pollfd *fds, int k,
+    char *err, size_t errlen)
+{
+	const struct cohort__tcp *w = t->watch;
+	int i = 0;
+	cohort_status rv;
+
+	for (int p = 0; w != NULL && p < w->size && i < k; p++) {
+		if (p == w->rank || p == t->watch_lost || w->peers[p].fd < 0)
+			continue;
+		if ((fds[i++].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0
+		    && t->watch_lost < 0) {
+			t->watch_lost = p;
+			t->watch_lost_ns = cohort__now_ns();
+		}
+	}
+	if (w == NULL || t->watch_lost < 0
+	    || cohort__now_ns() - t->watch_lost_ns
+	        < (uint64_t)COHORT__TCP_WATCH_GRACE_MS * 1000000u)
+		return (COHORT_OK);
+	if ((rv = cohort__tcp_check_abort(t, err, errlen)) != COHORT_OK)
+		return (rv);
+	if (atomic_load_explicit(
+	        (atomic_int *)&w->aborted, memory_order_acquire)) {
+		snprintf(
+		    err, errlen, "%s #%" PRIu64 " aborted", t->opname, t->seq);
+		return (COHORT_EABORTED);
+	}
+	snprintf(err, errlen,
+	    "rank %d closed the connection during %s #%" PRIu64
+	    " (hierarchical all-reduce; this rank still waited %d ms later)",
+	    (int)w->peers[t->watch_lost].job_rank, t->opname, t->seq,
+	    COHORT__TCP_WATCH_GRACE_MS);
+	return (COHORT_EPEERLOST);
+}
+
+/* Sleeps in poll() on fds[0..n) (and a child's watched connections, for
+ * which fds has room) for at most TCP_POLL_MS or until the deadline; the
+ * caller re-checks everything afterwards. */
+static cohort_status
+xfer_poll(struct cohort__tcp *t, struct pollfd *fds, int n, char *err,
+    size_t errlen, cohort__time deadline)
 {
 	int ms = TCP_POLL_MS;
 	cohort_duration left = cohort__remaining(deadline);
+	int k = cohort__tcp_watch_add(t, fds, n);
 
 	if (left != COHORT_WAIT_FOREVER && left < ms)
 		ms = left;
 	if (ms < 1)
 		ms = 1;
-	(void)poll(fds, (nfds_t)n, ms);
+	(void)poll(fds, (nfds_t)(n + k), ms);
+	return (cohort__tcp_watch_check(t, fds + n, k, err, errlen));
 }
 
 /* After poll(): a peer we still have bytes for that hung up (FIN, RST) is
@@ -242,7 +302,9 @@ cohort__tcp_exchange(
 			        : xfer_timeout(t, first, false, P->recvd,
 			            P->rlen, err, errlen));
 		}
-		xfer_poll(fds, nfds, deadline);
+		if ((rv = xfer_poll(t, fds, nfds, err, errlen, deadline))
+		    != COHORT_OK)
+			return (rv);
 		for (int i = 0; i < nfds; i++) {
 			struct cohort__tcp_peer *P = &t->peers[t->pfd_peer[i]];
 
@@ -252,6 +314,22 @@ cohort__tcp_exchange(
 				return (rv);
 		}
 	}
+}
+
+cohort_status
+cohort__tcp_exchange_all(struct cohort__tcp *t, uint8_t *all, size_t len,
+    char *err, size_t errlen, cohort__time deadline)
+{
+	cohort__tcp_plan_reset(t);
+	for (int p = 0; p < t->size; p++) {
+		if (p == t->rank)
+			continue;
+		t->peers[p].sbuf = all + (size_t)t->rank * len;
+		t->peers[p].slen = len;
+		t->peers[p].rbuf = all + (size_t)p * len;
+		t->peers[p].rlen = len;
+	}
+	return (cohort__tcp_exchange(t, err, errlen, deadline));
 }
 
 /* Processes (reduces, divides) the received bytes [S->processed, upto) of
@@ -445,8 +523,9 @@ static cohort_status
 stream_wait(struct stream *x, bool want_send, bool want_recv, char *err,
     size_t errlen, cohort__time deadline)
 {
-	struct pollfd fds[2];
+	struct pollfd *fds = x->t->pfds; /* room for 2 + the watch */
 	int nfds = 0;
+	cohort_status rv;
 
 	if (cohort__expired(deadline)) {
 		if (want_recv)
@@ -468,7 +547,9 @@ stream_wait(struct stream *x, bool want_send, bool want_recv, char *err,
 		fds[nfds].events = POLLIN;
 		fds[nfds++].revents = 0;
 	}
-	xfer_poll(fds, nfds, deadline);
+	if ((rv = xfer_poll(x->t, fds, nfds, err, errlen, deadline))
+	    != COHORT_OK)
+		return (rv);
 	if (want_send)
 		return (xfer_hangup(x->t, &fds[0], x->to, x->steps[x->ks].sent,
 		    x->steps[x->ks].slen, err, errlen));

@@ -1,4 +1,7 @@
-"""A plain torch script for any launcher that sets torchrun's variables."""
+"""A plain torch script for any launcher that sets torchrun's variables.
+
+exercise() is also what spawn_job.py's ranks run once they have joined.
+"""
 
 import json
 import os
@@ -8,14 +11,21 @@ import torch.distributed as dist
 
 import cohort.torch  # noqa: F401
 
-torch.set_num_threads(1)
-dist.init_process_group("cohort")
-rank, world = dist.get_rank(), dist.get_world_size()
-t = torch.full((1000,), float(rank + 1))
-dist.all_reduce(t)
-objs = [None] * world
-dist.all_gather_object(objs, rank)
-ok = bool(torch.all(t == world * (world + 1) / 2)) and objs == list(range(world))
-# one write: ranks share the launcher's pipe
-os.write(1, (json.dumps({"rank": rank, "ok": ok, "backend": dist.get_backend()}) + "\n").encode())
-dist.destroy_process_group()
+
+def exercise() -> None:
+    """An all-reduce and an all-gather in the joined group; one JSON line says whether both were right."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    t = torch.full((1000,), float(rank + 1))
+    dist.all_reduce(t)
+    objs = [None] * world
+    dist.all_gather_object(objs, rank)
+    ok = bool(torch.all(t == world * (world + 1) / 2)) and objs == list(range(world))
+    # one write: ranks share the launcher's pipe
+    os.write(1, (json.dumps({"rank": rank, "ok": ok, "backend": dist.get_backend()}) + "\n").encode())
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    dist.init_process_group("cohort")
+    exercise()
