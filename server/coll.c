@@ -20,20 +20,19 @@
 const char *
 srv_coll_kind_name(int kind)
 {
-	switch (kind) {
-	case COHORT__COLLECTIVE_KIND__COLL_BARRIER:
-		return ("barrier");
-	case COHORT__COLLECTIVE_KIND__COLL_BROADCAST:
-		return ("broadcast");
-	case COHORT__COLLECTIVE_KIND__COLL_REDUCE_SCALARS:
-		return ("reduce_scalars");
-	case COHORT__COLLECTIVE_KIND__COLL_DECIDE:
-		return ("decide");
-	case COHORT__COLLECTIVE_KIND__COLL_SERVICE:
-		return ("service");
-	default:
+	static const char *const names[] = {
+		[COHORT__COLLECTIVE_KIND__COLL_BARRIER] = "barrier",
+		[COHORT__COLLECTIVE_KIND__COLL_BROADCAST] = "broadcast",
+		[COHORT__COLLECTIVE_KIND__COLL_REDUCE_SCALARS]
+		= "reduce_scalars",
+		[COHORT__COLLECTIVE_KIND__COLL_DECIDE] = "decide",
+		[COHORT__COLLECTIVE_KIND__COLL_SERVICE] = "service",
+	};
+
+	if (kind < 0 || (size_t)kind >= sizeof(names) / sizeof(names[0])
+	    || names[kind] == NULL)
 		return ("collective");
-	}
+	return (names[kind]);
 }
 
 /* The service backend's operations (Collective.service_op: the client's

@@ -19,14 +19,14 @@
 const char *
 srv_member_state_name(enum srv_member_state st)
 {
-	switch (st) {
-	case SRV_MEMBER_RUNNING:
-		return ("running");
-	case SRV_MEMBER_FAILED:
-		return ("failed");
-	default:
-		return ("left");
-	}
+	static const char *const names[] = {
+		[SRV_MEMBER_RUNNING] = "running",
+		[SRV_MEMBER_FAILED] = "failed",
+		[SRV_MEMBER_LEFT] = "left",
+	};
+
+	return ((unsigned)st < sizeof(names) / sizeof(names[0]) ? names[st]
+	                                                        : "left");
 }
 
 const char *
