@@ -184,7 +184,14 @@ $(OBJ)/%.cu.o: %.cu
 	  -gencode arch=compute_90,code=compute_90 $(DEFS) -c $< -o $@
 
 # --- libraries --------------------------------------------------------------
+# The static libraries: each one's objects, then the one recipe.
 $(LIB)/libcohort.a: $(LIB_OBJ)
+$(LIB)/libcohort_common.a: $(COMMON_OBJ)
+$(LIB)/libcohort_cuda.a: $(CUDA_OBJ)
+$(LIB)/libcohortd.a: $(SRV_OBJ)
+$(LIB)/libcohort_strategies.a: $(STRAT_OBJ)
+$(LIB)/libcohort_examples.a: $(EXLIB_OBJ)
+$(LIB)/%.a:
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
@@ -193,30 +200,10 @@ $(LIB)/libcohort.so: $(LIB_OBJ)
 	$(CC) -shared -Wl,-soname,libcohort.so.0 -Wl,--no-undefined $(LDFLAGS) \
 	  -o $@ $^ $(LIB_LDLIBS)
 
-$(LIB)/libcohort_common.a: $(COMMON_OBJ)
-	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
-
-$(LIB)/libcohort_cuda.a: $(CUDA_OBJ)
-	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
-
-$(LIB)/libcohortd.a: $(SRV_OBJ)
-	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
-
-$(LIB)/libcohort_strategies.a: $(STRAT_OBJ)
-	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
-
 $(LIB)/libcohort_strategies.so: $(STRAT_OBJ) $(LIB)/libcohort.so
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,-soname,libcohort_strategies.so.0 $(LDFLAGS) -o $@ \
 	  $(STRAT_OBJ) -L$(LIB) -lcohort -lpthread -lm
-
-$(LIB)/libcohort_examples.a: $(EXLIB_OBJ)
-	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
 
 # --- programs ---------------------------------------------------------------
 # cohortd stands on the floor only: no client code in the coordinator.

@@ -20,20 +20,19 @@
 const char *
 srv_coll_kind_name(int kind)
 {
-	switch (kind) {
-	case COHORT__COLLECTIVE_KIND__COLL_BARRIER:
-		return ("barrier");
-	case COHORT__COLLECTIVE_KIND__COLL_BROADCAST:
-		return ("broadcast");
-	case COHORT__COLLECTIVE_KIND__COLL_REDUCE_SCALARS:
-		return ("reduce_scalars");
-	case COHORT__COLLECTIVE_KIND__COLL_DECIDE:
-		return ("decide");
-	case COHORT__COLLECTIVE_KIND__COLL_SERVICE:
-		return ("service");
-	default:
+	static const char *const names[] = {
+		[COHORT__COLLECTIVE_KIND__COLL_BARRIER] = "barrier",
+		[COHORT__COLLECTIVE_KIND__COLL_BROADCAST] = "broadcast",
+		[COHORT__COLLECTIVE_KIND__COLL_REDUCE_SCALARS]
+		= "reduce_scalars",
+		[COHORT__COLLECTIVE_KIND__COLL_DECIDE] = "decide",
+		[COHORT__COLLECTIVE_KIND__COLL_SERVICE] = "service",
+	};
+
+	if (kind < 0 || (size_t)kind >= sizeof(names) / sizeof(names[0])
+	    || names[kind] == NULL)
 		return ("collective");
-	}
+	return (names[kind]);
 }
 
 /* The service backend's operations (Collective.service_op: the client's
@@ -156,6 +155,18 @@ srv_coll_describe(const struct srv_call *c, char *buf, size_t len)
 	}
 }
 
+/* What becomes of a parked group creation or collective arrival (the
+ * core calls these through srv_park_ops). */
+static void group_withdraw(struct srv_call *c);
+static void group_expire(struct srv_call *c, cohort__time now);
+static void coll_withdraw(struct srv_call *c);
+static void coll_expire(struct srv_call *c, cohort__time now);
+
+static const struct srv_park_ops group_park
+    = { SRV_PARK_GROUP, group_withdraw, group_expire };
+static const struct srv_park_ops coll_park
+    = { SRV_PARK_COLL, coll_withdraw, coll_expire };
+
 /* ------------------------------------------------------------------------ */
 /* Groups                                                                   */
 /* ------------------------------------------------------------------------ */
@@ -276,18 +287,15 @@ group_same(const struct srv_group *g, const int32_t *ranks, size_t n)
 }
 
 void
-srv_group_handle(
-    struct srv_call *c, const Cohort__GroupCreate *gc, cohort__time now)
+srv_group_handle(struct srv_call *c, const struct srv_member *m,
+    const Cohort__GroupCreate *gc, cohort__time now)
 {
 	struct srv_job *job = c->job;
-	struct srv_member *m;
 	struct srv_group *g;
 	uint8_t *seen;
 	int32_t grank = -1;
 	char a[512], b[512];
 
-	if ((m = srv_job_collective_member(c)) == NULL)
-		return;
 	if (gc->name[0] == '\0' || strlen(gc->name) > SRV_MAX_NAME) {
 		srv_call_fail(c, COHORT_EINVAL,
 		    "group name must be 1..%d bytes (\"\" is the world)",
@@ -384,7 +392,7 @@ srv_group_handle(
 	g->arr[grank] = c;
 	g->narr++;
 	c->owner = g;
-	srv_call_park(c, SRV_PARK_GROUP);
+	srv_call_park(c, &group_park);
 	if (g->narr < g->n)
 		return;
 	g->complete = true;
@@ -397,8 +405,8 @@ srv_group_handle(
 	g->narr = 0;
 }
 
-void
-srv_group_withdraw(struct srv_call *c)
+static void
+group_withdraw(struct srv_call *c)
 {
 	struct srv_group *g = c->owner;
 
@@ -409,33 +417,21 @@ srv_group_withdraw(struct srv_call *c)
 		group_free(c->job, g);
 }
 
-void
-srv_group_expire(struct srv_call *c, cohort__time now)
+static void
+group_expire(struct srv_call *c, cohort__time now)
 {
 	struct srv_group *g = c->owner;
 	int32_t *miss = calloc(g->n + 1, sizeof(int32_t));
-	size_t nm = 0;
-	char rb[512], secs[32], name[SRV_MAX_NAME + 1];
-	Cohort__Reply rep;
-	char buf[1024];
+	size_t nm = 0, off = 0;
+	char what[SRV_MAX_NAME + 32], buf[1024];
 
-	cohort__strlcpy(name, g->name, sizeof(name));
 	for (uint32_t i = 0; miss != NULL && i < g->n; i++)
 		if (g->arr[i] == NULL)
 			miss[nm++] = g->ranks[i];
-	srv_fmt_ranks(rb, sizeof(rb), miss, nm);
-	srv_fmt_secs(secs, sizeof(secs), now - c->start);
-	srv_call_withdraw(c, now);
-	snprintf(buf, sizeof(buf),
-	    "creation of group '%s' timed out after %s; rank%s %s never "
-	    "arrived",
-	    name, secs, nm == 1 ? "" : "s", rb);
-	srv_reply_init(&rep, c, COHORT_ETIMEDOUT);
-	rep.error = buf;
-	rep.n_missing_ranks = nm;
-	rep.missing_ranks = miss;
-	srv_call_answer(c, &rep, NULL, 0);
-	free(miss);
+	snprintf(what, sizeof(what), "creation of group '%s'", g->name);
+	srv_fmt_never_arrived(
+	    buf, sizeof(buf), &off, what, now - c->start, miss, nm);
+	srv_call_timed_out(c, now, buf, miss, nm);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -824,11 +820,10 @@ coll_validate(struct srv_call *c, const Cohort__Collective *co)
 }
 
 void
-srv_coll_handle(
-    struct srv_call *c, const Cohort__Collective *req, cohort__time now)
+srv_coll_handle(struct srv_call *c, const struct srv_member *m,
+    const Cohort__Collective *req, cohort__time now)
 {
 	struct srv_job *job = c->job;
-	struct srv_member *m;
 	struct srv_group *g;
 	struct srv_coll *co;
 	struct srv_hnode *n;
@@ -836,8 +831,6 @@ srv_coll_handle(
 	size_t glen, klen;
 	int32_t grank;
 
-	if ((m = srv_job_collective_member(c)) == NULL)
-		return;
 	if (!coll_validate(c, req))
 		return;
 	g = group_find(job, req->group);
@@ -958,7 +951,7 @@ srv_coll_handle(
 			co->calls[grank] = c;
 			co->nparked++;
 			c->owner = co;
-			srv_call_park(c, SRV_PARK_COLL);
+			srv_call_park(c, &coll_park);
 			return;
 		}
 		if (coll_done(co))
@@ -968,13 +961,13 @@ srv_coll_handle(
 	co->calls[grank] = c;
 	co->nparked++;
 	c->owner = co;
-	srv_call_park(c, SRV_PARK_COLL);
+	srv_call_park(c, &coll_park);
 	if (co->narrived == g->n)
 		coll_complete(co);
 }
 
-void
-srv_coll_withdraw(struct srv_call *c)
+static void
+coll_withdraw(struct srv_call *c)
 {
 	struct srv_coll *co = c->owner;
 
@@ -987,18 +980,17 @@ srv_coll_withdraw(struct srv_call *c)
 		coll_free(co);
 }
 
-void
-srv_coll_expire(struct srv_call *c, cohort__time now)
+static void
+coll_expire(struct srv_call *c, cohort__time now)
 {
 	struct srv_coll *co = c->owner;
 	struct srv_group *g = co->g;
 	struct srv_job *job = c->job;
 	int32_t *miss = calloc(g->n + 1, sizeof(int32_t));
-	size_t nm = 0, off;
-	char rb[512], secs[32], what[700], buf[2400], doing[800];
+	size_t nm = 0, off = 0;
+	char secs[32], what[700], buf[2400], doing[800];
 	const struct srv_member *self
 	    = c->client != NULL ? c->client->member : NULL;
-	Cohort__Reply rep;
 
 	for (uint32_t i = 0; miss != NULL && i < g->n; i++) {
 		if (co->arrived[i])
@@ -1008,13 +1000,9 @@ srv_coll_expire(struct srv_call *c, cohort__time now)
 			continue;
 		miss[nm++] = g->ranks[i];
 	}
-	srv_fmt_ranks(rb, sizeof(rb), miss, nm);
-	srv_fmt_secs(secs, sizeof(secs), now - c->start);
 	srv_coll_describe(c, what, sizeof(what));
-	off = 0;
-	cohort__appendf(buf, sizeof(buf), &off,
-	    "%s timed out after %s; rank%s %s never arrived", what, secs,
-	    nm == 1 ? "" : "s", rb);
+	srv_fmt_never_arrived(
+	    buf, sizeof(buf), &off, what, now - c->start, miss, nm);
 	/* What the missing ranks do instead, and the liveness bound that
 	 * did not fire (they were alive all along). */
 	for (size_t i = 0; i < nm && i < 4; i++) {
@@ -1032,113 +1020,100 @@ srv_coll_expire(struct srv_call *c, cohort__time now)
 		cohort__appendf(buf, sizeof(buf), &off,
 		    "; heartbeat dead-after is %s", secs);
 	}
-	srv_call_withdraw(c, now);
-	srv_reply_init(&rep, c, COHORT_ETIMEDOUT);
-	rep.error = buf;
-	rep.n_missing_ranks = nm;
-	rep.missing_ranks = miss;
-	srv_call_answer(c, &rep, NULL, 0);
-	free(miss);
+	srv_call_timed_out(c, now, buf, miss, nm);
 }
 
+/* How the calls parked in an operation that cannot complete are
+ * answered: rank `left` left the job, so `what` cannot complete; or
+ * (left < 0) with st and why (EPEERLOST: the job's failure). */
+struct coll_end {
+	cohort_status st;
+	const char *why;
+	int32_t left;
+	const char *what;
+};
+
+/* Answers every call of calls[0..n) as e says, leaving it empty. */
 static void
-coll_fail_parked(struct srv_call *c, cohort_status st, const char *why)
+coll_end_calls(struct srv_call **calls, uint32_t n, const struct coll_end *e)
 {
-	c->owner = NULL;
-	if (st == COHORT_EPEERLOST)
-		srv_call_peerlost(c);
-	else
-		srv_call_fail(c, st, "%s", why);
+	for (uint32_t k = 0; k < n; k++) {
+		struct srv_call *c = calls[k];
+		if (c == NULL)
+			continue;
+		calls[k] = NULL;
+		c->owner = NULL;
+		if (e->left >= 0)
+			coll_answer_left(c, e->left, e->what);
+		else if (e->st == COHORT_EPEERLOST)
+			srv_call_peerlost(c);
+		else
+			srv_call_fail(c, e->st, "%s", e->why);
+	}
+}
+
+/* Ends a pending collective, answering its parked calls as e says. */
+static void
+coll_end(struct srv_coll *co, const struct coll_end *e)
+{
+	coll_end_calls(co->calls, co->g->n, e);
+	co->nparked = 0;
+	coll_free(co);
+}
+
+/* Ends a group (a pending creation's parked calls answered as e says). */
+static void
+group_end(struct srv_job *job, struct srv_group *g, const struct coll_end *e)
+{
+	coll_end_calls(g->arr, g->n, e);
+	group_free(job, g);
 }
 
 void
 srv_coll_reset(
     struct srv_job *job, cohort_status st, const char *why, bool free_groups)
 {
-	for (size_t i = 0; i < job->colls.nb; i++) {
-		while (job->colls.b[i] != NULL) {
-			struct srv_coll *co = SRV_CONTAINER(
-			    job->colls.b[i], struct srv_coll, hn);
-			for (uint32_t k = 0; k < co->g->n; k++) {
-				struct srv_call *c = co->calls[k];
-				if (c == NULL)
-					continue;
-				co->calls[k] = NULL;
-				coll_fail_parked(c, st, why);
-			}
-			co->nparked = 0;
-			coll_free(co);
-		}
-	}
-	for (size_t i = 0; i < job->groups.nb; i++) {
-		struct srv_hnode *n, *next;
-		for (n = job->groups.b[i]; n != NULL; n = next) {
-			struct srv_group *g
-			    = SRV_CONTAINER(n, struct srv_group, hn);
-			next = n->next;
-			if (g->complete && !free_groups)
-				continue;
-			for (uint32_t k = 0; k < g->n; k++) {
-				struct srv_call *c = g->arr[k];
-				if (c == NULL)
-					continue;
-				g->arr[k] = NULL;
-				coll_fail_parked(c, st, why);
-			}
-			group_free(job, g);
-		}
+	const struct coll_end e = { st, why, -1, NULL };
+	struct srv_hnode *n, *next;
+	size_t i;
+
+	for (i = 0; i < job->colls.nb; i++)
+		while ((n = job->colls.b[i]) != NULL)
+			coll_end(SRV_CONTAINER(n, struct srv_coll, hn), &e);
+	for (n = srv_map_next(&job->groups, &i, NULL); n != NULL; n = next) {
+		struct srv_group *g = SRV_CONTAINER(n, struct srv_group, hn);
+		next = srv_map_next(&job->groups, &i, n);
+		if (!g->complete || free_groups)
+			group_end(job, g, &e);
 	}
 }
 
 void
 srv_coll_rank_left(struct srv_job *job, int32_t rank)
 {
-	for (size_t i = 0; i < job->colls.nb; i++) {
-		struct srv_hnode *n, *next;
-		for (n = job->colls.b[i]; n != NULL; n = next) {
-			struct srv_coll *co
-			    = SRV_CONTAINER(n, struct srv_coll, hn);
-			int32_t gr = co->g->grank_of[rank];
-			char what[700];
-			next = n->next;
-			if (gr < 0 || co->arrived[gr] || co->mismatch
-			    || co->root_in)
-				continue;
-			coll_desc_text(&co->cd, what, sizeof(what));
-			for (uint32_t k = 0; k < co->g->n; k++) {
-				struct srv_call *c = co->calls[k];
-				if (c == NULL)
-					continue;
-				co->calls[k] = NULL;
-				c->owner = NULL;
-				coll_answer_left(c, rank, what);
-			}
-			co->nparked = 0;
-			coll_free(co);
-		}
+	char what[700];
+	const struct coll_end e = { COHORT_EPEERLOST, NULL, rank, what };
+	struct srv_hnode *n, *next;
+	size_t i;
+
+	for (n = srv_map_next(&job->colls, &i, NULL); n != NULL; n = next) {
+		struct srv_coll *co = SRV_CONTAINER(n, struct srv_coll, hn);
+		int32_t gr = co->g->grank_of[rank];
+		next = srv_map_next(&job->colls, &i, n);
+		if (gr < 0 || co->arrived[gr] || co->mismatch || co->root_in)
+			continue;
+		coll_desc_text(&co->cd, what, sizeof(what));
+		coll_end(co, &e);
 	}
-	for (size_t i = 0; i < job->groups.nb; i++) {
-		struct srv_hnode *n, *next;
-		for (n = job->groups.b[i]; n != NULL; n = next) {
-			struct srv_group *g
-			    = SRV_CONTAINER(n, struct srv_group, hn);
-			int32_t gr = g->grank_of[rank];
-			char what[300];
-			next = n->next;
-			if (g->complete || gr < 0 || g->arr[gr] != NULL)
-				continue;
-			snprintf(what, sizeof(what), "creation of group '%s'",
-			    g->name);
-			for (uint32_t k = 0; k < g->n; k++) {
-				struct srv_call *c = g->arr[k];
-				if (c == NULL)
-					continue;
-				g->arr[k] = NULL;
-				c->owner = NULL;
-				coll_answer_left(c, rank, what);
-			}
-			group_free(job, g);
-		}
+	for (n = srv_map_next(&job->groups, &i, NULL); n != NULL; n = next) {
+		struct srv_group *g = SRV_CONTAINER(n, struct srv_group, hn);
+		int32_t gr = g->grank_of[rank];
+		next = srv_map_next(&job->groups, &i, n);
+		if (g->complete || gr < 0 || g->arr[gr] != NULL)
+			continue;
+		snprintf(
+		    what, sizeof(what), "creation of group '%s'", g->name);
+		group_end(job, g, &e);
 	}
 }
 

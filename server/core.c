@@ -87,6 +87,19 @@ srv_fmt_ranks(char *buf, size_t len, const int32_t *r, size_t n)
 	}
 }
 
+void
+srv_fmt_never_arrived(char *buf, size_t len, size_t *off, const char *what,
+    cohort__time waited, const int32_t *miss, size_t nm)
+{
+	char rb[512], secs[32];
+
+	srv_fmt_ranks(rb, sizeof(rb), miss, nm);
+	srv_fmt_secs(secs, sizeof(secs), waited);
+	cohort__appendf(buf, len, off,
+	    "%s timed out after %s; rank%s %s never arrived", what, secs,
+	    nm == 1 ? "" : "s", rb);
+}
+
 uint64_t
 srv_random(struct srv_core *core)
 {
@@ -252,6 +265,7 @@ call_unpark(struct srv_call *c)
 	heap_remove(c->core, c);
 	srv_list_remove(&c->clink);
 	c->park = SRV_PARK_NONE;
+	c->park_ops = NULL;
 	c->core->nparked--;
 }
 
@@ -506,10 +520,11 @@ srv_call_drop(struct srv_call *c)
 }
 
 void
-srv_call_park(struct srv_call *c, enum srv_park kind)
+srv_call_park(struct srv_call *c, const struct srv_park_ops *ops)
 {
 	COHORT__ASSERT(c->park == SRV_PARK_NONE);
-	c->park = kind;
+	c->park = ops->kind;
+	c->park_ops = ops;
 	c->core->nparked++;
 	if (c->client != NULL)
 		srv_list_append(&c->client->parked, &c->clink);
@@ -526,25 +541,9 @@ void
 srv_call_withdraw(struct srv_call *c, cohort__time now)
 {
 	(void)now;
-	switch (c->park) {
-	case SRV_PARK_JOIN:
-		srv_job_withdraw_join(c);
-		break;
-	case SRV_PARK_COLL:
-		srv_coll_withdraw(c);
-		break;
-	case SRV_PARK_GROUP:
-		srv_group_withdraw(c);
-		break;
-	case SRV_PARK_WATCH:
-		srv_list_remove(&c->olink);
-		break;
-	case SRV_PARK_KV:
-		srv_kv_withdraw(c);
-		break;
-	case SRV_PARK_NONE:
+	if (c->park == SRV_PARK_NONE)
 		return;
-	}
+	c->park_ops->withdraw(c);
 	call_unpark(c);
 }
 
@@ -552,25 +551,23 @@ void
 srv_call_expire(struct srv_call *c, cohort__time now)
 {
 	c->core->m.timeouts++;
-	switch (c->park) {
-	case SRV_PARK_JOIN:
-		srv_job_expire_join(c, now);
-		break;
-	case SRV_PARK_COLL:
-		srv_coll_expire(c, now);
-		break;
-	case SRV_PARK_GROUP:
-		srv_group_expire(c, now);
-		break;
-	case SRV_PARK_WATCH:
-		srv_job_expire_watch(c, now);
-		break;
-	case SRV_PARK_KV:
-		srv_kv_expire(c, now);
-		break;
-	case SRV_PARK_NONE:
-		break;
-	}
+	if (c->park != SRV_PARK_NONE)
+		c->park_ops->expire(c, now);
+}
+
+void
+srv_call_timed_out(struct srv_call *c, cohort__time now, const char *why,
+    int32_t *miss, size_t nm)
+{
+	Cohort__Reply rep;
+
+	srv_call_withdraw(c, now);
+	srv_reply_init(&rep, c, COHORT_ETIMEDOUT);
+	rep.error = (char *)why;
+	rep.n_missing_ranks = nm;
+	rep.missing_ranks = miss;
+	srv_call_answer(c, &rep, NULL, 0);
+	free(miss);
 }
 
 void

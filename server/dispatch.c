@@ -168,6 +168,8 @@ dispatch_retry(struct srv_call *c)
 static void
 dispatch_body(struct srv_call *c, const Cohort__Request *req, cohort__time now)
 {
+	const struct srv_member *m;
+
 	switch (req->body_case) {
 	case COHORT__REQUEST__BODY_JOIN:
 		srv_job_join(c, req->join, now);
@@ -188,10 +190,14 @@ dispatch_body(struct srv_call *c, const Cohort__Request *req, cohort__time now)
 		srv_job_report(c, req->report_failure, now);
 		break;
 	case COHORT__REQUEST__BODY_COLLECTIVE:
-		srv_coll_handle(c, req->collective, now);
-		break;
 	case COHORT__REQUEST__BODY_GROUP_CREATE:
-		srv_group_handle(c, req->group_create, now);
+		/* both come from a running member (else answered here) */
+		if ((m = srv_job_collective_member(c)) == NULL)
+			break;
+		if (req->body_case == COHORT__REQUEST__BODY_COLLECTIVE)
+			srv_coll_handle(c, m, req->collective, now);
+		else
+			srv_group_handle(c, m, req->group_create, now);
 		break;
 	case COHORT__REQUEST__BODY_KV_SET:
 	case COHORT__REQUEST__BODY_KV_GET:

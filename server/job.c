@@ -19,14 +19,14 @@
 const char *
 srv_member_state_name(enum srv_member_state st)
 {
-	switch (st) {
-	case SRV_MEMBER_RUNNING:
-		return ("running");
-	case SRV_MEMBER_FAILED:
-		return ("failed");
-	default:
-		return ("left");
-	}
+	static const char *const names[] = {
+		[SRV_MEMBER_RUNNING] = "running",
+		[SRV_MEMBER_FAILED] = "failed",
+		[SRV_MEMBER_LEFT] = "left",
+	};
+
+	return ((unsigned)st < sizeof(names) / sizeof(names[0]) ? names[st]
+	                                                        : "left");
 }
 
 const char *
@@ -323,6 +323,54 @@ rdzv_complete(struct srv_job *job, cohort__time now)
 	free(lr);
 }
 
+static void
+job_withdraw_join(struct srv_call *c)
+{
+	struct srv_job *job = c->job;
+
+	if (c->rank >= 0)
+		job->rdzv_by_rank[c->rank] = NULL;
+	else
+		srv_list_remove(&c->olink);
+	if (--job->rdzv_n == 0)
+		rdzv_reset(job);
+}
+
+static void
+job_expire_join(struct srv_call *c, cohort__time now)
+{
+	struct srv_job *job = c->job;
+	uint32_t w = job->rdzv_world, nauto = 0, joined = job->rdzv_n;
+	int32_t *miss = calloc(w + 1, sizeof(int32_t));
+	size_t nm = 0;
+	struct srv_link *l;
+	char rb[512], secs[32], buf[1024];
+
+	for (l = job->rdzv_auto.next; l != &job->rdzv_auto; l = l->next)
+		nauto++;
+	/* The lowest free ranks go to the rank -1 joins. */
+	for (uint32_t r = 0; miss != NULL && r < w; r++) {
+		if (job->rdzv_by_rank[r] != NULL)
+			continue;
+		if (nauto > 0) {
+			nauto--;
+			continue;
+		}
+		miss[nm++] = (int32_t)r;
+	}
+	srv_fmt_ranks(rb, sizeof(rb), miss, nm);
+	srv_fmt_secs(secs, sizeof(secs), now - c->start);
+	snprintf(buf, sizeof(buf),
+	    "rendezvous of job '%s' timed out after %s: %u of %u ranks "
+	    "joined; missing rank%s %s",
+	    job->name, secs, joined, w, nm == 1 ? "" : "s", rb);
+	srv_call_timed_out(c, now, buf, miss, nm);
+}
+
+/* A join waits in the rendezvous. */
+static const struct srv_park_ops job_park_join
+    = { SRV_PARK_JOIN, job_withdraw_join, job_expire_join };
+
 void
 srv_job_join(struct srv_call *c, const Cohort__Join *j, cohort__time now)
 {
@@ -465,60 +513,9 @@ srv_job_join(struct srv_call *c, const Cohort__Join *j, cohort__time now)
 	else
 		srv_list_append(&job->rdzv_auto, &c->olink);
 	job->rdzv_n++;
-	srv_call_park(c, SRV_PARK_JOIN);
+	srv_call_park(c, &job_park_join);
 	if (job->rdzv_n == job->rdzv_world)
 		rdzv_complete(job, now);
-}
-
-void
-srv_job_withdraw_join(struct srv_call *c)
-{
-	struct srv_job *job = c->job;
-
-	if (c->rank >= 0)
-		job->rdzv_by_rank[c->rank] = NULL;
-	else
-		srv_list_remove(&c->olink);
-	if (--job->rdzv_n == 0)
-		rdzv_reset(job);
-}
-
-void
-srv_job_expire_join(struct srv_call *c, cohort__time now)
-{
-	struct srv_job *job = c->job;
-	uint32_t w = job->rdzv_world, nauto = 0, joined = job->rdzv_n;
-	int32_t *miss = calloc(w + 1, sizeof(int32_t));
-	size_t nm = 0;
-	struct srv_link *l;
-	char rb[512], secs[32], buf[1024];
-	Cohort__Reply rep;
-
-	for (l = job->rdzv_auto.next; l != &job->rdzv_auto; l = l->next)
-		nauto++;
-	/* The lowest free ranks go to the rank -1 joins. */
-	for (uint32_t r = 0; miss != NULL && r < w; r++) {
-		if (job->rdzv_by_rank[r] != NULL)
-			continue;
-		if (nauto > 0) {
-			nauto--;
-			continue;
-		}
-		miss[nm++] = (int32_t)r;
-	}
-	srv_fmt_ranks(rb, sizeof(rb), miss, nm);
-	srv_fmt_secs(secs, sizeof(secs), now - c->start);
-	snprintf(buf, sizeof(buf),
-	    "rendezvous of job '%s' timed out after %s: %u of %u ranks "
-	    "joined; missing rank%s %s",
-	    job->name, secs, joined, w, nm == 1 ? "" : "s", rb);
-	srv_call_withdraw(c, now);
-	srv_reply_init(&rep, c, COHORT_ETIMEDOUT);
-	rep.error = buf;
-	rep.n_missing_ranks = nm;
-	rep.missing_ranks = miss;
-	srv_call_answer(c, &rep, NULL, 0);
-	free(miss);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -607,6 +604,26 @@ srv_job_heartbeat(
 	srv_call_answer(c, &rep, NULL, 0);
 }
 
+static void
+job_withdraw_watch(struct srv_call *c)
+{
+	srv_list_remove(&c->olink);
+}
+
+static void
+job_expire_watch(struct srv_call *c, cohort__time now)
+{
+	Cohort__Reply rep;
+
+	srv_call_withdraw(c, now);
+	srv_reply_init(&rep, c, COHORT_OK);
+	srv_call_answer(c, &rep, NULL, 0);
+}
+
+/* A watch waits in job->watchers. */
+static const struct srv_park_ops job_park_watch
+    = { SRV_PARK_WATCH, job_withdraw_watch, job_expire_watch };
+
 void
 srv_job_watch(struct srv_call *c, cohort__time now)
 {
@@ -618,17 +635,7 @@ srv_job_watch(struct srv_call *c, cohort__time now)
 		return;
 	}
 	srv_list_append(&job->watchers, &c->olink);
-	srv_call_park(c, SRV_PARK_WATCH);
-}
-
-void
-srv_job_expire_watch(struct srv_call *c, cohort__time now)
-{
-	Cohort__Reply rep;
-
-	srv_call_withdraw(c, now);
-	srv_reply_init(&rep, c, COHORT_OK);
-	srv_call_answer(c, &rep, NULL, 0);
+	srv_call_park(c, &job_park_watch);
 }
 
 void

@@ -42,6 +42,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -271,6 +272,38 @@ static void
 rec_end(struct jbuf *b, size_t off)
 {
 	rec_finish(b, off, !b->nocrc);
+}
+
+/* A whole record of type t, its fields as fmt says, one letter each:
+ * 's' a string (const char *, NULL: empty), 'w' a uint32_t, 'q' a
+ * uint64_t, 'b' bytes (const void *, size_t). */
+static void
+rec_put(struct jbuf *b, enum jrn_type t, const char *fmt, ...)
+{
+	size_t off = rec_begin(b, t);
+	const void *p;
+	va_list ap;
+
+	va_start(ap, fmt);
+	for (; *fmt != '\0'; fmt++) {
+		switch (*fmt) {
+		case 's':
+			jb_str(b, va_arg(ap, const char *));
+			break;
+		case 'w':
+			jb_u32(b, va_arg(ap, uint32_t));
+			break;
+		case 'q':
+			jb_u64(b, va_arg(ap, uint64_t));
+			break;
+		default: /* 'b' */
+			p = va_arg(ap, const void *);
+			jb_bytes(b, p, va_arg(ap, size_t));
+			break;
+		}
+	}
+	va_end(ap);
+	rec_end(b, off);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1325,24 +1358,15 @@ static void
 snap_kv(void *arg, const char *key, const void *val, size_t vlen)
 {
 	struct snap *s = arg;
-	size_t off = rec_begin(&s->b, JRN_KV_PUT);
 
-	jb_str(&s->b, s->job->name);
-	jb_str(&s->b, key);
-	jb_bytes(&s->b, val, vlen);
-	rec_end(&s->b, off);
+	rec_put(&s->b, JRN_KV_PUT, "ssb", s->job->name, key, val, vlen);
 	snap_flush(s, false);
 }
 
 static void
 rec_job(struct jbuf *b, const struct srv_job *job)
 {
-	size_t off = rec_begin(b, JRN_JOB);
-
-	jb_str(b, job->name);
-	jb_str(b, job->token);
-	jb_u64(b, job->job_id);
-	rec_end(b, off);
+	rec_put(b, JRN_JOB, "ssq", job->name, job->token, job->job_id);
 }
 
 static void
@@ -1369,24 +1393,14 @@ static void
 rec_fail(struct jbuf *b, const struct srv_job *job, int32_t rank,
     const char *text, const char *detail)
 {
-	size_t off = rec_begin(b, JRN_FAIL);
-
-	jb_str(b, job->name);
-	jb_u32(b, (uint32_t)rank);
-	jb_str(b, text != NULL ? text : "");
-	jb_str(b, detail != NULL ? detail : "");
-	rec_end(b, off);
+	rec_put(b, JRN_FAIL, "swss", job->name, (uint32_t)rank, text, detail);
 }
 
 static void
 rec_rank(
     struct jbuf *b, enum jrn_type t, const struct srv_job *job, int32_t rank)
 {
-	size_t off = rec_begin(b, t);
-
-	jb_str(b, job->name);
-	jb_u32(b, (uint32_t)rank);
-	rec_end(b, off);
+	rec_put(b, t, "sw", job->name, (uint32_t)rank);
 }
 
 static void
@@ -1406,13 +1420,8 @@ static void
 rec_reply(struct jbuf *b, const struct srv_job *job, uint64_t id, uint64_t seq,
     nng_msg *m)
 {
-	size_t off = rec_begin(b, JRN_REPLY);
-
-	jb_str(b, job->name);
-	jb_u64(b, id);
-	jb_u64(b, seq);
-	jb_bytes(b, nng_msg_body(m), nng_msg_len(m));
-	rec_end(b, off);
+	rec_put(b, JRN_REPLY, "sqqb", job->name, id, seq,
+	    (const void *)nng_msg_body(m), nng_msg_len(m));
 }
 
 static void
@@ -1799,16 +1808,10 @@ jrn_kv(struct srv_job *job, enum jrn_type t, const char *key, const void *v,
     size_t len)
 {
 	struct jbuf *b = jrn_buf(job);
-	size_t off;
 
-	if (b == NULL)
-		return;
-	off = rec_begin(b, t);
-	jb_str(b, job->name);
-	jb_str(b, key);
-	if (t != JRN_KV_DEL)
-		jb_bytes(b, v, len);
-	rec_end(b, off);
+	if (b != NULL)
+		rec_put(b, t, t != JRN_KV_DEL ? "ssb" : "ss", job->name, key,
+		    v, len);
 }
 
 void
@@ -1846,7 +1849,6 @@ srv_jrn_client_del(struct srv_client *cl)
 	struct srv_jrn *j = cl->job->core->jrn;
 	struct jbuf *b;
 	bool any = false;
-	size_t off;
 
 	if (j == NULL || !cl->job->journaled)
 		return;
@@ -1855,22 +1857,16 @@ srv_jrn_client_del(struct srv_client *cl)
 			any = true;
 	if (!any || (b = jrn_buf(cl->job)) == NULL)
 		return;
-	off = rec_begin(b, JRN_CLIENT_DEL);
-	jb_str(b, cl->job->name);
-	jb_u64(b, cl->id);
-	rec_end(b, off);
+	rec_put(b, JRN_CLIENT_DEL, "sq", cl->job->name, cl->id);
 }
 
 void
 srv_jrn_job_del(struct srv_job *job)
 {
 	struct srv_jrn *j = job->core->jrn;
-	size_t off;
 
 	if (j == NULL || j->broken || !job->journaled)
 		return;
-	off = rec_begin(jrn_log(j), JRN_JOB_DEL);
-	jb_str(&j->buf, job->name);
-	rec_end(&j->buf, off);
+	rec_put(jrn_log(j), JRN_JOB_DEL, "s", job->name);
 	j->st.records++;
 }

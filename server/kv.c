@@ -57,27 +57,22 @@ kv_acct(struct srv_kv *kv, int64_t dbytes, int64_t dkeys)
 void
 srv_kv_fini(struct srv_kv *kv)
 {
-	for (size_t i = 0; i < kv->keys.nb; i++) {
-		struct srv_hnode *n, *next;
-		for (n = kv->keys.b[i]; n != NULL; n = next) {
-			struct srv_kvent *e
-			    = SRV_CONTAINER(n, struct srv_kvent, hn);
-			next = n->next;
-			nng_msg_free(e->msg);
-			free(e->key);
-			free(e);
-		}
+	struct srv_hnode *n, *next;
+	size_t i;
+
+	for (n = srv_map_next(&kv->keys, &i, NULL); n != NULL; n = next) {
+		struct srv_kvent *e = SRV_CONTAINER(n, struct srv_kvent, hn);
+		next = srv_map_next(&kv->keys, &i, n);
+		nng_msg_free(e->msg);
+		free(e->key);
+		free(e);
 	}
 	/* Waiters were answered with their clients; lists are empty. */
-	for (size_t i = 0; i < kv->waits.nb; i++) {
-		struct srv_hnode *n, *next;
-		for (n = kv->waits.b[i]; n != NULL; n = next) {
-			struct srv_kvwait *w
-			    = SRV_CONTAINER(n, struct srv_kvwait, hn);
-			next = n->next;
-			free(w->key);
-			free(w);
-		}
+	for (n = srv_map_next(&kv->waits, &i, NULL); n != NULL; n = next) {
+		struct srv_kvwait *w = SRV_CONTAINER(n, struct srv_kvwait, hn);
+		next = srv_map_next(&kv->waits, &i, n);
+		free(w->key);
+		free(w);
 	}
 	kv_acct(kv, -(int64_t)kv->bytes, -(int64_t)kv->keys.n);
 	srv_map_fini(&kv->keys);
@@ -257,8 +252,8 @@ kv_unlink(struct srv_job *job, struct srv_call *c, size_t i)
 	}
 }
 
-void
-srv_kv_withdraw(struct srv_call *c)
+static void
+kv_withdraw(struct srv_call *c)
 {
 	for (size_t i = 0; i < c->nkeys; i++)
 		kv_unlink(c->job, c, i);
@@ -388,6 +383,42 @@ kv_answer_values(struct srv_call *c, int op)
 	}
 }
 
+static void
+kv_expire(struct srv_call *c, cohort__time now)
+{
+	struct srv_kv *kv = &c->job->kv;
+	char buf[1400], secs[32];
+	size_t off = 0;
+
+	srv_fmt_secs(secs, sizeof(secs), now - c->start);
+	cohort__appendf(buf, sizeof(buf), &off, "wait for key%s ",
+	    c->nkeys == 1 ? "" : "s");
+	for (size_t i = 0; i < c->nkeys && i < 8; i++)
+		cohort__appendf(buf, sizeof(buf), &off, "%s'%.100s'",
+		    i ? ", " : "", c->keys[i]);
+	if (c->nkeys > 8)
+		cohort__appendf(
+		    buf, sizeof(buf), &off, " and %zu more", c->nkeys - 8);
+	cohort__appendf(
+	    buf, sizeof(buf), &off, " timed out after %s; absent:", secs);
+	for (size_t i = 0, k = 0; i < c->nkeys; i++) {
+		if (kv_find(kv, c->keys[i]) != NULL)
+			continue;
+		if (k++ == 8) {
+			cohort__appendf(buf, sizeof(buf), &off, " ...");
+			break;
+		}
+		cohort__appendf(
+		    buf, sizeof(buf), &off, " '%.100s'", c->keys[i]);
+	}
+	srv_call_withdraw(c, now);
+	srv_call_fail(c, COHORT_ETIMEDOUT, "%s", buf);
+}
+
+/* A wait sits in the waiter list of every absent key. */
+static const struct srv_park_ops kv_park
+    = { SRV_PARK_KV, kv_withdraw, kv_expire };
+
 /* get(wait) / multi_get / wait: answer now or park. */
 static void
 kv_wait_keys(
@@ -437,50 +468,18 @@ kv_wait_keys(
 		return;
 	}
 	if ((miss = kv_register(c)) < 0) {
-		srv_kv_withdraw(c);
+		kv_withdraw(c);
 		goto out_nomem;
 	}
 	if (miss == 0) {
 		kv_answer_values(c, op);
 		return;
 	}
-	srv_call_park(c, SRV_PARK_KV);
+	srv_call_park(c, &kv_park);
 	return;
 
 out_nomem:
 	srv_call_fail(c, COHORT_ENOMEM, "out of memory");
-}
-
-void
-srv_kv_expire(struct srv_call *c, cohort__time now)
-{
-	struct srv_kv *kv = &c->job->kv;
-	char buf[1400], secs[32];
-	size_t off = 0;
-
-	srv_fmt_secs(secs, sizeof(secs), now - c->start);
-	cohort__appendf(buf, sizeof(buf), &off, "wait for key%s ",
-	    c->nkeys == 1 ? "" : "s");
-	for (size_t i = 0; i < c->nkeys && i < 8; i++)
-		cohort__appendf(buf, sizeof(buf), &off, "%s'%.100s'",
-		    i ? ", " : "", c->keys[i]);
-	if (c->nkeys > 8)
-		cohort__appendf(
-		    buf, sizeof(buf), &off, " and %zu more", c->nkeys - 8);
-	cohort__appendf(
-	    buf, sizeof(buf), &off, " timed out after %s; absent:", secs);
-	for (size_t i = 0, k = 0; i < c->nkeys; i++) {
-		if (kv_find(kv, c->keys[i]) != NULL)
-			continue;
-		if (k++ == 8) {
-			cohort__appendf(buf, sizeof(buf), &off, " ...");
-			break;
-		}
-		cohort__appendf(
-		    buf, sizeof(buf), &off, " '%.100s'", c->keys[i]);
-	}
-	srv_call_withdraw(c, now);
-	srv_call_fail(c, COHORT_ETIMEDOUT, "%s", buf);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -507,17 +506,60 @@ kv_set(struct srv_call *c, const char *key)
 	srv_call_fail(c, COHORT_OK, "%s", "");
 }
 
+/* Answers c OK with the reply of an add (value), a check (flag: all
+ * present) or a delete (flag: deleted). */
+static void
+kv_answer(
+    struct srv_call *c, Cohort__Reply__BodyCase bc, int64_t value, bool flag)
+{
+	Cohort__Reply rep;
+	Cohort__KvAddReply ar = COHORT__KV_ADD_REPLY__INIT;
+	Cohort__KvCheckReply cr = COHORT__KV_CHECK_REPLY__INIT;
+	Cohort__KvDeleteReply dr = COHORT__KV_DELETE_REPLY__INIT;
+
+	srv_reply_init(&rep, c, COHORT_OK);
+	rep.body_case = bc;
+	ar.value = value;
+	cr.all_present = flag;
+	dr.deleted = flag;
+	if (bc == COHORT__REPLY__BODY_KV_ADD)
+		rep.kv_add = &ar;
+	else if (bc == COHORT__REPLY__BODY_KV_CHECK)
+		rep.kv_check = &cr;
+	else
+		rep.kv_delete = &dr;
+	srv_call_answer(c, &rep, NULL, 0);
+}
+
+/* Stores a copy of a (alen bytes) followed by b (blen) as key's value,
+ * within the limits: false after answering c. */
+static bool
+kv_put_copy(struct srv_call *c, const char *key, const void *a, size_t alen,
+    const void *b, size_t blen)
+{
+	size_t n = alen + blen;
+	uint64_t nk = 0;
+	nng_msg *m;
+
+	if (!kv_limits_ok(c, n, kv_delta(&c->job->kv, key, n, &nk), nk))
+		return (false);
+	if ((m = kv_copy(a, alen, b, blen)) == NULL
+	    || kv_put(c->job, key, m, nng_msg_body(m), n) != COHORT_OK) {
+		if (m != NULL)
+			nng_msg_free(m);
+		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
+		return (false);
+	}
+	return (true);
+}
+
 static void
 kv_add(struct srv_call *c, const Cohort__KvAdd *a)
 {
 	struct srv_kvent *e;
 	int64_t cur = 0, val;
 	char num[32];
-	uint64_t nk = 0;
 	int n;
-	nng_msg *m;
-	Cohort__Reply rep;
-	Cohort__KvAddReply ar;
 
 	if (!kv_key_ok(c, a->key))
 		return;
@@ -544,24 +586,10 @@ kv_add(struct srv_call *c, const Cohort__KvAdd *a)
 		return;
 	}
 	n = snprintf(num, sizeof(num), "%" PRId64, val);
-	if (!kv_limits_ok(c, (uint64_t)n,
-	        kv_delta(&c->job->kv, a->key, (size_t)n, &nk), nk))
+	if (!kv_put_copy(c, a->key, num, (size_t)n, NULL, 0))
 		return;
-	if ((m = kv_copy(num, (size_t)n, NULL, 0)) == NULL
-	    || kv_put(c->job, a->key, m, nng_msg_body(m), (size_t)n)
-	        != COHORT_OK) {
-		if (m != NULL)
-			nng_msg_free(m);
-		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
-		return;
-	}
 	srv_jrn_kv_put(c->job, a->key, num, (size_t)n);
-	srv_reply_init(&rep, c, COHORT_OK);
-	cohort__kv_add_reply__init(&ar);
-	ar.value = val;
-	rep.body_case = COHORT__REPLY__BODY_KV_ADD;
-	rep.kv_add = &ar;
-	srv_call_answer(c, &rep, NULL, 0);
+	kv_answer(c, COHORT__REPLY__BODY_KV_ADD, val, false);
 }
 
 static void
@@ -619,8 +647,6 @@ kv_delete(struct srv_call *c, const char *key)
 {
 	struct srv_kv *kv = &c->job->kv;
 	struct srv_kvent *e;
-	Cohort__Reply rep;
-	Cohort__KvDeleteReply dr;
 
 	if (!kv_key_ok(c, key))
 		return;
@@ -632,37 +658,20 @@ kv_delete(struct srv_call *c, const char *key)
 		free(e);
 		srv_jrn_kv_del(c->job, key);
 	}
-	srv_reply_init(&rep, c, COHORT_OK);
-	cohort__kv_delete_reply__init(&dr);
-	dr.deleted = e != NULL;
-	rep.body_case = COHORT__REPLY__BODY_KV_DELETE;
-	rep.kv_delete = &dr;
-	srv_call_answer(c, &rep, NULL, 0);
+	kv_answer(c, COHORT__REPLY__BODY_KV_DELETE, 0, e != NULL);
 }
 
 static void
 kv_append(struct srv_call *c, const char *key)
 {
-	struct srv_kv *kv = &c->job->kv;
 	struct srv_kvent *e;
-	uint64_t nk = 0;
-	size_t old, nlen;
-	nng_msg *m;
 
 	if (!kv_key_ok(c, key))
 		return;
-	e = kv_find(kv, key);
-	old = e ? e->vlen : 0;
-	nlen = old + c->plen;
-	if (!kv_limits_ok(c, nlen, kv_delta(kv, key, nlen, &nk), nk))
+	e = kv_find(&c->job->kv, key);
+	if (!kv_put_copy(c, key, e ? e->val : NULL, e ? e->vlen : 0,
+	        c->payload, c->plen))
 		return;
-	if ((m = kv_copy(e ? e->val : NULL, old, c->payload, c->plen)) == NULL
-	    || kv_put(c->job, key, m, nng_msg_body(m), nlen) != COHORT_OK) {
-		if (m != NULL)
-			nng_msg_free(m);
-		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
-		return;
-	}
 	srv_jrn_kv_append(c->job, key, c->payload, c->plen);
 	srv_call_fail(c, COHORT_OK, "%s", "");
 }
@@ -764,7 +773,6 @@ srv_kv_handle(struct srv_call *c, const Cohort__Request *req, cohort__time now)
 		    KV_OP_WAIT, true);
 		break;
 	case COHORT__REQUEST__BODY_KV_CHECK: {
-		Cohort__KvCheckReply cr;
 		bool all = true;
 		for (size_t i = 0; i < req->kv_check->n_keys; i++) {
 			if (!kv_key_ok(c, req->kv_check->keys[i]))
@@ -773,12 +781,7 @@ srv_kv_handle(struct srv_call *c, const Cohort__Request *req, cohort__time now)
 			    == NULL)
 				all = false;
 		}
-		srv_reply_init(&rep, c, COHORT_OK);
-		cohort__kv_check_reply__init(&cr);
-		cr.all_present = all;
-		rep.body_case = COHORT__REPLY__BODY_KV_CHECK;
-		rep.kv_check = &cr;
-		srv_call_answer(c, &rep, NULL, 0);
+		kv_answer(c, COHORT__REPLY__BODY_KV_CHECK, 0, all);
 		break;
 	}
 	case COHORT__REQUEST__BODY_KV_APPEND:

@@ -12,12 +12,14 @@
 #include <malloc.h>
 #endif
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "cohort_common.h"
 #include "knobs.h"
 #include "server.h"
@@ -161,20 +163,6 @@ main_usage(FILE *f)
 	    (unsigned)MAIN_DEFAULT_DRAIN_MS);
 }
 
-static int
-main_u64(const char *opt, const char *s, uint64_t *out)
-{
-	int64_t v;
-
-	if (!cohort__parse_i64(s, &v) || v <= 0) {
-		fprintf(stderr,
-		    "cohortd: %s: '%s' is not a positive integer\n", opt, s);
-		return (-1);
-	}
-	*out = (uint64_t)v;
-	return (0);
-}
-
 /* Secrets never come from the command line (/proc/PID/cmdline is
  * readable by every user of the host): a file, named by an option or by
  * COHORT_ADMIN_TOKEN_FILE. The old forms still work, with a warning. */
@@ -236,22 +224,189 @@ main_level(const char *s)
 	return (-1);
 }
 
+/* What the command line sets: the server's configuration and the rest. */
+struct main_args {
+	struct cohort__srv_config cfg;
+	const char *listen[MAIN_MAX_LIST], *jobs[MAIN_MAX_LIST];
+	const char *tstores[MAIN_MAX_LIST];
+	char *job_specs[MAIN_MAX_LIST];
+	char *admin;
+	const char *admin_file;
+	int ready_fd;
+	uint64_t idle_exit_ms;
+	/* UINT64_MAX: the default, MAIN_DEFAULT_DRAIN_MS with --http (a
+	 * readiness probe to drain for), else none */
+	uint64_t drain_ms;
+};
+
+enum {
+	MAIN_LISTEN = COHORT__CLI_LONG,
+	MAIN_JOB,
+	MAIN_ADMIN_TOKEN,
+	MAIN_JOB_EXPIRY,
+	MAIN_TORCH_STORE,
+	MAIN_TORCH_STORE_TIMEOUT,
+	MAIN_LOG_LEVEL,
+	MAIN_VERSION,
+};
+
+#define MAIN_SET(name, kind, field)                                           \
+	COHORT__CLI_SET(name, 0, kind, struct main_args, field)
+#define MAIN_NUM(name, kind, lo, hi, field)                                   \
+	COHORT__CLI_NUM(name, 0, kind, lo, hi, struct main_args, field)
+#define MAIN_DO(name, key) COHORT__CLI_DO(name, key, COHORT__CLI_ACT_ARG)
+
+static const struct cohort__cli_opt main_opts[] = {
+	MAIN_DO("listen", MAIN_LISTEN),
+	MAIN_DO("job", MAIN_JOB),
+	MAIN_SET("admin-token-file", COHORT__CLI_STR, admin_file),
+	MAIN_DO("admin-token", MAIN_ADMIN_TOKEN),
+	MAIN_SET("require-token", COHORT__CLI_FLAG, cfg.require_token),
+	MAIN_SET("open-status", COHORT__CLI_FLAG, cfg.open_status),
+	MAIN_SET("metrics-per-job", COHORT__CLI_FLAG, cfg.metrics_per_job),
+	MAIN_SET("tls-cert", COHORT__CLI_STR, cfg.tls_cert),
+	MAIN_SET("tls-key", COHORT__CLI_STR, cfg.tls_key),
+	MAIN_SET("tls-ca", COHORT__CLI_STR, cfg.tls_ca),
+	MAIN_SET(
+	    "tls-verify-clients", COHORT__CLI_FLAG, cfg.tls_verify_clients),
+	MAIN_NUM("max-value-bytes", COHORT__CLI_U64, 1, INT64_MAX,
+	    cfg.max_value_bytes),
+	MAIN_NUM(
+	    "max-job-bytes", COHORT__CLI_U64, 1, INT64_MAX, cfg.max_job_bytes),
+	MAIN_NUM("max-keys", COHORT__CLI_U64, 1, INT64_MAX, cfg.max_keys),
+	MAIN_NUM(
+	    "max-members", COHORT__CLI_U64, 1, INT64_MAX, cfg.max_members),
+	MAIN_NUM("max-total-bytes", COHORT__CLI_U64, 1, INT64_MAX,
+	    cfg.max_total_bytes),
+	MAIN_NUM("max-total-keys", COHORT__CLI_U64, 1, INT64_MAX,
+	    cfg.max_total_keys),
+	MAIN_NUM("max-total-members", COHORT__CLI_U64, 1, INT64_MAX,
+	    cfg.max_total_members),
+	MAIN_NUM("max-jobs", COHORT__CLI_U64, 1, INT64_MAX, cfg.max_jobs),
+	MAIN_DO("job-expiry", MAIN_JOB_EXPIRY),
+	MAIN_SET("http", COHORT__CLI_STR, cfg.http),
+	MAIN_DO("torch-store", MAIN_TORCH_STORE),
+	MAIN_DO("torch-store-timeout", MAIN_TORCH_STORE_TIMEOUT),
+	MAIN_SET("state-dir", COHORT__CLI_STR, cfg.state_dir),
+	MAIN_SET("recover", COHORT__CLI_FLAG, cfg.state_recover),
+	MAIN_SET("fsync", COHORT__CLI_STR, cfg.fsync),
+	MAIN_NUM("stall-threshold", COHORT__CLI_U32, 1, UINT32_MAX,
+	    cfg.stall_threshold_ms),
+	MAIN_NUM("first-request-timeout", COHORT__CLI_U32, 1, UINT32_MAX,
+	    cfg.first_request_ms),
+	MAIN_NUM("idle-timeout", COHORT__CLI_U32, 1, UINT32_MAX, cfg.idle_ms),
+	MAIN_NUM("metrics-max-ranks", COHORT__CLI_U32, 0, 1000000,
+	    cfg.metrics_max_ranks),
+	MAIN_DO("log-level", MAIN_LOG_LEVEL),
+	MAIN_NUM("restore-grace", COHORT__CLI_U32, 1, UINT32_MAX,
+	    cfg.restore_grace_ms),
+	MAIN_NUM("drain", COHORT__CLI_U64, 1, INT64_MAX, drain_ms),
+	MAIN_NUM("ready-fd", COHORT__CLI_INT, 1, INT32_MAX, ready_fd),
+	MAIN_NUM(
+	    "exit-when-idle", COHORT__CLI_U64, 1, INT64_MAX, idle_exit_ms),
+	COHORT__CLI_DO("version", MAIN_VERSION, COHORT__CLI_ACT),
+	COHORT__CLI_END,
+};
+
+static const struct cohort__cli main_cli
+    = { "cohortd", 0, main_opts, main_usage };
+
+/* A list option (--listen, --job, --torch-store): at most MAIN_MAX_LIST. */
+static int
+main_list(int key, const char **list, size_t *n, const char *v)
+{
+	if (*n >= MAIN_MAX_LIST)
+		return (cohort__cli_bad(&main_cli, key, v, "(one too many)"));
+	list[(*n)++] = v;
+	return (0);
+}
+
+/* An option main_parse acts on: 0, 1 to exit 0 (--version), '?' for a
+ * bad one (said). */
+static int
+main_option(struct main_args *a, int opt, const char *v)
+{
+	struct cohort__srv_config *cfg = &a->cfg;
+	int64_t n;
+	int l;
+
+	switch (opt) {
+	case MAIN_VERSION:
+		printf("cohortd %s (protocol %d)\n", COHORT_VERSION_STRING,
+		    COHORT_PROTO_VERSION);
+		return (1);
+	case MAIN_LISTEN:
+		return (main_list(opt, a->listen, &cfg->nlisten, v));
+	case MAIN_TORCH_STORE:
+		return (main_list(opt, a->tstores, &cfg->ntorch_stores, v));
+	case MAIN_JOB:
+		if (main_list(opt, a->jobs, &cfg->njobs, v) != 0
+		    || main_job(v, &a->job_specs[cfg->njobs - 1]) != 0)
+			return ('?');
+		if (a->job_specs[cfg->njobs - 1] != NULL)
+			a->jobs[cfg->njobs - 1] = a->job_specs[cfg->njobs - 1];
+		return (0);
+	case MAIN_ADMIN_TOKEN:
+		cohort__warn("--admin-token shows the secret to every "
+		             "user of this host (ps); use "
+		             "--admin-token-file");
+		free(a->admin);
+		return ((a->admin = strdup(v)) != NULL ? 0 : '?');
+	case MAIN_JOB_EXPIRY:
+		if (strcmp(v, "never") == 0)
+			n = 0;
+		else if (!cohort__parse_i64(v, &n) || n <= 0)
+			return (
+			    cohort__cli_bad(&main_cli, opt, v, "(MS|never)"));
+		cfg->job_expiry_ms = (uint64_t)n;
+		return (0);
+	case MAIN_TORCH_STORE_TIMEOUT:
+		/* more than 49 days: never */
+		if (!cohort__parse_i64(v, &n) || n <= 0)
+			return (cohort__cli_bad(&main_cli, opt, v, "(MS)"));
+		cfg->torch_store_partial_ms
+		    = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+		return (0);
+	case MAIN_LOG_LEVEL:
+		if ((l = main_level(v)) < 0)
+			return (cohort__cli_bad(&main_cli, opt, v,
+			    "(error, warn, info, debug, trace)"));
+		if (cohort__knob_str(COHORT__KNOB_LOG_LEVEL) == NULL)
+			cohort__log_set_default_level(l);
+		return (0);
+	default: /* 'h' (usage printed), '?' (said) */
+		return (opt);
+	}
+}
+
+/* The command line: 0 to start, -1 to exit 0 (--help, --version), else
+ * the exit status. */
+static int
+main_parse(int argc, char **argv, struct main_args *a)
+{
+	int opt, rc;
+
+	while ((opt = cohort__cli_next(&main_cli, a, argc, argv)) != -1)
+		if ((rc = main_option(a, opt, optarg)) != 0)
+			return (rc == 1 || rc == 'h' ? -1 : 2);
+	if (cohort__cli_no_operands(&main_cli, argc, argv) != -1)
+		return (2);
+	if (a->cfg.state_recover && a->cfg.state_dir == NULL) {
+		fprintf(stderr, "cohortd: --recover needs --state-dir\n");
+		return (2);
+	}
+	return (0);
+}
+
 int
 main(int argc, char **argv)
 {
-	const char *listen[MAIN_MAX_LIST], *jobs[MAIN_MAX_LIST];
-	const char *tstores[MAIN_MAX_LIST];
-	char *job_specs[MAIN_MAX_LIST] = { NULL }, *admin = NULL;
-	const char *admin_file = NULL;
-	struct cohort__srv_config cfg;
+	static struct main_args a = { .ready_fd = -1, .drain_ms = UINT64_MAX };
+	struct cohort__srv_config *cfg = &a.cfg;
 	struct cohort__srv *srv;
 	sigset_t set;
 	cohort_status rv;
-	int sig = 0, ready_fd = -1;
-	uint64_t idle_exit_ms = 0;
-	/* UINT64_MAX: the default, MAIN_DEFAULT_DRAIN_MS with --http (a
-	 * readiness probe to drain for), else none */
-	uint64_t drain_ms = UINT64_MAX;
+	int sig = 0, rc;
 
 #ifdef __GLIBC__
 	/* Values and messages of 1 MiB and more are mapped on their own and
@@ -260,207 +415,23 @@ main(int argc, char **argv)
 	 * values in its heaps (docs/coordinator.md, Memory). */
 	(void)mallopt(M_MMAP_THRESHOLD, 1 << 20);
 #endif
-	cohort__srv_config_init(&cfg);
-	cfg.listen = listen;
-	cfg.jobs = jobs;
-	cfg.torch_stores = tstores;
+	cohort__srv_config_init(cfg);
+	cfg->listen = a.listen;
+	cfg->jobs = a.jobs;
+	cfg->torch_stores = a.tstores;
 	cohort__log_set_default_level(COHORT__LOG_INFO);
 	cohort__log_set_component("cohortd");
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-			main_usage(stdout);
-			return (0);
-		}
-		if (strcmp(a, "--version") == 0) {
-			printf("cohortd %s (protocol %d)\n",
-			    COHORT_VERSION_STRING, COHORT_PROTO_VERSION);
-			return (0);
-		}
-		if (strcmp(a, "--tls-verify-clients") == 0) {
-			cfg.tls_verify_clients = true;
-			continue;
-		}
-		if (strcmp(a, "--require-token") == 0) {
-			cfg.require_token = true;
-			continue;
-		}
-		if (strcmp(a, "--recover") == 0) {
-			cfg.state_recover = true;
-			continue;
-		}
-		if (strcmp(a, "--open-status") == 0) {
-			cfg.open_status = true;
-			continue;
-		}
-		if (strcmp(a, "--metrics-per-job") == 0) {
-			cfg.metrics_per_job = true;
-			continue;
-		}
-		if (v == NULL) {
-			fprintf(stderr,
-			    "cohortd: unknown option or missing "
-			    "value: %s\n",
-			    a);
-			main_usage(stderr);
-			return (2);
-		}
-		i++;
-		if (strcmp(a, "--listen") == 0
-		    && cfg.nlisten < MAIN_MAX_LIST) {
-			listen[cfg.nlisten++] = v;
-		} else if (strcmp(a, "--job") == 0
-		    && cfg.njobs < MAIN_MAX_LIST) {
-			if (main_job(v, &job_specs[cfg.njobs]) != 0)
-				return (2);
-			jobs[cfg.njobs] = job_specs[cfg.njobs] != NULL
-			    ? job_specs[cfg.njobs]
-			    : v;
-			cfg.njobs++;
-		} else if (strcmp(a, "--admin-token-file") == 0) {
-			admin_file = v;
-		} else if (strcmp(a, "--admin-token") == 0) {
-			cohort__warn("--admin-token shows the secret to every "
-			             "user of this host (ps); use "
-			             "--admin-token-file");
-			free(admin);
-			if ((admin = strdup(v)) == NULL)
-				return (1);
-		} else if (strcmp(a, "--tls-cert") == 0) {
-			cfg.tls_cert = v;
-		} else if (strcmp(a, "--tls-key") == 0) {
-			cfg.tls_key = v;
-		} else if (strcmp(a, "--tls-ca") == 0) {
-			cfg.tls_ca = v;
-		} else if (strcmp(a, "--max-value-bytes") == 0) {
-			if (main_u64(a, v, &cfg.max_value_bytes) != 0)
-				return (2);
-		} else if (strcmp(a, "--max-job-bytes") == 0) {
-			if (main_u64(a, v, &cfg.max_job_bytes) != 0)
-				return (2);
-		} else if (strcmp(a, "--max-keys") == 0) {
-			if (main_u64(a, v, &cfg.max_keys) != 0)
-				return (2);
-		} else if (strcmp(a, "--max-total-bytes") == 0) {
-			if (main_u64(a, v, &cfg.max_total_bytes) != 0)
-				return (2);
-		} else if (strcmp(a, "--max-total-keys") == 0) {
-			if (main_u64(a, v, &cfg.max_total_keys) != 0)
-				return (2);
-		} else if (strcmp(a, "--max-jobs") == 0) {
-			if (main_u64(a, v, &cfg.max_jobs) != 0)
-				return (2);
-		} else if (strcmp(a, "--max-members") == 0) {
-			if (main_u64(a, v, &cfg.max_members) != 0)
-				return (2);
-		} else if (strcmp(a, "--max-total-members") == 0) {
-			if (main_u64(a, v, &cfg.max_total_members) != 0)
-				return (2);
-		} else if (strcmp(a, "--job-expiry") == 0) {
-			if (strcmp(v, "never") == 0)
-				cfg.job_expiry_ms = 0;
-			else if (main_u64(a, v, &cfg.job_expiry_ms) != 0)
-				return (2);
-		} else if (strcmp(a, "--http") == 0) {
-			cfg.http = v;
-		} else if (strcmp(a, "--torch-store") == 0
-		    && cfg.ntorch_stores < MAIN_MAX_LIST) {
-			tstores[cfg.ntorch_stores++] = v;
-		} else if (strcmp(a, "--torch-store-timeout") == 0) {
-			uint64_t ms;
-			if (main_u64(a, v, &ms) != 0)
-				return (2);
-			cfg.torch_store_partial_ms
-			    = ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
-		} else if (strcmp(a, "--state-dir") == 0) {
-			cfg.state_dir = v;
-		} else if (strcmp(a, "--fsync") == 0) {
-			cfg.fsync = v;
-		} else if (strcmp(a, "--stall-threshold") == 0) {
-			uint64_t ms;
-			if (main_u64(a, v, &ms) != 0)
-				return (2);
-			if (ms > UINT32_MAX) {
-				fprintf(stderr, "cohortd: %s: at most %u ms\n",
-				    a, UINT32_MAX);
-				return (2);
-			}
-			cfg.stall_threshold_ms = (uint32_t)ms;
-		} else if (strcmp(a, "--first-request-timeout") == 0
-		    || strcmp(a, "--idle-timeout") == 0) {
-			uint64_t ms;
-			if (main_u64(a, v, &ms) != 0)
-				return (2);
-			if (ms > UINT32_MAX) {
-				fprintf(stderr, "cohortd: %s: at most %u ms\n",
-				    a, UINT32_MAX);
-				return (2);
-			}
-			if (a[2] == 'f')
-				cfg.first_request_ms = (uint32_t)ms;
-			else
-				cfg.idle_ms = (uint32_t)ms;
-		} else if (strcmp(a, "--metrics-max-ranks") == 0) {
-			uint64_t n = 0;
-			if (strcmp(v, "0") != 0 && main_u64(a, v, &n) != 0)
-				return (2);
-			if (n > 1000000) {
-				fprintf(stderr,
-				    "cohortd: %s: at most 1000000\n", a);
-				return (2);
-			}
-			cfg.metrics_max_ranks = (uint32_t)n;
-		} else if (strcmp(a, "--drain") == 0) {
-			if (main_u64(a, v, &drain_ms) != 0)
-				return (2);
-		} else if (strcmp(a, "--restore-grace") == 0) {
-			uint64_t ms;
-			if (main_u64(a, v, &ms) != 0)
-				return (2);
-			if (ms == 0 || ms > UINT32_MAX) {
-				fprintf(stderr, "cohortd: %s: 1 to %u ms\n", a,
-				    UINT32_MAX);
-				return (2);
-			}
-			cfg.restore_grace_ms = (uint32_t)ms;
-		} else if (strcmp(a, "--ready-fd") == 0) {
-			uint64_t fd;
-			if (main_u64(a, v, &fd) != 0 || fd > INT32_MAX)
-				return (2);
-			ready_fd = (int)fd;
-		} else if (strcmp(a, "--exit-when-idle") == 0) {
-			if (main_u64(a, v, &idle_exit_ms) != 0)
-				return (2);
-		} else if (strcmp(a, "--log-level") == 0) {
-			int l = main_level(v);
-			if (l < 0) {
-				fprintf(stderr,
-				    "cohortd: bad log level '%s'\n", v);
-				return (2);
-			}
-			if (cohort__knob_str(COHORT__KNOB_LOG_LEVEL) == NULL)
-				cohort__log_set_default_level(l);
-		} else {
-			fprintf(stderr, "cohortd: unknown option %s\n", a);
-			main_usage(stderr);
-			return (2);
-		}
-	}
-
-	if (cfg.state_recover && cfg.state_dir == NULL) {
-		fprintf(stderr, "cohortd: --recover needs --state-dir\n");
+	if ((rc = main_parse(argc, argv, &a)) != 0)
+		return (rc < 0 ? 0 : rc);
+	if (a.drain_ms == UINT64_MAX)
+		a.drain_ms = cfg->http != NULL ? MAIN_DEFAULT_DRAIN_MS : 0;
+	if (a.admin_file == NULL && a.admin == NULL)
+		a.admin_file = cohort__knob_str(COHORT__KNOB_ADMIN_TOKEN_FILE);
+	if (a.admin_file != NULL
+	    && main_secret("--admin-token-file", a.admin_file, &a.admin) != 0)
 		return (2);
-	}
-	if (drain_ms == UINT64_MAX)
-		drain_ms = cfg.http != NULL ? MAIN_DEFAULT_DRAIN_MS : 0;
-	if (admin_file == NULL && admin == NULL)
-		admin_file = cohort__knob_str(COHORT__KNOB_ADMIN_TOKEN_FILE);
-	if (admin_file != NULL
-	    && main_secret("--admin-token-file", admin_file, &admin) != 0)
-		return (2);
-	cfg.admin_token = admin;
-	if (cfg.require_token && admin == NULL)
+	cfg->admin_token = a.admin;
+	if (cfg->require_token && a.admin == NULL)
 		cohort__warn("--require-token without an admin secret: only "
 		             "jobs given with --job (or restored from "
 		             "--state-dir) can be joined");
@@ -471,7 +442,7 @@ main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	if ((rv = cohort__srv_start(&cfg, &srv)) != COHORT_OK) {
+	if ((rv = cohort__srv_start(cfg, &srv)) != COHORT_OK) {
 		cohort__error("cannot start: %s: %s", cohort_strerror(rv),
 		    cohort_last_error());
 		return (1);
@@ -480,16 +451,16 @@ main(int argc, char **argv)
 		cohort__info("listening on %s", cohort__srv_url(srv, i));
 	if (cohort__srv_http_url(srv) != NULL)
 		cohort__info("http on %s", cohort__srv_http_url(srv));
-	if (ready_fd >= 0) {
+	if (a.ready_fd >= 0) {
 		/* The bound URL (port 0 resolved) for whoever started us. */
 		char line[512];
 		int n = snprintf(line, sizeof(line), "%s\n",
 		    cohort__srv_url(srv, 0) != NULL ? cohort__srv_url(srv, 0)
 		                                    : "");
-		if (n > 0 && write(ready_fd, line, (size_t)n) != n)
+		if (n > 0 && write(a.ready_fd, line, (size_t)n) != n)
 			cohort__warn(
-			    "--ready-fd %d: %s", ready_fd, strerror(errno));
-		close(ready_fd);
+			    "--ready-fd %d: %s", a.ready_fd, strerror(errno));
+		close(a.ready_fd);
 	}
 
 	/* Runs until a signal; each wait is bounded so the loop stays
@@ -501,15 +472,15 @@ main(int argc, char **argv)
 			cohort__error("sigtimedwait: %s", strerror(errno));
 			break;
 		}
-		if (sig <= 0 && idle_exit_ms > 0
-		    && cohort__srv_idle_ms(srv) >= idle_exit_ms) {
+		if (sig <= 0 && a.idle_exit_ms > 0
+		    && cohort__srv_idle_ms(srv) >= a.idle_exit_ms) {
 			cohort__info("no client for %llu ms, exiting",
-			    (unsigned long long)idle_exit_ms);
+			    (unsigned long long)a.idle_exit_ms);
 			break;
 		}
 	}
-	if (sig > 0 && drain_ms > 0) {
-		cohort__time end = cohort__now_ms() + (cohort__time)drain_ms;
+	if (sig > 0 && a.drain_ms > 0) {
+		cohort__time end = cohort__now_ms() + (cohort__time)a.drain_ms;
 
 		/* the preStop drain: out of service first, then the stop
 		 * (journalled state, final replies) */
@@ -517,7 +488,7 @@ main(int argc, char **argv)
 		cohort__info("%s received: draining for %llu ms (/readyz "
 		             "answers 503; a second signal stops at once)",
 		    sig == SIGINT ? "SIGINT" : "SIGTERM",
-		    (unsigned long long)drain_ms);
+		    (unsigned long long)a.drain_ms);
 		while (!cohort__expired(end)) {
 			int ms = cohort__remaining(end);
 			struct timespec ts
@@ -533,8 +504,8 @@ main(int argc, char **argv)
 		    sig == SIGINT ? "SIGINT" : "SIGTERM");
 	cohort__srv_stop(srv);
 	cohort__info("stopped");
-	for (size_t i = 0; i < cfg.njobs; i++)
-		free(job_specs[i]);
-	free(admin);
+	for (size_t i = 0; i < cfg->njobs; i++)
+		free(a.job_specs[i]);
+	free(a.admin);
 	return (0);
 }

@@ -647,6 +647,51 @@ srv_add_jobs(struct cohort__srv *s, const struct cohort__srv_config *cfg)
 	return (COHORT_OK);
 }
 
+/* The HTTP and TCPStore listeners stop (their threads call into the
+ * core). */
+static void
+srv_stop_listeners(struct cohort__srv *s)
+{
+	if (s->http != NULL)
+		cohort__srv_http_stop(s->http);
+	for (size_t i = 0; i < s->ntstores; i++)
+		srv_tstore_stop(s->tstores[i]);
+	free(s->tstores);
+	s->tstores = NULL;
+	s->ntstores = 0;
+}
+
+/* No more pipe events, then the socket closes. */
+static void
+srv_close_sock(struct cohort__srv *s)
+{
+	nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_POST, NULL, NULL);
+	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, NULL, NULL);
+	nng_close(s->sock);
+}
+
+/* Frees what s holds (as far as cohort__srv_start got) and s. */
+static void
+srv_free(struct cohort__srv *s)
+{
+	while (s->all != NULL) {
+		struct srvctx *x = s->all;
+		s->all = x->all_next;
+		nng_aio_free(x->aio);
+		free(x);
+	}
+	if (s->sweep != NULL)
+		nng_aio_free(s->sweep);
+	srv_core_free(s->core);
+	for (size_t i = 0; s->urls != NULL && i < s->nurls; i++)
+		free(s->urls[i]);
+	free(s->urls);
+	free(s->http_url);
+	pthread_cond_destroy(&s->cv);
+	pthread_mutex_destroy(&s->mtx);
+	free(s);
+}
+
 cohort_status
 cohort__srv_start(
     const struct cohort__srv_config *cfg, struct cohort__srv **out)
@@ -717,18 +762,18 @@ cohort__srv_start(
 			rv = cohort__err(COHORT_EINVAL,
 			    "--fsync '%s': expected batch, always or none",
 			    cfg->fsync);
-			goto out_free_core;
+			goto out_free;
 		}
 		rv = srv_core_journal_open(s->core, &jo, cohort__now_ms());
 		if (rv != COHORT_OK)
-			goto out_free_core;
+			goto out_free;
 	}
 	if ((rv = srv_add_jobs(s, cfg)) != COHORT_OK)
-		goto out_free_core;
+		goto out_free;
 	if ((nrv = nng_rep0_open(&s->sock)) != 0) {
 		rv = cohort__err(cohort__from_nng(nrv), "nng_rep0_open: %s",
 		    nng_strerror(nrv));
-		goto out_free_core;
+		goto out_free;
 	}
 	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ,
 	    (size_t)lim.max_value + COHORT__ENVELOPE_ALLOWANCE);
@@ -783,34 +828,11 @@ cohort__srv_start(
 	return (COHORT_OK);
 
 out_close_sock:
-	for (size_t i = 0; i < s->ntstores; i++)
-		srv_tstore_stop(s->tstores[i]);
-	free(s->tstores);
-	if (s->http != NULL)
-		cohort__srv_http_stop(s->http);
+	srv_stop_listeners(s);
 	s->stopping = true;
-	nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_POST, NULL, NULL);
-	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, NULL, NULL);
-	nng_close(s->sock);
-	goto out_free_ctxs;
-out_free_ctxs:
-	while (s->all != NULL) {
-		struct srvctx *x = s->all;
-		s->all = x->all_next;
-		nng_aio_free(x->aio);
-		free(x);
-	}
-	if (s->sweep != NULL)
-		nng_aio_free(s->sweep);
-out_free_core:
-	srv_core_free(s->core);
+	srv_close_sock(s);
 out_free:
-	for (size_t i = 0; s->urls != NULL && i < s->nurls; i++)
-		free(s->urls[i]);
-	free(s->urls);
-	pthread_cond_destroy(&s->cv);
-	pthread_mutex_destroy(&s->mtx);
-	free(s);
+	srv_free(s);
 	return (rv);
 }
 
@@ -822,12 +844,8 @@ cohort__srv_stop(struct cohort__srv *s)
 
 	if (s == NULL)
 		return;
-	if (s->http != NULL)
-		cohort__srv_http_stop(s->http);
 	/* The listeners' threads end first: they call into the core. */
-	for (size_t i = 0; i < s->ntstores; i++)
-		srv_tstore_stop(s->tstores[i]);
-	free(s->tstores);
+	srv_stop_listeners(s);
 	nng_aio_stop(s->sweep);
 	pthread_mutex_lock(&s->mtx);
 	s->stopping = true;
@@ -849,22 +867,6 @@ cohort__srv_stop(struct cohort__srv *s)
 		pthread_cond_timedwait(&s->cv, &s->mtx, &ts);
 	}
 	pthread_mutex_unlock(&s->mtx);
-	nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_POST, NULL, NULL);
-	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, NULL, NULL);
-	nng_close(s->sock);
-	while (s->all != NULL) {
-		struct srvctx *x = s->all;
-		s->all = x->all_next;
-		nng_aio_free(x->aio);
-		free(x);
-	}
-	nng_aio_free(s->sweep);
-	srv_core_free(s->core);
-	for (size_t i = 0; i < s->nurls; i++)
-		free(s->urls[i]);
-	free(s->urls);
-	free(s->http_url);
-	pthread_cond_destroy(&s->cv);
-	pthread_mutex_destroy(&s->mtx);
-	free(s);
+	srv_close_sock(s);
+	srv_free(s);
 }

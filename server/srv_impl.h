@@ -119,6 +119,7 @@ struct srv_hnode *srv_map_next(
 struct srv_core;
 struct srv_job;
 struct srv_client;
+struct srv_call;
 
 enum srv_park {
 	SRV_PARK_NONE = 0,
@@ -127,6 +128,17 @@ enum srv_park {
 	SRV_PARK_GROUP,
 	SRV_PARK_WATCH,
 	SRV_PARK_KV,
+};
+
+/* What becomes of a parked call, given by the module that parks it (as
+ * Redis' blocked-client types and nng's aio cancel functions do): the
+ * core reaches each module's waiters only through these hooks. */
+struct srv_park_ops {
+	enum srv_park kind;
+	/* Unlinks c from its owner (connection lost, a retry took over). */
+	void (*withdraw)(struct srv_call *c);
+	/* c's deadline passed: answer it (srv_call_withdraw first). */
+	void (*expire)(struct srv_call *c, cohort__time now);
 };
 
 /* What a collective arrival asked for; all arrivals must agree. */
@@ -161,6 +173,7 @@ struct srv_call {
 	 * only to a retry of the same request. */
 	uint32_t rhash;
 	enum srv_park park;
+	const struct srv_park_ops *park_ops; /* NULL when not parked */
 	cohort__time start;
 	cohort__time deadline;
 	size_t heap_idx; /* SIZE_MAX when not in the heap */
@@ -540,11 +553,16 @@ void srv_call_fail(struct srv_call *c, cohort_status st, const char *fmt, ...)
 void srv_call_peerlost(struct srv_call *c);
 /* Frees c without a reply (its tp goes back to the transport). */
 void srv_call_drop(struct srv_call *c);
-/* Parks c (deadline heap + client list); the owner links it itself. */
-void srv_call_park(struct srv_call *c, enum srv_park kind);
-/* Removes a parked c from its owner (module hook), heap and client. */
+/* Parks c (deadline heap + client list); the owner links it itself and
+ * names its hooks (ops, static). */
+void srv_call_park(struct srv_call *c, const struct srv_park_ops *ops);
+/* Removes a parked c from its owner (ops->withdraw), heap and client. */
 void srv_call_withdraw(struct srv_call *c, cohort__time now);
 void srv_call_expire(struct srv_call *c, cohort__time now);
+/* Answers a parked c (withdrawn here) with ETIMEDOUT, the text why and
+ * the nm ranks in miss that never came; frees miss (NULL: none known). */
+void srv_call_timed_out(struct srv_call *c, cohort__time now, const char *why,
+    int32_t *miss, size_t nm);
 /* Answers every due deadline. */
 void srv_core_expire_due(struct srv_core *core, cohort__time now);
 char *srv_strdup(const char *s);
@@ -554,6 +572,10 @@ bool srv_token_eq(const char *a, const char *b);
 void srv_fmt_secs(char *buf, size_t len, cohort__time ms);
 /* "2, 3" */
 void srv_fmt_ranks(char *buf, size_t len, const int32_t *r, size_t n);
+/* Appends "WHAT timed out after 30.0 s; ranks 2, 3 never arrived" (the
+ * nm ranks of miss) at *off of buf. */
+void srv_fmt_never_arrived(char *buf, size_t len, size_t *off,
+    const char *what, cohort__time waited, const int32_t *miss, size_t nm);
 uint64_t srv_random(struct srv_core *core);
 void srv_client_free(struct srv_client *cl, const char *why);
 void srv_client_set_pipe(struct srv_client *cl, uint32_t pipe);
@@ -607,9 +629,6 @@ void srv_job_restore_fail(
  * (short). */
 void srv_member_doing(const struct srv_job *job, const struct srv_member *m,
     cohort__time now, bool longform, char *buf, size_t len);
-void srv_job_withdraw_join(struct srv_call *c);
-void srv_job_expire_join(struct srv_call *c, cohort__time now);
-void srv_job_expire_watch(struct srv_call *c, cohort__time now);
 const char *srv_member_state_name(enum srv_member_state st);
 const char *srv_job_state_name(const struct srv_job *job);
 /* The member a call comes from, checked for collectives: NULL after
@@ -625,8 +644,6 @@ void srv_kv_fini(struct srv_kv *kv);
 /* Handles every KV body; returns after answering or parking c. */
 void srv_kv_handle(
     struct srv_call *c, const Cohort__Request *req, cohort__time now);
-void srv_kv_withdraw(struct srv_call *c);
-void srv_kv_expire(struct srv_call *c, cohort__time now);
 uint64_t srv_kv_count(const struct srv_kv *kv);
 /* Journal replay: store / append / delete without limit checks. */
 cohort_status srv_kv_restore(struct srv_job *job, const char *key,
@@ -644,14 +661,12 @@ void srv_kv_foreach(struct srv_kv *kv,
 /* coll.c                                                                   */
 /* ------------------------------------------------------------------------ */
 
-void srv_coll_handle(
-    struct srv_call *c, const Cohort__Collective *co, cohort__time now);
-void srv_group_handle(
-    struct srv_call *c, const Cohort__GroupCreate *gc, cohort__time now);
-void srv_coll_withdraw(struct srv_call *c);
-void srv_coll_expire(struct srv_call *c, cohort__time now);
-void srv_group_withdraw(struct srv_call *c);
-void srv_group_expire(struct srv_call *c, cohort__time now);
+/* A collective or group creation of member m (srv_job_collective_member
+ * of c). */
+void srv_coll_handle(struct srv_call *c, const struct srv_member *m,
+    const Cohort__Collective *co, cohort__time now);
+void srv_group_handle(struct srv_call *c, const struct srv_member *m,
+    const Cohort__GroupCreate *gc, cohort__time now);
 /* Creates the world group of a new generation. */
 cohort_status srv_group_world(struct srv_job *job);
 /* Answers every parked collective / group creation with st (EPEERLOST

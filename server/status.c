@@ -108,12 +108,76 @@ status_data_stall(void *arg, const struct srv_member *m,
 	d->pend[(*d->k)++] = op;
 }
 
+/* The pending rendezvous: who joined (rank -1 joins fill the lowest
+ * free ranks). */
+static Cohort__PendingOp *
+status_rdzv(struct status_build *sb, struct srv_job *job, cohort__time now)
+{
+	uint8_t *arr = sb_alloc(sb, job->rdzv_world);
+	int32_t *ranks = sb_alloc(sb, sizeof(int32_t) * job->rdzv_world);
+	uint32_t nauto = job->rdzv_n;
+
+	if (arr == NULL || ranks == NULL)
+		return (NULL);
+	for (uint32_t r = 0; r < job->rdzv_world; r++) {
+		ranks[r] = (int32_t)r;
+		if (job->rdzv_by_rank[r] != NULL) {
+			arr[r] = 1;
+			nauto--;
+		}
+	}
+	for (uint32_t r = 0; r < job->rdzv_world && nauto > 0; r++) {
+		if (!arr[r]) {
+			arr[r] = 1;
+			nauto--;
+		}
+	}
+	return (status_pending(sb, "", 0, "join", "", now - job->rdzv_start,
+	    ranks, job->rdzv_world, arr));
+}
+
+/* A pending collective, marked stalled past --stall-threshold. */
+static Cohort__PendingOp *
+status_coll(struct status_build *sb, struct srv_job *job,
+    const struct srv_coll *co, cohort__time now)
+{
+	Cohort__PendingOp *op = status_pending(sb, co->g->name, co->op_seq,
+	    srv_coll_kind_name(co->cd.kind), co->cd.name, now - co->first,
+	    co->g->ranks, co->g->n, co->arrived);
+
+	if (op != NULL && co->mismatch == NULL && co->nparked > 0
+	    && job->state == SRV_JOB_RUNNING
+	    && now - co->first > job->core->stall_ms) {
+		char buf[2400];
+		srv_coll_stall_text(co, now, buf, sizeof(buf));
+		op->stalled = true;
+		op->detail = sb_strdup(sb, buf);
+	}
+	return (op);
+}
+
+/* A pending group creation. */
+static Cohort__PendingOp *
+status_group(
+    struct status_build *sb, const struct srv_group *g, cohort__time now)
+{
+	uint8_t *arr = sb_alloc(sb, g->n);
+
+	if (arr == NULL)
+		return (NULL);
+	for (uint32_t r = 0; r < g->n; r++)
+		arr[r] = g->arr[r] != NULL;
+	return (status_pending(sb, g->name, 0, "group_create", g->name,
+	    now - g->first, g->ranks, g->n, arr));
+}
+
 static Cohort__JobStatus *
 status_job(struct status_build *sb, struct srv_job *job, cohort__time now)
 {
 	Cohort__JobStatus *js = sb_alloc(sb, sizeof(*js));
-	size_t npend = job->colls.n + job->groups.n + 1 + job->world, k = 0;
+	size_t npend = job->colls.n + job->groups.n + 1 + job->world, k = 0, i;
 	struct status_data dd;
+	struct srv_hnode *n;
 	Cohort__PendingOp **pend = sb_alloc(sb, sizeof(void *) * npend);
 
 	if (js == NULL || pend == NULL)
@@ -156,73 +220,21 @@ status_job(struct status_build *sb, struct srv_job *job, cohort__time now)
 			js->members[js->n_members++] = ms;
 		}
 	}
-	if (job->rdzv_world != 0) {
-		uint8_t *arr = sb_alloc(sb, job->rdzv_world);
-		int32_t *ranks
-		    = sb_alloc(sb, sizeof(int32_t) * job->rdzv_world);
-		uint32_t nauto = job->rdzv_n;
-		if (arr == NULL || ranks == NULL)
-			return (NULL);
-		for (uint32_t r = 0; r < job->rdzv_world; r++) {
-			ranks[r] = (int32_t)r;
-			if (job->rdzv_by_rank[r] != NULL) {
-				arr[r] = 1;
-				nauto--;
-			}
-		}
-		for (uint32_t r = 0; r < job->rdzv_world && nauto > 0; r++) {
-			if (!arr[r]) {
-				arr[r] = 1;
-				nauto--;
-			}
-		}
-		if ((pend[k] = status_pending(sb, "", 0, "join", "",
-		         now - job->rdzv_start, ranks, job->rdzv_world, arr))
+	if (job->rdzv_world != 0
+	    && (pend[k++] = status_rdzv(sb, job, now)) == NULL)
+		return (NULL);
+	for (n = srv_map_next(&job->colls, &i, NULL); n != NULL;
+	     n = srv_map_next(&job->colls, &i, n))
+		if ((pend[k++] = status_coll(
+		         sb, job, SRV_CONTAINER(n, struct srv_coll, hn), now))
 		    == NULL)
 			return (NULL);
-		k++;
-	}
-	for (size_t i = 0; i < job->colls.nb; i++) {
-		struct srv_hnode *n;
-		for (n = job->colls.b[i]; n != NULL; n = n->next) {
-			struct srv_coll *co
-			    = SRV_CONTAINER(n, struct srv_coll, hn);
-			if ((pend[k] = status_pending(sb, co->g->name,
-			         co->op_seq, srv_coll_kind_name(co->cd.kind),
-			         co->cd.name, now - co->first, co->g->ranks,
-			         co->g->n, co->arrived))
-			    == NULL)
-				return (NULL);
-			if (co->mismatch == NULL && co->nparked > 0
-			    && job->state == SRV_JOB_RUNNING
-			    && now - co->first > job->core->stall_ms) {
-				char buf[2400];
-				srv_coll_stall_text(co, now, buf, sizeof(buf));
-				pend[k]->stalled = true;
-				pend[k]->detail = sb_strdup(sb, buf);
-			}
-			k++;
-		}
-	}
-	for (size_t i = 0; i < job->groups.nb; i++) {
-		struct srv_hnode *n;
-		for (n = job->groups.b[i]; n != NULL; n = n->next) {
-			struct srv_group *g
-			    = SRV_CONTAINER(n, struct srv_group, hn);
-			uint8_t *arr;
-			if (g->complete)
-				continue;
-			if ((arr = sb_alloc(sb, g->n)) == NULL)
-				return (NULL);
-			for (uint32_t r = 0; r < g->n; r++)
-				arr[r] = g->arr[r] != NULL;
-			if ((pend[k] = status_pending(sb, g->name, 0,
-			         "group_create", g->name, now - g->first,
-			         g->ranks, g->n, arr))
-			    == NULL)
-				return (NULL);
-			k++;
-		}
+	for (n = srv_map_next(&job->groups, &i, NULL); n != NULL;
+	     n = srv_map_next(&job->groups, &i, n)) {
+		struct srv_group *g = SRV_CONTAINER(n, struct srv_group, hn);
+		if (!g->complete
+		    && (pend[k++] = status_group(sb, g, now)) == NULL)
+			return (NULL);
 	}
 	if (job->state == SRV_JOB_RUNNING) {
 		dd.sb = sb;
@@ -396,6 +408,32 @@ status_metrics_jobs(struct srv_core *core, char *buf, size_t cap, size_t *off)
 	}
 }
 
+/* One metric of /metrics: its HELP and TYPE lines and its value. */
+struct status_metric {
+	const char *type;
+	const char *name; /* after "cohort_" */
+	const char *help;
+	bool ms; /* v is milliseconds, shown as seconds */
+	uint64_t v;
+};
+
+static void
+status_metrics_put(char *buf, size_t cap, size_t *off,
+    const struct status_metric *m, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		cohort__appendf(buf, cap, off,
+		    "# HELP cohort_%s %s\n# TYPE cohort_%s %s\ncohort_%s ",
+		    m[i].name, m[i].help, m[i].name, m[i].type, m[i].name);
+		if (m[i].ms)
+			cohort__appendf(
+			    buf, cap, off, "%.3f\n", (double)m[i].v / 1000.0);
+		else
+			cohort__appendf(
+			    buf, cap, off, "%" PRIu64 "\n", m[i].v);
+	}
+}
+
 char *
 srv_metrics_text(struct srv_core *core, cohort__time now)
 {
@@ -419,96 +457,106 @@ srv_metrics_text(struct srv_core *core, cohort__time now)
 		for (uint32_t r = 0; job->members && r < job->world; r++)
 			members += job->members[r].state == SRV_MEMBER_RUNNING;
 	}
-#define M(type, name, help, fmt, val)                                         \
-	cohort__appendf(buf, cap, &off,                                       \
-	    "# HELP cohort_" name " " help "\n# TYPE cohort_" name " " type   \
-	    "\ncohort_" name " " fmt "\n",                                    \
-	    val)
-	M("gauge", "uptime_seconds", "Seconds since cohortd started.", "%.3f",
-	    (double)(now - core->started) / 1000.0);
-	M("counter", "requests_total", "Requests received.", "%" PRIu64,
-	    core->m.requests);
-	M("counter", "errors_total", "Replies with a non-OK status.",
-	    "%" PRIu64, core->m.replies_error);
-	M("counter", "member_failures_total", "Members declared failed.",
-	    "%" PRIu64, core->m.failures);
-	M("counter", "timeouts_total", "Parked requests that timed out.",
-	    "%" PRIu64, core->m.timeouts);
-	M("counter", "rendezvous_total", "Generations formed.", "%" PRIu64,
-	    core->m.rendezvous);
-	M("counter", "collectives_total", "Collectives completed.", "%" PRIu64,
-	    core->m.collectives);
-	M("gauge", "draining",
-	    "1 while cohortd drains before it exits (/readyz says 503).", "%d",
-	    core->draining ? 1 : 0);
-	M("gauge", "jobs", "Jobs known.", "%zu", core->jobs.n);
-	M("gauge", "clients", "Clients known.", "%" PRIu64, core->nclients);
-	M("gauge", "members_running", "Running members.", "%" PRIu64, members);
-	M("gauge", "parked_requests", "Requests waiting for an answer.", "%zu",
-	    core->nparked);
-	M("gauge", "kv_keys", "Keys stored.", "%" PRIu64, keys);
-	M("gauge", "kv_bytes", "Bytes of keys and values stored.", "%" PRIu64,
-	    bytes);
-	M("gauge", "stalled_ops",
-	    "Collectives waiting longer than --stall-threshold.", "%" PRIu64,
-	    srv_core_stalled(core, now));
-	M("counter", "stalls_total", "Stall warnings logged.", "%" PRIu64,
-	    core->m.stalls);
-	M("gauge", "loop_lag_seconds",
-	    "How late the last 100 ms sweep ran (event-loop lag).", "%.3f",
-	    (double)core->m.loop_lag_ms / 1000.0);
-	M("gauge", "loop_lag_max_seconds", "Largest event-loop lag seen.",
-	    "%.3f", (double)core->m.loop_lag_max_ms / 1000.0);
-	M("counter", "loop_stalls_total",
-	    "Event-loop stalls of at least 1 s (members got a fresh "
-	    "dead-after window).",
-	    "%" PRIu64, core->m.loop_stalls);
-	M("counter", "jobs_expired_total",
-	    "Jobs removed by --job-expiry (no member running, no client "
-	    "connected).",
-	    "%" PRIu64, core->m.jobs_expired);
-	M("counter", "limit_refusals_total",
-	    "Requests refused by --max-jobs, --max-members, "
-	    "--max-total-members, --max-total-bytes or --max-total-keys.",
-	    "%" PRIu64, core->m.limit_refusals);
-	M("gauge", "connections", "Connections open (nng pipes).", "%zu",
-	    core->pipes.n);
-	M("counter", "connections_total", "Connections established.",
-	    "%" PRIu64, core->m.conns_opened);
-	M("counter", "connections_closed_first_request_total",
-	    "Connections closed: no complete request within "
-	    "--first-request-timeout.",
-	    "%" PRIu64, core->m.conns_closed_first);
-	M("counter", "connections_closed_idle_total",
-	    "Connections closed: idle past --idle-timeout.", "%" PRIu64,
-	    core->m.conns_closed_idle);
-	M("counter", "closed_connection_requests_total",
-	    "Requests dropped: their connection had closed.", "%" PRIu64,
-	    core->m.dropped_closed);
+	/* ms: a duration in milliseconds, shown in seconds */
+	const struct status_metric rows[] = {
+		{ "gauge", "uptime_seconds", "Seconds since cohortd started.",
+		    true, (uint64_t)(now - core->started) },
+		{ "counter", "requests_total", "Requests received.", false,
+		    core->m.requests },
+		{ "counter", "errors_total", "Replies with a non-OK status.",
+		    false, core->m.replies_error },
+		{ "counter", "member_failures_total",
+		    "Members declared failed.", false, core->m.failures },
+		{ "counter", "timeouts_total",
+		    "Parked requests that timed out.", false,
+		    core->m.timeouts },
+		{ "counter", "rendezvous_total", "Generations formed.", false,
+		    core->m.rendezvous },
+		{ "counter", "collectives_total", "Collectives completed.",
+		    false, core->m.collectives },
+		{ "gauge", "draining",
+		    "1 while cohortd drains before it exits (/readyz says "
+		    "503).",
+		    false, core->draining ? 1 : 0 },
+		{ "gauge", "jobs", "Jobs known.", false, core->jobs.n },
+		{ "gauge", "clients", "Clients known.", false,
+		    core->nclients },
+		{ "gauge", "members_running", "Running members.", false,
+		    members },
+		{ "gauge", "parked_requests",
+		    "Requests waiting for an answer.", false, core->nparked },
+		{ "gauge", "kv_keys", "Keys stored.", false, keys },
+		{ "gauge", "kv_bytes", "Bytes of keys and values stored.",
+		    false, bytes },
+		{ "gauge", "stalled_ops",
+		    "Collectives waiting longer than --stall-threshold.",
+		    false, srv_core_stalled(core, now) },
+		{ "counter", "stalls_total", "Stall warnings logged.", false,
+		    core->m.stalls },
+		{ "gauge", "loop_lag_seconds",
+		    "How late the last 100 ms sweep ran (event-loop lag).",
+		    true, (uint64_t)core->m.loop_lag_ms },
+		{ "gauge", "loop_lag_max_seconds",
+		    "Largest event-loop lag seen.", true,
+		    (uint64_t)core->m.loop_lag_max_ms },
+		{ "counter", "loop_stalls_total",
+		    "Event-loop stalls of at least 1 s (members got a fresh "
+		    "dead-after window).",
+		    false, core->m.loop_stalls },
+		{ "counter", "jobs_expired_total",
+		    "Jobs removed by --job-expiry (no member running, no "
+		    "client connected).",
+		    false, core->m.jobs_expired },
+		{ "counter", "limit_refusals_total",
+		    "Requests refused by --max-jobs, --max-members, "
+		    "--max-total-members, --max-total-bytes or "
+		    "--max-total-keys.",
+		    false, core->m.limit_refusals },
+		{ "gauge", "connections", "Connections open (nng pipes).",
+		    false, core->pipes.n },
+		{ "counter", "connections_total", "Connections established.",
+		    false, core->m.conns_opened },
+		{ "counter", "connections_closed_first_request_total",
+		    "Connections closed: no complete request within "
+		    "--first-request-timeout.",
+		    false, core->m.conns_closed_first },
+		{ "counter", "connections_closed_idle_total",
+		    "Connections closed: idle past --idle-timeout.", false,
+		    core->m.conns_closed_idle },
+		{ "counter", "closed_connection_requests_total",
+		    "Requests dropped: their connection had closed.", false,
+		    core->m.dropped_closed },
+	};
+
+	status_metrics_put(
+	    buf, cap, &off, rows, sizeof(rows) / sizeof(rows[0]));
 	if (core->jrn != NULL) {
 		srv_jrn_stats(core, &js);
-		M("counter", "journal_records_total",
-		    "Journal records written.", "%" PRIu64, js.records);
-		M("counter", "journal_bytes_total", "Journal bytes written.",
-		    "%" PRIu64, js.bytes);
-		M("gauge", "journal_log_bytes", "Size of the journal log.",
-		    "%" PRIu64, js.log_bytes);
-		M("gauge", "journal_snapshot_bytes", "Size of the snapshot.",
-		    "%" PRIu64, js.snap_bytes);
-		M("counter", "journal_fsyncs_total", "fdatasync calls.",
-		    "%" PRIu64, js.fsyncs);
-		M("counter", "journal_compactions_total", "Snapshots written.",
-		    "%" PRIu64, js.compactions);
-		M("counter", "journal_errors_total", "Journal write errors.",
-		    "%" PRIu64, js.errors);
-		M("gauge", "journal_writable",
-		    "0 while the journal cannot be written: changes are "
-		    "refused (COHORT_EJOURNAL), /readyz says 503.",
-		    "%d", srv_jrn_problem(core) == NULL ? 1 : 0);
+		const struct status_metric jrows[] = {
+			{ "counter", "journal_records_total",
+			    "Journal records written.", false, js.records },
+			{ "counter", "journal_bytes_total",
+			    "Journal bytes written.", false, js.bytes },
+			{ "gauge", "journal_log_bytes",
+			    "Size of the journal log.", false, js.log_bytes },
+			{ "gauge", "journal_snapshot_bytes",
+			    "Size of the snapshot.", false, js.snap_bytes },
+			{ "counter", "journal_fsyncs_total",
+			    "fdatasync calls.", false, js.fsyncs },
+			{ "counter", "journal_compactions_total",
+			    "Snapshots written.", false, js.compactions },
+			{ "counter", "journal_errors_total",
+			    "Journal write errors.", false, js.errors },
+			{ "gauge", "journal_writable",
+			    "0 while the journal cannot be written: changes "
+			    "are refused (COHORT_EJOURNAL), /readyz says 503.",
+			    false, srv_jrn_problem(core) == NULL ? 1 : 0 },
+		};
+		status_metrics_put(
+		    buf, cap, &off, jrows, sizeof(jrows) / sizeof(jrows[0]));
 	}
 	if (core->metrics_jobs)
 		status_metrics_jobs(core, buf, cap, &off);
-#undef M
 	{
 		/* build info and the per-rank series (observe.c) */
 		char *all = srv_obs_metrics(core, buf, off, now);

@@ -840,6 +840,18 @@ ts_exec(struct ts_conn *c, uint8_t q, struct ts_cur *k)
 	size_t al = 0, bl = 0;
 	enum ts_parse res = TS_MORE;
 	struct ts_local l;
+	/* The core request a query becomes (req.body_case set), sent after
+	 * the switch with its payload parts. */
+	Cohort__KvSet s = COHORT__KV_SET__INIT;
+	Cohort__KvAppend ap = COHORT__KV_APPEND__INIT;
+	Cohort__KvCompareSet cs = COHORT__KV_COMPARE_SET__INIT;
+	Cohort__KvDelete d = COHORT__KV_DELETE__INIT;
+	Cohort__KvAdd ad = COHORT__KV_ADD__INIT;
+	Cohort__KvWait w = COHORT__KV_WAIT__INIT;
+	Cohort__KvMultiSet ms = COHORT__KV_MULTI_SET__INIT;
+	struct cohort__iov iov[2], *parts = NULL, *miov = NULL;
+	size_t nparts = 0;
+	uint64_t *lens = NULL;
 
 	switch (q) {
 	case TS_PING: {
@@ -851,9 +863,6 @@ ts_exec(struct ts_conn *c, uint8_t q, struct ts_cur *k)
 	case TS_SET:
 	case TS_APPEND:
 	case TS_QUEUE_PUSH: {
-		Cohort__KvSet s = COHORT__KV_SET__INIT;
-		Cohort__KvAppend ap = COHORT__KV_APPEND__INIT;
-		struct cohort__iov iov;
 		if ((key = ts_key(k)) == NULL
 		    || !ts_get_str(k, ts->max_value, &a, &al))
 			break;
@@ -882,8 +891,10 @@ ts_exec(struct ts_conn *c, uint8_t q, struct ts_cur *k)
 			res = TS_DONE;
 			break;
 		}
-		iov.base = a;
-		iov.len = al;
+		iov[0].base = a;
+		iov[0].len = al;
+		parts = iov;
+		nparts = 1;
 		if (q == TS_SET) {
 			s.key = key;
 			req.body_case = COHORT__REQUEST__BODY_KV_SET;
@@ -893,12 +904,9 @@ ts_exec(struct ts_conn *c, uint8_t q, struct ts_cur *k)
 			req.body_case = COHORT__REQUEST__BODY_KV_APPEND;
 			req.kv_append = &ap;
 		}
-		res = ts_dispatch(c, q, &req, &iov, 1) ? TS_DONE : TS_BAD;
 		break;
 	}
 	case TS_COMPARE_SET: {
-		Cohort__KvCompareSet cs = COHORT__KV_COMPARE_SET__INIT;
-		struct cohort__iov iov[2];
 		if ((key = ts_key(k)) == NULL
 		    || !ts_get_str(k, ts->max_value, &a, &al)
 		    || !ts_get_str(k, ts->max_value, &b, &bl))
@@ -925,9 +933,10 @@ ts_exec(struct ts_conn *c, uint8_t q, struct ts_cur *k)
 		iov[0].len = al;
 		iov[1].base = b;
 		iov[1].len = bl;
+		parts = iov;
+		nparts = 2;
 		req.body_case = COHORT__REQUEST__BODY_KV_COMPARE_SET;
 		req.kv_compare_set = &cs;
-		res = ts_dispatch(c, q, &req, iov, 2) ? TS_DONE : TS_BAD;
 		break;
 	}
 	case TS_GET:
@@ -939,12 +948,9 @@ ts_exec(struct ts_conn *c, uint8_t q, struct ts_cur *k)
 		if (q == TS_GET) {
 			res = ts_local(c, q, &key, 1, NULL) ? TS_DONE : TS_BAD;
 		} else if (q == TS_DELETE_KEY) {
-			Cohort__KvDelete d = COHORT__KV_DELETE__INIT;
 			d.key = key;
 			req.body_case = COHORT__REQUEST__BODY_KV_DELETE;
 			req.kv_delete = &d;
-			res = ts_dispatch(c, q, &req, NULL, 0) ? TS_DONE
-			                                       : TS_BAD;
 		} else {
 			struct ts_queue *qu = ts_queue_find(ts, key, false);
 			uint64_t n = qu != NULL ? qu->n : 0;
@@ -966,7 +972,6 @@ ts_exec(struct ts_conn *c, uint8_t q, struct ts_cur *k)
 		break;
 	}
 	case TS_ADD: {
-		Cohort__KvAdd ad = COHORT__KV_ADD__INIT;
 		uint64_t v;
 		if ((key = ts_key(k)) == NULL || !ts_get_u64(k, &v))
 			break;
@@ -974,7 +979,6 @@ ts_exec(struct ts_conn *c, uint8_t q, struct ts_cur *k)
 		ad.delta = (int64_t)v;
 		req.body_case = COHORT__REQUEST__BODY_KV_ADD;
 		req.kv_add = &ad;
-		res = ts_dispatch(c, q, &req, NULL, 0) ? TS_DONE : TS_BAD;
 		break;
 	}
 	case TS_CHECK:
@@ -984,7 +988,6 @@ ts_exec(struct ts_conn *c, uint8_t q, struct ts_cur *k)
 		res = ts_local(c, q, keys, nkeys, NULL) ? TS_DONE : TS_BAD;
 		break;
 	case TS_WAIT: {
-		Cohort__KvWait w = COHORT__KV_WAIT__INIT;
 		if ((keys = ts_keys(k, &nkeys)) == NULL)
 			break;
 		if (!ts_local(c, q, keys, nkeys, &l)) {
@@ -1006,14 +1009,10 @@ ts_exec(struct ts_conn *c, uint8_t q, struct ts_cur *k)
 		w.n_keys = c->nwkeys;
 		req.body_case = COHORT__REQUEST__BODY_KV_WAIT;
 		req.kv_wait = &w;
-		res = ts_dispatch(c, q, &req, NULL, 0) ? TS_DONE : TS_BAD;
 		break;
 	}
 	case TS_MULTI_SET: {
-		Cohort__KvMultiSet ms = COHORT__KV_MULTI_SET__INIT;
-		struct cohort__iov *iov = NULL;
-		uint64_t *lens = NULL;
-		uint64_t cnt, total = 0;
+		uint64_t cnt;
 		if (!ts_get_u64(k, &cnt))
 			break;
 		if (cnt > TS_MAX_COUNT) {
@@ -1023,8 +1022,8 @@ ts_exec(struct ts_conn *c, uint8_t q, struct ts_cur *k)
 		}
 		keys = calloc(cnt ? cnt : 1, sizeof(char *));
 		lens = calloc(cnt ? cnt : 1, sizeof(uint64_t));
-		iov = calloc(cnt ? cnt : 1, sizeof(*iov));
-		if (keys == NULL || lens == NULL || iov == NULL) {
+		miov = calloc(cnt ? cnt : 1, sizeof(*miov));
+		if (keys == NULL || lens == NULL || miov == NULL) {
 			k->bad = true;
 			k->why = "out of memory";
 		}
@@ -1036,9 +1035,8 @@ ts_exec(struct ts_conn *c, uint8_t q, struct ts_cur *k)
 			}
 			nkeys = (size_t)i + 1;
 			lens[i] = al;
-			iov[i].base = a;
-			iov[i].len = al;
-			total += al;
+			miov[i].base = a;
+			miov[i].len = al;
 		}
 		if (k->bad)
 			goto multi_out;
@@ -1050,14 +1048,11 @@ ts_exec(struct ts_conn *c, uint8_t q, struct ts_cur *k)
 		ms.n_keys = (size_t)cnt;
 		ms.value_lens = lens;
 		ms.n_value_lens = (size_t)cnt;
+		parts = miov;
+		nparts = (size_t)cnt;
 		req.body_case = COHORT__REQUEST__BODY_KV_MULTI_SET;
 		req.kv_multi_set = &ms;
-		(void)total;
-		res = ts_dispatch(c, q, &req, iov, (size_t)cnt) ? TS_DONE
-		                                                : TS_BAD;
 	multi_out:
-		free(lens);
-		free(iov);
 		break;
 	}
 	case TS_GETNUMKEYS:
@@ -1068,23 +1063,21 @@ ts_exec(struct ts_conn *c, uint8_t q, struct ts_cur *k)
 		/* torch 2.15's store.barrier(key, world_size): the key counts
 		 * arrivals (as ADD); STOP_WAITING once it reaches world_size.
 		 */
-		Cohort__KvAdd ad = COHORT__KV_ADD__INIT;
-		uint64_t w;
-		if ((key = ts_key(k)) == NULL || !ts_get_u64(k, &w))
+		uint64_t world;
+		if ((key = ts_key(k)) == NULL || !ts_get_u64(k, &world))
 			break;
-		if ((int64_t)w < 1) {
+		if ((int64_t)world < 1) {
 			k->bad = true;
 			k->why = "barrier world size below 1";
 			break;
 		}
-		c->bworld = (int64_t)w;
+		c->bworld = (int64_t)world;
 		free(c->bkey);
 		c->bkey = key;
 		ad.key = key;
 		ad.delta = 1;
 		req.body_case = COHORT__REQUEST__BODY_KV_ADD;
 		req.kv_add = &ad;
-		res = ts_dispatch(c, q, &req, NULL, 0) ? TS_DONE : TS_BAD;
 		key = NULL; /* owned by c->bkey */
 		break;
 	}
@@ -1098,6 +1091,11 @@ ts_exec(struct ts_conn *c, uint8_t q, struct ts_cur *k)
 		k->why = "unknown query";
 		break;
 	}
+	if (req.body_case != COHORT__REQUEST__BODY__NOT_SET && !k->bad)
+		res = ts_dispatch(c, q, &req, parts, nparts) ? TS_DONE
+		                                             : TS_BAD;
+	free(lens);
+	free(miov);
 	free(key);
 	ts_free_keys(keys, nkeys);
 	if (k->bad)

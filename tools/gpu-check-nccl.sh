@@ -19,21 +19,14 @@
 # from tools/gpu-check.sh --bundle): nothing is installed on the machine.
 set -u
 
-die() { echo "gpu-check-nccl: $*" >&2; exit 2; }
-
+NAME=gpu-check-nccl
 BIN=${1:-build/bin}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-OUTDIR=${OUT:-$ROOT/build/gpu-check}
-mkdir -p "$OUTDIR" || die "cannot create $OUTDIR"
+. "$ROOT/tools/gpu-check-lib.sh"
+gpu_setup
 [ -x "$BIN/cohort-tests" ] || die "$BIN/cohort-tests missing (carry build/bin)"
-[ -d "$ROOT/build/gpu-libs" ] &&
-    export LD_LIBRARY_PATH="$ROOT/build/gpu-libs:${LD_LIBRARY_PATH:-}"
-export COHORT_BIN=$BIN
-summary=$OUTDIR/gpu-check-nccl.md
-failed=0
-: > "$summary"
-
-row() { printf '| %-28s | %-6s | %s |\n' "$1" "$2" "$3" >> "$summary"; }
+# the suites' logs say what the backends do
+export COHORT_LOG_LEVEL=${COHORT_LOG_LEVEL:-info}
 
 # First match of a library name under the usual roots (site-packages of
 # any Python, the CUDA toolkits, the system library folders).
@@ -63,42 +56,9 @@ if [ -z "${COHORT_CUDART_LIB:-}" ]; then
 	done
 fi
 
-{
-	echo "# cohort gpu-check-nccl $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-	echo
-	echo '```'
-	if command -v nvidia-smi > /dev/null; then
-		nvidia-smi --query-gpu=name,driver_version,memory.total \
-		    --format=csv,noheader 2>&1
-	else
-		echo "nvidia-smi: not available"
-	fi
-	echo "COHORT_NCCL_LIB=${COHORT_NCCL_LIB:-(default search)}"
-	echo "COHORT_CUDART_LIB=${COHORT_CUDART_LIB:-(search: libcudart.so.13, .12)}"
-	echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
-	echo '```'
-	echo
-	echo "| step                         | result | detail |"
-	echo "|------------------------------|--------|--------|"
-} >> "$summary"
-
-suite() {
-	local name=$1 limit=$2 log=$OUTDIR/suite-$1.log rc tally
-	CK_RUN_SUITE=$name CK_FORK=yes COHORT_LOG_LEVEL=${COHORT_LOG_LEVEL:-info} \
-	    timeout "$limit" "$BIN/cohort-tests" > "$log" 2>&1
-	rc=$?
-	tally=$(grep -Eo '[0-9]+%: Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' \
-	    "$log" | tail -1)
-	if grep -q '^SKIP ' "$log"; then
-		row "suite $name" FAIL "skipped: $(grep -m1 '^SKIP ' "$log")"
-		failed=1
-	elif [ $rc -ne 0 ] || [ -z "$tally" ]; then
-		row "suite $name" FAIL "exit $rc; ${tally:-no tally}; see suite-$name.log"
-		failed=1
-	else
-		row "suite $name" PASS "$tally"
-	fi
-}
+gpu_header "COHORT_NCCL_LIB=${COHORT_NCCL_LIB:-(default search)}" \
+    "COHORT_CUDART_LIB=${COHORT_CUDART_LIB:-(search: libcudart.so.13, .12)}" \
+    "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
 
 suite nccl 400
 suite nccl_bench 540

@@ -20,16 +20,16 @@
 # Exit status: 0 when every step passed.
 set -u
 
-die() { echo "gpu-check: $*" >&2; exit 2; }
-
 mode=run
 case "${1:-}" in
 --bundle) mode=bundle; shift ;;
 --emulate) mode=emulate; shift ;;
 -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
 esac
+NAME=gpu-check
 BIN=${1:-build/bin}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/tools/gpu-check-lib.sh"
 
 # --- bundle: the Debian libraries cohort links, for carrying -----------------
 if [ "$mode" = bundle ]; then
@@ -180,54 +180,8 @@ EOF
 fi
 
 # --- run: on the GPU machine -----------------------------------------------
-OUTDIR=${OUT:-$ROOT/build/gpu-check}
-mkdir -p "$OUTDIR" || die "cannot create $OUTDIR"
-[ -d "$ROOT/build/gpu-libs" ] &&
-    export LD_LIBRARY_PATH="$ROOT/build/gpu-libs:${LD_LIBRARY_PATH:-}"
-export COHORT_BIN=$BIN
-summary=$OUTDIR/gpu-check.md
-failed=0
-: > "$summary"
-
-row() { printf '| %-28s | %-6s | %s |\n' "$1" "$2" "$3" >> "$summary"; }
-
-{
-	echo "# cohort gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-	echo
-	echo '```'
-	if command -v nvidia-smi > /dev/null; then
-		nvidia-smi --query-gpu=name,driver_version,memory.total \
-		    --format=csv,noheader 2>&1
-	else
-		echo "nvidia-smi: not available"
-	fi
-	echo '```'
-	echo
-	echo "| step                         | result | detail |"
-	echo "|------------------------------|--------|--------|"
-} >> "$summary"
-
-# One Check suite through the test runner (CK_RUN_SUITE is Check's own).
-suite() {
-	local name=$1 log=$OUTDIR/suite-$1.log rc
-	CK_RUN_SUITE=$name CK_FORK=yes timeout 540 "$BIN/cohort-tests" \
-	    > "$log" 2>&1
-	rc=$?
-	local tally
-	tally=$(grep -Eo '[0-9]+%: Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' \
-	    "$log" | tail -1)
-	if grep -q '^SKIP ' "$log"; then
-		row "suite $name" FAIL \
-		    "skipped on the GPU machine: $(grep -m1 '^SKIP ' "$log")"
-		failed=1
-	elif [ $rc -ne 0 ] || [ -z "$tally" ]; then
-		row "suite $name" FAIL \
-		    "exit $rc; ${tally:-no tally}; see suite-$name.log"
-		failed=1
-	else
-		row "suite $name" PASS "$tally"
-	fi
-}
+gpu_setup
+gpu_header
 
 [ -x "$BIN/cohort-tests" ] || die "$BIN/cohort-tests missing (carry build/bin)"
 suite cuda_ref

@@ -38,7 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend/backend.h" /* half-precision helpers */
+#include "conn.h"
+#include "dtype.h"
 #include "cohort_impl.h"
 #include "coord.h" /* cohort__random_u64 */
 #include "server.h"
@@ -162,17 +163,6 @@ bench_parse_size(const char *s, size_t *out)
 	return (true);
 }
 
-static bool
-bench_parse_int(const char *s, int lo, int hi, int *out)
-{
-	int64_t v;
-
-	if (s == NULL || !cohort__parse_i64(s, &v) || v < lo || v > hi)
-		return (false);
-	*out = (int)v;
-	return (true);
-}
-
 static int
 bench_lookup(const char *s, const char *const *names, int n)
 {
@@ -182,135 +172,137 @@ bench_lookup(const char *s, const char *const *names, int n)
 	return (-1);
 }
 
-/* 0 ok, 1 help printed, 2 usage error. */
-static int
-bench_parse(int argc, char **argv, struct bench_cfg *cfg)
+enum {
+	BENCH_O_BACKEND = COHORT__CLI_LONG,
+	BENCH_O_OP,
+	BENCH_O_SIZES,
+	BENCH_O_DTYPE,
+	BENCH_O_REDOP,
+};
+
+#define BENCH_INT(name, key, lo, hi, field)                                   \
+	COHORT__CLI_NUM(                                                      \
+	    name, key, COHORT__CLI_INT, lo, hi, struct bench_cfg, field)
+#define BENCH_SET(name, kind, field)                                          \
+	COHORT__CLI_SET(name, 0, kind, struct bench_cfg, field)
+
+static const struct cohort__cli_opt bench_opts[] = {
+	BENCH_INT(NULL, 'n', 1, 4096, n),
+	BENCH_INT("procs", 0, 1, 256, procs),
+	COHORT__CLI_DO("backend", BENCH_O_BACKEND, COHORT__CLI_ACT_ARG),
+	COHORT__CLI_DO("op", BENCH_O_OP, COHORT__CLI_ACT_ARG),
+	COHORT__CLI_DO("sizes", BENCH_O_SIZES, COHORT__CLI_ACT_ARG),
+	BENCH_INT("iters", 0, 1, BENCH_MAX_ITERS, iters),
+	BENCH_INT("warmup", 0, 0, 100000, warmup),
+	COHORT__CLI_DO("dtype", BENCH_O_DTYPE, COHORT__CLI_ACT_ARG),
+	COHORT__CLI_DO("redop", BENCH_O_REDOP, COHORT__CLI_ACT_ARG),
+	BENCH_SET("check", COHORT__CLI_FLAG, check),
+	BENCH_SET("json", COHORT__CLI_FLAG, json),
+	BENCH_SET("coordinator", COHORT__CLI_STR, coordinator),
+	BENCH_INT("timeout", 0, 1, INT32_MAX, timeout),
+	/* hidden: the ranks and join workers bench_launch starts */
+	BENCH_SET("bench-rank", COHORT__CLI_FLAG, worker),
+	BENCH_INT("bench-join-proc", 0, 0, 4096, join_proc),
+	BENCH_INT("bench-join-first", 0, 0, 1 << 20, join_first),
+	BENCH_INT("bench-join-count", 0, 1, 1 << 20, join_count),
+	COHORT__CLI_END,
+};
+
+static const struct cohort__cli bench_cli
+    = { "cohort bench", '+', bench_opts, bench_usage };
+
+/* --sizes MIN:MAX or SIZE. */
+static bool
+bench_parse_sizes(const char *v, struct bench_cfg *cfg)
+{
+	char lo[64];
+	const char *colon = strchr(v, ':');
+
+	if (colon == NULL) {
+		if (!bench_parse_size(v, &cfg->min))
+			return (false);
+		cfg->max = cfg->min;
+	} else {
+		if ((size_t)(colon - v) >= sizeof(lo))
+			return (false);
+		memcpy(lo, v, (size_t)(colon - v));
+		lo[colon - v] = '\0';
+		if (!bench_parse_size(lo, &cfg->min)
+		    || !bench_parse_size(colon + 1, &cfg->max))
+			return (false);
+	}
+	cfg->sizes_given = true;
+	return (cfg->max >= cfg->min);
+}
+
+/* An option bench_parse acts on: false for a bad value. */
+static bool
+bench_option(struct bench_cfg *cfg, int opt, const char *v)
 {
 	static const char *const dtypes[]
 	    = { "f32", "f64", "f16", "bf16", "i32", "i64", "u8" };
 	static const char *const redops[]
 	    = { "sum", "prod", "min", "max", "mean" };
+	static const char *const backends[]
+	    = { "tcp", "service", "auto", "nccl" };
+	int k;
 
-	memset(cfg, 0, sizeof(*cfg));
-	cfg->n = 2;
-	cfg->procs = 4;
-	cfg->backend = "auto";
-	cfg->op = BENCH_ALLREDUCE;
-	cfg->min = 1024;
-	cfg->max = 16u << 20;
-	cfg->iters = 20;
-	cfg->warmup = 5;
-	cfg->dtype = COHORT_F32;
-	cfg->redop = COHORT_SUM;
-	cfg->timeout = 600000;
-	cfg->join_proc = -1;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-		int k;
-
-		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-			bench_usage(stdout);
-			return (1);
-		} else if (strcmp(a, "--check") == 0) {
-			cfg->check = true;
-			continue;
-		} else if (strcmp(a, "--json") == 0) {
-			cfg->json = true;
-			continue;
-		} else if (strcmp(a, "--bench-rank") == 0) {
-			cfg->worker = true;
-			continue;
-		}
-		if (v == NULL)
-			goto bad;
-		i++;
-		if (strcmp(a, "-n") == 0) {
-			if (!bench_parse_int(v, 1, 4096, &cfg->n))
-				goto bad;
-		} else if (strcmp(a, "--procs") == 0) {
-			if (!bench_parse_int(v, 1, 256, &cfg->procs))
-				goto bad;
-		} else if (strcmp(a, "--backend") == 0) {
-			if (strcmp(v, "tcp") != 0 && strcmp(v, "service") != 0
-			    && strcmp(v, "auto") != 0
-			    && strcmp(v, "nccl") != 0)
-				goto bad;
-			cfg->backend = v;
-		} else if (strcmp(a, "--op") == 0) {
-			if ((k = bench_lookup(v, bench_op_names, BENCH_NOPS))
-			    < 0)
-				goto bad;
-			cfg->op = (enum bench_op)k;
-		} else if (strcmp(a, "--sizes") == 0) {
-			char lo[64];
-			const char *colon = strchr(v, ':');
-
-			if (colon == NULL) {
-				if (!bench_parse_size(v, &cfg->min))
-					goto bad;
-				cfg->max = cfg->min;
-			} else {
-				if ((size_t)(colon - v) >= sizeof(lo))
-					goto bad;
-				memcpy(lo, v, (size_t)(colon - v));
-				lo[colon - v] = '\0';
-				if (!bench_parse_size(lo, &cfg->min)
-				    || !bench_parse_size(colon + 1, &cfg->max))
-					goto bad;
-			}
-			if (cfg->max < cfg->min)
-				goto bad;
-			cfg->sizes_given = true;
-		} else if (strcmp(a, "--iters") == 0) {
-			if (!bench_parse_int(
-			        v, 1, BENCH_MAX_ITERS, &cfg->iters))
-				goto bad;
-		} else if (strcmp(a, "--warmup") == 0) {
-			if (!bench_parse_int(v, 0, 100000, &cfg->warmup))
-				goto bad;
-		} else if (strcmp(a, "--dtype") == 0) {
-			if ((k = bench_lookup(v, dtypes, 7)) < 0)
-				goto bad;
-			cfg->dtype = (cohort_dtype)k;
-		} else if (strcmp(a, "--redop") == 0) {
-			if ((k = bench_lookup(v, redops, 5)) < 0)
-				goto bad;
-			cfg->redop = (cohort_redop)k;
-		} else if (strcmp(a, "--coordinator") == 0) {
-			cfg->coordinator = v;
-		} else if (strcmp(a, "--timeout") == 0) {
-			int t;
-
-			if (!bench_parse_int(v, 1, INT32_MAX, &t))
-				goto bad;
-			cfg->timeout = t;
-		} else if (strcmp(a, "--bench-join-proc") == 0) {
-			if (!bench_parse_int(v, 0, 4096, &cfg->join_proc))
-				goto bad;
-		} else if (strcmp(a, "--bench-join-first") == 0) {
-			if (!bench_parse_int(v, 0, 1 << 20, &cfg->join_first))
-				goto bad;
-		} else if (strcmp(a, "--bench-join-count") == 0) {
-			if (!bench_parse_int(v, 1, 1 << 20, &cfg->join_count))
-				goto bad;
-		} else {
-			i--;
-			goto bad;
-		}
-		continue;
-	bad:
-		fprintf(stderr, "cohort bench: bad argument '%s'%s%s\n", a,
-		    v != NULL ? " " : "", v != NULL ? v : "");
-		bench_usage(stderr);
-		return (2);
+	switch (opt) {
+	case BENCH_O_BACKEND:
+		cfg->backend = v;
+		return (bench_lookup(v, backends, 4) >= 0);
+	case BENCH_O_OP:
+		if ((k = bench_lookup(v, bench_op_names, BENCH_NOPS)) < 0)
+			return (false);
+		cfg->op = (enum bench_op)k;
+		return (true);
+	case BENCH_O_SIZES:
+		return (bench_parse_sizes(v, cfg));
+	case BENCH_O_DTYPE:
+		if ((k = bench_lookup(v, dtypes, 7)) < 0)
+			return (false);
+		cfg->dtype = (cohort_dtype)k;
+		return (true);
+	default: /* BENCH_O_REDOP */
+		if ((k = bench_lookup(v, redops, 5)) < 0)
+			return (false);
+		cfg->redop = (cohort_redop)k;
+		return (true);
 	}
+}
+
+/* 0 ok, 1 help printed, 2 usage error. */
+static int
+bench_parse(int argc, char **argv, struct bench_cfg *cfg)
+{
+	int opt;
+
+	*cfg = (struct bench_cfg) { .n = 2,
+		.procs = 4,
+		.backend = "auto",
+		.op = BENCH_ALLREDUCE,
+		.min = 1024,
+		.max = 16u << 20,
+		.iters = 20,
+		.warmup = 5,
+		.dtype = COHORT_F32,
+		.redop = COHORT_SUM,
+		.timeout = 600000,
+		.join_proc = -1 };
+	while ((opt = cohort__cli_next(&bench_cli, cfg, argc, argv)) != -1) {
+		if (opt == 'h' || opt == '?')
+			return (opt == 'h' ? 1 : 2);
+		if (!bench_option(cfg, opt, optarg)) {
+			cohort__cli_bad(&bench_cli, opt, optarg, NULL);
+			return (2);
+		}
+	}
+	if (cohort__cli_no_operands(&bench_cli, argc, argv) != -1)
+		return (2);
 	if (!cfg->sizes_given
 	    && (cfg->op == BENCH_BCAST_OBJ || cfg->op == BENCH_KV))
 		cfg->min = cfg->max = 1024;
-	if (cfg->redop == COHORT_MEAN && cfg->dtype != COHORT_F32
-	    && cfg->dtype != COHORT_F64 && cfg->dtype != COHORT_F16
-	    && cfg->dtype != COHORT_BF16) {
+	if (cfg->redop == COHORT_MEAN && !cohort__dtype_is_float(cfg->dtype)) {
 		fprintf(stderr,
 		    "cohort bench: --redop mean needs a float "
 		    "dtype\n");
@@ -325,13 +317,6 @@ bench_parse(int argc, char **argv, struct bench_cfg *cfg)
 /* Check values                                                             */
 /* ------------------------------------------------------------------------ */
 
-static bool
-bench_is_float(cohort_dtype dt)
-{
-	return (dt == COHORT_F32 || dt == COHORT_F64 || dt == COHORT_F16
-	    || dt == COHORT_BF16);
-}
-
 /* Input element i of rank q at iteration it: small integers, exact in
  * every dtype; +-1 for PROD so that products never overflow. */
 static int64_t
@@ -344,63 +329,17 @@ bench_val(int q, int it, size_t i, cohort_redop op)
 	return ((int64_t)(h % 11) - 5);
 }
 
+/* The small integer v as element i: exact in every dtype. */
 static void
 bench_store(void *buf, size_t i, cohort_dtype dt, int64_t v)
 {
-	switch (dt) {
-	case COHORT_F32:
-		((float *)buf)[i] = (float)v;
-		break;
-	case COHORT_F64:
-		((double *)buf)[i] = (double)v;
-		break;
-	case COHORT_F16:
-		((uint16_t *)buf)[i] = cohort__f32_to_f16((float)v);
-		break;
-	case COHORT_BF16:
-		((uint16_t *)buf)[i] = cohort__f32_to_bf16((float)v);
-		break;
-	case COHORT_I32:
-		((int32_t *)buf)[i] = (int32_t)v;
-		break;
-	case COHORT_I64:
-		((int64_t *)buf)[i] = v;
-		break;
-	default:
-		((uint8_t *)buf)[i] = (uint8_t)v;
-		break;
-	}
-}
-
-/* An element as double (floats) or as the integer the dtype holds. */
-static double
-bench_loadf(const void *buf, size_t i, cohort_dtype dt)
-{
-	switch (dt) {
-	case COHORT_F32:
-		return (((const float *)buf)[i]);
-	case COHORT_F64:
-		return (((const double *)buf)[i]);
-	case COHORT_F16:
-		return (cohort__f16_to_f32(((const uint16_t *)buf)[i]));
-	case COHORT_BF16:
-		return (cohort__bf16_to_f32(((const uint16_t *)buf)[i]));
-	default:
-		return (0);
-	}
+	cohort__elem_store(buf, i, dt, (double)v, (uint64_t)v);
 }
 
 static int64_t
 bench_loadi(const void *buf, size_t i, cohort_dtype dt)
 {
-	switch (dt) {
-	case COHORT_I32:
-		return (((const int32_t *)buf)[i]);
-	case COHORT_I64:
-		return (((const int64_t *)buf)[i]);
-	default:
-		return (((const uint8_t *)buf)[i]);
-	}
+	return ((int64_t)cohort__elem_loadu(buf, i, dt));
 }
 
 static void
@@ -421,13 +360,13 @@ bench_wrong_reduced(const void *got, size_t n, cohort_dtype dt,
 	long wrong = 0;
 
 	for (size_t i = 0; i < n; i++) {
-		if (bench_is_float(dt)) {
+		if (cohort__dtype_is_float(dt)) {
 			double acc = 0, v;
 
 			for (int q = 0; q < size; q++) {
 				bench_store(
 				    one, 0, dt, bench_val(q, it, i0 + i, op));
-				v = bench_loadf(one, 0, dt);
+				v = cohort__elem_loadf(one, 0, dt);
 				if (q == 0)
 					acc = v;
 				else if (op == COHORT_PROD)
@@ -441,7 +380,7 @@ bench_wrong_reduced(const void *got, size_t n, cohort_dtype dt,
 			}
 			if (op == COHORT_MEAN)
 				acc /= size;
-			if (fabs(bench_loadf(got, i, dt) - acc)
+			if (fabs(cohort__elem_loadf(got, i, dt) - acc)
 			    > 1e-2 * (fabs(acc) > 1 ? fabs(acc) : 1))
 				wrong++;
 		} else {
@@ -1220,8 +1159,6 @@ static int
 bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 {
 	struct cohort__srv *srv = NULL;
-	struct cohort__srv_config sc;
-	static const char *const listen[] = { "tcp://127.0.0.1:0" };
 	const char *url = cfg->coordinator;
 	bool join = cfg->op == BENCH_JOIN;
 	int nch = join ? cfg->procs : cfg->n;
@@ -1232,14 +1169,10 @@ bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 	if ((ch = calloc((size_t)nch, sizeof(*ch))) == NULL)
 		return (1);
 	if (url == NULL) {
-		cohort__srv_config_init(&sc);
-		sc.listen = listen;
-		sc.nlisten = 1;
-		if (cohort__srv_start(&sc, &srv) != COHORT_OK) {
-			fprintf(stderr,
-			    "cohort bench: cannot start the "
-			    "embedded coordinator: %s\n",
-			    cohort_last_error());
+		if ((srv = cohort__cli_serve("cohort bench",
+		         "cannot start the embedded coordinator",
+		         "tcp://127.0.0.1:0", NULL, NULL, NULL))
+		    == NULL) {
 			free(ch);
 			return (1);
 		}

@@ -21,20 +21,14 @@
 #include <string.h>
 
 #include "cohort_impl.h"
-#include "coord.h"
-#include "token.h"
+#include "conn.h"
 #include "fault.h"
 
 int cohort__cmd_fault(int argc, char **argv);
 
 struct fault_cfg {
-	const char *coordinator;
-	const char *job;
-	const char *token;
+	struct cohort__cli_conn conn;
 	const char *spec;
-	int timeout_ms;
-	const char *token_file;
-	char token_buf[COHORT__TOKEN_MAX + 1];
 };
 
 static void
@@ -56,58 +50,39 @@ fault_usage(FILE *f)
 	    "COHORT_JOB and COHORT_TOKEN (or COHORT_TOKEN_FILE).\n");
 }
 
+static const struct cohort__cli_opt fault_opts[] = {
+	COHORT__CLI_CONN_ROWS(struct fault_cfg, conn),
+	COHORT__CLI_END,
+};
+
+/* '-': the schedule is taken where it stands (as option 1) */
+static const struct cohort__cli fault_cli
+    = { "cohort fault", '-', fault_opts, fault_usage };
+
+static int
+fault_take_spec(struct fault_cfg *cfg, const char *arg)
+{
+	if (cfg->spec != NULL) {
+		fprintf(
+		    stderr, "cohort fault: one schedule only (quote it)\n");
+		return (2);
+	}
+	cfg->spec = arg;
+	return (0);
+}
+
+/* 0 ok, 1 help printed, 2 usage error. */
 static int
 fault_parse_args(int argc, char **argv, struct fault_cfg *cfg)
 {
-	int64_t v;
+	int opt;
 
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-
-		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-			fault_usage(stdout);
-			return (1);
-		}
-		if (strncmp(a, "--", 2) != 0) {
-			if (cfg->spec != NULL) {
-				fprintf(stderr,
-				    "cohort fault: one schedule "
-				    "only (quote it)\n");
-				return (2);
-			}
-			cfg->spec = a;
-			continue;
-		}
-		if (val == NULL) {
-			fprintf(stderr,
-			    "cohort fault: '%s' needs a value or is unknown\n",
-			    a);
+	while ((opt = cohort__cli_next(&fault_cli, cfg, argc, argv)) != -1)
+		if (opt != 1 || fault_take_spec(cfg, optarg) != 0)
+			return (opt == 'h' ? 1 : 2);
+	for (; optind < argc; optind++) /* after "--" */
+		if (fault_take_spec(cfg, argv[optind]) != 0)
 			return (2);
-		}
-		if (strcmp(a, "--coordinator") == 0)
-			cfg->coordinator = val;
-		else if (strcmp(a, "--job") == 0)
-			cfg->job = val;
-		else if (strcmp(a, "--token") == 0)
-			cfg->token = val;
-		else if (strcmp(a, "--token-file") == 0)
-			cfg->token_file = val;
-		else if (strcmp(a, "--timeout") == 0) {
-			if (!cohort__parse_i64(val, &v) || v < 1
-			    || v > 3600000) {
-				fprintf(stderr,
-				    "cohort fault: bad --timeout '%s'\n", val);
-				return (2);
-			}
-			cfg->timeout_ms = (int)v;
-		} else {
-			fprintf(
-			    stderr, "cohort fault: unknown option '%s'\n", a);
-			return (2);
-		}
-		i++;
-	}
 	if (cfg->spec == NULL) {
 		fault_usage(stderr);
 		return (2);
@@ -155,7 +130,7 @@ fault_send(struct cohort__coord *co, const struct fault_cfg *cfg,
 	size_t vlen;
 	int rc = 1;
 
-	q.job = (char *)cfg->job;
+	q.job = (char *)cfg->conn.job;
 	req.body_case = COHORT__REQUEST__BODY_STATUS_QUERY;
 	req.status_query = &q;
 	if (!fault_call(co, &call, &req, NULL, cohort__now_ms(), "status"))
@@ -163,14 +138,14 @@ fault_send(struct cohort__coord *co, const struct fault_cfg *cfg,
 	if (call.rep->body_case == COHORT__REPLY__BODY_STATUS_QUERY
 	    && call.rep->status_query != NULL)
 		for (size_t i = 0; i < call.rep->status_query->n_jobs; i++)
-			if (strcmp(
-			        call.rep->status_query->jobs[i]->job, cfg->job)
+			if (strcmp(call.rep->status_query->jobs[i]->job,
+			        cfg->conn.job)
 			    == 0)
 				js = call.rep->status_query->jobs[i];
 	if (js == NULL || js->generation == 0) {
 		fprintf(stderr,
-		    "cohort fault: job '%s' is not running at %s\n", cfg->job,
-		    cfg->coordinator);
+		    "cohort fault: job '%s' is not running at %s\n",
+		    cfg->conn.job, cfg->conn.coordinator);
 		goto out_fini;
 	}
 	gen = js->generation;
@@ -217,7 +192,7 @@ fault_send(struct cohort__coord *co, const struct fault_cfg *cfg,
 		goto out_fini;
 	printf("cohort fault: schedule #%" PRId64 " sent to job '%s' "
 	       "(generation %" PRIu64 ", %u ranks): %s\n",
-	    n, cfg->job, gen, world, cfg->spec);
+	    n, cfg->conn.job, gen, world, cfg->spec);
 	rc = 0;
 out_fini:
 	cohort__coord_call_fini(&call);
@@ -230,14 +205,13 @@ out:
 int
 cohort__cmd_fault(int argc, char **argv)
 {
-	struct fault_cfg cfg = { NULL, NULL, NULL, NULL, 5000, NULL, "" };
+	struct fault_cfg cfg = { .spec = NULL };
 	struct cohort__fault_plan *plan;
 	struct cohort__coord *co;
-	cohort__time deadline;
-	cohort_env env;
 	cohort_status st;
 	int rc;
 
+	cohort__cli_conn_init(&cfg.conn);
 	if ((rc = fault_parse_args(argc, argv, &cfg)) != 0)
 		return (rc == 1 ? 0 : rc);
 	if ((plan = malloc(sizeof(*plan))) == NULL)
@@ -251,42 +225,11 @@ cohort__cmd_fault(int argc, char **argv)
 		                    : "the schedule has no rule");
 		return (2);
 	}
-	if (cfg.coordinator == NULL || cfg.job == NULL) {
-		if (cohort_env_resolve(&env) != COHORT_OK) {
-			fprintf(
-			    stderr, "cohort fault: %s\n", cohort_last_error());
-			return (1);
-		}
-		if (cfg.coordinator == NULL && env.coordinator[0] != '\0')
-			cfg.coordinator = env.coordinator;
-		if (cfg.job == NULL && getenv("COHORT_JOB") != NULL)
-			cfg.job = env.job;
-	}
-	if (cohort__token_for_tool("cohort fault", cfg.token_file, cfg.token,
-	        false, cfg.token_buf, sizeof(cfg.token_buf), &cfg.token)
-	    != COHORT_OK) {
-		fprintf(stderr, "cohort fault: %s\n", cohort_last_error());
-		return (2);
-	}
-	if (cfg.coordinator == NULL || cfg.job == NULL) {
-		fprintf(stderr,
-		    "cohort fault: need --coordinator URL and "
-		    "--job J (or COHORT_COORDINATOR, COHORT_JOB)\n");
-		return (2);
-	}
-	deadline = cohort__now_ms() + cfg.timeout_ms;
-	if ((st = cohort__coord_open(cfg.coordinator, cfg.job, cfg.token,
-	         cohort__random_u64(), &co))
-	    != COHORT_OK) {
-		fprintf(stderr, "cohort fault: %s\n", cohort_last_error());
-		return (1);
-	}
-	if ((st = cohort__coord_wait_connected(co, deadline)) != COHORT_OK) {
-		fprintf(stderr, "cohort fault: %s\n", cohort_last_error());
-		cohort__coord_close(co);
-		return (1);
-	}
-	rc = fault_send(co, &cfg, deadline);
+	if ((rc = cohort__cli_conn_open(
+	         &fault_cli, &cfg.conn, true, false, &co))
+	    != 0)
+		return (rc);
+	rc = fault_send(co, &cfg, cfg.conn.deadline);
 	cohort__coord_close(co);
 	return (rc);
 }

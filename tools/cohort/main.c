@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "cohort_impl.h"
 
 int cohort__cmd_run(int argc, char **argv) __attribute__((weak));
@@ -192,34 +193,44 @@ cli_env_knobs(bool markdown)
 		       "coordinator rank 0 starts |\n");
 }
 
+struct cli_env_cfg {
+	bool markdown;
+};
+
+static void
+cli_env_usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: cohort env [--markdown]\n\nPrints the rank, world size, "
+	    "coordinator and job a worker started here would use,\nwhich "
+	    "variable each came from (docs/launchers.md), launcher "
+	    "variables\nseen but not used and why (notes), and every "
+	    "COHORT_* variable.\n--markdown prints the variables' table "
+	    "(docs/environment.md).\n");
+}
+
 static int
 cli_env(int argc, char **argv)
 {
+	static const struct cohort__cli_opt opts[] = {
+		COHORT__CLI_SET("markdown", 0, COHORT__CLI_FLAG,
+		    struct cli_env_cfg, markdown),
+		COHORT__CLI_END,
+	};
+	static const struct cohort__cli cli
+	    = { "cohort env", '+', opts, cli_env_usage };
+	struct cli_env_cfg cfg = { false };
 	cohort_env env;
 	cohort_status st;
 	char buf[2048];
+	int opt;
 
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--help") == 0
-		    || strcmp(argv[i], "-h") == 0) {
-			printf(
-			    "usage: cohort env [--markdown]\n\nPrints the "
-			    "rank, world size, coordinator and job a worker "
-			    "started here would use,\nwhich variable each "
-			    "came from (docs/launchers.md), launcher "
-			    "variables\nseen but not used and why (notes), "
-			    "and every COHORT_* variable.\n"
-			    "--markdown prints the variables' table "
-			    "(docs/environment.md).\n");
-			return (0);
-		}
-		if (strcmp(argv[i], "--markdown") == 0) {
-			cli_env_knobs(true);
-			return (0);
-		}
-		fprintf(
-		    stderr, "cohort env: unknown argument '%s'\n", argv[i]);
-		return (2);
+	if ((opt = cohort__cli_next(&cli, &cfg, argc, argv)) != -1
+	    || (opt = cohort__cli_no_operands(&cli, argc, argv)) != -1)
+		return (opt == 'h' ? 0 : 2);
+	if (cfg.markdown) {
+		cli_env_knobs(true);
+		return (0);
 	}
 	/* the error is printed below; no log line repeating it */
 	cohort__log_set_default_level(COHORT__LOG_ERROR);

@@ -40,6 +40,7 @@
 #include <inttypes.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "conn.h"
 #include "cohort_impl.h"
 #include "coord.h"
 #include "server.h"
@@ -98,6 +100,7 @@ struct run_cfg {
 	char coordinator_buf[300];
 	const char *job;
 	const char *token;
+	const char *token_file, *token_cli; /* --token-file, --token */
 	char token_buf[COHORT__TOKEN_MAX + 1];
 	const char *report;
 	/* --timeline PATH (or COHORT_TIMELINE): the merged trace, and the
@@ -170,17 +173,6 @@ run_usage(FILE *f)
 	    "unchanged\n");
 }
 
-static bool
-run_parse_int(const char *s, int lo, int hi, int *out)
-{
-	int64_t v;
-
-	if (!cohort__parse_i64(s, &v) || v < lo || v > hi)
-		return (false);
-	*out = (int)v;
-	return (true);
-}
-
 /* Kubeflow's torchrun arguments (PET_*) as defaults; -1 when unset. */
 static int
 run_pet_int(const char *name, int lo, int hi, int *out)
@@ -189,7 +181,7 @@ run_pet_int(const char *name, int lo, int hi, int *out)
 
 	if (v == NULL)
 		return (0);
-	if (!run_parse_int(v, lo, hi, out)) {
+	if (!cohort__cli_int(v, lo, hi, out)) {
 		fprintf(stderr,
 		    "cohort run: %s='%s' is not a number in [%d, %d]%s\n",
 		    name, v, lo, hi,
@@ -213,7 +205,7 @@ run_pet_defaults(struct run_cfg *cfg)
 		return (-1);
 	/* "auto", "gpu", "cpu": the operator sizes it; -n must say */
 	if (cohort__env_raw("PET_NPROC_PER_NODE") != NULL
-	    && run_parse_int(cohort__env_raw("PET_NPROC_PER_NODE"), 1,
+	    && cohort__cli_int(cohort__env_raw("PET_NPROC_PER_NODE"), 1,
 	        RUN_MAX_LOCAL, &cfg->nproc))
 		cohort__debug("-n %d from PET_NPROC_PER_NODE", cfg->nproc);
 	if (addr != NULL
@@ -230,86 +222,63 @@ run_pet_defaults(struct run_cfg *cfg)
 	return (0);
 }
 
+enum { RUN_COORDINATOR = COHORT__CLI_LONG, RUN_TORCH_STORE };
+
+#define RUN_INT(name, key, lo, hi, field)                                     \
+	COHORT__CLI_NUM(                                                      \
+	    name, key, COHORT__CLI_INT, lo, hi, struct run_cfg, field)
+#define RUN_STR(name, field)                                                  \
+	COHORT__CLI_SET(name, 0, COHORT__CLI_STR, struct run_cfg, field)
+
+static const struct cohort__cli_opt run_opts[] = {
+	RUN_INT("nproc-per-node", 'n', 1, RUN_MAX_LOCAL, nproc),
+	RUN_INT("nnodes", 0, 1, 65536, nnodes),
+	RUN_INT("node-rank", 0, 0, 65535, node_rank),
+	RUN_INT("max-restarts", 0, 0, 1000000, max_restarts),
+	RUN_INT("grace", 0, 0, 3600000, grace_ms),
+	COHORT__CLI_DO("coordinator", RUN_COORDINATOR, COHORT__CLI_ACT_ARG),
+	RUN_STR("job", job),
+	RUN_STR("token-file", token_file),
+	RUN_STR("token", token_cli),
+	RUN_STR("report", report),
+	RUN_STR("timeline", timeline),
+	COHORT__CLI_DO("torch-store", RUN_TORCH_STORE, COHORT__CLI_ACT_ARG),
+	COHORT__CLI_END,
+};
+
+/* '+': the options end at the program */
+static const struct cohort__cli run_cli
+    = { "cohort run", '+', run_opts, run_usage };
+
+/* 0, 1 after --help, 2 for a usage error (said). */
 static int
 run_parse(int argc, char **argv, struct run_cfg *cfg)
 {
-	const char *token_file = NULL, *token_cli = NULL;
-	int i;
+	int opt;
 
-	memset(cfg, 0, sizeof(*cfg));
-	cfg->nproc = 0;
-	cfg->nnodes = 1;
-	cfg->grace_ms = 5000;
+	*cfg = (struct run_cfg) { .nproc = 0, .nnodes = 1, .grace_ms = 5000 };
 	if (run_pet_defaults(cfg) != 0)
 		return (2);
-	for (i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-
-		if (strcmp(a, "--") == 0) {
-			i++;
-			break;
-		}
-		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-			run_usage(stdout);
-			return (1);
-		}
-		if (a[0] != '-')
-			break; /* the program starts here */
-		if (v == NULL) {
-			fprintf(stderr, "cohort run: %s needs a value\n", a);
-			return (2);
-		}
-		if (strcmp(a, "-n") == 0
-		    || strcmp(a, "--nproc-per-node") == 0) {
-			if (!run_parse_int(v, 1, RUN_MAX_LOCAL, &cfg->nproc))
-				goto bad;
-		} else if (strcmp(a, "--nnodes") == 0) {
-			if (!run_parse_int(v, 1, 65536, &cfg->nnodes))
-				goto bad;
-		} else if (strcmp(a, "--node-rank") == 0) {
-			if (!run_parse_int(v, 0, 65535, &cfg->node_rank))
-				goto bad;
-		} else if (strcmp(a, "--max-restarts") == 0) {
-			if (!run_parse_int(v, 0, 1000000, &cfg->max_restarts))
-				goto bad;
-		} else if (strcmp(a, "--grace") == 0) {
-			if (!run_parse_int(v, 0, 3600000, &cfg->grace_ms))
-				goto bad;
-		} else if (strcmp(a, "--coordinator") == 0) {
-			cfg->coordinator = v;
+	while ((opt = cohort__cli_next(&run_cli, cfg, argc, argv)) != -1) {
+		if (opt == RUN_TORCH_STORE && strrchr(optarg, ':') == NULL)
+			opt = cohort__cli_bad(
+			    &run_cli, opt, optarg, "(HOST:PORT)");
+		if (opt == RUN_COORDINATOR) {
+			cfg->coordinator = optarg;
 			cfg->coordinator_from_launcher = false;
-		} else if (strcmp(a, "--job") == 0) {
-			cfg->job = v;
-		} else if (strcmp(a, "--token-file") == 0) {
-			token_file = v;
-		} else if (strcmp(a, "--token") == 0) {
-			token_cli = v;
-		} else if (strcmp(a, "--report") == 0) {
-			cfg->report = v;
-		} else if (strcmp(a, "--timeline") == 0) {
-			cfg->timeline = v;
-		} else if (strcmp(a, "--torch-store") == 0) {
-			if (strrchr(v, ':') == NULL)
-				goto bad;
-			cfg->torch_store = v;
+		} else if (opt == RUN_TORCH_STORE) {
+			cfg->torch_store = optarg;
 		} else {
-			fprintf(stderr, "cohort run: unknown option %s\n", a);
-			run_usage(stderr);
-			return (2);
+			return (opt == 'h' ? 1 : 2);
 		}
-		i++;
-		continue;
-	bad:
-		fprintf(stderr, "cohort run: bad value for %s: %s\n", a, v);
-		return (2);
 	}
 	if (cfg->nproc == 0) {
 		fprintf(stderr, "cohort run: -n N is required\n");
 		return (2);
 	}
-	if (cohort__token_for_tool("cohort run", token_file, token_cli, false,
-	        cfg->token_buf, sizeof(cfg->token_buf), &cfg->token)
+	if (cohort__token_for_tool("cohort run", cfg->token_file,
+	        cfg->token_cli, false, cfg->token_buf, sizeof(cfg->token_buf),
+	        &cfg->token)
 	    != COHORT_OK) {
 		fprintf(stderr, "cohort run: %s\n", cohort_last_error());
 		return (2);
@@ -326,12 +295,12 @@ run_parse(int argc, char **argv, struct run_cfg *cfg)
 		    "PET_MASTER_ADDR and PET_MASTER_PORT give it)\n");
 		return (2);
 	}
-	if (i >= argc) {
+	if (optind >= argc) {
 		fprintf(stderr, "cohort run: no program given\n");
 		run_usage(stderr);
 		return (2);
 	}
-	cfg->argv = &argv[i];
+	cfg->argv = &argv[optind];
 	return (0);
 }
 
@@ -512,24 +481,6 @@ out:
 }
 
 static void
-run_json_string(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s != '\0'; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c == '\n')
-			fputs("\\n", f);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
-}
-
-static void
 run_report(const struct run_cfg *cfg, const char *job,
     const struct run_failure *f, const struct run_worker *w, int nw,
     int64_t last_stop_ms, int restarts)
@@ -578,18 +529,18 @@ run_report(const struct run_cfg *cfg, const char *job,
 			return;
 		}
 		fprintf(out, "{\"job\":");
-		run_json_string(out, job);
+		cohort__json_str(out, job);
 		if (f->coord_unreachable[0] != '\0') {
 			fprintf(out, ",\"coordinator_unreachable\":");
-			run_json_string(out, f->coord_unreachable);
+			cohort__json_str(out, f->coord_unreachable);
 		}
 		fprintf(out,
 		    ",\"root_cause\":{\"rank\":%d,\"exit_code\":%d,"
 		    "\"signal\":%d,\"error_text\":",
 		    f->rank, f->exit_code, f->signal);
-		run_json_string(out, f->text);
+		cohort__json_str(out, f->text);
 		fprintf(out, ",\"operation\":");
-		run_json_string(out, f->last_op);
+		cohort__json_str(out, f->last_op);
 		fprintf(out, ",\"operation_seq\":%" PRIu64 ",\"kind\":\"%s\"}",
 		    f->last_op_seq,
 		    f->coord_unreachable[0] != '\0' ? "coordinator" : "rank");
@@ -788,29 +739,18 @@ run_job_name(const struct run_cfg *cfg, char *job, size_t len)
 static struct cohort__srv *
 run_serve(const struct run_cfg *cfg, const char *job)
 {
-	struct cohort__srv_config sc;
-	struct cohort__srv *srv = NULL;
-	const char *port = strrchr(cfg->coordinator, ':');
-	char listen[64], jobspec[400];
-	const char *listens[1] = { listen }, *jobs[1] = { jobspec };
+	struct cohort__srv *srv;
+	char listen[64], what[128];
 
-	snprintf(listen, sizeof(listen), "tcp://0.0.0.0:%s", port + 1);
-	snprintf(jobspec, sizeof(jobspec), "%s:%s", job, cfg->token);
-	cohort__srv_config_init(&sc);
-	sc.listen = listens;
-	sc.nlisten = 1;
-	sc.jobs = jobs;
-	sc.njobs = 1;
-	if (cohort__srv_start(&sc, &srv) != COHORT_OK) {
-		fprintf(stderr,
-		    "cohort run: node 0 cannot serve the coordinator at %s: "
-		    "%s\n",
-		    listen, cohort_last_error());
-		return (NULL);
-	}
-	memset(jobspec, 0, sizeof(jobspec));
-	cohort__info("serving the coordinator of job '%s' at %s (%s)", job,
-	    cfg->coordinator, listen);
+	snprintf(listen, sizeof(listen), "tcp://0.0.0.0:%s",
+	    strrchr(cfg->coordinator, ':') + 1);
+	snprintf(what, sizeof(what),
+	    "node 0 cannot serve the coordinator at %s", listen);
+	srv = cohort__cli_serve(
+	    "cohort run", what, listen, job, cfg->token, NULL);
+	if (srv != NULL)
+		cohort__info("serving the coordinator of job '%s' at %s (%s)",
+		    job, cfg->coordinator, listen);
 	return (srv);
 }
 
@@ -885,28 +825,15 @@ cohort__cmd_run(int argc, char **argv)
 		    && run_await_coordinator(&cfg, job) != 0)
 			return (1);
 	} else {
-		struct cohort__srv_config sc;
-		static const char *const listen[] = { "tcp://127.0.0.1:0" };
-		char jobspec[400], storespec[200];
-		const char *jobs[1] = { jobspec }, *stores[1] = { storespec };
-		cohort__srv_config_init(&sc);
-		sc.listen = listen;
-		sc.nlisten = 1;
 		/* The job exists from the start with its token, and torch's
 		 * store for it is a TCPStore listener of the coordinator. */
-		snprintf(jobspec, sizeof(jobspec), "%s:%s", job, cfg.token);
-		snprintf(storespec, sizeof(storespec), "%s@127.0.0.1:0", job);
-		sc.jobs = jobs;
-		sc.njobs = 1;
-		sc.torch_stores = stores;
-		sc.ntorch_stores = 1;
-		if (cohort__srv_start(&sc, &srv) != COHORT_OK) {
-			fprintf(stderr,
-			    "cohort run: cannot start the embedded "
-			    "coordinator: %s\n",
-			    cohort_last_error());
+		char store[200];
+		snprintf(store, sizeof(store), "%s@127.0.0.1:0", job);
+		if ((srv = cohort__cli_serve("cohort run",
+		         "cannot start the embedded coordinator",
+		         "tcp://127.0.0.1:0", job, cfg.token, store))
+		    == NULL)
 			return (1);
-		}
 		url = cohort__srv_url(srv, 0);
 		if (cfg.torch_store == NULL)
 			cfg.torch_store = cohort__srv_torch_store_addr(srv, 0);

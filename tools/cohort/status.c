@@ -30,21 +30,15 @@
 #include <unistd.h>
 
 #include "cohort_impl.h"
-#include "coord.h"
-#include "token.h"
+#include "conn.h"
 
 int cohort__cmd_status(int argc, char **argv);
 int cohort__cmd_top(int argc, char **argv);
 
 struct status_cfg {
-	const char *coordinator;
-	const char *job;
-	const char *token;
-	int timeout_ms;
-	const char *token_file;
-	char token_buf[COHORT__TOKEN_MAX + 1];
+	struct cohort__cli_conn conn;
 	int watch_ms; /* 0: once */
-	long count; /* --watch: redraws, 0 = until SIGINT */
+	int count; /* --watch: redraws, 0 = until SIGINT */
 };
 
 /* Previous totals of a rank, for rates in --watch. */
@@ -199,125 +193,40 @@ status_print_job(const Cohort__JobStatus *js)
 	}
 }
 
-static int
-status_parse(int argc, char **argv, struct status_cfg *cfg)
-{
-	int64_t v;
+static const struct cohort__cli_opt status_opts[] = {
+	COHORT__CLI_CONN_ROWS(struct status_cfg, conn),
+	COHORT__CLI_NUM("watch", 0, COHORT__CLI_INT, 100, 3600000,
+	    struct status_cfg, watch_ms),
+	COHORT__CLI_NUM("count", 0, COHORT__CLI_INT, 1, INT32_MAX,
+	    struct status_cfg, count),
+	COHORT__CLI_END,
+};
 
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-
-		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-			status_usage(stdout);
-			return (1);
-		}
-		if (val == NULL) {
-			fprintf(stderr,
-			    "cohort status: '%s' needs a value "
-			    "or is unknown\n",
-			    a);
-			return (2);
-		}
-		if (strcmp(a, "--coordinator") == 0)
-			cfg->coordinator = val;
-		else if (strcmp(a, "--job") == 0)
-			cfg->job = val;
-		else if (strcmp(a, "--token") == 0)
-			cfg->token = val;
-		else if (strcmp(a, "--token-file") == 0)
-			cfg->token_file = val;
-		else if (strcmp(a, "--timeout") == 0) {
-			if (!cohort__parse_i64(val, &v) || v < 1
-			    || v > 3600000) {
-				fprintf(stderr,
-				    "cohort status: bad --timeout '%s'\n",
-				    val);
-				return (2);
-			}
-			cfg->timeout_ms = (int)v;
-		} else if (strcmp(a, "--watch") == 0) {
-			if (!cohort__parse_i64(val, &v) || v < 100
-			    || v > 3600000) {
-				fprintf(stderr,
-				    "cohort status: bad --watch '%s' (100 to "
-				    "3600000 ms)\n",
-				    val);
-				return (2);
-			}
-			cfg->watch_ms = (int)v;
-		} else if (strcmp(a, "--count") == 0) {
-			if (!cohort__parse_i64(val, &v) || v < 1) {
-				fprintf(stderr,
-				    "cohort status: bad --count '%s'\n", val);
-				return (2);
-			}
-			cfg->count = (long)v;
-		} else {
-			fprintf(
-			    stderr, "cohort status: unknown option '%s'\n", a);
-			return (2);
-		}
-		i++;
-	}
-	return (0);
-}
+static const struct cohort__cli status_cli
+    = { "cohort status", '+', status_opts, status_usage };
 
 int
 cohort__cmd_status(int argc, char **argv)
 {
-	struct status_cfg cfg = { NULL, NULL, NULL, 5000, NULL, "", 0, 0 };
+	struct status_cfg cfg = { .watch_ms = 0 };
 	long shown = 0;
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__StatusQuery q = COHORT__STATUS_QUERY__INIT;
 	struct cohort__coord *co;
 	struct cohort__coord_call call;
 	const Cohort__StatusReply *sr;
-	cohort__time deadline;
-	cohort_env env;
 	cohort_status st;
 	int rc;
 
-	if ((rc = status_parse(argc, argv, &cfg)) != 0)
-		return (rc == 1 ? 0 : rc);
-	if (cfg.coordinator == NULL || cfg.job == NULL) {
-		if (cohort_env_resolve(&env) != COHORT_OK) {
-			fprintf(stderr, "cohort status: %s\n",
-			    cohort_last_error());
-			return (1);
-		}
-		if (cfg.coordinator == NULL && env.coordinator[0] != '\0')
-			cfg.coordinator = env.coordinator;
-		if (cfg.job == NULL && getenv("COHORT_JOB") != NULL)
-			cfg.job = env.job;
-	}
-	if (cohort__token_for_tool("cohort status", cfg.token_file, cfg.token,
-	        cfg.job == NULL, cfg.token_buf, sizeof(cfg.token_buf),
-	        &cfg.token)
-	    != COHORT_OK) {
-		fprintf(stderr, "cohort status: %s\n", cohort_last_error());
-		return (2);
-	}
-	if (cfg.coordinator == NULL) {
-		fprintf(stderr,
-		    "cohort status: no coordinator; use "
-		    "--coordinator URL or COHORT_COORDINATOR\n");
-		return (2);
-	}
-	deadline = cohort__now_ms() + cfg.timeout_ms;
-	if ((st = cohort__coord_open(cfg.coordinator,
-	         cfg.job != NULL ? cfg.job : "", cfg.token,
-	         cohort__random_u64(), &co))
-	    != COHORT_OK) {
-		fprintf(stderr, "cohort status: %s\n", cohort_last_error());
-		return (1);
-	}
-	if ((st = cohort__coord_wait_connected(co, deadline)) != COHORT_OK) {
-		fprintf(stderr, "cohort status: %s\n", cohort_last_error());
-		cohort__coord_close(co);
-		return (1);
-	}
-	q.job = (char *)(cfg.job != NULL ? cfg.job : "");
+	cohort__cli_conn_init(&cfg.conn);
+	if ((rc = cohort__cli_next(&status_cli, &cfg, argc, argv)) != -1
+	    || (rc = cohort__cli_no_operands(&status_cli, argc, argv)) != -1)
+		return (rc == 'h' ? 0 : 2);
+	if ((rc = cohort__cli_conn_open(
+	         &status_cli, &cfg.conn, false, true, &co))
+	    != 0)
+		return (rc);
+	q.job = (char *)(cfg.conn.job != NULL ? cfg.conn.job : "");
 	req.body_case = COHORT__REQUEST__BODY_STATUS_QUERY;
 	req.status_query = &q;
 	if (cfg.watch_ms > 0) {
@@ -346,7 +255,7 @@ again:
 	if (cfg.watch_ms > 0 && isatty(1))
 		printf("\033[H\033[2J"); /* home, clear */
 	printf("cohortd at %s: up %.1fs, %" PRIu64 " clients, %zu job%s\n",
-	    cfg.coordinator, (double)sr->uptime_ms / 1000.0, sr->clients,
+	    cfg.conn.coordinator, (double)sr->uptime_ms / 1000.0, sr->clients,
 	    sr->n_jobs, sr->n_jobs == 1 ? "" : "s");
 	for (size_t i = 0; i < sr->n_jobs; i++)
 		status_print_job(sr->jobs[i]);

@@ -58,19 +58,23 @@ tl_part_cmp(const void *a, const void *b)
 	return (x->gen < y->gen ? -1 : x->gen > y->gen ? 1 : 0);
 }
 
-static void
-tl_json_str(FILE *f, const char *s)
+void
+cohort__json_str(FILE *f, const char *s)
 {
+	fputc('"', f);
 	for (; *s != '\0'; s++) {
 		unsigned char c = (unsigned char)*s;
 
 		if (c == '"' || c == '\\')
 			fprintf(f, "\\%c", c);
+		else if (c == '\n')
+			fputs("\\n", f);
 		else if (c < 0x20)
 			fprintf(f, "\\u%04x", c);
 		else
 			fputc(c, f);
 	}
+	fputc('"', f);
 }
 
 uint64_t
@@ -174,10 +178,10 @@ cohort__timeline_merge(const char *path, int world,
 		fprintf(out,
 		    ",\n{\"name\":\"%s\",\"cat\":\"launcher\",\"ph\":\"i\","
 		    "\"s\":\"g\",\"pid\":%d,\"tid\":1,\"ts\":%" PRIu64
-		    ",\"args\":{\"detail\":\"",
+		    ",\"args\":{\"detail\":",
 		    marks[i].name, world, marks[i].ts_us);
-		tl_json_str(out, marks[i].detail);
-		fprintf(out, "\"}}");
+		cohort__json_str(out, marks[i].detail);
+		fprintf(out, "}}");
 	}
 	fprintf(out,
 	    "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"world_size\":%d,"

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* An instant of the launcher's own row (a restart, a failure). */
 struct cohort__timeline_mark {
@@ -23,6 +24,8 @@ int cohort__timeline_prepare(const char *path, char *env, size_t len);
  * launcher's row is pid `world`), then removes the parts. */
 int cohort__timeline_merge(const char *path, int world,
     const struct cohort__timeline_mark *marks, int nmarks);
+/* s as a quoted JSON string (the report of cohort run, the marks). */
+void cohort__json_str(FILE *f, const char *s);
 /* Realtime microseconds, the timelines' clock. */
 uint64_t cohort__timeline_now_us(void);
 

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli.h"
 #include "cohort_impl.h"
 #include "token.h"
 
@@ -34,41 +35,32 @@ token_usage(FILE *f)
 	    "                           $COHORT_ADMIN_TOKEN_FILE)\n");
 }
 
+struct token_cfg {
+	const char *file; /* the admin secret */
+};
+
+static const struct cohort__cli_opt token_opts[] = {
+	COHORT__CLI_SET(
+	    "admin-token-file", 0, COHORT__CLI_STR, struct token_cfg, file),
+	COHORT__CLI_END,
+};
+
+static const struct cohort__cli token_cli
+    = { "cohort token", '+', token_opts, token_usage };
+
 int
 cohort__cmd_token(int argc, char **argv)
 {
-	const char *file = cohort__knob_str(COHORT__KNOB_ADMIN_TOKEN_FILE);
+	struct token_cfg cfg
+	    = { cohort__knob_str(COHORT__KNOB_ADMIN_TOKEN_FILE) };
+	const char *file;
 	char admin[COHORT__TOKEN_MAX + 1], tok[COHORT__MINTED_LEN + 1];
-	int i, njobs = 0;
+	int i, opt, njobs = 0;
 
-	for (i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "-h") == 0
-		    || strcmp(argv[i], "--help") == 0) {
-			token_usage(stdout);
-			return (0);
-		}
-		if (strcmp(argv[i], "--admin-token-file") == 0) {
-			if (i + 1 >= argc) {
-				fprintf(stderr,
-				    "cohort token: --admin-token-file needs "
-				    "a value\n");
-				return (2);
-			}
-			file = argv[++i];
-			continue;
-		}
-		if (strcmp(argv[i], "--") == 0) {
-			i++;
-			break;
-		}
-		if (argv[i][0] == '-') {
-			fprintf(stderr, "cohort token: unknown option %s\n",
-			    argv[i]);
-			token_usage(stderr);
-			return (2);
-		}
-		break;
-	}
+	if ((opt = cohort__cli_next(&token_cli, &cfg, argc, argv)) != -1)
+		return (opt == 'h' ? 0 : 2);
+	file = cfg.file;
+	i = optind;
 	if (file == NULL) {
 		fprintf(stderr,
 		    "cohort token: no admin secret (--admin-token-file FILE "
