@@ -20,7 +20,7 @@ import json
 import statistics
 import sys
 
-from hosts import BIN, PORT, bench  # bench/hosts.py
+from hosts import bench, start_cohortd  # bench/hosts.py
 
 from hostnet import Cluster, missing  # noqa: E402  (path set by hosts)
 
@@ -40,10 +40,7 @@ def main() -> int:
     got: dict[str, dict[int, list[tuple[float, float]]]] = {m: {} for m in modes}
     with Cluster(3, "bq") as cl:
         h0, h1, h2 = cl.hosts
-        d = h0.spawn([str(BIN / "cohortd"), "--listen",
-                      f"tcp://0.0.0.0:{PORT}"], name="cohortd")  # fmt: skip
-        if not d.wait_for("listening on", 10):
-            raise SystemExit(d.output())
+        start_cohortd(h0)
         for rep in range(args.reps):
             order = list(modes) if rep % 2 == 0 else list(reversed(modes))
             for m in order:

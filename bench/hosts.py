@@ -56,6 +56,14 @@ def bench(nodes, coord, nproc, sizes, iters, env, job):
     return rows
 
 
+def start_cohortd(host) -> None:
+    """cohortd on host, listening on PORT; exits the benchmark if not."""
+    d = host.spawn([str(BIN / "cohortd"), "--listen",
+                    f"tcp://0.0.0.0:{PORT}"], name="cohortd")  # fmt: skip
+    if not d.wait_for("listening on", 10):
+        raise SystemExit(d.output())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="64K:64M")
@@ -67,10 +75,7 @@ def main() -> int:
         return 2
     with Cluster(3, "bh") as cl:
         h0, h1, h2 = cl.hosts
-        d = h0.spawn([str(BIN / "cohortd"), "--listen",
-                      f"tcp://0.0.0.0:{PORT}"], name="cohortd")  # fmt: skip
-        if not d.wait_for("listening on", 10):
-            raise SystemExit(d.output())
+        start_cohortd(h0)
         env = {"COHORT_LOG_LEVEL": "error"}
         runs = [
             ("same host, shm", bench([h1], h0, 2, args.sizes, args.iters,

@@ -2,8 +2,8 @@
  * dtype.h - one element of a cohort_dtype buffer, read or written as a
  * number: the per-dtype switch that benchmarks (cohort bench), tests and
  * CPU references fill and check their buffers with. Inline, like half.h,
- * so that programs which link nothing of cohort's can use it. (The same
- * functions as tests/harness/th_elem.h, which can become a wrapper.)
+ * so that programs which link nothing of cohort's can use it (the test
+ * programs through tests/harness/th_elem.h).
  */
 #ifndef COHORT_COMMON_DTYPE_H
 #define COHORT_COMMON_DTYPE_H

@@ -19,6 +19,7 @@
 #include "cohort_common.h"
 #include "half.h"
 #include "kernels.h"
+#include "dtype.h"
 
 /* ------------------------------------------------------------------------ */
 /* Argument rules (shared with the launchers)                               */
@@ -399,26 +400,6 @@ cohort__ref_reduce2(
 /* ------------------------------------------------------------------------ */
 
 static double
-ref_value(cohort_dtype dt, const void *p, size_t i)
-{
-	switch (dt) {
-	case COHORT_F32:
-		return (((const float *)p)[i]);
-	case COHORT_F64:
-		return (((const double *)p)[i]);
-	case COHORT_F16:
-	case COHORT_BF16:
-		return (ref_half_f32(dt, ((const uint16_t *)p)[i]));
-	case COHORT_I32:
-		return (((const int32_t *)p)[i]);
-	case COHORT_I64: /* exact below 2^53; compared as bits anyway */
-		return ((double)((const int64_t *)p)[i]);
-	default:
-		return (((const uint8_t *)p)[i]);
-	}
-}
-
-static double
 ref_tiny(cohort_dtype dt)
 {
 	switch (dt) {
@@ -447,8 +428,8 @@ cohort__ref_compare(const char *what, cohort_dtype dt, const void *got,
 	size_t i;
 
 	for (i = 0; i < n; i++) {
-		double g = ref_value(dt, got, i);
-		double w = ref_value(dt, want, i);
+		double g = cohort__elem_loadf(got, i, dt);
+		double w = cohort__elem_loadf(want, i, dt);
 		bool ok;
 
 		if (exact) {

@@ -66,15 +66,15 @@ static void
 cw_fill(void *buf, size_t n, cohort_dtype dt, cohort_redop op, uint64_t seed,
     uint64_t k, int q, size_t i0)
 {
-	bool fl = th_elem_is_float(dt);
+	bool fl = cohort__dtype_is_float(dt);
 
 	for (size_t i = 0; i < n; i++) {
 		uint64_t h = cw_hash(seed, k, q, i0 + i);
 
 		if (fl)
-			th_elem_store(buf, i, dt, cw_fval(h, op), 0);
+			cohort__elem_store(buf, i, dt, cw_fval(h, op), 0);
 		else
-			th_elem_store(buf, i, dt, 0, cw_ival(h, dt, op));
+			cohort__elem_store(buf, i, dt, 0, cw_ival(h, dt, op));
 	}
 }
 
@@ -97,7 +97,7 @@ static long
 cw_check_reduced(const void *got, size_t n, cohort_dtype dt, cohort_redop op,
     uint64_t seed, uint64_t k, int size, size_t i0, char *why, size_t wl)
 {
-	bool fl = th_elem_is_float(dt);
+	bool fl = cohort__dtype_is_float(dt);
 
 	for (size_t i = 0; i < n; i++) {
 		if (fl) {
@@ -118,7 +118,7 @@ cw_check_reduced(const void *got, size_t n, cohort_dtype dt, cohort_redop op,
 			}
 			if (op == COHORT_MEAN)
 				acc /= size;
-			g = th_elem_loadf(got, i, dt);
+			g = cohort__elem_loadf(got, i, dt);
 			if (!(fabs(g - acc) <= cw_tol(dt)
 			            * (fabs(acc) > 1 ? fabs(acc) : 1))) {
 				snprintf(why, wl,
@@ -156,7 +156,7 @@ cw_check_reduced(const void *got, size_t n, cohort_dtype dt, cohort_redop op,
 			mask = dt == COHORT_U8 ? 0xff
 			    : dt == COHORT_I32 ? 0xffffffffull
 			                       : ~0ull;
-			g = th_elem_loadu(got, i, dt);
+			g = cohort__elem_loadu(got, i, dt);
 			if ((g & mask) != (acc & mask)) {
 				snprintf(why, wl,
 				    "element %zu: got %" PRIu64
@@ -479,7 +479,7 @@ cw_matrix(struct cw_run *run, unsigned kinds)
 
 			for (int op = 0; op < nops; op++) {
 				if (op == COHORT_MEAN
-				    && !th_elem_is_float((cohort_dtype)dt))
+				    && !cohort__dtype_is_float((cohort_dtype)dt))
 					continue;
 				for (int v = 0; v < nvar; v++) {
 					struct cw_case cs;

@@ -85,7 +85,7 @@ bench_fill_float(void *p, cohort_dtype dt, size_t n)
 		float v
 		    = (float)((double)(bench_rand() >> 11) * 0x1p-49 - 8.0);
 
-		th_elem_store(p, i, dt, v, 0);
+		cohort__elem_store(p, i, dt, v, 0);
 	}
 }
 static void *

@@ -763,8 +763,8 @@ kt_fill_dtype(void *p, cohort_dtype dt, size_t n, double r)
 	for (i = 0; i < n; i++) {
 		double v = kt_uniform(-r, r);
 
-		if (th_elem_is_float(dt))
-			th_elem_store(p, i, dt, v, 0);
+		if (cohort__dtype_is_float(dt))
+			cohort__elem_store(p, i, dt, v, 0);
 		else
 			th_fill_bytes((char *)p + i * cohort_dtype_size(dt),
 			    cohort_dtype_size(dt), kt_rand);

@@ -664,7 +664,7 @@ nt_fill(void *h, cohort_dtype dt, size_t n, int seed)
 	for (size_t i = 0; i < n; i++) {
 		int v = (int)((i * 7 + (size_t)seed * 13) % 61) - 20;
 
-		th_elem_store(h, i, dt, v,
+		cohort__elem_store(h, i, dt, v,
 		    (uint64_t)(int64_t)(dt == COHORT_U8 ? v + 20 : v));
 	}
 }

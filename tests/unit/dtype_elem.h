@@ -30,7 +30,7 @@ elem_mask(cohort_dtype dt)
 static inline uint64_t
 elem_bits(const void *buf, size_t i, cohort_dtype dt)
 {
-	return (th_elem_loadu(buf, i, dt) & elem_mask(dt));
+	return (cohort__elem_loadu(buf, i, dt) & elem_mask(dt));
 }
 
 /* The value of bits v of dt, for ordering: signed I32 and I64, U8 as is. */

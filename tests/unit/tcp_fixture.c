@@ -283,7 +283,7 @@ tt_fill(void *buf, size_t count, size_t base, cohort_dtype dt, cohort_redop op,
     uint64_t seed, int r)
 {
 	for (size_t i = 0; i < count; i++)
-		th_elem_store(buf, i, dt, tt_fval(seed, r, base + i, op),
+		cohort__elem_store(buf, i, dt, tt_fval(seed, r, base + i, op),
 		    tt_raw(seed, r, base + i));
 }
 
@@ -300,12 +300,12 @@ tt_check_reduced(const void *got, size_t count, size_t base, cohort_dtype dt,
 		bool ok;
 		double want = 0, g = 0;
 
-		if (th_elem_is_float(dt)) {
+		if (cohort__dtype_is_float(dt)) {
 			want = tt_fval(seed, 0, base + i, op);
 			for (int r = 1; r < n; r++)
 				want = elem_op_f(
 				    want, tt_fval(seed, r, base + i, op), op);
-			g = th_elem_loadf(got, i, dt);
+			g = cohort__elem_loadf(got, i, dt);
 			if (op == COHORT_MEAN) {
 				double rel = dt == COHORT_F16 ? 1.0 / 1024
 				    : dt == COHORT_BF16       ? 1.0 / 128

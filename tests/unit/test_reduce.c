@@ -61,7 +61,7 @@ reduce_put(void *buf, size_t i, cohort_dtype dt, cohort_redop op)
 {
 	double v = reduce_rand_val(dt, op);
 
-	th_elem_store(buf, i, dt, v, (uint64_t)(int64_t)v);
+	cohort__elem_store(buf, i, dt, v, (uint64_t)(int64_t)v);
 }
 
 /* Reference of a op b in the integer domains, exactly (wrapping). */
@@ -79,7 +79,7 @@ reduce_check_one(cohort_dtype dt, cohort_redop op, size_t n, int divisor)
 	size_t es = cohort_dtype_size(dt);
 	uint8_t *d = malloc(n * es + 1), *s = malloc(n * es + 1);
 	uint8_t *d0 = malloc(n * es + 1);
-	bool isfloat = th_elem_is_float(dt);
+	bool isfloat = cohort__dtype_is_float(dt);
 	int bad = 0;
 
 	ck_assert(d != NULL && s != NULL && d0 != NULL);
@@ -99,15 +99,15 @@ reduce_check_one(cohort_dtype dt, cohort_redop op, size_t n, int divisor)
 				    "%s %s n=%zu i=%zu: %g op %g gave %g",
 				    cohort_dtype_name(dt),
 				    cohort_redop_name(op), n, i,
-				    th_elem_loadf(d0, i, dt),
-				    th_elem_loadf(s, i, dt),
-				    th_elem_loadf(d, i, dt));
+				    cohort__elem_loadf(d0, i, dt),
+				    cohort__elem_loadf(s, i, dt),
+				    cohort__elem_loadf(d, i, dt));
 			}
 			continue;
 		}
-		double a = th_elem_loadf(d0, i, dt),
-		       b = th_elem_loadf(s, i, dt);
-		double want, got = th_elem_loadf(d, i, dt), tol;
+		double a = cohort__elem_loadf(d0, i, dt),
+		       b = cohort__elem_loadf(s, i, dt);
+		double want, got = cohort__elem_loadf(d, i, dt), tol;
 
 		want = elem_op_f(a, b, op);
 		if (divisor > 1)
@@ -211,10 +211,10 @@ START_TEST(test_reduce_variants_agree)
 				    || dt == COHORT_F16 || dt == COHORT_BF16) {
 					for (size_t i = 0; i < N; i++) {
 						double a
-						    = th_elem_loadf(out[0], i,
+						    = cohort__elem_loadf(out[0], i,
 						        (cohort_dtype)dt);
 						double b
-						    = th_elem_loadf(out[v], i,
+						    = cohort__elem_loadf(out[v], i,
 						        (cohort_dtype)dt);
 
 						ck_assert_msg(

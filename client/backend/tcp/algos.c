@@ -371,6 +371,24 @@ algo_allgather(struct cohort__tcp *t, const struct cohort__op *op,
 /* reduce_scatter                                                           */
 /* ------------------------------------------------------------------------ */
 
+/* Block p of src to rank p and rank p's block into block p of dst, for
+ * every other rank at once (the personalised all-to-all exchange). */
+static cohort_status
+algo_blocks(struct cohort__tcp *t, const uint8_t *src, uint8_t *dst,
+    size_t blk, char *err, size_t errlen, cohort__time deadline)
+{
+	cohort__tcp_plan_reset(t);
+	for (int p = 0; p < t->size; p++) {
+		if (p == t->rank)
+			continue;
+		t->peers[p].sbuf = src + (size_t)p * blk;
+		t->peers[p].slen = blk;
+		t->peers[p].rbuf = dst + (size_t)p * blk;
+		t->peers[p].rlen = blk;
+	}
+	return (cohort__tcp_exchange(t, err, errlen, deadline));
+}
+
 static cohort_status
 algo_reduce_scatter(struct cohort__tcp *t, const struct cohort__op *op,
     size_t blk, char *err, size_t errlen, cohort__time deadline)
@@ -387,16 +405,8 @@ algo_reduce_scatter(struct cohort__tcp *t, const struct cohort__op *op,
 		         t, (size_t)n * blk, err, errlen))
 		    != COHORT_OK)
 			return (rv);
-		cohort__tcp_plan_reset(t);
-		for (int p = 0; p < n; p++) {
-			if (p == r)
-				continue;
-			t->peers[p].sbuf = src + (size_t)p * blk;
-			t->peers[p].slen = blk;
-			t->peers[p].rbuf = t->small + (size_t)p * blk;
-			t->peers[p].rlen = blk;
-		}
-		if ((rv = cohort__tcp_exchange(t, err, errlen, deadline))
+		if ((rv = algo_blocks(
+		         t, src, t->small, blk, err, errlen, deadline))
 		    != COHORT_OK)
 			return (rv);
 		/* Every send is done: dst may now overlap src freely. */
@@ -473,14 +483,33 @@ algo_alltoall(struct cohort__tcp *t, const struct cohort__op *op, size_t blk,
 		return (COHORT_EINVAL);
 	}
 	memcpy(dst + (size_t)r * blk, src + (size_t)r * blk, blk);
+	return (algo_blocks(t, src, dst, blk, err, errlen, deadline));
+}
+
+/* Block p of the root's buf to (scatter) or from (gather) rank p's own
+ * buffer mine, one message each, all at once. */
+static cohort_status
+algo_root_blocks(struct cohort__tcp *t, int root, bool gather,
+    const void *mine, const uint8_t *buf, size_t blk, char *err, size_t errlen,
+    cohort__time deadline)
+{
 	cohort__tcp_plan_reset(t);
-	for (int p = 0; p < n; p++) {
-		if (p == r)
+	for (int p = 0; p < t->size; p++) {
+		struct cohort__tcp_peer *P = &t->peers[p];
+		int peer = t->rank == root ? p : root;
+
+		if (p == t->rank || (t->rank != root && p != root))
 			continue;
-		t->peers[p].sbuf = src + (size_t)p * blk;
-		t->peers[p].slen = blk;
-		t->peers[p].rbuf = dst + (size_t)p * blk;
-		t->peers[p].rlen = blk;
+		if (gather == (t->rank != root)) {
+			P->sbuf = t->rank == root ? buf + (size_t)peer * blk
+			                          : mine;
+			P->slen = blk;
+		} else {
+			P->rbuf = t->rank == root
+			    ? (uint8_t *)buf + (size_t)peer * blk
+			    : (uint8_t *)mine;
+			P->rlen = blk;
+		}
 	}
 	return (cohort__tcp_exchange(t, err, errlen, deadline));
 }
@@ -489,51 +518,29 @@ static cohort_status
 algo_gather(struct cohort__tcp *t, const struct cohort__op *op, size_t blk,
     char *err, size_t errlen, cohort__time deadline)
 {
-	int n = t->size, r = t->rank;
-	uint8_t *dst = op->recv;
-
-	cohort__tcp_plan_reset(t);
-	if (r != op->root) {
-		t->peers[op->root].sbuf = op->send;
-		t->peers[op->root].slen = blk;
-		return (cohort__tcp_exchange(t, err, errlen, deadline));
-	}
-	if (dst + (size_t)r * blk != op->send)
-		memmove(dst + (size_t)r * blk, op->send, blk);
-	for (int p = 0; p < n; p++) {
-		if (p == r)
-			continue;
-		t->peers[p].rbuf = dst + (size_t)p * blk;
-		t->peers[p].rlen = blk;
-	}
-	return (cohort__tcp_exchange(t, err, errlen, deadline));
+	if (t->rank == op->root
+	    && (uint8_t *)op->recv + (size_t)t->rank * blk != op->send)
+		memmove((uint8_t *)op->recv + (size_t)t->rank * blk, op->send,
+		    blk);
+	return (algo_root_blocks(t, op->root, true, op->send, op->recv, blk,
+	    err, errlen, deadline));
 }
 
 static cohort_status
 algo_scatter(struct cohort__tcp *t, const struct cohort__op *op, size_t blk,
     char *err, size_t errlen, cohort__time deadline)
 {
-	int n = t->size, r = t->rank;
-	const uint8_t *src = op->send;
 	cohort_status rv;
 
-	cohort__tcp_plan_reset(t);
-	if (r != op->root) {
-		t->peers[op->root].rbuf = op->recv;
-		t->peers[op->root].rlen = blk;
-		return (cohort__tcp_exchange(t, err, errlen, deadline));
-	}
-	for (int p = 0; p < n; p++) {
-		if (p == r)
-			continue;
-		t->peers[p].sbuf = src + (size_t)p * blk;
-		t->peers[p].slen = blk;
-	}
-	if ((rv = cohort__tcp_exchange(t, err, errlen, deadline)) != COHORT_OK)
+	if ((rv = algo_root_blocks(t, op->root, false, op->recv, op->send, blk,
+	         err, errlen, deadline))
+	    != COHORT_OK)
 		return (rv);
 	/* After the sends: recv may overlap send. */
-	if ((uint8_t *)op->recv != src + (size_t)r * blk)
-		memmove(op->recv, src + (size_t)r * blk, blk);
+	if (t->rank == op->root
+	    && op->recv != (const uint8_t *)op->send + (size_t)t->rank * blk)
+		memmove(op->recv,
+		    (const uint8_t *)op->send + (size_t)t->rank * blk, blk);
 	return (COHORT_OK);
 }
 
