@@ -479,7 +479,8 @@ cw_matrix(struct cw_run *run, unsigned kinds)
 
 			for (int op = 0; op < nops; op++) {
 				if (op == COHORT_MEAN
-				    && !cohort__dtype_is_float((cohort_dtype)dt))
+				    && !cohort__dtype_is_float(
+				        (cohort_dtype)dt))
 					continue;
 				for (int v = 0; v < nvar; v++) {
 					struct cw_case cs;

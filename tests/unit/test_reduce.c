@@ -210,12 +210,12 @@ START_TEST(test_reduce_variants_agree)
 				if (dt == COHORT_F32 || dt == COHORT_F64
 				    || dt == COHORT_F16 || dt == COHORT_BF16) {
 					for (size_t i = 0; i < N; i++) {
-						double a
-						    = cohort__elem_loadf(out[0], i,
-						        (cohort_dtype)dt);
-						double b
-						    = cohort__elem_loadf(out[v], i,
-						        (cohort_dtype)dt);
+						double a = cohort__elem_loadf(
+						    out[0], i,
+						    (cohort_dtype)dt);
+						double b = cohort__elem_loadf(
+						    out[v], i,
+						    (cohort_dtype)dt);
 
 						ck_assert_msg(
 						    (isnan(a) && isnan(b))

@@ -35,7 +35,8 @@ tt_body_matrix(struct tt_group *g, int r, void *state)
 				uint64_t h;
 
 				if (o == COHORT_MEAN
-				    && !cohort__dtype_is_float((cohort_dtype)dt))
+				    && !cohort__dtype_is_float(
+				        (cohort_dtype)dt))
 					continue;
 				h = tw_mix(g->seed + seq);
 				/* 0, 1, an odd count, and one past the
