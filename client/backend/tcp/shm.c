@@ -461,7 +461,8 @@ shm_reduce_block(struct cohort__tcp *t, const struct cohort__op *op,
 		if (op->op == COHORT_MEAN)
 			cohort__scale_div(
 			    out + o, l / t->esize, op->dtype, (double)t->size);
-		shm_copy(R + o, out + o, l);
+		if (out != R)
+			shm_copy(R + o, out + o, l);
 	}
 }
 
@@ -583,6 +584,8 @@ cohort__tcp_shm_allreduce(struct cohort__tcp *t, const struct cohort__op *op,
 	const uint8_t *src = op->send;
 	uint8_t *dst = op->recv;
 	int n = t->size, r = t->rank;
+	/* A reduce is an all-reduce whose results only the root gathers. */
+	int root = op->kind == COHORT__OP_REDUCE ? op->root : -1;
 	/* blk is a multiple of 64, so of every element size */
 	size_t per = (size_t)n * s->blk;
 	size_t rounds = (bytes + per - 1) / per;
@@ -612,8 +615,10 @@ cohort__tcp_shm_allreduce(struct cohort__tcp *t, const struct cohort__op *op,
 		if (k == 0 && (rv = shm_agree(t, err, errlen)) != COHORT_OK)
 			break;
 		shm_block(elems, n, r, t->esize, &off, &len);
-		shm_reduce_block(
-		    t, op, dst + roff + off, src + roff + off, off, len, R, g);
+		/* A reduce's non-roots reduce their block straight into R. */
+		shm_reduce_block(t, op,
+		    root >= 0 && r != root ? R : dst + roff + off,
+		    src + roff + off, off, len, R, g);
 		shm_signal(t, SHM_REDUCED, g + 1);
 
 		/* Post round g + 1 while the others finish round g. */
@@ -629,7 +634,7 @@ cohort__tcp_shm_allreduce(struct cohort__tcp *t, const struct cohort__op *op,
 		         t, SHM_REDUCED, g + 1, err, errlen, deadline))
 		    != COHORT_OK)
 			break;
-		for (int p = 0; p < n; p++) {
+		for (int p = 0; p < n && (root < 0 || r == root); p++) {
 			if (p == r)
 				continue;
 			shm_block(elems, n, p, t->esize, &off, &len);
@@ -653,12 +658,14 @@ cohort__tcp_shm_allreduce(struct cohort__tcp *t, const struct cohort__op *op,
  * Two shapes of round (struct shm_xop):
  *   whole   a staging rank stages up to n * blk bytes of one contiguous
  *           block a round (broadcast: the root; allgather(v): every rank
- *           its own block; gather and reduce: every rank but the root);
+ *           its own block; gather: every rank but the root);
  *   pieces  a staging rank stages up to blk bytes of each of the n blocks
  *           a round, block q's piece at q * blk (scatter: the root;
  *           alltoall and reduce_scatter: every rank).
- * Then the ranks that receive copy (or reduce, in ascending rank order
- * as allreduce does) the pieces meant for them out of the others' slots.
+ * Then the ranks that receive copy (reduce_scatter: reduce, in ascending
+ * rank order as allreduce does) the pieces meant for them out of the
+ * others' slots. A reduce runs as an allreduce whose results only the root
+ * gathers, so that the reduction is spread over every rank.
  * One copy in and one copy out per byte, against two kernel copies plus
  * the protocol over loopback TCP.
  */
@@ -729,7 +736,6 @@ shm_xstager(const struct cohort__tcp *t, const struct shm_xop *x, int p)
 	case COHORT__OP_BROADCAST:
 		return (p == x->root);
 	case COHORT__OP_GATHER:
-	case COHORT__OP_REDUCE:
 		return (p != x->root);
 	default:
 		return (true);
@@ -821,12 +827,6 @@ shm_xtake(struct cohort__tcp *t, const struct shm_xop *x, size_t k, uint32_t g)
 		if (p == r || !shm_xstager(t, x, p) || off >= blen)
 			continue;
 		len = blen - off < per ? blen - off : per;
-		if (op->kind == COHORT__OP_REDUCE) {
-			/* In ascending rank order, the root's own in place. */
-			cohort__reduce(out, shm_S(s, n, p, g), len / t->esize,
-			    op->dtype, op->op);
-			continue;
-		}
 		shm_copy(out, shm_S(s, n, p, g), len);
 	}
 }
@@ -901,6 +901,7 @@ cohort__tcp_shm_run(struct cohort__tcp *t, const struct cohort__op *op,
 
 	switch (op->kind) {
 	case COHORT__OP_ALLREDUCE:
+	case COHORT__OP_REDUCE:
 		return (cohort__tcp_shm_allreduce(
 		    t, op, bytes, err, errlen, deadline));
 	case COHORT__OP_BROADCAST:
@@ -929,17 +930,10 @@ cohort__tcp_shm_run(struct cohort__tcp *t, const struct cohort__op *op,
 			memmove(x.dst + off[r], op->send, x.src_len);
 		break;
 	case COHORT__OP_GATHER:
-	case COHORT__OP_REDUCE:
 		x.stages = r != op->root;
 		x.takes = !x.stages;
-		if (op->kind == COHORT__OP_REDUCE) {
-			/* Every block is reduced into the root's output. */
-			x.one_place = true;
-			if (x.takes && op->recv != op->send)
-				memmove(op->recv, op->send, bytes);
-		} else if (x.takes && x.dst + (size_t)r * bytes != x.src) {
+		if (x.takes && x.dst + (size_t)r * bytes != x.src)
 			memmove(x.dst + (size_t)r * bytes, x.src, bytes);
-		}
 		break;
 	case COHORT__OP_SCATTER:
 		x.pieces = true;
@@ -963,9 +957,6 @@ cohort__tcp_shm_run(struct cohort__tcp *t, const struct cohort__op *op,
 		return (COHORT_ENOTSUP);
 	}
 	rv = shm_xrun(t, &x, err, errlen, deadline);
-	if (rv == COHORT_OK && op->kind == COHORT__OP_REDUCE && r == op->root
-	    && op->op == COHORT_MEAN)
-		cohort__scale_div(op->recv, op->count, op->dtype, (double)n);
 	free(off);
 	return (rv);
 }
