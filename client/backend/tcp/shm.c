@@ -659,9 +659,10 @@ cohort__tcp_shm_allreduce(struct cohort__tcp *t, const struct cohort__op *op,
  *   whole   a staging rank stages up to n * blk bytes of one contiguous
  *           block a round (broadcast: the root; allgather(v): every rank
  *           its own block; gather: every rank but the root);
- *   pieces  a staging rank stages up to blk bytes of each of the n blocks
- *           a round, block q's piece at q * blk (scatter: the root;
- *           alltoall and reduce_scatter: every rank).
+ *   pieces  a staging rank stages a piece of each of the n - 1 blocks not
+ *           its own a round, up to n * blk / (n - 1) bytes each, side by
+ *           side (scatter: the root; alltoall and reduce_scatter: every
+ *           rank).
  * Then the ranks that receive copy (reduce_scatter: reduce, in ascending
  * rank order as allreduce does) the pieces meant for them out of the
  * others' slots. A reduce runs as an allreduce whose results only the root
@@ -742,6 +743,22 @@ shm_xstager(const struct cohort__tcp *t, const struct shm_xop *x, int p)
 	}
 }
 
+/* The pieces shape: bytes of each block's piece a round (the n - 1
+ * blocks other than the stager's own share its slot of n * blk bytes), and
+ * where stager p keeps block q's piece. */
+static inline size_t
+shm_xpiece(const struct cohort__tcp *t)
+{
+	return ((size_t)t->size * t->shm->blk / (size_t)(t->size - 1))
+	    & ~(size_t)63;
+}
+
+static inline size_t
+shm_xat(int p, int q, size_t piece)
+{
+	return ((size_t)(q < p ? q : q - 1) * piece);
+}
+
 /* Round k of this rank's staging into slot S. */
 static void
 shm_xstage(
@@ -751,13 +768,12 @@ shm_xstage(
 	int n = t->size;
 
 	if (x->pieces) {
-		size_t off = k * s->blk;
-		size_t len
-		    = x->src_len - off < s->blk ? x->src_len - off : s->blk;
+		size_t P = shm_xpiece(t), off = k * P;
+		size_t len = x->src_len - off < P ? x->src_len - off : P;
 
 		for (int q = 0; q < n; q++)
 			if (q != t->rank)
-				shm_copy(S + (size_t)q * s->blk,
+				shm_copy(S + shm_xat(t->rank, q, P),
 				    x->src + (size_t)q * x->src_len + off,
 				    len);
 	} else {
@@ -778,14 +794,14 @@ shm_xtake(struct cohort__tcp *t, const struct shm_xop *x, size_t k, uint32_t g)
 	int n = t->size, r = t->rank;
 
 	if (x->pieces) {
-		size_t off = k * s->blk;
-		size_t len
-		    = x->src_len - off < s->blk ? x->src_len - off : s->blk;
+		size_t P = shm_xpiece(t), off = k * P;
+		size_t len = x->src_len - off < P ? x->src_len - off : P;
 		size_t piece = SHM_PIECE - SHM_PIECE % t->esize;
 
 		if (op->kind == COHORT__OP_SCATTER) {
 			shm_copy(x->dst + off,
-			    shm_S(s, n, x->root, g) + (size_t)r * s->blk, len);
+			    shm_S(s, n, x->root, g) + shm_xat(x->root, r, P),
+			    len);
 			return;
 		}
 		if (op->kind == COHORT__OP_ALLTOALL) {
@@ -794,7 +810,7 @@ shm_xtake(struct cohort__tcp *t, const struct shm_xop *x, size_t k, uint32_t g)
 					shm_copy(x->dst
 					        + (size_t)p * x->src_len + off,
 					    shm_S(s, n, p, g)
-					        + (size_t)r * s->blk,
+					        + shm_xat(p, r, P),
 					    len);
 			return;
 		}
@@ -811,7 +827,7 @@ shm_xtake(struct cohort__tcp *t, const struct shm_xop *x, size_t k, uint32_t g)
 				if (p != r)
 					cohort__reduce(out + o,
 					    shm_S(s, n, p, g)
-					        + (size_t)r * s->blk + o,
+					        + shm_xat(p, r, P) + o,
 					    l / t->esize, op->dtype, op->op);
 			if (op->op == COHORT_MEAN)
 				cohort__scale_div(out + o, l / t->esize,
@@ -837,7 +853,7 @@ shm_xrun(struct cohort__tcp *t, const struct shm_xop *x, char *err,
     size_t errlen, cohort__time deadline)
 {
 	struct cohort__tcp_shm *s = t->shm;
-	size_t unit = x->pieces ? s->blk : (size_t)t->size * s->blk;
+	size_t unit = x->pieces ? shm_xpiece(t) : (size_t)t->size * s->blk;
 	size_t most = 0, rounds;
 	uint32_t g0;
 	cohort_status rv;
