@@ -234,6 +234,17 @@ cr_join(struct cr_cli *k)
 	nng_msg_free(m);
 }
 
+/* A fresh client with id that joins the job at url as the KV user. */
+static void
+cr_open(struct cr_cli *k, uint64_t id, const char *url)
+{
+	memset(k, 0, sizeof(*k));
+	k->id = id;
+	k->rank = -1;
+	cr_connect(k, url);
+	cr_join(k);
+}
+
 static void
 cr_set(struct cr_cli *k, const char *key, const char *val)
 {
@@ -378,11 +389,7 @@ START_TEST(test_kill9_keeps_keys_and_applies_add_once)
 
 	cr_init(&c);
 	cr_start(&c, NULL);
-	memset(&k, 0, sizeof(k));
-	k.id = 0xabc;
-	k.rank = -1;
-	cr_connect(&k, c.url);
-	cr_join(&k);
+	cr_open(&k, 0xabc, c.url);
 	cr_fill(&k, 0, 1000);
 	cr_set(&k, "hello", "world");
 	for (int i = 1; i <= 5; i++)
@@ -470,11 +477,7 @@ START_TEST(test_restart_100k_keys_and_journal_cost)
 			th_coord_start(&tc, NULL);
 		else
 			cr_start(&c, extra);
-		memset(&k, 0, sizeof(k));
-		k.id = 1;
-		k.rank = -1;
-		cr_connect(&k, modes[mi] == NULL ? tc.url : c.url);
-		cr_join(&k);
+		cr_open(&k, 1, modes[mi] == NULL ? tc.url : c.url);
 		set = cr_rate(&k, false, n);
 		add = cr_rate(&k, true, n);
 		cr_close(&k);
@@ -490,11 +493,7 @@ START_TEST(test_restart_100k_keys_and_journal_cost)
 
 	cr_init(&c);
 	cr_start(&c, NULL);
-	memset(&k, 0, sizeof(k));
-	k.id = 2;
-	k.rank = -1;
-	cr_connect(&k, c.url);
-	cr_join(&k);
+	cr_open(&k, 2, c.url);
 	cr_fill(&k, 0, 100000);
 	ck_assert_int_eq(cr_add(&k, "ctr", 7, 0), 7);
 	cr_close(&k);
@@ -740,11 +739,7 @@ START_TEST(test_full_disk_kill9_loses_no_acknowledged_add)
 		return;
 	}
 	cr_start(&c, extra);
-	memset(&k, 0, sizeof(k));
-	k.id = 0x5151;
-	k.rank = -1;
-	cr_connect(&k, c.url);
-	cr_join(&k);
+	cr_open(&k, 0x5151, c.url);
 	memset(val, 'x', sizeof(val) - 1);
 	val[sizeof(val) - 1] = '\0';
 	/* The reproduction: 3000 adds and 3000 sets on 300 KiB. */
@@ -823,11 +818,7 @@ START_TEST(test_damaged_journal_refused_then_recovered)
 
 	cr_init(&c);
 	cr_start(&c, NULL);
-	memset(&k, 0, sizeof(k));
-	k.id = 0x77;
-	k.rank = -1;
-	cr_connect(&k, c.url);
-	cr_join(&k);
+	cr_open(&k, 0x77, c.url);
 	for (int i = 0; i < 100; i++) {
 		char key[16];
 		snprintf(key, sizeof(key), "k%d", i);

@@ -846,10 +846,12 @@ END_TEST
 /* A full disk: what cannot be journalled is not acknowledged               */
 /* ------------------------------------------------------------------------ */
 
-/* Mounts a tmpfs of size at f->dir (saved in orig); false (with a SKIP
- * line) where that is not possible. */
+/* Mounts a tmpfs of size at f->dir (saved in orig), reopens the journal
+ * there and joins client c to job "j"; false (with a SKIP line, the
+ * journal freed) where a tmpfs cannot be mounted. */
 static bool
-jt_mount(struct fx *f, char *orig, const char *size, const char *test)
+jt_full_open(struct fx *f, char *orig, const char *size, const char *test,
+    struct srq_cli *c)
 {
 	char opts[64];
 
@@ -863,8 +865,12 @@ jt_mount(struct fx *f, char *orig, const char *size, const char *test)
 		    test);
 		rmdir(f->dir);
 		memcpy(f->dir, orig, sizeof(f->dir));
+		fx_free_journal(f);
 		return (false);
 	}
+	ck_assert_cohort_ok(fx_reopen(f, false));
+	srq_cli_init(c, "j", 7, 1);
+	fx_joined(f, c, fx_join(f, c, 0, 1, 1000));
 	return (true);
 }
 
@@ -906,13 +912,8 @@ START_TEST(test_full_disk_not_acknowledged)
 	int64_t acked = 0, refused = 0, first_refused = -1;
 	char *text;
 
-	if (!jt_mount(f, orig, "64k", "full_disk")) {
-		fx_free_journal(f);
+	if (!jt_full_open(f, orig, "64k", "full_disk", &c))
 		return;
-	}
-	ck_assert_cohort_ok(fx_reopen(f, false));
-	srq_cli_init(&c, "j", 7, 1);
-	fx_joined(f, &c, fx_join(f, &c, 0, 1, 1000));
 	memset(val, 'v', sizeof(val) - 1);
 	val[sizeof(val) - 1] = '\0';
 	/* Adds and sets until the disk is full, and 100 more. */
@@ -974,13 +975,8 @@ START_TEST(test_full_disk_recovers_in_place)
 	int64_t acked = 0;
 	bool full = false;
 
-	if (!jt_mount(f, orig, "32k", "full_disk_recovers")) {
-		fx_free_journal(f);
+	if (!jt_full_open(f, orig, "32k", "full_disk_recovers", &c))
 		return;
-	}
-	ck_assert_cohort_ok(fx_reopen(f, false));
-	srq_cli_init(&c, "j", 7, 1);
-	fx_joined(f, &c, fx_join(f, &c, 0, 1, 1000));
 	memset(val, 'v', sizeof(val) - 1);
 	val[sizeof(val) - 1] = '\0';
 	for (int i = 0; i < 2000 && !full; i++) {
