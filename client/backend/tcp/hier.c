@@ -58,11 +58,8 @@ struct cohort__tcp_hier {
 	struct cohort__tcp *local; /* the ranks of this host */
 	struct cohort__tcp *cross; /* this place on every host */
 	int place, nplaces; /* this rank's place on its host, L */
-	int host, nhosts; /* its host, H */
 	size_t min; /* all-reduces of at least min bytes go this way */
 	size_t split; /* from split bytes: slices (1/L each) between hosts */
-	int32_t *local_ranks, *cross_ranks; /* job ranks, for error texts */
-	char local_id[320], cross_id[320]; /* ids are < 300 bytes */
 };
 
 /* Which ranks can share memory with this one: the same kernel (boot id)
@@ -121,16 +118,20 @@ hier_layout(const uint8_t *all, int n, int *host, int *nplaces)
 	return (nhosts);
 }
 
-/* The child state over members[0..m) of the parent (group ranks). */
+/* The child state named kind (its id "hier.KIND.GROUP": group ids are
+ * "world" and "sub.NAME", so no other group has it) over members[0..m)
+ * of the parent (group ranks); job_ranks: room for m. The child keeps
+ * nothing of sub after its set-up. */
 static cohort_status
 hier_child(struct cohort__tcp *t, const struct cohort__group_desc *desc,
-    const char *id, const int *members, int m, int32_t *job_ranks,
+    const char *kind, const int *members, int m, int32_t *job_ranks,
     struct cohort__tcp **out, char *err, size_t errlen, cohort__time deadline)
 {
 	struct cohort__group_desc sub = *desc;
-	char why[384];
+	char id[320], why[384];
 	cohort_status rv;
 
+	snprintf(id, sizeof(id), "hier.%s.%s", kind, desc->group_id);
 	sub.group_id = id;
 	sub.size = m;
 	sub.rank = -1;
@@ -153,7 +154,9 @@ cohort__tcp_hier_setup(struct cohort__tcp *t,
 {
 	uint8_t mine[HIER_MSG], *all = NULL;
 	int *host = NULL, *members = NULL;
+	int32_t *job_ranks = NULL;
 	struct cohort__tcp_hier *h = NULL;
+	char kind[32];
 	int nhosts, nplaces = 0, m;
 	bool enable;
 	cohort_status rv;
@@ -173,7 +176,9 @@ cohort__tcp_hier_setup(struct cohort__tcp *t,
 	hier_host_key((char *)mine + 32);
 	if ((all = calloc((size_t)t->size, HIER_MSG)) == NULL
 	    || (host = calloc((size_t)t->size, sizeof(int))) == NULL
-	    || (members = calloc((size_t)t->size, sizeof(int))) == NULL) {
+	    || (members = calloc((size_t)t->size, sizeof(int))) == NULL
+	    || (job_ranks = calloc((size_t)t->size, sizeof(int32_t)))
+	        == NULL) {
 		snprintf(err, errlen, "out of memory");
 		rv = COHORT_ENOMEM;
 		goto out;
@@ -194,34 +199,26 @@ cohort__tcp_hier_setup(struct cohort__tcp *t,
 	    || (nhosts = hier_layout(all, t->size, host, &nplaces)) == 0)
 		goto out; /* flat */
 
-	if ((h = calloc(1, sizeof(*h))) == NULL
-	    || (h->local_ranks = calloc((size_t)nplaces, sizeof(int32_t)))
-	        == NULL
-	    || (h->cross_ranks = calloc((size_t)nhosts, sizeof(int32_t)))
-	        == NULL) {
+	if ((h = calloc(1, sizeof(*h))) == NULL) {
 		snprintf(err, errlen, "out of memory");
 		rv = COHORT_ENOMEM;
 		goto out;
 	}
-	h->nhosts = nhosts;
 	h->nplaces = nplaces;
-	h->host = host[t->rank];
 	h->min = (size_t)cohort__tcp_get_be(all + 8, 8);
 	h->split = (size_t)cohort__tcp_get_be(all + 16, 8);
 	/* Local: the ranks of this host, in rank order; this rank's place
 	 * is its index there. */
 	m = 0;
 	for (int p = 0; p < t->size; p++)
-		if (host[p] == h->host) {
+		if (host[p] == host[t->rank]) {
 			if (p == t->rank)
 				h->place = m;
 			members[m++] = p;
 		}
-	/* Group ids are "world" and "sub.NAME": "hier." names no other. */
-	snprintf(h->local_id, sizeof(h->local_id), "hier.host%d.%s", h->host,
-	    desc->group_id);
-	if ((rv = hier_child(t, desc, h->local_id, members, m, h->local_ranks,
-	         &h->local, err, errlen, deadline))
+	snprintf(kind, sizeof(kind), "host%d", host[t->rank]);
+	if ((rv = hier_child(t, desc, kind, members, m, job_ranks, &h->local,
+	         err, errlen, deadline))
 	    != COHORT_OK)
 		goto out;
 	/* Cross: the rank at this place on every host, in host order. */
@@ -234,15 +231,14 @@ cohort__tcp_hier_setup(struct cohort__tcp *t,
 				break;
 			}
 	}
-	snprintf(h->cross_id, sizeof(h->cross_id), "hier.place%d.%s", h->place,
-	    desc->group_id);
-	if ((rv = hier_child(t, desc, h->cross_id, members, nhosts,
-	         h->cross_ranks, &h->cross, err, errlen, deadline))
+	snprintf(kind, sizeof(kind), "place%d", h->place);
+	if ((rv = hier_child(t, desc, kind, members, nhosts, job_ranks,
+	         &h->cross, err, errlen, deadline))
 	    != COHORT_OK)
 		goto out;
 	cohort__debug("tcp group %s: hierarchical all-reduce, %d hosts x %d "
 	              "ranks (host %d, place %d)%s",
-	    desc->group_id, nhosts, nplaces, h->host, h->place,
+	    desc->group_id, nhosts, nplaces, host[t->rank], h->place,
 	    h->local->shm != NULL ? "" : "; no shared memory on this host");
 	t->hier = h;
 	h = NULL;
@@ -254,6 +250,7 @@ out:
 	free(all);
 	free(host);
 	free(members);
+	free(job_ranks);
 	t->opname = "init";
 	return (rv);
 }
@@ -358,8 +355,6 @@ cohort__tcp_hier_free(struct cohort__tcp *t)
 		return;
 	cohort__tcp_close(h->local);
 	cohort__tcp_close(h->cross);
-	free(h->local_ranks);
-	free(h->cross_ranks);
 	free(h);
 	t->hier = NULL;
 }
