@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <nng/nng.h>
@@ -211,9 +212,13 @@ cohort__random_u64(void)
 	uint64_t z;
 
 	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v)) {
-		/* splitmix64 of what is at hand */
-		z = cohort__now_ns() ^ ((uint64_t)getpid() << 32)
-		    ^ (uint64_t)(uintptr_t)&v;
+		/* splitmix64 of what is at hand (the clock read here, not
+		 * through clock.c, which stands above this file) */
+		struct timespec ts;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		z = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec)
+		    ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&v;
 		z += 0x9e3779b97f4a7c15ull;
 		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
 		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
