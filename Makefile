@@ -37,6 +37,10 @@ BUILD ?= build
 SANFLAGS :=
 endif
 
+# The release, as the public header spells it (its one place).
+VERSION := $(shell sed -nE 's/^\#define COHORT_VERSION_(MAJOR|MINOR|PATCH) ([0-9]+).*/\2/p' \
+	include/cohort/cohort.h | paste -sd.)
+
 OBJ := $(BUILD)/obj
 GEN := $(BUILD)/gen
 BIN := $(BUILD)/bin
@@ -54,9 +58,9 @@ CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror \
 # Each part of the tree sees only its own headers and the layers below it
 # (docs/architecture.md; tools/check-layers.sh checks the sources too):
 #   common -> proto -> client | server | cuda -> strategies, tools, examples
-INC_COMMON := -Iclient/include -iquote common
+INC_COMMON := -Iinclude -iquote common
 INC_PROTO := $(INC_COMMON) -iquote proto -I$(GEN)
-INC_STRAT := -Iclient/include -iquote strategies
+INC_STRAT := -Iinclude -iquote strategies
 $(OBJ)/common/%.o: PART_INC := $(INC_COMMON)
 $(OBJ)/proto/%.o: PART_INC := $(INC_PROTO)
 $(OBJ)/gen/%.o: PART_INC := $(INC_PROTO)
@@ -64,7 +68,7 @@ $(OBJ)/client/%.o: PART_INC := $(INC_PROTO) -iquote client
 $(OBJ)/server/%.o: PART_INC := $(INC_PROTO) -iquote server
 $(OBJ)/cuda/%.o: PART_INC := $(INC_COMMON) -iquote cuda
 $(OBJ)/strategies/%.o: PART_INC := $(INC_STRAT)
-$(OBJ)/examples/lib/%.o: PART_INC := -Iclient/include -iquote examples/lib
+$(OBJ)/examples/lib/%.o: PART_INC := -Iinclude -iquote examples/lib
 $(OBJ)/examples/%.o: PART_INC := $(INC_STRAT) -iquote examples/lib
 # The cohort CLI embeds the coordinator (server.h) and speaks the protocol
 # through the client's coordinator engine.
@@ -150,7 +154,7 @@ all: probe $(BIN)/cohortd $(BIN)/cohort $(LIB)/libcohort.so \
 	$(TESTBINS) $(EXAMPLES) $(BIN)/tcp_microbench $(BUILD)/cohort.pc
 
 probe:
-	@echo "cohort build: CC=$(CC) BUILD=$(BUILD) SAN=$(or $(SAN),none)" \
+	@echo "cohort $(VERSION) build: CC=$(CC) BUILD=$(BUILD) SAN=$(or $(SAN),none)" \
 	  "cuda=$(if $(HAVE_CUDA),$(NVCC),not found)" \
 	  "nccl=$(if $(HAVE_NCCL),$(NCCL_H),not found)"
 
@@ -179,7 +183,7 @@ $(OBJ)/%.o: %.c
 $(OBJ)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden \
-	  -Iclient/include -Icommon -Icuda \
+	  -Iinclude -Icommon -Icuda \
 	  -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
 	  -gencode arch=compute_90,code=compute_90 $(DEFS) -c $< -o $@
 
@@ -232,9 +236,9 @@ $(BIN)/tcp_microbench: $(OBJ)/bench/tcp_microbench.o $(LIB)/libcohort.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/cohort.pc: tools/cohort.pc.in
+$(BUILD)/cohort.pc: tools/cohort.pc.in include/cohort/cohort.h
 	@mkdir -p $(dir $@)
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|0.1.0|g' $< > $@
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
 
 # --- tasks ------------------------------------------------------------------
 deps:
@@ -332,10 +336,10 @@ install: all
 	  $(DESTDIR)$(PREFIX)/lib/libcohort_strategies.so.0
 	ln -sf libcohort_strategies.so.0 \
 	  $(DESTDIR)$(PREFIX)/lib/libcohort_strategies.so
-	install -m 644 client/include/cohort/*.h strategies/*.h \
+	install -m 644 include/cohort/*.h strategies/*.h \
 	  $(DESTDIR)$(PREFIX)/include/cohort/
 	for pc in cohort cohort-strategies; do \
-	  sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|0.1.0|g' \
+	  sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
 	    tools/$$pc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/$$pc.pc; \
 	done
 

@@ -162,7 +162,7 @@ EOF
 	perl -0pe "$k"';s/#include <cuda_runtime.h>/#include "emu.h"/' \
 	    cuda/fusion.cu \
 	    > "$tmp/fusion_emu.cpp" || die "perl"
-	INC="-Iclient/include -Iclient -Icuda -I$GEN -I$tmp"
+	INC="-Iinclude -Iclient -Icuda -I$GEN -I$tmp"
 	g++ -std=c++17 -O2 -w $INC -I"$NVCC_INC" -c "$tmp/fusion_emu.cpp" \
 	    -o "$tmp/fusion_emu.o" || die "compiling the emulated kernels"
 	for f in "$tmp/emu_gpu.c" "$tmp/run.c" tests/cuda/test_kernels.c; do
