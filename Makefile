@@ -20,7 +20,8 @@
 #   tests/{harness,unit,integration,fault,cuda}/*.c -> bin/cohort-tests
 #   tests/bin/NAME.c                  -> bin/NAME (helper programs for tests)
 #   examples/NAME.c                   -> bin/NAME
-#   cuda/*.c (CPU refs), cuda/*.cu (only with nvcc) -> libcohort
+#   tests/cuda/kernels/*.c (CPU refs, GPU helpers), *.cu (only with nvcc)
+#                                     -> libcohort_cuda.a (tests, cuda_bench)
 
 SHELL := /bin/bash
 PREFIX ?= /usr/local
@@ -57,7 +58,7 @@ CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror \
 	$(SANFLAGS)
 # Each part of the tree sees only its own headers and the layers below it
 # (docs/architecture.md; tools/check-layers.sh checks the sources too):
-#   common -> proto -> client | server | cuda -> strategies, tools, examples
+#   common -> proto -> client | server -> strategies, tools, examples
 INC_COMMON := -Iinclude -iquote common
 INC_PROTO := $(INC_COMMON) -iquote proto -I$(GEN)
 INC_STRAT := -Iinclude -iquote strategies
@@ -66,7 +67,6 @@ $(OBJ)/proto/%.o: PART_INC := $(INC_PROTO)
 $(OBJ)/gen/%.o: PART_INC := $(INC_PROTO)
 $(OBJ)/client/%.o: PART_INC := $(INC_PROTO) -iquote client
 $(OBJ)/server/%.o: PART_INC := $(INC_PROTO) -iquote server
-$(OBJ)/cuda/%.o: PART_INC := $(INC_COMMON) -iquote cuda
 $(OBJ)/strategies/%.o: PART_INC := $(INC_STRAT)
 $(OBJ)/examples/lib/%.o: PART_INC := -Iinclude -iquote examples/lib
 $(OBJ)/examples/%.o: PART_INC := $(INC_STRAT) -iquote examples/lib
@@ -76,7 +76,8 @@ $(OBJ)/tools/%.o: PART_INC := $(INC_PROTO) -iquote client -iquote server
 $(OBJ)/bench/%.o: PART_INC := $(INC_PROTO) -iquote client -iquote tests/unit
 # Tests look inside every part.
 $(OBJ)/tests/%.o: PART_INC := $(INC_PROTO) -iquote client -iquote server \
-	-iquote cuda -iquote strategies -iquote tests/harness -iquote examples/lib
+	-iquote tests/cuda/kernels -iquote strategies -iquote tests/harness \
+	-iquote examples/lib
 CPPFLAGS = $(PART_INC) $(PKG_CFLAGS)
 LDLIBS := -lnng -lmbedcrypto $(PKG_LIBS) -lpthread -lm -ldl
 # What libcohort.so itself needs (no test framework).
@@ -110,11 +111,11 @@ COMMON_SRC := $(wildcard common/*.c) $(wildcard proto/*.c)
 # library exists.
 LIB_SRC := $(wildcard client/*.c) $(wildcard client/backend/*.c) \
 	$(wildcard client/backend/*/*.c)
-# The CUDA kernels and their CPU references: a library of their own
-# (libcohort_cuda.a), used by the GPU tests and benchmarks; libcohort does
-# not call them.
-CUDA_SRC := $(wildcard cuda/*.c)
-CU_SRC := $(if $(HAVE_CUDA),$(wildcard cuda/*.cu))
+# The CUDA kernels and their CPU references, beside their tests: a library
+# of their own (libcohort_cuda.a), used by the GPU tests and cuda_bench;
+# libcohort does not call them (docs/gpu.md).
+CUDA_SRC := $(wildcard tests/cuda/kernels/*.c)
+CU_SRC := $(if $(HAVE_CUDA),$(wildcard tests/cuda/kernels/*.cu))
 SRV_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
 STRAT_SRC := $(wildcard strategies/*.c)
 CLI_SRC := $(wildcard tools/cohort/*.c)
@@ -173,7 +174,7 @@ $(OBJ)/gen/%.o: $(GEN)/%.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-error -c $< -o $@
 
 # Everything that includes the protobuf header needs it generated first.
-$(call o,$(COMMON_SRC) $(LIB_SRC) $(SRV_SRC) $(CLI_SRC) $(TEST_SRC) \
+$(call o,$(COMMON_SRC) $(LIB_SRC) $(SRV_SRC) $(CLI_SRC) $(TEST_SRC) $(CUDA_SRC) \
 	$(TESTBIN_SRC) server/main.c bench/tcp_microbench.c): | $(PROTO_H)
 
 $(OBJ)/%.o: %.c
@@ -183,7 +184,7 @@ $(OBJ)/%.o: %.c
 $(OBJ)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden \
-	  -Iinclude -Icommon -Icuda \
+	  -Iinclude -Icommon -Itests/cuda/kernels \
 	  -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
 	  -gencode arch=compute_90,code=compute_90 $(DEFS) -c $< -o $@
 

@@ -103,12 +103,17 @@ cohort__dl_cuda_errtext(
 
 #define CUDART_SYM(field, name)                                               \
 	{                                                                     \
-#name, offsetof(struct cohort__dl_cudart, field)              \
+#name, offsetof(struct cohort__dl_cudart, field), true        \
+	}
+#define CUDART_OPT(field, name)                                               \
+	{                                                                     \
+#name, offsetof(struct cohort__dl_cudart, field), false       \
 	}
 
 static const struct {
 	const char *name;
 	size_t off;
+	bool required;
 } cudart_syms[] = {
 	CUDART_SYM(GetDeviceCount, cudaGetDeviceCount),
 	CUDART_SYM(GetDevice, cudaGetDevice),
@@ -136,6 +141,10 @@ static const struct {
 	CUDART_SYM(Memset, cudaMemset),
 	CUDART_SYM(DeviceSynchronize, cudaDeviceSynchronize),
 	CUDART_SYM(LaunchHostFunc, cudaLaunchHostFunc),
+	CUDART_OPT(DeviceGetAttribute, cudaDeviceGetAttribute),
+	CUDART_OPT(MemGetInfo, cudaMemGetInfo),
+	/* CUDA 12 and 13 export the current struct under the _v2 name */
+	CUDART_OPT(GetDeviceProperties, cudaGetDeviceProperties_v2),
 };
 
 /* Why cudaGetDeviceCount failed, in the words a user acts on. */
@@ -167,9 +176,13 @@ cudart_probe(void *lib, const char *path, struct cohort__dl_cudart *api,
 	for (size_t i = 0; i < sizeof(cudart_syms) / sizeof(cudart_syms[0]);
 	     i++) {
 		if (!cohort__dl_sym(lib, path, cudart_syms[i].name,
-		        (char *)api + cudart_syms[i].off, true, why, whylen))
+		        (char *)api + cudart_syms[i].off,
+		        cudart_syms[i].required, why, whylen))
 			return (false);
 	}
+	if (api->GetDeviceProperties == NULL) /* CUDA 11 */
+		(void)cohort__dl_sym(lib, path, "cudaGetDeviceProperties",
+		    &api->GetDeviceProperties, false, why, whylen);
 	if ((e = api->GetDeviceCount(&n)) != COHORT__CUDA_SUCCESS) {
 		snprintf(why, whylen, "%s (%s)", cudart_reason(e),
 		    cohort__dl_cuda_errtext(api, e, text, sizeof(text)));

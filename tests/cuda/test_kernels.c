@@ -1,5 +1,5 @@
 /*
- * test_kernels.c - the kernels of cuda/fusion.cu against cuda/ref.c.
+ * test_kernels.c - the kernels of kernels/fusion.cu against kernels/ref.c.
  *
  * suite_cuda_ref runs everywhere: the references against hand-computed
  * values and properties (every f16/bf16 bit pattern round-trips, every
