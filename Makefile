@@ -70,9 +70,11 @@ $(OBJ)/server/%.o: PART_INC := $(INC_PROTO) -iquote server
 $(OBJ)/strategies/%.o: PART_INC := $(INC_STRAT)
 $(OBJ)/examples/lib/%.o: PART_INC := -Iinclude -iquote examples/lib
 $(OBJ)/examples/%.o: PART_INC := $(INC_STRAT) -iquote examples/lib
-# The cohort CLI embeds the coordinator (server.h) and speaks the protocol
-# through the client's coordinator engine.
-$(OBJ)/tools/%.o: PART_INC := $(INC_PROTO) -iquote client -iquote server
+# The cohort CLI embeds the coordinator (server.h), speaks the protocol
+# through the client's coordinator engine, and starts its workers with the
+# launcher core of cohort_spawn (strategies/launch.h).
+$(OBJ)/tools/%.o: PART_INC := $(INC_PROTO) -iquote client -iquote server \
+	-iquote strategies
 $(OBJ)/bench/%.o: PART_INC := $(INC_PROTO) -iquote client -iquote tests/unit
 # Tests look inside every part.
 $(OBJ)/tests/%.o: PART_INC := $(INC_PROTO) -iquote client -iquote server \
@@ -337,7 +339,8 @@ install: all
 	  $(DESTDIR)$(PREFIX)/lib/libcohort_strategies.so.0
 	ln -sf libcohort_strategies.so.0 \
 	  $(DESTDIR)$(PREFIX)/lib/libcohort_strategies.so
-	install -m 644 include/cohort/*.h strategies/*.h \
+	install -m 644 include/cohort/*.h \
+	  $(filter-out strategies/launch.h,$(wildcard strategies/*.h)) \
 	  $(DESTDIR)$(PREFIX)/include/cohort/
 	for pc in cohort cohort-strategies; do \
 	  sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \

@@ -298,6 +298,22 @@ th_wait_until(bool (*cond)(void *), void *arg, int tries, int delay_ms)
 	return (cond(arg));
 }
 
+bool
+th_pid_gone(void *pid)
+{
+	char path[64], *s, *rp;
+	bool gone;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)*(pid_t *)pid);
+	if ((s = th_read_file(path)) == NULL)
+		return (true);
+	/* pid (comm) state ...: a zombie has ended, its reaper is late */
+	rp = strrchr(s, ')');
+	gone = rp != NULL && rp[1] == ' ' && rp[2] == 'Z';
+	free(s);
+	return (gone);
+}
+
 char *
 th_read_file(const char *path)
 {

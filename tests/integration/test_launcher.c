@@ -1,7 +1,8 @@
 /*
  * test_launcher.c - `cohort run` end to end: supervision, the failure
- * report, restarts with checkpoints, and a SIGKILLed rank at a random point
- * (seeded) with every survivor stopping and no process left behind.
+ * report, restarts with checkpoints, a SIGKILLed rank at a random point
+ * (seeded) with every survivor stopping and no process left behind, and
+ * no worker left behind when cohort run itself is SIGKILLed.
  */
 #include <signal.h>
 #include <sys/stat.h>
@@ -262,6 +263,38 @@ START_TEST(test_run_report_says_who_stopped_a_hung_rank)
 }
 END_TEST
 
+/* cohort run itself is killed with SIGKILL (an OOM kill, a node agent):
+ * no worker outlives it (PR_SET_PDEATHSIG), though each would otherwise
+ * run on. */
+START_TEST(test_run_workers_die_with_the_launcher)
+{
+	static const char *const args[] = { "-n", "3", NULL };
+	char dir[300], e_dir[320], out[256], path[400];
+	char *env[] = { e_dir, NULL };
+	pid_t launcher, pids[3];
+
+	snprintf(dir, sizeof(dir), "%s/pids-orphans", th_tmpdir());
+	ck_assert_int_eq(mkdir(dir, 0755), 0);
+	snprintf(e_dir, sizeof(e_dir), "COHORT_FW_PIDDIR=%s", dir);
+	launcher = launch(args, "1000000", "1", env, out, sizeof(out));
+	ck_assert_msg(th_wait_until(pids_ready3, dir, 2000, 10),
+	    "workers did not start");
+	for (int r = 0; r < 3; r++) {
+		char *s;
+		snprintf(path, sizeof(path), "%s/rank%d.pid", dir, r);
+		s = th_read_file(path);
+		pids[r] = (pid_t)strtol(s, NULL, 10);
+		free(s);
+		ck_assert_int_gt(pids[r], 0);
+	}
+	kill(launcher, SIGKILL);
+	ck_assert(th_wait(launcher, 5000, NULL));
+	for (int r = 0; r < 3; r++)
+		ck_assert_msg(th_wait_until(th_pid_gone, &pids[r], 500, 10),
+		    "rank %d (pid %d) outlived cohort run", r, (int)pids[r]);
+}
+END_TEST
+
 START_TEST(test_run_two_nodes)
 {
 	struct th_coord c;
@@ -307,7 +340,8 @@ suite_integration_launcher(void)
 	tc = th_suite_case(s, "run", 120, NULL, NULL, test_run_all_succeed,
 	    test_run_failure_report_names_root_cause,
 	    test_run_restart_resumes_from_checkpoint, test_run_two_nodes,
-	    test_run_report_says_who_stopped_a_hung_rank, NULL);
+	    test_run_report_says_who_stopped_a_hung_rank,
+	    test_run_workers_die_with_the_launcher, NULL);
 	tcase_add_loop_test(tc, test_run_sigkill_random_rank, 0, 20);
 	return (s);
 }

@@ -33,13 +33,15 @@
  *     it was in, time from failure to the last worker stopping), writes it
  *     as JSON with --report, and exits with the root cause's exit code.
  *
- * Children are started with posix_spawn (fork+exec): nng state of this
- * process (the embedded coordinator) is never used in a child.
+ * Children are started by the launcher core of cohort_spawn
+ * (strategies/launch.h: fork + exec with only async-signal-safe calls in
+ * between, so the nng state of this process, the embedded coordinator, is
+ * never used in a child), tied to this process with PR_SET_PDEATHSIG
+ * (SIGKILL): a launcher that is killed leaves no worker behind.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,25 +53,20 @@
 #include "conn.h"
 #include "cohort_impl.h"
 #include "coord.h"
+#include "launch.h"
 #include "server.h"
 #include "timeline.h"
 #include "token.h"
 
 #define RUN_MARKS 64
 
-extern char **environ;
-
 #define RUN_MAX_LOCAL 1024
 
+/* A worker: its ranks; its process is the core's cohort__proc of the
+ * same index. */
 struct run_worker {
-	pid_t pid;
 	int rank;
 	int local_rank;
-	int status; /* raw wait status */
-	bool running;
-	int64_t end_ms; /* when it was reaped */
-	int sent_sig; /* the last signal cohort run itself sent (0: none) */
-	bool sent_stop; /* it was SIGTERM/SIGKILL after the grace period */
 };
 
 struct run_failure {
@@ -304,18 +301,19 @@ run_parse(int argc, char **argv, struct run_cfg *cfg)
 	return (0);
 }
 
-static pid_t
+/* Starts the worker of rank (local_rank) into *p; 0, or -1 said. */
+static int
 run_spawn(const struct run_cfg *cfg, const char *url, const char *job,
-    int rank, int local_rank, int restart)
+    int rank, int local_rank, int restart, struct cohort__proc *p)
 {
 	enum { NVARS = 25 };
 	const char *vars[NVARS];
-	char buf[4096], store[3][320];
+	char buf[4096], store[3][320], err[512];
+	struct cohort__proc_spec spec;
 	cohort_env e;
 	char **envp;
-	size_t n = 0, k;
-	pid_t pid;
-	int rv, nv;
+	size_t k;
+	int nv, rv;
 
 	/* cohort's and torchrun's variables: the one writer beside the
 	 * reader (cohort_env_vars, client/env.c). */
@@ -347,65 +345,40 @@ run_spawn(const struct run_cfg *cfg, const char *url, const char *job,
 		for (int i = 0; i < 3; i++)
 			vars[k++] = store[i];
 	}
-	while (environ[n] != NULL)
-		n++;
-	envp = calloc(n + k + 1, sizeof(char *));
-	if (envp == NULL)
+	if ((envp = cohort__launch_env(vars, k)) == NULL) {
+		fprintf(stderr, "cohort run: out of memory\n");
 		return (-1);
-	for (size_t i = 0; i < k; i++)
-		envp[i] = (char *)vars[i];
-	/* Inherited variables after ours: the first match wins, and names
-	 * we set are dropped from the inherited set to avoid ambiguity. */
-	for (size_t i = 0, m = k; i < n; i++) {
-		bool dup = false;
-		const char *eq = strchr(environ[i], '=');
-		size_t nl = eq ? (size_t)(eq - environ[i]) : 0;
-		for (size_t j = 0; j < k && eq != NULL; j++)
-			if (strncmp(vars[j], environ[i], nl + 1) == 0)
-				dup = true;
-		if (!dup)
-			envp[m++] = environ[i];
 	}
-	rv = posix_spawnp(&pid, cfg->argv[0], NULL, NULL, cfg->argv, envp);
+	cohort__proc_spec_init(&spec);
+	spec.path = cfg->argv[0];
+	spec.argv = cfg->argv;
+	spec.envp = envp;
+	spec.death_sig = SIGKILL;
+	rv = cohort__proc_start(p, &spec, err, sizeof(err));
 	free(envp);
 	if (rv != 0) {
-		fprintf(stderr, "cohort run: cannot start %s: %s\n",
-		    cfg->argv[0], strerror(rv));
+		fprintf(stderr, "cohort run: %s\n", err);
 		return (-1);
 	}
-	return (pid);
-}
-
-static const char *
-run_describe(int status, char *buf, size_t len)
-{
-	if (WIFEXITED(status))
-		snprintf(
-		    buf, len, "exited with status %d", WEXITSTATUS(status));
-	else if (WIFSIGNALED(status))
-		snprintf(buf, len, "killed by signal %d (%s)",
-		    WTERMSIG(status), strsignal(WTERMSIG(status)));
-	else
-		snprintf(buf, len, "stopped (status 0x%x)", status);
-	return (buf);
+	return (0);
 }
 
 /* A worker's end in a report: "killed by signal 15" is told apart when
  * the signal was cohort run's own (the worker had not stopped by itself
  * within the grace period after the failure). */
 static const char *
-run_describe_worker(const struct run_worker *w, const struct run_cfg *cfg,
+run_describe_worker(const struct cohort__proc *p, const struct run_cfg *cfg,
     char *buf, size_t len)
 {
-	if (w->sent_stop && WIFSIGNALED(w->status)
-	    && WTERMSIG(w->status) == w->sent_sig)
+	if (p->stopped && WIFSIGNALED(p->status)
+	    && WTERMSIG(p->status) == p->sent_sig)
 		snprintf(buf, len,
 		    "stopped by cohort run (%s): still running %.1f s after "
 		    "the first failure (--grace)",
-		    w->sent_sig == SIGKILL ? "SIGKILL" : "SIGTERM",
+		    p->sent_sig == SIGKILL ? "SIGKILL" : "SIGTERM",
 		    (double)cfg->grace_ms / 1000.0);
 	else
-		run_describe(w->status, buf, len);
+		cohort__launch_describe(p->status, buf, len);
 	return (buf);
 }
 
@@ -482,15 +455,15 @@ out:
 
 static void
 run_report(const struct run_cfg *cfg, const char *job,
-    const struct run_failure *f, const struct run_worker *w, int nw,
-    int64_t last_stop_ms, int restarts)
+    const struct run_failure *f, const struct run_worker *w,
+    const struct cohort__proc *p, int nw, int64_t last_stop_ms, int restarts)
 {
 	char desc[160];
 
 	desc[0] = '\0';
 	for (int i = 0; i < nw; i++)
 		if (w[i].rank == f->rank)
-			run_describe_worker(&w[i], cfg, desc, sizeof(desc));
+			run_describe_worker(&p[i], cfg, desc, sizeof(desc));
 	fprintf(stderr, "\ncohort run: job '%s' failed%s\n", job,
 	    restarts < cfg->max_restarts ? " (this attempt)" : "");
 	if (f->coord_unreachable[0] != '\0')
@@ -519,7 +492,7 @@ run_report(const struct run_cfg *cfg, const char *job,
 	    cfg->max_restarts);
 	for (int i = 0; i < nw; i++)
 		fprintf(stderr, "  rank %-5d : %s\n", w[i].rank,
-		    run_describe_worker(&w[i], cfg, desc, sizeof(desc)));
+		    run_describe_worker(&p[i], cfg, desc, sizeof(desc)));
 
 	if (cfg->report != NULL) {
 		FILE *out = fopen(cfg->report, "w");
@@ -550,7 +523,7 @@ run_report(const struct run_cfg *cfg, const char *job,
 		    (double)(last_stop_ms - f->at_ms) / 1000.0, restarts,
 		    cfg->max_restarts);
 		for (int i = 0; i < nw; i++) {
-			int st = w[i].status;
+			int st = p[i].status;
 			fprintf(out,
 			    "%s{\"rank\":%d,\"exit_code\":%d,"
 			    "\"signal\":%d}",
@@ -563,28 +536,6 @@ run_report(const struct run_cfg *cfg, const char *job,
 	}
 }
 
-static void
-run_signal_all(struct run_worker *w, int nw, int sig)
-{
-	for (int i = 0; i < nw; i++)
-		if (w[i].running) {
-			kill(w[i].pid, sig);
-			if (sig != SIGCONT)
-				w[i].sent_sig = sig;
-		}
-}
-
-/* After the grace period: the workers still running are stopped by us,
- * and the report says so (their "killed by signal 15" is ours). */
-static void
-run_stop_all(struct run_worker *w, int nw, int sig)
-{
-	for (int i = 0; i < nw; i++)
-		if (w[i].running)
-			w[i].sent_stop = true;
-	run_signal_all(w, nw, sig);
-}
-
 /* Runs one generation of the group. Returns 0 when every worker exited 0,
  * else fills *f with the root cause. */
 static int
@@ -592,109 +543,81 @@ run_generation(const struct run_cfg *cfg, const char *url, const char *job,
     int restart, struct run_failure *f, int *exit_code)
 {
 	struct run_worker *w;
-	int nw = cfg->nproc, alive = 0;
-	int64_t term_at = 0, kill_at = 0, last_stop = 0;
+	struct cohort__proc *p;
+	struct cohort__launch l;
+	int nw = cfg->nproc, k;
+	int64_t last_stop = 0;
 	int forwarded = 0;
 	int rc = 0;
 
 	w = calloc((size_t)nw, sizeof(*w));
-	if (w == NULL)
+	p = calloc((size_t)nw, sizeof(*p));
+	if (w == NULL || p == NULL) {
+		free(w);
+		free(p);
 		return (-1);
+	}
 	memset(f, 0, sizeof(*f));
+	/* after a failure: --grace, then SIGTERM, then 3 s, then SIGKILL */
+	cohort__launch_init(&l, p, nw, cfg->grace_ms, 3000);
 	for (int i = 0; i < nw; i++) {
 		w[i].rank = cfg->node_rank * cfg->nproc + i;
 		w[i].local_rank = i;
-		w[i].pid = run_spawn(cfg, url, job, w[i].rank, i, restart);
-		if (w[i].pid < 0) {
-			run_signal_all(w, i, SIGKILL);
-			for (int j = 0; j < i; j++)
-				waitpid(w[j].pid, NULL, 0);
+		if (run_spawn(cfg, url, job, w[i].rank, i, restart, &p[i])
+		    != 0) {
+			cohort__launch_kill_all(&l);
 			free(w);
+			free(p);
 			*exit_code = 127;
 			return (-1);
 		}
-		w[i].running = true;
-		alive++;
 	}
 	cohort__info(
 	    "started %d workers of job '%s' (restart %d)", nw, job, restart);
 
-	while (alive > 0) {
-		int status;
-		pid_t pid = waitpid(-1, &status, WNOHANG);
+	while (cohort__launch_alive(&l) > 0) {
 		int64_t now = run_now_ms();
 
-		if (pid > 0) {
-			for (int i = 0; i < nw; i++) {
-				if (w[i].pid != pid || !w[i].running)
-					continue;
-				w[i].running = false;
-				w[i].status = status;
-				w[i].end_ms = now;
-				alive--;
-				last_stop = now;
-				if ((WIFEXITED(status)
-				        && WEXITSTATUS(status) == 0)
-				    || f->have)
-					break;
+		while ((k = cohort__launch_reap(&l, now)) >= 0) {
+			last_stop = now;
+			if (l.first_failed == k && !f->have) {
 				/* the first failure is the root cause */
 				f->have = true;
-				f->rank = w[i].rank;
+				f->rank = w[k].rank;
 				f->at_ms = now;
-				f->exit_code = WIFEXITED(status)
-				    ? WEXITSTATUS(status)
-				    : 128 + WTERMSIG(status);
-				f->signal = WIFSIGNALED(status)
-				    ? WTERMSIG(status)
-				    : 0;
-				term_at = now + cfg->grace_ms;
-				kill_at = term_at + 3000;
 			}
-			continue;
 		}
 		if (run_signal != 0 && forwarded != run_signal) {
 			forwarded = run_signal;
 			fprintf(stderr,
 			    "cohort run: forwarding signal %d to "
 			    "%d workers\n",
-			    forwarded, alive);
-			run_signal_all(w, nw, forwarded);
-			if (term_at == 0) {
-				term_at = now + cfg->grace_ms;
-				kill_at = term_at + 3000;
-			}
+			    forwarded, cohort__launch_alive(&l));
+			cohort__launch_signal(&l, forwarded);
+			cohort__launch_stop_after(&l, now, cfg->grace_ms);
 		}
-		if (term_at != 0 && now >= term_at) {
-			run_stop_all(w, nw, SIGTERM);
-			/* a stopped worker (SIGSTOP, a fault drill) only
-			 * acts on SIGTERM once continued */
-			run_signal_all(w, nw, SIGCONT);
-			term_at = INT64_MAX;
-		}
-		if (kill_at != 0 && now >= kill_at) {
-			run_stop_all(w, nw, SIGKILL);
-			kill_at = INT64_MAX;
-		}
+		cohort__launch_tick(&l, now);
 		usleep(2000);
 	}
 	if (f->have) {
 		rc = 1;
 		run_query_failure(url, cfg, job, f);
 		for (int i = 0; i < nw; i++) {
-			int st = w[i].status;
 			if (w[i].rank != f->rank)
 				continue;
-			f->exit_code = WIFEXITED(st) ? WEXITSTATUS(st)
-			                             : 128 + WTERMSIG(st);
-			f->signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+			f->exit_code = cohort__launch_code(p[i].status);
+			f->signal = WIFSIGNALED(p[i].status)
+			    ? WTERMSIG(p[i].status)
+			    : 0;
 		}
 		*exit_code = f->exit_code != 0 ? f->exit_code : 1;
-		run_report(cfg, job, f, w, nw, last_stop, restart);
+		run_report(cfg, job, f, w, p, nw, last_stop, restart);
 	} else if (run_signal != 0) {
 		rc = 1;
 		*exit_code = 128 + run_signal;
 	}
 	free(w);
+	free(p);
 	return (rc);
 }
 
