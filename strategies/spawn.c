@@ -720,13 +720,7 @@ cohort_spawn(int n, cohort_spawn_fn fn, void *arg,
 	cohort__launch_init(&l, procs, n, o.grace_ms, -1);
 	for (int k = 0; k < n; k++)
 		ch[k].fd = -1;
-	start = (struct spawn_start) { .o = &o,
-		.fn = fn,
-		.arg = arg,
-		.coord = coord,
-		.job = job,
-		.n = n,
-		.ch = ch };
+	start = (struct spawn_start) { &o, fn, arg, coord, job, 0, n, -1, ch };
 	for (int k = 0; k < n && st == COHORT_OK; k++) {
 		start.rank = k;
 		st = spawn_start_rank(&start, &procs[k], &ch[k], r);

@@ -167,4 +167,23 @@ void *cohort__dl_open(enum cohort__knob env, const char *const *names,
 bool cohort__dl_sym(void *lib, const char *lib_name, const char *sym,
     void *slot, bool required, char *why, size_t whylen);
 
+/* One entry point of a library's table (struct cohort__dl_cudart,
+ * struct cohort__dl_nccl): its symbol, where its pointer goes, and
+ * whether the load fails without it (else the pointer stays NULL). */
+struct cohort__dl_entry {
+	const char *name;
+	size_t off;
+	bool required;
+};
+#define COHORT__DL_ENTRY(type, field, sym, req)                               \
+	{                                                                     \
+#sym, offsetof(type, field), req                              \
+	}
+
+/* Resolves entries e[0..n) into table; false (and why) at the first
+ * required one that is absent. */
+bool cohort__dl_syms(void *lib, const char *lib_name,
+    const struct cohort__dl_entry *e, size_t n, void *table, char *why,
+    size_t whylen);
+
 #endif /* COHORT_BACKEND_CUDART_H */

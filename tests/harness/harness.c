@@ -18,16 +18,15 @@
 #include <unistd.h>
 
 #include "check_cohort.h"
+#include "cohort_common.h" /* cohort__now_ms */
+#include "launch.h" /* cohort__launch_code */
 
 extern char **environ;
 
 int64_t
 th_now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+	return (cohort__now_ms());
 }
 
 const char *
@@ -153,11 +152,7 @@ th_kill(pid_t pid)
 int
 th_exit_code(int status)
 {
-	if (WIFEXITED(status))
-		return (WEXITSTATUS(status));
-	if (WIFSIGNALED(status))
-		return (128 + WTERMSIG(status));
-	return (-1);
+	return (cohort__launch_code(status));
 }
 
 int

@@ -114,42 +114,43 @@ START_TEST(test_run_restart_resumes_from_checkpoint)
 }
 END_TEST
 
+struct pid_dir {
+	const char *dir;
+	int n;
+	pid_t *pids;
+};
+
+/* Reads every rank's pid file (COHORT_FW_PIDDIR) into pids: true when
+ * all are present and complete (a worker may be between creating its
+ * file and writing its pid, and a pid of 0 would make kill() target our
+ * own process group). */
 static bool
-pids_ready(void *arg)
+pids_read(void *arg)
 {
-	const char *dir = arg;
+	struct pid_dir *d = arg;
 	char path[400];
 
-	/* Present and complete: a worker may be between creating its file
-	 * and writing its pid (a pid of 0 would make kill() target our own
-	 * process group). */
-	for (int r = 0; r < 4; r++) {
+	for (int r = 0; r < d->n; r++) {
 		char *s;
-		long pid;
-		snprintf(path, sizeof(path), "%s/rank%d.pid", dir, r);
+		snprintf(path, sizeof(path), "%s/rank%d.pid", d->dir, r);
 		if ((s = th_read_file(path)) == NULL)
 			return (false);
-		pid = strtol(s, NULL, 10);
+		d->pids[r] = (pid_t)strtol(s, NULL, 10);
 		free(s);
-		if (pid <= 0)
+		if (d->pids[r] <= 0)
 			return (false);
 	}
 	return (true);
 }
 
-static bool
-pids_ready3(void *arg)
+/* Waits (20 s at most) for the pids of n workers writing into dir. */
+static void
+await_pids(const char *dir, int n, pid_t *pids)
 {
-	char path[400];
+	struct pid_dir d = { dir, n, pids };
 
-	for (int r = 0; r < 3; r++) {
-		char *s;
-		snprintf(path, sizeof(path), "%s/rank%d.pid", (char *)arg, r);
-		if ((s = th_read_file(path)) == NULL)
-			return (false);
-		free(s);
-	}
-	return (true);
+	ck_assert_msg(
+	    th_wait_until(pids_read, &d, 2000, 10), "workers did not start");
 }
 
 /* Twenty seeded trials (bench/faults reports the timings). */
@@ -158,7 +159,7 @@ START_TEST(test_run_sigkill_random_rank)
 	unsigned seed = 20261122u + (unsigned)_i;
 	int victim = (int)(rand_r(&seed) % 4);
 	int delay_ms = 50 + (int)(rand_r(&seed) % 300);
-	char dir[300], e_dir[320], report[300], out[256], path[400];
+	char dir[300], e_dir[320], report[300], out[256];
 	const char *args[] = { "-n", "4", "--report", report, NULL };
 	char *env[] = { e_dir, "COHORT_FW_BYTES=65536", NULL };
 	pid_t pids[4], launcher;
@@ -170,15 +171,7 @@ START_TEST(test_run_sigkill_random_rank)
 	snprintf(e_dir, sizeof(e_dir), "COHORT_FW_PIDDIR=%s", dir);
 	snprintf(report, sizeof(report), "%s/report-%d.json", th_tmpdir(), _i);
 	launcher = launch(args, "1000000", "1", env, out, sizeof(out));
-	ck_assert_msg(
-	    th_wait_until(pids_ready, dir, 2000, 10), "workers did not start");
-	for (int r = 0; r < 4; r++) {
-		char *s;
-		snprintf(path, sizeof(path), "%s/rank%d.pid", dir, r);
-		s = th_read_file(path);
-		pids[r] = (pid_t)strtol(s, NULL, 10);
-		free(s);
-	}
+	await_pids(dir, 4, pids);
 	usleep((useconds_t)delay_ms * 1000);
 	t0 = th_now_ms();
 	kill(pids[victim], SIGKILL);
@@ -228,24 +221,19 @@ END_TEST
  * the report said "killed by signal 15", as if something else had. */
 START_TEST(test_run_report_says_who_stopped_a_hung_rank)
 {
-	char dir[300], e_dir[320], out[256], path[400];
+	char dir[300], e_dir[320], out[256];
 	const char *args[] = { "-n", "3", "--grace", "500", NULL };
 	char *env[] = { e_dir, "COHORT_HEARTBEAT_MS=300",
 		"COHORT_DEAD_AFTER_MS=1500", NULL };
-	pid_t launcher, hung;
-	char *o, *s;
+	pid_t launcher, pids[3], hung;
+	char *o;
 
 	snprintf(dir, sizeof(dir), "%s/pids-hung", th_tmpdir());
 	ck_assert_int_eq(mkdir(dir, 0755), 0);
 	snprintf(e_dir, sizeof(e_dir), "COHORT_FW_PIDDIR=%s", dir);
 	launcher = launch(args, "1000000", "1", env, out, sizeof(out));
-	ck_assert_msg(th_wait_until(pids_ready3, dir, 2000, 10),
-	    "workers did not start");
-	snprintf(path, sizeof(path), "%s/rank1.pid", dir);
-	s = th_read_file(path);
-	hung = (pid_t)strtol(s, NULL, 10);
-	free(s);
-	ck_assert_int_gt(hung, 0);
+	await_pids(dir, 3, pids);
+	hung = pids[1];
 	usleep(200000);
 	kill(hung, SIGSTOP);
 	ck_assert_int_ne(finish(launcher, 30000), 0);
@@ -269,7 +257,7 @@ END_TEST
 START_TEST(test_run_workers_die_with_the_launcher)
 {
 	static const char *const args[] = { "-n", "3", NULL };
-	char dir[300], e_dir[320], out[256], path[400];
+	char dir[300], e_dir[320], out[256];
 	char *env[] = { e_dir, NULL };
 	pid_t launcher, pids[3];
 
@@ -277,16 +265,7 @@ START_TEST(test_run_workers_die_with_the_launcher)
 	ck_assert_int_eq(mkdir(dir, 0755), 0);
 	snprintf(e_dir, sizeof(e_dir), "COHORT_FW_PIDDIR=%s", dir);
 	launcher = launch(args, "1000000", "1", env, out, sizeof(out));
-	ck_assert_msg(th_wait_until(pids_ready3, dir, 2000, 10),
-	    "workers did not start");
-	for (int r = 0; r < 3; r++) {
-		char *s;
-		snprintf(path, sizeof(path), "%s/rank%d.pid", dir, r);
-		s = th_read_file(path);
-		pids[r] = (pid_t)strtol(s, NULL, 10);
-		free(s);
-		ck_assert_int_gt(pids[r], 0);
-	}
+	await_pids(dir, 3, pids);
 	kill(launcher, SIGKILL);
 	ck_assert(th_wait(launcher, 5000, NULL));
 	for (int r = 0; r < 3; r++)

@@ -62,12 +62,8 @@
 
 #define RUN_MAX_LOCAL 1024
 
-/* A worker: its ranks; its process is the core's cohort__proc of the
- * same index. */
-struct run_worker {
-	int rank;
-	int local_rank;
-};
+/* The job rank of this node's worker i (local rank i). */
+#define RUN_RANK(cfg, i) ((cfg)->node_rank * (cfg)->nproc + (i))
 
 struct run_failure {
 	bool have;
@@ -455,14 +451,14 @@ out:
 
 static void
 run_report(const struct run_cfg *cfg, const char *job,
-    const struct run_failure *f, const struct run_worker *w,
-    const struct cohort__proc *p, int nw, int64_t last_stop_ms, int restarts)
+    const struct run_failure *f, const struct cohort__proc *p, int nw,
+    int64_t last_stop_ms, int restarts)
 {
 	char desc[160];
 
 	desc[0] = '\0';
 	for (int i = 0; i < nw; i++)
-		if (w[i].rank == f->rank)
+		if (RUN_RANK(cfg, i) == f->rank)
 			run_describe_worker(&p[i], cfg, desc, sizeof(desc));
 	fprintf(stderr, "\ncohort run: job '%s' failed%s\n", job,
 	    restarts < cfg->max_restarts ? " (this attempt)" : "");
@@ -491,7 +487,7 @@ run_report(const struct run_cfg *cfg, const char *job,
 	    (double)(last_stop_ms - f->at_ms) / 1000.0, restarts,
 	    cfg->max_restarts);
 	for (int i = 0; i < nw; i++)
-		fprintf(stderr, "  rank %-5d : %s\n", w[i].rank,
+		fprintf(stderr, "  rank %-5d : %s\n", RUN_RANK(cfg, i),
 		    run_describe_worker(&p[i], cfg, desc, sizeof(desc)));
 
 	if (cfg->report != NULL) {
@@ -527,7 +523,7 @@ run_report(const struct run_cfg *cfg, const char *job,
 			fprintf(out,
 			    "%s{\"rank\":%d,\"exit_code\":%d,"
 			    "\"signal\":%d}",
-			    i ? "," : "", w[i].rank,
+			    i ? "," : "", RUN_RANK(cfg, i),
 			    WIFEXITED(st) ? WEXITSTATUS(st) : -1,
 			    WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 		}
@@ -542,7 +538,6 @@ static int
 run_generation(const struct run_cfg *cfg, const char *url, const char *job,
     int restart, struct run_failure *f, int *exit_code)
 {
-	struct run_worker *w;
 	struct cohort__proc *p;
 	struct cohort__launch l;
 	int nw = cfg->nproc, k;
@@ -550,23 +545,16 @@ run_generation(const struct run_cfg *cfg, const char *url, const char *job,
 	int forwarded = 0;
 	int rc = 0;
 
-	w = calloc((size_t)nw, sizeof(*w));
-	p = calloc((size_t)nw, sizeof(*p));
-	if (w == NULL || p == NULL) {
-		free(w);
-		free(p);
+	if ((p = calloc((size_t)nw, sizeof(*p))) == NULL)
 		return (-1);
-	}
 	memset(f, 0, sizeof(*f));
 	/* after a failure: --grace, then SIGTERM, then 3 s, then SIGKILL */
 	cohort__launch_init(&l, p, nw, cfg->grace_ms, 3000);
 	for (int i = 0; i < nw; i++) {
-		w[i].rank = cfg->node_rank * cfg->nproc + i;
-		w[i].local_rank = i;
-		if (run_spawn(cfg, url, job, w[i].rank, i, restart, &p[i])
+		if (run_spawn(
+		        cfg, url, job, RUN_RANK(cfg, i), i, restart, &p[i])
 		    != 0) {
 			cohort__launch_kill_all(&l);
-			free(w);
 			free(p);
 			*exit_code = 127;
 			return (-1);
@@ -583,7 +571,7 @@ run_generation(const struct run_cfg *cfg, const char *url, const char *job,
 			if (l.first_failed == k && !f->have) {
 				/* the first failure is the root cause */
 				f->have = true;
-				f->rank = w[k].rank;
+				f->rank = RUN_RANK(cfg, k);
 				f->at_ms = now;
 			}
 		}
@@ -603,7 +591,7 @@ run_generation(const struct run_cfg *cfg, const char *url, const char *job,
 		rc = 1;
 		run_query_failure(url, cfg, job, f);
 		for (int i = 0; i < nw; i++) {
-			if (w[i].rank != f->rank)
+			if (RUN_RANK(cfg, i) != f->rank)
 				continue;
 			f->exit_code = cohort__launch_code(p[i].status);
 			f->signal = WIFSIGNALED(p[i].status)
@@ -611,12 +599,11 @@ run_generation(const struct run_cfg *cfg, const char *url, const char *job,
 			    : 0;
 		}
 		*exit_code = f->exit_code != 0 ? f->exit_code : 1;
-		run_report(cfg, job, f, w, p, nw, last_stop, restart);
+		run_report(cfg, job, f, p, nw, last_stop, restart);
 	} else if (run_signal != 0) {
 		rc = 1;
 		*exit_code = 128 + run_signal;
 	}
-	free(w);
 	free(p);
 	return (rc);
 }
