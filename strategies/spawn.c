@@ -72,7 +72,7 @@ cohort_spawn_options_init(cohort_spawn_options *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->grace_ms = 3000;
-	o->join_timeout = 60000;
+	o->join_timeout = COHORT_WAIT_DEFAULT;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -688,7 +688,7 @@ cohort_spawn(int n, cohort_spawn_fn fn, void *arg,
 	if (o.grace_ms <= 0)
 		o.grace_ms = 3000;
 	if (o.join_timeout == 0)
-		o.join_timeout = 60000;
+		o.join_timeout = COHORT_WAIT_DEFAULT;
 
 	if (o.coordinator != NULL && o.coordinator[0] != '\0') {
 		coord = o.coordinator;

@@ -274,6 +274,42 @@ START_TEST(test_run_workers_die_with_the_launcher)
 }
 END_TEST
 
+/* The demo trainer waits for its peers as long as COHORT_JOIN_TIMEOUT_MS
+ * says (it had 120 s of its own: a pod pending longer failed everyone),
+ * and says who is missing when that runs out. */
+START_TEST(test_train_digits_honours_the_join_timeout)
+{
+	struct th_coord c;
+	char e_url[100], out[300], *o;
+	char *argv[]
+	    = { (char *)th_bin("train_digits"), "--epochs", "1", NULL };
+	char *env[] = { e_url, "COHORT_JOB=digits-jt", "COHORT_RANK=0",
+		"COHORT_WORLD_SIZE=2", "COHORT_JOIN_TIMEOUT_MS=1500",
+		/* heartbeat < dead-after < operation < rendezvous timeout */
+		"COHORT_HEARTBEAT_MS=200", "COHORT_DEAD_AFTER_MS=800",
+		"COHORT_TIMEOUT_MS=1000", NULL };
+	int64_t t0;
+	int st;
+
+	th_coord_start(&c, NULL);
+	snprintf(e_url, sizeof(e_url), "COHORT_COORDINATOR=%s", c.url);
+	snprintf(out, sizeof(out), "%s/digits.out", th_tmpdir());
+	t0 = th_now_ms();
+	ck_assert_msg(th_wait(th_spawn(argv, env, out), 30000, &st),
+	    "train_digits still waits for its peer after 30 s");
+	ck_assert_int_ne(th_exit_code(st), 0);
+	ck_assert_msg(th_now_ms() - t0 < 15000, "took %lld ms",
+	    (long long)(th_now_ms() - t0));
+	o = th_read_file(out);
+	ck_assert_ptr_nonnull(o);
+	ck_assert_msg(strstr(o, "timed out after 1.5") != NULL
+	        && strstr(o, "missing rank 1") != NULL,
+	    "%s", o);
+	free(o);
+	ck_assert_int_eq(th_coord_stop(&c), 0);
+}
+END_TEST
+
 START_TEST(test_run_two_nodes)
 {
 	struct th_coord c;
@@ -320,7 +356,8 @@ suite_integration_launcher(void)
 	    test_run_failure_report_names_root_cause,
 	    test_run_restart_resumes_from_checkpoint, test_run_two_nodes,
 	    test_run_report_says_who_stopped_a_hung_rank,
-	    test_run_workers_die_with_the_launcher, NULL);
+	    test_run_workers_die_with_the_launcher,
+	    test_train_digits_honours_the_join_timeout, NULL);
 	tcase_add_loop_test(tc, test_run_sigkill_random_rank, 0, 20);
 	return (s);
 }
