@@ -481,16 +481,12 @@ def _node_of(line):
     return int(re.search(r"--node-rank (\d+)", line).group(1))
 
 
-def test_readme_multi_node_lines_run_as_written(cluster):
-    """The README's lines for a shared cohortd and two machines (8 workers
-    each), and `cohort status`, exactly as written: the job runs on both
-    machines as one job of 16 and every worker's sums are right."""
-    lines = [ln for ln in _commands(_sh_block("README.md", "## Running jobs"))
-             if "tcp://head:29400" in ln or "cohortd --listen" in ln]
-    coord = [ln for ln in lines if "cohortd --listen" in ln]
-    nodes = sorted((ln for ln in lines if "--nnodes" in ln), key=_node_of)
-    status = [ln for ln in lines if ln.startswith("cohort status")]
-    assert len(coord) == 1 and len(nodes) == 2 and len(status) == 1, lines
+def _documented_job(cluster, coord, nodes, status, per_node):
+    """A shared cohortd ("head", h0) and two machines (h1, h2) running the
+    documented lines as written, `cohort status` while the job runs; the
+    job must end well on both machines with every sum right. Returns the
+    two machines and the status command's output."""
+    assert coord and len(nodes) == 2 and len(status) == 1, (coord, nodes, status)
     cl = cluster(3)
     h0, h1, h2 = cl.hosts
     _head(cl)
@@ -499,15 +495,27 @@ def test_readme_multi_node_lines_run_as_written(cluster):
         _train_script(h, steps=300, step_ms=20)
     procs = [_as_written(h, [ln]) for h, ln in zip((h1, h2), nodes)]
     assert procs[0].wait_for("STEP 5", 90), dump(procs + [d])
-    st = h1.run(["sh", "-c", status[0]], env={"PATH": os.path.dirname(
-        bin_path("cohort")) + ":" + os.environ.get("PATH", "")}, cwd=h1.dir, timeout=30)
-    assert st.returncode == 0 and "J" in st.stdout, st.stdout
-    assert "16" in st.stdout, st.stdout  # the world of both machines
+    st = _as_written(h2, status)
+    st.wait(timeout=30)
+    assert st.returncode == 0, st.output()
     wait_all(procs, 180)
     out = dump(procs)
     assert all(p.returncode == 0 for p in procs), out + dump([d])
-    assert out.count("sum_ok=1") == 16 and "sum_ok=0" not in out, out
+    assert out.count("sum_ok=1") == 2 * per_node and "sum_ok=0" not in out, out
     assert d.poll() is None, d.output()  # cohortd serves on
+    return h1, h2, st.output()
+
+
+def test_readme_multi_node_lines_run_as_written(cluster):
+    """The README's lines for a shared cohortd and two machines (8 workers
+    each), and `cohort status`, exactly as written: one job of 16."""
+    lines = [ln for ln in _commands(_sh_block("README.md", "## Running jobs"))
+             if "tcp://head:29400" in ln or "cohortd --listen" in ln]
+    _, _, status = _documented_job(
+        cluster, [ln for ln in lines if "cohortd --listen" in ln],
+        sorted((ln for ln in lines if "--nnodes" in ln), key=_node_of),
+        [ln for ln in lines if ln.startswith("cohort status")], 8)
+    assert "J" in status and "16" in status, status  # both machines' world
 
 
 def test_the_recipe_of_docs_multihost(cluster):
@@ -515,25 +523,11 @@ def test_the_recipe_of_docs_multihost(cluster):
     "head", two machines of two workers, `cohort status` while it runs;
     node 0's trace.json is the whole job's."""
     lines = _commands(_sh_block("docs/multihost.md", "## A job on several machines"))
-    head = [ln for ln in lines if not ln.startswith("cohort ")]
-    nodes = sorted((ln for ln in lines if "--nnodes" in ln), key=_node_of)
-    status = [ln for ln in lines if ln.startswith("cohort status")]
-    assert head and len(nodes) == 2 and len(status) == 1, lines
-    cl = cluster(3)
-    h0, h1, h2 = cl.hosts
-    _head(cl)
-    d = _as_written(h0, head, var_lib=True)
-    for h in (h1, h2):
-        _train_script(h, steps=300, step_ms=20)
-    procs = [_as_written(h, [ln]) for h, ln in zip((h1, h2), nodes)]
-    assert procs[0].wait_for("STEP 5", 90), dump(procs + [d])
-    st = _as_written(h2, status)
-    st.wait(timeout=30)
-    assert st.returncode == 0 and "digits-1" in st.output(), st.output()
-    wait_all(procs, 180)
-    out = dump(procs)
-    assert all(p.returncode == 0 for p in procs), out + dump([d])
-    assert out.count("sum_ok=1") == 4 and "sum_ok=0" not in out, out
+    h1, h2, status = _documented_job(
+        cluster, [ln for ln in lines if not ln.startswith("cohort ")],
+        sorted((ln for ln in lines if "--nnodes" in ln), key=_node_of),
+        [ln for ln in lines if ln.startswith("cohort status")], 2)
+    assert "digits-1" in status, status
     trace = json.loads((h1.dir / "trace.json").read_text())
     names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
              if e["name"] == "process_name"}

@@ -297,16 +297,16 @@ START_TEST(test_train_digits_honours_the_join_timeout)
 	t0 = th_now_ms();
 	ck_assert_msg(th_wait(th_spawn(argv, env, out), 30000, &st),
 	    "train_digits still waits for its peer after 30 s");
-	ck_assert_int_ne(th_exit_code(st), 0);
-	ck_assert_msg(th_now_ms() - t0 < 15000, "took %lld ms",
-	    (long long)(th_now_ms() - t0));
+	ck_assert_int_eq(th_coord_stop(&c), 0);
 	o = th_read_file(out);
 	ck_assert_ptr_nonnull(o);
 	ck_assert_msg(strstr(o, "timed out after 1.5") != NULL
 	        && strstr(o, "missing rank 1") != NULL,
 	    "%s", o);
 	free(o);
-	ck_assert_int_eq(th_coord_stop(&c), 0);
+	ck_assert_int_ne(th_exit_code(st), 0);
+	ck_assert_msg(th_now_ms() - t0 < 15000, "took %lld ms",
+	    (long long)(th_now_ms() - t0));
 }
 END_TEST
 
