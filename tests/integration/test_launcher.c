@@ -310,6 +310,64 @@ START_TEST(test_train_digits_honours_the_join_timeout)
 }
 END_TEST
 
+/* A node's file as cohort run writes it: one event a line. */
+static void
+write_trace(const char *path, int world, int pid)
+{
+	FILE *f = fopen(path, "w");
+
+	ck_assert_ptr_nonnull(f);
+	fprintf(f,
+	    "{\"traceEvents\":[\n"
+	    "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,"
+	    "\"tid\":0,\"args\":{\"name\":\"rank %d\"}},\n"
+	    "{\"name\":\"allreduce\",\"ph\":\"X\",\"pid\":%d,\"tid\":1,"
+	    "\"ts\":1,\"dur\":2}\n"
+	    "],\"displayTimeUnit\":\"ms\",\"otherData\":{\"world_size\":%d,"
+	    "\"nodes\":2}}\n",
+	    pid, pid, pid, world);
+	fclose(f);
+}
+
+/* `cohort timeline merge OUT IN...` joins the files of nodes that could
+ * not hand theirs to node 0: every event of each, the largest world. */
+START_TEST(test_timeline_merge)
+{
+	char a[300], b[300], out[300], log[300], *o;
+	char *argv[] = { (char *)th_bin("cohort"), "timeline", "merge", out, a,
+		b, NULL };
+	int st;
+
+	snprintf(a, sizeof(a), "%s/a.json", th_tmpdir());
+	snprintf(b, sizeof(b), "%s/b.json", th_tmpdir());
+	snprintf(out, sizeof(out), "%s/all.json", th_tmpdir());
+	snprintf(log, sizeof(log), "%s/merge.out", th_tmpdir());
+	write_trace(a, 2, 0);
+	write_trace(b, 2, 1);
+	ck_assert(th_wait(th_spawn(argv, NULL, log), 10000, &st));
+	ck_assert_int_eq(th_exit_code(st), 0);
+	o = th_read_file(out);
+	ck_assert_ptr_nonnull(o);
+	ck_assert_msg(strstr(o, "\"name\":\"rank 0\"") != NULL
+	        && strstr(o, "\"name\":\"rank 1\"") != NULL
+	        && strstr(o,
+	               "\"world_size\":2,\"nodes\":2,\"files\":2,"
+	               "\"events\":4")
+	            != NULL,
+	    "%s", o);
+	free(o);
+	/* an input that cannot be read fails, naming it; no OUT: usage */
+	argv[5] = "/nonexistent/b.json";
+	ck_assert(th_wait(th_spawn(argv, NULL, log), 10000, &st));
+	ck_assert_int_eq(th_exit_code(st), 1);
+	ck_assert(th_file_has(log, "cannot read /nonexistent/b.json"));
+	argv[3] = NULL;
+	ck_assert(th_wait(th_spawn(argv, NULL, log), 10000, &st));
+	ck_assert_int_eq(th_exit_code(st), 2);
+	ck_assert(th_file_has(log, "usage: cohort timeline merge OUT IN..."));
+}
+END_TEST
+
 START_TEST(test_run_two_nodes)
 {
 	struct th_coord c;
@@ -357,7 +415,8 @@ suite_integration_launcher(void)
 	    test_run_restart_resumes_from_checkpoint, test_run_two_nodes,
 	    test_run_report_says_who_stopped_a_hung_rank,
 	    test_run_workers_die_with_the_launcher,
-	    test_train_digits_honours_the_join_timeout, NULL);
+	    test_train_digits_honours_the_join_timeout, test_timeline_merge,
+	    NULL);
 	tcase_add_loop_test(tc, test_run_sigkill_random_rank, 0, 20);
 	return (s);
 }
