@@ -37,7 +37,7 @@ struct cohort__run_view {
 	char state[32]; /* rendezvous, running, failed, finished */
 	int world;
 	int failed_rank; /* first member that failed this generation, -1 */
-	char failed_text[1024];
+	char failed_text[4096]; /* COHORT__DETAIL_MAX: a whole traceback */
 	/* the failed rank's member record */
 	char host[128];
 	uint32_t pid;
