@@ -20,7 +20,8 @@
 #   tests/{harness,unit,integration,fault,cuda}/*.c -> bin/cohort-tests
 #   tests/bin/NAME.c                  -> bin/NAME (helper programs for tests)
 #   examples/NAME.c                   -> bin/NAME
-#   cuda/*.c (CPU refs), cuda/*.cu (only with nvcc) -> libcohort
+#   tests/cuda/kernels/*.c (CPU refs, GPU helpers), *.cu (only with nvcc)
+#                                     -> libcohort_cuda.a (tests, cuda_bench)
 
 SHELL := /bin/bash
 PREFIX ?= /usr/local
@@ -36,6 +37,10 @@ else
 BUILD ?= build
 SANFLAGS :=
 endif
+
+# The release, as the public header spells it (its one place).
+VERSION := $(shell sed -nE 's/^\#define COHORT_VERSION_(MAJOR|MINOR|PATCH) ([0-9]+).*/\2/p' \
+	include/cohort/cohort.h | paste -sd.)
 
 OBJ := $(BUILD)/obj
 GEN := $(BUILD)/gen
@@ -53,26 +58,28 @@ CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror \
 	$(SANFLAGS)
 # Each part of the tree sees only its own headers and the layers below it
 # (docs/architecture.md; tools/check-layers.sh checks the sources too):
-#   common -> proto -> client | server | cuda -> strategies, tools, examples
-INC_COMMON := -Iclient/include -iquote common
+#   common -> proto -> client | server -> strategies, tools, examples
+INC_COMMON := -Iinclude -iquote common
 INC_PROTO := $(INC_COMMON) -iquote proto -I$(GEN)
-INC_STRAT := -Iclient/include -iquote strategies
+INC_STRAT := -Iinclude -iquote strategies
 $(OBJ)/common/%.o: PART_INC := $(INC_COMMON)
 $(OBJ)/proto/%.o: PART_INC := $(INC_PROTO)
 $(OBJ)/gen/%.o: PART_INC := $(INC_PROTO)
 $(OBJ)/client/%.o: PART_INC := $(INC_PROTO) -iquote client
 $(OBJ)/server/%.o: PART_INC := $(INC_PROTO) -iquote server
-$(OBJ)/cuda/%.o: PART_INC := $(INC_COMMON) -iquote cuda
 $(OBJ)/strategies/%.o: PART_INC := $(INC_STRAT)
-$(OBJ)/examples/lib/%.o: PART_INC := -Iclient/include -iquote examples/lib
+$(OBJ)/examples/lib/%.o: PART_INC := -Iinclude -iquote examples/lib
 $(OBJ)/examples/%.o: PART_INC := $(INC_STRAT) -iquote examples/lib
-# The cohort CLI embeds the coordinator (server.h) and speaks the protocol
-# through the client's coordinator engine.
-$(OBJ)/tools/%.o: PART_INC := $(INC_PROTO) -iquote client -iquote server
+# The cohort CLI embeds the coordinator (server.h), speaks the protocol
+# through the client's coordinator engine, and starts its workers with the
+# launcher core of cohort_spawn (strategies/launch.h).
+$(OBJ)/tools/%.o: PART_INC := $(INC_PROTO) -iquote client -iquote server \
+	-iquote strategies
 $(OBJ)/bench/%.o: PART_INC := $(INC_PROTO) -iquote client -iquote tests/unit
 # Tests look inside every part.
 $(OBJ)/tests/%.o: PART_INC := $(INC_PROTO) -iquote client -iquote server \
-	-iquote cuda -iquote strategies -iquote tests/harness -iquote examples/lib
+	-iquote tests/cuda/kernels -iquote strategies -iquote tests/harness \
+	-iquote examples/lib
 CPPFLAGS = $(PART_INC) $(PKG_CFLAGS)
 LDLIBS := -lnng -lmbedcrypto $(PKG_LIBS) -lpthread -lm -ldl
 # What libcohort.so itself needs (no test framework).
@@ -106,11 +113,11 @@ COMMON_SRC := $(wildcard common/*.c) $(wildcard proto/*.c)
 # library exists.
 LIB_SRC := $(wildcard client/*.c) $(wildcard client/backend/*.c) \
 	$(wildcard client/backend/*/*.c)
-# The CUDA kernels and their CPU references: a library of their own
-# (libcohort_cuda.a), used by the GPU tests and benchmarks; libcohort does
-# not call them.
-CUDA_SRC := $(wildcard cuda/*.c)
-CU_SRC := $(if $(HAVE_CUDA),$(wildcard cuda/*.cu))
+# The CUDA kernels and their CPU references, beside their tests: a library
+# of their own (libcohort_cuda.a), used by the GPU tests and cuda_bench;
+# libcohort does not call them (docs/gpu.md).
+CUDA_SRC := $(wildcard tests/cuda/kernels/*.c)
+CU_SRC := $(if $(HAVE_CUDA),$(wildcard tests/cuda/kernels/*.cu))
 SRV_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
 STRAT_SRC := $(wildcard strategies/*.c)
 CLI_SRC := $(wildcard tools/cohort/*.c)
@@ -150,7 +157,7 @@ all: probe $(BIN)/cohortd $(BIN)/cohort $(LIB)/libcohort.so \
 	$(TESTBINS) $(EXAMPLES) $(BIN)/tcp_microbench $(BUILD)/cohort.pc
 
 probe:
-	@echo "cohort build: CC=$(CC) BUILD=$(BUILD) SAN=$(or $(SAN),none)" \
+	@echo "cohort $(VERSION) build: CC=$(CC) BUILD=$(BUILD) SAN=$(or $(SAN),none)" \
 	  "cuda=$(if $(HAVE_CUDA),$(NVCC),not found)" \
 	  "nccl=$(if $(HAVE_NCCL),$(NCCL_H),not found)"
 
@@ -169,7 +176,7 @@ $(OBJ)/gen/%.o: $(GEN)/%.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-error -c $< -o $@
 
 # Everything that includes the protobuf header needs it generated first.
-$(call o,$(COMMON_SRC) $(LIB_SRC) $(SRV_SRC) $(CLI_SRC) $(TEST_SRC) \
+$(call o,$(COMMON_SRC) $(LIB_SRC) $(SRV_SRC) $(CLI_SRC) $(TEST_SRC) $(CUDA_SRC) \
 	$(TESTBIN_SRC) server/main.c bench/tcp_microbench.c): | $(PROTO_H)
 
 $(OBJ)/%.o: %.c
@@ -179,7 +186,7 @@ $(OBJ)/%.o: %.c
 $(OBJ)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden \
-	  -Iclient/include -Icommon -Icuda \
+	  -Iinclude -Icommon -Itests/cuda/kernels \
 	  -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
 	  -gencode arch=compute_90,code=compute_90 $(DEFS) -c $< -o $@
 
@@ -232,9 +239,9 @@ $(BIN)/tcp_microbench: $(OBJ)/bench/tcp_microbench.o $(LIB)/libcohort.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/cohort.pc: tools/cohort.pc.in
+$(BUILD)/cohort.pc: tools/cohort.pc.in include/cohort/cohort.h
 	@mkdir -p $(dir $@)
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|0.1.0|g' $< > $@
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
 
 # --- tasks ------------------------------------------------------------------
 deps:
@@ -332,10 +339,11 @@ install: all
 	  $(DESTDIR)$(PREFIX)/lib/libcohort_strategies.so.0
 	ln -sf libcohort_strategies.so.0 \
 	  $(DESTDIR)$(PREFIX)/lib/libcohort_strategies.so
-	install -m 644 client/include/cohort/*.h strategies/*.h \
+	install -m 644 include/cohort/*.h \
+	  $(filter-out strategies/launch.h,$(wildcard strategies/*.h)) \
 	  $(DESTDIR)$(PREFIX)/include/cohort/
 	for pc in cohort cohort-strategies; do \
-	  sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|0.1.0|g' \
+	  sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
 	    tools/$$pc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/$$pc.pc; \
 	done
 

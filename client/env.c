@@ -791,9 +791,24 @@ cohort_env_format(const cohort_env *env, char *buf, size_t len)
 	if (env == NULL)
 		return (0);
 	env_put(buf, len, &off, "%-16s = %s\n", "source", env->source);
-	env_put(buf, len, &off, "%-16s = %s (from %s)\n", "coordinator",
-	    env->coordinator[0] != '\0' ? env->coordinator : "unset",
-	    env->coordinator_from);
+	if (strncmp(env->coordinator_from, "MASTER_ADDR", 11) == 0) {
+		/* torch's store (torchrun's, Lightning's): torch's "cohort"
+		 * backend meets a cohortd of its rank 0 through it, and
+		 * libcohort's own API would dial it as a cohortd. */
+		env_put(buf, len, &off,
+		    "%-16s = %s (from %s: torch's store, not a cohortd)\n"
+		    "%-16s = rank 0 starts a cohortd and hands its address "
+		    "to the others through that store (job torch-<random>, "
+		    "a fresh token); a program on libcohort's own API needs "
+		    "COHORT_COORDINATOR here\n",
+		    "coordinator", env->coordinator, env->coordinator_from,
+		    "torch backend");
+	} else {
+		env_put(buf, len, &off, "%-16s = %s (from %s)\n",
+		    "coordinator",
+		    env->coordinator[0] != '\0' ? env->coordinator : "unset",
+		    env->coordinator_from);
+	}
 	env_put(buf, len, &off, "%-16s = %s (from %s)\n", "job", env->job,
 	    env->job_from);
 	env_put(buf, len, &off, "%-16s = %s", "token",

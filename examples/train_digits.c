@@ -55,7 +55,6 @@
 #define PROG "train_digits"
 #define HIDDEN 128
 #define DATA_SEED 1797 /* fixed train/test split */
-#define JOIN_TIMEOUT_MS (120 * 1000) /* waiting for every rank to start */
 #define REPORT_TIMEOUT_MS 5000
 #define MAX_RANKS 256 /* --ranks: cohort_spawn's and cohort_dp's limit */
 
@@ -870,7 +869,9 @@ setup(struct trainer *t, cohort_client *c)
 			t->c = c;
 		else
 			check(t,
-			    cohort_client_open_env(&t->c, JOIN_TIMEOUT_MS),
+			    /* COHORT_JOIN_TIMEOUT_MS (default 30 min): a pod
+			     * may stay pending longer than any fixed guess */
+			    cohort_client_open_env(&t->c, COHORT_WAIT_DEFAULT),
 			    "cohort_client_open_env");
 		t->g = cohort_client_world(t->c);
 		t->rank = cohort_client_rank(t->c);

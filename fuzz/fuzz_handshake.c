@@ -19,10 +19,10 @@
  * Build and run before `make fuzz` (fuzz/seed_handshake.c writes seeds
  * made by the project's own encoder):
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE \
- *     -Iclient/include -iquote common -iquote client fuzz/fuzz_handshake.c \
+ *     -Iinclude -iquote common -iquote client fuzz/fuzz_handshake.c \
  *     client/backend/tcp/handshake.c common/sha256.c -lmbedcrypto \
  *     -o build/fuzz_handshake
- *   clang -g -O1 -std=c11 -D_GNU_SOURCE -Iclient/include -iquote common \
+ *   clang -g -O1 -std=c11 -D_GNU_SOURCE -Iinclude -iquote common \
  *     -iquote client fuzz/seed_handshake.c \
  *     client/backend/tcp/handshake.c common/sha256.c -lmbedcrypto \
  *     -o build/seed_handshake

@@ -8,6 +8,9 @@
  * payload. 'R' = rank 0's return value, 'Q' = a queue item, 'E' = the
  * error text of a failure (first payload byte: 1 if the failure was
  * caused by another rank's, i.e. the child saw COHORT_EPEERLOST).
+ *
+ * Starting, tying to the parent, the grace period and reaping are the
+ * launcher core's (launch.h), shared with cohort run and cohort bench.
  */
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -21,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -29,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "launch.h"
 #include "spawn.h"
 
 #define SPAWN_MAX 256
@@ -40,12 +43,10 @@ struct cohort_spawn_ctx {
 	char error[1024];
 };
 
-/* Parent-side state of one child. */
+/* Parent-side state of one child (its process: the core's cohort__proc
+ * of the same index). */
 struct spawn_child {
-	pid_t pid;
 	int fd; /* read end, -1 once at EOF */
-	bool reaped;
-	bool killed; /* by us */
 	int code; /* 128 + signal for a signal */
 	int sig;
 	unsigned char *buf;
@@ -54,15 +55,6 @@ struct spawn_child {
 	bool has_error, secondary;
 	int64_t failed_at; /* order of detection */
 };
-
-static int64_t
-spawn_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
-}
 
 /* snprintf without -Wformat-truncation noise: truncation is fine here. */
 static void __attribute__((format(printf, 3, 4)))
@@ -80,7 +72,7 @@ cohort_spawn_options_init(cohort_spawn_options *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->grace_ms = 3000;
-	o->join_timeout = 60000;
+	o->join_timeout = COHORT_WAIT_DEFAULT;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -354,31 +346,14 @@ spawn_cohortd_path(const cohort_spawn_options *o, char *out, size_t len)
 	snprintf(out, len, "cohortd");
 }
 
-static void
-spawn_reap_kill(pid_t pid, int64_t grace_ms)
-{
-	int64_t end = spawn_now_ms() + grace_ms;
-	int st;
-
-	if (pid <= 0)
-		return;
-	kill(pid, SIGTERM);
-	while (spawn_now_ms() < end) {
-		if (waitpid(pid, &st, WNOHANG) == pid)
-			return;
-		usleep(5000);
-	}
-	kill(pid, SIGKILL);
-	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-		;
-}
-
-/* Starts cohortd on a free loopback port; *pid and url on success. */
+/* Starts cohortd on a free loopback port; *coord and url on success. */
 static cohort_status
-spawn_start_cohortd(const cohort_spawn_options *o, pid_t *pid, char *url,
-    size_t urllen, char *err, size_t errlen)
+spawn_start_cohortd(const cohort_spawn_options *o, struct cohort__proc *coord,
+    char *url, size_t urllen, char *err, size_t errlen)
 {
 	char path[PATH_MAX], log[PATH_MAX];
+	int logfd;
+	cohort_status st = COHORT_ESYSTEM;
 
 	spawn_cohortd_path(o, path, sizeof(path));
 	if (o->log_dir != NULL)
@@ -386,87 +361,58 @@ spawn_start_cohortd(const cohort_spawn_options *o, pid_t *pid, char *url,
 		    o->log_dir, (long)getpid());
 	else
 		snprintf(log, sizeof(log), "/dev/null");
+	logfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	spawn_msg(err, errlen, "%s did not start listening on loopback", path);
 	for (int attempt = 0; attempt < 5; attempt++) {
-		int port = spawn_free_port(), st;
+		struct cohort__proc_spec spec;
+		char *argv[4];
+		int port = spawn_free_port();
 		int64_t end;
-		pid_t p;
 
 		if (port <= 0) {
 			snprintf(err, errlen, "no free loopback port: %s",
 			    strerror(errno));
-			return (COHORT_ESYSTEM);
+			break;
 		}
 		snprintf(url, urllen, "tcp://127.0.0.1:%d", port);
-		fflush(NULL);
-		if ((p = fork()) < 0) {
-			snprintf(err, errlen, "fork: %s", strerror(errno));
-			return (COHORT_ESYSTEM);
+		argv[0] = path;
+		argv[1] = (char *)"--listen";
+		argv[2] = url;
+		argv[3] = NULL;
+		cohort__proc_spec_init(&spec);
+		spec.path = path;
+		spec.argv = argv;
+		spec.stdout_fd = spec.stderr_fd = logfd;
+		spec.death_sig = SIGTERM; /* it may close its journal */
+		if (cohort__proc_start(coord, &spec, err, errlen) != 0) {
+			spawn_msg(err + strlen(err), errlen - strlen(err),
+			    " (set cohortd_path or COHORT_COHORTD)");
+			break;
 		}
-		if (p == 0) {
-			char *argv[4];
-			int fd
-			    = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		end = cohort__launch_now_ms() + 10000;
+		while (cohort__launch_now_ms() < end && coord->running) {
+			int ws;
 
-			if (fd >= 0) {
-				dup2(fd, 1);
-				dup2(fd, 2);
-				close(fd);
-			}
-			prctl(PR_SET_PDEATHSIG, SIGTERM);
-			argv[0] = path;
-			argv[1] = (char *)"--listen";
-			argv[2] = url;
-			argv[3] = NULL;
-			if (strchr(path, '/') != NULL)
-				execv(path, argv);
-			else
-				execvp(path, argv);
-			_exit(127);
-		}
-		end = spawn_now_ms() + 10000;
-		while (spawn_now_ms() < end) {
 			if (spawn_port_open(port)) {
-				*pid = p;
-				return (COHORT_OK);
+				st = COHORT_OK;
+				goto out;
 			}
-			if (waitpid(p, &st, WNOHANG) == p) {
-				p = -1;
-				if (WIFEXITED(st) && WEXITSTATUS(st) == 127) {
-					spawn_msg(err, errlen,
-					    "cannot execute %s (set "
-					    "cohortd_path or COHORT_COHORTD)",
-					    path);
-					return (COHORT_ESYSTEM);
-				}
-				break; /* port taken meanwhile? retry */
-			}
-			usleep(5000);
+			if (waitpid(coord->pid, &ws, WNOHANG) == coord->pid)
+				coord->running = false; /* port taken? retry */
+			else
+				usleep(5000);
 		}
-		if (p > 0)
-			spawn_reap_kill(p, 1000);
+		cohort__proc_stop(coord, 1000);
 	}
-	spawn_msg(err, errlen, "%s did not start listening on loopback", path);
-	return (COHORT_ESYSTEM);
+out:
+	if (logfd >= 0)
+		close(logfd);
+	return (st);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Parent side                                                              */
 /* ------------------------------------------------------------------------ */
-
-static void
-spawn_decode(struct spawn_child *ch, int st)
-{
-	ch->reaped = true;
-	if (WIFEXITED(st)) {
-		ch->code = WEXITSTATUS(st);
-		ch->sig = 0;
-	} else if (WIFSIGNALED(st)) {
-		ch->sig = WTERMSIG(st);
-		ch->code = 128 + ch->sig;
-	} else {
-		ch->code = 255;
-	}
-}
 
 /* Parses complete frames out of ch->buf. Returns -1 on a corrupt one. */
 static int
@@ -555,14 +501,6 @@ spawn_read(struct spawn_child *ch, int rank, cohort_spawn_result *r)
 	}
 }
 
-/* Failure bookkeeping once child k is reaped. */
-static void
-spawn_note_exit(struct spawn_child *ch, int64_t *seq)
-{
-	if (ch->code != 0 && ch->failed_at == 0 && !ch->killed)
-		ch->failed_at = ++*seq;
-}
-
 /* True if this process already runs nng (its threads are named "nng:...").
  * A forked child of such a process cannot use nng (nng 1.5 panics in the
  * child), so cohort_spawn must refuse before forking. */
@@ -594,6 +532,117 @@ spawn_nng_running(void)
 	return (found);
 }
 
+/* What a forked child needs to become rank k (a copy of the parent's
+ * memory: it stays valid in the child). */
+struct spawn_start {
+	const cohort_spawn_options *o;
+	cohort_spawn_fn fn;
+	void *arg;
+	const char *coord, *job;
+	int rank, n, fd;
+	const struct spawn_child *ch; /* the pipes of the ranks before it */
+};
+
+static int
+spawn_child_entry(void *p)
+{
+	const struct spawn_start *s = p;
+	cohort_spawn_ctx ctx;
+
+	for (int j = 0; j < s->rank; j++)
+		if (s->ch[j].fd >= 0)
+			close(s->ch[j].fd);
+	memset(&ctx, 0, sizeof(ctx));
+	ctx.rank = s->rank;
+	ctx.world = s->n;
+	ctx.fd = s->fd;
+	spawn_child_env(s->o, s->coord, s->job, s->rank, s->n);
+	spawn_child_main(&ctx, s->o, s->fn, s->arg);
+}
+
+/* Starts rank k with its pipe; COHORT_OK, else r->error says. */
+static cohort_status
+spawn_start_rank(struct spawn_start *s, struct cohort__proc *proc,
+    struct spawn_child *ch, cohort_spawn_result *r)
+{
+	struct cohort__proc_spec spec;
+	char err[256];
+	int fds[2];
+
+	if (pipe2(fds, O_CLOEXEC) != 0) {
+		snprintf(
+		    r->error, sizeof(r->error), "pipe: %s", strerror(errno));
+		return (COHORT_ESYSTEM);
+	}
+	cohort__proc_spec_init(&spec);
+	spec.fn = spawn_child_entry;
+	spec.arg = s;
+	s->fd = fds[1];
+	/* Die with the parent; never outlive it. */
+	spec.death_sig = SIGKILL;
+	if (cohort__proc_start(proc, &spec, err, sizeof(err)) != 0) {
+		snprintf(r->error, sizeof(r->error), "%s", err);
+		close(fds[0]);
+		close(fds[1]);
+		return (COHORT_ESYSTEM);
+	}
+	close(fds[1]);
+	fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+	ch->fd = fds[0];
+	return (COHORT_OK);
+}
+
+/* Reads whatever the children's pipes hold, waiting up to 50 ms (10 ms
+ * when no pipe is open). False when no pipe is open. */
+static bool
+spawn_read_pipes(struct spawn_child *ch, int n, cohort_spawn_result *r)
+{
+	struct pollfd pfd[SPAWN_MAX];
+	int idx[SPAWN_MAX], np = 0;
+
+	for (int k = 0; k < n; k++) {
+		if (ch[k].fd >= 0) {
+			pfd[np].fd = ch[k].fd;
+			pfd[np].events = POLLIN;
+			idx[np++] = k;
+		}
+	}
+	if (np == 0) {
+		usleep(10000);
+		return (false);
+	}
+	if (poll(pfd, (nfds_t)np, 50) <= 0)
+		return (true);
+	for (int i = 0; i < np; i++) {
+		struct spawn_child *c = &ch[idx[i]];
+
+		if (pfd[i].revents != 0 && spawn_read(c, idx[i], r) != 0) {
+			close(c->fd);
+			c->fd = -1;
+		}
+	}
+	return (true);
+}
+
+/* The failure to report: the first one not caused by another rank's,
+ * else the first; -1 when none. */
+static int
+spawn_root_cause(const struct spawn_child *ch, int n)
+{
+	int best = -1;
+
+	for (int pass = 0; pass < 2 && best < 0; pass++) {
+		for (int k = 0; k < n; k++) {
+			if (ch[k].failed_at == 0
+			    || (pass == 0 && ch[k].secondary))
+				continue;
+			if (best < 0 || ch[k].failed_at < ch[best].failed_at)
+				best = k;
+		}
+	}
+	return (best);
+}
+
 cohort_status
 cohort_spawn(int n, cohort_spawn_fn fn, void *arg,
     const cohort_spawn_options *opts, cohort_spawn_result *r)
@@ -601,17 +650,20 @@ cohort_spawn(int n, cohort_spawn_fn fn, void *arg,
 	static int spawn_counter;
 	cohort_spawn_options o;
 	struct spawn_child *ch;
+	struct cohort__proc *procs, coordp;
+	struct cohort__launch l;
+	struct spawn_start start;
 	char url[128], job[160], err[512] = "";
 	const char *coord;
-	pid_t coord_pid = -1, self = getpid();
-	int64_t start, fail_deadline = -1, seq = 0;
+	int64_t t0, seq = 0;
 	cohort_status st = COHORT_OK;
-	bool timed_out = false;
-	int live;
+	bool timed_out = false, pipes = true;
+	int best;
 
 	if (r == NULL)
 		return (COHORT_EINVAL);
 	memset(r, 0, sizeof(*r));
+	memset(&coordp, 0, sizeof(coordp));
 	r->failed_rank = -1;
 	for (int i = 0; i < SPAWN_MAX; i++)
 		r->exit_codes[i] = -1;
@@ -636,13 +688,13 @@ cohort_spawn(int n, cohort_spawn_fn fn, void *arg,
 	if (o.grace_ms <= 0)
 		o.grace_ms = 3000;
 	if (o.join_timeout == 0)
-		o.join_timeout = 60000;
+		o.join_timeout = COHORT_WAIT_DEFAULT;
 
 	if (o.coordinator != NULL && o.coordinator[0] != '\0') {
 		coord = o.coordinator;
 	} else {
 		st = spawn_start_cohortd(
-		    &o, &coord_pid, url, sizeof(url), err, sizeof(err));
+		    &o, &coordp, url, sizeof(url), err, sizeof(err));
 		if (st != COHORT_OK) {
 			spawn_msg(r->error, sizeof(r->error),
 			    "cannot start the coordinator: %s", err);
@@ -653,182 +705,82 @@ cohort_spawn(int n, cohort_spawn_fn fn, void *arg,
 	if (o.job != NULL)
 		snprintf(job, sizeof(job), "%s", o.job);
 	else
-		snprintf(job, sizeof(job), "spawn-%ld-%d", (long)self,
+		snprintf(job, sizeof(job), "spawn-%ld-%d", (long)getpid(),
 		    ++spawn_counter);
 
-	if ((ch = calloc((size_t)n, sizeof(*ch))) == NULL) {
-		spawn_reap_kill(coord_pid, 3000);
+	ch = calloc((size_t)n, sizeof(*ch));
+	procs = calloc((size_t)n, sizeof(*procs));
+	if (ch == NULL || procs == NULL) {
+		free(ch);
+		free(procs);
+		cohort__proc_stop(&coordp, 3000);
 		return (COHORT_ENOMEM);
 	}
+	/* After the first failure the others get grace_ms, then SIGKILL. */
+	cohort__launch_init(&l, procs, n, o.grace_ms, -1);
 	for (int k = 0; k < n; k++)
 		ch[k].fd = -1;
-	fflush(NULL);
-	for (int k = 0; k < n; k++) {
-		int fds[2];
-		pid_t p;
-
-		if (pipe2(fds, O_CLOEXEC) != 0) {
-			snprintf(r->error, sizeof(r->error), "pipe: %s",
-			    strerror(errno));
-			st = COHORT_ESYSTEM;
-			break;
-		}
-		if ((p = fork()) < 0) {
-			snprintf(r->error, sizeof(r->error), "fork: %s",
-			    strerror(errno));
-			close(fds[0]);
-			close(fds[1]);
-			st = COHORT_ESYSTEM;
-			break;
-		}
-		if (p == 0) {
-			cohort_spawn_ctx ctx;
-
-			/* Die with the parent; never outlive it. */
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			if (getppid() != self)
-				_exit(1);
-			for (int j = 0; j < k; j++)
-				if (ch[j].fd >= 0)
-					close(ch[j].fd);
-			close(fds[0]);
-			memset(&ctx, 0, sizeof(ctx));
-			ctx.rank = k;
-			ctx.world = n;
-			ctx.fd = fds[1];
-			spawn_child_env(&o, coord, job, k, n);
-			spawn_child_main(&ctx, &o, fn, arg);
-		}
-		close(fds[1]);
-		fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
-		ch[k].pid = p;
-		ch[k].fd = fds[0];
+	start = (struct spawn_start) { &o, fn, arg, coord, job, 0, n, -1, ch };
+	for (int k = 0; k < n && st == COHORT_OK; k++) {
+		start.rank = k;
+		st = spawn_start_rank(&start, &procs[k], &ch[k], r);
 	}
-	if (st != COHORT_OK) {
-		/* Could not start them all: stop those that run. */
-		for (int k = 0; k < n; k++)
-			if (ch[k].pid > 0)
-				kill(ch[k].pid, SIGKILL);
-		fail_deadline = spawn_now_ms();
-	}
+	t0 = cohort__launch_now_ms();
+	if (st
+	    != COHORT_OK) /* could not start them all: stop those that run */
+		cohort__launch_stop_after(&l, t0, 0);
 
-	start = spawn_now_ms();
-	for (;;) {
-		struct pollfd pfd[SPAWN_MAX];
-		int idx[SPAWN_MAX], np = 0;
-		int64_t now = spawn_now_ms();
+	while (cohort__launch_alive(&l) > 0 || pipes) {
+		int64_t now = cohort__launch_now_ms();
+		int k;
 
-		live = 0;
-		for (int k = 0; k < n; k++) {
-			if (ch[k].pid > 0 && !ch[k].reaped)
-				live++;
-			if (ch[k].fd >= 0) {
-				pfd[np].fd = ch[k].fd;
-				pfd[np].events = POLLIN;
-				idx[np++] = k;
-			}
-		}
-		if (live == 0 && np == 0)
-			break;
 		if (o.timeout_ms > 0 && !timed_out
-		    && now - start > o.timeout_ms) {
+		    && now - t0 > o.timeout_ms) {
 			timed_out = true;
-			fail_deadline = now;
+			cohort__launch_stop_after(&l, now, 0);
 		}
-		if (fail_deadline >= 0 && now >= fail_deadline) {
-			for (int k = 0; k < n; k++) {
-				if (ch[k].pid > 0 && !ch[k].reaped
-				    && !ch[k].killed) {
-					ch[k].killed = true;
-					kill(ch[k].pid, SIGKILL);
-				}
-			}
-		}
-		if (np > 0 && poll(pfd, (nfds_t)np, 50) > 0) {
-			for (int i = 0; i < np; i++) {
-				struct spawn_child *c = &ch[idx[i]];
-				int rc;
+		cohort__launch_tick(&l, now);
+		pipes = spawn_read_pipes(ch, n, r);
+		while ((k = cohort__launch_reap(&l, now)) >= 0) {
+			int ws = procs[k].status;
 
-				if (pfd[i].revents == 0)
-					continue;
-				rc = spawn_read(c, idx[i], r);
-				if (rc != 0) {
-					close(c->fd);
-					c->fd = -1;
-				}
-			}
-		} else if (np == 0) {
-			usleep(10000);
-		}
-		/* Reap whoever exited. */
-		for (int k = 0; k < n; k++) {
-			int ws;
-
-			if (ch[k].pid <= 0 || ch[k].reaped)
-				continue;
-			if (waitpid(ch[k].pid, &ws, WNOHANG) == ch[k].pid) {
-				spawn_decode(&ch[k], ws);
-				r->exit_codes[k] = ch[k].code;
-				spawn_note_exit(&ch[k], &seq);
-				if (ch[k].failed_at != 0 && fail_deadline < 0)
-					fail_deadline
-					    = spawn_now_ms() + o.grace_ms;
-			}
+			ch[k].code = cohort__launch_code(ws);
+			ch[k].sig = WIFSIGNALED(ws) ? WTERMSIG(ws) : 0;
+			r->exit_codes[k] = ch[k].code;
+			if (cohort__proc_failed(&procs[k]))
+				ch[k].failed_at = ++seq;
 		}
 	}
 
-	/* Pick the failure to report: the first one not caused by another
-	 * rank's, else the first. */
-	{
-		int best = -1;
+	if ((best = spawn_root_cause(ch, n)) >= 0) {
+		struct spawn_child *c = &ch[best];
+		char what[96];
 
-		for (int pass = 0; pass < 2 && best < 0; pass++) {
-			for (int k = 0; k < n; k++) {
-				if (ch[k].failed_at == 0
-				    || (pass == 0 && ch[k].secondary))
-					continue;
-				if (best < 0
-				    || ch[k].failed_at < ch[best].failed_at)
-					best = k;
-			}
-		}
-		if (best >= 0) {
-			struct spawn_child *c = &ch[best];
-			char what[96];
-
-			if (c->sig != 0)
-				snprintf(what, sizeof(what),
-				    "killed by signal %d (%s)", c->sig,
-				    strsignal(c->sig));
-			else
-				snprintf(what, sizeof(what),
-				    "exited with status %d", c->code);
-			r->failed_rank = best;
-			r->exit_code = c->code;
-			r->term_signal = c->sig;
-			spawn_msg(r->error, sizeof(r->error), "rank %d %s: %s",
-			    best, what,
-			    c->has_error ? c->error : "(no error text)");
-			if (st == COHORT_OK)
+		cohort__launch_describe(
+		    procs[best].status, what, sizeof(what));
+		r->failed_rank = best;
+		r->exit_code = c->code;
+		r->term_signal = c->sig;
+		spawn_msg(r->error, sizeof(r->error), "rank %d %s: %s", best,
+		    what, c->has_error ? c->error : "(no error text)");
+		if (st == COHORT_OK)
+			st = COHORT_EPEERLOST;
+	} else if (timed_out) {
+		snprintf(r->error, sizeof(r->error), "timed out after %lld ms",
+		    (long long)o.timeout_ms);
+		if (st == COHORT_OK)
+			st = COHORT_ETIMEDOUT;
+	} else if (st == COHORT_OK) {
+		for (int k = 0; k < n; k++) {
+			if (ch[k].code != 0) {
+				r->failed_rank = k;
+				r->exit_code = ch[k].code;
+				r->term_signal = ch[k].sig;
+				snprintf(r->error, sizeof(r->error),
+				    "rank %d exited with status %d", k,
+				    ch[k].code);
 				st = COHORT_EPEERLOST;
-		} else if (timed_out) {
-			snprintf(r->error, sizeof(r->error),
-			    "timed out after %lld ms",
-			    (long long)o.timeout_ms);
-			if (st == COHORT_OK)
-				st = COHORT_ETIMEDOUT;
-		} else if (st == COHORT_OK) {
-			for (int k = 0; k < n; k++) {
-				if (ch[k].code != 0) {
-					r->failed_rank = k;
-					r->exit_code = ch[k].code;
-					r->term_signal = ch[k].sig;
-					snprintf(r->error, sizeof(r->error),
-					    "rank %d exited with status %d", k,
-					    ch[k].code);
-					st = COHORT_EPEERLOST;
-					break;
-				}
+				break;
 			}
 		}
 	}
@@ -838,7 +790,8 @@ cohort_spawn(int n, cohort_spawn_fn fn, void *arg,
 		free(ch[k].buf);
 	}
 	free(ch);
-	spawn_reap_kill(coord_pid, 3000);
+	free(procs);
+	cohort__proc_stop(&coordp, 3000);
 	return (st);
 }
 

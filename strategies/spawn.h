@@ -70,7 +70,9 @@ typedef struct cohort_spawn_options {
 	/* After the first failure, how long the other children get to stop
 	 * on their own before SIGKILL (default 3000 ms). */
 	int64_t grace_ms;
-	/* Join timeout of each child's cohort_client_open (default 60 s). */
+	/* Join timeout of each child's cohort_client_open (default
+	 * COHORT_WAIT_DEFAULT: COHORT_JOIN_TIMEOUT_MS, 30 min unless set;
+	 * a child that dies before it joins ends the spawn anyway). */
 	cohort_duration join_timeout;
 	/* Children do not open a client (fn gets NULL). */
 	bool no_client;

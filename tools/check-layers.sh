@@ -5,7 +5,7 @@
 #
 #   common/                  the public header and itself
 #   proto/                   + common/ (and the generated protobuf code)
-#   client/ server/ cuda/    + proto/ (cuda/: common/ only); never each other
+#   client/ server/          + proto/; never each other
 #   strategies/              the public header and itself
 #   examples/                + strategies/ and examples/lib/
 #   tools/, bench/, tests/, fuzz/   may look inside the parts below them
@@ -21,7 +21,6 @@ declare -A allowed=(
 	[proto]="pub common proto gen"
 	[client]="pub common proto gen client"
 	[server]="pub common proto gen server"
-	[cuda]="pub common cuda"
 	[strategies]="pub strategies"
 	[examples]="pub strategies examples/lib"
 	[examples/lib]="pub examples/lib"
@@ -34,7 +33,7 @@ locate() {
 	cohort/*) echo pub; return ;;
 	cohort.pb-c.h) echo gen; return ;;
 	esac
-	for d in common proto client client/backend server cuda strategies \
+	for d in common proto client client/backend server strategies \
 		examples/lib; do
 		if [[ -f $d/$h ]]; then
 			case $d in client/*) echo client ;; *) echo "$d" ;; esac
@@ -46,7 +45,7 @@ locate() {
 }
 
 bad=0
-for part in common proto client server cuda strategies examples/lib examples; do
+for part in common proto client server strategies examples/lib examples; do
 	files=$(git ls-files "$part/*.c" "$part/*.h" "$part/*.cu" 2>/dev/null)
 	[[ $part == examples ]] && files=$(git ls-files 'examples/*.c')
 	for f in $files; do

@@ -2,7 +2,8 @@
 # make check-style (CI runs it): the project's C sources are formatted by
 # .clang-format (79 columns, tabs, one pointer style), use no banned
 # function (curl checksrc style), and keep their layering
-# (tools/check-layers.sh). Generated code under build/ and the peers'
+# (tools/check-layers.sh) and spell the release once
+# (tools/check-version.sh). Generated code under build/ and the peers'
 # benchmark programs (bench/peers) are not checked.
 #
 #   tools/check-style.sh          check
@@ -39,5 +40,6 @@ if grep -nP '[ \t]+$' $files | head; then
 	rc=1
 fi
 tools/check-layers.sh || rc=1
+tools/check-version.sh || rc=1
 [[ $rc == 0 ]] && echo "check-style: ok ($(echo $files | wc -w) files, $("$cf" --version | grep -o 'version [0-9.]*'))"
 exit $rc

@@ -45,6 +45,12 @@ if [ "$mode" = bundle ]; then
 		*) cp -L "$lib" "$dest/" ;;
 		esac
 	done
+	# The CUDA runtime libcohort's bridge dlopen()s (client/backend/
+	# cudart.c; the kernel helpers go through it too): the toolkit's own,
+	# the one the kernels were compiled against.
+	for lib in "${CUDA_HOME:-/usr/local/cuda}"/lib64/libcudart.so.[0-9]*; do
+		case $lib in *.so.[0-9] | *.so.[0-9][0-9]) cp -L "$lib" "$dest/" ;; esac
+	done
 	du -sh "$dest"
 	ls "$dest"
 	exit 0
@@ -160,9 +166,9 @@ EOF
 	# emu_make(grid, threads, shmem, stream, kernel)(args)
 	k='s/([A-Za-z_0-9]+(?:<[^<>;()]*>)?)\s*<<<([^>]*)>>>\(/emu_make(\2, \1)(/g'
 	perl -0pe "$k"';s/#include <cuda_runtime.h>/#include "emu.h"/' \
-	    cuda/fusion.cu \
+	    tests/cuda/kernels/fusion.cu \
 	    > "$tmp/fusion_emu.cpp" || die "perl"
-	INC="-Iclient/include -Iclient -Icuda -I$GEN -I$tmp"
+	INC="-Iinclude -Iclient -Icommon -Iproto -Itests/cuda/kernels -Itests/harness -I$GEN -I$tmp"
 	g++ -std=c++17 -O2 -w $INC -I"$NVCC_INC" -c "$tmp/fusion_emu.cpp" \
 	    -o "$tmp/fusion_emu.o" || die "compiling the emulated kernels"
 	for f in "$tmp/emu_gpu.c" "$tmp/run.c" tests/cuda/test_kernels.c; do
@@ -171,9 +177,10 @@ EOF
 		    -o "$tmp/$(basename "$f" .c).o" || die "compiling $f"
 	done
 	g++ -pthread -o "$tmp/emu" "$tmp"/run.o "$tmp"/test_kernels.o \
-	    "$tmp"/emu_gpu.o "$tmp"/fusion_emu.o "$LIBDIR/libcohort.a" \
+	    "$tmp"/emu_gpu.o "$tmp"/fusion_emu.o "$LIBDIR/libcohort_cuda.a" \
+	    "$BIN/../obj/tests/harness/harness.o" "$LIBDIR/libcohort.a" \
 	    -L"${CUDA_HOME:-/usr/local/cuda}/lib64" -lcudart_static -lrt \
-	    -lnng $(pkg-config --libs check libprotobuf-c) -ldl -lm ||
+	    -lnng -lmbedcrypto $(pkg-config --libs check libprotobuf-c) -ldl -lm ||
 	    die "linking"
 	"$tmp/emu"
 	exit $?

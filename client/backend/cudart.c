@@ -83,6 +83,18 @@ cohort__dl_sym(void *lib, const char *lib_name, const char *sym, void *slot,
 	return (true);
 }
 
+bool
+cohort__dl_syms(void *lib, const char *lib_name,
+    const struct cohort__dl_entry *e, size_t n, void *table, char *why,
+    size_t whylen)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!cohort__dl_sym(lib, lib_name, e[i].name,
+		        (char *)table + e[i].off, e[i].required, why, whylen))
+			return (false);
+	return (true);
+}
+
 const char *
 cohort__dl_cuda_errtext(
     const struct cohort__dl_cudart *cu, int code, char *buf, size_t len)
@@ -101,15 +113,13 @@ cohort__dl_cuda_errtext(
 	return (buf);
 }
 
-#define CUDART_SYM(field, name)                                               \
-	{                                                                     \
-#name, offsetof(struct cohort__dl_cudart, field)              \
-	}
+/* Every entry point is required but the optional ones (CUDART_OPT). */
+#define CUDART_SYM(field, sym)                                                \
+	COHORT__DL_ENTRY(struct cohort__dl_cudart, field, sym, true)
+#define CUDART_OPT(field, sym)                                                \
+	COHORT__DL_ENTRY(struct cohort__dl_cudart, field, sym, false)
 
-static const struct {
-	const char *name;
-	size_t off;
-} cudart_syms[] = {
+static const struct cohort__dl_entry cudart_syms[] = {
 	CUDART_SYM(GetDeviceCount, cudaGetDeviceCount),
 	CUDART_SYM(GetDevice, cudaGetDevice),
 	CUDART_SYM(SetDevice, cudaSetDevice),
@@ -136,6 +146,10 @@ static const struct {
 	CUDART_SYM(Memset, cudaMemset),
 	CUDART_SYM(DeviceSynchronize, cudaDeviceSynchronize),
 	CUDART_SYM(LaunchHostFunc, cudaLaunchHostFunc),
+	CUDART_OPT(DeviceGetAttribute, cudaDeviceGetAttribute),
+	CUDART_OPT(MemGetInfo, cudaMemGetInfo),
+	/* CUDA 12 and 13 export the current struct under the _v2 name */
+	CUDART_OPT(GetDeviceProperties, cudaGetDeviceProperties_v2),
 };
 
 /* Why cudaGetDeviceCount failed, in the words a user acts on. */
@@ -164,12 +178,13 @@ cudart_probe(void *lib, const char *path, struct cohort__dl_cudart *api,
 	int n = 0;
 
 	memset(api, 0, sizeof(*api));
-	for (size_t i = 0; i < sizeof(cudart_syms) / sizeof(cudart_syms[0]);
-	     i++) {
-		if (!cohort__dl_sym(lib, path, cudart_syms[i].name,
-		        (char *)api + cudart_syms[i].off, true, why, whylen))
-			return (false);
-	}
+	if (!cohort__dl_syms(lib, path, cudart_syms,
+	        sizeof(cudart_syms) / sizeof(cudart_syms[0]), api, why,
+	        whylen))
+		return (false);
+	if (api->GetDeviceProperties == NULL) /* CUDA 11 */
+		(void)cohort__dl_sym(lib, path, "cudaGetDeviceProperties",
+		    &api->GetDeviceProperties, false, why, whylen);
 	if ((e = api->GetDeviceCount(&n)) != COHORT__CUDA_SUCCESS) {
 		snprintf(why, whylen, "%s (%s)", cudart_reason(e),
 		    cohort__dl_cuda_errtext(api, e, text, sizeof(text)));

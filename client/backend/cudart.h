@@ -1,6 +1,7 @@
 /*
- * cudart.h - the CUDA runtime, loaded at run time, for the GPU backends
- * (nccl, tcp-staged) and the group layer's pointer probe.
+ * cudart.h - the CUDA runtime, loaded at run time: the project's one
+ * bridge to it, for the GPU backends (nccl, tcp-staged), the group layer's
+ * pointer probe, and the GPU tests' helpers (tests/cuda/kernels/gpu.c).
  *
  * libcohort never links libcudart (or libnccl, nccl/nccl_impl.h): it
  * dlopen()s it on first use and resolves every entry point by name, so
@@ -32,6 +33,9 @@
 #define COHORT__CUDA_ERR_NO_DEVICE 100 /* cudaErrorNoDevice */
 #define COHORT__CUDA_ERR_NOT_READY 600 /* cudaErrorNotReady */
 
+#define COHORT__CUDA_MEMCPY_H2D 1 /* cudaMemcpyHostToDevice */
+#define COHORT__CUDA_MEMCPY_D2H 2 /* cudaMemcpyDeviceToHost */
+#define COHORT__CUDA_MEMCPY_D2D 3 /* cudaMemcpyDeviceToDevice */
 #define COHORT__CUDA_MEMCPY_DEFAULT 4 /* cudaMemcpyDefault (UVA) */
 #define COHORT__CUDA_EVENT_DISABLE_TIMING 2 /* cudaEventDisableTiming */
 #define COHORT__CUDA_STREAM_NON_BLOCKING 1 /* cudaStreamNonBlocking */
@@ -86,7 +90,20 @@ struct cohort__dl_cudart {
 	int (*Memset)(void *, int, size_t);
 	int (*DeviceSynchronize)(void);
 	int (*LaunchHostFunc)(void *, void (*)(void *), void *);
+	/* Optional (NULL when the runtime lacks them): a device's
+	 * attribute (enum cudaDeviceAttr, e.g.
+	 * COHORT__CUDA_ATTR_SM_COUNT), its free and total memory, and its
+	 * properties (struct cudaDeviceProp, of which only the name, its
+	 * first member, is read here: the rest changes between versions). */
+	int (*DeviceGetAttribute)(int *, int, int);
+	int (*MemGetInfo)(size_t *, size_t *);
+	int (*GetDeviceProperties)(void *, int);
 };
+
+#define COHORT__CUDA_ATTR_SM_COUNT 16 /* cudaDevAttrMultiProcessorCount */
+/* Bytes to give GetDeviceProperties: well over sizeof(struct
+ * cudaDeviceProp) of any release (1008 in CUDA 12 and 13). */
+#define COHORT__CUDA_PROP_BYTES 8192
 
 /* The process's CUDA runtime, loaded and probed once: COHORT_OK and *out
  * when libcudart loads, has every entry point above, and
@@ -149,5 +166,24 @@ void *cohort__dl_open(enum cohort__knob env, const char *const *names,
 /* Resolves one symbol into *slot; false (and why) if required and absent. */
 bool cohort__dl_sym(void *lib, const char *lib_name, const char *sym,
     void *slot, bool required, char *why, size_t whylen);
+
+/* One entry point of a library's table (struct cohort__dl_cudart,
+ * struct cohort__dl_nccl): its symbol, where its pointer goes, and
+ * whether the load fails without it (else the pointer stays NULL). */
+struct cohort__dl_entry {
+	const char *name;
+	size_t off;
+	bool required;
+};
+#define COHORT__DL_ENTRY(type, field, sym, req)                               \
+	{                                                                     \
+#sym, offsetof(type, field), req                              \
+	}
+
+/* Resolves entries e[0..n) into table; false (and why) at the first
+ * required one that is absent. */
+bool cohort__dl_syms(void *lib, const char *lib_name,
+    const struct cohort__dl_entry *e, size_t n, void *table, char *why,
+    size_t whylen);
 
 #endif /* COHORT_BACKEND_CUDART_H */

@@ -105,7 +105,10 @@ main(int argc, char **argv)
 	if (getenv("COHORT_FW_SLEEP_AT") != NULL)
 		sscanf(getenv("COHORT_FW_SLEEP_AT"), "%d:%ld:%ld", &sleep_rank,
 		    &sleep_step, &sleep_ms);
-	st = cohort_client_open_env(&c, 60000);
+	/* 60 s, or COHORT_JOIN_TIMEOUT_MS when a test sets it */
+	st = cohort_client_open_env(&c,
+	    getenv("COHORT_JOIN_TIMEOUT_MS") != NULL ? COHORT_WAIT_DEFAULT
+	                                             : 60000);
 	if (st != COHORT_OK)
 		return (fw_fail(NULL, NULL, "open", st, 0));
 	g = cohort_client_world(c);

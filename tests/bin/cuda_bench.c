@@ -1,6 +1,7 @@
 /*
- * cuda_bench.c - benchmark of the cuda/ kernels against the device's own
- * copy bandwidth, with each kernel's error against its CPU reference.
+ * cuda_bench.c - benchmark of the CUDA kernels (tests/cuda/kernels/)
+ * against the device's own copy bandwidth, with each kernel's error
+ * against its CPU reference.
  *
  *   cuda_bench [-m MIB] [-i ITERS] [-o FILE]
  *
@@ -9,8 +10,8 @@
  * unpack (64 and 400 tensors, aligned and misaligned), scale, cast and
  * reduce2. Bandwidth counts bytes read plus bytes written, for the
  * baseline too, so "% copy" compares like with like. Each row also runs
- * the kernel once on the same inputs on the host (cuda/ref.c) and reports
- * the largest relative error and the number of mismatches.
+ * the kernel once on the same inputs on the host (kernels/ref.c) and
+ * reports the largest relative error and the number of mismatches.
  *
  * Prints a Markdown table (also written to FILE with -o). Exit status: 0
  * when every row passes (no mismatch; pack/unpack of the aligned

@@ -1,5 +1,5 @@
 /*
- * test_kernels.c - the kernels of cuda/fusion.cu against cuda/ref.c.
+ * test_kernels.c - the kernels of kernels/fusion.cu against kernels/ref.c.
  *
  * suite_cuda_ref runs everywhere: the references against hand-computed
  * values and properties (every f16/bf16 bit pattern round-trips, every
@@ -612,14 +612,8 @@ START_TEST(test_copy_emulate_random)
 		size_t align = (size_t)1 << kt_below(6); /* 1 .. 32 */
 		struct cohort__pack_item *it = calloc(n, sizeof(*it));
 		struct cohort__pack_item *jt = calloc(n, sizeof(*jt));
-		size_t arena_len = 0;
-		size_t pos = 0;
-		size_t total;
-		size_t i;
-		char *arena;
-		char *arena2;
-		char *b1;
-		char *b2;
+		size_t arena_len = 0, pos = 0, total, i;
+		char *arena, *arena2, *b1, *b2;
 
 		ck_assert(it != NULL && jt != NULL);
 		arena_len = kt_item_sizes(it, n, sizes, 32);

@@ -389,6 +389,14 @@ START_TEST(test_abi_headers)
 	ck_assert_int_eq(cudaErrorNoDevice, COHORT__CUDA_ERR_NO_DEVICE);
 	ck_assert_int_eq(cudaErrorNotReady, COHORT__CUDA_ERR_NOT_READY);
 	ck_assert_int_eq(cudaMemcpyDefault, COHORT__CUDA_MEMCPY_DEFAULT);
+	ck_assert_int_eq(cudaMemcpyHostToDevice, COHORT__CUDA_MEMCPY_H2D);
+	ck_assert_int_eq(cudaMemcpyDeviceToHost, COHORT__CUDA_MEMCPY_D2H);
+	ck_assert_int_eq(cudaMemcpyDeviceToDevice, COHORT__CUDA_MEMCPY_D2D);
+	ck_assert_int_eq(
+	    cudaDevAttrMultiProcessorCount, COHORT__CUDA_ATTR_SM_COUNT);
+	ck_assert_uint_eq(offsetof(struct cudaDeviceProp, name), 0);
+	ck_assert_uint_le(
+	    sizeof(struct cudaDeviceProp), COHORT__CUDA_PROP_BYTES);
 	ck_assert_int_eq(
 	    cudaEventDisableTiming, COHORT__CUDA_EVENT_DISABLE_TIMING);
 	ck_assert_int_eq(

@@ -105,6 +105,9 @@ void th_member_options(
 
 /* Polls cond(arg) every delay_ms up to tries times. */
 bool th_wait_until(bool (*cond)(void *), void *arg, int tries, int delay_ms);
+/* Whether the process *(pid_t *)pid has ended (gone, or a zombie): a
+ * th_wait_until condition for a process this one is not the parent of. */
+bool th_pid_gone(void *pid);
 
 /* Milliseconds on CLOCK_MONOTONIC. */
 int64_t th_now_ms(void);

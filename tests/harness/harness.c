@@ -18,16 +18,15 @@
 #include <unistd.h>
 
 #include "check_cohort.h"
+#include "cohort_common.h" /* cohort__now_ms */
+#include "launch.h" /* cohort__launch_code */
 
 extern char **environ;
 
 int64_t
 th_now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+	return (cohort__now_ms());
 }
 
 const char *
@@ -153,11 +152,7 @@ th_kill(pid_t pid)
 int
 th_exit_code(int status)
 {
-	if (WIFEXITED(status))
-		return (WEXITSTATUS(status));
-	if (WIFSIGNALED(status))
-		return (128 + WTERMSIG(status));
-	return (-1);
+	return (cohort__launch_code(status));
 }
 
 int
@@ -296,6 +291,22 @@ th_wait_until(bool (*cond)(void *), void *arg, int tries, int delay_ms)
 		usleep((useconds_t)delay_ms * 1000);
 	}
 	return (cond(arg));
+}
+
+bool
+th_pid_gone(void *pid)
+{
+	char path[64], *s, *rp;
+	bool gone;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)*(pid_t *)pid);
+	if ((s = th_read_file(path)) == NULL)
+		return (true);
+	/* pid (comm) state ...: a zombie has ended, its reaper is late */
+	rp = strrchr(s, ')');
+	gone = rp != NULL && rp[1] == ' ' && rp[2] == 'Z';
+	free(s);
+	return (gone);
 }
 
 char *

@@ -7,6 +7,7 @@ sets COHORT_DATA_ADDR: the workers find their address themselves.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -430,3 +431,192 @@ def test_two_launchers_on_one_coordinator_never_mix(cluster):
                 "SLURM_JOB_NODELIST)") in o, o  # fmt: skip
     log = d.output()
     assert "job 'ompi-1829961729'" in log and "job 'slurm-4242.0'" in log
+
+
+# --- the launcher across hosts: reports, timeline, documented commands -----
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _sh_block(doc, heading):
+    """The lines of the first ```sh block under ``heading`` of doc."""
+    text = open(os.path.join(ROOT, doc)).read()
+    at = text.index(heading)
+    start = text.index("```sh\n", at) + len("```sh\n")
+    return text[start:text.index("```", start)].splitlines()
+
+
+def _commands(lines):
+    """Command lines (comments and blank lines dropped)."""
+    return [ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def _train_script(host, steps=30, step_ms=10):
+    """./train in host's folder: the test worker (sums checked)."""
+    path = host.dir / "train"
+    path.write_text(f"#!/bin/sh\nexec {bin_path('cohort-fault-worker')} {steps} {step_ms}\n")
+    path.chmod(0o755)
+
+
+def _as_written(host, lines, env=None, var_lib=False):
+    """The lines run as they are written, in one shell on host, in its
+    folder, with the build's programs on PATH ("cohort", "cohortd").
+    var_lib: /var/lib is a tmpfs of this shell's own mount namespace (a
+    recipe that writes /var/lib/cohortd leaves nothing on this machine)."""
+    script = "\n".join(lines)
+    if var_lib:
+        script = "mount -t tmpfs cohort-test /var/lib || exit 99\n" + script
+    path = os.path.dirname(bin_path("cohort")) + ":" + os.environ.get("PATH", "")
+    return host.spawn(["sh", "-ec", script], env={**LIVENESS, "PATH": path, **(env or {})},
+                      cwd=host.dir, name="as-written")
+
+
+def _head(cl):
+    """Every host resolves "head" to h0, the documents' cohortd host."""
+    for h in cl.hosts:
+        h.add_hosts_entry("head", cl.hosts[0].addr)
+
+
+def _node_of(line):
+    return int(re.search(r"--node-rank (\d+)", line).group(1))
+
+
+def _documented_job(cluster, coord, nodes, status, per_node):
+    """A shared cohortd ("head", h0) and two machines (h1, h2) running the
+    documented lines as written, `cohort status` while the job runs; the
+    job must end well on both machines with every sum right. Returns the
+    two machines and the status command's output."""
+    assert coord and len(nodes) == 2 and len(status) == 1, (coord, nodes, status)
+    cl = cluster(3)
+    h0, h1, h2 = cl.hosts
+    _head(cl)
+    d = _as_written(h0, coord, var_lib=True)
+    for h in (h1, h2):
+        _train_script(h, steps=300, step_ms=20)
+    procs = [_as_written(h, [ln]) for h, ln in zip((h1, h2), nodes)]
+    assert procs[0].wait_for("STEP 5", 90), dump(procs + [d])
+    st = _as_written(h2, status)
+    st.wait(timeout=30)
+    assert st.returncode == 0, st.output()
+    wait_all(procs, 180)
+    out = dump(procs)
+    assert all(p.returncode == 0 for p in procs), out + dump([d])
+    assert out.count("sum_ok=1") == 2 * per_node and "sum_ok=0" not in out, out
+    assert d.poll() is None, d.output()  # cohortd serves on
+    return h1, h2, st.output()
+
+
+def test_readme_multi_node_lines_run_as_written(cluster):
+    """The README's lines for a shared cohortd and two machines (8 workers
+    each), and `cohort status`, exactly as written: one job of 16."""
+    lines = [ln for ln in _commands(_sh_block("README.md", "## Running jobs"))
+             if "tcp://head:29400" in ln or "cohortd --listen" in ln]
+    _, _, status = _documented_job(
+        cluster, [ln for ln in lines if "cohortd --listen" in ln],
+        sorted((ln for ln in lines if "--nnodes" in ln), key=_node_of),
+        [ln for ln in lines if ln.startswith("cohort status")], 8)
+    assert "J" in status and "16" in status, status  # both machines' world
+
+
+def test_the_recipe_of_docs_multihost(cluster):
+    """docs/multihost.md's recipe as written: cohortd with its journal on
+    "head", two machines of two workers, `cohort status` while it runs;
+    node 0's trace.json is the whole job's."""
+    lines = _commands(_sh_block("docs/multihost.md", "## A job on several machines"))
+    h1, h2, status = _documented_job(
+        cluster, [ln for ln in lines if not ln.startswith("cohort ")],
+        sorted((ln for ln in lines if "--nnodes" in ln), key=_node_of),
+        [ln for ln in lines if ln.startswith("cohort status")], 2)
+    assert "digits-1" in status, status
+    trace = json.loads((h1.dir / "trace.json").read_text())
+    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
+             if e["name"] == "process_name"}
+    assert sorted(names) == [0, 1, 2, 3, 4, 5], names
+    assert names[4] == "cohort run (launcher, node 0)", names
+    assert names[5] == "cohort run (launcher, node 1)", names
+    assert trace["otherData"]["nodes"] == 2, trace["otherData"]
+    assert trace["otherData"]["missing_nodes"] == [], trace["otherData"]
+    assert not (h2.dir / "trace.json").exists()
+    assert not (h1.dir / "report.json").exists()  # nothing failed
+
+
+def test_one_merged_timeline_for_a_three_node_job(cluster):
+    """3 nodes x 2 ranks with --timeline: one file, on node 0, with every
+    rank's track and one launcher row per node, none colliding."""
+    cl = cluster(4)
+    h0, *ws = cl.hosts
+    start_cohortd(h0)
+    procs = run_nodes(ws, h0, [bin_path("cohort-fault-worker"), "30", "5"], nproc=2,
+                      job="tl3", extra=("--timeline", "{dir}/trace.json"))
+    wait_all(procs, 120)
+    out = dump(procs)
+    assert all(p.returncode == 0 for p in procs), out
+    trace = json.loads((ws[0].dir / "trace.json").read_text())
+    ev = trace["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in ev if e["name"] == "process_name"}
+    assert sorted(names) == list(range(9)), names
+    for r in range(6):
+        assert names[r].startswith(f"rank {r} ("), names
+        assert any(e["pid"] == r and e["ph"] == "X" for e in ev), f"rank {r}: no slices"
+    for n in range(3):
+        assert names[6 + n] == f"cohort run (launcher, node {n})", names
+    assert trace["otherData"]["world_size"] == 6, trace["otherData"]
+    assert trace["otherData"]["nodes"] == 3 and trace["otherData"]["missing_nodes"] == []
+    for h in ws[1:]:
+        assert not (h.dir / "trace.json").exists(), h.name
+    assert "node 1's" in procs[1].output() and "node 2's" in procs[2].output(), out
+
+
+def test_a_killed_rank_is_the_same_root_cause_on_every_node(cluster):
+    """3 nodes x 1 rank; rank 2 (node 2, on h3) is SIGKILLed: all three
+    launchers print the same root cause with the real signal, and their
+    reports say exit_code 137, signal 9 (nodes 0 and 1 learn it from node
+    2's launcher through cohortd)."""
+    cl = cluster(4)
+    h0, *ws = cl.hosts
+    start_cohortd(h0)
+    env = {"COHORT_FW_BYTES": "4096", "COHORT_FW_PIDDIR": str(ws[2].dir)}
+    procs = run_nodes(ws, h0, [bin_path("cohort-fault-worker"), "100000", "10"],
+                      job="kill3", env=env, extra=("--report", "{dir}/report.json"))
+    assert procs[0].wait_for("STEP 20", 60), dump(procs)
+    os.kill(int((ws[2].dir / "rank2.pid").read_text()), signal.SIGKILL)
+    wait_all(procs, 60)
+    out = dump(procs)
+    want = "root cause : rank 2 killed by signal 9 (Killed), on node 2 (h3)"
+    for p in procs:
+        assert p.returncode == 137, out
+        assert want in p.output(), p.output()
+        rep = json.loads((p.host.dir / "report.json").read_text())
+        rc = rep["root_cause"]
+        assert (rc["rank"], rc["exit_code"], rc["signal"], rc["kind"]) == (2, 137, 9, "rank"), rep
+        assert rc["error_text"], rep
+
+
+def test_a_failed_rerendezvous_is_reported_as_such(cluster):
+    """2 nodes with --max-restarts 1; node 1's host vanishes. Node 0 reports
+    the first attempt's cause (rank 1), restarts, and its new rendezvous
+    never completes: the final report says so, with the missing rank, and
+    does not repeat the previous attempt's cause."""
+    cl = cluster(3)
+    h0, h1, h2 = cl.hosts
+    start_cohortd(h0)
+    env = {"COHORT_FW_BYTES": "4096", "COHORT_TIMEOUT_MS": "4000",
+           "COHORT_JOIN_TIMEOUT_MS": "5000"}
+    procs = run_nodes([h1, h2], h0, [bin_path("cohort-fault-worker"), "100000", "10"],
+                      job="rdzv", env=env,
+                      extra=("--max-restarts", "1", "--grace", "500",
+                             "--report", "{dir}/report.json"))  # fmt: skip
+    assert procs[0].wait_for("STEP 20", 60), dump(procs)
+    cl.kill_host(h2)
+    wait_all(procs[:1], 90)
+    o = procs[0].output()
+    assert procs[0].returncode != 0, o
+    first, _, last = o.partition("restarting the group (1 of 1)")
+    assert "root cause : rank 1 " in first, o
+    m = re.search(r"root cause : the rendezvous of job 'rdzv' \(attempt 1\) timed out "
+                  r"after ([0-9.]+) s: 1 of 2 ranks joined; missing rank 1\n", last)
+    assert m and 4.5 <= float(m.group(1)) < 8, o
+    assert "root cause : rank" not in last, o
+    rep = json.loads((h1.dir / "report.json").read_text())
+    assert rep["root_cause"]["kind"] == "rendezvous", rep
+    assert rep["root_cause"]["missing_ranks"] == [1], rep

@@ -1,7 +1,8 @@
 /*
  * test_launcher.c - `cohort run` end to end: supervision, the failure
- * report, restarts with checkpoints, and a SIGKILLed rank at a random point
- * (seeded) with every survivor stopping and no process left behind.
+ * report, restarts with checkpoints, a SIGKILLed rank at a random point
+ * (seeded) with every survivor stopping and no process left behind, and
+ * no worker left behind when cohort run itself is SIGKILLed.
  */
 #include <signal.h>
 #include <sys/stat.h>
@@ -113,42 +114,43 @@ START_TEST(test_run_restart_resumes_from_checkpoint)
 }
 END_TEST
 
+struct pid_dir {
+	const char *dir;
+	int n;
+	pid_t *pids;
+};
+
+/* Reads every rank's pid file (COHORT_FW_PIDDIR) into pids: true when
+ * all are present and complete (a worker may be between creating its
+ * file and writing its pid, and a pid of 0 would make kill() target our
+ * own process group). */
 static bool
-pids_ready(void *arg)
+pids_read(void *arg)
 {
-	const char *dir = arg;
+	struct pid_dir *d = arg;
 	char path[400];
 
-	/* Present and complete: a worker may be between creating its file
-	 * and writing its pid (a pid of 0 would make kill() target our own
-	 * process group). */
-	for (int r = 0; r < 4; r++) {
+	for (int r = 0; r < d->n; r++) {
 		char *s;
-		long pid;
-		snprintf(path, sizeof(path), "%s/rank%d.pid", dir, r);
+		snprintf(path, sizeof(path), "%s/rank%d.pid", d->dir, r);
 		if ((s = th_read_file(path)) == NULL)
 			return (false);
-		pid = strtol(s, NULL, 10);
+		d->pids[r] = (pid_t)strtol(s, NULL, 10);
 		free(s);
-		if (pid <= 0)
+		if (d->pids[r] <= 0)
 			return (false);
 	}
 	return (true);
 }
 
-static bool
-pids_ready3(void *arg)
+/* Waits (20 s at most) for the pids of n workers writing into dir. */
+static void
+await_pids(const char *dir, int n, pid_t *pids)
 {
-	char path[400];
+	struct pid_dir d = { dir, n, pids };
 
-	for (int r = 0; r < 3; r++) {
-		char *s;
-		snprintf(path, sizeof(path), "%s/rank%d.pid", (char *)arg, r);
-		if ((s = th_read_file(path)) == NULL)
-			return (false);
-		free(s);
-	}
-	return (true);
+	ck_assert_msg(
+	    th_wait_until(pids_read, &d, 2000, 10), "workers did not start");
 }
 
 /* Twenty seeded trials (bench/faults reports the timings). */
@@ -157,7 +159,7 @@ START_TEST(test_run_sigkill_random_rank)
 	unsigned seed = 20261122u + (unsigned)_i;
 	int victim = (int)(rand_r(&seed) % 4);
 	int delay_ms = 50 + (int)(rand_r(&seed) % 300);
-	char dir[300], e_dir[320], report[300], out[256], path[400];
+	char dir[300], e_dir[320], report[300], out[256];
 	const char *args[] = { "-n", "4", "--report", report, NULL };
 	char *env[] = { e_dir, "COHORT_FW_BYTES=65536", NULL };
 	pid_t pids[4], launcher;
@@ -169,15 +171,7 @@ START_TEST(test_run_sigkill_random_rank)
 	snprintf(e_dir, sizeof(e_dir), "COHORT_FW_PIDDIR=%s", dir);
 	snprintf(report, sizeof(report), "%s/report-%d.json", th_tmpdir(), _i);
 	launcher = launch(args, "1000000", "1", env, out, sizeof(out));
-	ck_assert_msg(
-	    th_wait_until(pids_ready, dir, 2000, 10), "workers did not start");
-	for (int r = 0; r < 4; r++) {
-		char *s;
-		snprintf(path, sizeof(path), "%s/rank%d.pid", dir, r);
-		s = th_read_file(path);
-		pids[r] = (pid_t)strtol(s, NULL, 10);
-		free(s);
-	}
+	await_pids(dir, 4, pids);
 	usleep((useconds_t)delay_ms * 1000);
 	t0 = th_now_ms();
 	kill(pids[victim], SIGKILL);
@@ -227,24 +221,19 @@ END_TEST
  * the report said "killed by signal 15", as if something else had. */
 START_TEST(test_run_report_says_who_stopped_a_hung_rank)
 {
-	char dir[300], e_dir[320], out[256], path[400];
+	char dir[300], e_dir[320], out[256];
 	const char *args[] = { "-n", "3", "--grace", "500", NULL };
 	char *env[] = { e_dir, "COHORT_HEARTBEAT_MS=300",
 		"COHORT_DEAD_AFTER_MS=1500", NULL };
-	pid_t launcher, hung;
-	char *o, *s;
+	pid_t launcher, pids[3], hung;
+	char *o;
 
 	snprintf(dir, sizeof(dir), "%s/pids-hung", th_tmpdir());
 	ck_assert_int_eq(mkdir(dir, 0755), 0);
 	snprintf(e_dir, sizeof(e_dir), "COHORT_FW_PIDDIR=%s", dir);
 	launcher = launch(args, "1000000", "1", env, out, sizeof(out));
-	ck_assert_msg(th_wait_until(pids_ready3, dir, 2000, 10),
-	    "workers did not start");
-	snprintf(path, sizeof(path), "%s/rank1.pid", dir);
-	s = th_read_file(path);
-	hung = (pid_t)strtol(s, NULL, 10);
-	free(s);
-	ck_assert_int_gt(hung, 0);
+	await_pids(dir, 3, pids);
+	hung = pids[1];
 	usleep(200000);
 	kill(hung, SIGSTOP);
 	ck_assert_int_ne(finish(launcher, 30000), 0);
@@ -259,6 +248,123 @@ START_TEST(test_run_report_says_who_stopped_a_hung_rank)
 	ck_assert_msg(strstr(o, "killed by signal 15") == NULL, "%s", o);
 	ck_assert_msg(kill(hung, 0) != 0, "rank 1 remains");
 	free(o);
+}
+END_TEST
+
+/* cohort run itself is killed with SIGKILL (an OOM kill, a node agent):
+ * no worker outlives it (PR_SET_PDEATHSIG), though each would otherwise
+ * run on. */
+START_TEST(test_run_workers_die_with_the_launcher)
+{
+	static const char *const args[] = { "-n", "3", NULL };
+	char dir[300], e_dir[320], out[256];
+	char *env[] = { e_dir, NULL };
+	pid_t launcher, pids[3];
+
+	snprintf(dir, sizeof(dir), "%s/pids-orphans", th_tmpdir());
+	ck_assert_int_eq(mkdir(dir, 0755), 0);
+	snprintf(e_dir, sizeof(e_dir), "COHORT_FW_PIDDIR=%s", dir);
+	launcher = launch(args, "1000000", "1", env, out, sizeof(out));
+	await_pids(dir, 3, pids);
+	kill(launcher, SIGKILL);
+	ck_assert(th_wait(launcher, 5000, NULL));
+	for (int r = 0; r < 3; r++)
+		ck_assert_msg(th_wait_until(th_pid_gone, &pids[r], 500, 10),
+		    "rank %d (pid %d) outlived cohort run", r, (int)pids[r]);
+}
+END_TEST
+
+/* The demo trainer waits for its peers as long as COHORT_JOIN_TIMEOUT_MS
+ * says (it had 120 s of its own: a pod pending longer failed everyone),
+ * and says who is missing when that runs out. */
+START_TEST(test_train_digits_honours_the_join_timeout)
+{
+	struct th_coord c;
+	char e_url[100], out[300], *o;
+	char *argv[]
+	    = { (char *)th_bin("train_digits"), "--epochs", "1", NULL };
+	char *env[] = { e_url, "COHORT_JOB=digits-jt", "COHORT_RANK=0",
+		"COHORT_WORLD_SIZE=2", "COHORT_JOIN_TIMEOUT_MS=1500",
+		/* heartbeat < dead-after < operation < rendezvous timeout */
+		"COHORT_HEARTBEAT_MS=200", "COHORT_DEAD_AFTER_MS=800",
+		"COHORT_TIMEOUT_MS=1000", NULL };
+	int64_t t0;
+	int st;
+
+	th_coord_start(&c, NULL);
+	snprintf(e_url, sizeof(e_url), "COHORT_COORDINATOR=%s", c.url);
+	snprintf(out, sizeof(out), "%s/digits.out", th_tmpdir());
+	t0 = th_now_ms();
+	ck_assert_msg(th_wait(th_spawn(argv, env, out), 30000, &st),
+	    "train_digits still waits for its peer after 30 s");
+	ck_assert_int_eq(th_coord_stop(&c), 0);
+	o = th_read_file(out);
+	ck_assert_ptr_nonnull(o);
+	ck_assert_msg(strstr(o, "timed out after 1.5") != NULL
+	        && strstr(o, "missing rank 1") != NULL,
+	    "%s", o);
+	free(o);
+	ck_assert_int_ne(th_exit_code(st), 0);
+	ck_assert_msg(th_now_ms() - t0 < 15000, "took %lld ms",
+	    (long long)(th_now_ms() - t0));
+}
+END_TEST
+
+/* A node's file as cohort run writes it: one event a line. */
+static void
+write_trace(const char *path, int world, int pid)
+{
+	FILE *f = fopen(path, "w");
+
+	ck_assert_ptr_nonnull(f);
+	fprintf(f,
+	    "{\"traceEvents\":[\n"
+	    "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,"
+	    "\"tid\":0,\"args\":{\"name\":\"rank %d\"}},\n"
+	    "{\"name\":\"allreduce\",\"ph\":\"X\",\"pid\":%d,\"tid\":1,"
+	    "\"ts\":1,\"dur\":2}\n"
+	    "],\"displayTimeUnit\":\"ms\",\"otherData\":{\"world_size\":%d,"
+	    "\"nodes\":2}}\n",
+	    pid, pid, pid, world);
+	fclose(f);
+}
+
+/* `cohort timeline merge OUT IN...` joins the files of nodes that could
+ * not hand theirs to node 0: every event of each, the largest world. */
+START_TEST(test_timeline_merge)
+{
+	char a[300], b[300], out[300], log[300], *o;
+	char *argv[] = { (char *)th_bin("cohort"), "timeline", "merge", out, a,
+		b, NULL };
+	int st;
+
+	snprintf(a, sizeof(a), "%s/a.json", th_tmpdir());
+	snprintf(b, sizeof(b), "%s/b.json", th_tmpdir());
+	snprintf(out, sizeof(out), "%s/all.json", th_tmpdir());
+	snprintf(log, sizeof(log), "%s/merge.out", th_tmpdir());
+	write_trace(a, 2, 0);
+	write_trace(b, 2, 1);
+	ck_assert(th_wait(th_spawn(argv, NULL, log), 10000, &st));
+	ck_assert_int_eq(th_exit_code(st), 0);
+	o = th_read_file(out);
+	ck_assert_ptr_nonnull(o);
+	ck_assert_msg(strstr(o, "\"name\":\"rank 0\"") != NULL
+	        && strstr(o, "\"name\":\"rank 1\"") != NULL
+	        && strstr(o,
+	               "\"world_size\":2,\"nodes\":2,\"files\":2,"
+	               "\"events\":4")
+	            != NULL,
+	    "%s", o);
+	free(o);
+	/* an input that cannot be read fails, naming it; no OUT: usage */
+	argv[5] = "/nonexistent/b.json";
+	ck_assert(th_wait(th_spawn(argv, NULL, log), 10000, &st));
+	ck_assert_int_eq(th_exit_code(st), 1);
+	ck_assert(th_file_has(log, "cannot read /nonexistent/b.json"));
+	argv[3] = NULL;
+	ck_assert(th_wait(th_spawn(argv, NULL, log), 10000, &st));
+	ck_assert_int_eq(th_exit_code(st), 2);
+	ck_assert(th_file_has(log, "usage: cohort timeline merge OUT IN..."));
 }
 END_TEST
 
@@ -307,7 +413,10 @@ suite_integration_launcher(void)
 	tc = th_suite_case(s, "run", 120, NULL, NULL, test_run_all_succeed,
 	    test_run_failure_report_names_root_cause,
 	    test_run_restart_resumes_from_checkpoint, test_run_two_nodes,
-	    test_run_report_says_who_stopped_a_hung_rank, NULL);
+	    test_run_report_says_who_stopped_a_hung_rank,
+	    test_run_workers_die_with_the_launcher,
+	    test_train_digits_honours_the_join_timeout, test_timeline_merge,
+	    NULL);
 	tcase_add_loop_test(tc, test_run_sigkill_random_rank, 0, 20);
 	return (s);
 }

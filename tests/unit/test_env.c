@@ -568,8 +568,13 @@ START_TEST(test_format_report)
 	ck_assert_uint_eq(n, strlen(buf));
 	ck_assert_ptr_nonnull(strstr(buf, "source"));
 	ck_assert_ptr_nonnull(strstr(buf, "torchrun"));
-	ck_assert_ptr_nonnull(strstr(
-	    buf, "tcp://127.0.0.1:29500 (from MASTER_ADDR:MASTER_PORT)"));
+	/* torchrun's store is not what torch's backend dials (issue 23) */
+	ck_assert_ptr_nonnull(strstr(buf,
+	    "tcp://127.0.0.1:29500 (from MASTER_ADDR:MASTER_PORT: torch's "
+	    "store, not a cohortd)"));
+	ck_assert_ptr_nonnull(strstr(buf,
+	    "torch backend    = rank 0 starts a cohortd and hands its "
+	    "address to the others through that store"));
 	ck_assert_ptr_nonnull(strstr(buf, "= 1 (from RANK)"));
 	ck_assert_ptr_nonnull(strstr(buf, "= 2 (from WORLD_SIZE)"));
 	ck_assert_ptr_null(strstr(buf, "do-not-print"));

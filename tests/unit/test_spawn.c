@@ -2,8 +2,8 @@
  * test_spawn.c - strategies/spawn with real processes: rank 0's value and
  * metrics reach the caller; a failing, crashing or hanging child makes
  * cohort_spawn return an error naming the rank, its exit status and its
- * text; no process is left behind; DDP training inside spawned workers
- * equals one process on the whole batch.
+ * text; no process is left behind, even when the caller is killed; DDP
+ * training inside spawned workers equals one process on the whole batch.
  *
  * The test process itself never touches nng (the children do), as
  * cohort_spawn requires.
@@ -429,10 +429,59 @@ START_TEST(test_spawn_ddp_training_equals_local)
 }
 END_TEST
 
+/* Writes its pid to PIDFD (a pipe the test holds), then waits. */
+static int
+tsp_fn_report_pid(cohort_spawn_ctx *ctx, cohort_client *c, void *arg)
+{
+	pid_t me = getpid();
+
+	(void)ctx;
+	(void)c;
+	if (write(*(int *)arg, &me, sizeof(me)) != sizeof(me))
+		return (1);
+	sleep(1000);
+	return (0);
+}
+
+/* The process that called cohort_spawn is killed with SIGKILL (no chance
+ * to clean up): its children, tied to it by PR_SET_PDEATHSIG, die too. */
+START_TEST(test_spawn_children_die_with_the_caller)
+{
+	int fds[2];
+	pid_t caller, kids[2];
+
+	ck_assert_int_eq(pipe(fds), 0);
+	if ((caller = fork()) == 0) {
+		cohort_spawn_options o;
+		cohort_spawn_result r;
+
+		close(fds[0]);
+		tsp_opts(&o);
+		o.no_client = true;
+		o.coordinator = "tcp://127.0.0.1:1"; /* no client: unused */
+		(void)cohort_spawn(2, tsp_fn_report_pid, &fds[1], &o, &r);
+		_exit(0);
+	}
+	close(fds[1]);
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(
+		    read(fds[0], &kids[i], sizeof(pid_t)), sizeof(pid_t));
+	close(fds[0]);
+	ck_assert(!th_pid_gone(&kids[0]) && !th_pid_gone(&kids[1]));
+	kill(caller, SIGKILL);
+	ck_assert(th_wait(caller, 5000, NULL));
+	for (int i = 0; i < 2; i++)
+		ck_assert_msg(th_wait_until(th_pid_gone, &kids[i], 500, 10),
+		    "child %d outlived the caller of cohort_spawn",
+		    (int)kids[i]);
+}
+END_TEST
+
 Suite *suite_spawn(void);
 
 UNIT_SUITE(spawn, "spawn", 120, test_spawn_returns_rank0_result_and_metrics,
     test_spawn_child_failure_named,
     test_spawn_child_crash_and_straggler_killed, test_spawn_timeout_kills_all,
     test_spawn_bad_cohortd, test_spawn_after_nng_refused,
-    test_spawn_ddp_training_equals_local)
+    test_spawn_ddp_training_equals_local,
+    test_spawn_children_die_with_the_caller)

@@ -19,8 +19,10 @@
  *
  * Alone, it starts an embedded coordinator and runs its N ranks as child
  * processes (fork + execve of this binary with COHORT_* set and the
- * hidden flag --bench-rank: the child runs only async-signal-safe calls
- * before exec, and nng is never used in a forked child). Started with
+ * hidden flag --bench-rank, by the launcher core of cohort_spawn,
+ * strategies/launch.h: only async-signal-safe calls before exec, nng
+ * never used in a forked child, every rank tied to this process by
+ * PR_SET_PDEATHSIG). Started with
  * rank and world size in the environment (under `cohort run`, or by hand),
  * it runs as one rank of that job. Rank 0 prints.
  */
@@ -42,9 +44,8 @@
 #include "dtype.h"
 #include "cohort_impl.h"
 #include "coord.h" /* cohort__random_u64 */
+#include "launch.h"
 #include "server.h"
-
-extern char **environ;
 
 int cohort__cmd_bench(int argc, char **argv);
 
@@ -940,28 +941,29 @@ bench_join_proc(const struct bench_cfg *cfg)
 /* The local launcher                                                       */
 /* ------------------------------------------------------------------------ */
 
+/* A rank (or join process); its process is the launcher core's
+ * cohort__proc of the same index. */
 struct bench_child {
-	pid_t pid;
 	int out; /* read end of its stdout pipe (join), -1 */
 	char *buf; /* what it printed (join) */
 	size_t len, cap;
 	int status; /* exit code, -1 running */
 };
 
-/* Spawns this binary with argv + extra args and extra environment. */
+/* Spawns this binary with argv + extra args and extra environment into
+ * *p; its stdout goes to out_fd (>= 0), else to /dev/null when quiet. */
 static cohort_status
 bench_spawn(char **args, int argc, char *const *extra_args, int nextra,
-    char *const *extra_env, int nenv, int out_fd, bool quiet, pid_t *pid)
+    char *const *extra_env, int nenv, int out_fd, bool quiet,
+    struct cohort__proc *p)
 {
-	char **av, **ev;
-	size_t ne = 0;
-	pid_t p;
-	int err;
+	struct cohort__proc_spec spec;
+	char **av, **ev, err[512];
+	int null = -1, rv;
 
-	while (environ[ne] != NULL)
-		ne++;
 	av = calloc((size_t)(argc + nextra + 2), sizeof(char *));
-	ev = calloc(ne + (size_t)nenv + 1, sizeof(char *));
+	/* ours first: getenv takes the first match */
+	ev = cohort__launch_env((const char *const *)extra_env, (size_t)nenv);
 	if (av == NULL || ev == NULL) {
 		free(av);
 		free(ev);
@@ -972,52 +974,36 @@ bench_spawn(char **args, int argc, char *const *extra_args, int nextra,
 		av[i + 1] = args[i];
 	for (int i = 0; i < nextra; i++)
 		av[argc + 1 + i] = extra_args[i];
-	for (int i = 0; i < nenv; i++)
-		ev[i] = extra_env[i];
-	/* ours first: getenv takes the first match */
-	for (size_t i = 0; i < ne; i++)
-		ev[(size_t)nenv + i] = environ[i];
-	if ((p = fork()) == 0) {
-		/* async-signal-safe calls only until exec */
-		if (out_fd >= 0) {
-			(void)dup2(out_fd, STDOUT_FILENO);
-		} else if (quiet) {
-			int fd = open("/dev/null", O_WRONLY);
-
-			if (fd >= 0)
-				(void)dup2(fd, STDOUT_FILENO);
-		}
-		execve("/proc/self/exe", av, ev);
-		_exit(127);
-	}
-	err = errno;
+	if (out_fd < 0 && quiet)
+		null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	cohort__proc_spec_init(&spec);
+	spec.path = "/proc/self/exe";
+	spec.argv = av;
+	spec.envp = ev;
+	spec.stdout_fd = out_fd >= 0 ? out_fd : null;
+	rv = cohort__proc_start(p, &spec, err, sizeof(err));
+	if (null >= 0)
+		close(null);
 	free(av);
 	free(ev);
-	if (p < 0)
-		return (
-		    cohort__err(COHORT_ESYSTEM, "fork: %s", strerror(err)));
-	*pid = p;
+	if (rv != 0)
+		return (cohort__err(COHORT_ESYSTEM, "%s", err));
 	return (COHORT_OK);
 }
 
-/* Waits for every child (reading the pipes of those that have one); once
- * one fails, the others get 15 s before SIGKILL. */
+/* Waits for every child of l (reading the pipes of those that have one);
+ * once one fails, the others get 15 s before SIGKILL (l's stop
+ * sequence); at deadline_ms all are killed. */
 static int
-bench_wait_all(struct bench_child *ch, int n, int64_t deadline_ms)
+bench_wait_all(
+    struct bench_child *ch, struct cohort__launch *l, int64_t deadline_ms)
 {
-	int left = 0, rc = 0;
-	int64_t kill_at = INT64_MAX;
+	int n = l->n, rc = 0;
 
-	for (int i = 0; i < n; i++)
-		if (ch[i].pid > 0 && ch[i].status < 0)
-			left++;
-
-	while (left > 0) {
+	while (cohort__launch_alive(l) > 0) {
 		struct pollfd pfd[256];
-		int np = 0, map[256];
-		int64_t now = (int64_t)(bench_now_us() / 1000);
-		pid_t p;
-		int status;
+		int np = 0, map[256], k;
+		int64_t now = cohort__launch_now_ms();
 
 		for (int i = 0; i < n && np < 256; i++) {
 			if (ch[i].out >= 0) {
@@ -1030,11 +1016,11 @@ bench_wait_all(struct bench_child *ch, int n, int64_t deadline_ms)
 			(void)poll(pfd, (nfds_t)np, 10);
 		else
 			usleep(10000);
-		for (int k = 0; k < np; k++) {
-			struct bench_child *c = &ch[map[k]];
+		for (int j = 0; j < np; j++) {
+			struct bench_child *c = &ch[map[j]];
 			ssize_t got;
 
-			if (!(pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
+			if (!(pfd[j].revents & (POLLIN | POLLHUP | POLLERR)))
 				continue;
 			if (c->cap - c->len < 4096) {
 				char *nb = realloc(c->buf, c->cap + 65536);
@@ -1053,33 +1039,20 @@ bench_wait_all(struct bench_child *ch, int n, int64_t deadline_ms)
 				c->buf[c->len] = '\0';
 			}
 		}
-		while ((p = waitpid(-1, &status, WNOHANG)) > 0) {
-			for (int i = 0; i < n; i++) {
-				if (ch[i].pid != p || ch[i].status >= 0)
-					continue;
-				ch[i].status = WIFEXITED(status)
-				    ? WEXITSTATUS(status)
-				    : 128 + WTERMSIG(status);
-				left--;
-				if (ch[i].status != 0) {
-					rc = 1;
-					if (kill_at == INT64_MAX)
-						kill_at = now + 15000;
-				}
-			}
+		while ((k = cohort__launch_reap(l, now)) >= 0) {
+			ch[k].status = cohort__launch_code(l->procs[k].status);
+			if (ch[k].status != 0)
+				rc = 1;
 		}
-		if (now >= kill_at || now >= deadline_ms) {
-			if (now >= deadline_ms)
-				fprintf(stderr,
-				    "cohort bench: ranks still "
-				    "running at the deadline; killing them\n");
-			for (int i = 0; i < n; i++)
-				if (ch[i].pid > 0 && ch[i].status < 0)
-					kill(ch[i].pid, SIGKILL);
-			kill_at = INT64_MAX;
+		if (now >= deadline_ms) {
+			fprintf(stderr,
+			    "cohort bench: ranks still running at "
+			    "the deadline; killing them\n");
+			cohort__launch_stop_after(l, now, 0);
 			deadline_ms = INT64_MAX;
 			rc = 1;
 		}
+		cohort__launch_tick(l, now);
 	}
 	for (int i = 0; i < n; i++)
 		if (ch[i].out >= 0) {
@@ -1163,17 +1136,29 @@ bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 	bool join = cfg->op == BENCH_JOIN;
 	int nch = join ? cfg->procs : cfg->n;
 	struct bench_child *ch;
+	struct cohort__proc *procs;
+	struct cohort__launch l;
 	char job[64], token[64];
 	int rc = 1;
 
-	if ((ch = calloc((size_t)nch, sizeof(*ch))) == NULL)
+	ch = calloc((size_t)nch, sizeof(*ch));
+	procs = calloc((size_t)nch, sizeof(*procs));
+	if (ch == NULL || procs == NULL) {
+		free(ch);
+		free(procs);
 		return (1);
+	}
+	/* once a rank fails, the others get 15 s before SIGKILL */
+	cohort__launch_init(&l, procs, nch, 15000, -1);
+	for (int i = 0; i < nch; i++)
+		ch[i].out = -1;
 	if (url == NULL) {
 		if ((srv = cohort__cli_serve("cohort bench",
 		         "cannot start the embedded coordinator",
 		         "tcp://127.0.0.1:0", NULL, NULL, NULL))
 		    == NULL) {
 			free(ch);
+			free(procs);
 			return (1);
 		}
 		url = cohort__srv_url(srv, 0);
@@ -1226,7 +1211,7 @@ bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 			extra[nx++] = (char *)"--bench-rank";
 		}
 		st = bench_spawn(argv, argc, extra, nx, (char *const *)env, ne,
-		    fds[1], !join && i != 0, &ch[i].pid);
+		    fds[1], !join && i != 0, &procs[i]);
 		if (fds[1] >= 0)
 			close(fds[1]);
 		ch[i].out = fds[0];
@@ -1239,23 +1224,24 @@ bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 			goto out_kill;
 		}
 	}
-	rc = bench_wait_all(ch, nch,
-	    (int64_t)(bench_now_us() / 1000)
+	rc = bench_wait_all(ch, &l,
+	    cohort__launch_now_ms()
 	        + (int64_t)cfg->timeout * (cfg->warmup + cfg->iters + 2));
 	if (join && rc == 0)
 		bench_join_report(cfg, ch, nch, NULL);
 	goto out;
 
 out_kill:
+	cohort__launch_kill_all(&l);
 	for (int i = 0; i < nch; i++)
-		if (ch[i].pid > 0 && ch[i].status < 0)
-			kill(ch[i].pid, SIGKILL);
-	(void)bench_wait_all(ch, nch, 0);
+		if (ch[i].out >= 0)
+			close(ch[i].out);
 	rc = 1;
 out:
 	for (int i = 0; i < nch; i++)
 		free(ch[i].buf);
 	free(ch);
+	free(procs);
 	cohort__srv_stop(srv);
 	return (rc);
 }

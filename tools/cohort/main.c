@@ -8,6 +8,7 @@
  *   cohort token JOB...                        a job's token (from the
  *                                              admin secret)
  *   cohort bench [...]                         collective benchmark
+ *   cohort timeline merge OUT IN...            join the nodes' traces
  *   cohort version | help
  *
  * Each subcommand is `int cohort__cmd_NAME(int argc, char **argv)` (argv[0]
@@ -29,6 +30,7 @@ int cohort__cmd_status(int argc, char **argv) __attribute__((weak));
 int cohort__cmd_top(int argc, char **argv) __attribute__((weak));
 int cohort__cmd_fault(int argc, char **argv) __attribute__((weak));
 int cohort__cmd_token(int argc, char **argv) __attribute__((weak));
+int cohort__cmd_timeline(int argc, char **argv) __attribute__((weak));
 
 static int cli_env(int argc, char **argv);
 static int cli_version(int argc, char **argv);
@@ -53,6 +55,8 @@ static const struct cli_cmd cli_cmds[] = {
 	{ "token", cohort__cmd_token,
 	    "print a job's token, minted from cohortd's admin secret" },
 	{ "bench", cohort__cmd_bench, "collective benchmark" },
+	{ "timeline", cohort__cmd_timeline,
+	    "merge the nodes' --timeline files into one trace" },
 	{ "version", cli_version, "print the version" },
 	{ "help", cli_help, "this text" },
 };

@@ -33,13 +33,15 @@
  *     it was in, time from failure to the last worker stopping), writes it
  *     as JSON with --report, and exits with the root cause's exit code.
  *
- * Children are started with posix_spawn (fork+exec): nng state of this
- * process (the embedded coordinator) is never used in a child.
+ * Children are started by the launcher core of cohort_spawn
+ * (strategies/launch.h: fork + exec with only async-signal-safe calls in
+ * between, so the nng state of this process, the embedded coordinator, is
+ * never used in a child), tied to this process with PR_SET_PDEATHSIG
+ * (SIGKILL): a launcher that is killed leaves no worker behind.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,40 +53,61 @@
 #include "conn.h"
 #include "cohort_impl.h"
 #include "coord.h"
+#include "launch.h"
+#include "runview.h"
 #include "server.h"
 #include "timeline.h"
 #include "token.h"
 
 #define RUN_MARKS 64
 
-extern char **environ;
-
 #define RUN_MAX_LOCAL 1024
 
-struct run_worker {
-	pid_t pid;
-	int rank;
-	int local_rank;
-	int status; /* raw wait status */
-	bool running;
-	int64_t end_ms; /* when it was reaped */
-	int sent_sig; /* the last signal cohort run itself sent (0: none) */
-	bool sent_stop; /* it was SIGTERM/SIGKILL after the grace period */
+/* The job rank of this node's worker i (local rank i). */
+#define RUN_RANK(cfg, i) ((cfg)->node_rank * (cfg)->nproc + (i))
+
+/* What ended an attempt, as every node reports it. */
+enum run_cause {
+	RUN_CAUSE_RANK, /* a rank failed (cohortd's first, else ours) */
+	RUN_CAUSE_COORDINATOR, /* cohortd is unreachable */
+	RUN_CAUSE_RENDEZVOUS, /* the attempt's rendezvous never completed */
 };
 
 struct run_failure {
 	bool have;
-	int rank;
+	enum run_cause cause;
+	int rank; /* the root cause's rank, -1 for a rendezvous */
 	int exit_code; /* 128+sig for a signal */
 	int signal;
 	int64_t at_ms; /* when the launcher noticed it */
+	char how[512]; /* how the root-cause rank ended, on whichever node */
+	int first_local; /* index of our first failed worker */
 	char text[COHORT__DETAIL_MAX]; /* the rank's reported error text */
 	char last_op[128];
 	uint64_t last_op_seq;
-	char coordinator_view[64]; /* member state at cohortd */
 	/* cohortd did not answer cohort run either: the likely root cause
 	 * (workers lose it past their reconnect window and stop). */
-	char coord_unreachable[COHORT__DETAIL_MAX];
+	char coord_unreachable[512];
+	/* RUN_CAUSE_RENDEZVOUS: "timed out after 30.0 s: 2 of 4 ranks
+	 * joined; missing ranks 2, 3" */
+	char rdzv[512];
+	char missing[256];
+};
+
+/* What the launcher keeps across its attempts. */
+struct run_state {
+	const char *url, *job;
+	struct cohort__run_link *link; /* to cohortd, for views and records */
+	char host[64];
+	/* The job's generation when the previous attempt ended: an attempt
+	 * whose view shows no later one never formed its own. */
+	uint64_t base_gen;
+	/* This attempt: has its generation formed; the last view that
+	 * showed its rendezvous; when it started; the next poll. */
+	bool formed;
+	struct cohort__run_view rdzv;
+	int64_t rdzv_at, started, next_poll;
+	bool publish; /* exit records still go through */
 };
 
 struct run_cfg {
@@ -304,18 +327,19 @@ run_parse(int argc, char **argv, struct run_cfg *cfg)
 	return (0);
 }
 
-static pid_t
+/* Starts the worker of rank (local_rank) into *p; 0, or -1 said. */
+static int
 run_spawn(const struct run_cfg *cfg, const char *url, const char *job,
-    int rank, int local_rank, int restart)
+    int rank, int local_rank, int restart, struct cohort__proc *p)
 {
 	enum { NVARS = 25 };
 	const char *vars[NVARS];
-	char buf[4096], store[3][320];
+	char buf[4096], store[3][320], err[512];
+	struct cohort__proc_spec spec;
 	cohort_env e;
 	char **envp;
-	size_t n = 0, k;
-	pid_t pid;
-	int rv, nv;
+	size_t k;
+	int nv, rv;
 
 	/* cohort's and torchrun's variables: the one writer beside the
 	 * reader (cohort_env_vars, client/env.c). */
@@ -347,163 +371,230 @@ run_spawn(const struct run_cfg *cfg, const char *url, const char *job,
 		for (int i = 0; i < 3; i++)
 			vars[k++] = store[i];
 	}
-	while (environ[n] != NULL)
-		n++;
-	envp = calloc(n + k + 1, sizeof(char *));
-	if (envp == NULL)
+	if ((envp = cohort__launch_env(vars, k)) == NULL) {
+		fprintf(stderr, "cohort run: out of memory\n");
 		return (-1);
-	for (size_t i = 0; i < k; i++)
-		envp[i] = (char *)vars[i];
-	/* Inherited variables after ours: the first match wins, and names
-	 * we set are dropped from the inherited set to avoid ambiguity. */
-	for (size_t i = 0, m = k; i < n; i++) {
-		bool dup = false;
-		const char *eq = strchr(environ[i], '=');
-		size_t nl = eq ? (size_t)(eq - environ[i]) : 0;
-		for (size_t j = 0; j < k && eq != NULL; j++)
-			if (strncmp(vars[j], environ[i], nl + 1) == 0)
-				dup = true;
-		if (!dup)
-			envp[m++] = environ[i];
 	}
-	rv = posix_spawnp(&pid, cfg->argv[0], NULL, NULL, cfg->argv, envp);
+	cohort__proc_spec_init(&spec);
+	spec.path = cfg->argv[0];
+	spec.argv = cfg->argv;
+	spec.envp = envp;
+	spec.death_sig = SIGKILL;
+	rv = cohort__proc_start(p, &spec, err, sizeof(err));
 	free(envp);
 	if (rv != 0) {
-		fprintf(stderr, "cohort run: cannot start %s: %s\n",
-		    cfg->argv[0], strerror(rv));
+		fprintf(stderr, "cohort run: %s\n", err);
 		return (-1);
 	}
-	return (pid);
-}
-
-static const char *
-run_describe(int status, char *buf, size_t len)
-{
-	if (WIFEXITED(status))
-		snprintf(
-		    buf, len, "exited with status %d", WEXITSTATUS(status));
-	else if (WIFSIGNALED(status))
-		snprintf(buf, len, "killed by signal %d (%s)",
-		    WTERMSIG(status), strsignal(WTERMSIG(status)));
-	else
-		snprintf(buf, len, "stopped (status 0x%x)", status);
-	return (buf);
+	return (0);
 }
 
 /* A worker's end in a report: "killed by signal 15" is told apart when
  * the signal was cohort run's own (the worker had not stopped by itself
  * within the grace period after the failure). */
 static const char *
-run_describe_worker(const struct run_worker *w, const struct run_cfg *cfg,
+run_describe_worker(const struct cohort__proc *p, const struct run_cfg *cfg,
     char *buf, size_t len)
 {
-	if (w->sent_stop && WIFSIGNALED(w->status)
-	    && WTERMSIG(w->status) == w->sent_sig)
+	if (p->stopped && WIFSIGNALED(p->status)
+	    && WTERMSIG(p->status) == p->sent_sig)
 		snprintf(buf, len,
 		    "stopped by cohort run (%s): still running %.1f s after "
 		    "the first failure (--grace)",
-		    w->sent_sig == SIGKILL ? "SIGKILL" : "SIGTERM",
+		    p->sent_sig == SIGKILL ? "SIGKILL" : "SIGTERM",
 		    (double)cfg->grace_ms / 1000.0);
 	else
-		run_describe(w->status, buf, len);
+		cohort__launch_describe(p->status, buf, len);
 	return (buf);
 }
 
-/* Asks cohortd what it knows about the failed rank: its reported text,
- * its last operation. Best effort, bounded to two seconds; when cohortd
- * does not answer, f->coord_unreachable says why. */
+/* While the attempt's rendezvous has not completed, a view a second:
+ * the one that shows it pending says who is missing if it never does. */
 static void
-run_query_failure(const char *url, const struct run_cfg *cfg, const char *job,
-    struct run_failure *f)
+run_poll(struct run_state *rs, int64_t now)
 {
-	struct cohort__coord *co = NULL;
-	struct cohort__coord_call call;
-	Cohort__Request req = COHORT__REQUEST__INIT;
-	Cohort__StatusQuery q = COHORT__STATUS_QUERY__INIT;
-	cohort__time deadline = cohort__now_ms() + 2000;
-	cohort_status rv;
+	struct cohort__run_view v;
 
-	f->coord_unreachable[0] = '\0';
-	if (cohort__coord_open(url, job, cfg->token, cohort__random_u64(), &co)
-	    != COHORT_OK)
+	if (rs->formed || rs->link == NULL || now < rs->next_poll)
 		return;
-	if (cohort__coord_wait_connected(co, deadline) != COHORT_OK) {
-		cohort__strlcpy(f->coord_unreachable, cohort_last_error(),
-		    sizeof(f->coord_unreachable));
-		goto out;
+	cohort__run_view_get(rs->link, 500, &v);
+	if (v.have && v.generation > rs->base_gen)
+		rs->formed = true;
+	else if (v.have && v.rdzv) {
+		rs->rdzv = v;
+		rs->rdzv_at = now;
 	}
-	q.job = (char *)job;
-	req.body_case = COHORT__REQUEST__BODY_STATUS_QUERY;
-	req.status_query = &q;
-	cohort__coord_call_init(&call, &req, deadline);
-	rv = cohort__coord_call(co, &call);
-	if (rv == COHORT_ENOCOORD)
-		cohort__strlcpy(f->coord_unreachable, cohort_last_error(),
+	rs->next_poll = cohort__now_ms() + 1000;
+}
+
+/* Several nodes: worker i of ours ended with a failure; the other nodes'
+ * launchers read how (cohort__run_exit_fetch) for their reports. */
+static void
+run_publish_exit(const struct run_cfg *cfg, struct run_state *rs, int restart,
+    int i, const struct cohort__proc *p)
+{
+	struct cohort__run_exit e;
+	cohort_status st;
+
+	if (cfg->nnodes < 2 || rs->link == NULL || !rs->publish)
+		return;
+	memset(&e, 0, sizeof(e));
+	e.rank = RUN_RANK(cfg, i);
+	e.exit_code = cohort__launch_code(p->status);
+	e.signal = WIFSIGNALED(p->status) ? WTERMSIG(p->status) : 0;
+	e.stop_sig = p->stopped ? p->sent_sig : 0;
+	e.node = cfg->node_rank;
+	cohort__strlcpy(e.host, rs->host, sizeof(e.host));
+	st = cohort__run_exit_publish(rs->link, restart, &e, 1000);
+	if (st != COHORT_OK) {
+		cohort__debug("exit record of rank %d: %s: %s", e.rank,
+		    cohort_status_name(st), cohort_last_error());
+		/* unreachable: the rest would wait their timeout too */
+		rs->publish = st != COHORT_ENOCOORD;
+	}
+}
+
+/* How worker i of ours ended, as every node says it. */
+static void
+run_local_how(const struct run_cfg *cfg, const struct run_state *rs,
+    const struct cohort__proc *p, int i, struct run_failure *f)
+{
+	char desc[200];
+
+	run_describe_worker(&p[i], cfg, desc, sizeof(desc));
+	if (cfg->nnodes > 1)
+		snprintf(f->how, sizeof(f->how), "%s, on node %d (%s)", desc,
+		    cfg->node_rank, rs->host);
+	else
+		cohort__strlcpy(f->how, desc, sizeof(f->how));
+	f->exit_code = cohort__launch_code(p[i].status);
+	f->signal = WIFSIGNALED(p[i].status) ? WTERMSIG(p[i].status) : 0;
+}
+
+/* The root cause of a failed attempt: cohortd's view of the job (its
+ * first failed rank, that rank's text and operation), how that rank
+ * ended (our worker, or the record its node's launcher published), or a
+ * rendezvous that never completed, or cohortd itself. */
+static void
+run_find_cause(const struct run_cfg *cfg, struct run_state *rs, int restart,
+    const struct cohort__proc *p, struct run_failure *f)
+{
+	struct cohort__run_view v;
+	int64_t join_ms
+	    = cohort__knob_int_or(COHORT__KNOB_JOIN_TIMEOUT_MS, 1800000);
+	double secs;
+	bool stale;
+	int r;
+
+	f->rank = RUN_RANK(cfg, f->first_local);
+	run_local_how(cfg, rs, p, f->first_local, f);
+	if (rs->link == NULL)
+		return;
+	cohort__run_view_get(rs->link, 2000, &v);
+	if (v.unreachable[0] != '\0') {
+		f->cause = RUN_CAUSE_COORDINATOR;
+		cohort__strlcpy(f->coord_unreachable, v.unreachable,
 		    sizeof(f->coord_unreachable));
-	if (rv == COHORT_OK && call.rep != NULL
-	    && call.rep->body_case == COHORT__REPLY__BODY_STATUS_QUERY) {
-		Cohort__StatusReply *sr = call.rep->status_query;
-		for (size_t j = 0; j < sr->n_jobs; j++) {
-			Cohort__JobStatus *js = sr->jobs[j];
-			if (strcmp(js->job, job) != 0)
-				continue;
-			/* cohortd knows which member failed first; the
-			 * order in which the launcher reaped them does not
-			 * tell (the others stop within milliseconds). */
-			if (js->failed_rank >= 0) {
-				f->rank = js->failed_rank;
-				if (js->failed_text != NULL)
-					cohort__strlcpy(f->text,
-					    js->failed_text, sizeof(f->text));
-			}
-			for (size_t m = 0; m < js->n_members; m++) {
-				Cohort__MemberStatus *ms = js->members[m];
-				if (ms->rank != f->rank)
-					continue;
-				if (ms->failure != NULL && ms->failure[0]
-				    && f->text[0] == '\0')
-					cohort__strlcpy(f->text, ms->failure,
-					    sizeof(f->text));
-				if (ms->last_op != NULL)
-					cohort__strlcpy(f->last_op,
-					    ms->last_op, sizeof(f->last_op));
-				f->last_op_seq = ms->last_op_seq;
-				if (ms->state != NULL)
-					cohort__strlcpy(f->coordinator_view,
-					    ms->state,
-					    sizeof(f->coordinator_view));
-			}
+		return;
+	}
+	/* No generation later than the previous attempt's: this attempt
+	 * never formed one, and the failure cohortd holds is the old one. */
+	stale = !v.have || v.generation <= rs->base_gen;
+	if (v.have && v.generation > rs->base_gen)
+		rs->base_gen = v.generation;
+	secs = (double)(f->at_ms - rs->started) / 1000.0;
+	if (stale
+	    && (rs->rdzv.rdzv || (join_ms > 0 && secs * 1000 >= join_ms))) {
+		f->cause = RUN_CAUSE_RENDEZVOUS;
+		f->rank = -1;
+		if (rs->rdzv.rdzv) {
+			secs = (double)rs->rdzv.rdzv_waiting_ms / 1000.0
+			    + (double)(f->at_ms - rs->rdzv_at) / 1000.0;
+			cohort__strlcpy(f->missing, rs->rdzv.rdzv_missing,
+			    sizeof(f->missing));
+			snprintf(f->rdzv, sizeof(f->rdzv),
+			    "%s after %.1f s: %d of %d ranks joined; missing "
+			    "rank%s %s",
+			    join_ms > 0 && secs * 1000 >= (double)join_ms * 0.9
+			        ? "timed out"
+			        : "did not complete",
+			    secs, rs->rdzv.rdzv_joined, rs->rdzv.rdzv_world,
+			    strchr(f->missing, ',') != NULL ? "s" : "",
+			    f->missing);
+		} else {
+			snprintf(f->rdzv, sizeof(f->rdzv),
+			    "did not complete after %.1f s: no rank joined",
+			    secs);
+		}
+		return;
+	}
+	if (stale || v.failed_rank < 0)
+		return; /* cohortd knows nothing of it: our first failure */
+	r = v.failed_rank;
+	f->rank = r;
+	cohort__strlcpy(f->text, v.failed_text, sizeof(f->text));
+	cohort__strlcpy(f->last_op, v.last_op, sizeof(f->last_op));
+	f->last_op_seq = v.last_op_seq;
+	if (r >= RUN_RANK(cfg, 0) && r < RUN_RANK(cfg, cfg->nproc)) {
+		run_local_how(cfg, rs, p, r - RUN_RANK(cfg, 0), f);
+	} else {
+		/* another node's: its launcher publishes how it ended (it
+		 * may first have to stop it: --grace, then 3 s) */
+		struct cohort__run_exit e;
+		char desc[256];
+		int node = r / cfg->nproc;
+		cohort_status st = cohort__run_exit_fetch(
+		    rs->link, restart, r, cfg->grace_ms + 8000, &e);
+
+		if (st == COHORT_OK) {
+			cohort__strlcpy(f->how,
+			    cohort__run_exit_describe(&e, desc, sizeof(desc)),
+			    sizeof(f->how));
+			f->exit_code = e.exit_code;
+			f->signal = e.signal;
+		} else {
+			snprintf(f->how, sizeof(f->how),
+			    "ended, on node %d (%s:%u), how is unknown: its "
+			    "launcher did not say within %.1f s (%s)",
+			    node, v.host[0] ? v.host : "?", v.pid,
+			    (double)(cfg->grace_ms + 8000) / 1000.0,
+			    cohort_status_name(st));
 		}
 	}
-	cohort__coord_call_fini(&call);
-out:
-	cohort__coord_close(co);
 }
 
 static void
 run_report(const struct run_cfg *cfg, const char *job,
-    const struct run_failure *f, const struct run_worker *w, int nw,
+    const struct run_failure *f, const struct cohort__proc *p, int nw,
     int64_t last_stop_ms, int restarts)
 {
-	char desc[160];
+	static const char *const kinds[]
+	    = { "rank", "coordinator", "rendezvous" };
+	char desc[200], first[256];
 
-	desc[0] = '\0';
-	for (int i = 0; i < nw; i++)
-		if (w[i].rank == f->rank)
-			run_describe_worker(&w[i], cfg, desc, sizeof(desc));
+	snprintf(first, sizeof(first), "rank %d %s",
+	    RUN_RANK(cfg, f->first_local),
+	    run_describe_worker(&p[f->first_local], cfg, desc, sizeof(desc)));
 	fprintf(stderr, "\ncohort run: job '%s' failed%s\n", job,
 	    restarts < cfg->max_restarts ? " (this attempt)" : "");
-	if (f->coord_unreachable[0] != '\0')
+	if (f->cause == RUN_CAUSE_COORDINATOR)
 		fprintf(stderr,
 		    "  root cause : the coordinator at %s is unreachable: "
 		    "cohort run cannot reach it either (%s); workers stop "
 		    "when it stays away past their reconnect window "
 		    "(COHORT_RECONNECT_MS)\n"
-		    "  first exit : rank %d %s\n",
+		    "  first exit : %s\n",
 		    cfg->coordinator != NULL ? cfg->coordinator : "(embedded)",
-		    f->coord_unreachable, f->rank, desc);
+		    f->coord_unreachable, first);
+	else if (f->cause == RUN_CAUSE_RENDEZVOUS)
+		fprintf(stderr,
+		    "  root cause : the rendezvous of job '%s' (attempt %d) "
+		    "%s\n"
+		    "  first exit : %s\n",
+		    job, restarts, f->rdzv, first);
 	else
-		fprintf(stderr, "  root cause : rank %d %s\n", f->rank, desc);
+		fprintf(
+		    stderr, "  root cause : rank %d %s\n", f->rank, f->how);
 	fprintf(stderr,
 	    "  error text : %s\n"
 	    "  operation  : %s%s",
@@ -518,8 +609,8 @@ run_report(const struct run_cfg *cfg, const char *job,
 	    (double)(last_stop_ms - f->at_ms) / 1000.0, restarts,
 	    cfg->max_restarts);
 	for (int i = 0; i < nw; i++)
-		fprintf(stderr, "  rank %-5d : %s\n", w[i].rank,
-		    run_describe_worker(&w[i], cfg, desc, sizeof(desc)));
+		fprintf(stderr, "  rank %-5d : %s\n", RUN_RANK(cfg, i),
+		    run_describe_worker(&p[i], cfg, desc, sizeof(desc)));
 
 	if (cfg->report != NULL) {
 		FILE *out = fopen(cfg->report, "w");
@@ -530,31 +621,41 @@ run_report(const struct run_cfg *cfg, const char *job,
 		}
 		fprintf(out, "{\"job\":");
 		cohort__json_str(out, job);
+		fprintf(out, ",\"node_rank\":%d,\"nnodes\":%d", cfg->node_rank,
+		    cfg->nnodes);
 		if (f->coord_unreachable[0] != '\0') {
 			fprintf(out, ",\"coordinator_unreachable\":");
 			cohort__json_str(out, f->coord_unreachable);
 		}
 		fprintf(out,
 		    ",\"root_cause\":{\"rank\":%d,\"exit_code\":%d,"
-		    "\"signal\":%d,\"error_text\":",
-		    f->rank, f->exit_code, f->signal);
+		    "\"signal\":%d,\"how\":",
+		    f->rank, f->cause == RUN_CAUSE_RANK ? f->exit_code : 0,
+		    f->cause == RUN_CAUSE_RANK ? f->signal : 0);
+		cohort__json_str(
+		    out, f->cause == RUN_CAUSE_RANK ? f->how : "");
+		fprintf(out, ",\"error_text\":");
 		cohort__json_str(out, f->text);
 		fprintf(out, ",\"operation\":");
 		cohort__json_str(out, f->last_op);
+		if (f->cause == RUN_CAUSE_RENDEZVOUS) {
+			fprintf(out, ",\"rendezvous\":");
+			cohort__json_str(out, f->rdzv);
+			fprintf(out, ",\"missing_ranks\":[%s]", f->missing);
+		}
 		fprintf(out, ",\"operation_seq\":%" PRIu64 ",\"kind\":\"%s\"}",
-		    f->last_op_seq,
-		    f->coord_unreachable[0] != '\0' ? "coordinator" : "rank");
+		    f->last_op_seq, kinds[f->cause]);
 		fprintf(out,
 		    ",\"stop_seconds\":%.3f,\"restarts\":%d,"
 		    "\"max_restarts\":%d,\"workers\":[",
 		    (double)(last_stop_ms - f->at_ms) / 1000.0, restarts,
 		    cfg->max_restarts);
 		for (int i = 0; i < nw; i++) {
-			int st = w[i].status;
+			int st = p[i].status;
 			fprintf(out,
 			    "%s{\"rank\":%d,\"exit_code\":%d,"
 			    "\"signal\":%d}",
-			    i ? "," : "", w[i].rank,
+			    i ? "," : "", RUN_RANK(cfg, i),
 			    WIFEXITED(st) ? WEXITSTATUS(st) : -1,
 			    WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 		}
@@ -563,138 +664,84 @@ run_report(const struct run_cfg *cfg, const char *job,
 	}
 }
 
-static void
-run_signal_all(struct run_worker *w, int nw, int sig)
-{
-	for (int i = 0; i < nw; i++)
-		if (w[i].running) {
-			kill(w[i].pid, sig);
-			if (sig != SIGCONT)
-				w[i].sent_sig = sig;
-		}
-}
-
-/* After the grace period: the workers still running are stopped by us,
- * and the report says so (their "killed by signal 15" is ours). */
-static void
-run_stop_all(struct run_worker *w, int nw, int sig)
-{
-	for (int i = 0; i < nw; i++)
-		if (w[i].running)
-			w[i].sent_stop = true;
-	run_signal_all(w, nw, sig);
-}
-
 /* Runs one generation of the group. Returns 0 when every worker exited 0,
  * else fills *f with the root cause. */
 static int
-run_generation(const struct run_cfg *cfg, const char *url, const char *job,
-    int restart, struct run_failure *f, int *exit_code)
+run_generation(const struct run_cfg *cfg, struct run_state *rs, int restart,
+    struct run_failure *f, int *exit_code)
 {
-	struct run_worker *w;
-	int nw = cfg->nproc, alive = 0;
-	int64_t term_at = 0, kill_at = 0, last_stop = 0;
+	struct cohort__proc *p;
+	struct cohort__launch l;
+	int nw = cfg->nproc, k;
+	int64_t last_stop = 0;
 	int forwarded = 0;
 	int rc = 0;
 
-	w = calloc((size_t)nw, sizeof(*w));
-	if (w == NULL)
+	if ((p = calloc((size_t)nw, sizeof(*p))) == NULL)
 		return (-1);
 	memset(f, 0, sizeof(*f));
+	/* after a failure: --grace, then SIGTERM, then 3 s, then SIGKILL */
+	cohort__launch_init(&l, p, nw, cfg->grace_ms, 3000);
+	rs->formed = false;
+	rs->publish = true;
+	memset(&rs->rdzv, 0, sizeof(rs->rdzv));
+	rs->started = run_now_ms();
+	rs->next_poll = rs->started + 250;
 	for (int i = 0; i < nw; i++) {
-		w[i].rank = cfg->node_rank * cfg->nproc + i;
-		w[i].local_rank = i;
-		w[i].pid = run_spawn(cfg, url, job, w[i].rank, i, restart);
-		if (w[i].pid < 0) {
-			run_signal_all(w, i, SIGKILL);
-			for (int j = 0; j < i; j++)
-				waitpid(w[j].pid, NULL, 0);
-			free(w);
+		if (run_spawn(cfg, rs->url, rs->job, RUN_RANK(cfg, i), i,
+		        restart, &p[i])
+		    != 0) {
+			cohort__launch_kill_all(&l);
+			free(p);
 			*exit_code = 127;
 			return (-1);
 		}
-		w[i].running = true;
-		alive++;
 	}
-	cohort__info(
-	    "started %d workers of job '%s' (restart %d)", nw, job, restart);
+	cohort__info("started %d workers of job '%s' (restart %d)", nw,
+	    rs->job, restart);
 
-	while (alive > 0) {
-		int status;
-		pid_t pid = waitpid(-1, &status, WNOHANG);
+	while (cohort__launch_alive(&l) > 0) {
 		int64_t now = run_now_ms();
 
-		if (pid > 0) {
-			for (int i = 0; i < nw; i++) {
-				if (w[i].pid != pid || !w[i].running)
-					continue;
-				w[i].running = false;
-				w[i].status = status;
-				w[i].end_ms = now;
-				alive--;
-				last_stop = now;
-				if ((WIFEXITED(status)
-				        && WEXITSTATUS(status) == 0)
-				    || f->have)
-					break;
-				/* the first failure is the root cause */
+		while ((k = cohort__launch_reap(&l, now)) >= 0) {
+			last_stop = now;
+			if (l.first_failed == k && !f->have) {
+				/* our first failure */
 				f->have = true;
-				f->rank = w[i].rank;
+				f->first_local = k;
 				f->at_ms = now;
-				f->exit_code = WIFEXITED(status)
-				    ? WEXITSTATUS(status)
-				    : 128 + WTERMSIG(status);
-				f->signal = WIFSIGNALED(status)
-				    ? WTERMSIG(status)
-				    : 0;
-				term_at = now + cfg->grace_ms;
-				kill_at = term_at + 3000;
 			}
-			continue;
+			if (cohort__launch_code(p[k].status) != 0)
+				run_publish_exit(cfg, rs, restart, k, &p[k]);
 		}
 		if (run_signal != 0 && forwarded != run_signal) {
 			forwarded = run_signal;
 			fprintf(stderr,
 			    "cohort run: forwarding signal %d to "
 			    "%d workers\n",
-			    forwarded, alive);
-			run_signal_all(w, nw, forwarded);
-			if (term_at == 0) {
-				term_at = now + cfg->grace_ms;
-				kill_at = term_at + 3000;
-			}
+			    forwarded, cohort__launch_alive(&l));
+			cohort__launch_signal(&l, forwarded);
+			cohort__launch_stop_after(&l, now, cfg->grace_ms);
 		}
-		if (term_at != 0 && now >= term_at) {
-			run_stop_all(w, nw, SIGTERM);
-			/* a stopped worker (SIGSTOP, a fault drill) only
-			 * acts on SIGTERM once continued */
-			run_signal_all(w, nw, SIGCONT);
-			term_at = INT64_MAX;
-		}
-		if (kill_at != 0 && now >= kill_at) {
-			run_stop_all(w, nw, SIGKILL);
-			kill_at = INT64_MAX;
-		}
+		cohort__launch_tick(&l, now);
+		run_poll(rs, now);
 		usleep(2000);
 	}
 	if (f->have) {
 		rc = 1;
-		run_query_failure(url, cfg, job, f);
-		for (int i = 0; i < nw; i++) {
-			int st = w[i].status;
-			if (w[i].rank != f->rank)
-				continue;
-			f->exit_code = WIFEXITED(st) ? WEXITSTATUS(st)
-			                             : 128 + WTERMSIG(st);
-			f->signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
-		}
+		run_find_cause(cfg, rs, restart, p, f);
 		*exit_code = f->exit_code != 0 ? f->exit_code : 1;
-		run_report(cfg, job, f, w, nw, last_stop, restart);
+		run_report(cfg, rs->job, f, p, nw, last_stop, restart);
 	} else if (run_signal != 0) {
 		rc = 1;
 		*exit_code = 128 + run_signal;
+	} else if (rs->link != NULL) {
+		struct cohort__run_view v;
+		cohort__run_view_get(rs->link, 1000, &v);
+		if (v.have && v.generation > rs->base_gen)
+			rs->base_gen = v.generation;
 	}
-	free(w);
+	free(p);
 	return (rc);
 }
 
@@ -803,6 +850,7 @@ cohort__cmd_run(int argc, char **argv)
 	int rc, exit_code = 0;
 	struct sigaction sa;
 	struct cohort__timeline_mark marks[RUN_MARKS];
+	struct run_state rs;
 	int nmarks = 0;
 
 	if ((rc = run_parse(argc, argv, &cfg)) != 0)
@@ -856,14 +904,28 @@ cohort__cmd_run(int argc, char **argv)
 		cohort__srv_stop(srv);
 		return (1);
 	}
+	memset(&rs, 0, sizeof(rs));
+	rs.url = url;
+	rs.job = job;
+	rs.link = cohort__run_link_open(url, job, cfg.token);
+	if (gethostname(rs.host, sizeof(rs.host) - 1) != 0)
+		cohort__strlcpy(rs.host, "?", sizeof(rs.host));
 	for (int restart = 0;; restart++) {
-		rc = run_generation(&cfg, url, job, restart, &f, &exit_code);
+		rc = run_generation(&cfg, &rs, restart, &f, &exit_code);
 		if (rc != 0 && f.have && nmarks < RUN_MARKS) {
 			struct cohort__timeline_mark *m = &marks[nmarks++];
 			m->name = "failure";
 			m->ts_us = cohort__timeline_now_us();
-			snprintf(m->detail, sizeof(m->detail),
-			    "rank %d: %.480s", f.rank, f.text);
+			if (f.cause == RUN_CAUSE_RANK)
+				snprintf(m->detail, sizeof(m->detail),
+				    "rank %d %.200s: %.280s", f.rank, f.how,
+				    f.text);
+			else
+				snprintf(m->detail, sizeof(m->detail),
+				    "%.500s",
+				    f.cause == RUN_CAUSE_RENDEZVOUS
+				        ? f.rdzv
+				        : f.coord_unreachable);
 		}
 		if (rc == 0 || run_signal != 0 || rc < 0)
 			break;
@@ -880,9 +942,18 @@ cohort__cmd_run(int argc, char **argv)
 			    "restart %d of %d", restart + 1, cfg.max_restarts);
 		}
 	}
-	if (cfg.timeline != NULL)
-		(void)cohort__timeline_merge(
-		    cfg.timeline, cfg.nproc * cfg.nnodes, marks, nmarks);
+	if (cfg.timeline != NULL) {
+		struct cohort__timeline_job tj = { .path = cfg.timeline,
+			.world = cfg.nproc * cfg.nnodes,
+			.nnodes = cfg.nnodes,
+			.node_rank = cfg.node_rank,
+			.url = url,
+			.job = job,
+			.token = cfg.token,
+			.wait_ms = cfg.grace_ms + 60000 };
+		(void)cohort__timeline_finish(&tj, marks, nmarks);
+	}
+	cohort__run_link_close(rs.link);
 	if (srv != NULL && cfg.coordinator_from_launcher)
 		run_drain(srv);
 	cohort__srv_stop(srv);

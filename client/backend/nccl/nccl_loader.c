@@ -63,16 +63,10 @@ cohort__nccl_config_init(struct cohort__nccl_config *c)
 	c->nvlinkCentricSched = COHORT__NCCL_CONFIG_UNDEF_INT;
 }
 
-#define NCCL_SYM(field, name, req)                                            \
-	{                                                                     \
-#name, offsetof(struct cohort__dl_nccl, field), req           \
-	}
+#define NCCL_SYM(field, sym, req)                                             \
+	COHORT__DL_ENTRY(struct cohort__dl_nccl, field, sym, req)
 
-static const struct {
-	const char *name;
-	size_t off;
-	bool required;
-} nccl_syms[] = {
+static const struct cohort__dl_entry nccl_syms[] = {
 	NCCL_SYM(GetVersion, ncclGetVersion, true),
 	NCCL_SYM(GetUniqueId, ncclGetUniqueId, true),
 	NCCL_SYM(CommInitRankConfig, ncclCommInitRankConfig, true),
@@ -131,12 +125,10 @@ nccl_load_locked(void)
 		    api.version_text);
 		goto failed_close;
 	}
-	for (size_t i = 0; i < sizeof(nccl_syms) / sizeof(nccl_syms[0]); i++) {
-		if (!cohort__dl_sym(nccl_lib, path, nccl_syms[i].name,
-		        (char *)&api + nccl_syms[i].off, nccl_syms[i].required,
-		        nccl_why, sizeof(nccl_why)))
-			goto failed_close;
-	}
+	if (!cohort__dl_syms(nccl_lib, path, nccl_syms,
+	        sizeof(nccl_syms) / sizeof(nccl_syms[0]), &api, nccl_why,
+	        sizeof(nccl_why)))
+		goto failed_close;
 	nccl_api = api;
 	nccl_state = COHORT__DL_OK;
 	cohort__debug("nccl %s from %s (revoke %s, shrink %s, split %s)",

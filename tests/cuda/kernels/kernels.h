@@ -1,12 +1,14 @@
 /*
- * kernels.h - the CUDA kernels of the GPU path, their host launchers and
- * their CPU references.
+ * kernels.h - CUDA kernels (bucket pack/unpack, scale, casts, reduce2),
+ * their host launchers and their CPU references, kept beside their tests
+ * (tests/cuda/test_kernels.c, tests/bin/cuda_bench.c): libcohort does not
+ * call them. They form libcohort_cuda.a (Makefile).
  *
  * Three families of functions share one shape:
  *
- *   cohort__cuda_<kernel>(args..., void *stream)  cuda/fusion.cu (nvcc only)
- *   cohort__ref_<kernel>(args...)                 cuda/ref.c (always built)
- *   cohort__gpu_<verb>(...)                       cuda/gpu.c (always built)
+ *   cohort__cuda_<kernel>(args..., void *stream)  fusion.cu (nvcc only)
+ *   cohort__ref_<kernel>(args...)                 ref.c (always built)
+ *   cohort__gpu_<verb>(...)                       gpu.c (always built)
  *
  * The launchers are C-callable, take a cudaStream_t as `void *stream` (NULL
  * is the legacy default stream) so that this header needs no
@@ -245,8 +247,8 @@ cohort_status cohort__kernel_check_reduce2(const void *dst, const void *src,
     size_t count, cohort_dtype dt, cohort_redop op);
 
 /* ------------------------------------------------------------------------ */
-/* GPU runtime helpers (cuda/gpu.c): usable from plain C; each returns      */
-/* COHORT_ENOTSUP in a build without CUDA.                                  */
+/* GPU runtime helpers (gpu.c): plain C over libcohort's run-time CUDA     */
+/* bridge (client/backend/cudart.h); COHORT_ENOTSUP without a usable GPU.   */
 /* ------------------------------------------------------------------------ */
 
 /* true when this process can use a CUDA device: the build has CUDA, a
@@ -283,24 +285,6 @@ const char *cohort__cuda_last_error(void);
  * cudaError_t to cohort_status; used by fusion.cu and gpu.c. */
 cohort_status cohort__cuda_fail(
     const char *where, int code, const char *name, const char *text);
-
-/* The thin CUDA runtime shim, compiled by nvcc in fusion.cu so that gpu.c
- * needs neither cuda_runtime.h nor an include path for it. Each returns a
- * cudaError_t as int; the caller converts it through cohort__cuda_fail. */
-int cohort__cudart_device_count(int *n);
-const char *cohort__cudart_error_name(int code);
-const char *cohort__cudart_error_string(int code);
-int cohort__cudart_describe(char *name, size_t len, int *sms,
-    size_t *mem_bytes, int *driver, int *runtime);
-int cohort__cudart_malloc(void **p, size_t bytes);
-int cohort__cudart_free(void *p);
-#define COHORT__CUDART_H2D 0
-#define COHORT__CUDART_D2H 1
-int cohort__cudart_memcpy(void *dst, const void *src, size_t bytes, int kind);
-int cohort__cudart_memcpy_async(
-    void *dst, const void *src, size_t bytes, void *stream);
-int cohort__cudart_memset(void *dst, int byte, size_t bytes);
-int cohort__cudart_sync(void);
 
 #ifdef __cplusplus
 }

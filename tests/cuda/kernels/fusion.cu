@@ -1,6 +1,7 @@
 /*
- * fusion.cu - the kernels of the GPU path and their launchers (kernels.h),
- * plus the thin CUDA runtime shim that cuda/gpu.c calls.
+ * fusion.cu - the CUDA kernels and their launchers (kernels.h). They live
+ * beside their tests: libcohort does not call them (the nccl backend
+ * reduces in NCCL; docs/gpu.md); the GPU tests and cuda_bench do.
  *
  *  - copy_batch: pack/unpack of a gradient bucket. One launch copies up to
  *    COHORT__COPY_BATCH tensors; the table is a __grid_constant__ kernel
@@ -11,7 +12,7 @@
  *    loads in flight per thread. Equal-size chunks keep the blocks
  *    balanced however uneven the tensors are.
  *  - scale, cast, reduce2: grid-stride element-wise loops; f16/bf16
- *    arithmetic is done in f32 and rounded once, as in cuda/ref.c.
+ *    arithmetic is done in f32 and rounded once, as in ref.c.
  *
  * The launchers validate with the reference's rules, enqueue, and convert a
  * launch error once through cohort__cuda_fail.
@@ -441,85 +442,4 @@ cohort__cuda_reduce2(void *dst, const void *src, size_t count, cohort_dtype dt,
 		    reduce2_launch<T, int_ops<T>>(dst, src, count, op, st));
 	}
 	}
-}
-
-/* ------------------------------------------------------------------------ */
-/* Runtime shim for cuda/gpu.c                                              */
-/* ------------------------------------------------------------------------ */
-
-extern "C" int
-cohort__cudart_device_count(int *n)
-{
-	return ((int)cudaGetDeviceCount(n));
-}
-
-extern "C" const char *
-cohort__cudart_error_name(int code)
-{
-	return (cudaGetErrorName((cudaError_t)code));
-}
-
-extern "C" const char *
-cohort__cudart_error_string(int code)
-{
-	return (cudaGetErrorString((cudaError_t)code));
-}
-
-extern "C" int
-cohort__cudart_describe(char *name, size_t len, int *sms, size_t *mem_bytes,
-    int *driver, int *runtime)
-{
-	cudaDeviceProp p;
-	cudaError_t e;
-	int dev;
-
-	if ((e = cudaGetDevice(&dev)) != cudaSuccess
-	    || (e = cudaGetDeviceProperties(&p, dev)) != cudaSuccess
-	    || (e = cudaDriverGetVersion(driver)) != cudaSuccess
-	    || (e = cudaRuntimeGetVersion(runtime)) != cudaSuccess)
-		return ((int)e);
-	snprintf(name, len, "%s", p.name);
-	*sms = p.multiProcessorCount;
-	*mem_bytes = p.totalGlobalMem;
-	return ((int)cudaSuccess);
-}
-
-extern "C" int
-cohort__cudart_malloc(void **p, size_t bytes)
-{
-	return ((int)cudaMalloc(p, bytes));
-}
-
-extern "C" int
-cohort__cudart_free(void *p)
-{
-	return ((int)cudaFree(p));
-}
-
-extern "C" int
-cohort__cudart_memcpy(void *dst, const void *src, size_t bytes, int kind)
-{
-	return ((int)cudaMemcpy(dst, src, bytes,
-	    kind == COHORT__CUDART_H2D ? cudaMemcpyHostToDevice
-	                               : cudaMemcpyDeviceToHost));
-}
-
-extern "C" int
-cohort__cudart_memcpy_async(
-    void *dst, const void *src, size_t bytes, void *stream)
-{
-	return ((int)cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
-	    static_cast<cudaStream_t>(stream)));
-}
-
-extern "C" int
-cohort__cudart_memset(void *dst, int byte, size_t bytes)
-{
-	return ((int)cudaMemset(dst, byte, bytes));
-}
-
-extern "C" int
-cohort__cudart_sync(void)
-{
-	return ((int)cudaDeviceSynchronize());
 }

@@ -46,10 +46,19 @@ extern "C" {
 #define COHORT_API
 #endif
 
+/* The release: the one place it is spelled. The Makefile reads these three
+ * lines (cohort.pc, cohort-strategies.pc); tools/check-version.sh (make
+ * check-style) checks every other spelling (the Python package, the
+ * container image tags of deploy/, the docs) against them. */
 #define COHORT_VERSION_MAJOR 0
 #define COHORT_VERSION_MINOR 1
 #define COHORT_VERSION_PATCH 0
-#define COHORT_VERSION_STRING "0.1.0"
+/* "MAJOR.MINOR.PATCH" */
+#define COHORT_VERSION_STRING                                                 \
+	COHORT__VERSION_STR(                                                  \
+	    COHORT_VERSION_MAJOR, COHORT_VERSION_MINOR, COHORT_VERSION_PATCH)
+#define COHORT__VERSION_STR(a, b, c) COHORT__VERSION_STR2(a, b, c)
+#define COHORT__VERSION_STR2(a, b, c) #a "." #b "." #c
 
 /* Wire protocol version carried in every request (proto/README.md). */
 #define COHORT_PROTO_VERSION 1
