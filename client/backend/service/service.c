@@ -20,45 +20,32 @@
  * 16 MiB; cohortd's message limit is 64 MiB). Every member computes the
  * same chunking from the operation's arguments.
  *
- * Sequence numbers: a gather is keyed at cohortd by (group, op_seq). The
- * control-plane collectives of the group (control.c) number theirs 1, 2,
- * ...; the service backend numbers its own from 2^62, so that a data-plane
- * operation on a progress thread and a barrier in the caller's thread can
- * never take each other's numbers.
+ * The gathers go through the group's coordinator channel (backend.h),
+ * which numbers them and hands a failed peer on to the client: this file
+ * sees nothing of the client.
  */
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
-#include "client.h"
-#include "collectives.h"
-#include "group.h"
 
-#define SVC_SEQ_BASE (UINT64_C(1) << 62)
 #define SVC_DEFAULT_CHUNK (16u << 20)
 
 struct svc {
-	struct cohort_group *g;
-	struct cohort_client *c;
+	struct cohort__coord_chan chan;
 	int rank;
 	int size;
 	const int32_t *global_ranks;
 	atomic_int *abort_flag;
-	uint64_t seq; /* gathers issued */
 	size_t max_reply; /* bytes of one reply */
 	struct cohort__iov *parts; /* size entries */
 	/* Aligned copy of a contribution: the pieces of a reply sit at any
 	 * byte offset, and the reduction kernels load whole elements. */
 	uint8_t *scratch;
 	size_t scratch_len;
-
-	pthread_mutex_t mtx;
-	struct cohort__coord_call *cur; /* the gather in flight */
-	bool aborted;
 };
 
 /* The shape of an operation: along which length it is chunked and how the
@@ -273,12 +260,10 @@ svc_gather(struct svc *s, const struct cohort__op *op,
     const struct svc_shape *sh, size_t a, size_t b, char *err, size_t errlen,
     cohort__time deadline)
 {
-	Cohort__Request req = COHORT__REQUEST__INIT;
-	Cohort__Collective body = COHORT__COLLECTIVE__INIT;
-	struct cohort__coord_call call;
+	struct cohort__chan_gather cg;
 	const uint8_t *p[64];
 	const uint8_t **pp = p;
-	const Cohort__CollectiveReply *cr;
+	char why[COHORT__DETAIL_MAX];
 	cohort_status st;
 	size_t off = 0;
 	const char *what = cohort__op_name(op->kind);
@@ -288,47 +273,23 @@ svc_gather(struct svc *s, const struct cohort__op *op,
 		    err, errlen, "%s #%" PRIu64 " aborted", what, op->seq);
 		return (COHORT_EABORTED);
 	}
-	body.kind = COHORT__COLLECTIVE_KIND__COLL_SERVICE;
-	body.group = s->g->id;
-	body.op_seq = SVC_SEQ_BASE | ++s->seq;
-	body.name = (char *)"";
-	body.root = op->root;
-	body.op = (uint32_t)op->op;
-	body.service_op = (uint32_t)op->kind;
-	body.dtype = (uint32_t)op->dtype;
-	body.count = op->count;
-	req.body_case = COHORT__REQUEST__BODY_COLLECTIVE;
-	req.collective = &body;
-	cohort__coord_call_init(&call, &req, deadline);
-	call.parts = s->parts;
-	call.nparts = svc_parts(s, op, sh, a, b);
-
-	pthread_mutex_lock(&s->mtx);
-	if (s->aborted) {
-		pthread_mutex_unlock(&s->mtx);
-		snprintf(
-		    err, errlen, "%s #%" PRIu64 " aborted", what, op->seq);
-		return (COHORT_EABORTED);
-	}
-	s->cur = &call;
-	pthread_mutex_unlock(&s->mtx);
-	st = cohort__coord_call(s->c->coord, &call);
-	pthread_mutex_lock(&s->mtx);
-	s->cur = NULL;
-	pthread_mutex_unlock(&s->mtx);
-
-	if (st != COHORT_OK) {
+	memset(&cg, 0, sizeof(cg));
+	cg.shape.kind = (uint32_t)op->kind;
+	cg.shape.op = (uint32_t)op->op;
+	cg.shape.dtype = (uint32_t)op->dtype;
+	cg.shape.root = op->root;
+	cg.shape.count = op->count;
+	cg.parts = s->parts;
+	cg.nparts = svc_parts(s, op, sh, a, b);
+	why[0] = '\0';
+	if ((st = s->chan.gather(s->chan.ctx, &cg, why, sizeof(why), deadline))
+	    != COHORT_OK) {
 		snprintf(err, errlen, "%s #%" PRIu64 " through cohortd: %s",
-		    what, op->seq, cohort_last_error());
-		/* A failed peer concerns every group of the client. */
-		if (st == COHORT_EPEERLOST || st == COHORT_ESTALE)
-			cohort__client_check_reply(s->c, st, call.rep);
-		goto out;
+		    what, op->seq, why);
+		return (st);
 	}
 	st = COHORT_EPROTO;
-	if (call.rep->body_case != COHORT__REPLY__BODY_COLLECTIVE
-	    || (cr = call.rep->collective) == NULL
-	    || cr->n_i64s != (size_t)s->size) {
+	if (cg.nlens != (size_t)s->size) {
 		snprintf(err, errlen,
 		    "%s #%" PRIu64 ": malformed reply "
 		    "from cohortd",
@@ -344,24 +305,24 @@ svc_gather(struct svc *s, const struct cohort__op *op,
 	for (int q = 0; q < s->size; q++) {
 		size_t want = svc_len(s, op, sh, q, a, b);
 
-		if (cr->i64s[q] < 0 || (size_t)cr->i64s[q] != want
-		    || want > call.plen - off) {
+		if (cg.lens[q] < 0 || (size_t)cg.lens[q] != want
+		    || want > cg.len - off) {
 			snprintf(err, errlen,
 			    "%s #%" PRIu64 ": rank %d sent "
 			    "%" PRId64 " bytes, expected %zu (do the ranks "
 			    "agree on the arguments?)",
-			    what, op->seq, s->global_ranks[q], cr->i64s[q],
+			    what, op->seq, s->global_ranks[q], cg.lens[q],
 			    want);
 			goto out;
 		}
-		pp[q] = call.payload + off;
+		pp[q] = cg.data + off;
 		off += want;
 	}
-	if (off != call.plen) {
+	if (off != cg.len) {
 		snprintf(err, errlen,
 		    "%s #%" PRIu64 ": reply carries %zu "
 		    "bytes, expected %zu",
-		    what, op->seq, call.plen, off);
+		    what, op->seq, cg.len, off);
 		goto out;
 	}
 	if (!svc_consume(s, op, sh, a, b, pp)) {
@@ -373,7 +334,7 @@ svc_gather(struct svc *s, const struct cohort__op *op,
 out:
 	if (pp != p)
 		free(pp);
-	cohort__coord_call_fini(&call);
+	s->chan.release(s->chan.ctx, &cg);
 	return (st);
 }
 
@@ -407,15 +368,14 @@ static cohort_status
 svc_init(const struct cohort__group_desc *desc, void **state, char *err,
     size_t errlen, cohort__time deadline)
 {
-	struct cohort_group *g = cohort__desc_group(desc);
 	const char *env = cohort__knob_str(COHORT__KNOB_SERVICE_CHUNK);
 	int64_t v;
 	struct svc *s;
 
-	if (g == NULL) {
+	if (desc->chan.gather == NULL) {
 		snprintf(err, errlen,
-		    "the service backend needs a group "
-		    "of a cohort client");
+		    "the service backend needs a group with a channel to "
+		    "the coordinator");
 		return (COHORT_ENOTSUP);
 	}
 	if ((s = calloc(1, sizeof(*s))) == NULL
@@ -425,14 +385,7 @@ svc_init(const struct cohort__group_desc *desc, void **state, char *err,
 		snprintf(err, errlen, "out of memory");
 		return (COHORT_ENOMEM);
 	}
-	if (pthread_mutex_init(&s->mtx, NULL) != 0) {
-		free(s->parts);
-		free(s);
-		snprintf(err, errlen, "pthread_mutex_init failed");
-		return (COHORT_ESYSTEM);
-	}
-	s->g = g;
-	s->c = g->client;
+	s->chan = desc->chan;
 	s->rank = desc->rank;
 	s->size = desc->size;
 	s->global_ranks = desc->global_ranks;
@@ -450,11 +403,7 @@ svc_abort(void *arg)
 {
 	struct svc *s = arg;
 
-	pthread_mutex_lock(&s->mtx);
-	s->aborted = true;
-	if (s->cur != NULL)
-		cohort__coord_call_abort(s->c->coord, s->cur, COHORT_EABORTED);
-	pthread_mutex_unlock(&s->mtx);
+	s->chan.abort(s->chan.ctx);
 }
 
 static void
@@ -464,7 +413,6 @@ svc_fini(void *arg)
 
 	if (s == NULL)
 		return;
-	pthread_mutex_destroy(&s->mtx);
 	free(s->scratch);
 	free(s->parts);
 	free(s);
