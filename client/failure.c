@@ -120,7 +120,8 @@ cohort__failure_from_reply(
 		f->kind = failure_kind_of(w->kind);
 		f->rank = w->rank;
 		f->pid = w->pid;
-		cohort__strlcpy(f->host, failure_str(w->host), sizeof(f->host));
+		cohort__strlcpy(
+		    f->host, failure_str(w->host), sizeof(f->host));
 		cohort__strlcpy(f->operation, failure_str(w->operation),
 		    sizeof(f->operation));
 		cohort__strlcpy(
@@ -140,10 +141,11 @@ cohort__failure_from_reply(
 		f->op_age_ms = w->op_age_ms;
 		f->age_ms = w->age_ms;
 		f->unix_ms = (int64_t)w->unix_ms;
-		cohort__strlcpy(f->text, failure_str(w->text), sizeof(f->text));
+		cohort__strlcpy(
+		    f->text, failure_str(w->text), sizeof(f->text));
 		if (f->kind == COHORT_FAILURE_PEER && f->text[0] == '\0')
-			cohort__strlcpy(f->text, failure_str(rep->error),
-			    sizeof(f->text));
+			cohort__strlcpy(
+			    f->text, failure_str(rep->error), sizeof(f->text));
 		return;
 	}
 	/* An older cohortd: its error is the whole text. */
@@ -223,8 +225,8 @@ cohort__failure_text(
 			    f->operation);
 			failure_op_where(f, true, tmp, sizeof(tmp), &off);
 		}
-		cohort__appendf(tmp, sizeof(tmp), &off, ": %.*s", (int)first,
-		    f->text);
+		cohort__appendf(
+		    tmp, sizeof(tmp), &off, ": %.*s", (int)first, f->text);
 	} else if (f->kind == COHORT_FAILURE_LEFT && f->rank >= 0) {
 		failure_who(f, tmp, sizeof(tmp), &off);
 		cohort__appendf(tmp, sizeof(tmp), &off, " left the job");
@@ -264,6 +266,6 @@ cohort__failure_copy_out(cohort_failure *dst, const cohort_failure *src)
 {
 	size_t n = dst->size < sizeof(*src) ? dst->size : sizeof(*src);
 
-	memcpy((char *)dst + sizeof(dst->size), (const char *)src
-	        + sizeof(src->size), n - sizeof(dst->size));
+	memcpy((char *)dst + sizeof(dst->size),
+	    (const char *)src + sizeof(src->size), n - sizeof(dst->size));
 }

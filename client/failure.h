@@ -18,8 +18,7 @@
 
 /* Room for a composed text: the header (rank, host, operation), the
  * text and the age. */
-#define COHORT__FAILURE_TEXT_MAX                                              \
-	(sizeof(((cohort_failure *)0)->text) + 1024)
+#define COHORT__FAILURE_TEXT_MAX (sizeof(((cohort_failure *)0)->text) + 1024)
 
 /* The first version of cohort_failure ends with `observed`: a caller's
  * struct must have at least this size. */

@@ -78,7 +78,6 @@ cohort__timeouts_check(const cohort_options *opts, char *why, size_t len)
 /* Liveness: heartbeat timer and Watch                                      */
 /* ------------------------------------------------------------------------ */
 
-
 static void
 client_hb_timer_cb(void *arg)
 {
@@ -508,8 +507,8 @@ client_fault_report(void *ctx, const char *text, cohort_duration timeout)
 static cohort_status
 client_fault_start(struct cohort_client *c)
 {
-	const struct cohort__fault_member m = { c->job, c->rank,
-		c->world_size, c->generation, c->job_id, c->coord };
+	const struct cohort__fault_member m = { c->job, c->rank, c->world_size,
+		c->generation, c->job_id, c->coord };
 
 	return (cohort__fault_start(c->fault, &m));
 }
@@ -578,8 +577,9 @@ cohort_client_open(
 
 	/* A bad COHORT_FAULTS is refused before anything connects. */
 	{
-		const struct cohort__fault_hooks hooks = { c, client_fault_fail,
-			client_fault_heartbeat, client_fault_report };
+		const struct cohort__fault_hooks hooks
+		    = { c, client_fault_fail, client_fault_heartbeat,
+			      client_fault_report };
 
 		if ((st = cohort__fault_open(&hooks, &c->fault)) != COHORT_OK)
 			goto out_free;

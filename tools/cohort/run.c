@@ -79,9 +79,15 @@ struct run_failure {
 	int signal;
 	int64_t at_ms; /* when the launcher noticed it */
 	char text[COHORT__DETAIL_MAX]; /* the rank's reported error text */
-	char last_op[128];
+	char last_op[192];
 	uint64_t last_op_seq;
 	char coordinator_view[64]; /* member state at cohortd */
+	/* cohortd's record of the failure (proto Failure): how it failed
+	 * ("process", "heartbeat", "reported"; "" when cohortd had none) and
+	 * where it ran */
+	char how[32];
+	char host[256];
+	uint32_t pid;
 	/* cohortd did not answer cohort run either: the likely root cause
 	 * (workers lose it past their reconnect window and stop). */
 	char coord_unreachable[COHORT__DETAIL_MAX];
@@ -456,6 +462,27 @@ run_query_failure(const char *url, const struct run_cfg *cfg, const char *job,
 					cohort__strlcpy(f->text,
 					    js->failed_text, sizeof(f->text));
 			}
+			if (js->failure != NULL) {
+				/* the operation it failed in, not its last
+				 * heartbeat's */
+				const Cohort__Failure *fr = js->failure;
+				cohort_failure_kind k
+				    = (cohort_failure_kind)fr->kind;
+
+				cohort__strlcpy(f->how,
+				    cohort_failure_kind_name(fr->kind != 0
+				            ? k
+				            : COHORT_FAILURE_PEER),
+				    sizeof(f->how));
+				cohort__strlcpy(f->host,
+				    fr->host != NULL ? fr->host : "",
+				    sizeof(f->host));
+				f->pid = fr->pid;
+				cohort__strlcpy(f->last_op,
+				    fr->operation != NULL ? fr->operation : "",
+				    sizeof(f->last_op));
+				f->last_op_seq = fr->seq;
+			}
 			for (size_t m = 0; m < js->n_members; m++) {
 				Cohort__MemberStatus *ms = js->members[m];
 				if (ms->rank != f->rank)
@@ -464,10 +491,11 @@ run_query_failure(const char *url, const struct run_cfg *cfg, const char *job,
 				    && f->text[0] == '\0')
 					cohort__strlcpy(f->text, ms->failure,
 					    sizeof(f->text));
-				if (ms->last_op != NULL)
+				if (ms->last_op != NULL && f->how[0] == '\0') {
 					cohort__strlcpy(f->last_op,
 					    ms->last_op, sizeof(f->last_op));
-				f->last_op_seq = ms->last_op_seq;
+					f->last_op_seq = ms->last_op_seq;
+				}
 				if (ms->state != NULL)
 					cohort__strlcpy(f->coordinator_view,
 					    ms->state,
@@ -512,6 +540,9 @@ run_report(const struct run_cfg *cfg, const char *job,
 	    f->last_op[0] ? "" : "\n");
 	if (f->last_op[0])
 		fprintf(stderr, " (#%" PRIu64 ")\n", f->last_op_seq);
+	if (f->how[0] != '\0')
+		fprintf(stderr, "  failure    : %s, on %s:%u\n", f->how,
+		    f->host[0] ? f->host : "?", f->pid);
 	fprintf(stderr,
 	    "  stopped in : %.3f s (failure to last worker stopping)\n"
 	    "  restarts   : %d of %d used\n",
@@ -541,9 +572,14 @@ run_report(const struct run_cfg *cfg, const char *job,
 		cohort__json_str(out, f->text);
 		fprintf(out, ",\"operation\":");
 		cohort__json_str(out, f->last_op);
-		fprintf(out, ",\"operation_seq\":%" PRIu64 ",\"kind\":\"%s\"}",
+		fprintf(out, ",\"operation_seq\":%" PRIu64 ",\"kind\":\"%s\"",
 		    f->last_op_seq,
 		    f->coord_unreachable[0] != '\0' ? "coordinator" : "rank");
+		fprintf(out, ",\"failure\":");
+		cohort__json_str(out, f->how);
+		fprintf(out, ",\"host\":");
+		cohort__json_str(out, f->host);
+		fprintf(out, ",\"pid\":%u}", f->pid);
 		fprintf(out,
 		    ",\"stop_seconds\":%.3f,\"restarts\":%d,"
 		    "\"max_restarts\":%d,\"workers\":[",
