@@ -90,6 +90,13 @@ void cohort__client_fail_local(struct cohort_client *c, cohort_status st,
 cohort_status cohort__client_job_failed(
     struct cohort_client *c, cohort_status st, const Cohort__Reply *rep);
 
+/* The job's KV space that is libcohort's own (COHORT__KV_RESERVED): the
+ * public calls refuse its keys; libcohort uses these (kv.c). */
+cohort_status cohort__kv_set(struct cohort_client *c, const char *key,
+    const void *value, size_t len, cohort_duration timeout);
+cohort_status cohort__kv_get(struct cohort_client *c, const char *key,
+    void **value, size_t *len, cohort_duration timeout);
+
 /* For a data-plane operation `kind` #seq of g that timed out: asks cohortd
  * (one StatusQuery, at most a few seconds) which members of g had not
  * entered it according to their heartbeats, and writes "ranks 2, 3 never

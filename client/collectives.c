@@ -291,7 +291,7 @@ coll_store_set(void *ctx, const char *key, const void *val, size_t len,
 
 	if ((st = coll_store_key(dp, key, full, sizeof(full))) != COHORT_OK)
 		return (st);
-	return (cohort_kv_set(
+	return (cohort__kv_set(
 	    dp->g->client, full, val, len, cohort__remaining(deadline)));
 }
 
@@ -316,7 +316,7 @@ coll_store_get(
 			    dp->g->id, key));
 		if (left < 0 || left > COLL_STORE_SLICE_MS)
 			left = COLL_STORE_SLICE_MS;
-		st = cohort_kv_get(dp->g->client, full, val, len, left);
+		st = cohort__kv_get(dp->g->client, full, val, len, left);
 		if (st != COHORT_ETIMEDOUT || cohort__expired(deadline))
 			return (st);
 	}
@@ -512,7 +512,8 @@ coll_backend_init(struct coll_dp *dp, struct cohort_work *w)
 	else
 		snprintf(dp->group_id, sizeof(dp->group_id), "sub.%s", g->id);
 	snprintf(dp->key_prefix, sizeof(dp->key_prefix),
-	    "__cohort/dp/%" PRIu64 "/%s/", g->generation, dp->group_id);
+	    COHORT__KV_RESERVED "dp/%" PRIu64 "/%s/", g->generation,
+	    dp->group_id);
 	cohort__sha256_init(&sh);
 	cohort__sha256_update(&sh, label, sizeof(label));
 	cohort__sha256_update(&sh, c->token, strlen(c->token));

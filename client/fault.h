@@ -51,8 +51,8 @@ struct cohort__fault;
 /* Default exit code of action=exit. */
 #define COHORT__FAULT_EXIT_CODE 42
 /* KV keys of `cohort fault` (reserved prefix). */
-#define COHORT__FAULT_KEY_COUNT "__cohort/faults/count"
-#define COHORT__FAULT_KEY_PREFIX "__cohort/faults/"
+#define COHORT__FAULT_KEY_COUNT COHORT__KV_RESERVED "faults/count"
+#define COHORT__FAULT_KEY_PREFIX COHORT__KV_RESERVED "faults/"
 
 enum cohort__fault_action {
 	COHORT__FAULT_EXIT = 0,

@@ -183,7 +183,7 @@ typedef struct cohort_env {
 } cohort_env;
 
 /* cohort_env_resolve reads the process environment in the order of
- * DESIGN.md section 3 (docs/launchers.md has the tables): rank and world
+ * docs/launchers.md (which has the tables): rank and world
  * size from the first *complete* source (both present) of cohort's own
  * COHORT_* variables, torchrun's (RANK, WORLD_SIZE, LOCAL_RANK,
  * LOCAL_WORLD_SIZE, GROUP_RANK), Open MPI's (OMPI_COMM_WORLD_*), PMI's
