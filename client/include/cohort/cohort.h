@@ -489,9 +489,10 @@ typedef struct cohort_failure {
 	                        the connection"); "" if nothing */
 } cohort_failure;
 
+/* A designated initialiser (C99, C++20); elsewhere set .size by hand. */
 #define COHORT_FAILURE_INIT                                                   \
 	{                                                                     \
-		sizeof(cohort_failure)                                        \
+		.size = sizeof(cohort_failure)                                \
 	}
 
 /* Copies g's sticky failure into *f: the first failure recorded on the
