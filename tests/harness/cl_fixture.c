@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "cl_fixture.h"
+#include "client.h"
 #include "server.h"
 
 void
@@ -65,6 +66,52 @@ clx_options(const struct clx *x, int rank, int n, cohort_options *o)
 	o->reconnect_window = x->dead_after_ms;
 	o->backend = x->backend;
 	o->data_addr = "127.0.0.1";
+}
+
+struct clx_pending {
+	struct clx *x;
+	int asker;
+	int who;
+};
+
+/* cohortd lists rank `who` among the arrivals of a pending collective. */
+static bool
+clx_parked(void *arg)
+{
+	struct clx_pending *p = arg;
+	struct cohort_client *c = p->x->c[p->asker];
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	Cohort__StatusQuery q = COHORT__STATUS_QUERY__INIT;
+	struct cohort__coord_call call;
+	bool in = false;
+
+	q.job = p->x->job;
+	req.body_case = COHORT__REQUEST__BODY_STATUS_QUERY;
+	req.status_query = &q;
+	if (cohort__coord_request(
+	        c->coord, &call, &req, NULL, 0, cohort__now_ms() + 1000)
+	        == COHORT_OK
+	    && call.rep->body_case == COHORT__REPLY__BODY_STATUS_QUERY
+	    && call.rep->status_query->n_jobs == 1) {
+		const Cohort__JobStatus *js = call.rep->status_query->jobs[0];
+
+		for (size_t i = 0; i < js->n_pending; i++)
+			for (size_t k = 0; k < js->pending[i]->n_arrived; k++)
+				if (js->pending[i]->arrived[k] == p->who
+				    && !js->pending[i]->data_plane)
+					in = true;
+	}
+	cohort__coord_call_fini(&call);
+	return (in);
+}
+
+void
+clx_wait_parked(struct clx *x, int asker, int who)
+{
+	struct clx_pending p = { x, asker, who };
+
+	ck_assert_msg(th_wait_until(clx_parked, &p, 250, 20),
+	    "rank %d never arrived in a collective at cohortd", who);
 }
 
 /* ------------------------------------------------------------------------ */

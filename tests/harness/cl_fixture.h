@@ -58,6 +58,11 @@ void clx_join(struct clx *x, int n);
 /* Closes client `rank` now (a clean Leave), leaving NULL. */
 void clx_close(struct clx *x, int rank);
 
+/* Waits (bounded: 5 s, failing the test past it) until cohortd has rank
+ * `who` parked in a collective (a barrier, a service-backend gather),
+ * asking through client `asker`. */
+void clx_wait_parked(struct clx *x, int asker, int who);
+
 /* Runs fn(x, rank, arg) for ranks 0..n-1, one thread each, and waits for
  * all of them up to timeout_ms (failing the test past it); st[rank] gets
  * what each returned. */

@@ -175,20 +175,20 @@ START_TEST(test_reported_failure_reaches_every_group_as_data)
 		ck_assert_uint_eq(f.pid, (uint32_t)getpid());
 		ck_assert_str_eq(f.text, text);
 		ck_assert(f.unix_ms > 0);
-		ck_assert_msg(
-		    strncmp(cohort_group_last_error(cohort_client_world(
-		                x.c[r])),
-		        head, strlen(head))
+		ck_assert_msg(strncmp(cohort_group_last_error(
+		                          cohort_client_world(x.c[r])),
+		                  head, strlen(head))
 		        == 0,
-		    "%s", cohort_group_last_error(cohort_client_world(x.c[r])));
-		ck_assert_ptr_nonnull(
-		    strstr(cohort_group_last_error(cohort_client_world(x.c[r])),
-		        " s ago)\n  at line 3"));
+		    "%s",
+		    cohort_group_last_error(cohort_client_world(x.c[r])));
+		ck_assert_ptr_nonnull(strstr(
+		    cohort_group_last_error(cohort_client_world(x.c[r])),
+		    " s ago)\n  at line 3"));
 		ck_assert_cohort_err(
 		    cohort_client_error(x.c[r]), COHORT_EPEERLOST);
 		/* sticky: every later call says the same */
-		ck_assert_cohort_err(cohort_barrier(cohort_client_world(x.c[r]),
-		                         "after", 1000),
+		ck_assert_cohort_err(
+		    cohort_barrier(cohort_client_world(x.c[r]), "after", 1000),
 		    COHORT_EPEERLOST);
 		ck_assert_ptr_nonnull(strstr(cohort_last_error(), head));
 	}
@@ -200,8 +200,8 @@ START_TEST(test_reported_failure_reaches_every_group_as_data)
 		ck_assert_ptr_nonnull(big);
 		memset(big, 'x', n - 1);
 		big[n - 1] = '\0';
-		ck_assert_cohort_err(cohort_report_failure(x.c[0], big, 1000),
-		    COHORT_EINVAL);
+		ck_assert_cohort_err(
+		    cohort_report_failure(x.c[0], big, 1000), COHORT_EINVAL);
 		free(big);
 	}
 	ck_assert_cohort_err(
@@ -209,42 +209,6 @@ START_TEST(test_reported_failure_reaches_every_group_as_data)
 	clx_stop(&x);
 }
 END_TEST
-
-struct ct_pending {
-	struct clx *x;
-	int asker;
-	int who;
-};
-
-/* cohortd has rank `who` parked in a control-plane collective. */
-static bool
-ct_parked(void *arg)
-{
-	struct ct_pending *p = arg;
-	struct cohort_client *c = p->x->c[p->asker];
-	Cohort__Request req = COHORT__REQUEST__INIT;
-	Cohort__StatusQuery q = COHORT__STATUS_QUERY__INIT;
-	struct cohort__coord_call call;
-	bool in = false;
-
-	q.job = p->x->job;
-	req.body_case = COHORT__REQUEST__BODY_STATUS_QUERY;
-	req.status_query = &q;
-	if (cohort__coord_request(c->coord, &call, &req, NULL, 0,
-	        cohort__now_ms() + 1000)
-	        == COHORT_OK
-	    && call.rep->body_case == COHORT__REPLY__BODY_STATUS_QUERY
-	    && call.rep->status_query->n_jobs == 1) {
-		const Cohort__JobStatus *js = call.rep->status_query->jobs[0];
-
-		for (size_t i = 0; i < js->n_pending; i++)
-			for (size_t k = 0; k < js->pending[i]->n_arrived; k++)
-				if (js->pending[i]->arrived[k] == p->who)
-					in = true;
-	}
-	cohort__coord_call_fini(&call);
-	return (in);
-}
 
 static cohort_status
 ct_barrier_b(struct clx *x, int rank, void *arg)
@@ -258,15 +222,13 @@ ct_barrier_b(struct clx *x, int rank, void *arg)
 START_TEST(test_lost_connection_names_the_operation)
 {
 	struct clx x;
-	struct ct_pending p = { &x, 0, 2 };
 	struct clx_bg *bg;
 	cohort_failure f;
 
 	clx_start(&x, "lost");
 	clx_join(&x, 3);
 	bg = clx_bg_start(&x, 2, ct_barrier_b, NULL);
-	ck_assert_msg(th_wait_until(ct_parked, &p, 100, 20),
-	    "rank 2 never reached the barrier");
+	clx_wait_parked(&x, 0, 2);
 	cohort__coord_drop(x.c[2]->coord, "dropped by the test");
 	ck_assert_int_ne(clx_bg_join(bg, 5000, NULL), COHORT_OK);
 	for (int r = 0; r < 2; r++) {
@@ -320,7 +282,8 @@ START_TEST(test_reserved_keys_are_not_the_programs)
 	    cohort_kv_check(c, keys, 2, &b, 1000), COHORT_EINVAL);
 	/* libcohort's own calls use it; a near miss is the program's */
 	ck_assert_cohort_ok(cohort__kv_set(c, "__cohort/dp/x", "v", 1, 1000));
-	ck_assert_cohort_ok(cohort__kv_get(c, "__cohort/dp/x", &v, &len, 1000));
+	ck_assert_cohort_ok(
+	    cohort__kv_get(c, "__cohort/dp/x", &v, &len, 1000));
 	ck_assert_uint_eq(len, 1);
 	cohort_free(v);
 	ck_assert_cohort_ok(cohort_kv_set(c, "__cohort", "v", 1, 1000));

@@ -191,7 +191,8 @@ START_TEST(test_deadline_bounds_a_parked_call)
 	ck_assert_msg(st == COHORT_OK || st == COHORT_ETIMEDOUT, "%s",
 	    cohort_status_name(st));
 	ck_assert_int_ge(th_now_ms() - t0, 250);
-	ck_assert_int_lt(th_now_ms() - t0, 300 + COHORT__REPLY_GRACE_MS + 1000);
+	ck_assert_int_lt(
+	    th_now_ms() - t0, 300 + COHORT__REPLY_GRACE_MS + 1000);
 	if (st == COHORT_OK)
 		ck_assert(!p.call.rep->kv_get->found);
 	cohort__coord_call_fini(&p.call);
@@ -237,7 +238,8 @@ START_TEST(test_coordinator_gone_past_the_window)
 	t0 = th_now_ms();
 	ck_assert_cohort_err(
 	    co_add(co, &call, &req, &add, "n", 1), COHORT_ENOCOORD);
-	ck_assert_int_lt(th_now_ms() - t0, 300 + COHORT__REPLY_GRACE_MS + 2000);
+	ck_assert_int_lt(
+	    th_now_ms() - t0, 300 + COHORT__REPLY_GRACE_MS + 2000);
 	cohort__coord_call_fini(&call);
 	ck_assert(cohort__coord_lost(co));
 	t0 = th_now_ms();

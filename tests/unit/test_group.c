@@ -216,9 +216,9 @@ START_TEST(test_text_of_each_kind)
 
 	gt_verdict(&f);
 	cohort__failure_text(&f, false, buf, sizeof(buf));
-	ck_assert_str_eq(
-	    buf, "rank 2 (node7:99) failed during allreduce (#5): "
-	         "connection lost");
+	ck_assert_str_eq(buf,
+	    "rank 2 (node7:99) failed during allreduce (#5): "
+	    "connection lost");
 	f.op_state = COHORT_FAILURE_OP_AFTER;
 	GT_SET(f.group, "grads");
 	cohort__failure_text(&f, false, buf, sizeof(buf));
@@ -275,7 +275,8 @@ END_TEST
 
 START_TEST(test_kind_names)
 {
-	ck_assert_str_eq(cohort_failure_kind_name(COHORT_FAILURE_NONE), "none");
+	ck_assert_str_eq(
+	    cohort_failure_kind_name(COHORT_FAILURE_NONE), "none");
 	ck_assert_str_eq(
 	    cohort_failure_kind_name(COHORT_FAILURE_PROCESS), "process");
 	ck_assert_str_eq(
@@ -422,5 +423,5 @@ END_TEST
 UNIT_SUITE(group, "group", 30, test_healthy_group_has_no_failure,
     test_failure_api_checks_its_arguments, test_first_failure_wins_unmerged,
     test_group_rank_of_the_failed_rank, test_abort_is_sticky_and_says_so,
-    test_age_counts_from_the_failure, test_text_of_each_kind,
-    test_kind_names, test_record_from_a_reply, test_last_error_is_per_thread)
+    test_age_counts_from_the_failure, test_text_of_each_kind, test_kind_names,
+    test_record_from_a_reply, test_last_error_is_per_thread)
