@@ -8,22 +8,11 @@
 
 #include "failure.h"
 
-static const char *const failure_kind_names[] = {
-	[COHORT_FAILURE_NONE] = "none",
-	[COHORT_FAILURE_PROCESS] = "process",
-	[COHORT_FAILURE_HEARTBEAT] = "heartbeat",
-	[COHORT_FAILURE_REPORTED] = "reported",
-	[COHORT_FAILURE_LEFT] = "left",
-	[COHORT_FAILURE_RESTORE] = "restore",
-	[COHORT_FAILURE_PEER] = "peer",
-	[COHORT_FAILURE_GENERATION] = "generation",
-	[COHORT_FAILURE_COORDINATOR] = "coordinator",
-	[COHORT_FAILURE_DATA_PLANE] = "data_plane",
-	[COHORT_FAILURE_TIMEOUT] = "timeout",
-	[COHORT_FAILURE_ABORTED] = "aborted",
-	[COHORT_FAILURE_INJECTED] = "injected",
-	[COHORT_FAILURE_UNAVAILABLE] = "unavailable",
-};
+/* By cohort_failure_kind (append only, as the enum). */
+static const char *const failure_kind_names[]
+    = { "none", "process", "heartbeat", "reported", "left", "restore", "peer",
+	      "generation", "coordinator", "data_plane", "timeout", "aborted",
+	      "injected", "unavailable" };
 
 const char *
 cohort_failure_kind_name(cohort_failure_kind kind)
@@ -71,24 +60,15 @@ cohort__failure_is_verdict(cohort_failure_kind kind)
 	return (kind >= COHORT_FAILURE_PROCESS && kind <= COHORT_FAILURE_PEER);
 }
 
-/* The wire's FailureKind: the same numbers, 0 (unknown) a peer. */
+/* The wire's FailureKind: the same numbers (cohort.h says so); 0
+ * (unknown) and anything newer, a peer. */
 static cohort_failure_kind
 failure_kind_of(Cohort__FailureKind k)
 {
-	switch (k) {
-	case COHORT__FAILURE_KIND__FAILURE_PROCESS:
-		return (COHORT_FAILURE_PROCESS);
-	case COHORT__FAILURE_KIND__FAILURE_HEARTBEAT:
-		return (COHORT_FAILURE_HEARTBEAT);
-	case COHORT__FAILURE_KIND__FAILURE_REPORTED:
-		return (COHORT_FAILURE_REPORTED);
-	case COHORT__FAILURE_KIND__FAILURE_LEFT:
-		return (COHORT_FAILURE_LEFT);
-	case COHORT__FAILURE_KIND__FAILURE_RESTORE:
-		return (COHORT_FAILURE_RESTORE);
-	default:
-		return (COHORT_FAILURE_PEER);
-	}
+	return (k >= COHORT__FAILURE_KIND__FAILURE_PROCESS
+	            && k <= COHORT__FAILURE_KIND__FAILURE_RESTORE
+	        ? (cohort_failure_kind)k
+	        : COHORT_FAILURE_PEER);
 }
 
 static const char *
@@ -127,17 +107,13 @@ cohort__failure_from_reply(
 		cohort__strlcpy(
 		    f->group, failure_str(w->group), sizeof(f->group));
 		f->seq = w->seq;
-		switch (w->op_state) {
-		case COHORT__FAILURE_OP_STATE__FAILURE_OP_DURING:
-			f->op_state = COHORT_FAILURE_OP_DURING;
-			break;
-		case COHORT__FAILURE_OP_STATE__FAILURE_OP_AFTER:
-			f->op_state = COHORT_FAILURE_OP_AFTER;
-			break;
-		default:
-			f->op_state = COHORT_FAILURE_OP_UNKNOWN;
-			break;
-		}
+		/* the same numbers as the wire's FailureOpState */
+		f->op_state = w->op_state
+		        == COHORT__FAILURE_OP_STATE__FAILURE_OP_DURING
+		    ? COHORT_FAILURE_OP_DURING
+		    : w->op_state == COHORT__FAILURE_OP_STATE__FAILURE_OP_AFTER
+		    ? COHORT_FAILURE_OP_AFTER
+		    : COHORT_FAILURE_OP_UNKNOWN;
 		f->op_age_ms = w->op_age_ms;
 		f->age_ms = w->age_ms;
 		f->unix_ms = (int64_t)w->unix_ms;

@@ -465,13 +465,9 @@ struct fault_live {
 struct cohort__fault {
 	struct cohort__fault_hooks hooks; /* the client's, from fault_open */
 	/* Who this is (from fault_start): a copy, so that nothing here
-	 * reads the client. */
+	 * reads the client; m.job points to job. */
+	struct cohort__fault_member m;
 	char job[COHORT__FAULT_JOB_MAX];
-	int32_t rank;
-	int32_t world;
-	uint64_t generation;
-	uint64_t job_id;
-	struct cohort__coord *coord;
 	pthread_mutex_t mtx;
 	_Atomic uint64_t ops; /* operations entered */
 	atomic_int pending; /* live rules not done */
@@ -510,7 +506,7 @@ fault_audit(struct cohort__fault *f, const struct fault_live *l, uint64_t op,
 	    "cohort fault: seed=%" PRIu64 " rank=%d op=%" PRIu64
 	    " action=%s (schedule %u rule %u: %s; in %s #%" PRIu64
 	    " on group '%s')\n",
-	    l->seed, f->rank, op, cohort__fault_action_name(l->r.action),
+	    l->seed, f->m.rank, op, cohort__fault_action_name(l->r.action),
 	    l->schedule, l->idx, rule, kind != NULL ? kind : "-", seq,
 	    group != NULL ? group : "");
 	fflush(stderr);
@@ -520,7 +516,7 @@ fault_audit(struct cohort__fault *f, const struct fault_live *l, uint64_t op,
 	    "{\"cohort_fault\":\"inject\",\"seed\":%" PRIu64
 	    ",\"schedule\":%u,\"rule\":%u,\"rank\":%d,\"at\":\"%s\","
 	    "\"action\":\"%s\",\"arg\":%" PRId64 ",\"spec\":\"%s\"",
-	    l->seed, l->schedule, l->idx, f->rank, trig,
+	    l->seed, l->schedule, l->idx, f->m.rank, trig,
 	    cohort__fault_action_name(l->r.action), l->r.arg, rule);
 	if (l->r.trigger == COHORT__FAULT_AT_OP)
 		cohort__appendf(line, sizeof(line), &off,
@@ -531,7 +527,7 @@ fault_audit(struct cohort__fault *f, const struct fault_live *l, uint64_t op,
 	cohort__appendf(line, sizeof(line), &off,
 	    ",\"job\":\"%s\",\"generation\":%" PRIu64 ",\"restart\":%d"
 	    ",\"pid\":%d,\"t_ms\":%" PRId64 ",\"wall_ms\":%" PRIu64 "}\n",
-	    f->job, f->generation, f->restart, (int)getpid(),
+	    f->job, f->m.generation, f->restart, (int)getpid(),
 	    (int64_t)(cohort__now_ms() - f->t0), cohort__wall_ms());
 	if ((fd = open(
 	         f->log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644))
@@ -567,7 +563,7 @@ static void
 fault_do_drop(struct cohort__fault *f, const char *text)
 {
 	f->hooks.fail(f->hooks.ctx, COHORT_EINJECTED, text);
-	cohort__coord_drop(f->coord, text);
+	cohort__coord_drop(f->m.coord, text);
 }
 
 struct fault_job {
@@ -714,7 +710,7 @@ fault_add_locked(struct cohort__fault *f,
 		const struct cohort__fault_rule *r = &plan->rules[i];
 		struct fault_live *l;
 
-		if (r->rank != COHORT__FAULT_RANK_ALL && r->rank != f->rank)
+		if (r->rank != COHORT__FAULT_RANK_ALL && r->rank != f->m.rank)
 			continue;
 		if (r->run != COHORT__FAULT_RUN_ANY && r->run != f->restart) {
 			cohort__debug(
@@ -746,7 +742,7 @@ fault_add_locked(struct cohort__fault *f,
 		cohort__fault_format_rule(r, rb, sizeof(rb));
 		cohort__info("fault schedule %u (seed %" PRIu64 "): rank %d "
 		             "will %s at %s %" PRIu64 "%s (%s)",
-		    schedule, plan->seed, f->rank,
+		    schedule, plan->seed, f->m.rank,
 		    cohort__fault_action_name(r->action),
 		    r->trigger == COHORT__FAULT_AT_OP ? "op" : "time",
 		    r->trigger == COHORT__FAULT_AT_OP
@@ -860,8 +856,8 @@ cohort__fault_add(struct cohort__fault *f, const char *spec, uint64_t salt)
 	if ((plan = malloc(sizeof(*plan))) == NULL)
 		return (cohort__err(COHORT_ENOMEM, "out of memory"));
 	if ((st = cohort__fault_parse(spec, plan)) != COHORT_OK
-	    || (st = cohort__fault_resolve(
-	            plan, fault_mix(f->job_id ^ fault_mix(salt)), f->world))
+	    || (st = cohort__fault_resolve(plan,
+	            fault_mix(f->m.job_id ^ fault_mix(salt)), f->m.world))
 	        != COHORT_OK) {
 		free(plan);
 		return (st);
@@ -899,10 +895,10 @@ fault_poll_apply(
 	}
 	buf[nl - buf] = '\0';
 	if (!cohort__parse_i64(buf + 11, &gen)
-	    || (uint64_t)gen != f->generation) {
+	    || (uint64_t)gen != f->m.generation) {
 		cohort__debug("fault schedule #%" PRIu64 " is for generation "
 		              "%s, not %" PRIu64,
-		    n, buf + 11, f->generation);
+		    n, buf + 11, f->m.generation);
 		return;
 	}
 	if ((st = cohort__fault_add(f, nl + 1, n)) != COHORT_OK)
@@ -1020,27 +1016,24 @@ cohort__fault_start(
 
 	if (f == NULL)
 		return (COHORT_OK);
+	f->m = *m;
 	cohort__strlcpy(f->job, m->job, sizeof(f->job));
-	f->rank = m->rank;
-	f->world = m->world;
-	f->generation = m->generation;
-	f->job_id = m->job_id;
-	f->coord = m->coord;
+	f->m.job = f->job;
 	f->t0 = cohort__now_ms();
 	if ((rv = nng_aio_alloc(&f->timer, fault_timer_cb, f)) != 0)
 		return (cohort__err(cohort__from_nng(rv), "nng_aio_alloc: %s",
 		    nng_strerror(rv)));
 	if (f->have_env) {
 		if ((st = cohort__fault_resolve(
-		         &f->env, fault_mix(f->job_id), f->world))
+		         &f->env, fault_mix(f->m.job_id), f->m.world))
 		    != COHORT_OK)
 			return (st);
 		cohort__fault_format(&f->env, text, sizeof(text));
-		if (f->rank == 0 || cohort__log_enabled(COHORT__LOG_INFO))
+		if (f->m.rank == 0 || cohort__log_enabled(COHORT__LOG_INFO))
 			fprintf(stderr,
 			    "cohort fault: rank %d: schedule %s (restart %d)"
 			    "\n",
-			    f->rank, text, f->restart);
+			    f->m.rank, text, f->restart);
 		pthread_mutex_lock(&f->mtx);
 		fault_add_locked(f, &f->env, 0);
 		pthread_mutex_unlock(&f->mtx);
@@ -1048,7 +1041,7 @@ cohort__fault_start(
 	if (cohort__knob_int_or(COHORT__KNOB_FAULTS_LISTEN, 1) == 0)
 		return (COHORT_OK);
 	if ((st = cohort__coord_async_alloc(
-	         f->coord, fault_poll_done, f, &f->poll))
+	         f->m.coord, fault_poll_done, f, &f->poll))
 	    != COHORT_OK)
 		return (st);
 	fault_poll_start(f);
@@ -1071,14 +1064,17 @@ cohort__fault_stop(struct cohort__fault *f)
 }
 
 void
-cohort__fault_close(struct cohort__fault *f)
+cohort__fault_close(struct cohort__fault **fp)
 {
+	struct cohort__fault *f = *fp;
+
 	if (f == NULL)
 		return;
+	*fp = NULL;
 	cohort__fault_stop(f);
-	cohort__coord_async_free(f->poll);
 	if (f->timer != NULL)
 		nng_aio_free(f->timer);
+	cohort__coord_async_free(f->poll);
 	pthread_mutex_destroy(&f->mtx);
 	free(f);
 }

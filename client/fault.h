@@ -137,13 +137,13 @@ struct cohort__fault_member {
  * connects) into a new *out; start: after the join, resolves it for this
  * rank and starts the time triggers and the `cohort fault` lookup; stop:
  * no trigger fires any more (before the client stops its liveness);
- * close: stop, then free (NULL-safe). */
+ * close: stop, free *fp and set it NULL (NULL-safe). */
 cohort_status cohort__fault_open(
     const struct cohort__fault_hooks *hooks, struct cohort__fault **out);
 cohort_status cohort__fault_start(
     struct cohort__fault *f, const struct cohort__fault_member *m);
 void cohort__fault_stop(struct cohort__fault *f);
-void cohort__fault_close(struct cohort__fault *f);
+void cohort__fault_close(struct cohort__fault **fp);
 
 /* The fault point of an operation (cohort__group_op_begin) kind #seq on
  * the group named group: counts it and fires what is due. Returns

@@ -315,8 +315,7 @@ client_free(struct cohort_client *c)
 		next = g->next;
 		cohort__group_free(g);
 	}
-	cohort__fault_close(c->fault);
-	c->fault = NULL;
+	cohort__fault_close(&c->fault);
 	cohort__coord_async_free(c->watch);
 	cohort__coord_async_free(c->hb);
 	if (c->watch_timer != NULL)
@@ -338,22 +337,26 @@ client_free(struct cohort_client *c)
  * before re-arming, and a stopped aio refuses new operations, so after
  * this nothing of the client runs on nng's threads. */
 static void
-client_stop_liveness(struct cohort_client *c)
+client_stop_timers(struct cohort_client *c)
 {
-	atomic_store(&c->closing, true);
 	if (c->hb_timer != NULL)
 		nng_aio_stop(c->hb_timer);
 	if (c->watch_timer != NULL)
 		nng_aio_stop(c->watch_timer);
+}
+
+static void
+client_stop_liveness(struct cohort_client *c)
+{
+	atomic_store(&c->closing, true);
+	client_stop_timers(c);
 	if (c->hb != NULL)
 		cohort__coord_async_stop(c->hb);
 	if (c->watch != NULL)
 		cohort__coord_async_stop(c->watch);
 	cohort__fault_stop(c->fault);
-	if (c->hb_timer != NULL)
-		nng_aio_stop(c->hb_timer);
-	if (c->watch_timer != NULL)
-		nng_aio_stop(c->watch_timer);
+	/* an async completion may have re-armed one */
+	client_stop_timers(c);
 }
 
 static cohort_status

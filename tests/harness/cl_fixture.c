@@ -60,10 +60,8 @@ clx_options(const struct clx *x, int rank, int n, cohort_options *o)
 {
 	th_member_options(o, x->url, x->job, rank, n);
 	o->heartbeat_interval = x->heartbeat_ms;
-	o->dead_after = x->dead_after_ms;
-	o->op_timeout = x->op_timeout_ms;
-	o->join_timeout = x->op_timeout_ms;
-	o->reconnect_window = x->dead_after_ms;
+	o->dead_after = o->reconnect_window = x->dead_after_ms;
+	o->op_timeout = o->join_timeout = x->op_timeout_ms;
 	o->backend = x->backend;
 	o->data_addr = "127.0.0.1";
 }

@@ -55,15 +55,15 @@ co_reductions(struct clx *x, int rank, void *arg)
 		d[k] = rank + k * 0.5;
 	for (int k = 0; k < 4; k++)
 		i[k] = (rank == k % CO_N) ? 100 + k : -k;
-	if ((st = cohort_allreduce(g, f, o->f32[rank], 5, COHORT_F32,
-	         COHORT_SUM, NULL, 5000))
+	if ((st = cohort_allreduce(
+	         g, f, o->f32[rank], 5, COHORT_F32, COHORT_SUM, NULL, 5000))
 	        != COHORT_OK
 	    || (st = cohort_allreduce(g, d, o->f64[rank], 3, COHORT_F64,
 	            COHORT_MEAN, NULL, 5000))
 	        != COHORT_OK
 	    /* in place */
-	    || (st = cohort_allreduce(g, i, i, 4, COHORT_I32, COHORT_MAX,
-	            NULL, 5000))
+	    || (st = cohort_allreduce(
+	            g, i, i, 4, COHORT_I32, COHORT_MAX, NULL, 5000))
 	        != COHORT_OK
 	    || (st = cohort_reduce(g, &p, root_out, 1, COHORT_I64, COHORT_PROD,
 	            1, NULL, 5000))
@@ -128,14 +128,14 @@ co_shapes(struct clx *x, int rank, void *arg)
 	if (rank == 2)
 		for (int k = 0; k < 9; k++)
 			o->u8[rank][k] = (uint8_t)(200 + k);
-	if ((st = cohort_allreduce(g, f, o->f32[rank], 100, COHORT_F32,
-	         COHORT_SUM, NULL, 5000))
+	if ((st = cohort_allreduce(
+	         g, f, o->f32[rank], 100, COHORT_F32, COHORT_SUM, NULL, 5000))
 	        != COHORT_OK
 	    || (st = cohort_allgather(
 	            g, ag, o->i32[rank], 7, COHORT_I32, NULL, 5000))
 	        != COHORT_OK
-	    || (st = cohort_allgatherv(g, agv, o->i32[rank] + 32, counts,
-	            COHORT_I32, NULL, 5000))
+	    || (st = cohort_allgatherv(
+	            g, agv, o->i32[rank] + 32, counts, COHORT_I32, NULL, 5000))
 	        != COHORT_OK
 	    || (st = cohort_reduce_scatter(g, rs, o->f32[rank] + 100, 4,
 	            COHORT_F32, COHORT_SUM, NULL, 5000))
@@ -147,8 +147,7 @@ co_shapes(struct clx *x, int rank, void *arg)
 	            g, o->u8[rank], 9, COHORT_U8, 2, NULL, 5000))
 	        != COHORT_OK
 	    || (st = cohort_scatter(g, rank == 1 ? sc : NULL,
-	            o->f64[rank] /* 2 floats */, 2, COHORT_F32, 1, NULL,
-	            5000))
+	            o->f64[rank] /* 2 floats */, 2, COHORT_F32, 1, NULL, 5000))
 	        != COHORT_OK)
 		return (st);
 	return (COHORT_OK);
@@ -225,20 +224,20 @@ START_TEST(test_arguments_refused_before_any_io)
 	clx_start(&x, "args");
 	clx_join(&x, 1);
 	g = co_world(&x, 0);
-	co_refused(cohort_allreduce(NULL, a, b, 4, COHORT_F32, COHORT_SUM, NULL,
-	               1000),
+	co_refused(cohort_allreduce(
+	               NULL, a, b, 4, COHORT_F32, COHORT_SUM, NULL, 1000),
 	    "group is NULL");
 	co_refused(cohort_allreduce(
 	               g, NULL, b, 4, COHORT_F32, COHORT_SUM, NULL, 1000),
 	    "send is NULL");
-	co_refused(cohort_allreduce(g, a, b, 4, (cohort_dtype)42, COHORT_SUM,
-	               NULL, 1000),
+	co_refused(cohort_allreduce(
+	               g, a, b, 4, (cohort_dtype)42, COHORT_SUM, NULL, 1000),
 	    "invalid dtype 42");
 	co_refused(cohort_allreduce(
 	               g, a, b, 4, COHORT_F32, (cohort_redop)42, NULL, 1000),
 	    "invalid op 42");
-	co_refused(cohort_allreduce(
-	               g, i, i, 4, COHORT_I32, COHORT_MEAN, NULL, 1000),
+	co_refused(
+	    cohort_allreduce(g, i, i, 4, COHORT_I32, COHORT_MEAN, NULL, 1000),
 	    "MEAN is defined for floating-point types only");
 	co_refused(cohort_allreduce(
 	               g, a, a + 1, 4, COHORT_F32, COHORT_SUM, NULL, 1000),
@@ -248,8 +247,8 @@ START_TEST(test_arguments_refused_before_any_io)
 	co_refused(cohort_allreduce(
 	               g, a, b, 4, COHORT_F32, COHORT_SUM, &stream, 1000),
 	    "stream must be NULL with the service backend");
-	co_refused(cohort_iallreduce(
-	               g, a, b, 4, COHORT_F32, COHORT_SUM, NULL, NULL),
+	co_refused(
+	    cohort_iallreduce(g, a, b, 4, COHORT_F32, COHORT_SUM, NULL, NULL),
 	    "out is NULL");
 	co_refused(cohort_allgatherv(g, a, b, NULL, COHORT_F32, NULL, 1000),
 	    "counts is NULL");
@@ -264,8 +263,8 @@ START_TEST(test_arguments_refused_before_any_io)
 	    cohort_allreduce(g, a, b, 4, COHORT_F32, COHORT_SUM, NULL, 1000));
 	ck_assert_int_eq(memcmp(a, b, 4 * sizeof(float)), 0);
 	/* nothing to move: done at once, through the handle too */
-	ck_assert_cohort_ok(cohort_iallreduce(
-	    g, a, b, 0, COHORT_F32, COHORT_SUM, NULL, &w));
+	ck_assert_cohort_ok(
+	    cohort_iallreduce(g, a, b, 0, COHORT_F32, COHORT_SUM, NULL, &w));
 	ck_assert_cohort_ok(cohort_work_wait(w, 1000));
 	cohort_work_free(w);
 	clx_stop(&x);
@@ -306,7 +305,8 @@ START_TEST(test_peer_failure_ends_a_blocked_allreduce)
 	ck_assert_cohort_ok(
 	    cohort_report_failure(x.c[2], "OOM in the data loader", 5000));
 	for (int r = 0; r < 2; r++) {
-		ck_assert_int_eq(clx_bg_join(bg[r], 10000, NULL), COHORT_EPEERLOST);
+		ck_assert_int_eq(
+		    clx_bg_join(bg[r], 10000, NULL), COHORT_EPEERLOST);
 		/* at once, not at the allreduce's 15 s timeout */
 		ck_assert_int_lt(th_now_ms() - t0, 3000);
 		ck_assert_cohort_ok(cohort_group_failure(co_world(&x, r), &f));
@@ -314,8 +314,8 @@ START_TEST(test_peer_failure_ends_a_blocked_allreduce)
 		ck_assert_int_eq(f.rank, 2);
 		ck_assert_str_eq(f.text, "OOM in the data loader");
 		/* sticky, at once */
-		ck_assert_int_eq(co_allreduce_long(&x, r, NULL),
-		    COHORT_EPEERLOST);
+		ck_assert_int_eq(
+		    co_allreduce_long(&x, r, NULL), COHORT_EPEERLOST);
 		ck_assert_ptr_nonnull(
 		    strstr(cohort_last_error(), "OOM in the data loader"));
 	}
@@ -345,17 +345,26 @@ START_TEST(test_abort_ends_a_blocked_allreduce)
 }
 END_TEST
 
+/* An allreduce of count + rank * step elements, timeout ms; rank 0's
+ * detail into why. */
+struct co_ar {
+	size_t count, step;
+	cohort_duration timeout;
+	char why[1024];
+};
+
 static cohort_status
-co_disagree(struct clx *x, int rank, void *arg)
+co_allreduce_args(struct clx *x, int rank, void *arg)
 {
-	float a[8] = { 0 }, b[8];
-	char *why = arg;
+	struct co_ar *a = arg;
+	float in[16] = { 0 }, out[16];
 	cohort_status st;
 
-	st = cohort_allreduce(co_world(x, rank), a, b, 4 + (size_t)rank,
-	    COHORT_F32, COHORT_SUM, NULL, 5000);
+	st = cohort_allreduce(co_world(x, rank), in, out,
+	    a->count + (size_t)rank * a->step, COHORT_F32, COHORT_SUM, NULL,
+	    a->timeout);
 	if (rank == 0)
-		snprintf(why, 1024, "%s", cohort_last_error());
+		snprintf(a->why, sizeof(a->why), "%s", cohort_last_error());
 	return (st);
 }
 
@@ -365,33 +374,19 @@ START_TEST(test_disagreeing_ranks_are_told)
 {
 	struct clx x;
 	cohort_status st[2];
-	char why[1024];
+	struct co_ar a = { 4, 1, 5000, "" };
 
 	clx_start(&x, "mm");
 	clx_join(&x, 2);
-	clx_run(&x, 2, co_disagree, why, 15000, st);
+	clx_run(&x, 2, co_allreduce_args, &a, 15000, st);
 	ck_assert_int_eq(st[0], COHORT_EMISMATCH);
 	ck_assert_int_eq(st[1], COHORT_EMISMATCH);
-	ck_assert_msg(strstr(why, "count 4") != NULL
-	        && strstr(why, "count 5") != NULL,
-	    "%s", why);
+	ck_assert_msg(strstr(a.why, "count 4") != NULL
+	        && strstr(a.why, "count 5") != NULL,
+	    "%s", a.why);
 	clx_stop(&x);
 }
 END_TEST
-
-static cohort_status
-co_allreduce_short(struct clx *x, int rank, void *arg)
-{
-	float a[4] = { 0 }, b[4];
-	char *why = arg;
-	cohort_status st;
-
-	st = cohort_allreduce(
-	    co_world(x, rank), a, b, 4, COHORT_F32, COHORT_SUM, NULL, 800);
-	if (rank == 0)
-		snprintf(why, 1024, "%s", cohort_last_error());
-	return (st);
-}
 
 /* Rank 2 never enters: the others time out naming it, and the group is
  * failed (the data plane's state is unknown) with a TIMEOUT record. */
@@ -400,14 +395,14 @@ START_TEST(test_timeout_names_the_missing_rank)
 	struct clx x;
 	cohort_status st[2];
 	cohort_failure f = COHORT_FAILURE_INIT;
-	char why[1024];
+	struct co_ar a = { 4, 0, 800, "" };
 
 	clx_start(&x, "late");
 	clx_join(&x, CO_N);
-	clx_run(&x, 2, co_allreduce_short, why, 15000, st);
+	clx_run(&x, 2, co_allreduce_args, &a, 15000, st);
 	ck_assert_int_eq(st[0], COHORT_ETIMEDOUT);
 	ck_assert_int_eq(st[1], COHORT_ETIMEDOUT);
-	ck_assert_msg(strstr(why, "2") != NULL, "%s", why);
+	ck_assert_msg(strstr(a.why, "2") != NULL, "%s", a.why);
 	ck_assert_cohort_ok(cohort_group_failure(co_world(&x, 0), &f));
 	ck_assert_int_eq(f.status, COHORT_ETIMEDOUT);
 	ck_assert_int_eq(f.kind, COHORT_FAILURE_TIMEOUT);
@@ -435,16 +430,16 @@ co_pair(struct clx *x, int rank, void *arg)
 
 	if (rank == 1)
 		return (COHORT_OK);
-	if ((st = cohort_group_new(x->c[rank], "pair", ranks, 2, "service", &g,
-	         5000))
+	if ((st = cohort_group_new(
+	         x->c[rank], "pair", ranks, 2, "service", &g, 5000))
 	    != COHORT_OK)
 		return (st);
 	if (cohort_group_size(g) != 2 || cohort_group_global_rank(g, 1) != 2
 	    || strcmp(cohort_group_backend(g), "service") != 0)
 		st = COHORT_EPROTO;
 	else
-		st = cohort_allreduce(g, &v, &out[rank], 1, COHORT_I64,
-		    COHORT_SUM, NULL, 5000);
+		st = cohort_allreduce(
+		    g, &v, &out[rank], 1, COHORT_I64, COHORT_SUM, NULL, 5000);
 	cohort_group_destroy(g);
 	return (st);
 }

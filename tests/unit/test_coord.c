@@ -45,29 +45,39 @@ co_add(struct cohort__coord *co, struct cohort__coord_call *call,
 	return (cohort__coord_call(co, call));
 }
 
+/* A KV set of len bytes at val to key on call (the caller finalises
+ * it). */
+static cohort_status
+co_set(struct cohort__coord *co, struct cohort__coord_call *call,
+    const char *key, const void *val, size_t len)
+{
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	Cohort__KvSet set = COHORT__KV_SET__INIT;
+	struct cohort__iov iov = { val, len };
+
+	set.key = (char *)key;
+	req.body_case = COHORT__REQUEST__BODY_KV_SET;
+	req.kv_set = &set;
+	return (cohort__coord_request(
+	    co, call, &req, &iov, 1, cohort__now_ms() + 5000));
+}
+
 START_TEST(test_round_trip_numbers_requests)
 {
 	struct clx x;
 	struct cohort__coord *co;
 	struct cohort__coord_call call;
 	Cohort__Request req = COHORT__REQUEST__INIT;
-	Cohort__KvSet set = COHORT__KV_SET__INIT;
 	Cohort__KvGet get = COHORT__KV_GET__INIT;
-	struct cohort__iov iov = { "value", 5 };
 	uint64_t seq;
 
 	clx_start(&x, "rt");
 	co = co_open(&x);
 	ck_assert(cohort__coord_up(co));
-	set.key = "k";
-	req.body_case = COHORT__REQUEST__BODY_KV_SET;
-	req.kv_set = &set;
-	ck_assert_cohort_ok(cohort__coord_request(
-	    co, &call, &req, &iov, 1, cohort__now_ms() + 5000));
+	ck_assert_cohort_ok(co_set(co, &call, "k", "value", 5));
 	seq = call.seq;
 	ck_assert_uint_ge(seq, 1);
 	cohort__coord_call_fini(&call);
-	cohort__request__init(&req);
 	get.key = "k";
 	req.body_case = COHORT__REQUEST__BODY_KV_GET;
 	req.kv_get = &get;
@@ -256,21 +266,14 @@ START_TEST(test_too_big_is_refused_before_sending)
 	struct clx x;
 	struct cohort__coord *co;
 	struct cohort__coord_call call;
-	Cohort__Request req = COHORT__REQUEST__INIT;
-	Cohort__KvSet set = COHORT__KV_SET__INIT;
 	static char big[8192];
-	struct cohort__iov iov = { big, sizeof(big) };
 
 	clx_start(&x, "big");
 	co = co_open(&x);
 	cohort__coord_set_limits(co, 1024, 4096);
 	ck_assert_uint_eq(cohort__coord_max_value(co), 1024);
-	set.key = "k";
-	req.body_case = COHORT__REQUEST__BODY_KV_SET;
-	req.kv_set = &set;
-	ck_assert_cohort_err(cohort__coord_request(co, &call, &req, &iov, 1,
-	                         cohort__now_ms() + 5000),
-	    COHORT_ETOOBIG);
+	ck_assert_cohort_err(
+	    co_set(co, &call, "k", big, sizeof(big)), COHORT_ETOOBIG);
 	ck_assert_msg(strstr(cohort_last_error(), "4096") != NULL, "%s",
 	    cohort_last_error());
 	cohort__coord_call_fini(&call);
@@ -322,17 +325,10 @@ START_TEST(test_async_call_calls_back)
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__KvGet get = COHORT__KV_GET__INIT;
 	struct cohort__coord_call call;
-	Cohort__Request sreq = COHORT__REQUEST__INIT;
-	Cohort__KvSet set = COHORT__KV_SET__INIT;
-	struct cohort__iov iov = { "1", 1 };
 
 	clx_start(&x, "async");
 	co = co_open(&x);
-	set.key = "here";
-	sreq.body_case = COHORT__REQUEST__BODY_KV_SET;
-	sreq.kv_set = &set;
-	ck_assert_cohort_ok(cohort__coord_request(
-	    co, &call, &sreq, &iov, 1, cohort__now_ms() + 5000));
+	ck_assert_cohort_ok(co_set(co, &call, "here", "1", 1));
 	cohort__coord_call_fini(&call);
 	ck_assert_cohort_ok(
 	    cohort__coord_async_alloc(co, co_async_done, &a, &as));

@@ -66,6 +66,21 @@ gt_verdict(cohort_failure *f)
 	GT_SET(f->text, "connection lost");
 }
 
+/* t's group failed by gt_verdict's failure of `rank`, `age_ms` old at
+ * cohortd; the record as cohort_group_failure gives it into *f. */
+static void
+gt_failed(struct gt *t, int32_t rank, uint64_t age_ms, cohort_failure *f)
+{
+	cohort_failure v;
+
+	gt_verdict(&v);
+	v.rank = rank;
+	v.age_ms = age_ms;
+	cohort__group_fail(t->g, &v);
+	f->size = sizeof(*f);
+	ck_assert_cohort_ok(cohort_group_failure(t->g, f));
+}
+
 START_TEST(test_healthy_group_has_no_failure)
 {
 	struct gt *t = gt_new("", 0, 3, NULL);
@@ -154,17 +169,12 @@ START_TEST(test_group_rank_of_the_failed_rank)
 	const int32_t ranks[] = { 3, 5, 7 };
 	struct gt *t = gt_new("sub", 1, 3, ranks);
 	struct gt *u = gt_new("sub2", 1, 3, ranks);
-	cohort_failure v, f = COHORT_FAILURE_INIT;
+	cohort_failure f;
 
-	gt_verdict(&v);
-	v.rank = 7;
-	cohort__group_fail(t->g, &v);
-	ck_assert_cohort_ok(cohort_group_failure(t->g, &f));
+	gt_failed(t, 7, 0, &f);
 	ck_assert_int_eq(f.rank, 7);
 	ck_assert_int_eq(f.group_rank, 2);
-	v.rank = 4; /* not a member of u */
-	cohort__group_fail(u->g, &v);
-	ck_assert_cohort_ok(cohort_group_failure(u->g, &f));
+	gt_failed(u, 4, 0, &f); /* not a member of u */
 	ck_assert_int_eq(f.group_rank, -1);
 	gt_free(t);
 	gt_free(u);
@@ -194,12 +204,9 @@ END_TEST
 START_TEST(test_age_counts_from_the_failure)
 {
 	struct gt *t = gt_new("", 0, 3, NULL);
-	cohort_failure v, f = COHORT_FAILURE_INIT;
+	cohort_failure f;
 
-	gt_verdict(&v);
-	v.age_ms = 1500;
-	cohort__group_fail(t->g, &v);
-	ck_assert_cohort_ok(cohort_group_failure(t->g, &f));
+	gt_failed(t, 2, 1500, &f);
 	ck_assert_uint_ge(f.age_ms, 1500);
 	ck_assert_uint_lt(f.age_ms, 10000);
 	ck_assert_ptr_nonnull(

@@ -35,11 +35,7 @@
 #define SVC_DEFAULT_CHUNK (16u << 20)
 
 struct svc {
-	struct cohort__coord_chan chan;
-	int rank;
-	int size;
-	const int32_t *global_ranks;
-	atomic_int *abort_flag;
+	struct cohort__group_desc d; /* a copy; what it points to lives on */
 	size_t max_reply; /* bytes of one reply */
 	struct cohort__iov *parts; /* size entries */
 	/* Aligned copy of a contribution: the pieces of a reply sit at any
@@ -61,12 +57,12 @@ static void
 svc_shape(
     const struct svc *s, const struct cohort__op *op, struct svc_shape *sh)
 {
-	size_t n = (size_t)s->size;
+	size_t n = (size_t)s->d.size;
 
 	sh->es = cohort_dtype_size(op->dtype);
 	sh->blk = op->count;
 	sh->mult = 1;
-	sh->senders = s->size;
+	sh->senders = s->d.size;
 	switch (op->kind) {
 	case COHORT__OP_BROADCAST:
 		sh->senders = 1;
@@ -81,7 +77,7 @@ svc_shape(
 		break;
 	case COHORT__OP_ALLGATHERV:
 		sh->blk = 0;
-		for (int q = 0; q < s->size; q++)
+		for (int q = 0; q < s->d.size; q++)
 			if (op->counts[q] > sh->blk)
 				sh->blk = op->counts[q];
 		break;
@@ -135,7 +131,7 @@ svc_parts(struct svc *s, const struct cohort__op *op,
 	const uint8_t *src = op->send;
 	size_t len = (b - a) * sh->es, start, n;
 
-	if (svc_len(s, op, sh, s->rank, a, b) == 0)
+	if (svc_len(s, op, sh, s->d.rank, a, b) == 0)
 		return (0);
 	switch (op->kind) {
 	case COHORT__OP_BROADCAST:
@@ -143,19 +139,19 @@ svc_parts(struct svc *s, const struct cohort__op *op,
 		s->parts[0].len = len;
 		return (1);
 	case COHORT__OP_ALLGATHERV:
-		n = svc_clip(a, b, op->counts[s->rank], &start);
+		n = svc_clip(a, b, op->counts[s->d.rank], &start);
 		s->parts[0].base = src + start * sh->es;
 		s->parts[0].len = n * sh->es;
 		return (1);
 	case COHORT__OP_SCATTER:
 	case COHORT__OP_REDUCE_SCATTER:
 	case COHORT__OP_ALLTOALL:
-		for (int j = 0; j < s->size; j++) {
+		for (int j = 0; j < s->d.size; j++) {
 			s->parts[j].base
 			    = src + ((size_t)j * op->count + a) * sh->es;
 			s->parts[j].len = len;
 		}
-		return ((size_t)s->size);
+		return ((size_t)s->d.size);
 	default:
 		s->parts[0].base = src + a * sh->es;
 		s->parts[0].len = len;
@@ -190,7 +186,7 @@ svc_consume(struct svc *s, const struct cohort__op *op,
 {
 	uint8_t *dst = op->recv;
 	size_t len = b - a, bytes = len * sh->es, off, start, n;
-	int r = s->rank;
+	int r = s->d.rank;
 
 	switch (op->kind) {
 	case COHORT__OP_REDUCE:
@@ -204,7 +200,7 @@ svc_consume(struct svc *s, const struct cohort__op *op,
 		                                            : 0;
 		dst += a * sh->es;
 		memcpy(dst, p[0] + off, bytes);
-		for (int q = 1; q < s->size; q++) {
+		for (int q = 1; q < s->d.size; q++) {
 			const uint8_t *src
 			    = svc_aligned(s, p[q] + off, bytes, sh->es);
 
@@ -214,7 +210,7 @@ svc_consume(struct svc *s, const struct cohort__op *op,
 		}
 		if (op->op == COHORT_MEAN)
 			cohort__scale_div(
-			    dst, len, op->dtype, (double)s->size);
+			    dst, len, op->dtype, (double)s->d.size);
 		return (true);
 	case COHORT__OP_BROADCAST:
 		if (r != op->root)
@@ -225,13 +221,13 @@ svc_consume(struct svc *s, const struct cohort__op *op,
 			return (true);
 		/* FALLTHROUGH */
 	case COHORT__OP_ALLGATHER:
-		for (int q = 0; q < s->size; q++)
+		for (int q = 0; q < s->d.size; q++)
 			memcpy(dst + ((size_t)q * op->count + a) * sh->es,
 			    p[q], bytes);
 		return (true);
 	case COHORT__OP_ALLGATHERV:
 		off = 0;
-		for (int q = 0; q < s->size; q++) {
+		for (int q = 0; q < s->d.size; q++) {
 			n = svc_clip(a, b, op->counts[q], &start);
 			if (n > 0)
 				memcpy(dst + (off + start) * sh->es, p[q],
@@ -240,7 +236,7 @@ svc_consume(struct svc *s, const struct cohort__op *op,
 		}
 		return (true);
 	case COHORT__OP_ALLTOALL:
-		for (int q = 0; q < s->size; q++)
+		for (int q = 0; q < s->d.size; q++)
 			memcpy(dst + ((size_t)q * op->count + a) * sh->es,
 			    p[q] + (size_t)r * bytes, bytes);
 		return (true);
@@ -268,7 +264,7 @@ svc_gather(struct svc *s, const struct cohort__op *op,
 	size_t off = 0;
 	const char *what = cohort__op_name(op->kind);
 
-	if (atomic_load_explicit(s->abort_flag, memory_order_acquire) != 0) {
+	if (atomic_load_explicit(s->d.abort_flag, memory_order_acquire) != 0) {
 		snprintf(
 		    err, errlen, "%s #%" PRIu64 " aborted", what, op->seq);
 		return (COHORT_EABORTED);
@@ -282,27 +278,28 @@ svc_gather(struct svc *s, const struct cohort__op *op,
 	cg.parts = s->parts;
 	cg.nparts = svc_parts(s, op, sh, a, b);
 	why[0] = '\0';
-	if ((st = s->chan.gather(s->chan.ctx, &cg, why, sizeof(why), deadline))
+	if ((st = s->d.chan.gather(
+	         s->d.chan.ctx, &cg, why, sizeof(why), deadline))
 	    != COHORT_OK) {
 		snprintf(err, errlen, "%s #%" PRIu64 " through cohortd: %s",
 		    what, op->seq, why);
 		return (st);
 	}
 	st = COHORT_EPROTO;
-	if (cg.nlens != (size_t)s->size) {
+	if (cg.nlens != (size_t)s->d.size) {
 		snprintf(err, errlen,
 		    "%s #%" PRIu64 ": malformed reply "
 		    "from cohortd",
 		    what, op->seq);
 		goto out;
 	}
-	if (s->size > 64
-	    && (pp = malloc(sizeof(*pp) * (size_t)s->size)) == NULL) {
+	if (s->d.size > 64
+	    && (pp = malloc(sizeof(*pp) * (size_t)s->d.size)) == NULL) {
 		st = COHORT_ENOMEM;
 		snprintf(err, errlen, "out of memory");
 		goto out;
 	}
-	for (int q = 0; q < s->size; q++) {
+	for (int q = 0; q < s->d.size; q++) {
 		size_t want = svc_len(s, op, sh, q, a, b);
 
 		if (cg.lens[q] < 0 || (size_t)cg.lens[q] != want
@@ -311,7 +308,7 @@ svc_gather(struct svc *s, const struct cohort__op *op,
 			    "%s #%" PRIu64 ": rank %d sent "
 			    "%" PRId64 " bytes, expected %zu (do the ranks "
 			    "agree on the arguments?)",
-			    what, op->seq, s->global_ranks[q], cg.lens[q],
+			    what, op->seq, s->d.global_ranks[q], cg.lens[q],
 			    want);
 			goto out;
 		}
@@ -334,7 +331,7 @@ svc_gather(struct svc *s, const struct cohort__op *op,
 out:
 	if (pp != p)
 		free(pp);
-	s->chan.release(s->chan.ctx, &cg);
+	s->d.chan.release(s->d.chan.ctx, &cg);
 	return (st);
 }
 
@@ -385,11 +382,7 @@ svc_init(const struct cohort__group_desc *desc, void **state, char *err,
 		snprintf(err, errlen, "out of memory");
 		return (COHORT_ENOMEM);
 	}
-	s->chan = desc->chan;
-	s->rank = desc->rank;
-	s->size = desc->size;
-	s->global_ranks = desc->global_ranks;
-	s->abort_flag = desc->abort_flag;
+	s->d = *desc;
 	s->max_reply = SVC_DEFAULT_CHUNK;
 	if (env != NULL && cohort__parse_i64(env, &v) && v >= 1
 	    && v <= (int64_t)SVC_DEFAULT_CHUNK * 3)
@@ -403,7 +396,7 @@ svc_abort(void *arg)
 {
 	struct svc *s = arg;
 
-	s->chan.abort(s->chan.ctx);
+	s->d.chan.abort(s->d.chan.ctx);
 }
 
 static void
