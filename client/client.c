@@ -68,7 +68,6 @@ cohort__client_fail(struct cohort_client *c, const cohort_failure *f)
 	pthread_mutex_lock(&c->mtx);
 	if (atomic_compare_exchange_strong(&c->error, &ok, (int)f->status)) {
 		c->failure = *f;
-		c->failed_at = cohort__now_ms() - (cohort__time)f->age_ms;
 		cohort__failure_text(f, false, text, sizeof(text));
 		cohort__warn("job '%s' failed (%s, %s): %s", c->job,
 		    cohort_status_name(f->status),

@@ -48,7 +48,6 @@ struct cohort_client {
 	struct cohort_group *world;
 	atomic_int error; /* cohort_status, sticky */
 	cohort_failure failure; /* the first, under mtx */
-	cohort__time failed_at; /* when it happened (monotonic ms) */
 
 	struct cohort__fault *fault; /* fault schedule (fault.h), or NULL */
 	struct cohort__obs obs; /* metrics and timeline (observe.h) */

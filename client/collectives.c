@@ -358,6 +358,7 @@ coll_chan_gather(void *ctx, struct cohort__chan_gather *cg, char *err,
 	if (dp->chan_aborted
 	    || atomic_load_explicit(&g->abort_flag, memory_order_acquire)) {
 		pthread_mutex_unlock(&dp->chan_mtx);
+		cohort__coord_call_fini(call);
 		snprintf(err, errlen, "aborted");
 		return (COHORT_EABORTED);
 	}

@@ -572,14 +572,15 @@ run_report(const struct run_cfg *cfg, const char *job,
 		cohort__json_str(out, f->text);
 		fprintf(out, ",\"operation\":");
 		cohort__json_str(out, f->last_op);
-		fprintf(out, ",\"operation_seq\":%" PRIu64 ",\"kind\":\"%s\"",
-		    f->last_op_seq,
-		    f->coord_unreachable[0] != '\0' ? "coordinator" : "rank");
 		fprintf(out, ",\"failure\":");
 		cohort__json_str(out, f->how);
 		fprintf(out, ",\"host\":");
 		cohort__json_str(out, f->host);
-		fprintf(out, ",\"pid\":%u}", f->pid);
+		fprintf(out,
+		    ",\"pid\":%u,\"operation_seq\":%" PRIu64
+		    ",\"kind\":\"%s\"}",
+		    f->pid, f->last_op_seq,
+		    f->coord_unreachable[0] != '\0' ? "coordinator" : "rank");
 		fprintf(out,
 		    ",\"stop_seconds\":%.3f,\"restarts\":%d,"
 		    "\"max_restarts\":%d,\"workers\":[",
