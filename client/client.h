@@ -6,10 +6,13 @@
  * and subgroups, a list under mtx), its liveness machinery (an nng sleep
  * aio that fires the heartbeat every heartbeat_ms, and a Watch long poll
  * re-issued in a loop; no thread of its own), and a sticky client-level
- * error. When cohortd reports a failed peer (an EPEERLOST reply, a
+ * failure. When cohortd reports a failed peer (an EPEERLOST reply, a
  * heartbeat reply with healthy = false, or a Watch event), every group of
  * the client is failed (cohort__group_fail) so pending data-plane
  * operations abort at once.
+ *
+ * client.c holds what the layers above (kv.c, control.c, collectives.c)
+ * use of a client; open.c, on top of them all, opens and closes it.
  */
 #ifndef COHORT_CLIENT_H
 #define COHORT_CLIENT_H
@@ -40,11 +43,11 @@ struct cohort_client {
 	cohort_duration heartbeat_ms;
 	cohort_duration dead_after_ms;
 
-	pthread_mutex_t mtx; /* groups, error_detail */
+	pthread_mutex_t mtx; /* groups, failure */
 	struct cohort_group *groups;
 	struct cohort_group *world;
 	atomic_int error; /* cohort_status, sticky */
-	char error_detail[COHORT__DETAIL_MAX];
+	cohort_failure failure; /* the first, under mtx */
 
 	struct cohort__fault *fault; /* fault schedule (fault.h), or NULL */
 	struct cohort__obs obs; /* metrics and timeline (observe.h) */
@@ -62,21 +65,36 @@ struct cohort_client {
 cohort__time cohort__client_deadline(
     const struct cohort_client *c, cohort_duration timeout);
 
+/* A new group of c (cohort__group_alloc with c's engine, metrics and
+ * fault schedule), not yet on the list. */
+cohort_status cohort__client_new_group(struct cohort_client *c, const char *id,
+    int32_t rank, int32_t size, const int32_t *global_ranks,
+    struct cohort_group **out);
+
 /* Puts g on / takes g off the client's group list. */
 void cohort__client_add_group(struct cohort_client *c, struct cohort_group *g);
 void cohort__client_remove_group(
     struct cohort_client *c, struct cohort_group *g);
 
 /* Records a client-level failure (sticky, first wins) and fails every
- * group with st and the detail. Never blocks; any thread. */
-void cohort__client_fail(
-    struct cohort_client *c, cohort_status st, const char *detail);
+ * group with it. Never blocks; any thread. _local: one seen here, with
+ * its kind and text. */
+void cohort__client_fail(struct cohort_client *c, const cohort_failure *f);
+void cohort__client_fail_local(struct cohort_client *c, cohort_status st,
+    cohort_failure_kind kind, const char *text);
 
-/* Handles a reply status that concerns the whole job (EPEERLOST, ESTALE)
- * from any call: fails the client's groups with the reply's detail and
- * the failed rank's text. Returns st. */
-cohort_status cohort__client_check_reply(
+/* A reply of any call said the job failed (st EPEERLOST: a member failed;
+ * ESTALE: the generation moved): fails the client, so every group, with
+ * cohortd's verdict from the reply. Any other st: nothing. Returns st. */
+cohort_status cohort__client_job_failed(
     struct cohort_client *c, cohort_status st, const Cohort__Reply *rep);
+
+/* The job's KV space that is libcohort's own (COHORT__KV_RESERVED): the
+ * public calls refuse its keys; libcohort uses these (kv.c). */
+cohort_status cohort__kv_set(struct cohort_client *c, const char *key,
+    const void *value, size_t len, cohort_duration timeout);
+cohort_status cohort__kv_get(struct cohort_client *c, const char *key,
+    void **value, size_t *len, cohort_duration timeout);
 
 /* For a data-plane operation `kind` #seq of g that timed out: asks cohortd
  * (one StatusQuery, at most a few seconds) which members of g had not
@@ -86,6 +104,12 @@ cohort_status cohort__client_check_reply(
 bool cohort__client_who_missing(struct cohort_client *c,
     struct cohort_group *g, const char *kind, uint64_t seq, char *buf,
     size_t len);
+
+/* What this rank is doing, as a heartbeat says it: the operation in
+ * progress entered first (the one a hang is about), else the one left
+ * last; its group's name into grp. */
+void cohort__client_doing(
+    struct cohort_client *c, Cohort__Heartbeat *hb, char *grp, size_t grplen);
 
 /* Sends one heartbeat now, saying this rank is in `kind` #seq of group
  * (so that cohortd's failure record names it), bounded to about 3 s. */

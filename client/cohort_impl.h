@@ -22,6 +22,11 @@
 #include "knobs.h"
 #include "wire.h"
 
+/* Keys of the job's KV that are libcohort's own (the data plane's
+ * rendezvous, `cohort fault` schedules): the public KV calls refuse them
+ * (client/kv.c). */
+#define COHORT__KV_RESERVED "__cohort/"
+
 /* ------------------------------------------------------------------------ */
 /* Options from the environment (client/env.c)                              */
 /* ------------------------------------------------------------------------ */

@@ -2,7 +2,7 @@
  * collectives.c - the data-plane layer between the public API and the
  * backends (tcp, service, nccl).
  *
- * Per group (struct coll_dp, in g->work_queue):
+ * Per group (struct coll_dp, in g->dp):
  *  - the backend: chosen at the first operation ("auto": nccl for
  *    device memory, tcp-staged where NCCL is missing, tcp for host
  *    memory), set up lazily by the
@@ -41,6 +41,12 @@
 #define COLL_STORE_SLICE_MS 500
 /* How long a backend EPEERLOST waits for cohortd's verdict on the group. */
 #define COLL_ATTRIB_MS 2000
+/* The coordinator channel's gathers are keyed at cohortd by (group,
+ * op_seq), like the group's control-plane collectives (control.c), which
+ * number theirs 1, 2, ...: the channel numbers its own from 2^62, so that
+ * a data-plane operation on a progress thread and a barrier in the
+ * caller's thread never take each other's numbers. */
+#define COLL_CHAN_SEQ_BASE (UINT64_C(1) << 62)
 
 enum coll_fix {
 	COLL_FIX_NONE = 0,
@@ -78,6 +84,17 @@ struct coll_dp {
 	char key_prefix[COHORT__GROUP_ID_MAX + 64];
 	uint8_t secret[32];
 	struct cohort__group_desc desc;
+
+	/* The coordinator channel (backend.h): one gather at a time (the
+	 * backend runs under g->op_lock). The request and the call live
+	 * here from gather to release: a reconnect re-sends the request. */
+	pthread_mutex_t chan_mtx; /* chan_busy, chan_aborted */
+	uint64_t chan_seq;
+	bool chan_busy;
+	bool chan_aborted;
+	Cohort__Request chan_req;
+	Cohort__Collective chan_body;
+	struct cohort__coord_call chan_call;
 };
 
 struct cohort_work {
@@ -132,13 +149,13 @@ coll_resolve(struct coll_dp *dp, void *stream, const void *ptr,
 		dp->ops = ops;
 	}
 	pthread_mutex_unlock(&dp->mtx);
-	if (ops == NULL && strcmp(dp->want, "auto") != 0)
-	/* The backend this group was configured with cannot run in
-	 * this process: no data-plane operation of the group can
-	 * succeed, so the group fails, with the reason as its
-	 * detail (cohort_group_last_error). */
-	{
-		(void)cohort__group_fail(dp->g, COHORT_ENOTSUP,
+	if (ops == NULL && strcmp(dp->want, "auto") != 0) {
+		/* The backend this group was configured with cannot run in
+		 * this process: no data-plane operation of the group can
+		 * succeed, so the group fails, with the reason as its text
+		 * (cohort_group_last_error). */
+		(void)cohort__group_fail_local(dp->g, COHORT_ENOTSUP,
+		    COHORT_FAILURE_UNAVAILABLE,
 		    "the %s backend configured for group '%s' is not "
 		    "available here: %s",
 		    dp->want, dp->g->id[0] ? dp->g->id : "world", why);
@@ -181,6 +198,13 @@ coll_dp_alloc(struct cohort_group *g, const char *want, struct coll_dp **out)
 		free(dp);
 		return (cohort__err(COHORT_ESYSTEM, "pthread_cond_init"));
 	}
+	if (pthread_mutex_init(&dp->chan_mtx, NULL) != 0) {
+		pthread_cond_destroy(&dp->work_cv);
+		pthread_cond_destroy(&dp->cv);
+		pthread_mutex_destroy(&dp->mtx);
+		free(dp);
+		return (cohort__err(COHORT_ESYSTEM, "pthread_mutex_init"));
+	}
 	dp->g = g;
 	cohort__strlcpy(dp->want,
 	    want != NULL && want[0] != '\0' ? want : "auto", sizeof(dp->want));
@@ -197,10 +221,10 @@ coll_dp_get(struct cohort_group *g, struct coll_dp **out)
 	cohort_status st = COHORT_OK;
 
 	pthread_mutex_lock(&g->mtx);
-	if ((dp = g->work_queue) == NULL) {
+	if ((dp = g->dp) == NULL) {
 		st = coll_dp_alloc(g, g->client->backend, &dp);
 		if (st == COHORT_OK) {
-			g->work_queue = dp;
+			g->dp = dp;
 			g->dp_fini = coll_dp_fini;
 		}
 	}
@@ -215,7 +239,7 @@ coll_dp_get(struct cohort_group *g, struct coll_dp **out)
 static void
 coll_dp_fini(struct cohort_group *g)
 {
-	struct coll_dp *dp = g->work_queue;
+	struct coll_dp *dp = g->dp;
 	void *state;
 
 	if (dp == NULL)
@@ -233,10 +257,11 @@ coll_dp_fini(struct cohort_group *g)
 	pthread_mutex_unlock(&g->mtx);
 	if (state != NULL && g->backend != NULL)
 		g->backend->fini(state);
-	g->work_queue = NULL;
+	g->dp = NULL;
 	g->dp_fini = NULL;
 	pthread_cond_destroy(&dp->cv);
 	pthread_cond_destroy(&dp->work_cv);
+	pthread_mutex_destroy(&dp->chan_mtx);
 	pthread_mutex_destroy(&dp->mtx);
 	free(dp);
 }
@@ -266,7 +291,7 @@ coll_store_set(void *ctx, const char *key, const void *val, size_t len,
 
 	if ((st = coll_store_key(dp, key, full, sizeof(full))) != COHORT_OK)
 		return (st);
-	return (cohort_kv_set(
+	return (cohort__kv_set(
 	    dp->g->client, full, val, len, cohort__remaining(deadline)));
 }
 
@@ -291,18 +316,101 @@ coll_store_get(
 			    dp->g->id, key));
 		if (left < 0 || left > COLL_STORE_SLICE_MS)
 			left = COLL_STORE_SLICE_MS;
-		st = cohort_kv_get(dp->g->client, full, val, len, left);
+		st = cohort__kv_get(dp->g->client, full, val, len, left);
 		if (st != COHORT_ETIMEDOUT || cohort__expired(deadline))
 			return (st);
 	}
 }
 
-struct cohort_group *
-cohort__desc_group(const struct cohort__group_desc *d)
+/* ------------------------------------------------------------------------ */
+/* The coordinator channel: gathers at cohortd (COLL_SERVICE)               */
+/* ------------------------------------------------------------------------ */
+
+static cohort_status
+coll_chan_gather(void *ctx, struct cohort__chan_gather *cg, char *err,
+    size_t errlen, cohort__time deadline)
 {
-	if (d == NULL || d->store.set != coll_store_set)
-		return (NULL);
-	return (((struct coll_dp *)d->store.ctx)->g);
+	struct coll_dp *dp = ctx;
+	struct cohort_group *g = dp->g;
+	struct cohort__coord_call *call = &dp->chan_call;
+	const Cohort__CollectiveReply *cr;
+	cohort_status st;
+
+	cohort__request__init(&dp->chan_req);
+	cohort__collective__init(&dp->chan_body);
+	dp->chan_body.kind = COHORT__COLLECTIVE_KIND__COLL_SERVICE;
+	dp->chan_body.group = g->id;
+	dp->chan_body.op_seq = COLL_CHAN_SEQ_BASE | ++dp->chan_seq;
+	dp->chan_body.name = (char *)"";
+	dp->chan_body.root = cg->shape.root;
+	dp->chan_body.op = cg->shape.op;
+	dp->chan_body.service_op = cg->shape.kind;
+	dp->chan_body.dtype = cg->shape.dtype;
+	dp->chan_body.count = cg->shape.count;
+	dp->chan_req.body_case = COHORT__REQUEST__BODY_COLLECTIVE;
+	dp->chan_req.collective = &dp->chan_body;
+	cohort__coord_call_init(call, &dp->chan_req, deadline);
+	call->parts = cg->parts;
+	call->nparts = cg->nparts;
+	cg->priv = NULL;
+
+	pthread_mutex_lock(&dp->chan_mtx);
+	if (dp->chan_aborted
+	    || atomic_load_explicit(&g->abort_flag, memory_order_acquire)) {
+		pthread_mutex_unlock(&dp->chan_mtx);
+		cohort__coord_call_fini(call);
+		snprintf(err, errlen, "aborted");
+		return (COHORT_EABORTED);
+	}
+	dp->chan_busy = true;
+	pthread_mutex_unlock(&dp->chan_mtx);
+	st = cohort__coord_call(g->client->coord, call);
+	pthread_mutex_lock(&dp->chan_mtx);
+	dp->chan_busy = false;
+	pthread_mutex_unlock(&dp->chan_mtx);
+
+	if (st != COHORT_OK) {
+		snprintf(err, errlen, "%s", cohort_last_error());
+		/* A failed peer concerns every group of the client. */
+		cohort__client_job_failed(g->client, st, call->rep);
+		cohort__coord_call_fini(call);
+		return (st);
+	}
+	if ((cr = cohort__coord_reply_body(
+	         call, COHORT__REPLY__BODY_COLLECTIVE))
+	    == NULL) {
+		snprintf(err, errlen, "a gather reply without its result");
+		cohort__coord_call_fini(call);
+		return (COHORT_EPROTO);
+	}
+	cg->data = call->payload;
+	cg->len = call->plen;
+	cg->lens = cr->i64s;
+	cg->nlens = cr->n_i64s;
+	cg->priv = call;
+	return (COHORT_OK);
+}
+
+static void
+coll_chan_release(void *ctx, struct cohort__chan_gather *cg)
+{
+	(void)ctx;
+	if (cg->priv != NULL)
+		cohort__coord_call_fini(cg->priv);
+	cg->priv = NULL;
+}
+
+static void
+coll_chan_abort(void *ctx)
+{
+	struct coll_dp *dp = ctx;
+
+	pthread_mutex_lock(&dp->chan_mtx);
+	dp->chan_aborted = true;
+	if (dp->chan_busy)
+		cohort__coord_call_abort(
+		    dp->g->client->coord, &dp->chan_call, COHORT_EABORTED);
+	pthread_mutex_unlock(&dp->chan_mtx);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -357,7 +465,22 @@ coll_failed(struct coll_dp *dp, struct cohort_work *w, cohort_status st,
 		    && cohort__now_ms() < until)
 			nanosleep(&ts, NULL);
 	}
-	cohort__group_fail(g, st, "%s", err);
+	/* An abort that the group's own failure caused tells nothing new;
+	 * anything else is what this process saw (the cause, or beside
+	 * cohortd's verdict). */
+	if (st != COHORT_EABORTED || cohort_group_error(g) == COHORT_OK) {
+		cohort_failure f;
+
+		cohort__failure_local(&f, st,
+		    st == COHORT_ETIMEDOUT      ? COHORT_FAILURE_TIMEOUT
+		        : st == COHORT_EABORTED ? COHORT_FAILURE_ABORTED
+		                                : COHORT_FAILURE_DATA_PLANE,
+		    "%s", err);
+		cohort__strlcpy(f.operation, what, sizeof(f.operation));
+		f.seq = w->setup_only ? 0 : w->op.seq;
+		cohort__strlcpy(f.group, g->id, sizeof(f.group));
+		cohort__group_fail(g, &f);
+	}
 	st = cohort__group_check(g);
 	cohort__strlcpy(w->err, cohort_last_error(), sizeof(w->err));
 	return (st);
@@ -390,7 +513,8 @@ coll_backend_init(struct coll_dp *dp, struct cohort_work *w)
 	else
 		snprintf(dp->group_id, sizeof(dp->group_id), "sub.%s", g->id);
 	snprintf(dp->key_prefix, sizeof(dp->key_prefix),
-	    "__cohort/dp/%" PRIu64 "/%s/", g->generation, dp->group_id);
+	    COHORT__KV_RESERVED "dp/%" PRIu64 "/%s/", g->generation,
+	    dp->group_id);
 	cohort__sha256_init(&sh);
 	cohort__sha256_update(&sh, label, sizeof(label));
 	cohort__sha256_update(&sh, c->token, strlen(c->token));
@@ -410,6 +534,10 @@ coll_backend_init(struct coll_dp *dp, struct cohort_work *w)
 	d->store.set = coll_store_set;
 	d->store.get = coll_store_get;
 	d->abort_flag = &g->abort_flag;
+	d->chan.ctx = dp;
+	d->chan.gather = coll_chan_gather;
+	d->chan.release = coll_chan_release;
+	d->chan.abort = coll_chan_abort;
 
 	cohort__debug("group '%s': %s backend set-up (rank %d of %d)", g->id,
 	    ops->name, g->rank, g->size);
@@ -425,7 +553,8 @@ coll_backend_init(struct coll_dp *dp, struct cohort_work *w)
 		/* Peers may be half connected: the group is unusable. */
 		if (st != COHORT_EPEERLOST && st != COHORT_ETIMEDOUT
 		    && st != COHORT_EABORTED)
-			cohort__group_fail(g, st, "%s backend set-up: %s",
+			cohort__group_fail_local(g, st,
+			    COHORT_FAILURE_DATA_PLANE, "%s backend set-up: %s",
 			    ops->name,
 			    err[0] != '\0' ? err : cohort_strerror(st));
 		return (coll_failed(dp, w, st, err));
@@ -620,7 +749,8 @@ coll_run_blocking(struct cohort_group *g, struct coll_dp *dp,
 		 * in it or past it. A data-plane timeout poisons the group;
 		 * the abort then drains the earlier work promptly. */
 		pthread_mutex_unlock(&dp->mtx);
-		cohort__group_fail(g, COHORT_ETIMEDOUT,
+		cohort__group_fail_local(g, COHORT_ETIMEDOUT,
+		    COHORT_FAILURE_TIMEOUT,
 		    "%s reached its deadline waiting for the earlier "
 		    "operations of group '%s'",
 		    coll_what(w), g->id);
@@ -1285,7 +1415,7 @@ cohort__coll_setup_early(struct cohort_group *g)
 void
 cohort__coll_setup_settle(struct cohort_group *g, cohort_duration ms)
 {
-	struct coll_dp *dp = g->work_queue;
+	struct coll_dp *dp = g->dp;
 	cohort__time deadline = cohort__now_ms() + ms;
 	bool settled;
 
@@ -1298,7 +1428,8 @@ cohort__coll_setup_settle(struct cohort_group *g, cohort_duration ms)
 	settled = !dp->early_setup || dp->serving > dp->early_ticket;
 	pthread_mutex_unlock(&dp->mtx);
 	if (!settled)
-		cohort__group_fail(g, COHORT_EABORTED,
+		cohort__group_fail_local(g, COHORT_EABORTED,
+		    COHORT_FAILURE_ABORTED,
 		    "group '%s' closed before its data plane was set up "
 		    "(waited %d ms)",
 		    g->id[0] ? g->id : "world", (int)ms);
@@ -1398,7 +1529,7 @@ cohort_group_new(cohort_client *c, const char *name, const int32_t *ranks,
 		char detail[COHORT__DETAIL_MAX];
 
 		cohort__strlcpy(detail, cohort_last_error(), sizeof(detail));
-		cohort__client_check_reply(c, st, call.rep);
+		cohort__client_job_failed(c, st, call.rep);
 		cohort__coord_call_fini(&call);
 		return (cohort__err(st, "group_new '%s': %s", name, detail));
 	}
@@ -1417,9 +1548,9 @@ cohort_group_new(cohort_client *c, const char *name, const int32_t *ranks,
 		cohort__coord_call_fini(&call);
 		return (st);
 	}
-	st = cohort__group_alloc(c,
+	st = cohort__client_new_group(c,
 	    gr->group != NULL && gr->group[0] != '\0' ? gr->group : name, me,
-	    (int32_t)nranks, ranks, c->generation, &g);
+	    (int32_t)nranks, ranks, &g);
 	cohort__coord_call_fini(&call);
 	if (st != COHORT_OK)
 		return (st);
@@ -1427,7 +1558,7 @@ cohort_group_new(cohort_client *c, const char *name, const int32_t *ranks,
 		cohort__group_free(g);
 		return (st);
 	}
-	g->work_queue = dp;
+	g->dp = dp;
 	g->dp_fini = coll_dp_fini;
 	cohort__client_add_group(c, g);
 	cohort__coll_setup_early(g);

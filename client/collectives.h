@@ -1,21 +1,15 @@
 /*
- * collectives.h - internals of the data-plane layer (client/collectives.c)
- * that a backend may need beyond backend.h.
- *
- * The service backend talks to cohortd through its group's client, which
- * the backend boundary does not carry; it finds the group from the
- * descriptor the group layer built for it.
+ * collectives.h - what the client's top (open.c) uses of the data-plane
+ * layer (client/collectives.c) beyond the public API: the set-up of a
+ * group's data plane ahead of its first operation. Backends see none of
+ * it (backend.h is their whole boundary).
  */
 #ifndef COHORT_COLLECTIVES_H
 #define COHORT_COLLECTIVES_H
 
-#include "backend/backend.h"
+#include "cohort_impl.h"
 
 struct cohort_group;
-
-/* The group a descriptor was built for by the group layer, or NULL when
- * the descriptor comes from somewhere else (a backend unit test). */
-struct cohort_group *cohort__desc_group(const struct cohort__group_desc *d);
 
 /* Starts setting up g's data plane (the tcp mesh and shared memory) on
  * its progress thread, when its backend is known before any operation
@@ -28,7 +22,5 @@ void cohort__coll_setup_early(struct cohort_group *g);
  * cohort__coll_setup_early, so that its peers' set-up completes too (they
  * are connecting to it); past ms the group is aborted. */
 void cohort__coll_setup_settle(struct cohort_group *g, cohort_duration ms);
-
-/* Name of an operation kind ("allreduce"), for error texts. */
 
 #endif /* COHORT_COLLECTIVES_H */

@@ -133,7 +133,7 @@ control_run(cohort_group *g, struct control_op *o,
 	case COHORT_EPEERLOST:
 	case COHORT_ESTALE:
 		g->ctl_seq = op_seq;
-		cohort__client_check_reply(c, st, call->rep);
+		cohort__client_job_failed(c, st, call->rep);
 		st = cohort__group_check(g);
 		break;
 	case COHORT_ETIMEDOUT:

@@ -1275,10 +1275,15 @@ cohort__coord_call(struct cohort__coord *co, struct cohort__coord_call *call)
 		coord_fill(co, call);
 		st = cohort__wire_pack_request_max(call->req, call->parts,
 		    call->nparts, (size_t)atomic_load(&co->max_frame), &msg);
-		if (st == COHORT_ETOOBIG)
+		if (st == COHORT_ETOOBIG) {
+			/* cohort__err writes the buffer it would read */
+			char why[COHORT__DETAIL_MAX];
+
+			cohort__strlcpy(why, cohort_last_error(), sizeof(why));
 			cohort__err(st,
 			    "%s (cohortd's --max-value-bytes is %" PRIu64 ")",
-			    cohort_last_error(), atomic_load(&co->max_value));
+			    why, atomic_load(&co->max_value));
+		}
 		pthread_mutex_lock(&co->mtx);
 		if (st != COHORT_OK)
 			break;

@@ -1,7 +1,7 @@
 /*
  * env.c - where a worker's rank, world size, coordinator and job come from.
  *
- * Rank sources in order (DESIGN.md section 3); the first *complete* one
+ * Rank sources in order (docs/launchers.md); the first *complete* one
  * (rank and world size both set) wins and is logged at info:
  *
  *   cohort           COHORT_RANK, COHORT_WORLD_SIZE (+ COHORT_LOCAL_RANK,

@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client.h"
+#include "coord.h"
 #include "fault.h"
 
 /* Rules one client keeps (environment plus `cohort fault`). */
@@ -463,8 +463,11 @@ struct fault_live {
 };
 
 struct cohort__fault {
-	struct cohort_client *c;
 	struct cohort__fault_hooks hooks; /* the client's, from fault_open */
+	/* Who this is (from fault_start): a copy, so that nothing here
+	 * reads the client; m.job points to job. */
+	struct cohort__fault_member m;
+	char job[COHORT__FAULT_JOB_MAX];
 	pthread_mutex_t mtx;
 	_Atomic uint64_t ops; /* operations entered */
 	atomic_int pending; /* live rules not done */
@@ -489,7 +492,6 @@ static void
 fault_audit(struct cohort__fault *f, const struct fault_live *l, uint64_t op,
     const char *kind, const char *group, uint64_t seq)
 {
-	struct cohort_client *c = f->c;
 	char rule[256], line[1024], trig[64];
 	size_t off = 0;
 	int fd;
@@ -504,7 +506,7 @@ fault_audit(struct cohort__fault *f, const struct fault_live *l, uint64_t op,
 	    "cohort fault: seed=%" PRIu64 " rank=%d op=%" PRIu64
 	    " action=%s (schedule %u rule %u: %s; in %s #%" PRIu64
 	    " on group '%s')\n",
-	    l->seed, c->rank, op, cohort__fault_action_name(l->r.action),
+	    l->seed, f->m.rank, op, cohort__fault_action_name(l->r.action),
 	    l->schedule, l->idx, rule, kind != NULL ? kind : "-", seq,
 	    group != NULL ? group : "");
 	fflush(stderr);
@@ -514,7 +516,7 @@ fault_audit(struct cohort__fault *f, const struct fault_live *l, uint64_t op,
 	    "{\"cohort_fault\":\"inject\",\"seed\":%" PRIu64
 	    ",\"schedule\":%u,\"rule\":%u,\"rank\":%d,\"at\":\"%s\","
 	    "\"action\":\"%s\",\"arg\":%" PRId64 ",\"spec\":\"%s\"",
-	    l->seed, l->schedule, l->idx, c->rank, trig,
+	    l->seed, l->schedule, l->idx, f->m.rank, trig,
 	    cohort__fault_action_name(l->r.action), l->r.arg, rule);
 	if (l->r.trigger == COHORT__FAULT_AT_OP)
 		cohort__appendf(line, sizeof(line), &off,
@@ -525,7 +527,7 @@ fault_audit(struct cohort__fault *f, const struct fault_live *l, uint64_t op,
 	cohort__appendf(line, sizeof(line), &off,
 	    ",\"job\":\"%s\",\"generation\":%" PRIu64 ",\"restart\":%d"
 	    ",\"pid\":%d,\"t_ms\":%" PRId64 ",\"wall_ms\":%" PRIu64 "}\n",
-	    c->job, c->generation, f->restart, (int)getpid(),
+	    f->job, f->m.generation, f->restart, (int)getpid(),
 	    (int64_t)(cohort__now_ms() - f->t0), cohort__wall_ms());
 	if ((fd = open(
 	         f->log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644))
@@ -550,8 +552,8 @@ fault_do_exit(struct cohort__fault *f, const char *text, int code,
 	fflush(NULL);
 	/* the operation it dies in, for cohortd's record and the report */
 	if (kind != NULL)
-		f->hooks.heartbeat_now(f->c, kind, group, seq);
-	(void)f->hooks.report(f->c, text, 2000);
+		f->hooks.heartbeat_now(f->hooks.ctx, kind, group, seq);
+	(void)f->hooks.report(f->hooks.ctx, text, 2000);
 	fflush(NULL);
 	_exit(code);
 }
@@ -560,8 +562,8 @@ fault_do_exit(struct cohort__fault *f, const char *text, int code,
 static void
 fault_do_drop(struct cohort__fault *f, const char *text)
 {
-	f->hooks.fail(f->c, COHORT_EINJECTED, text);
-	cohort__coord_drop(f->c->coord, text);
+	f->hooks.fail(f->hooks.ctx, COHORT_EINJECTED, text);
+	cohort__coord_drop(f->m.coord, text);
 }
 
 struct fault_job {
@@ -626,9 +628,8 @@ fault_sleep_ms(int64_t ms)
 
 cohort_status
 cohort__fault_point(
-    struct cohort_client *c, const char *group, const char *kind, uint64_t seq)
+    struct cohort__fault *f, const char *group, const char *kind, uint64_t seq)
 {
-	struct cohort__fault *f = c->fault;
 	struct fault_live due[8];
 	size_t ndue = 0;
 	uint64_t n;
@@ -701,7 +702,6 @@ static void
 fault_add_locked(struct cohort__fault *f,
     const struct cohort__fault_plan *plan, unsigned schedule)
 {
-	struct cohort_client *c = f->c;
 	uint64_t ops = atomic_load(&f->ops);
 	cohort__time now = cohort__now_ms();
 	char rb[256];
@@ -710,7 +710,7 @@ fault_add_locked(struct cohort__fault *f,
 		const struct cohort__fault_rule *r = &plan->rules[i];
 		struct fault_live *l;
 
-		if (r->rank != COHORT__FAULT_RANK_ALL && r->rank != c->rank)
+		if (r->rank != COHORT__FAULT_RANK_ALL && r->rank != f->m.rank)
 			continue;
 		if (r->run != COHORT__FAULT_RUN_ANY && r->run != f->restart) {
 			cohort__debug(
@@ -742,7 +742,7 @@ fault_add_locked(struct cohort__fault *f,
 		cohort__fault_format_rule(r, rb, sizeof(rb));
 		cohort__info("fault schedule %u (seed %" PRIu64 "): rank %d "
 		             "will %s at %s %" PRIu64 "%s (%s)",
-		    schedule, plan->seed, c->rank,
+		    schedule, plan->seed, f->m.rank,
 		    cohort__fault_action_name(r->action),
 		    r->trigger == COHORT__FAULT_AT_OP ? "op" : "time",
 		    r->trigger == COHORT__FAULT_AT_OP
@@ -846,9 +846,8 @@ fault_arm_timer_locked(struct cohort__fault *f)
 }
 
 cohort_status
-cohort__fault_add(struct cohort_client *c, const char *spec, uint64_t salt)
+cohort__fault_add(struct cohort__fault *f, const char *spec, uint64_t salt)
 {
-	struct cohort__fault *f = c->fault;
 	struct cohort__fault_plan *plan;
 	cohort_status st;
 
@@ -858,7 +857,7 @@ cohort__fault_add(struct cohort_client *c, const char *spec, uint64_t salt)
 		return (cohort__err(COHORT_ENOMEM, "out of memory"));
 	if ((st = cohort__fault_parse(spec, plan)) != COHORT_OK
 	    || (st = cohort__fault_resolve(plan,
-	            fault_mix(c->job_id ^ fault_mix(salt)), c->world_size))
+	            fault_mix(f->m.job_id ^ fault_mix(salt)), f->m.world))
 	        != COHORT_OK) {
 		free(plan);
 		return (st);
@@ -878,7 +877,6 @@ static void
 fault_poll_apply(
     struct cohort__fault *f, const uint8_t *val, size_t len, uint64_t n)
 {
-	struct cohort_client *c = f->c;
 	char buf[4096];
 	const char *nl;
 	int64_t gen;
@@ -897,13 +895,13 @@ fault_poll_apply(
 	}
 	buf[nl - buf] = '\0';
 	if (!cohort__parse_i64(buf + 11, &gen)
-	    || (uint64_t)gen != c->generation) {
+	    || (uint64_t)gen != f->m.generation) {
 		cohort__debug("fault schedule #%" PRIu64 " is for generation "
 		              "%s, not %" PRIu64,
-		    n, buf + 11, c->generation);
+		    n, buf + 11, f->m.generation);
 		return;
 	}
-	if ((st = cohort__fault_add(c, nl + 1, n)) != COHORT_OK)
+	if ((st = cohort__fault_add(f, nl + 1, n)) != COHORT_OK)
 		cohort__warn("fault schedule #%" PRIu64 " refused: %s", n,
 		    cohort_last_error());
 	else
@@ -954,9 +952,8 @@ fault_poll_start(struct cohort__fault *f)
 }
 
 void
-cohort__fault_tick(struct cohort_client *c)
+cohort__fault_tick(struct cohort__fault *f)
 {
-	struct cohort__fault *f = c->fault;
 	bool stopping;
 
 	if (f == NULL || f->poll == NULL)
@@ -970,7 +967,7 @@ cohort__fault_tick(struct cohort_client *c)
 
 cohort_status
 cohort__fault_open(
-    struct cohort_client *c, const struct cohort__fault_hooks *hooks)
+    const struct cohort__fault_hooks *hooks, struct cohort__fault **out)
 {
 	struct cohort__fault *f;
 	const char *spec = cohort__knob_str(COHORT__KNOB_FAULTS);
@@ -985,7 +982,6 @@ cohort__fault_open(
 		free(f);
 		return (cohort__err(COHORT_ESYSTEM, "pthread_mutex_init"));
 	}
-	f->c = c;
 	f->hooks = *hooks;
 	f->poll_next = 1;
 	atomic_init(&f->ops, 0);
@@ -1006,35 +1002,38 @@ cohort__fault_open(
 		}
 		f->have_env = f->env.n > 0;
 	}
-	c->fault = f;
+	*out = f;
 	return (COHORT_OK);
 }
 
 cohort_status
-cohort__fault_start(struct cohort_client *c)
+cohort__fault_start(
+    struct cohort__fault *f, const struct cohort__fault_member *m)
 {
-	struct cohort__fault *f = c->fault;
 	char text[2048];
 	cohort_status st;
 	int rv;
 
 	if (f == NULL)
 		return (COHORT_OK);
+	f->m = *m;
+	cohort__strlcpy(f->job, m->job, sizeof(f->job));
+	f->m.job = f->job;
 	f->t0 = cohort__now_ms();
 	if ((rv = nng_aio_alloc(&f->timer, fault_timer_cb, f)) != 0)
 		return (cohort__err(cohort__from_nng(rv), "nng_aio_alloc: %s",
 		    nng_strerror(rv)));
 	if (f->have_env) {
 		if ((st = cohort__fault_resolve(
-		         &f->env, fault_mix(c->job_id), c->world_size))
+		         &f->env, fault_mix(f->m.job_id), f->m.world))
 		    != COHORT_OK)
 			return (st);
 		cohort__fault_format(&f->env, text, sizeof(text));
-		if (c->rank == 0 || cohort__log_enabled(COHORT__LOG_INFO))
+		if (f->m.rank == 0 || cohort__log_enabled(COHORT__LOG_INFO))
 			fprintf(stderr,
 			    "cohort fault: rank %d: schedule %s (restart %d)"
 			    "\n",
-			    c->rank, text, f->restart);
+			    f->m.rank, text, f->restart);
 		pthread_mutex_lock(&f->mtx);
 		fault_add_locked(f, &f->env, 0);
 		pthread_mutex_unlock(&f->mtx);
@@ -1042,7 +1041,7 @@ cohort__fault_start(struct cohort_client *c)
 	if (cohort__knob_int_or(COHORT__KNOB_FAULTS_LISTEN, 1) == 0)
 		return (COHORT_OK);
 	if ((st = cohort__coord_async_alloc(
-	         c->coord, fault_poll_done, f, &f->poll))
+	         f->m.coord, fault_poll_done, f, &f->poll))
 	    != COHORT_OK)
 		return (st);
 	fault_poll_start(f);
@@ -1050,10 +1049,8 @@ cohort__fault_start(struct cohort_client *c)
 }
 
 void
-cohort__fault_stop(struct cohort_client *c)
+cohort__fault_stop(struct cohort__fault *f)
 {
-	struct cohort__fault *f = c->fault;
-
 	if (f == NULL)
 		return;
 	pthread_mutex_lock(&f->mtx);
@@ -1067,17 +1064,17 @@ cohort__fault_stop(struct cohort_client *c)
 }
 
 void
-cohort__fault_close(struct cohort_client *c)
+cohort__fault_close(struct cohort__fault **fp)
 {
-	struct cohort__fault *f = c->fault;
+	struct cohort__fault *f = *fp;
 
 	if (f == NULL)
 		return;
-	cohort__fault_stop(c);
-	cohort__coord_async_free(f->poll);
+	*fp = NULL;
+	cohort__fault_stop(f);
 	if (f->timer != NULL)
 		nng_aio_free(f->timer);
+	cohort__coord_async_free(f->poll);
 	pthread_mutex_destroy(&f->mtx);
 	free(f);
-	c->fault = NULL;
 }

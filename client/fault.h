@@ -1,6 +1,6 @@
 /*
- * fault.h - fault injection as a feature (DESIGN.md section 4, issue 4,
- * docs/fault-injection.md): a seeded, deterministic schedule that makes
+ * fault.h - fault injection as a feature (docs/fault-injection.md,
+ * docs/failures.md): a seeded, deterministic schedule that makes
  * rank R at collective N (or at time T) exit, be killed, stop, delay its
  * operations, drop its connections, or fail its next operation.
  *
@@ -41,8 +41,8 @@
 
 #include "cohort_impl.h"
 
-struct cohort_client;
-struct cohort_group;
+struct cohort__coord;
+struct cohort__fault;
 
 #define COHORT__FAULT_MAX_RULES 64
 #define COHORT__FAULT_RANK_RANDOM (-1)
@@ -51,8 +51,8 @@ struct cohort_group;
 /* Default exit code of action=exit. */
 #define COHORT__FAULT_EXIT_CODE 42
 /* KV keys of `cohort fault` (reserved prefix). */
-#define COHORT__FAULT_KEY_COUNT "__cohort/faults/count"
-#define COHORT__FAULT_KEY_PREFIX "__cohort/faults/"
+#define COHORT__FAULT_KEY_COUNT COHORT__KV_RESERVED "faults/count"
+#define COHORT__FAULT_KEY_PREFIX COHORT__KV_RESERVED "faults/"
 
 enum cohort__fault_action {
 	COHORT__FAULT_EXIT = 0,
@@ -108,43 +108,57 @@ size_t cohort__fault_format_rule(
     const struct cohort__fault_rule *r, char *buf, size_t len);
 const char *cohort__fault_action_name(enum cohort__fault_action a);
 
-/* Client side. open: parses COHORT_FAULTS (EINVAL on a bad spec, before
- * anything connects); start: after the join, resolves it for this rank and
- * starts the time triggers and the `cohort fault` lookup; close: stops
- * everything (from cohort_client_close, before the client is freed). */
-/* What the fault machinery needs of its client, given by client.c at
- * cohort__fault_open, so that fault.c calls no client function by name:
- * fail the client (drop), announce the operation it dies in and report
- * the failure (exit). */
+/* Client side. What the fault machinery needs of its client, given at
+ * cohort__fault_open, so that fault.c knows no client: fail the client
+ * (drop), announce the operation it dies in and report the failure
+ * (exit). ctx is passed back to each. */
 struct cohort__fault_hooks {
-	void (*fail)(
-	    struct cohort_client *c, cohort_status st, const char *detail);
-	void (*heartbeat_now)(struct cohort_client *c, const char *kind,
-	    const char *group, uint64_t seq);
-	cohort_status (*report)(struct cohort_client *c, const char *text,
-	    cohort_duration timeout);
+	void *ctx;
+	void (*fail)(void *ctx, cohort_status st, const char *detail);
+	void (*heartbeat_now)(
+	    void *ctx, const char *kind, const char *group, uint64_t seq);
+	cohort_status (*report)(
+	    void *ctx, const char *text, cohort_duration timeout);
 };
 
+#define COHORT__FAULT_JOB_MAX 128
+
+/* Who the member is, known after its join (copied by fault_start). */
+struct cohort__fault_member {
+	const char *job;
+	int32_t rank;
+	int32_t world;
+	uint64_t generation;
+	uint64_t job_id;
+	struct cohort__coord *coord; /* `cohort fault` lookups, drop */
+};
+
+/* open: parses COHORT_FAULTS (EINVAL on a bad spec, before anything
+ * connects) into a new *out; start: after the join, resolves it for this
+ * rank and starts the time triggers and the `cohort fault` lookup; stop:
+ * no trigger fires any more (before the client stops its liveness);
+ * close: stop, free *fp and set it NULL (NULL-safe). */
 cohort_status cohort__fault_open(
-    struct cohort_client *c, const struct cohort__fault_hooks *hooks);
-cohort_status cohort__fault_start(struct cohort_client *c);
-void cohort__fault_stop(struct cohort_client *c);
-void cohort__fault_close(struct cohort_client *c);
+    const struct cohort__fault_hooks *hooks, struct cohort__fault **out);
+cohort_status cohort__fault_start(
+    struct cohort__fault *f, const struct cohort__fault_member *m);
+void cohort__fault_stop(struct cohort__fault *f);
+void cohort__fault_close(struct cohort__fault **fp);
 
 /* The fault point of an operation (cohort__group_op_begin) kind #seq on
  * the group named group: counts it and fires what is due. Returns
  * COHORT_OK, or COHORT_EINJECTED with a detail (action=fail, drop);
  * exit/kill do not return, stop returns after SIGCONT, delay after the
- * delay. Cheap when nothing is scheduled. */
-cohort_status cohort__fault_point(struct cohort_client *c, const char *group,
+ * delay. Cheap when nothing is scheduled; COHORT_OK when f is NULL. */
+cohort_status cohort__fault_point(struct cohort__fault *f, const char *group,
     const char *kind, uint64_t seq);
 
 /* Looks for the next `cohort fault` schedule (from the heartbeat timer;
  * never blocks; does nothing while the previous look is out). */
-void cohort__fault_tick(struct cohort_client *c);
+void cohort__fault_tick(struct cohort__fault *f);
 
 /* Adds a schedule at run time (what `cohort fault` delivers). */
 cohort_status cohort__fault_add(
-    struct cohort_client *c, const char *spec, uint64_t salt);
+    struct cohort__fault *f, const char *spec, uint64_t salt);
 
 #endif /* COHORT_FAULT_H */

@@ -1,25 +1,25 @@
 /*
- * group.c - process groups: sticky first error, abort flag, accessors.
+ * group.c - process groups: sticky first failure, abort flag, accessors.
  *
  * A failure reaches a group from three sides: cohortd (an EPEERLOST reply,
  * a heartbeat or Watch event, fanned out by client.c), the data plane (a
  * backend error that leaves the connections unusable) and the user
  * (cohort_group_abort). All go through cohort__group_fail, which keeps the
- * first and wakes whatever is blocked on the group.
+ * first as a record (failure.h) and wakes whatever is blocked on the
+ * group.
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "client.h"
 #include "fault.h"
 #include "group.h"
 
 cohort_status
-cohort__group_alloc(struct cohort_client *c, const char *id, int32_t rank,
-    int32_t size, const int32_t *global_ranks, uint64_t generation,
-    struct cohort_group **out)
+cohort__group_alloc(const struct cohort__group_ctx *ctx, const char *id,
+    int32_t rank, int32_t size, const int32_t *global_ranks,
+    uint64_t generation, struct cohort_group **out)
 {
 	struct cohort_group *g;
 
@@ -43,15 +43,19 @@ cohort__group_alloc(struct cohort_client *c, const char *id, int32_t rank,
 		goto out_destroy_mtx;
 	if (pthread_mutex_init(&g->op_lock, NULL) != 0)
 		goto out_destroy_ctl;
-	g->client = c;
+	g->client = ctx->client;
+	g->coord = ctx->coord;
+	g->obs = ctx->obs;
+	g->fault = ctx->fault;
 	cohort__strlcpy(g->id, id, sizeof(g->id));
 	g->rank = rank;
 	g->size = size;
 	g->generation = generation;
 	g->track = id[0] == '\0' ? COHORT__TRACK_WORLD
-	                         : atomic_fetch_add(&c->obs.next_track, 2);
+	                         : atomic_fetch_add(&ctx->obs->next_track, 2);
 	atomic_init(&g->abort_flag, 0);
 	atomic_init(&g->error, COHORT_OK);
+	cohort__failure_clear(&g->failure);
 	*out = g;
 	return (COHORT_OK);
 
@@ -83,33 +87,51 @@ cohort__group_free(struct cohort_group *g)
 	free(g);
 }
 
-cohort_status
-cohort__group_fail(
-    struct cohort_group *g, cohort_status st, const char *fmt, ...)
+/* The group rank of job rank r, -1 if r is not a member. */
+static int32_t
+group_rank_of(const struct cohort_group *g, int32_t r)
 {
-	va_list ap;
+	for (int32_t i = 0; r >= 0 && i < g->size; i++)
+		if (g->global_ranks[i] == r)
+			return (i);
+	return (-1);
+}
+
+cohort_status
+cohort__group_fail(struct cohort_group *g, const cohort_failure *f)
+{
+	char text[COHORT__FAILURE_TEXT_MAX];
 	cohort_status cur;
 	void *state;
 
-	COHORT__ASSERT(st != COHORT_OK);
+	COHORT__ASSERT(f->status != COHORT_OK);
 	pthread_mutex_lock(&g->mtx);
 	cur = (cohort_status)atomic_load(&g->error);
 	if (cur == COHORT_OK) {
-		va_start(ap, fmt);
-		vsnprintf(g->error_detail, sizeof(g->error_detail), fmt, ap);
-		va_end(ap);
-		g->error_at = cohort__now_ms();
-		atomic_store(&g->error, (int)st);
-		cur = st;
-		cohort__info("group '%s' failed: %s: %s", g->id,
-		    cohort_status_name(st), g->error_detail);
-		cohort__obs_event(&g->client->obs, COHORT__TRACK_EVENTS,
-		    "failure", cohort_status_name(st), cohort__now_ns(), 0,
-		    g->error_detail);
+		g->failure = *f;
+		g->failure.size = sizeof(g->failure);
+		g->failure.group_rank = group_rank_of(g, f->rank);
+		g->failure.age_ms = 0;
+		g->failed_at = cohort__now_ms() - (cohort__time)f->age_ms;
+		atomic_store(&g->error, (int)f->status);
+		cur = f->status;
+		cohort__failure_text(f, false, text, sizeof(text));
+		cohort__info("group '%s' failed: %s (%s): %s", g->id,
+		    cohort_status_name(cur), cohort_failure_kind_name(f->kind),
+		    text);
+		cohort__obs_event(g->obs, COHORT__TRACK_EVENTS, "failure",
+		    cohort_status_name(cur), cohort__now_ns(), 0, text);
+	} else if (!cohort__failure_is_verdict(f->kind)
+	    && g->failure.observed[0] == '\0'
+	    && cohort__failure_is_verdict(g->failure.kind)) {
+		/* What this process saw of a failure cohortd named: kept
+		 * beside the cause, never merged into its text. */
+		cohort__failure_text(f, false, g->failure.observed,
+		    sizeof(g->failure.observed));
 	}
 	atomic_store_explicit(&g->abort_flag, 1, memory_order_release);
 	if (g->ctl_call != NULL)
-		cohort__coord_call_abort(g->client->coord, g->ctl_call, cur);
+		cohort__coord_call_abort(g->coord, g->ctl_call, cur);
 	state = g->backend_state;
 	if (state != NULL && g->backend != NULL && g->backend->abort != NULL)
 		g->backend->abort(state);
@@ -118,19 +140,45 @@ cohort__group_fail(
 }
 
 cohort_status
-cohort__group_check(const struct cohort_group *g)
+cohort__group_fail_local(struct cohort_group *g, cohort_status st,
+    cohort_failure_kind kind, const char *fmt, ...)
+{
+	cohort_failure f;
+	va_list ap;
+
+	va_start(ap, fmt);
+	cohort__failure_vlocal(&f, st, kind, fmt, ap);
+	va_end(ap);
+	return (cohort__group_fail(g, &f));
+}
+
+/* A copy of g's failure with its age as of now. */
+static void
+group_failure_now(const struct cohort_group *g, cohort_failure *f)
 {
 	struct cohort_group *m = (struct cohort_group *)g;
+	cohort__time now = cohort__now_ms();
+
+	pthread_mutex_lock(&m->mtx);
+	*f = m->failure;
+	f->age_ms = now > m->failed_at ? (uint64_t)(now - m->failed_at) : 0;
+	pthread_mutex_unlock(&m->mtx);
+}
+
+cohort_status
+cohort__group_check(const struct cohort_group *g)
+{
+	char text[COHORT__FAILURE_TEXT_MAX];
+	cohort_failure f;
 	cohort_status st;
 
 	st = (cohort_status)atomic_load_explicit(
-	    &m->error, memory_order_acquire);
+	    &((struct cohort_group *)g)->error, memory_order_acquire);
 	if (st == COHORT_OK)
 		return (COHORT_OK);
-	pthread_mutex_lock(&m->mtx);
-	cohort__err(st, "%s", m->error_detail);
-	pthread_mutex_unlock(&m->mtx);
-	return (st);
+	group_failure_now(g, &f);
+	cohort__failure_text(&f, false, text, sizeof(text));
+	return (cohort__err(st, "%s", text));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -154,7 +202,7 @@ cohort__group_op_begin(struct cohort_group *g, const char *kind, uint64_t seq)
 
 	/* An injected failure (drop) may have failed the group: its error
 	 * wins, as at any other operation. */
-	if ((st = cohort__fault_point(g->client, g->id, kind, seq))
+	if ((st = cohort__fault_point(g->fault, g->id, kind, seq))
 	    != COHORT_OK)
 		return (cohort_group_error(g) != COHORT_OK
 		        ? cohort__group_check(g)
@@ -222,28 +270,41 @@ cohort_group_is_healthy(const cohort_group *g)
 	return (g != NULL && cohort_group_error(g) == COHORT_OK);
 }
 
+cohort_status
+cohort_group_failure(const cohort_group *g, cohort_failure *f)
+{
+	cohort_failure cur;
+
+	if (g == NULL || f == NULL)
+		return (cohort__err(COHORT_EINVAL,
+		    "cohort_group_failure: group and failure are required"));
+	if (f->size < COHORT__FAILURE_V1_SIZE)
+		return (cohort__err(COHORT_EINVAL,
+		    "cohort_group_failure: failure.size %zu is smaller than "
+		    "any version of the struct (set it to "
+		    "sizeof(cohort_failure))",
+		    f->size));
+	if (cohort_group_error(g) == COHORT_OK)
+		cohort__failure_clear(&cur);
+	else
+		group_failure_now(g, &cur);
+	cohort__failure_copy_out(f, &cur);
+	return (COHORT_OK);
+}
+
 const char *
 cohort_group_last_error(const cohort_group *g)
 {
-	struct cohort_group *m = (struct cohort_group *)g;
-	double ago;
+	/* One per thread: concurrent callers never share it. */
+	static _Thread_local char text[COHORT__FAILURE_TEXT_MAX];
+	cohort_failure f;
 
+	text[0] = '\0';
 	if (g == NULL || cohort_group_error(g) == COHORT_OK)
-		return ("");
-	pthread_mutex_lock(&m->mtx);
-	ago = (double)(cohort__now_ms() - m->error_at) / 1000.0;
-	{
-		/* "(x s ago)" ends the first line: a quoted traceback follows.
-		 */
-		const char *nl = strchr(m->error_detail, '\n');
-		int first = nl != NULL ? (int)(nl - m->error_detail)
-		                       : (int)strlen(m->error_detail);
-		snprintf(m->error_text, sizeof(m->error_text),
-		    "%.*s (%.1f s ago)%s", first, m->error_detail, ago,
-		    nl != NULL ? nl : "");
-	}
-	pthread_mutex_unlock(&m->mtx);
-	return (m->error_text);
+		return (text);
+	group_failure_now(g, &f);
+	cohort__failure_text(&f, true, text, sizeof(text));
+	return (text);
 }
 
 void
@@ -251,6 +312,6 @@ cohort_group_abort(cohort_group *g)
 {
 	if (g == NULL)
 		return;
-	cohort__group_fail(g, COHORT_EABORTED,
+	cohort__group_fail_local(g, COHORT_EABORTED, COHORT_FAILURE_ABORTED,
 	    "group '%s' aborted by cohort_group_abort", g->id);
 }

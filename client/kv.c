@@ -2,6 +2,11 @@
  * kv.c - the job's key-value store at cohortd (TCPStore semantics,
  * proto/README.md section 6). Values travel as the trailing payload: one
  * copy into the request, one copy out of the reply.
+ *
+ * Keys under COHORT__KV_RESERVED ("__cohort/") are libcohort's own (the
+ * data plane's rendezvous, `cohort fault` schedules): the public calls
+ * refuse them, so that a program cannot read or overwrite them by
+ * accident; libcohort uses them through cohort__kv_set / _get.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +26,23 @@ kv_check_key(const char *key)
 	return (COHORT_OK);
 }
 
+/* A key of the program's (the public calls): not in the reserved space. */
+static cohort_status
+kv_check_user_key(const char *key)
+{
+	cohort_status st;
+
+	if ((st = kv_check_key(key)) != COHORT_OK)
+		return (st);
+	if (strncmp(key, COHORT__KV_RESERVED, strlen(COHORT__KV_RESERVED))
+	    == 0)
+		return (cohort__err(COHORT_EINVAL,
+		    "key '%s': keys beginning with \"" COHORT__KV_RESERVED
+		    "\" are reserved for libcohort",
+		    key));
+	return (COHORT_OK);
+}
+
 static cohort_status
 kv_check_keys(const char *const *keys, size_t nkeys)
 {
@@ -29,7 +51,7 @@ kv_check_keys(const char *const *keys, size_t nkeys)
 	if (nkeys > 0 && keys == NULL)
 		return (cohort__err(COHORT_EINVAL, "NULL key list"));
 	for (size_t i = 0; i < nkeys; i++)
-		if ((st = kv_check_key(keys[i])) != COHORT_OK)
+		if ((st = kv_check_user_key(keys[i])) != COHORT_OK)
 			return (st);
 	return (COHORT_OK);
 }
@@ -51,13 +73,14 @@ kv_copy_out(const struct cohort__coord_call *call, void **value, size_t *len)
 	return (COHORT_OK);
 }
 
-/* The checks a request on one key starts with. */
+/* The checks a request on one key starts with (reserved: a key of
+ * libcohort's own is allowed). */
 static cohort_status
-kv_begin(cohort_client *c, const char *key)
+kv_begin(cohort_client *c, const char *key, bool reserved)
 {
 	if (c == NULL)
 		return (cohort__err(COHORT_EINVAL, "NULL client"));
-	return (kv_check_key(key));
+	return (reserved ? kv_check_key(key) : kv_check_user_key(key));
 }
 
 /* Runs one KV request on c: req's body set by the caller, the value (if
@@ -95,7 +118,7 @@ kv_body(const struct cohort__coord_call *call, Cohort__Reply__BodyCase want,
 /* set and append: a key and the value as trailing payload. */
 static cohort_status
 kv_put(cohort_client *c, const char *key, const void *value, size_t len,
-    bool append, cohort_duration timeout)
+    bool append, bool reserved, cohort_duration timeout)
 {
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__KvSet set = COHORT__KV_SET__INIT;
@@ -104,7 +127,7 @@ kv_put(cohort_client *c, const char *key, const void *value, size_t len,
 	struct cohort__iov iov = { value, len };
 	cohort_status st;
 
-	if ((st = kv_begin(c, key)) != COHORT_OK)
+	if ((st = kv_begin(c, key, reserved)) != COHORT_OK)
 		return (st);
 	if (len > 0 && value == NULL)
 		return (cohort__err(COHORT_EINVAL, "NULL value"));
@@ -126,12 +149,19 @@ cohort_status
 cohort_kv_set(cohort_client *c, const char *key, const void *value, size_t len,
     cohort_duration timeout)
 {
-	return (kv_put(c, key, value, len, false, timeout));
+	return (kv_put(c, key, value, len, false, false, timeout));
 }
 
 cohort_status
-cohort_kv_get(cohort_client *c, const char *key, void **value, size_t *len,
-    cohort_duration timeout)
+cohort__kv_set(struct cohort_client *c, const char *key, const void *value,
+    size_t len, cohort_duration timeout)
+{
+	return (kv_put(c, key, value, len, false, true, timeout));
+}
+
+static cohort_status
+kv_get(cohort_client *c, const char *key, void **value, size_t *len,
+    bool reserved, cohort_duration timeout)
 {
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__KvGet body = COHORT__KV_GET__INIT;
@@ -140,9 +170,9 @@ cohort_kv_get(cohort_client *c, const char *key, void **value, size_t *len,
 	cohort_status st;
 	uint64_t t0;
 
-	if (c == NULL || value == NULL)
-		return (cohort__err(COHORT_EINVAL, "NULL client or output"));
-	if ((st = kv_check_key(key)) != COHORT_OK)
+	if (value == NULL)
+		return (cohort__err(COHORT_EINVAL, "NULL output"));
+	if ((st = kv_begin(c, key, reserved)) != COHORT_OK)
 		return (st);
 	body.key = (char *)key;
 	body.wait = true;
@@ -167,6 +197,20 @@ out:
 }
 
 cohort_status
+cohort_kv_get(cohort_client *c, const char *key, void **value, size_t *len,
+    cohort_duration timeout)
+{
+	return (kv_get(c, key, value, len, false, timeout));
+}
+
+cohort_status
+cohort__kv_get(struct cohort_client *c, const char *key, void **value,
+    size_t *len, cohort_duration timeout)
+{
+	return (kv_get(c, key, value, len, true, timeout));
+}
+
+cohort_status
 cohort_kv_add(cohort_client *c, const char *key, int64_t delta, int64_t *out,
     cohort_duration timeout)
 {
@@ -176,7 +220,7 @@ cohort_kv_add(cohort_client *c, const char *key, int64_t delta, int64_t *out,
 	const Cohort__KvAddReply *r;
 	cohort_status st;
 
-	if ((st = kv_begin(c, key)) != COHORT_OK)
+	if ((st = kv_begin(c, key, false)) != COHORT_OK)
 		return (st);
 	body.key = (char *)key;
 	body.delta = delta;
@@ -204,7 +248,7 @@ cohort_kv_compare_set(cohort_client *c, const char *key, const void *expected,
 	const Cohort__KvCompareSetReply *r;
 	cohort_status st;
 
-	if ((st = kv_begin(c, key)) != COHORT_OK)
+	if ((st = kv_begin(c, key, false)) != COHORT_OK)
 		return (st);
 	if ((desired == NULL && desired_len > 0)
 	    || (expected == NULL && expected_len > 0))
@@ -240,7 +284,7 @@ cohort_kv_delete(
 	const Cohort__KvDeleteReply *r;
 	cohort_status st;
 
-	if ((st = kv_begin(c, key)) != COHORT_OK)
+	if ((st = kv_begin(c, key, false)) != COHORT_OK)
 		return (st);
 	body.key = (char *)key;
 	req.body_case = COHORT__REQUEST__BODY_KV_DELETE;
@@ -344,5 +388,5 @@ cohort_status
 cohort_kv_append(cohort_client *c, const char *key, const void *value,
     size_t len, cohort_duration timeout)
 {
-	return (kv_put(c, key, value, len, true, timeout));
+	return (kv_put(c, key, value, len, true, false, timeout));
 }

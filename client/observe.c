@@ -19,7 +19,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client.h"
 #include "cohort_impl.h"
 #include "observe.h"
 
@@ -531,20 +530,14 @@ cohort_now_ns(void)
 	return (cohort__now_ns());
 }
 
-bool
-cohort_timeline_enabled(const cohort_client *c)
-{
-	return (c != NULL && c->obs.tl != NULL);
-}
-
 void
-cohort_timeline_span(cohort_client *c, const char *name, uint64_t start_ns,
+cohort__obs_span(struct cohort__obs *obs, const char *name, uint64_t start_ns,
     uint64_t end_ns, uint64_t bytes)
 {
 	struct cohort__tl *tl;
 	struct tl_event *e;
 
-	if (c == NULL || (tl = c->obs.tl) == NULL || name == NULL)
+	if ((tl = obs->tl) == NULL || name == NULL)
 		return;
 	pthread_mutex_lock(&tl->mtx);
 	e = tl_slot(tl);

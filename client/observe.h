@@ -88,6 +88,10 @@ void cohort__obs_op(struct cohort__obs *o, const struct cohort__obs_op *op);
 void cohort__obs_event(struct cohort__obs *o, int track, const char *cat,
     const char *name, uint64_t t0_ns, uint64_t t1_ns, const char *detail);
 bool cohort__obs_timeline_on(const struct cohort__obs *o);
+/* A span of the program's own (cohort_timeline_span) on the strategy
+ * track; no-op when the timeline is off. */
+void cohort__obs_span(struct cohort__obs *o, const char *name,
+    uint64_t start_ns, uint64_t end_ns, uint64_t bytes);
 /* A heartbeat round trip. */
 void cohort__obs_rtt(struct cohort__obs *o, uint64_t ns);
 

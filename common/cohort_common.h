@@ -126,17 +126,6 @@ void cohort__log(int level, const char *file, int line, const char *fmt, ...)
 void cohort__assert_fail(const char *expr, const char *file, int line)
     __attribute__((noreturn));
 
-/* Goto-only error breadcrumb: logs "-> COHORT_Exxx at file:line" at debug
- * level and jumps. The label stays visible at the call site. */
-#define COHORT_TRY_GOTO(expr, rv, label)                                      \
-	do {                                                                  \
-		if (((rv) = (expr)) != COHORT_OK) {                           \
-			cohort__debug("-> %s at %s:%d",                       \
-			    cohort_status_name(rv), __FILE__, __LINE__);      \
-			goto label;                                           \
-		}                                                             \
-	} while (0)
-
 /* ------------------------------------------------------------------------ */
 /* Timeouts and limits: one place, one comment each (docs/timeouts.md).     */
 /* COHORT_TIMEOUT_SCALE (float, default 1) multiplies the liveness ones.    */

@@ -155,6 +155,30 @@ srv_coll_describe(const struct srv_call *c, char *buf, size_t len)
 	}
 }
 
+/* The operation parked call c is in, as the fields of a Failure: what
+ * (without its number), its op_seq and its group (0 and "" for a group
+ * creation). False when c is in none. */
+bool
+srv_coll_what(const struct srv_call *c, char *buf, size_t len, uint64_t *seq,
+    const char **group)
+{
+	if (c->park == SRV_PARK_COLL && c->owner != NULL) {
+		const struct srv_coll *co = c->owner;
+		coll_desc_text(&co->cd, buf, len);
+		*seq = co->op_seq;
+		*group = co->g->name;
+		return (true);
+	}
+	if (c->park == SRV_PARK_GROUP && c->owner != NULL) {
+		const struct srv_group *g = c->owner;
+		snprintf(buf, len, "creation of group '%s'", g->name);
+		*seq = 0;
+		*group = "";
+		return (true);
+	}
+	return (false);
+}
+
 /* What becomes of a parked group creation or collective arrival (the
  * core calls these through srv_park_ops). */
 static void group_withdraw(struct srv_call *c);
@@ -251,6 +275,7 @@ coll_answer_left(struct srv_call *c, int32_t rank, const char *what)
 	struct srv_job *job = c->job;
 	const struct srv_member *m = &job->members[rank];
 	Cohort__Reply rep;
+	Cohort__Failure f = COHORT__FAILURE__INIT;
 	char buf[768];
 
 	snprintf(buf, sizeof(buf),
@@ -260,6 +285,13 @@ coll_answer_left(struct srv_call *c, int32_t rank, const char *what)
 	rep.failed_rank = rank;
 	rep.failed_text = "left the job";
 	rep.error = buf;
+	f.kind = COHORT__FAILURE_KIND__FAILURE_LEFT;
+	f.rank = rank;
+	f.host = (char *)m->host;
+	f.pid = m->pid;
+	f.operation = (char *)what;
+	f.text = "left the job";
+	rep.failure = &f;
 	srv_call_answer(c, &rep, NULL, 0);
 }
 

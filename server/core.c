@@ -248,13 +248,23 @@ srv_reply_init(Cohort__Reply *rep, const struct srv_call *c, cohort_status st)
 }
 
 void
-srv_reply_failure(Cohort__Reply *rep, const struct srv_job *job)
+srv_reply_failure(Cohort__Reply *rep, struct srv_call *c)
 {
+	struct srv_job *job = c->job;
+
 	rep->failed_rank = job->failed_rank;
 	if (job->failed_text != NULL)
 		rep->failed_text = job->failed_text;
 	if (job->failed_detail != NULL)
 		rep->error = job->failed_detail;
+	if (job->failed_rank >= 0) {
+		/* packed before the next call: the age is this reply's */
+		job->failure.age_ms
+		    = job->failed_at != 0 && c->start > job->failed_at
+		    ? (uint64_t)(c->start - job->failed_at)
+		    : 0;
+		rep->failure = &job->failure;
+	}
 }
 
 static void
@@ -505,7 +515,7 @@ srv_call_peerlost(struct srv_call *c)
 	Cohort__Reply rep;
 
 	srv_reply_init(&rep, c, COHORT_EPEERLOST);
-	srv_reply_failure(&rep, c->job);
+	srv_reply_failure(&rep, c);
 	srv_call_answer(c, &rep, NULL, 0);
 }
 
@@ -880,8 +890,9 @@ srv_core_pipe_closed(struct srv_core *core, uint32_t pipe, cohort__time now)
 		 * in), then the requests nobody can hear the answers to. */
 		if (cl->member != NULL
 		    && cl->member->state == SRV_MEMBER_RUNNING)
-			srv_job_fail_member(
-			    job, cl->member, "connection lost", now);
+			srv_job_fail_member(job, cl->member,
+			    COHORT__FAILURE_KIND__FAILURE_PROCESS,
+			    "connection lost", now);
 		while (!srv_list_empty(&cl->parked)) {
 			struct srv_call *c = SRV_CONTAINER(
 			    cl->parked.next, struct srv_call, clink);

@@ -44,6 +44,14 @@ srv_job_state_name(const struct srv_job *job)
 	return (job->members != NULL ? "finished" : "running");
 }
 
+/* An empty Failure whose strings are ours to free (NULL packs as ""). */
+static void
+job_failure_init(Cohort__Failure *f)
+{
+	cohort__failure__init(f);
+	f->host = f->operation = f->group = f->text = NULL;
+}
+
 struct srv_job *
 srv_job_new(struct srv_core *core, const char *name, const char *token)
 {
@@ -56,6 +64,7 @@ srv_job_new(struct srv_core *core, const char *name, const char *token)
 	job->token = srv_strdup(token);
 	job->job_id = srv_random(core);
 	job->failed_rank = -1;
+	job_failure_init(&job->failure);
 	srv_list_init(&job->rdzv_auto);
 	srv_list_init(&job->watchers);
 	srv_map_init(&job->clients);
@@ -97,6 +106,38 @@ job_clear_failure(struct srv_job *job)
 	job->failed_text = NULL;
 	job->failed_detail = NULL;
 	job->failed_rank = -1;
+	free(job->failure.host);
+	free(job->failure.operation);
+	free(job->failure.group);
+	free(job->failure.text);
+	job_failure_init(&job->failure);
+	job->failed_at = 0;
+}
+
+/* The job's Failure (the failed_* fields set): rank m failed, kind, in
+ * (state) operation #seq of group, known op_age ms before; strings
+ * copied. */
+static void
+job_set_failure(struct srv_job *job, const struct srv_member *m,
+    Cohort__FailureKind kind, const char *operation, uint64_t seq,
+    const char *group, Cohort__FailureOpState state, uint64_t op_age,
+    cohort__time now)
+{
+	Cohort__Failure *f = &job->failure;
+
+	f->kind = kind;
+	f->rank = m->rank;
+	f->host = srv_strdup(m->host);
+	f->pid = m->pid;
+	f->operation = srv_strdup(operation);
+	f->seq = seq;
+	f->group = srv_strdup(group);
+	f->op_state = state;
+	f->op_age_ms = op_age;
+	f->unix_ms = now != 0 ? cohort__wall_ms() : 0;
+	f->text = srv_strdup(job->failed_text != NULL ? job->failed_text : "");
+	/* out of memory leaves a string NULL, which packs as empty */
+	job->failed_at = now;
 }
 
 void
@@ -598,7 +639,7 @@ srv_job_heartbeat(
 	hr.healthy = job->state != SRV_JOB_FAILED;
 	hr.server_time_ms = (uint64_t)now;
 	if (!hr.healthy)
-		srv_reply_failure(&rep, job);
+		srv_reply_failure(&rep, c);
 	rep.body_case = COHORT__REPLY__BODY_HEARTBEAT;
 	rep.heartbeat = &hr;
 	srv_call_answer(c, &rep, NULL, 0);
@@ -653,7 +694,7 @@ srv_job_report(
 	if (rf->doing != NULL && rf->doing->last_op != NULL
 	    && rf->doing->last_op[0] != '\0')
 		job_note_doing(m, rf->doing, now);
-	srv_job_fail_member(c->job, m,
+	srv_job_fail_member(c->job, m, COHORT__FAILURE_KIND__FAILURE_REPORTED,
 	    rf->text[0] != '\0' ? rf->text : "failure reported without text",
 	    now);
 	srv_call_fail(c, COHORT_OK, "%s", "");
@@ -689,10 +730,13 @@ srv_job_collective_member(struct srv_call *c)
 
 void
 srv_job_fail_member(struct srv_job *job, struct srv_member *m,
-    const char *text, cohort__time now)
+    Cohort__FailureKind kind, const char *text, cohort__time now)
 {
-	char op[800], detail[1400];
-	const char *nl;
+	char op[800], detail[1400], what[700] = "";
+	const char *nl, *group = "";
+	uint64_t seq = 0, op_age = 0;
+	Cohort__FailureOpState state
+	    = COHORT__FAILURE_OP_STATE__FAILURE_OP_UNKNOWN;
 	int tl;
 
 	if (m->state != SRV_MEMBER_RUNNING)
@@ -712,6 +756,10 @@ srv_job_fail_member(struct srv_job *job, struct srv_member *m,
 			if (p->park == SRV_PARK_COLL
 			    || p->park == SRV_PARK_GROUP) {
 				srv_coll_describe(p, op, sizeof(op));
+				if (srv_coll_what(
+				        p, what, sizeof(what), &seq, &group))
+					state
+					    = COHORT__FAILURE_OP_STATE__FAILURE_OP_DURING;
 				break;
 			}
 		}
@@ -720,6 +768,12 @@ srv_job_fail_member(struct srv_job *job, struct srv_member *m,
 		/* Known now (reported with the failure), or only from the
 		 * last heartbeat: then say how old it is, never that the
 		 * rank failed "during" an operation it may have finished. */
+		cohort__strlcpy(what, m->last_op, sizeof(what));
+		seq = m->last_op_seq;
+		group = m->last_group;
+		state = m->in_op ? COHORT__FAILURE_OP_STATE__FAILURE_OP_DURING
+		                 : COHORT__FAILURE_OP_STATE__FAILURE_OP_AFTER;
+		op_age = m->op_at == now ? 0 : (uint64_t)(now - m->op_at);
 		if (m->op_at == now)
 			snprintf(op, sizeof(op), "%s %s (#%" PRIu64 ")",
 			    m->in_op ? "during" : "after", m->last_op,
@@ -762,6 +816,7 @@ srv_job_fail_member(struct srv_job *job, struct srv_member *m,
 	job->failed_rank = m->rank;
 	job->failed_text = srv_strdup(text);
 	job->failed_detail = srv_strdup(detail);
+	job_set_failure(job, m, kind, what, seq, group, state, op_age, now);
 	srv_coll_reset(job, COHORT_EPEERLOST, detail, false);
 	while (!srv_list_empty(&job->watchers)) {
 		struct srv_call *c = SRV_CONTAINER(
@@ -789,7 +844,11 @@ srv_job_sweep(struct srv_job *job, cohort__time now)
 		else
 			snprintf(text, sizeof(text), "no heartbeat for %.1f s",
 			    (double)(now - m->last_seen) / 1000.0);
-		srv_job_fail_member(job, m, text, now);
+		srv_job_fail_member(job, m,
+		    m->restored_at != 0 && m->last_seen == m->restored_at
+		        ? COHORT__FAILURE_KIND__FAILURE_RESTORE
+		        : COHORT__FAILURE_KIND__FAILURE_HEARTBEAT,
+		    text, now);
 	}
 }
 
@@ -847,6 +906,10 @@ srv_job_restore_fail(
 	job->failed_rank = rank;
 	job->failed_text = srv_strdup(text);
 	job->failed_detail = srv_strdup(detail);
+	/* the journal keeps the text, not the fields: the kind and the
+	 * time are unknown */
+	job_set_failure(job, m, COHORT__FAILURE_KIND__FAILURE_UNKNOWN, "", 0,
+	    "", COHORT__FAILURE_OP_STATE__FAILURE_OP_UNKNOWN, 0, 0);
 }
 
 void

@@ -329,6 +329,10 @@ struct srv_job {
 	int32_t failed_rank;
 	char *failed_text;
 	char *failed_detail;
+	/* The same as data (Reply.failure, JobStatus.failure; strings owned)
+	 * and when it happened (0: restored, unknown). */
+	Cohort__Failure failure;
+	cohort__time failed_at;
 	/* Pending rendezvous (rdzv_world == 0: none). */
 	uint32_t rdzv_world;
 	uint32_t rdzv_n;
@@ -541,8 +545,9 @@ struct srv_call *srv_call_new(
 void srv_call_free(struct srv_call *c);
 void srv_reply_init(
     Cohort__Reply *rep, const struct srv_call *c, cohort_status st);
-/* Sets the EPEERLOST fields of the job's failure on rep. */
-void srv_reply_failure(Cohort__Reply *rep, const struct srv_job *job);
+/* Sets the EPEERLOST fields of c's job's failure on rep (its Failure
+ * with the age as of c's arrival). */
+void srv_reply_failure(Cohort__Reply *rep, struct srv_call *c);
 /* Packs, caches, sends rep and frees c (which must be unparked from its
  * owner already; srv_call_answer removes it from heap and client list). */
 void srv_call_answer(struct srv_call *c, Cohort__Reply *rep,
@@ -612,9 +617,10 @@ void srv_job_heartbeat(
 void srv_job_watch(struct srv_call *c, cohort__time now);
 void srv_job_report(
     struct srv_call *c, const Cohort__ReportFailure *rf, cohort__time now);
-/* Fails a running member: the job fails and parked non-KV calls hear. */
+/* Fails a running member (why: kind, its words: text): the job fails and
+ * parked non-KV calls hear. */
 void srv_job_fail_member(struct srv_job *job, struct srv_member *m,
-    const char *text, cohort__time now);
+    Cohort__FailureKind kind, const char *text, cohort__time now);
 void srv_job_sweep(struct srv_job *job, cohort__time now);
 /* Journal replay: a generation formed with these members (client_ids by
  * rank); members' last_seen is now (the grace period after a restart). */
@@ -678,6 +684,8 @@ void srv_coll_reset(
 void srv_coll_rank_left(struct srv_job *job, int32_t rank);
 /* "barrier 'x' (#5)" for the op c is parked in, into buf. */
 void srv_coll_describe(const struct srv_call *c, char *buf, size_t len);
+bool srv_coll_what(const struct srv_call *c, char *buf, size_t len,
+    uint64_t *seq, const char **group);
 const char *srv_coll_kind_name(int kind);
 /* Journal replay: a complete group. */
 cohort_status srv_group_restore(

@@ -191,6 +191,13 @@ status_job(struct status_build *sb, struct srv_job *job, cohort__time now)
 	js->kv_bytes = job->kv.bytes;
 	js->failed_rank = job->failed_rank;
 	js->failed_text = job->failed_text != NULL ? job->failed_text : "";
+	if (job->failed_rank >= 0) {
+		job->failure.age_ms
+		    = job->failed_at != 0 && now > job->failed_at
+		    ? (uint64_t)(now - job->failed_at)
+		    : 0;
+		js->failure = &job->failure;
+	}
 	if (job->members != NULL) {
 		js->members = sb_alloc(sb, sizeof(void *) * job->world);
 		if (js->members == NULL)

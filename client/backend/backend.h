@@ -9,19 +9,30 @@
  * table of operations. A backend file's only non-static symbol is its ops
  * table (like nng's transports and NCCL's net plugins).
  *
+ * A backend sees only this header and the floor (common/, proto/, the
+ * public header), never the client's internals: what it needs of its group
+ * comes in the descriptor, including a channel to the coordinator
+ * (tools/check-calls.py checks the includes).
+ *
  * Versioning: `version` is COHORT__BACKEND_VERSION of the header the
  * backend was compiled against. Fields are only ever appended; a group
  * refuses a backend with a version it does not know.
+ *   1  the first
+ *   2  cohort__group_desc.chan: the group's coordinator channel
  */
 #ifndef COHORT_BACKEND_H
 #define COHORT_BACKEND_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 
-#include "cohort_impl.h"
+#include "cohort/cohort.h"
+#include "cohort_common.h"
 #include "half.h" /* f16/bf16 <-> f32 */
+#include "knobs.h"
+#include "wire.h" /* struct cohort__iov */
 
-#define COHORT__BACKEND_VERSION 1
+#define COHORT__BACKEND_VERSION 2
 
 /* A rendezvous store: the job's KV at cohortd in real use, an in-memory
  * table in the backend's unit tests (gloo's Store). */
@@ -32,6 +43,59 @@ struct cohort__store {
 	/* Waits until key exists; *val is malloc'd (free()). */
 	cohort_status (*get)(void *ctx, const char *key, void **val,
 	    size_t *len, cohort__time deadline);
+};
+
+/* What every member of one channel gather must agree on; cohortd fails a
+ * gather whose members differ in any of it with COHORT_EMISMATCH, naming
+ * what each called. */
+struct cohort__chan_shape {
+	uint32_t kind; /* enum cohort__op_kind of the operation */
+	uint32_t op; /* cohort_redop, 0 where none */
+	uint32_t dtype; /* cohort_dtype */
+	int32_t root; /* group rank, 0 where none */
+	uint64_t count; /* elements */
+};
+
+/* One gather through the coordinator channel. */
+struct cohort__chan_gather {
+	/* In. */
+	struct cohort__chan_shape shape;
+	const struct cohort__iov *parts; /* this member's contribution, */
+	size_t nparts; /* which may be empty */
+	/* Out, after COHORT_OK, valid until release(): every member's
+	 * contribution in group-rank order, back to back in data, lens[q]
+	 * bytes from group rank q (nlens == group size; the backend checks
+	 * them against what it expects). */
+	const uint8_t *data;
+	size_t len;
+	const int64_t *lens;
+	size_t nlens;
+	void *priv; /* the channel's */
+};
+
+/* The group's channel to the coordinator (cohortd), for a backend whose
+ * data travels through it (`service`) or that needs the members to agree
+ * on a few bytes. The group layer implements it over cohortd's
+ * COLL_SERVICE gather (proto/README.md section 5.3); a failed peer or a
+ * moved generation seen in its replies reaches the client from there, so
+ * the backend only returns the status. */
+struct cohort__coord_chan {
+	void *ctx;
+	/* Every member calls it with the same shape, in the same order
+	 * (gathers are numbered by the channel); each gets all
+	 * contributions. Blocks until all arrived, deadline, or abort.
+	 * Returns COHORT_OK (release the result); COHORT_EPEERLOST /
+	 * COHORT_ESTALE (the job failed), COHORT_EMISMATCH,
+	 * COHORT_ETIMEDOUT, COHORT_EABORTED, COHORT_ENOCOORD, with err
+	 * naming the cause. Not concurrent with itself on one group. */
+	cohort_status (*gather)(void *ctx, struct cohort__chan_gather *g,
+	    char *err, size_t errlen, cohort__time deadline);
+	/* Frees a successful gather's result. */
+	void (*release)(void *ctx, struct cohort__chan_gather *g);
+	/* Makes a gather blocked in another thread return COHORT_EABORTED
+	 * promptly, and every later one at once. Any thread, never blocks,
+	 * idempotent. */
+	void (*abort)(void *ctx);
 };
 
 /* What a backend learns about its group at init. Everything pointed to
@@ -56,6 +120,9 @@ struct cohort__group_desc {
 	 * abort, a peer declared dead by cohortd. Backends poll it (acquire)
 	 * in every wait, in addition to receiving abort(). */
 	atomic_int *abort_flag;
+	/* v2: the channel to the coordinator; gather NULL when the group
+	 * has none (a backend unit test without cohortd). */
+	struct cohort__coord_chan chan;
 };
 
 enum cohort__op_kind {
@@ -99,7 +166,7 @@ struct cohort__op_stats {
 	uint64_t wait_ns; /* idle, waiting for peers */
 };
 
-/* "allreduce", "reduce_scatter", ...; for error texts (client/status.c). */
+/* "allreduce", "reduce_scatter", ...; for error texts (client/opname.c). */
 const char *cohort__op_name(enum cohort__op_kind kind);
 
 struct cohort__backend_ops {

@@ -20,7 +20,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "cohort_impl.h"
+#include "cohort/cohort.h"
+#include "cohort_common.h"
+#include "knobs.h"
 
 /* ------------------------------------------------------------------------ */
 /* CUDA runtime (cuda_runtime_api.h / driver_types.h, CUDA 13.0)            */

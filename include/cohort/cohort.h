@@ -192,7 +192,7 @@ typedef struct cohort_env {
 } cohort_env;
 
 /* cohort_env_resolve reads the process environment in the order of
- * DESIGN.md section 3 (docs/launchers.md has the tables): rank and world
+ * docs/launchers.md (which has the tables): rank and world
  * size from the first *complete* source (both present) of cohort's own
  * COHORT_* variables, torchrun's (RANK, WORLD_SIZE, LOCAL_RANK,
  * LOCAL_WORLD_SIZE, GROUP_RANK), Open MPI's (OMPI_COMM_WORLD_*), PMI's
@@ -422,10 +422,104 @@ COHORT_API int32_t cohort_group_global_rank(const cohort_group *g, int32_t r);
 /* Sticky first error of the group, COHORT_OK while healthy. */
 COHORT_API cohort_status cohort_group_error(const cohort_group *g);
 COHORT_API bool cohort_group_is_healthy(const cohort_group *g);
-/* Detail of the sticky error ("rank 3 (host:pid) failed during allreduce
- * #812, 0.4 s ago: <its text>"); "" while healthy. The pointer stays valid
- * until the group is destroyed. */
+/* The sticky error as text, composed from cohort_group_failure's record
+ * by cohort_failure_format: "rank 3 (node7:99) failed during allreduce
+ * (#812): connection lost (0.4 s ago)", then the failed rank's further
+ * lines (a traceback) if it reported any; "" while healthy or g is NULL.
+ * Thread-safe: the text is composed into a buffer of the calling thread,
+ * valid until that thread's next call of this function (on any group). */
 COHORT_API const char *cohort_group_last_error(const cohort_group *g);
+
+/* Why a group failed (cohort_failure.kind). The first five are cohortd's
+ * verdict on a peer and keep the wire's numbers (proto FailureKind). */
+typedef enum {
+	COHORT_FAILURE_NONE = 0, /* healthy */
+	COHORT_FAILURE_PROCESS = 1, /* a rank's process ended (its connection
+	                               to cohortd closed: crash, kill, OOM) */
+	COHORT_FAILURE_HEARTBEAT = 2, /* a rank went silent past dead-after
+	                                 (host frozen, stopped, cut off) */
+	COHORT_FAILURE_REPORTED = 3, /* a rank reported its own failure
+	                                (cohort_report_failure) */
+	COHORT_FAILURE_LEFT = 4, /* a rank left the job while an operation
+	                            waited for it */
+	COHORT_FAILURE_RESTORE = 5, /* a rank did not reconnect after the
+	                               coordinator restarted */
+	COHORT_FAILURE_PEER = 6, /* a rank failed; cohortd did not say how */
+	COHORT_FAILURE_GENERATION = 7, /* the job moved to a new generation */
+	COHORT_FAILURE_COORDINATOR = 8, /* this process lost the coordinator
+	                                   past its reconnect window */
+	COHORT_FAILURE_DATA_PLANE = 9, /* the data plane failed here (a
+	                                  peer's connection, the backend) */
+	COHORT_FAILURE_TIMEOUT = 10, /* a data-plane operation timed out */
+	COHORT_FAILURE_ABORTED = 11, /* cohort_group_abort, or closed early */
+	COHORT_FAILURE_INJECTED = 12, /* a fault schedule (action=drop) */
+	COHORT_FAILURE_UNAVAILABLE = 13, /* the group's backend cannot run */
+} cohort_failure_kind;
+
+/* Where the failed rank was (cohort_failure.op_state). */
+typedef enum {
+	COHORT_FAILURE_OP_UNKNOWN = 0, /* no operation known */
+	COHORT_FAILURE_OP_DURING = 1, /* inside `operation` */
+	COHORT_FAILURE_OP_AFTER = 2, /* `operation` was the last it left */
+} cohort_failure_op_state;
+
+/* A group's sticky failure as data (NCCL's ncclCommGetAsyncError with the
+ * details). Fixed-size fields, strings NUL-terminated and cut to fit.
+ * Versioned by size: set `size` to sizeof(cohort_failure) before the call
+ * (COHORT_FAILURE_INIT); fields are only ever appended, and the library
+ * writes none beyond `size`. */
+typedef struct cohort_failure {
+	size_t size; /* in: sizeof(cohort_failure) of the caller */
+	cohort_status status; /* the group's sticky status; COHORT_OK: healthy
+	                         and every other field is zero/empty */
+	cohort_failure_kind kind;
+	int32_t rank; /* job rank that failed; -1: none or not known */
+	int32_t group_rank; /* its rank in this group; -1: none, not known or
+	                       not a member */
+	uint32_t pid; /* its process id; 0: not known */
+	char host[256]; /* its host; "": not known */
+	char operation[192]; /* the operation it failed in or after:
+	                        "allreduce", "barrier 'epoch-3'"; "": not known
+	                      */
+	char group[256]; /* that operation's group name; "": the world */
+	uint64_t seq; /* that operation's number in its group; 0: not known */
+	cohort_failure_op_state op_state;
+	/* The operation is from the rank's last heartbeat, sent this long
+	 * before it failed; 0: known at the failure itself. */
+	uint64_t op_age_ms;
+	uint64_t age_ms; /* how long ago it happened, as of this call */
+	int64_t unix_ms; /* when, in ms since 1970 (the coordinator's clock for
+	                    a peer's failure); 0: not known */
+	char text[4096]; /* the failed rank's own words ("connection lost", "no
+	                    heartbeat for 5.0 s", a reported traceback), or
+	                    for a failure seen here, what was seen */
+	char observed[1024]; /* what this process saw itself when that differs
+	                        from the cause ("allreduce #12: rank 3 closed
+	                        the connection"); "" if nothing */
+} cohort_failure;
+
+/* A designated initialiser (C99, C++20); elsewhere set .size by hand. */
+#define COHORT_FAILURE_INIT                                                   \
+	{                                                                     \
+		.size = sizeof(cohort_failure)                                \
+	}
+
+/* Copies g's sticky failure into *f: the first failure recorded on the
+ * group (cohortd's verdict on a peer, or what this process saw), never
+ * merged with later ones. Returns COHORT_OK (f->status COHORT_OK while
+ * healthy); COHORT_EINVAL if g or f is NULL or f->size is smaller than
+ * the first version of the struct. Never blocks; any thread. */
+COHORT_API cohort_status cohort_group_failure(
+    const cohort_group *g, cohort_failure *f);
+
+/* The one human text of a failure, as cohort_group_last_error shows it,
+ * into buf (len bytes, always NUL-terminated when len > 0). Returns the
+ * length the whole text needs, like snprintf. */
+COHORT_API size_t cohort_failure_format(
+    const cohort_failure *f, char *buf, size_t len);
+
+/* "process", "heartbeat", "reported", ...; never NULL. */
+COHORT_API const char *cohort_failure_kind_name(cohort_failure_kind kind);
 
 /* Marks the group aborted and wakes every call blocked on it, which
  * returns COHORT_EABORTED (unless it already failed otherwise). Never

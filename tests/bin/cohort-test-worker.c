@@ -21,6 +21,8 @@
 #include <sys/socket.h>
 
 #include "cohort/cohort.h"
+#include "client.h" /* cohort__kv_get: the stranger of scen_flood reads a
+                      reserved key */
 #include "group.h" /* g->id: the stranger of scen_flood finds the address */
 #include "th_worker.h"
 
@@ -258,11 +260,12 @@ scen_flood(cohort_client *c, const char *arg)
 		snprintf(gid, sizeof(gid), "%.*s", (int)len, (char *)val);
 		cohort_free(val);
 		snprintf(key, sizeof(key),
-		    "__cohort/dp/%" PRIu64 "/sub.%s/tcp/sub.%s/%" PRIu64
-		    "/addr/1",
+		    COHORT__KV_RESERVED
+		    "dp/%" PRIu64 "/sub.%s/tcp/sub.%s/%" PRIu64 "/addr/1",
 		    gen, gid, gid, gen);
+		/* a reserved key: the public call refuses it */
 		WORKER_CHECK(
-		    "kv_get addr", cohort_kv_get(c, key, &val, &len, 60000));
+		    "kv_get addr", cohort__kv_get(c, key, &val, &len, 60000));
 		snprintf(hp, sizeof(hp), "%.*s", (int)len, (char *)val);
 		cohort_free(val);
 		if ((colon = strrchr(hp, ':')) == NULL)

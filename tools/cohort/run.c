@@ -83,8 +83,14 @@ struct run_failure {
 	char how[512]; /* how the root-cause rank ended, on whichever node */
 	int first_local; /* index of our first failed worker */
 	char text[COHORT__DETAIL_MAX]; /* the rank's reported error text */
-	char last_op[128];
+	char last_op[192];
 	uint64_t last_op_seq;
+	/* cohortd's record of the failure (proto Failure): its kind
+	 * ("process", "heartbeat", "reported"; "" when cohortd had none) and
+	 * where the rank ran */
+	char failure_kind[32];
+	char host[256];
+	uint32_t pid;
 	/* cohortd did not answer cohort run either: the likely root cause
 	 * (workers lose it past their reconnect window and stop). */
 	char coord_unreachable[512];
@@ -535,6 +541,10 @@ run_find_cause(const struct run_cfg *cfg, struct run_state *rs, int restart,
 	cohort__strlcpy(f->text, v.failed_text, sizeof(f->text));
 	cohort__strlcpy(f->last_op, v.last_op, sizeof(f->last_op));
 	f->last_op_seq = v.last_op_seq;
+	cohort__strlcpy(
+	    f->failure_kind, v.failure_kind, sizeof(f->failure_kind));
+	cohort__strlcpy(f->host, v.host, sizeof(f->host));
+	f->pid = v.pid;
 	if (r >= RUN_RANK(cfg, 0) && r < RUN_RANK(cfg, cfg->nproc)) {
 		run_local_how(cfg, rs, p, r - RUN_RANK(cfg, 0), f);
 	} else {
@@ -603,6 +613,9 @@ run_report(const struct run_cfg *cfg, const char *job,
 	    f->last_op[0] ? "" : "\n");
 	if (f->last_op[0])
 		fprintf(stderr, " (#%" PRIu64 ")\n", f->last_op_seq);
+	if (f->failure_kind[0] != '\0')
+		fprintf(stderr, "  failure    : %s, on %s:%u\n",
+		    f->failure_kind, f->host[0] ? f->host : "?", f->pid);
 	fprintf(stderr,
 	    "  stopped in : %.3f s (failure to last worker stopping)\n"
 	    "  restarts   : %d of %d used\n",
@@ -643,8 +656,14 @@ run_report(const struct run_cfg *cfg, const char *job,
 			cohort__json_str(out, f->rdzv);
 			fprintf(out, ",\"missing_ranks\":[%s]", f->missing);
 		}
-		fprintf(out, ",\"operation_seq\":%" PRIu64 ",\"kind\":\"%s\"}",
-		    f->last_op_seq, kinds[f->cause]);
+		fprintf(out, ",\"failure\":");
+		cohort__json_str(out, f->failure_kind);
+		fprintf(out, ",\"host\":");
+		cohort__json_str(out, f->host);
+		fprintf(out,
+		    ",\"pid\":%u,\"operation_seq\":%" PRIu64
+		    ",\"kind\":\"%s\"}",
+		    f->pid, f->last_op_seq, kinds[f->cause]);
 		fprintf(out,
 		    ",\"stop_seconds\":%.3f,\"restarts\":%d,"
 		    "\"max_restarts\":%d,\"workers\":[",

@@ -90,6 +90,26 @@ view_job(const Cohort__JobStatus *js, struct cohort__run_view *v)
 			cohort__strlcpy(v->failed_text, ms->failure,
 			    sizeof(v->failed_text));
 	}
+	if (js->failure != NULL && v->failed_rank >= 0) {
+		/* the record names the operation the rank failed in, not
+		 * the one of its last heartbeat */
+		const Cohort__Failure *fr = js->failure;
+
+		cohort__strlcpy(v->failure_kind,
+		    cohort_failure_kind_name(fr->kind != 0
+		            ? (cohort_failure_kind)fr->kind
+		            : COHORT_FAILURE_PEER),
+		    sizeof(v->failure_kind));
+		if (fr->host != NULL && fr->host[0] != '\0') {
+			cohort__strlcpy(v->host, fr->host, sizeof(v->host));
+			v->pid = fr->pid;
+		}
+		if (fr->operation != NULL && fr->operation[0] != '\0') {
+			cohort__strlcpy(
+			    v->last_op, fr->operation, sizeof(v->last_op));
+			v->last_op_seq = fr->seq;
+		}
+	}
 	for (size_t p = 0; p < js->n_pending; p++) {
 		const Cohort__PendingOp *op = js->pending[p];
 

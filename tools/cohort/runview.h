@@ -44,6 +44,8 @@ struct cohort__run_view {
 	char last_op[128];
 	uint64_t last_op_seq;
 	char member_state[32];
+	/* cohortd's failure record (proto Failure): its kind, "" if none */
+	char failure_kind[32];
 	/* a rendezvous in progress */
 	bool rdzv;
 	uint64_t rdzv_waiting_ms;

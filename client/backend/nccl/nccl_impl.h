@@ -31,7 +31,6 @@
 
 #include "backend/backend.h"
 #include "backend/cudart.h"
-#include "cohort_impl.h"
 
 /* ------------------------------------------------------------------------ */
 /* NCCL (nccl.h 2.28.9)                                                     */

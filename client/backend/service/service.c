@@ -20,45 +20,28 @@
  * 16 MiB; cohortd's message limit is 64 MiB). Every member computes the
  * same chunking from the operation's arguments.
  *
- * Sequence numbers: a gather is keyed at cohortd by (group, op_seq). The
- * control-plane collectives of the group (control.c) number theirs 1, 2,
- * ...; the service backend numbers its own from 2^62, so that a data-plane
- * operation on a progress thread and a barrier in the caller's thread can
- * never take each other's numbers.
+ * The gathers go through the group's coordinator channel (backend.h),
+ * which numbers them and hands a failed peer on to the client: this file
+ * sees nothing of the client.
  */
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
-#include "client.h"
-#include "collectives.h"
-#include "group.h"
 
-#define SVC_SEQ_BASE (UINT64_C(1) << 62)
 #define SVC_DEFAULT_CHUNK (16u << 20)
 
 struct svc {
-	struct cohort_group *g;
-	struct cohort_client *c;
-	int rank;
-	int size;
-	const int32_t *global_ranks;
-	atomic_int *abort_flag;
-	uint64_t seq; /* gathers issued */
+	struct cohort__group_desc d; /* a copy; what it points to lives on */
 	size_t max_reply; /* bytes of one reply */
 	struct cohort__iov *parts; /* size entries */
 	/* Aligned copy of a contribution: the pieces of a reply sit at any
 	 * byte offset, and the reduction kernels load whole elements. */
 	uint8_t *scratch;
 	size_t scratch_len;
-
-	pthread_mutex_t mtx;
-	struct cohort__coord_call *cur; /* the gather in flight */
-	bool aborted;
 };
 
 /* The shape of an operation: along which length it is chunked and how the
@@ -74,12 +57,12 @@ static void
 svc_shape(
     const struct svc *s, const struct cohort__op *op, struct svc_shape *sh)
 {
-	size_t n = (size_t)s->size;
+	size_t n = (size_t)s->d.size;
 
 	sh->es = cohort_dtype_size(op->dtype);
 	sh->blk = op->count;
 	sh->mult = 1;
-	sh->senders = s->size;
+	sh->senders = s->d.size;
 	switch (op->kind) {
 	case COHORT__OP_BROADCAST:
 		sh->senders = 1;
@@ -94,7 +77,7 @@ svc_shape(
 		break;
 	case COHORT__OP_ALLGATHERV:
 		sh->blk = 0;
-		for (int q = 0; q < s->size; q++)
+		for (int q = 0; q < s->d.size; q++)
 			if (op->counts[q] > sh->blk)
 				sh->blk = op->counts[q];
 		break;
@@ -148,7 +131,7 @@ svc_parts(struct svc *s, const struct cohort__op *op,
 	const uint8_t *src = op->send;
 	size_t len = (b - a) * sh->es, start, n;
 
-	if (svc_len(s, op, sh, s->rank, a, b) == 0)
+	if (svc_len(s, op, sh, s->d.rank, a, b) == 0)
 		return (0);
 	switch (op->kind) {
 	case COHORT__OP_BROADCAST:
@@ -156,19 +139,19 @@ svc_parts(struct svc *s, const struct cohort__op *op,
 		s->parts[0].len = len;
 		return (1);
 	case COHORT__OP_ALLGATHERV:
-		n = svc_clip(a, b, op->counts[s->rank], &start);
+		n = svc_clip(a, b, op->counts[s->d.rank], &start);
 		s->parts[0].base = src + start * sh->es;
 		s->parts[0].len = n * sh->es;
 		return (1);
 	case COHORT__OP_SCATTER:
 	case COHORT__OP_REDUCE_SCATTER:
 	case COHORT__OP_ALLTOALL:
-		for (int j = 0; j < s->size; j++) {
+		for (int j = 0; j < s->d.size; j++) {
 			s->parts[j].base
 			    = src + ((size_t)j * op->count + a) * sh->es;
 			s->parts[j].len = len;
 		}
-		return ((size_t)s->size);
+		return ((size_t)s->d.size);
 	default:
 		s->parts[0].base = src + a * sh->es;
 		s->parts[0].len = len;
@@ -203,7 +186,7 @@ svc_consume(struct svc *s, const struct cohort__op *op,
 {
 	uint8_t *dst = op->recv;
 	size_t len = b - a, bytes = len * sh->es, off, start, n;
-	int r = s->rank;
+	int r = s->d.rank;
 
 	switch (op->kind) {
 	case COHORT__OP_REDUCE:
@@ -217,7 +200,7 @@ svc_consume(struct svc *s, const struct cohort__op *op,
 		                                            : 0;
 		dst += a * sh->es;
 		memcpy(dst, p[0] + off, bytes);
-		for (int q = 1; q < s->size; q++) {
+		for (int q = 1; q < s->d.size; q++) {
 			const uint8_t *src
 			    = svc_aligned(s, p[q] + off, bytes, sh->es);
 
@@ -227,7 +210,7 @@ svc_consume(struct svc *s, const struct cohort__op *op,
 		}
 		if (op->op == COHORT_MEAN)
 			cohort__scale_div(
-			    dst, len, op->dtype, (double)s->size);
+			    dst, len, op->dtype, (double)s->d.size);
 		return (true);
 	case COHORT__OP_BROADCAST:
 		if (r != op->root)
@@ -238,13 +221,13 @@ svc_consume(struct svc *s, const struct cohort__op *op,
 			return (true);
 		/* FALLTHROUGH */
 	case COHORT__OP_ALLGATHER:
-		for (int q = 0; q < s->size; q++)
+		for (int q = 0; q < s->d.size; q++)
 			memcpy(dst + ((size_t)q * op->count + a) * sh->es,
 			    p[q], bytes);
 		return (true);
 	case COHORT__OP_ALLGATHERV:
 		off = 0;
-		for (int q = 0; q < s->size; q++) {
+		for (int q = 0; q < s->d.size; q++) {
 			n = svc_clip(a, b, op->counts[q], &start);
 			if (n > 0)
 				memcpy(dst + (off + start) * sh->es, p[q],
@@ -253,7 +236,7 @@ svc_consume(struct svc *s, const struct cohort__op *op,
 		}
 		return (true);
 	case COHORT__OP_ALLTOALL:
-		for (int q = 0; q < s->size; q++)
+		for (int q = 0; q < s->d.size; q++)
 			memcpy(dst + ((size_t)q * op->count + a) * sh->es,
 			    p[q] + (size_t)r * bytes, bytes);
 		return (true);
@@ -273,95 +256,70 @@ svc_gather(struct svc *s, const struct cohort__op *op,
     const struct svc_shape *sh, size_t a, size_t b, char *err, size_t errlen,
     cohort__time deadline)
 {
-	Cohort__Request req = COHORT__REQUEST__INIT;
-	Cohort__Collective body = COHORT__COLLECTIVE__INIT;
-	struct cohort__coord_call call;
+	struct cohort__chan_gather cg;
 	const uint8_t *p[64];
 	const uint8_t **pp = p;
-	const Cohort__CollectiveReply *cr;
+	char why[COHORT__DETAIL_MAX];
 	cohort_status st;
 	size_t off = 0;
 	const char *what = cohort__op_name(op->kind);
 
-	if (atomic_load_explicit(s->abort_flag, memory_order_acquire) != 0) {
+	if (atomic_load_explicit(s->d.abort_flag, memory_order_acquire) != 0) {
 		snprintf(
 		    err, errlen, "%s #%" PRIu64 " aborted", what, op->seq);
 		return (COHORT_EABORTED);
 	}
-	body.kind = COHORT__COLLECTIVE_KIND__COLL_SERVICE;
-	body.group = s->g->id;
-	body.op_seq = SVC_SEQ_BASE | ++s->seq;
-	body.name = (char *)"";
-	body.root = op->root;
-	body.op = (uint32_t)op->op;
-	body.service_op = (uint32_t)op->kind;
-	body.dtype = (uint32_t)op->dtype;
-	body.count = op->count;
-	req.body_case = COHORT__REQUEST__BODY_COLLECTIVE;
-	req.collective = &body;
-	cohort__coord_call_init(&call, &req, deadline);
-	call.parts = s->parts;
-	call.nparts = svc_parts(s, op, sh, a, b);
-
-	pthread_mutex_lock(&s->mtx);
-	if (s->aborted) {
-		pthread_mutex_unlock(&s->mtx);
-		snprintf(
-		    err, errlen, "%s #%" PRIu64 " aborted", what, op->seq);
-		return (COHORT_EABORTED);
-	}
-	s->cur = &call;
-	pthread_mutex_unlock(&s->mtx);
-	st = cohort__coord_call(s->c->coord, &call);
-	pthread_mutex_lock(&s->mtx);
-	s->cur = NULL;
-	pthread_mutex_unlock(&s->mtx);
-
-	if (st != COHORT_OK) {
+	memset(&cg, 0, sizeof(cg));
+	cg.shape.kind = (uint32_t)op->kind;
+	cg.shape.op = (uint32_t)op->op;
+	cg.shape.dtype = (uint32_t)op->dtype;
+	cg.shape.root = op->root;
+	cg.shape.count = op->count;
+	cg.parts = s->parts;
+	cg.nparts = svc_parts(s, op, sh, a, b);
+	why[0] = '\0';
+	if ((st = s->d.chan.gather(
+	         s->d.chan.ctx, &cg, why, sizeof(why), deadline))
+	    != COHORT_OK) {
 		snprintf(err, errlen, "%s #%" PRIu64 " through cohortd: %s",
-		    what, op->seq, cohort_last_error());
-		/* A failed peer concerns every group of the client. */
-		if (st == COHORT_EPEERLOST || st == COHORT_ESTALE)
-			cohort__client_check_reply(s->c, st, call.rep);
-		goto out;
+		    what, op->seq, why);
+		return (st);
 	}
 	st = COHORT_EPROTO;
-	if (call.rep->body_case != COHORT__REPLY__BODY_COLLECTIVE
-	    || (cr = call.rep->collective) == NULL
-	    || cr->n_i64s != (size_t)s->size) {
+	if (cg.nlens != (size_t)s->d.size) {
 		snprintf(err, errlen,
 		    "%s #%" PRIu64 ": malformed reply "
 		    "from cohortd",
 		    what, op->seq);
 		goto out;
 	}
-	if (s->size > 64
-	    && (pp = malloc(sizeof(*pp) * (size_t)s->size)) == NULL) {
+	if (s->d.size > 64
+	    && (pp = malloc(sizeof(*pp) * (size_t)s->d.size)) == NULL) {
 		st = COHORT_ENOMEM;
 		snprintf(err, errlen, "out of memory");
 		goto out;
 	}
-	for (int q = 0; q < s->size; q++) {
+	for (int q = 0; q < s->d.size; q++) {
 		size_t want = svc_len(s, op, sh, q, a, b);
 
-		if (cr->i64s[q] < 0 || (size_t)cr->i64s[q] != want
-		    || want > call.plen - off) {
+		if (cg.lens[q] < 0 || (size_t)cg.lens[q] != want
+		    || want > cg.len - off) {
 			snprintf(err, errlen,
 			    "%s #%" PRIu64 ": rank %d sent "
 			    "%" PRId64 " bytes, expected %zu (do the ranks "
 			    "agree on the arguments?)",
-			    what, op->seq, s->global_ranks[q], cr->i64s[q],
+			    what, op->seq, s->d.global_ranks[q], cg.lens[q],
 			    want);
 			goto out;
 		}
-		pp[q] = call.payload + off;
+		pp[q] = cg.data + off;
 		off += want;
 	}
-	if (off != call.plen) {
+	if (off != cg.len) {
 		snprintf(err, errlen,
 		    "%s #%" PRIu64 ": reply carries %zu "
 		    "bytes, expected %zu",
-		    what, op->seq, call.plen, off);
+		    what, op->seq, cg.len, off);
 		goto out;
 	}
 	if (!svc_consume(s, op, sh, a, b, pp)) {
@@ -373,7 +331,7 @@ svc_gather(struct svc *s, const struct cohort__op *op,
 out:
 	if (pp != p)
 		free(pp);
-	cohort__coord_call_fini(&call);
+	s->d.chan.release(s->d.chan.ctx, &cg);
 	return (st);
 }
 
@@ -407,15 +365,14 @@ static cohort_status
 svc_init(const struct cohort__group_desc *desc, void **state, char *err,
     size_t errlen, cohort__time deadline)
 {
-	struct cohort_group *g = cohort__desc_group(desc);
 	const char *env = cohort__knob_str(COHORT__KNOB_SERVICE_CHUNK);
 	int64_t v;
 	struct svc *s;
 
-	if (g == NULL) {
+	if (desc->chan.gather == NULL) {
 		snprintf(err, errlen,
-		    "the service backend needs a group "
-		    "of a cohort client");
+		    "the service backend needs a group with a channel to "
+		    "the coordinator");
 		return (COHORT_ENOTSUP);
 	}
 	if ((s = calloc(1, sizeof(*s))) == NULL
@@ -425,18 +382,7 @@ svc_init(const struct cohort__group_desc *desc, void **state, char *err,
 		snprintf(err, errlen, "out of memory");
 		return (COHORT_ENOMEM);
 	}
-	if (pthread_mutex_init(&s->mtx, NULL) != 0) {
-		free(s->parts);
-		free(s);
-		snprintf(err, errlen, "pthread_mutex_init failed");
-		return (COHORT_ESYSTEM);
-	}
-	s->g = g;
-	s->c = g->client;
-	s->rank = desc->rank;
-	s->size = desc->size;
-	s->global_ranks = desc->global_ranks;
-	s->abort_flag = desc->abort_flag;
+	s->d = *desc;
 	s->max_reply = SVC_DEFAULT_CHUNK;
 	if (env != NULL && cohort__parse_i64(env, &v) && v >= 1
 	    && v <= (int64_t)SVC_DEFAULT_CHUNK * 3)
@@ -450,11 +396,7 @@ svc_abort(void *arg)
 {
 	struct svc *s = arg;
 
-	pthread_mutex_lock(&s->mtx);
-	s->aborted = true;
-	if (s->cur != NULL)
-		cohort__coord_call_abort(s->c->coord, s->cur, COHORT_EABORTED);
-	pthread_mutex_unlock(&s->mtx);
+	s->d.chan.abort(s->d.chan.ctx);
 }
 
 static void
@@ -464,7 +406,6 @@ svc_fini(void *arg)
 
 	if (s == NULL)
 		return;
-	pthread_mutex_destroy(&s->mtx);
 	free(s->scratch);
 	free(s->parts);
 	free(s);

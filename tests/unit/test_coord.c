@@ -1,0 +1,353 @@
+/*
+ * test_coord.c - client/coord.c, the request/reply engine, against a real
+ * cohortd core embedded in the test (tests/harness/cl_fixture.h): a round
+ * trip, a retry applied once, abort and deadline of a parked call, a
+ * coordinator that is not there or goes away, a request too big to send,
+ * an asynchronous call.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cl_fixture.h"
+#include "coord.h"
+#include "server.h"
+#include "unit_suite.h"
+
+Suite *suite_coord(void);
+
+static struct cohort__coord *
+co_open(const struct clx *x)
+{
+	struct cohort__coord *co = NULL;
+
+	ck_assert_cohort_ok(
+	    cohort__coord_open(x->url, x->job, "tok", 77, &co));
+	ck_assert_cohort_ok(
+	    cohort__coord_wait_connected(co, cohort__now_ms() + 5000));
+	return (co);
+}
+
+/* A KV add of delta to key on call (the caller finalises it). */
+static cohort_status
+co_add(struct cohort__coord *co, struct cohort__coord_call *call,
+    Cohort__Request *req, Cohort__KvAdd *add, const char *key, int64_t delta)
+{
+	cohort__request__init(req);
+	cohort__kv_add__init(add);
+	add->key = (char *)key;
+	add->delta = delta;
+	req->body_case = COHORT__REQUEST__BODY_KV_ADD;
+	req->kv_add = add;
+	cohort__coord_call_init(call, req, cohort__now_ms() + 5000);
+	return (cohort__coord_call(co, call));
+}
+
+/* A KV set of len bytes at val to key on call (the caller finalises
+ * it). */
+static cohort_status
+co_set(struct cohort__coord *co, struct cohort__coord_call *call,
+    const char *key, const void *val, size_t len)
+{
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	Cohort__KvSet set = COHORT__KV_SET__INIT;
+	struct cohort__iov iov = { val, len };
+
+	set.key = (char *)key;
+	req.body_case = COHORT__REQUEST__BODY_KV_SET;
+	req.kv_set = &set;
+	return (cohort__coord_request(
+	    co, call, &req, &iov, 1, cohort__now_ms() + 5000));
+}
+
+START_TEST(test_round_trip_numbers_requests)
+{
+	struct clx x;
+	struct cohort__coord *co;
+	struct cohort__coord_call call;
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	Cohort__KvGet get = COHORT__KV_GET__INIT;
+	uint64_t seq;
+
+	clx_start(&x, "rt");
+	co = co_open(&x);
+	ck_assert(cohort__coord_up(co));
+	ck_assert_cohort_ok(co_set(co, &call, "k", "value", 5));
+	seq = call.seq;
+	ck_assert_uint_ge(seq, 1);
+	cohort__coord_call_fini(&call);
+	get.key = "k";
+	req.body_case = COHORT__REQUEST__BODY_KV_GET;
+	req.kv_get = &get;
+	ck_assert_cohort_ok(cohort__coord_request(
+	    co, &call, &req, NULL, 0, cohort__now_ms() + 5000));
+	ck_assert_uint_eq(call.seq, seq + 1);
+	ck_assert_ptr_nonnull(
+	    cohort__coord_reply_body(&call, COHORT__REPLY__BODY_KV_GET));
+	ck_assert_ptr_null(
+	    cohort__coord_reply_body(&call, COHORT__REPLY__BODY_KV_ADD));
+	ck_assert_uint_eq(call.plen, 5);
+	ck_assert_int_eq(memcmp(call.payload, "value", 5), 0);
+	cohort__coord_call_fini(&call);
+	cohort__coord_close(co);
+	clx_stop(&x);
+}
+END_TEST
+
+/* A retried request (same seq) is applied once: an add is not counted
+ * twice (proto/README.md section 2). */
+START_TEST(test_retry_is_applied_once)
+{
+	struct clx x;
+	struct cohort__coord *co;
+	struct cohort__coord_call call;
+	Cohort__Request req;
+	Cohort__KvAdd add;
+
+	clx_start(&x, "retry");
+	co = co_open(&x);
+	ck_assert_cohort_ok(co_add(co, &call, &req, &add, "n", 1));
+	ck_assert_int_eq(call.rep->kv_add->value, 1);
+	cohort__coord_call_fini(&call);
+	/* the same call again: a retry with the seq it was given */
+	ck_assert_cohort_ok(cohort__coord_call(co, &call));
+	ck_assert_int_eq(call.rep->kv_add->value, 1);
+	cohort__coord_call_fini(&call);
+	ck_assert_cohort_ok(co_add(co, &call, &req, &add, "n", 1));
+	ck_assert_int_eq(call.rep->kv_add->value, 2);
+	cohort__coord_call_fini(&call);
+	cohort__coord_close(co);
+	clx_stop(&x);
+}
+END_TEST
+
+struct co_parked {
+	struct cohort__coord *co;
+	struct cohort__coord_call call;
+	Cohort__Request req;
+	Cohort__KvGet get;
+	cohort__time deadline;
+};
+
+/* A KV get that waits for a key nobody sets: parked at cohortd. */
+static cohort_status
+co_parked_get(struct clx *x, int rank, void *arg)
+{
+	struct co_parked *p = arg;
+
+	(void)x;
+	(void)rank;
+	return (cohort__coord_call(p->co, &p->call));
+}
+
+static void
+co_parked_init(struct co_parked *p, struct cohort__coord *co, int ms)
+{
+	memset(p, 0, sizeof(*p));
+	p->co = co;
+	cohort__request__init(&p->req);
+	cohort__kv_get__init(&p->get);
+	p->get.key = "never";
+	p->get.wait = true;
+	p->req.body_case = COHORT__REQUEST__BODY_KV_GET;
+	p->req.kv_get = &p->get;
+	p->deadline = cohort__now_ms() + ms;
+	cohort__coord_call_init(&p->call, &p->req, p->deadline);
+}
+
+START_TEST(test_abort_ends_a_parked_call)
+{
+	struct clx x;
+	struct co_parked p;
+	struct clx_bg *bg;
+	int64_t ms;
+
+	clx_start(&x, "abort");
+	co_parked_init(&p, co_open(&x), 10000);
+	bg = clx_bg_start(&x, 0, co_parked_get, &p);
+	usleep(200 * 1000); /* it may be anywhere: sent, parked */
+	cohort__coord_call_abort(p.co, &p.call, COHORT_EABORTED);
+	ck_assert_int_eq(clx_bg_join(bg, 5000, &ms), COHORT_EABORTED);
+	ck_assert_int_lt(ms, 2000);
+	cohort__coord_call_fini(&p.call);
+	/* the engine goes on */
+	{
+		struct cohort__coord_call call;
+		Cohort__Request req;
+		Cohort__KvAdd add;
+
+		ck_assert_cohort_ok(co_add(p.co, &call, &req, &add, "n", 1));
+		cohort__coord_call_fini(&call);
+	}
+	cohort__coord_close(p.co);
+	clx_stop(&x);
+}
+END_TEST
+
+START_TEST(test_deadline_bounds_a_parked_call)
+{
+	struct clx x;
+	struct co_parked p;
+	int64_t t0 = th_now_ms();
+	cohort_status st;
+
+	clx_start(&x, "deadline");
+	co_parked_init(&p, co_open(&x), 300);
+	t0 = th_now_ms();
+	st = cohort__coord_call(p.co, &p.call);
+	/* cohortd parks it no longer than the caller waits, and answers */
+	ck_assert_msg(st == COHORT_OK || st == COHORT_ETIMEDOUT, "%s",
+	    cohort_status_name(st));
+	ck_assert_int_ge(th_now_ms() - t0, 250);
+	ck_assert_int_lt(
+	    th_now_ms() - t0, 300 + COHORT__REPLY_GRACE_MS + 1000);
+	if (st == COHORT_OK)
+		ck_assert(!p.call.rep->kv_get->found);
+	cohort__coord_call_fini(&p.call);
+	cohort__coord_close(p.co);
+	clx_stop(&x);
+}
+END_TEST
+
+START_TEST(test_nobody_there_is_enocoord)
+{
+	struct cohort__coord *co = NULL;
+	char url[64];
+	int64_t t0;
+
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", th_free_port());
+	ck_assert_cohort_ok(cohort__coord_open(url, "j", "tok", 1, &co));
+	t0 = th_now_ms();
+	ck_assert_cohort_err(
+	    cohort__coord_wait_connected(co, cohort__now_ms() + 300),
+	    COHORT_ENOCOORD);
+	ck_assert_int_lt(th_now_ms() - t0, 2000);
+	ck_assert(!cohort__coord_up(co));
+	cohort__coord_close(co);
+}
+END_TEST
+
+/* cohortd goes away: a call fails once the reconnect window passed, and
+ * the engine is lost for good. */
+START_TEST(test_coordinator_gone_past_the_window)
+{
+	struct clx x;
+	struct cohort__coord *co;
+	struct cohort__coord_call call;
+	Cohort__Request req;
+	Cohort__KvAdd add;
+	int64_t t0;
+
+	clx_start(&x, "gone");
+	co = co_open(&x);
+	cohort__coord_set_reconnect_window(co, 300);
+	cohort__srv_stop(x.srv);
+	x.srv = NULL;
+	t0 = th_now_ms();
+	ck_assert_cohort_err(
+	    co_add(co, &call, &req, &add, "n", 1), COHORT_ENOCOORD);
+	ck_assert_int_lt(
+	    th_now_ms() - t0, 300 + COHORT__REPLY_GRACE_MS + 2000);
+	cohort__coord_call_fini(&call);
+	ck_assert(cohort__coord_lost(co));
+	t0 = th_now_ms();
+	ck_assert_cohort_err(
+	    co_add(co, &call, &req, &add, "n", 1), COHORT_ENOCOORD);
+	ck_assert_int_lt(th_now_ms() - t0, 500);
+	cohort__coord_call_fini(&call);
+	cohort__coord_close(co);
+}
+END_TEST
+
+START_TEST(test_too_big_is_refused_before_sending)
+{
+	struct clx x;
+	struct cohort__coord *co;
+	struct cohort__coord_call call;
+	static char big[8192];
+
+	clx_start(&x, "big");
+	co = co_open(&x);
+	cohort__coord_set_limits(co, 1024, 4096);
+	ck_assert_uint_eq(cohort__coord_max_value(co), 1024);
+	ck_assert_cohort_err(
+	    co_set(co, &call, "k", big, sizeof(big)), COHORT_ETOOBIG);
+	ck_assert_msg(strstr(cohort_last_error(), "4096") != NULL, "%s",
+	    cohort_last_error());
+	cohort__coord_call_fini(&call);
+	/* nothing was sent: the connection is fine */
+	ck_assert(cohort__coord_up(co));
+	cohort__coord_close(co);
+	clx_stop(&x);
+}
+END_TEST
+
+struct co_async {
+	pthread_mutex_t mtx;
+	int calls;
+	cohort_status st;
+	bool found;
+};
+
+static void
+co_async_done(void *arg, cohort_status st, struct cohort__coord_call *call)
+{
+	struct co_async *a = arg;
+
+	pthread_mutex_lock(&a->mtx);
+	a->calls++;
+	a->st = st;
+	a->found = st == COHORT_OK && call->rep->kv_get != NULL
+	    && call->rep->kv_get->found;
+	pthread_mutex_unlock(&a->mtx);
+}
+
+static bool
+co_async_seen(void *arg)
+{
+	struct co_async *a = arg;
+	bool seen;
+
+	pthread_mutex_lock(&a->mtx);
+	seen = a->calls > 0;
+	pthread_mutex_unlock(&a->mtx);
+	return (seen);
+}
+
+START_TEST(test_async_call_calls_back)
+{
+	struct clx x;
+	struct cohort__coord *co;
+	struct cohort__coord_async *as = NULL;
+	struct co_async a = { PTHREAD_MUTEX_INITIALIZER, 0, COHORT_OK, false };
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	Cohort__KvGet get = COHORT__KV_GET__INIT;
+	struct cohort__coord_call call;
+
+	clx_start(&x, "async");
+	co = co_open(&x);
+	ck_assert_cohort_ok(co_set(co, &call, "here", "1", 1));
+	cohort__coord_call_fini(&call);
+	ck_assert_cohort_ok(
+	    cohort__coord_async_alloc(co, co_async_done, &a, &as));
+	get.key = "here";
+	req.body_case = COHORT__REQUEST__BODY_KV_GET;
+	req.kv_get = &get;
+	ck_assert_cohort_ok(
+	    cohort__coord_async_start(as, &req, cohort__now_ms() + 5000));
+	ck_assert(th_wait_until(co_async_seen, &a, 200, 10));
+	ck_assert_int_eq(a.st, COHORT_OK);
+	ck_assert(a.found);
+	cohort__coord_async_free(as);
+	cohort__coord_close(co);
+	clx_stop(&x);
+}
+END_TEST
+
+UNIT_SUITE(coord, "coord", 60, test_round_trip_numbers_requests,
+    test_retry_is_applied_once, test_abort_ends_a_parked_call,
+    test_deadline_bounds_a_parked_call, test_nobody_there_is_enocoord,
+    test_coordinator_gone_past_the_window,
+    test_too_big_is_refused_before_sending, test_async_call_calls_back)
