@@ -57,6 +57,13 @@
 
 #define RUN_MARKS 64
 
+/* (ops, issue 23) The exit status of a launcher whose job failed because
+ * of a rank on another node: "a peer was lost", as train_digits exits
+ * when cohortd reports COHORT_EPEERLOST; deploy/k8s's podFailurePolicy
+ * does not count it against this node's retries (docs/kubernetes.md,
+ * "Exit codes"). */
+#define RUN_EXIT_PEER_LOST 250
+
 extern char **environ;
 
 #define RUN_MAX_LOCAL 1024
@@ -678,17 +685,26 @@ run_generation(const struct run_cfg *cfg, const char *url, const char *job,
 		usleep(2000);
 	}
 	if (f->have) {
+		bool local = false;
+
 		rc = 1;
 		run_query_failure(url, cfg, job, f);
 		for (int i = 0; i < nw; i++) {
 			int st = w[i].status;
 			if (w[i].rank != f->rank)
 				continue;
+			local = true;
 			f->exit_code = WIFEXITED(st) ? WEXITSTATUS(st)
 			                             : 128 + WTERMSIG(st);
 			f->signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
 		}
 		*exit_code = f->exit_code != 0 ? f->exit_code : 1;
+		/* (ops, issue 23) cohortd names a rank of another node as the
+		 * root cause: this node only lost a peer, whatever its own
+		 * workers exited with (a Python trainer: 1; stopped after
+		 * --grace: 143). */
+		if (!local)
+			*exit_code = RUN_EXIT_PEER_LOST;
 		run_report(cfg, job, f, w, nw, last_stop, restart);
 	} else if (run_signal != 0) {
 		rc = 1;
