@@ -7,7 +7,9 @@
  *   cohort token --tenant [--admin-token-file FILE] TENANT...
  *   cohort token --tenant-key-file FILE TENANT/NAME...
  *
- * Prints one token (or key) per line, in the order of the operands. The
+ * Prints one token (or key) per line, in the order of the operands, on
+ * stdout or into --output FILE (mode 0600, replaced whole: an init
+ * container writes a job's token for its worker that way). The
  * secret comes from a file, never from the command line: the admin
  * secret from --admin-token-file, else COHORT_ADMIN_TOKEN_FILE; a
  * tenant's key from --tenant-key-file. A cohortd started with
@@ -17,8 +19,12 @@
  * COHORT_TOKEN_FILE (a Kubernetes Secret, a file readable by the job's
  * user only).
  */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "cohort_impl.h"
@@ -51,12 +57,16 @@ token_usage(FILE *f)
 	    "their keys\n"
 	    "  --tenant-key-file FILE   a tenant's key: mint its own jobs' "
 	    "tokens\n"
-	    "                           (no admin secret needed)\n");
+	    "                           (no admin secret needed)\n"
+	    "  --output FILE            write them into FILE (mode 0600) "
+	    "instead of\n"
+	    "                           stdout\n");
 }
 
 struct token_cfg {
 	const char *file; /* the admin secret */
 	const char *tenant_key_file;
+	const char *output;
 	bool tenant;
 };
 
@@ -67,6 +77,8 @@ static const struct cohort__cli_opt token_opts[] = {
 	    struct token_cfg, tenant_key_file),
 	COHORT__CLI_SET(
 	    "tenant", 0, COHORT__CLI_FLAG, struct token_cfg, tenant),
+	COHORT__CLI_SET(
+	    "output", 0, COHORT__CLI_STR, struct token_cfg, output),
 	COHORT__CLI_END,
 };
 
@@ -113,14 +125,57 @@ token_operands_ok(const struct token_cfg *cfg, int argc, char **argv, int i)
 	return (true);
 }
 
+/* Opens path's replacement (a temporary file of mode 0600 beside it) into
+ * *f and its name into tmp; NULL f on error (said). */
+static void
+token_output_open(const char *path, char *tmp, size_t len, FILE **f)
+{
+	int fd;
+
+	*f = NULL;
+	if ((size_t)snprintf(tmp, len, "%s.XXXXXX", path) >= len) {
+		fprintf(stderr, "cohort token: --output %s: name too long\n",
+		    path);
+		return;
+	}
+	if ((fd = mkstemp(tmp)) < 0 || fchmod(fd, 0600) != 0
+	    || (*f = fdopen(fd, "w")) == NULL) {
+		fprintf(stderr, "cohort token: --output %s: %s\n", path,
+		    strerror(errno));
+		if (fd >= 0) {
+			close(fd);
+			unlink(tmp);
+		}
+	}
+}
+
+/* Closes f and moves it over path; 0, or 1 (said, tmp removed). */
+static int
+token_output_close(FILE *f, const char *tmp, const char *path)
+{
+	bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+
+	if (fclose(f) != 0)
+		ok = false;
+	if (ok && rename(tmp, path) == 0)
+		return (0);
+	fprintf(
+	    stderr, "cohort token: --output %s: %s\n", path, strerror(errno));
+	unlink(tmp);
+	return (1);
+}
+
 int
 cohort__cmd_token(int argc, char **argv)
 {
 	struct token_cfg cfg
-	    = { cohort__knob_str(COHORT__KNOB_ADMIN_TOKEN_FILE), NULL, false };
+	    = { cohort__knob_str(COHORT__KNOB_ADMIN_TOKEN_FILE), NULL, NULL,
+		      false };
 	const char *file, *what;
 	char secret[COHORT__TOKEN_MAX + 1], tok[COHORT__MINTED_LEN + 1];
-	int opt;
+	char tmp[4096];
+	FILE *out = stdout;
+	int opt, rc;
 
 	if ((opt = cohort__cli_next(&token_cli, &cfg, argc, argv)) != -1)
 		return (opt == 'h' ? 0 : 2);
@@ -148,14 +203,25 @@ cohort__cmd_token(int argc, char **argv)
 		fprintf(stderr, "cohort token: %s\n", cohort_last_error());
 		return (1);
 	}
+	if (cfg.output != NULL) {
+		token_output_open(cfg.output, tmp, sizeof(tmp), &out);
+		if (out == NULL) {
+			memset(secret, 0, sizeof(secret));
+			return (1);
+		}
+	}
 	for (int j = optind; j < argc; j++) {
 		if (cfg.tenant)
 			cohort__tenant_key_mint(secret, argv[j], tok);
 		else
 			cohort__token_mint(secret, argv[j], tok);
-		printf("%s\n", tok);
+		fprintf(out, "%s\n", tok);
 	}
 	memset(secret, 0, sizeof(secret));
 	memset(tok, 0, sizeof(tok));
-	return (fflush(stdout) == 0 ? 0 : 1);
+	if (cfg.output != NULL)
+		rc = token_output_close(out, tmp, cfg.output);
+	else
+		rc = fflush(stdout) == 0 ? 0 : 1;
+	return (rc);
 }
