@@ -55,7 +55,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -268,14 +267,15 @@ def label_selector_matches(sel: Doc | None, labels: dict[str, str]) -> bool:
 # --- NetworkPolicy ---------------------------------------------------------
 
 
-@dataclass
 class PodRef:
-    """A pod as NetworkPolicy sees it: namespace, labels, named ports."""
+    """A pod as NetworkPolicy sees it: namespace, labels, named ports.
+    (A plain class: the tests load this file as a module of no package.)"""
 
-    namespace: str
-    labels: dict[str, str]
-    ports: dict[str, int] = field(default_factory=dict)
-    name: str = ""
+    def __init__(self, namespace: str, labels: dict[str, str], ports: dict[str, int] | None = None, name: str = "") -> None:
+        self.namespace = namespace
+        self.labels = labels
+        self.ports = ports or {}
+        self.name = name
 
 
 def pod_ref(tpl: Doc, namespace: str, name: str = "") -> PodRef:
@@ -323,10 +323,12 @@ def _policy_types(np: Doc) -> list[str]:
     return np["spec"].get("policyTypes") or (["Ingress", "Egress"] if "egress" in np["spec"] else ["Ingress"])
 
 
-def _selecting(policies: list[Doc], pod: PodRef, direction: str) -> list[Doc]:
+def _selecting(policies: list[Doc], pod: PodRef, direction: str, ns: str = "default") -> list[Doc]:
+    """The policies that isolate pod in direction (a policy without a
+    namespace is in ns, the rendering's)."""
     return [
         np for np in policies
-        if np["metadata"].get("namespace", pod.namespace) == pod.namespace
+        if np["metadata"].get("namespace", ns) == pod.namespace
         and direction in _policy_types(np)
         and label_selector_matches(np["spec"].get("podSelector"), pod.labels)
     ]  # fmt: skip
@@ -343,19 +345,22 @@ def _admits(rules: list[Doc], key: str, policy_ns: str, other: PodRef, dst: PodR
     return False
 
 
-def netpol_allows(policies: list[Doc], src: PodRef, dst: PodRef, port: int, proto: str = "TCP") -> bool:
+def netpol_allows(
+    policies: list[Doc], src: PodRef, dst: PodRef, port: int, proto: str = "TCP", ns: str = "default"
+) -> bool:
     """Whether NetworkPolicies (networking.k8s.io/v1 semantics) let src
     open a connection to dst's port: src's egress and dst's ingress both
-    admit it (a pod no policy isolates in that direction admits all)."""
-    out = _selecting(policies, src, "Egress")
+    admit it (a pod no policy isolates in that direction admits all).
+    Policies without a namespace are in ns."""
+    out = _selecting(policies, src, "Egress", ns)
     if out and not any(
-        _admits(np["spec"].get("egress", []), "to", np["metadata"].get("namespace", src.namespace), dst, dst, proto, port)
+        _admits(np["spec"].get("egress", []), "to", np["metadata"].get("namespace", ns), dst, dst, proto, port)
         for np in out
     ):
         return False
-    inn = _selecting(policies, dst, "Ingress")
+    inn = _selecting(policies, dst, "Ingress", ns)
     if inn and not any(
-        _admits(np["spec"].get("ingress", []), "from", np["metadata"].get("namespace", dst.namespace), src, dst, proto, port)
+        _admits(np["spec"].get("ingress", []), "from", np["metadata"].get("namespace", ns), src, dst, proto, port)
         for np in inn
     ):
         return False
