@@ -771,6 +771,10 @@ def _check_job(where: str, owner: Doc, spec: Doc) -> list[str]:
                   f"{where}: PET_NODE_RANK is not the completion index", errs)  # fmt: skip
             _need("--coordinator" in words, f"{where}: cohort run without --coordinator (a coordinator in pod 0 "
                   "dies with it: a lost pod would be a lost coordinator, not a lost peer)", errs)  # fmt: skip
+            sub = pspec.get("subdomain")
+            _need(env.get("MASTER_ADDR", {}).get("value") == f"$(JOB_NAME)-0.{sub}"
+                  and _fieldref(env.get("JOB_NAME")) in JOB_NAME_REFS,
+                  f"{where}: MASTER_ADDR is not pod 0's name ($(JOB_NAME)-0.{sub}): torch's store", errs)  # fmt: skip
             tmp = c.get("terminationMessagePath", "/dev/termination-log")
             _need(any(words[k] == "--report" and words[k + 1] == tmp for k in range(len(words) - 1)),
                   f"{where}: cohort run's --report is not the termination message ({tmp})", errs)  # fmt: skip
