@@ -1181,35 +1181,6 @@ def test_pytorch_overlay_trains_and_survives_a_lost_rank(tmp: Path) -> None:
         assert float(lines[0].group(3)) > 0.8
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Lightning 2.6's SIGTERM handler calls dist.broadcast from the signal handler on the evicted rank only; "
-    "the survivors, in another collective, fail with COHORT_EMISMATCH and cohortd names one of them as the "
-    "root cause, so its pod exits 1 and is counted (docs/kubernetes.md, 'Lightning and evictions')"))
-def test_pytorch_overlay_eviction_uses_no_retry(tmp: Path) -> None:
-    """overlays/pytorch, pod 1 evicted during training (SIGTERM through
-    cohort run to Lightning): pod 0 should exit 250 and no index be
-    charged. Fails today, for the reason given: when it passes, the
-    cohort package has learnt to keep Lightning's handler from
-    broadcasting (or Lightning fixed it), and docs/kubernetes.md should
-    say so."""
-    r = render(tmp, "pytorch", [{"op": "replace", "path": "/spec/template/spec/containers/0/args/9", "value": "12"}])
-    job = r.one("Job")
-    n = job["spec"]["completions"]
-    jc = JobController(job)
-    grace = job["spec"]["template"]["spec"].get("terminationGracePeriodSeconds", 30)
-    with Cluster(n_hosts=1 + n, name="k8s") as cl:
-        runner, coord = _start(r, cl, tmp, cl.hosts[1:])
-        cohortd = runner.spawn(coord)
-        first = run_job(runner, job, cl.hosts[1:], pods=jc.pods(cl.hosts[1:]))
-        assert wait_for_log(first[0], r"All distributed processes registered", 180), logs(first + [cohortd])
-        time.sleep(1)
-        evict(first[1], grace)
-        wait_all(first, 60)
-        assert first[0].returncode is not None, "pod 0 hangs after pod 1's eviction\n" + logs(first)
-        jc.settle(first)
-        assert jc.failures == [0] * n, logs(first + [cohortd])
-
-
 @pytest.mark.parametrize("overlay,components", [("kueue", None), ("jobset", ["kueue"])])
 def test_queued_overlays_train(tmp: Path, overlay: str, components: list[str] | None) -> None:
     """overlays/kueue (the Job) and overlays/jobset with components/kueue
