@@ -130,17 +130,18 @@ now_s(void)
 	return ((double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
 }
 
+/* A rank that stops because another rank was lost exits
+ * COHORT_EXIT_PEER_LOST (cohort.h), told apart from its own failure. */
+#define EXIT_PEER_LOST COHORT_EXIT_PEER_LOST
+
 /* A fatal error: tell the other ranks (through cohortd, with ddp by
- * cohort_ddp_on_exception) why this one stops, then exit 1. */
+ * cohort_ddp_on_exception) why this one stops, then exit with code. */
 static void
-die(struct trainer *t, const char *fmt, ...)
+vdie(struct trainer *t, int code, const char *fmt, va_list ap)
 {
 	char text[768];
-	va_list ap;
 
-	va_start(ap, fmt);
 	vsnprintf(text, sizeof(text), fmt, ap);
-	va_end(ap);
 	if (t->tty)
 		fputc('\n', stdout);
 	fflush(stdout);
@@ -163,7 +164,28 @@ die(struct trainer *t, const char *fmt, ...)
 	}
 	/* The process ends here: the OS closes the sockets (freeing the
 	 * strategies' state would wait for peers that may be gone). */
-	exit(1);
+	exit(code);
+}
+
+/* vdie with exit status 1: this rank's own failure. */
+static void
+die(struct trainer *t, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vdie(t, 1, fmt, ap);
+	va_end(ap);
+}
+
+static void
+die_code(struct trainer *t, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vdie(t, code, fmt, ap);
+	va_end(ap);
 }
 
 /* Dies on a cohort error, naming the call, the status and its detail. */
@@ -186,7 +208,8 @@ check(struct trainer *t, cohort_status st, const char *what)
 		detail = cohort_last_error();
 	if (detail == NULL || detail[0] == '\0')
 		detail = cohort_strerror(st);
-	die(t, "%s: %s: %s", what, cohort_status_name(st), detail);
+	die_code(t, st == COHORT_EPEERLOST ? EXIT_PEER_LOST : 1, "%s: %s: %s",
+	    what, cohort_status_name(st), detail);
 }
 
 /* mlp_backward's readiness callback: the strategy may start reducing the

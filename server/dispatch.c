@@ -13,7 +13,9 @@
  *     with no data, and a text that only repeats the job name the client
  *     sent (the same for both, so it tells nothing about other jobs).
  *     With --require-token a Join creates a job only with the token
- *     minted from the admin secret for that name (docs/security.md).
+ *     minted for that name from the admin secret, or for a job
+ *     TENANT/NAME from that tenant's key (common/token.h,
+ *     docs/security.md).
  *  5. The client (job, client_id) is found or created. A client is bound
  *     to one connection (pipe) while that connection lives: a request
  *     with its client_id over another connection is refused (EEXIST) and
@@ -227,10 +229,19 @@ static void
 dispatch_auth_fail(struct srv_call *c, const Cohort__Request *req)
 {
 	struct srv_core *core = c->core;
+	char tenant[COHORT__TENANT_MAX + 1];
 
 	if (req->body_case != COHORT__REQUEST__BODY_JOIN)
 		srv_call_fail(c, COHORT_EAUTH,
 		    "wrong token for job '%s', or no such job", req->job);
+	else if (core->require_token
+	    && cohort__job_tenant(req->job, tenant, sizeof(tenant)))
+		srv_call_fail(c, COHORT_EAUTH,
+		    "wrong token for job '%s' (this cohortd requires a job "
+		    "token: for a job of tenant '%s', the one minted from "
+		    "that tenant's key, `cohort token --tenant-key-file KEY "
+		    "%s`; a key of another tenant is refused)",
+		    req->job, tenant, req->job);
 	else if (core->require_token)
 		srv_call_fail(c, COHORT_EAUTH,
 		    "wrong token for job '%s' (this cohortd requires a job "

@@ -8,7 +8,8 @@
 #                      NAME:@FILE; the workers' COHORT_TOKEN)
 #   base/admin-secret  cohortd's admin secret (--admin-token-file): other
 #                      jobs' tokens are minted from it (cohort token JOB),
-#                      and it authorises `cohort status` for all jobs
+#                      and tenants' keys (cohort token --tenant T), and it
+#                      authorises `cohort status` for all jobs
 #
 #   deploy/k8s/gen-token.sh                  keep what exists, write what is missing
 #   deploy/k8s/gen-token.sh --rotate job     a new job token (the coordinator

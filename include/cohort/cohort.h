@@ -60,6 +60,15 @@ extern "C" {
 #define COHORT__VERSION_STR(a, b, c) COHORT__VERSION_STR2(a, b, c)
 #define COHORT__VERSION_STR2(a, b, c) #a "." #b "." #c
 
+/* The exit status of a process that stops because another rank of its job
+ * was lost (it got COHORT_EPEERLOST), told apart from a failure of its own
+ * (1, or 128 + signal): the demo trainer, `cohort run` on a node that does
+ * not host the failed rank, and the Python package exit with it, and the
+ * Kubernetes Job's podFailurePolicy (deploy/k8s) charges no retry to such
+ * a pod's index (docs/kubernetes.md, "Exit codes"). Above every 128 +
+ * signal status and outside systemd's 200-243. */
+#define COHORT_EXIT_PEER_LOST 250
+
 /* Wire protocol version carried in every request (proto/README.md). */
 #define COHORT_PROTO_VERSION 1
 

@@ -747,9 +747,20 @@ run_generation(const struct run_cfg *cfg, struct run_state *rs, int restart,
 		usleep(2000);
 	}
 	if (f->have) {
+		bool local = false;
+
 		rc = 1;
 		run_find_cause(cfg, rs, restart, p, f);
 		*exit_code = f->exit_code != 0 ? f->exit_code : 1;
+		/* cohortd names a rank of another node as the root cause:
+		 * this node only lost a peer, whatever its own workers exited
+		 * with (a Python trainer: 1; stopped after --grace: 143).
+		 * deploy/k8s's podFailurePolicy does not count that against
+		 * this node's retries (docs/kubernetes.md, "Exit codes"). */
+		local = f->rank >= RUN_RANK(cfg, 0)
+		    && f->rank < RUN_RANK(cfg, cfg->nproc);
+		if (f->cause == RUN_CAUSE_RANK && !local)
+			*exit_code = COHORT_EXIT_PEER_LOST;
 		run_report(cfg, rs->job, f, p, nw, last_stop, restart);
 	} else if (run_signal != 0) {
 		rc = 1;
