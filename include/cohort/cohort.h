@@ -103,7 +103,10 @@ extern "C" {
 	XX(EINJECTED, 21, "failure injected by a fault schedule")             \
 	XX(EJOURNAL, 22,                                                      \
 	    "the coordinator's journal (--state-dir) is full, failing or "    \
-	    "damaged")
+	    "damaged")                                                        \
+	XX(EMEMBERSHIP, 23,                                                   \
+	    "the job's membership changed (elastic): move to its new "        \
+	    "generation with cohort_client_reform")
 
 typedef enum {
 #define COHORT__XX(name, code, msg) COHORT_##name = code,
@@ -290,6 +293,11 @@ typedef struct cohort_options {
 	 * else 60 s (COHORT_TIMEOUT_SCALE applies), capped at op_timeout.
 	 * 0: fail at once. Must not exceed op_timeout. */
 	cohort_duration reconnect_window;
+	/* Elastic membership (docs/elastic.md): the smallest world the job
+	 * lives with; world_size is then the largest. 0 (the default): not
+	 * elastic, a lost member fails the job. From COHORT_MIN_WORLD (set by
+	 * `cohort run --nnodes MIN:MAX`). */
+	int32_t min_world;
 } cohort_options;
 
 /* Fills *opts with defaults (rank -1, world_size 0, job "default", ...).
@@ -338,6 +346,106 @@ COHORT_API cohort_group *cohort_client_world(cohort_client *c);
 
 /* Sticky client-level error (e.g. the job failed), COHORT_OK if healthy. */
 COHORT_API cohort_status cohort_client_error(const cohort_client *c);
+
+/* ------------------------------------------------------------------------ */
+/* Elastic membership (docs/elastic.md, proto/README.md section 8)          */
+/* ------------------------------------------------------------------------ */
+
+/* A job opened with opts->min_world > 0 lives through the loss of members
+ * while at least min_world remain: the survivors move to a new generation
+ * in their running processes, renumbered densely in their old order. A
+ * call that fails because of such a change returns COHORT_EMEMBERSHIP on
+ * every survivor (a broken data-plane connection waits for cohortd's
+ * verdict, at most about 2 s, so the two never disagree); every later call
+ * on every group of the client returns it too until cohort_client_reform.
+ * New processes join a running elastic job at a step boundary
+ * (cohort_step_boundary), up to world_size members. */
+
+typedef struct cohort_reform_info {
+	uint64_t generation; /* the generation moved to */
+	uint64_t prev_generation; /* the one the client was in */
+	int32_t rank; /* this process's rank in the new generation */
+	int32_t world_size;
+	int32_t prev_rank; /* in prev_generation; -1: this process joined */
+	int32_t prev_world_size;
+	int32_t lost; /* members of prev_generation not in the new one */
+	int32_t joined; /* members of the new one not in prev_generation */
+} cohort_reform_info;
+
+/* Moves the client and every group it holds (the world, subgroups; their
+ * handles stay valid) to the job's current generation: asks cohortd for
+ * this process's rank in it, tears down every group's data plane (tcp
+ * mesh, shared memory, hierarchy, the NCCL communicator is aborted) and
+ * sets it up again for the new membership at the latest at the group's
+ * next collective. A subgroup keeps its surviving members in their old
+ * order; one this process can no longer share with anyone has size 1. The
+ * sticky errors of the old generation are cleared. Must not run while any
+ * call is in flight on any group of c (wait for or free asynchronous work
+ * first). Returns COHORT_OK and *out (may be NULL); COHORT_OK with
+ * out->generation == out->prev_generation when there was nothing to do;
+ * COHORT_EMEMBERSHIP when the job moved again meanwhile (call again);
+ * COHORT_EPEERLOST when this process is no longer a member (it was
+ * declared dead; the detail says why) or the job fell below its minimum;
+ * COHORT_ENOTSUP for a job that is not elastic; COHORT_ETIMEDOUT,
+ * COHORT_ENOCOORD. Blocks at most timeout. */
+COHORT_API cohort_status cohort_client_reform(
+    cohort_client *c, cohort_reform_info *out, cohort_duration timeout);
+
+/* The elastic range of the job (0, 0 when it is not elastic). */
+COHORT_API void cohort_client_elastic_range(
+    const cohort_client *c, int32_t *min_world, int32_t *max_world);
+
+typedef enum {
+	COHORT_STATE_NONE = 0, /* no state moves to or from this rank */
+	COHORT_STATE_SEND = 1, /* this rank sends the state */
+	COHORT_STATE_RECV = 2, /* this rank holds none and receives it */
+} cohort_state_role;
+
+typedef struct cohort_boundary {
+	/* The job moved to a new generation at this boundary (joiners were
+	 * admitted): c is already reformed, reform says how. */
+	bool changed;
+	cohort_reform_info reform;
+	/* A state transfer follows (cohort_state_transfer) when not NONE. */
+	cohort_state_role role;
+	int32_t sender; /* rank that sends, -1 when no transfer */
+	int32_t receivers; /* how many ranks receive */
+} cohort_boundary;
+
+/* The step boundary of an elastic job: every member calls it once per
+ * training step, after the step's collectives and before applying the
+ * step's update. It completes when every member of the generation arrived;
+ * every member gets the same answer, so it is the commit point: COHORT_OK
+ * means every member reached it and applies the step; COHORT_EMEMBERSHIP
+ * (a member was lost first) means no member does, and every one reforms
+ * and repeats the step. When processes wait to join and the job is below
+ * its maximum, the boundary admits them: the old members keep their
+ * ranks, the joiners take the next ones, c is reformed before return and
+ * out->changed is set. Whenever a member holds no state (a joiner, until
+ * it completed a transfer), out->role tells each rank whether it sends or
+ * receives the state (cohort_state_transfer). A process admitted into a
+ * running job calls it first thing after cohort_client_open: it returns
+ * at once with out->role = COHORT_STATE_RECV. On a job that is not
+ * elastic it is a barrier (out->changed false, role NONE). Returns
+ * COHORT_OK, COHORT_EMEMBERSHIP, COHORT_EPEERLOST (below the minimum),
+ * COHORT_ETIMEDOUT, COHORT_ENOCOORD. Blocks at most timeout (one round
+ * trip to cohortd when every member is there). */
+COHORT_API cohort_status cohort_step_boundary(
+    cohort_client *c, cohort_boundary *out, cohort_duration timeout);
+
+/* Moves the state from the sender named by the last boundary to every
+ * receiver, over the data plane (peer to peer, not through cohortd). The
+ * sender passes send/len (recv, recv_len unused); a receiver gets a
+ * malloc'd copy in *recv (cohort_free) and its length in *recv_len
+ * (send, len unused); a rank with role NONE returns COHORT_OK at once.
+ * A receiver holds state after COHORT_OK (its next boundary says so).
+ * Returns COHORT_OK; COHORT_EMEMBERSHIP when a participant was lost (the
+ * receivers still hold none: reform, then the next boundary names a
+ * sender again); COHORT_ESTATE without a boundary that asked for it;
+ * COHORT_ETIMEDOUT. Blocks at most timeout. */
+COHORT_API cohort_status cohort_state_transfer(cohort_client *c,
+    const void *send, size_t len, void **recv, size_t *recv_len,
+    cohort_duration timeout);
 
 /* The timeline (COHORT_TIMELINE, docs/observability.md). Strategies and
  * programs add their own spans to it, e.g. DDP's bucket fills and comm
