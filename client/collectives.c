@@ -1212,7 +1212,7 @@ cohort_group_backend(const cohort_group *cg)
 	if (strcmp(dp->want, "auto") != 0
 	    && cohort__backend_find(dp->want) != NULL)
 		return (cohort__backend_find(dp->want)->name);
-	return ("tcp");
+	return ("host");
 }
 
 /* ------------------------------------------------------------------------ */

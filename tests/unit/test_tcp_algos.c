@@ -279,7 +279,7 @@ tt_body_mismatch(struct tt_group *g, int r, void *state)
 		op.send = buf;
 		op.recv = buf;
 		op.seq = (uint64_t)k + 1;
-		tt_mm_rv[r][k] = cohort__tcp_backend.run(state, &op,
+		tt_mm_rv[r][k] = cohort__host_backend.run(state, &op,
 		    tt_mm_err[r][k], TT_ERRLEN, cohort__now_ms() + 20000);
 	}
 	free(buf);

@@ -168,7 +168,7 @@ staged_free(struct staged_state *s)
 	if (s == NULL)
 		return;
 	if (s->tcp != NULL)
-		cohort__tcp_backend.fini(s->tcp);
+		cohort__host_backend.fini(s->tcp);
 	if (s->event != NULL)
 		(void)s->cu->EventDestroy(s->event);
 	if (s->hsend.p != NULL)
@@ -204,7 +204,7 @@ staged_init(const struct cohort__group_desc *desc, void **state, char *err,
 	if ((rv = cohort__dl_cuda_event(cu, &s->event, err, errlen))
 	    != COHORT_OK)
 		goto out_free;
-	if ((rv = cohort__tcp_backend.init(
+	if ((rv = cohort__host_backend.init(
 	         desc, &s->tcp, err, errlen, deadline))
 	    != COHORT_OK) {
 		s->tcp = NULL;
@@ -297,7 +297,7 @@ staged_run(void *state, const struct cohort__op *op, char *err, size_t errlen,
 		return (COHORT_EINVAL);
 	}
 	if (op->kind == COHORT__OP_BARRIER)
-		return (cohort__tcp_backend.run(
+		return (cohort__host_backend.run(
 		    s->tcp, op, err, errlen, deadline));
 	staged_extent(s, op, &slen, &rlen, &recv_in);
 	if ((slen > 0 && op->send == NULL) || (rlen > 0 && op->recv == NULL)) {
@@ -331,7 +331,7 @@ staged_run(void *state, const struct cohort__op *op, char *err, size_t errlen,
 	hop.send = slen > 0 ? s->hsend.p : NULL;
 	hop.recv = rlen > 0 ? s->hrecv.p : NULL;
 	hop.stream = NULL;
-	if ((rv = cohort__tcp_backend.run(s->tcp, &hop, err, errlen, deadline))
+	if ((rv = cohort__host_backend.run(s->tcp, &hop, err, errlen, deadline))
 	    != COHORT_OK)
 		return (rv);
 
@@ -352,7 +352,7 @@ staged_abort(void *state)
 		return;
 	atomic_store_explicit(&s->aborted, 1, memory_order_release);
 	if (s->tcp != NULL)
-		cohort__tcp_backend.abort(s->tcp);
+		cohort__host_backend.abort(s->tcp);
 }
 
 static void
