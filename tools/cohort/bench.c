@@ -244,13 +244,13 @@ bench_option(struct bench_cfg *cfg, int opt, const char *v)
 	static const char *const redops[]
 	    = { "sum", "prod", "min", "max", "mean" };
 	static const char *const backends[]
-	    = { "tcp", "service", "auto", "nccl" };
+	    = { "tcp", "service", "auto", "nccl", "host" };
 	int k;
 
 	switch (opt) {
 	case BENCH_O_BACKEND:
 		cfg->backend = v;
-		return (bench_lookup(v, backends, 4) >= 0);
+		return (bench_lookup(v, backends, 5) >= 0);
 	case BENCH_O_OP:
 		if ((k = bench_lookup(v, bench_op_names, BENCH_NOPS)) < 0)
 			return (false);
@@ -832,12 +832,19 @@ out:
 /* join: N clients from threads of P processes                              */
 /* ------------------------------------------------------------------------ */
 
+/* Elements (f64) of the all-reduce timed after the join: 1 KiB. */
+#define BENCH_JOIN_AR_COUNT 128
+
 struct bench_joiner {
 	const struct bench_cfg *cfg;
 	const char *url, *job, *token;
 	int rank;
 	pthread_barrier_t *start;
 	double t_start, t_open, t_end;
+	/* the first all-reduce after the barrier (BENCH_JOIN_AR_COUNT f64):
+	 * its start and end, and whether every element was right */
+	double t_ar0, t_ar1;
+	bool ar_wrong;
 	cohort_status st;
 	char err[256];
 	pthread_t th;
@@ -865,6 +872,24 @@ bench_joiner_main(void *arg)
 		j->st = cohort_barrier(
 		    cohort_client_world(c), "joined", j->cfg->timeout);
 	j->t_end = bench_now_us();
+	if (j->st == COHORT_OK) {
+		/* The first data-plane operation: sets up the group's data
+		 * plane (connections) and all-reduces rank + 1. */
+		double v[BENCH_JOIN_AR_COUNT];
+		double want = (double)j->cfg->n * (j->cfg->n + 1) / 2;
+
+		for (int i = 0; i < BENCH_JOIN_AR_COUNT; i++)
+			v[i] = j->rank + 1;
+		j->t_ar0 = bench_now_us();
+		j->st = cohort_allreduce(cohort_client_world(c), v, v,
+		    BENCH_JOIN_AR_COUNT, COHORT_F64, COHORT_SUM, NULL,
+		    j->cfg->timeout);
+		j->t_ar1 = bench_now_us();
+		for (int i = 0; j->st == COHORT_OK && i < BENCH_JOIN_AR_COUNT;
+		     i++)
+			if (v[i] != want)
+				j->ar_wrong = true;
+	}
 	if (j->st != COHORT_OK)
 		cohort__strlcpy(j->err, cohort_last_error(), sizeof(j->err));
 	cohort_client_close(c);
@@ -891,7 +916,7 @@ bench_join_proc(const struct bench_cfg *cfg)
 	pthread_attr_setstacksize(&attr, 256 * 1024);
 	for (int it = 0; it < cfg->warmup + cfg->iters && rc == 0; it++) {
 		char name[192];
-		double s = 1e300, e = 0, omax = 0;
+		double s = 1e300, e = 0, omax = 0, a0 = 1e300, a1 = 0;
 
 		snprintf(name, sizeof(name), "%s-%d", job, it);
 		pthread_barrier_init(&start, NULL, (unsigned)m);
@@ -922,13 +947,23 @@ bench_join_proc(const struct bench_cfg *cfg)
 				    j[i].err);
 				rc = 1;
 			}
+			if (j[i].st == COHORT_OK && j[i].ar_wrong) {
+				fprintf(stderr,
+				    "cohort bench: join rank %d: the "
+				    "all-reduce after the join is wrong\n",
+				    j[i].rank);
+				rc = 1;
+			}
 			s = fmin(s, j[i].t_start);
 			e = fmax(e, j[i].t_end);
 			omax = fmax(omax, j[i].t_open - j[i].t_start);
+			a0 = fmin(a0, j[i].t_ar0);
+			a1 = fmax(a1, j[i].t_ar1);
 		}
 		pthread_barrier_destroy(&start);
-		printf("JOIN it=%d start=%.1f end=%.1f open_max=%.1f\n", it, s,
-		    e, omax);
+		printf("JOIN it=%d start=%.1f end=%.1f open_max=%.1f "
+		       "ar0=%.1f ar1=%.1f\n",
+		    it, s, e, omax, a0, a1);
 		fflush(stdout);
 	}
 	pthread_attr_destroy(&attr);
@@ -1096,39 +1131,46 @@ bench_join_report(const struct bench_cfg *cfg, struct bench_child *ch, int np,
 	int total = cfg->warmup + cfg->iters;
 	double *t = calloc((size_t)total, sizeof(double));
 	double *o = calloc((size_t)total, sizeof(double));
-	double med, p99, omed, first;
+	double *a = calloc((size_t)total, sizeof(double));
+	double med, p99, omed, first, amed, afirst;
 
 	(void)backend_note;
-	if (t == NULL || o == NULL) {
+	if (t == NULL || o == NULL || a == NULL) {
 		free(t);
 		free(o);
+		free(a);
 		return;
 	}
 	for (int it = 0; it < total; it++) {
-		double s = 1e300, e = 0, om = 0;
+		double s = 1e300, e = 0, om = 0, a0 = 1e300, a1 = 0;
 
 		for (int p = 0; p < np; p++) {
 			char pat[32];
 			const char *q;
-			double ps, pe, po;
+			double ps, pe, po, pa0, pa1;
 
 			snprintf(pat, sizeof(pat), "JOIN it=%d ", it);
 			if (ch[p].buf == NULL
 			    || (q = strstr(ch[p].buf, pat)) == NULL
 			    || sscanf(q + strlen(pat),
 			           "start=%lf end=%lf "
-			           "open_max=%lf",
-			           &ps, &pe, &po)
-			        != 3)
+			           "open_max=%lf ar0=%lf ar1=%lf",
+			           &ps, &pe, &po, &pa0, &pa1)
+			        != 5)
 				continue;
 			s = fmin(s, ps);
 			e = fmax(e, pe);
 			om = fmax(om, po);
+			a0 = fmin(a0, pa0);
+			a1 = fmax(a1, pa1);
 		}
 		t[it] = e > s ? e - s : 0;
 		o[it] = om;
+		/* every rank's first all-reduce, first start to last end */
+		a[it] = a1 > a0 ? a1 - a0 : 0;
 	}
 	first = t[0];
+	afirst = a[0];
 	qsort(t + cfg->warmup, (size_t)cfg->iters, sizeof(double),
 	    bench_cmp_double);
 	qsort(o + cfg->warmup, (size_t)cfg->iters, sizeof(double),
@@ -1136,23 +1178,34 @@ bench_join_report(const struct bench_cfg *cfg, struct bench_child *ch, int np,
 	med = t[cfg->warmup + cfg->iters / 2];
 	p99 = t[cfg->warmup + (int)ceil(0.99 * cfg->iters) - 1];
 	omed = o[cfg->warmup + cfg->iters / 2];
+	qsort(a + cfg->warmup, (size_t)cfg->iters, sizeof(double),
+	    bench_cmp_double);
+	amed = a[cfg->warmup + cfg->iters / 2];
 	if (cfg->json)
 		printf("{\"impl\":\"cohort\",\"algo\":\"coordinator\","
 		       "\"ranks\":%d,\"procs\":%d,\"size\":0,\"count\":0,"
 		       "\"dtype\":\"none\",\"op\":\"join\",\"time_us\":%.1f,"
 		       "\"first_us\":%.1f,\"p99_us\":%.1f,\"open_us\":%.1f,"
+		       "\"allreduce_us\":%.1f,\"allreduce_first_us\":%.1f,"
 		       "\"algbw\":0,\"busbw\":0,\"iters\":%d}\n",
-		    cfg->n, np, med, first, p99, omed, cfg->iters);
+		    cfg->n, np, med, first, p99, omed, amed, afirst,
+		    cfg->iters);
 	else
 		printf("# cohort bench: join, %d clients in %d processes, "
-		       "iters %d, warmup %d\n#%9s %8s %13s %13s %13s %13s\n"
-		       " %9d %8d %13.1f %13.1f %13.1f %13.1f\n",
+		       "iters %d, warmup %d; time: join + barrier, "
+		       "allreduce: the first all-reduce after it (1 KiB f64, "
+		       "data-plane set-up included; every rank's, first "
+		       "start to last end)\n"
+		       "#%9s %8s %13s %13s %13s %13s %13s %13s\n"
+		       " %9d %8d %13.1f %13.1f %13.1f %13.1f %13.1f %13.1f\n",
 		    cfg->n, np, cfg->iters, cfg->warmup, "clients", "procs",
-		    "time(us)", "first(us)", "p99(us)", "open_max(us)", cfg->n,
-		    np, med, first, p99, omed);
+		    "time(us)", "first(us)", "p99(us)", "open_max(us)",
+		    "allreduce(us)", "ar_first(us)", cfg->n, np, med, first,
+		    p99, omed, amed, afirst);
 	fflush(stdout);
 	free(t);
 	free(o);
+	free(a);
 }
 
 static int

@@ -375,6 +375,12 @@ mesh_listen(struct host_mesh *m, char *err, size_t errlen)
 		return (COHORT_ESYSTEM);
 	}
 	mesh_sockopts(fd, false);
+	/* A port whose last connections wait in TIME_WAIT is free to listen
+	 * on: without this, a machine that set up many groups in a minute
+	 * (thousands of ranks, each with its connections) runs out of
+	 * ports to listen on (EADDRINUSE). It never lets two listeners
+	 * share a port. */
+	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &(int) { 1 }, sizeof(int));
 	if (bind(fd, (struct sockaddr *)&ss, sl) != 0
 	    || listen(fd, SOMAXCONN) != 0) {
 		snprintf(
