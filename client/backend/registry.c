@@ -5,8 +5,8 @@
  * this table: by name when one is configured (COHORT_BACKEND, a
  * subgroup's backend), else, for "auto", the first available entry that
  * takes the operation's memory (device memory or a CUDA stream: nccl,
- * then tcp-staged; host memory: host, also called tcp). Adding a backend is a directory
- * under client/backend/ and a line here.
+ * then tcp-staged; host memory: host, also called tcp). Adding a backend is a
+ * directory under client/backend/ and a line here.
  */
 #include <string.h>
 

@@ -493,8 +493,8 @@ suite_tcp_algos(void)
 		test_tcp_sparse_links, test_tcp_sparse_mismatch, NULL };
 	const struct unit_loop loops[]
 	    = { { test_tcp_matrix, 2 * (TT_MAX_RANKS - 1) + 2 },
-		      { test_tcp_big, 2 * 3 + 1 }, { test_tcp_sparse_matrix, 3 },
-		      { NULL, 0 } };
+		      { test_tcp_big, 2 * 3 + 1 },
+		      { test_tcp_sparse_matrix, 3 }, { NULL, 0 } };
 	const struct unit_loop mismatch[]
 	    = { { test_tcp_mismatch_detected, 2 * (int)TT_MM_CASES },
 		      { NULL, 0 } };

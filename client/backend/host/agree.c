@@ -178,8 +178,8 @@ agree_failed(struct host_agree *a, const struct host_op *c, bool shm,
 }
 
 cohort_status
-host_agree_check(struct host_agree *a, const struct host_op *c, char *err,
-    size_t errlen)
+host_agree_check(
+    struct host_agree *a, const struct host_op *c, char *err, size_t errlen)
 {
 	const uint8_t *h0 = a->hdrs;
 	bool shm = false;
@@ -234,8 +234,8 @@ host_agree_run(struct host_agree *a, struct host_xfer *x,
 
 	host_agree_hdr(a, op, false);
 	if (m->size <= x->tune->mesh_max) {
-		if ((rv = host_exchange_all(x, c, a->hdrs, HOST_OP_HDR, err,
-		         errlen, deadline))
+		if ((rv = host_exchange_all(
+		         x, c, a->hdrs, HOST_OP_HDR, err, errlen, deadline))
 		    != COHORT_OK)
 			return (rv);
 		return (host_agree_check(a, c, err, errlen));
@@ -261,8 +261,8 @@ host_agree_run(struct host_agree *a, struct host_xfer *x,
 			    " (a malformed agreement)",
 			    c->name, c->seq);
 			a->broken = COHORT_EMISMATCH;
-			snprintf(a->broken_err, sizeof(a->broken_err), "%s",
-			    err);
+			snprintf(
+			    a->broken_err, sizeof(a->broken_err), "%s", err);
 			return (COHORT_EMISMATCH);
 		}
 		return (agree_failed(a, c, false, fold, plo,

@@ -79,8 +79,8 @@ algo_rd_combine(void *ctx, uint8_t *mine, const uint8_t *theirs)
 	const struct algo_rd_ctx *k = ctx;
 
 	if (theirs != NULL)
-		cohort__reduce(mine, theirs, k->op->count, k->op->dtype,
-		    k->op->op);
+		cohort__reduce(
+		    mine, theirs, k->op->count, k->op->dtype, k->op->op);
 	else if (k->op->op == COHORT_MEAN)
 		cohort__scale_div(
 		    mine, k->op->count, k->op->dtype, (double)k->n);
@@ -104,8 +104,8 @@ algo_allreduce_rd(struct host_xfer *x, const struct cohort__op *op,
  * waits for a reduction before it can be sent. */
 static cohort_status
 algo_allreduce_pair(struct host_xfer *x, const struct cohort__op *op,
-    const struct host_op *c,
-    size_t bytes, char *err, size_t errlen, cohort__time deadline)
+    const struct host_op *c, size_t bytes, char *err, size_t errlen,
+    cohort__time deadline)
 {
 	struct host_step *st = x->steps;
 	int peer = 1 - x->mesh->rank;
@@ -124,14 +124,12 @@ algo_allreduce_pair(struct host_xfer *x, const struct cohort__op *op,
 		st->rmode = HOST_RECV_DIRECT;
 		st->other = op->send;
 	}
-	return (
-	    host_stream(x, c, peer, peer, st, 1, err, errlen, deadline));
+	return (host_stream(x, c, peer, peer, st, 1, err, errlen, deadline));
 }
 
 static cohort_status
 algo_allreduce_ring(struct host_xfer *x, const struct cohort__op *op,
-    const struct host_op *c,
-    char *err, size_t errlen, cohort__time deadline)
+    const struct host_op *c, char *err, size_t errlen, cohort__time deadline)
 {
 	const uint8_t *src = op->send;
 	uint8_t *dst = op->recv;
@@ -176,8 +174,8 @@ algo_allreduce_ring(struct host_xfer *x, const struct cohort__op *op,
 		st[k].rbuf = dst + roff;
 		st[k].rlen = rlen;
 	}
-	return (host_stream(x, c, algo_mod(r + 1, n), algo_mod(r - 1, n),
-	    st, k, err, errlen, deadline));
+	return (host_stream(x, c, algo_mod(r + 1, n), algo_mod(r - 1, n), st,
+	    k, err, errlen, deadline));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -186,16 +184,15 @@ algo_allreduce_ring(struct host_xfer *x, const struct cohort__op *op,
 
 static cohort_status
 algo_reduce_tree(struct host_xfer *x, const struct cohort__op *op,
-    const struct host_op *c,
-    size_t bytes, char *err, size_t errlen, cohort__time deadline)
+    const struct host_op *c, size_t bytes, char *err, size_t errlen,
+    cohort__time deadline)
 {
 	int n = x->mesh->size;
 	int v = algo_mod(x->mesh->rank - op->root, n);
 	uint8_t *acc, *tmp;
 	cohort_status rv;
 
-	if ((rv = host_grow_small(x, 2 * bytes, err, errlen))
-	    != COHORT_OK)
+	if ((rv = host_grow_small(x, 2 * bytes, err, errlen)) != COHORT_OK)
 		return (rv);
 	acc = v == 0 ? (uint8_t *)op->recv : x->small;
 	tmp = x->small + bytes;
@@ -211,8 +208,8 @@ algo_reduce_tree(struct host_xfer *x, const struct cohort__op *op,
 		if (v + mask < n) {
 			int from = algo_mod(v + mask + op->root, n);
 
-			if ((rv = host_pair(x, c, from, NULL, 0, tmp, bytes, err,
-			         errlen, deadline))
+			if ((rv = host_pair(x, c, from, NULL, 0, tmp, bytes,
+			         err, errlen, deadline))
 			    != COHORT_OK)
 				return (rv);
 			cohort__reduce(acc, tmp, op->count, op->dtype, op->op);
@@ -225,8 +222,8 @@ algo_reduce_tree(struct host_xfer *x, const struct cohort__op *op,
 
 static cohort_status
 algo_reduce_chain(struct host_xfer *x, const struct cohort__op *op,
-    const struct host_op *c,
-    size_t bytes, char *err, size_t errlen, cohort__time deadline)
+    const struct host_op *c, size_t bytes, char *err, size_t errlen,
+    cohort__time deadline)
 {
 	int n = x->mesh->size;
 	int v = algo_mod(x->mesh->rank - op->root, n);
@@ -314,7 +311,8 @@ algo_broadcast(struct host_xfer *x, const struct cohort__op *op,
 
 	if (sparse && bytes <= x->tune->bcast_small)
 		return (host_op_algo(c, "tree"),
-		    algo_broadcast_tree(x, op, c, bytes, err, errlen, deadline));
+		    algo_broadcast_tree(
+		        x, op, c, bytes, err, errlen, deadline));
 	if (bytes <= x->tune->bcast_small || n == 2) {
 		host_plan_reset(x);
 		if (v == 0) {
@@ -339,8 +337,8 @@ algo_broadcast(struct host_xfer *x, const struct cohort__op *op,
 	st->rlen = v == 0 ? 0 : bytes;
 	return (
 	    host_stream(x, c, v == n - 1 ? -1 : algo_mod(x->mesh->rank + 1, n),
-	        v == 0 ? -1 : algo_mod(x->mesh->rank - 1, n), st, 1, err, errlen,
-	        deadline));
+	        v == 0 ? -1 : algo_mod(x->mesh->rank - 1, n), st, 1, err,
+	        errlen, deadline));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -350,8 +348,7 @@ algo_broadcast(struct host_xfer *x, const struct cohort__op *op,
 static cohort_status
 algo_allgather(struct host_xfer *x, const struct cohort__op *op,
     const struct host_op *c, const size_t *boff, const size_t *blen,
-    size_t total, bool sparse, char *err, size_t errlen,
-    cohort__time deadline)
+    size_t total, bool sparse, char *err, size_t errlen, cohort__time deadline)
 {
 	int n = x->mesh->size, r = x->mesh->rank;
 	uint8_t *dst = op->recv;
@@ -384,8 +381,8 @@ algo_allgather(struct host_xfer *x, const struct cohort__op *op,
 		st[s].rbuf = dst + boff[rb];
 		st[s].rlen = blen[rb];
 	}
-	return (host_stream(x, c, algo_mod(r + 1, n), algo_mod(r - 1, n),
-	    st, n - 1, err, errlen, deadline));
+	return (host_stream(x, c, algo_mod(r + 1, n), algo_mod(r - 1, n), st,
+	    n - 1, err, errlen, deadline));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -395,8 +392,8 @@ algo_allgather(struct host_xfer *x, const struct cohort__op *op,
 /* Block p of src to rank p and rank p's block into block p of dst, for
  * every other rank at once (the personalised all-to-all exchange). */
 static cohort_status
-algo_blocks(struct host_xfer *x, const struct host_op *c,
-    const uint8_t *src, uint8_t *dst, size_t blk, char *err, size_t errlen, cohort__time deadline)
+algo_blocks(struct host_xfer *x, const struct host_op *c, const uint8_t *src,
+    uint8_t *dst, size_t blk, char *err, size_t errlen, cohort__time deadline)
 {
 	host_plan_reset(x);
 	for (int p = 0; p < x->mesh->size; p++) {
@@ -412,8 +409,8 @@ algo_blocks(struct host_xfer *x, const struct host_op *c,
 
 static cohort_status
 algo_reduce_scatter(struct host_xfer *x, const struct cohort__op *op,
-    const struct host_op *c, size_t blk, bool sparse, char *err,
-    size_t errlen, cohort__time deadline)
+    const struct host_op *c, size_t blk, bool sparse, char *err, size_t errlen,
+    cohort__time deadline)
 {
 	int n = x->mesh->size, r = x->mesh->rank;
 	const uint8_t *src = op->send;
@@ -495,8 +492,8 @@ algo_reduce_scatter(struct host_xfer *x, const struct cohort__op *op,
 
 static cohort_status
 algo_alltoall(struct host_xfer *x, const struct cohort__op *op,
-    const struct host_op *c, size_t blk,
-    char *err, size_t errlen, cohort__time deadline)
+    const struct host_op *c, size_t blk, char *err, size_t errlen,
+    cohort__time deadline)
 {
 	const uint8_t *src = op->send;
 	uint8_t *dst = op->recv;
@@ -514,9 +511,8 @@ algo_alltoall(struct host_xfer *x, const struct cohort__op *op,
  * buffer mine, one message each, all at once. */
 static cohort_status
 algo_root_blocks(struct host_xfer *x, const struct host_op *c, int root,
-    bool gather,
-    const void *mine, const uint8_t *buf, size_t blk, char *err, size_t errlen,
-    cohort__time deadline)
+    bool gather, const void *mine, const uint8_t *buf, size_t blk, char *err,
+    size_t errlen, cohort__time deadline)
 {
 	host_plan_reset(x);
 	for (int p = 0; p < x->mesh->size; p++) {
@@ -526,8 +522,9 @@ algo_root_blocks(struct host_xfer *x, const struct host_op *c, int root,
 		if (p == x->mesh->rank || (x->mesh->rank != root && p != root))
 			continue;
 		if (gather == (x->mesh->rank != root)) {
-			P->sbuf = x->mesh->rank == root ? buf + (size_t)peer * blk
-			                          : mine;
+			P->sbuf = x->mesh->rank == root
+			    ? buf + (size_t)peer * blk
+			    : mine;
 			P->slen = blk;
 		} else {
 			P->rbuf = x->mesh->rank == root
@@ -541,36 +538,37 @@ algo_root_blocks(struct host_xfer *x, const struct host_op *c, int root,
 
 static cohort_status
 algo_gather(struct host_xfer *x, const struct cohort__op *op,
-    const struct host_op *c, size_t blk,
-    char *err, size_t errlen, cohort__time deadline)
+    const struct host_op *c, size_t blk, char *err, size_t errlen,
+    cohort__time deadline)
 {
 	if (x->mesh->rank == op->root
 	    && (uint8_t *)op->recv + (size_t)x->mesh->rank * blk != op->send)
-		memmove((uint8_t *)op->recv + (size_t)x->mesh->rank * blk, op->send,
-		    blk);
+		memmove((uint8_t *)op->recv + (size_t)x->mesh->rank * blk,
+		    op->send, blk);
 	return (algo_root_blocks(x, c, op->root, true, op->send, op->recv, blk,
 	    err, errlen, deadline));
 }
 
 static cohort_status
 algo_scatter(struct host_xfer *x, const struct cohort__op *op,
-    const struct host_op *c, size_t blk,
-    char *err, size_t errlen, cohort__time deadline)
+    const struct host_op *c, size_t blk, char *err, size_t errlen,
+    cohort__time deadline)
 {
 	cohort_status rv;
 
-	if ((rv = algo_root_blocks(x, c, op->root, false, op->recv, op->send, blk,
-	         err, errlen, deadline))
+	if ((rv = algo_root_blocks(x, c, op->root, false, op->recv, op->send,
+	         blk, err, errlen, deadline))
 	    != COHORT_OK)
 		return (rv);
 	/* After the sends: recv may overlap send. */
 	if (x->mesh->rank == op->root
-	    && op->recv != (const uint8_t *)op->send + (size_t)x->mesh->rank * blk)
+	    && op->recv
+	        != (const uint8_t *)op->send + (size_t)x->mesh->rank * blk)
 		memmove(op->recv,
-		    (const uint8_t *)op->send + (size_t)x->mesh->rank * blk, blk);
+		    (const uint8_t *)op->send + (size_t)x->mesh->rank * blk,
+		    blk);
 	return (COHORT_OK);
 }
-
 
 /* ------------------------------------------------------------------------ */
 /* Dispatch                                                                 */
@@ -641,8 +639,8 @@ host_algos_run(struct host_xfer *x, const struct cohort__op *op,
 
 	if (op->kind == COHORT__OP_ALLGATHER
 	    || op->kind == COHORT__OP_ALLGATHERV)
-		return (algo_allgather_run(x, op, c, sparse, err, errlen,
-		    deadline));
+		return (algo_allgather_run(
+		    x, op, c, sparse, err, errlen, deadline));
 	if (bytes == 0)
 		return (COHORT_OK);
 	switch (op->kind) {
@@ -666,7 +664,8 @@ host_algos_run(struct host_xfer *x, const struct cohort__op *op,
 		    algo_reduce_chain(x, op, c, bytes, err, errlen, deadline));
 	case COHORT__OP_BROADCAST:
 		host_op_algo(c,
-		    bytes <= tu->bcast_small || n == 2 ? "direct" : "pipeline");
+		    bytes <= tu->bcast_small || n == 2 ? "direct"
+		                                       : "pipeline");
 		return (algo_broadcast(
 		    x, op, c, bytes, sparse, err, errlen, deadline));
 	case COHORT__OP_REDUCE_SCATTER:

@@ -25,8 +25,8 @@
  *
  * Hosts are found at init, after the flat mesh is up: every rank sends
  * every other (over that mesh) a 96-byte message, "CHR1" (only groups
- * connected in full at init, of at most COHORT_TCP_MESH_MAX ranks), whether it may
- * go hierarchical (COHORT_TCP_HIER and COHORT_TCP_SHM), rank 0's size
+ * connected in full at init, of at most COHORT_TCP_MESH_MAX ranks), whether it
+ * may go hierarchical (COHORT_TCP_HIER and COHORT_TCP_SHM), rank 0's size
  * thresholds being adopted by all, and its host key: the kernel's boot id
  * and the device and inode of /dev/shm, so that two network namespaces
  * with their own /dev/shm are two hosts and two that share one are one
@@ -35,13 +35,13 @@
  *
  * Agreement and failures: the parent agrees on every operation over the
  * flat mesh first (agree.c), so the stages skip theirs (a child's
- * `agreed`), and name the parent's operation in their errors. A rank that dies is named by the stage that has it as a peer;
- * every other rank, waiting in a stage without it, watches the parent's
- * connections too (mesh.c: the child mesh's `watch`), so it is named
- * everywhere even when the coordinator cannot tell (cut off). A rank that
- * finished the job's last all-reduce may exit while its peers still copy
- * their results: a watched connection that hangs up counts only if the
- * rank still waits HOST_WATCH_GRACE_MS (500 ms) later.
+ * `agreed`), and name the parent's operation in their errors. A rank that dies
+ * is named by the stage that has it as a peer; every other rank, waiting in a
+ * stage without it, watches the parent's connections too (mesh.c: the child
+ * mesh's `watch`), so it is named everywhere even when the coordinator cannot
+ * tell (cut off). A rank that finished the job's last all-reduce may exit
+ * while its peers still copy their results: a watched connection that hangs up
+ * counts only if the rank still waits HOST_WATCH_GRACE_MS (500 ms) later.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -284,8 +284,7 @@ host_hier_usable(
 static cohort_status
 hier_stage(const struct host_hier *hh, struct cohort__host *ch,
     const struct cohort__op *op, enum cohort__op_kind kind, const void *send,
-    void *recv, size_t count, char *err, size_t errlen,
-    cohort__time deadline)
+    void *recv, size_t count, char *err, size_t errlen, cohort__time deadline)
 {
 	struct cohort__op sub = *op;
 

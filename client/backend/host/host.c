@@ -74,16 +74,16 @@ host_tune_read(struct host_tune *tu, int size)
 	tu->spin_us
 	    = (int)host_knob(COHORT__KNOB_TCP_SPIN_US, HOST_DEFAULT_SPIN_US);
 	tu->spin_yield = host_knob(COHORT__KNOB_TCP_SPIN_YIELD, 1) != 0;
-	tu->ring_len = host_knob(COHORT__KNOB_TCP_RING, HOST_DEFAULT_RING)
-	    & ~(size_t)7;
+	tu->ring_len
+	    = host_knob(COHORT__KNOB_TCP_RING, HOST_DEFAULT_RING) & ~(size_t)7;
 	tu->acc_len
 	    = host_knob(COHORT__KNOB_TCP_ACC, HOST_DEFAULT_ACC) & ~(size_t)7;
 	tu->shm_min = host_knob(COHORT__KNOB_TCP_SHM_MIN, 0);
 	tu->shm_max = host_knob(COHORT__KNOB_TCP_SHM_MAX, SIZE_MAX);
 	tu->shm_hot_spins = (int)host_knob(COHORT__KNOB_TCP_SHM_SPINS,
 	    size > sysconf(_SC_NPROCESSORS_ONLN) ? 0 : 16);
-	tu->mesh_max = (int)host_knob(
-	    COHORT__KNOB_TCP_MESH_MAX, HOST_DEFAULT_MESH_MAX);
+	tu->mesh_max
+	    = (int)host_knob(COHORT__KNOB_TCP_MESH_MAX, HOST_DEFAULT_MESH_MAX);
 }
 
 static void
@@ -156,7 +156,8 @@ host_init(const struct cohort__group_desc *desc, void **state, char *err,
 	    && (rv = host_init_full(h, desc, err, errlen, deadline))
 	        != COHORT_OK)
 		goto out_fini;
-	cohort__debug("host group %s: rank %d of %d ready (listening on %s%s%s)",
+	cohort__debug(
+	    "host group %s: rank %d of %d ready (listening on %s%s%s)",
 	    desc->group_id, desc->rank, desc->size, h->mesh.addr,
 	    h->shm != NULL ? ", shared memory" : "",
 	    h->sparse ? ", connections on first use" : "");
@@ -173,8 +174,8 @@ host_run(void *state, const struct cohort__op *op, char *err, size_t errlen,
     cohort__time deadline)
 {
 	struct cohort__host *h = state;
-	struct host_op c = { .name = cohort__op_name(
-	                         h->as_kind != 0 ? h->as_kind : op->kind),
+	struct host_op c = { .name
+		= cohort__op_name(h->as_kind != 0 ? h->as_kind : op->kind),
 		.seq = op->seq,
 		.dtype = op->dtype,
 		.redop = op->op,
@@ -214,7 +215,8 @@ host_run(void *state, const struct cohort__op *op, char *err, size_t errlen,
 	if (host_shm_usable(h->shm, &h->tune, op, c.esize, bytes)) {
 		host_agree_hdr(&h->agree, op, true);
 		host_op_algo(&c, "shm");
-		return (host_shm_run(h->shm, op, &c, bytes, err, errlen, deadline));
+		return (host_shm_run(
+		    h->shm, op, &c, bytes, err, errlen, deadline));
 	}
 	if (!h->agreed
 	    && (rv = host_agree_run(

@@ -275,9 +275,9 @@ void host_plan_reset(struct host_xfer *x);
 cohort_status host_exchange(struct host_xfer *x, const struct host_op *c,
     char *err, size_t errlen, cohort__time deadline);
 /* One message each way with peer (either length may be 0). */
-cohort_status host_pair(struct host_xfer *x, const struct host_op *c,
-    int peer, const void *sbuf, size_t slen, void *rbuf, size_t rlen,
-    char *err, size_t errlen, cohort__time deadline);
+cohort_status host_pair(struct host_xfer *x, const struct host_op *c, int peer,
+    const void *sbuf, size_t slen, void *rbuf, size_t rlen, char *err,
+    size_t errlen, cohort__time deadline);
 /* Every rank's len bytes at all + rank * len to every other: all ends up
  * holding every rank's, in rank order. */
 cohort_status host_exchange_all(struct host_xfer *x, const struct host_op *c,
@@ -293,9 +293,9 @@ cohort_status host_rd(struct host_xfer *x, const struct host_op *c,
     uint8_t *buf, size_t len,
     void (*combine)(void *ctx, uint8_t *mine, const uint8_t *theirs),
     void *ctx, char *err, size_t errlen, cohort__time deadline);
-cohort_status host_stream(struct host_xfer *x, const struct host_op *c,
-    int to, int from, struct host_step *steps, int nsteps, char *err,
-    size_t errlen, cohort__time deadline);
+cohort_status host_stream(struct host_xfer *x, const struct host_op *c, int to,
+    int from, struct host_step *steps, int nsteps, char *err, size_t errlen,
+    cohort__time deadline);
 /* The acc ring is allocated (and faulted in) on first use. */
 cohort_status host_need_acc(struct host_xfer *x, char *err, size_t errlen);
 cohort_status host_grow_small(
@@ -327,8 +327,8 @@ void host_agree_hdr(
     struct host_agree *a, const struct cohort__op *op, bool shm);
 /* Compares the headers in a->hdrs: COHORT_EMISMATCH with both sides named
  * in err when any rank's differs from rank 0's. */
-cohort_status host_agree_check(struct host_agree *a, const struct host_op *c,
-    char *err, size_t errlen);
+cohort_status host_agree_check(
+    struct host_agree *a, const struct host_op *c, char *err, size_t errlen);
 /* The TCP path's agreement on op (the barrier when op is one): a group of
  * at most mesh_max ranks sends every rank its header and checks them all;
  * a larger one folds the smallest and largest header by recursive
@@ -389,8 +389,8 @@ cohort_status host_hier_setup(struct cohort__host *h,
     const struct cohort__backend_ops *ops,
     const struct cohort__group_desc *desc, struct host_hier **out, char *err,
     size_t errlen, cohort__time deadline);
-bool host_hier_usable(const struct host_hier *hh, const struct cohort__op *op,
-    size_t bytes);
+bool host_hier_usable(
+    const struct host_hier *hh, const struct cohort__op *op, size_t bytes);
 cohort_status host_hier_allreduce(struct host_hier *hh,
     const struct cohort__op *op, const struct host_op *c, size_t esize,
     char *err, size_t errlen, cohort__time deadline);

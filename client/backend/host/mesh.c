@@ -140,7 +140,8 @@ host_mesh_check_abort(
 	if (!mesh_aborted(m))
 		return (COHORT_OK);
 	if (c != NULL)
-		snprintf(err, errlen, "%s #%" PRIu64 " aborted", c->name, c->seq);
+		snprintf(
+		    err, errlen, "%s #%" PRIu64 " aborted", c->name, c->seq);
 	else
 		snprintf(err, errlen, "aborted during the data-plane set-up");
 	return (COHORT_EABORTED);
@@ -219,11 +220,10 @@ static int
 mesh_nbio(int fd, void *buf, size_t len, size_t *done, bool sending)
 {
 	while (*done < len) {
-		ssize_t n = sending
-		    ? send(fd, (uint8_t *)buf + *done, len - *done,
-		          MSG_DONTWAIT | MSG_NOSIGNAL)
-		    : recv(fd, (uint8_t *)buf + *done, len - *done,
-		          MSG_DONTWAIT);
+		ssize_t n = sending ? send(fd, (uint8_t *)buf + *done,
+		                len - *done, MSG_DONTWAIT | MSG_NOSIGNAL)
+		                    : recv(fd, (uint8_t *)buf + *done,
+		                        len - *done, MSG_DONTWAIT);
 
 		if (n > 0) {
 			*done += (size_t)n;
@@ -349,7 +349,8 @@ mesh_key(const struct host_mesh *m, int rank, char *key, size_t keylen)
 static cohort_status
 mesh_listen(struct host_mesh *m, char *err, size_t errlen)
 {
-	const char *host = m->bind_addr[0] != '\0' ? m->bind_addr : "127.0.0.1";
+	const char *host
+	    = m->bind_addr[0] != '\0' ? m->bind_addr : "127.0.0.1";
 	struct sockaddr_storage ss;
 	struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
 	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
@@ -380,7 +381,8 @@ mesh_listen(struct host_mesh *m, char *err, size_t errlen)
 	 * (thousands of ranks, each with its connections) runs out of
 	 * ports to listen on (EADDRINUSE). It never lets two listeners
 	 * share a port. */
-	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &(int) { 1 }, sizeof(int));
+	(void)setsockopt(
+	    fd, SOL_SOCKET, SO_REUSEADDR, &(int) { 1 }, sizeof(int));
 	if (bind(fd, (struct sockaddr *)&ss, sl) != 0
 	    || listen(fd, SOMAXCONN) != 0) {
 		snprintf(
@@ -431,16 +433,19 @@ host_mesh_open(struct host_mesh *m, const struct cohort__group_desc *desc,
 	}
 	if (m->size == 1)
 		return (COHORT_OK);
-	if (cohort__strlcpy(m->job, desc->job, sizeof(m->job)) >= sizeof(m->job)
-	    || cohort__strlcpy(m->group_id, desc->group_id, sizeof(m->group_id))
+	if (cohort__strlcpy(m->job, desc->job, sizeof(m->job))
+	        >= sizeof(m->job)
+	    || cohort__strlcpy(
+	           m->group_id, desc->group_id, sizeof(m->group_id))
 	        >= sizeof(m->group_id)
 	    || desc->secret_len > sizeof(m->secret)
 	    || (desc->bind_addr != NULL
 	        && cohort__strlcpy(
 	               m->bind_addr, desc->bind_addr, sizeof(m->bind_addr))
 	            >= sizeof(m->bind_addr))) {
-		snprintf(err, errlen, "job, group id, secret or bind address "
-		                      "too long");
+		snprintf(err, errlen,
+		    "job, group id, secret or bind address "
+		    "too long");
 		return (COHORT_EINVAL);
 	}
 	m->generation = desc->generation;
@@ -452,8 +457,8 @@ host_mesh_open(struct host_mesh *m, const struct cohort__group_desc *desc,
 	cohort__tcp_hs_ident(
 	    m->job, m->group_id, m->generation, m->keys.ident);
 	if ((m->pend = calloc(MESH_MAX_PENDING, sizeof(*m->pend))) == NULL
-	    || (m->cfds = calloc((size_t)m->size + MESH_MAX_PENDING + 1,
-	            sizeof(*m->cfds)))
+	    || (m->cfds = calloc(
+	            (size_t)m->size + MESH_MAX_PENDING + 1, sizeof(*m->cfds)))
 	        == NULL)
 		goto out_nomem;
 	for (int i = 0; i < MESH_MAX_PENDING; i++)
@@ -660,8 +665,9 @@ mesh_dial_new(struct host_mesh *m, int j, char *err, size_t errlen,
 	mesh_key(m, j, key, sizeof(key));
 	if ((rv = m->store.get(m->store.ctx, key, &val, &vlen, deadline))
 	    != COHORT_OK) {
-		snprintf(err, errlen, "no address from rank %d (store key %s): %s",
-		    (int)jr, key, cohort_status_name(rv));
+		snprintf(err, errlen,
+		    "no address from rank %d (store key %s): %s", (int)jr, key,
+		    cohort_status_name(rv));
 		return (rv);
 	}
 	if ((d = calloc(1, sizeof(*d))) == NULL) {
@@ -670,8 +676,8 @@ mesh_dial_new(struct host_mesh *m, int j, char *err, size_t errlen,
 		return (COHORT_ENOMEM);
 	}
 	rv = mesh_parse_addr(val, vlen, &d->addr);
-	snprintf(d->shown, sizeof(d->shown), "%.*s", (int)vlen,
-	    (const char *)val);
+	snprintf(
+	    d->shown, sizeof(d->shown), "%.*s", (int)vlen, (const char *)val);
 	free(val);
 	if (rv != COHORT_OK) {
 		free(d);
@@ -747,8 +753,8 @@ mesh_dial_step(struct host_mesh *m, int j, short revents, char *err,
 			if (!cohort__expired(d->window))
 				return (COHORT_OK);
 			d->soerr = ETIMEDOUT;
-		} else if (getsockopt(d->fd, SOL_SOCKET, SO_ERROR, &d->soerr,
-		               &sl)
+		} else if (getsockopt(
+		               d->fd, SOL_SOCKET, SO_ERROR, &d->soerr, &sl)
 		    != 0) {
 			d->soerr = errno;
 		}
@@ -778,9 +784,8 @@ mesh_dial_step(struct host_mesh *m, int j, short revents, char *err,
 		 * as soon as it reads our hello: wait 5x the handshake time,
 		 * so a loaded machine does not make us give up on a
 		 * connection it already accepted. */
-		cohort__time until = d->phase == DIAL_GREETING
-		    ? deadline
-		    : d->hs_deadline;
+		cohort__time until
+		    = d->phase == DIAL_GREETING ? deadline : d->hs_deadline;
 		int e = mesh_nbio(d->fd, d->in, d->need, &d->have, false);
 
 		if (e < 0) {
@@ -789,18 +794,19 @@ mesh_dial_step(struct host_mesh *m, int j, short revents, char *err,
 			    "handshake%s%s",
 			    (int)jr, errno != 0 ? ": " : "",
 			    errno != 0 ? strerror(errno) : "");
-			return (mesh_dial_retry(m, j, d, COHORT_EPEERLOST, true,
-			    err, errlen, deadline));
+			return (mesh_dial_retry(m, j, d, COHORT_EPEERLOST,
+			    true, err, errlen, deadline));
 		}
 		if (e == 0) {
 			if (!cohort__expired(until))
 				return (COHORT_OK);
 			snprintf(err, errlen,
-			    "timed out in the handshake with rank %d", (int)jr);
+			    "timed out in the handshake with rank %d",
+			    (int)jr);
 			if (d->phase == DIAL_GREETING)
 				return (COHORT_ETIMEDOUT);
-			return (mesh_dial_retry(m, j, d, COHORT_ETIMEDOUT, true,
-			    err, errlen, deadline));
+			return (mesh_dial_retry(m, j, d, COHORT_ETIMEDOUT,
+			    true, err, errlen, deadline));
 		}
 		if (d->phase == DIAL_GREETING)
 			p = cohort__tcp_hs_parse_shello(d->in, d->have,
@@ -1027,8 +1033,9 @@ mesh_timeout(struct host_mesh *m, const int *peers, int k, int lower,
 	if (lower < 0) {
 		const struct mesh_dial *d = m->links[higher].dial;
 
-		snprintf(err, errlen, "timed out in the handshake with rank %d "
-		                      "(%s; %s)",
+		snprintf(err, errlen,
+		    "timed out in the handshake with rank %d "
+		    "(%s; %s)",
 		    (int)m->links[higher].job_rank,
 		    d != NULL && d->phase == DIAL_GREETING
 		        ? "no greeting: it has not reached this step"
@@ -1211,7 +1218,8 @@ host_mesh_watch_check(struct host_mesh *m, const struct host_op *c,
 		return (rv);
 	if (atomic_load_explicit(
 	        (atomic_int *)&w->aborted, memory_order_acquire)) {
-		snprintf(err, errlen, "%s #%" PRIu64 " aborted", c->name, c->seq);
+		snprintf(
+		    err, errlen, "%s #%" PRIu64 " aborted", c->name, c->seq);
 		return (COHORT_EABORTED);
 	}
 	snprintf(err, errlen,

@@ -254,8 +254,8 @@ static cohort_status shm_stray(struct host_shm *s, const struct host_op *c,
 /* Checks the connections of the ranks not yet at want: one that hung up
  * is lost (it cannot have finished the round). */
 static cohort_status
-shm_liveness(
-    struct host_shm *s, const struct host_op *c, int which, uint32_t want, char *err, size_t errlen)
+shm_liveness(struct host_shm *s, const struct host_op *c, int which,
+    uint32_t want, char *err, size_t errlen)
 {
 	struct pollfd *fds = s->pfds; /* room for size + the watch */
 	int nfds = 0, k;
@@ -275,7 +275,8 @@ shm_liveness(
 	k = host_mesh_watch_add(s->mesh, fds, nfds);
 	if (nfds + k == 0 || poll(fds, (nfds_t)(nfds + k), 0) <= 0)
 		return (COHORT_OK);
-	if ((rv = host_mesh_watch_check(s->mesh, c, fds + nfds, k, err, errlen))
+	if ((rv = host_mesh_watch_check(
+	         s->mesh, c, fds + nfds, k, err, errlen))
 	    != COHORT_OK)
 		return (rv);
 	for (int i = 0; i < nfds; i++) {
@@ -285,8 +286,7 @@ shm_liveness(
 			/* Bytes from a rank that has not reached this
 			 * step: it runs an operation over TCP. */
 			if ((fds[i].revents & POLLIN) != 0)
-				return (
-				    shm_stray(s, c, p, err, errlen));
+				return (shm_stray(s, c, p, err, errlen));
 			continue;
 		}
 		if ((rv = host_mesh_check_abort(s->mesh, c, err, errlen))
@@ -295,7 +295,8 @@ shm_liveness(
 		snprintf(err, errlen,
 		    "rank %d closed the connection during "
 		    "%s #%" PRIu64 " (shared memory, round %" PRIu32 ")",
-		    (int)s->mesh->links[p].job_rank, c->name, c->seq, want - 1);
+		    (int)s->mesh->links[p].job_rank, c->name, c->seq,
+		    want - 1);
 		return (COHORT_EPEERLOST);
 	}
 	return (COHORT_OK);
@@ -303,8 +304,8 @@ shm_liveness(
 
 /* Waits until every other rank's counter `which` reached want. */
 static cohort_status
-shm_wait(struct host_shm *s, const struct host_op *c, int which, uint32_t want, char *err,
-    size_t errlen, cohort__time deadline)
+shm_wait(struct host_shm *s, const struct host_op *c, int which, uint32_t want,
+    char *err, size_t errlen, cohort__time deadline)
 {
 	uint64_t idle_since = 0, waited_since = 0, last_now = 0;
 	bool slept = false;
@@ -353,7 +354,8 @@ shm_wait(struct host_shm *s, const struct host_op *c, int which, uint32_t want, 
 				waited_since = now;
 			if (idle_since == 0)
 				idle_since = now;
-			if (now - idle_since < (uint64_t)s->tune->spin_us * 1000u) {
+			if (now - idle_since
+			    < (uint64_t)s->tune->spin_us * 1000u) {
 				if (s->tune->spin_yield)
 					sched_yield();
 				else
@@ -369,8 +371,8 @@ shm_wait(struct host_shm *s, const struct host_op *c, int which, uint32_t want, 
 			    "timed out during %s #%" PRIu64
 			    " waiting for rank %d (shared memory, round "
 			    "%" PRIu32 ")",
-			    c->name, c->seq, (int)s->mesh->links[missing].job_rank,
-			    want - 1);
+			    c->name, c->seq,
+			    (int)s->mesh->links[missing].job_rank, want - 1);
 			return (COHORT_ETIMEDOUT);
 		}
 		f = shm_flag(s, missing, which);
@@ -424,8 +426,8 @@ shm_block(size_t elems, int n, int p, size_t esize, size_t *off, size_t *len)
 }
 
 static void
-shm_post(struct host_shm *s, const struct host_op *c, const uint8_t *src, size_t roff, size_t elems,
-    uint32_t g)
+shm_post(struct host_shm *s, const struct host_op *c, const uint8_t *src,
+    size_t roff, size_t elems, uint32_t g)
 {
 	int n = s->size;
 	uint8_t *S = shm_S(s, n, s->rank, g);
@@ -446,9 +448,9 @@ shm_post(struct host_shm *s, const struct host_op *c, const uint8_t *src, size_t
  * publishes it in R, in L1-sized pieces so that the copy to R reads what
  * the reduction just wrote. */
 static void
-shm_reduce_block(struct host_shm *s, const struct host_op *c, const struct cohort__op *op,
-    uint8_t *out, const uint8_t *in, size_t off, size_t len, uint8_t *R,
-    uint32_t g)
+shm_reduce_block(struct host_shm *s, const struct host_op *c,
+    const struct cohort__op *op, uint8_t *out, const uint8_t *in, size_t off,
+    size_t len, uint8_t *R, uint32_t g)
 {
 	size_t piece = SHM_PIECE - SHM_PIECE % c->esize;
 
@@ -478,8 +480,8 @@ shm_reduce_block(struct host_shm *s, const struct host_op *c, const struct cohor
  * one of them every rank must have finished its last round (done > g0-1).
  */
 static cohort_status
-shm_begin_op(struct host_shm *s, const struct host_op *c, uint32_t g0, char *err, size_t errlen,
-    cohort__time deadline)
+shm_begin_op(struct host_shm *s, const struct host_op *c, uint32_t g0,
+    char *err, size_t errlen, cohort__time deadline)
 {
 	cohort_status rv;
 
@@ -488,8 +490,7 @@ shm_begin_op(struct host_shm *s, const struct host_op *c, uint32_t g0, char *err
 	if (rv != COHORT_OK)
 		return (rv);
 	memcpy(s->ctrl[s->rank].op_hdr,
-	    s->agree->hdrs + (size_t)s->rank * HOST_OP_HDR,
-	    HOST_OP_HDR);
+	    s->agree->hdrs + (size_t)s->rank * HOST_OP_HDR, HOST_OP_HDR);
 	return (COHORT_OK);
 }
 
@@ -497,8 +498,9 @@ shm_begin_op(struct host_shm *s, const struct host_op *c, uint32_t g0, char *err
  * (shm_begin_op); *g0 gets its first round. sync_after: the operation
  * does not wait for its readers (every kind but allreduce). */
 static cohort_status
-shm_start(struct host_shm *s, const struct host_op *c, size_t rounds, bool sync_after, uint32_t *g0,
-    char *err, size_t errlen, cohort__time deadline)
+shm_start(struct host_shm *s, const struct host_op *c, size_t rounds,
+    bool sync_after, uint32_t *g0, char *err, size_t errlen,
+    cohort__time deadline)
 {
 	cohort_status rv;
 
@@ -512,7 +514,8 @@ shm_start(struct host_shm *s, const struct host_op *c, size_t rounds, bool sync_
 
 /* Every rank posted round g0 of this operation: compare their headers. */
 static cohort_status
-shm_agree(struct host_shm *s, const struct host_op *c, char *err, size_t errlen)
+shm_agree(
+    struct host_shm *s, const struct host_op *c, char *err, size_t errlen)
 {
 
 	for (int p = 0; p < s->size; p++)
@@ -535,8 +538,7 @@ shm_stray(struct host_shm *s, const struct host_op *c, int p, char *err,
 	while ((got < HOST_OP_HDR || sent < HOST_OP_HDR)
 	    && !cohort__expired(until)) {
 		struct pollfd pfd = { .fd = s->mesh->links[p].fd,
-			.events
-			= (short)((got < HOST_OP_HDR ? POLLIN : 0)
+			.events = (short)((got < HOST_OP_HDR ? POLLIN : 0)
 			    | (sent < HOST_OP_HDR ? POLLOUT : 0)) };
 		ssize_t n;
 
@@ -551,8 +553,7 @@ shm_stray(struct host_shm *s, const struct host_op *c, int p, char *err,
 		}
 		if (sent < HOST_OP_HDR) {
 			n = send(s->mesh->links[p].fd, mine + sent,
-			    HOST_OP_HDR - sent,
-			    MSG_DONTWAIT | MSG_NOSIGNAL);
+			    HOST_OP_HDR - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
 			if (n > 0)
 				sent += (size_t)n;
 		}
@@ -579,8 +580,9 @@ shm_stray(struct host_shm *s, const struct host_op *c, int p, char *err,
 }
 
 static cohort_status
-shm_allreduce(struct host_shm *s, const struct host_op *c, const struct cohort__op *op,
-    size_t bytes, char *err, size_t errlen, cohort__time deadline)
+shm_allreduce(struct host_shm *s, const struct host_op *c,
+    const struct cohort__op *op, size_t bytes, char *err, size_t errlen,
+    cohort__time deadline)
 {
 	const uint8_t *src = op->send;
 	uint8_t *dst = op->recv;
@@ -674,8 +676,8 @@ shm_allreduce(struct host_shm *s, const struct host_op *c, const struct cohort__
 
 /* Starts round g: the slot of parity g & 1 is free to write. */
 static cohort_status
-shm_round_begin(struct host_shm *s, const struct host_op *c, uint32_t g, char *err, size_t errlen,
-    cohort__time deadline)
+shm_round_begin(struct host_shm *s, const struct host_op *c, uint32_t g,
+    char *err, size_t errlen, cohort__time deadline)
 {
 	return (shm_wait(s, c, SHM_DONE, g - 1, err, errlen, deadline));
 }
@@ -732,7 +734,8 @@ shm_xoff(const struct shm_xop *x, int p)
 
 /* Rank p stages a block of its own in this operation (whole shape). */
 static bool
-shm_xstager(const struct host_shm *s, const struct host_op *c, const struct shm_xop *x, int p)
+shm_xstager(const struct host_shm *s, const struct host_op *c,
+    const struct shm_xop *x, int p)
 {
 	switch (x->op->kind) {
 	case COHORT__OP_BROADCAST:
@@ -762,8 +765,8 @@ shm_xat(int p, int q, size_t piece)
 
 /* Round k of this rank's staging into slot S. */
 static void
-shm_xstage(
-    struct host_shm *s, const struct host_op *c, const struct shm_xop *x, size_t k, uint8_t *S)
+shm_xstage(struct host_shm *s, const struct host_op *c,
+    const struct shm_xop *x, size_t k, uint8_t *S)
 {
 	int n = s->size;
 
@@ -787,7 +790,8 @@ shm_xstage(
 
 /* Round k (global round g) of this rank's reading of the others' slots. */
 static void
-shm_xtake(struct host_shm *s, const struct host_op *c, const struct shm_xop *x, size_t k, uint32_t g)
+shm_xtake(struct host_shm *s, const struct host_op *c, const struct shm_xop *x,
+    size_t k, uint32_t g)
 {
 	const struct cohort__op *op = x->op;
 	int n = s->size, r = s->rank;
@@ -848,8 +852,8 @@ shm_xtake(struct host_shm *s, const struct host_op *c, const struct shm_xop *x, 
 
 /* Runs x's rounds: stage, post, wait for every rank's post, read, done. */
 static cohort_status
-shm_xrun(struct host_shm *s, const struct host_op *c, const struct shm_xop *x, char *err,
-    size_t errlen, cohort__time deadline)
+shm_xrun(struct host_shm *s, const struct host_op *c, const struct shm_xop *x,
+    char *err, size_t errlen, cohort__time deadline)
 {
 	size_t unit = x->pieces ? shm_xpiece(s) : (size_t)s->size * s->blk;
 	size_t most = 0, rounds;
@@ -867,7 +871,8 @@ shm_xrun(struct host_shm *s, const struct host_op *c, const struct shm_xop *x, c
 		uint32_t g = g0 + (uint32_t)k;
 
 		if (x->stages) {
-			if ((rv = shm_round_begin(s, c, g, err, errlen, deadline))
+			if ((rv = shm_round_begin(
+			         s, c, g, err, errlen, deadline))
 			    != COHORT_OK)
 				break;
 			shm_xstage(s, c, x, k, shm_S(s, s->size, s->rank, g));
@@ -880,7 +885,8 @@ shm_xrun(struct host_shm *s, const struct host_op *c, const struct shm_xop *x, c
 		             s, c, SHM_POSTED, g + 1, err, errlen, deadline))
 		            != COHORT_OK
 		        || (k == 0
-		            && (rv = shm_agree(s, c, err, errlen)) != COHORT_OK)))
+		            && (rv = shm_agree(s, c, err, errlen))
+		                != COHORT_OK)))
 			break;
 		if (x->takes)
 			shm_xtake(s, c, x, k, g);
@@ -917,8 +923,7 @@ host_shm_run(struct host_shm *s, const struct cohort__op *op,
 	switch (op->kind) {
 	case COHORT__OP_ALLREDUCE:
 	case COHORT__OP_REDUCE:
-		return (shm_allreduce(
-		    s, c, op, bytes, err, errlen, deadline));
+		return (shm_allreduce(s, c, op, bytes, err, errlen, deadline));
 	case COHORT__OP_BROADCAST:
 		x.src = op->recv;
 		x.stages = r == op->root;
@@ -1015,7 +1020,8 @@ host_shm_free(struct host_shm *s)
 
 /* A segment's state for the group of m (not mapped yet). */
 static struct host_shm *
-shm_new(struct host_mesh *m, struct host_agree *a, const struct host_tune *tune)
+shm_new(
+    struct host_mesh *m, struct host_agree *a, const struct host_tune *tune)
 {
 	struct host_shm *s;
 	int nwatch = m->watch != NULL ? m->watch->size : 0;
@@ -1027,7 +1033,8 @@ shm_new(struct host_mesh *m, struct host_agree *a, const struct host_tune *tune)
 	s->tune = tune;
 	s->rank = m->rank;
 	s->size = m->size;
-	if ((s->pfds = calloc((size_t)(m->size + nwatch + 2), sizeof(*s->pfds)))
+	if ((s->pfds
+	        = calloc((size_t)(m->size + nwatch + 2), sizeof(*s->pfds)))
 	        == NULL
 	    || (s->pfd_peer = calloc((size_t)m->size, sizeof(int))) == NULL) {
 		shm_unmap(s);
@@ -1183,7 +1190,8 @@ host_shm_setup(struct host_mesh *m, struct host_agree *a,
 		for (int p = 1; p < m->size && rv == COHORT_OK; p++) {
 			uint8_t ans = 'N';
 
-			rv = shm_io(m, p, &ans, 1, false, err, errlen, deadline);
+			rv = shm_io(
+			    m, p, &ans, 1, false, err, errlen, deadline);
 			if (ans != 'Y')
 				yes = 'N';
 		}
@@ -1192,18 +1200,23 @@ host_shm_setup(struct host_mesh *m, struct host_agree *a,
 		if (s == NULL)
 			yes = 'N';
 		for (int p = 1; p < m->size && rv == COHORT_OK; p++)
-			rv = shm_io(m, p, &yes, 1, true, err, errlen, deadline);
+			rv = shm_io(
+			    m, p, &yes, 1, true, err, errlen, deadline);
 	} else {
 		uint8_t ans;
 
-		rv = shm_io(m, 0, msg, sizeof(msg), false, err, errlen, deadline);
-		if (rv == COHORT_OK && enable && (s = shm_new(m, a, tune)) != NULL)
+		rv = shm_io(
+		    m, 0, msg, sizeof(msg), false, err, errlen, deadline);
+		if (rv == COHORT_OK && enable
+		    && (s = shm_new(m, a, tune)) != NULL)
 			s = shm_attach(s, msg);
 		ans = s != NULL ? 'Y' : 'N';
 		if (rv == COHORT_OK)
-			rv = shm_io(m, 0, &ans, 1, true, err, errlen, deadline);
+			rv = shm_io(
+			    m, 0, &ans, 1, true, err, errlen, deadline);
 		if (rv == COHORT_OK)
-			rv = shm_io(m, 0, &yes, 1, false, err, errlen, deadline);
+			rv = shm_io(
+			    m, 0, &yes, 1, false, err, errlen, deadline);
 	}
 	if (rv != COHORT_OK || yes != 'Y') {
 		shm_unmap(s);

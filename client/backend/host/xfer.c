@@ -4,12 +4,12 @@
  *
  * Every engine first connects to the peers its plan names (mesh.c: a
  * no-op once they are; a large group's first use of a pattern makes the
- * connections). They run in the calling thread on non-blocking sockets: they try every
- * pending send() and recv() (MSG_DONTWAIT), and only when nothing moved do
- * they sleep in poll() on exactly the sockets that can make progress, for at
- * most XFER_POLL_MS so that the abort flag is seen promptly even if nobody
- * shuts the sockets down. Every loop ends by completion, a peer error, the
- * abort flag or the deadline.
+ * connections). They run in the calling thread on non-blocking sockets: they
+ * try every pending send() and recv() (MSG_DONTWAIT), and only when nothing
+ * moved do they sleep in poll() on exactly the sockets that can make progress,
+ * for at most XFER_POLL_MS so that the abort flag is seen promptly even if
+ * nobody shuts the sockets down. Every loop ends by completion, a peer error,
+ * the abort flag or the deadline.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -27,8 +27,8 @@
 
 /* A send() or recv() to peer p failed with errno e (0: orderly close). */
 static cohort_status
-xfer_peer_error(struct host_xfer *x, const struct host_op *c, int p, int e, bool sending, size_t done,
-    size_t total, char *err, size_t errlen)
+xfer_peer_error(struct host_xfer *x, const struct host_op *c, int p, int e,
+    bool sending, size_t done, size_t total, char *err, size_t errlen)
 {
 	cohort_status rv;
 
@@ -44,14 +44,14 @@ xfer_peer_error(struct host_xfer *x, const struct host_op *c, int p, int e, bool
 		snprintf(err, errlen,
 		    "connection to rank %d failed during %s #%" PRIu64
 		    ": %s (%s %zu of %zu bytes)",
-		    (int)x->mesh->links[p].job_rank, c->name, c->seq, strerror(e),
-		    sending ? "sent" : "received", done, total);
+		    (int)x->mesh->links[p].job_rank, c->name, c->seq,
+		    strerror(e), sending ? "sent" : "received", done, total);
 	return (COHORT_EPEERLOST);
 }
 
 static cohort_status
-xfer_timeout(struct host_xfer *x, const struct host_op *c, int p, bool sending, size_t done,
-    size_t total, char *err, size_t errlen)
+xfer_timeout(struct host_xfer *x, const struct host_op *c, int p, bool sending,
+    size_t done, size_t total, char *err, size_t errlen)
 {
 	snprintf(err, errlen,
 	    "timed out during %s #%" PRIu64 " waiting for rank %d (%s %zu of "
@@ -71,8 +71,8 @@ xfer_again(int e)
  * which fds has room) for at most XFER_POLL_MS or until the deadline; the
  * caller re-checks everything afterwards. */
 static cohort_status
-xfer_poll(struct host_xfer *x, const struct host_op *c, struct pollfd *fds, int n, char *err,
-    size_t errlen, cohort__time deadline)
+xfer_poll(struct host_xfer *x, const struct host_op *c, struct pollfd *fds,
+    int n, char *err, size_t errlen, cohort__time deadline)
 {
 	int ms = XFER_POLL_MS;
 	cohort_duration left = cohort__remaining(deadline);
@@ -90,8 +90,9 @@ xfer_poll(struct host_xfer *x, const struct host_op *c, struct pollfd *fds, int 
  * lost, even if its socket buffer still has room for our bytes. A peer that
  * finished the operation cannot have hung up before taking all of them. */
 static cohort_status
-xfer_hangup(struct host_xfer *x, const struct host_op *c, const struct pollfd *pfd, int p,
-    size_t done, size_t total, char *err, size_t errlen)
+xfer_hangup(struct host_xfer *x, const struct host_op *c,
+    const struct pollfd *pfd, int p, size_t done, size_t total, char *err,
+    size_t errlen)
 {
 	int e = 0;
 	socklen_t sl = sizeof(e);
@@ -310,8 +311,8 @@ host_exchange_all(struct host_xfer *x, const struct host_op *c, uint8_t *all,
  * two values, so all end bit-identical (combine is commutative).
  */
 cohort_status
-host_rd(struct host_xfer *x, const struct host_op *c, uint8_t *buf,
-    size_t len, void (*combine)(void *ctx, uint8_t *mine, const uint8_t *theirs),
+host_rd(struct host_xfer *x, const struct host_op *c, uint8_t *buf, size_t len,
+    void (*combine)(void *ctx, uint8_t *mine, const uint8_t *theirs),
     void *ctx, char *err, size_t errlen, cohort__time deadline)
 {
 	int n = x->mesh->size, r = x->mesh->rank;
@@ -364,8 +365,8 @@ host_rd(struct host_xfer *x, const struct host_op *c, uint8_t *buf,
  * step S, in pieces that do not wrap around a scratch ring's end (the
  * rings' sizes are multiples of 8, so no element straddles it). */
 static void
-stream_process(struct host_xfer *x, const struct host_op *c, struct host_step *S,
-    size_t upto)
+stream_process(struct host_xfer *x, const struct host_op *c,
+    struct host_step *S, size_t upto)
 {
 	while (S->processed < upto) {
 		size_t off = S->processed;
@@ -406,7 +407,8 @@ stream_process(struct host_xfer *x, const struct host_op *c, struct host_step *S
 			break;
 		}
 		if (S->divide)
-			cohort__scale_div(dst, n, c->dtype, (double)c->divisor);
+			cohort__scale_div(
+			    dst, n, c->dtype, (double)c->divisor);
 		S->processed = off + len;
 	}
 }
@@ -754,11 +756,11 @@ host_xfer_fini(struct host_xfer *x)
 }
 
 cohort_status
-host_xfer_watch(struct host_xfer *x, const struct host_mesh *parent,
-    char *err, size_t errlen)
+host_xfer_watch(struct host_xfer *x, const struct host_mesh *parent, char *err,
+    size_t errlen)
 {
-	struct pollfd *p = calloc((size_t)(x->mesh->size + parent->size + 2),
-	    sizeof(*p));
+	struct pollfd *p
+	    = calloc((size_t)(x->mesh->size + parent->size + 2), sizeof(*p));
 
 	if (p == NULL) {
 		snprintf(err, errlen, "out of memory");

@@ -331,7 +331,8 @@ staged_run(void *state, const struct cohort__op *op, char *err, size_t errlen,
 	hop.send = slen > 0 ? s->hsend.p : NULL;
 	hop.recv = rlen > 0 ? s->hrecv.p : NULL;
 	hop.stream = NULL;
-	if ((rv = cohort__host_backend.run(s->tcp, &hop, err, errlen, deadline))
+	if ((rv = cohort__host_backend.run(
+	         s->tcp, &hop, err, errlen, deadline))
 	    != COHORT_OK)
 		return (rv);
 
