@@ -99,6 +99,25 @@ algo_allreduce_rd(struct host_xfer *x, const struct cohort__op *op,
 	    errlen, deadline));
 }
 
+/* Step st receives bytes into op->recv, reduced with op->send as they
+ * arrive (in place: through the scratch ring; sending: only once this
+ * step sent the bytes they replace), MEAN divided. */
+static void
+algo_into_recv(struct host_step *st, const struct cohort__op *op, size_t bytes,
+    bool sending)
+{
+	st->rbuf = op->recv;
+	st->rlen = bytes;
+	st->divide = op->op == COHORT_MEAN;
+	if (op->send == op->recv) {
+		st->rmode = HOST_RECV_SCRATCH;
+		st->pgate = sending;
+	} else {
+		st->rmode = HOST_RECV_DIRECT;
+		st->other = op->send;
+	}
+}
+
 /* Two ranks: both send everything at once and reduce what arrives, both
  * directions in flight. Same bytes on the wire as the ring, but nothing
  * waits for a reduction before it can be sent. */
@@ -114,16 +133,7 @@ algo_allreduce_pair(struct host_xfer *x, const struct cohort__op *op,
 	st->sbuf = op->send;
 	st->slen = bytes;
 	st->gate = -1;
-	st->rbuf = op->recv;
-	st->rlen = bytes;
-	st->divide = op->op == COHORT_MEAN;
-	if (op->send == op->recv) {
-		st->rmode = HOST_RECV_SCRATCH;
-		st->pgate = true;
-	} else {
-		st->rmode = HOST_RECV_DIRECT;
-		st->other = op->send;
-	}
+	algo_into_recv(st, op, bytes, true);
 	return (host_stream(x, c, peer, peer, st, 1, err, errlen, deadline));
 }
 
@@ -248,15 +258,7 @@ algo_reduce_chain(struct host_xfer *x, const struct cohort__op *op,
 		st->other = op->send;
 		st->rlen = bytes;
 	} else {
-		st->rbuf = op->recv;
-		st->rlen = bytes;
-		st->divide = op->op == COHORT_MEAN;
-		if (op->recv == op->send) {
-			st->rmode = HOST_RECV_SCRATCH;
-		} else {
-			st->rmode = HOST_RECV_DIRECT;
-			st->other = op->send;
-		}
+		algo_into_recv(st, op, bytes, false);
 	}
 	return (host_stream(x, c, to, from, st, 1, err, errlen, deadline));
 }
@@ -389,24 +391,6 @@ algo_allgather(struct host_xfer *x, const struct cohort__op *op,
 /* reduce_scatter                                                           */
 /* ------------------------------------------------------------------------ */
 
-/* Block p of src to rank p and rank p's block into block p of dst, for
- * every other rank at once (the personalised all-to-all exchange). */
-static cohort_status
-algo_blocks(struct host_xfer *x, const struct host_op *c, const uint8_t *src,
-    uint8_t *dst, size_t blk, char *err, size_t errlen, cohort__time deadline)
-{
-	host_plan_reset(x);
-	for (int p = 0; p < x->mesh->size; p++) {
-		if (p == x->mesh->rank)
-			continue;
-		x->plan[p].sbuf = src + (size_t)p * blk;
-		x->plan[p].slen = blk;
-		x->plan[p].rbuf = dst + (size_t)p * blk;
-		x->plan[p].rlen = blk;
-	}
-	return (host_exchange(x, c, err, errlen, deadline));
-}
-
 static cohort_status
 algo_reduce_scatter(struct host_xfer *x, const struct cohort__op *op,
     const struct host_op *c, size_t blk, bool sparse, char *err, size_t errlen,
@@ -424,8 +408,8 @@ algo_reduce_scatter(struct host_xfer *x, const struct cohort__op *op,
 		if ((rv = host_grow_small(x, (size_t)n * blk, err, errlen))
 		    != COHORT_OK)
 			return (rv);
-		if ((rv = algo_blocks(
-		         x, c, src, x->small, blk, err, errlen, deadline))
+		if ((rv = host_exchange_blocks(x, c, src, blk, x->small, blk,
+		         blk, err, errlen, deadline))
 		    != COHORT_OK)
 			return (rv);
 		/* Every send is done: dst may now overlap src freely. */
@@ -495,16 +479,19 @@ algo_alltoall(struct host_xfer *x, const struct cohort__op *op,
     const struct host_op *c, size_t blk, char *err, size_t errlen,
     cohort__time deadline)
 {
-	const uint8_t *src = op->send;
-	uint8_t *dst = op->recv;
-	int n = x->mesh->size, r = x->mesh->rank;
+	size_t all = (size_t)x->mesh->size * blk;
+	size_t mine = (size_t)x->mesh->rank * blk;
 
-	if (algo_overlap(src, (size_t)n * blk, dst, (size_t)n * blk)) {
+	if (algo_overlap(op->send, all, op->recv, all)) {
 		snprintf(err, errlen, "alltoall cannot run in place");
 		return (COHORT_EINVAL);
 	}
-	memcpy(dst + (size_t)r * blk, src + (size_t)r * blk, blk);
-	return (algo_blocks(x, c, src, dst, blk, err, errlen, deadline));
+	memcpy(
+	    (uint8_t *)op->recv + mine, (const uint8_t *)op->send + mine, blk);
+	/* Block p of src to rank p and rank p's block into block p of dst, for
+	 * every other rank at once (the personalised all-to-all exchange). */
+	return (host_exchange_blocks(
+	    x, c, op->send, blk, op->recv, blk, blk, err, errlen, deadline));
 }
 
 /* Block p of the root's buf to (scatter) or from (gather) rank p's own

@@ -156,14 +156,7 @@ hier_child(struct cohort__host *h, const struct cohort__backend_ops *ops,
 	/* The parent agrees on every operation; a child waiting in a stage
 	 * also watches the parent's connections. */
 	(*out)->agreed = true;
-	if ((rv = host_xfer_watch(&(*out)->xfer, &h->mesh, err, errlen))
-	        != COHORT_OK
-	    || ((*out)->shm != NULL
-	        && (rv = host_shm_watch((*out)->shm, &h->mesh, err, errlen))
-	            != COHORT_OK))
-		return (rv);
-	(*out)->mesh.watch = &h->mesh;
-	return (COHORT_OK);
+	return (host_mesh_watch(&(*out)->mesh, &h->mesh, err, errlen));
 }
 
 cohort_status
@@ -355,12 +348,15 @@ host_hier_allreduce(struct host_hier *hh, const struct cohort__op *op,
 void
 host_hier_abort(struct host_hier *hh)
 {
-	if (hh == NULL)
-		return;
-	if (hh->local != NULL)
-		hh->ops->abort(hh->local);
-	if (hh->cross != NULL)
-		hh->ops->abort(hh->cross);
+	struct cohort__host *child[2] = { NULL, NULL };
+
+	if (hh != NULL) {
+		child[0] = hh->local;
+		child[1] = hh->cross;
+	}
+	for (int i = 0; i < 2; i++)
+		if (child[i] != NULL)
+			hh->ops->abort(child[i]);
 }
 
 void
@@ -368,6 +364,7 @@ host_hier_free(struct host_hier *hh)
 {
 	if (hh == NULL)
 		return;
+	/* An abort first is harmless (backend.h), and frees the same way. */
 	if (hh->local != NULL)
 		hh->ops->fini(hh->local);
 	if (hh->cross != NULL)

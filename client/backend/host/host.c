@@ -146,8 +146,7 @@ host_init(const struct cohort__group_desc *desc, void **state, char *err,
 	h->sparse = desc->size > h->tune.mesh_max;
 	if ((rv = host_mesh_open(&h->mesh, desc, err, errlen, deadline))
 	        != COHORT_OK
-	    || (rv = host_xfer_init(
-	            &h->xfer, &h->mesh, &h->tune, 0, err, errlen))
+	    || (rv = host_xfer_init(&h->xfer, &h->mesh, &h->tune, err, errlen))
 	        != COHORT_OK
 	    || (rv = host_agree_init(&h->agree, &h->mesh, err, errlen))
 	        != COHORT_OK)

@@ -148,7 +148,10 @@ struct host_mesh {
 	struct cohort__tcp_pend *pend; /* handshakes in progress */
 	int refused[COHORT__TCP_HS_REASON_MAX + 1];
 	struct pollfd *cfds; /* room for the connecting loop */
-	int ncfds;
+	/* The wait loops' poll set (xfer.c, shm.c; one runs at a time):
+	 * size + 2 entries, and room for the watch below. */
+	struct pollfd *pfds;
+	int *pfd_peer; /* peer of each pfds entry */
 
 	/* In a child of a hierarchical group: the parent, whose connections
 	 * every wait also watches, so that a rank that dies on another host
@@ -195,6 +198,9 @@ cohort_status host_mesh_check_abort(
 cohort_status host_io(atomic_int *abort_flag, int fd, void *buf, size_t len,
     size_t *done, bool sending, const char *during, int32_t peer, char *err,
     size_t errlen, cohort__time deadline);
+/* Makes m a hierarchy child that watches parent's connections too. */
+cohort_status host_mesh_watch(struct host_mesh *m,
+    const struct host_mesh *parent, char *err, size_t errlen);
 /* A child's watch: appends the parent's connections to fds[n..] (room for
  * watch->size entries) and returns how many it added. */
 int host_mesh_watch_add(struct host_mesh *m, struct pollfd *fds, int n);
@@ -258,18 +264,12 @@ struct host_xfer {
 	uint8_t *ring;
 	uint8_t *acc;
 	struct host_step *steps; /* 2 * size entries */
-	struct pollfd *pfds; /* size + watch + 2 entries */
-	int *pfd_peer; /* peer of each pfds entry */
 	int *want; /* size entries: peers to connect */
 };
 
 cohort_status host_xfer_init(struct host_xfer *x, struct host_mesh *m,
-    const struct host_tune *tune, int nwatch, char *err, size_t errlen);
+    const struct host_tune *tune, char *err, size_t errlen);
 void host_xfer_fini(struct host_xfer *x);
-/* Makes room in x's poll set for the connections of parent (a hierarchy
- * child's watch, mesh.c). */
-cohort_status host_xfer_watch(struct host_xfer *x,
-    const struct host_mesh *parent, char *err, size_t errlen);
 void host_plan_reset(struct host_xfer *x);
 /* Runs the plan (x->plan), connecting to its peers first. */
 cohort_status host_exchange(struct host_xfer *x, const struct host_op *c,
@@ -278,6 +278,12 @@ cohort_status host_exchange(struct host_xfer *x, const struct host_op *c,
 cohort_status host_pair(struct host_xfer *x, const struct host_op *c, int peer,
     const void *sbuf, size_t slen, void *rbuf, size_t rlen, char *err,
     size_t errlen, cohort__time deadline);
+/* With every other rank p at once: len bytes from src + p * sstride to
+ * it, len bytes from it into dst + p * dstride. */
+cohort_status host_exchange_blocks(struct host_xfer *x,
+    const struct host_op *c, const uint8_t *src, size_t sstride, uint8_t *dst,
+    size_t dstride, size_t len, char *err, size_t errlen,
+    cohort__time deadline);
 /* Every rank's len bytes at all + rank * len to every other: all ends up
  * holding every rank's, in rank order. */
 cohort_status host_exchange_all(struct host_xfer *x, const struct host_op *c,
@@ -362,9 +368,6 @@ cohort_status host_shm_setup(struct host_mesh *m, struct host_agree *a,
     struct host_tune *tune, bool enable, size_t want_blk,
     struct host_shm **out, char *err, size_t errlen, cohort__time deadline);
 void host_shm_free(struct host_shm *s);
-/* Makes room in the liveness poll set for the connections of parent. */
-cohort_status host_shm_watch(struct host_shm *s,
-    const struct host_mesh *parent, char *err, size_t errlen);
 bool host_shm_usable(const struct host_shm *s, const struct host_tune *tune,
     const struct cohort__op *op, size_t esize, size_t bytes);
 /* Any collective but barrier over the segment (host_shm_usable said yes);

@@ -384,31 +384,28 @@ mesh_listen(struct host_mesh *m, char *err, size_t errlen)
 	(void)setsockopt(
 	    fd, SOL_SOCKET, SO_REUSEADDR, &(int) { 1 }, sizeof(int));
 	if (bind(fd, (struct sockaddr *)&ss, sl) != 0
-	    || listen(fd, SOMAXCONN) != 0) {
+	    || listen(fd, SOMAXCONN) != 0
+	    || getsockname(
+	           fd, (struct sockaddr *)&ss, &(socklen_t) { sizeof(ss) })
+	        != 0) {
 		snprintf(
 		    err, errlen, "listen on %s: %s", host, strerror(errno));
-		goto out_close;
+		close(fd);
+		return (COHORT_ESYSTEM);
 	}
-	sl = sizeof(ss);
-	if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
-		snprintf(err, errlen, "getsockname: %s", strerror(errno));
-		goto out_close;
-	}
-	if (ss.ss_family == AF_INET) {
-		inet_ntop(AF_INET, &sin->sin_addr, shown, sizeof(shown));
-		snprintf(m->addr, sizeof(m->addr), "%s:%u", shown,
-		    (unsigned)ntohs(sin->sin_port));
-	} else {
-		inet_ntop(AF_INET6, &sin6->sin6_addr, shown, sizeof(shown));
-		snprintf(m->addr, sizeof(m->addr), "[%s]:%u", shown,
-		    (unsigned)ntohs(sin6->sin6_port));
+	{
+		bool v4 = ss.ss_family == AF_INET;
+
+		inet_ntop(ss.ss_family,
+		    v4 ? (const void *)&sin->sin_addr
+		       : (const void *)&sin6->sin6_addr,
+		    shown, sizeof(shown));
+		snprintf(m->addr, sizeof(m->addr), v4 ? "%s:%u" : "[%s]:%u",
+		    shown,
+		    (unsigned)ntohs(v4 ? sin->sin_port : sin6->sin6_port));
 	}
 	m->lfd = fd;
 	return (COHORT_OK);
-
-out_close:
-	close(fd);
-	return (COHORT_ESYSTEM);
 }
 
 cohort_status
@@ -431,6 +428,9 @@ host_mesh_open(struct host_mesh *m, const struct cohort__group_desc *desc,
 		m->links[p].job_rank
 		    = desc->global_ranks != NULL ? desc->global_ranks[p] : p;
 	}
+	if ((m->pfds = calloc((size_t)m->size + 2, sizeof(*m->pfds))) == NULL
+	    || (m->pfd_peer = calloc((size_t)m->size, sizeof(int))) == NULL)
+		goto out_nomem;
 	if (m->size == 1)
 		return (COHORT_OK);
 	if (cohort__strlcpy(m->job, desc->job, sizeof(m->job))
@@ -539,12 +539,14 @@ host_mesh_close(struct host_mesh *m)
 			if (m->links[p].fd >= 0)
 				close(m->links[p].fd);
 		}
-	free(m->links);
-	free(m->pend);
-	free(m->cfds);
-	m->links = NULL;
-	m->pend = NULL;
-	m->cfds = NULL;
+	{
+		void *owned[]
+		    = { m->links, m->pend, m->cfds, m->pfds, m->pfd_peer };
+
+		for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++)
+			free(owned[i]);
+	}
+	m->links = NULL; /* closed: nothing to abort any more */
 }
 
 void
@@ -1173,6 +1175,23 @@ host_mesh_listen_done(struct host_mesh *m)
 /* ------------------------------------------------------------------------ */
 /* A hierarchy child's watch of its parent's connections                    */
 /* ------------------------------------------------------------------------ */
+
+cohort_status
+host_mesh_watch(struct host_mesh *m, const struct host_mesh *parent, char *err,
+    size_t errlen)
+{
+	struct pollfd *p
+	    = calloc((size_t)(m->size + parent->size + 2), sizeof(*p));
+
+	if (p == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return (COHORT_ENOMEM);
+	}
+	free(m->pfds);
+	m->pfds = p;
+	m->watch = parent;
+	return (COHORT_OK);
+}
 
 int
 host_mesh_watch_add(struct host_mesh *m, struct pollfd *fds, int n)

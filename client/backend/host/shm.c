@@ -113,8 +113,6 @@ struct host_shm {
 	struct host_agree *agree; /* headers, broken */
 	const struct host_tune *tune;
 	int rank, size;
-	struct pollfd *pfds; /* size + the watch */
-	int *pfd_peer;
 	uint8_t *base;
 	size_t len;
 	size_t blk; /* bytes per block (multiple of 64) */
@@ -257,7 +255,7 @@ static cohort_status
 shm_liveness(struct host_shm *s, const struct host_op *c, int which,
     uint32_t want, char *err, size_t errlen)
 {
-	struct pollfd *fds = s->pfds; /* room for size + the watch */
+	struct pollfd *fds = s->mesh->pfds; /* room for size + the watch */
 	int nfds = 0, k;
 	cohort_status rv;
 
@@ -270,7 +268,7 @@ shm_liveness(struct host_shm *s, const struct host_op *c, int which,
 		fds[nfds].fd = s->mesh->links[p].fd;
 		fds[nfds].events = POLLRDHUP | POLLIN;
 		fds[nfds].revents = 0;
-		s->pfd_peer[nfds++] = p;
+		s->mesh->pfd_peer[nfds++] = p;
 	}
 	k = host_mesh_watch_add(s->mesh, fds, nfds);
 	if (nfds + k == 0 || poll(fds, (nfds_t)(nfds + k), 0) <= 0)
@@ -280,7 +278,7 @@ shm_liveness(struct host_shm *s, const struct host_op *c, int which,
 	    != COHORT_OK)
 		return (rv);
 	for (int i = 0; i < nfds; i++) {
-		int p = s->pfd_peer[i];
+		int p = s->mesh->pfd_peer[i];
 
 		if ((fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) {
 			/* Bytes from a rank that has not reached this
@@ -1007,8 +1005,6 @@ shm_unmap(struct host_shm *s)
 		return;
 	if (s->base != NULL && s->base != MAP_FAILED)
 		(void)munmap(s->base, s->len);
-	free(s->pfds);
-	free(s->pfd_peer);
 	free(s);
 }
 
@@ -1024,7 +1020,6 @@ shm_new(
     struct host_mesh *m, struct host_agree *a, const struct host_tune *tune)
 {
 	struct host_shm *s;
-	int nwatch = m->watch != NULL ? m->watch->size : 0;
 
 	if ((s = calloc(1, sizeof(*s))) == NULL)
 		return (NULL);
@@ -1033,13 +1028,6 @@ shm_new(
 	s->tune = tune;
 	s->rank = m->rank;
 	s->size = m->size;
-	if ((s->pfds
-	        = calloc((size_t)(m->size + nwatch + 2), sizeof(*s->pfds)))
-	        == NULL
-	    || (s->pfd_peer = calloc((size_t)m->size, sizeof(int))) == NULL) {
-		shm_unmap(s);
-		return (NULL);
-	}
 	return (s);
 }
 
@@ -1225,21 +1213,5 @@ host_shm_setup(struct host_mesh *m, struct host_agree *a,
 	tune->shm_min = (size_t)host_get_be(msg + 64, 8);
 	tune->shm_max = (size_t)host_get_be(msg + 72, 8);
 	*out = s;
-	return (COHORT_OK);
-}
-
-cohort_status
-host_shm_watch(struct host_shm *s, const struct host_mesh *parent, char *err,
-    size_t errlen)
-{
-	struct pollfd *p
-	    = calloc((size_t)(s->size + parent->size + 2), sizeof(*p));
-
-	if (p == NULL) {
-		snprintf(err, errlen, "out of memory");
-		return (COHORT_ENOMEM);
-	}
-	free(s->pfds);
-	s->pfds = p;
 	return (COHORT_OK);
 }

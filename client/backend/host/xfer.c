@@ -171,7 +171,7 @@ host_exchange(struct host_xfer *x, const struct host_op *c, char *err,
     size_t errlen, cohort__time deadline)
 {
 	struct host_mesh *m = x->mesh;
-	struct pollfd *fds = x->pfds;
+	struct pollfd *fds = x->mesh->pfds;
 	uint64_t idle_since = 0;
 	cohort_status rv;
 
@@ -231,7 +231,7 @@ host_exchange(struct host_xfer *x, const struct host_op *c, char *err,
 				fds[nfds].fd = fd;
 				fds[nfds].events = ev;
 				fds[nfds].revents = 0;
-				x->pfd_peer[nfds] = p;
+				x->mesh->pfd_peer[nfds] = p;
 				nfds++;
 				if (first < 0
 				    || ((ev & POLLIN) && first_send)) {
@@ -261,10 +261,11 @@ host_exchange(struct host_xfer *x, const struct host_op *c, char *err,
 		    != COHORT_OK)
 			return (rv);
 		for (int i = 0; i < nfds; i++) {
-			struct host_plan *P = &x->plan[x->pfd_peer[i]];
+			struct host_plan *P = &x->plan[x->mesh->pfd_peer[i]];
 
-			if ((rv = xfer_hangup(x, c, &fds[i], x->pfd_peer[i],
-			         P->sent, P->slen, err, errlen))
+			if ((rv = xfer_hangup(x, c, &fds[i],
+			         x->mesh->pfd_peer[i], P->sent, P->slen, err,
+			         errlen))
 			    != COHORT_OK)
 				return (rv);
 		}
@@ -285,21 +286,28 @@ host_pair(struct host_xfer *x, const struct host_op *c, int peer,
 }
 
 cohort_status
-host_exchange_all(struct host_xfer *x, const struct host_op *c, uint8_t *all,
+host_exchange_blocks(struct host_xfer *x, const struct host_op *c,
+    const uint8_t *src, size_t sstride, uint8_t *dst, size_t dstride,
     size_t len, char *err, size_t errlen, cohort__time deadline)
 {
-	int r = x->mesh->rank;
-
 	host_plan_reset(x);
 	for (int p = 0; p < x->mesh->size; p++) {
-		if (p == r)
+		if (p == x->mesh->rank)
 			continue;
-		x->plan[p].sbuf = all + (size_t)r * len;
+		x->plan[p].sbuf = src + (size_t)p * sstride;
 		x->plan[p].slen = len;
-		x->plan[p].rbuf = all + (size_t)p * len;
+		x->plan[p].rbuf = dst + (size_t)p * dstride;
 		x->plan[p].rlen = len;
 	}
 	return (host_exchange(x, c, err, errlen, deadline));
+}
+
+cohort_status
+host_exchange_all(struct host_xfer *x, const struct host_op *c, uint8_t *all,
+    size_t len, char *err, size_t errlen, cohort__time deadline)
+{
+	return (host_exchange_blocks(x, c, all + (size_t)x->mesh->rank * len,
+	    0, all, len, len, err, errlen, deadline));
 }
 
 /*
@@ -555,7 +563,7 @@ static cohort_status
 stream_wait(struct stream *s, bool want_send, bool want_recv, char *err,
     size_t errlen, cohort__time deadline)
 {
-	struct pollfd *fds = s->x->pfds; /* room for 2 + the watch */
+	struct pollfd *fds = s->x->mesh->pfds; /* room for 2 + the watch */
 	int nfds = 0;
 	cohort_status rv;
 
@@ -669,17 +677,27 @@ host_stream(struct host_xfer *x, const struct host_op *c, int to, int from,
 	}
 }
 
+/* len bytes of scratch, written once so that its pages are faulted in
+ * now rather than in the middle of an operation; NULL: out of memory. */
+static uint8_t *
+xfer_faulted(size_t len, char *err, size_t errlen)
+{
+	uint8_t *p = malloc(len);
+
+	if (p == NULL)
+		snprintf(
+		    err, errlen, "out of memory (%zu bytes of scratch)", len);
+	else
+		memset(p, 0, len);
+	return (p);
+}
+
 cohort_status
 host_need_acc(struct host_xfer *x, char *err, size_t errlen)
 {
-	if (x->acc != NULL)
-		return (COHORT_OK);
-	if ((x->acc = malloc(x->tune->acc_len)) == NULL) {
-		snprintf(err, errlen, "out of memory (%zu bytes of scratch)",
-		    x->tune->acc_len);
+	if (x->acc == NULL
+	    && (x->acc = xfer_faulted(x->tune->acc_len, err, errlen)) == NULL)
 		return (COHORT_ENOMEM);
-	}
-	memset(x->acc, 0, x->tune->acc_len); /* fault it in now, once */
 	return (COHORT_OK);
 }
 
@@ -690,26 +708,12 @@ host_grow_small(struct host_xfer *x, size_t len, char *err, size_t errlen)
 
 	if (len <= x->small_len)
 		return (COHORT_OK);
-	if ((p = malloc(len)) == NULL) {
-		snprintf(
-		    err, errlen, "out of memory (%zu bytes of scratch)", len);
+	if ((p = xfer_faulted(len, err, errlen)) == NULL)
 		return (COHORT_ENOMEM);
-	}
-	memset(p, 0, len); /* fault it in now, once */
 	free(x->small);
 	x->small = p;
 	x->small_len = len;
 	return (COHORT_OK);
-}
-
-static uint8_t *
-xfer_prefaulted(size_t len)
-{
-	uint8_t *p = malloc(len);
-
-	if (p != NULL)
-		memset(p, 0, len);
-	return (p);
 }
 
 /* Whole messages of the latency-optimised algorithms, faulted in at init. */
@@ -717,7 +721,7 @@ xfer_prefaulted(size_t len)
 
 cohort_status
 host_xfer_init(struct host_xfer *x, struct host_mesh *m,
-    const struct host_tune *tune, int nwatch, char *err, size_t errlen)
+    const struct host_tune *tune, char *err, size_t errlen)
 {
 	size_t n = (size_t)m->size;
 
@@ -725,48 +729,24 @@ host_xfer_init(struct host_xfer *x, struct host_mesh *m,
 	x->tune = tune;
 	if ((x->plan = calloc(n, sizeof(*x->plan))) == NULL
 	    || (x->steps = calloc(2 * n, sizeof(*x->steps))) == NULL
-	    || (x->pfds = calloc(n + (size_t)nwatch + 2, sizeof(*x->pfds)))
-	        == NULL
-	    || (x->pfd_peer = calloc(n, sizeof(int))) == NULL
-	    || (x->want = calloc(n, sizeof(int))) == NULL)
-		goto out_nomem;
+	    || (x->want = calloc(n, sizeof(int))) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return (COHORT_ENOMEM);
+	}
 	if (m->size == 1)
 		return (COHORT_OK);
-	if ((x->ring = xfer_prefaulted(tune->ring_len)) == NULL)
-		goto out_nomem;
+	if ((x->ring = xfer_faulted(tune->ring_len, err, errlen)) == NULL)
+		return (COHORT_ENOMEM);
 	return (host_grow_small(x, XFER_SMALL_SCRATCH, err, errlen));
-
-out_nomem:
-	snprintf(err, errlen, "out of memory");
-	return (COHORT_ENOMEM);
 }
 
 void
 host_xfer_fini(struct host_xfer *x)
 {
-	free(x->plan);
-	free(x->steps);
-	free(x->pfds);
-	free(x->pfd_peer);
-	free(x->want);
-	free(x->small);
-	free(x->ring);
-	free(x->acc);
+	void *owned[]
+	    = { x->plan, x->steps, x->want, x->small, x->ring, x->acc };
+
+	for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++)
+		free(owned[i]);
 	memset(x, 0, sizeof(*x));
-}
-
-cohort_status
-host_xfer_watch(struct host_xfer *x, const struct host_mesh *parent, char *err,
-    size_t errlen)
-{
-	struct pollfd *p
-	    = calloc((size_t)(x->mesh->size + parent->size + 2), sizeof(*p));
-
-	if (p == NULL) {
-		snprintf(err, errlen, "out of memory");
-		return (COHORT_ENOMEM);
-	}
-	free(x->pfds);
-	x->pfds = p;
-	return (COHORT_OK);
 }
