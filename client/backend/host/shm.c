@@ -1,5 +1,5 @@
 /*
- * shm.c - the tcp backend's same-host shared-memory path: every
+ * shm.c - the host backend's same-host shared-memory path: every
  * collective (allreduce; broadcast, reduce, allgather(v), gather, scatter,
  * alltoall and reduce_scatter as staged rounds, below).
  *
@@ -93,7 +93,7 @@ struct shm_ctrl {
 	atomic_uint posted;
 	atomic_uint reduced;
 	atomic_uint done;
-	/* The owner's header of the operation it posts (algos.c), written
+	/* The owner's header of the operation it posts (agree.c), written
 	 * before posted (release), read by the others after seeing it. */
 	uint8_t op_hdr[HOST_OP_HDR];
 	uint8_t pad1[SHM_LINE - 3 * sizeof(atomic_uint) - HOST_OP_HDR];

@@ -310,6 +310,31 @@ host_exchange_all(struct host_xfer *x, const struct host_op *c, uint8_t *all,
 	    0, all, len, len, err, errlen, deadline));
 }
 
+/* Connects to every partner of host_rd (p2, extra: its layout). */
+static cohort_status
+xfer_rd_connect(struct host_xfer *x, const struct host_op *c, int p2,
+    int extra, char *err, size_t errlen, cohort__time deadline)
+{
+	int r = x->mesh->rank, k = 0, vr;
+
+	if (r < 2 * extra) {
+		x->want[k++] = r ^ 1; /* the fold partner */
+		if ((r & 1) == 0)
+			return (host_mesh_connect(x->mesh, x->want, k, c->name,
+			    err, errlen, deadline));
+		vr = r / 2;
+	} else {
+		vr = r - extra;
+	}
+	for (int mask = 1; mask < p2; mask <<= 1) {
+		int vp = vr ^ mask;
+
+		x->want[k++] = vp < extra ? vp * 2 + 1 : vp + extra;
+	}
+	return (host_mesh_connect(
+	    x->mesh, x->want, k, c->name, err, errlen, deadline));
+}
+
 /*
  * Recursive doubling: with p2 the largest power of two <= n and extra =
  * n - p2, ranks 2i and 2i + 1 (i < extra) fold into the odd one first,
@@ -331,6 +356,11 @@ host_rd(struct host_xfer *x, const struct host_op *c, uint8_t *buf, size_t len,
 		p2 *= 2;
 	extra = n - p2;
 	if ((rv = host_grow_small(x, len, err, errlen)) != COHORT_OK)
+		return (rv);
+	/* Every partner at once (each lists this rank too): one connect
+	 * step of all its handshakes instead of one per round. */
+	if ((rv = xfer_rd_connect(x, c, p2, extra, err, errlen, deadline))
+	    != COHORT_OK)
 		return (rv);
 	if (r < 2 * extra) {
 		if ((r & 1) == 0) {

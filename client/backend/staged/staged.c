@@ -1,6 +1,7 @@
 /*
  * staged.c - the "tcp-staged" data-plane backend: collectives on device
- * memory, carried by the tcp backend through pinned host buffers.
+ * memory, carried by the host backend (client/backend/host/) through pinned
+ * host buffers.
  *
  * For when NCCL cannot be used: several ranks on one GPU (NCCL refuses
  * two ranks of a communicator on the same device), no NCCL library, or a
@@ -11,7 +12,7 @@
  *      queued there, e.g. the backward pass that produced a gradient);
  *   2. the copies are waited for by polling an event, bounded by the
  *      deadline and the abort flags;
- *   3. the tcp backend runs the operation on the host buffers (send and
+ *   3. the host backend runs the operation on the host buffers (send and
  *      recv staged separately, so the host operation never sees aliasing
  *      and every in-place form of cohort.h works);
  *   4. the results are copied host -> device on op->stream and waited
@@ -21,7 +22,7 @@
  * when an operation needs more. cudaMemcpyDefault lets any pointer kind
  * through (device, managed, even host memory). The CUDA runtime is the
  * one nccl_loader.c loads: without a usable GPU init returns
- * COHORT_ENOTSUP and nothing else happens. Statuses are the tcp backend's,
+ * COHORT_ENOTSUP and nothing else happens. Statuses are the host backend's,
  * plus COHORT_ECUDA for a failed copy (the connections stay usable) and
  * ETIMEDOUT / EABORTED when the stream does not reach the copies in time.
  */
@@ -48,7 +49,7 @@ struct staged_buf {
 
 struct staged_state {
 	const struct cohort__dl_cudart *cu;
-	void *tcp; /* the wrapped tcp backend's state */
+	void *tcp; /* the wrapped host backend's state */
 	void *event;
 	int rank;
 	int size;
