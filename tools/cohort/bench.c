@@ -834,6 +834,9 @@ out:
 
 /* Elements (f64) of the all-reduce timed after the join: 1 KiB. */
 #define BENCH_JOIN_AR_COUNT 128
+/* Join iterations that also time that all-reduce, after the others (so
+ * that no process's all-reduce overlaps another's next join). */
+#define BENCH_JOIN_AR_ITERS 3
 
 struct bench_joiner {
 	const struct bench_cfg *cfg;
@@ -844,6 +847,7 @@ struct bench_joiner {
 	/* the first all-reduce after the barrier (BENCH_JOIN_AR_COUNT f64):
 	 * its start and end, and whether every element was right */
 	double t_ar0, t_ar1;
+	bool do_ar; /* this iteration times the all-reduce */
 	bool ar_wrong;
 	cohort_status st;
 	char err[256];
@@ -872,7 +876,7 @@ bench_joiner_main(void *arg)
 		j->st = cohort_barrier(
 		    cohort_client_world(c), "joined", j->cfg->timeout);
 	j->t_end = bench_now_us();
-	if (j->st == COHORT_OK) {
+	if (j->st == COHORT_OK && j->do_ar) {
 		/* The first data-plane operation: sets up the group's data
 		 * plane (connections) and all-reduces rank + 1. */
 		double v[BENCH_JOIN_AR_COUNT];
@@ -914,7 +918,9 @@ bench_join_proc(const struct bench_cfg *cfg)
 		return (1);
 	pthread_attr_init(&attr);
 	pthread_attr_setstacksize(&attr, 256 * 1024);
-	for (int it = 0; it < cfg->warmup + cfg->iters && rc == 0; it++) {
+	for (int it = 0;
+	     it < cfg->warmup + cfg->iters + BENCH_JOIN_AR_ITERS && rc == 0;
+	     it++) {
 		char name[192];
 		double s = 1e300, e = 0, omax = 0, a0 = 1e300, a1 = 0;
 
@@ -927,6 +933,7 @@ bench_join_proc(const struct bench_cfg *cfg)
 			j[i].token = token != NULL ? token : "";
 			j[i].rank = cfg->join_first + i;
 			j[i].start = &start;
+			j[i].do_ar = it >= cfg->warmup + cfg->iters;
 			if (pthread_create(
 			        &j[i].th, &attr, bench_joiner_main, &j[i])
 			    != 0) {
@@ -1131,7 +1138,8 @@ bench_join_report(const struct bench_cfg *cfg, struct bench_child *ch, int np,
 	int total = cfg->warmup + cfg->iters;
 	double *t = calloc((size_t)total, sizeof(double));
 	double *o = calloc((size_t)total, sizeof(double));
-	double *a = calloc((size_t)total, sizeof(double));
+	double *a
+	    = calloc((size_t)total + BENCH_JOIN_AR_ITERS, sizeof(double));
 	double med, p99, omed, first, amed, afirst;
 
 	(void)backend_note;
@@ -1141,7 +1149,7 @@ bench_join_report(const struct bench_cfg *cfg, struct bench_child *ch, int np,
 		free(a);
 		return;
 	}
-	for (int it = 0; it < total; it++) {
+	for (int it = 0; it < total + BENCH_JOIN_AR_ITERS; it++) {
 		double s = 1e300, e = 0, om = 0, a0 = 1e300, a1 = 0;
 
 		for (int p = 0; p < np; p++) {
@@ -1164,13 +1172,15 @@ bench_join_report(const struct bench_cfg *cfg, struct bench_child *ch, int np,
 			a0 = fmin(a0, pa0);
 			a1 = fmax(a1, pa1);
 		}
-		t[it] = e > s ? e - s : 0;
-		o[it] = om;
 		/* every rank's first all-reduce, first start to last end */
 		a[it] = a1 > a0 ? a1 - a0 : 0;
+		if (it >= total)
+			continue;
+		t[it] = e > s ? e - s : 0;
+		o[it] = om;
 	}
 	first = t[0];
-	afirst = a[0];
+	afirst = a[total];
 	qsort(t + cfg->warmup, (size_t)cfg->iters, sizeof(double),
 	    bench_cmp_double);
 	qsort(o + cfg->warmup, (size_t)cfg->iters, sizeof(double),
@@ -1178,9 +1188,9 @@ bench_join_report(const struct bench_cfg *cfg, struct bench_child *ch, int np,
 	med = t[cfg->warmup + cfg->iters / 2];
 	p99 = t[cfg->warmup + (int)ceil(0.99 * cfg->iters) - 1];
 	omed = o[cfg->warmup + cfg->iters / 2];
-	qsort(a + cfg->warmup, (size_t)cfg->iters, sizeof(double),
-	    bench_cmp_double);
-	amed = a[cfg->warmup + cfg->iters / 2];
+	qsort(
+	    a + total, BENCH_JOIN_AR_ITERS, sizeof(double), bench_cmp_double);
+	amed = a[total + BENCH_JOIN_AR_ITERS / 2];
 	if (cfg->json)
 		printf("{\"impl\":\"cohort\",\"algo\":\"coordinator\","
 		       "\"ranks\":%d,\"procs\":%d,\"size\":0,\"count\":0,"
@@ -1195,13 +1205,14 @@ bench_join_report(const struct bench_cfg *cfg, struct bench_child *ch, int np,
 		       "iters %d, warmup %d; time: join + barrier, "
 		       "allreduce: the first all-reduce after it (1 KiB f64, "
 		       "data-plane set-up included; every rank's, first "
-		       "start to last end)\n"
+		       "start to last end; median of %d more joins, "
+		       "ar_first: the first of them)\n"
 		       "#%9s %8s %13s %13s %13s %13s %13s %13s\n"
 		       " %9d %8d %13.1f %13.1f %13.1f %13.1f %13.1f %13.1f\n",
-		    cfg->n, np, cfg->iters, cfg->warmup, "clients", "procs",
-		    "time(us)", "first(us)", "p99(us)", "open_max(us)",
-		    "allreduce(us)", "ar_first(us)", cfg->n, np, med, first,
-		    p99, omed, amed, afirst);
+		    cfg->n, np, cfg->iters, cfg->warmup, BENCH_JOIN_AR_ITERS,
+		    "clients", "procs", "time(us)", "first(us)", "p99(us)",
+		    "open_max(us)", "allreduce(us)", "ar_first(us)", cfg->n,
+		    np, med, first, p99, omed, amed, afirst);
 	fflush(stdout);
 	free(t);
 	free(o);
