@@ -155,11 +155,16 @@ host_init(const struct cohort__group_desc *desc, void **state, char *err,
 	    && (rv = host_init_full(h, desc, err, errlen, deadline))
 	        != COHORT_OK)
 		goto out_fini;
-	cohort__debug(
-	    "host group %s: rank %d of %d ready (listening on %s%s%s)",
-	    desc->group_id, desc->rank, desc->size, h->mesh.addr,
-	    h->shm != NULL ? ", shared memory" : "",
-	    h->sparse ? ", connections on first use" : "");
+	if (h->sparse)
+		cohort__debug("tcp group %s: rank %d of %d listening on %s "
+		              "(connections on first use)",
+		    desc->group_id, desc->rank, desc->size, h->mesh.addr);
+	else
+		cohort__debug(
+		    "tcp group %s: rank %d of %d connected (listened "
+		    "on %s%s)",
+		    desc->group_id, desc->rank, desc->size, h->mesh.addr,
+		    h->shm != NULL ? ", shared memory" : "");
 	*state = h;
 	return (COHORT_OK);
 
