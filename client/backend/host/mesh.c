@@ -652,7 +652,7 @@ mesh_dial_start(struct mesh_dial *d, char *err, size_t errlen)
 	return (COHORT_OK);
 }
 
-/* Reads peer j's address and starts connecting to it. */
+/* Reads peer j's address into a new dial (not started). */
 static cohort_status
 mesh_dial_new(struct host_mesh *m, int j, char *err, size_t errlen,
     cohort__time deadline)
@@ -695,7 +695,7 @@ mesh_dial_new(struct host_mesh *m, int j, char *err, size_t errlen,
 	 * the address rather than waited out to the operation's timeout. */
 	d->window = mesh_connect_window(deadline);
 	m->links[j].dial = d;
-	return (mesh_dial_start(d, err, errlen));
+	return (COHORT_OK);
 }
 
 /* The attempt of d failed in a way another attempt may fix (dropped by a
@@ -1072,6 +1072,9 @@ host_mesh_connect(struct host_mesh *m, const int *peers, int k,
 		    during);
 		return (COHORT_ESTATE);
 	}
+	/* Every address first: a KV read may wait (for a peer that has not
+	 * published yet, or a busy cohortd), and no handshake of ours may
+	 * sit unanswered meanwhile (the acceptor drops a silent one). */
 	for (int i = 0; i < k; i++) {
 		int p = peers[i];
 
@@ -1082,6 +1085,11 @@ host_mesh_connect(struct host_mesh *m, const int *peers, int k,
 		    != COHORT_OK)
 			goto out;
 	}
+	for (int p = m->rank + 1; p < m->size; p++)
+		if (m->links[p].dial != NULL && m->links[p].dial->phase == 0
+		    && (rv = mesh_dial_start(m->links[p].dial, err, errlen))
+		        != COHORT_OK)
+			goto out;
 	while (mesh_missing(m, peers, k, &lower, &higher) > 0) {
 		struct pollfd *fds = m->cfds;
 		int nfds = 0, npend;
