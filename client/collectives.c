@@ -38,7 +38,7 @@
 #include "group.h"
 
 /* Slice of a rendezvous-store wait, so that an abort interrupts it. */
-#define COLL_STORE_SLICE_MS 500
+#define COLL_STORE_SLICE_MS 2000
 /* How long a backend EPEERLOST waits for cohortd's verdict on the group. */
 #define COLL_ATTRIB_MS 2000
 

@@ -1132,8 +1132,8 @@ bench_wait_all(struct bench_child *ch, int n, int64_t deadline_ms)
 }
 
 static void
-bench_join_report(const struct bench_cfg *cfg, struct bench_child *ch, int np,
-    const char *backend_note)
+bench_join_report(
+    const struct bench_cfg *cfg, struct bench_child *ch, int np, bool ok)
 {
 	int total = cfg->warmup + cfg->iters;
 	double *t = calloc((size_t)total, sizeof(double));
@@ -1141,8 +1141,8 @@ bench_join_report(const struct bench_cfg *cfg, struct bench_child *ch, int np,
 	double *a
 	    = calloc((size_t)total + BENCH_JOIN_AR_ITERS, sizeof(double));
 	double med, p99, omed, first, amed, afirst;
+	int seen = 0; /* pure join iterations every process reported */
 
-	(void)backend_note;
 	if (t == NULL || o == NULL || a == NULL) {
 		free(t);
 		free(o);
@@ -1151,6 +1151,7 @@ bench_join_report(const struct bench_cfg *cfg, struct bench_child *ch, int np,
 	}
 	for (int it = 0; it < total + BENCH_JOIN_AR_ITERS; it++) {
 		double s = 1e300, e = 0, om = 0, a0 = 1e300, a1 = 0;
+		int got = 0;
 
 		for (int p = 0; p < np; p++) {
 			char pat[32];
@@ -1166,12 +1167,15 @@ bench_join_report(const struct bench_cfg *cfg, struct bench_child *ch, int np,
 			           &ps, &pe, &po, &pa0, &pa1)
 			        != 5)
 				continue;
+			got++;
 			s = fmin(s, ps);
 			e = fmax(e, pe);
 			om = fmax(om, po);
 			a0 = fmin(a0, pa0);
 			a1 = fmax(a1, pa1);
 		}
+		if (it < total && got == np)
+			seen++;
 		/* every rank's first all-reduce, first start to last end */
 		a[it] = a1 > a0 ? a1 - a0 : 0;
 		if (it >= total)
@@ -1179,6 +1183,19 @@ bench_join_report(const struct bench_cfg *cfg, struct bench_child *ch, int np,
 		t[it] = e > s ? e - s : 0;
 		o[it] = om;
 	}
+	if (seen < total) {
+		printf("# cohort bench: join, %d clients in %d processes: "
+		       "failed (%d of %d joins complete; see the errors "
+		       "above)\n",
+		    cfg->n, np, seen, total);
+		free(t);
+		free(o);
+		free(a);
+		return;
+	}
+	if (!ok) /* the joins went through, the all-reduces after did not */
+		for (int it = total; it < total + BENCH_JOIN_AR_ITERS; it++)
+			a[it] = -1;
 	first = t[0];
 	afirst = a[total];
 	qsort(t + cfg->warmup, (size_t)cfg->iters, sizeof(double),
@@ -1206,7 +1223,7 @@ bench_join_report(const struct bench_cfg *cfg, struct bench_child *ch, int np,
 		       "allreduce: the first all-reduce after it (1 KiB f64, "
 		       "data-plane set-up included; every rank's, first "
 		       "start to last end; median of %d more joins, "
-		       "ar_first: the first of them)\n"
+		       "ar_first: the first of them; -1: failed)\n"
 		       "#%9s %8s %13s %13s %13s %13s %13s %13s\n"
 		       " %9d %8d %13.1f %13.1f %13.1f %13.1f %13.1f %13.1f\n",
 		    cfg->n, np, cfg->iters, cfg->warmup, BENCH_JOIN_AR_ITERS,
@@ -1305,9 +1322,11 @@ bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 	}
 	rc = bench_wait_all(ch, nch,
 	    (int64_t)(bench_now_us() / 1000)
-	        + (int64_t)cfg->timeout * (cfg->warmup + cfg->iters + 2));
-	if (join && rc == 0)
-		bench_join_report(cfg, ch, nch, NULL);
+	        + (int64_t)cfg->timeout
+	            * (cfg->warmup + cfg->iters + 2
+	                + (join ? BENCH_JOIN_AR_ITERS : 0)));
+	if (join) /* the join times even if the all-reduce after failed */
+		bench_join_report(cfg, ch, nch, rc == 0);
 	goto out;
 
 out_kill:
