@@ -321,12 +321,10 @@ algo_broadcast(struct host_xfer *x, const struct cohort__op *op,
 			for (int p = 0; p < n; p++) {
 				if (p == x->mesh->rank)
 					continue;
-				x->plan[p].sbuf = op->recv;
-				x->plan[p].slen = bytes;
+				host_plan_set(x, p, op->recv, bytes, NULL, 0);
 			}
 		} else {
-			x->plan[op->root].rbuf = op->recv;
-			x->plan[op->root].rlen = bytes;
+			host_plan_set(x, op->root, NULL, 0, op->recv, bytes);
 		}
 		return (host_exchange(x, c, err, errlen, deadline));
 	}
@@ -364,10 +362,8 @@ algo_allgather(struct host_xfer *x, const struct cohort__op *op,
 		for (int p = 0; p < n; p++) {
 			if (p == r)
 				continue;
-			x->plan[p].sbuf = dst + boff[r];
-			x->plan[p].slen = blen[r];
-			x->plan[p].rbuf = dst + boff[p];
-			x->plan[p].rlen = blen[p];
+			host_plan_set(x, p, dst + boff[r], blen[r],
+			    dst + boff[p], blen[p]);
 		}
 		return (host_exchange(x, c, err, errlen, deadline));
 	}
@@ -501,24 +497,21 @@ algo_root_blocks(struct host_xfer *x, const struct host_op *c, int root,
     bool gather, const void *mine, const uint8_t *buf, size_t blk, char *err,
     size_t errlen, cohort__time deadline)
 {
+	int r = x->mesh->rank;
+
 	host_plan_reset(x);
 	for (int p = 0; p < x->mesh->size; p++) {
-		struct host_plan *P = &x->plan[p];
-		int peer = x->mesh->rank == root ? p : root;
+		int peer = r == root ? p : root;
+		uint8_t *theirs = (uint8_t *)buf + (size_t)peer * blk;
 
-		if (p == x->mesh->rank || (x->mesh->rank != root && p != root))
+		if (p == r || (r != root && p != root))
 			continue;
-		if (gather == (x->mesh->rank != root)) {
-			P->sbuf = x->mesh->rank == root
-			    ? buf + (size_t)peer * blk
-			    : mine;
-			P->slen = blk;
-		} else {
-			P->rbuf = x->mesh->rank == root
-			    ? (uint8_t *)buf + (size_t)peer * blk
-			    : (uint8_t *)mine;
-			P->rlen = blk;
-		}
+		if (gather == (r != root))
+			host_plan_set(
+			    x, p, r == root ? theirs : mine, blk, NULL, 0);
+		else
+			host_plan_set(x, p, NULL, 0,
+			    r == root ? theirs : (uint8_t *)mine, blk);
 	}
 	return (host_exchange(x, c, err, errlen, deadline));
 }

@@ -255,6 +255,10 @@ struct host_xfer {
 	struct host_mesh *mesh;
 	const struct host_tune *tune;
 	struct host_plan *plan; /* size entries */
+	/* The peers with a plan (host_plan_set), so that an exchange costs
+	 * what its plan holds, not the group's size. */
+	int *active;
+	int nactive;
 	/* Persistent, pre-faulted scratch. `small` holds whole messages of
 	 * the latency-optimised algorithms; `ring` is the scratch of
 	 * RECV_SCRATCH (consumed at once) and `acc` the ring of RECV_ACC
@@ -271,6 +275,9 @@ cohort_status host_xfer_init(struct host_xfer *x, struct host_mesh *m,
     const struct host_tune *tune, char *err, size_t errlen);
 void host_xfer_fini(struct host_xfer *x);
 void host_plan_reset(struct host_xfer *x);
+/* Plans at most one message each way with peer p (a length 0: none). */
+void host_plan_set(struct host_xfer *x, int p, const void *sbuf, size_t slen,
+    void *rbuf, size_t rlen);
 /* Runs the plan (x->plan), connecting to its peers first. */
 cohort_status host_exchange(struct host_xfer *x, const struct host_op *c,
     char *err, size_t errlen, cohort__time deadline);

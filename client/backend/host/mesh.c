@@ -1085,9 +1085,11 @@ host_mesh_connect(struct host_mesh *m, const int *peers, int k,
 		    != COHORT_OK)
 			goto out;
 	}
-	for (int p = m->rank + 1; p < m->size; p++)
-		if (m->links[p].dial != NULL && m->links[p].dial->phase == 0
-		    && (rv = mesh_dial_start(m->links[p].dial, err, errlen))
+	for (int i = 0; i < k; i++)
+		if (m->links[peers[i]].dial != NULL
+		    && m->links[peers[i]].dial->phase == 0
+		    && (rv = mesh_dial_start(
+		            m->links[peers[i]].dial, err, errlen))
 		        != COHORT_OK)
 			goto out;
 	while (mesh_missing(m, peers, k, &lower, &higher) > 0) {
@@ -1124,8 +1126,8 @@ host_mesh_connect(struct host_mesh *m, const int *peers, int k,
 			fds[nfds++].revents = 0;
 		}
 		npend = nfds;
-		for (int p = m->rank + 1; p < m->size; p++) {
-			const struct mesh_dial *d = m->links[p].dial;
+		for (int i = 0; i < k; i++) {
+			const struct mesh_dial *d = m->links[peers[i]].dial;
 
 			if (d == NULL)
 				continue;
@@ -1152,7 +1154,8 @@ host_mesh_connect(struct host_mesh *m, const int *peers, int k,
 			if (m->pend[i].fd >= 0)
 				mesh_progress(m, &m->pend[i]);
 		/* The dials, in the order they were polled in. */
-		for (int p = m->rank + 1, i = npend; p < m->size; p++) {
+		for (int q = 0, i = npend; q < k; q++) {
+			int p = peers[q];
 			struct mesh_dial *d = m->links[p].dial;
 			short rev = 0;
 
@@ -1168,8 +1171,8 @@ host_mesh_connect(struct host_mesh *m, const int *peers, int k,
 	}
 out:
 	if (rv != COHORT_OK)
-		for (int p = m->rank + 1; p < m->size; p++)
-			mesh_dial_free(&m->links[p]);
+		for (int i = 0; i < k; i++)
+			mesh_dial_free(&m->links[peers[i]]);
 	mesh_refusals_log(m);
 	return (rv);
 }

@@ -139,14 +139,25 @@ xfer_progress(const struct host_op *c, uint64_t *idle_since)
 void
 host_plan_reset(struct host_xfer *x)
 {
-	for (int p = 0; p < x->mesh->size; p++) {
-		struct host_plan *P = &x->plan[p];
+	for (int i = 0; i < x->nactive; i++)
+		memset(&x->plan[x->active[i]], 0, sizeof(x->plan[0]));
+	x->nactive = 0;
+}
 
-		P->sbuf = NULL;
-		P->slen = P->sent = 0;
-		P->rbuf = NULL;
-		P->rlen = P->recvd = 0;
-	}
+void
+host_plan_set(struct host_xfer *x, int p, const void *sbuf, size_t slen,
+    void *rbuf, size_t rlen)
+{
+	struct host_plan *P = &x->plan[p];
+
+	if (P->sbuf == NULL && P->rbuf == NULL && P->slen == 0 && P->rlen == 0)
+		x->active[x->nactive++] = p;
+	P->sbuf = sbuf;
+	P->slen = slen;
+	P->sent = 0;
+	P->rbuf = rbuf;
+	P->rlen = rlen;
+	P->recvd = 0;
 }
 
 /* Connects to every peer the plan names. */
@@ -156,10 +167,13 @@ xfer_connect_plan(struct host_xfer *x, const struct host_op *c, char *err,
 {
 	int k = 0;
 
-	for (int p = 0; p < x->mesh->size; p++)
-		if (x->mesh->links[p].fd < 0 && p != x->mesh->rank
+	for (int i = 0; i < x->nactive; i++) {
+		int p = x->active[i];
+
+		if (x->mesh->links[p].fd < 0
 		    && (x->plan[p].slen > 0 || x->plan[p].rlen > 0))
 			x->want[k++] = p;
+	}
 	if (k == 0)
 		return (COHORT_OK);
 	return (host_mesh_connect(
@@ -187,7 +201,8 @@ host_exchange(struct host_xfer *x, const struct host_op *c, char *err,
 		if ((rv = host_mesh_check_abort(x->mesh, c, err, errlen))
 		    != COHORT_OK)
 			return (rv);
-		for (int p = 0; p < m->size; p++) {
+		for (int i = 0; i < x->nactive; i++) {
+			int p = x->active[i];
 			struct host_plan *P = &x->plan[p];
 			int fd = m->links[p].fd;
 			short ev = 0;
@@ -278,10 +293,7 @@ host_pair(struct host_xfer *x, const struct host_op *c, int peer,
     size_t errlen, cohort__time deadline)
 {
 	host_plan_reset(x);
-	x->plan[peer].sbuf = sbuf;
-	x->plan[peer].slen = slen;
-	x->plan[peer].rbuf = rbuf;
-	x->plan[peer].rlen = rlen;
+	host_plan_set(x, peer, sbuf, slen, rbuf, rlen);
 	return (host_exchange(x, c, err, errlen, deadline));
 }
 
@@ -294,10 +306,8 @@ host_exchange_blocks(struct host_xfer *x, const struct host_op *c,
 	for (int p = 0; p < x->mesh->size; p++) {
 		if (p == x->mesh->rank)
 			continue;
-		x->plan[p].sbuf = src + (size_t)p * sstride;
-		x->plan[p].slen = len;
-		x->plan[p].rbuf = dst + (size_t)p * dstride;
-		x->plan[p].rlen = len;
+		host_plan_set(x, p, src + (size_t)p * sstride, len,
+		    dst + (size_t)p * dstride, len);
 	}
 	return (host_exchange(x, c, err, errlen, deadline));
 }
@@ -644,7 +654,7 @@ host_stream(struct host_xfer *x, const struct host_op *c, int to, int from,
 
 	if (to >= 0)
 		x->want[k++] = to;
-	if (from >= 0)
+	if (from >= 0 && from != to)
 		x->want[k++] = from;
 	if ((rv = host_mesh_connect(
 	         x->mesh, x->want, k, c->name, err, errlen, deadline))
@@ -758,6 +768,7 @@ host_xfer_init(struct host_xfer *x, struct host_mesh *m,
 	x->mesh = m;
 	x->tune = tune;
 	if ((x->plan = calloc(n, sizeof(*x->plan))) == NULL
+	    || (x->active = calloc(n, sizeof(int))) == NULL
 	    || (x->steps = calloc(2 * n, sizeof(*x->steps))) == NULL
 	    || (x->want = calloc(n, sizeof(int))) == NULL) {
 		snprintf(err, errlen, "out of memory");
