@@ -923,6 +923,7 @@ bench_join_proc(const struct bench_cfg *cfg)
 	     it++) {
 		char name[192];
 		double s = 1e300, e = 0, omax = 0, a0 = 1e300, a1 = 0;
+		int bad = 0;
 
 		snprintf(name, sizeof(name), "%s-%d", job, it);
 		pthread_barrier_init(&start, NULL, (unsigned)m);
@@ -953,6 +954,7 @@ bench_join_proc(const struct bench_cfg *cfg)
 				    j[i].rank, cohort_status_name(j[i].st),
 				    j[i].err);
 				rc = 1;
+				bad++;
 			}
 			if (j[i].st == COHORT_OK && j[i].ar_wrong) {
 				fprintf(stderr,
@@ -960,6 +962,7 @@ bench_join_proc(const struct bench_cfg *cfg)
 				    "all-reduce after the join is wrong\n",
 				    j[i].rank);
 				rc = 1;
+				bad++;
 			}
 			s = fmin(s, j[i].t_start);
 			e = fmax(e, j[i].t_end);
@@ -969,8 +972,8 @@ bench_join_proc(const struct bench_cfg *cfg)
 		}
 		pthread_barrier_destroy(&start);
 		printf("JOIN it=%d start=%.1f end=%.1f open_max=%.1f "
-		       "ar0=%.1f ar1=%.1f\n",
-		    it, s, e, omax, a0, a1);
+		       "ar0=%.1f ar1=%.1f bad=%d\n",
+		    it, s, e, omax, a0, a1, bad);
 		fflush(stdout);
 	}
 	pthread_attr_destroy(&attr);
@@ -1142,6 +1145,7 @@ bench_join_report(
 	    = calloc((size_t)total + BENCH_JOIN_AR_ITERS, sizeof(double));
 	double med, p99, omed, first, amed, afirst;
 	int seen = 0; /* pure join iterations every process reported */
+	int nar = 0; /* all-reduce joins that went through */
 
 	if (t == NULL || o == NULL || a == NULL) {
 		free(t);
@@ -1157,15 +1161,17 @@ bench_join_report(
 			char pat[32];
 			const char *q;
 			double ps, pe, po, pa0, pa1;
+			int pbad;
 
 			snprintf(pat, sizeof(pat), "JOIN it=%d ", it);
 			if (ch[p].buf == NULL
 			    || (q = strstr(ch[p].buf, pat)) == NULL
 			    || sscanf(q + strlen(pat),
 			           "start=%lf end=%lf "
-			           "open_max=%lf ar0=%lf ar1=%lf",
-			           &ps, &pe, &po, &pa0, &pa1)
-			        != 5)
+			           "open_max=%lf ar0=%lf ar1=%lf bad=%d",
+			           &ps, &pe, &po, &pa0, &pa1, &pbad)
+			        != 6
+			    || pbad != 0)
 				continue;
 			got++;
 			s = fmin(s, ps);
@@ -1176,10 +1182,13 @@ bench_join_report(
 		}
 		if (it < total && got == np)
 			seen++;
-		/* every rank's first all-reduce, first start to last end */
-		a[it] = a1 > a0 ? a1 - a0 : 0;
-		if (it >= total)
+		/* every rank's first all-reduce, first start to last end;
+		 * the ones that went through first */
+		if (it >= total) {
+			if (got == np)
+				a[total + nar++] = a1 > a0 ? a1 - a0 : 0;
 			continue;
+		}
 		t[it] = e > s ? e - s : 0;
 		o[it] = om;
 	}
@@ -1193,11 +1202,9 @@ bench_join_report(
 		free(a);
 		return;
 	}
-	if (!ok) /* the joins went through, the all-reduces after did not */
-		for (int it = total; it < total + BENCH_JOIN_AR_ITERS; it++)
-			a[it] = -1;
+	(void)ok; /* the exit status says it; the table what went through */
 	first = t[0];
-	afirst = a[total];
+	afirst = nar > 0 ? a[total] : -1;
 	qsort(t + cfg->warmup, (size_t)cfg->iters, sizeof(double),
 	    bench_cmp_double);
 	qsort(o + cfg->warmup, (size_t)cfg->iters, sizeof(double),
@@ -1205,31 +1212,34 @@ bench_join_report(
 	med = t[cfg->warmup + cfg->iters / 2];
 	p99 = t[cfg->warmup + (int)ceil(0.99 * cfg->iters) - 1];
 	omed = o[cfg->warmup + cfg->iters / 2];
-	qsort(
-	    a + total, BENCH_JOIN_AR_ITERS, sizeof(double), bench_cmp_double);
-	amed = a[total + BENCH_JOIN_AR_ITERS / 2];
+	qsort(a + total, (size_t)nar, sizeof(double), bench_cmp_double);
+	amed = nar > 0 ? a[total + nar / 2] : -1;
 	if (cfg->json)
 		printf("{\"impl\":\"cohort\",\"algo\":\"coordinator\","
 		       "\"ranks\":%d,\"procs\":%d,\"size\":0,\"count\":0,"
 		       "\"dtype\":\"none\",\"op\":\"join\",\"time_us\":%.1f,"
 		       "\"first_us\":%.1f,\"p99_us\":%.1f,\"open_us\":%.1f,"
 		       "\"allreduce_us\":%.1f,\"allreduce_first_us\":%.1f,"
+		       "\"allreduce_ok\":%d,"
 		       "\"algbw\":0,\"busbw\":0,\"iters\":%d}\n",
-		    cfg->n, np, med, first, p99, omed, amed, afirst,
+		    cfg->n, np, med, first, p99, omed, amed, afirst, nar,
 		    cfg->iters);
 	else
 		printf("# cohort bench: join, %d clients in %d processes, "
 		       "iters %d, warmup %d; time: join + barrier, "
 		       "allreduce: the first all-reduce after it (1 KiB f64, "
 		       "data-plane set-up included; every rank's, first "
-		       "start to last end; median of %d more joins, "
-		       "ar_first: the first of them; -1: failed)\n"
+		       "start to last end; median of the %d of %d more joins "
+		       "that went through, "
+		       "ar_first: the first of them; -1: none went "
+		       "through)\n"
 		       "#%9s %8s %13s %13s %13s %13s %13s %13s\n"
 		       " %9d %8d %13.1f %13.1f %13.1f %13.1f %13.1f %13.1f\n",
-		    cfg->n, np, cfg->iters, cfg->warmup, BENCH_JOIN_AR_ITERS,
-		    "clients", "procs", "time(us)", "first(us)", "p99(us)",
-		    "open_max(us)", "allreduce(us)", "ar_first(us)", cfg->n,
-		    np, med, first, p99, omed, amed, afirst);
+		    cfg->n, np, cfg->iters, cfg->warmup, nar,
+		    BENCH_JOIN_AR_ITERS, "clients", "procs", "time(us)",
+		    "first(us)", "p99(us)", "open_max(us)", "allreduce(us)",
+		    "ar_first(us)", cfg->n, np, med, first, p99, omed, amed,
+		    afirst);
 	fflush(stdout);
 	free(t);
 	free(o);
