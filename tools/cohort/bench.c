@@ -187,7 +187,7 @@ enum {
 	COHORT__CLI_SET(name, 0, kind, struct bench_cfg, field)
 
 static const struct cohort__cli_opt bench_opts[] = {
-	BENCH_INT(NULL, 'n', 1, 4096, n),
+	BENCH_INT(NULL, 'n', 1, 16384, n), /* above 4096: --op join only */
 	BENCH_INT("procs", 0, 1, 256, procs),
 	COHORT__CLI_DO("backend", BENCH_O_BACKEND, COHORT__CLI_ACT_ARG),
 	COHORT__CLI_DO("op", BENCH_O_OP, COHORT__CLI_ACT_ARG),
@@ -1364,6 +1364,13 @@ cohort__cmd_bench(int argc, char **argv)
 		return (rc == 1 ? 0 : rc);
 	cohort__log_set_component("cohort-bench");
 	cohort__log_set_default_level(COHORT__LOG_WARN);
+	if (cfg.op != BENCH_JOIN && cfg.n > 4096) {
+		fprintf(stderr,
+		    "cohort bench: -n %d: more than 4096 ranks only with "
+		    "--op join\n",
+		    cfg.n);
+		return (2);
+	}
 	if (cfg.join_proc >= 0)
 		return (bench_join_proc(&cfg));
 	if (cfg.worker)
