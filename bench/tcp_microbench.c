@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
-#include "backend/tcp/tcp_impl.h"
+#include "backend/host/host_impl.h"
 #include "fs_store.h" /* tests/unit: the store the tcp tests use too */
 
 #define MB_MAX_SIZES 32
@@ -125,7 +125,7 @@ mb_rank(const struct mb_opts *o, int rank)
 	d.global_ranks = granks;
 	fs_store_bind(&mb_store, &d.store);
 	init_ns = cohort__now_ns();
-	if ((rv = cohort__tcp_backend.init(
+	if ((rv = cohort__host_backend.init(
 	         &d, &state, err, sizeof(err), cohort__now_ms() + 30000))
 	    != COHORT_OK) {
 		fprintf(stderr, "rank %d: init: %s: %s\n", rank,
@@ -153,7 +153,7 @@ mb_rank(const struct mb_opts *o, int rank)
 		    cohort_redop_name(o->op),
 		    o->inplace ? "in place" : "out of place",
 		    (double)init_ns / 1e6,
-		    ((struct cohort__tcp *)state)->shm != NULL
+		    ((struct cohort__host *)state)->shm != NULL
 		        ? "shared memory"
 		        : "pure TCP");
 	if (rank == 0 && !o->json)
@@ -199,7 +199,7 @@ mb_rank(const struct mb_opts *o, int rank)
 
 				if (it == -1 || it == w) {
 					b.seq = ++seq;
-					if ((rv = cohort__tcp_backend.run(
+					if ((rv = cohort__host_backend.run(
 					         state, &b, err, sizeof(err),
 					         cohort__now_ms() + 60000))
 					    != COHORT_OK)
@@ -210,7 +210,7 @@ mb_rank(const struct mb_opts *o, int rank)
 						t0 = cohort__now_ns();
 				}
 				op.seq = ++seq;
-				if ((rv = cohort__tcp_backend.run(state, &op,
+				if ((rv = cohort__host_backend.run(state, &op,
 				         err, sizeof(err),
 				         cohort__now_ms() + 60000))
 				    != COHORT_OK)
@@ -233,7 +233,7 @@ mb_rank(const struct mb_opts *o, int rank)
 				.root = 0,
 				.seq = ++seq };
 
-			if ((rv = cohort__tcp_backend.run(state, &g, err,
+			if ((rv = cohort__host_backend.run(state, &g, err,
 			         sizeof(err), cohort__now_ms() + 60000))
 			    != COHORT_OK)
 				goto out_fail;
@@ -277,7 +277,7 @@ mb_rank(const struct mb_opts *o, int rank)
 			}
 		}
 	}
-	cohort__tcp_backend.fini(state);
+	cohort__host_backend.fini(state);
 	free(send);
 	free(recv);
 	return (0);
@@ -285,7 +285,7 @@ mb_rank(const struct mb_opts *o, int rank)
 out_fail:
 	fprintf(
 	    stderr, "rank %d: %s: %s\n", rank, cohort_status_name(rv), err);
-	cohort__tcp_backend.fini(state);
+	cohort__host_backend.fini(state);
 	return (1);
 }
 

@@ -38,7 +38,7 @@
 #include "group.h"
 
 /* Slice of a rendezvous-store wait, so that an abort interrupts it. */
-#define COLL_STORE_SLICE_MS 500
+#define COLL_STORE_SLICE_MS 2000
 /* How long a backend EPEERLOST waits for cohortd's verdict on the group. */
 #define COLL_ATTRIB_MS 2000
 /* The coordinator channel's gathers are keyed at cohortd by (group,
@@ -71,7 +71,9 @@ struct coll_dp {
 	uint64_t next_ticket;
 	uint64_t serving;
 	struct cohort_work *head, *tail; /* async work not started yet */
-	bool thread_started;
+	bool thread_started; /* joinable (it may have exited) */
+	bool thread_exited; /* an eager set-up's thread that found no work */
+	bool thread_eager; /* counted in coll_eager_threads */
 	bool stop;
 	pthread_t thread;
 	bool
@@ -174,6 +176,14 @@ coll_resolve(struct coll_dp *dp, void *stream, const void *ptr,
 /* Per-group state                                                          */
 /* ------------------------------------------------------------------------ */
 
+/* Progress threads started for an eager set-up, in this process: they
+ * end once the set-up is done and no i-call is queued, and no more than
+ * COLL_EAGER_THREADS run at once (more groups set up at their first
+ * operation instead), so a process holding thousands of clients does not
+ * hold a thread per client and group. */
+#define COLL_EAGER_THREADS 32
+static atomic_int coll_eager_threads;
+
 static void coll_dp_fini(struct cohort_group *g);
 
 static cohort_status
@@ -251,6 +261,8 @@ coll_dp_fini(struct cohort_group *g)
 	pthread_mutex_unlock(&dp->mtx);
 	if (dp->thread_started)
 		pthread_join(dp->thread, NULL);
+	if (dp->thread_eager) /* stopped before it found the queue empty */
+		atomic_fetch_sub(&coll_eager_threads, 1);
 	pthread_mutex_lock(&g->mtx);
 	state = g->backend_state;
 	g->backend_state = NULL;
@@ -317,6 +329,17 @@ coll_store_get(
 		if (left < 0 || left > COLL_STORE_SLICE_MS)
 			left = COLL_STORE_SLICE_MS;
 		st = cohort__kv_get(dp->g->client, full, val, len, left);
+		if (st == COHORT_ENOCOORD && !cohort__expired(deadline)
+		    && cohort_group_error(dp->g) == COHORT_OK) {
+			/* A slice whose answer came late (a starved cohortd
+			 * answers a parked wait after the reply grace): ask
+			 * again; a coordinator really lost fails the group,
+			 * or the deadline ends this. */
+			struct timespec ts = { 0, 50 * 1000 * 1000 };
+
+			nanosleep(&ts, NULL);
+			continue;
+		}
 		if (st != COHORT_ETIMEDOUT || cohort__expired(deadline))
 			return (st);
 	}
@@ -706,8 +729,18 @@ coll_thread(void *arg)
 
 	pthread_mutex_lock(&dp->mtx);
 	for (;;) {
-		while (dp->head == NULL && !dp->stop)
+		while (dp->head == NULL && !dp->stop) {
+			/* An eager set-up's thread with nothing queued
+			 * ends; an i-call starts another. */
+			if (dp->thread_eager) {
+				dp->thread_eager = false;
+				dp->thread_exited = true;
+				atomic_fetch_sub(&coll_eager_threads, 1);
+				pthread_mutex_unlock(&dp->mtx);
+				return (NULL);
+			}
 			pthread_cond_wait(&dp->work_cv, &dp->mtx);
+		}
 		if ((w = dp->head) == NULL)
 			break;
 		if ((dp->head = w->next) == NULL)
@@ -786,8 +819,30 @@ coll_run_async(struct cohort_group *g, struct coll_dp *dp,
 	w->deadline = cohort__client_deadline(g->client, COHORT_WAIT_DEFAULT);
 	atomic_init(&w->done, false);
 	pthread_mutex_lock(&dp->mtx);
+	if (dp->thread_started && dp->thread_exited) {
+		/* It released mtx for good before it said so. */
+		pthread_join(dp->thread, NULL);
+		dp->thread_started = dp->thread_exited = false;
+	}
 	if (!dp->thread_started) {
+		if (tmpl->setup_only) {
+			if (atomic_fetch_add(&coll_eager_threads, 1)
+			    >= COLL_EAGER_THREADS) {
+				atomic_fetch_sub(&coll_eager_threads, 1);
+				pthread_mutex_unlock(&dp->mtx);
+				free(w);
+				return (cohort__err(COHORT_ESYSTEM,
+				    "%d eager set-ups already run in this "
+				    "process",
+				    COLL_EAGER_THREADS));
+			}
+			dp->thread_eager = true;
+		}
 		if (pthread_create(&dp->thread, NULL, coll_thread, dp) != 0) {
+			if (dp->thread_eager) {
+				dp->thread_eager = false;
+				atomic_fetch_sub(&coll_eager_threads, 1);
+			}
 			pthread_mutex_unlock(&dp->mtx);
 			free(w->tmp);
 			free(w);
@@ -1342,7 +1397,7 @@ cohort_group_backend(const cohort_group *cg)
 	if (strcmp(dp->want, "auto") != 0
 	    && cohort__backend_find(dp->want) != NULL)
 		return (cohort__backend_find(dp->want)->name);
-	return ("tcp");
+	return ("host");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1388,8 +1443,15 @@ cohort__coll_setup_early(struct cohort_group *g)
 	struct cohort_work tmpl, *w = NULL;
 	struct coll_dp *dp;
 
+	/* A host-memory group larger than COHORT_TCP_MESH_MAX connects on
+	 * first use, per algorithm (client/backend/host/): set up at join,
+	 * it would only publish an address - a request to cohortd per rank
+	 * while n clients join, and a thread each - which its first
+	 * operation does as well. */
 	if (cohort__knob_int_or(COHORT__KNOB_EAGER_CONNECT, 1) == 0
-	    || g->size < 2 || coll_dp_get(g, &dp) != COHORT_OK
+	    || g->size < 2
+	    || g->size > cohort__knob_int_or(COHORT__KNOB_TCP_MESH_MAX, 64)
+	    || coll_dp_get(g, &dp) != COHORT_OK
 	    || coll_known_backend(dp) == NULL
 	    || coll_resolve(dp, NULL, NULL, &ops) != COHORT_OK)
 		return;

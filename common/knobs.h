@@ -152,6 +152,10 @@ enum cohort__knob_type {
 	    "accumulation buffer of the ring")                                \
 	X(TCP_SOCKBUF, BYTES, "0", 0, 1073741824, "tcp tuning",               \
 	    "SO_SNDBUF/SO_RCVBUF of data-plane sockets (0: the kernel's)")    \
+	X(TCP_MESH_MAX, INT, "64", 1, 1048576, "tcp tuning",                  \
+	    "largest host-backend group connected in full at set-up; larger " \
+	    "ones connect each rank on first use to the O(log n) peers its "  \
+	    "algorithms use")                                                 \
 	X(SERVICE_CHUNK, BYTES, "1048576", 4096, 67108864, "tcp tuning",      \
 	    "chunk of the service backend's replies")                         \
 	X(REDUCE_ISA, STR, "", 0, 0, "tcp tuning",                            \

@@ -1,6 +1,6 @@
 /*
  * fuzz_handshake.c - libFuzzer target for the tcp mesh handshake
- * (client/backend/tcp/handshake.c): the connector's parsers of the
+ * (client/backend/host/handshake.c): the connector's parsers of the
  * greeting and of the answer to its hello (whole and byte by byte, as
  * partial reads deliver them), the acceptor's check of a hello, and the
  * pending table's admission policy under a stream of arrivals.
@@ -20,11 +20,11 @@
  * made by the project's own encoder):
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE \
  *     -Iinclude -iquote common -iquote client fuzz/fuzz_handshake.c \
- *     client/backend/tcp/handshake.c common/sha256.c -lmbedcrypto \
+ *     client/backend/host/handshake.c common/sha256.c -lmbedcrypto \
  *     -o build/fuzz_handshake
  *   clang -g -O1 -std=c11 -D_GNU_SOURCE -Iinclude -iquote common \
  *     -iquote client fuzz/seed_handshake.c \
- *     client/backend/tcp/handshake.c common/sha256.c -lmbedcrypto \
+ *     client/backend/host/handshake.c common/sha256.c -lmbedcrypto \
  *     -o build/seed_handshake
  *   mkdir -p build/corpus/handshake && build/seed_handshake \
  *     build/corpus/handshake
@@ -36,7 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/tcp/handshake.h"
+#include "backend/host/handshake.h"
 
 #include "fuzz_handshake_keys.h"
 

@@ -5,7 +5,7 @@
 #ifndef COHORT_FUZZ_HANDSHAKE_KEYS_H
 #define COHORT_FUZZ_HANDSHAKE_KEYS_H
 
-#include "backend/tcp/handshake.h"
+#include "backend/host/handshake.h"
 
 #define FZ_RANK_A 5u
 #define FZ_RANK_C 2u

@@ -259,4 +259,8 @@ bool cohort__reduce_select(const char *isa, const char **active);
 /* dst[i] /= divisor for float dtypes (MEAN's final step). */
 void cohort__scale_div(void *dst, size_t n, cohort_dtype dt, double divisor);
 
+/* "host" (host memory: TCP, same-host shared memory; client/backend/host/),
+ * the backend cohort__tcp_backend named; "tcp" stays its alias. */
+extern const struct cohort__backend_ops cohort__host_backend;
+
 #endif /* COHORT_BACKEND_H */

@@ -5,8 +5,8 @@
  * this table: by name when one is configured (COHORT_BACKEND, a
  * subgroup's backend), else, for "auto", the first available entry that
  * takes the operation's memory (device memory or a CUDA stream: nccl,
- * then tcp-staged; host memory: tcp). Adding a backend is a directory
- * under client/backend/ and a line here.
+ * then tcp-staged; host memory: host, also called tcp). Adding a backend is a
+ * directory under client/backend/ and a line here.
  */
 #include <string.h>
 
@@ -18,7 +18,9 @@ static const struct cohort__backend_entry registry[] = {
 	    cohort__nccl_available, true },
 	{ "tcp-staged", &cohort__staged_backend, COHORT__MEM_DEVICE,
 	    cohort__staged_available, true },
-	{ "tcp", &cohort__tcp_backend, COHORT__MEM_HOST, NULL, true },
+	{ "host", &cohort__host_backend, COHORT__MEM_HOST, NULL, true },
+	/* the host backend's name before it ran over shared memory too */
+	{ "tcp", &cohort__host_backend, COHORT__MEM_HOST, NULL, false },
 	{ "service", &cohort__service_backend, COHORT__MEM_HOST, NULL, false },
 };
 

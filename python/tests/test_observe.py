@@ -385,7 +385,7 @@ def test_timeline_four_ranks_with_a_straggler(tmp_path):
         for k in ("seq", "bytes", "backend", "wait_us", "transfer_us", "status"):
             assert k in a, f"{k} missing in {e}"
         if e["name"] == "allreduce":
-            assert a["bytes"] == 4096 and a["backend"] == "tcp" and a["algorithm"], e
+            assert a["bytes"] == 4096 and a["backend"] == "host" and a["algorithm"], e
     for rank in range(4):
         assert per_rank[rank] == Counter(allreduce=n, broadcast=n // 2 + 1, allgather=1, barrier=2,
                                          decide=1), (rank, per_rank[rank])

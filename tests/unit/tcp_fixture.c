@@ -174,17 +174,17 @@ tt_thread(void *arg)
 	void *state = NULL;
 
 	tt_desc(g, r, &d);
-	g->init_rv[r] = cohort__tcp_backend.init(&d, &state, g->init_err[r],
+	g->init_rv[r] = cohort__host_backend.init(&d, &state, g->init_err[r],
 	    TT_ERRLEN, cohort__now_ms() + g->init_ms);
 	g->state[r] = state;
 	if (g->init_rv[r] == COHORT_OK
-	    && ((struct cohort__tcp *)state)->shm != NULL)
+	    && ((struct cohort__host *)state)->shm != NULL)
 		atomic_fetch_add(&g->shm_ranks, 1);
 	if (g->init_rv[r] == COHORT_OK && g->body != NULL)
 		g->body(g, r, state);
 	pthread_barrier_wait(&g->done);
 	if (state != NULL)
-		cohort__tcp_backend.fini(state);
+		cohort__host_backend.fini(state);
 	return (NULL);
 }
 
@@ -494,7 +494,7 @@ tt_one(struct tt_group *g, int r, void *state, const struct tt_spec *sp,
 		op.recv = NULL;
 	}
 
-	rv = cohort__tcp_backend.run(
+	rv = cohort__host_backend.run(
 	    state, &op, err, sizeof(err), cohort__now_ms() + 30000);
 	if (rv != COHORT_OK) {
 		tt_fail(g, r, "%s: %s: %s", what, cohort_status_name(rv), err);
@@ -622,7 +622,7 @@ tt_fork_init(struct tt_fork *f, int r)
 	d.size = 2;
 	d.global_ranks = f->granks;
 	fs_store_bind(&f->fs, &d.store);
-	return (cohort__tcp_backend.init(
+	return (cohort__host_backend.init(
 	    &d, &f->state, f->err, sizeof(f->err), cohort__now_ms() + 10000));
 }
 
@@ -630,7 +630,7 @@ cohort_status
 tt_fork_run(struct tt_fork *f, struct cohort__op *op, uint64_t seq)
 {
 	op->seq = seq;
-	return (cohort__tcp_backend.run(
+	return (cohort__host_backend.run(
 	    f->state, op, f->err, sizeof(f->err), cohort__now_ms() + 10000));
 }
 
@@ -653,7 +653,7 @@ tt_fork_end(struct tt_fork *f)
 {
 	int status = 0;
 
-	cohort__tcp_backend.fini(f->state);
+	cohort__host_backend.fini(f->state);
 	waitpid(f->pid, &status, 0);
 	(void)fs_store_close(&f->fs);
 	return (status);

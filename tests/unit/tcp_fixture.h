@@ -28,7 +28,7 @@
 #include <sys/types.h>
 
 #include "backend/backend.h"
-#include "backend/tcp/tcp_impl.h"
+#include "backend/host/host_impl.h"
 #include "check_cohort.h"
 #include "dtype_elem.h"
 #include "fs_store.h"

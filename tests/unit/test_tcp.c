@@ -27,7 +27,7 @@ START_TEST(test_tcp_init_timeout_names_missing)
 	/* Rank 2 alone: it accepts, and ranks 0 and 1 never come. */
 	tt_desc(&g, 2, &d);
 	t0 = cohort__now_ms();
-	rv = cohort__tcp_backend.init(
+	rv = cohort__host_backend.init(
 	    &d, &state, err, sizeof(err), cohort__now_ms() + 300);
 	ck_assert_int_eq(rv, COHORT_ETIMEDOUT);
 	ck_assert_msg(strstr(err, "100") && strstr(err, "101"), "%s", err);
@@ -35,7 +35,7 @@ START_TEST(test_tcp_init_timeout_names_missing)
 	/* Rank 0 alone: waits for rank 1's address, then is aborted. */
 	tt_desc(&g, 0, &d);
 	atomic_store(&g.abort_flag[0], 1);
-	rv = cohort__tcp_backend.init(
+	rv = cohort__host_backend.init(
 	    &d, &state, err, sizeof(err), cohort__now_ms() + 300);
 	ck_assert(rv == COHORT_EABORTED || rv == COHORT_ETIMEDOUT);
 	tt_store_fini(&s);
@@ -99,7 +99,7 @@ START_TEST(test_tcp_sigkilled_rank)
 	tt_fork_start(&f, 40, tt_rank1_until_killed);
 	tt_fork_init0(&f);
 	ck_assert_msg(
-	    (((struct cohort__tcp *)f.state)->shm != NULL) == (_i != TT_PURE),
+	    (((struct cohort__host *)f.state)->shm != NULL) == (_i != TT_PURE),
 	    "%s: wrong data path", tt_mode_name[_i]);
 	unsetenv("COHORT_TCP_SHM");
 	unsetenv("COHORT_TCP_SHM_MIN");

@@ -1,10 +1,12 @@
 /*
  * test_tcp_algos.c - the collectives of the tcp backend
- * (client/backend/tcp/algos.c and, for the allreduce, broadcast, allgather
+ * (client/backend/host/algos.c and, for the allreduce, broadcast, allgather
  * and reduce_scatter of one host, shm.c): every collective x dtype x op x
  * in and out of place on 1 to 8 ranks in every mode of tcp_fixture.h,
- * several MiB per rank, two groups at once, and ranks that disagree on a
- * collective.
+ * several MiB per rank, two groups at once, ranks that disagree on a
+ * collective, and groups larger than COHORT_TCP_MESH_MAX (connections on
+ * first use, only to the peers the algorithms use; the agreement by
+ * recursive doubling).
  */
 #include <stdio.h>
 #include <string.h>
@@ -279,7 +281,7 @@ tt_body_mismatch(struct tt_group *g, int r, void *state)
 		op.send = buf;
 		op.recv = buf;
 		op.seq = (uint64_t)k + 1;
-		tt_mm_rv[r][k] = cohort__tcp_backend.run(state, &op,
+		tt_mm_rv[r][k] = cohort__host_backend.run(state, &op,
 		    tt_mm_err[r][k], TT_ERRLEN, cohort__now_ms() + 20000);
 	}
 	free(buf);
@@ -320,6 +322,159 @@ START_TEST(test_tcp_mismatch_detected)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------ */
+/* Large groups (more than COHORT_TCP_MESH_MAX ranks): connections on first */
+/* use, agreement by recursive doubling                                     */
+/* ------------------------------------------------------------------------ */
+
+/* Every collective of the matrix with every group "large" (mesh_max 2):
+ * the engines connect each step's peers on first use. */
+START_TEST(test_tcp_sparse_matrix)
+{
+	static struct tt_group g;
+	static const int ns[] = { 3, 5, 8 };
+
+	setenv("COHORT_TCP_MESH_MAX", "2", 1);
+	tt_set_mode(TT_PURE);
+	tt_run_group(ns[_i], "sparse", tt_body_matrix, &g);
+	unsetenv("COHORT_TCP_MESH_MAX");
+	tt_assert_mode(&g, TT_PURE);
+	tt_assert_no_failures(&g);
+	for (int r = 1; r < g.n; r++)
+		ck_assert_msg(g.hash[r] == g.hash[0],
+		    "allreduce results differ between rank 0 and rank %d", r);
+}
+END_TEST
+
+static int tt_sparse_links[TT_MAX_RANKS];
+static bool tt_sparse_extra[TT_MAX_RANKS];
+
+/* Barriers and all-reduces (recursive doubling and ring) only: each rank
+ * must be connected to its recursive-doubling partners and ring
+ * neighbours, and to nobody else. */
+static void
+tt_body_sparse_links(struct tt_group *g, int r, void *state)
+{
+	const struct cohort__host *h = state;
+	struct cohort__op bar = { .kind = COHORT__OP_BARRIER };
+	int n = g->n, p2 = 1;
+	uint64_t seq = 0;
+
+	for (int k = 0; k < 3; k++) {
+		struct tt_spec sp = { .kind = COHORT__OP_ALLREDUCE,
+			.dt = COHORT_F32,
+			.op = COHORT_SUM,
+			.count = k == 1 ? 100003 : 7,
+			.seed = g->seed + (uint64_t)k };
+		char err[TT_ERRLEN];
+
+		tt_one(g, r, state, &sp, ++seq);
+		bar.seq = ++seq;
+		if (cohort__host_backend.run(state, &bar, err, sizeof(err),
+		        cohort__now_ms() + 20000)
+		    != COHORT_OK) {
+			fprintf(stderr, "rank %d: barrier: %s\n", r, err);
+			atomic_fetch_add(&g->failures, 1);
+		}
+	}
+	while (p2 * 2 <= n)
+		p2 *= 2;
+	for (int p = 0; p < n; p++) {
+		bool want = p == (r + 1) % n || p == (r + n - 1) % n;
+		int extra = n - p2;
+		int vr = r < 2 * extra ? (r & 1 ? r / 2 : -1) : r - extra;
+
+		if (p == r || h->mesh.links[p].fd < 0)
+			continue;
+		tt_sparse_links[r]++;
+		if (r < 2 * extra && (r ^ 1) == p)
+			want = true; /* the fold partner */
+		for (int mask = 1; vr >= 0 && mask < p2; mask <<= 1) {
+			int vp = vr ^ mask;
+
+			if (p == (vp < extra ? vp * 2 + 1 : vp + extra))
+				want = true;
+		}
+		if (!want)
+			tt_sparse_extra[r] = true;
+	}
+}
+
+START_TEST(test_tcp_sparse_links)
+{
+	static struct tt_group g;
+
+	memset(tt_sparse_links, 0, sizeof(tt_sparse_links));
+	memset(tt_sparse_extra, 0, sizeof(tt_sparse_extra));
+	setenv("COHORT_TCP_MESH_MAX", "4", 1);
+	tt_set_mode(TT_PURE);
+	tt_run_group(TT_MAX_RANKS, "links", tt_body_sparse_links, &g);
+	unsetenv("COHORT_TCP_MESH_MAX");
+	tt_assert_mode(&g, TT_PURE);
+	tt_assert_no_failures(&g);
+	for (int r = 0; r < g.n; r++) {
+		fprintf(stderr, "sparse: rank %d of %d has %d connections\n",
+		    r, g.n, tt_sparse_links[r]);
+		ck_assert_msg(!tt_sparse_extra[r],
+		    "rank %d is connected to a peer its algorithms do not "
+		    "use",
+		    r);
+		ck_assert_int_lt(tt_sparse_links[r], g.n - 1);
+	}
+}
+END_TEST
+
+/* The recursive-doubling agreement: one rank of 7 (not a power of two:
+ * folded ranks too) enters another count; every rank gets EMISMATCH
+ * naming both counts, and the group stays usable. */
+static cohort_status tt_sp_rv[TT_MAX_RANKS][2];
+static char tt_sp_err[TT_MAX_RANKS][TT_ERRLEN];
+
+static void
+tt_body_sparse_mismatch(struct tt_group *g, int r, void *state)
+{
+	double *buf = calloc(512, sizeof(double));
+	struct cohort__op op = { .kind = COHORT__OP_ALLREDUCE,
+		.send = buf,
+		.recv = buf,
+		.count = r == 4 ? 256 : 64,
+		.dtype = COHORT_F64,
+		.op = COHORT_SUM,
+		.seq = 1 };
+	char err[TT_ERRLEN];
+
+	tt_sp_rv[r][0] = cohort__host_backend.run(
+	    state, &op, tt_sp_err[r], TT_ERRLEN, cohort__now_ms() + 20000);
+	op.count = 64;
+	op.seq = 2;
+	tt_sp_rv[r][1] = cohort__host_backend.run(
+	    state, &op, err, sizeof(err), cohort__now_ms() + 20000);
+	free(buf);
+}
+
+START_TEST(test_tcp_sparse_mismatch)
+{
+	static struct tt_group g;
+
+	setenv("COHORT_TCP_MESH_MAX", "2", 1);
+	tt_set_mode(TT_PURE);
+	tt_run_group(7, "spmm", tt_body_sparse_mismatch, &g);
+	unsetenv("COHORT_TCP_MESH_MAX");
+	tt_assert_mode(&g, TT_PURE);
+	for (int r = 0; r < 7; r++) {
+		ck_assert_msg(tt_sp_rv[r][0] == COHORT_EMISMATCH,
+		    "rank %d: %s: %s", r, cohort_status_name(tt_sp_rv[r][0]),
+		    tt_sp_err[r]);
+		ck_assert_msg(strstr(tt_sp_err[r], "count 64") != NULL
+		        && strstr(tt_sp_err[r], "rank 104 count 256") != NULL,
+		    "rank %d: %s", r, tt_sp_err[r]);
+		ck_assert_msg(tt_sp_rv[r][1] == COHORT_OK,
+		    "rank %d after the mismatch: %s", r,
+		    cohort_status_name(tt_sp_rv[r][1]));
+	}
+}
+END_TEST
+
 START_TEST(test_tcp_size_one)
 {
 	static struct tt_group g;
@@ -334,11 +489,12 @@ Suite *suite_tcp_algos(void);
 Suite *
 suite_tcp_algos(void)
 {
-	const TTest *tests[]
-	    = { test_tcp_size_one, test_tcp_two_groups, NULL };
+	const TTest *tests[] = { test_tcp_size_one, test_tcp_two_groups,
+		test_tcp_sparse_links, test_tcp_sparse_mismatch, NULL };
 	const struct unit_loop loops[]
 	    = { { test_tcp_matrix, 2 * (TT_MAX_RANKS - 1) + 2 },
-		      { test_tcp_big, 2 * 3 + 1 }, { NULL, 0 } };
+		      { test_tcp_big, 2 * 3 + 1 },
+		      { test_tcp_sparse_matrix, 3 }, { NULL, 0 } };
 	const struct unit_loop mismatch[]
 	    = { { test_tcp_mismatch_detected, 2 * (int)TT_MM_CASES },
 		      { NULL, 0 } };

@@ -148,7 +148,7 @@ tt_forged_rank0(struct tt_store *s, uint64_t gen, const uint8_t *secret,
 	d.store.ctx = &rd;
 	d.store.set = tt_redirect_set;
 	d.store.get = tt_redirect_get;
-	rv = cohort__tcp_backend.init(
+	rv = cohort__host_backend.init(
 	    &d, &state, err, sizeof(err), cohort__now_ms() + 10000);
 	ck_assert_msg(rv == want, "forged rank 0 (gen %" PRIu64 "): %s: %s",
 	    gen, cohort_status_name(rv), err);

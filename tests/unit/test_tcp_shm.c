@@ -25,7 +25,7 @@ tt_rank1_disagrees(struct tt_fork *f)
 	size_t count = TT_DISAGREE_COUNT;
 	float *buf = malloc(count * sizeof(float));
 	struct cohort__op op = tt_sum_op(buf, count, 0);
-	struct cohort__tcp *t;
+	struct cohort__host *t;
 
 	setenv("COHORT_TCP_SHM", tt_disagree_i == 0 ? "0" : "1", 1);
 	if (tt_disagree_i == 2)
@@ -33,14 +33,14 @@ tt_rank1_disagrees(struct tt_fork *f)
 	if (buf == NULL || tt_fork_init(f, 1) != COHORT_OK)
 		return (2);
 	t = f->state;
-	if ((t->shm != NULL) != (tt_disagree_i == 2) || t->shm_min != 0)
+	if ((t->shm != NULL) != (tt_disagree_i == 2) || t->tune.shm_min != 0)
 		return (3);
 	for (size_t i = 0; i < count; i++)
 		buf[i] = 2.0f;
 	for (int k = 0; k < 3; k++)
 		if (tt_fork_run(f, &op, (uint64_t)k + 1) != COHORT_OK)
 			return (4);
-	cohort__tcp_backend.fini(f->state);
+	cohort__host_backend.fini(f->state);
 	return (0);
 }
 
@@ -64,7 +64,7 @@ START_TEST(test_tcp_shm_settings_disagree)
 	tt_fork_init0(&f);
 	unsetenv("COHORT_TCP_SHM");
 	ck_assert_msg(
-	    (((struct cohort__tcp *)f.state)->shm != NULL) == (_i == 2),
+	    (((struct cohort__host *)f.state)->shm != NULL) == (_i == 2),
 	    "rank 0: wrong data path");
 	for (size_t i = 0; i < count; i++)
 		buf[i] = 1.0f;

@@ -23,14 +23,14 @@ tt_body_vanish(struct tt_group *g, int r, void *state)
 	if (r == 2) {
 		th_wait_until(tt_in_run_ge, g, 500, 10);
 		/* abort() shuts the sockets down: a hard disappearance. */
-		cohort__tcp_backend.abort(state);
+		cohort__host_backend.abort(state);
 		return;
 	}
 	buf = calloc(count, sizeof(float));
 	op = tt_sum_op(buf, count, 12);
 	atomic_fetch_add(&g->in_run, 1);
 	t0 = cohort__now_ms();
-	g->run_rv[r] = cohort__tcp_backend.run(
+	g->run_rv[r] = cohort__host_backend.run(
 	    state, &op, g->run_err[r], TT_ERRLEN, cohort__now_ms() + 20000);
 	g->run_ms[r] = cohort__now_ms() - t0;
 	free(buf);
@@ -78,7 +78,7 @@ tt_abort_thread(void *arg)
 	if (a->use_flag)
 		atomic_store(&a->g->abort_flag[0], 1);
 	else
-		cohort__tcp_backend.abort(a->state);
+		cohort__host_backend.abort(a->state);
 	return (NULL);
 }
 
@@ -97,7 +97,7 @@ tt_body_abort(struct tt_group *g, int r, void *state)
 		return;
 	/* Deadline first: names the rank we wait for. */
 	t0 = cohort__now_ms();
-	g->run_rv[1] = cohort__tcp_backend.run(
+	g->run_rv[1] = cohort__host_backend.run(
 	    state, &op, g->run_err[1], TT_ERRLEN, cohort__now_ms() + 300);
 	g->run_ms[1] = cohort__now_ms() - t0;
 
@@ -105,7 +105,7 @@ tt_body_abort(struct tt_group *g, int r, void *state)
 	ck_assert_int_eq(pthread_create(&th, NULL, tt_abort_thread, &ab), 0);
 	atomic_fetch_add(&g->in_run, 1);
 	t0 = cohort__now_ms();
-	g->run_rv[0] = cohort__tcp_backend.run(
+	g->run_rv[0] = cohort__host_backend.run(
 	    state, &op, g->run_err[0], TT_ERRLEN, cohort__now_ms() + 20000);
 	g->run_ms[0] = cohort__now_ms() - t0;
 	pthread_join(th, NULL);

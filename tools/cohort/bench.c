@@ -188,7 +188,7 @@ enum {
 	COHORT__CLI_SET(name, 0, kind, struct bench_cfg, field)
 
 static const struct cohort__cli_opt bench_opts[] = {
-	BENCH_INT(NULL, 'n', 1, 4096, n),
+	BENCH_INT(NULL, 'n', 1, 16384, n), /* above 4096: --op join only */
 	BENCH_INT("procs", 0, 1, 256, procs),
 	COHORT__CLI_DO("backend", BENCH_O_BACKEND, COHORT__CLI_ACT_ARG),
 	COHORT__CLI_DO("op", BENCH_O_OP, COHORT__CLI_ACT_ARG),
@@ -245,13 +245,13 @@ bench_option(struct bench_cfg *cfg, int opt, const char *v)
 	static const char *const redops[]
 	    = { "sum", "prod", "min", "max", "mean" };
 	static const char *const backends[]
-	    = { "tcp", "service", "auto", "nccl" };
+	    = { "tcp", "service", "auto", "nccl", "host" };
 	int k;
 
 	switch (opt) {
 	case BENCH_O_BACKEND:
 		cfg->backend = v;
-		return (bench_lookup(v, backends, 4) >= 0);
+		return (bench_lookup(v, backends, 5) >= 0);
 	case BENCH_O_OP:
 		if ((k = bench_lookup(v, bench_op_names, BENCH_NOPS)) < 0)
 			return (false);
@@ -833,12 +833,23 @@ out:
 /* join: N clients from threads of P processes                              */
 /* ------------------------------------------------------------------------ */
 
+/* Elements (f64) of the all-reduce timed after the join: 1 KiB. */
+#define BENCH_JOIN_AR_COUNT 128
+/* Join iterations that also time that all-reduce, after the others (so
+ * that no process's all-reduce overlaps another's next join). */
+#define BENCH_JOIN_AR_ITERS 3
+
 struct bench_joiner {
 	const struct bench_cfg *cfg;
 	const char *url, *job, *token;
 	int rank;
 	pthread_barrier_t *start;
 	double t_start, t_open, t_end;
+	/* the first all-reduce after the barrier (BENCH_JOIN_AR_COUNT f64):
+	 * its start and end, and whether every element was right */
+	double t_ar0, t_ar1;
+	bool do_ar; /* this iteration times the all-reduce */
+	bool ar_wrong;
 	cohort_status st;
 	char err[256];
 	pthread_t th;
@@ -866,6 +877,24 @@ bench_joiner_main(void *arg)
 		j->st = cohort_barrier(
 		    cohort_client_world(c), "joined", j->cfg->timeout);
 	j->t_end = bench_now_us();
+	if (j->st == COHORT_OK && j->do_ar) {
+		/* The first data-plane operation: sets up the group's data
+		 * plane (connections) and all-reduces rank + 1. */
+		double v[BENCH_JOIN_AR_COUNT];
+		double want = (double)j->cfg->n * (j->cfg->n + 1) / 2;
+
+		for (int i = 0; i < BENCH_JOIN_AR_COUNT; i++)
+			v[i] = j->rank + 1;
+		j->t_ar0 = bench_now_us();
+		j->st = cohort_allreduce(cohort_client_world(c), v, v,
+		    BENCH_JOIN_AR_COUNT, COHORT_F64, COHORT_SUM, NULL,
+		    j->cfg->timeout);
+		j->t_ar1 = bench_now_us();
+		for (int i = 0; j->st == COHORT_OK && i < BENCH_JOIN_AR_COUNT;
+		     i++)
+			if (v[i] != want)
+				j->ar_wrong = true;
+	}
 	if (j->st != COHORT_OK)
 		cohort__strlcpy(j->err, cohort_last_error(), sizeof(j->err));
 	cohort_client_close(c);
@@ -890,9 +919,12 @@ bench_join_proc(const struct bench_cfg *cfg)
 		return (1);
 	pthread_attr_init(&attr);
 	pthread_attr_setstacksize(&attr, 256 * 1024);
-	for (int it = 0; it < cfg->warmup + cfg->iters && rc == 0; it++) {
+	for (int it = 0;
+	     it < cfg->warmup + cfg->iters + BENCH_JOIN_AR_ITERS && rc == 0;
+	     it++) {
 		char name[192];
-		double s = 1e300, e = 0, omax = 0;
+		double s = 1e300, e = 0, omax = 0, a0 = 1e300, a1 = 0;
+		int bad = 0;
 
 		snprintf(name, sizeof(name), "%s-%d", job, it);
 		pthread_barrier_init(&start, NULL, (unsigned)m);
@@ -903,6 +935,7 @@ bench_join_proc(const struct bench_cfg *cfg)
 			j[i].token = token != NULL ? token : "";
 			j[i].rank = cfg->join_first + i;
 			j[i].start = &start;
+			j[i].do_ar = it >= cfg->warmup + cfg->iters;
 			if (pthread_create(
 			        &j[i].th, &attr, bench_joiner_main, &j[i])
 			    != 0) {
@@ -922,14 +955,26 @@ bench_join_proc(const struct bench_cfg *cfg)
 				    j[i].rank, cohort_status_name(j[i].st),
 				    j[i].err);
 				rc = 1;
+				bad++;
+			}
+			if (j[i].st == COHORT_OK && j[i].ar_wrong) {
+				fprintf(stderr,
+				    "cohort bench: join rank %d: the "
+				    "all-reduce after the join is wrong\n",
+				    j[i].rank);
+				rc = 1;
+				bad++;
 			}
 			s = fmin(s, j[i].t_start);
 			e = fmax(e, j[i].t_end);
 			omax = fmax(omax, j[i].t_open - j[i].t_start);
+			a0 = fmin(a0, j[i].t_ar0);
+			a1 = fmax(a1, j[i].t_ar1);
 		}
 		pthread_barrier_destroy(&start);
-		printf("JOIN it=%d start=%.1f end=%.1f open_max=%.1f\n", it, s,
-		    e, omax);
+		printf("JOIN it=%d start=%.1f end=%.1f open_max=%.1f "
+		       "ar0=%.1f ar1=%.1f bad=%d\n",
+		    it, s, e, omax, a0, a1, bad);
 		fflush(stdout);
 	}
 	pthread_attr_destroy(&attr);
@@ -1063,45 +1108,76 @@ bench_wait_all(
 }
 
 static void
-bench_join_report(const struct bench_cfg *cfg, struct bench_child *ch, int np,
-    const char *backend_note)
+bench_join_report(
+    const struct bench_cfg *cfg, struct bench_child *ch, int np, bool ok)
 {
 	int total = cfg->warmup + cfg->iters;
 	double *t = calloc((size_t)total, sizeof(double));
 	double *o = calloc((size_t)total, sizeof(double));
-	double med, p99, omed, first;
+	double *a
+	    = calloc((size_t)total + BENCH_JOIN_AR_ITERS, sizeof(double));
+	double med, p99, omed, first, amed, afirst;
+	int seen = 0; /* pure join iterations every process reported */
+	int nar = 0; /* all-reduce joins that went through */
 
-	(void)backend_note;
-	if (t == NULL || o == NULL) {
+	if (t == NULL || o == NULL || a == NULL) {
 		free(t);
 		free(o);
+		free(a);
 		return;
 	}
-	for (int it = 0; it < total; it++) {
-		double s = 1e300, e = 0, om = 0;
+	for (int it = 0; it < total + BENCH_JOIN_AR_ITERS; it++) {
+		double s = 1e300, e = 0, om = 0, a0 = 1e300, a1 = 0;
+		int got = 0;
 
 		for (int p = 0; p < np; p++) {
 			char pat[32];
 			const char *q;
-			double ps, pe, po;
+			double ps, pe, po, pa0, pa1;
+			int pbad;
 
 			snprintf(pat, sizeof(pat), "JOIN it=%d ", it);
 			if (ch[p].buf == NULL
 			    || (q = strstr(ch[p].buf, pat)) == NULL
 			    || sscanf(q + strlen(pat),
 			           "start=%lf end=%lf "
-			           "open_max=%lf",
-			           &ps, &pe, &po)
-			        != 3)
+			           "open_max=%lf ar0=%lf ar1=%lf bad=%d",
+			           &ps, &pe, &po, &pa0, &pa1, &pbad)
+			        != 6
+			    || pbad != 0)
 				continue;
+			got++;
 			s = fmin(s, ps);
 			e = fmax(e, pe);
 			om = fmax(om, po);
+			a0 = fmin(a0, pa0);
+			a1 = fmax(a1, pa1);
+		}
+		if (it < total && got == np)
+			seen++;
+		/* every rank's first all-reduce, first start to last end;
+		 * the ones that went through first */
+		if (it >= total) {
+			if (got == np)
+				a[total + nar++] = a1 > a0 ? a1 - a0 : 0;
+			continue;
 		}
 		t[it] = e > s ? e - s : 0;
 		o[it] = om;
 	}
+	if (seen < total) {
+		printf("# cohort bench: join, %d clients in %d processes: "
+		       "failed (%d of %d joins complete; see the errors "
+		       "above)\n",
+		    cfg->n, np, seen, total);
+		free(t);
+		free(o);
+		free(a);
+		return;
+	}
+	(void)ok; /* the exit status says it; the table what went through */
 	first = t[0];
+	afirst = nar > 0 ? a[total] : -1;
 	qsort(t + cfg->warmup, (size_t)cfg->iters, sizeof(double),
 	    bench_cmp_double);
 	qsort(o + cfg->warmup, (size_t)cfg->iters, sizeof(double),
@@ -1109,23 +1185,38 @@ bench_join_report(const struct bench_cfg *cfg, struct bench_child *ch, int np,
 	med = t[cfg->warmup + cfg->iters / 2];
 	p99 = t[cfg->warmup + (int)ceil(0.99 * cfg->iters) - 1];
 	omed = o[cfg->warmup + cfg->iters / 2];
+	qsort(a + total, (size_t)nar, sizeof(double), bench_cmp_double);
+	amed = nar > 0 ? a[total + nar / 2] : -1;
 	if (cfg->json)
 		printf("{\"impl\":\"cohort\",\"algo\":\"coordinator\","
 		       "\"ranks\":%d,\"procs\":%d,\"size\":0,\"count\":0,"
 		       "\"dtype\":\"none\",\"op\":\"join\",\"time_us\":%.1f,"
 		       "\"first_us\":%.1f,\"p99_us\":%.1f,\"open_us\":%.1f,"
+		       "\"allreduce_us\":%.1f,\"allreduce_first_us\":%.1f,"
+		       "\"allreduce_ok\":%d,"
 		       "\"algbw\":0,\"busbw\":0,\"iters\":%d}\n",
-		    cfg->n, np, med, first, p99, omed, cfg->iters);
+		    cfg->n, np, med, first, p99, omed, amed, afirst, nar,
+		    cfg->iters);
 	else
 		printf("# cohort bench: join, %d clients in %d processes, "
-		       "iters %d, warmup %d\n#%9s %8s %13s %13s %13s %13s\n"
-		       " %9d %8d %13.1f %13.1f %13.1f %13.1f\n",
-		    cfg->n, np, cfg->iters, cfg->warmup, "clients", "procs",
-		    "time(us)", "first(us)", "p99(us)", "open_max(us)", cfg->n,
-		    np, med, first, p99, omed);
+		       "iters %d, warmup %d; time: join + barrier, "
+		       "allreduce: the first all-reduce after it (1 KiB f64, "
+		       "data-plane set-up included; every rank's, first "
+		       "start to last end; median of the %d of %d more joins "
+		       "that went through, "
+		       "ar_first: the first of them; -1: none went "
+		       "through)\n"
+		       "#%9s %8s %13s %13s %13s %13s %13s %13s\n"
+		       " %9d %8d %13.1f %13.1f %13.1f %13.1f %13.1f %13.1f\n",
+		    cfg->n, np, cfg->iters, cfg->warmup, nar,
+		    BENCH_JOIN_AR_ITERS, "clients", "procs", "time(us)",
+		    "first(us)", "p99(us)", "open_max(us)", "allreduce(us)",
+		    "ar_first(us)", cfg->n, np, med, first, p99, omed, amed,
+		    afirst);
 	fflush(stdout);
 	free(t);
 	free(o);
+	free(a);
 }
 
 static int
@@ -1226,9 +1317,11 @@ bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 	}
 	rc = bench_wait_all(ch, &l,
 	    cohort__launch_now_ms()
-	        + (int64_t)cfg->timeout * (cfg->warmup + cfg->iters + 2));
-	if (join && rc == 0)
-		bench_join_report(cfg, ch, nch, NULL);
+	        + (int64_t)cfg->timeout
+	            * (cfg->warmup + cfg->iters + 2
+	                + (join ? BENCH_JOIN_AR_ITERS : 0)));
+	if (join) /* the join times even if the all-reduce after failed */
+		bench_join_report(cfg, ch, nch, rc == 0);
 	goto out;
 
 out_kill:
@@ -1257,6 +1350,13 @@ cohort__cmd_bench(int argc, char **argv)
 		return (rc == 1 ? 0 : rc);
 	cohort__log_set_component("cohort-bench");
 	cohort__log_set_default_level(COHORT__LOG_WARN);
+	if (cfg.op != BENCH_JOIN && cfg.n > 4096) {
+		fprintf(stderr,
+		    "cohort bench: -n %d: more than 4096 ranks only with "
+		    "--op join\n",
+		    cfg.n);
+		return (2);
+	}
 	if (cfg.join_proc >= 0)
 		return (bench_join_proc(&cfg));
 	if (cfg.worker)

@@ -1,6 +1,7 @@
 /*
  * staged.c - the "tcp-staged" data-plane backend: collectives on device
- * memory, carried by the tcp backend through pinned host buffers.
+ * memory, carried by the host backend (client/backend/host/) through pinned
+ * host buffers.
  *
  * For when NCCL cannot be used: several ranks on one GPU (NCCL refuses
  * two ranks of a communicator on the same device), no NCCL library, or a
@@ -11,7 +12,7 @@
  *      queued there, e.g. the backward pass that produced a gradient);
  *   2. the copies are waited for by polling an event, bounded by the
  *      deadline and the abort flags;
- *   3. the tcp backend runs the operation on the host buffers (send and
+ *   3. the host backend runs the operation on the host buffers (send and
  *      recv staged separately, so the host operation never sees aliasing
  *      and every in-place form of cohort.h works);
  *   4. the results are copied host -> device on op->stream and waited
@@ -21,7 +22,7 @@
  * when an operation needs more. cudaMemcpyDefault lets any pointer kind
  * through (device, managed, even host memory). The CUDA runtime is the
  * one nccl_loader.c loads: without a usable GPU init returns
- * COHORT_ENOTSUP and nothing else happens. Statuses are the tcp backend's,
+ * COHORT_ENOTSUP and nothing else happens. Statuses are the host backend's,
  * plus COHORT_ECUDA for a failed copy (the connections stay usable) and
  * ETIMEDOUT / EABORTED when the stream does not reach the copies in time.
  */
@@ -48,7 +49,7 @@ struct staged_buf {
 
 struct staged_state {
 	const struct cohort__dl_cudart *cu;
-	void *tcp; /* the wrapped tcp backend's state */
+	void *tcp; /* the wrapped host backend's state */
 	void *event;
 	int rank;
 	int size;
@@ -168,7 +169,7 @@ staged_free(struct staged_state *s)
 	if (s == NULL)
 		return;
 	if (s->tcp != NULL)
-		cohort__tcp_backend.fini(s->tcp);
+		cohort__host_backend.fini(s->tcp);
 	if (s->event != NULL)
 		(void)s->cu->EventDestroy(s->event);
 	if (s->hsend.p != NULL)
@@ -204,7 +205,7 @@ staged_init(const struct cohort__group_desc *desc, void **state, char *err,
 	if ((rv = cohort__dl_cuda_event(cu, &s->event, err, errlen))
 	    != COHORT_OK)
 		goto out_free;
-	if ((rv = cohort__tcp_backend.init(
+	if ((rv = cohort__host_backend.init(
 	         desc, &s->tcp, err, errlen, deadline))
 	    != COHORT_OK) {
 		s->tcp = NULL;
@@ -297,7 +298,7 @@ staged_run(void *state, const struct cohort__op *op, char *err, size_t errlen,
 		return (COHORT_EINVAL);
 	}
 	if (op->kind == COHORT__OP_BARRIER)
-		return (cohort__tcp_backend.run(
+		return (cohort__host_backend.run(
 		    s->tcp, op, err, errlen, deadline));
 	staged_extent(s, op, &slen, &rlen, &recv_in);
 	if ((slen > 0 && op->send == NULL) || (rlen > 0 && op->recv == NULL)) {
@@ -331,7 +332,8 @@ staged_run(void *state, const struct cohort__op *op, char *err, size_t errlen,
 	hop.send = slen > 0 ? s->hsend.p : NULL;
 	hop.recv = rlen > 0 ? s->hrecv.p : NULL;
 	hop.stream = NULL;
-	if ((rv = cohort__tcp_backend.run(s->tcp, &hop, err, errlen, deadline))
+	if ((rv = cohort__host_backend.run(
+	         s->tcp, &hop, err, errlen, deadline))
 	    != COHORT_OK)
 		return (rv);
 
@@ -352,7 +354,7 @@ staged_abort(void *state)
 		return;
 	atomic_store_explicit(&s->aborted, 1, memory_order_release);
 	if (s->tcp != NULL)
-		cohort__tcp_backend.abort(s->tcp);
+		cohort__host_backend.abort(s->tcp);
 }
 
 static void

@@ -1,7 +1,7 @@
 /*
  * handshake.h - the tcp mesh handshake as pure functions over bytes (its
  * messages, proofs and refusals) and the acceptor's table of pending
- * connections (who gets a slot, who is evicted). tcp.c does the I/O;
+ * connections (who gets a slot, who is evicted). mesh.c does the I/O;
  * fuzz/fuzz_handshake.c drives these with arbitrary input.
  *
  * Messages (all integers big-endian):

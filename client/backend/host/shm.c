@@ -1,5 +1,5 @@
 /*
- * shm.c - the tcp backend's same-host shared-memory path: every
+ * shm.c - the host backend's same-host shared-memory path: every
  * collective (allreduce; broadcast, reduce, allgather(v), gather, scatter,
  * alltoall and reduce_scatter as staged rounds, below).
  *
@@ -75,7 +75,7 @@
 
 #include <immintrin.h>
 
-#include "tcp_impl.h"
+#include "host_impl.h"
 
 #define SHM_MAGIC "COHORT-SHM-2"
 #define SHM_MSG_LEN 80
@@ -93,10 +93,10 @@ struct shm_ctrl {
 	atomic_uint posted;
 	atomic_uint reduced;
 	atomic_uint done;
-	/* The owner's header of the operation it posts (algos.c), written
+	/* The owner's header of the operation it posts (agree.c), written
 	 * before posted (release), read by the others after seeing it. */
-	uint8_t op_hdr[COHORT__TCP_OP_HDR];
-	uint8_t pad1[SHM_LINE - 3 * sizeof(atomic_uint) - COHORT__TCP_OP_HDR];
+	uint8_t op_hdr[HOST_OP_HDR];
+	uint8_t pad1[SHM_LINE - 3 * sizeof(atomic_uint) - HOST_OP_HDR];
 	atomic_uint sleepers;
 	uint8_t pad2[SHM_LINE - sizeof(atomic_uint)];
 };
@@ -108,7 +108,11 @@ struct shm_hdr {
 	uint32_t blk;
 };
 
-struct cohort__tcp_shm {
+struct host_shm {
+	struct host_mesh *mesh; /* the liveness channel */
+	struct host_agree *agree; /* headers, broken */
+	const struct host_tune *tune;
+	int rank, size;
 	uint8_t *base;
 	size_t len;
 	size_t blk; /* bytes per block (multiple of 64) */
@@ -177,7 +181,7 @@ shm_blk(int n, size_t want)
 }
 
 static void
-shm_layout(struct cohort__tcp_shm *s, int n, size_t blk)
+shm_layout(struct host_shm *s, int n, size_t blk)
 {
 	size_t ctrl = (size_t)n * sizeof(struct shm_ctrl);
 	size_t data_off = SHM_HDR + ((ctrl + 4095) & ~(size_t)4095);
@@ -192,21 +196,21 @@ shm_layout(struct cohort__tcp_shm *s, int n, size_t blk)
 }
 
 static inline uint8_t *
-shm_S(struct cohort__tcp_shm *s, int n, int p, uint32_t g)
+shm_S(struct host_shm *s, int n, int p, uint32_t g)
 {
 	return (s->data + (size_t)p * s->rank_len
 	    + (size_t)(g & 1) * (size_t)n * s->blk);
 }
 
 static inline uint8_t *
-shm_R(struct cohort__tcp_shm *s, int n, int p, uint32_t g)
+shm_R(struct host_shm *s, int n, int p, uint32_t g)
 {
 	return (s->data + (size_t)p * s->rank_len + 2 * (size_t)n * s->blk
 	    + (size_t)(g & 1) * s->blk);
 }
 
 static inline atomic_uint *
-shm_flag(struct cohort__tcp_shm *s, int p, int which)
+shm_flag(struct host_shm *s, int p, int which)
 {
 	struct shm_ctrl *c = &s->ctrl[p];
 
@@ -222,14 +226,13 @@ shm_reached(uint32_t have, uint32_t want)
 }
 
 static void
-shm_signal(struct cohort__tcp *t, int which, uint32_t v)
+shm_signal(struct host_shm *s, const struct host_op *c, int which, uint32_t v)
 {
-	struct cohort__tcp_shm *s = t->shm;
-	atomic_uint *f = shm_flag(s, t->rank, which);
+	atomic_uint *f = shm_flag(s, s->rank, which);
 
 	atomic_store_explicit(f, v, memory_order_seq_cst);
 	if (atomic_load_explicit(
-	        &s->ctrl[t->rank].sleepers, memory_order_seq_cst)
+	        &s->ctrl[s->rank].sleepers, memory_order_seq_cst)
 	    != 0)
 		(void)syscall(SYS_futex, (uint32_t *)f, FUTEX_WAKE, INT_MAX,
 		    NULL, NULL, 0);
@@ -243,52 +246,55 @@ shm_pause(void)
 #endif
 }
 
+static cohort_status shm_stray(struct host_shm *s, const struct host_op *c,
+    int p, char *err, size_t errlen);
+
 /* Checks the connections of the ranks not yet at want: one that hung up
  * is lost (it cannot have finished the round). */
 static cohort_status
-shm_liveness(
-    struct cohort__tcp *t, int which, uint32_t want, char *err, size_t errlen)
+shm_liveness(struct host_shm *s, const struct host_op *c, int which,
+    uint32_t want, char *err, size_t errlen)
 {
-	struct cohort__tcp_shm *s = t->shm;
-	struct pollfd *fds = t->pfds; /* room for size + the watch */
+	struct pollfd *fds = s->mesh->pfds; /* room for size + the watch */
 	int nfds = 0, k;
 	cohort_status rv;
 
-	for (int p = 0; p < t->size; p++) {
-		if (p == t->rank
+	for (int p = 0; p < s->size; p++) {
+		if (p == s->rank
 		    || shm_reached(atomic_load_explicit(shm_flag(s, p, which),
 		                       memory_order_acquire),
 		        want))
 			continue;
-		fds[nfds].fd = t->peers[p].fd;
+		fds[nfds].fd = s->mesh->links[p].fd;
 		fds[nfds].events = POLLRDHUP | POLLIN;
 		fds[nfds].revents = 0;
-		t->pfd_peer[nfds++] = p;
+		s->mesh->pfd_peer[nfds++] = p;
 	}
-	k = cohort__tcp_watch_add(t, fds, nfds);
+	k = host_mesh_watch_add(s->mesh, fds, nfds);
 	if (nfds + k == 0 || poll(fds, (nfds_t)(nfds + k), 0) <= 0)
 		return (COHORT_OK);
-	if ((rv = cohort__tcp_watch_check(t, fds + nfds, k, err, errlen))
+	if ((rv = host_mesh_watch_check(
+	         s->mesh, c, fds + nfds, k, err, errlen))
 	    != COHORT_OK)
 		return (rv);
 	for (int i = 0; i < nfds; i++) {
-		int p = t->pfd_peer[i];
+		int p = s->mesh->pfd_peer[i];
 
 		if ((fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) {
 			/* Bytes from a rank that has not reached this
 			 * step: it runs an operation over TCP. */
 			if ((fds[i].revents & POLLIN) != 0)
-				return (
-				    cohort__tcp_shm_stray(t, p, err, errlen));
+				return (shm_stray(s, c, p, err, errlen));
 			continue;
 		}
-		if ((rv = cohort__tcp_check_abort(t, err, errlen))
+		if ((rv = host_mesh_check_abort(s->mesh, c, err, errlen))
 		    != COHORT_OK)
 			return (rv);
 		snprintf(err, errlen,
 		    "rank %d closed the connection during "
 		    "%s #%" PRIu64 " (shared memory, round %" PRIu32 ")",
-		    (int)t->peers[p].job_rank, t->opname, t->seq, want - 1);
+		    (int)s->mesh->links[p].job_rank, c->name, c->seq,
+		    want - 1);
 		return (COHORT_EPEERLOST);
 	}
 	return (COHORT_OK);
@@ -296,10 +302,9 @@ shm_liveness(
 
 /* Waits until every other rank's counter `which` reached want. */
 static cohort_status
-shm_wait(struct cohort__tcp *t, int which, uint32_t want, char *err,
-    size_t errlen, cohort__time deadline)
+shm_wait(struct host_shm *s, const struct host_op *c, int which, uint32_t want,
+    char *err, size_t errlen, cohort__time deadline)
 {
-	struct cohort__tcp_shm *s = t->shm;
 	uint64_t idle_since = 0, waited_since = 0, last_now = 0;
 	bool slept = false;
 	int spins = 0;
@@ -310,8 +315,8 @@ shm_wait(struct cohort__tcp *t, int which, uint32_t want, char *err,
 		atomic_uint *f;
 		unsigned v;
 
-		for (int p = 0; p < t->size; p++) {
-			if (p != t->rank
+		for (int p = 0; p < s->size; p++) {
+			if (p != s->rank
 			    && !shm_reached(
 			        atomic_load_explicit(shm_flag(s, p, which),
 			            memory_order_acquire),
@@ -324,21 +329,21 @@ shm_wait(struct cohort__tcp *t, int which, uint32_t want, char *err,
 			/* Waited for a peer past the hot spins: op stats
 			 * (backend.h), from the clock reads the spinning
 			 * makes anyway (one more after a futex sleep). */
-			if (waited_since != 0 && t->stats != NULL)
-				t->stats->wait_ns
+			if (waited_since != 0 && c->stats != NULL)
+				c->stats->wait_ns
 				    += (slept ? cohort__now_ns() : last_now)
 				    - waited_since;
 			return (COHORT_OK);
 		}
-		if (spins < t->shm_hot_spins) {
+		if (spins < s->tune->shm_hot_spins) {
 			spins++;
 			shm_pause();
 			continue;
 		}
-		if ((rv = cohort__tcp_check_abort(t, err, errlen))
+		if ((rv = host_mesh_check_abort(s->mesh, c, err, errlen))
 		    != COHORT_OK)
 			return (rv);
-		if (t->spin_us > 0) {
+		if (s->tune->spin_us > 0) {
 			uint64_t now = cohort__now_ns();
 
 			last_now = now;
@@ -347,15 +352,16 @@ shm_wait(struct cohort__tcp *t, int which, uint32_t want, char *err,
 				waited_since = now;
 			if (idle_since == 0)
 				idle_since = now;
-			if (now - idle_since < (uint64_t)t->spin_us * 1000u) {
-				if (t->spin_yield)
+			if (now - idle_since
+			    < (uint64_t)s->tune->spin_us * 1000u) {
+				if (s->tune->spin_yield)
 					sched_yield();
 				else
 					shm_pause();
 				continue;
 			}
 		}
-		if ((rv = shm_liveness(t, which, want, err, errlen))
+		if ((rv = shm_liveness(s, c, which, want, err, errlen))
 		    != COHORT_OK)
 			return (rv);
 		if (cohort__expired(deadline)) {
@@ -363,8 +369,8 @@ shm_wait(struct cohort__tcp *t, int which, uint32_t want, char *err,
 			    "timed out during %s #%" PRIu64
 			    " waiting for rank %d (shared memory, round "
 			    "%" PRIu32 ")",
-			    t->opname, t->seq, (int)t->peers[missing].job_rank,
-			    want - 1);
+			    c->name, c->seq,
+			    (int)s->mesh->links[missing].job_rank, want - 1);
 			return (COHORT_ETIMEDOUT);
 		}
 		f = shm_flag(s, missing, which);
@@ -392,17 +398,17 @@ shm_wait(struct cohort__tcp *t, int which, uint32_t want, char *err,
 }
 
 bool
-cohort__tcp_shm_usable(
-    struct cohort__tcp *t, const struct cohort__op *op, size_t bytes)
+host_shm_usable(const struct host_shm *s, const struct host_tune *tune,
+    const struct cohort__op *op, size_t esize, size_t bytes)
 {
-	if (t->shm == NULL || op->kind == COHORT__OP_BARRIER)
+	if (s == NULL || op->kind == COHORT__OP_BARRIER)
 		return (false);
 	if (op->kind == COHORT__OP_ALLGATHERV) {
 		bytes = 0;
-		for (int p = 0; p < t->size; p++)
-			bytes += op->counts[p] * t->esize;
+		for (int p = 0; p < s->size; p++)
+			bytes += op->counts[p] * esize;
 	}
-	return (bytes > 0 && bytes >= t->shm_min && bytes <= t->shm_max);
+	return (bytes > 0 && bytes >= tune->shm_min && bytes <= tune->shm_max);
 }
 
 /* Block p of a round of elems elements: the first elems % n get one more
@@ -418,22 +424,21 @@ shm_block(size_t elems, int n, int p, size_t esize, size_t *off, size_t *len)
 }
 
 static void
-shm_post(struct cohort__tcp *t, const uint8_t *src, size_t roff, size_t elems,
-    uint32_t g)
+shm_post(struct host_shm *s, const struct host_op *c, const uint8_t *src,
+    size_t roff, size_t elems, uint32_t g)
 {
-	struct cohort__tcp_shm *s = t->shm;
-	int n = t->size;
-	uint8_t *S = shm_S(s, n, t->rank, g);
+	int n = s->size;
+	uint8_t *S = shm_S(s, n, s->rank, g);
 
 	for (int p = 0; p < n; p++) {
 		size_t off, len;
 
-		if (p == t->rank)
+		if (p == s->rank)
 			continue;
-		shm_block(elems, n, p, t->esize, &off, &len);
+		shm_block(elems, n, p, c->esize, &off, &len);
 		shm_copy(S + off, src + roff + off, len);
 	}
-	shm_signal(t, SHM_POSTED, g + 1);
+	shm_signal(s, c, SHM_POSTED, g + 1);
 }
 
 /* Reduces our block [off, off + len) of round g into out (own input in,
@@ -441,26 +446,25 @@ shm_post(struct cohort__tcp *t, const uint8_t *src, size_t roff, size_t elems,
  * publishes it in R, in L1-sized pieces so that the copy to R reads what
  * the reduction just wrote. */
 static void
-shm_reduce_block(struct cohort__tcp *t, const struct cohort__op *op,
-    uint8_t *out, const uint8_t *in, size_t off, size_t len, uint8_t *R,
-    uint32_t g)
+shm_reduce_block(struct host_shm *s, const struct host_op *c,
+    const struct cohort__op *op, uint8_t *out, const uint8_t *in, size_t off,
+    size_t len, uint8_t *R, uint32_t g)
 {
-	struct cohort__tcp_shm *s = t->shm;
-	size_t piece = SHM_PIECE - SHM_PIECE % t->esize;
+	size_t piece = SHM_PIECE - SHM_PIECE % c->esize;
 
 	for (size_t o = 0; o < len; o += piece) {
 		size_t l = len - o < piece ? len - o : piece;
 
 		if (in != out)
 			shm_copy(out + o, in + o, l);
-		for (int p = 0; p < t->size; p++)
-			if (p != t->rank)
+		for (int p = 0; p < s->size; p++)
+			if (p != s->rank)
 				cohort__reduce(out + o,
-				    shm_S(s, t->size, p, g) + off + o,
-				    l / t->esize, op->dtype, op->op);
+				    shm_S(s, s->size, p, g) + off + o,
+				    l / c->esize, op->dtype, op->op);
 		if (op->op == COHORT_MEAN)
 			cohort__scale_div(
-			    out + o, l / t->esize, op->dtype, (double)t->size);
+			    out + o, l / c->esize, op->dtype, (double)s->size);
 		if (out != R)
 			shm_copy(R + o, out + o, l);
 	}
@@ -474,19 +478,17 @@ shm_reduce_block(struct cohort__tcp *t, const struct cohort__op *op,
  * one of them every rank must have finished its last round (done > g0-1).
  */
 static cohort_status
-shm_begin_op(struct cohort__tcp *t, uint32_t g0, char *err, size_t errlen,
-    cohort__time deadline)
+shm_begin_op(struct host_shm *s, const struct host_op *c, uint32_t g0,
+    char *err, size_t errlen, cohort__time deadline)
 {
-	struct cohort__tcp_shm *s = t->shm;
 	cohort_status rv;
 
 	rv = shm_wait(
-	    t, SHM_DONE, s->sync_next ? g0 : g0 - 1, err, errlen, deadline);
+	    s, c, SHM_DONE, s->sync_next ? g0 : g0 - 1, err, errlen, deadline);
 	if (rv != COHORT_OK)
 		return (rv);
-	memcpy(s->ctrl[t->rank].op_hdr,
-	    t->hdrs + (size_t)t->rank * COHORT__TCP_OP_HDR,
-	    COHORT__TCP_OP_HDR);
+	memcpy(s->ctrl[s->rank].op_hdr,
+	    s->agree->hdrs + (size_t)s->rank * HOST_OP_HDR, HOST_OP_HDR);
 	return (COHORT_OK);
 }
 
@@ -494,15 +496,15 @@ shm_begin_op(struct cohort__tcp *t, uint32_t g0, char *err, size_t errlen,
  * (shm_begin_op); *g0 gets its first round. sync_after: the operation
  * does not wait for its readers (every kind but allreduce). */
 static cohort_status
-shm_start(struct cohort__tcp *t, size_t rounds, bool sync_after, uint32_t *g0,
-    char *err, size_t errlen, cohort__time deadline)
+shm_start(struct host_shm *s, const struct host_op *c, size_t rounds,
+    bool sync_after, uint32_t *g0, char *err, size_t errlen,
+    cohort__time deadline)
 {
-	struct cohort__tcp_shm *s = t->shm;
 	cohort_status rv;
 
 	*g0 = s->round;
 	s->round += (uint32_t)rounds;
-	if ((rv = shm_begin_op(t, *g0, err, errlen, deadline)) != COHORT_OK)
+	if ((rv = shm_begin_op(s, c, *g0, err, errlen, deadline)) != COHORT_OK)
 		return (rv);
 	s->sync_next = sync_after;
 	return (COHORT_OK);
@@ -510,80 +512,79 @@ shm_start(struct cohort__tcp *t, size_t rounds, bool sync_after, uint32_t *g0,
 
 /* Every rank posted round g0 of this operation: compare their headers. */
 static cohort_status
-shm_agree(struct cohort__tcp *t, char *err, size_t errlen)
+shm_agree(
+    struct host_shm *s, const struct host_op *c, char *err, size_t errlen)
 {
-	struct cohort__tcp_shm *s = t->shm;
 
-	for (int p = 0; p < t->size; p++)
-		if (p != t->rank)
-			memcpy(t->hdrs + (size_t)p * COHORT__TCP_OP_HDR,
-			    s->ctrl[p].op_hdr, COHORT__TCP_OP_HDR);
-	return (cohort__tcp_op_agree(t, err, errlen));
+	for (int p = 0; p < s->size; p++)
+		if (p != s->rank)
+			memcpy(s->agree->hdrs + (size_t)p * HOST_OP_HDR,
+			    s->ctrl[p].op_hdr, HOST_OP_HDR);
+	return (host_agree_check(s->agree, c, err, errlen));
 }
 
-cohort_status
-cohort__tcp_shm_stray(struct cohort__tcp *t, int p, char *err, size_t errlen)
+static cohort_status
+shm_stray(struct host_shm *s, const struct host_op *c, int p, char *err,
+    size_t errlen)
 {
-	uint8_t *theirs = t->hdrs + (size_t)p * COHORT__TCP_OP_HDR;
-	uint8_t *mine = t->hdrs + (size_t)t->rank * COHORT__TCP_OP_HDR;
+	uint8_t *theirs = s->agree->hdrs + (size_t)p * HOST_OP_HDR;
+	uint8_t *mine = s->agree->hdrs + (size_t)s->rank * HOST_OP_HDR;
 	size_t got = 0, sent = 0;
 	cohort__time until = cohort__now_ms() + 1000;
 
 	/* Its header is there (or arriving); ours lets it fail too. */
-	while ((got < COHORT__TCP_OP_HDR || sent < COHORT__TCP_OP_HDR)
+	while ((got < HOST_OP_HDR || sent < HOST_OP_HDR)
 	    && !cohort__expired(until)) {
-		struct pollfd pfd = { .fd = t->peers[p].fd,
-			.events
-			= (short)((got < COHORT__TCP_OP_HDR ? POLLIN : 0)
-			    | (sent < COHORT__TCP_OP_HDR ? POLLOUT : 0)) };
+		struct pollfd pfd = { .fd = s->mesh->links[p].fd,
+			.events = (short)((got < HOST_OP_HDR ? POLLIN : 0)
+			    | (sent < HOST_OP_HDR ? POLLOUT : 0)) };
 		ssize_t n;
 
 		(void)poll(&pfd, 1, 10);
-		if (got < COHORT__TCP_OP_HDR) {
-			n = recv(t->peers[p].fd, theirs + got,
-			    COHORT__TCP_OP_HDR - got, MSG_DONTWAIT);
+		if (got < HOST_OP_HDR) {
+			n = recv(s->mesh->links[p].fd, theirs + got,
+			    HOST_OP_HDR - got, MSG_DONTWAIT);
 			if (n > 0)
 				got += (size_t)n;
 			else if (n == 0)
 				break;
 		}
-		if (sent < COHORT__TCP_OP_HDR) {
-			n = send(t->peers[p].fd, mine + sent,
-			    COHORT__TCP_OP_HDR - sent,
-			    MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (sent < HOST_OP_HDR) {
+			n = send(s->mesh->links[p].fd, mine + sent,
+			    HOST_OP_HDR - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
 			if (n > 0)
 				sent += (size_t)n;
 		}
 	}
-	if (got < COHORT__TCP_OP_HDR)
-		memset(theirs, 0, COHORT__TCP_OP_HDR);
+	if (got < HOST_OP_HDR)
+		memset(theirs, 0, HOST_OP_HDR);
 	/* Compare only the two: the others are unknown. */
-	for (int q = 0; q < t->size; q++)
-		if (q != p && q != t->rank)
-			memcpy(t->hdrs + (size_t)q * COHORT__TCP_OP_HDR, mine,
-			    COHORT__TCP_OP_HDR);
-	if (cohort__tcp_op_agree(t, err, errlen) == COHORT_OK) {
+	for (int q = 0; q < s->size; q++)
+		if (q != p && q != s->rank)
+			memcpy(s->agree->hdrs + (size_t)q * HOST_OP_HDR, mine,
+			    HOST_OP_HDR);
+	if (host_agree_check(s->agree, c, err, errlen) == COHORT_OK) {
 		snprintf(err, errlen,
 		    "ranks disagree on the path: rank %d runs %s #%" PRIu64
 		    " over tcp while rank %d uses shared memory",
-		    (int)t->peers[p].job_rank, t->opname, t->seq,
-		    (int)t->peers[t->rank].job_rank);
+		    (int)s->mesh->links[p].job_rank, c->name, c->seq,
+		    (int)s->mesh->links[s->rank].job_rank);
 	}
-	t->broken = COHORT_EMISMATCH;
-	snprintf(t->broken_err, sizeof(t->broken_err),
+	s->agree->broken = COHORT_EMISMATCH;
+	snprintf(s->agree->broken_err, sizeof(s->agree->broken_err),
 	    "%s (in %s #%" PRIu64 "; the group cannot be used any more)", err,
-	    t->opname, t->seq);
+	    c->name, c->seq);
 	return (COHORT_EMISMATCH);
 }
 
-cohort_status
-cohort__tcp_shm_allreduce(struct cohort__tcp *t, const struct cohort__op *op,
-    size_t bytes, char *err, size_t errlen, cohort__time deadline)
+static cohort_status
+shm_allreduce(struct host_shm *s, const struct host_op *c,
+    const struct cohort__op *op, size_t bytes, char *err, size_t errlen,
+    cohort__time deadline)
 {
-	struct cohort__tcp_shm *s = t->shm;
 	const uint8_t *src = op->send;
 	uint8_t *dst = op->recv;
-	int n = t->size, r = t->rank;
+	int n = s->size, r = s->rank;
 	/* A reduce is an all-reduce whose results only the root gathers. */
 	int root = op->kind == COHORT__OP_REDUCE ? op->root : -1;
 	/* blk is a multiple of 64, so of every element size */
@@ -592,55 +593,55 @@ cohort__tcp_shm_allreduce(struct cohort__tcp *t, const struct cohort__op *op,
 	uint32_t g0;
 	cohort_status rv;
 
-	if ((rv = shm_start(t, rounds, false, &g0, err, errlen, deadline))
+	if ((rv = shm_start(s, c, rounds, false, &g0, err, errlen, deadline))
 	    != COHORT_OK)
 		return (rv);
-	shm_post(t, src, 0, (bytes < per ? bytes : per) / t->esize, g0);
+	shm_post(s, c, src, 0, (bytes < per ? bytes : per) / c->esize, g0);
 	for (size_t k = 0; k < rounds; k++) {
 		uint32_t g = g0 + (uint32_t)k;
 		size_t roff = k * per;
 		size_t rlen = bytes - roff < per ? bytes - roff : per;
-		size_t elems = rlen / t->esize;
+		size_t elems = rlen / c->esize;
 		size_t off, len;
 		uint8_t *R = shm_R(s, n, r, g);
 
 		/* Reduce our block of round g. */
 		if ((rv = shm_wait(
-		         t, SHM_POSTED, g + 1, err, errlen, deadline))
+		         s, c, SHM_POSTED, g + 1, err, errlen, deadline))
 		        != COHORT_OK
 		    || (rv = shm_wait(
-		            t, SHM_DONE, g - 1, err, errlen, deadline))
+		            s, c, SHM_DONE, g - 1, err, errlen, deadline))
 		        != COHORT_OK)
 			break;
-		if (k == 0 && (rv = shm_agree(t, err, errlen)) != COHORT_OK)
+		if (k == 0 && (rv = shm_agree(s, c, err, errlen)) != COHORT_OK)
 			break;
-		shm_block(elems, n, r, t->esize, &off, &len);
+		shm_block(elems, n, r, c->esize, &off, &len);
 		/* A reduce's non-roots reduce their block straight into R. */
-		shm_reduce_block(t, op,
+		shm_reduce_block(s, c, op,
 		    root >= 0 && r != root ? R : dst + roff + off,
 		    src + roff + off, off, len, R, g);
-		shm_signal(t, SHM_REDUCED, g + 1);
+		shm_signal(s, c, SHM_REDUCED, g + 1);
 
 		/* Post round g + 1 while the others finish round g. */
 		if (k + 1 < rounds) {
 			size_t noff = roff + per;
 			size_t nlen = bytes - noff < per ? bytes - noff : per;
 
-			shm_post(t, src, noff, nlen / t->esize, g + 1);
+			shm_post(s, c, src, noff, nlen / c->esize, g + 1);
 		}
 
 		/* Gather round g's results. */
 		if ((rv = shm_wait(
-		         t, SHM_REDUCED, g + 1, err, errlen, deadline))
+		         s, c, SHM_REDUCED, g + 1, err, errlen, deadline))
 		    != COHORT_OK)
 			break;
 		for (int p = 0; p < n && (root < 0 || r == root); p++) {
 			if (p == r)
 				continue;
-			shm_block(elems, n, p, t->esize, &off, &len);
+			shm_block(elems, n, p, c->esize, &off, &len);
 			shm_copy(dst + roff + off, shm_R(s, n, p, g), len);
 		}
-		shm_signal(t, SHM_DONE, g + 1);
+		shm_signal(s, c, SHM_DONE, g + 1);
 	}
 	return (rv);
 }
@@ -673,24 +674,24 @@ cohort__tcp_shm_allreduce(struct cohort__tcp *t, const struct cohort__op *op,
 
 /* Starts round g: the slot of parity g & 1 is free to write. */
 static cohort_status
-shm_round_begin(struct cohort__tcp *t, uint32_t g, char *err, size_t errlen,
-    cohort__time deadline)
+shm_round_begin(struct host_shm *s, const struct host_op *c, uint32_t g,
+    char *err, size_t errlen, cohort__time deadline)
 {
-	return (shm_wait(t, SHM_DONE, g - 1, err, errlen, deadline));
+	return (shm_wait(s, c, SHM_DONE, g - 1, err, errlen, deadline));
 }
 
 /* After a broadcast's headers disagreed: true when they differ only in
  * the root (bytes 8..11), so every rank planned the same rounds. */
 static bool
-shm_only_root_differs(const struct cohort__tcp *t)
+shm_only_root_differs(const struct host_shm *s)
 {
-	const uint8_t *h0 = t->hdrs;
+	const uint8_t *h0 = s->agree->hdrs;
 
-	for (int p = 1; p < t->size; p++) {
-		const uint8_t *h = t->hdrs + (size_t)p * COHORT__TCP_OP_HDR;
+	for (int p = 1; p < s->size; p++) {
+		const uint8_t *h = s->agree->hdrs + (size_t)p * HOST_OP_HDR;
 
 		if (memcmp(h, h0, 8) != 0
-		    || memcmp(h + 12, h0 + 12, COHORT__TCP_OP_HDR - 12) != 0)
+		    || memcmp(h + 12, h0 + 12, HOST_OP_HDR - 12) != 0)
 			return (false);
 	}
 	return (true);
@@ -731,7 +732,8 @@ shm_xoff(const struct shm_xop *x, int p)
 
 /* Rank p stages a block of its own in this operation (whole shape). */
 static bool
-shm_xstager(const struct cohort__tcp *t, const struct shm_xop *x, int p)
+shm_xstager(const struct host_shm *s, const struct host_op *c,
+    const struct shm_xop *x, int p)
 {
 	switch (x->op->kind) {
 	case COHORT__OP_BROADCAST:
@@ -747,9 +749,9 @@ shm_xstager(const struct cohort__tcp *t, const struct shm_xop *x, int p)
  * blocks other than the stager's own share its slot of n * blk bytes), and
  * where stager p keeps block q's piece. */
 static inline size_t
-shm_xpiece(const struct cohort__tcp *t)
+shm_xpiece(const struct host_shm *s)
 {
-	return ((size_t)t->size * t->shm->blk / (size_t)(t->size - 1))
+	return ((size_t)s->size * s->blk / (size_t)(s->size - 1))
 	    & ~(size_t)63;
 }
 
@@ -761,19 +763,18 @@ shm_xat(int p, int q, size_t piece)
 
 /* Round k of this rank's staging into slot S. */
 static void
-shm_xstage(
-    struct cohort__tcp *t, const struct shm_xop *x, size_t k, uint8_t *S)
+shm_xstage(struct host_shm *s, const struct host_op *c,
+    const struct shm_xop *x, size_t k, uint8_t *S)
 {
-	struct cohort__tcp_shm *s = t->shm;
-	int n = t->size;
+	int n = s->size;
 
 	if (x->pieces) {
-		size_t P = shm_xpiece(t), off = k * P;
+		size_t P = shm_xpiece(s), off = k * P;
 		size_t len = x->src_len - off < P ? x->src_len - off : P;
 
 		for (int q = 0; q < n; q++)
-			if (q != t->rank)
-				shm_copy(S + shm_xat(t->rank, q, P),
+			if (q != s->rank)
+				shm_copy(S + shm_xat(s->rank, q, P),
 				    x->src + (size_t)q * x->src_len + off,
 				    len);
 	} else {
@@ -787,16 +788,16 @@ shm_xstage(
 
 /* Round k (global round g) of this rank's reading of the others' slots. */
 static void
-shm_xtake(struct cohort__tcp *t, const struct shm_xop *x, size_t k, uint32_t g)
+shm_xtake(struct host_shm *s, const struct host_op *c, const struct shm_xop *x,
+    size_t k, uint32_t g)
 {
-	struct cohort__tcp_shm *s = t->shm;
 	const struct cohort__op *op = x->op;
-	int n = t->size, r = t->rank;
+	int n = s->size, r = s->rank;
 
 	if (x->pieces) {
-		size_t P = shm_xpiece(t), off = k * P;
+		size_t P = shm_xpiece(s), off = k * P;
 		size_t len = x->src_len - off < P ? x->src_len - off : P;
-		size_t piece = SHM_PIECE - SHM_PIECE % t->esize;
+		size_t piece = SHM_PIECE - SHM_PIECE % c->esize;
 
 		if (op->kind == COHORT__OP_SCATTER) {
 			shm_copy(x->dst + off,
@@ -828,9 +829,9 @@ shm_xtake(struct cohort__tcp *t, const struct shm_xop *x, size_t k, uint32_t g)
 					cohort__reduce(out + o,
 					    shm_S(s, n, p, g)
 					        + shm_xat(p, r, P) + o,
-					    l / t->esize, op->dtype, op->op);
+					    l / c->esize, op->dtype, op->op);
 			if (op->op == COHORT_MEAN)
-				cohort__scale_div(out + o, l / t->esize,
+				cohort__scale_div(out + o, l / c->esize,
 				    op->dtype, (double)n);
 		}
 		return;
@@ -840,7 +841,7 @@ shm_xtake(struct cohort__tcp *t, const struct shm_xop *x, size_t k, uint32_t g)
 		size_t blen = shm_xlen(x, p), len;
 		uint8_t *out = x->dst + shm_xoff(x, p) + off;
 
-		if (p == r || !shm_xstager(t, x, p) || off >= blen)
+		if (p == r || !shm_xstager(s, c, x, p) || off >= blen)
 			continue;
 		len = blen - off < per ? blen - off : per;
 		shm_copy(out, shm_S(s, n, p, g), len);
@@ -849,60 +850,62 @@ shm_xtake(struct cohort__tcp *t, const struct shm_xop *x, size_t k, uint32_t g)
 
 /* Runs x's rounds: stage, post, wait for every rank's post, read, done. */
 static cohort_status
-shm_xrun(struct cohort__tcp *t, const struct shm_xop *x, char *err,
-    size_t errlen, cohort__time deadline)
+shm_xrun(struct host_shm *s, const struct host_op *c, const struct shm_xop *x,
+    char *err, size_t errlen, cohort__time deadline)
 {
-	struct cohort__tcp_shm *s = t->shm;
-	size_t unit = x->pieces ? shm_xpiece(t) : (size_t)t->size * s->blk;
+	size_t unit = x->pieces ? shm_xpiece(s) : (size_t)s->size * s->blk;
 	size_t most = 0, rounds;
 	uint32_t g0;
 	cohort_status rv;
 
-	for (int p = 0; p < t->size; p++)
-		if (x->pieces || shm_xstager(t, x, p))
+	for (int p = 0; p < s->size; p++)
+		if (x->pieces || shm_xstager(s, c, x, p))
 			most = shm_xlen(x, p) > most ? shm_xlen(x, p) : most;
 	rounds = most == 0 ? 1 : (most + unit - 1) / unit;
-	if ((rv = shm_start(t, rounds, true, &g0, err, errlen, deadline))
+	if ((rv = shm_start(s, c, rounds, true, &g0, err, errlen, deadline))
 	    != COHORT_OK)
 		return (rv);
 	for (size_t k = 0; k < rounds; k++) {
 		uint32_t g = g0 + (uint32_t)k;
 
 		if (x->stages) {
-			if ((rv = shm_round_begin(t, g, err, errlen, deadline))
+			if ((rv = shm_round_begin(
+			         s, c, g, err, errlen, deadline))
 			    != COHORT_OK)
 				break;
-			shm_xstage(t, x, k, shm_S(s, t->size, t->rank, g));
+			shm_xstage(s, c, x, k, shm_S(s, s->size, s->rank, g));
 		}
-		shm_signal(t, SHM_POSTED, g + 1);
+		shm_signal(s, c, SHM_POSTED, g + 1);
 		/* A rank that only stages waits for the others once: every
 		 * rank compares the headers after all posted round g0. */
 		if ((x->takes || k == 0)
 		    && ((rv = shm_wait(
-		             t, SHM_POSTED, g + 1, err, errlen, deadline))
+		             s, c, SHM_POSTED, g + 1, err, errlen, deadline))
 		            != COHORT_OK
 		        || (k == 0
-		            && (rv = shm_agree(t, err, errlen)) != COHORT_OK)))
+		            && (rv = shm_agree(s, c, err, errlen))
+		                != COHORT_OK)))
 			break;
 		if (x->takes)
-			shm_xtake(t, x, k, g);
-		shm_signal(t, SHM_DONE, g + 1);
+			shm_xtake(s, c, x, k, g);
+		shm_signal(s, c, SHM_DONE, g + 1);
 	}
 	if (rv == COHORT_EMISMATCH && x->op->kind == COHORT__OP_BROADCAST
-	    && shm_only_root_differs(t)) {
+	    && shm_only_root_differs(s)) {
 		/* Every rank saw the same headers in round g0, before any
 		 * data moved: all skip this broadcast's rounds, and the group
 		 * stays usable (as on the TCP path). */
-		shm_signal(t, SHM_POSTED, g0 + (uint32_t)rounds);
-		shm_signal(t, SHM_DONE, g0 + (uint32_t)rounds);
-		t->broken = COHORT_OK;
+		shm_signal(s, c, SHM_POSTED, g0 + (uint32_t)rounds);
+		shm_signal(s, c, SHM_DONE, g0 + (uint32_t)rounds);
+		s->agree->broken = COHORT_OK;
 	}
 	return (rv);
 }
 
 cohort_status
-cohort__tcp_shm_run(struct cohort__tcp *t, const struct cohort__op *op,
-    size_t bytes, char *err, size_t errlen, cohort__time deadline)
+host_shm_run(struct host_shm *s, const struct cohort__op *op,
+    const struct host_op *c, size_t bytes, char *err, size_t errlen,
+    cohort__time deadline)
 {
 	struct shm_xop x = { .op = op,
 		.src = op->send,
@@ -911,15 +914,14 @@ cohort__tcp_shm_run(struct cohort__tcp *t, const struct cohort__op *op,
 		.root = op->root,
 		.stages = true,
 		.takes = true };
-	int n = t->size, r = t->rank;
+	int n = s->size, r = s->rank;
 	size_t *off = NULL;
 	cohort_status rv;
 
 	switch (op->kind) {
 	case COHORT__OP_ALLREDUCE:
 	case COHORT__OP_REDUCE:
-		return (cohort__tcp_shm_allreduce(
-		    t, op, bytes, err, errlen, deadline));
+		return (shm_allreduce(s, c, op, bytes, err, errlen, deadline));
 	case COHORT__OP_BROADCAST:
 		x.src = op->recv;
 		x.stages = r == op->root;
@@ -935,7 +937,7 @@ cohort__tcp_shm_run(struct cohort__tcp *t, const struct cohort__op *op,
 		for (int p = 0; p < n; p++) {
 			off[n + p]
 			    = (op->counts != NULL ? op->counts[p] : op->count)
-			    * t->esize;
+			    * c->esize;
 			off[p] = p == 0 ? 0 : off[p - 1] + off[n + p - 1];
 		}
 		x.off = off;
@@ -972,7 +974,7 @@ cohort__tcp_shm_run(struct cohort__tcp *t, const struct cohort__op *op,
 		    cohort__op_name(op->kind));
 		return (COHORT_ENOTSUP);
 	}
-	rv = shm_xrun(t, &x, err, errlen, deadline);
+	rv = shm_xrun(s, c, &x, err, errlen, deadline);
 	free(off);
 	return (rv);
 }
@@ -997,7 +999,7 @@ shm_name(const uint8_t rnd[16], char *name, size_t len)
 }
 
 static void
-shm_unmap(struct cohort__tcp_shm *s)
+shm_unmap(struct host_shm *s)
 {
 	if (s == NULL)
 		return;
@@ -1007,41 +1009,51 @@ shm_unmap(struct cohort__tcp_shm *s)
 }
 
 void
-cohort__tcp_shm_free(struct cohort__tcp *t)
+host_shm_free(struct host_shm *s)
 {
-	shm_unmap(t->shm);
-	t->shm = NULL;
+	shm_unmap(s);
+}
+
+/* A segment's state for the group of m (not mapped yet). */
+static struct host_shm *
+shm_new(
+    struct host_mesh *m, struct host_agree *a, const struct host_tune *tune)
+{
+	struct host_shm *s;
+
+	if ((s = calloc(1, sizeof(*s))) == NULL)
+		return (NULL);
+	s->mesh = m;
+	s->agree = a;
+	s->tune = tune;
+	s->rank = m->rank;
+	s->size = m->size;
+	return (s);
 }
 
 /* Rank 0: creates and maps the segment and fills the announcement msg:
  * "CSM1" (else "CSM0": none), len (be64), 4 zero bytes, token[16], the
- * name's 32 hex digits; cohort__tcp_shm_setup adds rank 0's size range
+ * name's 32 hex digits; host_shm_setup adds rank 0's size range
  * (shm_min, shm_max, be64), which every rank adopts: all ranks must pick
  * the same path for every allreduce. */
-static struct cohort__tcp_shm *
-shm_create(struct cohort__tcp *t, size_t want_blk, uint8_t *msg, char *name,
+static struct host_shm *
+shm_create(struct host_shm *s, size_t want_blk, uint8_t *msg, char *name,
     size_t namelen)
 {
-	struct cohort__tcp_shm *s;
 	struct shm_hdr *h;
 	uint8_t rnd[32];
 	int fd;
 
 	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
-		return (NULL);
-	if ((s = calloc(1, sizeof(*s))) == NULL)
-		return (NULL);
-	shm_layout(s, t->size, shm_blk(t->size, want_blk));
-	if (s->len > SHM_MAX_LEN) {
-		free(s);
-		return (NULL);
-	}
+		goto out_free;
+	shm_layout(s, s->size, shm_blk(s->size, want_blk));
+	if (s->len > SHM_MAX_LEN)
+		goto out_free;
 	shm_name(rnd, name, namelen);
 	fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0) {
-		free(s);
 		name[0] = '\0';
-		return (NULL);
+		goto out_free;
 	}
 	/* Reserve the pages now (tmpfs: ENOSPC here, not SIGBUS later). */
 	if (ftruncate(fd, (off_t)s->len) != 0
@@ -1052,150 +1064,154 @@ shm_create(struct cohort__tcp *t, size_t want_blk, uint8_t *msg, char *name,
 		close(fd);
 		(void)shm_unlink(name);
 		name[0] = '\0';
-		free(s);
-		return (NULL);
+		s->base = NULL;
+		goto out_free;
 	}
 	close(fd);
-	shm_layout(s, t->size, s->blk);
+	shm_layout(s, s->size, s->blk);
 	h = (struct shm_hdr *)s->base;
 	memcpy(h->magic, SHM_MAGIC, sizeof(SHM_MAGIC));
 	memcpy(h->token, rnd + 16, 16);
-	h->size = (uint32_t)t->size;
+	h->size = (uint32_t)s->size;
 	h->blk = (uint32_t)s->blk;
 	memcpy(msg, "CSM1", 4);
-	cohort__tcp_put_be(msg + 4, s->len, 8);
+	host_put_be(msg + 4, s->len, 8);
 	memcpy(msg + 16, rnd + 16, 16);
 	memcpy(msg + 32, name + 8, 32);
 	return (s);
+
+out_free:
+	shm_unmap(s);
+	return (NULL);
 }
 
 /* A peer: opens and checks the announced segment. */
-static struct cohort__tcp_shm *
-shm_attach(struct cohort__tcp *t, const uint8_t *msg)
+static struct host_shm *
+shm_attach(struct host_shm *s, const uint8_t *msg)
 {
-	struct cohort__tcp_shm *s;
 	const struct shm_hdr *h;
 	char name[48];
 	struct stat st;
-	uint64_t len = cohort__tcp_get_be(msg + 4, 8);
+	uint64_t len = host_get_be(msg + 4, 8);
 	int fd;
 
 	if (memcmp(msg, "CSM1", 4) != 0)
-		return (NULL);
+		goto out_free;
 	cohort__strlcpy(name, "/cohort-", sizeof(name));
 	memcpy(name + 8, msg + 32, 32);
 	name[40] = '\0';
 	for (int i = 8; i < 40; i++)
 		if (!((name[i] >= '0' && name[i] <= '9')
 		        || (name[i] >= 'a' && name[i] <= 'f')))
-			return (NULL);
-	if ((s = calloc(1, sizeof(*s))) == NULL)
-		return (NULL);
+			goto out_free;
 	fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		free(s);
-		return (NULL);
-	}
+	if (fd < 0)
+		goto out_free;
 	if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != len
 	    || len < SHM_HDR) {
 		close(fd);
-		free(s);
-		return (NULL);
+		goto out_free;
 	}
 	s->len = (size_t)len;
 	s->base
 	    = mmap(NULL, s->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	close(fd);
 	if (s->base == MAP_FAILED) {
-		free(s);
-		return (NULL);
+		s->base = NULL;
+		goto out_free;
 	}
 	h = (const struct shm_hdr *)s->base;
 	if (memcmp(h->magic, SHM_MAGIC, sizeof(SHM_MAGIC)) != 0
 	    || memcmp(h->token, msg + 16, 16) != 0
-	    || h->size != (uint32_t)t->size || h->blk < 4096) {
-		shm_unmap(s);
-		return (NULL);
-	}
-	shm_layout(s, t->size, h->blk);
+	    || h->size != (uint32_t)s->size || h->blk < 4096)
+		goto out_free;
+	shm_layout(s, s->size, h->blk);
 	if (s->len != (size_t)len) {
 		s->len = (size_t)len;
-		shm_unmap(s);
-		return (NULL);
+		goto out_free;
 	}
 	return (s);
+
+out_free:
+	shm_unmap(s);
+	return (NULL);
 }
 
 /* Moves exactly len bytes of the setup exchange with peer p. */
 static cohort_status
-shm_io(struct cohort__tcp *t, int p, void *buf, size_t len, bool sending,
+shm_io(struct host_mesh *m, int p, void *buf, size_t len, bool sending,
     char *err, size_t errlen, cohort__time deadline)
 {
 	size_t done = 0;
 
-	return (cohort__tcp_io(t->abort_flag, t->peers[p].fd, buf, len, &done,
-	    sending, "shared-memory setup", t->peers[p].job_rank, err, errlen,
+	return (host_io(m->abort_flag, m->links[p].fd, buf, len, &done,
+	    sending, "shared-memory setup", m->links[p].job_rank, err, errlen,
 	    deadline));
 }
 
 cohort_status
-cohort__tcp_shm_setup(struct cohort__tcp *t, bool enable, size_t want_blk,
-    char *err, size_t errlen, cohort__time deadline)
+host_shm_setup(struct host_mesh *m, struct host_agree *a,
+    struct host_tune *tune, bool enable, size_t want_blk,
+    struct host_shm **out, char *err, size_t errlen, cohort__time deadline)
 {
 	uint8_t msg[SHM_MSG_LEN];
-	struct cohort__tcp_shm *s = NULL;
+	struct host_shm *s = NULL;
 	uint8_t yes = 'Y';
 	cohort_status rv = COHORT_OK;
 
-	if (t->size < 2)
+	*out = NULL;
+	if (m->size < 2)
 		return (COHORT_OK);
 	memset(msg, 0, sizeof(msg));
-	if (t->rank == 0) {
+	if (m->rank == 0) {
 		char name[48] = "";
 
-		if (enable)
-			s = shm_create(t, want_blk, msg, name, sizeof(name));
+		if (enable && (s = shm_new(m, a, tune)) != NULL)
+			s = shm_create(s, want_blk, msg, name, sizeof(name));
 		if (s == NULL)
 			memcpy(msg, "CSM0", 4);
-		cohort__tcp_put_be(msg + 64, t->shm_min, 8);
-		cohort__tcp_put_be(msg + 72, t->shm_max, 8);
-		for (int p = 1; p < t->size && rv == COHORT_OK; p++)
-			rv = shm_io(t, p, msg, sizeof(msg), true, err, errlen,
+		host_put_be(msg + 64, tune->shm_min, 8);
+		host_put_be(msg + 72, tune->shm_max, 8);
+		for (int p = 1; p < m->size && rv == COHORT_OK; p++)
+			rv = shm_io(m, p, msg, sizeof(msg), true, err, errlen,
 			    deadline);
-		for (int p = 1; p < t->size && rv == COHORT_OK; p++) {
-			uint8_t a = 'N';
+		for (int p = 1; p < m->size && rv == COHORT_OK; p++) {
+			uint8_t ans = 'N';
 
-			rv = shm_io(t, p, &a, 1, false, err, errlen, deadline);
-			if (a != 'Y')
+			rv = shm_io(
+			    m, p, &ans, 1, false, err, errlen, deadline);
+			if (ans != 'Y')
 				yes = 'N';
 		}
 		if (name[0] != '\0')
 			(void)shm_unlink(name);
 		if (s == NULL)
 			yes = 'N';
-		for (int p = 1; p < t->size && rv == COHORT_OK; p++)
+		for (int p = 1; p < m->size && rv == COHORT_OK; p++)
 			rv = shm_io(
-			    t, p, &yes, 1, true, err, errlen, deadline);
+			    m, p, &yes, 1, true, err, errlen, deadline);
 	} else {
-		uint8_t a;
+		uint8_t ans;
 
 		rv = shm_io(
-		    t, 0, msg, sizeof(msg), false, err, errlen, deadline);
-		if (rv == COHORT_OK && enable)
-			s = shm_attach(t, msg);
-		a = s != NULL ? 'Y' : 'N';
-		if (rv == COHORT_OK)
-			rv = shm_io(t, 0, &a, 1, true, err, errlen, deadline);
+		    m, 0, msg, sizeof(msg), false, err, errlen, deadline);
+		if (rv == COHORT_OK && enable
+		    && (s = shm_new(m, a, tune)) != NULL)
+			s = shm_attach(s, msg);
+		ans = s != NULL ? 'Y' : 'N';
 		if (rv == COHORT_OK)
 			rv = shm_io(
-			    t, 0, &yes, 1, false, err, errlen, deadline);
+			    m, 0, &ans, 1, true, err, errlen, deadline);
+		if (rv == COHORT_OK)
+			rv = shm_io(
+			    m, 0, &yes, 1, false, err, errlen, deadline);
 	}
 	if (rv != COHORT_OK || yes != 'Y') {
 		shm_unmap(s);
 		return (rv);
 	}
-	t->shm = s;
-	t->shm_min = (size_t)cohort__tcp_get_be(msg + 64, 8);
-	t->shm_max = (size_t)cohort__tcp_get_be(msg + 72, 8);
+	tune->shm_min = (size_t)host_get_be(msg + 64, 8);
+	tune->shm_max = (size_t)host_get_be(msg + 72, 8);
+	*out = s;
 	return (COHORT_OK);
 }

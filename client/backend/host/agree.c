@@ -1,0 +1,271 @@
+/*
+ * agree.c - the host backend's operation agreement: before any tensor
+ * byte moves, the ranks check that they all entered the same operation,
+ * so ranks that disagree all fail with EMISMATCH naming both sides
+ * instead of exchanging bytes of different meaning. The exchange doubles
+ * as the barrier.
+ *
+ * The header (32 bytes, big-endian): "COP1", kind, dtype, op, path (0 tcp,
+ * 1 shared memory), root, a hash of ALLGATHERV's counts, count, operation
+ * number. Fields an operation does not use are zero, so only what matters
+ * is compared.
+ *
+ * Two ways to compare, by group size:
+ *  - up to mesh_max ranks (connected in full at init): every rank sends
+ *    every other its header and checks all of them (one round, n - 1
+ *    messages per rank; the shared-memory path puts the header in its
+ *    control block instead, shm.c);
+ *  - larger groups: the smallest and the largest header (memcmp order)
+ *    with the ranks that sent them are folded by recursive doubling
+ *    (xfer.c host_rd: log2(n) rounds of one 72-byte message each way,
+ *    over the partners of the small all-reduce), so every rank learns
+ *    whether all agree, and which two ranks differ, without a
+ *    connection to every peer.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host_impl.h"
+
+/* The fold of the large-group agreement: min header, its rank, max
+ * header, its rank. */
+#define AGREE_FOLD (2 * (HOST_OP_HDR + 4))
+
+cohort_status
+host_agree_init(
+    struct host_agree *a, struct host_mesh *m, char *err, size_t errlen)
+{
+	a->mesh = m;
+	a->broken = COHORT_OK;
+	if ((a->hdrs = calloc((size_t)m->size, HOST_OP_HDR)) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return (COHORT_ENOMEM);
+	}
+	return (COHORT_OK);
+}
+
+void
+host_agree_fini(struct host_agree *a)
+{
+	free(a->hdrs);
+	a->hdrs = NULL;
+}
+
+static bool
+agree_rooted(enum cohort__op_kind k)
+{
+	return (k == COHORT__OP_REDUCE || k == COHORT__OP_BROADCAST
+	    || k == COHORT__OP_GATHER || k == COHORT__OP_SCATTER);
+}
+
+static bool
+agree_reducing(enum cohort__op_kind k)
+{
+	return (k == COHORT__OP_ALLREDUCE || k == COHORT__OP_REDUCE
+	    || k == COHORT__OP_REDUCE_SCATTER);
+}
+
+void
+host_agree_hdr(struct host_agree *a, const struct cohort__op *op, bool shm)
+{
+	uint8_t *h = a->hdrs + (size_t)a->mesh->rank * HOST_OP_HDR;
+	bool data = op->kind != COHORT__OP_BARRIER;
+	uint32_t chash = 0;
+
+	if (op->kind == COHORT__OP_ALLGATHERV && op->counts != NULL) {
+		uint64_t x = 1469598103934665603ull; /* FNV-1a */
+
+		for (int p = 0; p < a->mesh->size; p++) {
+			x ^= op->counts[p];
+			x *= 1099511628211ull;
+		}
+		chash = (uint32_t)(x ^ (x >> 32));
+	}
+	memcpy(h, "COP1", 4);
+	h[4] = (uint8_t)op->kind;
+	h[5] = data ? (uint8_t)op->dtype : 0;
+	h[6] = agree_reducing(op->kind) ? (uint8_t)op->op : 0;
+	h[7] = shm ? 1 : 0;
+	host_put_be(h + 8, agree_rooted(op->kind) ? (uint32_t)op->root : 0, 4);
+	host_put_be(h + 12, chash, 4);
+	host_put_be(h + 16,
+	    data && op->kind != COHORT__OP_ALLGATHERV ? op->count : 0, 8);
+	host_put_be(h + 24, op->seq, 8);
+}
+
+static const char *
+agree_kind(uint8_t k)
+{
+	return (k >= COHORT__OP_ALLREDUCE && k <= COHORT__OP_BARRIER
+	        ? cohort__op_name((enum cohort__op_kind)k)
+	        : "?");
+}
+
+/* Says how header b (of job rank rb) differs from a (job rank ra). */
+static void
+agree_describe(const uint8_t *a, int32_t ra, const uint8_t *b, int32_t rb,
+    char *err, size_t errlen)
+{
+	if (memcmp(b, "COP1", 4) != 0)
+		snprintf(err, errlen,
+		    "ranks are out of step: rank %d sent something other than "
+		    "an operation header (an earlier operation that "
+		    "disagreed?)",
+		    (int)rb);
+	else if (a[4] != b[4] || a[24] != b[24]
+	    || host_get_be(a + 24, 8) != host_get_be(b + 24, 8))
+		snprintf(err, errlen,
+		    "ranks disagree on the operation: rank %d %s #%" PRIu64
+		    ", rank %d %s #%" PRIu64,
+		    (int)ra, agree_kind(a[4]), host_get_be(a + 24, 8), (int)rb,
+		    agree_kind(b[4]), host_get_be(b + 24, 8));
+	else if (a[5] != b[5])
+		snprintf(err, errlen,
+		    "ranks disagree: rank %d dtype %s, rank %d dtype %s",
+		    (int)ra, cohort_dtype_name((cohort_dtype)a[5]), (int)rb,
+		    cohort_dtype_name((cohort_dtype)b[5]));
+	else if (host_get_be(a + 16, 8) != host_get_be(b + 16, 8))
+		snprintf(err, errlen,
+		    "ranks disagree: rank %d count %" PRIu64
+		    ", rank %d count %" PRIu64,
+		    (int)ra, host_get_be(a + 16, 8), (int)rb,
+		    host_get_be(b + 16, 8));
+	else if (a[6] != b[6])
+		snprintf(err, errlen,
+		    "ranks disagree: rank %d op %s, rank %d op %s", (int)ra,
+		    cohort_redop_name((cohort_redop)a[6]), (int)rb,
+		    cohort_redop_name((cohort_redop)b[6]));
+	else if (host_get_be(a + 8, 4) != host_get_be(b + 8, 4))
+		snprintf(err, errlen,
+		    "ranks disagree: rank %d root %u, rank %d root %u",
+		    (int)ra, (unsigned)host_get_be(a + 8, 4), (int)rb,
+		    (unsigned)host_get_be(b + 8, 4));
+	else if (host_get_be(a + 12, 4) != host_get_be(b + 12, 4))
+		snprintf(err, errlen,
+		    "ranks disagree on the per-rank counts (rank %d and "
+		    "rank %d)",
+		    (int)ra, (int)rb);
+	else
+		snprintf(err, errlen,
+		    "ranks disagree on the path: rank %d %s, rank %d %s "
+		    "(shared-memory size limits differ?)",
+		    (int)ra, a[7] ? "shared memory" : "tcp", (int)rb,
+		    b[7] ? "shared memory" : "tcp");
+}
+
+/* A disagreement between h0 (group rank p0) and h (rank p): EMISMATCH;
+ * shm: some rank was on the shared-memory path. */
+static cohort_status
+agree_failed(struct host_agree *a, const struct host_op *c, bool shm,
+    const uint8_t *h0, int p0, const uint8_t *h, int p, char *err,
+    size_t errlen)
+{
+	const struct host_link *l = a->mesh->links;
+
+	agree_describe(h0, l[p0].job_rank, h, l[p].job_rank, err, errlen);
+	if (shm || memcmp(h, "COP1", 4) != 0) {
+		/* The shared-memory rounds (or the streams) are out of step
+		 * now: so is every later operation. */
+		a->broken = COHORT_EMISMATCH;
+		snprintf(a->broken_err, sizeof(a->broken_err),
+		    "%s (in %s #%" PRIu64 "; the group cannot be used any "
+		    "more)",
+		    err, c->name, c->seq);
+	}
+	return (COHORT_EMISMATCH);
+}
+
+cohort_status
+host_agree_check(
+    struct host_agree *a, const struct host_op *c, char *err, size_t errlen)
+{
+	const uint8_t *h0 = a->hdrs;
+	bool shm = false;
+	int bad = -1;
+
+	for (int p = 0; p < a->mesh->size; p++) {
+		const uint8_t *h = a->hdrs + (size_t)p * HOST_OP_HDR;
+
+		if (h[7] != 0)
+			shm = true;
+		if (bad < 0 && memcmp(h, h0, HOST_OP_HDR) != 0)
+			bad = p;
+	}
+	if (bad < 0)
+		return (COHORT_OK);
+	return (agree_failed(a, c, shm, h0, 0,
+	    a->hdrs + (size_t)bad * HOST_OP_HDR, bad, err, errlen));
+}
+
+/* The fold: keeps the smaller and the larger header (ties: the lower
+ * rank), each with its group rank. */
+static void
+agree_combine(void *ctx, uint8_t *mine, const uint8_t *theirs)
+{
+	(void)ctx;
+	if (theirs == NULL)
+		return;
+	for (int half = 0; half < 2; half++) {
+		uint8_t *m = mine + half * (HOST_OP_HDR + 4);
+		const uint8_t *t = theirs + half * (HOST_OP_HDR + 4);
+		int d = memcmp(t, m, HOST_OP_HDR);
+		bool take = half == 0 ? d < 0 : d > 0;
+
+		if (d == 0
+		    && host_get_be(t + HOST_OP_HDR, 4)
+		        < host_get_be(m + HOST_OP_HDR, 4))
+			take = true;
+		if (take)
+			memcpy(m, t, HOST_OP_HDR + 4);
+	}
+}
+
+cohort_status
+host_agree_run(struct host_agree *a, struct host_xfer *x,
+    const struct cohort__op *op, const struct host_op *c, char *err,
+    size_t errlen, cohort__time deadline)
+{
+	struct host_mesh *m = a->mesh;
+	const uint8_t *mine = a->hdrs + (size_t)m->rank * HOST_OP_HDR;
+	uint8_t fold[AGREE_FOLD];
+	cohort_status rv;
+
+	host_agree_hdr(a, op, false);
+	if (m->size <= x->tune->mesh_max) {
+		if ((rv = host_exchange_all(
+		         x, c, a->hdrs, HOST_OP_HDR, err, errlen, deadline))
+		    != COHORT_OK)
+			return (rv);
+		return (host_agree_check(a, c, err, errlen));
+	}
+	for (int half = 0; half < 2; half++) {
+		memcpy(fold + half * (HOST_OP_HDR + 4), mine, HOST_OP_HDR);
+		host_put_be(fold + half * (HOST_OP_HDR + 4) + HOST_OP_HDR,
+		    (uint64_t)m->rank, 4);
+	}
+	if ((rv = host_rd(x, c, fold, sizeof(fold), agree_combine, NULL, err,
+	         errlen, deadline))
+	    != COHORT_OK)
+		return (rv);
+	if (memcmp(fold, fold + HOST_OP_HDR + 4, HOST_OP_HDR) == 0)
+		return (COHORT_OK);
+	{
+		int plo = (int)host_get_be(fold + HOST_OP_HDR, 4);
+		int phi = (int)host_get_be(fold + 2 * HOST_OP_HDR + 4, 4);
+
+		if (plo < 0 || plo >= m->size || phi < 0 || phi >= m->size) {
+			snprintf(err, errlen,
+			    "ranks are out of step in %s #%" PRIu64
+			    " (a malformed agreement)",
+			    c->name, c->seq);
+			a->broken = COHORT_EMISMATCH;
+			snprintf(
+			    a->broken_err, sizeof(a->broken_err), "%s", err);
+			return (COHORT_EMISMATCH);
+		}
+		return (agree_failed(a, c, false, fold, plo,
+		    fold + HOST_OP_HDR + 4, phi, err, errlen));
+	}
+}

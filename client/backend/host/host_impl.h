@@ -1,0 +1,429 @@
+/*
+ * host_impl.h - private interfaces of the host data-plane backend
+ * (host memory, peer to peer: TCP between any ranks, shared memory
+ * between the ranks of one host). Its registry name is "host"; "tcp" is
+ * kept as an alias.
+ *
+ * The parts, each calling only the ones listed after it (no circle):
+ *   host.c    the ops table: init, run's dispatch, abort, fini
+ *   hier.c    the hierarchical all-reduce: two child groups of this
+ *             backend, composed through its ops table (as staged.c
+ *             composes it), each running one stage
+ *   shm.c     the same-host shared-memory segment, its set-up, its
+ *             synchronisation (counters, futexes, liveness) and the
+ *             collectives over it
+ *   algos.c   the collectives over TCP, as plans for the engines
+ *   agree.c   the 32-byte operation agreement (and the barrier)
+ *   xfer.c    the transfer engines over the mesh's connections:
+ *             exchange (independent messages to and from any peers, all
+ *             in flight at once), recursive doubling (an exchange per
+ *             round, the caller combining) and stream (a pipelined chain
+ *             of steps with one outgoing and one incoming peer, where a
+ *             step's outgoing bytes may wait for an earlier step's
+ *             incoming bytes to be received and reduced: rings, chains)
+ *   mesh.c    the connections: a listener kept for the group's life, its
+ *             address published once in the job's KV, connections made
+ *             on first use to the peers an operation needs (lower rank
+ *             dials, higher accepts, all handshakes progressing at once),
+ *             authenticated by handshake.c
+ *   handshake.c  the handshake's messages and the pending table (no I/O)
+ *
+ * Set-up cost (n ranks): every rank publishes one address (one KV set)
+ * and keeps one listener. A group of at most COHORT_TCP_MESH_MAX (64)
+ * ranks connects every pair at init, as it always did (n - 1 connections
+ * and address reads per rank: cheap at that size, and the shared-memory
+ * and hierarchy set-ups need them). A larger group connects at init to
+ * nothing: each operation connects to the peers its algorithm uses, on
+ * first use - ring neighbours, recursive-doubling and binomial-tree
+ * partners, O(log n) per rank (one KV read and one handshake each); only
+ * all-to-all, gather and scatter reach every peer (the root's, for the
+ * last two). Its agreement (agree.c) runs by recursive doubling over the
+ * same partners as the small all-reduce, so a barrier costs O(log n)
+ * messages per rank.
+ *
+ * Wire: after the handshake, every collective starts with the agreement
+ * (agree.c). Then the connection carries raw tensor bytes only: both ends
+ * know how many to expect and in which order; nothing else is framed. A
+ * fast peer may already be sending the next operation's bytes; they wait
+ * in the socket until read.
+ */
+#ifndef COHORT_HOST_IMPL_H
+#define COHORT_HOST_IMPL_H
+
+#include <poll.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "handshake.h"
+
+/* ------------------------------------------------------------------------ */
+/* The running operation (passed down, never stored in a part's state)     */
+/* ------------------------------------------------------------------------ */
+
+struct host_op {
+	const char *name; /* for error texts: "allreduce" */
+	uint64_t seq; /* its number */
+	cohort_dtype dtype; /* of a reduction's stream processing */
+	cohort_redop redop;
+	size_t esize; /* bytes per element (1 when not a data op) */
+	int divisor; /* MEAN: the group size the stream divides by */
+	struct cohort__op_stats *stats; /* NULL: none (backend.h) */
+};
+
+/* Names the algorithm chosen in the op's stats. */
+static inline void
+host_op_algo(const struct host_op *c, const char *algo)
+{
+	if (c->stats != NULL)
+		c->stats->algo = algo;
+}
+
+/* Tunables (COHORT_TCP_* environment, read at init; host.c). */
+struct host_tune {
+	size_t small_max; /* allreduce: recursive doubling up to here */
+	size_t bcast_small; /* broadcast/gather family: direct up to here */
+	size_t pair_min; /* allreduce, 2 ranks: pairwise exchange in */
+	size_t pair_max; /*   [pair_min, pair_max], else the ring */
+	size_t io_max; /* largest single send()/recv() */
+	int spin_us; /* busy-poll before sleeping in poll() */
+	bool spin_yield; /* sched_yield() while busy-polling */
+	size_t ring_len; /* scratch of RECV_SCRATCH */
+	size_t acc_len; /* ring of RECV_ACC */
+	size_t shm_min; /* allreduce over shared memory in */
+	size_t shm_max; /*   [shm_min, shm_max] bytes */
+	int shm_hot_spins; /* pause-spins before yielding */
+	int mesh_max; /* full mesh at init up to this group size */
+};
+
+/* Big-endian integers of the set-up messages and operation headers. */
+static inline void
+host_put_be(uint8_t *p, uint64_t v, int bytes)
+{
+	for (int i = 0; i < bytes; i++)
+		p[i] = (uint8_t)(v >> (8 * (bytes - 1 - i)));
+}
+
+static inline uint64_t
+host_get_be(const uint8_t *p, int bytes)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < bytes; i++)
+		v = v << 8 | p[i];
+	return (v);
+}
+
+/* ------------------------------------------------------------------------ */
+/* mesh.c: connections                                                      */
+/* ------------------------------------------------------------------------ */
+
+struct mesh_dial; /* a connection being made (mesh.c) */
+
+struct host_link {
+	int fd; /* -1: not connected (yet), or self */
+	int32_t job_rank; /* for error texts */
+	struct mesh_dial *dial; /* connector's progress, NULL: none */
+};
+
+struct host_mesh {
+	int rank;
+	int size;
+	struct host_link *links; /* size entries */
+	atomic_int *abort_flag; /* the group's; may be NULL in tests */
+	atomic_int aborted; /* our abort() was called */
+
+	/* What connecting needs, copied at open (the description does not
+	 * outlive a hierarchy child's init). */
+	char job[128];
+	char group_id[320];
+	uint64_t generation;
+	char bind_addr[64]; /* "" = 127.0.0.1 */
+	struct cohort__store store;
+	uint8_t secret[64];
+	struct cohort__tcp_hs_keys keys;
+	int lfd; /* the listener, -1 when closed */
+	char addr[96]; /* as published */
+	struct cohort__tcp_pend *pend; /* handshakes in progress */
+	int refused[COHORT__TCP_HS_REASON_MAX + 1];
+	struct pollfd *cfds; /* room for the connecting loop */
+	/* The wait loops' poll set (xfer.c, shm.c; one runs at a time):
+	 * size + 2 entries, and room for the watch below. */
+	struct pollfd *pfds;
+	int *pfd_peer; /* peer of each pfds entry */
+
+	/* In a child of a hierarchical group: the parent, whose connections
+	 * every wait also watches, so that a rank that dies on another host
+	 * is named at once by ranks waiting on a stage it is not part of. */
+	const struct host_mesh *watch;
+	/* The parent's peer whose connection hung up (-1: none) and when: a
+	 * rank that finished the job's last operation exits too, so it is
+	 * lost only if this child is still waiting HOST_WATCH_GRACE_MS
+	 * later. */
+	int watch_lost;
+	uint64_t watch_lost_ns;
+};
+
+#define HOST_WATCH_GRACE_MS 500
+
+/* A tuning knob (common/knobs.h) in bytes or a count: dflt when unset or
+ * malformed, SIZE_MAX for -1 ("no limit"). */
+size_t host_knob(enum cohort__knob k, size_t dflt);
+/* Listens on desc's address and publishes it (one KV set). Collective in
+ * name only: it waits for nobody. */
+cohort_status host_mesh_open(struct host_mesh *m,
+    const struct cohort__group_desc *desc, char *err, size_t errlen,
+    cohort__time deadline);
+void host_mesh_close(struct host_mesh *m);
+/* Every pair of a small group is connected at init: nobody will connect
+ * to this rank any more, the listener closes. */
+void host_mesh_listen_done(struct host_mesh *m);
+/* Shuts every connection down (abort; any thread). */
+void host_mesh_abort(struct host_mesh *m);
+/* Connects this rank to peers[0..k) (group ranks, self and connected
+ * ones allowed) before deadline: dials the higher ones, accepts the lower
+ * ones, every handshake progressing at once. Every peer listed must list
+ * this rank in the same step of the same operation. during names the
+ * step in errors. */
+cohort_status host_mesh_connect(struct host_mesh *m, const int *peers, int k,
+    const char *during, char *err, size_t errlen, cohort__time deadline);
+/* EABORTED (naming c's operation, NULL: the set-up) when the group or
+ * this state was aborted. */
+cohort_status host_mesh_check_abort(
+    struct host_mesh *m, const struct host_op *c, char *err, size_t errlen);
+/* Moves bytes over a non-blocking socket until *done reaches len, before
+ * deadline, polling abort_flag; during names the phase in error texts. A
+ * connection closed or reset by the peer is COHORT_EPEERLOST. */
+cohort_status host_io(atomic_int *abort_flag, int fd, void *buf, size_t len,
+    size_t *done, bool sending, const char *during, int32_t peer, char *err,
+    size_t errlen, cohort__time deadline);
+/* Makes m a hierarchy child that watches parent's connections too. */
+cohort_status host_mesh_watch(struct host_mesh *m,
+    const struct host_mesh *parent, char *err, size_t errlen);
+/* A child's watch: appends the parent's connections to fds[n..] (room for
+ * watch->size entries) and returns how many it added. */
+int host_mesh_watch_add(struct host_mesh *m, struct pollfd *fds, int n);
+/* After poll(): EPEERLOST naming the parent's peer whose connection (one of
+ * the k added at fds[n..]) hung up. */
+cohort_status host_mesh_watch_check(struct host_mesh *m,
+    const struct host_op *c, const struct pollfd *fds, int k, char *err,
+    size_t errlen);
+
+/* ------------------------------------------------------------------------ */
+/* xfer.c: the engines                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* An exchange's plan with one peer: at most one message each way. */
+struct host_plan {
+	const uint8_t *sbuf;
+	size_t slen, sent;
+	uint8_t *rbuf;
+	size_t rlen, recvd;
+};
+
+/* One step of a stream (see host_stream). */
+enum host_recv_mode {
+	HOST_RECV_COPY = 0, /* into rbuf */
+	HOST_RECV_DIRECT, /* into rbuf, then rbuf op= other */
+	HOST_RECV_SCRATCH, /* into scratch, then rbuf op= scratch */
+	HOST_RECV_ACC, /* into the acc ring, then acc op= other */
+};
+
+struct host_step {
+	/* Outgoing: slen bytes from sbuf, or from the acc ring holding the
+	 * incoming bytes of step `gate` when sbuf is NULL. With gate >= 0,
+	 * byte i may be sent only once step gate's byte i is processed. */
+	const uint8_t *sbuf;
+	size_t slen;
+	int gate;
+	/* Incoming: rlen bytes, handled per rmode. */
+	int rmode;
+	uint8_t *rbuf;
+	const uint8_t *other;
+	size_t rlen;
+	bool divide; /* MEAN: divide processed bytes by the group size */
+	/* Process incoming byte i only once this step's outgoing byte i is
+	 * sent (in-place exchange: rbuf is also sbuf). */
+	bool pgate;
+	/* Progress (set by host_stream). */
+	size_t sent, recvd, processed;
+	uint64_t acc_base;
+};
+
+struct host_xfer {
+	struct host_mesh *mesh;
+	const struct host_tune *tune;
+	struct host_plan *plan; /* size entries */
+	/* The peers with a plan (host_plan_set), so that an exchange costs
+	 * what its plan holds, not the group's size. */
+	int *active;
+	int nactive;
+	/* Persistent, pre-faulted scratch. `small` holds whole messages of
+	 * the latency-optimised algorithms; `ring` is the scratch of
+	 * RECV_SCRATCH (consumed at once) and `acc` the ring of RECV_ACC
+	 * (kept until sent on). */
+	uint8_t *small;
+	size_t small_len;
+	uint8_t *ring;
+	uint8_t *acc;
+	struct host_step *steps; /* 2 * size entries */
+	int *want; /* size entries: peers to connect */
+};
+
+cohort_status host_xfer_init(struct host_xfer *x, struct host_mesh *m,
+    const struct host_tune *tune, char *err, size_t errlen);
+void host_xfer_fini(struct host_xfer *x);
+void host_plan_reset(struct host_xfer *x);
+/* Plans at most one message each way with peer p (a length 0: none). */
+void host_plan_set(struct host_xfer *x, int p, const void *sbuf, size_t slen,
+    void *rbuf, size_t rlen);
+/* Runs the plan (x->plan), connecting to its peers first. */
+cohort_status host_exchange(struct host_xfer *x, const struct host_op *c,
+    char *err, size_t errlen, cohort__time deadline);
+/* One message each way with peer (either length may be 0). */
+cohort_status host_pair(struct host_xfer *x, const struct host_op *c, int peer,
+    const void *sbuf, size_t slen, void *rbuf, size_t rlen, char *err,
+    size_t errlen, cohort__time deadline);
+/* With every other rank p at once: len bytes from src + p * sstride to
+ * it, len bytes from it into dst + p * dstride. */
+cohort_status host_exchange_blocks(struct host_xfer *x,
+    const struct host_op *c, const uint8_t *src, size_t sstride, uint8_t *dst,
+    size_t dstride, size_t len, char *err, size_t errlen,
+    cohort__time deadline);
+/* Every rank's len bytes at all + rank * len to every other: all ends up
+ * holding every rank's, in rank order. */
+cohort_status host_exchange_all(struct host_xfer *x, const struct host_op *c,
+    uint8_t *all, size_t len, char *err, size_t errlen, cohort__time deadline);
+/* Recursive doubling over buf (len bytes): every round swaps buf with a
+ * partner and calls combine(ctx, buf, theirs) (ranks beyond the largest
+ * power of two fold into a partner first and get the result last), then
+ * combine(ctx, buf, NULL) once to finish (MEAN: divide); every rank ends
+ * with the combination of all. theirs is scratch of len bytes. log2(n)
+ * rounds of one message each way: the partners are the same for every
+ * caller, so a large group connects to them once. */
+cohort_status host_rd(struct host_xfer *x, const struct host_op *c,
+    uint8_t *buf, size_t len,
+    void (*combine)(void *ctx, uint8_t *mine, const uint8_t *theirs),
+    void *ctx, char *err, size_t errlen, cohort__time deadline);
+cohort_status host_stream(struct host_xfer *x, const struct host_op *c, int to,
+    int from, struct host_step *steps, int nsteps, char *err, size_t errlen,
+    cohort__time deadline);
+/* The acc ring is allocated (and faulted in) on first use. */
+cohort_status host_need_acc(struct host_xfer *x, char *err, size_t errlen);
+cohort_status host_grow_small(
+    struct host_xfer *x, size_t len, char *err, size_t errlen);
+
+/* ------------------------------------------------------------------------ */
+/* agree.c: the operation agreement                                         */
+/* ------------------------------------------------------------------------ */
+
+#define HOST_OP_HDR 32
+
+struct host_agree {
+	struct host_mesh *mesh;
+	/* Every rank's header of the running operation (size * 32 bytes),
+	 * this rank's at rank * 32. */
+	uint8_t *hdrs;
+	/* A disagreement that left the ranks out of step (on the shared
+	 * memory path): every later operation fails with it. */
+	cohort_status broken;
+	char broken_err[512];
+};
+
+cohort_status host_agree_init(
+    struct host_agree *a, struct host_mesh *m, char *err, size_t errlen);
+void host_agree_fini(struct host_agree *a);
+/* Fills this rank's header of op; shm: it runs on the shared memory
+ * path. */
+void host_agree_hdr(
+    struct host_agree *a, const struct cohort__op *op, bool shm);
+/* Compares the headers in a->hdrs: COHORT_EMISMATCH with both sides named
+ * in err when any rank's differs from rank 0's. */
+cohort_status host_agree_check(
+    struct host_agree *a, const struct host_op *c, char *err, size_t errlen);
+/* The TCP path's agreement on op (the barrier when op is one): a group of
+ * at most mesh_max ranks sends every rank its header and checks them all;
+ * a larger one folds the smallest and largest header by recursive
+ * doubling, so every rank learns whether all agree in log2(n) rounds. */
+cohort_status host_agree_run(struct host_agree *a, struct host_xfer *x,
+    const struct cohort__op *op, const struct host_op *c, char *err,
+    size_t errlen, cohort__time deadline);
+
+/* ------------------------------------------------------------------------ */
+/* algos.c: the collectives over TCP                                        */
+/* ------------------------------------------------------------------------ */
+
+/* Runs op (agreed, size >= 2, bytes > 0 where it matters) over x; sparse:
+ * the group connects on first use (algorithms that need O(log n) peers
+ * per rank where the small-group choice would need all). */
+cohort_status host_algos_run(struct host_xfer *x, const struct cohort__op *op,
+    const struct host_op *c, size_t bytes, bool sparse, char *err,
+    size_t errlen, cohort__time deadline);
+/* A group of one: copies send to recv where the op needs it. */
+void host_algos_local(const struct cohort__op *op, size_t esize);
+
+/* ------------------------------------------------------------------------ */
+/* shm.c: the shared-memory path                                            */
+/* ------------------------------------------------------------------------ */
+
+struct host_shm;
+
+/* Offers (rank 0) or takes the segment over the mesh's connections (all
+ * made); *out NULL: pure TCP. Adopts rank 0's size range into tune. */
+cohort_status host_shm_setup(struct host_mesh *m, struct host_agree *a,
+    struct host_tune *tune, bool enable, size_t want_blk,
+    struct host_shm **out, char *err, size_t errlen, cohort__time deadline);
+void host_shm_free(struct host_shm *s);
+bool host_shm_usable(const struct host_shm *s, const struct host_tune *tune,
+    const struct cohort__op *op, size_t esize, size_t bytes);
+/* Any collective but barrier over the segment (host_shm_usable said yes);
+ * this rank's header is already in a->hdrs; bytes: the per-rank block
+ * (allgatherv: unused). */
+cohort_status host_shm_run(struct host_shm *s, const struct cohort__op *op,
+    const struct host_op *c, size_t bytes, char *err, size_t errlen,
+    cohort__time deadline);
+
+/* ------------------------------------------------------------------------ */
+/* hier.c: the hierarchical all-reduce                                      */
+/* ------------------------------------------------------------------------ */
+
+struct host_hier;
+struct cohort__host;
+
+/* After the flat set-up of a group that spans hosts: learns which ranks
+ * share a host and, where every host has the same number (>= 2) of them,
+ * sets up the two child groups through ops (this backend's table), each
+ * told to watch the parent's connections. Collective over the group. */
+cohort_status host_hier_setup(struct cohort__host *h,
+    const struct cohort__backend_ops *ops,
+    const struct cohort__group_desc *desc, struct host_hier **out, char *err,
+    size_t errlen, cohort__time deadline);
+bool host_hier_usable(
+    const struct host_hier *hh, const struct cohort__op *op, size_t bytes);
+cohort_status host_hier_allreduce(struct host_hier *hh,
+    const struct cohort__op *op, const struct host_op *c, size_t esize,
+    char *err, size_t errlen, cohort__time deadline);
+void host_hier_abort(struct host_hier *hh);
+void host_hier_free(struct host_hier *hh);
+
+/* ------------------------------------------------------------------------ */
+/* host.c: one group's state                                                */
+/* ------------------------------------------------------------------------ */
+
+struct cohort__host {
+	struct host_mesh mesh;
+	struct host_xfer xfer;
+	struct host_agree agree;
+	struct host_tune tune;
+	struct host_shm *shm; /* NULL = pure TCP */
+	struct host_hier *hier; /* NULL = flat */
+	/* More than mesh_max ranks: connections on first use. */
+	bool sparse;
+	/* In a hierarchy's child: the parent agreed on every operation it
+	 * runs, and its errors name the parent's operation (as_kind). */
+	bool agreed;
+	enum cohort__op_kind as_kind;
+};
+
+#endif /* COHORT_HOST_IMPL_H */
