@@ -14,7 +14,7 @@
 #
 # Sources are discovered by directory, so adding a file needs no edit here:
 #   client/*.c client/backend/*/*.c   -> libcohort.{a,so}
-#   server/*.c (but main.c)           -> libcohortd.a (cohortd + embedded)
+#   server/*/*.c                      -> libcohortd.a (cohortd + embedded)
 #   strategies/*.c                    -> libcohort_strategies.a
 #   tools/cohort/*.c                  -> bin/cohort (CLI)
 #   tests/{harness,unit,integration,fault,cuda}/*.c -> bin/cohort-tests
@@ -111,7 +111,7 @@ LIB_SRC := $(wildcard client/*.c) $(wildcard client/backend/*.c) \
 # not call them.
 CUDA_SRC := $(wildcard cuda/*.c)
 CU_SRC := $(if $(HAVE_CUDA),$(wildcard cuda/*.cu))
-SRV_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
+SRV_SRC := $(filter-out server/main.c,$(wildcard server/*.c server/*/*.c))
 STRAT_SRC := $(wildcard strategies/*.c)
 CLI_SRC := $(wildcard tools/cohort/*.c)
 TEST_SRC := $(wildcard tests/harness/*.c tests/unit/*.c tests/integration/*.c \
