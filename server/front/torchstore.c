@@ -19,7 +19,7 @@
  *    WAIT become protobuf requests dispatched to the core under the
  *    server mutex, so they are journalled, limited and wake parked
  *    waiters exactly as cohort's own KV calls do; their replies come back
- *    through the core's sink (srv_tstore_deliver) to this thread;
+ *    through the core's sink (ts_deliver) to this thread;
  *  - reads (GET, MULTI_GET, CHECK, GETNUMKEYS, LIST) are answered from
  *    the KV directly under the mutex: nothing to journal;
  *  - a WAIT parks in the core with no deadline (the client times out and
@@ -53,7 +53,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "srv_impl.h"
+#include "core/util.h"
+#include "state/job.h"
+#include "state/kv.h"
+#include "state/lifecycle.h"
+#include "dispatch.h"
+#include "events.h"
+#include "nng_rep.h"
+#include "torchstore.h"
 
 #define TS_MAGIC 0x3C85F7CEu
 #define TS_PARTIAL_MS 30000u
@@ -135,7 +142,7 @@ struct ts_conn {
 };
 
 struct ts_req {
-	struct srv_tp tp; /* SRV_TP_TORCH: first */
+	struct srv_tp tp; /* first: its deliver is ts_deliver */
 	struct ts_conn *conn;
 	int query;
 	uint64_t seq;
@@ -144,8 +151,7 @@ struct ts_req {
 };
 
 struct srv_tstore {
-	struct cohort__srv *srv;
-	struct srv_core *core;
+	struct srv_nng *nng;
 	char job[SRV_MAX_NAME + 1];
 	char token[SRV_MAX_NAME + 1];
 	char addr[96];
@@ -437,7 +443,7 @@ ts_conn_close(struct ts_conn *c, const char *why)
 	close(c->fd);
 	c->fd = -1;
 	a.pipe = c->pipe;
-	srv_with_core(c->ts->srv, ts_closed_locked, &a);
+	srv_with_core(c->ts->nng, ts_closed_locked, &a);
 	/* Freed by ts_reap once no request of it is in the core. */
 }
 
@@ -500,6 +506,8 @@ ts_conn_flush(struct ts_conn *c)
 /* Requests to the core                                                     */
 /* ------------------------------------------------------------------------ */
 
+static void ts_deliver(struct srv_tp *tp, nng_msg *reply);
+
 struct ts_disp {
 	struct ts_conn *c;
 	int query;
@@ -520,7 +528,7 @@ ts_dispatch_locked(void *arg, struct srv_core *core, cohort__time now)
 	d->ok = false;
 	if ((r = calloc(1, sizeof(*r))) == NULL)
 		return;
-	r->tp.kind = SRV_TP_TORCH;
+	r->tp.deliver = ts_deliver;
 	r->conn = c;
 	r->query = d->query;
 	d->req->job = c->ts->job;
@@ -538,7 +546,7 @@ ts_dispatch_locked(void *arg, struct srv_core *core, cohort__time now)
 	c->busy = d->query;
 	c->busy_seq = r->seq;
 	d->ok = true;
-	/* The reply (or NULL) reaches srv_tstore_deliver, possibly within
+	/* The reply (or NULL) reaches ts_deliver, possibly within
 	 * this call. */
 	srv_core_dispatch(core, msg, c->pipe, r, now);
 }
@@ -550,14 +558,16 @@ ts_dispatch(struct ts_conn *c, int query, Cohort__Request *req,
 	struct ts_disp d = { c, query, req, parts, nparts, false };
 
 	req->timeout_ms = UINT32_MAX; /* WAIT: until the client cancels */
-	srv_with_core(c->ts->srv, ts_dispatch_locked, &d);
+	srv_with_core(c->ts->nng, ts_dispatch_locked, &d);
 	return (d.ok);
 }
 
-void
-srv_tstore_deliver(void *tp, nng_msg *reply)
+/* The core's sink hands the reply of one of ours (or NULL) here, under
+ * the server mutex: to this listener's thread. */
+static void
+ts_deliver(struct srv_tp *tp, nng_msg *reply)
 {
-	struct ts_req *r = tp;
+	struct ts_req *r = (struct ts_req *)(void *)tp;
 	struct srv_tstore *ts = r->conn->ts;
 	uint64_t one = 1;
 
@@ -700,9 +710,7 @@ struct ts_local {
 static struct srv_job *
 ts_job(struct srv_core *core, const char *name)
 {
-	struct srv_hnode *n = srv_map_get(&core->jobs, name, strlen(name));
-
-	return (n != NULL ? SRV_CONTAINER(n, struct srv_job, hn) : NULL);
+	return (srv_job_find(core, name));
 }
 
 static void
@@ -731,13 +739,13 @@ ts_local_locked(void *arg, struct srv_core *core, cohort__time now)
 	switch (l->query) {
 	case TS_GET:
 		/* A missing key reads as empty, as in torch's server. */
-		if (!srv_kv_peek(&job->kv, l->keys[0], &v, &vl))
+		if (!srv_kv_peek(job->kv, l->keys[0], &v, &vl))
 			v = NULL, vl = 0;
 		l->ok = ts_put_bytes(c, v, vl);
 		break;
 	case TS_MULTI_GET:
 		for (size_t i = 0; i < l->nkeys && l->ok; i++) {
-			if (!srv_kv_peek(&job->kv, l->keys[i], &v, &vl))
+			if (!srv_kv_peek(job->kv, l->keys[i], &v, &vl))
 				v = NULL, vl = 0;
 			l->ok = ts_put_bytes(c, v, vl);
 		}
@@ -746,23 +754,22 @@ ts_local_locked(void *arg, struct srv_core *core, cohort__time now)
 	case TS_WAIT:
 		l->ready = true;
 		for (size_t i = 0; i < l->nkeys && l->ready; i++)
-			l->ready
-			    = srv_kv_peek(&job->kv, l->keys[i], NULL, NULL)
+			l->ready = srv_kv_peek(job->kv, l->keys[i], NULL, NULL)
 			    || ts_queue_nonempty(c->ts, l->keys[i]);
 		if (l->query == TS_CHECK)
 			l->ok
 			    = ts_put_u8(c, l->ready ? TS_READY : TS_NOT_READY);
 		break;
 	case TS_GETNUMKEYS:
-		l->ok = ts_put_u64(c, srv_kv_count(&job->kv));
+		l->ok = ts_put_u64(c, srv_kv_count(job->kv));
 		break;
 	case TS_LIST:
-		l->ok = ts_put_u64(c, srv_kv_count(&job->kv));
+		l->ok = ts_put_u64(c, srv_kv_count(job->kv));
 		if (l->ok)
-			srv_kv_foreach(&job->kv, ts_list_one, c);
+			srv_kv_foreach(job->kv, ts_list_one, c);
 		break;
 	case TS_COMPARE_SET:
-		l->exists = srv_kv_peek(&job->kv, l->keys[0], NULL, NULL);
+		l->exists = srv_kv_peek(job->kv, l->keys[0], NULL, NULL);
 		break;
 	default:
 		l->ok = false;
@@ -775,7 +782,7 @@ ts_local(struct ts_conn *c, int query, char **keys, size_t nkeys,
 {
 	struct ts_local l = { c, query, keys, nkeys, false, false, false };
 
-	srv_with_core(c->ts->srv, ts_local_locked, &l);
+	srv_with_core(c->ts->nng, ts_local_locked, &l);
 	if (out != NULL)
 		*out = l;
 	return (l.ok);
@@ -815,7 +822,7 @@ ts_release_locked(void *arg, struct srv_core *core, cohort__time now)
 			all = all
 			    && (c->wqueued[i]
 			        || srv_kv_peek(
-			            &job->kv, c->wkeys[i], NULL, NULL));
+			            job->kv, c->wkeys[i], NULL, NULL));
 		}
 		if (!hit)
 			continue;
@@ -887,7 +894,7 @@ ts_exec(struct ts_conn *c, uint8_t q, struct ts_cur *k)
 			qu->tail = it;
 			qu->n++;
 			ts->queue_bytes += al;
-			srv_with_core(ts->srv, ts_release_locked, &rel);
+			srv_with_core(ts->nng, ts_release_locked, &rel);
 			res = TS_DONE;
 			break;
 		}
@@ -1151,7 +1158,7 @@ ts_input(struct ts_conn *c, cohort__time now)
 				c->cancel_asked = true;
 				used++;
 				srv_with_core(
-				    c->ts->srv, ts_cancel_locked, &a);
+				    c->ts->nng, ts_cancel_locked, &a);
 				continue;
 			}
 			break;
@@ -1417,8 +1424,9 @@ ts_job_locked(void *arg, struct srv_core *core, cohort__time now)
 	struct srv_job *job = ts_job(core, a->ts->job);
 
 	(void)now;
+	a->ts->max_value = core->lim.max_value;
 	if (job == NULL) {
-		a->rv = srv_core_add_job(core, a->ts->job, a->ts->token);
+		a->rv = srv_job_add_preset(core, a->ts->job, a->ts->token);
 		return;
 	}
 	job->preset = true;
@@ -1487,9 +1495,8 @@ ts_listen(struct srv_tstore *ts, const char *hostport)
 }
 
 cohort_status
-srv_tstore_start(struct cohort__srv *s, struct srv_core *core,
-    const char *spec, const char *token, uint32_t partial_ms,
-    struct srv_tstore **out)
+srv_tstore_start(struct srv_nng *n, const char *spec, const char *token,
+    uint32_t partial_ms, struct srv_tstore **out)
 {
 	struct srv_tstore *ts;
 	const char *at = strchr(spec, '@');
@@ -1500,11 +1507,9 @@ srv_tstore_start(struct cohort__srv *s, struct srv_core *core,
 
 	if ((ts = calloc(1, sizeof(*ts))) == NULL)
 		return (COHORT_ENOMEM);
-	ts->srv = s;
-	ts->core = core;
+	ts->nng = n;
 	ts->lfd = ts->efd = ts->epfd = -1;
 	ts->partial_ms = partial_ms ? partial_ms : TS_PARTIAL_MS;
-	ts->max_value = core->lim.max_value;
 	ts->inbox_tail = &ts->inbox;
 	pthread_mutex_init(&ts->inbox_mtx, NULL);
 	if (at != NULL
@@ -1531,7 +1536,7 @@ srv_tstore_start(struct cohort__srv *s, struct srv_core *core,
 	}
 	ja.ts = ts;
 	ja.rv = COHORT_ESTATE;
-	srv_with_core(s, ts_job_locked, &ja);
+	srv_with_core(n, ts_job_locked, &ja);
 	if ((rv = ja.rv) != COHORT_OK)
 		goto out_free;
 	ts->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
