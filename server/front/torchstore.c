@@ -30,11 +30,19 @@
  *    client waiting on that name, as torch's server does.
  *
  * One thread per listener: epoll over non-blocking sockets, an eventfd
- * for replies. It never blocks on a client. Bad input (an unknown query,
- * a wrong magic, lengths over the limits) closes that connection only; so
- * does a request left incomplete for partial_ms, or output a client does
- * not read. A client idle between requests, or parked in a WAIT, is left
- * alone.
+ * for replies. It never blocks on a client. A client that closes its
+ * connection loses nothing it sent: every complete request before its
+ * EOF is applied in order, then the connection closes (a WAIT or BARRIER
+ * it left parked is withdrawn). Bad input (an unknown query, a wrong
+ * magic, lengths over the limits) closes that connection only, with the
+ * reason in cohortd's log at warn level (TCPStore has no error replies;
+ * torch's libuv server does the same); so does a request left incomplete
+ * for partial_ms, or output a client does not read. A client idle
+ * between requests, or parked in a WAIT, is left alone.
+ *
+ * The queries are one table (ts_cmds): for each, the function that
+ * parses it and answers it here or makes the request for the core, and
+ * the one that answers it from the core's reply.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -43,6 +51,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,6 +126,9 @@ struct ts_conn {
 	uint64_t client_id;
 	uint64_t seq;
 	bool validated;
+	/* The client closed its side: what it sent is still applied and
+	 * answered in order, then the connection closes (ts_conn_settle). */
+	bool eof;
 	bool dead; /* closed; freed when refs == 0 */
 	int refs; /* requests whose reply has not come back */
 	/* The request in flight (dispatched to the core), -1 if none. */
@@ -235,7 +247,25 @@ struct ts_cur {
 	size_t left;
 	bool bad; /* malformed or over a limit: close */
 	const char *why;
+	char whybuf[256];
 };
+
+/* Marks the cursor bad: the connection ends, with why in cohortd's log
+ * (TCPStore has no error replies; torch's libuv server does the same). */
+static void ts_badf(struct ts_cur *k, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void
+ts_badf(struct ts_cur *k, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(k->whybuf, sizeof(k->whybuf), fmt, ap);
+	va_end(ap);
+	k->bad = true;
+	k->why = k->whybuf;
+}
 
 static bool
 ts_get(struct ts_cur *k, void *out, size_t n)
@@ -261,17 +291,21 @@ ts_get_u64(struct ts_cur *k, uint64_t *v)
 	return (true);
 }
 
-/* A length-prefixed string up to max bytes: points into the buffer. */
+/* A length-prefixed string up to max bytes (what: "key" or "value",
+ * for the refusal): points into the buffer. */
 static bool
-ts_get_str(struct ts_cur *k, size_t max, const uint8_t **s, size_t *n)
+ts_get_str(struct ts_cur *k, size_t max, const char *what, const uint8_t **s,
+    size_t *n)
 {
 	uint64_t len;
 
 	if (!ts_get_u64(k, &len))
 		return (false);
 	if (len > max) {
-		k->bad = true;
-		k->why = "length over the limit";
+		ts_badf(k, "a %s of %" PRIu64 " bytes, over %s %zu", what, len,
+		    strcmp(what, "key") == 0 ? "cohortd's key limit of"
+		                             : "--max-value-bytes",
+		    max);
 		return (false);
 	}
 	if (k->left < len)
@@ -291,11 +325,11 @@ ts_key(struct ts_cur *k)
 	size_t n;
 	char *out;
 
-	if (!ts_get_str(k, COHORT__MAX_KEY, &s, &n))
+	if (!ts_get_str(k, COHORT__MAX_KEY, "key", &s, &n))
 		return (NULL);
 	if (n == 0 || memchr(s, '\0', n) != NULL) {
-		k->bad = true;
-		k->why = "empty key or a key with a NUL byte";
+		ts_badf(k, "%s",
+		    n == 0 ? "an empty key" : "a key with a NUL byte");
 		return (NULL);
 	}
 	if ((out = malloc(n + 1)) == NULL) {
@@ -326,8 +360,9 @@ ts_keys(struct ts_cur *k, size_t *n)
 	if (!ts_get_u64(k, &cnt))
 		return (NULL);
 	if (cnt > TS_MAX_COUNT) {
-		k->bad = true;
-		k->why = "too many keys";
+		ts_badf(k,
+		    "%" PRIu64 " keys in one query, over torch's limit of %u",
+		    cnt, TS_MAX_COUNT);
 		return (NULL);
 	}
 	if ((keys = calloc(cnt ? cnt : 1, sizeof(char *))) == NULL) {
@@ -460,6 +495,43 @@ ts_conn_close(struct ts_conn *c, const char *why)
 	/* Freed by ts_reap once no request of it is in the core. */
 }
 
+/* Ends a connection for what its client did (bad input, not reading):
+ * the reason goes to cohortd's log at warn level, as torch's libuv server
+ * logs it (TCPStore has no error replies: the client sees the closed
+ * connection). */
+static void
+ts_conn_refuse(struct ts_conn *c, const char *why)
+{
+	if (c->dead)
+		return;
+	cohort__warn("torch store %s (job '%s'): closing %s: %s", c->ts->addr,
+	    c->ts->job, c->peer, why);
+	ts_conn_close(c, NULL);
+}
+
+/* A request parked until someone else acts (a WAIT, a BARRIER): nobody
+ * hears its answer once the client is gone. */
+static bool
+ts_conn_parked(const struct ts_conn *c)
+{
+	return (
+	    c->busy == TS_WAIT || (c->busy == TS_BARRIER && c->busy_seq == 0));
+}
+
+/* After the client's EOF: closes once every complete request it sent has
+ * been applied (a reply of the core it waits for comes first), or when
+ * what is left waits for others. Nothing it sent before it closed is
+ * lost, as with torch's server. */
+static void
+ts_conn_settle(struct ts_conn *c)
+{
+	if (c->dead || !c->eof)
+		return;
+	if (c->busy >= 0 && !ts_conn_parked(c))
+		return; /* its reply is on the way, then the rest */
+	ts_conn_close(c, "closed by the client");
+}
+
 /* Frees the closed connections no request refers to any more. */
 static void
 ts_reap(struct srv_tstore *ts)
@@ -477,7 +549,7 @@ ts_conn_watch(struct ts_conn *c)
 	struct epoll_event ev;
 	bool want = c->outoff < c->outlen;
 
-	if (c->dead || want == c->want_out)
+	if (c->dead || c->eof || want == c->want_out)
 		return;
 	c->want_out = want;
 	memset(&ev, 0, sizeof(ev));
@@ -502,6 +574,12 @@ ts_conn_flush(struct ts_conn *c)
 			break;
 		if (n < 0 && errno == EINTR)
 			continue;
+		if (c->eof) {
+			/* gone for good: its answers go nowhere, what it
+			 * sent is still applied */
+			c->outoff = c->outlen;
+			break;
+		}
 		ts_conn_close(c, "send failed");
 		return;
 	}
@@ -509,8 +587,9 @@ ts_conn_flush(struct ts_conn *c)
 		return;
 	if (c->outoff == c->outlen)
 		c->outoff = c->outlen = 0;
-	else if (c->outlen - c->outoff > 2 * c->ts->max_value + (1u << 20))
-		ts_conn_close(c, "the client does not read its replies");
+	else if (!c->eof
+	    && c->outlen - c->outoff > 2 * c->ts->max_value + (1u << 20))
+		ts_conn_refuse(c, "it does not read its replies");
 	if (!c->dead)
 		ts_conn_watch(c);
 }
@@ -748,7 +827,7 @@ ts_key_value(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
 	size_t vl;
 
 	if ((op->key = ts_key(k)) == NULL
-	    || !ts_get_str(k, c->ts->max_value, &v, &vl))
+	    || !ts_get_str(k, c->ts->max_value, "value", &v, &vl))
 		return (TS_MORE);
 	op->iov[0].base = v;
 	op->iov[0].len = vl;
@@ -793,8 +872,8 @@ ts_compare_set(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
 	bool exists;
 
 	if ((op->key = ts_key(k)) == NULL
-	    || !ts_get_str(k, c->ts->max_value, &a, &al)
-	    || !ts_get_str(k, c->ts->max_value, &b, &bl))
+	    || !ts_get_str(k, c->ts->max_value, "value", &a, &al)
+	    || !ts_get_str(k, c->ts->max_value, "value", &b, &bl))
 		return (TS_MORE);
 	if (!ts_read(c, ts_read_exists, &op->key, 1, &exists))
 		return (TS_BAD);
@@ -923,8 +1002,12 @@ ts_multi_set(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
 
 	if (!ts_get_u64(k, &cnt))
 		return (TS_MORE);
-	if (cnt > TS_MAX_COUNT)
-		return (ts_bad(k, "too many keys"));
+	if (cnt > TS_MAX_COUNT) {
+		ts_badf(k,
+		    "%" PRIu64 " keys in one query, over torch's limit of %u",
+		    cnt, TS_MAX_COUNT);
+		return (TS_BAD);
+	}
 	op->keys = calloc(cnt ? cnt : 1, sizeof(char *));
 	op->lens = calloc(cnt ? cnt : 1, sizeof(uint64_t));
 	op->miov = calloc(cnt ? cnt : 1, sizeof(*op->miov));
@@ -935,7 +1018,7 @@ ts_multi_set(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
 		if (key == NULL)
 			return (TS_MORE);
 		op->keys[op->nkeys++] = key;
-		if (!ts_get_str(k, c->ts->max_value, &v, &vl))
+		if (!ts_get_str(k, c->ts->max_value, "value", &v, &vl))
 			return (TS_MORE);
 		op->lens[i] = vl;
 		op->miov[i].base = v;
@@ -1017,12 +1100,18 @@ ts_queue_push(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
 	size_t vl;
 
 	if ((op->key = ts_key(k)) == NULL
-	    || !ts_get_str(k, ts->max_value, &v, &vl))
+	    || !ts_get_str(k, ts->max_value, "value", &v, &vl))
 		return (TS_MORE);
 	qu = ts_queue_find(ts, op->key, true);
-	if (qu == NULL || ts->queue_bytes + vl > 4 * ts->max_value
-	    || (it = malloc(sizeof(*it) + vl)) == NULL)
-		return (ts_bad(k, "queue limit reached"));
+	if (ts->queue_bytes + vl > 4 * ts->max_value) {
+		ts_badf(k,
+		    "the listener's queues would hold %" PRIu64 " bytes, over "
+		    "4 x --max-value-bytes",
+		    ts->queue_bytes + vl);
+		return (TS_BAD);
+	}
+	if (qu == NULL || (it = malloc(sizeof(*it) + vl)) == NULL)
+		return (ts_bad(k, "out of memory"));
 	it->next = NULL;
 	it->len = vl;
 	memcpy(it->data, v, vl);
@@ -1093,8 +1182,8 @@ ts_barrier(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
 
 	if ((op->key = ts_key(k)) == NULL || !ts_get_u64(k, &world))
 		return (TS_MORE);
-	if ((int64_t)world < 1)
-		return (ts_bad(k, "barrier world size below 1"));
+	/* A count below 1 is reached by this arrival: answered at once,
+	 * as torch's server does. */
 	c->bworld = (int64_t)world;
 	free(c->bkey);
 	c->bkey = op->key;
@@ -1308,8 +1397,10 @@ ts_exec(struct ts_conn *c, uint8_t q, struct ts_cur *k)
 	struct ts_op op;
 	enum ts_parse res;
 
-	if (cmd == NULL)
-		return (ts_bad(k, "unknown query"));
+	if (cmd == NULL) {
+		ts_badf(k, "unknown query %u", q);
+		return (TS_BAD);
+	}
 	memset(&op, 0, sizeof(op));
 	op.req = (Cohort__Request)COHORT__REQUEST__INIT;
 	res = cmd->run(c, k, &op);
@@ -1347,10 +1438,14 @@ ts_input(struct ts_conn *c, cohort__time now)
 	size_t used = 0;
 
 	while (!c->dead && used < c->inlen) {
-		struct ts_cur k
-		    = { c->in + used, c->inlen - used, false, NULL };
+		struct ts_cur k;
 		uint8_t q = c->in[used];
 		enum ts_parse r;
+
+		k.p = c->in + used;
+		k.left = c->inlen - used;
+		k.bad = false;
+		k.why = NULL;
 
 		if (c->busy >= 0) {
 			/* Only a CANCEL_WAIT may overtake a parked WAIT. */
@@ -1362,7 +1457,7 @@ ts_input(struct ts_conn *c, cohort__time now)
 				free(c->bkey);
 				c->bkey = NULL;
 				if (!ts_put_u8(c, TS_WAIT_CANCELED)) {
-					ts_conn_close(c, "out of memory");
+					ts_conn_refuse(c, "out of memory");
 					return;
 				}
 				continue;
@@ -1384,9 +1479,9 @@ ts_input(struct ts_conn *c, cohort__time now)
 			uint8_t m[4];
 			uint32_t magic;
 			if (q != TS_VALIDATE) {
-				ts_conn_close(c,
-				    "the first query is not "
-				    "VALIDATE");
+				ts_conn_refuse(c,
+				    "its first query is not VALIDATE (not a "
+				    "TCPStore client?)");
 				return;
 			}
 			if (!ts_get(&k, m, 4))
@@ -1394,7 +1489,7 @@ ts_input(struct ts_conn *c, cohort__time now)
 			magic = (uint32_t)m[0] | (uint32_t)m[1] << 8
 			    | (uint32_t)m[2] << 16 | (uint32_t)m[3] << 24;
 			if (magic != TS_MAGIC) {
-				ts_conn_close(c, "wrong magic number");
+				ts_conn_refuse(c, "wrong magic number");
 				return;
 			}
 			c->validated = true;
@@ -1403,7 +1498,7 @@ ts_input(struct ts_conn *c, cohort__time now)
 		}
 		r = ts_exec(c, q, &k);
 		if (r == TS_BAD) {
-			ts_conn_close(c, k.why ? k.why : "bad request");
+			ts_conn_refuse(c, k.why ? k.why : "bad request");
 			return;
 		}
 		if (r == TS_MORE)
@@ -1422,6 +1517,7 @@ ts_input(struct ts_conn *c, cohort__time now)
 	if (c->inlen > 0 && c->busy < 0 && c->partial_since == 0)
 		c->partial_since = now;
 	ts_conn_flush(c);
+	ts_conn_settle(c);
 }
 
 static void
@@ -1435,14 +1531,15 @@ ts_conn_read(struct ts_conn *c)
 			size_t cap = c->incap ? c->incap * 2 : 8192;
 			uint8_t *p;
 			if (c->inlen >= limit) {
-				ts_conn_close(
-				    c, "request over the size limit");
+				ts_conn_refuse(c,
+				    "its requests waiting to be answered are "
+				    "over twice --max-value-bytes");
 				return;
 			}
 			if (cap > limit + 8192)
 				cap = limit + 8192;
 			if ((p = realloc(c->in, cap)) == NULL) {
-				ts_conn_close(c, "out of memory");
+				ts_conn_refuse(c, "out of memory");
 				return;
 			}
 			c->in = p;
@@ -1454,7 +1551,10 @@ ts_conn_read(struct ts_conn *c)
 			continue;
 		}
 		if (n == 0) {
-			ts_conn_close(c, "closed by the client");
+			/* What it sent is still applied (ts_conn_settle);
+			 * nothing more to read. */
+			c->eof = true;
+			epoll_ctl(c->ts->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 			return;
 		}
 		if (errno == EINTR)
