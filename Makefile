@@ -61,6 +61,8 @@ $(OBJ)/common/%.o: PART_INC := $(INC_COMMON)
 $(OBJ)/proto/%.o: PART_INC := $(INC_PROTO)
 $(OBJ)/gen/%.o: PART_INC := $(INC_PROTO)
 $(OBJ)/client/%.o: PART_INC := $(INC_PROTO) -iquote client
+# server/: a header of the same folder is included bare, one of another
+# folder by its folder ("core/call.h"), so -iquote server is all it needs.
 $(OBJ)/server/%.o: PART_INC := $(INC_PROTO) -iquote server
 $(OBJ)/cuda/%.o: PART_INC := $(INC_COMMON) -iquote cuda
 $(OBJ)/strategies/%.o: PART_INC := $(INC_STRAT)
