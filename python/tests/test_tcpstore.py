@@ -23,6 +23,18 @@ from conftest import BIN, PYTHON, WORKERS, base_env, describe, exited_ok, finish
 T = datetime.timedelta(seconds=10)
 
 
+def terminate(p: subprocess.Popen) -> None:
+    """Ends a cohortd we started: SIGTERM (it drains and stops), SIGKILL
+    after 10 s."""
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 class Cohortd:
     """A cohortd with TCPStore listeners, bounded and killed by PID."""
 
@@ -54,13 +66,7 @@ class Cohortd:
         self.p.wait(10)
 
     def stop(self):
-        if self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(10)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
+        terminate(self.p)
 
 
 @pytest.fixture

@@ -33,6 +33,7 @@ import pytest
 import torch.distributed as dist
 
 from conftest import BIN, free_port
+from test_tcpstore import terminate
 
 T = datetime.timedelta(seconds=10)
 MAGIC = 0x3C85F7CE
@@ -87,13 +88,7 @@ class Server:
 
     def stop(self):
         if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.terminate()
-                try:
-                    self.proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait(10)
+            terminate(self.proc)
             self.log.close()
         self.master = None
 
