@@ -48,14 +48,24 @@ _NO_TIMEOUT = datetime.timedelta(0)
 class Completer:
     """Completes the futures of a group's asynchronous works, in issue order.
 
-    A pool of daemon threads, started on demand: the leader takes the next
+    A pool of daemon threads, started on demand. The leader takes the next
     work, waits for it in libcohort (the GIL released), then runs its
-    completion (copies into non-contiguous outputs, sets the future, which
-    runs the future's callbacks). Before running it, the leader makes sure
-    another thread is free to take the next work, so that a callback that
-    waits on a later collective is not waiting on its own thread. At most
+    completion: copies into non-contiguous outputs and sets the future,
+    which runs the future's callbacks. Before running it, the leader makes
+    sure another thread is free to lead, so that a callback that waits on
+    a later collective does not wait on its own thread. At most
     ``max_threads`` threads: that many nested waits.
+
+    Completions run one at a time, in issue order (the baton), so that
+    callbacks issue their own collectives in the same order on every rank.
+    A callback gives the baton up when it asks for the future of a
+    collective it issued (it is about to wait for it), or when it ends.
+    One that blocks on something else for longer than
+    ``BATON_PATIENCE_S`` has the next completion run beside it rather than
+    wait for ever.
     """
+
+    BATON_PATIENCE_S = 2.0
 
     def __init__(self, name: str, max_threads: int = 32) -> None:
         self._name = name
@@ -66,6 +76,7 @@ class Completer:
         self._threads: list[threading.Thread] = []
         self._busy = 0  # threads running a completion
         self._alive = 0  # threads started and not ended
+        self._baton: Optional[threading.Thread] = None  # the thread running a completion in turn
         self._stopping = False
 
     @property
@@ -76,6 +87,11 @@ class Completer:
     def submit(self, w: "CohortWork") -> None:
         """Queues ``w``; its future completes once libcohort finished it."""
         with self._cv:
+            if self._baton is threading.current_thread():
+                # A callback issued a collective and will wait for it: the
+                # next completion may run (its own is among them).
+                self._baton = None
+                self._cv.notify_all()
             if self._alive == 0:  # the first work, or one freed after stop()
                 self._start_thread()
             self._q.append(w)
@@ -102,6 +118,7 @@ class Completer:
                 self._alive -= 1
 
     def _serve(self) -> None:
+        me = threading.current_thread()
         while True:
             with self._lead:
                 w = self._next()
@@ -109,6 +126,9 @@ class Completer:
                     return
                 w._wait_done()
                 with self._cv:
+                    if self._baton is not None:
+                        self._cv.wait_for(lambda: self._baton is None, self.BATON_PATIENCE_S)
+                    self._baton = me
                     self._busy += 1
                     if self._busy >= self._alive and self._alive < self._max:
                         self._start_thread()
@@ -117,6 +137,9 @@ class Completer:
             finally:
                 with self._cv:
                     self._busy -= 1
+                    if self._baton is me:
+                        self._baton = None
+                        self._cv.notify_all()
 
     def stop(self, timeout: float = 30.0) -> None:
         """Lets the queued works finish, then ends the threads (bounded by ``timeout``)."""
