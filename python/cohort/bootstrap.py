@@ -47,6 +47,11 @@ __all__ = [
 #: Store key under which rank 0 publishes a coordinator it started.
 STORE_KEY = "cohort/coordinator"
 
+#: Data-plane backends for device memory only. Named in COHORT_BACKEND,
+#: they are what a torch group uses for its CUDA tensors; its CPU tensors
+#: still go over a host-memory backend (tcp).
+DEVICE_BACKENDS = ("nccl", "tcp-staged")
+
 #: The least time the rendezvous at the coordinator waits for late ranks
 #: when torch's timeout is shorter (a short timeout is for collectives;
 #: ranks of one job start seconds apart). ``COHORT_JOIN_TIMEOUT_MS`` sets it.
@@ -190,7 +195,8 @@ def coordinator_from_store(store: Any, rank: int, timeout: datetime.timedelta) -
 
     Rank 0 starts a private ``cohortd`` (once per process) and publishes
     its address, a fresh job name and a token in torch's ``store``; the
-    other ranks wait for them there, up to ``timeout``.
+    other ranks wait for them there, up to ``timeout`` but at least
+    :data:`MIN_JOIN_S`.
     """
     global _coordinator
     if rank == 0:
@@ -201,7 +207,9 @@ def coordinator_from_store(store: Any, rank: int, timeout: datetime.timedelta) -
         job, token = f"torch-{new_token()[:12]}", new_token()
         store.set(STORE_KEY, f"{url}\n{job}\n{token}")
         return url, job, token
-    store.set_timeout(timeout)
+    # Rank 0 may start late (a short torch timeout is for collectives):
+    # wait as long as the rendezvous would.
+    store.wait([STORE_KEY], max(timeout, datetime.timedelta(seconds=MIN_JOIN_S)))
     url, job, token = store.get(STORE_KEY).decode().split("\n")
     return url, job, token
 
@@ -216,12 +224,15 @@ def join(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> Clien
     """
     secs = timeout.total_seconds()
     join_s = None if _knob("COHORT_JOIN_TIMEOUT_MS") is not None else max(secs, MIN_JOIN_S)
+    # The world group carries the CPU tensors: a device-memory backend
+    # asked for in COHORT_BACKEND is for the CUDA ones.
+    host_backend = "auto" if _knob("COHORT_BACKEND") in DEVICE_BACKENDS else None
     if os.environ.get("COHORT_COORDINATOR"):
-        client = Client(rank=rank, world_size=size, op_timeout=secs, join_timeout=join_s)
+        client = Client(rank=rank, world_size=size, op_timeout=secs, join_timeout=join_s, backend=host_backend)
     else:
         url, job, token = coordinator_from_store(store, rank, timeout)
         client = Client(url, job=job, token=token, rank=rank, world_size=size, op_timeout=secs,
-                        join_timeout=join_s)
+                        join_timeout=join_s, backend=host_backend)
     global _world_client
     with _state_lock:
         _world_client = client

@@ -154,11 +154,9 @@ def failure_record(detail: str) -> Optional[FailureRecord]:
     if a is not None:
         age = float(a.group("age"))
         rest = rest[: a.start()].rstrip()
-    # The operation sits between the verb and the first ": " (the text
-    # follows it and may itself contain colons).
-    head, sep, text = rest.partition(": ")
-    if not sep:
-        head, text = rest, ""
+    # The operation sits between the verb and the first ": " outside
+    # parentheses (the text follows it and may itself contain colons).
+    head, text = _split_text(rest)
     op, seq = "", -1
     o = _OP_RE.search(head)
     if o is not None:
@@ -183,6 +181,18 @@ def failure_record(detail: str) -> Optional[FailureRecord]:
         text=text.strip(),
         trace=trace,
     )
+
+
+def _split_text(rest: str) -> tuple[str, str]:
+    depth = 0
+    for i, ch in enumerate(rest):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(0, depth - 1)
+        elif depth == 0 and rest.startswith(": ", i):
+            return rest[:i], rest[i + 2 :]
+    return rest, ""
 
 
 def failed_rank_of(detail: str) -> Optional[int]:

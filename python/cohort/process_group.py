@@ -164,7 +164,7 @@ class CohortBackend(_C10dBackend):
                 g = self._cuda_group
                 if g is None:
                     want = _knob("COHORT_BACKEND")
-                    backend = want if want in ("nccl", "tcp-staged") else "auto"
+                    backend = want if want in bootstrap.DEVICE_BACKENDS else "auto"
                     g = self._client.new_group(f"torch:{self._name}:cuda", self._ranks, self._timeout_s,
                                                backend=backend)
                     self._cuda_group = g
