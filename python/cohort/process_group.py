@@ -59,7 +59,7 @@ __all__ = ["BACKEND_NAME", "CohortBackend", "live_backends"]
 BACKEND_NAME = "cohort"
 
 _I64, _U8 = int(Dtype.I64), int(Dtype.U8)
-_MAX = int(RedOp.MAX)
+_MAX, _MEAN = int(RedOp.MAX), int(RedOp.MEAN)
 
 # Backends torch holds only from C++: a Python subclass must stay
 # referenced from Python too, or its overrides vanish with the Python
@@ -233,6 +233,16 @@ class CohortBackend(_C10dBackend):
             return self.allreduce_coalesced(tensors, opts)
         t = tensors[0]
         dt, op = dtype_of(t, "allreduce"), redop_of(opts.reduceOp, t, "allreduce")
+        if not opts.asyncOp and not t.is_cuda and (op != _MEAN or t.is_floating_point()) and t.is_contiguous():
+            # The common small call (a loss, a metric, a flag), kept short:
+            # its cost is the per-call overhead every such call pays.
+            if self._closed:
+                raise CohortBackendError(Status.ECLOSED, "the process group was shut down", "allreduce")
+            p = t.data_ptr()
+            st = lib.cohort_allreduce(self._group.handle, p, p, t.numel(), dt, op, None, self._ms(opts))
+            if st:
+                self._check(st, "allreduce")
+            return DoneWork(tensors)
         op, post = int_mean(op, t, self._size)
         buf = contig(t)
         return self._allreduce_buf("allreduce", opts, tensors, buf, dt, op, finisher(buf, t, post))
