@@ -12,7 +12,9 @@ Scenarios (each a job of its own):
 
 - ``train``: group identity, FSDP2 training steps, functional collectives,
   a 1-D DeviceMesh with DTensor, DCP save/load of an FSDP2 model, DDP with
-  the PowerSGD comm hook, ``split_group``;
+  the PowerSGD comm hook, ``split_group``; and what already worked before
+  the group was torch's own, kept working: FSDP1, ZeroRedundancyOptimizer,
+  DDP's fp16/bf16/allreduce comm hooks, Join with uneven inputs;
 - ``mesh2d``: a 2-D DeviceMesh (4 ranks) with DTensor distribute,
   redistribute and full_tensor;
 - ``device_id``: ``init_process_group(device_id=cpu:0)``, then collectives
@@ -30,6 +32,7 @@ import os
 import sys
 import time
 import traceback
+from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -144,8 +147,6 @@ def f_mesh1d():
 
 
 def f_dcp():
-    import tempfile
-
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
     from torch.distributed.fsdp import fully_shard
@@ -204,6 +205,73 @@ def f_powersgd():
     saved["powersgd"] = {"losses": torch.stack(losses),
                          "params": [p.detach().clone() for p in model.module.parameters()]}
     return {"losses": [float(v) for v in losses]}
+
+
+def _train(model, steps: int = 4, opt=None, r: Optional[int] = None) -> list:
+    opt = opt or torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for step in range(steps):
+        x, y = batch(step, rank if r is None else r)
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+    return losses
+
+
+def f_fsdp1():
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    model = FSDP(mlp(), use_orig_params=True, device_id=torch.device("cpu"))
+    losses = _train(model)
+    with FSDP.summon_full_params(model):
+        params = [p.detach().clone() for p in model.parameters()]
+    saved["fsdp1"] = {"losses": torch.stack(losses), "params": params}
+    return {}
+
+
+def f_zero():
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = DDP(mlp())
+    opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=0.01)
+    losses = _train(model, opt=opt)
+    saved["zero"] = {"losses": torch.stack(losses), "params": [p.detach().clone() for p in model.parameters()]}
+    return {}
+
+
+def f_ddp_hooks():
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    out = {}
+    for name, hook in (("fp16", default_hooks.fp16_compress_hook), ("bf16", default_hooks.bf16_compress_hook),
+                       ("allreduce", default_hooks.allreduce_hook)):
+        model = DDP(mlp(), bucket_cap_mb=0.001)  # several buckets in flight
+        model.register_comm_hook(None, hook)
+        losses = _train(model)
+        out[name] = {"losses": torch.stack(losses), "params": [p.detach().clone() for p in model.parameters()]}
+    saved["ddp_hooks"] = out
+    return {}
+
+
+def f_join():
+    from torch.distributed.algorithms.join import Join
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = DDP(mlp())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    n = 3 + rank  # uneven inputs: rank r has 3 + r batches
+    with Join([model]):
+        for step in range(n):
+            x, y = batch(step, rank)
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    saved["join"] = {"params": [p.detach().clone() for p in model.parameters()]}
+    return {}
 
 
 def f_split():
@@ -315,7 +383,8 @@ def main() -> None:
     t_start = time.monotonic()
     features = {
         "train": [("identity", f_identity), ("fsdp2", f_fsdp2), ("funcol", f_funcol), ("mesh1d", f_mesh1d),
-                  ("dcp", f_dcp), ("powersgd", f_powersgd), ("split", f_split)],
+                  ("dcp", f_dcp), ("powersgd", f_powersgd), ("split", f_split), ("fsdp1", f_fsdp1),
+                  ("zero", f_zero), ("ddp_hooks", f_ddp_hooks), ("join", f_join)],
         "mesh2d": [("identity", f_identity), ("mesh2d", f_mesh2d)],
         "device_id": [("device_id", f_device_id), ("device_id_subgroup", f_device_id_subgroup)],
         "monitored": [("monitored", f_monitored)],
