@@ -147,8 +147,10 @@ class CohortBackend(_C10dBackend):
         return list(self._ranks)
 
     def set_timeout(self, timeout: datetime.timedelta) -> None:
+        """The group's timeout from now on (collectives that give none)."""
         self._timeout_s = timeout.total_seconds()
         self._timeout_ms = timeout_ms(timeout)
+        self._options = _C10dBackend.Options(BACKEND_NAME, timeout)
 
     # -- the libcohort groups -------------------------------------------------
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import base_env
+from conftest import base_env, describe, run_ranks
 
 
 def run_py(code: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -111,35 +111,44 @@ except Exception as e:
     assert "unset COHORT_DEAD_AFTER_MS" in msg and "set COHORT_DEAD_AFTER_MS below 2000" in msg, msg
 
 
-def test_callback_waiting_on_a_further_collective(built):
-    """A future callback that issues an all-reduce and waits for it (as
-    PowerSGD's do), nested three deep, on a real cohort group."""
-    code = r'''
-import os, socket, torch, torch.distributed as dist
+NESTED = r'''
+import json, os, time, torch, torch.distributed as dist
 import cohort.torch
 from cohort.torch import backend_of
-s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-dist.init_process_group("cohort", rank=0, world_size=1)
+dist.init_process_group("cohort")
+rank = dist.get_rank()
 def nested(depth):
     def cb(fut):
         t = fut.value()[0]
         if depth == 0:
-            return t + 1
+            return t
+        if rank == 1:
+            time.sleep(1.0)  # rank 0's next all-reduce waits for this one: its callback is attached first
         w = dist.all_reduce(t, async_op=True)
         return w.get_future().then(nested(depth - 1)).wait()
     return cb
 x = torch.ones(8)
 out = dist.all_reduce(x, async_op=True).get_future().then(nested(3)).wait()
-assert torch.equal(out, torch.full((8,), 2.0)), out
-print("threads", backend_of()._completer.threads)
+print(json.dumps({"rank": rank, "value": out.tolist(), "threads": backend_of()._completer.threads}), flush=True)
 dist.destroy_process_group()
-print("ok")
 '''
-    r = run_py(code)
-    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
-    threads = int(r.stdout.split()[1])
-    assert threads >= 4, f"expected a thread per nested wait, saw {threads}"
+
+
+def test_callback_waiting_on_a_further_collective(built, tmp_path):
+    """A future callback that issues an all-reduce and waits for it (as
+    PowerSGD's do), nested three deep, on 2 ranks. Rank 1 issues each
+    all-reduce 1 s late, so rank 0's callbacks run on its completion
+    threads, each waiting for a collective only another thread can
+    complete: one completion thread would deadlock here."""
+    script = tmp_path / "nested.py"
+    script.write_text(NESTED)
+    procs = run_ranks(script, 2, timeout=120)
+    assert all(p.returncode == 0 for p in procs), describe(procs)
+    for p in procs:
+        [rec] = [r for r in p.records if "value" in r]
+        assert rec["value"] == [16.0] * 8, rec  # 1 -> 2 -> 4 -> 8 -> 16 over four all-reduces
+    [r0] = [r for r in procs[0].records if "value" in r]
+    assert r0["threads"] >= 4, f"rank 0 used {r0['threads']} completion threads for three nested waits"
 
 
 def test_public_names_stay_importable(built):
