@@ -618,12 +618,19 @@ class CohortBackend(_C10dBackend):
     def split(self, store: Any, ranks: list[int], opts: Any) -> Optional["CohortBackend"]:
         """The backend of a group of ``ranks`` (ranks of this group), for ``split_group``.
 
-        Called by torch on the members of the new group; returns None on a
-        rank that is not in ``ranks``.
+        torch calls it on every rank of this group, with the split the rank
+        is in, or the first split for a rank in none. Such a rank should
+        get None back, but torch 2.15 crashes (SIGSEGV in its
+        ``PyBackend::split``) on a None from a backend written in Python,
+        so it gets a ``ValueError`` saying how to avoid it instead.
         """
         ranks = [int(r) for r in ranks]
         if self._rank not in ranks:
-            return None
+            raise ValueError(
+                f"cohort split_group: rank {self._rank} is in none of the splits; torch 2.15 cannot leave a rank "
+                f"out of a split of a group whose backend is written in Python (it crashes on the 'not a member' "
+                f"answer), so give every rank of the parent group a split (a group of its own, [{self._rank}], "
+                f"will do), or use new_group(ranks) for a group that leaves ranks out")
         job_ranks = [self._ranks[r] for r in ranks]
         timeout = opts._timeout if opts is not None and opts._timeout else datetime.timedelta(
             seconds=self._timeout_s)

@@ -175,6 +175,24 @@ def test_split_group(job, world):
 
 
 @pytest.mark.parametrize("world", WORLDS)
+def test_split_group_leaving_a_rank_out(job, world):
+    """A rank in no split: gloo answers NON_GROUP_MEMBER; with cohort torch
+    2.15 would crash (SIGSEGV in its PyBackend::split on a Python
+    backend's None), so that rank gets a ValueError saying how to avoid
+    it, and the members' group works as gloo's does."""
+    rs, _ = feature(job, "cohort", "train", world, "split_leaves_out")
+    gl, _ = feature(job, "gloo", "train", world, "split_leaves_out")
+    want = [float(world * (world - 1) // 2)] * 3
+    for r, g in zip(rs, gl):
+        if r["rank"] == world - 1:
+            assert g["member"] is False, g
+            assert r["member"] is None and "is in none of the splits" in r["error"], r
+            assert f"a group of its own, [{world - 1}]" in r["error"], r
+        else:
+            assert r["member"] and g["member"] and r["sum"] == g["sum"] == want, (r, g)
+
+
+@pytest.mark.parametrize("world", WORLDS)
 def test_device_id(job, world):
     """init_process_group(device_id=cpu:0) binds the group and connects it
     eagerly; a later new_group works (torch asks the bound backend to

@@ -289,6 +289,23 @@ def f_split():
             "split_size": sub.size()}
 
 
+def f_split_leaves_out():
+    # The last rank is in no split. gloo: it gets NON_GROUP_MEMBER. cohort:
+    # a ValueError saying why (torch 2.15 crashes on a Python backend's
+    # "not a member" answer); the members' group works either way.
+    members = list(range(world - 1))
+    try:
+        sub = dist.split_group(split_ranks=[members])
+    except ValueError as e:
+        return {"member": None, "error": str(e)}
+    out = {"member": sub is not None and sub != dist.GroupMember.NON_GROUP_MEMBER}
+    if out["member"]:
+        x = torch.ones(3) * (rank + 1)
+        dist.all_reduce(x, group=sub)
+        out["sum"] = x.tolist()
+    return out
+
+
 # ---------------------------------------------------------------------------
 # the other scenarios
 # ---------------------------------------------------------------------------
@@ -384,7 +401,8 @@ def main() -> None:
     features = {
         "train": [("identity", f_identity), ("fsdp2", f_fsdp2), ("funcol", f_funcol), ("mesh1d", f_mesh1d),
                   ("dcp", f_dcp), ("powersgd", f_powersgd), ("split", f_split), ("fsdp1", f_fsdp1),
-                  ("zero", f_zero), ("ddp_hooks", f_ddp_hooks), ("join", f_join)],
+                  ("zero", f_zero), ("ddp_hooks", f_ddp_hooks), ("join", f_join),
+                  ("split_leaves_out", f_split_leaves_out)],
         "mesh2d": [("identity", f_identity), ("mesh2d", f_mesh2d)],
         "device_id": [("device_id", f_device_id), ("device_id_subgroup", f_device_id_subgroup)],
         "monitored": [("monitored", f_monitored)],
