@@ -8,7 +8,7 @@ library, so the mirror can be imported (and checked) without one.
 
 ``python/tests/test_abi.py`` holds this file to the header: it parses
 ``COHORT_STATUS_MAP``, the enums and the structure definitions of
-``client/include/cohort/cohort.h`` and compiles a C program that prints
+``include/cohort/cohort.h`` and compiles a C program that prints
 every field's offset and each structure's size, so an edit of the header
 that is not mirrored here fails the suite instead of corrupting memory.
 """
@@ -68,6 +68,7 @@ class Status(enum.IntEnum):
     ENOCOORD = 20
     EINJECTED = 21
     EJOURNAL = 22
+    EMEMBERSHIP = 23
 
 
 class Dtype(enum.IntEnum):
@@ -144,6 +145,7 @@ class Options(ctypes.Structure):
         ("backend", ctypes.c_char_p),
         ("data_addr", ctypes.c_char_p),
         ("reconnect_window", ctypes.c_int32),
+        ("min_world", ctypes.c_int32),
     ]
 
 

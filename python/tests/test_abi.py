@@ -1,6 +1,6 @@
 """The Python mirror of cohort.h (cohort/_abi.py, cohort/_lib.py) against the header itself.
 
-An edit of client/include/cohort/cohort.h that the package does not follow
+An edit of include/cohort/cohort.h that the package does not follow
 (a status appended, an enum renumbered, a structure field added, a
 prototype changed) fails here instead of corrupting memory at run time:
 
@@ -27,7 +27,7 @@ import pytest
 
 from conftest import PYDIR, REPO
 
-HEADER = REPO / "client" / "include" / "cohort" / "cohort.h"
+HEADER = REPO / "include" / "cohort" / "cohort.h"
 
 sys.path.insert(0, str(PYDIR))
 from cohort import _abi, _lib  # noqa: E402
@@ -64,7 +64,9 @@ def test_constants(header):
         _abi.WAIT_FOREVER)
     assert re.search(r"#define COHORT_WAIT_DEFAULT \(\(cohort_duration\)(-?\d+)\)", header).group(1) == str(
         _abi.WAIT_DEFAULT)
-    assert re.search(r'#define COHORT_VERSION_STRING "([^"]+)"', header).group(1) == _abi.ABI_VERSION
+    version = ".".join(
+        re.search(rf"#define COHORT_VERSION_{part} (\d+)", header).group(1) for part in ("MAJOR", "MINOR", "PATCH"))
+    assert version == _abi.ABI_VERSION
 
 
 # C scalar types -> the ctypes type the mirror must use
