@@ -232,7 +232,7 @@ status_job(struct status_build *sb, struct srv_job *job, cohort__time now)
 				ms->failure = m->failure;
 			(void)srv_obs_totals(job->core, job->name, m->rank,
 			    &ms->collectives, &ms->collective_bytes,
-			    &ms->collective_ns, &ms->wait_ns);
+			    &ms->collective_ns, &ms->wait_ns, &ms->elapsed_ns);
 			js->members[js->n_members++] = ms;
 		}
 	}
@@ -458,9 +458,10 @@ json_job(struct json_buf *b, const Cohort__JobStatus *js)
 		    ",\"in_op\":%s,\"in_op_ms\":%" PRIu64
 		    ",\"collectives\":%" PRIu64 ",\"bytes\":%" PRIu64
 		    ",\"collective_ns\":%" PRIu64 ",\"wait_ns\":%" PRIu64
-		    ",\"failure\":",
+		    ",\"elapsed_ns\":%" PRIu64 ",\"failure\":",
 		    m->in_op ? "true" : "false", m->in_op_ms, m->collectives,
-		    m->collective_bytes, m->collective_ns, m->wait_ns);
+		    m->collective_bytes, m->collective_ns, m->wait_ns,
+		    m->elapsed_ns);
 		json_str(b, m->failure);
 		json_put(b, "}");
 	}
