@@ -11,10 +11,10 @@
  *   cohort top    (= cohort status --watch 1000)
  *
  * Per rank it also shows what the rank reported on its heartbeats
- * (RankMetrics, docs/observability.md): collectives, bytes, time in them,
- * the time spent waiting for peers (blocked on a late rank: high on the
- * ranks that wait for a straggler, low on the straggler) and its share of
- * the rank's time since it joined, and, with --watch, rates over the last
+ * (RankMetrics, docs/observability.md): collectives and the time inside
+ * them, bytes, the time spent waiting for peers (blocked on a late rank: high
+ * on the ranks that wait for a straggler, low on the straggler) and its share
+ * of the rank's time since it joined, and, with --watch, rates over the last
  * interval (waiting: seconds per second). Per job, its rhythm (time per
  * operation) and when an operation is called stalled. --watch redraws the
  * screen every MS until SIGINT or N redraws.
@@ -122,10 +122,10 @@ status_print_rates(const char *job, const Cohort__MemberStatus *m)
 	struct status_prev *p = NULL;
 	int64_t now = (int64_t)cohort__now_ms();
 
-	printf("        %" PRIu64 " collectives, %.1f MB, %.2f s in them; "
+	printf("        %" PRIu64 " collectives (%.2f s), %.1f MB; "
 	       "waiting for peers %.2f s",
-	    m->collectives, (double)m->collective_bytes / 1e6,
-	    (double)m->collective_ns / 1e9, (double)m->wait_ns / 1e9);
+	    m->collectives, (double)m->collective_ns / 1e9,
+	    (double)m->collective_bytes / 1e6, (double)m->wait_ns / 1e9);
 	/* Of the rank's own time: a straggler's few milliseconds of waiting
 	 * are most of its short collectives, but little of its time. */
 	if (m->elapsed_ns > 0)
