@@ -114,8 +114,8 @@ status_doing(const Cohort__MemberStatus *m, char *buf, size_t len)
 }
 
 /* A rank's reported metrics: totals, its time waiting for peers and that
- * time's share of its time in collectives, and (--watch) rates since the
- * previous redraw. */
+ * time's share of the rank's time since it joined, and (--watch) rates
+ * since the previous redraw. */
 static void
 status_print_rates(const char *job, const Cohort__MemberStatus *m)
 {
