@@ -410,6 +410,7 @@ coll_chan_gather(void *ctx, struct cohort__chan_gather *cg, char *err,
 	cg->len = call->plen;
 	cg->lens = cr->i64s;
 	cg->nlens = cr->n_i64s;
+	cg->wait_ns = cr->parked ? cr->parked_us * 1000u : 0;
 	cg->priv = call;
 	return (COHORT_OK);
 }

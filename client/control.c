@@ -58,6 +58,24 @@ control_op_init(struct control_op *o, Cohort__CollectiveKind kind)
 	cohort__coord_call_init(&o->call, &o->req, COHORT__TIME_NEVER);
 }
 
+/* How long a control-plane collective of dur ns, whose reply is in call,
+ * waited for peers: what cohortd says this rank's request was parked
+ * there for the others (0 for the last to arrive); from a cohortd that
+ * does not say, or without a reply, all of it but an object broadcast's
+ * transfer. */
+static uint64_t
+control_wait_ns(
+    const struct cohort__coord_call *call, const char *what, uint64_t dur)
+{
+	const Cohort__CollectiveReply *cr
+	    = cohort__coord_reply_body(call, COHORT__REPLY__BODY_COLLECTIVE);
+
+	if (cr != NULL && cr->parked)
+		return (
+		    cr->parked_us * 1000u < dur ? cr->parked_us * 1000u : dur);
+	return (strcmp(what, "broadcast_obj") == 0 ? 0 : dur);
+}
+
 /* Runs one control-plane collective of g, o->coll filled in. On return
  * the reply (if any) is in o->call, which the caller finalises in all
  * cases. */
@@ -166,24 +184,22 @@ control_run(cohort_group *g, struct control_op *o,
 	}
 	if (began) {
 		/* A control-plane collective is parked at cohortd until the
-		 * last rank arrives: all of it is waiting for peers, but an
-		 * object broadcast's transfer. */
-		struct cohort__obs_op oo = {
-			.kind = cohort__obs_control_kind(what),
-			.name = what,
-			.group = g->id,
-			.track = COHORT__TRACK_CONTROL,
-			.control = true,
-			.seq = op_seq,
-			.backend = "cohortd",
-			.bytes = bytes,
-			.t0_ns = t0,
-			.t1_ns = t1,
-			.wait_ns
-			= strcmp(what, "broadcast_obj") == 0 ? 0 : t1 - t0,
-			.st = st,
-			.detail = st != COHORT_OK ? cohort_last_error() : NULL
-		};
+		 * last rank arrives (control_wait_ns). */
+		struct cohort__obs_op oo
+		    = { .kind = cohort__obs_control_kind(what),
+			      .name = what,
+			      .group = g->id,
+			      .track = COHORT__TRACK_CONTROL,
+			      .control = true,
+			      .seq = op_seq,
+			      .backend = "cohortd",
+			      .bytes = bytes,
+			      .t0_ns = t0,
+			      .t1_ns = t1,
+			      .wait_ns = control_wait_ns(call, what, t1 - t0),
+			      .st = st,
+			      .detail
+			      = st != COHORT_OK ? cohort_last_error() : NULL };
 
 		cohort__log_ctx_pop(lsaved);
 		cohort__obs_op(&c->obs, &oo);

@@ -140,6 +140,8 @@ cohort__obs_start(struct cohort__obs *o, const char *job, int32_t rank,
 	struct timespec rt;
 
 	(void)job;
+	if (o->start_ns == 0)
+		o->start_ns = cohort__now_ns();
 	if (tl == NULL)
 		return;
 	tl->rank = rank;
@@ -314,6 +316,8 @@ cohort__obs_fill(struct cohort__obs *o, struct cohort__obs_msg *msg)
 	obs_fill_hist(&o->coll, &msg->h[0], msg->hb[0]);
 	obs_fill_hist(&o->wait, &msg->h[1], msg->hb[1]);
 	obs_fill_hist(&o->hb_rtt, &msg->h[2], msg->hb[2]);
+	if (o->start_ns != 0)
+		msg->m.elapsed_ns = cohort__now_ns() - o->start_ns;
 	msg->m.collective_seconds = &msg->h[0];
 	msg->m.wait_seconds = &msg->h[1];
 	msg->m.heartbeat_rtt_seconds = &msg->h[2];

@@ -53,6 +53,7 @@ struct cohort__obs {
 	struct cohort__obs_hist coll, wait, hb_rtt;
 	struct cohort__tl *tl; /* NULL: no timeline */
 	uint64_t hb_sent_ns; /* heartbeat in flight: when it left */
+	uint64_t start_ns; /* first cohort__obs_start: what metrics cover */
 	atomic_int next_track; /* timeline track of the next subgroup */
 };
 

@@ -112,6 +112,11 @@ main_usage(FILE *f)
 	    "always, none\n"
 	    "  --stall-threshold MS   log and show collectives waiting "
 	    "longer (default %u)\n"
+	    "  --stall-factor K       ... and those waiting more than K "
+	    "times the job's\n"
+	    "                         usual time per operation (default "
+	    "%u; 0: off)\n"
+	    "  --stall-floor MS       but never before MS (default %u)\n"
 	    "  --first-request-timeout MS\n"
 	    "                         close a connection that has not "
 	    "completed a\n"
@@ -157,6 +162,8 @@ main_usage(FILE *f)
 	    (unsigned)COHORT__SRV_DEFAULT_MAX_JOBS,
 	    (unsigned)COHORT__SRV_DEFAULT_JOB_EXPIRY_MS,
 	    (unsigned)COHORT__SRV_DEFAULT_STALL_MS,
+	    (unsigned)COHORT__SRV_DEFAULT_STALL_FACTOR,
+	    (unsigned)COHORT__SRV_DEFAULT_STALL_FLOOR_MS,
 	    (unsigned)COHORT__SRV_DEFAULT_FIRST_REQUEST_MS,
 	    (unsigned)COHORT__SRV_DEFAULT_IDLE_MS,
 	    (unsigned)COHORT__SRV_DEFAULT_RESTORE_GRACE_MS,
@@ -292,6 +299,10 @@ static const struct cohort__cli_opt main_opts[] = {
 	MAIN_SET("fsync", COHORT__CLI_STR, cfg.fsync),
 	MAIN_NUM("stall-threshold", COHORT__CLI_U32, 1, UINT32_MAX,
 	    cfg.stall_threshold_ms),
+	MAIN_NUM(
+	    "stall-factor", COHORT__CLI_U32, 0, 1000000, cfg.stall_factor),
+	MAIN_NUM(
+	    "stall-floor", COHORT__CLI_U32, 0, UINT32_MAX, cfg.stall_floor_ms),
 	MAIN_NUM("first-request-timeout", COHORT__CLI_U32, 1, UINT32_MAX,
 	    cfg.first_request_ms),
 	MAIN_NUM("idle-timeout", COHORT__CLI_U32, 1, UINT32_MAX, cfg.idle_ms),

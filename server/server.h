@@ -83,6 +83,11 @@ struct cohort__srv_config {
 	/* A collective waiting longer is logged and shown as stalled;
 	 * 0 = COHORT__SRV_DEFAULT_STALL_MS. */
 	uint32_t stall_threshold_ms;
+	/* ... and sooner, past stall_factor x the job's rhythm (the median
+	 * time per operation of its members) but not before stall_floor_ms
+	 * (0 factor: only the threshold; docs/observability.md). */
+	uint32_t stall_factor;
+	uint32_t stall_floor_ms;
 	/* After a restart from the journal, how long members have to
 	 * reconnect before they are declared dead (at least their own
 	 * dead-after); 0 = COHORT__SRV_DEFAULT_RESTORE_GRACE_MS. A client
@@ -116,6 +121,8 @@ struct cohort__srv_config {
 #define COHORT__SRV_DEFAULT_METRICS_RANKS 512u
 
 #define COHORT__SRV_DEFAULT_STALL_MS 60000u
+#define COHORT__SRV_DEFAULT_STALL_FACTOR 20u
+#define COHORT__SRV_DEFAULT_STALL_FLOOR_MS 5000u
 /* A connection's first complete request must arrive within this. */
 #define COHORT__SRV_DEFAULT_FIRST_REQUEST_MS 10000u
 /* A connection with no running member and no parked request, silent

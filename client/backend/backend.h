@@ -70,6 +70,9 @@ struct cohort__chan_gather {
 	size_t len;
 	const int64_t *lens;
 	size_t nlens;
+	/* How long this member waited at the coordinator for the others
+	 * (0: the last to arrive, or not said). */
+	uint64_t wait_ns;
 	void *priv; /* the channel's */
 };
 

@@ -123,6 +123,10 @@ struct srv_core {
 	/* --metrics-per-job: /metrics has series labelled with job names. */
 	bool metrics_jobs;
 	cohort__time stall_ms; /* --stall-threshold */
+	/* --stall-factor (0: off), --stall-floor: an operation is stalled
+	 * past factor x its job's rhythm, at least floor (state/stall.c). */
+	uint32_t stall_factor;
+	cohort__time stall_floor_ms;
 	cohort__time first_request_ms; /* --first-request-timeout */
 	/* --job-expiry: a job with no running member and no connected
 	 * client is removed after this long (0: never). */

@@ -19,6 +19,7 @@
 #include "state/lifecycle.h"
 #include "state/member.h"
 #include "state/rdzv.h"
+#include "state/stall.h"
 #include "dispatch.h"
 #include "events.h"
 
@@ -117,6 +118,9 @@ dispatch_heartbeat(
     struct srv_call *c, const Cohort__Request *req, cohort__time now)
 {
 	dispatch_metrics(c, req->heartbeat->metrics, now);
+	/* ... and give the job's rhythm (stall verdicts) a sample. */
+	srv_stall_note(
+	    c->job, c->client->member, req->heartbeat->metrics, now);
 	srv_member_heartbeat(c, req, now);
 }
 

@@ -38,6 +38,8 @@ srv_core_new(const struct srv_limits *lim, const char *admin_token,
 		return (COHORT_ENOMEM);
 	}
 	core->stall_ms = COHORT__SRV_DEFAULT_STALL_MS;
+	core->stall_factor = COHORT__SRV_DEFAULT_STALL_FACTOR;
+	core->stall_floor_ms = COHORT__SRV_DEFAULT_STALL_FLOOR_MS;
 	core->first_request_ms = COHORT__SRV_DEFAULT_FIRST_REQUEST_MS;
 	core->idle_ms = COHORT__SRV_DEFAULT_IDLE_MS;
 	/* 0 (never) for the core; cohortd sets its default */

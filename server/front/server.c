@@ -39,6 +39,8 @@ cohort__srv_config_init(struct cohort__srv_config *cfg)
 	cfg->job_expiry_ms = COHORT__SRV_DEFAULT_JOB_EXPIRY_MS;
 	cfg->pool_size = COHORT__SRV_DEFAULT_POOL;
 	cfg->metrics_max_ranks = COHORT__SRV_DEFAULT_METRICS_RANKS;
+	cfg->stall_factor = COHORT__SRV_DEFAULT_STALL_FACTOR;
+	cfg->stall_floor_ms = COHORT__SRV_DEFAULT_STALL_FLOOR_MS;
 }
 
 const char *
@@ -201,6 +203,8 @@ server_configure(struct srv_core *core, const struct cohort__srv_config *cfg)
 	core->stall_ms = cfg->stall_threshold_ms
 	    ? (cohort__time)cfg->stall_threshold_ms
 	    : (cohort__time)COHORT__SRV_DEFAULT_STALL_MS;
+	core->stall_factor = cfg->stall_factor;
+	core->stall_floor_ms = (cohort__time)cfg->stall_floor_ms;
 	if (cfg->first_request_ms != 0)
 		core->first_request_ms = (cohort__time)cfg->first_request_ms;
 	if (cfg->idle_ms != 0)

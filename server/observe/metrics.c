@@ -161,7 +161,8 @@ srv_metrics_text(struct srv_core *core, cohort__time now)
 		{ "gauge", "kv_bytes", "Bytes of keys and values stored.",
 		    false, bytes },
 		{ "gauge", "stalled_ops",
-		    "Collectives waiting longer than --stall-threshold.",
+		    "Collectives waiting longer than their job's stall "
+		    "threshold (--stall-threshold, or its rhythm).",
 		    false, srv_stall_count(core, now) },
 		{ "counter", "stalls_total", "Stall warnings logged.", false,
 		    core->m.stalls },

@@ -3,8 +3,10 @@
  * port (docs/observability.md): one static HTML document, no external
  * assets, whose script polls /status.json every second and draws jobs,
  * ranks, their state and current operation, which rank is late in which
- * collective and for how long, recent failures with their text, and
- * per-rank throughput (rates between two polls).
+ * collective and for how long, recent failures with their text,
+ * per-rank throughput (rates between two polls) and time waiting for
+ * peers; a job is "stalled" when cohortd says one of its operations is
+ * (its threshold, or its rhythm).
  *
  * Access is that of /status.json, governed like a StatusQuery: the page
  * sends `Authorization: Bearer TOKEN` with the token (the job's, or the
@@ -82,11 +84,16 @@ const char srv_status_page[]
       " let h='';const cur={};\n"
       " if(!d.jobs.length)h='<p class=\"meta\">no jobs</p>';\n"
       " for(const j of d.jobs){const late=lateness(j);\n"
-      "  const st=late.length&&j.state==='running'?'stalled':j.state;\n"
+      /* stalled: cohortd's verdict (--stall-threshold, or sooner from the
+       * job's rhythm); a rank late for a second is only named */
+      "  const st=j.state==='running'&&j.pending.some(p=>p.stalled)?"
+      "'stalled':j.state;\n"
       "  h+='<div class=\"job\" id=\"job-'+esc(j.job)+'\" data-state=\"'+"
       "esc(st)+'\"><h2>'+esc(j.job)+' <span class=\"state s-'+esc(st)+"
       "'\">'+esc(st)+'</span></h2><div class=\"meta\">generation '+"
-      "j.generation+', '+j.world_size+' ranks</div>';\n"
+      "j.generation+', '+j.world_size+' ranks'+(j.op_interval_us?', '+"
+      "(j.op_interval_us/1000).toFixed(1)+' ms per operation, stalled "
+      "after '+secs(j.stall_after_ms):'')+'</div>';\n"
       "  for(const l of late)h+='<div class=\"late\">'+esc(l)+'</div>';\n"
       "  if(j.failed_rank>=0)h+='<div class=\"failure\">rank '+j.failed_rank+"
       "' failed: '+esc(j.failed_text)+'</div>';\n"
@@ -104,8 +111,9 @@ const char srv_status_page[]
       "esc(m.host)+':'+m.pid+'</td><td>'+esc(m.state)+'</td><td>'+"
       "secs(m.last_seen_ms)+'</td><td'+(m.in_op&&m.in_op_ms>=1000?"
       "' class=\"late\"':'')+'>'+esc(doing)+'</td><td>'+m.collectives+"
-      "'</td><td>'+rate+'</td><td>'+tp+'</td><td>'+(m.collective_ns?"
-      "(100*m.wait_ns/m.collective_ns).toFixed(0)+'%':'')+'</td></tr>';\n"
+      "'</td><td>'+rate+'</td><td>'+tp+'</td><td>'+(m.collectives?"
+      "(m.wait_ns/1e9).toFixed(2)+' s'+(m.elapsed_ns?' ('+(100*m.wait_ns/"
+      "m.elapsed_ns).toFixed(0)+'% of its time)':''):'')+'</td></tr>';\n"
       "   if(m.failure)h+='<tr><td></td><td colspan=\"8\" class=\"failure\">'+"
       "esc(m.failure)+'</td></tr>';}\n"
       "  h+='</table>';\n"

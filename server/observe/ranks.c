@@ -49,6 +49,7 @@ struct obs_rank {
 	struct obs_op ops[OBS_MAX_OPS];
 	unsigned nops;
 	struct obs_hist h[3];
+	uint64_t elapsed_ns; /* what they cover (RankMetrics) */
 };
 
 struct srv_obs {
@@ -208,6 +209,7 @@ srv_obs_note(struct srv_core *core, const char *job, int32_t rank,
 		op->time_ns = om->time_ns;
 		op->wait_ns = om->wait_ns;
 	}
+	r->elapsed_ns = m->elapsed_ns;
 	obs_hist_copy(&r->h[0], m->collective_seconds);
 	obs_hist_copy(&r->h[1], m->wait_seconds);
 	obs_hist_copy(&r->h[2], m->heartbeat_rtt_seconds);
@@ -215,7 +217,8 @@ srv_obs_note(struct srv_core *core, const char *job, int32_t rank,
 
 bool
 srv_obs_totals(struct srv_core *core, const char *job, int32_t rank,
-    uint64_t *count, uint64_t *bytes, uint64_t *time_ns, uint64_t *wait_ns)
+    uint64_t *count, uint64_t *bytes, uint64_t *time_ns, uint64_t *wait_ns,
+    uint64_t *elapsed_ns)
 {
 	struct srv_obs *o = core->obs;
 	char key[SRV_MAX_NAME + 8];
@@ -223,7 +226,7 @@ srv_obs_totals(struct srv_core *core, const char *job, int32_t rank,
 	struct srv_hnode *n;
 	struct obs_rank *r;
 
-	*count = *bytes = *time_ns = *wait_ns = 0;
+	*count = *bytes = *time_ns = *wait_ns = *elapsed_ns = 0;
 	if (o == NULL || jl > SRV_MAX_NAME)
 		return (false);
 	memcpy(key, job, jl + 1);
@@ -231,6 +234,7 @@ srv_obs_totals(struct srv_core *core, const char *job, int32_t rank,
 	if ((n = srv_map_get(&o->ranks, key, jl + 1 + sizeof(rank))) == NULL)
 		return (false);
 	r = SRV_CONTAINER(n, struct obs_rank, hn);
+	*elapsed_ns = r->elapsed_ns;
 	for (unsigned k = 0; k < r->nops; k++) {
 		*count += r->ops[k].count;
 		*bytes += r->ops[k].bytes;

@@ -19,8 +19,11 @@ void srv_obs_set_max(struct srv_core *core, size_t max);
 char *srv_obs_metrics(
     struct srv_core *core, char *head, size_t headlen, cohort__time now);
 void srv_obs_free(struct srv_core *core);
-/* Totals over all operation kinds of (job, rank); false if none. */
+/* Totals over all operation kinds of (job, rank), and the time they
+ * cover (since the rank joined, as of its last report; 0: not said);
+ * false if none. */
 bool srv_obs_totals(struct srv_core *core, const char *job, int32_t rank,
-    uint64_t *count, uint64_t *bytes, uint64_t *time_ns, uint64_t *wait_ns);
+    uint64_t *count, uint64_t *bytes, uint64_t *time_ns, uint64_t *wait_ns,
+    uint64_t *elapsed_ns);
 
 #endif /* COHORT_SRV_RANKS_H */

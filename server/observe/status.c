@@ -198,13 +198,8 @@ status_job(struct status_build *sb, struct srv_job *job, cohort__time now)
 	js->kv_bytes = srv_kv_bytes(job->kv);
 	js->failed_rank = job->failed_rank;
 	js->failed_text = job->failed_text != NULL ? job->failed_text : "";
-	if (job->failed_rank >= 0) {
-		job->failure.age_ms
-		    = job->failed_at != 0 && now > job->failed_at
-		    ? (uint64_t)(now - job->failed_at)
-		    : 0;
-		js->failure = &job->failure;
-	}
+	js->op_interval_us = srv_stall_rhythm_us(job);
+	js->stall_after_ms = (uint64_t)srv_stall_after(job);
 	if (job->failed_rank >= 0) {
 		job->failure.age_ms
 		    = job->failed_at != 0 && now > job->failed_at
@@ -237,7 +232,7 @@ status_job(struct status_build *sb, struct srv_job *job, cohort__time now)
 				ms->failure = m->failure;
 			(void)srv_obs_totals(job->core, job->name, m->rank,
 			    &ms->collectives, &ms->collective_bytes,
-			    &ms->collective_ns, &ms->wait_ns);
+			    &ms->collective_ns, &ms->wait_ns, &ms->elapsed_ns);
 			js->members[js->n_members++] = ms;
 		}
 	}
@@ -443,6 +438,9 @@ json_job(struct json_buf *b, const Cohort__JobStatus *js)
 	json_str(b, js->state);
 	json_put(b, ",\"failed_rank\":%d,\"failed_text\":", js->failed_rank);
 	json_str(b, js->failed_text);
+	json_put(b,
+	    ",\"op_interval_us\":%" PRIu64 ",\"stall_after_ms\":%" PRIu64,
+	    js->op_interval_us, js->stall_after_ms);
 	json_put(b, ",\"members\":[");
 	for (size_t i = 0; i < js->n_members; i++) {
 		const Cohort__MemberStatus *m = js->members[i];
@@ -460,9 +458,10 @@ json_job(struct json_buf *b, const Cohort__JobStatus *js)
 		    ",\"in_op\":%s,\"in_op_ms\":%" PRIu64
 		    ",\"collectives\":%" PRIu64 ",\"bytes\":%" PRIu64
 		    ",\"collective_ns\":%" PRIu64 ",\"wait_ns\":%" PRIu64
-		    ",\"failure\":",
+		    ",\"elapsed_ns\":%" PRIu64 ",\"failure\":",
 		    m->in_op ? "true" : "false", m->in_op_ms, m->collectives,
-		    m->collective_bytes, m->collective_ns, m->wait_ns);
+		    m->collective_bytes, m->collective_ns, m->wait_ns,
+		    m->elapsed_ns);
 		json_str(b, m->failure);
 		json_put(b, "}");
 	}

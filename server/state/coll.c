@@ -215,9 +215,11 @@ coll_new(struct srv_job *job, struct srv_group *g, uint8_t *key, size_t klen,
 	return (co);
 }
 
+/* Answers c; its reply says how long c was parked here (as of now):
+ * the time that member waited for the others (docs/observability.md). */
 static void
 coll_answer_ok(struct srv_call *c, Cohort__CollectiveReply *cr,
-    const struct cohort__iov *parts, size_t nparts)
+    const struct cohort__iov *parts, size_t nparts, cohort__time now)
 {
 	Cohort__Reply rep;
 	Cohort__CollectiveReply empty;
@@ -226,6 +228,9 @@ coll_answer_ok(struct srv_call *c, Cohort__CollectiveReply *cr,
 		cohort__collective_reply__init(&empty);
 		cr = &empty;
 	}
+	cr->parked = true;
+	cr->parked_us
+	    = now > c->start ? (uint64_t)(now - c->start) * 1000u : 0;
 	srv_reply_init(&rep, c, COHORT_OK);
 	rep.body_case = COHORT__REPLY__BODY_COLLECTIVE;
 	rep.collective = cr;
@@ -233,12 +238,12 @@ coll_answer_ok(struct srv_call *c, Cohort__CollectiveReply *cr,
 }
 
 static void
-coll_deliver(struct srv_coll *co, struct srv_call *c)
+coll_deliver(struct srv_coll *co, struct srv_call *c, cohort__time now)
 {
 	struct cohort__iov part = { co->bdata, co->blen };
 
 	co->ndelivered++;
-	coll_answer_ok(c, NULL, &part, 1);
+	coll_answer_ok(c, NULL, &part, 1, now);
 }
 
 static bool
@@ -316,7 +321,7 @@ coll_reduce(struct srv_coll *co, struct srv_call **calls,
 
 /* Everyone arrived: compute, answer each member, free. */
 static void
-coll_complete(struct srv_coll *co)
+coll_complete(struct srv_coll *co, cohort__time now)
 {
 	uint32_t n = co->g->n;
 	struct srv_call **calls = co->calls;
@@ -373,7 +378,7 @@ coll_complete(struct srv_coll *co)
 		struct srv_call *c = calls[i];
 		calls[i] = NULL;
 		c->owner = NULL;
-		coll_answer_ok(c, &cr, parts, nparts);
+		coll_answer_ok(c, &cr, parts, nparts, now);
 	}
 	co->nparked = 0;
 	if (msgs != NULL && nparts == n)
@@ -670,7 +675,7 @@ coll_arrive(struct srv_call *c, const struct srv_member *m,
 			co->blen = c->plen;
 			c->msg = NULL;
 			co->root_in = true;
-			coll_answer_ok(c, NULL, NULL, 0);
+			coll_answer_ok(c, NULL, NULL, 0, now);
 			for (uint32_t i = 0; i < g->n; i++) {
 				struct srv_call *p = co->calls[i];
 				if (p == NULL)
@@ -678,10 +683,10 @@ coll_arrive(struct srv_call *c, const struct srv_member *m,
 				co->calls[i] = NULL;
 				co->nparked--;
 				p->owner = NULL;
-				coll_deliver(co, p);
+				coll_deliver(co, p, now);
 			}
 		} else if (co->root_in) {
-			coll_deliver(co, c);
+			coll_deliver(co, c, now);
 		} else {
 			co->calls[grank] = c;
 			co->nparked++;
@@ -698,7 +703,7 @@ coll_arrive(struct srv_call *c, const struct srv_member *m,
 	c->owner = co;
 	srv_call_park(c, &coll_park);
 	if (co->narrived == g->n)
-		coll_complete(co);
+		coll_complete(co, now);
 }
 
 static void

@@ -47,8 +47,22 @@ struct srv_member {
 	cohort__time op_since; /* in_op: when it entered last_op */
 	cohort__time op_at; /* when last_op was reported (0: never) */
 	uint64_t stall_logged; /* last_op_seq + 1 of the logged stall */
+	/* Operations it had done at its last rhythm sample, and when
+	 * (stall.c; 0: none yet). */
+	uint64_t rh_ops;
+	cohort__time rh_at;
 	char *failure;
 	struct srv_client *client;
+};
+
+/* The job's rhythm (stall.c): the time per operation of its members
+ * over their recent heartbeat intervals (the last SRV_RHYTHM samples of
+ * all members), and the median of those. */
+#define SRV_RHYTHM 32
+struct srv_rhythm {
+	uint32_t us[SRV_RHYTHM];
+	uint32_t n, next;
+	uint32_t median_us;
 };
 
 enum srv_job_state {
@@ -96,6 +110,7 @@ struct srv_job {
 	struct srv_clients clients;
 	struct srv_map groups; /* srv_group by name (groups.h) */
 	struct srv_map colls; /* srv_coll by (op_seq, group) (coll.h) */
+	struct srv_rhythm rhythm; /* stall.c */
 	struct srv_kv *kv;
 };
 

@@ -1,8 +1,19 @@
 /*
- * stall.c - live hang attribution: a collective parked longer than
- * --stall-threshold, or a data-plane operation the heartbeats report
+ * stall.c - live hang attribution: a collective parked longer than the
+ * job's stall threshold, or a data-plane operation the heartbeats report
  * some ranks in for that long, is logged once (and counted) with the
  * ranks that have not entered it and what each of them is doing.
+ *
+ * The threshold is --stall-threshold (60 s), or sooner from the job's own
+ * rhythm: every heartbeat carries the member's cumulative metrics, so
+ * two of them give the time per operation between them (the compute
+ * between operations included); the median of the job's last SRV_RHYTHM
+ * samples is its rhythm, and an operation waiting more than
+ * --stall-factor (20) times it, but at least --stall-floor (5 s), is
+ * stalled. A job doing an operation every 10 ms is called stalled after
+ * 5 s, one doing one a minute after 60 s; a straggler of a second in the
+ * first is slow, not stalled. The median of the whole job ignores the
+ * few long samples a stall or a straggler adds.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -13,6 +24,83 @@
 #include "coll.h"
 #include "groups.h"
 #include "stall.h"
+
+/* Samples needed before the rhythm is trusted. */
+#define STALL_RHYTHM_MIN 4
+
+void
+srv_stall_note(struct srv_job *job, struct srv_member *m,
+    const Cohort__RankMetrics *rm, cohort__time now)
+{
+	struct srv_rhythm *rh = &job->rhythm;
+	uint32_t sorted[SRV_RHYTHM];
+	uint64_t ops = 0, us;
+
+	if (rm == NULL || m == NULL)
+		return;
+	for (size_t i = 0; i < rm->n_ops; i++)
+		if (rm->ops[i] != NULL)
+			ops += rm->ops[i]->count;
+	/* A sample needs operations done since the last one (a rank that
+	 * sits in one, or computes, adds nothing until it moves on). */
+	if (m->rh_at != 0 && ops > m->rh_ops && now > m->rh_at) {
+		us = (uint64_t)(now - m->rh_at) * 1000u / (ops - m->rh_ops);
+		rh->us[rh->next] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+		rh->next = (rh->next + 1) % SRV_RHYTHM;
+		if (rh->n < SRV_RHYTHM)
+			rh->n++;
+		/* The median, by insertion sort of a copy (32 values, once
+		 * per heartbeat). */
+		for (uint32_t i = 0; i < rh->n; i++) {
+			uint32_t v = rh->us[i], j = i;
+
+			for (; j > 0 && sorted[j - 1] > v; j--)
+				sorted[j] = sorted[j - 1];
+			sorted[j] = v;
+		}
+		rh->median_us = sorted[rh->n / 2];
+	}
+	if (m->rh_at == 0 || ops != m->rh_ops) {
+		m->rh_ops = ops;
+		m->rh_at = now;
+	}
+}
+
+uint64_t
+srv_stall_rhythm_us(const struct srv_job *job)
+{
+	return (job->rhythm.n >= STALL_RHYTHM_MIN ? job->rhythm.median_us : 0);
+}
+
+cohort__time
+srv_stall_after(const struct srv_job *job)
+{
+	const struct srv_core *core = job->core;
+	uint64_t rh = srv_stall_rhythm_us(job), ms;
+
+	if (core->stall_factor == 0 || rh == 0)
+		return (core->stall_ms);
+	ms = rh * core->stall_factor / 1000u;
+	if (ms < (uint64_t)core->stall_floor_ms)
+		ms = (uint64_t)core->stall_floor_ms;
+	return (
+	    ms < (uint64_t)core->stall_ms ? (cohort__time)ms : core->stall_ms);
+}
+
+/* ", 600x the job's rhythm (10.0 ms per operation)" when the job's rhythm
+ * made the verdict (sooner than --stall-threshold). */
+static void
+stall_why(const struct srv_job *job, cohort__time waited, char *buf,
+    size_t len, size_t *off)
+{
+	uint64_t rh = srv_stall_rhythm_us(job);
+
+	if (rh == 0 || srv_stall_after(job) >= job->core->stall_ms)
+		return;
+	cohort__appendf(buf, len, off,
+	    ", %.0fx the job's rhythm (%.1f ms per operation)",
+	    (double)waited * 1000.0 / (double)rh, (double)rh / 1000.0);
+}
 
 /* "; rank 5 is in allreduce #812 since 63.2 s, rank 7 last seen ..." for
  * the members of g with entered[i] == 0. */
@@ -65,6 +153,7 @@ srv_stall_text(
 	    " (#%" PRIu64 ") on group '%s' "
 	    "waiting %s",
 	    co->op_seq, co->g->name, secs);
+	stall_why(co->job, now - co->first, buf, len, &off);
 	stall_missing(co->job, co->g, co->arrived, now, buf, len, &off);
 }
 
@@ -72,7 +161,7 @@ bool
 srv_stall_coll(const struct srv_coll *co, cohort__time now)
 {
 	return (co->mismatch == NULL && co->nparked > 0
-	    && now - co->first > co->job->core->stall_ms);
+	    && now - co->first > srv_stall_after(co->job));
 }
 
 /* A control-plane collective as the client names it in heartbeats: it
@@ -101,7 +190,7 @@ srv_stall_data(struct srv_job *job, cohort__time now,
         const struct srv_group *g, const uint8_t *entered, const char *text),
     void *arg)
 {
-	cohort__time thr = job->core->stall_ms;
+	cohort__time thr = srv_stall_after(job);
 
 	for (uint32_t r = 0; job->members != NULL && r < job->world; r++) {
 		struct srv_member *m = &job->members[r];
@@ -141,6 +230,7 @@ srv_stall_data(struct srv_job *job, cohort__time now,
 			cohort__appendf(buf, sizeof(buf), &off,
 			    "%s #%" PRIu64 " on group '%s' waiting %s",
 			    m->last_op, m->last_op_seq, g->name, secs);
+			stall_why(job, now - first, buf, sizeof(buf), &off);
 			stall_missing(
 			    job, g, entered, now, buf, sizeof(buf), &off);
 			fn(arg, m, g, entered, buf);

@@ -1,6 +1,7 @@
 /*
  * stall.h - live hang attribution (stall.c): which collective waits past
- * --stall-threshold, for which ranks, and what those ranks do instead.
+ * its job's stall threshold (--stall-threshold, or sooner from the job's
+ * own rhythm), for which ranks, and what those ranks do instead.
  */
 #ifndef COHORT_SRV_STALL_H
 #define COHORT_SRV_STALL_H
@@ -9,6 +10,19 @@
 
 struct srv_coll;
 struct srv_group;
+
+/* A heartbeat of m carried its metrics (cumulative, rm): one sample of
+ * the job's rhythm, m's time per operation since its previous one. */
+void srv_stall_note(struct srv_job *job, struct srv_member *m,
+    const Cohort__RankMetrics *rm, cohort__time now);
+/* The job's rhythm: the median time per operation of its members over
+ * their recent heartbeats, in microseconds; 0 while unknown (too few
+ * samples, or the members send no metrics). */
+uint64_t srv_stall_rhythm_us(const struct srv_job *job);
+/* How long an operation of job may wait before it is stalled: the
+ * smaller of --stall-threshold and --stall-factor x the rhythm, but at
+ * least --stall-floor; --stall-threshold while the rhythm is unknown. */
+cohort__time srv_stall_after(const struct srv_job *job);
 
 /* Whether the parked collective co is stalled now. */
 bool srv_stall_coll(const struct srv_coll *co, cohort__time now);

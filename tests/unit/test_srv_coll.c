@@ -1,7 +1,7 @@
 /*
  * test_srv_coll.c - cohortd's control-plane collectives without sockets:
  * barrier, broadcast, reduce_scalars, decide, service gather, mismatch,
- * timeout with retry, group creation.
+ * timeout with retry, group creation, the time each member was parked.
  */
 #include <string.h>
 
@@ -305,8 +305,64 @@ START_TEST(test_retry_takes_over_parked)
 }
 END_TEST
 
+/* The reply tells each member how long it was parked here waiting for
+ * the others: the time it waited for late peers (observability). */
+static void
+parked_is(struct fx *f, uintptr_t t, uint64_t ms)
+{
+	Cohort__Reply *r = fx_want(f, t, COHORT_OK);
+
+	ck_assert(r->collective->parked);
+	ck_assert_uint_eq(r->collective->parked_us, ms * 1000u);
+}
+
+START_TEST(test_parked_time_in_replies)
+{
+	struct srq_cli c[3];
+	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
+	uintptr_t t[3];
+
+	fx_form(f, c, 3, "j");
+	t[0] = fx_barrier(f, &c[0], "b", 1, 60000);
+	fx_tick(f, 700);
+	t[1] = fx_barrier(f, &c[1], "b", 1, 60000);
+	fx_tick(f, 300);
+	t[2] = fx_barrier(f, &c[2], "b", 1, 60000);
+	parked_is(f, t[0], 1000);
+	parked_is(f, t[1], 300);
+	parked_is(f, t[2], 0);
+	/* A broadcast: a receiver waits for the root, not for the others;
+	 * the root does not wait. */
+	co.kind = COHORT__COLLECTIVE_KIND__COLL_BROADCAST;
+	co.name = "model";
+	co.op_seq = 2;
+	t[1] = fx_coll(f, &c[1], &co, 60000, NULL, 0);
+	fx_tick(f, 400);
+	t[0] = fx_coll(f, &c[0], &co, 60000, "w", 1);
+	fx_tick(f, 200);
+	t[2] = fx_coll(f, &c[2], &co, 60000, NULL, 0);
+	parked_is(f, t[1], 400);
+	parked_is(f, t[0], 0);
+	parked_is(f, t[2], 0);
+	/* The service backend's gathers. */
+	memset(&co, 0, sizeof(co));
+	cohort__collective__init(&co);
+	co.kind = COHORT__COLLECTIVE_KIND__COLL_SERVICE;
+	co.op_seq = 3;
+	co.service_op = 3;
+	co.dtype = COHORT_U8;
+	t[2] = fx_coll(f, &c[2], &co, 60000, "c", 1);
+	t[0] = fx_coll(f, &c[0], &co, 60000, "a", 1);
+	fx_tick(f, 900);
+	t[1] = fx_coll(f, &c[1], &co, 60000, "b", 1);
+	parked_is(f, t[2], 900);
+	parked_is(f, t[0], 900);
+	parked_is(f, t[1], 0);
+}
+END_TEST
+
 UNIT_FIXTURE_SUITE(srv_coll, "coll", 30, fx_setup, fx_teardown,
     test_barrier_parks_until_all, test_broadcast, test_reduce_scalars,
     test_decide, test_service_gather, test_mismatch,
     test_timeout_names_missing_and_retry, test_groups,
-    test_retry_takes_over_parked)
+    test_retry_takes_over_parked, test_parked_time_in_replies)

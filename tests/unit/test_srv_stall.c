@@ -4,12 +4,14 @@
  * missing rank and what it does instead (status, metrics, the timeout's
  * text); a data-plane op seen through heartbeats likewise; a join whose
  * heartbeat is not shorter than its dead-after is refused; a request of a
- * connection whose close was already seen is dropped.
+ * connection whose close was already seen is dropped; the verdict from
+ * the job's own rhythm.
  */
 #include <inttypes.h>
 #include <string.h>
 
 #include "srv_fixture.h"
+#include "state/stall.h"
 #include "unit_suite.h"
 
 Suite *suite_srv_stall(void);
@@ -240,7 +242,155 @@ START_TEST(test_request_after_close_is_dropped)
 }
 END_TEST
 
+/* Every rank of c[0..n) heartbeats once a second for ms: ranks whose
+ * in_op[i] holds are in op[i] #seq[i] (since the start), and have done
+ * ops[i] operations in all; the others are past it and do ops_per_s
+ * more every second (their metrics ride on the heartbeat). */
+static void
+st_run_metrics(struct fx *f, struct srq_cli *c, int n, const char *const *op,
+    const uint64_t *seq, const bool *in_op, uint64_t *ops, uint64_t ops_per_s,
+    cohort__time ms)
+{
+	for (cohort__time t = 0; t < ms; t += 1000) {
+		for (int i = 0; i < n; i++) {
+			Cohort__RankMetrics rm = COHORT__RANK_METRICS__INIT;
+			Cohort__OpMetrics om = COHORT__OP_METRICS__INIT;
+			Cohort__OpMetrics *omp = &om;
+			struct srq q;
+
+			if (!in_op[i])
+				ops[i] += ops_per_s;
+			om.op = "allreduce";
+			om.count = ops[i];
+			rm.ops = &omp;
+			rm.n_ops = 1;
+			srq_heartbeat(&q, op[i], seq[i], "", in_op[i],
+			    in_op[i] ? (uint64_t)t : 0);
+			q.b.hb.metrics = &rm;
+			fx_want(
+			    f, fx_send(f, &c[i], &q.rq, NULL, 0), COHORT_OK);
+		}
+		fx_tick(f, 1000);
+	}
+}
+
+/* The job's own rhythm: at 100 operations a second per rank (10 ms each),
+ * an operation waiting past 20 x 10 ms, but at least the 5 s floor, is
+ * stalled, long before --stall-threshold (60 s); --stall-factor 0 turns
+ * that off; without metrics the threshold alone decides (the tests
+ * above). */
+START_TEST(test_stall_from_the_jobs_rhythm)
+{
+	struct srq_cli c[3];
+	const char *ops[3] = { "allreduce", "allreduce", "allreduce" };
+	uint64_t seqs[3] = { 500, 500, 500 };
+	uint64_t done[3] = { 0, 0, 0 };
+	bool in[3] = { false, false, false };
+	Cohort__JobStatus *js;
+	Cohort__PendingOp *op;
+	uintptr_t t0, t1;
+
+	fx_form(f, c, 3, "j");
+	js = st_status(f, &c[0]);
+	ck_assert_uint_eq(js->op_interval_us, 0);
+	ck_assert_uint_eq(js->stall_after_ms, 60000);
+	st_run_metrics(f, c, 3, ops, seqs, in, done, 100, 4000);
+	js = st_status(f, &c[0]);
+	ck_assert_uint_eq(js->op_interval_us, 10000);
+	ck_assert_uint_eq(js->stall_after_ms, 5000);
+	/* Ranks 0 and 1 wait in allreduce #501 for rank 2, which is
+	 * elsewhere. */
+	seqs[0] = seqs[1] = 501;
+	in[0] = in[1] = true;
+	st_run_metrics(f, c, 3, ops, seqs, in, done, 0, 4000);
+	ck_assert_ptr_null(st_stalled(st_status(f, &c[0])));
+	ck_assert_uint_eq(f->core->m.stalls, 0);
+	st_run_metrics(f, c, 3, ops, seqs, in, done, 0, 3000);
+	ck_assert_uint_eq(f->core->m.stalls, 1);
+	js = st_status(f, &c[0]);
+	ck_assert_uint_eq(js->op_interval_us, 10000); /* the median held */
+	op = st_stalled(js);
+	ck_assert_ptr_nonnull(op);
+	ck_assert(op->data_plane);
+	ck_assert_int_eq(op->missing[0], 2);
+	ck_assert_msg(st_has(op->detail,
+	                  "allreduce #501 on group '' waiting 7.0 s, 700x the "
+	                  "job's rhythm (10.0 ms per operation): rank 2 has "
+	                  "not entered"),
+	    "detail: %s", op->detail);
+	/* Off: the threshold alone. */
+	f->core->stall_factor = 0;
+	js = st_status(f, &c[0]);
+	ck_assert_ptr_null(st_stalled(js));
+	ck_assert_uint_eq(js->stall_after_ms, 60000);
+	f->core->stall_factor = 20;
+	/* All move on; then ranks 0 and 1 wait in a barrier parked here. */
+	seqs[0] = seqs[1] = seqs[2] = 502;
+	in[0] = in[1] = false;
+	st_run_metrics(f, c, 3, ops, seqs, in, done, 100, 2000);
+	ck_assert_ptr_null(st_stalled(st_status(f, &c[0])));
+	t0 = fx_barrier(f, &c[0], "ckpt", 1, 30000);
+	t1 = fx_barrier(f, &c[1], "ckpt", 1, 30000);
+	ops[0] = ops[1] = "barrier";
+	seqs[0] = seqs[1] = 1;
+	in[0] = in[1] = true;
+	st_run_metrics(f, c, 3, ops, seqs, in, done, 0, 4000);
+	ck_assert_ptr_null(st_stalled(st_status(f, &c[0])));
+	st_run_metrics(f, c, 3, ops, seqs, in, done, 0, 3000);
+	ck_assert_uint_eq(f->core->m.stalls, 2);
+	op = st_stalled(st_status(f, &c[0]));
+	ck_assert_ptr_nonnull(op);
+	ck_assert(!op->data_plane);
+	ck_assert_msg(
+	    st_has(op->detail,
+	        "barrier 'ckpt' (#1) on group '' waiting 7.0 s, 700x "
+	        "the job's rhythm (10.0 ms per operation): rank 2 "
+	        "has not entered"),
+	    "detail: %s", op->detail);
+	fx_barrier(f, &c[2], "ckpt", 1, 30000);
+	fx_want(f, t0, COHORT_OK);
+	fx_want(f, t1, COHORT_OK);
+}
+END_TEST
+
+/* The verdict's bounds: a slow job (an operation every 5 s) keeps
+ * --stall-threshold; a fast one the floor; a job that pauses (no
+ * operations between two heartbeats) adds no sample. */
+START_TEST(test_stall_rhythm_bounds)
+{
+	struct srq_cli c[2];
+	const char *const ops[2] = { "allreduce", "allreduce" };
+	const uint64_t seqs[2] = { 1, 1 };
+	const bool in[2] = { false, false };
+	uint64_t done[2] = { 0, 0 };
+	struct srv_job *job;
+
+	fx_form(f, c, 2, "j");
+	job = SRV_CONTAINER(
+	    srv_map_get(&f->core->jobs, "j", 1), struct srv_job, hn);
+	/* 1 operation a second: 20 s. */
+	st_run_metrics(f, c, 2, ops, seqs, in, done, 1, 5000);
+	ck_assert_uint_eq(srv_stall_rhythm_us(job), 1000000);
+	ck_assert_int_eq(srv_stall_after(job), 20000);
+	/* Paused: no samples, the rhythm stays. */
+	st_run_metrics(f, c, 2, ops, seqs, in, done, 0, 5000);
+	ck_assert_uint_eq(srv_stall_rhythm_us(job), 1000000);
+	/* Much slower (every 5 s): bounded by --stall-threshold. */
+	for (int k = 0; k < 8; k++)
+		st_run_metrics(f, c, 2, ops, seqs, in, done, k % 5 == 4, 1000);
+	ck_assert_int_eq(srv_stall_after(job), 20000);
+	f->core->stall_ms = 15000;
+	ck_assert_int_eq(srv_stall_after(job), 15000);
+	/* Much faster: the floor. */
+	f->core->stall_floor_ms = 2000;
+	st_run_metrics(f, c, 2, ops, seqs, in, done, 10000, 40000);
+	ck_assert_uint_eq(srv_stall_rhythm_us(job), 100);
+	ck_assert_int_eq(srv_stall_after(job), 2000);
+}
+END_TEST
+
 UNIT_FIXTURE_SUITE(srv_stall, "stall", 0, fx_setup, fx_teardown,
     test_control_plane_stall, test_missing_rank_last_seen,
     test_data_plane_stall, test_join_heartbeat_order,
-    test_request_after_close_is_dropped)
+    test_request_after_close_is_dropped, test_stall_from_the_jobs_rhythm,
+    test_stall_rhythm_bounds)

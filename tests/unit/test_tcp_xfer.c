@@ -2,8 +2,10 @@
  * test_tcp_xfer.c - the tcp backend's transfer engines
  * (client/backend/tcp/xfer.c) when a peer disappears mid-collective, when
  * the run is aborted (abort() or the group's flag) and at its deadline,
- * in every mode of tcp_fixture.h.
+ * in every mode of tcp_fixture.h; and that the time a rank waits for a
+ * late peer is counted as waiting (op stats), on every path.
  */
+#include <inttypes.h>
 #include <poll.h>
 #include <string.h>
 
@@ -137,6 +139,103 @@ START_TEST(test_tcp_abort_unblocks_run)
 }
 END_TEST
 
+/* Waiting for a late peer (op stats, backend.h): rank 2 enters every
+ * operation 300 ms after the others. */
+#define TW_LATE_MS 300
+#define TW_OPS 5
+static const char *const tw_names[TW_OPS] = { "allreduce 4 KB",
+	"allreduce 4 MB", "barrier", "broadcast 64 KB", "allgather 1 MB" };
+static uint64_t tw_wait[TT_MAX_RANKS][TW_OPS + 1];
+static int64_t tw_ms[TT_MAX_RANKS][TW_OPS + 1];
+
+static void
+tt_body_late(struct tt_group *g, int r, void *state)
+{
+	size_t counts[TW_OPS] = { 1024, 1u << 20, 0, 16384, 262144 };
+	enum cohort__op_kind kinds[TW_OPS]
+	    = { COHORT__OP_ALLREDUCE, COHORT__OP_ALLREDUCE, COHORT__OP_BARRIER,
+		      COHORT__OP_BROADCAST, COHORT__OP_ALLGATHER };
+	float *buf = calloc((size_t)g->n << 20, sizeof(float));
+
+	for (int k = 0; k < TW_OPS && buf != NULL; k++) {
+		struct cohort__op op = tt_sum_op(buf, counts[k], 20 + k);
+		struct cohort__op_stats st = { NULL, 0 };
+		int64_t t0;
+
+		op.kind = kinds[k];
+		if (op.kind == COHORT__OP_ALLGATHER)
+			op.send = buf + ((size_t)g->n << 20) - counts[k];
+		op.stats = &st;
+		if (r == 2)
+			(void)poll(NULL, 0, TW_LATE_MS);
+		t0 = cohort__now_ms();
+		g->run_rv[r] = cohort__host_backend.run(state, &op,
+		    g->run_err[r], TT_ERRLEN, cohort__now_ms() + 20000);
+		tw_ms[r][k] = cohort__now_ms() - t0;
+		tw_wait[r][k] = st.wait_ns;
+		if (g->run_rv[r] != COHORT_OK)
+			break;
+	}
+	/* A wait that ends in a failure is waiting too: rank 0 alone. */
+	if (r == 0 && g->run_rv[r] == COHORT_OK) {
+		struct cohort__op op = tt_sum_op(buf, 1024, 30);
+		struct cohort__op_stats st = { NULL, 0 };
+		char err[TT_ERRLEN];
+
+		op.stats = &st;
+		tw_ms[r][TW_OPS] = cohort__now_ms();
+		(void)cohort__host_backend.run(
+		    state, &op, err, sizeof(err), cohort__now_ms() + 300);
+		tw_ms[r][TW_OPS] = cohort__now_ms() - tw_ms[r][TW_OPS];
+		tw_wait[r][TW_OPS] = st.wait_ns;
+	}
+	free(buf);
+}
+
+START_TEST(test_tcp_wait_for_late_peer_is_counted)
+{
+	static struct tt_group g;
+	struct tt_store s;
+
+	tt_set_mode(_i);
+	tt_store_init(&s);
+	tt_group_setup(&g, &s, 3, "late", tt_body_late);
+	tt_group_start(&g, 0);
+	tt_group_join(&g);
+	tt_assert_mode(&g, _i);
+	for (int r = 0; r < 3; r++)
+		ck_assert_msg(g.run_rv[r] == COHORT_OK, "rank %d: %s: %s", r,
+		    cohort_status_name(g.run_rv[r]), g.run_err[r]);
+	for (int k = 0; k < TW_OPS; k++) {
+		for (int r = 0; r < 3; r++) {
+			uint64_t ms = tw_wait[r][k] / 1000000u;
+
+			ck_assert_msg(ms <= (uint64_t)tw_ms[r][k] + 1,
+			    "%s: rank %d waited %" PRIu64 " ms in %" PRId64
+			    " ms",
+			    tw_names[k], r, ms, tw_ms[r][k]);
+			/* The early ranks waited for the late one; it,
+			 * hardly (the machine may be loaded). */
+			if (r < 2)
+				ck_assert_msg(ms >= TW_LATE_MS - 60,
+				    "%s: rank %d waited %" PRIu64 " ms for a "
+				    "peer %d ms late (op took %" PRId64 " ms)",
+				    tw_names[k], r, ms, TW_LATE_MS,
+				    tw_ms[r][k]);
+			else
+				ck_assert_msg(ms < TW_LATE_MS / 2,
+				    "%s: the late rank waited %" PRIu64 " ms",
+				    tw_names[k], ms);
+		}
+	}
+	ck_assert_msg(tw_wait[0][TW_OPS] / 1000000u >= 250,
+	    "a run that timed out after %" PRId64 " ms counted %" PRIu64
+	    " ms of waiting",
+	    tw_ms[0][TW_OPS], tw_wait[0][TW_OPS] / 1000000u);
+	tt_store_fini(&s);
+}
+END_TEST
+
 Suite *suite_tcp_xfer(void);
 
 Suite *
@@ -145,6 +244,7 @@ suite_tcp_xfer(void)
 	const struct unit_loop loops[]
 	    = { { test_tcp_peer_vanishes_mid_allreduce, TT_NMODES },
 		      { test_tcp_abort_unblocks_run, 2 * TT_NMODES },
+		      { test_tcp_wait_for_late_peer_is_counted, TT_NMODES },
 		      { NULL, 0 } };
 
 	return (unit_suite_loops("tcp_xfer", "failures", 60, NULL, loops));

@@ -11,10 +11,13 @@
  *   cohort top    (= cohort status --watch 1000)
  *
  * Per rank it also shows what the rank reported on its heartbeats
- * (RankMetrics, docs/observability.md): collectives, bytes, the share of
- * collective time spent waiting for peers, and, with --watch, rates over
- * the last interval. --watch redraws the screen every MS until SIGINT or
- * N redraws.
+ * (RankMetrics, docs/observability.md): collectives and the time inside
+ * them, bytes, the time spent waiting for peers (blocked on a late rank: high
+ * on the ranks that wait for a straggler, low on the straggler) and its share
+ * of the rank's time since it joined, and, with --watch, rates over the last
+ * interval (waiting: seconds per second). Per job, its rhythm (time per
+ * operation) and when an operation is called stalled. --watch redraws the
+ * screen every MS until SIGINT or N redraws.
  *
  * The coordinator defaults to the resolved environment (COHORT_COORDINATOR,
  * MASTER_ADDR/MASTER_PORT); job and token to COHORT_JOB / COHORT_TOKEN
@@ -46,7 +49,7 @@ struct status_cfg {
 struct status_prev {
 	char job[128];
 	int32_t rank;
-	uint64_t colls, bytes;
+	uint64_t colls, bytes, wait_ns;
 	int64_t at_ms;
 };
 static struct status_prev status_prev[STATUS_PREV];
@@ -110,29 +113,37 @@ status_doing(const Cohort__MemberStatus *m, char *buf, size_t len)
 		    (double)m->in_op_ms / 1000.0);
 }
 
-/* A rank's reported metrics: totals, the wait share, and (--watch)
- * rates since the previous redraw. */
+/* A rank's reported metrics: totals, its time waiting for peers and that
+ * time's share of the rank's time since it joined, and (--watch) rates
+ * since the previous redraw. */
 static void
 status_print_rates(const char *job, const Cohort__MemberStatus *m)
 {
 	struct status_prev *p = NULL;
 	int64_t now = (int64_t)cohort__now_ms();
 
-	printf("        %" PRIu64 " collectives, %.1f MB, %.0f%% of their "
-	       "time waiting for peers",
-	    m->collectives, (double)m->collective_bytes / 1e6,
-	    m->collective_ns > 0
-	        ? 100.0 * (double)m->wait_ns / (double)m->collective_ns
-	        : 0.0);
+	printf("        %" PRIu64 " collectives (%.2f s), %.1f MB; "
+	       "waiting for peers %.2f s",
+	    m->collectives, (double)m->collective_ns / 1e9,
+	    (double)m->collective_bytes / 1e6, (double)m->wait_ns / 1e9);
+	/* Of the rank's own time: a straggler's few milliseconds of waiting
+	 * are most of its short collectives, but little of its time. */
+	if (m->elapsed_ns > 0)
+		printf(", %.0f%% of its %.1f s",
+		    100.0 * (double)m->wait_ns / (double)m->elapsed_ns,
+		    (double)m->elapsed_ns / 1e9);
 	for (size_t i = 0; i < status_nprev; i++)
 		if (status_prev[i].rank == m->rank
 		    && strcmp(status_prev[i].job, job) == 0)
 			p = &status_prev[i];
 	if (p != NULL && now > p->at_ms && m->collectives >= p->colls) {
 		double s = (double)(now - p->at_ms) / 1000.0;
-		printf("; now %.1f/s, %.2f MB/s",
+		printf("; now %.1f/s, %.2f MB/s, waiting %.2f s/s",
 		    (double)(m->collectives - p->colls) / s,
-		    (double)(m->collective_bytes - p->bytes) / 1e6 / s);
+		    (double)(m->collective_bytes - p->bytes) / 1e6 / s,
+		    m->wait_ns >= p->wait_ns
+		        ? (double)(m->wait_ns - p->wait_ns) / 1e9 / s
+		        : 0.0);
 	}
 	printf("\n");
 	if (p == NULL && status_nprev < STATUS_PREV) {
@@ -143,6 +154,7 @@ status_print_rates(const char *job, const Cohort__MemberStatus *m)
 	if (p != NULL) {
 		p->colls = m->collectives;
 		p->bytes = m->collective_bytes;
+		p->wait_ns = m->wait_ns;
 		p->at_ms = now;
 	}
 }
@@ -159,6 +171,11 @@ status_print_job(const Cohort__JobStatus *js)
 	if (js->failed_rank >= 0)
 		printf("  failed: rank %d: %s\n", js->failed_rank,
 		    js->failed_text[0] != '\0' ? js->failed_text : "-");
+	if (js->op_interval_us > 0)
+		printf("  rhythm %.1f ms per operation; an operation waiting "
+		       "over %.1f s is STALLED\n",
+		    (double)js->op_interval_us / 1000.0,
+		    (double)js->stall_after_ms / 1000.0);
 	if (js->n_members > 0)
 		printf("  %-5s %-20s %-8s %-9s %-10s %s\n", "rank", "host",
 		    "pid", "state", "last seen", "doing");

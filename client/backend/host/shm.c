@@ -300,10 +300,14 @@ shm_liveness(struct host_shm *s, const struct host_op *c, int which,
 	return (COHORT_OK);
 }
 
-/* Waits until every other rank's counter `which` reached want. */
+/* Waits until every other rank's counter `which` reached want. *since:
+ * when it started waiting past the hot spins (0: it did not), *until:
+ * when the wait ended (0: unknown, now), both from the clock reads the
+ * spinning makes anyway. */
 static cohort_status
-shm_wait(struct host_shm *s, const struct host_op *c, int which, uint32_t want,
-    char *err, size_t errlen, cohort__time deadline)
+shm_wait_for(struct host_shm *s, const struct host_op *c, int which,
+    uint32_t want, uint64_t *since, uint64_t *until, char *err, size_t errlen,
+    cohort__time deadline)
 {
 	uint64_t idle_since = 0, waited_since = 0, last_now = 0;
 	bool slept = false;
@@ -326,13 +330,9 @@ shm_wait(struct host_shm *s, const struct host_op *c, int which, uint32_t want,
 			}
 		}
 		if (missing < 0) {
-			/* Waited for a peer past the hot spins: op stats
-			 * (backend.h), from the clock reads the spinning
-			 * makes anyway (one more after a futex sleep). */
-			if (waited_since != 0 && c->stats != NULL)
-				c->stats->wait_ns
-				    += (slept ? cohort__now_ns() : last_now)
-				    - waited_since;
+			/* One more clock read after a futex sleep. */
+			if (waited_since != 0)
+				*until = slept ? cohort__now_ns() : last_now;
 			return (COHORT_OK);
 		}
 		if (spins < s->tune->shm_hot_spins) {
@@ -349,7 +349,7 @@ shm_wait(struct host_shm *s, const struct host_op *c, int which, uint32_t want,
 			last_now = now;
 			slept = false;
 			if (waited_since == 0)
-				waited_since = now;
+				*since = waited_since = now;
 			if (idle_since == 0)
 				idle_since = now;
 			if (now - idle_since
@@ -373,6 +373,8 @@ shm_wait(struct host_shm *s, const struct host_op *c, int which, uint32_t want,
 			    (int)s->mesh->links[missing].job_rank, want - 1);
 			return (COHORT_ETIMEDOUT);
 		}
+		if (waited_since == 0)
+			*since = waited_since = cohort__now_ns();
 		f = shm_flag(s, missing, which);
 		atomic_fetch_add_explicit(
 		    &s->ctrl[missing].sleepers, 1, memory_order_seq_cst);
@@ -388,13 +390,29 @@ shm_wait(struct host_shm *s, const struct host_op *c, int which, uint32_t want,
 		}
 		atomic_fetch_sub_explicit(
 		    &s->ctrl[missing].sleepers, 1, memory_order_seq_cst);
-		if (waited_since == 0)
-			waited_since
-			    = cohort__now_ns() - SHM_SLEEP_MS * 1000000u;
 		slept = true;
 		idle_since = 0;
 		spins = 0;
 	}
+}
+
+/* shm_wait_for, adding the time spent waiting for a peer past the hot
+ * spins to the op stats (backend.h), also when the wait failed. */
+static cohort_status
+shm_wait(struct host_shm *s, const struct host_op *c, int which, uint32_t want,
+    char *err, size_t errlen, cohort__time deadline)
+{
+	uint64_t since = 0, until = 0;
+	cohort_status rv = shm_wait_for(
+	    s, c, which, want, &since, &until, err, errlen, deadline);
+
+	if (since != 0 && c->stats != NULL) {
+		if (until == 0)
+			until = cohort__now_ns();
+		if (until > since)
+			c->stats->wait_ns += until - since;
+	}
+	return (rv);
 }
 
 bool

@@ -105,18 +105,29 @@ xfer_hangup(struct host_xfer *x, const struct host_op *c,
 	return (xfer_peer_error(x, c, p, e, true, done, total, err, errlen));
 }
 
+/* An idle period of an engine: nothing moved since `since` (0: moving). */
+struct xfer_idle {
+	uint64_t since;
+	/* This rank had bytes to send that the socket would not take: the
+	 * network (or the peer's reading) was the limit, not a late peer. */
+	bool sending;
+};
+
 /* Busy-polls for a little while before sleeping: a poll() sleep and its
- * wake-up cost more than a short spin when the peer answers quickly. */
+ * wake-up cost more than a short spin when the peer answers quickly.
+ * sending: see struct xfer_idle. */
 static inline bool
-xfer_spinning(const struct host_xfer *x, uint64_t *idle_since)
+xfer_spinning(const struct host_xfer *x, struct xfer_idle *idle, bool sending)
 {
 	uint64_t now = cohort__now_ns();
 
-	if (*idle_since == 0)
-		*idle_since = now;
+	if (idle->since == 0) {
+		idle->since = now;
+		idle->sending = sending;
+	}
 	if (x->tune->spin_us <= 0)
 		return (false);
-	if (now - *idle_since >= (uint64_t)x->tune->spin_us * 1000u)
+	if (now - idle->since >= (uint64_t)x->tune->spin_us * 1000u)
 		return (false);
 	/* Let a peer sharing this core run (more ranks than cores). */
 	if (x->tune->spin_yield)
@@ -124,15 +135,18 @@ xfer_spinning(const struct host_xfer *x, uint64_t *idle_since)
 	return (true);
 }
 
-/* Progress after an idle period: the idle time was spent waiting for a
- * peer (op stats, backend.h). */
+/* An idle period ends (progress, completion, failure): if this rank only
+ * waited for bytes to arrive, the time was spent waiting for a peer (op
+ * stats, backend.h; the time a rank waits for a late peer to enter is
+ * the agreement's wait for its header). Time blocked with bytes the
+ * socket would not take is transfer time. */
 static inline void
-xfer_progress(const struct host_op *c, uint64_t *idle_since)
+xfer_idle_end(const struct host_op *c, struct xfer_idle *idle)
 {
-	if (*idle_since != 0) {
-		if (c->stats != NULL)
-			c->stats->wait_ns += cohort__now_ns() - *idle_since;
-		*idle_since = 0;
+	if (idle->since != 0) {
+		if (c->stats != NULL && !idle->sending)
+			c->stats->wait_ns += cohort__now_ns() - idle->since;
+		idle->since = 0;
 	}
 }
 
@@ -180,13 +194,13 @@ xfer_connect_plan(struct host_xfer *x, const struct host_op *c, char *err,
 	    x->mesh, x->want, k, c->name, err, errlen, deadline));
 }
 
-cohort_status
-host_exchange(struct host_xfer *x, const struct host_op *c, char *err,
-    size_t errlen, cohort__time deadline)
+static cohort_status
+xfer_exchange(struct host_xfer *x, const struct host_op *c,
+    struct xfer_idle *idle, char *err, size_t errlen, cohort__time deadline)
 {
 	struct host_mesh *m = x->mesh;
 	struct pollfd *fds = x->mesh->pfds;
-	uint64_t idle_since = 0;
+	bool sending;
 	cohort_status rv;
 
 	if ((rv = xfer_connect_plan(x, c, err, errlen, deadline)) != COHORT_OK)
@@ -258,10 +272,14 @@ host_exchange(struct host_xfer *x, const struct host_op *c, char *err,
 		if (!pending)
 			return (COHORT_OK);
 		if (progress) {
-			xfer_progress(c, &idle_since);
+			xfer_idle_end(c, idle);
 			continue;
 		}
-		if (xfer_spinning(x, &idle_since))
+		sending = false;
+		for (int i = 0; i < nfds; i++)
+			if ((fds[i].events & POLLOUT) != 0)
+				sending = true;
+		if (xfer_spinning(x, idle, sending))
 			continue;
 		if (cohort__expired(deadline)) {
 			struct host_plan *P = &x->plan[first];
@@ -285,6 +303,19 @@ host_exchange(struct host_xfer *x, const struct host_op *c, char *err,
 				return (rv);
 		}
 	}
+}
+
+cohort_status
+host_exchange(struct host_xfer *x, const struct host_op *c, char *err,
+    size_t errlen, cohort__time deadline)
+{
+	struct xfer_idle idle = { 0, false };
+	cohort_status rv = xfer_exchange(x, c, &idle, err, errlen, deadline);
+
+	/* Also when the last bytes arrived right after the wait, or the
+	 * wait ended in a failure. */
+	xfer_idle_end(c, &idle);
+	return (rv);
 }
 
 cohort_status
@@ -636,10 +667,10 @@ stream_wait(struct stream *s, bool want_send, bool want_recv, char *err,
 	return (COHORT_OK);
 }
 
-cohort_status
-host_stream(struct host_xfer *x, const struct host_op *c, int to, int from,
-    struct host_step *steps, int nsteps, char *err, size_t errlen,
-    cohort__time deadline)
+static cohort_status
+xfer_stream(struct host_xfer *x, const struct host_op *c, int to, int from,
+    struct host_step *steps, int nsteps, struct xfer_idle *idle, char *err,
+    size_t errlen, cohort__time deadline)
 {
 	struct stream s = { .x = x,
 		.c = c,
@@ -648,7 +679,6 @@ host_stream(struct host_xfer *x, const struct host_op *c, int to, int from,
 		.to = to,
 		.from = from };
 	uint64_t acc_w = 0;
-	uint64_t idle_since = 0;
 	int k = 0;
 	cohort_status rv;
 
@@ -697,7 +727,7 @@ host_stream(struct host_xfer *x, const struct host_op *c, int to, int from,
 		        != COHORT_OK)
 			return (rv);
 		if (progress) {
-			xfer_progress(c, &idle_since);
+			xfer_idle_end(c, idle);
 			continue;
 		}
 		if (!want_send && !want_recv) {
@@ -708,13 +738,26 @@ host_stream(struct host_xfer *x, const struct host_op *c, int to, int from,
 			    c->name, c->seq, s.ks, s.kr);
 			return (COHORT_ESTATE);
 		}
-		if (xfer_spinning(x, &idle_since))
+		if (xfer_spinning(x, idle, want_send))
 			continue;
 		if ((rv = stream_wait(
 		         &s, want_send, want_recv, err, errlen, deadline))
 		    != COHORT_OK)
 			return (rv);
 	}
+}
+
+cohort_status
+host_stream(struct host_xfer *x, const struct host_op *c, int to, int from,
+    struct host_step *steps, int nsteps, char *err, size_t errlen,
+    cohort__time deadline)
+{
+	struct xfer_idle idle = { 0, false };
+	cohort_status rv = xfer_stream(
+	    x, c, to, from, steps, nsteps, &idle, err, errlen, deadline);
+
+	xfer_idle_end(c, &idle);
+	return (rv);
 }
 
 /* len bytes of scratch, written once so that its pages are faulted in

@@ -285,6 +285,9 @@ svc_gather(struct svc *s, const struct cohort__op *op,
 		    what, op->seq, why);
 		return (st);
 	}
+	/* Waiting for peers: the time parked at cohortd for the others. */
+	if (op->stats != NULL)
+		op->stats->wait_ns += cg.wait_ns;
 	st = COHORT_EPROTO;
 	if (cg.nlens != (size_t)s->d.size) {
 		snprintf(err, errlen,
