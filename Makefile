@@ -83,9 +83,9 @@ $(OBJ)/tests/%.o: PART_INC := $(INC_PROTO) -iquote client -iquote server \
 	-iquote tests/cuda/kernels -iquote strategies -iquote tests/harness \
 	-iquote examples/lib
 CPPFLAGS = $(PART_INC) $(PKG_CFLAGS)
-LDLIBS := -lnng -lmbedcrypto $(PKG_LIBS) -lpthread -lm -ldl
+LDLIBS := -lnng -lmbedx509 -lmbedcrypto $(PKG_LIBS) -lpthread -lm -ldl
 # What libcohort.so itself needs (no test framework).
-LIB_LDLIBS := -lnng -lmbedcrypto $(shell pkg-config --libs libprotobuf-c 2>/dev/null) \
+LIB_LDLIBS := -lnng -lmbedx509 -lmbedcrypto $(shell pkg-config --libs libprotobuf-c 2>/dev/null) \
 	-lpthread -lm -ldl
 LDFLAGS := $(SANFLAGS) -pthread
 

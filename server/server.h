@@ -25,6 +25,11 @@
 /* A job with no running member and no connected client is removed after
  * this long (failed or abandoned: joined, connection dropped, no Leave). */
 #define COHORT__SRV_DEFAULT_JOB_EXPIRY_MS 600000u
+/* Connections of the tcp://, TCPStore and HTTP listeners that one source
+ * address may hold before they authenticate; bytes of requests still
+ * arriving on all of them. */
+#define COHORT__SRV_DEFAULT_PENDING_PER_SOURCE 1024u
+#define COHORT__SRV_DEFAULT_PENDING_BYTES (1ull << 30)
 /* Requests parked at once (all connections), and what they hold. */
 #define COHORT__SRV_DEFAULT_MAX_PARKED 1000000u
 #define COHORT__SRV_DEFAULT_MAX_PARKED_BYTES (1ull << 30)

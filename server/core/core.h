@@ -111,6 +111,7 @@ struct srv_pend {
 /* A member failure, remembered for the status page (state/job.c). */
 struct srv_failure {
 	char job[SRV_MAX_NAME + 1];
+	uint64_t job_id; /* a later job of the same name is another */
 	int32_t rank;
 	cohort__time at;
 	char text[512];
@@ -194,6 +195,9 @@ struct srv_core {
 	cohort__time stall_next;
 
 	struct srv_jrn *jrn; /* journal/log.c; NULL: no --state-dir */
+	/* Replaying with --recover: a record of a job whose JOB record was
+	 * lost rebuilds the job (srv_job_restore_lost). */
+	bool recovering;
 	struct srv_obs *obs; /* observe/ranks.c, made on first use */
 };
 

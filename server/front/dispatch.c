@@ -107,8 +107,8 @@ dispatch_metrics(
     struct srv_call *c, const Cohort__RankMetrics *m, cohort__time now)
 {
 	if (m != NULL && c->client->member != NULL)
-		srv_obs_note(
-		    c->core, c->job->name, c->client->member->rank, m, now);
+		srv_obs_note(c->core, c->job->name, c->job->job_id,
+		    c->client->member->rank, m, now);
 }
 
 static void
@@ -316,7 +316,10 @@ dispatch_request(struct srv_call *c, const Cohort__Request *req, uint32_t pipe,
 		return;
 	}
 	if ((job = srv_job_find(core, req->job)) != NULL) {
-		if (!srv_token_eq(job->token, req->token)) {
+		/* (a job rebuilt by --recover without its token is claimed
+		 * by one of its known clients: lifecycle.h) */
+		if (!srv_token_eq(job->token, req->token)
+		    && !srv_job_claim(job, req->client_id, req->token)) {
 			dispatch_auth_fail(c, req);
 			return;
 		}

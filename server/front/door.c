@@ -289,6 +289,21 @@ srv_door_peer_uid(int fd, const struct sockaddr_storage *sa, uint32_t *uid)
 }
 
 bool
+srv_door_same_host(int fd, const struct sockaddr_storage *sa)
+{
+	struct sockaddr_storage ls;
+	socklen_t ll = sizeof(ls);
+	uint8_t p[16], l[16];
+	size_t pl, lal;
+
+	if (getsockname(fd, (struct sockaddr *)&ls, &ll) != 0)
+		return (false);
+	pl = door_addr(sa, p, NULL);
+	lal = door_addr(&ls, l, NULL);
+	return (pl != 0 && pl == lal && memcmp(p, l, pl) == 0);
+}
+
+bool
 srv_door_local(
     int fd, const struct sockaddr_storage *sa, char *how, size_t len)
 {

@@ -3,7 +3,8 @@
  * "torch's store"). torch's TCPStore protocol has no credential of any
  * kind, so the listener lets in a connection by where it comes from:
  *
- *  - from this host (loopback): only a process of cohortd's own user, or
+ *  - from this host (loopback, or any of its addresses: the peer's address
+ *    is the one it dialled): only a process of cohortd's own user, or
  *    root, found by asking the kernel who owns the peer's socket
  *    (sock_diag, as ss(8) -e does; /proc/net/tcp if that is not allowed);
  *  - from another host: only an address of --torch-store-allow (CIDR,
@@ -35,6 +36,10 @@ cohort_status srv_door_new(
     const char *const *allow, size_t nallow, struct srv_door **out);
 void srv_door_free(struct srv_door *d);
 
+/* Whether the peer sa of the accepted socket fd is on this host: it
+ * came from the address it reached (a process here that dialled one of
+ * this host's addresses). Loopback peers are, too. */
+bool srv_door_same_host(int fd, const struct sockaddr_storage *sa);
 /* A peer on this host (the accepted socket fd, its peer sa): true if its
  * socket belongs to cohortd's user or root; how says which uid (or why
  * it could not be told). */

@@ -45,6 +45,7 @@
 
 #include <nng/nng.h>
 
+#include "server.h"
 #include "cohort_common.h"
 #include "core/list.h"
 #include "core/map.h"
@@ -59,8 +60,9 @@ struct srv_net_limits {
 	uint64_t max_pending_bytes;
 };
 
-#define SRV_NET_DEFAULT_PENDING_PER_SOURCE 1024u
-#define SRV_NET_DEFAULT_PENDING_BYTES (1ull << 30)
+#define SRV_NET_DEFAULT_PENDING_PER_SOURCE                                    \
+	COHORT__SRV_DEFAULT_PENDING_PER_SOURCE
+#define SRV_NET_DEFAULT_PENDING_BYTES COHORT__SRV_DEFAULT_PENDING_BYTES
 /* Descriptors kept for everything but connections (the journal, nng's
  * ipc:// and tls+tcp:// listeners, the status files). */
 #define SRV_NET_FD_RESERVE 64u

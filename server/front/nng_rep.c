@@ -337,6 +337,7 @@ rep_sweep_cb(void *arg)
 	size_t nclose;
 	bool trim;
 	int sfd;
+	struct srv_jrn_mark mark;
 
 	if (nng_aio_result(s->sweep) != 0)
 		return;
@@ -356,7 +357,7 @@ rep_sweep_cb(void *arg)
 	nclose += srv_core_take_idle_pipes(s->core, now, closes + nclose,
 	    sizeof(closes) / sizeof(closes[0]) - nclose);
 	trim = rep_trim_due(s);
-	sfd = srv_jrn_sync_fd(s->core->jrn);
+	sfd = srv_jrn_sync_fd(s->core->jrn, &mark);
 	out = rep_take_outbox(s);
 	pthread_mutex_unlock(&s->mtx);
 	rep_flush(s, out);
@@ -377,8 +378,14 @@ rep_sweep_cb(void *arg)
 			pthread_mutex_lock(&s->mtx);
 			srv_jrn_sync_failed(s->core->jrn, e);
 			pthread_mutex_unlock(&s->mtx);
+		} else {
+			/* what is on the disk now, for telling a cut log
+			 * from a torn one at the next start */
+			srv_jrn_mark_synced(&mark);
 		}
 		close(sfd);
+	} else {
+		srv_jrn_mark_synced(&mark); /* --fsync always */
 	}
 #ifdef __GLIBC__
 	if (trim)

@@ -1358,7 +1358,7 @@ ts_admit(struct ts_conn *c)
 	char how[200];
 	struct ts_admit a = { c, false };
 
-	if (c->nc.loopback) {
+	if (c->nc.loopback || srv_door_same_host(c->nc.fd, &c->nc.sa)) {
 		if (!srv_door_local(c->nc.fd, &c->nc.sa, how, sizeof(how))) {
 			srv_nconn_refuse(&c->nc,
 			    "refused: %s; the listener serves only the "
