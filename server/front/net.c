@@ -38,6 +38,8 @@ enum { NET_CONN = 1, NET_LISTENER, NET_WAKE };
 #define NET_ACCEPT_BATCH 64
 /* A summary of refusals is logged at most this often. */
 #define NET_NOTE_MS 10000
+/* Input every connection may hold outside max_pending_bytes. */
+#define NET_SMALL (64u << 10)
 /* Pipe ids of our connections: nng's ids are 31-bit. */
 #define NET_PIPE_BASE 0x80000000u
 
@@ -81,6 +83,10 @@ struct srv_net {
 	struct srv_map pipes;
 	uint64_t nconns;
 	uint64_t held;
+	/* held beyond each connection's first NET_SMALL bytes: what
+	 * max_pending_bytes bounds (a small request always gets in; those
+	 * are bounded by the connections) */
+	uint64_t big;
 	pthread_mutex_t mtx; /* the inbox */
 	struct srv_npost *inbox, **inbox_tail;
 	/* counters (read by any thread) */
@@ -232,6 +238,13 @@ net_listener_watch(struct srv_nlistener *l, bool on)
 /* Closing                                                                  */
 /* ------------------------------------------------------------------------ */
 
+/* What of a connection's held input counts against max_pending_bytes. */
+static uint64_t
+net_big(uint64_t held)
+{
+	return (held > NET_SMALL ? held - NET_SMALL : 0);
+}
+
 static void
 net_untrack_pending(struct srv_nconn *c)
 {
@@ -282,6 +295,7 @@ srv_nconn_close(struct srv_nconn *c, const char *why)
 		srv_map_del(&n->pipes, &c->pn);
 	net_oq_free(c);
 	n->held -= c->held;
+	n->big -= net_big(c->held);
 	atomic_fetch_sub(&n->a_held, c->held);
 	atomic_fetch_add(&n->a_freed, c->held);
 	c->held = 0;
@@ -545,18 +559,20 @@ bool
 srv_nconn_hold(struct srv_nconn *c, uint64_t n, const char **why)
 {
 	struct srv_net *net = c->net;
+	uint64_t more = net_big(c->held + n) - net_big(c->held);
 
 	if (c->max_held > 0 && c->held + n > c->max_held) {
 		*why = "connection";
 		return (false);
 	}
-	if (net->held + n > net->lim.max_pending_bytes) {
+	if (more > 0 && net->big + more > net->lim.max_pending_bytes) {
 		*why = "--max-pending-bytes";
 		atomic_fetch_add(&net->a_limit_refusals, 1);
 		return (false);
 	}
 	c->held += n;
 	net->held += n;
+	net->big += more;
 	atomic_fetch_add(&net->a_held, n);
 	return (true);
 }
@@ -564,10 +580,14 @@ srv_nconn_hold(struct srv_nconn *c, uint64_t n, const char **why)
 void
 srv_nconn_unhold(struct srv_nconn *c, uint64_t n)
 {
+	uint64_t less;
+
 	if (n > c->held)
 		n = c->held;
+	less = net_big(c->held) - net_big(c->held - n);
 	c->held -= n;
 	c->net->held -= n;
+	c->net->big -= less;
 	atomic_fetch_sub(&c->net->a_held, n);
 	atomic_fetch_add(&c->net->a_freed, n);
 }

@@ -319,11 +319,38 @@ ts_free_keys(char **keys, size_t n)
 	free(keys);
 }
 
+/* Whether cnt length-prefixed strings follow in the buffer, without
+ * copying them: a query parsed again as its bytes arrive costs one scan
+ * until it is whole, not a copy of every key each time. True as well at
+ * a length the copy will refuse (it says why). */
+static bool
+ts_have_strs(const struct ts_cur *k, uint64_t cnt)
+{
+	const uint8_t *p = k->p;
+	size_t left = k->left;
+
+	for (uint64_t i = 0; i < cnt; i++) {
+		uint64_t len = 0;
+		if (left < 8)
+			return (false);
+		for (int b = 0; b < 8; b++)
+			len |= (uint64_t)p[b] << (8 * b);
+		if (len > COHORT__MAX_KEY)
+			return (true);
+		if (left - 8 < len)
+			return (false);
+		p += 8 + len;
+		left -= 8 + (size_t)len;
+	}
+	return (true);
+}
+
 /* u64 count then count keys. NULL with k->bad, or NULL for "need more". */
 static char **
 ts_keys(struct ts_cur *k, size_t *n)
 {
 	uint64_t cnt;
+	size_t kbytes = 0;
 	char **keys;
 
 	if (!ts_get_u64(k, &cnt))
@@ -334,6 +361,8 @@ ts_keys(struct ts_cur *k, size_t *n)
 		    cnt, TS_MAX_COUNT);
 		return (NULL);
 	}
+	if (!ts_have_strs(k, cnt))
+		return (NULL); /* not all here yet: nothing copied */
 	if ((keys = calloc(cnt ? cnt : 1, sizeof(char *))) == NULL) {
 		k->bad = true;
 		k->why = "out of memory";
@@ -342,6 +371,16 @@ ts_keys(struct ts_cur *k, size_t *n)
 	for (uint64_t i = 0; i < cnt; i++) {
 		if ((keys[i] = ts_key(k)) == NULL) {
 			ts_free_keys(keys, (size_t)i);
+			return (NULL);
+		}
+		/* what one query may make cohortd copy and hold (issue 22) */
+		if ((kbytes += strlen(keys[i])) > SRV_WAIT_MAX_KEY_BYTES) {
+			ts_free_keys(keys, (size_t)i + 1);
+			ts_badf(k,
+			    "keys of over %u bytes in one query (a WAIT, "
+			    "CHECK "
+			    "or MULTI_GET holds them)",
+			    SRV_WAIT_MAX_KEY_BYTES);
 			return (NULL);
 		}
 	}
