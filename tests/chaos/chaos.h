@@ -334,7 +334,7 @@ chaos_http_get(int port, const char *path, int timeout_ms)
 	}
 	buf[got] = '\0';
 	if (got >= 12 && strncmp(buf, "HTTP/1.", 7) == 0)
-		code = atoi(buf + 9);
+		code = (int)strtol(buf + 9, NULL, 10);
 	close(fd);
 	return (code);
 }

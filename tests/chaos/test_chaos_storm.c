@@ -154,10 +154,10 @@ START_TEST(test_kill_storm_under_training)
 {
 	/* COHORT_CHAOS_RUNS / COHORT_CHAOS_STORM_S: another size */
 	int runs = getenv("COHORT_CHAOS_RUNS") != NULL
-	    ? atoi(getenv("COHORT_CHAOS_RUNS"))
+	    ? (int)strtol(getenv("COHORT_CHAOS_RUNS"), NULL, 10)
 	    : (int)chaos_n(1, 20);
 	int storm_s = getenv("COHORT_CHAOS_STORM_S") != NULL
-	    ? atoi(getenv("COHORT_CHAOS_STORM_S"))
+	    ? (int)strtol(getenv("COHORT_CHAOS_STORM_S"), NULL, 10)
 	    : (int)chaos_n(6, 60);
 	int epochs = 1000, crashed = 0, failed = 0, same = 0, kills = 0;
 	char ref[32];

@@ -46,7 +46,7 @@ ct_http_port(const struct th_coord *c)
 		if (log != NULL && (p = strstr(log, "http on http://")) != NULL
 		    && (p = strchr(p + strlen("http on http://"), ':'))
 		        != NULL)
-			port = atoi(p + 1);
+			port = (int)strtol(p + 1, NULL, 10);
 		free(log);
 		if (port > 0)
 			return (port);
