@@ -12,6 +12,7 @@
  * authenticated, so they are the first closed to make room. (nng's HTTP
  * server, used before, kept an idle connection for ever.)
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@
 
 struct srv_http {
 	struct srv_nng *nng;
+	struct srv_net *net;
 	cohort__time first_ms;
 };
 
@@ -93,6 +95,56 @@ http_unescape(const char *s, const char *e, char *out, size_t len)
 		}
 	}
 	out[o] = '\0';
+}
+
+/* text (malloc'd) with the connection layer's series appended (net.h);
+ * NULL when out of memory (text freed). */
+static char *
+http_net_metrics(struct srv_http *sh, char *text)
+{
+	struct srv_net_stats st;
+	size_t tl = strlen(text), cap = tl + 2048;
+	char *out = realloc(text, cap);
+	int n;
+
+	if (out == NULL) {
+		free(text);
+		return (NULL);
+	}
+	srv_net_stats(sh->net, &st);
+	n = snprintf(out + tl, cap - tl,
+	    "# HELP cohort_net_connections Connections of cohortd's own "
+	    "listeners (tcp://, TCPStore, HTTP).\n"
+	    "# TYPE cohort_net_connections gauge\n"
+	    "cohort_net_connections %" PRIu64 "\n"
+	    "# HELP cohort_net_max_connections --max-conns in force.\n"
+	    "# TYPE cohort_net_max_connections gauge\n"
+	    "cohort_net_max_connections %" PRIu64 "\n"
+	    "# HELP cohort_net_pending_bytes Bytes of requests still "
+	    "arriving.\n"
+	    "# TYPE cohort_net_pending_bytes gauge\n"
+	    "cohort_net_pending_bytes %" PRIu64 "\n"
+	    "# HELP cohort_net_evicted_total Connections that had not "
+	    "authenticated, closed to make room.\n"
+	    "# TYPE cohort_net_evicted_total counter\n"
+	    "cohort_net_evicted_total %" PRIu64 "\n"
+	    "# HELP cohort_net_refused_total Connections refused at once "
+	    "(no room).\n"
+	    "# TYPE cohort_net_refused_total counter\n"
+	    "cohort_net_refused_total %" PRIu64 "\n"
+	    "# HELP cohort_net_accept_emfile_total accept() out of "
+	    "descriptors.\n"
+	    "# TYPE cohort_net_accept_emfile_total counter\n"
+	    "cohort_net_accept_emfile_total %" PRIu64 "\n"
+	    "# HELP cohort_net_pending_refusals_total Frames refused by "
+	    "--max-pending-bytes.\n"
+	    "# TYPE cohort_net_pending_refusals_total counter\n"
+	    "cohort_net_pending_refusals_total %" PRIu64 "\n",
+	    st.conns, st.max_conns, st.pending_bytes, st.evicted, st.refused,
+	    st.emfile, st.limit_refusals);
+	if (n < 0 || (size_t)n >= cap - tl)
+		out[tl] = '\0';
+	return (out);
 }
 
 /* Decodes the job of a query string ("?job=J&...") into job. */
@@ -219,6 +271,8 @@ http_serve(struct http_conn *c, char *line, const char *hdrs)
 		*q = '\0';
 	if (strcmp(uri, "/metrics") == 0) {
 		srv_with_core(sh->nng, http_metrics_locked, &a);
+		if (a.text != NULL)
+			a.text = http_net_metrics(sh, a.text);
 		if (a.text == NULL)
 			http_respond(
 			    c, 500, "text/plain", "out of memory\n", head);
@@ -379,6 +433,7 @@ srv_http_start(struct srv_net *net, struct srv_nng *n, const char *addr,
 	if (sh == NULL)
 		return (COHORT_ENOMEM);
 	sh->nng = n;
+	sh->net = net;
 	srv_with_core(n, http_cfg_locked, sh);
 	if ((rv = srv_net_listen(net, addr, &http_proto, sh, "--http", &l))
 	    != COHORT_OK) {

@@ -76,6 +76,8 @@
 
 #define TS_MAGIC 0x3C85F7CEu
 #define TS_PARTIAL_MS 30000u
+/* A parked WAIT is ended after this. */
+#define TS_WAIT_MAX_MS 3600000u
 /* Keys per CHECK/WAIT/MULTI_GET/MULTI_SET (torch's own bound). */
 #define TS_MAX_COUNT (128u * 1024u)
 /* A queue item's own cost besides its bytes (counted: an empty item is
@@ -577,7 +579,9 @@ ts_dispatch(struct ts_conn *c, int query, Cohort__Request *req,
 {
 	struct ts_disp d = { c, query, req, parts, nparts, false };
 
-	req->timeout_ms = UINT32_MAX; /* WAIT: until the client cancels */
+	/* WAIT: until the client cancels (torch's clients do at their
+	 * timeout), an hour at most (one no client waits for) */
+	req->timeout_ms = query == TS_WAIT ? TS_WAIT_MAX_MS : UINT32_MAX;
 	srv_with_core(c->ts->nng, ts_dispatch_locked, &d);
 	return (d.ok);
 }
@@ -1534,7 +1538,12 @@ ts_conn_read(struct ts_conn *c)
 
 	for (;;) {
 		ssize_t n;
-		if (c->incap - c->inlen < 4096) {
+		/* Before the door let it in, a connection gets its first
+		 * 8 KiB read, no more (VALIDATE is 5 bytes). */
+		if (!c->validated && c->incap >= 8192 && c->inlen == c->incap)
+			return;
+		if (c->incap - c->inlen < 4096
+		    && (c->validated || c->incap < 8192)) {
 			size_t cap = c->incap ? c->incap * 2 : 8192;
 			const char *why;
 			uint8_t *p;
