@@ -14,6 +14,14 @@ peak during the churn, and after the churn once /metrics says no job is
 left (abandoned ones expired). With --check the exit status is 1 when
 "after" is more than 10 % above the baseline.
 
+cohortd keeps the per-rank metrics of up to --metrics-max-ranks (512)
+(job, rank) pairs after their jobs end, by design (/metrics and the status
+page show them; about 7 KiB each, so up to 3.5 MiB). That cache is not
+memory a churn fails to give back, but against a 3.5 MiB baseline it is
+up to 1.3 x after 100 jobs (issue 22): the soak turns it off
+(--metrics-max-ranks 0) unless --keep-rank-metrics, which reports it
+and checks "after" against the baseline plus 8 KiB per (job, rank) seen.
+
     python3 bench/soak.py                       # 100 jobs, 2 ranks, 2 x 16 MiB each
     python3 bench/soak.py --jobs 20 --bytes 1048576 --check
 
@@ -101,6 +109,9 @@ def main():
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--check", action="store_true",
                     help="exit 1 if RSS after is over 110%% of the baseline")
+    ap.add_argument("--keep-rank-metrics", action="store_true",
+                    help="leave cohortd's per-rank metrics cache on (it "
+                    "keeps up to --metrics-max-ranks pairs after their jobs)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -111,7 +122,10 @@ def main():
     logdir = tempfile.mkdtemp(prefix="cohort-soak-")
     clog = open(os.path.join(logdir, "cohortd.log"), "w")
     cmd = [args.cohortd, "--listen", url, "--http", http, "--job-expiry",
-           str(args.expiry_ms), "--drain", "1"] + args.extra.split()
+           str(args.expiry_ms), "--drain", "1"]
+    if not args.keep_rank_metrics and "--metrics-max-ranks" not in args.extra:
+        cmd += ["--metrics-max-ranks", "0"]
+    cmd += args.extra.split()
     cd = subprocess.Popen(cmd, stdout=clog, stderr=subprocess.STDOUT)
     try:
         while True:
@@ -196,7 +210,12 @@ def main():
             print(f"  jobs failed {failed}, left {jobs_left}, expired {expired:.0f}")
         if failed:
             print(f"worker logs: {logdir}", file=sys.stderr)
-        ok = failed == 0 and jobs_left == 0 and after <= baseline * 1.10
+        # the per-rank metrics cache, when on, is bounded by design
+        cache_kib = 0
+        if args.keep_rank_metrics or "--metrics-max-ranks" in args.extra:
+            cache_kib = 8 * min(512, args.jobs * args.ranks)
+        ok = (failed == 0 and jobs_left == 0
+              and after <= baseline * 1.10 + cache_kib)
         return 0 if ok or not args.check else 1
     finally:
         cd.send_signal(signal.SIGTERM)

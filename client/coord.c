@@ -601,7 +601,7 @@ coord_dial_tls(struct cohort__coord *co, const char *url)
 {
 	const char *ca = coord_knob(COHORT__KNOB_TLS_CA);
 	const char *name = NULL;
-	char host[256];
+	char host[256], hint[512];
 	nng_tls_config *tc = NULL;
 	cohort_status st;
 	int nrv = 0;
@@ -630,7 +630,10 @@ coord_dial_tls(struct cohort__coord *co, const char *url)
 	return (cohort__err(COHORT_EAUTH,
 	    "TLS connection to the coordinator at %s failed: %s: %s "
 	    "(server name '%s', CA %s)",
-	    url, nng_strerror(nrv), cohort__tls_hint(nrv), name, ca));
+	    url, nng_strerror(nrv),
+	    cohort__tls_explain(nrv, url, coord_knob(COHORT__KNOB_TLS_CERT),
+	        hint, sizeof(hint)),
+	    name, ca));
 }
 
 cohort_status
@@ -780,9 +783,12 @@ coord_probe_tls(const char *url, char *why, size_t len)
 		return (COORD_PROBE_COHORTD);
 	}
 	if (coord_tls_refused(nrv)) {
+		char hint[512];
 		snprintf(why, len, "%s: %s (server name '%s', CA %s)",
-		    nng_strerror(nrv), cohort__tls_hint(nrv), name,
-		    coord_knob(COHORT__KNOB_TLS_CA));
+		    nng_strerror(nrv),
+		    cohort__tls_explain(nrv, url,
+		        coord_knob(COHORT__KNOB_TLS_CERT), hint, sizeof(hint)),
+		    name, coord_knob(COHORT__KNOB_TLS_CA));
 		return (COORD_PROBE_TLS_REFUSED);
 	}
 	snprintf(why, len, "%s", nng_strerror(nrv));
@@ -1370,6 +1376,9 @@ coord_async_finish(
 		st = coord_unpack(&done, reply);
 	else if (st != COHORT_OK)
 		cohort__err(st, "%s", detail);
+	else
+		/* never OK without a reply: a callback may read it */
+		st = cohort__err(COHORT_EPROTO, "no reply");
 	a->cb(a->arg, st, &done);
 	cohort__coord_call_fini(&done);
 }
@@ -1481,13 +1490,14 @@ coord_async_cb(void *arg)
 		}
 		break;
 	case COORD_RECV:
-		if (rv == 0) {
-			msg = nng_aio_get_msg(a->aio);
+		if (rv == 0 && (msg = nng_aio_get_msg(a->aio)) != NULL) {
 			nng_aio_set_msg(a->aio, NULL);
 			pthread_mutex_unlock(&co->mtx);
 			coord_async_finish(a, COHORT_OK, msg);
 			return;
 		}
+		if (rv == 0) /* no message after all: as a broken step */
+			rv = NNG_ECONNSHUT;
 		if (!a->stopped
 		    && coord_check_locked(co, &a->call) == COHORT_OK
 		    && (a->call.resend || coord_conn_error(rv)))

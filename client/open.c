@@ -116,6 +116,8 @@ client_hb_done(void *arg, cohort_status st, struct cohort__coord_call *call)
 
 	if (atomic_load(&c->closing))
 		return;
+	if (st == COHORT_OK && rep == NULL)
+		st = COHORT_EPROTO; /* never happens: the engine says so */
 	if (st == COHORT_OK && c->obs.hb_sent_ns != 0)
 		cohort__obs_rtt(&c->obs, cohort__now_ns() - c->obs.hb_sent_ns);
 	switch (st) {
@@ -186,6 +188,8 @@ client_watch_done(void *arg, cohort_status st, struct cohort__coord_call *call)
 
 	if (atomic_load(&c->closing))
 		return;
+	if (st == COHORT_OK && rep == NULL)
+		st = COHORT_ETIMEDOUT; /* no reply: watch again */
 	switch (st) {
 	case COHORT_OK:
 		if (rep->failure != NULL
@@ -207,6 +211,11 @@ client_watch_done(void *arg, cohort_status st, struct cohort__coord_call *call)
 		}
 		break;
 	case COHORT_ETIMEDOUT:
+		break;
+	case COHORT_EPROTO:
+		/* a reply lost or garbled in a coordinator's death: watch
+		 * again (after the backoff below) */
+		cohort__debug("watch: %s", cohort_last_error());
 		break;
 	case COHORT_EPEERLOST:
 	case COHORT_ESTALE:

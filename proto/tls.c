@@ -4,9 +4,16 @@
  * are handed over as PEM text, the CA as a file.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <mbedtls/x509_crt.h>
 
 #include "tls.h"
 
@@ -126,8 +133,8 @@ cohort__tls_hint(int nng_err)
 	case NNG_EPEERAUTH:
 		return (
 		    "cohortd's certificate is not signed by COHORT_TLS_CA, "
-		    "or does not carry the name COHORT_TLS_SERVER_NAME (or "
-		    "the URL's host)");
+		    "is out of its validity, or does not carry the name "
+		    "COHORT_TLS_SERVER_NAME (or the URL's host)");
 	case NNG_ECRYPTO:
 		return ("the TLS handshake failed: a certificate signed by "
 		        "another CA, a name that does not match, or cohortd "
@@ -145,4 +152,134 @@ cohort__tls_hint(int nng_err)
 		return ("check COHORT_TLS_CA, COHORT_TLS_CERT, COHORT_TLS_KEY "
 		        "and COHORT_TLS_SERVER_NAME");
 	}
+}
+
+/* "tls+tcp://HOST:PORT" (tls+tcp4://, tls+tcp6://, [V6]) into host and
+ * port. */
+static bool
+tls_url_split(
+    const char *url, char *host, size_t hlen, char *port, size_t plen)
+{
+	const char *p = strstr(url, "://"), *colon;
+	size_t n;
+
+	if (p == NULL)
+		return (false);
+	p += 3;
+	if ((colon = strrchr(p, ':')) == NULL || colon[1] == '\0')
+		return (false);
+	n = (size_t)(colon - p);
+	if (*p == '[' && n > 2 && p[n - 1] == ']') {
+		p++;
+		n -= 2;
+	}
+	if (n >= hlen || strlen(colon + 1) >= plen)
+		return (false);
+	memcpy(host, p, n);
+	host[n] = '\0';
+	snprintf(port, plen, "%s", colon + 1);
+	return (true);
+}
+
+/* Whether url's port answers a plain TCP connection with nng's SP header
+ * (0x00 'S' 'P' 0x00) at once: a tcp:// listener, not TLS. */
+static bool
+tls_port_is_plain(const char *url)
+{
+	char host[256], port[16];
+	struct addrinfo hints, *res = NULL;
+	unsigned char b[8];
+	bool plain = false;
+	int fd;
+
+	if (!tls_url_split(url, host, sizeof(host), port, sizeof(port)))
+		return (false);
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_socktype = SOCK_STREAM;
+	if (getaddrinfo(host, port, &hints, &res) != 0)
+		return (false);
+	fd = socket(
+	    res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd >= 0
+	    && (connect(fd, res->ai_addr, res->ai_addrlen) == 0
+	        || errno == EINPROGRESS)) {
+		struct pollfd p = { fd, POLLOUT, 0 };
+		size_t got = 0;
+		if (poll(&p, 1, 700) == 1
+		    && !(p.revents & (POLLERR | POLLHUP))) {
+			/* a TLS server says nothing before the ClientHello */
+			for (int i = 0; i < 4 && got < 4; i++) {
+				ssize_t r;
+				p.events = POLLIN;
+				if (poll(&p, 1, 150) != 1)
+					break;
+				if ((r = recv(fd, b + got, sizeof(b) - got, 0))
+				    <= 0)
+					break;
+				got += (size_t)r;
+			}
+			plain = got >= 4 && b[0] == 0 && b[1] == 'S'
+			    && b[2] == 'P' && b[3] == 0;
+		}
+	}
+	if (fd >= 0)
+		close(fd);
+	freeaddrinfo(res);
+	return (plain);
+}
+
+/* Whether the certificate in cert (its first) is out of its validity:
+ * the reason in buf. */
+static bool
+tls_cert_invalid_now(const char *cert, char *buf, size_t len)
+{
+	mbedtls_x509_crt crt;
+	bool bad = false;
+
+	mbedtls_x509_crt_init(&crt);
+	if (mbedtls_x509_crt_parse_file(&crt, cert) == 0) {
+		const mbedtls_x509_time *t = NULL;
+		const char *what = NULL;
+		if (mbedtls_x509_time_is_past(&crt.valid_to)) {
+			t = &crt.valid_to;
+			what = "expired on";
+		} else if (mbedtls_x509_time_is_future(&crt.valid_from)) {
+			t = &crt.valid_from;
+			what = "is not valid before";
+		}
+		if (t != NULL) {
+			snprintf(buf, len,
+			    "this client's certificate %s (COHORT_TLS_CERT) "
+			    "%s %04d-%02d-%02d %02d:%02d:%02d UTC: cohortd "
+			    "refuses it; renew it (the CA and cohortd are not "
+			    "at fault)",
+			    cert, what, t->year, t->mon, t->day, t->hour,
+			    t->min, t->sec);
+			bad = true;
+		}
+	}
+	mbedtls_x509_crt_free(&crt);
+	return (bad);
+}
+
+const char *
+cohort__tls_explain(
+    int nng_err, const char *url, const char *cert, char *buf, size_t len)
+{
+	char host[256], port[16];
+
+	if (tls_port_is_plain(url)
+	    && tls_url_split(url, host, sizeof(host), port, sizeof(port))) {
+		snprintf(buf, len,
+		    "the coordinator's port %s speaks plain tcp://, not TLS: "
+		    "dial tcp://%s:%s, or the port of cohortd's tls+tcp:// "
+		    "listener",
+		    port, host, port);
+		return (buf);
+	}
+	if (cert != NULL && cert[0] != '\0'
+	    && tls_cert_invalid_now(cert, buf, len))
+		return (buf);
+	snprintf(buf, len, "%s", cohort__tls_hint(nng_err));
+	return (buf);
 }

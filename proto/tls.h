@@ -33,4 +33,12 @@ cohort_status cohort__tls_config(nng_tls_config **out, bool server,
  * ECLOSED during the handshake): what to check. */
 const char *cohort__tls_hint(int nng_err);
 
+/* The same, after looking: whether url's port speaks plain tcp:// (an
+ * SP header comes unasked; a TLS server waits for the ClientHello), and
+ * whether this side's certificate (cert, a PEM file; NULL: none) is out
+ * of its validity; else cohort__tls_hint. Written into buf; returns buf.
+ * Blocks up to about a second (a connect and a short read). */
+const char *cohort__tls_explain(
+    int nng_err, const char *url, const char *cert, char *buf, size_t len);
+
 #endif /* COHORT_PROTO_TLS_H */

@@ -98,6 +98,27 @@ main_usage(FILE *f)
 	    "                         close a TCPStore connection whose "
 	    "request stays\n"
 	    "                         incomplete this long (default 30000)\n"
+	    "  --torch-store-allow CIDR\n"
+	    "                         also let hosts of CIDR use the TCPStore "
+	    "listeners\n"
+	    "                         (repeatable; by default only this "
+	    "host's processes\n"
+	    "                         of cohortd's user and hosts of the "
+	    "job's clients)\n"
+	    "  --max-conns N          connections of the tcp://, TCPStore and "
+	    "HTTP\n"
+	    "                         listeners (default: what the "
+	    "descriptors allow)\n"
+	    "  --max-pending-per-source N\n"
+	    "                         connections one address may hold before "
+	    "they\n"
+	    "                         authenticate (default %u)\n"
+	    "  --max-pending-bytes N  bytes of requests still arriving, all "
+	    "connections\n"
+	    "                         (default %llu)\n"
+	    "  --max-parked N         requests waiting for others, all jobs "
+	    "(default %u)\n"
+	    "  --max-parked-bytes N   what they hold (default %llu)\n"
 	    "  --state-dir DIR        journal jobs, members, keys and "
 	    "replies in DIR;\n"
 	    "                         a restart with it loses nothing\n"
@@ -161,6 +182,10 @@ main_usage(FILE *f)
 	    (unsigned)COHORT__SRV_DEFAULT_MAX_TOTAL_MEMBERS,
 	    (unsigned)COHORT__SRV_DEFAULT_MAX_JOBS,
 	    (unsigned)COHORT__SRV_DEFAULT_JOB_EXPIRY_MS,
+	    (unsigned)COHORT__SRV_DEFAULT_PENDING_PER_SOURCE,
+	    (unsigned long long)COHORT__SRV_DEFAULT_PENDING_BYTES,
+	    (unsigned)COHORT__SRV_DEFAULT_MAX_PARKED,
+	    (unsigned long long)COHORT__SRV_DEFAULT_MAX_PARKED_BYTES,
 	    (unsigned)COHORT__SRV_DEFAULT_STALL_MS,
 	    (unsigned)COHORT__SRV_DEFAULT_STALL_FACTOR,
 	    (unsigned)COHORT__SRV_DEFAULT_STALL_FLOOR_MS,
@@ -236,6 +261,7 @@ struct main_args {
 	struct cohort__srv_config cfg;
 	const char *listen[MAIN_MAX_LIST], *jobs[MAIN_MAX_LIST];
 	const char *tstores[MAIN_MAX_LIST];
+	const char *tallow[MAIN_MAX_LIST];
 	char *job_specs[MAIN_MAX_LIST];
 	char *admin;
 	const char *admin_file;
@@ -253,6 +279,7 @@ enum {
 	MAIN_JOB_EXPIRY,
 	MAIN_TORCH_STORE,
 	MAIN_TORCH_STORE_TIMEOUT,
+	MAIN_TORCH_STORE_ALLOW,
 	MAIN_LOG_LEVEL,
 	MAIN_VERSION,
 };
@@ -294,6 +321,15 @@ static const struct cohort__cli_opt main_opts[] = {
 	MAIN_SET("http", COHORT__CLI_STR, cfg.http),
 	MAIN_DO("torch-store", MAIN_TORCH_STORE),
 	MAIN_DO("torch-store-timeout", MAIN_TORCH_STORE_TIMEOUT),
+	MAIN_DO("torch-store-allow", MAIN_TORCH_STORE_ALLOW),
+	MAIN_NUM("max-conns", COHORT__CLI_U64, 1, INT64_MAX, cfg.max_conns),
+	MAIN_NUM("max-pending-per-source", COHORT__CLI_U64, 1, INT64_MAX,
+	    cfg.max_pending_per_source),
+	MAIN_NUM("max-pending-bytes", COHORT__CLI_U64, 1, INT64_MAX,
+	    cfg.max_pending_bytes),
+	MAIN_NUM("max-parked", COHORT__CLI_U64, 1, INT64_MAX, cfg.max_parked),
+	MAIN_NUM("max-parked-bytes", COHORT__CLI_U64, 1, INT64_MAX,
+	    cfg.max_parked_bytes),
 	MAIN_SET("state-dir", COHORT__CLI_STR, cfg.state_dir),
 	MAIN_SET("recover", COHORT__CLI_FLAG, cfg.state_recover),
 	MAIN_SET("fsync", COHORT__CLI_STR, cfg.fsync),
@@ -350,6 +386,9 @@ main_option(struct main_args *a, int opt, const char *v)
 		return (main_list(opt, a->listen, &cfg->nlisten, v));
 	case MAIN_TORCH_STORE:
 		return (main_list(opt, a->tstores, &cfg->ntorch_stores, v));
+	case MAIN_TORCH_STORE_ALLOW:
+		return (
+		    main_list(opt, a->tallow, &cfg->ntorch_store_allow, v));
 	case MAIN_JOB:
 		if (main_list(opt, a->jobs, &cfg->njobs, v) != 0
 		    || main_job(v, &a->job_specs[cfg->njobs - 1]) != 0)
@@ -429,6 +468,7 @@ main(int argc, char **argv)
 	cohort__srv_config_init(cfg);
 	cfg->listen = a.listen;
 	cfg->jobs = a.jobs;
+	cfg->torch_store_allow = a.tallow;
 	cfg->torch_stores = a.tstores;
 	cohort__log_set_default_level(COHORT__LOG_INFO);
 	cohort__log_set_component("cohortd");

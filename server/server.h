@@ -25,6 +25,14 @@
 /* A job with no running member and no connected client is removed after
  * this long (failed or abandoned: joined, connection dropped, no Leave). */
 #define COHORT__SRV_DEFAULT_JOB_EXPIRY_MS 600000u
+/* Connections of the tcp://, TCPStore and HTTP listeners that one source
+ * address may hold before they authenticate; bytes of requests still
+ * arriving on all of them. */
+#define COHORT__SRV_DEFAULT_PENDING_PER_SOURCE 1024u
+#define COHORT__SRV_DEFAULT_PENDING_BYTES (1ull << 30)
+/* Requests parked at once (all connections), and what they hold. */
+#define COHORT__SRV_DEFAULT_MAX_PARKED 1000000u
+#define COHORT__SRV_DEFAULT_MAX_PARKED_BYTES (1ull << 30)
 
 struct cohort__srv_config {
 	/* nng URLs to listen on (tcp://, ipc://, tls+tcp://). Port 0 binds a
@@ -42,6 +50,10 @@ struct cohort__srv_config {
 	uint64_t max_jobs; /* jobs held at once */
 	uint64_t max_members; /* world size of one job */
 	uint64_t max_total_members; /* world sizes of all jobs */
+	/* Requests parked at once (waiting for others), and the bytes they
+	 * hold, over all jobs; 0: no bound. */
+	uint64_t max_parked;
+	uint64_t max_parked_bytes;
 	/* A job with no running member and no connected client is removed
 	 * (with its keys and journal records) after this long; 0 = never. */
 	uint64_t job_expiry_ms;
@@ -100,6 +112,11 @@ struct cohort__srv_config {
 	 * "torch-PORT"; its token, if any, comes from a --job entry. */
 	const char *const *torch_stores;
 	size_t ntorch_stores;
+	/* Who else may use them besides this host's processes of
+	 * cohortd's user and the hosts the job's clients connect from:
+	 * CIDRs ("10.0.0.0/8"), docs/security.md. */
+	const char *const *torch_store_allow;
+	size_t ntorch_store_allow;
 	/* A TCPStore request left incomplete this long closes its
 	 * connection; 0 = 30 s. */
 	uint32_t torch_store_partial_ms;
@@ -111,6 +128,14 @@ struct cohort__srv_config {
 	 * sent no complete request this long is closed; 0 =
 	 * COHORT__SRV_DEFAULT_IDLE_MS. */
 	uint32_t idle_ms;
+	/* cohortd's own listeners (tcp://, --torch-store, --http): all
+	 * their connections (0: what the descriptors allow, the soft limit
+	 * raised to the hard one), those not authenticated per source
+	 * address (0: SRV_NET_DEFAULT_PENDING_PER_SOURCE), the bytes of
+	 * requests still arriving (0: 1 GiB). docs/coordinator.md. */
+	uint64_t max_conns;
+	uint64_t max_pending_per_source;
+	uint64_t max_pending_bytes;
 	/* (job, rank) pairs whose per-rank metrics /metrics shows; the
 	 * least recently updated is evicted beyond it; 0 = none
 	 * (docs/observability.md). Default COHORT__SRV_DEFAULT_METRICS_RANKS.

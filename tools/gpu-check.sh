@@ -180,7 +180,7 @@ EOF
 	    "$tmp"/emu_gpu.o "$tmp"/fusion_emu.o "$LIBDIR/libcohort_cuda.a" \
 	    "$BIN/../obj/tests/harness/harness.o" "$LIBDIR/libcohort.a" \
 	    -L"${CUDA_HOME:-/usr/local/cuda}/lib64" -lcudart_static -lrt \
-	    -lnng -lmbedcrypto $(pkg-config --libs check libprotobuf-c) -ldl -lm ||
+	    -lnng -lmbedx509 -lmbedcrypto $(pkg-config --libs check libprotobuf-c) -ldl -lm ||
 	    die "linking"
 	"$tmp/emu"
 	exit $?

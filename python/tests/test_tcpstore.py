@@ -306,3 +306,35 @@ def test_store_barrier(cohortd):
         clients[0].barrier("b2", 2, datetime.timedelta(milliseconds=300))
     clients[0].set("after", "ok")
     assert clients[0].get("after") == b"ok"
+
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
+def test_a_stranger_of_this_host_gets_nothing(cohortd):
+    """issue 22: torch's own TCPStore client (unmodified), as another user
+    of the host, gets nothing from the listener: refused at its first
+    query, nothing read, nothing changed; the job's own client (the same
+    user as cohortd) goes on. The stranger's socket is made with the
+    effective uid 65534 (the kernel records its owner then)."""
+    own = client(cohortd.ports[0])
+    own.set("owned", "mine")
+    got = []
+    os.setegid(65534)
+    os.seteuid(65534)
+    try:
+        try:
+            s = client(cohortd.ports[0], datetime.timedelta(seconds=5))
+            got.append(s.list_keys())
+            got.append(s.get("owned"))
+            s.set("owned", "stolen")
+            got.append("set")
+        except (dist.DistNetworkError, dist.DistStoreError, RuntimeError) as e:
+            refused = e
+        else:
+            refused = None
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+    assert refused is not None and not got, got
+    assert own.get("owned") == b"mine"
+    assert own.num_keys() == 1

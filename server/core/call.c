@@ -14,6 +14,7 @@
 
 #include "journal/log.h"
 #include "call.h"
+#include "pipes.h"
 #include "clients.h"
 
 /* ------------------------------------------------------------------------ */
@@ -156,6 +157,8 @@ srv_reply_init(Cohort__Reply *rep, const struct srv_call *c, cohort_status st)
 static void
 call_unpark(struct srv_call *c)
 {
+	struct srv_pipe *p;
+
 	if (c->park == SRV_PARK_NONE)
 		return;
 	heap_remove(c->core, c);
@@ -163,6 +166,69 @@ call_unpark(struct srv_call *c)
 	c->park = SRV_PARK_NONE;
 	c->park_ops = NULL;
 	c->core->nparked--;
+	c->core->parked_bytes -= c->held;
+	c->core->freed_bytes += c->held;
+	c->held = 0;
+	if (c->park_pipe != 0
+	    && (p = srv_pipe_find(c->core, c->park_pipe)) != NULL
+	    && p->nparked > 0)
+		p->nparked--;
+	c->park_pipe = 0;
+}
+
+/* What a parked call holds: its request, its copies of keys and their
+ * links in the waiter lists, and itself. */
+static uint64_t
+call_held(const struct srv_call *c)
+{
+	uint64_t h = sizeof(*c) + 256;
+
+	if (c->msg != NULL)
+		h += nng_msg_len(c->msg);
+	for (size_t i = 0; i < c->nkeys; i++)
+		h += 2 * strlen(c->keys[i]) + 160;
+	return (h);
+}
+
+bool
+srv_call_room(struct srv_call *c, uint32_t pipe)
+{
+	struct srv_core *core = c->core;
+	const struct srv_pipe *p
+	    = pipe != 0 ? srv_pipe_find(core, pipe) : NULL;
+	uint64_t need = call_held(c);
+
+	if (core->lim.max_parked != 0
+	    && core->nparked >= core->lim.max_parked) {
+		core->m.parked_refusals++;
+		core->m.limit_refusals++;
+		srv_call_fail(c, COHORT_ETOOBIG,
+		    "cohortd holds %zu parked requests (waiting for others), "
+		    "--max-parked %" PRIu64 ": this one is refused",
+		    core->nparked, core->lim.max_parked);
+		return (false);
+	}
+	if (core->lim.max_parked_bytes != 0
+	    && core->parked_bytes + need > core->lim.max_parked_bytes) {
+		core->m.parked_refusals++;
+		core->m.limit_refusals++;
+		srv_call_fail(c, COHORT_ETOOBIG,
+		    "cohortd's parked requests hold %" PRIu64 " bytes, "
+		    "--max-parked-bytes %" PRIu64 ": this one (%" PRIu64
+		    " bytes) is refused",
+		    core->parked_bytes, core->lim.max_parked_bytes, need);
+		return (false);
+	}
+	if (p != NULL && p->nparked >= SRV_PARKED_PER_CONN) {
+		core->m.parked_refusals++;
+		srv_call_fail(c, COHORT_ETOOBIG,
+		    "this connection has %" PRIu64
+		    " parked requests, the most "
+		    "one connection may have (%u)",
+		    p->nparked, SRV_PARKED_PER_CONN);
+		return (false);
+	}
+	return (true);
 }
 
 static void
@@ -358,12 +424,21 @@ srv_call_drop(struct srv_call *c)
 void
 srv_call_park(struct srv_call *c, const struct srv_park_ops *ops)
 {
+	struct srv_pipe *p;
+
 	COHORT__ASSERT(c->park == SRV_PARK_NONE);
 	c->park = ops->kind;
 	c->park_ops = ops;
 	c->core->nparked++;
+	c->held = call_held(c);
+	c->core->parked_bytes += c->held;
 	if (c->client != NULL)
 		srv_list_append(&c->client->parked, &c->clink);
+	if (c->client != NULL && c->client->pipe != 0
+	    && (p = srv_pipe_find(c->core, c->client->pipe)) != NULL) {
+		p->nparked++;
+		c->park_pipe = p->id;
+	}
 	if (c->deadline != COHORT__TIME_NEVER
 	    && heap_push(c->core, c) != COHORT_OK) {
 		/* Without a heap slot the deadline cannot be kept: answer

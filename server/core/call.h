@@ -116,6 +116,10 @@ struct srv_call {
 	size_t nkeys;
 	size_t nmissing;
 	struct srv_kvlink *kvl;
+	/* While parked: what it holds (counted in core->parked_bytes) and
+	 * the connection it counts against. */
+	uint64_t held;
+	uint32_t park_pipe;
 };
 
 /* A new call for a request that came with transport handle tp (NULL:
@@ -135,6 +139,11 @@ void srv_call_fail(struct srv_call *c, cohort_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Frees c without a reply (its tp goes back to the transport). */
 void srv_call_drop(struct srv_call *c);
+/* Whether c (a request that may park) may park one more request over
+ * connection pipe: false (c answered with COHORT_ETOOBIG naming the
+ * bound) when cohortd holds --max-parked requests or
+ * --max-parked-bytes, or the connection SRV_PARKED_PER_CONN. */
+bool srv_call_room(struct srv_call *c, uint32_t pipe);
 /* Parks c (deadline heap + client list); the owner links it itself and
  * names its hooks (ops, static). */
 void srv_call_park(struct srv_call *c, const struct srv_park_ops *ops);

@@ -50,7 +50,17 @@ struct srv_limits {
 	uint64_t max_jobs; /* jobs held (abandoned ones until they expire) */
 	uint64_t max_members; /* world size of one job */
 	uint64_t max_total_members; /* world sizes of all jobs */
+	/* Requests parked (waiting for others: joins, collectives, KV
+	 * waits, watches) and what they hold, all connections; 0: none. */
+	uint64_t max_parked;
+	uint64_t max_parked_bytes;
 };
+
+/* Requests one connection may have parked at once. */
+#define SRV_PARKED_PER_CONN 4096u
+/* One KV wait (get, multi_get, wait): keys and their bytes. */
+#define SRV_WAIT_MAX_KEYS (128u * 1024u)
+#define SRV_WAIT_MAX_KEY_BYTES (8u << 20)
 
 /* A transport handle (`tp`) that is a structure starts with this: a
  * front end whose replies do not go through the sink's own queue names
@@ -79,6 +89,7 @@ struct srv_metrics {
 	uint64_t conns_closed_idle; /* idle past --idle-timeout */
 	uint64_t jobs_expired; /* --job-expiry */
 	uint64_t limit_refusals; /* requests refused by a global limit */
+	uint64_t parked_refusals; /* refused: --max-parked(-bytes), per conn */
 	cohort__time loop_lag_ms; /* lag of the last sweep */
 	cohort__time loop_lag_max_ms; /* largest lag seen */
 };
@@ -100,6 +111,7 @@ struct srv_pend {
 /* A member failure, remembered for the status page (state/job.c). */
 struct srv_failure {
 	char job[SRV_MAX_NAME + 1];
+	uint64_t job_id; /* a later job of the same name is another */
 	int32_t rank;
 	cohort__time at;
 	char text[512];
@@ -149,6 +161,10 @@ struct srv_core {
 	size_t heap_n;
 	size_t heap_cap;
 	size_t nparked;
+	uint64_t parked_bytes; /* what parked calls hold (srv_call.held) */
+	/* Bytes of keys, values and parked requests freed since the last
+	 * malloc_trim (the transport's sweep trims past 64 MiB). */
+	uint64_t freed_bytes;
 	bool in_event;
 	uint64_t ev; /* events begun */
 	struct srv_pend *pend;
@@ -183,6 +199,9 @@ struct srv_core {
 	cohort__time stall_next;
 
 	struct srv_jrn *jrn; /* journal/log.c; NULL: no --state-dir */
+	/* Replaying with --recover: a record of a job whose JOB record was
+	 * lost rebuilds the job (srv_job_restore_lost). */
+	bool recovering;
 	struct srv_obs *obs; /* observe/ranks.c, made on first use */
 };
 

@@ -3,6 +3,7 @@
  * whose close event was seen, the closes cohortd asks for.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "pipes.h"
 
@@ -75,6 +76,25 @@ srv_pipe_opened(struct srv_core *core, uint32_t id, cohort__time now)
 	if (p->nmsg == 0)
 		p->last_msg = now;
 	core->m.conns_opened++;
+}
+
+void
+srv_pipe_set_addr(
+    struct srv_core *core, uint32_t id, const void *addr, size_t alen)
+{
+	struct srv_pipe *p = srv_pipe_find(core, id);
+
+	static const uint8_t v4mapped[12]
+	    = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+	if (p == NULL || (alen != 4 && alen != 16))
+		return;
+	if (alen == 16 && memcmp(addr, v4mapped, 12) == 0) {
+		addr = (const uint8_t *)addr + 12;
+		alen = 4;
+	}
+	memcpy(p->addr, addr, alen);
+	p->alen = (uint8_t)alen;
 }
 
 void

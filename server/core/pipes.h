@@ -23,6 +23,9 @@ struct srv_pipe {
 	cohort__time opened;
 	cohort__time last_msg; /* last complete request */
 	uint64_t nmsg;
+	uint64_t nparked; /* requests of its clients parked now */
+	uint8_t addr[16]; /* the peer's address (IPv4: 4 bytes), if known */
+	uint8_t alen;
 };
 
 /* The pipe, or NULL. */
@@ -39,6 +42,10 @@ void srv_pipe_remove(struct srv_core *core, struct srv_pipe *p);
  * event. The event may come after the pipe's first requests (nng runs
  * pipe callbacks outside the server mutex). */
 void srv_pipe_opened(struct srv_core *core, uint32_t id, cohort__time now);
+/* The peer's address of a connection (alen 4 or 16: IPv4, IPv6), for
+ * the TCPStore door (front/door.h). */
+void srv_pipe_set_addr(
+    struct srv_core *core, uint32_t id, const void *addr, size_t alen);
 /* A complete request arrived over the pipe. */
 void srv_pipe_request(struct srv_core *core, uint32_t id, cohort__time now);
 /* Whether the pipe's close event was seen (within the last minute). */

@@ -45,6 +45,9 @@ struct dispatch_row {
 #define DISPATCH_ANY_GEN 0x10u
 /* Its own authentication: no job, no client (StatusQuery). */
 #define DISPATCH_NO_JOB 0x20u
+/* May park (wait for others): refused at --max-parked(-bytes) and the
+ * connection's share (srv_call_room). */
+#define DISPATCH_MAY_PARK 0x40u
 
 static void dispatch_leave(
     struct srv_call *c, const Cohort__Request *req, cohort__time now);
@@ -53,31 +56,35 @@ static void dispatch_heartbeat(
 
 static const struct dispatch_row dispatch_rows[] = {
 	[COHORT__REQUEST__BODY_JOIN] = { srv_rdzv_join,
-	    DISPATCH_MUTATING | DISPATCH_CREATES | DISPATCH_ANY_GEN },
+	    DISPATCH_MUTATING | DISPATCH_CREATES | DISPATCH_ANY_GEN
+	        | DISPATCH_MAY_PARK },
 	[COHORT__REQUEST__BODY_LEAVE]
 	= { dispatch_leave, DISPATCH_MUTATING | DISPATCH_ANY_GEN },
 	[COHORT__REQUEST__BODY_HEARTBEAT] = { dispatch_heartbeat, 0 },
-	[COHORT__REQUEST__BODY_WATCH] = { srv_member_watch, 0 },
+	[COHORT__REQUEST__BODY_WATCH]
+	= { srv_member_watch, DISPATCH_MAY_PARK },
 	[COHORT__REQUEST__BODY_REPORT_FAILURE]
 	= { srv_member_report, DISPATCH_MUTATING },
 	[COHORT__REQUEST__BODY_COLLECTIVE] = { srv_coll_handle,
-	    DISPATCH_PAYLOAD | DISPATCH_MUTATING | DISPATCH_MEMBER },
-	[COHORT__REQUEST__BODY_GROUP_CREATE]
-	= { srv_group_create, DISPATCH_MUTATING | DISPATCH_MEMBER },
+	    DISPATCH_PAYLOAD | DISPATCH_MUTATING | DISPATCH_MEMBER
+	        | DISPATCH_MAY_PARK },
+	[COHORT__REQUEST__BODY_GROUP_CREATE] = { srv_group_create,
+	    DISPATCH_MUTATING | DISPATCH_MEMBER | DISPATCH_MAY_PARK },
 	[COHORT__REQUEST__BODY_KV_SET]
 	= { srv_kv_set, DISPATCH_PAYLOAD | DISPATCH_MUTATING },
-	[COHORT__REQUEST__BODY_KV_GET] = { srv_kv_get, 0 },
+	[COHORT__REQUEST__BODY_KV_GET] = { srv_kv_get, DISPATCH_MAY_PARK },
 	[COHORT__REQUEST__BODY_KV_ADD] = { srv_kv_add, DISPATCH_MUTATING },
 	[COHORT__REQUEST__BODY_KV_COMPARE_SET]
 	= { srv_kv_compare_set, DISPATCH_PAYLOAD | DISPATCH_MUTATING },
 	[COHORT__REQUEST__BODY_KV_DELETE]
 	= { srv_kv_delete, DISPATCH_MUTATING },
 	[COHORT__REQUEST__BODY_KV_NUM_KEYS] = { srv_kv_num_keys, 0 },
-	[COHORT__REQUEST__BODY_KV_WAIT] = { srv_kv_wait, 0 },
+	[COHORT__REQUEST__BODY_KV_WAIT] = { srv_kv_wait, DISPATCH_MAY_PARK },
 	[COHORT__REQUEST__BODY_KV_CHECK] = { srv_kv_check, 0 },
 	[COHORT__REQUEST__BODY_KV_APPEND]
 	= { srv_kv_append, DISPATCH_PAYLOAD | DISPATCH_MUTATING },
-	[COHORT__REQUEST__BODY_KV_MULTI_GET] = { srv_kv_multi_get, 0 },
+	[COHORT__REQUEST__BODY_KV_MULTI_GET]
+	= { srv_kv_multi_get, DISPATCH_MAY_PARK },
 	[COHORT__REQUEST__BODY_KV_MULTI_SET]
 	= { srv_kv_multi_set, DISPATCH_PAYLOAD | DISPATCH_MUTATING },
 	[COHORT__REQUEST__BODY_STATUS_QUERY]
@@ -101,8 +108,8 @@ dispatch_metrics(
     struct srv_call *c, const Cohort__RankMetrics *m, cohort__time now)
 {
 	if (m != NULL && c->client->member != NULL)
-		srv_obs_note(
-		    c->core, c->job->name, c->client->member->rank, m, now);
+		srv_obs_note(c->core, c->job->name, c->job->job_id,
+		    c->client->member->rank, m, now);
 }
 
 static void
@@ -313,7 +320,10 @@ dispatch_request(struct srv_call *c, const Cohort__Request *req, uint32_t pipe,
 		return;
 	}
 	if ((job = srv_job_find(core, req->job)) != NULL) {
-		if (!srv_token_eq(job->token, req->token)) {
+		/* (a job rebuilt by --recover without its token is claimed
+		 * by one of its known clients: lifecycle.h) */
+		if (!srv_token_eq(job->token, req->token)
+		    && !srv_job_claim(job, req->client_id, req->token)) {
 			dispatch_auth_fail(c, req);
 			return;
 		}
@@ -386,6 +396,8 @@ dispatch_request(struct srv_call *c, const Cohort__Request *req, uint32_t pipe,
 		    req->generation, job->name, job->generation);
 		return;
 	}
+	if ((row->flags & DISPATCH_MAY_PARK) && !srv_call_room(c, pipe))
+		goto out_maybe_remove;
 	{
 		/* the job as a field of the JSON log lines of this request
 		 * (a copy: the request may end the job) */

@@ -36,6 +36,7 @@
 #include "journal/log.h"
 #include "dispatch.h"
 #include "events.h"
+#include "net.h"
 #include "nng_rep.h"
 
 enum srvctx_state {
@@ -75,6 +76,9 @@ struct srv_nng {
 	nng_aio *sweep;
 	char **urls;
 	size_t nurls;
+	/* cohortd's own listeners (tcp://, TCPStore, HTTP): their
+	 * connections are closed through it */
+	struct srv_net *net;
 	cohort__time idle_since; /* last time a client was connected */
 	/* The clock of the previous sweep: the loop lag is the time since,
 	 * less the interval. Measured from the previous sweep's own clock
@@ -277,9 +281,19 @@ rep_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 		pthread_mutex_unlock(&s->mtx);
 		return;
 	}
-	if (ev == NNG_PIPE_EV_ADD_POST)
+	if (ev == NNG_PIPE_EV_ADD_POST) {
+		nng_sockaddr sa;
 		srv_pipe_opened(s->core, p.id, cohort__now_ms());
-	else
+		/* the peer's address, for the TCPStore door */
+		if (nng_pipe_get_addr(p, NNG_OPT_REMADDR, &sa) == 0) {
+			if (sa.s_family == NNG_AF_INET)
+				srv_pipe_set_addr(
+				    s->core, p.id, &sa.s_in.sa_addr, 4);
+			else if (sa.s_family == NNG_AF_INET6)
+				srv_pipe_set_addr(
+				    s->core, p.id, sa.s_in6.sa_addr, 16);
+		}
+	} else
 		srv_core_pipe_closed(s->core, p.id, cohort__now_ms());
 	out = rep_take_outbox(s);
 	pthread_mutex_unlock(&s->mtx);
@@ -294,17 +308,22 @@ rep_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 /* Under mtx: whether the sweep should call malloc_trim (after unlock).
  * glibc keeps freed chunks of its heaps (and, with its dynamic mmap
  * threshold, even large values end up there), so RSS would stay at the
- * peak after big jobs went away. */
+ * peak after big jobs went away: trimmed once 64 MiB of keys and
+ * values, parked requests (their keys, their messages) or requests that
+ * were arriving on cohortd's own connections were freed. */
 static bool
 rep_trim_due(struct srv_nng *s)
 {
 	uint64_t b = s->core->kv_bytes;
+	uint64_t freed = s->core->freed_bytes + srv_net_freed(s->net, false);
 
 	if (b > s->trim_hw)
 		s->trim_hw = b;
-	if (s->trim_hw - b < SRV_TRIM_BYTES)
+	if (s->trim_hw - b < SRV_TRIM_BYTES && freed < SRV_TRIM_BYTES)
 		return (false);
 	s->trim_hw = b;
+	s->core->freed_bytes = 0;
+	(void)srv_net_freed(s->net, true);
 	return (true);
 }
 
@@ -318,6 +337,7 @@ rep_sweep_cb(void *arg)
 	size_t nclose;
 	bool trim;
 	int sfd;
+	struct srv_jrn_mark mark;
 
 	if (nng_aio_result(s->sweep) != 0)
 		return;
@@ -337,12 +357,16 @@ rep_sweep_cb(void *arg)
 	nclose += srv_core_take_idle_pipes(s->core, now, closes + nclose,
 	    sizeof(closes) / sizeof(closes[0]) - nclose);
 	trim = rep_trim_due(s);
-	sfd = srv_jrn_sync_fd(s->core->jrn);
+	sfd = srv_jrn_sync_fd(s->core->jrn, &mark);
 	out = rep_take_outbox(s);
 	pthread_mutex_unlock(&s->mtx);
 	rep_flush(s, out);
 	for (size_t i = 0; i < nclose; i++) {
 		nng_pipe p;
+		if (srv_net_pipe_is_ours(closes[i])) {
+			srv_net_close_pipe(s->net, closes[i]);
+			continue;
+		}
 		p.id = closes[i];
 		(void)nng_pipe_close(p); /* gone already: fine */
 	}
@@ -354,8 +378,14 @@ rep_sweep_cb(void *arg)
 			pthread_mutex_lock(&s->mtx);
 			srv_jrn_sync_failed(s->core->jrn, e);
 			pthread_mutex_unlock(&s->mtx);
+		} else {
+			/* what is on the disk now, for telling a cut log
+			 * from a torn one at the next start */
+			srv_jrn_mark_synced(&mark);
 		}
 		close(sfd);
+	} else {
+		srv_jrn_mark_synced(&mark); /* --fsync always */
 	}
 #ifdef __GLIBC__
 	if (trim)
@@ -509,6 +539,12 @@ srv_nng_core(struct srv_nng *s)
 	return (s->core);
 }
 
+void
+srv_nng_set_net(struct srv_nng *s, struct srv_net *net)
+{
+	s->net = net;
+}
+
 cohort_status
 srv_nng_listen(struct srv_nng *s, const struct cohort__srv_config *cfg,
     const char *const *urls, size_t nurls)
@@ -516,7 +552,7 @@ srv_nng_listen(struct srv_nng *s, const struct cohort__srv_config *cfg,
 	cohort_status rv;
 	int nrv;
 
-	if ((s->urls = calloc(nurls, sizeof(char *))) == NULL)
+	if ((s->urls = calloc(nurls ? nurls : 1, sizeof(char *))) == NULL)
 		return (COHORT_ENOMEM);
 	if ((nrv = nng_rep0_open(&s->sock)) != 0)
 		return (cohort__err(cohort__from_nng(nrv), "nng_rep0_open: %s",

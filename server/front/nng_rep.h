@@ -22,9 +22,13 @@ cohort_status srv_nng_new(const struct srv_limits *lim,
     const char *admin_token, uint32_t pool, struct srv_nng **out);
 /* Its coordinator (configure it before srv_nng_listen). */
 struct srv_core *srv_nng_core(struct srv_nng *s);
-/* Opens the socket and listens on every URL (cfg: TLS settings); the
- * contexts start receiving. On error (detail set) free with
- * srv_nng_free. */
+/* Where the connections of cohortd's own listeners are (net.h): the
+ * sweep closes those of them the core asks it to. */
+struct srv_net;
+void srv_nng_set_net(struct srv_nng *s, struct srv_net *net);
+/* Opens the socket and listens on every URL (ipc://, tls+tcp://; tcp://
+ * is sp.c's; cfg: TLS settings); the contexts start receiving. On error
+ * (detail set) free with srv_nng_free. */
 cohort_status srv_nng_listen(struct srv_nng *s,
     const struct cohort__srv_config *cfg, const char *const *urls,
     size_t nurls);

@@ -8,20 +8,31 @@
 #include <string.h>
 
 #include "server.h"
+#include "core/util.h"
 #include "journal/journal.h"
 #include "observe/ranks.h"
 #include "state/lifecycle.h"
 #include "events.h"
+#include "door.h"
 #include "http.h"
+#include "net.h"
 #include "nng_rep.h"
+#include "sp.h"
 #include "torchstore.h"
 
 struct cohort__srv {
 	struct srv_nng *nng;
+	/* cohortd's own listeners: tcp://, --torch-store, --http */
+	struct srv_net *net;
+	struct srv_sp **sps;
+	size_t nsps;
+	char **urls; /* every --listen as bound, in order */
+	size_t nurls;
 	struct srv_http *http;
 	char *http_url;
 	struct srv_tstore **tstores; /* --torch-store listeners */
 	size_t ntstores;
+	struct srv_door *door; /* who may use them */
 };
 
 void
@@ -37,6 +48,8 @@ cohort__srv_config_init(struct cohort__srv_config *cfg)
 	cfg->max_members = COHORT__SRV_DEFAULT_MAX_MEMBERS;
 	cfg->max_total_members = COHORT__SRV_DEFAULT_MAX_TOTAL_MEMBERS;
 	cfg->job_expiry_ms = COHORT__SRV_DEFAULT_JOB_EXPIRY_MS;
+	cfg->max_parked = COHORT__SRV_DEFAULT_MAX_PARKED;
+	cfg->max_parked_bytes = COHORT__SRV_DEFAULT_MAX_PARKED_BYTES;
 	cfg->pool_size = COHORT__SRV_DEFAULT_POOL;
 	cfg->metrics_max_ranks = COHORT__SRV_DEFAULT_METRICS_RANKS;
 	cfg->stall_factor = COHORT__SRV_DEFAULT_STALL_FACTOR;
@@ -46,7 +59,7 @@ cohort__srv_config_init(struct cohort__srv_config *cfg)
 const char *
 cohort__srv_url(const struct cohort__srv *s, size_t i)
 {
-	return (srv_nng_url(s->nng, i));
+	return (i < s->nurls ? s->urls[i] : NULL);
 }
 
 const char *
@@ -66,8 +79,14 @@ cohort__srv_torch_store_addr(const struct cohort__srv *s, size_t i)
 static cohort_status
 server_add_tstores(struct cohort__srv *s, const struct cohort__srv_config *cfg)
 {
+	cohort_status drv;
+
 	if (cfg->ntorch_stores == 0)
 		return (COHORT_OK);
+	if ((drv = srv_door_new(
+	         cfg->torch_store_allow, cfg->ntorch_store_allow, &s->door))
+	    != COHORT_OK)
+		return (drv);
 	s->tstores = calloc(cfg->ntorch_stores, sizeof(*s->tstores));
 	if (s->tstores == NULL)
 		return (COHORT_ENOMEM);
@@ -85,7 +104,7 @@ server_add_tstores(struct cohort__srv *s, const struct cohort__srv_config *cfg)
 			    && memcmp(js, spec, (size_t)(at - spec)) == 0)
 				token = colon + 1;
 		}
-		rv = srv_tstore_start(s->nng, spec, token,
+		rv = srv_tstore_start(s->net, s->nng, s->door, spec, token,
 		    cfg->torch_store_partial_ms, &s->tstores[i]);
 		if (rv != COHORT_OK)
 			return (rv);
@@ -177,18 +196,78 @@ server_add_jobs(struct srv_core *core, const struct cohort__srv_config *cfg)
 }
 
 /* The HTTP and TCPStore listeners stop (their threads call into the
- * core). */
+ * core), and cohortd's own connections close while the core still runs.
+ */
 static void
 server_stop_listeners(struct cohort__srv *s)
 {
-	if (s->http != NULL)
-		srv_http_stop(s->http);
+	srv_net_stop(s->net);
+	srv_http_free(s->http);
 	s->http = NULL;
 	for (size_t i = 0; i < s->ntstores; i++)
-		srv_tstore_stop(s->tstores[i]);
+		srv_tstore_free(s->tstores[i]);
 	free(s->tstores);
 	s->tstores = NULL;
 	s->ntstores = 0;
+	srv_door_free(s->door);
+	s->door = NULL;
+	for (size_t i = 0; i < s->nsps; i++)
+		srv_sp_free(s->sps[i]);
+	free(s->sps);
+	s->sps = NULL;
+	s->nsps = 0;
+}
+
+static void
+server_free_urls(struct cohort__srv *s)
+{
+	for (size_t i = 0; i < s->nurls; i++)
+		free(s->urls[i]);
+	free(s->urls);
+	s->urls = NULL;
+	s->nurls = 0;
+}
+
+/* Every --listen URL: tcp:// on cohortd's own listeners (sp.c), the
+ * others (ipc://, tls+tcp://) on nng; their bound URLs in order. */
+static cohort_status
+server_listen(struct cohort__srv *s, const struct cohort__srv_config *cfg,
+    const char *const *urls, size_t nurls)
+{
+	const char **nngurls;
+	size_t nn = 0, k = 0;
+	cohort_status rv = COHORT_OK;
+
+	s->urls = calloc(nurls, sizeof(char *));
+	s->sps = calloc(nurls, sizeof(*s->sps));
+	nngurls = calloc(nurls, sizeof(char *));
+	if (s->urls == NULL || s->sps == NULL || nngurls == NULL) {
+		free(nngurls);
+		return (COHORT_ENOMEM);
+	}
+	for (size_t i = 0; i < nurls && rv == COHORT_OK; i++) {
+		if (!srv_sp_url(urls[i])) {
+			nngurls[nn++] = urls[i];
+			continue;
+		}
+		rv = srv_sp_listen(s->net, s->nng, urls[i], &s->sps[s->nsps]);
+		if (rv == COHORT_OK)
+			s->nsps++;
+	}
+	if (rv == COHORT_OK)
+		rv = srv_nng_listen(s->nng, cfg, nngurls, nn);
+	free(nngurls);
+	if (rv != COHORT_OK)
+		return (rv);
+	for (size_t i = 0, sp = 0, ng = 0; i < nurls; i++) {
+		const char *u = srv_sp_url(urls[i])
+		    ? srv_sp_addr(s->sps[sp++])
+		    : srv_nng_url(s->nng, ng++);
+		if ((s->urls[k] = srv_strdup(u != NULL ? u : urls[i])) == NULL)
+			return (COHORT_ENOMEM);
+		s->nurls = ++k;
+	}
+	return (COHORT_OK);
 }
 
 /* The coordinator's settings (cohortd's options). */
@@ -242,6 +321,7 @@ cohort__srv_start(
 	const char *const *urls = cfg->nlisten ? cfg->listen : dflt;
 	size_t nurls = cfg->nlisten ? cfg->nlisten : 1;
 	struct srv_limits lim;
+	struct srv_net_limits nl;
 	struct cohort__srv *s;
 	struct srv_core *core;
 	cohort_status rv;
@@ -254,10 +334,15 @@ cohort__srv_start(
 	lim.max_jobs = cfg->max_jobs;
 	lim.max_members = cfg->max_members;
 	lim.max_total_members = cfg->max_total_members;
+	lim.max_parked = cfg->max_parked;
+	lim.max_parked_bytes = cfg->max_parked_bytes;
 	if (lim.max_value == 0 || lim.max_job_bytes == 0 || lim.max_keys == 0
 	    || lim.max_value > (4ull << 30))
 		return (cohort__err(COHORT_EINVAL,
 		    "limits must be positive and values at most 4 GiB"));
+	nl.max_conns = cfg->max_conns;
+	nl.max_pending_per_source = cfg->max_pending_per_source;
+	nl.max_pending_bytes = cfg->max_pending_bytes;
 	if ((s = calloc(1, sizeof(*s))) == NULL)
 		return (COHORT_ENOMEM);
 	if ((rv = srv_nng_new(&lim, cfg->admin_token,
@@ -267,16 +352,21 @@ cohort__srv_start(
 		goto out_free;
 	core = srv_nng_core(s->nng);
 	if ((rv = server_configure(core, cfg)) != COHORT_OK
-	    || (rv = server_add_jobs(core, cfg)) != COHORT_OK)
+	    || (rv = server_add_jobs(core, cfg)) != COHORT_OK
+	    || (rv = srv_net_new(&nl, &s->net)) != COHORT_OK)
 		goto out_free;
-	/* TCPStore listeners first: once the nng port answers (what
+	srv_nng_set_net(s->nng, s->net);
+	/* TCPStore listeners first: once the cohort port answers (what
 	 * launchers and tests probe), everything is listening. */
 	if ((rv = server_add_tstores(s, cfg)) != COHORT_OK
-	    || (rv = srv_nng_listen(s->nng, cfg, urls, nurls)) != COHORT_OK)
+	    || (rv = server_listen(s, cfg, urls, nurls)) != COHORT_OK)
 		goto out_stop;
 	if (cfg->http != NULL
-	    && (rv = srv_http_start(s->nng, cfg->http, &s->http, &s->http_url))
+	    && (rv = srv_http_start(
+	            s->net, s->nng, cfg->http, &s->http, &s->http_url))
 	        != COHORT_OK)
+		goto out_stop;
+	if ((rv = srv_net_start(s->net)) != COHORT_OK)
 		goto out_stop;
 	srv_nng_start_sweep(s->nng);
 	*out = s;
@@ -286,6 +376,8 @@ out_stop:
 	server_stop_listeners(s);
 out_free:
 	srv_nng_free(s->nng);
+	srv_net_free(s->net);
+	server_free_urls(s);
 	free(s->http_url);
 	free(s);
 	return (rv);
@@ -299,6 +391,8 @@ cohort__srv_stop(struct cohort__srv *s)
 	/* The listeners' threads end first: they call into the core. */
 	server_stop_listeners(s);
 	srv_nng_stop(s->nng);
+	srv_net_free(s->net);
+	server_free_urls(s);
 	free(s->http_url);
 	free(s);
 }

@@ -62,23 +62,27 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/pipes.h"
 #include "core/util.h"
 #include "state/job.h"
 #include "state/kv.h"
 #include "state/lifecycle.h"
 #include "dispatch.h"
+#include "door.h"
 #include "events.h"
+#include "net.h"
 #include "nng_rep.h"
 #include "torchstore.h"
 
 #define TS_MAGIC 0x3C85F7CEu
 #define TS_PARTIAL_MS 30000u
+/* A parked WAIT is ended after this. */
+#define TS_WAIT_MAX_MS 3600000u
 /* Keys per CHECK/WAIT/MULTI_GET/MULTI_SET (torch's own bound). */
 #define TS_MAX_COUNT (128u * 1024u)
-/* Connections per listener. */
-#define TS_MAX_CONNS 4096
-/* Pipe ids of TCPStore connections: nng's ids are 31-bit. */
-#define TS_PIPE_BASE 0x80000000u
+/* A queue item's own cost besides its bytes (counted: an empty item is
+ * not free). */
+#define TS_ITEM_COST 64u
 
 enum ts_query {
 	TS_VALIDATE = 0,
@@ -119,24 +123,19 @@ struct ts_queue {
 };
 
 struct ts_conn {
+	struct srv_nconn nc; /* first: net's part (socket, output, timers) */
 	struct srv_tstore *ts;
-	struct ts_conn *next, *prev;
-	int fd;
-	uint32_t pipe;
+	struct srv_link tlink; /* ts->conns while open */
 	uint64_t client_id;
 	uint64_t seq;
 	bool validated;
-	/* The client closed its side: what it sent is still applied and
-	 * answered in order, then the connection closes (ts_conn_settle). */
-	bool eof;
-	bool dead; /* closed; freed when refs == 0 */
-	int refs; /* requests whose reply has not come back */
 	/* The request in flight (dispatched to the core), -1 if none. */
 	int busy;
 	uint64_t busy_seq;
 	/* WAIT in flight: the keys it waits for, and what ended it. */
 	char **wkeys;
 	size_t nwkeys;
+	size_t wbytes; /* what they hold (counted against the listener) */
 	bool *wqueued; /* per key: satisfied by a queue push */
 	bool cancel_asked; /* CANCEL_WAIT arrived while parked */
 	bool by_queue; /* released by a queue push */
@@ -145,40 +144,36 @@ struct ts_conn {
 	char *bkey;
 	int64_t bworld;
 	uint8_t *in;
-	size_t inlen, incap;
+	size_t inlen, incap; /* incap is held (srv_nconn_hold) */
 	cohort__time partial_since; /* 0: no incomplete request */
-	uint8_t *out;
-	size_t outlen, outoff, outcap;
-	bool want_out;
-	char peer[64];
 };
 
 struct ts_req {
 	struct srv_tp tp; /* first: its deliver is ts_deliver */
+	struct srv_npost post;
 	struct ts_conn *conn;
 	int query;
 	uint64_t seq;
 	nng_msg *reply;
-	struct ts_req *next;
 };
 
 struct srv_tstore {
 	struct srv_nng *nng;
+	struct srv_net *net;
+	struct srv_nlistener *l;
+	const struct srv_door *door;
 	char job[SRV_MAX_NAME + 1];
 	char token[SRV_MAX_NAME + 1];
 	char addr[96];
+	char what[SRV_MAX_NAME + 40];
 	uint32_t partial_ms;
+	cohort__time first_ms;
 	uint64_t max_value;
-	int lfd, efd, epfd;
-	pthread_t thread;
-	bool started;
-	atomic_bool stop;
-	pthread_mutex_t inbox_mtx;
-	struct ts_req *inbox, **inbox_tail;
-	struct ts_conn *conns;
-	size_t nconns;
+	struct srv_link conns; /* ts_conn.tlink, open ones */
 	struct ts_queue *queues;
-	uint64_t queue_bytes;
+	uint64_t queue_bytes; /* items' bytes and their own cost */
+	uint64_t wait_bytes; /* keys of parked WAITs */
+	uint64_t max_queue_bytes, max_wait_bytes;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -186,33 +181,9 @@ struct srv_tstore {
 /* ------------------------------------------------------------------------ */
 
 static bool
-ts_out_reserve(struct ts_conn *c, size_t more)
-{
-	size_t need = c->outlen + more, cap = c->outcap ? c->outcap : 256;
-	uint8_t *p;
-
-	if (c->outoff > 0 && c->outoff == c->outlen)
-		c->outoff = c->outlen = 0, need = more;
-	if (need <= c->outcap)
-		return (true);
-	while (cap < need)
-		cap *= 2;
-	if ((p = realloc(c->out, cap)) == NULL)
-		return (false);
-	c->out = p;
-	c->outcap = cap;
-	return (true);
-}
-
-static bool
 ts_put(struct ts_conn *c, const void *p, size_t n)
 {
-	if (!ts_out_reserve(c, n))
-		return (false);
-	if (n > 0)
-		memcpy(c->out + c->outlen, p, n);
-	c->outlen += n;
-	return (true);
+	return (srv_nconn_put(&c->nc, p, n));
 }
 
 static bool
@@ -350,11 +321,38 @@ ts_free_keys(char **keys, size_t n)
 	free(keys);
 }
 
+/* Whether cnt length-prefixed strings follow in the buffer, without
+ * copying them: a query parsed again as its bytes arrive costs one scan
+ * until it is whole, not a copy of every key each time. True as well at
+ * a length the copy will refuse (it says why). */
+static bool
+ts_have_strs(const struct ts_cur *k, uint64_t cnt)
+{
+	const uint8_t *p = k->p;
+	size_t left = k->left;
+
+	for (uint64_t i = 0; i < cnt; i++) {
+		uint64_t len = 0;
+		if (left < 8)
+			return (false);
+		for (int b = 0; b < 8; b++)
+			len |= (uint64_t)p[b] << (8 * b);
+		if (len > COHORT__MAX_KEY)
+			return (true);
+		if (left - 8 < len)
+			return (false);
+		p += 8 + len;
+		left -= 8 + (size_t)len;
+	}
+	return (true);
+}
+
 /* u64 count then count keys. NULL with k->bad, or NULL for "need more". */
 static char **
 ts_keys(struct ts_cur *k, size_t *n)
 {
 	uint64_t cnt;
+	size_t kbytes = 0;
 	char **keys;
 
 	if (!ts_get_u64(k, &cnt))
@@ -365,6 +363,8 @@ ts_keys(struct ts_cur *k, size_t *n)
 		    cnt, TS_MAX_COUNT);
 		return (NULL);
 	}
+	if (!ts_have_strs(k, cnt))
+		return (NULL); /* not all here yet: nothing copied */
 	if ((keys = calloc(cnt ? cnt : 1, sizeof(char *))) == NULL) {
 		k->bad = true;
 		k->why = "out of memory";
@@ -373,6 +373,16 @@ ts_keys(struct ts_cur *k, size_t *n)
 	for (uint64_t i = 0; i < cnt; i++) {
 		if ((keys[i] = ts_key(k)) == NULL) {
 			ts_free_keys(keys, (size_t)i);
+			return (NULL);
+		}
+		/* what one query may make cohortd copy and hold (issue 22) */
+		if ((kbytes += strlen(keys[i])) > SRV_WAIT_MAX_KEY_BYTES) {
+			ts_free_keys(keys, (size_t)i + 1);
+			ts_badf(k,
+			    "keys of over %u bytes in one query (a WAIT, "
+			    "CHECK "
+			    "or MULTI_GET holds them)",
+			    SRV_WAIT_MAX_KEY_BYTES);
 			return (NULL);
 		}
 	}
@@ -412,6 +422,22 @@ ts_queue_find(struct srv_tstore *ts, const char *name, bool create)
 	return (q);
 }
 
+/* Frees an empty queue (and what its name cost). */
+static void
+ts_queue_drop(struct srv_tstore *ts, struct ts_queue *qu)
+{
+	for (struct ts_queue **pp = &ts->queues; *pp != NULL;
+	     pp = &(*pp)->next) {
+		if (*pp != qu)
+			continue;
+		*pp = qu->next;
+		ts->queue_bytes -= strlen(qu->name) + TS_ITEM_COST;
+		free(qu->name);
+		free(qu);
+		return;
+	}
+}
+
 static bool
 ts_queue_nonempty(struct srv_tstore *ts, const char *name)
 {
@@ -440,59 +466,10 @@ ts_queues_free(struct srv_tstore *ts)
 /* Connections                                                              */
 /* ------------------------------------------------------------------------ */
 
-static void ts_conn_close(struct ts_conn *c, const char *why);
-
-static void
-ts_conn_free(struct ts_conn *c)
-{
-	struct srv_tstore *ts = c->ts;
-
-	if (c->prev != NULL)
-		c->prev->next = c->next;
-	else
-		ts->conns = c->next;
-	if (c->next != NULL)
-		c->next->prev = c->prev;
-	ts->nconns--;
-	ts_free_keys(c->wkeys, c->nwkeys);
-	free(c->wqueued);
-	free(c->bkey);
-	free(c->in);
-	free(c->out);
-	free(c);
-}
-
-struct ts_closed_arg {
-	uint32_t pipe;
-};
-
-static void
-ts_closed_locked(void *arg, struct srv_core *core, cohort__time now)
-{
-	struct ts_closed_arg *a = arg;
-
-	/* Withdraws its parked calls (their tp come back with NULL) and
-	 * frees its client: a TCPStore client never reconnects. */
-	srv_core_pipe_closed(core, a->pipe, now);
-}
-
 static void
 ts_conn_close(struct ts_conn *c, const char *why)
 {
-	struct ts_closed_arg a;
-
-	if (c->dead)
-		return;
-	c->dead = true;
-	if (why != NULL)
-		cohort__debug("torch store %s: closing %s: %s", c->ts->addr,
-		    c->peer, why);
-	epoll_ctl(c->ts->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-	close(c->fd);
-	c->fd = -1;
-	a.pipe = c->pipe;
-	srv_with_core(c->ts->nng, ts_closed_locked, &a);
-	/* Freed by ts_reap once no request of it is in the core. */
+	srv_nconn_close(&c->nc, why);
 }
 
 /* Ends a connection for what its client did (bad input, not reading):
@@ -502,11 +479,7 @@ ts_conn_close(struct ts_conn *c, const char *why)
 static void
 ts_conn_refuse(struct ts_conn *c, const char *why)
 {
-	if (c->dead)
-		return;
-	cohort__warn("torch store %s (job '%s'): closing %s: %s", c->ts->addr,
-	    c->ts->job, c->peer, why);
-	ts_conn_close(c, NULL);
+	srv_nconn_refuse(&c->nc, "%s", why);
 }
 
 /* A request parked until someone else acts (a WAIT, a BARRIER): nobody
@@ -525,73 +498,30 @@ ts_conn_parked(const struct ts_conn *c)
 static void
 ts_conn_settle(struct ts_conn *c)
 {
-	if (c->dead || !c->eof)
+	if (c->nc.dead || !c->nc.rd_eof)
 		return;
 	if (c->busy >= 0 && !ts_conn_parked(c))
 		return; /* its reply is on the way, then the rest */
 	ts_conn_close(c, "closed by the client");
 }
 
-/* Frees the closed connections no request refers to any more. */
-static void
-ts_reap(struct srv_tstore *ts)
-{
-	for (struct ts_conn *c = ts->conns, *next; c != NULL; c = next) {
-		next = c->next;
-		if (c->dead && c->refs == 0)
-			ts_conn_free(c);
-	}
-}
-
-static void
-ts_conn_watch(struct ts_conn *c)
-{
-	struct epoll_event ev;
-	bool want = c->outoff < c->outlen;
-
-	if (c->dead || c->eof || want == c->want_out)
-		return;
-	c->want_out = want;
-	memset(&ev, 0, sizeof(ev));
-	ev.events = EPOLLIN | EPOLLRDHUP | (want ? EPOLLOUT : 0);
-	ev.data.ptr = c;
-	epoll_ctl(c->ts->epfd, EPOLL_CTL_MOD, c->fd, &ev);
-}
-
-/* Writes what it can; a client that lets more than twice the largest
- * value pile up is not reading: closed. */
 static void
 ts_conn_flush(struct ts_conn *c)
 {
-	while (!c->dead && c->outoff < c->outlen) {
-		ssize_t n = send(c->fd, c->out + c->outoff,
-		    c->outlen - c->outoff, MSG_NOSIGNAL);
-		if (n > 0) {
-			c->outoff += (size_t)n;
-			continue;
-		}
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			break;
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (c->eof) {
-			/* gone for good: its answers go nowhere, what it
-			 * sent is still applied */
-			c->outoff = c->outlen;
-			break;
-		}
-		ts_conn_close(c, "send failed");
-		return;
-	}
-	if (c->dead)
-		return;
-	if (c->outoff == c->outlen)
-		c->outoff = c->outlen = 0;
-	else if (!c->eof
-	    && c->outlen - c->outoff > 2 * c->ts->max_value + (1u << 20))
-		ts_conn_refuse(c, "it does not read its replies");
-	if (!c->dead)
-		ts_conn_watch(c);
+	srv_nconn_flush(&c->nc);
+}
+
+/* The keys of a parked WAIT, counted against the listener. */
+static void
+ts_wait_forget(struct ts_conn *c)
+{
+	c->ts->wait_bytes -= c->wbytes;
+	c->wbytes = 0;
+	ts_free_keys(c->wkeys, c->nwkeys);
+	free(c->wqueued);
+	c->wkeys = NULL;
+	c->wqueued = NULL;
+	c->nwkeys = 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -634,13 +564,13 @@ ts_dispatch_locked(void *arg, struct srv_core *core, cohort__time now)
 		free(r);
 		return;
 	}
-	c->refs++;
+	srv_nconn_ref(&c->nc);
 	c->busy = d->query;
 	c->busy_seq = r->seq;
 	d->ok = true;
 	/* The reply (or NULL) reaches ts_deliver, possibly within this
 	 * call. */
-	srv_core_dispatch(core, msg, c->pipe, r, now);
+	srv_core_dispatch(core, msg, c->nc.pipe, r, now);
 }
 
 static bool
@@ -649,29 +579,22 @@ ts_dispatch(struct ts_conn *c, int query, Cohort__Request *req,
 {
 	struct ts_disp d = { c, query, req, parts, nparts, false };
 
-	req->timeout_ms = UINT32_MAX; /* WAIT: until the client cancels */
+	/* WAIT: until the client cancels (torch's clients do at their
+	 * timeout), an hour at most (one no client waits for) */
+	req->timeout_ms = query == TS_WAIT ? TS_WAIT_MAX_MS : UINT32_MAX;
 	srv_with_core(c->ts->nng, ts_dispatch_locked, &d);
 	return (d.ok);
 }
 
 /* The core's sink hands the reply of one of ours (or NULL) here, under
- * the server mutex: to this listener's thread. */
+ * the server mutex, on any thread: to the net thread (ts_delivered). */
 static void
 ts_deliver(struct srv_tp *tp, nng_msg *reply)
 {
 	struct ts_req *r = (struct ts_req *)(void *)tp;
-	struct srv_tstore *ts = r->conn->ts;
-	uint64_t one = 1;
 
 	r->reply = reply;
-	r->next = NULL;
-	pthread_mutex_lock(&ts->inbox_mtx);
-	*ts->inbox_tail = r;
-	ts->inbox_tail = &r->next;
-	pthread_mutex_unlock(&ts->inbox_mtx);
-	if (write(ts->efd, &one, sizeof(one)) < 0) {
-		/* the counter is already non-zero: the thread will look */
-	}
+	srv_net_post(r->conn->ts->net, &r->conn->nc, &r->post);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -941,6 +864,7 @@ static enum ts_parse
 ts_wait(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
 {
 	bool ready;
+	size_t wb;
 
 	if ((op->keys = ts_keys(k, &op->nkeys)) == NULL)
 		return (TS_MORE);
@@ -948,11 +872,27 @@ ts_wait(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
 		return (TS_BAD);
 	if (ready || op->nkeys == 0)
 		return (ts_done(ts_put_u8(c, TS_STOP_WAITING)));
+	/* The connection keeps the keys while its wait is parked: counted
+	 * against the listener (the core counts its own copies). */
+	wb = op->nkeys * (sizeof(char *) + sizeof(bool) + 32);
+	for (size_t i = 0; i < op->nkeys; i++)
+		wb += strlen(op->keys[i]);
+	if (c->ts->wait_bytes + wb > c->ts->max_wait_bytes) {
+		ts_badf(k,
+		    "a WAIT on %zu keys (%zu bytes) while the listener's "
+		    "parked "
+		    "WAITs hold %" PRIu64
+		    " bytes, over --max-parked-bytes / 4 "
+		    "(%" PRIu64 ")",
+		    op->nkeys, wb, c->ts->wait_bytes, c->ts->max_wait_bytes);
+		return (TS_BAD);
+	}
 	if ((c->wqueued = calloc(op->nkeys, sizeof(bool))) == NULL)
 		return (TS_BAD);
-	/* The connection keeps the keys while its wait is parked. */
 	c->wkeys = op->keys;
 	c->nwkeys = op->nkeys;
+	c->wbytes = wb;
+	c->ts->wait_bytes += wb;
 	op->keys = NULL;
 	op->nkeys = 0;
 	op->b.wait = (Cohort__KvWait)COHORT__KV_WAIT__INIT;
@@ -1061,11 +1001,12 @@ ts_release_locked(void *arg, struct srv_core *core, cohort__time now)
 	struct ts_release *a = arg;
 	struct srv_job *job = srv_job_find(core, a->ts->job);
 
-	for (struct ts_conn *c = a->ts->conns; c != NULL && job != NULL;
-	     c = c->next) {
+	for (struct srv_link *l = a->ts->conns.next;
+	     l != &a->ts->conns && job != NULL; l = l->next) {
+		struct ts_conn *c = SRV_CONTAINER(l, struct ts_conn, tlink);
 		bool hit = false, all = true;
 
-		if (c->dead || c->busy != TS_WAIT || c->by_queue)
+		if (c->nc.dead || c->busy != TS_WAIT || c->by_queue)
 			continue;
 		for (size_t i = 0; i < c->nwkeys; i++) {
 			if (!c->wqueued[i] && strcmp(c->wkeys[i], a->name) == 0
@@ -1097,19 +1038,26 @@ ts_queue_push(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
 	struct ts_queue *qu;
 	struct ts_item *it;
 	const uint8_t *v;
-	size_t vl;
+	size_t vl, cost;
 
 	if ((op->key = ts_key(k)) == NULL
 	    || !ts_get_str(k, ts->max_value, "value", &v, &vl))
 		return (TS_MORE);
-	qu = ts_queue_find(ts, op->key, true);
-	if (ts->queue_bytes + vl > 4 * ts->max_value) {
+	/* Every item costs its bytes and its own keeping, a new queue its
+	 * name (an empty item is not free: issue 22). */
+	cost = vl + TS_ITEM_COST;
+	if ((qu = ts_queue_find(ts, op->key, false)) == NULL)
+		cost += strlen(op->key) + TS_ITEM_COST;
+	if (ts->queue_bytes + cost > ts->max_queue_bytes) {
 		ts_badf(k,
-		    "the listener's queues would hold %" PRIu64 " bytes, over "
-		    "4 x --max-value-bytes",
-		    ts->queue_bytes + vl);
+		    "the listener's queues would hold %" PRIu64 " bytes "
+		    "(values and %u bytes per item), over --max-value-bytes "
+		    "(%" PRIu64 ")",
+		    ts->queue_bytes + cost, TS_ITEM_COST, ts->max_queue_bytes);
 		return (TS_BAD);
 	}
+	if (qu == NULL)
+		qu = ts_queue_find(ts, op->key, true);
 	if (qu == NULL || (it = malloc(sizeof(*it) + vl)) == NULL)
 		return (ts_bad(k, "out of memory"));
 	it->next = NULL;
@@ -1121,7 +1069,7 @@ ts_queue_push(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
 		qu->head = it;
 	qu->tail = it;
 	qu->n++;
-	ts->queue_bytes += vl;
+	ts->queue_bytes += cost;
 	rel.ts = ts;
 	rel.name = op->key;
 	srv_with_core(ts->nng, ts_release_locked, &rel);
@@ -1149,8 +1097,10 @@ ts_queue_pop(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
 	if (qu->head == NULL)
 		qu->tail = NULL;
 	qu->n--;
-	c->ts->queue_bytes -= it->len;
+	c->ts->queue_bytes -= it->len + TS_ITEM_COST;
 	free(it);
+	if (qu->n == 0)
+		ts_queue_drop(c->ts, qu); /* an empty queue reads as absent */
 	return (ts_done(ok));
 }
 
@@ -1261,11 +1211,7 @@ ts_reply_wait(struct ts_conn *c, cohort_status st, const Cohort__Reply *rep,
 	} else {
 		ok = c->cancel_asked && ts_put_u8(c, TS_WAIT_CANCELED);
 	}
-	ts_free_keys(c->wkeys, c->nwkeys);
-	free(c->wqueued);
-	c->wkeys = NULL;
-	c->wqueued = NULL;
-	c->nwkeys = 0;
+	ts_wait_forget(c);
 	c->cancel_asked = c->by_queue = false;
 	return (ok);
 }
@@ -1277,8 +1223,11 @@ static void
 ts_barrier_release(
     struct srv_tstore *ts, const char *key, struct ts_conn *self)
 {
-	for (struct ts_conn *o = ts->conns; o != NULL; o = o->next) {
-		if (o == self || o->dead || o->busy != TS_BARRIER
+	for (struct srv_link *l = ts->conns.next, *next; l != &ts->conns;
+	     l = next) {
+		struct ts_conn *o = SRV_CONTAINER(l, struct ts_conn, tlink);
+		next = l->next;
+		if (o == self || o->nc.dead || o->busy != TS_BARRIER
 		    || o->busy_seq != 0 || o->bkey == NULL
 		    || strcmp(o->bkey, key) != 0)
 			continue;
@@ -1374,16 +1323,14 @@ ts_on_reply(struct ts_conn *c, struct ts_req *r)
 		st = (cohort_status)rep->status;
 	if (r->seq == c->busy_seq)
 		c->busy = -1;
-	if (!cmd->reply(c, st, rep, pl, plen) && !c->dead) {
+	if (!cmd->reply(c, st, rep, pl, plen) && !c->nc.dead) {
 		/* TCPStore has no error replies: a refused change (a limit,
 		 * ADD on a non-integer) or a lost wait ends the connection,
 		 * which the client reports as an error. */
-		cohort__warn("torch store %s (job '%s'): closing %s: %s%s%s",
-		    c->ts->addr, c->ts->job, c->peer, cohort_status_name(st),
+		srv_nconn_refuse(&c->nc, "%s%s%s", cohort_status_name(st),
 		    rep != NULL && rep->error != NULL && rep->error[0] ? ": "
 		                                                       : "",
 		    rep != NULL && rep->error != NULL ? rep->error : "");
-		ts_conn_close(c, NULL);
 	}
 	if (rep != NULL)
 		cohort__reply__free_unpacked(rep, NULL);
@@ -1431,13 +1378,67 @@ ts_cancel_locked(void *arg, struct srv_core *core, cohort__time now)
 		    COHORT_ECLOSED, "cancelled by the client", now);
 }
 
+/* The first query is VALIDATE with torch's magic number; then the door
+ * (door.h) decides whether this peer may use the job's store at all. */
+struct ts_admit {
+	struct ts_conn *c;
+	bool ok;
+};
+
+static void
+ts_admit_locked(void *arg, struct srv_core *core, cohort__time now)
+{
+	struct ts_admit *a = arg;
+
+	(void)now;
+	a->ok = srv_door_job_host(core, a->c->ts->job, &a->c->nc.sa);
+}
+
+static bool
+ts_admit(struct ts_conn *c)
+{
+	struct srv_tstore *ts = c->ts;
+	char how[200];
+	struct ts_admit a = { c, false };
+
+	if (c->nc.loopback || srv_door_same_host(c->nc.fd, &c->nc.sa)) {
+		if (!srv_door_local(c->nc.fd, &c->nc.sa, how, sizeof(how))) {
+			srv_nconn_refuse(&c->nc,
+			    "refused: %s; the listener serves only the "
+			    "processes "
+			    "of job '%s' (docs/security.md)",
+			    how, ts->job);
+			return (false);
+		}
+	} else if (srv_door_allowed(ts->door, &c->nc.sa)) {
+		snprintf(how, sizeof(how), "in --torch-store-allow");
+	} else {
+		srv_with_core(ts->nng, ts_admit_locked, &a);
+		if (!a.ok) {
+			srv_nconn_refuse(&c->nc,
+			    "refused: no client of job '%s' is connected to "
+			    "cohortd from that address with the job's token, "
+			    "and "
+			    "it is not in --torch-store-allow "
+			    "(docs/security.md)",
+			    ts->job);
+			return (false);
+		}
+		snprintf(how, sizeof(how), "a host of the job");
+	}
+	cohort__debug("%s: %s let in (%s)", ts->what, c->nc.peer, how);
+	srv_nconn_trust(&c->nc);
+	srv_nconn_deadline(&c->nc, 0, false, NULL);
+	return (true);
+}
+
 /* Parses and runs whatever complete queries the input holds. */
 static void
 ts_input(struct ts_conn *c, cohort__time now)
 {
 	size_t used = 0;
 
-	while (!c->dead && used < c->inlen) {
+	while (!c->nc.dead && used < c->inlen) {
 		struct ts_cur k;
 		uint8_t q = c->in[used];
 		enum ts_parse r;
@@ -1492,6 +1493,8 @@ ts_input(struct ts_conn *c, cohort__time now)
 				ts_conn_refuse(c, "wrong magic number");
 				return;
 			}
+			if (!ts_admit(c))
+				return;
 			c->validated = true;
 			used = (size_t)(k.p - c->in);
 			continue;
@@ -1505,21 +1508,29 @@ ts_input(struct ts_conn *c, cohort__time now)
 			break;
 		used = (size_t)(k.p - c->in);
 	}
-	if (c->dead)
+	if (c->nc.dead)
 		return;
 	if (used > 0) {
 		memmove(c->in, c->in + used, c->inlen - used);
 		c->inlen -= used;
 		c->partial_since = 0;
+		if (c->validated)
+			srv_nconn_deadline(&c->nc, 0, false, NULL);
 	}
 	/* An incomplete request starts the clock; a complete one waiting
 	 * behind a parked WAIT does not (the client is not slow). */
-	if (c->inlen > 0 && c->busy < 0 && c->partial_since == 0)
+	if (c->inlen > 0 && c->busy < 0 && c->partial_since == 0) {
 		c->partial_since = now;
+		srv_nconn_deadline(&c->nc, now + c->ts->partial_ms, true,
+		    "a request incomplete past --torch-store-timeout");
+	}
 	ts_conn_flush(c);
 	ts_conn_settle(c);
 }
 
+/* Reads what the socket has; the input buffer grows as bytes arrive,
+ * held against the connection (twice --max-value-bytes + 1 MiB) and
+ * --max-pending-bytes. */
 static void
 ts_conn_read(struct ts_conn *c)
 {
@@ -1527,8 +1538,14 @@ ts_conn_read(struct ts_conn *c)
 
 	for (;;) {
 		ssize_t n;
-		if (c->incap - c->inlen < 4096) {
+		/* Before the door let it in, a connection gets its first
+		 * 8 KiB read, no more (VALIDATE is 5 bytes). */
+		if (!c->validated && c->incap >= 8192 && c->inlen == c->incap)
+			return;
+		if (c->incap - c->inlen < 4096
+		    && (c->validated || c->incap < 8192)) {
 			size_t cap = c->incap ? c->incap * 2 : 8192;
+			const char *why;
 			uint8_t *p;
 			if (c->inlen >= limit) {
 				ts_conn_refuse(c,
@@ -1538,189 +1555,132 @@ ts_conn_read(struct ts_conn *c)
 			}
 			if (cap > limit + 8192)
 				cap = limit + 8192;
+			if (!srv_nconn_hold(&c->nc, cap - c->incap, &why)) {
+				srv_nconn_refuse(&c->nc,
+				    "cohortd holds its --max-pending-bytes of "
+				    "requests still arriving");
+				return;
+			}
 			if ((p = realloc(c->in, cap)) == NULL) {
+				srv_nconn_unhold(&c->nc, cap - c->incap);
 				ts_conn_refuse(c, "out of memory");
 				return;
 			}
 			c->in = p;
 			c->incap = cap;
 		}
-		n = recv(c->fd, c->in + c->inlen, c->incap - c->inlen, 0);
+		n = srv_nconn_recv(
+		    &c->nc, c->in + c->inlen, c->incap - c->inlen);
 		if (n > 0) {
 			c->inlen += (size_t)n;
 			continue;
 		}
-		if (n == 0) {
-			/* What it sent is still applied (ts_conn_settle);
-			 * nothing more to read. */
-			c->eof = true;
-			epoll_ctl(c->ts->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-			return;
-		}
-		if (errno == EINTR)
-			continue;
-		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			ts_conn_close(c, strerror(errno));
+		/* 0: nothing more now; -1: EOF (what it sent is still
+		 * applied: ts_conn_settle) or closed */
 		return;
 	}
 }
 
 /* ------------------------------------------------------------------------ */
-/* The thread                                                               */
+/* The protocol                                                             */
 /* ------------------------------------------------------------------------ */
 
-/* A pipe id no other connection of this process has had recently: the
- * core remembers closed pipes for a while and drops their requests, so
- * ids are never reused between listeners or connections. */
-static uint32_t
-ts_next_pipe(void)
+static void
+ts_readable(struct srv_nconn *nc, cohort__time now)
 {
-	static atomic_uint next = 1;
-	uint32_t n;
+	struct ts_conn *c = (struct ts_conn *)nc;
 
-	do
-		n = atomic_fetch_add(&next, 1) & 0x7fffffffu;
-	while (n == 0);
-	return (TS_PIPE_BASE | n);
+	ts_conn_read(c);
+	if (!nc->dead)
+		ts_input(c, now);
+}
+
+static bool
+ts_opened(struct srv_nconn *nc, cohort__time now)
+{
+	struct ts_conn *c = (struct ts_conn *)nc;
+	struct srv_tstore *ts = nc->arg;
+
+	c->ts = ts;
+	c->busy = -1;
+	nc->max_out = 2 * ts->max_value + (1u << 20);
+	srv_nconn_set_pipe(nc, srv_net_next_pipe());
+	if (getrandom(&c->client_id, sizeof(c->client_id), 0)
+	    != (ssize_t)sizeof(c->client_id))
+		c->client_id
+		    = (uint64_t)cohort__now_ns() ^ ((uint64_t)nc->pipe << 32);
+	srv_list_append(&ts->conns, &c->tlink);
+	/* VALIDATE within the first-request timeout, or the connection is
+	 * closed: silent ones do not hold slots (issue 22). */
+	srv_nconn_deadline(nc, now + ts->first_ms, false,
+	    "no VALIDATE within --first-request-timeout");
+	return (true);
+}
+
+struct ts_closed_arg {
+	uint32_t pipe;
+};
+
+static void
+ts_closed_locked(void *arg, struct srv_core *core, cohort__time now)
+{
+	struct ts_closed_arg *a = arg;
+
+	/* Withdraws its parked calls (their tp come back with NULL) and
+	 * frees its client: a TCPStore client never reconnects. */
+	srv_core_pipe_closed(core, a->pipe, now);
 }
 
 static void
-ts_accept(struct srv_tstore *ts)
+ts_closing(struct srv_nconn *nc)
 {
-	for (;;) {
-		struct sockaddr_storage sa;
-		socklen_t sl = sizeof(sa);
-		struct epoll_event ev;
-		struct ts_conn *c;
-		char host[INET6_ADDRSTRLEN] = "?", serv[16] = "?";
-		int one = 1;
-		int fd = accept4(ts->lfd, (struct sockaddr *)&sa, &sl,
-		    SOCK_NONBLOCK | SOCK_CLOEXEC);
+	struct ts_conn *c = (struct ts_conn *)nc;
+	struct ts_closed_arg a = { nc->pipe };
 
-		if (fd < 0)
-			return;
-		if (ts->nconns >= TS_MAX_CONNS
-		    || (c = calloc(1, sizeof(*c))) == NULL) {
-			cohort__warn("torch store %s: refusing a connection "
-			             "(%zu open)",
-			    ts->addr, ts->nconns);
-			close(fd);
-			continue;
-		}
-		(void)setsockopt(
-		    fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		(void)getnameinfo((struct sockaddr *)&sa, sl, host,
-		    sizeof(host), serv, sizeof(serv),
-		    NI_NUMERICHOST | NI_NUMERICSERV);
-		snprintf(c->peer, sizeof(c->peer), "%s:%s", host, serv);
-		c->ts = ts;
-		c->fd = fd;
+	srv_list_remove(&c->tlink);
+	srv_nconn_unhold(nc, c->incap);
+	if (a.pipe != 0)
+		srv_with_core(c->ts->nng, ts_closed_locked, &a);
+}
+
+static void
+ts_fini(struct srv_nconn *nc)
+{
+	struct ts_conn *c = (struct ts_conn *)nc;
+
+	ts_wait_forget(c);
+	free(c->bkey);
+	free(c->in);
+}
+
+/* A reply of the core, on the net thread. */
+static void
+ts_delivered(struct srv_nconn *nc, struct srv_npost *p, cohort__time now)
+{
+	struct ts_req *r = SRV_CONTAINER(p, struct ts_req, post);
+	struct ts_conn *c = (struct ts_conn *)nc;
+
+	if (!nc->dead) {
+		ts_on_reply(c, r);
+		if (!nc->dead)
+			ts_input(c, now);
+	} else if (r->seq == c->busy_seq) {
 		c->busy = -1;
-		c->pipe = ts_next_pipe();
-		if (getrandom(&c->client_id, sizeof(c->client_id), 0)
-		    != (ssize_t)sizeof(c->client_id))
-			c->client_id = (uint64_t)cohort__now_ns()
-			    ^ ((uint64_t)c->pipe << 32);
-		c->next = ts->conns;
-		if (ts->conns != NULL)
-			ts->conns->prev = c;
-		ts->conns = c;
-		ts->nconns++;
-		memset(&ev, 0, sizeof(ev));
-		ev.events = EPOLLIN | EPOLLRDHUP;
-		ev.data.ptr = c;
-		if (epoll_ctl(ts->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-			c->dead = true;
-			close(fd);
-			ts_conn_free(c);
-		}
 	}
+	if (r->reply != NULL)
+		nng_msg_free(r->reply);
+	free(r);
 }
 
-static void
-ts_drain_inbox(struct srv_tstore *ts)
-{
-	struct ts_req *r;
-	uint64_t v;
-
-	if (read(ts->efd, &v, sizeof(v)) < 0) {
-		/* nothing pending (EAGAIN): fine */
-	}
-	pthread_mutex_lock(&ts->inbox_mtx);
-	r = ts->inbox;
-	ts->inbox = NULL;
-	ts->inbox_tail = &ts->inbox;
-	pthread_mutex_unlock(&ts->inbox_mtx);
-	while (r != NULL) {
-		struct ts_req *next = r->next;
-		struct ts_conn *c = r->conn;
-		c->refs--;
-		if (!c->dead) {
-			ts_on_reply(c, r);
-			if (!c->dead)
-				ts_input(c, cohort__now_ms());
-		} else if (r->seq == c->busy_seq) {
-			c->busy = -1;
-		}
-		if (r->reply != NULL)
-			nng_msg_free(r->reply);
-		free(r);
-		r = next;
-	}
-}
-
-static void *
-ts_thread(void *arg)
-{
-	struct srv_tstore *ts = arg;
-	struct epoll_event evs[64];
-
-	while (!atomic_load(&ts->stop)) {
-		int n = epoll_wait(ts->epfd, evs, 64, 200);
-		cohort__time now = cohort__now_ms();
-
-		for (int i = 0; i < n; i++) {
-			void *p = evs[i].data.ptr;
-			struct ts_conn *c;
-			if (p == &ts->lfd) {
-				ts_accept(ts);
-				continue;
-			}
-			if (p == &ts->efd) {
-				ts_drain_inbox(ts);
-				continue;
-			}
-			c = p;
-			if (c->dead)
-				continue;
-			if (evs[i].events & EPOLLOUT)
-				ts_conn_flush(c);
-			if (!c->dead
-			    && (evs[i].events
-			        & (EPOLLIN | EPOLLRDHUP | EPOLLHUP
-			            | EPOLLERR))) {
-				ts_conn_read(c);
-				if (!c->dead)
-					ts_input(c, now);
-			}
-		}
-		/* Requests left incomplete too long (slowloris). */
-		for (struct ts_conn *c = ts->conns, *next; c != NULL;
-		     c = next) {
-			next = c->next;
-			if (c->dead || c->partial_since == 0
-			    || now - c->partial_since
-			        < (cohort__time)ts->partial_ms)
-				continue;
-			cohort__warn("torch store %s: closing %s: a request "
-			             "incomplete for %u ms",
-			    ts->addr, c->peer, ts->partial_ms);
-			ts_conn_close(c, NULL);
-		}
-		ts_reap(ts);
-	}
-	return (NULL);
-}
+static const struct srv_proto ts_proto = {
+	.name = "torch store",
+	.conn_size = sizeof(struct ts_conn),
+	.opened = ts_opened,
+	.readable = ts_readable,
+	.delivered = ts_delivered,
+	.closing = ts_closing,
+	.fini = ts_fini,
+};
 
 /* ------------------------------------------------------------------------ */
 /* Start and stop                                                           */
@@ -1731,7 +1691,8 @@ struct ts_job_arg {
 	cohort_status rv;
 };
 
-/* Creates the job (kept while empty) unless it exists; adopts its token. */
+/* Creates the job (kept while empty) unless it exists; adopts its token.
+ * The listener's bounds follow the core's. */
 static void
 ts_job_locked(void *arg, struct srv_core *core, cohort__time now)
 {
@@ -1740,6 +1701,13 @@ ts_job_locked(void *arg, struct srv_core *core, cohort__time now)
 
 	(void)now;
 	a->ts->max_value = core->lim.max_value;
+	a->ts->first_ms = core->first_request_ms;
+	/* Queues: items and their own cost, up to one largest value;
+	 * parked WAITs' keys: a quarter of --max-parked-bytes. */
+	a->ts->max_queue_bytes = core->lim.max_value;
+	a->ts->max_wait_bytes = core->lim.max_parked_bytes != 0
+	    ? core->lim.max_parked_bytes / 4
+	    : UINT64_MAX;
 	if (job == NULL) {
 		a->rv = srv_job_add_preset(core, a->ts->job, a->ts->token);
 		return;
@@ -1749,84 +1717,24 @@ ts_job_locked(void *arg, struct srv_core *core, cohort__time now)
 	a->rv = COHORT_OK;
 }
 
-static cohort_status
-ts_listen(struct srv_tstore *ts, const char *hostport)
-{
-	char host[256];
-	const char *colon = strrchr(hostport, ':');
-	struct addrinfo hints, *res = NULL;
-	struct sockaddr_storage sa;
-	socklen_t sl = sizeof(sa);
-	char h[INET6_ADDRSTRLEN], p[16];
-	int one = 1, rv;
-	size_t hl;
-
-	if (colon == NULL || colon[1] == '\0'
-	    || (hl = (size_t)(colon - hostport)) >= sizeof(host))
-		return (cohort__err(COHORT_EINVAL,
-		    "--torch-store '%s': expected [JOB@]ADDR:PORT", hostport));
-	memcpy(host, hostport, hl);
-	host[hl] = '\0';
-	if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
-		memmove(host, host + 1, hl - 2);
-		host[hl - 2] = '\0';
-	}
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = AI_PASSIVE;
-	if ((rv = getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &res))
-	    != 0)
-		return (cohort__err(COHORT_EINVAL, "--torch-store '%s': %s",
-		    hostport, gai_strerror(rv)));
-	ts->lfd = socket(res->ai_family,
-	    res->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (ts->lfd < 0) {
-		freeaddrinfo(res);
-		return (cohort__err(
-		    COHORT_ESYSTEM, "socket: %s", strerror(errno)));
-	}
-	(void)setsockopt(ts->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(ts->lfd, res->ai_addr, res->ai_addrlen) != 0
-	    || listen(ts->lfd, 1024) != 0) {
-		rv = errno;
-		freeaddrinfo(res);
-		close(ts->lfd);
-		ts->lfd = -1;
-		return (cohort__err(COHORT_ESYSTEM,
-		    "--torch-store: cannot listen on %s: %s", hostport,
-		    strerror(rv)));
-	}
-	freeaddrinfo(res);
-	if (getsockname(ts->lfd, (struct sockaddr *)&sa, &sl) != 0
-	    || getnameinfo((struct sockaddr *)&sa, sl, h, sizeof(h), p,
-	           sizeof(p), NI_NUMERICHOST | NI_NUMERICSERV)
-	        != 0)
-		return (cohort__err(
-		    COHORT_ESYSTEM, "getsockname: %s", strerror(errno)));
-	snprintf(ts->addr, sizeof(ts->addr),
-	    strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, p);
-	return (COHORT_OK);
-}
-
 cohort_status
-srv_tstore_start(struct srv_nng *n, const char *spec, const char *token,
+srv_tstore_start(struct srv_net *net, struct srv_nng *n,
+    const struct srv_door *door, const char *spec, const char *token,
     uint32_t partial_ms, struct srv_tstore **out)
 {
 	struct srv_tstore *ts;
 	const char *at = strchr(spec, '@');
 	const char *hostport = at != NULL ? at + 1 : spec;
-	struct epoll_event ev;
 	struct ts_job_arg ja;
 	cohort_status rv;
 
 	if ((ts = calloc(1, sizeof(*ts))) == NULL)
 		return (COHORT_ENOMEM);
 	ts->nng = n;
-	ts->lfd = ts->efd = ts->epfd = -1;
+	ts->net = net;
+	ts->door = door;
 	ts->partial_ms = partial_ms ? partial_ms : TS_PARTIAL_MS;
-	ts->inbox_tail = &ts->inbox;
-	pthread_mutex_init(&ts->inbox_mtx, NULL);
+	srv_list_init(&ts->conns);
 	if (at != NULL
 	    && ((size_t)(at - spec) == 0
 	        || (size_t)(at - spec) > SRV_MAX_NAME)) {
@@ -1840,8 +1748,11 @@ srv_tstore_start(struct srv_nng *n, const char *spec, const char *token,
 		goto out_free;
 	}
 	cohort__strlcpy(ts->token, token, sizeof(ts->token));
-	if ((rv = ts_listen(ts, hostport)) != COHORT_OK)
+	if ((rv = srv_net_listen(
+	         net, hostport, &ts_proto, ts, "--torch-store", &ts->l))
+	    != COHORT_OK)
 		goto out_free;
+	cohort__strlcpy(ts->addr, srv_nlistener_addr(ts->l), sizeof(ts->addr));
 	if (at != NULL) {
 		memcpy(ts->job, spec, (size_t)(at - spec));
 		ts->job[at - spec] = '\0';
@@ -1849,41 +1760,20 @@ srv_tstore_start(struct srv_nng *n, const char *spec, const char *token,
 		snprintf(ts->job, sizeof(ts->job), "torch-%s",
 		    strrchr(ts->addr, ':') + 1);
 	}
+	snprintf(
+	    ts->what, sizeof(ts->what), "torch store of job '%s'", ts->job);
+	srv_nlistener_set_what(ts->l, ts->what);
 	ja.ts = ts;
 	ja.rv = COHORT_ESTATE;
 	srv_with_core(n, ts_job_locked, &ja);
 	if ((rv = ja.rv) != COHORT_OK)
 		goto out_free;
-	ts->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	ts->epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (ts->efd < 0 || ts->epfd < 0) {
-		rv = cohort__err(
-		    COHORT_ESYSTEM, "epoll/eventfd: %s", strerror(errno));
-		goto out_free;
-	}
-	memset(&ev, 0, sizeof(ev));
-	ev.events = EPOLLIN;
-	ev.data.ptr = &ts->lfd;
-	epoll_ctl(ts->epfd, EPOLL_CTL_ADD, ts->lfd, &ev);
-	ev.data.ptr = &ts->efd;
-	epoll_ctl(ts->epfd, EPOLL_CTL_ADD, ts->efd, &ev);
-	if (pthread_create(&ts->thread, NULL, ts_thread, ts) != 0) {
-		rv = cohort__err(COHORT_ESYSTEM, "pthread_create");
-		goto out_free;
-	}
-	ts->started = true;
 	cohort__info("torch store for job '%s' on %s", ts->job, ts->addr);
 	*out = ts;
 	return (COHORT_OK);
 
 out_free:
-	if (ts->lfd >= 0)
-		close(ts->lfd);
-	if (ts->efd >= 0)
-		close(ts->efd);
-	if (ts->epfd >= 0)
-		close(ts->epfd);
-	pthread_mutex_destroy(&ts->inbox_mtx);
+	/* a listener already made is closed with the net */
 	free(ts);
 	return (rv);
 }
@@ -1901,28 +1791,10 @@ srv_tstore_job(const struct srv_tstore *ts)
 }
 
 void
-srv_tstore_stop(struct srv_tstore *ts)
+srv_tstore_free(struct srv_tstore *ts)
 {
 	if (ts == NULL)
 		return;
-	if (ts->started) {
-		atomic_store(&ts->stop, true);
-		pthread_join(ts->thread, NULL);
-	}
-	close(ts->lfd);
-	/* Closing withdraws the parked calls; their (NULL) replies come
-	 * back to the inbox at once, under the mutex. */
-	for (struct ts_conn *c = ts->conns; c != NULL; c = c->next)
-		ts_conn_close(c, "shutting down");
-	ts_drain_inbox(ts);
-	/* After pipe_closed the core keeps no request of ours; free all. */
-	while (ts->conns != NULL) {
-		ts->conns->refs = 0;
-		ts_conn_free(ts->conns);
-	}
 	ts_queues_free(ts);
-	close(ts->efd);
-	close(ts->epfd);
-	pthread_mutex_destroy(&ts->inbox_mtx);
 	free(ts);
 }

@@ -111,7 +111,7 @@ srv_journal_open(
 
 	if (j == NULL)
 		return (COHORT_ENOMEM);
-	j->fd = j->dfd = j->lockfd = -1;
+	j->fd = j->dfd = j->lockfd = j->syncedfd = -1;
 	j->fsync = o->fsync;
 	j->compact_min = o->compact_min ? o->compact_min : JRN_COMPACT_MIN;
 	if (core->lim.max_value > (1ull << 30)) {
@@ -160,9 +160,13 @@ srv_journal_open(
 		cohort__warn("%s --recover: %s", o->dir, cohort_last_error());
 		have_man = 0;
 	}
-	if ((rv = srv_replay_snapshot(
-	         core, j, o->recover, &have_snap, &snap_bad, now))
-	    != COHORT_OK) {
+	/* Records of a job whose first records were lost are kept with
+	 * --recover (the job is rebuilt around them: lifecycle.h). */
+	core->recovering = o->recover;
+	rv = srv_replay_snapshot(
+	    core, j, o->recover, &have_snap, &snap_bad, now);
+	core->recovering = false;
+	if (rv != COHORT_OK) {
 		srv_jrn_free(j);
 		return (rv);
 	}
@@ -177,9 +181,13 @@ srv_journal_open(
 		srv_jrn_free(j);
 		return (rv);
 	}
-	if ((rv = srv_replay_log(core, j, have_man && j->epoch == mepoch,
-	         o->recover, &log_bad, now))
-	    != COHORT_OK) {
+	/* DIR/synced says how far this log was on the disk: ending before
+	 * that is a cut file, not a torn last write. */
+	core->recovering = o->recover;
+	rv = srv_replay_log(core, j, have_man && j->epoch == mepoch,
+	    o->recover, srv_jrn_synced_read(j, j->epoch), &log_bad, now);
+	core->recovering = false;
+	if (rv != COHORT_OK) {
 		srv_jrn_free(j);
 		return (rv);
 	}
@@ -240,6 +248,11 @@ srv_journal_open(
 		return (rv);
 	}
 	journal_remove_stale(j);
+	if (j->fsync != SRV_FSYNC_NONE
+	    && (j->syncedfd = srv_jrn_synced_open(j)) < 0)
+		cohort__warn("%s/synced: %s: a log cut short will not be told "
+		             "from a torn one",
+		    o->dir, strerror(errno));
 	srv_jobs_restored(core);
 	j->st.replay_ms = (cohort__now_ns() - t0) / 1000000;
 	core->jrn = j;

@@ -99,6 +99,8 @@ srv_jrn_free(struct srv_jrn *j)
 		return;
 	if (j->fd >= 0)
 		close(j->fd);
+	if (j->syncedfd >= 0)
+		close(j->syncedfd);
 	if (j->dfd >= 0)
 		close(j->dfd);
 	if (j->lockfd >= 0)
@@ -221,13 +223,83 @@ srv_jrn_sync_failed(struct srv_jrn *j, int err)
 }
 
 int
-srv_jrn_sync_fd(struct srv_jrn *j)
+srv_jrn_sync_fd(struct srv_jrn *j, struct srv_jrn_mark *mark)
 {
-	if (j == NULL || !j->dirty || j->fsync != SRV_FSYNC_BATCH || j->fd < 0)
+	memset(mark, 0, sizeof(*mark));
+	mark->fd = -1;
+	if (j == NULL || j->fd < 0 || j->broken)
+		return (-1);
+	mark->fd = j->syncedfd;
+	mark->epoch = j->epoch;
+	if (j->fsync == SRV_FSYNC_ALWAYS) {
+		/* every write was synced before its replies left */
+		if (j->syncedfd >= 0 && j->marked != j->st.log_bytes) {
+			mark->len = j->st.log_bytes;
+			j->marked = mark->len;
+		}
+		return (-1);
+	}
+	if (!j->dirty || j->fsync != SRV_FSYNC_BATCH)
 		return (-1);
 	j->dirty = false;
 	j->st.fsyncs++;
+	if (j->syncedfd >= 0) {
+		mark->len = j->st.log_bytes;
+		j->marked = mark->len;
+	}
 	return (fcntl(j->fd, F_DUPFD_CLOEXEC, 0));
+}
+
+/* DIR/synced's bytes for (epoch, len). */
+static void
+jrn_synced_fill(uint8_t *b, uint64_t epoch, uint64_t len)
+{
+	memcpy(b, JRN_MAGIC_SYNCED, 8);
+	srv_st32(b + 8, (uint32_t)epoch);
+	srv_st32(b + 12, (uint32_t)(epoch >> 32));
+	srv_st32(b + 16, (uint32_t)len);
+	srv_st32(b + 20, (uint32_t)(len >> 32));
+	srv_st32(b + 24, srv_crc32c(b, 24));
+}
+
+void
+srv_jrn_mark_synced(const struct srv_jrn_mark *mark)
+{
+	uint8_t b[JRN_SYNCED];
+
+	if (mark->fd < 0 || mark->len == 0)
+		return;
+	/* One 28-byte write at offset 0: a torn one fails its CRC and
+	 * then says nothing (the check is skipped, as before). */
+	jrn_synced_fill(b, mark->epoch, mark->len);
+	if (pwrite(mark->fd, b, sizeof(b), 0) != (ssize_t)sizeof(b)
+	    || fdatasync(mark->fd) != 0)
+		cohort__debug(
+		    "journal: cannot write synced: %s", strerror(errno));
+}
+
+uint64_t
+srv_jrn_synced_read(struct srv_jrn *j, uint64_t epoch)
+{
+	uint8_t b[JRN_SYNCED];
+	int fd = openat(j->dfd, "synced", O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return (0);
+	n = pread(fd, b, sizeof(b), 0);
+	close(fd);
+	if (n != (ssize_t)sizeof(b) || memcmp(b, JRN_MAGIC_SYNCED, 8) != 0
+	    || srv_crc32c(b, 24) != srv_ld32(b + 24)
+	    || srv_ld64(b + 8) != epoch)
+		return (0);
+	return (srv_ld64(b + 16));
+}
+
+int
+srv_jrn_synced_open(struct srv_jrn *j)
+{
+	return (openat(j->dfd, "synced", O_RDWR | O_CREAT | O_CLOEXEC, 0600));
 }
 
 void
@@ -236,8 +308,12 @@ srv_jrn_close(struct srv_jrn *j)
 	if (j == NULL)
 		return;
 	srv_jrn_flush(j, 0);
-	if (j->fd >= 0 && j->fsync != SRV_FSYNC_NONE)
-		(void)fdatasync(j->fd);
+	if (j->fd >= 0 && j->fsync != SRV_FSYNC_NONE && fdatasync(j->fd) == 0
+	    && !j->broken) {
+		struct srv_jrn_mark m
+		    = { j->syncedfd, j->epoch, j->st.log_bytes };
+		srv_jrn_mark_synced(&m);
+	}
 	srv_jrn_free(j);
 }
 
@@ -380,6 +456,21 @@ srv_jrn_client_del(
 	if (j == NULL || !jj->written || (b = jrn_buf(j, jj)) == NULL)
 		return;
 	srv_rec_put(b, JRN_CLIENT_DEL, "sq", jj->name, client_id);
+}
+
+void
+srv_jrn_job_token(struct srv_jrn *j, struct srv_jrn_job *jj)
+{
+	if (j == NULL || jj->written)
+		return;
+	if (j->broken) {
+		j->lost = true;
+		return;
+	}
+	(void)jrn_log(j);
+	srv_rec_job(&j->buf, jj);
+	j->st.records++;
+	jj->written = true;
 }
 
 void

@@ -43,12 +43,21 @@ struct srv_jrn_stats {
 	uint64_t replay_ms;
 };
 
+/* DIR/synced: how far the log of an epoch is known to be on the disk
+ * (magic, u64 epoch, u64 length, u32 CRC), rewritten in place after each
+ * fdatasync of the log, so that a log that ends before it was cut (lost
+ * data), not torn by a crash (docs/coordinator.md, Torn tail or damage). */
+#define JRN_MAGIC_SYNCED "COHSYNC1"
+#define JRN_SYNCED 28
+
 /* The writer; its fields are the journal modules' own. */
 struct srv_jrn {
 	char *dir;
 	int dfd;
 	int fd; /* log.<epoch>, O_APPEND */
 	int lockfd;
+	int syncedfd; /* DIR/synced (-1: none, --fsync none) */
+	uint64_t marked; /* the length DIR/synced says (this epoch) */
 	uint64_t epoch;
 	enum srv_fsync fsync;
 	uint64_t compact_min;
@@ -83,8 +92,24 @@ const char *srv_jrn_problem(const struct srv_jrn *j);
  * journal is broken until a snapshot succeeds. */
 void srv_jrn_sync_failed(struct srv_jrn *j, int err);
 /* For the transport: a descriptor to fdatasync and close outside the
- * mutex, or -1 if nothing is due (SRV_FSYNC_BATCH only). */
-int srv_jrn_sync_fd(struct srv_jrn *j);
+ * mutex, or -1 if nothing is due; *mark then gets what the sync makes
+ * durable, for srv_jrn_mark_synced after it (with --fsync always, the
+ * descriptor is -1 and *mark what the last writes made durable, when it
+ * moved). mark->len 0: nothing to mark. */
+struct srv_jrn_mark {
+	int fd; /* DIR/synced */
+	uint64_t epoch;
+	uint64_t len;
+};
+int srv_jrn_sync_fd(struct srv_jrn *j, struct srv_jrn_mark *mark);
+/* Outside the mutex, after the log's fdatasync succeeded: DIR/synced says
+ * the log of mark's epoch is on the disk up to mark's length. */
+void srv_jrn_mark_synced(const struct srv_jrn_mark *mark);
+/* Reads DIR/synced: the synced length of the log of epoch, or 0 (absent,
+ * another epoch, or damaged: then nothing is known). */
+uint64_t srv_jrn_synced_read(struct srv_jrn *j, uint64_t epoch);
+/* Opens (creating) DIR/synced for the writer; -1 with errno. */
+int srv_jrn_synced_open(struct srv_jrn *j);
 /* Writes what is buffered, syncs, closes and frees j. */
 void srv_jrn_close(struct srv_jrn *j);
 /* j's counters (zeros for NULL). */
@@ -111,6 +136,9 @@ void srv_jrn_reply(struct srv_jrn *j, struct srv_jrn_job *jj,
 /* A client whose replies are in the journal is gone. */
 void srv_jrn_client_del(
     struct srv_jrn *j, struct srv_jrn_job *jj, uint64_t client_id);
+/* The job's JOB record now, if it is not written since its token
+ * changed. */
+void srv_jrn_job_token(struct srv_jrn *j, struct srv_jrn_job *jj);
 /* The job is removed (nothing if its JOB record was never written). */
 void srv_jrn_job_del(struct srv_jrn *j, struct srv_jrn_job *jj);
 

@@ -127,8 +127,16 @@ replay_apply(
 		        ? COHORT_OK
 		        : COHORT_ENOMEM);
 	}
-	if ((job = srv_job_find(core, name)) == NULL)
-		return (COHORT_EPROTO); /* a record of an unknown job */
+	if ((job = srv_job_find(core, name)) == NULL) {
+		/* A record of an unknown job: its first records were lost.
+		 * --recover rebuilds it around what follows. */
+		if (!core->recovering)
+			return (COHORT_EPROTO);
+		if (type == JRN_JOB_DEL || type == JRN_CLIENT_DEL)
+			return (COHORT_OK); /* nothing to remove */
+		if ((job = srv_job_restore_lost(core, name)) == NULL)
+			return (COHORT_ENOMEM);
+	}
 	switch (type) {
 	case JRN_JOB_DEL:
 		srv_job_free(job, "removed");
@@ -511,7 +519,7 @@ srv_replay_snapshot(struct srv_core *core, struct srv_jrn *j, bool recover,
 /* must: the manifest says this log was started (it must be there). */
 cohort_status
 srv_replay_log(struct srv_core *core, struct srv_jrn *j, bool must,
-    bool recover, bool *damaged, cohort__time now)
+    bool recover, uint64_t synced, bool *damaged, cohort__time now)
 {
 	char name[64];
 	struct jscan sc;
@@ -590,6 +598,39 @@ srv_replay_log(struct srv_core *core, struct srv_jrn *j, bool must,
 	}
 	rv = load_records(core, j, &sc, recover, now);
 	munmap((void *)sc.p, sc.len);
+	if (rv == COHORT_OK && (sc.torn ? sc.off : sc.len) < synced) {
+		/* A crash tears only what was not yet on the disk: whole
+		 * records that end before what was synced were cut off. */
+		size_t end = sc.torn ? sc.off : sc.len;
+		if (!recover) {
+			rv = cohort__err(COHORT_EJOURNAL,
+			    "%s/%s ends after %" PRIu64
+			    " whole records at byte "
+			    "%zu, but %s/synced says it was on the disk up to "
+			    "byte %" PRIu64 ": %" PRIu64
+			    " bytes of acknowledged "
+			    "records are missing (the file was cut or lost "
+			    "data; a crash tears only the last, unsynced "
+			    "write); cohortd refuses to start and leaves it "
+			    "as "
+			    "it is (`cohortd --recover` starts with the "
+			    "records "
+			    "that are there)",
+			    j->dir, name, sc.whole, end, j->dir, synced,
+			    synced - end);
+			close(fd);
+			return (rv);
+		}
+		cohort__warn(
+		    "%s/%s --recover: the log ends at byte %zu but was "
+		    "on the disk up to byte %" PRIu64 " (%s/synced): "
+		    "%" PRIu64 " bytes of acknowledged records are "
+		    "lost; keeping the %" PRIu64 " whole records there "
+		    "are",
+		    j->dir, name, end, synced, j->dir, synced - end, sc.whole);
+		sc.damaged = true;
+		sc.torn = false; /* the file goes aside as it is */
+	}
 	if (rv == COHORT_OK && sc.torn) {
 		cohort__warn("%s/%s: cutting off %zu bytes at offset %zu, "
 		             "after %" PRIu64

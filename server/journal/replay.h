@@ -18,8 +18,10 @@ cohort_status srv_replay_snapshot(struct srv_core *core, struct srv_jrn *j,
     bool recover, bool *have, bool *damaged, cohort__time now);
 /* Replays DIR/log.<epoch> and keeps it open for appending (j->fd),
  * creating it if absent; must: the manifest says this log was started
- * (it must be there). */
+ * (it must be there); synced: DIR/synced says the log was on the disk up
+ * to there (0: unknown): whole records ending before it mean the file
+ * was cut, not torn by a crash (damage). */
 cohort_status srv_replay_log(struct srv_core *core, struct srv_jrn *j,
-    bool must, bool recover, bool *damaged, cohort__time now);
+    bool must, bool recover, uint64_t synced, bool *damaged, cohort__time now);
 
 #endif /* COHORT_SRV_REPLAY_H */

@@ -157,6 +157,13 @@ srv_metrics_text(struct srv_core *core, cohort__time now)
 		    members },
 		{ "gauge", "parked_requests",
 		    "Requests waiting for an answer.", false, core->nparked },
+		{ "gauge", "parked_bytes",
+		    "What parked requests hold (--max-parked-bytes).", false,
+		    core->parked_bytes },
+		{ "counter", "parked_refusals_total",
+		    "Requests refused by --max-parked, --max-parked-bytes or "
+		    "a connection's share.",
+		    false, core->m.parked_refusals },
 		{ "gauge", "kv_keys", "Keys stored.", false, keys },
 		{ "gauge", "kv_bytes", "Bytes of keys and values stored.",
 		    false, bytes },
@@ -182,8 +189,8 @@ srv_metrics_text(struct srv_core *core, cohort__time now)
 		    false, core->m.jobs_expired },
 		{ "counter", "limit_refusals_total",
 		    "Requests refused by --max-jobs, --max-members, "
-		    "--max-total-members, --max-total-bytes or "
-		    "--max-total-keys.",
+		    "--max-total-members, --max-total-bytes, "
+		    "--max-total-keys, --max-parked or --max-parked-bytes.",
 		    false, core->m.limit_refusals },
 		{ "gauge", "connections", "Connections open (nng pipes).",
 		    false, core->pipes.n },

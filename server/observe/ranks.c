@@ -44,6 +44,7 @@ struct obs_rank {
 	char *key; /* job '\0' rank (4 bytes) */
 	size_t klen;
 	const char *job; /* in key */
+	uint64_t job_id; /* of the job that reported (a name is reused) */
 	int32_t rank;
 	cohort__time updated;
 	struct obs_op ops[OBS_MAX_OPS];
@@ -153,8 +154,8 @@ obs_hist_copy(struct obs_hist *h, const Cohort__Histogram *m)
 }
 
 void
-srv_obs_note(struct srv_core *core, const char *job, int32_t rank,
-    const Cohort__RankMetrics *m, cohort__time now)
+srv_obs_note(struct srv_core *core, const char *job, uint64_t job_id,
+    int32_t rank, const Cohort__RankMetrics *m, cohort__time now)
 {
 	struct srv_obs *o = obs_get(core);
 	struct obs_rank *r;
@@ -186,6 +187,12 @@ srv_obs_note(struct srv_core *core, const char *job, int32_t rank,
 			return;
 		}
 	}
+	if (r->job_id != job_id) {
+		/* a new job of the same name starts from nothing */
+		r->job_id = job_id;
+		r->nops = 0;
+		memset(r->h, 0, sizeof(r->h));
+	}
 	r->updated = now;
 	/* Cumulative values: the latest report replaces the previous. */
 	for (size_t i = 0; i < m->n_ops; i++) {
@@ -216,9 +223,9 @@ srv_obs_note(struct srv_core *core, const char *job, int32_t rank,
 }
 
 bool
-srv_obs_totals(struct srv_core *core, const char *job, int32_t rank,
-    uint64_t *count, uint64_t *bytes, uint64_t *time_ns, uint64_t *wait_ns,
-    uint64_t *elapsed_ns)
+srv_obs_totals(struct srv_core *core, const char *job, uint64_t job_id,
+    int32_t rank, uint64_t *count, uint64_t *bytes, uint64_t *time_ns,
+    uint64_t *wait_ns, uint64_t *elapsed_ns)
 {
 	struct srv_obs *o = core->obs;
 	char key[SRV_MAX_NAME + 8];
@@ -234,6 +241,8 @@ srv_obs_totals(struct srv_core *core, const char *job, int32_t rank,
 	if ((n = srv_map_get(&o->ranks, key, jl + 1 + sizeof(rank))) == NULL)
 		return (false);
 	r = SRV_CONTAINER(n, struct obs_rank, hn);
+	if (r->job_id != job_id)
+		return (false); /* an earlier job of that name */
 	*elapsed_ns = r->elapsed_ns;
 	for (unsigned k = 0; k < r->nops; k++) {
 		*count += r->ops[k].count;

@@ -9,9 +9,10 @@
 
 #include "core/core.h"
 
-/* Stores the cumulative metrics rank of job reported. */
-void srv_obs_note(struct srv_core *core, const char *job, int32_t rank,
-    const Cohort__RankMetrics *m, cohort__time now);
+/* Stores the cumulative metrics rank of job (its id: a later job of the
+ * same name starts afresh) reported. */
+void srv_obs_note(struct srv_core *core, const char *job, uint64_t job_id,
+    int32_t rank, const Cohort__RankMetrics *m, cohort__time now);
 /* --metrics-max-ranks: (job, rank) pairs kept; 0: none. */
 void srv_obs_set_max(struct srv_core *core, size_t max);
 /* head (headlen bytes) followed by cohort_build_info and the per-rank
@@ -19,11 +20,11 @@ void srv_obs_set_max(struct srv_core *core, size_t max);
 char *srv_obs_metrics(
     struct srv_core *core, char *head, size_t headlen, cohort__time now);
 void srv_obs_free(struct srv_core *core);
-/* Totals over all operation kinds of (job, rank), and the time they
- * cover (since the rank joined, as of its last report; 0: not said);
- * false if none. */
-bool srv_obs_totals(struct srv_core *core, const char *job, int32_t rank,
-    uint64_t *count, uint64_t *bytes, uint64_t *time_ns, uint64_t *wait_ns,
-    uint64_t *elapsed_ns);
+/* Totals over all operation kinds of (job, rank) of that job (id), and the
+ * time they cover (since the rank joined, as of its last report; 0: not
+ * said); false if none. */
+bool srv_obs_totals(struct srv_core *core, const char *job, uint64_t job_id,
+    int32_t rank, uint64_t *count, uint64_t *bytes, uint64_t *time_ns,
+    uint64_t *wait_ns, uint64_t *elapsed_ns);
 
 #endif /* COHORT_SRV_RANKS_H */

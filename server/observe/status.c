@@ -230,8 +230,8 @@ status_job(struct status_build *sb, struct srv_job *job, cohort__time now)
 				ms->in_op_ms = (uint64_t)(now - m->op_since);
 			if (m->failure != NULL)
 				ms->failure = m->failure;
-			(void)srv_obs_totals(job->core, job->name, m->rank,
-			    &ms->collectives, &ms->collective_bytes,
+			(void)srv_obs_totals(job->core, job->name, job->job_id,
+			    m->rank, &ms->collectives, &ms->collective_bytes,
 			    &ms->collective_ns, &ms->wait_ns, &ms->elapsed_ns);
 			js->members[js->n_members++] = ms;
 		}
@@ -488,17 +488,20 @@ json_job(struct json_buf *b, const Cohort__JobStatus *js)
 	json_put(b, "]}");
 }
 
-/* Recent failures of job ("" = all), newest first, as a JSON array. */
+/* Recent failures of job (NULL = all), newest first, as a JSON array:
+ * those of this job, not of an earlier one of the same name (issue 22). */
 static void
-json_failures(struct json_buf *b, const struct srv_core *core, const char *job,
-    cohort__time now)
+json_failures(struct json_buf *b, const struct srv_core *core,
+    const struct srv_job *job, cohort__time now)
 {
 	const struct srv_failure *f;
 	bool first = true;
 
 	json_put(b, "[");
 	for (unsigned i = 0; (f = srv_failures_get(core, i)) != NULL; i++) {
-		if (job[0] != '\0' && strcmp(job, f->job) != 0)
+		if (job != NULL
+		    && (strcmp(job->name, f->job) != 0
+		        || job->job_id != f->job_id))
 			continue;
 		json_put(b, "%s{\"job\":", first ? "" : ",");
 		json_str(b, f->job);
@@ -538,7 +541,7 @@ srv_status_json(struct srv_core *core, const char *job, const char *token,
 		json_job(&b, sr.jobs[i]);
 	}
 	json_put(&b, "],\"failures\":");
-	json_failures(&b, core, only != NULL ? only->name : "", now);
+	json_failures(&b, core, only, now);
 	json_put(&b, "}\n");
 	for (size_t i = 0; i < sb.n; i++)
 		free(sb.ptrs[i]);

@@ -257,11 +257,13 @@ srv_failures_note(struct srv_core *core, const char *job, int32_t rank,
     const char *text, cohort__time now)
 {
 	struct srv_failure *f = &core->failures[core->failures_head];
+	const struct srv_job *j = srv_job_find(core, job);
 
 	core->failures_head = (core->failures_head + 1) % SRV_FAILURES;
 	if (core->nfailures < SRV_FAILURES)
 		core->nfailures++;
 	cohort__strlcpy(f->job, job, sizeof(f->job));
+	f->job_id = j != NULL ? j->job_id : 0;
 	f->rank = rank;
 	f->at = now;
 	cohort__strlcpy(f->text, text != NULL ? text : "", sizeof(f->text));

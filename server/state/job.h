@@ -85,6 +85,10 @@ struct srv_job {
 	/* Restored without a generation (its rendezvous was pending): kept
 	 * until a join comes back, although it has no members. */
 	bool restored;
+	/* Rebuilt by --recover from records after its lost JOB record: its
+	 * token is unknown (a random "lost:..." one stands in) until one of
+	 * its known clients, or a minted token, claims it (lifecycle.h). */
+	bool token_lost;
 	/* Last request of one of its clients or close of one of their
 	 * connections (0: not yet known; the next sweep sets it). */
 	cohort__time last_active;

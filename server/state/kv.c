@@ -450,14 +450,25 @@ kv_wait_keys(
     struct srv_call *c, char *const *keys, size_t nkeys, int op, bool wait)
 {
 	long miss;
+	size_t kbytes = 0;
 
 	if (nkeys == 0 || nkeys > c->core->lim.max_keys) {
 		srv_call_fail(c, COHORT_EINVAL, "%zu keys given", nkeys);
 		return;
 	}
-	for (size_t i = 0; i < nkeys; i++)
+	for (size_t i = 0; i < nkeys; i++) {
 		if (!kv_key_ok(c, keys[i]))
 			return;
+		kbytes += strlen(keys[i]);
+	}
+	/* What one wait may make cohortd hold (issue 22). */
+	if (nkeys > SRV_WAIT_MAX_KEYS || kbytes > SRV_WAIT_MAX_KEY_BYTES) {
+		srv_call_fail(c, COHORT_ETOOBIG,
+		    "one request waits for %zu keys (%zu bytes); at most %u "
+		    "keys of %u bytes in all",
+		    nkeys, kbytes, SRV_WAIT_MAX_KEYS, SRV_WAIT_MAX_KEY_BYTES);
+		return;
+	}
 	c->keys = calloc(nkeys, sizeof(char *));
 	c->kvl = calloc(nkeys, sizeof(*c->kvl));
 	if (c->keys == NULL || c->kvl == NULL)

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "token.h"
+#include "core/clients.h"
 #include "core/util.h"
 #include "journal/log.h"
 #include "coll.h"
@@ -48,6 +50,10 @@ srv_job_new(struct srv_core *core, const char *name, const char *token)
 	cohort__debug("job '%s' created", name);
 	return (job);
 }
+
+/* The stand-in token of a job whose token was lost (srv_job_restore_lost):
+ * this and 64 hex digits of randomness. */
+#define LIFE_LOST "lost:"
 
 /* A new token (the command line's over the journal's): journalled with
  * the job's next record. */
@@ -202,7 +208,62 @@ srv_job_restore(
 		return (NULL);
 	job->job_id = job->jr.id = id;
 	job->jr.written = true;
+	/* still locked since an earlier --recover (srv_job_restore_lost) */
+	job->token_lost = strncmp(token, LIFE_LOST, strlen(LIFE_LOST)) == 0
+	    && strlen(token) == strlen(LIFE_LOST) + 64;
 	return (job);
+}
+
+struct srv_job *
+srv_job_restore_lost(struct srv_core *core, const char *name)
+{
+	char token[sizeof(LIFE_LOST) + 64];
+	struct srv_job *job;
+	size_t o = strlen(LIFE_LOST);
+
+	memcpy(token, LIFE_LOST, o);
+	for (int i = 0; i < 4; i++) {
+		uint64_t r = srv_random(core);
+		o += (size_t)snprintf(
+		    token + o, sizeof(token) - o, "%016" PRIx64, r);
+	}
+	if ((job = srv_job_new(core, name, token)) == NULL)
+		return (NULL);
+	job->token_lost = true;
+	job->restored = true;
+	/* its JOB record is written with the next records (the recovery
+	 * snapshot writes every job) */
+	job->jr.written = false;
+	cohort__warn("--recover: job '%s' lost its first journal records "
+	             "(its token among them): rebuilt from the records that "
+	             "follow; it is locked until one of its known clients, "
+	             "or a token minted for it (--require-token), claims it",
+	    name);
+	return (job);
+}
+
+bool
+srv_job_claim(struct srv_job *job, uint64_t client_id, const char *token)
+{
+	struct srv_core *core = job->core;
+	bool known = srv_client_find(&job->clients, client_id) != NULL;
+
+	if (!job->token_lost)
+		return (false);
+	if (!known
+	    && !(core->require_token
+	        && cohort__token_is_minted(
+	            core->admin_token, job->name, token)))
+		return (false);
+	if (job_set_token(job, token) != COHORT_OK)
+		return (false);
+	job->token_lost = false;
+	srv_jrn_job_token(core->jrn, &job->jr); /* with this event's records */
+	cohort__warn("job '%s': its token, lost with its first journal "
+	             "records, is now the one %s presented",
+	    job->name,
+	    known ? "one of its known clients" : "a request minted for it");
+	return (true);
 }
 
 void

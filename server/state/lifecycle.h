@@ -34,4 +34,17 @@ struct srv_job *srv_job_restore(
  * generation is kept until its members come back. */
 void srv_jobs_restored(struct srv_core *core);
 
+/* --recover met a record of a job whose JOB record (name, token, id) was
+ * lost: the job is rebuilt around its records with a fresh id and a
+ * random token nobody knows, "lost:" and 64 hex digits, journalled as
+ * such, so that it stays locked across restarts until claimed
+ * (srv_job_claim). NULL when out of memory. */
+struct srv_job *srv_job_restore_lost(struct srv_core *core, const char *name);
+/* Whether a request with client_id and token may claim a job whose token
+ * was lost: one of its known clients (ids come from its surviving
+ * records: member tables, cached replies; 64 random bits a stranger
+ * cannot know), or, with --require-token, a token minted for the job.
+ * If so, the token becomes the job's (journalled) and true. */
+bool srv_job_claim(struct srv_job *job, uint64_t client_id, const char *token);
+
 #endif /* COHORT_SRV_LIFECYCLE_H */

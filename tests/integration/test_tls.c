@@ -277,6 +277,50 @@ START_TEST(test_tls_client_certificate_required)
 }
 END_TEST
 
+/* What a refused TLS client is told (issue 22 finding 9): not the text
+ * meant for a wrong CA when the port speaks plain tcp://, nor when its own
+ * certificate has expired. */
+START_TEST(test_tls_client_on_a_plain_port)
+{
+	struct th_coord c;
+	struct th_workers w;
+	char coord[128], ca[300];
+	const char *env[4];
+
+	tls_dir[0] = '\0';
+	tls_make_certs();
+	th_coord_start(&c, NULL);
+	snprintf(coord, sizeof(coord),
+	    "COHORT_COORDINATOR=tls+tcp://127.0.0.1:%d", c.port);
+	snprintf(ca, sizeof(ca), "COHORT_TLS_CA=%s/ca.pem", tls_dir);
+	env[0] = coord;
+	env[1] = "COHORT_TLS_SERVER_NAME=localhost";
+	env[2] = ca;
+	env[3] = NULL;
+	th_workers_start(&w, &c, "tlsplain", "t", 1, "barrier", "5", env);
+	tls_expect(&w, "speaks plain tcp://, not TLS", 15000);
+	ck_assert(!th_worker_output_has(&w, 0, "another CA"));
+	ck_assert_int_eq(th_coord_stop(&c), 0);
+}
+END_TEST
+
+START_TEST(test_tls_expired_client_certificate)
+{
+	struct th_coord c;
+	struct tls_env e;
+	struct th_workers w;
+
+	tls_start(&c, &e, true, "ca.pem", true);
+	/* cli.pem again, expired yesterday */
+	tls_sh("openssl x509 -req -in cli.csr -CA ca.pem -CAkey ca.key "
+	       "-CAcreateserial -days -1 -out cli.pem");
+	th_workers_start(&w, &c, "tlsexpired", "t", 1, "barrier", "5", e.env);
+	tls_expect(&w, "expired on", 15000);
+	ck_assert(!th_worker_output_has(&w, 0, "another CA"));
+	ck_assert_int_eq(th_coord_stop(&c), 0);
+}
+END_TEST
+
 Suite *suite_integration_tls(void); /* for tools/gen_suites.sh */
 
 Suite *
@@ -286,5 +330,7 @@ suite_integration_tls(void)
 	    test_tls_job_runs, test_tls_wrong_ca_refused,
 	    test_tls_wrong_ca_of_a_late_cohortd,
 	    test_tls_without_ca_is_a_config_error,
-	    test_tls_client_certificate_required, NULL));
+	    test_tls_client_certificate_required,
+	    test_tls_client_on_a_plain_port,
+	    test_tls_expired_client_certificate, NULL));
 }

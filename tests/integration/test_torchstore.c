@@ -4,7 +4,9 @@
  * released from another connection and one cancelled, queues, two
  * listeners kept apart, what a client sent before it closed applied,
  * wake-ups reaching every waiter, and bad input closing only its
- * connection. The
+ * connection; the door (issue 22 finding 1): a process of another user
+ * on this host gets nothing, under --require-token too, and who the
+ * listener lets in from elsewhere (in-process). The
  * real torch client is tested in python/tests/test_tcpstore.py; this suite
  * runs where torch is not, and under ASan and valgrind (the harness runs
  * cohortd under memcheck with COHORT_TEST_VALGRIND=1).
@@ -17,9 +19,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check_cohort.h"
+#include "core/clients.h"
+#include "core/pipes.h"
+#include "front/door.h"
+#include "front/events.h"
+#include "state/lifecycle.h"
 
 enum {
 	Q_VALIDATE = 0,
@@ -586,15 +594,207 @@ START_TEST(test_bad_input_closes_only_that_connection)
 }
 END_TEST
 
+/* --- the door (issue 22 finding 1) ------------------------------------- */
+
+static int door_port;
+
+static void
+door_setup(void)
+{
+	static char admin[300], tok[300], job[400], store[64];
+	const char *args[] = { "--require-token", "--admin-token-file", admin,
+		"--job", job, "--torch-store", store, NULL };
+	FILE *f;
+
+	snprintf(admin, sizeof(admin), "%s/admin.secret", th_tmpdir());
+	snprintf(tok, sizeof(tok), "%s/jobD.token", th_tmpdir());
+	ck_assert_ptr_nonnull(f = fopen(admin, "w"));
+	fputs("an admin secret\n", f);
+	fclose(f);
+	ck_assert_ptr_nonnull(f = fopen(tok, "w"));
+	fputs("the token of jobD\n", f);
+	fclose(f);
+	snprintf(job, sizeof(job), "jobD:@%s", tok);
+	door_port = th_free_port();
+	snprintf(store, sizeof(store), "jobD@127.0.0.1:%d", door_port);
+	th_coord_start(&th_fx_coord, args);
+}
+
+/* A process of user uid on this host asks the listener for everything
+ * (LIST, GETNUMKEYS, GET) and tries to change it (SET, DELETE_KEY). Its
+ * exit status: 0 if it got nothing back (closed), 1 if it got a byte, 2
+ * if it got no answer at all, 3 if it could not become uid. */
+static int
+door_stranger(int port, uid_t uid)
+{
+	pid_t p = fork();
+	int st;
+
+	ck_assert_int_ge(p, 0);
+	if (p == 0) {
+		struct sockaddr_in a;
+		struct buf b = { .n = 0 };
+		uint32_t m = 0x3C85F7CEu;
+		struct pollfd pf;
+		char c;
+		int fd;
+
+		if (setgid((gid_t)uid) != 0 || setuid(uid) != 0)
+			_exit(3);
+		fd = socket(AF_INET, SOCK_STREAM, 0);
+		memset(&a, 0, sizeof(a));
+		a.sin_family = AF_INET;
+		a.sin_port = htons((uint16_t)port);
+		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		if (fd < 0
+		    || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
+			_exit(2);
+		b_u8(&b, Q_VALIDATE);
+		memcpy(b.b + b.n, &m, 4);
+		b.n += 4;
+		b_u8(&b, Q_LIST);
+		b_u8(&b, Q_GETNUMKEYS);
+		b_req(&b, Q_GET, "/owned", NULL);
+		b_req(&b, Q_SET, "/owned", "stolen");
+		b_req(&b, Q_DELETE_KEY, "/owned", NULL);
+		(void)!write(fd, b.b, b.n);
+		pf.fd = fd;
+		pf.events = POLLIN;
+		if (poll(&pf, 1, 5000) != 1)
+			_exit(2);
+		_exit(read(fd, &c, 1) > 0 ? 1 : 0);
+	}
+	ck_assert_int_eq(waitpid(p, &st, 0), p);
+	return (WIFEXITED(st) ? WEXITSTATUS(st) : 99);
+}
+
+START_TEST(test_door_stranger_gets_nothing)
+{
+	int owner = ts_open(door_port, true);
+	struct buf b = { .n = 0 };
+	int rc;
+
+	/* The job's own user (cohortd's) is let in. */
+	q_set(owner, "/owned", "mine");
+	ck_assert_str_eq(q_get(owner, "/owned"), "mine");
+	/* Another user of this host is refused at its first query. */
+	rc = door_stranger(door_port, 65534);
+	ck_assert_msg(rc == 0, "a stranger (uid 65534): %s",
+	    rc == 1       ? "got an answer"
+	        : rc == 2 ? "got neither an answer nor a close"
+	                  : "could not run as uid 65534");
+	/* It read nothing and changed nothing. */
+	ck_assert_str_eq(q_get(owner, "/owned"), "mine");
+	b_u8(&b, Q_GETNUMKEYS);
+	ts_send(owner, &b);
+	ck_assert_uint_eq(ts_u64(owner), 1);
+	ck_assert(th_coord_log_has(&th_fx_coord, "uid 65534"));
+	ck_assert(th_coord_log_has(&th_fx_coord, "not cohortd's user"));
+	close(owner);
+}
+END_TEST
+
+static void
+door_sink(void *arg, void *tp, nng_msg *m)
+{
+	(void)arg;
+	(void)tp;
+	if (m != NULL)
+		nng_msg_free(m);
+}
+
+static struct sockaddr_storage
+door_sa(const char *ip)
+{
+	struct sockaddr_storage ss;
+
+	memset(&ss, 0, sizeof(ss));
+	if (strchr(ip, ':') != NULL) {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+		s6->sin6_family = AF_INET6;
+		ck_assert_int_eq(inet_pton(AF_INET6, ip, &s6->sin6_addr), 1);
+	} else {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+		s4->sin_family = AF_INET;
+		ck_assert_int_eq(inet_pton(AF_INET, ip, &s4->sin_addr), 1);
+	}
+	return (ss);
+}
+
+/* Who may come in from another host: --torch-store-allow, and the
+ * addresses a client of the job is connected from with its token. */
+START_TEST(test_door_other_hosts)
+{
+	const char *allow[] = { "10.1.0.0/16", "fd00::/8", "192.0.2.7" };
+	struct srv_limits lim
+	    = { 1u << 20, 1u << 24, 1000, 0, 0, 0, 0, 0, 0, 0 };
+	struct srv_door *d;
+	struct srv_core *core;
+	struct srv_job *job;
+	struct srv_client *cl;
+	struct sockaddr_storage sa;
+	uint8_t addr[4] = { 10, 9, 8, 7 };
+	const char *bad[] = { "10.1.0.0/33", "nonsense", "10.0.0.0/x" };
+
+	ck_assert_cohort_ok(srv_door_new(allow, 3, &d));
+	sa = door_sa("10.1.200.3");
+	ck_assert(srv_door_allowed(d, &sa));
+	sa = door_sa("10.2.0.1");
+	ck_assert(!srv_door_allowed(d, &sa));
+	sa = door_sa("fd12::1");
+	ck_assert(srv_door_allowed(d, &sa));
+	sa = door_sa("fe80::1");
+	ck_assert(!srv_door_allowed(d, &sa));
+	sa = door_sa("::ffff:192.0.2.7"); /* IPv4 on an IPv6 socket */
+	ck_assert(srv_door_allowed(d, &sa));
+	sa = door_sa("192.0.2.8");
+	ck_assert(!srv_door_allowed(d, &sa));
+	srv_door_free(d);
+	for (int i = 0; i < 3; i++)
+		ck_assert_cohort_err(
+		    srv_door_new(&bad[i], 1, &d), COHORT_EINVAL);
+
+	/* A host with a client of the job connected (with its token: a
+	 * client exists only once authenticated) is let in; others, and
+	 * another job's, are not. */
+	ck_assert_cohort_ok(
+	    srv_core_new(&lim, NULL, door_sink, NULL, 1, &core));
+	ck_assert_ptr_nonnull(job = srv_job_new(core, "j", "t"));
+	ck_assert_ptr_nonnull(srv_job_new(core, "other", "t2"));
+	ck_assert_ptr_nonnull(cl = srv_client_get(core, &job->clients, 5, 1));
+	srv_pipe_opened(core, 77, 1);
+	srv_pipe_set_addr(core, 77, addr, 4);
+	srv_client_set_pipe(cl, 77);
+	sa = door_sa("10.9.8.7");
+	ck_assert(srv_door_job_host(core, "j", &sa));
+	ck_assert(!srv_door_job_host(core, "other", &sa));
+	ck_assert(!srv_door_job_host(core, "nosuch", &sa));
+	sa = door_sa("10.9.8.6");
+	ck_assert(!srv_door_job_host(core, "j", &sa));
+	/* Gone with its connection. */
+	srv_core_pipe_closed(core, 77, 2);
+	sa = door_sa("10.9.8.7");
+	ck_assert(!srv_door_job_host(core, "j", &sa));
+	srv_core_free(core);
+}
+END_TEST
+
 Suite *suite_integration_torchstore(void);
 
 Suite *
 suite_integration_torchstore(void)
 {
-	return (th_suite("integration_torchstore", "listener", 60, setup,
-	    th_fx_teardown, test_every_query, test_wait_released_and_cancelled,
-	    test_queues, test_two_listeners_two_jobs,
+	Suite *s = suite_create("integration_torchstore");
+
+	th_suite_case(s, "listener", 60, setup, th_fx_teardown,
+	    test_every_query, test_wait_released_and_cancelled, test_queues,
+	    test_two_listeners_two_jobs,
 	    test_nothing_sent_before_close_is_lost,
 	    test_barrier_of_count_below_one, test_every_waiter_woken,
-	    test_bad_input_closes_only_that_connection, NULL));
+	    test_bad_input_closes_only_that_connection, NULL);
+	th_suite_case(s, "door", 60, door_setup, th_fx_teardown,
+	    test_door_stranger_gets_nothing, NULL);
+	th_suite_case(
+	    s, "door_decisions", 30, NULL, NULL, test_door_other_hosts, NULL);
+	return (s);
 }

@@ -83,7 +83,7 @@ fx_new_limits(uint64_t max_value, uint64_t max_job, uint64_t max_keys)
 {
 	struct fx *f = calloc(1, sizeof(*f));
 	struct srv_limits lim
-	    = { max_value, max_job, max_keys, 0, 0, 0, 0, 0 };
+	    = { max_value, max_job, max_keys, 0, 0, 0, 0, 0, 0, 0 };
 
 	ck_assert_ptr_nonnull(f);
 	f->now = 1000000;

@@ -179,7 +179,7 @@ END_TEST
 
 START_TEST(test_admin_token_status)
 {
-	struct srv_limits lim = { 100, 1000, 10, 0, 0, 0, 0, 0 };
+	struct srv_limits lim = { 100, 1000, 10, 0, 0, 0, 0, 0, 0, 0 };
 	struct srq_cli c;
 	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
 
