@@ -666,7 +666,8 @@ svc_fini(void *arg)
 
 /* "SP1" 0, src(4), tag(4), dtype + 3 zero bytes, bytes(8), chunks(4) */
 #define SVCP_HDR 28
-#define SVCP_SLICE_MS 200 /* the reader's KV wait, per try (an abort waits for it) */
+#define SVCP_SLICE_MS                                                         \
+	200 /* the reader's KV wait, per try (an abort waits for it) */
 
 /* A message read from the box that no receive took yet. */
 struct svcp_msg {
