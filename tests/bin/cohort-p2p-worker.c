@@ -24,6 +24,8 @@
  *                  then a good transfer works
  *   timeout        rank 1 receives from rank 0 with a 500 ms deadline that
  *                  rank 0 never meets: ETIMEDOUT, sticky on rank 1
+ *   bench    ITERS ranks 0 and 1: ping-pong round trips and a stream of 8
+ *                  isends per size, printed as MEASURE lines
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -516,7 +518,97 @@ scen_timeout(cohort_client *c, const char *arg)
 	return (pw_failed == 0 ? 0 : 1);
 }
 
+/* Ranks 0 and 1: ping-pong times (median of ARG round trips, default
+ * 200) and one-way bandwidth of a stream of 8 back-to-back isends, per
+ * size, as MEASURE lines; an allreduce of the same size for scale. */
+static int
+pw_cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return (x < y ? -1 : x > y);
+}
+
+static int64_t
+pw_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec);
+}
+
+static int
+scen_bench(cohort_client *c, const char *arg)
+{
+	static const size_t sizes[]
+	    = { 8, 4096, 65536, 1u << 20, 16u << 20, 64u << 20 };
+	cohort_group *g = cohort_client_world(c);
+	int r = cohort_group_rank(g), iters = (int)tw_arg(arg, 200);
+	int64_t *t = calloc((size_t)iters, sizeof(*t));
+
+	for (size_t z = 0; z < sizeof(sizes) / sizeof(sizes[0]) && r < 2;
+	     z++) {
+		size_t len = sizes[z];
+		uint8_t *b = calloc(1, len);
+		int n = len >= (16u << 20) ? iters / 20 + 2 : iters;
+		cohort_work *w[8];
+		int64_t t0, bw_ns;
+
+		for (int k = 0; k < n; k++) {
+			t0 = pw_now_ns();
+			if (r == 0) {
+				PW_OK(cohort_send(
+				    g, b, len, COHORT_U8, 1, 0, NULL, 60000));
+				PW_OK(cohort_recv(
+				    g, b, len, COHORT_U8, 1, 0, NULL, 60000));
+			} else {
+				PW_OK(cohort_recv(
+				    g, b, len, COHORT_U8, 0, 0, NULL, 60000));
+				PW_OK(cohort_send(
+				    g, b, len, COHORT_U8, 0, 0, NULL, 60000));
+			}
+			t[k] = pw_now_ns() - t0;
+		}
+		qsort(t, (size_t)n, sizeof(*t), pw_cmp_i64);
+		/* Bandwidth: 8 messages in flight, then one ack back. */
+		PW_OK(cohort_barrier(g, "bw", 60000));
+		t0 = pw_now_ns();
+		for (int k = 0; k < 8; k++)
+			if (r == 0)
+				PW_OK(cohort_isend(
+				    g, b, len, COHORT_U8, 1, 1, NULL, &w[k]));
+			else
+				PW_OK(cohort_irecv(
+				    g, b, len, COHORT_U8, 0, 1, NULL, &w[k]));
+		for (int k = 0; k < 8; k++) {
+			PW_OK(cohort_work_wait(w[k], 60000));
+			cohort_work_free(w[k]);
+		}
+		if (r == 0)
+			PW_OK(cohort_recv(
+			    g, b, 1, COHORT_U8, 1, 2, NULL, 60000));
+		else
+			PW_OK(cohort_send(
+			    g, b, 1, COHORT_U8, 0, 2, NULL, 60000));
+		bw_ns = pw_now_ns() - t0;
+		if (r == 0)
+			printf("MEASURE p2p backend=%s bytes=%zu "
+			       "rtt_median_us=%.1f oneway_us=%.1f "
+			       "stream_GBps=%.2f\n",
+			    cohort_group_backend(g), len,
+			    (double)t[n / 2] / 1e3, (double)t[n / 2] / 2e3,
+			    8.0 * (double)len / (double)bw_ns);
+		free(b);
+	}
+	free(t);
+	PW_OK(cohort_barrier(g, "bench-end", 120000));
+	printf("RESULT bench failed=%d\n", pw_failed);
+	return (pw_failed == 0 ? 0 : 1);
+}
+
 static const struct tw_scenario pw_scenarios[] = {
+	{ "bench", scen_bench },
 	{ "basic", scen_basic },
 	{ "killed", scen_killed },
 	{ "mismatch", scen_mismatch },
