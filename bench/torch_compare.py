@@ -2,6 +2,7 @@
 """cohort against gloo as a PyTorch user sees them: DDP step time and all-reduce from Python.
 
     .venv/bin/python bench/torch_compare.py [--ranks 2,4] [--reps 3] [--json out.json]
+    sudo .venv/bin/python bench/torch_compare.py --hosts 2 [--reps 5]   # DDP and FSDP2 across 2 hosts
 
 Runs, interleaved (cohort, gloo, cohort, gloo, ...) so that both see the
 same machine state, one multi-process job per configuration:
@@ -13,8 +14,18 @@ same machine state, one multi-process job per configuration:
   parameters: latency and per-call overhead dominate). Median step time.
 - ``allreduce``: ``dist.all_reduce`` of float32 tensors from Python
   (synchronous), median time per call by size.
+- ``fsdp2``: FSDP2 (``fully_shard`` on each layer and the model) training
+  steps on the ``large`` model: parameters all-gathered before each
+  layer's forward and backward, gradients reduce-scattered. Median step.
 - ``overhead``: the same at world size 1, where no byte moves: what the
   Python binding and torch's dispatch cost per call.
+
+``--hosts N`` runs the ranks on N simulated hosts instead, one rank each
+(network namespaces on a bridge, tests/hosts/hostnet.py: each with its own
+address and /dev/shm, so cohort's ranks meet over TCP, as gloo's do); it
+needs root, iproute2 and nftables, and measures ``ddp`` and ``fsdp2``. A
+veth pair and a bridge are memory-to-memory in one kernel: this measures
+what each backend's TCP path costs when the wire is not the limit.
 
 Every rank uses one intra-op thread (``torch.set_num_threads(1)``), as
 torchrun and Lightning's launcher set ``OMP_NUM_THREADS=1`` by default;
@@ -62,13 +73,22 @@ def worker(kind: str, backend: str, arg: str, iters: int) -> None:
     dist.init_process_group(backend)
     rank = dist.get_rank()
     out: dict = {"kind": kind, "backend": backend, "arg": arg, "world": dist.get_world_size()}
-    if kind == "ddp":
+    if kind in ("ddp", "fsdp2"):
         widths, batch = MODELS[arg]
         layers = []
         for a, b in zip(widths, widths[1:]):
             layers += [nn.Linear(a, b), nn.ReLU()]
         torch.manual_seed(0)
-        model = nn.parallel.DistributedDataParallel(nn.Sequential(*layers[:-1]))
+        net = nn.Sequential(*layers[:-1])
+        if kind == "ddp":
+            model = nn.parallel.DistributedDataParallel(net)
+        else:
+            from torch.distributed.fsdp import fully_shard
+
+            for layer in net:
+                if isinstance(layer, nn.Linear):
+                    fully_shard(layer)
+            model = fully_shard(net)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         x, y = torch.randn(batch, widths[0]), torch.randint(0, widths[-1], (batch,))
         times = []
@@ -79,7 +99,8 @@ def worker(kind: str, backend: str, arg: str, iters: int) -> None:
             opt.step()
             if i >= 5:
                 times.append(time.perf_counter() - t0)
-        out["params"] = sum(p.numel() for p in model.parameters())
+        out["params"] = sum(p.numel() for p in net.parameters()) if kind == "ddp" else sum(
+            p.full_tensor().numel() for p in net.parameters())
         out["median_s"] = statistics.median(times)
     else:
         n = int(arg) // 4
@@ -110,12 +131,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_job(kind: str, backend: str, arg: str, world: int, iters: int) -> dict:
+def run_job(kind: str, backend: str, arg: str, world: int, iters: int, cluster=None) -> dict:
     """One job; tried up to 3 times (gloo's teardown occasionally aborts a
     rank with std::terminate after its result was printed: that result is
-    kept, with a note on stderr)."""
+    kept, with a note on stderr). On ``cluster``'s hosts if given."""
     for attempt in range(3):
-        res, failed = _run_job_once(kind, backend, arg, world, iters)
+        if cluster is not None:
+            res, failed = _run_job_on_hosts(cluster, kind, backend, arg, iters)
+        else:
+            res, failed = _run_job_once(kind, backend, arg, world, iters)
         if res is not None:
             if failed:
                 print(f"note: {kind} {backend} {arg} world {world}: a rank failed after the measurement",
@@ -149,6 +173,36 @@ def _run_job_once(kind: str, backend: str, arg: str, world: int, iters: int) -> 
     return res, failed
 
 
+def _run_job_on_hosts(cluster, kind: str, backend: str, arg: str, iters: int) -> tuple:
+    """One rank on each host of ``cluster``; rank 0's host serves the store
+    (and, for cohort, its private coordinator)."""
+    hosts = cluster.hosts
+    port = 29500 + int.from_bytes(os.urandom(2), "little") % 2000
+    procs = []
+    for r, h in enumerate(hosts):
+        env = {"RANK": str(r), "WORLD_SIZE": str(len(hosts)), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+               "MASTER_ADDR": hosts[0].addr, "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
+               "PYTHONPATH": str(REPO / "python"), "COHORT_LOG_LEVEL": "error",
+               "COHORT_COHORTD": str(REPO / "build" / "bin" / "cohortd"), "GLOO_SOCKET_IFNAME": "eth0"}
+        procs.append(h.spawn([sys.executable, __file__, "--worker", kind, backend, arg, str(iters)], env=env,
+                             name=f"{kind}-{backend}-r{r}"))
+    res, failed = None, False
+    for p in procs:
+        try:
+            p.wait(timeout=600)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        out = p.output()
+        for line in out.splitlines():
+            if line.startswith("RESULT "):
+                res = json.loads(line[7:])
+        if p.returncode != 0:
+            failed = True
+            sys.stderr.write(out[-1500:])
+    return res, failed
+
+
 def fmt_t(s: float) -> str:
     return f"{s * 1e3:.2f} ms" if s >= 1e-3 else f"{s * 1e6:.1f} us"
 
@@ -162,35 +216,65 @@ def main() -> int:
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--iters", type=int, default=40, help="timed steps / calls per job (all-reduce: up to 200)")
-    ap.add_argument("--only", choices=("ddp", "allreduce", "overhead"), action="append")
+    ap.add_argument("--only", choices=("ddp", "fsdp2", "allreduce", "overhead"), action="append")
+    ap.add_argument("--hosts", type=int, default=0, help="run on this many simulated hosts, one rank each")
     ap.add_argument("--json", help="write every measurement here")
     args = ap.parse_args()
-    kinds = args.only or ["ddp", "allreduce", "overhead"]
-    worlds = [int(w) for w in args.ranks.split(",")]
+    kinds = args.only or (["ddp", "fsdp2"] if args.hosts else ["ddp", "allreduce", "overhead"])
+    worlds = [args.hosts] if args.hosts else [int(w) for w in args.ranks.split(",")]
     configs = []
     for w in worlds:
         if "ddp" in kinds:
             configs += [("ddp", m, w) for m in MODELS]
+        if "fsdp2" in kinds:
+            configs += [("fsdp2", "large", w)]
         if "allreduce" in kinds:
             configs += [("allreduce", str(s), w) for s in SIZES]
-    if "overhead" in kinds:
+    if "overhead" in kinds and not args.hosts:
         configs += [("overhead", str(4), 1)]
+    cluster = None
+    if args.hosts:
+        sys.path.insert(0, str(REPO / "tests" / "hosts"))
+        from hostnet import Cluster, missing
+
+        why = missing()
+        if why:
+            print(f"bench/torch_compare.py --hosts: cannot run: {why}", file=sys.stderr)
+            return 2
+        cluster = Cluster(args.hosts, "tc").__enter__()
+    try:
+        results = _measure(configs, args, cluster)
+    finally:
+        if cluster is not None:
+            cluster.close()
+    _table(results, args, "hosts" if cluster is not None else "one host")
+    return 0
+
+
+def _measure(configs: list, args: argparse.Namespace, cluster) -> dict:
     results: dict = {}
     for rep in range(args.reps):
         for kind, arg, w in configs:
             for backend in ("cohort", "gloo"):
-                it = args.iters if kind == "ddp" else 200
-                r = run_job("allreduce" if kind == "overhead" else kind, backend, arg, w, it)
+                it = args.iters if kind in ("ddp", "fsdp2") else 200
+                r = run_job("allreduce" if kind == "overhead" else kind, backend, arg, w, it, cluster)
                 results.setdefault((kind, arg, w), {}).setdefault(backend, []).append(r["median_s"])
                 print(f"rep {rep + 1}/{args.reps} {kind:9} {arg:>8} n={w} {backend:6} {fmt_t(r['median_s'])}",
                       file=sys.stderr, flush=True)
+    return results
+
+
+def _table(results: dict, args: argparse.Namespace, where: str) -> None:
     rows = []
+    print(f"\n({where}; medians of {args.reps} interleaved repetitions)")
     print("\n| what | n | cohort | gloo | cohort speed-up |")
     print("|---|---|---|---|---|")
     for (kind, arg, w), by in results.items():
         c, g = statistics.median(by["cohort"]), statistics.median(by["gloo"])
         if kind == "ddp":
             label = f"DDP step, {arg} model"
+        elif kind == "fsdp2":
+            label = f"FSDP2 step, {arg} model"
         elif kind == "allreduce":
             label = f"all_reduce {fmt_size(int(arg))} f32"
         else:
@@ -200,7 +284,6 @@ def main() -> int:
                      "cohort_all": by["cohort"], "gloo_all": by["gloo"]})
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(rows, indent=1))
-    return 0
 
 
 if __name__ == "__main__":

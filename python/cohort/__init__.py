@@ -11,20 +11,26 @@ coordinator and failure reports with a one-argument change:
 
 Without torch, :class:`Client` and :class:`Group` expose the coordinator's
 control plane (barriers, object broadcast, decisions) directly.
+
+The modules, by role:
+
+- :mod:`cohort.client`: :class:`Client` and :class:`Group`;
+- :mod:`cohort.bootstrap`: finding or starting the coordinator
+  (:class:`Coordinator`) and joining a job through torch's store;
+- :mod:`cohort.failures`: :class:`CohortError`, ``CohortBackendError`` and
+  the :class:`FailureRecord` of a failed rank;
+- :mod:`cohort.torch`: the torch.distributed backend (its process group in
+  :mod:`cohort.process_group`, works and futures in :mod:`cohort.work`);
+- :mod:`cohort.lightning`: Lightning glue;
+- ``cohort._abi`` / ``cohort._lib``: the mirror of ``cohort.h`` and the
+  ctypes bindings.
 """
 
-from ._core import (
-    WAIT_DEFAULT,
-    WAIT_FOREVER,
-    Client,
-    CohortError,
-    Coordinator,
-    Group,
-    Status,
-    failed_rank_of,
-    last_error,
-)
+from ._abi import WAIT_DEFAULT, WAIT_FOREVER, Dtype, RedOp, Status
 from ._lib import find_binary, library_path
+from .bootstrap import Coordinator
+from .client import Client, Group, last_error
+from .failures import CohortError, FailureRecord, failed_rank_of, failure_record
 
 __version__ = "0.1.0"
 
@@ -32,13 +38,18 @@ __all__ = [
     "Client",
     "CohortError",
     "Coordinator",
+    "Dtype",
+    "FailureRecord",
     "Group",
+    "RedOp",
     "Status",
     "WAIT_DEFAULT",
     "WAIT_FOREVER",
     "failed_rank_of",
+    "failure_record",
     "find_binary",
     "last_error",
     "library_path",
     "__version__",
 ]
+

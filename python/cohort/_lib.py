@@ -24,7 +24,9 @@ import pathlib
 import threading
 from typing import Optional
 
-__all__ = ["lib", "library_path", "find_binary", "Env", "Options"]
+from ._abi import Env, Options
+
+__all__ = ["lib", "library_path", "find_binary", "Env", "Options", "PROTOTYPES"]
 
 _PKG_DIR = pathlib.Path(__file__).resolve().parent
 _REPO_BUILD = _PKG_DIR.parent.parent / "build"
@@ -92,55 +94,10 @@ def _load() -> tuple[ctypes.CDLL, str]:
     )
 
 
-# --- structures mirrored from cohort.h -------------------------------------
-
-
-class Env(ctypes.Structure):
-    """``cohort_env``: the resolved launcher environment."""
-
-    _fields_ = [
-        ("coordinator", ctypes.c_char * 256),
-        ("job", ctypes.c_char * 128),
-        ("token", ctypes.c_char * 128),
-        ("rank", ctypes.c_int32),
-        ("world_size", ctypes.c_int32),
-        ("local_rank", ctypes.c_int32),
-        ("local_world_size", ctypes.c_int32),
-        ("node_rank", ctypes.c_int32),
-        ("restart_count", ctypes.c_int32),
-        ("source", ctypes.c_char * 32),
-        ("coordinator_from", ctypes.c_char * 48),
-        ("job_from", ctypes.c_char * 48),
-        ("rank_from", ctypes.c_char * 48),
-        ("world_size_from", ctypes.c_char * 48),
-        ("local_rank_from", ctypes.c_char * 48),
-        ("data_addr", ctypes.c_char * 64),
-        ("data_addr_from", ctypes.c_char * 48),
-        ("token_from", ctypes.c_char * 48),
-        ("restart_count_from", ctypes.c_char * 48),
-        ("notes", ctypes.c_char * 256),
-    ]
-
-
-class Options(ctypes.Structure):
-    """``cohort_options``: what ``cohort_client_open`` needs."""
-
-    _fields_ = [
-        ("coordinator", ctypes.c_char_p),
-        ("job", ctypes.c_char_p),
-        ("token", ctypes.c_char_p),
-        ("rank", ctypes.c_int32),
-        ("world_size", ctypes.c_int32),
-        ("local_rank", ctypes.c_int32),
-        ("op_timeout", ctypes.c_int32),
-        ("join_timeout", ctypes.c_int32),
-        ("heartbeat_interval", ctypes.c_int32),
-        ("dead_after", ctypes.c_int32),
-        ("backend", ctypes.c_char_p),
-        ("data_addr", ctypes.c_char_p),
-        ("reconnect_window", ctypes.c_int32),
-    ]
-
+# --- the C API Python calls ---------------------------------------------
+# Argument and result types follow cohort.h; tests/test_abi.py checks every
+# entry against the header's prototype (name, argument count, pointer or
+# value in each position).
 
 _vp = ctypes.c_void_p
 _st = ctypes.c_int  # cohort_status
@@ -148,8 +105,8 @@ _dur = ctypes.c_int32
 _sz = ctypes.c_size_t
 _i32 = ctypes.c_int32
 
-# name: (restype, argtypes)
-_PROTOS: dict[str, tuple] = {
+#: name: (restype, argtypes) of every C function the package calls.
+PROTOTYPES: dict[str, tuple] = {
     "cohort_strerror": (ctypes.c_char_p, [_st]),
     "cohort_status_name": (ctypes.c_char_p, [_st]),
     "cohort_last_error": (ctypes.c_char_p, []),
@@ -165,8 +122,10 @@ _PROTOS: dict[str, tuple] = {
     "cohort_client_error": (_st, [_vp]),
     "cohort_report_failure": (_st, [_vp, ctypes.c_char_p, _dur]),
     "cohort_free": (None, [_vp]),
+    "cohort_env_knob": (ctypes.c_char_p, [ctypes.c_char_p]),
     "cohort_group_rank": (_i32, [_vp]),
     "cohort_group_size": (_i32, [_vp]),
+    "cohort_group_global_rank": (_i32, [_vp, _i32]),
     "cohort_group_error": (_st, [_vp]),
     "cohort_group_last_error": (ctypes.c_char_p, [_vp]),
     "cohort_group_abort": (None, [_vp]),
@@ -175,6 +134,7 @@ _PROTOS: dict[str, tuple] = {
         [_vp, ctypes.c_char_p, ctypes.POINTER(_i32), _sz, ctypes.c_char_p, ctypes.POINTER(_vp), _dur],
     ),
     "cohort_group_destroy": (None, [_vp]),
+    "cohort_group_connect": (_st, [_vp, _dur]),
     "cohort_group_backend": (ctypes.c_char_p, [_vp]),
     "cohort_barrier": (_st, [_vp, ctypes.c_char_p, _dur]),
     "cohort_broadcast_obj": (
@@ -211,7 +171,7 @@ library_path: Optional[str] = None
 
 
 def _declare(dll: ctypes.CDLL) -> ctypes.CDLL:
-    for name, (res, args) in _PROTOS.items():
+    for name, (res, args) in PROTOTYPES.items():
         fn = getattr(dll, name)
         fn.restype = res
         fn.argtypes = args

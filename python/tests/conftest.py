@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import pytest
 
@@ -90,12 +90,20 @@ def start(argv: Sequence[str], env: dict[str, str]) -> subprocess.Popen:
     return p
 
 
-def finish(procs: Sequence[subprocess.Popen], timeout: float) -> list[Proc]:
-    """Waits for every process (bounded); kills the stragglers by PID."""
+def finish(procs: Sequence[subprocess.Popen], timeout: float,
+           abort_if: Optional[Callable[[Proc], bool]] = None) -> list[Proc]:
+    """Waits for every process (bounded); kills the stragglers by PID.
+
+    ``abort_if(proc)``, true for a finished process, kills the ones not
+    finished yet at once (their job cannot go on).
+    """
     t0 = time.monotonic()
     out = []
+    abort = False
     for i, p in enumerate(procs):
         left = max(0.1, timeout - (time.monotonic() - t0))
+        if abort:
+            kill_tree(p)
         try:
             text, _ = p.communicate(timeout=left)
         except subprocess.TimeoutExpired:
@@ -103,6 +111,8 @@ def finish(procs: Sequence[subprocess.Popen], timeout: float) -> list[Proc]:
             text, _ = p.communicate()
             text += f"\n[test harness: killed after {timeout:.0f} s]"
         out.append(Proc(i, p.returncode, text, time.monotonic() - t0, _parse(text)))
+        if abort_if is not None and not abort and abort_if(out[-1]):
+            abort = True
     return out
 
 
@@ -126,16 +136,31 @@ def kill_tree(p: subprocess.Popen) -> None:
 
 def run_ranks(script: str | pathlib.Path, world: int, args: Sequence[str] = (), timeout: float = 120,
               env: Optional[dict[str, str]] = None) -> list[Proc]:
-    """Runs ``world`` ranks of a worker script with torchrun's variables."""
-    port = free_port()
-    procs = []
-    for r in range(world):
-        e = base_env(RANK=r, WORLD_SIZE=world, LOCAL_RANK=r, LOCAL_WORLD_SIZE=world,
-                     MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        if env:
-            e.update(env)
-        procs.append(start([PYTHON, str(script), *args], e))
-    return finish(procs, timeout)
+    """Runs ``world`` ranks of a worker script with torchrun's variables.
+
+    Rank 0 binds MASTER_PORT for torch's store. The port is free when
+    chosen, but another program on the machine may take it before rank 0
+    binds it: a job whose rank 0 failed with EADDRINUSE is run again on
+    another port (at most twice), and nothing else is retried.
+    """
+    for attempt in range(3):
+        port = free_port()
+        procs = []
+        for r in range(world):
+            e = base_env(RANK=r, WORLD_SIZE=world, LOCAL_RANK=r, LOCAL_WORLD_SIZE=world,
+                         MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+            if env:
+                e.update(env)
+            procs.append(start([PYTHON, str(script), *args], e))
+        done = finish(procs, timeout, abort_if=_lost_port if attempt < 2 else None)
+        if not _lost_port(done[0]) or attempt == 2:
+            return done
+    return done
+
+
+def _lost_port(p: Proc) -> bool:
+    """Rank 0 could not bind torch's store port (someone took it)."""
+    return p.rank == 0 and p.returncode != 0 and "EADDRINUSE" in p.out
 
 
 def exited_ok(p: Proc) -> bool:

@@ -47,6 +47,14 @@ def test_torch_rank_failure(world, victim, mode, tmp_path, built):
         assert nxt is not None, "the next collective after a failure did not raise"
         assert "DistBackendError" in nxt["mro"] and nxt["type"] == "CohortBackendError", nxt
         assert f"rank {victim} (" in nxt["msg"], nxt
+        # the same as fields (cohort.failures.FailureRecord)
+        rec = nxt["failure"]
+        assert rec["rank"] == victim and rec["host"] and rec["pid"] > 0, rec
+        if mode == "raise":
+            assert rec["kind"] == "reported" and "injected failure in training step 20" in rec["text"], rec
+            assert "fail_worker.py" in rec["trace"], rec
+        else:
+            assert rec["kind"] == "connection", rec
     v = procs[victim]
     if mode == "kill":
         assert v.returncode == -9 or v.returncode == 137, v.returncode

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from conftest import PYDIR, base_env
+from conftest import PYDIR, base_env, free_port
 
 
 def test_pip_install_bundles_the_library(tmp_path, built):
@@ -29,6 +29,19 @@ def test_pip_install_bundles_the_library(tmp_path, built):
     assert lib.startswith(str(target)) and lib.endswith("_bundled/libcohort.so"), lib
     assert cohortd.startswith(str(target)), cohortd
     assert registered == "True"
+    # No import at all: torch finds the backend through the package's entry point.
+    code = (
+        "import os, torch, torch.distributed as dist;"
+        "os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=os.environ['PORT']);"
+        "dist.init_process_group('cohort', rank=0, world_size=1);"
+        "x = torch.ones(3); dist.all_reduce(x);"
+        "print(dist.get_backend(), dist.group.WORLD.group_name, x.tolist()); dist.destroy_process_group()"
+    )
+    env["PORT"] = str(free_port())
+    r = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.split("\n")[0] == "cohort 0 [1.0, 1.0, 1.0]", r.stdout
 
 
 def test_library_from_environment(tmp_path, built):

@@ -112,7 +112,7 @@ static const struct cli_case cli_cases[] = {
 	    { "cohortd: bad value for --job-expiry: 'soon' (MS|never)" },
 	    NULL },
 	{ "cohort", { "bench", "-n", "0" }, 2,
-	    { "cohort bench: bad value for -n: '0' (1 to 4096)" }, NULL },
+	    { "cohort bench: bad value for -n: '0' (1 to 16384)" }, NULL },
 	/* what options still require */
 	{ "cohort", { "run", "-n", "2" }, 2,
 	    { "cohort run: no program given", "usage: cohort run" }, NULL },

@@ -12,6 +12,7 @@ and how long after the victim's failure it saw the first.
 ddp_job() is also the job of bench/torch_failures.py.
 """
 
+import dataclasses
 import json
 import os
 import signal
@@ -51,7 +52,9 @@ def ddp_job(mode, victim, fail_step, stamp, text="injected failure in training s
 
 
 def describe(e):
-    return {"type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__], "msg": str(e)[:3000]}
+    rec = getattr(e, "failure", None)  # cohort's FailureRecord of the failed rank
+    return {"type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__], "msg": str(e)[:3000],
+            "failure": dataclasses.asdict(rec) if rec is not None else None}
 
 
 def main():

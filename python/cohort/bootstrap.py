@@ -1,0 +1,262 @@
+"""How a process finds its coordinator and joins its job.
+
+Two ways, decided by the environment:
+
+- a coordinator is named (``COHORT_COORDINATOR``, with ``COHORT_JOB`` and
+  ``COHORT_TOKEN``, as ``cohort run`` and the Kubernetes manifests set
+  them): every rank joins it;
+- none is named (Lightning's launcher, torchrun, ``mp.spawn``): rank 0
+  starts a private ``cohortd`` (:class:`Coordinator`) and publishes its
+  address, a fresh job name and a random token in torch's store; the other
+  ranks read them from there (:func:`coordinator_from_store`).
+
+:func:`join` does either and opens the :class:`~cohort.Client` of a torch
+default group, with torch's timeout as the operation timeout (the failure
+detector tightened to fit a short one, :func:`cohort.client.fit_timeouts`).
+The membership of this process's default group is :func:`world_client`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import secrets
+import select
+import socket
+import subprocess
+import threading
+import time
+import weakref
+from typing import Any, Optional
+
+from . import _lib
+from ._abi import Status
+from .client import Client, _knob
+from .failures import CohortError
+
+__all__ = [
+    "Coordinator",
+    "STORE_KEY",
+    "coordinator_from_store",
+    "join",
+    "world_client",
+    "local_host_for",
+    "new_token",
+]
+
+#: Store key under which rank 0 publishes a coordinator it started.
+STORE_KEY = "cohort/coordinator"
+
+#: Data-plane backends for device memory only. Named in COHORT_BACKEND,
+#: they are what a torch group uses for its CUDA tensors; its CPU tensors
+#: still go over a host-memory backend (tcp).
+DEVICE_BACKENDS = ("nccl", "tcp-staged")
+
+#: The least time the rendezvous at the coordinator waits for late ranks
+#: when torch's timeout is shorter (a short timeout is for collectives;
+#: ranks of one job start seconds apart). ``COHORT_JOIN_TIMEOUT_MS`` sets it.
+MIN_JOIN_S = 60.0
+
+
+class Coordinator:
+    """A private ``cohortd`` started by this process for one or more jobs.
+
+    It runs as a process of its own in a new session, so it outlives a
+    rank that is killed: the coordinator is what tells the others which
+    rank died. It exits by itself once no client has been connected for
+    ``idle_exit`` seconds, so nothing is left behind after the job. Its
+    log goes to ``$COHORT_COORDINATOR_LOG`` if set, else nowhere (every
+    failure it sees reaches the ranks anyway).
+    """
+
+    def __init__(self, host: str = "0.0.0.0", advertise: Optional[str] = None, idle_exit: float = 10.0) -> None:
+        exe = _lib.find_binary("cohortd")
+        if exe is None:
+            raise CohortError(
+                Status.ENOCOORD,
+                "cannot find the cohortd program to start a coordinator: build cohort (`make`), "
+                "set COHORT_COHORTD, or give a coordinator in COHORT_COORDINATOR",
+                "start coordinator",
+            )
+        r, w = os.pipe()
+        # Never the rank's own stdout/stderr: whoever reads those (a
+        # launcher, a test) would wait for the coordinator's idle exit.
+        log_path = os.environ.get("COHORT_COORDINATOR_LOG")
+        log: Any = open(log_path, "ab") if log_path else subprocess.DEVNULL
+        try:
+            self._proc = subprocess.Popen(
+                [
+                    exe,
+                    "--listen",
+                    f"tcp://{host}:0",
+                    "--ready-fd",
+                    str(w),
+                    "--exit-when-idle",
+                    str(int(idle_exit * 1000)),
+                    "--log-level",
+                    "warn",
+                ],
+                pass_fds=(w,),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        finally:
+            os.close(w)
+            if log_path:
+                log.close()
+        try:
+            line = _read_line(r, 10.0)
+        finally:
+            os.close(r)
+        if not line.startswith("tcp://"):
+            self._proc.kill()
+            self._proc.wait()
+            raise CohortError(Status.ENOCOORD, f"cohortd did not start (it said {line!r})", "start coordinator")
+        port = line.rsplit(":", 1)[1]
+        #: The URL ranks connect to.
+        self.url = f"tcp://{advertise or local_host_for(None)}:{port}"
+        #: The coordinator's process id.
+        self.pid = self._proc.pid
+
+    def alive(self) -> bool:
+        """True while the coordinator process runs."""
+        return self._proc.poll() is None
+
+    def stop(self) -> None:
+        """Stops the coordinator now (SIGTERM, then SIGKILL after 5 s)."""
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+
+
+def _read_line(fd: int, timeout: float) -> str:
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while not buf.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            break
+        chunk = os.read(fd, 512)
+        if not chunk:
+            break
+        buf += chunk
+    return buf.decode(errors="replace").strip()
+
+
+def local_host_for(peer: Optional[tuple[str, int]]) -> str:
+    """The address of this host's interface that reaches ``peer``.
+
+    With no peer (or one that cannot be routed to) it is the loopback
+    address, good for jobs on one host.
+    """
+    if peer is None:
+        return "127.0.0.1"
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(peer)  # UDP: no packet is sent, only a route chosen
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+def new_token() -> str:
+    """A random job token."""
+    return secrets.token_hex(16)
+
+
+# ---------------------------------------------------------------------------
+# Joining through torch's store
+# ---------------------------------------------------------------------------
+
+_state_lock = threading.Lock()
+_coordinator: Optional[Coordinator] = None
+_world_client: Optional[Client] = None
+_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
+
+
+def _store_peer() -> Optional[tuple[str, int]]:
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if addr and port and port.isdigit():
+        return (addr, int(port))
+    return None
+
+
+def coordinator_from_store(store: Any, rank: int, timeout: datetime.timedelta) -> tuple[str, str, str]:
+    """(coordinator URL, job, token) for a job without one in its environment.
+
+    Rank 0 starts a private ``cohortd`` (once per process) and publishes
+    its address, a fresh job name and a token in torch's ``store``; the
+    other ranks wait for them there, up to ``timeout`` but at least
+    :data:`MIN_JOIN_S`.
+    """
+    global _coordinator
+    if rank == 0:
+        with _state_lock:
+            if _coordinator is None or not _coordinator.alive():
+                _coordinator = Coordinator(advertise=local_host_for(_store_peer()))
+            url = _coordinator.url
+        job, token = f"torch-{new_token()[:12]}", new_token()
+        store.set(STORE_KEY, f"{url}\n{job}\n{token}")
+        return url, job, token
+    # Rank 0 may start late (a short torch timeout is for collectives):
+    # wait as long as the rendezvous would.
+    store.wait([STORE_KEY], max(timeout, datetime.timedelta(seconds=MIN_JOIN_S)))
+    url, job, token = store.get(STORE_KEY).decode().split("\n")
+    return url, job, token
+
+
+def join(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> Client:
+    """Opens the membership behind a torch default group of ``size`` ranks.
+
+    ``timeout`` (torch's, any length) is the operation timeout of every
+    collective. The rendezvous at the coordinator waits at least
+    :data:`MIN_JOIN_S` for late ranks (``COHORT_JOIN_TIMEOUT_MS``
+    overrides). The client becomes :func:`world_client`.
+    """
+    secs = timeout.total_seconds()
+    join_s = None if _knob("COHORT_JOIN_TIMEOUT_MS") is not None else max(secs, MIN_JOIN_S)
+    # The world group carries the CPU tensors: a device-memory backend
+    # asked for in COHORT_BACKEND is for the CUDA ones.
+    host_backend = "auto" if _knob("COHORT_BACKEND") in DEVICE_BACKENDS else None
+    if os.environ.get("COHORT_COORDINATOR"):
+        client = Client(rank=rank, world_size=size, op_timeout=secs, join_timeout=join_s, backend=host_backend)
+    else:
+        url, job, token = coordinator_from_store(store, rank, timeout)
+        client = Client(url, job=job, token=token, rank=rank, world_size=size, op_timeout=secs,
+                        join_timeout=join_s, backend=host_backend)
+    global _world_client
+    with _state_lock:
+        _world_client = client
+        _clients.add(client)
+    return client
+
+
+def world_client() -> Optional[Client]:
+    """The membership of this process's default group, if any."""
+    return _world_client
+
+
+def forget(client: Client) -> None:
+    """Drops ``client`` as the default group's membership (it is closing)."""
+    global _world_client
+    with _state_lock:
+        if _world_client is client:
+            _world_client = None
+
+
+def close_all() -> None:
+    """Leaves every job this process joined (at exit)."""
+    for c in list(_clients):
+        try:
+            c.close()
+        except Exception:
+            pass
