@@ -65,6 +65,7 @@ def test_constants(header):
     assert re.search(r"#define COHORT_WAIT_DEFAULT \(\(cohort_duration\)(-?\d+)\)", header).group(1) == str(
         _abi.WAIT_DEFAULT)
     assert re.search(r'#define COHORT_VERSION_STRING "([^"]+)"', header).group(1) == _abi.ABI_VERSION
+    assert re.search(r"#define COHORT_ANY_SOURCE \(\(int32_t\)(-?\d+)\)", header).group(1) == str(_abi.ANY_SOURCE)
 
 
 # C scalar types -> the ctypes type the mirror must use
@@ -72,6 +73,7 @@ SCALARS = {
     "int32_t": ctypes.c_int32,
     "int64_t": ctypes.c_int64,
     "uint64_t": ctypes.c_uint64,
+    "uint32_t": ctypes.c_uint32,
     "size_t": ctypes.c_size_t,
     "bool": ctypes.c_bool,
     "cohort_duration": ctypes.c_int32,
