@@ -125,3 +125,18 @@ def test_beyond_gloo_non_contiguous_and_uneven_all_to_all_lists(p2p_job, world):
     assert not theirs[0]["ok"] and "contiguous" in theirs[0]["why"], theirs[0]["why"][:300]
     theirs, _ = outputs(p2p_job, "gloo", world, "all_to_all_list_uneven", must_pass=False)
     assert not theirs[0]["ok"] and "invalid tensor size" in theirs[0]["why"], theirs[0]["why"][:300]
+
+
+def test_a_peer_killed_during_recv_is_named(built, tmp_path):
+    """SIGKILL rank 1 while ranks 0 and 2 wait in dist.recv from it: both raise
+    CohortBackendError (EPEERLOST) naming rank 1 within seconds, and the error is sticky."""
+    procs = run_ranks(WORKERS / "p2p.py", 3, ["cohort", "peer_dies", str(tmp_path)], timeout=120)
+    assert procs[1].returncode == -9, describe(procs)
+    for p in (procs[0], procs[2]):
+        assert p.returncode == 0, describe(procs)
+        [rec] = [r for r in p.records if r.get("feature") == "peer_dies"]
+        assert rec["ok"], rec["why"]
+        assert rec["raised"] == "CohortBackendError" and rec["status"] == 6, rec  # COHORT_EPEERLOST
+        assert "rank 1" in rec["text"], rec["text"]
+        assert rec["after_s"] < 10, rec
+        assert "rank 1" in rec["sticky"], rec["sticky"]

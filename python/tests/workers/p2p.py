@@ -21,7 +21,9 @@ Scenarios:
 - ``gpipe`` / ``1f1b``: torch.distributed.pipelining on CPU, one stage per
   rank of an MLP, two optimizer steps of 4 microbatches with the GPipe or
   the 1F1B schedule: the last stage's losses, every stage's gradients and
-  parameters.
+  parameters;
+- ``peer_dies`` (cohort only): rank 1 is SIGKILLed while the others wait
+  in a recv from it; they report the error they got and how long after.
 """
 
 from __future__ import annotations
@@ -262,17 +264,53 @@ def f_pipeline(kind: str):
     return {"losses": [[float(v) for v in ls] for ls in losses_all]}
 
 
+def f_peer_dies():
+    """Rank 1 is SIGKILLed while the others wait in a recv from it: they raise, naming it."""
+    import signal
+
+    from cohort.torch import CohortBackendError
+
+    t = torch.zeros(4)
+    if rank == 1:
+        for p in range(world):
+            if p != 1:
+                dist.send(torch.ones(4), dst=p)
+        time.sleep(0.5)  # the others are in their second recv by now
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.recv(t, src=1)
+    t0 = time.monotonic()
+    try:
+        dist.recv(t, src=1)
+    except CohortBackendError as e:
+        return {"raised": type(e).__name__, "text": str(e), "status": int(e.status),
+                "after_s": time.monotonic() - t0, "sticky": _sticky()}
+    raise AssertionError("the recv from a dead rank returned")
+
+
+def _sticky() -> str:
+    try:
+        dist.all_reduce(torch.zeros(1))
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    return "no error"
+
+
 SCENARIOS = {
     "p2p": [("send_recv", f_send_recv), ("isend_irecv", f_isend_irecv), ("any_source", f_any_source),
             ("batch", f_batch), ("objects", f_objects), ("all_to_all_uneven", f_all_to_all_uneven),
             ("noncontig", f_noncontig), ("all_to_all_list_uneven", f_all_to_all_list_uneven)],
     "gpipe": [("gpipe", lambda: f_pipeline("gpipe"))],
     "1f1b": [("1f1b", lambda: f_pipeline("1f1b"))],
+    "peer_dies": [("peer_dies", f_peer_dies)],
 }
 
 
 def main() -> None:
     dist.init_process_group(backend)
+    if scenario == "peer_dies":  # no barrier, no teardown: the job is broken
+        run("peer_dies", f_peer_dies)
+        print(json.dumps({"done": True, "rank": rank}), flush=True)
+        os._exit(0)
     for name, fn in SCENARIOS[scenario]:
         run(name, fn)
         dist.barrier()
