@@ -95,6 +95,10 @@ cohort_status cohort__kv_set(struct cohort_client *c, const char *key,
     const void *value, size_t len, cohort_duration timeout);
 cohort_status cohort__kv_get(struct cohort_client *c, const char *key,
     void **value, size_t *len, cohort_duration timeout);
+cohort_status cohort__kv_add(struct cohort_client *c, const char *key,
+    int64_t delta, int64_t *out, cohort_duration timeout);
+cohort_status cohort__kv_delete(
+    struct cohort_client *c, const char *key, cohort_duration timeout);
 
 /* For a data-plane operation `kind` #seq of g that timed out: asks cohortd
  * (one StatusQuery, at most a few seconds) which members of g had not

@@ -21,6 +21,18 @@
  *    lost on the data plane is usually also seen by cohortd, whose verdict
  *    names the rank that really failed (a neighbour that merely aborted
  *    closes its sockets too); we wait briefly for it before using ours.
+ *
+ * Point-to-point transfers (send, recv and their i-forms, batches) take
+ * no ticket: they are not ordered with the collectives or with each
+ * other, so that a send to rank 1 and a receive from rank 2 may be in
+ * flight at once, beside a collective in another thread. The group's
+ * backend carries them through its own point-to-point state (backend.h
+ * v3: p2p_open at the first transfer, not collective; host: connections
+ * of their own per pair, client/backend/host/p2p.c), or, where it has
+ * none, the service backend's through cohortd's KV. The backend completes
+ * each transfer from its own thread; the thread that waits for one turns
+ * a failure that broke the connections into the group's sticky error, as
+ * for a collective.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -97,6 +109,16 @@ struct coll_dp {
 	Cohort__Request chan_req;
 	Cohort__Collective chan_body;
 	struct cohort__coord_call chan_call;
+
+	/* Point-to-point: the state opened at the first transfer (under
+	 * p2p_mtx; read without it through the atomics), the backend whose
+	 * it is (the group's, or the service backend's as a fallback) and
+	 * the transfers' numbers. */
+	pthread_mutex_t p2p_mtx;
+	_Atomic(const struct cohort__backend_ops *) p2p_ops;
+	_Atomic(void *) p2p;
+	atomic_uint_fast64_t p2p_seq;
+	bool desc_filled;
 };
 
 struct cohort_work {
@@ -111,6 +133,12 @@ struct cohort_work {
 	bool heap; /* allocated by an i-call */
 	bool setup_only; /* sets up the backend, moves no data */
 	bool detached; /* nobody waits: the progress thread frees it */
+	/* A point-to-point transfer (no ticket): the backend's view of it,
+	 * and whether its failure was already turned into the group's. */
+	bool is_p2p;
+	bool p2p_handled;
+	struct cohort__p2p p2p;
+	size_t *vcounts; /* ALLTOALLV: a copy of the 4 count arrays */
 	atomic_bool done;
 	cohort_status st;
 	char err[COHORT__DETAIL_MAX];
@@ -185,6 +213,8 @@ coll_resolve(struct coll_dp *dp, void *stream, const void *ptr,
 static atomic_int coll_eager_threads;
 
 static void coll_dp_fini(struct cohort_group *g);
+static void coll_dp_abort(struct cohort_group *g);
+static void coll_setup_work(struct cohort_work *w);
 
 static cohort_status
 coll_dp_alloc(struct cohort_group *g, const char *want, struct coll_dp **out)
@@ -215,6 +245,17 @@ coll_dp_alloc(struct cohort_group *g, const char *want, struct coll_dp **out)
 		free(dp);
 		return (cohort__err(COHORT_ESYSTEM, "pthread_mutex_init"));
 	}
+	if (pthread_mutex_init(&dp->p2p_mtx, NULL) != 0) {
+		pthread_mutex_destroy(&dp->chan_mtx);
+		pthread_cond_destroy(&dp->work_cv);
+		pthread_cond_destroy(&dp->cv);
+		pthread_mutex_destroy(&dp->mtx);
+		free(dp);
+		return (cohort__err(COHORT_ESYSTEM, "pthread_mutex_init"));
+	}
+	atomic_init(&dp->p2p_ops, NULL);
+	atomic_init(&dp->p2p, NULL);
+	atomic_init(&dp->p2p_seq, 0);
 	dp->g = g;
 	cohort__strlcpy(dp->want,
 	    want != NULL && want[0] != '\0' ? want : "auto", sizeof(dp->want));
@@ -236,6 +277,7 @@ coll_dp_get(struct cohort_group *g, struct coll_dp **out)
 		if (st == COHORT_OK) {
 			g->dp = dp;
 			g->dp_fini = coll_dp_fini;
+			g->dp_abort = coll_dp_abort;
 		}
 	}
 	pthread_mutex_unlock(&g->mtx);
@@ -250,7 +292,7 @@ static void
 coll_dp_fini(struct cohort_group *g)
 {
 	struct coll_dp *dp = g->dp;
-	void *state;
+	void *state, *p2p;
 
 	if (dp == NULL)
 		return;
@@ -266,16 +308,33 @@ coll_dp_fini(struct cohort_group *g)
 	pthread_mutex_lock(&g->mtx);
 	state = g->backend_state;
 	g->backend_state = NULL;
+	g->dp_abort = NULL;
 	pthread_mutex_unlock(&g->mtx);
+	/* Transfers still held fail (EABORTED); their works are done. */
+	if ((p2p = atomic_load(&dp->p2p)) != NULL)
+		atomic_load(&dp->p2p_ops)->p2p_close(p2p);
 	if (state != NULL && g->backend != NULL)
 		g->backend->fini(state);
 	g->dp = NULL;
 	g->dp_fini = NULL;
 	pthread_cond_destroy(&dp->cv);
 	pthread_cond_destroy(&dp->work_cv);
+	pthread_mutex_destroy(&dp->p2p_mtx);
 	pthread_mutex_destroy(&dp->chan_mtx);
 	pthread_mutex_destroy(&dp->mtx);
 	free(dp);
+}
+
+/* cohort__group_fail's hook (g->mtx held): point-to-point transfers are
+ * outside the ordered operations the backend's abort reaches. */
+static void
+coll_dp_abort(struct cohort_group *g)
+{
+	struct coll_dp *dp = g->dp;
+	void *p2p;
+
+	if (dp != NULL && (p2p = atomic_load(&dp->p2p)) != NULL)
+		atomic_load(&dp->p2p_ops)->p2p_abort(p2p);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -343,6 +402,33 @@ coll_store_get(
 		if (st != COHORT_ETIMEDOUT || cohort__expired(deadline))
 			return (st);
 	}
+}
+
+static cohort_status
+coll_store_add(void *ctx, const char *key, int64_t delta, int64_t *out,
+    cohort__time deadline)
+{
+	struct coll_dp *dp = ctx;
+	char full[COHORT__MAX_KEY + 1];
+	cohort_status st;
+
+	if ((st = coll_store_key(dp, key, full, sizeof(full))) != COHORT_OK)
+		return (st);
+	return (cohort__kv_add(
+	    dp->g->client, full, delta, out, cohort__remaining(deadline)));
+}
+
+static cohort_status
+coll_store_del(void *ctx, const char *key, cohort__time deadline)
+{
+	struct coll_dp *dp = ctx;
+	char full[COHORT__MAX_KEY + 1];
+	cohort_status st;
+
+	if ((st = coll_store_key(dp, key, full, sizeof(full))) != COHORT_OK)
+		return (st);
+	return (cohort__kv_delete(
+	    dp->g->client, full, cohort__remaining(deadline)));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -465,7 +551,7 @@ coll_failed(struct coll_dp *dp, struct cohort_work *w, cohort_status st,
 		    w->op.seq, err);
 		return (st);
 	}
-	if (st == COHORT_ETIMEDOUT && !w->setup_only) {
+	if (st == COHORT_ETIMEDOUT && !w->setup_only && !w->is_p2p) {
 		/* Name the ranks that never entered it (asks cohortd). */
 		char who[512];
 		size_t off;
@@ -510,27 +596,20 @@ coll_failed(struct coll_dp *dp, struct cohort_work *w, cohort_status st,
 	return (st);
 }
 
-static cohort_status
-coll_backend_init(struct coll_dp *dp, struct cohort_work *w)
+/* The descriptor handed to the backend (init, p2p_open), filled once. */
+static void
+coll_desc_fill(struct coll_dp *dp)
 {
 	struct cohort_group *g = dp->g;
 	struct cohort_client *c = g->client;
-	const struct cohort__backend_ops *ops;
 	struct cohort__group_desc *d = &dp->desc;
 	struct cohort__sha256 sh;
 	static const char label[] = "cohort data plane v1";
-	char err[512] = "";
-	void *state = NULL;
-	cohort_status st;
 
 	pthread_mutex_lock(&dp->mtx);
-	ops = dp->ops;
-	pthread_mutex_unlock(&dp->mtx);
-	if (ops->version != COHORT__BACKEND_VERSION) {
-		snprintf(w->err, sizeof(w->err),
-		    "backend %s has version %u, this library knows %u",
-		    ops->name, ops->version, COHORT__BACKEND_VERSION);
-		return (COHORT_ENOTSUP);
+	if (dp->desc_filled) {
+		pthread_mutex_unlock(&dp->mtx);
+		return;
 	}
 	if (g->id[0] == '\0')
 		cohort__strlcpy(dp->group_id, "world", sizeof(dp->group_id));
@@ -557,12 +636,46 @@ coll_backend_init(struct coll_dp *dp, struct cohort_work *w)
 	d->store.ctx = dp;
 	d->store.set = coll_store_set;
 	d->store.get = coll_store_get;
+	d->store.add = coll_store_add;
+	d->store.del = coll_store_del;
 	d->abort_flag = &g->abort_flag;
 	d->chan.ctx = dp;
 	d->chan.gather = coll_chan_gather;
 	d->chan.release = coll_chan_release;
 	d->chan.abort = coll_chan_abort;
+	dp->desc_filled = true;
+	pthread_mutex_unlock(&dp->mtx);
+}
 
+/* A backend table this library can drive (backend.h's versions). */
+static bool
+coll_version_ok(const struct cohort__backend_ops *ops)
+{
+	return (ops->version >= COHORT__BACKEND_VERSION_MIN
+	    && ops->version <= COHORT__BACKEND_VERSION);
+}
+
+static cohort_status
+coll_backend_init(struct coll_dp *dp, struct cohort_work *w)
+{
+	struct cohort_group *g = dp->g;
+	const struct cohort__backend_ops *ops;
+	struct cohort__group_desc *d = &dp->desc;
+	char err[512] = "";
+	void *state = NULL;
+	cohort_status st;
+
+	pthread_mutex_lock(&dp->mtx);
+	ops = dp->ops;
+	pthread_mutex_unlock(&dp->mtx);
+	if (!coll_version_ok(ops)) {
+		snprintf(w->err, sizeof(w->err),
+		    "backend %s has version %u, this library knows %u to %u",
+		    ops->name, ops->version, COHORT__BACKEND_VERSION_MIN,
+		    COHORT__BACKEND_VERSION);
+		return (COHORT_ENOTSUP);
+	}
+	coll_desc_fill(dp);
 	cohort__debug("group '%s': %s backend set-up (rank %d of %d)", g->id,
 	    ops->name, g->rank, g->size);
 	st = ops->init(d, &state, err, sizeof(err), w->deadline);
@@ -610,6 +723,11 @@ coll_op_bytes(const struct cohort_group *g, const struct cohort__op *op)
 		n *= (uint64_t)g->size;
 		break;
 	case COHORT__OP_ALLGATHERV:
+		n = 0;
+		for (int32_t r = 0; op->counts != NULL && r < g->size; r++)
+			n += op->counts[r];
+		break;
+	case COHORT__OP_ALLTOALLV:
 		n = 0;
 		for (int32_t r = 0; op->counts != NULL && r < g->size; r++)
 			n += op->counts[r];
@@ -692,18 +810,23 @@ coll_execute(struct coll_dp *dp, struct cohort_work *w)
 		st = coll_failed(dp, w, st, err);
 out:
 	if (began) {
-		struct cohort__obs_op oo = { .kind = (int)w->op.kind,
-			.name = cohort__op_name(w->op.kind),
-			.group = g->id,
-			.track = g->track,
-			.seq = g->data_seq,
-			.backend
-			= g->backend != NULL ? g->backend->name : "none",
-			.algo = stats.algo,
-			.bytes = coll_op_bytes(g, &w->op),
-			.wait_ns = stats.wait_ns,
-			.st = st,
-			.detail = st != COHORT_OK ? w->err : NULL };
+		/* alltoallv is counted with alltoall (observe.h counts the
+		 * kinds of backend.h version 2). */
+		struct cohort__obs_op oo
+		    = { .kind = w->op.kind == COHORT__OP_ALLTOALLV
+			          ? (int)COHORT__OP_ALLTOALL
+			          : (int)w->op.kind,
+			      .name = cohort__op_name(w->op.kind),
+			      .group = g->id,
+			      .track = g->track,
+			      .seq = g->data_seq,
+			      .backend
+			      = g->backend != NULL ? g->backend->name : "none",
+			      .algo = stats.algo,
+			      .bytes = coll_op_bytes(g, &w->op),
+			      .wait_ns = stats.wait_ns,
+			      .st = st,
+			      .detail = st != COHORT_OK ? w->err : NULL };
 
 		/* the clock reads of the hang-attribution hooks, which come
 		 * after the fault point (an injected delay is not the
@@ -1292,6 +1415,184 @@ cohort_alltoall(cohort_group *g, const void *send, void *recv, size_t count,
 	    COHORT_SUM, 0, stream, timeout, NULL));
 }
 
+/* The extent of a v-buffer (the end of its last block, in bytes) into
+ * *ext; EINVAL on overflow. */
+static cohort_status
+coll_vextent(const char *what, const char *name, const size_t *counts,
+    const size_t *displs, int32_t n, size_t es, size_t *ext)
+{
+	size_t end = 0;
+
+	for (int32_t q = 0; q < n; q++) {
+		if (counts[q] == 0)
+			continue;
+		if (displs[q] > SIZE_MAX / es - counts[q]
+		    || counts[q] > SIZE_MAX / es)
+			return (cohort__err(COHORT_EINVAL,
+			    "%s: %s block %d (offset %zu, count %zu) too "
+			    "large",
+			    what, name, q, displs[q], counts[q]));
+		if ((displs[q] + counts[q]) * es > end)
+			end = (displs[q] + counts[q]) * es;
+	}
+	*ext = end;
+	return (COHORT_OK);
+}
+
+static const size_t *coll_sort_displs; /* qsort's context, under lock */
+static pthread_mutex_t coll_sort_mtx = PTHREAD_MUTEX_INITIALIZER;
+
+static int
+coll_cmp_displ(const void *a, const void *b)
+{
+	size_t x = coll_sort_displs[*(const int32_t *)a];
+	size_t y = coll_sort_displs[*(const int32_t *)b];
+
+	return (x < y ? -1 : x > y);
+}
+
+/* The blocks of recv must not overlap: the order they would be written
+ * in is the backend's. */
+static cohort_status
+coll_vdisjoint(
+    const char *what, const size_t *counts, const size_t *displs, int32_t n)
+{
+	int32_t *ix, k = 0;
+	cohort_status st = COHORT_OK;
+
+	if ((ix = malloc((size_t)n * sizeof(*ix))) == NULL)
+		return (cohort__err(COHORT_ENOMEM, "out of memory"));
+	for (int32_t q = 0; q < n; q++)
+		if (counts[q] > 0)
+			ix[k++] = q;
+	pthread_mutex_lock(&coll_sort_mtx);
+	coll_sort_displs = displs;
+	qsort(ix, (size_t)k, sizeof(*ix), coll_cmp_displ);
+	pthread_mutex_unlock(&coll_sort_mtx);
+	for (int32_t i = 1; i < k; i++) {
+		int32_t a = ix[i - 1], b = ix[i];
+
+		if (displs[a] + counts[a] > displs[b]) {
+			st = cohort__err(COHORT_EINVAL,
+			    "%s: recv blocks of ranks %d and %d overlap", what,
+			    a, b);
+			break;
+		}
+	}
+	free(ix);
+	return (st);
+}
+
+static cohort_status
+coll_alltoallv(cohort_group *g, const void *send, const size_t *scounts,
+    const size_t *sdispls, void *recv, const size_t *rcounts,
+    const size_t *rdispls, cohort_dtype dt, void *stream,
+    cohort_duration timeout, cohort_work **out)
+{
+	static const char what[] = "alltoallv";
+	const struct cohort__backend_ops *ops;
+	struct cohort_work w;
+	struct coll_dp *dp;
+	size_t es = 0, sext, rext, n;
+	size_t *vc;
+	cohort_status st;
+
+	if ((st = coll_begin(
+	         g, what, dt, stream, send != NULL ? send : recv, &dp, &es))
+	    != COHORT_OK)
+		return (st);
+	if (scounts == NULL || sdispls == NULL || rcounts == NULL
+	    || rdispls == NULL)
+		return (cohort__err(COHORT_EINVAL,
+		    "%s: the count and offset arrays are required", what));
+	n = (size_t)g->size;
+	if ((st = coll_vextent(
+	         what, "send", scounts, sdispls, g->size, es, &sext))
+	        != COHORT_OK
+	    || (st = coll_vextent(
+	            what, "recv", rcounts, rdispls, g->size, es, &rext))
+	        != COHORT_OK)
+		return (st);
+	if (sext > 0 && send == NULL)
+		return (coll_null(what, "send"));
+	if (rext > 0 && recv == NULL)
+		return (coll_null(what, "recv"));
+	if (coll_overlap(send, sext, recv, rext))
+		return (cohort__err(COHORT_EINVAL,
+		    "%s cannot run in place (send and recv overlap)", what));
+	if ((st = coll_vdisjoint(what, rcounts, rdispls, g->size))
+	    != COHORT_OK)
+		return (st);
+	pthread_mutex_lock(&dp->mtx);
+	ops = dp->ops;
+	pthread_mutex_unlock(&dp->mtx);
+	if (ops->version < 3)
+		return (cohort__err(COHORT_ENOTSUP,
+		    "%s: the %s backend (version %u) has no alltoallv", what,
+		    ops->name, ops->version));
+	if (g->size == 1) {
+		/* Nothing to agree on with anyone. */
+		if (scounts[0] != rcounts[0])
+			return (cohort__err(COHORT_EMISMATCH,
+			    "%s: rank 0 sends %zu elements to itself and "
+			    "receives %zu",
+			    what, scounts[0], rcounts[0]));
+		if ((st = cohort__group_check(g)) != COHORT_OK)
+			return (st);
+		if (scounts[0] > 0)
+			memmove((uint8_t *)recv + rdispls[0] * es,
+			    (const uint8_t *)send + sdispls[0] * es,
+			    scounts[0] * es);
+		return (coll_empty(g, dp, out));
+	}
+	if ((vc = malloc(4 * n * sizeof(*vc))) == NULL)
+		return (cohort__err(COHORT_ENOMEM, "out of memory"));
+	memcpy(vc, scounts, n * sizeof(*vc));
+	memcpy(vc + n, sdispls, n * sizeof(*vc));
+	memcpy(vc + 2 * n, rcounts, n * sizeof(*vc));
+	memcpy(vc + 3 * n, rdispls, n * sizeof(*vc));
+	coll_work_init(&w, COHORT__OP_ALLTOALLV, send, recv, 0, dt, COHORT_SUM,
+	    0, stream);
+	w.vcounts = vc;
+	w.op.counts = vc;
+	w.op.sdispls = vc + n;
+	w.op.rcounts = vc + 2 * n;
+	w.op.rdispls = vc + 3 * n;
+	/* Every member takes part, whatever its own counts: the others
+	 * wait for its agreement. */
+	if (out != NULL) {
+		if ((st = coll_run_async(g, dp, &w, out)) != COHORT_OK)
+			free(vc);
+		return (st);
+	}
+	st = coll_run_blocking(g, dp, &w, timeout);
+	free(vc);
+	return (st);
+}
+
+cohort_status
+cohort_alltoallv(cohort_group *g, const void *send, const size_t *send_counts,
+    const size_t *send_displs, void *recv, const size_t *recv_counts,
+    const size_t *recv_displs, cohort_dtype dtype, void *stream,
+    cohort_duration timeout)
+{
+	return (coll_alltoallv(g, send, send_counts, send_displs, recv,
+	    recv_counts, recv_displs, dtype, stream, timeout, NULL));
+}
+
+cohort_status
+cohort_ialltoallv(cohort_group *g, const void *send, const size_t *send_counts,
+    const size_t *send_displs, void *recv, const size_t *recv_counts,
+    const size_t *recv_displs, cohort_dtype dtype, void *stream,
+    cohort_work **out)
+{
+	if (out == NULL)
+		return (cohort__err(COHORT_EINVAL, "ialltoallv: out is NULL"));
+	return (coll_alltoallv(g, send, send_counts, send_displs, recv,
+	    recv_counts, recv_displs, dtype, stream, COHORT_WAIT_DEFAULT,
+	    out));
+}
+
 cohort_status
 cohort_gather(cohort_group *g, const void *send, void *recv, size_t count,
     cohort_dtype dtype, int32_t root, void *stream, cohort_duration timeout)
@@ -1306,6 +1607,379 @@ cohort_scatter(cohort_group *g, const void *send, void *recv, size_t count,
 {
 	return (coll_start(g, COHORT__OP_SCATTER, send, recv, count, dtype,
 	    COHORT_SUM, root, stream, timeout, NULL));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Point-to-point                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* The backend's completion of one transfer (any thread, no lock of the
+ * backend's held): the work is done. */
+static void
+coll_p2p_done(struct cohort__p2p *p)
+{
+	struct cohort_work *w = p->ctx;
+	struct coll_dp *dp = w->dp;
+
+	pthread_mutex_lock(&dp->mtx);
+	w->st = p->st;
+	if (p->st != COHORT_OK)
+		cohort__strlcpy(w->err, p->err, sizeof(w->err));
+	atomic_store(&w->done, true);
+	pthread_cond_broadcast(&dp->cv);
+	pthread_mutex_unlock(&dp->mtx);
+}
+
+/* A finished transfer's status for its caller: a failure that broke the
+ * connections becomes the group's sticky error (coll_failed: cohortd's
+ * verdict first), once per work. */
+static cohort_status
+coll_p2p_result(struct cohort_work *w)
+{
+	cohort_status st = w->st;
+
+	if (st == COHORT_OK)
+		return (COHORT_OK);
+	if (!w->p2p_handled) {
+		char err[sizeof(w->err)];
+
+		w->p2p_handled = true;
+		cohort__strlcpy(err, w->err, sizeof(err));
+		if (st == COHORT_EPEERLOST || st == COHORT_ETIMEDOUT
+		    || st == COHORT_EABORTED)
+			st = w->st = coll_failed(w->dp, w, st, err);
+		else
+			snprintf(w->err, sizeof(w->err), "%s", err);
+	}
+	return (cohort__err(w->st, "%s", w->err));
+}
+
+/* The group's point-to-point state, opened at its first transfer: the
+ * group's backend's (set up first where it needs init's state), else the
+ * service backend's for host memory. Not collective: nobody waits for
+ * another rank here (but for nccl's set-up). */
+static cohort_status
+coll_p2p_get(struct cohort_group *g, struct coll_dp *dp, void *stream,
+    const void *buf, const struct cohort__backend_ops **opsp, void **p2pp,
+    cohort_duration timeout)
+{
+	const struct cohort__backend_ops *ops = NULL, *use;
+	char err[512] = "";
+	void *p2p, *state = NULL;
+	cohort_status st;
+
+	if ((p2p = atomic_load(&dp->p2p)) != NULL) {
+		*opsp = atomic_load(&dp->p2p_ops);
+		*p2pp = p2p;
+		return (COHORT_OK);
+	}
+	if ((st = coll_resolve(dp, stream, buf, &ops)) != COHORT_OK)
+		return (st);
+	if (ops->version >= 3 && ops->p2p_open != NULL) {
+		use = ops;
+	} else if ((cohort__backend_of(ops)->mem & COHORT__MEM_HOST) != 0
+	    && stream == NULL) {
+		use = &cohort__service_backend;
+	} else {
+		return (cohort__err(COHORT_ENOTSUP,
+		    "group '%s': the %s backend has no point-to-point for "
+		    "device memory",
+		    g->id[0] ? g->id : "world", ops->name));
+	}
+	if (use == ops && ops->p2p_needs_state && !dp->inited && g->size > 1) {
+		/* nccl: the transfers travel on the group's communicator,
+		 * whose set-up is collective (every member reaches it). */
+		struct cohort_work w;
+
+		coll_setup_work(&w);
+		if ((st = coll_run_blocking(g, dp, &w, timeout)) != COHORT_OK)
+			return (st);
+	}
+	pthread_mutex_lock(&dp->p2p_mtx);
+	if ((p2p = atomic_load(&dp->p2p)) == NULL) {
+		coll_desc_fill(dp);
+		pthread_mutex_lock(&g->mtx);
+		state = g->backend == use ? g->backend_state : NULL;
+		pthread_mutex_unlock(&g->mtx);
+		st = use->p2p_open(&dp->desc, state, &p2p, err, sizeof(err),
+		    cohort__client_deadline(g->client, timeout));
+		if (st != COHORT_OK) {
+			pthread_mutex_unlock(&dp->p2p_mtx);
+			return (cohort__err(st,
+			    "group '%s': point-to-point set-up (%s): %s",
+			    g->id[0] ? g->id : "world", use->name,
+			    err[0] ? err : cohort_strerror(st)));
+		}
+		atomic_store(&dp->p2p_ops, use);
+		atomic_store(&dp->p2p, p2p);
+		cohort__debug("group '%s': point-to-point through the %s "
+		              "backend",
+		    g->id, use->name);
+		/* A failure recorded meanwhile did not see the state. */
+		if (cohort_group_error(g) != COHORT_OK)
+			use->p2p_abort(p2p);
+	}
+	pthread_mutex_unlock(&dp->p2p_mtx);
+	*opsp = atomic_load(&dp->p2p_ops);
+	*p2pp = p2p;
+	return (COHORT_OK);
+}
+
+/* Checks one transfer's arguments and fills w for it. */
+static cohort_status
+coll_p2p_prep(struct cohort_group *g, struct coll_dp *dp,
+    struct cohort_work *w, bool is_send, const void *buf, size_t count,
+    cohort_dtype dt, int32_t peer, uint32_t tag, void *stream,
+    cohort__time deadline)
+{
+	const char *what = is_send ? "send" : "recv";
+	size_t es = cohort_dtype_size(dt), bytes = 0;
+	cohort_status st;
+
+	if ((int)dt < 0 || dt >= COHORT_DTYPE_COUNT)
+		return (cohort__err(
+		    COHORT_EINVAL, "%s: invalid dtype %d", what, (int)dt));
+	if ((st = coll_bytes(what, count, 1, es, &bytes)) != COHORT_OK)
+		return (st);
+	if (peer == g->rank)
+		return (cohort__err(COHORT_EINVAL,
+		    "%s: peer %d is this rank (a transfer needs another "
+		    "rank)",
+		    what, peer));
+	if ((peer < 0 || peer >= g->size)
+	    && (is_send || peer != COHORT_ANY_SOURCE))
+		return (cohort__err(COHORT_EINVAL,
+		    "%s: peer %d out of range (group size %d)", what, peer,
+		    g->size));
+	if (bytes > 0 && buf == NULL)
+		return (coll_null(what, "buf"));
+	memset(w, 0, sizeof(*w));
+	atomic_init(&w->done, false);
+	w->dp = dp;
+	w->is_p2p = true;
+	w->deadline = deadline;
+	w->op.kind = is_send ? COHORT__OP_SEND : COHORT__OP_RECV;
+	w->op.dtype = dt;
+	w->op.count = count;
+	w->p2p.kind = w->op.kind;
+	w->p2p.peer = peer;
+	w->p2p.tag = tag;
+	w->p2p.buf = (void *)buf;
+	w->p2p.count = count;
+	w->p2p.dtype = dt;
+	w->p2p.bytes = bytes;
+	w->p2p.stream = stream;
+	w->p2p.deadline = deadline;
+	w->p2p.source = -1;
+	w->p2p.done = coll_p2p_done;
+	w->p2p.ctx = w;
+	return (COHORT_OK);
+}
+
+/* Posts ws[0..n) (prepared, on one group and backend) together. */
+static cohort_status
+coll_p2p_post(struct cohort_group *g, struct coll_dp *dp,
+    struct cohort_work **ws, size_t n, void *stream, const void *buf0,
+    cohort_duration timeout)
+{
+	struct cohort__p2p *one[1], **reqs = one;
+	const struct cohort__backend_ops *ops;
+	char err[512] = "";
+	void *p2p;
+	cohort_status st;
+
+	if ((st = cohort__group_check(g)) != COHORT_OK)
+		return (st);
+	if ((st = coll_p2p_get(g, dp, stream, buf0, &ops, &p2p, timeout))
+	    != COHORT_OK)
+		return (st);
+	if (n > 1 && (reqs = malloc(n * sizeof(*reqs))) == NULL)
+		return (cohort__err(COHORT_ENOMEM, "out of memory"));
+	for (size_t i = 0; i < n; i++) {
+		ws[i]->p2p.seq = ws[i]->op.seq
+		    = atomic_fetch_add(&dp->p2p_seq, 1) + 1;
+		reqs[i] = &ws[i]->p2p;
+	}
+	st = ops->p2p_post(p2p, reqs, n, err, sizeof(err));
+	if (reqs != one)
+		free(reqs);
+	if (st == COHORT_OK)
+		return (COHORT_OK);
+	/* None was taken. A broken state is the group's failure. */
+	snprintf(ws[0]->err, sizeof(ws[0]->err), "%s",
+	    err[0] ? err : cohort_strerror(st));
+	if (st == COHORT_EPEERLOST || st == COHORT_ETIMEDOUT
+	    || st == COHORT_EABORTED)
+		st = coll_failed(dp, ws[0], st, ws[0]->err);
+	return (cohort__err(st, "%s", ws[0]->err));
+}
+
+/* Waits for a posted transfer of this thread: the backend completes it
+ * by its deadline; past that and a grace, the group is failed so that
+ * the abort completes it. */
+static void
+coll_p2p_wait(struct coll_dp *dp, struct cohort_work *w)
+{
+	cohort__time until = w->deadline == COHORT__TIME_NEVER
+	    ? COHORT__TIME_NEVER
+	    : w->deadline + 10000;
+
+	pthread_mutex_lock(&dp->mtx);
+	while (!atomic_load(&w->done)) {
+		if (cohort__cond_wait_until(&dp->cv, &dp->mtx, until) != 0
+		    && cohort__expired(until)) {
+			pthread_mutex_unlock(&dp->mtx);
+			cohort__group_fail_local(dp->g, COHORT_ETIMEDOUT,
+			    COHORT_FAILURE_TIMEOUT,
+			    "%s #%" PRIu64 " not completed by the %s backend "
+			    "10 s after its deadline",
+			    cohort__op_name(w->op.kind), w->op.seq,
+			    atomic_load(&dp->p2p_ops)->name);
+			pthread_mutex_lock(&dp->mtx);
+			until = COHORT__TIME_NEVER;
+		}
+	}
+	pthread_mutex_unlock(&dp->mtx);
+}
+
+static cohort_status
+coll_p2p_start(cohort_group *g, bool is_send, const void *buf, size_t count,
+    cohort_dtype dt, int32_t peer, uint32_t tag, void *stream,
+    cohort_duration timeout, cohort_work **out)
+{
+	const char *what = is_send ? "send" : "recv";
+	struct cohort_work wb, *w = &wb;
+	struct coll_dp *dp;
+	cohort_status st;
+
+	if (g == NULL)
+		return (cohort__err(COHORT_EINVAL, "%s: group is NULL", what));
+	if ((st = coll_dp_get(g, &dp)) != COHORT_OK)
+		return (st);
+	if (out != NULL && (w = malloc(sizeof(*w))) == NULL)
+		return (cohort__err(COHORT_ENOMEM, "out of memory"));
+	if ((st = coll_p2p_prep(g, dp, w, is_send, buf, count, dt, peer, tag,
+	         stream, cohort__client_deadline(g->client, timeout)))
+	        != COHORT_OK
+	    || (st = coll_p2p_post(g, dp, &w, 1, stream, buf, timeout))
+	        != COHORT_OK) {
+		if (w != &wb)
+			free(w);
+		return (st);
+	}
+	if (out != NULL) {
+		w->heap = true;
+		*out = w;
+		return (COHORT_OK);
+	}
+	coll_p2p_wait(dp, w);
+	return (coll_p2p_result(w));
+}
+
+cohort_status
+cohort_send(cohort_group *g, const void *buf, size_t count, cohort_dtype dtype,
+    int32_t peer, uint32_t tag, void *stream, cohort_duration timeout)
+{
+	return (coll_p2p_start(
+	    g, true, buf, count, dtype, peer, tag, stream, timeout, NULL));
+}
+
+cohort_status
+cohort_recv(cohort_group *g, void *buf, size_t count, cohort_dtype dtype,
+    int32_t peer, uint32_t tag, void *stream, cohort_duration timeout)
+{
+	return (coll_p2p_start(
+	    g, false, buf, count, dtype, peer, tag, stream, timeout, NULL));
+}
+
+cohort_status
+cohort_isend(cohort_group *g, const void *buf, size_t count,
+    cohort_dtype dtype, int32_t peer, uint32_t tag, void *stream,
+    cohort_work **out)
+{
+	if (out == NULL)
+		return (cohort__err(COHORT_EINVAL, "isend: out is NULL"));
+	return (coll_p2p_start(g, true, buf, count, dtype, peer, tag, stream,
+	    COHORT_WAIT_DEFAULT, out));
+}
+
+cohort_status
+cohort_irecv(cohort_group *g, void *buf, size_t count, cohort_dtype dtype,
+    int32_t peer, uint32_t tag, void *stream, cohort_work **out)
+{
+	if (out == NULL)
+		return (cohort__err(COHORT_EINVAL, "irecv: out is NULL"));
+	return (coll_p2p_start(g, false, buf, count, dtype, peer, tag, stream,
+	    COHORT_WAIT_DEFAULT, out));
+}
+
+cohort_status
+cohort_p2p_batch(cohort_group *g, const cohort_p2p_op *ops, size_t n,
+    void *stream, cohort_work **works)
+{
+	struct cohort_work **ws;
+	struct coll_dp *dp;
+	cohort__time deadline;
+	cohort_status st = COHORT_OK;
+	size_t made = 0;
+
+	if (g == NULL || (n > 0 && (ops == NULL || works == NULL)))
+		return (cohort__err(COHORT_EINVAL,
+		    "p2p_batch: group, ops and works are required"));
+	if (n == 0)
+		return (cohort__group_check(g));
+	if ((st = coll_dp_get(g, &dp)) != COHORT_OK)
+		return (st);
+	if ((ws = calloc(n, sizeof(*ws))) == NULL)
+		return (cohort__err(COHORT_ENOMEM, "out of memory"));
+	deadline = cohort__client_deadline(g->client, COHORT_WAIT_DEFAULT);
+	for (; made < n; made++) {
+		const cohort_p2p_op *o = &ops[made];
+
+		if ((ws[made] = malloc(sizeof(*ws[made]))) == NULL) {
+			st = cohort__err(COHORT_ENOMEM, "out of memory");
+			break;
+		}
+		if ((st = coll_p2p_prep(g, dp, ws[made], !o->recv, o->buf,
+		         o->count, o->dtype, o->peer, o->tag, stream,
+		         deadline))
+		    != COHORT_OK) {
+			char e[COHORT__DETAIL_MAX];
+
+			cohort__strlcpy(e, cohort_last_error(), sizeof(e));
+			free(ws[made]);
+			st = cohort__err(st, "p2p_batch op %zu: %s", made, e);
+			break;
+		}
+		ws[made]->heap = true;
+	}
+	if (st == COHORT_OK)
+		st = coll_p2p_post(
+		    g, dp, ws, n, stream, ops[0].buf, COHORT_WAIT_DEFAULT);
+	if (st != COHORT_OK) {
+		for (size_t i = 0; i < made; i++)
+			free(ws[i]);
+		free(ws);
+		return (st);
+	}
+	memcpy(works, ws, n * sizeof(*ws));
+	free(ws);
+	return (COHORT_OK);
+}
+
+cohort_status
+cohort_work_source(const cohort_work *w, int32_t *peer)
+{
+	if (w == NULL || peer == NULL)
+		return (cohort__err(COHORT_EINVAL, "work or peer is NULL"));
+	if (!w->is_p2p || w->op.kind != COHORT__OP_RECV)
+		return (cohort__err(
+		    COHORT_EINVAL, "work_source: the work is not a receive"));
+	if (!atomic_load(&((cohort_work *)w)->done) || w->st != COHORT_OK)
+		return (cohort__err(COHORT_ESTATE,
+		    "work_source: the receive has not completed"));
+	*peer = w->p2p.source;
+	return (COHORT_OK);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1338,6 +2012,8 @@ cohort_work_wait(cohort_work *w, cohort_duration timeout)
 		}
 		pthread_mutex_unlock(&dp->mtx);
 	}
+	if (w->is_p2p)
+		return (coll_p2p_result(w));
 	if (w->st != COHORT_OK)
 		return (cohort__err(w->st, "%s", w->err));
 	return (COHORT_OK);
@@ -1372,6 +2048,7 @@ cohort_work_free(cohort_work *w)
 			pthread_cond_wait(&dp->cv, &dp->mtx);
 		pthread_mutex_unlock(&dp->mtx);
 	}
+	free(w->vcounts);
 	free(w);
 }
 
@@ -1623,6 +2300,7 @@ cohort_group_new(cohort_client *c, const char *name, const int32_t *ranks,
 	}
 	g->dp = dp;
 	g->dp_fini = coll_dp_fini;
+	g->dp_abort = coll_dp_abort;
 	cohort__client_add_group(c, g);
 	cohort__coll_setup_early(g);
 	*out = g;

@@ -135,6 +135,8 @@ cohort__group_fail(struct cohort_group *g, const cohort_failure *f)
 	state = g->backend_state;
 	if (state != NULL && g->backend != NULL && g->backend->abort != NULL)
 		g->backend->abort(state);
+	if (g->dp_abort != NULL)
+		g->dp_abort(g);
 	pthread_mutex_unlock(&g->mtx);
 	return (cur);
 }

@@ -93,6 +93,11 @@ struct cohort_group {
 	uint64_t data_seq;
 	void *dp;
 	void (*dp_fini)(struct cohort_group *g);
+	/* Set with dp: cohort__group_fail calls it (under mtx, after the
+	 * backend's abort) so that the data plane's work outside the
+	 * ordered operations (point-to-point transfers) fails at once too.
+	 * Never blocks. */
+	void (*dp_abort)(struct cohort_group *g);
 
 	/* Hang attribution (issue 4): the operation last entered on the
 	 * group, under mtx; the heartbeat reports it (client.c). Data-plane

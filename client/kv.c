@@ -6,7 +6,8 @@
  * Keys under COHORT__KV_RESERVED ("__cohort/") are libcohort's own (the
  * data plane's rendezvous, `cohort fault` schedules): the public calls
  * refuse them, so that a program cannot read or overwrite them by
- * accident; libcohort uses them through cohort__kv_set / _get.
+ * accident; libcohort uses them through cohort__kv_set / _get / _add /
+ * _delete.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -210,9 +211,9 @@ cohort__kv_get(struct cohort_client *c, const char *key, void **value,
 	return (kv_get(c, key, value, len, true, timeout));
 }
 
-cohort_status
-cohort_kv_add(cohort_client *c, const char *key, int64_t delta, int64_t *out,
-    cohort_duration timeout)
+static cohort_status
+kv_add(cohort_client *c, const char *key, int64_t delta, int64_t *out,
+    bool reserved, cohort_duration timeout)
 {
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__KvAdd body = COHORT__KV_ADD__INIT;
@@ -220,7 +221,7 @@ cohort_kv_add(cohort_client *c, const char *key, int64_t delta, int64_t *out,
 	const Cohort__KvAddReply *r;
 	cohort_status st;
 
-	if ((st = kv_begin(c, key, false)) != COHORT_OK)
+	if ((st = kv_begin(c, key, reserved)) != COHORT_OK)
 		return (st);
 	body.key = (char *)key;
 	body.delta = delta;
@@ -233,6 +234,20 @@ cohort_kv_add(cohort_client *c, const char *key, int64_t delta, int64_t *out,
 		*out = r->value;
 	cohort__coord_call_fini(&call);
 	return (st);
+}
+
+cohort_status
+cohort_kv_add(cohort_client *c, const char *key, int64_t delta, int64_t *out,
+    cohort_duration timeout)
+{
+	return (kv_add(c, key, delta, out, false, timeout));
+}
+
+cohort_status
+cohort__kv_add(struct cohort_client *c, const char *key, int64_t delta,
+    int64_t *out, cohort_duration timeout)
+{
+	return (kv_add(c, key, delta, out, true, timeout));
 }
 
 cohort_status
@@ -274,9 +289,9 @@ cohort_kv_compare_set(cohort_client *c, const char *key, const void *expected,
 	return (st);
 }
 
-cohort_status
-cohort_kv_delete(
-    cohort_client *c, const char *key, bool *deleted, cohort_duration timeout)
+static cohort_status
+kv_delete(cohort_client *c, const char *key, bool *deleted, bool reserved,
+    cohort_duration timeout)
 {
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__KvDelete body = COHORT__KV_DELETE__INIT;
@@ -284,7 +299,7 @@ cohort_kv_delete(
 	const Cohort__KvDeleteReply *r;
 	cohort_status st;
 
-	if ((st = kv_begin(c, key, false)) != COHORT_OK)
+	if ((st = kv_begin(c, key, reserved)) != COHORT_OK)
 		return (st);
 	body.key = (char *)key;
 	req.body_case = COHORT__REQUEST__BODY_KV_DELETE;
@@ -297,6 +312,20 @@ cohort_kv_delete(
 	}
 	cohort__coord_call_fini(&call);
 	return (st);
+}
+
+cohort_status
+cohort_kv_delete(
+    cohort_client *c, const char *key, bool *deleted, cohort_duration timeout)
+{
+	return (kv_delete(c, key, deleted, false, timeout));
+}
+
+cohort_status
+cohort__kv_delete(
+    struct cohort_client *c, const char *key, cohort_duration timeout)
+{
+	return (kv_delete(c, key, NULL, true, timeout));
 }
 
 cohort_status

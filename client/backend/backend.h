@@ -19,6 +19,12 @@
  * refuses a backend with a version it does not know.
  *   1  the first
  *   2  cohort__group_desc.chan: the group's coordinator channel
+ *   3  point-to-point (struct cohort__p2p, the p2p_* operations),
+ *      COHORT__OP_ALLTOALLV (cohort__op's sdispls, rcounts, rdispls),
+ *      cohort__store's add and del
+ * The group layer still takes a version-2 table: its groups get no
+ * alltoallv (COHORT_ENOTSUP) and send their point-to-point traffic
+ * through the service backend's (host memory only).
  */
 #ifndef COHORT_BACKEND_H
 #define COHORT_BACKEND_H
@@ -32,7 +38,9 @@
 #include "knobs.h"
 #include "wire.h" /* struct cohort__iov */
 
-#define COHORT__BACKEND_VERSION 2
+#define COHORT__BACKEND_VERSION 3
+/* The oldest version the group layer still loads. */
+#define COHORT__BACKEND_VERSION_MIN 2
 
 /* A rendezvous store: the job's KV at cohortd in real use, an in-memory
  * table in the backend's unit tests (gloo's Store). */
@@ -43,6 +51,13 @@ struct cohort__store {
 	/* Waits until key exists; *val is malloc'd (free()). */
 	cohort_status (*get)(void *ctx, const char *key, void **val,
 	    size_t *len, cohort__time deadline);
+	/* v3 (NULL in a store that lacks them): adds delta to the decimal
+	 * integer at key (absent: 0), *out the new value; deletes key
+	 * (absent: COHORT_OK). Neither waits for another rank. */
+	cohort_status (*add)(void *ctx, const char *key, int64_t delta,
+	    int64_t *out, cohort__time deadline);
+	cohort_status (*del)(
+	    void *ctx, const char *key, cohort__time deadline);
 };
 
 /* What every member of one channel gather must agree on; cohortd fails a
@@ -139,6 +154,10 @@ enum cohort__op_kind {
 	COHORT__OP_GATHER,
 	COHORT__OP_SCATTER,
 	COHORT__OP_BARRIER,
+	/* v3 */
+	COHORT__OP_ALLTOALLV, /* run(): cohort__op's counts and displs */
+	COHORT__OP_SEND, /* point-to-point (struct cohort__p2p), never */
+	COHORT__OP_RECV, /* run()'s */
 };
 
 /* One collective, arguments already validated by the group layer with the
@@ -162,11 +181,57 @@ struct cohort__op {
 	 * the nanoseconds it spent with nothing to send or receive, waiting
 	 * for a peer to arrive; the group layer zeroes both before run(). */
 	struct cohort__op_stats *stats;
+	/* v3, ALLTOALLV: element counts and offsets per group rank q: send
+	 * holds counts[q] elements for q at sdispls[q], recv gets rcounts[q]
+	 * from q at rdispls[q] (count is 0). The group layer checked that
+	 * the blocks of recv do not overlap each other or send; that rank
+	 * q's counts[r] equals rank r's rcounts[q] is the backend's to
+	 * check, before any data moves: ranks that disagree get
+	 * COHORT_EMISMATCH naming both sides. */
+	const size_t *sdispls;
+	const size_t *rcounts;
+	const size_t *rdispls;
 };
 
 struct cohort__op_stats {
 	const char *algo; /* "ring", "shm", ...; NULL: not said */
 	uint64_t wait_ns; /* idle, waiting for peers */
+};
+
+/* One point-to-point transfer (v3): a send to, or a receive from, one
+ * group rank, matched to its counterpart by (sender, receiver, tag) in
+ * the order each side posted them (MPI's and gloo's rule: the n-th send
+ * from a to b with tag t meets b's n-th receive from a with tag t). The
+ * group layer fills the inputs, validated with the meaning of cohort_send
+ * and cohort_recv in cohort.h, and owns the struct; the backend links it
+ * through `next` and `priv` while it holds it. */
+#define COHORT__P2P_ANY (-1) /* a receive's peer: any rank */
+
+struct cohort__p2p {
+	/* In. */
+	enum cohort__op_kind kind; /* COHORT__OP_SEND or COHORT__OP_RECV */
+	int peer; /* group rank, never this rank; RECV: or COHORT__P2P_ANY */
+	uint32_t tag;
+	void *buf; /* SEND: read only; NULL when bytes is 0 */
+	size_t count; /* elements */
+	cohort_dtype dtype;
+	size_t bytes; /* count * the size of dtype */
+	void *stream; /* cudaStream_t for nccl, NULL otherwise */
+	uint64_t seq; /* the group's point-to-point number, for texts */
+	cohort__time deadline;
+	/* Out, set before done() is called. */
+	cohort_status st;
+	int source; /* RECV: the group rank it came from */
+	char err[512];
+	/* Called once per posted transfer when it completed or failed, from
+	 * any thread (possibly before p2p_post returned), with none of the
+	 * backend's locks held; after it returns the backend no longer
+	 * touches the struct or the buffer. */
+	void (*done)(struct cohort__p2p *p);
+	void *ctx; /* the group layer's */
+	/* The backend's, while it holds the struct. */
+	struct cohort__p2p *next;
+	void *priv;
 };
 
 /* "allreduce", "reduce_scatter", ...; for error texts (client/opname.c). */
@@ -199,6 +264,43 @@ struct cohort__backend_ops {
 	/* Frees the state. Must be safe after abort. Not concurrent with
 	 * run. */
 	void (*fini)(void *state);
+
+	/* v3: point-to-point, optional (NULL: the group layer carries this
+	 * backend's groups' transfers through the service backend's, for
+	 * host memory). It runs beside run(), never ordered with the
+	 * collectives: a transfer may be posted while a collective runs in
+	 * another thread, and several transfers are in flight at once.
+	 *
+	 * p2p_open makes the point-to-point state of one group. Unlike
+	 * init it is not collective: each member opens it at its own first
+	 * transfer and waits for nobody (connections to a peer are made
+	 * when a transfer first needs them). state is init's, or NULL when
+	 * init has not run; a backend that needs it (p2p_needs_state: nccl,
+	 * whose transfers travel on the group's communicator) gets it,
+	 * because the group layer sets the group up first then. On error err
+	 * says why and nothing is left behind. */
+	cohort_status (*p2p_open)(const struct cohort__group_desc *desc,
+	    void *state, void **p2p, char *err, size_t errlen,
+	    cohort__time deadline);
+	/* Posts n transfers together (a batch: nccl puts them in one NCCL
+	 * group). Never waits for a peer. COHORT_OK: the backend took all n
+	 * and calls each one's done() once. Otherwise it took none: err
+	 * says why (COHORT_EINVAL: an argument this backend cannot take,
+	 * e.g. host memory on nccl; the sticky status of a state that
+	 * broke). Thread-safe: any threads may post at once. A transfer
+	 * that fails in a way that leaves the connections unusable
+	 * (EPEERLOST, ETIMEDOUT, EABORTED) breaks the state: every later
+	 * post gets the same status. */
+	cohort_status (*p2p_post)(void *p2p, struct cohort__p2p *const *reqs,
+	    size_t n, char *err, size_t errlen);
+	/* Fails every transfer held with COHORT_EABORTED promptly, and every
+	 * later post. Any thread, never blocks, idempotent. */
+	void (*p2p_abort)(void *p2p);
+	/* Fails what is still held (COHORT_EABORTED, done() called) and
+	 * frees the state. Before the backend's fini, never concurrent with
+	 * p2p_post. */
+	void (*p2p_close)(void *p2p);
+	bool p2p_needs_state;
 };
 
 extern const struct cohort__backend_ops cohort__tcp_backend;

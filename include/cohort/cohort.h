@@ -762,6 +762,25 @@ COHORT_API cohort_status cohort_alltoall(cohort_group *g, const void *send,
     void *recv, size_t count, cohort_dtype dtype, void *stream,
     cohort_duration timeout);
 
+/* All-to-all with uneven blocks (MPI_Alltoallv; torch's all_to_all_single
+ * with split sizes and all_to_all with tensors of different sizes, done
+ * without padding). The arrays have group-size entries, in elements:
+ * send_counts[j] elements at send_displs[j] of send go to rank j;
+ * recv_counts[i] elements from rank i land at recv_displs[i] of recv.
+ * Rank i's send_counts[j] must equal rank j's recv_counts[i]: members
+ * that disagree get COHORT_EMISMATCH naming both sides and their counts,
+ * before any data moves (the group stays usable; on tcp only the ranks
+ * of the pairs that disagree fail, the others complete). Every member
+ * takes part even when all its counts are 0. The blocks of recv must not
+ * overlap each other or send (COHORT_EINVAL: not in place). The arrays
+ * are copied: they may be freed when the call returns, also for the
+ * i-form. COHORT_ENOTSUP with a backend built against an older backend
+ * interface. */
+COHORT_API cohort_status cohort_alltoallv(cohort_group *g, const void *send,
+    const size_t *send_counts, const size_t *send_displs, void *recv,
+    const size_t *recv_counts, const size_t *recv_displs, cohort_dtype dtype,
+    void *stream, cohort_duration timeout);
+
 /* recv (root only) holds size * count elements. */
 COHORT_API cohort_status cohort_gather(cohort_group *g, const void *send,
     void *recv, size_t count, cohort_dtype dtype, int32_t root, void *stream,
@@ -788,6 +807,109 @@ COHORT_API cohort_status cohort_iallgather(cohort_group *g, const void *send,
 COHORT_API cohort_status cohort_ireduce_scatter(cohort_group *g,
     const void *send, void *recv, size_t count, cohort_dtype dtype,
     cohort_redop op, void *stream, cohort_work **out);
+COHORT_API cohort_status cohort_ialltoallv(cohort_group *g, const void *send,
+    const size_t *send_counts, const size_t *send_displs, void *recv,
+    const size_t *recv_counts, const size_t *recv_displs, cohort_dtype dtype,
+    void *stream, cohort_work **out);
+
+/* ------------------------------------------------------------------------ */
+/* Point-to-point                                                           */
+/* ------------------------------------------------------------------------ */
+/* A send to one member of the group and a receive from one (torch's
+ * send/recv/isend/irecv and batch_isend_irecv, MPI's, gloo's), for
+ * pipeline parallelism and the like. Only the two members take part.
+ *
+ * Matching: a send meets the receive its peer posted for it with the same
+ * tag. Per (sender, receiver, tag) they meet in the order each side posted
+ * them: the n-th send from a to b with tag t fills b's n-th receive from a
+ * with tag t; transfers with other peers or tags pass each other. count
+ * and dtype must be the same on both sides: a mismatch fails both with
+ * COHORT_EMISMATCH naming the two sizes, and no byte is written (the
+ * group stays usable). count 0 is a message too: it is matched and
+ * completes. A receive from COHORT_ANY_SOURCE takes the first send with
+ * its tag from any member (cohort_work_source tells whom); it does not
+ * overtake a receive from a named member posted before it.
+ *
+ * Not ordered with the collectives: transfers are never queued behind
+ * the group's collectives (or each other). Any number may be in flight
+ * at once, posted from any threads, while a collective runs in another
+ * thread: a send to rank 1 and a receive from rank 2 may be pending
+ * together, and a batch's order does not matter (no deadlock).
+ *
+ * Completion: a receive when its bytes are in buf. A send when its bytes
+ * left this process, which happens only once the receiver posted the
+ * matching receive (like gloo and NCCL: nothing is buffered at the
+ * receiver ahead of its receive, so a send to a member that never
+ * receives waits for its deadline).
+ *
+ * Transports: tcp (host memory) carries transfers on connections of
+ * their own, one per pair of members that exchange messages, made at the
+ * first transfer between them (never at group creation, never through
+ * the other members), authenticated like the collectives' and kept apart
+ * from them. nccl uses ncclSend/ncclRecv on the group's communicator,
+ * ordered on `stream`: the communicator is set up by the group's first
+ * data-plane call on every member (as with NCCL, every member must reach
+ * it), and transfers and collectives share it, so every member must issue
+ * them in an order NCCL can progress. The service backend (and any
+ * backend without point-to-point of its own, for host memory) goes
+ * through cohortd's key-value store: correct, slow. A device buffer on a
+ * backend without device point-to-point (tcp-staged) is COHORT_ENOTSUP.
+ *
+ * Errors: COHORT_EINVAL (peer out of range or this rank; a NULL buffer
+ * with count > 0; a bad dtype); a peer that fails makes every pending
+ * transfer with it return COHORT_EPEERLOST naming it, and the group's
+ * sticky error follows (every later call returns it); COHORT_ETIMEDOUT
+ * (the deadline of a blocking call, or the client's operation timeout
+ * from the post of an i-form) poisons the group like a collective's, as
+ * the connection is then in an unknown state; COHORT_EABORTED after
+ * cohort_group_abort. Transfers still pending when the group is destroyed
+ * fail with COHORT_EABORTED. */
+#define COHORT_ANY_SOURCE ((int32_t)-1)
+
+/* Blocking forms: return when the transfer completed or failed. */
+COHORT_API cohort_status cohort_send(cohort_group *g, const void *buf,
+    size_t count, cohort_dtype dtype, int32_t peer, uint32_t tag, void *stream,
+    cohort_duration timeout);
+COHORT_API cohort_status cohort_recv(cohort_group *g, void *buf, size_t count,
+    cohort_dtype dtype, int32_t peer, uint32_t tag, void *stream,
+    cohort_duration timeout);
+/* Asynchronous forms: post and return the work at once (the buffer stays
+ * borrowed until it completes; release it with cohort_work_free). The
+ * deadline is the client's operation timeout from now. */
+COHORT_API cohort_status cohort_isend(cohort_group *g, const void *buf,
+    size_t count, cohort_dtype dtype, int32_t peer, uint32_t tag, void *stream,
+    cohort_work **out);
+COHORT_API cohort_status cohort_irecv(cohort_group *g, void *buf, size_t count,
+    cohort_dtype dtype, int32_t peer, uint32_t tag, void *stream,
+    cohort_work **out);
+
+/* One transfer of a batch. */
+typedef struct cohort_p2p_op {
+	bool recv; /* false: send */
+	void *buf; /* a send's is only read */
+	size_t count;
+	cohort_dtype dtype;
+	int32_t peer; /* a receive's may be COHORT_ANY_SOURCE */
+	uint32_t tag;
+} cohort_p2p_op;
+
+/* Posts n transfers together and returns their works in works[0..n)
+ * (torch's batch_isend_irecv): on nccl in one NCCL group (so that a ring
+ * of sends and receives cannot deadlock), elsewhere as n i-calls. On
+ * error none was posted, works is untouched, and the detail names the
+ * op at fault. n == 0 is valid (the group's sticky status). */
+COHORT_API cohort_status cohort_p2p_batch(cohort_group *g,
+    const cohort_p2p_op *ops, size_t n, void *stream, cohort_work **works);
+
+/* The group rank a completed receive came from (useful with
+ * COHORT_ANY_SOURCE). COHORT_EINVAL for a work that is not a receive;
+ * COHORT_ESTATE while pending or after it failed. */
+COHORT_API cohort_status cohort_work_source(
+    const cohort_work *w, int32_t *peer);
+
+/* ------------------------------------------------------------------------ */
+/* Works                                                                    */
+/* ------------------------------------------------------------------------ */
 
 /* Waits for the work: COHORT_OK, its error, or COHORT_ETIMEDOUT if it did
  * not complete within timeout (the work goes on; wait again or free). */

@@ -20,6 +20,7 @@ import enum
 
 __all__ = [
     "ABI_VERSION",
+    "ANY_SOURCE",
     "WAIT_DEFAULT",
     "WAIT_FOREVER",
     "Status",
@@ -36,6 +37,8 @@ ABI_VERSION = "0.1.0"
 WAIT_FOREVER = -1
 #: ``COHORT_WAIT_DEFAULT``: the client's (or group's) configured timeout.
 WAIT_DEFAULT = -2
+#: ``COHORT_ANY_SOURCE``: a receive's peer, any rank of the group.
+ANY_SOURCE = -1
 
 
 class Status(enum.IntEnum):

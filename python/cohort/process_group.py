@@ -18,9 +18,13 @@ memory (NCCL). A synchronous collective runs in the caller's thread with
 the GIL released; an asynchronous one on libcohort's progress thread,
 returned as a :class:`~cohort.work.CohortWork`.
 
-Point-to-point (``send``/``recv``) raises ``NotImplementedError`` until
-libcohort has it; :meth:`CohortBackend.send` and :meth:`CohortBackend.recv`
-are where ``cohort_send``/``cohort_recv`` will be called.
+Point-to-point (``send``, ``recv``, ``recv_anysource``, hence torch's
+send/recv/isend/irecv, ``batch_isend_irecv`` and
+``torch.distributed.pipelining``) posts ``cohort_isend``/``cohort_irecv``
+at once and returns a work: transfers are not ordered with the group's
+collectives or with each other (libcohort carries them on connections of
+their own), so several may be pending, as a batch posts them. Their works
+complete in any order, through a completer of their own.
 """
 
 from __future__ import annotations
@@ -34,8 +38,8 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
 
-from . import bootstrap
-from ._abi import Dtype, RedOp, Status
+from . import _anysource, bootstrap
+from ._abi import ANY_SOURCE, Dtype, RedOp, Status
 from ._lib import lib
 from ._tensors import (
     contig,
@@ -107,11 +111,13 @@ class CohortBackend(_C10dBackend):
         self._timeout_ms = timeout_ms(timeout) if timeout else timeout_ms(datetime.timedelta(minutes=30))
         self._owns_client = owns_client
         self._completer = Completer(name)
+        self._p2p_completer = Completer(f"{name}:p2p")
         self._closed = False
         self._lock = threading.Lock()
         self._options = _C10dBackend.Options(BACKEND_NAME, datetime.timedelta(seconds=self._timeout_s))
         with _live_lock:
             _live[id(self)] = self
+        _anysource.install()  # recv(src=None) learns its sender
 
     # -- identity -----------------------------------------------------------
 
@@ -126,6 +132,13 @@ class CohortBackend(_C10dBackend):
     @property
     def supports_splitting(self) -> bool:
         return True
+
+    @property
+    def supports_coalescing(self) -> bool:
+        # batch_isend_irecv then posts each transfer itself: they are not
+        # ordered, so a batch cannot deadlock. (Without this property,
+        # torch's getattr recurses through the C++ default.)
+        return False
 
     def __repr__(self) -> str:
         return (f"CohortBackend(group={self._name!r}, rank={self._rank}, size={self._size}, "
@@ -517,10 +530,10 @@ class CohortBackend(_C10dBackend):
                        finish: Optional[Callable[[], None]]) -> dist._Work:
         """All-to-all of flat buffers split in element counts.
 
-        Equal splits go straight to ``cohort_alltoall``. Unequal ones are
-        padded to the largest split of any rank (agreed with a MAX
-        all-reduce of one integer), exchanged, and unpacked: libcohort has
-        no all-to-all-v yet.
+        Equal splits go to ``cohort_alltoall``, unequal ones to
+        ``cohort_alltoallv`` (blocks at their offsets, no padding); both
+        blocking or on the progress thread (``async_op``). Ranks whose
+        splits disagree get COHORT_EMISMATCH naming both.
         """
         dt = dtype_of(send, op)
         n = self._size
@@ -528,31 +541,27 @@ class CohortBackend(_C10dBackend):
             raise ValueError(f"cohort {op}: split sizes must have {n} entries")
         if sum(in_splits) != send.numel() or sum(out_splits) != recv.numel():
             raise ValueError(f"cohort {op}: split sizes do not add up to the tensors' sizes")
+        if any(k < 0 for k in in_splits + out_splits):
+            raise ValueError(f"cohort {op}: split sizes must not be negative")
         grp = self._grp(send)
         g, s = grp.handle, stream_of(send)
-        ms = self._ms(opts)
+        sp, dp = send.data_ptr(), recv.data_ptr()
         if len(set(in_splits)) == 1 and len(set(out_splits)) == 1 and in_splits[0] == out_splits[0]:
             cnt = in_splits[0]
-            sp, dp = send.data_ptr(), recv.data_ptr()
             return self._start(op, opts, result, grp, lambda ms: lib.cohort_alltoall(g, sp, dp, cnt, dt, s, ms),
                                None, finish)
-        big = torch.tensor([max(in_splits + out_splits)], dtype=torch.int64, device=send.device)
-        self._check(lib.cohort_allreduce(g, big.data_ptr(), big.data_ptr(), 1, _I64, _MAX, s, ms), op, grp)
-        blk = int(big.item())
-        sendp = send.new_zeros((blk * n,))
-        off = 0
-        for j, k in enumerate(in_splits):
-            sendp[j * blk : j * blk + k] = send[off : off + k]
-            off += k
-        recvp = recv.new_empty((blk * n,))
-        self._check(lib.cohort_alltoall(g, sendp.data_ptr(), recvp.data_ptr(), blk, dt, s, ms), op, grp)
-        off = 0
-        for i, k in enumerate(out_splits):
-            recv[off : off + k] = recvp[i * blk : i * blk + k]
-            off += k
-        if finish is not None:
-            finish()
-        return DoneWork(result)
+        arr = ctypes.c_size_t * n
+        sc, rc = arr(*in_splits), arr(*out_splits)
+        sd, rd = arr(), arr()
+        for j in range(1, n):
+            sd[j] = sd[j - 1] + in_splits[j - 1]
+            rd[j] = rd[j - 1] + out_splits[j - 1]
+        return self._start(
+            op, opts, result, grp,
+            lambda ms: lib.cohort_alltoallv(g, sp, sc, sd, dp, rc, rd, dt, s, ms),
+            lambda out: lib.cohort_ialltoallv(g, sp, sc, sd, dp, rc, rd, dt, s, out),
+            finish, (send, recv),
+        )
 
     # -- barriers -------------------------------------------------------------
 
@@ -594,24 +603,46 @@ class CohortBackend(_C10dBackend):
             raise err
         self._check(st, "monitored_barrier")
 
-    # -- point to point (phase 2) ---------------------------------------------
+    # -- point to point --------------------------------------------------------
 
-    def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> dist._Work:
-        """Point-to-point send: not supported yet (``cohort_send`` will back it)."""
-        raise NotImplementedError(
-            "cohort: point-to-point send is not supported by the cohort backend (collectives only); "
-            "use a gloo or nccl group for send/recv"
-        )
+    def _p2p(self, op: str, tensors: list[torch.Tensor], peer: int, tag: int, send: bool) -> dist._Work:
+        """Posts one transfer (``cohort_isend``/``cohort_irecv``) and returns its work.
 
-    def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> dist._Work:
-        """Point-to-point receive: not supported yet (``cohort_recv`` will back it)."""
-        raise NotImplementedError(
-            "cohort: point-to-point recv is not supported by the cohort backend (collectives only); "
-            "use a gloo or nccl group for send/recv"
-        )
+        A non-contiguous tensor goes through a contiguous copy (gloo
+        refuses those). ``tag`` is taken modulo 2**32.
+        """
+        if self._closed:
+            raise CohortBackendError(Status.ECLOSED, "the process group was shut down", op)
+        if len(tensors) != 1:
+            raise ValueError(f"cohort {op}: exactly one tensor per call is supported")
+        t = tensors[0]
+        dt = dtype_of(t, op)
+        buf = contig(t)
+        grp = self._grp(buf)
+        g, p, n, s = grp.handle, buf.data_ptr(), buf.numel(), stream_of(buf)
+        h = ctypes.c_void_p()
+        tag &= 0xFFFFFFFF
+        if send:
+            st = lib.cohort_isend(g, p, n, dt, peer, tag, s, ctypes.byref(h))
+            work_cls, finish = CohortWork, None
+        else:
+            st = lib.cohort_irecv(g, p, n, dt, peer, tag, s, ctypes.byref(h))
+            work_cls, finish = _RecvWork, finisher(buf, t)
+        self._check(st, op, grp)
+        return work_cls(self, op, tensors, handle=h.value, finish=finish, keep=buf, group=grp,
+                        completer=self._p2p_completer)
+
+    def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int = 0) -> dist._Work:
+        """Sends ``tensors[0]`` to group rank ``dstRank`` (torch's send and isend)."""
+        return self._p2p("send", tensors, int(dstRank), int(tag), True)
+
+    def recv(self, tensors: list[torch.Tensor], srcRank: int, tag: int = 0) -> dist._Work:
+        """Receives into ``tensors[0]`` from group rank ``srcRank`` (torch's recv and irecv)."""
+        return self._p2p("recv", tensors, int(srcRank), int(tag), False)
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> dist._Work:
-        raise NotImplementedError("cohort: recv_anysource is not supported by the cohort backend")
+        """Receives from whichever rank sends with ``tag`` first (``recv(src=None)``)."""
+        return self._p2p("recv_anysource", tensors, ANY_SOURCE, int(tag), False)
 
     # -- splitting and devices -------------------------------------------------
 
@@ -663,6 +694,7 @@ class CohortBackend(_C10dBackend):
             return
         self._closed = True
         self._completer.stop()
+        self._p2p_completer.stop()
         if self._cuda_group is not None:
             self._cuda_group.destroy()
         if self._owns_client:
@@ -672,3 +704,31 @@ class CohortBackend(_C10dBackend):
             self._group.destroy()
         with _live_lock:
             _live.pop(id(self), None)
+
+
+class _RecvWork(CohortWork):
+    """A receive's work: also says which group rank the message came from."""
+
+    _source = -1
+
+    def _wait_handle(self, ms: int) -> bool:
+        # The source is read before the base class frees the handle.
+        h = self._handle
+        if h is not None:
+            st = lib.cohort_work_wait(h, ms)
+            if st == Status.ETIMEDOUT:
+                done = ctypes.c_bool(False)
+                lib.cohort_work_test(h, ctypes.byref(done))
+                if not done.value:
+                    return False
+            src = ctypes.c_int32(-1)
+            if lib.cohort_work_source(h, ctypes.byref(src)) == 0:
+                self._source = src.value
+            ms = 0
+        return super()._wait_handle(ms)
+
+    def _source_rank(self) -> int:
+        """The group rank the message came from (after ``wait``)."""
+        return self._source
+
+    source_rank = _source_rank

@@ -208,9 +208,13 @@ class CohortWork(dist._Work):
         finish: Optional[Callable[[], None]] = None,
         keep: Any = None,
         group: Any = None,
+        completer: Optional[Completer] = None,
     ) -> None:
         super().__init__()
         self._backend = backend
+        # Point-to-point works complete out of issue order: they have a
+        # completer of their own (None: the group's).
+        self._completer = completer
         self._group = group if group is not None else (backend._group if backend is not None else None)
         self._op = op
         self._result = result
@@ -332,7 +336,7 @@ class CohortWork(dist._Work):
         if done:
             self._settle(base)
         elif hand_off:
-            self._backend._completer.submit(self)
+            (self._completer or self._backend._completer).submit(self)
         return self._user_fut
 
     def is_completed(self) -> bool:
@@ -363,7 +367,7 @@ class CohortWork(dist._Work):
         try:
             if self._handle is not None and not self._owner and not self._done.is_set():
                 self._owner = True
-                self._backend._completer.submit(self)
+                (self._completer or self._backend._completer).submit(self)
         except Exception:
             pass
 

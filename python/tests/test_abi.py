@@ -67,6 +67,7 @@ def test_constants(header):
     version = ".".join(
         re.search(rf"#define COHORT_VERSION_{part} (\d+)", header).group(1) for part in ("MAJOR", "MINOR", "PATCH"))
     assert version == _abi.ABI_VERSION
+    assert re.search(r"#define COHORT_ANY_SOURCE \(\(int32_t\)(-?\d+)\)", header).group(1) == str(_abi.ANY_SOURCE)
 
 
 # C scalar types -> the ctypes type the mirror must use
@@ -74,6 +75,7 @@ SCALARS = {
     "int32_t": ctypes.c_int32,
     "int64_t": ctypes.c_int64,
     "uint64_t": ctypes.c_uint64,
+    "uint32_t": ctypes.c_uint32,
     "size_t": ctypes.c_size_t,
     "bool": ctypes.c_bool,
     "cohort_duration": ctypes.c_int32,

@@ -450,8 +450,9 @@ START_TEST(test_exchange_id)
 	nt_store_init(&st);
 	nt_desc(&d0, 0, 2, "g1", NULL);
 	nt_desc(&d1, 1, 2, "g1", NULL);
-	d0.store = d1.store
-	    = (struct cohort__store) { &st, nt_store_set, nt_store_get };
+	d0.store = d1.store = (struct cohort__store) {
+		.ctx = &st, .set = nt_store_set, .get = nt_store_get
+	};
 	ck_assert_cohort_ok(cohort__nccl_exchange_id(
 	    &d0, nt_gen_ok, &a, err, sizeof(err), dl));
 	ck_assert_int_eq(st.n, 1);
@@ -484,8 +485,9 @@ START_TEST(test_exchange_id_errors)
 	nt_store_init(&st);
 	nt_desc(&d0, 0, 2, "g2", NULL);
 	nt_desc(&d1, 1, 2, "g2", NULL);
-	d0.store = d1.store
-	    = (struct cohort__store) { &st, nt_store_set, nt_store_get };
+	d0.store = d1.store = (struct cohort__store) {
+		.ctx = &st, .set = nt_store_set, .get = nt_store_get
+	};
 	ck_assert_cohort_err(cohort__nccl_exchange_id(&d0, nt_gen_fail, &u,
 	                         err, sizeof(err), cohort__now_ms() + 1000),
 	    COHORT_ENCCL);
@@ -512,7 +514,9 @@ nt_init(const struct cohort__backend_ops *ops, int rank, int size,
 	struct cohort__group_desc d;
 
 	nt_desc(&d, rank, size, gid, flag);
-	d.store = (struct cohort__store) { st, nt_store_set, nt_store_get };
+	d.store = (struct cohort__store) {
+		.ctx = st, .set = nt_store_set, .get = nt_store_get
+	};
 	return (ops->init(&d, state, err, NT_ERRLEN, deadline));
 }
 
@@ -1143,8 +1147,9 @@ nt_rank_init(const struct cohort__backend_ops *ops, const struct nt_ranks *r,
 	struct cohort__group_desc d;
 
 	nt_desc(&d, rank, r->n, gid, flag);
-	d.store = (struct cohort__store) { (void *)r->dir, nt_fstore_set,
-		nt_fstore_get };
+	d.store = (struct cohort__store) { .ctx = (void *)r->dir,
+		.set = nt_fstore_set,
+		.get = nt_fstore_get };
 	return (
 	    ops->init(&d, state, err, NT_ERRLEN, cohort__now_ms() + 30000));
 }

@@ -98,7 +98,7 @@ host_agree_hdr(struct host_agree *a, const struct cohort__op *op, bool shm)
 static const char *
 agree_kind(uint8_t k)
 {
-	return (k >= COHORT__OP_ALLREDUCE && k <= COHORT__OP_BARRIER
+	return (k >= COHORT__OP_ALLREDUCE && k <= COHORT__OP_ALLTOALLV
 	        ? cohort__op_name((enum cohort__op_kind)k)
 	        : "?");
 }

@@ -490,6 +490,94 @@ algo_alltoall(struct host_xfer *x, const struct cohort__op *op,
 	    x, c, op->send, blk, op->recv, blk, blk, err, errlen, deadline));
 }
 
+/* Uneven blocks (alltoallv). First every pair swaps its two counts
+ * (what each sends the other, what each expects), so both ends of a pair
+ * that disagrees see it and leave that pair's data out: the connections
+ * stay in step, the ranks of the pair fail with EMISMATCH, the others
+ * complete. Then one message each way with every peer at once. */
+static cohort_status
+algo_alltoallv(struct host_xfer *x, const struct cohort__op *op,
+    const struct host_op *c, char *err, size_t errlen, cohort__time deadline)
+{
+	int n = x->mesh->size, r = x->mesh->rank, bad = -1;
+	size_t es = c->esize;
+	uint8_t *mine, *theirs;
+	cohort_status rv;
+
+	if ((rv = host_grow_small(x, 32 * (size_t)n, err, errlen))
+	    != COHORT_OK)
+		return (rv);
+	mine = x->small;
+	theirs = x->small + 16 * (size_t)n;
+	host_plan_reset(x);
+	for (int p = 0; p < n; p++) {
+		if (p == r)
+			continue;
+		host_put_be(mine + 16 * (size_t)p, op->counts[p], 8);
+		host_put_be(mine + 16 * (size_t)p + 8, op->rcounts[p], 8);
+		host_plan_set(x, p, mine + 16 * (size_t)p, 16,
+		    theirs + 16 * (size_t)p, 16);
+	}
+	if ((rv = host_exchange(x, c, err, errlen, deadline)) != COHORT_OK)
+		return (rv);
+	host_plan_reset(x);
+	for (int p = 0; p < n; p++) {
+		uint64_t to_me, from_me;
+
+		if (p == r)
+			continue;
+		to_me = host_get_be(theirs + 16 * (size_t)p, 8);
+		from_me = host_get_be(theirs + 16 * (size_t)p + 8, 8);
+		if (to_me != op->rcounts[p] || from_me != op->counts[p]) {
+			if (bad < 0) {
+				bool in = to_me != op->rcounts[p];
+
+				bad = p;
+				snprintf(err, errlen,
+				    "alltoallv #%" PRIu64 ": ranks disagree: "
+				    "rank %d sends %" PRIu64 " elements to "
+				    "rank %d, which expects %zu",
+				    c->seq,
+				    (int)x->mesh->links[in ? p : r].job_rank,
+				    in ? to_me : (uint64_t)op->counts[p],
+				    (int)x->mesh->links[in ? r : p].job_rank,
+				    in ? op->rcounts[p] : (size_t)from_me);
+			}
+			continue;
+		}
+		host_plan_set(x, p,
+		    (const uint8_t *)op->send + op->sdispls[p] * es,
+		    op->counts[p] * es,
+		    (uint8_t *)op->recv + op->rdispls[p] * es,
+		    op->rcounts[p] * es);
+	}
+	if (op->counts[r] != op->rcounts[r] && bad < 0) {
+		bad = r;
+		snprintf(err, errlen,
+		    "alltoallv #%" PRIu64 ": rank %d sends %zu elements to "
+		    "itself and receives %zu",
+		    c->seq, (int)x->mesh->links[r].job_rank, op->counts[r],
+		    op->rcounts[r]);
+	} else if (op->counts[r] > 0) {
+		memcpy((uint8_t *)op->recv + op->rdispls[r] * es,
+		    (const uint8_t *)op->send + op->sdispls[r] * es,
+		    op->counts[r] * es);
+	}
+	if (bad >= 0) {
+		char keep[512];
+
+		/* The others' data still moves: their connections stay in
+		 * step with this rank's. */
+		cohort__strlcpy(keep, err, sizeof(keep));
+		if ((rv = host_exchange(x, c, err, errlen, deadline))
+		    != COHORT_OK)
+			return (rv);
+		cohort__strlcpy(err, keep, errlen);
+		return (COHORT_EMISMATCH);
+	}
+	return (host_exchange(x, c, err, errlen, deadline));
+}
+
 /* Block p of the root's buf to (scatter) or from (gather) rank p's own
  * buffer mine, one message each, all at once. */
 static cohort_status
@@ -621,6 +709,9 @@ host_algos_run(struct host_xfer *x, const struct cohort__op *op,
 	    || op->kind == COHORT__OP_ALLGATHERV)
 		return (algo_allgather_run(
 		    x, op, c, sparse, err, errlen, deadline));
+	if (op->kind == COHORT__OP_ALLTOALLV)
+		return (host_op_algo(c, "direct"),
+		    algo_alltoallv(x, op, c, err, errlen, deadline));
 	if (bytes == 0)
 		return (COHORT_OK);
 	switch (op->kind) {

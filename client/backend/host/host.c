@@ -215,8 +215,10 @@ host_run(void *state, const struct cohort__op *op, char *err, size_t errlen,
 		return (COHORT_OK);
 	}
 
-	/* Same host: the header travels in the segment's control block. */
-	if (host_shm_usable(h->shm, &h->tune, op, c.esize, bytes)) {
+	/* Same host: the header travels in the segment's control block.
+	 * Alltoallv's blocks have no common shape: TCP. */
+	if (op->kind != COHORT__OP_ALLTOALLV
+	    && host_shm_usable(h->shm, &h->tune, op, c.esize, bytes)) {
 		host_agree_hdr(&h->agree, op, true);
 		host_op_algo(&c, "shm");
 		return (host_shm_run(
@@ -254,6 +256,11 @@ const struct cohort__backend_ops cohort__host_backend = {
 	.run = host_run,
 	.abort = host_abort,
 	.fini = host_fini,
+	.p2p_open = host_p2p_open,
+	.p2p_post = host_p2p_post,
+	.p2p_abort = host_p2p_abort,
+	.p2p_close = host_p2p_close,
+	.p2p_needs_state = false,
 };
 
 /* The table's name before the backend ran over shared memory too, for

@@ -6,6 +6,10 @@
  *
  * The parts, each calling only the ones listed after it (no circle):
  *   host.c    the ops table: init, run's dispatch, abort, fini
+ *   p2p.c     point-to-point transfers: connections of their own per
+ *             pair, made on first use, framed messages matched by
+ *             (peer, tag), a thread of their own (beside the others: it
+ *             uses only mesh.c's socket helpers and handshake.c)
  *   hier.c    the hierarchical all-reduce: two child groups of this
  *             backend, composed through its ops table (as staged.c
  *             composes it), each running one stage
@@ -52,6 +56,7 @@
 
 #include <poll.h>
 #include <stdatomic.h>
+#include <sys/socket.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -209,6 +214,17 @@ int host_mesh_watch_add(struct host_mesh *m, struct pollfd *fds, int n);
 cohort_status host_mesh_watch_check(struct host_mesh *m,
     const struct host_op *c, const struct pollfd *fds, int k, char *err,
     size_t errlen);
+
+/* The helpers p2p.c's connections share with the mesh's: a listener on
+ * bind_addr (NULL or "": 127.0.0.1) and its "host:port" in addr; a
+ * published address parsed; the sockets' options; random bytes. */
+cohort_status host_net_listen(const char *bind_addr, int *lfd, char *addr,
+    size_t addrlen, char *err, size_t errlen);
+cohort_status host_net_parse_addr(
+    const char *s, size_t len, struct sockaddr_storage *ss, socklen_t *sl);
+void host_net_sockopts(int fd, bool nodelay);
+cohort_status host_net_random(
+    uint8_t *buf, size_t len, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------------ */
 /* xfer.c: the engines                                                      */
@@ -406,6 +422,20 @@ cohort_status host_hier_allreduce(struct host_hier *hh,
     char *err, size_t errlen, cohort__time deadline);
 void host_hier_abort(struct host_hier *hh);
 void host_hier_free(struct host_hier *hh);
+
+/* ------------------------------------------------------------------------ */
+/* p2p.c: point-to-point transfers                                          */
+/* ------------------------------------------------------------------------ */
+
+/* backend.h's p2p_open, p2p_post, p2p_abort and p2p_close of this
+ * backend: connections of their own, framed, driven by a thread of the
+ * state's (p2p.c's head comment has the protocol). */
+cohort_status host_p2p_open(const struct cohort__group_desc *desc, void *state,
+    void **p2p, char *err, size_t errlen, cohort__time deadline);
+cohort_status host_p2p_post(void *p2p, struct cohort__p2p *const *reqs,
+    size_t n, char *err, size_t errlen);
+void host_p2p_abort(void *p2p);
+void host_p2p_close(void *p2p);
 
 /* ------------------------------------------------------------------------ */
 /* host.c: one group's state                                                */

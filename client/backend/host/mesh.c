@@ -1259,3 +1259,52 @@ host_mesh_watch_check(struct host_mesh *m, const struct host_op *c,
 	    HOST_WATCH_GRACE_MS);
 	return (COHORT_EPEERLOST);
 }
+
+/* ------------------------------------------------------------------------ */
+/* For the point-to-point connections (p2p.c)                               */
+/* ------------------------------------------------------------------------ */
+
+cohort_status
+host_net_listen(const char *bind_addr, int *lfd, char *addr, size_t addrlen,
+    char *err, size_t errlen)
+{
+	struct host_mesh tmp;
+	cohort_status rv;
+
+	memset(&tmp, 0, sizeof(tmp));
+	tmp.lfd = -1;
+	if (bind_addr != NULL)
+		cohort__strlcpy(
+		    tmp.bind_addr, bind_addr, sizeof(tmp.bind_addr));
+	if ((rv = mesh_listen(&tmp, err, errlen)) != COHORT_OK)
+		return (rv);
+	*lfd = tmp.lfd;
+	cohort__strlcpy(addr, tmp.addr, addrlen);
+	return (COHORT_OK);
+}
+
+cohort_status
+host_net_parse_addr(
+    const char *s, size_t len, struct sockaddr_storage *ss, socklen_t *sl)
+{
+	struct mesh_addr a;
+	cohort_status rv;
+
+	if ((rv = mesh_parse_addr(s, len, &a)) != COHORT_OK)
+		return (rv);
+	*ss = a.ss;
+	*sl = a.len;
+	return (COHORT_OK);
+}
+
+void
+host_net_sockopts(int fd, bool nodelay)
+{
+	mesh_sockopts(fd, nodelay);
+}
+
+cohort_status
+host_net_random(uint8_t *buf, size_t len, char *err, size_t errlen)
+{
+	return (mesh_random(buf, len, err, errlen));
+}

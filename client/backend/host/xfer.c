@@ -827,8 +827,8 @@ host_xfer_init(struct host_xfer *x, struct host_mesh *m,
 void
 host_xfer_fini(struct host_xfer *x)
 {
-	void *owned[]
-	    = { x->plan, x->steps, x->want, x->small, x->ring, x->acc };
+	void *owned[] = { x->plan, x->active, x->steps, x->want, x->small,
+		x->ring, x->acc };
 
 	for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++)
 		free(owned[i]);

@@ -41,11 +41,28 @@
  * a device scratch buffer; the group layer must not apply its host-memory
  * fix-ups to device pointers.
  *
+ * Alltoallv: one NCCL group of ncclSend/ncclRecv with every peer (the
+ * counts of each pair are not checked against each other: NCCL would
+ * hang or fail on a disagreement, as with its own calls).
+ *
+ * Point-to-point (backend.h v3): ncclSend/ncclRecv on the group's
+ * communicator (p2p_needs_state: the group layer sets it up first, which
+ * every member must reach), a batch in one NCCL group, enqueued on the
+ * caller's stream under the lock that run() takes around its own enqueue
+ * (a communicator takes one thread's calls at a time), with an event
+ * recorded after it; a waiter thread polls the events and the
+ * communicator's asynchronous error and completes the transfers. A
+ * failure or a deadline completes them with the status (the group layer
+ * then fails the group, whose abort breaks the communicator in run()).
+ * Receives from any rank are not supported (NCCL has none):
+ * COHORT_ENOTSUP.
+ *
  * References: NCCL docs "Fault tolerance" / non-blocking communicators
  * (ncclCommGetAsyncError polling loop), llm.c zero.cuh (stream ordering),
  * PyTorch ProcessGroupNCCL (watchdog -> ncclCommAbort).
  */
 #include <inttypes.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -84,6 +101,9 @@ struct nccl_state {
 	/* Sticky failure: set when the communicator was aborted. */
 	cohort_status broken;
 	char broken_detail[384];
+	/* One thread's calls on the communicator at a time: run()'s enqueue
+	 * and the point-to-point posts. */
+	pthread_mutex_t enq_mtx;
 };
 
 static uint64_t
@@ -348,6 +368,7 @@ nccl_free(struct nccl_state *s)
 		(void)s->cu->EventDestroy(s->event);
 	if (s->scratch != NULL)
 		(void)s->cu->Free(s->scratch);
+	pthread_mutex_destroy(&s->enq_mtx);
 	free(s);
 }
 
@@ -386,6 +407,11 @@ nccl_init(const struct cohort__group_desc *desc, void **state, char *err,
 	if ((s = calloc(1, sizeof(*s))) == NULL) {
 		snprintf(err, errlen, "out of memory");
 		return (COHORT_ENOMEM);
+	}
+	if (pthread_mutex_init(&s->enq_mtx, NULL) != 0) {
+		free(s);
+		snprintf(err, errlen, "pthread_mutex_init failed");
+		return (COHORT_ESYSTEM);
 	}
 	s->cu = cu;
 	s->nc = nc;
@@ -778,6 +804,47 @@ nccl_alltoall(struct nccl_state *s, const struct cohort__op *op, int dt,
 	    s, send, recv, blk, op->count, dt, stream, err, errlen));
 }
 
+/* Uneven blocks: our own moved locally, the others in one NCCL group. */
+static cohort_status
+nccl_alltoallv(struct nccl_state *s, const struct cohort__op *op, int dt,
+    size_t es, void *stream, char *err, size_t errlen)
+{
+	const uint8_t *send = op->send;
+	uint8_t *recv = op->recv;
+	int r = s->rank;
+	struct nccl_p2p g;
+	cohort_status rv;
+
+	if (op->counts[r] != op->rcounts[r]) {
+		snprintf(err, errlen,
+		    "alltoallv: rank %d sends %zu elements to itself and "
+		    "receives %zu",
+		    (int)s->global_ranks[r], op->counts[r], op->rcounts[r]);
+		return (COHORT_EMISMATCH);
+	}
+	if ((rv = nccl_move(s, recv + op->rdispls[r] * es,
+	         send + op->sdispls[r] * es, op->counts[r] * es, stream, err,
+	         errlen))
+	    != COHORT_OK)
+		return (rv);
+	if (s->size == 1)
+		return (COHORT_OK);
+	if ((rv = nccl_group_start(s, err, errlen)) != COHORT_OK)
+		return (rv);
+	for (int p = 0; p < s->size; p++) {
+		if (p == r)
+			continue;
+		if ((op->counts[p] > 0
+		        && !nccl_p2p_send(s, &g, send + op->sdispls[p] * es,
+		            op->counts[p], dt, p, stream))
+		    || (op->rcounts[p] > 0
+		        && !nccl_p2p_recv(s, &g, recv + op->rdispls[p] * es,
+		            op->rcounts[p], dt, p, stream)))
+			return (nccl_p2p_failed(s, &g, err, errlen));
+	}
+	return (nccl_chk(s, "ncclGroupEnd", s->nc->GroupEnd(), err, errlen));
+}
+
 static cohort_status
 nccl_gather(struct nccl_state *s, const struct cohort__op *op, int dt,
     size_t es, void *stream, char *err, size_t errlen)
@@ -859,6 +926,13 @@ nccl_check_args(struct nccl_state *s, const struct cohort__op *op, char *err,
 			return (COHORT_EINVAL);
 		}
 		need_send = op->counts[s->rank] > 0;
+		break;
+	case COHORT__OP_ALLTOALLV:
+		need_send = need_recv = false;
+		for (int p = 0; p < s->size; p++) {
+			need_send = need_send || op->counts[p] > 0;
+			need_recv = need_recv || op->rcounts[p] > 0;
+		}
 		break;
 	default:
 		break;
@@ -964,6 +1038,11 @@ nccl_enqueue(struct nccl_state *s, const struct cohort__op *op, int dt,
 		return (nccl_gather(s, op, dt, es, stream, err, errlen));
 	case COHORT__OP_SCATTER:
 		return (nccl_scatter(s, op, dt, es, stream, err, errlen));
+	case COHORT__OP_ALLTOALLV:
+		return (nccl_alltoallv(s, op, dt, es, stream, err, errlen));
+	case COHORT__OP_SEND:
+	case COHORT__OP_RECV:
+		break; /* point-to-point: never run() */
 	case COHORT__OP_BARRIER:
 		if ((rv = nccl_scratch(s, 16, err, errlen)) != COHORT_OK)
 			return (rv);
@@ -985,6 +1064,12 @@ nccl_empty(const struct nccl_state *s, const struct cohort__op *op)
 	if (op->kind == COHORT__OP_ALLGATHERV) {
 		for (int p = 0; p < s->size; p++)
 			if (op->counts[p] > 0)
+				return (false);
+		return (true);
+	}
+	if (op->kind == COHORT__OP_ALLTOALLV) {
+		for (int p = 0; p < s->size; p++)
+			if (op->counts[p] > 0 || op->rcounts[p] > 0)
 				return (false);
 		return (true);
 	}
@@ -1043,8 +1128,15 @@ nccl_run(void *state, const struct cohort__op *op, char *err, size_t errlen,
 			        : COHORT_EINVAL);
 		}
 	}
-	if (op->kind == COHORT__OP_ALLGATHERV && op->counts == NULL) {
-		snprintf(err, errlen, "allgatherv: counts is NULL");
+	if ((op->kind == COHORT__OP_ALLGATHERV && op->counts == NULL)
+	    || (op->kind == COHORT__OP_ALLTOALLV
+	        && (op->counts == NULL || op->sdispls == NULL
+	            || op->rcounts == NULL || op->rdispls == NULL))) {
+		snprintf(err, errlen, "%s: counts are NULL", s->opname);
+		return (COHORT_EINVAL);
+	}
+	if (op->kind == COHORT__OP_SEND || op->kind == COHORT__OP_RECV) {
+		snprintf(err, errlen, "%s is not a collective", s->opname);
 		return (COHORT_EINVAL);
 	}
 	if (nccl_empty(s, op))
@@ -1052,12 +1144,14 @@ nccl_run(void *state, const struct cohort__op *op, char *err, size_t errlen,
 	if ((rv = nccl_check_args(s, op, err, errlen)) != COHORT_OK)
 		return (rv);
 
-	if ((rv = nccl_enqueue(s, op, dt, rop, es, stream, err, errlen))
-	    != COHORT_OK)
-		return (rv);
+	pthread_mutex_lock(&s->enq_mtx);
+	rv = nccl_enqueue(s, op, dt, rop, es, stream, err, errlen);
 	/* Non-blocking communicator: the launch may still be in progress
 	 * (ncclInProgress); the event must follow the kernels. */
-	if ((rv = nccl_wait(s, false, err, errlen, deadline)) != COHORT_OK)
+	if (rv == COHORT_OK)
+		rv = nccl_wait(s, false, err, errlen, deadline);
+	pthread_mutex_unlock(&s->enq_mtx);
+	if (rv != COHORT_OK)
 		return (rv);
 	if ((e = s->cu->EventRecord(s->event, stream))
 	    != COHORT__CUDA_SUCCESS) {
@@ -1075,6 +1169,303 @@ nccl_run(void *state, const struct cohort__op *op, char *err, size_t errlen,
 	return (nccl_wait(s, true, err, errlen, deadline));
 }
 
+/* ------------------------------------------------------------------------ */
+/* Point-to-point                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* One posted batch: its transfers and the event recorded after them. */
+struct nccl_batch {
+	struct cohort__p2p **reqs;
+	size_t n;
+	void *event;
+	cohort__time deadline; /* the earliest of its transfers' */
+	struct nccl_batch *next;
+};
+
+struct nccl_p2p_state {
+	struct nccl_state *s;
+	pthread_mutex_t mtx;
+	pthread_cond_t cv; /* a batch posted, or stop */
+	struct nccl_batch *head, *tail;
+	pthread_t thread;
+	atomic_int stop; /* abort or close */
+	bool closing;
+};
+
+static void
+nccl_batch_done(struct nccl_p2p_state *ps, struct nccl_batch *b,
+    cohort_status st, const char *why)
+{
+	for (size_t i = 0; i < b->n; i++) {
+		struct cohort__p2p *r = b->reqs[i];
+
+		r->st = st;
+		if (st != COHORT_OK)
+			snprintf(r->err, sizeof(r->err),
+			    "%s #%" PRIu64 " %s rank %d (tag %" PRIu32 "): %s",
+			    r->kind == COHORT__OP_SEND ? "send" : "recv",
+			    r->seq, r->kind == COHORT__OP_SEND ? "to" : "from",
+			    (int)ps->s->global_ranks[r->peer], r->tag, why);
+		r->done(r);
+	}
+	if (b->event != NULL)
+		(void)ps->s->cu->EventDestroy(b->event);
+	free(b->reqs);
+	free(b);
+}
+
+/* Polls the posted batches in order: the stream reached a batch's event,
+ * NCCL failed, the deadline passed, or stop. */
+static void *
+nccl_p2p_waiter(void *arg)
+{
+	struct nccl_p2p_state *ps = arg;
+	struct nccl_state *s = ps->s;
+	char why[384], text[200];
+
+	pthread_mutex_lock(&ps->mtx);
+	for (;;) {
+		struct nccl_batch *b = ps->head;
+		cohort_status st = COHORT_OK;
+		int async = COHORT__NCCL_SUCCESS, e;
+
+		if (b == NULL) {
+			if (ps->closing)
+				break;
+			pthread_cond_wait(&ps->cv, &ps->mtx);
+			continue;
+		}
+		pthread_mutex_unlock(&ps->mtx);
+		why[0] = '\0';
+		if (atomic_load(&ps->stop) != 0
+		    || nccl_abort_requested(s, s->group_abort)) {
+			st = COHORT_EABORTED;
+			snprintf(why, sizeof(why), "aborted");
+		} else if (s->comm == NULL || s->broken != COHORT_OK) {
+			st = s->broken != COHORT_OK ? s->broken
+			                            : COHORT_EABORTED;
+			snprintf(why, sizeof(why),
+			    "the NCCL communicator failed: %.300s",
+			    s->broken_detail);
+		} else if (s->nc->CommGetAsyncError(s->comm, &async)
+		        != COHORT__NCCL_SUCCESS
+		    || (async != COHORT__NCCL_SUCCESS
+		        && async != COHORT__NCCL_IN_PROGRESS)) {
+			st = nccl_async_status(async);
+			snprintf(why, sizeof(why), "NCCL failed: %s %s",
+			    cohort__nccl_result_name(async),
+			    nccl_last_text(s->nc, s->comm));
+		} else if ((e = s->cu->EventQuery(b->event))
+		    == COHORT__CUDA_SUCCESS) {
+			st = COHORT_OK;
+		} else if (e != COHORT__CUDA_ERR_NOT_READY) {
+			st = COHORT_ECUDA;
+			snprintf(why, sizeof(why), "CUDA failed: %s",
+			    cohort__dl_cuda_errtext(
+			        s->cu, e, text, sizeof(text)));
+		} else if (cohort__expired(b->deadline)) {
+			st = COHORT_ETIMEDOUT;
+			snprintf(why, sizeof(why),
+			    "not complete at its deadline (the peer never "
+			    "posted its side?)");
+		} else {
+			nccl_nap(NCCL_NAP_US);
+			pthread_mutex_lock(&ps->mtx);
+			continue;
+		}
+		pthread_mutex_lock(&ps->mtx);
+		ps->head = b->next;
+		if (ps->head == NULL)
+			ps->tail = NULL;
+		pthread_mutex_unlock(&ps->mtx);
+		nccl_batch_done(ps, b, st, why);
+		pthread_mutex_lock(&ps->mtx);
+	}
+	pthread_mutex_unlock(&ps->mtx);
+	return (NULL);
+}
+
+static cohort_status
+nccl_p2p_open(const struct cohort__group_desc *desc, void *state, void **out,
+    char *err, size_t errlen, cohort__time deadline)
+{
+	struct nccl_p2p_state *ps;
+
+	(void)desc;
+	(void)deadline;
+	if (state == NULL) {
+		snprintf(err, errlen,
+		    "nccl point-to-point needs the group's communicator");
+		return (COHORT_ESTATE);
+	}
+	if ((ps = calloc(1, sizeof(*ps))) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return (COHORT_ENOMEM);
+	}
+	ps->s = state;
+	atomic_init(&ps->stop, 0);
+	if (pthread_mutex_init(&ps->mtx, NULL) != 0) {
+		free(ps);
+		snprintf(err, errlen, "pthread_mutex_init failed");
+		return (COHORT_ESYSTEM);
+	}
+	if (pthread_cond_init(&ps->cv, NULL) != 0) {
+		pthread_mutex_destroy(&ps->mtx);
+		free(ps);
+		snprintf(err, errlen, "pthread_cond_init failed");
+		return (COHORT_ESYSTEM);
+	}
+	if (pthread_create(&ps->thread, NULL, nccl_p2p_waiter, ps) != 0) {
+		pthread_cond_destroy(&ps->cv);
+		pthread_mutex_destroy(&ps->mtx);
+		free(ps);
+		snprintf(err, errlen, "cannot start the nccl waiter thread");
+		return (COHORT_ESYSTEM);
+	}
+	*out = ps;
+	return (COHORT_OK);
+}
+
+static cohort_status
+nccl_p2p_post(void *arg, struct cohort__p2p *const *reqs, size_t n, char *err,
+    size_t errlen)
+{
+	struct nccl_p2p_state *ps = arg;
+	struct nccl_state *s = ps->s;
+	struct nccl_batch *b;
+	struct nccl_p2p g;
+	void *stream = n > 0 ? reqs[0]->stream : NULL;
+	cohort_status rv;
+	int e;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct cohort__p2p *r = reqs[i];
+
+		if (r->peer == COHORT__P2P_ANY) {
+			snprintf(err, errlen,
+			    "NCCL cannot receive from any rank: name the "
+			    "peer");
+			return (COHORT_ENOTSUP);
+		}
+		if (cohort__nccl_dtype(r->dtype) < 0 || r->stream != stream) {
+			snprintf(err, errlen,
+			    "transfer %zu: a dtype NCCL lacks, or another "
+			    "stream than the batch's",
+			    i);
+			return (COHORT_EINVAL);
+		}
+		if (r->bytes > 0
+		    && (rv = nccl_check_buf(s,
+		            r->kind == COHORT__OP_SEND ? "send" : "recv",
+		            r->buf, err, errlen))
+		        != COHORT_OK)
+			return (rv);
+	}
+	if (atomic_load(&ps->stop) != 0) {
+		snprintf(err, errlen, "aborted");
+		return (COHORT_EABORTED);
+	}
+	if ((b = calloc(1, sizeof(*b))) == NULL
+	    || (b->reqs = malloc(n * sizeof(*b->reqs))) == NULL) {
+		free(b);
+		snprintf(err, errlen, "out of memory");
+		return (COHORT_ENOMEM);
+	}
+	memcpy(b->reqs, reqs, n * sizeof(*b->reqs));
+	b->n = n;
+	b->deadline = COHORT__TIME_NEVER;
+	for (size_t i = 0; i < n; i++)
+		if (reqs[i]->deadline < b->deadline)
+			b->deadline = reqs[i]->deadline;
+	pthread_mutex_lock(&s->enq_mtx);
+	if (s->broken != COHORT_OK || s->comm == NULL) {
+		snprintf(err, errlen,
+		    "the NCCL communicator failed earlier: %s",
+		    s->broken_detail);
+		rv = s->broken != COHORT_OK ? s->broken : COHORT_EABORTED;
+		goto out_unlock;
+	}
+	s->opname = "send/recv";
+	if ((e = s->cu->SetDevice(s->device)) != COHORT__CUDA_SUCCESS) {
+		rv = nccl_cuda_failed(s, "cudaSetDevice", e, err, errlen);
+		goto out_unlock;
+	}
+	if ((rv = cohort__dl_cuda_event(s->cu, &b->event, err, errlen))
+	    != COHORT_OK)
+		goto out_unlock;
+	if ((rv = nccl_group_start(s, err, errlen)) != COHORT_OK)
+		goto out_unlock;
+	for (size_t i = 0; i < n; i++) {
+		struct cohort__p2p *r = reqs[i];
+		int dt = cohort__nccl_dtype(r->dtype);
+
+		if (r->kind == COHORT__OP_SEND
+		        ? !nccl_p2p_send(
+		            s, &g, r->buf, r->count, dt, r->peer, stream)
+		        : !nccl_p2p_recv(
+		            s, &g, r->buf, r->count, dt, r->peer, stream)) {
+			rv = nccl_p2p_failed(s, &g, err, errlen);
+			goto out_unlock;
+		}
+	}
+	if ((rv = nccl_chk(s, "ncclGroupEnd", s->nc->GroupEnd(), err, errlen))
+	        != COHORT_OK
+	    || (rv = nccl_wait(s, false, err, errlen, b->deadline))
+	        != COHORT_OK)
+		goto out_unlock;
+	if ((e = s->cu->EventRecord(b->event, stream))
+	    != COHORT__CUDA_SUCCESS) {
+		rv = nccl_cuda_failed(s, "cudaEventRecord", e, err, errlen);
+		goto out_unlock;
+	}
+	pthread_mutex_unlock(&s->enq_mtx);
+	pthread_mutex_lock(&ps->mtx);
+	if (ps->tail != NULL)
+		ps->tail->next = b;
+	else
+		ps->head = b;
+	ps->tail = b;
+	pthread_cond_signal(&ps->cv);
+	pthread_mutex_unlock(&ps->mtx);
+	return (COHORT_OK);
+
+out_unlock:
+	pthread_mutex_unlock(&s->enq_mtx);
+	if (b->event != NULL)
+		(void)s->cu->EventDestroy(b->event);
+	free(b->reqs);
+	free(b);
+	return (rv);
+}
+
+static void
+nccl_p2p_abort(void *arg)
+{
+	struct nccl_p2p_state *ps = arg;
+
+	if (ps != NULL)
+		atomic_store(&ps->stop, 1);
+}
+
+static void
+nccl_p2p_close(void *arg)
+{
+	struct nccl_p2p_state *ps = arg;
+
+	if (ps == NULL)
+		return;
+	pthread_mutex_lock(&ps->mtx);
+	ps->closing = true;
+	/* What is still posted fails (EABORTED) before the waiter ends. */
+	atomic_store(&ps->stop, 1);
+	pthread_cond_signal(&ps->cv);
+	pthread_mutex_unlock(&ps->mtx);
+	pthread_join(ps->thread, NULL);
+	pthread_cond_destroy(&ps->cv);
+	pthread_mutex_destroy(&ps->mtx);
+	free(ps);
+}
+
 const struct cohort__backend_ops cohort__nccl_backend = {
 	.version = COHORT__BACKEND_VERSION,
 	.name = "nccl",
@@ -1082,6 +1473,11 @@ const struct cohort__backend_ops cohort__nccl_backend = {
 	.run = nccl_run,
 	.abort = nccl_abort,
 	.fini = nccl_fini,
+	.p2p_open = nccl_p2p_open,
+	.p2p_post = nccl_p2p_post,
+	.p2p_abort = nccl_p2p_abort,
+	.p2p_close = nccl_p2p_close,
+	.p2p_needs_state = true,
 };
 
 /* NCCL usable here: the CUDA runtime with a device, and libnccl (probed

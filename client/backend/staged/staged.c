@@ -271,7 +271,22 @@ staged_extent(const struct staged_state *s, const struct cohort__op *op,
 		*slen = root ? all : 0;
 		*rlen = blk;
 		break;
+	case COHORT__OP_ALLTOALLV:
+		/* The extents of the blocks (the group layer checked they
+		 * fit). */
+		for (int p = 0; p < s->size; p++) {
+			size_t se = (op->sdispls[p] + op->counts[p]) * es;
+			size_t re = (op->rdispls[p] + op->rcounts[p]) * es;
+
+			if (op->counts[p] > 0 && se > *slen)
+				*slen = se;
+			if (op->rcounts[p] > 0 && re > *rlen)
+				*rlen = re;
+		}
+		break;
 	case COHORT__OP_BARRIER:
+	case COHORT__OP_SEND: /* point-to-point: never run() */
+	case COHORT__OP_RECV:
 		break;
 	}
 }

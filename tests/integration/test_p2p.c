@@ -1,0 +1,169 @@
+/*
+ * test_p2p.c - point-to-point and alltoallv end to end: a real cohortd and
+ * N real processes (build/bin/cohort-p2p-worker) using cohort_send,
+ * cohort_recv, their i-forms, batches, receives from any rank and
+ * cohort_alltoallv, over tcp (the host backend's connections of their
+ * own) and through cohortd (the service backend's mailboxes); a peer
+ * SIGKILLed while the others wait in a receive from it; a size mismatch;
+ * a receive past its deadline.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check_cohort.h"
+
+static unsigned long
+p2p_seed(void)
+{
+	const char *s = getenv("COHORT_TEST_SEED");
+
+	if (s != NULL && s[0] != '\0')
+		return (strtoul(s, NULL, 10));
+	return ((unsigned long)time(NULL) % 100000);
+}
+
+/* Runs scenario on n ranks; every rank must exit 0 with "failed=0". */
+static void
+p2p_expect(const char *job, int n, const char *scenario,
+    const char *const *env, int timeout_ms)
+{
+	struct th_workers w;
+	char arg[32];
+	unsigned long seed = p2p_seed();
+
+	snprintf(arg, sizeof(arg), "%lu", seed);
+	th_workers_start_bin(&w, &th_fx_coord, "cohort-p2p-worker", job, "tok",
+	    n, scenario, arg, env);
+	th_workers_wait(&w, timeout_ms);
+	for (int r = 0; r < n; r++) {
+		char *o = th_worker_output(&w, r);
+
+		ck_assert_msg(w.status[r] == 0 && strstr(o, "failed=0") != NULL
+		        && strstr(o, "FAIL") == NULL,
+		    "%s on %d ranks (seed %lu): rank %d exited %d:\n%.4000s",
+		    scenario, n, seed, r, w.status[r], o);
+		free(o);
+	}
+}
+
+static const char *const env_tcp[] = { "COHORT_TEST_BACKEND=tcp", NULL };
+/* Small values at cohortd: the 3 MiB messages travel in chunks. */
+static const char *const env_svc[]
+    = { "COHORT_TEST_BACKEND=service", "COHORT_SERVICE_CHUNK=262144", NULL };
+
+START_TEST(test_p2p_tcp_2_ranks)
+{
+	p2p_expect("p2p2", 2, "basic", env_tcp, 120000);
+}
+END_TEST
+
+START_TEST(test_p2p_tcp_3_ranks)
+{
+	p2p_expect("p2p3", 3, "basic", env_tcp, 120000);
+}
+END_TEST
+
+START_TEST(test_p2p_tcp_5_ranks)
+{
+	p2p_expect("p2p5", 5, "basic", env_tcp, 150000);
+}
+END_TEST
+
+START_TEST(test_p2p_service_3_ranks)
+{
+	p2p_expect("p2psvc", 3, "basic", env_svc, 150000);
+}
+END_TEST
+
+START_TEST(test_p2p_mismatch_fails_both_sides)
+{
+	p2p_expect("p2pmm", 2, "mismatch", env_tcp, 60000);
+}
+END_TEST
+
+START_TEST(test_p2p_service_mismatch_fails_the_receive)
+{
+	/* Through cohortd the send completes when cohortd holds it: only
+	 * the receive fails (the worker checks each side). */
+	p2p_expect("p2psmm", 2, "mismatch", env_svc, 60000);
+}
+END_TEST
+
+START_TEST(test_p2p_timeout_names_the_wait_and_sticks)
+{
+	p2p_expect("p2pto", 2, "timeout", env_tcp, 60000);
+}
+END_TEST
+
+/* Rank 0 is SIGKILLed while ranks 1 and 2 wait in a receive from it: both
+ * return COHORT_EPEERLOST naming rank 0 within seconds (its connection
+ * closes at once), and every later call on the group returns it. */
+static void
+p2p_killed(const char *job, const char *const *env, int64_t bound_ms)
+{
+	struct th_workers w;
+	int64_t t0;
+
+	th_workers_start_bin(&w, &th_fx_coord, "cohort-p2p-worker", job, "tok",
+	    3, "killed", NULL, env);
+	t0 = th_signal_when_ready(&w, w.pid[0], SIGKILL, 100);
+	th_workers_wait(&w, 30000);
+	ck_assert_int_eq(w.status[0], 128 + SIGKILL);
+	for (int r = 1; r < 3; r++) {
+		char *o = th_worker_output(&w, r);
+
+		ck_assert_msg(w.status[r] == 3, "rank %d exit %d: %s", r,
+		    w.status[r], o);
+		ck_assert_msg(
+		    strstr(o, "RESULT recv status=COHORT_EPEERLOST") != NULL,
+		    "rank %d: %s", r, o);
+		ck_assert_msg(strstr(o, "rank 0") != NULL,
+		    "rank %d: the error does not name rank 0: %s", r, o);
+		ck_assert_msg(
+		    strstr(o, "RESULT sticky status=COHORT_EPEERLOST") != NULL,
+		    "rank %d: the error is not sticky: %s", r, o);
+		{
+			const char *l = strstr(o, "RESULT recv");
+			const char *e = l != NULL ? strchr(l, '\n') : NULL;
+
+			printf("MEASURE %s: rank %d: %.*s\n", job, r,
+			    e != NULL ? (int)(e - l) : 300, l);
+		}
+		free(o);
+	}
+	ck_assert_int_lt(th_now_ms() - t0, bound_ms);
+}
+
+START_TEST(test_p2p_peer_killed_during_recv)
+{
+	p2p_killed("p2pkill", env_tcp, 15000);
+}
+END_TEST
+
+START_TEST(test_p2p_service_peer_killed_during_recv)
+{
+	p2p_killed("p2pskill", env_svc, 20000);
+}
+END_TEST
+
+Suite *suite_integration_p2p(void); /* for tools/gen_suites.sh */
+
+Suite *
+suite_integration_p2p(void)
+{
+	Suite *s = suite_create("integration_p2p");
+
+	th_suite_case(s, "tcp", 240, th_fx_setup, th_fx_teardown,
+	    test_p2p_tcp_2_ranks, test_p2p_tcp_3_ranks, test_p2p_tcp_5_ranks,
+	    test_p2p_mismatch_fails_both_sides,
+	    test_p2p_timeout_names_the_wait_and_sticks,
+	    test_p2p_peer_killed_during_recv, NULL);
+	th_suite_case(s, "service", 240, th_fx_setup, th_fx_teardown,
+	    test_p2p_service_3_ranks,
+	    test_p2p_service_mismatch_fails_the_receive,
+	    test_p2p_service_peer_killed_during_recv, NULL);
+	return (s);
+}
