@@ -278,6 +278,27 @@ coll_dp_fini(struct cohort_group *g)
 	free(dp);
 }
 
+void
+cohort__coll_teardown(struct cohort_group *g)
+{
+	struct coll_dp *dp, *fresh = NULL;
+	char want[sizeof(dp->want)];
+
+	if ((dp = g->dp) == NULL)
+		return;
+	cohort__strlcpy(want, dp->want, sizeof(want));
+	coll_dp_fini(g);
+	pthread_mutex_lock(&g->mtx);
+	g->backend = NULL;
+	pthread_mutex_unlock(&g->mtx);
+	/* A new one with the backend the group was made with; without
+	 * memory for it, the next operation makes one with the client's. */
+	if (coll_dp_alloc(g, want, &fresh) == COHORT_OK) {
+		g->dp = fresh;
+		g->dp_fini = coll_dp_fini;
+	}
+}
+
 /* ------------------------------------------------------------------------ */
 /* The rendezvous store: the job's KV, under a per-group prefix             */
 /* ------------------------------------------------------------------------ */
@@ -480,8 +501,18 @@ coll_failed(struct coll_dp *dp, struct cohort_work *w, cohort_status st,
 		}
 	}
 	if (st == COHORT_EPEERLOST) {
-		cohort__time until
-		    = cohort__now_ms() + cohort__scaled(COLL_ATTRIB_MS);
+		struct cohort_client *c = g->client;
+		cohort_duration wait = cohort__scaled(COLL_ATTRIB_MS);
+		cohort__time until;
+
+		/* Elastic: cohortd's verdict (EMEMBERSHIP, or EPEERLOST
+		 * below the minimum) must be what every survivor returns; a
+		 * member cut off without a closed connection is named only
+		 * after dead-after, so wait as long as that when needed. */
+		if (c->min_world > 0
+		    && wait < c->dead_after_ms + 2 * c->heartbeat_ms)
+			wait = c->dead_after_ms + 2 * c->heartbeat_ms;
+		until = cohort__now_ms() + wait;
 		struct timespec ts = { 0, 2 * 1000 * 1000 };
 
 		while (cohort_group_error(g) == COHORT_OK
