@@ -1614,9 +1614,11 @@ run_elastic(struct trainer *t)
 	check(t, cohort_ddp_new(t->c, t->g, p, MLP_NPARAMS, &dopt, &t->ddp),
 	    "cohort_ddp_new");
 	mlp_set_grad_ready(&t->m, ddp_grad_ready, t->ddp);
-	printf(PROG ": rank %d of %d, elastic %d:%d, generation %llu at_ms=%lld\n",
+	printf(PROG ": rank %d of %d, elastic %d:%d, generation %llu, pid %d "
+	            "at_ms=%lld\n",
 	    t->rank, t->world, min_world, max_world,
-	    (unsigned long long)cohort_client_generation(t->c), wall_ms());
+	    (unsigned long long)cohort_client_generation(t->c), (int)getpid(),
+	    wall_ms());
 	print_setup(t);
 	t->tty = false;
 	t_start = e.start = now_s();
@@ -1661,9 +1663,10 @@ run_elastic(struct trainer *t)
 			fprintf(stderr, PROG ": rank %d: parameters differ\n",
 			    t->rank);
 	}
-	printf(PROG ": rank %d done at generation %llu, checksum %016" PRIx64
-	       "\n",
-	    t->rank, (unsigned long long)cohort_client_generation(t->c),
+	printf(PROG ": rank %d of %d done at generation %llu, pid %d, "
+	            "checksum %016" PRIx64 "\n",
+	    t->rank, t->world,
+	    (unsigned long long)cohort_client_generation(t->c), (int)getpid(),
 	    mlp_checksum(&t->m));
 	fflush(stdout);
 	free(all);
