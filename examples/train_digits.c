@@ -1353,10 +1353,11 @@ elastic_unpack(struct trainer *t, struct elastic *e)
 }
 
 /* The client moved to another generation (a member lost, or admitted at a
- * boundary): DDP re-bound, the rank and world size re-read, one line
- * printed. */
+ * boundary, which reformed the client already and says how in `done`):
+ * DDP re-bound, the rank and world size re-read, one line printed. */
 static void
-elastic_moved(struct trainer *t, struct elastic *e)
+elastic_moved(
+    struct trainer *t, struct elastic *e, const cohort_reform_info *done)
 {
 	cohort_reform_info ri;
 	cohort_status st;
@@ -1364,6 +1365,8 @@ elastic_moved(struct trainer *t, struct elastic *e)
 	mlp_zero_grad(&t->m); /* the discarded step's, partly reduced */
 	st = cohort_ddp_reform(t->ddp, &ri, COHORT_WAIT_DEFAULT);
 	check(t, st, "cohort_ddp_reform");
+	if (done != NULL && ri.generation == done->generation)
+		ri = *done;
 	t->rank = cohort_client_rank(t->c);
 	t->world = cohort_client_world_size(t->c);
 	if (ri.generation == ri.prev_generation)
@@ -1390,7 +1393,7 @@ elastic_changed(struct trainer *t, struct elastic *e, cohort_status st,
 		if (t->rank == 0 && !t->o.quiet && t->o.log_steps)
 			printf(PROG ": %s: %s\n", what,
 			    cohort_group_last_error(t->g));
-		elastic_moved(t, e);
+		elastic_moved(t, e, NULL);
 		return (true);
 	}
 	check(t, st, what);
@@ -1409,7 +1412,7 @@ elastic_sync(struct trainer *t, struct elastic *e)
 	if (elastic_changed(t, e, st, "cohort_step_boundary(sync)"))
 		return (false);
 	if (b.changed)
-		elastic_moved(t, e);
+		elastic_moved(t, e, &b.reform);
 	if (b.role == COHORT_STATE_NONE)
 		return (true);
 	if (b.role == COHORT_STATE_SEND)
@@ -1479,7 +1482,7 @@ elastic_step(struct trainer *t, struct elastic *e, bool *sync)
 		fflush(stdout);
 	}
 	if (b.changed)
-		elastic_moved(t, e);
+		elastic_moved(t, e, &b.reform);
 	if (b.changed || b.role != COHORT_STATE_NONE)
 		*sync = true;
 	if (t->o.pace_ms > 0) {
@@ -1553,7 +1556,7 @@ elastic_finish(struct trainer *t, struct elastic *e, uint64_t **all, bool *sync)
 		return (false);
 	if (b.changed || b.role != COHORT_STATE_NONE) {
 		if (b.changed)
-			elastic_moved(t, e);
+			elastic_moved(t, e, &b.reform);
 		*sync = true;
 		return (false);
 	}
