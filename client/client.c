@@ -75,8 +75,9 @@ client_fail_locked(struct cohort_client *c, const cohort_failure *f)
 		c->failure = *f;
 		cohort__failure_text(f, false, text, sizeof(text));
 		if (f->status == COHORT_EMEMBERSHIP)
-			cohort__info("job '%s' changed its membership (%s): %s",
-			    c->job, cohort_failure_kind_name(f->kind), text);
+			cohort__info(
+			    "job '%s' changed its membership (%s): %s", c->job,
+			    cohort_failure_kind_name(f->kind), text);
 		else
 			cohort__warn("job '%s' failed (%s, %s): %s", c->job,
 			    cohort_status_name(f->status),

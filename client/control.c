@@ -379,8 +379,8 @@ cohort__control_boundary(struct cohort_group *world, bool has_state,
 		goto out;
 	}
 	out->changed = cr->changed;
-	out->generation = cr->generation != 0 ? cr->generation
-	                                      : o.call.rep->generation;
+	out->generation
+	    = cr->generation != 0 ? cr->generation : o.call.rep->generation;
 	out->seq = o.coll.op_seq;
 	out->sender = cr->state_sender;
 	if (cr->state_sender >= 0 && cr->n_state_receivers > 0) {

@@ -73,7 +73,8 @@ elastic_xfer_clear(struct cohort_client *c)
 /* The client's failure becomes st (EPEERLOST: this process is no longer a
  * member, or the job fell below its minimum), with the reply's record. */
 static void
-elastic_fail(struct cohort_client *c, cohort_status st, const Cohort__Reply *rep)
+elastic_fail(
+    struct cohort_client *c, cohort_status st, const Cohort__Reply *rep)
 {
 	cohort_failure f;
 
@@ -98,8 +99,7 @@ elastic_members(const struct cohort_group *g, const int32_t *old2new,
 		return (NULL);
 	for (int32_t i = 0; i < g->size; i++) {
 		int32_t old = g->global_ranks[i];
-		int32_t nr
-		    = old >= 0 && old < prev_world ? old2new[old] : -1;
+		int32_t nr = old >= 0 && old < prev_world ? old2new[old] : -1;
 
 		if (nr < 0)
 			continue;
@@ -120,14 +120,15 @@ elastic_apply(struct cohort_client *c, const Cohort__JoinReply *jr,
 	int32_t *old2new = NULL, prev_rank, lost = 0, joined = 0;
 	struct cohort_group **gs = NULL, *g;
 	int32_t **members = NULL, *nmembers = NULL, *mes = NULL;
+	int *excl = NULL, nexcl;
 	char **hosts = NULL;
 	size_t ng = 0, k;
 	uint64_t seen;
 	cohort_status st = COHORT_OK;
 	uint64_t t0 = cohort__now_ns();
 
-	if ((old2new = malloc((size_t)(prev_world > 0 ? prev_world : 1)
-	         * sizeof(int32_t)))
+	if ((old2new = malloc(
+	         (size_t)(prev_world > 0 ? prev_world : 1) * sizeof(int32_t)))
 	        == NULL
 	    || (hosts = calloc((size_t)n, sizeof(char *))) == NULL) {
 		st = cohort__err(COHORT_ENOMEM, "out of memory");
@@ -142,9 +143,8 @@ elastic_apply(struct cohort_client *c, const Cohort__JoinReply *jr,
 			old2new[p] = r;
 		else
 			joined++;
-		if ((hosts[r] = strdup((size_t)r < jr->n_hosts
-		             ? jr->hosts[r]
-		             : ""))
+		if ((hosts[r]
+		        = strdup((size_t)r < jr->n_hosts ? jr->hosts[r] : ""))
 		    == NULL) {
 			st = cohort__err(COHORT_ENOMEM, "out of memory");
 			goto out;
@@ -168,8 +168,7 @@ elastic_apply(struct cohort_client *c, const Cohort__JoinReply *jr,
 	members = calloc(ng > 0 ? ng : 1, sizeof(*members));
 	nmembers = calloc(ng > 0 ? ng : 1, sizeof(*nmembers));
 	mes = calloc(ng > 0 ? ng : 1, sizeof(*mes));
-	if (gs == NULL || members == NULL || nmembers == NULL
-	    || mes == NULL) {
+	if (gs == NULL || members == NULL || nmembers == NULL || mes == NULL) {
 		pthread_mutex_unlock(&c->mtx);
 		st = cohort__err(COHORT_ENOMEM, "out of memory");
 		goto out;
@@ -178,8 +177,8 @@ elastic_apply(struct cohort_client *c, const Cohort__JoinReply *jr,
 		gs[k] = g;
 		if (g == c->world)
 			continue;
-		members[k] = elastic_members(g, old2new, prev_world, jr->rank,
-		    &nmembers[k], &mes[k]);
+		members[k] = elastic_members(
+		    g, old2new, prev_world, jr->rank, &nmembers[k], &mes[k]);
 		if (members[k] == NULL || mes[k] < 0) {
 			pthread_mutex_unlock(&c->mtx);
 			st = members[k] == NULL
@@ -202,8 +201,25 @@ elastic_apply(struct cohort_client *c, const Cohort__JoinReply *jr,
 			    "job '%s' moved from generation %" PRIu64
 			    " to %" PRIu64,
 			    c->job, prev_gen, jr->generation);
-	for (k = 0; k < ng; k++)
-		cohort__coll_teardown(gs[k]);
+	/* The group ranks each group lost, for a backend that shrinks
+	 * (only when nobody joined: a communicator does not grow). */
+	if ((excl = malloc(
+	         (size_t)(prev_world > 0 ? prev_world : 1) * sizeof(int)))
+	    == NULL) {
+		st = cohort__err(COHORT_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (k = 0; k < ng; k++) {
+		g = gs[k];
+		nexcl = 0;
+		for (int32_t i = 0; joined == 0 && i < g->size; i++) {
+			int32_t old = g->global_ranks[i];
+
+			if (old < 0 || old >= prev_world || old2new[old] < 0)
+				excl[nexcl++] = i;
+		}
+		cohort__coll_teardown(g, excl, nexcl);
+	}
 
 	pthread_mutex_lock(&c->mtx);
 	for (int32_t i = 0; c->hosts != NULL && i < prev_world; i++)
@@ -221,9 +237,10 @@ elastic_apply(struct cohort_client *c, const Cohort__JoinReply *jr,
 	elastic_xfer_clear(c);
 	for (k = 0; k < ng; k++) {
 		cohort_status gst = gs[k] == c->world
-		    ? cohort__group_reset(gs[k], c->rank, n, NULL, c->generation)
-		    : cohort__group_reset(gs[k], mes[k], nmembers[k],
-		        members[k], c->generation);
+		    ? cohort__group_reset(
+		        gs[k], c->rank, n, NULL, c->generation)
+		    : cohort__group_reset(
+		        gs[k], mes[k], nmembers[k], members[k], c->generation);
 
 		if (gst != COHORT_OK && st == COHORT_OK)
 			st = gst;
@@ -261,8 +278,8 @@ elastic_apply(struct cohort_client *c, const Cohort__JoinReply *jr,
 		snprintf(text, sizeof(text),
 		    "generation %" PRIu64 " -> %" PRIu64
 		    ": rank %d of %d (was %d of %d), lost %d, joined %d",
-		    prev_gen, c->generation, c->rank, n, prev_rank,
-		    prev_world, lost, joined);
+		    prev_gen, c->generation, c->rank, n, prev_rank, prev_world,
+		    lost, joined);
 		cohort__info("reformed job '%s' in %.1f ms: %s", c->job,
 		    (double)ns / 1e6, text);
 		cohort__obs_event(&c->obs, COHORT__TRACK_EVENTS, "reform",
@@ -280,14 +297,15 @@ out:
 	free(nmembers);
 	free(mes);
 	free(gs);
+	free(excl);
 	free(old2new);
 	return (st);
 }
 
 /* A reform to the job's current generation, before deadline. */
 static cohort_status
-elastic_reform(struct cohort_client *c, cohort_reform_info *info,
-    cohort__time deadline)
+elastic_reform(
+    struct cohort_client *c, cohort_reform_info *info, cohort__time deadline)
 {
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__Reform body = COHORT__REFORM__INIT;
@@ -388,8 +406,8 @@ elastic_publish_roles(struct cohort_client *c, cohort__time deadline)
 	size_t off = 0;
 
 	snprintf(key, sizeof(key), ELASTIC_KEY, c->xfer.generation);
-	cohort__appendf(val, sizeof(val), &off, "%" PRIu64 " %d",
-	    c->xfer.seq, c->xfer.sender);
+	cohort__appendf(val, sizeof(val), &off, "%" PRIu64 " %d", c->xfer.seq,
+	    c->xfer.sender);
 	for (int32_t i = 0; i < c->xfer.nreceivers; i++)
 		cohort__appendf(
 		    val, sizeof(val), &off, " %d", c->xfer.receivers[i]);
@@ -398,8 +416,7 @@ elastic_publish_roles(struct cohort_client *c, cohort__time deadline)
 		    "state transfer to %d receivers: their list does not fit "
 		    "one record",
 		    c->xfer.nreceivers));
-	return (cohort__kv_set(
-	    c, key, val, off, cohort__remaining(deadline)));
+	return (cohort__kv_set(c, key, val, off, cohort__remaining(deadline)));
 }
 
 /* Parses "seq sender r1 r2 ..." into c->xfer. */
@@ -469,13 +486,13 @@ elastic_learn_roles(struct cohort_client *c, cohort__time deadline)
 		if (st == COHORT_OK)
 			break;
 		if (st != COHORT_ETIMEDOUT || cohort__expired(deadline))
-			return (st == COHORT_ETIMEDOUT
-			        ? cohort__err(st,
-			            "admitted into job '%s' at generation "
-			            "%" PRIu64 ": no member said who sends the "
-			            "state",
-			            c->job, c->xfer.generation)
-			        : st);
+			return (
+			    st == COHORT_ETIMEDOUT ? cohort__err(st,
+			        "admitted into job '%s' at generation "
+			        "%" PRIu64 ": no member said who sends the "
+			        "state",
+			        c->job, c->xfer.generation)
+			                           : st);
 	}
 	st = elastic_parse_roles(c, val, len);
 	cohort_free(val);
@@ -544,8 +561,7 @@ cohort_step_boundary(
 		br.receivers = NULL;
 		elastic_roles(c, out);
 		if (out->role == COHORT_STATE_SEND
-		    && (st = elastic_publish_roles(c, deadline))
-		        != COHORT_OK)
+		    && (st = elastic_publish_roles(c, deadline)) != COHORT_OK)
 			return (st);
 	}
 	free(br.receivers);
@@ -564,7 +580,8 @@ elastic_bcast(cohort_group *g, void *p, size_t len, cohort__time deadline)
 
 	for (size_t off = 0; off < len && st == COHORT_OK;
 	     off += ELASTIC_CHUNK) {
-		size_t n = len - off < ELASTIC_CHUNK ? len - off : ELASTIC_CHUNK;
+		size_t n
+		    = len - off < ELASTIC_CHUNK ? len - off : ELASTIC_CHUNK;
 
 		st = cohort_broadcast(g, (uint8_t *)p + off, n, COHORT_U8, 0,
 		    NULL, cohort__remaining(deadline));
@@ -598,17 +615,19 @@ cohort_state_transfer(cohort_client *c, const void *send, size_t len,
 		return (st);
 	elastic_roles(c, &roles);
 	if (roles.role == COHORT_STATE_SEND && send == NULL && len > 0)
-		return (cohort__err(COHORT_EINVAL, "the sender's state is NULL"));
+		return (
+		    cohort__err(COHORT_EINVAL, "the sender's state is NULL"));
 	if (roles.role == COHORT_STATE_RECV
 	    && (recv == NULL || recv_len == NULL))
-		return (cohort__err(COHORT_EINVAL,
-		    "a receiver needs recv and recv_len"));
+		return (cohort__err(
+		    COHORT_EINVAL, "a receiver needs recv and recv_len"));
 	if (roles.role == COHORT_STATE_NONE) {
 		elastic_xfer_clear(c);
 		return (COHORT_OK);
 	}
 	/* The sender first, then the receivers in cohortd's order. */
-	if ((ranks = malloc(((size_t)c->xfer.nreceivers + 1) * sizeof(int32_t)))
+	if ((ranks
+	        = malloc(((size_t)c->xfer.nreceivers + 1) * sizeof(int32_t)))
 	    == NULL) {
 		st = cohort__err(COHORT_ENOMEM, "out of memory");
 		goto out;
@@ -618,9 +637,8 @@ cohort_state_transfer(cohort_client *c, const void *send, size_t len,
 	    (size_t)c->xfer.nreceivers * sizeof(int32_t));
 	snprintf(name, sizeof(name), "cohort.state.%" PRIu64 ".%" PRIu64,
 	    c->xfer.generation, c->xfer.seq);
-	st = cohort_group_new(c, name, ranks,
-	    (size_t)c->xfer.nreceivers + 1, NULL, &sg,
-	    cohort__remaining(deadline));
+	st = cohort_group_new(c, name, ranks, (size_t)c->xfer.nreceivers + 1,
+	    NULL, &sg, cohort__remaining(deadline));
 	if (st != COHORT_OK)
 		goto out;
 	if (roles.role == COHORT_STATE_SEND)

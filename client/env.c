@@ -964,8 +964,9 @@ cohort__options_env_elastic(cohort_options *opts)
 		return (st);
 	if (!min_set || min == 0) {
 		if (max_set && max > 0)
-			cohort__warn("COHORT_MAX_WORLD=%lld without "
-			             "COHORT_MIN_WORLD: the job is not elastic",
+			cohort__warn(
+			    "COHORT_MAX_WORLD=%lld without "
+			    "COHORT_MIN_WORLD: the job is not elastic",
 			    (long long)max);
 		return (COHORT_OK);
 	}

@@ -161,8 +161,7 @@ cohort__group_fail(struct cohort_group *g, const cohort_failure *f)
 		    text);
 		cohort__obs_event(g->obs, COHORT__TRACK_EVENTS, "failure",
 		    cohort_status_name(cur), cohort__now_ns(), 0, text);
-	} else if (f->status == COHORT_EMEMBERSHIP
-	    && cur != COHORT_EMEMBERSHIP
+	} else if (f->status == COHORT_EMEMBERSHIP && cur != COHORT_EMEMBERSHIP
 	    && (g->failure.kind == COHORT_FAILURE_DATA_PLANE
 	        || g->failure.kind == COHORT_FAILURE_TIMEOUT
 	        || g->failure.kind == COHORT_FAILURE_ABORTED)) {
@@ -175,8 +174,8 @@ cohort__group_fail(struct cohort_group *g, const cohort_failure *f)
 		g->failure.size = sizeof(g->failure);
 		g->failure.group_rank = group_rank_of(g, f->rank);
 		g->failure.age_ms = 0;
-		cohort__strlcpy(g->failure.observed, text,
-		    sizeof(g->failure.observed));
+		cohort__strlcpy(
+		    g->failure.observed, text, sizeof(g->failure.observed));
 		g->failed_at = cohort__now_ms() - (cohort__time)f->age_ms;
 		atomic_store(&g->error, (int)f->status);
 		cur = f->status;

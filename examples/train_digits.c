@@ -1339,8 +1339,9 @@ elastic_unpack(struct trainer *t, struct elastic *e)
 	memcpy(&h, p, sizeof(h));
 	if (h.magic != ELASTIC_MAGIC || h.n_params != t->m.n_params
 	    || h.epochs != t->o.epochs || h.epoch < 0 || h.epoch > h.epochs)
-		die(t, "the state received is not this trainer's (another "
-		       "model, or other --epochs)");
+		die(t,
+		    "the state received is not this trainer's (another "
+		    "model, or other --epochs)");
 	e->h = h;
 	p += sizeof(h);
 	if (t->m.velocity == NULL
@@ -1386,8 +1387,8 @@ elastic_moved(
 /* A membership change at a call: true (after moving along) when st says
  * so, false for COHORT_OK; any other status ends the process. */
 static bool
-elastic_changed(struct trainer *t, struct elastic *e, cohort_status st,
-    const char *what)
+elastic_changed(
+    struct trainer *t, struct elastic *e, cohort_status st, const char *what)
 {
 	if (st == COHORT_EMEMBERSHIP) {
 		if (t->rank == 0 && !t->o.quiet && t->o.log_steps)
@@ -1538,7 +1539,8 @@ elastic_epoch_end(struct trainer *t, struct elastic *e)
  * lost in the all-gather is noticed by all; one admitted here gets the
  * state and joins the last all-gather). */
 static bool
-elastic_finish(struct trainer *t, struct elastic *e, uint64_t **all, bool *sync)
+elastic_finish(
+    struct trainer *t, struct elastic *e, uint64_t **all, bool *sync)
 {
 	uint64_t mine = mlp_checksum(&t->m);
 	cohort_boundary b;

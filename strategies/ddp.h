@@ -244,8 +244,8 @@ COHORT_API cohort_status cohort_ddp_reform(
  * COHORT_OK at once. Returns what cohort_state_transfer returns;
  * COHORT_EPROTO when the sender's state has another size than this
  * rank's model and extra (a different model). Blocks at most timeout. */
-COHORT_API cohort_status cohort_ddp_state_transfer(cohort_ddp *d,
-    void *extra, size_t extra_len, cohort_duration timeout);
+COHORT_API cohort_status cohort_ddp_state_transfer(
+    cohort_ddp *d, void *extra, size_t extra_len, cohort_duration timeout);
 
 /* Detail of the last error of d ("" if none). */
 COHORT_API const char *cohort_ddp_last_error(const cohort_ddp *d);

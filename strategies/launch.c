@@ -310,8 +310,7 @@ cohort__launch_reap(struct cohort__launch *l, int64_t now)
 		if (l->first_failed < 0 && cohort__proc_failed(p)) {
 			l->first_failed = i;
 			if (!l->independent)
-				cohort__launch_stop_after(
-				    l, now, l->grace_ms);
+				cohort__launch_stop_after(l, now, l->grace_ms);
 		}
 		return (i);
 	}

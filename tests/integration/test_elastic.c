@@ -72,8 +72,8 @@ el_node(struct el_job *j, int r, const char *job, const char *range,
 	for (int i = 0; extra != NULL && extra[i] != NULL && e < 15; i++)
 		env[e++] = (char *)extra[i];
 	env[e] = NULL;
-	snprintf(j->out[r], sizeof(j->out[r]), "%s/%s-node%d.out",
-	    th_tmpdir(), job, r);
+	snprintf(j->out[r], sizeof(j->out[r]), "%s/%s-node%d.out", th_tmpdir(),
+	    job, r);
 	j->pid[r] = th_spawn(argv, env, j->out[r]);
 }
 
@@ -138,8 +138,8 @@ static const char *const el_train[] = { "--epochs", "6", "--batch", "96",
 START_TEST(test_elastic_fault_free_matches_a_plain_run)
 {
 	struct el_job j;
-	static const char *const plain_args[] = { "--epochs", "4", "--batch",
-		"96", "--quiet", NULL };
+	static const char *const plain_args[]
+	    = { "--epochs", "4", "--batch", "96", "--quiet", NULL };
 	char *argv[16], out[300], *o;
 	unsigned long long plain, el;
 	int n = 0, st, rc[EL_NODES_MAX];
@@ -180,8 +180,8 @@ START_TEST(test_elastic_fault_free_matches_a_plain_run)
 			el = el_checksum(o);
 			ck_assert_msg(el == plain,
 			    "elastic %016llx, plain %016llx", el, plain);
-			ck_assert_msg(strstr(o, "all equal: yes") != NULL,
-			    "%s", o);
+			ck_assert_msg(
+			    strstr(o, "all equal: yes") != NULL, "%s", o);
 		}
 		free(o);
 	}
@@ -208,14 +208,14 @@ START_TEST(test_elastic_killed_worker_restarts_and_rejoins)
 	for (int r = 0; r < 3; r++)
 		o[r] = el_out(&j, r);
 	for (int r = 0; r < 3; r++)
-		ck_assert_msg(rc[r] == 0, "node %d exited %d:\n%s", r, rc[r],
-		    o[r]);
+		ck_assert_msg(
+		    rc[r] == 0, "node %d exited %d:\n%s", r, rc[r], o[r]);
 	/* node 2: killed, restarted, admitted, given the state */
 	ck_assert_msg(strstr(o[2], "killed by signal 9") != NULL
 	        && strstr(o[2], "restarting it (1 of 1)") != NULL,
 	    "%s", o[2]);
-	ck_assert_msg(strstr(o[2], "received the state from rank") != NULL,
-	    "%s", o[2]);
+	ck_assert_msg(
+	    strstr(o[2], "received the state from rank") != NULL, "%s", o[2]);
 	/* the survivors went on in the same processes, and took it back */
 	for (int r = 0; r < 2; r++) {
 		int first = el_pid_after(o[r], "elastic 2:3", false);
@@ -229,8 +229,8 @@ START_TEST(test_elastic_killed_worker_restarts_and_rejoins)
 	}
 	ck_assert_msg(strstr(o[0], "rank 0 of 3 done") != NULL, "%s", o[0]);
 	ck_assert_msg(strstr(o[0], "all equal: yes") != NULL, "%s", o[0]);
-	ck_assert_msg(strstr(o[0], "sent the state to 1 rank") != NULL, "%s",
-	    o[0]);
+	ck_assert_msg(
+	    strstr(o[0], "sent the state to 1 rank") != NULL, "%s", o[0]);
 	for (int r = 0; r < 3; r++)
 		free(o[r]);
 	th_coord_stop(&j.coord);
@@ -258,14 +258,14 @@ START_TEST(test_elastic_below_the_minimum_stops_every_node)
 	el_wait(&j, 120000, rc);
 	o = el_out(&j, 0);
 	ck_assert_msg(rc[0] == 250, "node 0 exited %d:\n%s", rc[0], o);
-	ck_assert_msg(strstr(o, "fell below its minimum of 2 ranks") != NULL,
-	    "%s", o);
+	ck_assert_msg(
+	    strstr(o, "fell below its minimum of 2 ranks") != NULL, "%s", o);
 	ck_assert_msg(strstr(o, "minimum") != NULL, "%s", o);
 	free(o);
 	for (int r = 1; r < 3; r++) {
 		o = el_out(&j, r);
-		ck_assert_msg(rc[r] == 137, "node %d exited %d:\n%s", r, rc[r],
-		    o);
+		ck_assert_msg(
+		    rc[r] == 137, "node %d exited %d:\n%s", r, rc[r], o);
 		free(o);
 	}
 	printf("elastic below the minimum: every node stopped after %.1f s\n",

@@ -168,12 +168,12 @@ START_TEST(test_not_elastic_refuses_a_reform)
 	ck_assert_cohort_err(
 	    cohort_state_transfer(x.c[1], NULL, 0, &got, &len, 1000),
 	    COHORT_ESTATE);
-	ck_assert_cohort_err(cohort_client_reform(NULL, NULL, 1000),
-	    COHORT_EINVAL);
-	ck_assert_cohort_err(cohort_step_boundary(x.c[0], NULL, 1000),
-	    COHORT_EINVAL);
-	ck_assert_cohort_err(cohort_step_boundary(NULL, &b, 1000),
-	    COHORT_EINVAL);
+	ck_assert_cohort_err(
+	    cohort_client_reform(NULL, NULL, 1000), COHORT_EINVAL);
+	ck_assert_cohort_err(
+	    cohort_step_boundary(x.c[0], NULL, 1000), COHORT_EINVAL);
+	ck_assert_cohort_err(
+	    cohort_step_boundary(NULL, &b, 1000), COHORT_EINVAL);
 	clx_stop(&x);
 }
 END_TEST
@@ -218,11 +218,11 @@ et_make_groups(struct clx *x, int rank, void *arg)
 	cohort_status st = COHORT_OK;
 
 	if (rank == 1 || rank == 3)
-		st = cohort_group_new(x->c[rank], "odd", odd, 2, NULL,
-		    &g->odd[rank], 10000);
+		st = cohort_group_new(
+		    x->c[rank], "odd", odd, 2, NULL, &g->odd[rank], 10000);
 	if (st == COHORT_OK && rank >= 1)
-		st = cohort_group_new(x->c[rank], "tail", tail, 3, NULL,
-		    &g->tail[rank], 10000);
+		st = cohort_group_new(
+		    x->c[rank], "tail", tail, 3, NULL, &g->tail[rank], 10000);
 	return (st);
 }
 
@@ -276,18 +276,18 @@ START_TEST(test_lost_member_moves_the_survivors_in_process)
 			continue;
 		ck_assert_cohort_err(
 		    cohort_client_error(x.c[r]), COHORT_EMEMBERSHIP);
-		ck_assert_cohort_ok(cohort_group_failure(
-		    cohort_client_world(x.c[r]), &f));
+		ck_assert_cohort_ok(
+		    cohort_group_failure(cohort_client_world(x.c[r]), &f));
 		ck_assert_int_eq(f.status, COHORT_EMEMBERSHIP);
 		ck_assert_int_eq(f.kind, COHORT_FAILURE_PROCESS);
 		ck_assert_int_eq(f.rank, 2);
 		/* sticky on every group until the reform */
-		ck_assert_cohort_err(cohort_barrier(cohort_client_world(x.c[r]),
-		                         "again", 1000),
+		ck_assert_cohort_err(
+		    cohort_barrier(cohort_client_world(x.c[r]), "again", 1000),
 		    COHORT_EMEMBERSHIP);
 		if (g.tail[r] != NULL)
-			ck_assert_int_eq(cohort_group_error(g.tail[r]),
-			    COHORT_EMEMBERSHIP);
+			ck_assert_int_eq(
+			    cohort_group_error(g.tail[r]), COHORT_EMEMBERSHIP);
 	}
 	et_all(&x, 4, et_reform, info, COHORT_OK, "reform");
 	printf("elastic: lost member -> survivors reformed in %lld ms\n",
@@ -310,7 +310,8 @@ START_TEST(test_lost_member_moves_the_survivors_in_process)
 		ck_assert_int_eq(cohort_client_world_size(x.c[r]), 3);
 		ck_assert_uint_eq(cohort_client_generation(x.c[r]), gen + 1);
 		ck_assert_cohort_ok(cohort_client_error(x.c[r]));
-		ck_assert(cohort_group_is_healthy(cohort_client_world(x.c[r])));
+		ck_assert(
+		    cohort_group_is_healthy(cohort_client_world(x.c[r])));
 	}
 	/* the subgroups keep their survivors in their old order */
 	ck_assert_int_eq(cohort_group_size(g.odd[1]), 2);
@@ -386,13 +387,14 @@ START_TEST(test_below_the_minimum_the_job_stops)
 	for (int r = 0; r < 3; r += 2) {
 		ck_assert_cohort_err(
 		    cohort_client_error(x.c[r]), COHORT_EPEERLOST);
-		ck_assert_msg(
-		    strstr(cohort_group_last_error(cohort_client_world(x.c[r])),
-		        "minimum")
+		ck_assert_msg(strstr(cohort_group_last_error(
+		                         cohort_client_world(x.c[r])),
+		                  "minimum")
 		        != NULL,
 		    "%s",
 		    cohort_group_last_error(cohort_client_world(x.c[r])));
-		ck_assert_cohort_err(cohort_client_reform(x.c[r], &info[r], 5000),
+		ck_assert_cohort_err(
+		    cohort_client_reform(x.c[r], &info[r], 5000),
 		    COHORT_EPEERLOST);
 	}
 	clx_stop(&x);
@@ -455,13 +457,14 @@ et_transfer(struct clx *x, int rank, void *arg)
 		for (size_t i = 0; i < ET_STATE_LEN; i++)
 			state[i] = (uint8_t)(i * 7 + 3);
 	}
-	st = cohort_state_transfer(x->c[rank], state, ET_STATE_LEN,
-	    (void **)&got, &len, 20000);
+	st = cohort_state_transfer(
+	    x->c[rank], state, ET_STATE_LEN, (void **)&got, &len, 20000);
 	if (st == COHORT_OK && b[rank].role == COHORT_STATE_RECV) {
 		ck_assert_uint_eq(len, ET_STATE_LEN);
 		for (size_t i = 0; i < ET_STATE_LEN; i++)
 			if (got[i] != (uint8_t)(i * 7 + 3))
-				ck_abort_msg("rank %d: byte %zu differs", rank, i);
+				ck_abort_msg(
+				    "rank %d: byte %zu differs", rank, i);
 		cohort_free(got);
 	}
 	free(state);
@@ -500,8 +503,8 @@ START_TEST(test_joiner_is_admitted_at_a_boundary_and_gets_the_state)
 		ck_assert_int_eq(b[r].reform.joined, 1);
 		ck_assert_int_eq(b[r].sender, 0);
 		ck_assert_int_eq(b[r].receivers, 1);
-		ck_assert_int_eq(b[r].role,
-		    r == 0 ? COHORT_STATE_SEND : COHORT_STATE_NONE);
+		ck_assert_int_eq(
+		    b[r].role, r == 0 ? COHORT_STATE_SEND : COHORT_STATE_NONE);
 	}
 	ck_assert_int_eq(cohort_client_rank(x.c[2]), 2);
 	ck_assert_int_eq(cohort_client_world_size(x.c[2]), 3);
@@ -556,8 +559,8 @@ START_TEST(test_joiner_lost_during_the_transfer)
 	cohort_client_close(x.c[2]);
 	x.c[2] = NULL;
 	/* rank 1 had no part in it: it learns at its next call */
-	ck_assert_cohort_ok(cohort_state_transfer(x.c[1], NULL, 0, NULL, NULL,
-	    1000));
+	ck_assert_cohort_ok(
+	    cohort_state_transfer(x.c[1], NULL, 0, NULL, NULL, 1000));
 	et_all(&x, 2, et_reform, info, COHORT_OK, "reform after");
 	ck_assert_int_eq(info[0].world_size, 2);
 	et_all(&x, 2, et_boundary, b, COHORT_OK, "boundary after");

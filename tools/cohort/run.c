@@ -571,8 +571,8 @@ run_find_cause(const struct run_cfg *cfg, struct run_state *rs, int restart,
 	 * never formed one, and the failure cohortd holds is the old one. */
 	/* an elastic job that cohortd holds failed fell below its minimum
 	 * (a loss above it only moves the job to its next generation) */
-	f->below_min = cfg->min_nodes > 0 && v.have
-	    && strcmp(v.state, "failed") == 0;
+	f->below_min
+	    = cfg->min_nodes > 0 && v.have && strcmp(v.state, "failed") == 0;
 	stale = !v.have || v.generation <= rs->base_gen;
 	if (v.have && v.generation > rs->base_gen)
 		rs->base_gen = v.generation;
