@@ -72,11 +72,14 @@ struct cohort_client {
 	/* This process holds the job's state (false: admitted into a
 	 * running job, until a state transfer gave it the state). */
 	bool has_state;
-	/* The transfer the last boundary (or the admission) asked for and
-	 * cohort_state_transfer has not done yet: while one is pending,
-	 * cohort_step_boundary answers its roles without asking cohortd. */
+	/* The transfer the last boundary (or the admission) named and
+	 * cohort_state_transfer has not done yet. `admitted`: this process
+	 * was admitted into the running job and has not called a boundary
+	 * yet; its first one answers the roles without asking cohortd (the
+	 * others got them from the boundary that admitted it). */
 	struct cohort__xfer {
 		bool pending;
+		bool admitted;
 		bool known; /* sender and receivers known (a joiner learns
 		               them from the job's KV) */
 		uint64_t generation;

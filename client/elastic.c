@@ -516,17 +516,31 @@ cohort_step_boundary(
 	if (c->min_world <= 0)
 		return (cohort_barrier(c->world, "cohort.boundary", timeout));
 	deadline = cohort__client_deadline(c, timeout);
-	if (c->xfer.pending) {
-		/* The roles of a transfer not done yet (an admission, or
-		 * the last boundary's): the same answer on every member,
-		 * without a round trip. */
+	if (c->xfer.pending && c->xfer.admitted) {
+		/* Admitted into the running job: the boundary that admitted
+		 * it gave the others the roles; this one learns them without
+		 * a round trip (its sender published them). */
 		if ((st = cohort_client_error(c)) != COHORT_OK)
 			return (st);
 		if (!c->xfer.known
 		    && (st = elastic_learn_roles(c, deadline)) != COHORT_OK)
 			return (st);
+		c->xfer.admitted = false;
 		elastic_roles(c, out);
 		return (COHORT_OK);
+	}
+	if (c->xfer.pending) {
+		cohort_boundary named;
+
+		elastic_roles(c, &named);
+		if (named.role != COHORT_STATE_NONE)
+			return (cohort__err(COHORT_ESTATE,
+			    "the last step boundary named this rank to %s the "
+			    "state: call cohort_state_transfer before the "
+			    "next boundary",
+			    named.role == COHORT_STATE_SEND ? "send"
+			                                    : "receive"));
+		elastic_xfer_clear(c); /* nothing for this rank to do */
 	}
 	st = cohort__control_boundary(c->world, c->has_state, timeout, &br);
 	if (st != COHORT_OK)

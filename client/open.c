@@ -536,6 +536,7 @@ client_join(
 	c->has_state = !jr->joined_running;
 	if (jr->joined_running) {
 		c->xfer.pending = true;
+		c->xfer.admitted = true;
 		c->xfer.known = false;
 		c->xfer.generation = jr->generation;
 		c->xfer.sender = -1;

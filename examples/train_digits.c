@@ -1401,19 +1401,17 @@ elastic_changed(
 	return (false);
 }
 
-/* The sync point after a change: the boundary's roles, and the state
- * moved from the sender to the members admitted without it. */
+/* The state transfer a boundary named (right after it, before any other
+ * boundary): the sender's model, momentum, step and data position, and
+ * the finished epochs, to the members admitted without them. False when
+ * the membership changed meanwhile. */
 static bool
-elastic_sync(struct trainer *t, struct elastic *e)
+elastic_transfer(
+    struct trainer *t, struct elastic *e, const cohort_boundary *bp)
 {
-	cohort_boundary b;
+	cohort_boundary b = *bp;
 	cohort_status st;
 
-	st = cohort_step_boundary(t->c, &b, COHORT_WAIT_DEFAULT);
-	if (elastic_changed(t, e, st, "cohort_step_boundary(sync)"))
-		return (false);
-	if (b.changed)
-		elastic_moved(t, e, &b.reform);
 	if (b.role == COHORT_STATE_NONE)
 		return (true);
 	if (b.role == COHORT_STATE_SEND)
@@ -1440,6 +1438,23 @@ elastic_sync(struct trainer *t, struct elastic *e)
 		fflush(stdout);
 	}
 	return (true);
+}
+
+/* The sync point at the start and after a reform: a boundary (a process
+ * admitted into the running job: its first, answered at once), and the
+ * transfer it names. */
+static bool
+elastic_sync(struct trainer *t, struct elastic *e)
+{
+	cohort_boundary b;
+	cohort_status st;
+
+	st = cohort_step_boundary(t->c, &b, COHORT_WAIT_DEFAULT);
+	if (elastic_changed(t, e, st, "cohort_step_boundary(sync)"))
+		return (false);
+	if (b.changed)
+		elastic_moved(t, e, &b.reform);
+	return (elastic_transfer(t, e, &b));
 }
 
 /* One step of the global batch: forward and backward of this rank's
@@ -1484,7 +1499,8 @@ elastic_step(struct trainer *t, struct elastic *e, bool *sync)
 	}
 	if (b.changed)
 		elastic_moved(t, e, &b.reform);
-	if (b.changed || b.role != COHORT_STATE_NONE)
+	/* members admitted here (or one without the state): give it now */
+	if (!elastic_transfer(t, e, &b))
 		*sync = true;
 	if (t->o.pace_ms > 0) {
 		double left = (double)t->o.pace_ms / 1000.0 - (now_s() - t0);
@@ -1556,10 +1572,13 @@ elastic_finish(
 	st = cohort_step_boundary(t->c, &b, COHORT_WAIT_DEFAULT);
 	if (elastic_changed(t, e, st, "cohort_step_boundary(final)"))
 		return (false);
-	if (b.changed || b.role != COHORT_STATE_NONE) {
+	if (b.changed || b.sender >= 0) {
+		/* admitted at the very end: it takes the state, then the
+		 * checksums are gathered again with it */
 		if (b.changed)
 			elastic_moved(t, e, &b.reform);
-		*sync = true;
+		if (!elastic_transfer(t, e, &b))
+			*sync = true;
 		return (false);
 	}
 	return (true);

@@ -219,8 +219,13 @@ COHORT_API cohort_status cohort_ddp_on_exception(
  *       &info, timeout); re-shard; repeat the step; }
  *   optimizer step; step++;
  *   if (b.changed) cohort_ddp_reform(d, &info, timeout);
- *   if (b.role != COHORT_STATE_NONE)
+ *   if (b.role != COHORT_STATE_NONE)                  // before any boundary
  *       cohort_ddp_state_transfer(d, &extra, sizeof(extra), timeout);
+ *
+ * A process admitted into the running job opens its client, makes its
+ * cohort_ddp (broadcast_params false), calls cohort_step_boundary (RECV,
+ * at once) and cohort_ddp_state_transfer, then trains. docs/strategies.md
+ * has the whole loop.
  */
 
 /* Moves d to the job's current generation: waits for and frees the

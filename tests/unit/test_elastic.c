@@ -514,9 +514,15 @@ START_TEST(test_joiner_is_admitted_at_a_boundary_and_gets_the_state)
 	ck_assert(!b[2].changed);
 	ck_assert_int_eq(b[2].role, COHORT_STATE_RECV);
 	ck_assert_int_eq(b[2].sender, 0);
-	/* so does the old members' next one, until the transfer is done */
-	et_all(&x, 2, et_boundary, b, COHORT_OK, "boundary (pending)");
-	ck_assert_int_eq(b[0].role, COHORT_STATE_SEND);
+	/* the sender must transfer before its next boundary */
+	{
+		cohort_boundary again;
+
+		ck_assert_cohort_err(
+		    cohort_step_boundary(x.c[0], &again, 1000), COHORT_ESTATE);
+		ck_assert_ptr_nonnull(
+		    strstr(cohort_last_error(), "cohort_state_transfer"));
+	}
 	et_all(&x, 3, et_transfer, b, COHORT_OK, "state transfer");
 	/* everyone holds the state: the next boundary names no transfer */
 	et_all(&x, 3, et_boundary, b, COHORT_OK, "boundary after");
