@@ -389,8 +389,14 @@ coll_store_get(
 			return (cohort__err(COHORT_EABORTED,
 			    "group '%s' failed while waiting for store key %s",
 			    dp->g->id, key));
-		if (left < 0 || left > COLL_STORE_SLICE_MS)
-			left = COLL_STORE_SLICE_MS;
+		/* An elastic job's reform waits for a set-up that waits here
+		 * for a lost member's address: shorter slices. */
+		cohort_duration slice = dp->g->client->min_world > 0
+		    ? COLL_STORE_SLICE_MS / 4
+		    : COLL_STORE_SLICE_MS;
+
+		if (left < 0 || left > slice)
+			left = slice;
 		st = cohort__kv_get(dp->g->client, full, val, len, left);
 		if (st == COHORT_ENOCOORD && !cohort__expired(deadline)
 		    && cohort_group_error(dp->g) == COHORT_OK) {
