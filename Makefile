@@ -14,7 +14,7 @@
 #
 # Sources are discovered by directory, so adding a file needs no edit here:
 #   client/*.c client/backend/*/*.c   -> libcohort.{a,so}
-#   server/*.c (but main.c)           -> libcohortd.a (cohortd + embedded)
+#   server/*/*.c                      -> libcohortd.a (cohortd + embedded)
 #   strategies/*.c                    -> libcohort_strategies.a
 #   tools/cohort/*.c                  -> bin/cohort (CLI)
 #   tests/{harness,unit,integration,fault,cuda}/*.c -> bin/cohort-tests
@@ -66,6 +66,8 @@ $(OBJ)/common/%.o: PART_INC := $(INC_COMMON)
 $(OBJ)/proto/%.o: PART_INC := $(INC_PROTO)
 $(OBJ)/gen/%.o: PART_INC := $(INC_PROTO)
 $(OBJ)/client/%.o: PART_INC := $(INC_PROTO) -iquote client
+# server/: a header of the same folder is included bare, one of another
+# folder by its folder ("core/call.h"), so -iquote server is all it needs.
 $(OBJ)/server/%.o: PART_INC := $(INC_PROTO) -iquote server
 $(OBJ)/strategies/%.o: PART_INC := $(INC_STRAT)
 $(OBJ)/examples/lib/%.o: PART_INC := -Iinclude -iquote examples/lib
@@ -118,7 +120,7 @@ LIB_SRC := $(wildcard client/*.c) $(wildcard client/backend/*.c) \
 # libcohort does not call them (docs/gpu.md).
 CUDA_SRC := $(wildcard tests/cuda/kernels/*.c)
 CU_SRC := $(if $(HAVE_CUDA),$(wildcard tests/cuda/kernels/*.cu))
-SRV_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
+SRV_SRC := $(filter-out server/main.c,$(wildcard server/*.c server/*/*.c))
 STRAT_SRC := $(wildcard strategies/*.c)
 CLI_SRC := $(wildcard tools/cohort/*.c)
 TEST_SRC := $(wildcard tests/harness/*.c tests/unit/*.c tests/integration/*.c \

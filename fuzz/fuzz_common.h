@@ -29,7 +29,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "srv_impl.h"
 #include "srv_req.h" /* tests/unit: shared with the server's unit tests */
 
 #define FZ_PIPES 4

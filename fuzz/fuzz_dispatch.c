@@ -1,8 +1,8 @@
 /*
  * fuzz_dispatch.c - libFuzzer target: cohortd's request decoder and
- * dispatch (server/core.c, dispatch.c and every handler), driven by the op
- * stream of fuzz_common.h: requests on a few connections, sweeps after
- * fake time, closed connections.
+ * dispatch (server/front/dispatch.c, server/core/call.c and every
+ * handler), driven by the op stream of fuzz_common.h: requests on a few
+ * connections, sweeps after fake time, closed connections.
  *
  * The server state is kept across inputs, so a join from one input may
  * be completed, used and failed by the next ones, as on a long-running

@@ -1,7 +1,7 @@
 /*
- * fuzz_journal.c - libFuzzer target: the journal reader (server/
- * journal.c): a state directory with a snapshot, a log and a manifest
- * made of the input, opened as cohortd opens it at start (replay,
+ * fuzz_journal.c - libFuzzer target: the journal reader (server/journal/
+ * journal.c, replay.c): a state directory with a snapshot, a log and a
+ * manifest made of the input, opened as cohortd opens it at start (replay,
  * torn-tail and damage detection, --recover's resync).
  *
  * Input: u8 flags (bit 0: --recover; bit 1: a snapshot; bit 2: a manifest

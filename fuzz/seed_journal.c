@@ -123,7 +123,7 @@ main(int argc, char **argv)
 	seed(out, n++, 4, NULL, 0, log, ln);
 	free(log);
 	/* A compaction, then a failure (closed connection) and a leave. */
-	if (srv_jrn_compact(core) != COHORT_OK)
+	if (srv_snapshot_compact(core) != COHORT_OK)
 		abort();
 	fz_kv_add(&b, &c[1], "ctr", 1);
 	{

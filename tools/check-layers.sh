@@ -9,6 +9,8 @@
 #   strategies/              the public header and itself
 #   examples/                + strategies/ and examples/lib/
 #   tools/, bench/, tests/, fuzz/   may look inside the parts below them
+#   server/'s folders        front -> observe -> state -> core, the
+#                            journal's writer below core, its replay above
 #
 # A quoted include must name a header of the part itself or of a part it
 # may use. Exits 1 on the first violation list.
@@ -69,6 +71,41 @@ for part in common proto client server strategies examples/lib examples; do
 			fi
 		done < <(grep -E '^#include "' "$f")
 	done
+done
+# Inside server/, the folders call one way (docs/coordinator.md,
+# Structure): front/ -> observe/ -> state/ -> core/; the journal's writer
+# (journal/log.h, record.h) below core/ and state/, its replay and snapshot
+# above state/. A cross-folder include names its folder ("core/call.h").
+declare -A srv_allowed=(
+	[core]="core journal-writer"
+	[state]="core journal-writer state"
+	[observe]="core journal-writer state observe"
+	[journal]="core journal-writer journal state"
+	[front]="core journal-writer journal state observe front"
+)
+for f in $(git ls-files 'server/*/*.c' 'server/*/*.h'); do
+	folder=$(cut -d/ -f2 <<<"$f")
+	stem=$(basename "$f" | sed -E 's/\.[ch]$//')
+	allow=${srv_allowed[$folder]:-}
+	# the journal's writer stands on the floor and itself only
+	[[ $folder == journal && ($stem == log || $stem == record) ]] &&
+		allow="journal-writer"
+	while IFS= read -r h; do
+		dir=${h%%/*}
+		[[ -n ${srv_allowed[$dir]:-} ]] || continue
+		kind=$dir
+		[[ $h == journal/log.h || $h == journal/record.h ]] &&
+			kind=journal-writer
+		[[ $dir == "$folder" && $kind != journal-writer ]] && continue
+		ok=0
+		for a in $allow; do
+			[[ $a == "$kind" ]] && ok=1
+		done
+		if ((!ok)); then
+			echo "$f: \"$h\": server/$folder/ may not use server/$dir/ (docs/coordinator.md, Structure)"
+			bad=1
+		fi
+	done < <(grep -E '^#include "[a-z]+/[a-z_]+\.h"' "$f" | sed -E 's/^[^"]*"([^"]+)".*/\1/')
 done
 if ((bad)); then
 	echo "check-layers: the tree breaks its layering (docs/architecture.md)" >&2

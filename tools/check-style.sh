@@ -2,7 +2,8 @@
 # make check-style (CI runs it): the project's C sources are formatted by
 # .clang-format (79 columns, tabs, one pointer style), use no banned
 # function (curl checksrc style), and keep their layering
-# (tools/check-layers.sh) and spell the release once
+# (tools/check-layers.sh), call one way inside each folder
+# (tools/check-calls.py) and spell the release once
 # (tools/check-version.sh). Generated code under build/ and the peers'
 # benchmark programs (bench/peers) are not checked.
 #
@@ -40,6 +41,9 @@ if grep -nP '[ \t]+$' $files | head; then
 	rc=1
 fi
 tools/check-layers.sh || rc=1
+# no circle of calls or includes inside a folder; backends see only
+# backend.h (docs/architecture.md)
+python3 tools/check-calls.py || rc=1
 tools/check-version.sh || rc=1
 [[ $rc == 0 ]] && echo "check-style: ok ($(echo $files | wc -w) files, $("$cf" --version | grep -o 'version [0-9.]*'))"
 exit $rc

@@ -23,6 +23,18 @@ from conftest import BIN, PYTHON, WORKERS, base_env, describe, exited_ok, finish
 T = datetime.timedelta(seconds=10)
 
 
+def terminate(p: subprocess.Popen) -> None:
+    """Ends a cohortd we started: SIGTERM (it drains and stops), SIGKILL
+    after 10 s."""
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 class Cohortd:
     """A cohortd with TCPStore listeners, bounded and killed by PID."""
 
@@ -54,13 +66,7 @@ class Cohortd:
         self.p.wait(10)
 
     def stop(self):
-        if self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(10)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
+        terminate(self.p)
 
 
 @pytest.fixture
@@ -188,19 +194,42 @@ def test_init_process_group_with_an_explicit_store(cohortd):
 
 
 def test_env_init_with_agent_store(cohortd):
+    """env:// with MASTER_ADDR/PORT at the listener and
+    TORCHELASTIC_USE_AGENT_STORE=True: the process group's store is
+    cohortd's (its keys are there)."""
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(cohortd.ports[0]), "TORCHELASTIC_USE_AGENT_STORE": "True"}
     procs = gloo_job(lambda r: ["env"], 2, lambda r: env)
     assert all(exited_ok(p) for p in procs), describe(procs)
     check_all_reduced(procs, 2)
+    keys = client(cohortd.ports[0]).list_keys()
+    assert any(k.startswith("default_pg/") for k in keys), keys
 
 
 def test_torchrun_c10d_rendezvous(cohortd):
+    """torchrun's c10d rendezvous runs in cohortd's store, but the ranks'
+    process group does not: rank 0's agent hands them a TCPStore server of
+    its own (docs/pytorch.md says so)."""
     argv = [PYTHON, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{cohortd.ports[1]}",
             "--rdzv-conf", "is_host=false", "--rdzv-id", "job-1", str(WORKERS / "store_gloo.py"), "torchrun"]
     [p] = finish([start(argv, base_env())], 180)
     assert exited_ok(p) or "terminate called without an active exception" in p.out, p.out[-4000:]
     check_all_reduced([p], 2)
+    s = client(cohortd.ports[1])
+    keys = s.list_keys()
+    assert "torch.rendezvous.job-1" in keys, keys
+    assert not any(k.startswith("default_pg/") for k in keys), keys
+    assert int(s.get("torch.rendezvous.job-1.0/MASTER_PORT")) != cohortd.ports[1]
+
+
+def test_torchrun_static_rendezvous_cannot_use_the_listener(cohortd):
+    """torchrun --master-port at the listener: rank 0's agent binds the
+    port itself and fails (docs/pytorch.md)."""
+    argv = [PYTHON, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+            "--master-addr", "127.0.0.1", "--master-port", str(cohortd.ports[0]),
+            str(WORKERS / "store_gloo.py"), "torchrun"]
+    [p] = finish([start(argv, base_env())], 120)
+    assert p.returncode != 0 and "EADDRINUSE" in p.out, p.out[-4000:]
 
 
 def test_bad_input_closes_only_that_connection(built):

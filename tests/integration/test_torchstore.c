@@ -2,7 +2,9 @@
  * test_torchstore.c - cohortd's TCPStore listener (--torch-store) with a
  * raw-socket client of our own: every query's bytes on the wire, a WAIT
  * released from another connection and one cancelled, queues, two
- * listeners kept apart, and bad input closing only its connection. The
+ * listeners kept apart, what a client sent before it closed applied,
+ * wake-ups reaching every waiter, and bad input closing only its
+ * connection. The
  * real torch client is tested in python/tests/test_tcpstore.py; this suite
  * runs where torch is not, and under ASan and valgrind (the harness runs
  * cohortd under memcheck with COHORT_TEST_VALGRIND=1).
@@ -38,6 +40,7 @@ enum {
 	Q_QUEUE_POP = 15,
 	Q_QUEUE_LEN = 16,
 	Q_LIST = 17,
+	Q_BARRIER = 18,
 };
 
 static int port_a, port_b;
@@ -409,6 +412,118 @@ START_TEST(test_two_listeners_two_jobs)
 }
 END_TEST
 
+START_TEST(test_nothing_sent_before_close_is_lost)
+{
+	struct buf b;
+	int fd;
+
+	/* 50 clients each send three SETs, an APPEND and an ADD and close
+	 * at once, reading nothing (a SET has no reply). */
+	for (int i = 0; i < 50; i++) {
+		char k[32];
+		fd = ts_open(port_a, true);
+		b.n = 0;
+		for (int j = 0; j < 3; j++) {
+			snprintf(k, sizeof(k), "/c%d_%d", i, j);
+			b_req(&b, Q_SET, k, "v");
+		}
+		snprintf(k, sizeof(k), "/c%d_a", i);
+		b_req(&b, Q_APPEND, k, "x");
+		b_req(&b, Q_ADD, "/closed", NULL);
+		b_u64(&b, 1);
+		ts_send(fd, &b);
+		close(fd);
+	}
+	/* One more: SETs, a WAIT nobody will answer, then a request cut
+	 * in its middle; the SETs stay, the rest goes with the client. */
+	fd = ts_open(port_a, true);
+	b.n = 0;
+	b_req(&b, Q_SET, "/before_wait", "1");
+	b_u8(&b, Q_WAIT);
+	b_u64(&b, 1);
+	b_str(&b, "/never");
+	ts_send(fd, &b);
+	close(fd);
+	fd = ts_open(port_a, true);
+	b.n = 0;
+	b_req(&b, Q_SET, "/before_cut", "1");
+	b_u8(&b, Q_SET);
+	b_u64(&b, 10);
+	memcpy(b.b + b.n, "/cu", 3);
+	b.n += 3;
+	ts_send(fd, &b);
+	close(fd);
+
+	fd = ts_open(port_a, true);
+	for (int i = 0; i < 50; i++) {
+		char k[32];
+		for (int j = 0; j < 3; j++) {
+			snprintf(k, sizeof(k), "/c%d_%d", i, j);
+			q_keys(fd, Q_WAIT, k, NULL);
+			ck_assert_msg(ts_u8(fd) == 0, "%s lost", k);
+		}
+		snprintf(k, sizeof(k), "/c%d_a", i);
+		q_keys(fd, Q_WAIT, k, NULL);
+		ck_assert_msg(ts_u8(fd) == 0, "%s lost", k);
+	}
+	q_keys(fd, Q_WAIT, "/before_wait", "/before_cut");
+	ck_assert_int_eq(ts_u8(fd), 0);
+	ck_assert_str_eq(q_get(fd, "/closed"), "50");
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_barrier_of_count_below_one)
+{
+	int fd = ts_open(port_a, true);
+	const int64_t counts[] = { 0, -1 };
+
+	/* torch's server counts the arrival and answers at once. */
+	for (size_t i = 0; i < 2; i++) {
+		struct buf b = { .n = 0 };
+		b_req(&b, Q_BARRIER, "/b", NULL);
+		b_u64(&b, (uint64_t)counts[i]);
+		ts_send(fd, &b);
+		ck_assert_int_eq(ts_u8(fd), 0); /* STOP_WAITING */
+	}
+	ck_assert_str_eq(q_get(fd, "/b"), "2");
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_every_waiter_woken)
+{
+	int w[3], pusher = ts_open(port_a, true);
+	struct buf b;
+	uint8_t r;
+
+	/* Three WAITs on one key: one SET wakes all three. */
+	for (int i = 0; i < 3; i++) {
+		w[i] = ts_open(port_a, true);
+		q_keys(w[i], Q_WAIT, "/k3", NULL);
+	}
+	ck_assert(!ts_read(w[0], &r, 1, 200));
+	q_set(pusher, "/k3", "x");
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(ts_u8(w[i]), 0);
+	/* Three WAITs on a queue (queue_pop with block=True): each of
+	 * three pushes wakes one of them. */
+	for (int i = 0; i < 3; i++)
+		q_keys(w[i], Q_WAIT, "/q3", NULL);
+	ck_assert(!ts_read(w[1], &r, 1, 200));
+	for (int i = 0; i < 3; i++) {
+		b.n = 0;
+		b_req(&b, Q_QUEUE_PUSH, "/q3", "item");
+		ts_send(pusher, &b);
+	}
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(ts_u8(w[i]), 0);
+	for (int i = 0; i < 3; i++)
+		close(w[i]);
+	close(pusher);
+}
+END_TEST
+
 START_TEST(test_bad_input_closes_only_that_connection)
 {
 	int good = ts_open(port_a, true);
@@ -479,5 +594,7 @@ suite_integration_torchstore(void)
 	return (th_suite("integration_torchstore", "listener", 60, setup,
 	    th_fx_teardown, test_every_query, test_wait_released_and_cancelled,
 	    test_queues, test_two_listeners_two_jobs,
+	    test_nothing_sent_before_close_is_lost,
+	    test_barrier_of_count_below_one, test_every_waiter_woken,
 	    test_bad_input_closes_only_that_connection, NULL));
 }

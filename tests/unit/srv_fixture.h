@@ -1,8 +1,9 @@
 /*
- * srv_fixture.h - drives cohortd's core (server/srv_impl.h) without
- * sockets: a fake clock, a capturing reply sink, and requests sent
- * with the builders of srv_req.h. Every request gets a unique tag (its
- * transport handle), so a test asks for "the reply to request #n".
+ * srv_fixture.h - drives cohortd's coordinator (front/dispatch.h,
+ * front/events.h) without sockets: a fake clock, a capturing reply sink,
+ * and requests sent with the builders of srv_req.h. Every request gets a
+ * unique tag (its transport handle), so a test asks for "the reply to request
+ * #n".
  */
 #ifndef COHORT_SRV_FIXTURE_H
 #define COHORT_SRV_FIXTURE_H
@@ -14,7 +15,6 @@
 #include <unistd.h>
 
 #include "check_cohort.h"
-#include "srv_impl.h"
 #include "srv_req.h"
 
 #define FX_MAX 8192

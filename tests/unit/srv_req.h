@@ -16,7 +16,20 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "srv_impl.h"
+/* What the tests see of cohortd (docs/coordinator.md, Structure): the
+ * entry points, and the state they look into. */
+#include "core/call.h"
+#include "core/clients.h"
+#include "core/pipes.h"
+#include "front/dispatch.h"
+#include "front/events.h"
+#include "journal/journal.h"
+#include "journal/snapshot.h"
+#include "observe/metrics.h"
+#include "state/coll.h"
+#include "state/job.h"
+#include "state/kv.h"
+#include "state/lifecycle.h"
 #include "tmpdir.h"
 
 /* A client of a job: the envelope fields of its requests. */
@@ -209,7 +222,7 @@ srq_journal_open(struct srv_core *core, const char *dir, bool recover,
 	o.fsync = SRV_FSYNC_NONE;
 	o.recover = recover;
 	o.compact_min = compact_min;
-	return (srv_core_journal_open(core, &o, now));
+	return (srv_journal_open(core, &o, now));
 }
 
 /* A core that drops its replies (srq_drop_reply), its journal opened in

@@ -204,11 +204,11 @@ START_TEST(test_preset_job)
 	struct srq_cli c[1], evil;
 	uintptr_t t;
 
-	ck_assert_cohort_ok(srv_core_add_job(f->core, "pre", "tok"));
+	ck_assert_cohort_ok(srv_job_add_preset(f->core, "pre", "tok"));
 	ck_assert_cohort_err(
-	    srv_core_add_job(f->core, "pre", "x"), COHORT_EEXIST);
+	    srv_job_add_preset(f->core, "pre", "x"), COHORT_EEXIST);
 	ck_assert_cohort_err(
-	    srv_core_add_job(f->core, "", "x"), COHORT_EINVAL);
+	    srv_job_add_preset(f->core, "", "x"), COHORT_EINVAL);
 	srq_cli_init(&evil, "pre", 5, 5);
 	evil.token = "other";
 	fx_want(f, fx_join(f, &evil, 0, 1, 0), COHORT_EAUTH);

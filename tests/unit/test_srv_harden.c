@@ -188,7 +188,7 @@ START_TEST(test_idle_connections_closed_busy_ones_kept)
 	/* members on 10 and 11, a KV waiter on 12, silent 13, one request
 	 * then silence on 14 */
 	for (uint32_t p = 10; p <= 14; p++)
-		srv_core_pipe_opened(f->core, p, f->now);
+		srv_pipe_opened(f->core, p, f->now);
 	fx_form(f, c, 2, "j");
 	job = hd_job(f, "j");
 	srq_cli_init(&k, "j", 500, 12);
@@ -237,7 +237,7 @@ START_TEST(test_idle_connections_closed_busy_ones_kept)
 		    fx_simple(
 		        f, &e, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
 		    COHORT_EAUTH);
-		srv_core_pipe_opened(f->core, 60, f->now);
+		srv_pipe_opened(f->core, 60, f->now);
 		f->now += 10000;
 		ck_assert_uint_eq(hd_idle(f, out), 0);
 		f->now += 50000;
@@ -245,7 +245,7 @@ START_TEST(test_idle_connections_closed_busy_ones_kept)
 		ck_assert_uint_eq(out[0], 60);
 		/* an open event after the close event tracks nothing */
 		srv_core_pipe_closed(f->core, 61, f->now);
-		srv_core_pipe_opened(f->core, 61, f->now);
+		srv_pipe_opened(f->core, 61, f->now);
 		f->now += 20000;
 		ck_assert_uint_eq(hd_idle(f, out), 0);
 	}
@@ -374,7 +374,7 @@ START_TEST(test_abandoned_job_expires_with_its_records)
 	struct srq_cli a[2], b[2], p[1];
 
 	f->core->job_expiry_ms = 30000;
-	ck_assert_cohort_ok(srv_core_add_job(f->core, "preset", "tok"));
+	ck_assert_cohort_ok(srv_job_add_preset(f->core, "preset", "tok"));
 	hd_form(f, a, 2, "abandoned", 20, 100);
 	hd_form(f, b, 2, "alive", 30, 200);
 	hd_form(f, p, 1, "preset", 40, 300);

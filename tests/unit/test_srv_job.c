@@ -365,7 +365,7 @@ START_TEST(test_require_token)
 
 	f->core->admin_token = strdup("adm1n-secret");
 	f->core->require_token = true;
-	ck_assert_cohort_ok(srv_core_add_job(f->core, "preset", "p-tok"));
+	ck_assert_cohort_ok(srv_job_add_preset(f->core, "preset", "p-tok"));
 	cohort__token_mint("adm1n-secret", "train-7", tok);
 	cohort__token_mint("adm1n-secret", "train-8", other);
 	/* no token, a made-up one, another job's minted one: refused,
@@ -537,7 +537,7 @@ START_TEST(test_status_finished_job)
 	Cohort__Reply *r;
 
 	ck_assert_cohort_ok(
-	    srv_core_add_job(f->core, "kept", "tok")); /* kept */
+	    srv_job_add_preset(f->core, "kept", "tok")); /* kept */
 	fx_form(f, c, 2, "kept");
 	for (int i = 0; i < 2; i++)
 		fx_want(f, fx_heartbeat(f, &c[i], "allreduce", 7, "", true, 5),

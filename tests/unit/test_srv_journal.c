@@ -211,14 +211,14 @@ START_TEST(test_compaction)
 		fx_want(f, fx_kv_set(f, &c, key, val), COHORT_OK);
 	}
 	fx_want(f, fx_kv_add(f, &c, "ctr", 1, 1000), COHORT_OK);
-	srv_jrn_stats(f->core, &st);
+	srv_jrn_stats(f->core->jrn, &st);
 	ck_assert_uint_gt(st.compactions, 2);
 	/* The log stays bounded: at most max(4 KiB, 2 x snapshot) + one
 	 * request's records. */
 	ck_assert_uint_lt(st.log_bytes, 2 * st.snap_bytes + 4096 + 1024);
 	ck_assert_int_lt(jt_size(f->dir, "log.0"), 0);
 	ck_assert_int_gt(jt_size(f->dir, "snapshot"), 0);
-	ck_assert_cohort_ok(srv_jrn_compact(f->core));
+	ck_assert_cohort_ok(srv_snapshot_compact(f->core));
 	fx_restart(f);
 	/* The cached reply went into the snapshot too. */
 	ck_assert_int_eq(
@@ -231,7 +231,7 @@ START_TEST(test_compaction)
 		jt_want_value(f, &c, key, val);
 	}
 	/* A snapshot of its own and a restart from it alone. */
-	ck_assert_cohort_ok(srv_jrn_compact(f->core));
+	ck_assert_cohort_ok(srv_snapshot_compact(f->core));
 	fx_restart(f);
 	jt_want_value(f, &c, "ctr", "1");
 	fx_free_journal(f);
@@ -467,19 +467,21 @@ START_TEST(test_journal_cost)
 	{
 		/* The journal's own work per kv_set: its KV_PUT and REPLY
 		 * records, one batch, one write(). */
-		struct srv_hnode *jn = srv_map_get(&f[1]->core->jobs, "j", 1);
-		struct srv_job *job = SRV_CONTAINER(jn, struct srv_job, hn);
-		struct srv_client *cl = srv_client_get(job, 7, f[1]->now);
+		struct srv_core *core = f[1]->core;
+		struct srv_job *job = srv_job_find(core, "j");
+		struct srv_client *cl
+		    = srv_client_get(core, &job->clients, 7, f[1]->now);
 		nng_msg *m;
 		const int k = 20000;
 		ck_assert_int_eq(nng_msg_alloc(&m, 24), 0);
 		memset(nng_msg_body(m), 1, 24);
 		t = cohort__now_ns();
 		for (int i = 0; i < k; i++) {
-			srv_jrn_kv_put(
-			    job, "some-key-0001", "0123456789abcdef", 16);
-			srv_jrn_reply(cl, 100000 + (uint64_t)i, m);
-			srv_jrn_flush(f[1]->core, f[1]->now);
+			srv_jrn_kv_put(core->jrn, &job->jr, "some-key-0001",
+			    "0123456789abcdef", 16);
+			srv_jrn_reply(core->jrn, &job->jr, cl->id,
+			    100000 + (uint64_t)i, m);
+			srv_jrn_flush(core->jrn, f[1]->now);
 		}
 		fprintf(stderr,
 		    "journal records + write() per kv_set: %.2f us\n",
@@ -757,7 +759,7 @@ START_TEST(test_missing_snapshot_or_log_after_compaction)
 	struct fx *f = jt_filled(&l);
 	char p[512];
 
-	ck_assert_cohort_ok(srv_jrn_compact(f->core));
+	ck_assert_cohort_ok(srv_snapshot_compact(f->core));
 	fx_want(f, fx_kv_set(f, &l.b, "late", "1"), COHORT_OK);
 	/* The log of epoch 1 is gone: its keys would be. */
 	snprintf(p, sizeof(p), "%s/log.1", f->dir);
@@ -827,7 +829,7 @@ START_TEST(test_read_only_dir)
 	srq_cli_init(&c, "j", 7, 1);
 	fx_joined(f, &c, fx_join(f, &c, 0, 1, 1000));
 	fx_want(f, fx_kv_set(f, &c, "k", "v"), COHORT_OK);
-	srv_jrn_close(f->core);
+	srv_journal_close(f->core);
 	th_tmpfs_remount(f->dir, true, NULL);
 	rv = fx_reopen(f, false);
 	th_tmpfs_umount(f->dir);
@@ -942,7 +944,7 @@ START_TEST(test_full_disk_not_acknowledged)
 	    "%" PRId64 " adds acknowledged, %" PRId64 " refused on a 64 KiB "
 	    "file system",
 	    acked, refused);
-	ck_assert_ptr_nonnull(srv_jrn_problem(f->core));
+	ck_assert_ptr_nonnull(srv_jrn_problem(f->core->jrn));
 	text = srv_metrics_text(f->core, f->now);
 	ck_assert_ptr_nonnull(strstr(text, "cohort_journal_writable 0"));
 	free(text);
@@ -956,7 +958,7 @@ START_TEST(test_full_disk_not_acknowledged)
 	 * wrote a snapshot. */
 	th_tmpfs_remount(f->dir, false, "size=4m");
 	fx_want(f, fx_kv_add(f, &c, "n", 1, 0), COHORT_OK);
-	ck_assert_ptr_null(srv_jrn_problem(f->core));
+	ck_assert_ptr_null(srv_jrn_problem(f->core->jrn));
 	ck_assert_cohort_ok(fx_reopen(f, false));
 	ck_assert_int_eq(jt_counter(f, &c, "n"), acked + 1);
 	jt_umount(f, orig);
@@ -999,7 +1001,7 @@ START_TEST(test_full_disk_recovers_in_place)
 	/* Within the retry interval: still refused; after it, accepted. */
 	fx_want(f, fx_kv_add(f, &c, "n", 1, 0), COHORT_EJOURNAL);
 	fx_tick(f, 1100);
-	ck_assert_ptr_null(srv_jrn_problem(f->core));
+	ck_assert_ptr_null(srv_jrn_problem(f->core->jrn));
 	acked = fx_want(f, fx_kv_add(f, &c, "n", 1, 0), COHORT_OK)
 	            ->kv_add->value;
 	ck_assert_cohort_ok(fx_reopen(f, false));

@@ -1,43 +1,152 @@
 /*
- * dispatch.c - one request in, at most one reply out
- * (proto/README.md section 2).
- *
- *  0. A request that arrives over a connection whose close event was
- *     already seen is dropped (the client re-sends it).
- *  1. Unpack the framing and envelope: any malformation is COHORT_EPROTO.
- *  2. proto_version must be ours (EPROTO); a body this cohortd does not
- *     know is COHORT_ENOTSUP.
- *  3. StatusQuery goes to status.c (its own authentication rules).
- *  4. The job's token is checked before anything else: a wrong token or
- *     an unknown job (except for Join, which creates it) is COHORT_EAUTH
- *     with no data, and a text that only repeats the job name the client
- *     sent (the same for both, so it tells nothing about other jobs).
- *     With --require-token a Join creates a job only with the token
- *     minted for that name from the admin secret, or for a job
- *     TENANT/NAME from that tenant's key (common/token.h,
- *     docs/security.md).
- *  5. The client (job, client_id) is found or created. A client is bound
- *     to one connection (pipe) while that connection lives: a request
- *     with its client_id over another connection is refused (EEXIST) and
- *     changes nothing (no reply from its cache, no sign of life, no
- *     rebinding, so closing that connection cannot fail the member).
- *     Otherwise its connection and last-seen time are noted.
- *  6. A seq answered before gets the cached reply, and a seq still
- *     parked hands its slot to this request (the retry takes it over),
- *     only if the request is the same (kind, body, payload length and
- *     head: srv_call.rhash); the same seq for another request is
- *     EINVAL.
- *  7. A request of an older generation is COHORT_ESTALE (Join and Leave
- *     excepted).
- *  8. The handler answers or parks the call. The unpacked request is freed
- *     here; handlers copy what a parked call needs.
+ * dispatch.c - the request table and the steps of dispatch.h.
  */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "srv_impl.h"
 #include "token.h"
+#include "core/call.h"
+#include "core/clients.h"
+#include "core/pipes.h"
+#include "core/util.h"
+#include "journal/journal.h"
+#include "observe/ranks.h"
+#include "observe/status.h"
+#include "state/coll.h"
+#include "state/elastic.h"
+#include "state/groups.h"
+#include "state/kv.h"
+#include "state/lifecycle.h"
+#include "state/member.h"
+#include "state/rdzv.h"
+#include "dispatch.h"
+#include "events.h"
+
+/* A request's handler and what is checked before it runs. */
+struct dispatch_row {
+	void (*handle)(
+	    struct srv_call *c, const Cohort__Request *req, cohort__time now);
+	unsigned flags;
+};
+
+/* May carry a payload. */
+#define DISPATCH_PAYLOAD 0x01u
+/* Changes state: its reply is journalled with the change (a retry after
+ * a restart is answered from the cache), and it is refused while the
+ * journal cannot be written. */
+#define DISPATCH_MUTATING 0x02u
+/* From a running member of a job that has not failed; answered here
+ * otherwise. */
+#define DISPATCH_MEMBER 0x04u
+/* Creates its job if there is none (a join). */
+#define DISPATCH_CREATES 0x08u
+/* Of any generation (a join or leave starts or ends one). */
+#define DISPATCH_ANY_GEN 0x10u
+/* Its own authentication: no job, no client (StatusQuery). */
+#define DISPATCH_NO_JOB 0x20u
+/* In an elastic job, served whatever its generation (heartbeats, KV, a
+ * member's own failure report: README 8.3). */
+#define DISPATCH_ELASTIC_GEN 0x40u
+
+static void dispatch_leave(
+    struct srv_call *c, const Cohort__Request *req, cohort__time now);
+static void dispatch_heartbeat(
+    struct srv_call *c, const Cohort__Request *req, cohort__time now);
+static void dispatch_collective(
+    struct srv_call *c, const Cohort__Request *req, cohort__time now);
+
+static const struct dispatch_row dispatch_rows[] = {
+	[COHORT__REQUEST__BODY_JOIN] = { srv_rdzv_join,
+	    DISPATCH_MUTATING | DISPATCH_CREATES | DISPATCH_ANY_GEN },
+	[COHORT__REQUEST__BODY_LEAVE]
+	= { dispatch_leave, DISPATCH_MUTATING | DISPATCH_ANY_GEN },
+	[COHORT__REQUEST__BODY_HEARTBEAT]
+	= { dispatch_heartbeat, DISPATCH_ELASTIC_GEN },
+	[COHORT__REQUEST__BODY_WATCH] = { srv_member_watch, 0 },
+	[COHORT__REQUEST__BODY_REPORT_FAILURE]
+	= { srv_member_report, DISPATCH_MUTATING | DISPATCH_ELASTIC_GEN },
+	/* answered from the current generation, like a join: nothing
+	 * changes, and a retry after a restart gets the same answer */
+	[COHORT__REQUEST__BODY_REFORM]
+	= { srv_elastic_reform, DISPATCH_ANY_GEN },
+	[COHORT__REQUEST__BODY_COLLECTIVE] = { dispatch_collective,
+	    DISPATCH_PAYLOAD | DISPATCH_MUTATING | DISPATCH_MEMBER },
+	[COHORT__REQUEST__BODY_GROUP_CREATE]
+	= { srv_group_create, DISPATCH_MUTATING | DISPATCH_MEMBER },
+	[COHORT__REQUEST__BODY_KV_SET] = { srv_kv_set,
+	    DISPATCH_PAYLOAD | DISPATCH_MUTATING | DISPATCH_ELASTIC_GEN },
+	[COHORT__REQUEST__BODY_KV_GET] = { srv_kv_get, DISPATCH_ELASTIC_GEN },
+	[COHORT__REQUEST__BODY_KV_ADD]
+	= { srv_kv_add, DISPATCH_MUTATING | DISPATCH_ELASTIC_GEN },
+	[COHORT__REQUEST__BODY_KV_COMPARE_SET] = { srv_kv_compare_set,
+	    DISPATCH_PAYLOAD | DISPATCH_MUTATING | DISPATCH_ELASTIC_GEN },
+	[COHORT__REQUEST__BODY_KV_DELETE]
+	= { srv_kv_delete, DISPATCH_MUTATING | DISPATCH_ELASTIC_GEN },
+	[COHORT__REQUEST__BODY_KV_NUM_KEYS]
+	= { srv_kv_num_keys, DISPATCH_ELASTIC_GEN },
+	[COHORT__REQUEST__BODY_KV_WAIT]
+	= { srv_kv_wait, DISPATCH_ELASTIC_GEN },
+	[COHORT__REQUEST__BODY_KV_CHECK]
+	= { srv_kv_check, DISPATCH_ELASTIC_GEN },
+	[COHORT__REQUEST__BODY_KV_APPEND] = { srv_kv_append,
+	    DISPATCH_PAYLOAD | DISPATCH_MUTATING | DISPATCH_ELASTIC_GEN },
+	[COHORT__REQUEST__BODY_KV_MULTI_GET]
+	= { srv_kv_multi_get, DISPATCH_ELASTIC_GEN },
+	[COHORT__REQUEST__BODY_KV_MULTI_SET] = { srv_kv_multi_set,
+	    DISPATCH_PAYLOAD | DISPATCH_MUTATING | DISPATCH_ELASTIC_GEN },
+	[COHORT__REQUEST__BODY_STATUS_QUERY]
+	= { srv_status_handle, DISPATCH_NO_JOB },
+};
+
+/* The row of a body, NULL for one this cohortd does not know. */
+static const struct dispatch_row *
+dispatch_row(int body)
+{
+	if (body <= 0
+	    || (size_t)body >= sizeof(dispatch_rows) / sizeof(dispatch_rows[0])
+	    || dispatch_rows[body].handle == NULL)
+		return (NULL);
+	return (&dispatch_rows[body]);
+}
+
+/* A member's metrics ride on its Leave and heartbeats. */
+static void
+dispatch_metrics(
+    struct srv_call *c, const Cohort__RankMetrics *m, cohort__time now)
+{
+	if (m != NULL && c->client->member != NULL)
+		srv_obs_note(
+		    c->core, c->job->name, c->client->member->rank, m, now);
+}
+
+static void
+dispatch_leave(
+    struct srv_call *c, const Cohort__Request *req, cohort__time now)
+{
+	dispatch_metrics(c, req->leave->metrics, now);
+	srv_member_leave(c, req, now);
+}
+
+static void
+dispatch_heartbeat(
+    struct srv_call *c, const Cohort__Request *req, cohort__time now)
+{
+	dispatch_metrics(c, req->heartbeat->metrics, now);
+	srv_member_heartbeat(c, req, now);
+}
+
+/* A step boundary is the commit and admission point of an elastic job
+ * (elastic.c); every other kind is gathered by coll.c. */
+static void
+dispatch_collective(
+    struct srv_call *c, const Cohort__Request *req, cohort__time now)
+{
+	if (req->collective->kind == COHORT__COLLECTIVE_KIND__COLL_BOUNDARY)
+		srv_elastic_boundary(c, req, now);
+	else
+		srv_coll_handle(c, req, now);
+}
 
 /* Payload bytes that go into a request's hash (its length always does):
  * enough to tell two requests apart, cheap for 64 MiB values. */
@@ -81,35 +190,19 @@ static struct srv_client *
 dispatch_client(struct srv_call *c, uint64_t id, cohort__time now)
 {
 	struct srv_job *job = c->job;
-	struct srv_hnode *n = srv_map_get(&job->clients, &id, sizeof(id));
-	struct srv_client *cl;
+	struct srv_client *cl = srv_client_find(&job->clients, id);
 
-	if (n != NULL)
-		return (SRV_CONTAINER(n, struct srv_client, hn));
-	if (job->clients.n >= SRV_MAX_CLIENTS) {
+	if (cl != NULL)
+		return (cl);
+	if (job->clients.map.n >= SRV_MAX_CLIENTS) {
 		srv_call_fail(c, COHORT_ETOOBIG,
 		    "job '%s' has %u clients already", job->name,
 		    SRV_MAX_CLIENTS);
 		return (NULL);
 	}
-	if ((cl = srv_client_get(job, id, now)) == NULL)
+	if ((cl = srv_client_get(c->core, &job->clients, id, now)) == NULL)
 		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
 	return (cl);
-}
-
-static bool
-dispatch_payload_allowed(int body)
-{
-	switch (body) {
-	case COHORT__REQUEST__BODY_COLLECTIVE:
-	case COHORT__REQUEST__BODY_KV_SET:
-	case COHORT__REQUEST__BODY_KV_COMPARE_SET:
-	case COHORT__REQUEST__BODY_KV_APPEND:
-	case COHORT__REQUEST__BODY_KV_MULTI_SET:
-		return (true);
-	default:
-		return (false);
-	}
 }
 
 /* Step 6's refusal: the seq was used for another request. The reply is
@@ -123,7 +216,7 @@ dispatch_seq_reused(struct srv_call *c)
 	srv_call_fail(c, COHORT_EINVAL,
 	    "seq %" PRIu64 " of client %016" PRIx64 " in job '%s' was used "
 	    "for another request: sequence numbers must not be reused",
-	    c->seq, cl->id, cl->job->name);
+	    c->seq, cl->id, c->job->name);
 }
 
 /* Steps 6: true if the request was answered from the client's memory. */
@@ -134,16 +227,15 @@ dispatch_retry(struct srv_call *c)
 	struct srv_core *core = c->core;
 	struct srv_link *l;
 
-	for (unsigned i = 0; i < SRV_CACHE; i++) {
+	struct srv_cached *e = srv_client_cache_find(cl, c->seq);
+
+	if (e != NULL) {
 		nng_msg *dup;
-		if (cl->cache[i].msg == NULL || cl->cache[i].seq != c->seq)
-			continue;
-		if (cl->cache[i].rhash != 0
-		    && cl->cache[i].rhash != c->rhash) {
+		if (e->rhash != 0 && e->rhash != c->rhash) {
 			dispatch_seq_reused(c);
 			return (true);
 		}
-		if (nng_msg_dup(&dup, cl->cache[i].msg) != 0)
+		if (nng_msg_dup(&dup, e->msg) != 0)
 			return (false);
 		core->sink(core->sink_arg, c->tp, dup);
 		srv_call_free(c);
@@ -165,61 +257,6 @@ dispatch_retry(struct srv_call *c)
 		return (true);
 	}
 	return (false);
-}
-
-static void
-dispatch_body(struct srv_call *c, const Cohort__Request *req, cohort__time now)
-{
-	const struct srv_member *m;
-
-	switch (req->body_case) {
-	case COHORT__REQUEST__BODY_JOIN:
-		srv_job_join(c, req->join, now);
-		break;
-	case COHORT__REQUEST__BODY_LEAVE:
-		if (req->leave->metrics != NULL && c->client->member != NULL)
-			srv_obs_note(c->job->core, c->job->name,
-			    c->client->member->rank, req->leave->metrics, now);
-		srv_job_leave(c, now);
-		break;
-	case COHORT__REQUEST__BODY_HEARTBEAT:
-		srv_job_heartbeat(c, req->heartbeat, now);
-		break;
-	case COHORT__REQUEST__BODY_WATCH:
-		srv_job_watch(c, now);
-		break;
-	case COHORT__REQUEST__BODY_REPORT_FAILURE:
-		srv_job_report(c, req->report_failure, now);
-		break;
-	case COHORT__REQUEST__BODY_COLLECTIVE:
-	case COHORT__REQUEST__BODY_GROUP_CREATE:
-		/* both come from a running member (else answered here) */
-		if ((m = srv_job_collective_member(c)) == NULL)
-			break;
-		if (req->body_case == COHORT__REQUEST__BODY_COLLECTIVE)
-			srv_coll_handle(c, m, req->collective, now);
-		else
-			srv_group_handle(c, m, req->group_create, now);
-		break;
-	case COHORT__REQUEST__BODY_KV_SET:
-	case COHORT__REQUEST__BODY_KV_GET:
-	case COHORT__REQUEST__BODY_KV_ADD:
-	case COHORT__REQUEST__BODY_KV_COMPARE_SET:
-	case COHORT__REQUEST__BODY_KV_DELETE:
-	case COHORT__REQUEST__BODY_KV_NUM_KEYS:
-	case COHORT__REQUEST__BODY_KV_WAIT:
-	case COHORT__REQUEST__BODY_KV_CHECK:
-	case COHORT__REQUEST__BODY_KV_APPEND:
-	case COHORT__REQUEST__BODY_KV_MULTI_GET:
-	case COHORT__REQUEST__BODY_KV_MULTI_SET:
-		srv_kv_handle(c, req, now);
-		break;
-	default:
-		srv_call_fail(c, COHORT_ENOTSUP,
-		    "request body %d is not supported by this cohortd",
-		    (int)req->body_case);
-		break;
-	}
 }
 
 /* Step 4's refusal. A join learns what it needs to fix its launch (the
@@ -260,9 +297,9 @@ static void
 dispatch_request(struct srv_call *c, const Cohort__Request *req, uint32_t pipe,
     cohort__time now)
 {
+	const struct dispatch_row *row = dispatch_row(req->body_case);
 	struct srv_core *core = c->core;
 	struct srv_job *job;
-	struct srv_hnode *n;
 	size_t jlen = strlen(req->job);
 
 	if (req->proto_version != COHORT_PROTO_VERSION) {
@@ -273,14 +310,14 @@ dispatch_request(struct srv_call *c, const Cohort__Request *req, uint32_t pipe,
 		    COHORT_PROTO_VERSION);
 		return;
 	}
-	if (req->body_case == COHORT__REQUEST__BODY__NOT_SET) {
+	if (row == NULL) {
 		srv_call_fail(c, COHORT_ENOTSUP,
 		    "the request has no body this cohortd %s knows (a newer "
 		    "client?)",
 		    COHORT_VERSION_STRING);
 		return;
 	}
-	if (c->plen > 0 && !dispatch_payload_allowed(req->body_case)) {
+	if (c->plen > 0 && !(row->flags & DISPATCH_PAYLOAD)) {
 		srv_call_fail(c, COHORT_EPROTO,
 		    "this request carries no payload, got %zu bytes", c->plen);
 		return;
@@ -289,8 +326,8 @@ dispatch_request(struct srv_call *c, const Cohort__Request *req, uint32_t pipe,
 		c->deadline = COHORT__TIME_NEVER;
 	else
 		c->deadline = now + (cohort__time)req->timeout_ms;
-	if (req->body_case == COHORT__REQUEST__BODY_STATUS_QUERY) {
-		srv_status_handle(c, req, now);
+	if (row->flags & DISPATCH_NO_JOB) {
+		row->handle(c, req, now);
 		return;
 	}
 	if (jlen == 0 || jlen > SRV_MAX_NAME) {
@@ -299,13 +336,12 @@ dispatch_request(struct srv_call *c, const Cohort__Request *req, uint32_t pipe,
 		    jlen);
 		return;
 	}
-	if ((n = srv_map_get(&core->jobs, req->job, jlen)) != NULL) {
-		job = SRV_CONTAINER(n, struct srv_job, hn);
+	if ((job = srv_job_find(core, req->job)) != NULL) {
 		if (!srv_token_eq(job->token, req->token)) {
 			dispatch_auth_fail(c, req);
 			return;
 		}
-	} else if (req->body_case != COHORT__REQUEST__BODY_JOIN) {
+	} else if (!(row->flags & DISPATCH_CREATES)) {
 		dispatch_auth_fail(c, req);
 		return;
 	} else if (strlen(req->token) > SRV_MAX_NAME) {
@@ -330,6 +366,7 @@ dispatch_request(struct srv_call *c, const Cohort__Request *req, uint32_t pipe,
 		return;
 	}
 	c->job = job;
+	c->generation = &job->generation;
 	job->last_active = now;
 	if (req->seq == 0) {
 		srv_call_fail(c, COHORT_EPROTO, "seq must start at 1");
@@ -338,7 +375,7 @@ dispatch_request(struct srv_call *c, const Cohort__Request *req, uint32_t pipe,
 	if ((c->client = dispatch_client(c, req->client_id, now)) == NULL)
 		goto out_maybe_remove;
 	if (c->client->pipe != 0 && pipe != 0 && c->client->pipe != pipe
-	    && !srv_core_pipe_is_closed(core, c->client->pipe)) {
+	    && !srv_pipe_is_closed(core, c->client->pipe)) {
 		/* Another connection speaking for a client whose own one is
 		 * alive: not a retry (a client re-sends only after its
 		 * connection broke), so it gets nothing of the client's. */
@@ -356,24 +393,30 @@ dispatch_request(struct srv_call *c, const Cohort__Request *req, uint32_t pipe,
 		c->client->member->last_seen = now;
 	if (dispatch_retry(c))
 		return;
-	if (srv_body_mutating(req->body_case)
-	    && !srv_jrn_writable(core, now)) {
+	if (c->mutating && !srv_journal_writable(core, now)) {
 		/* Refused before it is applied: nothing changes that the
 		 * journal could not record. */
 		srv_call_fail(c, COHORT_EJOURNAL,
 		    "not applied: %s; cohortd accepts changes again once it "
 		    "can journal them (retried every second)",
-		    srv_jrn_problem(core));
+		    srv_jrn_problem(core->jrn));
 		goto out_maybe_remove;
 	}
 	if (req->generation != 0 && req->generation != job->generation
-	    && req->body_case != COHORT__REQUEST__BODY_JOIN
-	    && req->body_case != COHORT__REQUEST__BODY_LEAVE) {
-		srv_call_fail(c, COHORT_ESTALE,
-		    "request for generation %" PRIu64 " of job '%s', which is "
-		    "at generation %" PRIu64,
-		    req->generation, job->name, job->generation);
-		return;
+	    && !(row->flags & DISPATCH_ANY_GEN)) {
+		if (!srv_job_elastic(job)) {
+			srv_call_fail(c, COHORT_ESTALE,
+			    "request for generation %" PRIu64 " of job '%s', "
+			    "which is at generation %" PRIu64,
+			    req->generation, job->name, job->generation);
+			return;
+		}
+		if (!(row->flags & DISPATCH_ELASTIC_GEN)) {
+			/* EMEMBERSHIP for a member, EPEERLOST for a process
+			 * a change removed */
+			srv_elastic_stale(c);
+			return;
+		}
 	}
 	{
 		/* the job as a field of the JSON log lines of this request
@@ -385,7 +428,11 @@ dispatch_request(struct srv_call *c, const Cohort__Request *req, uint32_t pipe,
 		cohort__strlcpy(jname, job->name, sizeof(jname));
 		saved = cohort__log_ctx_push(&lc);
 
-		dispatch_body(c, req, now);
+		/* collectives and group creations come from a running
+		 * member (else answered here) */
+		if (!(row->flags & DISPATCH_MEMBER)
+		    || srv_member_running(c) != NULL)
+			row->handle(c, req, now);
 		cohort__log_ctx_pop(saved);
 	}
 
@@ -403,7 +450,7 @@ srv_core_dispatch(struct srv_core *core, nng_msg *msg, uint32_t pipe, void *tp,
 
 	core->m.requests++;
 	srv_core_event_begin(core);
-	if (srv_core_pipe_is_closed(core, pipe)) {
+	if (srv_pipe_is_closed(core, pipe)) {
 		/* Received before its connection's close event but handled
 		 * after it: nobody can hear the reply, and handling it would
 		 * bind the client to a dead connection (a join would make a
@@ -414,7 +461,7 @@ srv_core_dispatch(struct srv_core *core, nng_msg *msg, uint32_t pipe, void *tp,
 		core->sink(core->sink_arg, tp, NULL);
 		goto out;
 	}
-	srv_core_pipe_request(core, pipe, now);
+	srv_pipe_request(core, pipe, now);
 	if ((c = srv_call_new(core, tp, now)) == NULL) {
 		nng_msg_free(msg);
 		core->sink(core->sink_arg, tp, NULL);
@@ -427,11 +474,16 @@ srv_core_dispatch(struct srv_core *core, nng_msg *msg, uint32_t pipe, void *tp,
 		goto out;
 	}
 	c->seq = req->seq;
+	c->req_gen = req->generation;
+	c->req_rank = req->rank;
 	c->body = (int)req->body_case;
+	c->mutating = dispatch_row(c->body) != NULL
+	    && (dispatch_row(c->body)->flags & DISPATCH_MUTATING);
 	c->rhash = dispatch_hash(req, c->payload, c->plen);
 	dispatch_request(c, req, pipe, now);
 	cohort__request__free_unpacked(req, NULL);
 	srv_core_expire_due(core, now);
 out:
 	srv_core_event_end(core, now);
+	srv_journal_tick(core, now);
 }

@@ -1,5 +1,5 @@
 /*
- * statuspage.c - the live status page cohortd serves at / on its HTTP
+ * page.c - the live status page cohortd serves at / on its HTTP
  * port (docs/observability.md): one static HTML document, no external
  * assets, whose script polls /status.json every second and draws jobs,
  * ranks, their state and current operation, which rank is late in which
@@ -11,7 +11,7 @@
  * admin secret) taken from the fragment of its URL, `/#job=J&token=T`,
  * which browsers never send to the server nor put in a Referer.
  */
-#include "srv_impl.h"
+#include "page.h"
 
 const char srv_status_page[]
     = "<!DOCTYPE html>\n"

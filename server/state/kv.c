@@ -13,7 +13,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "srv_impl.h"
+#include "core/util.h"
+#include "journal/log.h"
+#include "job.h"
+#include "kv.h"
+
+struct srv_kv {
+	struct srv_map keys; /* srv_kvent */
+	struct srv_map waits; /* srv_kvwait: absent keys someone waits on */
+	uint64_t bytes;
+	/* The core's totals over all jobs, kept in step. */
+	uint64_t *tot_bytes;
+	uint64_t *tot_keys;
+};
 
 struct srv_kvent {
 	struct srv_hnode hn;
@@ -32,14 +44,18 @@ struct srv_kvwait {
 
 enum kv_waitop { KV_OP_GET, KV_OP_MULTI_GET, KV_OP_WAIT };
 
-void
-srv_kv_init(struct srv_kv *kv)
+struct srv_kv *
+srv_kv_new(struct srv_core *core)
 {
+	struct srv_kv *kv = calloc(1, sizeof(*kv));
+
+	if (kv == NULL)
+		return (NULL);
 	srv_map_init(&kv->keys);
 	srv_map_init(&kv->waits);
-	kv->bytes = 0;
-	kv->tot_bytes = NULL;
-	kv->tot_keys = NULL;
+	kv->tot_bytes = &core->kv_bytes;
+	kv->tot_keys = &core->kv_keys;
+	return (kv);
 }
 
 /* Every change of kv->bytes and of the number of keys goes through here,
@@ -55,11 +71,13 @@ kv_acct(struct srv_kv *kv, int64_t dbytes, int64_t dkeys)
 }
 
 void
-srv_kv_fini(struct srv_kv *kv)
+srv_kv_free(struct srv_kv *kv)
 {
 	struct srv_hnode *n, *next;
 	size_t i;
 
+	if (kv == NULL)
+		return;
 	for (n = srv_map_next(&kv->keys, &i, NULL); n != NULL; n = next) {
 		struct srv_kvent *e = SRV_CONTAINER(n, struct srv_kvent, hn);
 		next = srv_map_next(&kv->keys, &i, n);
@@ -77,12 +95,19 @@ srv_kv_fini(struct srv_kv *kv)
 	kv_acct(kv, -(int64_t)kv->bytes, -(int64_t)kv->keys.n);
 	srv_map_fini(&kv->keys);
 	srv_map_fini(&kv->waits);
+	free(kv);
 }
 
 uint64_t
 srv_kv_count(const struct srv_kv *kv)
 {
 	return (kv->keys.n);
+}
+
+uint64_t
+srv_kv_bytes(const struct srv_kv *kv)
+{
+	return (kv->bytes);
 }
 
 static struct srv_kvent *
@@ -112,7 +137,7 @@ kv_key_ok(struct srv_call *c, const char *key)
 static bool
 kv_limits_ok(struct srv_call *c, uint64_t vlen, int64_t dbytes, uint64_t dkeys)
 {
-	struct srv_kv *kv = &c->job->kv;
+	struct srv_kv *kv = c->job->kv;
 	const struct srv_limits *lim = &c->core->lim;
 
 	if (vlen > lim->max_value) {
@@ -166,7 +191,7 @@ static cohort_status
 kv_put(struct srv_job *job, const char *key, nng_msg *msg, const uint8_t *val,
     size_t vlen)
 {
-	struct srv_kv *kv = &job->kv;
+	struct srv_kv *kv = job->kv;
 	struct srv_kvent *e = kv_find(kv, key);
 
 	if (e != NULL) {
@@ -241,11 +266,11 @@ kv_unlink(struct srv_job *job, struct srv_call *c, size_t i)
 	if (l->link.next == &l->link)
 		return;
 	srv_list_remove(&l->link);
-	n = srv_map_get(&job->kv.waits, c->keys[i], strlen(c->keys[i]));
+	n = srv_map_get(&job->kv->waits, c->keys[i], strlen(c->keys[i]));
 	if (n != NULL) {
 		struct srv_kvwait *w = SRV_CONTAINER(n, struct srv_kvwait, hn);
 		if (srv_list_empty(&w->waiters)) {
-			srv_map_del(&job->kv.waits, &w->hn);
+			srv_map_del(&job->kv->waits, &w->hn);
 			free(w->key);
 			free(w);
 		}
@@ -263,7 +288,7 @@ kv_withdraw(struct srv_call *c)
 static long
 kv_register(struct srv_call *c)
 {
-	struct srv_kv *kv = &c->job->kv;
+	struct srv_kv *kv = c->job->kv;
 	long missing = 0;
 
 	for (size_t i = 0; i < c->nkeys; i++) {
@@ -301,14 +326,14 @@ static void kv_answer_values(struct srv_call *c, int op);
 static void
 kv_notify(struct srv_job *job, const char *key)
 {
-	struct srv_hnode *n = srv_map_get(&job->kv.waits, key, strlen(key));
+	struct srv_hnode *n = srv_map_get(&job->kv->waits, key, strlen(key));
 	struct srv_kvwait *w;
 	size_t budget;
 
 	if (n == NULL)
 		return;
 	w = SRV_CONTAINER(n, struct srv_kvwait, hn);
-	srv_map_del(&job->kv.waits, &w->hn);
+	srv_map_del(&job->kv->waits, &w->hn);
 	budget = job->core->nparked + 1;
 	while (!srv_list_empty(&w->waiters) && budget-- > 0) {
 		struct srv_kvlink *l
@@ -330,7 +355,7 @@ kv_notify(struct srv_job *job, const char *key)
 static void
 kv_answer_values(struct srv_call *c, int op)
 {
-	struct srv_kv *kv = &c->job->kv;
+	struct srv_kv *kv = c->job->kv;
 	Cohort__Reply rep;
 	long miss;
 
@@ -386,7 +411,7 @@ kv_answer_values(struct srv_call *c, int op)
 static void
 kv_expire(struct srv_call *c, cohort__time now)
 {
-	struct srv_kv *kv = &c->job->kv;
+	struct srv_kv *kv = c->job->kv;
 	char buf[1400], secs[32];
 	size_t off = 0;
 
@@ -417,7 +442,7 @@ kv_expire(struct srv_call *c, cohort__time now)
 
 /* A wait sits in the waiter list of every absent key. */
 static const struct srv_park_ops kv_park
-    = { SRV_PARK_KV, kv_withdraw, kv_expire };
+    = { SRV_PARK_KV, kv_withdraw, kv_expire, NULL, NULL };
 
 /* get(wait) / multi_get / wait: answer now or park. */
 static void
@@ -446,7 +471,7 @@ kv_wait_keys(
 		c->kvl[i].call = c;
 	}
 	if (!wait) {
-		struct srv_kv *kv = &c->job->kv;
+		struct srv_kv *kv = c->job->kv;
 		for (size_t i = 0; i < nkeys; i++) {
 			if (kv_find(kv, keys[i]) != NULL)
 				continue;
@@ -486,15 +511,17 @@ out_nomem:
 /* Operations                                                               */
 /* ------------------------------------------------------------------------ */
 
-static void
-kv_set(struct srv_call *c, const char *key)
+void
+srv_kv_set(struct srv_call *c, const Cohort__Request *req, cohort__time now)
 {
+	const char *key = req->kv_set->key;
 	uint64_t nk = 0;
 	int64_t d;
 
+	(void)now;
 	if (!kv_key_ok(c, key))
 		return;
-	d = kv_delta(&c->job->kv, key, c->plen, &nk);
+	d = kv_delta(c->job->kv, key, c->plen, &nk);
 	if (!kv_limits_ok(c, c->plen, d, nk))
 		return;
 	if (kv_put(c->job, key, c->msg, c->payload, c->plen) != COHORT_OK) {
@@ -502,7 +529,7 @@ kv_set(struct srv_call *c, const char *key)
 		return;
 	}
 	c->msg = NULL;
-	srv_jrn_kv_put(c->job, key, c->payload, c->plen);
+	srv_jrn_kv_put(c->core->jrn, &c->job->jr, key, c->payload, c->plen);
 	srv_call_fail(c, COHORT_OK, "%s", "");
 }
 
@@ -541,7 +568,7 @@ kv_put_copy(struct srv_call *c, const char *key, const void *a, size_t alen,
 	uint64_t nk = 0;
 	nng_msg *m;
 
-	if (!kv_limits_ok(c, n, kv_delta(&c->job->kv, key, n, &nk), nk))
+	if (!kv_limits_ok(c, n, kv_delta(c->job->kv, key, n, &nk), nk))
 		return (false);
 	if ((m = kv_copy(a, alen, b, blen)) == NULL
 	    || kv_put(c->job, key, m, nng_msg_body(m), n) != COHORT_OK) {
@@ -553,9 +580,10 @@ kv_put_copy(struct srv_call *c, const char *key, const void *a, size_t alen,
 	return (true);
 }
 
-static void
-kv_add(struct srv_call *c, const Cohort__KvAdd *a)
+void
+srv_kv_add(struct srv_call *c, const Cohort__Request *req, cohort__time now)
 {
+	const Cohort__KvAdd *a = req->kv_add;
 	struct srv_kvent *e;
 	int64_t cur = 0, val;
 	char num[32];
@@ -563,7 +591,7 @@ kv_add(struct srv_call *c, const Cohort__KvAdd *a)
 
 	if (!kv_key_ok(c, a->key))
 		return;
-	if ((e = kv_find(&c->job->kv, a->key)) != NULL) {
+	if ((e = kv_find(c->job->kv, a->key)) != NULL) {
 		if (e->vlen == 0 || e->vlen >= sizeof(num)) {
 			srv_call_fail(c, COHORT_EINVAL,
 			    "value of key '%s' is not a decimal integer",
@@ -588,14 +616,16 @@ kv_add(struct srv_call *c, const Cohort__KvAdd *a)
 	n = snprintf(num, sizeof(num), "%" PRId64, val);
 	if (!kv_put_copy(c, a->key, num, (size_t)n, NULL, 0))
 		return;
-	srv_jrn_kv_put(c->job, a->key, num, (size_t)n);
+	srv_jrn_kv_put(c->core->jrn, &c->job->jr, a->key, num, (size_t)n);
 	kv_answer(c, COHORT__REPLY__BODY_KV_ADD, val, false);
 }
 
-static void
-kv_compare_set(struct srv_call *c, const Cohort__KvCompareSet *cs)
+void
+srv_kv_compare_set(
+    struct srv_call *c, const Cohort__Request *req, cohort__time now)
 {
-	struct srv_kv *kv = &c->job->kv;
+	const Cohort__KvCompareSet *cs = req->kv_compare_set;
+	struct srv_kv *kv = c->job->kv;
 	struct srv_kvent *e;
 	size_t elen = (size_t)cs->expected_len, dlen;
 	bool swap;
@@ -628,7 +658,8 @@ kv_compare_set(struct srv_call *c, const Cohort__KvCompareSet *cs)
 			return;
 		}
 		c->msg = NULL;
-		srv_jrn_kv_put(c->job, cs->key, c->payload + elen, dlen);
+		srv_jrn_kv_put(c->core->jrn, &c->job->jr, cs->key,
+		    c->payload + elen, dlen);
 		e = kv_find(kv, cs->key);
 	}
 	srv_reply_init(&rep, c, COHORT_OK);
@@ -642,10 +673,11 @@ kv_compare_set(struct srv_call *c, const Cohort__KvCompareSet *cs)
 		kv_reply(c, &rep, NULL, 0);
 }
 
-static void
-kv_delete(struct srv_call *c, const char *key)
+void
+srv_kv_delete(struct srv_call *c, const Cohort__Request *req, cohort__time now)
 {
-	struct srv_kv *kv = &c->job->kv;
+	const char *key = req->kv_delete->key;
+	struct srv_kv *kv = c->job->kv;
 	struct srv_kvent *e;
 
 	if (!kv_key_ok(c, key))
@@ -656,30 +688,33 @@ kv_delete(struct srv_call *c, const char *key)
 		nng_msg_free(e->msg);
 		free(e->key);
 		free(e);
-		srv_jrn_kv_del(c->job, key);
+		srv_jrn_kv_del(c->core->jrn, &c->job->jr, key);
 	}
 	kv_answer(c, COHORT__REPLY__BODY_KV_DELETE, 0, e != NULL);
 }
 
-static void
-kv_append(struct srv_call *c, const char *key)
+void
+srv_kv_append(struct srv_call *c, const Cohort__Request *req, cohort__time now)
 {
+	const char *key = req->kv_append->key;
 	struct srv_kvent *e;
 
 	if (!kv_key_ok(c, key))
 		return;
-	e = kv_find(&c->job->kv, key);
+	e = kv_find(c->job->kv, key);
 	if (!kv_put_copy(c, key, e ? e->val : NULL, e ? e->vlen : 0,
 	        c->payload, c->plen))
 		return;
-	srv_jrn_kv_append(c->job, key, c->payload, c->plen);
+	srv_jrn_kv_append(c->core->jrn, &c->job->jr, key, c->payload, c->plen);
 	srv_call_fail(c, COHORT_OK, "%s", "");
 }
 
-static void
-kv_multi_set(struct srv_call *c, const Cohort__KvMultiSet *ms)
+void
+srv_kv_multi_set(
+    struct srv_call *c, const Cohort__Request *req, cohort__time now)
 {
-	struct srv_kv *kv = &c->job->kv;
+	const Cohort__KvMultiSet *ms = req->kv_multi_set;
+	struct srv_kv *kv = c->job->kv;
 	uint64_t total = 0, nk = 0;
 	int64_t d = 0;
 	size_t off = 0;
@@ -729,76 +764,68 @@ kv_multi_set(struct srv_call *c, const Cohort__KvMultiSet *ms)
 			srv_call_fail(c, COHORT_ENOMEM, "out of memory");
 			return;
 		}
-		srv_jrn_kv_put(c->job, ms->keys[i], c->payload + off - l, l);
+		srv_jrn_kv_put(c->core->jrn, &c->job->jr, ms->keys[i],
+		    c->payload + off - l, l);
 	}
 	srv_call_fail(c, COHORT_OK, "%s", "");
 }
 
 void
-srv_kv_handle(struct srv_call *c, const Cohort__Request *req, cohort__time now)
+srv_kv_get(struct srv_call *c, const Cohort__Request *req, cohort__time now)
 {
-	Cohort__Reply rep;
+	char *k = req->kv_get->key;
 
 	(void)now;
-	switch (req->body_case) {
-	case COHORT__REQUEST__BODY_KV_SET:
-		kv_set(c, req->kv_set->key);
-		break;
-	case COHORT__REQUEST__BODY_KV_GET: {
-		char *k = req->kv_get->key;
-		kv_wait_keys(c, &k, 1, KV_OP_GET, req->kv_get->wait);
-		break;
+	kv_wait_keys(c, &k, 1, KV_OP_GET, req->kv_get->wait);
+}
+
+void
+srv_kv_multi_get(
+    struct srv_call *c, const Cohort__Request *req, cohort__time now)
+{
+	(void)now;
+	kv_wait_keys(c, req->kv_multi_get->keys, req->kv_multi_get->n_keys,
+	    KV_OP_MULTI_GET, req->kv_multi_get->wait);
+}
+
+void
+srv_kv_wait(struct srv_call *c, const Cohort__Request *req, cohort__time now)
+{
+	(void)now;
+	kv_wait_keys(
+	    c, req->kv_wait->keys, req->kv_wait->n_keys, KV_OP_WAIT, true);
+}
+
+void
+srv_kv_num_keys(
+    struct srv_call *c, const Cohort__Request *req, cohort__time now)
+{
+	Cohort__Reply rep;
+	Cohort__KvNumKeysReply nr;
+
+	(void)req;
+	(void)now;
+	srv_reply_init(&rep, c, COHORT_OK);
+	cohort__kv_num_keys_reply__init(&nr);
+	nr.count = c->job->kv->keys.n;
+	rep.body_case = COHORT__REPLY__BODY_KV_NUM_KEYS;
+	rep.kv_num_keys = &nr;
+	srv_call_answer(c, &rep, NULL, 0);
+}
+
+void
+srv_kv_check(struct srv_call *c, const Cohort__Request *req, cohort__time now)
+{
+	bool all = true;
+
+	(void)now;
+	for (size_t i = 0; i < req->kv_check->n_keys; i++) {
+		if (!kv_key_ok(c, req->kv_check->keys[i]))
+			return;
+		if (kv_find(c->job->kv, req->kv_check->keys[i]) == NULL)
+			all = false;
 	}
-	case COHORT__REQUEST__BODY_KV_ADD:
-		kv_add(c, req->kv_add);
-		break;
-	case COHORT__REQUEST__BODY_KV_COMPARE_SET:
-		kv_compare_set(c, req->kv_compare_set);
-		break;
-	case COHORT__REQUEST__BODY_KV_DELETE:
-		kv_delete(c, req->kv_delete->key);
-		break;
-	case COHORT__REQUEST__BODY_KV_NUM_KEYS: {
-		Cohort__KvNumKeysReply nr;
-		srv_reply_init(&rep, c, COHORT_OK);
-		cohort__kv_num_keys_reply__init(&nr);
-		nr.count = c->job->kv.keys.n;
-		rep.body_case = COHORT__REPLY__BODY_KV_NUM_KEYS;
-		rep.kv_num_keys = &nr;
-		srv_call_answer(c, &rep, NULL, 0);
-		break;
-	}
-	case COHORT__REQUEST__BODY_KV_WAIT:
-		kv_wait_keys(c, req->kv_wait->keys, req->kv_wait->n_keys,
-		    KV_OP_WAIT, true);
-		break;
-	case COHORT__REQUEST__BODY_KV_CHECK: {
-		bool all = true;
-		for (size_t i = 0; i < req->kv_check->n_keys; i++) {
-			if (!kv_key_ok(c, req->kv_check->keys[i]))
-				return;
-			if (kv_find(&c->job->kv, req->kv_check->keys[i])
-			    == NULL)
-				all = false;
-		}
-		kv_answer(c, COHORT__REPLY__BODY_KV_CHECK, 0, all);
-		break;
-	}
-	case COHORT__REQUEST__BODY_KV_APPEND:
-		kv_append(c, req->kv_append->key);
-		break;
-	case COHORT__REQUEST__BODY_KV_MULTI_GET:
-		kv_wait_keys(c, req->kv_multi_get->keys,
-		    req->kv_multi_get->n_keys, KV_OP_MULTI_GET,
-		    req->kv_multi_get->wait);
-		break;
-	case COHORT__REQUEST__BODY_KV_MULTI_SET:
-		kv_multi_set(c, req->kv_multi_set);
-		break;
-	default:
-		srv_call_fail(c, COHORT_ENOTSUP, "not a key-value request");
-		break;
-	}
+	kv_answer(c, COHORT__REPLY__BODY_KV_CHECK, 0, all);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -809,7 +836,7 @@ cohort_status
 srv_kv_restore(struct srv_job *job, const char *key, const void *val,
     size_t vlen, bool append)
 {
-	struct srv_kvent *e = append ? kv_find(&job->kv, key) : NULL;
+	struct srv_kvent *e = append ? kv_find(job->kv, key) : NULL;
 	size_t old = e != NULL ? e->vlen : 0;
 	nng_msg *m = kv_copy(e != NULL ? e->val : NULL, old, val, vlen);
 
@@ -825,7 +852,7 @@ srv_kv_restore(struct srv_job *job, const char *key, const void *val,
 void
 srv_kv_restore_del(struct srv_job *job, const char *key)
 {
-	struct srv_kv *kv = &job->kv;
+	struct srv_kv *kv = job->kv;
 	struct srv_kvent *e = kv_find(kv, key);
 
 	if (e == NULL)

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "srv_impl.h"
+#include "map.h"
 
 static uint64_t
 map_hash(const void *key, size_t klen)

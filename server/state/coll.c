@@ -1,5 +1,5 @@
 /*
- * coll.c - control-plane collectives and group creation
+ * coll.c - control-plane collectives
  * (proto/README.md section 5).
  *
  * Arrivals are gathered per (group, op_seq) in a srv_coll; each arrival
@@ -15,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "srv_impl.h"
+#include "core/util.h"
+#include "coll.h"
+#include "groups.h"
 
 const char *
 srv_coll_kind_name(int kind)
@@ -27,6 +29,7 @@ srv_coll_kind_name(int kind)
 		= "reduce_scalars",
 		[COHORT__COLLECTIVE_KIND__COLL_DECIDE] = "decide",
 		[COHORT__COLLECTIVE_KIND__COLL_SERVICE] = "service",
+		[COHORT__COLLECTIVE_KIND__COLL_BOUNDARY] = "boundary",
 	};
 
 	if (kind < 0 || (size_t)kind >= sizeof(names) / sizeof(names[0])
@@ -60,8 +63,8 @@ coll_service_counted(uint32_t op)
 	return (op != 5 && op != 10); /* allgatherv: per rank; barrier */
 }
 
-static void
-coll_desc_text(const struct srv_cdesc *cd, char *buf, size_t len)
+void
+srv_coll_desc_text(const struct srv_cdesc *cd, char *buf, size_t len)
 {
 	if (cd->kind == COHORT__COLLECTIVE_KIND__COLL_SERVICE) {
 		size_t off = 0;
@@ -84,6 +87,10 @@ coll_desc_text(const struct srv_cdesc *cd, char *buf, size_t len)
 	}
 	size_t off = 0;
 
+	if (cd->kind == COHORT__COLLECTIVE_KIND__COLL_BOUNDARY) {
+		cohort__appendf(buf, len, &off, "step boundary");
+		return;
+	}
 	cohort__appendf(buf, len, &off, "%s '%s'",
 	    srv_coll_kind_name(cd->kind), cd->name ? cd->name : "");
 	switch (cd->kind) {
@@ -135,336 +142,36 @@ coll_desc_equal(const struct srv_cdesc *a, const struct srv_cdesc *b)
 	}
 }
 
-void
-srv_coll_describe(const struct srv_call *c, char *buf, size_t len)
+static void
+coll_describe(const struct srv_call *c, char *buf, size_t len)
 {
-	if (c->park == SRV_PARK_COLL && c->owner != NULL) {
-		const struct srv_coll *co = c->owner;
-		size_t off = 0;
-		coll_desc_text(&co->cd, buf, len);
-		off = strlen(buf);
-		cohort__appendf(buf, len, &off, " (#%" PRIu64 ")", co->op_seq);
-		if (co->g->name[0] != '\0')
-			cohort__appendf(
-			    buf, len, &off, " on group '%s'", co->g->name);
-	} else if (c->park == SRV_PARK_GROUP && c->owner != NULL) {
-		const struct srv_group *g = c->owner;
-		snprintf(buf, len, "creation of group '%s'", g->name);
-	} else {
-		snprintf(buf, len, "a collective");
-	}
+	const struct srv_coll *co = c->owner;
+	size_t off;
+
+	srv_coll_desc_text(&co->cd, buf, len);
+	off = strlen(buf);
+	cohort__appendf(buf, len, &off, " (#%" PRIu64 ")", co->op_seq);
+	if (co->g->name[0] != '\0')
+		cohort__appendf(buf, len, &off, " on group '%s'", co->g->name);
 }
 
-/* The operation parked call c is in, as the fields of a Failure: what
- * (without its number), its op_seq and its group (0 and "" for a group
- * creation). False when c is in none. */
-bool
-srv_coll_what(const struct srv_call *c, char *buf, size_t len, uint64_t *seq,
+static void
+coll_what(const struct srv_call *c, char *buf, size_t len, uint64_t *seq,
     const char **group)
 {
-	if (c->park == SRV_PARK_COLL && c->owner != NULL) {
-		const struct srv_coll *co = c->owner;
-		coll_desc_text(&co->cd, buf, len);
-		*seq = co->op_seq;
-		*group = co->g->name;
-		return (true);
-	}
-	if (c->park == SRV_PARK_GROUP && c->owner != NULL) {
-		const struct srv_group *g = c->owner;
-		snprintf(buf, len, "creation of group '%s'", g->name);
-		*seq = 0;
-		*group = "";
-		return (true);
-	}
-	return (false);
+	const struct srv_coll *co = c->owner;
+
+	srv_coll_desc_text(&co->cd, buf, len);
+	*seq = co->op_seq;
+	*group = co->g->name;
 }
 
-/* What becomes of a parked group creation or collective arrival (the
- * core calls these through srv_park_ops). */
-static void group_withdraw(struct srv_call *c);
-static void group_expire(struct srv_call *c, cohort__time now);
 static void coll_withdraw(struct srv_call *c);
 static void coll_expire(struct srv_call *c, cohort__time now);
 
-static const struct srv_park_ops group_park
-    = { SRV_PARK_GROUP, group_withdraw, group_expire };
+/* An arrival waits in co->calls by group rank. */
 static const struct srv_park_ops coll_park
-    = { SRV_PARK_COLL, coll_withdraw, coll_expire };
-
-/* ------------------------------------------------------------------------ */
-/* Groups                                                                   */
-/* ------------------------------------------------------------------------ */
-
-static struct srv_group *
-group_new(
-    struct srv_job *job, const char *name, const int32_t *ranks, uint32_t n)
-{
-	struct srv_group *g = calloc(1, sizeof(*g));
-
-	if (g == NULL)
-		return (NULL);
-	g->name = srv_strdup(name);
-	g->ranks = malloc(sizeof(int32_t) * (n ? n : 1));
-	g->grank_of = malloc(sizeof(int32_t) * job->world);
-	g->arr = calloc(n ? n : 1, sizeof(*g->arr));
-	if (g->name == NULL || g->ranks == NULL || g->grank_of == NULL
-	    || g->arr == NULL)
-		goto out_free;
-	g->n = n;
-	for (uint32_t r = 0; r < job->world; r++)
-		g->grank_of[r] = -1;
-	for (uint32_t i = 0; i < n; i++) {
-		g->ranks[i] = ranks[i];
-		g->grank_of[ranks[i]] = (int32_t)i;
-	}
-	if (srv_map_put(&job->groups, &g->hn, g->name, strlen(g->name))
-	    != COHORT_OK)
-		goto out_free;
-	return (g);
-
-out_free:
-	free(g->name);
-	free(g->ranks);
-	free(g->grank_of);
-	free(g->arr);
-	free(g);
-	return (NULL);
-}
-
-static void
-group_free(struct srv_job *job, struct srv_group *g)
-{
-	srv_map_del(&job->groups, &g->hn);
-	free(g->name);
-	free(g->ranks);
-	free(g->grank_of);
-	free(g->arr);
-	free(g);
-}
-
-cohort_status
-srv_group_world(struct srv_job *job)
-{
-	int32_t *r = malloc(sizeof(int32_t) * job->world);
-	struct srv_group *g;
-
-	if (r == NULL)
-		return (COHORT_ENOMEM);
-	for (uint32_t i = 0; i < job->world; i++)
-		r[i] = (int32_t)i;
-	g = group_new(job, "", r, job->world);
-	free(r);
-	if (g == NULL)
-		return (COHORT_ENOMEM);
-	g->complete = true;
-	return (COHORT_OK);
-}
-
-static struct srv_group *
-group_find(struct srv_job *job, const char *name)
-{
-	struct srv_hnode *n = srv_map_get(&job->groups, name, strlen(name));
-
-	return (n ? SRV_CONTAINER(n, struct srv_group, hn) : NULL);
-}
-
-/* EPEERLOST because rank left the job and op waits for it. */
-static void
-coll_answer_left(struct srv_call *c, int32_t rank, const char *what)
-{
-	struct srv_job *job = c->job;
-	const struct srv_member *m = &job->members[rank];
-	Cohort__Reply rep;
-	Cohort__Failure f = COHORT__FAILURE__INIT;
-	char buf[768];
-
-	snprintf(buf, sizeof(buf),
-	    "rank %d (%s:%u) left job '%s'; %s cannot complete", rank, m->host,
-	    m->pid, job->name, what);
-	srv_reply_init(&rep, c, COHORT_EPEERLOST);
-	rep.failed_rank = rank;
-	rep.failed_text = "left the job";
-	rep.error = buf;
-	f.kind = COHORT__FAILURE_KIND__FAILURE_LEFT;
-	f.rank = rank;
-	f.host = (char *)m->host;
-	f.pid = m->pid;
-	f.operation = (char *)what;
-	f.text = "left the job";
-	rep.failure = &f;
-	srv_call_answer(c, &rep, NULL, 0);
-}
-
-static void
-group_answer(struct srv_call *c, struct srv_group *g)
-{
-	Cohort__Reply rep;
-	Cohort__GroupCreateReply gr;
-
-	srv_reply_init(&rep, c, COHORT_OK);
-	cohort__group_create_reply__init(&gr);
-	gr.group = g->name;
-	gr.group_rank = g->grank_of[c->rank];
-	gr.group_size = g->n;
-	rep.body_case = COHORT__REPLY__BODY_GROUP_CREATE;
-	rep.group_create = &gr;
-	srv_call_answer(c, &rep, NULL, 0);
-}
-
-static bool
-group_same(const struct srv_group *g, const int32_t *ranks, size_t n)
-{
-	return (
-	    g->n == n && memcmp(g->ranks, ranks, n * sizeof(int32_t)) == 0);
-}
-
-void
-srv_group_handle(struct srv_call *c, const struct srv_member *m,
-    const Cohort__GroupCreate *gc, cohort__time now)
-{
-	struct srv_job *job = c->job;
-	struct srv_group *g;
-	uint8_t *seen;
-	int32_t grank = -1;
-	char a[512], b[512];
-
-	if (gc->name[0] == '\0' || strlen(gc->name) > SRV_MAX_NAME) {
-		srv_call_fail(c, COHORT_EINVAL,
-		    "group name must be 1..%d bytes (\"\" is the world)",
-		    SRV_MAX_NAME);
-		return;
-	}
-	if (gc->n_ranks == 0 || gc->n_ranks > job->world) {
-		srv_call_fail(c, COHORT_EINVAL,
-		    "group '%s' lists %zu ranks; it needs 1..%u", gc->name,
-		    gc->n_ranks, job->world);
-		return;
-	}
-	if ((seen = calloc(job->world, 1)) == NULL) {
-		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
-		return;
-	}
-	for (size_t i = 0; i < gc->n_ranks; i++) {
-		int32_t r = gc->ranks[i];
-		if (r < 0 || (uint32_t)r >= job->world || seen[r]) {
-			free(seen);
-			srv_call_fail(c, COHORT_EINVAL,
-			    "group '%s': rank %d is %s", gc->name, r,
-			    (r < 0 || (uint32_t)r >= job->world)
-			        ? "out of range"
-			        : "listed twice");
-			return;
-		}
-		seen[r] = 1;
-		if (r == m->rank)
-			grank = (int32_t)i;
-	}
-	free(seen);
-	if (grank < 0) {
-		srv_call_fail(c, COHORT_EINVAL,
-		    "rank %d asked to create group '%s' without being in it",
-		    m->rank, gc->name);
-		return;
-	}
-	c->rank = m->rank;
-	c->grank = grank;
-	g = group_find(job, gc->name);
-	if (g != NULL && g->complete) {
-		if (group_same(g, gc->ranks, gc->n_ranks)) {
-			group_answer(c, g);
-			return;
-		}
-		srv_fmt_ranks(a, sizeof(a), g->ranks, g->n);
-		srv_call_fail(c, COHORT_EEXIST,
-		    "group '%s' already exists with ranks %s", gc->name, a);
-		return;
-	}
-	for (size_t i = 0; i < gc->n_ranks; i++) {
-		int32_t r = gc->ranks[i];
-		if (job->members[r].state == SRV_MEMBER_LEFT) {
-			char what[300];
-			snprintf(what, sizeof(what), "creation of group '%s'",
-			    gc->name);
-			coll_answer_left(c, r, what);
-			return;
-		}
-	}
-	if (g != NULL && !group_same(g, gc->ranks, gc->n_ranks)) {
-		srv_fmt_ranks(a, sizeof(a), g->ranks, g->n);
-		srv_fmt_ranks(b, sizeof(b), gc->ranks, gc->n_ranks);
-		char detail[1200];
-		snprintf(detail, sizeof(detail),
-		    "group '%s': earlier ranks asked for ranks [%s], rank %d "
-		    "asked for [%s]",
-		    gc->name, a, m->rank, b);
-		for (uint32_t i = 0; i < g->n; i++) {
-			struct srv_call *p = g->arr[i];
-			if (p == NULL)
-				continue;
-			g->arr[i] = NULL;
-			srv_call_fail(p, COHORT_EMISMATCH, "%s", detail);
-		}
-		group_free(job, g);
-		srv_call_fail(c, COHORT_EMISMATCH, "%s", detail);
-		return;
-	}
-	if (g == NULL) {
-		g = group_new(job, gc->name, gc->ranks, (uint32_t)gc->n_ranks);
-		if (g == NULL) {
-			srv_call_fail(c, COHORT_ENOMEM, "out of memory");
-			return;
-		}
-		g->first = now;
-	} else if (g->arr[grank] != NULL) {
-		srv_call_fail(c, COHORT_EINVAL,
-		    "rank %d asked to create group '%s' twice", m->rank,
-		    gc->name);
-		return;
-	}
-	g->arr[grank] = c;
-	g->narr++;
-	c->owner = g;
-	srv_call_park(c, &group_park);
-	if (g->narr < g->n)
-		return;
-	g->complete = true;
-	srv_jrn_group(job, g);
-	for (uint32_t i = 0; i < g->n; i++) {
-		struct srv_call *p = g->arr[i];
-		g->arr[i] = NULL;
-		group_answer(p, g);
-	}
-	g->narr = 0;
-}
-
-static void
-group_withdraw(struct srv_call *c)
-{
-	struct srv_group *g = c->owner;
-
-	g->arr[c->grank] = NULL;
-	g->narr--;
-	c->owner = NULL;
-	if (g->narr == 0 && !g->complete)
-		group_free(c->job, g);
-}
-
-static void
-group_expire(struct srv_call *c, cohort__time now)
-{
-	struct srv_group *g = c->owner;
-	int32_t *miss = calloc(g->n + 1, sizeof(int32_t));
-	size_t nm = 0, off = 0;
-	char what[SRV_MAX_NAME + 32], buf[1024];
-
-	for (uint32_t i = 0; miss != NULL && i < g->n; i++)
-		if (g->arr[i] == NULL)
-			miss[nm++] = g->ranks[i];
-	snprintf(what, sizeof(what), "creation of group '%s'", g->name);
-	srv_fmt_never_arrived(
-	    buf, sizeof(buf), &off, what, now - c->start, miss, nm);
-	srv_call_timed_out(c, now, buf, miss, nm);
-}
+    = { SRV_PARK_COLL, coll_withdraw, coll_expire, coll_describe, coll_what };
 
 /* ------------------------------------------------------------------------ */
 /* Collectives                                                              */
@@ -728,8 +435,8 @@ coll_mismatch(struct srv_coll *co, struct srv_call *c)
 			r[nr++] = g->ranks[i];
 	srv_fmt_ranks(rb, sizeof(rb), r, nr);
 	free(r);
-	coll_desc_text(&co->cd, da, sizeof(da));
-	coll_desc_text(&c->cd, db, sizeof(db));
+	srv_coll_desc_text(&co->cd, da, sizeof(da));
+	srv_coll_desc_text(&c->cd, db, sizeof(db));
 	if (co->cd.kind == COHORT__COLLECTIVE_KIND__COLL_SERVICE)
 		snprintf(detail, sizeof(detail),
 		    "ranks disagree: rank%s %s called %s, rank %d called %s",
@@ -772,6 +479,17 @@ coll_validate(struct srv_call *c, const Cohort__Collective *co)
 	case COHORT__COLLECTIVE_KIND__COLL_NONE:
 		srv_call_fail(c, COHORT_EINVAL, "collective kind is missing");
 		return (false);
+	case COHORT__COLLECTIVE_KIND__COLL_BOUNDARY:
+		if (co->group[0] != '\0') {
+			srv_call_fail(c, COHORT_EINVAL,
+			    "a step boundary is on the world group (\"\"), "
+			    "not "
+			    "on group '%s'",
+			    co->group);
+			return (false);
+		}
+		c->has_state = co->has_state;
+		/* FALLTHROUGH */
 	case COHORT__COLLECTIVE_KIND__COLL_BARRIER:
 	case COHORT__COLLECTIVE_KIND__COLL_DECIDE:
 		if (c->plen != 0) {
@@ -851,9 +569,27 @@ coll_validate(struct srv_call *c, const Cohort__Collective *co)
 	return (true);
 }
 
-void
-srv_coll_handle(struct srv_call *c, const struct srv_member *m,
-    const Cohort__Collective *req, cohort__time now)
+/* Everyone arrived at a collective whose owner completes it (a step
+ * boundary): its parked arrivals go to done, co is freed. */
+static void
+coll_detach(struct srv_coll *co, struct srv_coll_done *done)
+{
+	done->calls = co->calls;
+	done->n = co->g->n;
+	for (uint32_t i = 0; i < done->n; i++)
+		done->calls[i]->owner = NULL;
+	co->calls = NULL;
+	co->nparked = 0;
+	co->job->core->m.collectives++;
+	coll_free(co);
+}
+
+/* The arrival of member m at the collective req. With done, the last
+ * arrival hands every arrival over (true) instead of completing it. */
+static bool
+coll_arrive(struct srv_call *c, const struct srv_member *m,
+    const Cohort__Collective *req, cohort__time now,
+    struct srv_coll_done *done)
 {
 	struct srv_job *job = c->job;
 	struct srv_group *g;
@@ -864,19 +600,19 @@ srv_coll_handle(struct srv_call *c, const struct srv_member *m,
 	int32_t grank;
 
 	if (!coll_validate(c, req))
-		return;
-	g = group_find(job, req->group);
+		return (false);
+	g = srv_group_find(job, req->group);
 	if (g == NULL || !g->complete) {
 		srv_call_fail(c, COHORT_ENOENT,
 		    "group '%s' does not exist in generation %" PRIu64
 		    " of job '%s'",
 		    req->group, job->generation, job->name);
-		return;
+		return (false);
 	}
 	if ((grank = g->grank_of[m->rank]) < 0) {
 		srv_call_fail(c, COHORT_EINVAL,
 		    "rank %d is not a member of group '%s'", m->rank, g->name);
-		return;
+		return (false);
 	}
 	c->rank = m->rank;
 	c->grank = grank;
@@ -886,19 +622,19 @@ srv_coll_handle(struct srv_call *c, const struct srv_member *m,
 			    "broadcast root %d is out of range for group '%s' "
 			    "of size %u",
 			    req->root, g->name, g->n);
-			return;
+			return (false);
 		}
 		if (grank != req->root && c->plen != 0) {
 			srv_call_fail(c, COHORT_EINVAL,
 			    "only the broadcast root sends a payload");
-			return;
+			return (false);
 		}
 	}
 	glen = strlen(req->group);
 	klen = 8 + glen;
 	if ((key = malloc(klen)) == NULL) {
 		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
-		return;
+		return (false);
 	}
 	memcpy(key, &req->op_seq, 8);
 	memcpy(key + 8, req->group, glen);
@@ -912,15 +648,15 @@ srv_coll_handle(struct srv_call *c, const struct srv_member *m,
 			if (job->members[g->ranks[i]].state != SRV_MEMBER_LEFT)
 				continue;
 			free(key);
-			coll_desc_text(&c->cd, what, sizeof(what));
-			coll_answer_left(c, g->ranks[i], what);
-			return;
+			srv_coll_desc_text(&c->cd, what, sizeof(what));
+			srv_group_answer_left(c, g->ranks[i], what);
+			return (false);
 		}
 		co = coll_new(job, g, key, klen, req->op_seq, &c->cd, now);
 		if (co == NULL) {
 			free(key);
 			srv_call_fail(c, COHORT_ENOMEM, "out of memory");
-			return;
+			return (false);
 		}
 	}
 	if (co->mismatch != NULL) {
@@ -931,18 +667,18 @@ srv_coll_handle(struct srv_call *c, const struct srv_member *m,
 		srv_call_fail(c, co->fail_st, "%s", co->mismatch);
 		if (coll_done(co))
 			coll_free(co);
-		return;
+		return (false);
 	}
 	if (co->arrived[grank]) {
 		srv_call_fail(c, COHORT_EINVAL,
 		    "rank %d entered collective #%" PRIu64
 		    " on group '%s' twice",
 		    m->rank, co->op_seq, g->name);
-		return;
+		return (false);
 	}
 	if (!coll_desc_equal(&co->cd, &c->cd)) {
 		coll_mismatch(co, c);
-		return;
+		return (false);
 	}
 	co->arrived[grank] = 1;
 	co->narrived++;
@@ -958,7 +694,7 @@ srv_coll_handle(struct srv_call *c, const struct srv_member *m,
 		    "exceeds cohortd's --max-value-bytes %" PRIu64,
 		    c->object_len, c->rank, c->core->lim.max_value);
 		coll_tombstone(co, c, COHORT_ETOOBIG, detail);
-		return;
+		return (false);
 	}
 	if (co->cd.kind == COHORT__COLLECTIVE_KIND__COLL_BROADCAST) {
 		if (grank == co->cd.root) {
@@ -984,18 +720,24 @@ srv_coll_handle(struct srv_call *c, const struct srv_member *m,
 			co->nparked++;
 			c->owner = co;
 			srv_call_park(c, &coll_park);
-			return;
+			return (false);
 		}
 		if (coll_done(co))
 			coll_free(co);
-		return;
+		return (false);
 	}
 	co->calls[grank] = c;
 	co->nparked++;
 	c->owner = co;
 	srv_call_park(c, &coll_park);
-	if (co->narrived == g->n)
+	if (co->narrived < g->n)
+		return (false);
+	if (done == NULL) {
 		coll_complete(co);
+		return (false);
+	}
+	coll_detach(co, done);
+	return (true);
 }
 
 static void
@@ -1032,14 +774,14 @@ coll_expire(struct srv_call *c, cohort__time now)
 			continue;
 		miss[nm++] = g->ranks[i];
 	}
-	srv_coll_describe(c, what, sizeof(what));
+	coll_describe(c, what, sizeof(what));
 	srv_fmt_never_arrived(
 	    buf, sizeof(buf), &off, what, now - c->start, miss, nm);
 	/* What the missing ranks do instead, and the liveness bound that
 	 * did not fire (they were alive all along). */
 	for (size_t i = 0; i < nm && i < 4; i++) {
-		srv_member_doing(job, &job->members[miss[i]], now, false,
-		    doing, sizeof(doing));
+		srv_member_doing(
+		    &job->members[miss[i]], now, false, doing, sizeof(doing));
 		cohort__appendf(buf, sizeof(buf), &off, "%s%s",
 		    i == 0 ? " (" : ", ", doing);
 	}
@@ -1055,57 +797,20 @@ coll_expire(struct srv_call *c, cohort__time now)
 	srv_call_timed_out(c, now, buf, miss, nm);
 }
 
-/* How the calls parked in an operation that cannot complete are
- * answered: rank `left` left the job, so `what` cannot complete; or
- * (left < 0) with st and why (EPEERLOST: the job's failure). */
-struct coll_end {
-	cohort_status st;
-	const char *why;
-	int32_t left;
-	const char *what;
-};
-
-/* Answers every call of calls[0..n) as e says, leaving it empty. */
-static void
-coll_end_calls(struct srv_call **calls, uint32_t n, const struct coll_end *e)
-{
-	for (uint32_t k = 0; k < n; k++) {
-		struct srv_call *c = calls[k];
-		if (c == NULL)
-			continue;
-		calls[k] = NULL;
-		c->owner = NULL;
-		if (e->left >= 0)
-			coll_answer_left(c, e->left, e->what);
-		else if (e->st == COHORT_EPEERLOST)
-			srv_call_peerlost(c);
-		else
-			srv_call_fail(c, e->st, "%s", e->why);
-	}
-}
-
 /* Ends a pending collective, answering its parked calls as e says. */
 static void
-coll_end(struct srv_coll *co, const struct coll_end *e)
+coll_end(struct srv_coll *co, const struct srv_end *e)
 {
-	coll_end_calls(co->calls, co->g->n, e);
+	srv_end_calls(co->calls, co->g->n, e);
 	co->nparked = 0;
 	coll_free(co);
-}
-
-/* Ends a group (a pending creation's parked calls answered as e says). */
-static void
-group_end(struct srv_job *job, struct srv_group *g, const struct coll_end *e)
-{
-	coll_end_calls(g->arr, g->n, e);
-	group_free(job, g);
 }
 
 void
 srv_coll_reset(
     struct srv_job *job, cohort_status st, const char *why, bool free_groups)
 {
-	const struct coll_end e = { st, why, -1, NULL };
+	const struct srv_end e = { st, why, -1, NULL };
 	struct srv_hnode *n, *next;
 	size_t i;
 
@@ -1116,7 +821,7 @@ srv_coll_reset(
 		struct srv_group *g = SRV_CONTAINER(n, struct srv_group, hn);
 		next = srv_map_next(&job->groups, &i, n);
 		if (!g->complete || free_groups)
-			group_end(job, g, &e);
+			srv_group_end(job, g, &e);
 	}
 }
 
@@ -1124,7 +829,7 @@ void
 srv_coll_rank_left(struct srv_job *job, int32_t rank)
 {
 	char what[700];
-	const struct coll_end e = { COHORT_EPEERLOST, NULL, rank, what };
+	const struct srv_end e = { COHORT_EPEERLOST, NULL, rank, what };
 	struct srv_hnode *n, *next;
 	size_t i;
 
@@ -1134,7 +839,7 @@ srv_coll_rank_left(struct srv_job *job, int32_t rank)
 		next = srv_map_next(&job->colls, &i, n);
 		if (gr < 0 || co->arrived[gr] || co->mismatch || co->root_in)
 			continue;
-		coll_desc_text(&co->cd, what, sizeof(what));
+		srv_coll_desc_text(&co->cd, what, sizeof(what));
 		coll_end(co, &e);
 	}
 	for (n = srv_map_next(&job->groups, &i, NULL); n != NULL; n = next) {
@@ -1145,256 +850,20 @@ srv_coll_rank_left(struct srv_job *job, int32_t rank)
 			continue;
 		snprintf(
 		    what, sizeof(what), "creation of group '%s'", g->name);
-		group_end(job, g, &e);
+		srv_group_end(job, g, &e);
 	}
-}
-
-/* ------------------------------------------------------------------------ */
-/* Journal replay                                                           */
-/* ------------------------------------------------------------------------ */
-
-cohort_status
-srv_group_restore(
-    struct srv_job *job, const char *name, const int32_t *ranks, uint32_t n)
-{
-	struct srv_group *g = group_find(job, name);
-
-	if (g != NULL)
-		group_free(job, g);
-	for (uint32_t i = 0; i < n; i++)
-		if (ranks[i] < 0 || (uint32_t)ranks[i] >= job->world)
-			return (COHORT_EPROTO);
-	if ((g = group_new(job, name, ranks, n)) == NULL)
-		return (COHORT_ENOMEM);
-	g->complete = true;
-	return (COHORT_OK);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Stalls (live hang attribution)                                           */
-/* ------------------------------------------------------------------------ */
-
-/* "; rank 5 is in allreduce #812 since 63.2 s, rank 7 last seen ..." for
- * the members of g with entered[i] == 0. */
-static void
-stall_missing(const struct srv_job *job, const struct srv_group *g,
-    const uint8_t *entered, cohort__time now, char *buf, size_t len,
-    size_t *off)
-{
-	int32_t *miss = malloc(sizeof(int32_t) * (g->n ? g->n : 1));
-	char rb[512], doing[800];
-	size_t nm = 0;
-
-	if (miss == NULL)
-		return;
-	for (uint32_t i = 0; i < g->n; i++)
-		if (!entered[i])
-			miss[nm++] = g->ranks[i];
-	if (nm == 0) {
-		cohort__appendf(buf, len, off,
-		    ": every rank entered it (the transport is not "
-		    "completing it)");
-		free(miss);
-		return;
-	}
-	srv_fmt_ranks(rb, sizeof(rb), miss, nm);
-	cohort__appendf(buf, len, off, ": rank%s %s %s not entered",
-	    nm == 1 ? "" : "s", rb, nm == 1 ? "has" : "have");
-	for (size_t i = 0; i < nm && i < 8; i++) {
-		srv_member_doing(job, &job->members[miss[i]], now, true, doing,
-		    sizeof(doing));
-		cohort__appendf(
-		    buf, len, off, "%s%s", i == 0 ? "; " : ", ", doing);
-	}
-	if (nm > 8)
-		cohort__appendf(buf, len, off, ", ...");
-	free(miss);
 }
 
 void
-srv_coll_stall_text(
-    const struct srv_coll *co, cohort__time now, char *buf, size_t len)
+srv_coll_handle(
+    struct srv_call *c, const Cohort__Request *req, cohort__time now)
 {
-	char secs[32];
-	size_t off;
-
-	coll_desc_text(&co->cd, buf, len);
-	off = strlen(buf);
-	srv_fmt_secs(secs, sizeof(secs), now - co->first);
-	cohort__appendf(buf, len, &off,
-	    " (#%" PRIu64 ") on group '%s' "
-	    "waiting %s",
-	    co->op_seq, co->g->name, secs);
-	stall_missing(co->job, co->g, co->arrived, now, buf, len, &off);
+	(void)coll_arrive(c, c->client->member, req->collective, now, NULL);
 }
 
-static bool
-coll_stalled(const struct srv_coll *co, cohort__time now)
+bool
+srv_coll_boundary(struct srv_call *c, const Cohort__Request *req,
+    cohort__time now, struct srv_coll_done *done)
 {
-	return (co->mismatch == NULL && co->nparked > 0
-	    && now - co->first > co->job->core->stall_ms);
-}
-
-static bool
-member_parked_coll(const struct srv_member *m)
-{
-	struct srv_link *l;
-
-	if (m->client == NULL)
-		return (false);
-	for (l = m->client->parked.next; l != &m->client->parked;
-	     l = l->next) {
-		const struct srv_call *p
-		    = SRV_CONTAINER(l, struct srv_call, clink);
-		if (p->park == SRV_PARK_COLL || p->park == SRV_PARK_GROUP)
-			return (true);
-	}
-	return (false);
-}
-
-/* A control-plane collective as the client names it in heartbeats: it
- * is numbered by its own op_seq, not comparable with data-plane ones. */
-static bool
-op_is_control(const char *name)
-{
-	return (strcmp(name, "barrier") == 0
-	    || strcmp(name, "broadcast_obj") == 0
-	    || strcmp(name, "reduce_scalars") == 0
-	    || strcmp(name, "decide") == 0);
-}
-
-/* m reports being in (last_group, last_op_seq) on the data plane. */
-static bool
-member_in_data_op(const struct srv_member *m)
-{
-	return (m->state == SRV_MEMBER_RUNNING && m->in_op
-	    && m->last_op[0] != '\0' && !op_is_control(m->last_op)
-	    && !member_parked_coll(m));
-}
-
-void
-srv_coll_data_stalls(struct srv_job *job, cohort__time now,
-    void (*fn)(void *arg, const struct srv_member *m,
-        const struct srv_group *g, const uint8_t *entered, const char *text),
-    void *arg)
-{
-	cohort__time thr = job->core->stall_ms;
-
-	for (uint32_t r = 0; job->members != NULL && r < job->world; r++) {
-		struct srv_member *m = &job->members[r];
-		struct srv_group *g;
-		cohort__time first;
-		uint8_t *entered;
-		char buf[2400], secs[32];
-		size_t off = 0;
-		bool leader = true;
-
-		if (!member_in_data_op(m) || now - m->op_since <= thr)
-			continue;
-		g = group_find(job, m->last_group);
-		if (g == NULL || !g->complete || g->grank_of[r] < 0)
-			continue;
-		if ((entered = calloc(g->n ? g->n : 1, 1)) == NULL)
-			return;
-		first = m->op_since;
-		for (uint32_t i = 0; i < g->n; i++) {
-			const struct srv_member *o
-			    = &job->members[g->ranks[i]];
-			bool same = strcmp(o->last_group, m->last_group) == 0;
-			if (same && member_in_data_op(o)
-			    && o->last_op_seq == m->last_op_seq) {
-				entered[i] = 1;
-				if (g->ranks[i] < m->rank)
-					leader = false;
-				if (o->op_since < first)
-					first = o->op_since;
-			} else if (same && !op_is_control(o->last_op)
-			    && o->last_op_seq > m->last_op_seq) {
-				entered[i] = 1; /* already past it */
-			}
-		}
-		if (leader) {
-			srv_fmt_secs(secs, sizeof(secs), now - first);
-			cohort__appendf(buf, sizeof(buf), &off,
-			    "%s #%" PRIu64 " on group '%s' waiting %s",
-			    m->last_op, m->last_op_seq, g->name, secs);
-			stall_missing(
-			    job, g, entered, now, buf, sizeof(buf), &off);
-			fn(arg, m, g, entered, buf);
-		}
-		free(entered);
-	}
-}
-
-static void
-stall_log_data(void *arg, const struct srv_member *cm,
-    const struct srv_group *g, const uint8_t *entered, const char *text)
-{
-	struct srv_job *job = arg;
-	struct srv_member *m = &job->members[cm->rank];
-
-	(void)g;
-	(void)entered;
-	if (m->stall_logged == m->last_op_seq + 1)
-		return;
-	m->stall_logged = m->last_op_seq + 1;
-	job->core->m.stalls++;
-	cohort__warn("job '%s' generation %" PRIu64 ": stall: %s", job->name,
-	    job->generation, text);
-}
-
-void
-srv_coll_stall_check(struct srv_job *job, cohort__time now)
-{
-	struct srv_hnode *n;
-	size_t i;
-	char buf[2400];
-
-	if (job->state != SRV_JOB_RUNNING)
-		return;
-	for (n = srv_map_next(&job->colls, &i, NULL); n != NULL;
-	     n = srv_map_next(&job->colls, &i, n)) {
-		struct srv_coll *co = SRV_CONTAINER(n, struct srv_coll, hn);
-		if (co->stall_logged || !coll_stalled(co, now))
-			continue;
-		co->stall_logged = true;
-		job->core->m.stalls++;
-		srv_coll_stall_text(co, now, buf, sizeof(buf));
-		cohort__warn("job '%s' generation %" PRIu64 ": stall: %s",
-		    job->name, job->generation, buf);
-	}
-	srv_coll_data_stalls(job, now, stall_log_data, job);
-}
-
-static void
-stall_count(void *arg, const struct srv_member *m, const struct srv_group *g,
-    const uint8_t *entered, const char *text)
-{
-	(void)m;
-	(void)g;
-	(void)entered;
-	(void)text;
-	(*(uint64_t *)arg)++;
-}
-
-uint64_t
-srv_core_stalled(struct srv_core *core, cohort__time now)
-{
-	struct srv_hnode *jn, *n;
-	size_t i, k;
-	uint64_t cnt = 0;
-
-	for (jn = srv_map_next(&core->jobs, &i, NULL); jn != NULL;
-	     jn = srv_map_next(&core->jobs, &i, jn)) {
-		struct srv_job *job = SRV_CONTAINER(jn, struct srv_job, hn);
-		if (job->state != SRV_JOB_RUNNING)
-			continue;
-		for (n = srv_map_next(&job->colls, &k, NULL); n != NULL;
-		     n = srv_map_next(&job->colls, &k, n))
-			if (coll_stalled(
-			        SRV_CONTAINER(n, struct srv_coll, hn), now))
-				cnt++;
-		srv_coll_data_stalls(job, now, stall_count, &cnt);
-	}
-	return (cnt);
+	return (coll_arrive(c, c->client->member, req->collective, now, done));
 }

@@ -1,7 +1,8 @@
 /*
  * status.c - StatusQuery (`cohort status`): jobs, members with the time
  * since they were last heard of, and pending operations with the ranks
- * that arrived and the ones still missing. Also the /metrics text.
+ * that arrived and the ones still missing; and the same as the status
+ * page's JSON (/status.json), with the recent failures.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -9,7 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "srv_impl.h"
+#include "core/util.h"
+#include "state/coll.h"
+#include "state/groups.h"
+#include "state/job.h"
+#include "state/kv.h"
+#include "state/stall.h"
+#include "ranks.h"
+#include "status.h"
 
 /* Everything allocated for one reply, freed after packing. */
 struct status_build {
@@ -145,11 +153,10 @@ status_coll(struct status_build *sb, struct srv_job *job,
 	    srv_coll_kind_name(co->cd.kind), co->cd.name, now - co->first,
 	    co->g->ranks, co->g->n, co->arrived);
 
-	if (op != NULL && co->mismatch == NULL && co->nparked > 0
-	    && job->state == SRV_JOB_RUNNING
-	    && now - co->first > job->core->stall_ms) {
+	if (op != NULL && job->state == SRV_JOB_RUNNING
+	    && srv_stall_coll(co, now)) {
 		char buf[2400];
-		srv_coll_stall_text(co, now, buf, sizeof(buf));
+		srv_stall_text(co, now, buf, sizeof(buf));
 		op->stalled = true;
 		op->detail = sb_strdup(sb, buf);
 	}
@@ -187,10 +194,20 @@ status_job(struct status_build *sb, struct srv_job *job, cohort__time now)
 	js->generation = job->generation;
 	js->world_size = job->world;
 	js->state = (char *)srv_job_state_name(job);
-	js->kv_keys = srv_kv_count(&job->kv);
-	js->kv_bytes = job->kv.bytes;
+	js->kv_keys = srv_kv_count(job->kv);
+	js->kv_bytes = srv_kv_bytes(job->kv);
 	js->failed_rank = job->failed_rank;
 	js->failed_text = job->failed_text != NULL ? job->failed_text : "";
+	js->min_world = job->min_world;
+	js->max_world = srv_job_elastic(job) ? job->max_world : 0;
+	js->joiners_waiting = job->njoiners;
+	if (job->failed_rank >= 0) {
+		job->failure.age_ms
+		    = job->failed_at != 0 && now > job->failed_at
+		    ? (uint64_t)(now - job->failed_at)
+		    : 0;
+		js->failure = &job->failure;
+	}
 	if (job->failed_rank >= 0) {
 		job->failure.age_ms
 		    = job->failed_at != 0 && now > job->failed_at
@@ -249,7 +266,7 @@ status_job(struct status_build *sb, struct srv_job *job, cohort__time now)
 		dd.k = &k;
 		dd.cap = npend;
 		dd.now = now;
-		srv_coll_data_stalls(job, now, status_data_stall, &dd);
+		srv_stall_data(job, now, status_data_stall, &dd);
 	}
 	if (sb->oom)
 		return (NULL);
@@ -271,10 +288,7 @@ status_allowed(struct srv_core *core, const char *want, const char *token,
 
 	*only = NULL;
 	if (want[0] != '\0') {
-		struct srv_hnode *n
-		    = srv_map_get(&core->jobs, want, strlen(want));
-		if (n != NULL)
-			*only = SRV_CONTAINER(n, struct srv_job, hn);
+		*only = srv_job_find(core, want);
 		return (*only != NULL
 		    && (srv_token_eq((*only)->token, token) || admin));
 	}
@@ -349,227 +363,6 @@ srv_status_handle(
 	for (size_t i = 0; i < sb.n; i++)
 		free(sb.ptrs[i]);
 	free(sb.ptrs);
-}
-
-/* A Prometheus label value: backslash, quote and newline escaped. */
-static void
-status_label(char *out, size_t len, const char *s)
-{
-	size_t o = 0;
-
-	for (; *s != '\0' && o + 3 < len; s++) {
-		if (*s == '\\' || *s == '"') {
-			out[o++] = '\\';
-			out[o++] = *s;
-		} else if (*s == '\n') {
-			out[o++] = '\\';
-			out[o++] = 'n';
-		} else {
-			out[o++] = *s;
-		}
-	}
-	out[o] = '\0';
-}
-
-/* --metrics-per-job: series labelled with job names (which tell who runs
- * what on a shared coordinator, so they are off by default). */
-static void
-status_metrics_jobs(struct srv_core *core, char *buf, size_t cap, size_t *off)
-{
-	static const char *const names[] = { "job_members_running",
-		"job_kv_keys", "job_kv_bytes", "job_failed" };
-	static const char *const help[] = { "Running members of the job.",
-		"Keys of the job.", "Bytes of keys and values of the job.",
-		"1 if the job's generation failed." };
-
-	for (int k = 0; k < 4; k++) {
-		struct srv_hnode *n;
-		size_t i;
-		cohort__appendf(buf, cap, off,
-		    "# HELP cohort_%s %s\n# TYPE cohort_%s gauge\n", names[k],
-		    help[k], names[k]);
-		for (n = srv_map_next(&core->jobs, &i, NULL); n != NULL;
-		     n = srv_map_next(&core->jobs, &i, n)) {
-			struct srv_job *job
-			    = SRV_CONTAINER(n, struct srv_job, hn);
-			char lab[2 * SRV_MAX_NAME + 8];
-			uint64_t v = 0;
-			status_label(lab, sizeof(lab), job->name);
-			if (k == 0) {
-				for (uint32_t r = 0;
-				     job->members != NULL && r < job->world;
-				     r++)
-					v += job->members[r].state
-					    == SRV_MEMBER_RUNNING;
-			} else if (k == 1) {
-				v = srv_kv_count(&job->kv);
-			} else if (k == 2) {
-				v = job->kv.bytes;
-			} else {
-				v = job->state == SRV_JOB_FAILED;
-			}
-			cohort__appendf(buf, cap, off,
-			    "cohort_%s{job=\"%s\"} %" PRIu64 "\n", names[k],
-			    lab, v);
-		}
-	}
-}
-
-/* One metric of /metrics: its HELP and TYPE lines and its value. */
-struct status_metric {
-	const char *type;
-	const char *name; /* after "cohort_" */
-	const char *help;
-	bool ms; /* v is milliseconds, shown as seconds */
-	uint64_t v;
-};
-
-static void
-status_metrics_put(char *buf, size_t cap, size_t *off,
-    const struct status_metric *m, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		cohort__appendf(buf, cap, off,
-		    "# HELP cohort_%s %s\n# TYPE cohort_%s %s\ncohort_%s ",
-		    m[i].name, m[i].help, m[i].name, m[i].type, m[i].name);
-		if (m[i].ms)
-			cohort__appendf(
-			    buf, cap, off, "%.3f\n", (double)m[i].v / 1000.0);
-		else
-			cohort__appendf(
-			    buf, cap, off, "%" PRIu64 "\n", m[i].v);
-	}
-}
-
-char *
-srv_metrics_text(struct srv_core *core, cohort__time now)
-{
-	size_t cap = 8192
-	    + core->jobs.n
-	        * (core->metrics_jobs ? 4 * (2 * SRV_MAX_NAME + 64) : 0),
-	       off = 0;
-	char *buf = malloc(cap);
-	uint64_t keys = 0, bytes = 0, members = 0;
-	struct srv_jrn_stats js;
-	struct srv_hnode *n;
-	size_t i;
-
-	if (buf == NULL)
-		return (NULL);
-	for (n = srv_map_next(&core->jobs, &i, NULL); n != NULL;
-	     n = srv_map_next(&core->jobs, &i, n)) {
-		struct srv_job *job = SRV_CONTAINER(n, struct srv_job, hn);
-		keys += srv_kv_count(&job->kv);
-		bytes += job->kv.bytes;
-		for (uint32_t r = 0; job->members && r < job->world; r++)
-			members += job->members[r].state == SRV_MEMBER_RUNNING;
-	}
-	/* ms: a duration in milliseconds, shown in seconds */
-	const struct status_metric rows[] = {
-		{ "gauge", "uptime_seconds", "Seconds since cohortd started.",
-		    true, (uint64_t)(now - core->started) },
-		{ "counter", "requests_total", "Requests received.", false,
-		    core->m.requests },
-		{ "counter", "errors_total", "Replies with a non-OK status.",
-		    false, core->m.replies_error },
-		{ "counter", "member_failures_total",
-		    "Members declared failed.", false, core->m.failures },
-		{ "counter", "timeouts_total",
-		    "Parked requests that timed out.", false,
-		    core->m.timeouts },
-		{ "counter", "rendezvous_total", "Generations formed.", false,
-		    core->m.rendezvous },
-		{ "counter", "collectives_total", "Collectives completed.",
-		    false, core->m.collectives },
-		{ "gauge", "draining",
-		    "1 while cohortd drains before it exits (/readyz says "
-		    "503).",
-		    false, core->draining ? 1 : 0 },
-		{ "gauge", "jobs", "Jobs known.", false, core->jobs.n },
-		{ "gauge", "clients", "Clients known.", false,
-		    core->nclients },
-		{ "gauge", "members_running", "Running members.", false,
-		    members },
-		{ "gauge", "parked_requests",
-		    "Requests waiting for an answer.", false, core->nparked },
-		{ "gauge", "kv_keys", "Keys stored.", false, keys },
-		{ "gauge", "kv_bytes", "Bytes of keys and values stored.",
-		    false, bytes },
-		{ "gauge", "stalled_ops",
-		    "Collectives waiting longer than --stall-threshold.",
-		    false, srv_core_stalled(core, now) },
-		{ "counter", "stalls_total", "Stall warnings logged.", false,
-		    core->m.stalls },
-		{ "gauge", "loop_lag_seconds",
-		    "How late the last 100 ms sweep ran (event-loop lag).",
-		    true, (uint64_t)core->m.loop_lag_ms },
-		{ "gauge", "loop_lag_max_seconds",
-		    "Largest event-loop lag seen.", true,
-		    (uint64_t)core->m.loop_lag_max_ms },
-		{ "counter", "loop_stalls_total",
-		    "Event-loop stalls of at least 1 s (members got a fresh "
-		    "dead-after window).",
-		    false, core->m.loop_stalls },
-		{ "counter", "jobs_expired_total",
-		    "Jobs removed by --job-expiry (no member running, no "
-		    "client connected).",
-		    false, core->m.jobs_expired },
-		{ "counter", "limit_refusals_total",
-		    "Requests refused by --max-jobs, --max-members, "
-		    "--max-total-members, --max-total-bytes or "
-		    "--max-total-keys.",
-		    false, core->m.limit_refusals },
-		{ "gauge", "connections", "Connections open (nng pipes).",
-		    false, core->pipes.n },
-		{ "counter", "connections_total", "Connections established.",
-		    false, core->m.conns_opened },
-		{ "counter", "connections_closed_first_request_total",
-		    "Connections closed: no complete request within "
-		    "--first-request-timeout.",
-		    false, core->m.conns_closed_first },
-		{ "counter", "connections_closed_idle_total",
-		    "Connections closed: idle past --idle-timeout.", false,
-		    core->m.conns_closed_idle },
-		{ "counter", "closed_connection_requests_total",
-		    "Requests dropped: their connection had closed.", false,
-		    core->m.dropped_closed },
-	};
-
-	status_metrics_put(
-	    buf, cap, &off, rows, sizeof(rows) / sizeof(rows[0]));
-	if (core->jrn != NULL) {
-		srv_jrn_stats(core, &js);
-		const struct status_metric jrows[] = {
-			{ "counter", "journal_records_total",
-			    "Journal records written.", false, js.records },
-			{ "counter", "journal_bytes_total",
-			    "Journal bytes written.", false, js.bytes },
-			{ "gauge", "journal_log_bytes",
-			    "Size of the journal log.", false, js.log_bytes },
-			{ "gauge", "journal_snapshot_bytes",
-			    "Size of the snapshot.", false, js.snap_bytes },
-			{ "counter", "journal_fsyncs_total",
-			    "fdatasync calls.", false, js.fsyncs },
-			{ "counter", "journal_compactions_total",
-			    "Snapshots written.", false, js.compactions },
-			{ "counter", "journal_errors_total",
-			    "Journal write errors.", false, js.errors },
-			{ "gauge", "journal_writable",
-			    "0 while the journal cannot be written: changes "
-			    "are refused (COHORT_EJOURNAL), /readyz says 503.",
-			    false, srv_jrn_problem(core) == NULL ? 1 : 0 },
-		};
-		status_metrics_put(
-		    buf, cap, &off, jrows, sizeof(jrows) / sizeof(jrows[0]));
-	}
-	if (core->metrics_jobs)
-		status_metrics_jobs(core, buf, cap, &off);
-	{
-		/* build info and the per-rank series (observe.c) */
-		char *all = srv_obs_metrics(core, buf, off, now);
-		free(buf);
-		return (all);
-	}
 }
 
 /* ------------------------------------------------------------------------ */
@@ -648,8 +441,11 @@ json_job(struct json_buf *b, const Cohort__JobStatus *js)
 {
 	json_put(b, "{\"job\":");
 	json_str(b, js->job);
-	json_put(b, ",\"generation\":%" PRIu64 ",\"world_size\":%u,\"state\":",
-	    js->generation, js->world_size);
+	json_put(b,
+	    ",\"generation\":%" PRIu64 ",\"world_size\":%u,\"min_world\":%u"
+	    ",\"max_world\":%u,\"joiners_waiting\":%u,\"state\":",
+	    js->generation, js->world_size, js->min_world, js->max_world,
+	    js->joiners_waiting);
 	json_str(b, js->state);
 	json_put(b, ",\"failed_rank\":%d,\"failed_text\":", js->failed_rank);
 	json_str(b, js->failed_text);
@@ -699,6 +495,29 @@ json_job(struct json_buf *b, const Cohort__JobStatus *js)
 	json_put(b, "]}");
 }
 
+/* Recent failures of job ("" = all), newest first, as a JSON array. */
+static void
+json_failures(struct json_buf *b, const struct srv_core *core, const char *job,
+    cohort__time now)
+{
+	const struct srv_failure *f;
+	bool first = true;
+
+	json_put(b, "[");
+	for (unsigned i = 0; (f = srv_failures_get(core, i)) != NULL; i++) {
+		if (job[0] != '\0' && strcmp(job, f->job) != 0)
+			continue;
+		json_put(b, "%s{\"job\":", first ? "" : ",");
+		json_str(b, f->job);
+		json_put(b, ",\"rank\":%d,\"ago_ms\":%" PRId64 ",\"text\":",
+		    (int)f->rank, (int64_t)(now - f->at));
+		json_str(b, f->text);
+		json_put(b, "}");
+		first = false;
+	}
+	json_put(b, "]");
+}
+
 char *
 srv_status_json(struct srv_core *core, const char *job, const char *token,
     cohort__time now, int *code)
@@ -726,8 +545,7 @@ srv_status_json(struct srv_core *core, const char *job, const char *token,
 		json_job(&b, sr.jobs[i]);
 	}
 	json_put(&b, "],\"failures\":");
-	srv_obs_failures_json(
-	    core, only != NULL ? only->name : "", json_put, &b, json_str, now);
+	json_failures(&b, core, only != NULL ? only->name : "", now);
 	json_put(&b, "}\n");
 	for (size_t i = 0; i < sb.n; i++)
 		free(sb.ptrs[i]);

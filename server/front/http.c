@@ -1,5 +1,5 @@
 /*
- * http.c - cohortd's HTTP endpoint (nng's HTTP server): /metrics in the
+ * http.c - cohortd's HTTP front end (nng's HTTP server): /metrics in the
  * Prometheus text format, /healthz (the process serves) and /readyz (the
  * coordinator accepts requests: 503 once it drains before exiting), the
  * live status page / and its /status.json (docs/observability.md).
@@ -11,19 +11,53 @@
 #include <nng/nng.h>
 #include <nng/supplemental/http/http.h>
 
-#include "srv_impl.h"
+#include "core/util.h"
+#include "observe/metrics.h"
+#include "observe/page.h"
+#include "observe/status.h"
+#include "events.h"
+#include "http.h"
+#include "nng_rep.h"
 
 struct srv_http {
 	nng_http_server *server;
-	struct cohort__srv *srv;
+	struct srv_nng *nng;
 };
 
-char *cohort__srv_metrics(struct cohort__srv *s);
-char *cohort__srv_status_json(
-    struct cohort__srv *s, const char *job, const char *token, int *code);
-cohort_status cohort__srv_http_start(
-    struct cohort__srv *s, const char *addr, void **out, char **url);
-void cohort__srv_http_stop(void *h);
+/* What a handler asks of the coordinator, answered under the mutex. */
+struct http_ask {
+	const char *job;
+	const char *token;
+	char *text; /* malloc'd; NULL: out of memory, or stopping */
+	int code;
+	char why[512];
+	bool ready;
+};
+
+static void
+http_metrics_locked(void *arg, struct srv_core *core, cohort__time now)
+{
+	struct http_ask *a = arg;
+
+	a->text = srv_metrics_text(core, now);
+}
+
+static void
+http_status_locked(void *arg, struct srv_core *core, cohort__time now)
+{
+	struct http_ask *a = arg;
+
+	a->text = srv_status_json(core, a->job, a->token, now, &a->code);
+}
+
+static void
+http_ready_locked(void *arg, struct srv_core *core, cohort__time now)
+{
+	struct http_ask *a = arg;
+
+	(void)now;
+	a->ready = srv_core_ready(core, a->why, sizeof(a->why));
+}
 
 static void
 http_reply(nng_aio *aio, uint16_t status, const char *type, const char *body)
@@ -51,14 +85,15 @@ http_metrics(nng_aio *aio)
 {
 	nng_http_handler *h = nng_aio_get_input(aio, 1);
 	struct srv_http *sh = nng_http_handler_get_data(h);
-	char *text = cohort__srv_metrics(sh->srv);
+	struct http_ask a = { NULL, NULL, NULL, 0, "", false };
 
-	if (text == NULL) {
+	srv_with_core(sh->nng, http_metrics_locked, &a);
+	if (a.text == NULL) {
 		http_reply(aio, 500, "text/plain", "out of memory\n");
 		return;
 	}
-	http_reply(aio, 200, "text/plain; version=0.0.4", text);
-	free(text);
+	http_reply(aio, 200, "text/plain; version=0.0.4", a.text);
+	free(a.text);
 }
 
 /* The status page: static, no data (that is /status.json's). */
@@ -98,8 +133,7 @@ http_status_json(nng_aio *aio)
 	const char *auth = nng_http_req_get_header(req, "Authorization");
 	const char *q = uri != NULL ? strchr(uri, '?') : NULL;
 	char job[SRV_MAX_NAME + 1] = "", token[512] = "";
-	char *body;
-	int code = 500;
+	struct http_ask a = { job, token, NULL, 500, "", false };
 
 	for (const char *p = q; p != NULL && *p != '\0';) {
 		const char *e = strchr(p + 1, '&');
@@ -111,13 +145,13 @@ http_status_json(nng_aio *aio)
 	}
 	if (auth != NULL && strncmp(auth, "Bearer ", 7) == 0)
 		cohort__strlcpy(token, auth + 7, sizeof(token));
-	body = cohort__srv_status_json(sh->srv, job, token, &code);
-	if (body == NULL) {
+	srv_with_core(sh->nng, http_status_locked, &a);
+	if (a.text == NULL) {
 		http_reply(aio, 500, "text/plain", "out of memory\n");
 		return;
 	}
-	http_reply(aio, (uint16_t)code, "application/json", body);
-	free(body);
+	http_reply(aio, (uint16_t)a.code, "application/json", a.text);
+	free(a.text);
 }
 
 static void
@@ -134,11 +168,12 @@ http_ready(nng_aio *aio)
 {
 	nng_http_handler *h = nng_aio_get_input(aio, 1);
 	struct srv_http *sh = nng_http_handler_get_data(h);
+	struct http_ask a = { NULL, NULL, NULL, 0, "stopping", false };
+	char body[520];
 
-	char why[512], body[520];
-
-	if (!cohort__srv_ready(sh->srv, why, sizeof(why))) {
-		snprintf(body, sizeof(body), "%s\n", why);
+	srv_with_core(sh->nng, http_ready_locked, &a);
+	if (!a.ready) {
+		snprintf(body, sizeof(body), "%s\n", a.why);
 		http_reply(aio, 503, "text/plain", body);
 	} else
 		http_reply(aio, 200, "text/plain", "ok\n");
@@ -162,8 +197,8 @@ http_handler(struct srv_http *sh, const char *path, void (*cb)(nng_aio *))
 }
 
 cohort_status
-cohort__srv_http_start(
-    struct cohort__srv *s, const char *addr, void **out, char **url)
+srv_http_start(
+    struct srv_nng *n, const char *addr, struct srv_http **out, char **url)
 {
 	struct srv_http *sh = calloc(1, sizeof(*sh));
 	char buf[300];
@@ -174,7 +209,7 @@ cohort__srv_http_start(
 
 	if (sh == NULL)
 		return (COHORT_ENOMEM);
-	sh->srv = s;
+	sh->nng = n;
 	snprintf(buf, sizeof(buf), "http://%s", addr);
 	if ((nrv = nng_url_parse(&u, buf)) != 0
 	    || (nrv = nng_http_server_hold(&sh->server, u)) != 0) {
@@ -214,10 +249,8 @@ out_free:
 }
 
 void
-cohort__srv_http_stop(void *h)
+srv_http_stop(struct srv_http *sh)
 {
-	struct srv_http *sh = h;
-
 	nng_http_server_stop(sh->server);
 	nng_http_server_release(sh->server);
 	free(sh);

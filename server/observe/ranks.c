@@ -1,5 +1,5 @@
 /*
- * observe.c - per-rank metrics reported by the workers (RankMetrics on
+ * ranks.c - per-rank metrics reported by the workers (RankMetrics on
  * their heartbeats and Leave, proto/cohort.proto) and their /metrics text
  * with `job` and `rank` labels (docs/observability.md).
  *
@@ -20,7 +20,9 @@
 
 #include "obs.h"
 #include "sha256.h"
-#include "srv_impl.h"
+#include "core/util.h"
+#include "state/job.h"
+#include "ranks.h"
 
 #define OBS_MAX_OPS 16
 #define OBS_OPNAME 32
@@ -49,20 +51,10 @@ struct obs_rank {
 	struct obs_hist h[3];
 };
 
-#define OBS_FAILURES 32
-struct obs_failure {
-	char job[SRV_MAX_NAME + 1];
-	int32_t rank;
-	cohort__time at;
-	char text[512];
-};
-
 struct srv_obs {
 	struct srv_map ranks;
 	size_t max;
 	uint64_t evicted;
-	struct obs_failure fail[OBS_FAILURES]; /* ring */
-	unsigned nfail, fhead;
 };
 
 static struct srv_obs *
@@ -219,52 +211,6 @@ srv_obs_note(struct srv_core *core, const char *job, int32_t rank,
 	obs_hist_copy(&r->h[0], m->collective_seconds);
 	obs_hist_copy(&r->h[1], m->wait_seconds);
 	obs_hist_copy(&r->h[2], m->heartbeat_rtt_seconds);
-}
-
-void
-srv_obs_failure(struct srv_core *core, const char *job, int32_t rank,
-    const char *text, cohort__time now)
-{
-	struct srv_obs *o = obs_get(core);
-	struct obs_failure *f;
-
-	if (o == NULL)
-		return;
-	f = &o->fail[o->fhead];
-	o->fhead = (o->fhead + 1) % OBS_FAILURES;
-	if (o->nfail < OBS_FAILURES)
-		o->nfail++;
-	cohort__strlcpy(f->job, job, sizeof(f->job));
-	f->rank = rank;
-	f->at = now;
-	cohort__strlcpy(f->text, text != NULL ? text : "", sizeof(f->text));
-}
-
-/* Recent failures of job ("" = all), newest first, as a JSON array. */
-void
-srv_obs_failures_json(struct srv_core *core, const char *job,
-    void (*put)(void *arg, const char *fmt, ...), void *arg,
-    void (*str)(void *arg, const char *s), cohort__time now)
-{
-	struct srv_obs *o = core->obs;
-	bool first = true;
-
-	put(arg, "[");
-	for (unsigned i = 0; o != NULL && i < o->nfail; i++) {
-		const struct obs_failure *f
-		    = &o->fail[(o->fhead + OBS_FAILURES - 1 - i)
-		        % OBS_FAILURES];
-		if (job[0] != '\0' && strcmp(job, f->job) != 0)
-			continue;
-		put(arg, "%s{\"job\":", first ? "" : ",");
-		str(arg, f->job);
-		put(arg, ",\"rank\":%d,\"ago_ms\":%" PRId64 ",\"text\":",
-		    (int)f->rank, (int64_t)(now - f->at));
-		str(arg, f->text);
-		put(arg, "}");
-		first = false;
-	}
-	put(arg, "]");
 }
 
 bool

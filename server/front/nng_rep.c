@@ -1,6 +1,7 @@
 /*
- * srv.c - cohortd's transport: a rep0 socket, a pool of nng contexts,
- * pipe events and the sweep timer around the socket-free core.
+ * nng_rep.c - cohortd's nng front end: a rep0 socket, a pool of nng
+ * contexts, pipe events and the sweep timer around the socket-free
+ * coordinator (dispatch.h, events.h), and the one server mutex.
  *
  * Threads: none of our own. Requests are handled directly in nng's aio
  * callbacks under one mutex (a hand-off to another thread would cost a
@@ -30,7 +31,12 @@
 #include <nng/protocol/reqrep0/rep.h>
 
 #include "tls.h"
-#include "srv_impl.h"
+#include "core/pipes.h"
+#include "core/util.h"
+#include "journal/log.h"
+#include "dispatch.h"
+#include "events.h"
+#include "nng_rep.h"
 
 enum srvctx_state {
 	SRVCTX_RECV, /* nng_ctx_recv pending */
@@ -41,8 +47,8 @@ enum srvctx_state {
 };
 
 struct srvctx {
-	struct srv_tp tp; /* SRV_TP_NNG: first, see srv_impl.h */
-	struct cohort__srv *srv;
+	struct srv_tp tp; /* first; deliver NULL: replies go to the outbox */
+	struct srv_nng *srv;
 	nng_ctx ctx;
 	nng_aio *aio;
 	enum srvctx_state state;
@@ -52,8 +58,9 @@ struct srvctx {
 	nng_msg *out_msg; /* reply to send; NULL = recycle */
 };
 
-struct cohort__srv {
+struct srv_nng {
 	nng_socket sock;
+	bool sock_open;
 	pthread_mutex_t mtx;
 	pthread_cond_t cv;
 	struct srv_core *core;
@@ -68,8 +75,6 @@ struct cohort__srv {
 	nng_aio *sweep;
 	char **urls;
 	size_t nurls;
-	void *http; /* http.c */
-	char *http_url;
 	cohort__time idle_since; /* last time a client was connected */
 	/* The clock of the previous sweep: the loop lag is the time since,
 	 * less the interval. Measured from the previous sweep's own clock
@@ -78,38 +83,20 @@ struct cohort__srv {
 	cohort__time last_sweep;
 	/* malloc_trim: the KV bytes high-water mark since the last trim */
 	uint64_t trim_hw;
-	struct srv_tstore **tstores; /* --torch-store listeners */
-	size_t ntstores;
 };
 
 static void srvctx_cb(void *arg);
 
-void
-cohort__srv_config_init(struct cohort__srv_config *cfg)
-{
-	memset(cfg, 0, sizeof(*cfg));
-	cfg->max_value_bytes = COHORT__DEFAULT_MAX_VALUE;
-	cfg->max_job_bytes = COHORT__SRV_DEFAULT_MAX_JOB_BYTES;
-	cfg->max_keys = COHORT__SRV_DEFAULT_MAX_KEYS;
-	cfg->max_total_bytes = COHORT__SRV_DEFAULT_MAX_TOTAL_BYTES;
-	cfg->max_total_keys = COHORT__SRV_DEFAULT_MAX_TOTAL_KEYS;
-	cfg->max_jobs = COHORT__SRV_DEFAULT_MAX_JOBS;
-	cfg->max_members = COHORT__SRV_DEFAULT_MAX_MEMBERS;
-	cfg->max_total_members = COHORT__SRV_DEFAULT_MAX_TOTAL_MEMBERS;
-	cfg->job_expiry_ms = COHORT__SRV_DEFAULT_JOB_EXPIRY_MS;
-	cfg->pool_size = COHORT__SRV_DEFAULT_POOL;
-	cfg->metrics_max_ranks = COHORT__SRV_DEFAULT_METRICS_RANKS;
-}
-
 /* Sink of the core, called under mtx: queue for sending after unlock. */
 static void
-srv_sink(void *arg, void *tp, nng_msg *reply)
+rep_sink(void *arg, void *tp, nng_msg *reply)
 {
-	struct cohort__srv *s = arg;
+	struct srv_nng *s = arg;
 	struct srvctx *x = tp;
 
-	if (((struct srv_tp *)tp)->kind == SRV_TP_TORCH) {
-		srv_tstore_deliver(tp, reply);
+	if (((struct srv_tp *)tp)->deliver != NULL) {
+		/* another front end's request (TCPStore) */
+		((struct srv_tp *)tp)->deliver(tp, reply);
 		return;
 	}
 	if (x->state == SRVCTX_REPLY) {
@@ -129,13 +116,13 @@ srv_sink(void *arg, void *tp, nng_msg *reply)
 }
 
 static struct srvctx *
-srvctx_new(struct cohort__srv *s)
+srvctx_new(struct srv_nng *s)
 {
 	struct srvctx *x = calloc(1, sizeof(*x));
 
 	if (x == NULL)
 		return (NULL);
-	x->tp.kind = SRV_TP_NNG;
+	x->tp.deliver = NULL;
 	x->srv = s;
 	if (nng_aio_alloc(&x->aio, srvctx_cb, x) != 0) {
 		free(x);
@@ -153,7 +140,7 @@ srvctx_new(struct cohort__srv *s)
 
 /* Under mtx: pick a context to receive (idle or new), mark it. */
 static struct srvctx *
-srv_take_receiver(struct cohort__srv *s)
+rep_take_receiver(struct srv_nng *s)
 {
 	struct srvctx *x = s->idle;
 
@@ -169,7 +156,7 @@ srv_take_receiver(struct cohort__srv *s)
 /* Under mtx: a context whose exchange is over. Returns true if the
  * caller must start nng_ctx_recv on it (after unlocking). */
 static bool
-srv_recycle(struct cohort__srv *s, struct srvctx *x)
+rep_recycle(struct srv_nng *s, struct srvctx *x)
 {
 	if (!s->stopping && s->nrecv < s->pool) {
 		x->state = SRVCTX_RECV;
@@ -184,7 +171,7 @@ srv_recycle(struct cohort__srv *s, struct srvctx *x)
 
 /* Sends everything queued, after mtx was released. */
 static void
-srv_flush(struct cohort__srv *s, struct srvctx *head)
+rep_flush(struct srv_nng *s, struct srvctx *head)
 {
 	while (head != NULL) {
 		struct srvctx *x = head;
@@ -199,9 +186,9 @@ srv_flush(struct cohort__srv *s, struct srvctx *head)
 	}
 }
 
-/* Under mtx: takes the outbox, marking each entry for srv_flush. */
+/* Under mtx: takes the outbox, marking each entry for rep_flush. */
 static struct srvctx *
-srv_take_outbox(struct cohort__srv *s)
+rep_take_outbox(struct srv_nng *s)
 {
 	struct srvctx *head = s->out_head, *x, **pp;
 
@@ -214,7 +201,7 @@ srv_take_outbox(struct cohort__srv *s)
 			x->state = SRVCTX_SEND;
 			s->nsend++;
 			pp = &x->out_next;
-		} else if (srv_recycle(s, x)) {
+		} else if (rep_recycle(s, x)) {
 			pp = &x->out_next;
 		} else {
 			*pp = x->out_next;
@@ -227,7 +214,7 @@ static void
 srvctx_cb(void *arg)
 {
 	struct srvctx *x = arg;
-	struct cohort__srv *s = x->srv;
+	struct srv_nng *s = x->srv;
 	int rv = nng_aio_result(x->aio);
 	struct srvctx *out, *extra = NULL;
 	bool again = false;
@@ -242,7 +229,7 @@ srvctx_cb(void *arg)
 			x->state = SRVCTX_IDLE;
 			pthread_cond_broadcast(&s->cv);
 		} else {
-			again = srv_recycle(s, x);
+			again = rep_recycle(s, x);
 		}
 		pthread_mutex_unlock(&s->mtx);
 		if (again)
@@ -259,7 +246,7 @@ srvctx_cb(void *arg)
 			pthread_mutex_unlock(&s->mtx);
 			return;
 		}
-		again = srv_recycle(s, x);
+		again = rep_recycle(s, x);
 		pthread_mutex_unlock(&s->mtx);
 		if (again)
 			nng_ctx_recv(x->ctx, x->aio);
@@ -271,18 +258,18 @@ srvctx_cb(void *arg)
 	srv_core_dispatch(
 	    s->core, msg, nng_msg_get_pipe(msg).id, x, cohort__now_ms());
 	if (x->state == SRVCTX_BUSY)
-		extra = srv_take_receiver(s); /* parked: keep the pool full */
-	out = srv_take_outbox(s);
+		extra = rep_take_receiver(s); /* parked: keep the pool full */
+	out = rep_take_outbox(s);
 	pthread_mutex_unlock(&s->mtx);
-	srv_flush(s, out);
+	rep_flush(s, out);
 	if (extra != NULL)
 		nng_ctx_recv(extra->ctx, extra->aio);
 }
 
 static void
-srv_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+rep_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
-	struct cohort__srv *s = arg;
+	struct srv_nng *s = arg;
 	struct srvctx *out;
 
 	pthread_mutex_lock(&s->mtx);
@@ -291,12 +278,12 @@ srv_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 		return;
 	}
 	if (ev == NNG_PIPE_EV_ADD_POST)
-		srv_core_pipe_opened(s->core, p.id, cohort__now_ms());
+		srv_pipe_opened(s->core, p.id, cohort__now_ms());
 	else
 		srv_core_pipe_closed(s->core, p.id, cohort__now_ms());
-	out = srv_take_outbox(s);
+	out = rep_take_outbox(s);
 	pthread_mutex_unlock(&s->mtx);
-	srv_flush(s, out);
+	rep_flush(s, out);
 }
 
 #define SRV_SWEEP_MS 100
@@ -309,7 +296,7 @@ srv_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
  * threshold, even large values end up there), so RSS would stay at the
  * peak after big jobs went away. */
 static bool
-srv_trim_due(struct cohort__srv *s)
+rep_trim_due(struct srv_nng *s)
 {
 	uint64_t b = s->core->kv_bytes;
 
@@ -322,9 +309,9 @@ srv_trim_due(struct cohort__srv *s)
 }
 
 static void
-srv_sweep_cb(void *arg)
+rep_sweep_cb(void *arg)
 {
-	struct cohort__srv *s = arg;
+	struct srv_nng *s = arg;
 	struct srvctx *out;
 	uint32_t closes[SRV_CLOSE_PIPES];
 	cohort__time now;
@@ -345,15 +332,15 @@ srv_sweep_cb(void *arg)
 	srv_core_loop_lag(s->core, now - s->last_sweep - SRV_SWEEP_MS, now);
 	s->last_sweep = now;
 	srv_core_sweep(s->core, now);
-	nclose = srv_core_take_pipes_to_close(s->core, cohort__now_ms(),
-	    closes, sizeof(closes) / sizeof(closes[0]));
+	nclose = srv_pipes_take_to_close(s->core, cohort__now_ms(), closes,
+	    sizeof(closes) / sizeof(closes[0]));
 	nclose += srv_core_take_idle_pipes(s->core, now, closes + nclose,
 	    sizeof(closes) / sizeof(closes[0]) - nclose);
-	trim = srv_trim_due(s);
-	sfd = srv_jrn_sync_fd(s->core);
-	out = srv_take_outbox(s);
+	trim = rep_trim_due(s);
+	sfd = srv_jrn_sync_fd(s->core->jrn);
+	out = rep_take_outbox(s);
 	pthread_mutex_unlock(&s->mtx);
-	srv_flush(s, out);
+	rep_flush(s, out);
 	for (size_t i = 0; i < nclose; i++) {
 		nng_pipe p;
 		p.id = closes[i];
@@ -365,7 +352,7 @@ srv_sweep_cb(void *arg)
 		if (fdatasync(sfd) != 0) {
 			int e = errno;
 			pthread_mutex_lock(&s->mtx);
-			srv_jrn_sync_failed(s->core, e);
+			srv_jrn_sync_failed(s->core->jrn, e);
 			pthread_mutex_unlock(&s->mtx);
 		}
 		close(sfd);
@@ -389,7 +376,7 @@ srv_sweep_cb(void *arg)
 #define SRV_BACKLOG 4096
 
 static void
-srv_widen_backlog(nng_listener l)
+rep_widen_backlog(nng_listener l)
 {
 	nng_sockaddr sa;
 	int port;
@@ -426,10 +413,9 @@ srv_widen_backlog(nng_listener l)
 	}
 }
 
-/* "tcp://host:0" with the port bound. */
 /* A tls+tcp:// listener with cohortd's certificate (cfg->tls_*). */
 static cohort_status
-srv_listen_tls(struct cohort__srv *s, const struct cohort__srv_config *cfg,
+rep_listen_tls(struct srv_nng *s, const struct cohort__srv_config *cfg,
     const char *url, nng_listener *out)
 {
 	nng_tls_config *tc = NULL;
@@ -458,8 +444,9 @@ srv_listen_tls(struct cohort__srv *s, const struct cohort__srv_config *cfg,
 	return (COHORT_OK);
 }
 
+/* "tcp://host:0" with the port bound. */
 static char *
-srv_bound_url(const char *url, nng_listener l)
+rep_bound_url(const char *url, nng_listener l)
 {
 	nng_sockaddr sa;
 	const char *colon;
@@ -476,25 +463,8 @@ srv_bound_url(const char *url, nng_listener l)
 	return (srv_strdup(buf));
 }
 
-const char *
-cohort__srv_url(const struct cohort__srv *s, size_t i)
-{
-	return (i < s->nurls ? s->urls[i] : NULL);
-}
-
-const char *
-cohort__srv_http_url(const struct cohort__srv *s)
-{
-	return (s->http_url);
-}
-
-/* http.c */
-cohort_status cohort__srv_http_start(
-    struct cohort__srv *s, const char *addr, void **out, char **url);
-void cohort__srv_http_stop(void *h);
-
 void
-srv_with_core(struct cohort__srv *s,
+srv_with_core(struct srv_nng *s,
     void (*fn)(void *arg, struct srv_core *core, cohort__time now), void *arg)
 {
 	struct srvctx *out;
@@ -505,52 +475,103 @@ srv_with_core(struct cohort__srv *s,
 		return;
 	}
 	fn(arg, s->core, cohort__now_ms());
-	out = srv_take_outbox(s);
+	out = rep_take_outbox(s);
 	pthread_mutex_unlock(&s->mtx);
-	srv_flush(s, out);
+	rep_flush(s, out);
 }
 
-const char *
-cohort__srv_torch_store_addr(const struct cohort__srv *s, size_t i)
+cohort_status
+srv_nng_new(const struct srv_limits *lim, const char *admin_token,
+    uint32_t pool, struct srv_nng **out)
 {
-	return (i < s->ntstores ? srv_tstore_addr(s->tstores[i]) : NULL);
-}
+	struct srv_nng *s = calloc(1, sizeof(*s));
+	cohort_status rv;
 
-/* --torch-store "[JOB@]ADDR:PORT": the job's token comes from a --job
- * entry of the same name (a TCPStore client presents none). */
-static cohort_status
-srv_add_tstores(struct cohort__srv *s, const struct cohort__srv_config *cfg)
-{
-	if (cfg->ntorch_stores == 0)
-		return (COHORT_OK);
-	s->tstores = calloc(cfg->ntorch_stores, sizeof(*s->tstores));
-	if (s->tstores == NULL)
+	if (s == NULL)
 		return (COHORT_ENOMEM);
-	for (size_t i = 0; i < cfg->ntorch_stores; i++) {
-		const char *spec = cfg->torch_stores[i];
-		const char *at = strchr(spec, '@');
-		const char *token = "";
-		cohort_status rv;
-
-		for (size_t j = 0; at != NULL && j < cfg->njobs; j++) {
-			const char *js = cfg->jobs[j];
-			const char *colon = strchr(js, ':');
-			if (colon != NULL
-			    && (size_t)(colon - js) == (size_t)(at - spec)
-			    && memcmp(js, spec, (size_t)(at - spec)) == 0)
-				token = colon + 1;
-		}
-		rv = srv_tstore_start(s, s->core, spec, token,
-		    cfg->torch_store_partial_ms, &s->tstores[i]);
-		if (rv != COHORT_OK)
-			return (rv);
-		s->ntstores++;
+	pthread_mutex_init(&s->mtx, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	s->pool = pool;
+	s->out_tail = &s->out_head;
+	if ((rv = srv_core_new(
+	         lim, admin_token, rep_sink, s, cohort__now_ms(), &s->core))
+	    != COHORT_OK) {
+		srv_nng_free(s);
+		return (rv);
 	}
+	*out = s;
 	return (COHORT_OK);
 }
 
+struct srv_core *
+srv_nng_core(struct srv_nng *s)
+{
+	return (s->core);
+}
+
+cohort_status
+srv_nng_listen(struct srv_nng *s, const struct cohort__srv_config *cfg,
+    const char *const *urls, size_t nurls)
+{
+	cohort_status rv;
+	int nrv;
+
+	if ((s->urls = calloc(nurls, sizeof(char *))) == NULL)
+		return (COHORT_ENOMEM);
+	if ((nrv = nng_rep0_open(&s->sock)) != 0)
+		return (cohort__err(cohort__from_nng(nrv), "nng_rep0_open: %s",
+		    nng_strerror(nrv)));
+	s->sock_open = true;
+	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ,
+	    (size_t)s->core->lim.max_value + COHORT__ENVELOPE_ALLOWANCE);
+	nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_POST, rep_pipe_cb, s);
+	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, rep_pipe_cb, s);
+	if (nng_aio_alloc(&s->sweep, rep_sweep_cb, s) != 0)
+		return (COHORT_ENOMEM);
+	for (size_t i = 0; i < nurls; i++) {
+		nng_listener l;
+		if (cohort__tls_url(urls[i])) {
+			if ((rv = rep_listen_tls(s, cfg, urls[i], &l))
+			    != COHORT_OK)
+				return (rv);
+		} else if ((nrv = nng_listen(s->sock, urls[i], &l, 0)) != 0) {
+			return (cohort__err(cohort__from_nng(nrv),
+			    "cannot listen on %s: %s", urls[i],
+			    nng_strerror(nrv)));
+		}
+		if ((s->urls[i] = rep_bound_url(urls[i], l)) == NULL)
+			return (COHORT_ENOMEM);
+		s->nurls++;
+		rep_widen_backlog(l);
+	}
+	pthread_mutex_lock(&s->mtx);
+	for (uint32_t i = 0; i < s->pool; i++) {
+		struct srvctx *x = rep_take_receiver(s);
+		if (x == NULL) {
+			pthread_mutex_unlock(&s->mtx);
+			return (COHORT_ENOMEM);
+		}
+		nng_ctx_recv(x->ctx, x->aio);
+	}
+	pthread_mutex_unlock(&s->mtx);
+	return (COHORT_OK);
+}
+
+void
+srv_nng_start_sweep(struct srv_nng *s)
+{
+	s->last_sweep = cohort__now_ms();
+	nng_sleep_aio(SRV_SWEEP_MS, s->sweep);
+}
+
+const char *
+srv_nng_url(const struct srv_nng *s, size_t i)
+{
+	return (i < s->nurls ? s->urls[i] : NULL);
+}
+
 uint64_t
-cohort__srv_idle_ms(struct cohort__srv *s)
+srv_nng_idle_ms(struct srv_nng *s)
 {
 	cohort__time now = cohort__now_ms();
 	uint64_t idle = 0;
@@ -564,116 +585,25 @@ cohort__srv_idle_ms(struct cohort__srv *s)
 	return (idle);
 }
 
-void
-cohort__srv_drain(struct cohort__srv *s)
-{
-	pthread_mutex_lock(&s->mtx);
-	s->core->draining = true;
-	pthread_mutex_unlock(&s->mtx);
-}
-
-bool
-cohort__srv_draining(struct cohort__srv *s)
-{
-	bool d;
-
-	pthread_mutex_lock(&s->mtx);
-	d = s->core->draining;
-	pthread_mutex_unlock(&s->mtx);
-	return (d);
-}
-
-bool
-cohort__srv_ready(struct cohort__srv *s, char *why, size_t len)
-{
-	const char *p;
-	bool ok = true;
-
-	pthread_mutex_lock(&s->mtx);
-	if (s->core->draining) {
-		snprintf(why, len, "draining");
-		ok = false;
-	} else if ((p = srv_jrn_problem(s->core)) != NULL) {
-		snprintf(why, len, "journal not writable: %s", p);
-		ok = false;
-	}
-	pthread_mutex_unlock(&s->mtx);
-	return (ok);
-}
-
-/* For http.c: the status page's JSON under the server mutex. */
-char *
-cohort__srv_status_json(
-    struct cohort__srv *s, const char *job, const char *token, int *code)
-{
-	char *t;
-
-	pthread_mutex_lock(&s->mtx);
-	t = srv_status_json(s->core, job, token, cohort__now_ms(), code);
-	pthread_mutex_unlock(&s->mtx);
-	return (t);
-}
-
-/* For http.c: metrics text under the server mutex. */
-char *
-cohort__srv_metrics(struct cohort__srv *s)
-{
-	char *t;
-
-	pthread_mutex_lock(&s->mtx);
-	t = srv_metrics_text(s->core, cohort__now_ms());
-	pthread_mutex_unlock(&s->mtx);
-	return (t);
-}
-
-static cohort_status
-srv_add_jobs(struct cohort__srv *s, const struct cohort__srv_config *cfg)
-{
-	for (size_t i = 0; i < cfg->njobs; i++) {
-		const char *spec = cfg->jobs[i], *colon = strchr(spec, ':');
-		char name[SRV_MAX_NAME + 1];
-		size_t nl;
-		cohort_status rv;
-		if (colon == NULL || colon == spec
-		    || (nl = (size_t)(colon - spec)) > SRV_MAX_NAME)
-			return (cohort__err(COHORT_EINVAL,
-			    "--job '%s': expected NAME:TOKEN", spec));
-		memcpy(name, spec, nl);
-		name[nl] = '\0';
-		if ((rv = srv_core_add_job(s->core, name, colon + 1))
-		    != COHORT_OK)
-			return (rv);
-	}
-	return (COHORT_OK);
-}
-
-/* The HTTP and TCPStore listeners stop (their threads call into the
- * core). */
-static void
-srv_stop_listeners(struct cohort__srv *s)
-{
-	if (s->http != NULL)
-		cohort__srv_http_stop(s->http);
-	for (size_t i = 0; i < s->ntstores; i++)
-		srv_tstore_stop(s->tstores[i]);
-	free(s->tstores);
-	s->tstores = NULL;
-	s->ntstores = 0;
-}
-
 /* No more pipe events, then the socket closes. */
 static void
-srv_close_sock(struct cohort__srv *s)
+rep_close_sock(struct srv_nng *s)
 {
+	if (!s->sock_open)
+		return;
 	nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_POST, NULL, NULL);
 	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, NULL, NULL);
 	nng_close(s->sock);
+	s->sock_open = false;
 }
 
-/* Frees what s holds (as far as cohort__srv_start got) and s. */
-static void
-srv_free(struct cohort__srv *s)
+void
+srv_nng_free(struct srv_nng *s)
 {
+	if (s == NULL)
+		return;
+	s->stopping = true;
+	rep_close_sock(s);
 	while (s->all != NULL) {
 		struct srvctx *x = s->all;
 		s->all = x->all_next;
@@ -686,173 +616,25 @@ srv_free(struct cohort__srv *s)
 	for (size_t i = 0; s->urls != NULL && i < s->nurls; i++)
 		free(s->urls[i]);
 	free(s->urls);
-	free(s->http_url);
 	pthread_cond_destroy(&s->cv);
 	pthread_mutex_destroy(&s->mtx);
 	free(s);
 }
 
-cohort_status
-cohort__srv_start(
-    const struct cohort__srv_config *cfg, struct cohort__srv **out)
-{
-	static const char *const dflt[] = { COHORT__SRV_DEFAULT_URL };
-	const char *const *urls = cfg->nlisten ? cfg->listen : dflt;
-	size_t nurls = cfg->nlisten ? cfg->nlisten : 1;
-	struct srv_limits lim;
-	struct cohort__srv *s;
-	cohort_status rv;
-	int nrv;
-
-	lim.max_value = cfg->max_value_bytes;
-	lim.max_job_bytes = cfg->max_job_bytes;
-	lim.max_keys = cfg->max_keys;
-	lim.max_total_bytes = cfg->max_total_bytes;
-	lim.max_total_keys = cfg->max_total_keys;
-	lim.max_jobs = cfg->max_jobs;
-	lim.max_members = cfg->max_members;
-	lim.max_total_members = cfg->max_total_members;
-	if (lim.max_value == 0 || lim.max_job_bytes == 0 || lim.max_keys == 0
-	    || lim.max_value > (4ull << 30))
-		return (cohort__err(COHORT_EINVAL,
-		    "limits must be positive and values at most 4 GiB"));
-	if ((s = calloc(1, sizeof(*s))) == NULL)
-		return (COHORT_ENOMEM);
-	pthread_mutex_init(&s->mtx, NULL);
-	pthread_cond_init(&s->cv, NULL);
-	s->pool = cfg->pool_size ? cfg->pool_size : COHORT__SRV_DEFAULT_POOL;
-	s->out_tail = &s->out_head;
-	if ((s->urls = calloc(nurls, sizeof(char *))) == NULL) {
-		rv = COHORT_ENOMEM;
-		goto out_free;
-	}
-	if ((rv = srv_core_new(&lim, cfg->admin_token, srv_sink, s,
-	         cohort__now_ms(), &s->core))
-	    != COHORT_OK)
-		goto out_free;
-	s->core->require_token = cfg->require_token;
-	s->core->open_status = cfg->open_status;
-	s->core->job_expiry_ms = (cohort__time)cfg->job_expiry_ms;
-	s->core->metrics_jobs = cfg->metrics_per_job;
-	srv_obs_set_max(s->core, cfg->metrics_max_ranks);
-	s->core->stall_ms = cfg->stall_threshold_ms
-	    ? (cohort__time)cfg->stall_threshold_ms
-	    : (cohort__time)COHORT__SRV_DEFAULT_STALL_MS;
-	if (cfg->first_request_ms != 0)
-		s->core->first_request_ms
-		    = (cohort__time)cfg->first_request_ms;
-	if (cfg->idle_ms != 0)
-		s->core->idle_ms = (cohort__time)cfg->idle_ms;
-	s->core->restore_grace_ms = cfg->restore_grace_ms
-	    ? (cohort__time)cfg->restore_grace_ms
-	    : (cohort__time)COHORT__SRV_DEFAULT_RESTORE_GRACE_MS;
-	if (cfg->state_dir != NULL) {
-		struct srv_jrn_opts jo;
-		memset(&jo, 0, sizeof(jo));
-		jo.dir = cfg->state_dir;
-		jo.compact_min = cfg->compact_min_bytes;
-		jo.recover = cfg->state_recover;
-		if (cfg->fsync == NULL || strcmp(cfg->fsync, "batch") == 0) {
-			jo.fsync = SRV_FSYNC_BATCH;
-		} else if (strcmp(cfg->fsync, "always") == 0) {
-			jo.fsync = SRV_FSYNC_ALWAYS;
-		} else if (strcmp(cfg->fsync, "none") == 0) {
-			jo.fsync = SRV_FSYNC_NONE;
-		} else {
-			rv = cohort__err(COHORT_EINVAL,
-			    "--fsync '%s': expected batch, always or none",
-			    cfg->fsync);
-			goto out_free;
-		}
-		rv = srv_core_journal_open(s->core, &jo, cohort__now_ms());
-		if (rv != COHORT_OK)
-			goto out_free;
-	}
-	if ((rv = srv_add_jobs(s, cfg)) != COHORT_OK)
-		goto out_free;
-	if ((nrv = nng_rep0_open(&s->sock)) != 0) {
-		rv = cohort__err(cohort__from_nng(nrv), "nng_rep0_open: %s",
-		    nng_strerror(nrv));
-		goto out_free;
-	}
-	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ,
-	    (size_t)lim.max_value + COHORT__ENVELOPE_ALLOWANCE);
-	nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_POST, srv_pipe_cb, s);
-	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, srv_pipe_cb, s);
-	if ((nrv = nng_aio_alloc(&s->sweep, srv_sweep_cb, s)) != 0) {
-		rv = COHORT_ENOMEM;
-		goto out_close_sock;
-	}
-	/* TCPStore listeners first: once the nng port answers (what
-	 * launchers and tests probe), everything is listening. */
-	if ((rv = srv_add_tstores(s, cfg)) != COHORT_OK)
-		goto out_close_sock;
-	for (size_t i = 0; i < nurls; i++) {
-		nng_listener l;
-		if (cohort__tls_url(urls[i])) {
-			if ((rv = srv_listen_tls(s, cfg, urls[i], &l))
-			    != COHORT_OK)
-				goto out_close_sock;
-		} else if ((nrv = nng_listen(s->sock, urls[i], &l, 0)) != 0) {
-			rv = cohort__err(cohort__from_nng(nrv),
-			    "cannot listen on %s: %s", urls[i],
-			    nng_strerror(nrv));
-			goto out_close_sock;
-		}
-		if ((s->urls[i] = srv_bound_url(urls[i], l)) == NULL) {
-			rv = COHORT_ENOMEM;
-			goto out_close_sock;
-		}
-		s->nurls++;
-		srv_widen_backlog(l);
-	}
-	pthread_mutex_lock(&s->mtx);
-	for (uint32_t i = 0; i < s->pool; i++) {
-		struct srvctx *x = srv_take_receiver(s);
-		if (x == NULL) {
-			pthread_mutex_unlock(&s->mtx);
-			rv = COHORT_ENOMEM;
-			goto out_close_sock;
-		}
-		nng_ctx_recv(x->ctx, x->aio);
-	}
-	pthread_mutex_unlock(&s->mtx);
-	if (cfg->http != NULL
-	    && (rv = cohort__srv_http_start(
-	            s, cfg->http, &s->http, &s->http_url))
-	        != COHORT_OK)
-		goto out_close_sock;
-	s->last_sweep = cohort__now_ms();
-	nng_sleep_aio(SRV_SWEEP_MS, s->sweep);
-	*out = s;
-	return (COHORT_OK);
-
-out_close_sock:
-	srv_stop_listeners(s);
-	s->stopping = true;
-	srv_close_sock(s);
-out_free:
-	srv_free(s);
-	return (rv);
-}
-
 void
-cohort__srv_stop(struct cohort__srv *s)
+srv_nng_stop(struct srv_nng *s)
 {
 	struct srvctx *out;
 	cohort__time deadline;
 
-	if (s == NULL)
-		return;
-	/* The listeners' threads end first: they call into the core. */
-	srv_stop_listeners(s);
-	nng_aio_stop(s->sweep);
+	if (s->sweep != NULL)
+		nng_aio_stop(s->sweep);
 	pthread_mutex_lock(&s->mtx);
 	s->stopping = true;
 	srv_core_close_all(s->core);
-	out = srv_take_outbox(s);
+	out = rep_take_outbox(s);
 	pthread_mutex_unlock(&s->mtx);
-	srv_flush(s, out);
+	rep_flush(s, out);
 	/* Let the final replies leave (bounded). */
 	deadline = cohort__now_ms() + 1000;
 	pthread_mutex_lock(&s->mtx);
@@ -867,6 +649,5 @@ cohort__srv_stop(struct cohort__srv *s)
 		pthread_cond_timedwait(&s->cv, &s->mtx, &ts);
 	}
 	pthread_mutex_unlock(&s->mtx);
-	srv_close_sock(s);
-	srv_free(s);
+	srv_nng_free(s);
 }

@@ -19,7 +19,7 @@
  *    WAIT become protobuf requests dispatched to the core under the
  *    server mutex, so they are journalled, limited and wake parked
  *    waiters exactly as cohort's own KV calls do; their replies come back
- *    through the core's sink (srv_tstore_deliver) to this thread;
+ *    through the core's sink (ts_deliver) to this thread;
  *  - reads (GET, MULTI_GET, CHECK, GETNUMKEYS, LIST) are answered from
  *    the KV directly under the mutex: nothing to journal;
  *  - a WAIT parks in the core with no deadline (the client times out and
@@ -30,11 +30,19 @@
  *    client waiting on that name, as torch's server does.
  *
  * One thread per listener: epoll over non-blocking sockets, an eventfd
- * for replies. It never blocks on a client. Bad input (an unknown query,
- * a wrong magic, lengths over the limits) closes that connection only; so
- * does a request left incomplete for partial_ms, or output a client does
- * not read. A client idle between requests, or parked in a WAIT, is left
- * alone.
+ * for replies. It never blocks on a client. A client that closes its
+ * connection loses nothing it sent: every complete request before its
+ * EOF is applied in order, then the connection closes (a WAIT or BARRIER
+ * it left parked is withdrawn). Bad input (an unknown query, a wrong
+ * magic, lengths over the limits) closes that connection only, with the
+ * reason in cohortd's log at warn level (TCPStore has no error replies;
+ * torch's libuv server does the same); so does a request left incomplete
+ * for partial_ms, or output a client does not read. A client idle
+ * between requests, or parked in a WAIT, is left alone.
+ *
+ * The queries are one table (ts_cmds): for each, the function that
+ * parses it and answers it here or makes the request for the core, and
+ * the one that answers it from the core's reply.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -43,6 +51,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,7 +62,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "srv_impl.h"
+#include "core/util.h"
+#include "state/job.h"
+#include "state/kv.h"
+#include "state/lifecycle.h"
+#include "dispatch.h"
+#include "events.h"
+#include "nng_rep.h"
+#include "torchstore.h"
 
 #define TS_MAGIC 0x3C85F7CEu
 #define TS_PARTIAL_MS 30000u
@@ -110,6 +126,9 @@ struct ts_conn {
 	uint64_t client_id;
 	uint64_t seq;
 	bool validated;
+	/* The client closed its side: what it sent is still applied and
+	 * answered in order, then the connection closes (ts_conn_settle). */
+	bool eof;
 	bool dead; /* closed; freed when refs == 0 */
 	int refs; /* requests whose reply has not come back */
 	/* The request in flight (dispatched to the core), -1 if none. */
@@ -135,7 +154,7 @@ struct ts_conn {
 };
 
 struct ts_req {
-	struct srv_tp tp; /* SRV_TP_TORCH: first */
+	struct srv_tp tp; /* first: its deliver is ts_deliver */
 	struct ts_conn *conn;
 	int query;
 	uint64_t seq;
@@ -144,8 +163,7 @@ struct ts_req {
 };
 
 struct srv_tstore {
-	struct cohort__srv *srv;
-	struct srv_core *core;
+	struct srv_nng *nng;
 	char job[SRV_MAX_NAME + 1];
 	char token[SRV_MAX_NAME + 1];
 	char addr[96];
@@ -219,13 +237,35 @@ ts_put_bytes(struct ts_conn *c, const void *p, size_t n)
 	return (ts_put_u64(c, (uint64_t)n) && ts_put(c, p, n));
 }
 
+/* A query's parse: incomplete (wait for more input), done, or bad (the
+ * connection ends). */
+enum ts_parse { TS_MORE, TS_DONE, TS_BAD };
+
 /* A parse cursor over the input buffer. */
 struct ts_cur {
 	const uint8_t *p;
 	size_t left;
 	bool bad; /* malformed or over a limit: close */
 	const char *why;
+	char whybuf[256];
 };
+
+/* Marks the cursor bad: the connection ends, with why in cohortd's log
+ * (TCPStore has no error replies; torch's libuv server does the same). */
+static void ts_badf(struct ts_cur *k, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void
+ts_badf(struct ts_cur *k, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(k->whybuf, sizeof(k->whybuf), fmt, ap);
+	va_end(ap);
+	k->bad = true;
+	k->why = k->whybuf;
+}
 
 static bool
 ts_get(struct ts_cur *k, void *out, size_t n)
@@ -251,17 +291,21 @@ ts_get_u64(struct ts_cur *k, uint64_t *v)
 	return (true);
 }
 
-/* A length-prefixed string up to max bytes: points into the buffer. */
+/* A length-prefixed string up to max bytes (what: "key" or "value",
+ * for the refusal): points into the buffer. */
 static bool
-ts_get_str(struct ts_cur *k, size_t max, const uint8_t **s, size_t *n)
+ts_get_str(struct ts_cur *k, size_t max, const char *what, const uint8_t **s,
+    size_t *n)
 {
 	uint64_t len;
 
 	if (!ts_get_u64(k, &len))
 		return (false);
 	if (len > max) {
-		k->bad = true;
-		k->why = "length over the limit";
+		ts_badf(k, "a %s of %" PRIu64 " bytes, over %s %zu", what, len,
+		    strcmp(what, "key") == 0 ? "cohortd's key limit of"
+		                             : "--max-value-bytes",
+		    max);
 		return (false);
 	}
 	if (k->left < len)
@@ -281,11 +325,11 @@ ts_key(struct ts_cur *k)
 	size_t n;
 	char *out;
 
-	if (!ts_get_str(k, COHORT__MAX_KEY, &s, &n))
+	if (!ts_get_str(k, COHORT__MAX_KEY, "key", &s, &n))
 		return (NULL);
 	if (n == 0 || memchr(s, '\0', n) != NULL) {
-		k->bad = true;
-		k->why = "empty key or a key with a NUL byte";
+		ts_badf(k, "%s",
+		    n == 0 ? "an empty key" : "a key with a NUL byte");
 		return (NULL);
 	}
 	if ((out = malloc(n + 1)) == NULL) {
@@ -316,8 +360,9 @@ ts_keys(struct ts_cur *k, size_t *n)
 	if (!ts_get_u64(k, &cnt))
 		return (NULL);
 	if (cnt > TS_MAX_COUNT) {
-		k->bad = true;
-		k->why = "too many keys";
+		ts_badf(k,
+		    "%" PRIu64 " keys in one query, over torch's limit of %u",
+		    cnt, TS_MAX_COUNT);
 		return (NULL);
 	}
 	if ((keys = calloc(cnt ? cnt : 1, sizeof(char *))) == NULL) {
@@ -333,6 +378,15 @@ ts_keys(struct ts_cur *k, size_t *n)
 	}
 	*n = (size_t)cnt;
 	return (keys);
+}
+
+/* Marks the cursor bad (the connection ends, why logged). */
+static enum ts_parse
+ts_bad(struct ts_cur *k, const char *why)
+{
+	k->bad = true;
+	k->why = why;
+	return (TS_BAD);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -437,8 +491,45 @@ ts_conn_close(struct ts_conn *c, const char *why)
 	close(c->fd);
 	c->fd = -1;
 	a.pipe = c->pipe;
-	srv_with_core(c->ts->srv, ts_closed_locked, &a);
+	srv_with_core(c->ts->nng, ts_closed_locked, &a);
 	/* Freed by ts_reap once no request of it is in the core. */
+}
+
+/* Ends a connection for what its client did (bad input, not reading):
+ * the reason goes to cohortd's log at warn level, as torch's libuv server
+ * logs it (TCPStore has no error replies: the client sees the closed
+ * connection). */
+static void
+ts_conn_refuse(struct ts_conn *c, const char *why)
+{
+	if (c->dead)
+		return;
+	cohort__warn("torch store %s (job '%s'): closing %s: %s", c->ts->addr,
+	    c->ts->job, c->peer, why);
+	ts_conn_close(c, NULL);
+}
+
+/* A request parked until someone else acts (a WAIT, a BARRIER): nobody
+ * hears its answer once the client is gone. */
+static bool
+ts_conn_parked(const struct ts_conn *c)
+{
+	return (
+	    c->busy == TS_WAIT || (c->busy == TS_BARRIER && c->busy_seq == 0));
+}
+
+/* After the client's EOF: closes once every complete request it sent has
+ * been applied (a reply of the core it waits for comes first), or when
+ * what is left waits for others. Nothing it sent before it closed is
+ * lost, as with torch's server. */
+static void
+ts_conn_settle(struct ts_conn *c)
+{
+	if (c->dead || !c->eof)
+		return;
+	if (c->busy >= 0 && !ts_conn_parked(c))
+		return; /* its reply is on the way, then the rest */
+	ts_conn_close(c, "closed by the client");
 }
 
 /* Frees the closed connections no request refers to any more. */
@@ -458,7 +549,7 @@ ts_conn_watch(struct ts_conn *c)
 	struct epoll_event ev;
 	bool want = c->outoff < c->outlen;
 
-	if (c->dead || want == c->want_out)
+	if (c->dead || c->eof || want == c->want_out)
 		return;
 	c->want_out = want;
 	memset(&ev, 0, sizeof(ev));
@@ -483,6 +574,12 @@ ts_conn_flush(struct ts_conn *c)
 			break;
 		if (n < 0 && errno == EINTR)
 			continue;
+		if (c->eof) {
+			/* gone for good: its answers go nowhere, what it
+			 * sent is still applied */
+			c->outoff = c->outlen;
+			break;
+		}
 		ts_conn_close(c, "send failed");
 		return;
 	}
@@ -490,8 +587,9 @@ ts_conn_flush(struct ts_conn *c)
 		return;
 	if (c->outoff == c->outlen)
 		c->outoff = c->outlen = 0;
-	else if (c->outlen - c->outoff > 2 * c->ts->max_value + (1u << 20))
-		ts_conn_close(c, "the client does not read its replies");
+	else if (!c->eof
+	    && c->outlen - c->outoff > 2 * c->ts->max_value + (1u << 20))
+		ts_conn_refuse(c, "it does not read its replies");
 	if (!c->dead)
 		ts_conn_watch(c);
 }
@@ -499,6 +597,8 @@ ts_conn_flush(struct ts_conn *c)
 /* ------------------------------------------------------------------------ */
 /* Requests to the core                                                     */
 /* ------------------------------------------------------------------------ */
+
+static void ts_deliver(struct srv_tp *tp, nng_msg *reply);
 
 struct ts_disp {
 	struct ts_conn *c;
@@ -520,7 +620,7 @@ ts_dispatch_locked(void *arg, struct srv_core *core, cohort__time now)
 	d->ok = false;
 	if ((r = calloc(1, sizeof(*r))) == NULL)
 		return;
-	r->tp.kind = SRV_TP_TORCH;
+	r->tp.deliver = ts_deliver;
 	r->conn = c;
 	r->query = d->query;
 	d->req->job = c->ts->job;
@@ -538,8 +638,8 @@ ts_dispatch_locked(void *arg, struct srv_core *core, cohort__time now)
 	c->busy = d->query;
 	c->busy_seq = r->seq;
 	d->ok = true;
-	/* The reply (or NULL) reaches srv_tstore_deliver, possibly within
-	 * this call. */
+	/* The reply (or NULL) reaches ts_deliver, possibly within this
+	 * call. */
 	srv_core_dispatch(core, msg, c->pipe, r, now);
 }
 
@@ -550,14 +650,16 @@ ts_dispatch(struct ts_conn *c, int query, Cohort__Request *req,
 	struct ts_disp d = { c, query, req, parts, nparts, false };
 
 	req->timeout_ms = UINT32_MAX; /* WAIT: until the client cancels */
-	srv_with_core(c->ts->srv, ts_dispatch_locked, &d);
+	srv_with_core(c->ts->nng, ts_dispatch_locked, &d);
 	return (d.ok);
 }
 
-void
-srv_tstore_deliver(void *tp, nng_msg *reply)
+/* The core's sink hands the reply of one of ours (or NULL) here, under
+ * the server mutex: to this listener's thread. */
+static void
+ts_deliver(struct srv_tp *tp, nng_msg *reply)
 {
-	struct ts_req *r = tp;
+	struct ts_req *r = (struct ts_req *)(void *)tp;
 	struct srv_tstore *ts = r->conn->ts;
 	uint64_t one = 1;
 
@@ -570,6 +672,602 @@ srv_tstore_deliver(void *tp, nng_msg *reply)
 	if (write(ts->efd, &one, sizeof(one)) < 0) {
 		/* the counter is already non-zero: the thread will look */
 	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reading the job's KV (under the server mutex)                            */
+/* ------------------------------------------------------------------------ */
+
+/* A read of the job's KV: fn runs under the server mutex with the job
+ * (reads need no journal: answered here, not by the core). */
+struct ts_read {
+	struct ts_conn *c;
+	void (*fn)(struct ts_read *rd, struct srv_job *job);
+	char **keys;
+	size_t nkeys;
+	bool ok; /* the answer is in the output buffer */
+	bool yes; /* CHECK, WAIT: all there; COMPARE_SET: exists */
+};
+
+static void
+ts_read_locked(void *arg, struct srv_core *core, cohort__time now)
+{
+	struct ts_read *rd = arg;
+	struct srv_job *job = srv_job_find(core, rd->c->ts->job);
+
+	(void)now;
+	rd->ok = job != NULL;
+	if (job != NULL)
+		rd->fn(rd, job);
+}
+
+/* Runs fn; false if the job is gone or fn's answer did not fit. */
+static bool
+ts_read(struct ts_conn *c, void (*fn)(struct ts_read *rd, struct srv_job *job),
+    char **keys, size_t nkeys, bool *yes)
+{
+	struct ts_read rd = { c, fn, keys, nkeys, false, false };
+
+	srv_with_core(c->ts->nng, ts_read_locked, &rd);
+	if (yes != NULL)
+		*yes = rd.yes;
+	return (rd.ok);
+}
+
+/* A missing key reads as empty, as in torch's server. */
+static bool
+ts_put_value(struct ts_conn *c, struct srv_job *job, const char *key)
+{
+	const void *v = NULL;
+	size_t vl = 0;
+
+	if (!srv_kv_peek(job->kv, key, &v, &vl))
+		v = NULL, vl = 0;
+	return (ts_put_bytes(c, v, vl));
+}
+
+static void
+ts_read_values(struct ts_read *rd, struct srv_job *job)
+{
+	for (size_t i = 0; i < rd->nkeys && rd->ok; i++)
+		rd->ok = ts_put_value(rd->c, job, rd->keys[i]);
+}
+
+/* Every key exists (a non-empty queue of that name counts too, as in
+ * torch's server). */
+static void
+ts_read_ready(struct ts_read *rd, struct srv_job *job)
+{
+	rd->yes = true;
+	for (size_t i = 0; i < rd->nkeys && rd->yes; i++)
+		rd->yes = srv_kv_peek(job->kv, rd->keys[i], NULL, NULL)
+		    || ts_queue_nonempty(rd->c->ts, rd->keys[i]);
+}
+
+static void
+ts_read_exists(struct ts_read *rd, struct srv_job *job)
+{
+	rd->yes = srv_kv_peek(job->kv, rd->keys[0], NULL, NULL);
+}
+
+static void
+ts_read_count(struct ts_read *rd, struct srv_job *job)
+{
+	rd->ok = ts_put_u64(rd->c, srv_kv_count(job->kv));
+}
+
+static void
+ts_list_one(void *arg, const char *key, const void *val, size_t vlen)
+{
+	struct ts_conn *c = arg;
+
+	(void)val;
+	(void)vlen;
+	(void)ts_put_bytes(c, key, strlen(key));
+}
+
+static void
+ts_read_list(struct ts_read *rd, struct srv_job *job)
+{
+	rd->ok = ts_put_u64(rd->c, srv_kv_count(job->kv));
+	if (rd->ok)
+		srv_kv_foreach(job->kv, ts_list_one, rd->c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Queries                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* What one query becomes: answered here, or a request for the core
+ * (req.body_case set), sent with its payload parts once parsed. What it
+ * allocates is freed after. */
+struct ts_op {
+	Cohort__Request req;
+	union {
+		Cohort__KvSet set;
+		Cohort__KvAppend append;
+		Cohort__KvCompareSet cas;
+		Cohort__KvDelete del;
+		Cohort__KvAdd add;
+		Cohort__KvWait wait;
+		Cohort__KvMultiSet mset;
+	} b;
+	struct cohort__iov iov[2];
+	const struct cohort__iov *parts;
+	size_t nparts;
+	char *key;
+	char **keys;
+	size_t nkeys;
+	uint64_t *lens;
+	struct cohort__iov *miov;
+};
+
+static enum ts_parse
+ts_done(bool ok)
+{
+	return (ok ? TS_DONE : TS_BAD);
+}
+
+static enum ts_parse
+ts_ping(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
+{
+	uint8_t nonce[4];
+
+	(void)op;
+	if (!ts_get(k, nonce, 4))
+		return (TS_MORE);
+	return (ts_done(ts_put(c, nonce, 4)));
+}
+
+/* SET and APPEND: a key and its bytes. */
+static enum ts_parse
+ts_key_value(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
+{
+	const uint8_t *v;
+	size_t vl;
+
+	if ((op->key = ts_key(k)) == NULL
+	    || !ts_get_str(k, c->ts->max_value, "value", &v, &vl))
+		return (TS_MORE);
+	op->iov[0].base = v;
+	op->iov[0].len = vl;
+	op->parts = op->iov;
+	op->nparts = 1;
+	return (TS_DONE);
+}
+
+static enum ts_parse
+ts_set(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
+{
+	enum ts_parse r = ts_key_value(c, k, op);
+
+	if (r != TS_DONE)
+		return (r);
+	op->b.set = (Cohort__KvSet)COHORT__KV_SET__INIT;
+	op->b.set.key = op->key;
+	op->req.body_case = COHORT__REQUEST__BODY_KV_SET;
+	op->req.kv_set = &op->b.set;
+	return (TS_DONE);
+}
+
+static enum ts_parse
+ts_append(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
+{
+	enum ts_parse r = ts_key_value(c, k, op);
+
+	if (r != TS_DONE)
+		return (r);
+	op->b.append = (Cohort__KvAppend)COHORT__KV_APPEND__INIT;
+	op->b.append.key = op->key;
+	op->req.body_case = COHORT__REQUEST__BODY_KV_APPEND;
+	op->req.kv_append = &op->b.append;
+	return (TS_DONE);
+}
+
+static enum ts_parse
+ts_compare_set(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
+{
+	const uint8_t *a, *b;
+	size_t al, bl;
+	bool exists;
+
+	if ((op->key = ts_key(k)) == NULL
+	    || !ts_get_str(k, c->ts->max_value, "value", &a, &al)
+	    || !ts_get_str(k, c->ts->max_value, "value", &b, &bl))
+		return (TS_MORE);
+	if (!ts_read(c, ts_read_exists, &op->key, 1, &exists))
+		return (TS_BAD);
+	/* Absent with a non-empty expected value: torch's server answers
+	 * the expected value and changes nothing (torchrun's rendezvous
+	 * relies on it). */
+	if (!exists && al > 0)
+		return (ts_done(ts_put_bytes(c, a, al)));
+	/* Absent with empty expected: set if still absent. Present: swap
+	 * if equal (even to an empty value). The mutex was released in
+	 * between: a concurrent change is handled by the core's own
+	 * compare. */
+	op->b.cas = (Cohort__KvCompareSet)COHORT__KV_COMPARE_SET__INIT;
+	op->b.cas.key = op->key;
+	op->b.cas.expected_present = exists;
+	op->b.cas.expected_len = al;
+	op->iov[0].base = a;
+	op->iov[0].len = al;
+	op->iov[1].base = b;
+	op->iov[1].len = bl;
+	op->parts = op->iov;
+	op->nparts = 2;
+	op->req.body_case = COHORT__REQUEST__BODY_KV_COMPARE_SET;
+	op->req.kv_compare_set = &op->b.cas;
+	return (TS_DONE);
+}
+
+static enum ts_parse
+ts_get_value(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
+{
+	if ((op->key = ts_key(k)) == NULL)
+		return (TS_MORE);
+	return (ts_done(ts_read(c, ts_read_values, &op->key, 1, NULL)));
+}
+
+static enum ts_parse
+ts_add(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
+{
+	uint64_t v;
+
+	(void)c;
+	if ((op->key = ts_key(k)) == NULL || !ts_get_u64(k, &v))
+		return (TS_MORE);
+	op->b.add = (Cohort__KvAdd)COHORT__KV_ADD__INIT;
+	op->b.add.key = op->key;
+	op->b.add.delta = (int64_t)v;
+	op->req.body_case = COHORT__REQUEST__BODY_KV_ADD;
+	op->req.kv_add = &op->b.add;
+	return (TS_DONE);
+}
+
+static enum ts_parse
+ts_check(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
+{
+	bool ready;
+
+	if ((op->keys = ts_keys(k, &op->nkeys)) == NULL)
+		return (TS_MORE);
+	if (!ts_read(c, ts_read_ready, op->keys, op->nkeys, &ready))
+		return (TS_BAD);
+	return (ts_done(ts_put_u8(c, ready ? TS_READY : TS_NOT_READY)));
+}
+
+static enum ts_parse
+ts_wait(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
+{
+	bool ready;
+
+	if ((op->keys = ts_keys(k, &op->nkeys)) == NULL)
+		return (TS_MORE);
+	if (!ts_read(c, ts_read_ready, op->keys, op->nkeys, &ready))
+		return (TS_BAD);
+	if (ready || op->nkeys == 0)
+		return (ts_done(ts_put_u8(c, TS_STOP_WAITING)));
+	if ((c->wqueued = calloc(op->nkeys, sizeof(bool))) == NULL)
+		return (TS_BAD);
+	/* The connection keeps the keys while its wait is parked. */
+	c->wkeys = op->keys;
+	c->nwkeys = op->nkeys;
+	op->keys = NULL;
+	op->nkeys = 0;
+	op->b.wait = (Cohort__KvWait)COHORT__KV_WAIT__INIT;
+	op->b.wait.keys = c->wkeys;
+	op->b.wait.n_keys = c->nwkeys;
+	op->req.body_case = COHORT__REQUEST__BODY_KV_WAIT;
+	op->req.kv_wait = &op->b.wait;
+	return (TS_DONE);
+}
+
+static enum ts_parse
+ts_num_keys(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
+{
+	(void)k;
+	(void)op;
+	return (ts_done(ts_read(c, ts_read_count, NULL, 0, NULL)));
+}
+
+static enum ts_parse
+ts_delete(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
+{
+	(void)c;
+	if ((op->key = ts_key(k)) == NULL)
+		return (TS_MORE);
+	op->b.del = (Cohort__KvDelete)COHORT__KV_DELETE__INIT;
+	op->b.del.key = op->key;
+	op->req.body_case = COHORT__REQUEST__BODY_KV_DELETE;
+	op->req.kv_delete = &op->b.del;
+	return (TS_DONE);
+}
+
+static enum ts_parse
+ts_multi_get(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
+{
+	if ((op->keys = ts_keys(k, &op->nkeys)) == NULL)
+		return (TS_MORE);
+	return (
+	    ts_done(ts_read(c, ts_read_values, op->keys, op->nkeys, NULL)));
+}
+
+static enum ts_parse
+ts_multi_set(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
+{
+	uint64_t cnt;
+	const uint8_t *v;
+	size_t vl;
+
+	if (!ts_get_u64(k, &cnt))
+		return (TS_MORE);
+	if (cnt > TS_MAX_COUNT) {
+		ts_badf(k,
+		    "%" PRIu64 " keys in one query, over torch's limit of %u",
+		    cnt, TS_MAX_COUNT);
+		return (TS_BAD);
+	}
+	op->keys = calloc(cnt ? cnt : 1, sizeof(char *));
+	op->lens = calloc(cnt ? cnt : 1, sizeof(uint64_t));
+	op->miov = calloc(cnt ? cnt : 1, sizeof(*op->miov));
+	if (op->keys == NULL || op->lens == NULL || op->miov == NULL)
+		return (ts_bad(k, "out of memory"));
+	for (uint64_t i = 0; i < cnt; i++) {
+		char *key = ts_key(k);
+		if (key == NULL)
+			return (TS_MORE);
+		op->keys[op->nkeys++] = key;
+		if (!ts_get_str(k, c->ts->max_value, "value", &v, &vl))
+			return (TS_MORE);
+		op->lens[i] = vl;
+		op->miov[i].base = v;
+		op->miov[i].len = vl;
+	}
+	if (cnt == 0)
+		return (TS_DONE);
+	op->b.mset = (Cohort__KvMultiSet)COHORT__KV_MULTI_SET__INIT;
+	op->b.mset.keys = op->keys;
+	op->b.mset.n_keys = (size_t)cnt;
+	op->b.mset.value_lens = op->lens;
+	op->b.mset.n_value_lens = (size_t)cnt;
+	op->parts = op->miov;
+	op->nparts = (size_t)cnt;
+	op->req.body_case = COHORT__REQUEST__BODY_KV_MULTI_SET;
+	op->req.kv_multi_set = &op->b.mset;
+	return (TS_DONE);
+}
+
+static enum ts_parse
+ts_cancel_wait(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
+{
+	(void)k;
+	(void)op;
+	/* Not parked (a parked WAIT's cancel is taken in ts_input): the
+	 * wait ended before; torch's client expects this. */
+	return (ts_done(ts_put_u8(c, TS_WAIT_CANCELED)));
+}
+
+/* A queue push releases one client parked in WAIT on that name (its
+ * core wait is cancelled and answered as satisfied). */
+struct ts_release {
+	struct srv_tstore *ts;
+	const char *name;
+};
+
+static void
+ts_release_locked(void *arg, struct srv_core *core, cohort__time now)
+{
+	struct ts_release *a = arg;
+	struct srv_job *job = srv_job_find(core, a->ts->job);
+
+	for (struct ts_conn *c = a->ts->conns; c != NULL && job != NULL;
+	     c = c->next) {
+		bool hit = false, all = true;
+
+		if (c->dead || c->busy != TS_WAIT || c->by_queue)
+			continue;
+		for (size_t i = 0; i < c->nwkeys; i++) {
+			if (!c->wqueued[i] && strcmp(c->wkeys[i], a->name) == 0
+			    && !hit) {
+				c->wqueued[i] = true;
+				hit = true;
+			}
+			all = all
+			    && (c->wqueued[i]
+			        || srv_kv_peek(
+			            job->kv, c->wkeys[i], NULL, NULL));
+		}
+		if (!hit)
+			continue;
+		if (all) {
+			c->by_queue = true;
+			(void)srv_core_cancel(job, c->client_id, c->busy_seq,
+			    COHORT_ECLOSED, "released by a queue push", now);
+		}
+		return; /* one client per push */
+	}
+}
+
+static enum ts_parse
+ts_queue_push(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
+{
+	struct srv_tstore *ts = c->ts;
+	struct ts_release rel;
+	struct ts_queue *qu;
+	struct ts_item *it;
+	const uint8_t *v;
+	size_t vl;
+
+	if ((op->key = ts_key(k)) == NULL
+	    || !ts_get_str(k, ts->max_value, "value", &v, &vl))
+		return (TS_MORE);
+	qu = ts_queue_find(ts, op->key, true);
+	if (ts->queue_bytes + vl > 4 * ts->max_value) {
+		ts_badf(k,
+		    "the listener's queues would hold %" PRIu64 " bytes, over "
+		    "4 x --max-value-bytes",
+		    ts->queue_bytes + vl);
+		return (TS_BAD);
+	}
+	if (qu == NULL || (it = malloc(sizeof(*it) + vl)) == NULL)
+		return (ts_bad(k, "out of memory"));
+	it->next = NULL;
+	it->len = vl;
+	memcpy(it->data, v, vl);
+	if (qu->tail != NULL)
+		qu->tail->next = it;
+	else
+		qu->head = it;
+	qu->tail = it;
+	qu->n++;
+	ts->queue_bytes += vl;
+	rel.ts = ts;
+	rel.name = op->key;
+	srv_with_core(ts->nng, ts_release_locked, &rel);
+	return (TS_DONE);
+}
+
+/* QUEUE_POP: the length before the pop, then the item if there was one,
+ * as torch's server does. */
+static enum ts_parse
+ts_queue_pop(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
+{
+	struct ts_queue *qu;
+	struct ts_item *it;
+	bool ok;
+
+	if ((op->key = ts_key(k)) == NULL)
+		return (TS_MORE);
+	qu = ts_queue_find(c->ts, op->key, false);
+	ok = ts_put_u64(c, qu != NULL ? qu->n : 0);
+	if (qu == NULL || qu->n == 0)
+		return (ts_done(ok));
+	it = qu->head;
+	ok = ok && ts_put_bytes(c, it->data, it->len);
+	qu->head = it->next;
+	if (qu->head == NULL)
+		qu->tail = NULL;
+	qu->n--;
+	c->ts->queue_bytes -= it->len;
+	free(it);
+	return (ts_done(ok));
+}
+
+static enum ts_parse
+ts_queue_len(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
+{
+	struct ts_queue *qu;
+
+	if ((op->key = ts_key(k)) == NULL)
+		return (TS_MORE);
+	qu = ts_queue_find(c->ts, op->key, false);
+	return (ts_done(ts_put_u64(c, qu != NULL ? qu->n : 0)));
+}
+
+static enum ts_parse
+ts_list(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
+{
+	(void)k;
+	(void)op;
+	return (ts_done(ts_read(c, ts_read_list, NULL, 0, NULL)));
+}
+
+/* torch 2.15's store.barrier(key, world_size): the key counts arrivals
+ * (as ADD); STOP_WAITING once it reaches world_size. */
+static enum ts_parse
+ts_barrier(struct ts_conn *c, struct ts_cur *k, struct ts_op *op)
+{
+	uint64_t world;
+
+	if ((op->key = ts_key(k)) == NULL || !ts_get_u64(k, &world))
+		return (TS_MORE);
+	/* A count below 1 is reached by this arrival: answered at once,
+	 * as torch's server does. */
+	c->bworld = (int64_t)world;
+	free(c->bkey);
+	c->bkey = op->key;
+	op->key = NULL; /* the connection's until the barrier ends */
+	op->b.add = (Cohort__KvAdd)COHORT__KV_ADD__INIT;
+	op->b.add.key = c->bkey;
+	op->b.add.delta = 1;
+	op->req.body_case = COHORT__REQUEST__BODY_KV_ADD;
+	op->req.kv_add = &op->b.add;
+	return (TS_DONE);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Replies of the core                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* SET, APPEND, MULTI_SET: nothing on the wire. */
+static bool
+ts_reply_none(struct ts_conn *c, cohort_status st, const Cohort__Reply *rep,
+    const uint8_t *pl, size_t plen)
+{
+	(void)c;
+	(void)rep;
+	(void)pl;
+	(void)plen;
+	return (st == COHORT_OK);
+}
+
+/* COMPARE_SET: the value after. */
+static bool
+ts_reply_value(struct ts_conn *c, cohort_status st, const Cohort__Reply *rep,
+    const uint8_t *pl, size_t plen)
+{
+	(void)rep;
+	return (st == COHORT_OK && ts_put_bytes(c, pl, plen));
+}
+
+static bool
+ts_reply_add(struct ts_conn *c, cohort_status st, const Cohort__Reply *rep,
+    const uint8_t *pl, size_t plen)
+{
+	(void)pl;
+	(void)plen;
+	return (st == COHORT_OK && rep->body_case == COHORT__REPLY__BODY_KV_ADD
+	    && ts_put_u64(c, (uint64_t)rep->kv_add->value));
+}
+
+static bool
+ts_reply_deleted(struct ts_conn *c, cohort_status st, const Cohort__Reply *rep,
+    const uint8_t *pl, size_t plen)
+{
+	(void)pl;
+	(void)plen;
+	return (st == COHORT_OK
+	    && rep->body_case == COHORT__REPLY__BODY_KV_DELETE
+	    && ts_put_u64(c, rep->kv_delete->deleted ? 1 : 0));
+}
+
+/* WAIT: STOP_WAITING once every key is there (or a queue push released
+ * it); WAIT_CANCELED after the client's CANCEL_WAIT (preceded by
+ * STOP_WAITING if the wait had ended first). */
+static bool
+ts_reply_wait(struct ts_conn *c, cohort_status st, const Cohort__Reply *rep,
+    const uint8_t *pl, size_t plen)
+{
+	bool ok;
+
+	(void)rep;
+	(void)pl;
+	(void)plen;
+	if (st == COHORT_OK || c->by_queue) {
+		ok = ts_put_u8(c, TS_STOP_WAITING);
+		if (c->cancel_asked)
+			ok = ok && ts_put_u8(c, TS_WAIT_CANCELED);
+	} else {
+		ok = c->cancel_asked && ts_put_u8(c, TS_WAIT_CANCELED);
+	}
+	ts_free_keys(c->wkeys, c->nwkeys);
+	free(c->wqueued);
+	c->wkeys = NULL;
+	c->wqueued = NULL;
+	c->nwkeys = 0;
+	c->cancel_asked = c->by_queue = false;
+	return (ok);
 }
 
 static void ts_input(struct ts_conn *c, cohort__time now);
@@ -595,15 +1293,80 @@ ts_barrier_release(
 	}
 }
 
+/* BARRIER: the counter was incremented (an ADD); the last arrival
+ * releases everyone parked on the key, the others park here. */
+static bool
+ts_reply_barrier(struct ts_conn *c, cohort_status st, const Cohort__Reply *rep,
+    const uint8_t *pl, size_t plen)
+{
+	(void)pl;
+	(void)plen;
+	if (st != COHORT_OK || rep->body_case != COHORT__REPLY__BODY_KV_ADD)
+		return (false);
+	if (rep->kv_add->value < c->bworld) {
+		c->busy = TS_BARRIER;
+		c->busy_seq = 0;
+		return (true);
+	}
+	ts_barrier_release(c->ts, c->bkey, c);
+	free(c->bkey);
+	c->bkey = NULL;
+	return (ts_put_u8(c, TS_STOP_WAITING));
+}
+
+/* ------------------------------------------------------------------------ */
+/* The queries' table                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* A query: run parses its arguments (TS_MORE: not all here yet) and
+ * answers it, or fills op->req for the core; reply answers it from the
+ * core's reply (false: the query failed, the connection ends). */
+struct ts_cmd {
+	enum ts_parse (*run)(
+	    struct ts_conn *c, struct ts_cur *k, struct ts_op *op);
+	bool (*reply)(struct ts_conn *c, cohort_status st,
+	    const Cohort__Reply *rep, const uint8_t *pl, size_t plen);
+};
+
+static const struct ts_cmd ts_cmds[] = {
+	[TS_SET] = { ts_set, ts_reply_none },
+	[TS_COMPARE_SET] = { ts_compare_set, ts_reply_value },
+	[TS_GET] = { ts_get_value, NULL },
+	[TS_ADD] = { ts_add, ts_reply_add },
+	[TS_CHECK] = { ts_check, NULL },
+	[TS_WAIT] = { ts_wait, ts_reply_wait },
+	[TS_GETNUMKEYS] = { ts_num_keys, NULL },
+	[TS_DELETE_KEY] = { ts_delete, ts_reply_deleted },
+	[TS_APPEND] = { ts_append, ts_reply_none },
+	[TS_MULTI_GET] = { ts_multi_get, NULL },
+	[TS_MULTI_SET] = { ts_multi_set, ts_reply_none },
+	[TS_CANCEL_WAIT] = { ts_cancel_wait, NULL },
+	[TS_PING] = { ts_ping, NULL },
+	[TS_QUEUE_PUSH] = { ts_queue_push, NULL },
+	[TS_QUEUE_POP] = { ts_queue_pop, NULL },
+	[TS_QUEUE_LEN] = { ts_queue_len, NULL },
+	[TS_LIST] = { ts_list, NULL },
+	[TS_BARRIER] = { ts_barrier, ts_reply_barrier },
+};
+
+static const struct ts_cmd *
+ts_cmd(int q)
+{
+	if (q < 0 || (size_t)q >= sizeof(ts_cmds) / sizeof(ts_cmds[0])
+	    || ts_cmds[q].run == NULL)
+		return (NULL);
+	return (&ts_cmds[q]);
+}
+
 /* A reply from the core, back in this thread: its TCPStore answer. */
 static void
 ts_on_reply(struct ts_conn *c, struct ts_req *r)
 {
+	const struct ts_cmd *cmd = ts_cmd(r->query);
 	Cohort__Reply *rep = NULL;
 	const uint8_t *pl = NULL;
 	size_t plen = 0;
 	cohort_status st = COHORT_ECLOSED;
-	bool ok = true;
 
 	if (r->reply != NULL
 	    && cohort__wire_unpack_reply(r->reply, &rep, &pl, &plen)
@@ -611,64 +1374,7 @@ ts_on_reply(struct ts_conn *c, struct ts_req *r)
 		st = (cohort_status)rep->status;
 	if (r->seq == c->busy_seq)
 		c->busy = -1;
-	switch (r->query) {
-	case TS_WAIT:
-		if (st == COHORT_OK || c->by_queue) {
-			ok = ts_put_u8(c, TS_STOP_WAITING);
-			if (c->cancel_asked)
-				ok = ok && ts_put_u8(c, TS_WAIT_CANCELED);
-		} else if (c->cancel_asked) {
-			ok = ts_put_u8(c, TS_WAIT_CANCELED);
-		} else {
-			ok = false;
-		}
-		ts_free_keys(c->wkeys, c->nwkeys);
-		free(c->wqueued);
-		c->wkeys = NULL;
-		c->wqueued = NULL;
-		c->nwkeys = 0;
-		c->cancel_asked = c->by_queue = false;
-		break;
-	case TS_SET:
-	case TS_APPEND:
-	case TS_MULTI_SET:
-		ok = st == COHORT_OK; /* no answer on the wire */
-		break;
-	case TS_BARRIER:
-		/* The counter was incremented (an ADD): the last arrival
-		 * releases everyone parked on the key, the others park. */
-		ok = st == COHORT_OK
-		    && rep->body_case == COHORT__REPLY__BODY_KV_ADD;
-		if (!ok)
-			break;
-		if (rep->kv_add->value >= c->bworld) {
-			ok = ts_put_u8(c, TS_STOP_WAITING);
-			ts_barrier_release(c->ts, c->bkey, c);
-			free(c->bkey);
-			c->bkey = NULL;
-		} else {
-			c->busy = TS_BARRIER;
-			c->busy_seq = 0;
-		}
-		break;
-	case TS_ADD:
-		ok = st == COHORT_OK
-		    && rep->body_case == COHORT__REPLY__BODY_KV_ADD
-		    && ts_put_u64(c, (uint64_t)rep->kv_add->value);
-		break;
-	case TS_COMPARE_SET:
-		ok = st == COHORT_OK && ts_put_bytes(c, pl, plen);
-		break;
-	case TS_DELETE_KEY:
-		ok = st == COHORT_OK
-		    && rep->body_case == COHORT__REPLY__BODY_KV_DELETE
-		    && ts_put_u64(c, rep->kv_delete->deleted ? 1 : 0);
-		break;
-	default:
-		ok = false;
-		break;
-	}
-	if (!ok && !c->dead) {
+	if (!cmd->reply(c, st, rep, pl, plen) && !c->dead) {
 		/* TCPStore has no error replies: a refused change (a limit,
 		 * ADD on a non-integer) or a lost wait ends the connection,
 		 * which the client reports as an error. */
@@ -683,423 +1389,30 @@ ts_on_reply(struct ts_conn *c, struct ts_req *r)
 		cohort__reply__free_unpacked(rep, NULL);
 }
 
-/* ------------------------------------------------------------------------ */
-/* Queries answered here (under the server mutex)                           */
-/* ------------------------------------------------------------------------ */
-
-struct ts_local {
-	struct ts_conn *c;
-	int query;
-	char **keys;
-	size_t nkeys;
-	bool ok;
-	bool exists; /* COMPARE_SET: whether the key exists */
-	bool ready; /* WAIT: every key there already */
-};
-
-static struct srv_job *
-ts_job(struct srv_core *core, const char *name)
-{
-	struct srv_hnode *n = srv_map_get(&core->jobs, name, strlen(name));
-
-	return (n != NULL ? SRV_CONTAINER(n, struct srv_job, hn) : NULL);
-}
-
-static void
-ts_list_one(void *arg, const char *key, const void *val, size_t vlen)
-{
-	struct ts_conn *c = arg;
-
-	(void)val;
-	(void)vlen;
-	(void)ts_put_bytes(c, key, strlen(key));
-}
-
-static void
-ts_local_locked(void *arg, struct srv_core *core, cohort__time now)
-{
-	struct ts_local *l = arg;
-	struct ts_conn *c = l->c;
-	struct srv_job *job = ts_job(core, c->ts->job);
-	const void *v;
-	size_t vl;
-
-	(void)now;
-	l->ok = job != NULL;
-	if (job == NULL)
-		return;
-	switch (l->query) {
-	case TS_GET:
-		/* A missing key reads as empty, as in torch's server. */
-		if (!srv_kv_peek(&job->kv, l->keys[0], &v, &vl))
-			v = NULL, vl = 0;
-		l->ok = ts_put_bytes(c, v, vl);
-		break;
-	case TS_MULTI_GET:
-		for (size_t i = 0; i < l->nkeys && l->ok; i++) {
-			if (!srv_kv_peek(&job->kv, l->keys[i], &v, &vl))
-				v = NULL, vl = 0;
-			l->ok = ts_put_bytes(c, v, vl);
-		}
-		break;
-	case TS_CHECK:
-	case TS_WAIT:
-		l->ready = true;
-		for (size_t i = 0; i < l->nkeys && l->ready; i++)
-			l->ready
-			    = srv_kv_peek(&job->kv, l->keys[i], NULL, NULL)
-			    || ts_queue_nonempty(c->ts, l->keys[i]);
-		if (l->query == TS_CHECK)
-			l->ok
-			    = ts_put_u8(c, l->ready ? TS_READY : TS_NOT_READY);
-		break;
-	case TS_GETNUMKEYS:
-		l->ok = ts_put_u64(c, srv_kv_count(&job->kv));
-		break;
-	case TS_LIST:
-		l->ok = ts_put_u64(c, srv_kv_count(&job->kv));
-		if (l->ok)
-			srv_kv_foreach(&job->kv, ts_list_one, c);
-		break;
-	case TS_COMPARE_SET:
-		l->exists = srv_kv_peek(&job->kv, l->keys[0], NULL, NULL);
-		break;
-	default:
-		l->ok = false;
-	}
-}
-
-static bool
-ts_local(struct ts_conn *c, int query, char **keys, size_t nkeys,
-    struct ts_local *out)
-{
-	struct ts_local l = { c, query, keys, nkeys, false, false, false };
-
-	srv_with_core(c->ts->srv, ts_local_locked, &l);
-	if (out != NULL)
-		*out = l;
-	return (l.ok);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Parsing and executing one query                                          */
-/* ------------------------------------------------------------------------ */
-
-enum ts_parse { TS_MORE, TS_DONE, TS_BAD };
-
-/* A queue push releases one client parked in WAIT on that name (its
- * core wait is cancelled and answered as satisfied). */
-struct ts_release {
-	struct srv_tstore *ts;
-	const char *name;
-};
-
-static void
-ts_release_locked(void *arg, struct srv_core *core, cohort__time now)
-{
-	struct ts_release *a = arg;
-	struct srv_job *job = ts_job(core, a->ts->job);
-
-	for (struct ts_conn *c = a->ts->conns; c != NULL && job != NULL;
-	     c = c->next) {
-		bool hit = false, all = true;
-
-		if (c->dead || c->busy != TS_WAIT || c->by_queue)
-			continue;
-		for (size_t i = 0; i < c->nwkeys; i++) {
-			if (!c->wqueued[i] && strcmp(c->wkeys[i], a->name) == 0
-			    && !hit) {
-				c->wqueued[i] = true;
-				hit = true;
-			}
-			all = all
-			    && (c->wqueued[i]
-			        || srv_kv_peek(
-			            &job->kv, c->wkeys[i], NULL, NULL));
-		}
-		if (!hit)
-			continue;
-		if (all) {
-			c->by_queue = true;
-			(void)srv_core_cancel(job, c->client_id, c->busy_seq,
-			    COHORT_ECLOSED, "released by a queue push", now);
-		}
-		return; /* one client per push */
-	}
-}
-
+/* Parses and runs query q (its byte consumed from k). */
 static enum ts_parse
 ts_exec(struct ts_conn *c, uint8_t q, struct ts_cur *k)
 {
-	struct srv_tstore *ts = c->ts;
-	Cohort__Request req = COHORT__REQUEST__INIT;
-	char *key = NULL;
-	char **keys = NULL;
-	size_t nkeys = 0;
-	const uint8_t *a = NULL, *b = NULL;
-	size_t al = 0, bl = 0;
-	enum ts_parse res = TS_MORE;
-	struct ts_local l;
-	/* The core request a query becomes (req.body_case set), sent after
-	 * the switch with its payload parts. */
-	Cohort__KvSet s = COHORT__KV_SET__INIT;
-	Cohort__KvAppend ap = COHORT__KV_APPEND__INIT;
-	Cohort__KvCompareSet cs = COHORT__KV_COMPARE_SET__INIT;
-	Cohort__KvDelete d = COHORT__KV_DELETE__INIT;
-	Cohort__KvAdd ad = COHORT__KV_ADD__INIT;
-	Cohort__KvWait w = COHORT__KV_WAIT__INIT;
-	Cohort__KvMultiSet ms = COHORT__KV_MULTI_SET__INIT;
-	struct cohort__iov iov[2], *parts = NULL, *miov = NULL;
-	size_t nparts = 0;
-	uint64_t *lens = NULL;
+	const struct ts_cmd *cmd = ts_cmd(q);
+	struct ts_op op;
+	enum ts_parse res;
 
-	switch (q) {
-	case TS_PING: {
-		uint8_t nonce[4];
-		if (!ts_get(k, nonce, 4))
-			return (TS_MORE);
-		return (ts_put(c, nonce, 4) ? TS_DONE : TS_BAD);
-	}
-	case TS_SET:
-	case TS_APPEND:
-	case TS_QUEUE_PUSH: {
-		if ((key = ts_key(k)) == NULL
-		    || !ts_get_str(k, ts->max_value, &a, &al))
-			break;
-		if (q == TS_QUEUE_PUSH) {
-			struct ts_queue *qu = ts_queue_find(ts, key, true);
-			struct ts_item *it = malloc(sizeof(*it) + al);
-			struct ts_release rel = { ts, key };
-			if (qu == NULL || it == NULL
-			    || ts->queue_bytes + al > 4 * ts->max_value) {
-				free(it);
-				k->bad = true;
-				k->why = "queue limit reached";
-				break;
-			}
-			it->next = NULL;
-			it->len = al;
-			memcpy(it->data, a, al);
-			if (qu->tail != NULL)
-				qu->tail->next = it;
-			else
-				qu->head = it;
-			qu->tail = it;
-			qu->n++;
-			ts->queue_bytes += al;
-			srv_with_core(ts->srv, ts_release_locked, &rel);
-			res = TS_DONE;
-			break;
-		}
-		iov[0].base = a;
-		iov[0].len = al;
-		parts = iov;
-		nparts = 1;
-		if (q == TS_SET) {
-			s.key = key;
-			req.body_case = COHORT__REQUEST__BODY_KV_SET;
-			req.kv_set = &s;
-		} else {
-			ap.key = key;
-			req.body_case = COHORT__REQUEST__BODY_KV_APPEND;
-			req.kv_append = &ap;
-		}
-		break;
-	}
-	case TS_COMPARE_SET: {
-		if ((key = ts_key(k)) == NULL
-		    || !ts_get_str(k, ts->max_value, &a, &al)
-		    || !ts_get_str(k, ts->max_value, &b, &bl))
-			break;
-		if (!ts_local(c, TS_COMPARE_SET, &key, 1, &l)) {
-			res = TS_BAD;
-			break;
-		}
-		if (!l.exists && al > 0) {
-			/* torch's server answers the expected value and
-			 * changes nothing (torchrun's rendezvous relies on
-			 * it). */
-			res = ts_put_bytes(c, a, al) ? TS_DONE : TS_BAD;
-			break;
-		}
-		/* Missing with empty expected: set if still absent.
-		 * Present: swap if equal (even to an empty value). The
-		 * mutex was released in between: a concurrent change is
-		 * handled by the core's own compare. */
-		cs.key = key;
-		cs.expected_present = l.exists;
-		cs.expected_len = al;
-		iov[0].base = a;
-		iov[0].len = al;
-		iov[1].base = b;
-		iov[1].len = bl;
-		parts = iov;
-		nparts = 2;
-		req.body_case = COHORT__REQUEST__BODY_KV_COMPARE_SET;
-		req.kv_compare_set = &cs;
-		break;
-	}
-	case TS_GET:
-	case TS_DELETE_KEY:
-	case TS_QUEUE_POP:
-	case TS_QUEUE_LEN: {
-		if ((key = ts_key(k)) == NULL)
-			break;
-		if (q == TS_GET) {
-			res = ts_local(c, q, &key, 1, NULL) ? TS_DONE : TS_BAD;
-		} else if (q == TS_DELETE_KEY) {
-			d.key = key;
-			req.body_case = COHORT__REQUEST__BODY_KV_DELETE;
-			req.kv_delete = &d;
-		} else {
-			struct ts_queue *qu = ts_queue_find(ts, key, false);
-			uint64_t n = qu != NULL ? qu->n : 0;
-			bool ok = ts_put_u64(c, n);
-			if (q == TS_QUEUE_POP && n > 0) {
-				struct ts_item *it = qu->head;
-				/* The length before the pop, then the item,
-				 * as torch's server does. */
-				ok = ok && ts_put_bytes(c, it->data, it->len);
-				qu->head = it->next;
-				if (qu->head == NULL)
-					qu->tail = NULL;
-				qu->n--;
-				ts->queue_bytes -= it->len;
-				free(it);
-			}
-			res = ok ? TS_DONE : TS_BAD;
-		}
-		break;
-	}
-	case TS_ADD: {
-		uint64_t v;
-		if ((key = ts_key(k)) == NULL || !ts_get_u64(k, &v))
-			break;
-		ad.key = key;
-		ad.delta = (int64_t)v;
-		req.body_case = COHORT__REQUEST__BODY_KV_ADD;
-		req.kv_add = &ad;
-		break;
-	}
-	case TS_CHECK:
-	case TS_MULTI_GET:
-		if ((keys = ts_keys(k, &nkeys)) == NULL)
-			break;
-		res = ts_local(c, q, keys, nkeys, NULL) ? TS_DONE : TS_BAD;
-		break;
-	case TS_WAIT: {
-		if ((keys = ts_keys(k, &nkeys)) == NULL)
-			break;
-		if (!ts_local(c, q, keys, nkeys, &l)) {
-			res = TS_BAD;
-			break;
-		}
-		if (l.ready || nkeys == 0) {
-			res = ts_put_u8(c, TS_STOP_WAITING) ? TS_DONE : TS_BAD;
-			break;
-		}
-		if ((c->wqueued = calloc(nkeys, sizeof(bool))) == NULL) {
-			res = TS_BAD;
-			break;
-		}
-		c->wkeys = keys;
-		c->nwkeys = nkeys;
-		keys = NULL;
-		w.keys = c->wkeys;
-		w.n_keys = c->nwkeys;
-		req.body_case = COHORT__REQUEST__BODY_KV_WAIT;
-		req.kv_wait = &w;
-		break;
-	}
-	case TS_MULTI_SET: {
-		uint64_t cnt;
-		if (!ts_get_u64(k, &cnt))
-			break;
-		if (cnt > TS_MAX_COUNT) {
-			k->bad = true;
-			k->why = "too many keys";
-			break;
-		}
-		keys = calloc(cnt ? cnt : 1, sizeof(char *));
-		lens = calloc(cnt ? cnt : 1, sizeof(uint64_t));
-		miov = calloc(cnt ? cnt : 1, sizeof(*miov));
-		if (keys == NULL || lens == NULL || miov == NULL) {
-			k->bad = true;
-			k->why = "out of memory";
-		}
-		for (uint64_t i = 0; i < cnt && !k->bad; i++) {
-			if ((keys[i] = ts_key(k)) == NULL
-			    || !ts_get_str(k, ts->max_value, &a, &al)) {
-				nkeys = (size_t)i + (keys[i] != NULL);
-				goto multi_out;
-			}
-			nkeys = (size_t)i + 1;
-			lens[i] = al;
-			miov[i].base = a;
-			miov[i].len = al;
-		}
-		if (k->bad)
-			goto multi_out;
-		if (cnt == 0) {
-			res = TS_DONE;
-			goto multi_out;
-		}
-		ms.keys = keys;
-		ms.n_keys = (size_t)cnt;
-		ms.value_lens = lens;
-		ms.n_value_lens = (size_t)cnt;
-		parts = miov;
-		nparts = (size_t)cnt;
-		req.body_case = COHORT__REQUEST__BODY_KV_MULTI_SET;
-		req.kv_multi_set = &ms;
-	multi_out:
-		break;
-	}
-	case TS_GETNUMKEYS:
-	case TS_LIST:
-		res = ts_local(c, q, NULL, 0, NULL) ? TS_DONE : TS_BAD;
-		break;
-	case TS_BARRIER: {
-		/* torch 2.15's store.barrier(key, world_size): the key counts
-		 * arrivals (as ADD); STOP_WAITING once it reaches world_size.
-		 */
-		uint64_t world;
-		if ((key = ts_key(k)) == NULL || !ts_get_u64(k, &world))
-			break;
-		if ((int64_t)world < 1) {
-			k->bad = true;
-			k->why = "barrier world size below 1";
-			break;
-		}
-		c->bworld = (int64_t)world;
-		free(c->bkey);
-		c->bkey = key;
-		ad.key = key;
-		ad.delta = 1;
-		req.body_case = COHORT__REQUEST__BODY_KV_ADD;
-		req.kv_add = &ad;
-		key = NULL; /* owned by c->bkey */
-		break;
-	}
-	case TS_CANCEL_WAIT:
-		/* Not parked (a parked WAIT's cancel is taken in ts_input):
-		 * the wait ended before; torch's client expects this. */
-		res = ts_put_u8(c, TS_WAIT_CANCELED) ? TS_DONE : TS_BAD;
-		break;
-	default:
-		k->bad = true;
-		k->why = "unknown query";
-		break;
-	}
-	if (req.body_case != COHORT__REQUEST__BODY__NOT_SET && !k->bad)
-		res = ts_dispatch(c, q, &req, parts, nparts) ? TS_DONE
-		                                             : TS_BAD;
-	free(lens);
-	free(miov);
-	free(key);
-	ts_free_keys(keys, nkeys);
-	if (k->bad)
+	if (cmd == NULL) {
+		ts_badf(k, "unknown query %u", q);
 		return (TS_BAD);
+	}
+	memset(&op, 0, sizeof(op));
+	op.req = (Cohort__Request)COHORT__REQUEST__INIT;
+	res = cmd->run(c, k, &op);
+	if (k->bad)
+		res = TS_BAD;
+	if (res == TS_DONE
+	    && op.req.body_case != COHORT__REQUEST__BODY__NOT_SET)
+		res = ts_done(ts_dispatch(c, q, &op.req, op.parts, op.nparts));
+	free(op.lens);
+	free(op.miov);
+	free(op.key);
+	ts_free_keys(op.keys, op.nkeys);
 	return (res);
 }
 
@@ -1111,7 +1424,7 @@ static void
 ts_cancel_locked(void *arg, struct srv_core *core, cohort__time now)
 {
 	struct ts_cancel *a = arg;
-	struct srv_job *job = ts_job(core, a->c->ts->job);
+	struct srv_job *job = srv_job_find(core, a->c->ts->job);
 
 	if (job != NULL)
 		(void)srv_core_cancel(job, a->c->client_id, a->c->busy_seq,
@@ -1125,10 +1438,14 @@ ts_input(struct ts_conn *c, cohort__time now)
 	size_t used = 0;
 
 	while (!c->dead && used < c->inlen) {
-		struct ts_cur k
-		    = { c->in + used, c->inlen - used, false, NULL };
+		struct ts_cur k;
 		uint8_t q = c->in[used];
 		enum ts_parse r;
+
+		k.p = c->in + used;
+		k.left = c->inlen - used;
+		k.bad = false;
+		k.why = NULL;
 
 		if (c->busy >= 0) {
 			/* Only a CANCEL_WAIT may overtake a parked WAIT. */
@@ -1140,7 +1457,7 @@ ts_input(struct ts_conn *c, cohort__time now)
 				free(c->bkey);
 				c->bkey = NULL;
 				if (!ts_put_u8(c, TS_WAIT_CANCELED)) {
-					ts_conn_close(c, "out of memory");
+					ts_conn_refuse(c, "out of memory");
 					return;
 				}
 				continue;
@@ -1151,7 +1468,7 @@ ts_input(struct ts_conn *c, cohort__time now)
 				c->cancel_asked = true;
 				used++;
 				srv_with_core(
-				    c->ts->srv, ts_cancel_locked, &a);
+				    c->ts->nng, ts_cancel_locked, &a);
 				continue;
 			}
 			break;
@@ -1162,9 +1479,9 @@ ts_input(struct ts_conn *c, cohort__time now)
 			uint8_t m[4];
 			uint32_t magic;
 			if (q != TS_VALIDATE) {
-				ts_conn_close(c,
-				    "the first query is not "
-				    "VALIDATE");
+				ts_conn_refuse(c,
+				    "its first query is not VALIDATE (not a "
+				    "TCPStore client?)");
 				return;
 			}
 			if (!ts_get(&k, m, 4))
@@ -1172,7 +1489,7 @@ ts_input(struct ts_conn *c, cohort__time now)
 			magic = (uint32_t)m[0] | (uint32_t)m[1] << 8
 			    | (uint32_t)m[2] << 16 | (uint32_t)m[3] << 24;
 			if (magic != TS_MAGIC) {
-				ts_conn_close(c, "wrong magic number");
+				ts_conn_refuse(c, "wrong magic number");
 				return;
 			}
 			c->validated = true;
@@ -1181,7 +1498,7 @@ ts_input(struct ts_conn *c, cohort__time now)
 		}
 		r = ts_exec(c, q, &k);
 		if (r == TS_BAD) {
-			ts_conn_close(c, k.why ? k.why : "bad request");
+			ts_conn_refuse(c, k.why ? k.why : "bad request");
 			return;
 		}
 		if (r == TS_MORE)
@@ -1200,6 +1517,7 @@ ts_input(struct ts_conn *c, cohort__time now)
 	if (c->inlen > 0 && c->busy < 0 && c->partial_since == 0)
 		c->partial_since = now;
 	ts_conn_flush(c);
+	ts_conn_settle(c);
 }
 
 static void
@@ -1213,14 +1531,15 @@ ts_conn_read(struct ts_conn *c)
 			size_t cap = c->incap ? c->incap * 2 : 8192;
 			uint8_t *p;
 			if (c->inlen >= limit) {
-				ts_conn_close(
-				    c, "request over the size limit");
+				ts_conn_refuse(c,
+				    "its requests waiting to be answered are "
+				    "over twice --max-value-bytes");
 				return;
 			}
 			if (cap > limit + 8192)
 				cap = limit + 8192;
 			if ((p = realloc(c->in, cap)) == NULL) {
-				ts_conn_close(c, "out of memory");
+				ts_conn_refuse(c, "out of memory");
 				return;
 			}
 			c->in = p;
@@ -1232,7 +1551,10 @@ ts_conn_read(struct ts_conn *c)
 			continue;
 		}
 		if (n == 0) {
-			ts_conn_close(c, "closed by the client");
+			/* What it sent is still applied (ts_conn_settle);
+			 * nothing more to read. */
+			c->eof = true;
+			epoll_ctl(c->ts->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 			return;
 		}
 		if (errno == EINTR)
@@ -1414,11 +1736,12 @@ static void
 ts_job_locked(void *arg, struct srv_core *core, cohort__time now)
 {
 	struct ts_job_arg *a = arg;
-	struct srv_job *job = ts_job(core, a->ts->job);
+	struct srv_job *job = srv_job_find(core, a->ts->job);
 
 	(void)now;
+	a->ts->max_value = core->lim.max_value;
 	if (job == NULL) {
-		a->rv = srv_core_add_job(core, a->ts->job, a->ts->token);
+		a->rv = srv_job_add_preset(core, a->ts->job, a->ts->token);
 		return;
 	}
 	job->preset = true;
@@ -1487,9 +1810,8 @@ ts_listen(struct srv_tstore *ts, const char *hostport)
 }
 
 cohort_status
-srv_tstore_start(struct cohort__srv *s, struct srv_core *core,
-    const char *spec, const char *token, uint32_t partial_ms,
-    struct srv_tstore **out)
+srv_tstore_start(struct srv_nng *n, const char *spec, const char *token,
+    uint32_t partial_ms, struct srv_tstore **out)
 {
 	struct srv_tstore *ts;
 	const char *at = strchr(spec, '@');
@@ -1500,11 +1822,9 @@ srv_tstore_start(struct cohort__srv *s, struct srv_core *core,
 
 	if ((ts = calloc(1, sizeof(*ts))) == NULL)
 		return (COHORT_ENOMEM);
-	ts->srv = s;
-	ts->core = core;
+	ts->nng = n;
 	ts->lfd = ts->efd = ts->epfd = -1;
 	ts->partial_ms = partial_ms ? partial_ms : TS_PARTIAL_MS;
-	ts->max_value = core->lim.max_value;
 	ts->inbox_tail = &ts->inbox;
 	pthread_mutex_init(&ts->inbox_mtx, NULL);
 	if (at != NULL
@@ -1531,7 +1851,7 @@ srv_tstore_start(struct cohort__srv *s, struct srv_core *core,
 	}
 	ja.ts = ts;
 	ja.rv = COHORT_ESTATE;
-	srv_with_core(s, ts_job_locked, &ja);
+	srv_with_core(n, ts_job_locked, &ja);
 	if ((rv = ja.rv) != COHORT_OK)
 		goto out_free;
 	ts->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
