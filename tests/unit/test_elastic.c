@@ -232,7 +232,8 @@ et_sub_allreduce(struct clx *x, int rank, void *arg)
 	struct et_groups *g = arg;
 	cohort_group *sg[2] = { g->odd[rank], g->tail[rank] };
 
-	(void)x;
+	if (x->c[rank] == NULL) /* lost: its groups went with it */
+		return (COHORT_OK);
 	for (int i = 0; i < 2; i++) {
 		float v = 1.0f;
 		cohort_status st;
