@@ -1643,6 +1643,7 @@ run_elastic(struct trainer *t)
 	    t->rank, t->world, min_world, max_world,
 	    (unsigned long long)cohort_client_generation(t->c), (int)getpid(),
 	    wall_ms());
+	fflush(stdout);
 	print_setup(t);
 	t->tty = false;
 	t_start = e.start = now_s();

@@ -133,12 +133,12 @@ def now_ms():
 
 def start_job(cl, rng="3:4", job="el", n=4, cohortd_args=(), envs=None):
     h0 = cl.hosts[0]
-    coord = start_cohortd(h0, *cohortd_args)
+    start_cohortd(h0, *cohortd_args)
     nodes = [node(h, h0, i, rng, job, env=(envs or {}).get(i))
              for i, h in enumerate(cl.hosts[1 : n + 1])]  # fmt: skip
     wait_until(lambda: all(started(p) for p in nodes), 60, nodes,
                "every trainer joined")  # fmt: skip
-    return coord, nodes
+    return h0, nodes
 
 
 def kill_trainer(p):
