@@ -131,10 +131,11 @@ def now_ms():
     return time.time() * 1000.0
 
 
-def start_job(cl, rng="3:4", job="el", n=4, cohortd_args=(), envs=None):
+def start_job(cl, rng="3:4", job="el", n=4, cohortd_args=(), envs=None,
+              train=TRAIN):  # fmt: skip
     h0 = cl.hosts[0]
     start_cohortd(h0, *cohortd_args)
-    nodes = [node(h, h0, i, rng, job, env=(envs or {}).get(i))
+    nodes = [node(h, h0, i, rng, job, env=(envs or {}).get(i), train=train)
              for i, h in enumerate(cl.hosts[1 : n + 1])]  # fmt: skip
     wait_until(lambda: all(started(p) for p in nodes), 60, nodes,
                "every trainer joined")  # fmt: skip
@@ -294,7 +295,9 @@ def test_two_kills_at_once(cluster):
 def test_joiner_dies_during_its_state_transfer(cluster):
     cl = cluster(5, "ej")
     h4 = cl.hosts[4]
-    coord, nodes = start_job(cl)
+    # two returns: a longer run, so that the second comes before the end
+    train = ["--epochs", "24", *TRAIN[2:]]
+    coord, nodes = start_job(cl, train=train)
     wait_until(lambda: len(committed(nodes[0])) >= 15, 60, nodes,
                "15 steps")  # fmt: skip
     kill_trainer(nodes[3])
@@ -302,7 +305,7 @@ def test_joiner_dies_during_its_state_transfer(cluster):
                "survivors reformed")  # fmt: skip
     # it comes back, and dies in the transfer's second broadcast (the
     # state's bytes; the first is their length)
-    doomed = node(h4, coord, 3,
+    doomed = node(h4, coord, 3, train=train,
                   env={"COHORT_FAULTS": "rank=3,at=op:2,action=kill"})
     wait_until(lambda: doomed.poll() is not None, 60, nodes + [doomed],
                "the joiner died")  # fmt: skip
@@ -312,8 +315,14 @@ def test_joiner_dies_during_its_state_transfer(cluster):
     wait_until(lambda: all(sum(c["lost"] for c in changes(p)) == 2
                            for p in nodes[:3]), 30, nodes + [doomed],
                "the joiner's loss seen")  # fmt: skip
-    back = node(h4, coord, 3)
+    back = node(h4, coord, 3, train=train)
     procs = nodes + [doomed, back]
+    wait_until(lambda: RE_RECV.search(back.output())
+               or any(done(p) for p in nodes[:3]), 60, procs,
+               "the second return admitted")  # fmt: skip
+    assert RE_RECV.search(back.output()), (
+        "the job ended before the second return was admitted\n"
+        + dump(procs))  # fmt: skip
     wait_all(nodes[:3] + [back], 120, procs)
     for p in nodes[:3] + [back]:
         assert p.returncode == 0, dump(procs)
