@@ -269,12 +269,58 @@ START_TEST(test_elastic_below_the_minimum_stops_every_node)
 		o = el_out(&j, r);
 		ck_assert_msg(rc[r] == 137 || rc[r] == 250,
 		    "node %d exited %d:\n%s", r, rc[r], o);
-		ck_assert_msg(strstr(o, "killed by signal 9") != NULL, "%s", o);
+		ck_assert_msg(
+		    strstr(o, "killed by signal 9") != NULL, "%s", o);
 		free(o);
 	}
 	printf("elastic below the minimum: every node stopped after %.1f s\n",
 	    (double)(th_now_ms() - t0) / 1000.0);
 	th_coord_stop(&j.coord);
+}
+END_TEST
+
+/* `cohort run --nnodes` refuses a range it cannot mean, before starting
+ * anything; N:N is a fixed job. */
+START_TEST(test_elastic_bad_ranges_are_refused)
+{
+	static const char *const bad[]
+	    = { "4:3", "0:2", "2:", ":3", "a:b", "1:2:3", NULL };
+	char out[300], *o;
+
+	for (int i = 0; bad[i] != NULL; i++) {
+		char *argv[] = { (char *)th_bin("cohort"), "run", "--nnodes",
+			(char *)bad[i], "-n", "1", "--coordinator",
+			"tcp://127.0.0.1:1", "--job", "x", "--", "/bin/true",
+			NULL };
+		int st;
+
+		snprintf(out, sizeof(out), "%s/bad%d.out", th_tmpdir(), i);
+		ck_assert(th_wait(th_spawn(argv, NULL, out), 10000, &st));
+		o = th_read_file(out);
+		ck_assert_msg(th_exit_code(st) == 2, "--nnodes %s: %d\n%s",
+		    bad[i], th_exit_code(st), o);
+		ck_assert_msg(strstr(o, "N or MIN:MAX") != NULL, "%s", o);
+		free(o);
+	}
+	/* --node-rank counts up to the maximum */
+	{
+		char *argv[] = { (char *)th_bin("cohort"), "run", "--nnodes",
+			"2:3", "--node-rank", "3", "-n", "1", "--coordinator",
+			"tcp://127.0.0.1:1", "--job", "x", "--", "/bin/true",
+			NULL };
+		int st;
+
+		snprintf(out, sizeof(out), "%s/badrank.out", th_tmpdir());
+		ck_assert(th_wait(th_spawn(argv, NULL, out), 10000, &st));
+		o = th_read_file(out);
+		ck_assert_int_eq(th_exit_code(st), 2);
+		ck_assert_msg(strstr(o,
+		                  "--node-rank 3 >= --nnodes 3 (the "
+		                  "maximum)")
+		        != NULL,
+		    "%s", o);
+		free(o);
+	}
 }
 END_TEST
 
@@ -286,5 +332,6 @@ suite_integration_elastic(void)
 	return (th_suite("integration_elastic", "elastic", 300, NULL, NULL,
 	    test_elastic_fault_free_matches_a_plain_run,
 	    test_elastic_killed_worker_restarts_and_rejoins,
-	    test_elastic_below_the_minimum_stops_every_node, NULL));
+	    test_elastic_below_the_minimum_stops_every_node,
+	    test_elastic_bad_ranges_are_refused, NULL));
 }
