@@ -61,11 +61,11 @@ RE_ACC = re.compile(r"final: test accuracy ([0-9.]+)")
 
 
 def node(h, coord, rank, rng="3:4", job="el", env=None, run_extra=(),
-         train=TRAIN):  # fmt: skip
+         train=TRAIN, nproc=1):  # fmt: skip
     argv = [
         bin_path("cohort"), "run", "--nnodes", rng, "--node-rank",
-        str(rank), "-n", "1", "--coordinator", coord_url(coord), "--job",
-        job, *run_extra, "--", bin_path("train_digits"), *train,
+        str(rank), "-n", str(nproc), "--coordinator", coord_url(coord),
+        "--job", job, *run_extra, "--", bin_path("train_digits"), *train,
     ]  # fmt: skip
     return h.spawn(argv, env={**ENV, **(env or {})}, name=f"node{rank}")
 
@@ -351,3 +351,39 @@ def test_cohortd_restarted_during_a_reformation(cluster):
         assert p.returncode == 0, dump(nodes + list(h0.procs))
         assert sum(c["lost"] for c in changes(p)) == 1, dump(nodes)
     check_end(nodes[:3], 3)
+
+
+def test_two_ranks_per_host_worker_restarted_in_place(cluster):
+    """2 hosts x 2 ranks (shared memory inside a host, TCP and the
+    hierarchical all-reduce between them), --nnodes 1:2 --max-restarts 1:
+    one worker is killed; its node's other worker and the other host go on
+    as 3 ranks, its launcher restarts it, it rejoins, all 4 end equal."""
+    cl = cluster(3, "e22")
+    h0, h1, h2 = cl.hosts
+    accuracy = local_accuracy()
+    start_cohortd(h0)
+    nodes = [node(h, h0, i, "1:2", "e22", nproc=2,
+                  run_extra=("--max-restarts", "1"))
+             for i, h in enumerate((h1, h2))]  # fmt: skip
+    wait_until(lambda: all(len(RE_START.findall(p.output())) == 2
+                           for p in nodes), 60, nodes,
+               "every trainer joined")  # fmt: skip
+    wait_until(lambda: len(committed(nodes[0])) >= 20, 60, nodes,
+               "20 steps")  # fmt: skip
+    victim = [m for m in RE_START.finditer(nodes[1].output())
+              if m[1] == "3"][0]  # fmt: skip
+    os.kill(int(victim[6]), signal.SIGKILL)
+    wait_all(nodes, 120)
+    out = dump(nodes)
+    for p in nodes:
+        assert p.returncode == 0, out
+    assert "rank 3 killed by signal 9 (Killed); restarting it (1 of 1)" in (
+        nodes[1].output()), out  # fmt: skip
+    assert RE_RECV.search(nodes[1].output()), out
+    assert any(c["lost"] == 1 for c in changes(nodes[0])), out
+    assert any(c["joined"] == 1 for c in changes(nodes[0])), out
+    ends = [m for p in nodes for m in RE_DONE.finditer(p.output())]
+    assert len(ends) == 4 and {m[2] for m in ends} == {"4"}, out
+    assert len({m[5] for m in ends}) == 1, out
+    acc = float(RE_ACC.search(nodes[0].output())[1])
+    assert abs(acc - accuracy) <= 0.01, (acc, accuracy, out)
