@@ -251,7 +251,10 @@ et_sub_allreduce(struct clx *x, int rank, void *arg)
 	return (COHORT_OK);
 }
 
-START_TEST(test_lost_member_moves_the_survivors_in_process)
+/* The world and two subgroups through a loss, on the data plane of
+ * `backend` (host: tcp mesh; service: gathers through cohortd). */
+static void
+et_shrink(const char *backend)
 {
 	struct clx x;
 	struct et_groups g;
@@ -263,7 +266,7 @@ START_TEST(test_lost_member_moves_the_survivors_in_process)
 	memset(&g, 0, sizeof(g));
 	memset(info, 0, sizeof(info));
 	clx_start(&x, "shrink");
-	et_join(&x, 4, 2, "host");
+	et_join(&x, 4, 2, backend);
 	gen = cohort_client_generation(x.c[0]);
 	et_all(&x, 4, et_make_groups, &g, COHORT_OK, "groups");
 	et_all(&x, 4, et_allreduce, NULL, COHORT_OK, "allreduce of 4");
@@ -291,8 +294,8 @@ START_TEST(test_lost_member_moves_the_survivors_in_process)
 			    cohort_group_error(g.tail[r]), COHORT_EMEMBERSHIP);
 	}
 	et_all(&x, 4, et_reform, info, COHORT_OK, "reform");
-	printf("elastic: lost member -> survivors reformed in %lld ms\n",
-	    (long long)(th_now_ms() - t0));
+	printf("elastic (%s): lost member -> survivors reformed in %lld ms\n",
+	    backend, (long long)(th_now_ms() - t0));
 	/* dense ranks in the old order: 0 -> 0, 1 -> 1, 3 -> 2 */
 	for (int r = 0; r < 4; r++) {
 		int want = r < 2 ? r : 2;
@@ -329,6 +332,17 @@ START_TEST(test_lost_member_moves_the_survivors_in_process)
 	ck_assert_cohort_ok(cohort_client_reform(x.c[0], &info[0], 5000));
 	ck_assert_uint_eq(info[0].generation, info[0].prev_generation);
 	clx_stop(&x);
+}
+
+START_TEST(test_lost_member_moves_the_survivors_in_process)
+{
+	et_shrink("host");
+}
+END_TEST
+
+START_TEST(test_lost_member_moves_the_survivors_service_backend)
+{
+	et_shrink("service");
 }
 END_TEST
 
@@ -581,6 +595,7 @@ END_TEST
 UNIT_SUITE(elastic, "elastic", 90, test_not_elastic_refuses_a_reform,
     test_boundary_of_a_job_that_is_not_elastic_is_a_barrier,
     test_lost_member_moves_the_survivors_in_process,
+    test_lost_member_moves_the_survivors_service_backend,
     test_data_plane_wait_on_a_lost_member_says_emembership,
     test_below_the_minimum_the_job_stops,
     test_joiner_is_admitted_at_a_boundary_and_gets_the_state,
