@@ -1168,6 +1168,94 @@ START_TEST(test_el_journal_first_generation_and_stop)
 }
 END_TEST
 
+/* A member that does not come back after cohortd's restart is lost like
+ * any other: the job goes on without it. */
+START_TEST(test_el_journal_member_lost_during_restart)
+{
+	struct fx *jf = fx_new_journal(0);
+	struct srq_cli c[3];
+	Cohort__Reply *r;
+
+	fx_free(f);
+	f = jf;
+	fx_form_el(f, c, 3, "e", 2, 3);
+	fx_restart(f);
+	pass(c, 2, 1000, 6);
+	ck_assert_uint_eq(job_of("e")->generation, 2);
+	r = fx_want(f, fx_reform(f, &c[2]), COHORT_EPEERLOST);
+	ck_assert_msg(
+	    strstr(r->error, "did not reconnect") != NULL, "%s", r->error);
+	ck_assert_int_eq(fx_reformed(f, &c[1], fx_reform(f, &c[1]))->rank, 1);
+	fx_free_journal(f);
+	f = fx_new();
+}
+END_TEST
+
+/* cohortd restarted while a boundary gathers and a joiner waits: the
+ * clients re-send (parked requests are not journalled), the boundary
+ * completes and admits the joiner once. */
+START_TEST(test_el_journal_restart_during_boundary)
+{
+	struct fx *jf = fx_new_journal(0);
+	struct srq_cli c[3], j;
+	uint64_t seq[3], jseq;
+	uintptr_t tj, tb[3];
+	Cohort__Reply *r;
+
+	fx_free(f);
+	f = jf;
+	f->core->rdzv_last_call_ms = 1000;
+	fx_form_el(f, c, 3, "e", 2, 4);
+	srq_cli_init(&j, "e", 1300, 102);
+	fx_join_el(f, &j, -1, 2, 4, 60000);
+	jseq = j.seq;
+	for (int i = 0; i < 2; i++) {
+		fx_boundary(f, &c[i], 1, true, 60000);
+		seq[i] = c[i].seq;
+	}
+	fx_restart(f);
+	ck_assert_uint_eq(job_of("e")->njoiners, 0);
+	{
+		struct srq q;
+		Cohort__Request *rq = srq_join(&q, &j, -1, 4, -1, 60000);
+		q.b.join.min_world = 2;
+		rq->seq = jseq;
+		tj = fx_send(f, &j, rq, NULL, 0);
+	}
+	ck_assert_uint_eq(job_of("e")->njoiners, 1);
+	for (int i = 0; i < 2; i++) {
+		Cohort__Collective co = COHORT__COLLECTIVE__INIT;
+		struct srq q;
+		Cohort__Request *rq;
+		co.kind = COHORT__COLLECTIVE_KIND__COLL_BOUNDARY;
+		co.op_seq = 1;
+		co.has_state = true;
+		rq = srq_simple(
+		    &q, COHORT__REQUEST__BODY_COLLECTIVE, &co, 60000);
+		rq->seq = seq[i];
+		tb[i] = fx_send(f, &c[i], rq, NULL, 0);
+		ck_assert_ptr_null(fx_get(f, tb[i]));
+	}
+	tb[2] = fx_boundary(f, &c[2], 1, true, 60000);
+	for (int i = 0; i < 3; i++) {
+		r = fx_want(f, tb[i], COHORT_OK);
+		ck_assert(r->collective->changed);
+		ck_assert_uint_eq(r->collective->generation, 2);
+		WANT_RANKS(r->collective->state_receivers,
+		    r->collective->n_state_receivers, 3);
+	}
+	r = fx_want(f, tj, COHORT_OK);
+	ck_assert_int_eq(r->join->rank, 3);
+	ck_assert(r->join->joined_running);
+	fx_restart(f);
+	ck_assert_uint_eq(job_of("e")->generation, 2);
+	ck_assert_uint_eq(job_of("e")->world, 4);
+	ck_assert(!job_of("e")->members[3].has_state);
+	fx_free_journal(f);
+	f = fx_new();
+}
+END_TEST
+
 START_TEST(test_el_metrics)
 {
 	struct srq_cli c[3], j;
@@ -1201,4 +1289,5 @@ UNIT_FIXTURE_SUITE(srv_elastic, "elastic", 30, fx_setup, fx_teardown,
     test_el_stop_moves_joiners_to_rendezvous, test_el_reform_too_far_behind,
     test_el_journal_restart_mid_change, test_el_journal_admission_and_holders,
     test_el_journal_snapshot, test_el_journal_first_generation_and_stop,
-    test_el_metrics)
+    test_el_journal_member_lost_during_restart,
+    test_el_journal_restart_during_boundary, test_el_metrics)
