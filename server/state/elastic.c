@@ -900,7 +900,8 @@ srv_elastic_restore(
 	cohort_status rv = COHORT_OK;
 
 	if (n == 0 || n > SRV_MAX_WORLD || rs->min_world == 0
-	    || rs->min_world > rs->max_world || n > rs->max_world)
+	    || rs->min_world > rs->max_world || n > rs->max_world
+	    || rs->gen == 0 || rs->prev_gen >= rs->gen)
 		return (COHORT_EPROTO);
 	tab = calloc(n, sizeof(*tab));
 	prev = malloc(sizeof(int32_t) * n);
