@@ -125,6 +125,58 @@ fz_world(
 	srq_cli_joined(c, n);
 }
 
+/* Elastic (proto/README.md section 8): a join of a job of min..max. */
+static inline void
+fz_join_el(struct fz_buf *b, struct srq_cli *c, int32_t rank, uint32_t min,
+    uint32_t max)
+{
+	struct srq q;
+	Cohort__Request *rq = srq_join(&q, c, rank, max, rank, 60000);
+
+	q.b.join.min_world = min;
+	fz_send(b, c, rq, NULL, 0);
+}
+
+/* n clients (ids id0 + i, connections pipe0 + i) form an elastic job of
+ * min..n ranks; afterwards their ranks are their indexes, generation 1. */
+static inline void
+fz_world_el(struct fz_buf *b, struct srq_cli *c, int n, const char *job,
+    uint64_t id0, uint32_t pipe0, uint32_t min)
+{
+	for (int i = 0; i < n; i++) {
+		srq_cli_init(
+		    &c[i], job, id0 + (uint64_t)i, pipe0 + (uint32_t)i);
+		fz_join_el(b, &c[i], i, min, (uint32_t)n);
+	}
+	srq_cli_joined(c, n);
+}
+
+/* A step boundary (COLL_BOUNDARY) and a Reform of c. */
+static inline void
+fz_boundary(
+    struct fz_buf *b, struct srq_cli *c, uint64_t op_seq, bool has_state)
+{
+	struct srq q;
+	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
+
+	co.kind = COHORT__COLLECTIVE_KIND__COLL_BOUNDARY;
+	co.op_seq = op_seq;
+	co.has_state = has_state;
+	fz_send(b, c,
+	    srq_simple(&q, COHORT__REQUEST__BODY_COLLECTIVE, &co, 5000), NULL,
+	    0);
+}
+
+static inline void
+fz_reform(struct fz_buf *b, struct srq_cli *c)
+{
+	struct srq q;
+	Cohort__Reform rf = COHORT__REFORM__INIT;
+
+	fz_send(b, c, srq_simple(&q, COHORT__REQUEST__BODY_REFORM, &rf, 0),
+	    NULL, 0);
+}
+
 static inline void
 fz_kv_set(struct fz_buf *b, struct srq_cli *c, const char *key, const char *v)
 {

@@ -148,6 +148,33 @@ main(int argc, char **argv)
 	fz_kv_add(&b, &c[0], "n", 1);
 	SEED();
 
+	/* 7: elastic (README section 8): a world of 4 (2..4); a member's
+	 * connection closes (a shrink); the old generation's barrier; the
+	 * others reform, the one removed too; a joiner; a boundary admits
+	 * it; a boundary after the transfer names no roles. */
+	{
+		struct srq_cli e[4], j;
+		fz_world_el(&b, e, 4, "el", 71, 1, 2);
+		fz_close(&b, 2);
+		fz_coll(&b, &e[0], COHORT__COLLECTIVE_KIND__COLL_BARRIER, "",
+		    1, NULL, 0);
+		for (int i = 0; i < 4; i++) {
+			fz_reform(&b, &e[i]);
+			e[i].gen = 2;
+			e[i].rank = i == 0 ? 0 : i - 1;
+		}
+		srq_cli_init(&j, "el", 75, 1);
+		fz_join_el(&b, &j, -1, 2, 4);
+		fz_boundary(&b, &e[0], 1, true);
+		fz_boundary(&b, &e[2], 1, true);
+		fz_boundary(&b, &e[3], 1, true);
+		j.rank = 3;
+		j.gen = 3;
+		fz_boundary(&b, &j, 1, false);
+		fz_sweep(&b, 255);
+	}
+	SEED();
+
 	printf("seed_dispatch: %d seeds in %s\n", nseeds, dir);
 	return (0);
 }

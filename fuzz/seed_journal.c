@@ -1,7 +1,8 @@
 /*
  * seed_journal.c - seed corpus of fuzz_journal: real state directories
  * written by cohortd's own core (joins, keys, groups, failures, leaves,
- * cached replies, a compaction), in fuzz_journal's input format.
+ * cached replies, an elastic job's changes, a compaction), in
+ * fuzz_journal's input format.
  *
  * Usage: seed_journal DIR
  */
@@ -113,6 +114,41 @@ main(int argc, char **argv)
 	for (int i = 0; i < 3; i++)
 		fz_coll(&b, &c[i], COHORT__COLLECTIVE_KIND__COLL_BARRIER, "",
 		    1, NULL, 0);
+	{
+		/* An elastic job (README section 8): its first generation
+		 * (RESHAPE), a member lost (FAIL, RESHAPE), a joiner
+		 * admitted at a boundary (RESHAPE), a boundary after the
+		 * transfer (HOLD). */
+		struct srq_cli e[5];
+		int32_t pair[2] = { 1, 2 };
+		fz_world_el(&b, e, 4, "el", 200, 5, 2);
+		fz_group(&b, &e[1], "pair", pair, 2);
+		fz_group(&b, &e[2], "pair", pair, 2);
+		fz_close(&b, 6); /* e[1]: generation 2 */
+		for (int i = 0; i < 4; i++) {
+			if (i == 1)
+				continue;
+			fz_reform(&b, &e[i]);
+			e[i].gen = 2;
+			e[i].rank = i == 0 ? 0 : i - 1;
+		}
+		srq_cli_init(&e[4], "el", 204, 9);
+		fz_join_el(&b, &e[4], -1, 2, 4);
+		fz_boundary(&b, &e[0], 1, true);
+		fz_boundary(&b, &e[2], 1, true);
+		fz_boundary(&b, &e[3], 1, true); /* generation 3 */
+		e[4].rank = 3;
+		e[4].gen = 3;
+		for (int i = 0; i < 4; i++) {
+			if (i == 1)
+				continue;
+			fz_reform(&b, &e[i]);
+			e[i].gen = 3;
+		}
+		for (int i = 0; i < 5; i++)
+			if (i != 1)
+				fz_boundary(&b, &e[i], 1, true);
+	}
 	drive(core, &b);
 	free(b.p);
 	memset(&b, 0, sizeof(b));

@@ -21,10 +21,12 @@
  *   2  cohort__group_desc.chan: the group's coordinator channel
  *   3  point-to-point (struct cohort__p2p, the p2p_* operations),
  *      COHORT__OP_ALLTOALLV (cohort__op's sdispls, rcounts, rdispls),
- *      cohort__store's add and del
+ *      cohort__store's add and del; ops.shrink (optional): an elastic
+ *      reform without a new rendezvous
  * The group layer still takes a version-2 table: its groups get no
- * alltoallv (COHORT_ENOTSUP) and send their point-to-point traffic
- * through the service backend's (host memory only).
+ * alltoallv (COHORT_ENOTSUP), send their point-to-point traffic
+ * through the service backend's (host memory only) and are set up anew
+ * at every elastic reform.
  */
 #ifndef COHORT_BACKEND_H
 #define COHORT_BACKEND_H
@@ -301,6 +303,22 @@ struct cohort__backend_ops {
 	 * p2p_post. */
 	void (*p2p_close)(void *p2p);
 	bool p2p_needs_state;
+	/* v3, optional (NULL: not supported). Elastic membership
+	 * (cohort_client_reform): moves `state`, of the group's previous
+	 * generation, to desc's membership - the old one less the group
+	 * ranks exclude[0..nexclude) that were lost, the survivors in their
+	 * old order - without a new rendezvous (NCCL: ncclCommShrink).
+	 * Collective among the survivors; abort() may have been called on
+	 * `state` (the change failed the group), no run() is in flight.
+	 * Returns COHORT_OK and *out (`state` consumed); COHORT_ENOTSUP when
+	 * the survivors cannot shrink (not every one's state is intact, the
+	 * library lacks it): `state` is untouched and the caller finis it
+	 * and inits anew, which every survivor then does; any other status:
+	 * `state` is consumed and err says why. */
+	cohort_status (*shrink)(void *state,
+	    const struct cohort__group_desc *desc, const int *exclude,
+	    int nexclude, void **out, char *err, size_t errlen,
+	    cohort__time deadline);
 };
 
 extern const struct cohort__backend_ops cohort__tcp_backend;

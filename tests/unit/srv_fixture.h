@@ -198,6 +198,78 @@ fx_form(struct fx *f, struct srq_cli *c, int n, const char *job)
 		fx_joined(f, &c[i], t[i]);
 }
 
+static inline uintptr_t fx_coll(struct fx *f, struct srq_cli *c,
+    Cohort__Collective *co, uint32_t timeout_ms, const void *pl, size_t plen);
+
+/* Elastic (proto/README.md section 8): a join of a job of min..max
+ * ranks. */
+static inline uintptr_t
+fx_join_el(struct fx *f, struct srq_cli *c, int32_t rank, uint32_t min,
+    uint32_t max, uint32_t timeout_ms)
+{
+	struct srq q;
+	Cohort__Request *rq = srq_join(&q, c, rank, max, -1, timeout_ms);
+
+	q.b.join.min_world = min;
+	return (fx_send(f, c, rq, NULL, 0));
+}
+
+/* n clients of job (ids 100 + i, connections 10 + i, asking for rank i)
+ * form an elastic job of min..max ranks: at once when n is max, else
+ * after the rendezvous' last call. */
+static inline void
+fx_form_el(struct fx *f, struct srq_cli *c, int n, const char *job,
+    uint32_t min, uint32_t max)
+{
+	uintptr_t t[64];
+
+	ck_assert_int_le(n, 64);
+	for (int i = 0; i < n; i++) {
+		srq_cli_init(&c[i], job, 100 + (uint64_t)i, 10 + (uint32_t)i);
+		t[i] = fx_join_el(f, &c[i], i, min, max, 60000);
+	}
+	if ((uint32_t)n < max)
+		fx_tick(f, f->core->rdzv_last_call_ms + 100);
+	for (int i = 0; i < n; i++)
+		fx_joined(f, &c[i], t[i]);
+}
+
+/* A step boundary of c (its world group's op_seq). */
+static inline uintptr_t
+fx_boundary(struct fx *f, struct srq_cli *c, uint64_t op_seq, bool has_state,
+    uint32_t timeout_ms)
+{
+	Cohort__Collective co = COHORT__COLLECTIVE__INIT;
+
+	co.kind = COHORT__COLLECTIVE_KIND__COLL_BOUNDARY;
+	co.op_seq = op_seq;
+	co.has_state = has_state;
+	return (fx_coll(f, c, &co, timeout_ms, NULL, 0));
+}
+
+/* A Reform of c (from its generation). */
+static inline uintptr_t
+fx_reform(struct fx *f, struct srq_cli *c)
+{
+	Cohort__Reform rf = COHORT__REFORM__INIT;
+	struct srq q;
+
+	return (fx_send(f, c,
+	    srq_simple(&q, COHORT__REQUEST__BODY_REFORM, &rf, 0), NULL, 0));
+}
+
+/* c's Reform (tag) succeeded: c takes its rank and generation. */
+static inline Cohort__JoinReply *
+fx_reformed(struct fx *f, struct srq_cli *c, uintptr_t tag)
+{
+	Cohort__Reply *r = fx_want(f, tag, COHORT_OK);
+
+	ck_assert_int_eq(r->body_case, COHORT__REPLY__BODY_JOIN);
+	c->rank = r->join->rank;
+	c->gen = r->join->generation;
+	return (r->join);
+}
+
 static inline uintptr_t
 fx_coll(struct fx *f, struct srq_cli *c, Cohort__Collective *co,
     uint32_t timeout_ms, const void *pl, size_t plen)

@@ -34,7 +34,8 @@ static const char *const env_vars[] = { "COHORT_COORDINATOR", "COHORT_JOB",
 	"SLURM_JOBID", "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_JOB_NAME",
 	"SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_NNODES",
 	"SLURM_NTASKS_PER_NODE", "PET_NNODES", "PET_NPROC_PER_NODE",
-	"PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT", NULL };
+	"PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
+	"COHORT_MIN_WORLD", "COHORT_MAX_WORLD", NULL };
 
 static void
 env_setup(void)
@@ -619,6 +620,50 @@ START_TEST(test_options_from_env)
 }
 END_TEST
 
+/* The elastic range (docs/elastic.md): COHORT_MIN_WORLD makes the job
+ * elastic, COHORT_MAX_WORLD is then the world size asked for. */
+START_TEST(test_options_elastic_range)
+{
+	cohort_env e;
+	cohort_options o;
+
+	setenv("COHORT_COORDINATOR", "tcp://127.0.0.1:1", 1);
+	setenv("COHORT_WORLD_SIZE", "4", 1);
+	e = env_resolve_ok();
+	ck_assert_cohort_ok(cohort_options_from_env(&o, &e));
+	ck_assert_int_eq(o.min_world, 0);
+	ck_assert_int_eq(o.world_size, 4);
+	/* cohort run --nnodes 3:4 -n 2 */
+	setenv("COHORT_MIN_WORLD", "6", 1);
+	setenv("COHORT_MAX_WORLD", "8", 1);
+	ck_assert_cohort_ok(cohort_options_from_env(&o, &e));
+	ck_assert_int_eq(o.min_world, 6);
+	ck_assert_int_eq(o.world_size, 8);
+	/* another launcher's world size is the maximum */
+	unsetenv("COHORT_MAX_WORLD");
+	setenv("COHORT_MIN_WORLD", "3", 1);
+	ck_assert_cohort_ok(cohort_options_from_env(&o, &e));
+	ck_assert_int_eq(o.min_world, 3);
+	ck_assert_int_eq(o.world_size, 4);
+	/* refused: a minimum above the maximum, malformed values */
+	setenv("COHORT_MIN_WORLD", "5", 1);
+	ck_assert_cohort_err(cohort_options_from_env(&o, &e), COHORT_EINVAL);
+	ck_assert_ptr_nonnull(
+	    strstr(cohort_last_error(), "COHORT_MIN_WORLD=5"));
+	setenv("COHORT_MIN_WORLD", "two", 1);
+	ck_assert_cohort_err(cohort_options_from_env(&o, &e), COHORT_EINVAL);
+	setenv("COHORT_MIN_WORLD", "0", 1);
+	setenv("COHORT_MAX_WORLD", "8", 1);
+	ck_assert_cohort_ok(cohort_options_from_env(&o, &e));
+	ck_assert_int_eq(o.min_world, 0); /* not elastic: max ignored */
+	ck_assert_int_eq(o.world_size, 4);
+	unsetenv("COHORT_MIN_WORLD");
+	unsetenv("COHORT_MAX_WORLD");
+	ck_assert_str_eq(cohort__knob_info(COHORT__KNOB_MIN_WORLD)->name,
+	    "COHORT_MIN_WORLD");
+}
+END_TEST
+
 START_TEST(test_options_defaults)
 {
 	cohort_options o;
@@ -762,9 +807,9 @@ suite_env(void)
 	const struct unit_loop scripts[]
 	    = { { test_env_case, (int)ENV_NCASES }, { NULL, 0 } };
 	const TTest *options[] = { test_options_from_env,
-		test_options_defaults, test_open_rejects_bad_options,
-		test_open_no_coordinator, test_accessors_null_safe,
-		test_env_vars_round_trip, NULL };
+		test_options_elastic_range, test_options_defaults,
+		test_open_rejects_bad_options, test_open_no_coordinator,
+		test_accessors_null_safe, test_env_vars_round_trip, NULL };
 	const struct unit_case cases[] = {
 		{ "resolve", 30, resolve, scripts, env_setup, NULL },
 		{ "options", 30, options, NULL, env_setup, NULL },

@@ -168,6 +168,12 @@ status_print_job(const Cohort__JobStatus *js)
 	       "kv %" PRIu64 " keys / %" PRIu64 " bytes\n",
 	    js->job, js->generation, js->world_size, js->state, js->kv_keys,
 	    js->kv_bytes);
+	if (js->max_world > 0)
+		printf(
+		    "  elastic: %u..%u ranks, %u joiner%s waiting for a step "
+		    "boundary\n",
+		    js->min_world, js->max_world, js->joiners_waiting,
+		    js->joiners_waiting == 1 ? "" : "s");
 	if (js->failed_rank >= 0)
 		printf("  failed: rank %d: %s\n", js->failed_rank,
 		    js->failed_text[0] != '\0' ? js->failed_text : "-");
