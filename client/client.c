@@ -58,23 +58,40 @@ cohort__client_new_group(struct cohort_client *c, const char *id, int32_t rank,
 	    &ctx, id, rank, size, global_ranks, c->generation, out));
 }
 
-void
-cohort__client_fail(struct cohort_client *c, const cohort_failure *f)
+/* cohort__client_fail under c->mtx. */
+static void
+client_fail_locked(struct cohort_client *c, const cohort_failure *f)
 {
 	char text[COHORT__FAILURE_TEXT_MAX];
 	struct cohort_group *g;
 	int ok = COHORT_OK;
 
-	pthread_mutex_lock(&c->mtx);
+	/* EMEMBERSHIP lasts until a reform; a job that then fails for good
+	 * (below its minimum) says so instead. */
+	if (f->status == COHORT_EPEERLOST
+	    && atomic_load(&c->error) == COHORT_EMEMBERSHIP)
+		atomic_store(&c->error, COHORT_OK);
 	if (atomic_compare_exchange_strong(&c->error, &ok, (int)f->status)) {
 		c->failure = *f;
 		cohort__failure_text(f, false, text, sizeof(text));
-		cohort__warn("job '%s' failed (%s, %s): %s", c->job,
-		    cohort_status_name(f->status),
-		    cohort_failure_kind_name(f->kind), text);
+		if (f->status == COHORT_EMEMBERSHIP)
+			cohort__info(
+			    "job '%s' changed its membership (%s): %s", c->job,
+			    cohort_failure_kind_name(f->kind), text);
+		else
+			cohort__warn("job '%s' failed (%s, %s): %s", c->job,
+			    cohort_status_name(f->status),
+			    cohort_failure_kind_name(f->kind), text);
 	}
 	for (g = c->groups; g != NULL; g = g->next)
 		cohort__group_fail(g, f);
+}
+
+void
+cohort__client_fail(struct cohort_client *c, const cohort_failure *f)
+{
+	pthread_mutex_lock(&c->mtx);
+	client_fail_locked(c, f);
 	pthread_mutex_unlock(&c->mtx);
 }
 
@@ -94,11 +111,46 @@ cohort__client_job_failed(
 {
 	cohort_failure f;
 
-	if (st != COHORT_EPEERLOST && st != COHORT_ESTALE)
+	if (st != COHORT_EPEERLOST && st != COHORT_ESTALE
+	    && st != COHORT_EMEMBERSHIP)
 		return (st);
 	cohort__failure_from_reply(&f, st, rep);
-	cohort__client_fail(c, &f);
+	pthread_mutex_lock(&c->mtx);
+	if (st == COHORT_EMEMBERSHIP && rep != NULL
+	    && rep->generation > c->seen_generation)
+		c->seen_generation = rep->generation;
+	/* A reply to a request of an older generation, arriving after the
+	 * client reformed to the one it names: nothing new. */
+	if (st != COHORT_EMEMBERSHIP || rep == NULL || rep->generation == 0
+	    || rep->generation > c->generation)
+		client_fail_locked(c, &f);
+	pthread_mutex_unlock(&c->mtx);
 	return (st);
+}
+
+bool
+cohort__client_generation_moved(struct cohort_client *c, uint64_t gen)
+{
+	cohort_failure f;
+	bool moved;
+
+	if (c->min_world <= 0)
+		return (false);
+	pthread_mutex_lock(&c->mtx);
+	if (gen > c->seen_generation)
+		c->seen_generation = gen;
+	moved = gen > c->generation;
+	if (moved) {
+		cohort__failure_local(&f, COHORT_EMEMBERSHIP,
+		    COHORT_FAILURE_GENERATION,
+		    "the membership of job '%s' changed: it moved from "
+		    "generation %" PRIu64 " to %" PRIu64
+		    " (cohort_client_reform moves this process along)",
+		    c->job, c->generation, gen);
+		client_fail_locked(c, &f);
+	}
+	pthread_mutex_unlock(&c->mtx);
+	return (moved);
 }
 
 bool

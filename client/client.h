@@ -58,6 +58,36 @@ struct cohort_client {
 	struct cohort__coord_async *watch;
 	nng_aio *watch_timer; /* back-off between quick Watch returns */
 	cohort__time watch_started;
+
+	/* Elastic membership (elastic.c; docs/elastic.md). min_world 0: not
+	 * elastic. The Watch is not re-issued in an old generation
+	 * (cohortd would answer it EMEMBERSHIP at once): watch_idle says it
+	 * waits for cohort_client_reform to start it again, under mtx. */
+	int32_t min_world, max_world;
+	bool watch_idle;
+	/* The newest generation cohortd named (heartbeats, Watch,
+	 * EMEMBERSHIP replies), under mtx: a change that arrived while the
+	 * client reformed to an older one is not lost. */
+	uint64_t seen_generation;
+	/* This process holds the job's state (false: admitted into a
+	 * running job, until a state transfer gave it the state). */
+	bool has_state;
+	/* The transfer the last boundary (or the admission) named and
+	 * cohort_state_transfer has not done yet. `admitted`: this process
+	 * was admitted into the running job and has not called a boundary
+	 * yet; its first one answers the roles without asking cohortd (the
+	 * others got them from the boundary that admitted it). */
+	struct cohort__xfer {
+		bool pending;
+		bool admitted;
+		bool known; /* sender and receivers known (a joiner learns
+		               them from the job's KV) */
+		uint64_t generation;
+		uint64_t seq; /* the op_seq of the boundary that named it */
+		int32_t sender;
+		int32_t *receivers;
+		int32_t nreceivers;
+	} xfer;
 };
 
 /* Deadline of a call on c with a caller's timeout (COHORT_WAIT_DEFAULT =
@@ -84,10 +114,38 @@ void cohort__client_fail_local(struct cohort_client *c, cohort_status st,
     cohort_failure_kind kind, const char *text);
 
 /* A reply of any call said the job failed (st EPEERLOST: a member failed;
- * ESTALE: the generation moved): fails the client, so every group, with
- * cohortd's verdict from the reply. Any other st: nothing. Returns st. */
+ * ESTALE: the generation moved) or, in an elastic job, that its membership
+ * changed (EMEMBERSHIP): fails the client, so every group, with cohortd's
+ * verdict from the reply. An EMEMBERSHIP whose reply names a generation
+ * the client already reformed to is old news and changes nothing. Any
+ * other st: nothing. Returns st. */
 cohort_status cohort__client_job_failed(
     struct cohort_client *c, cohort_status st, const Cohort__Reply *rep);
+
+/* Elastic: cohortd says the job is at generation gen (a heartbeat, a
+ * Watch). When that is newer than the client's, every group fails with
+ * COHORT_EMEMBERSHIP (kind GENERATION) until cohort_client_reform.
+ * Returns true when it did. Never blocks; any thread. */
+bool cohort__client_generation_moved(struct cohort_client *c, uint64_t gen);
+
+/* Elastic: the Watch stopped in an old generation; reform restarts it
+ * (open.c). Under c->mtx: watch_idle. */
+void cohort__client_watch_restart(struct cohort_client *c);
+
+/* The step boundary's round trip (control.c): COLL_BOUNDARY on the world
+ * group, numbered like its other control-plane collectives. On COHORT_OK
+ * the reply's fields are copied into *out (receivers malloc'd, free()). */
+struct cohort__boundary_reply {
+	bool changed;
+	uint64_t generation;
+	uint64_t seq; /* its op_seq */
+	int32_t sender;
+	int32_t *receivers;
+	int32_t nreceivers;
+};
+cohort_status cohort__control_boundary(struct cohort_group *world,
+    bool has_state, cohort_duration timeout,
+    struct cohort__boundary_reply *out);
 
 /* The job's KV space that is libcohort's own (COHORT__KV_RESERVED): the
  * public calls refuse its keys; libcohort uses these (kv.c). */

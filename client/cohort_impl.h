@@ -34,6 +34,10 @@
 /* COHORT_TIMEOUT_MS, COHORT_JOIN_TIMEOUT_MS, COHORT_HEARTBEAT_MS,
  * COHORT_DEAD_AFTER_MS and COHORT_BACKEND into opts (client/env.c). */
 cohort_status cohort__options_env_timeouts(cohort_options *opts);
+/* COHORT_MIN_WORLD and COHORT_MAX_WORLD into opts (min_world, and the
+ * world size = the maximum); COHORT_EINVAL when malformed or MIN exceeds
+ * the world size (client/env.c). */
+cohort_status cohort__options_env_elastic(cohort_options *opts);
 /* The data-plane address for a worker of coordinator URL: COHORT_DATA_ADDR,
  * else COHORT_DATA_IFACE's address, else the local address of the route to
  * the coordinator, else 127.0.0.1; from says which (client/env.c).

@@ -80,6 +80,14 @@ struct coll_dp {
 	    early_setup; /* a set-up queued at creation, ticket early_ticket */
 	uint64_t early_ticket;
 
+	/* Elastic: the previous generation's backend state kept for a
+	 * shrink (backend.h, ops.shrink) at the next set-up instead of a new
+	 * rendezvous, with the group ranks that were lost. */
+	const struct cohort__backend_ops *shrink_ops;
+	void *shrink_state;
+	int *shrink_exclude;
+	int shrink_n;
+
 	/* Backend set-up, under g->op_lock. */
 	bool inited;
 	char group_id[COHORT__GROUP_ID_MAX + 8];
@@ -269,6 +277,9 @@ coll_dp_fini(struct cohort_group *g)
 	pthread_mutex_unlock(&g->mtx);
 	if (state != NULL && g->backend != NULL)
 		g->backend->fini(state);
+	if (dp->shrink_state != NULL)
+		dp->shrink_ops->fini(dp->shrink_state);
+	free(dp->shrink_exclude);
 	g->dp = NULL;
 	g->dp_fini = NULL;
 	pthread_cond_destroy(&dp->cv);
@@ -276,6 +287,58 @@ coll_dp_fini(struct cohort_group *g)
 	pthread_mutex_destroy(&dp->chan_mtx);
 	pthread_mutex_destroy(&dp->mtx);
 	free(dp);
+}
+
+void
+cohort__coll_teardown(struct cohort_group *g, const int *exclude, int nexclude)
+{
+	const struct cohort__backend_ops *ops = NULL;
+	struct coll_dp *dp, *fresh = NULL;
+	char want[sizeof(dp->want)];
+	void *keep = NULL;
+	int *ex = NULL;
+
+	if ((dp = g->dp) == NULL)
+		return;
+	cohort__strlcpy(want, dp->want, sizeof(want));
+	/* A backend that can shrink keeps its state for the next set-up
+	 * (stopping the progress thread first: nothing runs on it). */
+	pthread_mutex_lock(&dp->mtx);
+	dp->stop = true;
+	pthread_cond_broadcast(&dp->cv);
+	pthread_cond_broadcast(&dp->work_cv);
+	pthread_mutex_unlock(&dp->mtx);
+	if (dp->thread_started) {
+		pthread_join(dp->thread, NULL);
+		dp->thread_started = false;
+	}
+	pthread_mutex_lock(&g->mtx);
+	if (nexclude > 0 && g->backend != NULL && g->backend->version >= 3
+	    && g->backend->shrink != NULL && g->backend_state != NULL
+	    && (ex = malloc((size_t)nexclude * sizeof(int))) != NULL) {
+		memcpy(ex, exclude, (size_t)nexclude * sizeof(int));
+		ops = g->backend;
+		keep = g->backend_state;
+		g->backend_state = NULL;
+	}
+	pthread_mutex_unlock(&g->mtx);
+	coll_dp_fini(g);
+	pthread_mutex_lock(&g->mtx);
+	g->backend = NULL;
+	pthread_mutex_unlock(&g->mtx);
+	/* A new one with the backend the group was made with; without
+	 * memory for it, the next operation makes one with the client's. */
+	if (coll_dp_alloc(g, want, &fresh) == COHORT_OK) {
+		fresh->shrink_ops = ops;
+		fresh->shrink_state = keep;
+		fresh->shrink_exclude = ex;
+		fresh->shrink_n = nexclude;
+		g->dp = fresh;
+		g->dp_fini = coll_dp_fini;
+	} else if (keep != NULL) {
+		ops->fini(keep);
+		free(ex);
+	}
 }
 
 /* ------------------------------------------------------------------------ */
@@ -326,8 +389,14 @@ coll_store_get(
 			return (cohort__err(COHORT_EABORTED,
 			    "group '%s' failed while waiting for store key %s",
 			    dp->g->id, key));
-		if (left < 0 || left > COLL_STORE_SLICE_MS)
-			left = COLL_STORE_SLICE_MS;
+		/* An elastic job's reform waits for a set-up that waits here
+		 * for a lost member's address: shorter slices. */
+		cohort_duration slice = dp->g->client->min_world > 0
+		    ? COLL_STORE_SLICE_MS / 4
+		    : COLL_STORE_SLICE_MS;
+
+		if (left < 0 || left > slice)
+			left = slice;
 		st = cohort__kv_get(dp->g->client, full, val, len, left);
 		if (st == COHORT_ENOCOORD && !cohort__expired(deadline)
 		    && cohort_group_error(dp->g) == COHORT_OK) {
@@ -480,8 +549,18 @@ coll_failed(struct coll_dp *dp, struct cohort_work *w, cohort_status st,
 		}
 	}
 	if (st == COHORT_EPEERLOST) {
-		cohort__time until
-		    = cohort__now_ms() + cohort__scaled(COLL_ATTRIB_MS);
+		struct cohort_client *c = g->client;
+		cohort_duration wait = cohort__scaled(COLL_ATTRIB_MS);
+		cohort__time until;
+
+		/* Elastic: cohortd's verdict (EMEMBERSHIP, or EPEERLOST
+		 * below the minimum) must be what every survivor returns; a
+		 * member cut off without a closed connection is named only
+		 * after dead-after, so wait as long as that when needed. */
+		if (c->min_world > 0
+		    && wait < c->dead_after_ms + 2 * c->heartbeat_ms)
+			wait = c->dead_after_ms + 2 * c->heartbeat_ms;
+		until = cohort__now_ms() + wait;
 		struct timespec ts = { 0, 2 * 1000 * 1000 };
 
 		while (cohort_group_error(g) == COHORT_OK
@@ -525,9 +604,9 @@ coll_backend_init(struct coll_dp *dp, struct cohort_work *w)
 	pthread_mutex_lock(&dp->mtx);
 	ops = dp->ops;
 	pthread_mutex_unlock(&dp->mtx);
-	if (ops->version != COHORT__BACKEND_VERSION) {
+	if (ops->version < 2 || ops->version > COHORT__BACKEND_VERSION) {
 		snprintf(w->err, sizeof(w->err),
-		    "backend %s has version %u, this library knows %u",
+		    "backend %s has version %u, this library knows 2 to %u",
 		    ops->name, ops->version, COHORT__BACKEND_VERSION);
 		return (COHORT_ENOTSUP);
 	}
@@ -564,7 +643,28 @@ coll_backend_init(struct coll_dp *dp, struct cohort_work *w)
 
 	cohort__debug("group '%s': %s backend set-up (rank %d of %d)", g->id,
 	    ops->name, g->rank, g->size);
-	st = ops->init(d, &state, err, sizeof(err), w->deadline);
+	st = COHORT_ENOTSUP;
+	if (dp->shrink_state != NULL) {
+		/* elastic: the survivors shrink the previous generation's
+		 * (they all do, or all get ENOTSUP and init anew) */
+		void *old = dp->shrink_state;
+
+		dp->shrink_state = NULL;
+		if (dp->shrink_ops == ops)
+			st = ops->shrink(old, d, dp->shrink_exclude,
+			    dp->shrink_n, &state, err, sizeof(err),
+			    w->deadline);
+		if (st == COHORT_ENOTSUP) {
+			cohort__debug("group '%s': no shrink (%s): a new %s "
+			              "set-up",
+			    g->id, err[0] ? err : "another backend",
+			    ops->name);
+			dp->shrink_ops->fini(old);
+			err[0] = '\0';
+		}
+	}
+	if (st == COHORT_ENOTSUP)
+		st = ops->init(d, &state, err, sizeof(err), w->deadline);
 	if (st != COHORT_OK) {
 		if (st == COHORT_ENOTSUP || st == COHORT_EINVAL
 		    || st == COHORT_ENOMEM) {

@@ -23,4 +23,17 @@ void cohort__coll_setup_early(struct cohort_group *g);
  * are connecting to it); past ms the group is aborted. */
 void cohort__coll_setup_settle(struct cohort_group *g, cohort_duration ms);
 
+/* Elastic (cohort_client_reform): tears g's data plane down - drains its
+ * queue (the group is failed first, so queued work fails at once), stops
+ * the progress thread, finis the backend (the tcp mesh and shared memory
+ * closed, the NCCL communicator aborted) - and leaves a fresh, unset-up
+ * one with the same backend choice, which the group's next operation (or
+ * cohort__coll_setup_early) sets up for its new membership. When members
+ * were only lost (exclude: their old group ranks, nexclude > 0) and the
+ * backend can shrink (backend.h v3: NCCL's ncclCommShrink), its state is
+ * kept for that set-up to shrink instead. No operation may be in flight
+ * on g or waited for (cohort_work handles freed). */
+void cohort__coll_teardown(
+    struct cohort_group *g, const int *exclude, int nexclude);
+
 #endif /* COHORT_COLLECTIVES_H */

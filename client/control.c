@@ -136,6 +136,14 @@ control_run(cohort_group *g, struct control_op *o,
 		cohort__client_job_failed(c, st, call->rep);
 		st = cohort__group_check(g);
 		break;
+	case COHORT_EMEMBERSHIP:
+		/* elastic: the job moved on; this collective did not take
+		 * effect on any member (README section 8.2) */
+		g->ctl_seq = op_seq;
+		cohort__client_job_failed(c, st, call->rep);
+		if (cohort_group_error(g) != COHORT_OK)
+			st = cohort__group_check(g);
+		break;
 	case COHORT_ETIMEDOUT:
 		if (call->rep != NULL
 		    && (call->rep->error == NULL
@@ -344,6 +352,50 @@ cohort_decide(cohort_group *g, bool decision, bool all, bool *out,
 		st = cohort__err(COHORT_EPROTO, "decide reply without result");
 	else
 		*out = cr->decision;
+out:
+	cohort__coord_call_fini(&o.call);
+	return (st);
+}
+
+cohort_status
+cohort__control_boundary(struct cohort_group *world, bool has_state,
+    cohort_duration timeout, struct cohort__boundary_reply *out)
+{
+	struct control_op o;
+	const Cohort__CollectiveReply *cr;
+	cohort_status st;
+
+	memset(out, 0, sizeof(*out));
+	out->sender = -1;
+	control_op_init(&o, COHORT__COLLECTIVE_KIND__COLL_BOUNDARY);
+	o.coll.has_state = has_state;
+	st = control_run(world, &o, NULL, 0, timeout, "boundary");
+	if (st != COHORT_OK)
+		goto out;
+	cr = cohort__coord_reply_body(&o.call, COHORT__REPLY__BODY_COLLECTIVE);
+	if (cr == NULL) {
+		st = cohort__err(
+		    COHORT_EPROTO, "step boundary reply without its result");
+		goto out;
+	}
+	out->changed = cr->changed;
+	out->generation
+	    = cr->generation != 0 ? cr->generation : o.call.rep->generation;
+	out->seq = o.coll.op_seq;
+	out->sender = cr->state_sender;
+	if (cr->state_sender >= 0 && cr->n_state_receivers > 0) {
+		out->receivers
+		    = malloc(cr->n_state_receivers * sizeof(int32_t));
+		if (out->receivers == NULL) {
+			st = cohort__err(COHORT_ENOMEM, "out of memory");
+			goto out;
+		}
+		memcpy(out->receivers, cr->state_receivers,
+		    cr->n_state_receivers * sizeof(int32_t));
+		out->nreceivers = (int32_t)cr->n_state_receivers;
+	} else {
+		out->sender = -1;
+	}
 out:
 	cohort__coord_call_fini(&o.call);
 	return (st);

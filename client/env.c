@@ -941,6 +941,43 @@ cohort_options_from_env(cohort_options *opts, const cohort_env *env)
 	opts->local_rank = env->local_rank;
 	if ((st = cohort__options_env_timeouts(opts)) != COHORT_OK)
 		return (st);
+	return (cohort__options_env_elastic(opts));
+}
+
+/*
+ * The elastic range (docs/elastic.md): COHORT_MIN_WORLD > 0 makes the job
+ * elastic; the world size asked for is then COHORT_MAX_WORLD when set (a
+ * launcher that knows the range but not how many ranks will come, like
+ * `cohort run --nnodes MIN:MAX`), else the world size already in opts.
+ */
+cohort_status
+cohort__options_env_elastic(cohort_options *opts)
+{
+	int64_t min = 0, max = 0;
+	bool min_set, max_set;
+	cohort_status st;
+
+	if ((st = cohort__knob_int(COHORT__KNOB_MIN_WORLD, &min, &min_set))
+	        != COHORT_OK
+	    || (st = cohort__knob_int(COHORT__KNOB_MAX_WORLD, &max, &max_set))
+	        != COHORT_OK)
+		return (st);
+	if (!min_set || min == 0) {
+		if (max_set && max > 0)
+			cohort__warn(
+			    "COHORT_MAX_WORLD=%lld without "
+			    "COHORT_MIN_WORLD: the job is not elastic",
+			    (long long)max);
+		return (COHORT_OK);
+	}
+	if (max_set && max > 0)
+		opts->world_size = (int32_t)max;
+	if (opts->world_size < min)
+		return (cohort__err(COHORT_EINVAL,
+		    "COHORT_MIN_WORLD=%lld is larger than the world size %d "
+		    "(COHORT_MAX_WORLD or COHORT_WORLD_SIZE)",
+		    (long long)min, opts->world_size));
+	opts->min_world = (int32_t)min;
 	return (COHORT_OK);
 }
 

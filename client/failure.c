@@ -85,8 +85,10 @@ cohort__failure_from_reply(
 
 	cohort__failure_clear(f);
 	f->status = st;
-	if (st == COHORT_ESTALE) {
-		/* not a member's failure: the job moved on */
+	if (st == COHORT_ESTALE || (st == COHORT_EMEMBERSHIP && w == NULL)) {
+		/* not a member's failure: the job moved on (an elastic job
+		 * that admitted members, or a request of an older
+		 * generation) */
 		f->kind = COHORT_FAILURE_GENERATION;
 		cohort__strlcpy(f->text,
 		    rep != NULL && rep->error != NULL && rep->error[0] != '\0'

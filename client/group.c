@@ -87,6 +87,39 @@ cohort__group_free(struct cohort_group *g)
 	free(g);
 }
 
+cohort_status
+cohort__group_reset(struct cohort_group *g, int32_t rank, int32_t size,
+    const int32_t *global_ranks, uint64_t generation)
+{
+	int32_t *gr;
+
+	if (size < 1 || rank < 0 || rank >= size)
+		return (cohort__err(COHORT_EINVAL,
+		    "group rank %d out of range for size %d", rank, size));
+	if ((gr = calloc((size_t)size, sizeof(int32_t))) == NULL)
+		return (cohort__err(COHORT_ENOMEM, "out of memory"));
+	for (int32_t i = 0; i < size; i++)
+		gr[i] = global_ranks != NULL ? global_ranks[i] : i;
+	pthread_mutex_lock(&g->mtx);
+	free(g->global_ranks);
+	g->global_ranks = gr;
+	g->rank = rank;
+	g->size = size;
+	g->generation = generation;
+	g->ctl_seq = 0;
+	g->data_seq = 0;
+	g->ctl_call = NULL;
+	g->op_kind = NULL;
+	g->op_seq = 0;
+	g->op_in = false;
+	cohort__failure_clear(&g->failure);
+	g->failed_at = 0;
+	atomic_store(&g->error, COHORT_OK);
+	atomic_store_explicit(&g->abort_flag, 0, memory_order_release);
+	pthread_mutex_unlock(&g->mtx);
+	return (COHORT_OK);
+}
+
 /* The group rank of job rank r, -1 if r is not a member. */
 static int32_t
 group_rank_of(const struct cohort_group *g, int32_t r)
@@ -107,6 +140,13 @@ cohort__group_fail(struct cohort_group *g, const cohort_failure *f)
 	COHORT__ASSERT(f->status != COHORT_OK);
 	pthread_mutex_lock(&g->mtx);
 	cur = (cohort_status)atomic_load(&g->error);
+	/* Elastic: EMEMBERSHIP lasts until a reform; the job failing for
+	 * good meanwhile (below its minimum) is what every call says. */
+	if (cur == COHORT_EMEMBERSHIP && f->status == COHORT_EPEERLOST
+	    && cohort__failure_is_verdict(f->kind)) {
+		atomic_store(&g->error, COHORT_OK);
+		cur = COHORT_OK;
+	}
 	if (cur == COHORT_OK) {
 		g->failure = *f;
 		g->failure.size = sizeof(g->failure);
@@ -121,6 +161,24 @@ cohort__group_fail(struct cohort_group *g, const cohort_failure *f)
 		    text);
 		cohort__obs_event(g->obs, COHORT__TRACK_EVENTS, "failure",
 		    cohort_status_name(cur), cohort__now_ns(), 0, text);
+	} else if (f->status == COHORT_EMEMBERSHIP && cur != COHORT_EMEMBERSHIP
+	    && (g->failure.kind == COHORT_FAILURE_DATA_PLANE
+	        || g->failure.kind == COHORT_FAILURE_TIMEOUT
+	        || g->failure.kind == COHORT_FAILURE_ABORTED)) {
+		/* Elastic: what the data plane saw of a change (a peer's
+		 * closed connection, an abort) gives way to cohortd's
+		 * verdict on it, so that every survivor returns
+		 * EMEMBERSHIP; what was seen stays as `observed`. */
+		cohort__failure_text(&g->failure, false, text, sizeof(text));
+		g->failure = *f;
+		g->failure.size = sizeof(g->failure);
+		g->failure.group_rank = group_rank_of(g, f->rank);
+		g->failure.age_ms = 0;
+		cohort__strlcpy(
+		    g->failure.observed, text, sizeof(g->failure.observed));
+		g->failed_at = cohort__now_ms() - (cohort__time)f->age_ms;
+		atomic_store(&g->error, (int)f->status);
+		cur = f->status;
 	} else if (!cohort__failure_is_verdict(f->kind)
 	    && g->failure.observed[0] == '\0'
 	    && cohort__failure_is_verdict(g->failure.kind)) {
@@ -130,7 +188,11 @@ cohort__group_fail(struct cohort_group *g, const cohort_failure *f)
 		    sizeof(g->failure.observed));
 	}
 	atomic_store_explicit(&g->abort_flag, 1, memory_order_release);
-	if (g->ctl_call != NULL)
+	/* A control-plane call in flight when the membership changes is
+	 * answered by cohortd itself (EMEMBERSHIP, or the boundary's commit
+	 * every member gets alike): aborting it here could make one member
+	 * miss a commit the others applied. */
+	if (g->ctl_call != NULL && f->status != COHORT_EMEMBERSHIP)
 		cohort__coord_call_abort(g->coord, g->ctl_call, cur);
 	state = g->backend_state;
 	if (state != NULL && g->backend != NULL && g->backend->abort != NULL)
@@ -192,7 +254,8 @@ cohort__op_is_control(const char *kind)
 	    && (strcmp(kind, "barrier") == 0
 	        || strcmp(kind, "broadcast_obj") == 0
 	        || strcmp(kind, "reduce_scalars") == 0
-	        || strcmp(kind, "decide") == 0));
+	        || strcmp(kind, "decide") == 0
+	        || strcmp(kind, "boundary") == 0));
 }
 
 cohort_status

@@ -10,6 +10,11 @@
  * (cohort__group_check). cohort__group_fail also raises abort_flag, which
  * every wait polls, aborts the control-plane call in progress, and calls
  * the backend's abort() so a blocked data-plane operation returns at once.
+ * Elastic jobs (docs/elastic.md): EMEMBERSHIP is sticky until
+ * cohort_client_reform resets the group (cohort__group_reset); it
+ * replaces a failure the data plane saw itself (the same change seen
+ * first from a broken connection), and leaves the control-plane call in
+ * progress to cohortd, which answers it.
  *
  * group.c knows nothing of the client above it: what it uses of it (the
  * coordinator engine, the metrics, the fault schedule) is handed over in
@@ -119,6 +124,14 @@ cohort_status cohort__group_alloc(const struct cohort__group_ctx *ctx,
 /* Frees a group: dp_fini / backend fini, then everything. The caller has
  * removed it from the client's list. NULL-safe. */
 void cohort__group_free(struct cohort_group *g);
+
+/* Elastic (cohort_client_reform): the group in its new generation, with
+ * its data plane already torn down (cohort__coll_teardown): the new
+ * membership (global_ranks copied; NULL: the identity), control-plane and
+ * data-plane numbering from 1 again, the sticky failure and the abort flag
+ * cleared. Not while an operation runs on g. */
+cohort_status cohort__group_reset(struct cohort_group *g, int32_t rank,
+    int32_t size, const int32_t *global_ranks, uint64_t generation);
 
 /* Records the failure f (sticky: the first one wins and is never merged
  * with a later one; a later failure this process saw itself is kept as

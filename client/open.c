@@ -126,11 +126,20 @@ client_hb_done(void *arg, cohort_status st, struct cohort__coord_call *call)
 		    && rep->heartbeat != NULL && !rep->heartbeat->healthy
 		    && atomic_load(&c->error) == COHORT_OK)
 			cohort__client_job_failed(c, COHORT_EPEERLOST, rep);
+		/* elastic: a newer generation (a member lost, members
+		 * admitted) reaches even a rank that is in no call */
+		else if (rep->body_case == COHORT__REPLY__BODY_HEARTBEAT
+		    && rep->heartbeat != NULL)
+			(void)cohort__client_generation_moved(
+			    c, rep->heartbeat->generation);
 		break;
 	case COHORT_EPEERLOST:
 	case COHORT_ESTALE:
 		if (atomic_load(&c->error) == COHORT_OK)
 			cohort__client_job_failed(c, st, rep);
+		break;
+	case COHORT_EMEMBERSHIP:
+		cohort__client_job_failed(c, st, rep);
 		break;
 	case COHORT_ECLOSED:
 		return;
@@ -168,6 +177,37 @@ client_watch_start(struct cohort_client *c)
 		    cohort_last_error());
 }
 
+/* Elastic: the Watch returned in an old generation (gen is the job's):
+ * it is re-issued after cohort_client_reform, not now. Returns true when
+ * it waits for that; false when the client reformed meanwhile (re-issue
+ * it now, in the new generation). */
+static bool
+client_watch_park(struct cohort_client *c, uint64_t gen)
+{
+	bool park;
+
+	pthread_mutex_lock(&c->mtx);
+	park = gen == 0 || gen > c->generation;
+	if (park)
+		c->watch_idle = true;
+	pthread_mutex_unlock(&c->mtx);
+	return (park);
+}
+
+void
+cohort__client_watch_restart(struct cohort_client *c)
+{
+	bool idle;
+
+	pthread_mutex_lock(&c->mtx);
+	idle = c->watch_idle;
+	c->watch_idle = false;
+	pthread_mutex_unlock(&c->mtx);
+	/* through the timer: on nng's thread, as every re-issue */
+	if (idle && c->watch_timer != NULL && !atomic_load(&c->closing))
+		nng_sleep_aio(0, c->watch_timer);
+}
+
 static void
 client_watch_timer_cb(void *arg)
 {
@@ -196,6 +236,12 @@ client_watch_done(void *arg, cohort_status st, struct cohort__coord_call *call)
 			cohort__client_job_failed(c, COHORT_EPEERLOST, rep);
 			return;
 		}
+		if (c->min_world > 0 && rep->generation > c->generation) {
+			if (cohort__client_generation_moved(c, rep->generation)
+			    && client_watch_park(c, rep->generation))
+				return;
+			break;
+		}
 		if (rep->generation > c->generation) {
 			snprintf(detail, sizeof(detail),
 			    "job '%s' moved from generation %" PRIu64
@@ -212,6 +258,14 @@ client_watch_done(void *arg, cohort_status st, struct cohort__coord_call *call)
 	case COHORT_ESTALE:
 		cohort__client_job_failed(c, st, rep);
 		return;
+	case COHORT_EMEMBERSHIP:
+		cohort__client_job_failed(c, st, rep);
+		if (client_watch_park(c,
+		        rep != NULL && rep->generation != 0
+		            ? rep->generation
+		            : c->generation + 1))
+			return;
+		break;
 	case COHORT_ENOCOORD:
 		if (cohort__coord_lost(c->coord)) {
 			/* Past the reconnect window: without cohortd no
@@ -269,6 +323,11 @@ client_check_options(const cohort_options *opts)
 		    "world size %d: must be at least 1 (set "
 		    "COHORT_WORLD_SIZE or opts.world_size)",
 		    opts->world_size));
+	if (opts->min_world < 0 || opts->min_world > opts->world_size)
+		return (cohort__err(COHORT_EINVAL,
+		    "min_world %d: must be 0 (not elastic) or 1 to the world "
+		    "size %d (the maximum)",
+		    opts->min_world, opts->world_size));
 	if (opts->rank < -1 || opts->rank >= opts->world_size)
 		return (cohort__err(COHORT_EINVAL,
 		    "rank %d out of range for world size %d", opts->rank,
@@ -328,6 +387,7 @@ client_free(struct cohort_client *c)
 			free(c->hosts[i]);
 		free(c->hosts);
 	}
+	free(c->xfer.receivers);
 	cohort__obs_fini(&c->obs);
 	pthread_mutex_destroy(&c->mtx);
 	free(c);
@@ -431,6 +491,7 @@ client_join(
 	join.local_rank = opts->local_rank;
 	join.heartbeat_ms = (uint32_t)c->heartbeat_ms;
 	join.dead_after_ms = (uint32_t)c->dead_after_ms;
+	join.min_world = (uint32_t)(opts->min_world > 0 ? opts->min_world : 0);
 	req.body_case = COHORT__REQUEST__BODY_JOIN;
 	req.join = &join;
 	st = cohort__coord_request(c->coord, &call, &req, NULL, 0, deadline);
@@ -451,13 +512,34 @@ client_join(
 	}
 	jr = call.rep->body_case == COHORT__REPLY__BODY_JOIN ? call.rep->join
 	                                                     : NULL;
+	/* An elastic job's world is any size in its range, and the rank
+	 * asked for only orders the members (README section 8.1). */
 	if (jr == NULL || jr->rank < 0
-	    || jr->world_size != (uint32_t)opts->world_size
-	    || jr->rank >= opts->world_size
-	    || (opts->rank >= 0 && jr->rank != opts->rank)) {
+	    || (opts->min_world > 0
+	            ? jr->world_size < (uint32_t)opts->min_world
+	                || jr->world_size > (uint32_t)opts->world_size
+	            : jr->world_size != (uint32_t)opts->world_size
+	                || (opts->rank >= 0 && jr->rank != opts->rank))
+	    || jr->rank >= (int32_t)jr->world_size) {
 		st = cohort__err(COHORT_EPROTO,
 		    "malformed join reply from the coordinator");
 		goto out;
+	}
+	if (opts->min_world > 0) {
+		c->min_world = jr->min_world > 0 ? (int32_t)jr->min_world
+		                                 : opts->min_world;
+		c->max_world = jr->max_world > 0 ? (int32_t)jr->max_world
+		                                 : opts->world_size;
+	}
+	/* Admitted into a running job: no state until a transfer gives
+	 * it; its first step boundary says so without asking cohortd. */
+	c->has_state = !jr->joined_running;
+	if (jr->joined_running) {
+		c->xfer.pending = true;
+		c->xfer.admitted = true;
+		c->xfer.known = false;
+		c->xfer.generation = jr->generation;
+		c->xfer.sender = -1;
 	}
 	c->rank = jr->rank;
 	c->world_size = (int32_t)jr->world_size;
@@ -616,8 +698,9 @@ cohort_client_open(
 	cohort__log_ctx_process(c->job, c->rank);
 	cohort__coll_setup_early(c->world);
 	cohort__info("rank %d of %d joined job '%s' at %s (generation %" PRIu64
-	             ")",
-	    c->rank, c->world_size, c->job, c->coordinator, c->generation);
+	             ")%s",
+	    c->rank, c->world_size, c->job, c->coordinator, c->generation,
+	    c->has_state ? "" : ", admitted into the running job");
 	*out = c;
 	return (COHORT_OK);
 

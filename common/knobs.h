@@ -39,6 +39,12 @@ enum cohort__knob_type {
 	    "this process's rank; -1: cohortd assigns one")                   \
 	X(WORLD_SIZE, INT, "0", 0, 65536, "job",                              \
 	    "number of ranks in the job")                                     \
+	X(MIN_WORLD, INT, "0", 0, 65536, "job",                               \
+	    "elastic job: the fewest ranks it lives with (0: not elastic; "   \
+	    "cohort run --nnodes MIN:MAX sets MIN x -n)")                     \
+	X(MAX_WORLD, INT, "0", 0, 65536, "job",                               \
+	    "elastic job: the most ranks it holds; the world size the "       \
+	    "ranks ask for (0: COHORT_WORLD_SIZE)")                           \
 	X(LOCAL_RANK, INT, "-1", -1, 65535, "job", "rank on this node")       \
 	X(LOCAL_WORLD_SIZE, INT, "0", 0, 65536, "job", "ranks on this node")  \
 	X(NODE_RANK, INT, "-1", -1, 65535, "job", "index of this node")       \

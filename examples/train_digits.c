@@ -78,6 +78,9 @@ struct opts {
 	const char *hook; /* ddp comm hook: none, fp16, bf16 */
 	size_t bucket_cap; /* ddp bucket cap, bytes; 0 = the default */
 	int ranks; /* spawn: workers; dp: replicas */
+	bool elastic; /* --elastic (also when COHORT_MIN_WORLD is set) */
+	long pace_ms; /* --pace: each step takes at least this long */
+	bool log_steps; /* --log-steps: rank 0 prints every commit */
 };
 
 struct epoch_stats {
@@ -303,8 +306,16 @@ micro_step(struct trainer *t, size_t first, size_t G, size_t *count,
 	digits_gather(&t->train, t->idx, n, t->bx, t->by);
 	if (mlp_forward(&t->m, t->bx, t->by, n, loss, correct) != 0)
 		die(t, "forward: %s", strerror(errno));
-	mlp_backward(
-	    &t->m, t->bx, t->by, n, 1.0f / (float)(n * (size_t)t->o.accum));
+	/* The gradient of this rank's mean loss; DDP averages those over
+	 * the ranks. An elastic job's global batch need not divide by every
+	 * world size it passes through: then each sample counts world / G,
+	 * so the average over the ranks is still the global batch's mean. */
+	if (G % (size_t)t->world == 0)
+		mlp_backward(&t->m, t->bx, t->by, n,
+		    1.0f / (float)(n * (size_t)t->o.accum));
+	else
+		mlp_backward(&t->m, t->bx, t->by, n,
+		    (float)t->world / (float)(G * (size_t)t->o.accum));
 	*count += n;
 }
 
@@ -637,7 +648,14 @@ usage(FILE *f)
 	    "  --ranks N      workers (spawn) or replicas (dp), default 4\n"
 	    "  --hook H       ddp comm hook: none (default), fp16, bf16\n"
 	    "  --bucket-cap B ddp gradient bucket cap in bytes (default\n"
-	    "                 25 MiB, the first bucket 1 MiB)\n");
+	    "                 25 MiB, the first bucket 1 MiB)\n"
+	    "  --elastic      the elastic loop (docs/elastic.md; also when\n"
+	    "                 the job is elastic: cohort run --nnodes\n"
+	    "                 MIN:MAX): a commit boundary per step, a lost\n"
+	    "                 rank's step repeated by the survivors, new\n"
+	    "                 ranks given the state by a healthy one\n"
+	    "  --pace MS      each step takes at least MS ms (fault drills)\n"
+	    "  --log-steps    rank 0 prints every committed step\n");
 }
 
 static bool
@@ -688,6 +706,9 @@ parse_args(int argc, char **argv, struct opts *o)
 		{ "ranks", required_argument, NULL, 'n' },
 		{ "hook", required_argument, NULL, 'H' },
 		{ "bucket-cap", required_argument, NULL, 'B' },
+		{ "elastic", no_argument, NULL, 'E' },
+		{ "pace", required_argument, NULL, 'P' },
+		{ "log-steps", no_argument, NULL, 'G' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -770,6 +791,15 @@ parse_args(int argc, char **argv, struct opts *o)
 		case 'B':
 			ok = parse_long(optarg, 4, 1L << 30, &v);
 			o->bucket_cap = (size_t)v;
+			break;
+		case 'E':
+			o->elastic = true;
+			break;
+		case 'P':
+			ok = parse_long(optarg, 0, 600000, &o->pace_ms);
+			break;
+		case 'G':
+			o->log_steps = true;
 			break;
 		case 'h':
 			usage(stdout);
@@ -879,12 +909,12 @@ strategy_label(const struct trainer *t)
 
 /* c: an open client (a spawn worker's), or NULL to open one from the
  * environment (ddp, hvd) or none (--local, dp). */
+static void setup_model(struct trainer *t);
+static void print_setup(struct trainer *t);
+
 static void
 setup(struct trainer *t, cohort_client *c)
 {
-	struct digits all;
-	char err[512];
-	size_t cap;
 	bool job = !t->o.local && t->o.strategy != STRAT_DP;
 
 	if (job) {
@@ -903,6 +933,25 @@ setup(struct trainer *t, cohort_client *c)
 	if (t->o.batch % t->world != 0)
 		die(t, "--batch %ld is not divisible by the world size %d",
 		    t->o.batch, t->world);
+	setup_model(t);
+	if (t->o.local)
+		(void)0; /* the baseline: no strategy */
+	else if (t->o.strategy == STRAT_HVD)
+		setup_hvd(t);
+	else if (t->o.strategy == STRAT_DP)
+		setup_dp(t);
+	else
+		setup_ddp(t); /* ddp, and the workers of spawn */
+	print_setup(t);
+}
+
+/* The data (train/test split, batch buffers) and the model. */
+static void
+setup_model(struct trainer *t)
+{
+	struct digits all;
+	char err[512];
+	size_t cap;
 
 	if (digits_load(t->o.data, &all, err, sizeof(err)) != 0)
 		die(t,
@@ -933,15 +982,12 @@ setup(struct trainer *t, cohort_client *c)
 	if (mlp_init(&t->m, DIGITS_FEATURES, HIDDEN, DIGITS_CLASSES, t->o.seed)
 	    != 0)
 		die(t, "mlp_init: %s", strerror(errno));
-	if (t->o.local)
-		(void)0; /* the baseline: no strategy */
-	else if (t->o.strategy == STRAT_HVD)
-		setup_hvd(t);
-	else if (t->o.strategy == STRAT_DP)
-		setup_dp(t);
-	else
-		setup_ddp(t); /* ddp, and the workers of spawn */
+}
 
+/* Rank 0's first lines. */
+static void
+print_setup(struct trainer *t)
+{
 	if (t->rank == 0 && !t->o.quiet) {
 		printf(PROG ": %s, %d %s%s%s%s, %zu train / %zu test "
 		            "samples, %zu parameters (checksum %016" PRIx64
@@ -1232,6 +1278,428 @@ out:
 	return (rc);
 }
 
+/* ------------------------------------------------------------------ */
+/* elastic (docs/elastic.md)                                            */
+/* ------------------------------------------------------------------ */
+
+/* What a member that holds the state sends to one admitted without it,
+ * after the parameters (cohort_ddp_state_transfer): this header, the
+ * momentum buffer (n_params floats), the finished epochs' statistics. */
+struct elastic_hdr {
+	uint32_t magic; /* ELASTIC_MAGIC */
+	uint32_t n_params;
+	int32_t epoch; /* the epoch in progress */
+	int32_t epochs;
+	uint64_t step; /* steps of it committed */
+	uint64_t global_step; /* steps committed since the start */
+};
+
+#define ELASTIC_MAGIC 0x45444754u /* "TGDE" */
+
+struct elastic {
+	struct elastic_hdr h;
+	size_t steps; /* per epoch */
+	size_t perm_epoch; /* the epoch t->perm holds, SIZE_MAX: none */
+	double acc[3]; /* committed this epoch: loss sum, correct, count */
+	uint8_t *extra; /* the transfer's extra bytes */
+	size_t extra_len;
+	double start;
+};
+
+static long long
+wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ((long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+}
+
+static void
+elastic_pack(struct trainer *t, struct elastic *e)
+{
+	uint8_t *p = e->extra;
+
+	memcpy(p, &e->h, sizeof(e->h));
+	p += sizeof(e->h);
+	if (t->m.velocity != NULL)
+		memcpy(p, t->m.velocity, t->m.n_params * sizeof(float));
+	else
+		memset(p, 0, t->m.n_params * sizeof(float));
+	p += t->m.n_params * sizeof(float);
+	memcpy(p, t->hist, (size_t)t->o.epochs * sizeof(*t->hist));
+}
+
+static void
+elastic_unpack(struct trainer *t, struct elastic *e)
+{
+	const uint8_t *p = e->extra;
+	struct elastic_hdr h;
+
+	memcpy(&h, p, sizeof(h));
+	if (h.magic != ELASTIC_MAGIC || h.n_params != t->m.n_params
+	    || h.epochs != t->o.epochs || h.epoch < 0 || h.epoch > h.epochs)
+		die(t,
+		    "the state received is not this trainer's (another "
+		    "model, or other --epochs)");
+	e->h = h;
+	p += sizeof(h);
+	if (t->m.velocity == NULL
+	    && (t->m.velocity = calloc(t->m.n_params, sizeof(float))) == NULL)
+		die(t, "out of memory");
+	memcpy(t->m.velocity, p, t->m.n_params * sizeof(float));
+	p += t->m.n_params * sizeof(float);
+	memcpy(t->hist, p, (size_t)t->o.epochs * sizeof(*t->hist));
+	e->acc[0] = e->acc[1] = e->acc[2] = 0.0;
+}
+
+/* The client moved to another generation (a member lost, or admitted at a
+ * boundary, which reformed the client already and says how in `done`):
+ * DDP re-bound, the rank and world size re-read, one line printed. */
+static void
+elastic_moved(
+    struct trainer *t, struct elastic *e, const cohort_reform_info *done)
+{
+	cohort_reform_info ri;
+	cohort_status st;
+
+	mlp_zero_grad(&t->m); /* the discarded step's, partly reduced */
+	st = cohort_ddp_reform(t->ddp, &ri, COHORT_WAIT_DEFAULT);
+	check(t, st, "cohort_ddp_reform");
+	if (done != NULL && ri.generation == done->generation)
+		ri = *done;
+	t->rank = cohort_client_rank(t->c);
+	t->world = cohort_client_world_size(t->c);
+	if (ri.generation == ri.prev_generation)
+		return;
+	printf(PROG ": generation %llu: rank %d of %d (was %d of %d)",
+	    (unsigned long long)ri.generation, ri.rank, ri.world_size,
+	    ri.prev_rank, ri.prev_world_size);
+	if (ri.lost > 0)
+		printf(", lost %d", ri.lost);
+	if (ri.joined > 0)
+		printf(", joined %d", ri.joined);
+	printf(", at step %llu (epoch %d) at_ms=%lld\n",
+	    (unsigned long long)e->h.global_step, e->h.epoch + 1, wall_ms());
+	fflush(stdout);
+}
+
+/* A membership change at a call: true (after moving along) when st says
+ * so, false for COHORT_OK; any other status ends the process. */
+static bool
+elastic_changed(
+    struct trainer *t, struct elastic *e, cohort_status st, const char *what)
+{
+	if (st == COHORT_EMEMBERSHIP) {
+		if (t->rank == 0 && !t->o.quiet && t->o.log_steps)
+			printf(PROG ": %s: %s\n", what,
+			    cohort_group_last_error(t->g));
+		elastic_moved(t, e, NULL);
+		return (true);
+	}
+	check(t, st, what);
+	return (false);
+}
+
+/* The state transfer a boundary named (right after it, before any other
+ * boundary): the sender's model, momentum, step and data position, and
+ * the finished epochs, to the members admitted without them. False when
+ * the membership changed meanwhile. */
+static bool
+elastic_transfer(
+    struct trainer *t, struct elastic *e, const cohort_boundary *bp)
+{
+	cohort_boundary b = *bp;
+	cohort_status st;
+
+	if (b.role == COHORT_STATE_NONE)
+		return (true);
+	if (b.role == COHORT_STATE_SEND)
+		elastic_pack(t, e);
+	st = cohort_ddp_state_transfer(
+	    t->ddp, e->extra, e->extra_len, COHORT_WAIT_DEFAULT);
+	if (elastic_changed(t, e, st, "cohort_ddp_state_transfer"))
+		return (false);
+	if (b.role == COHORT_STATE_RECV) {
+		elastic_unpack(t, e);
+		printf(PROG ": rank %d of %d: received the state from rank %d "
+		            "(%zu bytes) at step %llu (epoch %d) at_ms=%lld\n",
+		    t->rank, t->world, b.sender,
+		    t->m.n_params * sizeof(float) + e->extra_len,
+		    (unsigned long long)e->h.global_step, e->h.epoch + 1,
+		    wall_ms());
+		fflush(stdout);
+	} else {
+		printf(PROG ": rank %d of %d: sent the state to %d rank%s at "
+		            "step %llu at_ms=%lld\n",
+		    t->rank, t->world, b.receivers,
+		    b.receivers == 1 ? "" : "s",
+		    (unsigned long long)e->h.global_step, wall_ms());
+		fflush(stdout);
+	}
+	return (true);
+}
+
+/* The sync point at the start and after a reform: a boundary (a process
+ * admitted into the running job: its first, answered at once), and the
+ * transfer it names. */
+static bool
+elastic_sync(struct trainer *t, struct elastic *e)
+{
+	cohort_boundary b;
+	cohort_status st;
+
+	st = cohort_step_boundary(t->c, &b, COHORT_WAIT_DEFAULT);
+	if (elastic_changed(t, e, st, "cohort_step_boundary(sync)"))
+		return (false);
+	if (b.changed)
+		elastic_moved(t, e, &b.reform);
+	return (elastic_transfer(t, e, &b));
+}
+
+/* One step of the global batch: forward and backward of this rank's
+ * shard, DDP's reduction, the commit boundary, then the update. False
+ * when the membership changed (the step is discarded on every member). */
+static bool
+elastic_step(struct trainer *t, struct elastic *e, bool *sync)
+{
+	const size_t G = (size_t)t->o.batch;
+	const size_t K = (size_t)t->o.accum;
+	const size_t s = (size_t)e->h.step;
+	double loss = 0.0, t0 = now_s();
+	size_t correct = 0, count = 0;
+	cohort_boundary b;
+	cohort_status st;
+
+	for (size_t k = 0; k < K; k++) {
+		if (k + 1 < K)
+			cohort_ddp_no_sync_begin(t->ddp);
+		else
+			cohort_ddp_no_sync_end(t->ddp);
+		micro_step(t, (s * K + k) * G, G, &count, &loss, &correct);
+	}
+	st = cohort_ddp_sync(t->ddp);
+	if (elastic_changed(t, e, st, "cohort_ddp_sync"))
+		return (false);
+	st = cohort_step_boundary(t->c, &b, COHORT_WAIT_DEFAULT);
+	if (elastic_changed(t, e, st, "cohort_step_boundary"))
+		return (false);
+	/* committed on every member */
+	sgd_step(t);
+	check(t, cohort_ddp_after_step(t->ddp), "cohort_ddp_after_step");
+	e->h.step++;
+	e->h.global_step++;
+	e->acc[0] += loss;
+	e->acc[1] += (double)correct;
+	e->acc[2] += (double)count;
+	if (t->rank == 0 && t->o.log_steps) {
+		printf(PROG ": step %llu committed at_ms=%lld\n",
+		    (unsigned long long)e->h.global_step, wall_ms());
+		fflush(stdout);
+	}
+	if (b.changed)
+		elastic_moved(t, e, &b.reform);
+	/* members admitted here (or one without the state): give it now */
+	if (!elastic_transfer(t, e, &b))
+		*sync = true;
+	if (t->o.pace_ms > 0) {
+		double left = (double)t->o.pace_ms / 1000.0 - (now_s() - t0);
+
+		if (left > 0) {
+			struct timespec ts = { (time_t)left,
+				(long)((left - (double)(time_t)left) * 1e9) };
+			nanosleep(&ts, NULL);
+		}
+	}
+	return (true);
+}
+
+/* The end of an epoch: test metrics of this rank's shard, summed with the
+ * committed training metrics over the ranks (a control-plane collective:
+ * every member gets the sums, or every one the change). */
+static bool
+elastic_epoch_end(struct trainer *t, struct elastic *e)
+{
+	struct epoch_stats *es = &t->hist[e->h.epoch];
+	double v[6] = { e->acc[0], e->acc[1], e->acc[2], 0, 0, 0 };
+	size_t n = digits_shard(NULL, 0, t->test.n, t->rank, t->world, t->idx);
+	size_t tc = 0;
+	cohort_status st;
+
+	digits_gather(&t->test, t->idx, n, t->bx, t->by);
+	if (mlp_evaluate(&t->m, t->bx, t->by, n, &v[3], &tc) != 0)
+		die(t, "evaluate: %s", strerror(errno));
+	v[4] = (double)tc;
+	v[5] = (double)n;
+	st = cohort_reduce_scalars(
+	    t->g, COHORT_F64, COHORT_SUM, v, 6, COHORT_WAIT_DEFAULT);
+	if (elastic_changed(t, e, st, "cohort_reduce_scalars(metrics)"))
+		return (false);
+	es->train_loss = v[2] > 0 ? v[0] / v[2] : 0.0;
+	es->train_acc = v[2] > 0 ? v[1] / v[2] : 0.0;
+	es->test_loss = v[5] > 0 ? v[3] / v[5] : 0.0;
+	es->test_acc = v[5] > 0 ? v[4] / v[5] : 0.0;
+	es->samples = v[2];
+	es->seconds = now_s() - e->start;
+	es->samples_per_s = es->seconds > 0 ? v[2] / es->seconds : 0.0;
+	if (t->rank == 0 && !t->o.quiet)
+		print_epoch(t, e->h.epoch, es);
+	e->h.epoch++;
+	e->h.step = 0;
+	e->acc[0] = e->acc[1] = e->acc[2] = 0.0;
+	e->start = now_s();
+	return (true);
+}
+
+/* The end: every member's checksum, then a commit boundary (a member
+ * lost in the all-gather is noticed by all; one admitted here gets the
+ * state and joins the last all-gather). */
+static bool
+elastic_finish(
+    struct trainer *t, struct elastic *e, uint64_t **all, bool *sync)
+{
+	uint64_t mine = mlp_checksum(&t->m);
+	cohort_boundary b;
+	cohort_status st;
+
+	free(*all);
+	if ((*all = calloc((size_t)t->world, sizeof(**all))) == NULL)
+		die(t, "out of memory");
+	st = cohort_allgather(
+	    t->g, &mine, *all, 1, COHORT_I64, NULL, COHORT_WAIT_DEFAULT);
+	if (elastic_changed(t, e, st, "cohort_allgather(checksums)"))
+		return (false);
+	st = cohort_step_boundary(t->c, &b, COHORT_WAIT_DEFAULT);
+	if (elastic_changed(t, e, st, "cohort_step_boundary(final)"))
+		return (false);
+	if (b.changed || b.sender >= 0) {
+		/* admitted at the very end: it takes the state, then the
+		 * checksums are gathered again with it */
+		if (b.changed)
+			elastic_moved(t, e, &b.reform);
+		if (!elastic_transfer(t, e, &b))
+			*sync = true;
+		return (false);
+	}
+	return (true);
+}
+
+/* --elastic, or an elastic job: the loop of docs/elastic.md. The data and
+ * the model are ready before the client opens, so that a process admitted
+ * into a running job is ready to take the state as soon as it is in. */
+static int
+run_elastic(struct trainer *t)
+{
+	cohort_ddp_options dopt;
+	cohort_ddp_param p[MLP_NPARAMS];
+	struct elastic e;
+	int32_t min_world = 0, max_world = 0;
+	uint64_t *all = NULL;
+	bool sync = true, equal = true;
+	double t_start;
+
+	if (t->o.strategy != STRAT_DDP)
+		die(t, "--elastic needs --strategy ddp");
+	setup_model(t);
+	memset(&e, 0, sizeof(e));
+	e.h.magic = ELASTIC_MAGIC;
+	e.h.n_params = (uint32_t)t->m.n_params;
+	e.h.epochs = t->o.epochs;
+	e.steps = digits_num_batches(
+	    t->train.n, (size_t)t->o.batch * (size_t)t->o.accum, 1);
+	e.perm_epoch = SIZE_MAX;
+	e.extra_len = sizeof(e.h) + t->m.n_params * sizeof(float)
+	    + (size_t)t->o.epochs * sizeof(*t->hist);
+	if ((e.extra = calloc(1, e.extra_len)) == NULL)
+		die(t, "out of memory");
+	printf(PROG ": ready at_ms=%lld\n", wall_ms());
+	fflush(stdout);
+	check(t, cohort_client_open_env(&t->c, COHORT_WAIT_DEFAULT),
+	    "cohort_client_open_env");
+	t->g = cohort_client_world(t->c);
+	t->rank = cohort_client_rank(t->c);
+	t->world = cohort_client_world_size(t->c);
+	cohort_client_elastic_range(t->c, &min_world, &max_world);
+	if (t->o.batch < (max_world > 0 ? max_world : t->world))
+		die(t, "--batch %ld is smaller than the largest world size %d",
+		    t->o.batch, max_world > 0 ? max_world : t->world);
+	/* Every member starts from the same seed's parameters; one admitted
+	 * later gets the running state at its first boundary, not a
+	 * broadcast the others would have to join. */
+	cohort_ddp_options_init(&dopt);
+	dopt.hook = cohort_ddp_hook_by_name(t->o.hook);
+	dopt.broadcast_params = false;
+	if (t->o.bucket_cap > 0) {
+		dopt.bucket_cap_bytes = t->o.bucket_cap;
+		if (dopt.first_bucket_cap_bytes > t->o.bucket_cap)
+			dopt.first_bucket_cap_bytes = t->o.bucket_cap;
+	}
+	mlp_params(&t->m, p);
+	check(t, cohort_ddp_new(t->c, t->g, p, MLP_NPARAMS, &dopt, &t->ddp),
+	    "cohort_ddp_new");
+	mlp_set_grad_ready(&t->m, ddp_grad_ready, t->ddp);
+	printf(PROG ": rank %d of %d, elastic %d:%d, generation %llu, pid %d "
+	            "at_ms=%lld\n",
+	    t->rank, t->world, min_world, max_world,
+	    (unsigned long long)cohort_client_generation(t->c), (int)getpid(),
+	    wall_ms());
+	print_setup(t);
+	t->tty = false;
+	t_start = e.start = now_s();
+	for (;;) {
+		if (sync) {
+			if (!elastic_sync(t, &e))
+				continue;
+			sync = false;
+		}
+		if (e.h.epoch >= t->o.epochs) {
+			if (elastic_finish(t, &e, &all, &sync))
+				break;
+			continue;
+		}
+		if (e.perm_epoch != (size_t)e.h.epoch) {
+			digits_epoch_order(t->perm, t->train.n, t->o.seed,
+			    (uint64_t)e.h.epoch);
+			e.perm_epoch = (size_t)e.h.epoch;
+		}
+		if (e.h.step < e.steps) {
+			if (!elastic_step(t, &e, &sync))
+				sync = true;
+		} else if (!elastic_epoch_end(t, &e)) {
+			sync = true;
+		}
+	}
+	if (t->rank == 0) {
+		double secs = now_s() - t_start, samples = 0, train = 0;
+
+		for (int i = 0; i < t->o.epochs; i++) {
+			samples += t->hist[i].samples;
+			train += t->hist[i].seconds;
+		}
+		print_final(
+		    t, t->world, secs, train > 0 ? samples / train : 0.0);
+		equal = print_checksums(all, t->world);
+	} else {
+		for (int r = 1; r < t->world; r++)
+			if (all[r] != all[0])
+				equal = false;
+		if (!equal)
+			fprintf(stderr, PROG ": rank %d: parameters differ\n",
+			    t->rank);
+	}
+	printf(PROG ": rank %d of %d done at generation %llu, pid %d, "
+	            "checksum %016" PRIx64 "\n",
+	    t->rank, t->world,
+	    (unsigned long long)cohort_client_generation(t->c), (int)getpid(),
+	    mlp_checksum(&t->m));
+	fflush(stdout);
+	free(all);
+	free(e.extra);
+	cleanup(t);
+	cohort_client_close(t->c);
+	return (equal ? 0 : 1);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1245,6 +1713,11 @@ main(int argc, char **argv)
 	parse_args(argc, argv, &t.o);
 	if (!t.o.local && t.o.strategy == STRAT_SPAWN)
 		return (run_spawn(&t));
+	if (!t.o.local
+	    && (t.o.elastic
+	        || (cohort_env_knob("COHORT_MIN_WORLD") != NULL
+	            && strcmp(cohort_env_knob("COHORT_MIN_WORLD"), "0") != 0)))
+		return (run_elastic(&t));
 	setup(&t, NULL);
 	run_training(&t, &secs, &sps);
 

@@ -132,6 +132,12 @@ main_usage(FILE *f)
 	    "  --restore-grace MS     after a restart from --state-dir, how "
 	    "long members\n"
 	    "                         have to reconnect (default %u)\n"
+	    "  --rdzv-last-call MS    an elastic job's first rendezvous "
+	    "completes with\n"
+	    "                         at least its minimum once no join came "
+	    "this long\n"
+	    "                         (default %u; torchrun's "
+	    "last_call_timeout)\n"
 	    "  --drain MS             on SIGTERM, answer /readyz 503 and "
 	    "keep serving\n"
 	    "                         this long before exiting (default "
@@ -160,6 +166,7 @@ main_usage(FILE *f)
 	    (unsigned)COHORT__SRV_DEFAULT_FIRST_REQUEST_MS,
 	    (unsigned)COHORT__SRV_DEFAULT_IDLE_MS,
 	    (unsigned)COHORT__SRV_DEFAULT_RESTORE_GRACE_MS,
+	    (unsigned)COHORT__SRV_DEFAULT_RDZV_LAST_CALL_MS,
 	    (unsigned)MAIN_DEFAULT_DRAIN_MS);
 }
 
@@ -300,6 +307,8 @@ static const struct cohort__cli_opt main_opts[] = {
 	MAIN_DO("log-level", MAIN_LOG_LEVEL),
 	MAIN_NUM("restore-grace", COHORT__CLI_U32, 1, UINT32_MAX,
 	    cfg.restore_grace_ms),
+	MAIN_NUM("rdzv-last-call", COHORT__CLI_U32, 1, UINT32_MAX,
+	    cfg.rdzv_last_call_ms),
 	MAIN_NUM("drain", COHORT__CLI_U64, 1, INT64_MAX, drain_ms),
 	MAIN_NUM("ready-fd", COHORT__CLI_INT, 1, INT32_MAX, ready_fd),
 	MAIN_NUM(

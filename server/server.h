@@ -90,6 +90,10 @@ struct cohort__srv_config {
 	 * host while it was down waits for the kernel's retransmission
 	 * (1 s, then 3 s). */
 	uint32_t restore_grace_ms;
+	/* An elastic job's first rendezvous completes with at least its
+	 * minimum of members once no join came for this long (torchrun's
+	 * last_call_timeout); 0 = COHORT__SRV_DEFAULT_RDZV_LAST_CALL_MS. */
+	uint32_t rdzv_last_call_ms;
 	/* TCPStore listeners, "[JOB@]ADDR:PORT" each (docs/pytorch.md):
 	 * torch's own TCPStore clients use the job's KV. JOB defaults to
 	 * "torch-PORT"; its token, if any, comes from a --job entry. */
@@ -122,6 +126,8 @@ struct cohort__srv_config {
  * this long, is closed. */
 #define COHORT__SRV_DEFAULT_IDLE_MS 60000u
 #define COHORT__SRV_DEFAULT_RESTORE_GRACE_MS 15000u
+/* An elastic rendezvous with its minimum waits this long for more. */
+#define COHORT__SRV_DEFAULT_RDZV_LAST_CALL_MS 5000u
 
 struct cohort__srv;
 

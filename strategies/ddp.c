@@ -971,3 +971,101 @@ cohort_ddp_reset_stats(cohort_ddp *d)
 	memcpy(d->st.bucket_count, counts, sizeof(counts));
 	memcpy(d->st.bucket_view, views, sizeof(views));
 }
+
+/* ------------------------------------------------------------------------ */
+/* Elastic membership                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* The registered parameters' bytes. */
+static size_t
+ddp_param_bytes(const cohort_ddp *d)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < d->nparams; i++)
+		n += d->params[i].count * sizeof(float);
+	return (n);
+}
+
+cohort_status
+cohort_ddp_reform(
+    cohort_ddp *d, cohort_reform_info *out, cohort_duration timeout)
+{
+	cohort_status st;
+
+	if (d == NULL || d->c == NULL)
+		return (COHORT_EINVAL);
+	/* The failed step's reductions: the group is failed, so they end
+	 * at once; no work of the old generation may outlive the reform. */
+	for (int k = 0; k < d->nb; k++) {
+		cohort_work_free(d->b[k].work);
+		d->b[k].work = NULL;
+	}
+	ddp_round_reset(d);
+	d->err = COHORT_OK;
+	d->errtext[0] = '\0';
+	st = cohort_client_reform(d->c, out, timeout);
+	if (st != COHORT_OK) {
+		ddp_fail(d, st, "reform");
+		d->err = COHORT_OK;
+		return (st);
+	}
+	d->rank = cohort_group_rank(d->g);
+	d->world = cohort_group_size(d->g);
+	for (int k = 0; k < d->nb; k++)
+		d->b[k].pub.world_size = d->world;
+	return (COHORT_OK);
+}
+
+cohort_status
+cohort_ddp_state_transfer(
+    cohort_ddp *d, void *extra, size_t extra_len, cohort_duration timeout)
+{
+	size_t pb, len, rlen = 0, off = 0;
+	uint8_t *buf = NULL;
+	void *got = NULL;
+	cohort_status st;
+
+	if (d == NULL || d->c == NULL || (extra == NULL && extra_len > 0))
+		return (COHORT_EINVAL);
+	pb = ddp_param_bytes(d);
+	len = pb + extra_len;
+	/* Everyone packs: the roles are the library's to know, and the
+	 * copy is what a sender sends. */
+	if ((buf = malloc(len > 0 ? len : 1)) == NULL)
+		return (COHORT_ENOMEM);
+	for (size_t i = 0; i < d->nparams; i++) {
+		memcpy(buf + off, d->params[i].data,
+		    d->params[i].count * sizeof(float));
+		off += d->params[i].count * sizeof(float);
+	}
+	if (extra_len > 0)
+		memcpy(buf + off, extra, extra_len);
+	st = cohort_state_transfer(d->c, buf, len, &got, &rlen, timeout);
+	free(buf);
+	if (st != COHORT_OK) {
+		ddp_fail(d, st, "state transfer");
+		d->err = COHORT_OK;
+		return (st);
+	}
+	if (got == NULL)
+		return (COHORT_OK); /* sent, or no role */
+	if (rlen != len) {
+		snprintf(d->errtext, sizeof(d->errtext),
+		    "ddp: state transfer: the sender's state has %zu bytes, "
+		    "this rank's model and extra state %zu (%zu + %zu)",
+		    rlen, len, pb, extra_len);
+		cohort_free(got);
+		return (COHORT_EPROTO);
+	}
+	off = 0;
+	for (size_t i = 0; i < d->nparams; i++) {
+		memcpy(d->params[i].data, (uint8_t *)got + off,
+		    d->params[i].count * sizeof(float));
+		off += d->params[i].count * sizeof(float);
+	}
+	if (extra_len > 0)
+		memcpy(extra, (uint8_t *)got + off, extra_len);
+	cohort_free(got);
+	return (COHORT_OK);
+}

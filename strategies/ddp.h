@@ -201,6 +201,57 @@ COHORT_API cohort_status cohort_ddp_reduce_boolean_decision(
 COHORT_API cohort_status cohort_ddp_on_exception(
     cohort_ddp *d, const char *text);
 
+/* --- Elastic membership (docs/elastic.md) ----------------------------- *
+ *
+ * In an elastic job (cohort run --nnodes MIN:MAX) a step whose gradient
+ * reduction or boundary returns COHORT_EMEMBERSHIP is discarded on every
+ * member: zero the gradients, call cohort_ddp_reform, re-shard the data
+ * for the new rank and world size, and repeat the step. After a step
+ * boundary that admitted members (cohort_boundary.changed) the client is
+ * already reformed: cohort_ddp_reform then only re-binds. When the
+ * boundary names a state transfer, cohort_ddp_state_transfer moves the
+ * model and the caller's extra state (optimizer, step counter, data
+ * position) from the sender to the new members:
+ *
+ *   st = cohort_ddp_sync(d);                          // EMEMBERSHIP?
+ *   st = cohort_step_boundary(c, &b, timeout);        // commit point
+ *   if (st == COHORT_EMEMBERSHIP) { zero grads; cohort_ddp_reform(d,
+ *       &info, timeout); re-shard; repeat the step; }
+ *   optimizer step; step++;
+ *   if (b.changed) cohort_ddp_reform(d, &info, timeout);
+ *   if (b.role != COHORT_STATE_NONE)                  // before any boundary
+ *       cohort_ddp_state_transfer(d, &extra, sizeof(extra), timeout);
+ *
+ * A process admitted into the running job opens its client, makes its
+ * cohort_ddp (broadcast_params false), calls cohort_step_boundary (RECV,
+ * at once) and cohort_ddp_state_transfer, then trains. docs/strategies.md
+ * has the whole loop.
+ */
+
+/* Moves d to the job's current generation: waits for and frees the
+ * reductions of the step that failed (they fail at once: the group is
+ * failed), forgets the step's partial buckets and its error, calls
+ * cohort_client_reform (nothing to do when a boundary already reformed
+ * the client), and re-reads the rank and world size from d's group (the
+ * same handle, reformed: every bucket's world_size, the MEAN's divisor).
+ * out (may be NULL) as cohort_client_reform's. Returns what
+ * cohort_client_reform returns (COHORT_EPEERLOST: this process is no
+ * longer a member, or the job fell below its minimum); COHORT_EINVAL
+ * without a client. Blocks at most timeout. */
+COHORT_API cohort_status cohort_ddp_reform(
+    cohort_ddp *d, cohort_reform_info *out, cohort_duration timeout);
+
+/* The state transfer the last cohort_step_boundary asked for
+ * (cohort_state_transfer), of the registered parameters followed by
+ * extra_len bytes at extra (the optimizer's state, counters; the same
+ * length on every rank). The sender sends its own; a receiver's
+ * parameters and extra are overwritten. A rank with no role returns
+ * COHORT_OK at once. Returns what cohort_state_transfer returns;
+ * COHORT_EPROTO when the sender's state has another size than this
+ * rank's model and extra (a different model). Blocks at most timeout. */
+COHORT_API cohort_status cohort_ddp_state_transfer(
+    cohort_ddp *d, void *extra, size_t extra_len, cohort_duration timeout);
+
 /* Detail of the last error of d ("" if none). */
 COHORT_API const char *cohort_ddp_last_error(const cohort_ddp *d);
 

@@ -309,7 +309,8 @@ cohort__launch_reap(struct cohort__launch *l, int64_t now)
 		launch_reaped(p, st, now);
 		if (l->first_failed < 0 && cohort__proc_failed(p)) {
 			l->first_failed = i;
-			cohort__launch_stop_after(l, now, l->grace_ms);
+			if (!l->independent)
+				cohort__launch_stop_after(l, now, l->grace_ms);
 		}
 		return (i);
 	}

@@ -125,6 +125,10 @@ struct cohort__launch {
 	int64_t term_ms; /* after SIGTERM, before SIGKILL; < 0: no SIGTERM */
 	int first_failed; /* index of the first failed child, -1 */
 	int64_t term_at, kill_at; /* due times; INT64_MAX: not scheduled */
+	/* A child's failure does not start the stop sequence (the workers
+	 * of an elastic job live on without a lost one); false by
+	 * default. */
+	bool independent;
 };
 
 /* procs[0..n) are zeroed; the group starts with no stop scheduled. */

@@ -19,6 +19,7 @@
  * refuses a backend with a version it does not know.
  *   1  the first
  *   2  cohort__group_desc.chan: the group's coordinator channel
+ *   3  ops.shrink (optional): an elastic reform without a new rendezvous
  */
 #ifndef COHORT_BACKEND_H
 #define COHORT_BACKEND_H
@@ -32,7 +33,7 @@
 #include "knobs.h"
 #include "wire.h" /* struct cohort__iov */
 
-#define COHORT__BACKEND_VERSION 2
+#define COHORT__BACKEND_VERSION 3
 
 /* A rendezvous store: the job's KV at cohortd in real use, an in-memory
  * table in the backend's unit tests (gloo's Store). */
@@ -196,6 +197,23 @@ struct cohort__backend_ops {
 	/* Frees the state. Must be safe after abort. Not concurrent with
 	 * run. */
 	void (*fini)(void *state);
+
+	/* v3, optional (NULL: not supported). Elastic membership
+	 * (cohort_client_reform): moves `state`, of the group's previous
+	 * generation, to desc's membership - the old one less the group
+	 * ranks exclude[0..nexclude) that were lost, the survivors in their
+	 * old order - without a new rendezvous (NCCL: ncclCommShrink).
+	 * Collective among the survivors; abort() may have been called on
+	 * `state` (the change failed the group), no run() is in flight.
+	 * Returns COHORT_OK and *out (`state` consumed); COHORT_ENOTSUP when
+	 * the survivors cannot shrink (not every one's state is intact, the
+	 * library lacks it): `state` is untouched and the caller finis it
+	 * and inits anew, which every survivor then does; any other status:
+	 * `state` is consumed and err says why. */
+	cohort_status (*shrink)(void *state,
+	    const struct cohort__group_desc *desc, const int *exclude,
+	    int nexclude, void **out, char *err, size_t errlen,
+	    cohort__time deadline);
 };
 
 extern const struct cohort__backend_ops cohort__tcp_backend;

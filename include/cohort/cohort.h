@@ -423,18 +423,26 @@ typedef struct cohort_boundary {
  * ranks, the joiners take the next ones, c is reformed before return and
  * out->changed is set. Whenever a member holds no state (a joiner, until
  * it completed a transfer), out->role tells each rank whether it sends or
- * receives the state (cohort_state_transfer). A process admitted into a
- * running job calls it first thing after cohort_client_open: it returns
- * at once with out->role = COHORT_STATE_RECV. On a job that is not
+ * receives the state (cohort_state_transfer). A rank whose role is SEND
+ * or RECV calls cohort_state_transfer before its next boundary (which
+ * returns COHORT_ESTATE until it did); a rank with role NONE goes on. A
+ * process admitted into a running job calls it first thing after
+ * cohort_client_open: it returns at once (no round trip: the boundary
+ * that admitted it gave the others the same roles) with out->role =
+ * COHORT_STATE_RECV, and the members that were there transfer right after
+ * that admitting boundary - not after another one. On a job that is not
  * elastic it is a barrier (out->changed false, role NONE). Returns
  * COHORT_OK, COHORT_EMEMBERSHIP, COHORT_EPEERLOST (below the minimum),
- * COHORT_ETIMEDOUT, COHORT_ENOCOORD. Blocks at most timeout (one round
- * trip to cohortd when every member is there). */
+ * COHORT_ESTATE, COHORT_ETIMEDOUT, COHORT_ENOCOORD. Blocks at most
+ * timeout (one round trip to cohortd when every member is there). */
 COHORT_API cohort_status cohort_step_boundary(
     cohort_client *c, cohort_boundary *out, cohort_duration timeout);
 
 /* Moves the state from the sender named by the last boundary to every
- * receiver, over the data plane (peer to peer, not through cohortd). The
+ * receiver, over the data plane (peer to peer, not through cohortd), on
+ * the subgroup "cohort.state.<generation>.<boundary's op_seq>" of the
+ * sender and the receivers: 8 bytes of length, then the bytes in
+ * broadcasts of at most 64 MiB. The
  * sender passes send/len (recv, recv_len unused); a receiver gets a
  * malloc'd copy in *recv (cohort_free) and its length in *recv_len
  * (send, len unused); a rank with role NONE returns COHORT_OK at once.

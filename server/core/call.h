@@ -79,6 +79,9 @@ struct srv_call {
 	struct srv_client *client; /* NULL before authentication */
 	void *tp; /* transport handle, opaque */
 	uint64_t seq;
+	/* The generation and rank the request says its client is in. */
+	uint64_t req_gen;
+	int32_t req_rank;
 	int body; /* Cohort__Request__BodyCase */
 	/* A mutating request: its reply is journalled with its change. */
 	bool mutating;
@@ -108,6 +111,8 @@ struct srv_call {
 	int32_t local_rank;
 	uint32_t hb_ms;
 	uint32_t dead_ms;
+	uint32_t min_world; /* join: elastic range's lower end (0: none) */
+	bool has_state; /* step boundary: the arrival holds the state */
 	struct srv_cdesc cd;
 	int64_t *i64s;
 	double *f64s;

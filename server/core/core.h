@@ -79,6 +79,8 @@ struct srv_metrics {
 	uint64_t conns_closed_idle; /* idle past --idle-timeout */
 	uint64_t jobs_expired; /* --job-expiry */
 	uint64_t limit_refusals; /* requests refused by a global limit */
+	uint64_t shrinks; /* elastic: generations made by a member lost */
+	uint64_t grows; /* elastic: generations made by admitting joiners */
 	cohort__time loop_lag_ms; /* lag of the last sweep */
 	cohort__time loop_lag_max_ms; /* largest lag seen */
 };
@@ -129,6 +131,9 @@ struct srv_core {
 	cohort__time job_expiry_ms;
 	cohort__time idle_ms; /* --idle-timeout */
 	cohort__time restore_grace_ms; /* --restore-grace */
+	/* --rdzv-last-call: an elastic job's first rendezvous completes
+	 * with at least its minimum once no join came for this long. */
+	cohort__time rdzv_last_call_ms;
 	bool draining; /* SIGTERM: /readyz answers 503, then the stop */
 	srv_sink_fn sink;
 	void *sink_arg;

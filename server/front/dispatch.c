@@ -14,6 +14,7 @@
 #include "observe/ranks.h"
 #include "observe/status.h"
 #include "state/coll.h"
+#include "state/elastic.h"
 #include "state/groups.h"
 #include "state/kv.h"
 #include "state/lifecycle.h"
@@ -44,10 +45,15 @@ struct dispatch_row {
 #define DISPATCH_ANY_GEN 0x10u
 /* Its own authentication: no job, no client (StatusQuery). */
 #define DISPATCH_NO_JOB 0x20u
+/* In an elastic job, served whatever its generation (heartbeats, KV, a
+ * member's own failure report: README 8.3). */
+#define DISPATCH_ELASTIC_GEN 0x40u
 
 static void dispatch_leave(
     struct srv_call *c, const Cohort__Request *req, cohort__time now);
 static void dispatch_heartbeat(
+    struct srv_call *c, const Cohort__Request *req, cohort__time now);
+static void dispatch_collective(
     struct srv_call *c, const Cohort__Request *req, cohort__time now);
 
 static const struct dispatch_row dispatch_rows[] = {
@@ -55,30 +61,40 @@ static const struct dispatch_row dispatch_rows[] = {
 	    DISPATCH_MUTATING | DISPATCH_CREATES | DISPATCH_ANY_GEN },
 	[COHORT__REQUEST__BODY_LEAVE]
 	= { dispatch_leave, DISPATCH_MUTATING | DISPATCH_ANY_GEN },
-	[COHORT__REQUEST__BODY_HEARTBEAT] = { dispatch_heartbeat, 0 },
+	[COHORT__REQUEST__BODY_HEARTBEAT]
+	= { dispatch_heartbeat, DISPATCH_ELASTIC_GEN },
 	[COHORT__REQUEST__BODY_WATCH] = { srv_member_watch, 0 },
 	[COHORT__REQUEST__BODY_REPORT_FAILURE]
-	= { srv_member_report, DISPATCH_MUTATING },
-	[COHORT__REQUEST__BODY_COLLECTIVE] = { srv_coll_handle,
+	= { srv_member_report, DISPATCH_MUTATING | DISPATCH_ELASTIC_GEN },
+	/* answered from the current generation, like a join: nothing
+	 * changes, and a retry after a restart gets the same answer */
+	[COHORT__REQUEST__BODY_REFORM]
+	= { srv_elastic_reform, DISPATCH_ANY_GEN },
+	[COHORT__REQUEST__BODY_COLLECTIVE] = { dispatch_collective,
 	    DISPATCH_PAYLOAD | DISPATCH_MUTATING | DISPATCH_MEMBER },
 	[COHORT__REQUEST__BODY_GROUP_CREATE]
 	= { srv_group_create, DISPATCH_MUTATING | DISPATCH_MEMBER },
-	[COHORT__REQUEST__BODY_KV_SET]
-	= { srv_kv_set, DISPATCH_PAYLOAD | DISPATCH_MUTATING },
-	[COHORT__REQUEST__BODY_KV_GET] = { srv_kv_get, 0 },
-	[COHORT__REQUEST__BODY_KV_ADD] = { srv_kv_add, DISPATCH_MUTATING },
-	[COHORT__REQUEST__BODY_KV_COMPARE_SET]
-	= { srv_kv_compare_set, DISPATCH_PAYLOAD | DISPATCH_MUTATING },
+	[COHORT__REQUEST__BODY_KV_SET] = { srv_kv_set,
+	    DISPATCH_PAYLOAD | DISPATCH_MUTATING | DISPATCH_ELASTIC_GEN },
+	[COHORT__REQUEST__BODY_KV_GET] = { srv_kv_get, DISPATCH_ELASTIC_GEN },
+	[COHORT__REQUEST__BODY_KV_ADD]
+	= { srv_kv_add, DISPATCH_MUTATING | DISPATCH_ELASTIC_GEN },
+	[COHORT__REQUEST__BODY_KV_COMPARE_SET] = { srv_kv_compare_set,
+	    DISPATCH_PAYLOAD | DISPATCH_MUTATING | DISPATCH_ELASTIC_GEN },
 	[COHORT__REQUEST__BODY_KV_DELETE]
-	= { srv_kv_delete, DISPATCH_MUTATING },
-	[COHORT__REQUEST__BODY_KV_NUM_KEYS] = { srv_kv_num_keys, 0 },
-	[COHORT__REQUEST__BODY_KV_WAIT] = { srv_kv_wait, 0 },
-	[COHORT__REQUEST__BODY_KV_CHECK] = { srv_kv_check, 0 },
-	[COHORT__REQUEST__BODY_KV_APPEND]
-	= { srv_kv_append, DISPATCH_PAYLOAD | DISPATCH_MUTATING },
-	[COHORT__REQUEST__BODY_KV_MULTI_GET] = { srv_kv_multi_get, 0 },
-	[COHORT__REQUEST__BODY_KV_MULTI_SET]
-	= { srv_kv_multi_set, DISPATCH_PAYLOAD | DISPATCH_MUTATING },
+	= { srv_kv_delete, DISPATCH_MUTATING | DISPATCH_ELASTIC_GEN },
+	[COHORT__REQUEST__BODY_KV_NUM_KEYS]
+	= { srv_kv_num_keys, DISPATCH_ELASTIC_GEN },
+	[COHORT__REQUEST__BODY_KV_WAIT]
+	= { srv_kv_wait, DISPATCH_ELASTIC_GEN },
+	[COHORT__REQUEST__BODY_KV_CHECK]
+	= { srv_kv_check, DISPATCH_ELASTIC_GEN },
+	[COHORT__REQUEST__BODY_KV_APPEND] = { srv_kv_append,
+	    DISPATCH_PAYLOAD | DISPATCH_MUTATING | DISPATCH_ELASTIC_GEN },
+	[COHORT__REQUEST__BODY_KV_MULTI_GET]
+	= { srv_kv_multi_get, DISPATCH_ELASTIC_GEN },
+	[COHORT__REQUEST__BODY_KV_MULTI_SET] = { srv_kv_multi_set,
+	    DISPATCH_PAYLOAD | DISPATCH_MUTATING | DISPATCH_ELASTIC_GEN },
 	[COHORT__REQUEST__BODY_STATUS_QUERY]
 	= { srv_status_handle, DISPATCH_NO_JOB },
 };
@@ -118,6 +134,18 @@ dispatch_heartbeat(
 {
 	dispatch_metrics(c, req->heartbeat->metrics, now);
 	srv_member_heartbeat(c, req, now);
+}
+
+/* A step boundary is the commit and admission point of an elastic job
+ * (elastic.c); every other kind is gathered by coll.c. */
+static void
+dispatch_collective(
+    struct srv_call *c, const Cohort__Request *req, cohort__time now)
+{
+	if (req->collective->kind == COHORT__COLLECTIVE_KIND__COLL_BOUNDARY)
+		srv_elastic_boundary(c, req, now);
+	else
+		srv_coll_handle(c, req, now);
 }
 
 /* Payload bytes that go into a request's hash (its length always does):
@@ -376,11 +404,19 @@ dispatch_request(struct srv_call *c, const Cohort__Request *req, uint32_t pipe,
 	}
 	if (req->generation != 0 && req->generation != job->generation
 	    && !(row->flags & DISPATCH_ANY_GEN)) {
-		srv_call_fail(c, COHORT_ESTALE,
-		    "request for generation %" PRIu64 " of job '%s', which is "
-		    "at generation %" PRIu64,
-		    req->generation, job->name, job->generation);
-		return;
+		if (!srv_job_elastic(job)) {
+			srv_call_fail(c, COHORT_ESTALE,
+			    "request for generation %" PRIu64 " of job '%s', "
+			    "which is at generation %" PRIu64,
+			    req->generation, job->name, job->generation);
+			return;
+		}
+		if (!(row->flags & DISPATCH_ELASTIC_GEN)) {
+			/* EMEMBERSHIP for a member, EPEERLOST for a process
+			 * a change removed */
+			srv_elastic_stale(c);
+			return;
+		}
 	}
 	{
 		/* the job as a field of the JSON log lines of this request
@@ -438,6 +474,8 @@ srv_core_dispatch(struct srv_core *core, nng_msg *msg, uint32_t pipe, void *tp,
 		goto out;
 	}
 	c->seq = req->seq;
+	c->req_gen = req->generation;
+	c->req_rank = req->rank;
 	c->body = (int)req->body_case;
 	c->mutating = dispatch_row(c->body) != NULL
 	    && (dispatch_row(c->body)->flags & DISPATCH_MUTATING);

@@ -27,8 +27,12 @@
  *     only if the request is the same (kind, body, payload length and
  *     head: srv_call.rhash); the same seq for another request is
  *     EINVAL.
- *  7. A request of an older generation is COHORT_ESTALE (Join and Leave
- *     excepted).
+ *  7. A request of an older generation is COHORT_ESTALE (Join, Leave and
+ *     Reform excepted). In an elastic job (proto/README.md 8.3) heartbeats,
+ *     KV requests and failure reports are served whatever their
+ *     generation, and the others get COHORT_EMEMBERSHIP from a member of
+ *     the current generation, COHORT_EPEERLOST from a process a change
+ *     removed (state/elastic.h).
  *  8. The handler answers or parks the call. The unpacked request is freed
  *     here; handlers copy what a parked call needs.
  *
@@ -37,8 +41,9 @@
  * (its reply is journalled with its change, and it is refused while the
  * journal cannot be written), whether it must come from a running member
  * (collectives, group creation), whether it may create its job (Join) or
- * be of another generation (Join, Leave), or has its own authentication
- * (StatusQuery).
+ * be of another generation (Join, Leave, Reform; in an elastic job also
+ * heartbeats, KV and failure reports), or has its own authentication
+ * (StatusQuery). A Collective of kind COLL_BOUNDARY goes to elastic.c.
  */
 #ifndef COHORT_SRV_DISPATCH_H
 #define COHORT_SRV_DISPATCH_H

@@ -21,6 +21,7 @@
 #include "state/job.h"
 #include "state/lifecycle.h"
 #include "state/member.h"
+#include "state/rdzv.h"
 #include "state/stall.h"
 #include "events.h"
 
@@ -40,6 +41,7 @@ srv_core_new(const struct srv_limits *lim, const char *admin_token,
 	core->stall_ms = COHORT__SRV_DEFAULT_STALL_MS;
 	core->first_request_ms = COHORT__SRV_DEFAULT_FIRST_REQUEST_MS;
 	core->idle_ms = COHORT__SRV_DEFAULT_IDLE_MS;
+	core->rdzv_last_call_ms = COHORT__SRV_DEFAULT_RDZV_LAST_CALL_MS;
 	/* 0 (never) for the core; cohortd sets its default */
 	core->job_expiry_ms = 0;
 	*out = core;
@@ -103,6 +105,7 @@ srv_core_sweep(struct srv_core *core, cohort__time now)
 		struct srv_job *job = SRV_CONTAINER(n, struct srv_job, hn);
 		next = srv_map_next(&core->jobs, &i, n);
 		srv_member_sweep(job, now);
+		srv_rdzv_sweep(job, now);
 		if (stalls && srv_job_maybe_expire(job, now))
 			continue;
 		if (stalls)

@@ -208,6 +208,9 @@ server_configure(struct srv_core *core, const struct cohort__srv_config *cfg)
 	core->restore_grace_ms = cfg->restore_grace_ms
 	    ? (cohort__time)cfg->restore_grace_ms
 	    : (cohort__time)COHORT__SRV_DEFAULT_RESTORE_GRACE_MS;
+	core->rdzv_last_call_ms = cfg->rdzv_last_call_ms
+	    ? (cohort__time)cfg->rdzv_last_call_ms
+	    : (cohort__time)COHORT__SRV_DEFAULT_RDZV_LAST_CALL_MS;
 	if (cfg->state_dir != NULL) {
 		struct srv_jrn_opts jo;
 		memset(&jo, 0, sizeof(jo));

@@ -302,6 +302,34 @@ srv_jrn_gen(struct srv_jrn *j, struct srv_jrn_job *jj, uint64_t gen,
 }
 
 void
+srv_jrn_reshape(
+    struct srv_jrn *j, struct srv_jrn_job *jj, const struct srv_jrn_egen *rs)
+{
+	struct srv_jbuf *b = jrn_buf(j, jj);
+
+	if (b == NULL)
+		return;
+	if (rs->m == NULL)
+		b->oom = true;
+	else
+		srv_rec_reshape(b, jj->name, rs);
+}
+
+void
+srv_jrn_hold(struct srv_jrn *j, struct srv_jrn_job *jj, uint64_t gen,
+    uint32_t world, const bool *has_state)
+{
+	struct srv_jbuf *b = jrn_buf(j, jj);
+
+	if (b == NULL)
+		return;
+	if (has_state == NULL)
+		b->oom = true;
+	else
+		srv_rec_hold(b, jj->name, gen, world, has_state);
+}
+
+void
 srv_jrn_fail(struct srv_jrn *j, struct srv_jrn_job *jj, int32_t rank,
     const char *text, const char *detail)
 {

@@ -97,6 +97,12 @@ void srv_jrn_gen(struct srv_jrn *j, struct srv_jrn_job *jj, uint64_t gen,
     uint32_t world, const struct srv_jrn_member *m);
 void srv_jrn_fail(struct srv_jrn *j, struct srv_jrn_job *jj, int32_t rank,
     const char *text, const char *detail);
+/* Elastic: a generation (rs->m NULL: its table could not be made, the
+ * event is not acknowledged), and the members holding the state. */
+void srv_jrn_reshape(
+    struct srv_jrn *j, struct srv_jrn_job *jj, const struct srv_jrn_egen *rs);
+void srv_jrn_hold(struct srv_jrn *j, struct srv_jrn_job *jj, uint64_t gen,
+    uint32_t world, const bool *has_state);
 void srv_jrn_leave(struct srv_jrn *j, struct srv_jrn_job *jj, int32_t rank);
 void srv_jrn_group(struct srv_jrn *j, struct srv_jrn_job *jj,
     const char *group, uint32_t n, const int32_t *ranks);

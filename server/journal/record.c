@@ -245,6 +245,61 @@ srv_rec_reply(struct srv_jbuf *b, const char *job, uint64_t client_id,
 	    (const void *)nng_msg_body(reply), nng_msg_len(reply));
 }
 
+void
+srv_rec_reshape(
+    struct srv_jbuf *b, const char *job, const struct srv_jrn_egen *rs)
+{
+	size_t off = srv_rec_begin(b, JRN_RESHAPE);
+
+	jb_str(b, job);
+	jb_u64(b, rs->gen);
+	jb_u64(b, rs->prev_gen);
+	jb_u32(b, rs->min_world);
+	jb_u32(b, rs->max_world);
+	jb_u32(b, rs->world);
+	for (uint32_t r = 0; r < rs->world; r++) {
+		const struct srv_jrn_member *m = &rs->m[r];
+		jb_u64(b, m->client_id);
+		jb_str(b, m->host);
+		jb_u32(b, m->pid);
+		jb_u32(b, (uint32_t)m->local_rank);
+		jb_u32(b, m->hb_ms);
+		jb_u32(b, m->dead_ms);
+		jb_u32(b, (uint32_t)m->prev_rank);
+		jb_u8(b, m->has_state ? 1 : 0);
+	}
+	srv_rec_end(b, off);
+}
+
+void
+srv_rec_hold(struct srv_jbuf *b, const char *job, uint64_t gen, uint32_t world,
+    const bool *has_state)
+{
+	size_t off = srv_rec_begin(b, JRN_HOLD);
+
+	jb_str(b, job);
+	jb_u64(b, gen);
+	jb_u32(b, world);
+	for (uint32_t r = 0; r < world; r++)
+		jb_u8(b, has_state[r] ? 1 : 0);
+	srv_rec_end(b, off);
+}
+
+void
+srv_rec_genmap(struct srv_jbuf *b, const char *job, uint64_t gen,
+    uint64_t prev_gen, uint32_t n, const int32_t *prev)
+{
+	size_t off = srv_rec_begin(b, JRN_GENMAP);
+
+	jb_str(b, job);
+	jb_u64(b, gen);
+	jb_u64(b, prev_gen);
+	jb_u32(b, n);
+	for (uint32_t r = 0; r < n; r++)
+		jb_u32(b, (uint32_t)prev[r]);
+	srv_rec_end(b, off);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Decoding                                                                 */
 /* ------------------------------------------------------------------------ */
@@ -261,6 +316,14 @@ rd_take(struct srv_jrd *r, size_t n)
 	r->p += n;
 	r->n -= n;
 	return (p);
+}
+
+uint8_t
+srv_rd_u8(struct srv_jrd *r)
+{
+	const uint8_t *p = rd_take(r, 1);
+
+	return (p != NULL ? *p : 0);
 }
 
 uint32_t

@@ -49,7 +49,27 @@ enum jrn_type {
 	JRN_CLIENT_DEL, /* job, client_id */
 	JRN_END, /* end of a snapshot */
 	JRN_BATCH, /* the records of one event (log only): all or none */
+	/* Elastic membership (proto/README.md section 8). */
+	JRN_RESHAPE, /* job, generation, prev_generation (0: formed by a
+	                rendezvous), min_world, max_world, world, per rank:
+	                client_id, host, pid, local_rank, hb_ms, dead_ms,
+	                prev_rank, has_state */
+	JRN_HOLD, /* job, generation, world, per rank has_state: the members
+	             holding the state changed at a step boundary */
+	JRN_GENMAP, /* job, generation, prev_generation, n, per rank
+	               prev_rank: an older change (snapshots only) */
+	JRN_REMOVED, /* job, client_id, generation, rank, host, pid, text,
+	                detail: a member an older change removed (snapshots
+	                only) */
+	JRN_TYPE_END, /* one past the last type */
 };
+
+/* Whether t is a record type that a batch (or a snapshot) holds. */
+static inline bool
+srv_jrn_type_plain(unsigned t)
+{
+	return (t >= JRN_JOB && t < JRN_TYPE_END && t != JRN_BATCH);
+}
 
 /* A job as its records name it. Its JOB record is written before its
  * first other record of a log (`written` then set) and again after its
@@ -69,6 +89,20 @@ struct srv_jrn_member {
 	int32_t local_rank;
 	uint32_t hb_ms;
 	uint32_t dead_ms;
+	/* JRN_RESHAPE only: its rank in the generation before (-1: none),
+	 * whether it holds the job's state. */
+	int32_t prev_rank;
+	bool has_state;
+};
+
+/* One generation of an elastic job, as JRN_RESHAPE records it. */
+struct srv_jrn_egen {
+	uint64_t gen;
+	uint64_t prev_gen; /* 0: formed by a rendezvous */
+	uint32_t min_world;
+	uint32_t max_world;
+	uint32_t world;
+	const struct srv_jrn_member *m; /* world entries */
 };
 
 /* A growing buffer of records. */
@@ -129,6 +163,14 @@ void srv_rec_group(struct srv_jbuf *b, const char *job, const char *group,
     uint32_t n, const int32_t *ranks);
 void srv_rec_reply(struct srv_jbuf *b, const char *job, uint64_t client_id,
     uint64_t seq, nng_msg *reply);
+void srv_rec_reshape(
+    struct srv_jbuf *b, const char *job, const struct srv_jrn_egen *rs);
+/* JRN_HOLD: which of the world ranks hold the state. */
+void srv_rec_hold(struct srv_jbuf *b, const char *job, uint64_t gen,
+    uint32_t world, const bool *has_state);
+/* JRN_GENMAP: the ranks in prev_gen of gen's n ranks. */
+void srv_rec_genmap(struct srv_jbuf *b, const char *job, uint64_t gen,
+    uint64_t prev_gen, uint32_t n, const int32_t *prev);
 
 /* A record's body being read; bad once anything did not fit. */
 struct srv_jrd {
@@ -137,6 +179,7 @@ struct srv_jrd {
 	bool bad;
 };
 
+uint8_t srv_rd_u8(struct srv_jrd *r);
 uint32_t srv_rd_u32(struct srv_jrd *r);
 uint64_t srv_rd_u64(struct srv_jrd *r);
 /* Length-prefixed bytes (pointing into the record); NULL if bad. */

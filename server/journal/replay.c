@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/clients.h"
+#include "state/elastic.h"
 #include "state/groups.h"
 #include "state/job.h"
 #include "state/kv.h"
@@ -58,6 +59,107 @@ replay_gen(struct srv_job *job, struct srv_jrd *r, cohort__time now)
 	            : srv_rdzv_restore_gen(job, gen, w, recs, now);
 	free(recs);
 	free(hosts);
+	return (rv);
+}
+
+static cohort_status
+replay_reshape(struct srv_job *job, struct srv_jrd *r, cohort__time now)
+{
+	struct srv_jrn_egen rs;
+	struct srv_jrn_member *recs;
+	char(*hosts)[SRV_MAX_NAME + 1];
+	cohort_status rv;
+
+	rs.gen = srv_rd_u64(r);
+	rs.prev_gen = srv_rd_u64(r);
+	rs.min_world = srv_rd_u32(r);
+	rs.max_world = srv_rd_u32(r);
+	rs.world = srv_rd_u32(r);
+	if (r->bad || rs.world == 0 || rs.world > SRV_MAX_WORLD)
+		return (COHORT_EPROTO);
+	recs = calloc(rs.world, sizeof(*recs));
+	hosts = calloc(rs.world, sizeof(*hosts));
+	if (recs == NULL || hosts == NULL) {
+		free(recs);
+		free(hosts);
+		return (COHORT_ENOMEM);
+	}
+	for (uint32_t i = 0; i < rs.world; i++) {
+		recs[i].client_id = srv_rd_u64(r);
+		recs[i].host = srv_rd_str(r, hosts[i], sizeof(hosts[i]));
+		recs[i].pid = srv_rd_u32(r);
+		recs[i].local_rank = (int32_t)srv_rd_u32(r);
+		recs[i].hb_ms = srv_rd_u32(r);
+		recs[i].dead_ms = srv_rd_u32(r);
+		recs[i].prev_rank = (int32_t)srv_rd_u32(r);
+		recs[i].has_state = srv_rd_u8(r) != 0;
+	}
+	rs.m = recs;
+	rv = r->bad ? COHORT_EPROTO : srv_elastic_restore(job, &rs, now);
+	free(recs);
+	free(hosts);
+	return (rv);
+}
+
+static cohort_status
+replay_hold(struct srv_job *job, struct srv_jrd *r)
+{
+	uint64_t gen = srv_rd_u64(r);
+	uint32_t w = srv_rd_u32(r);
+	bool *has;
+	cohort_status rv;
+
+	if (r->bad || w == 0 || w > SRV_MAX_WORLD)
+		return (COHORT_EPROTO);
+	if ((has = malloc(sizeof(bool) * w)) == NULL)
+		return (COHORT_ENOMEM);
+	for (uint32_t i = 0; i < w; i++)
+		has[i] = srv_rd_u8(r) != 0;
+	rv = r->bad ? COHORT_EPROTO
+	            : srv_elastic_restore_hold(job, gen, w, has);
+	free(has);
+	return (rv);
+}
+
+static cohort_status
+replay_genmap(struct srv_job *job, struct srv_jrd *r)
+{
+	uint64_t gen = srv_rd_u64(r), prev_gen = srv_rd_u64(r);
+	uint32_t n = srv_rd_u32(r);
+	int32_t *prev;
+	cohort_status rv;
+
+	if (r->bad || n == 0 || n > SRV_MAX_WORLD)
+		return (COHORT_EPROTO);
+	if ((prev = malloc(sizeof(int32_t) * n)) == NULL)
+		return (COHORT_ENOMEM);
+	for (uint32_t i = 0; i < n; i++)
+		prev[i] = (int32_t)srv_rd_u32(r);
+	rv = r->bad ? COHORT_EPROTO
+	            : srv_elastic_restore_step(job, gen, prev_gen, n, prev);
+	free(prev);
+	return (rv);
+}
+
+static cohort_status
+replay_removed(struct srv_job *job, struct srv_jrd *r)
+{
+	char host[SRV_MAX_NAME + 1];
+	uint64_t id = srv_rd_u64(r), gen = srv_rd_u64(r);
+	int32_t rank = (int32_t)srv_rd_u32(r);
+	uint32_t pid;
+	char *text, *detail;
+	cohort_status rv = COHORT_EPROTO;
+
+	srv_rd_str(r, host, sizeof(host));
+	pid = srv_rd_u32(r);
+	text = srv_rd_strdup(r);
+	detail = srv_rd_strdup(r);
+	if (!r->bad)
+		rv = srv_elastic_restore_removed(
+		    job, id, gen, rank, host, pid, text, detail);
+	free(text);
+	free(detail);
 	return (rv);
 }
 
@@ -172,6 +274,14 @@ replay_apply(
 		return (COHORT_OK);
 	case JRN_REPLY:
 		return (replay_reply(core, job, r, now));
+	case JRN_RESHAPE:
+		return (replay_reshape(job, r, now));
+	case JRN_HOLD:
+		return (replay_hold(job, r));
+	case JRN_GENMAP:
+		return (replay_genmap(job, r));
+	case JRN_REMOVED:
+		return (replay_removed(job, r));
 	case JRN_CLIENT_DEL: {
 		uint64_t id = srv_rd_u64(r);
 		struct srv_client *cl;
@@ -280,7 +390,7 @@ batch_chains(const uint8_t *p, size_t len)
 		    || n > len - off - JRN_RHDR)
 			return (false);
 		t = p[off + JRN_RHDR];
-		if (t < JRN_JOB || t >= JRN_BATCH)
+		if (!srv_jrn_type_plain(t))
 			return (false);
 		off += JRN_RHDR + n;
 	}
@@ -302,7 +412,7 @@ rec_whole(const uint8_t *p, size_t len, size_t off, bool log)
 	if (n == 0 || n > len - off - JRN_RHDR)
 		return (false);
 	t = p[off + JRN_RHDR];
-	if (log ? t != JRN_BATCH : (t < JRN_JOB || t >= JRN_BATCH))
+	if (log ? t != JRN_BATCH : !srv_jrn_type_plain(t))
 		return (false);
 	if (t == JRN_BATCH && !batch_chains(p + off + JRN_RHDR + 1, n - 1))
 		return (false);

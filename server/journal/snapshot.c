@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/clients.h"
+#include "state/elastic.h"
 #include "state/groups.h"
 #include "state/job.h"
 #include "state/kv.h"
@@ -53,6 +54,45 @@ snapshot_kv(void *arg, const char *key, const void *val, size_t vlen)
 	snapshot_flush(s, false);
 }
 
+/* An elastic job's generation: the older changes a Reform may come from
+ * (JRN_GENMAP), then the generation itself (JRN_RESHAPE, with the step
+ * that made it). */
+static void
+snapshot_elastic(
+    struct srv_jbuf *b, struct srv_job *job, const struct srv_jrn_member *recs)
+{
+	const struct srv_el_step *st, *cur = NULL;
+	struct srv_jrn_egen rs;
+
+	for (unsigned i = 0; (st = srv_elastic_step(job, i)) != NULL; i++) {
+		if (st->gen == job->generation && st->n == job->world) {
+			cur = st;
+			continue;
+		}
+		srv_rec_genmap(
+		    b, job->name, st->gen, st->prev_gen, st->n, st->prev);
+	}
+	rs.gen = job->generation;
+	rs.prev_gen = cur != NULL ? cur->prev_gen : 0;
+	rs.min_world = job->min_world;
+	rs.max_world = job->max_world;
+	rs.world = job->world;
+	rs.m = recs;
+	srv_rec_reshape(b, job->name, &rs);
+}
+
+/* The members older changes removed, oldest first (JRN_REMOVED). */
+static void
+snapshot_removed(struct srv_jbuf *b, struct srv_job *job)
+{
+	const struct srv_el_removed *r;
+
+	for (unsigned i = 0; (r = srv_elastic_removal(job, i)) != NULL; i++)
+		srv_rec_put(b, JRN_REMOVED, "sqqwswss", job->name,
+		    r->client_id, r->gen, (uint32_t)r->rank, r->host, r->pid,
+		    r->text, r->detail);
+}
+
 static void
 snapshot_job(struct snapshot *s, struct srv_job *job)
 {
@@ -66,6 +106,8 @@ snapshot_job(struct snapshot *s, struct srv_job *job)
 		struct srv_jrn_member *recs = srv_job_member_recs(job);
 		if (recs == NULL)
 			b->oom = true;
+		else if (srv_job_elastic(job))
+			snapshot_elastic(b, job, recs);
 		else
 			srv_rec_gen(
 			    b, job->name, job->generation, job->world, recs);
@@ -92,6 +134,7 @@ snapshot_job(struct snapshot *s, struct srv_job *job)
 				srv_rec_group(
 				    b, job->name, g->name, g->n, g->ranks);
 		}
+		snapshot_removed(b, job);
 	}
 	snapshot_flush(s, false);
 	srv_kv_foreach(job->kv, snapshot_kv, s);

@@ -114,7 +114,7 @@ srv_metrics_text(struct srv_core *core, cohort__time now)
 	        * (core->metrics_jobs ? 4 * (2 * SRV_MAX_NAME + 64) : 0),
 	       off = 0;
 	char *buf = malloc(cap);
-	uint64_t keys = 0, bytes = 0, members = 0;
+	uint64_t keys = 0, bytes = 0, members = 0, joiners = 0;
 	struct srv_jrn_stats js;
 	struct srv_hnode *n;
 	size_t i;
@@ -128,6 +128,7 @@ srv_metrics_text(struct srv_core *core, cohort__time now)
 		bytes += srv_kv_bytes(job->kv);
 		for (uint32_t r = 0; job->members && r < job->world; r++)
 			members += job->members[r].state == SRV_MEMBER_RUNNING;
+		joiners += job->njoiners;
 	}
 	/* ms: a duration in milliseconds, shown in seconds */
 	const struct metrics_row rows[] = {
@@ -146,6 +147,17 @@ srv_metrics_text(struct srv_core *core, cohort__time now)
 		    core->m.rendezvous },
 		{ "counter", "collectives_total", "Collectives completed.",
 		    false, core->m.collectives },
+		{ "counter", "elastic_shrinks_total",
+		    "Generations of elastic jobs that went on without a lost "
+		    "member.",
+		    false, core->m.shrinks },
+		{ "counter", "elastic_grows_total",
+		    "Generations of elastic jobs that admitted joiners at a "
+		    "step boundary.",
+		    false, core->m.grows },
+		{ "gauge", "elastic_joiners_waiting",
+		    "Processes waiting to join a running elastic job.", false,
+		    joiners },
 		{ "gauge", "draining",
 		    "1 while cohortd drains before it exits (/readyz says "
 		    "503).",

@@ -198,6 +198,9 @@ status_job(struct status_build *sb, struct srv_job *job, cohort__time now)
 	js->kv_bytes = srv_kv_bytes(job->kv);
 	js->failed_rank = job->failed_rank;
 	js->failed_text = job->failed_text != NULL ? job->failed_text : "";
+	js->min_world = job->min_world;
+	js->max_world = srv_job_elastic(job) ? job->max_world : 0;
+	js->joiners_waiting = job->njoiners;
 	if (job->failed_rank >= 0) {
 		job->failure.age_ms
 		    = job->failed_at != 0 && now > job->failed_at
@@ -438,8 +441,11 @@ json_job(struct json_buf *b, const Cohort__JobStatus *js)
 {
 	json_put(b, "{\"job\":");
 	json_str(b, js->job);
-	json_put(b, ",\"generation\":%" PRIu64 ",\"world_size\":%u,\"state\":",
-	    js->generation, js->world_size);
+	json_put(b,
+	    ",\"generation\":%" PRIu64 ",\"world_size\":%u,\"min_world\":%u"
+	    ",\"max_world\":%u,\"joiners_waiting\":%u,\"state\":",
+	    js->generation, js->world_size, js->min_world, js->max_world,
+	    js->joiners_waiting);
 	json_str(b, js->state);
 	json_put(b, ",\"failed_rank\":%d,\"failed_text\":", js->failed_rank);
 	json_str(b, js->failed_text);

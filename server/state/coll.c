@@ -29,6 +29,7 @@ srv_coll_kind_name(int kind)
 		= "reduce_scalars",
 		[COHORT__COLLECTIVE_KIND__COLL_DECIDE] = "decide",
 		[COHORT__COLLECTIVE_KIND__COLL_SERVICE] = "service",
+		[COHORT__COLLECTIVE_KIND__COLL_BOUNDARY] = "boundary",
 	};
 
 	if (kind < 0 || (size_t)kind >= sizeof(names) / sizeof(names[0])
@@ -86,6 +87,10 @@ srv_coll_desc_text(const struct srv_cdesc *cd, char *buf, size_t len)
 	}
 	size_t off = 0;
 
+	if (cd->kind == COHORT__COLLECTIVE_KIND__COLL_BOUNDARY) {
+		cohort__appendf(buf, len, &off, "step boundary");
+		return;
+	}
 	cohort__appendf(buf, len, &off, "%s '%s'",
 	    srv_coll_kind_name(cd->kind), cd->name ? cd->name : "");
 	switch (cd->kind) {
@@ -474,6 +479,17 @@ coll_validate(struct srv_call *c, const Cohort__Collective *co)
 	case COHORT__COLLECTIVE_KIND__COLL_NONE:
 		srv_call_fail(c, COHORT_EINVAL, "collective kind is missing");
 		return (false);
+	case COHORT__COLLECTIVE_KIND__COLL_BOUNDARY:
+		if (co->group[0] != '\0') {
+			srv_call_fail(c, COHORT_EINVAL,
+			    "a step boundary is on the world group (\"\"), "
+			    "not "
+			    "on group '%s'",
+			    co->group);
+			return (false);
+		}
+		c->has_state = co->has_state;
+		/* FALLTHROUGH */
 	case COHORT__COLLECTIVE_KIND__COLL_BARRIER:
 	case COHORT__COLLECTIVE_KIND__COLL_DECIDE:
 		if (c->plen != 0) {
@@ -553,10 +569,27 @@ coll_validate(struct srv_call *c, const Cohort__Collective *co)
 	return (true);
 }
 
-/* The arrival of member m at the collective req. */
+/* Everyone arrived at a collective whose owner completes it (a step
+ * boundary): its parked arrivals go to done, co is freed. */
 static void
+coll_detach(struct srv_coll *co, struct srv_coll_done *done)
+{
+	done->calls = co->calls;
+	done->n = co->g->n;
+	for (uint32_t i = 0; i < done->n; i++)
+		done->calls[i]->owner = NULL;
+	co->calls = NULL;
+	co->nparked = 0;
+	co->job->core->m.collectives++;
+	coll_free(co);
+}
+
+/* The arrival of member m at the collective req. With done, the last
+ * arrival hands every arrival over (true) instead of completing it. */
+static bool
 coll_arrive(struct srv_call *c, const struct srv_member *m,
-    const Cohort__Collective *req, cohort__time now)
+    const Cohort__Collective *req, cohort__time now,
+    struct srv_coll_done *done)
 {
 	struct srv_job *job = c->job;
 	struct srv_group *g;
@@ -567,19 +600,19 @@ coll_arrive(struct srv_call *c, const struct srv_member *m,
 	int32_t grank;
 
 	if (!coll_validate(c, req))
-		return;
+		return (false);
 	g = srv_group_find(job, req->group);
 	if (g == NULL || !g->complete) {
 		srv_call_fail(c, COHORT_ENOENT,
 		    "group '%s' does not exist in generation %" PRIu64
 		    " of job '%s'",
 		    req->group, job->generation, job->name);
-		return;
+		return (false);
 	}
 	if ((grank = g->grank_of[m->rank]) < 0) {
 		srv_call_fail(c, COHORT_EINVAL,
 		    "rank %d is not a member of group '%s'", m->rank, g->name);
-		return;
+		return (false);
 	}
 	c->rank = m->rank;
 	c->grank = grank;
@@ -589,19 +622,19 @@ coll_arrive(struct srv_call *c, const struct srv_member *m,
 			    "broadcast root %d is out of range for group '%s' "
 			    "of size %u",
 			    req->root, g->name, g->n);
-			return;
+			return (false);
 		}
 		if (grank != req->root && c->plen != 0) {
 			srv_call_fail(c, COHORT_EINVAL,
 			    "only the broadcast root sends a payload");
-			return;
+			return (false);
 		}
 	}
 	glen = strlen(req->group);
 	klen = 8 + glen;
 	if ((key = malloc(klen)) == NULL) {
 		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
-		return;
+		return (false);
 	}
 	memcpy(key, &req->op_seq, 8);
 	memcpy(key + 8, req->group, glen);
@@ -617,13 +650,13 @@ coll_arrive(struct srv_call *c, const struct srv_member *m,
 			free(key);
 			srv_coll_desc_text(&c->cd, what, sizeof(what));
 			srv_group_answer_left(c, g->ranks[i], what);
-			return;
+			return (false);
 		}
 		co = coll_new(job, g, key, klen, req->op_seq, &c->cd, now);
 		if (co == NULL) {
 			free(key);
 			srv_call_fail(c, COHORT_ENOMEM, "out of memory");
-			return;
+			return (false);
 		}
 	}
 	if (co->mismatch != NULL) {
@@ -634,18 +667,18 @@ coll_arrive(struct srv_call *c, const struct srv_member *m,
 		srv_call_fail(c, co->fail_st, "%s", co->mismatch);
 		if (coll_done(co))
 			coll_free(co);
-		return;
+		return (false);
 	}
 	if (co->arrived[grank]) {
 		srv_call_fail(c, COHORT_EINVAL,
 		    "rank %d entered collective #%" PRIu64
 		    " on group '%s' twice",
 		    m->rank, co->op_seq, g->name);
-		return;
+		return (false);
 	}
 	if (!coll_desc_equal(&co->cd, &c->cd)) {
 		coll_mismatch(co, c);
-		return;
+		return (false);
 	}
 	co->arrived[grank] = 1;
 	co->narrived++;
@@ -661,7 +694,7 @@ coll_arrive(struct srv_call *c, const struct srv_member *m,
 		    "exceeds cohortd's --max-value-bytes %" PRIu64,
 		    c->object_len, c->rank, c->core->lim.max_value);
 		coll_tombstone(co, c, COHORT_ETOOBIG, detail);
-		return;
+		return (false);
 	}
 	if (co->cd.kind == COHORT__COLLECTIVE_KIND__COLL_BROADCAST) {
 		if (grank == co->cd.root) {
@@ -687,18 +720,24 @@ coll_arrive(struct srv_call *c, const struct srv_member *m,
 			co->nparked++;
 			c->owner = co;
 			srv_call_park(c, &coll_park);
-			return;
+			return (false);
 		}
 		if (coll_done(co))
 			coll_free(co);
-		return;
+		return (false);
 	}
 	co->calls[grank] = c;
 	co->nparked++;
 	c->owner = co;
 	srv_call_park(c, &coll_park);
-	if (co->narrived == g->n)
+	if (co->narrived < g->n)
+		return (false);
+	if (done == NULL) {
 		coll_complete(co);
+		return (false);
+	}
+	coll_detach(co, done);
+	return (true);
 }
 
 static void
@@ -819,5 +858,12 @@ void
 srv_coll_handle(
     struct srv_call *c, const Cohort__Request *req, cohort__time now)
 {
-	coll_arrive(c, c->client->member, req->collective, now);
+	(void)coll_arrive(c, c->client->member, req->collective, now, NULL);
+}
+
+bool
+srv_coll_boundary(struct srv_call *c, const Cohort__Request *req,
+    cohort__time now, struct srv_coll_done *done)
+{
+	return (coll_arrive(c, c->client->member, req->collective, now, done));
 }

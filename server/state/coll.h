@@ -38,8 +38,21 @@ struct srv_coll {
 /* A Collective of a running member (the dispatch table's handler). */
 void srv_coll_handle(
     struct srv_call *c, const Cohort__Request *req, cohort__time now);
+/* The arrivals of a collective completed by its owner. */
+struct srv_coll_done {
+	struct srv_call **calls; /* by group rank, malloc'd: the owner's */
+	uint32_t n;
+};
+/* A step boundary's arrival (COLL_BOUNDARY, elastic.c), gathered like a
+ * collective on the world group (mismatch, timeouts, stalls): true when
+ * it was the last, with every arrival (still parked, in no collective)
+ * in done for the caller to answer; false when c was parked or
+ * answered. */
+bool srv_coll_boundary(struct srv_call *c, const Cohort__Request *req,
+    cohort__time now, struct srv_coll_done *done);
 /* Answers every parked collective / group creation with st (EPEERLOST
- * with the job's failure, ESTALE, ECLOSED) and frees them. With
+ * with the job's failure, EMEMBERSHIP with its last change, ESTALE,
+ * ECLOSED) and frees them. With
  * free_groups, complete groups go too (new generation, job removal). */
 void srv_coll_reset(
     struct srv_job *job, cohort_status st, const char *why, bool free_groups);

@@ -326,6 +326,8 @@ srv_end_calls(struct srv_call **calls, uint32_t n, const struct srv_end *e)
 			srv_group_answer_left(c, e->left, e->what);
 		else if (e->st == COHORT_EPEERLOST)
 			srv_call_peerlost(c);
+		else if (e->st == COHORT_EMEMBERSHIP)
+			srv_call_membership(c);
 		else
 			srv_call_fail(c, e->st, "%s", e->why);
 	}
@@ -337,6 +339,81 @@ srv_group_end(
 {
 	srv_end_calls(g->arr, g->n, e);
 	srv_group_free(job, g);
+}
+
+/* g's members through old2new, in their old order, over a new world;
+ * false (g unchanged) when out of memory. */
+static bool
+group_remap(struct srv_group *g, const int32_t *old2new, uint32_t old_world,
+    uint32_t new_world, bool world)
+{
+	int32_t *ranks = malloc(sizeof(int32_t) * (new_world ? new_world : 1));
+	int32_t *of = malloc(sizeof(int32_t) * (new_world ? new_world : 1));
+	uint32_t n = 0;
+
+	if (ranks == NULL || of == NULL) {
+		free(ranks);
+		free(of);
+		return (false);
+	}
+	if (world) {
+		for (uint32_t r = 0; r < new_world; r++)
+			ranks[n++] = (int32_t)r;
+	} else {
+		for (uint32_t i = 0; i < g->n; i++) {
+			int32_t o = g->ranks[i];
+			if (o >= 0 && (uint32_t)o < old_world
+			    && old2new[o] >= 0)
+				ranks[n++] = old2new[o];
+		}
+	}
+	for (uint32_t r = 0; r < new_world; r++)
+		of[r] = -1;
+	for (uint32_t i = 0; i < n; i++)
+		of[ranks[i]] = (int32_t)i;
+	free(g->ranks);
+	free(g->grank_of);
+	g->ranks = ranks;
+	g->grank_of = of;
+	g->n = n;
+	/* a group's arrivals array is sized by its members */
+	free(g->arr);
+	g->arr = calloc(n ? n : 1, sizeof(*g->arr));
+	g->narr = 0;
+	return (g->arr != NULL);
+}
+
+cohort_status
+srv_group_carry(struct srv_job *job, const int32_t *old2new,
+    uint32_t old_world, uint32_t new_world)
+{
+	struct srv_hnode *n, *next;
+	cohort_status rv = COHORT_OK;
+	size_t i;
+
+	for (n = srv_map_next(&job->groups, &i, NULL); n != NULL; n = next) {
+		struct srv_group *g = SRV_CONTAINER(n, struct srv_group, hn);
+		bool world = g->name[0] == '\0';
+		next = srv_map_next(&job->groups, &i, n);
+		COHORT__ASSERT(g->complete && g->narr == 0);
+		if (!world
+		    && strncmp(g->name, SRV_GROUP_STATE_PREFIX,
+		           strlen(SRV_GROUP_STATE_PREFIX))
+		        == 0) {
+			srv_group_free(job, g);
+			continue;
+		}
+		if (!group_remap(g, old2new, old_world, new_world, world)) {
+			rv = COHORT_ENOMEM;
+			srv_group_free(job, g);
+			continue;
+		}
+		if (g->n == 0)
+			srv_group_free(job, g);
+	}
+	if (srv_group_find(job, "") == NULL && rv == COHORT_OK)
+		rv = srv_group_world(job);
+	return (rv);
 }
 
 cohort_status

@@ -21,7 +21,8 @@ struct srv_group {
 
 /* How the calls parked in an operation that cannot complete are
  * answered: rank `left` left the job, so `what` cannot complete; or
- * (left < 0) with st and why (EPEERLOST: the job's failure). */
+ * (left < 0) with st and why (EPEERLOST: the job's failure;
+ * EMEMBERSHIP: the job's last change). */
 struct srv_end {
 	cohort_status st;
 	const char *why;
@@ -46,6 +47,19 @@ void srv_end_calls(
 /* Ends a group: a pending creation's parked calls answered as e says. */
 void srv_group_end(
     struct srv_job *job, struct srv_group *g, const struct srv_end *e);
+/* Elastic: carries the job's groups over to its next generation of
+ * new_world ranks (proto/README.md 8.2.3). The world group becomes
+ * 0..new_world-1; every other complete group keeps the members old2new
+ * maps (by rank in the generation before, old_world entries; -1: gone)
+ * in their old order, and is dropped when none is left or when it is a
+ * state transfer's (SRV_GROUP_STATE_PREFIX: one generation's). Pending
+ * creations must have been ended before. ENOMEM drops the group it hit
+ * (its members' next call on it gets ENOENT). O(sum of the groups' sizes
+ * + groups x new_world). */
+cohort_status srv_group_carry(struct srv_job *job, const int32_t *old2new,
+    uint32_t old_world, uint32_t new_world);
+/* Groups a state transfer creates (client: cohort_state_transfer). */
+#define SRV_GROUP_STATE_PREFIX "cohort.state."
 /* Journal replay: a complete group (EPROTO: ranks not of the job's
  * generation). */
 cohort_status srv_group_restore(

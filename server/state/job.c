@@ -66,6 +66,9 @@ srv_core_members_total(struct srv_core *core)
 	     n = srv_map_next(&core->jobs, &i, n)) {
 		struct srv_job *job = SRV_CONTAINER(n, struct srv_job, hn);
 		uint32_t w = job->members != NULL ? job->world : 0;
+		/* an elastic job holds room for its maximum */
+		if (job->members != NULL && job->max_world > w)
+			w = job->max_world;
 		t += job->rdzv_world > w ? job->rdzv_world : w;
 	}
 	return (t);
@@ -92,11 +95,7 @@ srv_job_clear_failure(struct srv_job *job)
 	job->failed_text = NULL;
 	job->failed_detail = NULL;
 	job->failed_rank = -1;
-	free(job->failure.host);
-	free(job->failure.operation);
-	free(job->failure.group);
-	free(job->failure.text);
-	srv_job_failure_init(&job->failure);
+	srv_failure_free(&job->failure);
 	job->failed_at = 0;
 }
 
@@ -109,26 +108,128 @@ srv_job_failure_init(Cohort__Failure *f)
 }
 
 void
+srv_failure_free(Cohort__Failure *f)
+{
+	free(f->host);
+	free(f->operation);
+	free(f->group);
+	free(f->text);
+	srv_job_failure_init(f);
+}
+
+void
+srv_failure_fill(Cohort__Failure *f, const struct srv_member *m,
+    Cohort__FailureKind kind, const char *operation, uint64_t seq,
+    const char *group, Cohort__FailureOpState state, uint64_t op_age,
+    const char *text, cohort__time now)
+{
+	f->kind = kind;
+	f->rank = m->rank;
+	f->host = srv_strdup(m->host);
+	f->pid = m->pid;
+	f->operation = srv_strdup(operation != NULL ? operation : "");
+	f->seq = seq;
+	f->group = srv_strdup(group != NULL ? group : "");
+	f->op_state = state;
+	f->op_age_ms = op_age;
+	f->unix_ms = now != 0 ? cohort__wall_ms() : 0;
+	f->text = srv_strdup(text != NULL ? text : "");
+	/* out of memory leaves a string NULL, which packs as empty */
+}
+
+void
 srv_job_set_failure(struct srv_job *job, const struct srv_member *m,
     Cohort__FailureKind kind, const char *operation, uint64_t seq,
     const char *group, Cohort__FailureOpState state, uint64_t op_age,
     cohort__time now)
 {
-	Cohort__Failure *f = &job->failure;
-
-	f->kind = kind;
-	f->rank = m->rank;
-	f->host = srv_strdup(m->host);
-	f->pid = m->pid;
-	f->operation = srv_strdup(operation);
-	f->seq = seq;
-	f->group = srv_strdup(group);
-	f->op_state = state;
-	f->op_age_ms = op_age;
-	f->unix_ms = now != 0 ? cohort__wall_ms() : 0;
-	f->text = srv_strdup(job->failed_text != NULL ? job->failed_text : "");
-	/* out of memory leaves a string NULL, which packs as empty */
+	srv_failure_fill(&job->failure, m, kind, operation, seq, group, state,
+	    op_age, job->failed_text, now);
 	job->failed_at = now;
+}
+
+void
+srv_job_clear_change(struct srv_job *job)
+{
+	struct srv_change *ch = &job->change;
+
+	free(ch->text);
+	free(ch->detail);
+	srv_failure_free(&ch->failure);
+	ch->text = ch->detail = NULL;
+	ch->generation = 0;
+	ch->rank = -1;
+	ch->at = 0;
+}
+
+void
+srv_call_membership(struct srv_call *c)
+{
+	struct srv_change *ch = &c->job->change;
+	Cohort__Reply rep;
+	char buf[256];
+
+	srv_reply_init(&rep, c, COHORT_EMEMBERSHIP);
+	if (ch->detail != NULL) {
+		rep.error = ch->detail;
+	} else {
+		snprintf(buf, sizeof(buf),
+		    "the membership of job '%s' changed: it is at generation "
+		    "%" PRIu64 " (cohort_client_reform moves a member along)",
+		    c->job->name, c->job->generation);
+		rep.error = buf;
+	}
+	rep.failed_rank = ch->rank;
+	if (ch->text != NULL)
+		rep.failed_text = ch->text;
+	if (ch->rank >= 0) {
+		/* packed before the next call: the age is this reply's */
+		ch->failure.age_ms = ch->at != 0 && c->start > ch->at
+		    ? (uint64_t)(c->start - ch->at)
+		    : 0;
+		rep.failure = &ch->failure;
+	}
+	srv_call_answer(c, &rep, NULL, 0);
+}
+
+bool
+srv_join_reply_fill(
+    Cohort__JoinReply *jr, const struct srv_job *job, int32_t rank)
+{
+	uint32_t w = job->world;
+
+	cohort__join_reply__init(jr);
+	jr->hosts = calloc(w ? w : 1, sizeof(char *));
+	jr->local_ranks = calloc(w ? w : 1, sizeof(int32_t));
+	if (jr->hosts == NULL || jr->local_ranks == NULL) {
+		srv_join_reply_free(jr);
+		return (false);
+	}
+	for (uint32_t r = 0; r < w; r++) {
+		jr->hosts[r] = (char *)job->members[r].host;
+		jr->local_ranks[r] = job->members[r].local_rank;
+	}
+	jr->n_hosts = jr->n_local_ranks = w;
+	jr->rank = rank;
+	jr->world_size = w;
+	jr->generation = job->generation;
+	jr->job_id = job->job_id;
+	jr->max_value_bytes = job->core->lim.max_value;
+	jr->max_message_bytes
+	    = job->core->lim.max_value + COHORT__ENVELOPE_ALLOWANCE;
+	jr->min_world = job->min_world;
+	jr->max_world = srv_job_elastic(job) ? job->max_world : 0;
+	return (true);
+}
+
+void
+srv_join_reply_free(Cohort__JoinReply *jr)
+{
+	free(jr->hosts);
+	free(jr->local_ranks);
+	jr->hosts = NULL;
+	jr->local_ranks = NULL;
+	jr->n_hosts = jr->n_local_ranks = 0;
 }
 
 struct srv_jrn_member *
@@ -145,6 +246,8 @@ srv_job_member_recs(const struct srv_job *job)
 		recs[r].local_rank = m->local_rank;
 		recs[r].hb_ms = m->hb_ms;
 		recs[r].dead_ms = m->dead_ms;
+		recs[r].prev_rank = m->prev_rank;
+		recs[r].has_state = m->has_state;
 	}
 	return (recs);
 }

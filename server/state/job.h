@@ -49,6 +49,25 @@ struct srv_member {
 	uint64_t stall_logged; /* last_op_seq + 1 of the logged stall */
 	char *failure;
 	struct srv_client *client;
+	/* Elastic (elastic.c): it holds the job's state (false: admitted
+	 * into the running job, no transfer reached it yet), and its rank
+	 * in the generation before (-1: admitted by the change that made
+	 * this one, or formed by a rendezvous). */
+	bool has_state;
+	int32_t prev_rank;
+};
+
+/* Elastic: the last change of the job's membership (elastic.c), told to
+ * every request of an older generation (COHORT_EMEMBERSHIP). */
+struct srv_change {
+	uint64_t generation; /* the generation it made; 0: none yet */
+	/* The member lost (its rank in the generation before), or -1 when
+	 * members were admitted. */
+	int32_t rank;
+	char *text; /* its failure's text (Reply.failed_text) */
+	char *detail; /* what happened (Reply.error) */
+	Cohort__Failure failure; /* rank >= 0: the loss as data (owned) */
+	cohort__time at; /* 0: restored, unknown */
 };
 
 enum srv_job_state {
@@ -58,6 +77,7 @@ enum srv_job_state {
 };
 
 struct srv_kv;
+struct srv_elastic;
 
 struct srv_job {
 	struct srv_hnode hn; /* in core->jobs by name */
@@ -93,6 +113,19 @@ struct srv_job {
 	struct srv_link rdzv_auto;
 	cohort__time rdzv_start;
 	struct srv_link watchers;
+	/* Elastic membership (elastic.h; min_world 0: not elastic): the
+	 * range, the pending rendezvous' lower end and its last arrival
+	 * (--rdzv-last-call), the joins waiting for a step boundary (in
+	 * arrival order), the last change, and what elastic.c keeps (the
+	 * generations a Reform maps from, removed members). */
+	uint32_t min_world;
+	uint32_t max_world;
+	uint32_t rdzv_min;
+	cohort__time rdzv_last;
+	struct srv_link joiners;
+	uint32_t njoiners;
+	struct srv_change change;
+	struct srv_elastic *el;
 	struct srv_clients clients;
 	struct srv_map groups; /* srv_group by name (groups.h) */
 	struct srv_map colls; /* srv_coll by (op_seq, group) (coll.h) */
@@ -122,6 +155,34 @@ const struct srv_call *srv_member_parked_op(const struct srv_member *m);
  * (short). */
 void srv_member_doing(const struct srv_member *m, cohort__time now,
     bool longform, char *buf, size_t len);
+
+/* Whether the job lives through the loss of members (elastic.h). */
+static inline bool
+srv_job_elastic(const struct srv_job *job)
+{
+	return (job->min_world > 0);
+}
+
+/* A failure record f (strings copied; f's strings must be free): rank m
+ * failed (kind) in (state) operation #seq of group, known op_age ms
+ * before, in its words text. now 0: restored, the time unknown. */
+void srv_failure_fill(Cohort__Failure *f, const struct srv_member *m,
+    Cohort__FailureKind kind, const char *operation, uint64_t seq,
+    const char *group, Cohort__FailureOpState state, uint64_t op_age,
+    const char *text, cohort__time now);
+/* Frees f's strings and empties it (srv_job_failure_init). */
+void srv_failure_free(Cohort__Failure *f);
+/* Forgets the job's last membership change. */
+void srv_job_clear_change(struct srv_job *job);
+/* Answers c COHORT_EMEMBERSHIP with the job's last change (its failure
+ * record, the lost rank) and its current generation. */
+void srv_call_membership(struct srv_call *c);
+/* The JoinReply of the job's current generation for its rank `rank`:
+ * range, hosts and local ranks (malloc'd: srv_join_reply_free). False
+ * when out of memory. */
+bool srv_join_reply_fill(
+    Cohort__JoinReply *jr, const struct srv_job *job, int32_t rank);
+void srv_join_reply_free(Cohort__JoinReply *jr);
 
 /* Sets the EPEERLOST fields of c's job's failure on rep (its Failure with
  * the age as of c's arrival). */

@@ -11,6 +11,7 @@
 #include "core/util.h"
 #include "journal/log.h"
 #include "coll.h"
+#include "elastic.h"
 #include "kv.h"
 #include "lifecycle.h"
 
@@ -32,6 +33,9 @@ srv_job_new(struct srv_core *core, const char *name, const char *token)
 	job->jr.id = job->job_id;
 	srv_list_init(&job->rdzv_auto);
 	srv_list_init(&job->watchers);
+	srv_list_init(&job->joiners);
+	srv_job_failure_init(&job->change.failure);
+	job->change.rank = -1;
 	srv_clients_init(&job->clients, job, &job->jr);
 	srv_map_init(&job->groups);
 	srv_map_init(&job->colls);
@@ -88,6 +92,7 @@ srv_job_free(struct srv_job *job, const char *why)
 	srv_coll_reset(job, COHORT_ECLOSED, why, true);
 	srv_job_clear_members(job);
 	srv_job_clear_failure(job);
+	srv_elastic_clear(job);
 	free(job->rdzv_by_rank);
 	srv_kv_free(job->kv);
 	srv_clients_fini(&job->clients);

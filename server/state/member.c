@@ -15,7 +15,9 @@
 #include "core/util.h"
 #include "journal/log.h"
 #include "coll.h"
+#include "elastic.h"
 #include "member.h"
+#include "rdzv.h"
 
 void
 srv_member_leave(
@@ -84,6 +86,8 @@ srv_member_heartbeat(
 	cohort__heartbeat_reply__init(&hr);
 	hr.healthy = job->state != SRV_JOB_FAILED;
 	hr.server_time_ms = (uint64_t)now;
+	hr.generation = job->generation;
+	hr.joiners_waiting = job->njoiners;
 	if (!hr.healthy)
 		srv_reply_failure(&rep, c);
 	rep.body_case = COHORT__REPLY__BODY_HEARTBEAT;
@@ -155,9 +159,12 @@ srv_member_running(struct srv_call *c)
 	struct srv_member *m = c->client->member;
 
 	if (m == NULL) {
-		srv_call_fail(c, COHORT_ESTATE,
-		    "this client is not a member of job '%s' (join first)",
-		    job->name);
+		/* a process an elastic change removed is told so */
+		if (!srv_elastic_removed(c))
+			srv_call_fail(c, COHORT_ESTATE,
+			    "this client is not a member of job '%s' (join "
+			    "first)",
+			    job->name);
 		return (NULL);
 	}
 	if (job->state == SRV_JOB_FAILED) {
@@ -176,13 +183,43 @@ srv_member_running(struct srv_call *c)
 /* Failure                                                                  */
 /* ------------------------------------------------------------------------ */
 
+/* "TEXT's first line; why" and the rest of TEXT (a traceback's further
+ * lines stay last), malloc'd (NULL: out of memory). */
+static char *
+member_text_with(const char *text, const char *why)
+{
+	const char *nl = strchr(text, '\n');
+	size_t first = nl != NULL ? (size_t)(nl - text) : strlen(text);
+	size_t n = strlen(text) + strlen(why) + 3;
+	char *s = malloc(n);
+
+	if (s != NULL)
+		snprintf(s, n, "%.*s; %s%s", (int)first, text, why,
+		    nl != NULL ? nl : "");
+	return (s);
+}
+
+/* An elastic job stopped: its joins wait in its next rendezvous (the one
+ * its restarted members join), in arrival order. */
+static void
+member_joiners_to_rdzv(struct srv_job *job, cohort__time now)
+{
+	size_t n;
+	struct srv_call **calls = srv_elastic_take_joiners(job, &n);
+
+	for (size_t i = 0; i < n; i++)
+		srv_rdzv_enter(calls[i], now);
+	free(calls);
+}
+
 void
 srv_job_fail_member(struct srv_job *job, struct srv_member *m,
     Cohort__FailureKind kind, const char *text, cohort__time now)
 {
-	char op[800], detail[1400], what[700] = "";
+	char op[800], detail[1800], what[700] = "", why[256];
 	const struct srv_call *p;
 	const char *nl, *group = "";
+	char *stop_text = NULL;
 	uint64_t seq = 0, op_age = 0;
 	Cohort__FailureOpState state
 	    = COHORT__FAILURE_OP_STATE__FAILURE_OP_UNKNOWN;
@@ -191,8 +228,6 @@ srv_job_fail_member(struct srv_job *job, struct srv_member *m,
 	if (m->state != SRV_MEMBER_RUNNING)
 		return;
 	m->state = SRV_MEMBER_FAILED;
-	free(m->failure);
-	m->failure = srv_strdup(text);
 	job->core->m.failures++;
 	srv_failures_note(job->core, job->name, m->rank, text, now);
 	op[0] = '\0';
@@ -245,9 +280,39 @@ srv_job_fail_member(struct srv_job *job, struct srv_member *m,
 		    job->generation, detail);
 		cohort__log_ctx_pop(saved);
 	}
+	if (job->state == SRV_JOB_RUNNING && srv_job_elastic(job)) {
+		/* Elastic (README 8.2): the survivors go on in a new
+		 * generation, or the job stops saying why. The FAIL record
+		 * comes first: the replay of the reshape finds the lost
+		 * member failed. */
+		struct srv_el_loss loss
+		    = { kind, what, seq, group, state, op_age, text, detail };
+		size_t off = strlen(detail);
+		if (srv_elastic_survivable(job, why, sizeof(why))) {
+			free(m->failure);
+			m->failure = srv_strdup(text);
+			srv_jrn_fail(job->core->jrn, &job->jr, m->rank,
+			    m->failure, detail);
+			if (srv_elastic_shrink(job, m, &loss, now))
+				return;
+			snprintf(why, sizeof(why),
+			    "cohortd ran out of memory re-forming it");
+		}
+		stop_text = member_text_with(text, why);
+		if (stop_text != NULL)
+			text = stop_text;
+		cohort__appendf(detail, sizeof(detail), &off,
+		    "; job '%s' stops: %s", job->name, why);
+		cohort__warn("job '%s' stops at generation %" PRIu64 ": %s",
+		    job->name, job->generation, why);
+	}
+	free(m->failure);
+	m->failure = srv_strdup(text);
 	srv_jrn_fail(job->core->jrn, &job->jr, m->rank, m->failure, detail);
-	if (job->state != SRV_JOB_RUNNING)
+	if (job->state != SRV_JOB_RUNNING) {
+		free(stop_text);
 		return;
+	}
 	job->state = SRV_JOB_FAILED;
 	srv_job_clear_failure(job);
 	job->failed_rank = m->rank;
@@ -255,6 +320,7 @@ srv_job_fail_member(struct srv_job *job, struct srv_member *m,
 	job->failed_detail = srv_strdup(detail);
 	srv_job_set_failure(
 	    job, m, kind, what, seq, group, state, op_age, now);
+	free(stop_text);
 	srv_coll_reset(job, COHORT_EPEERLOST, detail, false);
 	while (!srv_list_empty(&job->watchers)) {
 		struct srv_call *c = SRV_CONTAINER(
@@ -262,6 +328,8 @@ srv_job_fail_member(struct srv_job *job, struct srv_member *m,
 		srv_list_remove(&c->olink);
 		srv_call_peerlost(c);
 	}
+	if (job->njoiners > 0)
+		member_joiners_to_rdzv(job, now);
 }
 
 void
@@ -269,6 +337,7 @@ srv_member_sweep(struct srv_job *job, cohort__time now)
 {
 	for (uint32_t r = 0; job->members != NULL && r < job->world; r++) {
 		struct srv_member *m = &job->members[r];
+		uint64_t gen = job->generation;
 		char text[64];
 		if (m->state != SRV_MEMBER_RUNNING
 		    || now - m->last_seen <= (cohort__time)m->dead_ms
@@ -287,6 +356,10 @@ srv_member_sweep(struct srv_job *job, cohort__time now)
 		        ? COHORT__FAILURE_KIND__FAILURE_RESTORE
 		        : COHORT__FAILURE_KIND__FAILURE_HEARTBEAT,
 		    text, now);
+		/* an elastic job went on without it (or a rendezvous of its
+		 * joiners formed): another member table, from the start */
+		if (job->generation != gen)
+			r = (uint32_t)-1;
 	}
 }
 

@@ -6,6 +6,12 @@
  * ranks -1 get the lowest free ranks in arrival order, the old
  * generation's operations end (ESTALE), the world group is made, the
  * generation is journalled, and every join is answered.
+ *
+ * An elastic job's (Join.min_world > 0, README 8.1) completes with
+ * world_size joins too, or with at least min_world of them once none came
+ * for --rdzv-last-call (the sweep); its ranks are dense, in the order of
+ * the ranks asked for, then of arrival. A Join of a running elastic job
+ * is a joiner's (elastic.c). O(world) per completion.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -15,6 +21,7 @@
 #include "core/util.h"
 #include "journal/log.h"
 #include "coll.h"
+#include "elastic.h"
 #include "groups.h"
 #include "rdzv.h"
 
@@ -24,28 +31,68 @@ rdzv_reset(struct srv_job *job)
 	free(job->rdzv_by_rank);
 	job->rdzv_by_rank = NULL;
 	job->rdzv_world = 0;
+	job->rdzv_min = 0;
 	job->rdzv_n = 0;
 	srv_list_init(&job->rdzv_auto);
+}
+
+/* The joins of the rendezvous in rank order (n of them, malloc'd; the
+ * rendezvous keeps none). Not elastic (all world ranks there): explicit
+ * ranks keep theirs, rank -1 joins take the free ones in arrival order.
+ * Elastic: dense, in the order of the ranks asked for, then arrival. */
+static struct srv_call **
+rdzv_order(struct srv_job *job, uint32_t *n)
+{
+	uint32_t w = job->rdzv_world, k = 0;
+	struct srv_call **calls = job->rdzv_by_rank, **order;
+
+	*n = job->rdzv_n;
+	if ((order = calloc(*n ? *n : 1, sizeof(*order))) == NULL)
+		return (NULL);
+	for (uint32_t r = 0; r < w; r++) {
+		struct srv_call *c = calls[r];
+		if (c == NULL && job->rdzv_min > 0)
+			continue;
+		if (c == NULL) {
+			COHORT__ASSERT(!srv_list_empty(&job->rdzv_auto));
+			c = SRV_CONTAINER(
+			    job->rdzv_auto.next, struct srv_call, olink);
+			srv_list_remove(&c->olink);
+		}
+		calls[r] = NULL;
+		order[k++] = c;
+	}
+	while (!srv_list_empty(&job->rdzv_auto)) {
+		struct srv_call *c = SRV_CONTAINER(
+		    job->rdzv_auto.next, struct srv_call, olink);
+		srv_list_remove(&c->olink);
+		order[k++] = c;
+	}
+	COHORT__ASSERT(k == *n);
+	return (order);
 }
 
 static void
 rdzv_complete(struct srv_job *job, cohort__time now)
 {
-	uint32_t w = job->rdzv_world;
-	struct srv_call **calls = job->rdzv_by_rank;
-	struct srv_member *mem = calloc(w, sizeof(*mem));
-	char **hosts = calloc(w, sizeof(char *));
-	int32_t *lr = calloc(w, sizeof(int32_t));
+	uint32_t w, max = job->rdzv_world, min = job->rdzv_min;
+	struct srv_call **calls = rdzv_order(job, &w);
+	struct srv_member *mem = calloc(w ? w : 1, sizeof(*mem));
+	char **hosts = calloc(w ? w : 1, sizeof(char *));
+	int32_t *lr = calloc(w ? w : 1, sizeof(int32_t));
 
-	if (mem == NULL || hosts == NULL || lr == NULL) {
+	if (calls == NULL || mem == NULL || hosts == NULL || lr == NULL) {
 		free(mem);
 		free(hosts);
 		free(lr);
-		for (uint32_t r = 0; r < w; r++) {
-			if (calls[r] == NULL)
+		for (uint32_t r = 0; calls != NULL && r < w; r++)
+			srv_call_fail(
+			    calls[r], COHORT_ENOMEM, "out of memory");
+		for (uint32_t r = 0; calls == NULL && r < max; r++) {
+			struct srv_call *c = job->rdzv_by_rank[r];
+			if (c == NULL)
 				continue;
-			struct srv_call *c = calls[r];
-			calls[r] = NULL;
+			job->rdzv_by_rank[r] = NULL;
 			srv_call_fail(c, COHORT_ENOMEM, "out of memory");
 		}
 		while (!srv_list_empty(&job->rdzv_auto)) {
@@ -54,16 +101,9 @@ rdzv_complete(struct srv_job *job, cohort__time now)
 			srv_list_remove(&c->olink);
 			srv_call_fail(c, COHORT_ENOMEM, "out of memory");
 		}
+		free(calls);
 		rdzv_reset(job);
 		return;
-	}
-	for (uint32_t r = 0; r < w; r++) {
-		if (calls[r] != NULL)
-			continue;
-		COHORT__ASSERT(!srv_list_empty(&job->rdzv_auto));
-		calls[r] = SRV_CONTAINER(
-		    job->rdzv_auto.next, struct srv_call, olink);
-		srv_list_remove(&calls[r]->olink);
 	}
 	srv_job_clear_members(job);
 	srv_job_clear_failure(job);
@@ -97,6 +137,8 @@ rdzv_complete(struct srv_job *job, cohort__time now)
 		m->dead_ms
 		    = c->dead_ms ? c->dead_ms : COHORT__DEFAULT_DEAD_AFTER_MS;
 		m->last_seen = now;
+		m->has_state = true;
+		m->prev_rank = -1;
 		m->client = c->client;
 		if (c->client->member != NULL)
 			c->client->member->client = NULL;
@@ -104,16 +146,25 @@ rdzv_complete(struct srv_job *job, cohort__time now)
 		hosts[r] = m->host;
 		lr[r] = m->local_rank;
 	}
-	job->rdzv_by_rank = NULL;
 	rdzv_reset(job);
-	{
+	if (min > 0) {
+		/* journalled as the elastic job's first generation */
+		srv_elastic_formed(job, min, max);
+	} else {
 		struct srv_jrn_member *recs = srv_job_member_recs(job);
+		srv_elastic_clear(job);
 		srv_jrn_gen(job->core->jrn, &job->jr, job->generation,
 		    job->world, recs);
 		free(recs);
 	}
-	cohort__info("job '%s': generation %" PRIu64 " formed with %u ranks",
-	    job->name, job->generation, w);
+	if (min > 0)
+		cohort__info("job '%s': generation %" PRIu64 " formed with %u "
+		             "ranks (range %u..%u)",
+		    job->name, job->generation, w, min, max);
+	else
+		cohort__info("job '%s': generation %" PRIu64 " formed with "
+		             "%u ranks",
+		    job->name, job->generation, w);
 	for (uint32_t r = 0; r < w; r++) {
 		Cohort__Reply rep;
 		Cohort__JoinReply jr;
@@ -131,6 +182,8 @@ rdzv_complete(struct srv_job *job, cohort__time now)
 		jr.max_value_bytes = c->core->lim.max_value;
 		jr.max_message_bytes
 		    = c->core->lim.max_value + COHORT__ENVELOPE_ALLOWANCE;
+		jr.min_world = job->min_world;
+		jr.max_world = job->max_world;
 		rep.body_case = COHORT__REPLY__BODY_JOIN;
 		rep.join = &jr;
 		srv_call_answer(c, &rep, NULL, 0);
@@ -161,7 +214,7 @@ job_expire_join(struct srv_call *c, cohort__time now)
 	int32_t *miss = calloc(w + 1, sizeof(int32_t));
 	size_t nm = 0;
 	struct srv_link *l;
-	char rb[512], secs[32], buf[1024];
+	char rb[512], secs[32], range[64], buf[1024];
 
 	for (l = job->rdzv_auto.next; l != &job->rdzv_auto; l = l->next)
 		nauto++;
@@ -177,10 +230,15 @@ job_expire_join(struct srv_call *c, cohort__time now)
 	}
 	srv_fmt_ranks(rb, sizeof(rb), miss, nm);
 	srv_fmt_secs(secs, sizeof(secs), now - c->start);
+	if (job->rdzv_min > 0)
+		snprintf(range, sizeof(range), "%u..%u (at least %u needed)",
+		    job->rdzv_min, w, job->rdzv_min);
+	else
+		snprintf(range, sizeof(range), "%u", w);
 	snprintf(buf, sizeof(buf),
-	    "rendezvous of job '%s' timed out after %s: %u of %u ranks "
+	    "rendezvous of job '%s' timed out after %s: %u of %s ranks "
 	    "joined; missing rank%s %s",
-	    job->name, secs, joined, w, nm == 1 ? "" : "s", rb);
+	    job->name, secs, joined, range, nm == 1 ? "" : "s", rb);
 	srv_call_timed_out(c, now, buf, miss, nm);
 }
 
@@ -194,11 +252,17 @@ srv_rdzv_join(struct srv_call *c, const Cohort__Request *req, cohort__time now)
 	const Cohort__Join *j = req->join;
 	struct srv_job *job = c->job;
 	uint32_t w = j->world_size;
-	struct srv_call *holder;
 
 	if (w == 0 || w > SRV_MAX_WORLD) {
 		srv_call_fail(c, COHORT_EINVAL,
 		    "world_size %u is out of range 1..%d", w, SRV_MAX_WORLD);
+		return;
+	}
+	if (j->min_world > w) {
+		srv_call_fail(c, COHORT_EINVAL,
+		    "min_world %u is more than world_size %u (the most "
+		    "members an elastic job has)",
+		    j->min_world, w);
 		return;
 	}
 	if (j->rank < -1 || (j->rank >= 0 && (uint32_t)j->rank >= w)) {
@@ -238,8 +302,34 @@ srv_rdzv_join(struct srv_call *c, const Cohort__Request *req, cohort__time now)
 		    w, job->name, job->core->lim.max_members);
 		return;
 	}
+	if ((c->host = srv_strdup(j->host)) == NULL) {
+		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
+		return;
+	}
+	c->rank = j->rank;
+	c->world = w;
+	c->min_world = j->min_world;
+	c->pid = j->pid;
+	c->local_rank = j->local_rank;
+	c->hb_ms = j->heartbeat_ms;
+	c->dead_ms = j->dead_after_ms;
+	srv_rdzv_enter(c, now);
+}
+
+void
+srv_rdzv_enter(struct srv_call *c, cohort__time now)
+{
+	struct srv_job *job = c->job;
+	uint32_t w = c->world;
+	struct srv_call *holder;
+
 	if (job->rdzv_world == 0) {
 		if (job->state == SRV_JOB_RUNNING && srv_job_has_live(job)) {
+			if (srv_job_elastic(job)) {
+				/* a joiner, admitted at a step boundary */
+				srv_elastic_join(c, now);
+				return;
+			}
 			/* Another launch under the same name (or a worker
 			 * of this one that came back): say what the job is
 			 * and what this worker says, both sides. */
@@ -250,19 +340,19 @@ srv_rdzv_join(struct srv_call *c, const Cohort__Request *req, cohort__time now)
 				    "(%s:%u) says %u: another launch with "
 				    "the same job name? (COHORT_JOB)",
 				    job->name, job->world, job->generation,
-				    j->host, j->pid, w);
+				    c->host, c->pid, w);
 				return;
 			}
-			if (j->rank >= 0 && (uint32_t)j->rank < job->world
-			    && job->members[j->rank].state
+			if (c->rank >= 0 && (uint32_t)c->rank < job->world
+			    && job->members[c->rank].state
 			        == SRV_MEMBER_RUNNING) {
-				struct srv_member *m = &job->members[j->rank];
+				struct srv_member *m = &job->members[c->rank];
 				srv_call_fail(c, COHORT_EEXIST,
 				    "rank %d of job '%s' is held by %s:%u "
 				    "(generation %" PRIu64 "); this worker "
 				    "(%s:%u) asks for it too",
-				    j->rank, job->name, m->host, m->pid,
-				    job->generation, j->host, j->pid);
+				    c->rank, job->name, m->host, m->pid,
+				    job->generation, c->host, c->pid);
 				return;
 			}
 			srv_call_fail(c, COHORT_ESTATE,
@@ -271,15 +361,18 @@ srv_rdzv_join(struct srv_call *c, const Cohort__Request *req, cohort__time now)
 			    "of its members: a new generation starts once "
 			    "generation %" PRIu64 " failed or every member "
 			    "left",
-			    job->name, job->generation, job->world, j->host,
-			    j->pid, job->generation);
+			    job->name, job->generation, job->world, c->host,
+			    c->pid, job->generation);
 			return;
 		}
 		if (job->core->lim.max_total_members != 0) {
 			/* this job's last generation makes room for its next
 			 */
-			uint64_t tot = srv_core_members_total(job->core)
-			    - (job->members != NULL ? job->world : 0);
+			uint64_t tot = srv_core_members_total(job->core);
+			if (job->members != NULL)
+				tot -= job->max_world > job->world
+				    ? job->max_world
+				    : job->world;
 			if (tot + w > job->core->lim.max_total_members) {
 				job->core->m.limit_refusals++;
 				srv_call_fail(c, COHORT_ETOOBIG,
@@ -297,43 +390,62 @@ srv_rdzv_join(struct srv_call *c, const Cohort__Request *req, cohort__time now)
 			return;
 		}
 		job->rdzv_world = w;
+		job->rdzv_min = c->min_world;
 		job->rdzv_n = 0;
 		job->rdzv_start = now;
 		job->restored = false;
-	} else if (w != job->rdzv_world) {
+	} else if (w != job->rdzv_world || c->min_world != job->rdzv_min) {
+		char a[64], b[64];
+		if (job->rdzv_min > 0)
+			snprintf(a, sizeof(a), "%u..%u ranks", job->rdzv_min,
+			    job->rdzv_world);
+		else
+			snprintf(
+			    a, sizeof(a), "world size %u", job->rdzv_world);
+		if (c->min_world > 0)
+			snprintf(b, sizeof(b), "%u..%u", c->min_world, w);
+		else
+			snprintf(b, sizeof(b), "%u", w);
 		srv_call_fail(c, COHORT_EINVAL,
-		    "job '%s' has world size %u (rendezvous of generation "
-		    "%" PRIu64 ", %u of %u joined); this worker (%s:%u) says "
-		    "%u: another launch with the same job name? (COHORT_JOB)",
-		    job->name, job->rdzv_world, job->generation + 1,
-		    job->rdzv_n, job->rdzv_world, j->host, j->pid, w);
+		    "job '%s' has %s (rendezvous of generation %" PRIu64
+		    ", %u of %u joined); this worker (%s:%u) says %s: "
+		    "another launch with the same job name? (COHORT_JOB)",
+		    job->name, a, job->generation + 1, job->rdzv_n,
+		    job->rdzv_world, c->host, c->pid, b);
 		return;
 	}
-	if (j->rank >= 0 && (holder = job->rdzv_by_rank[j->rank]) != NULL) {
+	if (c->rank >= 0 && (holder = job->rdzv_by_rank[c->rank]) != NULL) {
 		srv_call_fail(c, COHORT_EEXIST,
 		    "rank %d of job '%s' is already requested by %s:%u",
-		    j->rank, job->name, holder->host ? holder->host : "?",
+		    c->rank, job->name, holder->host ? holder->host : "?",
 		    holder->pid);
 		return;
 	}
-	if ((c->host = srv_strdup(j->host)) == NULL) {
-		srv_call_fail(c, COHORT_ENOMEM, "out of memory");
-		return;
-	}
-	c->rank = j->rank;
-	c->world = w;
-	c->pid = j->pid;
-	c->local_rank = j->local_rank;
-	c->hb_ms = j->heartbeat_ms;
-	c->dead_ms = j->dead_after_ms;
-	if (j->rank >= 0)
-		job->rdzv_by_rank[j->rank] = c;
+	if (c->rank >= 0)
+		job->rdzv_by_rank[c->rank] = c;
 	else
 		srv_list_append(&job->rdzv_auto, &c->olink);
 	job->rdzv_n++;
+	job->rdzv_last = now;
 	srv_call_park(c, &job_park_join);
 	if (job->rdzv_n == job->rdzv_world)
 		rdzv_complete(job, now);
+}
+
+void
+srv_rdzv_sweep(struct srv_job *job, cohort__time now)
+{
+	char secs[32];
+
+	if (job->rdzv_world == 0 || job->rdzv_min == 0
+	    || job->rdzv_n < job->rdzv_min
+	    || now - job->rdzv_last < job->core->rdzv_last_call_ms)
+		return;
+	srv_fmt_secs(secs, sizeof(secs), now - job->rdzv_last);
+	cohort__info("job '%s': rendezvous completes with %u of %u..%u "
+	             "ranks: no join for %s (--rdzv-last-call)",
+	    job->name, job->rdzv_n, job->rdzv_min, job->rdzv_world, secs);
+	rdzv_complete(job, now);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -350,6 +462,7 @@ srv_rdzv_restore_gen(struct srv_job *job, uint64_t gen, uint32_t world,
 		return (COHORT_ENOMEM);
 	srv_job_clear_members(job);
 	srv_job_clear_failure(job);
+	srv_elastic_clear(job);
 	srv_coll_reset(job, COHORT_ESTALE, "restored", true);
 	job->members = mem;
 	job->world = world;

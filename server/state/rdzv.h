@@ -11,6 +11,14 @@
  * rendezvous completes or times out. */
 void srv_rdzv_join(
     struct srv_call *c, const Cohort__Request *req, cohort__time now);
+/* Enters a join whose fields are in c (srv_call rank, world, min_world,
+ * host, pid, ...) into the job's rendezvous, or the joiners of a running
+ * elastic job: parked, answered, or it completes the rendezvous. The
+ * joins of an elastic job that stopped come back through it. */
+void srv_rdzv_enter(struct srv_call *c, cohort__time now);
+/* An elastic job's rendezvous completes with at least its minimum once
+ * no join came for --rdzv-last-call (the sweep calls it). */
+void srv_rdzv_sweep(struct srv_job *job, cohort__time now);
 /* Journal replay: a generation formed with these members (by rank);
  * members' last_seen is now, and they have --restore-grace to come back.
  */

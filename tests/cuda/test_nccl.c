@@ -576,6 +576,35 @@ END_TEST
 
 /* Where there is no GPU, both backends say why; where there is one, they
  * initialise (world size 1). */
+/* Elastic (backend.h v3): the nccl backend shrinks the survivors'
+ * communicator with ncclCommShrink when every survivor's is intact;
+ * without a state, a channel or exclusions it says ENOTSUP, leaving the
+ * caller to re-create one. The shrink itself needs NCCL 2.27+ and one GPU
+ * per rank (three: one lost, two left): "SKIP nccl shrink" below. */
+START_TEST(test_shrink_refusals)
+{
+	struct cohort__group_desc d;
+	void *out = NULL;
+	char err[NT_ERRLEN] = "";
+	int ex[1] = { 2 };
+
+	ck_assert_uint_eq(cohort__nccl_backend.version, 3);
+	ck_assert_ptr_nonnull(cohort__nccl_backend.shrink);
+	memset(&d, 0, sizeof(d));
+	d.size = 2;
+	ck_assert_int_eq(cohort__nccl_backend.shrink(NULL, &d, ex, 1, &out,
+	                     err, sizeof(err), cohort__now_ms() + 1000),
+	    COHORT_ENOTSUP);
+	ck_assert_ptr_null(out);
+	ck_assert_ptr_nonnull(strstr(err, "ncclCommShrink"));
+	/* the host-memory backends re-create (no shrink op) */
+	ck_assert_ptr_null(cohort__host_backend.shrink);
+	ck_assert_ptr_null(cohort__service_backend.shrink);
+	printf("SKIP nccl shrink: ncclCommShrink across ranks needs NCCL "
+	       "2.27+ and three GPUs; only its refusals are tested here\n");
+}
+END_TEST
+
 START_TEST(test_loader_natural)
 {
 	const struct cohort__dl_cudart *cu;
@@ -1391,7 +1420,7 @@ suite_nccl(void)
 	    test_redop_map, test_version_text, test_config_init,
 	    test_abi_headers, test_exchange_id, test_exchange_id_errors,
 	    test_loader_missing_cudart, test_loader_missing_nccl,
-	    test_loader_natural, NULL);
+	    test_loader_natural, test_shrink_refusals, NULL);
 	g = th_suite_case(s, "gpu", 120, NULL, NULL, test_nccl_collectives_w1,
 	    test_staged_collectives_w1, test_device_ptr_probe,
 	    test_nccl_init_expired, test_nccl_init_missing_peer,

@@ -98,6 +98,10 @@ struct run_failure {
 	 * joined; missing ranks 2, 3" */
 	char rdzv[512];
 	char missing[256];
+	/* an elastic job: cohortd holds it failed (it fell below its
+	 * minimum), and the worker failures this node lived through */
+	bool below_min;
+	int survived, restarts;
 };
 
 /* What the launcher keeps across its attempts. */
@@ -118,7 +122,8 @@ struct run_state {
 
 struct run_cfg {
 	int nproc;
-	int nnodes;
+	int nnodes; /* the maximum of an elastic job */
+	int min_nodes; /* --nnodes MIN:MAX: MIN; 0: not elastic */
 	int node_rank;
 	int max_restarts;
 	int grace_ms;
@@ -166,6 +171,12 @@ run_usage(FILE *f)
 	    "\n"
 	    "  -n, --nproc-per-node N  workers on this node (required)\n"
 	    "  --nnodes M              nodes in the job (default 1)\n"
+	    "  --nnodes MIN:MAX        an elastic job (docs/elastic.md): it\n"
+	    "                          lives with MIN to MAX nodes; a lost\n"
+	    "                          worker does not stop the others,\n"
+	    "                          which go on in the same processes;\n"
+	    "                          with --max-restarts a dead worker is\n"
+	    "                          started again and rejoins\n"
 	    "  --node-rank R           this node's index (default 0);\n"
 	    "                          ranks are R*N .. R*N+N-1\n"
 	    "  --coordinator URL       use this cohortd (default: start an\n"
@@ -183,6 +194,8 @@ run_usage(FILE *f)
 	    "--nnodes,\n"
 	    "   -n, --node-rank and --coordinator; node 0 serves it)\n"
 	    "  --max-restarts K        restart the whole group up to K times\n"
+	    "                          (elastic: each dead worker of this\n"
+	    "                          node, K in all)\n"
 	    "  --grace MS              after a failure, how long the others\n"
 	    "                          may take to stop before SIGTERM\n"
 	    "                          (default 5000)\n"
@@ -221,16 +234,51 @@ run_pet_int(const char *name, int lo, int hi, int *out)
 	return (1);
 }
 
+/* "N", or torchrun's "MIN:MAX" (an elastic job; MIN = MAX is N), into
+ * cfg: nnodes the maximum, min_nodes the minimum (0: not elastic). */
+static bool
+run_parse_nnodes(const char *s, struct run_cfg *cfg)
+{
+	const char *colon = strchr(s, ':');
+	char lo[16];
+	int a, b;
+
+	if (colon == NULL) {
+		if (!cohort__cli_int(s, 1, 65536, &a))
+			return (false);
+		cfg->nnodes = a;
+		cfg->min_nodes = 0;
+		return (true);
+	}
+	if ((size_t)(colon - s) >= sizeof(lo))
+		return (false);
+	memcpy(lo, s, (size_t)(colon - s));
+	lo[colon - s] = '\0';
+	if (!cohort__cli_int(lo, 1, 65536, &a)
+	    || !cohort__cli_int(colon + 1, 1, 65536, &b) || a > b)
+		return (false);
+	cfg->nnodes = b;
+	cfg->min_nodes = a < b ? a : 0;
+	return (true);
+}
+
 static int
 run_pet_defaults(struct run_cfg *cfg)
 {
 	const char *addr = cohort__env_raw("PET_MASTER_ADDR");
+	const char *nn = cohort__env_raw("PET_NNODES");
 	int port = 0, got;
 
-	if (cohort__env_raw("PET_NNODES") == NULL)
+	if (nn == NULL)
 		return (0);
-	if (run_pet_int("PET_NNODES", 1, 65536, &cfg->nnodes) < 0
-	    || run_pet_int("PET_NODE_RANK", 0, 65535, &cfg->node_rank) < 0)
+	if (!run_parse_nnodes(nn, cfg)) {
+		fprintf(stderr,
+		    "cohort run: PET_NNODES='%s' is not N or MIN:MAX (1 to "
+		    "65536)\n",
+		    nn);
+		return (-1);
+	}
+	if (run_pet_int("PET_NODE_RANK", 0, 65535, &cfg->node_rank) < 0)
 		return (-1);
 	/* "auto", "gpu", "cpu": the operator sizes it; -n must say */
 	if (cohort__env_raw("PET_NPROC_PER_NODE") != NULL
@@ -251,7 +299,7 @@ run_pet_defaults(struct run_cfg *cfg)
 	return (0);
 }
 
-enum { RUN_COORDINATOR = COHORT__CLI_LONG, RUN_TORCH_STORE };
+enum { RUN_COORDINATOR = COHORT__CLI_LONG, RUN_TORCH_STORE, RUN_NNODES };
 
 #define RUN_INT(name, key, lo, hi, field)                                     \
 	COHORT__CLI_NUM(                                                      \
@@ -261,7 +309,7 @@ enum { RUN_COORDINATOR = COHORT__CLI_LONG, RUN_TORCH_STORE };
 
 static const struct cohort__cli_opt run_opts[] = {
 	RUN_INT("nproc-per-node", 'n', 1, RUN_MAX_LOCAL, nproc),
-	RUN_INT("nnodes", 0, 1, 65536, nnodes),
+	COHORT__CLI_DO("nnodes", RUN_NNODES, COHORT__CLI_ACT_ARG),
 	RUN_INT("node-rank", 0, 0, 65535, node_rank),
 	RUN_INT("max-restarts", 0, 0, 1000000, max_restarts),
 	RUN_INT("grace", 0, 0, 3600000, grace_ms),
@@ -292,7 +340,12 @@ run_parse(int argc, char **argv, struct run_cfg *cfg)
 		if (opt == RUN_TORCH_STORE && strrchr(optarg, ':') == NULL)
 			opt = cohort__cli_bad(
 			    &run_cli, opt, optarg, "(HOST:PORT)");
-		if (opt == RUN_COORDINATOR) {
+		if (opt == RUN_NNODES && !run_parse_nnodes(optarg, cfg))
+			opt = cohort__cli_bad(&run_cli, opt, optarg,
+			    "(N or MIN:MAX, 1 to 65536)");
+		if (opt == RUN_NNODES) {
+			/* parsed */
+		} else if (opt == RUN_COORDINATOR) {
 			cfg->coordinator = optarg;
 			cfg->coordinator_from_launcher = false;
 		} else if (opt == RUN_TORCH_STORE) {
@@ -313,8 +366,10 @@ run_parse(int argc, char **argv, struct run_cfg *cfg)
 		return (2);
 	}
 	if (cfg->node_rank >= cfg->nnodes) {
-		fprintf(stderr, "cohort run: --node-rank %d >= --nnodes %d\n",
-		    cfg->node_rank, cfg->nnodes);
+		fprintf(stderr,
+		    "cohort run: --node-rank %d >= --nnodes %d%s\n",
+		    cfg->node_rank, cfg->nnodes,
+		    cfg->min_nodes > 0 ? " (the maximum)" : "");
 		return (2);
 	}
 	if (cfg->nnodes > 1 && cfg->coordinator == NULL) {
@@ -338,9 +393,9 @@ static int
 run_spawn(const struct run_cfg *cfg, const char *url, const char *job,
     int rank, int local_rank, int restart, struct cohort__proc *p)
 {
-	enum { NVARS = 25 };
+	enum { NVARS = 27 };
 	const char *vars[NVARS];
-	char buf[4096], store[3][320], err[512];
+	char buf[4096], store[3][320], err[512], range[2][40];
 	struct cohort__proc_spec spec;
 	cohort_env e;
 	char **envp;
@@ -359,9 +414,18 @@ run_spawn(const struct run_cfg *cfg, const char *url, const char *job,
 	e.local_world_size = cfg->nproc;
 	e.node_rank = cfg->node_rank;
 	e.restart_count = restart;
-	if ((nv = cohort_env_vars(&e, buf, sizeof(buf), vars, NVARS - 4)) < 0)
+	if ((nv = cohort_env_vars(&e, buf, sizeof(buf), vars, NVARS - 6)) < 0)
 		return (-1);
 	k = (size_t)nv;
+	if (cfg->min_nodes > 0) {
+		/* elastic: the world asked for is the maximum */
+		snprintf(range[0], sizeof(range[0]), "COHORT_MIN_WORLD=%d",
+		    cfg->min_nodes * cfg->nproc);
+		snprintf(range[1], sizeof(range[1]), "COHORT_MAX_WORLD=%d",
+		    cfg->nnodes * cfg->nproc);
+		vars[k++] = range[0];
+		vars[k++] = range[1];
+	}
 	if (cfg->timeline != NULL)
 		vars[k++] = cfg->timeline_env;
 	if (cfg->torch_store != NULL) {
@@ -505,6 +569,10 @@ run_find_cause(const struct run_cfg *cfg, struct run_state *rs, int restart,
 	}
 	/* No generation later than the previous attempt's: this attempt
 	 * never formed one, and the failure cohortd holds is the old one. */
+	/* an elastic job that cohortd holds failed fell below its minimum
+	 * (a loss above it only moves the job to its next generation) */
+	f->below_min
+	    = cfg->min_nodes > 0 && v.have && strcmp(v.state, "failed") == 0;
 	stale = !v.have || v.generation <= rs->base_gen;
 	if (v.have && v.generation > rs->base_gen)
 		rs->base_gen = v.generation;
@@ -616,11 +684,27 @@ run_report(const struct run_cfg *cfg, const char *job,
 	if (f->failure_kind[0] != '\0')
 		fprintf(stderr, "  failure    : %s, on %s:%u\n",
 		    f->failure_kind, f->host[0] ? f->host : "?", f->pid);
+	if (cfg->min_nodes > 0) {
+		if (f->below_min)
+			fprintf(stderr,
+			    "  elastic    : the job fell below its minimum of "
+			    "%d ranks (--nnodes %d:%d) and stopped\n",
+			    cfg->min_nodes * cfg->nproc, cfg->min_nodes,
+			    cfg->nnodes);
+		else
+			fprintf(stderr,
+			    "  elastic    : the job went on without this "
+			    "node's worker (--nnodes %d:%d); %d worker "
+			    "failure%s here, %d restart%s\n",
+			    cfg->min_nodes, cfg->nnodes, f->survived,
+			    f->survived == 1 ? "" : "s", f->restarts,
+			    f->restarts == 1 ? "" : "s");
+	}
 	fprintf(stderr,
 	    "  stopped in : %.3f s (failure to last worker stopping)\n"
 	    "  restarts   : %d of %d used\n",
-	    (double)(last_stop_ms - f->at_ms) / 1000.0, restarts,
-	    cfg->max_restarts);
+	    (double)(last_stop_ms - f->at_ms) / 1000.0,
+	    cfg->min_nodes > 0 ? f->restarts : restarts, cfg->max_restarts);
 	for (int i = 0; i < nw; i++)
 		fprintf(stderr, "  rank %-5d : %s\n", RUN_RANK(cfg, i),
 		    run_describe_worker(&p[i], cfg, desc, sizeof(desc)));
@@ -664,10 +748,17 @@ run_report(const struct run_cfg *cfg, const char *job,
 		    ",\"pid\":%u,\"operation_seq\":%" PRIu64
 		    ",\"kind\":\"%s\"}",
 		    f->pid, f->last_op_seq, kinds[f->cause]);
+		if (cfg->min_nodes > 0)
+			fprintf(out,
+			    ",\"elastic\":{\"min_nodes\":%d,\"max_nodes\":%d,"
+			    "\"below_minimum\":%s,\"worker_failures\":%d}",
+			    cfg->min_nodes, cfg->nnodes,
+			    f->below_min ? "true" : "false", f->survived);
 		fprintf(out,
 		    ",\"stop_seconds\":%.3f,\"restarts\":%d,"
 		    "\"max_restarts\":%d,\"workers\":[",
-		    (double)(last_stop_ms - f->at_ms) / 1000.0, restarts,
+		    (double)(last_stop_ms - f->at_ms) / 1000.0,
+		    cfg->min_nodes > 0 ? f->restarts : restarts,
 		    cfg->max_restarts);
 		for (int i = 0; i < nw; i++) {
 			int st = p[i].status;
@@ -683,24 +774,73 @@ run_report(const struct run_cfg *cfg, const char *job,
 	}
 }
 
+/* An elastic job's worker k of ours ended: a failure does not stop the
+ * others (they go on in a new generation); with restarts left (*used of
+ * --max-restarts on this node) it is started again and rejoins the
+ * running job as a new member. A worker that stopped because the job
+ * fell below its minimum (COHORT_EXIT_PEER_LOST) is not restarted. The
+ * first worker that stays down is this node's failure (*f). */
+static void
+run_elastic_reaped(const struct run_cfg *cfg, struct run_state *rs,
+    struct cohort__proc *p, int *wr, int *used, int k, int64_t now,
+    struct run_failure *f)
+{
+	int code = cohort__launch_code(p[k].status), rank = RUN_RANK(cfg, k);
+	bool peer = code == COHORT_EXIT_PEER_LOST;
+	char desc[200];
+
+	if (!cohort__proc_failed(&p[k]))
+		return;
+	run_publish_exit(cfg, rs, wr[k], k, &p[k]);
+	run_describe_worker(&p[k], cfg, desc, sizeof(desc));
+	if (!peer)
+		f->survived++;
+	if (!peer && run_signal == 0 && *used < cfg->max_restarts) {
+		(*used)++;
+		wr[k]++;
+		f->restarts = *used;
+		fprintf(stderr,
+		    "cohort run: rank %d %s; restarting it (%d of %d): it "
+		    "rejoins the running job\n",
+		    rank, desc, *used, cfg->max_restarts);
+		if (run_spawn(cfg, rs->url, rs->job, rank, k, wr[k], &p[k])
+		    == 0)
+			return;
+	}
+	fprintf(stderr, "cohort run: rank %d %s; %s\n", rank, desc,
+	    peer ? "it stopped with the job"
+	         : "the job goes on without it (elastic)");
+	if (!f->have) {
+		f->have = true;
+		f->first_local = k;
+		f->at_ms = now;
+	}
+}
+
 /* Runs one generation of the group. Returns 0 when every worker exited 0,
- * else fills *f with the root cause. */
+ * else fills *f with the root cause. An elastic job has one generation
+ * here (run_elastic_reaped restarts its workers one by one). */
 static int
 run_generation(const struct run_cfg *cfg, struct run_state *rs, int restart,
     struct run_failure *f, int *exit_code)
 {
 	struct cohort__proc *p;
 	struct cohort__launch l;
-	int nw = cfg->nproc, k;
+	int nw = cfg->nproc, k, used = 0;
 	int64_t last_stop = 0;
 	int forwarded = 0;
-	int rc = 0;
+	int rc = 0, *wr;
 
 	if ((p = calloc((size_t)nw, sizeof(*p))) == NULL)
 		return (-1);
+	if ((wr = calloc((size_t)nw, sizeof(*wr))) == NULL) {
+		free(p);
+		return (-1);
+	}
 	memset(f, 0, sizeof(*f));
 	/* after a failure: --grace, then SIGTERM, then 3 s, then SIGKILL */
 	cohort__launch_init(&l, p, nw, cfg->grace_ms, 3000);
+	l.independent = cfg->min_nodes > 0;
 	rs->formed = false;
 	rs->publish = true;
 	memset(&rs->rdzv, 0, sizeof(rs->rdzv));
@@ -712,6 +852,7 @@ run_generation(const struct run_cfg *cfg, struct run_state *rs, int restart,
 		    != 0) {
 			cohort__launch_kill_all(&l);
 			free(p);
+			free(wr);
 			*exit_code = 127;
 			return (-1);
 		}
@@ -724,6 +865,11 @@ run_generation(const struct run_cfg *cfg, struct run_state *rs, int restart,
 
 		while ((k = cohort__launch_reap(&l, now)) >= 0) {
 			last_stop = now;
+			if (cfg->min_nodes > 0) {
+				run_elastic_reaped(
+				    cfg, rs, p, wr, &used, k, now, f);
+				continue;
+			}
 			if (l.first_failed == k && !f->have) {
 				/* our first failure */
 				f->have = true;
@@ -765,13 +911,22 @@ run_generation(const struct run_cfg *cfg, struct run_state *rs, int restart,
 	} else if (run_signal != 0) {
 		rc = 1;
 		*exit_code = 128 + run_signal;
-	} else if (rs->link != NULL) {
+	} else if (f->survived > 0) {
+		fprintf(stderr,
+		    "cohort run: job '%s' done on node %d; elastic: it lived "
+		    "through %d worker failure%s here, %d restart%s\n",
+		    rs->job, cfg->node_rank, f->survived,
+		    f->survived == 1 ? "" : "s", f->restarts,
+		    f->restarts == 1 ? "" : "s");
+	}
+	if (rc == 0 && run_signal == 0 && rs->link != NULL) {
 		struct cohort__run_view v;
 		cohort__run_view_get(rs->link, 1000, &v);
 		if (v.have && v.generation > rs->base_gen)
 			rs->base_gen = v.generation;
 	}
 	free(p);
+	free(wr);
 	return (rc);
 }
 
@@ -957,7 +1112,7 @@ cohort__cmd_run(int argc, char **argv)
 				        ? f.rdzv
 				        : f.coord_unreachable);
 		}
-		if (rc == 0 || run_signal != 0 || rc < 0)
+		if (rc == 0 || run_signal != 0 || rc < 0 || cfg.min_nodes > 0)
 			break;
 		if (restart >= cfg.max_restarts)
 			break;

@@ -71,6 +71,9 @@ view_job(const Cohort__JobStatus *js, struct cohort__run_view *v)
 	v->generation = js->generation;
 	cohort__strlcpy(v->state, js->state, sizeof(v->state));
 	v->world = (int)js->world_size;
+	v->min_world = (int)js->min_world;
+	v->max_world = (int)js->max_world;
+	v->joiners_waiting = (int)js->joiners_waiting;
 	v->failed_rank = js->failed_rank;
 	cohort__strlcpy(v->failed_text,
 	    js->failed_text != NULL ? js->failed_text : "",

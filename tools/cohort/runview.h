@@ -51,6 +51,9 @@ struct cohort__run_view {
 	uint64_t rdzv_waiting_ms;
 	int rdzv_world, rdzv_joined;
 	char rdzv_missing[256]; /* "2, 3" */
+	/* an elastic job's range (0, 0: not elastic) and the processes
+	 * waiting to be admitted at its next step boundary */
+	int min_world, max_world, joiners_waiting;
 	/* cohortd did not answer: why (have is false) */
 	char unreachable[512];
 };

@@ -1075,6 +1075,129 @@ nccl_run(void *state, const struct cohort__op *op, char *err, size_t errlen,
 	return (nccl_wait(s, true, err, errlen, deadline));
 }
 
+/* ------------------------------------------------------------------------ */
+/* Elastic shrink                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* ncclCommShrink's flag for a healthy parent (NCCL_SHRINK_DEFAULT). */
+#define NCCL_SHRINK_DEFAULT 0
+
+/* Do the survivors all hold an intact communicator? One gather through
+ * the coordinator channel (every survivor takes part, whatever its
+ * answer), so that all shrink or all re-create. */
+static cohort_status
+nccl_shrink_agree(struct nccl_state *s, const struct cohort__group_desc *desc,
+    bool *all, char *err, size_t errlen, cohort__time deadline)
+{
+	struct cohort__chan_gather cg;
+	uint8_t mine = s->comm != NULL && s->broken == COHORT_OK;
+	struct cohort__iov iov = { &mine, 1 };
+	cohort_status st;
+
+	memset(&cg, 0, sizeof(cg));
+	cg.shape.kind = COHORT__OP_ALLGATHER;
+	cg.shape.dtype = COHORT_U8;
+	cg.shape.count = 1;
+	cg.parts = &iov;
+	cg.nparts = 1;
+	st = desc->chan.gather(desc->chan.ctx, &cg, err, errlen, deadline);
+	if (st != COHORT_OK)
+		return (st);
+	*all = cg.len == (size_t)desc->size && cg.nlens == (size_t)desc->size;
+	for (size_t i = 0; *all && i < cg.len; i++)
+		*all = cg.data[i] == 1;
+	desc->chan.release(desc->chan.ctx, &cg);
+	return (COHORT_OK);
+}
+
+/*
+ * The survivors' communicator from the previous generation's, less the
+ * lost ranks (NCCL 2.27+ ncclCommShrink; NCCL keeps the survivors' order,
+ * as the new generation's dense ranks do). Only when every survivor's is
+ * intact (no operation failed on it: a change seen between operations,
+ * the usual case at a step boundary); otherwise ENOTSUP and every
+ * survivor re-creates one (fini + init, a new unique id). Without a GPU
+ * this path is compiled, not run (tests/cuda/test_nccl.c skips it).
+ */
+static cohort_status
+nccl_shrink(void *state, const struct cohort__group_desc *desc,
+    const int *exclude, int nexclude, void **out, char *err, size_t errlen,
+    cohort__time deadline)
+{
+	struct nccl_state *s = state, *n;
+	struct cohort__nccl_config cfg;
+	bool all = false;
+	cohort_status rv;
+	int r;
+
+	if (s == NULL || s->nc->CommShrink == NULL || desc->chan.gather == NULL
+	    || nexclude < 1) {
+		snprintf(err, errlen, "ncclCommShrink is not available%s",
+		    s != NULL && s->nc->CommShrink == NULL
+		        ? " (NCCL older than 2.27)"
+		        : "");
+		return (COHORT_ENOTSUP);
+	}
+	if ((rv = nccl_shrink_agree(s, desc, &all, err, errlen, deadline))
+	    != COHORT_OK) {
+		nccl_free(s);
+		return (rv);
+	}
+	if (!all) {
+		snprintf(err, errlen,
+		    "a survivor's communicator did not survive the change");
+		return (COHORT_ENOTSUP);
+	}
+	if ((n = calloc(1, sizeof(*n))) == NULL) {
+		nccl_free(s);
+		snprintf(err, errlen, "out of memory");
+		return (COHORT_ENOMEM);
+	}
+	n->cu = s->cu;
+	n->nc = s->nc;
+	n->rank = desc->rank;
+	n->size = desc->size;
+	n->device = s->device;
+	n->global_ranks = desc->global_ranks;
+	n->group_abort = desc->abort_flag;
+	atomic_init(&n->aborted, 0);
+	n->opname = "shrink";
+	cohort__strlcpy(n->group_id,
+	    desc->group_id != NULL ? desc->group_id : "", sizeof(n->group_id));
+	n->event = s->event;
+	n->scratch = s->scratch;
+	n->scratch_len = s->scratch_len;
+	s->event = NULL;
+	s->scratch = NULL;
+	cohort__nccl_config_init(&cfg);
+	cfg.blocking = 0;
+	cfg.commName = n->group_id;
+	r = s->nc->CommShrink(s->comm, (int *)exclude, nexclude, &n->comm,
+	    &cfg, NCCL_SHRINK_DEFAULT);
+	if ((r != COHORT__NCCL_SUCCESS && r != COHORT__NCCL_IN_PROGRESS)
+	    || n->comm == NULL) {
+		snprintf(err, errlen,
+		    "ncclCommShrink (group %s, rank %d of %d, %d lost): %s",
+		    n->group_id, n->rank, n->size, nexclude,
+		    cohort__nccl_result_name(r));
+		nccl_free(s);
+		nccl_free(n);
+		return (COHORT_ENCCL);
+	}
+	if ((rv = nccl_wait(n, false, err, errlen, deadline)) != COHORT_OK) {
+		nccl_free(s);
+		nccl_free(n);
+		return (rv);
+	}
+	/* The parent: its lost ranks cannot take part in a finalize. */
+	nccl_free(s);
+	cohort__debug("nccl group %s: shrunk to rank %d of %d (%d lost)",
+	    n->group_id, n->rank, n->size, nexclude);
+	n->opname = "";
+	*out = n;
+	return (COHORT_OK);
+}
+
 const struct cohort__backend_ops cohort__nccl_backend = {
 	.version = COHORT__BACKEND_VERSION,
 	.name = "nccl",
@@ -1082,6 +1205,7 @@ const struct cohort__backend_ops cohort__nccl_backend = {
 	.run = nccl_run,
 	.abort = nccl_abort,
 	.fini = nccl_fini,
+	.shrink = nccl_shrink,
 };
 
 /* NCCL usable here: the CUDA runtime with a device, and libnccl (probed
