@@ -28,10 +28,20 @@ __all__ = [
     "RedOp",
     "Env",
     "Options",
+    "EXIT_PEER_LOST",
+    "StateRole",
+    "ReformInfo",
+    "Boundary",
 ]
 
 #: ``COHORT_VERSION_STRING`` of the header this mirror was written from.
 ABI_VERSION = "0.1.0"
+
+#: ``COHORT_EXIT_PEER_LOST``: the exit status of a process that stops because
+#: another rank of its job was lost (``EPEERLOST``), told apart from a failure
+#: of its own (1, or 128 + signal). ``cohort run``, Kubernetes'
+#: podFailurePolicy (deploy/k8s) and the Python package agree on it.
+EXIT_PEER_LOST = 250
 
 #: ``COHORT_WAIT_FOREVER``: block without a deadline.
 WAIT_FOREVER = -1
@@ -152,5 +162,46 @@ class Options(ctypes.Structure):
     ]
 
 
+class StateRole(enum.IntEnum):
+    """``cohort_state_role``: what a rank does in the state transfer a step
+    boundary asked for (docs/elastic.md)."""
+
+    NONE = 0  #: no state moves to or from this rank
+    SEND = 1  #: this rank sends the state
+    RECV = 2  #: this rank holds none and receives it
+
+
+class ReformInfo(ctypes.Structure):
+    """``cohort_reform_info``: how a move to another generation went."""
+
+    _fields_ = [
+        ("generation", ctypes.c_uint64),
+        ("prev_generation", ctypes.c_uint64),
+        ("rank", ctypes.c_int32),
+        ("world_size", ctypes.c_int32),
+        ("prev_rank", ctypes.c_int32),
+        ("prev_world_size", ctypes.c_int32),
+        ("lost", ctypes.c_int32),
+        ("joined", ctypes.c_int32),
+    ]
+
+
+class Boundary(ctypes.Structure):
+    """``cohort_boundary``: the answer of a step boundary."""
+
+    _fields_ = [
+        ("changed", ctypes.c_bool),
+        ("reform", ReformInfo),
+        ("role", ctypes.c_int),
+        ("sender", ctypes.c_int32),
+        ("receivers", ctypes.c_int32),
+    ]
+
+
 #: The structures the bindings pass to the library, by their C name.
-STRUCTS: dict[str, type[ctypes.Structure]] = {"cohort_env": Env, "cohort_options": Options}
+STRUCTS: dict[str, type[ctypes.Structure]] = {
+    "cohort_env": Env,
+    "cohort_options": Options,
+    "cohort_reform_info": ReformInfo,
+    "cohort_boundary": Boundary,
+}

@@ -24,7 +24,7 @@ import pathlib
 import threading
 from typing import Optional
 
-from ._abi import Env, Options
+from ._abi import Boundary, Env, Options, ReformInfo
 
 __all__ = ["lib", "library_path", "find_binary", "Env", "Options", "PROTOTYPES"]
 
@@ -119,6 +119,28 @@ PROTOTYPES: dict[str, tuple] = {
     "cohort_client_rank": (_i32, [_vp]),
     "cohort_client_world_size": (_i32, [_vp]),
     "cohort_client_world": (_vp, [_vp]),
+    "cohort_client_local_rank": (_i32, [_vp]),
+    "cohort_client_generation": (ctypes.c_uint64, [_vp]),
+    "cohort_client_reform": (_st, [_vp, ctypes.POINTER(ReformInfo), _dur]),
+    "cohort_client_elastic_range": (None, [_vp, ctypes.POINTER(_i32), ctypes.POINTER(_i32)]),
+    "cohort_step_boundary": (_st, [_vp, ctypes.POINTER(Boundary), _dur]),
+    "cohort_state_transfer": (
+        _st,
+        [_vp, _vp, _sz, ctypes.POINTER(_vp), ctypes.POINTER(_sz), _dur],
+    ),
+    "cohort_kv_set": (_st, [_vp, ctypes.c_char_p, _vp, _sz, _dur]),
+    "cohort_kv_get": (_st, [_vp, ctypes.c_char_p, ctypes.POINTER(_vp), ctypes.POINTER(_sz), _dur]),
+    "cohort_kv_add": (_st, [_vp, ctypes.c_char_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), _dur]),
+    "cohort_kv_compare_set": (
+        _st,
+        [_vp, ctypes.c_char_p, _vp, _sz, _vp, _sz, ctypes.POINTER(ctypes.c_bool), ctypes.POINTER(_vp),
+         ctypes.POINTER(_sz), _dur],
+    ),
+    "cohort_kv_delete": (_st, [_vp, ctypes.c_char_p, ctypes.POINTER(ctypes.c_bool), _dur]),
+    "cohort_kv_num_keys": (_st, [_vp, ctypes.POINTER(ctypes.c_int64), _dur]),
+    "cohort_kv_wait": (_st, [_vp, _vp, _sz, _dur]),  # keys: a char *[] cast to void *
+    "cohort_kv_check": (_st, [_vp, _vp, _sz, ctypes.POINTER(ctypes.c_bool), _dur]),
+    "cohort_kv_append": (_st, [_vp, ctypes.c_char_p, _vp, _sz, _dur]),
     "cohort_client_error": (_st, [_vp]),
     "cohort_report_failure": (_st, [_vp, ctypes.c_char_p, _dur]),
     "cohort_free": (None, [_vp]),

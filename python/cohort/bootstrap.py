@@ -18,6 +18,7 @@ The membership of this process's default group is :func:`world_client`.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import secrets
@@ -27,7 +28,7 @@ import subprocess
 import threading
 import time
 import weakref
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from . import _lib
 from ._abi import Status
@@ -42,6 +43,8 @@ __all__ = [
     "world_client",
     "local_host_for",
     "new_token",
+    "adopting",
+    "elastic_range_from_env",
 ]
 
 #: Store key under which rank 0 publishes a coordinator it started.
@@ -214,6 +217,62 @@ def coordinator_from_store(store: Any, rank: int, timeout: datetime.timedelta) -
     return url, job, token
 
 
+def elastic_range_from_env() -> tuple[Optional[int], Optional[int]]:
+    """(min, max) ranks of an elastic job that only Python can compute, or (None, None).
+
+    ``COHORT_MIN_WORLD``/``COHORT_MAX_WORLD`` (``cohort run --nnodes``)
+    libcohort reads itself. torchrun's workers under ``--rdzv-backend
+    cohort`` get the range in nodes (``COHORT_MIN_NODES``,
+    ``COHORT_MAX_NODES``, set by :mod:`cohort.torchrun`), which are
+    multiplied here by the ranks per node (``LOCAL_WORLD_SIZE``).
+    """
+    if _knob("COHORT_MIN_WORLD") is not None:
+        return None, None
+    lo, hi = os.environ.get("COHORT_MIN_NODES"), os.environ.get("COHORT_MAX_NODES")
+    if not lo:
+        return None, None
+    per = int(os.environ.get("LOCAL_WORLD_SIZE") or 1)
+    lo_n = int(lo)
+    hi_n = int(hi) if hi else lo_n
+    if lo_n <= 0 or hi_n < lo_n:
+        raise CohortError(Status.EINVAL, f"COHORT_MIN_NODES={lo} COHORT_MAX_NODES={hi}: not a range of nodes",
+                          "options")
+    return lo_n * per, hi_n * per
+
+
+_adopt: Optional[Client] = None
+
+
+@contextlib.contextmanager
+def adopting(client: Client) -> Iterator[None]:
+    """Within it, a default cohort group torch creates is ``client``'s world.
+
+    :mod:`cohort.elastic` opens the membership first (an elastic job gives
+    the ranks: a process learns its own when admitted) and then calls
+    ``init_process_group`` with that rank and size; the backend then uses
+    the open client instead of joining again.
+    """
+    global _adopt
+    with _state_lock:
+        _adopt = client
+    try:
+        yield
+    finally:
+        with _state_lock:
+            _adopt = None
+
+
+def take_adopted() -> Optional[Client]:
+    """The client :func:`adopting` offers (once), made :func:`world_client`."""
+    global _adopt, _world_client
+    with _state_lock:
+        c, _adopt = _adopt, None
+        if c is not None:
+            _world_client = c
+            _clients.add(c)
+        return c
+
+
 def join(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> Client:
     """Opens the membership behind a torch default group of ``size`` ranks.
 
@@ -227,12 +286,14 @@ def join(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> Clien
     # The world group carries the CPU tensors: a device-memory backend
     # asked for in COHORT_BACKEND is for the CUDA ones.
     host_backend = "auto" if _knob("COHORT_BACKEND") in DEVICE_BACKENDS else None
+    lo, hi = elastic_range_from_env()
     if os.environ.get("COHORT_COORDINATOR"):
-        client = Client(rank=rank, world_size=size, op_timeout=secs, join_timeout=join_s, backend=host_backend)
+        client = Client(rank=rank, world_size=size, op_timeout=secs, join_timeout=join_s, backend=host_backend,
+                        min_world=lo, max_world=hi)
     else:
         url, job, token = coordinator_from_store(store, rank, timeout)
         client = Client(url, job=job, token=token, rank=rank, world_size=size, op_timeout=secs,
-                        join_timeout=join_s, backend=host_backend)
+                        join_timeout=join_s, backend=host_backend, min_world=lo, max_world=hi)
     global _world_client
     with _state_lock:
         _world_client = client

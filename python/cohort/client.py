@@ -10,14 +10,17 @@ text. ``cohort.torch`` builds the torch.distributed backend on these.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import threading
-from typing import Optional, Sequence
+from typing import Iterable, Optional, Sequence, Union
 
 from . import _lib
-from ._abi import WAIT_DEFAULT, WAIT_FOREVER, Status
+from ._abi import WAIT_DEFAULT, WAIT_FOREVER, Boundary, ReformInfo, StateRole, Status
 from .failures import CohortError, as_status
 
-__all__ = ["Client", "Group", "last_error", "duration_ms", "fit_timeouts"]
+__all__ = ["Client", "Group", "Reform", "StepBoundary", "last_error", "duration_ms", "fit_timeouts"]
+
+Bytes = Union[bytes, bytearray, memoryview, str]
 
 lib = _lib.lib
 
@@ -206,6 +209,75 @@ class Group:
 
 
 # ---------------------------------------------------------------------------
+# Elastic membership: what a reform and a step boundary return
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Reform:
+    """How a move to another generation went (``cohort_reform_info``).
+
+    ``generation == prev_generation`` means there was nothing to do.
+    ``prev_rank`` is -1 for a process admitted by the change.
+    """
+
+    generation: int
+    prev_generation: int
+    rank: int
+    world_size: int
+    prev_rank: int
+    prev_world_size: int
+    lost: int
+    joined: int
+
+    @property
+    def moved(self) -> bool:
+        """True when the client is in another generation than before."""
+        return self.generation != self.prev_generation
+
+    @classmethod
+    def _of(cls, ri: ReformInfo) -> "Reform":
+        return cls(int(ri.generation), int(ri.prev_generation), int(ri.rank), int(ri.world_size),
+                   int(ri.prev_rank), int(ri.prev_world_size), int(ri.lost), int(ri.joined))
+
+
+@dataclasses.dataclass(frozen=True)
+class StepBoundary:
+    """The answer of a step boundary (``cohort_boundary``).
+
+    Attributes:
+        changed: the job moved to a new generation here (joiners were
+            admitted); the client is already reformed, ``reform`` says how.
+        reform: the move, when ``changed`` (else None).
+        role: what this rank does in the state transfer that must follow
+            before its next boundary (:class:`~cohort.StateRole`).
+        sender: the rank that sends (-1 when no transfer follows).
+        receivers: how many ranks receive.
+    """
+
+    changed: bool
+    reform: Optional[Reform]
+    role: StateRole
+    sender: int
+    receivers: int
+
+    @classmethod
+    def _of(cls, b: Boundary) -> "StepBoundary":
+        try:
+            role = StateRole(b.role)
+        except ValueError:
+            role = StateRole.NONE
+        return cls(bool(b.changed), Reform._of(b.reform) if b.changed else None, role, int(b.sender),
+                   int(b.receivers))
+
+
+def _as_bytes(v: Bytes) -> bytes:
+    if isinstance(v, str):
+        return v.encode()
+    return bytes(v)
+
+
+# ---------------------------------------------------------------------------
 # The membership
 # ---------------------------------------------------------------------------
 
@@ -236,6 +308,8 @@ class Client:
         join_timeout: Optional[float] = None,
         backend: Optional[str] = None,
         data_addr: Optional[str] = None,
+        min_world: Optional[int] = None,
+        max_world: Optional[int] = None,
     ) -> None:
         env = _lib.Env()
         st = lib.cohort_env_resolve(ctypes.byref(env))
@@ -261,6 +335,12 @@ class Client:
             fit_timeouts(opts)
         if join_timeout is not None:
             opts.join_timeout = duration_ms(join_timeout)
+        # Elastic range (docs/elastic.md): explicit arguments win over
+        # COHORT_MIN_WORLD / COHORT_MAX_WORLD, which the library read.
+        if max_world is not None:
+            opts.world_size = int(max_world)
+        if min_world is not None:
+            opts.min_world = int(min_world)
         keep = []  # the strings must outlive the open call
         if backend is not None:
             keep.append(backend.encode())
@@ -297,6 +377,172 @@ class Client:
     def world(self) -> Group:
         """The group of every rank of the job (owned by the client)."""
         return self._world
+
+    @property
+    def local_rank(self) -> int:
+        """This process's rank on its host."""
+        return int(lib.cohort_client_local_rank(self.handle))
+
+    @property
+    def generation(self) -> int:
+        """The job generation this client is in."""
+        return int(lib.cohort_client_generation(self.handle))
+
+    @property
+    def elastic_range(self) -> tuple[int, int]:
+        """(min, max) members of an elastic job; (0, 0) when it is not elastic."""
+        lo, hi = ctypes.c_int32(), ctypes.c_int32()
+        lib.cohort_client_elastic_range(self.handle, ctypes.byref(lo), ctypes.byref(hi))
+        return int(lo.value), int(hi.value)
+
+    @property
+    def is_elastic(self) -> bool:
+        """True for a job opened with a range of members (``min_world > 0``)."""
+        return self.elastic_range[0] > 0
+
+    def error(self) -> "Status | int":
+        """The client's sticky error (the job failed), ``Status.OK`` while healthy."""
+        return as_status(lib.cohort_client_error(self.handle))
+
+    # -- elastic membership (docs/elastic.md) ----------------------------------
+
+    def reform(self, timeout: Optional[float] = None) -> Reform:
+        """Moves the client and its groups to the job's current generation.
+
+        ``cohort_client_reform``: no call may be in flight on any group of
+        the client. Raises :class:`~cohort.CohortError`: ``EMEMBERSHIP`` when
+        the job moved again meanwhile (call again), ``EPEERLOST`` when this
+        process is no longer a member or the job fell below its minimum,
+        ``ENOTSUP`` for a job that is not elastic.
+        """
+        ri = ReformInfo()
+        st = lib.cohort_client_reform(self.handle, ctypes.byref(ri), duration_ms(timeout))
+        if st != 0:
+            raise CohortError(st, self._world.last_error() or last_error(), "reform")
+        return Reform._of(ri)
+
+    def step_boundary(self, timeout: Optional[float] = None) -> StepBoundary:
+        """The step boundary: commit point and admission point (``cohort_step_boundary``).
+
+        Returns when every member arrived (every one gets the same answer).
+        Raises :class:`~cohort.CohortError` ``EMEMBERSHIP`` when a member was
+        lost first: no member commits the step.
+        """
+        b = Boundary()
+        st = lib.cohort_step_boundary(self.handle, ctypes.byref(b), duration_ms(timeout))
+        if st != 0:
+            raise CohortError(st, self._world.last_error() or last_error(), "step_boundary")
+        return StepBoundary._of(b)
+
+    def state_transfer(self, data: Optional[Bytes], timeout: Optional[float] = None) -> Optional[bytes]:
+        """Moves the state the last boundary asked for (``cohort_state_transfer``).
+
+        The sender passes its bytes and gets None back; a receiver passes
+        None and gets the sender's bytes; a rank with role NONE gets None at
+        once. Peer to peer over the data plane, not through cohortd.
+        """
+        out = ctypes.c_void_p()
+        n = ctypes.c_size_t()
+        buf = _as_bytes(data) if data is not None else None
+        st = lib.cohort_state_transfer(
+            self.handle, buf, len(buf) if buf is not None else 0, ctypes.byref(out), ctypes.byref(n),
+            duration_ms(timeout))
+        if st != 0:
+            raise CohortError(st, self._world.last_error() or last_error(), "state_transfer")
+        if not out.value:
+            return None
+        try:
+            return ctypes.string_at(out.value, n.value)
+        finally:
+            lib.cohort_free(out)
+
+    # -- key-value store (the job's, shared by its members) -----------------
+
+    def _kv_check(self, st: int, op: str) -> None:
+        if st != 0:
+            raise CohortError(st, last_error(), op)
+
+    def kv_set(self, key: str, value: Bytes, timeout: Optional[float] = None) -> None:
+        """Sets ``key`` (TCPStore's ``set``)."""
+        v = _as_bytes(value)
+        self._kv_check(lib.cohort_kv_set(self.handle, key.encode(), v, len(v), duration_ms(timeout)), "kv_set")
+
+    def kv_get(self, key: str, timeout: Optional[float] = None) -> bytes:
+        """The value of ``key``, waiting until it exists (``ETIMEDOUT`` if it does not appear)."""
+        out = ctypes.c_void_p()
+        n = ctypes.c_size_t()
+        self._kv_check(lib.cohort_kv_get(self.handle, key.encode(), ctypes.byref(out), ctypes.byref(n),
+                                         duration_ms(timeout)), "kv_get")
+        try:
+            return ctypes.string_at(out.value, n.value) if n.value else b""
+        finally:
+            lib.cohort_free(out)
+
+    def kv_add(self, key: str, delta: int, timeout: Optional[float] = None) -> int:
+        """Adds ``delta`` to the integer at ``key`` (absent: 0); returns the new value."""
+        out = ctypes.c_int64()
+        self._kv_check(lib.cohort_kv_add(self.handle, key.encode(), int(delta), ctypes.byref(out),
+                                         duration_ms(timeout)), "kv_add")
+        return int(out.value)
+
+    def kv_compare_set(self, key: str, expected: Optional[Bytes], desired: Bytes,
+                       timeout: Optional[float] = None) -> tuple[bool, Optional[bytes]]:
+        """Sets ``key`` to ``desired`` if its value is ``expected`` (None: absent).
+
+        Returns (swapped, the value after the operation or None if absent).
+        """
+        e = _as_bytes(expected) if expected is not None else None
+        d = _as_bytes(desired)
+        swapped = ctypes.c_bool()
+        cur = ctypes.c_void_p()
+        n = ctypes.c_size_t()
+        st = lib.cohort_kv_compare_set(self.handle, key.encode(), e, len(e) if e is not None else 0, d, len(d),
+                                       ctypes.byref(swapped), ctypes.byref(cur), ctypes.byref(n),
+                                       duration_ms(timeout))
+        self._kv_check(st, "kv_compare_set")
+        try:
+            value = ctypes.string_at(cur.value, n.value) if cur.value else None
+        finally:
+            lib.cohort_free(cur)
+        return bool(swapped.value), value
+
+    def kv_delete(self, key: str, timeout: Optional[float] = None) -> bool:
+        """Deletes ``key``; True if it existed."""
+        out = ctypes.c_bool()
+        self._kv_check(lib.cohort_kv_delete(self.handle, key.encode(), ctypes.byref(out), duration_ms(timeout)),
+                       "kv_delete")
+        return bool(out.value)
+
+    def kv_num_keys(self, timeout: Optional[float] = None) -> int:
+        """Number of keys of the job."""
+        out = ctypes.c_int64()
+        self._kv_check(lib.cohort_kv_num_keys(self.handle, ctypes.byref(out), duration_ms(timeout)), "kv_num_keys")
+        return int(out.value)
+
+    @staticmethod
+    def _keys(keys: Iterable[str]) -> tuple[ctypes.Array, int]:
+        ks = [k.encode() for k in keys]
+        return (ctypes.c_char_p * max(1, len(ks)))(*ks), len(ks)
+
+    def kv_wait(self, keys: Iterable[str], timeout: Optional[float] = None) -> None:
+        """Returns when every key exists (``ETIMEDOUT`` naming the absent ones)."""
+        arr, n = self._keys(keys)
+        self._kv_check(lib.cohort_kv_wait(self.handle, ctypes.cast(arr, ctypes.c_void_p), n, duration_ms(timeout)),
+                       "kv_wait")
+
+    def kv_check(self, keys: Iterable[str], timeout: Optional[float] = None) -> bool:
+        """True if every key exists now (does not wait for them)."""
+        arr, n = self._keys(keys)
+        out = ctypes.c_bool()
+        self._kv_check(lib.cohort_kv_check(self.handle, ctypes.cast(arr, ctypes.c_void_p), n, ctypes.byref(out),
+                                           duration_ms(timeout)), "kv_check")
+        return bool(out.value)
+
+    def kv_append(self, key: str, value: Bytes, timeout: Optional[float] = None) -> None:
+        """Appends to ``key``'s value (creating it)."""
+        v = _as_bytes(value)
+        self._kv_check(lib.cohort_kv_append(self.handle, key.encode(), v, len(v), duration_ms(timeout)),
+                       "kv_append")
 
     def new_group(self, name: str, ranks: Sequence[int], timeout: Optional[float] = None,
                   backend: Optional[str] = None) -> Group:

@@ -35,6 +35,8 @@ __all__ = [
     "failed_rank_of",
     "missing_ranks_of",
     "format_exception_report",
+    "peer_lost",
+    "membership_changed",
 ]
 
 
@@ -216,6 +218,41 @@ def missing_ranks_of(detail: str) -> list[int]:
         if m is not None:
             return [int(x) for x in m.group("ranks").split(", ")]
     return []
+
+
+def _chain(exc: Optional[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    while exc is not None and len(out) < 16 and exc not in out:
+        out.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return out
+
+
+def _has_status(exc: Optional[BaseException], st: Status) -> bool:
+    """``exc`` (or an exception it was raised from) is a cohort failure with status ``st``.
+
+    DDP's reducer re-raises a collective's error as a ``RuntimeError``
+    quoting it, so the status name in the text counts too.
+    """
+    name = "COHORT_" + st.name
+    for e in _chain(exc):
+        if isinstance(e, CohortError):
+            if e.status == st:
+                return True
+        elif isinstance(e, RuntimeError) and name + ":" in str(e):
+            return True
+    return False
+
+
+def peer_lost(exc: Optional[BaseException]) -> bool:
+    """True when ``exc`` says another rank of the job was lost (``EPEERLOST``)."""
+    return _has_status(exc, Status.EPEERLOST)
+
+
+def membership_changed(exc: Optional[BaseException]) -> bool:
+    """True when ``exc`` says the elastic job moved to another generation
+    (``EMEMBERSHIP``): the call did not take effect, reform (docs/elastic.md)."""
+    return _has_status(exc, Status.EMEMBERSHIP)
 
 
 def format_exception_report(exc: BaseException, budget: int = 3500) -> str:

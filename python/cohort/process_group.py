@@ -32,6 +32,8 @@ from __future__ import annotations
 import ctypes
 import datetime
 import threading
+import time
+import weakref
 from typing import Any, Callable, Optional
 
 import torch
@@ -57,7 +59,7 @@ from .client import Client, Group, _knob, last_error
 from .failures import CohortBackendError, missing_ranks_of
 from .work import CohortWork, Completer, DoneWork, JoinedWork
 
-__all__ = ["BACKEND_NAME", "CohortBackend", "live_backends"]
+__all__ = ["BACKEND_NAME", "CohortBackend", "live_backends", "group_name"]
 
 #: The name to pass to ``init_process_group`` / ``process_group_backend``.
 BACKEND_NAME = "cohort"
@@ -76,6 +78,17 @@ def live_backends() -> list["CohortBackend"]:
     """Every cohort backend of this process not shut down yet."""
     with _live_lock:
         return list(_live.values())
+
+
+def group_name(client: Client, base: str) -> str:
+    """The libcohort name of a torch group's cohort group.
+
+    In an elastic job the generation is part of it: cohortd carries a
+    group over to the next generation with its surviving members, so the
+    torch groups re-created after a change (docs/elastic.md) must not meet
+    the carried ones under their old names.
+    """
+    return f"{base}@g{client.generation}" if client.is_elastic else base
 
 
 class CohortBackend(_C10dBackend):
@@ -113,6 +126,11 @@ class CohortBackend(_C10dBackend):
         self._completer = Completer(name)
         self._p2p_completer = Completer(f"{name}:p2p")
         self._closed = False
+        # Elastic (cohort.elastic): set while the group must not be used
+        # (the job moved on, or a state transfer comes first): the text of
+        # the error every collective raises meanwhile, with its status.
+        self._refusal: Optional[tuple[int, str]] = None
+        self._inflight: "weakref.WeakSet[CohortWork]" = weakref.WeakSet()
         self._lock = threading.Lock()
         self._options = _C10dBackend.Options(BACKEND_NAME, datetime.timedelta(seconds=self._timeout_s))
         with _live_lock:
@@ -180,8 +198,8 @@ class CohortBackend(_C10dBackend):
                 if g is None:
                     want = _knob("COHORT_BACKEND")
                     backend = want if want in bootstrap.DEVICE_BACKENDS else "auto"
-                    g = self._client.new_group(f"torch:{self._name}:cuda", self._ranks, self._timeout_s,
-                                               backend=backend)
+                    g = self._client.new_group(group_name(self._client, f"torch:{self._name}:cuda"), self._ranks,
+                                               self._timeout_s, backend=backend)
                     self._cuda_group = g
         return g
 
@@ -217,8 +235,8 @@ class CohortBackend(_C10dBackend):
         hand-off, the GIL released while it runs. Otherwise the i-form
         starts it on the group's progress thread and the work is returned.
         """
-        if self._closed:
-            raise CohortBackendError(Status.ECLOSED, "the process group was shut down", op)
+        if self._closed or self._refusal is not None:
+            self._refuse(op)
         if async_call is None or not opts.asyncOp:
             st = sync_call(self._ms(opts))
             if st:
@@ -229,6 +247,54 @@ class CohortBackend(_C10dBackend):
         h = ctypes.c_void_p()
         self._check(async_call(ctypes.byref(h)), op, g)
         return CohortWork(self, op, result, handle=h.value, finish=finish, keep=keep, group=g)
+
+    def _refuse(self, op: str) -> None:
+        if self._refusal is not None:
+            st, why = self._refusal
+            raise CohortBackendError(st, why, op)
+        raise CohortBackendError(Status.ECLOSED, "the process group was shut down", op)
+
+    # -- elastic membership (cohort.elastic) ------------------------------------
+
+    def refuse(self, status: int, why: str) -> None:
+        """Makes every later collective of the group raise ``status`` with ``why``.
+
+        cohort.elastic marks a group so while it must not be used: its job
+        moved to another generation (``EMEMBERSHIP``), or members admitted
+        at the last step boundary wait for the state (``ESTATE``).
+        """
+        self._refusal = (int(status), why)
+
+    def accept(self) -> None:
+        """Lifts :meth:`refuse`."""
+        self._refusal = None
+
+    def quiesce(self, timeout: float = 30.0) -> bool:
+        """Waits until no asynchronous collective of the group is in libcohort.
+
+        After a membership change every pending work ends at once with the
+        change's error; ``cohort_client_reform`` requires that none is still
+        in flight. True when none is (bounded by ``timeout`` seconds).
+        """
+        end = time.monotonic() + timeout
+        for w in list(self._inflight):
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                w.wait(datetime.timedelta(seconds=left))
+            except Exception:
+                pass  # its error is the change's; only its end matters here
+        return self._completer.idle(max(0.0, end - time.monotonic()))
+
+    def detach(self) -> None:
+        """Keeps the membership open when the group is shut down.
+
+        ``destroy_process_group`` then releases the group alone: the
+        membership lives on in another torch group of the same job (the
+        default group re-created for the job's next generation).
+        """
+        self._owns_client = False
 
     def _join(self, op: str, works: list[dist._Work], result: Any) -> dist._Work:
         """One work standing for several started in order: done when the last is."""
@@ -251,8 +317,8 @@ class CohortBackend(_C10dBackend):
         if not opts.asyncOp and not t.is_cuda and (op != _MEAN or t.is_floating_point()) and t.is_contiguous():
             # The common small call (a loss, a metric, a flag), kept short:
             # its cost is the per-call overhead every such call pays.
-            if self._closed:
-                raise CohortBackendError(Status.ECLOSED, "the process group was shut down", "allreduce")
+            if self._closed or self._refusal is not None:
+                self._refuse("allreduce")
             p = t.data_ptr()
             st = lib.cohort_allreduce(self._group.handle, p, p, t.numel(), dt, op, None, self._ms(opts))
             if st:
@@ -569,6 +635,8 @@ class CohortBackend(_C10dBackend):
         opts = opts if opts is not None else dist.BarrierOptions()
         # The data-plane queue before the coordinator's barrier: a barrier
         # after an async collective means "after it", as with gloo.
+        if self._closed or self._refusal is not None:
+            self._refuse("barrier")
         one = torch.zeros(1, dtype=torch.uint8)
         ms = self._ms(opts)
         g = self._group.handle
@@ -666,7 +734,7 @@ class CohortBackend(_C10dBackend):
         timeout = opts._timeout if opts is not None and opts._timeout else datetime.timedelta(
             seconds=self._timeout_s)
         name = (opts.group_name if opts is not None else "") or f"{self._name}:split"
-        group = self._client.new_group(f"torch:{name}", job_ranks, timeout.total_seconds())
+        group = self._client.new_group(group_name(self._client, f"torch:{name}"), job_ranks, timeout.total_seconds())
         return CohortBackend(self._client, group, ranks.index(self._rank), len(ranks), timeout, False, name,
                              job_ranks)
 
@@ -700,7 +768,7 @@ class CohortBackend(_C10dBackend):
         if self._owns_client:
             bootstrap.forget(self._client)
             self._client.close()
-        else:
+        elif self._group is not self._client.world:
             self._group.destroy()
         with _live_lock:
             _live.pop(id(self), None)

@@ -35,20 +35,22 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import os
 import sys
 from typing import Any, Optional
 
 import torch.distributed as dist
 
 from . import bootstrap
-from ._abi import Status
+from ._abi import EXIT_PEER_LOST, Status
 from .client import Client
-from .failures import CohortBackendError, format_exception_report
-from .process_group import BACKEND_NAME, CohortBackend, live_backends
+from .failures import CohortBackendError, format_exception_report, peer_lost
+from .process_group import BACKEND_NAME, CohortBackend, group_name, live_backends
 from .work import CohortWork, DoneWork
 
 __all__ = [
     "BACKEND_NAME",
+    "EXIT_PEER_LOST",
     "CohortBackend",
     "CohortBackendError",
     "CohortProcessGroup",
@@ -98,14 +100,31 @@ def _create(opts: Any, backend_options: Any = None) -> CohortBackend:
     if not global_ranks or (len(global_ranks) == size and world is None):
         # The default group, or a cohort group whose default group is of
         # another backend: a membership (a job) of its own, ranked as the
-        # group is.
-        client = bootstrap.join(store, rank, size, timeout)
+        # group is. cohort.elastic opens the membership first and offers it.
+        client = bootstrap.take_adopted()
+        if client is None:
+            client = bootstrap.join(store, rank, size, timeout)
+            adopted = False
+        else:
+            adopted = True
+        if (client.rank, client.world_size) != (rank, size):
+            why = (f"cohortd made this process rank {client.rank} of {client.world_size} in job {client.job!r}, "
+                   f"but torch was told rank {rank} of {size}")
+            elastic = client.is_elastic
+            if not adopted:
+                bootstrap.forget(client)
+                client.close()
+            if elastic:
+                why += (": the job is elastic (a range of members, docs/elastic.md) and cohortd gives the ranks; "
+                        "open it with cohort.elastic.init_process_group() (or a cohort.elastic.Manager), which "
+                        "passes torch the rank and size cohortd gave")
+            raise CohortBackendError(Status.EINVAL, why, "init_process_group")
         _install_excepthook()
         return CohortBackend(client, client.world, rank, size, timeout, True, name, list(range(size)))
     if world is None:
         raise CohortBackendError(Status.ESTATE, "a cohort subgroup needs a cohort default group first",
                                  "new_group")
-    group = world.new_group(f"torch:{name}", global_ranks, timeout.total_seconds())
+    group = world.new_group(group_name(world, f"torch:{name}"), global_ranks, timeout.total_seconds())
     return CohortBackend(world, group, rank, size, timeout, False, name, global_ranks)
 
 
@@ -136,12 +155,23 @@ def _install_excepthook() -> None:
     prev = sys.excepthook
 
     def hook(tp: type, value: BaseException, tb: Any) -> None:
-        if not isinstance(value, (KeyboardInterrupt, SystemExit, CohortBackendError)):
+        lost = peer_lost(value)
+        if not isinstance(value, (KeyboardInterrupt, SystemExit, CohortBackendError)) and not lost:
             try:
                 report_exception(value)
             except Exception:
                 pass
         prev(tp, value, tb)
+        if lost:
+            # Another rank was lost: exit with COHORT_EXIT_PEER_LOST (250),
+            # which launchers and Kubernetes' podFailurePolicy tell apart
+            # from this rank's own failure (cohort.h).
+            try:
+                _close_all()
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(EXIT_PEER_LOST)
 
     sys.excepthook = hook
 

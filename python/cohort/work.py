@@ -78,6 +78,7 @@ class Completer:
         self._alive = 0  # threads started and not ended
         self._baton: Optional[threading.Thread] = None  # the thread running a completion in turn
         self._stopping = False
+        self._taken = 0  # works taken off the queue and not completed yet
 
     @property
     def threads(self) -> int:
@@ -108,7 +109,10 @@ class Completer:
         with self._cv:
             while not self._q and not self._stopping:
                 self._cv.wait()
-            return self._q.popleft() if self._q else None
+            if not self._q:
+                return None
+            self._taken += 1
+            return self._q.popleft()
 
     def _run(self) -> None:
         try:
@@ -136,10 +140,16 @@ class Completer:
                 w._complete()
             finally:
                 with self._cv:
+                    self._taken -= 1
                     self._busy -= 1
                     if self._baton is me:
                         self._baton = None
-                        self._cv.notify_all()
+                    self._cv.notify_all()
+
+    def idle(self, timeout: float) -> bool:
+        """Waits until no work is queued or being completed; True if so within ``timeout``."""
+        with self._cv:
+            return self._cv.wait_for(lambda: not self._q and self._taken == 0, timeout)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Lets the queued works finish, then ends the threads (bounded by ``timeout``)."""
@@ -230,6 +240,8 @@ class CohortWork(dist._Work):
         self._owner = False  # a thread is waiting in libcohort
         if handle is None:
             self._complete()
+        elif backend is not None:
+            backend._inflight.add(self)  # CohortBackend.quiesce waits for it
 
     # -- completion ---------------------------------------------------------
 

@@ -82,6 +82,7 @@ SCALARS = {
     "cohort_status": ctypes.c_int,
     "cohort_dtype": ctypes.c_int,
     "cohort_redop": ctypes.c_int,
+    "cohort_state_role": ctypes.c_int,
 }
 HANDLES = {"cohort_client", "cohort_group", "cohort_work", "void"}
 
@@ -111,6 +112,8 @@ def test_struct_fields(header, cname):
             assert ctype == "char" and ptype._type_ is ctypes.c_char and ptype._length_ == n, (cname, name)
         elif ctype == "char *":
             assert ptype is ctypes.c_char_p, (cname, name)
+        elif ctype in _abi.STRUCTS:  # a structure inside a structure
+            assert ptype is _abi.STRUCTS[ctype], (cname, name, ctype, ptype)
         else:
             assert ptype is SCALARS[ctype], (cname, name, ctype, ptype)
 

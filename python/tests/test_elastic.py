@@ -1,0 +1,137 @@
+"""Elastic PyTorch on one host: in-process recovery of DDP (cohort.elastic).
+
+cohortd runs on loopback; each "node" is a ``cohort run --nnodes MIN:MAX
+--node-rank R -n 1`` of ``workers/elastic_ddp.py`` (a DDP classifier on a
+synthetic data set). A worker is SIGKILLed mid-training: the survivors
+must go on in the same processes (same PIDs), a node that comes back must
+be admitted and receive the state, and every member must end with the
+same parameters. The multi-host versions (namespace hosts, a pulled
+cable, torchrun, Lightning) are in tests/hosts/test_elastic_torch.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import BIN, PYTHON, WORKERS, base_env, free_port, kill_tree, start
+
+WORKER = WORKERS / "elastic_ddp.py"
+
+
+def events(p_log: list[str], kind: str) -> list[dict]:
+    out = []
+    for line in p_log:
+        line = line.strip()
+        if line.startswith("{") and f'"event": "{kind}"' in line:
+            out.append(json.loads(line))
+    return out
+
+
+class Node:
+    """One ``cohort run`` of the elastic worker; its output collected by a thread."""
+
+    def __init__(self, url: str, job: str, rank: int, rng: str, worker_args: list[str], env: dict):
+        import threading
+
+        argv = [str(BIN / "cohort"), "run", "--nnodes", rng, "--node-rank", str(rank), "-n", "1",
+                "--coordinator", url, "--job", job, "--", PYTHON, str(WORKER), *worker_args]
+        self.p = start(argv, env)
+        self.lines: list[str] = []
+        self._t = threading.Thread(target=self._read, daemon=True)
+        self._t.start()
+
+    def _read(self) -> None:
+        for line in self.p.stdout:
+            self.lines.append(line)
+
+    def ev(self, kind: str) -> list[dict]:
+        return events(list(self.lines), kind)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    def wait(self, timeout: float) -> int:
+        try:
+            rc = self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            kill_tree(self.p)
+            rc = self.p.wait()
+        self._t.join(5)
+        return rc
+
+
+def dump(nodes) -> str:
+    return "\n".join(f"--- node {i} rc={n.p.poll()}\n{n.text[-4000:]}" for i, n in enumerate(nodes))
+
+
+def wait_until(cond, timeout: float, nodes, what: str) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{what}: not after {timeout} s\n{dump(nodes)}")
+
+
+@pytest.fixture
+def cohortd(built):
+    port = free_port()
+    p = start([str(BIN / "cohortd"), "--listen", f"tcp://127.0.0.1:{port}", "--log-level", "warn"], base_env())
+    time.sleep(0.3)
+    yield f"tcp://127.0.0.1:{port}"
+    kill_tree(p)
+    p.wait()
+
+
+def _env() -> dict:
+    return base_env(COHORT_LOG_FORMAT="text", COHORT_HEARTBEAT_MS="250", COHORT_DEAD_AFTER_MS="2000")
+
+
+@pytest.mark.parametrize("mode", ["run", "manager"])
+def test_ddp_survives_a_kill_in_place_and_takes_the_rank_back(cohortd, mode):
+    args = ["--epochs", "12", "--pace", "60", "--mode", mode]
+    env = _env()
+    nodes = [Node(cohortd, "el", r, "3:4", args, env) for r in range(4)]
+    try:
+        wait_until(lambda: len(nodes[0].ev("commit")) >= 20, 120, nodes, "20 steps committed")
+        pids = [n.ev("start")[0]["pid"] for n in nodes]
+        t_kill = time.time() * 1000
+        os.kill(pids[3], signal.SIGKILL)
+        wait_until(lambda: all(any(c["lost"] == 1 for c in n.ev("change")) for n in nodes[:3]), 30, nodes,
+                   "the survivors moved on")
+        took = [[c for c in n.ev("change") if c["lost"] == 1][0]["at_ms"] - t_kill for n in nodes[:3]]
+        print(f"kill -> survivors going on: {', '.join(f'{t:.0f} ms' for t in took)}")
+        for n in nodes[:3]:
+            c = [c for c in n.ev("change") if c["lost"] == 1][0]
+            assert c["world"] == 3 and c["prev_world"] == 4, c
+        before = len(nodes[0].ev("commit"))
+        wait_until(lambda: len(nodes[0].ev("commit")) >= before + 5, 60, nodes, "steps in the 3-rank generation")
+        assert {c["world"] for c in nodes[0].ev("commit")[before:]} == {3}
+        back = Node(cohortd, "el", 3, "3:4", args, env)
+        nodes.append(back)
+        wait_until(lambda: any(c["joined"] == 1 for c in nodes[0].ev("change")), 120, nodes, "the rank came back")
+        for i in (0, 1, 2, 4):
+            assert nodes[i].wait(240) == 0, dump(nodes)
+        assert nodes[3].wait(30) != 0
+        done = [nodes[i].ev("done")[0] for i in (0, 1, 2, 4)]
+        assert {d["world"] for d in done} == {4}, done
+        assert len({d["checksum"] for d in done}) == 1, done
+        assert all(d["equal"] for d in done), done
+        assert sorted(d["rank"] for d in done) == [0, 1, 2, 3], done
+        for d, pid in zip(done[:3], pids[:3]):
+            assert d["pid"] == pid, (d, pids)  # the survivors kept their processes
+        assert done[3]["pid"] != pids[3]
+        steps = {d["steps"] for d in done}
+        assert len(steps) == 1, done
+        print(f"{mode}: steps {steps.pop()}, accuracy {done[0]['accuracy']}, discarded "
+              f"{[d['discarded'] for d in done]}")
+    finally:
+        for n in nodes:
+            kill_tree(n.p)

@@ -1,0 +1,176 @@
+"""One rank of an elastic DDP job (test_elastic.py, tests/hosts/test_elastic_torch.py, bench/goodput).
+
+    elastic_ddp.py [--epochs E] [--batch B] [--pace MS] [--mode run|manager]
+
+A small classifier on a synthetic, deterministic data set (the same on
+every rank and in every run), trained with DDP through
+``cohort.elastic.run`` (``--mode run``) or a hand-written loop on
+``cohort.elastic.Manager`` (``--mode manager``). Prints JSON lines:
+
+- ``{"event": "start", "rank", "world", "generation", "pid", "range", "step", "at_ms"}``
+  once in the job (``step`` > 0: admitted into a running job, with the state);
+- ``{"event": "change", "generation", "rank", "world", "prev_rank", "prev_world", "lost", "joined",
+  "step", "at_ms"}`` at each change;
+- ``{"event": "commit", "step", "at_ms"}`` per committed step (rank 0 only);
+- ``{"event": "done", "rank", "world", "pid", "generation", "steps", "checksum", "equal",
+  "accuracy", "discarded"}`` at the end.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+import cohort.elastic as elastic
+
+p = argparse.ArgumentParser()
+p.add_argument("--epochs", type=int, default=3)
+p.add_argument("--batch", type=int, default=16, help="per rank")
+p.add_argument("--samples", type=int, default=1536)
+p.add_argument("--pace", type=float, default=0.0, help="ms per step at least")
+p.add_argument("--mode", choices=("run", "manager"), default="run")
+p.add_argument("--hidden", type=int, default=64)
+args = p.parse_args()
+
+torch.set_num_threads(1)
+
+
+def now_ms():
+    return int(time.time() * 1000)
+
+
+def emit(**kw):
+    print(json.dumps(kw), flush=True)
+
+
+def data(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 20, generator=g)
+    w = torch.randn(20, 5, generator=torch.Generator().manual_seed(7))
+    y = (x @ w + 0.3 * torch.randn(n, 5, generator=g)).argmax(1)
+    return torch.utils.data.TensorDataset(x, y)
+
+
+train, test = data(args.samples, 1), data(512, 2)
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(20, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 5))
+opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+loss_fn = nn.CrossEntropyLoss()
+
+
+def checksum():
+    h = hashlib.sha256()
+    for t in model.state_dict().values():
+        h.update(t.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def accuracy():
+    with torch.no_grad():
+        x, y = test.tensors
+        return float((model(x).argmax(1) == y).float().mean())
+
+
+def note_change(c):
+    emit(event="change", generation=c.generation, rank=c.rank, world=c.world_size, prev_rank=c.prev_rank,
+         prev_world=c.prev_world_size, lost=c.lost, joined=c.joined, received=c.received_state,
+         at_ms=now_ms())
+
+
+t_step = [time.monotonic()]
+
+
+def pace():
+    if args.pace > 0:
+        left = args.pace / 1000.0 - (time.monotonic() - t_step[0])
+        if left > 0:
+            time.sleep(left)
+    t_step[0] = time.monotonic()
+
+
+def on_commit(step, loss):
+    if dist.get_rank() == 0:
+        emit(event="commit", step=step, loss=round(float(loss), 5), world=dist.get_world_size(), at_ms=now_ms())
+    pace()
+
+
+started = []
+
+
+def step_fn(ddp, batch):
+    if not started:
+        started.append(1)
+        c = elastic.bootstrap.world_client()
+        emit(event="start", rank=dist.get_rank(), world=dist.get_world_size(), generation=c.generation,
+             pid=os.getpid(), range=list(c.elastic_range), at_ms=now_ms())
+    x, y = batch
+    return loss_fn(ddp(x), y)
+
+
+def finish(res_rank, steps, discarded, generation):
+    mine = checksum()
+    sums = [None] * dist.get_world_size()
+    dist.all_gather_object(sums, mine)
+    emit(event="done", rank=dist.get_rank(), world=dist.get_world_size(), pid=os.getpid(), generation=generation,
+         steps=steps, checksum=mine, equal=len(set(sums)) == 1, accuracy=round(accuracy(), 4),
+         discarded=discarded)
+
+
+if args.mode == "run":
+    res = elastic.run(step_fn, model=model, optimizer=opt, dataset=train, batch_size=args.batch,
+                      epochs=args.epochs, seed=3, on_change=note_change, on_commit=on_commit)
+    finish(res.rank, res.steps, res.discarded, res.generation)
+else:
+    # The same training, written out on the Manager (no helper).
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    sampler = elastic.ElasticDistributedSampler(train, num_replicas=1, rank=0, shuffle=True, seed=3)
+    ep = {"epoch": 0}
+    ddp = {}
+
+    def rebuild(change=None):
+        elastic.release_ddp(ddp.pop("m", None))
+        ddp["m"] = DDP(model)
+        sampler.reshard(dist.get_rank(), dist.get_world_size())
+        ddp["it"] = None
+        if change is not None:
+            note_change(change)
+
+    m = elastic.Manager(
+        state_dict=lambda: {"model": model.state_dict(), "opt": opt.state_dict(), "sampler": sampler.state_dict(),
+                            "epoch": ep["epoch"]},
+        load_state_dict=lambda s: (model.load_state_dict(s["model"]), opt.load_state_dict(s["opt"]),
+                                   sampler.load_state_dict(s["sampler"]), ep.update(epoch=s["epoch"])),
+        on_change=rebuild)
+    rebuild()
+    discarded = 0
+    while ep["epoch"] < args.epochs:
+        m.start_step()
+        if sampler.epoch != ep["epoch"]:
+            sampler.set_epoch(ep["epoch"])
+            ddp["it"] = None
+        if ddp["it"] is None:
+            ddp["it"] = iter(torch.utils.data.DataLoader(train, batch_size=args.batch, sampler=sampler))
+        batch = next(ddp["it"], None)
+        if batch is None:
+            ep["epoch"] += 1
+            ddp["it"] = None
+            continue
+        take = min(args.batch * m.world_size, sampler.remaining)
+        with m.guard():
+            loss = step_fn(ddp["m"], batch)
+            loss.backward()
+        if m.should_commit(apply=lambda: (opt.step(), sampler.advance(take))):
+            on_commit(m.current_step, loss.detach())
+        else:
+            discarded += 1
+        opt.zero_grad(set_to_none=True)
+    finish(m.rank, m.current_step, discarded, m.generation)
+    m.close()
+sys.exit(0)
