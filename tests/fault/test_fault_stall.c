@@ -155,8 +155,28 @@ fs_stall(bool data_plane)
 	    "status:\n%s", status);
 	ck_assert_msg(strstr(line, op) != NULL && strstr(line, "#4") != NULL,
 	    "detail: %s", line);
-	/* What the others wait in. */
+	/* What the others wait in: each rank's line is what its last
+	 * heartbeat said, so it may lag the stall verdict (which cohortd
+	 * makes from the job's rhythm) by up to a heartbeat period. */
 	snprintf(want, sizeof(want), "in %s #4", op);
+	end = th_now_ms() + 3000;
+	for (;;) {
+		bool both = true;
+
+		for (int r = 0; r < 2; r++) {
+			char host[64];
+			snprintf(host, sizeof(host), "\n  %-5d ", r);
+			both = both
+			    && fs_line_with(status, host, line, sizeof(line))
+			    && strstr(line, want) != NULL;
+		}
+		if (both || th_now_ms() >= end)
+			break;
+		usleep(100 * 1000);
+		free(status);
+		status = NULL;
+		ck_assert_int_eq(fs_status(c.url, job, &status), 0);
+	}
 	for (int r = 0; r < 2; r++) {
 		char host[64];
 		snprintf(host, sizeof(host), "\n  %-5d ", r);
