@@ -160,16 +160,21 @@ START_TEST(test_kill_storm_under_training)
 	    ? (int)strtol(getenv("COHORT_CHAOS_STORM_S"), NULL, 10)
 	    : (int)chaos_n(6, 60);
 	int epochs = 1000, crashed = 0, failed = 0, same = 0, kills = 0;
+	int64_t storm_ms_min = 0;
 	char ref[32];
 	int64_t d;
 
-	/* The training outlasts the storm by a few seconds. */
+	/* The training outlasts the storm by a few seconds: the step count
+	 * is scaled from a measured run until one lasts long enough (a
+	 * short run's start-up makes one scaling overshoot the step time). */
 	d = st_reference(epochs, ref, sizeof(ref));
-	epochs = (int)((double)epochs * (storm_s + 4) * 1000.0
-	    / (double)(d > 50 ? d : 50));
-	if (epochs < 1000)
-		epochs = 1000;
-	d = st_reference(epochs, ref, sizeof(ref));
+	for (int i = 0; i < 4 && d < (storm_s + 4) * 1000; i++) {
+		epochs = (int)((double)epochs * (storm_s + 6) * 1000.0
+		    / (double)(d > 50 ? d : 50));
+		if (epochs < 1000)
+			epochs = 1000;
+		d = st_reference(epochs, ref, sizeof(ref));
+	}
 	printf("CHAOS storm: reference run of %d steps: %lld ms, checksum "
 	       "%s\n",
 	    epochs, (long long)d, ref);
@@ -178,14 +183,15 @@ START_TEST(test_kill_storm_under_training)
 		char tag[16], out[300], sum[32] = "";
 		int st, k = 0;
 		pid_t run;
-		int64_t end;
+		int64_t end, t0;
 
 		snprintf(tag, sizeof(tag), "run%d", r);
 		st_init(&s, tag);
 		snprintf(out, sizeof(out), "%s/run-%d.out", th_tmpdir(), r);
 		st_coord_start(&s);
 		run = st_run(&s, epochs, out);
-		end = th_now_ms() + storm_s * 1000;
+		t0 = th_now_ms();
+		end = t0 + storm_s * 1000;
 		while (th_now_ms() < end) {
 			usleep(1000 * 1000);
 			if (th_wait(run, 0, &st)) {
@@ -198,6 +204,8 @@ START_TEST(test_kill_storm_under_training)
 			st_coord_start(&s);
 		}
 		kills += k;
+		t0 = th_now_ms() - t0; /* how long the storm really lasted */
+		storm_ms_min = r == 0 || t0 < storm_ms_min ? t0 : storm_ms_min;
 		if (run > 0 && !th_wait(run, 300000, &st)) {
 			th_kill(run);
 			st = -1;
@@ -214,20 +222,27 @@ START_TEST(test_kill_storm_under_training)
 		} else if (strcmp(sum, ref) == 0) {
 			same++;
 		}
-		printf("CHAOS storm: run %d: cohortd killed %d times in %d "
+		printf("CHAOS storm: run %d: cohortd killed %d times in %.1f "
 		       "s, exit %d, checksum %s (%s)\n",
-		    r, k, storm_s, st == -1 ? -1 : th_exit_code(st), sum,
+		    r, k, (double)t0 / 1000.0,
+		    st == -1 ? -1 : th_exit_code(st), sum,
 		    strcmp(sum, ref) == 0 ? "as without the storm"
 		                          : "DIFFERENT");
 	}
 	printf("CHAOS storm: %d runs of cohort run -n 4 (DDP training, %d "
-	       "steps) with cohortd killed every second for %d s (%d kills "
-	       "in all): %d runs with a crashed worker, %d failed, %d of %d "
-	       "with the parameters of the run without a storm\n",
-	    runs, epochs, storm_s, kills, crashed, failed, same, runs);
+	       "steps) with cohortd killed every second for %d s (the "
+	       "shortest storm lasted %.1f s; %d kills in all): %d runs with "
+	       "a crashed worker, %d failed, %d of %d with the parameters of "
+	       "the run without a storm\n",
+	    runs, epochs, storm_s, (double)storm_ms_min / 1000.0, kills,
+	    crashed, failed, same, runs);
 	ck_assert_int_eq(crashed, 0);
 	ck_assert_int_eq(failed, 0);
 	ck_assert_int_eq(same, runs);
+	/* At the issue's size every storm lasts its whole time (the
+	 * training outlasted it); the small CI run only prints it. */
+	if (chaos_full())
+		ck_assert_int_ge(storm_ms_min, (int64_t)(storm_s - 1) * 1000);
 }
 END_TEST
 
