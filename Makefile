@@ -151,6 +151,7 @@ STATIC_LIBS := $(LIB)/libcohort_examples.a $(LIB)/libcohort_strategies.a \
 CUDA_LINK := $(if $(CU_SRC),-L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++)
 
 .PHONY: all test test-unit test-python test-hosts test-san demo demo-lightning bench \
+	test-lane-c test-lane-py pyenv \
 	bench-faults bench-torch install clean check-style deps probe gpu-check \
 	check-k8s fuzz fuzz-build chaos
 .DEFAULT_GOAL := all
@@ -255,12 +256,31 @@ deps:
 # tools/pyenv.sh; COHORT_SKIP_PYTHON=1 skips it on a machine without PyPI,
 # CI never does). COHORT_TEST_SUITE=name (or Check's CK_RUN_SUITE /
 # CK_RUN_CASE) narrows the Check run; PYTEST_ARGS the Python one.
+#
+# The suites run in two lanes at once: the Check suites then the namespace
+# hosts, beside the Python suite then deploy/'s check. They mostly wait (on
+# sockets, deadlines and child processes: the C suite uses a sixth of its
+# wall time on a CPU), so on a 2-core machine the whole takes about the
+# longer lane. Each lane's output is printed whole when the lane ends;
+# either failing fails the run (after the other ends).
 test: deps
 	$(MAKE) all
+	$(MAKE) pyenv
+	$(MAKE) -j2 --output-sync=target test-lane-c test-lane-py
+
+test-lane-c:
 	COHORT_BIN=$(BIN) $(BIN)/cohort-tests
-	$(MAKE) test-python
 	$(MAKE) test-hosts
+
+test-lane-py:
+	$(MAKE) test-python
 	$(MAKE) check-k8s
+
+# The venv once, before the lanes (two pip runs into one venv would race).
+pyenv:
+	@if [[ "$(COHORT_SKIP_PYTHON)" != 1 && -z "$(SAN)" ]]; then \
+	  tools/pyenv.sh $(VENV); \
+	fi
 
 VENV ?= .venv
 test-python:
