@@ -165,15 +165,23 @@ def _install_excepthook() -> None:
         if lost:
             # Another rank was lost: exit with COHORT_EXIT_PEER_LOST (250),
             # which launchers and Kubernetes' podFailurePolicy tell apart
-            # from this rank's own failure (cohort.h).
-            try:
-                _close_all()
-                sys.stdout.flush()
-                sys.stderr.flush()
-            finally:
-                os._exit(EXIT_PEER_LOST)
+            # from this rank's own failure (cohort.h). Not here: torch's
+            # own hook (init_process_group's "[rankN]:" prefix) calls this
+            # one with stderr redirected to a buffer it prints afterwards,
+            # so the exit waits for the interpreter's shutdown, where this
+            # handler, registered last, runs first.
+            atexit.register(_exit_peer_lost)
 
     sys.excepthook = hook
+
+
+def _exit_peer_lost() -> None:
+    try:
+        _close_all()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(EXIT_PEER_LOST)
 
 
 @atexit.register
