@@ -485,6 +485,7 @@ class CohortElasticStrategy(CohortDDPStrategy):
         model = model or self.lightning_module
         self._joining = False
         if self._leaving:
+            self._leave()
             raise SIGTERMException()
         m.start_step()
         ran = False
@@ -541,18 +542,21 @@ class CohortElasticStrategy(CohortDDPStrategy):
         log.warning("cohort elastic: SIGTERM: rank %d leaves the job at its next step", self.global_rank)
         self._leaving = True
 
+    def _leave(self) -> None:
+        """Out of the job as a lost member (a clean Leave would stop the others: proto/README.md 8)."""
+        m = self._manager
+        if m is None:
+            return
+        text = (f"rank {m.rank} was preempted (SIGTERM): it left the elastic job at a step boundary; the others "
+                f"go on without it")
+        if not m.client.report_failure(text, timeout=5.0):
+            log.warning("cohort elastic: could not tell the coordinator that this rank leaves; it will see the "
+                        "connection close")
+
     def on_exception(self, exception: BaseException) -> None:
         if isinstance(exception, SIGTERMException):
-            # Leaving on purpose: the others go on (a loss), nothing to report.
-            if self._manager is not None:
-                self._manager.close()
-            return
+            return  # left on purpose (_leave): nothing more to report
         super().on_exception(exception)
-
-    def teardown(self) -> None:
-        if self._leaving and self._manager is not None:
-            self._manager.close()
-        super().teardown()
 
 
 _RECEIVED = "cohort-elastic://received-state"

@@ -88,3 +88,29 @@ def test_lightning_fit_survives_a_kill_in_place_and_takes_the_rank_back(cohortd)
     finally:
         for n in nodes:
             kill_tree(n.p)
+
+
+def test_lightning_sigterm_makes_the_rank_leave_and_the_others_go_on(cohortd):
+    """A preempted rank (SIGTERM) leaves at its next step; no collective in the signal handler, no stop of the job."""
+    args = ["--epochs", "4", "--pace", "60"]
+    env = _env()
+    nodes = [LNode(cohortd, "lterm", r, "2:3", args, env) for r in range(3)]
+    try:
+        wait_until(lambda: len(nodes[0].ev("commit")) >= 10, 180, nodes, "10 steps committed")
+        pids = [n.ev("start")[0]["pid"] for n in nodes]
+        os.kill(pids[2], signal.SIGTERM)
+        wait_until(lambda: all(any(c["lost"] == 1 for c in n.ev("change")) for n in nodes[:2]), 30, nodes,
+                   "the others moved on")
+        nodes[2].wait(60)  # Lightning's SIGTERMException is a SystemExit: the rank exits 0
+        assert "leaves the job at its next step" in nodes[2].text, nodes[2].text[-3000:]
+        assert not nodes[2].ev("done"), nodes[2].text[-3000:]
+        for n in nodes[:2]:
+            assert n.wait(300) == 0, dump(nodes)
+        done = [n.ev("done")[0] for n in nodes[:2]]
+        assert {d["world"] for d in done} == {2}, done
+        assert len({d["checksum"] for d in done}) == 1 and all(d["equal"] for d in done), done
+        assert [d["pid"] for d in done] == pids[:2]
+        assert {d["epoch"] for d in done} == {4}, done
+    finally:
+        for n in nodes:
+            kill_tree(n.p)
