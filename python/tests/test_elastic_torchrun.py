@@ -104,7 +104,7 @@ def test_torchrun_ddp_survives_a_worker_kill_in_place_and_takes_it_back(installe
     argv = [PYTHON, "-m", "torch.distributed.run", "--nnodes", "2:3", "--nproc-per-node", "1", "--rdzv-backend",
             "cohort", "--rdzv-endpoint", f"127.0.0.1:{sport}", "--rdzv-id", job, "--rdzv-conf",
             f"coordinator={url},last_call_timeout=3", "--max-restarts", "2", "--monitor-interval", "0.2",
-            str(WORKER), "--epochs", "10", "--pace", "60"]
+            str(WORKER), "--epochs", "20", "--pace", "60"]
     agents = [Agent(argv, env) for _ in range(3)]
     try:
         wait_until(lambda: sum(len(a.ev("commit")) for a in agents) >= 20, 180, agents, "20 steps committed")
