@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 
 import pytest
@@ -114,3 +115,12 @@ def test_lightning_sigterm_makes_the_rank_leave_and_the_others_go_on(cohortd):
     finally:
         for n in nodes:
             kill_tree(n.p)
+
+
+
+def test_step_sampler_deals_every_sample_once_through_a_discard_and_a_shrink(built):
+    """ElasticStepSampler alone (workers/elastic_sampler_check.py): 3 ranks, a discarded step, the rest on 2."""
+    r = subprocess.run([PYTHON, str(WORKERS / "elastic_sampler_check.py")], env=base_env(), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ok" in r.stdout, r.stdout
