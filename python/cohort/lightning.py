@@ -413,6 +413,7 @@ class CohortElasticStrategy(CohortDDPStrategy):
         orig = conn._restore_modules_and_callbacks
 
         def restore(_path: Any = None, *args: Any, **kwargs: Any) -> None:
+            del conn._restore_modules_and_callbacks  # once: a later fit restores what it is given
             orig(_RECEIVED, *args, **kwargs)
 
         conn._restore_modules_and_callbacks = restore
@@ -484,6 +485,7 @@ class CohortElasticStrategy(CohortDDPStrategy):
         m = self._manager
         model = model or self.lightning_module
         self._joining = False
+        self._received = None  # restored (model, loops, sampler): not kept
         if self._leaving:
             self._leave()
             raise SIGTERMException()
