@@ -27,7 +27,9 @@ WORKER = WORKERS / "elastic_lightning.py"
 @pytest.fixture
 def cohortd(built):
     port = free_port()
-    p = start([str(BIN / "cohortd"), "--listen", f"tcp://127.0.0.1:{port}", "--log-level", "warn"], base_env())
+    # a generous last call: a node slow to start on a loaded machine still makes the first generation
+    p = start([str(BIN / "cohortd"), "--listen", f"tcp://127.0.0.1:{port}", "--log-level", "warn",
+               "--rdzv-last-call", "30000"], base_env())
     time.sleep(0.3)
     yield f"tcp://127.0.0.1:{port}"
     kill_tree(p)

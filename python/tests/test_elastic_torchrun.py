@@ -98,12 +98,14 @@ def test_torchrun_ddp_survives_a_worker_kill_in_place_and_takes_it_back(installe
     port, sport = free_port(), free_port()
     url = f"tcp://127.0.0.1:{port}"
     env = _env(installed)
+    # Generous last calls (agents' and cohortd's): on a loaded machine a slow
+    # node must still make the first round; with all three there it closes at once.
     d = start([str(BIN / "cohortd"), "--listen", url, "--torch-store", f"{job}@127.0.0.1:{sport}", "--log-level",
-               "warn"], env)
+               "warn", "--rdzv-last-call", "30000"], env)
     time.sleep(0.3)
     argv = [PYTHON, "-m", "torch.distributed.run", "--nnodes", "2:3", "--nproc-per-node", "1", "--rdzv-backend",
             "cohort", "--rdzv-endpoint", f"127.0.0.1:{sport}", "--rdzv-id", job, "--rdzv-conf",
-            f"coordinator={url},last_call_timeout=3", "--max-restarts", "2", "--monitor-interval", "0.2",
+            f"coordinator={url},last_call_timeout=30", "--max-restarts", "2", "--monitor-interval", "0.2",
             str(WORKER), "--epochs", "20", "--pace", "60"]
     agents = [Agent(argv, env) for _ in range(3)]
     try:

@@ -62,7 +62,7 @@ def test_torchrun_3_4_a_worker_killed_goes_on_in_place_and_comes_back(cluster, s
     h0 = cl.hosts[0]
     job = "trun"
     start_cohortd(h0, "--torch-store", f"{job}@0.0.0.0:{STORE_PORT}", "--torch-store-allow",
-                  f"{cl.prefix}.0/24")
+                  f"{cl.prefix}.0/24", "--rdzv-last-call", "30000")
     env = {
         "PYTHONPATH": str(site),
         "COHORT_LIBRARY": str(BIN.parent / "lib" / "libcohort.so"),
@@ -74,7 +74,7 @@ def test_torchrun_3_4_a_worker_killed_goes_on_in_place_and_comes_back(cluster, s
     }
     argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "3:4", "--nproc-per-node", "1",
             "--rdzv-backend", "cohort", "--rdzv-endpoint", f"{h0.addr}:{STORE_PORT}", "--rdzv-id", job,
-            "--rdzv-conf", f"coordinator=tcp://{h0.addr}:29400,last_call_timeout=5", "--max-restarts", "2",
+            "--rdzv-conf", f"coordinator=tcp://{h0.addr}:29400,last_call_timeout=30", "--max-restarts", "2",
             "--monitor-interval", "0.2", str(WORKER), "--epochs", "40", "--pace", "60"]
     agents = [h.spawn(argv, env=env, name=f"torchrun{i}") for i, h in enumerate(cl.hosts[1:])]
     wait_until(lambda: sum(len(events(a, "commit")) for a in agents) >= 20, 240, agents, "20 steps committed")
