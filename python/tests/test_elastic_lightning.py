@@ -43,8 +43,9 @@ def LNode(url: str, job: str, rank: int, rng: str, args: list[str], env: dict) -
 
 
 def _env() -> dict:
+    # joins wait as long as the first round's last call (the fixture's cohortd)
     return base_env(COHORT_LOG_FORMAT="text", COHORT_HEARTBEAT_MS="250", COHORT_DEAD_AFTER_MS="2000",
-                    PYTHONWARNINGS="ignore")
+                    COHORT_JOIN_TIMEOUT_MS="60000", PYTHONWARNINGS="ignore")
 
 
 def test_lightning_fit_survives_a_kill_in_place_and_takes_the_rank_back(cohortd):
@@ -99,7 +100,8 @@ def test_lightning_sigterm_makes_the_rank_leave_and_the_others_go_on(cohortd):
     env = _env()
     nodes = [LNode(cohortd, "lterm", r, "2:3", args, env) for r in range(3)]
     try:
-        wait_until(lambda: len(nodes[0].ev("commit")) >= 10, 180, nodes, "10 steps committed")
+        wait_until(lambda: all(n.ev("start") for n in nodes) and len(nodes[0].ev("commit")) >= 10
+                   and nodes[0].ev("commit")[-1]["world"] == 3, 180, nodes, "10 steps committed on 3 ranks")
         pids = [n.ev("start")[0]["pid"] for n in nodes]
         os.kill(pids[2], signal.SIGTERM)
         wait_until(lambda: all(any(c["lost"] == 1 for c in n.ev("change")) for n in nodes[:2]), 30, nodes,
