@@ -43,9 +43,8 @@ def LNode(url: str, job: str, rank: int, rng: str, args: list[str], env: dict) -
 
 
 def _env() -> dict:
-    # joins wait as long as the first round's last call (the fixture's cohortd)
     return base_env(COHORT_LOG_FORMAT="text", COHORT_HEARTBEAT_MS="250", COHORT_DEAD_AFTER_MS="2000",
-                    COHORT_JOIN_TIMEOUT_MS="60000", PYTHONWARNINGS="ignore")
+                    PYTHONWARNINGS="ignore")
 
 
 def test_lightning_fit_survives_a_kill_in_place_and_takes_the_rank_back(cohortd):

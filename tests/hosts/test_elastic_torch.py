@@ -70,7 +70,6 @@ def test_torchrun_3_4_a_worker_killed_goes_on_in_place_and_comes_back(cluster, s
         "COHORT_LOG_FORMAT": "text",
         "COHORT_HEARTBEAT_MS": "250",
         "COHORT_DEAD_AFTER_MS": "2000",
-        "COHORT_JOIN_TIMEOUT_MS": "60000",
         "PYTHONUNBUFFERED": "1",
     }
     argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "3:4", "--nproc-per-node", "1",
