@@ -44,7 +44,8 @@ def installed(tmp_path_factory):
 
 
 def _env(site) -> dict:
-    env = base_env(COHORT_LOG_FORMAT="text", COHORT_HEARTBEAT_MS="250", COHORT_DEAD_AFTER_MS="2000", COHORT_LIBRARY=str((BIN.parent / "lib" / "libcohort.so").resolve()))
+    env = base_env(COHORT_LOG_FORMAT="text", COHORT_HEARTBEAT_MS="250", COHORT_DEAD_AFTER_MS="2000",
+                   COHORT_LIBRARY=str((BIN.parent / "lib" / "libcohort.so").resolve()))
     env["PYTHONPATH"] = str(site)  # the installed copy, not the source tree
     return env
 
