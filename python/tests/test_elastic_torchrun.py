@@ -149,5 +149,11 @@ def test_torchrun_ddp_survives_a_worker_kill_in_place_and_takes_it_back(installe
     finally:
         for a in agents:
             kill_tree(a.p)
+            # torchrun's workers are not in their agent's process group: end them by PID too
+            for e in a.ev("start"):
+                try:
+                    os.kill(int(e["pid"]), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         kill_tree(d)
         d.wait()
