@@ -1,0 +1,129 @@
+"""Elastic Lightning on one host: Trainer.fit through a kill and a return (CohortElasticStrategy).
+
+cohortd on loopback; each "node" is a ``cohort run --nnodes 2:3
+--node-rank R -n 1`` of ``workers/elastic_lightning.py``. One rank is
+SIGKILLed mid-training: the others go on in their processes (same PIDs),
+a new process for the lost node is admitted into the running fit, receives
+the Lightning state from a healthy rank, and every rank ends with the same
+parameters, the same global step and the elastic sampler.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import BIN, PYTHON, WORKERS, base_env, free_port, kill_tree, start
+from test_elastic import dump, wait_until
+from test_elastic_torchrun import Agent
+
+WORKER = WORKERS / "elastic_lightning.py"
+
+
+@pytest.fixture
+def cohortd(built):
+    port = free_port()
+    # a generous last call: a node slow to start on a loaded machine still makes the first generation
+    p = start([str(BIN / "cohortd"), "--listen", f"tcp://127.0.0.1:{port}", "--log-level", "warn",
+               "--rdzv-last-call", "30000"], base_env())
+    time.sleep(0.3)
+    yield f"tcp://127.0.0.1:{port}"
+    kill_tree(p)
+    p.wait()
+
+
+def LNode(url: str, job: str, rank: int, rng: str, args: list[str], env: dict) -> Agent:
+    """One ``cohort run`` node of the elastic Lightning worker."""
+    return Agent([str(BIN / "cohort"), "run", "--nnodes", rng, "--node-rank", str(rank), "-n", "1", "--coordinator",
+                  url, "--job", job, "--", PYTHON, str(WORKER), *args], env)
+
+
+def _env() -> dict:
+    return base_env(COHORT_LOG_FORMAT="text", COHORT_HEARTBEAT_MS="250", COHORT_DEAD_AFTER_MS="2000",
+                    PYTHONWARNINGS="ignore")
+
+
+def test_lightning_fit_survives_a_kill_in_place_and_takes_the_rank_back(cohortd):
+    args = ["--epochs", "12", "--pace", "60"]
+    env = _env()
+    nodes = [LNode(cohortd, "lel", r, "2:3", args, env) for r in range(3)]
+    try:
+        wait_until(lambda: len(nodes[0].ev("commit")) >= 15, 180, nodes, "15 steps committed")
+        starts = [n.ev("start") for n in nodes]
+        assert all(len(s) == 1 for s in starts), dump(nodes)
+        assert {s[0]["world"] for s in starts} == {3}, starts
+        pids = [s[0]["pid"] for s in starts]
+        os.kill(pids[2], signal.SIGKILL)
+        wait_until(lambda: all(any(c["lost"] == 1 for c in n.ev("change")) for n in nodes[:2]), 30, nodes,
+                   "the survivors moved on")
+        for n in nodes[:2]:
+            c = [c for c in n.ev("change") if c["lost"] == 1][0]
+            assert c["world"] == 2 and c["prev_world"] == 3, c
+        before = len(nodes[0].ev("commit"))
+        wait_until(lambda: len(nodes[0].ev("commit")) >= before + 5, 60, nodes, "steps in the 2-rank generation")
+        assert {c["world"] for c in nodes[0].ev("commit")[before:]} == {2}
+        back = LNode(cohortd, "lel", 2, "2:3", args, env)
+        nodes.append(back)
+        wait_until(lambda: any(c["joined"] == 1 for c in nodes[0].ev("change")), 120, nodes, "the rank came back")
+        wait_until(lambda: len(back.ev("start")) == 1, 60, nodes, "the returning rank trains")
+        assert back.ev("start")[0]["step"] > 0, back.ev("start")  # it resumed from the state it received
+        for i in (0, 1, 3):
+            assert nodes[i].wait(300) == 0, dump(nodes)
+        assert nodes[2].wait(30) != 0
+        done = [nodes[i].ev("done") for i in (0, 1, 3)]
+        assert all(len(d) == 1 for d in done), dump(nodes)
+        done = [d[0] for d in done]
+        assert {d["world"] for d in done} == {3}, done
+        assert len({d["checksum"] for d in done}) == 1, done
+        assert all(d["equal"] for d in done), done
+        assert sorted(d["rank"] for d in done) == [0, 1, 2], done
+        assert {d["steps"] for d in done} == {done[0]["steps"]}, done
+        assert {d["epoch"] for d in done} == {12}, done
+        assert {d["sampler"] for d in done} == {"ElasticStepSampler"}, done
+        for d, pid in zip(done[:2], pids[:2]):
+            assert d["pid"] == pid, (d, pids)  # the survivors kept their processes
+        assert done[2]["pid"] != pids[2]
+        print(f"lightning: steps {done[0]['steps']}, accuracy {done[0]['accuracy']}")
+    finally:
+        for n in nodes:
+            kill_tree(n.p)
+
+
+def test_lightning_sigterm_makes_the_rank_leave_and_the_others_go_on(cohortd):
+    """A preempted rank (SIGTERM) leaves at its next step; no collective in the signal handler, no stop of the job."""
+    args = ["--epochs", "4", "--pace", "60"]
+    env = _env()
+    nodes = [LNode(cohortd, "lterm", r, "2:3", args, env) for r in range(3)]
+    try:
+        wait_until(lambda: all(n.ev("start") for n in nodes) and len(nodes[0].ev("commit")) >= 10
+                   and nodes[0].ev("commit")[-1]["world"] == 3, 180, nodes, "10 steps committed on 3 ranks")
+        pids = [n.ev("start")[0]["pid"] for n in nodes]
+        os.kill(pids[2], signal.SIGTERM)
+        wait_until(lambda: all(any(c["lost"] == 1 for c in n.ev("change")) for n in nodes[:2]), 30, nodes,
+                   "the others moved on")
+        nodes[2].wait(60)  # Lightning's SIGTERMException is a SystemExit: the rank exits 0
+        assert "leaves the job at its next step" in nodes[2].text, nodes[2].text[-3000:]
+        assert not nodes[2].ev("done"), nodes[2].text[-3000:]
+        for n in nodes[:2]:
+            assert n.wait(300) == 0, dump(nodes)
+        done = [n.ev("done")[0] for n in nodes[:2]]
+        assert {d["world"] for d in done} == {2}, done
+        assert len({d["checksum"] for d in done}) == 1 and all(d["equal"] for d in done), done
+        assert [d["pid"] for d in done] == pids[:2]
+        assert {d["epoch"] for d in done} == {4}, done
+    finally:
+        for n in nodes:
+            kill_tree(n.p)
+
+
+
+def test_step_sampler_deals_every_sample_once_through_a_discard_and_a_shrink(built):
+    """ElasticStepSampler alone (workers/elastic_sampler_check.py): 3 ranks, a discarded step, the rest on 2."""
+    r = subprocess.run([PYTHON, str(WORKERS / "elastic_sampler_check.py")], env=base_env(), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ok" in r.stdout, r.stdout
