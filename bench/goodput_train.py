@@ -29,6 +29,7 @@ harness picks its victims from them).
 """
 
 import argparse
+import datetime
 import json
 import os
 import sys
@@ -129,8 +130,17 @@ def run_checkpoint():
 
     if args.backend == "cohort":
         import cohort.torch  # noqa: F401 - registers the backend
-    dist.init_process_group(args.backend)
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    # torchrun's store outlives a restart of the workers (the agent serves
+    # it), and the keys of the previous attempt are still in it: without a
+    # prefix per attempt the restarted ranks read the dead ranks' addresses
+    # (gloo's full mesh, cohort's coordinator) and time out on them. What
+    # torch itself used to do for env:// under torchelastic.
+    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                         is_master=rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True",
+                         timeout=datetime.timedelta(seconds=300))
+    store = dist.PrefixStore(f"/goodput/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", base)
+    dist.init_process_group(args.backend, store=store, rank=rank, world_size=world)
     step, epoch, position = 0, 0, 0
     if args.checkpoint and os.path.exists(args.checkpoint):
         s = torch.load(args.checkpoint, weights_only=True)
