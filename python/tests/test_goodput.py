@@ -33,7 +33,7 @@ def test_goodput_quick_runs_every_mode_and_prints_the_table(built, tmp_path):
         "(a) cohort in place", "(b) torchrun restart", "(c) no faults"], text
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
-        assert len(cells) == 7, row
+        assert len(cells) == 8, row
         assert float(cells[1]) > 0, f"no useful samples: {row}\n{text}"
     assert re.search(r"^ratio inplace/nofault: \d+\.\d{3}$", r.stdout, re.M), text
     assert re.search(r"^ratio inplace/restart: \d+\.\d{3}$", r.stdout, re.M), text
