@@ -23,8 +23,19 @@ GOODPUT = REPO / "bench" / "goodput"
 def test_goodput_quick_runs_every_mode_and_prints_the_table(built, tmp_path):
     out_json = tmp_path / "goodput.json"
     env = base_env()
-    r = subprocess.run([PYTHON, str(GOODPUT), str(BIN), "--quick", "--json", str(out_json), "--keep",
-                        str(tmp_path / "logs")], env=env, capture_output=True, text=True, timeout=110)
+    p = subprocess.Popen([PYTHON, str(GOODPUT), str(BIN), "--quick", "--json", str(out_json), "--keep",
+                          str(tmp_path / "logs")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = p.communicate(timeout=150)  # its own bound: 80 s to start, 6 s, the stop
+    except subprocess.TimeoutExpired:
+        p.terminate()  # SIGTERM: it stops every process it started
+        try:
+            stdout, stderr = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            stdout, stderr = p.communicate()
+        raise AssertionError(f"bench/goodput --quick ran over 150 s\n{stdout}\n{stderr}") from None
+    r = subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
     text = r.stdout + r.stderr
     assert r.returncode == 0, text
     # the table: a header, a rule, one row per mode, in order
