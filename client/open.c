@@ -501,6 +501,10 @@ client_join(
 	join.heartbeat_ms = (uint32_t)c->heartbeat_ms;
 	join.dead_after_ms = (uint32_t)c->dead_after_ms;
 	join.min_world = (uint32_t)(opts->min_world > 0 ? opts->min_world : 0);
+	/* Nothing here reads the other members' hosts or local ranks (the
+	 * data plane exchanges addresses itself; this member's local rank is
+	 * the one it sent): O(1) reply instead of O(world). */
+	join.no_member_list = true;
 	req.body_case = COHORT__REQUEST__BODY_JOIN;
 	req.join = &join;
 	st = cohort__coord_request(c->coord, &call, &req, NULL, 0, deadline);
@@ -556,12 +560,15 @@ client_join(
 	c->job_id = jr->job_id;
 	if (c->local_rank < 0 && jr->n_local_ranks == jr->world_size)
 		c->local_rank = jr->local_ranks[c->rank];
-	if ((c->hosts = calloc((size_t)c->world_size, sizeof(char *)))
+	/* an older cohortd sends the member list anyway */
+	if (jr->n_hosts == 0)
+		c->hosts = NULL;
+	else if ((c->hosts = calloc((size_t)c->world_size, sizeof(char *)))
 	    == NULL) {
 		st = cohort__err(COHORT_ENOMEM, "out of memory");
 		goto out;
 	}
-	for (int32_t i = 0; i < c->world_size; i++) {
+	for (int32_t i = 0; c->hosts != NULL && i < c->world_size; i++) {
 		const char *h = (size_t)i < jr->n_hosts ? jr->hosts[i] : "";
 		if ((c->hosts[i] = strdup(h)) == NULL) {
 			st = cohort__err(COHORT_ENOMEM, "out of memory");
