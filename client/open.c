@@ -447,7 +447,15 @@ client_start_liveness(struct cohort_client *c)
 	        != COHORT_OK)
 		return (st);
 	client_watch_start(c);
-	nng_sleep_aio(c->heartbeat_ms, c->hb_timer);
+	/* The first beat after a random half to whole period: the members of
+	 * a generation all start here within milliseconds, and in step they
+	 * would reach cohortd as one burst of n heartbeats every period;
+	 * spread, about n / period per millisecond. The silence cohortd
+	 * allows (dead-after) is longer than a period. */
+	nng_sleep_aio(c->heartbeat_ms / 2
+	        + (nng_duration)(cohort__random_u64()
+	            % (uint64_t)(c->heartbeat_ms / 2 + 1)),
+	    c->hb_timer);
 	return (COHORT_OK);
 }
 
