@@ -447,7 +447,15 @@ client_start_liveness(struct cohort_client *c)
 	        != COHORT_OK)
 		return (st);
 	client_watch_start(c);
-	nng_sleep_aio(c->heartbeat_ms, c->hb_timer);
+	/* The first beat after a random half to whole period: the members of
+	 * a generation all start here within milliseconds, and in step they
+	 * would reach cohortd as one burst of n heartbeats every period;
+	 * spread, about n / period per millisecond. The silence cohortd
+	 * allows (dead-after) is longer than a period. */
+	nng_sleep_aio(c->heartbeat_ms / 2
+	        + (nng_duration)(cohort__random_u64()
+	            % (uint64_t)(c->heartbeat_ms / 2 + 1)),
+	    c->hb_timer);
 	return (COHORT_OK);
 }
 
@@ -501,6 +509,10 @@ client_join(
 	join.heartbeat_ms = (uint32_t)c->heartbeat_ms;
 	join.dead_after_ms = (uint32_t)c->dead_after_ms;
 	join.min_world = (uint32_t)(opts->min_world > 0 ? opts->min_world : 0);
+	/* Nothing here reads the other members' hosts or local ranks (the
+	 * data plane exchanges addresses itself; this member's local rank is
+	 * the one it sent): O(1) reply instead of O(world). */
+	join.no_member_list = true;
 	req.body_case = COHORT__REQUEST__BODY_JOIN;
 	req.join = &join;
 	st = cohort__coord_request(c->coord, &call, &req, NULL, 0, deadline);
@@ -556,12 +568,15 @@ client_join(
 	c->job_id = jr->job_id;
 	if (c->local_rank < 0 && jr->n_local_ranks == jr->world_size)
 		c->local_rank = jr->local_ranks[c->rank];
-	if ((c->hosts = calloc((size_t)c->world_size, sizeof(char *)))
+	/* an older cohortd sends the member list anyway */
+	if (jr->n_hosts == 0)
+		c->hosts = NULL;
+	else if ((c->hosts = calloc((size_t)c->world_size, sizeof(char *)))
 	    == NULL) {
 		st = cohort__err(COHORT_ENOMEM, "out of memory");
 		goto out;
 	}
-	for (int32_t i = 0; i < c->world_size; i++) {
+	for (int32_t i = 0; c->hosts != NULL && i < c->world_size; i++) {
 		const char *h = (size_t)i < jr->n_hosts ? jr->hosts[i] : "";
 		if ((c->hosts[i] = strdup(h)) == NULL) {
 			st = cohort__err(COHORT_ENOMEM, "out of memory");

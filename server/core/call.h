@@ -112,6 +112,7 @@ struct srv_call {
 	uint32_t hb_ms;
 	uint32_t dead_ms;
 	uint32_t min_world; /* join: elastic range's lower end (0: none) */
+	bool no_list; /* join: reply without hosts and local_ranks */
 	bool has_state; /* step boundary: the arrival holds the state */
 	struct srv_cdesc cd;
 	int64_t *i64s;

@@ -11,7 +11,10 @@
  * world_size joins too, or with at least min_world of them once none came
  * for --rdzv-last-call (the sweep); its ranks are dense, in the order of
  * the ranks asked for, then of arrival. A Join of a running elastic job
- * is a joiner's (elastic.c). O(world) per completion.
+ * is a joiner's (elastic.c). O(world) per completion, and O(1) bytes per
+ * reply for a client that reads no member list (Join.no_member_list, as
+ * libcohort's): the list would make a rendezvous O(world^2) to encode,
+ * send and decode (4,096 members: 16 M strings).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -174,10 +177,14 @@ rdzv_complete(struct srv_job *job, cohort__time now)
 		jr.rank = (int32_t)r;
 		jr.world_size = w;
 		jr.generation = job->generation;
-		jr.n_hosts = w;
-		jr.hosts = hosts;
-		jr.n_local_ranks = w;
-		jr.local_ranks = lr;
+		/* O(world) bytes per reply unless the client asked for
+		 * none (Join.no_member_list): O(1) per member then */
+		if (!c->no_list) {
+			jr.n_hosts = w;
+			jr.hosts = hosts;
+			jr.n_local_ranks = w;
+			jr.local_ranks = lr;
+		}
 		jr.job_id = job->job_id;
 		jr.max_value_bytes = c->core->lim.max_value;
 		jr.max_message_bytes
@@ -313,6 +320,7 @@ srv_rdzv_join(struct srv_call *c, const Cohort__Request *req, cohort__time now)
 	c->local_rank = j->local_rank;
 	c->hb_ms = j->heartbeat_ms;
 	c->dead_ms = j->dead_after_ms;
+	c->no_list = j->no_member_list;
 	srv_rdzv_enter(c, now);
 }
 

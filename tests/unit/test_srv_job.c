@@ -39,6 +39,37 @@ START_TEST(test_rendezvous_assigns_ranks)
 }
 END_TEST
 
+/* Join.no_member_list: that member's reply leaves out every member's host
+ * and local rank (O(1) instead of O(world)); the others still get them. */
+START_TEST(test_join_no_member_list)
+{
+	struct srq_cli c[3];
+	struct srq q;
+	uintptr_t t[3];
+	Cohort__Reply *r;
+
+	for (int i = 0; i < 3; i++)
+		srq_cli_init(&c[i], "j", 1 + (uint64_t)i, 1 + (uint32_t)i);
+	c[2].host = "nodeC";
+	for (int i = 0; i < 3; i++) {
+		Cohort__Request *rq = srq_join(&q, &c[i], i, 3, -1, 60000);
+		q.b.join.no_member_list = i != 1;
+		t[i] = fx_send(f, &c[i], rq, NULL, 0);
+	}
+	for (int i = 0; i < 3; i++) {
+		r = fx_want(f, t[i], COHORT_OK);
+		ck_assert_int_eq(r->join->rank, i);
+		ck_assert_uint_eq(r->join->world_size, 3);
+		ck_assert_uint_eq(r->join->generation, 1);
+		ck_assert_uint_ne(r->join->job_id, 0);
+		ck_assert_uint_eq(r->join->n_hosts, i == 1 ? 3 : 0);
+		ck_assert_uint_eq(r->join->n_local_ranks, i == 1 ? 3 : 0);
+	}
+	r = fx_want(f, t[1], COHORT_OK);
+	ck_assert_str_eq(r->join->hosts[2], "nodeC");
+}
+END_TEST
+
 START_TEST(test_duplicate_rank_names_holder)
 {
 	struct srq_cli a, b, c[2];
@@ -578,11 +609,12 @@ START_TEST(test_watch_timeout_ok)
 END_TEST
 
 UNIT_FIXTURE_SUITE(srv_job, "job", 30, fx_setup, fx_teardown,
-    test_rendezvous_assigns_ranks, test_duplicate_rank_names_holder,
-    test_join_validation, test_join_timeout_names_missing,
-    test_failure_fanout_connection_lost, test_report_failure_text,
-    test_failure_names_current_or_dated_operation, test_heartbeat_silence,
-    test_generation_and_stale, test_leave_fails_waiters_and_removes_job,
-    test_token_isolation, test_join_mismatch_names_both_sides,
-    test_require_token, test_token_mint, test_secret_read, test_status_query,
-    test_status_finished_job, test_watch_timeout_ok)
+    test_rendezvous_assigns_ranks, test_join_no_member_list,
+    test_duplicate_rank_names_holder, test_join_validation,
+    test_join_timeout_names_missing, test_failure_fanout_connection_lost,
+    test_report_failure_text, test_failure_names_current_or_dated_operation,
+    test_heartbeat_silence, test_generation_and_stale,
+    test_leave_fails_waiters_and_removes_job, test_token_isolation,
+    test_join_mismatch_names_both_sides, test_require_token, test_token_mint,
+    test_secret_read, test_status_query, test_status_finished_job,
+    test_watch_timeout_ok)

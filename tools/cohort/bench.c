@@ -1219,6 +1219,33 @@ bench_join_report(
 	free(a);
 }
 
+/* The embedded coordinator, cohortd's defaults but one: every simulated
+ * client connects from 127.0.0.1, where a cluster's come from one
+ * address per host, so --op join lets one source hold n connections that
+ * have not authenticated yet (cohortd's --max-pending-per-source, 1024 by
+ * default, would close the oldest of a 4,096-client burst). */
+static struct cohort__srv *
+bench_serve(const struct bench_cfg *cfg)
+{
+	struct cohort__srv_config sc;
+	struct cohort__srv *srv = NULL;
+	const char *listens[1] = { "tcp://127.0.0.1:0" };
+
+	cohort__srv_config_init(&sc);
+	sc.listen = listens;
+	sc.nlisten = 1;
+	if (cfg->op == BENCH_JOIN && cfg->n > 1024)
+		sc.max_pending_per_source = (uint64_t)cfg->n;
+	if (cohort__srv_start(&sc, &srv) != COHORT_OK) {
+		fprintf(stderr,
+		    "cohort bench: cannot start the embedded coordinator: "
+		    "%s\n",
+		    cohort_last_error());
+		return (NULL);
+	}
+	return (srv);
+}
+
 static int
 bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 {
@@ -1244,10 +1271,7 @@ bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 	for (int i = 0; i < nch; i++)
 		ch[i].out = -1;
 	if (url == NULL) {
-		if ((srv = cohort__cli_serve("cohort bench",
-		         "cannot start the embedded coordinator",
-		         "tcp://127.0.0.1:0", NULL, NULL, NULL))
-		    == NULL) {
+		if ((srv = bench_serve(cfg)) == NULL) {
 			free(ch);
 			free(procs);
 			return (1);
