@@ -74,6 +74,10 @@ struct th_coord {
  * NULL), waits until it accepts connections (bounded), fails the test
  * otherwise. */
 void th_coord_start(struct th_coord *c, const char *const *extra_args);
+/* The same with cohortd run under the command prefix (NULL terminated,
+ * at most 8 words, may be NULL): "/usr/bin/prlimit", "--nofile=64". */
+void th_coord_start_under(struct th_coord *c, const char *const *prefix,
+    const char *const *extra_args);
 /* SIGTERM, waits (bounded) for a clean exit; returns its exit code. */
 int th_coord_stop(struct th_coord *c);
 /* Does the coordinator's log contain text? */

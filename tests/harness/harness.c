@@ -201,7 +201,14 @@ th_port_open(int port)
 void
 th_coord_start(struct th_coord *c, const char *const *extra_args)
 {
-	char *argv[32];
+	th_coord_start_under(c, NULL, extra_args);
+}
+
+void
+th_coord_start_under(struct th_coord *c, const char *const *prefix,
+    const char *const *extra_args)
+{
+	char *argv[48];
 	int n = 0;
 	int64_t end;
 
@@ -212,6 +219,9 @@ th_coord_start(struct th_coord *c, const char *const *extra_args)
 		snprintf(c->log, sizeof(c->log), "%s/cohortd-%d.log",
 		    th_tmpdir(), c->port);
 		n = 0;
+		for (int i = 0; prefix != NULL && prefix[i] != NULL && n < 8;
+		     i++)
+			argv[n++] = (char *)prefix[i];
 		/* COHORT_TEST_VALGRIND=1: run cohortd under memcheck; a leak
 		 * or memory error makes th_coord_stop return 99. */
 		if (getenv("COHORT_TEST_VALGRIND") != NULL) {
@@ -229,7 +239,7 @@ th_coord_start(struct th_coord *c, const char *const *extra_args)
 		argv[n++] = "--listen";
 		argv[n++] = c->url;
 		for (int i = 0;
-		     extra_args != NULL && extra_args[i] != NULL && n < 26;
+		     extra_args != NULL && extra_args[i] != NULL && n < 46;
 		     i++)
 			argv[n++] = (char *)extra_args[i];
 		argv[n] = NULL;
