@@ -181,6 +181,45 @@ def describe(procs: Sequence[Proc]) -> str:
     return "\n".join(f"--- rank {p.rank} (exit {p.returncode}) ---\n{p.out[-3000:]}" for p in procs)
 
 
+def compared_jobs(tmp_path_factory, worker: str, prefix: str = ""):
+    """A function (backend, scenario, world) -> (records by rank, saved by rank) that runs
+    workers/<worker> once per (backend, scenario, world) in the session.
+
+    The worker is one of the cohort-against-gloo comparisons (features.py,
+    p2p.py): it prints one JSON record per feature and {"done": true}, and
+    saves what it produced to OUTDIR/rank<r>.pt. Every rank must exit 0
+    (gloo: or its known teardown abort, see exited_ok) after reporting done.
+    """
+    cache: dict = {}
+
+    def run(backend: str, scenario: str, world: int):
+        import torch  # only the jobs that save tensors need it
+
+        key = (backend, scenario, world)
+        if key not in cache:
+            out = tmp_path_factory.mktemp(f"{prefix}{backend}-{scenario}-{world}")
+            procs = run_ranks(WORKERS / worker, world, [backend, scenario, str(out)], timeout=240)
+            ok = (lambda p: p.returncode == 0) if backend == "cohort" else exited_ok
+            assert all(ok(p) and any(r.get("done") for r in p.records) for p in procs), describe(procs)
+            recs = [{r["feature"]: r for r in p.records if "feature" in r} for p in procs]
+            saved = [torch.load(pathlib.Path(out) / f"rank{p.rank}.pt") for p in procs]
+            cache[key] = (recs, saved)
+        return cache[key]
+
+    return run
+
+
+def compared_outputs(job, backend: str, scenario: str, world: int, name: str, must_pass: bool = True):
+    """Feature name's records and saved outputs by rank, of job(backend, scenario, world);
+    with must_pass, fails the test naming every rank on which the feature failed."""
+    recs, saved = job(backend, scenario, world)
+    rs = [r[name] for r in recs]
+    if must_pass:
+        bad = [f"rank {r['rank']}: {r['why'][-2500:]}" for r in rs if not r["ok"]]
+        assert not bad, f"{name} on {backend}, {world} ranks:\n" + "\n".join(bad)
+    return rs, [s.get(name) for s in saved]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _nothing_left_behind():
     yield

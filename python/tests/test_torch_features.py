@@ -19,43 +19,22 @@ monitored_barrier with a missing rank; a 1 s timeout.
 
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 import torch
 
-from conftest import WORKERS, describe, exited_ok, run_ranks
+from conftest import compared_jobs, compared_outputs
 
 WORLDS = [2, 3]
-_cache: dict = {}
 
 
 @pytest.fixture(scope="session")
 def job(tmp_path_factory, built):
     """job(backend, scenario, world) -> (records by rank, saved tensors by rank), run once per session."""
-
-    def run(backend: str, scenario: str, world: int):
-        key = (backend, scenario, world)
-        if key not in _cache:
-            out = tmp_path_factory.mktemp(f"{backend}-{scenario}-{world}")
-            procs = run_ranks(WORKERS / "features.py", world, [backend, scenario, str(out)], timeout=240)
-            ok = (lambda p: p.returncode == 0) if backend == "cohort" else exited_ok
-            assert all(ok(p) and any(r.get("done") for r in p.records) for p in procs), describe(procs)
-            recs = [{r["feature"]: r for r in p.records if "feature" in r} for p in procs]
-            saved = [torch.load(pathlib.Path(out) / f"rank{p.rank}.pt") for p in procs]
-            _cache[key] = (recs, saved)
-        return _cache[key]
-
-    return run
+    return compared_jobs(tmp_path_factory, "features.py")
 
 
 def feature(job, backend: str, scenario: str, world: int, name: str, must_pass: bool = True):
-    recs, saved = job(backend, scenario, world)
-    rs = [r[name] for r in recs]
-    if must_pass:
-        bad = [f"rank {r['rank']}: {r['why'][-2500:]}" for r in rs if not r["ok"]]
-        assert not bad, f"{name} on {backend}, {world} ranks:\n" + "\n".join(bad)
-    return rs, [s.get(name) for s in saved]
+    return compared_outputs(job, backend, scenario, world, name, must_pass)
 
 
 def close(a, b, tol: float = 1e-5) -> bool:

@@ -955,13 +955,9 @@ static const struct tw_scenario cw_scenarios[] = {
 int
 main(int argc, char **argv)
 {
-	cohort_env env;
-	cohort_options opts;
 	cohort_client *c = NULL;
 	cohort_status st;
-	const char *backend = getenv("COHORT_TEST_BACKEND");
-	const struct tw_scenario *sc;
-	int rc = 2;
+	int rc;
 
 	if (argc < 2) {
 		fprintf(stderr, "usage: cohort-coll-worker SCENARIO [ARG]\n");
@@ -974,27 +970,10 @@ main(int argc, char **argv)
 		pthread_create(&wd, NULL, cw_wd_main, NULL);
 		pthread_detach(wd);
 	}
-	if ((st = cohort_env_resolve(&env)) != COHORT_OK
-	    || (st = cohort_options_from_env(&opts, &env)) != COHORT_OK) {
-		printf("RESULT env status=%s detail=%s\n",
-		    cohort_status_name(st), cohort_last_error());
+	if (tw_client_open(&c) != 0)
 		return (1);
-	}
-	if (backend != NULL && backend[0] != '\0')
-		opts.backend = backend;
-	opts.heartbeat_interval = 500;
-	opts.dead_after = 3000;
-	if ((st = cohort_client_open(&opts, &c, 60000)) != COHORT_OK) {
-		printf("RESULT open status=%s detail=%s\n",
-		    cohort_status_name(st), cohort_last_error());
-		return (1);
-	}
-	if ((sc = tw_scenario_find(cw_scenarios,
-	         sizeof(cw_scenarios) / sizeof(cw_scenarios[0]), argv[1]))
-	    != NULL)
-		rc = sc->fn(c, argc > 2 ? argv[2] : NULL);
-	if (rc == 2)
-		fprintf(stderr, "unknown scenario %s\n", argv[1]);
+	rc = tw_scenario_run(
+	    c, cw_scenarios, TW_NELEM(cw_scenarios), argc, argv);
 	if (rc == 0) {
 		cw_wd_set("the final barrier");
 		st = cohort_barrier(cohort_client_world(c), "end", 60000);

@@ -238,15 +238,6 @@ pw_batch(cohort_group *g, uint64_t seed)
 	free(r2);
 }
 
-/* Elements q sends j in case k: uneven, about a quarter zero. */
-static size_t
-pw_count(uint64_t seed, int k, int q, int j)
-{
-	uint64_t h = tw_mix(seed ^ (uint64_t)(k * 1009 + q * 31 + j));
-
-	return (h % 4 == 0 ? 0 : (size_t)(h % 20000));
-}
-
 static void
 pw_alltoallv(cohort_group *g, uint64_t seed, bool async)
 {
@@ -255,19 +246,13 @@ pw_alltoallv(cohort_group *g, uint64_t seed, bool async)
 	for (int k = 0; k < 3; k++) {
 		size_t *sc = calloc((size_t)n, sizeof(size_t) * 4);
 		size_t *sd = sc + n, *rc = sc + 2 * n, *rd = sc + 3 * n;
-		size_t stot = 0, rtot = 0;
+		size_t stot, rtot;
 		int64_t *sb, *rb;
 
-		for (int j = n - 1; j >= 0; j--) {
-			sc[j] = pw_count(seed, k, r, j);
-			sd[j] = stot;
-			stot += sc[j] + 1;
-		}
-		for (int j = 0; j < n; j++) {
-			rc[j] = pw_count(seed, k, j, r);
-			rd[j] = rtot;
-			rtot += rc[j];
-		}
+		/* Uneven, about a quarter zero; send blocks back to front
+		 * with a gap after each. */
+		tw_a2a_layout(
+		    seed, k, r, n, 20000, 0, 1, sc, sd, rc, rd, &stot, &rtot);
 		sb = malloc((stot + 1) * sizeof(*sb));
 		rb = malloc((rtot + 1) * sizeof(*rb));
 		for (int j = 0; j < n; j++)
@@ -285,7 +270,7 @@ pw_alltoallv(cohort_group *g, uint64_t seed, bool async)
 				PW_OK(cohort_work_wait(w, 60000));
 			cohort_work_free(w);
 			for (int j = 0; j < n; j++) {
-				rc[j] = pw_count(seed, k, j, r);
+				rc[j] = tw_a2a_count(seed, k, j, r, 20000);
 				rd[j] = j == 0 ? 0 : rd[j - 1] + rc[j - 1];
 			}
 		} else {
@@ -618,40 +603,18 @@ static const struct tw_scenario pw_scenarios[] = {
 int
 main(int argc, char **argv)
 {
-	cohort_env env;
-	cohort_options opts;
 	cohort_client *c = NULL;
-	cohort_status st;
-	const char *backend = getenv("COHORT_TEST_BACKEND");
-	const struct tw_scenario *sc;
-	int rc = 2;
+	int rc;
 
 	if (argc < 2) {
 		fprintf(stderr, "usage: cohort-p2p-worker SCENARIO [ARG]\n");
 		return (2);
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	if ((st = cohort_env_resolve(&env)) != COHORT_OK
-	    || (st = cohort_options_from_env(&opts, &env)) != COHORT_OK) {
-		printf("RESULT env status=%s detail=%s\n",
-		    cohort_status_name(st), cohort_last_error());
+	if (tw_client_open(&c) != 0)
 		return (1);
-	}
-	if (backend != NULL && backend[0] != '\0')
-		opts.backend = backend;
-	opts.heartbeat_interval = 500;
-	opts.dead_after = 3000;
-	if ((st = cohort_client_open(&opts, &c, 60000)) != COHORT_OK) {
-		printf("RESULT open status=%s detail=%s\n",
-		    cohort_status_name(st), cohort_last_error());
-		return (1);
-	}
-	if ((sc = tw_scenario_find(pw_scenarios,
-	         sizeof(pw_scenarios) / sizeof(pw_scenarios[0]), argv[1]))
-	    != NULL)
-		rc = sc->fn(c, argc > 2 ? argv[2] : NULL);
-	else
-		fprintf(stderr, "unknown scenario %s\n", argv[1]);
+	rc = tw_scenario_run(
+	    c, pw_scenarios, TW_NELEM(pw_scenarios), argc, argv);
 	cohort_client_close(c);
 	return (rc);
 }

@@ -90,45 +90,12 @@ static inline void
 chaos_coord_start(
     struct th_coord *c, const char *nofile, const char *const *extra)
 {
-	char *argv[40], lim[64];
-	int n = 0;
+	char lim[64];
+	const char *const prlimit[] = { "/usr/bin/prlimit", lim, NULL };
 
-	for (int attempt = 0; attempt < 5; attempt++) {
-		int64_t end;
-		c->port = th_free_port();
-		snprintf(
-		    c->url, sizeof(c->url), "tcp://127.0.0.1:%d", c->port);
-		snprintf(c->log, sizeof(c->log), "%s/cohortd-%d.log",
-		    th_tmpdir(), c->port);
-		n = 0;
-		if (nofile != NULL) {
-			snprintf(lim, sizeof(lim), "--nofile=%s", nofile);
-			argv[n++] = "/usr/bin/prlimit";
-			argv[n++] = lim;
-		}
-		argv[n++] = (char *)th_bin("cohortd");
-		argv[n++] = "--listen";
-		argv[n++] = c->url;
-		for (int i = 0; extra != NULL && extra[i] != NULL && n < 38;
-		     i++)
-			argv[n++] = (char *)extra[i];
-		argv[n] = NULL;
-		c->pid = th_spawn(argv, NULL, c->log);
-		end = th_now_ms() + 10000;
-		while (th_now_ms() < end) {
-			int st;
-			if (th_port_open(c->port))
-				return;
-			if (th_wait(c->pid, 0, &st)) {
-				c->pid = -1;
-				break;
-			}
-			usleep(5000);
-		}
-		if (c->pid > 0)
-			th_kill(c->pid);
-	}
-	ck_abort_msg("cohortd did not start (log: %s)", c->log);
+	snprintf(
+	    lim, sizeof(lim), "--nofile=%s", nofile != NULL ? nofile : "");
+	th_coord_start_under(c, nofile != NULL ? prlimit : NULL, extra);
 }
 
 /* A TCP connection from src (an address of this host, "127.0.0.2") to

@@ -24,6 +24,7 @@
 #include "backend/backend.h"
 #include "backend/nccl/nccl_impl.h"
 #include "check_cohort.h"
+#include "th_op.h"
 #include "../unit/fs_store.h"
 
 #define NP_ERRLEN 512
@@ -83,15 +84,8 @@ np_rank(const char *dir, int rank)
 		return (10);
 	snprintf(fs.dir, sizeof(fs.dir), "%s", dir);
 	atomic_init(&flag, 0);
-	memset(&d, 0, sizeof(d));
-	d.job = "test";
-	d.generation = 1;
-	d.group_id = "np";
-	d.rank = rank;
-	d.size = 2;
-	d.global_ranks = granks;
+	fs_store_desc(&d, &fs, "test", "np", rank, 2, granks);
 	d.abort_flag = &flag;
-	fs_store_bind(&fs, &d.store);
 	if (ops->init(&d, &state, err, sizeof(err), cohort__now_ms() + 60000)
 	        != COHORT_OK
 	    || ops->p2p_open(
@@ -150,16 +144,7 @@ np_rank(const char *dir, int rank)
 		sd[0] = sc[1];
 		rd[0] = 0;
 		rd[1] = rc[0];
-		memset(&op, 0, sizeof(op));
-		op.kind = COHORT__OP_ALLTOALLV;
-		op.send = ds;
-		op.recv = dr;
-		op.dtype = COHORT_F32;
-		op.counts = sc;
-		op.sdispls = sd;
-		op.rcounts = rc;
-		op.rdispls = rd;
-		op.seq = 1;
+		th_op_alltoallv(&op, ds, dr, COHORT_F32, sc, sd, rc, rd, 1);
 		if (ops->run(
 		        state, &op, err, sizeof(err), cohort__now_ms() + 60000)
 		    != COHORT_OK) {

@@ -74,6 +74,10 @@ struct th_coord {
  * NULL), waits until it accepts connections (bounded), fails the test
  * otherwise. */
 void th_coord_start(struct th_coord *c, const char *const *extra_args);
+/* The same with cohortd run under the command prefix (NULL terminated,
+ * at most 8 words, may be NULL): "/usr/bin/prlimit", "--nofile=64". */
+void th_coord_start_under(struct th_coord *c, const char *const *prefix,
+    const char *const *extra_args);
 /* SIGTERM, waits (bounded) for a clean exit; returns its exit code. */
 int th_coord_stop(struct th_coord *c);
 /* Does the coordinator's log contain text? */
@@ -164,6 +168,17 @@ int64_t th_signal_when_ready(
 /* Waits for all, bounded; kills stragglers (and fails the test) after
  * timeout_ms. Returns the number of workers that exited 0. */
 int th_workers_wait(struct th_workers *w, int timeout_ms);
+/* COHORT_TEST_SEED, or one from the clock (failures print it: rerun with
+ * COHORT_TEST_SEED=that). */
+unsigned long th_test_seed(void);
+/* Runs scenario of worker bin (build/bin) on n ranks of job at th_fx_coord
+ * with token "tok", argv[2] a seed (th_test_seed) and extra env; fails the
+ * test unless every rank exits 0 with "failed=0" and no "FAIL" in its
+ * output. Bounded: on a hang past timeout_ms, kills the ranks and fails
+ * with the tail of each one's output (the worker may print a STUCK line
+ * naming what it is blocked in). */
+void th_scenario_expect(const char *bin, const char *job, int n,
+    const char *scenario, const char *const *env, int timeout_ms);
 /* Does worker r's output contain text? */
 bool th_worker_output_has(const struct th_workers *w, int r, const char *text);
 /* Worker r's output (malloc'd) for diagnostics. */

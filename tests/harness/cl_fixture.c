@@ -72,35 +72,50 @@ struct clx_pending {
 	int who;
 };
 
+bool
+clx_job_status(struct clx *x, int asker,
+    bool (*fn)(const Cohort__JobStatus *js, void *arg), void *arg)
+{
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	Cohort__StatusQuery q = COHORT__STATUS_QUERY__INIT;
+	struct cohort__coord_call call;
+	bool ok = false;
+
+	q.job = x->job;
+	req.body_case = COHORT__REQUEST__BODY_STATUS_QUERY;
+	req.status_query = &q;
+	if (cohort__coord_request(x->c[asker]->coord, &call, &req, NULL, 0,
+	        cohort__now_ms() + 1000)
+	        == COHORT_OK
+	    && call.rep->body_case == COHORT__REPLY__BODY_STATUS_QUERY
+	    && call.rep->status_query->n_jobs == 1)
+		ok = fn(call.rep->status_query->jobs[0], arg);
+	cohort__coord_call_fini(&call);
+	return (ok);
+}
+
+/* Rank `who` is among the arrivals of a pending collective. */
+static bool
+clx_parked_in(const Cohort__JobStatus *js, void *arg)
+{
+	const struct clx_pending *p = arg;
+	bool in = false;
+
+	for (size_t i = 0; i < js->n_pending; i++)
+		for (size_t k = 0; k < js->pending[i]->n_arrived; k++)
+			if (js->pending[i]->arrived[k] == p->who
+			    && !js->pending[i]->data_plane)
+				in = true;
+	return (in);
+}
+
 /* cohortd lists rank `who` among the arrivals of a pending collective. */
 static bool
 clx_parked(void *arg)
 {
 	struct clx_pending *p = arg;
-	struct cohort_client *c = p->x->c[p->asker];
-	Cohort__Request req = COHORT__REQUEST__INIT;
-	Cohort__StatusQuery q = COHORT__STATUS_QUERY__INIT;
-	struct cohort__coord_call call;
-	bool in = false;
 
-	q.job = p->x->job;
-	req.body_case = COHORT__REQUEST__BODY_STATUS_QUERY;
-	req.status_query = &q;
-	if (cohort__coord_request(
-	        c->coord, &call, &req, NULL, 0, cohort__now_ms() + 1000)
-	        == COHORT_OK
-	    && call.rep->body_case == COHORT__REPLY__BODY_STATUS_QUERY
-	    && call.rep->status_query->n_jobs == 1) {
-		const Cohort__JobStatus *js = call.rep->status_query->jobs[0];
-
-		for (size_t i = 0; i < js->n_pending; i++)
-			for (size_t k = 0; k < js->pending[i]->n_arrived; k++)
-				if (js->pending[i]->arrived[k] == p->who
-				    && !js->pending[i]->data_plane)
-					in = true;
-	}
-	cohort__coord_call_fini(&call);
-	return (in);
+	return (clx_job_status(p->x, p->asker, clx_parked_in, p));
 }
 
 void

@@ -63,6 +63,13 @@ void clx_close(struct clx *x, int rank);
  * asking through client `asker`. */
 void clx_wait_parked(struct clx *x, int asker, int who);
 
+/* Asks cohortd, through client asker with a 1 s deadline, for the status
+ * of x's job and returns fn(its status, arg); false where the query
+ * failed. fn must not keep js. */
+typedef struct Cohort__JobStatus Cohort__JobStatus;
+bool clx_job_status(struct clx *x, int asker,
+    bool (*fn)(const Cohort__JobStatus *js, void *arg), void *arg);
+
 /* Runs fn(x, rank, arg) for ranks 0..n-1, one thread each, and waits for
  * all of them up to timeout_ms (failing the test past it); st[rank] gets
  * what each returned. */

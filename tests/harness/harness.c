@@ -201,7 +201,14 @@ th_port_open(int port)
 void
 th_coord_start(struct th_coord *c, const char *const *extra_args)
 {
-	char *argv[32];
+	th_coord_start_under(c, NULL, extra_args);
+}
+
+void
+th_coord_start_under(struct th_coord *c, const char *const *prefix,
+    const char *const *extra_args)
+{
+	char *argv[48];
 	int n = 0;
 	int64_t end;
 
@@ -212,6 +219,9 @@ th_coord_start(struct th_coord *c, const char *const *extra_args)
 		snprintf(c->log, sizeof(c->log), "%s/cohortd-%d.log",
 		    th_tmpdir(), c->port);
 		n = 0;
+		for (int i = 0; prefix != NULL && prefix[i] != NULL && n < 8;
+		     i++)
+			argv[n++] = (char *)prefix[i];
 		/* COHORT_TEST_VALGRIND=1: run cohortd under memcheck; a leak
 		 * or memory error makes th_coord_stop return 99. */
 		if (getenv("COHORT_TEST_VALGRIND") != NULL) {
@@ -229,7 +239,7 @@ th_coord_start(struct th_coord *c, const char *const *extra_args)
 		argv[n++] = "--listen";
 		argv[n++] = c->url;
 		for (int i = 0;
-		     extra_args != NULL && extra_args[i] != NULL && n < 26;
+		     extra_args != NULL && extra_args[i] != NULL && n < 46;
 		     i++)
 			argv[n++] = (char *)extra_args[i];
 		argv[n] = NULL;
@@ -652,6 +662,86 @@ th_workers_wait(struct th_workers *w, int timeout_ms)
 		    timeout_ms, msg);
 	}
 	return (ok);
+}
+
+unsigned long
+th_test_seed(void)
+{
+	const char *s = getenv("COHORT_TEST_SEED");
+
+	if (s != NULL && s[0] != '\0')
+		return (strtoul(s, NULL, 10));
+	return ((unsigned long)time(NULL) % 100000);
+}
+
+/* Waits for every rank; on a hang, kills them all and fails with the tail
+ * of each rank's output (the worker prints a STUCK line naming the case
+ * it is blocked in). */
+static void
+th_workers_wait_dump(struct th_workers *w, int timeout_ms,
+    const char *scenario, unsigned long seed)
+{
+	int64_t end = th_now_ms() + timeout_ms;
+	char msg[6000];
+	size_t off = 0;
+	bool hung = false;
+
+	for (int r = 0; r < w->n; r++) {
+		int st;
+		int64_t left = end - th_now_ms();
+
+		if (th_wait(w->pid[r], left > 0 ? (int)left : 0, &st))
+			w->status[r] = th_exit_code(st);
+		else
+			hung = true;
+	}
+	if (!hung)
+		return;
+	msg[0] = '\0';
+	for (int r = 0; r < w->n; r++) {
+		char *o;
+		size_t len;
+		int k;
+
+		if (w->status[r] < 0) {
+			th_kill(w->pid[r]);
+			w->status[r] = 137;
+		}
+		o = th_worker_output(w, r);
+		len = strlen(o);
+		k = snprintf(msg + off, sizeof(msg) - off,
+		    "--- rank %d (exit %d):\n%s\n", r, w->status[r],
+		    len > 600 ? o + len - 600 : o);
+		free(o);
+		if (k < 0 || (size_t)k >= sizeof(msg) - off)
+			break;
+		off += (size_t)k;
+	}
+	ck_abort_msg("%s (seed %lu) hung past %d ms:\n%s", scenario, seed,
+	    timeout_ms, msg);
+}
+
+void
+th_scenario_expect(const char *bin, const char *job, int n,
+    const char *scenario, const char *const *env, int timeout_ms)
+{
+	struct th_workers w;
+	char arg[32];
+	unsigned long seed = th_test_seed();
+
+	snprintf(arg, sizeof(arg), "%lu", seed);
+	th_workers_start_bin(
+	    &w, &th_fx_coord, bin, job, "tok", n, scenario, arg, env);
+	th_workers_wait_dump(&w, timeout_ms, scenario, seed);
+	for (int r = 0; r < n; r++) {
+		char *o = th_worker_output(&w, r);
+
+		ck_assert_msg(w.status[r] == 0 && strstr(o, "failed=0")
+		        && strstr(o, "FAIL") == NULL,
+		    "%s on %d ranks (seed %lu): rank %d exited %d:\n%.4000s",
+		    scenario, n, seed, r, w.status[r], o);
+		free(o);
+	}
 }
 
 char *

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -68,6 +69,40 @@ tw_env_long(const char *name, long dflt)
 	return (tw_arg(getenv(name), dflt));
 }
 
+/* Elements rank q sends rank j in case k of an uneven all-to-all seeded
+ * with seed: about a quarter zero, the others below max. */
+static inline size_t
+tw_a2a_count(uint64_t seed, int k, int q, int j, size_t max)
+{
+	uint64_t h = tw_mix(seed ^ (uint64_t)(k * 1009 + q * 31 + j));
+
+	return (h % 4 == 0 ? 0 : (size_t)(h % max));
+}
+
+/* Rank r's layout of case k of that all-to-all among n ranks: sc[j]
+ * elements for rank j at sd[j] of the send buffer, its blocks back to
+ * front, each with gap_before unused elements before it and gap_after
+ * after; rc[j] from rank j at rd[j] of the receive buffer, in rank order
+ * with no gaps. *stot and *rtot: the buffers' lengths in elements. */
+static inline void
+tw_a2a_layout(uint64_t seed, int k, int r, int n, size_t max,
+    size_t gap_before, size_t gap_after, size_t *sc, size_t *sd, size_t *rc,
+    size_t *rd, size_t *stot, size_t *rtot)
+{
+	*stot = 0;
+	*rtot = 0;
+	for (int j = n - 1; j >= 0; j--) {
+		sc[j] = tw_a2a_count(seed, k, r, j, max);
+		sd[j] = *stot + gap_before;
+		*stot += gap_before + sc[j] + gap_after;
+	}
+	for (int j = 0; j < n; j++) {
+		rc[j] = tw_a2a_count(seed, k, j, r, max);
+		rd[j] = *rtot;
+		*rtot += rc[j];
+	}
+}
+
 /* A worker's scenario (argv[1]): runs on an open client with the
  * optional argv[2]; returns the exit status. */
 struct tw_scenario {
@@ -83,6 +118,53 @@ tw_scenario_find(const struct tw_scenario *tab, size_t n, const char *name)
 		if (strcmp(tab[i].name, name) == 0)
 			return (&tab[i]);
 	return (NULL);
+}
+
+#define TW_NELEM(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Runs the scenario argv[1] of tab[0..n) on c with argv[2] (or NULL) and
+ * returns its exit status; 2, saying so on stderr, if there is none. */
+static inline int
+tw_scenario_run(cohort_client *c, const struct tw_scenario *tab, size_t n,
+    int argc, char **argv)
+{
+	const struct tw_scenario *sc = tw_scenario_find(tab, n, argv[1]);
+
+	if (sc == NULL) {
+		fprintf(stderr, "unknown scenario %s\n", argv[1]);
+		return (2);
+	}
+	return (sc->fn(c, argc > 2 ? argv[2] : NULL));
+}
+
+/* Opens the client of a worker from its environment (COHORT_TEST_BACKEND
+ * names the backend, when set), with a 500 ms heartbeat and peers dead
+ * after 3 s, waiting up to 60 s. On failure prints "RESULT env|open
+ * status=... detail=..." and returns 1; 0 with *out set. */
+static inline int
+tw_client_open(cohort_client **out)
+{
+	cohort_env env;
+	cohort_options opts;
+	cohort_status st;
+	const char *backend = getenv("COHORT_TEST_BACKEND");
+
+	if ((st = cohort_env_resolve(&env)) != COHORT_OK
+	    || (st = cohort_options_from_env(&opts, &env)) != COHORT_OK) {
+		printf("RESULT env status=%s detail=%s\n",
+		    cohort_status_name(st), cohort_last_error());
+		return (1);
+	}
+	if (backend != NULL && backend[0] != '\0')
+		opts.backend = backend;
+	opts.heartbeat_interval = 500;
+	opts.dead_after = 3000;
+	if ((st = cohort_client_open(&opts, out, 60000)) != COHORT_OK) {
+		printf("RESULT open status=%s detail=%s\n",
+		    cohort_status_name(st), cohort_last_error());
+		return (1);
+	}
+	return (0);
 }
 
 #endif /* COHORT_TH_WORKER_H */

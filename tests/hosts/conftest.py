@@ -62,6 +62,33 @@ def coord_url(host) -> str:
     return f"tcp://{host.addr}:{COORD_PORT}"
 
 
+def liveness(hb_ms: int, dead_ms: int) -> dict:
+    """The environment of ranks that beat every hb_ms and are declared dead
+    after dead_ms of silence, logging text (which the tests read)."""
+    return {
+        "COHORT_HEARTBEAT_MS": str(hb_ms),
+        "COHORT_DEAD_AFTER_MS": str(dead_ms),
+        "COHORT_LOG_FORMAT": "text",
+    }
+
+
+def run_nodes_of(hosts, coord, program, nproc, job, env, extra=()):
+    """``cohort run`` of program on each host, one node each, nproc ranks a
+    node, with env; "{dir}" in an extra argument is the host's directory.
+    Returns the launchers."""
+    procs = []
+    for i, h in enumerate(hosts):
+        argv = [
+            bin_path("cohort"), "run", "--nnodes", str(len(hosts)),
+            "--node-rank", str(i), "-n", str(nproc),
+            "--coordinator", coord_url(coord), "--job", job,
+            *(a.format(dir=h.dir) for a in extra),
+            "--", *program,
+        ]  # fmt: skip
+        procs.append(h.spawn(argv, env=env))
+    return procs
+
+
 def dump(procs) -> str:
     """Every process's output, for assertion messages."""
     out = []

@@ -15,32 +15,18 @@ import time
 
 import pytest
 
-from conftest import bin_path, coord_url, dump, start_cohortd
+from conftest import bin_path, coord_url, dump, liveness, run_nodes_of, start_cohortd
 
 # Liveness settings of these tests: a dead or cut-off host must be named
 # within dead-after + 1 s.
 HB_MS = 500
 DEAD_MS = 3000
-LIVENESS = {
-    "COHORT_HEARTBEAT_MS": str(HB_MS),
-    "COHORT_DEAD_AFTER_MS": str(DEAD_MS),
-    "COHORT_LOG_FORMAT": "text",
-}
+LIVENESS = liveness(HB_MS, DEAD_MS)
 
 
 def run_nodes(hosts, coord, program, nproc=1, job="job", env=None, extra=()):
     """``cohort run`` on each host, one node each; returns the processes."""
-    procs = []
-    for i, h in enumerate(hosts):
-        argv = [
-            bin_path("cohort"), "run", "--nnodes", str(len(hosts)),
-            "--node-rank", str(i), "-n", str(nproc),
-            "--coordinator", coord_url(coord), "--job", job,
-            *(a.format(dir=h.dir) for a in extra),
-            "--", *program,
-        ]  # fmt: skip
-        procs.append(h.spawn(argv, env={**LIVENESS, **(env or {})}))
-    return procs
+    return run_nodes_of(hosts, coord, program, nproc, job, {**LIVENESS, **(env or {})}, extra)
 
 
 def wait_all(procs, timeout):

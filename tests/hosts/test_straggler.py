@@ -20,14 +20,10 @@ import time
 
 import pytest
 
-from conftest import bin_path, coord_url, dump, start_cohortd
+from conftest import bin_path, coord_url, dump, liveness, run_nodes_of, start_cohortd
 
 HTTP_PORT = 8080
-LIVENESS = {
-    "COHORT_HEARTBEAT_MS": "500",
-    "COHORT_DEAD_AFTER_MS": "3000",
-    "COHORT_LOG_FORMAT": "text",
-}
+LIVENESS = liveness(500, 3000)
 STRAGGLER = 1
 DELAYS = "rank=1,at=op:5,action=delay:1s,count=5"
 
@@ -35,17 +31,8 @@ DELAYS = "rank=1,at=op:5,action=delay:1s,count=5"
 def run_nodes(hosts, coord, nproc, job, env, steps=20, step_ms=10):
     """``cohort run`` of the fault worker on each host (one node each),
     with a timeline; returns the launchers."""
-    procs = []
-    for i, h in enumerate(hosts):
-        argv = [
-            bin_path("cohort"), "run", "--nnodes", str(len(hosts)),
-            "--node-rank", str(i), "-n", str(nproc),
-            "--coordinator", coord_url(coord), "--job", job,
-            "--timeline", str(h.dir / "trace.json"),
-            "--", bin_path("cohort-fault-worker"), str(steps), str(step_ms),
-        ]  # fmt: skip
-        procs.append(h.spawn(argv, env={**LIVENESS, **env}))
-    return procs
+    return run_nodes_of(hosts, coord, [bin_path("cohort-fault-worker"), str(steps), str(step_ms)], nproc, job,
+                        {**LIVENESS, **env}, ("--timeline", "{dir}/trace.json"))
 
 
 def wait_all(procs, timeout):

@@ -15,40 +15,6 @@
 
 #include "check_cohort.h"
 
-static unsigned long
-p2p_seed(void)
-{
-	const char *s = getenv("COHORT_TEST_SEED");
-
-	if (s != NULL && s[0] != '\0')
-		return (strtoul(s, NULL, 10));
-	return ((unsigned long)time(NULL) % 100000);
-}
-
-/* Runs scenario on n ranks; every rank must exit 0 with "failed=0". */
-static void
-p2p_expect(const char *job, int n, const char *scenario,
-    const char *const *env, int timeout_ms)
-{
-	struct th_workers w;
-	char arg[32];
-	unsigned long seed = p2p_seed();
-
-	snprintf(arg, sizeof(arg), "%lu", seed);
-	th_workers_start_bin(&w, &th_fx_coord, "cohort-p2p-worker", job, "tok",
-	    n, scenario, arg, env);
-	th_workers_wait(&w, timeout_ms);
-	for (int r = 0; r < n; r++) {
-		char *o = th_worker_output(&w, r);
-
-		ck_assert_msg(w.status[r] == 0 && strstr(o, "failed=0") != NULL
-		        && strstr(o, "FAIL") == NULL,
-		    "%s on %d ranks (seed %lu): rank %d exited %d:\n%.4000s",
-		    scenario, n, seed, r, w.status[r], o);
-		free(o);
-	}
-}
-
 static const char *const env_tcp[] = { "COHORT_TEST_BACKEND=tcp", NULL };
 /* Small values at cohortd: the 3 MiB messages travel in chunks. */
 static const char *const env_svc[]
@@ -56,31 +22,36 @@ static const char *const env_svc[]
 
 START_TEST(test_p2p_tcp_2_ranks)
 {
-	p2p_expect("p2p2", 2, "basic", env_tcp, 120000);
+	th_scenario_expect(
+	    "cohort-p2p-worker", "p2p2", 2, "basic", env_tcp, 120000);
 }
 END_TEST
 
 START_TEST(test_p2p_tcp_3_ranks)
 {
-	p2p_expect("p2p3", 3, "basic", env_tcp, 120000);
+	th_scenario_expect(
+	    "cohort-p2p-worker", "p2p3", 3, "basic", env_tcp, 120000);
 }
 END_TEST
 
 START_TEST(test_p2p_tcp_5_ranks)
 {
-	p2p_expect("p2p5", 5, "basic", env_tcp, 150000);
+	th_scenario_expect(
+	    "cohort-p2p-worker", "p2p5", 5, "basic", env_tcp, 150000);
 }
 END_TEST
 
 START_TEST(test_p2p_service_3_ranks)
 {
-	p2p_expect("p2psvc", 3, "basic", env_svc, 150000);
+	th_scenario_expect(
+	    "cohort-p2p-worker", "p2psvc", 3, "basic", env_svc, 150000);
 }
 END_TEST
 
 START_TEST(test_p2p_mismatch_fails_both_sides)
 {
-	p2p_expect("p2pmm", 2, "mismatch", env_tcp, 60000);
+	th_scenario_expect(
+	    "cohort-p2p-worker", "p2pmm", 2, "mismatch", env_tcp, 60000);
 }
 END_TEST
 
@@ -88,13 +59,15 @@ START_TEST(test_p2p_service_mismatch_fails_the_receive)
 {
 	/* Through cohortd the send completes when cohortd holds it: only
 	 * the receive fails (the worker checks each side). */
-	p2p_expect("p2psmm", 2, "mismatch", env_svc, 60000);
+	th_scenario_expect(
+	    "cohort-p2p-worker", "p2psmm", 2, "mismatch", env_svc, 60000);
 }
 END_TEST
 
 START_TEST(test_p2p_timeout_names_the_wait_and_sticks)
 {
-	p2p_expect("p2pto", 2, "timeout", env_tcp, 60000);
+	th_scenario_expect(
+	    "cohort-p2p-worker", "p2pto", 2, "timeout", env_tcp, 60000);
 }
 END_TEST
 

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "backend/backend.h"
@@ -100,6 +101,23 @@ fs_store_bind(struct fs_store *fs, struct cohort__store *st)
 	st->ctx = fs;
 	st->set = fs_store_set;
 	st->get = fs_store_get;
+}
+
+/* d describes rank of a group of size ranks (generation 1) whose store
+ * is fs; granks is the group's rank -> job rank map. */
+static inline void
+fs_store_desc(struct cohort__group_desc *d, struct fs_store *fs,
+    const char *job, const char *group_id, int rank, int size,
+    const int32_t *granks)
+{
+	memset(d, 0, sizeof(*d));
+	d->job = job;
+	d->generation = 1;
+	d->group_id = group_id;
+	d->rank = rank;
+	d->size = size;
+	d->global_ranks = granks;
+	fs_store_bind(fs, &d->store);
 }
 
 /* Removes the directory and the keys in it; false if it is still there. */

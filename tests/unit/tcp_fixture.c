@@ -243,15 +243,23 @@ tt_group_join(struct tt_group *g)
 }
 
 void
-tt_run_group(int n, const char *id, tt_body body, struct tt_group *g)
+tt_run_group_iters(
+    int n, const char *id, tt_body body, int iters, struct tt_group *g)
 {
 	struct tt_store s;
 
 	tt_store_init(&s);
 	tt_group_setup(g, &s, n, id, body);
+	g->iters = iters;
 	tt_group_start(g, 0);
 	tt_group_join(g);
 	tt_store_fini(&s);
+}
+
+void
+tt_run_group(int n, const char *id, tt_body body, struct tt_group *g)
+{
+	tt_run_group_iters(n, id, body, 0, g);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -614,14 +622,7 @@ tt_fork_init(struct tt_fork *f, int r)
 {
 	struct cohort__group_desc d;
 
-	memset(&d, 0, sizeof(d));
-	d.job = "forkjob";
-	d.generation = 1;
-	d.group_id = "fork";
-	d.rank = r;
-	d.size = 2;
-	d.global_ranks = f->granks;
-	fs_store_bind(&f->fs, &d.store);
+	fs_store_desc(&d, &f->fs, "forkjob", "fork", r, 2, f->granks);
 	return (cohort__host_backend.init(
 	    &d, &f->state, f->err, sizeof(f->err), cohort__now_ms() + 10000));
 }

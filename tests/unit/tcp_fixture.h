@@ -138,6 +138,9 @@ void tt_group_start(struct tt_group *g, int slot);
 void tt_group_join(struct tt_group *g);
 /* setup + start + join with a store of its own. */
 void tt_run_group(int n, const char *id, tt_body body, struct tt_group *g);
+/* The same with g->iters set to iters (the body's to read). */
+void tt_run_group_iters(
+    int n, const char *id, tt_body body, int iters, struct tt_group *g);
 
 /* Inputs. */
 /* One collective on one rank. */

@@ -432,26 +432,19 @@ struct et_wj {
 };
 
 static bool
+et_enough_joiners(const Cohort__JobStatus *js, void *arg)
+{
+	const struct et_wj *w = arg;
+
+	return (js->joiners_waiting >= w->n);
+}
+
+static bool
 et_joiners_waiting(void *arg)
 {
 	struct et_wj *w = arg;
-	struct cohort_client *c = w->x->c[w->asker];
-	Cohort__Request req = COHORT__REQUEST__INIT;
-	Cohort__StatusQuery q = COHORT__STATUS_QUERY__INIT;
-	struct cohort__coord_call call;
-	bool ok = false;
 
-	q.job = w->x->job;
-	req.body_case = COHORT__REQUEST__BODY_STATUS_QUERY;
-	req.status_query = &q;
-	if (cohort__coord_request(
-	        c->coord, &call, &req, NULL, 0, cohort__now_ms() + 1000)
-	        == COHORT_OK
-	    && call.rep->body_case == COHORT__REPLY__BODY_STATUS_QUERY
-	    && call.rep->status_query->n_jobs == 1)
-		ok = call.rep->status_query->jobs[0]->joiners_waiting >= w->n;
-	cohort__coord_call_fini(&call);
-	return (ok);
+	return (clx_job_status(w->x, w->asker, et_enough_joiners, w));
 }
 
 #define ET_STATE_LEN (3 * 1024 * 1024 + 7)

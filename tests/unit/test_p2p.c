@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "tcp_fixture.h"
+#include "th_op.h"
 #include "unit_suite.h"
 
 #define TP_MAX 64
@@ -291,15 +292,8 @@ tp_body_ring(struct tt_group *g, int r, void *state)
 START_TEST(test_p2p_ring_posted_at_once)
 {
 	static struct tt_group g;
-	struct tt_store s;
-	int n = 3 + _i / 2;
 
-	tt_store_init(&s);
-	tt_group_setup(&g, &s, n, "p2pring", tp_body_ring);
-	g.iters = _i % 2;
-	tt_group_start(&g, 0);
-	tt_group_join(&g);
-	tt_store_fini(&s);
+	tt_run_group_iters(3 + _i / 2, "p2pring", tp_body_ring, _i % 2, &g);
 	tt_assert_no_failures(&g);
 }
 END_TEST
@@ -404,14 +398,8 @@ tp_body_any_first(struct tt_group *g, int r, void *state)
 START_TEST(test_p2p_any_source_keeps_post_order)
 {
 	static struct tt_group g;
-	struct tt_store s;
 
-	tt_store_init(&s);
-	tt_group_setup(&g, &s, 3, "p2panyfirst", tp_body_any_first);
-	g.iters = 1;
-	tt_group_start(&g, 0);
-	tt_group_join(&g);
-	tt_store_fini(&s);
+	tt_run_group_iters(3, "p2panyfirst", tp_body_any_first, 1, &g);
 	tt_assert_no_failures(&g);
 }
 END_TEST
@@ -620,14 +608,8 @@ tp_body_deadline(struct tt_group *g, int r, void *state)
 START_TEST(test_p2p_deadline_breaks_the_state)
 {
 	static struct tt_group g;
-	struct tt_store s;
 
-	tt_store_init(&s);
-	tt_group_setup(&g, &s, 2, "p2pdeadline", tp_body_deadline);
-	g.iters = 1;
-	tt_group_start(&g, 0);
-	tt_group_join(&g);
-	tt_store_fini(&s);
+	tt_run_group_iters(2, "p2pdeadline", tp_body_deadline, 1, &g);
 	tt_assert_no_failures(&g);
 }
 END_TEST
@@ -754,15 +736,6 @@ END_TEST
 /* alltoallv                                                                */
 /* ------------------------------------------------------------------------ */
 
-/* Elements rank q sends rank j in case k: uneven, some zero. */
-static size_t
-tp_count(uint64_t seed, int k, int q, int j)
-{
-	uint64_t h = tw_mix(seed ^ (uint64_t)(k * 1009 + q * 31 + j));
-
-	return (h % 4 == 0 ? 0 : (size_t)(h % 5000));
-}
-
 static void
 tp_body_a2av(struct tt_group *g, int r, void *state)
 {
@@ -770,40 +743,24 @@ tp_body_a2av(struct tt_group *g, int r, void *state)
 
 	for (int k = 0; k < 4; k++) {
 		size_t sc[TT_MAX_RANKS], sd[TT_MAX_RANKS], rc[TT_MAX_RANKS];
-		size_t rd[TT_MAX_RANKS], stot = 0, rtot = 0;
+		size_t rd[TT_MAX_RANKS], stot, rtot;
 		struct cohort__op op;
 		int32_t *sb, *rb;
 		char err[512];
 		cohort_status st;
 
-		/* Send blocks back to front with gaps; receive blocks in
-		 * rank order. */
-		for (int j = n - 1; j >= 0; j--) {
-			sc[j] = tp_count(g->seed, k, r, j);
-			sd[j] = stot + 3;
-			stot += sc[j] + 3;
-		}
-		for (int j = 0; j < n; j++) {
-			rc[j] = tp_count(g->seed, k, j, r);
-			rd[j] = rtot;
-			rtot += rc[j];
-		}
+		/* Uneven, some zero; send blocks back to front with gaps,
+		 * receive blocks in rank order. */
+		tw_a2a_layout(g->seed, k, r, n, 5000, 3, 0, sc, sd, rc, rd,
+		    &stot, &rtot);
 		sb = malloc((stot + 1) * sizeof(*sb));
 		rb = malloc((rtot + 1) * sizeof(*rb));
 		for (int j = 0; j < n; j++)
 			for (size_t i = 0; i < sc[j]; i++)
 				sb[sd[j] + i] = r * 1000000 + j * 10000
 				    + (int32_t)(i % 10000);
-		memset(&op, 0, sizeof(op));
-		op.kind = COHORT__OP_ALLTOALLV;
-		op.send = sb;
-		op.recv = rb;
-		op.dtype = COHORT_I32;
-		op.counts = sc;
-		op.sdispls = sd;
-		op.rcounts = rc;
-		op.rdispls = rd;
-		op.seq = (uint64_t)k + 1;
+		th_op_alltoallv(
+		    &op, sb, rb, COHORT_I32, sc, sd, rc, rd, (uint64_t)k + 1);
 		st = cohort__host_backend.run(
 		    state, &op, err, sizeof(err), cohort__now_ms() + 30000);
 		if (st != COHORT_OK) {
@@ -858,16 +815,8 @@ tp_body_a2av_mismatch(struct tt_group *g, int r, void *state)
 		sb[i] = (float)(r * 100 + i);
 	if (r == 1)
 		rc[0] = 12, rd[1] = 12, rd[2] = 22;
-	memset(&op, 0, sizeof(op));
-	op.kind = COHORT__OP_ALLTOALLV;
-	op.send = sb;
-	op.recv = r == 1 ? malloc(34 * sizeof(float)) : rb;
-	op.dtype = COHORT_F32;
-	op.counts = sc;
-	op.sdispls = sd;
-	op.rcounts = rc;
-	op.rdispls = rd;
-	op.seq = 1;
+	th_op_alltoallv(&op, sb, r == 1 ? malloc(34 * sizeof(float)) : rb,
+	    COHORT_F32, sc, sd, rc, rd, 1);
 	st = cohort__host_backend.run(
 	    state, &op, err, sizeof(err), cohort__now_ms() + 30000);
 	if (r == 2) {

@@ -29,9 +29,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import sys
 import time
-import traceback
 from typing import Optional
 
 import torch
@@ -39,26 +37,7 @@ import torch.distributed as dist
 from torch import nn
 
 import cohort.torch  # noqa: F401
-
-backend, scenario, outdir = sys.argv[1], sys.argv[2], sys.argv[3]
-rank = int(os.environ["RANK"])
-world = int(os.environ["WORLD_SIZE"])
-torch.set_num_threads(1)
-saved: dict = {}
-
-
-def report(feature: str, ok: bool, why: str = "", **extra) -> None:
-    print(json.dumps({"feature": feature, "ok": bool(ok), "why": why, "rank": rank, **extra}), flush=True)
-
-
-def run(feature: str, fn) -> None:
-    t0 = time.monotonic()
-    try:
-        extra = fn() or {}
-        report(feature, True, elapsed=time.monotonic() - t0, **extra)
-    except Exception as e:
-        report(feature, False, f"{type(e).__name__}: {e}\n{traceback.format_exc()[-3000:]}",
-               elapsed=time.monotonic() - t0)
+from compared import backend, outdir, rank, run, saved, scenario, world
 
 
 def mlp() -> nn.Module:
@@ -93,15 +72,7 @@ def f_fsdp2():
         if isinstance(layer, nn.Linear):
             fully_shard(layer)
     fully_shard(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    losses = []
-    for step in range(4):
-        x, y = batch(step, rank)
-        opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.detach())
+    losses = _train(model)
     full = [p.full_tensor().detach().clone() for p in model.parameters()]
     saved["fsdp2"] = {"losses": torch.stack(losses), "params": full}
     return {"losses": [float(v) for v in losses]}
@@ -193,15 +164,7 @@ def f_powersgd():
                                    min_compression_rate=0.5, use_error_feedback=True, warm_start=True,
                                    random_seed=0)
     model.register_comm_hook(state, powersgd.powerSGD_hook)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    losses = []
-    for step in range(6):
-        x, y = batch(step, rank)
-        opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.detach())
+    losses = _train(model, steps=6)
     saved["powersgd"] = {"losses": torch.stack(losses),
                          "params": [p.detach().clone() for p in model.module.parameters()]}
     return {"losses": [float(v) for v in losses]}

@@ -30,35 +30,14 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
-import traceback
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 import cohort.torch  # noqa: F401
-
-backend, scenario, outdir = sys.argv[1], sys.argv[2], sys.argv[3]
-rank = int(os.environ["RANK"])
-world = int(os.environ["WORLD_SIZE"])
-torch.set_num_threads(1)
-saved: dict = {}
-
-
-def report(feature: str, ok: bool, why: str = "", **extra) -> None:
-    print(json.dumps({"feature": feature, "ok": bool(ok), "why": why, "rank": rank, **extra}), flush=True)
-
-
-def run(feature: str, fn) -> None:
-    t0 = time.monotonic()
-    try:
-        extra = fn() or {}
-        report(feature, True, elapsed=time.monotonic() - t0, **extra)
-    except Exception as e:
-        report(feature, False, f"{type(e).__name__}: {e}\n{traceback.format_exc()[-3000:]}",
-               elapsed=time.monotonic() - t0)
+from compared import backend, outdir, rank, run, saved, scenario, world
 
 
 def msg(frm: int, to: int, n: int, shape=(3, 5), dtype=torch.float32) -> torch.Tensor:
