@@ -1182,6 +1182,12 @@ srv_net_on_thread(const struct srv_net *n)
 	return (n->started && pthread_equal(pthread_self(), n->thread));
 }
 
+bool
+srv_net_stopping(const struct srv_net *n)
+{
+	return (n->stopped);
+}
+
 void
 srv_net_stop(struct srv_net *n)
 {

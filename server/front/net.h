@@ -171,6 +171,10 @@ cohort_status srv_net_start(struct srv_net *n);
  * protocols' closing, while the coordinator still runs) and delivers
  * what was posted meanwhile. NULL-safe; idempotent. */
 void srv_net_stop(struct srv_net *n);
+/* True from srv_net_stop on: the connections it closes are cohortd's own
+ * shutdown, not their peers' loss (a protocol's closing hook tells the
+ * core nothing then, as nng's pipe events stop while it stops). */
+bool srv_net_stopping(const struct srv_net *n);
 /* Frees a stopped net. NULL-safe. */
 void srv_net_free(struct srv_net *n);
 

@@ -528,7 +528,10 @@ sp_closing(struct srv_nconn *nc)
 	struct sp_close a = { nc->pipe };
 
 	sp_frame_reset(c);
-	if (a.pipe != 0)
+	/* cohortd stopping (a drain's end, SIGINT): its members did not
+	 * lose it, and its successor on the journal must see them running
+	 * until their dead-after, not failed. */
+	if (a.pipe != 0 && !srv_net_stopping(nc->net))
 		srv_with_core(c->sp->nng, sp_closing_locked, &a);
 }
 
