@@ -488,6 +488,7 @@ START_TEST(test_torch_store_silent_and_queues)
 	int nopen = 0, nclosed = 0, fd;
 	int64_t worst = 0, ms;
 	uint64_t pushed = 0;
+	long base, peak;
 	static uint8_t buf[1 << 16];
 
 	snprintf(store, sizeof(store), "flood@127.0.0.1:%d", port);
@@ -520,6 +521,8 @@ START_TEST(test_torch_store_silent_and_queues)
 	/* Empty queue items cost their keeping: the listener's queues hold
 	 * at most --max-value-bytes (1 MiB here) at 64 bytes an item. */
 	fd = cf_validated(port);
+	base = chaos_rss_kib(c.pid);
+	peak = base;
 	{
 		size_t n = 0;
 		/* QUEUE_PUSH "/q" "" : 1 + 8 + 2 + 8 bytes */
@@ -532,9 +535,13 @@ START_TEST(test_torch_store_silent_and_queues)
 			n += 19;
 		}
 		for (int r = 0; r < (int)chaos_n(40, 400); r++) {
+			long r;
+
 			if (!chaos_send_all(fd, buf, n, 2000))
 				break;
 			pushed += n / 19;
+			if ((r = chaos_rss_kib(c.pid)) > peak)
+				peak = r;
 		}
 	}
 	ck_assert_msg(
@@ -543,10 +550,15 @@ START_TEST(test_torch_store_silent_and_queues)
 	    (unsigned long long)pushed);
 	close(fd);
 	printf("CHAOS torch-store/queue: pushing empty items: the connection "
-	       "was closed after at most %llu (the queues' bound: 1 MiB at "
-	       "64 bytes an item, 16384 items)\n",
-	    (unsigned long long)pushed);
-	ck_assert_uint_lt(pushed, 200000);
+	       "was closed after the client got off %llu (the kernel's socket "
+	       "buffers included; the queues' bound: 1 MiB at 64 bytes an "
+	       "item, 16384 items); cohortd grew %ld KiB at its peak\n",
+	    (unsigned long long)pushed, peak - base);
+	/* What cohortd held is the bound, not what the client got off
+	 * (loopback's socket buffers take megabytes of it): the queues'
+	 * 1 MiB, the connection's input (2 x --max-value-bytes + 1 MiB) and
+	 * the ceiling's slack the other floods use. */
+	ck_assert_int_lt(peak - base, 1024 + 3 * 1024 + 49152);
 	ck_assert_int_eq(th_coord_stop(&c), 0);
 }
 END_TEST
