@@ -266,6 +266,7 @@ deps:
 test: deps
 	$(MAKE) all
 	$(MAKE) pyenv
+	@tools/fetch-digits.sh build/data/digits.csv
 	$(MAKE) -j2 --output-sync=target test-lane-c test-lane-py
 
 test-lane-c:
@@ -276,7 +277,9 @@ test-lane-py:
 	$(MAKE) test-python
 	$(MAKE) check-k8s
 
-# The venv once, before the lanes (two pip runs into one venv would race).
+# The venv once, before the lanes (two pip runs into one venv would race);
+# the digits data set too (tools/fetch-digits.sh): the elastic suites of
+# both lanes train the demo on it, at train_digits' default path.
 pyenv:
 	@if [[ "$(COHORT_SKIP_PYTHON)" != 1 && -z "$(SAN)" ]]; then \
 	  tools/pyenv.sh $(VENV); \
