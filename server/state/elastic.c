@@ -179,32 +179,12 @@ el_remember(struct srv_job *job, const struct srv_member *m,
 /* The reshape                                                              */
 /* ------------------------------------------------------------------------ */
 
-/* tab's n members as a JRN_RESHAPE records them (NULL: ENOMEM). */
-static struct srv_jrn_member *
-el_recs(const struct srv_member *tab, uint32_t n)
-{
-	struct srv_jrn_member *recs = calloc(n ? n : 1, sizeof(*recs));
-
-	for (uint32_t r = 0; recs != NULL && r < n; r++) {
-		const struct srv_member *m = &tab[r];
-		recs[r].client_id = m->client != NULL ? m->client->id : 0;
-		recs[r].host = m->host;
-		recs[r].pid = m->pid;
-		recs[r].local_rank = m->local_rank;
-		recs[r].hb_ms = m->hb_ms;
-		recs[r].dead_ms = m->dead_ms;
-		recs[r].prev_rank = m->prev_rank;
-		recs[r].has_state = m->has_state;
-	}
-	return (recs);
-}
-
 /* Journals the generation gen of tab (before anything is answered). */
 static void
 el_journal(struct srv_job *job, uint64_t gen, uint64_t prev_gen,
     const struct srv_member *tab, uint32_t n)
 {
-	struct srv_jrn_member *recs = el_recs(tab, n);
+	struct srv_jrn_member *recs = srv_member_recs(tab, n);
 	struct srv_jrn_egen rs
 	    = { gen, prev_gen, job->min_world, job->max_world, n, recs };
 

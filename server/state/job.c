@@ -233,13 +233,12 @@ srv_join_reply_free(Cohort__JoinReply *jr)
 }
 
 struct srv_jrn_member *
-srv_job_member_recs(const struct srv_job *job)
+srv_member_recs(const struct srv_member *tab, uint32_t n)
 {
-	struct srv_jrn_member *recs
-	    = calloc(job->world ? job->world : 1, sizeof(*recs));
+	struct srv_jrn_member *recs = calloc(n ? n : 1, sizeof(*recs));
 
-	for (uint32_t r = 0; recs != NULL && r < job->world; r++) {
-		const struct srv_member *m = &job->members[r];
+	for (uint32_t r = 0; recs != NULL && r < n; r++) {
+		const struct srv_member *m = &tab[r];
 		recs[r].client_id = m->client != NULL ? m->client->id : 0;
 		recs[r].host = m->host;
 		recs[r].pid = m->pid;
@@ -250,6 +249,12 @@ srv_job_member_recs(const struct srv_job *job)
 		recs[r].has_state = m->has_state;
 	}
 	return (recs);
+}
+
+struct srv_jrn_member *
+srv_job_member_recs(const struct srv_job *job)
+{
+	return (srv_member_recs(job->members, job->world));
 }
 
 /* ------------------------------------------------------------------------ */

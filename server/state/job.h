@@ -166,6 +166,9 @@ void srv_job_clear_members(struct srv_job *job);
 void srv_job_clear_failure(struct srv_job *job);
 /* The member table as the journal records it (malloc'd; NULL: ENOMEM). */
 struct srv_jrn_member *srv_job_member_recs(const struct srv_job *job);
+/* The same for tab's n members (an elastic generation being formed). */
+struct srv_jrn_member *srv_member_recs(
+    const struct srv_member *tab, uint32_t n);
 
 /* The collective or group creation m's client is parked in, or NULL. */
 const struct srv_call *srv_member_parked_op(const struct srv_member *m);

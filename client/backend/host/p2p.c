@@ -1115,6 +1115,16 @@ out_close:
 /* A dial thread: peer q's address from the KV (waiting while a transfer
  * needs it), then connect and handshake, retried within the connect
  * window; the connection is handed to the engine. */
+/* Peer q's dial is over, whatever its outcome (under mu). */
+static void
+p2p_dial_ended(struct host_p2p *s, int q)
+{
+	s->peers[q].dialing = false;
+	if (s->peers[q].dial_any)
+		s->any_dials--;
+	s->peers[q].dial_any = false;
+}
+
 static void *
 p2p_dial_main(void *arg)
 {
@@ -1191,10 +1201,7 @@ p2p_dial_main(void *arg)
 		}
 	}
 	pthread_mutex_lock(&s->mu);
-	s->peers[q].dialing = false;
-	if (s->peers[q].dial_any)
-		s->any_dials--;
-	s->peers[q].dial_any = false;
+	p2p_dial_ended(s, q);
 	if (p2p_stopped(s)) {
 		close(fd);
 	} else {
@@ -1209,10 +1216,7 @@ p2p_dial_main(void *arg)
 
 out_failed:
 	pthread_mutex_lock(&s->mu);
-	s->peers[q].dialing = false;
-	if (s->peers[q].dial_any)
-		s->any_dials--;
-	s->peers[q].dial_any = false;
+	p2p_dial_ended(s, q);
 	s->peers[q].want = P2P_WANT_NONE;
 	if (!p2p_stopped(s))
 		p2p_lost(s, q,
@@ -1227,10 +1231,7 @@ out_failed:
 
 out_quiet:
 	pthread_mutex_lock(&s->mu);
-	s->peers[q].dialing = false;
-	if (s->peers[q].dial_any)
-		s->any_dials--;
-	s->peers[q].dial_any = false;
+	p2p_dial_ended(s, q);
 	s->peers[q].want = P2P_WANT_NONE;
 	pthread_mutex_unlock(&s->mu);
 	p2p_wake(s); /* it may need another dial now */
