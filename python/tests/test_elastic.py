@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -33,14 +34,10 @@ def events(p_log: list[str], kind: str) -> list[dict]:
     return out
 
 
-class Node:
-    """One ``cohort run`` of the elastic worker; its output collected by a thread."""
+class Collected:
+    """A process started with ``start``, its output collected by a thread."""
 
-    def __init__(self, url: str, job: str, rank: int, rng: str, worker_args: list[str], env: dict):
-        import threading
-
-        argv = [str(BIN / "cohort"), "run", "--nnodes", rng, "--node-rank", str(rank), "-n", "1",
-                "--coordinator", url, "--job", job, "--", PYTHON, str(WORKER), *worker_args]
+    def __init__(self, argv: list[str], env: dict) -> None:
         self.p = start(argv, env)
         self.lines: list[str] = []
         self._t = threading.Thread(target=self._read, daemon=True)
@@ -65,6 +62,14 @@ class Node:
             rc = self.p.wait()
         self._t.join(5)
         return rc
+
+
+class Node(Collected):
+    """One ``cohort run`` of the elastic worker; its output collected by a thread."""
+
+    def __init__(self, url: str, job: str, rank: int, rng: str, worker_args: list[str], env: dict):
+        super().__init__([str(BIN / "cohort"), "run", "--nnodes", rng, "--node-rank", str(rank), "-n", "1",
+                          "--coordinator", url, "--job", job, "--", PYTHON, str(WORKER), *worker_args], env)
 
 
 def dump(nodes) -> str:

@@ -21,13 +21,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import threading
 import time
 
 import pytest
 
 from conftest import BIN, PYDIR, PYTHON, WORKERS, base_env, free_port, kill_tree, start
-from test_elastic import dump, events, wait_until
+from test_elastic import Collected, dump, wait_until
 
 WORKER = WORKERS / "elastic_ddp.py"
 
@@ -63,34 +62,8 @@ def test_the_installed_entry_point_is_what_torch_finds(installed):
     assert found == "True", r.stdout + r.stderr
 
 
-class Agent:
+class Agent(Collected):
     """One torchrun agent (a "node"), its output (and its workers') collected by a thread."""
-
-    def __init__(self, argv: list[str], env: dict) -> None:
-        self.p = start(argv, env)
-        self.lines: list[str] = []
-        self._t = threading.Thread(target=self._read, daemon=True)
-        self._t.start()
-
-    def _read(self) -> None:
-        for line in self.p.stdout:
-            self.lines.append(line)
-
-    def ev(self, kind: str) -> list[dict]:
-        return events(list(self.lines), kind)
-
-    @property
-    def text(self) -> str:
-        return "".join(self.lines)
-
-    def wait(self, timeout: float) -> int:
-        try:
-            rc = self.p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            kill_tree(self.p)
-            rc = self.p.wait()
-        self._t.join(5)
-        return rc
 
 
 def test_torchrun_ddp_survives_a_worker_kill_in_place_and_takes_it_back(installed):
