@@ -15,7 +15,6 @@ trained by ``Trainer.fit`` with ``CohortElasticStrategy``. Prints JSON lines:
 
 import argparse
 import hashlib
-import json
 import os
 import sys
 import time
@@ -26,6 +25,7 @@ import torch.distributed as dist
 from torch import nn
 
 from cohort.lightning import CohortElasticStrategy
+from elastic_common import data, emit, now_ms
 
 p = argparse.ArgumentParser()
 p.add_argument("--epochs", type=int, default=3)
@@ -36,22 +36,6 @@ p.add_argument("--hidden", type=int, default=64)
 args = p.parse_args()
 
 torch.set_num_threads(1)
-
-
-def now_ms():
-    return int(time.time() * 1000)
-
-
-def emit(**kw):
-    print(json.dumps(kw), flush=True)
-
-
-def data(n, seed):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, 20, generator=g)
-    w = torch.randn(20, 5, generator=torch.Generator().manual_seed(7))
-    y = (x @ w + 0.3 * torch.randn(n, 5, generator=g)).argmax(1)
-    return torch.utils.data.TensorDataset(x, y)
 
 
 train, test = data(args.samples, 1), data(512, 2)
