@@ -20,6 +20,13 @@ same machine state, one multi-process job per configuration:
 - ``overhead``: the same at world size 1, where no byte moves: what the
   Python binding and torch's dispatch cost per call.
 
+``--device cuda`` (on a GPU machine) puts the tensors and models on
+``cuda:(local rank mod devices)`` and compares cohort with torch's own
+``nccl`` backend instead of gloo (each call and step followed by
+``torch.cuda.synchronize()``): NCCL through cohort against NCCL through
+torch's ProcessGroupNCCL. With one GPU use ``--ranks 1`` (NCCL refuses two
+ranks on one device).
+
 ``--hosts N`` runs the ranks on N simulated hosts instead, one rank each
 (network namespaces on a bridge, tests/hosts/hostnet.py: each with its own
 address and /dev/shm, so cohort's ranks meet over TCP, as gloo's do); it
@@ -70,6 +77,15 @@ def worker(kind: str, backend: str, arg: str, iters: int) -> None:
     import cohort.torch  # noqa: F401
 
     torch.set_num_threads(1)
+    dev = torch.device("cpu")
+    if os.environ.get("TC_DEVICE") == "cuda":
+        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+
+    def sync() -> None:
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
     dist.init_process_group(backend)
     rank = dist.get_rank()
     out: dict = {"kind": kind, "backend": backend, "arg": arg, "world": dist.get_world_size()}
@@ -79,7 +95,7 @@ def worker(kind: str, backend: str, arg: str, iters: int) -> None:
         for a, b in zip(widths, widths[1:]):
             layers += [nn.Linear(a, b), nn.ReLU()]
         torch.manual_seed(0)
-        net = nn.Sequential(*layers[:-1])
+        net = nn.Sequential(*layers[:-1]).to(dev)
         if kind == "ddp":
             model = nn.parallel.DistributedDataParallel(net)
         else:
@@ -90,13 +106,15 @@ def worker(kind: str, backend: str, arg: str, iters: int) -> None:
                     fully_shard(layer)
             model = fully_shard(net)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        x, y = torch.randn(batch, widths[0]), torch.randint(0, widths[-1], (batch,))
+        x = torch.randn(batch, widths[0], device=dev)
+        y = torch.randint(0, widths[-1], (batch,), device=dev)
         times = []
         for i in range(iters + 5):
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=False)
             nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
+            sync()
             if i >= 5:
                 times.append(time.perf_counter() - t0)
         out["params"] = sum(p.numel() for p in net.parameters()) if kind == "ddp" else sum(
@@ -104,15 +122,17 @@ def worker(kind: str, backend: str, arg: str, iters: int) -> None:
         out["median_s"] = statistics.median(times)
     else:
         n = int(arg) // 4
-        t = torch.ones(n)
+        t = torch.ones(n, device=dev)
         k = max(5, min(iters, int(2e8 // max(int(arg), 4096))))
         for _ in range(3):
             dist.all_reduce(t)
+        sync()
         dist.barrier()
         times = []
         for _ in range(k):
             t0 = time.perf_counter()
             dist.all_reduce(t)
+            sync()
             times.append(time.perf_counter() - t0)
         out["median_s"] = statistics.median(times)
     if rank == 0:
@@ -218,8 +238,17 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=40, help="timed steps / calls per job (all-reduce: up to 200)")
     ap.add_argument("--only", choices=("ddp", "fsdp2", "allreduce", "overhead"), action="append")
     ap.add_argument("--hosts", type=int, default=0, help="run on this many simulated hosts, one rank each")
+    ap.add_argument("--sizes", help="all-reduce sizes in bytes, comma-separated (default 4K,64K,1M,16M; "
+                    "with --device cuda also 64M,256M)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="cuda: tensors on the GPU, compared with torch's nccl backend")
     ap.add_argument("--json", help="write every measurement here")
     args = ap.parse_args()
+    if args.device == "cuda":
+        os.environ["TC_DEVICE"] = "cuda"
+        SIZES.extend([64 << 20, 256 << 20])
+    if args.sizes:
+        SIZES[:] = [int(x) for x in args.sizes.split(",")]
     kinds = args.only or (["ddp", "fsdp2"] if args.hosts else ["ddp", "allreduce", "overhead"])
     worlds = [args.hosts] if args.hosts else [int(w) for w in args.ranks.split(",")]
     configs = []
@@ -251,11 +280,16 @@ def main() -> int:
     return 0
 
 
+def _peer(args: argparse.Namespace) -> str:
+    """The backend cohort is compared with: gloo on the CPU, nccl on GPUs."""
+    return "nccl" if args.device == "cuda" else "gloo"
+
+
 def _measure(configs: list, args: argparse.Namespace, cluster) -> dict:
     results: dict = {}
     for rep in range(args.reps):
         for kind, arg, w in configs:
-            for backend in ("cohort", "gloo"):
+            for backend in ("cohort", _peer(args)):
                 it = args.iters if kind in ("ddp", "fsdp2") else 200
                 r = run_job("allreduce" if kind == "overhead" else kind, backend, arg, w, it, cluster)
                 results.setdefault((kind, arg, w), {}).setdefault(backend, []).append(r["median_s"])
@@ -266,11 +300,12 @@ def _measure(configs: list, args: argparse.Namespace, cluster) -> dict:
 
 def _table(results: dict, args: argparse.Namespace, where: str) -> None:
     rows = []
-    print(f"\n({where}; medians of {args.reps} interleaved repetitions)")
-    print("\n| what | n | cohort | gloo | cohort speed-up |")
+    peer = _peer(args)
+    print(f"\n({where}, {args.device}; medians of {args.reps} interleaved repetitions)")
+    print(f"\n| what | n | cohort | {peer} | cohort speed-up |")
     print("|---|---|---|---|---|")
     for (kind, arg, w), by in results.items():
-        c, g = statistics.median(by["cohort"]), statistics.median(by["gloo"])
+        c, g = statistics.median(by["cohort"]), statistics.median(by[peer])
         if kind == "ddp":
             label = f"DDP step, {arg} model"
         elif kind == "fsdp2":
@@ -280,8 +315,8 @@ def _table(results: dict, args: argparse.Namespace, where: str) -> None:
         else:
             label = "all_reduce 4 B, world 1 (overhead)"
         print(f"| {label} | {w} | {fmt_t(c)} | {fmt_t(g)} | {g / c:.2f}x |")
-        rows.append({"kind": kind, "arg": arg, "world": w, "cohort_s": c, "gloo_s": g, "speedup": g / c,
-                     "cohort_all": by["cohort"], "gloo_all": by["gloo"]})
+        rows.append({"kind": kind, "arg": arg, "world": w, "cohort_s": c, f"{peer}_s": g, "speedup": g / c,
+                     "cohort_all": by["cohort"], f"{peer}_all": by[peer]})
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(rows, indent=1))
 

@@ -1396,6 +1396,142 @@ nt_bench_rank(const struct nt_ranks *r, int rank, void *arg)
 	return (rc);
 }
 
+/* NCCL through the backend against NCCL called directly, at world size 1
+ * on one device buffer (in place, f32 sum), each call waited for (the
+ * backend's run() returns when the work is done: the raw loop
+ * synchronizes the stream after every call to match). The two
+ * alternate in rounds so that both see the same clocks; rank 0 prints
+ * the median of the rounds' per-call times and their ratio, and the raw
+ * loop with one synchronize per round (what nccl-tests reports). */
+#define NT_RAW_ROUNDS 7
+
+static int
+nt_cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return ((x > y) - (x < y));
+}
+
+static double
+nt_median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), nt_cmp_double);
+	return (v[n / 2]);
+}
+
+static int
+nt_raw_rank(const struct nt_ranks *r, int rank, void *arg)
+{
+	static const size_t sizes[]
+	    = { 4096, 65536, 1 << 20, 16 << 20, 64 << 20, 256 << 20 };
+	const struct cohort__backend_ops *ops = &cohort__nccl_backend;
+	const struct cohort__dl_cudart *cu;
+	const struct cohort__dl_nccl *nc;
+	cohort__nccl_comm_t comm = NULL;
+	cohort__nccl_uid uid;
+	atomic_int flag;
+	void *state = NULL;
+	char err[NT_ERRLEN] = "";
+	uint64_t seq = 0;
+
+	(void)arg;
+	if (cohort__dl_cudart_get(&cu, NULL, 0) != COHORT_OK)
+		return (NT_RANK_SKIP);
+	atomic_init(&flag, 0);
+	if (nt_rank_init(ops, r, rank, "raw", &flag, &state, err)
+	    != COHORT_OK) {
+		fprintf(stderr, "nccl init: %s\n", err);
+		return (1);
+	}
+	if (cohort__dl_nccl_get(&nc, err, sizeof(err)) != COHORT_OK
+	    || nc->GetUniqueId(&uid) != COHORT__NCCL_SUCCESS
+	    || nc->CommInitRankConfig(&comm, 1, uid, 0, NULL)
+	        != COHORT__NCCL_SUCCESS) {
+		fprintf(stderr, "raw NCCL init failed: %s\n", err);
+		return (1);
+	}
+	printf("| %10s | %10s | %10s | %8s | %12s |\n", "bytes", "raw us/op",
+	    "cohort us", "ratio", "raw batched");
+	printf("|------------|------------|------------|----------|"
+	       "--------------|\n");
+	for (size_t z = 0; z < sizeof(sizes) / sizeof(sizes[0]); z++) {
+		size_t bytes = sizes[z];
+		int iters = bytes >= (64u << 20) ? 10 : 100;
+		double raw[NT_RAW_ROUNDS], coh[NT_RAW_ROUNDS],
+		    batched[NT_RAW_ROUNDS];
+		struct cohort__op op;
+		void *buf = NULL;
+
+		if (cu->Malloc(&buf, bytes) != 0
+		    || cu->Memset(buf, 0, bytes) != 0)
+			return (2);
+		memset(&op, 0, sizeof(op));
+		op.kind = COHORT__OP_ALLREDUCE;
+		op.send = op.recv = buf;
+		op.count = bytes / sizeof(float);
+		op.dtype = COHORT_F32;
+		op.op = COHORT_SUM;
+		for (int round = -1; round < NT_RAW_ROUNDS; round++) {
+			uint64_t t0 = cohort__now_ns();
+
+			for (int i = 0; i < iters; i++) {
+				if (nc->AllReduce(buf, buf, op.count,
+				        cohort__nccl_dtype(COHORT_F32),
+				        COHORT__NCCL_SUM, comm, NULL)
+				        != COHORT__NCCL_SUCCESS
+				    || cu->StreamSynchronize(NULL) != 0)
+					return (3);
+			}
+			uint64_t t1 = cohort__now_ns();
+			for (int i = 0; i < iters; i++) {
+				op.seq = ++seq;
+				if (ops->run(state, &op, err, sizeof(err),
+				        cohort__now_ms() + 60000)
+				    != COHORT_OK) {
+					fprintf(stderr, "nccl: %s\n", err);
+					return (3);
+				}
+			}
+			uint64_t t2 = cohort__now_ns();
+			for (int i = 0; i < iters; i++) {
+				if (nc->AllReduce(buf, buf, op.count,
+				        cohort__nccl_dtype(COHORT_F32),
+				        COHORT__NCCL_SUM, comm, NULL)
+				    != COHORT__NCCL_SUCCESS)
+					return (3);
+			}
+			if (cu->StreamSynchronize(NULL) != 0)
+				return (3);
+			uint64_t t3 = cohort__now_ns();
+			if (round < 0) /* warm-up */
+				continue;
+			raw[round] = (double)(t1 - t0) / 1e3 / iters;
+			coh[round] = (double)(t2 - t1) / 1e3 / iters;
+			batched[round] = (double)(t3 - t2) / 1e3 / iters;
+		}
+		double mr = nt_median(raw, NT_RAW_ROUNDS);
+		double mc = nt_median(coh, NT_RAW_ROUNDS);
+
+		printf("| %10zu | %10.2f | %10.2f | %8.3f | %12.2f |\n", bytes,
+		    mr, mc, mc / mr, nt_median(batched, NT_RAW_ROUNDS));
+		fflush(stdout);
+		cu->Free(buf);
+	}
+	(void)nc->CommDestroy(comm);
+	ops->fini(state);
+	return (0);
+}
+
+START_TEST(test_bench_nccl_vs_raw)
+{
+	printf("NCCL through cohort against raw NCCL (world size 1, in "
+	       "place, f32 sum; medians of %d alternating rounds)\n",
+	    NT_RAW_ROUNDS);
+	(void)nt_run_ranks(1, nt_raw_rank, NULL, 240000);
+}
+END_TEST
+
 START_TEST(test_bench_allreduce)
 {
 	static const struct {
@@ -1440,5 +1576,5 @@ Suite *
 suite_nccl_bench(void)
 {
 	return (th_suite("nccl_bench", "allreduce", 500, NULL, NULL,
-	    test_bench_allreduce, NULL));
+	    test_bench_allreduce, test_bench_nccl_vs_raw, NULL));
 }
