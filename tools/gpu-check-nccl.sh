@@ -76,6 +76,11 @@ suite nccl_bench 540
 	grep -E '^\| (path|-|nccl|tcp)' "$OUTDIR/suite-nccl_bench.log" ||
 	    echo "(no table: see suite-nccl_bench.log)"
 	echo
+	echo "## NCCL through cohort against raw NCCL (suite nccl_bench)"
+	echo
+	grep -E '^\| +(bytes|-|[0-9])' "$OUTDIR/suite-nccl_bench.log" ||
+	    echo "(no table: see suite-nccl_bench.log)"
+	echo
 	echo "gpu-check-nccl: $([ $failed -eq 0 ] && echo PASS || echo FAIL)"
 } >> "$summary"
 cat "$summary"

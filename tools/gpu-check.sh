@@ -16,7 +16,8 @@
 # Results go to $OUT (the device tool's output folder) or build/gpu-check:
 # gpu-check.md (summary table + kernel table), one .log per step.
 # GPU_CHECK_SUITES adds Check suites to run (e.g. "nccl ddp_gpu"); a GPU
-# suite that prints a SKIP line on the GPU machine counts as a failure.
+# suite that prints a SKIP line on the GPU machine counts as a failure,
+# unless the line says the test needs more GPUs than the machine has.
 # Exit status: 0 when every step passed.
 set -u
 

@@ -237,7 +237,10 @@ nccl_async_status(int async)
 /*
  * Polls until the communicator is ready (async state ncclSuccess) and,
  * when with_event, s->event completed. On abort, timeout or an error the
- * communicator is aborted.
+ * communicator is aborted. The event is asked first: once it completed,
+ * the operation's kernels have finished and the call is done, so the
+ * common case costs one cudaEventQuery (the asynchronous error is read
+ * only while waiting).
  */
 static cohort_status
 nccl_wait(struct nccl_state *s, bool with_event, char *err, size_t errlen,
@@ -249,9 +252,25 @@ nccl_wait(struct nccl_state *s, bool with_event, char *err, size_t errlen,
 
 	for (;;) {
 		int async = COHORT__NCCL_SUCCESS;
-		int r = s->nc->CommGetAsyncError(s->comm, &async);
+		int r;
 		uint64_t el;
 
+		if (with_event) {
+			int e = s->cu->EventQuery(s->event);
+
+			if (e == COHORT__CUDA_SUCCESS)
+				return (COHORT_OK);
+			if (e != COHORT__CUDA_ERR_NOT_READY) {
+				snprintf(detail, sizeof(detail),
+				    "CUDA failed during %s #%" PRIu64 ": %s",
+				    s->opname, s->seq,
+				    cohort__dl_cuda_errtext(
+				        s->cu, e, text, sizeof(text)));
+				return (nccl_break(
+				    s, COHORT_ECUDA, detail, err, errlen));
+			}
+		}
+		r = s->nc->CommGetAsyncError(s->comm, &async);
 		if (r != COHORT__NCCL_SUCCESS)
 			async = r;
 		if (async != COHORT__NCCL_SUCCESS
@@ -265,24 +284,8 @@ nccl_wait(struct nccl_state *s, bool with_event, char *err, size_t errlen,
 			return (nccl_break(
 			    s, nccl_async_status(async), detail, err, errlen));
 		}
-		if (async == COHORT__NCCL_SUCCESS) {
-			int e = COHORT__CUDA_SUCCESS;
-
-			if (!with_event)
-				return (COHORT_OK);
-			e = s->cu->EventQuery(s->event);
-			if (e == COHORT__CUDA_SUCCESS)
-				return (COHORT_OK);
-			if (e != COHORT__CUDA_ERR_NOT_READY) {
-				snprintf(detail, sizeof(detail),
-				    "CUDA failed during %s #%" PRIu64 ": %s",
-				    s->opname, s->seq,
-				    cohort__dl_cuda_errtext(
-				        s->cu, e, text, sizeof(text)));
-				return (nccl_break(
-				    s, COHORT_ECUDA, detail, err, errlen));
-			}
-		}
+		if (async == COHORT__NCCL_SUCCESS && !with_event)
+			return (COHORT_OK);
 		if (nccl_abort_requested(s, s->group_abort)) {
 			snprintf(detail, sizeof(detail),
 			    "%s #%" PRIu64 " aborted (group %s); NCCL "
