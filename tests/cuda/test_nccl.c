@@ -236,8 +236,12 @@ nt_dev(size_t bytes)
 static void
 nt_h2d(void *d, const void *h, size_t n)
 {
+	/* A copy from pageable memory may return before its DMA ends, and
+	 * the legacy stream does not order a non-blocking one: done before
+	 * a collective on any stream reads it. */
 	ck_assert_int_eq(
 	    nt_cu->Memcpy(d, h, n, COHORT__CUDA_MEMCPY_DEFAULT), 0);
+	ck_assert_int_eq(nt_cu->DeviceSynchronize(), 0);
 }
 
 static void
@@ -729,8 +733,12 @@ nt_check_one(struct nt_comm *c, enum cohort__op_kind kind, cohort_dtype dt,
 
 	nt_fill(in, dt, n, (int)kind);
 	nt_h2d(dsend, in, bytes);
-	if (!inplace)
+	if (!inplace) {
+		/* cudaMemset is asynchronous on the legacy stream: finished
+		 * before the collective on a non-blocking stream writes. */
 		ck_assert_int_eq(nt_cu->Memset(drecv, 0xa5, bytes), 0);
+		ck_assert_int_eq(nt_cu->DeviceSynchronize(), 0);
+	}
 	memset(&op, 0, sizeof(op));
 	op.kind = kind;
 	op.send = dsend;

@@ -954,7 +954,8 @@ nccl_check_args(struct nccl_state *s, const struct cohort__op *op, char *err,
 	    && (rv = nccl_check_buf(s, "send", op->send, err, errlen))
 	        != COHORT_OK)
 		return (rv);
-	if (need_recv
+	/* In place (recv == send, as DDP's buckets are): asked once. */
+	if (need_recv && !(need_send && op->recv == op->send)
 	    && (rv = nccl_check_buf(s, "recv", op->recv, err, errlen))
 	        != COHORT_OK)
 		return (rv);
