@@ -112,7 +112,13 @@ class CohortBackend(_C10dBackend):
         name: str,
         ranks: list[int],
     ) -> None:
-        super().__init__(rank, size)
+        try:
+            super().__init__(rank, size)
+        except TypeError as e:  # e.g. torch 2.11: "No constructor defined!"
+            raise RuntimeError(
+                f"the cohort backend needs a torch whose c10d Backend can be subclassed from Python "
+                f"(torch {torch.__version__} cannot: {e}); cohort is built and tested with torch 2.15"
+            ) from e
         self._client = client
         self._group = group
         self._cuda_group: Optional[Group] = None
