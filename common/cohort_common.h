@@ -43,6 +43,16 @@ cohort__time cohort__deadline(cohort_duration timeout, cohort_duration dflt);
 cohort_duration cohort__remaining(cohort__time deadline);
 bool cohort__expired(cohort__time deadline);
 
+/* One pause between two polls of a busy-wait (x86 PAUSE: the sibling
+ * hyperthread runs, the loop leaves the pipeline gently). */
+static inline void
+cohort__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
 /* ------------------------------------------------------------------------ */
 /* Error detail (thread-local), for cohort_last_error()                     */
 /* ------------------------------------------------------------------------ */

@@ -238,14 +238,6 @@ shm_signal(struct host_shm *s, const struct host_op *c, int which, uint32_t v)
 		    NULL, NULL, 0);
 }
 
-static inline void
-shm_pause(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#endif
-}
-
 static cohort_status shm_stray(struct host_shm *s, const struct host_op *c,
     int p, char *err, size_t errlen);
 
@@ -337,7 +329,7 @@ shm_wait_for(struct host_shm *s, const struct host_op *c, int which,
 		}
 		if (spins < s->tune->shm_hot_spins) {
 			spins++;
-			shm_pause();
+			cohort__cpu_relax();
 			continue;
 		}
 		if ((rv = host_mesh_check_abort(s->mesh, c, err, errlen))
@@ -357,7 +349,7 @@ shm_wait_for(struct host_shm *s, const struct host_op *c, int which,
 				if (s->tune->spin_yield)
 					sched_yield();
 				else
-					shm_pause();
+					cohort__cpu_relax();
 				continue;
 			}
 		}

@@ -269,6 +269,13 @@ nccl_wait(struct nccl_state *s, bool with_event, char *err, size_t errlen,
 				return (nccl_break(
 				    s, COHORT_ECUDA, detail, err, errlen));
 			}
+			/* The first microseconds: the event alone, asked
+			 * again at once (a short operation ends here; the
+			 * error, abort and deadline are read after). */
+			if (nccl_now_us() - t0 < NCCL_SPIN_US) {
+				cohort__cpu_relax();
+				continue;
+			}
 		}
 		r = s->nc->CommGetAsyncError(s->comm, &async);
 		if (r != COHORT__NCCL_SUCCESS)
