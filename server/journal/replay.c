@@ -29,6 +29,28 @@
 /* Applying records                                                         */
 /* ------------------------------------------------------------------------ */
 
+/* A count (1..SRV_MAX_WORLD) and that many ranks (record.c's jb_ranks),
+ * malloc'd into *ranks; EPROTO: a bad count or a short record. */
+static cohort_status
+replay_ranks(struct srv_jrd *r, uint32_t *n, int32_t **ranks)
+{
+	int32_t *v;
+
+	*n = srv_rd_u32(r);
+	if (r->bad || *n == 0 || *n > SRV_MAX_WORLD)
+		return (COHORT_EPROTO);
+	if ((v = malloc(sizeof(int32_t) * *n)) == NULL)
+		return (COHORT_ENOMEM);
+	for (uint32_t i = 0; i < *n; i++)
+		v[i] = (int32_t)srv_rd_u32(r);
+	if (r->bad) {
+		free(v);
+		return (COHORT_EPROTO);
+	}
+	*ranks = v;
+	return (COHORT_OK);
+}
+
 static cohort_status
 replay_gen(struct srv_job *job, struct srv_jrd *r, cohort__time now)
 {
@@ -125,18 +147,13 @@ static cohort_status
 replay_genmap(struct srv_job *job, struct srv_jrd *r)
 {
 	uint64_t gen = srv_rd_u64(r), prev_gen = srv_rd_u64(r);
-	uint32_t n = srv_rd_u32(r);
+	uint32_t n;
 	int32_t *prev;
 	cohort_status rv;
 
-	if (r->bad || n == 0 || n > SRV_MAX_WORLD)
-		return (COHORT_EPROTO);
-	if ((prev = malloc(sizeof(int32_t) * n)) == NULL)
-		return (COHORT_ENOMEM);
-	for (uint32_t i = 0; i < n; i++)
-		prev[i] = (int32_t)srv_rd_u32(r);
-	rv = r->bad ? COHORT_EPROTO
-	            : srv_elastic_restore_step(job, gen, prev_gen, n, prev);
+	if ((rv = replay_ranks(r, &n, &prev)) != COHORT_OK)
+		return (rv);
+	rv = srv_elastic_restore_step(job, gen, prev_gen, n, prev);
 	free(prev);
 	return (rv);
 }
@@ -172,14 +189,9 @@ replay_group(struct srv_job *job, struct srv_jrd *r)
 	cohort_status rv;
 
 	srv_rd_str(r, gname, sizeof(gname));
-	n = srv_rd_u32(r);
-	if (r->bad || n == 0 || n > SRV_MAX_WORLD)
-		return (COHORT_EPROTO);
-	if ((ranks = malloc(sizeof(int32_t) * n)) == NULL)
-		return (COHORT_ENOMEM);
-	for (uint32_t i = 0; i < n; i++)
-		ranks[i] = (int32_t)srv_rd_u32(r);
-	rv = r->bad ? COHORT_EPROTO : srv_group_restore(job, gname, ranks, n);
+	if ((rv = replay_ranks(r, &n, &ranks)) != COHORT_OK)
+		return (rv);
+	rv = srv_group_restore(job, gname, ranks, n);
 	free(ranks);
 	return (rv);
 }
