@@ -51,14 +51,16 @@ replay_ranks(struct srv_jrd *r, uint32_t *n, int32_t **ranks)
 	return (COHORT_OK);
 }
 
+/* w member records (w checked: 1..SRV_MAX_WORLD) into *recs, their host
+ * names into *hosts, both calloc'd for the caller to free; elastic: each
+ * with its previous rank and whether it holds the state. A short record
+ * leaves r->bad set. */
 static cohort_status
-replay_gen(struct srv_job *job, struct srv_jrd *r, cohort__time now)
+replay_members(struct srv_jrd *r, uint32_t w, bool elastic,
+    struct srv_jrn_member **recs_out, void **hosts_out)
 {
-	uint64_t gen = srv_rd_u64(r);
-	uint32_t w = srv_rd_u32(r);
 	struct srv_jrn_member *recs;
 	char(*hosts)[SRV_MAX_NAME + 1];
-	cohort_status rv;
 
 	if (r->bad || w == 0 || w > SRV_MAX_WORLD)
 		return (COHORT_EPROTO);
@@ -76,7 +78,27 @@ replay_gen(struct srv_job *job, struct srv_jrd *r, cohort__time now)
 		recs[i].local_rank = (int32_t)srv_rd_u32(r);
 		recs[i].hb_ms = srv_rd_u32(r);
 		recs[i].dead_ms = srv_rd_u32(r);
+		if (elastic) {
+			recs[i].prev_rank = (int32_t)srv_rd_u32(r);
+			recs[i].has_state = srv_rd_u8(r) != 0;
+		}
 	}
+	*recs_out = recs;
+	*hosts_out = hosts;
+	return (COHORT_OK);
+}
+
+static cohort_status
+replay_gen(struct srv_job *job, struct srv_jrd *r, cohort__time now)
+{
+	uint64_t gen = srv_rd_u64(r);
+	uint32_t w = srv_rd_u32(r);
+	struct srv_jrn_member *recs;
+	void *hosts;
+	cohort_status rv;
+
+	if ((rv = replay_members(r, w, false, &recs, &hosts)) != COHORT_OK)
+		return (rv);
 	rv = r->bad ? COHORT_EPROTO
 	            : srv_rdzv_restore_gen(job, gen, w, recs, now);
 	free(recs);
@@ -89,7 +111,7 @@ replay_reshape(struct srv_job *job, struct srv_jrd *r, cohort__time now)
 {
 	struct srv_jrn_egen rs;
 	struct srv_jrn_member *recs;
-	char(*hosts)[SRV_MAX_NAME + 1];
+	void *hosts;
 	cohort_status rv;
 
 	rs.gen = srv_rd_u64(r);
@@ -97,25 +119,9 @@ replay_reshape(struct srv_job *job, struct srv_jrd *r, cohort__time now)
 	rs.min_world = srv_rd_u32(r);
 	rs.max_world = srv_rd_u32(r);
 	rs.world = srv_rd_u32(r);
-	if (r->bad || rs.world == 0 || rs.world > SRV_MAX_WORLD)
-		return (COHORT_EPROTO);
-	recs = calloc(rs.world, sizeof(*recs));
-	hosts = calloc(rs.world, sizeof(*hosts));
-	if (recs == NULL || hosts == NULL) {
-		free(recs);
-		free(hosts);
-		return (COHORT_ENOMEM);
-	}
-	for (uint32_t i = 0; i < rs.world; i++) {
-		recs[i].client_id = srv_rd_u64(r);
-		recs[i].host = srv_rd_str(r, hosts[i], sizeof(hosts[i]));
-		recs[i].pid = srv_rd_u32(r);
-		recs[i].local_rank = (int32_t)srv_rd_u32(r);
-		recs[i].hb_ms = srv_rd_u32(r);
-		recs[i].dead_ms = srv_rd_u32(r);
-		recs[i].prev_rank = (int32_t)srv_rd_u32(r);
-		recs[i].has_state = srv_rd_u8(r) != 0;
-	}
+	if ((rv = replay_members(r, rs.world, true, &recs, &hosts))
+	    != COHORT_OK)
+		return (rv);
 	rs.m = recs;
 	rv = r->bad ? COHORT_EPROTO : srv_elastic_restore(job, &rs, now);
 	free(recs);
