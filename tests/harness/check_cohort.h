@@ -187,5 +187,11 @@ char *th_worker_output(const struct th_workers *w, int r);
  * message quotes the first rank that did not). */
 void th_workers_expect(
     const struct th_workers *w, int nranks, const char *want);
+/* Fails the test unless worker r (its output o) was told of rank victim's
+ * loss: it exited 3, printed lost (its first failed call's RESULT line),
+ * named "rank <victim>" and printed "RESULT sticky
+ * status=COHORT_EPEERLOST" (a later call got the same). */
+void th_expect_peer_lost(const struct th_workers *w, int r, const char *o,
+    const char *lost, int victim);
 
 #endif /* COHORT_CHECK_COHORT_H */
