@@ -62,8 +62,6 @@ static cohort_status
 et_barrier(struct clx *x, int rank, void *arg)
 {
 	(void)arg;
-	if (x->c[rank] == NULL)
-		return (COHORT_OK);
 	return (
 	    cohort_barrier(cohort_client_world(x->c[rank]), "step", 10000));
 }
@@ -76,8 +74,6 @@ et_allreduce(struct clx *x, int rank, void *arg)
 	cohort_status st;
 
 	(void)arg;
-	if (x->c[rank] == NULL)
-		return (COHORT_OK);
 	v = (float)cohort_client_rank(x->c[rank]) + 1.0f;
 	st = cohort_allreduce(cohort_client_world(x->c[rank]), &v, &v, 1,
 	    COHORT_F32, COHORT_SUM, NULL, 10000);
@@ -95,9 +91,24 @@ et_reform(struct clx *x, int rank, void *arg)
 {
 	cohort_reform_info *info = arg;
 
+	return (cohort_client_reform(x->c[rank], &info[rank], 10000));
+}
+
+/* What et_all runs on each rank: fn(arg) if its client is open (a lost
+ * rank's is closed, its groups gone with it). */
+struct et_each {
+	clx_fn fn;
+	void *arg;
+};
+
+static cohort_status
+et_if_open(struct clx *x, int rank, void *arg)
+{
+	const struct et_each *e = arg;
+
 	if (x->c[rank] == NULL)
 		return (COHORT_OK);
-	return (cohort_client_reform(x->c[rank], &info[rank], 10000));
+	return (e->fn(x, rank, e->arg));
 }
 
 /* Runs fn on every open client; each must return want. */
@@ -105,9 +116,10 @@ static void
 et_all(struct clx *x, int n, clx_fn fn, void *arg, cohort_status want,
     const char *what)
 {
+	struct et_each e = { fn, arg };
 	cohort_status st[CLX_MAX];
 
-	clx_run(x, n, fn, arg, 30000, st);
+	clx_run(x, n, et_if_open, &e, 30000, st);
 	for (int r = 0; r < n; r++)
 		ck_assert_msg(x->c[r] == NULL || st[r] == want,
 		    "%s: rank %d: %s, expected %s (%s)", what, r,
@@ -183,8 +195,6 @@ et_boundary(struct clx *x, int rank, void *arg)
 {
 	cohort_boundary *b = arg;
 
-	if (x->c[rank] == NULL)
-		return (COHORT_OK);
 	return (cohort_step_boundary(x->c[rank], &b[rank], 10000));
 }
 
@@ -232,8 +242,6 @@ et_sub_allreduce(struct clx *x, int rank, void *arg)
 	struct et_groups *g = arg;
 	cohort_group *sg[2] = { g->odd[rank], g->tail[rank] };
 
-	if (x->c[rank] == NULL) /* lost: its groups went with it */
-		return (COHORT_OK);
 	for (int i = 0; i < 2; i++) {
 		float v = 1.0f;
 		cohort_status st;
@@ -457,8 +465,6 @@ et_transfer(struct clx *x, int rank, void *arg)
 	size_t len = 0;
 	cohort_status st;
 
-	if (x->c[rank] == NULL)
-		return (COHORT_OK);
 	if (b[rank].role == COHORT_STATE_SEND) {
 		state = malloc(ET_STATE_LEN);
 		ck_assert_ptr_nonnull(state);
