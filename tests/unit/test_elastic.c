@@ -485,29 +485,41 @@ et_transfer(struct clx *x, int rank, void *arg)
 	return (st);
 }
 
-START_TEST(test_joiner_is_admitted_at_a_boundary_and_gets_the_state)
+/* Job (a range of 1..3 on "host"): 3 join, rank 2 is lost and 0 and 1
+ * reform into a world of 2, then a new process asks to join and is
+ * admitted as rank 2 at the boundary of 0 and 1 (b, zeroed first).
+ * Returns the generation of the world of 2. */
+static uint64_t
+et_lose_then_grow(struct clx *x, const char *job, cohort_boundary *b)
 {
-	struct clx x;
 	struct et_open a = { 3, 1, "host" };
-	struct et_wj w = { &x, 0, 1 };
+	struct et_wj w = { x, 0, 1 };
 	cohort_reform_info info[CLX_MAX];
-	cohort_boundary b[CLX_MAX];
 	struct clx_bg *joiner;
 	uint64_t gen;
 
-	memset(b, 0, sizeof(b));
-	clx_start(&x, "grow");
-	et_join(&x, 3, 1, "host");
+	memset(b, 0, sizeof(*b) * CLX_MAX);
+	clx_start(x, job);
+	et_join(x, 3, 1, "host");
 	/* rank 2 is lost: 0 and 1 go on as a world of 2 */
-	et_lose(&x, 3, 2, COHORT_EMEMBERSHIP);
-	et_all(&x, 3, et_reform, info, COHORT_OK, "reform");
-	gen = cohort_client_generation(x.c[0]);
+	et_lose(x, 3, 2, COHORT_EMEMBERSHIP);
+	et_all(x, 3, et_reform, info, COHORT_OK, "reform");
+	gen = cohort_client_generation(x->c[0]);
 	/* a new process asks to join; it waits for the next boundary */
-	joiner = clx_bg_start(&x, 2, et_open_joiner, &a);
+	joiner = clx_bg_start(x, 2, et_open_joiner, &a);
 	ck_assert_msg(th_wait_until(et_joiners_waiting, &w, 200, 25),
 	    "cohortd never counted the joiner");
-	et_all(&x, 2, et_boundary, b, COHORT_OK, "boundary");
+	et_all(x, 2, et_boundary, b, COHORT_OK, "boundary");
 	ck_assert_cohort_ok(clx_bg_join(joiner, 10000, NULL));
+	return (gen);
+}
+
+START_TEST(test_joiner_is_admitted_at_a_boundary_and_gets_the_state)
+{
+	struct clx x;
+	cohort_boundary b[CLX_MAX];
+	uint64_t gen = et_lose_then_grow(&x, "grow", b);
+
 	x.n = 3;
 	for (int r = 0; r < 2; r++) {
 		ck_assert(b[r].changed);
@@ -552,22 +564,12 @@ END_TEST
 START_TEST(test_joiner_lost_during_the_transfer)
 {
 	struct clx x;
-	struct et_open a = { 3, 1, "host" };
-	struct et_wj w = { &x, 0, 1 };
 	cohort_reform_info info[CLX_MAX];
 	cohort_boundary b[CLX_MAX];
-	struct clx_bg *joiner, *send;
+	struct clx_bg *send;
 	cohort_status st;
 
-	memset(b, 0, sizeof(b));
-	clx_start(&x, "xferlost");
-	et_join(&x, 3, 1, "host");
-	et_lose(&x, 3, 2, COHORT_EMEMBERSHIP);
-	et_all(&x, 3, et_reform, info, COHORT_OK, "reform");
-	joiner = clx_bg_start(&x, 2, et_open_joiner, &a);
-	ck_assert(th_wait_until(et_joiners_waiting, &w, 200, 25));
-	et_all(&x, 2, et_boundary, b, COHORT_OK, "boundary");
-	ck_assert_cohort_ok(clx_bg_join(joiner, 10000, NULL));
+	(void)et_lose_then_grow(&x, "xferlost", b);
 	ck_assert_int_eq(b[0].role, COHORT_STATE_SEND);
 	/* the sender starts; the joiner is lost before it takes part */
 	send = clx_bg_start(&x, 0, et_transfer, b);
