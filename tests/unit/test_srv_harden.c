@@ -242,42 +242,41 @@ END_TEST
 /* Least exposure: status needs a credential; /metrics names no job       */
 /* ------------------------------------------------------------------------ */
 
+/* A StatusQuery of job ("": every job) from cl with token, answered
+ * want; the reply. */
+static Cohort__Reply *
+hd_status(struct fx *f, struct srq_cli *cl, const char *job, const char *token,
+    cohort_status want)
+{
+	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
+
+	sq.job = (char *)job;
+	cl->token = token;
+	return (fx_want(f,
+	    fx_simple(f, cl, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
+	    want));
+}
+
 START_TEST(test_anonymous_status_refused)
 {
 	struct srq_cli c[2], anon;
-	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
 	Cohort__Reply *r;
 
 	fx_form(f, c, 2, "secret-project");
 	/* no job, no token, no admin secret configured */
 	srq_cli_init(&anon, "", 7, 77);
-	anon.token = "";
-	sq.job = "";
-	r = fx_want(f,
-	    fx_simple(f, &anon, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
-	    COHORT_EAUTH);
+	r = hd_status(f, &anon, "", "", COHORT_EAUTH);
 	ck_assert_ptr_nonnull(strstr(r->error, "admin secret"));
 	ck_assert_ptr_null(strstr(r->error, "secret-project"));
 	ck_assert_int_eq(r->body_case, COHORT__REPLY__BODY__NOT_SET);
 	/* one job, with its token: fine */
-	sq.job = "secret-project";
-	anon.token = "tok";
-	r = fx_want(f,
-	    fx_simple(f, &anon, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
-	    COHORT_OK);
+	r = hd_status(f, &anon, "secret-project", "tok", COHORT_OK);
 	ck_assert_uint_eq(r->status_query->n_jobs, 1);
 	/* a wrong token for it: nothing */
-	anon.token = "guess";
-	fx_want(f,
-	    fx_simple(f, &anon, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
-	    COHORT_EAUTH);
+	hd_status(f, &anon, "secret-project", "guess", COHORT_EAUTH);
 	/* --open-status: the old behaviour, for a private coordinator */
 	f->core->open_status = true;
-	sq.job = "";
-	anon.token = "";
-	r = fx_want(f,
-	    fx_simple(f, &anon, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
-	    COHORT_OK);
+	r = hd_status(f, &anon, "", "", COHORT_OK);
 	ck_assert_uint_eq(r->status_query->n_jobs, 1);
 }
 END_TEST
