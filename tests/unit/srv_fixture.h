@@ -331,6 +331,15 @@ fx_simple(
 	return (fx_send(f, c, srq_simple(&q, body, msg, timeout_ms), NULL, 0));
 }
 
+/* A Leave from c. */
+static inline uintptr_t
+fx_leave(struct fx *f, struct srq_cli *c)
+{
+	Cohort__Leave lv = COHORT__LEAVE__INIT;
+
+	return (fx_simple(f, c, COHORT__REQUEST__BODY_LEAVE, &lv, 0));
+}
+
 /* Creates group `name` of the n global ranks at ranks (c's part). */
 static inline uintptr_t
 fx_group(struct fx *f, struct srq_cli *c, const char *name, int32_t *ranks,

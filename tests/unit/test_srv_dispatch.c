@@ -202,7 +202,6 @@ END_TEST
 START_TEST(test_preset_job)
 {
 	struct srq_cli c[1], evil;
-	uintptr_t t;
 
 	ck_assert_cohort_ok(srv_job_add_preset(f->core, "pre", "tok"));
 	ck_assert_cohort_err(
@@ -213,11 +212,7 @@ START_TEST(test_preset_job)
 	evil.token = "other";
 	fx_want(f, fx_join(f, &evil, 0, 1, 0), COHORT_EAUTH);
 	fx_form(f, c, 1, "pre");
-	{
-		Cohort__Leave lv = COHORT__LEAVE__INIT;
-		t = fx_simple(f, &c[0], COHORT__REQUEST__BODY_LEAVE, &lv, 0);
-		fx_want(f, t, COHORT_OK);
-	}
+	fx_want(f, fx_leave(f, &c[0]), COHORT_OK);
 	/* preset jobs stay */
 	ck_assert_uint_eq(f->core->jobs.n, 1);
 }

@@ -305,23 +305,19 @@ END_TEST
 START_TEST(test_leave_fails_waiters_and_removes_job)
 {
 	struct srq_cli c[3];
-	Cohort__Leave lv = COHORT__LEAVE__INIT;
 	uintptr_t t0;
 	Cohort__Reply *r;
 
 	fx_form(f, c, 3, "j");
 	t0 = fx_barrier(f, &c[0], "x", 1, 60000);
-	fx_want(f, fx_simple(f, &c[2], COHORT__REQUEST__BODY_LEAVE, &lv, 0),
-	    COHORT_OK);
+	fx_want(f, fx_leave(f, &c[2]), COHORT_OK);
 	r = fx_want(f, t0, COHORT_EPEERLOST);
 	ck_assert_int_eq(r->failed_rank, 2);
 	ck_assert_ptr_nonnull(strstr(r->error, "rank 2 (host:102) left"));
 	/* a later collective that waits for rank 2 fails at once */
 	fx_want(f, fx_barrier(f, &c[1], "y", 2, 60000), COHORT_EPEERLOST);
-	fx_want(f, fx_simple(f, &c[0], COHORT__REQUEST__BODY_LEAVE, &lv, 0),
-	    COHORT_OK);
-	fx_want(f, fx_simple(f, &c[1], COHORT__REQUEST__BODY_LEAVE, &lv, 0),
-	    COHORT_OK);
+	fx_want(f, fx_leave(f, &c[0]), COHORT_OK);
+	fx_want(f, fx_leave(f, &c[1]), COHORT_OK);
 	ck_assert_uint_eq(f->core->jobs.n, 0);
 	fx_want(f, fx_kv_set(f, &c[0], "k", "v"), COHORT_EAUTH);
 }
@@ -563,7 +559,6 @@ START_TEST(test_status_finished_job)
 {
 	struct srq_cli c[2];
 	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
-	Cohort__Leave lv = COHORT__LEAVE__INIT;
 	Cohort__JobStatus *js;
 	Cohort__Reply *r;
 
@@ -574,9 +569,7 @@ START_TEST(test_status_finished_job)
 		fx_want(f, fx_heartbeat(f, &c[i], "allreduce", 7, "", true, 5),
 		    COHORT_OK);
 	for (int i = 0; i < 2; i++)
-		fx_want(f,
-		    fx_simple(f, &c[i], COHORT__REQUEST__BODY_LEAVE, &lv, 0),
-		    COHORT_OK);
+		fx_want(f, fx_leave(f, &c[i]), COHORT_OK);
 	fx_tick(f, 3000);
 	sq.job = "kept";
 	r = fx_want(f,

@@ -328,7 +328,6 @@ START_TEST(test_groups_and_leave_across_restart)
 {
 	struct fx *f = fx_new_journal(0);
 	struct srq_cli c[3];
-	Cohort__Leave lv = COHORT__LEAVE__INIT;
 	int32_t ranks[2] = { 0, 2 };
 	uintptr_t t0, t2;
 
@@ -346,9 +345,7 @@ START_TEST(test_groups_and_leave_across_restart)
 	fx_want(f, t2, COHORT_OK);
 	/* Everyone leaves: the job and its keys are gone, for good. */
 	for (int i = 0; i < 3; i++)
-		fx_want(f,
-		    fx_simple(f, &c[i], COHORT__REQUEST__BODY_LEAVE, &lv, 0),
-		    COHORT_OK);
+		fx_want(f, fx_leave(f, &c[i]), COHORT_OK);
 	fx_restart(f);
 	fx_want(f, fx_kv_get(f, &c[0], "k", false, 0), COHORT_EAUTH);
 	ck_assert_uint_eq(f->core->jobs.n, 0);
@@ -360,12 +357,10 @@ START_TEST(test_one_left_across_restart)
 {
 	struct fx *f = fx_new_journal(0);
 	struct srq_cli c[2];
-	Cohort__Leave lv = COHORT__LEAVE__INIT;
 	Cohort__Reply *r;
 
 	fx_form(f, c, 2, "j");
-	fx_want(f, fx_simple(f, &c[1], COHORT__REQUEST__BODY_LEAVE, &lv, 0),
-	    COHORT_OK);
+	fx_want(f, fx_leave(f, &c[1]), COHORT_OK);
 	fx_restart(f);
 	/* Rank 1 left before the restart: a barrier cannot complete. */
 	r = fx_want(f, jt_barrier(f, &c[0], "", 1, 0), COHORT_EPEERLOST);
