@@ -15,6 +15,7 @@
 #include <check.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "cohort/cohort.h"
@@ -35,6 +36,11 @@
 		    #expr, cohort_status_name(want), cohort_status_name(st_), \
 		    cohort_last_error());                                     \
 	} while (0)
+
+/* Fails unless the string hay contains needle (the message quotes both). */
+#define ck_assert_has(hay, needle)                                            \
+	ck_assert_msg(strstr((hay), (needle)) != NULL, "no \"%s\" in: %s",    \
+	    (needle), (hay))
 
 /* Directory holding the built binaries (COHORT_BIN, else build/bin). */
 const char *th_bindir(void);

@@ -331,6 +331,18 @@ fx_simple(
 	return (fx_send(f, c, srq_simple(&q, body, msg, timeout_ms), NULL, 0));
 }
 
+/* A ReportFailure of text from c; doing (NULL: none) is what it does. */
+static inline uintptr_t
+fx_report(struct fx *f, struct srq_cli *c, const char *text,
+    Cohort__Heartbeat *doing)
+{
+	Cohort__ReportFailure rf = COHORT__REPORT_FAILURE__INIT;
+
+	rf.text = (char *)text;
+	rf.doing = doing;
+	return (fx_simple(f, c, COHORT__REQUEST__BODY_REPORT_FAILURE, &rf, 0));
+}
+
 /* A Leave from c. */
 static inline uintptr_t
 fx_leave(struct fx *f, struct srq_cli *c)

@@ -156,11 +156,8 @@ START_TEST(test_failure_fanout_connection_lost)
 	r = fx_want(f, t0, COHORT_EPEERLOST);
 	ck_assert_int_eq(r->failed_rank, 1);
 	ck_assert_str_eq(r->failed_text, "connection lost");
-	ck_assert_msg(strstr(r->error,
-	                  "rank 1 (host:101) failed during "
-	                  "barrier 'epoch-2' (#1)")
-	        != NULL,
-	    "%s", r->error);
+	ck_assert_has(r->error,
+	    "rank 1 (host:101) failed during barrier 'epoch-2' (#1)");
 	fx_want(f, tw, COHORT_EPEERLOST);
 	/* later collectives of that generation: the same answer */
 	t2 = fx_barrier(f, &c[2], "epoch-2", 1, 60000);
@@ -184,18 +181,15 @@ END_TEST
 START_TEST(test_report_failure_text)
 {
 	struct srq_cli c[2];
-	Cohort__ReportFailure rf = COHORT__REPORT_FAILURE__INIT;
+	const char *text = "Traceback: ValueError: boom\n  at line 3";
 	uintptr_t t0;
 	Cohort__Reply *r;
 
 	fx_form(f, c, 2, "j");
 	t0 = fx_barrier(f, &c[0], "x", 1, 60000);
-	rf.text = "Traceback: ValueError: boom\n  at line 3";
-	fx_want(f,
-	    fx_simple(f, &c[1], COHORT__REQUEST__BODY_REPORT_FAILURE, &rf, 0),
-	    COHORT_OK);
+	fx_want(f, fx_report(f, &c[1], text, NULL), COHORT_OK);
 	r = fx_want(f, t0, COHORT_EPEERLOST);
-	ck_assert_str_eq(r->failed_text, rf.text);
+	ck_assert_str_eq(r->failed_text, text);
 	ck_assert_ptr_nonnull(strstr(r->error, "ValueError: boom"));
 }
 END_TEST
@@ -207,7 +201,6 @@ END_TEST
 START_TEST(test_failure_names_current_or_dated_operation)
 {
 	struct srq_cli c[2];
-	Cohort__ReportFailure rf = COHORT__REPORT_FAILURE__INIT;
 	Cohort__Heartbeat doing = COHORT__HEARTBEAT__INIT;
 	Cohort__Watch w = COHORT__WATCH__INIT;
 	uintptr_t tw;
@@ -222,17 +215,10 @@ START_TEST(test_failure_names_current_or_dated_operation)
 	doing.last_op_seq = 151;
 	doing.last_group = "";
 	doing.in_op = true;
-	rf.text = "ValueError: boom";
-	rf.doing = &doing;
-	fx_want(f,
-	    fx_simple(f, &c[1], COHORT__REQUEST__BODY_REPORT_FAILURE, &rf, 0),
-	    COHORT_OK);
+	fx_want(f, fx_report(f, &c[1], "ValueError: boom", &doing), COHORT_OK);
 	r = fx_want(f, tw, COHORT_EPEERLOST);
-	ck_assert_msg(strstr(r->error,
-	                  "failed during allreduce (#151): "
-	                  "ValueError: boom")
-	        != NULL,
-	    "%s", r->error);
+	ck_assert_has(
+	    r->error, "failed during allreduce (#151): ValueError: boom");
 	ck_assert_msg(strstr(r->error, "#99") == NULL, "%s", r->error);
 
 	fx_free(f);
@@ -245,11 +231,9 @@ START_TEST(test_failure_names_current_or_dated_operation)
 	fx_tick(f, 2500);
 	srv_core_pipe_closed(f->core, c[1].pipe, f->now);
 	r = fx_want(f, tw, COHORT_EPEERLOST);
-	ck_assert_msg(strstr(r->error,
-	                  "(its last heartbeat, 2.5 s before: in "
-	                  "allreduce #99): connection lost")
-	        != NULL,
-	    "%s", r->error);
+	ck_assert_has(r->error,
+	    "(its last heartbeat, 2.5 s before: in allreduce #99): connection "
+	    "lost");
 }
 END_TEST
 
@@ -336,37 +320,26 @@ START_TEST(test_join_mismatch_names_both_sides)
 	srq_cli_init(&x, "x", 77, 77);
 	x.host = "other";
 	r = fx_want(f, fx_join(f, &x, 1, 2, 1000), COHORT_EINVAL);
-	ck_assert_msg(strstr(r->error,
-	                  "job 'x' has world size 4 (since "
-	                  "generation 1); this worker "
-	                  "(other:77) says 2")
-	        != NULL,
-	    "%s", r->error);
+	ck_assert_has(r->error,
+	    "job 'x' has world size 4 (since generation 1); this worker "
+	    "(other:77) says 2");
 	/* the same world size: the rank is held, by whom */
 	r = fx_want(f, fx_join(f, &x, 1, 4, 1000), COHORT_EEXIST);
-	ck_assert_msg(
-	    strstr(r->error, "rank 1 of job 'x' is held by host:101") != NULL,
-	    "%s", r->error);
+	ck_assert_has(r->error, "rank 1 of job 'x' is held by host:101");
 	ck_assert_ptr_nonnull(strstr(r->error, "other:77"));
 	/* rank -1: not one of the running generation's members */
 	r = fx_want(f, fx_join(f, &x, -1, 4, 1000), COHORT_ESTATE);
-	ck_assert_msg(strstr(r->error,
-	                  "job 'x' is running generation 1 with "
-	                  "4 ranks; this worker (other:77) is "
-	                  "not one of its members")
-	        != NULL,
-	    "%s", r->error);
+	ck_assert_has(r->error,
+	    "job 'x' is running generation 1 with 4 ranks; this worker "
+	    "(other:77) is not one of its members");
 	/* a pending rendezvous of 2 and a worker of 3 */
 	srq_cli_init(&p[0], "y", 200, 200);
 	srq_cli_init(&p[1], "y", 201, 201);
 	t = fx_join(f, &p[0], 0, 2, 60000);
 	r = fx_want(f, fx_join(f, &p[1], 1, 3, 1000), COHORT_EINVAL);
-	ck_assert_msg(strstr(r->error,
-	                  "job 'y' has world size 2 (rendezvous "
-	                  "of generation 1, 1 of 2 joined); "
-	                  "this worker (host:201) says 3")
-	        != NULL,
-	    "%s", r->error);
+	ck_assert_has(r->error,
+	    "job 'y' has world size 2 (rendezvous of generation 1, 1 of 2 "
+	    "joined); this worker (host:201) says 3");
 	ck_assert_ptr_null(fx_get(f, t));
 	fx_joined(f, &p[1], fx_join(f, &p[1], 1, 2, 1000));
 	fx_joined(f, &p[0], t);
@@ -374,8 +347,7 @@ START_TEST(test_join_mismatch_names_both_sides)
 	x.job = "x";
 	x.token = "not-tok";
 	r = fx_want(f, fx_join(f, &x, 0, 4, 1000), COHORT_EAUTH);
-	ck_assert_msg(strstr(r->error, "wrong token for job 'x'") != NULL,
-	    "%s", r->error);
+	ck_assert_has(r->error, "wrong token for job 'x'");
 	ck_assert_ptr_null(strstr(r->error, "not-tok"));
 	ck_assert_ptr_null(strstr(r->error, "'tok'"));
 }
