@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -96,3 +97,14 @@ def dump(procs) -> str:
         out.append(f"--- {p.host.name} {p.log_path.name} rc={p.poll()}")
         out.append(p.output()[-3000:])
     return "\n".join(out)
+
+
+def wait_until(cond, timeout, procs, what):
+    """Polls cond (every 50 ms) until it holds; after timeout seconds, fails
+    with what and every process's output."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{what}: not after {timeout} s\n{dump(procs)}")

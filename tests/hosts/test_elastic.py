@@ -28,7 +28,7 @@ import signal
 import subprocess
 import time
 
-from conftest import ROOT, bin_path, coord_url, dump, start_cohortd
+from conftest import ROOT, bin_path, coord_url, dump, start_cohortd, wait_until
 
 # A pulled cable closes no connection: cohortd hears of it from heartbeat
 # silence only, after dead-after. 1.5 s (heartbeat 250 ms) keeps a link
@@ -68,15 +68,6 @@ def node(h, coord, rank, rng="3:4", job="el", env=None, run_extra=(),
         "--job", job, *run_extra, "--", bin_path("train_digits"), *train,
     ]  # fmt: skip
     return h.spawn(argv, env={**ENV, **(env or {})}, name=f"node{rank}")
-
-
-def wait_until(cond, timeout, procs, what):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{what}: not after {timeout} s\n{dump(procs)}")
 
 
 def wait_all(procs, timeout, watch=()):
