@@ -100,11 +100,12 @@ def dump(procs) -> str:
 
 
 def wait_until(cond, timeout, procs, what):
-    """Polls cond (every 50 ms) until it holds; after timeout seconds, fails
-    with what and every process's output."""
+    """Polls cond every 50 ms until it holds; fails with what and every
+    process's output if it still does not after timeout seconds (checked
+    once more at the end: what came true in the last sleep counts)."""
     end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
+    while not cond():
+        if time.monotonic() >= end:
+            raise AssertionError(
+                f"{what}: not after {timeout} s\n{dump(procs)}")
         time.sleep(0.05)
-    raise AssertionError(f"{what}: not after {timeout} s\n{dump(procs)}")
