@@ -1629,13 +1629,9 @@ host_p2p_post(void *arg, struct cohort__p2p *const *reqs, size_t n, char *err,
 	}
 	pthread_mutex_lock(&s->mu);
 	if (p2p_stopped(s) || s->broken != COHORT_OK) {
-		cohort_status st
-		    = s->broken != COHORT_OK ? s->broken : COHORT_EABORTED;
+		cohort_status st = cohort__p2p_unusable(
+		    s->broken, s->broken_err, err, errlen);
 
-		snprintf(err, errlen, "%s",
-		    s->broken != COHORT_OK ? s->broken_err
-		                           : "the group's point-to-point "
-		                             "state was aborted");
 		pthread_mutex_unlock(&s->mu);
 		return (st);
 	}

@@ -1126,13 +1126,9 @@ svcp_post(void *arg, struct cohort__p2p *const *reqs, size_t n, char *err,
 	}
 	pthread_mutex_lock(&ps->mtx);
 	if (atomic_load(&ps->stop) != 0 || ps->broken != COHORT_OK) {
-		cohort_status st
-		    = ps->broken != COHORT_OK ? ps->broken : COHORT_EABORTED;
+		cohort_status st = cohort__p2p_unusable(
+		    ps->broken, ps->broken_err, err, errlen);
 
-		snprintf(err, errlen, "%s",
-		    ps->broken != COHORT_OK ? ps->broken_err
-		                            : "the group's point-to-point "
-		                              "state was aborted");
 		pthread_mutex_unlock(&ps->mtx);
 		return (st);
 	}
