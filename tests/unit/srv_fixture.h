@@ -331,6 +331,19 @@ fx_simple(
 	return (fx_send(f, c, srq_simple(&q, body, msg, timeout_ms), NULL, 0));
 }
 
+/* A StatusQuery of job ("": every job c may see) from c, answered want;
+ * the reply. */
+static inline Cohort__Reply *
+fx_status(struct fx *f, struct srq_cli *c, const char *job, cohort_status want)
+{
+	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
+
+	sq.job = (char *)job;
+	return (fx_want(f,
+	    fx_simple(f, c, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
+	    want));
+}
+
 /* A ReportFailure of text from c; doing (NULL: none) is what it does. */
 static inline uintptr_t
 fx_report(struct fx *f, struct srq_cli *c, const char *text,

@@ -43,13 +43,8 @@ pass(struct srq_cli *live, int nlive, cohort__time step, int n)
 static Cohort__Reply *
 status_of(struct srq_cli *c)
 {
-	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
-	Cohort__Reply *r;
+	Cohort__Reply *r = fx_status(f, c, c->job, COHORT_OK);
 
-	sq.job = (char *)c->job;
-	r = fx_want(f,
-	    fx_simple(f, c, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
-	    COHORT_OK);
 	ck_assert_uint_eq(r->status_query->n_jobs, 1);
 	return (r);
 }

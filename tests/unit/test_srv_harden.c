@@ -216,13 +216,8 @@ START_TEST(test_idle_connections_closed_busy_ones_kept)
 	 * handled: that request still counts */
 	{
 		struct srq_cli e;
-		Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
 		srq_cli_init(&e, "nope", 600, 60);
-		sq.job = "nope";
-		fx_want(f,
-		    fx_simple(
-		        f, &e, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
-		    COHORT_EAUTH);
+		fx_status(f, &e, "nope", COHORT_EAUTH);
 		srv_pipe_opened(f->core, 60, f->now);
 		f->now += 10000;
 		ck_assert_uint_eq(hd_idle(f, out), 0);
@@ -248,13 +243,8 @@ static Cohort__Reply *
 hd_status(struct fx *f, struct srq_cli *cl, const char *job, const char *token,
     cohort_status want)
 {
-	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
-
-	sq.job = (char *)job;
 	cl->token = token;
-	return (fx_want(f,
-	    fx_simple(f, cl, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
-	    want));
+	return (fx_status(f, cl, job, want));
 }
 
 START_TEST(test_anonymous_status_refused)

@@ -497,7 +497,6 @@ END_TEST
 START_TEST(test_status_query)
 {
 	struct srq_cli c[3];
-	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
 	Cohort__Reply *r;
 	Cohort__JobStatus *js;
 	bool found = false;
@@ -505,10 +504,7 @@ START_TEST(test_status_query)
 	fx_form(f, c, 3, "j");
 	fx_barrier(f, &c[0], "b", 1, 60000);
 	fx_tick(f, 2000);
-	sq.job = "";
-	r = fx_want(f,
-	    fx_simple(f, &c[0], COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
-	    COHORT_OK);
+	r = fx_status(f, &c[0], "", COHORT_OK);
 	ck_assert_uint_eq(r->status_query->n_jobs, 1);
 	js = r->status_query->jobs[0];
 	ck_assert_str_eq(js->state, "running");
@@ -530,7 +526,6 @@ END_TEST
 START_TEST(test_status_finished_job)
 {
 	struct srq_cli c[2];
-	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
 	Cohort__JobStatus *js;
 	Cohort__Reply *r;
 
@@ -543,10 +538,7 @@ START_TEST(test_status_finished_job)
 	for (int i = 0; i < 2; i++)
 		fx_want(f, fx_leave(f, &c[i]), COHORT_OK);
 	fx_tick(f, 3000);
-	sq.job = "kept";
-	r = fx_want(f,
-	    fx_simple(f, &c[0], COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
-	    COHORT_OK);
+	r = fx_status(f, &c[0], "kept", COHORT_OK);
 	ck_assert_uint_eq(r->status_query->n_jobs, 1);
 	js = r->status_query->jobs[0];
 	ck_assert_str_eq(js->state, "finished");

@@ -19,14 +19,8 @@ Suite *suite_srv_stall(void);
 static Cohort__JobStatus *
 st_status(struct fx *f, struct srq_cli *c)
 {
-	Cohort__Request rq = COHORT__REQUEST__INIT;
-	Cohort__StatusQuery q = COHORT__STATUS_QUERY__INIT;
-	Cohort__Reply *r;
+	Cohort__Reply *r = fx_status(f, c, "", COHORT_OK);
 
-	q.job = "";
-	rq.body_case = COHORT__REQUEST__BODY_STATUS_QUERY;
-	rq.status_query = &q;
-	r = fx_want(f, fx_send(f, c, &rq, NULL, 0), COHORT_OK);
 	ck_assert_uint_eq(r->status_query->n_jobs, 1);
 	return (r->status_query->jobs[0]);
 }
