@@ -37,10 +37,11 @@
 		    cohort_last_error());                                     \
 	} while (0)
 
-/* Fails unless the string hay contains needle (the message quotes both). */
+/* Fails unless the string hay (NULL: none) contains needle; the message
+ * quotes both. */
 #define ck_assert_has(hay, needle)                                            \
-	ck_assert_msg(strstr((hay), (needle)) != NULL, "no \"%s\" in: %s",    \
-	    (needle), (hay))
+	ck_assert_msg((hay) != NULL && strstr((hay), (needle)) != NULL,       \
+	    "no \"%s\" in: %s", (needle), (hay) != NULL ? (hay) : "(null)")
 
 /* Directory holding the built binaries (COHORT_BIN, else build/bin). */
 const char *th_bindir(void);
