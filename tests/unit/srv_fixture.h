@@ -400,6 +400,15 @@ fx_simple(
 	return (fx_send(f, c, srq_simple(&q, body, msg, timeout_ms), NULL, 0));
 }
 
+/* A Watch from c: answered when its job fails or timeout_ms pass. */
+static inline uintptr_t
+fx_watch(struct fx *f, struct srq_cli *c, uint32_t timeout_ms)
+{
+	Cohort__Watch w = COHORT__WATCH__INIT;
+
+	return (fx_simple(f, c, COHORT__REQUEST__BODY_WATCH, &w, timeout_ms));
+}
+
 /* A StatusQuery of job ("": every job c may see) from c, answered want;
  * the reply. */
 static inline Cohort__Reply *

@@ -232,13 +232,12 @@ END_TEST
 START_TEST(test_el_shrink_connection_lost)
 {
 	struct srq_cli c[4];
-	Cohort__Watch w = COHORT__WATCH__INIT;
 	uintptr_t tw, t[3];
 	Cohort__Reply *r;
 	Cohort__JoinReply *jr;
 
 	fx_form_el(f, c, 4, "e", 3, 4);
-	tw = fx_simple(f, &c[0], COHORT__REQUEST__BODY_WATCH, &w, 60000);
+	tw = fx_watch(f, &c[0], 60000);
 	for (int i = 0; i < 3; i++)
 		t[i] = fx_barrier(f, &c[i], "step", 1, 60000);
 	srv_core_pipe_closed(f->core, c[3].pipe, f->now);

@@ -145,10 +145,9 @@ START_TEST(test_failure_fanout_connection_lost)
 	struct srq_cli c[3];
 	uintptr_t t0, t2, tw, tl;
 	Cohort__Reply *r;
-	Cohort__Watch w = COHORT__WATCH__INIT;
 
 	fx_form(f, c, 3, "j");
-	tw = fx_simple(f, &c[2], COHORT__REQUEST__BODY_WATCH, &w, 60000);
+	tw = fx_watch(f, &c[2], 60000);
 	fx_barrier(f, &c[1], "epoch-2", 1, 60000);
 	t0 = fx_barrier(f, &c[0], "epoch-2", 1, 60000);
 	ck_assert_ptr_null(fx_get(f, t0));
@@ -164,15 +163,10 @@ START_TEST(test_failure_fanout_connection_lost)
 	r = fx_want(f, t2, COHORT_EPEERLOST);
 	ck_assert_int_eq(r->failed_rank, 1);
 	/* heartbeat: unhealthy with the failure */
-	{
-		Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
-		hb.last_op = "";
-		tl = fx_simple(
-		    f, &c[2], COHORT__REQUEST__BODY_HEARTBEAT, &hb, 0);
-		r = fx_want(f, tl, COHORT_OK);
-		ck_assert(!r->heartbeat->healthy);
-		ck_assert_int_eq(r->failed_rank, 1);
-	}
+	tl = fx_heartbeat(f, &c[2], "", 0, "", false, 0);
+	r = fx_want(f, tl, COHORT_OK);
+	ck_assert(!r->heartbeat->healthy);
+	ck_assert_int_eq(r->failed_rank, 1);
 	/* KV keeps working */
 	fx_want(f, fx_kv_set(f, &c[0], "k", "v"), COHORT_OK);
 }
@@ -202,14 +196,13 @@ START_TEST(test_failure_names_current_or_dated_operation)
 {
 	struct srq_cli c[2];
 	Cohort__Heartbeat doing = COHORT__HEARTBEAT__INIT;
-	Cohort__Watch w = COHORT__WATCH__INIT;
 	uintptr_t tw;
 	Cohort__Reply *r;
 
 	fx_form(f, c, 2, "rep");
 	fx_want(f, fx_heartbeat(f, &c[1], "allreduce", 99, "", false, 0),
 	    COHORT_OK);
-	tw = fx_simple(f, &c[0], COHORT__REQUEST__BODY_WATCH, &w, 60000);
+	tw = fx_watch(f, &c[0], 60000);
 	fx_tick(f, 1200);
 	doing.last_op = "allreduce";
 	doing.last_op_seq = 151;
@@ -227,7 +220,7 @@ START_TEST(test_failure_names_current_or_dated_operation)
 	fx_form(f, c, 2, "lost");
 	fx_want(f, fx_heartbeat(f, &c[1], "allreduce", 99, "", true, 10),
 	    COHORT_OK);
-	tw = fx_simple(f, &c[0], COHORT__REQUEST__BODY_WATCH, &w, 60000);
+	tw = fx_watch(f, &c[0], 60000);
 	fx_tick(f, 2500);
 	srv_core_pipe_closed(f->core, c[1].pipe, f->now);
 	r = fx_want(f, tw, COHORT_EPEERLOST);
@@ -240,18 +233,14 @@ END_TEST
 START_TEST(test_heartbeat_silence)
 {
 	struct srq_cli c[2];
-	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
 	uintptr_t t0;
 	Cohort__Reply *r;
 
 	fx_form(f, c, 2, "j");
 	t0 = fx_barrier(f, &c[0], "x", 1, 600000);
-	hb.last_op = "train";
 	for (int i = 0; i < 8; i++) {
 		fx_tick(f, 1000);
-		fx_want(f,
-		    fx_simple(
-		        f, &c[0], COHORT__REQUEST__BODY_HEARTBEAT, &hb, 0),
+		fx_want(f, fx_heartbeat(f, &c[0], "train", 0, "", false, 0),
 		    COHORT_OK);
 	}
 	r = fx_want(f, t0, COHORT_EPEERLOST);
@@ -552,12 +541,11 @@ END_TEST
 START_TEST(test_watch_timeout_ok)
 {
 	struct srq_cli c[1];
-	Cohort__Watch w = COHORT__WATCH__INIT;
 	uintptr_t t;
 	Cohort__Reply *r;
 
 	fx_form(f, c, 1, "j");
-	t = fx_simple(f, &c[0], COHORT__REQUEST__BODY_WATCH, &w, 500);
+	t = fx_watch(f, &c[0], 500);
 	ck_assert_ptr_null(fx_get(f, t));
 	fx_tick(f, 600);
 	r = fx_want(f, t, COHORT_OK);
