@@ -703,26 +703,27 @@ coll_desc_fill(struct coll_dp *dp)
 	cohort__sha256_update(&sh, c->token, strlen(c->token));
 	cohort__sha256_final(&sh, dp->secret);
 
-	memset(d, 0, sizeof(*d));
-	d->job = c->job;
-	d->generation = g->generation;
-	d->group_id = dp->group_id;
-	d->rank = g->rank;
-	d->size = g->size;
-	d->global_ranks = g->global_ranks;
-	d->secret = dp->secret;
-	d->secret_len = sizeof(dp->secret);
-	d->bind_addr = c->data_addr[0] != '\0' ? c->data_addr : NULL;
-	d->store.ctx = dp;
-	d->store.set = coll_store_set;
-	d->store.get = coll_store_get;
-	d->store.add = coll_store_add;
-	d->store.del = coll_store_del;
-	d->abort_flag = &g->abort_flag;
-	d->chan.ctx = dp;
-	d->chan.gather = coll_chan_gather;
-	d->chan.release = coll_chan_release;
-	d->chan.abort = coll_chan_abort;
+	*d = (struct cohort__group_desc) {
+		.job = c->job,
+		.generation = g->generation,
+		.group_id = dp->group_id,
+		.rank = g->rank,
+		.size = g->size,
+		.global_ranks = g->global_ranks,
+		.secret = dp->secret,
+		.secret_len = sizeof(dp->secret),
+		.bind_addr = c->data_addr[0] != '\0' ? c->data_addr : NULL,
+		.store = { .ctx = dp,
+		    .set = coll_store_set,
+		    .get = coll_store_get,
+		    .add = coll_store_add,
+		    .del = coll_store_del },
+		.abort_flag = &g->abort_flag,
+		.chan = { .ctx = dp,
+		    .gather = coll_chan_gather,
+		    .release = coll_chan_release,
+		    .abort = coll_chan_abort },
+	};
 	dp->desc_filled = true;
 	pthread_mutex_unlock(&dp->mtx);
 }

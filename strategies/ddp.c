@@ -270,17 +270,18 @@ cohort_ddp_hook_by_name(const char *name)
 void
 cohort_ddp_options_init(cohort_ddp_options *o)
 {
-	memset(o, 0, sizeof(*o));
-	o->bucket_cap_bytes = COHORT_DDP_DEFAULT_BUCKET_CAP;
-	o->first_bucket_cap_bytes = COHORT_DDP_DEFAULT_FIRST_BUCKET_CAP;
-	o->hook = NULL;
-	o->overlap = true;
-	o->broadcast_params = true;
-	o->gradient_as_bucket_view = true;
-	o->model_averaging_period = 0;
-	o->model_averaging_warmup = 0;
-	o->ready_order = NULL;
-	o->timeout = COHORT_WAIT_DEFAULT;
+	*o = (cohort_ddp_options) {
+		.bucket_cap_bytes = COHORT_DDP_DEFAULT_BUCKET_CAP,
+		.first_bucket_cap_bytes = COHORT_DDP_DEFAULT_FIRST_BUCKET_CAP,
+		.hook = NULL,
+		.overlap = true,
+		.broadcast_params = true,
+		.gradient_as_bucket_view = true,
+		.model_averaging_period = 0,
+		.model_averaging_warmup = 0,
+		.ready_order = NULL,
+		.timeout = COHORT_WAIT_DEFAULT,
+	};
 }
 
 static int

@@ -33,6 +33,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "cohort/cohort.h"
 #include "cohort_common.h"
@@ -381,6 +382,20 @@ void cohort__reduce(
 bool cohort__reduce_select(const char *isa, const char **active);
 /* dst[i] /= divisor for float dtypes (MEAN's final step). */
 void cohort__scale_div(void *dst, size_t n, cohort_dtype dt, double divisor);
+
+/* What p2p_post answers on a state that can no longer be used: the
+ * sticky status that broke it (broken, its text broken_err), or
+ * COHORT_EABORTED when it was aborted; err says which. */
+static inline cohort_status
+cohort__p2p_unusable(
+    cohort_status broken, const char *broken_err, char *err, size_t errlen)
+{
+	snprintf(err, errlen, "%s",
+	    broken != COHORT_OK
+	        ? broken_err
+	        : "the group's point-to-point state was aborted");
+	return (broken != COHORT_OK ? broken : COHORT_EABORTED);
+}
 
 /* "host" (host memory: TCP, same-host shared memory; client/backend/host/),
  * the backend cohort__tcp_backend named; "tcp" stays its alias. */

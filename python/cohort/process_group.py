@@ -390,17 +390,24 @@ class CohortBackend(_C10dBackend):
             "reduce", opts, tensors, grp, lambda ms: lib.cohort_reduce(g, p, p, n, dt, op, root, s, ms), None, finish
         )
 
+    def _blocks(self, op: str, src: torch.Tensor, out: torch.Tensor, n: int, whole: str) -> tuple[Any, Any, tuple]:
+        """For a collective of ``n``-element blocks from the contiguous ``src`` into
+        ``out``, where ``whole`` ("input" or "output") holds the group's size blocks:
+        ``out`` made contiguous, its group, and (handle, src and dst pointers, stream)."""
+        t = out if whole == "output" else src
+        if t.numel() != n * self._size:
+            raise ValueError(f"cohort {op}: {whole} has {t.numel()} elements, expected {n} x {self._size}")
+        dst = contig(out)
+        grp = self._grp(dst)
+        return dst, grp, (grp.handle, src.data_ptr(), dst.data_ptr(), stream_of(dst))
+
     def _gather_into(self, op: str, out: torch.Tensor, inp: torch.Tensor, opts: Any, result: Any,
                      finish: Optional[Callable[[], None]] = None) -> dist._Work:
         """All-gather of equal blocks from ``inp`` into the contiguous ``out``."""
         dt = dtype_of(inp, op)
         src = contig(inp)
         n = src.numel()
-        if out.numel() != n * self._size:
-            raise ValueError(f"cohort {op}: output has {out.numel()} elements, expected {n} x {self._size}")
-        dst = contig(out)
-        grp = self._grp(dst)
-        g, sp, dp, s = grp.handle, src.data_ptr(), dst.data_ptr(), stream_of(dst)
+        dst, grp, (g, sp, dp, s) = self._blocks(op, src, out, n, "output")
         return self._start(
             op, opts, result, grp,
             lambda ms: lib.cohort_allgather(g, sp, dp, n, dt, s, ms),
@@ -465,11 +472,7 @@ class CohortBackend(_C10dBackend):
         rop, post = int_mean(rop, out, self._size)
         n = out.numel()
         src = contig(flat_in)
-        if src.numel() != n * self._size:
-            raise ValueError(f"cohort {op}: input has {src.numel()} elements, expected {n} x {self._size}")
-        dst = contig(out)
-        grp = self._grp(dst)
-        g, sp, dp, s = grp.handle, src.data_ptr(), dst.data_ptr(), stream_of(dst)
+        dst, grp, (g, sp, dp, s) = self._blocks(op, src, out, n, "input")
         return self._start(
             op, opts, result, grp,
             lambda ms: lib.cohort_reduce_scatter(g, sp, dp, n, dt, rop, s, ms),
@@ -789,12 +792,8 @@ class _RecvWork(CohortWork):
         # The source is read before the base class frees the handle.
         h = self._handle
         if h is not None:
-            st = lib.cohort_work_wait(h, ms)
-            if st == Status.ETIMEDOUT:
-                done = ctypes.c_bool(False)
-                lib.cohort_work_test(h, ctypes.byref(done))
-                if not done.value:
-                    return False
+            if self._wait_native(h, ms) is None:
+                return False
             src = ctypes.c_int32(-1)
             if lib.cohort_work_source(h, ctypes.byref(src)) == 0:
                 self._source = src.value

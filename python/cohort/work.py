@@ -245,18 +245,27 @@ class CohortWork(dist._Work):
 
     # -- completion ---------------------------------------------------------
 
+    @staticmethod
+    def _wait_native(h: Any, ms: int) -> Optional[int]:
+        """cohort_work_wait on handle ``h`` for up to ``ms``: the work's status,
+        or None if it is still running (the handle is not freed)."""
+        st = lib.cohort_work_wait(h, ms)
+        if st == Status.ETIMEDOUT:
+            done = ctypes.c_bool(False)
+            lib.cohort_work_test(h, ctypes.byref(done))
+            if not done.value:
+                return None
+        return st
+
     def _wait_handle(self, ms: int) -> bool:
         """Waits in libcohort (the caller owns the handle); frees it when done.
 
         False if the work did not finish within ``ms``.
         """
         h = self._handle
-        st = lib.cohort_work_wait(h, ms)
-        if st == Status.ETIMEDOUT:
-            done = ctypes.c_bool(False)
-            lib.cohort_work_test(h, ctypes.byref(done))
-            if not done.value:
-                return False
+        st = self._wait_native(h, ms)
+        if st is None:
+            return False
         if st != 0:
             g = self._group
             detail = (g.last_error() if g is not None else "") or last_error()

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import threading
 import time
+from typing import Any, Callable
 
 import pytest
 
@@ -85,6 +86,51 @@ def wait_until(cond, timeout: float, nodes, what: str) -> None:
     raise AssertionError(f"{what}: not after {timeout} s\n{dump(nodes)}")
 
 
+def started_once(procs: list, world: int) -> list[int]:
+    """Each of ``procs`` started its worker once, in a ``world``-rank generation: their PIDs."""
+    starts = [p.ev("start") for p in procs]
+    assert all(len(s) == 1 for s in starts), dump(procs)
+    assert {s[0]["world"] for s in starts} == {world}, starts
+    return [s[0]["pid"] for s in starts]
+
+
+def survivors_moved_on(survivors: list, procs: list, world: int) -> None:
+    """Each of ``survivors`` goes on after one rank was lost: a change from ``world`` + 1 ranks to ``world``."""
+    wait_until(lambda: all(any(c["lost"] == 1 for c in x.ev("change")) for x in survivors), 30, procs,
+               "the survivors moved on")
+    for x in survivors:
+        c = [c for c in x.ev("change") if c["lost"] == 1][0]
+        assert c["world"] == world and c["prev_world"] == world + 1, c
+
+
+def shrink_then_return(nodes: list, make: Callable[[], Any]) -> Any:
+    """The last of ``nodes`` was SIGKILLed: the others move on without it and commit
+    5 steps in that generation, then ``make()``'s new node is admitted back;
+    returns it (appended to ``nodes``)."""
+    n = len(nodes) - 1
+    survivors_moved_on(nodes[:n], nodes, n)
+    before = len(nodes[0].ev("commit"))
+    wait_until(lambda: len(nodes[0].ev("commit")) >= before + 5, 60, nodes, f"steps in the {n}-rank generation")
+    assert {c["world"] for c in nodes[0].ev("commit")[before:]} == {n}
+    back = make()
+    nodes.append(back)
+    wait_until(lambda: any(c["joined"] == 1 for c in nodes[0].ev("change")), 120, nodes, "the rank came back")
+    return back
+
+
+def finished_alike(procs: list, world: int) -> list[dict]:
+    """Each of ``procs`` ended with one ``done`` event: ranks 0..``world``-1 of a
+    ``world``-rank generation, with equal parameters. Returns the events."""
+    done = [p.ev("done") for p in procs]
+    assert all(len(d) == 1 for d in done), dump(procs)
+    done = [d[0] for d in done]
+    assert {d["world"] for d in done} == {world}, done
+    assert len({d["checksum"] for d in done}) == 1, done
+    assert all(d["equal"] for d in done), done
+    assert sorted(d["rank"] for d in done) == list(range(world)), done
+    return done
+
+
 @pytest.fixture
 def cohortd(built):
     port = free_port()
@@ -109,27 +155,13 @@ def test_ddp_survives_a_kill_in_place_and_takes_the_rank_back(cohortd, mode):
         pids = [n.ev("start")[0]["pid"] for n in nodes]
         t_kill = time.time() * 1000
         os.kill(pids[3], signal.SIGKILL)
-        wait_until(lambda: all(any(c["lost"] == 1 for c in n.ev("change")) for n in nodes[:3]), 30, nodes,
-                   "the survivors moved on")
+        shrink_then_return(nodes, lambda: Node(cohortd, "el", 3, "3:4", args, env))
         took = [[c for c in n.ev("change") if c["lost"] == 1][0]["at_ms"] - t_kill for n in nodes[:3]]
         print(f"kill -> survivors going on: {', '.join(f'{t:.0f} ms' for t in took)}")
-        for n in nodes[:3]:
-            c = [c for c in n.ev("change") if c["lost"] == 1][0]
-            assert c["world"] == 3 and c["prev_world"] == 4, c
-        before = len(nodes[0].ev("commit"))
-        wait_until(lambda: len(nodes[0].ev("commit")) >= before + 5, 60, nodes, "steps in the 3-rank generation")
-        assert {c["world"] for c in nodes[0].ev("commit")[before:]} == {3}
-        back = Node(cohortd, "el", 3, "3:4", args, env)
-        nodes.append(back)
-        wait_until(lambda: any(c["joined"] == 1 for c in nodes[0].ev("change")), 120, nodes, "the rank came back")
         for i in (0, 1, 2, 4):
             assert nodes[i].wait(240) == 0, dump(nodes)
         assert nodes[3].wait(30) != 0
-        done = [nodes[i].ev("done")[0] for i in (0, 1, 2, 4)]
-        assert {d["world"] for d in done} == {4}, done
-        assert len({d["checksum"] for d in done}) == 1, done
-        assert all(d["equal"] for d in done), done
-        assert sorted(d["rank"] for d in done) == [0, 1, 2, 3], done
+        done = finished_alike([nodes[i] for i in (0, 1, 2, 4)], 4)
         for d, pid in zip(done[:3], pids[:3]):
             assert d["pid"] == pid, (d, pids)  # the survivors kept their processes
         assert done[3]["pid"] != pids[3]

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from conftest import BIN, PYTHON, WORKERS, base_env, free_port, kill_tree, start
-from test_elastic import dump, wait_until
+from test_elastic import dump, finished_alike, shrink_then_return, started_once, wait_until
 from test_elastic_torchrun import Agent
 
 WORKER = WORKERS / "elastic_lightning.py"
@@ -53,34 +53,15 @@ def test_lightning_fit_survives_a_kill_in_place_and_takes_the_rank_back(cohortd)
     nodes = [LNode(cohortd, "lel", r, "2:3", args, env) for r in range(3)]
     try:
         wait_until(lambda: len(nodes[0].ev("commit")) >= 15, 180, nodes, "15 steps committed")
-        starts = [n.ev("start") for n in nodes]
-        assert all(len(s) == 1 for s in starts), dump(nodes)
-        assert {s[0]["world"] for s in starts} == {3}, starts
-        pids = [s[0]["pid"] for s in starts]
+        pids = started_once(nodes, 3)
         os.kill(pids[2], signal.SIGKILL)
-        wait_until(lambda: all(any(c["lost"] == 1 for c in n.ev("change")) for n in nodes[:2]), 30, nodes,
-                   "the survivors moved on")
-        for n in nodes[:2]:
-            c = [c for c in n.ev("change") if c["lost"] == 1][0]
-            assert c["world"] == 2 and c["prev_world"] == 3, c
-        before = len(nodes[0].ev("commit"))
-        wait_until(lambda: len(nodes[0].ev("commit")) >= before + 5, 60, nodes, "steps in the 2-rank generation")
-        assert {c["world"] for c in nodes[0].ev("commit")[before:]} == {2}
-        back = LNode(cohortd, "lel", 2, "2:3", args, env)
-        nodes.append(back)
-        wait_until(lambda: any(c["joined"] == 1 for c in nodes[0].ev("change")), 120, nodes, "the rank came back")
+        back = shrink_then_return(nodes, lambda: LNode(cohortd, "lel", 2, "2:3", args, env))
         wait_until(lambda: len(back.ev("start")) == 1, 60, nodes, "the returning rank trains")
         assert back.ev("start")[0]["step"] > 0, back.ev("start")  # it resumed from the state it received
         for i in (0, 1, 3):
             assert nodes[i].wait(300) == 0, dump(nodes)
         assert nodes[2].wait(30) != 0
-        done = [nodes[i].ev("done") for i in (0, 1, 3)]
-        assert all(len(d) == 1 for d in done), dump(nodes)
-        done = [d[0] for d in done]
-        assert {d["world"] for d in done} == {3}, done
-        assert len({d["checksum"] for d in done}) == 1, done
-        assert all(d["equal"] for d in done), done
-        assert sorted(d["rank"] for d in done) == [0, 1, 2], done
+        done = finished_alike([nodes[i] for i in (0, 1, 3)], 3)
         assert {d["steps"] for d in done} == {done[0]["steps"]}, done
         assert {d["epoch"] for d in done} == {12}, done
         assert {d["sampler"] for d in done} == {"ElasticStepSampler"}, done

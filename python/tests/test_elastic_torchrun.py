@@ -26,7 +26,7 @@ import time
 import pytest
 
 from conftest import BIN, PYDIR, PYTHON, WORKERS, base_env, free_port, kill_tree, start
-from test_elastic import Collected, dump, wait_until
+from test_elastic import Collected, dump, finished_alike, started_once, survivors_moved_on, wait_until
 
 WORKER = WORKERS / "elastic_ddp.py"
 
@@ -83,18 +83,11 @@ def test_torchrun_ddp_survives_a_worker_kill_in_place_and_takes_it_back(installe
     agents = [Agent(argv, env) for _ in range(3)]
     try:
         wait_until(lambda: sum(len(a.ev("commit")) for a in agents) >= 20, 180, agents, "20 steps committed")
-        starts = [a.ev("start") for a in agents]
-        assert all(len(s) == 1 for s in starts), dump(agents)
-        assert {s[0]["world"] for s in starts} == {3}, starts
-        pids = [s[0]["pid"] for s in starts]
+        pids = started_once(agents, 3)
         victim = 2
         os.kill(pids[victim], signal.SIGKILL)
         survivors = [a for i, a in enumerate(agents) if i != victim]
-        wait_until(lambda: all(any(c["lost"] == 1 for c in a.ev("change")) for a in survivors), 30, agents,
-                   "the survivors moved on")
-        for a in survivors:
-            c = [c for c in a.ev("change") if c["lost"] == 1][0]
-            assert c["world"] == 2 and c["prev_world"] == 3, c
+        survivors_moved_on(survivors, agents, 2)
         # The agent restarts the killed worker alone; it is admitted into the
         # running job and receives the state.
         wait_until(lambda: len(agents[victim].ev("start")) == 2, 120, agents, "the worker was restarted")
@@ -102,13 +95,7 @@ def test_torchrun_ddp_survives_a_worker_kill_in_place_and_takes_it_back(installe
                    "the restarted worker was admitted")
         for a in agents:
             assert a.wait(300) == 0, dump(agents)
-        done = [a.ev("done") for a in agents]
-        assert all(len(x) == 1 for x in done), dump(agents)
-        done = [x[0] for x in done]
-        assert {x["world"] for x in done} == {3}, done
-        assert len({x["checksum"] for x in done}) == 1, done
-        assert all(x["equal"] for x in done), done
-        assert sorted(x["rank"] for x in done) == [0, 1, 2], done
+        done = finished_alike(agents, 3)
         assert len({x["steps"] for x in done}) == 1, done
         for i, a in enumerate(agents):
             if i != victim:

@@ -224,6 +224,22 @@ door_uid_diag(int family, const uint8_t *peer, uint16_t pport,
 	return (ok);
 }
 
+/* An address (alen bytes) and port as /proc/net/tcp{,6} print them: each
+ * 32-bit word of the address in host order, in hex, then ":PORT". */
+static void
+door_proc_addr(
+    char *buf, size_t len, const uint8_t *addr, size_t alen, uint16_t port)
+{
+	size_t o = 0;
+
+	for (size_t w = 0; w < alen; w += 4) {
+		uint32_t x;
+		memcpy(&x, addr + w, 4);
+		o += (size_t)snprintf(buf + o, len - o, "%08X", x);
+	}
+	snprintf(buf + o, len - o, ":%04X", port);
+}
+
 /* The same from /proc/net/tcp{,6} (where netlink is not allowed): the
  * line whose local address is peer and remote address is local. */
 static bool
@@ -232,27 +248,13 @@ door_uid_proc(bool v6, const uint8_t *peer, uint16_t pport,
 {
 	FILE *f = fopen(v6 ? "/proc/net/tcp6" : "/proc/net/tcp", "re");
 	char line[512], want_l[64], want_r[64];
-	size_t alen = v6 ? 16 : 4, o = 0;
+	size_t alen = v6 ? 16 : 4;
 	bool ok = false;
 
 	if (f == NULL)
 		return (false);
-	/* /proc prints each 32-bit word of the address in host order */
-	for (size_t w = 0; w < alen; w += 4) {
-		uint32_t x;
-		memcpy(&x, peer + w, 4);
-		o += (size_t)snprintf(
-		    want_l + o, sizeof(want_l) - o, "%08X", x);
-	}
-	snprintf(want_l + o, sizeof(want_l) - o, ":%04X", pport);
-	o = 0;
-	for (size_t w = 0; w < alen; w += 4) {
-		uint32_t x;
-		memcpy(&x, local + w, 4);
-		o += (size_t)snprintf(
-		    want_r + o, sizeof(want_r) - o, "%08X", x);
-	}
-	snprintf(want_r + o, sizeof(want_r) - o, ":%04X", lport);
+	door_proc_addr(want_l, sizeof(want_l), peer, alen, pport);
+	door_proc_addr(want_r, sizeof(want_r), local, alen, lport);
 	while (!ok && fgets(line, sizeof(line), f) != NULL) {
 		char l[64], r[64];
 		unsigned st, u;

@@ -115,6 +115,15 @@ jb_bytes(struct srv_jbuf *b, const void *d, size_t n)
 		memcpy(p, d, n);
 }
 
+/* n, then n ranks (a group's members, a generation's previous ranks). */
+static void
+jb_ranks(struct srv_jbuf *b, uint32_t n, const int32_t *ranks)
+{
+	jb_u32(b, n);
+	for (uint32_t i = 0; i < n; i++)
+		jb_u32(b, (uint32_t)ranks[i]);
+}
+
 static void
 jb_str(struct srv_jbuf *b, const char *s)
 {
@@ -231,9 +240,7 @@ srv_rec_group(struct srv_jbuf *b, const char *job, const char *group,
 
 	jb_str(b, job);
 	jb_str(b, group);
-	jb_u32(b, n);
-	for (uint32_t i = 0; i < n; i++)
-		jb_u32(b, (uint32_t)ranks[i]);
+	jb_ranks(b, n, ranks);
 	srv_rec_end(b, off);
 }
 
@@ -294,9 +301,7 @@ srv_rec_genmap(struct srv_jbuf *b, const char *job, uint64_t gen,
 	jb_str(b, job);
 	jb_u64(b, gen);
 	jb_u64(b, prev_gen);
-	jb_u32(b, n);
-	for (uint32_t r = 0; r < n; r++)
-		jb_u32(b, (uint32_t)prev[r]);
+	jb_ranks(b, n, prev);
 	srv_rec_end(b, off);
 }
 

@@ -29,14 +29,38 @@
 /* Applying records                                                         */
 /* ------------------------------------------------------------------------ */
 
+/* A count (1..SRV_MAX_WORLD) and that many ranks (record.c's jb_ranks),
+ * malloc'd into *ranks; EPROTO: a bad count or a short record. */
 static cohort_status
-replay_gen(struct srv_job *job, struct srv_jrd *r, cohort__time now)
+replay_ranks(struct srv_jrd *r, uint32_t *n, int32_t **ranks)
 {
-	uint64_t gen = srv_rd_u64(r);
-	uint32_t w = srv_rd_u32(r);
+	int32_t *v;
+
+	*n = srv_rd_u32(r);
+	if (r->bad || *n == 0 || *n > SRV_MAX_WORLD)
+		return (COHORT_EPROTO);
+	if ((v = malloc(sizeof(int32_t) * *n)) == NULL)
+		return (COHORT_ENOMEM);
+	for (uint32_t i = 0; i < *n; i++)
+		v[i] = (int32_t)srv_rd_u32(r);
+	if (r->bad) {
+		free(v);
+		return (COHORT_EPROTO);
+	}
+	*ranks = v;
+	return (COHORT_OK);
+}
+
+/* w member records (w checked: 1..SRV_MAX_WORLD) into *recs, their host
+ * names into *hosts, both calloc'd for the caller to free; elastic: each
+ * with its previous rank and whether it holds the state. A short record
+ * leaves r->bad set. */
+static cohort_status
+replay_members(struct srv_jrd *r, uint32_t w, bool elastic,
+    struct srv_jrn_member **recs_out, void **hosts_out)
+{
 	struct srv_jrn_member *recs;
 	char(*hosts)[SRV_MAX_NAME + 1];
-	cohort_status rv;
 
 	if (r->bad || w == 0 || w > SRV_MAX_WORLD)
 		return (COHORT_EPROTO);
@@ -54,7 +78,27 @@ replay_gen(struct srv_job *job, struct srv_jrd *r, cohort__time now)
 		recs[i].local_rank = (int32_t)srv_rd_u32(r);
 		recs[i].hb_ms = srv_rd_u32(r);
 		recs[i].dead_ms = srv_rd_u32(r);
+		if (elastic) {
+			recs[i].prev_rank = (int32_t)srv_rd_u32(r);
+			recs[i].has_state = srv_rd_u8(r) != 0;
+		}
 	}
+	*recs_out = recs;
+	*hosts_out = hosts;
+	return (COHORT_OK);
+}
+
+static cohort_status
+replay_gen(struct srv_job *job, struct srv_jrd *r, cohort__time now)
+{
+	uint64_t gen = srv_rd_u64(r);
+	uint32_t w = srv_rd_u32(r);
+	struct srv_jrn_member *recs;
+	void *hosts;
+	cohort_status rv;
+
+	if ((rv = replay_members(r, w, false, &recs, &hosts)) != COHORT_OK)
+		return (rv);
 	rv = r->bad ? COHORT_EPROTO
 	            : srv_rdzv_restore_gen(job, gen, w, recs, now);
 	free(recs);
@@ -67,7 +111,7 @@ replay_reshape(struct srv_job *job, struct srv_jrd *r, cohort__time now)
 {
 	struct srv_jrn_egen rs;
 	struct srv_jrn_member *recs;
-	char(*hosts)[SRV_MAX_NAME + 1];
+	void *hosts;
 	cohort_status rv;
 
 	rs.gen = srv_rd_u64(r);
@@ -75,25 +119,9 @@ replay_reshape(struct srv_job *job, struct srv_jrd *r, cohort__time now)
 	rs.min_world = srv_rd_u32(r);
 	rs.max_world = srv_rd_u32(r);
 	rs.world = srv_rd_u32(r);
-	if (r->bad || rs.world == 0 || rs.world > SRV_MAX_WORLD)
-		return (COHORT_EPROTO);
-	recs = calloc(rs.world, sizeof(*recs));
-	hosts = calloc(rs.world, sizeof(*hosts));
-	if (recs == NULL || hosts == NULL) {
-		free(recs);
-		free(hosts);
-		return (COHORT_ENOMEM);
-	}
-	for (uint32_t i = 0; i < rs.world; i++) {
-		recs[i].client_id = srv_rd_u64(r);
-		recs[i].host = srv_rd_str(r, hosts[i], sizeof(hosts[i]));
-		recs[i].pid = srv_rd_u32(r);
-		recs[i].local_rank = (int32_t)srv_rd_u32(r);
-		recs[i].hb_ms = srv_rd_u32(r);
-		recs[i].dead_ms = srv_rd_u32(r);
-		recs[i].prev_rank = (int32_t)srv_rd_u32(r);
-		recs[i].has_state = srv_rd_u8(r) != 0;
-	}
+	if ((rv = replay_members(r, rs.world, true, &recs, &hosts))
+	    != COHORT_OK)
+		return (rv);
 	rs.m = recs;
 	rv = r->bad ? COHORT_EPROTO : srv_elastic_restore(job, &rs, now);
 	free(recs);
@@ -125,18 +153,13 @@ static cohort_status
 replay_genmap(struct srv_job *job, struct srv_jrd *r)
 {
 	uint64_t gen = srv_rd_u64(r), prev_gen = srv_rd_u64(r);
-	uint32_t n = srv_rd_u32(r);
+	uint32_t n;
 	int32_t *prev;
 	cohort_status rv;
 
-	if (r->bad || n == 0 || n > SRV_MAX_WORLD)
-		return (COHORT_EPROTO);
-	if ((prev = malloc(sizeof(int32_t) * n)) == NULL)
-		return (COHORT_ENOMEM);
-	for (uint32_t i = 0; i < n; i++)
-		prev[i] = (int32_t)srv_rd_u32(r);
-	rv = r->bad ? COHORT_EPROTO
-	            : srv_elastic_restore_step(job, gen, prev_gen, n, prev);
+	if ((rv = replay_ranks(r, &n, &prev)) != COHORT_OK)
+		return (rv);
+	rv = srv_elastic_restore_step(job, gen, prev_gen, n, prev);
 	free(prev);
 	return (rv);
 }
@@ -172,14 +195,9 @@ replay_group(struct srv_job *job, struct srv_jrd *r)
 	cohort_status rv;
 
 	srv_rd_str(r, gname, sizeof(gname));
-	n = srv_rd_u32(r);
-	if (r->bad || n == 0 || n > SRV_MAX_WORLD)
-		return (COHORT_EPROTO);
-	if ((ranks = malloc(sizeof(int32_t) * n)) == NULL)
-		return (COHORT_ENOMEM);
-	for (uint32_t i = 0; i < n; i++)
-		ranks[i] = (int32_t)srv_rd_u32(r);
-	rv = r->bad ? COHORT_EPROTO : srv_group_restore(job, gname, ranks, n);
+	if ((rv = replay_ranks(r, &n, &ranks)) != COHORT_OK)
+		return (rv);
+	rv = srv_group_restore(job, gname, ranks, n);
 	free(ranks);
 	return (rv);
 }

@@ -543,19 +543,7 @@ el_grow(struct srv_job *job, cohort__time now)
 	for (uint32_t j = 0; j < k; j++) {
 		struct srv_call *c = all[j];
 		struct srv_member *m = &tab[old_world + j];
-		m->rank = (int32_t)(old_world + j);
-		m->state = SRV_MEMBER_RUNNING;
-		cohort__strlcpy(
-		    m->host, c->host ? c->host : "", sizeof(m->host));
-		m->pid = c->pid;
-		m->local_rank = c->local_rank;
-		m->hb_ms = c->hb_ms ? c->hb_ms : COHORT__DEFAULT_HEARTBEAT_MS;
-		m->dead_ms
-		    = c->dead_ms ? c->dead_ms : COHORT__DEFAULT_DEAD_AFTER_MS;
-		m->last_seen = now;
-		m->client = c->client;
-		m->has_state = false;
-		m->prev_rank = -1;
+		srv_member_admit(m, (int32_t)(old_world + j), c, false, now);
 		prev[old_world + j] = -1;
 		cohort__appendf(who, sizeof(who), &off, "%s%s:%u",
 		    j == 0 ? "" : ", ", m->host, m->pid);
@@ -732,11 +720,7 @@ srv_elastic_reform(
 		return;
 	}
 	if (m == NULL) {
-		if (!srv_elastic_removed(c))
-			srv_call_fail(c, COHORT_ESTATE,
-			    "this client is not a member of job '%s' (join "
-			    "first)",
-			    job->name);
+		srv_elastic_no_member(c);
 		return;
 	}
 	if (job->state == SRV_JOB_FAILED) {
@@ -815,6 +799,15 @@ srv_elastic_removed(struct srv_call *c)
 	    "join again as a new member",
 	    c->req_rank, c->req_gen, job->name, job->generation);
 	return (true);
+}
+
+void
+srv_elastic_no_member(struct srv_call *c)
+{
+	if (!srv_elastic_removed(c))
+		srv_call_fail(c, COHORT_ESTATE,
+		    "this client is not a member of job '%s' (join first)",
+		    c->job->name);
 }
 
 void

@@ -133,6 +133,9 @@ void srv_elastic_stale(struct srv_call *c);
  * EPEERLOST when a change removed it (its record, or the generation and
  * rank its request says it had); false (c untouched) otherwise. */
 bool srv_elastic_removed(struct srv_call *c);
+/* Answers c, from a client that is no member of its job: EPEERLOST as
+ * srv_elastic_removed when a change removed it, else ESTATE (join first). */
+void srv_elastic_no_member(struct srv_call *c);
 
 /* Forgets everything elastic of the job (a generation that is not
  * elastic, the job freed): history, removals, the change, the range. */

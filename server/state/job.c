@@ -232,6 +232,23 @@ srv_join_reply_free(Cohort__JoinReply *jr)
 	jr->n_hosts = jr->n_local_ranks = 0;
 }
 
+void
+srv_member_admit(struct srv_member *m, int32_t rank, const struct srv_call *c,
+    bool has_state, cohort__time now)
+{
+	m->rank = rank;
+	m->state = SRV_MEMBER_RUNNING;
+	cohort__strlcpy(m->host, c->host ? c->host : "", sizeof(m->host));
+	m->pid = c->pid;
+	m->local_rank = c->local_rank;
+	m->hb_ms = c->hb_ms ? c->hb_ms : COHORT__DEFAULT_HEARTBEAT_MS;
+	m->dead_ms = c->dead_ms ? c->dead_ms : COHORT__DEFAULT_DEAD_AFTER_MS;
+	m->last_seen = now;
+	m->client = c->client;
+	m->has_state = has_state;
+	m->prev_rank = -1;
+}
+
 struct srv_jrn_member *
 srv_member_recs(const struct srv_member *tab, uint32_t n)
 {

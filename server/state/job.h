@@ -164,6 +164,11 @@ uint64_t srv_core_members_total(struct srv_core *core);
 void srv_job_clear_members(struct srv_job *job);
 /* Forgets the job's failure. */
 void srv_job_clear_failure(struct srv_job *job);
+/* Fills m as rank, running since now, from the join call c: its host,
+ * pid, local rank, heartbeat and dead-after (0: the defaults) and its
+ * client; no previous rank; has_state: it holds the job's state. */
+void srv_member_admit(struct srv_member *m, int32_t rank,
+    const struct srv_call *c, bool has_state, cohort__time now);
 /* The member table as the journal records it (malloc'd; NULL: ENOMEM). */
 struct srv_jrn_member *srv_job_member_recs(const struct srv_job *job);
 /* The same for tab's n members (an elastic generation being formed). */

@@ -160,11 +160,7 @@ srv_member_running(struct srv_call *c)
 
 	if (m == NULL) {
 		/* a process an elastic change removed is told so */
-		if (!srv_elastic_removed(c))
-			srv_call_fail(c, COHORT_ESTATE,
-			    "this client is not a member of job '%s' (join "
-			    "first)",
-			    job->name);
+		srv_elastic_no_member(c);
 		return (NULL);
 	}
 	if (job->state == SRV_JOB_FAILED) {

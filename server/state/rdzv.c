@@ -130,19 +130,7 @@ rdzv_complete(struct srv_job *job, cohort__time now)
 	for (uint32_t r = 0; r < w; r++) {
 		struct srv_member *m = &mem[r];
 		struct srv_call *c = calls[r];
-		m->rank = (int32_t)r;
-		m->state = SRV_MEMBER_RUNNING;
-		cohort__strlcpy(
-		    m->host, c->host ? c->host : "", sizeof(m->host));
-		m->pid = c->pid;
-		m->local_rank = c->local_rank;
-		m->hb_ms = c->hb_ms ? c->hb_ms : COHORT__DEFAULT_HEARTBEAT_MS;
-		m->dead_ms
-		    = c->dead_ms ? c->dead_ms : COHORT__DEFAULT_DEAD_AFTER_MS;
-		m->last_seen = now;
-		m->has_state = true;
-		m->prev_rank = -1;
-		m->client = c->client;
+		srv_member_admit(m, (int32_t)r, c, true, now);
 		if (c->client->member != NULL)
 			c->client->member->client = NULL;
 		c->client->member = m;

@@ -959,19 +959,14 @@ main(int argc, char **argv)
 	cohort_status st;
 	int rc;
 
-	if (argc < 2) {
-		fprintf(stderr, "usage: cohort-coll-worker SCENARIO [ARG]\n");
-		return (2);
-	}
-	setvbuf(stdout, NULL, _IOLBF, 0);
+	if ((rc = tw_worker_start(argc, argv, "cohort-coll-worker", &c)) != 0)
+		return (rc);
 	{
 		pthread_t wd;
 
 		pthread_create(&wd, NULL, cw_wd_main, NULL);
 		pthread_detach(wd);
 	}
-	if (tw_client_open(&c) != 0)
-		return (1);
 	rc = tw_scenario_run(
 	    c, cw_scenarios, TW_NELEM(cw_scenarios), argc, argv);
 	if (rc == 0) {

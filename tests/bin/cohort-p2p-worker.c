@@ -606,13 +606,8 @@ main(int argc, char **argv)
 	cohort_client *c = NULL;
 	int rc;
 
-	if (argc < 2) {
-		fprintf(stderr, "usage: cohort-p2p-worker SCENARIO [ARG]\n");
-		return (2);
-	}
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (tw_client_open(&c) != 0)
-		return (1);
+	if ((rc = tw_worker_start(argc, argv, "cohort-p2p-worker", &c)) != 0)
+		return (rc);
 	rc = tw_scenario_run(
 	    c, pw_scenarios, TW_NELEM(pw_scenarios), argc, argv);
 	cohort_client_close(c);

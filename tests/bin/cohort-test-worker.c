@@ -43,6 +43,16 @@ worker_result(const char *what, cohort_status st, const char *detail)
 		}                                                             \
 	} while (0)
 
+/* Fails the check what (its call returned COHORT_OK but not what was
+ * expected) unless cond: "RESULT what status=COHORT_OK detail=why", 1. */
+#define WORKER_EXPECT(what, cond, why)                                        \
+	do {                                                                  \
+		if (!(cond)) {                                                \
+			worker_result(what, COHORT_OK, why);                  \
+			return (1);                                           \
+		}                                                             \
+	} while (0)
+
 static int
 scen_open_close(cohort_client *c, const char *arg)
 {
@@ -416,60 +426,39 @@ scen_kvops(cohort_client *c, const char *arg)
 	WORKER_CHECK("set", cohort_kv_set(c, key, "a", 1, 10000));
 	WORKER_CHECK("append", cohort_kv_append(c, key, "bc", 2, 10000));
 	WORKER_CHECK("get", cohort_kv_get(c, key, &cur, &len, 10000));
-	if (len != 3 || memcmp(cur, "abc", 3) != 0) {
-		worker_result("append", COHORT_OK, "value is not abc");
-		return (1);
-	}
+	WORKER_EXPECT("append", len == 3 && memcmp(cur, "abc", 3) == 0,
+	    "value is not abc");
 	cohort_free(cur);
 	cur = NULL;
 	WORKER_CHECK("cas",
 	    cohort_kv_compare_set(
 	        c, key, "abc", 3, "xyz", 3, &swapped, &cur, &len, 10000));
-	if (!swapped || len != 3 || memcmp(cur, "xyz", 3) != 0) {
-		worker_result("cas", COHORT_OK, "swap did not happen");
-		return (1);
-	}
+	WORKER_EXPECT("cas", swapped && len == 3 && memcmp(cur, "xyz", 3) == 0,
+	    "swap did not happen");
 	cohort_free(cur);
 	cur = NULL;
 	WORKER_CHECK("cas",
 	    cohort_kv_compare_set(
 	        c, key, "nope", 4, "q", 1, &swapped, NULL, NULL, 10000));
-	if (swapped) {
-		worker_result("cas", COHORT_OK, "swapped with wrong expected");
-		return (1);
-	}
+	WORKER_EXPECT("cas", !swapped, "swapped with wrong expected");
 	WORKER_CHECK("add", cohort_kv_add(c, "counter", 1, &v64, 10000));
 	WORKER_CHECK(
 	    "barrier", cohort_barrier(cohort_client_world(c), "added", 30000));
 	WORKER_CHECK("add", cohort_kv_add(c, "counter", 0, &v64, 10000));
-	if (v64 != cohort_client_world_size(c)) {
-		worker_result("add", COHORT_OK, "counter != world size");
-		return (1);
-	}
+	WORKER_EXPECT("add", v64 == cohort_client_world_size(c),
+	    "counter != world size");
 	WORKER_CHECK("check", cohort_kv_check(c, absent, 1, &present, 10000));
-	if (present) {
-		worker_result(
-		    "check", COHORT_OK, "absent key reported present");
-		return (1);
-	}
+	WORKER_EXPECT("check", !present, "absent key reported present");
 	WORKER_CHECK("num_keys", cohort_kv_num_keys(c, &n, 10000));
 	/* own/0..w-1 and counter, at least */
-	if (n < cohort_client_world_size(c) + 1) {
-		worker_result("num_keys", COHORT_OK, "too few keys");
-		return (1);
-	}
+	WORKER_EXPECT(
+	    "num_keys", n >= cohort_client_world_size(c) + 1, "too few keys");
 	WORKER_CHECK("barrier",
 	    cohort_barrier(cohort_client_world(c), "counted", 30000));
 	WORKER_CHECK("delete", cohort_kv_delete(c, key, &deleted, 10000));
-	if (!deleted) {
-		worker_result("delete", COHORT_OK, "not deleted");
-		return (1);
-	}
+	WORKER_EXPECT("delete", deleted, "not deleted");
 	WORKER_CHECK("delete", cohort_kv_delete(c, key, &deleted, 10000));
-	if (deleted) {
-		worker_result("delete", COHORT_OK, "deleted twice");
-		return (1);
-	}
+	WORKER_EXPECT("delete", !deleted, "deleted twice");
 	printf("RESULT kvops ok=1\n");
 	return (0);
 }

@@ -256,25 +256,41 @@ cf_partial(struct th_coord *c, int nconn, size_t want, bool auth, int *refused,
 	return (peak - base);
 }
 
+/* What cf_partial saw on a cohortd of its own (args): n connections
+ * sending up to send bytes each. */
+struct cf_partial_run {
+	int n, refused;
+	size_t send;
+	int64_t worst;
+	long grew;
+};
+
+static struct cf_partial_run
+cf_partial_alone(const char *const *args, bool token)
+{
+	struct cf_partial_run p = { .n = (int)chaos_n(20, 60),
+		.send = (size_t)chaos_n(8, 58) << 20 };
+	struct th_coord c;
+
+	chaos_coord_start(&c, NULL, args);
+	p.grew = cf_partial(&c, p.n, p.send, token, &p.refused, &p.worst);
+	ck_assert_int_eq(th_coord_stop(&c), 0);
+	return (p);
+}
+
 START_TEST(test_partial_frames_without_token)
 {
 	const char *args[] = { "--job", "flood:", NULL };
-	struct th_coord c;
-	int n = (int)chaos_n(20, 60), refused;
-	size_t send = (size_t)chaos_n(8, 58) << 20;
-	int64_t worst;
-	long grew;
+	struct cf_partial_run p = cf_partial_alone(args, false);
 
-	chaos_coord_start(&c, NULL, args);
-	grew = cf_partial(&c, n, send, false, &refused, &worst);
 	printf("CHAOS partial-frames/no-token: %d connections declaring "
 	       "60 MiB, sending up to %zu MiB each: %d refused, cohortd grew "
 	       "%ld KiB at its peak (ceiling: 64 KiB a connection + %d "
 	       "KiB); a real client served in <= %lld ms\n",
-	    n, send >> 20, refused, grew, CF_MARGIN_KIB, (long long)worst);
-	ck_assert_int_eq(refused, n);
-	ck_assert_int_lt(grew, n * 64 + CF_MARGIN_KIB);
-	ck_assert_int_eq(th_coord_stop(&c), 0);
+	    p.n, p.send >> 20, p.refused, p.grew, CF_MARGIN_KIB,
+	    (long long)p.worst);
+	ck_assert_int_eq(p.refused, p.n);
+	ck_assert_int_lt(p.grew, p.n * 64 + CF_MARGIN_KIB);
 }
 END_TEST
 
@@ -282,23 +298,17 @@ START_TEST(test_partial_frames_with_token)
 {
 	const char *args[]
 	    = { "--job", "flood:", "--max-pending-bytes", "67108864", NULL };
-	struct th_coord c;
-	int n = (int)chaos_n(20, 60), refused;
-	size_t send = (size_t)chaos_n(8, 58) << 20;
-	int64_t worst;
-	long grew;
+	struct cf_partial_run p = cf_partial_alone(args, true);
 
-	chaos_coord_start(&c, NULL, args);
-	grew = cf_partial(&c, n, send, true, &refused, &worst);
 	printf("CHAOS partial-frames/token: %d authenticated connections "
 	       "declaring 60 MiB, sending up to %zu MiB each, "
 	       "--max-pending-bytes 64 MiB: %d refused, cohortd grew %ld KiB "
 	       "at its peak (ceiling: 64 MiB + 64 KiB a connection + %d "
 	       "KiB); a real client served in <= %lld ms\n",
-	    n, send >> 20, refused, grew, CF_MARGIN_KIB, (long long)worst);
-	ck_assert_int_gt(refused, 0);
-	ck_assert_int_lt(grew, 64 * 1024 + n * 64 + CF_MARGIN_KIB);
-	ck_assert_int_eq(th_coord_stop(&c), 0);
+	    p.n, p.send >> 20, p.refused, p.grew, CF_MARGIN_KIB,
+	    (long long)p.worst);
+	ck_assert_int_gt(p.refused, 0);
+	ck_assert_int_lt(p.grew, 64 * 1024 + p.n * 64 + CF_MARGIN_KIB);
 }
 END_TEST
 

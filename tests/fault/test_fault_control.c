@@ -33,15 +33,8 @@ START_TEST(test_sigkill_fails_pending_barrier_everywhere)
 		if (r == victim)
 			continue;
 		o = th_worker_output(&w, r);
-		ck_assert_msg(w.status[r] == 3, "rank %d exit %d: %s", r,
-		    w.status[r], o);
-		ck_assert_msg(strstr(o, "status=COHORT_EPEERLOST") != NULL,
-		    "rank %d: %s", r, o);
-		ck_assert_msg(strstr(o, "rank 3") != NULL,
-		    "rank %d: error does not name rank 3: %s", r, o);
-		ck_assert_msg(
-		    strstr(o, "RESULT sticky status=COHORT_EPEERLOST") != NULL,
-		    "rank %d: error not sticky: %s", r, o);
+		th_expect_peer_lost(
+		    &w, r, o, "status=COHORT_EPEERLOST", victim);
 		free(o);
 	}
 	/* generous hang bound; the real figure is measured by the bench */

@@ -370,7 +370,7 @@ START_TEST(test_same_seed_same_injections)
 	    "\"rank\":%d,\"at\":\"op:%" PRIu64 "\",\"action\":\"exit\"",
 	    plan.rules[0].rank, plan.rules[0].at);
 	ck_assert_msg(strstr(c1, want) != NULL, "no '%s' in\n%s", want, c1);
-	ck_assert_msg(strstr(c1, "\"seed\":42") != NULL, "%s", c1);
+	ck_assert_has(c1, "\"seed\":42");
 	/* 4 delays at op 2, 2 at the random rank, the exit. */
 	{
 		int lines = 0;
@@ -386,8 +386,7 @@ START_TEST(test_same_seed_same_injections)
 	    "42",
 	    plan.rules[0].rank);
 	ck_assert_msg(strstr(o1, want) != NULL, "%s", o1);
-	ck_assert_msg(
-	    strstr(o1, "injected fault: exit at op") != NULL, "%s", o1);
+	ck_assert_has(o1, "injected fault: exit at op");
 	free(o1);
 	free(o2);
 	free(c1);
@@ -423,14 +422,13 @@ START_TEST(test_cohort_fault_to_running_job)
 			"tok", "rank=9,at=op:+3,action=exit", NULL };
 		rc = fs_cli(bad, &out);
 		ck_assert_int_ne(rc, 0);
-		ck_assert_msg(strstr(out, "has 3 ranks") != NULL, "%s", out);
+		ck_assert_has(out, "has 3 ranks");
 		free(out);
 	}
 	t0 = th_now_ms();
 	rc = fs_cli(argv, &out);
 	ck_assert_msg(rc == 0, "cohort fault: %s", out);
-	ck_assert_msg(
-	    strstr(out, "schedule #1 sent to job 'live'") != NULL, "%s", out);
+	ck_assert_has(out, "schedule #1 sent to job 'live'");
 	free(out);
 	th_workers_wait(&w, 30000);
 	fprintf(stderr,

@@ -15,6 +15,7 @@
 #include <check.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "cohort/cohort.h"
@@ -35,6 +36,12 @@
 		    #expr, cohort_status_name(want), cohort_status_name(st_), \
 		    cohort_last_error());                                     \
 	} while (0)
+
+/* Fails unless the string hay (NULL: none) contains needle; the message
+ * quotes both. */
+#define ck_assert_has(hay, needle)                                            \
+	ck_assert_msg((hay) != NULL && strstr((hay), (needle)) != NULL,       \
+	    "no \"%s\" in: %s", (needle), (hay) != NULL ? (hay) : "(null)")
 
 /* Directory holding the built binaries (COHORT_BIN, else build/bin). */
 const char *th_bindir(void);
@@ -187,5 +194,11 @@ char *th_worker_output(const struct th_workers *w, int r);
  * message quotes the first rank that did not). */
 void th_workers_expect(
     const struct th_workers *w, int nranks, const char *want);
+/* Fails the test unless worker r (its output o) was told of rank victim's
+ * loss: it exited 3, printed lost (its first failed call's RESULT line),
+ * named "rank <victim>" and printed "RESULT sticky
+ * status=COHORT_EPEERLOST" (a later call got the same). */
+void th_expect_peer_lost(const struct th_workers *w, int r, const char *o,
+    const char *lost, int victim);
 
 #endif /* COHORT_CHECK_COHORT_H */

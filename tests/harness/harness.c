@@ -770,3 +770,20 @@ th_workers_expect(const struct th_workers *w, int nranks, const char *want)
 		free(o);
 	}
 }
+
+void
+th_expect_peer_lost(const struct th_workers *w, int r, const char *o,
+    const char *lost, int victim)
+{
+	char name[32];
+
+	snprintf(name, sizeof(name), "rank %d", victim);
+	ck_assert_msg(
+	    w->status[r] == 3, "rank %d exit %d: %s", r, w->status[r], o);
+	ck_assert_msg(strstr(o, lost) != NULL, "rank %d: %s", r, o);
+	ck_assert_msg(strstr(o, name) != NULL,
+	    "rank %d: the error does not name %s: %s", r, name, o);
+	ck_assert_msg(
+	    strstr(o, "RESULT sticky status=COHORT_EPEERLOST") != NULL,
+	    "rank %d: the error is not sticky: %s", r, o);
+}

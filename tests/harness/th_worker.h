@@ -167,4 +167,19 @@ tw_client_open(cohort_client **out)
 	return (0);
 }
 
+/* A scenario worker's start (prog: its name for the usage line): argv[1]
+ * names the scenario, stdout is line-buffered (the test reads it while
+ * the worker runs) and *out is its open client (tw_client_open). Returns
+ * 0, else the exit status: 2 without a scenario, 1 with no client. */
+static inline int
+tw_worker_start(int argc, char **argv, const char *prog, cohort_client **out)
+{
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s SCENARIO [ARG]\n", prog);
+		return (2);
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	return (tw_client_open(out));
+}
+
 #endif /* COHORT_TH_WORKER_H */

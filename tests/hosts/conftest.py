@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -96,3 +97,15 @@ def dump(procs) -> str:
         out.append(f"--- {p.host.name} {p.log_path.name} rc={p.poll()}")
         out.append(p.output()[-3000:])
     return "\n".join(out)
+
+
+def wait_until(cond, timeout, procs, what):
+    """Polls cond every 50 ms until it holds; fails with what and every
+    process's output if it still does not after timeout seconds (checked
+    once more at the end: what came true in the last sleep counts)."""
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() >= end:
+            raise AssertionError(
+                f"{what}: not after {timeout} s\n{dump(procs)}")
+        time.sleep(0.05)

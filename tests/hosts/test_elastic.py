@@ -28,7 +28,7 @@ import signal
 import subprocess
 import time
 
-from conftest import ROOT, bin_path, coord_url, dump, start_cohortd
+from conftest import ROOT, bin_path, coord_url, dump, start_cohortd, wait_until
 
 # A pulled cable closes no connection: cohortd hears of it from heartbeat
 # silence only, after dead-after. 1.5 s (heartbeat 250 ms) keeps a link
@@ -68,15 +68,6 @@ def node(h, coord, rank, rng="3:4", job="el", env=None, run_extra=(),
         "--job", job, *run_extra, "--", bin_path("train_digits"), *train,
     ]  # fmt: skip
     return h.spawn(argv, env={**ENV, **(env or {})}, name=f"node{rank}")
-
-
-def wait_until(cond, timeout, procs, what):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{what}: not after {timeout} s\n{dump(procs)}")
 
 
 def wait_all(procs, timeout, watch=()):
@@ -142,6 +133,15 @@ def start_job(cl, rng="3:4", job="el", n=4, cohortd_args=(), envs=None,
     return h0, nodes
 
 
+def start_job_past(cl, steps):
+    """start_job, then steps committed: coordinator host, nodes, and the
+    trainers' PIDs."""
+    h0, nodes = start_job(cl)
+    wait_until(lambda: len(committed(nodes[0])) >= steps, 60, nodes,
+               f"{steps} steps")  # fmt: skip
+    return h0, nodes, [started(p)["pid"] for p in nodes]
+
+
 def kill_trainer(p):
     pid = started(p)["pid"]
     t = now_ms()
@@ -184,10 +184,7 @@ def test_host_killed_survivors_go_on_in_place_and_it_comes_back(cluster):
     cl = cluster(5, "ek")
     h4 = cl.hosts[4]
     accuracy = local_accuracy()
-    coord, nodes = start_job(cl)
-    wait_until(lambda: len(committed(nodes[0])) >= 25, 60, nodes,
-               "25 steps")  # fmt: skip
-    pids = [started(p)["pid"] for p in nodes]
+    coord, nodes, pids = start_job_past(cl, 25)
     t_kill = kill_trainer(nodes[3])
     survivors_went_on(nodes[:3], t_kill, 1, 2000, nodes)
     # the host comes back, a new launcher of node rank 3
@@ -222,10 +219,7 @@ def test_host_link_down_for_good(cluster):
     cl = cluster(5, "el")
     h4 = cl.hosts[4]
     accuracy = local_accuracy()
-    coord, nodes = start_job(cl)
-    wait_until(lambda: len(committed(nodes[0])) >= 25, 60, nodes,
-               "25 steps")  # fmt: skip
-    pids = [started(p)["pid"] for p in nodes]
+    coord, nodes, pids = start_job_past(cl, 25)
     t_cut = now_ms()
     h4.link_down()
     # no connection closes: cohortd needs dead-after of silence

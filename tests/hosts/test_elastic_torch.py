@@ -19,11 +19,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from conftest import BIN, ROOT, dump, start_cohortd
+from conftest import BIN, ROOT, dump, start_cohortd, wait_until
 
 STORE_PORT = 29500
 WORKER = ROOT / "python" / "tests" / "workers" / "elastic_ddp.py"
@@ -46,15 +45,6 @@ def events(p, kind):
         if line.startswith("{") and f'"event": "{kind}"' in line:
             out.append(json.loads(line))
     return out
-
-
-def wait_until(cond, timeout, procs, what):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{what}: not after {timeout} s\n{dump(procs)}")
 
 
 def test_torchrun_3_4_a_worker_killed_goes_on_in_place_and_comes_back(cluster, site):

@@ -45,6 +45,12 @@ jobs_out(const char *path)
 	return (s != NULL ? s : strdup("(no output)"));
 }
 
+/* Fails unless the output file at path has text (the message quotes the
+ * output). */
+#define jobs_expect(path, text)                                               \
+	ck_assert_msg(th_file_has((path), (text)), "no \"%s\" in: %s",        \
+	    (text), jobs_out(path))
+
 static int
 jobs_wait(pid_t pid, int ms)
 {
@@ -107,18 +113,12 @@ START_TEST(test_two_launchers_never_mix)
 		    jobs_out(out[i]));
 	/* 2 x 100 + 0 + 1 and 2 x 1000 + 0 + 1 */
 	for (int i = 0; i < 4; i += 2) {
-		ck_assert_msg(
-		    th_file_has(out[i], "job=ompi-1829961729 source=openmpi"),
-		    "%s", jobs_out(out[i]));
-		ck_assert_msg(th_file_has(out[i], "world=2 sum=201 ok=1"),
-		    "%s", jobs_out(out[i]));
+		jobs_expect(out[i], "job=ompi-1829961729 source=openmpi");
+		jobs_expect(out[i], "world=2 sum=201 ok=1");
 	}
 	for (int i = 1; i < 4; i += 2) {
-		ck_assert_msg(
-		    th_file_has(out[i], "job=slurm-4242.0 source=slurm"), "%s",
-		    jobs_out(out[i]));
-		ck_assert_msg(th_file_has(out[i], "world=2 sum=2001 ok=1"),
-		    "%s", jobs_out(out[i]));
+		jobs_expect(out[i], "job=slurm-4242.0 source=slurm");
+		jobs_expect(out[i], "world=2 sum=2001 ok=1");
 	}
 }
 END_TEST
@@ -154,22 +154,17 @@ START_TEST(test_mismatched_join_refused)
 	while (!(th_file_has(out[0], "READY") && th_file_has(out[1], "READY"))
 	    && th_now_ms() - t0 < 30000)
 		usleep(20 * 1000);
-	ck_assert_msg(th_file_has(out[0], "READY"), "%s", jobs_out(out[0]));
+	jobs_expect(out[0], "READY");
 	x = jobs_spawn(bad_world, "open", NULL, out[2], sizeof(out[2]), "x");
 	ck_assert_int_eq(jobs_wait(x, 30000), 1);
-	ck_assert_msg(th_file_has(out[2], "status=COHORT_EINVAL"), "%s",
-	    jobs_out(out[2]));
-	ck_assert_msg(th_file_has(out[2],
-	                  "job 'shared' has world size 2 (since generation "
-	                  "1); this worker"),
-	    "%s", jobs_out(out[2]));
-	ck_assert_msg(th_file_has(out[2], "says 3"), "%s", jobs_out(out[2]));
+	jobs_expect(out[2], "status=COHORT_EINVAL");
+	jobs_expect(out[2],
+	    "job 'shared' has world size 2 (since generation 1); this worker");
+	jobs_expect(out[2], "says 3");
 	x = jobs_spawn(bad_token, "open", NULL, out[3], sizeof(out[3]), "y");
 	ck_assert_int_eq(jobs_wait(x, 30000), 1);
-	ck_assert_msg(th_file_has(out[3], "status=COHORT_EAUTH"), "%s",
-	    jobs_out(out[3]));
-	ck_assert_msg(th_file_has(out[3], "wrong token for job 'shared'"),
-	    "%s", jobs_out(out[3]));
+	jobs_expect(out[3], "status=COHORT_EAUTH");
+	jobs_expect(out[3], "wrong token for job 'shared'");
 	ck_assert_msg(
 	    !th_file_has(out[3], "COHORT_TOKEN=t"), "%s", jobs_out(out[3]));
 	/* the job itself is untouched and finishes */
@@ -245,7 +240,7 @@ START_TEST(test_preset_job_token_from_file)
 	    jobs_wait(jobs_spawn(right, "open", NULL, out, sizeof(out), "pre"),
 	        30000),
 	    0);
-	ck_assert_msg(th_file_has(out, "rank=0 world=1"), "%s", jobs_out(out));
+	jobs_expect(out, "rank=0 world=1");
 }
 END_TEST
 
@@ -288,12 +283,9 @@ START_TEST(test_require_token_creates_only_with_minted)
 	none[3] = NULL;
 	p = jobs_spawn(none, "open", NULL, out[0], sizeof(out[0]), "none");
 	ck_assert_int_eq(jobs_wait(p, 30000), 1);
-	ck_assert_msg(th_file_has(out[0], "status=COHORT_EAUTH"), "%s",
-	    jobs_out(out[0]));
-	ck_assert_msg(th_file_has(out[0], "wrong token for job 'train-7'"),
-	    "%s", jobs_out(out[0]));
-	ck_assert_msg(th_file_has(out[0], "cohort token train-7"), "%s",
-	    jobs_out(out[0]));
+	jobs_expect(out[0], "status=COHORT_EAUTH");
+	jobs_expect(out[0], "wrong token for job 'train-7'");
+	jobs_expect(out[0], "cohort token train-7");
 	/* a made-up token: the same */
 	made_up[0] = "COHORT_JOB=train-7";
 	made_up[1] = "COHORT_TOKEN=guess";
@@ -407,14 +399,12 @@ START_TEST(test_run_multinode_job_name)
 	    jobs_wait(
 	        jobs_run(args, NULL, out[0], sizeof(out[0]), "nojob"), 30000),
 	    2);
-	ck_assert_msg(
-	    th_file_has(out[0], "pass --job NAME"), "%s", jobs_out(out[0]));
+	jobs_expect(out[0], "pass --job NAME");
 	ck_assert_int_eq(
 	    jobs_wait(
 	        jobs_run(args, slurm, out[1], sizeof(out[1]), "slurm"), 30000),
 	    0);
-	ck_assert_msg(
-	    th_file_has(out[1], "job=slurm-777.3"), "%s", jobs_out(out[1]));
+	jobs_expect(out[1], "job=slurm-777.3");
 }
 END_TEST
 

@@ -58,7 +58,7 @@ START_TEST(test_run_all_succeed)
 	ck_assert_int_eq(finish(p, 60000), 0);
 	o = th_read_file(out);
 	ck_assert_ptr_nonnull(o);
-	ck_assert_msg(strstr(o, "DONE steps=50 restart=0") != NULL, "%s", o);
+	ck_assert_has(o, "DONE steps=50 restart=0");
 	free(o);
 }
 END_TEST
@@ -77,12 +77,8 @@ START_TEST(test_run_failure_report_names_root_cause)
 	j = th_read_file(report);
 	ck_assert_ptr_nonnull(o);
 	ck_assert_ptr_nonnull(j);
-	ck_assert_msg(
-	    strstr(o, "root cause : rank 2 exited with status 7") != NULL,
-	    "%s", o);
-	ck_assert_msg(
-	    strstr(j, "\"root_cause\":{\"rank\":2,\"exit_code\":7") != NULL,
-	    "%s", j);
+	ck_assert_has(o, "root cause : rank 2 exited with status 7");
+	ck_assert_has(j, "\"root_cause\":{\"rank\":2,\"exit_code\":7");
 	free(o);
 	free(j);
 }
@@ -105,11 +101,8 @@ START_TEST(test_run_restart_resumes_from_checkpoint)
 	ck_assert_ptr_nonnull(o);
 	/* the restarted program sees COHORT_RESTART_COUNT=1 and resumes
 	 * at step 7: no step lost, none repeated */
-	ck_assert_msg(
-	    strstr(o, "DONE steps=20 restart=1 resumed_from=7") != NULL, "%s",
-	    o);
-	ck_assert_msg(
-	    strstr(o, "restarting the group (1 of 2)") != NULL, "%s", o);
+	ck_assert_has(o, "DONE steps=20 restart=1 resumed_from=7");
+	ck_assert_has(o, "restarting the group (1 of 2)");
 	free(o);
 }
 END_TEST
@@ -239,12 +232,9 @@ START_TEST(test_run_report_says_who_stopped_a_hung_rank)
 	ck_assert_int_ne(finish(launcher, 30000), 0);
 	o = th_read_file(out);
 	ck_assert_ptr_nonnull(o);
-	ck_assert_msg(strstr(o,
-	                  "root cause : rank 1 stopped by cohort run "
-	                  "(SIGTERM)")
-	        != NULL,
-	    "%s", o);
-	ck_assert_msg(strstr(o, "no heartbeat") != NULL, "%s", o);
+	ck_assert_has(
+	    o, "root cause : rank 1 stopped by cohort run (SIGTERM)");
+	ck_assert_has(o, "no heartbeat");
 	ck_assert_msg(strstr(o, "killed by signal 15") == NULL, "%s", o);
 	ck_assert_msg(kill(hung, 0) != 0, "rank 1 remains");
 	free(o);

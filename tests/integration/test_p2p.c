@@ -88,16 +88,8 @@ p2p_killed(const char *job, const char *const *env, int64_t bound_ms)
 	for (int r = 1; r < 3; r++) {
 		char *o = th_worker_output(&w, r);
 
-		ck_assert_msg(w.status[r] == 3, "rank %d exit %d: %s", r,
-		    w.status[r], o);
-		ck_assert_msg(
-		    strstr(o, "RESULT recv status=COHORT_EPEERLOST") != NULL,
-		    "rank %d: %s", r, o);
-		ck_assert_msg(strstr(o, "rank 0") != NULL,
-		    "rank %d: the error does not name rank 0: %s", r, o);
-		ck_assert_msg(
-		    strstr(o, "RESULT sticky status=COHORT_EPEERLOST") != NULL,
-		    "rank %d: the error is not sticky: %s", r, o);
+		th_expect_peer_lost(
+		    &w, r, o, "RESULT recv status=COHORT_EPEERLOST", 0);
 		{
 			const char *l = strstr(o, "RESULT recv");
 			const char *e = l != NULL ? strchr(l, '\n') : NULL;

@@ -28,6 +28,7 @@
 #include "front/door.h"
 #include "front/events.h"
 #include "state/lifecycle.h"
+#include "../unit/srv_req.h"
 
 enum {
 	Q_VALIDATE = 0,
@@ -694,15 +695,6 @@ START_TEST(test_door_stranger_gets_nothing)
 }
 END_TEST
 
-static void
-door_sink(void *arg, void *tp, nng_msg *m)
-{
-	(void)arg;
-	(void)tp;
-	if (m != NULL)
-		nng_msg_free(m);
-}
-
 static struct sockaddr_storage
 door_sa(const char *ip)
 {
@@ -758,7 +750,7 @@ START_TEST(test_door_other_hosts)
 	 * client exists only once authenticated) is let in; others, and
 	 * another job's, are not. */
 	ck_assert_cohort_ok(
-	    srv_core_new(&lim, NULL, door_sink, NULL, 1, &core));
+	    srv_core_new(&lim, NULL, srq_drop_reply, NULL, 1, &core));
 	ck_assert_ptr_nonnull(job = srv_job_new(core, "j", "t"));
 	ck_assert_ptr_nonnull(srv_job_new(core, "other", "t2"));
 	ck_assert_ptr_nonnull(cl = srv_client_get(core, &job->clients, 5, 1));

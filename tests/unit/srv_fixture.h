@@ -310,6 +310,18 @@ fx_kv_get(struct fx *f, struct srq_cli *c, const char *key, bool wait,
 	return (fx_send(f, c, srq_kv_get(&q, key, wait, timeout_ms), NULL, 0));
 }
 
+/* A request whose body is msg (body names it), with the string pl (NULL:
+ * none) as its payload. */
+static inline uintptr_t
+fx_simple_pl(
+    struct fx *f, struct srq_cli *c, int body, void *msg, const char *pl)
+{
+	struct srq q;
+
+	return (fx_send(f, c, srq_simple(&q, body, msg, 0), pl,
+	    pl != NULL ? strlen(pl) : 0));
+}
+
 /* seq 0: the client's next. */
 static inline uintptr_t
 fx_kv_add(struct fx *f, struct srq_cli *c, const char *key, int64_t delta,
@@ -322,6 +334,63 @@ fx_kv_add(struct fx *f, struct srq_cli *c, const char *key, int64_t delta,
 	return (fx_send(f, c, rq, NULL, 0));
 }
 
+/* An append of val to key. */
+static inline uintptr_t
+fx_kv_append(struct fx *f, struct srq_cli *c, const char *key, const char *val)
+{
+	Cohort__KvAppend ap = COHORT__KV_APPEND__INIT;
+
+	ap.key = (char *)key;
+	return (fx_simple_pl(f, c, COHORT__REQUEST__BODY_KV_APPEND, &ap, val));
+}
+
+static inline uintptr_t
+fx_kv_delete(struct fx *f, struct srq_cli *c, const char *key)
+{
+	Cohort__KvDelete d = COHORT__KV_DELETE__INIT;
+
+	d.key = (char *)key;
+	return (fx_simple_pl(f, c, COHORT__REQUEST__BODY_KV_DELETE, &d, NULL));
+}
+
+/* A compare-and-set of key: expected exp (NULL: none) if present, else
+ * absent; want the new value. */
+static inline uintptr_t
+fx_kv_cas(struct fx *f, struct srq_cli *c, const char *key, const char *exp,
+    bool present, const char *want)
+{
+	Cohort__Request rq = COHORT__REQUEST__INIT;
+	Cohort__KvCompareSet cs = COHORT__KV_COMPARE_SET__INIT;
+	char buf[128];
+	size_t el = exp ? strlen(exp) : 0, dl = strlen(want);
+
+	ck_assert_uint_le(el + dl, sizeof(buf));
+	memcpy(buf, exp ? exp : "", el);
+	memcpy(buf + el, want, dl);
+	cs.key = (char *)key;
+	cs.expected_len = el;
+	cs.expected_present = present;
+	rq.body_case = COHORT__REQUEST__BODY_KV_COMPARE_SET;
+	rq.kv_compare_set = &cs;
+	return (fx_send(f, c, &rq, buf, el + dl));
+}
+
+/* A multi-set of keys[0..n), their values one after the other in vals
+ * (lens: each one's length). */
+static inline uintptr_t
+fx_kv_multi_set(struct fx *f, struct srq_cli *c, char **keys, uint64_t *lens,
+    size_t n, const char *vals)
+{
+	Cohort__KvMultiSet ms = COHORT__KV_MULTI_SET__INIT;
+
+	ms.n_keys = n;
+	ms.keys = keys;
+	ms.n_value_lens = n;
+	ms.value_lens = lens;
+	return (
+	    fx_simple_pl(f, c, COHORT__REQUEST__BODY_KV_MULTI_SET, &ms, vals));
+}
+
 static inline uintptr_t
 fx_simple(
     struct fx *f, struct srq_cli *c, int body, void *msg, uint32_t timeout_ms)
@@ -329,6 +398,49 @@ fx_simple(
 	struct srq q;
 
 	return (fx_send(f, c, srq_simple(&q, body, msg, timeout_ms), NULL, 0));
+}
+
+/* A Watch from c: answered when its job fails or timeout_ms pass. */
+static inline uintptr_t
+fx_watch(struct fx *f, struct srq_cli *c, uint32_t timeout_ms)
+{
+	Cohort__Watch w = COHORT__WATCH__INIT;
+
+	return (fx_simple(f, c, COHORT__REQUEST__BODY_WATCH, &w, timeout_ms));
+}
+
+/* A StatusQuery of job ("": every job c may see) from c, answered want;
+ * the reply. */
+static inline Cohort__Reply *
+fx_status(struct fx *f, struct srq_cli *c, const char *job, cohort_status want)
+{
+	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
+
+	sq.job = (char *)job;
+	return (fx_want(f,
+	    fx_simple(f, c, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
+	    want));
+}
+
+/* A ReportFailure of text from c; doing (NULL: none) is what it does. */
+static inline uintptr_t
+fx_report(struct fx *f, struct srq_cli *c, const char *text,
+    Cohort__Heartbeat *doing)
+{
+	Cohort__ReportFailure rf = COHORT__REPORT_FAILURE__INIT;
+
+	rf.text = (char *)text;
+	rf.doing = doing;
+	return (fx_simple(f, c, COHORT__REQUEST__BODY_REPORT_FAILURE, &rf, 0));
+}
+
+/* A Leave from c. */
+static inline uintptr_t
+fx_leave(struct fx *f, struct srq_cli *c)
+{
+	Cohort__Leave lv = COHORT__LEAVE__INIT;
+
+	return (fx_simple(f, c, COHORT__REQUEST__BODY_LEAVE, &lv, 0));
 }
 
 /* Creates group `name` of the n global ranks at ranks (c's part). */

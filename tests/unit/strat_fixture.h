@@ -22,5 +22,13 @@ char *strat_run(const char *job, int n, const char *mode, const char *args,
 /* max |a - b| / max |a| over the floats of two parameter files of the
  * same size (every value of b finite). */
 double strat_rel_diff(const char *pa, const char *pb);
+/* Fails unless the parameter files a and b are equal within float rounding
+ * (strat_rel_diff <= 1e-5). */
+#define strat_assert_same(a, b)                                               \
+	do {                                                                  \
+		double rel_ = strat_rel_diff((a), (b));                       \
+		ck_assert_msg(rel_ <= 1e-5,                                   \
+		    "%s vs %s: relative difference %g", #a, #b, rel_);        \
+	} while (0)
 
 #endif /* COHORT_STRAT_FIXTURE_H */

@@ -48,6 +48,15 @@
 		    f_, (g)->group_id);                                       \
 	} while (0)
 
+/* tt_run_group(n, id, body) on a group of its own, which must see no
+ * failed check. */
+#define tt_run_ok(n, id, body)                                                \
+	do {                                                                  \
+		static struct tt_group g_;                                    \
+		tt_run_group((n), (id), (body), &g_);                         \
+		tt_assert_no_failures(&g_);                                   \
+	} while (0)
+
 /* In-memory store (gloo HashStore). */
 struct tt_kv {
 	struct tt_kv *next;

@@ -62,8 +62,6 @@ static cohort_status
 et_barrier(struct clx *x, int rank, void *arg)
 {
 	(void)arg;
-	if (x->c[rank] == NULL)
-		return (COHORT_OK);
 	return (
 	    cohort_barrier(cohort_client_world(x->c[rank]), "step", 10000));
 }
@@ -76,8 +74,6 @@ et_allreduce(struct clx *x, int rank, void *arg)
 	cohort_status st;
 
 	(void)arg;
-	if (x->c[rank] == NULL)
-		return (COHORT_OK);
 	v = (float)cohort_client_rank(x->c[rank]) + 1.0f;
 	st = cohort_allreduce(cohort_client_world(x->c[rank]), &v, &v, 1,
 	    COHORT_F32, COHORT_SUM, NULL, 10000);
@@ -95,9 +91,24 @@ et_reform(struct clx *x, int rank, void *arg)
 {
 	cohort_reform_info *info = arg;
 
+	return (cohort_client_reform(x->c[rank], &info[rank], 10000));
+}
+
+/* What et_all runs on each rank: fn(arg) if its client is open (a lost
+ * rank's is closed, its groups gone with it). */
+struct et_each {
+	clx_fn fn;
+	void *arg;
+};
+
+static cohort_status
+et_if_open(struct clx *x, int rank, void *arg)
+{
+	const struct et_each *e = arg;
+
 	if (x->c[rank] == NULL)
 		return (COHORT_OK);
-	return (cohort_client_reform(x->c[rank], &info[rank], 10000));
+	return (e->fn(x, rank, e->arg));
 }
 
 /* Runs fn on every open client; each must return want. */
@@ -105,9 +116,10 @@ static void
 et_all(struct clx *x, int n, clx_fn fn, void *arg, cohort_status want,
     const char *what)
 {
+	struct et_each e = { fn, arg };
 	cohort_status st[CLX_MAX];
 
-	clx_run(x, n, fn, arg, 30000, st);
+	clx_run(x, n, et_if_open, &e, 30000, st);
 	for (int r = 0; r < n; r++)
 		ck_assert_msg(x->c[r] == NULL || st[r] == want,
 		    "%s: rank %d: %s, expected %s (%s)", what, r,
@@ -183,8 +195,6 @@ et_boundary(struct clx *x, int rank, void *arg)
 {
 	cohort_boundary *b = arg;
 
-	if (x->c[rank] == NULL)
-		return (COHORT_OK);
 	return (cohort_step_boundary(x->c[rank], &b[rank], 10000));
 }
 
@@ -232,8 +242,6 @@ et_sub_allreduce(struct clx *x, int rank, void *arg)
 	struct et_groups *g = arg;
 	cohort_group *sg[2] = { g->odd[rank], g->tail[rank] };
 
-	if (x->c[rank] == NULL) /* lost: its groups went with it */
-		return (COHORT_OK);
 	for (int i = 0; i < 2; i++) {
 		float v = 1.0f;
 		cohort_status st;
@@ -457,8 +465,6 @@ et_transfer(struct clx *x, int rank, void *arg)
 	size_t len = 0;
 	cohort_status st;
 
-	if (x->c[rank] == NULL)
-		return (COHORT_OK);
 	if (b[rank].role == COHORT_STATE_SEND) {
 		state = malloc(ET_STATE_LEN);
 		ck_assert_ptr_nonnull(state);
@@ -479,29 +485,41 @@ et_transfer(struct clx *x, int rank, void *arg)
 	return (st);
 }
 
-START_TEST(test_joiner_is_admitted_at_a_boundary_and_gets_the_state)
+/* Job (a range of 1..3 on "host"): 3 join, rank 2 is lost and 0 and 1
+ * reform into a world of 2, then a new process asks to join and is
+ * admitted as rank 2 at the boundary of 0 and 1 (b, zeroed first).
+ * Returns the generation of the world of 2. */
+static uint64_t
+et_lose_then_grow(struct clx *x, const char *job, cohort_boundary *b)
 {
-	struct clx x;
 	struct et_open a = { 3, 1, "host" };
-	struct et_wj w = { &x, 0, 1 };
+	struct et_wj w = { x, 0, 1 };
 	cohort_reform_info info[CLX_MAX];
-	cohort_boundary b[CLX_MAX];
 	struct clx_bg *joiner;
 	uint64_t gen;
 
-	memset(b, 0, sizeof(b));
-	clx_start(&x, "grow");
-	et_join(&x, 3, 1, "host");
+	memset(b, 0, sizeof(*b) * CLX_MAX);
+	clx_start(x, job);
+	et_join(x, 3, 1, "host");
 	/* rank 2 is lost: 0 and 1 go on as a world of 2 */
-	et_lose(&x, 3, 2, COHORT_EMEMBERSHIP);
-	et_all(&x, 3, et_reform, info, COHORT_OK, "reform");
-	gen = cohort_client_generation(x.c[0]);
+	et_lose(x, 3, 2, COHORT_EMEMBERSHIP);
+	et_all(x, 3, et_reform, info, COHORT_OK, "reform");
+	gen = cohort_client_generation(x->c[0]);
 	/* a new process asks to join; it waits for the next boundary */
-	joiner = clx_bg_start(&x, 2, et_open_joiner, &a);
+	joiner = clx_bg_start(x, 2, et_open_joiner, &a);
 	ck_assert_msg(th_wait_until(et_joiners_waiting, &w, 200, 25),
 	    "cohortd never counted the joiner");
-	et_all(&x, 2, et_boundary, b, COHORT_OK, "boundary");
+	et_all(x, 2, et_boundary, b, COHORT_OK, "boundary");
 	ck_assert_cohort_ok(clx_bg_join(joiner, 10000, NULL));
+	return (gen);
+}
+
+START_TEST(test_joiner_is_admitted_at_a_boundary_and_gets_the_state)
+{
+	struct clx x;
+	cohort_boundary b[CLX_MAX];
+	uint64_t gen = et_lose_then_grow(&x, "grow", b);
+
 	x.n = 3;
 	for (int r = 0; r < 2; r++) {
 		ck_assert(b[r].changed);
@@ -546,22 +564,12 @@ END_TEST
 START_TEST(test_joiner_lost_during_the_transfer)
 {
 	struct clx x;
-	struct et_open a = { 3, 1, "host" };
-	struct et_wj w = { &x, 0, 1 };
 	cohort_reform_info info[CLX_MAX];
 	cohort_boundary b[CLX_MAX];
-	struct clx_bg *joiner, *send;
+	struct clx_bg *send;
 	cohort_status st;
 
-	memset(b, 0, sizeof(b));
-	clx_start(&x, "xferlost");
-	et_join(&x, 3, 1, "host");
-	et_lose(&x, 3, 2, COHORT_EMEMBERSHIP);
-	et_all(&x, 3, et_reform, info, COHORT_OK, "reform");
-	joiner = clx_bg_start(&x, 2, et_open_joiner, &a);
-	ck_assert(th_wait_until(et_joiners_waiting, &w, 200, 25));
-	et_all(&x, 2, et_boundary, b, COHORT_OK, "boundary");
-	ck_assert_cohort_ok(clx_bg_join(joiner, 10000, NULL));
+	(void)et_lose_then_grow(&x, "xferlost", b);
 	ck_assert_int_eq(b[0].role, COHORT_STATE_SEND);
 	/* the sender starts; the joiner is lost before it takes part */
 	send = clx_bg_start(&x, 0, et_transfer, b);

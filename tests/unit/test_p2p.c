@@ -189,10 +189,7 @@ tp_body_sizes(struct tt_group *g, int r, void *state)
 
 START_TEST(test_p2p_sizes_both_orders)
 {
-	static struct tt_group g;
-
-	tt_run_group(2, "p2psizes", tp_body_sizes, &g);
-	tt_assert_no_failures(&g);
+	tt_run_ok(2, "p2psizes", tp_body_sizes);
 }
 END_TEST
 
@@ -235,13 +232,7 @@ tp_body_tags(struct tt_group *g, int r, void *state)
 	cohort__host_backend.p2p_close(p2p);
 }
 
-START_TEST(test_p2p_per_tag_order)
-{
-	static struct tt_group g;
-
-	tt_run_group(2, "p2ptags", tp_body_tags, &g);
-	tt_assert_no_failures(&g);
-}
+START_TEST(test_p2p_per_tag_order) { tt_run_ok(2, "p2ptags", tp_body_tags); }
 END_TEST
 
 /* ------------------------------------------------------------------------ */
@@ -348,13 +339,7 @@ tp_body_any(struct tt_group *g, int r, void *state)
 	cohort__host_backend.p2p_close(p2p);
 }
 
-START_TEST(test_p2p_any_source)
-{
-	static struct tt_group g;
-
-	tt_run_group(4, "p2pany", tp_body_any, &g);
-	tt_assert_no_failures(&g);
-}
+START_TEST(test_p2p_any_source) { tt_run_ok(4, "p2pany", tp_body_any); }
 END_TEST
 
 /* Rank 0 posts a receive from any rank, then one from rank 1, both with
@@ -468,10 +453,7 @@ tp_body_many(struct tt_group *g, int r, void *state)
 
 START_TEST(test_p2p_many_messages_all_pairs)
 {
-	static struct tt_group g;
-
-	tt_run_group(4, "p2pmany", tp_body_many, &g);
-	tt_assert_no_failures(&g);
+	tt_run_ok(4, "p2pmany", tp_body_many);
 }
 END_TEST
 
@@ -504,10 +486,7 @@ tp_body_mismatch(struct tt_group *g, int r, void *state)
 
 START_TEST(test_p2p_size_mismatch_fails_both)
 {
-	static struct tt_group g;
-
-	tt_run_group(2, "p2pmismatch", tp_body_mismatch, &g);
-	tt_assert_no_failures(&g);
+	tt_run_ok(2, "p2pmismatch", tp_body_mismatch);
 }
 END_TEST
 
@@ -555,10 +534,7 @@ tp_body_vanish(struct tt_group *g, int r, void *state)
 
 START_TEST(test_p2p_peer_vanishes_during_recv)
 {
-	static struct tt_group g;
-
-	tt_run_group(2, "p2pvanish", tp_body_vanish, &g);
-	tt_assert_no_failures(&g);
+	tt_run_ok(2, "p2pvanish", tp_body_vanish);
 }
 END_TEST
 
@@ -629,17 +605,13 @@ tp_body_absent(struct tt_group *g, int r, void *state)
 	tp_init(&q, false, 1, 0, b, 4, COHORT_U8, 600);
 	ck_assert_cohort_ok(tp_post(p2p, &q));
 	tp_expect(g, &q, COHORT_ETIMEDOUT);
-	ck_assert_msg(strstr(q.r.err, "no connection with rank 101") != NULL,
-	    "%s", q.r.err);
+	ck_assert_has(q.r.err, "no connection with rank 101");
 	cohort__host_backend.p2p_close(p2p);
 }
 
 START_TEST(test_p2p_peer_never_opens)
 {
-	static struct tt_group g;
-
-	tt_run_group(2, "p2pabsent", tp_body_absent, &g);
-	tt_assert_no_failures(&g);
+	tt_run_ok(2, "p2pabsent", tp_body_absent);
 }
 END_TEST
 
@@ -677,10 +649,7 @@ tp_body_abort(struct tt_group *g, int r, void *state)
 
 START_TEST(test_p2p_abort_and_close_fail_pending)
 {
-	static struct tt_group g;
-
-	tt_run_group(3, "p2pabort", tp_body_abort, &g);
-	tt_assert_no_failures(&g);
+	tt_run_ok(3, "p2pabort", tp_body_abort);
 }
 END_TEST
 

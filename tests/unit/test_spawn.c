@@ -295,8 +295,7 @@ START_TEST(test_spawn_after_nng_refused)
 	ck_assert_int_eq(nng_req0_open(&sock), 0);
 	ck_assert_cohort_err(
 	    cohort_spawn(2, tsp_fn_ok, NULL, &o, &r), COHORT_ESTATE);
-	ck_assert_msg(strstr(r.error, "before this process opens") != NULL,
-	    "%s", r.error);
+	ck_assert_has(r.error, "before this process opens");
 	ck_assert_int_eq(r.exit_codes[0], -1); /* nothing was started */
 	cohort_spawn_result_free(&r);
 	nng_close(sock);

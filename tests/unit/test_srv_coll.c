@@ -218,11 +218,9 @@ START_TEST(test_timeout_names_missing_and_retry)
 	ck_assert_uint_eq(r->n_missing_ranks, 2);
 	ck_assert_int_eq(r->missing_ranks[0], 2);
 	ck_assert_int_eq(r->missing_ranks[1], 3);
-	ck_assert_msg(strstr(r->error,
-	                  "barrier 'x' (#5) timed out after "
-	                  "3.0 s; ranks 2, 3 never arrived")
-	        != NULL,
-	    "%s", r->error);
+	ck_assert_has(r->error,
+	    "barrier 'x' (#5) timed out after 3.0 s; ranks 2, 3 never "
+	    "arrived");
 	/* retry with the same op_seq (new request seq) */
 	t1 = fx_barrier(f, &c[0], "x", 5, 30000);
 	fx_barrier(f, &c[2], "x", 5, 30000);

@@ -148,7 +148,6 @@ START_TEST(test_wrong_token_no_data)
 {
 	struct srq_cli c[1], evil;
 	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
-	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
 	Cohort__Reply *r;
 
 	fx_form(f, c, 1, "j");
@@ -167,10 +166,7 @@ START_TEST(test_wrong_token_no_data)
 	evil.seq = 0;
 	r = fx_want(f, fx_kv_get(f, &evil, "k", false, 0), COHORT_EAUTH);
 	/* status of a job needs its token */
-	sq.job = "j";
-	fx_want(f,
-	    fx_simple(f, &evil, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
-	    COHORT_EAUTH);
+	fx_status(f, &evil, "j", COHORT_EAUTH);
 	/* bad job names */
 	evil.job = "";
 	fx_want(f, fx_kv_get(f, &evil, "k", false, 0), COHORT_EINVAL);
@@ -181,28 +177,21 @@ START_TEST(test_admin_token_status)
 {
 	struct srv_limits lim = { 100, 1000, 10, 0, 0, 0, 0, 0, 0, 0 };
 	struct srq_cli c;
-	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
 
 	srv_core_free(f->core);
 	ck_assert_cohort_ok(
 	    srv_core_new(&lim, "adm", fx_sink, f, f->now, &f->core));
 	srq_cli_init(&c, "", 1, 1);
 	c.token = "";
-	sq.job = "";
-	fx_want(f,
-	    fx_simple(f, &c, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
-	    COHORT_EAUTH);
+	fx_status(f, &c, "", COHORT_EAUTH);
 	c.token = "adm";
-	fx_want(f,
-	    fx_simple(f, &c, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
-	    COHORT_OK);
+	fx_status(f, &c, "", COHORT_OK);
 }
 END_TEST
 
 START_TEST(test_preset_job)
 {
 	struct srq_cli c[1], evil;
-	uintptr_t t;
 
 	ck_assert_cohort_ok(srv_job_add_preset(f->core, "pre", "tok"));
 	ck_assert_cohort_err(
@@ -213,11 +202,7 @@ START_TEST(test_preset_job)
 	evil.token = "other";
 	fx_want(f, fx_join(f, &evil, 0, 1, 0), COHORT_EAUTH);
 	fx_form(f, c, 1, "pre");
-	{
-		Cohort__Leave lv = COHORT__LEAVE__INIT;
-		t = fx_simple(f, &c[0], COHORT__REQUEST__BODY_LEAVE, &lv, 0);
-		fx_want(f, t, COHORT_OK);
-	}
+	fx_want(f, fx_leave(f, &c[0]), COHORT_OK);
 	/* preset jobs stay */
 	ck_assert_uint_eq(f->core->jobs.n, 1);
 }

@@ -43,13 +43,8 @@ pass(struct srq_cli *live, int nlive, cohort__time step, int n)
 static Cohort__Reply *
 status_of(struct srq_cli *c)
 {
-	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
-	Cohort__Reply *r;
+	Cohort__Reply *r = fx_status(f, c, c->job, COHORT_OK);
 
-	sq.job = (char *)c->job;
-	r = fx_want(f,
-	    fx_simple(f, c, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
-	    COHORT_OK);
 	ck_assert_uint_eq(r->status_query->n_jobs, 1);
 	return (r);
 }
@@ -201,9 +196,7 @@ START_TEST(test_el_rendezvous_below_min_times_out)
 	ck_assert_ptr_null(fx_get(f, ta));
 	fx_tick(f, 3100);
 	r = fx_want(f, ta, COHORT_ETIMEDOUT);
-	ck_assert_msg(
-	    strstr(r->error, "2 of 3..4 (at least 3 needed) ranks") != NULL,
-	    "%s", r->error);
+	ck_assert_has(r->error, "2 of 3..4 (at least 3 needed) ranks");
 }
 END_TEST
 
@@ -228,8 +221,7 @@ START_TEST(test_el_range_must_agree)
 	fx_form_el(f, c, 4, "r", 3, 4);
 	srq_cli_init(&x, "r", 77, 77);
 	r = fx_want(f, fx_join_el(f, &x, -1, 2, 4, 1000), COHORT_EINVAL);
-	ck_assert_msg(strstr(r->error, "is elastic with 3..4 ranks") != NULL,
-	    "%s", r->error);
+	ck_assert_has(r->error, "is elastic with 3..4 ranks");
 }
 END_TEST
 
@@ -240,13 +232,12 @@ END_TEST
 START_TEST(test_el_shrink_connection_lost)
 {
 	struct srq_cli c[4];
-	Cohort__Watch w = COHORT__WATCH__INIT;
 	uintptr_t tw, t[3];
 	Cohort__Reply *r;
 	Cohort__JoinReply *jr;
 
 	fx_form_el(f, c, 4, "e", 3, 4);
-	tw = fx_simple(f, &c[0], COHORT__REQUEST__BODY_WATCH, &w, 60000);
+	tw = fx_watch(f, &c[0], 60000);
 	for (int i = 0; i < 3; i++)
 		t[i] = fx_barrier(f, &c[i], "step", 1, 60000);
 	srv_core_pipe_closed(f->core, c[3].pipe, f->now);
@@ -355,26 +346,20 @@ END_TEST
 START_TEST(test_el_shrink_report_failure)
 {
 	struct srq_cli c[4];
-	Cohort__ReportFailure rf = COHORT__REPORT_FAILURE__INIT;
+	const char *text = "Traceback: ValueError: boom\n  at line 3";
 	uintptr_t t;
 	Cohort__Reply *r;
 
 	fx_form_el(f, c, 4, "e", 2, 4);
 	t = fx_barrier(f, &c[0], "x", 1, 60000);
-	rf.text = "Traceback: ValueError: boom\n  at line 3";
-	fx_want(f,
-	    fx_simple(f, &c[2], COHORT__REQUEST__BODY_REPORT_FAILURE, &rf, 0),
-	    COHORT_OK);
+	fx_want(f, fx_report(f, &c[2], text, NULL), COHORT_OK);
 	r = fx_want(f, t, COHORT_EMEMBERSHIP);
 	ck_assert_int_eq(r->failed_rank, 2);
-	ck_assert_str_eq(r->failed_text, rf.text);
+	ck_assert_str_eq(r->failed_text, text);
 	ck_assert_int_eq(
 	    r->failure->kind, COHORT__FAILURE_KIND__FAILURE_REPORTED);
 	/* a member still in generation 1 reports its own failure: served */
-	rf.text = "second";
-	fx_want(f,
-	    fx_simple(f, &c[1], COHORT__REQUEST__BODY_REPORT_FAILURE, &rf, 0),
-	    COHORT_OK);
+	fx_want(f, fx_report(f, &c[1], "second", NULL), COHORT_OK);
 	ck_assert_uint_eq(job_of("e")->generation, 3);
 	ck_assert_uint_eq(job_of("e")->world, 2);
 }
@@ -394,11 +379,8 @@ START_TEST(test_el_below_min_stops)
 	ck_assert_int_eq(r->failed_rank, 2);
 	ck_assert_str_eq(r->failed_text,
 	    "connection lost; 2 ranks remain, below the minimum of 3");
-	ck_assert_msg(strstr(r->error,
-	                  "job 'e' stops: 2 ranks remain, below the "
-	                  "minimum of 3")
-	        != NULL,
-	    "%s", r->error);
+	ck_assert_has(
+	    r->error, "job 'e' stops: 2 ranks remain, below the minimum of 3");
 	ck_assert_str_eq(r->failure->text, r->failed_text);
 	r = fx_want(f, fx_reform(f, &c[1]), COHORT_EPEERLOST);
 	ck_assert_int_eq(r->failed_rank, 2);
@@ -571,11 +553,9 @@ START_TEST(test_el_joiner_admitted_at_boundary)
 	    status_of(&c[0])->status_query->jobs[0]->joiners_waiting, 1);
 	json = srv_status_json(f->core, "e", "tok", f->now, &code);
 	ck_assert_int_eq(code, 200);
-	ck_assert_msg(strstr(json,
-	                  "\"world_size\":3,\"min_world\":2,\"max_world\":4,"
-	                  "\"joiners_waiting\":1")
-	        != NULL,
-	    "%s", json);
+	ck_assert_has(json,
+	    "\"world_size\":3,\"min_world\":2,\"max_world\":4,\"joiners_"
+	    "waiting\":1");
 	free(json);
 	for (int i = 0; i < 3; i++)
 		tb[i] = fx_boundary(f, &c[i], 1, true, 60000);
@@ -696,11 +676,9 @@ START_TEST(test_el_joiner_timeout_and_disconnect)
 	tb = fx_join_el(f, &b, -1, 1, 3, 60000);
 	pass(c, 2, 1000, 3);
 	r = fx_want(f, ta, COHORT_ETIMEDOUT);
-	ck_assert_msg(strstr(r->error,
-	                  "joining the running job 'e' timed out after "
-	                  "3.0 s: it has 2 of at most 3 ranks")
-	        != NULL,
-	    "%s", r->error);
+	ck_assert_has(r->error,
+	    "joining the running job 'e' timed out after 3.0 s: it has 2 of "
+	    "at most 3 ranks");
 	drops = f->ndrop;
 	srv_core_pipe_closed(f->core, b.pipe, f->now);
 	ck_assert_ptr_null(fx_get(f, tb));
@@ -894,11 +872,8 @@ START_TEST(test_el_no_holder_left_stops)
 	fx_joined(f, &j, tj);
 	srv_core_pipe_closed(f->core, c[0].pipe, f->now);
 	r = fx_want(f, fx_reform(f, &j), COHORT_EPEERLOST);
-	ck_assert_msg(strstr(r->failed_text,
-	                  "none of the 1 remaining ranks holds the job's "
-	                  "state")
-	        != NULL,
-	    "%s", r->failed_text);
+	ck_assert_has(r->failed_text,
+	    "none of the 1 remaining ranks holds the job's state");
 }
 END_TEST
 
@@ -946,8 +921,7 @@ START_TEST(test_el_reform_too_far_behind)
 		srv_core_pipe_closed(f->core, c[i].pipe, f->now);
 	ck_assert_uint_eq(job_of("e")->generation, 18);
 	r = fx_want(f, fx_reform(f, &c[0]), COHORT_EPEERLOST);
-	ck_assert_msg(
-	    strstr(r->error, "cannot follow job 'e'") != NULL, "%s", r->error);
+	ck_assert_has(r->error, "cannot follow job 'e'");
 	ck_assert_int_eq(fx_reformed(f, &c[1], fx_reform(f, &c[1]))->rank, 1);
 }
 END_TEST
@@ -1127,11 +1101,8 @@ START_TEST(test_el_journal_snapshot)
 	ck_assert_int_eq(jr->rank, 1);
 	WANT_RANKS(jr->prev_ranks, jr->n_prev_ranks, 0, 1, -1);
 	r = fx_want(f, fx_reform(f, &c[1]), COHORT_EPEERLOST);
-	ck_assert_msg(strstr(r->error,
-	                  "rank 1 (host:101) was removed from "
-	                  "job 'e' at generation 2")
-	        != NULL,
-	    "%s", r->error);
+	ck_assert_has(r->error,
+	    "rank 1 (host:101) was removed from job 'e' at generation 2");
 	r = fx_want(f, fx_reform(f, &c[3]), COHORT_EPEERLOST);
 	ck_assert_ptr_nonnull(strstr(r->error, "at generation 4"));
 	fx_free_journal(f);
@@ -1183,8 +1154,7 @@ START_TEST(test_el_journal_member_lost_during_restart)
 	pass(c, 2, 1000, 6);
 	ck_assert_uint_eq(job_of("e")->generation, 2);
 	r = fx_want(f, fx_reform(f, &c[2]), COHORT_EPEERLOST);
-	ck_assert_msg(
-	    strstr(r->error, "did not reconnect") != NULL, "%s", r->error);
+	ck_assert_has(r->error, "did not reconnect");
 	ck_assert_int_eq(fx_reformed(f, &c[1], fx_reform(f, &c[1]))->rank, 1);
 	fx_free_journal(f);
 	f = fx_new();

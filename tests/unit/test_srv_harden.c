@@ -77,11 +77,20 @@ END_TEST
 /* Finding 9: the reply cache is bound to the connection and the request   */
 /* ------------------------------------------------------------------------ */
 
+/* q's request from c with seq (a retry, or another request reusing the
+ * seq), val (if any) its payload. */
+static uintptr_t
+hd_send_seq(struct fx *f, struct srq_cli *c, Cohort__Request *rq, uint64_t seq,
+    const char *val)
+{
+	rq->seq = seq;
+	return (fx_send(f, c, rq, val, val != NULL ? strlen(val) : 0));
+}
+
 START_TEST(test_other_connection_gets_nothing_of_a_client)
 {
 	struct srq_cli c[2], imp;
-	Cohort__Request rq = COHORT__REQUEST__INIT;
-	Cohort__KvGet g = COHORT__KV_GET__INIT;
+	struct srq q;
 	struct srv_job *job;
 	uint64_t seq;
 	uintptr_t t;
@@ -94,24 +103,13 @@ START_TEST(test_other_connection_gets_nothing_of_a_client)
 	 * something else */
 	imp = c[0];
 	imp.pipe = 99;
-	g.key = "other";
-	rq.body_case = COHORT__REQUEST__BODY_KV_GET;
-	rq.kv_get = &g;
-	rq.seq = seq;
-	t = fx_send(f, &imp, &rq, NULL, 0);
+	t = hd_send_seq(f, &imp, srq_kv_get(&q, "other", false, 0), seq, NULL);
 	ck_assert_ptr_nonnull(
 	    strstr(fx_want(f, t, COHORT_EEXIST)->error, "another connection"));
 	/* even the very same request gets nothing from there */
-	{
-		Cohort__Request r2 = COHORT__REQUEST__INIT;
-		Cohort__KvSet s = COHORT__KV_SET__INIT;
-		s.key = "secret";
-		r2.body_case = COHORT__REQUEST__BODY_KV_SET;
-		r2.kv_set = &s;
-		r2.seq = seq;
-		fx_want(f, fx_send(f, &imp, &r2, "member-0-value", 14),
-		    COHORT_EEXIST);
-	}
+	t = hd_send_seq(
+	    f, &imp, srq_kv_set(&q, "secret"), seq, "member-0-value");
+	fx_want(f, t, COHORT_EEXIST);
 	/* closing that connection does not fail the real member */
 	srv_core_pipe_closed(f->core, 99, f->now);
 	ck_assert_int_eq(job->members[0].state, SRV_MEMBER_RUNNING);
@@ -134,8 +132,7 @@ END_TEST
 START_TEST(test_cached_reply_only_for_the_same_request)
 {
 	struct srq_cli c[2];
-	Cohort__Request rq = COHORT__REQUEST__INIT;
-	Cohort__KvGet g = COHORT__KV_GET__INIT;
+	struct srq q;
 	uint64_t seq;
 	uintptr_t t;
 
@@ -144,26 +141,15 @@ START_TEST(test_cached_reply_only_for_the_same_request)
 	seq = c[0].seq;
 	/* the same seq for another request, over the client's own
 	 * connection: refused, not answered with the set's reply */
-	g.key = "k";
-	rq.body_case = COHORT__REQUEST__BODY_KV_GET;
-	rq.kv_get = &g;
-	rq.seq = seq;
-	t = fx_send(f, &c[0], &rq, NULL, 0);
+	t = hd_send_seq(f, &c[0], srq_kv_get(&q, "k", false, 0), seq, NULL);
 	ck_assert_ptr_nonnull(
 	    strstr(fx_want(f, t, COHORT_EINVAL)->error, "was used for"));
 	/* a real retry (same request) is answered from the cache, once */
-	{
-		Cohort__Request r2 = COHORT__REQUEST__INIT;
-		Cohort__KvSet s = COHORT__KV_SET__INIT;
-		s.key = "k";
-		r2.body_case = COHORT__REQUEST__BODY_KV_SET;
-		r2.kv_set = &s;
-		r2.seq = seq;
-		fx_want(f, fx_send(f, &c[0], &r2, "v1", 2), COHORT_OK);
-		/* same key and length, other value head: another request */
-		r2.seq = seq;
-		fx_want(f, fx_send(f, &c[0], &r2, "v2", 2), COHORT_EINVAL);
-	}
+	t = hd_send_seq(f, &c[0], srq_kv_set(&q, "k"), seq, "v1");
+	fx_want(f, t, COHORT_OK);
+	/* same key and length, other value head: another request */
+	t = hd_send_seq(f, &c[0], srq_kv_set(&q, "k"), seq, "v2");
+	fx_want(f, t, COHORT_EINVAL);
 }
 END_TEST
 
@@ -230,13 +216,8 @@ START_TEST(test_idle_connections_closed_busy_ones_kept)
 	 * handled: that request still counts */
 	{
 		struct srq_cli e;
-		Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
 		srq_cli_init(&e, "nope", 600, 60);
-		sq.job = "nope";
-		fx_want(f,
-		    fx_simple(
-		        f, &e, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
-		    COHORT_EAUTH);
+		fx_status(f, &e, "nope", COHORT_EAUTH);
 		srv_pipe_opened(f->core, 60, f->now);
 		f->now += 10000;
 		ck_assert_uint_eq(hd_idle(f, out), 0);
@@ -256,42 +237,36 @@ END_TEST
 /* Least exposure: status needs a credential; /metrics names no job       */
 /* ------------------------------------------------------------------------ */
 
+/* A StatusQuery of job ("": every job) from cl with token, answered
+ * want; the reply. */
+static Cohort__Reply *
+hd_status(struct fx *f, struct srq_cli *cl, const char *job, const char *token,
+    cohort_status want)
+{
+	cl->token = token;
+	return (fx_status(f, cl, job, want));
+}
+
 START_TEST(test_anonymous_status_refused)
 {
 	struct srq_cli c[2], anon;
-	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
 	Cohort__Reply *r;
 
 	fx_form(f, c, 2, "secret-project");
 	/* no job, no token, no admin secret configured */
 	srq_cli_init(&anon, "", 7, 77);
-	anon.token = "";
-	sq.job = "";
-	r = fx_want(f,
-	    fx_simple(f, &anon, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
-	    COHORT_EAUTH);
+	r = hd_status(f, &anon, "", "", COHORT_EAUTH);
 	ck_assert_ptr_nonnull(strstr(r->error, "admin secret"));
 	ck_assert_ptr_null(strstr(r->error, "secret-project"));
 	ck_assert_int_eq(r->body_case, COHORT__REPLY__BODY__NOT_SET);
 	/* one job, with its token: fine */
-	sq.job = "secret-project";
-	anon.token = "tok";
-	r = fx_want(f,
-	    fx_simple(f, &anon, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
-	    COHORT_OK);
+	r = hd_status(f, &anon, "secret-project", "tok", COHORT_OK);
 	ck_assert_uint_eq(r->status_query->n_jobs, 1);
 	/* a wrong token for it: nothing */
-	anon.token = "guess";
-	fx_want(f,
-	    fx_simple(f, &anon, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
-	    COHORT_EAUTH);
+	hd_status(f, &anon, "secret-project", "guess", COHORT_EAUTH);
 	/* --open-status: the old behaviour, for a private coordinator */
 	f->core->open_status = true;
-	sq.job = "";
-	anon.token = "";
-	r = fx_want(f,
-	    fx_simple(f, &anon, COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
-	    COHORT_OK);
+	r = hd_status(f, &anon, "", "", COHORT_OK);
 	ck_assert_uint_eq(r->status_query->n_jobs, 1);
 }
 END_TEST

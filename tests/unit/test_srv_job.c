@@ -145,10 +145,9 @@ START_TEST(test_failure_fanout_connection_lost)
 	struct srq_cli c[3];
 	uintptr_t t0, t2, tw, tl;
 	Cohort__Reply *r;
-	Cohort__Watch w = COHORT__WATCH__INIT;
 
 	fx_form(f, c, 3, "j");
-	tw = fx_simple(f, &c[2], COHORT__REQUEST__BODY_WATCH, &w, 60000);
+	tw = fx_watch(f, &c[2], 60000);
 	fx_barrier(f, &c[1], "epoch-2", 1, 60000);
 	t0 = fx_barrier(f, &c[0], "epoch-2", 1, 60000);
 	ck_assert_ptr_null(fx_get(f, t0));
@@ -156,26 +155,18 @@ START_TEST(test_failure_fanout_connection_lost)
 	r = fx_want(f, t0, COHORT_EPEERLOST);
 	ck_assert_int_eq(r->failed_rank, 1);
 	ck_assert_str_eq(r->failed_text, "connection lost");
-	ck_assert_msg(strstr(r->error,
-	                  "rank 1 (host:101) failed during "
-	                  "barrier 'epoch-2' (#1)")
-	        != NULL,
-	    "%s", r->error);
+	ck_assert_has(r->error,
+	    "rank 1 (host:101) failed during barrier 'epoch-2' (#1)");
 	fx_want(f, tw, COHORT_EPEERLOST);
 	/* later collectives of that generation: the same answer */
 	t2 = fx_barrier(f, &c[2], "epoch-2", 1, 60000);
 	r = fx_want(f, t2, COHORT_EPEERLOST);
 	ck_assert_int_eq(r->failed_rank, 1);
 	/* heartbeat: unhealthy with the failure */
-	{
-		Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
-		hb.last_op = "";
-		tl = fx_simple(
-		    f, &c[2], COHORT__REQUEST__BODY_HEARTBEAT, &hb, 0);
-		r = fx_want(f, tl, COHORT_OK);
-		ck_assert(!r->heartbeat->healthy);
-		ck_assert_int_eq(r->failed_rank, 1);
-	}
+	tl = fx_heartbeat(f, &c[2], "", 0, "", false, 0);
+	r = fx_want(f, tl, COHORT_OK);
+	ck_assert(!r->heartbeat->healthy);
+	ck_assert_int_eq(r->failed_rank, 1);
 	/* KV keeps working */
 	fx_want(f, fx_kv_set(f, &c[0], "k", "v"), COHORT_OK);
 }
@@ -184,18 +175,15 @@ END_TEST
 START_TEST(test_report_failure_text)
 {
 	struct srq_cli c[2];
-	Cohort__ReportFailure rf = COHORT__REPORT_FAILURE__INIT;
+	const char *text = "Traceback: ValueError: boom\n  at line 3";
 	uintptr_t t0;
 	Cohort__Reply *r;
 
 	fx_form(f, c, 2, "j");
 	t0 = fx_barrier(f, &c[0], "x", 1, 60000);
-	rf.text = "Traceback: ValueError: boom\n  at line 3";
-	fx_want(f,
-	    fx_simple(f, &c[1], COHORT__REQUEST__BODY_REPORT_FAILURE, &rf, 0),
-	    COHORT_OK);
+	fx_want(f, fx_report(f, &c[1], text, NULL), COHORT_OK);
 	r = fx_want(f, t0, COHORT_EPEERLOST);
-	ck_assert_str_eq(r->failed_text, rf.text);
+	ck_assert_str_eq(r->failed_text, text);
 	ck_assert_ptr_nonnull(strstr(r->error, "ValueError: boom"));
 }
 END_TEST
@@ -207,32 +195,23 @@ END_TEST
 START_TEST(test_failure_names_current_or_dated_operation)
 {
 	struct srq_cli c[2];
-	Cohort__ReportFailure rf = COHORT__REPORT_FAILURE__INIT;
 	Cohort__Heartbeat doing = COHORT__HEARTBEAT__INIT;
-	Cohort__Watch w = COHORT__WATCH__INIT;
 	uintptr_t tw;
 	Cohort__Reply *r;
 
 	fx_form(f, c, 2, "rep");
 	fx_want(f, fx_heartbeat(f, &c[1], "allreduce", 99, "", false, 0),
 	    COHORT_OK);
-	tw = fx_simple(f, &c[0], COHORT__REQUEST__BODY_WATCH, &w, 60000);
+	tw = fx_watch(f, &c[0], 60000);
 	fx_tick(f, 1200);
 	doing.last_op = "allreduce";
 	doing.last_op_seq = 151;
 	doing.last_group = "";
 	doing.in_op = true;
-	rf.text = "ValueError: boom";
-	rf.doing = &doing;
-	fx_want(f,
-	    fx_simple(f, &c[1], COHORT__REQUEST__BODY_REPORT_FAILURE, &rf, 0),
-	    COHORT_OK);
+	fx_want(f, fx_report(f, &c[1], "ValueError: boom", &doing), COHORT_OK);
 	r = fx_want(f, tw, COHORT_EPEERLOST);
-	ck_assert_msg(strstr(r->error,
-	                  "failed during allreduce (#151): "
-	                  "ValueError: boom")
-	        != NULL,
-	    "%s", r->error);
+	ck_assert_has(
+	    r->error, "failed during allreduce (#151): ValueError: boom");
 	ck_assert_msg(strstr(r->error, "#99") == NULL, "%s", r->error);
 
 	fx_free(f);
@@ -241,33 +220,27 @@ START_TEST(test_failure_names_current_or_dated_operation)
 	fx_form(f, c, 2, "lost");
 	fx_want(f, fx_heartbeat(f, &c[1], "allreduce", 99, "", true, 10),
 	    COHORT_OK);
-	tw = fx_simple(f, &c[0], COHORT__REQUEST__BODY_WATCH, &w, 60000);
+	tw = fx_watch(f, &c[0], 60000);
 	fx_tick(f, 2500);
 	srv_core_pipe_closed(f->core, c[1].pipe, f->now);
 	r = fx_want(f, tw, COHORT_EPEERLOST);
-	ck_assert_msg(strstr(r->error,
-	                  "(its last heartbeat, 2.5 s before: in "
-	                  "allreduce #99): connection lost")
-	        != NULL,
-	    "%s", r->error);
+	ck_assert_has(r->error,
+	    "(its last heartbeat, 2.5 s before: in allreduce #99): connection "
+	    "lost");
 }
 END_TEST
 
 START_TEST(test_heartbeat_silence)
 {
 	struct srq_cli c[2];
-	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
 	uintptr_t t0;
 	Cohort__Reply *r;
 
 	fx_form(f, c, 2, "j");
 	t0 = fx_barrier(f, &c[0], "x", 1, 600000);
-	hb.last_op = "train";
 	for (int i = 0; i < 8; i++) {
 		fx_tick(f, 1000);
-		fx_want(f,
-		    fx_simple(
-		        f, &c[0], COHORT__REQUEST__BODY_HEARTBEAT, &hb, 0),
+		fx_want(f, fx_heartbeat(f, &c[0], "train", 0, "", false, 0),
 		    COHORT_OK);
 	}
 	r = fx_want(f, t0, COHORT_EPEERLOST);
@@ -305,23 +278,19 @@ END_TEST
 START_TEST(test_leave_fails_waiters_and_removes_job)
 {
 	struct srq_cli c[3];
-	Cohort__Leave lv = COHORT__LEAVE__INIT;
 	uintptr_t t0;
 	Cohort__Reply *r;
 
 	fx_form(f, c, 3, "j");
 	t0 = fx_barrier(f, &c[0], "x", 1, 60000);
-	fx_want(f, fx_simple(f, &c[2], COHORT__REQUEST__BODY_LEAVE, &lv, 0),
-	    COHORT_OK);
+	fx_want(f, fx_leave(f, &c[2]), COHORT_OK);
 	r = fx_want(f, t0, COHORT_EPEERLOST);
 	ck_assert_int_eq(r->failed_rank, 2);
 	ck_assert_ptr_nonnull(strstr(r->error, "rank 2 (host:102) left"));
 	/* a later collective that waits for rank 2 fails at once */
 	fx_want(f, fx_barrier(f, &c[1], "y", 2, 60000), COHORT_EPEERLOST);
-	fx_want(f, fx_simple(f, &c[0], COHORT__REQUEST__BODY_LEAVE, &lv, 0),
-	    COHORT_OK);
-	fx_want(f, fx_simple(f, &c[1], COHORT__REQUEST__BODY_LEAVE, &lv, 0),
-	    COHORT_OK);
+	fx_want(f, fx_leave(f, &c[0]), COHORT_OK);
+	fx_want(f, fx_leave(f, &c[1]), COHORT_OK);
 	ck_assert_uint_eq(f->core->jobs.n, 0);
 	fx_want(f, fx_kv_set(f, &c[0], "k", "v"), COHORT_EAUTH);
 }
@@ -340,37 +309,26 @@ START_TEST(test_join_mismatch_names_both_sides)
 	srq_cli_init(&x, "x", 77, 77);
 	x.host = "other";
 	r = fx_want(f, fx_join(f, &x, 1, 2, 1000), COHORT_EINVAL);
-	ck_assert_msg(strstr(r->error,
-	                  "job 'x' has world size 4 (since "
-	                  "generation 1); this worker "
-	                  "(other:77) says 2")
-	        != NULL,
-	    "%s", r->error);
+	ck_assert_has(r->error,
+	    "job 'x' has world size 4 (since generation 1); this worker "
+	    "(other:77) says 2");
 	/* the same world size: the rank is held, by whom */
 	r = fx_want(f, fx_join(f, &x, 1, 4, 1000), COHORT_EEXIST);
-	ck_assert_msg(
-	    strstr(r->error, "rank 1 of job 'x' is held by host:101") != NULL,
-	    "%s", r->error);
+	ck_assert_has(r->error, "rank 1 of job 'x' is held by host:101");
 	ck_assert_ptr_nonnull(strstr(r->error, "other:77"));
 	/* rank -1: not one of the running generation's members */
 	r = fx_want(f, fx_join(f, &x, -1, 4, 1000), COHORT_ESTATE);
-	ck_assert_msg(strstr(r->error,
-	                  "job 'x' is running generation 1 with "
-	                  "4 ranks; this worker (other:77) is "
-	                  "not one of its members")
-	        != NULL,
-	    "%s", r->error);
+	ck_assert_has(r->error,
+	    "job 'x' is running generation 1 with 4 ranks; this worker "
+	    "(other:77) is not one of its members");
 	/* a pending rendezvous of 2 and a worker of 3 */
 	srq_cli_init(&p[0], "y", 200, 200);
 	srq_cli_init(&p[1], "y", 201, 201);
 	t = fx_join(f, &p[0], 0, 2, 60000);
 	r = fx_want(f, fx_join(f, &p[1], 1, 3, 1000), COHORT_EINVAL);
-	ck_assert_msg(strstr(r->error,
-	                  "job 'y' has world size 2 (rendezvous "
-	                  "of generation 1, 1 of 2 joined); "
-	                  "this worker (host:201) says 3")
-	        != NULL,
-	    "%s", r->error);
+	ck_assert_has(r->error,
+	    "job 'y' has world size 2 (rendezvous of generation 1, 1 of 2 "
+	    "joined); this worker (host:201) says 3");
 	ck_assert_ptr_null(fx_get(f, t));
 	fx_joined(f, &p[1], fx_join(f, &p[1], 1, 2, 1000));
 	fx_joined(f, &p[0], t);
@@ -378,8 +336,7 @@ START_TEST(test_join_mismatch_names_both_sides)
 	x.job = "x";
 	x.token = "not-tok";
 	r = fx_want(f, fx_join(f, &x, 0, 4, 1000), COHORT_EAUTH);
-	ck_assert_msg(strstr(r->error, "wrong token for job 'x'") != NULL,
-	    "%s", r->error);
+	ck_assert_has(r->error, "wrong token for job 'x'");
 	ck_assert_ptr_null(strstr(r->error, "not-tok"));
 	ck_assert_ptr_null(strstr(r->error, "'tok'"));
 }
@@ -529,7 +486,6 @@ END_TEST
 START_TEST(test_status_query)
 {
 	struct srq_cli c[3];
-	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
 	Cohort__Reply *r;
 	Cohort__JobStatus *js;
 	bool found = false;
@@ -537,10 +493,7 @@ START_TEST(test_status_query)
 	fx_form(f, c, 3, "j");
 	fx_barrier(f, &c[0], "b", 1, 60000);
 	fx_tick(f, 2000);
-	sq.job = "";
-	r = fx_want(f,
-	    fx_simple(f, &c[0], COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
-	    COHORT_OK);
+	r = fx_status(f, &c[0], "", COHORT_OK);
 	ck_assert_uint_eq(r->status_query->n_jobs, 1);
 	js = r->status_query->jobs[0];
 	ck_assert_str_eq(js->state, "running");
@@ -562,8 +515,6 @@ END_TEST
 START_TEST(test_status_finished_job)
 {
 	struct srq_cli c[2];
-	Cohort__StatusQuery sq = COHORT__STATUS_QUERY__INIT;
-	Cohort__Leave lv = COHORT__LEAVE__INIT;
 	Cohort__JobStatus *js;
 	Cohort__Reply *r;
 
@@ -574,14 +525,9 @@ START_TEST(test_status_finished_job)
 		fx_want(f, fx_heartbeat(f, &c[i], "allreduce", 7, "", true, 5),
 		    COHORT_OK);
 	for (int i = 0; i < 2; i++)
-		fx_want(f,
-		    fx_simple(f, &c[i], COHORT__REQUEST__BODY_LEAVE, &lv, 0),
-		    COHORT_OK);
+		fx_want(f, fx_leave(f, &c[i]), COHORT_OK);
 	fx_tick(f, 3000);
-	sq.job = "kept";
-	r = fx_want(f,
-	    fx_simple(f, &c[0], COHORT__REQUEST__BODY_STATUS_QUERY, &sq, 0),
-	    COHORT_OK);
+	r = fx_status(f, &c[0], "kept", COHORT_OK);
 	ck_assert_uint_eq(r->status_query->n_jobs, 1);
 	js = r->status_query->jobs[0];
 	ck_assert_str_eq(js->state, "finished");
@@ -595,12 +541,11 @@ END_TEST
 START_TEST(test_watch_timeout_ok)
 {
 	struct srq_cli c[1];
-	Cohort__Watch w = COHORT__WATCH__INIT;
 	uintptr_t t;
 	Cohort__Reply *r;
 
 	fx_form(f, c, 1, "j");
-	t = fx_simple(f, &c[0], COHORT__REQUEST__BODY_WATCH, &w, 500);
+	t = fx_watch(f, &c[0], 500);
 	ck_assert_ptr_null(fx_get(f, t));
 	fx_tick(f, 600);
 	r = fx_want(f, t, COHORT_OK);

@@ -59,11 +59,6 @@ START_TEST(test_kv_survives_restart)
 {
 	struct fx *f = fx_new_journal(0);
 	struct srq_cli c;
-	Cohort__Request rq = COHORT__REQUEST__INIT;
-	Cohort__KvDelete d = COHORT__KV_DELETE__INIT;
-	Cohort__KvAppend ap = COHORT__KV_APPEND__INIT;
-	Cohort__KvCompareSet cs = COHORT__KV_COMPARE_SET__INIT;
-	Cohort__KvMultiSet ms = COHORT__KV_MULTI_SET__INIT;
 	char *mkeys[2] = { "m1", "m2" };
 	uint64_t mlens[2] = { 2, 3 };
 	uintptr_t t;
@@ -76,31 +71,12 @@ START_TEST(test_kv_survives_restart)
 	fx_want(f, fx_kv_set(f, &c, "a", "alpha2"), COHORT_OK);
 	fx_want(f, fx_kv_add(f, &c, "n", 5, 0), COHORT_OK);
 	fx_want(f, fx_kv_add(f, &c, "n", -2, 0), COHORT_OK);
-	d.key = "gone";
-	rq.body_case = COHORT__REQUEST__BODY_KV_DELETE;
-	rq.kv_delete = &d;
-	fx_want(f, fx_send(f, &c, &rq, NULL, 0), COHORT_OK);
-	ap.key = "log";
-	rq = (Cohort__Request)COHORT__REQUEST__INIT;
-	rq.body_case = COHORT__REQUEST__BODY_KV_APPEND;
-	rq.kv_append = &ap;
-	fx_want(f, fx_send(f, &c, &rq, "ab", 2), COHORT_OK);
-	rq.seq = 0;
-	fx_want(f, fx_send(f, &c, &rq, "cd", 2), COHORT_OK);
-	cs.key = "cas";
-	cs.expected_present = false;
-	rq = (Cohort__Request)COHORT__REQUEST__INIT;
-	rq.body_case = COHORT__REQUEST__BODY_KV_COMPARE_SET;
-	rq.kv_compare_set = &cs;
-	fx_want(f, fx_send(f, &c, &rq, "new", 3), COHORT_OK);
-	ms.n_keys = 2;
-	ms.keys = mkeys;
-	ms.n_value_lens = 2;
-	ms.value_lens = mlens;
-	rq = (Cohort__Request)COHORT__REQUEST__INIT;
-	rq.body_case = COHORT__REQUEST__BODY_KV_MULTI_SET;
-	rq.kv_multi_set = &ms;
-	fx_want(f, fx_send(f, &c, &rq, "xxyyy", 5), COHORT_OK);
+	fx_want(f, fx_kv_delete(f, &c, "gone"), COHORT_OK);
+	fx_want(f, fx_kv_append(f, &c, "log", "ab"), COHORT_OK);
+	fx_want(f, fx_kv_append(f, &c, "log", "cd"), COHORT_OK);
+	fx_want(f, fx_kv_cas(f, &c, "cas", NULL, false, "new"), COHORT_OK);
+	fx_want(
+	    f, fx_kv_multi_set(f, &c, mkeys, mlens, 2, "xxyyy"), COHORT_OK);
 
 	fx_restart(f);
 	jt_want_value(f, &c, "a", "alpha2");
@@ -328,7 +304,6 @@ START_TEST(test_groups_and_leave_across_restart)
 {
 	struct fx *f = fx_new_journal(0);
 	struct srq_cli c[3];
-	Cohort__Leave lv = COHORT__LEAVE__INIT;
 	int32_t ranks[2] = { 0, 2 };
 	uintptr_t t0, t2;
 
@@ -346,9 +321,7 @@ START_TEST(test_groups_and_leave_across_restart)
 	fx_want(f, t2, COHORT_OK);
 	/* Everyone leaves: the job and its keys are gone, for good. */
 	for (int i = 0; i < 3; i++)
-		fx_want(f,
-		    fx_simple(f, &c[i], COHORT__REQUEST__BODY_LEAVE, &lv, 0),
-		    COHORT_OK);
+		fx_want(f, fx_leave(f, &c[i]), COHORT_OK);
 	fx_restart(f);
 	fx_want(f, fx_kv_get(f, &c[0], "k", false, 0), COHORT_EAUTH);
 	ck_assert_uint_eq(f->core->jobs.n, 0);
@@ -360,12 +333,10 @@ START_TEST(test_one_left_across_restart)
 {
 	struct fx *f = fx_new_journal(0);
 	struct srq_cli c[2];
-	Cohort__Leave lv = COHORT__LEAVE__INIT;
 	Cohort__Reply *r;
 
 	fx_form(f, c, 2, "j");
-	fx_want(f, fx_simple(f, &c[1], COHORT__REQUEST__BODY_LEAVE, &lv, 0),
-	    COHORT_OK);
+	fx_want(f, fx_leave(f, &c[1]), COHORT_OK);
 	fx_restart(f);
 	/* Rank 1 left before the restart: a barrier cannot complete. */
 	r = fx_want(f, jt_barrier(f, &c[0], "", 1, 0), COHORT_EPEERLOST);

@@ -105,7 +105,7 @@ START_TEST(test_wait_and_timeout)
 	    f, &kv_c[0], COHORT__REQUEST__BODY_KV_WAIT, keys, 3, true, 2000);
 	fx_tick(f, 2500);
 	r = fx_want(f, t, COHORT_ETIMEDOUT);
-	ck_assert_msg(strstr(r->error, "absent: 'q'") != NULL, "%s", r->error);
+	ck_assert_has(r->error, "absent: 'q'");
 	/* check */
 	t = kv_keys(
 	    f, &kv_c[0], COHORT__REQUEST__BODY_KV_CHECK, keys, 3, false, 0);
@@ -142,59 +142,32 @@ START_TEST(test_add_idempotent)
 }
 END_TEST
 
-static uintptr_t
-kv_cas(struct fx *f, struct srq_cli *c, const char *key, const char *exp,
-    bool present, const char *want)
-{
-	Cohort__Request rq = COHORT__REQUEST__INIT;
-	Cohort__KvCompareSet cs = COHORT__KV_COMPARE_SET__INIT;
-	char buf[128];
-	size_t el = exp ? strlen(exp) : 0, dl = strlen(want);
-
-	memcpy(buf, exp ? exp : "", el);
-	memcpy(buf + el, want, dl);
-	cs.key = (char *)key;
-	cs.expected_len = el;
-	cs.expected_present = present;
-	rq.body_case = COHORT__REQUEST__BODY_KV_COMPARE_SET;
-	rq.kv_compare_set = &cs;
-	return (fx_send(f, c, &rq, buf, el + dl));
-}
-
 START_TEST(test_compare_set_delete_num_keys)
 {
 	struct fx *f = kv_setup();
 	uintptr_t t;
 	Cohort__Reply *r;
 
-	t = kv_cas(f, &kv_c[0], "k", NULL, false, "first");
+	t = fx_kv_cas(f, &kv_c[0], "k", NULL, false, "first");
 	ck_assert(fx_want(f, t, COHORT_OK)->kv_compare_set->swapped);
-	t = kv_cas(f, &kv_c[0], "k", NULL, false, "second");
+	t = fx_kv_cas(f, &kv_c[0], "k", NULL, false, "second");
 	ck_assert(!fx_want(f, t, COHORT_OK)->kv_compare_set->swapped);
 	ck_assert(fx_payload_is(f, t, "first"));
-	t = kv_cas(f, &kv_c[0], "k", "first", true, "third");
+	t = fx_kv_cas(f, &kv_c[0], "k", "first", true, "third");
 	ck_assert(fx_want(f, t, COHORT_OK)->kv_compare_set->swapped);
 	ck_assert(fx_payload_is(f, t, "third"));
-	t = kv_cas(f, &kv_c[0], "k", "nope", true, "x");
+	t = fx_kv_cas(f, &kv_c[0], "k", "nope", true, "x");
 	ck_assert(!fx_want(f, t, COHORT_OK)->kv_compare_set->swapped);
 	{
 		Cohort__KvNumKeys nk = COHORT__KV_NUM_KEYS__INIT;
-		Cohort__KvDelete d = COHORT__KV_DELETE__INIT;
 		r = fx_want(f,
 		    fx_simple(f, &kv_c[0], COHORT__REQUEST__BODY_KV_NUM_KEYS,
 		        &nk, 0),
 		    COHORT_OK);
 		ck_assert_uint_eq(r->kv_num_keys->count, 1);
-		d.key = "k";
-		r = fx_want(f,
-		    fx_simple(
-		        f, &kv_c[0], COHORT__REQUEST__BODY_KV_DELETE, &d, 0),
-		    COHORT_OK);
+		r = fx_want(f, fx_kv_delete(f, &kv_c[0], "k"), COHORT_OK);
 		ck_assert(r->kv_delete->deleted);
-		r = fx_want(f,
-		    fx_simple(
-		        f, &kv_c[0], COHORT__REQUEST__BODY_KV_DELETE, &d, 0),
-		    COHORT_OK);
+		r = fx_want(f, fx_kv_delete(f, &kv_c[0], "k"), COHORT_OK);
 		ck_assert(!r->kv_delete->deleted);
 		r = fx_want(f,
 		    fx_simple(f, &kv_c[0], COHORT__REQUEST__BODY_KV_NUM_KEYS,
@@ -209,43 +182,29 @@ END_TEST
 START_TEST(test_append_multi)
 {
 	struct fx *f = kv_setup();
-	Cohort__Request rq = COHORT__REQUEST__INIT;
-	Cohort__KvAppend ap = COHORT__KV_APPEND__INIT;
-	Cohort__KvMultiSet ms = COHORT__KV_MULTI_SET__INIT;
 	char *keys[2] = { "m1", "m2" };
 	uint64_t lens[2] = { 3, 2 };
 	uintptr_t t;
 	Cohort__Reply *r;
 
-	ap.key = "log";
-	rq.body_case = COHORT__REQUEST__BODY_KV_APPEND;
-	rq.kv_append = &ap;
-	fx_want(f, fx_send(f, &kv_c[0], &rq, "ab", 2), COHORT_OK);
-	rq.seq = 0;
-	fx_want(f, fx_send(f, &kv_c[0], &rq, "cd", 2), COHORT_OK);
+	fx_want(f, fx_kv_append(f, &kv_c[0], "log", "ab"), COHORT_OK);
+	fx_want(f, fx_kv_append(f, &kv_c[0], "log", "cd"), COHORT_OK);
 	ck_assert(
 	    fx_payload_is(f, fx_kv_get(f, &kv_c[0], "log", false, 0), "abcd"));
 	/* multi_get waits for both */
 	t = kv_keys(f, &kv_c[1], COHORT__REQUEST__BODY_KV_MULTI_GET, keys, 2,
 	    true, 60000);
 	ck_assert_ptr_null(fx_get(f, t));
-	memset(&rq, 0, sizeof(rq));
-	cohort__request__init(&rq);
-	ms.n_keys = 2;
-	ms.keys = keys;
-	ms.n_value_lens = 2;
-	ms.value_lens = lens;
-	rq.body_case = COHORT__REQUEST__BODY_KV_MULTI_SET;
-	rq.kv_multi_set = &ms;
-	fx_want(f, fx_send(f, &kv_c[0], &rq, "xyzuv", 5), COHORT_OK);
+	fx_want(f, fx_kv_multi_set(f, &kv_c[0], keys, lens, 2, "xyzuv"),
+	    COHORT_OK);
 	r = fx_want(f, t, COHORT_OK);
 	ck_assert_uint_eq(r->kv_multi_get->n_value_lens, 2);
 	ck_assert_uint_eq(r->kv_multi_get->value_lens[0], 3);
 	ck_assert(fx_payload_is(f, t, "xyzuv"));
 	/* lengths that lie */
-	rq.seq = 0;
 	lens[1] = 9;
-	fx_want(f, fx_send(f, &kv_c[0], &rq, "xyzuv", 5), COHORT_EINVAL);
+	fx_want(f, fx_kv_multi_set(f, &kv_c[0], keys, lens, 2, "xyzuv"),
+	    COHORT_EINVAL);
 	/* multi_get without wait on an absent key */
 	keys[1] = "absent";
 	t = kv_keys(f, &kv_c[1], COHORT__REQUEST__BODY_KV_MULTI_GET, keys, 2,

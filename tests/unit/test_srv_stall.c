@@ -19,14 +19,8 @@ Suite *suite_srv_stall(void);
 static Cohort__JobStatus *
 st_status(struct fx *f, struct srq_cli *c)
 {
-	Cohort__Request rq = COHORT__REQUEST__INIT;
-	Cohort__StatusQuery q = COHORT__STATUS_QUERY__INIT;
-	Cohort__Reply *r;
+	Cohort__Reply *r = fx_status(f, c, "", COHORT_OK);
 
-	q.job = "";
-	rq.body_case = COHORT__REQUEST__BODY_STATUS_QUERY;
-	rq.status_query = &q;
-	r = fx_want(f, fx_send(f, c, &rq, NULL, 0), COHORT_OK);
 	ck_assert_uint_eq(r->status_query->n_jobs, 1);
 	return (r->status_query->jobs[0]);
 }
@@ -55,12 +49,6 @@ st_run(struct fx *f, struct srq_cli *c, const int *hb, int nhb,
 			    COHORT_OK);
 		fx_tick(f, 1000);
 	}
-}
-
-static bool
-st_has(const char *s, const char *sub)
-{
-	return (s != NULL && strstr(s, sub) != NULL);
 }
 
 START_TEST(test_control_plane_stall)
@@ -97,24 +85,21 @@ START_TEST(test_control_plane_stall)
 	ck_assert_uint_eq(op->op_seq, 17);
 	ck_assert_uint_eq(op->n_missing, 1);
 	ck_assert_int_eq(op->missing[0], 2);
-	ck_assert_msg(st_has(op->detail,
-	                  "barrier 'epoch-3' (#17) on group '' waiting 15.0 "
-	                  "s: rank 2 has not entered; rank 2 is in allreduce "
-	                  "#812 since "),
-	    "detail: %s", op->detail);
+	ck_assert_has(op->detail,
+	    "barrier 'epoch-3' (#17) on group '' waiting 15.0 s: rank 2 has "
+	    "not entered; rank 2 is in allreduce #812 since ");
 	text = srv_metrics_text(f->core, f->now);
-	ck_assert(st_has(text, "cohort_stalled_ops 2\n"));
-	ck_assert(st_has(text, "cohort_stalls_total 2\n"));
+	ck_assert_has(text, "cohort_stalled_ops 2\n");
+	ck_assert_has(text, "cohort_stalls_total 2\n");
 	free(text);
 	/* The timeout names the missing rank, what it does and the
 	 * liveness bound that did not fire. */
 	st_run(f, c, hb, 3, ops, seqs, in, 16000);
 	r = fx_want(f, t0, COHORT_ETIMEDOUT);
-	ck_assert_msg(st_has(r->error,
-	                  "barrier 'epoch-3' (#17) timed out after 30.0 s; "
-	                  "rank 2 never arrived (rank 2 in allreduce #812); "
-	                  "heartbeat dead-after is 5.0 s"),
-	    "error: %s", r->error);
+	ck_assert_has(r->error,
+	    "barrier 'epoch-3' (#17) timed out after 30.0 s; rank 2 never "
+	    "arrived (rank 2 in allreduce #812); heartbeat dead-after is 5.0 "
+	    "s");
 	ck_assert_uint_eq(r->n_missing_ranks, 1);
 	fx_want(f, t1, COHORT_ETIMEDOUT);
 }
@@ -134,10 +119,9 @@ START_TEST(test_missing_rank_last_seen)
 	t0 = fx_barrier(f, &c[0], "x", 17, 3000);
 	st_run(f, c, hb, 2, ops, seqs, in, 3000);
 	r = fx_want(f, t0, COHORT_ETIMEDOUT);
-	ck_assert_msg(st_has(r->error,
-	                  "rank 1 never arrived (rank 1 last seen 1.0 s ago "
-	                  "after barrier #16)"),
-	    "error: %s", r->error);
+	ck_assert_has(r->error,
+	    "rank 1 never arrived (rank 1 last seen 1.0 s ago after barrier "
+	    "#16)");
 }
 END_TEST
 
@@ -167,15 +151,13 @@ START_TEST(test_data_plane_stall)
 	ck_assert_uint_eq(op->n_arrived, 2);
 	ck_assert_uint_eq(op->n_missing, 1);
 	ck_assert_int_eq(op->missing[0], 2);
-	ck_assert_msg(st_has(op->detail,
-	                  "allreduce #812 on group '' waiting 13.0 s: rank 2 "
-	                  "has not entered; rank 2 last seen 1.0 s ago doing "
-	                  "allreduce #811"),
-	    "detail: %s", op->detail);
+	ck_assert_has(op->detail,
+	    "allreduce #812 on group '' waiting 13.0 s: rank 2 has not "
+	    "entered; rank 2 last seen 1.0 s ago doing allreduce #811");
 	ck_assert(js->members[0]->in_op);
 	ck_assert_uint_ge(js->members[0]->in_op_ms, 13000);
 	text = srv_metrics_text(f->core, f->now);
-	ck_assert(st_has(text, "cohort_stalled_ops 1\n"));
+	ck_assert_has(text, "cohort_stalled_ops 1\n");
 	free(text);
 	/* Rank 2 catches up: the stall is over. */
 	{
@@ -190,26 +172,22 @@ END_TEST
 START_TEST(test_join_heartbeat_order)
 {
 	struct srq_cli c;
-	Cohort__Request rq = COHORT__REQUEST__INIT;
-	Cohort__Join j = COHORT__JOIN__INIT;
+	struct srq q;
+	Cohort__Request *rq;
 	Cohort__Reply *r;
 
 	srq_cli_init(&c, "j", 1, 1);
-	j.rank = 0;
-	j.world_size = 1;
-	j.host = "h";
-	j.heartbeat_ms = 5000;
-	j.dead_after_ms = 5000;
-	rq.body_case = COHORT__REQUEST__BODY_JOIN;
-	rq.join = &j;
-	r = fx_want(f, fx_send(f, &c, &rq, NULL, 0), COHORT_EINVAL);
-	ck_assert(st_has(r->error, "heartbeat interval 5000 ms"));
-	ck_assert(st_has(r->error, "dead-after 5000 ms"));
+	/* a heartbeat interval as long as dead-after (5000 ms) */
+	rq = srq_join(&q, &c, 0, 1, -1, 0);
+	q.b.join.heartbeat_ms = 5000;
+	r = fx_want(f, fx_send(f, &c, rq, NULL, 0), COHORT_EINVAL);
+	ck_assert_has(r->error, "heartbeat interval 5000 ms");
+	ck_assert_has(r->error, "dead-after 5000 ms");
 	/* Defaults fill in a zero: 1000 < 3000 is fine. */
-	j.heartbeat_ms = 0;
-	j.dead_after_ms = 3000;
-	rq.seq = 0;
-	fx_want(f, fx_send(f, &c, &rq, NULL, 0), COHORT_OK);
+	q.b.join.heartbeat_ms = 0;
+	q.b.join.dead_after_ms = 3000;
+	rq->seq = 0;
+	fx_want(f, fx_send(f, &c, rq, NULL, 0), COHORT_OK);
 }
 END_TEST
 
@@ -313,11 +291,9 @@ START_TEST(test_stall_from_the_jobs_rhythm)
 	ck_assert_ptr_nonnull(op);
 	ck_assert(op->data_plane);
 	ck_assert_int_eq(op->missing[0], 2);
-	ck_assert_msg(st_has(op->detail,
-	                  "allreduce #501 on group '' waiting 7.0 s, 700x the "
-	                  "job's rhythm (10.0 ms per operation): rank 2 has "
-	                  "not entered"),
-	    "detail: %s", op->detail);
+	ck_assert_has(op->detail,
+	    "allreduce #501 on group '' waiting 7.0 s, 700x the job's rhythm "
+	    "(10.0 ms per operation): rank 2 has not entered");
 	/* Off: the threshold alone. */
 	f->core->stall_factor = 0;
 	js = st_status(f, &c[0]);
@@ -341,12 +317,9 @@ START_TEST(test_stall_from_the_jobs_rhythm)
 	op = st_stalled(st_status(f, &c[0]));
 	ck_assert_ptr_nonnull(op);
 	ck_assert(!op->data_plane);
-	ck_assert_msg(
-	    st_has(op->detail,
-	        "barrier 'ckpt' (#1) on group '' waiting 7.0 s, 700x "
-	        "the job's rhythm (10.0 ms per operation): rank 2 "
-	        "has not entered"),
-	    "detail: %s", op->detail);
+	ck_assert_has(op->detail,
+	    "barrier 'ckpt' (#1) on group '' waiting 7.0 s, 700x the job's "
+	    "rhythm (10.0 ms per operation): rank 2 has not entered");
 	fx_barrier(f, &c[2], "ckpt", 1, 30000);
 	fx_want(f, t0, COHORT_OK);
 	fx_want(f, t1, COHORT_OK);

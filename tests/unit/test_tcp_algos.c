@@ -475,13 +475,7 @@ START_TEST(test_tcp_sparse_mismatch)
 }
 END_TEST
 
-START_TEST(test_tcp_size_one)
-{
-	static struct tt_group g;
-
-	tt_run_group(1, "solo", tt_body_matrix, &g);
-	tt_assert_no_failures(&g);
-}
+START_TEST(test_tcp_size_one) { tt_run_ok(1, "solo", tt_body_matrix); }
 END_TEST
 
 Suite *suite_tcp_algos(void);

@@ -225,6 +225,18 @@ cohort_status host_net_parse_addr(
 void host_net_sockopts(int fd, bool nodelay);
 cohort_status host_net_random(
     uint8_t *buf, size_t len, char *err, size_t errlen);
+/* One step of the accepting side of pending connection pc's handshake
+ * (the mesh's listener and the point-to-point one): reads what arrived;
+ * once the hello is complete, checks it (keys, to rank_a; taken(ctx, r):
+ * rank r is connected already) and sends the accept. Returns 1: the
+ * connection is now rank *rank_c's, its options set (pc->fd is the
+ * caller's to take); 0: more to come; -1: the peer closed or took no
+ * accept (pc->fd closed); -2: to be refused with *reason (the caller's
+ * refusal: its logs and counters). */
+int host_net_pend_step(struct cohort__tcp_pend *pc,
+    const struct cohort__tcp_hs_keys *k, uint32_t rank_a,
+    bool (*taken)(void *ctx, uint32_t rank), void *ctx, uint32_t *rank_c,
+    uint32_t *reason);
 
 /* ------------------------------------------------------------------------ */
 /* xfer.c: the engines                                                      */

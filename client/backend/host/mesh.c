@@ -930,53 +930,34 @@ mesh_admit(struct host_mesh *m, int fd, const struct sockaddr_storage *ss,
 
 /* Reads what a pending connection sent; judges its hello when complete
  * (it becomes the connection of the lower rank it proves to be). */
+static bool
+mesh_linked(void *ctx, uint32_t rank)
+{
+	const struct host_mesh *m = ctx;
+
+	return (m->links[rank].fd >= 0);
+}
+
 static void
 mesh_progress(struct host_mesh *m, struct cohort__tcp_pend *pc)
 {
-	uint8_t ac[COHORT__TCP_ACCEPT_LEN];
 	uint32_t reason, rc = 0;
-	ssize_t n;
+	int v = host_net_pend_step(
+	    pc, &m->keys, (uint32_t)m->rank, mesh_linked, m, &rc, &reason);
 
-	n = recv(pc->fd, pc->buf + pc->have, sizeof(pc->buf) - pc->have,
-	    MSG_DONTWAIT);
-	if (n > 0)
-		pc->have += (size_t)n;
-	if (n == 0
-	    || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK
-	        && errno != EINTR)) {
+	if (v == -1)
 		cohort__debug("tcp group %s rank %d: a connection closed "
 		              "before completing the handshake",
 		    m->group_id, m->rank);
-		close(pc->fd);
-		pc->fd = -1;
-		return;
-	}
-	if (pc->have < sizeof(pc->buf)) {
-		if (cohort__now_ms() > pc->deadline)
-			mesh_refuse(m, pc, COHORT__TCP_HS_TIMEOUT);
-		return;
-	}
-	reason = cohort__tcp_hs_check_chello(
-	    pc->buf, pc->have, &m->keys, pc->nonce, (uint32_t)m->rank, &rc);
-	if (reason == COHORT__TCP_HS_OK && m->links[rc].fd >= 0)
-		reason = COHORT__TCP_HS_DUPLICATE;
-	if (reason != COHORT__TCP_HS_OK) {
+	if (v == -2 && reason != COHORT__TCP_HS_TIMEOUT)
 		cohort__warn("tcp group %s rank %d: refused a connection: %s",
 		    m->group_id, m->rank, cohort__tcp_hs_reason_text(reason));
+	if (v == -2)
 		mesh_refuse(m, pc, reason);
-		return;
-	}
-	cohort__tcp_hs_put_accept(
-	    ac, &m->keys, pc->nonce, pc->buf + 44, rc, (uint32_t)m->rank);
-	if (send(pc->fd, ac, sizeof(ac), MSG_DONTWAIT | MSG_NOSIGNAL)
-	    != (ssize_t)sizeof(ac)) {
-		close(pc->fd);
+	if (v == 1) {
+		m->links[rc].fd = pc->fd;
 		pc->fd = -1;
-		return;
 	}
-	mesh_sockopts(pc->fd, true);
-	m->links[rc].fd = pc->fd;
-	pc->fd = -1;
 }
 
 /* New connections on the listener: each gets a slot and a fresh nonce. */
@@ -1307,4 +1288,43 @@ cohort_status
 host_net_random(uint8_t *buf, size_t len, char *err, size_t errlen)
 {
 	return (mesh_random(buf, len, err, errlen));
+}
+
+int
+host_net_pend_step(struct cohort__tcp_pend *pc,
+    const struct cohort__tcp_hs_keys *k, uint32_t rank_a,
+    bool (*taken)(void *ctx, uint32_t rank), void *ctx, uint32_t *rank_c,
+    uint32_t *reason)
+{
+	uint8_t ac[COHORT__TCP_ACCEPT_LEN];
+	ssize_t n = recv(pc->fd, pc->buf + pc->have,
+	    sizeof(pc->buf) - pc->have, MSG_DONTWAIT);
+
+	if (n > 0)
+		pc->have += (size_t)n;
+	if (n == 0
+	    || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK
+	        && errno != EINTR))
+		goto closed;
+	if (pc->have < sizeof(pc->buf)) {
+		*reason = COHORT__TCP_HS_TIMEOUT;
+		return (cohort__now_ms() > pc->deadline ? -2 : 0);
+	}
+	*reason = cohort__tcp_hs_check_chello(
+	    pc->buf, pc->have, k, pc->nonce, rank_a, rank_c);
+	if (*reason == COHORT__TCP_HS_OK && taken(ctx, *rank_c))
+		*reason = COHORT__TCP_HS_DUPLICATE;
+	if (*reason != COHORT__TCP_HS_OK)
+		return (-2);
+	cohort__tcp_hs_put_accept(
+	    ac, k, pc->nonce, pc->buf + 44, *rank_c, rank_a);
+	if (send(pc->fd, ac, sizeof(ac), MSG_DONTWAIT | MSG_NOSIGNAL)
+	    != (ssize_t)sizeof(ac))
+		goto closed;
+	mesh_sockopts(pc->fd, true);
+	return (1);
+closed:
+	close(pc->fd);
+	pc->fd = -1;
+	return (-1);
 }

@@ -895,50 +895,34 @@ p2p_accept(struct host_p2p *s)
 	}
 }
 
+static bool
+p2p_connected(void *ctx, uint32_t rank)
+{
+	const struct host_p2p *s = ctx;
+
+	return (s->peers[rank].fd >= 0);
+}
+
 /* A pending handshake: its hello judged when complete; the connection
  * becomes the proven lower rank's. */
 static void
 p2p_pend_step(
     struct host_p2p *s, struct cohort__tcp_pend *pc, struct p2p_done *d)
 {
-	uint8_t ac[COHORT__TCP_ACCEPT_LEN];
 	uint32_t reason, rc = 0;
-	ssize_t n = recv(pc->fd, pc->buf + pc->have,
-	    sizeof(pc->buf) - pc->have, MSG_DONTWAIT);
+	int v = host_net_pend_step(
+	    pc, &s->keys, (uint32_t)s->rank, p2p_connected, s, &rc, &reason);
 
-	if (n > 0)
-		pc->have += (size_t)n;
-	if (n == 0
-	    || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK
-	        && errno != EINTR)) {
-		close(pc->fd);
-		pc->fd = -1;
-		return;
-	}
-	if (pc->have < sizeof(pc->buf)) {
-		if (cohort__now_ms() > pc->deadline)
-			p2p_refuse(pc, COHORT__TCP_HS_TIMEOUT);
-		return;
-	}
-	reason = cohort__tcp_hs_check_chello(
-	    pc->buf, pc->have, &s->keys, pc->nonce, (uint32_t)s->rank, &rc);
-	if (reason == COHORT__TCP_HS_OK && s->peers[rc].fd >= 0)
-		reason = COHORT__TCP_HS_DUPLICATE;
-	if (reason != COHORT__TCP_HS_OK) {
-		cohort__warn("p2p group %s rank %d: refused a connection: %s",
-		    s->key_group, s->rank, cohort__tcp_hs_reason_text(reason));
+	if (v == -2) {
+		if (reason != COHORT__TCP_HS_TIMEOUT)
+			cohort__warn("p2p group %s rank %d: refused a "
+			             "connection: %s",
+			    s->key_group, s->rank,
+			    cohort__tcp_hs_reason_text(reason));
 		p2p_refuse(pc, reason);
-		return;
 	}
-	cohort__tcp_hs_put_accept(
-	    ac, &s->keys, pc->nonce, pc->buf + 44, rc, (uint32_t)s->rank);
-	if (send(pc->fd, ac, sizeof(ac), MSG_DONTWAIT | MSG_NOSIGNAL)
-	    != (ssize_t)sizeof(ac)) {
-		close(pc->fd);
-		pc->fd = -1;
+	if (v != 1)
 		return;
-	}
-	host_net_sockopts(pc->fd, true);
 	s->peers[rc].fd = pc->fd;
 	pc->fd = -1;
 	/* A peer that closed its state and opened a new one connects
@@ -1645,13 +1629,9 @@ host_p2p_post(void *arg, struct cohort__p2p *const *reqs, size_t n, char *err,
 	}
 	pthread_mutex_lock(&s->mu);
 	if (p2p_stopped(s) || s->broken != COHORT_OK) {
-		cohort_status st
-		    = s->broken != COHORT_OK ? s->broken : COHORT_EABORTED;
+		cohort_status st = cohort__p2p_unusable(
+		    s->broken, s->broken_err, err, errlen);
 
-		snprintf(err, errlen, "%s",
-		    s->broken != COHORT_OK ? s->broken_err
-		                           : "the group's point-to-point "
-		                             "state was aborted");
 		pthread_mutex_unlock(&s->mu);
 		return (st);
 	}

@@ -56,6 +56,21 @@
 
 #define SVC_DEFAULT_CHUNK (16u << 20)
 
+/* The bytes a reply (a collective's part, a point-to-point chunk) carries
+ * at most: COHORT_SERVICE_CHUNK within 1 .. 3 x the default, else the
+ * default. */
+static size_t
+svc_chunk(void)
+{
+	const char *env = cohort__knob_str(COHORT__KNOB_SERVICE_CHUNK);
+	int64_t v;
+
+	if (env != NULL && cohort__parse_i64(env, &v) && v >= 1
+	    && v <= (int64_t)SVC_DEFAULT_CHUNK * 3)
+		return ((size_t)v);
+	return (SVC_DEFAULT_CHUNK);
+}
+
 static uint64_t
 host_get_be_svc(const uint8_t *p, int bytes)
 {
@@ -617,8 +632,6 @@ static cohort_status
 svc_init(const struct cohort__group_desc *desc, void **state, char *err,
     size_t errlen, cohort__time deadline)
 {
-	const char *env = cohort__knob_str(COHORT__KNOB_SERVICE_CHUNK);
-	int64_t v;
 	struct svc *s;
 
 	if (desc->chan.gather == NULL) {
@@ -635,10 +648,7 @@ svc_init(const struct cohort__group_desc *desc, void **state, char *err,
 		return (COHORT_ENOMEM);
 	}
 	s->d = *desc;
-	s->max_reply = SVC_DEFAULT_CHUNK;
-	if (env != NULL && cohort__parse_i64(env, &v) && v >= 1
-	    && v <= (int64_t)SVC_DEFAULT_CHUNK * 3)
-		s->max_reply = (size_t)v;
+	s->max_reply = svc_chunk();
 	*state = s;
 	return (COHORT_OK);
 }
@@ -987,9 +997,7 @@ static cohort_status
 svcp_open(const struct cohort__group_desc *desc, void *state, void **out,
     char *err, size_t errlen, cohort__time deadline)
 {
-	const char *env = cohort__knob_str(COHORT__KNOB_SERVICE_CHUNK);
 	struct svcp *ps;
-	int64_t v;
 
 	(void)state;
 	(void)deadline;
@@ -1005,10 +1013,7 @@ svcp_open(const struct cohort__group_desc *desc, void *state, void **out,
 		return (COHORT_ENOMEM);
 	}
 	ps->d = *desc;
-	ps->chunk = SVC_DEFAULT_CHUNK;
-	if (env != NULL && cohort__parse_i64(env, &v) && v >= 1
-	    && v <= (int64_t)SVC_DEFAULT_CHUNK * 3)
-		ps->chunk = (size_t)v;
+	ps->chunk = svc_chunk();
 	ps->next = 1;
 	atomic_init(&ps->stop, 0);
 	if (pthread_mutex_init(&ps->mtx, NULL) != 0) {
@@ -1126,13 +1131,9 @@ svcp_post(void *arg, struct cohort__p2p *const *reqs, size_t n, char *err,
 	}
 	pthread_mutex_lock(&ps->mtx);
 	if (atomic_load(&ps->stop) != 0 || ps->broken != COHORT_OK) {
-		cohort_status st
-		    = ps->broken != COHORT_OK ? ps->broken : COHORT_EABORTED;
+		cohort_status st = cohort__p2p_unusable(
+		    ps->broken, ps->broken_err, err, errlen);
 
-		snprintf(err, errlen, "%s",
-		    ps->broken != COHORT_OK ? ps->broken_err
-		                            : "the group's point-to-point "
-		                              "state was aborted");
 		pthread_mutex_unlock(&ps->mtx);
 		return (st);
 	}

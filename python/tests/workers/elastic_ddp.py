@@ -16,66 +16,28 @@ every rank and in every run), trained with DDP through
   "accuracy", "discarded"}`` at the end.
 """
 
-import argparse
-import hashlib
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 import cohort.elastic as elastic
-from elastic_common import data, emit, now_ms
+from elastic_common import Pace, checked_end, data, emit, emit_change, net, now_ms, parser
 
-p = argparse.ArgumentParser()
-p.add_argument("--epochs", type=int, default=3)
-p.add_argument("--batch", type=int, default=16, help="per rank")
-p.add_argument("--samples", type=int, default=1536)
-p.add_argument("--pace", type=float, default=0.0, help="ms per step at least")
+p = parser()
 p.add_argument("--mode", choices=("run", "manager"), default="run")
-p.add_argument("--hidden", type=int, default=64)
 args = p.parse_args()
 
 torch.set_num_threads(1)
 
 
 train, test = data(args.samples, 1), data(512, 2)
-torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(20, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 5))
+model = net(args.hidden)
 opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 loss_fn = nn.CrossEntropyLoss()
-
-
-def checksum():
-    h = hashlib.sha256()
-    for t in model.state_dict().values():
-        h.update(t.detach().contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
-def accuracy():
-    with torch.no_grad():
-        x, y = test.tensors
-        return float((model(x).argmax(1) == y).float().mean())
-
-
-def note_change(c):
-    emit(event="change", generation=c.generation, rank=c.rank, world=c.world_size, prev_rank=c.prev_rank,
-         prev_world=c.prev_world_size, lost=c.lost, joined=c.joined, received=c.received_state,
-         at_ms=now_ms())
-
-
-t_step = [time.monotonic()]
-
-
-def pace():
-    if args.pace > 0:
-        left = args.pace / 1000.0 - (time.monotonic() - t_step[0])
-        if left > 0:
-            time.sleep(left)
-    t_step[0] = time.monotonic()
+pace = Pace(args.pace)
 
 
 def on_commit(step, loss):
@@ -98,17 +60,14 @@ def step_fn(ddp, batch):
 
 
 def finish(res_rank, steps, discarded, generation):
-    mine = checksum()
-    sums = [None] * dist.get_world_size()
-    dist.all_gather_object(sums, mine)
+    end = checked_end(model, model, test)
     emit(event="done", rank=dist.get_rank(), world=dist.get_world_size(), pid=os.getpid(), generation=generation,
-         steps=steps, checksum=mine, equal=len(set(sums)) == 1, accuracy=round(accuracy(), 4),
-         discarded=discarded)
+         steps=steps, checksum=end["checksum"], equal=end["equal"], accuracy=end["accuracy"], discarded=discarded)
 
 
 if args.mode == "run":
     res = elastic.run(step_fn, model=model, optimizer=opt, dataset=train, batch_size=args.batch,
-                      epochs=args.epochs, seed=3, on_change=note_change, on_commit=on_commit)
+                      epochs=args.epochs, seed=3, on_change=emit_change, on_commit=on_commit)
     finish(res.rank, res.steps, res.discarded, res.generation)
 else:
     # The same training, written out on the Manager (no helper).
@@ -124,7 +83,7 @@ else:
         sampler.reshard(dist.get_rank(), dist.get_world_size())
         ddp["it"] = None
         if change is not None:
-            note_change(change)
+            emit_change(change)
 
     m = elastic.Manager(
         state_dict=lambda: {"model": model.state_dict(), "opt": opt.state_dict(), "sampler": sampler.state_dict(),

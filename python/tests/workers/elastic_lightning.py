@@ -13,11 +13,8 @@ trained by ``Trainer.fit`` with ``CohortElasticStrategy``. Prints JSON lines:
   "accuracy", "sampler"}`` at the end.
 """
 
-import argparse
-import hashlib
 import os
 import sys
-import time
 
 import pytorch_lightning as pl
 import torch
@@ -25,15 +22,9 @@ import torch.distributed as dist
 from torch import nn
 
 from cohort.lightning import CohortElasticStrategy
-from elastic_common import data, emit, now_ms
+from elastic_common import Pace, checked_end, data, emit, emit_change, net, now_ms, parser
 
-p = argparse.ArgumentParser()
-p.add_argument("--epochs", type=int, default=3)
-p.add_argument("--batch", type=int, default=16, help="per rank")
-p.add_argument("--samples", type=int, default=1536)
-p.add_argument("--pace", type=float, default=0.0, help="ms per step at least")
-p.add_argument("--hidden", type=int, default=64)
-args = p.parse_args()
+args = parser().parse_args()
 
 torch.set_num_threads(1)
 
@@ -44,17 +35,12 @@ train, test = data(args.samples, 1), data(512, 2)
 class Net(pl.LightningModule):
     def __init__(self):
         super().__init__()
-        torch.manual_seed(0)
-        self.net = nn.Sequential(nn.Linear(20, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 5))
+        self.net = net(args.hidden)
         self.loss_fn = nn.CrossEntropyLoss()
-        self.t = time.monotonic()
+        self.pace = Pace(args.pace)
 
     def training_step(self, batch, batch_idx):
-        if args.pace > 0:
-            left = args.pace / 1000.0 - (time.monotonic() - self.t)
-            if left > 0:
-                time.sleep(left)
-        self.t = time.monotonic()
+        self.pace()
         x, y = batch
         return self.loss_fn(self.net(x), y)
 
@@ -81,9 +67,7 @@ class Report(pl.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         m = trainer.strategy.manager
         for c in m.changes[self.seen:]:
-            emit(event="change", generation=c.generation, rank=c.rank, world=c.world_size, prev_rank=c.prev_rank,
-                 prev_world=c.prev_world_size, lost=c.lost, joined=c.joined, received=c.received_state,
-                 at_ms=now_ms())
+            emit_change(c)
         self.seen = len(m.changes)
         if m.rank == 0:
             emit(event="commit", step=trainer.global_step, world=m.world_size, epoch=trainer.current_epoch,
@@ -98,17 +82,9 @@ trainer = pl.Trainer(strategy=strategy, accelerator="cpu", devices=1, max_epochs
 trainer.fit(model)
 
 m = strategy.manager
-h = hashlib.sha256()
-for t in model.state_dict().values():
-    h.update(t.detach().contiguous().numpy().tobytes())
-mine = h.hexdigest()[:16]
-sums = [None] * dist.get_world_size()
-dist.all_gather_object(sums, mine)
-with torch.no_grad():
-    x, y = test.tensors
-    acc = float((model.net(x).argmax(1) == y).float().mean())
+end = checked_end(model, model.net, test)
 emit(event="done", rank=dist.get_rank(), world=dist.get_world_size(), pid=os.getpid(), generation=m.generation,
-     steps=trainer.global_step, epoch=trainer.current_epoch, checksum=mine, equal=len(set(sums)) == 1,
-     accuracy=round(acc, 4), sampler=type(trainer.train_dataloader.sampler).__name__)
+     steps=trainer.global_step, epoch=trainer.current_epoch, checksum=end["checksum"], equal=end["equal"],
+     accuracy=end["accuracy"], sampler=type(trainer.train_dataloader.sampler).__name__)
 m.close()
 sys.exit(0)
