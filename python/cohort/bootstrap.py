@@ -47,7 +47,8 @@ __all__ = [
     "elastic_range_from_env",
 ]
 
-#: Store key under which rank 0 publishes a coordinator it started.
+#: Prefix of the store keys under which rank 0 publishes a coordinator it
+#: started (``STORE_KEY/<torchrun attempt>/<default group>``).
 STORE_KEY = "cohort/coordinator"
 
 #: Data-plane backends for device memory only. Named in COHORT_BACKEND,
@@ -202,19 +203,41 @@ def coordinator_from_store(store: Any, rank: int, timeout: datetime.timedelta) -
     :data:`MIN_JOIN_S`.
     """
     global _coordinator
+    key = _next_store_key()
     if rank == 0:
         with _state_lock:
             if _coordinator is None or not _coordinator.alive():
                 _coordinator = Coordinator(advertise=local_host_for(_store_peer()))
             url = _coordinator.url
         job, token = f"torch-{new_token()[:12]}", new_token()
-        store.set(STORE_KEY, f"{url}\n{job}\n{token}")
+        store.set(key, f"{url}\n{job}\n{token}")
         return url, job, token
     # Rank 0 may start late (a short torch timeout is for collectives):
     # wait as long as the rendezvous would.
-    store.wait([STORE_KEY], max(timeout, datetime.timedelta(seconds=MIN_JOIN_S)))
-    url, job, token = store.get(STORE_KEY).decode().split("\n")
+    store.wait([key], max(timeout, datetime.timedelta(seconds=MIN_JOIN_S)))
+    url, job, token = store.get(key).decode().split("\n")
     return url, job, token
+
+
+_published = 0  # default groups this process has joined through the store
+
+
+def _next_store_key() -> str:
+    """The store key of the next default group's coordinator.
+
+    One per torchrun attempt (``TORCHELASTIC_RESTART_COUNT``: torchrun's
+    agent store keeps the keys of the attempt before a restart, whose
+    cohortd died with its rank 0) and one per default group of this
+    process (a group destroyed and initialised again must not read the
+    previous one's job). Every rank of an attempt counts its default
+    groups alike, since torch creates them collectively.
+    """
+    global _published
+    with _state_lock:
+        _published += 1
+        n = _published
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return f"{STORE_KEY}/{attempt}/{n}"
 
 
 def elastic_range_from_env() -> tuple[Optional[int], Optional[int]]:

@@ -28,6 +28,17 @@ def test_torchrun(built):
     oks(p, 2)
 
 
+def test_torchrun_restart_finds_the_new_attempts_coordinator(built):
+    """torchrun restarts every worker after a failure and keeps its store:
+    the second attempt's ranks join the cohortd its new rank 0 started,
+    not the dead one the first attempt published under the same name."""
+    argv = [PYTHON, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "1",
+            "--monitor-interval", "0.1", "--master-port", str(free_port()), str(WORKERS / "torchrun_job.py")]
+    [p] = finish([start(argv, base_env(FAIL_FIRST_ATTEMPT="1"))], 180)
+    assert p.returncode == 0, p.out[-3000:]
+    oks(p, 2)
+
+
 def test_cohort_run(built):
     """cohort run starts the ranks: the backend joins cohort run's own job
     (COHORT_COORDINATOR), torch's store is its TCPStore listener."""

@@ -28,4 +28,11 @@ def exercise() -> None:
 if __name__ == "__main__":
     torch.set_num_threads(1)
     dist.init_process_group("cohort")
+    if os.environ.get("FAIL_FIRST_ATTEMPT") and os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0":
+        # torchrun's first attempt dies after its rank 0 published its
+        # cohortd in the agent's store: the next attempt must not use it.
+        dist.barrier()
+        if dist.get_rank() == 1:
+            os._exit(1)
+        dist.barrier()  # fails: rank 1 is gone
     exercise()
