@@ -108,7 +108,12 @@ def finish(procs: Sequence[subprocess.Popen], timeout: float,
             text, _ = p.communicate(timeout=left)
         except subprocess.TimeoutExpired:
             kill_tree(p)
-            text, _ = p.communicate()
+            try:
+                text, _ = p.communicate(timeout=30)
+            except subprocess.TimeoutExpired:  # a process we did not see still holds the pipe
+                p.stdout.close()
+                p.wait()
+                text = "[test harness: the output pipe stayed open after the kill]"
             text += f"\n[test harness: killed after {timeout:.0f} s]"
         out.append(Proc(i, p.returncode, text, time.monotonic() - t0, _parse(text)))
         if abort_if is not None and not abort and abort_if(out[-1]):
@@ -122,8 +127,34 @@ def run_one(argv: Sequence[str], timeout: float = 240, env: Optional[dict[str, s
     return p
 
 
+def _descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` now (children first found by /proc's parent links)."""
+    parent: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parent.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for c in parent.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
 def kill_tree(p: subprocess.Popen) -> None:
-    """Kills a process we started and its session (its own children)."""
+    """Kills a process we started, its session, and every process below it.
+
+    Launchers such as torchrun start their workers in sessions of their
+    own: those are found through /proc before anything is killed (once
+    their parent is gone they belong to init) and killed by PID.
+    """
+    below = _descendants(p.pid)
     try:
         os.killpg(p.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -132,6 +163,11 @@ def kill_tree(p: subprocess.Popen) -> None:
         p.kill()
     except ProcessLookupError:
         pass
+    for pid in below:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def run_ranks(script: str | pathlib.Path, world: int, args: Sequence[str] = (), timeout: float = 120,
