@@ -1286,7 +1286,8 @@ static void
 bench_join_net(const struct bench_cfg *cfg)
 {
 	static const char *const somax = "/proc/sys/net/core/somaxconn";
-	static const char *const synq = "/proc/sys/net/ipv4/tcp_max_syn_backlog";
+	static const char *const synq
+	    = "/proc/sys/net/ipv4/tcp_max_syn_backlog";
 	long a = bench_read_long(somax), b = bench_read_long(synq);
 	struct ifreq ifr;
 	int fd;
