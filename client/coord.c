@@ -936,6 +936,7 @@ cohort__coord_wait_connected(struct cohort__coord *co, cohort__time deadline)
 	cohort_status st = COHORT_OK;
 	cohort__time start = cohort__now_ms();
 	cohort__time next_probe = start + COORD_PROBE_FIRST_MS;
+	int silent = 0; /* probes in a row that found the port silent */
 	char why[512] = "";
 
 	pthread_mutex_lock(&co->mtx);
@@ -960,7 +961,13 @@ cohort__coord_wait_connected(struct cohort__coord *co, cohort__time deadline)
 		pthread_mutex_unlock(&co->mtx);
 		r = coord_probe(co->url, deadline, why, sizeof(why));
 		pthread_mutex_lock(&co->mtx);
-		next_probe = cohort__now_ms() + COORD_PROBE_MS;
+		/* a silent port took the connection: a probe now and then
+		 * can still catch it answering with other bytes, but every
+		 * one is another connection in a busy cohortd's queue */
+		silent = r == COORD_PROBE_SILENT ? silent + 1 : 0;
+		next_probe = cohort__now_ms()
+		    + ((cohort_duration)COORD_PROBE_MS
+		        << (silent < 4 ? silent : 4));
 		if (co->connected)
 			break;
 		if (r == COORD_PROBE_TLS_REFUSED) {
