@@ -92,6 +92,7 @@ struct bench_cfg {
 	int join_proc; /* --bench-join-proc K: a join worker, -1 if not */
 	int join_first; /* --bench-join-first R: its first rank */
 	int join_count; /* --bench-join-count M: its clients */
+	int join_go; /* --bench-join-go FD: the start signal's pipe, -1 */
 };
 
 static double
@@ -211,6 +212,7 @@ static const struct cohort__cli_opt bench_opts[] = {
 	BENCH_INT("bench-join-proc", 0, 0, 4096, join_proc),
 	BENCH_INT("bench-join-first", 0, 0, 1 << 20, join_first),
 	BENCH_INT("bench-join-count", 0, 1, 1 << 20, join_count),
+	BENCH_INT("bench-join-go", 0, 0, 1 << 20, join_go),
 	COHORT__CLI_END,
 };
 
@@ -294,7 +296,8 @@ bench_parse(int argc, char **argv, struct bench_cfg *cfg)
 		.dtype = COHORT_F32,
 		.redop = COHORT_SUM,
 		.timeout = 600000,
-		.join_proc = -1 };
+		.join_proc = -1,
+		.join_go = -1 };
 	while ((opt = cohort__cli_next(&bench_cli, cfg, argc, argv)) != -1) {
 		if (opt == 'h' || opt == '?')
 			return (opt == 'h' ? 1 : 2);
@@ -913,6 +916,37 @@ bench_joiner_main(void *arg)
  * with it, and without this they starve its one event loop. */
 #define BENCH_JOIN_NICE 10
 
+/* Says it is ready for join it (a READY line on stdout) and waits for
+ * the launcher's go (a byte on the go pipe), up to the bench's timeout.
+ * Without a go pipe (started by hand), starts at once. */
+static bool
+bench_join_go(const struct bench_cfg *cfg, int it)
+{
+	struct pollfd pfd = { .fd = cfg->join_go, .events = POLLIN };
+	cohort__time end = cohort__now_ms() + cfg->timeout;
+	char b;
+
+	if (cfg->join_go < 0)
+		return (true);
+	printf("READY it=%d\n", it);
+	fflush(stdout);
+	for (;;) {
+		int ms = cohort__remaining(end), rv;
+
+		if (ms <= 0)
+			return (false);
+		rv = poll(&pfd, 1, ms);
+		if (rv < 0 && errno == EINTR)
+			continue;
+		if (rv <= 0)
+			return (false);
+		if (read(cfg->join_go, &b, 1) == 1)
+			return (true);
+		if (errno != EINTR && errno != EAGAIN)
+			return (false);
+	}
+}
+
 /* A join worker process: join_count clients from join_first on, every
  * iteration; prints one line per iteration. */
 static int
@@ -947,7 +981,7 @@ bench_join_proc(const struct bench_cfg *cfg)
 		int bad = 0;
 
 		snprintf(name, sizeof(name), "%s-%d", job, it);
-		pthread_barrier_init(&start, NULL, (unsigned)m);
+		pthread_barrier_init(&start, NULL, (unsigned)m + 1);
 		for (int i = 0; i < m; i++) {
 			j[i].cfg = cfg;
 			j[i].url = url;
@@ -966,6 +1000,18 @@ bench_join_proc(const struct bench_cfg *cfg)
 				return (1);
 			}
 		}
+		/* every process's clients start together: ready, then the
+		 * launcher's go once all are (not each process when its
+		 * previous join's clients have closed) */
+		if (!bench_join_go(cfg, it)) {
+			fprintf(stderr,
+			    "cohort bench: join process %d: no start "
+			    "signal for join %d within %d ms\n",
+			    cfg->join_proc, it, cfg->timeout);
+			/* the threads wait in the barrier: exit */
+			exit(1);
+		}
+		pthread_barrier_wait(&start);
 		for (int i = 0; i < m; i++) {
 			pthread_join(j[i].th, NULL);
 			if (j[i].st != COHORT_OK) {
@@ -1013,7 +1059,48 @@ struct bench_child {
 	char *buf; /* what it printed (join) */
 	size_t len, cap;
 	int status; /* exit code, -1 running */
+	int go; /* write end of its go pipe (join), -1 */
 };
+
+/* Join mode: once every running join process has said READY for join
+ * *next, a byte down each go pipe starts them together. SIGPIPE (a
+ * process that just died) is held and discarded, not fatal. */
+static void
+bench_join_start(struct bench_child *ch, int n, int *next)
+{
+	char pat[32];
+	sigset_t pipe_set, old;
+	struct timespec zero = { 0, 0 };
+	int waiting = 0;
+
+	snprintf(pat, sizeof(pat), "READY it=%d\n", *next);
+	for (int i = 0; i < n; i++) {
+		if (ch[i].go < 0)
+			continue;
+		if (ch[i].status != -1) { /* exited */
+			close(ch[i].go);
+			ch[i].go = -1;
+			continue;
+		}
+		waiting++;
+		if (ch[i].buf == NULL || strstr(ch[i].buf, pat) == NULL)
+			return;
+	}
+	if (waiting == 0)
+		return;
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+	for (int i = 0; i < n; i++)
+		if (ch[i].go >= 0 && write(ch[i].go, "g", 1) != 1) {
+			close(ch[i].go);
+			ch[i].go = -1;
+		}
+	while (sigtimedwait(&pipe_set, NULL, &zero) == SIGPIPE)
+		;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	(*next)++;
+}
 
 /* Spawns this binary with argv + extra args and extra environment into
  * *p; its stdout goes to out_fd (>= 0), else to /dev/null when quiet. */
@@ -1063,7 +1150,7 @@ static int
 bench_wait_all(
     struct bench_child *ch, struct cohort__launch *l, int64_t deadline_ms)
 {
-	int n = l->n, rc = 0;
+	int n = l->n, rc = 0, next_go = 0;
 
 	while (cohort__launch_alive(l) > 0) {
 		struct pollfd pfd[256];
@@ -1109,6 +1196,7 @@ bench_wait_all(
 			if (ch[k].status != 0)
 				rc = 1;
 		}
+		bench_join_start(ch, n, &next_go);
 		if (now >= deadline_ms) {
 			fprintf(stderr,
 			    "cohort bench: ranks still running at "
@@ -1119,11 +1207,16 @@ bench_wait_all(
 		}
 		cohort__launch_tick(l, now);
 	}
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
 		if (ch[i].out >= 0) {
 			close(ch[i].out);
 			ch[i].out = -1;
 		}
+		if (ch[i].go >= 0) {
+			close(ch[i].go);
+			ch[i].go = -1;
+		}
+	}
 	return (rc);
 }
 
@@ -1402,7 +1495,7 @@ bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 	/* once a rank fails, the others get 15 s before SIGKILL */
 	cohort__launch_init(&l, procs, nch, 15000, -1);
 	for (int i = 0; i < nch; i++)
-		ch[i].out = -1;
+		ch[i].out = ch[i].go = -1;
 	if (url == NULL) {
 		if (join)
 			bench_join_net(cfg);
@@ -1416,12 +1509,12 @@ bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 	snprintf(job, sizeof(job), "bench-%d", (int)getpid());
 	snprintf(token, sizeof(token), "%016" PRIx64, cohort__random_u64());
 	for (int i = 0; i < nch; i++) {
-		char a_proc[16], a_first[16], a_count[16];
-		char *extra[8];
+		char a_proc[16], a_first[16], a_count[16], a_go[16];
+		char *extra[10];
 		const char *env[24];
 		char envbuf[4096];
 		cohort_env e;
-		int ne, nx = 0, fds[2] = { -1, -1 };
+		int ne, nx = 0, fds[2] = { -1, -1 }, gfd[2] = { -1, -1 };
 		int first = (int)((int64_t)cfg->n * i / nch);
 		int next = (int)((int64_t)cfg->n * (i + 1) / nch);
 		cohort_status st;
@@ -1451,12 +1544,21 @@ bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 			extra[nx++] = a_first;
 			extra[nx++] = (char *)"--bench-join-count";
 			extra[nx++] = a_count;
-			if (pipe(fds) != 0) {
+			/* the go pipe: its read end the child's, inherited */
+			if (pipe(fds) != 0 || pipe(gfd) != 0) {
 				fprintf(stderr, "cohort bench: pipe: %s\n",
 				    strerror(errno));
+				if (fds[0] >= 0) {
+					close(fds[0]);
+					close(fds[1]);
+				}
 				goto out_kill;
 			}
 			(void)fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+			(void)fcntl(gfd[1], F_SETFD, FD_CLOEXEC);
+			snprintf(a_go, sizeof(a_go), "%d", gfd[0]);
+			extra[nx++] = (char *)"--bench-join-go";
+			extra[nx++] = a_go;
 		} else {
 			extra[nx++] = (char *)"--bench-rank";
 		}
@@ -1464,7 +1566,10 @@ bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 		    fds[1], !join && i != 0, &procs[i]);
 		if (fds[1] >= 0)
 			close(fds[1]);
+		if (gfd[0] >= 0)
+			close(gfd[0]);
 		ch[i].out = fds[0];
+		ch[i].go = gfd[1];
 		if (st != COHORT_OK) {
 			if (fds[0] >= 0)
 				close(fds[0]);
@@ -1485,9 +1590,12 @@ bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 
 out_kill:
 	cohort__launch_kill_all(&l);
-	for (int i = 0; i < nch; i++)
+	for (int i = 0; i < nch; i++) {
 		if (ch[i].out >= 0)
 			close(ch[i].out);
+		if (ch[i].go >= 0)
+			close(ch[i].go);
+	}
 	rc = 1;
 out:
 	for (int i = 0; i < nch; i++)
