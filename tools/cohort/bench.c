@@ -909,11 +909,17 @@ bench_joiner_main(void *arg)
 	return (NULL);
 }
 
-/* How much lower the simulated clients' scheduling priority is than the
- * bench's (whose process runs the embedded coordinator): nice +10 is about
- * a tenth of the CPU share when both want it. In a cluster the coordinator
- * has a host of its own; here the 10,000 clients' threads share 2 cores
- * with it, and without this they starve its one event loop. */
+/*
+ * The simulated clients' scheduling priority, below the bench's (whose
+ * process runs the embedded coordinator): in a cluster the coordinator
+ * has a host of its own; here the clients' threads share 2 cores with
+ * it. CFS weighs threads, so with thousands of runnable client threads
+ * this only softens the starvation of cohortd's loop. Tried and left out:
+ * each join process in a session (scheduling autogroup) of its own at
+ * the lowest weight, which gives the coordinator about half the CPU but
+ * made the 10,000-client join slower (5.2 s against 3.7 s): the clients'
+ * own work is most of a join's CPU.
+ */
 #define BENCH_JOIN_NICE 10
 
 /* Says it is ready for join it (a READY line on stdout) and waits for
@@ -967,6 +973,7 @@ bench_join_proc(const struct bench_cfg *cfg)
 	errno = 0;
 	{
 		int cur = getpriority(PRIO_PROCESS, 0);
+
 		if (errno == 0)
 			(void)setpriority(
 			    PRIO_PROCESS, 0, cur + BENCH_JOIN_NICE);
