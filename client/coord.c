@@ -735,6 +735,15 @@ out_free:
  * every nng connection tells a cohortd (a rep0 socket) from anything else
  * on that port (torch's own TCPStore, a web server) at once, instead of
  * after the whole join timeout.
+ *
+ * Only an answer is a verdict. Bytes that are not a rep0's header, or the
+ * connection closed or reset before any byte (torch's TCPStore closes on
+ * a query it does not know), say "not a cohortd": a fatal error at once.
+ * Silence says nothing: a cohortd with thousands of connections in its
+ * accept queue (a 10,000-rank rendezvous) completes the TCP handshake in
+ * the kernel and answers only once it accepts, seconds later; so a silent
+ * peer is a warning and the wait goes on to the caller's deadline, whose
+ * error then says what the probe saw.
  */
 #define COORD_PROBE_FIRST_MS 1000
 #define COORD_PROBE_MS 3000
@@ -745,6 +754,7 @@ enum coord_probe_result {
 	COORD_PROBE_UNREACHABLE, /* connect failed: why */
 	COORD_PROBE_COHORTD, /* speaks SP as a rep0 socket */
 	COORD_PROBE_FOREIGN, /* accepts, but is not a cohortd: why */
+	COORD_PROBE_SILENT, /* accepts, says nothing (yet): why */
 	COORD_PROBE_TLS_REFUSED, /* the TLS handshake failed: why */
 };
 
@@ -818,6 +828,8 @@ coord_probe(const char *url, cohort__time deadline, char *why, size_t len)
 	enum coord_probe_result r = COORD_PROBE_UNREACHABLE;
 	uint8_t got[8];
 	size_t have = 0;
+	bool closed = false;
+	cohort__time t0;
 	int fd = -1, err = 0, rv;
 	socklen_t sl = sizeof(err);
 
@@ -872,6 +884,7 @@ coord_probe(const char *url, cohort__time deadline, char *why, size_t len)
 		}
 	}
 	r = COORD_PROBE_FOREIGN;
+	t0 = cohort__now_ms();
 	if (send(fd, req_hdr, sizeof(req_hdr), MSG_NOSIGNAL)
 	    != (ssize_t)sizeof(req_hdr)) {
 		snprintf(why, len,
@@ -880,12 +893,23 @@ coord_probe(const char *url, cohort__time deadline, char *why, size_t len)
 	}
 	while (have < sizeof(got) && coord_probe_io(fd, POLLIN, end)) {
 		ssize_t n = recv(fd, got + have, sizeof(got) - have, 0);
-		if (n <= 0)
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			closed = true;
 			break;
+		}
 		have += (size_t)n;
 	}
 	if (have == sizeof(got) && memcmp(got, rep_hdr, sizeof(got)) == 0) {
 		r = COORD_PROBE_COHORTD;
+	} else if (have == 0 && !closed) {
+		r = COORD_PROBE_SILENT;
+		snprintf(why, len,
+		    "it accepts connections but said nothing to nng's "
+		    "greeting within %.1f s (a cohortd busy accepting "
+		    "thousands of connections, or not a cohortd)",
+		    (double)(cohort__now_ms() - t0) / 1000.0);
 	} else if (have >= 4 && memcmp(got, rep_hdr, 4) == 0) {
 		snprintf(why, len,
 		    "answers as an nng socket of another protocol (0x%02x%02x)"
@@ -896,7 +920,7 @@ coord_probe(const char *url, cohort__time deadline, char *why, size_t len)
 		    "accepts connections but is not a cohortd (%s); is this "
 		    "the port of torch's TCPStore or another service? "
 		    "cohortd's is the one of --listen (default 29400)",
-		    have == 0 ? "it said nothing to nng's greeting"
+		    have == 0 ? "it closed the connection at nng's greeting"
 		              : "it answered nng's greeting with other bytes");
 	}
 out:
@@ -912,6 +936,7 @@ cohort__coord_wait_connected(struct cohort__coord *co, cohort__time deadline)
 	cohort_status st = COHORT_OK;
 	cohort__time start = cohort__now_ms();
 	cohort__time next_probe = start + COORD_PROBE_FIRST_MS;
+	int silent = 0; /* probes in a row that found the port silent */
 	char why[512] = "";
 
 	pthread_mutex_lock(&co->mtx);
@@ -936,7 +961,13 @@ cohort__coord_wait_connected(struct cohort__coord *co, cohort__time deadline)
 		pthread_mutex_unlock(&co->mtx);
 		r = coord_probe(co->url, deadline, why, sizeof(why));
 		pthread_mutex_lock(&co->mtx);
-		next_probe = cohort__now_ms() + COORD_PROBE_MS;
+		/* a silent port took the connection: a probe now and then
+		 * can still catch it answering with other bytes, but every
+		 * one is another connection in a busy cohortd's queue */
+		silent = r == COORD_PROBE_SILENT ? silent + 1 : 0;
+		next_probe = cohort__now_ms()
+		    + ((cohort_duration)COORD_PROBE_MS
+		        << (silent < 4 ? silent : 4));
 		if (co->connected)
 			break;
 		if (r == COORD_PROBE_TLS_REFUSED) {
@@ -954,6 +985,12 @@ cohort__coord_wait_connected(struct cohort__coord *co, cohort__time deadline)
 		if (r == COORD_PROBE_UNREACHABLE)
 			cohort__warn("cannot reach the coordinator at %s yet: "
 			             "%s (%.0f s so far; retrying)",
+			    co->url, why,
+			    (double)(cohort__now_ms() - start) / 1000.0);
+		else if (r == COORD_PROBE_SILENT)
+			cohort__warn("the coordinator at %s has not answered "
+			             "yet: %s (%.0f s so far; waiting until "
+			             "the deadline)",
 			    co->url, why,
 			    (double)(cohort__now_ms() - start) / 1000.0);
 		else if (r == COORD_PROBE_COHORTD)

@@ -403,7 +403,7 @@ rep_sweep_cb(void *arg)
  * calls listen() again with a large backlog (Linux updates it in place;
  * the kernel caps it at net.core.somaxconn).
  */
-#define SRV_BACKLOG 4096
+#define SRV_BACKLOG 65535
 
 static void
 rep_widen_backlog(nng_listener l)

@@ -293,7 +293,9 @@ def test_coordinator_gone_past_the_window_is_the_root_cause(cluster):
 def test_worker_says_what_is_wrong_with_its_coordinator(cluster):
     """A wrong coordinator address: a warning with the address and the
     error every few seconds; a port where something else answers (here
-    a torch-style store, not a cohortd): an error within seconds."""
+    a torch-style store, not a cohortd): an error within seconds; a port
+    that accepts and stays silent (a cohortd busy with thousands of
+    connections looks the same): a warning, and the wait goes on."""
     cl = cluster(2)
     h0, h1 = cl.hosts
     env = {**LIVENESS, "COHORT_WORLD_SIZE": "1", "COHORT_RANK": "0"}
@@ -302,12 +304,29 @@ def test_worker_says_what_is_wrong_with_its_coordinator(cluster):
                  env={**env, "COHORT_COORDINATOR": coord_url(h0)})  # fmt: skip
     assert p.wait_for("yet: Connection refused (4 s so far", 10), p.output()
     p.kill()
-    # something that is not cohortd: a TCP server that never answers SP
+    # accepts and never answers: busy or foreign, the worker cannot tell
     srv = h0.spawn(["python3", "-c",
                     "import socket,time\n"
                     "s=socket.socket();s.bind(('0.0.0.0',29400));s.listen()\n"
                     "c=[]\n"
                     "while True: c.append(s.accept()[0])"])  # fmt: skip
+    time.sleep(0.5)
+    p = h1.spawn([bin_path("cohort-fault-worker"), "1"],
+                 env={**env, "COHORT_COORDINATOR": coord_url(h0)})  # fmt: skip
+    assert p.wait_for("has not answered yet: it accepts connections but "
+                      "said nothing", 10), p.output()  # fmt: skip
+    assert p.poll() is None, p.output()
+    p.kill()
+    srv.kill()
+    # something that is not cohortd: a TCP server that closes on a query
+    # it does not know, as torch's TCPStore does
+    srv = h0.spawn(["python3", "-c",
+                    "import socket,time\n"
+                    "s=socket.socket();s.setsockopt(socket.SOL_SOCKET,"
+                    "socket.SO_REUSEADDR,1)\n"
+                    "s.bind(('0.0.0.0',29400));s.listen()\n"
+                    "while True:\n"
+                    " c=s.accept()[0];c.recv(8);c.close()"])  # fmt: skip
     time.sleep(0.5)
     t0 = time.monotonic()
     r = h1.run([bin_path("cohort-fault-worker"), "1"],
