@@ -31,14 +31,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from torch_compare import MODELS, free_port  # noqa: E402
+from torch_compare import MODELS, run_local_ranks  # noqa: E402
 
 KEYS = ("fwd", "first", "last", "done", "bwd", "exposed", "comm", "step", "buckets")
 
@@ -99,25 +98,7 @@ def worker(backend: str, iters: int) -> None:
 
 
 def run_job(backend: str, world: int, iters: int) -> dict:
-    port = free_port()
-    procs = []
-    for r in range(world):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen([sys.executable, __file__, "--worker", backend, str(iters)], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    res = None
-    for p in procs:
-        try:
-            out, _ = p.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, _ = p.communicate()
-        for line in out.splitlines():
-            if line.startswith("RESULT "):
-                res = json.loads(line[7:])
-        if p.returncode != 0:
-            sys.stderr.write(out[-1500:])
+    res, _ = run_local_ranks([__file__, "--worker", backend, str(iters)], world)
     if res is None:
         raise SystemExit(f"{backend} world {world}: no result")
     return res

@@ -170,13 +170,19 @@ def run_job(kind: str, backend: str, arg: str, world: int, iters: int, cluster=N
 
 
 def _run_job_once(kind: str, backend: str, arg: str, world: int, iters: int) -> tuple:
+    return run_local_ranks([__file__, "--worker", kind, backend, arg, str(iters)], world)
+
+
+def run_local_ranks(argv: list, world: int) -> tuple:
+    """``world`` processes of ``python argv`` on this host with torchrun's
+    variables; (rank 0's ``RESULT`` JSON or None, whether a rank failed)."""
     port = free_port()
     procs = []
     for r in range(world):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen([sys.executable, __file__, "--worker", kind, backend, arg, str(iters)],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        procs.append(subprocess.Popen([sys.executable, *argv], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
     res, failed = None, False
     for p in procs:
         try:

@@ -1304,6 +1304,18 @@ END_TEST
 static const size_t nt_bench_bytes[] = { 4096, 1 << 20, 64 << 20 };
 #define NT_BENCH_SIZES (sizeof(nt_bench_bytes) / sizeof(nt_bench_bytes[0]))
 
+/* op: an in-place f32 sum all-reduce of buf's bytes. */
+static void
+nt_bench_op(struct cohort__op *op, void *buf, size_t bytes)
+{
+	memset(op, 0, sizeof(*op));
+	op->kind = COHORT__OP_ALLREDUCE;
+	op->send = op->recv = buf;
+	op->count = bytes / sizeof(float);
+	op->dtype = COHORT_F32;
+	op->op = COHORT_SUM;
+}
+
 static int
 nt_bench_iters(size_t bytes)
 {
@@ -1336,12 +1348,7 @@ nt_bench_rank_ops(const struct cohort__backend_ops *ops, const char *path,
 		} else if ((buf = calloc(1, bytes)) == NULL) {
 			return (2);
 		}
-		memset(&op, 0, sizeof(op));
-		op.kind = COHORT__OP_ALLREDUCE;
-		op.send = op.recv = buf;
-		op.count = bytes / sizeof(float);
-		op.dtype = COHORT_F32;
-		op.op = COHORT_SUM;
+		nt_bench_op(&op, buf, bytes);
 		for (int it = -3; it < iters; it++) {
 			if (it == 0)
 				t0 = cohort__now_ns();
@@ -1474,12 +1481,7 @@ nt_raw_rank(const struct nt_ranks *r, int rank, void *arg)
 		if (cu->Malloc(&buf, bytes) != 0
 		    || cu->Memset(buf, 0, bytes) != 0)
 			return (2);
-		memset(&op, 0, sizeof(op));
-		op.kind = COHORT__OP_ALLREDUCE;
-		op.send = op.recv = buf;
-		op.count = bytes / sizeof(float);
-		op.dtype = COHORT_F32;
-		op.op = COHORT_SUM;
+		nt_bench_op(&op, buf, bytes);
 		for (int round = -1; round < NT_RAW_ROUNDS; round++) {
 			uint64_t t0 = cohort__now_ns();
 
