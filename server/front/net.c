@@ -36,12 +36,6 @@ enum { NET_CONN = 1, NET_LISTENER, NET_WAKE };
 #define NET_REST_MAX_MS 1000
 /* Connections taken per listener and wake-up (fairness). */
 #define NET_ACCEPT_BATCH 64
-/* listen()'s backlog: as deep as the kernel allows (it caps it at
- * net.core.somaxconn, 4096 by default since Linux 5.4), so that a burst
- * of thousands of connects waits in the accept queue instead of having
- * its SYNs dropped and retried 1, 3, 7 s later. A coordinator for more
- * clients than somaxconn raises it (docs/coordinator.md, Scale). */
-#define NET_BACKLOG 65535
 /* A summary of refusals is logged at most this often. */
 #define NET_NOTE_MS 10000
 /* Input every connection may hold outside max_pending_bytes. */
@@ -1131,7 +1125,7 @@ srv_net_listen(struct srv_net *n, const char *hostport,
 	}
 	(void)setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(l->fd, res->ai_addr, res->ai_addrlen) != 0
-	    || listen(l->fd, NET_BACKLOG) != 0) {
+	    || listen(l->fd, SRV_LISTEN_BACKLOG) != 0) {
 		e = errno;
 		freeaddrinfo(res);
 		close(l->fd);

@@ -50,6 +50,14 @@
 #include "core/list.h"
 #include "core/map.h"
 
+/* listen()'s backlog for every cohortd listener (its own and nng's): as
+ * deep as the kernel allows (it caps it at net.core.somaxconn, 4096 by
+ * default since Linux 5.4), so that a burst of thousands of connects waits
+ * in the accept queue instead of having its SYNs dropped and retried 1, 3,
+ * 7 s later. A coordinator for more clients than somaxconn raises it
+ * (docs/coordinator.md, Scale). */
+#define SRV_LISTEN_BACKLOG 65535
+
 /* Bounds (cohortd's options; 0 takes the default). */
 struct srv_net_limits {
 	/* Connections of all listeners (after the descriptors' reserve). */

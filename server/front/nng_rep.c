@@ -400,10 +400,9 @@ rep_sweep_cb(void *arg)
  * drops or cookies their SYNs, and each retries after the 1 s SYN timeout:
  * the rendezvous takes seconds instead of milliseconds. nng has no option
  * for it, so cohortd finds its own listening socket for the bound port and
- * calls listen() again with a large backlog (Linux updates it in place;
- * the kernel caps it at net.core.somaxconn).
+ * calls listen() again with SRV_LISTEN_BACKLOG (Linux updates it in
+ * place; the kernel caps it at net.core.somaxconn).
  */
-#define SRV_BACKLOG 65535
 
 static void
 rep_widen_backlog(nng_listener l)
@@ -437,9 +436,9 @@ rep_widen_backlog(nng_listener l)
 			p = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
 		else
 			continue;
-		if (p == port && listen(fd, SRV_BACKLOG) == 0)
+		if (p == port && listen(fd, SRV_LISTEN_BACKLOG) == 0)
 			cohort__debug("listen backlog of port %d raised to %d",
-			    port, SRV_BACKLOG);
+			    port, SRV_LISTEN_BACKLOG);
 	}
 }
 
