@@ -1361,15 +1361,24 @@ bench_read_long(const char *path)
 }
 
 static bool
-bench_write_long(const char *path, long v)
+bench_write_text(const char *path, const char *text)
 {
 	FILE *f = fopen(path, "w");
 	bool ok;
 
 	if (f == NULL)
 		return (false);
-	ok = fprintf(f, "%ld\n", v) > 0;
+	ok = fputs(text, f) >= 0;
 	return (fclose(f) == 0 && ok);
+}
+
+static bool
+bench_write_long(const char *path, long v)
+{
+	char text[32];
+
+	snprintf(text, sizeof(text), "%ld\n", v);
+	return (bench_write_text(path, text));
 }
 
 /* The kernel's queues a join of n clients needs: listen backlog and SYN
@@ -1432,13 +1441,8 @@ bench_join_net(const struct bench_cfg *cfg)
 	 * the whole range for them (28,232 ports by default, and a join
 	 * leaves n in TIME_WAIT for the next) */
 	(void)bench_write_long("/proc/sys/net/ipv4/tcp_tw_reuse", 1);
-	{
-		FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "w");
-		if (f != NULL) {
-			fprintf(f, "1024 65535\n");
-			fclose(f);
-		}
-	}
+	(void)bench_write_text(
+	    "/proc/sys/net/ipv4/ip_local_port_range", "1024 65535\n");
 	if (!bench_write_long(somax, BENCH_NET_QUEUE)
 	    || !bench_write_long(synq, BENCH_NET_QUEUE))
 		printf("# join: cannot raise the listen queues in the "
