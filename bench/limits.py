@@ -62,8 +62,10 @@ def memcpy_gbs(size: int) -> float:
 
 def _sink(port: int, total: int, ready) -> None:
     with socket.create_server(("127.0.0.1", port)) as srv:
+        srv.settimeout(60)
         ready.set()
         conn, _ = srv.accept()
+        conn.settimeout(60)
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         buf = bytearray(4 << 20)
         view = memoryview(buf)
@@ -87,7 +89,7 @@ def tcp_stream_gbs(chunk: int, total: int = 1 << 30) -> float:
     p.start()
     ready.wait(10)
     data = memoryview(bytearray(chunk))
-    with socket.create_connection(("127.0.0.1", port)) as c:
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as c:
         c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         t0 = time.perf_counter()
         sent = 0
