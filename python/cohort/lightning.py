@@ -295,16 +295,30 @@ class _ElasticHooks(pl.Callback):
     def on_train_epoch_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
         self._s._resize_epoch()
 
+    def on_train_batch_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", batch: Any,
+                             batch_idx: int) -> None:
+        # Lightning skips on_train_epoch_start for the rest of a run that
+        # restarted mid-epoch (a joiner's), so a joiner's next epoch would
+        # keep the length of the epoch it was admitted in (the world was
+        # different then): one more batch than the others, or one fewer.
+        # O(1): the sampler's count of the epoch's steps.
+        self._s._resize_epoch()
 
-def _complete_progress(tree: Any) -> None:
-    """A progress record of a step in flight, as it will be once the step completed."""
+
+def _complete_progress(tree: Any, completed_lag: int = 0) -> None:
+    """A progress record of a step in flight, as it will be once the step completed.
+
+    ``completed_lag`` 1 leaves ``completed`` one behind: the record as
+    Lightning saves it in ``on_train_batch_end`` (the batch processed, its
+    completion counted after the hook)."""
     if isinstance(tree, dict):
         if "ready" in tree and "completed" in tree:
             for k in ("started", "processed", "completed"):
                 if k in tree:
                     tree[k] = tree["ready"]
+            tree["completed"] = tree["ready"] - completed_lag
         for v in tree.values():
-            _complete_progress(v)
+            _complete_progress(v, completed_lag)
 
 
 class CohortElasticStrategy(CohortDDPStrategy):
@@ -393,13 +407,17 @@ class CohortElasticStrategy(CohortDDPStrategy):
     def _state_dict(self) -> dict:
         trainer = self.lightning_module.trainer
         ckpt = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
-        # The step in flight committed: a joiner starts after it.
+        # The step in flight committed: a joiner starts after it. Its loops
+        # are given the shape of a checkpoint saved in on_train_batch_end
+        # (the optimizer stepped, the batch processed, its completion not yet
+        # counted), the one Lightning's restore completes itself: it counts
+        # the batch (and `_batches_that_stepped`) and, after the epoch's last
+        # batch, ends the epoch, so a joiner admitted there starts the next
+        # epoch (or ends the fit) with the others instead of re-entering the
+        # finished epoch for one more batch (one more collective than theirs).
         loops = ckpt.get("loops", {}).get("fit_loop", {})
-        for key in ("epoch_loop.batch_progress", "epoch_loop.automatic_optimization.optim_progress"):
-            _complete_progress(loops.get(key))
-        st = loops.get("epoch_loop.state_dict")
-        if isinstance(st, dict) and "_batches_that_stepped" in st:
-            st["_batches_that_stepped"] = int(st["_batches_that_stepped"]) + 1
+        _complete_progress(loops.get("epoch_loop.batch_progress"), completed_lag=1)
+        _complete_progress(loops.get("epoch_loop.automatic_optimization.optim_progress"))
         return {"lightning": ckpt, "sampler": self._sampler.state_dict() if self._sampler is not None else None}
 
     def _load_state_dict(self, state: dict) -> None:

@@ -14,11 +14,12 @@ import os
 import signal
 import subprocess
 import time
+import urllib.request
 
 import pytest
 
 from conftest import BIN, PYTHON, WORKERS, base_env, free_port, kill_tree, start
-from test_elastic import dump, finished_alike, shrink_then_return, started_once, wait_until
+from test_elastic import dump, finished_alike, shrink_then_return, started_once, survivors_moved_on, wait_until
 from test_elastic_torchrun import Agent
 
 WORKER = WORKERS / "elastic_lightning.py"
@@ -99,6 +100,60 @@ def test_lightning_sigterm_makes_the_rank_leave_and_the_others_go_on(cohortd):
     finally:
         for n in nodes:
             kill_tree(n.p)
+
+
+@pytest.mark.parametrize("epochs", [1, 2], ids=["the-fits-last-step", "an-epochs-last-step"])
+def test_lightning_rank_admitted_at_an_epochs_last_step_goes_on_with_the_others(built, tmp_path, epochs):
+    """A returning process admitted at the last step boundary of an epoch goes where the others go.
+
+    At the fit's last step it receives a finished fit's state: it runs no step and ends (its end-of-fit
+    collectives, the worker's checks) with the others. At the last step of an earlier epoch it starts the
+    next epoch with them, not one more batch of the finished one (a collective the others do not make).
+    The survivors hold epoch 0's last step (``--hold-last-until``) until cohortd's /metrics says the
+    returner waits to join, so the admission falls on that boundary every time."""
+    port, http = free_port(), free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    d = start([str(BIN / "cohortd"), "--listen", url, "--http", f"127.0.0.1:{http}", "--log-level", "warn",
+               "--rdzv-last-call", "30000"], base_env())
+    release = tmp_path / "release"
+    args = ["--epochs", str(epochs), "--pace", "20", "--hold-last-until", str(release), "--hold-epoch", "0"]
+    env = _env()
+    nodes = [LNode(url, "llast", r, "2:3", args, env) for r in range(3)]
+
+    def joiners_waiting() -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return 0
+        return sum(int(float(line.split()[-1])) for line in text.splitlines()
+                   if line.startswith("cohort_elastic_joiners_waiting"))
+
+    try:
+        wait_until(lambda: len(nodes[0].ev("commit")) >= 3, 180, nodes, "3 steps committed")
+        pids = started_once(nodes, 3)
+        os.kill(pids[2], signal.SIGKILL)
+        survivors_moved_on(nodes[:2], nodes, 2)
+        wait_until(lambda: all(n.ev("hold") for n in nodes[:2]), 120, nodes, "the survivors reached the last step")
+        nodes.append(LNode(url, "llast", 2, "2:3", args, env))
+        wait_until(lambda: joiners_waiting() >= 1, 120, nodes, "the returner waits to join")
+        release.touch()
+        for i in (0, 1, 3):
+            assert nodes[i].wait(180) == 0, dump(nodes)
+        if epochs == 1:
+            assert not nodes[3].ev("start"), dump(nodes)  # admitted after the last step: it trained none
+        else:
+            assert [e["epoch"] for e in nodes[3].ev("start")] == [1], dump(nodes)  # the next epoch's first step
+        assert any(c["joined"] == 1 for c in nodes[0].ev("change")), dump(nodes)
+        done = finished_alike([nodes[i] for i in (0, 1, 3)], 3)
+        assert {x["steps"] for x in done} == {done[0]["steps"]}, done
+        assert {x["epoch"] for x in done} == {epochs}, done
+        assert done[2]["pid"] != pids[2]
+    finally:
+        for n in nodes:
+            kill_tree(n.p)
+        kill_tree(d)
+        d.wait()
 
 
 

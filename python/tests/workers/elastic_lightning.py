@@ -1,6 +1,6 @@
 """One rank of an elastic Lightning job (test_elastic_lightning.py).
 
-    elastic_lightning.py [--epochs E] [--batch B] [--pace MS]
+    elastic_lightning.py [--epochs E] [--batch B] [--pace MS] [--hold-last-until FILE [--hold-epoch E]]
 
 A small classifier on a synthetic, deterministic data set (elastic_ddp.py's)
 trained by ``Trainer.fit`` with ``CohortElasticStrategy``. Prints JSON lines:
@@ -9,12 +9,16 @@ trained by ``Trainer.fit`` with ``CohortElasticStrategy``. Prints JSON lines:
   training batch of this process (``step`` > 0: admitted into a running job, with the state);
 - ``{"event": "change", "generation", "rank", "world", "prev_world", "lost", "joined", "received", "at_ms"}``;
 - ``{"event": "commit", "step", "world", "epoch", "at_ms"}`` per training batch (rank 0 only);
+- ``{"event": "hold", "rank", "step", "at_ms"}`` when the last training step of epoch E (default: the last
+  epoch) starts holding (``--hold-last-until FILE``: that step waits until FILE exists, at most 300 s, so
+  that a test can have a process admitted exactly at an epoch's last step boundary);
 - ``{"event": "done", "rank", "world", "pid", "generation", "steps", "epoch", "checksum", "equal",
   "accuracy", "sampler"}`` at the end.
 """
 
 import os
 import sys
+import time
 
 import pytorch_lightning as pl
 import torch
@@ -24,7 +28,10 @@ from torch import nn
 from cohort.lightning import CohortElasticStrategy
 from elastic_common import Pace, checked_end, data, emit, emit_change, net, now_ms, parser
 
-args = parser().parse_args()
+p = parser()
+p.add_argument("--hold-last-until", default="", help="an epoch's last step waits until this file exists")
+p.add_argument("--hold-epoch", type=int, default=-1, help="the epoch of --hold-last-until (-1: the last)")
+args = p.parse_args()
 
 torch.set_num_threads(1)
 
@@ -41,6 +48,13 @@ class Net(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         self.pace()
+        t = self.trainer
+        hold_epoch = args.hold_epoch if args.hold_epoch >= 0 else t.max_epochs - 1
+        if args.hold_last_until and t.is_last_batch and t.current_epoch == hold_epoch:
+            emit(event="hold", rank=t.strategy.manager.rank, step=t.global_step, at_ms=now_ms())
+            end = time.monotonic() + 300
+            while not os.path.exists(args.hold_last_until) and time.monotonic() < end:
+                time.sleep(0.05)
         x, y = batch
         return self.loss_fn(self.net(x), y)
 
