@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import select
 import signal
 import socket
 import subprocess
@@ -89,6 +90,40 @@ def start(argv: Sequence[str], env: dict[str, str]) -> subprocess.Popen:
     _started.append(p)
     return p
 
+
+def start_cohortd(*args: str, env: Optional[dict[str, str]] = None, timeout: float = 20.0
+                  ) -> tuple[subprocess.Popen, str]:
+    """A cohortd on a loopback port the kernel chose, once it listens: (its process, its URL).
+
+    ``--listen tcp://127.0.0.1:0 --ready-fd``: cohortd writes its URL when it
+    is bound. A port chosen here (``free_port``) can be taken by another
+    process before cohortd binds it, and a sleep is no proof that it is up.
+    ``args`` are cohortd's further options.
+    """
+    r, w = os.pipe()
+    try:
+        p = subprocess.Popen([str(BIN / "cohortd"), "--listen", "tcp://127.0.0.1:0", "--ready-fd", str(w), *args],
+                             env=env or base_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True, pass_fds=(w,))
+    finally:
+        os.close(w)
+    _started.append(p)
+    line = b""
+    end = time.monotonic() + timeout
+    try:
+        while not line.endswith(b"\n") and select.select([r], [], [], max(0.0, end - time.monotonic()))[0]:
+            chunk = os.read(r, 256)
+            if not chunk:
+                break
+            line += chunk
+    finally:
+        os.close(r)
+    url = line.decode("utf-8", "replace").strip()
+    if not url.startswith("tcp://"):
+        kill_tree(p)
+        out, _ = p.communicate()
+        raise AssertionError(f"cohortd did not start within {timeout:g} s: {out[-2000:]}")
+    return p, url
 
 def finish(procs: Sequence[subprocess.Popen], timeout: float,
            abort_if: Optional[Callable[[Proc], bool]] = None) -> list[Proc]:

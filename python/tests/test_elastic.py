@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import pytest
 
-from conftest import BIN, PYTHON, WORKERS, base_env, free_port, kill_tree, start
+from conftest import BIN, PYTHON, WORKERS, base_env, kill_tree, start, start_cohortd
 
 WORKER = WORKERS / "elastic_ddp.py"
 
@@ -133,10 +133,8 @@ def finished_alike(procs: list, world: int) -> list[dict]:
 
 @pytest.fixture
 def cohortd(built):
-    port = free_port()
-    p = start([str(BIN / "cohortd"), "--listen", f"tcp://127.0.0.1:{port}", "--log-level", "warn"], base_env())
-    time.sleep(0.3)
-    yield f"tcp://127.0.0.1:{port}"
+    p, url = start_cohortd("--log-level", "warn")
+    yield url
     kill_tree(p)
     p.wait()
 

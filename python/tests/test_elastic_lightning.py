@@ -13,12 +13,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 import urllib.request
 
 import pytest
 
-from conftest import BIN, PYTHON, WORKERS, base_env, free_port, kill_tree, start
+from conftest import BIN, PYTHON, WORKERS, base_env, free_port, kill_tree, start_cohortd
 from test_elastic import dump, finished_alike, shrink_then_return, started_once, survivors_moved_on, wait_until
 from test_elastic_torchrun import Agent
 
@@ -27,12 +26,9 @@ WORKER = WORKERS / "elastic_lightning.py"
 
 @pytest.fixture
 def cohortd(built):
-    port = free_port()
     # a generous last call: a node slow to start on a loaded machine still makes the first generation
-    p = start([str(BIN / "cohortd"), "--listen", f"tcp://127.0.0.1:{port}", "--log-level", "warn",
-               "--rdzv-last-call", "30000"], base_env())
-    time.sleep(0.3)
-    yield f"tcp://127.0.0.1:{port}"
+    p, url = start_cohortd("--log-level", "warn", "--rdzv-last-call", "30000")
+    yield url
     kill_tree(p)
     p.wait()
 
@@ -111,10 +107,8 @@ def test_lightning_rank_admitted_at_an_epochs_last_step_goes_on_with_the_others(
     next epoch with them, not one more batch of the finished one (a collective the others do not make).
     The survivors hold epoch 0's last step (``--hold-last-until``) until cohortd's /metrics says the
     returner waits to join, so the admission falls on that boundary every time."""
-    port, http = free_port(), free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    d = start([str(BIN / "cohortd"), "--listen", url, "--http", f"127.0.0.1:{http}", "--log-level", "warn",
-               "--rdzv-last-call", "30000"], base_env())
+    http = free_port()
+    d, url = start_cohortd("--http", f"127.0.0.1:{http}", "--log-level", "warn", "--rdzv-last-call", "30000")
     release = tmp_path / "release"
     args = ["--epochs", str(epochs), "--pace", "20", "--hold-last-until", str(release), "--hold-epoch", "0"]
     env = _env()
