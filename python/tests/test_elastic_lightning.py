@@ -110,7 +110,8 @@ def test_lightning_rank_admitted_at_an_epochs_last_step_goes_on_with_the_others(
     http = free_port()
     d, url = start_cohortd("--http", f"127.0.0.1:{http}", "--log-level", "warn", "--rdzv-last-call", "30000")
     release = tmp_path / "release"
-    args = ["--epochs", str(epochs), "--pace", "20", "--hold-last-until", str(release), "--hold-epoch", "0"]
+    args = ["--epochs", str(epochs), "--samples", "480", "--pace", "20", "--hold-last-until", str(release),
+            "--hold-epoch", "0"]
     env = _env()
     nodes = [LNode(url, "llast", r, "2:3", args, env) for r in range(3)]
 
