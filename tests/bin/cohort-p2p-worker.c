@@ -514,15 +514,6 @@ pw_cmp_i64(const void *a, const void *b)
 	return (x < y ? -1 : x > y);
 }
 
-static int64_t
-pw_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec);
-}
-
 static int
 scen_bench(cohort_client *c, const char *arg)
 {
@@ -541,7 +532,7 @@ scen_bench(cohort_client *c, const char *arg)
 		int64_t t0, bw_ns;
 
 		for (int k = 0; k < n; k++) {
-			t0 = pw_now_ns();
+			t0 = tw_clock_ns(CLOCK_MONOTONIC);
 			if (r == 0) {
 				PW_OK(cohort_send(
 				    g, b, len, COHORT_U8, 1, 0, NULL, 60000));
@@ -553,12 +544,12 @@ scen_bench(cohort_client *c, const char *arg)
 				PW_OK(cohort_send(
 				    g, b, len, COHORT_U8, 0, 0, NULL, 60000));
 			}
-			t[k] = pw_now_ns() - t0;
+			t[k] = tw_clock_ns(CLOCK_MONOTONIC) - t0;
 		}
 		qsort(t, (size_t)n, sizeof(*t), pw_cmp_i64);
 		/* Bandwidth: 8 messages in flight, then one ack back. */
 		PW_OK(cohort_barrier(g, "bw", 60000));
-		t0 = pw_now_ns();
+		t0 = tw_clock_ns(CLOCK_MONOTONIC);
 		for (int k = 0; k < 8; k++)
 			if (r == 0)
 				PW_OK(cohort_isend(
@@ -576,7 +567,7 @@ scen_bench(cohort_client *c, const char *arg)
 		else
 			PW_OK(cohort_send(
 			    g, b, 1, COHORT_U8, 0, 2, NULL, 60000));
-		bw_ns = pw_now_ns() - t0;
+		bw_ns = tw_clock_ns(CLOCK_MONOTONIC) - t0;
 		if (r == 0)
 			printf("MEASURE p2p backend=%s bytes=%zu "
 			       "rtt_median_us=%.1f oneway_us=%.1f "
