@@ -223,6 +223,17 @@ sw_join(int *rank, int *world)
 	return (c);
 }
 
+/* sw_join, then m initialised from the seed and the rank: every rank
+ * differently (the strategy's broadcast must make them equal). */
+static cohort_client *
+sw_join_model(const struct sw_opts *o, struct mlp *m, int *rank, int *world)
+{
+	cohort_client *c = sw_join(rank, world);
+
+	mlp_reset(m, (uint64_t)o->seed + (uint64_t)*rank);
+	return (c);
+}
+
 /* ------------------------------------------------------------------------ */
 /* local: the reference                                                     */
 /* ------------------------------------------------------------------------ */
@@ -270,10 +281,8 @@ sw_ddp(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y, bool fail)
 	int64_t mine, *all;
 	bool equal = true;
 
-	c = sw_join(&rank, &world);
+	c = sw_join_model(o, m, &rank, &world);
 	G = (size_t)world * B;
-	/* Every rank initialises differently: the broadcast must fix it. */
-	mlp_reset(m, (uint64_t)o->seed + (uint64_t)rank);
 
 	cohort_ddp_options_init(&dopt);
 	dopt.bucket_cap_bytes = (size_t)o->cap;
@@ -382,9 +391,8 @@ sw_hvd(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y)
 	size_t G, B = (size_t)o->batch;
 	long steps_done = 0;
 
-	c = sw_join(&rank, &world);
+	c = sw_join_model(o, m, &rank, &world);
 	G = (size_t)world * B;
-	mlp_reset(m, (uint64_t)o->seed + (uint64_t)rank);
 	cohort_hvd_options_init(&hopt);
 	hopt.backward_passes_per_step = (int)o->bpps;
 	hopt.fusion_threshold_bytes = (size_t)o->cap;
