@@ -47,17 +47,6 @@ cj_copy(const char *from, const char *to)
 	return (fclose(out) == 0 && ok);
 }
 
-/* Lets go of the replies collected so far (a long loop of rounds). */
-static void
-cj_forget_replies(struct fx *fx)
-{
-	for (size_t i = 0; i < fx->n; i++) {
-		cohort__reply__free_unpacked(fx->r[i].rep, NULL);
-		nng_msg_free(fx->r[i].msg);
-	}
-	fx->n = 0;
-}
-
 /* Keys of job (read by a fresh client with the token; the member first,
  * which claims a job whose token was lost). */
 static int
@@ -136,7 +125,7 @@ START_TEST(test_damage_at_every_offset)
 			worst_at = (int)off;
 		}
 		tried++;
-		cj_forget_replies(f);
+		fx_forget_replies(f);
 	}
 	printf("CHAOS journal/every-offset: a log of %lld bytes (2 jobs, "
 	       "%d keys), one byte flipped at %d offsets (every %d): "
