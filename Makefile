@@ -82,7 +82,7 @@ $(OBJ)/bench/%.o: PART_INC := $(INC_PROTO) -iquote client -iquote tests/unit
 # Tests look inside every part.
 $(OBJ)/tests/%.o: PART_INC := $(INC_PROTO) -iquote client -iquote server \
 	-iquote tests/cuda/kernels -iquote strategies -iquote tests/harness \
-	-iquote examples/lib
+	-iquote examples/lib -iquote examples
 CPPFLAGS = $(PART_INC) $(PKG_CFLAGS)
 LDLIBS := -lnng -lmbedx509 -lmbedcrypto $(PKG_LIBS) -lpthread -lm -ldl
 # What libcohort.so itself needs (no test framework).

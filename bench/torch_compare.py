@@ -183,17 +183,26 @@ def run_local_ranks(argv: list, world: int) -> tuple:
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
         procs.append(subprocess.Popen([sys.executable, *argv], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
-    res, failed = None, False
+    outs = []
     for p in procs:
         try:
             out, _ = p.communicate(timeout=600)
         except subprocess.TimeoutExpired:
             p.kill()
             out, _ = p.communicate()
+        outs.append((out, p.returncode))
+    return _ranks_result(outs)
+
+
+def _ranks_result(outs: list) -> tuple:
+    """(the last ``RESULT`` JSON of the ranks' (output, exit status) pairs or
+    None, whether a rank failed); a failed rank's output tail on stderr."""
+    res, failed = None, False
+    for out, rc in outs:
         for line in out.splitlines():
             if line.startswith("RESULT "):
                 res = json.loads(line[7:])
-        if p.returncode != 0:
+        if rc != 0:
             failed = True
             sys.stderr.write(out[-1500:])
     return res, failed
@@ -212,21 +221,15 @@ def _run_job_on_hosts(cluster, kind: str, backend: str, arg: str, iters: int) ->
                "COHORT_COHORTD": str(REPO / "build" / "bin" / "cohortd"), "GLOO_SOCKET_IFNAME": "eth0"}
         procs.append(h.spawn([sys.executable, __file__, "--worker", kind, backend, arg, str(iters)], env=env,
                              name=f"{kind}-{backend}-r{r}"))
-    res, failed = None, False
+    outs = []
     for p in procs:
         try:
             p.wait(timeout=600)
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
-        out = p.output()
-        for line in out.splitlines():
-            if line.startswith("RESULT "):
-                res = json.loads(line[7:])
-        if p.returncode != 0:
-            failed = True
-            sys.stderr.write(out[-1500:])
-    return res, failed
+        outs.append((p.output(), p.returncode))
+    return _ranks_result(outs)
 
 
 def fmt_t(s: float) -> str:

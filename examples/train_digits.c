@@ -50,6 +50,7 @@
 #include "dp.h"
 #include "hvd.h"
 #include "mlp.h"
+#include "mlp_strategies.h"
 #include "spawn.h"
 
 #define PROG "train_digits"
@@ -213,31 +214,6 @@ check(struct trainer *t, cohort_status st, const char *what)
 		detail = cohort_strerror(st);
 	die_code(t, st == COHORT_EPEERLOST ? EXIT_PEER_LOST : 1, "%s: %s: %s",
 	    what, cohort_status_name(st), detail);
-}
-
-/* mlp_backward's readiness callback: the strategy may start reducing the
- * gradient while the rest of backward runs. */
-static void
-ddp_grad_ready(void *ctx, int i)
-{
-	cohort_ddp_grad_ready(ctx, i);
-}
-
-static void
-hvd_grad_ready(void *ctx, int i)
-{
-	cohort_hvd_grad_ready(ctx, i);
-}
-
-static void
-mlp_params(struct mlp *m, cohort_ddp_param *p)
-{
-	for (int i = 0; i < MLP_NPARAMS; i++) {
-		p[i].name = m->param[i].name;
-		p[i].data = m->param[i].data;
-		p[i].grad = m->param[i].grad;
-		p[i].count = m->param[i].count;
-	}
 }
 
 /* Sums metrics over the ranks (no-op alone). */
@@ -823,25 +799,27 @@ parse_args(int argc, char **argv, struct opts *o)
 	}
 }
 
+/* DDP over t->g with --hook and --bucket-cap; broadcast: rank 0's
+ * parameters are broadcast, every rank starts from them whatever it
+ * initialised itself. */
 static void
-setup_ddp(struct trainer *t)
+setup_ddp(struct trainer *t, bool broadcast)
 {
 	cohort_ddp_options dopt;
 	cohort_ddp_param p[MLP_NPARAMS];
 
 	cohort_ddp_options_init(&dopt);
 	dopt.hook = cohort_ddp_hook_by_name(t->o.hook);
+	dopt.broadcast_params = broadcast;
 	if (t->o.bucket_cap > 0) {
 		dopt.bucket_cap_bytes = t->o.bucket_cap;
 		if (dopt.first_bucket_cap_bytes > t->o.bucket_cap)
 			dopt.first_bucket_cap_bytes = t->o.bucket_cap;
 	}
-	mlp_params(&t->m, p);
-	/* Broadcasts rank 0's parameters: every rank starts from them
-	 * whatever it initialised itself. */
+	mlp_ddp_params(&t->m, p);
 	check(t, cohort_ddp_new(t->c, t->g, p, MLP_NPARAMS, &dopt, &t->ddp),
 	    "cohort_ddp_new");
-	mlp_set_grad_ready(&t->m, ddp_grad_ready, t->ddp);
+	mlp_set_grad_ready(&t->m, mlp_ddp_grad_ready, t->ddp);
 }
 
 static void
@@ -853,12 +831,12 @@ setup_hvd(struct trainer *t)
 	cohort_hvd_options_init(&hopt);
 	hopt.backward_passes_per_step = t->o.accum;
 	check(t, cohort_hvd_new(t->c, &hopt, &t->hvd), "cohort_hvd_new");
-	mlp_params(&t->m, p);
+	mlp_ddp_params(&t->m, p);
 	check(t, cohort_hvd_register_params(t->hvd, p, MLP_NPARAMS),
 	    "cohort_hvd_register_params");
 	check(t, cohort_hvd_broadcast_parameters(t->hvd, 0),
 	    "cohort_hvd_broadcast_parameters");
-	mlp_set_grad_ready(&t->m, hvd_grad_ready, t->hvd);
+	mlp_set_grad_ready(&t->m, mlp_hvd_grad_ready, t->hvd);
 }
 
 static void
@@ -941,7 +919,7 @@ setup(struct trainer *t, cohort_client *c)
 	else if (t->o.strategy == STRAT_DP)
 		setup_dp(t);
 	else
-		setup_ddp(t); /* ddp, and the workers of spawn */
+		setup_ddp(t, true); /* ddp, and the workers of spawn */
 	print_setup(t);
 }
 
@@ -1590,8 +1568,6 @@ elastic_finish(
 static int
 run_elastic(struct trainer *t)
 {
-	cohort_ddp_options dopt;
-	cohort_ddp_param p[MLP_NPARAMS];
 	struct elastic e;
 	int32_t min_world = 0, max_world = 0;
 	uint64_t *all = NULL;
@@ -1626,18 +1602,7 @@ run_elastic(struct trainer *t)
 	/* Every member starts from the same seed's parameters; one admitted
 	 * later gets the running state at its first boundary, not a
 	 * broadcast the others would have to join. */
-	cohort_ddp_options_init(&dopt);
-	dopt.hook = cohort_ddp_hook_by_name(t->o.hook);
-	dopt.broadcast_params = false;
-	if (t->o.bucket_cap > 0) {
-		dopt.bucket_cap_bytes = t->o.bucket_cap;
-		if (dopt.first_bucket_cap_bytes > t->o.bucket_cap)
-			dopt.first_bucket_cap_bytes = t->o.bucket_cap;
-	}
-	mlp_params(&t->m, p);
-	check(t, cohort_ddp_new(t->c, t->g, p, MLP_NPARAMS, &dopt, &t->ddp),
-	    "cohort_ddp_new");
-	mlp_set_grad_ready(&t->m, ddp_grad_ready, t->ddp);
+	setup_ddp(t, false);
 	printf(PROG ": rank %d of %d, elastic %d:%d, generation %llu, pid %d "
 	            "at_ms=%lld\n",
 	    t->rank, t->world, min_world, max_world,

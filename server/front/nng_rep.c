@@ -509,6 +509,20 @@ srv_with_core(struct srv_nng *s,
 	rep_flush(s, out);
 }
 
+static void
+rep_pipe_closed_locked(void *arg, struct srv_core *core, cohort__time now)
+{
+	const uint32_t *pipe = arg;
+
+	srv_core_pipe_closed(core, *pipe, now);
+}
+
+void
+srv_with_core_pipe_closed(struct srv_nng *s, uint32_t pipe)
+{
+	srv_with_core(s, rep_pipe_closed_locked, &pipe);
+}
+
 cohort_status
 srv_nng_new(const struct srv_limits *lim, const char *admin_token,
     uint32_t pool, struct srv_nng **out)

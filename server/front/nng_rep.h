@@ -40,6 +40,9 @@ const char *srv_nng_url(const struct srv_nng *s, size_t i);
  * it produced for nng clients. Nothing once stopping. */
 void srv_with_core(struct srv_nng *s,
     void (*fn)(void *arg, struct srv_core *core, cohort__time now), void *arg);
+/* A byte-stream front end's connection with this pipe went away:
+ * srv_core_pipe_closed under the server mutex (srv_with_core). */
+void srv_with_core_pipe_closed(struct srv_nng *s, uint32_t pipe);
 /* Milliseconds since the last client connection went away (0 while any
  * is connected): cohort__srv_idle_ms. */
 uint64_t srv_nng_idle_ms(struct srv_nng *s);

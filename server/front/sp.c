@@ -507,32 +507,19 @@ sp_opened(struct srv_nconn *nc, cohort__time now)
 	return (!nc->dead);
 }
 
-struct sp_close {
-	uint32_t pipe;
-};
-
-static void
-sp_closing_locked(void *arg, struct srv_core *core, cohort__time now)
-{
-	struct sp_close *a = arg;
-
-	/* Fails its running members, drops its parked requests (their
-	 * NULL replies come back through the inbox). */
-	srv_core_pipe_closed(core, a->pipe, now);
-}
-
 static void
 sp_closing(struct srv_nconn *nc)
 {
 	struct sp_conn *c = (struct sp_conn *)nc;
-	struct sp_close a = { nc->pipe };
 
 	sp_frame_reset(c);
-	/* cohortd stopping (a drain's end, SIGINT): its members did not
-	 * lose it, and its successor on the journal must see them running
-	 * until their dead-after, not failed. */
-	if (a.pipe != 0 && !srv_net_stopping(nc->net))
-		srv_with_core(c->sp->nng, sp_closing_locked, &a);
+	/* Fails its running members, drops its parked requests (their
+	 * NULL replies come back through the inbox). Not when cohortd is
+	 * stopping (a drain's end, SIGINT): its members did not lose it,
+	 * and its successor on the journal must see them running until
+	 * their dead-after, not failed. */
+	if (nc->pipe != 0 && !srv_net_stopping(nc->net))
+		srv_with_core_pipe_closed(c->sp->nng, nc->pipe);
 }
 
 static void

@@ -1617,30 +1617,17 @@ ts_opened(struct srv_nconn *nc, cohort__time now)
 	return (true);
 }
 
-struct ts_closed_arg {
-	uint32_t pipe;
-};
-
-static void
-ts_closed_locked(void *arg, struct srv_core *core, cohort__time now)
-{
-	struct ts_closed_arg *a = arg;
-
-	/* Withdraws its parked calls (their tp come back with NULL) and
-	 * frees its client: a TCPStore client never reconnects. */
-	srv_core_pipe_closed(core, a->pipe, now);
-}
-
 static void
 ts_closing(struct srv_nconn *nc)
 {
 	struct ts_conn *c = (struct ts_conn *)nc;
-	struct ts_closed_arg a = { nc->pipe };
 
 	srv_list_remove(&c->tlink);
 	srv_nconn_unhold(nc, c->incap);
-	if (a.pipe != 0)
-		srv_with_core(c->ts->nng, ts_closed_locked, &a);
+	/* Withdraws its parked calls (their tp come back with NULL) and
+	 * frees its client: a TCPStore client never reconnects. */
+	if (nc->pipe != 0)
+		srv_with_core_pipe_closed(c->ts->nng, nc->pipe);
 }
 
 static void

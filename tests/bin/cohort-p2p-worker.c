@@ -57,6 +57,15 @@ static int pw_failed;
 		    cohort_status_name(st_), cohort_last_error());            \
 	} while (0)
 
+/* Prints "RESULT <what> failed=<n>" and returns the scenario's exit
+ * status. */
+static int
+pw_result(const char *what)
+{
+	printf("RESULT %s failed=%d\n", what, pw_failed);
+	return (pw_failed == 0 ? 0 : 1);
+}
+
 static uint8_t
 pw_byte(uint64_t seed, int from, int to, int n, size_t i)
 {
@@ -365,6 +374,7 @@ scen_basic(cohort_client *c, const char *arg)
 {
 	cohort_group *g = cohort_client_world(c);
 	uint64_t seed = (uint64_t)tw_arg(arg, 1);
+	char what[96];
 
 	pw_errors(g);
 	pw_ring(g, seed, 0, 2);
@@ -375,9 +385,9 @@ scen_basic(cohort_client *c, const char *arg)
 	pw_alltoallv(g, seed + 1, true);
 	pw_beside(g, seed);
 	PW_OK(cohort_barrier(g, "basic-end", 60000));
-	printf("RESULT basic backend=%s failed=%d\n", cohort_group_backend(g),
-	    pw_failed);
-	return (pw_failed == 0 ? 0 : 1);
+	snprintf(
+	    what, sizeof(what), "basic backend=%s", cohort_group_backend(g));
+	return (pw_result(what));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -459,8 +469,7 @@ scen_mismatch(cohort_client *c, const char *arg)
 		    cohort_status_name(st), cohort_last_error());
 	}
 	PW_OK(cohort_barrier(g, "mismatch-end", 60000));
-	printf("RESULT mismatch-scenario failed=%d\n", pw_failed);
-	return (pw_failed == 0 ? 0 : 1);
+	return (pw_result("mismatch-scenario"));
 }
 
 static int
@@ -480,8 +489,7 @@ scen_timeout(cohort_client *c, const char *arg)
 		PW_OK(cohort_send(g, b, 8, COHORT_U8, 1, 1, NULL, 60000));
 		PW_OK(cohort_kv_get(c, "p2p-timeout-done", &v, NULL, 60000));
 		cohort_free(v);
-		printf("RESULT timeout-scenario failed=%d\n", pw_failed);
-		return (pw_failed == 0 ? 0 : 1);
+		return (pw_result("timeout-scenario"));
 	}
 	if (r == 1) {
 		PW_OK(cohort_recv(g, b, 8, COHORT_U8, 0, 1, NULL, 60000));
@@ -499,8 +507,7 @@ scen_timeout(cohort_client *c, const char *arg)
 		    cohort_status_name(cohort_group_error(g)));
 		PW_OK(cohort_kv_set(c, "p2p-timeout-done", "1", 1, 10000));
 	}
-	printf("RESULT timeout-scenario failed=%d\n", pw_failed);
-	return (pw_failed == 0 ? 0 : 1);
+	return (pw_result("timeout-scenario"));
 }
 
 /* Ranks 0 and 1: ping-pong times (median of ARG round trips, default
@@ -512,15 +519,6 @@ pw_cmp_i64(const void *a, const void *b)
 	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
 
 	return (x < y ? -1 : x > y);
-}
-
-static int64_t
-pw_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec);
 }
 
 static int
@@ -541,7 +539,7 @@ scen_bench(cohort_client *c, const char *arg)
 		int64_t t0, bw_ns;
 
 		for (int k = 0; k < n; k++) {
-			t0 = pw_now_ns();
+			t0 = tw_clock_ns(CLOCK_MONOTONIC);
 			if (r == 0) {
 				PW_OK(cohort_send(
 				    g, b, len, COHORT_U8, 1, 0, NULL, 60000));
@@ -553,12 +551,12 @@ scen_bench(cohort_client *c, const char *arg)
 				PW_OK(cohort_send(
 				    g, b, len, COHORT_U8, 0, 0, NULL, 60000));
 			}
-			t[k] = pw_now_ns() - t0;
+			t[k] = tw_clock_ns(CLOCK_MONOTONIC) - t0;
 		}
 		qsort(t, (size_t)n, sizeof(*t), pw_cmp_i64);
 		/* Bandwidth: 8 messages in flight, then one ack back. */
 		PW_OK(cohort_barrier(g, "bw", 60000));
-		t0 = pw_now_ns();
+		t0 = tw_clock_ns(CLOCK_MONOTONIC);
 		for (int k = 0; k < 8; k++)
 			if (r == 0)
 				PW_OK(cohort_isend(
@@ -576,7 +574,7 @@ scen_bench(cohort_client *c, const char *arg)
 		else
 			PW_OK(cohort_send(
 			    g, b, 1, COHORT_U8, 0, 2, NULL, 60000));
-		bw_ns = pw_now_ns() - t0;
+		bw_ns = tw_clock_ns(CLOCK_MONOTONIC) - t0;
 		if (r == 0)
 			printf("MEASURE p2p backend=%s bytes=%zu "
 			       "rtt_median_us=%.1f oneway_us=%.1f "
@@ -588,8 +586,7 @@ scen_bench(cohort_client *c, const char *arg)
 	}
 	free(t);
 	PW_OK(cohort_barrier(g, "bench-end", 120000));
-	printf("RESULT bench failed=%d\n", pw_failed);
-	return (pw_failed == 0 ? 0 : 1);
+	return (pw_result("bench"));
 }
 
 static const struct tw_scenario pw_scenarios[] = {

@@ -44,6 +44,7 @@
 #include "dp.h"
 #include "hvd.h"
 #include "mlp.h"
+#include "mlp_strategies.h"
 #include "th_worker.h"
 
 #define SW_IN 64
@@ -114,31 +115,27 @@ sw_long(const char *v, const char *key)
 static void
 sw_parse(int argc, char **argv, struct sw_opts *o)
 {
-	memset(o, 0, sizeof(*o));
 	if (argc < 3) {
 		fprintf(
 		    stderr, "usage: %s MODE OUT [key=value ...]\n", argv[0]);
 		exit(2);
 	}
-	o->mode = argv[1];
-	o->out = argv[2];
-	o->hook = "none";
-	o->steps = 10;
-	o->batch = 16;
-	o->world = 1;
-	o->accum = 1;
-	o->cap = 4096;
-	o->first_cap = 1024;
-	o->view = 1;
-	o->overlap = 1;
-	o->seed = 7;
-	o->hidden = 128;
-	o->replicas = 0;
-	o->bpps = 0;
-	o->fail_rank = -1;
-	o->fail_step = 0;
-	o->lr = 0.1;
-	o->momentum = 0.0;
+	/* the defaults; the others 0 */
+	*o = (struct sw_opts) { .mode = argv[1],
+		.out = argv[2],
+		.hook = "none",
+		.steps = 10,
+		.batch = 16,
+		.world = 1,
+		.accum = 1,
+		.cap = 4096,
+		.first_cap = 1024,
+		.view = 1,
+		.overlap = 1,
+		.seed = 7,
+		.hidden = 128,
+		.fail_rank = -1,
+		.lr = 0.1 };
 	for (int i = 3; i < argc; i++) {
 		char key[32];
 		const char *eq = strchr(argv[i], '=');
@@ -226,6 +223,17 @@ sw_join(int *rank, int *world)
 	return (c);
 }
 
+/* sw_join, then m initialised from the seed and the rank: every rank
+ * differently (the strategy's broadcast must make them equal). */
+static cohort_client *
+sw_join_model(const struct sw_opts *o, struct mlp *m, int *rank, int *world)
+{
+	cohort_client *c = sw_join(rank, world);
+
+	mlp_reset(m, (uint64_t)o->seed + (uint64_t)*rank);
+	return (c);
+}
+
 /* ------------------------------------------------------------------------ */
 /* local: the reference                                                     */
 /* ------------------------------------------------------------------------ */
@@ -258,23 +266,6 @@ sw_local(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y)
 /* ddp                                                                      */
 /* ------------------------------------------------------------------------ */
 
-static void
-sw_ddp_ready(void *ctx, int i)
-{
-	cohort_ddp_grad_ready(ctx, i);
-}
-
-static void
-sw_params(struct mlp *m, cohort_ddp_param *p)
-{
-	for (int i = 0; i < MLP_NPARAMS; i++) {
-		p[i].name = m->param[i].name;
-		p[i].data = m->param[i].data;
-		p[i].grad = m->param[i].grad;
-		p[i].count = m->param[i].count;
-	}
-}
-
 static int
 sw_ddp(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y, bool fail)
 {
@@ -290,10 +281,8 @@ sw_ddp(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y, bool fail)
 	int64_t mine, *all;
 	bool equal = true;
 
-	c = sw_join(&rank, &world);
+	c = sw_join_model(o, m, &rank, &world);
 	G = (size_t)world * B;
-	/* Every rank initialises differently: the broadcast must fix it. */
-	mlp_reset(m, (uint64_t)o->seed + (uint64_t)rank);
 
 	cohort_ddp_options_init(&dopt);
 	dopt.bucket_cap_bytes = (size_t)o->cap;
@@ -307,11 +296,11 @@ sw_ddp(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y, bool fail)
 		fprintf(stderr, "unknown hook %s\n", o->hook);
 		return (-1);
 	}
-	sw_params(m, p);
+	mlp_ddp_params(m, p);
 	if ((st = cohort_ddp_new(c, NULL, p, MLP_NPARAMS, &dopt, &d))
 	    != COHORT_OK)
 		sw_die("cohort_ddp_new", st, NULL);
-	mlp_set_grad_ready(m, sw_ddp_ready, d);
+	mlp_set_grad_ready(m, mlp_ddp_grad_ready, d);
 	cohort_ddp_get_stats(d, &stats);
 	if (rank == 0)
 		printf("INFO buckets=%d\n", stats.nbuckets);
@@ -389,12 +378,6 @@ sw_ddp(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y, bool fail)
 /* hvd                                                                      */
 /* ------------------------------------------------------------------------ */
 
-static void
-sw_hvd_ready(void *ctx, int i)
-{
-	cohort_hvd_grad_ready(ctx, i);
-}
-
 static int
 sw_hvd(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y)
 {
@@ -408,20 +391,19 @@ sw_hvd(const struct sw_opts *o, struct mlp *m, float *x, uint8_t *y)
 	size_t G, B = (size_t)o->batch;
 	long steps_done = 0;
 
-	c = sw_join(&rank, &world);
+	c = sw_join_model(o, m, &rank, &world);
 	G = (size_t)world * B;
-	mlp_reset(m, (uint64_t)o->seed + (uint64_t)rank);
 	cohort_hvd_options_init(&hopt);
 	hopt.backward_passes_per_step = (int)o->bpps;
 	hopt.fusion_threshold_bytes = (size_t)o->cap;
 	hopt.timeout = 60000;
 	if ((st = cohort_hvd_new(c, &hopt, &h)) != COHORT_OK)
 		sw_die("cohort_hvd_new", st, NULL);
-	sw_params(m, p);
+	mlp_ddp_params(m, p);
 	if ((st = cohort_hvd_register_params(h, p, MLP_NPARAMS)) != COHORT_OK
 	    || (st = cohort_hvd_broadcast_parameters(h, 0)) != COHORT_OK)
 		sw_die("hvd parameters", st, cohort_hvd_last_error(h));
-	mlp_set_grad_ready(m, sw_hvd_ready, h);
+	mlp_set_grad_ready(m, mlp_hvd_grad_ready, h);
 	/* One backward pass per micro-batch; hvd decides when to step. */
 	for (long b = 0; b < o->steps * o->accum; b++) {
 		bool do_step;

@@ -38,6 +38,7 @@
 #include "cohort/cohort.h"
 #include "ddp.h"
 #include "spawn.h"
+#include "th_worker.h"
 
 struct ob_cfg {
 	int n, layers, work, iters;
@@ -50,15 +51,6 @@ struct ob_res {
 	double sync_wait_overlap, sync_wait_serial;
 	int nbuckets;
 };
-
-static double
-ob_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
-}
 
 static int
 ob_cmp(const void *a, const void *b)
@@ -101,7 +93,7 @@ ob_time(cohort_ddp *d, float **par, float **grad, const struct ob_cfg *c,
 		/* Line the ranks up so every step starts together. */
 		if (cohort_ddp_barrier(d, "step") != COHORT_OK)
 			return (-1.0);
-		t0 = ob_now();
+		t0 = tw_now_s();
 		if (no_sync)
 			cohort_ddp_no_sync_begin(d);
 		for (int l = c->layers - 1; l >= 0; l--) {
@@ -119,7 +111,7 @@ ob_time(cohort_ddp *d, float **par, float **grad, const struct ob_cfg *c,
 		if (no_sync)
 			cohort_ddp_no_sync_end(d);
 		if (it >= 0)
-			t[it] = ob_now() - t0;
+			t[it] = tw_now_s() - t0;
 	}
 	cohort_ddp_get_stats(d, &s);
 	if (wait != NULL)

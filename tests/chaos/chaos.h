@@ -151,18 +151,21 @@ chaos_be64(uint8_t *b, uint64_t v)
 /* nng's SP header of a req0 peer. */
 static const uint8_t chaos_sp_req[8] = { 0, 'S', 'P', 0, 0, 0x30, 0, 0 };
 
-/* Sends all of p (blocking, bounded by poll); false if the peer closed. */
+/* Moves all n bytes at b through fd: sent when out (each wait for room
+ * bounded by timeout_ms), else received (all of them within timeout_ms).
+ * False if the peer closed or the time ran out. */
 static inline bool
-chaos_send_all(int fd, const void *p, size_t n, int timeout_ms)
+chaos_io_all(int fd, uint8_t *b, size_t n, bool out, int timeout_ms)
 {
-	const uint8_t *b = p;
+	int64_t end = th_now_ms() + timeout_ms;
 
 	while (n > 0) {
-		struct pollfd pf = { fd, POLLOUT, 0 };
+		struct pollfd pf = { fd, out ? POLLOUT : POLLIN, 0 };
 		ssize_t k;
-		if (poll(&pf, 1, timeout_ms) != 1)
+		int left = out ? timeout_ms : (int)(end - th_now_ms());
+		if (left <= 0 || poll(&pf, 1, left) != 1)
 			return (false);
-		k = send(fd, b, n, MSG_NOSIGNAL);
+		k = out ? send(fd, b, n, MSG_NOSIGNAL) : recv(fd, b, n, 0);
 		if (k < 0 && (errno == EAGAIN || errno == EINTR))
 			continue;
 		if (k <= 0)
@@ -173,28 +176,19 @@ chaos_send_all(int fd, const void *p, size_t n, int timeout_ms)
 	return (true);
 }
 
+/* Sends all of p (blocking, bounded by poll); false if the peer closed. */
+static inline bool
+chaos_send_all(int fd, const void *p, size_t n, int timeout_ms)
+{
+	return (
+	    chaos_io_all(fd, (uint8_t *)(uintptr_t)p, n, true, timeout_ms));
+}
+
 /* Reads exactly n bytes within timeout_ms. */
 static inline bool
 chaos_recv_all(int fd, void *p, size_t n, int timeout_ms)
 {
-	uint8_t *b = p;
-	int64_t end = th_now_ms() + timeout_ms;
-
-	while (n > 0) {
-		struct pollfd pf = { fd, POLLIN, 0 };
-		ssize_t k;
-		int left = (int)(end - th_now_ms());
-		if (left <= 0 || poll(&pf, 1, left) != 1)
-			return (false);
-		k = recv(fd, b, n, 0);
-		if (k < 0 && (errno == EAGAIN || errno == EINTR))
-			continue;
-		if (k <= 0)
-			return (false);
-		b += k;
-		n -= (size_t)k;
-	}
-	return (true);
+	return (chaos_io_all(fd, p, n, false, timeout_ms));
 }
 
 /* One request of job/token as client id over fd (SP header first when

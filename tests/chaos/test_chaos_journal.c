@@ -18,7 +18,6 @@
  * tests/unit/srv_fixture.h): every offset in `make chaos`, every 7th in
  * CI.
  */
-#include <dirent.h>
 #include <sys/stat.h>
 
 #include "chaos.h"
@@ -46,35 +45,6 @@ cj_copy(const char *from, const char *to)
 		ok = ok && fwrite(buf, 1, n, out) == n;
 	fclose(in);
 	return (fclose(out) == 0 && ok);
-}
-
-/* Lets go of the replies collected so far (a long loop of rounds). */
-static void
-cj_forget_replies(struct fx *fx)
-{
-	for (size_t i = 0; i < fx->n; i++) {
-		cohort__reply__free_unpacked(fx->r[i].rep, NULL);
-		nng_msg_free(fx->r[i].msg);
-	}
-	fx->n = 0;
-}
-
-/* Empties dir (its regular files). */
-static void
-cj_clear(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	char p[600];
-
-	ck_assert_ptr_nonnull(d);
-	while ((e = readdir(d)) != NULL) {
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-		(void)unlink(p);
-	}
-	closedir(d);
 }
 
 /* Keys of job (read by a fresh client with the token; the member first,
@@ -133,7 +103,7 @@ START_TEST(test_damage_at_every_offset)
 		unsigned char c;
 		int fd, kept;
 
-		cj_clear(f->dir);
+		ck_assert(tmpdir_empty(f->dir));
 		ck_assert(cj_copy(pristine, logp));
 		snprintf(m, sizeof(m), "%s/manifest", f->dir);
 		ck_assert(cj_copy(man, m));
@@ -155,7 +125,7 @@ START_TEST(test_damage_at_every_offset)
 			worst_at = (int)off;
 		}
 		tried++;
-		cj_forget_replies(f);
+		fx_forget_replies(f);
 	}
 	printf("CHAOS journal/every-offset: a log of %lld bytes (2 jobs, "
 	       "%d keys), one byte flipped at %d offsets (every %d): "

@@ -77,8 +77,8 @@ START_TEST(test_failure_text_ends_with_its_job)
 	th_coord_start(&c, args);
 	hport = ct_http_port(&c);
 	/* Tenant A: rank 1 fails with a text; the job expires. */
-	th_workers_start(&a, &c, "shared", "token-a", 2, "report", "", env);
-	th_workers_wait(&a, 60000);
+	th_workers_run(
+	    &a, &c, "shared", "token-a", 2, "report", "", env, 60000);
 	o = ct_get(hport, "/status.json?job=shared", "token-a");
 	ck_assert_has(o, "loss is NaN");
 	free(o);

@@ -90,9 +90,8 @@ START_TEST(test_reported_failure_text_reaches_others)
 {
 	struct th_workers w;
 
-	th_workers_start(
-	    &w, &th_fx_coord, "report", "t", 4, "report", NULL, NULL);
-	th_workers_wait(&w, 60000);
+	th_workers_run(
+	    &w, &th_fx_coord, "report", "t", 4, "report", NULL, NULL, 60000);
 	ck_assert_int_eq(w.status[1], 1);
 	for (int r = 0; r < 4; r++) {
 		char *o;

@@ -162,17 +162,22 @@ cr_close(struct cr_cli *k)
 	k->open = false;
 }
 
-/* Sends rq (seq 0 = the next one) and returns the reply (caller frees
- * it with cohort__reply__free_unpacked and *msg with nng_msg_free). */
+/* A reply, the message it came in and its payload (in the message):
+ * cr_done frees them. */
+struct cr_rep {
+	Cohort__Reply *r;
+	nng_msg *m;
+	const uint8_t *pl;
+	size_t plen;
+};
+
+/* Sends rq (seq 0 = the next one) and returns the reply (in *rep too;
+ * the caller frees it with cr_done). */
 static Cohort__Reply *
 cr_call(struct cr_cli *k, Cohort__Request *rq, const void *pl, size_t plen,
-    nng_msg **msg, const uint8_t **rpl, size_t *rplen)
+    struct cr_rep *rep)
 {
 	struct cohort__iov iov = { pl, plen };
-	Cohort__Reply *rep;
-	const uint8_t *p;
-	size_t n;
-	nng_msg *m;
 
 	rq->proto_version = COHORT_PROTO_VERSION;
 	rq->job = "restart";
@@ -183,38 +188,51 @@ cr_call(struct cr_cli *k, Cohort__Request *rq, const void *pl, size_t plen,
 	rq->generation = k->gen;
 	rq->rank = k->rank;
 	ck_assert_cohort_ok(
-	    cohort__wire_pack_request(rq, &iov, plen ? 1 : 0, &m));
-	ck_assert_int_eq(nng_sendmsg(k->s, m, 0), 0);
-	ck_assert_int_eq(nng_recvmsg(k->s, &m, 0), 0);
-	ck_assert_cohort_ok(cohort__wire_unpack_reply(m, &rep, &p, &n));
-	if (rpl != NULL) {
-		*rpl = p;
-		*rplen = n;
-	}
-	*msg = m;
-	return (rep);
+	    cohort__wire_pack_request(rq, &iov, plen ? 1 : 0, &rep->m));
+	ck_assert_int_eq(nng_sendmsg(k->s, rep->m, 0), 0);
+	ck_assert_int_eq(nng_recvmsg(k->s, &rep->m, 0), 0);
+	ck_assert_cohort_ok(
+	    cohort__wire_unpack_reply(rep->m, &rep->r, &rep->pl, &rep->plen));
+	return (rep->r);
+}
+
+static void
+cr_done(struct cr_rep *rep)
+{
+	cohort__reply__free_unpacked(rep->r, NULL);
+	nng_msg_free(rep->m);
+}
+
+/* Calls rq, which may be refused: its status, the reply's error text in
+ * err (errlen 0: not wanted). */
+static int32_t
+cr_status(struct cr_cli *k, Cohort__Request *rq, const void *pl, size_t plen,
+    char *err, size_t errlen)
+{
+	struct cr_rep p;
+	int32_t st = cr_call(k, rq, pl, plen, &p)->status;
+
+	snprintf(err, errlen, "%s", p.r->error != NULL ? p.r->error : "");
+	cr_done(&p);
+	return (st);
 }
 
 /* Calls and checks the status; returns nothing. */
 static void
 cr_ok(struct cr_cli *k, Cohort__Request *rq, const void *pl, size_t plen)
 {
-	nng_msg *m;
-	Cohort__Reply *r = cr_call(k, rq, pl, plen, &m, NULL, NULL);
+	char err[512];
+	int32_t st = cr_status(k, rq, pl, plen, err, sizeof(err));
 
-	ck_assert_msg(r->status == COHORT_OK, "%s: %s",
-	    cohort_status_name(r->status), r->error);
-	cohort__reply__free_unpacked(r, NULL);
-	nng_msg_free(m);
+	ck_assert_msg(st == COHORT_OK, "%s: %s", cohort_status_name(st), err);
 }
 
 static void
 cr_join(struct cr_cli *k)
 {
+	struct cr_rep p;
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__Join j = COHORT__JOIN__INIT;
-	Cohort__Reply *r;
-	nng_msg *m;
 
 	j.rank = 0;
 	j.world_size = 1;
@@ -226,12 +244,10 @@ cr_join(struct cr_cli *k)
 	rq.body_case = COHORT__REQUEST__BODY_JOIN;
 	rq.join = &j;
 	rq.timeout_ms = 10000;
-	r = cr_call(k, &rq, NULL, 0, &m, NULL, NULL);
-	ck_assert_int_eq(r->status, COHORT_OK);
-	k->gen = r->join->generation;
-	k->rank = r->join->rank;
-	cohort__reply__free_unpacked(r, NULL);
-	nng_msg_free(m);
+	ck_assert_int_eq(cr_call(k, &rq, NULL, 0, &p)->status, COHORT_OK);
+	k->gen = p.r->join->generation;
+	k->rank = p.r->join->rank;
+	cr_done(&p);
 }
 
 /* A fresh client with id that joins the job at url as the KV user. */
@@ -245,8 +261,11 @@ cr_open(struct cr_cli *k, uint64_t id, const char *url)
 	cr_join(k);
 }
 
-static void
-cr_set(struct cr_cli *k, const char *key, const char *val)
+/* A set of key to val, which may be refused: its status, the reply's
+ * error text in err (errlen 0: not wanted). */
+static int32_t
+cr_try_set(struct cr_cli *k, const char *key, const char *val, char *err,
+    size_t errlen)
 {
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__KvSet s = COHORT__KV_SET__INIT;
@@ -254,28 +273,52 @@ cr_set(struct cr_cli *k, const char *key, const char *val)
 	s.key = (char *)key;
 	rq.body_case = COHORT__REQUEST__BODY_KV_SET;
 	rq.kv_set = &s;
-	cr_ok(k, &rq, val, strlen(val));
+	return (cr_status(k, &rq, val, strlen(val), err, errlen));
 }
 
-static int64_t
-cr_add(struct cr_cli *k, const char *key, int64_t delta, uint64_t seq)
+static void
+cr_set(struct cr_cli *k, const char *key, const char *val)
 {
+	char err[512];
+	int32_t st = cr_try_set(k, key, val, err, sizeof(err));
+
+	ck_assert_msg(st == COHORT_OK, "set %s: %s: %s", key,
+	    cohort_status_name(st), err);
+}
+
+/* An add of delta to key (seq 0: the next) that may be refused: its
+ * status (the value in *v if OK), the reply's error text in err. */
+static int32_t
+cr_try_add(struct cr_cli *k, const char *key, int64_t delta, uint64_t seq,
+    int64_t *v, char *err, size_t errlen)
+{
+	struct cr_rep p;
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__KvAdd a = COHORT__KV_ADD__INIT;
-	Cohort__Reply *r;
-	nng_msg *m;
-	int64_t v;
+	int32_t st;
 
 	a.key = (char *)key;
 	a.delta = delta;
 	rq.body_case = COHORT__REQUEST__BODY_KV_ADD;
 	rq.kv_add = &a;
 	rq.seq = seq;
-	r = cr_call(k, &rq, NULL, 0, &m, NULL, NULL);
-	ck_assert_msg(r->status == COHORT_OK, "add: %s", r->error);
-	v = r->kv_add->value;
-	cohort__reply__free_unpacked(r, NULL);
-	nng_msg_free(m);
+	st = cr_call(k, &rq, NULL, 0, &p)->status;
+	if (st == COHORT_OK)
+		*v = p.r->kv_add->value;
+	snprintf(err, errlen, "%s", p.r->error != NULL ? p.r->error : "");
+	cr_done(&p);
+	return (st);
+}
+
+static int64_t
+cr_add(struct cr_cli *k, const char *key, int64_t delta, uint64_t seq)
+{
+	char err[512];
+	int64_t v = 0;
+
+	ck_assert_msg(
+	    cr_try_add(k, key, delta, seq, &v, err, sizeof(err)) == COHORT_OK,
+	    "add: %s", err);
 	return (v);
 }
 
@@ -283,45 +326,37 @@ cr_add(struct cr_cli *k, const char *key, int64_t delta, uint64_t seq)
 static bool
 cr_get(struct cr_cli *k, const char *key, char *buf, size_t len)
 {
+	struct cr_rep p;
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__KvGet g = COHORT__KV_GET__INIT;
-	Cohort__Reply *r;
-	const uint8_t *p;
 	size_t n;
-	nng_msg *m;
 	bool found;
 
 	g.key = (char *)key;
 	rq.body_case = COHORT__REQUEST__BODY_KV_GET;
 	rq.kv_get = &g;
-	r = cr_call(k, &rq, NULL, 0, &m, &p, &n);
-	ck_assert_int_eq(r->status, COHORT_OK);
-	found = r->kv_get->found;
-	if (n >= len)
-		n = len - 1;
-	memcpy(buf, p, n);
+	ck_assert_int_eq(cr_call(k, &rq, NULL, 0, &p)->status, COHORT_OK);
+	found = p.r->kv_get->found;
+	n = p.plen < len ? p.plen : len - 1;
+	memcpy(buf, p.pl, n);
 	buf[n] = '\0';
-	cohort__reply__free_unpacked(r, NULL);
-	nng_msg_free(m);
+	cr_done(&p);
 	return (found);
 }
 
 static uint64_t
 cr_num_keys(struct cr_cli *k)
 {
+	struct cr_rep p;
 	Cohort__Request rq = COHORT__REQUEST__INIT;
 	Cohort__KvNumKeys nk = COHORT__KV_NUM_KEYS__INIT;
-	Cohort__Reply *r;
-	nng_msg *m;
 	uint64_t n;
 
 	rq.body_case = COHORT__REQUEST__BODY_KV_NUM_KEYS;
 	rq.kv_num_keys = &nk;
-	r = cr_call(k, &rq, NULL, 0, &m, NULL, NULL);
-	ck_assert_int_eq(r->status, COHORT_OK);
-	n = r->kv_num_keys->count;
-	cohort__reply__free_unpacked(r, NULL);
-	nng_msg_free(m);
+	ck_assert_int_eq(cr_call(k, &rq, NULL, 0, &p)->status, COHORT_OK);
+	n = p.r->kv_num_keys->count;
+	cr_done(&p);
 	return (n);
 }
 
@@ -673,50 +708,6 @@ cr_http_get(int port, const char *path, char *buf, size_t len)
 	return (code);
 }
 
-/* An add that may be refused: its status (value in *v if OK). */
-static int32_t
-cr_try_add(
-    struct cr_cli *k, const char *key, int64_t *v, char *err, size_t errlen)
-{
-	Cohort__Request rq = COHORT__REQUEST__INIT;
-	Cohort__KvAdd a = COHORT__KV_ADD__INIT;
-	Cohort__Reply *r;
-	nng_msg *m;
-	int32_t st;
-
-	a.key = (char *)key;
-	a.delta = 1;
-	rq.body_case = COHORT__REQUEST__BODY_KV_ADD;
-	rq.kv_add = &a;
-	r = cr_call(k, &rq, NULL, 0, &m, NULL, NULL);
-	st = r->status;
-	if (st == COHORT_OK)
-		*v = r->kv_add->value;
-	snprintf(err, errlen, "%s", r->error != NULL ? r->error : "");
-	cohort__reply__free_unpacked(r, NULL);
-	nng_msg_free(m);
-	return (st);
-}
-
-static int32_t
-cr_try_set(struct cr_cli *k, const char *key, const char *val)
-{
-	Cohort__Request rq = COHORT__REQUEST__INIT;
-	Cohort__KvSet s = COHORT__KV_SET__INIT;
-	Cohort__Reply *r;
-	nng_msg *m;
-	int32_t st;
-
-	s.key = (char *)key;
-	rq.body_case = COHORT__REQUEST__BODY_KV_SET;
-	rq.kv_set = &s;
-	r = cr_call(k, &rq, val, strlen(val), &m, NULL, NULL);
-	st = r->status;
-	cohort__reply__free_unpacked(r, NULL);
-	nng_msg_free(m);
-	return (st);
-}
-
 START_TEST(test_full_disk_kill9_loses_no_acknowledged_add)
 {
 	struct cr_coord c;
@@ -744,7 +735,7 @@ START_TEST(test_full_disk_kill9_loses_no_acknowledged_add)
 	val[sizeof(val) - 1] = '\0';
 	/* The reproduction: 3000 adds and 3000 sets on 300 KiB. */
 	for (int i = 0; i < 3000; i++) {
-		int32_t st = cr_try_add(&k, "ctr", &v, err, sizeof(err));
+		int32_t st = cr_try_add(&k, "ctr", 1, 0, &v, err, sizeof(err));
 		if (st == COHORT_OK) {
 			acked++;
 		} else {
@@ -754,7 +745,7 @@ START_TEST(test_full_disk_kill9_loses_no_acknowledged_add)
 			refused++;
 		}
 		snprintf(key, sizeof(key), "key-%d", i);
-		if (cr_try_set(&k, key, val) == COHORT_OK)
+		if (cr_try_set(&k, key, val, NULL, 0) == COHORT_OK)
 			sets_ok++;
 	}
 	fprintf(stderr,
@@ -786,7 +777,8 @@ START_TEST(test_full_disk_kill9_loses_no_acknowledged_add)
 	/* Room again: writes are accepted and /readyz is 200. */
 	th_tmpfs_remount(c.dir, false, "size=8m");
 	for (int i = 0; i < 40; i++) {
-		if (cr_try_add(&k, "ctr", &v, err, sizeof(err)) == COHORT_OK)
+		if (cr_try_add(&k, "ctr", 1, 0, &v, err, sizeof(err))
+		    == COHORT_OK)
 			break;
 		usleep(100000);
 	}

@@ -175,6 +175,11 @@ int64_t th_signal_when_ready(
 /* Waits for all, bounded; kills stragglers (and fails the test) after
  * timeout_ms. Returns the number of workers that exited 0. */
 int th_workers_wait(struct th_workers *w, int timeout_ms);
+/* th_workers_start, then th_workers_wait(w, timeout_ms): runs them to
+ * their end; the number that exited 0. */
+int th_workers_run(struct th_workers *w, const struct th_coord *c,
+    const char *job, const char *token, int n, const char *scenario,
+    const char *arg, const char *const *extra_env, int timeout_ms);
 /* COHORT_TEST_SEED, or one from the clock (failures print it: rerun with
  * COHORT_TEST_SEED=that). */
 unsigned long th_test_seed(void);

@@ -664,6 +664,15 @@ th_workers_wait(struct th_workers *w, int timeout_ms)
 	return (ok);
 }
 
+int
+th_workers_run(struct th_workers *w, const struct th_coord *c, const char *job,
+    const char *token, int n, const char *scenario, const char *arg,
+    const char *const *extra_env, int timeout_ms)
+{
+	th_workers_start(w, c, job, token, n, scenario, arg, extra_env);
+	return (th_workers_wait(w, timeout_ms));
+}
+
 unsigned long
 th_test_seed(void)
 {

@@ -17,13 +17,20 @@
 
 #include "cohort/cohort.h"
 
+/* Nanoseconds and milliseconds on clk. */
 static inline int64_t
-tw_clock_ms(clockid_t clk)
+tw_clock_ns(clockid_t clk)
 {
 	struct timespec ts;
 
 	clock_gettime(clk, &ts);
-	return ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+	return ((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec);
+}
+
+static inline int64_t
+tw_clock_ms(clockid_t clk)
+{
+	return (tw_clock_ns(clk) / 1000000);
 }
 
 /* Milliseconds on CLOCK_MONOTONIC (tw_now_ms) and since the epoch. */
@@ -37,6 +44,13 @@ static inline int64_t
 tw_wall_ms(void)
 {
 	return (tw_clock_ms(CLOCK_REALTIME));
+}
+
+/* Seconds on CLOCK_MONOTONIC, for timing loops. */
+static inline double
+tw_now_s(void)
+{
+	return ((double)tw_clock_ns(CLOCK_MONOTONIC) * 1e-9);
 }
 
 /* splitmix64's finaliser: a well mixed 64-bit value of z. */

@@ -69,9 +69,8 @@ START_TEST(test_data_plane_set_up_at_join)
 		ck_assert_msg(th_worker_output_has(&w, r, "RESULT sum=3"),
 		    "rank %d: %s", r, th_worker_output(&w, r));
 
-	th_workers_start(&w, &th_fx_coord, "early0", "t", 3, "early_setup",
-	    "1000", env_off);
-	th_workers_wait(&w, 30000);
+	th_workers_run(&w, &th_fx_coord, "early0", "t", 3, "early_setup",
+	    "1000", env_off, 30000);
 	ck_assert_msg(
 	    th_worker_output_has(&w, 0, "rank=0 status=COHORT_ETIMEDOUT"),
 	    "%s", th_worker_output(&w, 0));
@@ -173,9 +172,8 @@ START_TEST(test_wrong_token_refused)
 {
 	struct th_workers w;
 
-	th_workers_start(
-	    &w, &th_fx_coord, "secure", "wrong-token", 1, "open", NULL, NULL);
-	th_workers_wait(&w, 30000);
+	th_workers_run(&w, &th_fx_coord, "secure", "wrong-token", 1, "open",
+	    NULL, NULL, 30000);
 	ck_assert_int_eq(w.status[0], 1);
 	ck_assert_msg(th_worker_output_has(&w, 0, "status=COHORT_EAUTH"), "%s",
 	    th_worker_output(&w, 0));

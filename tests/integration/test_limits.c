@@ -33,13 +33,12 @@ START_TEST(test_abandoned_job_holds_then_frees_the_slot)
 	char *o;
 	bool ran = false;
 
-	th_workers_start(&a, &th_fx_coord, "abandoned", "t", 1, "soak",
-	    "2:1048576:abandon", NULL);
-	ck_assert_int_eq(th_workers_wait(&a, 60000), 1);
+	ck_assert_int_eq(th_workers_run(&a, &th_fx_coord, "abandoned", "t", 1,
+	                     "soak", "2:1048576:abandon", NULL, 60000),
+	    1);
 	t0 = th_now_ms();
-	th_workers_start(
-	    &b, &th_fx_coord, "second", "t", 1, "open", NULL, NULL);
-	th_workers_wait(&b, 60000);
+	th_workers_run(
+	    &b, &th_fx_coord, "second", "t", 1, "open", NULL, NULL, 60000);
 	o = th_worker_output(&b, 0);
 	ck_assert_msg(b.status[0] == 1 && strstr(o, "COHORT_ETOOBIG") != NULL
 	        && strstr(o, "--max-jobs 1") != NULL,

@@ -42,9 +42,8 @@ START_TEST(test_tcp_mismatch_fails_every_rank)
 	int k = _i % MM_CASES;
 
 	snprintf(job, sizeof(job), "mm%d", _i);
-	th_workers_start(&w, &th_fx_coord, job, "t", 2, "mismatch",
-	    mm_cases[k].arg, mm_env[_i / MM_CASES]);
-	th_workers_wait(&w, 60000);
+	th_workers_run(&w, &th_fx_coord, job, "t", 2, "mismatch",
+	    mm_cases[k].arg, mm_env[_i / MM_CASES], 60000);
 	for (int r = 0; r < 2; r++) {
 		char *o = th_worker_output(&w, r);
 

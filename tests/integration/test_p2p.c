@@ -20,54 +20,35 @@ static const char *const env_tcp[] = { "COHORT_TEST_BACKEND=tcp", NULL };
 static const char *const env_svc[]
     = { "COHORT_TEST_BACKEND=service", "COHORT_SERVICE_CHUNK=262144", NULL };
 
-START_TEST(test_p2p_tcp_2_ranks)
-{
-	th_scenario_expect(
-	    "cohort-p2p-worker", "p2p2", 2, "basic", env_tcp, 120000);
-}
-END_TEST
+/* The worker's scenarios, each on a job of its own: over tcp first, then
+ * (from P2P_SVC on) through cohortd. */
+#define P2P_SVC 5
+static const struct {
+	const char *job;
+	int n;
+	const char *scenario;
+	const char *const *env;
+	int timeout_ms;
+} p2p_runs[] = {
+	{ "p2p2", 2, "basic", env_tcp, 120000 },
+	{ "p2p3", 3, "basic", env_tcp, 120000 },
+	{ "p2p5", 5, "basic", env_tcp, 150000 },
+	/* a size mismatch fails both sides */
+	{ "p2pmm", 2, "mismatch", env_tcp, 60000 },
+	/* a receive past its deadline names the wait; the error sticks */
+	{ "p2pto", 2, "timeout", env_tcp, 60000 },
+	{ "p2psvc", 3, "basic", env_svc, 150000 },
+	/* through cohortd the send completes when cohortd holds it: only
+	 * the receive fails (the worker checks each side) */
+	{ "p2psmm", 2, "mismatch", env_svc, 60000 },
+};
+#define P2P_NRUNS ((int)(sizeof(p2p_runs) / sizeof(p2p_runs[0])))
 
-START_TEST(test_p2p_tcp_3_ranks)
+START_TEST(test_p2p_scenario)
 {
-	th_scenario_expect(
-	    "cohort-p2p-worker", "p2p3", 3, "basic", env_tcp, 120000);
-}
-END_TEST
-
-START_TEST(test_p2p_tcp_5_ranks)
-{
-	th_scenario_expect(
-	    "cohort-p2p-worker", "p2p5", 5, "basic", env_tcp, 150000);
-}
-END_TEST
-
-START_TEST(test_p2p_service_3_ranks)
-{
-	th_scenario_expect(
-	    "cohort-p2p-worker", "p2psvc", 3, "basic", env_svc, 150000);
-}
-END_TEST
-
-START_TEST(test_p2p_mismatch_fails_both_sides)
-{
-	th_scenario_expect(
-	    "cohort-p2p-worker", "p2pmm", 2, "mismatch", env_tcp, 60000);
-}
-END_TEST
-
-START_TEST(test_p2p_service_mismatch_fails_the_receive)
-{
-	/* Through cohortd the send completes when cohortd holds it: only
-	 * the receive fails (the worker checks each side). */
-	th_scenario_expect(
-	    "cohort-p2p-worker", "p2psmm", 2, "mismatch", env_svc, 60000);
-}
-END_TEST
-
-START_TEST(test_p2p_timeout_names_the_wait_and_sticks)
-{
-	th_scenario_expect(
-	    "cohort-p2p-worker", "p2pto", 2, "timeout", env_tcp, 60000);
+	th_scenario_expect("cohort-p2p-worker", p2p_runs[_i].job,
+	    p2p_runs[_i].n, p2p_runs[_i].scenario, p2p_runs[_i].env,
+	    p2p_runs[_i].timeout_ms);
 }
 END_TEST
 
@@ -120,15 +101,12 @@ Suite *
 suite_integration_p2p(void)
 {
 	Suite *s = suite_create("integration_p2p");
-
-	th_suite_case(s, "tcp", 240, th_fx_setup, th_fx_teardown,
-	    test_p2p_tcp_2_ranks, test_p2p_tcp_3_ranks, test_p2p_tcp_5_ranks,
-	    test_p2p_mismatch_fails_both_sides,
-	    test_p2p_timeout_names_the_wait_and_sticks,
+	TCase *tcp = th_suite_case(s, "tcp", 240, th_fx_setup, th_fx_teardown,
 	    test_p2p_peer_killed_during_recv, NULL);
-	th_suite_case(s, "service", 240, th_fx_setup, th_fx_teardown,
-	    test_p2p_service_3_ranks,
-	    test_p2p_service_mismatch_fails_the_receive,
-	    test_p2p_service_peer_killed_during_recv, NULL);
+	TCase *svc = th_suite_case(s, "service", 240, th_fx_setup,
+	    th_fx_teardown, test_p2p_service_peer_killed_during_recv, NULL);
+
+	tcase_add_loop_test(tcp, test_p2p_scenario, 0, P2P_SVC);
+	tcase_add_loop_test(svc, test_p2p_scenario, P2P_SVC, P2P_NRUNS);
 	return (s);
 }

@@ -58,9 +58,39 @@ tls_make_certs(void)
 }
 
 struct tls_env {
-	char coord[128], ca[300], cert[300], key[300];
+	char url[96], coord[128], ca[300], cert[300], key[300];
 	const char *env[8];
 };
+
+/* The workers' environment in e: cohortd at url (e->url may be it), the
+ * CA ca_file of tls_dir (NULL: none), the client certificate when
+ * client_cert. */
+static void
+tls_env_fill(
+    struct tls_env *e, const char *url, const char *ca_file, bool client_cert)
+{
+	int n = 0;
+
+	if (url != e->url)
+		snprintf(e->url, sizeof(e->url), "%s", url);
+	snprintf(e->coord, sizeof(e->coord), "COHORT_COORDINATOR=%s", e->url);
+	e->env[n++] = e->coord;
+	e->env[n++] = "COHORT_TLS_SERVER_NAME=localhost";
+	if (ca_file != NULL) {
+		snprintf(e->ca, sizeof(e->ca), "COHORT_TLS_CA=%s/%s", tls_dir,
+		    ca_file);
+		e->env[n++] = e->ca;
+	}
+	if (client_cert) {
+		snprintf(e->cert, sizeof(e->cert),
+		    "COHORT_TLS_CERT=%s/cli.pem", tls_dir);
+		snprintf(e->key, sizeof(e->key), "COHORT_TLS_KEY=%s/cli.key",
+		    tls_dir);
+		e->env[n++] = e->cert;
+		e->env[n++] = e->key;
+	}
+	e->env[n] = NULL;
+}
 
 /* Starts cohortd with a tls+tcp:// listener (and its plain one, which
  * the harness probes); fills e with the workers' environment. */
@@ -68,7 +98,7 @@ static void
 tls_start_at(struct th_coord *c, struct tls_env *e, bool verify_clients,
     const char *ca_file, bool client_cert, int port)
 {
-	static char listen[96], cert[300], key[300], ca[300], admin[300];
+	static char cert[300], key[300], ca[300], admin[300];
 	const char *args[14];
 	int n = 0;
 
@@ -76,12 +106,12 @@ tls_start_at(struct th_coord *c, struct tls_env *e, bool verify_clients,
 		port = th_free_port();
 	if (tls_dir[0] == '\0')
 		tls_make_certs();
-	snprintf(listen, sizeof(listen), "tls+tcp://127.0.0.1:%d", port);
+	snprintf(e->url, sizeof(e->url), "tls+tcp://127.0.0.1:%d", port);
 	snprintf(cert, sizeof(cert), "%s/srv.pem", tls_dir);
 	snprintf(key, sizeof(key), "%s/srv.key", tls_dir);
 	snprintf(ca, sizeof(ca), "%s/ca.pem", tls_dir);
 	args[n++] = "--listen";
-	args[n++] = listen;
+	args[n++] = e->url;
 	args[n++] = "--tls-cert";
 	args[n++] = cert;
 	args[n++] = "--tls-key";
@@ -100,24 +130,7 @@ tls_start_at(struct th_coord *c, struct tls_env *e, bool verify_clients,
 	/* the harness waited for the plain listener; the TLS one follows */
 	for (int k = 0; k < 200 && !th_port_open(port); k++)
 		usleep(10000);
-	n = 0;
-	snprintf(e->coord, sizeof(e->coord), "COHORT_COORDINATOR=%s", listen);
-	e->env[n++] = e->coord;
-	e->env[n++] = "COHORT_TLS_SERVER_NAME=localhost";
-	if (ca_file != NULL) {
-		snprintf(e->ca, sizeof(e->ca), "COHORT_TLS_CA=%s/%s", tls_dir,
-		    ca_file);
-		e->env[n++] = e->ca;
-	}
-	if (client_cert) {
-		snprintf(e->cert, sizeof(e->cert),
-		    "COHORT_TLS_CERT=%s/cli.pem", tls_dir);
-		snprintf(e->key, sizeof(e->key), "COHORT_TLS_KEY=%s/cli.key",
-		    tls_dir);
-		e->env[n++] = e->cert;
-		e->env[n++] = e->key;
-	}
-	e->env[n] = NULL;
+	tls_env_fill(e, e->url, ca_file, client_cert);
 }
 
 static void
@@ -188,17 +201,29 @@ START_TEST(test_tls_job_runs)
 }
 END_TEST
 
-/* cohortd's certificate is not signed by the client's CA: refused at
- * once with a text naming TLS and what to check (not a join timeout). */
-START_TEST(test_tls_wrong_ca_refused)
+/* Workers refused at once with a text naming TLS and what to check (not
+ * a join timeout). */
+static const struct {
+	const char *job, *ca_file, *want;
+	int n;
+} tls_refused[] = {
+	/* cohortd's certificate is not signed by the client's CA */
+	{ "tlsbad", "ca2.pem", "status=COHORT_EAUTH detail=TLS connection",
+	    2 },
+	/* no CA configured: a configuration error */
+	{ "tlsnoca", NULL, "needs COHORT_TLS_CA", 1 },
+};
+
+START_TEST(test_tls_refused_at_once)
 {
 	struct th_coord c;
 	struct tls_env e;
 	struct th_workers w;
 
-	tls_start(&c, &e, false, "ca2.pem", false);
-	th_workers_start(&w, &c, "tlsbad", "t", 2, "barrier", "5", e.env);
-	tls_expect(&w, "status=COHORT_EAUTH detail=TLS connection", 15000);
+	tls_start(&c, &e, false, tls_refused[_i].ca_file, false);
+	th_workers_start(&w, &c, tls_refused[_i].job, "t", tls_refused[_i].n,
+	    "barrier", "5", e.env);
+	tls_expect(&w, tls_refused[_i].want, 15000);
 	ck_assert_int_eq(th_coord_stop(&c), 0);
 }
 END_TEST
@@ -219,12 +244,7 @@ START_TEST(test_tls_wrong_ca_of_a_late_cohortd)
 	tls_make_certs();
 	memset(&early, 0, sizeof(early));
 	snprintf(early.url, sizeof(early.url), "tls+tcp://127.0.0.1:%d", port);
-	snprintf(e.coord, sizeof(e.coord), "COHORT_COORDINATOR=%s", early.url);
-	snprintf(e.ca, sizeof(e.ca), "COHORT_TLS_CA=%s/ca2.pem", tls_dir);
-	e.env[0] = e.coord;
-	e.env[1] = "COHORT_TLS_SERVER_NAME=localhost";
-	e.env[2] = e.ca;
-	e.env[3] = NULL;
+	tls_env_fill(&e, early.url, "ca2.pem", false);
 	th_workers_start(&w, &early, "tlslate", "t", 2, "barrier", "5", e.env);
 	usleep(4500 * 1000);
 	t0 = th_now_ms();
@@ -232,20 +252,6 @@ START_TEST(test_tls_wrong_ca_of_a_late_cohortd)
 	tls_expect(&w, "status=COHORT_EAUTH detail=TLS connection", 20000);
 	fprintf(stderr, "tls: late cohortd refused %lld ms after it started\n",
 	    (long long)(th_now_ms() - t0));
-	ck_assert_int_eq(th_coord_stop(&c), 0);
-}
-END_TEST
-
-/* No CA configured: a configuration error, at once. */
-START_TEST(test_tls_without_ca_is_a_config_error)
-{
-	struct th_coord c;
-	struct tls_env e;
-	struct th_workers w;
-
-	tls_start(&c, &e, false, NULL, false);
-	th_workers_start(&w, &c, "tlsnoca", "t", 1, "barrier", "5", e.env);
-	tls_expect(&w, "needs COHORT_TLS_CA", 15000);
 	ck_assert_int_eq(th_coord_stop(&c), 0);
 }
 END_TEST
@@ -261,16 +267,7 @@ START_TEST(test_tls_client_certificate_required)
 	tls_start(&c, &e, true, "ca.pem", false);
 	th_workers_start(&w, &c, "tlsnocert", "t", 2, "barrier", "5", e.env);
 	tls_expect(&w, "status=COHORT_EAUTH detail=TLS connection", 15000);
-	memcpy(&e2, &e, sizeof(e2));
-	snprintf(
-	    e2.cert, sizeof(e2.cert), "COHORT_TLS_CERT=%s/cli.pem", tls_dir);
-	snprintf(e2.key, sizeof(e2.key), "COHORT_TLS_KEY=%s/cli.key", tls_dir);
-	e2.env[0] = e2.coord;
-	e2.env[1] = "COHORT_TLS_SERVER_NAME=localhost";
-	e2.env[2] = e2.ca;
-	e2.env[3] = e2.cert;
-	e2.env[4] = e2.key;
-	e2.env[5] = NULL;
+	tls_env_fill(&e2, e.url, "ca.pem", true);
 	th_workers_start(&w, &c, "tlscert", "t", 2, "barrier", "20", e2.env);
 	tls_expect(&w, "RESULT barrier count=20", 120000);
 	ck_assert_int_eq(th_coord_stop(&c), 0);
@@ -284,20 +281,15 @@ START_TEST(test_tls_client_on_a_plain_port)
 {
 	struct th_coord c;
 	struct th_workers w;
-	char coord[128], ca[300];
-	const char *env[4];
+	struct tls_env e;
+	char url[96];
 
 	tls_dir[0] = '\0';
 	tls_make_certs();
 	th_coord_start(&c, NULL);
-	snprintf(coord, sizeof(coord),
-	    "COHORT_COORDINATOR=tls+tcp://127.0.0.1:%d", c.port);
-	snprintf(ca, sizeof(ca), "COHORT_TLS_CA=%s/ca.pem", tls_dir);
-	env[0] = coord;
-	env[1] = "COHORT_TLS_SERVER_NAME=localhost";
-	env[2] = ca;
-	env[3] = NULL;
-	th_workers_start(&w, &c, "tlsplain", "t", 1, "barrier", "5", env);
+	snprintf(url, sizeof(url), "tls+tcp://127.0.0.1:%d", c.port);
+	tls_env_fill(&e, url, "ca.pem", false);
+	th_workers_start(&w, &c, "tlsplain", "t", 1, "barrier", "5", e.env);
 	tls_expect(&w, "speaks plain tcp://, not TLS", 15000);
 	ck_assert(!th_worker_output_has(&w, 0, "another CA"));
 	ck_assert_int_eq(th_coord_stop(&c), 0);
@@ -326,11 +318,14 @@ Suite *suite_integration_tls(void); /* for tools/gen_suites.sh */
 Suite *
 suite_integration_tls(void)
 {
-	return (th_suite("integration_tls", "tls", 240, NULL, NULL,
-	    test_tls_job_runs, test_tls_wrong_ca_refused,
+	Suite *s = suite_create("integration_tls");
+	TCase *tc = th_suite_case(s, "tls", 240, NULL, NULL, test_tls_job_runs,
 	    test_tls_wrong_ca_of_a_late_cohortd,
-	    test_tls_without_ca_is_a_config_error,
 	    test_tls_client_certificate_required,
 	    test_tls_client_on_a_plain_port,
-	    test_tls_expired_client_certificate, NULL));
+	    test_tls_expired_client_certificate, NULL);
+
+	tcase_add_loop_test(tc, test_tls_refused_at_once, 0,
+	    (int)(sizeof(tls_refused) / sizeof(tls_refused[0])));
+	return (s);
 }

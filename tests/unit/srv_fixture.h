@@ -99,14 +99,22 @@ fx_new(void)
 	return (fx_new_limits(1u << 20, 1u << 24, 1000));
 }
 
+/* Lets go of the replies collected so far (a long loop of requests). */
 static inline void
-fx_free(struct fx *f)
+fx_forget_replies(struct fx *f)
 {
-	srv_core_free(f->core);
 	for (size_t i = 0; i < f->n; i++) {
 		cohort__reply__free_unpacked(f->r[i].rep, NULL);
 		nng_msg_free(f->r[i].msg);
 	}
+	f->n = 0;
+}
+
+static inline void
+fx_free(struct fx *f)
+{
+	srv_core_free(f->core);
+	fx_forget_replies(f);
 	free(f);
 }
 
@@ -527,6 +535,21 @@ fx_free_journal(struct fx *f)
 	memcpy(dir, f->dir, sizeof(dir));
 	fx_free(f);
 	(void)tmpdir_remove(dir);
+}
+
+/* The checked fixture of a test case whose tests run on a journalled core
+ * (fx_new_journal(0)) in f. */
+static inline void
+fx_setup_journal(void)
+{
+	f = fx_new_journal(0);
+}
+
+static inline void
+fx_teardown_journal(void)
+{
+	fx_free_journal(f);
+	f = NULL;
 }
 
 #endif /* COHORT_SRV_FIXTURE_H */

@@ -57,7 +57,6 @@ END_TEST
 
 START_TEST(test_kv_survives_restart)
 {
-	struct fx *f = fx_new_journal(0);
 	struct srq_cli c;
 	char *mkeys[2] = { "m1", "m2" };
 	uint64_t mlens[2] = { 2, 3 };
@@ -92,13 +91,11 @@ START_TEST(test_kv_survives_restart)
 	jt_want_value(f, &c, "n", "13");
 	t = fx_kv_get(f, &c, "a", false, 0);
 	ck_assert_uint_eq(fx_want(f, t, COHORT_OK)->generation, 1);
-	fx_free_journal(f);
 }
 END_TEST
 
 START_TEST(test_retried_add_after_restart)
 {
-	struct fx *f = fx_new_journal(0);
 	struct srq_cli c, k;
 	uintptr_t t;
 
@@ -125,13 +122,11 @@ START_TEST(test_retried_add_after_restart)
 	t = fx_kv_add(f, &k, "ctr", 1, 41);
 	ck_assert_int_eq(fx_want(f, t, COHORT_OK)->kv_add->value, 3);
 	jt_want_value(f, &c, "ctr", "3");
-	fx_free_journal(f);
 }
 END_TEST
 
 START_TEST(test_torn_last_record)
 {
-	struct fx *f = fx_new_journal(0);
 	struct srq_cli c;
 	char p[512];
 	off_t before, after;
@@ -168,7 +163,6 @@ START_TEST(test_torn_last_record)
 	fx_restart(f);
 	jt_want_value(f, &c, "k4", "four");
 	jt_want_value(f, &c, "k1", "one");
-	fx_free_journal(f);
 }
 END_TEST
 
@@ -246,7 +240,6 @@ jt_barrier(struct fx *f, struct srq_cli *c, const char *group, uint64_t op_seq,
 
 START_TEST(test_members_and_barrier_across_restart)
 {
-	struct fx *f = fx_new_journal(0);
 	struct srq_cli c[2];
 	uintptr_t t0, t1;
 	uint64_t s1, s2;
@@ -296,13 +289,11 @@ START_TEST(test_members_and_barrier_across_restart)
 	ck_assert_int_eq(r->failed_rank, 1);
 	r = fx_want(f, jt_barrier(f, &c[0], "", 3, 0), COHORT_EPEERLOST);
 	ck_assert_ptr_nonnull(strstr(r->error, "rank 1"));
-	fx_free_journal(f);
 }
 END_TEST
 
 START_TEST(test_groups_and_leave_across_restart)
 {
-	struct fx *f = fx_new_journal(0);
 	struct srq_cli c[3];
 	int32_t ranks[2] = { 0, 2 };
 	uintptr_t t0, t2;
@@ -325,13 +316,11 @@ START_TEST(test_groups_and_leave_across_restart)
 	fx_restart(f);
 	fx_want(f, fx_kv_get(f, &c[0], "k", false, 0), COHORT_EAUTH);
 	ck_assert_uint_eq(f->core->jobs.n, 0);
-	fx_free_journal(f);
 }
 END_TEST
 
 START_TEST(test_one_left_across_restart)
 {
-	struct fx *f = fx_new_journal(0);
 	struct srq_cli c[2];
 	Cohort__Reply *r;
 
@@ -341,13 +330,11 @@ START_TEST(test_one_left_across_restart)
 	/* Rank 1 left before the restart: a barrier cannot complete. */
 	r = fx_want(f, jt_barrier(f, &c[0], "", 1, 0), COHORT_EPEERLOST);
 	ck_assert_ptr_nonnull(strstr(r->error, "left"));
-	fx_free_journal(f);
 }
 END_TEST
 
 START_TEST(test_keys_before_first_generation)
 {
-	struct fx *f = fx_new_journal(0);
 	struct srq_cli c[2];
 	uintptr_t t0, t1;
 
@@ -369,13 +356,11 @@ START_TEST(test_keys_before_first_generation)
 	fx_joined(f, &c[0], t0);
 	fx_joined(f, &c[1], t1);
 	ck_assert_uint_eq(c[0].gen, 1);
-	fx_free_journal(f);
 }
 END_TEST
 
 START_TEST(test_state_dir_locked)
 {
-	struct fx *f = fx_new_journal(0);
 	struct srv_core *other;
 
 	ck_assert_cohort_ok(
@@ -383,7 +368,6 @@ START_TEST(test_state_dir_locked)
 	ck_assert_int_eq(
 	    srq_journal_open(other, f->dir, false, 0, f->now), COHORT_EEXIST);
 	srv_core_free(other);
-	fx_free_journal(f);
 }
 END_TEST
 
@@ -407,27 +391,15 @@ START_TEST(test_journal_cost)
 		for (int i = 0; i < n; i++) {
 			snprintf(key, sizeof(key), "key-%d", i);
 			fx_kv_set(f[k], &c[k], key, "0123456789abcdef");
-			if (f[k]->n > FX_MAX - 16) {
-				for (size_t x = 0; x < f[k]->n; x++) {
-					cohort__reply__free_unpacked(
-					    f[k]->r[x].rep, NULL);
-					nng_msg_free(f[k]->r[x].msg);
-				}
-				f[k]->n = 0;
-			}
+			if (f[k]->n > FX_MAX - 16)
+				fx_forget_replies(f[k]);
 		}
 		us[k][0] = (double)(cohort__now_ns() - t) / 1e3 / n;
 		t = cohort__now_ns();
 		for (int i = 0; i < n; i++) {
 			fx_kv_add(f[k], &c[k], "ctr", 1, 0);
-			if (f[k]->n > FX_MAX - 16) {
-				for (size_t x = 0; x < f[k]->n; x++) {
-					cohort__reply__free_unpacked(
-					    f[k]->r[x].rep, NULL);
-					nng_msg_free(f[k]->r[x].msg);
-				}
-				f[k]->n = 0;
-			}
+			if (f[k]->n > FX_MAX - 16)
+				fx_forget_replies(f[k]);
 		}
 		us[k][1] = (double)(cohort__now_ns() - t) / 1e3 / n;
 	}
@@ -998,13 +970,16 @@ END_TEST
 Suite *
 suite_srv_journal(void)
 {
-	const TTest *journal[] = { test_crc32c, test_kv_survives_restart,
+	const TTest *journal[]
+	    = { test_crc32c, test_compaction, test_journal_cost, NULL };
+	/* on a journalled core of their own: f */
+	const TTest *restart[] = { test_kv_survives_restart,
 		test_retried_add_after_restart, test_torn_last_record,
-		test_compaction, test_members_and_barrier_across_restart,
+		test_members_and_barrier_across_restart,
 		test_groups_and_leave_across_restart,
 		test_one_left_across_restart,
 		test_keys_before_first_generation, test_state_dir_locked,
-		test_journal_cost, NULL };
+		NULL };
 	const TTest *integrity[] = { test_flip_start_refuses_and_recovers,
 		test_flip_middle_refuses_and_recovers,
 		test_flip_end_refuses_and_recovers,
@@ -1018,6 +993,8 @@ suite_srv_journal(void)
 		test_full_disk_recovers_in_place, NULL };
 	const struct unit_case cases[] = {
 		{ "journal", 60, journal, NULL, NULL, NULL },
+		{ "restart", 60, restart, NULL, fx_setup_journal,
+		    fx_teardown_journal },
 		{ "integrity", 60, integrity, NULL, NULL, NULL },
 		{ "full_disk", 60, full_disk, NULL, NULL, NULL },
 		{ NULL, 0, NULL, NULL, NULL, NULL },

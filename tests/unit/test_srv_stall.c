@@ -34,33 +34,68 @@ st_stalled(Cohort__JobStatus *js)
 	return (NULL);
 }
 
-/* Ticks ms in steps of a second; ranks in hb[] heartbeat each step with
- * their own op, the others stay silent (they are parked). */
+/* What a rank's heartbeats say: in op #seq (since the start of the run)
+ * when in_op, else past it. */
+struct st_hb {
+	const char *op;
+	uint64_t seq;
+	bool in_op;
+};
+
+/* Ticks ms in steps of a second; every rank of c[0..n) heartbeats each
+ * step with hb[i]. With done, its metrics ride on the heartbeat: a rank
+ * not in_op does ops_per_s more operations every second, done[i] in all;
+ * without, it sends none. */
 static void
-st_run(struct fx *f, struct srq_cli *c, const int *hb, int nhb,
-    const char *const *op, const uint64_t *seq, const bool *in_op,
-    cohort__time ms)
+st_run(struct fx *f, struct srq_cli *c, int n, const struct st_hb *hb,
+    uint64_t *done, uint64_t ops_per_s, cohort__time ms)
 {
 	for (cohort__time t = 0; t < ms; t += 1000) {
-		for (int i = 0; i < nhb; i++)
-			fx_want(f,
-			    fx_heartbeat(f, &c[hb[i]], op[i], seq[i], "",
-			        in_op[i], in_op[i] ? (uint64_t)t : 0),
-			    COHORT_OK);
+		for (int i = 0; i < n; i++) {
+			Cohort__RankMetrics rm = COHORT__RANK_METRICS__INIT;
+			Cohort__OpMetrics om = COHORT__OP_METRICS__INIT;
+			Cohort__OpMetrics *omp = &om;
+			struct srq q;
+
+			srq_heartbeat(&q, hb[i].op, hb[i].seq, "", hb[i].in_op,
+			    hb[i].in_op ? (uint64_t)t : 0);
+			if (done != NULL) {
+				if (!hb[i].in_op)
+					done[i] += ops_per_s;
+				om.op = "allreduce";
+				om.count = done[i];
+				rm.ops = &omp;
+				rm.n_ops = 1;
+				q.b.hb.metrics = &rm;
+			}
+			fx_want(
+			    f, fx_send(f, &c[i], &q.rq, NULL, 0), COHORT_OK);
+		}
 		fx_tick(f, 1000);
 	}
+}
+
+/* op is the stalled operation (of a data-plane op when data_plane) #seq,
+ * waiting for rank missing alone, and its detail says want. */
+static void
+st_expect_stalled(const Cohort__PendingOp *op, bool data_plane, uint64_t seq,
+    int32_t missing, const char *want)
+{
+	ck_assert_ptr_nonnull(op);
+	ck_assert_int_eq(op->data_plane, data_plane);
+	ck_assert_uint_eq(op->op_seq, seq);
+	ck_assert_uint_eq(op->n_missing, 1);
+	ck_assert_int_eq(op->missing[0], missing);
+	ck_assert_has(op->detail, want);
 }
 
 START_TEST(test_control_plane_stall)
 {
 	struct srq_cli c[3];
 	uintptr_t t0, t1;
-	Cohort__PendingOp *op;
 	Cohort__Reply *r;
-	const int hb[3] = { 0, 1, 2 };
-	const char *const ops[3] = { "barrier", "barrier", "allreduce" };
-	const uint64_t seqs[3] = { 17, 17, 812 };
-	const bool in[3] = { true, true, true };
+	const struct st_hb hb[3] = { { "barrier", 17, true },
+		{ "barrier", 17, true }, { "allreduce", 812, true } };
 	char *text;
 
 	fx_form(f, c, 3, "j");
@@ -68,24 +103,17 @@ START_TEST(test_control_plane_stall)
 	t0 = fx_barrier(f, &c[0], "epoch-3", 17, 30000);
 	t1 = fx_barrier(f, &c[1], "epoch-3", 17, 30000);
 	/* Below the threshold: pending, not stalled. */
-	st_run(f, c, hb, 3, ops, seqs, in, 5000);
-	op = NULL;
+	st_run(f, c, 3, hb, NULL, 0, 5000);
 	ck_assert_ptr_null(st_stalled(st_status(f, &c[2])));
 	ck_assert_uint_eq(f->core->m.stalls, 0);
-	st_run(f, c, hb, 3, ops, seqs, in, 7000);
+	st_run(f, c, 3, hb, NULL, 0, 7000);
 	/* Logged once, shown in status and metrics. Rank 2's allreduce
 	 * is stalled too (ranks 0 and 1 are in the barrier): the two lines
 	 * together show the cross-wait. */
 	ck_assert_uint_eq(f->core->m.stalls, 2);
-	st_run(f, c, hb, 3, ops, seqs, in, 3000);
+	st_run(f, c, 3, hb, NULL, 0, 3000);
 	ck_assert_uint_eq(f->core->m.stalls, 2);
-	op = st_stalled(st_status(f, &c[2]));
-	ck_assert_ptr_nonnull(op);
-	ck_assert(!op->data_plane);
-	ck_assert_uint_eq(op->op_seq, 17);
-	ck_assert_uint_eq(op->n_missing, 1);
-	ck_assert_int_eq(op->missing[0], 2);
-	ck_assert_has(op->detail,
+	st_expect_stalled(st_stalled(st_status(f, &c[2])), false, 17, 2,
 	    "barrier 'epoch-3' (#17) on group '' waiting 15.0 s: rank 2 has "
 	    "not entered; rank 2 is in allreduce #812 since ");
 	text = srv_metrics_text(f->core, f->now);
@@ -94,7 +122,7 @@ START_TEST(test_control_plane_stall)
 	free(text);
 	/* The timeout names the missing rank, what it does and the
 	 * liveness bound that did not fire. */
-	st_run(f, c, hb, 3, ops, seqs, in, 16000);
+	st_run(f, c, 3, hb, NULL, 0, 16000);
 	r = fx_want(f, t0, COHORT_ETIMEDOUT);
 	ck_assert_has(r->error,
 	    "barrier 'epoch-3' (#17) timed out after 30.0 s; rank 2 never "
@@ -110,14 +138,12 @@ START_TEST(test_missing_rank_last_seen)
 	struct srq_cli c[2];
 	uintptr_t t0;
 	Cohort__Reply *r;
-	const int hb[2] = { 0, 1 };
-	const char *const ops[2] = { "barrier", "barrier" };
-	const uint64_t seqs[2] = { 17, 16 };
-	const bool in[2] = { true, false };
+	const struct st_hb hb[2]
+	    = { { "barrier", 17, true }, { "barrier", 16, false } };
 
 	fx_form(f, c, 2, "j");
 	t0 = fx_barrier(f, &c[0], "x", 17, 3000);
-	st_run(f, c, hb, 2, ops, seqs, in, 3000);
+	st_run(f, c, 2, hb, NULL, 0, 3000);
 	r = fx_want(f, t0, COHORT_ETIMEDOUT);
 	ck_assert_has(r->error,
 	    "rank 1 never arrived (rank 1 last seen 1.0 s ago after barrier "
@@ -130,41 +156,32 @@ START_TEST(test_data_plane_stall)
 	struct srq_cli c[3];
 	Cohort__JobStatus *js;
 	Cohort__PendingOp *op;
-	const int hb[3] = { 0, 1, 2 };
-	const char *const ops[3] = { "allreduce", "allreduce", "allreduce" };
-	const uint64_t seqs[3] = { 812, 812, 811 };
-	const bool in[3] = { true, true, false };
+	struct st_hb hb[3] = { { "allreduce", 812, true },
+		{ "allreduce", 812, true }, { "allreduce", 811, false } };
 	char *text;
 
 	fx_form(f, c, 3, "j");
 	f->core->stall_ms = 10000;
-	st_run(f, c, hb, 3, ops, seqs, in, 9000);
+	st_run(f, c, 3, hb, NULL, 0, 9000);
 	ck_assert_ptr_null(st_stalled(st_status(f, &c[0])));
-	st_run(f, c, hb, 3, ops, seqs, in, 4000);
+	st_run(f, c, 3, hb, NULL, 0, 4000);
 	ck_assert_uint_eq(f->core->m.stalls, 1);
 	js = st_status(f, &c[0]);
 	op = st_stalled(js);
-	ck_assert_ptr_nonnull(op);
-	ck_assert(op->data_plane);
-	ck_assert_str_eq(op->kind, "allreduce");
-	ck_assert_uint_eq(op->op_seq, 812);
-	ck_assert_uint_eq(op->n_arrived, 2);
-	ck_assert_uint_eq(op->n_missing, 1);
-	ck_assert_int_eq(op->missing[0], 2);
-	ck_assert_has(op->detail,
+	st_expect_stalled(op, true, 812, 2,
 	    "allreduce #812 on group '' waiting 13.0 s: rank 2 has not "
 	    "entered; rank 2 last seen 1.0 s ago doing allreduce #811");
+	ck_assert_str_eq(op->kind, "allreduce");
+	ck_assert_uint_eq(op->n_arrived, 2);
 	ck_assert(js->members[0]->in_op);
 	ck_assert_uint_ge(js->members[0]->in_op_ms, 13000);
 	text = srv_metrics_text(f->core, f->now);
 	ck_assert_has(text, "cohort_stalled_ops 1\n");
 	free(text);
 	/* Rank 2 catches up: the stall is over. */
-	{
-		const uint64_t s2[3] = { 813, 813, 813 };
-		const bool in2[3] = { false, false, false };
-		st_run(f, c, hb, 3, ops, s2, in2, 2000);
-	}
+	for (int i = 0; i < 3; i++)
+		hb[i] = (struct st_hb) { "allreduce", 813, false };
+	st_run(f, c, 3, hb, NULL, 0, 2000);
 	ck_assert_ptr_null(st_stalled(st_status(f, &c[0])));
 }
 END_TEST
@@ -220,38 +237,6 @@ START_TEST(test_request_after_close_is_dropped)
 }
 END_TEST
 
-/* Every rank of c[0..n) heartbeats once a second for ms: ranks whose
- * in_op[i] holds are in op[i] #seq[i] (since the start), and have done
- * ops[i] operations in all; the others are past it and do ops_per_s
- * more every second (their metrics ride on the heartbeat). */
-static void
-st_run_metrics(struct fx *f, struct srq_cli *c, int n, const char *const *op,
-    const uint64_t *seq, const bool *in_op, uint64_t *ops, uint64_t ops_per_s,
-    cohort__time ms)
-{
-	for (cohort__time t = 0; t < ms; t += 1000) {
-		for (int i = 0; i < n; i++) {
-			Cohort__RankMetrics rm = COHORT__RANK_METRICS__INIT;
-			Cohort__OpMetrics om = COHORT__OP_METRICS__INIT;
-			Cohort__OpMetrics *omp = &om;
-			struct srq q;
-
-			if (!in_op[i])
-				ops[i] += ops_per_s;
-			om.op = "allreduce";
-			om.count = ops[i];
-			rm.ops = &omp;
-			rm.n_ops = 1;
-			srq_heartbeat(&q, op[i], seq[i], "", in_op[i],
-			    in_op[i] ? (uint64_t)t : 0);
-			q.b.hb.metrics = &rm;
-			fx_want(
-			    f, fx_send(f, &c[i], &q.rq, NULL, 0), COHORT_OK);
-		}
-		fx_tick(f, 1000);
-	}
-}
-
 /* The job's own rhythm: at 100 operations a second per rank (10 ms each),
  * an operation waiting past 20 x 10 ms, but at least the 5 s floor, is
  * stalled, long before --stall-threshold (60 s); --stall-factor 0 turns
@@ -260,38 +245,32 @@ st_run_metrics(struct fx *f, struct srq_cli *c, int n, const char *const *op,
 START_TEST(test_stall_from_the_jobs_rhythm)
 {
 	struct srq_cli c[3];
-	const char *ops[3] = { "allreduce", "allreduce", "allreduce" };
-	uint64_t seqs[3] = { 500, 500, 500 };
+	struct st_hb hb[3] = { { "allreduce", 500, false },
+		{ "allreduce", 500, false }, { "allreduce", 500, false } };
 	uint64_t done[3] = { 0, 0, 0 };
-	bool in[3] = { false, false, false };
 	Cohort__JobStatus *js;
-	Cohort__PendingOp *op;
 	uintptr_t t0, t1;
 
 	fx_form(f, c, 3, "j");
 	js = st_status(f, &c[0]);
 	ck_assert_uint_eq(js->op_interval_us, 0);
 	ck_assert_uint_eq(js->stall_after_ms, 60000);
-	st_run_metrics(f, c, 3, ops, seqs, in, done, 100, 4000);
+	st_run(f, c, 3, hb, done, 100, 4000);
 	js = st_status(f, &c[0]);
 	ck_assert_uint_eq(js->op_interval_us, 10000);
 	ck_assert_uint_eq(js->stall_after_ms, 5000);
 	/* Ranks 0 and 1 wait in allreduce #501 for rank 2, which is
 	 * elsewhere. */
-	seqs[0] = seqs[1] = 501;
-	in[0] = in[1] = true;
-	st_run_metrics(f, c, 3, ops, seqs, in, done, 0, 4000);
+	hb[0].seq = hb[1].seq = 501;
+	hb[0].in_op = hb[1].in_op = true;
+	st_run(f, c, 3, hb, done, 0, 4000);
 	ck_assert_ptr_null(st_stalled(st_status(f, &c[0])));
 	ck_assert_uint_eq(f->core->m.stalls, 0);
-	st_run_metrics(f, c, 3, ops, seqs, in, done, 0, 3000);
+	st_run(f, c, 3, hb, done, 0, 3000);
 	ck_assert_uint_eq(f->core->m.stalls, 1);
 	js = st_status(f, &c[0]);
 	ck_assert_uint_eq(js->op_interval_us, 10000); /* the median held */
-	op = st_stalled(js);
-	ck_assert_ptr_nonnull(op);
-	ck_assert(op->data_plane);
-	ck_assert_int_eq(op->missing[0], 2);
-	ck_assert_has(op->detail,
+	st_expect_stalled(st_stalled(js), true, 501, 2,
 	    "allreduce #501 on group '' waiting 7.0 s, 700x the job's rhythm "
 	    "(10.0 ms per operation): rank 2 has not entered");
 	/* Off: the threshold alone. */
@@ -301,23 +280,19 @@ START_TEST(test_stall_from_the_jobs_rhythm)
 	ck_assert_uint_eq(js->stall_after_ms, 60000);
 	f->core->stall_factor = 20;
 	/* All move on; then ranks 0 and 1 wait in a barrier parked here. */
-	seqs[0] = seqs[1] = seqs[2] = 502;
-	in[0] = in[1] = false;
-	st_run_metrics(f, c, 3, ops, seqs, in, done, 100, 2000);
+	hb[0].seq = hb[1].seq = hb[2].seq = 502;
+	hb[0].in_op = hb[1].in_op = false;
+	st_run(f, c, 3, hb, done, 100, 2000);
 	ck_assert_ptr_null(st_stalled(st_status(f, &c[0])));
 	t0 = fx_barrier(f, &c[0], "ckpt", 1, 30000);
 	t1 = fx_barrier(f, &c[1], "ckpt", 1, 30000);
-	ops[0] = ops[1] = "barrier";
-	seqs[0] = seqs[1] = 1;
-	in[0] = in[1] = true;
-	st_run_metrics(f, c, 3, ops, seqs, in, done, 0, 4000);
+	for (int i = 0; i < 2; i++)
+		hb[i] = (struct st_hb) { "barrier", 1, true };
+	st_run(f, c, 3, hb, done, 0, 4000);
 	ck_assert_ptr_null(st_stalled(st_status(f, &c[0])));
-	st_run_metrics(f, c, 3, ops, seqs, in, done, 0, 3000);
+	st_run(f, c, 3, hb, done, 0, 3000);
 	ck_assert_uint_eq(f->core->m.stalls, 2);
-	op = st_stalled(st_status(f, &c[0]));
-	ck_assert_ptr_nonnull(op);
-	ck_assert(!op->data_plane);
-	ck_assert_has(op->detail,
+	st_expect_stalled(st_stalled(st_status(f, &c[0])), false, 1, 2,
 	    "barrier 'ckpt' (#1) on group '' waiting 7.0 s, 700x the job's "
 	    "rhythm (10.0 ms per operation): rank 2 has not entered");
 	fx_barrier(f, &c[2], "ckpt", 1, 30000);
@@ -332,9 +307,8 @@ END_TEST
 START_TEST(test_stall_rhythm_bounds)
 {
 	struct srq_cli c[2];
-	const char *const ops[2] = { "allreduce", "allreduce" };
-	const uint64_t seqs[2] = { 1, 1 };
-	const bool in[2] = { false, false };
+	const struct st_hb hb[2]
+	    = { { "allreduce", 1, false }, { "allreduce", 1, false } };
 	uint64_t done[2] = { 0, 0 };
 	struct srv_job *job;
 
@@ -342,21 +316,21 @@ START_TEST(test_stall_rhythm_bounds)
 	job = SRV_CONTAINER(
 	    srv_map_get(&f->core->jobs, "j", 1), struct srv_job, hn);
 	/* 1 operation a second: 20 s. */
-	st_run_metrics(f, c, 2, ops, seqs, in, done, 1, 5000);
+	st_run(f, c, 2, hb, done, 1, 5000);
 	ck_assert_uint_eq(srv_stall_rhythm_us(job), 1000000);
 	ck_assert_int_eq(srv_stall_after(job), 20000);
 	/* Paused: no samples, the rhythm stays. */
-	st_run_metrics(f, c, 2, ops, seqs, in, done, 0, 5000);
+	st_run(f, c, 2, hb, done, 0, 5000);
 	ck_assert_uint_eq(srv_stall_rhythm_us(job), 1000000);
 	/* Much slower (every 5 s): bounded by --stall-threshold. */
 	for (int k = 0; k < 8; k++)
-		st_run_metrics(f, c, 2, ops, seqs, in, done, k % 5 == 4, 1000);
+		st_run(f, c, 2, hb, done, k % 5 == 4, 1000);
 	ck_assert_int_eq(srv_stall_after(job), 20000);
 	f->core->stall_ms = 15000;
 	ck_assert_int_eq(srv_stall_after(job), 15000);
 	/* Much faster: the floor. */
 	f->core->stall_floor_ms = 2000;
-	st_run_metrics(f, c, 2, ops, seqs, in, done, 10000, 40000);
+	st_run(f, c, 2, hb, done, 10000, 40000);
 	ck_assert_uint_eq(srv_stall_rhythm_us(job), 100);
 	ck_assert_int_eq(srv_stall_after(job), 2000);
 }

@@ -68,18 +68,22 @@ END_TEST
 
 START_TEST(test_dtype_sizes_and_names)
 {
-	ck_assert_uint_eq(cohort_dtype_size(COHORT_F32), 4);
-	ck_assert_uint_eq(cohort_dtype_size(COHORT_F64), 8);
-	ck_assert_uint_eq(cohort_dtype_size(COHORT_F16), 2);
-	ck_assert_uint_eq(cohort_dtype_size(COHORT_BF16), 2);
-	ck_assert_uint_eq(cohort_dtype_size(COHORT_I32), 4);
-	ck_assert_uint_eq(cohort_dtype_size(COHORT_I64), 8);
-	ck_assert_uint_eq(cohort_dtype_size(COHORT_U8), 1);
-	ck_assert_uint_eq(cohort_dtype_size(COHORT_DTYPE_COUNT), 0);
-	ck_assert_uint_eq(cohort_dtype_size((cohort_dtype)-1), 0);
-	ck_assert_str_eq(cohort_dtype_name(COHORT_BF16), "bf16");
-	ck_assert_str_eq(cohort_dtype_name(COHORT_U8), "u8");
-	ck_assert_str_eq(cohort_dtype_name((cohort_dtype)77), "invalid");
+	/* every dtype, then the first past the end and two out of range */
+	static const struct {
+		cohort_dtype dt;
+		size_t size;
+		const char *name;
+	} want[] = { { COHORT_F32, 4, "f32" }, { COHORT_F64, 8, "f64" },
+		{ COHORT_F16, 2, "f16" }, { COHORT_BF16, 2, "bf16" },
+		{ COHORT_I32, 4, "i32" }, { COHORT_I64, 8, "i64" },
+		{ COHORT_U8, 1, "u8" }, { COHORT_DTYPE_COUNT, 0, "invalid" },
+		{ (cohort_dtype)-1, 0, "invalid" },
+		{ (cohort_dtype)77, 0, "invalid" } };
+
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		ck_assert_uint_eq(cohort_dtype_size(want[i].dt), want[i].size);
+		ck_assert_str_eq(cohort_dtype_name(want[i].dt), want[i].name);
+	}
 }
 END_TEST
 

@@ -1,8 +1,8 @@
 /*
  * tmpdir.h - a fresh directory or file under $TMPDIR (else /tmp), and a
- * directory's removal with the files in it, for the tests' stores, state
- * directories and secret files and the fuzz targets (tests/unit and
- * fuzz/). Header-only.
+ * directory emptied or removed with the files in it, for the tests' stores,
+ * state directories and secret files and the fuzz targets (tests/unit,
+ * tests/chaos and fuzz/). Header-only.
  */
 #ifndef COHORT_TMPDIR_H
 #define COHORT_TMPDIR_H
@@ -54,10 +54,10 @@ tmpfile_make(char *buf, size_t len, const char *prefix, const char *text)
 	return (tmpfile_write(buf, text));
 }
 
-/* Removes dir and the files in it (no subdirectories); false if dir is
- * still there. */
+/* Removes the files in dir (no subdirectories), keeping dir; false if
+ * dir cannot be read. */
 static inline bool
-tmpdir_remove(const char *dir)
+tmpdir_empty(const char *dir)
 {
 	DIR *d = opendir(dir);
 	struct dirent *e;
@@ -73,7 +73,15 @@ tmpdir_remove(const char *dir)
 		(void)unlink(p);
 	}
 	closedir(d);
-	return (rmdir(dir) == 0);
+	return (true);
+}
+
+/* Removes dir and the files in it (no subdirectories); false if dir is
+ * still there. */
+static inline bool
+tmpdir_remove(const char *dir)
+{
+	return (tmpdir_empty(dir) && rmdir(dir) == 0);
 }
 
 #endif /* COHORT_TMPDIR_H */
