@@ -58,6 +58,7 @@ __all__ = [
     "Manager",
     "RunResult",
     "EXIT_PEER_LOST",
+    "JobFinished",
     "init_process_group",
     "membership_changed",
     "run",
@@ -134,6 +135,32 @@ def _default_backend() -> Optional[CohortBackend]:
     return be if isinstance(be, CohortBackend) else None
 
 
+#: What cohortd answers a join still waiting when the last member of its job leaves
+#: (server/state/lifecycle.c).
+_JOB_FINISHED = "the job finished"
+
+
+class JobFinished(SystemExit):
+    """The elastic job finished while this process waited to be admitted: there is nothing left to do.
+
+    A process that comes back (a restarted node, a rescheduled pod) after the
+    job's last step is not admitted: there is no step left to admit it at,
+    and the members leave. cohortd then answers its join "the job finished".
+    Like torchelastic's graceful exit of a node the final rendezvous did not
+    include, this is a :class:`SystemExit` with status 0: uncaught, the
+    process ends cleanly and ``cohort run`` counts its node as done rather
+    than failed (a pod restarted late does not fail a finished job). Catch
+    it to do something else. ``detail`` is cohortd's text.
+    """
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(0)
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"cohort elastic: {self.detail} before this process was admitted: nothing to do"
+
+
 def _open_client(timeout: Timeout, join_timeout: Timeout, min_world: Optional[int],
                  max_world: Optional[int]) -> Client:
     import os
@@ -149,7 +176,17 @@ def _open_client(timeout: Timeout, join_timeout: Timeout, min_world: Optional[in
         lo = min_world
     if max_world is not None:
         hi = max_world
-    return Client(op_timeout=_secs(timeout), join_timeout=_secs(join_timeout), min_world=lo, max_world=hi)
+    try:
+        return Client(op_timeout=_secs(timeout), join_timeout=_secs(join_timeout), min_world=lo, max_world=hi)
+    except CohortError as e:
+        # ECLOSED also answers a join for other reasons (the coordinator
+        # stopped without a journal, the join withdrawn): only the job's end
+        # is nothing to do.
+        if e.status == Status.ECLOSED and _JOB_FINISHED in e.detail:
+            done = JobFinished(e.detail)
+            log.warning("%s", done)
+            raise done from e
+        raise
 
 
 def _torch_init(client: Client, timeout: datetime.timedelta) -> None:
@@ -172,7 +209,8 @@ def init_process_group(timeout: Timeout = None, join_timeout: Timeout = None, mi
     ``min_world``/``max_world`` override the environment's range. A process
     admitted into a running job returns once the job admitted it (at the
     running members' next step boundary); it holds no state yet: use a
-    :class:`Manager`, which receives it.
+    :class:`Manager`, which receives it. Raises :class:`JobFinished` (a
+    ``SystemExit(0)``) when the job finished while it waited.
     """
     be = _default_backend()
     if be is not None:

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
@@ -124,6 +125,17 @@ def start_cohortd(*args: str, env: Optional[dict[str, str]] = None, timeout: flo
         out, _ = p.communicate()
         raise AssertionError(f"cohortd did not start within {timeout:g} s: {out[-2000:]}")
     return p, url
+
+def joiners_waiting(http_port: int) -> int:
+    """Processes waiting to join an elastic job, by the /metrics of the cohortd on ``http_port`` (0 when it
+    does not answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return 0
+    return sum(int(float(line.split()[-1])) for line in text.splitlines()
+               if line.startswith("cohort_elastic_joiners_waiting"))
 
 def finish(procs: Sequence[subprocess.Popen], timeout: float,
            abort_if: Optional[Callable[[Proc], bool]] = None) -> list[Proc]:

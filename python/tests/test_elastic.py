@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import pytest
 
-from conftest import BIN, PYTHON, WORKERS, base_env, kill_tree, start, start_cohortd
+from conftest import BIN, PYTHON, WORKERS, base_env, free_port, joiners_waiting, kill_tree, start, start_cohortd
 
 WORKER = WORKERS / "elastic_ddp.py"
 
@@ -170,3 +170,36 @@ def test_ddp_survives_a_kill_in_place_and_takes_the_rank_back(cohortd, mode):
     finally:
         for n in nodes:
             kill_tree(n.p)
+
+
+def test_a_rank_back_after_the_last_step_is_not_admitted_and_exits_cleanly(built, tmp_path):
+    """A returning process that waits to join when the job's last step has committed (the plain
+    Manager loop) is not admitted (there is no step left to admit it at): the others finish, cohortd
+    answers its join "the job finished", and it exits 0 (cohort.elastic.JobFinished), so its node is
+    done, not failed (torchelastic's graceful exit of a node the last rendezvous left out). The
+    survivors hold after their last commit until cohortd's /metrics shows it waiting."""
+    http = free_port()
+    d, url = start_cohortd("--http", f"127.0.0.1:{http}", "--log-level", "warn")
+    release = tmp_path / "release"
+    args = ["--epochs", "1", "--samples", "480", "--pace", "20", "--mode", "manager", "--hold-last-until",
+            str(release)]
+    env = _env()
+    nodes = [Node(url, "elast", r, "2:3", args, env) for r in range(3)]
+    try:
+        wait_until(lambda: len(nodes[0].ev("commit")) >= 3, 120, nodes, "3 steps committed")
+        pids = [n.ev("start")[0]["pid"] for n in nodes]
+        os.kill(pids[2], signal.SIGKILL)
+        wait_until(lambda: all(n.ev("hold") for n in nodes[:2]), 120, nodes, "the survivors' last step")
+        nodes.append(Node(url, "elast", 2, "2:3", args, env))
+        wait_until(lambda: joiners_waiting(http) >= 1, 120, nodes, "the returner waits to join")
+        release.touch()
+        for i in (0, 1, 3):
+            assert nodes[i].wait(180) == 0, dump(nodes)
+        finished_alike(nodes[:2], 2)
+        assert not nodes[3].ev("start") and not nodes[3].ev("done"), dump(nodes)
+        assert "the job finished before this process was admitted: nothing to do" in nodes[3].text, dump(nodes)
+    finally:
+        for n in nodes:
+            kill_tree(n.p)
+        kill_tree(d)
+        d.wait()

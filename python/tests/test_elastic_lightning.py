@@ -13,11 +13,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import urllib.request
 
 import pytest
 
-from conftest import BIN, PYTHON, WORKERS, base_env, free_port, kill_tree, start_cohortd
+from conftest import BIN, PYTHON, WORKERS, base_env, free_port, joiners_waiting, kill_tree, start_cohortd
 from test_elastic import dump, finished_alike, shrink_then_return, started_once, survivors_moved_on, wait_until
 from test_elastic_torchrun import Agent
 
@@ -115,15 +114,6 @@ def test_lightning_rank_admitted_at_an_epochs_last_step_goes_on_with_the_others(
     env = _env()
     nodes = [LNode(url, "llast", r, "2:3", args, env) for r in range(3)]
 
-    def joiners_waiting() -> int:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=5) as r:
-                text = r.read().decode()
-        except OSError:
-            return 0
-        return sum(int(float(line.split()[-1])) for line in text.splitlines()
-                   if line.startswith("cohort_elastic_joiners_waiting"))
-
     try:
         wait_until(lambda: len(nodes[0].ev("commit")) >= 3, 180, nodes, "3 steps committed")
         pids = started_once(nodes, 3)
@@ -131,7 +121,7 @@ def test_lightning_rank_admitted_at_an_epochs_last_step_goes_on_with_the_others(
         survivors_moved_on(nodes[:2], nodes, 2)
         wait_until(lambda: all(n.ev("hold") for n in nodes[:2]), 120, nodes, "the survivors reached the last step")
         nodes.append(LNode(url, "llast", 2, "2:3", args, env))
-        wait_until(lambda: joiners_waiting() >= 1, 120, nodes, "the returner waits to join")
+        wait_until(lambda: joiners_waiting(http) >= 1, 120, nodes, "the returner waits to join")
         release.touch()
         for i in (0, 1, 3):
             assert nodes[i].wait(180) == 0, dump(nodes)

@@ -1,6 +1,6 @@
 """One rank of an elastic DDP job (test_elastic.py, tests/hosts/test_elastic_torch.py, bench/goodput).
 
-    elastic_ddp.py [--epochs E] [--batch B] [--pace MS] [--mode run|manager]
+    elastic_ddp.py [--epochs E] [--batch B] [--pace MS] [--mode run|manager] [--hold-last-until FILE]
 
 A small classifier on a synthetic, deterministic data set (the same on
 every rank and in every run), trained with DDP through
@@ -12,12 +12,16 @@ every rank and in every run), trained with DDP through
 - ``{"event": "change", "generation", "rank", "world", "prev_rank", "prev_world", "lost", "joined",
   "step", "at_ms"}`` at each change;
 - ``{"event": "commit", "step", "at_ms"}`` per committed step (rank 0 only);
+- ``{"event": "hold", "rank", "step", "at_ms"}`` (``--mode manager --hold-last-until FILE``) after the
+  last step committed: the rank waits there, at most 300 s, until FILE exists, so that a test can have a
+  process admitted exactly at the boundary after the job's last step;
 - ``{"event": "done", "rank", "world", "pid", "generation", "steps", "checksum", "equal",
   "accuracy", "discarded"}`` at the end.
 """
 
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -28,6 +32,7 @@ from elastic_common import Pace, checked_end, data, emit, emit_change, net, now_
 
 p = parser()
 p.add_argument("--mode", choices=("run", "manager"), default="run")
+p.add_argument("--hold-last-until", default="", help="(manager) wait after the last step until this file exists")
 args = p.parse_args()
 
 torch.set_num_threads(1)
@@ -111,6 +116,11 @@ else:
             loss.backward()
         if m.should_commit(apply=lambda: (opt.step(), sampler.advance(take))):
             on_commit(m.current_step, loss.detach())
+            if args.hold_last_until and ep["epoch"] == args.epochs - 1 and sampler.remaining == 0:
+                emit(event="hold", rank=m.rank, step=m.current_step, at_ms=now_ms())
+                end = time.monotonic() + 300
+                while not os.path.exists(args.hold_last_until) and time.monotonic() < end:
+                    time.sleep(0.05)
         else:
             discarded += 1
         opt.zero_grad(set_to_none=True)
