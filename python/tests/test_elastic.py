@@ -118,6 +118,25 @@ def shrink_then_return(nodes: list, make: Callable[[], Any]) -> Any:
     return back
 
 
+def back_at_the_last_step(nodes: list, make: Callable[[], Any], http: int, release: Any) -> list[int]:
+    """Three ``nodes`` whose workers hold at their last step (``--hold-last-until release``): once 3
+    steps committed the last one is SIGKILLed; when the two survivors hold, ``make()``'s new node is
+    started (appended to ``nodes``) and, once cohortd's /metrics (port ``http``) shows it waiting to
+    join, ``release`` is created. Waits until the survivors and the new node exited 0; returns the
+    first three's PIDs."""
+    wait_until(lambda: len(nodes[0].ev("commit")) >= 3, 180, nodes, "3 steps committed")
+    pids = started_once(nodes, 3)
+    os.kill(pids[2], signal.SIGKILL)
+    survivors_moved_on(nodes[:2], nodes, 2)
+    wait_until(lambda: all(n.ev("hold") for n in nodes[:2]), 120, nodes, "the survivors' last step")
+    nodes.append(make())
+    wait_until(lambda: joiners_waiting(http) >= 1, 120, nodes, "the returner waits to join")
+    release.touch()
+    for i in (0, 1, 3):
+        assert nodes[i].wait(180) == 0, dump(nodes)
+    return pids
+
+
 def finished_alike(procs: list, world: int) -> list[dict]:
     """Each of ``procs`` ended with one ``done`` event: ranks 0..``world``-1 of a
     ``world``-rank generation, with equal parameters. Returns the events."""
@@ -186,15 +205,7 @@ def test_a_rank_back_after_the_last_step_is_not_admitted_and_exits_cleanly(built
     env = _env()
     nodes = [Node(url, "elast", r, "2:3", args, env) for r in range(3)]
     try:
-        wait_until(lambda: len(nodes[0].ev("commit")) >= 3, 120, nodes, "3 steps committed")
-        pids = [n.ev("start")[0]["pid"] for n in nodes]
-        os.kill(pids[2], signal.SIGKILL)
-        wait_until(lambda: all(n.ev("hold") for n in nodes[:2]), 120, nodes, "the survivors' last step")
-        nodes.append(Node(url, "elast", 2, "2:3", args, env))
-        wait_until(lambda: joiners_waiting(http) >= 1, 120, nodes, "the returner waits to join")
-        release.touch()
-        for i in (0, 1, 3):
-            assert nodes[i].wait(180) == 0, dump(nodes)
+        back_at_the_last_step(nodes, lambda: Node(url, "elast", 2, "2:3", args, env), http, release)
         finished_alike(nodes[:2], 2)
         assert not nodes[3].ev("start") and not nodes[3].ev("done"), dump(nodes)
         assert "the job finished before this process was admitted: nothing to do" in nodes[3].text, dump(nodes)

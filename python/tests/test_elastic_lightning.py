@@ -16,8 +16,8 @@ import subprocess
 
 import pytest
 
-from conftest import BIN, PYTHON, WORKERS, base_env, free_port, joiners_waiting, kill_tree, start_cohortd
-from test_elastic import dump, finished_alike, shrink_then_return, started_once, survivors_moved_on, wait_until
+from conftest import BIN, PYTHON, WORKERS, base_env, free_port, kill_tree, start_cohortd
+from test_elastic import back_at_the_last_step, dump, finished_alike, shrink_then_return, started_once, wait_until
 from test_elastic_torchrun import Agent
 
 WORKER = WORKERS / "elastic_lightning.py"
@@ -113,18 +113,8 @@ def test_lightning_rank_admitted_at_an_epochs_last_step_goes_on_with_the_others(
             "--hold-epoch", "0"]
     env = _env()
     nodes = [LNode(url, "llast", r, "2:3", args, env) for r in range(3)]
-
     try:
-        wait_until(lambda: len(nodes[0].ev("commit")) >= 3, 180, nodes, "3 steps committed")
-        pids = started_once(nodes, 3)
-        os.kill(pids[2], signal.SIGKILL)
-        survivors_moved_on(nodes[:2], nodes, 2)
-        wait_until(lambda: all(n.ev("hold") for n in nodes[:2]), 120, nodes, "the survivors reached the last step")
-        nodes.append(LNode(url, "llast", 2, "2:3", args, env))
-        wait_until(lambda: joiners_waiting(http) >= 1, 120, nodes, "the returner waits to join")
-        release.touch()
-        for i in (0, 1, 3):
-            assert nodes[i].wait(180) == 0, dump(nodes)
+        pids = back_at_the_last_step(nodes, lambda: LNode(url, "llast", 2, "2:3", args, env), http, release)
         if epochs == 1:
             assert not nodes[3].ev("start"), dump(nodes)  # admitted after the last step: it trained none
         else:
