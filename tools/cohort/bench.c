@@ -48,6 +48,7 @@
 #include "conn.h"
 #include "dtype.h"
 #include "cohort_impl.h"
+#include "client.h" /* cohort__hb_start */
 #include "coord.h" /* cohort__random_u64 */
 #include "launch.h"
 #include "server.h"
@@ -965,10 +966,31 @@ bench_join_proc(const struct bench_cfg *cfg)
 	struct bench_joiner *j = calloc((size_t)m, sizeof(*j));
 	pthread_barrier_t start;
 	pthread_attr_t attr;
+	struct cohort__coord *keep;
 	int rc = 0;
 
 	if (j == NULL || url == NULL || job == NULL)
 		return (1);
+	/* A simulated host's control plane keeps this priority: its
+	 * heartbeat thread and nng's threads (started with the process's
+	 * first socket; a socket to the coordinator stays open for that)
+	 * inherit the nice of the thread that starts them, so they start
+	 * here, before the ranks' priority goes down. In a cluster each
+	 * rank's control plane competes with its own rank only; on this
+	 * host, at the ranks' nice, it competed with thousands of other
+	 * ranks' data-plane set-up, and whole processes' heartbeats came
+	 * seconds late (issue 24). nng's threads outlive the socket. */
+	if (cohort__hb_start() == COHORT_OK
+	    && cohort__coord_open(url, job, token != NULL ? token : "",
+	           cohort__random_u64(), &keep)
+	        == COHORT_OK)
+		cohort__coord_close(keep);
+	else
+		fprintf(stderr,
+		    "cohort bench: join process %d: control-plane threads "
+		    "not started ahead (%s); they run at the ranks' "
+		    "priority\n",
+		    cfg->join_proc, cohort_last_error());
 	/* before any thread: Linux's nice is per thread, inherited */
 	errno = 0;
 	{
