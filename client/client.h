@@ -53,9 +53,13 @@ struct cohort_client {
 	struct cohort__obs obs; /* metrics and timeline (observe.h) */
 
 	atomic_bool closing;
-	/* On the process's heartbeat list (heartbeat.c), under its lock. */
-	struct cohort_client *hb_next, *hb_prev;
+	/* The process's heartbeat list (heartbeat.c): next/prev/due are its
+	 * thread's; hb_op a pending add or remove posted on its inbox
+	 * (inbox_next), 0 once the thread took it; hb_on the owner's. */
+	struct cohort_client *hb_next, *hb_prev, *hb_inbox_next;
 	cohort__time hb_due;
+	bool (*hb_tick)(struct cohort_client *c);
+	_Atomic int hb_op;
 	bool hb_on;
 	struct cohort__coord_async *hb;
 	struct cohort__coord_async *watch;
@@ -151,20 +155,19 @@ cohort_status cohort__control_boundary(struct cohort_group *world,
     struct cohort__boundary_reply *out);
 
 /* The process's heartbeat timer (heartbeat.c): one thread for all the
- * clients of a process calls cohort__client_hb_tick(c) (open.c) every
+ * clients of a process calls tick(c) every
  * c->heartbeat_ms, the first time first_ms from now. Once unregister
- * returned, no tick of c runs or will. Neither is called with a lock of
- * the client's, its groups' or its engine's held (a tick takes them). */
+ * returned, no tick of c runs or will (it waits for the thread, shortly:
+ * a tick never blocks). */
 /* Starts the process's heartbeat thread now, if it has none (it inherits
  * the calling thread's scheduling priority; the join bench starts it
  * before it lowers its simulated ranks' priority). */
 cohort_status cohort__hb_start(void);
-cohort_status cohort__hb_register(
-    struct cohort_client *c, cohort_duration first_ms);
+cohort_status cohort__hb_register(struct cohort_client *c,
+    cohort_duration first_ms, bool (*tick)(struct cohort_client *c));
 void cohort__hb_unregister(struct cohort_client *c);
-/* One heartbeat of c; false when a lock it needs was busy (nothing sent:
- * the timer tries again a round later). */
-bool cohort__client_hb_tick(struct cohort_client *c);
+/* tick: one heartbeat of c (open.c's), false when a lock it needs was
+ * busy (nothing sent: the timer tries again a round later). */
 
 /* The job's KV space that is libcohort's own (COHORT__KV_RESERVED): the
  * public calls refuse its keys; libcohort uses these (kv.c). */

@@ -2,7 +2,7 @@
  * open.c - cohort_client_open and _close: connect, join, liveness, leave.
  *
  * Liveness: the process's one heartbeat thread (heartbeat.c; a process
- * may hold hundreds of clients) calls cohort__client_hb_tick every
+ * may hold hundreds of clients) calls client_hb_tick every
  * heartbeat_ms at a fixed rate, whenever replies come: it ends the async
  * calls that ran past their deadlines (cohort__coord_async_tick) and
  * sends a Heartbeat through an async call, whose completion runs on
@@ -81,8 +81,10 @@ cohort__timeouts_check(const cohort_options *opts, char *why, size_t len)
 /* Liveness: heartbeat timer and Watch                                      */
 /* ------------------------------------------------------------------------ */
 
-bool
-cohort__client_hb_tick(struct cohort_client *c)
+/* One heartbeat of c (the process's heartbeat thread, heartbeat.c);
+ * false when a lock it needs was busy. */
+static bool
+client_hb_tick(struct cohort_client *c)
 {
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
@@ -465,7 +467,8 @@ client_start_liveness(struct cohort_client *c)
 	return (cohort__hb_register(c,
 	    c->heartbeat_ms / 2
 	        + (cohort_duration)(cohort__random_u64()
-	            % (uint64_t)(c->heartbeat_ms / 2 + 1))));
+	            % (uint64_t)(c->heartbeat_ms / 2 + 1)),
+	    client_hb_tick));
 }
 
 /* Sends Leave, bounded by COHORT__CLOSE_TIMEOUT_MS in all. */

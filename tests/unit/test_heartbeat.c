@@ -33,8 +33,8 @@ hb_threads_named(const char *name)
 
 		if (e->d_name[0] == '.')
 			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
-		    e->d_name);
+		snprintf(
+		    path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
 		if ((f = fopen(path, "r")) == NULL)
 			continue;
 		if (fgets(comm, sizeof(comm), f) != NULL)
@@ -90,8 +90,7 @@ START_TEST(test_held_lock_does_not_silence_the_process)
 	pthread_mutex_unlock(&a.c[0]->mtx);
 	/* b beat all along: cohortd never declared it dead */
 	ck_assert_cohort_ok(cohort_client_error(b.c[0]));
-	ck_assert_cohort_ok(
-	    cohort_kv_set(b.c[0], "still", "here", 4, 2000));
+	ck_assert_cohort_ok(cohort_kv_set(b.c[0], "still", "here", 4, 2000));
 	clx_stop(&a);
 	clx_stop(&b);
 }
@@ -116,7 +115,8 @@ hb_late_set_main(void *arg)
  * ones not there yet; a key that never comes is ETIMEDOUT naming it. */
 START_TEST(test_multi_get_waits_for_every_key)
 {
-	const char *keys[] = { "__cohort/t/a", "__cohort/t/b", "__cohort/t/c" };
+	const char *keys[]
+	    = { "__cohort/t/a", "__cohort/t/b", "__cohort/t/c" };
 	const char *missing[] = { "__cohort/t/a", "__cohort/t/never" };
 	struct hb_late_set late;
 	pthread_t th;
@@ -130,7 +130,8 @@ START_TEST(test_multi_get_waits_for_every_key)
 	ck_assert_cohort_ok(cohort__kv_set(x.c[0], keys[2], "333", 3, 2000));
 	late.c = x.c[0];
 	late.after_ms = 300;
-	ck_assert_int_eq(pthread_create(&th, NULL, hb_late_set_main, &late), 0);
+	ck_assert_int_eq(
+	    pthread_create(&th, NULL, hb_late_set_main, &late), 0);
 	ck_assert_cohort_ok(
 	    cohort__kv_multi_get(x.c[0], keys, 3, vals, lens, 5000));
 	pthread_join(th, NULL);

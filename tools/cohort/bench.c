@@ -967,19 +967,28 @@ bench_join_proc(const struct bench_cfg *cfg)
 	pthread_barrier_t start;
 	pthread_attr_t attr;
 	struct cohort__coord *keep;
-	int rc = 0;
+	int rc = 0, cur;
 
 	if (j == NULL || url == NULL || job == NULL)
 		return (1);
-	/* A simulated host's control plane keeps this priority: its
-	 * heartbeat thread and nng's threads (started with the process's
-	 * first socket; a socket to the coordinator stays open for that)
-	 * inherit the nice of the thread that starts them, so they start
-	 * here, before the ranks' priority goes down. In a cluster each
-	 * rank's control plane competes with its own rank only; on this
-	 * host, at the ranks' nice, it competed with thousands of other
-	 * ranks' data-plane set-up, and whole processes' heartbeats came
-	 * seconds late (issue 24). nng's threads outlive the socket. */
+	/*
+	 * Three levels, each BENCH_JOIN_NICE apart (Linux's nice is per
+	 * thread and inherited by the threads a thread starts): the
+	 * coordinator (the launcher, which as root raised its own; this
+	 * process inherited that), then each simulated host's control plane
+	 * (its heartbeat thread and nng's threads, started here: nng's with
+	 * the process's first socket, and they outlive it), then the ranks'
+	 * threads. In a cluster the coordinator has a host of its own and a
+	 * rank's control plane competes with that one rank only; here, at
+	 * the ranks' level, it competed with thousands of other ranks'
+	 * data-plane set-up, and a client thread preempted inside a lock
+	 * held up the process's heartbeats for seconds (issue 24).
+	 */
+	errno = 0;
+	cur = getpriority(PRIO_PROCESS, 0);
+	if (errno != 0)
+		cur = 0;
+	(void)setpriority(PRIO_PROCESS, 0, cur + BENCH_JOIN_NICE);
 	if (cohort__hb_start() == COHORT_OK
 	    && cohort__coord_open(url, job, token != NULL ? token : "",
 	           cohort__random_u64(), &keep)
@@ -991,15 +1000,8 @@ bench_join_proc(const struct bench_cfg *cfg)
 		    "not started ahead (%s); they run at the ranks' "
 		    "priority\n",
 		    cfg->join_proc, cohort_last_error());
-	/* before any thread: Linux's nice is per thread, inherited */
-	errno = 0;
-	{
-		int cur = getpriority(PRIO_PROCESS, 0);
-
-		if (errno == 0)
-			(void)setpriority(
-			    PRIO_PROCESS, 0, cur + BENCH_JOIN_NICE);
-	}
+	/* the ranks: before any of their threads */
+	(void)setpriority(PRIO_PROCESS, 0, cur + 2 * BENCH_JOIN_NICE);
 	pthread_attr_init(&attr);
 	pthread_attr_setstacksize(&attr, 256 * 1024);
 	for (int it = 0;
@@ -1530,8 +1532,19 @@ bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 	for (int i = 0; i < nch; i++)
 		ch[i].out = ch[i].go = -1;
 	if (url == NULL) {
-		if (join)
+		if (join) {
+			/* The coordinator's host: above the simulated hosts'
+			 * control planes (bench_join_proc), as root; without
+			 * privilege the levels below keep their spacing. */
+			int cur;
+
+			errno = 0;
+			cur = getpriority(PRIO_PROCESS, 0);
+			if (errno == 0)
+				(void)setpriority(
+				    PRIO_PROCESS, 0, cur - BENCH_JOIN_NICE);
 			bench_join_net(cfg);
+		}
 		if ((srv = bench_serve(cfg)) == NULL) {
 			free(ch);
 			free(procs);
