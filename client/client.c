@@ -252,23 +252,37 @@ out:
 /* What this rank is doing                                                  */
 /* ------------------------------------------------------------------------ */
 
-void
-cohort__client_doing(
-    struct cohort_client *c, Cohort__Heartbeat *hb, char *grp, size_t grplen)
+/* Takes mtx; with try, only if it is free now. */
+static bool
+client_lock(pthread_mutex_t *mtx, bool try)
+{
+	if (try)
+		return (pthread_mutex_trylock(mtx) == 0);
+	pthread_mutex_lock(mtx);
+	return (true);
+}
+
+static bool
+client_doing(struct cohort_client *c, Cohort__Heartbeat *hb, char *grp,
+    size_t grplen, bool try)
 {
 	struct cohort_group *g, *best = NULL;
-	bool best_in = false;
+	bool best_in = false, all = true;
 	cohort__time best_t = 0, now = cohort__now_ms();
 
 	hb->last_op = "";
 	hb->last_group = grp;
 	grp[0] = '\0';
-	pthread_mutex_lock(&c->mtx);
+	if (!client_lock(&c->mtx, try))
+		return (false);
 	for (g = c->groups; g != NULL; g = g->next) {
 		bool in;
 		cohort__time t;
 
-		pthread_mutex_lock(&g->mtx);
+		if (!client_lock(&g->mtx, try)) {
+			all = false;
+			break;
+		}
 		in = g->op_in;
 		t = in ? g->op_start : g->op_end;
 		if (g->op_kind != NULL
@@ -287,6 +301,21 @@ cohort__client_doing(
 		pthread_mutex_unlock(&g->mtx);
 	}
 	pthread_mutex_unlock(&c->mtx);
+	return (all);
+}
+
+void
+cohort__client_doing(
+    struct cohort_client *c, Cohort__Heartbeat *hb, char *grp, size_t grplen)
+{
+	(void)client_doing(c, hb, grp, grplen, false);
+}
+
+bool
+cohort__client_doing_try(
+    struct cohort_client *c, Cohort__Heartbeat *hb, char *grp, size_t grplen)
+{
+	return (client_doing(c, hb, grp, grplen, true));
 }
 
 void

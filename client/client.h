@@ -53,7 +53,14 @@ struct cohort_client {
 	struct cohort__obs obs; /* metrics and timeline (observe.h) */
 
 	atomic_bool closing;
-	nng_aio *hb_timer;
+	/* The process's heartbeat list (heartbeat.c): next/prev/due are its
+	 * thread's; hb_op a pending add or remove posted on its inbox
+	 * (inbox_next), 0 once the thread took it; hb_on the owner's. */
+	struct cohort_client *hb_next, *hb_prev, *hb_inbox_next;
+	cohort__time hb_due;
+	bool (*hb_tick)(struct cohort_client *c);
+	_Atomic int hb_op;
+	bool hb_on;
 	struct cohort__coord_async *hb;
 	struct cohort__coord_async *watch;
 	nng_aio *watch_timer; /* back-off between quick Watch returns */
@@ -147,12 +154,33 @@ cohort_status cohort__control_boundary(struct cohort_group *world,
     bool has_state, cohort_duration timeout,
     struct cohort__boundary_reply *out);
 
+/* The process's heartbeat timer (heartbeat.c): one thread for all the
+ * clients of a process calls tick(c) every
+ * c->heartbeat_ms, the first time first_ms from now. Once unregister
+ * returned, no tick of c runs or will (it waits for the thread, shortly:
+ * a tick never blocks). */
+/* Starts the process's heartbeat thread now, if it has none (it inherits
+ * the calling thread's scheduling priority; the join bench starts it
+ * before it lowers its simulated ranks' priority). */
+cohort_status cohort__hb_start(void);
+cohort_status cohort__hb_register(struct cohort_client *c,
+    cohort_duration first_ms, bool (*tick)(struct cohort_client *c));
+void cohort__hb_unregister(struct cohort_client *c);
+/* tick: one heartbeat of c (open.c's), false when a lock it needs was
+ * busy (nothing sent: the timer tries again a round later). */
+
 /* The job's KV space that is libcohort's own (COHORT__KV_RESERVED): the
  * public calls refuse its keys; libcohort uses these (kv.c). */
 cohort_status cohort__kv_set(struct cohort_client *c, const char *key,
     const void *value, size_t len, cohort_duration timeout);
 cohort_status cohort__kv_get(struct cohort_client *c, const char *key,
     void **value, size_t *len, cohort_duration timeout);
+/* Waits until every key exists and reads them all in one round trip;
+ * vals[i] malloc'd (free()), lens[i] its length; on an error none is
+ * kept. */
+cohort_status cohort__kv_multi_get(struct cohort_client *c,
+    const char *const *keys, size_t nkeys, void **vals, size_t *lens,
+    cohort_duration timeout);
 cohort_status cohort__kv_add(struct cohort_client *c, const char *key,
     int64_t delta, int64_t *out, cohort_duration timeout);
 cohort_status cohort__kv_delete(
@@ -171,6 +199,11 @@ bool cohort__client_who_missing(struct cohort_client *c,
  * progress entered first (the one a hang is about), else the one left
  * last; its group's name into grp. */
 void cohort__client_doing(
+    struct cohort_client *c, Cohort__Heartbeat *hb, char *grp, size_t grplen);
+/* The same without waiting for a lock another thread holds: false (hb
+ * partly filled, to be dropped) when one was busy (the heartbeat thread;
+ * heartbeat.c). */
+bool cohort__client_doing_try(
     struct cohort_client *c, Cohort__Heartbeat *hb, char *grp, size_t grplen);
 
 /* Sends one heartbeat now, saying this rank is in `kind` #seq of group

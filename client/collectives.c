@@ -474,6 +474,67 @@ coll_store_get(
 	}
 }
 
+/* Several keys in one request (the host mesh's partner addresses: one
+ * round trip instead of one per partner); waits in slices as
+ * coll_store_get does. */
+static cohort_status
+coll_store_mget(void *ctx, const char *const *keys, size_t n, void **vals,
+    size_t *lens, cohort__time deadline)
+{
+	struct coll_dp *dp = ctx;
+	char(*full)[COHORT__MAX_KEY + 1];
+	const char **kp;
+	cohort_status st = COHORT_OK;
+
+	if (n == 0)
+		return (COHORT_OK);
+	full = calloc(n, sizeof(*full));
+	kp = calloc(n, sizeof(*kp));
+	if (full == NULL || kp == NULL) {
+		free(full);
+		free(kp);
+		return (cohort__err(COHORT_ENOMEM, "out of memory"));
+	}
+	for (size_t i = 0; i < n && st == COHORT_OK; i++) {
+		st = coll_store_key(dp, keys[i], full[i], sizeof(full[i]));
+		kp[i] = full[i];
+	}
+	while (st == COHORT_OK) {
+		cohort_duration left = cohort__remaining(deadline);
+		cohort_duration slice = dp->g->client->min_world > 0
+		    ? COLL_STORE_SLICE_MS / 4
+		    : COLL_STORE_SLICE_MS;
+
+		if (atomic_load_explicit(
+		        &dp->g->abort_flag, memory_order_acquire)
+		    != 0) {
+			st = cohort__err(COHORT_EABORTED,
+			    "group '%s' failed while waiting for store key %s "
+			    "(one of %zu)",
+			    dp->g->id, keys[0], n);
+			break;
+		}
+		if (left < 0 || left > slice)
+			left = slice;
+		st = cohort__kv_multi_get(
+		    dp->g->client, kp, n, vals, lens, left);
+		if (st == COHORT_ENOCOORD && !cohort__expired(deadline)
+		    && cohort_group_error(dp->g) == COHORT_OK) {
+			struct timespec ts = { 0, 50 * 1000 * 1000 };
+
+			nanosleep(&ts, NULL);
+			st = COHORT_OK;
+			continue;
+		}
+		if (st != COHORT_ETIMEDOUT || cohort__expired(deadline))
+			break;
+		st = COHORT_OK;
+	}
+	free(full);
+	free(kp);
+	return (st);
+}
+
 static cohort_status
 coll_store_add(void *ctx, const char *key, int64_t delta, int64_t *out,
     cohort__time deadline)
@@ -717,7 +778,8 @@ coll_desc_fill(struct coll_dp *dp)
 		    .set = coll_store_set,
 		    .get = coll_store_get,
 		    .add = coll_store_add,
-		    .del = coll_store_del },
+		    .del = coll_store_del,
+		    .mget = coll_store_mget },
 		.abort_flag = &g->abort_flag,
 		.chan = { .ctx = dp,
 		    .gather = coll_chan_gather,

@@ -308,8 +308,30 @@ coord_step_error(struct cohort__coord *co, struct cohort__coord_call *call,
 	    co->url, nng_strerror(rv)));
 }
 
+/* Takes co->mtx; with try, only if it is free now (false: busy). */
+static bool
+coord_lock(struct cohort__coord *co, bool try)
+{
+	if (try)
+		return (pthread_mutex_trylock(&co->mtx) == 0);
+	pthread_mutex_lock(&co->mtx);
+	return (true);
+}
+
+static bool coord_fill_try(
+    struct cohort__coord *co, struct cohort__coord_call *call, bool try);
+
 static void
 coord_fill(struct cohort__coord *co, struct cohort__coord_call *call)
+{
+	(void)coord_fill_try(co, call, false);
+}
+
+/* Fills the envelope; with try, false (nothing filled) when co->mtx is
+ * busy. */
+static bool
+coord_fill_try(
+    struct cohort__coord *co, struct cohort__coord_call *call, bool try)
 {
 	Cohort__Request *req = call->req;
 
@@ -317,14 +339,16 @@ coord_fill(struct cohort__coord *co, struct cohort__coord_call *call)
 	req->job = co->job;
 	req->token = co->token;
 	req->client_id = co->client_id;
-	if (call->seq == 0)
-		call->seq = atomic_fetch_add(&co->next_seq, 1);
-	req->seq = call->seq;
-	pthread_mutex_lock(&co->mtx);
+	if (!coord_lock(co, try))
+		return (false);
 	req->generation = co->generation;
 	req->rank = co->rank;
 	pthread_mutex_unlock(&co->mtx);
+	if (call->seq == 0)
+		call->seq = atomic_fetch_add(&co->next_seq, 1);
+	req->seq = call->seq;
 	req->timeout_ms = coord_park_ms(call->deadline);
+	return (true);
 }
 
 /* Takes msg (the reply); fills call's outputs. */
@@ -1475,7 +1499,8 @@ coord_async_next_locked(struct cohort__coord_async *a)
 	a->call.resend = false;
 	a->call.sent_epoch = co->epoch;
 	a->call.sends++;
-	nng_aio_set_timeout(a->aio, coord_wait_ms(a->call.deadline));
+	/* No nng timeout: cohort__coord_async_tick ends it (see there) */
+	nng_aio_set_timeout(a->aio, NNG_DURATION_INFINITE);
 	nng_aio_set_msg(a->aio, msg);
 	nng_ctx_send(a->ctx, a->aio);
 	return (COHORT_OK);
@@ -1521,8 +1546,7 @@ coord_async_cb(void *arg)
 		    : coord_check_locked(co, &a->call);
 		if (st == COHORT_OK) {
 			a->state = COORD_RECV;
-			nng_aio_set_timeout(
-			    a->aio, coord_wait_ms(a->call.deadline));
+			nng_aio_set_timeout(a->aio, NNG_DURATION_INFINITE);
 			nng_ctx_recv(a->ctx, a->aio);
 		}
 		break;
@@ -1575,15 +1599,22 @@ cohort__coord_async_alloc(struct cohort__coord *co, cohort__coord_done cb,
 	return (COHORT_OK);
 }
 
-cohort_status
-cohort__coord_async_start(
-    struct cohort__coord_async *a, Cohort__Request *req, cohort__time deadline)
+/* cohort__coord_async_start; with try, *busy and nothing started when
+ * the engine's lock is held by another thread (whose holder a starved
+ * machine may not run for a while: the caller must not wait behind it). */
+static cohort_status
+coord_async_start(struct cohort__coord_async *a, Cohort__Request *req,
+    cohort__time deadline, bool try, bool *busy)
 {
 	struct cohort__coord *co = a->co;
 	nng_msg *msg;
 	cohort_status st;
 
-	pthread_mutex_lock(&co->mtx);
+	*busy = false;
+	if (!coord_lock(co, try)) {
+		*busy = true;
+		return (COHORT_OK);
+	}
 	if (a->state != COORD_IDLE)
 		st = cohort__err(COHORT_ESTATE, "async call already running");
 	else if (a->stopped)
@@ -1595,13 +1626,20 @@ cohort__coord_async_start(
 		return (st);
 
 	cohort__coord_call_init(&a->call, req, deadline);
-	coord_fill(co, &a->call);
+	if (!coord_fill_try(co, &a->call, try)) {
+		*busy = true;
+		return (COHORT_OK);
+	}
 	st = cohort__wire_pack_request(req, NULL, 0, &msg);
 	a->call.req = NULL; /* the caller's; packed now */
 	if (st != COHORT_OK)
 		return (st);
 
-	pthread_mutex_lock(&co->mtx);
+	if (!coord_lock(co, try)) {
+		nng_msg_free(msg);
+		*busy = true;
+		return (COHORT_OK);
+	}
 	if (a->stopped)
 		st = cohort__err(COHORT_ECLOSED, "async call stopped");
 	else
@@ -1622,6 +1660,50 @@ cohort__coord_async_start(
 	}
 	pthread_mutex_unlock(&co->mtx);
 	return (st);
+}
+
+cohort_status
+cohort__coord_async_start(
+    struct cohort__coord_async *a, Cohort__Request *req, cohort__time deadline)
+{
+	bool busy;
+
+	return (coord_async_start(a, req, deadline, false, &busy));
+}
+
+cohort_status
+cohort__coord_async_try_start(struct cohort__coord_async *a,
+    Cohort__Request *req, cohort__time deadline, bool *busy)
+{
+	return (coord_async_start(a, req, deadline, true, busy));
+}
+
+/*
+ * Why asynchronous calls have no nng timeout: nng 1.5 keeps every aio
+ * that has one on a list that its expiry thread walks whole each time the
+ * earliest of them comes due. A process of many clients (the bench's
+ * simulated hosts: 156 clients each) had a heartbeat, a Watch and a fault
+ * poll per client on it, each due at least once a second: the walks took
+ * a third of two cores at 10,000 idle clients and starved the heartbeats
+ * themselves. The owner's periodic timer (the heartbeat's) ends a call
+ * that ran past its deadline plus the reply grace instead: at most one
+ * period late, and nothing on the list but that timer.
+ */
+void
+cohort__coord_async_tick(struct cohort__coord_async *a, cohort__time now)
+{
+	struct cohort__coord *co;
+
+	if (a == NULL)
+		return;
+	co = a->co;
+	/* busy: the next tick looks again */
+	if (!coord_lock(co, true))
+		return;
+	if ((a->state == COORD_SEND || a->state == COORD_RECV)
+	    && now >= coord_call_end(&a->call))
+		nng_aio_abort(a->aio, NNG_ETIMEDOUT);
+	pthread_mutex_unlock(&co->mtx);
 }
 
 void

@@ -179,6 +179,21 @@ cohort_status cohort__coord_async_alloc(struct cohort__coord *co,
  * start. */
 cohort_status cohort__coord_async_start(struct cohort__coord_async *a,
     Cohort__Request *req, cohort__time deadline);
+/* cohort__coord_async_start for a periodic caller that must never wait
+ * for the engine's lock (the process's one heartbeat thread: a client
+ * thread preempted while it holds the lock would hold up every client of
+ * the process): *busy and nothing started, COHORT_OK, when another
+ * thread holds it; the caller tries again shortly. */
+cohort_status cohort__coord_async_try_start(struct cohort__coord_async *a,
+    Cohort__Request *req, cohort__time deadline, bool *busy);
+/* Ends the call in progress on a with "no answer" (ENOCOORD, as the
+ * synchronous calls' timeout) when now is past its deadline plus
+ * COHORT__REPLY_GRACE_MS. An asynchronous call has no timer of its own
+ * (coord.c says why): its owner calls this periodically (the heartbeat
+ * timer, every heartbeat interval). Never blocks; NULL-safe. */
+void cohort__coord_async_tick(struct cohort__coord_async *a, cohort__time now);
+/* (It only takes the engine's lock when free: busy, it does nothing and
+ * the next tick looks again.) */
 /* Cancels the call in progress, waits for its callback and prevents new
  * starts. Not from the callback. */
 void cohort__coord_async_stop(struct cohort__coord_async *a);

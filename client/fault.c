@@ -869,8 +869,11 @@ cohort__fault_add(struct cohort__fault *f, const char *spec, uint64_t salt)
 	return (COHORT_OK);
 }
 
-/* `cohort fault` delivery: a KV get of __cohort/faults/N per heartbeat. */
-static void fault_poll_start(struct cohort__fault *f);
+/* `cohort fault` delivery: a KV get of __cohort/faults/N that waits for
+ * it at cohortd, at most FAULT_POLL_MS; the heartbeat starts it again
+ * when it is not running. */
+#define FAULT_POLL_MS 60000
+static void fault_poll_start(struct cohort__fault *f, bool from_tick);
 
 /* A stored schedule is "generation=G\n<spec>": only for that generation. */
 static void
@@ -921,18 +924,19 @@ fault_poll_done(void *arg, cohort_status st, struct cohort__coord_call *call)
 		return;
 	}
 	pthread_mutex_unlock(&f->mtx);
-	/* Found: apply it and look for the next one at once; otherwise the
-	 * next heartbeat looks again. */
+	/* Found: apply it and look for the next one at once; otherwise
+	 * (the wait timed out, the connection changed) the next heartbeat
+	 * looks again. */
 	if (st == COHORT_OK && rep->body_case == COHORT__REPLY__BODY_KV_GET
 	    && rep->kv_get != NULL && rep->kv_get->found) {
 		fault_poll_apply(f, call->payload, call->plen, f->poll_next);
 		f->poll_next++;
-		fault_poll_start(f);
+		fault_poll_start(f, false);
 	}
 }
 
 static void
-fault_poll_start(struct cohort__fault *f)
+fault_poll_start(struct cohort__fault *f, bool from_tick)
 {
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__KvGet get = COHORT__KV_GET__INIT;
@@ -942,10 +946,24 @@ fault_poll_start(struct cohort__fault *f)
 	snprintf(key, sizeof(key), COHORT__FAULT_KEY_PREFIX "%" PRIu64,
 	    f->poll_next);
 	get.key = key;
-	get.wait = false; /* answered at once: nothing stays parked */
+	/* A long poll, parked at cohortd until the key appears (answered
+	 * at once then) or FAULT_POLL_MS passed (the next heartbeat asks
+	 * again): no request per heartbeat per client, which at thousands
+	 * of clients was as many requests as the heartbeats themselves. */
+	get.wait = true;
 	req.body_case = COHORT__REQUEST__BODY_KV_GET;
 	req.kv_get = &get;
-	st = cohort__coord_async_start(f->poll, &req, cohort__now_ms());
+	if (from_tick) {
+		bool busy;
+
+		/* the heartbeat thread: never waits for the engine's lock
+		 * (busy: a later heartbeat starts it) */
+		st = cohort__coord_async_try_start(
+		    f->poll, &req, cohort__now_ms() + FAULT_POLL_MS, &busy);
+	} else {
+		st = cohort__coord_async_start(
+		    f->poll, &req, cohort__now_ms() + FAULT_POLL_MS);
+	}
 	if (st != COHORT_OK && st != COHORT_ECLOSED && st != COHORT_ESTATE)
 		cohort__debug("fault poll stopped: %s: %s",
 		    cohort_status_name(st), cohort_last_error());
@@ -958,11 +976,14 @@ cohort__fault_tick(struct cohort__fault *f)
 
 	if (f == NULL || f->poll == NULL)
 		return;
-	pthread_mutex_lock(&f->mtx);
+	cohort__coord_async_tick(f->poll, cohort__now_ms());
+	/* busy: the next heartbeat looks again */
+	if (pthread_mutex_trylock(&f->mtx) != 0)
+		return;
 	stopping = f->stopping;
 	pthread_mutex_unlock(&f->mtx);
 	if (!stopping)
-		fault_poll_start(f);
+		fault_poll_start(f, true);
 }
 
 cohort_status
@@ -1044,7 +1065,7 @@ cohort__fault_start(
 	         f->m.coord, fault_poll_done, f, &f->poll))
 	    != COHORT_OK)
 		return (st);
-	fault_poll_start(f);
+	fault_poll_start(f, false);
 	return (COHORT_OK);
 }
 

@@ -6,9 +6,10 @@
  *
  * Sources: COHORT_FAULTS in the environment (read at cohort_client_open,
  * inherited from `cohort run`), and `cohort fault`, which stores a
- * schedule in the job's KV under __cohort/faults/N; every client looks for
- * the next N once per heartbeat (one small KV get answered at once: nothing
- * stays parked at cohortd).
+ * schedule in the job's KV under __cohort/faults/N; every client waits for
+ * the next N with one KV get parked at cohortd (a long poll of at most
+ * 60 s, started again by the next heartbeat), so a schedule arrives as
+ * soon as it is stored, and an idle client sends nothing for it.
  *
  * Grammar (whitespace around tokens is ignored):
  *

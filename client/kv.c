@@ -211,6 +211,70 @@ cohort__kv_get(struct cohort_client *c, const char *key, void **value,
 	return (kv_get(c, key, value, len, true, timeout));
 }
 
+/* Several keys of libcohort's own in one request that waits until all
+ * exist (KvMultiGet with wait): one round trip where one get per key
+ * costs one each. vals[i] is malloc'd (free()), lens[i] its length. */
+cohort_status
+cohort__kv_multi_get(struct cohort_client *c, const char *const *keys,
+    size_t nkeys, void **vals, size_t *lens, cohort_duration timeout)
+{
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	Cohort__KvMultiGet body = COHORT__KV_MULTI_GET__INIT;
+	struct cohort__coord_call call;
+	const Cohort__KvMultiGetReply *r;
+	cohort_status st;
+	size_t off = 0, i;
+	uint64_t t0;
+
+	if (c == NULL || keys == NULL || vals == NULL || lens == NULL
+	    || nkeys == 0)
+		return (
+		    cohort__err(COHORT_EINVAL, "no client, keys or output"));
+	for (i = 0; i < nkeys; i++) {
+		vals[i] = NULL;
+		lens[i] = 0;
+		if ((st = kv_check_key(keys[i])) != COHORT_OK)
+			return (st);
+	}
+	body.keys = (char **)keys;
+	body.n_keys = nkeys;
+	body.wait = true;
+	req.body_case = COHORT__REQUEST__BODY_KV_MULTI_GET;
+	req.kv_multi_get = &body;
+	t0 = cohort__now_ns();
+	st = kv_request(c, &req, NULL, 0, timeout, &call);
+	cohort__obs_event(&c->obs, COHORT__TRACK_KV, "kv", "kv multi_get", t0,
+	    cohort__now_ns(), keys[0]);
+	r = kv_body(&call, COHORT__REPLY__BODY_KV_MULTI_GET,
+	    "kv multi_get: reply without values", &st);
+	if (r != NULL && r->n_value_lens != nkeys)
+		st = cohort__err(COHORT_EPROTO,
+		    "kv multi_get: %zu values for %zu keys", r->n_value_lens,
+		    nkeys);
+	for (i = 0; r != NULL && st == COHORT_OK && i < nkeys; i++) {
+		if (r->value_lens[i] > call.plen - off) {
+			st = cohort__err(COHORT_EPROTO,
+			    "kv multi_get: values longer than the payload");
+			break;
+		}
+		lens[i] = (size_t)r->value_lens[i];
+		if ((vals[i] = malloc(lens[i] > 0 ? lens[i] : 1)) == NULL) {
+			st = cohort__err(COHORT_ENOMEM, "out of memory");
+			break;
+		}
+		if (lens[i] > 0)
+			memcpy(vals[i], call.payload + off, lens[i]);
+		off += lens[i];
+	}
+	if (st != COHORT_OK)
+		for (i = 0; i < nkeys; i++) {
+			free(vals[i]);
+			vals[i] = NULL;
+		}
+	cohort__coord_call_fini(&call);
+	return (st);
+}
+
 static cohort_status
 kv_add(cohort_client *c, const char *key, int64_t delta, int64_t *out,
     bool reserved, cohort_duration timeout)

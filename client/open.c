@@ -1,10 +1,13 @@
 /*
  * open.c - cohort_client_open and _close: connect, join, liveness, leave.
  *
- * Liveness runs on nng's threads, not one of ours (a process may hold
- * hundreds of clients): a sleep aio fires every heartbeat_ms and sends a
- * Heartbeat through an async call whose completion re-arms the timer; a
- * Watch long poll is parked at cohortd and re-issued when it returns.
+ * Liveness: the process's one heartbeat thread (heartbeat.c; a process
+ * may hold hundreds of clients) calls client_hb_tick every
+ * heartbeat_ms at a fixed rate, whenever replies come: it ends the async
+ * calls that ran past their deadlines (cohort__coord_async_tick) and
+ * sends a Heartbeat through an async call, whose completion runs on
+ * nng's threads; a Watch long poll is parked at cohortd and re-issued
+ * when it returns.
  * Whichever hears first that a peer failed (EPEERLOST, healthy = false,
  * a newer generation) fails the client, whose every group then aborts the
  * operations blocked on it (client.c).
@@ -78,34 +81,47 @@ cohort__timeouts_check(const cohort_options *opts, char *why, size_t len)
 /* Liveness: heartbeat timer and Watch                                      */
 /* ------------------------------------------------------------------------ */
 
-static void
-client_hb_timer_cb(void *arg)
+/* One heartbeat of c (the process's heartbeat thread, heartbeat.c);
+ * false when a lock it needs was busy. */
+static bool
+client_hb_tick(struct cohort_client *c)
 {
-	struct cohort_client *c = arg;
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__Heartbeat hb = COHORT__HEARTBEAT__INIT;
 	char last_group[COHORT__GROUP_ID_MAX];
 	struct cohort__obs_msg om;
 	cohort_status st;
 
-	if (atomic_load(&c->closing) || nng_aio_result(c->hb_timer) != 0)
-		return;
-	cohort__client_doing(c, &hb, last_group, sizeof(last_group));
+	bool busy;
+
+	if (atomic_load(&c->closing))
+		return (true);
+	/* Never waits for a lock a client thread holds: on a starved
+	 * machine a preempted holder may not run again for seconds, and
+	 * this thread beats for every client of the process. Busy: the
+	 * heartbeat thread tries again a round later. */
+	/* the asynchronous calls' deadlines (cohort__coord_async_tick) */
+	cohort__coord_async_tick(c->hb, cohort__now_ms());
+	cohort__coord_async_tick(c->watch, cohort__now_ms());
+	if (!cohort__client_doing_try(c, &hb, last_group, sizeof(last_group)))
+		return (false);
 	if (cohort__obs_fill(&c->obs, &om))
 		hb.metrics = &om.m;
-	c->obs.hb_sent_ns = cohort__now_ns();
-	cohort__fault_tick(c->fault);
 	req.body_case = COHORT__REQUEST__BODY_HEARTBEAT;
 	req.heartbeat = &hb;
-	st = cohort__coord_async_start(
-	    c->hb, &req, cohort__now_ms() + c->heartbeat_ms);
-	if (st == COHORT_ESTATE) {
-		/* the previous heartbeat is still out: try next period */
-		nng_sleep_aio(c->heartbeat_ms, c->hb_timer);
-	} else if (st != COHORT_OK) {
-		cohort__debug("heartbeat stopped: %s: %s",
+	c->obs.hb_sent_ns = cohort__now_ns();
+	st = cohort__coord_async_try_start(
+	    c->hb, &req, cohort__now_ms() + c->heartbeat_ms, &busy);
+	if (busy)
+		return (false);
+	cohort__fault_tick(c->fault);
+	/* At a fixed rate, whenever the replies come: one late reply (a
+	 * busy cohortd, starved threads) does not push the next beat back.
+	 * ESTATE: the previous one is still out, this period's is skipped. */
+	if (st != COHORT_OK && st != COHORT_ESTATE)
+		cohort__debug("heartbeat not sent: %s: %s",
 		    cohort_status_name(st), cohort_last_error());
-	}
+	return (true);
 }
 
 static void
@@ -157,7 +173,7 @@ client_hb_done(void *arg, cohort_status st, struct cohort__coord_call *call)
 		    cohort_status_name(st), cohort_last_error());
 		break;
 	}
-	nng_sleep_aio(c->heartbeat_ms, c->hb_timer);
+	/* the next beat is the process's timer's (heartbeat.c) */
 }
 
 static void
@@ -388,8 +404,6 @@ client_free(struct cohort_client *c)
 	cohort__coord_async_free(c->hb);
 	if (c->watch_timer != NULL)
 		nng_aio_free(c->watch_timer);
-	if (c->hb_timer != NULL)
-		nng_aio_free(c->hb_timer);
 	cohort__coord_close(c->coord);
 	if (c->hosts != NULL) {
 		for (int32_t i = 0; i < c->world_size; i++)
@@ -408,8 +422,6 @@ client_free(struct cohort_client *c)
 static void
 client_stop_timers(struct cohort_client *c)
 {
-	if (c->hb_timer != NULL)
-		nng_aio_stop(c->hb_timer);
 	if (c->watch_timer != NULL)
 		nng_aio_stop(c->watch_timer);
 }
@@ -418,6 +430,7 @@ static void
 client_stop_liveness(struct cohort_client *c)
 {
 	atomic_store(&c->closing, true);
+	cohort__hb_unregister(c);
 	client_stop_timers(c);
 	if (c->hb != NULL)
 		cohort__coord_async_stop(c->hb);
@@ -434,9 +447,8 @@ client_start_liveness(struct cohort_client *c)
 	cohort_status st;
 	int rv;
 
-	if ((rv = nng_aio_alloc(&c->hb_timer, client_hb_timer_cb, c)) != 0
-	    || (rv = nng_aio_alloc(&c->watch_timer, client_watch_timer_cb, c))
-	        != 0)
+	if ((rv = nng_aio_alloc(&c->watch_timer, client_watch_timer_cb, c))
+	    != 0)
 		return (cohort__err(cohort__from_nng(rv), "nng_aio_alloc: %s",
 		    nng_strerror(rv)));
 	if ((st = cohort__coord_async_alloc(
@@ -452,11 +464,11 @@ client_start_liveness(struct cohort_client *c)
 	 * would reach cohortd as one burst of n heartbeats every period;
 	 * spread, about n / period per millisecond. The silence cohortd
 	 * allows (dead-after) is longer than a period. */
-	nng_sleep_aio(c->heartbeat_ms / 2
-	        + (nng_duration)(cohort__random_u64()
+	return (cohort__hb_register(c,
+	    c->heartbeat_ms / 2
+	        + (cohort_duration)(cohort__random_u64()
 	            % (uint64_t)(c->heartbeat_ms / 2 + 1)),
-	    c->hb_timer);
-	return (COHORT_OK);
+	    client_hb_tick));
 }
 
 /* Sends Leave, bounded by COHORT__CLOSE_TIMEOUT_MS in all. */

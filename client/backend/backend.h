@@ -61,6 +61,11 @@ struct cohort__store {
 	    int64_t *out, cohort__time deadline);
 	cohort_status (*del)(
 	    void *ctx, const char *key, cohort__time deadline);
+	/* Optional (NULL: one get per key): waits until all n keys exist
+	 * and reads them in one round trip; vals[i] malloc'd (free()),
+	 * lens[i] its length; on an error none is kept. */
+	cohort_status (*mget)(void *ctx, const char *const *keys, size_t n,
+	    void **vals, size_t *lens, cohort__time deadline);
 };
 
 /* What every member of one channel gather must agree on; cohortd fails a

@@ -48,6 +48,7 @@
 #include "conn.h"
 #include "dtype.h"
 #include "cohort_impl.h"
+#include "client.h" /* cohort__hb_start */
 #include "coord.h" /* cohort__random_u64 */
 #include "launch.h"
 #include "server.h"
@@ -965,19 +966,42 @@ bench_join_proc(const struct bench_cfg *cfg)
 	struct bench_joiner *j = calloc((size_t)m, sizeof(*j));
 	pthread_barrier_t start;
 	pthread_attr_t attr;
-	int rc = 0;
+	struct cohort__coord *keep;
+	int rc = 0, cur;
 
 	if (j == NULL || url == NULL || job == NULL)
 		return (1);
-	/* before any thread: Linux's nice is per thread, inherited */
+	/*
+	 * Three levels, each BENCH_JOIN_NICE apart (Linux's nice is per
+	 * thread and inherited by the threads a thread starts): the
+	 * coordinator (the launcher, which as root raised its own; this
+	 * process inherited that), then each simulated host's control plane
+	 * (its heartbeat thread and nng's threads, started here: nng's with
+	 * the process's first socket, and they outlive it), then the ranks'
+	 * threads. In a cluster the coordinator has a host of its own and a
+	 * rank's control plane competes with that one rank only; here, at
+	 * the ranks' level, it competed with thousands of other ranks'
+	 * data-plane set-up, and a client thread preempted inside a lock
+	 * held up the process's heartbeats for seconds (issue 24).
+	 */
 	errno = 0;
-	{
-		int cur = getpriority(PRIO_PROCESS, 0);
-
-		if (errno == 0)
-			(void)setpriority(
-			    PRIO_PROCESS, 0, cur + BENCH_JOIN_NICE);
-	}
+	cur = getpriority(PRIO_PROCESS, 0);
+	if (errno != 0)
+		cur = 0;
+	(void)setpriority(PRIO_PROCESS, 0, cur + BENCH_JOIN_NICE);
+	if (cohort__hb_start() == COHORT_OK
+	    && cohort__coord_open(url, job, token != NULL ? token : "",
+	           cohort__random_u64(), &keep)
+	        == COHORT_OK)
+		cohort__coord_close(keep);
+	else
+		fprintf(stderr,
+		    "cohort bench: join process %d: control-plane threads "
+		    "not started ahead (%s); they run at the ranks' "
+		    "priority\n",
+		    cfg->join_proc, cohort_last_error());
+	/* the ranks: before any of their threads */
+	(void)setpriority(PRIO_PROCESS, 0, cur + 2 * BENCH_JOIN_NICE);
 	pthread_attr_init(&attr);
 	pthread_attr_setstacksize(&attr, 256 * 1024);
 	for (int it = 0;
@@ -1508,8 +1532,19 @@ bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 	for (int i = 0; i < nch; i++)
 		ch[i].out = ch[i].go = -1;
 	if (url == NULL) {
-		if (join)
+		if (join) {
+			/* The coordinator's host: above the simulated hosts'
+			 * control planes (bench_join_proc), as root; without
+			 * privilege the levels below keep their spacing. */
+			int cur;
+
+			errno = 0;
+			cur = getpriority(PRIO_PROCESS, 0);
+			if (errno == 0)
+				(void)setpriority(
+				    PRIO_PROCESS, 0, cur - BENCH_JOIN_NICE);
 			bench_join_net(cfg);
+		}
 		if ((srv = bench_serve(cfg)) == NULL) {
 			free(ch);
 			free(procs);

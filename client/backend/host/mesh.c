@@ -652,35 +652,23 @@ mesh_dial_start(struct mesh_dial *d, char *err, size_t errlen)
 	return (COHORT_OK);
 }
 
-/* Reads peer j's address into a new dial (not started). */
+/* A new dial (not started) of peer j at the address it published (val,
+ * vlen bytes). */
 static cohort_status
-mesh_dial_new(struct host_mesh *m, int j, char *err, size_t errlen,
-    cohort__time deadline)
+mesh_dial_from(struct host_mesh *m, int j, const void *val, size_t vlen,
+    char *err, size_t errlen, cohort__time deadline)
 {
 	int32_t jr = m->links[j].job_rank;
-	char key[COHORT__MAX_KEY];
 	struct mesh_dial *d;
-	void *val = NULL;
-	size_t vlen = 0;
 	cohort_status rv;
 
-	mesh_key(m, j, key, sizeof(key));
-	if ((rv = m->store.get(m->store.ctx, key, &val, &vlen, deadline))
-	    != COHORT_OK) {
-		snprintf(err, errlen,
-		    "no address from rank %d (store key %s): %s", (int)jr, key,
-		    cohort_status_name(rv));
-		return (rv);
-	}
 	if ((d = calloc(1, sizeof(*d))) == NULL) {
-		free(val);
 		snprintf(err, errlen, "out of memory");
 		return (COHORT_ENOMEM);
 	}
 	rv = mesh_parse_addr(val, vlen, &d->addr);
 	snprintf(
 	    d->shown, sizeof(d->shown), "%.*s", (int)vlen, (const char *)val);
-	free(val);
 	if (rv != COHORT_OK) {
 		free(d);
 		snprintf(
@@ -696,6 +684,71 @@ mesh_dial_new(struct host_mesh *m, int j, char *err, size_t errlen,
 	d->window = mesh_connect_window(deadline);
 	m->links[j].dial = d;
 	return (COHORT_OK);
+}
+
+/* Reads the addresses of the k peers in js (each waits until published)
+ * into new dials (not started): one store round trip for all of them
+ * when the store reads several keys at once, else one per peer. */
+static cohort_status
+mesh_dials_new(struct host_mesh *m, const int *js, int k, char *err,
+    size_t errlen, cohort__time deadline)
+{
+	char(*keys)[COHORT__MAX_KEY] = NULL;
+	const char **kp = NULL;
+	void **vals = NULL;
+	size_t *lens = NULL;
+	cohort_status rv = COHORT_OK;
+	int i;
+
+	if (k == 0)
+		return (COHORT_OK);
+	if ((keys = calloc((size_t)k, sizeof(*keys))) == NULL
+	    || (kp = calloc((size_t)k, sizeof(*kp))) == NULL
+	    || (vals = calloc((size_t)k, sizeof(*vals))) == NULL
+	    || (lens = calloc((size_t)k, sizeof(*lens))) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		rv = COHORT_ENOMEM;
+		goto out;
+	}
+	for (i = 0; i < k; i++) {
+		mesh_key(m, js[i], keys[i], sizeof(keys[i]));
+		kp[i] = keys[i];
+	}
+	if (m->store.mget != NULL && k > 1) {
+		if ((rv = m->store.mget(
+		         m->store.ctx, kp, (size_t)k, vals, lens, deadline))
+		    != COHORT_OK) {
+			snprintf(err, errlen,
+			    "no address from rank %d%s (store key %s%s): %s",
+			    (int)m->links[js[0]].job_rank,
+			    k > 1 ? " and the other partners" : "", keys[0],
+			    k > 1 ? ", ..." : "", cohort_status_name(rv));
+			goto out;
+		}
+	} else {
+		for (i = 0; i < k; i++)
+			if ((rv = m->store.get(m->store.ctx, keys[i], &vals[i],
+			         &lens[i], deadline))
+			    != COHORT_OK) {
+				snprintf(err, errlen,
+				    "no address from rank %d (store key "
+				    "%s): %s",
+				    (int)m->links[js[i]].job_rank, keys[i],
+				    cohort_status_name(rv));
+				goto out;
+			}
+	}
+	for (i = 0; i < k && rv == COHORT_OK; i++)
+		rv = mesh_dial_from(
+		    m, js[i], vals[i], lens[i], err, errlen, deadline);
+out:
+	for (i = 0; vals != NULL && i < k; i++)
+		free(vals[i]);
+	free(keys);
+	free(kp);
+	free(vals);
+	free(lens);
+	return (rv);
 }
 
 /* The attempt of d failed in a way another attempt may fix (dropped by a
@@ -1053,17 +1106,29 @@ host_mesh_connect(struct host_mesh *m, const int *peers, int k,
 		    during);
 		return (COHORT_ESTATE);
 	}
-	/* Every address first: a KV read may wait (for a peer that has not
-	 * published yet, or a busy cohortd), and no handshake of ours may
-	 * sit unanswered meanwhile (the acceptor drops a silent one). */
-	for (int i = 0; i < k; i++) {
-		int p = peers[i];
+	/* Every address first, all in one store round trip: a KV read may
+	 * wait (for a peer that has not published yet, or a busy cohortd),
+	 * and no handshake of ours may sit unanswered meanwhile (the
+	 * acceptor drops a silent one). */
+	{
+		int nd = 0, *js = malloc(sizeof(int) * (size_t)k);
 
-		if (p <= m->rank || m->links[p].fd >= 0
-		    || m->links[p].dial != NULL)
-			continue;
-		if ((rv = mesh_dial_new(m, p, err, errlen, deadline))
-		    != COHORT_OK)
+		if (js == NULL) {
+			snprintf(err, errlen, "out of memory");
+			rv = COHORT_ENOMEM;
+			goto out;
+		}
+		for (int i = 0; i < k; i++) {
+			int p = peers[i];
+
+			if (p <= m->rank || m->links[p].fd >= 0
+			    || m->links[p].dial != NULL)
+				continue;
+			js[nd++] = p;
+		}
+		rv = mesh_dials_new(m, js, nd, err, errlen, deadline);
+		free(js);
+		if (rv != COHORT_OK)
 			goto out;
 	}
 	for (int i = 0; i < k; i++)
