@@ -21,9 +21,9 @@ Suite *suite_integration_bench_join(void);
 START_TEST(test_join_then_first_allreduce_goes_through)
 {
 	char out[] = "/tmp/cohort-bench-join-XXXXXX";
-	char *argv[] = { (char *)th_bin("cohort"), "bench", "-n", "96",
-		"--op", "join", "--procs", "4", "--iters", "2", "--warmup", "1",
-		NULL };
+	char *argv[]
+	    = { (char *)th_bin("cohort"), "bench", "-n", "96", "--op", "join",
+		      "--procs", "4", "--iters", "2", "--warmup", "1", NULL };
 	int fd = mkstemp(out), status;
 	char *o;
 	pid_t p;
