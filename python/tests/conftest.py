@@ -93,38 +93,55 @@ def start(argv: Sequence[str], env: dict[str, str]) -> subprocess.Popen:
 
 
 def start_cohortd(*args: str, env: Optional[dict[str, str]] = None, timeout: float = 20.0
-                  ) -> tuple[subprocess.Popen, str]:
-    """A cohortd on a loopback port the kernel chose, once it listens: (its process, its URL).
+                  ) -> tuple[subprocess.Popen, str, list[int]]:
+    """A cohortd on a loopback port the kernel chose, once it listens: (its process, its URL, ports).
 
     ``--listen tcp://127.0.0.1:0 --ready-fd``: cohortd writes its URL when it
     is bound. A port chosen here (``free_port``) can be taken by another
     process before cohortd binds it, and a sleep is no proof that it is up.
-    ``args`` are cohortd's further options.
+    ``args`` are cohortd's further options; each ``{port}`` in them becomes a
+    free port of its own (for ``--http``, ``--torch-store``: listeners the
+    ready line does not name), and when one of those was taken in between
+    (cohortd exits "Address already in use") cohortd is started again with
+    new ones, at most three times. ``ports`` are those put in, in order.
     """
-    r, w = os.pipe()
-    try:
-        p = subprocess.Popen([str(BIN / "cohortd"), "--listen", "tcp://127.0.0.1:0", "--ready-fd", str(w), *args],
-                             env=env or base_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True, pass_fds=(w,))
-    finally:
-        os.close(w)
-    _started.append(p)
-    line = b""
-    end = time.monotonic() + timeout
-    try:
-        while not line.endswith(b"\n") and select.select([r], [], [], max(0.0, end - time.monotonic()))[0]:
-            chunk = os.read(r, 256)
-            if not chunk:
-                break
-            line += chunk
-    finally:
-        os.close(r)
-    url = line.decode("utf-8", "replace").strip()
-    if not url.startswith("tcp://"):
+    for attempt in range(3):
+        ports: list[int] = []
+
+        def fill(a: str) -> str:
+            while "{port}" in a:
+                ports.append(free_port())
+                a = a.replace("{port}", str(ports[-1]), 1)
+            return a
+
+        argv = [fill(a) for a in args]
+        r, w = os.pipe()
+        try:
+            p = subprocess.Popen([str(BIN / "cohortd"), "--listen", "tcp://127.0.0.1:0", "--ready-fd", str(w), *argv],
+                                 env=env or base_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 start_new_session=True, pass_fds=(w,))
+        finally:
+            os.close(w)
+        _started.append(p)
+        line = b""
+        end = time.monotonic() + timeout
+        try:
+            while not line.endswith(b"\n") and select.select([r], [], [], max(0.0, end - time.monotonic()))[0]:
+                chunk = os.read(r, 256)
+                if not chunk:
+                    break
+                line += chunk
+        finally:
+            os.close(r)
+        url = line.decode("utf-8", "replace").strip()
+        if url.startswith("tcp://"):
+            return p, url, ports
         kill_tree(p)
         out, _ = p.communicate()
-        raise AssertionError(f"cohortd did not start within {timeout:g} s: {out[-2000:]}")
-    return p, url
+        if "Address already in use" not in out or not ports or attempt == 2:
+            raise AssertionError(f"cohortd did not start within {timeout:g} s: {out[-2000:]}")
+    raise AssertionError("unreachable")
+
 
 def joiners_waiting(http_port: int) -> int:
     """Processes waiting to join an elastic job, by the /metrics of the cohortd on ``http_port`` (0 when it
@@ -136,6 +153,7 @@ def joiners_waiting(http_port: int) -> int:
         return 0
     return sum(int(float(line.split()[-1])) for line in text.splitlines()
                if line.startswith("cohort_elastic_joiners_waiting"))
+
 
 def finish(procs: Sequence[subprocess.Popen], timeout: float,
            abort_if: Optional[Callable[[Proc], bool]] = None) -> list[Proc]:

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import pytest
 
-from conftest import BIN, PYTHON, WORKERS, base_env, free_port, joiners_waiting, kill_tree, start, start_cohortd
+from conftest import BIN, PYTHON, WORKERS, base_env, joiners_waiting, kill_tree, start, start_cohortd
 
 WORKER = WORKERS / "elastic_ddp.py"
 
@@ -152,7 +152,7 @@ def finished_alike(procs: list, world: int) -> list[dict]:
 
 @pytest.fixture
 def cohortd(built):
-    p, url = start_cohortd("--log-level", "warn")
+    p, url, _ = start_cohortd("--log-level", "warn")
     yield url
     kill_tree(p)
     p.wait()
@@ -197,8 +197,7 @@ def test_a_rank_back_after_the_last_step_is_not_admitted_and_exits_cleanly(built
     answers its join "the job finished", and it exits 0 (cohort.elastic.JobFinished), so its node is
     done, not failed (torchelastic's graceful exit of a node the last rendezvous left out). The
     survivors hold after their last commit until cohortd's /metrics shows it waiting."""
-    http = free_port()
-    d, url = start_cohortd("--http", f"127.0.0.1:{http}", "--log-level", "warn")
+    d, url, (http,) = start_cohortd("--http", "127.0.0.1:{port}", "--log-level", "warn")
     release = tmp_path / "release"
     args = ["--epochs", "1", "--samples", "480", "--pace", "20", "--mode", "manager", "--hold-last-until",
             str(release)]

@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from conftest import BIN, PYTHON, WORKERS, base_env, free_port, kill_tree, start_cohortd
+from conftest import BIN, PYTHON, WORKERS, base_env, kill_tree, start_cohortd
 from test_elastic import back_at_the_last_step, dump, finished_alike, shrink_then_return, started_once, wait_until
 from test_elastic_torchrun import Agent
 
@@ -26,7 +26,7 @@ WORKER = WORKERS / "elastic_lightning.py"
 @pytest.fixture
 def cohortd(built):
     # a generous last call: a node slow to start on a loaded machine still makes the first generation
-    p, url = start_cohortd("--log-level", "warn", "--rdzv-last-call", "30000")
+    p, url, _ = start_cohortd("--log-level", "warn", "--rdzv-last-call", "30000")
     yield url
     kill_tree(p)
     p.wait()
@@ -106,8 +106,7 @@ def test_lightning_rank_admitted_at_an_epochs_last_step_goes_on_with_the_others(
     next epoch with them, not one more batch of the finished one (a collective the others do not make).
     The survivors hold epoch 0's last step (``--hold-last-until``) until cohortd's /metrics says the
     returner waits to join, so the admission falls on that boundary every time."""
-    http = free_port()
-    d, url = start_cohortd("--http", f"127.0.0.1:{http}", "--log-level", "warn", "--rdzv-last-call", "30000")
+    d, url, (http,) = start_cohortd("--http", "127.0.0.1:{port}", "--log-level", "warn", "--rdzv-last-call", "30000")
     release = tmp_path / "release"
     args = ["--epochs", str(epochs), "--samples", "480", "--pace", "20", "--hold-last-until", str(release),
             "--hold-epoch", "0"]

@@ -24,7 +24,7 @@ import subprocess
 
 import pytest
 
-from conftest import BIN, PYDIR, PYTHON, WORKERS, base_env, free_port, kill_tree, start_cohortd
+from conftest import BIN, PYDIR, PYTHON, WORKERS, base_env, kill_tree, start_cohortd
 from test_elastic import Collected, dump, finished_alike, started_once, survivors_moved_on, wait_until
 
 WORKER = WORKERS / "elastic_ddp.py"
@@ -67,12 +67,11 @@ class Agent(Collected):
 
 def test_torchrun_ddp_survives_a_worker_kill_in_place_and_takes_it_back(installed):
     job = "trun"
-    sport = free_port()
     env = _env(installed)
     # Generous last calls (agents' and cohortd's): on a loaded machine a slow
     # node must still make the first round; with all three there it closes at once.
-    d, url = start_cohortd("--torch-store", f"{job}@127.0.0.1:{sport}", "--log-level", "warn", "--rdzv-last-call",
-                           "30000", env=env)
+    d, url, (sport,) = start_cohortd("--torch-store", job + "@127.0.0.1:{port}", "--log-level", "warn",
+                                     "--rdzv-last-call", "30000", env=env)
     argv = [PYTHON, "-m", "torch.distributed.run", "--nnodes", "2:3", "--nproc-per-node", "1", "--rdzv-backend",
             "cohort", "--rdzv-endpoint", f"127.0.0.1:{sport}", "--rdzv-id", job, "--rdzv-conf",
             f"coordinator={url},last_call_timeout=30", "--max-restarts", "2", "--monitor-interval", "0.2",
