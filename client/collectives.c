@@ -430,16 +430,18 @@ coll_store_set(void *ctx, const char *key, const void *val, size_t len,
 	    dp->g->client, full, val, len, cohort__remaining(deadline)));
 }
 
+/* One attempt at reading what a store wait wants, for at most `left`. */
+typedef cohort_status (*coll_store_try)(
+    struct coll_dp *dp, void *arg, cohort_duration left);
+
+/* Waits in slices until `once` finds its keys, the deadline passes or the
+ * group fails (`key` names what it waits for in that error). */
 static cohort_status
-coll_store_get(
-    void *ctx, const char *key, void **val, size_t *len, cohort__time deadline)
+coll_store_wait(struct coll_dp *dp, const char *key, coll_store_try once,
+    void *arg, cohort__time deadline)
 {
-	struct coll_dp *dp = ctx;
-	char full[COHORT__MAX_KEY + 1];
 	cohort_status st;
 
-	if ((st = coll_store_key(dp, key, full, sizeof(full))) != COHORT_OK)
-		return (st);
 	for (;;) {
 		cohort_duration left = cohort__remaining(deadline);
 
@@ -457,7 +459,7 @@ coll_store_get(
 
 		if (left < 0 || left > slice)
 			left = slice;
-		st = cohort__kv_get(dp->g->client, full, val, len, left);
+		st = once(dp, arg, left);
 		if (st == COHORT_ENOCOORD && !cohort__expired(deadline)
 		    && cohort_group_error(dp->g) == COHORT_OK) {
 			/* A slice whose answer came late (a starved cohortd
@@ -474,9 +476,52 @@ coll_store_get(
 	}
 }
 
+struct coll_get_args {
+	const char *key;
+	void **val;
+	size_t *len;
+};
+
+static cohort_status
+coll_store_get_once(struct coll_dp *dp, void *arg, cohort_duration left)
+{
+	struct coll_get_args *a = arg;
+
+	return (cohort__kv_get(dp->g->client, a->key, a->val, a->len, left));
+}
+
+static cohort_status
+coll_store_get(
+    void *ctx, const char *key, void **val, size_t *len, cohort__time deadline)
+{
+	struct coll_dp *dp = ctx;
+	char full[COHORT__MAX_KEY + 1];
+	struct coll_get_args a = { full, val, len };
+	cohort_status st;
+
+	if ((st = coll_store_key(dp, key, full, sizeof(full))) != COHORT_OK)
+		return (st);
+	return (coll_store_wait(dp, key, coll_store_get_once, &a, deadline));
+}
+
+struct coll_mget_args {
+	const char *const *keys;
+	size_t n;
+	void **vals;
+	size_t *lens;
+};
+
+static cohort_status
+coll_store_mget_once(struct coll_dp *dp, void *arg, cohort_duration left)
+{
+	struct coll_mget_args *a = arg;
+
+	return (cohort__kv_multi_get(
+	    dp->g->client, a->keys, a->n, a->vals, a->lens, left));
+}
+
 /* Several keys in one request (the host mesh's partner addresses: one
- * round trip instead of one per partner); waits in slices as
- * coll_store_get does. */
+ * round trip instead of one per partner); waits as coll_store_get does. */
 static cohort_status
 coll_store_mget(void *ctx, const char *const *keys, size_t n, void **vals,
     size_t *lens, cohort__time deadline)
@@ -484,6 +529,7 @@ coll_store_mget(void *ctx, const char *const *keys, size_t n, void **vals,
 	struct coll_dp *dp = ctx;
 	char(*full)[COHORT__MAX_KEY + 1];
 	const char **kp;
+	struct coll_mget_args a;
 	cohort_status st = COHORT_OK;
 
 	if (n == 0)
@@ -499,37 +545,10 @@ coll_store_mget(void *ctx, const char *const *keys, size_t n, void **vals,
 		st = coll_store_key(dp, keys[i], full[i], sizeof(full[i]));
 		kp[i] = full[i];
 	}
-	while (st == COHORT_OK) {
-		cohort_duration left = cohort__remaining(deadline);
-		cohort_duration slice = dp->g->client->min_world > 0
-		    ? COLL_STORE_SLICE_MS / 4
-		    : COLL_STORE_SLICE_MS;
-
-		if (atomic_load_explicit(
-		        &dp->g->abort_flag, memory_order_acquire)
-		    != 0) {
-			st = cohort__err(COHORT_EABORTED,
-			    "group '%s' failed while waiting for store key %s "
-			    "(one of %zu)",
-			    dp->g->id, keys[0], n);
-			break;
-		}
-		if (left < 0 || left > slice)
-			left = slice;
-		st = cohort__kv_multi_get(
-		    dp->g->client, kp, n, vals, lens, left);
-		if (st == COHORT_ENOCOORD && !cohort__expired(deadline)
-		    && cohort_group_error(dp->g) == COHORT_OK) {
-			struct timespec ts = { 0, 50 * 1000 * 1000 };
-
-			nanosleep(&ts, NULL);
-			st = COHORT_OK;
-			continue;
-		}
-		if (st != COHORT_ETIMEDOUT || cohort__expired(deadline))
-			break;
-		st = COHORT_OK;
-	}
+	a = (struct coll_mget_args) { kp, n, vals, lens };
+	if (st == COHORT_OK)
+		st = coll_store_wait(
+		    dp, keys[0], coll_store_mget_once, &a, deadline);
 	free(full);
 	free(kp);
 	return (st);
