@@ -718,11 +718,22 @@ mesh_dials_new(struct host_mesh *m, const int *js, int k, char *err,
 		if ((rv = m->store.mget(
 		         m->store.ctx, kp, (size_t)k, vals, lens, deadline))
 		    != COHORT_OK) {
+			/* which of them is missing: the store's own text
+			 * (cohortd names the absent keys, whose last part
+			 * is the group rank) */
+			char ranks[160];
+			size_t off = 0;
+
+			ranks[0] = '\0';
+			for (i = 0; i < k && i < 16; i++)
+				cohort__appendf(ranks, sizeof(ranks), &off,
+				    "%s%d", i ? ", " : "",
+				    (int)m->links[js[i]].job_rank);
 			snprintf(err, errlen,
-			    "no address from rank %d%s (store key %s%s): %s",
-			    (int)m->links[js[0]].job_rank,
-			    k > 1 ? " and the other partners" : "", keys[0],
-			    k > 1 ? ", ..." : "", cohort_status_name(rv));
+			    "no address from one of ranks %s%s (store keys "
+			    "like %s): %s: %s",
+			    ranks, k > 16 ? ", ..." : "", keys[0],
+			    cohort_status_name(rv), cohort_last_error());
 			goto out;
 		}
 	} else {
