@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import select
 import signal
 import socket
 import subprocess
@@ -105,6 +104,10 @@ def start_cohortd(*args: str, env: Optional[dict[str, str]] = None, timeout: flo
     (cohortd exits "Address already in use") cohortd is started again with
     new ones, at most three times. ``ports`` are those put in, in order.
     """
+    if str(PYDIR) not in sys.path:
+        sys.path.insert(0, str(PYDIR))
+    from cohort.bootstrap import _read_line as read_ready_line  # the line of cohortd's --ready-fd
+
     for attempt in range(3):
         ports: list[int] = []
 
@@ -123,17 +126,10 @@ def start_cohortd(*args: str, env: Optional[dict[str, str]] = None, timeout: flo
         finally:
             os.close(w)
         _started.append(p)
-        line = b""
-        end = time.monotonic() + timeout
         try:
-            while not line.endswith(b"\n") and select.select([r], [], [], max(0.0, end - time.monotonic()))[0]:
-                chunk = os.read(r, 256)
-                if not chunk:
-                    break
-                line += chunk
+            url = read_ready_line(r, timeout)
         finally:
             os.close(r)
-        url = line.decode("utf-8", "replace").strip()
         if url.startswith("tcp://"):
             return p, url, ports
         kill_tree(p)
