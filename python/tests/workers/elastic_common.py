@@ -4,6 +4,7 @@ their options, event lines, data set, model, pace and end checks."""
 import argparse
 import hashlib
 import json
+import os
 import time
 
 import torch
@@ -80,3 +81,12 @@ def checked_end(model: nn.Module, net_: nn.Module, test: torch.utils.data.Tensor
         x, y = test.tensors
         acc = float((net_(x).argmax(1) == y).float().mean())
     return {"checksum": mine, "equal": len(set(sums)) == 1, "accuracy": round(acc, 4)}
+
+
+def hold(path: str, rank: int, step: int) -> None:
+    """Says so (a ``hold`` event line) and waits until ``path`` exists, at most 300 s: the test's way of
+    having a process admitted at exactly this step boundary."""
+    emit(event="hold", rank=rank, step=step, at_ms=now_ms())
+    end = time.monotonic() + 300
+    while not os.path.exists(path) and time.monotonic() < end:
+        time.sleep(0.05)

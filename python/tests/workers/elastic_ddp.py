@@ -21,14 +21,13 @@ every rank and in every run), trained with DDP through
 
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 import cohort.elastic as elastic
-from elastic_common import Pace, checked_end, data, emit, emit_change, net, now_ms, parser
+from elastic_common import Pace, checked_end, data, emit, emit_change, hold, net, now_ms, parser
 
 p = parser()
 p.add_argument("--mode", choices=("run", "manager"), default="run")
@@ -117,10 +116,7 @@ else:
         if m.should_commit(apply=lambda: (opt.step(), sampler.advance(take))):
             on_commit(m.current_step, loss.detach())
             if args.hold_last_until and ep["epoch"] == args.epochs - 1 and sampler.remaining == 0:
-                emit(event="hold", rank=m.rank, step=m.current_step, at_ms=now_ms())
-                end = time.monotonic() + 300
-                while not os.path.exists(args.hold_last_until) and time.monotonic() < end:
-                    time.sleep(0.05)
+                hold(args.hold_last_until, m.rank, m.current_step)
         else:
             discarded += 1
         opt.zero_grad(set_to_none=True)

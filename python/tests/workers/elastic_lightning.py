@@ -18,7 +18,6 @@ trained by ``Trainer.fit`` with ``CohortElasticStrategy``. Prints JSON lines:
 
 import os
 import sys
-import time
 
 import pytorch_lightning as pl
 import torch
@@ -26,7 +25,7 @@ import torch.distributed as dist
 from torch import nn
 
 from cohort.lightning import CohortElasticStrategy
-from elastic_common import Pace, checked_end, data, emit, emit_change, net, now_ms, parser
+from elastic_common import Pace, checked_end, data, emit, emit_change, hold, net, now_ms, parser
 
 p = parser()
 p.add_argument("--hold-last-until", default="", help="an epoch's last step waits until this file exists")
@@ -51,10 +50,7 @@ class Net(pl.LightningModule):
         t = self.trainer
         hold_epoch = args.hold_epoch if args.hold_epoch >= 0 else t.max_epochs - 1
         if args.hold_last_until and t.is_last_batch and t.current_epoch == hold_epoch:
-            emit(event="hold", rank=t.strategy.manager.rank, step=t.global_step, at_ms=now_ms())
-            end = time.monotonic() + 300
-            while not os.path.exists(args.hold_last_until) and time.monotonic() < end:
-                time.sleep(0.05)
+            hold(args.hold_last_until, t.strategy.manager.rank, t.global_step)
         x, y = batch
         return self.loss_fn(self.net(x), y)
 
