@@ -77,7 +77,12 @@ tsp_opts(cohort_spawn_options *o)
 	o->log_dir = th_tmpdir();
 	o->env = env;
 	o->timeout_ms = 60000;
-	o->grace_ms = 2000;
+	/* After the first failure the others have this long to exit. A
+	 * survivor's exit closes its connection to cohortd, which nng 1.5's
+	 * close race may hold for up to its own 2 s bound on a starved
+	 * machine: a grace of exactly 2 s SIGKILLed survivors that had
+	 * learned the failure (2 of 6 runs beside 6 busy loops). */
+	o->grace_ms = 5000;
 }
 
 /* A spawn of 3 ranks of fn that fails (EPEERLOST) because of rank
