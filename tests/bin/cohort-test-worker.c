@@ -592,7 +592,10 @@ scen_hold(cohort_client *c, const char *arg)
 }
 
 /* Every rank but the last enters a barrier with a short timeout; the last
- * stays away until they timed out. */
+ * stays away until they timed out. Nobody leaves before all of them timed
+ * out: a rank that starts late on a loaded machine must still find the
+ * others in the job, or its barrier fails with EPEERLOST for the rank that
+ * left instead of timing out. */
 static int
 scen_timeout(cohort_client *c, const char *arg)
 {
@@ -617,6 +620,10 @@ scen_timeout(cohort_client *c, const char *arg)
 		if (n == last)
 			WORKER_CHECK("set",
 			    cohort_kv_set(c, "timed-out-all", "1", 1, 10000));
+	}
+	{
+		const char *k[] = { "timed-out-all" };
+		WORKER_CHECK("wait-all", cohort_kv_wait(c, k, 1, 60000));
 	}
 	return (st == COHORT_ETIMEDOUT ? 0 : 1);
 }
