@@ -147,7 +147,13 @@ enum cohort__knob_type {
 	X(TCP_PAIR_MAX, BYTES, "-1", -1, INT64_MAX, "tcp tuning",             \
 	    "largest all-reduce of 2 ranks done by direct exchange")          \
 	X(TCP_IO_MAX, BYTES, "262144", 4096, 1073741824, "tcp tuning",        \
-	    "largest single send or receive")                                 \
+	    "largest single receive (and cap of a send)")                     \
+	X(TCP_SEND_MAX, BYTES, "32768", 1024, 1073741824, "tcp tuning",       \
+	    "largest single send(): large ones made the kernel send a "       \
+	    "flow's segments from two CPUs at once, reordered")               \
+	X(TCP_NOTSENT_LOWAT, BYTES, "32768", 0, 1073741824, "tcp tuning",     \
+	    "TCP_NOTSENT_LOWAT of data-plane sockets: unsent bytes a socket " \
+	    "may queue (0: the kernel's)")                                    \
 	X(TCP_SPIN_US, INT, "50", 0, 100000, "tcp tuning",                    \
 	    "microseconds of polling before sleeping in poll()")              \
 	X(TCP_SPIN_YIELD, BOOL, "1", 0, 1, "tcp tuning",                      \

@@ -55,6 +55,7 @@
 #define HOST_DEFAULT_SMALL_MAX (64u << 10)
 #define HOST_DEFAULT_BCAST_SMALL (64u << 10)
 #define HOST_DEFAULT_IO_MAX (256u << 10)
+#define HOST_DEFAULT_SEND_MAX (32u << 10)
 #define HOST_DEFAULT_RING (256u << 10)
 #define HOST_DEFAULT_ACC (4u << 20)
 #define HOST_DEFAULT_SPIN_US 50
@@ -71,6 +72,10 @@ host_tune_read(struct host_tune *tu, int size)
 	tu->pair_min = host_knob(COHORT__KNOB_TCP_PAIR_MIN, 0);
 	tu->pair_max = host_knob(COHORT__KNOB_TCP_PAIR_MAX, SIZE_MAX);
 	tu->io_max = host_knob(COHORT__KNOB_TCP_IO_MAX, HOST_DEFAULT_IO_MAX);
+	tu->send_max
+	    = host_knob(COHORT__KNOB_TCP_SEND_MAX, HOST_DEFAULT_SEND_MAX);
+	if (tu->send_max > tu->io_max)
+		tu->send_max = tu->io_max;
 	tu->spin_us
 	    = (int)host_knob(COHORT__KNOB_TCP_SPIN_US, HOST_DEFAULT_SPIN_US);
 	tu->spin_yield = host_knob(COHORT__KNOB_TCP_SPIN_YIELD, 1) != 0;

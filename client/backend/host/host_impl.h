@@ -91,7 +91,8 @@ struct host_tune {
 	size_t bcast_small; /* broadcast/gather family: direct up to here */
 	size_t pair_min; /* allreduce, 2 ranks: pairwise exchange in */
 	size_t pair_max; /*   [pair_min, pair_max], else the ring */
-	size_t io_max; /* largest single send()/recv() */
+	size_t io_max; /* largest single recv() */
+	size_t send_max; /* largest single send() */
 	int spin_us; /* busy-poll before sleeping in poll() */
 	bool spin_yield; /* sched_yield() while busy-polling */
 	size_t ring_len; /* scratch of RECV_SCRATCH */

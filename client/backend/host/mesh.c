@@ -171,6 +171,7 @@ static void
 mesh_sockopts(int fd, bool nodelay)
 {
 	size_t sz = host_knob(COHORT__KNOB_TCP_SOCKBUF, 0);
+	size_t lowat = host_knob(COHORT__KNOB_TCP_NOTSENT_LOWAT, 32u << 10);
 	int one = 1;
 
 	if (sz > 0) {
@@ -182,6 +183,12 @@ mesh_sockopts(int fd, bool nodelay)
 	if (nodelay)
 		(void)setsockopt(
 		    fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (lowat > 0) {
+		int v = (int)lowat;
+
+		(void)setsockopt(
+		    fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, sizeof(v));
+	}
 }
 
 /* The handshake time (COHORT_TCP_HS_TIMEOUT_MS). */

@@ -153,7 +153,8 @@ struct host_p2p {
 	uint8_t secret[64];
 	struct cohort__tcp_hs_keys keys;
 	struct cohort__store store;
-	size_t io_max;
+	size_t io_max; /* largest single recv() */
+	size_t send_max; /* largest payload of one sendmsg() */
 	int hs_ms;
 	int connect_ms;
 	int lfd;
@@ -652,8 +653,8 @@ p2p_flush(struct host_p2p *s, int q, struct p2p_done *d)
 			size_t off = f->sent > P2P_HDR ? f->sent - P2P_HDR : 0;
 			size_t len = f->plen - off;
 
-			if (len > s->io_max)
-				len = s->io_max;
+			if (len > s->send_max)
+				len = s->send_max;
 			iov[n].iov_base = (uint8_t *)f->payload + off;
 			iov[n++].iov_len = len;
 		}
@@ -1523,6 +1524,9 @@ host_p2p_open(const struct cohort__group_desc *desc, void *state, void **out,
 	s->io_max = host_knob(COHORT__KNOB_TCP_IO_MAX, 256u << 10);
 	if (s->io_max < 4096)
 		s->io_max = 4096;
+	s->send_max = host_knob(COHORT__KNOB_TCP_SEND_MAX, 32u << 10);
+	if (s->send_max > s->io_max)
+		s->send_max = s->io_max;
 	s->hs_ms = (int)cohort__knob_int_or(
 	    COHORT__KNOB_TCP_HS_TIMEOUT_MS, P2P_HS_TIMEOUT_MS);
 	s->connect_ms = (int)cohort__knob_int_or(

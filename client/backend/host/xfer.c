@@ -225,8 +225,8 @@ xfer_exchange(struct host_xfer *x, const struct host_op *c,
 			if (P->sent < P->slen) {
 				size_t len = P->slen - P->sent;
 
-				if (len > x->tune->io_max)
-					len = x->tune->io_max;
+				if (len > x->tune->send_max)
+					len = x->tune->send_max;
 				n = send(fd, P->sbuf + P->sent, len,
 				    MSG_DONTWAIT | MSG_NOSIGNAL);
 				if (n > 0) {
@@ -531,8 +531,8 @@ stream_send(
 		if (len > x->tune->acc_len - off)
 			len = x->tune->acc_len - off;
 	}
-	if (len > x->tune->io_max)
-		len = x->tune->io_max;
+	if (len > x->tune->send_max)
+		len = x->tune->send_max;
 	n = send(s->tofd, src, len, MSG_DONTWAIT | MSG_NOSIGNAL);
 	if (n > 0) {
 		S->sent += (size_t)n;
