@@ -2,7 +2,8 @@
  * bench.c - `cohort bench`: collective benchmark (DESIGN.md section 3).
  *
  *   cohort bench [-n N] [--backend tcp|service|auto] [--op OP]
- *                [--sizes MIN:MAX] [--iters I] [--warmup W] [--dtype DT]
+ *                [--sizes MIN:MAX|S1,S2,..] [--iters I[,I2,..]]
+ *                [--warmup W[,W2,..]] [--dtype DT]
  *                [--redop OP] [--check] [--json] [--procs P]
  *                [--coordinator URL] [--timeout MS]
  *
@@ -74,6 +75,7 @@ static const char *const bench_op_names[BENCH_NOPS]
 	      "reduce", "barrier", "broadcast_obj", "kv", "join" };
 
 #define BENCH_MAX_ITERS 1000000
+#define BENCH_MAX_SIZES 32
 
 struct bench_cfg {
 	int n;
@@ -82,7 +84,13 @@ struct bench_cfg {
 	enum bench_op op;
 	size_t min, max;
 	bool sizes_given;
+	/* --sizes S1,S2,..: these sizes in this order (nlist > 0), each with
+	 * its own iterations and warm-up when --iters/--warmup list them */
+	size_t list[BENCH_MAX_SIZES];
+	int nlist;
 	int iters, warmup;
+	int iters_of[BENCH_MAX_SIZES], warmup_of[BENCH_MAX_SIZES];
+	int niters, nwarmup;
 	cohort_dtype dtype;
 	cohort_redop redop;
 	bool check;
@@ -115,8 +123,9 @@ bench_usage(FILE *f)
 	fprintf(f,
 	    "usage: cohort bench [-n N] [--backend tcp|service|auto] "
 	    "[--op OP]\n"
-	    "                    [--sizes MIN:MAX] [--iters I] "
-	    "[--warmup W] [--dtype DT]\n"
+	    "                    [--sizes MIN:MAX|S1,S2,..] [--iters I[,..]] "
+	    "[--warmup W[,..]]\n"
+	    "                    [--dtype DT]\n"
 	    "                    [--redop sum|prod|min|max|mean] [--check] "
 	    "[--json]\n"
 	    "                    [--procs P] [--coordinator URL] "
@@ -126,7 +135,8 @@ bench_usage(FILE *f)
 	    "    reduce, barrier, broadcast_obj, kv, join\n"
 	    "DT: f32 (default), f64, f16, bf16, i32, i64, u8\n"
 	    "Sizes are bytes with K/M/G suffixes, doubling from MIN to MAX "
-	    "(default\n1K:16M; broadcast_obj and kv 1K:1K).\n"
+	    "(default\n1K:16M; broadcast_obj and kv 1K:1K), or a list; "
+	    "--iters and --warmup may list\none count per size of a list.\n"
 	    "Alone it runs N local ranks on an embedded coordinator; with "
 	    "rank and\nworld size in the environment it is one rank of that "
 	    "job.\n--op join: N clients (N may be 1024) in P processes "
@@ -184,6 +194,8 @@ enum {
 	BENCH_O_BACKEND = COHORT__CLI_LONG,
 	BENCH_O_OP,
 	BENCH_O_SIZES,
+	BENCH_O_ITERS,
+	BENCH_O_WARMUP,
 	BENCH_O_DTYPE,
 	BENCH_O_REDOP,
 };
@@ -200,8 +212,8 @@ static const struct cohort__cli_opt bench_opts[] = {
 	COHORT__CLI_DO("backend", BENCH_O_BACKEND, COHORT__CLI_ACT_ARG),
 	COHORT__CLI_DO("op", BENCH_O_OP, COHORT__CLI_ACT_ARG),
 	COHORT__CLI_DO("sizes", BENCH_O_SIZES, COHORT__CLI_ACT_ARG),
-	BENCH_INT("iters", 0, 1, BENCH_MAX_ITERS, iters),
-	BENCH_INT("warmup", 0, 0, 100000, warmup),
+	COHORT__CLI_DO("iters", BENCH_O_ITERS, COHORT__CLI_ACT_ARG),
+	COHORT__CLI_DO("warmup", BENCH_O_WARMUP, COHORT__CLI_ACT_ARG),
 	COHORT__CLI_DO("dtype", BENCH_O_DTYPE, COHORT__CLI_ACT_ARG),
 	COHORT__CLI_DO("redop", BENCH_O_REDOP, COHORT__CLI_ACT_ARG),
 	BENCH_SET("check", COHORT__CLI_FLAG, check),
@@ -220,14 +232,72 @@ static const struct cohort__cli_opt bench_opts[] = {
 static const struct cohort__cli bench_cli
     = { "cohort bench", '+', bench_opts, bench_usage };
 
-/* --sizes MIN:MAX or SIZE. */
+/* "A,B,C": up to BENCH_MAX_SIZES items, each parsed by one(s, out,
+ * arg); false for a bad or missing item. */
+static bool
+bench_parse_list(
+    const char *v, int *n, bool (*one)(const char *, void *, int), void *out)
+{
+	char item[64];
+
+	*n = 0;
+	for (;;) {
+		size_t len = strcspn(v, ",");
+
+		if (len == 0 || len >= sizeof(item) || *n == BENCH_MAX_SIZES)
+			return (false);
+		memcpy(item, v, len);
+		item[len] = '\0';
+		if (!one(item, out, (*n)++))
+			return (false);
+		if (v[len] == '\0')
+			return (true);
+		v += len + 1;
+	}
+}
+
+static bool
+bench_list_size(const char *s, void *out, int i)
+{
+	return (bench_parse_size(s, &((size_t *)out)[i]));
+}
+
+/* --iters and --warmup: a count, or one per size of a --sizes list. */
+static bool
+bench_list_count(const char *s, void *out, int i)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno != 0 || end == s || *end != '\0' || v < 0
+	    || v > BENCH_MAX_ITERS)
+		return (false);
+	((int *)out)[i] = (int)v;
+	return (true);
+}
+
+/* --sizes MIN:MAX, SIZE or S1,S2,.. */
 static bool
 bench_parse_sizes(const char *v, struct bench_cfg *cfg)
 {
 	char lo[64];
 	const char *colon = strchr(v, ':');
 
-	if (colon == NULL) {
+	cfg->nlist = 0;
+	if (strchr(v, ',') != NULL) {
+		if (!bench_parse_list(
+		        v, &cfg->nlist, bench_list_size, cfg->list))
+			return (false);
+		cfg->min = cfg->max = cfg->list[0];
+		for (int i = 1; i < cfg->nlist; i++) {
+			if (cfg->list[i] < cfg->min)
+				cfg->min = cfg->list[i];
+			if (cfg->list[i] > cfg->max)
+				cfg->max = cfg->list[i];
+		}
+	} else if (colon == NULL) {
 		if (!bench_parse_size(v, &cfg->min))
 			return (false);
 		cfg->max = cfg->min;
@@ -267,6 +337,18 @@ bench_option(struct bench_cfg *cfg, int opt, const char *v)
 		return (true);
 	case BENCH_O_SIZES:
 		return (bench_parse_sizes(v, cfg));
+	case BENCH_O_ITERS:
+		if (!bench_parse_list(
+		        v, &cfg->niters, bench_list_count, cfg->iters_of))
+			return (false);
+		cfg->iters = cfg->iters_of[0];
+		return (cfg->iters >= 1);
+	case BENCH_O_WARMUP:
+		if (!bench_parse_list(
+		        v, &cfg->nwarmup, bench_list_count, cfg->warmup_of))
+			return (false);
+		cfg->warmup = cfg->warmup_of[0];
+		return (true);
 	case BENCH_O_DTYPE:
 		if ((k = bench_lookup(v, dtypes, 7)) < 0)
 			return (false);
@@ -317,6 +399,20 @@ bench_parse(int argc, char **argv, struct bench_cfg *cfg)
 		    "cohort bench: --redop mean needs a float "
 		    "dtype\n");
 		return (2);
+	}
+	if ((cfg->niters > 1 && cfg->niters != cfg->nlist)
+	    || (cfg->nwarmup > 1 && cfg->nwarmup != cfg->nlist)) {
+		fprintf(stderr,
+		    "cohort bench: --iters and --warmup take one count, or "
+		    "one per size of a --sizes list (%d sizes)\n",
+		    cfg->nlist);
+		return (2);
+	}
+	for (int i = 0; i < cfg->niters; i++) {
+		if (cfg->iters_of[i] < 1) {
+			fprintf(stderr, "cohort bench: --iters: at least 1\n");
+			return (2);
+		}
 	}
 	if (cfg->procs > cfg->n)
 		cfg->procs = cfg->n;
@@ -659,14 +755,17 @@ bench_header(const struct bench_rank *b)
 	fflush(stdout);
 }
 
+/* Size number idx (of a --sizes list; 0 otherwise). */
 static int
-bench_size(struct bench_rank *b, size_t size)
+bench_size(struct bench_rank *b, size_t size, int idx)
 {
 	const struct bench_cfg *cfg = b->cfg;
 	size_t count, tcount, rbytes;
 	double *t = NULL, first = 0, med, p99, algbw, busbw;
 	int64_t wrong = 0;
-	int k = cfg->iters + 1, rc = 1;
+	int iters = cfg->niters > 1 ? cfg->iters_of[idx] : cfg->iters;
+	int warmup = cfg->nwarmup > 1 ? cfg->warmup_of[idx] : cfg->warmup;
+	int k = iters + 1, rc = 1;
 	cohort_status st = COHORT_OK;
 
 	if (!bench_geometry(b, size, &count, &tcount))
@@ -680,8 +779,8 @@ bench_size(struct bench_rank *b, size_t size)
 	if ((st = cohort_barrier(b->g, "bench-size", cfg->timeout))
 	    != COHORT_OK)
 		goto out;
-	for (int it = -cfg->warmup; it < cfg->iters && st == COHORT_OK; it++) {
-		int vit = it + cfg->warmup;
+	for (int it = -warmup; it < iters && st == COHORT_OK; it++) {
+		int vit = it + warmup;
 		double t0, dt;
 
 		if (cfg->check) {
@@ -694,7 +793,7 @@ bench_size(struct bench_rank *b, size_t size)
 		t0 = bench_now_us();
 		st = bench_once(b, count, vit);
 		dt = bench_now_us() - t0;
-		if (it == -cfg->warmup)
+		if (it == -warmup)
 			first = dt;
 		if (it >= 0) {
 			t[it + 1] = dt;
@@ -719,10 +818,10 @@ bench_size(struct bench_rank *b, size_t size)
 	    != COHORT_OK)
 		goto out;
 	first = t[0];
-	qsort(t + 1, (size_t)cfg->iters, sizeof(double), bench_cmp_double);
-	med = cfg->iters % 2 ? t[1 + cfg->iters / 2]
-	                     : (t[cfg->iters / 2] + t[1 + cfg->iters / 2]) / 2;
-	p99 = t[1 + (int)ceil(0.99 * cfg->iters) - 1];
+	qsort(t + 1, (size_t)iters, sizeof(double), bench_cmp_double);
+	med = iters % 2 ? t[1 + iters / 2]
+	                : (t[iters / 2] + t[1 + iters / 2]) / 2;
+	p99 = t[1 + (int)ceil(0.99 * iters) - 1];
 	algbw = med > 0 ? (double)rbytes / (med * 1e3) : 0;
 	busbw = algbw * bench_busbw_factor(cfg, b->n);
 	if (b->rank == 0 && cfg->json) {
@@ -735,7 +834,7 @@ bench_size(struct bench_rank *b, size_t size)
 		    cohort_group_backend(b->g), b->n, rbytes, tcount,
 		    cohort_dtype_name(cfg->dtype), bench_op_names[cfg->op],
 		    cohort_redop_name(cfg->redop), med, first, p99, algbw,
-		    busbw, cfg->iters, wrong, b->setup_us);
+		    busbw, iters, wrong, b->setup_us);
 	} else if (b->rank == 0) {
 		printf(" %11zu %12zu %6s %6s %11.1f %11.1f %11.1f %10.3f "
 		       "%10.3f %7" PRId64 "\n",
@@ -825,8 +924,10 @@ bench_rank_main(const struct bench_cfg *cfg)
 	}
 	if (b.rank == 0)
 		bench_header(&b);
-	for (sz = cfg->min; rc == 0;) {
-		rc = bench_size(&b, sz);
+	for (int i = 0; i < cfg->nlist && rc == 0; i++)
+		rc = bench_size(&b, cfg->list[i], i);
+	for (sz = cfg->min; rc == 0 && cfg->nlist == 0;) {
+		rc = bench_size(&b, sz, 0);
 		if (cfg->op == BENCH_BARRIER || sz >= cfg->max)
 			break;
 		sz = sz == 0 ? 1 : sz > cfg->max / 2 ? cfg->max : sz * 2;

@@ -311,10 +311,11 @@ algo_broadcast(struct host_xfer *x, const struct cohort__op *op,
 	int v = algo_mod(x->mesh->rank - op->root, n);
 	struct host_step *st = x->steps;
 
-	if (sparse && bytes <= x->tune->bcast_small)
-		return (host_op_algo(c, "tree"),
-		    algo_broadcast_tree(
-		        x, op, c, bytes, err, errlen, deadline));
+	if (sparse && bytes <= x->tune->bcast_small) {
+		host_op_algo(c, "tree");
+		return (algo_broadcast_tree(
+		    x, op, c, bytes, err, errlen, deadline));
+	}
 	if (bytes <= x->tune->bcast_small || n == 2) {
 		host_plan_reset(x);
 		if (v == 0) {
@@ -709,29 +710,34 @@ host_algos_run(struct host_xfer *x, const struct cohort__op *op,
 	    || op->kind == COHORT__OP_ALLGATHERV)
 		return (algo_allgather_run(
 		    x, op, c, sparse, err, errlen, deadline));
-	if (op->kind == COHORT__OP_ALLTOALLV)
-		return (host_op_algo(c, "direct"),
-		    algo_alltoallv(x, op, c, err, errlen, deadline));
+	if (op->kind == COHORT__OP_ALLTOALLV) {
+		host_op_algo(c, "direct");
+		return (algo_alltoallv(x, op, c, err, errlen, deadline));
+	}
 	if (bytes == 0)
 		return (COHORT_OK);
 	switch (op->kind) {
 	case COHORT__OP_ALLREDUCE:
-		if (bytes <= tu->small_max || op->count < (size_t)n)
-			return (host_op_algo(c, "recursive_doubling"),
-			    algo_allreduce_rd(
-			        x, op, c, bytes, err, errlen, deadline));
-		if (n == 2 && tu->pair_min <= bytes && bytes <= tu->pair_max)
-			return (host_op_algo(c, "pair"),
-			    algo_allreduce_pair(
-			        x, op, c, bytes, err, errlen, deadline));
-		return (host_op_algo(c, "ring"),
-		    algo_allreduce_ring(x, op, c, err, errlen, deadline));
+		if (bytes <= tu->small_max || op->count < (size_t)n) {
+			host_op_algo(c, "recursive_doubling");
+			return (algo_allreduce_rd(
+			    x, op, c, bytes, err, errlen, deadline));
+		}
+		if (n == 2 && tu->pair_min <= bytes && bytes <= tu->pair_max) {
+			host_op_algo(c, "pair");
+			return (algo_allreduce_pair(
+			    x, op, c, bytes, err, errlen, deadline));
+		}
+		host_op_algo(c, "ring");
+		return (algo_allreduce_ring(x, op, c, err, errlen, deadline));
 	case COHORT__OP_REDUCE:
-		if (bytes <= tu->small_max)
-			return (host_op_algo(c, "tree"),
-			    algo_reduce_tree(
-			        x, op, c, bytes, err, errlen, deadline));
-		return (host_op_algo(c, "chain"),
+		if (bytes <= tu->small_max) {
+			host_op_algo(c, "tree");
+			return (algo_reduce_tree(
+			    x, op, c, bytes, err, errlen, deadline));
+		}
+		host_op_algo(c, "chain");
+		return (
 		    algo_reduce_chain(x, op, c, bytes, err, errlen, deadline));
 	case COHORT__OP_BROADCAST:
 		host_op_algo(c,
