@@ -14,7 +14,7 @@
 
 #include "check_cohort.h"
 
-#define CLI_MAX_ARGS 8
+#define CLI_MAX_ARGS 12
 #define CLI_MAX_WANT 3
 
 struct cli_case {
@@ -140,6 +140,16 @@ static const struct cli_case cli_cases[] = {
 	    { "usage: cohort env", "--markdown" }, NULL },
 	{ "cohort", { "bench", "--help" }, 0,
 	    { "usage: cohort bench", "--sizes" }, NULL },
+	/* a --sizes list, each size with its own counts, in one process */
+	{ "cohort",
+	    { "bench", "-n", "2", "--backend", "tcp", "--sizes", "4K,64K",
+	        "--iters", "3,2", "--warmup", "1,0", "--json" },
+	    0, { "\"size\":4096", "\"size\":65536,", "\"iters\":2," },
+	    "wrong\":1" },
+	{ "cohort", { "bench", "--sizes", "4K,64K", "--iters", "3,2,1" }, 2,
+	    { "one per size of a --sizes list (2 sizes)" }, NULL },
+	{ "cohort", { "bench", "--sizes", "4K,,64K" }, 2, { "--sizes" },
+	    NULL },
 	/* the program's own options are its own (options end there) */
 	{ "cohort", { "run", "-n", "1", "sh", "-c", "echo ran $0", "--bogus" },
 	    0, { "ran --bogus" }, "unknown option" },
