@@ -36,7 +36,14 @@
  * limit), COHORT_TCP_BCAST_SMALL (64 KiB: root sends to all up to here,
  * pipelined chain above), COHORT_TCP_PAIR_MIN/MAX (2 ranks: pairwise
  * exchange instead of the ring for sizes in range; off by default),
- * COHORT_TCP_IO_MAX (256 KiB per send/recv), COHORT_TCP_RING (256 KiB,
+ * COHORT_TCP_IO_MAX (256 KiB per recv), COHORT_TCP_SEND_MAX (32 KiB per
+ * send) and COHORT_TCP_NOTSENT_LOWAT (32 KiB of unsent bytes a socket may
+ * queue; 0: the kernel's): with 256 KiB sends and no bound, the part of a
+ * send that the window did not admit left later from ACK processing on
+ * the other CPU, the flow's segments went out of two CPUs' queues
+ * reordered, and the sender ran spurious fast retransmits (all D-SACKed)
+ * that cut its window: 1 MiB all-reduces on 2 veth hosts took 850 us
+ * instead of about 400. COHORT_TCP_RING (256 KiB,
  * cache-sized reduce scratch), COHORT_TCP_ACC (4 MiB, partial-sum ring of
  * reduce_scatter and reduce), COHORT_TCP_SOCKBUF (0 = kernel autotuning),
  * COHORT_TCP_SPIN_US (50: busy-poll before sleeping in poll(), yielding
