@@ -27,8 +27,8 @@ void cohort__strat_free_all(void *const ptrs[], size_t n);
 
 /* cohort__strat_free_all over the pointers listed, counted for the
  * caller: COHORT__STRAT_FREE_ALL(d->a, d->b, d). */
-#define COHORT__STRAT_FREE_ALL(...)                                        \
-	cohort__strat_free_all((void *const[]) { __VA_ARGS__ },            \
+#define COHORT__STRAT_FREE_ALL(...)                                           \
+	cohort__strat_free_all((void *const[]) { __VA_ARGS__ },               \
 	    sizeof((void *const[]) { __VA_ARGS__ }) / sizeof(void *))
 
 #endif /* COHORT_STRAT_H */
