@@ -619,6 +619,15 @@ fault_audit(struct cohort__fault *f, const struct fault_live *l, uint64_t op,
 	close(fd);
 }
 
+/* action=kill and action=stop: what is buffered goes out first (the
+ * audit line, the process's own output), then the signal. */
+static void
+fault_do_signal(int sig)
+{
+	fflush(NULL);
+	raise(sig);
+}
+
 /* Ends the process the way action=exit says: tells cohortd why (so the
  * peers' EPEERLOST and the launcher's report carry it), then _exit. */
 static void
@@ -746,16 +755,14 @@ cohort__fault_point(
 		    group, l->seed, l->schedule, l->idx);
 		switch (l->r.action) {
 		case COHORT__FAULT_KILL:
-			fflush(NULL);
-			raise(SIGKILL);
+			fault_do_signal(SIGKILL);
 			break;
 		case COHORT__FAULT_EXIT:
 			fault_do_exit(
 			    f, text, (int)l->r.arg, kind, group, seq);
 			break;
 		case COHORT__FAULT_STOP:
-			fflush(NULL);
-			raise(SIGSTOP);
+			fault_do_signal(SIGSTOP);
 			break;
 		case COHORT__FAULT_DELAY:
 			fault_sleep_ms(l->r.arg);
@@ -881,12 +888,10 @@ fault_timer_cb(void *arg)
 		    l->idx);
 		switch (l->r.action) {
 		case COHORT__FAULT_KILL:
-			fflush(NULL);
-			raise(SIGKILL);
+			fault_do_signal(SIGKILL);
 			break;
 		case COHORT__FAULT_STOP:
-			fflush(NULL);
-			raise(SIGSTOP);
+			fault_do_signal(SIGSTOP);
 			break;
 		case COHORT__FAULT_EXIT:
 			fault_spawn(f, l->r.action, (int)l->r.arg, text);
