@@ -1257,12 +1257,7 @@ srv_net_free(struct srv_net *n)
 	}
 	srv_map_fini(&n->srcs);
 	srv_map_fini(&n->pipes);
-	if (n->epfd >= 0)
-		close(n->epfd);
-	if (n->efd >= 0)
-		close(n->efd);
-	if (n->reserve_fd >= 0)
-		close(n->reserve_fd);
+	COHORT__CLOSE_ALL(n->epfd, n->efd, n->reserve_fd);
 	pthread_mutex_destroy(&n->mtx);
 	free(n);
 }
