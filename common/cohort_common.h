@@ -79,6 +79,12 @@ void cohort__close_all(const int *fds, size_t n);
 #define COHORT__CLOSE_ALL(...)                                                \
 	cohort__close_all((const int[]) { __VA_ARGS__ },                      \
 	    sizeof((const int[]) { __VA_ARGS__ }) / sizeof(int))
+/* free() on each of ptrs[0..n) (NULL ones are fine), in order:
+ * COHORT__FREE_ALL(x->a, x->b, x). */
+void cohort__free_all(void *const ptrs[], size_t n);
+#define COHORT__FREE_ALL(...)                                                 \
+	cohort__free_all((void *const[]) { __VA_ARGS__ },                     \
+	    sizeof((void *const[]) { __VA_ARGS__ }) / sizeof(void *))
 
 /* ------------------------------------------------------------------------ */
 /* Logging: stderr, text on a terminal, JSON lines otherwise.               */
