@@ -170,23 +170,58 @@ fault_parse_at(
 	return (COHORT_OK);
 }
 
+/* A word of a field's value and what it stands for. */
+struct fault_kw {
+	const char *word;
+	int32_t value;
+};
+
+/* The value of word v in kw[0..n) into *out; false if v is none of
+ * them. */
+static bool
+fault_keyword(
+    struct fault_tok v, const struct fault_kw *kw, size_t n, int32_t *out)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (fault_eq(v, kw[i].word)) {
+			*out = kw[i].value;
+			return (true);
+		}
+	}
+	return (false);
+}
+
+static const struct fault_kw fault_action_words[] = {
+	{ "kill", COHORT__FAULT_KILL }, { "stop", COHORT__FAULT_STOP },
+	{ "drop", COHORT__FAULT_DROP }, { "fail", COHORT__FAULT_FAIL },
+	{ "exit", COHORT__FAULT_EXIT }, /* with COHORT__FAULT_EXIT_CODE */
+};
+
+static const struct fault_kw fault_rank_words[] = {
+	{ "random", COHORT__FAULT_RANK_RANDOM },
+	{ "all", COHORT__FAULT_RANK_ALL },
+	{ "*", COHORT__FAULT_RANK_ALL },
+};
+
+static const struct fault_kw fault_run_words[] = {
+	{ "any", COHORT__FAULT_RUN_ANY },
+	{ "*", COHORT__FAULT_RUN_ANY },
+};
+
+#define FAULT_NWORDS(kw) (sizeof(kw) / sizeof((kw)[0]))
+
 static cohort_status
 fault_parse_action(
     struct fault_tok item, struct fault_tok v, struct cohort__fault_rule *r)
 {
 	uint64_t x;
+	int32_t a;
 
-	if (fault_eq(v, "kill"))
-		r->action = COHORT__FAULT_KILL;
-	else if (fault_eq(v, "stop"))
-		r->action = COHORT__FAULT_STOP;
-	else if (fault_eq(v, "drop"))
-		r->action = COHORT__FAULT_DROP;
-	else if (fault_eq(v, "fail"))
-		r->action = COHORT__FAULT_FAIL;
-	else if (fault_eq(v, "exit")) {
-		r->action = COHORT__FAULT_EXIT;
-		r->arg = COHORT__FAULT_EXIT_CODE;
+	if (fault_keyword(
+	        v, fault_action_words, FAULT_NWORDS(fault_action_words), &a)) {
+		r->action = (enum cohort__fault_action)a;
+		if (r->action == COHORT__FAULT_EXIT)
+			r->arg = COHORT__FAULT_EXIT_CODE;
 	} else if (fault_prefix(&v, "exit:")) {
 		r->action = COHORT__FAULT_EXIT;
 		if (!fault_u64(v, &x) || x > 255)
@@ -206,12 +241,73 @@ fault_parse_action(
 	return (COHORT_OK);
 }
 
+/* A field's value v: one of the words kw[0..n), or a number below max;
+ * into *out, else EINVAL saying why. */
+static cohort_status
+fault_word_or_number(struct fault_tok item, struct fault_tok v,
+    const struct fault_kw *kw, size_t n, uint64_t max, int32_t *out,
+    const char *why)
+{
+	uint64_t x;
+
+	if (fault_keyword(v, kw, n, out))
+		return (COHORT_OK);
+	if (!fault_u64(v, &x) || x >= max)
+		return (fault_bad(item, why));
+	*out = (int32_t)x;
+	return (COHORT_OK);
+}
+
+static cohort_status
+fault_parse_rank(
+    struct fault_tok item, struct fault_tok v, struct cohort__fault_rule *r)
+{
+	return (fault_word_or_number(item, v, fault_rank_words,
+	    FAULT_NWORDS(fault_rank_words), 1u << 24, &r->rank,
+	    "rank= must be a rank, random or all"));
+}
+
+/* The fields every rule has, each once: their parsers, in the order in
+ * which a missing one is reported. */
+static const struct {
+	const char *name;
+	cohort_status (*parse)(
+	    struct fault_tok, struct fault_tok, struct cohort__fault_rule *);
+} fault_required[] = {
+	{ "rank", fault_parse_rank },
+	{ "at", fault_parse_at },
+	{ "action", fault_parse_action },
+};
+
+#define FAULT_NREQUIRED (sizeof(fault_required) / sizeof(fault_required[0]))
+
+/* The index of field k in fault_required; FAULT_NREQUIRED if none. */
+static size_t
+fault_required_find(struct fault_tok k)
+{
+	size_t j = 0;
+
+	while (j < FAULT_NREQUIRED && !fault_eq(k, fault_required[j].name))
+		j++;
+	return (j);
+}
+
+/* fault_bad with "<field><what>" ("rank given twice", "at= is missing"). */
+static cohort_status
+fault_bad_field(struct fault_tok item, size_t field, const char *what)
+{
+	char why[64];
+
+	snprintf(why, sizeof(why), "%s%s", fault_required[field].name, what);
+	return (fault_bad(item, why));
+}
+
 static cohort_status
 fault_parse_rule(struct fault_tok item, struct cohort__fault_rule *r)
 {
-	bool has_rank = false, has_at = false, has_action = false;
+	unsigned seen = 0; /* bit j: fault_required[j] given */
 	bool has_count = false;
-	size_t i = 0;
+	size_t i = 0, j;
 	uint64_t x;
 	cohort_status st;
 
@@ -234,30 +330,13 @@ fault_parse_rule(struct fault_tok item, struct cohort__fault_rule *r)
 			    "run)"));
 		k = fault_trim(f.p, (size_t)(eq - f.p));
 		v = fault_trim(eq + 1, f.n - (size_t)(eq - f.p) - 1);
-		if (fault_eq(k, "rank")) {
-			if (has_rank)
-				return (fault_bad(item, "rank given twice"));
-			has_rank = true;
-			if (fault_eq(v, "random"))
-				r->rank = COHORT__FAULT_RANK_RANDOM;
-			else if (fault_eq(v, "all") || fault_eq(v, "*"))
-				r->rank = COHORT__FAULT_RANK_ALL;
-			else if (fault_u64(v, &x) && x < (1u << 24))
-				r->rank = (int32_t)x;
-			else
-				return (fault_bad(item,
-				    "rank= must be a rank, random or all"));
-		} else if (fault_eq(k, "at")) {
-			if (has_at)
-				return (fault_bad(item, "at given twice"));
-			has_at = true;
-			if ((st = fault_parse_at(item, v, r)) != COHORT_OK)
-				return (st);
-		} else if (fault_eq(k, "action")) {
-			if (has_action)
-				return (fault_bad(item, "action given twice"));
-			has_action = true;
-			if ((st = fault_parse_action(item, v, r)) != COHORT_OK)
+		if ((j = fault_required_find(k)) < FAULT_NREQUIRED) {
+			if ((seen & (1u << j)) != 0)
+				return (
+				    fault_bad_field(item, j, " given twice"));
+			seen |= 1u << j;
+			if ((st = fault_required[j].parse(item, v, r))
+			    != COHORT_OK)
 				return (st);
 		} else if (fault_eq(k, "count")) {
 			if (!fault_u64(v, &x) || x < 1 || x > 1000000)
@@ -266,23 +345,21 @@ fault_parse_rule(struct fault_tok item, struct cohort__fault_rule *r)
 			has_count = true;
 			r->count = (uint32_t)x;
 		} else if (fault_eq(k, "run")) {
-			if (fault_eq(v, "any") || fault_eq(v, "*"))
-				r->run = COHORT__FAULT_RUN_ANY;
-			else if (fault_u64(v, &x) && x < INT32_MAX)
-				r->run = (int32_t)x;
-			else
-				return (fault_bad(item,
-				    "run= must be a restart count or any"));
+			if ((st = fault_word_or_number(item, v,
+			         fault_run_words,
+			         FAULT_NWORDS(fault_run_words), INT32_MAX,
+			         &r->run,
+			         "run= must be a restart count or any"))
+			    != COHORT_OK)
+				return (st);
 		} else {
 			return (fault_bad(item,
 			    "unknown field (rank, at, action, count, run)"));
 		}
 	}
-	if (!has_rank || !has_at || !has_action)
-		return (fault_bad(item,
-		    !has_rank     ? "rank= is missing"
-		        : !has_at ? "at= is missing"
-		                  : "action= is missing"));
+	for (j = 0; j < FAULT_NREQUIRED; j++)
+		if ((seen & (1u << j)) == 0)
+			return (fault_bad_field(item, j, "= is missing"));
 	if (has_count && r->action != COHORT__FAULT_DELAY)
 		return (
 		    fault_bad(item, "count= applies to action=delay only"));
@@ -542,6 +619,15 @@ fault_audit(struct cohort__fault *f, const struct fault_live *l, uint64_t op,
 	close(fd);
 }
 
+/* action=kill and action=stop: what is buffered goes out first (the
+ * audit line, the process's own output), then the signal. */
+static void
+fault_do_signal(int sig)
+{
+	fflush(NULL);
+	raise(sig);
+}
+
 /* Ends the process the way action=exit says: tells cohortd why (so the
  * peers' EPEERLOST and the launcher's report carry it), then _exit. */
 static void
@@ -669,16 +755,14 @@ cohort__fault_point(
 		    group, l->seed, l->schedule, l->idx);
 		switch (l->r.action) {
 		case COHORT__FAULT_KILL:
-			fflush(NULL);
-			raise(SIGKILL);
+			fault_do_signal(SIGKILL);
 			break;
 		case COHORT__FAULT_EXIT:
 			fault_do_exit(
 			    f, text, (int)l->r.arg, kind, group, seq);
 			break;
 		case COHORT__FAULT_STOP:
-			fflush(NULL);
-			raise(SIGSTOP);
+			fault_do_signal(SIGSTOP);
 			break;
 		case COHORT__FAULT_DELAY:
 			fault_sleep_ms(l->r.arg);
@@ -804,12 +888,10 @@ fault_timer_cb(void *arg)
 		    l->idx);
 		switch (l->r.action) {
 		case COHORT__FAULT_KILL:
-			fflush(NULL);
-			raise(SIGKILL);
+			fault_do_signal(SIGKILL);
 			break;
 		case COHORT__FAULT_STOP:
-			fflush(NULL);
-			raise(SIGSTOP);
+			fault_do_signal(SIGSTOP);
 			break;
 		case COHORT__FAULT_EXIT:
 			fault_spawn(f, l->r.action, (int)l->r.arg, text);

@@ -73,6 +73,19 @@ void cohort__appendf(char *buf, size_t size, size_t *off, const char *fmt, ...)
 /* Parses a whole decimal integer; false on junk, overflow or empty. */
 bool cohort__parse_i64(const char *s, int64_t *out);
 
+/* close() on each descriptor of fds[0..n) that is open (>= 0), for a
+ * destructor's descriptors: COHORT__CLOSE_ALL(x->fd, x->efd). */
+void cohort__close_all(const int *fds, size_t n);
+#define COHORT__CLOSE_ALL(...)                                                \
+	cohort__close_all((const int[]) { __VA_ARGS__ },                      \
+	    sizeof((const int[]) { __VA_ARGS__ }) / sizeof(int))
+/* free() on each of ptrs[0..n) (NULL ones are fine), in order:
+ * COHORT__FREE_ALL(x->a, x->b, x). */
+void cohort__free_all(void *const ptrs[], size_t n);
+#define COHORT__FREE_ALL(...)                                                 \
+	cohort__free_all((void *const[]) { __VA_ARGS__ },                     \
+	    sizeof((void *const[]) { __VA_ARGS__ }) / sizeof(void *))
+
 /* ------------------------------------------------------------------------ */
 /* Logging: stderr, text on a terminal, JSON lines otherwise.               */
 /* COHORT_LOG_LEVEL=error|warn|info|debug|trace (default warn in libcohort, */

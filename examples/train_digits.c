@@ -48,6 +48,7 @@
 #include "ddp.h"
 #include "digits.h"
 #include "dp.h"
+#include "freeall.h"
 #include "hvd.h"
 #include "mlp.h"
 #include "mlp_strategies.h"
@@ -1103,18 +1104,11 @@ cleanup(struct trainer *t)
 		for (int k = 1; k < t->nrep; k++)
 			mlp_fini(&t->reps[k]);
 	}
-	free(t->reps);
-	free(t->rd);
-	free(t->rep_loss);
-	free(t->rep_correct);
+	EX_FREE_ALL(t->reps, t->rd, t->rep_loss, t->rep_correct, t->perm,
+	    t->idx, t->bx, t->by, t->hist);
 	mlp_fini(&t->m);
 	digits_free(&t->train);
 	digits_free(&t->test);
-	free(t->perm);
-	free(t->idx);
-	free(t->bx);
-	free(t->by);
-	free(t->hist);
 }
 
 /* ------------------------------------------------------------------ */

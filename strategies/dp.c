@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "dp.h"
+#include "strat.h"
 
 #define DP_MAX 256
 
@@ -157,16 +158,11 @@ cohort_dp_new(
 	dp->rc = calloc((size_t)k, sizeof(int));
 	dp->threads = calloc((size_t)k, sizeof(pthread_t));
 	if (dp->rep == NULL || dp->rc == NULL || dp->threads == NULL) {
-		free(dp->rep);
-		free(dp->rc);
-		free(dp->threads);
-		free(dp);
+		COHORT__STRAT_FREE_ALL(dp->rep, dp->rc, dp->threads, dp);
 		return (COHORT_ENOMEM);
 	}
 	memcpy(dp->rep, replicas, (size_t)k * sizeof(*dp->rep));
-	pthread_mutex_init(&dp->mtx, NULL);
-	pthread_cond_init(&dp->go, NULL);
-	pthread_cond_init(&dp->done, NULL);
+	cohort__strat_sync_init(&dp->mtx, &dp->go, &dp->done);
 	for (int r = 1; r < k; r++) {
 		struct dp_worker *w = malloc(sizeof(*w));
 
@@ -196,19 +192,11 @@ cohort_dp_free(cohort_dp *dp)
 {
 	if (dp == NULL)
 		return;
-	pthread_mutex_lock(&dp->mtx);
-	dp->stop = true;
-	pthread_cond_broadcast(&dp->go);
-	pthread_mutex_unlock(&dp->mtx);
+	cohort__strat_stop(&dp->mtx, &dp->go, &dp->stop);
 	for (int t = 0; t < dp->nthreads; t++)
 		pthread_join(dp->threads[t], NULL);
-	pthread_mutex_destroy(&dp->mtx);
-	pthread_cond_destroy(&dp->go);
-	pthread_cond_destroy(&dp->done);
-	free(dp->threads);
-	free(dp->rep);
-	free(dp->rc);
-	free(dp);
+	cohort__strat_sync_fini(&dp->mtx, &dp->go, &dp->done);
+	COHORT__STRAT_FREE_ALL(dp->threads, dp->rep, dp->rc, dp);
 }
 
 int

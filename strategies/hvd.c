@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "hvd.h"
+#include "strat.h"
 
 enum { HVD_ALLREDUCE = 1, HVD_ALLGATHER = 2, HVD_BROADCAST = 3 };
 
@@ -680,6 +681,20 @@ hvd_thread(void *arg)
 	return (NULL);
 }
 
+/* Everything h holds, once its cycle thread has ended or never started
+ * (cohort_hvd_new's failure path, cohort_hvd_free), and h itself. */
+static void
+hvd_destroy(cohort_hvd *h)
+{
+	for (size_t i = 0; h->ghandle != NULL && i < h->nparams; i++)
+		if (h->ghandle[i] != NULL)
+			cohort_hvd_release(h->ghandle[i]);
+	cohort_group_destroy(h->g);
+	cohort__strat_sync_fini(&h->mtx, &h->cv, &h->done_cv);
+	COHORT__STRAT_FREE_ALL(
+	    h->tab, h->fusion, h->params, h->delay, h->ghandle, h);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Public API                                                               */
 /* ------------------------------------------------------------------------ */
@@ -727,15 +742,9 @@ cohort_hvd_new(
 	h->rank = cohort_group_rank(h->g);
 	h->size = cohort_group_size(h->g);
 	h->pending_tail = &h->pending;
-	pthread_mutex_init(&h->mtx, NULL);
-	pthread_cond_init(&h->cv, NULL);
-	pthread_cond_init(&h->done_cv, NULL);
+	cohort__strat_sync_init(&h->mtx, &h->cv, &h->done_cv);
 	if (pthread_create(&h->thread, NULL, hvd_thread, h) != 0) {
-		cohort_group_destroy(h->g);
-		pthread_mutex_destroy(&h->mtx);
-		pthread_cond_destroy(&h->cv);
-		pthread_cond_destroy(&h->done_cv);
-		free(h);
+		hvd_destroy(h);
 		return (COHORT_ESYSTEM);
 	}
 	h->thread_started = true;
@@ -748,25 +757,10 @@ cohort_hvd_free(cohort_hvd *h)
 {
 	if (h == NULL)
 		return;
-	pthread_mutex_lock(&h->mtx);
-	h->stop = true;
-	pthread_cond_broadcast(&h->cv);
-	pthread_mutex_unlock(&h->mtx);
+	cohort__strat_stop(&h->mtx, &h->cv, &h->stop);
 	if (h->thread_started)
 		pthread_join(h->thread, NULL);
-	for (size_t i = 0; h->ghandle != NULL && i < h->nparams; i++)
-		if (h->ghandle[i] != NULL)
-			cohort_hvd_release(h->ghandle[i]);
-	cohort_group_destroy(h->g);
-	free(h->tab);
-	free(h->fusion);
-	free(h->params);
-	free(h->delay);
-	free(h->ghandle);
-	pthread_mutex_destroy(&h->mtx);
-	pthread_cond_destroy(&h->cv);
-	pthread_cond_destroy(&h->done_cv);
-	free(h);
+	hvd_destroy(h);
 }
 
 int32_t

@@ -13,6 +13,7 @@
  * workers), torchrun's PContext (SIGTERM, then SIGKILL after a timeout),
  * glibc's posix_spawn (the exec-error pipe).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -37,6 +38,36 @@ cohort__launch_now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+}
+
+int
+cohort__threads_named(const char *name, bool prefix)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	size_t len = strlen(name);
+	int n = 0;
+
+	if (d == NULL)
+		return (-1);
+	while ((e = readdir(d)) != NULL) {
+		char path[300], comm[64] = "";
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(
+		    path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		if ((f = fopen(path, "r")) == NULL)
+			continue;
+		if (fgets(comm, sizeof(comm), f) != NULL)
+			comm[strcspn(comm, "\n")] = '\0';
+		fclose(f);
+		n += prefix ? strncmp(comm, name, len) == 0
+		            : strcmp(comm, name) == 0;
+	}
+	closedir(d);
+	return (n);
 }
 
 void

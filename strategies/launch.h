@@ -117,6 +117,12 @@ bool cohort__proc_failed(const struct cohort__proc *p);
 /* Milliseconds of CLOCK_MONOTONIC: the `now` of the calls below. */
 int64_t cohort__launch_now_ms(void);
 
+/* How many threads of this process are named `name` (their
+ * /proc/self/task/<tid>/comm), or have a name starting with it when
+ * prefix is true; -1 if /proc/self/task cannot be read. cohort_spawn
+ * asks it whether nng runs here ("nng:" threads) before it forks. */
+int cohort__threads_named(const char *name, bool prefix);
+
 /* A group of children and its stop sequence (above). */
 struct cohort__launch {
 	struct cohort__proc *procs;

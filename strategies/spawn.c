@@ -13,7 +13,6 @@
  * launcher core's (launch.h), shared with cohort run and cohort bench.
  */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -507,29 +506,8 @@ spawn_read(struct spawn_child *ch, int rank, cohort_spawn_result *r)
 static bool
 spawn_nng_running(void)
 {
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *e;
-	bool found = false;
-
-	if (d == NULL)
-		return (false); /* no procfs: cannot tell, let it run */
-	while (!found && (e = readdir(d)) != NULL) {
-		char path[300], comm[32] = "";
-		FILE *f;
-
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(
-		    path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-		if ((f = fopen(path, "r")) == NULL)
-			continue;
-		if (fgets(comm, sizeof(comm), f) != NULL
-		    && strncmp(comm, "nng:", 4) == 0)
-			found = true;
-		fclose(f);
-	}
-	closedir(d);
-	return (found);
+	/* -1, no procfs: cannot tell, let it run */
+	return (cohort__threads_named("nng:", true) > 0);
 }
 
 /* What a forked child needs to become rank k (a copy of the parent's

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "freeall.h"
 #include "mlp.h"
 #include "splitmix.h"
 
@@ -96,13 +97,8 @@ mlp_fini(struct mlp *m)
 {
 	if (m == NULL)
 		return;
-	free(m->params);
-	free(m->grads);
-	free(m->velocity);
-	free(m->hidden);
-	free(m->probs);
-	free(m->dhid);
-	free(m->dout);
+	EX_FREE_ALL(m->params, m->grads, m->velocity, m->hidden, m->probs,
+	    m->dhid, m->dout);
 	memset(m, 0, sizeof(*m));
 }
 

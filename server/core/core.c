@@ -33,9 +33,7 @@ srv_core_fini(struct srv_core *core)
 	srv_map_fini(&core->jobs);
 	srv_map_fini(&core->pipes);
 	srv_map_fini(&core->closed);
-	free(core->heap);
-	free(core->pend);
-	free(core->admin_token);
+	COHORT__FREE_ALL(core->heap, core->pend, core->admin_token);
 }
 
 uint64_t

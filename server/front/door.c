@@ -20,6 +20,7 @@
 #include "core/pipes.h"
 #include "state/job.h"
 #include "door.h"
+#include "net.h"
 
 struct door_net {
 	uint8_t addr[16];
@@ -31,32 +32,6 @@ struct srv_door {
 	struct door_net *nets;
 	size_t n;
 };
-
-/* The address bytes of sa (an IPv4-mapped IPv6 address as IPv4), and
- * its port (host order). */
-static size_t
-door_addr(const struct sockaddr_storage *sa, uint8_t out[16], uint16_t *port)
-{
-	if (sa->ss_family == AF_INET) {
-		const struct sockaddr_in *s4 = (const void *)sa;
-		memcpy(out, &s4->sin_addr, 4);
-		if (port != NULL)
-			*port = ntohs(s4->sin_port);
-		return (4);
-	}
-	if (sa->ss_family == AF_INET6) {
-		const struct sockaddr_in6 *s6 = (const void *)sa;
-		if (port != NULL)
-			*port = ntohs(s6->sin6_port);
-		if (IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr)) {
-			memcpy(out, s6->sin6_addr.s6_addr + 12, 4);
-			return (4);
-		}
-		memcpy(out, &s6->sin6_addr, 16);
-		return (16);
-	}
-	return (0);
-}
 
 cohort_status
 srv_door_new(const char *const *allow, size_t nallow, struct srv_door **out)
@@ -116,7 +91,7 @@ bool
 srv_door_allowed(const struct srv_door *d, const struct sockaddr_storage *sa)
 {
 	uint8_t a[16];
-	size_t alen = door_addr(sa, a, NULL);
+	size_t alen = srv_net_addr(sa, a, NULL);
 
 	for (size_t i = 0; d != NULL && i < d->n; i++) {
 		const struct door_net *x = &d->nets[i];
@@ -139,7 +114,7 @@ srv_door_job_host(
 	struct srv_job *j = srv_job_find(core, job);
 	struct srv_hnode *n;
 	uint8_t a[16];
-	size_t alen = door_addr(sa, a, NULL), i;
+	size_t alen = srv_net_addr(sa, a, NULL), i;
 
 	if (j == NULL || alen == 0)
 		return (false);
@@ -281,8 +256,8 @@ srv_door_peer_uid(int fd, const struct sockaddr_storage *sa, uint32_t *uid)
 
 	if (getsockname(fd, (struct sockaddr *)&ls, &ll) != 0)
 		return (false);
-	pl = door_addr(sa, p, &pport);
-	lal = door_addr(&ls, l, &lport);
+	pl = srv_net_addr(sa, p, &pport);
+	lal = srv_net_addr(&ls, l, &lport);
 	if (pl == 0 || pl != lal)
 		return (false);
 	return (door_uid_diag(
@@ -300,8 +275,8 @@ srv_door_same_host(int fd, const struct sockaddr_storage *sa)
 
 	if (getsockname(fd, (struct sockaddr *)&ls, &ll) != 0)
 		return (false);
-	pl = door_addr(sa, p, NULL);
-	lal = door_addr(&ls, l, NULL);
+	pl = srv_net_addr(sa, p, NULL);
+	lal = srv_net_addr(&ls, l, NULL);
 	return (pl != 0 && pl == lal && memcmp(p, l, pl) == 0);
 }
 

@@ -123,30 +123,42 @@ srv_net_pipe_is_ours(uint32_t pipe)
 /* Sources                                                                  */
 /* ------------------------------------------------------------------------ */
 
-/* The address bytes that identify a source (an IPv4-mapped IPv6 address
- * is its IPv4 one) and whether it is this host's loopback. */
-static size_t
-net_src_key(const struct sockaddr_storage *sa, uint8_t key[16], bool *lo)
+size_t
+srv_net_addr(
+    const struct sockaddr_storage *sa, uint8_t out[16], uint16_t *port)
 {
-	*lo = false;
 	if (sa->ss_family == AF_INET) {
 		const struct sockaddr_in *s4 = (const void *)sa;
-		memcpy(key, &s4->sin_addr, 4);
-		*lo = key[0] == 127;
+		memcpy(out, &s4->sin_addr, 4);
+		if (port != NULL)
+			*port = ntohs(s4->sin_port);
 		return (4);
 	}
 	if (sa->ss_family == AF_INET6) {
 		const struct sockaddr_in6 *s6 = (const void *)sa;
+		if (port != NULL)
+			*port = ntohs(s6->sin6_port);
 		if (IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr)) {
-			memcpy(key, s6->sin6_addr.s6_addr + 12, 4);
-			*lo = key[0] == 127;
+			memcpy(out, s6->sin6_addr.s6_addr + 12, 4);
 			return (4);
 		}
-		memcpy(key, &s6->sin6_addr, 16);
-		*lo = IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr);
+		memcpy(out, &s6->sin6_addr, 16);
 		return (16);
 	}
 	return (0);
+}
+
+/* The address bytes that identify a source (srv_net_addr) and whether it
+ * is this host's loopback (127/8, ::1). */
+static size_t
+net_src_key(const struct sockaddr_storage *sa, uint8_t key[16], bool *lo)
+{
+	static const uint8_t loop6[16] = { [15] = 1 };
+	size_t len = srv_net_addr(sa, key, NULL);
+
+	*lo = (len == 4 && key[0] == 127)
+	    || (len == 16 && memcmp(key, loop6, 16) == 0);
+	return (len);
 }
 
 static struct srv_nsrc *
@@ -592,6 +604,17 @@ srv_nconn_unhold(struct srv_nconn *c, uint64_t n)
 	atomic_fetch_add(&c->net->a_freed, n);
 }
 
+/* Puts ch at the end of c's output queue. */
+static void
+net_oq_append(struct srv_nconn *c, struct srv_ochunk *ch)
+{
+	if (c->otail != NULL)
+		c->otail->next = ch;
+	else
+		c->oq = ch;
+	c->otail = ch;
+}
+
 static struct srv_ochunk *
 net_chunk_new(struct srv_nconn *c, size_t cap)
 {
@@ -602,11 +625,7 @@ net_chunk_new(struct srv_nconn *c, size_t cap)
 	memset(ch, 0, sizeof(*ch));
 	ch->p = (const uint8_t *)(ch + 1);
 	ch->cap = cap;
-	if (c->otail != NULL)
-		c->otail->next = ch;
-	else
-		c->oq = ch;
-	c->otail = ch;
+	net_oq_append(c, ch);
 	return (ch);
 }
 
@@ -657,11 +676,7 @@ srv_nconn_put_msg(
 	ch->p = nng_msg_body(msg);
 	ch->len = nng_msg_len(msg);
 	ch->msg = msg;
-	if (c->otail != NULL)
-		c->otail->next = ch;
-	else
-		c->oq = ch;
-	c->otail = ch;
+	net_oq_append(c, ch);
 	c->out += ch->len;
 	c->want_out = true;
 	return (true);
@@ -1242,12 +1257,7 @@ srv_net_free(struct srv_net *n)
 	}
 	srv_map_fini(&n->srcs);
 	srv_map_fini(&n->pipes);
-	if (n->epfd >= 0)
-		close(n->epfd);
-	if (n->efd >= 0)
-		close(n->efd);
-	if (n->reserve_fd >= 0)
-		close(n->reserve_fd);
+	COHORT__CLOSE_ALL(n->epfd, n->efd, n->reserve_fd);
 	pthread_mutex_destroy(&n->mtx);
 	free(n);
 }

@@ -218,6 +218,13 @@ uint32_t srv_net_next_pipe(void);
 /* Whether a pipe id is one of ours (not nng's). */
 bool srv_net_pipe_is_ours(uint32_t pipe);
 
+/* The address bytes of sa into out (an IPv4-mapped IPv6 address as its
+ * IPv4 one): 4 or 16, 0 for another family; its port (host order) into
+ * *port unless NULL. The key of a source here, the peer address of the
+ * protocols and of the TCPStore door. */
+size_t srv_net_addr(
+    const struct sockaddr_storage *sa, uint8_t out[16], uint16_t *port);
+
 /* On the net thread, for the protocols. */
 
 /* Reads up to len bytes: > 0 read, 0 nothing now, -1 EOF or an error

@@ -195,6 +195,17 @@ server_add_jobs(struct srv_core *core, const struct cohort__srv_config *cfg)
 	return (COHORT_OK);
 }
 
+/* Frees the n items of the array arr with free_fn, then arr itself, and
+ * leaves it empty (NULL, 0). */
+#define SERVER_FREE_ARRAY(arr, n, free_fn)                                    \
+	do {                                                                  \
+		for (size_t i_ = 0; i_ < (n); i_++)                           \
+			free_fn((arr)[i_]);                                   \
+		free(arr);                                                    \
+		(arr) = NULL;                                                 \
+		(n) = 0;                                                      \
+	} while (0)
+
 /* The HTTP and TCPStore listeners stop (their threads call into the
  * core), and cohortd's own connections close while the core still runs.
  */
@@ -204,28 +215,16 @@ server_stop_listeners(struct cohort__srv *s)
 	srv_net_stop(s->net);
 	srv_http_free(s->http);
 	s->http = NULL;
-	for (size_t i = 0; i < s->ntstores; i++)
-		srv_tstore_free(s->tstores[i]);
-	free(s->tstores);
-	s->tstores = NULL;
-	s->ntstores = 0;
+	SERVER_FREE_ARRAY(s->tstores, s->ntstores, srv_tstore_free);
 	srv_door_free(s->door);
 	s->door = NULL;
-	for (size_t i = 0; i < s->nsps; i++)
-		srv_sp_free(s->sps[i]);
-	free(s->sps);
-	s->sps = NULL;
-	s->nsps = 0;
+	SERVER_FREE_ARRAY(s->sps, s->nsps, srv_sp_free);
 }
 
 static void
 server_free_urls(struct cohort__srv *s)
 {
-	for (size_t i = 0; i < s->nurls; i++)
-		free(s->urls[i]);
-	free(s->urls);
-	s->urls = NULL;
-	s->nurls = 0;
+	SERVER_FREE_ARRAY(s->urls, s->nurls, free);
 }
 
 /* Every --listen URL: tcp:// on cohortd's own listeners (sp.c), the

@@ -460,30 +460,6 @@ sp_opened_locked(void *arg, struct srv_core *core, cohort__time now)
 	srv_pipe_set_addr(core, o->pipe, o->addr, o->alen);
 }
 
-/* The peer's address bytes (IPv4-mapped IPv6 as IPv4). */
-static size_t
-sp_addr(const struct sockaddr_storage *sa, uint8_t out[16])
-{
-	if (sa->ss_family == AF_INET) {
-		memcpy(out,
-		    &((const struct sockaddr_in *)(const void *)sa)->sin_addr,
-		    4);
-		return (4);
-	}
-	if (sa->ss_family == AF_INET6) {
-		const struct in6_addr *a
-		    = &((const struct sockaddr_in6 *)(const void *)sa)
-		           ->sin6_addr;
-		if (IN6_IS_ADDR_V4MAPPED(a)) {
-			memcpy(out, a->s6_addr + 12, 4);
-			return (4);
-		}
-		memcpy(out, a->s6_addr, 16);
-		return (16);
-	}
-	return (0);
-}
-
 static bool
 sp_opened(struct srv_nconn *nc, cohort__time now)
 {
@@ -499,7 +475,7 @@ sp_opened(struct srv_nconn *nc, cohort__time now)
 		return (false);
 	/* tracked for the first-request and idle timeouts (the core's) */
 	o.pipe = nc->pipe;
-	o.alen = sp_addr(&nc->sa, o.addr);
+	o.alen = srv_net_addr(&nc->sa, o.addr, NULL);
 	srv_with_core(c->sp->nng, sp_opened_locked, &o);
 	if (!srv_nconn_put(nc, sp_hello, sizeof(sp_hello)))
 		return (false);

@@ -97,14 +97,7 @@ srv_jrn_free(struct srv_jrn *j)
 {
 	if (j == NULL)
 		return;
-	if (j->fd >= 0)
-		close(j->fd);
-	if (j->syncedfd >= 0)
-		close(j->syncedfd);
-	if (j->dfd >= 0)
-		close(j->dfd);
-	if (j->lockfd >= 0)
-		close(j->lockfd);
+	COHORT__CLOSE_ALL(j->fd, j->syncedfd, j->dfd, j->lockfd);
 	free(j->buf.p);
 	free(j->dir);
 	free(j);

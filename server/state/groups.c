@@ -51,11 +51,7 @@ group_new(
 	return (g);
 
 out_free:
-	free(g->name);
-	free(g->ranks);
-	free(g->grank_of);
-	free(g->arr);
-	free(g);
+	COHORT__FREE_ALL(g->name, g->ranks, g->grank_of, g->arr, g);
 	return (NULL);
 }
 
@@ -63,11 +59,7 @@ void
 srv_group_free(struct srv_job *job, struct srv_group *g)
 {
 	srv_map_del(&job->groups, &g->hn);
-	free(g->name);
-	free(g->ranks);
-	free(g->grank_of);
-	free(g->arr);
-	free(g);
+	COHORT__FREE_ALL(g->name, g->ranks, g->grank_of, g->arr, g);
 }
 
 cohort_status

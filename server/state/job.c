@@ -110,10 +110,7 @@ srv_job_failure_init(Cohort__Failure *f)
 void
 srv_failure_free(Cohort__Failure *f)
 {
-	free(f->host);
-	free(f->operation);
-	free(f->group);
-	free(f->text);
+	COHORT__FREE_ALL(f->host, f->operation, f->group, f->text);
 	srv_job_failure_init(f);
 }
 

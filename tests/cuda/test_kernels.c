@@ -52,10 +52,7 @@ kt_seed(uint64_t s)
 static uint64_t
 kt_rand(void)
 {
-	kt_state ^= kt_state >> 12;
-	kt_state ^= kt_state << 25;
-	kt_state ^= kt_state >> 27;
-	return (kt_state * 0x2545f4914f6cdd1dull);
+	return (th_xorshift(&kt_state));
 }
 
 static size_t

@@ -94,6 +94,13 @@ START_TEST(test_empty_and_exit_default)
 	p = fs_parse_ok("rank=0,at=op:1,action=exit");
 	ck_assert_int_eq(p->rules[0].arg, COHORT__FAULT_EXIT_CODE);
 	free(p);
+	/* the words of rank= and run= ("*" for both), a plain action */
+	p = fs_parse_ok("rank=*,at=op:1,action=kill,run=*");
+	ck_assert_int_eq(p->rules[0].rank, COHORT__FAULT_RANK_ALL);
+	ck_assert_int_eq(p->rules[0].run, COHORT__FAULT_RUN_ANY);
+	ck_assert_int_eq(p->rules[0].action, COHORT__FAULT_KILL);
+	ck_assert_int_eq(p->rules[0].arg, 0);
+	free(p);
 }
 END_TEST
 
@@ -182,6 +189,10 @@ START_TEST(test_bad_specs)
 	fs_bad("rank=1,at=op:5,action=kill,count=2", "count= applies");
 	fs_bad("rank=1,at=op:5,action=kill,color=red", "unknown field");
 	fs_bad("rank=1,at=op:5,action=kill,rank=2", "rank given twice");
+	fs_bad("rank=1,at=op:5,at=op:6,action=kill", "at given twice");
+	fs_bad("rank=1,at=op:5,action=kill,action=stop", "action given twice");
+	fs_bad("rank=16777216,at=op:5,action=kill", "rank= must be");
+	fs_bad("rank=1,at=op:5,action=kill,run=x", "run= must be");
 	fs_bad("rank=1,at=op:random:9-3,action=kill", "LO <= HI");
 	fs_bad("seed=abc;rank=1,at=op:5,action=kill", "seed=");
 	fs_bad("rank=1,,at=op:5,action=kill", "empty field");

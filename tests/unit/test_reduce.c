@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "dtype_elem.h"
+#include "th_elem.h"
 #include "unit_suite.h"
 
 /* client/reduce.c's testing hook (not in backend.h). */
@@ -26,11 +27,7 @@ static uint64_t reduce_rng = 0x9e3779b97f4a7c15u;
 static uint64_t
 reduce_rand(void)
 {
-	/* xorshift64*: reproducible, no global libc state. */
-	reduce_rng ^= reduce_rng >> 12;
-	reduce_rng ^= reduce_rng << 25;
-	reduce_rng ^= reduce_rng >> 27;
-	return (reduce_rng * 0x2545f4914f6cdd1du);
+	return (th_xorshift(&reduce_rng));
 }
 
 /* A value in [-4, 4) with few significant bits for products, or small

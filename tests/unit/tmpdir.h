@@ -8,6 +8,7 @@
 #define COHORT_TMPDIR_H
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,17 +26,26 @@ tmpdir_make(char *buf, size_t len, const char *prefix)
 	return (mkdtemp(buf) != NULL);
 }
 
+/* Writes text to the open file fd and closes it; false on failure (also
+ * for fd < 0, the failed open or mkstemp of the callers below). */
+static inline bool
+tmpfd_write(int fd, const char *text)
+{
+	size_t n = strlen(text);
+	bool ok;
+
+	if (fd < 0)
+		return (false);
+	ok = write(fd, text, n) == (ssize_t)n;
+	return (close(fd) == 0 && ok);
+}
+
 /* Writes text to path, replacing what was there; false on failure. */
 static inline bool
 tmpfile_write(const char *path, const char *text)
 {
-	FILE *f = fopen(path, "w");
-	bool ok;
-
-	if (f == NULL)
-		return (false);
-	ok = fputs(text, f) >= 0;
-	return (fclose(f) == 0 && ok);
+	return (tmpfd_write(
+	    open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666), text));
 }
 
 /* Creates a fresh file <$TMPDIR or /tmp>/<prefix>-XXXXXX (its path into
@@ -44,14 +54,10 @@ static inline bool
 tmpfile_make(char *buf, size_t len, const char *prefix, const char *text)
 {
 	const char *t = getenv("TMPDIR");
-	int fd;
 
 	snprintf(buf, len, "%s/%s-XXXXXX",
 	    t != NULL && t[0] != '\0' ? t : "/tmp", prefix);
-	if ((fd = mkstemp(buf)) < 0)
-		return (false);
-	close(fd);
-	return (tmpfile_write(buf, text));
+	return (tmpfd_write(mkstemp(buf), text));
 }
 
 /* Removes the files in dir (no subdirectories), keeping dir; false if

@@ -70,6 +70,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/worker.h"
 #include "nccl_impl.h"
 
 /* Polling: spin this long after enqueueing, then sleep NCCL_NAP_US up to
@@ -1301,6 +1302,7 @@ nccl_p2p_open(const struct cohort__group_desc *desc, void *state, void **out,
     char *err, size_t errlen, cohort__time deadline)
 {
 	struct nccl_p2p_state *ps;
+	cohort_status st;
 
 	(void)desc;
 	(void)deadline;
@@ -1315,23 +1317,11 @@ nccl_p2p_open(const struct cohort__group_desc *desc, void *state, void **out,
 	}
 	ps->s = state;
 	atomic_init(&ps->stop, 0);
-	if (pthread_mutex_init(&ps->mtx, NULL) != 0) {
+	if ((st = cohort__worker_start(&ps->mtx, &ps->cv, &ps->thread,
+	         nccl_p2p_waiter, ps, "nccl waiter thread", err, errlen))
+	    != COHORT_OK) {
 		free(ps);
-		snprintf(err, errlen, "pthread_mutex_init failed");
-		return (COHORT_ESYSTEM);
-	}
-	if (pthread_cond_init(&ps->cv, NULL) != 0) {
-		pthread_mutex_destroy(&ps->mtx);
-		free(ps);
-		snprintf(err, errlen, "pthread_cond_init failed");
-		return (COHORT_ESYSTEM);
-	}
-	if (pthread_create(&ps->thread, NULL, nccl_p2p_waiter, ps) != 0) {
-		pthread_cond_destroy(&ps->cv);
-		pthread_mutex_destroy(&ps->mtx);
-		free(ps);
-		snprintf(err, errlen, "cannot start the nccl waiter thread");
-		return (COHORT_ESYSTEM);
+		return (st);
 	}
 	*out = ps;
 	return (COHORT_OK);
@@ -1465,15 +1455,9 @@ nccl_p2p_close(void *arg)
 
 	if (ps == NULL)
 		return;
-	pthread_mutex_lock(&ps->mtx);
-	ps->closing = true;
 	/* What is still posted fails (EABORTED) before the waiter ends. */
-	atomic_store(&ps->stop, 1);
-	pthread_cond_signal(&ps->cv);
-	pthread_mutex_unlock(&ps->mtx);
-	pthread_join(ps->thread, NULL);
-	pthread_cond_destroy(&ps->cv);
-	pthread_mutex_destroy(&ps->mtx);
+	cohort__worker_stop(
+	    &ps->mtx, &ps->cv, ps->thread, &ps->closing, &ps->stop);
 	free(ps);
 }
 

@@ -53,6 +53,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/worker.h"
 
 #define SVC_DEFAULT_CHUNK (16u << 20)
 
@@ -998,6 +999,7 @@ svcp_open(const struct cohort__group_desc *desc, void *state, void **out,
     char *err, size_t errlen, cohort__time deadline)
 {
 	struct svcp *ps;
+	cohort_status st;
 
 	(void)state;
 	(void)deadline;
@@ -1016,17 +1018,11 @@ svcp_open(const struct cohort__group_desc *desc, void *state, void **out,
 	ps->chunk = svc_chunk();
 	ps->next = 1;
 	atomic_init(&ps->stop, 0);
-	if (pthread_mutex_init(&ps->mtx, NULL) != 0) {
+	if ((st = cohort__worker_start(&ps->mtx, &ps->cv, &ps->reader,
+	         svcp_reader, ps, "mailbox reader", err, errlen))
+	    != COHORT_OK) {
 		free(ps);
-		snprintf(err, errlen, "pthread_mutex_init failed");
-		return (COHORT_ESYSTEM);
-	}
-	if (pthread_cond_init(&ps->cv, NULL) != 0
-	    || pthread_create(&ps->reader, NULL, svcp_reader, ps) != 0) {
-		pthread_mutex_destroy(&ps->mtx);
-		free(ps);
-		snprintf(err, errlen, "cannot start the mailbox reader");
-		return (COHORT_ESYSTEM);
+		return (st);
 	}
 	*out = ps;
 	return (COHORT_OK);
@@ -1208,19 +1204,13 @@ svcp_close(void *arg)
 
 	if (ps == NULL)
 		return;
-	pthread_mutex_lock(&ps->mtx);
-	ps->closing = true;
-	atomic_store(&ps->stop, 1);
-	pthread_cond_signal(&ps->cv);
-	pthread_mutex_unlock(&ps->mtx);
-	pthread_join(ps->reader, NULL);
+	cohort__worker_stop(
+	    &ps->mtx, &ps->cv, ps->reader, &ps->closing, &ps->stop);
 	for (m = ps->kept; m != NULL; m = next) {
 		next = m->next;
 		free(m->data);
 		free(m);
 	}
-	pthread_cond_destroy(&ps->cv);
-	pthread_mutex_destroy(&ps->mtx);
 	free(ps);
 }
 
