@@ -4,7 +4,7 @@
 Builds hosts as network namespaces (tests/hosts/hostnet.py: each with its
 own address and /dev/shm) and runs ``cohort bench`` as a 4-rank job, two
 ranks per host, alternately with the hierarchical all-reduce (the default:
-shared memory within a host, TCP between hosts; client/backend/tcp/hier.c)
+shared memory within a host, TCP between hosts; client/backend/host/hier.c)
 and with it off (COHORT_TCP_HIER=0: a flat TCP ring or recursive doubling
 over all 4 ranks), in one interleaved run. Reports per size the median over
 repetitions of rank 0's median time and bus bandwidth, and hier/flat.

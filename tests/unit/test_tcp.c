@@ -1,6 +1,6 @@
 /*
  * test_tcp.c - the tcp backend's mesh setup and connections
- * (client/backend/tcp/tcp.c): an init that times out names the ranks
+ * (client/backend/host/mesh.c): an init that times out names the ranks
  * missing, and a rank SIGKILLed in another process is reported EPEERLOST
  * by name, promptly, in every mode of tcp_fixture.h.
  */

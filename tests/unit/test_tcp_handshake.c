@@ -1,6 +1,6 @@
 /*
  * test_tcp_handshake.c - the tcp backend's mesh handshake
- * (client/backend/tcp/handshake.c and its use in tcp.c): strangers, stale
+ * (client/backend/host/handshake.c and its use in mesh.c): strangers, stale
  * generations and wrong secrets are turned away, a flood of silent
  * connections does not keep the real peers out, and a silent connection is
  * dropped after the handshake time.

@@ -1,6 +1,6 @@
 /*
  * test_tcp_shm.c - the tcp backend's same-host shared-memory path
- * (client/backend/tcp/shm.c): ranks in two processes whose settings
+ * (client/backend/host/shm.c): ranks in two processes whose settings
  * disagree still agree on one path and on the results.
  */
 #include <string.h>

@@ -1,6 +1,6 @@
 /*
  * test_tcp_xfer.c - the tcp backend's transfer engines
- * (client/backend/tcp/xfer.c) when a peer disappears mid-collective, when
+ * (client/backend/host/xfer.c) when a peer disappears mid-collective, when
  * the run is aborted (abort() or the group's flag) and at its deadline,
  * in every mode of tcp_fixture.h; and that the time a rank waits for a
  * late peer is counted as waiting (op stats), on every path.

@@ -1,5 +1,5 @@
 /*
- * bench.c - `cohort bench`: collective benchmark (DESIGN.md section 3).
+ * bench.c - `cohort bench`: the collective benchmark (bench/README.md).
  *
  *   cohort bench [-n N] [--backend tcp|service|auto] [--op OP]
  *                [--sizes MIN:MAX|S1,S2,..] [--iters I[,I2,..]]
