@@ -219,6 +219,8 @@ def _run_job_on_hosts(cluster, kind: str, backend: str, arg: str, iters: int) ->
                "MASTER_ADDR": hosts[0].addr, "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
                "PYTHONPATH": str(REPO / "python"), "COHORT_LOG_LEVEL": "error",
                "COHORT_COHORTD": str(REPO / "build" / "bin" / "cohortd"), "GLOO_SOCKET_IFNAME": "eth0"}
+        # the hosts' environment is a minimal one: carry the caller's COHORT_* tunables over
+        env.update({k: v for k, v in os.environ.items() if k.startswith("COHORT_") and k not in env})
         procs.append(h.spawn([sys.executable, __file__, "--worker", kind, backend, arg, str(iters)], env=env,
                              name=f"{kind}-{backend}-r{r}"))
     outs = []
