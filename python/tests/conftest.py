@@ -18,7 +18,7 @@ import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import IO, Callable, Optional, Sequence
 
 import pytest
 
@@ -91,7 +91,47 @@ def start(argv: Sequence[str], env: dict[str, str]) -> subprocess.Popen:
     return p
 
 
-def start_cohortd(*args: str, env: Optional[dict[str, str]] = None, timeout: float = 20.0
+def _spawn_cohortd(listen: str, argv: Sequence[str], env: Optional[dict[str, str]], timeout: float,
+                   log: Optional[IO[str]]) -> tuple[subprocess.Popen, str, str]:
+    """One cohortd at ``listen``: (its process, its ready line, its output when it did not start).
+
+    The ready line is the URL cohortd bound (``--ready-fd``), empty when it
+    did not write one within ``timeout``; then the process is killed and its
+    output (the pipe, or what it appended to ``log``) is returned.
+    """
+    if str(PYDIR) not in sys.path:
+        sys.path.insert(0, str(PYDIR))
+    from cohort.bootstrap import _read_line as read_ready_line  # the line of cohortd's --ready-fd
+
+    scheme = listen.split("://", 1)[0] + "://"
+    begin = os.fstat(log.fileno()).st_size if log is not None else 0
+    r, w = os.pipe()
+    try:
+        p = subprocess.Popen([str(BIN / "cohortd"), "--listen", listen, "--ready-fd", str(w), *argv],
+                             env=env or base_env(), stdout=log if log is not None else subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True, pass_fds=(w,))
+    finally:
+        os.close(w)
+    _started.append(p)
+    try:
+        url = read_ready_line(r, timeout)
+    finally:
+        os.close(r)
+    if url.startswith(scheme):
+        return p, url, ""
+    kill_tree(p)
+    out, _ = p.communicate()
+    if log is not None:
+        end = os.fstat(log.fileno()).st_size
+        out = os.pread(log.fileno(), max(0, end - begin), begin).decode(errors="replace")
+        # What a cohortd that is not the caller's wrote is not left in its log.
+        os.ftruncate(log.fileno(), begin)
+        os.lseek(log.fileno(), begin, os.SEEK_SET)
+    return p, "", out
+
+
+def start_cohortd(*args: str, env: Optional[dict[str, str]] = None, timeout: float = 20.0,
+                  listen: str = "tcp://127.0.0.1:0", log: Optional[IO[str]] = None
                   ) -> tuple[subprocess.Popen, str, list[int]]:
     """A cohortd on a loopback port the kernel chose, once it listens: (its process, its URL, ports).
 
@@ -103,11 +143,15 @@ def start_cohortd(*args: str, env: Optional[dict[str, str]] = None, timeout: flo
     ready line does not name), and when one of those was taken in between
     (cohortd exits "Address already in use") cohortd is started again with
     new ones, at most three times. ``ports`` are those put in, in order.
-    """
-    if str(PYDIR) not in sys.path:
-        sys.path.insert(0, str(PYDIR))
-    from cohort.bootstrap import _read_line as read_ready_line  # the line of cohortd's --ready-fd
 
+    ``listen`` is another URL with port 0 (``tls+tcp://127.0.0.1:0``);
+    the URL returned has its scheme. cohortd's standard output and error go
+    to a pipe, or to ``log`` (a regular file opened for reading and writing) for a
+    test that reads them or a cohortd that logs much; the output of an
+    attempt that is started again is cut from ``log``. Every listener
+    (``--http``, ``--torch-store``) is bound before the ready line is
+    written (server/front/server.c).
+    """
     for attempt in range(3):
         ports: list[int] = []
 
@@ -118,25 +162,38 @@ def start_cohortd(*args: str, env: Optional[dict[str, str]] = None, timeout: flo
             return a
 
         argv = [fill(a) for a in args]
-        r, w = os.pipe()
-        try:
-            p = subprocess.Popen([str(BIN / "cohortd"), "--listen", "tcp://127.0.0.1:0", "--ready-fd", str(w), *argv],
-                                 env=env or base_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                 start_new_session=True, pass_fds=(w,))
-        finally:
-            os.close(w)
-        _started.append(p)
-        try:
-            url = read_ready_line(r, timeout)
-        finally:
-            os.close(r)
-        if url.startswith("tcp://"):
+        p, url, out = _spawn_cohortd(listen, argv, env, timeout, log)
+        if url:
             return p, url, ports
-        kill_tree(p)
-        out, _ = p.communicate()
         if "Address already in use" not in out or not ports or attempt == 2:
             raise AssertionError(f"cohortd did not start within {timeout:g} s: {out[-2000:]}")
     raise AssertionError("unreachable")
+
+
+def restart_cohortd(url: str, *args: str, ports: Sequence[int], env: Optional[dict[str, str]] = None,
+                    timeout: float = 20.0, log: Optional[IO[str]] = None) -> subprocess.Popen:
+    """cohortd again on the addresses of an earlier ``start_cohortd``: its process, once it listens.
+
+    ``url`` and ``ports`` are what ``start_cohortd`` returned, ``args`` the
+    same options (``{port}`` becomes ``ports``, in order). For a test of a
+    coordinator restart whose clients reconnect to the address they had:
+    the same ports are the scenario, so a port taken in between fails the
+    start (no retry, unlike ``start_cohortd``).
+    """
+    wanted = sum(a.count("{port}") for a in args)
+    assert wanted == len(ports), f"{len(ports)} ports for the {wanted} {{port}} in {args}"
+    left = list(ports)
+
+    def fill(a: str) -> str:
+        while "{port}" in a:
+            a = a.replace("{port}", str(left.pop(0)), 1)
+        return a
+
+    p, got, out = _spawn_cohortd(url, [fill(a) for a in args], env, timeout, log)
+    if got != url:
+        kill_tree(p)
+        raise AssertionError(f"cohortd did not start again at {url} within {timeout:g} s: {got} {out[-2000:]}")
+    return p
 
 
 def joiners_waiting(http_port: int) -> int:

@@ -18,15 +18,15 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 import urllib.request
 from collections import Counter, defaultdict
 
 import pytest
 
-from conftest import BIN, base_env, free_port
+from conftest import BIN, base_env, start_cohortd
 
-COHORTD = str(BIN / "cohortd")
 COHORT = str(BIN / "cohort")
 WORKER = str(BIN / "cohort-test-worker")
 STRATEGY = str(BIN / "cohort-strategy-worker")
@@ -38,30 +38,25 @@ STRATEGY = str(BIN / "cohort-strategy-worker")
 
 
 class Coordinator:
-    """cohortd on free loopback ports with --http; stopped by PID."""
+    """cohortd on loopback ports with --http, once it listens; stopped by PID.
+
+    start_cohortd: the coordinator's port is the kernel's choice, the HTTP
+    port is chosen at start and cohortd started again if it was taken. Its
+    output is in ``log``.
+    """
 
     def __init__(self, tmp_path, *args: str, private: bool = True):
-        self.port = free_port()
-        self.hport = free_port()
-        self.url = f"tcp://127.0.0.1:{self.port}"
-        self.http = f"http://127.0.0.1:{self.hport}"
-        self.log = open(tmp_path / f"cohortd-{self.port}.log", "w+")
-        self.proc = subprocess.Popen(
+        self.log = tempfile.NamedTemporaryFile("w+", dir=tmp_path, prefix="cohortd-", suffix=".log", delete=False)
+        try:
             # Job names on /metrics and every job's status without an
             # admin secret: a private coordinator's settings.
-            [COHORTD, "--listen", self.url, "--http", f"127.0.0.1:{self.hport}",
-             *(["--metrics-per-job", "--open-status"] if private else []), *args],
-            stdout=self.log, stderr=subprocess.STDOUT, env=base_env())
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                if self.get("/healthz")[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.05)
-        self.stop()
-        raise AssertionError("cohortd did not serve /healthz")
+            self.proc, self.url, [self.hport] = start_cohortd(
+                "--http", "127.0.0.1:{port}", *(["--metrics-per-job", "--open-status"] if private else []), *args,
+                log=self.log)
+        except BaseException:
+            self.log.close()
+            raise
+        self.http = f"http://127.0.0.1:{self.hport}"
 
     def get(self, path: str, headers: dict | None = None) -> tuple[int, str]:
         req = urllib.request.Request(self.http + path, headers=headers or {})

@@ -10,15 +10,18 @@ restart (the journal).
 
 import datetime
 import os
+import pathlib
 import signal
 import subprocess
 import sys
 import time
+from typing import Optional
 
 import pytest
 import torch.distributed as dist
 
-from conftest import BIN, PYTHON, WORKERS, base_env, describe, exited_ok, finish, free_port, start
+from conftest import (PYTHON, WORKERS, base_env, describe, exited_ok, finish, restart_cohortd, start,
+                      start_cohortd)
 
 T = datetime.timedelta(seconds=10)
 
@@ -36,37 +39,37 @@ def terminate(p: subprocess.Popen) -> None:
 
 
 class Cohortd:
-    """A cohortd with TCPStore listeners, bounded and killed by PID."""
+    """A cohortd with TCPStore listeners, bounded and killed by PID.
 
-    def __init__(self, *extra, state_dir=None):
-        self.port = free_port()
-        self.ports = [free_port(), free_port()]
-        self.args = [str(BIN / "cohortd"), "--listen", f"tcp://127.0.0.1:{self.port}",
-                     "--torch-store", f"jobA@127.0.0.1:{self.ports[0]}",
-                     "--torch-store", f"jobB@127.0.0.1:{self.ports[1]}", "--log-level", "warn", *extra]
+    ``ports`` are its two TCPStore listeners (jobs "jobA", "jobB"), ``url``
+    its coordinator URL. Its log goes to the file COHORTD_TEST_LOG names
+    (appended), if any.
+    """
+
+    def __init__(self, *extra: str, state_dir: Optional[pathlib.Path] = None):
+        self.args = ["--torch-store", "jobA@127.0.0.1:{port}", "--torch-store", "jobB@127.0.0.1:{port}",
+                     "--log-level", "warn", *extra]
         if state_dir:
             self.args += ["--state-dir", str(state_dir)]
-        self.start()
+        name = os.environ.get("COHORTD_TEST_LOG")
+        self.log = open(name, "a+") if name else None
+        self.p, self.url, self.ports = start_cohortd(*self.args, log=self.log)
 
-    def start(self):
-        self.log = open(os.environ.get("COHORTD_TEST_LOG", os.devnull), "a")
-        self.p = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=self.log, text=True)
-        deadline = time.monotonic() + 10
-        import socket
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.ports[1]), timeout=0.2).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("cohortd did not start")
+    def restart(self) -> None:
+        """cohortd again on the same coordinator and TCPStore ports (it was
+        stopped): its clients reconnect to the address they had, which is
+        what a restart test tests, so a port taken meanwhile fails it
+        instead of moving it (restart_cohortd)."""
+        self.p = restart_cohortd(self.url, *self.args, ports=self.ports, log=self.log)
 
     def kill9(self):
         self.p.send_signal(signal.SIGKILL)
         self.p.wait(10)
 
-    def stop(self):
+    def stop(self) -> None:
         terminate(self.p)
+        if self.log is not None:
+            self.log.close()
 
 
 @pytest.fixture
@@ -165,7 +168,7 @@ def test_keys_survive_a_coordinator_restart(tmp_path, built):
         assert s.add("n", 41) == 41
         time.sleep(0.3)  # past the batched fsync (100 ms)
         c.kill9()
-        c.start()
+        c.restart()
         s2 = client(c.ports[0])
         assert s2.get("kept") == b"yes"
         assert s2.add("n", 1) == 42

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import base_env, free_port
+from conftest import base_env, start_cohortd
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 
@@ -40,10 +40,9 @@ except cohort.CohortError as e:
 
 def test_python_client_over_tls(built, tmp_path):
     _certs(tmp_path)
-    port = free_port()
-    url = f"tls+tcp://127.0.0.1:{port}"
-    d = subprocess.Popen([str(built / "cohortd"), "--listen", url, "--tls-cert", str(tmp_path / "srv.pem"),
-                          "--tls-key", str(tmp_path / "srv.key")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # TLS on a port the kernel chose; url is what cohortd bound.
+    d, url, _ = start_cohortd("--tls-cert", str(tmp_path / "srv.pem"), "--tls-key", str(tmp_path / "srv.key"),
+                              listen="tls+tcp://127.0.0.1:0")
     try:
         for ca, want in (("ca.pem", "ok 0 1"), ("ca2.pem", "EAUTH")):
             env = base_env(COHORT_COORDINATOR=url, COHORT_TLS_CA=str(tmp_path / ca), COHORT_TLS_SERVER_NAME="localhost")

@@ -19,11 +19,9 @@ torch's "init/" key of waitForWorkers and key counts compare as they are.
 from __future__ import annotations
 
 import datetime
-import os
 import signal
 import socket
 import struct
-import subprocess
 import tempfile
 import threading
 import time
@@ -32,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch.distributed as dist
 
-from conftest import BIN, free_port
+from conftest import start_cohortd
 from test_tcpstore import terminate
 
 T = datetime.timedelta(seconds=10)
@@ -52,22 +50,15 @@ class Server:
                                         timeout=T, use_libuv=libuv)
             self.port = self.master.port
             return
-        self.port = free_port()
+        # Its TCPStore listener on a port chosen at start, cohortd on one the
+        # kernel chose; started again if the listener's port was taken.
         self.log = tempfile.NamedTemporaryFile("w+", prefix="cohortd-", suffix=".log")
-        self.proc = subprocess.Popen(
-            [str(BIN / "cohortd"), "--listen", f"tcp://127.0.0.1:{free_port()}",
-             "--torch-store", f"{self.host}:{self.port}", "--log-level", "warn", *cohortd_args],
-            stdout=subprocess.DEVNULL, stderr=self.log)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection((self.host, self.port), timeout=0.2).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    self.stop()
-                    raise RuntimeError("cohortd --torch-store did not start")
-                time.sleep(0.05)
+        try:
+            self.proc, _, [self.port] = start_cohortd("--torch-store", f"{self.host}:{{port}}", "--log-level", "warn",
+                                                      *cohortd_args, log=self.log)
+        except BaseException:
+            self.log.close()
+            raise
 
     def client(self, timeout: datetime.timedelta = T, **kw) -> dist.TCPStore:
         return dist.TCPStore(self.host, self.port, is_master=False, timeout=timeout,
