@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -97,18 +98,21 @@ def _spawn_cohortd(listen: str, argv: Sequence[str], env: Optional[dict[str, str
 
     The ready line is the URL cohortd bound (``--ready-fd``), empty when it
     did not write one within ``timeout``; then the process is killed and its
-    output (the pipe, or what it appended to ``log``) is returned.
+    output (what it appended to ``log``, a temporary file when none is given) is returned.
     """
     if str(PYDIR) not in sys.path:
         sys.path.insert(0, str(PYDIR))
     from cohort.bootstrap import _read_line as read_ready_line  # the line of cohortd's --ready-fd
 
     scheme = listen.split("://", 1)[0] + "://"
-    begin = os.fstat(log.fileno()).st_size if log is not None else 0
+    if log is None:
+        # a file, never a pipe: a pipe nobody reads blocks cohortd once 64 KiB of log fill it
+        log = tempfile.TemporaryFile("w+")
+    begin = os.fstat(log.fileno()).st_size
     r, w = os.pipe()
     try:
         p = subprocess.Popen([str(BIN / "cohortd"), "--listen", listen, "--ready-fd", str(w), *argv],
-                             env=env or base_env(), stdout=log if log is not None else subprocess.PIPE,
+                             env=env or base_env(), stdout=log,
                              stderr=subprocess.STDOUT, text=True, start_new_session=True, pass_fds=(w,))
     finally:
         os.close(w)
@@ -120,13 +124,12 @@ def _spawn_cohortd(listen: str, argv: Sequence[str], env: Optional[dict[str, str
     if url.startswith(scheme):
         return p, url, ""
     kill_tree(p)
-    out, _ = p.communicate()
-    if log is not None:
-        end = os.fstat(log.fileno()).st_size
-        out = os.pread(log.fileno(), max(0, end - begin), begin).decode(errors="replace")
-        # What a cohortd that is not the caller's wrote is not left in its log.
-        os.ftruncate(log.fileno(), begin)
-        os.lseek(log.fileno(), begin, os.SEEK_SET)
+    p.wait()
+    end = os.fstat(log.fileno()).st_size
+    out = os.pread(log.fileno(), max(0, end - begin), begin).decode(errors="replace")
+    # What a cohortd that is not the caller's wrote is not left in its log.
+    os.ftruncate(log.fileno(), begin)
+    os.lseek(log.fileno(), begin, os.SEEK_SET)
     return p, "", out
 
 
