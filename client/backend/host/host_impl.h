@@ -85,6 +85,12 @@ host_op_algo(const struct host_op *c, const char *algo)
 		c->stats->algo = algo;
 }
 
+/* Defaults of COHORT_TCP_SEND_MAX and COHORT_TCP_NOTSENT_LOWAT, shared by
+ * the collectives (host.c), the point-to-point path (p2p.c) and the
+ * sockets (mesh.c); why they are small: host.c. */
+#define HOST_DEFAULT_SEND_MAX (32u << 10)
+#define HOST_DEFAULT_NOTSENT_LOWAT (32u << 10)
+
 /* Tunables (COHORT_TCP_* environment, read at init; host.c). */
 struct host_tune {
 	size_t small_max; /* allreduce: recursive doubling up to here */

@@ -171,7 +171,8 @@ static void
 mesh_sockopts(int fd, bool nodelay)
 {
 	size_t sz = host_knob(COHORT__KNOB_TCP_SOCKBUF, 0);
-	size_t lowat = host_knob(COHORT__KNOB_TCP_NOTSENT_LOWAT, 32u << 10);
+	size_t lowat = host_knob(
+	    COHORT__KNOB_TCP_NOTSENT_LOWAT, HOST_DEFAULT_NOTSENT_LOWAT);
 	int one = 1;
 
 	if (sz > 0) {

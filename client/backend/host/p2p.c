@@ -1524,7 +1524,8 @@ host_p2p_open(const struct cohort__group_desc *desc, void *state, void **out,
 	s->io_max = host_knob(COHORT__KNOB_TCP_IO_MAX, 256u << 10);
 	if (s->io_max < 4096)
 		s->io_max = 4096;
-	s->send_max = host_knob(COHORT__KNOB_TCP_SEND_MAX, 32u << 10);
+	s->send_max
+	    = host_knob(COHORT__KNOB_TCP_SEND_MAX, HOST_DEFAULT_SEND_MAX);
 	if (s->send_max > s->io_max)
 		s->send_max = s->io_max;
 	s->hs_ms = (int)cohort__knob_int_or(
