@@ -106,6 +106,9 @@ struct cohort__coord_async {
 	nng_aio *aio;
 	enum coord_state state; /* under co->mtx */
 	bool stopped; /* under co->mtx */
+	/* A starter owns the call from its first look at state to the send
+	 * (coord_async_start, which lets go of co->mtx in between). */
+	atomic_bool starting;
 	nng_msg *tmpl; /* the packed request, for re-sends */
 	struct cohort__coord_call call;
 };
@@ -1588,6 +1591,7 @@ cohort__coord_async_alloc(struct cohort__coord *co, cohort__coord_done cb,
 	if ((a = calloc(1, sizeof(*a))) == NULL)
 		return (cohort__err(COHORT_ENOMEM, "out of memory"));
 	a->co = co;
+	atomic_init(&a->starting, false);
 	a->cb = cb;
 	a->arg = arg;
 	if ((st = coord_ctx_open(co, &a->aio, &a->ctx, coord_async_cb, a))
@@ -1603,7 +1607,7 @@ cohort__coord_async_alloc(struct cohort__coord *co, cohort__coord_done cb,
  * the engine's lock is held by another thread (whose holder a starved
  * machine may not run for a while: the caller must not wait behind it). */
 static cohort_status
-coord_async_start(struct cohort__coord_async *a, Cohort__Request *req,
+coord_async_start_owned(struct cohort__coord_async *a, Cohort__Request *req,
     cohort__time deadline, bool try, bool *busy)
 {
 	struct cohort__coord *co = a->co;
@@ -1659,6 +1663,26 @@ coord_async_start(struct cohort__coord_async *a, Cohort__Request *req,
 		a->tmpl = NULL;
 	}
 	pthread_mutex_unlock(&co->mtx);
+	return (st);
+}
+
+/* Only one thread starts a call at a time. The completion callback may
+ * start the next call (the fault poll does) while the heartbeat thread's
+ * tick tries to start the same one; both saw COORD_IDLE before either
+ * sent, and two sends on one aio abort the process inside nng ("aio->
+ * a_cancel_fn == NULL"), seen at 10,000 simulated clients. The one that
+ * loses is told the call is running (COHORT_ESTATE). */
+static cohort_status
+coord_async_start(struct cohort__coord_async *a, Cohort__Request *req,
+    cohort__time deadline, bool try, bool *busy)
+{
+	cohort_status st;
+
+	*busy = false;
+	if (atomic_exchange_explicit(&a->starting, true, memory_order_acquire))
+		return (cohort__err(COHORT_ESTATE, "async call being started"));
+	st = coord_async_start_owned(a, req, deadline, try, busy);
+	atomic_store_explicit(&a->starting, false, memory_order_release);
 	return (st);
 }
 

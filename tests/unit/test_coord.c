@@ -3,9 +3,12 @@
  * cohortd core embedded in the test (tests/harness/cl_fixture.h): a round
  * trip, a retry applied once, abort and deadline of a parked call, a
  * coordinator that is not there or goes away, a request too big to send,
- * an asynchronous call.
+ * an asynchronous call, and one restarted from its own callback while
+ * another thread tries to start it (the fault poll and the heartbeat).
  */
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -346,8 +349,121 @@ START_TEST(test_async_call_calls_back)
 }
 END_TEST
 
+/* The fault poll's pattern: the completion callback starts the call
+ * again, and the heartbeat thread's tick tries to start the same call
+ * meanwhile. Two sends on the call's one aio abort the process inside
+ * nng; exactly one starter may win each time. */
+struct co_race {
+	struct cohort__coord_async *as;
+	pthread_mutex_t mtx;
+	int calls, bad, target;
+	atomic_bool stop;
+};
+
+static void
+co_race_start(struct co_race *r, bool try)
+{
+	Cohort__Request req = COHORT__REQUEST__INIT;
+	Cohort__KvGet get = COHORT__KV_GET__INIT;
+	cohort_status st;
+	bool busy;
+
+	get.key = "here";
+	req.body_case = COHORT__REQUEST__BODY_KV_GET;
+	req.kv_get = &get;
+	st = try ? cohort__coord_async_try_start(
+	               r->as, &req, cohort__now_ms() + 5000, &busy)
+	         : cohort__coord_async_start(
+	               r->as, &req, cohort__now_ms() + 5000);
+	if (st != COHORT_OK && st != COHORT_ESTATE && st != COHORT_ECLOSED) {
+		fprintf(stderr, "async race: start: %s: %s\n",
+		    cohort_status_name(st), cohort_last_error());
+		pthread_mutex_lock(&r->mtx);
+		r->bad++;
+		pthread_mutex_unlock(&r->mtx);
+	}
+}
+
+static void
+co_race_done(void *arg, cohort_status st, struct cohort__coord_call *call)
+{
+	struct co_race *r = arg;
+	bool again;
+
+	(void)call;
+	pthread_mutex_lock(&r->mtx);
+	r->calls++;
+	/* a call the ticker started after the target is stopped by the
+	 * free at the end: ECLOSED */
+	if (st != COHORT_OK && st != COHORT_ECLOSED) {
+		r->bad++;
+		fprintf(stderr, "async race: %s: %s\n",
+		    cohort_status_name(st), cohort_last_error());
+	}
+	again = r->calls < r->target;
+	pthread_mutex_unlock(&r->mtx);
+	if (again)
+		co_race_start(r, false);
+}
+
+static void *
+co_race_ticker(void *arg)
+{
+	struct co_race *r = arg;
+
+	while (!atomic_load(&r->stop)) {
+		co_race_start(r, true);
+		sched_yield();
+	}
+	return (NULL);
+}
+
+static bool
+co_race_done_enough(void *arg)
+{
+	struct co_race *r = arg;
+	bool done;
+
+	pthread_mutex_lock(&r->mtx);
+	done = r->calls >= r->target;
+	pthread_mutex_unlock(&r->mtx);
+	return (done);
+}
+
+START_TEST(test_async_restart_races_a_tick)
+{
+	struct clx x;
+	struct cohort__coord *co;
+	struct co_race r = { .mtx = PTHREAD_MUTEX_INITIALIZER,
+		.target = 3000 };
+	struct cohort__coord_call call;
+	pthread_t th;
+
+	atomic_init(&r.stop, false);
+	clx_start(&x, "async-race");
+	co = co_open(&x);
+	ck_assert_cohort_ok(co_set(co, &call, "here", "1", 1));
+	cohort__coord_call_fini(&call);
+	ck_assert_cohort_ok(
+	    cohort__coord_async_alloc(co, co_race_done, &r, &r.as));
+	ck_assert_int_eq(pthread_create(&th, NULL, co_race_ticker, &r), 0);
+	co_race_start(&r, false);
+	/* 3,000 round trips take well under a second here */
+	ck_assert(th_wait_until(co_race_done_enough, &r, 3000, 10));
+	atomic_store(&r.stop, true);
+	pthread_join(th, NULL);
+	cohort__coord_async_free(r.as);
+	pthread_mutex_lock(&r.mtx);
+	ck_assert_int_eq(r.bad, 0);
+	pthread_mutex_unlock(&r.mtx);
+	cohort__coord_close(co);
+	clx_stop(&x);
+}
+END_TEST
+
 UNIT_SUITE(coord, "coord", 60, test_round_trip_numbers_requests,
     test_retry_is_applied_once, test_abort_ends_a_parked_call,
     test_deadline_bounds_a_parked_call, test_nobody_there_is_enocoord,
     test_coordinator_gone_past_the_window,
-    test_too_big_is_refused_before_sending, test_async_call_calls_back)
+    test_too_big_is_refused_before_sending, test_async_call_calls_back,
+    test_async_restart_races_a_tick)
