@@ -1680,7 +1680,8 @@ coord_async_start(struct cohort__coord_async *a, Cohort__Request *req,
 
 	*busy = false;
 	if (atomic_exchange_explicit(&a->starting, true, memory_order_acquire))
-		return (cohort__err(COHORT_ESTATE, "async call being started"));
+		return (
+		    cohort__err(COHORT_ESTATE, "async call being started"));
 	st = coord_async_start_owned(a, req, deadline, try, busy);
 	atomic_store_explicit(&a->starting, false, memory_order_release);
 	return (st);

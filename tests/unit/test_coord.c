@@ -371,10 +371,10 @@ co_race_start(struct co_race *r, bool try)
 	get.key = "here";
 	req.body_case = COHORT__REQUEST__BODY_KV_GET;
 	req.kv_get = &get;
-	st = try ? cohort__coord_async_try_start(
-	               r->as, &req, cohort__now_ms() + 5000, &busy)
-	         : cohort__coord_async_start(
-	               r->as, &req, cohort__now_ms() + 5000);
+	st = try
+	    ? cohort__coord_async_try_start(
+	        r->as, &req, cohort__now_ms() + 5000, &busy)
+	    : cohort__coord_async_start(r->as, &req, cohort__now_ms() + 5000);
 	if (st != COHORT_OK && st != COHORT_ESTATE && st != COHORT_ECLOSED) {
 		fprintf(stderr, "async race: start: %s: %s\n",
 		    cohort_status_name(st), cohort_last_error());
@@ -397,8 +397,8 @@ co_race_done(void *arg, cohort_status st, struct cohort__coord_call *call)
 	 * free at the end: ECLOSED */
 	if (st != COHORT_OK && st != COHORT_ECLOSED) {
 		r->bad++;
-		fprintf(stderr, "async race: %s: %s\n",
-		    cohort_status_name(st), cohort_last_error());
+		fprintf(stderr, "async race: %s: %s\n", cohort_status_name(st),
+		    cohort_last_error());
 	}
 	again = r->calls < r->target;
 	pthread_mutex_unlock(&r->mtx);
@@ -434,8 +434,8 @@ START_TEST(test_async_restart_races_a_tick)
 {
 	struct clx x;
 	struct cohort__coord *co;
-	struct co_race r = { .mtx = PTHREAD_MUTEX_INITIALIZER,
-		.target = 3000 };
+	struct co_race r
+	    = { .mtx = PTHREAD_MUTEX_INITIALIZER, .target = 3000 };
 	struct cohort__coord_call call;
 	pthread_t th;
 
