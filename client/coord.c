@@ -48,6 +48,9 @@
 #define COORD_RECONN_MAX_MS 1000
 /* How often an asynchronous call waiting for a connection looks again. */
 #define COORD_POLL_MS 20
+/* How long an asynchronous call's callback waits to look again when a
+ * client thread holds the engine's lock (coord_async_cb). */
+#define COORD_DEFER_MS 1
 
 struct cohort__coord {
 	nng_socket sock;
@@ -109,6 +112,17 @@ struct cohort__coord_async {
 	/* A starter owns the call from its first look at state to the send
 	 * (coord_async_start, which lets go of co->mtx in between). */
 	atomic_bool starting;
+	/* A completion whose callback found the engine's lock taken: its
+	 * result and message, kept while the aio sleeps COORD_DEFER_MS and
+	 * taken up when the sleep ends (coord_async_cb; only the callback,
+	 * which nng runs one at a time per aio, and the free touch them). */
+	bool deferred;
+	int deferred_rv;
+	nng_msg *deferred_msg;
+	/* cohort__coord_async_stop has begun: nng runs no more operations on
+	 * the aio, so the callback must not defer (its sleep would never
+	 * end) but wait for the lock, which the stopper does not hold. */
+	atomic_bool stopping;
 	nng_msg *tmpl; /* the packed request, for re-sends */
 	struct cohort__coord_call call;
 };
@@ -1518,7 +1532,34 @@ coord_async_cb(void *arg)
 	cohort_status st = COHORT_OK;
 	int rv = nng_aio_result(a->aio);
 
-	pthread_mutex_lock(&co->mtx);
+	if (a->deferred) {
+		/* the short sleep below ended (or an abort cut it short): the
+		 * completion it kept is the one to take up */
+		a->deferred = false;
+		rv = a->deferred_rv;
+		nng_aio_set_msg(a->aio, a->deferred_msg);
+		a->deferred_msg = NULL;
+	}
+	/*
+	 * Never wait for the engine's lock on nng's thread: a client thread
+	 * holds it across its own nng calls, and on a starved machine a
+	 * preempted holder may not run again for seconds. nng runs every
+	 * callback of the process on a few threads (4 on 2 cores): four of
+	 * them blocked here stop every heartbeat and reply of every client
+	 * in the process, and cohortd declares them all dead (seen with
+	 * 10,000 simulated clients). Busy: keep the completion, sleep a
+	 * millisecond on the same aio, and look again.
+	 */
+	if (atomic_load_explicit(&a->stopping, memory_order_acquire))
+		(void)coord_lock(co, false);
+	else if (!coord_lock(co, true)) {
+		a->deferred = true;
+		a->deferred_rv = rv;
+		a->deferred_msg = nng_aio_get_msg(a->aio);
+		nng_aio_set_msg(a->aio, NULL);
+		nng_sleep_aio(COORD_DEFER_MS, a->aio);
+		return;
+	}
 	switch (a->state) {
 	case COORD_WAIT:
 		st = coord_async_next_locked(a);
@@ -1592,6 +1633,7 @@ cohort__coord_async_alloc(struct cohort__coord *co, cohort__coord_done cb,
 		return (cohort__err(COHORT_ENOMEM, "out of memory"));
 	a->co = co;
 	atomic_init(&a->starting, false);
+	atomic_init(&a->stopping, false);
 	a->cb = cb;
 	a->arg = arg;
 	if ((st = coord_ctx_open(co, &a->aio, &a->ctx, coord_async_cb, a))
@@ -1734,10 +1776,33 @@ cohort__coord_async_tick(struct cohort__coord_async *a, cohort__time now)
 void
 cohort__coord_async_stop(struct cohort__coord_async *a)
 {
+	atomic_store_explicit(&a->stopping, true, memory_order_release);
 	pthread_mutex_lock(&a->co->mtx);
 	a->stopped = true;
 	pthread_mutex_unlock(&a->co->mtx);
 	nng_aio_stop(a->aio);
+	/* The stop came between a deferral and its sleep (coord_async_cb):
+	 * nng started no sleep on the stopped aio and runs no more
+	 * callbacks, so the call ends here, unreported, like a stopped one. */
+	if (a->deferred) {
+		pthread_mutex_lock(&a->co->mtx);
+		coord_unlink(a->co, &a->call);
+		a->state = COORD_IDLE;
+		pthread_mutex_unlock(&a->co->mtx);
+		a->deferred = false;
+		if (a->deferred_msg != NULL)
+			nng_msg_free(a->deferred_msg);
+		a->deferred_msg = NULL;
+	}
+}
+
+void
+cohort__coord_hold(struct cohort__coord *co, bool hold)
+{
+	if (hold)
+		pthread_mutex_lock(&co->mtx);
+	else
+		pthread_mutex_unlock(&co->mtx);
 }
 
 void
@@ -1748,6 +1813,8 @@ cohort__coord_async_free(struct cohort__coord_async *a)
 	cohort__coord_async_stop(a);
 	nng_ctx_close(a->ctx);
 	nng_aio_free(a->aio);
+	if (a->deferred_msg != NULL)
+		nng_msg_free(a->deferred_msg);
 	if (a->tmpl != NULL)
 		nng_msg_free(a->tmpl);
 	free(a);

@@ -199,6 +199,10 @@ void cohort__coord_async_tick(struct cohort__coord_async *a, cohort__time now);
 void cohort__coord_async_stop(struct cohort__coord_async *a);
 /* Stops and frees. NULL-safe. */
 void cohort__coord_async_free(struct cohort__coord_async *a);
+/* Takes (hold) or gives back the engine's lock, as a client thread
+ * preempted inside a call holds it: for tests of the callbacks, which
+ * must never wait for it. */
+void cohort__coord_hold(struct cohort__coord *co, bool hold);
 
 /* Converts a deadline to a pthread_cond_timedwait absolute time on
  * CLOCK_MONOTONIC (conds created with cohort__cond_init). */

@@ -4,7 +4,8 @@
  * trip, a retry applied once, abort and deadline of a parked call, a
  * coordinator that is not there or goes away, a request too big to send,
  * an asynchronous call, and one restarted from its own callback while
- * another thread tries to start it (the fault poll and the heartbeat).
+ * another thread tries to start it (the fault poll and the heartbeat),
+ * and callbacks that never wait for a lock a client thread holds.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -21,16 +22,23 @@
 
 Suite *suite_coord(void);
 
+/* A connection with client id id (one connection per id). */
 static struct cohort__coord *
-co_open(const struct clx *x)
+co_open_id(const struct clx *x, uint64_t id)
 {
 	struct cohort__coord *co = NULL;
 
 	ck_assert_cohort_ok(
-	    cohort__coord_open(x->url, x->job, "tok", 77, &co));
+	    cohort__coord_open(x->url, x->job, "tok", id, &co));
 	ck_assert_cohort_ok(
 	    cohort__coord_wait_connected(co, cohort__now_ms() + 5000));
 	return (co);
+}
+
+static struct cohort__coord *
+co_open(const struct clx *x)
+{
+	return (co_open_id(x, 77));
 }
 
 /* A KV add of delta to key on call (the caller finalises it). */
@@ -461,9 +469,78 @@ START_TEST(test_async_restart_races_a_tick)
 }
 END_TEST
 
+/* More clients than nng has callback threads (at most 16), each with a
+ * long poll parked at cohortd; a client thread of all but the last holds
+ * its engine's lock (as one preempted inside a call does) when the
+ * answers come. The last one's callback must still run: a callback that
+ * waited for the lock would take one of nng's few threads each, and with
+ * all of them taken no heartbeat or reply of any client in the process
+ * would be handled. Once the locks are given back, every call ends. */
+#define CO_HELD 17
+
+START_TEST(test_async_callback_never_waits_for_the_lock)
+{
+	struct clx x;
+	struct cohort__coord *co[CO_HELD + 1], *setter;
+	struct cohort__coord_async *as[CO_HELD + 1];
+	struct co_async a[CO_HELD + 1];
+	struct cohort__coord_call call;
+	char key[32];
+
+	clx_start(&x, "async-held");
+	setter = co_open(&x);
+	for (int i = 0; i <= CO_HELD; i++) {
+		Cohort__Request req = COHORT__REQUEST__INIT;
+		Cohort__KvGet get = COHORT__KV_GET__INIT;
+
+		a[i] = (struct co_async) { PTHREAD_MUTEX_INITIALIZER, 0,
+			COHORT_OK, false };
+		co[i] = co_open_id(&x, 1000 + (uint64_t)i);
+		ck_assert_cohort_ok(cohort__coord_async_alloc(
+		    co[i], co_async_done, &a[i], &as[i]));
+		snprintf(key, sizeof(key), "held/%d", i);
+		get.key = key;
+		get.wait = true; /* parked until the key is set */
+		req.body_case = COHORT__REQUEST__BODY_KV_GET;
+		req.kv_get = &get;
+		ck_assert_cohort_ok(cohort__coord_async_start(
+		    as[i], &req, cohort__now_ms() + 20000));
+	}
+	for (int i = 0; i < CO_HELD; i++)
+		cohort__coord_hold(co[i], true);
+	for (int i = 0; i <= CO_HELD; i++) {
+		snprintf(key, sizeof(key), "held/%d", i);
+		ck_assert_cohort_ok(co_set(setter, &call, key, "1", 1));
+		cohort__coord_call_fini(&call);
+	}
+	/* the free client's answer is handled while the others are held */
+	ck_assert(th_wait_until(co_async_seen, &a[CO_HELD], 300, 10));
+	ck_assert_int_eq(a[CO_HELD].st, COHORT_OK);
+	ck_assert(a[CO_HELD].found);
+	for (int i = 0; i < CO_HELD; i++) {
+		pthread_mutex_lock(&a[i].mtx);
+		ck_assert_int_eq(a[i].calls, 0);
+		pthread_mutex_unlock(&a[i].mtx);
+		cohort__coord_hold(co[i], false);
+	}
+	for (int i = 0; i < CO_HELD; i++) {
+		ck_assert(th_wait_until(co_async_seen, &a[i], 300, 10));
+		ck_assert_int_eq(a[i].st, COHORT_OK);
+		ck_assert(a[i].found);
+	}
+	for (int i = 0; i <= CO_HELD; i++) {
+		cohort__coord_async_free(as[i]);
+		cohort__coord_close(co[i]);
+	}
+	cohort__coord_close(setter);
+	clx_stop(&x);
+}
+END_TEST
+
 UNIT_SUITE(coord, "coord", 60, test_round_trip_numbers_requests,
     test_retry_is_applied_once, test_abort_ends_a_parked_call,
     test_deadline_bounds_a_parked_call, test_nobody_there_is_enocoord,
     test_coordinator_gone_past_the_window,
     test_too_big_is_refused_before_sending, test_async_call_calls_back,
-    test_async_restart_races_a_tick)
+    test_async_restart_races_a_tick,
+    test_async_callback_never_waits_for_the_lock)
