@@ -1218,6 +1218,17 @@ cohort__coord_lost(struct cohort__coord *co)
 }
 
 bool
+cohort__coord_try_state(struct cohort__coord *co, bool *lost, bool *up)
+{
+	if (!coord_lock(co, true))
+		return (false);
+	*lost = coord_window_over_locked(co, cohort__now_ms());
+	*up = co->up && !co->lost;
+	pthread_mutex_unlock(&co->mtx);
+	return (true);
+}
+
+bool
 cohort__coord_up(struct cohort__coord *co)
 {
 	bool up;

@@ -122,6 +122,10 @@ uint64_t cohort__coord_max_value(struct cohort__coord *co);
 bool cohort__coord_lost(struct cohort__coord *co);
 /* True while a connection is up. */
 bool cohort__coord_up(struct cohort__coord *co);
+/* Both of the above for a caller on nng's thread (an asynchronous call's
+ * callback), which must never wait for the engine's lock: false, and
+ * nothing read, when another thread holds it. */
+bool cohort__coord_try_state(struct cohort__coord *co, bool *lost, bool *up);
 /* How long the connection may stay down before calls fail. */
 void cohort__coord_set_reconnect_window(
     struct cohort__coord *co, cohort_duration ms);

@@ -1013,7 +1013,9 @@ fault_poll_done(void *arg, cohort_status st, struct cohort__coord_call *call)
 	    && rep->kv_get != NULL && rep->kv_get->found) {
 		fault_poll_apply(f, call->payload, call->plen, f->poll_next);
 		f->poll_next++;
-		fault_poll_start(f, false);
+		/* on nng's thread, which never waits for the engine's lock
+		 * (busy: the next heartbeat starts it) */
+		fault_poll_start(f, true);
 	}
 }
 

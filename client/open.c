@@ -28,6 +28,9 @@
  * after CLIENT_WATCH_BACKOFF_MS (no busy loop against a confused server). */
 #define CLIENT_WATCH_QUICK_MS 50
 #define CLIENT_WATCH_BACKOFF_MS 1000
+/* A Watch that could not start because a client thread held the engine's
+ * lock starts again through the timer this much later. */
+#define CLIENT_WATCH_BUSY_MS 2
 
 /* A negative duration (forever) is longer than any other. */
 static int64_t
@@ -161,13 +164,18 @@ client_hb_done(void *arg, cohort_status st, struct cohort__coord_call *call)
 		break;
 	case COHORT_ECLOSED:
 		return;
-	case COHORT_ENOCOORD:
-		if (cohort__coord_lost(c->coord))
+	case COHORT_ENOCOORD: {
+		bool lost, up;
+
+		/* on nng's thread: never wait for the engine's lock (busy:
+		 * the next beat's answer says it) */
+		if (!cohort__coord_try_state(c->coord, &lost, &up) || lost)
 			return;
 		/* reconnecting: the engine says so once */
-		if (cohort__coord_up(c->coord))
+		if (up)
 			cohort__warn("heartbeat: %s", cohort_last_error());
 		break;
+	}
 	default:
 		cohort__warn("heartbeat refused: %s: %s",
 		    cohort_status_name(st), cohort_last_error());
@@ -182,14 +190,22 @@ client_watch_start(struct cohort_client *c)
 	Cohort__Request req = COHORT__REQUEST__INIT;
 	Cohort__Watch w = COHORT__WATCH__INIT;
 	cohort_status st;
+	bool busy;
 
 	if (atomic_load(&c->closing))
 		return;
 	req.body_case = COHORT__REQUEST__BODY_WATCH;
 	req.watch = &w;
 	c->watch_started = cohort__now_ms();
-	st = cohort__coord_async_start(
-	    c->watch, &req, c->watch_started + CLIENT_WATCH_MS);
+	/* Mostly on nng's thread (the timer, the last Watch's callback),
+	 * which must never wait for the engine's lock: busy, the timer
+	 * tries again in a moment. */
+	st = cohort__coord_async_try_start(
+	    c->watch, &req, c->watch_started + CLIENT_WATCH_MS, &busy);
+	if (busy) {
+		nng_sleep_aio(CLIENT_WATCH_BUSY_MS, c->watch_timer);
+		return;
+	}
 	if (st != COHORT_OK)
 		cohort__debug("watch stopped: %s: %s", cohort_status_name(st),
 		    cohort_last_error());
@@ -291,8 +307,12 @@ client_watch_done(void *arg, cohort_status st, struct cohort__coord_call *call)
 		            : c->generation + 1))
 			return;
 		break;
-	case COHORT_ENOCOORD:
-		if (cohort__coord_lost(c->coord)) {
+	case COHORT_ENOCOORD: {
+		bool lost = false, up;
+
+		/* on nng's thread: never wait for the engine's lock (busy:
+		 * the next Watch's answer decides) */
+		if (cohort__coord_try_state(c->coord, &lost, &up) && lost) {
 			/* Past the reconnect window: without cohortd no
 			 * failure is detected, no group restarts, so the
 			 * data plane stops too, naming the coordinator. */
@@ -303,6 +323,7 @@ client_watch_done(void *arg, cohort_status st, struct cohort__coord_call *call)
 			return;
 		}
 		break;
+	}
 	case COHORT_ECLOSED:
 		return;
 	default:
