@@ -49,8 +49,12 @@
 /* How often an asynchronous call waiting for a connection looks again. */
 #define COORD_POLL_MS 20
 /* How long an asynchronous call's callback waits to look again when a
- * client thread holds the engine's lock (coord_async_cb). */
+ * client thread holds the engine's lock (coord_async_cb): doubling from
+ * 1 ms up to 32 ms while the lock stays taken, so that a holder preempted
+ * for seconds costs each waiting call some 30 wake-ups a second, not
+ * 1,000, on a machine already short of CPU. */
 #define COORD_DEFER_MS 1
+#define COORD_DEFER_MAX_SHIFT 5
 
 struct cohort__coord {
 	nng_socket sock;
@@ -117,6 +121,7 @@ struct cohort__coord_async {
 	 * taken up when the sleep ends (coord_async_cb; only the callback,
 	 * which nng runs one at a time per aio, and the free touch them). */
 	bool deferred;
+	unsigned deferrals; /* in a row, for the back-off */
 	int deferred_rv;
 	nng_msg *deferred_msg;
 	/* cohort__coord_async_stop has begun: nng runs no more operations on
@@ -1206,26 +1211,32 @@ cohort__coord_set_member(
 	pthread_mutex_unlock(&co->mtx);
 }
 
+/* Lost for good, and up: under co->mtx, which it takes (with try, only
+ * when free: false, nothing read). */
+static bool
+coord_state(struct cohort__coord *co, bool try, bool *lost, bool *up)
+{
+	if (!coord_lock(co, try))
+		return (false);
+	*lost = coord_window_over_locked(co, cohort__now_ms());
+	*up = co->up && !co->lost;
+	pthread_mutex_unlock(&co->mtx);
+	return (true);
+}
+
 bool
 cohort__coord_lost(struct cohort__coord *co)
 {
-	bool lost;
+	bool lost, up;
 
-	pthread_mutex_lock(&co->mtx);
-	lost = coord_window_over_locked(co, cohort__now_ms());
-	pthread_mutex_unlock(&co->mtx);
+	(void)coord_state(co, false, &lost, &up);
 	return (lost);
 }
 
 bool
 cohort__coord_try_state(struct cohort__coord *co, bool *lost, bool *up)
 {
-	if (!coord_lock(co, true))
-		return (false);
-	*lost = coord_window_over_locked(co, cohort__now_ms());
-	*up = co->up && !co->lost;
-	pthread_mutex_unlock(&co->mtx);
-	return (true);
+	return (coord_state(co, true, lost, up));
 }
 
 bool
@@ -1558,19 +1569,24 @@ coord_async_cb(void *arg)
 	 * callback of the process on a few threads (4 on 2 cores): four of
 	 * them blocked here stop every heartbeat and reply of every client
 	 * in the process, and cohortd declares them all dead (seen with
-	 * 10,000 simulated clients). Busy: keep the completion, sleep a
-	 * millisecond on the same aio, and look again.
+	 * 10,000 simulated clients). Busy: keep the completion, sleep on
+	 * the same aio (COORD_DEFER_MS, backing off), and look again.
 	 */
 	if (atomic_load_explicit(&a->stopping, memory_order_acquire))
 		(void)coord_lock(co, false);
 	else if (!coord_lock(co, true)) {
+		unsigned shift = a->deferrals < COORD_DEFER_MAX_SHIFT
+		    ? a->deferrals++
+		    : COORD_DEFER_MAX_SHIFT;
+
 		a->deferred = true;
 		a->deferred_rv = rv;
 		a->deferred_msg = nng_aio_get_msg(a->aio);
 		nng_aio_set_msg(a->aio, NULL);
-		nng_sleep_aio(COORD_DEFER_MS, a->aio);
+		nng_sleep_aio((nng_duration)(COORD_DEFER_MS << shift), a->aio);
 		return;
 	}
+	a->deferrals = 0;
 	switch (a->state) {
 	case COORD_WAIT:
 		st = coord_async_next_locked(a);
