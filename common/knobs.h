@@ -142,6 +142,9 @@ enum cohort__knob_type {
 	    "largest all-reduce done by recursive doubling")                  \
 	X(TCP_BCAST_SMALL, BYTES, "65536", 0, 1073741824, "tcp tuning",       \
 	    "largest broadcast sent directly by the root")                    \
+	X(TCP_FUSED_RANKS, INT, "2", 0, 1048576, "tcp tuning",                \
+	    "largest group (2, 4, 8..) whose small all-reduces send their "   \
+	    "first round with the agreement")                                 \
 	X(TCP_PAIR_MIN, BYTES, "0", 0, INT64_MAX, "tcp tuning",               \
 	    "smallest all-reduce of 2 ranks done by direct exchange")         \
 	X(TCP_PAIR_MAX, BYTES, "-1", -1, INT64_MAX, "tcp tuning",             \

@@ -4,9 +4,9 @@
  * and reduce_scatter of one host, shm.c): every collective x dtype x op x
  * in and out of place on 1 to 8 ranks in every mode of tcp_fixture.h,
  * several MiB per rank, two groups at once, ranks that disagree on a
- * collective, and groups larger than COHORT_TCP_MESH_MAX (connections on
- * first use, only to the peers the algorithms use; the agreement by
- * recursive doubling).
+ * collective (also in the fused all-reduce), and groups larger than
+ * COHORT_TCP_MESH_MAX (connections on first use, only to the peers the
+ * algorithms use; the agreement by recursive doubling).
  */
 #include <stdio.h>
 #include <string.h>
@@ -114,9 +114,16 @@ START_TEST(test_tcp_matrix)
 
 	if (mode == TT_MIXED)
 		n = 3 + _i % 2;
+	/* the fused all-reduce at 4 and 8 ranks too (2 by default) */
+	if (_i >= 2 * (TT_MAX_RANKS - 1) + 2) {
+		mode = TT_PURE;
+		n = _i % 2 == 0 ? 4 : 8;
+		setenv("COHORT_TCP_FUSED_RANKS", "8", 1);
+	}
 
 	tt_set_mode(mode);
 	tt_run_group(n, "matrix", tt_body_matrix, &g);
+	unsetenv("COHORT_TCP_FUSED_RANKS");
 	tt_assert_mode(&g, mode);
 	tt_assert_no_failures(&g);
 	for (int r = 1; r < n; r++)
@@ -312,8 +319,11 @@ START_TEST(test_tcp_mismatch_detected)
 		    r, tt_mm_err[r][0], c->want[0], c->want[1]);
 	}
 	/* A disagreement found before any data moved leaves the group
-	 * usable: the next (matching) broadcast works. */
-	if (strcmp(c->name, "root") == 0)
+	 * usable: the next (matching) broadcast works; over TCP also after
+	 * the fused all-reduce's operands (read and dropped where they did
+	 * not match). */
+	if (strcmp(c->name, "root") == 0
+	    || (mode == TT_PURE && strcmp(c->name, "order") != 0))
 		for (int r = 0; r < 2; r++)
 			ck_assert_msg(tt_mm_rv[r][1] == COHORT_OK,
 			    "rank %d after the mismatch: %s: %s", r,
@@ -475,6 +485,90 @@ START_TEST(test_tcp_sparse_mismatch)
 }
 END_TEST
 
+/* The fused all-reduce (a group of 2, 4, 8.. ranks: the first round's
+ * operands travel with the agreement): a rank that disagrees gets and
+ * sends a payload nobody expected, which is read and dropped, so every
+ * rank gets EMISMATCH naming both sides and the next operation (a
+ * matching all-reduce, checked) still works. Loop 0: rank 3 enters
+ * another count (its partner, rank 2, drops the larger operand); 1: rank
+ * 1 enters a broadcast (its partner's operand arrives at an agreement
+ * without one); 2: rank 0 enters f64 (both sizes differ); 3: the same
+ * count mismatch with COHORT_TCP_FUSED_RANKS=0 (agreement, then
+ * recursive doubling). */
+static cohort_status tt_fu_rv[TT_MAX_RANKS][2];
+static char tt_fu_err[TT_MAX_RANKS][TT_ERRLEN];
+static double tt_fu_sum[TT_MAX_RANKS];
+static int tt_fu_case;
+
+static void
+tt_body_fused_mismatch(struct tt_group *g, int r, void *state)
+{
+	double *buf = calloc(512, sizeof(double));
+	struct cohort__op op = { .kind = COHORT__OP_ALLREDUCE,
+		.send = buf,
+		.recv = buf,
+		.count = 64,
+		.dtype = COHORT_F32,
+		.op = COHORT_SUM,
+		.seq = 1 };
+	char err[TT_ERRLEN];
+	float *f = (float *)buf;
+
+	if ((tt_fu_case == 0 || tt_fu_case == 3) && r == 3)
+		op.count = 256;
+	if (tt_fu_case == 1 && r == 1)
+		op.kind = COHORT__OP_BROADCAST;
+	if (tt_fu_case == 2 && r == 0)
+		op.dtype = COHORT_F64;
+	tt_fu_rv[r][0] = cohort__host_backend.run(
+	    state, &op, tt_fu_err[r], TT_ERRLEN, cohort__now_ms() + 20000);
+	op.kind = COHORT__OP_ALLREDUCE;
+	op.dtype = COHORT_F32;
+	op.count = 64;
+	op.seq = 2;
+	for (int i = 0; i < 64; i++)
+		f[i] = (float)(r + 1);
+	tt_fu_rv[r][1] = cohort__host_backend.run(
+	    state, &op, err, sizeof(err), cohort__now_ms() + 20000);
+	tt_fu_sum[r] = 0;
+	for (int i = 0; i < 64; i++)
+		tt_fu_sum[r] += f[i];
+	free(buf);
+}
+
+START_TEST(test_tcp_fused_mismatch)
+{
+	static struct tt_group g;
+	static const char *const want[][2] = {
+		{ "count 64", "rank 103 count 256" },
+		{ "allreduce", "rank 101 broadcast" },
+		{ "rank 100 dtype f64", "dtype f32" },
+		{ "count 64", "rank 103 count 256" },
+	};
+
+	tt_fu_case = _i;
+	setenv("COHORT_TCP_FUSED_RANKS", _i == 3 ? "0" : "4", 1);
+	tt_set_mode(TT_PURE);
+	tt_run_group(4, "fumm", tt_body_fused_mismatch, &g);
+	unsetenv("COHORT_TCP_FUSED_RANKS");
+	tt_assert_mode(&g, TT_PURE);
+	for (int r = 0; r < 4; r++) {
+		ck_assert_msg(tt_fu_rv[r][0] == COHORT_EMISMATCH,
+		    "case %d rank %d: %s: %s", _i, r,
+		    cohort_status_name(tt_fu_rv[r][0]), tt_fu_err[r]);
+		ck_assert_msg(strstr(tt_fu_err[r], want[_i][0]) != NULL
+		        && strstr(tt_fu_err[r], want[_i][1]) != NULL,
+		    "case %d rank %d: '%s'", _i, r, tt_fu_err[r]);
+		ck_assert_msg(tt_fu_rv[r][1] == COHORT_OK,
+		    "case %d rank %d after the mismatch: %s", _i, r,
+		    cohort_status_name(tt_fu_rv[r][1]));
+		/* 64 elements of 1 + 2 + 3 + 4 */
+		ck_assert_msg(tt_fu_sum[r] == 640.0, "case %d rank %d: %g", _i,
+		    r, tt_fu_sum[r]);
+	}
+}
+END_TEST
+
 START_TEST(test_tcp_size_one) { tt_run_ok(1, "solo", tt_body_matrix); }
 END_TEST
 
@@ -486,12 +580,12 @@ suite_tcp_algos(void)
 	const TTest *tests[] = { test_tcp_size_one, test_tcp_two_groups,
 		test_tcp_sparse_links, test_tcp_sparse_mismatch, NULL };
 	const struct unit_loop loops[]
-	    = { { test_tcp_matrix, 2 * (TT_MAX_RANKS - 1) + 2 },
+	    = { { test_tcp_matrix, 2 * (TT_MAX_RANKS - 1) + 4 },
 		      { test_tcp_big, 2 * 3 + 1 },
 		      { test_tcp_sparse_matrix, 3 }, { NULL, 0 } };
 	const struct unit_loop mismatch[]
 	    = { { test_tcp_mismatch_detected, 2 * (int)TT_MM_CASES },
-		      { NULL, 0 } };
+		      { test_tcp_fused_mismatch, 4 }, { NULL, 0 } };
 	const struct unit_case cases[] = {
 		{ "collectives", 120, tests, loops, NULL, NULL },
 		{ "mismatch", 60, NULL, mismatch, NULL, NULL },

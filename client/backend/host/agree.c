@@ -68,7 +68,8 @@ agree_reducing(enum cohort__op_kind k)
 }
 
 void
-host_agree_hdr(struct host_agree *a, const struct cohort__op *op, bool shm)
+host_agree_hdr(
+    struct host_agree *a, const struct cohort__op *op, enum host_path path)
 {
 	uint8_t *h = a->hdrs + (size_t)a->mesh->rank * HOST_OP_HDR;
 	bool data = op->kind != COHORT__OP_BARRIER;
@@ -87,12 +88,93 @@ host_agree_hdr(struct host_agree *a, const struct cohort__op *op, bool shm)
 	h[4] = (uint8_t)op->kind;
 	h[5] = data ? (uint8_t)op->dtype : 0;
 	h[6] = agree_reducing(op->kind) ? (uint8_t)op->op : 0;
-	h[7] = shm ? 1 : 0;
+	h[7] = (uint8_t)path;
 	host_put_be(h + 8, agree_rooted(op->kind) ? (uint32_t)op->root : 0, 4);
 	host_put_be(h + 12, chash, 4);
 	host_put_be(h + 16,
 	    data && op->kind != COHORT__OP_ALLGATHERV ? op->count : 0, 8);
 	host_put_be(h + 24, op->seq, 8);
+}
+
+/* The payload bytes after header h from this rank's first partner
+ * (host_frame_fn): a fused all-reduce's operand, else none. */
+static bool
+agree_payload(const uint8_t *h, size_t *len)
+{
+	uint64_t count = host_get_be(h + 16, 8);
+	size_t esize;
+
+	*len = 0;
+	if (memcmp(h, "COP1", 4) != 0 || h[7] > HOST_PATH_FUSED)
+		return (false);
+	if (h[7] != HOST_PATH_FUSED)
+		return (true);
+	/* Only a small all-reduce travels with its agreement (the
+	 * sender's COHORT_TCP_SMALL_MAX, at most 1 GiB). */
+	esize = cohort_dtype_size((cohort_dtype)h[5]);
+	if (h[4] != COHORT__OP_ALLREDUCE || esize == 0
+	    || count > ((uint64_t)1 << 30) / esize)
+		return (false);
+	*len = (size_t)count * esize;
+	return (true);
+}
+
+/* A header from a rank other than the first partner: never a payload. */
+static bool
+agree_bare(const uint8_t *h, size_t *len)
+{
+	*len = 0;
+	return (memcmp(h, "COP1", 4) == 0 && h[7] <= HOST_PATH_FUSED);
+}
+
+bool
+host_agree_fusable(const struct host_agree *a)
+{
+	int n = a->mesh->size;
+
+	return (n >= 2 && (n & (n - 1)) == 0);
+}
+
+/* Plans the exchange of headers with every rank (framed: the first
+ * partner's may carry an operand, which lands in rbuf when it is at most
+ * rcap bytes); this rank sends its header, and to its first partner
+ * `bytes` of send after it. */
+static void
+agree_plan(struct host_agree *a, struct host_xfer *x, const void *send,
+    size_t bytes, void *rbuf, size_t rcap)
+{
+	struct host_mesh *m = a->mesh;
+	const uint8_t *mine = a->hdrs + (size_t)m->rank * HOST_OP_HDR;
+	int first = host_agree_fusable(a) ? (m->rank ^ 1) : -1;
+
+	host_plan_reset(x);
+	for (int p = 0; p < m->size; p++) {
+		uint8_t *h = a->hdrs + (size_t)p * HOST_OP_HDR;
+
+		if (p == m->rank)
+			continue;
+		if (p == first)
+			host_plan_framed(x, p, mine, HOST_OP_HDR, send, bytes,
+			    h, HOST_OP_HDR, agree_payload, rbuf, rcap);
+		else
+			host_plan_framed(x, p, mine, HOST_OP_HDR, NULL, 0, h,
+			    HOST_OP_HDR, agree_bare, NULL, 0);
+	}
+}
+
+static const char *
+agree_path(uint8_t p)
+{
+	switch (p) {
+	case HOST_PATH_TCP:
+		return ("tcp");
+	case HOST_PATH_SHM:
+		return ("shared memory");
+	case HOST_PATH_FUSED:
+		return ("tcp, fused with its first round");
+	default:
+		return ("?");
+	}
 }
 
 static const char *
@@ -150,9 +232,8 @@ agree_describe(const uint8_t *a, int32_t ra, const uint8_t *b, int32_t rb,
 	else
 		snprintf(err, errlen,
 		    "ranks disagree on the path: rank %d %s, rank %d %s "
-		    "(shared-memory size limits differ?)",
-		    (int)ra, a[7] ? "shared memory" : "tcp", (int)rb,
-		    b[7] ? "shared memory" : "tcp");
+		    "(COHORT_TCP_* size limits differ?)",
+		    (int)ra, agree_path(a[7]), (int)rb, agree_path(b[7]));
 }
 
 /* A disagreement between h0 (group rank p0) and h (rank p): EMISMATCH;
@@ -188,7 +269,7 @@ host_agree_check(
 	for (int p = 0; p < a->mesh->size; p++) {
 		const uint8_t *h = a->hdrs + (size_t)p * HOST_OP_HDR;
 
-		if (h[7] != 0)
+		if (h[7] == HOST_PATH_SHM)
 			shm = true;
 		if (bad < 0 && memcmp(h, h0, HOST_OP_HDR) != 0)
 			bad = p;
@@ -222,6 +303,22 @@ agree_combine(void *ctx, uint8_t *mine, const uint8_t *theirs)
 	}
 }
 
+/* Runs a planned exchange of headers: a stream found out of step
+ * (host_plan_framed) breaks the group. */
+static cohort_status
+agree_exchange(struct host_agree *a, struct host_xfer *x,
+    const struct host_op *c, char *err, size_t errlen, cohort__time deadline)
+{
+	cohort_status rv = host_exchange(x, c, err, errlen, deadline);
+
+	if (rv == COHORT_EMISMATCH) {
+		a->broken = rv;
+		snprintf(a->broken_err, sizeof(a->broken_err),
+		    "%s (the group cannot be used any more)", err);
+	}
+	return (rv);
+}
+
 cohort_status
 host_agree_run(struct host_agree *a, struct host_xfer *x,
     const struct cohort__op *op, const struct host_op *c, char *err,
@@ -232,10 +329,12 @@ host_agree_run(struct host_agree *a, struct host_xfer *x,
 	uint8_t fold[AGREE_FOLD];
 	cohort_status rv;
 
-	host_agree_hdr(a, op, false);
+	host_agree_hdr(a, op, HOST_PATH_TCP);
 	if (m->size <= x->tune->mesh_max) {
-		if ((rv = host_exchange_all(
-		         x, c, a->hdrs, HOST_OP_HDR, err, errlen, deadline))
+		/* Framed: a partner that runs a fused all-reduce here sends
+		 * its operand after its header; it is read and dropped. */
+		agree_plan(a, x, NULL, 0, NULL, 0);
+		if ((rv = agree_exchange(a, x, c, err, errlen, deadline))
 		    != COHORT_OK)
 			return (rv);
 		return (host_agree_check(a, c, err, errlen));
@@ -268,4 +367,18 @@ host_agree_run(struct host_agree *a, struct host_xfer *x,
 		return (agree_failed(a, c, false, fold, plo,
 		    fold + HOST_OP_HDR + 4, phi, err, errlen));
 	}
+}
+
+cohort_status
+host_agree_first(struct host_agree *a, struct host_xfer *x,
+    const struct cohort__op *op, const struct host_op *c, const void *send,
+    void *rbuf, size_t bytes, char *err, size_t errlen, cohort__time deadline)
+{
+	cohort_status rv;
+
+	host_agree_hdr(a, op, HOST_PATH_FUSED);
+	agree_plan(a, x, send, bytes, rbuf, bytes);
+	if ((rv = agree_exchange(a, x, c, err, errlen, deadline)) != COHORT_OK)
+		return (rv);
+	return (host_agree_check(a, c, err, errlen));
 }

@@ -107,6 +107,7 @@ struct host_tune {
 	size_t shm_max; /*   [shm_min, shm_max] bytes */
 	int shm_hot_spins; /* pause-spins before yielding */
 	int mesh_max; /* full mesh at init up to this group size */
+	int fused_ranks; /* fuse a small all-reduce's agreement up to here */
 };
 
 /* Big-endian integers of the set-up messages and operation headers. */
@@ -249,12 +250,28 @@ int host_net_pend_step(struct cohort__tcp_pend *pc,
 /* xfer.c: the engines                                                      */
 /* ------------------------------------------------------------------------ */
 
-/* An exchange's plan with one peer: at most one message each way. */
+/* A framed receive's header arrived (hdr): how many payload bytes
+ * follow it; false when hdr is not one (the stream is out of step). */
+typedef bool (*host_frame_fn)(const uint8_t *hdr, size_t *len);
+
+/* An exchange's plan with one peer: at most one message each way. A
+ * message may go out as a header (shdr) and a body (sbuf) in one send. A
+ * framed receive (host_plan_framed) reads a header first and then the
+ * payload that header declares: into pbuf when it fits rcap, else read
+ * and dropped (`drain`), so that the streams stay in step when the ranks
+ * disagree. */
 struct host_plan {
-	const uint8_t *sbuf;
+	const uint8_t *shdr; /* the first shlen of the slen bytes to send */
+	size_t shlen;
+	const uint8_t *sbuf; /* the other slen - shlen */
 	size_t slen, sent;
-	uint8_t *rbuf;
+	uint8_t *rbuf; /* the first hlen of the rlen bytes to receive */
+	size_t hlen;
+	uint8_t *pbuf; /* the other rlen - hlen */
 	size_t rlen, recvd;
+	host_frame_fn frame; /* framed: the header not sized yet */
+	size_t rcap; /* framed: room in pbuf */
+	size_t drain; /* framed: payload bytes still to read and drop */
 };
 
 /* One step of a stream (see host_stream). */
@@ -313,6 +330,15 @@ void host_plan_reset(struct host_xfer *x);
 /* Plans at most one message each way with peer p (a length 0: none). */
 void host_plan_set(struct host_xfer *x, int p, const void *sbuf, size_t slen,
     void *rbuf, size_t rlen);
+/* Plans a message of shlen bytes from shdr and then slen from sbuf to
+ * peer p, and a framed receive from it: hlen header bytes into rbuf,
+ * then the payload that frame() finds declared there into pbuf when it
+ * is at most rcap bytes, or read and dropped when larger. A header
+ * frame() refuses fails the exchange with COHORT_EMISMATCH (the stream is
+ * out of step). */
+void host_plan_framed(struct host_xfer *x, int p, const void *shdr,
+    size_t shlen, const void *sbuf, size_t slen, void *rbuf, size_t hlen,
+    host_frame_fn frame, void *pbuf, size_t rcap);
 /* Runs the plan (x->plan), connecting to its peers first. */
 cohort_status host_exchange(struct host_xfer *x, const struct host_op *c,
     char *err, size_t errlen, cohort__time deadline);
@@ -341,6 +367,13 @@ cohort_status host_rd(struct host_xfer *x, const struct host_op *c,
     uint8_t *buf, size_t len,
     void (*combine)(void *ctx, uint8_t *mine, const uint8_t *theirs),
     void *ctx, char *err, size_t errlen, cohort__time deadline);
+/* host_rd from the round of partner rank ^ first on (first a power of
+ * two; above 1 only in a group whose size is one): the caller did the
+ * rounds before. */
+cohort_status host_rd_from(struct host_xfer *x, const struct host_op *c,
+    uint8_t *buf, size_t len, int first,
+    void (*combine)(void *ctx, uint8_t *mine, const uint8_t *theirs),
+    void *ctx, char *err, size_t errlen, cohort__time deadline);
 cohort_status host_stream(struct host_xfer *x, const struct host_op *c, int to,
     int from, struct host_step *steps, int nsteps, char *err, size_t errlen,
     cohort__time deadline);
@@ -354,6 +387,13 @@ cohort_status host_grow_small(
 /* ------------------------------------------------------------------------ */
 
 #define HOST_OP_HDR 32
+
+/* A header's path byte: which way the operation runs on this rank. */
+enum host_path {
+	HOST_PATH_TCP = 0, /* TCP; the header travels alone */
+	HOST_PATH_SHM = 1, /* shared memory (the segment's control block) */
+	HOST_PATH_FUSED = 2, /* TCP; the first partner's header has bytes */
+};
 
 struct host_agree {
 	struct host_mesh *mesh;
@@ -369,10 +409,10 @@ struct host_agree {
 cohort_status host_agree_init(
     struct host_agree *a, struct host_mesh *m, char *err, size_t errlen);
 void host_agree_fini(struct host_agree *a);
-/* Fills this rank's header of op; shm: it runs on the shared memory
- * path. */
+/* Fills this rank's header of op, run on path. */
 void host_agree_hdr(
-    struct host_agree *a, const struct cohort__op *op, bool shm);
+    struct host_agree *a, const struct cohort__op *op, enum host_path path);
+
 /* Compares the headers in a->hdrs: COHORT_EMISMATCH with both sides named
  * in err when any rank's differs from rank 0's. */
 cohort_status host_agree_check(
@@ -384,6 +424,16 @@ cohort_status host_agree_check(
 cohort_status host_agree_run(struct host_agree *a, struct host_xfer *x,
     const struct cohort__op *op, const struct host_op *c, char *err,
     size_t errlen, cohort__time deadline);
+/* host_agree_run for an all-reduce whose first exchange travels with the
+ * agreement (a group of at most mesh_max ranks, a power of two in size):
+ * bytes of send go to this rank's first recursive-doubling partner (rank
+ * ^ 1) after the header, and the partner's arrive in rbuf. Where the
+ * agreement and then recursive doubling wait for 1 + log2(n) rounds,
+ * this and the rounds after it wait for log2(n). */
+bool host_agree_fusable(const struct host_agree *a);
+cohort_status host_agree_first(struct host_agree *a, struct host_xfer *x,
+    const struct cohort__op *op, const struct host_op *c, const void *send,
+    void *rbuf, size_t bytes, char *err, size_t errlen, cohort__time deadline);
 
 /* ------------------------------------------------------------------------ */
 /* algos.c: the collectives over TCP                                        */
@@ -395,6 +445,11 @@ cohort_status host_agree_run(struct host_agree *a, struct host_xfer *x,
 cohort_status host_algos_run(struct host_xfer *x, const struct cohort__op *op,
     const struct host_op *c, size_t bytes, bool sparse, char *err,
     size_t errlen, cohort__time deadline);
+/* A small all-reduce with its agreement fused into its first round (a
+ * group where host_agree_fusable; not agreed before). */
+cohort_status host_algos_fused(struct host_agree *a, struct host_xfer *x,
+    const struct cohort__op *op, const struct host_op *c, size_t bytes,
+    char *err, size_t errlen, cohort__time deadline);
 /* A group of one: copies send to recv where the op needs it. */
 void host_algos_local(const struct cohort__op *op, size_t esize);
 

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #include "host_impl.h"
@@ -166,12 +167,115 @@ host_plan_set(struct host_xfer *x, int p, const void *sbuf, size_t slen,
 
 	if (P->sbuf == NULL && P->rbuf == NULL && P->slen == 0 && P->rlen == 0)
 		x->active[x->nactive++] = p;
+	P->shdr = NULL;
+	P->shlen = 0;
 	P->sbuf = sbuf;
 	P->slen = slen;
 	P->sent = 0;
 	P->rbuf = rbuf;
+	P->hlen = rlen;
+	P->pbuf = NULL;
 	P->rlen = rlen;
 	P->recvd = 0;
+	P->frame = NULL;
+	P->rcap = 0;
+	P->drain = 0;
+}
+
+void
+host_plan_framed(struct host_xfer *x, int p, const void *shdr, size_t shlen,
+    const void *sbuf, size_t slen, void *rbuf, size_t hlen,
+    host_frame_fn frame, void *pbuf, size_t rcap)
+{
+	struct host_plan *P = &x->plan[p];
+
+	host_plan_set(x, p, sbuf, shlen + slen, rbuf, hlen);
+	P->shdr = shdr;
+	P->shlen = shlen;
+	P->frame = frame;
+	P->pbuf = pbuf;
+	P->rcap = rcap;
+}
+
+/* A framed receive's header arrived: size its payload (struct
+ * host_plan). */
+static cohort_status
+xfer_framed(struct host_xfer *x, const struct host_op *c, int p,
+    struct host_plan *P, char *err, size_t errlen)
+{
+	size_t len;
+	host_frame_fn frame = P->frame;
+
+	P->frame = NULL;
+	if (!frame(P->rbuf, &len)) {
+		snprintf(err, errlen,
+		    "ranks are out of step in %s #%" PRIu64
+		    ": rank %d sent something other than an operation header",
+		    c->name, c->seq, (int)x->mesh->links[p].job_rank);
+		return (COHORT_EMISMATCH);
+	}
+	if (len <= P->rcap)
+		P->rlen += len;
+	else
+		P->drain = len;
+	return (COHORT_OK);
+}
+
+/* Sends up to max more bytes of P's message: its header and body in one
+ * call. */
+static ssize_t
+xfer_send(int fd, const struct host_plan *P, size_t max)
+{
+	struct iovec iov[2];
+	struct msghdr mh;
+	size_t off = P->sent;
+	int k = 0;
+
+	if (P->shlen == 0)
+		return (
+		    send(fd, P->sbuf + off, max, MSG_DONTWAIT | MSG_NOSIGNAL));
+	if (off < P->shlen) {
+		iov[k].iov_base = (void *)(P->shdr + off);
+		iov[k].iov_len = P->shlen - off < max ? P->shlen - off : max;
+		max -= iov[k].iov_len;
+		off = P->shlen;
+		k++;
+	}
+	if (max > 0 && off < P->slen) {
+		iov[k].iov_base = (void *)(P->sbuf + (off - P->shlen));
+		iov[k].iov_len = max;
+		k++;
+	}
+	memset(&mh, 0, sizeof(mh));
+	mh.msg_iov = iov;
+	mh.msg_iovlen = (size_t)k;
+	return (sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL));
+}
+
+/* Receives more of P's message: the header into rbuf, the payload into
+ * pbuf. */
+static ssize_t
+xfer_recv(int fd, const struct host_plan *P)
+{
+	if (P->recvd < P->hlen)
+		return (recv(
+		    fd, P->rbuf + P->recvd, P->hlen - P->recvd, MSG_DONTWAIT));
+	return (recv(fd, P->pbuf + (P->recvd - P->hlen), P->rlen - P->recvd,
+	    MSG_DONTWAIT));
+}
+
+/* Reads and drops up to `drain` bytes of a payload nobody here expected
+ * (a disagreeing rank's): n as recv() returns it. */
+static ssize_t
+xfer_drain(int fd, struct host_plan *P)
+{
+	uint8_t sink[4096];
+	size_t len = P->drain < sizeof(sink) ? P->drain : sizeof(sink);
+	ssize_t n = recv(fd, sink, len, MSG_DONTWAIT);
+
+	if (n > 0)
+		P->drain -= (size_t)n;
+	return (n);
 }
 
 /* Connects to every peer the plan names. */
@@ -227,8 +331,7 @@ xfer_exchange(struct host_xfer *x, const struct host_op *c,
 
 				if (len > x->tune->send_max)
 					len = x->tune->send_max;
-				n = send(fd, P->sbuf + P->sent, len,
-				    MSG_DONTWAIT | MSG_NOSIGNAL);
+				n = xfer_send(fd, P, len);
 				if (n > 0) {
 					P->sent += (size_t)n;
 					progress = true;
@@ -240,11 +343,16 @@ xfer_exchange(struct host_xfer *x, const struct host_op *c,
 				if (P->sent < P->slen)
 					ev |= POLLOUT | POLLRDHUP;
 			}
-			if (P->recvd < P->rlen) {
-				n = recv(fd, P->rbuf + P->recvd,
-				    P->rlen - P->recvd, MSG_DONTWAIT);
+			if (P->recvd < P->rlen || P->drain > 0) {
+				bool dropping = P->drain > 0;
+
+				if (dropping)
+					n = xfer_drain(fd, P);
+				else
+					n = xfer_recv(fd, P);
 				if (n > 0) {
-					P->recvd += (size_t)n;
+					if (!dropping)
+						P->recvd += (size_t)n;
 					progress = true;
 				} else if (n == 0
 				    || (n < 0 && !xfer_again(errno))) {
@@ -252,7 +360,12 @@ xfer_exchange(struct host_xfer *x, const struct host_op *c,
 					    n == 0 ? 0 : errno, false,
 					    P->recvd, P->rlen, err, errlen));
 				}
-				if (P->recvd < P->rlen)
+				if (P->frame != NULL && P->recvd == P->rlen
+				    && (rv = xfer_framed(
+				            x, c, p, P, err, errlen))
+				        != COHORT_OK)
+					return (rv);
+				if (P->recvd < P->rlen || P->drain > 0)
 					ev |= POLLIN;
 			}
 			if (ev != 0) {
@@ -389,6 +502,16 @@ host_rd(struct host_xfer *x, const struct host_op *c, uint8_t *buf, size_t len,
     void (*combine)(void *ctx, uint8_t *mine, const uint8_t *theirs),
     void *ctx, char *err, size_t errlen, cohort__time deadline)
 {
+	return (host_rd_from(
+	    x, c, buf, len, 1, combine, ctx, err, errlen, deadline));
+}
+
+cohort_status
+host_rd_from(struct host_xfer *x, const struct host_op *c, uint8_t *buf,
+    size_t len, int first,
+    void (*combine)(void *ctx, uint8_t *mine, const uint8_t *theirs),
+    void *ctx, char *err, size_t errlen, cohort__time deadline)
+{
 	int n = x->mesh->size, r = x->mesh->rank;
 	int p2 = 1, extra, vr;
 	cohort_status rv;
@@ -422,7 +545,7 @@ host_rd(struct host_xfer *x, const struct host_op *c, uint8_t *buf, size_t len,
 	} else {
 		vr = r - extra;
 	}
-	for (int mask = 1; mask < p2; mask <<= 1) {
+	for (int mask = first; mask < p2; mask <<= 1) {
 		int vp = vr ^ mask;
 		int peer = vp < extra ? vp * 2 + 1 : vp + extra;
 
