@@ -21,6 +21,13 @@
  * Steps are started under the engine's lock after checking the flags; the
  * notifications and cohort__coord_call_abort take the same lock, so no
  * event can slip between two steps of a call.
+ *
+ * The notifications never wait for that lock (coord_pipe_cb): nng 1.5.2
+ * runs "pipe removed" on its one reaper thread, which every nng_close of
+ * the process waits for, and "pipe added" inside the dialer's connect
+ * task, which nng_close also waits for. An event that finds the lock taken
+ * is queued and applied by the next holder (coord_lock) or by a short
+ * retry on nng's timer (coord_ev_cb), in order.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -55,6 +62,17 @@
  * 1,000, on a machine already short of CPU. */
 #define COORD_DEFER_MS 1
 #define COORD_DEFER_MAX_SHIFT 5
+/* Pipe events kept while a client thread holds the engine's lock
+ * (coord_pipe_cb). One connection adds two; nng's dialer waits between
+ * re-dials, so a full queue needs a lock held through dozens of
+ * reconnections: the notification then waits for the lock, as before. */
+#define COORD_EVQ 64
+
+struct coord_pipe_ev {
+	nng_pipe_ev ev;
+	uint32_t id;
+	cohort__time at;
+};
 
 struct cohort__coord {
 	nng_socket sock;
@@ -88,6 +106,17 @@ struct cohort__coord {
 	 * the next ones (saves an open/close and an alloc/free per call). */
 	struct coord_slot *idle;
 	unsigned nidle;
+
+	/* Pipe events not applied yet (coord_pipe_cb), oldest first, under
+	 * ev_mtx, which is only ever held to add or take them. */
+	pthread_mutex_t ev_mtx;
+	struct coord_pipe_ev evq[COORD_EVQ];
+	unsigned ev_first, ev_n;
+	/* Retries applying them while the engine's lock is taken: armed
+	 * while a retry is due or running; deferrals back it off. */
+	nng_aio *ev_aio;
+	atomic_bool ev_armed;
+	atomic_uint ev_deferrals;
 };
 
 #define COORD_MAX_IDLE 8
@@ -131,6 +160,8 @@ struct cohort__coord_async {
 	nng_msg *tmpl; /* the packed request, for re-sends */
 	struct cohort__coord_call call;
 };
+
+static void coord_ev_apply_locked(struct cohort__coord *co);
 
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                            */
@@ -303,6 +334,7 @@ coord_wait_up_locked(struct cohort__coord *co, struct cohort__coord_call *call)
 		if (co->connected && co->down_since + co->reconnect_ms < until)
 			until = co->down_since + co->reconnect_ms;
 		(void)cohort__cond_wait_until(&co->cv, &co->mtx, until);
+		coord_ev_apply_locked(co);
 	}
 }
 
@@ -330,13 +362,19 @@ coord_step_error(struct cohort__coord *co, struct cohort__coord_call *call,
 	    co->url, nng_strerror(rv)));
 }
 
-/* Takes co->mtx; with try, only if it is free now (false: busy). */
+/* Takes co->mtx; with try, only if it is free now (false: busy). Applies
+ * the pipe events queued while it was taken, so every holder sees the
+ * connection as nng last reported it. */
 static bool
 coord_lock(struct cohort__coord *co, bool try)
 {
-	if (try)
-		return (pthread_mutex_trylock(&co->mtx) == 0);
-	pthread_mutex_lock(&co->mtx);
+	if (try) {
+		if (pthread_mutex_trylock(&co->mtx) != 0)
+			return (false);
+	} else {
+		pthread_mutex_lock(&co->mtx);
+	}
+	coord_ev_apply_locked(co);
 	return (true);
 }
 
@@ -434,7 +472,7 @@ coord_slot_get(struct cohort__coord *co, struct coord_slot **out)
 	struct coord_slot *sl = NULL;
 	cohort_status st;
 
-	pthread_mutex_lock(&co->mtx);
+	(void)coord_lock(co, false);
 	if ((sl = co->idle) != NULL) {
 		co->idle = sl->next;
 		co->nidle--;
@@ -467,7 +505,7 @@ coord_slot_free(struct coord_slot *sl)
 static void
 coord_slot_put(struct cohort__coord *co, struct coord_slot *sl, bool reuse)
 {
-	pthread_mutex_lock(&co->mtx);
+	(void)coord_lock(co, false);
 	if (reuse && !co->closing && co->nidle < COORD_MAX_IDLE) {
 		sl->next = co->idle;
 		co->idle = sl;
@@ -500,16 +538,13 @@ coord_resend_all_locked(struct cohort__coord *co, int why)
 	pthread_cond_broadcast(&co->cv);
 }
 
+/* One pipe event (at: when nng reported it); under co->mtx. */
 static void
-coord_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+coord_pipe_apply_locked(
+    struct cohort__coord *co, nng_pipe_ev ev, uint32_t id, cohort__time at)
 {
-	struct cohort__coord *co = arg;
-	uint32_t id = nng_pipe_id(p);
-
-	pthread_mutex_lock(&co->mtx);
 	if (co->closing || co->lost) {
 		pthread_cond_broadcast(&co->cv);
-		pthread_mutex_unlock(&co->mtx);
 		return;
 	}
 	if (ev == NNG_PIPE_EV_ADD_POST) {
@@ -525,9 +560,7 @@ coord_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 			cohort__info("reconnected to the coordinator at %s "
 			             "after %.2f s; re-sending the requests "
 			             "in flight",
-			    co->url,
-			    (double)(cohort__now_ms() - co->down_since)
-			        / 1000.0);
+			    co->url, (double)(at - co->down_since) / 1000.0);
 		} else {
 			cohort__debug(
 			    "connected to the coordinator at %s", co->url);
@@ -542,17 +575,126 @@ coord_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 		/* the close cohortd does after a Leave: expected */
 		co->up = false;
 		co->pipe_id = 0;
-		co->down_since = cohort__now_ms();
+		co->down_since = at;
 	} else if (ev == NNG_PIPE_EV_REM_POST && co->up && id == co->pipe_id) {
 		co->up = false;
 		co->pipe_id = 0;
-		co->down_since = cohort__now_ms();
+		co->down_since = at;
 		cohort__warn("lost the connection to the coordinator at %s; "
 		             "reconnecting (for up to %.1f s)",
 		    co->url, (double)co->reconnect_ms / 1000.0);
 		coord_resend_all_locked(co, NNG_ECONNSHUT);
 	}
+}
+
+/* Applies the queued pipe events in order; under co->mtx. */
+static void
+coord_ev_apply_locked(struct cohort__coord *co)
+{
+	struct coord_pipe_ev evs[COORD_EVQ];
+	unsigned n;
+
+	pthread_mutex_lock(&co->ev_mtx);
+	n = co->ev_n;
+	for (unsigned i = 0; i < n; i++)
+		evs[i] = co->evq[(co->ev_first + i) % COORD_EVQ];
+	co->ev_first = (co->ev_first + n) % COORD_EVQ;
+	co->ev_n = 0;
+	pthread_mutex_unlock(&co->ev_mtx);
+	for (unsigned i = 0; i < n; i++)
+		coord_pipe_apply_locked(co, evs[i].ev, evs[i].id, evs[i].at);
+}
+
+static bool
+coord_ev_pending(struct cohort__coord *co)
+{
+	bool pending;
+
+	pthread_mutex_lock(&co->ev_mtx);
+	pending = co->ev_n > 0;
+	pthread_mutex_unlock(&co->ev_mtx);
+	return (pending);
+}
+
+/* Applies the queued events if the engine's lock is free now; false:
+ * busy, they wait. */
+static bool
+coord_ev_try(struct cohort__coord *co)
+{
+	if (!coord_lock(co, true)) /* applies them */
+		return (false);
 	pthread_mutex_unlock(&co->mtx);
+	return (true);
+}
+
+/* Arms the retry unless one is due or running already (which then takes
+ * the events queued meanwhile: coord_ev_cb looks again after disarming). */
+static void
+coord_ev_arm(struct cohort__coord *co, nng_duration ms)
+{
+	if (!atomic_exchange(&co->ev_armed, true))
+		nng_sleep_aio(ms, co->ev_aio);
+}
+
+/* The retry: on nng's timer thread, which must not wait for the lock
+ * either. Busy again: sleeps again, backing off like coord_async_cb. */
+static void
+coord_ev_cb(void *arg)
+{
+	struct cohort__coord *co = arg;
+	unsigned shift;
+
+	if (nng_aio_result(co->ev_aio) != 0) { /* stopped: the close */
+		atomic_store(&co->ev_armed, false);
+		return;
+	}
+	if (coord_ev_try(co)) {
+		atomic_store(&co->ev_deferrals, 0);
+		atomic_store(&co->ev_armed, false);
+		if (coord_ev_pending(co) && !coord_ev_try(co))
+			coord_ev_arm(co, COORD_DEFER_MS);
+		return;
+	}
+	shift = atomic_fetch_add(&co->ev_deferrals, 1);
+	if (shift > COORD_DEFER_MAX_SHIFT)
+		shift = COORD_DEFER_MAX_SHIFT;
+	nng_sleep_aio((nng_duration)(COORD_DEFER_MS << shift), co->ev_aio);
+}
+
+/*
+ * nng's pipe notification. It must not wait for the engine's lock, which
+ * a client thread holds across its own nng calls (and a starved machine
+ * may not run that thread again for seconds): "removed" runs on nng's
+ * one reaper thread, and while it waits no nng_close of the process
+ * finishes; "added" runs in the dialer's connect task, and the pipe it
+ * adds stays referenced meanwhile, which the reaper waits for when that
+ * pipe goes (pipe_destroy). So the event is queued, and applied at once
+ * if the lock is free, else by its next holder or the retry.
+ */
+static void
+coord_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	struct cohort__coord *co = arg;
+	struct coord_pipe_ev e = { ev, nng_pipe_id(p), cohort__now_ms() };
+	bool queued = false;
+
+	pthread_mutex_lock(&co->ev_mtx);
+	if (co->ev_n < COORD_EVQ) {
+		co->evq[(co->ev_first + co->ev_n) % COORD_EVQ] = e;
+		co->ev_n++;
+		queued = true;
+	}
+	pthread_mutex_unlock(&co->ev_mtx);
+	if (!queued) {
+		/* full (see COORD_EVQ): the older events first, then this
+		 * one, waiting for the lock */
+		(void)coord_lock(co, false);
+		coord_pipe_apply_locked(co, e.ev, e.id, e.at);
+		pthread_mutex_unlock(&co->mtx);
+		return;
+	}
+	if (!coord_ev_try(co))
+		coord_ev_arm(co, COORD_DEFER_MS);
 }
 
 static cohort_duration
@@ -716,10 +858,21 @@ cohort__coord_open(const char *url, const char *job, const char *token,
 		st = cohort__err(COHORT_ESYSTEM, "pthread_cond_init failed");
 		goto out_destroy_mtx;
 	}
+	if (pthread_mutex_init(&co->ev_mtx, NULL) != 0) {
+		st = cohort__err(COHORT_ESYSTEM, "pthread_mutex_init failed");
+		goto out_destroy_cv;
+	}
+	atomic_init(&co->ev_armed, false);
+	atomic_init(&co->ev_deferrals, 0);
+	if ((rv = nng_aio_alloc(&co->ev_aio, coord_ev_cb, co)) != 0) {
+		st = cohort__err(cohort__from_nng(rv), "nng_aio_alloc: %s",
+		    nng_strerror(rv));
+		goto out_destroy_ev;
+	}
 	if ((rv = nng_req0_open(&co->sock)) != 0) {
 		st = cohort__err(cohort__from_nng(rv), "nng_req0_open: %s",
 		    nng_strerror(rv));
-		goto out_destroy_cv;
+		goto out_free_ev;
 	}
 	if ((rv = nng_socket_set_ms(
 	         co->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE))
@@ -762,6 +915,11 @@ cohort__coord_open(const char *url, const char *job, const char *token,
 
 out_close_socket:
 	nng_close(co->sock);
+out_free_ev:
+	nng_aio_stop(co->ev_aio);
+	nng_aio_free(co->ev_aio);
+out_destroy_ev:
+	pthread_mutex_destroy(&co->ev_mtx);
 out_destroy_cv:
 	pthread_cond_destroy(&co->cv);
 out_destroy_mtx:
@@ -804,7 +962,8 @@ enum coord_probe_result {
 	COORD_PROBE_TLS_REFUSED, /* the TLS handshake failed: why */
 };
 
-static void coord_close_socket(nng_socket sock, cohort_duration bound_ms);
+static void coord_close_socket(nng_socket sock, cohort_duration bound_ms,
+    void (*after)(void *), void *arg);
 
 /*
  * A tls+tcp:// coordinator that came up after cohort__coord_open gave up
@@ -833,7 +992,7 @@ coord_probe_tls(const char *url, char *why, size_t len)
 	    && (nrv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, tc)) == 0)
 		nrv = nng_dialer_start(d, 0);
 	nng_tls_config_free(tc);
-	coord_close_socket(s, 400);
+	coord_close_socket(s, 400, NULL, NULL);
 	if (nrv == 0) {
 		why[0] = '\0';
 		return (COORD_PROBE_COHORTD);
@@ -985,15 +1144,16 @@ cohort__coord_wait_connected(struct cohort__coord *co, cohort__time deadline)
 	int silent = 0; /* probes in a row that found the port silent */
 	char why[512] = "";
 
-	pthread_mutex_lock(&co->mtx);
+	(void)coord_lock(co, false);
 	while (!co->connected && !co->closing) {
 		cohort__time until
 		    = next_probe < deadline ? next_probe : deadline;
 		enum coord_probe_result r;
 
-		if (cohort__cond_wait_until(&co->cv, &co->mtx, until)
-		        == ETIMEDOUT
-		    && until == deadline) {
+		int wrv = cohort__cond_wait_until(&co->cv, &co->mtx, until);
+
+		coord_ev_apply_locked(co);
+		if (wrv == ETIMEDOUT && until == deadline) {
 			if (!co->connected)
 				st = cohort__err(COHORT_ENOCOORD,
 				    "cannot reach the coordinator at %s%s%s",
@@ -1006,7 +1166,7 @@ cohort__coord_wait_connected(struct cohort__coord *co, cohort__time deadline)
 		/* probe without the lock: the pipe callback needs it */
 		pthread_mutex_unlock(&co->mtx);
 		r = coord_probe(co->url, deadline, why, sizeof(why));
-		pthread_mutex_lock(&co->mtx);
+		(void)coord_lock(co, false);
 		/* a silent port took the connection: a probe now and then
 		 * can still catch it answering with other bytes, but every
 		 * one is another connection in a busy cohortd's queue */
@@ -1049,16 +1209,24 @@ cohort__coord_wait_connected(struct cohort__coord *co, cohort__time deadline)
 }
 
 /*
- * nng 1.5.2 (Debian bookworm) can deadlock in nng_close: its reaper thread
- * waits for an aio task that was prepared but never started (nng issues
- * #1543 and #1813, fixed after 1.5.2). We saw it in about one close in a
- * few hundred under load. The socket is closed in a helper thread and
- * waited for with a bound; if the bound passes, the close is abandoned to
- * finish (or not) in the background, and the caller goes on: closing a
- * client must never hang the training program.
+ * nng_close is bounded here: the socket is closed in a helper thread and
+ * waited for up to bound_ms; past that the close is left to finish in the
+ * background and the caller goes on (closing a client must never hang the
+ * training program). A close finishes only once nng's one reaper thread
+ * has destroyed the socket's pipes, and on a starved machine (the bench's
+ * simulated hosts) the reaper and the threads it waits for may not run
+ * for seconds. after(arg), if given, runs once nng_close has returned:
+ * here, or in the helper when the close was left behind. Whatever nng may
+ * still call back into (the engine, for a pipe notification already on
+ * its way) must live until then; freeing it at the bound instead let a
+ * late notification lock freed memory, stall in nng's connect task, and
+ * the reaper wait forever for that pipe: every later close of the process
+ * hung (157 threads in nng_close in one simulated host).
  */
 struct coord_closer {
 	nng_socket sock;
+	void (*after)(void *);
+	void *arg;
 	pthread_mutex_t mtx;
 	pthread_cond_t cv;
 	bool done;
@@ -1078,6 +1246,10 @@ coord_closer_main(void *arg)
 	pthread_cond_broadcast(&cl->cv);
 	pthread_mutex_unlock(&cl->mtx);
 	if (abandoned) {
+		cohort__debug("a connection to cohortd left closing in the "
+		              "background is closed now");
+		if (cl->after != NULL)
+			cl->after(cl->arg);
 		pthread_cond_destroy(&cl->cv);
 		pthread_mutex_destroy(&cl->mtx);
 		free(cl);
@@ -1086,7 +1258,8 @@ coord_closer_main(void *arg)
 }
 
 static void
-coord_close_socket(nng_socket sock, cohort_duration bound_ms)
+coord_close_socket(nng_socket sock, cohort_duration bound_ms,
+    void (*after)(void *), void *arg)
 {
 	struct coord_closer *cl = calloc(1, sizeof(*cl));
 	pthread_attr_t attr;
@@ -1096,9 +1269,13 @@ coord_close_socket(nng_socket sock, cohort_duration bound_ms)
 
 	if (cl == NULL) {
 		nng_close(sock);
+		if (after != NULL)
+			after(arg);
 		return;
 	}
 	cl->sock = sock;
+	cl->after = after;
+	cl->arg = arg;
 	pthread_mutex_init(&cl->mtx, NULL);
 	cohort__cond_init(&cl->cv);
 	pthread_attr_init(&attr);
@@ -1109,6 +1286,8 @@ coord_close_socket(nng_socket sock, cohort_duration bound_ms)
 		pthread_mutex_destroy(&cl->mtx);
 		free(cl);
 		nng_close(sock);
+		if (after != NULL)
+			after(arg);
 		return;
 	}
 	pthread_attr_destroy(&attr);
@@ -1124,13 +1303,32 @@ coord_close_socket(nng_socket sock, cohort_duration bound_ms)
 		pthread_cond_destroy(&cl->cv);
 		pthread_mutex_destroy(&cl->mtx);
 		free(cl);
+		if (after != NULL)
+			after(arg);
 	} else {
 		cohort__warn(
 		    "closing the connection to cohortd did not finish "
-		    "in %d ms (nng 1.5 close race); left to finish "
-		    "in the background",
+		    "in %d ms (nng 1.5 close race: its reaper thread is "
+		    "behind); left to finish in the background",
 		    (int)bound_ms);
 	}
+}
+
+/* Frees the engine once its socket is closed (no nng callback left). */
+static void
+coord_free(void *arg)
+{
+	struct cohort__coord *co = arg;
+
+	/* the pipe events' retry: nothing arms it any more */
+	nng_aio_stop(co->ev_aio);
+	nng_aio_free(co->ev_aio);
+	pthread_mutex_destroy(&co->ev_mtx);
+	pthread_cond_destroy(&co->cv);
+	pthread_mutex_destroy(&co->mtx);
+	free(co->job);
+	free(co->token);
+	free(co);
 }
 
 void
@@ -1140,14 +1338,14 @@ cohort__coord_close(struct cohort__coord *co)
 
 	if (co == NULL)
 		return;
-	pthread_mutex_lock(&co->mtx);
+	(void)coord_lock(co, false);
 	/* After a Leave, let cohortd close the connection first (see
 	 * cohort__coord_prepare_close); bounded. */
 	if (co->leaving) {
 		cohort__time until = cohort__now_ms() + 400;
 		while (co->up
 		    && cohort__cond_wait_until(&co->cv, &co->mtx, until) == 0)
-			;
+			coord_ev_apply_locked(co);
 	}
 	co->closing = true;
 	for (call = co->pending; call != NULL; call = call->next)
@@ -1162,18 +1360,15 @@ cohort__coord_close(struct cohort__coord *co)
 		co->idle = sl->next;
 		coord_slot_free(sl);
 	}
-	coord_close_socket(co->sock, COHORT__CLOSE_TIMEOUT_MS);
-	pthread_cond_destroy(&co->cv);
-	pthread_mutex_destroy(&co->mtx);
-	free(co->job);
-	free(co->token);
-	free(co);
+	/* a notification already on its way may still come: co lives until
+	 * nng_close has returned (coord_free) */
+	coord_close_socket(co->sock, COHORT__CLOSE_TIMEOUT_MS, coord_free, co);
 }
 
 void
 cohort__coord_prepare_close(struct cohort__coord *co)
 {
-	pthread_mutex_lock(&co->mtx);
+	(void)coord_lock(co, false);
 	co->leaving = true;
 	pthread_mutex_unlock(&co->mtx);
 	/* no reconnection once cohortd closes the connection */
@@ -1184,7 +1379,7 @@ cohort__coord_prepare_close(struct cohort__coord *co)
 void
 cohort__coord_drop(struct cohort__coord *co, const char *why)
 {
-	pthread_mutex_lock(&co->mtx);
+	(void)coord_lock(co, false);
 	coord_set_lost_locked(co, why);
 	pthread_mutex_unlock(&co->mtx);
 	/* No re-dial, and the pipe goes: cohortd sees the connection close.
@@ -1196,7 +1391,7 @@ void
 cohort__coord_set_reconnect_window(
     struct cohort__coord *co, cohort_duration ms)
 {
-	pthread_mutex_lock(&co->mtx);
+	(void)coord_lock(co, false);
 	co->reconnect_ms = ms;
 	pthread_mutex_unlock(&co->mtx);
 }
@@ -1205,7 +1400,7 @@ void
 cohort__coord_set_member(
     struct cohort__coord *co, int32_t rank, uint64_t generation)
 {
-	pthread_mutex_lock(&co->mtx);
+	(void)coord_lock(co, false);
 	co->rank = rank;
 	co->generation = generation;
 	pthread_mutex_unlock(&co->mtx);
@@ -1244,7 +1439,7 @@ cohort__coord_up(struct cohort__coord *co)
 {
 	bool up;
 
-	pthread_mutex_lock(&co->mtx);
+	(void)coord_lock(co, false);
 	up = co->up && !co->lost;
 	pthread_mutex_unlock(&co->mtx);
 	return (up);
@@ -1303,7 +1498,7 @@ void
 cohort__coord_call_abort(struct cohort__coord *co,
     struct cohort__coord_call *call, cohort_status why)
 {
-	pthread_mutex_lock(&co->mtx);
+	(void)coord_lock(co, false);
 	if (!call->aborted) {
 		call->aborted = true;
 		call->abort_st = why;
@@ -1337,7 +1532,7 @@ coord_step(struct cohort__coord *co, struct cohort__coord_call *call,
 	}
 	pthread_mutex_unlock(&co->mtx);
 	nng_aio_wait(aio);
-	pthread_mutex_lock(&co->mtx);
+	(void)coord_lock(co, false);
 	return (nng_aio_result(aio));
 }
 
@@ -1368,7 +1563,7 @@ cohort__coord_call(struct cohort__coord *co, struct cohort__coord_call *call)
 	cohort__coord_call_fini(call);
 	if ((st = coord_slot_get(co, &sl)) != COHORT_OK)
 		return (st);
-	pthread_mutex_lock(&co->mtx);
+	(void)coord_lock(co, false);
 	call->aio = sl->aio;
 	call->resend = false;
 	coord_link(co, call);
@@ -1390,7 +1585,7 @@ cohort__coord_call(struct cohort__coord *co, struct cohort__coord_call *call)
 			    "%s (cohortd's --max-value-bytes is %" PRIu64 ")",
 			    why, atomic_load(&co->max_value));
 		}
-		pthread_mutex_lock(&co->mtx);
+		(void)coord_lock(co, false);
 		if (st != COHORT_OK)
 			break;
 		if ((st = coord_check_locked(co, call)) != COHORT_OK)
@@ -1462,7 +1657,7 @@ coord_async_finish(
 	char detail[512];
 
 	cohort__strlcpy(detail, cohort_last_error(), sizeof(detail));
-	pthread_mutex_lock(&co->mtx);
+	(void)coord_lock(co, false);
 	coord_unlink(co, &a->call);
 	a->state = COORD_IDLE;
 	done = a->call;
@@ -1804,7 +1999,7 @@ void
 cohort__coord_async_stop(struct cohort__coord_async *a)
 {
 	atomic_store_explicit(&a->stopping, true, memory_order_release);
-	pthread_mutex_lock(&a->co->mtx);
+	(void)coord_lock(a->co, false);
 	a->stopped = true;
 	pthread_mutex_unlock(&a->co->mtx);
 	nng_aio_stop(a->aio);
@@ -1812,7 +2007,7 @@ cohort__coord_async_stop(struct cohort__coord_async *a)
 	 * nng started no sleep on the stopped aio and runs no more
 	 * callbacks, so the call ends here, unreported, like a stopped one. */
 	if (a->deferred) {
-		pthread_mutex_lock(&a->co->mtx);
+		(void)coord_lock(a->co, false);
 		coord_unlink(a->co, &a->call);
 		a->state = COORD_IDLE;
 		pthread_mutex_unlock(&a->co->mtx);

@@ -7,6 +7,7 @@
  * another thread tries to start it (the fault poll and the heartbeat),
  * and callbacks that never wait for a lock a client thread holds.
  */
+#include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -537,10 +538,61 @@ START_TEST(test_async_callback_never_waits_for_the_lock)
 }
 END_TEST
 
+/*
+ * nng 1.5.2 runs a pipe's "removed" notification on its one reaper
+ * thread, which also finishes every nng_close of the process: a close
+ * returns only once the reaper has destroyed the socket's pipes. A pipe
+ * notification that waits for a client's engine lock, held by a client
+ * thread (one preempted inside a call on a starved machine), holds up the
+ * reaper, and with it every other client's close: each ran into its 2 s
+ * bound ("close race") and left its socket behind. Worse, the abandoned
+ * close freed the engine under a notification still on its way to its
+ * lock; the reaper then waited forever for that pipe (pipe_destroy), and
+ * every later close of the process hung (the bench's 157 threads in
+ * nng_close). Here client A's lock is held while cohortd goes away; client
+ * B's close must still be quick, and A must see its connection lost once
+ * its lock is free.
+ */
+START_TEST(test_pipe_event_never_waits_for_the_lock)
+{
+	struct clx x;
+	struct cohort__coord *a, *b;
+	int64_t t0, ms;
+
+	clx_start(&x, "pipe-held");
+	a = co_open_id(&x, 501);
+	b = co_open_id(&x, 502);
+	cohort__coord_hold(a, true);
+	cohort__srv_stop(x.srv);
+	x.srv = NULL;
+	/* both connections are gone: B's notification, if the reaper gets
+	 * to it, marks B down (bounded; not asserted: with a reaper stuck
+	 * on A's it never comes) */
+	for (int i = 0; i < 100 && cohort__coord_up(b); i++)
+		usleep(10000);
+	t0 = th_now_ms();
+	cohort__coord_close(b);
+	ms = th_now_ms() - t0;
+	cohort__coord_hold(a, false);
+	ck_assert_msg(ms < 1000,
+	    "closing client B took %" PRId64 " ms while client A's lock "
+	    "was held",
+	    ms);
+	/* A's notification was kept, not lost: A is down now */
+	for (int i = 0; i < 100 && cohort__coord_up(a); i++)
+		usleep(10000);
+	ck_assert(!cohort__coord_up(a));
+	t0 = th_now_ms();
+	cohort__coord_close(a);
+	ck_assert_int_lt(th_now_ms() - t0, 1000);
+}
+END_TEST
+
 UNIT_SUITE(coord, "coord", 60, test_round_trip_numbers_requests,
     test_retry_is_applied_once, test_abort_ends_a_parked_call,
     test_deadline_bounds_a_parked_call, test_nobody_there_is_enocoord,
     test_coordinator_gone_past_the_window,
     test_too_big_is_refused_before_sending, test_async_call_calls_back,
     test_async_restart_races_a_tick,
-    test_async_callback_never_waits_for_the_lock)
+    test_async_callback_never_waits_for_the_lock,
+    test_pipe_event_never_waits_for_the_lock)
