@@ -167,6 +167,11 @@ enum cohort__knob_type {
 	    "accumulation buffer of the ring")                                \
 	X(TCP_SOCKBUF, BYTES, "0", 0, 1073741824, "tcp tuning",               \
 	    "SO_SNDBUF/SO_RCVBUF of data-plane sockets (0: the kernel's)")    \
+	X(TCP_AGREE_FOLD, INT, "-1", -1, 1, "tcp tuning",                     \
+	    "1: a group agrees on each operation by recursive doubling "      \
+	    "(log2 n rounds of one message); 0: every rank sends every "      \
+	    "other its header (one round of n - 1); -1: the first when the "  \
+	    "group has more ranks than this host has CPUs")                   \
 	X(TCP_MESH_MAX, INT, "64", 1, 1048576, "tcp tuning",                  \
 	    "largest host-backend group connected in full at set-up; larger " \
 	    "ones connect each rank on first use to the O(log n) peers its "  \

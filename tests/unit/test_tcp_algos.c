@@ -114,16 +114,22 @@ START_TEST(test_tcp_matrix)
 
 	if (mode == TT_MIXED)
 		n = 3 + _i % 2;
-	/* the fused all-reduce at 4 and 8 ranks too (2 by default) */
+	/* The agreement of every rank with every other at 3, 4 and 8 ranks
+	 * (with more ranks than CPUs, the default folds), and the fused
+	 * all-reduce at 4 and 8 (2 by default). */
 	if (_i >= 2 * (TT_MAX_RANKS - 1) + 2) {
+		static const int ns[] = { 3, 4, 8 };
+
 		mode = TT_PURE;
-		n = _i % 2 == 0 ? 4 : 8;
+		n = ns[_i - (2 * (TT_MAX_RANKS - 1) + 2)];
 		setenv("COHORT_TCP_FUSED_RANKS", "8", 1);
+		setenv("COHORT_TCP_AGREE_FOLD", "0", 1);
 	}
 
 	tt_set_mode(mode);
 	tt_run_group(n, "matrix", tt_body_matrix, &g);
 	unsetenv("COHORT_TCP_FUSED_RANKS");
+	unsetenv("COHORT_TCP_AGREE_FOLD");
 	tt_assert_mode(&g, mode);
 	tt_assert_no_failures(&g);
 	for (int r = 1; r < n; r++)
@@ -493,8 +499,8 @@ END_TEST
  * another count (its partner, rank 2, drops the larger operand); 1: rank
  * 1 enters a broadcast (its partner's operand arrives at an agreement
  * without one); 2: rank 0 enters f64 (both sizes differ); 3: the same
- * count mismatch with COHORT_TCP_FUSED_RANKS=0 (agreement, then
- * recursive doubling). */
+ * count mismatch agreed by the recursive-doubling fold
+ * (COHORT_TCP_AGREE_FOLD=1: no fused all-reduce then). */
 static cohort_status tt_fu_rv[TT_MAX_RANKS][2];
 static char tt_fu_err[TT_MAX_RANKS][TT_ERRLEN];
 static double tt_fu_sum[TT_MAX_RANKS];
@@ -547,10 +553,12 @@ START_TEST(test_tcp_fused_mismatch)
 	};
 
 	tt_fu_case = _i;
-	setenv("COHORT_TCP_FUSED_RANKS", _i == 3 ? "0" : "4", 1);
+	setenv("COHORT_TCP_FUSED_RANKS", "4", 1);
+	setenv("COHORT_TCP_AGREE_FOLD", _i == 3 ? "1" : "0", 1);
 	tt_set_mode(TT_PURE);
 	tt_run_group(4, "fumm", tt_body_fused_mismatch, &g);
 	unsetenv("COHORT_TCP_FUSED_RANKS");
+	unsetenv("COHORT_TCP_AGREE_FOLD");
 	tt_assert_mode(&g, TT_PURE);
 	for (int r = 0; r < 4; r++) {
 		ck_assert_msg(tt_fu_rv[r][0] == COHORT_EMISMATCH,
@@ -580,7 +588,7 @@ suite_tcp_algos(void)
 	const TTest *tests[] = { test_tcp_size_one, test_tcp_two_groups,
 		test_tcp_sparse_links, test_tcp_sparse_mismatch, NULL };
 	const struct unit_loop loops[]
-	    = { { test_tcp_matrix, 2 * (TT_MAX_RANKS - 1) + 4 },
+	    = { { test_tcp_matrix, 2 * (TT_MAX_RANKS - 1) + 5 },
 		      { test_tcp_big, 2 * 3 + 1 },
 		      { test_tcp_sparse_matrix, 3 }, { NULL, 0 } };
 	const struct unit_loop mismatch[]

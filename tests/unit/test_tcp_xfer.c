@@ -13,7 +13,16 @@
 #include "unit_suite.h"
 
 /* Ranks 0 and 1 allreduce 32 MiB; rank 2 closes its connections once
- * they are in the call. */
+ * they are in the call. Loops 0-2: every mode of tcp_fixture.h with the
+ * agreement of every rank with every other, in which each rank sees the
+ * vanished one itself; loop 3: pure TCP with the agreement
+ * by the recursive-doubling fold (the default with more ranks than CPUs,
+ * and for large groups), in which rank 0 hears only from rank 1: rank 1
+ * names rank 102 at once, and rank 0 ends at its deadline (3 s here)
+ * naming the rank it waited for. In a job, the coordinator's failure
+ * notice aborts rank 0's wait before that, naming rank 102 (fault_data). */
+static int tt_vanish_ms = 20000;
+
 static void
 tt_body_vanish(struct tt_group *g, int r, void *state)
 {
@@ -32,8 +41,8 @@ tt_body_vanish(struct tt_group *g, int r, void *state)
 	op = tt_sum_op(buf, count, 12);
 	atomic_fetch_add(&g->in_run, 1);
 	t0 = cohort__now_ms();
-	g->run_rv[r] = cohort__host_backend.run(
-	    state, &op, g->run_err[r], TT_ERRLEN, cohort__now_ms() + 20000);
+	g->run_rv[r] = cohort__host_backend.run(state, &op, g->run_err[r],
+	    TT_ERRLEN, cohort__now_ms() + tt_vanish_ms);
 	g->run_ms[r] = cohort__now_ms() - t0;
 	free(buf);
 }
@@ -42,14 +51,33 @@ START_TEST(test_tcp_peer_vanishes_mid_allreduce)
 {
 	static struct tt_group g;
 	struct tt_store s;
+	bool fold = _i == TT_NMODES;
+	int mode = fold ? TT_PURE : _i;
 
-	tt_set_mode(_i);
+	setenv("COHORT_TCP_AGREE_FOLD", fold ? "1" : "0", 1);
+	tt_vanish_ms = fold ? 3000 : 20000;
+	tt_set_mode(mode);
 	tt_store_init(&s);
 	tt_group_setup(&g, &s, 3, "vanish", tt_body_vanish);
 	g.iters = 2;
 	tt_group_start(&g, 0);
 	tt_group_join(&g);
-	tt_assert_mode(&g, _i);
+	unsetenv("COHORT_TCP_AGREE_FOLD");
+	tt_assert_mode(&g, mode);
+	if (fold) {
+		ck_assert_msg(g.run_rv[1] == COHORT_EPEERLOST
+		        && strstr(g.run_err[1], "rank 102") != NULL,
+		    "rank 1: %s: %s", cohort_status_name(g.run_rv[1]),
+		    g.run_err[1]);
+		ck_assert_int_lt(g.run_ms[1], 5000);
+		ck_assert_msg(g.run_rv[0] != COHORT_OK
+		        && strstr(g.run_err[0], "allreduce #12") != NULL,
+		    "rank 0: %s: %s", cohort_status_name(g.run_rv[0]),
+		    g.run_err[0]);
+		ck_assert_int_lt(g.run_ms[0], 5000);
+		tt_store_fini(&s);
+		return;
+	}
 	for (int r = 0; r < 2; r++) {
 		ck_assert_msg(g.run_rv[r] == COHORT_EPEERLOST,
 		    "rank %d: %s: %s", r, cohort_status_name(g.run_rv[r]),
@@ -241,7 +269,7 @@ Suite *
 suite_tcp_xfer(void)
 {
 	const struct unit_loop loops[]
-	    = { { test_tcp_peer_vanishes_mid_allreduce, TT_NMODES },
+	    = { { test_tcp_peer_vanishes_mid_allreduce, TT_NMODES + 1 },
 		      { test_tcp_abort_unblocks_run, 2 * TT_NMODES },
 		      { test_tcp_wait_for_late_peer_is_counted, TT_NMODES },
 		      { NULL, 0 } };

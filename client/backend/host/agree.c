@@ -132,7 +132,7 @@ host_agree_fusable(const struct host_agree *a)
 {
 	int n = a->mesh->size;
 
-	return (n >= 2 && (n & (n - 1)) == 0);
+	return (!a->fold && n >= 2 && (n & (n - 1)) == 0);
 }
 
 /* Plans the exchange of headers with every rank (framed: the first
@@ -330,7 +330,7 @@ host_agree_run(struct host_agree *a, struct host_xfer *x,
 	cohort_status rv;
 
 	host_agree_hdr(a, op, HOST_PATH_TCP);
-	if (m->size <= x->tune->mesh_max) {
+	if (!a->fold) {
 		/* Framed: a partner that runs a fused all-reduce here sends
 		 * its operand after its header; it is read and dropped. */
 		agree_plan(a, x, NULL, 0, NULL, 0);

@@ -108,6 +108,7 @@ struct host_tune {
 	int shm_hot_spins; /* pause-spins before yielding */
 	int mesh_max; /* full mesh at init up to this group size */
 	int fused_ranks; /* fuse a small all-reduce's agreement up to here */
+	int agree_fold; /* 1: agree by the fold, 0: all-to-all, -1: auto */
 };
 
 /* Big-endian integers of the set-up messages and operation headers. */
@@ -400,6 +401,10 @@ struct host_agree {
 	/* Every rank's header of the running operation (size * 32 bytes),
 	 * this rank's at rank * 32. */
 	uint8_t *hdrs;
+	/* Agree by the recursive-doubling fold (a large group, or more
+	 * ranks than CPUs: COHORT_TCP_AGREE_FOLD), not every rank with
+	 * every other. */
+	bool fold;
 	/* A disagreement that left the ranks out of step (on the shared
 	 * memory path): every later operation fails with it. */
 	cohort_status broken;
@@ -417,10 +422,11 @@ void host_agree_hdr(
  * in err when any rank's differs from rank 0's. */
 cohort_status host_agree_check(
     struct host_agree *a, const struct host_op *c, char *err, size_t errlen);
-/* The TCP path's agreement on op (the barrier when op is one): a group of
- * at most mesh_max ranks sends every rank its header and checks them all;
- * a larger one folds the smallest and largest header by recursive
- * doubling, so every rank learns whether all agree in log2(n) rounds. */
+/* The TCP path's agreement on op (the barrier when op is one): every rank
+ * sends every other its header and checks them all (one round), or, with
+ * a->fold, the smallest and largest header are folded by recursive
+ * doubling, so every rank learns whether all agree in log2(n) rounds of
+ * one message each. */
 cohort_status host_agree_run(struct host_agree *a, struct host_xfer *x,
     const struct cohort__op *op, const struct host_op *c, char *err,
     size_t errlen, cohort__time deadline);
