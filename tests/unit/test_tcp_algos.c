@@ -8,6 +8,7 @@
  * COHORT_TCP_MESH_MAX (connections on first use, only to the peers the
  * algorithms use; the agreement by recursive doubling).
  */
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -577,6 +578,67 @@ START_TEST(test_tcp_fused_mismatch)
 }
 END_TEST
 
+/* The agreement's shape and the fused all-reduce's limit are rank 0's
+ * on every rank (a host's CPU count and a rank's environment may differ;
+ * ranks agreeing by different shapes would wait for each other until
+ * their deadlines). Rank 0 starts alone with one setting and reads it; the
+ * others start with the other. Loop 0: rank 0 folds, the others would
+ * not; loop 1: rank 0 agrees every rank with every other and fuses up to 4
+ * ranks, the others would fold. 20 all-reduces of 4 KiB, each checked. */
+static cohort_status tt_sh_rv[TT_MAX_RANKS];
+static int tt_sh_wrong[TT_MAX_RANKS];
+
+static void
+tt_body_shape(struct tt_group *g, int r, void *state)
+{
+	float buf[1024];
+
+	tt_sh_rv[r] = COHORT_OK;
+	tt_sh_wrong[r] = 0;
+	for (int i = 0; i < 20 && tt_sh_rv[r] == COHORT_OK; i++) {
+		struct cohort__op op = tt_sum_op(buf, 1024, (uint64_t)i + 1);
+		char err[TT_ERRLEN];
+
+		for (int k = 0; k < 1024; k++)
+			buf[k] = (float)(r + 1 + i);
+		tt_sh_rv[r] = cohort__host_backend.run(
+		    state, &op, err, sizeof(err), cohort__now_ms() + 5000);
+		for (int k = 0; k < 1024; k++)
+			if (buf[k] != (float)(10 + 4 * i))
+				tt_sh_wrong[r]++;
+	}
+}
+
+START_TEST(test_tcp_agreement_is_rank0s)
+{
+	static struct tt_group g;
+	struct tt_store s;
+
+	tt_set_mode(TT_PURE);
+	setenv("COHORT_TCP_AGREE_FOLD", _i == 0 ? "1" : "0", 1);
+	setenv("COHORT_TCP_FUSED_RANKS", _i == 0 ? "2" : "4", 1);
+	tt_store_init(&s);
+	tt_group_setup(&g, &s, 4, "shape", tt_body_shape);
+	pthread_barrier_init(&g.done, NULL, 4);
+	tt_rank_start(&g, 0, 0);
+	(void)poll(NULL, 0, 300); /* rank 0 read its settings */
+	setenv("COHORT_TCP_AGREE_FOLD", _i == 0 ? "0" : "1", 1);
+	setenv("COHORT_TCP_FUSED_RANKS", "2", 1);
+	for (int r = 1; r < 4; r++)
+		tt_rank_start(&g, 0, r);
+	tt_group_join(&g);
+	unsetenv("COHORT_TCP_AGREE_FOLD");
+	unsetenv("COHORT_TCP_FUSED_RANKS");
+	tt_assert_mode(&g, TT_PURE);
+	for (int r = 0; r < 4; r++) {
+		ck_assert_msg(tt_sh_rv[r] == COHORT_OK, "loop %d rank %d: %s",
+		    _i, r, cohort_status_name(tt_sh_rv[r]));
+		ck_assert_int_eq(tt_sh_wrong[r], 0);
+	}
+	tt_store_fini(&s);
+}
+END_TEST
+
 START_TEST(test_tcp_size_one) { tt_run_ok(1, "solo", tt_body_matrix); }
 END_TEST
 
@@ -593,7 +655,8 @@ suite_tcp_algos(void)
 		      { test_tcp_sparse_matrix, 3 }, { NULL, 0 } };
 	const struct unit_loop mismatch[]
 	    = { { test_tcp_mismatch_detected, 2 * (int)TT_MM_CASES },
-		      { test_tcp_fused_mismatch, 4 }, { NULL, 0 } };
+		      { test_tcp_fused_mismatch, 4 },
+		      { test_tcp_agreement_is_rank0s, 2 }, { NULL, 0 } };
 	const struct unit_case cases[] = {
 		{ "collectives", 120, tests, loops, NULL, NULL },
 		{ "mismatch", 60, NULL, mismatch, NULL, NULL },

@@ -182,11 +182,17 @@ host_init(const struct cohort__group_desc *desc, void **state, char *err,
 	    || (rv = host_agree_init(&h->agree, &h->mesh, err, errlen))
 	        != COHORT_OK)
 		goto out_fini;
-	h->agree.fold = h->sparse || host_agree_folds(&h->tune, desc->size);
+	/* This rank's choice; a fully connected group takes rank 0's
+	 * (host_shm_setup's announcement), since a host's CPU count or a
+	 * rank's environment may differ, and ranks that agree by different
+	 * shapes would wait for each other until their deadlines. */
+	h->tune.agree_fold = host_agree_folds(&h->tune, desc->size) ? 1 : 0;
+	h->agree.fold = h->sparse || h->tune.agree_fold != 0;
 	if (desc->size > 1 && !h->sparse
 	    && (rv = host_init_full(h, desc, err, errlen, deadline))
 	        != COHORT_OK)
 		goto out_fini;
+	h->agree.fold = h->sparse || h->tune.agree_fold != 0;
 	if (h->sparse)
 		cohort__debug("tcp group %s: rank %d of %d listening on %s "
 		              "(connections on first use)",

@@ -466,7 +466,8 @@ void host_algos_local(const struct cohort__op *op, size_t esize);
 struct host_shm;
 
 /* Offers (rank 0) or takes the segment over the mesh's connections (all
- * made); *out NULL: pure TCP. Adopts rank 0's size range into tune. */
+ * made); *out NULL: pure TCP. Adopts rank 0's size range into tune, and,
+ * also on the pure TCP path, its agree_fold and fused_ranks. */
 cohort_status host_shm_setup(struct host_mesh *m, struct host_agree *a,
     struct host_tune *tune, bool enable, size_t want_blk,
     struct host_shm **out, char *err, size_t errlen, cohort__time deadline);

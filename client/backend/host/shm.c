@@ -78,7 +78,7 @@
 #include "host_impl.h"
 
 #define SHM_MAGIC "COHORT-SHM-2"
-#define SHM_MSG_LEN 80
+#define SHM_MSG_LEN 88
 #define SHM_HDR 4096
 #define SHM_LINE 64
 #define SHM_SLEEP_MS 5
@@ -1045,7 +1045,9 @@ shm_new(
  * "CSM1" (else "CSM0": none), len (be64), 4 zero bytes, token[16], the
  * name's 32 hex digits; host_shm_setup adds rank 0's size range
  * (shm_min, shm_max, be64), which every rank adopts: all ranks must pick
- * the same path for every allreduce. */
+ * the same path for every allreduce; and the TCP path's agreement shape
+ * (byte 80: 1 the fold) and fused group limit (be32 at 84), adopted even
+ * where no segment is used. */
 static struct host_shm *
 shm_create(struct host_shm *s, size_t want_blk, uint8_t *msg, char *name,
     size_t namelen)
@@ -1182,6 +1184,8 @@ host_shm_setup(struct host_mesh *m, struct host_agree *a,
 			memcpy(msg, "CSM0", 4);
 		host_put_be(msg + 64, tune->shm_min, 8);
 		host_put_be(msg + 72, tune->shm_max, 8);
+		msg[80] = tune->agree_fold != 0 ? 1 : 0;
+		host_put_be(msg + 84, (uint64_t)tune->fused_ranks, 4);
 		for (int p = 1; p < m->size && rv == COHORT_OK; p++)
 			rv = shm_io(m, p, msg, sizeof(msg), true, err, errlen,
 			    deadline);
@@ -1215,6 +1219,11 @@ host_shm_setup(struct host_mesh *m, struct host_agree *a,
 		if (rv == COHORT_OK)
 			rv = shm_io(
 			    m, 0, &yes, 1, false, err, errlen, deadline);
+	}
+	if (rv == COHORT_OK && m->rank != 0) {
+		/* The TCP path's choices are rank 0's too (host.c). */
+		tune->agree_fold = msg[80] != 0 ? 1 : 0;
+		tune->fused_ranks = (int)host_get_be(msg + 84, 4);
 	}
 	if (rv != COHORT_OK || yes != 'Y') {
 		shm_unmap(s);
