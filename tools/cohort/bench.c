@@ -1275,6 +1275,33 @@ bench_spawn(char **args, int argc, char *const *extra_args, int nextra,
 	return (COHORT_OK);
 }
 
+/* Reads what is left in an exited child's pipe (it cannot write more;
+ * non-blocking, in case something it started holds the pipe open). */
+static void
+bench_drain(struct bench_child *c)
+{
+	if (c->out < 0)
+		return;
+	(void)fcntl(c->out, F_SETFL, fcntl(c->out, F_GETFL) | O_NONBLOCK);
+	for (;;) {
+		ssize_t got;
+
+		if (c->cap - c->len < 4096) {
+			char *nb = realloc(c->buf, c->cap + 65536);
+
+			if (nb == NULL)
+				return;
+			c->buf = nb;
+			c->cap += 65536;
+		}
+		got = read(c->out, c->buf + c->len, c->cap - c->len - 1);
+		if (got <= 0)
+			return;
+		c->len += (size_t)got;
+		c->buf[c->len] = '\0';
+	}
+}
+
 /* Waits for every child of l (reading the pipes of those that have one);
  * once one fails, the others get 15 s before SIGKILL (l's stop
  * sequence); at deadline_ms all are killed. */
@@ -1339,6 +1366,10 @@ bench_wait_all(
 		}
 		cohort__launch_tick(l, now);
 	}
+	/* What the children wrote before they exited and were reaped is
+	 * still in their pipes: the last join's line often is. */
+	for (int i = 0; i < n; i++)
+		bench_drain(&ch[i]);
 	for (int i = 0; i < n; i++) {
 		if (ch[i].out >= 0) {
 			close(ch[i].out);
