@@ -97,7 +97,7 @@ def status_waits(text):
 # (name, hosts, ranks per host, bytes per all-reduce (0: barriers through
 # cohortd), extra environment, the path the timeline must show)
 PATHS = [
-    ("tcp-across-hosts", 2, 1, 4096, {}, "recursive_doubling"),
+    ("tcp-across-hosts", 2, 1, 4096, {}, "recursive_doubling_fused"),
     ("shm-one-host", 1, 2, 4096, {}, "shm"),
     ("hierarchical", 2, 2, 262144, {}, "hier"),
     ("control-plane", 2, 1, 0, {}, "cohortd"),
