@@ -1275,6 +1275,31 @@ bench_spawn(char **args, int argc, char *const *extra_args, int nextra,
 	return (COHORT_OK);
 }
 
+/* One read of a child's pipe into its buffer: what read() returned (-1
+ * with errno ENOMEM when the buffer cannot grow). */
+static ssize_t
+bench_read(struct bench_child *c)
+{
+	ssize_t got;
+
+	if (c->cap - c->len < 4096) {
+		char *nb = realloc(c->buf, c->cap + 65536);
+
+		if (nb == NULL) {
+			errno = ENOMEM;
+			return (-1);
+		}
+		c->buf = nb;
+		c->cap += 65536;
+	}
+	got = read(c->out, c->buf + c->len, c->cap - c->len - 1);
+	if (got > 0) {
+		c->len += (size_t)got;
+		c->buf[c->len] = '\0';
+	}
+	return (got);
+}
+
 /* Reads what is left in an exited child's pipe (it cannot write more;
  * non-blocking, in case something it started holds the pipe open). */
 static void
@@ -1283,23 +1308,8 @@ bench_drain(struct bench_child *c)
 	if (c->out < 0)
 		return;
 	(void)fcntl(c->out, F_SETFL, fcntl(c->out, F_GETFL) | O_NONBLOCK);
-	for (;;) {
-		ssize_t got;
-
-		if (c->cap - c->len < 4096) {
-			char *nb = realloc(c->buf, c->cap + 65536);
-
-			if (nb == NULL)
-				return;
-			c->buf = nb;
-			c->cap += 65536;
-		}
-		got = read(c->out, c->buf + c->len, c->cap - c->len - 1);
-		if (got <= 0)
-			return;
-		c->len += (size_t)got;
-		c->buf[c->len] = '\0';
-	}
+	while (bench_read(c) > 0)
+		;
 }
 
 /* Waits for every child of l (reading the pipes of those that have one);
@@ -1333,21 +1343,12 @@ bench_wait_all(
 
 			if (!(pfd[j].revents & (POLLIN | POLLHUP | POLLERR)))
 				continue;
-			if (c->cap - c->len < 4096) {
-				char *nb = realloc(c->buf, c->cap + 65536);
-				if (nb == NULL)
-					continue;
-				c->buf = nb;
-				c->cap += 65536;
-			}
-			got = read(
-			    c->out, c->buf + c->len, c->cap - c->len - 1);
+			got = bench_read(c);
+			if (got < 0 && errno == ENOMEM)
+				continue;
 			if (got <= 0) {
 				close(c->out);
 				c->out = -1;
-			} else {
-				c->len += (size_t)got;
-				c->buf[c->len] = '\0';
 			}
 		}
 		while ((k = cohort__launch_reap(l, now)) >= 0) {

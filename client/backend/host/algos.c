@@ -104,14 +104,15 @@ algo_allreduce_rd(struct host_xfer *x, const struct cohort__op *op,
 /* The agreement carries the first round's operands (host_agree_first),
  * then recursive doubling goes on from the second round: log2(n) rounds
  * of waiting instead of 1 + log2(n). */
-static cohort_status
-algo_allreduce_fused(struct host_agree *a, struct host_xfer *x,
+cohort_status
+host_algos_fused(struct host_agree *a, struct host_xfer *x,
     const struct cohort__op *op, const struct host_op *c, size_t bytes,
     char *err, size_t errlen, cohort__time deadline)
 {
 	struct algo_rd_ctx k = { op, x->mesh->size };
 	cohort_status rv;
 
+	host_op_algo(c, "recursive_doubling_fused");
 	if ((rv = host_grow_small(x, bytes, err, errlen)) != COHORT_OK
 	    || (rv = host_agree_first(a, x, op, c, op->send, x->small, bytes,
 	            err, errlen, deadline))
@@ -122,16 +123,6 @@ algo_allreduce_fused(struct host_agree *a, struct host_xfer *x,
 	algo_rd_combine(&k, op->recv, x->small);
 	return (host_rd_from(x, c, op->recv, bytes, 2, algo_rd_combine, &k,
 	    err, errlen, deadline));
-}
-
-cohort_status
-host_algos_fused(struct host_agree *a, struct host_xfer *x,
-    const struct cohort__op *op, const struct host_op *c, size_t bytes,
-    char *err, size_t errlen, cohort__time deadline)
-{
-	host_op_algo(c, "recursive_doubling_fused");
-	return (
-	    algo_allreduce_fused(a, x, op, c, bytes, err, errlen, deadline));
 }
 
 /* Step st receives bytes into op->recv, reduced with op->send as they

@@ -187,7 +187,6 @@ host_init(const struct cohort__group_desc *desc, void **state, char *err,
 	 * rank's environment may differ, and ranks that agree by different
 	 * shapes would wait for each other until their deadlines. */
 	h->tune.agree_fold = host_agree_folds(&h->tune, desc->size) ? 1 : 0;
-	h->agree.fold = h->sparse || h->tune.agree_fold != 0;
 	if (desc->size > 1 && !h->sparse
 	    && (rv = host_init_full(h, desc, err, errlen, deadline))
 	        != COHORT_OK)
@@ -223,7 +222,7 @@ host_fused(
 {
 	const struct host_tune *tu = &h->tune;
 
-	return (op->kind == COHORT__OP_ALLREDUCE && !h->agreed && !h->sparse
+	return (op->kind == COHORT__OP_ALLREDUCE && !h->agreed
 	    && bytes <= tu->small_max && h->mesh.size <= tu->fused_ranks
 	    && host_agree_fusable(&h->agree)
 	    && !host_hier_usable(h->hier, op, bytes));
