@@ -134,6 +134,9 @@ void
 tt_set_mode(int mode)
 {
 	setenv("COHORT_TCP_SHM", mode == TT_PURE ? "0" : "1", 1);
+	/* Shared memory stages every size; mixed reads the others' buffers
+	 * (cross-memory attach) wherever it uses shared memory. */
+	setenv("COHORT_TCP_SHM_CMA_MIN", mode == TT_MIXED ? "65536" : "0", 1);
 	if (mode == TT_MIXED)
 		setenv("COHORT_TCP_SHM_MIN", "65536", 1);
 	else
@@ -180,6 +183,9 @@ tt_thread(void *arg)
 	if (g->init_rv[r] == COHORT_OK
 	    && ((struct cohort__host *)state)->shm != NULL)
 		atomic_fetch_add(&g->shm_ranks, 1);
+	if (g->init_rv[r] == COHORT_OK
+	    && host_shm_cma(((struct cohort__host *)state)->shm))
+		atomic_fetch_add(&g->cma_ranks, 1);
 	if (g->init_rv[r] == COHORT_OK && g->body != NULL)
 		g->body(g, r, state);
 	pthread_barrier_wait(&g->done);
@@ -211,6 +217,7 @@ tt_group_setup(struct tt_group *g, struct tt_store *s, int n, const char *id,
 	atomic_init(&g->in_run, 0);
 	atomic_init(&g->failures, 0);
 	atomic_init(&g->shm_ranks, 0);
+	atomic_init(&g->cma_ranks, 0);
 }
 
 void

@@ -9,7 +9,9 @@
  * Every data-path test runs in the modes of tt_mode: the same-host
  * shared-memory allreduce (the default; threads of one process qualify),
  * pure TCP (COHORT_TCP_SHM=0) and a mix (shared memory only from 64 KiB,
- * so small and large allreduces interleave on the two paths).
+ * so small and large allreduces interleave on the two paths, and there
+ * every all-reduce reads the others' buffers by cross-memory attach; the
+ * shared-memory mode stages every size).
  *
  * Inputs are generated from (seed, rank, index) by every thread, so each
  * rank computes the reference of its own output independently, in double
@@ -112,6 +114,7 @@ struct tt_group {
 	int64_t run_ms[TT_MAX_RANKS];
 	/* Ranks whose state got the shared-memory segment. */
 	atomic_int shm_ranks;
+	atomic_int cma_ranks; /* of those, reading others' buffers */
 };
 
 enum tt_mode { TT_SHM, TT_PURE, TT_MIXED, TT_NMODES };
@@ -130,7 +133,14 @@ void tt_set_mode(int mode);
 		    tt_mode_name[(mode)], atomic_load(&(g)->shm_ranks),       \
 		    (g)->n);                                                  \
 		unsetenv("COHORT_TCP_SHM");                                   \
+		ck_assert_msg(atomic_load(&(g)->cma_ranks)                    \
+		        == ((mode) == TT_MIXED ? (g)->n : 0),                 \
+		    "%s: %d of %d ranks read others' buffers",                \
+		    tt_mode_name[(mode)], atomic_load(&(g)->cma_ranks),       \
+		    (g)->n);                                                  \
+		unsetenv("COHORT_TCP_SHM");                                   \
 		unsetenv("COHORT_TCP_SHM_MIN");                               \
+		unsetenv("COHORT_TCP_SHM_CMA_MIN");                           \
 	} while (0)
 
 /* Rank r's group descriptor. */

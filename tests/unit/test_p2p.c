@@ -763,6 +763,7 @@ START_TEST(test_alltoallv_uneven)
 	tt_run_group(3 + _i, "a2av", tp_body_a2av, &g);
 	unsetenv("COHORT_TCP_SHM");
 	unsetenv("COHORT_TCP_SHM_MIN");
+	unsetenv("COHORT_TCP_SHM_CMA_MIN");
 	tt_assert_no_failures(&g);
 }
 END_TEST

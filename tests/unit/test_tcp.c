@@ -103,6 +103,7 @@ START_TEST(test_tcp_sigkilled_rank)
 	    "%s: wrong data path", tt_mode_name[_i]);
 	unsetenv("COHORT_TCP_SHM");
 	unsetenv("COHORT_TCP_SHM_MIN");
+	unsetenv("COHORT_TCP_SHM_CMA_MIN");
 	atomic_init(&iter, 0);
 	k.pid = f.pid;
 	k.iter = &iter;

@@ -12,8 +12,11 @@
 /* Ranks whose settings disagree. Loop 0: rank 1 (another process) has
  * COHORT_TCP_SHM=0, so rank 0's offer is declined and the whole group runs
  * over TCP. Loop 1: the other way round. Loop 2: both use shared memory,
- * rank 1 asks for it only from 64 KiB and adopts rank 0's range instead.
- * The allreduces agree in every case. */
+ * rank 1 asks for it only from 64 KiB and adopts rank 0's range instead;
+ * both read each other's buffers (cross-memory attach: two processes).
+ * Loop 3: rank 1 will not (COHORT_TCP_SHM_CMA_MIN=0), so neither does,
+ * and the allreduces stage through the segment. The allreduces agree in
+ * every case. */
 #define TT_DISAGREE_COUNT ((1u << 20) + 5)
 
 static int tt_disagree_i; /* the loop index, for rank 1 */
@@ -30,11 +33,15 @@ tt_rank1_disagrees(struct tt_fork *f)
 	setenv("COHORT_TCP_SHM", tt_disagree_i == 0 ? "0" : "1", 1);
 	if (tt_disagree_i == 2)
 		setenv("COHORT_TCP_SHM_MIN", "65536", 1);
+	setenv(
+	    "COHORT_TCP_SHM_CMA_MIN", tt_disagree_i == 3 ? "0" : "1048576", 1);
 	if (buf == NULL || tt_fork_init(f, 1) != COHORT_OK)
 		return (2);
 	t = f->state;
-	if ((t->shm != NULL) != (tt_disagree_i == 2) || t->tune.shm_min != 0)
+	if ((t->shm != NULL) != (tt_disagree_i >= 2) || t->tune.shm_min != 0)
 		return (3);
+	if (host_shm_cma(t->shm) != (tt_disagree_i == 2))
+		return (5);
 	for (size_t i = 0; i < count; i++)
 		buf[i] = 2.0f;
 	for (int k = 0; k < 3; k++)
@@ -61,11 +68,17 @@ START_TEST(test_tcp_shm_settings_disagree)
 	tt_fork_start(&f, 50, tt_rank1_disagrees);
 	setenv("COHORT_TCP_SHM", _i == 1 ? "0" : "1", 1);
 	unsetenv("COHORT_TCP_SHM_MIN");
+	setenv("COHORT_TCP_SHM_CMA_MIN", "1048576", 1);
 	tt_fork_init0(&f);
 	unsetenv("COHORT_TCP_SHM");
+	unsetenv("COHORT_TCP_SHM_CMA_MIN");
 	ck_assert_msg(
-	    (((struct cohort__host *)f.state)->shm != NULL) == (_i == 2),
+	    (((struct cohort__host *)f.state)->shm != NULL) == (_i >= 2),
 	    "rank 0: wrong data path");
+	ck_assert_msg(
+	    host_shm_cma(((struct cohort__host *)f.state)->shm) == (_i == 2),
+	    "rank 0: cross-memory attach %s",
+	    _i == 2 ? "not used" : "used though rank 1 declined");
 	for (size_t i = 0; i < count; i++)
 		buf[i] = 1.0f;
 	for (int k = 0; k < 3 && rv == COHORT_OK; k++)
@@ -89,7 +102,7 @@ Suite *
 suite_tcp_shm(void)
 {
 	const struct unit_loop loops[]
-	    = { { test_tcp_shm_settings_disagree, 3 }, { NULL, 0 } };
+	    = { { test_tcp_shm_settings_disagree, 4 }, { NULL, 0 } };
 
 	return (unit_suite_loops("tcp_shm", "setup", 60, NULL, loops));
 }

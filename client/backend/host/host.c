@@ -25,7 +25,10 @@
  * COHORT_TCP_SHM_MIN/MAX (0, unlimited) bound the sizes that use the
  * segment; COHORT_TCP_SHM_BLK (128 KiB) is its block, one rank's share of
  * a pipelined round; COHORT_TCP_SHM_SPINS (16, 0 with more ranks than
- * CPUs) the busy-wait pauses before a waiting rank yields.
+ * CPUs) the busy-wait pauses before a waiting rank yields;
+ * COHORT_TCP_SHM_CMA_MIN (1 MiB, 0 with more ranks than CPUs) the
+ * smallest all-reduce that reads the other ranks' buffers directly
+ * (shm.c; 2 ranks, 16 MiB: 2.3-2.5 ms against 3.1-3.3 staged).
  * Measured (tcp_microbench, 2 cores, f32 sum, medians): 2 ranks 4 KiB
  * 0.7 us, 1/16/64 MiB 10.4/7.5/7.2 GB/s busbw; 4 ranks 7 us, 6.8/4.5/4.2;
  * pure TCP 13 us, 1.3-1.6/1.3-1.5/1.3-1.4 and 56 us, 0.6/0.7/0.8.
@@ -67,6 +70,7 @@
 #define HOST_DEFAULT_ACC (4u << 20)
 #define HOST_DEFAULT_SPIN_US 50
 #define HOST_DEFAULT_SHM_BLK (128u << 10)
+#define HOST_DEFAULT_SHM_CMA_MIN (1u << 20)
 #define HOST_DEFAULT_MESH_MAX 64
 #define HOST_DEFAULT_FUSED_RANKS 2
 
@@ -95,6 +99,12 @@ host_tune_read(struct host_tune *tu, int size)
 	tu->shm_max = host_knob(COHORT__KNOB_TCP_SHM_MAX, SIZE_MAX);
 	tu->shm_hot_spins = (int)host_knob(COHORT__KNOB_TCP_SHM_SPINS,
 	    size > sysconf(_SC_NPROCESSORS_ONLN) ? 0 : 16);
+	/* Cross-memory reads need a core per rank: with more ranks than
+	 * CPUs its three waits per operation cost more than the copies it
+	 * saves (4 ranks on 2 cores, 16 MiB: 8.7-9.4 ms against 8.3-9.0). */
+	tu->shm_cma_min = host_knob(COHORT__KNOB_TCP_SHM_CMA_MIN,
+	    size > sysconf(_SC_NPROCESSORS_ONLN) ? 0
+	                                         : HOST_DEFAULT_SHM_CMA_MIN);
 	tu->mesh_max
 	    = (int)host_knob(COHORT__KNOB_TCP_MESH_MAX, HOST_DEFAULT_MESH_MAX);
 	tu->agree_fold

@@ -106,6 +106,7 @@ struct host_tune {
 	size_t shm_min; /* allreduce over shared memory in */
 	size_t shm_max; /*   [shm_min, shm_max] bytes */
 	int shm_hot_spins; /* pause-spins before yielding */
+	size_t shm_cma_min; /* allreduce by cross-memory reads from here */
 	int mesh_max; /* full mesh at init up to this group size */
 	int fused_ranks; /* fuse a small all-reduce's agreement up to here */
 	int agree_fold; /* 1: agree by the fold, 0: all-to-all, -1: auto */
@@ -472,6 +473,9 @@ cohort_status host_shm_setup(struct host_mesh *m, struct host_agree *a,
     struct host_tune *tune, bool enable, size_t want_blk,
     struct host_shm **out, char *err, size_t errlen, cohort__time deadline);
 void host_shm_free(struct host_shm *s);
+/* Whether the group's large all-reduces read the other ranks' buffers
+ * directly (cross-memory attach; every rank could, and agreed). */
+bool host_shm_cma(const struct host_shm *s);
 bool host_shm_usable(const struct host_shm *s, const struct host_tune *tune,
     const struct cohort__op *op, size_t esize, size_t bytes);
 /* Any collective but barrier over the segment (host_shm_usable said yes);
