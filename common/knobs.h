@@ -131,8 +131,8 @@ enum cohort__knob_type {
 	    "busy polls before yielding (0 when ranks outnumber CPUs)")       \
 	X(TCP_SHM_CMA_MIN, BYTES, "1048576", 0, INT64_MAX, "tcp tuning",      \
 	    "smallest shared-memory all-reduce that reads the other ranks' "  \
-	    "buffers directly (cross-memory attach; 0 when ranks outnumber "  \
-	    "CPUs); rank 0's value holds, 0 on any rank: never")              \
+	    "buffers directly (cross-memory attach; 4 MiB when ranks "        \
+	    "outnumber CPUs); rank 0's value holds, 0 on any rank: never")    \
 	X(TCP_HIER, BOOL, "1", 0, 1, "tcp tuning",                            \
 	    "0: no hierarchical all-reduce (shared memory within a host, "    \
 	    "TCP between hosts) for groups with several ranks per host")      \

@@ -26,9 +26,10 @@
  * segment; COHORT_TCP_SHM_BLK (128 KiB) is its block, one rank's share of
  * a pipelined round; COHORT_TCP_SHM_SPINS (16, 0 with more ranks than
  * CPUs) the busy-wait pauses before a waiting rank yields;
- * COHORT_TCP_SHM_CMA_MIN (1 MiB, 0 with more ranks than CPUs) the
+ * COHORT_TCP_SHM_CMA_MIN (1 MiB, 4 MiB with more ranks than CPUs) the
  * smallest all-reduce that reads the other ranks' buffers directly
- * (shm.c; 2 ranks, 16 MiB: 2.3-2.5 ms against 3.1-3.3 staged).
+ * (shm.c; 2 ranks: 1 MiB 119 us against 175 staged, 16 MiB 1.9 ms
+ * against 3.0-3.1).
  * Measured (tcp_microbench, 2 cores, f32 sum, medians): 2 ranks 4 KiB
  * 0.7 us, 1/16/64 MiB 10.4/7.5/7.2 GB/s busbw; 4 ranks 7 us, 6.8/4.5/4.2;
  * pure TCP 13 us, 1.3-1.6/1.3-1.5/1.3-1.4 and 56 us, 0.6/0.7/0.8.
@@ -99,11 +100,12 @@ host_tune_read(struct host_tune *tu, int size)
 	tu->shm_max = host_knob(COHORT__KNOB_TCP_SHM_MAX, SIZE_MAX);
 	tu->shm_hot_spins = (int)host_knob(COHORT__KNOB_TCP_SHM_SPINS,
 	    size > sysconf(_SC_NPROCESSORS_ONLN) ? 0 : 16);
-	/* Cross-memory reads need a core per rank: with more ranks than
-	 * CPUs its three waits per operation cost more than the copies it
-	 * saves (4 ranks on 2 cores, 16 MiB: 8.7-9.4 ms against 8.3-9.0). */
+	/* With more ranks than CPUs, the cross-memory path's three waits
+	 * per operation cost about what it saves at 1 MiB (4 ranks on
+	 * 2 cores: 556-575 us against 457-676 staged); from 4 MiB it wins
+	 * (1.50-1.55 ms against 1.72-1.73, 16 MiB 8.0-8.5 against 9.2-9.5). */
 	tu->shm_cma_min = host_knob(COHORT__KNOB_TCP_SHM_CMA_MIN,
-	    size > sysconf(_SC_NPROCESSORS_ONLN) ? 0
+	    size > sysconf(_SC_NPROCESSORS_ONLN) ? 4 * HOST_DEFAULT_SHM_CMA_MIN
 	                                         : HOST_DEFAULT_SHM_CMA_MIN);
 	tu->mesh_max
 	    = (int)host_knob(COHORT__KNOB_TCP_MESH_MAX, HOST_DEFAULT_MESH_MAX);

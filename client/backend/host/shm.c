@@ -51,9 +51,11 @@
  * Yama rule against it), a large allreduce leaves its buffers where they
  * are. One global round: every rank publishes its send and receive
  * addresses in its control block and posts; each reduces its block from
- * its own input and the others' (read in L2-sized pieces into a scratch,
- * added in ascending rank order, as above); once every rank reduced, each
- * reads the others' reduced blocks straight into its output, and none
+ * its own input and the others' (read in L2-sized pieces into a scratch
+ * and added in ascending rank order; out of place, the first other rank's
+ * piece is read into the output and ours added to it, which saves copying
+ * our own input: 16 MiB on 2 ranks 2.9 -> 2.3 ms); once every rank reduced,
+ * each reads the others' reduced blocks straight into its output, and none
  * returns before every rank has (its buffers are read until then). Per
  * rank and byte: (n-1)/n read in and 1/n reduced and written, then
  * (n-1)/n read out - against 2 (n-1)/n + 2/n copies staged. At setup
@@ -696,15 +698,24 @@ shm_cma_allreduce(struct host_shm *s, const struct host_op *c,
 	    || (rv = shm_agree(s, c, err, errlen)) != COHORT_OK)
 		return (rv);
 
-	/* Our block: own input, then every other rank's, in rank order. */
+	/* Our block: in place, own input op every other rank's in rank
+	 * order; out of place, the first other rank's input read straight
+	 * into the output (no copy of our own), op ours, op the rest. */
 	shm_block(elems, n, r, c->esize, &off, &len);
 	for (size_t o = 0; o < len && rv == COHORT_OK; o += piece) {
 		size_t l = len - o < piece ? len - o : piece;
+		int first = -1;
 
-		if (src != dst)
-			shm_copy(dst + off + o, src + off + o, l);
+		if (src != dst) {
+			first = r == 0 ? 1 : 0;
+			rv = shm_cma_read(s, c, first, dst + off + o,
+			    s->ctrl[first].src + off + o, l, err, errlen);
+			if (rv == COHORT_OK)
+				cohort__reduce(dst + off + o, src + off + o,
+				    l / c->esize, op->dtype, op->op);
+		}
 		for (int p = 0; p < n && rv == COHORT_OK; p++) {
-			if (p == r)
+			if (p == r || p == first)
 				continue;
 			rv = shm_cma_read(s, c, p, s->scratch,
 			    s->ctrl[p].src + off + o, l, err, errlen);
