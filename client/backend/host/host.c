@@ -240,8 +240,23 @@ host_fused(
 	    && !host_hier_usable(h->hier, op, bytes));
 }
 
+static cohort_status host_run_op(void *state, const struct cohort__op *op,
+    char *err, size_t errlen, cohort__time deadline);
+
 static cohort_status
 host_run(void *state, const struct cohort__op *op, char *err, size_t errlen,
+    cohort__time deadline)
+{
+	cohort_status rv;
+
+	host_crowd_enter();
+	rv = host_run_op(state, op, err, errlen, deadline);
+	host_crowd_leave();
+	return (rv);
+}
+
+static cohort_status
+host_run_op(void *state, const struct cohort__op *op, char *err, size_t errlen,
     cohort__time deadline)
 {
 	struct cohort__host *h = state;

@@ -77,6 +77,16 @@ struct host_op {
 	struct cohort__op_stats *stats; /* NULL: none (backend.h) */
 };
 
+/* More operations run in this process now than it has CPUs (many
+ * ranks in one process, as the scale benchmarks simulate hosts): a
+ * waiting rank then sleeps at once instead of busy-polling, which would
+ * only keep thousands of threads runnable and starve the process's
+ * heartbeat. One relaxed load (mesh.c); host_run counts its operation
+ * in with host_crowd_enter and out with host_crowd_leave. */
+bool host_crowded(void);
+void host_crowd_enter(void);
+void host_crowd_leave(void);
+
 /* Names the algorithm chosen in the op's stats. */
 static inline void
 host_op_algo(const struct host_op *c, const char *algo)

@@ -1412,3 +1412,37 @@ closed:
 	pc->fd = -1;
 	return (-1);
 }
+
+/* ------------------------------------------------------------------------ */
+/* The process's running operations (host_crowded)                         */
+/* ------------------------------------------------------------------------ */
+
+static atomic_int host_running;
+static atomic_int host_cpus;
+
+void
+host_crowd_enter(void)
+{
+	atomic_fetch_add_explicit(&host_running, 1, memory_order_relaxed);
+}
+
+void
+host_crowd_leave(void)
+{
+	atomic_fetch_sub_explicit(&host_running, 1, memory_order_relaxed);
+}
+
+bool
+host_crowded(void)
+{
+	int cpus = atomic_load_explicit(&host_cpus, memory_order_relaxed);
+
+	if (cpus == 0) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+		cpus = n > 0 ? (int)n : 1;
+		atomic_store_explicit(&host_cpus, cpus, memory_order_relaxed);
+	}
+	return (
+	    atomic_load_explicit(&host_running, memory_order_relaxed) > cpus);
+}

@@ -366,7 +366,7 @@ shm_wait_for(struct host_shm *s, const struct host_op *c, int which,
 				*until = slept ? cohort__now_ns() : last_now;
 			return (COHORT_OK);
 		}
-		if (spins < s->tune->shm_hot_spins) {
+		if (spins < s->tune->shm_hot_spins && !host_crowded()) {
 			spins++;
 			cohort__cpu_relax();
 			continue;
@@ -374,7 +374,7 @@ shm_wait_for(struct host_shm *s, const struct host_op *c, int which,
 		if ((rv = host_mesh_check_abort(s->mesh, c, err, errlen))
 		    != COHORT_OK)
 			return (rv);
-		if (s->tune->spin_us > 0) {
+		if (s->tune->spin_us > 0 && !host_crowded()) {
 			uint64_t now = cohort__now_ns();
 
 			last_now = now;

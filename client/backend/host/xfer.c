@@ -126,7 +126,7 @@ xfer_spinning(const struct host_xfer *x, struct xfer_idle *idle, bool sending)
 		idle->since = now;
 		idle->sending = sending;
 	}
-	if (x->tune->spin_us <= 0)
+	if (x->tune->spin_us <= 0 || host_crowded())
 		return (false);
 	if (now - idle->since >= (uint64_t)x->tune->spin_us * 1000u)
 		return (false);
