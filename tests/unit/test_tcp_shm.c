@@ -3,8 +3,11 @@
  * (client/backend/host/shm.c): ranks in two processes whose settings
  * disagree still agree on one path and on the results.
  */
+#include <sched.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "tcp_fixture.h"
 #include "unit_suite.h"
@@ -15,8 +18,10 @@
  * rank 1 asks for it only from 64 KiB and adopts rank 0's range instead;
  * both read each other's buffers (cross-memory attach: two processes).
  * Loop 3: rank 1 will not (COHORT_TCP_SHM_CMA_MIN=0), so neither does,
- * and the allreduces stage through the segment. The allreduces agree in
- * every case. */
+ * and the allreduces stage through the segment. Loop 4: rank 1 runs in
+ * another PID namespace (containers of one pod sharing /dev/shm): the
+ * numbers they published name other processes, the probes fail, and the
+ * group stages. The allreduces agree in every case. */
 #define TT_DISAGREE_COUNT ((1u << 20) + 5)
 
 static int tt_disagree_i; /* the loop index, for rank 1 */
@@ -51,6 +56,38 @@ tt_rank1_disagrees(struct tt_fork *f)
 	return (0);
 }
 
+/* Loop 4's rank 1: the same, from the first process of a new PID
+ * namespace (getpid() is 1 there). */
+static int
+tt_rank1_other_pidns(struct tt_fork *f)
+{
+	pid_t k;
+	int st;
+
+	if (unshare(CLONE_NEWPID) != 0)
+		return (10);
+	if ((k = fork()) < 0)
+		return (11);
+	if (k == 0)
+		_exit(tt_rank1_disagrees(f));
+	if (waitpid(k, &st, 0) != k || !WIFEXITED(st))
+		return (12);
+	return (WEXITSTATUS(st));
+}
+
+/* Whether this process may make PID namespaces (root, CAP_SYS_ADMIN). */
+static bool
+tt_can_unshare_pid(void)
+{
+	pid_t k = fork();
+	int st;
+
+	if (k == 0)
+		_exit(unshare(CLONE_NEWPID) == 0 ? 0 : 1);
+	return (k > 0 && waitpid(k, &st, 0) == k && WIFEXITED(st)
+	    && WEXITSTATUS(st) == 0);
+}
+
 START_TEST(test_tcp_shm_settings_disagree)
 {
 	size_t count = TT_DISAGREE_COUNT;
@@ -61,11 +98,17 @@ START_TEST(test_tcp_shm_settings_disagree)
 	int status;
 	int bad = 0;
 
+	if (_i == 4 && !tt_can_unshare_pid()) {
+		printf(
+		    "SKIP tcp_shm: no PID namespace for loop 4 (not root)\n");
+		return;
+	}
 	buf = malloc(count * sizeof(float));
 	ck_assert(buf != NULL);
 	op = tt_sum_op(buf, count, 0);
 	tt_disagree_i = _i;
-	tt_fork_start(&f, 50, tt_rank1_disagrees);
+	tt_fork_start(
+	    &f, 50, _i == 4 ? tt_rank1_other_pidns : tt_rank1_disagrees);
 	setenv("COHORT_TCP_SHM", _i == 1 ? "0" : "1", 1);
 	unsetenv("COHORT_TCP_SHM_MIN");
 	setenv("COHORT_TCP_SHM_CMA_MIN", "1048576", 1);
@@ -102,7 +145,7 @@ Suite *
 suite_tcp_shm(void)
 {
 	const struct unit_loop loops[]
-	    = { { test_tcp_shm_settings_disagree, 4 }, { NULL, 0 } };
+	    = { { test_tcp_shm_settings_disagree, 5 }, { NULL, 0 } };
 
 	return (unit_suite_loops("tcp_shm", "setup", 60, NULL, loops));
 }
