@@ -45,7 +45,8 @@
  * 1/n reduced and copied to R, (n-1)/n copied out - with 32-byte AVX2
  * loads and stores (see shm_copy).
  *
- * Cross-memory attach (from COHORT_TCP_SHM_CMA_MIN, 1 MiB): staging
+ * Cross-memory attach (from COHORT_TCP_SHM_CMA_MIN: 1 MiB, 4 MiB with
+ * more ranks than CPUs; host.c has the measurements): staging
  * costs every byte a copy in and a copy out. Where the kernel lets ranks
  * read each other's memory (process_vm_readv: same user, no seccomp or
  * Yama rule against it), a large allreduce leaves its buffers where they
@@ -54,14 +55,14 @@
  * its own input and the others' (read in L2-sized pieces into a scratch
  * and added in ascending rank order; out of place, the first other rank's
  * piece is read into the output and ours added to it, which saves copying
- * our own input: 16 MiB on 2 ranks 2.9 -> 2.3 ms); once every rank reduced,
+ * our own input: 16 MiB on 2 ranks 2.3 -> 1.9 ms); once every rank reduced,
  * each reads the others' reduced blocks straight into its output, and none
  * returns before every rank has (its buffers are read until then). Per
  * rank and byte: (n-1)/n read in and 1/n reduced and written, then
  * (n-1)/n read out - against 2 (n-1)/n + 2/n copies staged. At setup
  * every rank proves it can read every other (a random word at an address
  * each published), and the group uses it only if all can; another PID
- * namespace or a forbidden read leaves it staging. Measured: below.
+ * namespace or a forbidden read leaves it staging.
  *
  * Waiting: spin on the counters (a few pauses, none when the group has
  * more ranks than CPUs: a spinning rank would hold the core its peer needs;
