@@ -108,6 +108,8 @@
 #define SHM_PIECE 32768u
 /* Cross-memory reduction piece: read from a peer, then added (L2). */
 #define SHM_CMA_PIECE (128u << 10)
+/* How long a failed cross-memory read waits for the failure behind it. */
+#define SHM_CMA_SETTLE_MS 3000
 /* No segment larger than this (very large groups use TCP). */
 #define SHM_MAX_LEN ((size_t)256 << 20)
 
@@ -628,8 +630,8 @@ shm_stray(struct host_shm *s, const struct host_op *c, int p, char *err,
 }
 
 /* Reads len bytes at peer p's address addr into dst (cross-memory). A
- * peer whose process is gone is lost; any other failure breaks the group
- * (its peers then wait for this rank until their deadlines). */
+ * peer whose process is gone is lost; any other failure is ESYSTEM, which
+ * the caller settles (shm_cma_failed). */
 static cohort_status
 shm_cma_read(struct host_shm *s, const struct host_op *c, int p, void *dst,
     uint64_t addr, size_t len, char *err, size_t errlen)
@@ -653,8 +655,8 @@ shm_cma_read(struct host_shm *s, const struct host_op *c, int p, void *dst,
 			continue;
 		if (e == ESRCH) {
 			snprintf(err, errlen,
-			    "rank %d's process is gone during %s #%" PRIu64
-			    " (shared memory, reading its buffer)",
+			    "rank %d exited during %s #%" PRIu64
+			    " (shared memory: its buffer is gone)",
 			    (int)s->mesh->links[p].job_rank, c->name, c->seq);
 			return (COHORT_EPEERLOST);
 		}
@@ -663,12 +665,65 @@ shm_cma_read(struct host_shm *s, const struct host_op *c, int p, void *dst,
 		    " (cross-memory attach: %s)",
 		    (int)s->mesh->links[p].job_rank, c->name, c->seq,
 		    strerror(e));
-		s->agree->broken = COHORT_ESYSTEM;
-		snprintf(s->agree->broken_err, sizeof(s->agree->broken_err),
-		    "%s; the group cannot be used any more", err);
 		return (COHORT_ESYSTEM);
 	}
 	return (COHORT_OK);
+}
+
+/* Whether peer p's process is gone (its probe word cannot be read: no
+ * process, or one without memory, a zombie). */
+static bool
+shm_cma_gone(const struct host_shm *s, int p)
+{
+	uint64_t v;
+	struct iovec l = { &v, sizeof(v) };
+	struct iovec r
+	    = { (void *)(uintptr_t)s->ctrl[p].probe_addr, sizeof(v) };
+
+	return (process_vm_readv((pid_t)s->ctrl[p].pid, &l, 1, &r, 1, 0) < 0
+	    && errno == ESRCH);
+}
+
+/* A cross-memory read failed (rv, err). Usually the peer gave the
+ * operation up: it saw a failure first (a rank exited, the group was
+ * aborted), returned, and its buffer went with it. That failure shows
+ * here within moments, as the group's abort or a rank whose process is
+ * gone: wait for it and report it instead. Otherwise the read itself is
+ * the error, and the group cannot be used any more. */
+static cohort_status
+shm_cma_failed(struct host_shm *s, const struct host_op *c, cohort_status rv,
+    char *err, size_t errlen, cohort__time deadline)
+{
+	cohort__time until = cohort__now_ms() + SHM_CMA_SETTLE_MS;
+	char why[512];
+
+	if (rv != COHORT_ESYSTEM)
+		return (rv);
+	if (deadline != COHORT__TIME_NEVER && deadline < until)
+		until = deadline;
+	do {
+		cohort_status cause
+		    = host_mesh_check_abort(s->mesh, c, why, sizeof(why));
+
+		if (cause != COHORT_OK) {
+			snprintf(err, errlen, "%s", why);
+			return (cause);
+		}
+		for (int p = 0; p < s->size; p++) {
+			if (p == s->rank || !shm_cma_gone(s, p))
+				continue;
+			snprintf(err, errlen,
+			    "rank %d exited during %s #%" PRIu64
+			    " (shared memory: its process is gone)",
+			    (int)s->mesh->links[p].job_rank, c->name, c->seq);
+			return (COHORT_EPEERLOST);
+		}
+		(void)poll(NULL, 0, 1);
+	} while (!cohort__expired(until));
+	s->agree->broken = COHORT_ESYSTEM;
+	snprintf(s->agree->broken_err, sizeof(s->agree->broken_err),
+	    "%s; the group cannot be used any more", err);
+	return (COHORT_ESYSTEM);
 }
 
 /* The allreduce by cross-memory reads (see the top of this file): one
@@ -729,7 +784,7 @@ shm_cma_allreduce(struct host_shm *s, const struct host_op *c,
 			    dst + off + o, l / c->esize, op->dtype, (double)n);
 	}
 	if (rv != COHORT_OK)
-		return (rv);
+		return (shm_cma_failed(s, c, rv, err, errlen, deadline));
 	shm_signal(s, c, SHM_REDUCED, g + 1);
 
 	/* The others' blocks, from their outputs into ours. */
@@ -744,7 +799,7 @@ shm_cma_allreduce(struct host_shm *s, const struct host_op *c,
 		    len, err, errlen);
 	}
 	if (rv != COHORT_OK)
-		return (rv);
+		return (shm_cma_failed(s, c, rv, err, errlen, deadline));
 	/* Our output is read until every rank is done. */
 	shm_signal(s, c, SHM_DONE, g + 1);
 	return (shm_wait(s, c, SHM_DONE, g + 1, err, errlen, deadline));
