@@ -162,7 +162,8 @@ enum cohort__knob_type {
 	    "TCP_NOTSENT_LOWAT of data-plane sockets: unsent bytes a socket " \
 	    "may queue (0: the kernel's)")                                    \
 	X(TCP_SPIN_US, INT, "50", 0, 100000, "tcp tuning",                    \
-	    "microseconds of polling before sleeping in poll()")              \
+	    "microseconds of polling before sleeping in poll() (none while "  \
+	    "a process runs more operations than it has CPUs)")               \
 	X(TCP_SPIN_YIELD, BOOL, "1", 0, 1, "tcp tuning",                      \
 	    "yield the CPU while polling")                                    \
 	X(TCP_RING, BYTES, "262144", 4096, 1073741824, "tcp tuning",          \
