@@ -629,6 +629,35 @@ shm_stray(struct host_shm *s, const struct host_op *c, int p, char *err,
 	return (COHORT_EMISMATCH);
 }
 
+/* Reads peer p's probe word into *v (cross-memory): 0, or -1 and errno
+ * (ESRCH: no such process, or one without memory, a zombie). */
+static int
+shm_cma_peek(const struct host_shm *s, int p, uint64_t *v)
+{
+	struct iovec l = { v, sizeof(*v) };
+	struct iovec r
+	    = { (void *)(uintptr_t)s->ctrl[p].probe_addr, sizeof(*v) };
+	ssize_t got = process_vm_readv((pid_t)s->ctrl[p].pid, &l, 1, &r, 1, 0);
+
+	if (got == (ssize_t)sizeof(*v))
+		return (0);
+	if (got >= 0)
+		errno = EFAULT;
+	return (-1);
+}
+
+/* Peer p's process is gone during the operation: EPEERLOST naming it. */
+static cohort_status
+shm_cma_exited(const struct host_shm *s, const struct host_op *c, int p,
+    char *err, size_t errlen)
+{
+	snprintf(err, errlen,
+	    "rank %d exited during %s #%" PRIu64
+	    " (shared memory: its process is gone)",
+	    (int)s->mesh->links[p].job_rank, c->name, c->seq);
+	return (COHORT_EPEERLOST);
+}
+
 /* Reads len bytes at peer p's address addr into dst (cross-memory). A
  * peer whose process is gone is lost; any other failure is ESYSTEM, which
  * the caller settles (shm_cma_failed). */
@@ -653,13 +682,8 @@ shm_cma_read(struct host_shm *s, const struct host_op *c, int p, void *dst,
 		e = got < 0 ? errno : EFAULT;
 		if (e == EINTR)
 			continue;
-		if (e == ESRCH) {
-			snprintf(err, errlen,
-			    "rank %d exited during %s #%" PRIu64
-			    " (shared memory: its buffer is gone)",
-			    (int)s->mesh->links[p].job_rank, c->name, c->seq);
-			return (COHORT_EPEERLOST);
-		}
+		if (e == ESRCH)
+			return (shm_cma_exited(s, c, p, err, errlen));
 		snprintf(err, errlen,
 		    "cannot read rank %d's buffer during %s #%" PRIu64
 		    " (cross-memory attach: %s)",
@@ -668,20 +692,6 @@ shm_cma_read(struct host_shm *s, const struct host_op *c, int p, void *dst,
 		return (COHORT_ESYSTEM);
 	}
 	return (COHORT_OK);
-}
-
-/* Whether peer p's process is gone (its probe word cannot be read: no
- * process, or one without memory, a zombie). */
-static bool
-shm_cma_gone(const struct host_shm *s, int p)
-{
-	uint64_t v;
-	struct iovec l = { &v, sizeof(v) };
-	struct iovec r
-	    = { (void *)(uintptr_t)s->ctrl[p].probe_addr, sizeof(v) };
-
-	return (process_vm_readv((pid_t)s->ctrl[p].pid, &l, 1, &r, 1, 0) < 0
-	    && errno == ESRCH);
 }
 
 /* A cross-memory read failed (rv, err). Usually the peer gave the
@@ -710,13 +720,11 @@ shm_cma_failed(struct host_shm *s, const struct host_op *c, cohort_status rv,
 			return (cause);
 		}
 		for (int p = 0; p < s->size; p++) {
-			if (p == s->rank || !shm_cma_gone(s, p))
-				continue;
-			snprintf(err, errlen,
-			    "rank %d exited during %s #%" PRIu64
-			    " (shared memory: its process is gone)",
-			    (int)s->mesh->links[p].job_rank, c->name, c->seq);
-			return (COHORT_EPEERLOST);
+			uint64_t v;
+
+			if (p != s->rank && shm_cma_peek(s, p, &v) != 0
+			    && errno == ESRCH)
+				return (shm_cma_exited(s, c, p, err, errlen));
 		}
 		(void)poll(NULL, 0, 1);
 	} while (!cohort__expired(until));
@@ -1272,21 +1280,14 @@ shm_cma_publish(struct host_shm *s)
  * word, at the address it published, has the value it published (a
  * process of the same number in another PID namespace has not). */
 static bool
-shm_cma_probe(struct host_shm *s)
+shm_cma_probe(const struct host_shm *s)
 {
-	if (s->cma_min == 0 || (s->scratch = malloc(SHM_CMA_PIECE)) == NULL)
-		return (false);
 	for (int p = 0; p < s->size; p++) {
-		uint64_t v = 0;
-		struct iovec l = { &v, sizeof(v) };
-		struct iovec r
-		    = { (void *)(uintptr_t)s->ctrl[p].probe_addr, sizeof(v) };
+		uint64_t v;
 
-		if (p == s->rank)
-			continue;
-		if (process_vm_readv((pid_t)s->ctrl[p].pid, &l, 1, &r, 1, 0)
-		        != (ssize_t)sizeof(v)
-		    || v != s->ctrl[p].probe_val)
+		if (p != s->rank
+		    && (shm_cma_peek(s, p, &v) != 0
+		        || v != s->ctrl[p].probe_val))
 			return (false);
 	}
 	return (true);
@@ -1437,7 +1438,10 @@ shm_cma_vote(struct host_shm *s, struct host_mesh *m,
     const struct host_tune *tune, char *err, size_t errlen,
     cohort__time deadline)
 {
-	uint8_t vote = tune->shm_cma_min > 0 && shm_cma_probe(s) ? 'C' : 'N';
+	uint8_t vote = tune->shm_cma_min > 0 && shm_cma_probe(s)
+	        && (s->scratch = malloc(SHM_CMA_PIECE)) != NULL
+	    ? 'C'
+	    : 'N';
 	cohort_status rv = COHORT_OK;
 
 	if (m->rank == 0) {
