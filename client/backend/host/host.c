@@ -83,7 +83,7 @@ host_tune_read(struct host_tune *tu, int size)
 	tu->bcast_small = host_knob(
 	    COHORT__KNOB_TCP_BCAST_SMALL, HOST_DEFAULT_BCAST_SMALL);
 	tu->pair_min = host_knob(COHORT__KNOB_TCP_PAIR_MIN, 0);
-	tu->pair_max = host_knob(COHORT__KNOB_TCP_PAIR_MAX, SIZE_MAX);
+	tu->pair_max = host_knob(COHORT__KNOB_TCP_PAIR_MAX, 0);
 	tu->io_max = host_knob(COHORT__KNOB_TCP_IO_MAX, HOST_DEFAULT_IO_MAX);
 	tu->send_max
 	    = host_knob(COHORT__KNOB_TCP_SEND_MAX, HOST_DEFAULT_SEND_MAX);
