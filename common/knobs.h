@@ -152,8 +152,8 @@ enum cohort__knob_type {
 	X(TCP_PAIR_MIN, BYTES, "0", 0, INT64_MAX, "tcp tuning",               \
 	    "smallest all-reduce of 2 ranks done by direct exchange")         \
 	X(TCP_PAIR_MAX, BYTES, "0", -1, INT64_MAX, "tcp tuning",              \
-	    "largest all-reduce of 2 ranks done by direct exchange "         \
-	    "(0: none, the ring; -1: all)")          \
+	    "largest all-reduce of 2 ranks done by direct exchange "          \
+	    "(0: none, the ring; -1: all)")                                   \
 	X(TCP_IO_MAX, BYTES, "262144", 4096, 1073741824, "tcp tuning",        \
 	    "largest single receive (and cap of a send)")                     \
 	X(TCP_SEND_MAX, BYTES, "32768", 1024, 1073741824, "tcp tuning",       \
