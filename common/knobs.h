@@ -50,6 +50,10 @@ enum cohort__knob_type {
 	X(NODE_RANK, INT, "-1", -1, 65535, "job", "index of this node")       \
 	X(RESTART_COUNT, INT, "0", 0, 1000000, "job",                         \
 	    "restarts of the group so far (set by cohort run)")               \
+	X(BIND, STR, "none", 0, 0, "job",                                     \
+	    "CPU binding of a node's ranks by cohort run, cohort bench and "  \
+	    "cohort_spawn: none, or cores (the launcher's CPUs split among "  \
+	    "the node's ranks; docs/launchers.md)")                           \
 	X(TLS_CA, STR, "", 0, 0, "tls",                                       \
 	    "CA (PEM file) that signed cohortd's certificate; required "      \
 	    "with a tls+tcp:// coordinator")                                  \

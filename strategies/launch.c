@@ -78,6 +78,53 @@ cohort__proc_spec_init(struct cohort__proc_spec *s)
 	s->stderr_fd = -1;
 }
 
+int
+cohort__launch_cpus(const char *mode, int slot, int nslots, cpu_set_t *out,
+    char *err, size_t errlen)
+{
+	cpu_set_t have;
+	int cpus[CPU_SETSIZE], ncpu = 0, nslices, slice, first, len;
+
+	if (mode == NULL || mode[0] == '\0' || strcmp(mode, "none") == 0)
+		return (ENOENT);
+	if (strcmp(mode, "cores") != 0) {
+		snprintf(err, errlen,
+		    "unknown CPU binding \"%s\" (none or cores)", mode);
+		return (EINVAL);
+	}
+	if (nslots < 1 || slot < 0 || slot >= nslots) {
+		snprintf(
+		    err, errlen, "CPU binding: slot %d of %d", slot, nslots);
+		return (EINVAL);
+	}
+	CPU_ZERO(&have);
+	if (sched_getaffinity(0, sizeof(have), &have) != 0) {
+		int e = errno;
+
+		snprintf(err, errlen, "CPU binding: sched_getaffinity: %s",
+		    strerror(e));
+		return (e);
+	}
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &have))
+			cpus[ncpu++] = c;
+	if (ncpu == 0) {
+		snprintf(err, errlen, "CPU binding: no CPU to bind to");
+		return (EINVAL);
+	}
+	nslices = nslots < ncpu ? nslots : ncpu;
+	slice = slot % nslices;
+	/* slice s: ncpu / nslices CPUs, one more for the first ncpu %
+	 * nslices */
+	len = ncpu / nslices + (slice < ncpu % nslices ? 1 : 0);
+	first = slice * (ncpu / nslices)
+	    + (slice < ncpu % nslices ? slice : ncpu % nslices);
+	CPU_ZERO(out);
+	for (int i = first; i < first + len; i++)
+		CPU_SET(cpus[i], out);
+	return (0);
+}
+
 /* execvp's lookup, in the parent: 0 and the path in out, or ENOENT /
  * EACCES (found, not executable) / ENAMETOOLONG. */
 static int
@@ -128,6 +175,10 @@ launch_child_setup(const struct cohort__proc_spec *s, pid_t parent)
 	/* the parent died between fork and prctl: nobody would signal us */
 	if (getppid() != parent)
 		return (false);
+	/* a raw system call (no lock, no allocation); a failure leaves the
+	 * launcher's CPUs, which cohort__launch_cpus already checked */
+	if (s->cpus != NULL)
+		(void)sched_setaffinity(0, sizeof(*s->cpus), s->cpus);
 	if (s->stdout_fd >= 0 && s->stdout_fd != STDOUT_FILENO)
 		(void)dup2(s->stdout_fd, STDOUT_FILENO);
 	if (s->stderr_fd >= 0 && s->stderr_fd != STDERR_FILENO)

@@ -11,7 +11,7 @@
  * may look inside the parts below it, so the CLI includes this header and
  * links libcohort_strategies.a. It is internal (cohort__ names, not
  * installed, hidden in libcohort_strategies.so) and uses no cohort call:
- * only POSIX and Linux's prctl.
+ * only POSIX and Linux's prctl and sched_setaffinity.
  *
  *   struct cohort__proc p[N];
  *   struct cohort__launch l;
@@ -43,7 +43,8 @@
  * cohort bench's main thread, the thread in cohort_spawn).
  *
  * Between fork and exec the child makes only async-signal-safe calls
- * (prctl, getppid, dup2, execve, write, _exit), so a launcher may fork
+ * (prctl, getppid, dup2, execve, write, _exit; and sched_setaffinity, not
+ * on POSIX's list but a bare system call in glibc), so a launcher may fork
  * while other threads (an embedded cohortd, nng) run. A function child
  * (spec.fn) runs arbitrary code after fork: only a process that runs no
  * other thread may use it (cohort_spawn checks that nng is not running).
@@ -53,6 +54,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sched.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -83,7 +85,29 @@ struct cohort__proc_spec {
 	int stdout_fd, stderr_fd;
 	/* PR_SET_PDEATHSIG of the child; 0 = SIGKILL. */
 	int death_sig;
+	/* The CPUs the child may run on (sched_setaffinity before exec or
+	 * fn; its threads inherit them); NULL: the launcher's. */
+	const cpu_set_t *cpus;
 };
+
+/*
+ * CPU binding of a node's ranks (`cohort run --bind`, `cohort bench
+ * --bind`, COHORT_BIND), for CPU training where each rank's intra-op
+ * threads and its data plane's polling compete for the node's cores:
+ *   "none"   no binding: the ranks inherit the launcher's CPUs (the
+ *            default, as torchrun's; two jobs sharing a node are not
+ *            pinned onto the same cores);
+ *   "cores"  the launcher's CPUs (sched_getaffinity: a cpuset or a
+ *            taskset are honoured) in ascending order, split into
+ *            min(nslots, CPUs) contiguous slices as even as possible
+ *            (the first CPUs % slices get one more); slot i runs on
+ *            slice i % slices: its own cores when the node has at
+ *            least one per rank, else one core shared round-robin.
+ * Returns 0 with *out set (bind), ENOENT for "none" (do not bind), or
+ * EINVAL / an errno value with a message in err.
+ */
+int cohort__launch_cpus(const char *mode, int slot, int nslots, cpu_set_t *out,
+    char *err, size_t errlen);
 
 /* A spec with no program, fds inherited, SIGKILL on parent death. */
 void cohort__proc_spec_init(struct cohort__proc_spec *s);

@@ -545,8 +545,16 @@ spawn_start_rank(struct spawn_start *s, struct cohort__proc *proc,
 {
 	struct cohort__proc_spec spec;
 	char err[256];
-	int fds[2];
+	int fds[2], e;
+	cpu_set_t cpus;
 
+	/* COHORT_BIND, as cohort run --bind: rank k's slice of our CPUs */
+	e = cohort__launch_cpus(cohort_env_knob("COHORT_BIND"), s->rank, s->n,
+	    &cpus, err, sizeof(err));
+	if (e != 0 && e != ENOENT) {
+		snprintf(r->error, sizeof(r->error), "COHORT_BIND: %s", err);
+		return (COHORT_EINVAL);
+	}
 	if (pipe2(fds, O_CLOEXEC) != 0) {
 		snprintf(
 		    r->error, sizeof(r->error), "pipe: %s", strerror(errno));
@@ -555,6 +563,7 @@ spawn_start_rank(struct spawn_start *s, struct cohort__proc *proc,
 	cohort__proc_spec_init(&spec);
 	spec.fn = spawn_child_entry;
 	spec.arg = s;
+	spec.cpus = e == 0 ? &cpus : NULL;
 	s->fd = fds[1];
 	/* Die with the parent; never outlive it. */
 	spec.death_sig = SIGKILL;

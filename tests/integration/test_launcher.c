@@ -2,7 +2,8 @@
  * test_launcher.c - `cohort run` end to end: supervision, the failure
  * report, restarts with checkpoints, a SIGKILLed rank at a random point
  * (seeded) with every survivor stopping and no process left behind, and
- * no worker left behind when cohort run itself is SIGKILLed.
+ * no worker left behind when cohort run itself is SIGKILLed, and --bind
+ * (each worker on the CPUs of its slot).
  */
 #include <signal.h>
 #include <sys/stat.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "check_cohort.h"
+#include "launch.h"
 
 /* Runs `cohort run ARGS -- cohort-fault-worker STEPS STEP_MS` with extra
  * environment; returns the launcher's pid, its output in *out. */
@@ -394,6 +396,81 @@ START_TEST(test_run_two_nodes)
 }
 END_TEST
 
+/* "0-3,8,10-11": the kernel's list form of set. */
+static void
+cpu_list(const cpu_set_t *set, char *buf, size_t len)
+{
+	size_t k = 0;
+
+	buf[0] = '\0';
+	for (int c = 0; c < CPU_SETSIZE; c++) {
+		int e = c;
+
+		if (!CPU_ISSET(c, set))
+			continue;
+		while (e + 1 < CPU_SETSIZE && CPU_ISSET(e + 1, set))
+			e++;
+		k += (size_t)snprintf(
+		    buf + k, len - k, "%s%d", k ? "," : "", c);
+		if (e > c)
+			k += (size_t)snprintf(buf + k, len - k, "-%d", e);
+		c = e;
+	}
+}
+
+/* cohort run --bind cores: worker k runs on its slot's CPUs, one more
+ * worker than CPUs (up to 8) so that a slot is shared; --bind none (the
+ * default) leaves the launcher's; a bad mode is a usage error. */
+START_TEST(test_run_bind_cores)
+{
+	cpu_set_t have, want;
+	char out[256], n[16], line[160], list[128], err[256];
+	int ncpu, nproc;
+	char *o;
+
+	ck_assert_int_eq(sched_getaffinity(0, sizeof(have), &have), 0);
+	ncpu = CPU_COUNT(&have);
+	nproc = ncpu < 8 ? ncpu + 1 : 3;
+	snprintf(n, sizeof(n), "%d", nproc);
+	for (int mode = 0; mode < 2; mode++) {
+		char *argv[] = { (char *)th_bin("cohort"), "run", "-n", n,
+			"--bind", mode == 0 ? "cores" : "none", "--", "sh",
+			"-c",
+			"echo \"BIND $COHORT_LOCAL_RANK $(grep "
+			"Cpus_allowed_list /proc/self/status | cut -f2)\"",
+			NULL };
+
+		snprintf(out, sizeof(out), "%s/bind%d.out", th_tmpdir(), mode);
+		ck_assert_int_eq(finish(th_spawn(argv, NULL, out), 60000), 0);
+		o = th_read_file(out);
+		ck_assert_ptr_nonnull(o);
+		for (int k = 0; k < nproc; k++) {
+			if (mode == 0)
+				ck_assert_int_eq(
+				    cohort__launch_cpus("cores", k, nproc,
+				        &want, err, sizeof(err)),
+				    0);
+			cpu_list(
+			    mode == 0 ? &want : &have, list, sizeof(list));
+			snprintf(line, sizeof(line), "BIND %d %s\n", k, list);
+			ck_assert_msg(strstr(o, line) != NULL,
+			    "want \"%s\" in:\n%s", line, o);
+		}
+		free(o);
+	}
+	{
+		char *argv[] = { (char *)th_bin("cohort"), "run", "-n", "2",
+			"--bind", "numa", "--", "true", NULL };
+
+		snprintf(out, sizeof(out), "%s/bind-bad.out", th_tmpdir());
+		ck_assert_int_eq(finish(th_spawn(argv, NULL, out), 10000), 2);
+		ck_assert(th_file_has(out,
+		    "cohort run: --bind: unknown CPU binding \"numa\" (none "
+		    "or cores)"));
+	}
+}
+END_TEST
+
 Suite *
 suite_integration_launcher(void)
 {
@@ -406,7 +483,7 @@ suite_integration_launcher(void)
 	    test_run_report_says_who_stopped_a_hung_rank,
 	    test_run_workers_die_with_the_launcher,
 	    test_train_digits_honours_the_join_timeout, test_timeline_merge,
-	    NULL);
+	    test_run_bind_cores, NULL);
 	tcase_add_loop_test(tc, test_run_sigkill_random_rank, 0, 20);
 	return (s);
 }

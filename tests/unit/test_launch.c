@@ -4,11 +4,13 @@
  * environment a child gets, a program that cannot start, the exit status
  * and signal, the stop sequence after a failure (grace, SIGTERM with
  * SIGCONT, SIGKILL for a child that ignores SIGTERM), what counts as a
- * failure, and the tie to the parent (a launcher killed with SIGKILL
- * leaves no child behind).
+ * failure, the tie to the parent (a launcher killed with SIGKILL
+ * leaves no child behind), and CPU binding (the slices of --bind cores,
+ * and a child that runs on the CPUs its spec names).
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -294,6 +296,119 @@ START_TEST(test_launch_child_dies_with_its_launcher)
 }
 END_TEST
 
+/* This process's CPUs in ascending order; their count. */
+static int
+lt_cpus(int *cpus)
+{
+	cpu_set_t have;
+	int n = 0;
+
+	ck_assert_int_eq(sched_getaffinity(0, sizeof(have), &have), 0);
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &have))
+			cpus[n++] = c;
+	return (n);
+}
+
+/* --bind cores: with as many slots as CPUs or fewer, the slices are
+ * disjoint, contiguous in the CPU order, cover every CPU and differ in
+ * size by at most one (the larger first); with more slots than CPUs each
+ * slot has one CPU, slot i the same as slot i % CPUs. "none" does not
+ * bind; anything else is refused with a message. */
+START_TEST(test_launch_cpus_slices)
+{
+	static int cpus[CPU_SETSIZE];
+	int ncpu = lt_cpus(cpus);
+	char err[256];
+	cpu_set_t set, again;
+
+	ck_assert_int_ge(ncpu, 1);
+	for (int nslots = 1; nslots <= ncpu + 3; nslots++) {
+		int next = 0, prev_len = -1;
+
+		for (int slot = 0; slot < nslots; slot++) {
+			int len;
+
+			err[0] = '\0';
+			ck_assert_int_eq(cohort__launch_cpus("cores", slot,
+			                     nslots, &set, err, sizeof(err)),
+			    0);
+			len = CPU_COUNT(&set);
+			if (nslots > ncpu) {
+				ck_assert_int_eq(len, 1);
+				ck_assert(CPU_ISSET(cpus[slot % ncpu], &set));
+				continue;
+			}
+			ck_assert_int_ge(len, ncpu / nslots);
+			ck_assert_int_le(len, ncpu / nslots + 1);
+			if (prev_len >= 0)
+				ck_assert_int_le(len, prev_len);
+			prev_len = len;
+			for (int i = 0; i < len; i++)
+				ck_assert_msg(CPU_ISSET(cpus[next + i], &set),
+				    "slot %d of %d lacks CPU %d", slot, nslots,
+				    cpus[next + i]);
+			next += len;
+		}
+		if (nslots <= ncpu)
+			ck_assert_int_eq(next, ncpu);
+	}
+	/* the same slot, the same CPUs (a restarted worker's) */
+	ck_assert_int_eq(
+	    cohort__launch_cpus("cores", 0, 2, &set, err, sizeof(err)), 0);
+	ck_assert_int_eq(
+	    cohort__launch_cpus("cores", 0, 2, &again, err, sizeof(err)), 0);
+	ck_assert(CPU_EQUAL(&set, &again));
+	ck_assert_int_eq(
+	    cohort__launch_cpus("none", 0, 2, &set, err, sizeof(err)), ENOENT);
+	ck_assert_int_eq(
+	    cohort__launch_cpus(NULL, 0, 2, &set, err, sizeof(err)), ENOENT);
+	ck_assert_int_eq(
+	    cohort__launch_cpus("numa", 0, 2, &set, err, sizeof(err)), EINVAL);
+	ck_assert_has(err, "unknown CPU binding \"numa\" (none or cores)");
+	ck_assert_int_eq(
+	    cohort__launch_cpus("cores", 2, 2, &set, err, sizeof(err)),
+	    EINVAL);
+}
+END_TEST
+
+/* A child started with spec.cpus runs there (the kernel's own view, in
+ * /proc/self/status), one without on the launcher's CPUs. */
+START_TEST(test_launch_child_runs_on_its_cpus)
+{
+	static int cpus[CPU_SETSIZE];
+	int ncpu = lt_cpus(cpus);
+	struct cohort__proc_spec spec;
+	struct cohort__proc p;
+	char *argv[]
+	    = { "sh", "-c", "grep Cpus_allowed_list /proc/self/status", NULL };
+	char out[256], want[64], err[256];
+	cpu_set_t one;
+	char *o;
+	int fd;
+
+	snprintf(out, sizeof(out), "%s/cpus.out", th_tmpdir());
+	fd = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	ck_assert_int_ge(fd, 0);
+	CPU_ZERO(&one);
+	CPU_SET(cpus[ncpu - 1], &one);
+	cohort__proc_spec_init(&spec);
+	spec.path = "sh";
+	spec.argv = argv;
+	spec.stdout_fd = fd;
+	spec.cpus = &one;
+	ck_assert_int_eq(cohort__proc_start(&p, &spec, err, sizeof(err)), 0);
+	close(fd);
+	ck_assert(th_wait(p.pid, 10000, NULL));
+	o = th_read_file(out);
+	ck_assert_ptr_nonnull(o);
+	snprintf(
+	    want, sizeof(want), "Cpus_allowed_list:\t%d\n", cpus[ncpu - 1]);
+	ck_assert_msg(strstr(o, want) != NULL, "got %s, want %s", o, want);
+	free(o);
+}
+END_TEST
+
 Suite *suite_launch(void);
 
 Suite *
@@ -305,5 +420,6 @@ suite_launch(void)
 	    test_launch_status_and_signal_described, test_launch_stop_sequence,
 	    test_launch_kill_after_grace_and_stop_after,
 	    test_launch_function_child,
-	    test_launch_child_dies_with_its_launcher, NULL));
+	    test_launch_child_dies_with_its_launcher, test_launch_cpus_slices,
+	    test_launch_child_runs_on_its_cpus, NULL));
 }

@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@
 #include "check_cohort.h"
 #include "unit_suite.h"
 #include "ddp.h"
+#include "launch.h"
 #include "mlp.h"
 #include "spawn.h"
 
@@ -287,6 +289,56 @@ START_TEST(test_spawn_bad_cohortd)
 }
 END_TEST
 
+/* A rank of cohort_spawn under COHORT_BIND=cores: 0 when it runs on
+ * exactly its slot's CPUs. */
+static int
+tsp_fn_bound(cohort_spawn_ctx *ctx, cohort_client *c, void *arg)
+{
+	cpu_set_t have, want;
+	char err[256];
+
+	(void)c;
+	(void)arg;
+	if (sched_getaffinity(0, sizeof(have), &have) != 0
+	    || cohort__launch_cpus("cores", cohort_spawn_rank(ctx),
+	           cohort_spawn_world_size(ctx), &want, err, sizeof(err))
+	        != 0)
+		return (2);
+	if (!CPU_EQUAL(&have, &want)) {
+		cohort_spawn_fail(ctx,
+		    "rank %d runs on %d CPUs, not its slot's",
+		    cohort_spawn_rank(ctx), CPU_COUNT(&have));
+		return (1);
+	}
+	return (0);
+}
+
+/* COHORT_BIND=cores binds each spawned rank to its slice; a mode that
+ * is not one is refused before anything starts. */
+START_TEST(test_spawn_bind)
+{
+	cohort_spawn_options o;
+	cohort_spawn_result r;
+
+	tsp_opts(&o);
+	o.no_client = true;
+	setenv("COHORT_BIND", "cores", 1);
+	ck_assert_cohort_ok(cohort_spawn(3, tsp_fn_bound, NULL, &o, &r));
+	for (int k = 0; k < 3; k++)
+		ck_assert_int_eq(r.exit_codes[k], 0);
+	cohort_spawn_result_free(&r);
+	setenv("COHORT_BIND", "numa", 1);
+	ck_assert_cohort_err(
+	    cohort_spawn(2, tsp_fn_bound, NULL, &o, &r), COHORT_EINVAL);
+	ck_assert_msg(
+	    strstr(r.error, "COHORT_BIND: unknown CPU binding") != NULL, "%s",
+	    r.error);
+	cohort_spawn_result_free(&r);
+	unsetenv("COHORT_BIND");
+	tsp_assert_nothing_left();
+}
+END_TEST
+
 /* Regression: cohort_spawn after the process used nng forked children
  * that all died of an nng panic. It now refuses before forking. (Check
  * runs each test in a fork of its own, so nng starts fresh here.) */
@@ -486,6 +538,6 @@ Suite *suite_spawn(void);
 UNIT_SUITE(spawn, "spawn", 120, test_spawn_returns_rank0_result_and_metrics,
     test_spawn_child_failure_named,
     test_spawn_child_crash_and_straggler_killed, test_spawn_timeout_kills_all,
-    test_spawn_bad_cohortd, test_spawn_after_nng_refused,
+    test_spawn_bad_cohortd, test_spawn_bind, test_spawn_after_nng_refused,
     test_spawn_ddp_training_equals_local,
     test_spawn_children_die_with_the_caller)

@@ -102,6 +102,7 @@ struct bench_cfg {
 	int join_first; /* --bench-join-first R: its first rank */
 	int join_count; /* --bench-join-count M: its clients */
 	int join_go; /* --bench-join-go FD: the start signal's pipe, -1 */
+	const char *bind; /* --bind (COHORT_BIND): the ranks' CPUs */
 };
 
 static double
@@ -129,7 +130,8 @@ bench_usage(FILE *f)
 	    "                    [--redop sum|prod|min|max|mean] [--check] "
 	    "[--json]\n"
 	    "                    [--procs P] [--coordinator URL] "
-	    "[--timeout MS]\n\n"
+	    "[--timeout MS]\n"
+	    "                    [--bind none|cores]\n\n"
 	    "OP: allreduce (default), broadcast, allgather, reduce_scatter, "
 	    "alltoall,\n"
 	    "    reduce, barrier, broadcast_obj, kv, join\n"
@@ -140,7 +142,9 @@ bench_usage(FILE *f)
 	    "Alone it runs N local ranks on an embedded coordinator; with "
 	    "rank and\nworld size in the environment it is one rank of that "
 	    "job.\n--op join: N clients (N may be 1024) in P processes "
-	    "open one job and pass\none barrier.\n");
+	    "open one job and pass\none barrier.\n"
+	    "--bind cores: each rank on its own slice of this process's "
+	    "CPUs, as\ncohort run --bind (default: COHORT_BIND, none).\n");
 }
 
 static bool
@@ -220,6 +224,7 @@ static const struct cohort__cli_opt bench_opts[] = {
 	BENCH_SET("json", COHORT__CLI_FLAG, json),
 	BENCH_SET("coordinator", COHORT__CLI_STR, coordinator),
 	BENCH_INT("timeout", 0, 1, INT32_MAX, timeout),
+	BENCH_SET("bind", COHORT__CLI_STR, bind),
 	/* hidden: the ranks and join workers bench_launch starts */
 	BENCH_SET("bench-rank", COHORT__CLI_FLAG, worker),
 	BENCH_INT("bench-join-proc", 0, 0, 4096, join_proc),
@@ -380,7 +385,8 @@ bench_parse(int argc, char **argv, struct bench_cfg *cfg)
 		.redop = COHORT_SUM,
 		.timeout = 600000,
 		.join_proc = -1,
-		.join_go = -1 };
+		.join_go = -1,
+		.bind = cohort__knob_str(COHORT__KNOB_BIND) };
 	while ((opt = cohort__cli_next(&bench_cli, cfg, argc, argv)) != -1) {
 		if (opt == 'h' || opt == '?')
 			return (opt == 'h' ? 1 : 2);
@@ -416,6 +422,17 @@ bench_parse(int argc, char **argv, struct bench_cfg *cfg)
 	}
 	if (cfg->procs > cfg->n)
 		cfg->procs = cfg->n;
+	{
+		cpu_set_t cpus;
+		char why[256];
+		int e = cohort__launch_cpus(
+		    cfg->bind, 0, cfg->n, &cpus, why, sizeof(why));
+
+		if (e != 0 && e != ENOENT) {
+			fprintf(stderr, "cohort bench: --bind: %s\n", why);
+			return (2);
+		}
+	}
 	return (0);
 }
 
@@ -1239,7 +1256,7 @@ bench_join_start(struct bench_child *ch, int n, int *next)
 static cohort_status
 bench_spawn(char **args, int argc, char *const *extra_args, int nextra,
     char *const *extra_env, int nenv, int out_fd, bool quiet,
-    struct cohort__proc *p)
+    const cpu_set_t *cpus, struct cohort__proc *p)
 {
 	struct cohort__proc_spec spec;
 	char **av, **ev, err[512];
@@ -1265,6 +1282,7 @@ bench_spawn(char **args, int argc, char *const *extra_args, int nextra,
 	spec.argv = av;
 	spec.envp = ev;
 	spec.stdout_fd = out_fd >= 0 ? out_fd : null;
+	spec.cpus = cpus;
 	rv = cohort__proc_start(p, &spec, err, sizeof(err));
 	if (null >= 0)
 		close(null);
@@ -1697,6 +1715,13 @@ bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 		int first = (int)((int64_t)cfg->n * i / nch);
 		int next = (int)((int64_t)cfg->n * (i + 1) / nch);
 		cohort_status st;
+		cpu_set_t cpus;
+		char why[256];
+		/* ranks only: the join processes simulate hosts */
+		bool bind = !join
+		    && cohort__launch_cpus(
+		           cfg->bind, i, nch, &cpus, why, sizeof(why))
+		        == 0;
 
 		ch[i].out = -1;
 		ch[i].status = -1;
@@ -1742,7 +1767,7 @@ bench_launch(int argc, char **argv, const struct bench_cfg *cfg)
 			extra[nx++] = (char *)"--bench-rank";
 		}
 		st = bench_spawn(argv, argc, extra, nx, (char *const *)env, ne,
-		    fds[1], !join && i != 0, &procs[i]);
+		    fds[1], !join && i != 0, bind ? &cpus : NULL, &procs[i]);
 		if (fds[1] >= 0)
 			close(fds[1]);
 		if (gfd[0] >= 0)

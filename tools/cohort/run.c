@@ -144,6 +144,8 @@ struct run_cfg {
 	/* HOST:PORT of torch's store for the workers (a cohortd TCPStore
 	 * listener): the embedded coordinator's own, or --torch-store. */
 	const char *torch_store;
+	/* --bind (or COHORT_BIND): none or cores (launch.h) */
+	const char *bind;
 	char **argv;
 };
 
@@ -212,7 +214,13 @@ run_usage(FILE *f)
 	    "                          MASTER_PORT and\n"
 	    "                          TORCHELASTIC_USE_AGENT_STORE=True, so\n"
 	    "                          init_process_group() works "
-	    "unchanged\n");
+	    "unchanged\n"
+	    "  --bind none|cores       CPU binding of this node's workers\n"
+	    "                          (default: COHORT_BIND, none): cores\n"
+	    "                          splits this launcher's CPUs among\n"
+	    "                          them, each its own slice (shared\n"
+	    "                          round-robin when they outnumber the\n"
+	    "                          CPUs)\n");
 }
 
 /* Kubeflow's torchrun arguments (PET_*) as defaults; -1 when unset. */
@@ -319,6 +327,7 @@ static const struct cohort__cli_opt run_opts[] = {
 	RUN_STR("token", token_cli),
 	RUN_STR("report", report),
 	RUN_STR("timeline", timeline),
+	RUN_STR("bind", bind),
 	COHORT__CLI_DO("torch-store", RUN_TORCH_STORE, COHORT__CLI_ACT_ARG),
 	COHORT__CLI_END,
 };
@@ -333,7 +342,14 @@ run_parse(int argc, char **argv, struct run_cfg *cfg)
 {
 	int opt;
 
-	*cfg = (struct run_cfg) { .nproc = 0, .nnodes = 1, .grace_ms = 5000 };
+	cpu_set_t cpus;
+	char why[256];
+	int e;
+
+	*cfg = (struct run_cfg) { .nproc = 0,
+		.nnodes = 1,
+		.grace_ms = 5000,
+		.bind = cohort__knob_str(COHORT__KNOB_BIND) };
 	if (run_pet_defaults(cfg) != 0)
 		return (2);
 	while ((opt = cohort__cli_next(&run_cli, cfg, argc, argv)) != -1) {
@@ -379,6 +395,12 @@ run_parse(int argc, char **argv, struct run_cfg *cfg)
 		    "PET_MASTER_ADDR and PET_MASTER_PORT give it)\n");
 		return (2);
 	}
+	e = cohort__launch_cpus(
+	    cfg->bind, 0, cfg->nproc, &cpus, why, sizeof(why));
+	if (e != 0 && e != ENOENT) {
+		fprintf(stderr, "cohort run: --bind: %s\n", why);
+		return (2);
+	}
 	if (optind >= argc) {
 		fprintf(stderr, "cohort run: no program given\n");
 		run_usage(stderr);
@@ -397,6 +419,7 @@ run_spawn(const struct run_cfg *cfg, const char *url, const char *job,
 	const char *vars[NVARS];
 	char buf[4096], store[3][320], err[512], range[2][40];
 	struct cohort__proc_spec spec;
+	cpu_set_t cpus;
 	cohort_env e;
 	char **envp;
 	size_t k;
@@ -450,6 +473,11 @@ run_spawn(const struct run_cfg *cfg, const char *url, const char *job,
 	spec.argv = cfg->argv;
 	spec.envp = envp;
 	spec.death_sig = SIGKILL;
+	/* checked by run_parse: a slot of cores, or none */
+	if (cohort__launch_cpus(
+	        cfg->bind, local_rank, cfg->nproc, &cpus, err, sizeof(err))
+	    == 0)
+		spec.cpus = &cpus;
 	rv = cohort__proc_start(p, &spec, err, sizeof(err));
 	free(envp);
 	if (rv != 0) {
