@@ -39,7 +39,8 @@ host_agree_init(
 {
 	a->mesh = m;
 	a->broken = COHORT_OK;
-	if ((a->hdrs = calloc((size_t)m->size, HOST_OP_HDR)) == NULL) {
+	a->nhdrs = (size_t)m->size;
+	if ((a->hdrs = host_zalloc(a->nhdrs, HOST_OP_HDR)) == NULL) {
 		snprintf(err, errlen, "out of memory");
 		return (COHORT_ENOMEM);
 	}
@@ -49,7 +50,7 @@ host_agree_init(
 void
 host_agree_fini(struct host_agree *a)
 {
-	free(a->hdrs);
+	host_zfree(a->hdrs, a->nhdrs, HOST_OP_HDR);
 	a->hdrs = NULL;
 }
 

@@ -152,9 +152,11 @@ algo_allreduce_pair(struct host_xfer *x, const struct cohort__op *op,
     const struct host_op *c, size_t bytes, char *err, size_t errlen,
     cohort__time deadline)
 {
-	struct host_step *st = x->steps;
+	struct host_step *st;
 	int peer = 1 - x->mesh->rank;
 
+	if ((st = host_steps(x, 1, err, errlen)) == NULL)
+		return (COHORT_ENOMEM);
 	memset(st, 0, sizeof(*st));
 	st->sbuf = op->send;
 	st->slen = bytes;
@@ -171,9 +173,11 @@ algo_allreduce_ring(struct host_xfer *x, const struct cohort__op *op,
 	uint8_t *dst = op->recv;
 	int n = x->mesh->size, r = x->mesh->rank;
 	bool inplace = op->send == op->recv;
-	struct host_step *st = x->steps;
+	struct host_step *st;
 	int k = 0;
 
+	if ((st = host_steps(x, 2 * (size_t)(n - 1), err, errlen)) == NULL)
+		return (COHORT_ENOMEM);
 	for (int s = 0; s < n - 1; s++, k++) {
 		size_t soff, slen, roff, rlen;
 
@@ -265,12 +269,14 @@ algo_reduce_chain(struct host_xfer *x, const struct cohort__op *op,
 	int v = algo_mod(x->mesh->rank - op->root, n);
 	int to = v == 0 ? -1 : algo_mod(x->mesh->rank - 1, n);
 	int from = v == n - 1 ? -1 : algo_mod(x->mesh->rank + 1, n);
-	struct host_step *st = x->steps;
+	struct host_step *st;
 	cohort_status rv;
 
 	if ((rv = host_need_acc(x, err, errlen)) != COHORT_OK)
 		return (rv);
 
+	if ((st = host_steps(x, 1, err, errlen)) == NULL)
+		return (COHORT_ENOMEM);
 	memset(st, 0, sizeof(*st));
 	st->gate = -1;
 	if (v == n - 1) {
@@ -335,7 +341,7 @@ algo_broadcast(struct host_xfer *x, const struct cohort__op *op,
 {
 	int n = x->mesh->size;
 	int v = algo_mod(x->mesh->rank - op->root, n);
-	struct host_step *st = x->steps;
+	struct host_step *st;
 
 	if (sparse && bytes <= x->tune->bcast_small) {
 		host_op_algo(c, "tree");
@@ -355,6 +361,8 @@ algo_broadcast(struct host_xfer *x, const struct cohort__op *op,
 		}
 		return (host_exchange(x, c, err, errlen, deadline));
 	}
+	if ((st = host_steps(x, 1, err, errlen)) == NULL)
+		return (COHORT_ENOMEM);
 	memset(st, 0, sizeof(*st));
 	st->gate = v == 0 ? -1 : 0;
 	st->sbuf = op->recv;
@@ -379,7 +387,7 @@ algo_allgather(struct host_xfer *x, const struct cohort__op *op,
 {
 	int n = x->mesh->size, r = x->mesh->rank;
 	uint8_t *dst = op->recv;
-	struct host_step *st = x->steps;
+	struct host_step *st;
 
 	if (dst + boff[r] != op->send)
 		memmove(dst + boff[r], op->send, blen[r]);
@@ -395,6 +403,8 @@ algo_allgather(struct host_xfer *x, const struct cohort__op *op,
 		return (host_exchange(x, c, err, errlen, deadline));
 	}
 	host_op_algo(c, "ring");
+	if ((st = host_steps(x, (size_t)(n - 1), err, errlen)) == NULL)
+		return (COHORT_ENOMEM);
 	for (int s = 0; s < n - 1; s++) {
 		int sb = algo_mod(r - s, n), rb = algo_mod(r - s - 1, n);
 
@@ -422,7 +432,7 @@ algo_reduce_scatter(struct host_xfer *x, const struct cohort__op *op,
 	int n = x->mesh->size, r = x->mesh->rank;
 	const uint8_t *src = op->send;
 	uint8_t *dst = op->recv;
-	struct host_step *st = x->steps;
+	struct host_step *st;
 	uint8_t *copy = NULL;
 	cohort_status rv;
 
@@ -450,6 +460,8 @@ algo_reduce_scatter(struct host_xfer *x, const struct cohort__op *op,
 	host_op_algo(c, "ring");
 	if ((rv = host_need_acc(x, err, errlen)) != COHORT_OK)
 		return (rv);
+	if ((st = host_steps(x, (size_t)(n - 1), err, errlen)) == NULL)
+		return (COHORT_ENOMEM);
 	if (algo_overlap(dst, blk, src, (size_t)n * blk)
 	    && dst != src + (size_t)r * blk) {
 		/* Odd aliasing: work from a private copy of send. */

@@ -175,7 +175,8 @@ struct host_mesh {
 	struct pollfd *cfds; /* room for the connecting loop */
 	/* The wait loops' poll set (xfer.c, shm.c; one runs at a time):
 	 * size + 2 entries, and room for the watch below. */
-	struct pollfd *pfds;
+	struct pollfd *pfds; /* npfds entries (host_zalloc) */
+	size_t npfds;
 	int *pfd_peer; /* peer of each pfds entry */
 
 	/* In a child of a hierarchical group: the parent, whose connections
@@ -195,6 +196,15 @@ struct host_mesh {
 /* A tuning knob (common/knobs.h) in bytes or a count: dflt when unset or
  * malformed, SIZE_MAX for -1 ("no limit"). */
 size_t host_knob(enum cohort__knob k, size_t dflt);
+/* n zeroed entries of size bytes (NULL: out of memory), for a group's
+ * per-peer tables: O(n) per rank, of which a rank of a large group
+ * touches O(log n) entries. From HOST_ZALLOC_MAP bytes they are mapped
+ * (mmap), so that only the pages touched are ever cleared: calloc clears
+ * all of it, which for 4,096 ranks on one machine was gigabytes of
+ * memset per job. host_zfree takes the same n and size. */
+#define HOST_ZALLOC_MAP (64u << 10)
+void *host_zalloc(size_t n, size_t size);
+void host_zfree(void *p, size_t n, size_t size);
 /* Listens on desc's address and publishes it (one KV set). Collective in
  * name only: it waits for nobody. */
 cohort_status host_mesh_open(struct host_mesh *m,
@@ -330,14 +340,22 @@ struct host_xfer {
 	uint8_t *small;
 	size_t small_len;
 	uint8_t *ring;
+	size_t ring_len;
 	uint8_t *acc;
-	struct host_step *steps; /* 2 * size entries */
+	size_t acc_len;
+	struct host_step *steps; /* nsteps entries, grown by host_steps */
+	size_t nsteps;
 	int *want; /* size entries: peers to connect */
+	size_t n; /* entries of plan, active and want */
 };
 
 cohort_status host_xfer_init(struct host_xfer *x, struct host_mesh *m,
     const struct host_tune *tune, char *err, size_t errlen);
 void host_xfer_fini(struct host_xfer *x);
+/* x->steps with room for k steps (a ring's 2 (n - 1) only when a ring
+ * runs); NULL and err when out of memory. */
+struct host_step *host_steps(
+    struct host_xfer *x, size_t k, char *err, size_t errlen);
 void host_plan_reset(struct host_xfer *x);
 /* Plans at most one message each way with peer p (a length 0: none). */
 void host_plan_set(struct host_xfer *x, int p, const void *sbuf, size_t slen,
@@ -412,6 +430,7 @@ struct host_agree {
 	/* Every rank's header of the running operation (size * 32 bytes),
 	 * this rank's at rank * 32. */
 	uint8_t *hdrs;
+	size_t nhdrs; /* entries of hdrs (host_zalloc) */
 	/* Agree by the recursive-doubling fold (a large group, or more
 	 * ranks than CPUs: COHORT_TCP_AGREE_FOLD), not every rank with
 	 * every other. */

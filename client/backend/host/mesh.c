@@ -58,6 +58,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -113,6 +114,33 @@ struct mesh_dial {
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                            */
 /* ------------------------------------------------------------------------ */
+
+void *
+host_zalloc(size_t n, size_t size)
+{
+	void *p;
+
+	if (n == 0 || size == 0)
+		return (calloc(1, 1));
+	if (n > SIZE_MAX / size)
+		return (NULL);
+	if (n * size < HOST_ZALLOC_MAP)
+		return (calloc(n, size));
+	p = mmap(NULL, n * size, PROT_READ | PROT_WRITE,
+	    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	return (p == MAP_FAILED ? NULL : p);
+}
+
+void
+host_zfree(void *p, size_t n, size_t size)
+{
+	if (p == NULL)
+		return;
+	if (n == 0 || size == 0 || n * size < HOST_ZALLOC_MAP)
+		free(p);
+	else
+		(void)munmap(p, n * size);
+}
 
 size_t
 host_knob(enum cohort__knob k, size_t dflt)
@@ -436,8 +464,10 @@ host_mesh_open(struct host_mesh *m, const struct cohort__group_desc *desc,
 		m->links[p].job_rank
 		    = desc->global_ranks != NULL ? desc->global_ranks[p] : p;
 	}
-	if ((m->pfds = calloc((size_t)m->size + 2, sizeof(*m->pfds))) == NULL
-	    || (m->pfd_peer = calloc((size_t)m->size, sizeof(int))) == NULL)
+	m->npfds = (size_t)m->size + 2;
+	if ((m->pfds = host_zalloc(m->npfds, sizeof(*m->pfds))) == NULL
+	    || (m->pfd_peer = host_zalloc((size_t)m->size, sizeof(int)))
+	        == NULL)
 		goto out_nomem;
 	if (m->size == 1)
 		return (COHORT_OK);
@@ -465,7 +495,7 @@ host_mesh_open(struct host_mesh *m, const struct cohort__group_desc *desc,
 	cohort__tcp_hs_ident(
 	    m->job, m->group_id, m->generation, m->keys.ident);
 	if ((m->pend = calloc(MESH_MAX_PENDING, sizeof(*m->pend))) == NULL
-	    || (m->cfds = calloc(
+	    || (m->cfds = host_zalloc(
 	            (size_t)m->size + MESH_MAX_PENDING + 1, sizeof(*m->cfds)))
 	        == NULL)
 		goto out_nomem;
@@ -547,13 +577,14 @@ host_mesh_close(struct host_mesh *m)
 			if (m->links[p].fd >= 0)
 				close(m->links[p].fd);
 		}
-	{
-		void *owned[]
-		    = { m->links, m->pend, m->cfds, m->pfds, m->pfd_peer };
-
-		for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++)
-			free(owned[i]);
-	}
+	free(m->links);
+	free(m->pend);
+	host_zfree(
+	    m->cfds, (size_t)m->size + MESH_MAX_PENDING + 1, sizeof(*m->cfds));
+	host_zfree(m->pfds, m->npfds, sizeof(*m->pfds));
+	host_zfree(m->pfd_peer, (size_t)m->size, sizeof(int));
+	m->cfds = m->pfds = NULL;
+	m->pfd_peer = NULL;
 	m->links = NULL; /* closed: nothing to abort any more */
 }
 
@@ -1256,15 +1287,16 @@ cohort_status
 host_mesh_watch(struct host_mesh *m, const struct host_mesh *parent, char *err,
     size_t errlen)
 {
-	struct pollfd *p
-	    = calloc((size_t)(m->size + parent->size + 2), sizeof(*p));
+	size_t n = (size_t)(m->size + parent->size + 2);
+	struct pollfd *p = host_zalloc(n, sizeof(*p));
 
 	if (p == NULL) {
 		snprintf(err, errlen, "out of memory");
 		return (COHORT_ENOMEM);
 	}
-	free(m->pfds);
+	host_zfree(m->pfds, m->npfds, sizeof(*m->pfds));
 	m->pfds = p;
+	m->npfds = n;
 	m->watch = parent;
 	return (COHORT_OK);
 }
