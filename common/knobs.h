@@ -153,6 +153,9 @@ enum cohort__knob_type {
 	X(TCP_FUSED_RANKS, INT, "2", 0, 1048576, "tcp tuning",                \
 	    "largest group (2, 4, 8..) whose small all-reduces send their "   \
 	    "first round with the agreement")                                 \
+	X(TCP_FUSED_FOLD_MAX, BYTES, "8192", 0, 1073741824, "tcp tuning",     \
+	    "largest all-reduce that a group agreeing by the fold carries "   \
+	    "in the fold's messages (0: none; every rank the same)")          \
 	X(TCP_PAIR_MIN, BYTES, "0", 0, INT64_MAX, "tcp tuning",               \
 	    "smallest all-reduce of 2 ranks done by direct exchange")         \
 	X(TCP_PAIR_MAX, BYTES, "0", -1, INT64_MAX, "tcp tuning",              \

@@ -510,10 +510,16 @@ END_TEST
  * 1 enters a broadcast (its partner's operand arrives at an agreement
  * without one); 2: rank 0 enters f64 (both sizes differ); 3: the same
  * count mismatch agreed by the recursive-doubling fold
- * (COHORT_TCP_AGREE_FOLD=1: no fused all-reduce then). */
+ * (COHORT_TCP_AGREE_FOLD=1), whose messages carry the small all-reduce's
+ * operands (COHORT_TCP_FUSED_FOLD_MAX): rank 3's longer ones are read and
+ * dropped; 4: the fold with rank 1 in a broadcast (its fold messages
+ * carry nothing, its partners' operands are dropped); 5: the fold with
+ * rank 0 in f64. In every case the disagreeing operation leaves every
+ * rank's buffer as it was. */
 static cohort_status tt_fu_rv[TT_MAX_RANKS][2];
 static char tt_fu_err[TT_MAX_RANKS][TT_ERRLEN];
 static double tt_fu_sum[TT_MAX_RANKS];
+static bool tt_fu_kept[TT_MAX_RANKS];
 static int tt_fu_case;
 
 static void
@@ -529,15 +535,20 @@ tt_body_fused_mismatch(struct tt_group *g, int r, void *state)
 		.seq = 1 };
 	char err[TT_ERRLEN];
 	float *f = (float *)buf;
+	uint8_t before[512 * sizeof(double)];
 
 	if ((tt_fu_case == 0 || tt_fu_case == 3) && r == 3)
 		op.count = 256;
-	if (tt_fu_case == 1 && r == 1)
+	if ((tt_fu_case == 1 || tt_fu_case == 4) && r == 1)
 		op.kind = COHORT__OP_BROADCAST;
-	if (tt_fu_case == 2 && r == 0)
+	if ((tt_fu_case == 2 || tt_fu_case == 5) && r == 0)
 		op.dtype = COHORT_F64;
+	for (int i = 0; i < 512; i++)
+		buf[i] = r + 0.25 * i;
+	memcpy(before, buf, sizeof(before));
 	tt_fu_rv[r][0] = cohort__host_backend.run(
 	    state, &op, tt_fu_err[r], TT_ERRLEN, cohort__now_ms() + 20000);
+	tt_fu_kept[r] = memcmp(before, buf, sizeof(before)) == 0;
 	op.kind = COHORT__OP_ALLREDUCE;
 	op.dtype = COHORT_F32;
 	op.count = 64;
@@ -560,11 +571,13 @@ START_TEST(test_tcp_fused_mismatch)
 		{ "allreduce", "rank 101 broadcast" },
 		{ "rank 100 dtype f64", "dtype f32" },
 		{ "count 64", "rank 103 count 256" },
+		{ "allreduce", "rank 101 broadcast" },
+		{ "rank 100 dtype f64", "dtype f32" },
 	};
 
 	tt_fu_case = _i;
 	setenv("COHORT_TCP_FUSED_RANKS", "4", 1);
-	setenv("COHORT_TCP_AGREE_FOLD", _i == 3 ? "1" : "0", 1);
+	setenv("COHORT_TCP_AGREE_FOLD", _i >= 3 ? "1" : "0", 1);
 	tt_set_mode(TT_PURE);
 	tt_run_group(4, "fumm", tt_body_fused_mismatch, &g);
 	unsetenv("COHORT_TCP_FUSED_RANKS");
@@ -577,6 +590,9 @@ START_TEST(test_tcp_fused_mismatch)
 		ck_assert_msg(strstr(tt_fu_err[r], want[_i][0]) != NULL
 		        && strstr(tt_fu_err[r], want[_i][1]) != NULL,
 		    "case %d rank %d: '%s'", _i, r, tt_fu_err[r]);
+		ck_assert_msg(tt_fu_kept[r],
+		    "case %d rank %d: the failed operation changed its buffer",
+		    _i, r);
 		ck_assert_msg(tt_fu_rv[r][1] == COHORT_OK,
 		    "case %d rank %d after the mismatch: %s", _i, r,
 		    cohort_status_name(tt_fu_rv[r][1]));
@@ -664,7 +680,7 @@ suite_tcp_algos(void)
 		      { test_tcp_sparse_matrix, 3 }, { NULL, 0 } };
 	const struct unit_loop mismatch[]
 	    = { { test_tcp_mismatch_detected, 2 * (int)TT_MM_CASES },
-		      { test_tcp_fused_mismatch, 4 },
+		      { test_tcp_fused_mismatch, 6 },
 		      { test_tcp_agreement_is_rank0s, 2 }, { NULL, 0 } };
 	const struct unit_case cases[] = {
 		{ "collectives", 120, tests, loops, NULL, NULL },

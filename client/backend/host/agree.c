@@ -17,10 +17,17 @@
  *    control block instead, shm.c);
  *  - larger groups: the smallest and the largest header (memcmp order)
  *    with the ranks that sent them are folded by recursive doubling
- *    (xfer.c host_rd: log2(n) rounds of one 72-byte message each way,
- *    over the partners of the small all-reduce), so every rank learns
- *    whether all agree, and which two ranks differ, without a
- *    connection to every peer.
+ *    (xfer.c host_rd_framed: log2(n) rounds of one 76-byte message each
+ *    way, over the partners of the small all-reduce), so every rank
+ *    learns whether all agree, and which two ranks differ, without a
+ *    connection to every peer. A small all-reduce carries its operand in
+ *    the same messages (host_agree_fold_allreduce): log2(n) rounds in
+ *    all instead of the fold's and then recursive doubling's. Its
+ *    partial sums are only kept once the fold says that all agreed. The
+ *    messages are framed (the fold ends with the length of what follows
+ *    it), so a rank that only agrees and one that all-reduces, which
+ *    disagree, stay in step: each reads and drops what the other sent
+ *    beyond the fold, and both learn of the disagreement.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -30,8 +37,10 @@
 #include "host_impl.h"
 
 /* The fold of the large-group agreement: min header, its rank, max
- * header, its rank. */
-#define AGREE_FOLD (2 * (HOST_OP_HDR + 4))
+ * header, its rank, then the length of the payload the message carries
+ * (a fused all-reduce's operand; 0: none). */
+#define AGREE_FOLD_MINMAX (2 * (HOST_OP_HDR + 4))
+#define AGREE_FOLD (AGREE_FOLD_MINMAX + 4)
 
 cohort_status
 host_agree_init(
@@ -282,7 +291,8 @@ host_agree_check(
 }
 
 /* The fold: keeps the smaller and the larger header (ties: the lower
- * rank), each with its group rank. */
+ * rank), each with its group rank; the payload length stays this rank's
+ * own. */
 static void
 agree_combine(void *ctx, uint8_t *mine, const uint8_t *theirs)
 {
@@ -320,37 +330,76 @@ agree_exchange(struct host_agree *a, struct host_xfer *x,
 	return (rv);
 }
 
-cohort_status
-host_agree_run(struct host_agree *a, struct host_xfer *x,
-    const struct cohort__op *op, const struct host_op *c, char *err,
-    size_t errlen, cohort__time deadline)
+/* A fold message's size (host_frame_fn): the payload length at its
+ * end; false when it is not a fold (the stream is out of step). */
+static bool
+agree_fold_frame(const uint8_t *h, size_t *len)
+{
+	uint64_t v = host_get_be(h + AGREE_FOLD_MINMAX, 4);
+
+	*len = 0;
+	if (memcmp(h, "COP1", 4) != 0
+	    || memcmp(h + HOST_OP_HDR + 4, "COP1", 4) != 0
+	    || v > ((uint64_t)1 << 30))
+		return (false);
+	*len = (size_t)v;
+	return (true);
+}
+
+static void
+agree_no_payload(void *ctx, uint8_t *mine, const uint8_t *theirs)
+{
+	(void)ctx;
+	(void)mine;
+	(void)theirs;
+}
+
+/* The fold by recursive doubling of this rank's header (in a->hdrs),
+ * with plen bytes of payload in pay combined by pcombine in the same
+ * rounds (rpay: plen bytes of scratch); EMISMATCH naming two ranks that
+ * differ when not all agree. */
+static cohort_status
+agree_fold(struct host_agree *a, struct host_xfer *x, const struct host_op *c,
+    uint8_t *pay, uint8_t *rpay, size_t plen,
+    void (*pcombine)(void *ctx, uint8_t *mine, const uint8_t *theirs),
+    void *ctx, char *err, size_t errlen, cohort__time deadline)
 {
 	struct host_mesh *m = a->mesh;
 	const uint8_t *mine = a->hdrs + (size_t)m->rank * HOST_OP_HDR;
-	uint8_t fold[AGREE_FOLD];
+	uint8_t fold[AGREE_FOLD], theirs[AGREE_FOLD];
+	bool odd;
 	cohort_status rv;
 
-	host_agree_hdr(a, op, HOST_PATH_TCP);
-	if (!a->fold) {
-		/* Framed: a partner that runs a fused all-reduce here sends
-		 * its operand after its header; it is read and dropped. */
-		agree_plan(a, x, NULL, 0, NULL, 0);
-		if ((rv = agree_exchange(a, x, c, err, errlen, deadline))
-		    != COHORT_OK)
-			return (rv);
-		return (host_agree_check(a, c, err, errlen));
-	}
 	for (int half = 0; half < 2; half++) {
 		memcpy(fold + half * (HOST_OP_HDR + 4), mine, HOST_OP_HDR);
 		host_put_be(fold + half * (HOST_OP_HDR + 4) + HOST_OP_HDR,
 		    (uint64_t)m->rank, 4);
 	}
-	if ((rv = host_rd(x, c, fold, sizeof(fold), agree_combine, NULL, err,
-	         errlen, deadline))
-	    != COHORT_OK)
+	host_put_be(fold + AGREE_FOLD_MINMAX, plen, 4);
+	rv = host_rd_framed(x, c, fold, theirs, sizeof(fold), agree_fold_frame,
+	    agree_combine, pay, rpay, plen,
+	    pcombine != NULL ? pcombine : agree_no_payload, ctx, &odd, err,
+	    errlen, deadline);
+	if (rv == COHORT_EMISMATCH) {
+		/* not a fold: out of step for good */
+		a->broken = rv;
+		snprintf(a->broken_err, sizeof(a->broken_err),
+		    "%s (the group cannot be used any more)", err);
+	}
+	if (rv != COHORT_OK)
 		return (rv);
-	if (memcmp(fold, fold + HOST_OP_HDR + 4, HOST_OP_HDR) == 0)
-		return (COHORT_OK);
+	if (memcmp(fold, fold + HOST_OP_HDR + 4, HOST_OP_HDR) == 0) {
+		if (!odd)
+			return (COHORT_OK);
+		/* all agreed, yet a payload was missing: cannot be */
+		snprintf(err, errlen,
+		    "ranks are out of step in %s #%" PRIu64
+		    " (an operand of another length)",
+		    c->name, c->seq);
+		a->broken = COHORT_EMISMATCH;
+		snprintf(a->broken_err, sizeof(a->broken_err), "%s", err);
+		return (COHORT_EMISMATCH);
+	}
 	{
 		int plo = (int)host_get_be(fold + HOST_OP_HDR, 4);
 		int phi = (int)host_get_be(fold + 2 * HOST_OP_HDR + 4, 4);
@@ -368,6 +417,39 @@ host_agree_run(struct host_agree *a, struct host_xfer *x,
 		return (agree_failed(a, c, false, fold, plo,
 		    fold + HOST_OP_HDR + 4, phi, err, errlen));
 	}
+}
+
+cohort_status
+host_agree_run(struct host_agree *a, struct host_xfer *x,
+    const struct cohort__op *op, const struct host_op *c, char *err,
+    size_t errlen, cohort__time deadline)
+{
+	cohort_status rv;
+
+	host_agree_hdr(a, op, HOST_PATH_TCP);
+	if (!a->fold) {
+		/* Framed: a partner that runs a fused all-reduce here sends
+		 * its operand after its header; it is read and dropped. */
+		agree_plan(a, x, NULL, 0, NULL, 0);
+		if ((rv = agree_exchange(a, x, c, err, errlen, deadline))
+		    != COHORT_OK)
+			return (rv);
+		return (host_agree_check(a, c, err, errlen));
+	}
+	return (agree_fold(
+	    a, x, c, NULL, NULL, 0, NULL, NULL, err, errlen, deadline));
+}
+
+cohort_status
+host_agree_fold_allreduce(struct host_agree *a, struct host_xfer *x,
+    const struct cohort__op *op, const struct host_op *c, uint8_t *pay,
+    uint8_t *rpay, size_t plen,
+    void (*pcombine)(void *ctx, uint8_t *mine, const uint8_t *theirs),
+    void *ctx, char *err, size_t errlen, cohort__time deadline)
+{
+	host_agree_hdr(a, op, HOST_PATH_FUSED);
+	return (agree_fold(
+	    a, x, c, pay, rpay, plen, pcombine, ctx, err, errlen, deadline));
 }
 
 cohort_status

@@ -125,6 +125,28 @@ host_algos_fused(struct host_agree *a, struct host_xfer *x,
 	    err, errlen, deadline));
 }
 
+cohort_status
+host_algos_fused_fold(struct host_agree *a, struct host_xfer *x,
+    const struct cohort__op *op, const struct host_op *c, size_t bytes,
+    char *err, size_t errlen, cohort__time deadline)
+{
+	struct algo_rd_ctx k = { op, x->mesh->size };
+	cohort_status rv;
+
+	host_op_algo(c, "recursive_doubling_fused");
+	/* the partial sums in scratch: op->recv only gets an agreed result */
+	if ((rv = host_grow_small(x, 2 * bytes, err, errlen)) != COHORT_OK)
+		return (rv);
+	memcpy(x->small, op->send, bytes);
+	if ((rv = host_agree_fold_allreduce(a, x, op, c, x->small,
+	         x->small + bytes, bytes, algo_rd_combine, &k, err, errlen,
+	         deadline))
+	    != COHORT_OK)
+		return (rv);
+	memcpy(op->recv, x->small, bytes);
+	return (COHORT_OK);
+}
+
 /* Step st receives bytes into op->recv, reduced with op->send as they
  * arrive (in place: through the scratch ring; sending: only once this
  * step sent the bytes they replace), MEAN divided. */

@@ -111,6 +111,8 @@ host_tune_read(struct host_tune *tu, int size)
 	    = (int)host_knob(COHORT__KNOB_TCP_MESH_MAX, HOST_DEFAULT_MESH_MAX);
 	tu->agree_fold
 	    = (int)cohort__knob_int_or(COHORT__KNOB_TCP_AGREE_FOLD, -1);
+	tu->fused_fold_max = host_knob(
+	    COHORT__KNOB_TCP_FUSED_FOLD_MAX, HOST_DEFAULT_FUSED_FOLD_MAX);
 	tu->fused_ranks = (int)host_knob(
 	    COHORT__KNOB_TCP_FUSED_RANKS, HOST_DEFAULT_FUSED_RANKS);
 }
@@ -240,6 +242,25 @@ host_fused(
 	    && !host_hier_usable(h->hier, op, bytes));
 }
 
+/* A small all-reduce of a group that agrees by the fold runs in the
+ * fold's rounds (up to COHORT_TCP_FUSED_FOLD_MAX): log2(n) rounds of
+ * waiting instead of 2 log2(n). Measured (loopback, TCP only, 2-core VM):
+ * 1 KiB on 4 ranks 32-35 us against 37-50, on 32 ranks 0.69-0.90 ms
+ * against 0.95-1.04, 8 KiB on 32 ranks 0.84-1.01 ms against 1.04-1.21;
+ * but from 16 KiB on 4 ranks (two per core) slower (64 KiB 120 against
+ * 86 us): without the fold's barrier before it, a rank's operand waits
+ * for a partner that is not running. Hence 8 KiB. */
+static bool
+host_fused_fold(
+    const struct cohort__host *h, const struct cohort__op *op, size_t bytes)
+{
+	const struct host_tune *tu = &h->tune;
+
+	return (op->kind == COHORT__OP_ALLREDUCE && !h->agreed && h->agree.fold
+	    && bytes <= tu->fused_fold_max && bytes <= tu->small_max
+	    && !host_hier_usable(h->hier, op, bytes));
+}
+
 static cohort_status host_run_op(void *state, const struct cohort__op *op,
     char *err, size_t errlen, cohort__time deadline);
 
@@ -309,6 +330,9 @@ host_run_op(void *state, const struct cohort__op *op, char *err, size_t errlen,
 	if (host_fused(h, op, bytes))
 		return (host_algos_fused(&h->agree, &h->xfer, op, &c, bytes,
 		    err, errlen, deadline));
+	if (host_fused_fold(h, op, bytes))
+		return (host_algos_fused_fold(&h->agree, &h->xfer, op, &c,
+		    bytes, err, errlen, deadline));
 	if (!h->agreed
 	    && (rv = host_agree_run(
 	            &h->agree, &h->xfer, op, &c, err, errlen, deadline))

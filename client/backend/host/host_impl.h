@@ -100,6 +100,8 @@ host_op_algo(const struct host_op *c, const char *algo)
  * sockets (mesh.c); why they are small: host.c. */
 #define HOST_DEFAULT_SEND_MAX (32u << 10)
 #define HOST_DEFAULT_NOTSENT_LOWAT (32u << 10)
+/* Default of COHORT_TCP_FUSED_FOLD_MAX (host.c host_fused_fold). */
+#define HOST_DEFAULT_FUSED_FOLD_MAX (8u << 10)
 
 /* Tunables (COHORT_TCP_* environment, read at init; host.c). */
 struct host_tune {
@@ -119,6 +121,7 @@ struct host_tune {
 	size_t shm_cma_min; /* allreduce by cross-memory reads from here */
 	int mesh_max; /* full mesh at init up to this group size */
 	int fused_ranks; /* fuse a small all-reduce's agreement up to here */
+	size_t fused_fold_max; /* the fold carries all-reduces up to this */
 	int agree_fold; /* 1: agree by the fold, 0: all-to-all, -1: auto */
 };
 
@@ -404,6 +407,23 @@ cohort_status host_rd_from(struct host_xfer *x, const struct host_op *c,
     uint8_t *buf, size_t len, int first,
     void (*combine)(void *ctx, uint8_t *mine, const uint8_t *theirs),
     void *ctx, char *err, size_t errlen, cohort__time deadline);
+/* host_rd's schedule over messages of a header and a payload: every
+ * round sends hdr (hlen bytes) and pay (plen, may be 0) to the partner and
+ * reads the partner's header into rhdr, then the payload that frame()
+ * finds declared there into rpay (room for plen). hcombine(ctx, hdr,
+ * rhdr) runs every round; pcombine(ctx, pay, rpay) only when the
+ * partner's payload was plen bytes as well (a rank in another operation
+ * sends another length: it is read and dropped, and *odd set, for the
+ * header fold to explain), and pcombine(ctx, pay, NULL) once to finish.
+ * The folded-out ranks of a non-power of two get header and payload
+ * last. One message per round carries both, where an agreement followed
+ * by recursive doubling waits for twice the rounds. */
+cohort_status host_rd_framed(struct host_xfer *x, const struct host_op *c,
+    uint8_t *hdr, uint8_t *rhdr, size_t hlen, host_frame_fn frame,
+    void (*hcombine)(void *ctx, uint8_t *mine, const uint8_t *theirs),
+    uint8_t *pay, uint8_t *rpay, size_t plen,
+    void (*pcombine)(void *ctx, uint8_t *mine, const uint8_t *theirs),
+    void *ctx, bool *odd, char *err, size_t errlen, cohort__time deadline);
 cohort_status host_stream(struct host_xfer *x, const struct host_op *c, int to,
     int from, struct host_step *steps, int nsteps, char *err, size_t errlen,
     cohort__time deadline);
@@ -422,7 +442,8 @@ cohort_status host_grow_small(
 enum host_path {
 	HOST_PATH_TCP = 0, /* TCP; the header travels alone */
 	HOST_PATH_SHM = 1, /* shared memory (the segment's control block) */
-	HOST_PATH_FUSED = 2, /* TCP; the first partner's header has bytes */
+	HOST_PATH_FUSED = 2, /* TCP; the operand travels with the header
+	                      * (the first partner's, or every fold's) */
 };
 
 struct host_agree {
@@ -471,6 +492,16 @@ cohort_status host_agree_first(struct host_agree *a, struct host_xfer *x,
     const struct cohort__op *op, const struct host_op *c, const void *send,
     void *rbuf, size_t bytes, char *err, size_t errlen, cohort__time deadline);
 
+/* A small all-reduce of a group that agrees by the fold (a->fold): its
+ * recursive doubling over pay (plen bytes, pcombine; rpay: scratch) runs
+ * in the fold's own messages, log2(n) rounds for both. pay holds the
+ * result only when all ranks agreed (COHORT_OK). */
+cohort_status host_agree_fold_allreduce(struct host_agree *a,
+    struct host_xfer *x, const struct cohort__op *op, const struct host_op *c,
+    uint8_t *pay, uint8_t *rpay, size_t plen,
+    void (*pcombine)(void *ctx, uint8_t *mine, const uint8_t *theirs),
+    void *ctx, char *err, size_t errlen, cohort__time deadline);
+
 /* ------------------------------------------------------------------------ */
 /* algos.c: the collectives over TCP                                        */
 /* ------------------------------------------------------------------------ */
@@ -484,6 +515,11 @@ cohort_status host_algos_run(struct host_xfer *x, const struct cohort__op *op,
 /* A small all-reduce with its agreement fused into its first round (a
  * group where host_agree_fusable; not agreed before). */
 cohort_status host_algos_fused(struct host_agree *a, struct host_xfer *x,
+    const struct cohort__op *op, const struct host_op *c, size_t bytes,
+    char *err, size_t errlen, cohort__time deadline);
+/* A small all-reduce of a group that agrees by the fold, in the fold's
+ * rounds (host_agree_fold_allreduce; not agreed before). */
+cohort_status host_algos_fused_fold(struct host_agree *a, struct host_xfer *x,
     const struct cohort__op *op, const struct host_op *c, size_t bytes,
     char *err, size_t errlen, cohort__time deadline);
 /* A group of one: copies send to recv where the op needs it. */

@@ -563,6 +563,100 @@ host_rd_from(struct host_xfer *x, const struct host_op *c, uint8_t *buf,
 	return (COHORT_OK);
 }
 
+/* One framed message each way with peer: [hdr | pay] out (NULL hdr:
+ * nothing), [rhdr | rpay] in (NULL rhdr: nothing); *got: the payload
+ * bytes read into rpay (SIZE_MAX: a payload of another length, dropped
+ * or short). */
+static cohort_status
+xfer_framed_pair(struct host_xfer *x, const struct host_op *c, int peer,
+    const uint8_t *hdr, const uint8_t *pay, uint8_t *rhdr, uint8_t *rpay,
+    size_t hlen, size_t plen, host_frame_fn frame, size_t *got, char *err,
+    size_t errlen, cohort__time deadline)
+{
+	struct host_plan *P = &x->plan[peer];
+	cohort_status rv;
+
+	host_plan_reset(x);
+	host_plan_framed(x, peer, hdr, hdr != NULL ? hlen : 0, pay,
+	    hdr != NULL ? plen : 0, rhdr, rhdr != NULL ? hlen : 0,
+	    rhdr != NULL ? frame : NULL, rpay, plen);
+	if ((rv = host_exchange(x, c, err, errlen, deadline)) != COHORT_OK)
+		return (rv);
+	*got = rhdr == NULL                           ? plen
+	    : P->rlen - hlen == plen && P->drain == 0 ? plen
+	                                              : SIZE_MAX;
+	return (COHORT_OK);
+}
+
+cohort_status
+host_rd_framed(struct host_xfer *x, const struct host_op *c, uint8_t *hdr,
+    uint8_t *rhdr, size_t hlen, host_frame_fn frame,
+    void (*hcombine)(void *ctx, uint8_t *mine, const uint8_t *theirs),
+    uint8_t *pay, uint8_t *rpay, size_t plen,
+    void (*pcombine)(void *ctx, uint8_t *mine, const uint8_t *theirs),
+    void *ctx, bool *odd, char *err, size_t errlen, cohort__time deadline)
+{
+	int n = x->mesh->size, r = x->mesh->rank;
+	int p2 = 1, extra, vr;
+	size_t got;
+	cohort_status rv;
+
+	*odd = false;
+	while (p2 * 2 <= n)
+		p2 *= 2;
+	extra = n - p2;
+	if ((rv = xfer_rd_connect(x, c, p2, extra, err, errlen, deadline))
+	    != COHORT_OK)
+		return (rv);
+	if (r < 2 * extra) {
+		if ((r & 1) == 0) {
+			/* Folded out: give ours, get the result whole. */
+			if ((rv = xfer_framed_pair(x, c, r + 1, hdr, pay, NULL,
+			         NULL, hlen, plen, frame, &got, err, errlen,
+			         deadline))
+			        != COHORT_OK
+			    || (rv = xfer_framed_pair(x, c, r + 1, NULL, NULL,
+			            hdr, pay, hlen, plen, frame, &got, err,
+			            errlen, deadline))
+			        != COHORT_OK)
+				return (rv);
+			*odd = got != plen;
+			return (COHORT_OK);
+		}
+		if ((rv = xfer_framed_pair(x, c, r - 1, NULL, NULL, rhdr, rpay,
+		         hlen, plen, frame, &got, err, errlen, deadline))
+		    != COHORT_OK)
+			return (rv);
+		hcombine(ctx, hdr, rhdr);
+		if (got == plen)
+			pcombine(ctx, pay, rpay);
+		else
+			*odd = true;
+		vr = r / 2;
+	} else {
+		vr = r - extra;
+	}
+	for (int mask = 1; mask < p2; mask <<= 1) {
+		int vp = vr ^ mask;
+		int peer = vp < extra ? vp * 2 + 1 : vp + extra;
+
+		if ((rv = xfer_framed_pair(x, c, peer, hdr, pay, rhdr, rpay,
+		         hlen, plen, frame, &got, err, errlen, deadline))
+		    != COHORT_OK)
+			return (rv);
+		hcombine(ctx, hdr, rhdr);
+		if (got == plen)
+			pcombine(ctx, pay, rpay);
+		else
+			*odd = true;
+	}
+	pcombine(ctx, pay, NULL);
+	if (r < 2 * extra)
+		return (xfer_framed_pair(x, c, r - 1, hdr, pay, NULL, NULL,
+		    hlen, plen, frame, &got, err, errlen, deadline));
+	return (COHORT_OK);
+}
+
 /* Processes (reduces, divides) the received bytes [S->processed, upto) of
  * step S, in pieces that do not wrap around a scratch ring's end (the
  * rings' sizes are multiples of 8, so no element straddles it). */
