@@ -796,6 +796,19 @@ bench_size(struct bench_rank *b, size_t size, int idx)
 	if ((st = cohort_barrier(b->g, "bench-size", cfg->timeout))
 	    != COHORT_OK)
 		goto out;
+	/* The coordinator's barrier releases the ranks one reply after
+	 * another; the peers' benchmarks synchronise peer to peer before a
+	 * first call (Open MPI's MPI_Barrier, Gloo's barrier on its own
+	 * pairs). So does this one: a 1-element all-reduce over the data
+	 * plane, then the first call starts with the ranks in step. */
+	if (cfg->op < BENCH_BARRIER) {
+		float one = 1.0f;
+
+		if ((st = cohort_allreduce(b->g, &one, &one, 1, COHORT_F32,
+		         COHORT_SUM, NULL, cfg->timeout))
+		    != COHORT_OK)
+			goto out;
+	}
 	for (int it = -warmup; it < iters && st == COHORT_OK; it++) {
 		int vit = it + warmup;
 		double t0, dt;
