@@ -806,8 +806,15 @@ bench_size(struct bench_rank *b, size_t size, int idx)
 
 		if ((st = cohort_allreduce(b->g, &one, &one, 1, COHORT_F32,
 		         COHORT_SUM, NULL, cfg->timeout))
-		    != COHORT_OK)
-			goto out;
+		    != COHORT_OK) {
+			fprintf(stderr,
+			    "cohort bench: rank %d: the data-plane sync "
+			    "before %s %zu bytes: %s: %s\n",
+			    b->rank, bench_op_names[cfg->op], size,
+			    cohort_status_name(st), cohort_last_error());
+			free(t);
+			return (1);
+		}
 	}
 	for (int it = -warmup; it < iters && st == COHORT_OK; it++) {
 		int vit = it + warmup;
