@@ -89,6 +89,7 @@ host_tune_read(struct host_tune *tu, int size)
 	    = host_knob(COHORT__KNOB_TCP_SEND_MAX, HOST_DEFAULT_SEND_MAX);
 	if (tu->send_max > tu->io_max)
 		tu->send_max = tu->io_max;
+	tu->send_align = host_knob(COHORT__KNOB_TCP_SEND_ALIGN, 1) != 0;
 	tu->spin_us
 	    = (int)host_knob(COHORT__KNOB_TCP_SPIN_US, HOST_DEFAULT_SPIN_US);
 	tu->spin_yield = host_knob(COHORT__KNOB_TCP_SPIN_YIELD, 1) != 0;

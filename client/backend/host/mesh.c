@@ -220,6 +220,26 @@ mesh_sockopts(int fd, bool nodelay)
 	}
 }
 
+size_t
+host_send_len(int fd, size_t send_max, bool align)
+{
+	struct tcp_info ti;
+	socklen_t sl = sizeof(ti);
+	size_t seg;
+
+	/* The segment of the path's MTU (advmss), not TCP_MAXSEG: that is
+	 * the current send MSS, which the kernel bounds by half the peer's
+	 * window while it grows (32,741 then 47,616 bytes on loopback,
+	 * whose MTU makes 65,483). */
+	memset(&ti, 0, sizeof(ti));
+	if (!align || fd < 0
+	    || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &sl) != 0
+	    || ti.tcpi_advmss == 0)
+		return (send_max);
+	seg = ti.tcpi_advmss;
+	return (send_max >= seg ? send_max / seg * seg : seg);
+}
+
 /* The handshake time (COHORT_TCP_HS_TIMEOUT_MS). */
 static int
 mesh_hs_ms(void)

@@ -68,6 +68,21 @@ xfer_again(int e)
 	return (e == EAGAIN || e == EWOULDBLOCK || e == EINTR);
 }
 
+/* The most one send() of len bytes to fd carries (host_send_len, kept
+ * for the last connection asked about). */
+static size_t
+xfer_send_cap(struct host_xfer *x, int fd, size_t len)
+{
+	if (len <= x->tune->send_max)
+		return (len);
+	if (fd != x->seg_fd) {
+		x->seg_len
+		    = host_send_len(fd, x->tune->send_max, x->tune->send_align);
+		x->seg_fd = fd;
+	}
+	return (len < x->seg_len ? len : x->seg_len);
+}
+
 /* Sleeps in poll() on fds[0..n) (and a child's watched connections, for
  * which fds has room) for at most XFER_POLL_MS or until the deadline; the
  * caller re-checks everything afterwards. */
@@ -327,10 +342,9 @@ xfer_exchange(struct host_xfer *x, const struct host_op *c,
 			ssize_t n;
 
 			if (P->sent < P->slen) {
-				size_t len = P->slen - P->sent;
+				size_t len
+				    = xfer_send_cap(x, fd, P->slen - P->sent);
 
-				if (len > x->tune->send_max)
-					len = x->tune->send_max;
 				n = xfer_send(fd, P, len);
 				if (n > 0) {
 					P->sent += (size_t)n;
@@ -748,8 +762,7 @@ stream_send(
 		if (len > x->tune->acc_len - off)
 			len = x->tune->acc_len - off;
 	}
-	if (len > x->tune->send_max)
-		len = x->tune->send_max;
+	len = xfer_send_cap(x, s->tofd, len);
 	n = send(s->tofd, src, len, MSG_DONTWAIT | MSG_NOSIGNAL);
 	if (n > 0) {
 		S->sent += (size_t)n;
@@ -1040,6 +1053,7 @@ host_xfer_init(struct host_xfer *x, struct host_mesh *m,
 	x->mesh = m;
 	x->tune = tune;
 	x->n = n;
+	x->seg_fd = -1;
 	if ((x->plan = host_zalloc(n, sizeof(*x->plan))) == NULL
 	    || (x->active = host_zalloc(n, sizeof(int))) == NULL
 	    || (x->want = host_zalloc(n, sizeof(int))) == NULL) {
