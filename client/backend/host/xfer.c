@@ -76,8 +76,8 @@ xfer_send_cap(struct host_xfer *x, int fd, size_t len)
 	if (len <= x->tune->send_max)
 		return (len);
 	if (fd != x->seg_fd) {
-		x->seg_len
-		    = host_send_len(fd, x->tune->send_max, x->tune->send_align);
+		x->seg_len = host_send_len(
+		    fd, x->tune->send_max, x->tune->send_align);
 		x->seg_fd = fd;
 	}
 	return (len < x->seg_len ? len : x->seg_len);
