@@ -167,8 +167,9 @@ enum cohort__knob_type {
 	    "largest single send(): large ones made the kernel send a "       \
 	    "flow's segments from two CPUs at once, reordered")               \
 	X(TCP_SEND_ALIGN, BOOL, "1", 0, 1, "tcp tuning",                      \
-	    "sends of whole TCP segments: COHORT_TCP_SEND_MAX rounded down "  \
-	    "to a multiple of the connection's MSS, at least one segment")    \
+	    "sends of whole TCP segments: COHORT_TCP_SEND_MAX, when under "   \
+	    "4 of the connection's MSS, rounded down to whole segments, at "  \
+	    "least one")                                                      \
 	X(TCP_NOTSENT_LOWAT, BYTES, "32768", 0, 1073741824, "tcp tuning",     \
 	    "TCP_NOTSENT_LOWAT of data-plane sockets: unsent bytes a socket " \
 	    "may queue (0: the kernel's)")                                    \

@@ -211,8 +211,9 @@ void *host_zalloc(size_t n, size_t size);
 void host_zfree(void *p, size_t n, size_t size);
 /* The most a send() to connection fd should carry: send_max (the
  * COHORT_TCP_SEND_MAX) rounded down to whole segments of the connection
- * (the MSS of its path's MTU), at least one; send_max itself when !align
- * or the MSS is unknown. A send that does not end on a segment boundary
+ * (the MSS of its path's MTU) when that is fewer than 4 segments, at
+ * least one; send_max itself when !align, the MSS is unknown or it is 4
+ * segments or more. A send that does not end on a segment boundary
  * leaves a small segment of its own, and the receiver wakes for it: on
  * loopback (a 65,483-byte MSS) 1 MiB on 2 ranks took 660 us with 64 KiB
  * sends (a full segment and a 53-byte one), 470-510 with 128 KiB, 270-290

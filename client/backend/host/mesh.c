@@ -237,7 +237,13 @@ host_send_len(int fd, size_t send_max, bool align)
 	    || ti.tcpi_advmss == 0)
 		return (send_max);
 	seg = ti.tcpi_advmss;
-	return (send_max >= seg ? send_max / seg * seg : seg);
+	if (send_max < seg)
+		return (seg);
+	/* A send of many segments is left as it is: one short segment
+	 * among 22 (32 KiB over a 1,500-byte MTU) costs less than the extra
+	 * send that rounding down makes (64 KiB on 2 veth hosts: 27.6-28.5
+	 * us against 30.6-31.2 rounded). */
+	return (send_max < 4 * seg ? send_max / seg * seg : send_max);
 }
 
 /* The handshake time (COHORT_TCP_HS_TIMEOUT_MS). */
