@@ -163,13 +163,9 @@ enum cohort__knob_type {
 	    "(0: none, the ring; -1: all)")                                   \
 	X(TCP_IO_MAX, BYTES, "262144", 4096, 1073741824, "tcp tuning",        \
 	    "largest single receive (and cap of a send)")                     \
-	X(TCP_SEND_MAX, BYTES, "32768", 1024, 1073741824, "tcp tuning",       \
-	    "largest single send(): large ones made the kernel send a "       \
-	    "flow's segments from two CPUs at once, reordered")               \
-	X(TCP_SEND_ALIGN, BOOL, "1", 0, 1, "tcp tuning",                      \
-	    "sends of whole TCP segments: COHORT_TCP_SEND_MAX, when under "   \
-	    "4 of the connection's MSS, rounded down to whole segments, at "  \
-	    "least one")                                                      \
+	X(TCP_SEND_MAX, BYTES, "0", 0, 1073741824, "tcp tuning",              \
+	    "largest single send() (0: one packet of the kernel's, the "      \
+	    "most whole segments of the connection in 64 KiB)")               \
 	X(TCP_NOTSENT_LOWAT, BYTES, "32768", 0, 1073741824, "tcp tuning",     \
 	    "TCP_NOTSENT_LOWAT of data-plane sockets: unsent bytes a socket " \
 	    "may queue (0: the kernel's)")                                    \

@@ -42,7 +42,8 @@
  * COHORT_TCP_BCAST_SMALL (64 KiB: root sends to all up to here, pipelined
  * chain above), COHORT_TCP_PAIR_MIN/MAX (2 ranks: pairwise exchange instead of
  * the ring for sizes in range; off by default), COHORT_TCP_IO_MAX (256 KiB per
- * recv), COHORT_TCP_SEND_MAX (32 KiB per send) and COHORT_TCP_NOTSENT_LOWAT
+ * recv), COHORT_TCP_SEND_MAX (per send; 0: a GSO packet's worth of whole
+ * segments, host_send_len) and COHORT_TCP_NOTSENT_LOWAT
  * (32 KiB of unsent bytes a socket may queue; 0: the kernel's): with 256 KiB
  * sends and no bound, the part of a send that the window did not admit left
  * later from ACK processing on the other CPU, the flow's segments went out of
@@ -89,7 +90,6 @@ host_tune_read(struct host_tune *tu, int size)
 	    = host_knob(COHORT__KNOB_TCP_SEND_MAX, HOST_DEFAULT_SEND_MAX);
 	if (tu->send_max > tu->io_max)
 		tu->send_max = tu->io_max;
-	tu->send_align = host_knob(COHORT__KNOB_TCP_SEND_ALIGN, 1) != 0;
 	tu->spin_us
 	    = (int)host_knob(COHORT__KNOB_TCP_SPIN_US, HOST_DEFAULT_SPIN_US);
 	tu->spin_yield = host_knob(COHORT__KNOB_TCP_SPIN_YIELD, 1) != 0;

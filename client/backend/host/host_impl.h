@@ -98,7 +98,7 @@ host_op_algo(const struct host_op *c, const char *algo)
 /* Defaults of COHORT_TCP_SEND_MAX and COHORT_TCP_NOTSENT_LOWAT, shared by
  * the collectives (host.c), the point-to-point path (p2p.c) and the
  * sockets (mesh.c); why they are small: host.c. */
-#define HOST_DEFAULT_SEND_MAX (32u << 10)
+#define HOST_DEFAULT_SEND_MAX 0 /* host_send_len */
 #define HOST_DEFAULT_NOTSENT_LOWAT (32u << 10)
 /* Default of COHORT_TCP_FUSED_FOLD_MAX (host.c host_fused_fold). */
 #define HOST_DEFAULT_FUSED_FOLD_MAX (8u << 10)
@@ -110,8 +110,7 @@ struct host_tune {
 	size_t pair_min; /* allreduce, 2 ranks: pairwise exchange in */
 	size_t pair_max; /*   [pair_min, pair_max], else the ring */
 	size_t io_max; /* largest single recv() */
-	size_t send_max; /* largest single send() */
-	bool send_align; /* ... rounded to whole segments (host_send_len) */
+	size_t send_max; /* largest single send() (0: host_send_len) */
 	int spin_us; /* busy-poll before sleeping in poll() */
 	bool spin_yield; /* sched_yield() while busy-polling */
 	size_t ring_len; /* scratch of RECV_SCRATCH */
@@ -209,17 +208,21 @@ size_t host_knob(enum cohort__knob k, size_t dflt);
 #define HOST_ZALLOC_MAP (64u << 10)
 void *host_zalloc(size_t n, size_t size);
 void host_zfree(void *p, size_t n, size_t size);
-/* The most a send() to connection fd should carry: send_max (the
- * COHORT_TCP_SEND_MAX) rounded down to whole segments of the connection
- * (the MSS of its path's MTU) when that is fewer than 4 segments, at
- * least one; send_max itself when !align, the MSS is unknown or it is 4
- * segments or more. A send that does not end on a segment boundary
- * leaves a small segment of its own, and the receiver wakes for it: on
- * loopback (a 65,483-byte MSS) 1 MiB on 2 ranks took 660 us with 64 KiB
- * sends (a full segment and a 53-byte one), 470-510 with 128 KiB, 270-290
- * with the 32 KiB default, 251-257 with one or two whole segments. One
- * getsockopt(); callers keep the result per connection. */
-size_t host_send_len(int fd, size_t send_max, bool align);
+/* The most one send() to connection fd carries: send_max when the user set
+ * COHORT_TCP_SEND_MAX, else one packet as the kernel builds them (its
+ * size goal: the most whole segments of the connection that fit in a
+ * 64 KiB GSO packet, at least one), at most io_max. A send that ends
+ * short of a packet leaves a short packet, and the receiver wakes for
+ * each: on loopback (one 65,483-byte segment a packet) 1 MiB on 2 ranks
+ * took 270-290 us with 32 KiB sends, 660 us with 64 KiB (a full packet
+ * and a 53-byte one), 240-250 with 65,483; on 2 veth hosts (1,448-byte
+ * segments, 45 a packet) 356 us with 32 KiB, 953 with 64 KiB, 297 with
+ * 65,160 (16 MiB: 6.3 ms against 4.8). One getsockopt(); callers keep
+ * the result per connection. */
+size_t host_send_len(int fd, size_t send_max, size_t io_max);
+/* Sends of at most this many bytes need no host_send_len (every packet
+ * size it returns is larger). */
+#define HOST_SEND_SMALL (32u << 10)
 /* Listens on desc's address and publishes it (one KV set). Collective in
  * name only: it waits for nobody. */
 cohort_status host_mesh_open(struct host_mesh *m,

@@ -220,30 +220,32 @@ mesh_sockopts(int fd, bool nodelay)
 	}
 }
 
+/* The room for headers the kernel leaves in a GSO packet (MAX_TCP_HEADER,
+ * 320 bytes on x86-64 and arm64). */
+#define MESH_GSO_MAX (65536u - 320u)
+
 size_t
-host_send_len(int fd, size_t send_max, bool align)
+host_send_len(int fd, size_t send_max, size_t io_max)
 {
 	struct tcp_info ti;
 	socklen_t sl = sizeof(ti);
-	size_t seg;
+	size_t seg, len;
 
+	if (send_max > 0)
+		return (send_max);
 	/* The segment of the path's MTU (advmss), not TCP_MAXSEG: that is
 	 * the current send MSS, which the kernel bounds by half the peer's
 	 * window while it grows (32,741 then 47,616 bytes on loopback,
 	 * whose MTU makes 65,483). */
 	memset(&ti, 0, sizeof(ti));
-	if (!align || fd < 0
-	    || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &sl) != 0
+	if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &sl) != 0
 	    || ti.tcpi_advmss == 0)
-		return (send_max);
-	seg = ti.tcpi_advmss;
-	if (send_max < seg)
-		return (seg);
-	/* A send of many segments is left as it is: one short segment
-	 * among 22 (32 KiB over a 1,500-byte MTU) costs less than the extra
-	 * send that rounding down makes (64 KiB on 2 veth hosts: 27.6-28.5
-	 * us against 30.6-31.2 rounded). */
-	return (send_max < 4 * seg ? send_max / seg * seg : send_max);
+		len = HOST_SEND_SMALL;
+	else if ((seg = ti.tcpi_advmss) >= MESH_GSO_MAX)
+		len = seg;
+	else
+		len = MESH_GSO_MAX / seg * seg;
+	return (len < io_max ? len : io_max);
 }
 
 /* The handshake time (COHORT_TCP_HS_TIMEOUT_MS). */

@@ -157,8 +157,7 @@ struct host_p2p {
 	struct cohort__tcp_hs_keys keys;
 	struct cohort__store store;
 	size_t io_max; /* largest single recv() */
-	size_t send_max; /* largest payload of one sendmsg() */
-	bool send_align; /* ... in whole segments (host_send_len) */
+	size_t send_max; /* largest payload of one sendmsg() (0: auto) */
 	int hs_ms;
 	int connect_ms;
 	int lfd;
@@ -657,10 +656,12 @@ p2p_flush(struct host_p2p *s, int q, struct p2p_done *d)
 			size_t off = f->sent > P2P_HDR ? f->sent - P2P_HDR : 0;
 			size_t len = f->plen - off;
 
-			if (len > s->send_max) {
+			if (s->send_max > 0 && len > s->send_max) {
+				len = s->send_max;
+			} else if (s->send_max == 0 && len > HOST_SEND_SMALL) {
 				if (p->seg == 0 || p->seg_fd != p->fd) {
 					p->seg = host_send_len(
-					    p->fd, s->send_max, s->send_align);
+					    p->fd, s->send_max, s->io_max);
 					p->seg_fd = p->fd;
 				}
 				if (len > p->seg)
@@ -1539,7 +1540,6 @@ host_p2p_open(const struct cohort__group_desc *desc, void *state, void **out,
 	    = host_knob(COHORT__KNOB_TCP_SEND_MAX, HOST_DEFAULT_SEND_MAX);
 	if (s->send_max > s->io_max)
 		s->send_max = s->io_max;
-	s->send_align = host_knob(COHORT__KNOB_TCP_SEND_ALIGN, 1) != 0;
 	s->hs_ms = (int)cohort__knob_int_or(
 	    COHORT__KNOB_TCP_HS_TIMEOUT_MS, P2P_HS_TIMEOUT_MS);
 	s->connect_ms = (int)cohort__knob_int_or(

@@ -69,15 +69,17 @@ xfer_again(int e)
 }
 
 /* The most one send() of len bytes to fd carries (host_send_len, kept
- * for the last connection asked about). */
+ * for the last connection asked about: a ring sends to one peer). */
 static size_t
 xfer_send_cap(struct host_xfer *x, int fd, size_t len)
 {
-	if (len <= x->tune->send_max)
+	if (x->tune->send_max > 0)
+		return (len < x->tune->send_max ? len : x->tune->send_max);
+	if (len <= HOST_SEND_SMALL)
 		return (len);
 	if (fd != x->seg_fd) {
-		x->seg_len = host_send_len(
-		    fd, x->tune->send_max, x->tune->send_align);
+		x->seg_len
+		    = host_send_len(fd, x->tune->send_max, x->tune->io_max);
 		x->seg_fd = fd;
 	}
 	return (len < x->seg_len ? len : x->seg_len);
