@@ -234,16 +234,20 @@ class CohortBackend(_C10dBackend):
         async_call: Optional[Callable[[Any], int]] = None,
         finish: Optional[Callable[[], None]] = None,
         keep: Any = None,
+        local: bool = False,
     ) -> dist._Work:
         """Runs one libcohort collective, blocking or asynchronously.
 
         ``async_op=False`` (``opts.asyncOp``) runs it in this thread: no
-        hand-off, the GIL released while it runs. Otherwise the i-form
+        hand-off, the GIL released while it runs. So does a ``local`` one
+        (host memory in a group of one: nothing to wait for, and its
+        future is complete when returned instead of after a hop through
+        the progress thread and the completer). Otherwise the i-form
         starts it on the group's progress thread and the work is returned.
         """
         if self._closed or self._refusal is not None:
             self._refuse(op)
-        if async_call is None or not opts.asyncOp:
+        if async_call is None or not opts.asyncOp or local:
             st = sync_call(self._ms(opts))
             if st:
                 self._check(st, op, g)
@@ -343,7 +347,7 @@ class CohortBackend(_C10dBackend):
             name, opts, result, grp,
             lambda ms: lib.cohort_allreduce(g, p, p, n, dt, op, s, ms),
             lambda out: lib.cohort_iallreduce(g, p, p, n, dt, op, s, out),
-            finish, buf,
+            finish, buf, local=self._size == 1 and not buf.is_cuda,
         )
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> dist._Work:

@@ -89,6 +89,21 @@ def finish(work, async_op: bool) -> None:
         work.wait()
 
 
+def t_future():
+    """An asynchronous all-reduce's future, as DDP's reducer uses it: its
+    value is the reduced tensor (in a group of one it is complete when
+    returned, elsewhere the completer completes it)."""
+    case = "all_reduce/future"
+    x = inp(case, rank, torch.float32)
+    work = dist.all_reduce(x, async_op=True)
+    got = work.get_future().wait()
+    want = ref_reduce(case, torch.float32, "sum")
+    ok = close(got[0], want, torch.float32) and close(x, want, torch.float32)
+    return ok, f"got {got[0].tolist()[:6]} want {want.tolist()[:6]}"
+
+
+run("all_reduce/future", t_future)
+
 for (dn, dt), (on, op) in itertools.product(DTYPES.items(), OPS.items()):
     for async_op in (False, True):
         case = f"all_reduce/{dn}/{on}/{'async' if async_op else 'sync'}"
