@@ -18,7 +18,7 @@ from torch.distributed import ReduceOp
 
 from ._abi import WAIT_DEFAULT, Dtype, RedOp
 
-__all__ = ["dtype_of", "redop_of", "int_mean", "timeout_ms", "stream_of", "contig", "flat", "unflat_into",
+__all__ = ["dtype_of", "move_dtype_of", "redop_of", "int_mean", "timeout_ms", "stream_of", "contig", "flat", "unflat_into",
            "finisher", "SUPPORTED_DTYPES"]
 
 _DTYPES: dict[torch.dtype, int] = {
@@ -56,6 +56,19 @@ def dtype_of(t: torch.Tensor, op: str) -> int:
             f"cohort {op}: dtype {t.dtype} is not supported (supported: float32, float64, "
             f"float16, bfloat16, int32, int64, uint8, bool)"
         ) from None
+
+
+def move_dtype_of(t: torch.Tensor) -> tuple[int, int]:
+    """For a collective that only moves bytes (broadcast, gathers, scatter,
+    all-to-all, send and receive): ``(cohort_dtype, k)``, where ``k`` is how
+    many library elements one element of ``t`` is. A dtype the library has
+    is moved as itself (k = 1); any other (int8, int16, uint16, complex,
+    the float8 types, ...) as its bytes (``COHORT_U8``, k = its size), as
+    gloo moves every dtype it has no reduction for."""
+    code = _DTYPES.get(t.dtype)
+    if code is not None:
+        return int(code), 1
+    return int(Dtype.U8), t.element_size()
 
 
 def redop_of(reduce_op: Any, t: torch.Tensor, op: str) -> int:

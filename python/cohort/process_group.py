@@ -46,6 +46,7 @@ from ._lib import lib
 from ._tensors import (
     contig,
     dtype_of,
+    move_dtype_of,
     finisher,
     flat,
     int_mean,
@@ -369,10 +370,10 @@ class CohortBackend(_C10dBackend):
         opts = opts if opts is not None else dist.BroadcastOptions()
         t = tensors[opts.rootTensor]
         root = opts.rootRank
-        dt = dtype_of(t, "broadcast")
+        dt, k = move_dtype_of(t)
         buf = contig(t)
         grp = self._grp(buf)
-        g, p, n, s = grp.handle, buf.data_ptr(), buf.numel(), stream_of(buf)
+        g, p, n, s = grp.handle, buf.data_ptr(), buf.numel() * k, stream_of(buf)
         return self._start(
             "broadcast", opts, tensors, grp,
             lambda ms: lib.cohort_broadcast(g, p, n, dt, root, s, ms),
@@ -408,10 +409,10 @@ class CohortBackend(_C10dBackend):
     def _gather_into(self, op: str, out: torch.Tensor, inp: torch.Tensor, opts: Any, result: Any,
                      finish: Optional[Callable[[], None]] = None) -> dist._Work:
         """All-gather of equal blocks from ``inp`` into the contiguous ``out``."""
-        dt = dtype_of(inp, op)
+        dt, k = move_dtype_of(inp)
         src = contig(inp)
-        n = src.numel()
-        dst, grp, (g, sp, dp, s) = self._blocks(op, src, out, n, "output")
+        dst, grp, (g, sp, dp, s) = self._blocks(op, src, out, src.numel(), "output")
+        n = src.numel() * k
         return self._start(
             op, opts, result, grp,
             lambda ms: lib.cohort_allgather(g, sp, dp, n, dt, s, ms),
@@ -434,9 +435,9 @@ class CohortBackend(_C10dBackend):
 
     def _allgather_uneven(self, outs: list[torch.Tensor], inp: torch.Tensor, opts: Any,
                           result: Any) -> dist._Work:
-        dt = dtype_of(inp, "allgather")
+        dt, k = move_dtype_of(inp)
         src = contig(inp)
-        counts = (ctypes.c_size_t * self._size)(*[o.numel() for o in outs])
+        counts = (ctypes.c_size_t * self._size)(*[o.numel() * k for o in outs])
         tmp = inp.new_empty((sum(o.numel() for o in outs),))
         grp = self._grp(tmp)
         g, sp, dp, s = grp.handle, src.data_ptr(), tmp.data_ptr(), stream_of(tmp)
@@ -459,9 +460,16 @@ class CohortBackend(_C10dBackend):
 
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                             opts: Any = None) -> dist._Work:
+        """``output_lists[r][j]`` receives rank ``r``'s ``inputs[j]`` (c10d's and gloo's layout:
+        one list per rank, each as long as ``inputs``)."""
         opts = opts if opts is not None else dist.AllgatherOptions()
-        return self._each("allgather_coalesced", lambda outs, inp, o: self.allgather([outs], [inp], o),
-                          output_lists, inputs, opts)
+        if len(output_lists) != self._size or any(len(outs) != len(inputs) for outs in output_lists):
+            raise ValueError(f"cohort allgather_coalesced: the outputs must be {self._size} lists (one per rank) "
+                             f"of {len(inputs)} tensors (one per input)")
+        per_input = [[output_lists[r][j] for r in range(self._size)] for j in range(len(inputs))]
+        return self._join("allgather_coalesced",
+                          [self.allgather([outs], [inp], opts) for outs, inp in zip(per_input, inputs)],
+                          output_lists)
 
     def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                     opts: Any = None) -> dist._Work:
@@ -512,13 +520,14 @@ class CohortBackend(_C10dBackend):
         opts = opts if opts is not None else dist.GatherOptions()
         root = opts.rootRank
         inp = input_tensors[0]
-        dt = dtype_of(inp, "gather")
+        dt, k = move_dtype_of(inp)
         src = contig(inp)
         n = src.numel()
         outs = output_tensors[0] if self._rank == root else []
         if self._rank == root and (len(outs) != self._size or any(o.numel() != n for o in outs)):
             raise ValueError(f"cohort gather: root needs {self._size} outputs of {n} elements")
         tmp = inp.new_empty((n * self._size,)) if self._rank == root else None
+        n *= k
         grp = self._grp(src)
         g, sp, s = grp.handle, src.data_ptr(), stream_of(src)
         dp = tmp.data_ptr() if tmp is not None else None
@@ -533,9 +542,9 @@ class CohortBackend(_C10dBackend):
         # (nor does gloo have it); kept for a torch that does.
         opts = opts if opts is not None else dist.GatherOptions()
         root = opts.rootRank
-        dt = dtype_of(input, "gather_into_tensor")
+        dt, k = move_dtype_of(input)
         src = contig(input)
-        n = src.numel()
+        n = src.numel() * k
         dst = contig(output) if self._rank == root else None
         grp = self._grp(src)
         g, sp, s = grp.handle, src.data_ptr(), stream_of(src)
@@ -550,7 +559,7 @@ class CohortBackend(_C10dBackend):
         opts = opts if opts is not None else dist.ScatterOptions()
         root = opts.rootRank
         out = output_tensors[0]
-        dt = dtype_of(out, "scatter")
+        dt, k = move_dtype_of(out)
         n = out.numel()
         buf = None
         if self._rank == root:
@@ -562,6 +571,7 @@ class CohortBackend(_C10dBackend):
         grp = self._grp(dst)
         g, dp, s = grp.handle, dst.data_ptr(), stream_of(dst)
         sp = buf.data_ptr() if buf is not None else None
+        n *= k
         return self._start(
             "scatter", opts, output_tensors, grp, lambda ms: lib.cohort_scatter(g, sp, dp, n, dt, root, s, ms), None,
             finisher(dst, out),
@@ -614,14 +624,15 @@ class CohortBackend(_C10dBackend):
         blocking or on the progress thread (``async_op``). Ranks whose
         splits disagree get COHORT_EMISMATCH naming both.
         """
-        dt = dtype_of(send, op)
+        dt, k = move_dtype_of(send)
         n = self._size
         if len(in_splits) != n or len(out_splits) != n:
             raise ValueError(f"cohort {op}: split sizes must have {n} entries")
         if sum(in_splits) != send.numel() or sum(out_splits) != recv.numel():
             raise ValueError(f"cohort {op}: split sizes do not add up to the tensors' sizes")
-        if any(k < 0 for k in in_splits + out_splits):
+        if any(c < 0 for c in in_splits + out_splits):
             raise ValueError(f"cohort {op}: split sizes must not be negative")
+        in_splits, out_splits = [c * k for c in in_splits], [c * k for c in out_splits]
         grp = self._grp(send)
         g, s = grp.handle, stream_of(send)
         sp, dp = send.data_ptr(), recv.data_ptr()
@@ -697,10 +708,10 @@ class CohortBackend(_C10dBackend):
         if len(tensors) != 1:
             raise ValueError(f"cohort {op}: exactly one tensor per call is supported")
         t = tensors[0]
-        dt = dtype_of(t, op)
+        dt, k = move_dtype_of(t)
         buf = contig(t)
         grp = self._grp(buf)
-        g, p, n, s = grp.handle, buf.data_ptr(), buf.numel(), stream_of(buf)
+        g, p, n, s = grp.handle, buf.data_ptr(), buf.numel() * k, stream_of(buf)
         h = ctypes.c_void_p()
         tag &= 0xFFFFFFFF
         if send:

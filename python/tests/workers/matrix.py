@@ -286,6 +286,51 @@ def t_coalesced():
 run("all_reduce_coalesced", t_coalesced)
 
 
+def t_moved_dtypes():
+    """Collectives that only move data take dtypes libcohort has no arithmetic
+    for (moved as bytes): int8, int16, complex64."""
+    bad = []
+    for dt in (torch.int8, torch.int16, torch.complex64):
+        def val(r: int, n: int = N) -> torch.Tensor:
+            return (inp(f"mv/{dt}", r, torch.float32, n) * (r + 1)).to(dt)
+
+        x = val(rank) if rank == 0 else torch.zeros(N, dtype=dt)
+        dist.broadcast(x, 0)
+        if not torch.equal(x, val(0)):
+            bad.append(f"broadcast {dt}")
+        outs = [torch.zeros(N, dtype=dt) for _ in range(world)]
+        dist.all_gather(outs, val(rank))
+        if not all(torch.equal(outs[r], val(r)) for r in range(world)):
+            bad.append(f"all_gather {dt}")
+        send = torch.cat([val(rank, 3) + j for j in range(world)])
+        recv = torch.zeros(3 * world, dtype=dt)
+        dist.all_to_all_single(recv, send)
+        if not torch.equal(recv, torch.cat([val(r, 3) + rank for r in range(world)])):
+            bad.append(f"all_to_all_single {dt}")
+    try:
+        dist.all_reduce(torch.ones(3, dtype=torch.int8))
+        bad.append("all_reduce int8 did not raise")
+    except TypeError as e:
+        if "int8" not in str(e):
+            bad.append(f"all_reduce int8: {e}")
+    return not bad, "; ".join(bad)
+
+
+run("moved_dtypes", t_moved_dtypes)
+
+
+def t_gather_coalesced():
+    """all_gather_coalesced: output_lists[r][j] is rank r's input j (c10d's layout)."""
+    ins = [inp(f"agc{j}", rank, torch.float32, j + 2) for j in range(3)]
+    outs = [[torch.zeros(j + 2) for j in range(3)] for _ in range(world)]
+    dist.all_gather_coalesced(outs, ins)
+    ok = all(torch.equal(outs[r][j], inp(f"agc{j}", r, torch.float32, j + 2)) for r in range(world) for j in range(3))
+    return ok, str([[o.tolist() for o in row] for row in outs])[:300]
+
+
+run("all_gather_coalesced", t_gather_coalesced)
+
+
 def t_barrier():
     dist.barrier()
     return True, ""

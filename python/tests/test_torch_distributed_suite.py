@@ -1,0 +1,106 @@
+"""torch's own distributed test suite (``DistributedTest._DistTestBase``) against cohort.
+
+``torch/testing/_internal/distributed/distributed_test.py`` ships in the torch
+wheel: it is the suite torch runs against gloo, nccl and ucc
+(``test/distributed/test_distributed_spawn.py``). Here it runs with
+``BACKEND=cohort``: each case spawns ``WORLD_SIZE`` (2) processes that call
+``init_process_group("cohort")`` through a ``file://`` store (rank 0 starts
+a private cohortd, :mod:`cohort.bootstrap`) and run the case.
+
+cohort declares itself a backend with the features the suite's skip
+conditions ask about (``ddp``, ``subgroup``, ``plugin``), so the cases torch
+runs for gloo run for cohort too; the ones written for a named backend only
+(``BACKEND == "gloo"``, MPI's all-to-all on CPU, NCCL's CUDA cases) and the
+multi-GPU ones skip themselves as they do for any other backend.
+
+By default (``make test``, CI) a set of cases that covers every collective,
+point to point, groups and DDP on CPU runs (:data:`CI_CASES`, about
+80 s); ``COHORT_TORCH_SUITE=all`` runs the whole suite (about 12 minutes
+on 2 cores: 52 cases pass, the rest skip themselves, see docs/torch.md).
+
+Cases that cannot pass for any backend written in Python, because of how
+torch 2.15 hands a Python backend's work back to its caller, are skipped
+with the reason (:data:`TORCH_LIMITS`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import unittest
+
+os.environ.setdefault("BACKEND", "cohort")
+os.environ.setdefault("WORLD_SIZE", "2")
+os.environ.setdefault("TEMP_DIR", tempfile.mkdtemp(prefix="cohort-dist-suite-"))
+os.environ.setdefault("COHORT_LOG_LEVEL", "error")
+
+from conftest import PYDIR  # noqa: E402
+
+sys.path.insert(0, str(PYDIR))
+
+import cohort.torch  # noqa: E402,F401  registers the backend
+from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
+
+for feature in ("ddp", "subgroup", "plugin"):
+    DistTestCases.backend_feature[feature].add("cohort")
+
+from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
+    DistributedTest,
+    TestDistBackend,
+)
+
+# torch's C++ holder of a Python backend's work (c10d's PyWork) forwards
+# wait() and get_future() to Python, nothing else: is_completed() is its own
+# flag, which only C++ backends set, and _source_rank() raises. The same
+# for every Python backend; cohort's recv(src=None) goes around it
+# (cohort/_anysource.py), irecv's _source_rank() cannot.
+_WORK_FLAG = ("torch 2.15 keeps is_completed() of a Python backend's work in C++, where only C++ backends "
+              "set it: it stays False after wait() (c10d's PyWork forwards wait and get_future only)")
+_SOURCE = ("torch 2.15's holder of a Python backend's work does not forward _source_rank(), which irecv's "
+           "case calls (recv(src=None) works: cohort/_anysource.py)")
+TORCH_LIMITS = {
+    "test_isend": _WORK_FLAG,
+    "test_isend_autograd_profiler": _WORK_FLAG,
+    "test_isend_torch_profiler": _WORK_FLAG,
+    "test_irecv": _WORK_FLAG,
+    "test_send_recv_any_source": _SOURCE,
+    "test_send_recv_any_source_autograd_profiler": _SOURCE,
+    "test_send_recv_any_source_torch_profiler": _SOURCE,
+    "test_ddp_logging_data_cpu": ("DDP logs a backend registered with Backend.register_backend as 'custom' "
+                                  "(torch's ProcessGroup names it by its backend type), the case expects 'cohort'"),
+}
+
+#: What CI runs: every collective (with and without a full-group argument),
+#: groups, barriers, point to point, complex tensors, and DDP on CPU.
+CI_CASES = (
+    "test_all_reduce_sum", "test_all_reduce_max", "test_all_reduce_sum_async", "test_all_reduce_sum_complex",
+    "test_reduce_sum", "test_broadcast", "test_all_gather", "test_all_gather_coalesced_complex", "test_gather",
+    "test_scatter_checks", "test_barrier", "test_send_recv_with_tag", "test_destroy_group",
+    "test_DistributedDataParallelCPU", "test_DistributedDataParallelCPU_grad_is_view", "test_static_graph_api_cpu",
+)
+
+
+class TestCohortWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
+    def setUp(self) -> None:
+        super().setUp()
+        self._spawn_processes()
+
+
+for _name, _why in TORCH_LIMITS.items():
+    setattr(TestCohortWithSpawn, _name, unittest.skip(_why)(getattr(TestCohortWithSpawn, _name)))
+
+if os.environ.get("COHORT_TORCH_SUITE") != "all":
+    # Not collected (unittest and pytest collect callables only); but
+    # TestDistBackend.setUp reads test_ddp_has_finalized's __wrapped__.
+    for _name in dir(TestCohortWithSpawn):
+        if _name.startswith("test_") and _name not in CI_CASES and _name != "test_ddp_has_finalized":
+            setattr(TestCohortWithSpawn, _name, None)
+    TestCohortWithSpawn.test_ddp_has_finalized = unittest.skip("COHORT_TORCH_SUITE=all runs it")(
+        TestCohortWithSpawn.test_ddp_has_finalized)
+
+
+if __name__ == "__main__":
+    from torch.testing._internal.common_utils import run_tests
+
+    run_tests()
