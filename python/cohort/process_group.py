@@ -139,6 +139,7 @@ class CohortBackend(_C10dBackend):
         self._refusal: Optional[tuple[int, str]] = None
         self._inflight: "weakref.WeakSet[CohortWork]" = weakref.WeakSet()
         self._lock = threading.Lock()
+        self._seq = 0  # collectives issued (_get_sequence_number_for_group)
         self._options = _C10dBackend.Options(BACKEND_NAME, datetime.timedelta(seconds=self._timeout_s))
         with _live_lock:
             _live[id(self)] = self
@@ -148,6 +149,20 @@ class CohortBackend(_C10dBackend):
 
     def getBackendName(self) -> str:
         return BACKEND_NAME
+
+    def _get_sequence_number_for_group(self) -> int:
+        """How many collectives this backend has issued.
+
+        torch's ProcessGroupWrapper (what ``TORCH_DISTRIBUTED_DEBUG=DETAIL``
+        puts around every group) compares it across ranks with each
+        collective's type and shapes to report desynchronised ranks; without
+        it every collective of such a group raised "does not yet support
+        sequence numbers". Point to point is not counted, as in gloo.
+        """
+        return self._seq
+
+    def _set_sequence_number_for_group(self) -> None:
+        """torch calls this when the group is made; the count starts at 0 there (as gloo's)."""
 
     @property
     def options(self) -> _C10dBackend.Options:
@@ -248,6 +263,7 @@ class CohortBackend(_C10dBackend):
         """
         if self._closed or self._refusal is not None:
             self._refuse(op)
+        self._seq += 1
         if async_call is None or not opts.asyncOp or local:
             st = sync_call(self._ms(opts))
             if st:
@@ -661,6 +677,7 @@ class CohortBackend(_C10dBackend):
         # after an async collective means "after it", as with gloo.
         if self._closed or self._refusal is not None:
             self._refuse("barrier")
+        self._seq += 1
         one = torch.zeros(1, dtype=torch.uint8)
         ms = self._ms(opts)
         g = self._group.handle
