@@ -697,7 +697,9 @@ class CohortBackend(_C10dBackend):
         (``EPEERLOST``). The group stays usable after a timeout.
         """
         opts = opts if opts is not None else dist.BarrierOptions()
-        ms = self._ms(opts)
+        # torch passes the caller's timeout (its default when none was
+        # given); zero means no wait, as in gloo, not "the group's".
+        ms = 0 if opts.timeout == datetime.timedelta(0) else self._ms(opts)
         st = lib.cohort_barrier(self._group.handle, b"monitored_barrier", ms)
         if st == Status.ETIMEDOUT:
             detail = self._group.last_error() or last_error()

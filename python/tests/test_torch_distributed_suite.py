@@ -8,15 +8,17 @@ wheel: it is the suite torch runs against gloo, nccl and ucc
 a private cohortd, :mod:`cohort.bootstrap`) and run the case.
 
 cohort declares itself a backend with the features the suite's skip
-conditions ask about (``ddp``, ``subgroup``, ``plugin``), so the cases torch
-runs for gloo run for cohort too; the ones written for a named backend only
-(``BACKEND == "gloo"``, MPI's all-to-all on CPU, NCCL's CUDA cases) and the
-multi-GPU ones skip themselves as they do for any other backend.
+conditions ask about (``ddp``, ``subgroup``, ``plugin``) and counts as gloo
+where a case asks for gloo, so the cases torch runs for gloo on CPU run for
+cohort too; the ones written for another backend (MPI's all-to-all on CPU,
+NCCL's CUDA cases), the multi-GPU ones and those guarded by
+``BACKEND == "gloo"`` skip themselves as they do for any other backend.
 
 By default (``make test``, CI) a set of cases that covers every collective,
-point to point, groups and DDP on CPU runs (:data:`CI_CASES`, about
-80 s); ``COHORT_TORCH_SUITE=all`` runs the whole suite (about 12 minutes
-on 2 cores: 52 cases pass, the rest skip themselves, see docs/torch.md).
+point to point, groups, object collectives and DDP on CPU runs
+(:data:`CI_CASES`, about 80 s); ``COHORT_TORCH_SUITE=all`` runs the whole
+suite (10-15 minutes on 2 cores; ``COHORT_TORCH_SUITE_WORLD=3`` for three
+ranks; docs/pytorch.md has the counts).
 
 Cases that cannot pass for any backend written in Python, because of how
 torch 2.15 hands a Python backend's work back to its caller, are skipped
@@ -75,22 +77,22 @@ for feature in ("ddp", "subgroup", "plugin"):
     DistTestCases.backend_feature[feature].add("cohort")
 
 
-
 def _import_suite() -> Any:
-    """distributed_test.py, with cohort counted where a case asks for one of
-    several backends that include gloo (``require_backend_is_available({"gloo",
-    "nccl", ...})``: object collectives, DDP's checks and control flow,
-    monitored_barrier): the features those cases need are the ones cohort has
-    on CPU. A case that asks for gloo alone (its error texts, its timeouts)
-    still skips. Imported unchanged if the text to patch is not found."""
+    """distributed_test.py, with cohort counted where a case asks for gloo
+    (``require_backend_is_available({"gloo", ...})``: object collectives,
+    ``all_reduce_coalesced``, DDP's checks and control flow,
+    ``monitored_barrier``): what those cases need is what cohort has on CPU;
+    the few that check gloo's own words are skipped (:data:`GLOO_TEXTS`).
+    Cases guarded by ``BACKEND == "gloo"`` (gloo's timeouts, sparse
+    all-reduce) still skip. Imported unchanged if the text to patch is not
+    found."""
     name = "torch.testing._internal.distributed.distributed_test"
     spec = importlib.util.find_spec(name)
     old = "    if BACKEND not in backends:\n"
     src = pathlib.Path(spec.origin).read_text() if spec is not None and spec.origin else ""
     if src.count(old) != 1:
         return importlib.import_module(name)
-    src = src.replace(old, '    if BACKEND not in backends and not (BACKEND == "cohort" and "gloo" in backends '
-                           "and len(backends) > 1):\n")
+    src = src.replace(old, '    if BACKEND not in backends and not (BACKEND == "cohort" and "gloo" in backends):\n')
     mod = types.ModuleType(name)
     mod.__file__ = spec.origin
     sys.modules[name] = mod
@@ -122,6 +124,18 @@ TORCH_LIMITS = {
                                   "(torch's ProcessGroup names it by its backend type), the case expects 'cohort'"),
 }
 
+# Cases for gloo alone that check gloo's own words where cohort's design
+# differs: gloo's monitored barrier is rank 0 collecting the others by send
+# and receive, and its texts say so ("Rank 0 timed out in monitoredBarrier",
+# "... received errors while waiting for send/recv from rank 0"); cohort's is
+# the coordinator's, which tells every rank that reached it which ranks did
+# not ("[Rank 2]: Rank 1 failed to pass monitoredBarrier in 2000 ms (...)").
+_GLOO_TEXT = "checks gloo's rank-0-collects texts; cohort's monitored barrier is the coordinator's and names the missing ranks"
+GLOO_TEXTS = {
+    "test_monitored_barrier_gloo": _GLOO_TEXT,
+    "test_monitored_barrier_gloo_rank_0_timeout": _GLOO_TEXT,
+}
+
 #: What CI runs: every collective (with and without a full-group argument),
 #: groups, barriers, point to point, complex tensors, and DDP on CPU.
 CI_CASES = (
@@ -130,6 +144,7 @@ CI_CASES = (
     "test_scatter_checks", "test_barrier", "test_send_recv_with_tag", "test_destroy_group",
     "test_DistributedDataParallelCPU", "test_DistributedDataParallelCPU_grad_is_view", "test_static_graph_api_cpu",
     "test_all_gather_object_subgroup",  # also under TORCH_DISTRIBUTED_DEBUG=DETAIL
+    "test_all_reduce_coalesced_sum", "test_scatter_object_list",
 )
 
 
@@ -154,7 +169,7 @@ class TestCohortWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
         self._spawn_processes()
 
 
-for _name, _why in TORCH_LIMITS.items():
+for _name, _why in {**TORCH_LIMITS, **GLOO_TEXTS}.items():
     setattr(TestCohortWithSpawn, _name, unittest.skip(_why)(getattr(TestCohortWithSpawn, _name)))
 
 if os.environ.get("COHORT_TORCH_SUITE") != "all":

@@ -203,6 +203,8 @@ def test_monitored_barrier_names_the_missing_rank(job, world):
         # comes a little later may see that rank gone from the barrier too.
         assert 1 in r["missing"] and "failed to pass monitoredBarrier in 1000 ms" in r["msg"], r
         assert 0.9 <= r["after_s"] < 10, r
+        # timeout=0 does not wait (it was the group's 30 minutes before)
+        assert r["zero_raised"] == "CohortBackendError" and r["zero_after_s"] < 0.9, r
     assert "Ranks 1 failed to pass monitoredBarrier" in gl[0]["msg"], gl[0]
 
 

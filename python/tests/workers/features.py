@@ -324,13 +324,22 @@ def f_monitored():
     if rank == 1:
         time.sleep(4.0)  # never enters; stays alive while the others wait
         return {"skipped": True}
+    zero: dict = {}
+    if backend == "cohort":
+        # timeout 0: no wait (as gloo), not the group's 30 minutes
+        t0 = time.monotonic()
+        try:
+            dist.monitored_barrier(timeout=datetime.timedelta(0))
+            zero = {"zero_raised": None}
+        except Exception as e:
+            zero = {"zero_raised": type(e).__name__, "zero_after_s": time.monotonic() - t0}
     t0 = time.monotonic()
     try:
         dist.monitored_barrier(timeout=datetime.timedelta(seconds=1), wait_all_ranks=True)
     except Exception as e:
         return {"raised": type(e).__name__, "msg": str(e)[:2000], "after_s": time.monotonic() - t0,
-                "mro": [c.__name__ for c in type(e).__mro__], "missing": getattr(e, "missing_ranks", None)}
-    return {"raised": None, "after_s": time.monotonic() - t0}
+                "mro": [c.__name__ for c in type(e).__mro__], "missing": getattr(e, "missing_ranks", None), **zero}
+    return {"raised": None, "after_s": time.monotonic() - t0, **zero}
 
 
 def f_timeout():
