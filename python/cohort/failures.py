@@ -208,6 +208,8 @@ def failed_rank_of(detail: str) -> Optional[int]:
 _MISSING_RES = (
     re.compile(r"ranks? (?P<ranks>\d+(?:, \d+)*)(?: and \d+ more)? never arrived"),
     re.compile(r"ranks never arrived: (?P<ranks>\d+(?:, \d+)*)"),
+    # every absent rank came, then timed out and left before the others
+    re.compile(r"ranks? (?P<ranks>\d+(?:, \d+)*)(?: and \d+ more)? arrived but timed out and left"),
 )
 
 

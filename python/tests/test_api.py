@@ -50,6 +50,8 @@ assert failure_record("") is None and failure_record("no rank here") is None
 assert missing_ranks_of("barrier 'x' (#1) timed out after 1.0 s; ranks 0, 1 never arrived (rank 0 last seen 0.0 s ago)") == [0, 1]
 assert missing_ranks_of("barrier (#4) on group 'g' timed out; ranks never arrived: 2, 3") == [2, 3]
 assert missing_ranks_of("barrier timed out after 1.0 s; rank 4 never arrived") == [4]
+assert missing_ranks_of("barrier 'y' (#2) timed out after 3.0 s; rank 0 arrived but timed out and left before the others came") == [0]
+assert missing_ranks_of("barrier timed out after 1.0 s; rank 2 never arrived (rank 2 in allreduce #3); rank 0 arrived but timed out first") == [2]
 assert missing_ranks_of("timed out") == []
 
 e = CohortError(Status.EPEERLOST, "rank 1 (h:2) failed during allreduce (#3): boom (0.1 s ago)", "allreduce")

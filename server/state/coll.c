@@ -187,6 +187,7 @@ coll_free(struct srv_coll *co)
 	free(co->cd.name);
 	free(co->calls);
 	free(co->arrived);
+	free(co->left);
 	free(co->mismatch);
 	free(co);
 }
@@ -206,12 +207,15 @@ coll_new(struct srv_job *job, struct srv_group *g, uint8_t *key, size_t klen,
 	co->cd.name = srv_strdup(cd->name);
 	co->calls = calloc(g->n, sizeof(*co->calls));
 	co->arrived = calloc(g->n, 1);
+	co->left = calloc(g->n, 1);
 	co->first = now;
 	if (co->cd.name == NULL || co->calls == NULL || co->arrived == NULL
+	    || co->left == NULL
 	    || srv_map_put(&job->colls, &co->hn, key, klen) != COHORT_OK) {
 		free(co->cd.name);
 		free(co->calls);
 		free(co->arrived);
+		free(co->left);
 		free(co);
 		return (NULL);
 	}
@@ -752,6 +756,7 @@ coll_withdraw(struct srv_call *c)
 
 	co->calls[c->grank] = NULL;
 	co->arrived[c->grank] = 0;
+	co->left[c->grank] = 1;
 	co->narrived--;
 	co->nparked--;
 	c->owner = NULL;
@@ -766,22 +771,43 @@ coll_expire(struct srv_call *c, cohort__time now)
 	struct srv_group *g = co->g;
 	struct srv_job *job = c->job;
 	int32_t *miss = calloc(g->n + 1, sizeof(int32_t));
-	size_t nm = 0, off = 0;
-	char secs[32], what[700], buf[2400], doing[800];
+	int32_t *gone = calloc(g->n + 1, sizeof(int32_t));
+	size_t nm = 0, ng = 0, off = 0;
+	char secs[32], what[700], buf[2400], doing[800], rb[512];
 	const struct srv_member *self
 	    = c->client != NULL ? c->client->member : NULL;
 
-	for (uint32_t i = 0; miss != NULL && i < g->n; i++) {
+	/* Never came, apart from came and timed out first: two ranks whose
+	 * deadlines fall close together must not name each other. */
+	for (uint32_t i = 0; miss != NULL && gone != NULL && i < g->n; i++) {
 		if (co->arrived[i])
 			continue;
 		if (co->cd.kind == COHORT__COLLECTIVE_KIND__COLL_BROADCAST
 		    && (int32_t)i != co->cd.root)
 			continue;
-		miss[nm++] = g->ranks[i];
+		if (co->left[i])
+			gone[ng++] = g->ranks[i];
+		else
+			miss[nm++] = g->ranks[i];
 	}
 	coll_describe(c, what, sizeof(what));
-	srv_fmt_never_arrived(
-	    buf, sizeof(buf), &off, what, now - c->start, miss, nm);
+	if (nm == 0 && ng > 0) {
+		/* Every absent rank came and left: they are what is missing. */
+		int32_t *t = miss;
+
+		miss = gone;
+		gone = t;
+		nm = ng;
+		ng = 0;
+		srv_fmt_ranks(rb, sizeof(rb), miss, nm);
+		srv_fmt_secs(secs, sizeof(secs), now - c->start);
+		cohort__appendf(buf, sizeof(buf), &off,
+		    "%s timed out after %s; rank%s %s arrived but timed out "
+		    "and left before the others came",
+		    what, secs, nm == 1 ? "" : "s", rb);
+	} else
+		srv_fmt_never_arrived(
+		    buf, sizeof(buf), &off, what, now - c->start, miss, nm);
 	/* What the missing ranks do instead, and the liveness bound that
 	 * did not fire (they were alive all along). */
 	for (size_t i = 0; i < nm && i < 4; i++) {
@@ -794,6 +820,13 @@ coll_expire(struct srv_call *c, cohort__time now)
 		cohort__appendf(buf, sizeof(buf), &off, ", ...");
 	if (nm > 0)
 		cohort__appendf(buf, sizeof(buf), &off, ")");
+	if (ng > 0) {
+		srv_fmt_ranks(rb, sizeof(rb), gone, ng);
+		cohort__appendf(buf, sizeof(buf), &off,
+		    "; rank%s %s arrived but timed out first",
+		    ng == 1 ? "" : "s", rb);
+	}
+	free(gone);
 	if (self != NULL) {
 		srv_fmt_secs(secs, sizeof(secs), (cohort__time)self->dead_ms);
 		cohort__appendf(buf, sizeof(buf), &off,

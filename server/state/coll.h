@@ -21,6 +21,9 @@ struct srv_coll {
 	struct srv_cdesc cd; /* of the first arrival */
 	struct srv_call **calls; /* parked arrivals by group rank */
 	uint8_t *arrived; /* by group rank */
+	/* by group rank: arrived, then withdrew (its own deadline passed);
+	 * a later timeout names it apart from the ranks that never came */
+	uint8_t *left;
 	uint32_t narrived;
 	uint32_t nparked;
 	cohort__time first;

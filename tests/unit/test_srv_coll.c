@@ -229,6 +229,49 @@ START_TEST(test_timeout_names_missing_and_retry)
 }
 END_TEST
 
+/* Two ranks whose deadlines fall close together: the later one names the
+ * rank that never came, not the one that came and timed out first. */
+START_TEST(test_timeout_apart_from_left)
+{
+	struct srq_cli c[3];
+	uintptr_t t0, t1, t2;
+	Cohort__Reply *r;
+
+	fx_form(f, c, 3, "j");
+	t0 = fx_barrier(f, &c[0], "x", 1, 1000);
+	t1 = fx_barrier(f, &c[1], "x", 1, 1500);
+	fx_tick(f, 1000);
+	r = fx_want(f, t0, COHORT_ETIMEDOUT);
+	ck_assert_uint_eq(r->n_missing_ranks, 1);
+	ck_assert_int_eq(r->missing_ranks[0], 2);
+	fx_tick(f, 500);
+	r = fx_want(f, t1, COHORT_ETIMEDOUT);
+	ck_assert_uint_eq(r->n_missing_ranks, 1);
+	ck_assert_int_eq(r->missing_ranks[0], 2);
+	ck_assert_has(r->error, "rank 2 never arrived");
+	ck_assert_has(r->error, "; rank 0 arrived but timed out first");
+	/* every absent rank came and left: those are named */
+	t0 = fx_barrier(f, &c[0], "y", 2, 1000);
+	t1 = fx_barrier(f, &c[1], "y", 2, 3000);
+	fx_tick(f, 1000);
+	fx_want(f, t0, COHORT_ETIMEDOUT);
+	t2 = fx_barrier(f, &c[2], "y", 2, 3000);
+	fx_tick(f, 2000);
+	r = fx_want(f, t1, COHORT_ETIMEDOUT);
+	ck_assert_uint_eq(r->n_missing_ranks, 1);
+	ck_assert_int_eq(r->missing_ranks[0], 0);
+	ck_assert_has(r->error,
+	    "barrier 'y' (#2) timed out after 3.0 s; rank 0 arrived but timed "
+	    "out and left before the others came");
+	/* a retry under the same number still completes it */
+	t0 = fx_barrier(f, &c[0], "y", 2, 3000);
+	t1 = fx_barrier(f, &c[1], "y", 2, 3000);
+	fx_want(f, t2, COHORT_OK);
+	fx_want(f, t0, COHORT_OK);
+	fx_want(f, t1, COHORT_OK);
+}
+END_TEST
+
 START_TEST(test_groups)
 {
 	struct srq_cli c[4];
@@ -362,5 +405,6 @@ END_TEST
 UNIT_FIXTURE_SUITE(srv_coll, "coll", 30, fx_setup, fx_teardown,
     test_barrier_parks_until_all, test_broadcast, test_reduce_scalars,
     test_decide, test_service_gather, test_mismatch,
-    test_timeout_names_missing_and_retry, test_groups,
+    test_timeout_names_missing_and_retry, test_timeout_apart_from_left,
+    test_groups,
     test_retry_takes_over_parked, test_parked_time_in_replies)
