@@ -792,7 +792,8 @@ coll_expire(struct srv_call *c, cohort__time now)
 	}
 	coll_describe(c, what, sizeof(what));
 	if (nm == 0 && ng > 0) {
-		/* Every absent rank came and left: they are what is missing. */
+		/* Every absent rank came and left: they are what is missing.
+		 */
 		int32_t *t = miss;
 
 		miss = gone;

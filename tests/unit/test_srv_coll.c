@@ -406,5 +406,4 @@ UNIT_FIXTURE_SUITE(srv_coll, "coll", 30, fx_setup, fx_teardown,
     test_barrier_parks_until_all, test_broadcast, test_reduce_scalars,
     test_decide, test_service_gather, test_mismatch,
     test_timeout_names_missing_and_retry, test_timeout_apart_from_left,
-    test_groups,
-    test_retry_takes_over_parked, test_parked_time_in_replies)
+    test_groups, test_retry_takes_over_parked, test_parked_time_in_replies)
