@@ -139,7 +139,16 @@ def run_checkpoint():
     base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
                          is_master=rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True",
                          timeout=datetime.timedelta(seconds=300))
-    store = dist.PrefixStore(f"/goodput/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", base)
+    if os.environ.get("GOODPUT_ATTEMPT") == "count":
+        # One agent per node: only the failed node's agent counts a
+        # restart (the others restart for the membership change), so
+        # TORCHELASTIC_RESTART_COUNT differs between ranks. Every worker of
+        # an attempt counts itself in once: the attempt is the count's
+        # quotient (the schedule kills no worker before it started).
+        attempt = str((base.add("/goodput/started", 1) - 1) // world)
+    else:
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    store = dist.PrefixStore(f"/goodput/attempt_{attempt}", base)
     dist.init_process_group(args.backend, store=store, rank=rank, world_size=world)
     step, epoch, position = 0, 0, 0
     if args.checkpoint and os.path.exists(args.checkpoint):
