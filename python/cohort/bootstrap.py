@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 #: Prefix of the store keys under which rank 0 publishes a coordinator it
-#: started (``STORE_KEY/<torchrun attempt>/<default group>``).
+#: started (``STORE_KEY/<default group>/...``, :func:`coordinator_from_store`).
 STORE_KEY = "cohort/coordinator"
 
 #: Data-plane backends for device memory only. Named in COHORT_BACKEND,
@@ -194,29 +194,84 @@ def _store_peer() -> Optional[tuple[str, int]]:
     return None
 
 
-def coordinator_from_store(store: Any, rank: int, timeout: datetime.timedelta) -> tuple[str, str, str]:
+def coordinator_from_store(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> tuple[str, str, str]:
     """(coordinator URL, job, token) for a job without one in its environment.
 
-    Rank 0 starts a private ``cohortd`` (once per process) and publishes
-    its address, a fresh job name and a token in torch's ``store``; the
-    other ranks wait for them there, up to ``timeout`` but at least
-    :data:`MIN_JOIN_S`.
+    Rank 0 starts a private ``cohortd`` (once per process) and hands its
+    address, a fresh job name and a token to each other rank through
+    torch's ``store``; the others wait for them there, up to ``timeout``
+    but at least :data:`MIN_JOIN_S`.
+
+    The store may hold an earlier attempt's keys (torchrun's agent store
+    outlives a restart of the workers), and no variable names an attempt
+    alike on every rank (``TORCHELASTIC_RESTART_COUNT`` counts a node's own
+    failures: with a torchrun per node, only the failed node's agent counts
+    one). So every other rank says hello under a nonce of its own process
+    (``<key>/hello/<rank>``), and rank 0 answers under that nonce
+    (``<key>/ack/<nonce>``), which no earlier attempt can have written;
+    rank 0 skips a hello its predecessor already answered (``<key>/acked``).
+    Cost: one set and one wait per rank, and ``size - 1`` answers at rank 0.
     """
     global _coordinator
     key = _next_store_key()
+    wait = max(timeout, datetime.timedelta(seconds=MIN_JOIN_S))
     if rank == 0:
         with _state_lock:
             if _coordinator is None or not _coordinator.alive():
                 _coordinator = Coordinator(advertise=local_host_for(_store_peer()))
             url = _coordinator.url
         job, token = f"torch-{new_token()[:12]}", new_token()
-        store.set(key, f"{url}\n{job}\n{token}")
+        _answer_hellos(store, key, size, f"{url}\n{job}\n{token}", wait)
         return url, job, token
     # Rank 0 may start late (a short torch timeout is for collectives):
     # wait as long as the rendezvous would.
-    store.wait([key], max(timeout, datetime.timedelta(seconds=MIN_JOIN_S)))
-    url, job, token = store.get(key).decode().split("\n")
+    nonce = new_token()[:16]
+    store.set(f"{key}/hello/{rank}", nonce)
+    ack = f"{key}/ack/{nonce}"
+    try:
+        store.wait([ack], wait)
+    except Exception as e:
+        raise CohortError(Status.ETIMEDOUT, f"rank 0 did not hand out its coordinator through torch's store "
+                          f"within {wait.total_seconds():g} s (rank {rank} said hello at {key}/hello/{rank}): {e}",
+                          "join") from e
+    url, job, token = store.get(ack).decode().split("\n")
+    try:
+        store.delete_key(ack)
+    except Exception:  # a store without deletion keeps it: one key per rank and attempt
+        pass
     return url, job, token
+
+
+def _answer_hellos(store: Any, key: str, size: int, value: str, wait: datetime.timedelta) -> None:
+    """Rank 0's side of :func:`coordinator_from_store`: answers each rank's hello of this attempt."""
+    before: list[str] = []
+    if store.check([f"{key}/acked"]):
+        before = store.get(f"{key}/acked").decode().split("\n")
+    deadline = time.monotonic() + wait.total_seconds()
+    answered = []
+    for r in range(1, size):
+        hello, old = f"{key}/hello/{r}", before[r - 1] if r - 1 < len(before) else None
+        pause, err = 0.001, None
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                store.wait([hello], datetime.timedelta(seconds=max(0.001, left)))
+                nonce = store.get(hello).decode()
+            except Exception as e:
+                nonce, err = None, e  # the hello is late: the deadline below decides
+            if nonce is not None and nonce != old:
+                break
+            if time.monotonic() >= deadline:
+                missing = [q for q in range(r, size)]
+                raise CohortError(Status.ETIMEDOUT, f"ranks {', '.join(map(str, missing[:8]))}"
+                                  f"{' ...' if len(missing) > 8 else ''} did not say hello in torch's store within "
+                                  f"{wait.total_seconds():g} s ({hello})"
+                                  + (f": {err}" if nonce is None else ""), "join")
+            time.sleep(pause)  # the previous attempt's hello: this rank's own is still to come
+            pause = min(0.05, pause * 2)
+        store.set(f"{key}/ack/{nonce}", value)
+        answered.append(nonce)
+    store.set(f"{key}/acked", "\n".join(answered))
 
 
 _published = 0  # default groups this process has joined through the store
@@ -225,19 +280,17 @@ _published = 0  # default groups this process has joined through the store
 def _next_store_key() -> str:
     """The store key of the next default group's coordinator.
 
-    One per torchrun attempt (``TORCHELASTIC_RESTART_COUNT``: torchrun's
-    agent store keeps the keys of the attempt before a restart, whose
-    cohortd died with its rank 0) and one per default group of this
-    process (a group destroyed and initialised again must not read the
-    previous one's job). Every rank of an attempt counts its default
-    groups alike, since torch creates them collectively.
+    One per default group of this process (a group destroyed and
+    initialised again must not read the previous one's job). Every rank
+    of an attempt counts its default groups alike, since torch creates
+    them collectively; attempts are told apart by the hello of
+    :func:`coordinator_from_store`.
     """
     global _published
     with _state_lock:
         _published += 1
         n = _published
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    return f"{STORE_KEY}/{attempt}/{n}"
+    return f"{STORE_KEY}/{n}"
 
 
 def elastic_range_from_env() -> tuple[Optional[int], Optional[int]]:
@@ -314,7 +367,7 @@ def join(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> Clien
         client = Client(rank=rank, world_size=size, op_timeout=secs, join_timeout=join_s, backend=host_backend,
                         min_world=lo, max_world=hi)
     else:
-        url, job, token = coordinator_from_store(store, rank, timeout)
+        url, job, token = coordinator_from_store(store, rank, size, timeout)
         client = Client(url, job=job, token=token, rank=rank, world_size=size, op_timeout=secs,
                         join_timeout=join_s, backend=host_backend, min_world=lo, max_world=hi)
     global _world_client

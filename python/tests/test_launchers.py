@@ -39,6 +39,26 @@ def test_torchrun_restart_finds_the_new_attempts_coordinator(built):
     oks(p, 2)
 
 
+def test_torchrun_agent_per_node_restart(built, tmp_path):
+    """A torchrun per node (two agents, c10d rendezvous): rank 1's worker
+    dies, and its agent counts a restart while rank 0's agent only follows
+    the new rendezvous round. The next attempt's ranks disagree on
+    TORCHELASTIC_RESTART_COUNT and still find one coordinator: the one
+    their new rank 0 started, not the dead attempt's."""
+    port = free_port()
+    env = base_env(FAIL_FIRST_AGENT=str(tmp_path / "failed"))
+    ps = [start([PYTHON, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+                 "--max-restarts", "1", "--monitor-interval", "0.1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                 f"127.0.0.1:{port}", "--rdzv-conf", f"is_host={1 if n == 0 else 0}", "--rdzv-id", "agents",
+                 str(WORKERS / "torchrun_job.py")], env) for n in range(2)]
+    done = finish(ps, 180)
+    for p in done:
+        assert p.returncode == 0, p.out[-3000:]
+    recs = [r for p in done for r in p.records if "ok" in r]
+    assert sorted(r["rank"] for r in recs) == [0, 1], [p.out[-2000:] for p in done]
+    assert all(r["ok"] and r["backend"] == "cohort" for r in recs), recs
+
+
 def test_cohort_run(built):
     """cohort run starts the ranks: the backend joins cohort run's own job
     (COHORT_COORDINATOR), torch's store is its TCPStore listener."""

@@ -35,4 +35,17 @@ if __name__ == "__main__":
         if dist.get_rank() == 1:
             os._exit(1)
         dist.barrier()  # fails: rank 1 is gone
+    marker = os.environ.get("FAIL_FIRST_AGENT")
+    if marker and not os.path.exists(f"{marker}.rank{dist.get_rank()}"):
+        # A torchrun per node: rank 1's worker dies, rank 0's idles until
+        # its agent stops it for the new rendezvous round. Only rank 1's
+        # agent counts a restart, so TORCHELASTIC_RESTART_COUNT differs
+        # between the ranks of the next attempt.
+        open(f"{marker}.rank{dist.get_rank()}", "w").close()
+        if dist.get_rank() == 1:
+            os._exit(1)
+        import time
+
+        time.sleep(120)
+        os._exit(2)
     exercise()
