@@ -247,10 +247,18 @@ def _answer_hellos(store: Any, key: str, size: int, value: str, wait: datetime.t
     before: list[str] = []
     if store.check([f"{key}/acked"]):
         before = store.get(f"{key}/acked").decode().split("\n")
+
+    def stale(r: int) -> Optional[str]:
+        return before[r - 1] if r - 1 < len(before) else None
+
+    def fresh(r: int) -> bool:  # only on the error path: which ranks are missing
+        h = f"{key}/hello/{r}"
+        return bool(store.check([h])) and store.get(h).decode() != stale(r)
+
     deadline = time.monotonic() + wait.total_seconds()
     answered = []
     for r in range(1, size):
-        hello, old = f"{key}/hello/{r}", before[r - 1] if r - 1 < len(before) else None
+        hello, old = f"{key}/hello/{r}", stale(r)
         pause, err = 0.001, None
         while True:
             left = deadline - time.monotonic()
@@ -262,7 +270,7 @@ def _answer_hellos(store: Any, key: str, size: int, value: str, wait: datetime.t
             if nonce is not None and nonce != old:
                 break
             if time.monotonic() >= deadline:
-                missing = [q for q in range(r, size)]
+                missing = [r] + [q for q in range(r + 1, size) if not fresh(q)]
                 raise CohortError(Status.ETIMEDOUT, f"ranks {', '.join(map(str, missing[:8]))}"
                                   f"{' ...' if len(missing) > 8 else ''} did not say hello in torch's store within "
                                   f"{wait.total_seconds():g} s ({hello})"

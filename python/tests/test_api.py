@@ -172,3 +172,35 @@ print("ok")
 '''
     r = run_py(code)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+def test_store_handover_names_the_ranks_without_hello(built):
+    """Rank 0's side of the coordinator hand-over through torch's store: a
+    stale hello (the one its predecessor answered) is not taken, a fresh one
+    is answered under its nonce, and the timeout names exactly the ranks
+    that did not say hello."""
+    code = r'''
+import datetime
+import torch.distributed as dist
+from cohort import bootstrap
+from cohort.failures import CohortError
+
+store, key = dist.HashStore(), "k"
+store.set(f"{key}/acked", "old1\nold2\nold3")
+store.set(f"{key}/hello/1", "old1")  # the previous attempt's, answered then
+store.set(f"{key}/hello/2", "new2")
+store.set(f"{key}/hello/3", "old3")
+try:
+    bootstrap._answer_hellos(store, key, 4, "url\njob\ntoken", datetime.timedelta(seconds=0.3))
+    raise SystemExit("no timeout")
+except CohortError as e:
+    assert "ranks 1, 3 did not say hello" in str(e), e
+store.set(f"{key}/hello/1", "new1")
+store.set(f"{key}/hello/3", "new3")
+bootstrap._answer_hellos(store, key, 4, "url\njob\ntoken", datetime.timedelta(seconds=5))
+assert store.get(f"{key}/ack/new2") == b"url\njob\ntoken"
+assert store.get(f"{key}/acked") == b"new1\nnew2\nnew3"
+print("ok")
+'''
+    p = run_py(code)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stdout + p.stderr

@@ -56,14 +56,20 @@ srv_fmt_ranks(char *buf, size_t len, const int32_t *r, size_t n)
 }
 
 void
-srv_fmt_never_arrived(char *buf, size_t len, size_t *off, const char *what,
-    cohort__time waited, const int32_t *miss, size_t nm)
+srv_fmt_absent(char *buf, size_t len, size_t *off, const char *what,
+    cohort__time waited, const int32_t *miss, size_t nm, const char *how)
 {
 	char rb[512], secs[32];
 
 	srv_fmt_ranks(rb, sizeof(rb), miss, nm);
 	srv_fmt_secs(secs, sizeof(secs), waited);
-	cohort__appendf(buf, len, off,
-	    "%s timed out after %s; rank%s %s never arrived", what, secs,
-	    nm == 1 ? "" : "s", rb);
+	cohort__appendf(buf, len, off, "%s timed out after %s; rank%s %s %s",
+	    what, secs, nm == 1 ? "" : "s", rb, how);
+}
+
+void
+srv_fmt_never_arrived(char *buf, size_t len, size_t *off, const char *what,
+    cohort__time waited, const int32_t *miss, size_t nm)
+{
+	srv_fmt_absent(buf, len, off, what, waited, miss, nm, "never arrived");
 }

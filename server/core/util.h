@@ -24,5 +24,9 @@ void srv_fmt_ranks(char *buf, size_t len, const int32_t *r, size_t n);
  * nm ranks of miss) at *off of buf. */
 void srv_fmt_never_arrived(char *buf, size_t len, size_t *off,
     const char *what, cohort__time waited, const int32_t *miss, size_t nm);
+/* The same with "HOW" for "never arrived" ("arrived but timed out and
+ * left before the others came"). */
+void srv_fmt_absent(char *buf, size_t len, size_t *off, const char *what,
+    cohort__time waited, const int32_t *miss, size_t nm, const char *how);
 
 #endif /* COHORT_SRV_UTIL_H */

@@ -207,15 +207,12 @@ coll_new(struct srv_job *job, struct srv_group *g, uint8_t *key, size_t klen,
 	co->cd.name = srv_strdup(cd->name);
 	co->calls = calloc(g->n, sizeof(*co->calls));
 	co->arrived = calloc(g->n, 1);
-	co->left = calloc(g->n, 1);
 	co->first = now;
 	if (co->cd.name == NULL || co->calls == NULL || co->arrived == NULL
-	    || co->left == NULL
 	    || srv_map_put(&job->colls, &co->hn, key, klen) != COHORT_OK) {
 		free(co->cd.name);
 		free(co->calls);
 		free(co->arrived);
-		free(co->left);
 		free(co);
 		return (NULL);
 	}
@@ -756,7 +753,12 @@ coll_withdraw(struct srv_call *c)
 
 	co->calls[c->grank] = NULL;
 	co->arrived[c->grank] = 0;
-	co->left[c->grank] = 1;
+	/* made on the first withdrawal only: most collectives have none
+	 * (without it, a later timeout names this rank as never come) */
+	if (co->left == NULL)
+		co->left = calloc(co->g->n, 1);
+	if (co->left != NULL)
+		co->left[c->grank] = 1;
 	co->narrived--;
 	co->nparked--;
 	c->owner = NULL;
@@ -779,13 +781,13 @@ coll_expire(struct srv_call *c, cohort__time now)
 
 	/* Never came, apart from came and timed out first: two ranks whose
 	 * deadlines fall close together must not name each other. */
-	for (uint32_t i = 0; miss != NULL && gone != NULL && i < g->n; i++) {
+	for (uint32_t i = 0; miss != NULL && i < g->n; i++) {
 		if (co->arrived[i])
 			continue;
 		if (co->cd.kind == COHORT__COLLECTIVE_KIND__COLL_BROADCAST
 		    && (int32_t)i != co->cd.root)
 			continue;
-		if (co->left[i])
+		if (gone != NULL && co->left != NULL && co->left[i])
 			gone[ng++] = g->ranks[i];
 		else
 			miss[nm++] = g->ranks[i];
@@ -800,12 +802,9 @@ coll_expire(struct srv_call *c, cohort__time now)
 		gone = t;
 		nm = ng;
 		ng = 0;
-		srv_fmt_ranks(rb, sizeof(rb), miss, nm);
-		srv_fmt_secs(secs, sizeof(secs), now - c->start);
-		cohort__appendf(buf, sizeof(buf), &off,
-		    "%s timed out after %s; rank%s %s arrived but timed out "
-		    "and left before the others came",
-		    what, secs, nm == 1 ? "" : "s", rb);
+		srv_fmt_absent(buf, sizeof(buf), &off, what, now - c->start,
+		    miss, nm,
+		    "arrived but timed out and left before the others came");
 	} else
 		srv_fmt_never_arrived(
 		    buf, sizeof(buf), &off, what, now - c->start, miss, nm);

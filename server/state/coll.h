@@ -22,7 +22,8 @@ struct srv_coll {
 	struct srv_call **calls; /* parked arrivals by group rank */
 	uint8_t *arrived; /* by group rank */
 	/* by group rank: arrived, then withdrew (its own deadline passed);
-	 * a later timeout names it apart from the ranks that never came */
+	 * a later timeout names it apart from the ranks that never came.
+	 * NULL until the first withdrawal. */
 	uint8_t *left;
 	uint32_t narrived;
 	uint32_t nparked;
